@@ -1,0 +1,29 @@
+"""dnnbind: NVIDIA cuDNN and AMD MIOpen for Python.
+
+Two layers: generated ctypes bindings (``dnnbind.gen.cudnn``, ``dnnbind.gen.miopen``) and a thin
+high-level layer (``dnnbind.highlevel``) whose ops return ``(result, pullback)``.
+
+Importing this package is cheap: it loads no vendor library and imports neither numpy nor the
+high-level layer until one of their names is first used.
+"""
+from __future__ import annotations
+
+from dnnbind.runtime.errors import CudnnError, DnnError, LibraryNotFoundError, MiopenError
+
+__version__ = "0.1.0"
+
+_HIGHLEVEL_NAMES = frozenset({
+    "conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
+    "batchnorm", "dropout", "rnn", "ConvDims", "PoolDims",
+})
+
+__all__ = ["CudnnError", "DnnError", "LibraryNotFoundError", "MiopenError", "__version__",
+           *sorted(_HIGHLEVEL_NAMES)]
+
+
+def __getattr__(name: str):
+    """Resolve the public ops lazily so that ``import dnnbind.gen.cudnn`` stays fast."""
+    if name in _HIGHLEVEL_NAMES:
+        from dnnbind import highlevel
+        return getattr(highlevel, name)
+    raise AttributeError(f"module 'dnnbind' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""dnnbind's binding generator: vendor headers -> libclang -> IR -> classified pointers -> ctypes module."""

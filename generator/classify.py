@@ -1,0 +1,114 @@
+"""Pointer kinds: give every pointer parameter of every function a kind (device, host, either).
+
+The rules and per-function exceptions come from pointer_overrides.json. Classification FAILS, listing
+each case, when a pointer parameter matches nothing, when an exception names a function or parameter
+the headers no longer declare, or when a parameter marked as a byte size is not 64-bit (size_t).
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from generator import ir
+
+KINDS = ("device", "host", "either")
+
+
+class ClassificationError(RuntimeError):
+    """The override file and the headers disagree; the message lists every problem."""
+
+
+@dataclass
+class Classification:
+    functions: list[ir.Function]
+    per_kind: Counter = field(default_factory=Counter)
+    per_rule: Counter = field(default_factory=Counter)
+    unused_rules: list[str] = field(default_factory=list)
+    byte_sizes: int = 0
+
+
+def _pointee_kind(t: ir.CType) -> str:
+    assert t.pointee is not None
+    return t.pointee.kind
+
+
+def _rule_matches(rule: dict[str, Any], fn: ir.Function, param: ir.Param) -> bool:
+    if _pointee_kind(param.type) not in rule["pointee"]:
+        return False
+    if "name" in rule and not re.fullmatch(rule["name"], param.name):
+        return False
+    if "name_not" in rule and re.fullmatch(rule["name_not"], param.name):
+        return False
+    if "function" in rule and not re.fullmatch(rule["function"], fn.name):
+        return False
+    return True
+
+
+def _is_size_t(t: ir.CType) -> bool:
+    if t.kind == "pointer":
+        return t.pointee is not None and t.pointee.kind == "int" and t.pointee.name == "c_size_t"
+    return t.kind == "int" and t.name == "c_size_t"
+
+
+def classify(module: ir.Module, overrides: dict[str, Any]) -> Classification:
+    """Return the module's functions with each pointer parameter's kind and deciding rule filled in."""
+    rules = overrides.get("rules", [])
+    for rule in rules:
+        if rule.get("kind") not in KINDS:
+            raise ClassificationError(f"rule {rule.get('id')!r}: kind must be one of {KINDS}")
+    exceptions: dict[str, dict[str, str]] = overrides.get("exceptions", {})
+    size_pattern = re.compile(overrides["byte_sizes"]) if overrides.get("byte_sizes") else None
+    by_name = {fn.name: fn for fn in module.functions}
+    problems: list[str] = []
+
+    for fn_name, entries in sorted(exceptions.items()):
+        fn = by_name.get(fn_name)
+        if fn is None:
+            problems.append(f"stale exception: function {fn_name} is not declared by the headers")
+            continue
+        params = {p.name: p for p in fn.params}
+        for pname, kind in entries.items():
+            if pname not in params:
+                problems.append(f"stale exception: {fn_name} has no parameter {pname!r}")
+            elif params[pname].type.kind != "pointer":
+                problems.append(f"stale exception: {fn_name}.{pname} is no longer a pointer")
+            if kind not in KINDS:
+                problems.append(f"exception {fn_name}.{pname}: kind {kind!r} is not one of {KINDS}")
+
+    result = Classification(functions=[])
+    used = Counter()
+    for fn in module.functions:
+        params = []
+        for p in fn.params:
+            byte_size = bool(size_pattern and size_pattern.fullmatch(p.name))
+            if byte_size:
+                result.byte_sizes += 1
+                if not _is_size_t(p.type):
+                    problems.append(f"byte size not 64-bit: {fn.name}.{p.name} is {p.type.spelling!r}, "
+                                    "expected size_t or size_t*")
+            if p.type.kind != "pointer":
+                params.append(replace(p, byte_size=byte_size))
+                continue
+            kind, rule_id = "", ""
+            if p.name in exceptions.get(fn.name, {}):
+                kind, rule_id = exceptions[fn.name][p.name], f"exception:{fn.name}"
+            else:
+                for rule in rules:
+                    if _rule_matches(rule, fn, p):
+                        kind, rule_id = rule["kind"], rule["id"]
+                        break
+            if not kind:
+                problems.append(f"unclassified pointer: {fn.name}.{p.name} ({p.type.spelling})")
+            else:
+                used[rule_id] += 1
+                result.per_kind[kind] += 1
+            params.append(replace(p, kind=kind, rule=rule_id, byte_size=byte_size))
+        result.functions.append(replace(fn, params=tuple(params)))
+    if problems:
+        raise ClassificationError(f"{len(problems)} problem(s) in pointer_overrides.json for "
+                                  f"{module.library}:\n" + "\n".join(f"  {p}" for p in problems))
+    result.per_rule = used
+    result.unused_rules = [r["id"] for r in rules if used[r["id"]] == 0]
+    return result

@@ -1,0 +1,73 @@
+"""Reading generator/headers.json and finding each library's headers on disk."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GENERATOR_DIR = Path(__file__).resolve().parent
+REPO_ROOT = GENERATOR_DIR.parent
+CACHE_DIR = Path(os.environ.get("DNNBIND_CACHE_DIR", REPO_ROOT / ".cache"))
+
+
+def load_all() -> dict[str, dict[str, Any]]:
+    return json.loads((GENERATOR_DIR / "headers.json").read_text())
+
+
+def load_overrides(library: str) -> dict[str, Any]:
+    return json.loads((GENERATOR_DIR / "pointer_overrides.json").read_text())[library]
+
+
+@dataclass(frozen=True)
+class HeaderSet:
+    """Where one parse reads its headers from: include directories and the entry header."""
+    library: str
+    include_dirs: tuple[Path, ...]
+    entry: Path
+    origin: str                # "cache" or the environment variable that pointed elsewhere
+
+
+def cache_root(library: str) -> Path:
+    return CACHE_DIR / "headers" / library
+
+
+def header_set(library: str, config: dict[str, Any] | None = None, root: Path | None = None) -> HeaderSet:
+    """The headers to parse: an explicit directory (``root``), a user's install named by the
+    library's environment variables, or what ``make headers`` put in the cache."""
+    config = config or load_all()[library]
+    if root is not None:
+        dirs = _dirs_under(Path(root), config)
+        origin = str(root)
+    else:
+        env_dirs, origin = _dirs_from_env(config)
+        dirs = env_dirs + _dirs_under(cache_root(library), config)
+        origin = origin or "cache"
+    for d in dirs:
+        entry = d / config["entry"]
+        if entry.exists():
+            return HeaderSet(library, tuple(dirs), entry, origin)
+    where = ", ".join(map(str, dirs)) or "(nowhere)"
+    raise FileNotFoundError(f"{config['title']} header {config['entry']} not found in {where}; "
+                            f"run `make headers` (or set {' / '.join(config.get('include_env', []))})")
+
+
+def _dirs_under(root: Path, config: dict[str, Any]) -> list[Path]:
+    subdirs = config.get("include_dirs") or [p["include"] for p in config.get("packages", [])]
+    unique: dict[str, None] = dict.fromkeys(subdirs)
+    return [root / s for s in unique if (root / s).is_dir()]
+
+
+def _dirs_from_env(config: dict[str, Any]) -> tuple[list[Path], str]:
+    """CUDNN_INCLUDE_DIR points at cudnn.h's directory, CUDA_HOME / ROCM_PATH at an install prefix."""
+    dirs: list[Path] = []
+    names = []
+    for var in config.get("include_env", []):
+        value = os.environ.get(var)
+        if not value:
+            continue
+        path = Path(value)
+        names.append(var)
+        dirs.append(path if var.endswith("INCLUDE_DIR") else path / "include")
+    return [d for d in dirs if d.is_dir()], "+".join(names)

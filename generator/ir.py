@@ -1,0 +1,131 @@
+"""The intermediate representation between parsing and rendering: plain, comparable data.
+
+Everything the renderer, the report and the diff need is here, and nothing refers back to libclang,
+so an IR can be saved, compared across header versions and tested without a parse.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class CType:
+    """A C type as the generator understands it.
+
+    ``kind`` is one of: void, int, float, char, bool, enum, handle, struct, union, pointer, array,
+    function (a function-pointer typedef). ``name`` is the ctypes name for int/float/char/bool
+    (``c_int``, ``c_size_t`` ...), the typedef or tag for enum/handle/struct/union/function.
+    """
+
+    kind: str
+    name: str = ""
+    spelling: str = ""
+    pointee: "CType | None" = None
+    const: bool = False
+    length: int = 0
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: CType
+    kind: str = ""            # pointer kind after classification: device, host, either, or "" for values
+    rule: str = ""            # which override rule or exception decided the kind
+    byte_size: bool = False   # marked as a 64-bit byte size
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    result: CType
+    params: tuple[Param, ...]
+    prototype: str
+    comment: str = ""
+    deprecated: bool = False
+    beta: bool = False
+    header: str = ""
+
+
+@dataclass(frozen=True)
+class Enumerator:
+    name: str
+    value: int
+    deprecated: bool = False
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class Enum:
+    name: str
+    underlying: str            # ctypes name of the underlying integer type
+    members: tuple[Enumerator, ...]
+    comment: str = ""
+    deprecated: bool = False
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: CType
+    offset_bits: int
+    bit_width: int = 0          # 0: not a bitfield
+    anonymous: bool = False
+
+
+@dataclass(frozen=True)
+class Struct:
+    name: str
+    kind: str                   # struct or union
+    fields: tuple[Field, ...]
+    size: int
+    align: int
+    comment: str = ""
+    tag: str = ""               # C tag (struct X) when it differs from the typedef name
+
+
+@dataclass(frozen=True)
+class Handle:
+    """``typedef struct X *name``: an opaque handle, one distinct ctypes pointer type each."""
+    name: str
+    tag: str
+    deprecated: bool = False
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class Callback:
+    name: str
+    result: CType
+    params: tuple[Param, ...]
+    prototype: str
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class Macro:
+    name: str
+    value: int | float
+    expression: str
+
+
+@dataclass
+class Module:
+    """Everything one library's headers declare that the generated module exposes."""
+    library: str
+    title: str
+    version: str                                  # header version, e.g. "9.28.1"
+    entry: str
+    enums: list[Enum] = field(default_factory=list)
+    handles: list[Handle] = field(default_factory=list)
+    structs: list[Struct] = field(default_factory=list)
+    callbacks: list[Callback] = field(default_factory=list)
+    functions: list[Function] = field(default_factory=list)
+    macros: list[Macro] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)   # typedef name -> existing name
+    skipped_macros: list[str] = field(default_factory=list)
+
+    def function(self, name: str) -> Function:
+        for fn in self.functions:
+            if fn.name == name:
+                return fn
+        raise KeyError(name)

@@ -1,0 +1,135 @@
+"""The steps of one generation, shared by the command line, `make generate`/`check-generated` and tests."""
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from generator import classify, config as cfg, ir, parse, render
+
+
+@dataclass
+class Result:
+    library: str
+    config: dict[str, Any]
+    module: ir.Module
+    classification: classify.Classification
+    text: str
+
+    @property
+    def path(self) -> Path:
+        return cfg.REPO_ROOT / self.config["module"]
+
+
+def build(library: str, headers_dir: Path | None = None) -> Result:
+    """Parse, classify and render one library; nothing is written."""
+    config = cfg.load_all()[library]
+    headers = cfg.header_set(library, config, headers_dir)
+    module = parse.parse(headers, config)
+    classification = classify.classify(module, cfg.load_overrides(library))
+    text = render.render(module, classification, config)
+    return Result(library, config, module, classification, text)
+
+
+_PROTOTYPE = re.compile(r'^def (\w+)\(.*\):\n    """(.*)$', re.M)
+
+
+def prototypes(text: str) -> dict[str, str]:
+    """Function name -> C prototype, read back from a generated module's docstrings."""
+    return {m.group(1): m.group(2) for m in _PROTOTYPE.finditer(text)}
+
+
+def header_version_of(text: str) -> str | None:
+    m = re.search(r"^HEADER_VERSION = '([^']*)'", text, re.M)
+    return m.group(1) if m else None
+
+
+_MAX_LISTED = 40
+
+
+def describe_changes(old: str, new: str) -> str:
+    """Functions added, removed and changed between two generated modules."""
+    if old == new:
+        return "no change against the committed module"
+    before, after = prototypes(old), prototypes(new)
+    added = sorted(set(after) - set(before))
+    removed = sorted(set(before) - set(after))
+    changed = sorted(n for n in set(before) & set(after) if before[n] != after[n])
+    lines = [f"header version: {header_version_of(old)} -> {header_version_of(new)}",
+             f"functions added: {len(added)}, removed: {len(removed)}, changed: {len(changed)}"]
+    shown = 0
+    for mark, names, table in (("+", added, after), ("-", removed, before)):
+        for n in names:
+            if shown < _MAX_LISTED:
+                lines.append(f"  {mark} {table[n]}")
+            shown += 1
+    for n in changed:
+        if shown < _MAX_LISTED:
+            lines += [f"  ~ {before[n]}", f"    -> {after[n]}"]
+        shown += 1
+    if shown > _MAX_LISTED:
+        lines.append(f"  ... and {shown - _MAX_LISTED} more")
+    diff = sum(1 for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
+               if line[:1] in "+-" and not line.startswith(("+++", "---")))
+    lines.append(f"{diff} line(s) differ in total")
+    return "\n".join(lines)
+
+
+def write(result: Result) -> str:
+    old = result.path.read_text() if result.path.exists() else ""
+    result.path.parent.mkdir(parents=True, exist_ok=True)
+    result.path.write_text(result.text)
+    return describe_changes(old, result.text)
+
+
+def _fallback_note(library: str) -> str | None:
+    """When `make headers` could not get the pinned version (Debian moved on), what it took instead."""
+    manifest = cfg.cache_root(library) / "manifest.json"
+    if not manifest.exists():
+        return None
+    data = json.loads(manifest.read_text())
+    return data.get("fallback") or None
+
+
+def check(library: str, headers_dir: Path | None = None) -> int:
+    """0 when the committed module equals a fresh generation; 1 (with the changes) otherwise.
+
+    When the pinned headers are no longer obtainable and another version was taken, a difference is
+    reported as "header moved" and does not fail: the fix is a maintainer's regeneration.
+    """
+    result = build(library, headers_dir)
+    committed = result.path.read_text() if result.path.exists() else ""
+    if committed == result.text:
+        print(f"{library}: {result.config['module']} is fresh ({result.module.title} {result.module.version})")
+        return 0
+    old_version = header_version_of(committed)
+    if old_version != result.module.version and _fallback_note(library):
+        print(f"{library}: header moved from {old_version} to {result.module.version}: run make generate "
+              f"({_fallback_note(library)})")
+        return 0
+    print(f"{library}: {result.config['module']} is STALE; run `make generate`.\n"
+          + describe_changes(committed, result.text))
+    return 1
+
+
+def report_text(result: Result) -> str:
+    m, c = result.module, result.classification
+    lines = [f"{m.title} {m.version} ({result.config['entry']})",
+             f"  functions:   {len(m.functions)} ({sum(f.deprecated for f in m.functions)} deprecated, "
+             f"{sum(f.beta for f in m.functions)} beta)",
+             f"  enums:       {len(m.enums)} ({sum(len(e.members) for e in m.enums)} values)",
+             f"  structs:     {len(m.structs)}",
+             f"  handles:     {len(m.handles)}",
+             f"  callbacks:   {len(m.callbacks)}",
+             f"  macros:      {len(m.macros)}",
+             f"  byte sizes:  {c.byte_sizes} marked, all 64-bit",
+             "  pointer parameters by kind: " + ", ".join(f"{k} {c.per_kind[k]}" for k in classify.KINDS),
+             "  by rule:"]
+    lines += [f"    {rule:<40} {count}" for rule, count in sorted(c.per_rule.items(), key=lambda kv: (-kv[1], kv[0]))]
+    lines.append("  unclassified: 0")
+    if c.unused_rules:
+        lines.append("  rules that matched nothing: " + ", ".join(c.unused_rules))
+    return "\n".join(lines)

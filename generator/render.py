@@ -1,0 +1,240 @@
+"""IR -> Python source for the generated module, through the jinja2 templates in templates/.
+
+This module decides how each C type becomes a ctypes expression; the templates decide the layout.
+Output is deterministic: header order, no paths, no timestamps.
+"""
+from __future__ import annotations
+
+import keyword
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+
+from generator import config as cfg
+from generator import ir
+from generator.classify import Classification
+
+
+def py_name(name: str) -> str:
+    """A C identifier that is a Python keyword gets a trailing underscore."""
+    return name + "_" if keyword.iskeyword(name) or name in {"None", "True", "False"} else name
+
+
+def docstring(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+
+
+@dataclass(frozen=True)
+class RenderedParam:
+    name: str
+    argtype: str
+    note: str
+
+
+@dataclass(frozen=True)
+class RenderedFunction:
+    name: str
+    params: tuple[RenderedParam, ...]
+    argtypes: str
+    restype: str
+    returns: str          # status | string | value | void
+    doc: str
+    deprecated: str | None
+
+    @property
+    def assign(self) -> str:
+        """What the wrapper assigns the foreign call's result to."""
+        return {"status": "status = ", "void": ""}.get(self.returns, "result = ")
+
+
+class TypeNames:
+    """Maps IR types to ctypes expressions for one module."""
+
+    def __init__(self, module: ir.Module):
+        self.enums = {e.name: e for e in module.enums}
+        self.handles = {h.name for h in module.handles}
+        self.struct_names = {s.name for s in module.structs}
+
+    def value(self, t: ir.CType) -> str:
+        """A C type used by value (parameter, field, result)."""
+        if t.kind in ("int", "float", "char", "bool"):
+            return t.name
+        if t.kind == "enum":
+            return self.enum_ctype(t.name)
+        if t.kind in ("handle", "struct", "union", "function"):
+            return t.name
+        if t.kind == "void":
+            return "None"
+        if t.kind == "pointer":
+            return self.plain_pointer(t)
+        if t.kind == "array":
+            assert t.pointee is not None
+            return f"({self.value(t.pointee)} * {t.length})"
+        raise ValueError(f"no ctypes form for {t}")
+
+    def enum_ctype(self, name: str) -> str:
+        """C leaves an enum's underlying type to the compiler (unsigned int when no value is negative);
+        every 32-bit value fits a c_int, which is what users pass (``byref(c_int())``)."""
+        enum = self.enums.get(name)
+        if enum is None:
+            return "c_int"
+        if enum.underlying in ("c_uint", "c_int") and all(-2**31 <= m.value < 2**31 for m in enum.members):
+            return "c_int"
+        return enum.underlying
+
+    def plain_pointer(self, t: ir.CType) -> str:
+        """A pointer in a struct field or callback: plain ctypes, no kind checks."""
+        pointee = t.pointee
+        assert pointee is not None
+        if pointee.kind == "void":
+            return "c_void_p"
+        if pointee.kind == "char":
+            return "c_char_p"
+        if pointee.kind == "struct" and pointee.name not in self.struct_names:
+            return "c_void_p"
+        return f"POINTER({self.value(pointee)})"
+
+    def element(self, t: ir.CType) -> str:
+        """The element type of a typed host pointer."""
+        if t.kind == "pointer":
+            return self.plain_pointer(t)
+        if t.kind == "struct" and t.name not in self.struct_names:
+            return "c_void_p"
+        return self.value(t)
+
+    def param(self, p: ir.Param) -> tuple[str, str]:
+        """(argtype expression, note for the docstring)."""
+        t = p.type
+        if t.kind != "pointer":
+            if p.byte_size:
+                return "ByteSize", "byte count (size_t, non-negative)"
+            return self.value(t), ""
+        pointee = t.pointee
+        assert pointee is not None
+        if p.kind == "device":
+            return "DevicePointer", "device memory"
+        if p.kind == "either":
+            return "EitherPointer", "host or device memory"
+        if pointee.kind == "void":
+            return ("ConstHostPointer" if pointee.const else "HostPointer"), "host memory"
+        if pointee.kind == "char" and pointee.const:
+            return "HostString", "str or bytes"
+        const = "True" if pointee.const else "False"
+        note = "host memory" + (" (64-bit byte count)" if p.byte_size else "")
+        return f"host_array({self.element(pointee)}, {const})", note
+
+
+def _result(t: ir.CType, status_type: str, names: TypeNames) -> tuple[str, str]:
+    if t.kind == "enum" and t.name == status_type:
+        return "c_int", "status"
+    if t.kind == "void":
+        return "None", "void"
+    if t.kind == "pointer" and t.pointee is not None and t.pointee.kind == "char":
+        return "c_char_p", "string"
+    if t.kind == "pointer":
+        return "c_void_p", "value"
+    return names.value(t), "value"
+
+
+def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_note: str,
+                    error_class: str) -> RenderedFunction:
+    params = []
+    for p in fn.params:
+        argtype, note = names.param(p)
+        params.append(RenderedParam(py_name(p.name), argtype, note))
+    restype, returns = _result(fn.result, status_type, names)
+    lines = [fn.prototype]
+    flags = []
+    if fn.deprecated:
+        flags.append("Deprecated by the vendor.")
+    if fn.beta:
+        flags.append(beta_note)
+    if flags:
+        lines += ["", " ".join(flags)]
+    kinds = [f"    {p.name}: {p.note}" for p in params if p.note]
+    if kinds:
+        lines += ["", "Checked parameters:"] + kinds
+    if returns == "status":
+        lines += ["", f"Raises {error_class} when the returned status is not success."]
+    if fn.comment:
+        lines += ["", fn.comment]
+    argtypes = "(" + "".join(f"{p.argtype}, " for p in params).rstrip(" ") + ")" if params else "()"
+    deprecated = None
+    if fn.deprecated:
+        deprecated = _deprecation_text(fn.comment)
+    return RenderedFunction(fn.name, tuple(params), argtypes, restype, returns, docstring("\n".join(lines)),
+                            deprecated)
+
+
+def _deprecation_text(comment: str) -> str:
+    """What the header's ``@deprecated`` note says, or a pointer to the vendor's documentation."""
+    for line in comment.splitlines():
+        if "@deprecated" in line:
+            text = line.split("@deprecated", 1)[1].split("@since", 1)[0].strip(" .")
+            if text:
+                return text
+    return "see the vendor's documentation for its replacement"
+
+
+def _enum_members(enum: ir.Enum) -> list[ir.Enumerator]:
+    """Current names before deprecated ones, so that an aliased value prints by its current name."""
+    return [m for m in enum.members if not m.deprecated] + [m for m in enum.members if m.deprecated]
+
+
+def _fields(struct: ir.Struct, names: TypeNames) -> list[str]:
+    out = []
+    for f in struct.fields:
+        ctype = names.value(f.type) if f.type.kind != "pointer" else names.plain_pointer(f.type)
+        if f.bit_width:
+            out.append(f"({f.name!r}, {ctype}, {f.bit_width})")
+        else:
+            out.append(f"({f.name!r}, {ctype})")
+    return out
+
+
+def _handle_targets(module: ir.Module, taken: set[str]) -> dict[str, str]:
+    targets: dict[str, str] = {}
+    for h in module.handles:
+        name = h.tag if h.tag and h.tag not in taken else f"_{h.name}_object"
+        taken.add(name)
+        targets[h.name] = name
+    return targets
+
+
+def _describe_step(step: tuple) -> str:
+    if step[0] == "site-packages":
+        return f"{step[1]} in site-packages"
+    if step[0] == "env-dir":
+        return f"${step[1]}/{step[2]}"
+    if step[0] == "dir":
+        return step[1]
+    return "the system loader"
+
+
+def render(module: ir.Module, classification: Classification, config: dict[str, Any]) -> str:
+    names = TypeNames(module)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(cfg.GENERATOR_DIR / "templates"),
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                             undefined=jinja2.StrictUndefined)
+    template = env.get_template("module.py.j2")
+    taken = {e.name for e in module.enums} | {s.name for s in module.structs} | {h.name for h in module.handles}
+    beta_note = f"Beta API ({config.get('beta_macro', 'beta')}): may change between releases."
+    functions = [render_function(fn, names, config["status_type"], beta_note, config["error_class"])
+                 for fn in classification.functions]
+    version = tuple(int(x) for x in module.version.split("."))
+    library_search = [tuple(step) for step in config.get("library_search", [["system"]])]
+    text = template.render(
+        module=module, config=config, version=version, functions=functions,
+        enums=[(e, _enum_members(e)) for e in module.enums if e.name],
+        anonymous_enums=[e for e in module.enums if not e.name],
+        structs=[(s, _fields(s, names)) for s in module.structs],
+        handles=module.handles, handle_targets=_handle_targets(module, taken),
+        foreign_handles={h.name for h in module.handles if h.comment == "Declared by an included header."},
+        callbacks=[(c, names.value(c.result), [names.value(p.type) if p.type.kind != "pointer"
+                                                else names.plain_pointer(p.type) for p in c.params])
+                   for c in module.callbacks],
+        library_search=library_search, docstring=docstring, repr=repr, tuple=tuple,
+        search_text=", ".join(_describe_step(step) for step in library_search),
+    )
+    return text

@@ -1,0 +1,529 @@
+"""Shape logic and argument checking shared by every backend.
+
+Every public op checks its arguments here, once, before any backend runs, so that the numpy reference
+backend and the GPU backends agree on what is legal and on the wording of the error. The objects are
+frozen and hashable: the GPU backends use :meth:`ConvDims.key` and friends as plan-cache keys.
+
+Nothing in this module touches array data; it sees shapes, dtypes and plain Python values only.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, fields
+from typing import Any, Sequence
+
+import numpy as np
+
+SUPPORTED_DTYPES = ("float16", "float32", "float64")
+RNN_MODES = ("rnn_relu", "rnn_tanh", "lstm", "gru")
+_GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
+
+Shape = tuple[int, ...]
+
+
+# ----------------------------------------------------------------------------------------------
+# small checks
+
+
+def check_dtype(name: str, dtype: Any) -> str:
+    """Return the canonical name of a supported float dtype; TypeError naming ``name`` otherwise."""
+    try:
+        canonical = np.dtype(dtype).name
+    except TypeError:
+        canonical = str(dtype)
+    if canonical not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has dtype {canonical}; dnnbind supports float16, float32 and float64")
+    return canonical
+
+
+def check_same_dtype(ref_name: str, ref_dtype: Any, **others: Any) -> str:
+    """Check that every array in ``others`` (None skipped) has the dtype of ``ref_name``."""
+    ref = check_dtype(ref_name, ref_dtype)
+    for name, array in others.items():
+        if array is None:
+            continue
+        dtype = check_dtype(name, array.dtype)
+        if dtype != ref:
+            raise TypeError(f"{name} has dtype {dtype} but {ref_name} has dtype {ref}; "
+                            f"convert one of them (for example {name}.astype({ref_name}.dtype))")
+    return ref
+
+
+def check_shape(name: str, shape: Sequence[int], expected: Sequence[int], why: str = "") -> None:
+    """ValueError naming ``name`` unless ``shape == expected``."""
+    if tuple(shape) != tuple(expected):
+        suffix = f" ({why})" if why else ""
+        raise ValueError(f"{name} has shape {tuple(shape)} but must have shape {tuple(expected)}{suffix}")
+
+
+def normalize_axis(axis: Any, ndim: int, name: str = "axis") -> int:
+    """Return ``axis`` as a non-negative int for an array of ``ndim`` dimensions."""
+    axis = _int(name, axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name}={axis} is out of range for an array with {ndim} dimensions")
+    return axis % ndim
+
+
+def _int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}={value!r} must be an int, not {type(value).__name__}")
+    return int(value)
+
+
+def _float(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}={value!r} must be a real number, not {type(value).__name__}")
+    value = float(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{name}={value!r} must be finite")
+    return value
+
+
+def check_probability(name: str, value: Any) -> float:
+    """A float in [0, 1] (dropout's p; 1 is allowed and drops everything)."""
+    p = _float(name, value)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{name}={value!r} must be in [0, 1]")
+    return p
+
+
+def check_positive_float(name: str, value: Any) -> float:
+    v = _float(name, value)
+    if v <= 0:
+        raise ValueError(f"{name}={value!r} must be positive")
+    return v
+
+
+def check_real(name: str, value: Any) -> float:
+    """A finite real number (activation coefficients)."""
+    return _float(name, value)
+
+
+def _per_dim(name: str, value: Any, n: int, *, minimum: int) -> Shape:
+    """An int, or one int per spatial dimension, each >= minimum."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError(f"{name}={value!r} must be an int or {n} ints (one per spatial dimension)")
+        out = tuple(_int(name, v) for v in value)
+    else:
+        out = (_int(name, value),) * n
+    if any(v < minimum for v in out):
+        what = "positive" if minimum == 1 else "non-negative"
+        raise ValueError(f"{name}={value!r} must be {what}")
+    return out
+
+
+def _padding(name: str, value: Any, n: int) -> tuple[Shape, Shape]:
+    """An int, one int per spatial dim, or one (low, high) pair per spatial dim -> (low, high)."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError(f"{name}={value!r} must be an int, {n} ints or {n} (low, high) pairs "
+                             f"(one per spatial dimension)")
+        low, high = [], []
+        for item in value:
+            if isinstance(item, (list, tuple)):
+                if len(item) != 2:
+                    raise ValueError(f"{name}={value!r}: each entry must be an int or a (low, high) pair")
+                low.append(_int(name, item[0]))
+                high.append(_int(name, item[1]))
+            else:
+                low.append(_int(name, item))
+                high.append(_int(name, item))
+        lo, hi = tuple(low), tuple(high)
+    else:
+        lo = hi = (_int(name, value),) * n
+    if any(v < 0 for v in lo + hi):
+        raise ValueError(f"{name}={value!r} must be non-negative")
+    return lo, hi
+
+
+def _check_array_shape(name: str, shape: Sequence[int], ranks: Sequence[int], layout: str) -> Shape:
+    shape = tuple(int(s) for s in shape)
+    if len(shape) not in ranks:
+        raise ValueError(f"{name} has shape {shape} ({len(shape)} dimensions) but must have "
+                         f"{ranks[0]} to {ranks[-1]} dimensions {layout}")
+    if any(s == 0 for s in shape):
+        raise ValueError(f"{name} has shape {shape}; zero-size dimensions are not supported")
+    return shape
+
+
+def _spatial_out(size: Shape, lo: Shape, hi: Shape, extent: Shape, stride: Shape) -> Shape:
+    return tuple((s + a + b - e) // st + 1 for s, a, b, e, st in zip(size, lo, hi, extent, stride))
+
+
+# ----------------------------------------------------------------------------------------------
+# convolution
+
+
+@dataclass(frozen=True, init=False)
+class ConvDims:
+    """Geometry of one N-d convolution (cross-correlation, or true convolution with ``flip``).
+
+    Built from the shapes of x (N, C, *spatial) and w (K, C/groups, *kernel) and the user's stride,
+    padding, dilation and groups; every field is normalized to one value per spatial dimension.
+    The constructor raises ValueError/TypeError naming the offending argument.
+
+    A transposed convolution is described by :meth:`transposed`: the ConvDims of the *forward*
+    convolution whose input has conv_transpose's output shape; conv_transpose is that convolution's
+    data gradient. ``output_padding`` is non-zero only there.
+    """
+
+    x_shape: Shape
+    w_shape: Shape
+    stride: Shape
+    dilation: Shape
+    pad_low: Shape
+    pad_high: Shape
+    groups: int
+    flip: bool
+    dtype: str
+    output_padding: Shape
+
+    def __init__(self, x_shape: Sequence[int], w_shape: Sequence[int], *, stride: Any = 1,
+                 padding: Any = 0, dilation: Any = 1, groups: int = 1, flip: bool = False,
+                 dtype: Any = "float32", output_padding: Any = 0) -> None:
+        x_shape = _check_array_shape("x", x_shape, (3, 4, 5), "(N, C, 1 to 3 spatial dimensions)")
+        w_shape = tuple(int(s) for s in w_shape)
+        if len(w_shape) != len(x_shape):
+            raise ValueError(f"w has shape {w_shape} ({len(w_shape)} dimensions) but x has shape {x_shape}; "
+                             f"w must be (out_channels, in_channels/groups, *kernel) with "
+                             f"{len(x_shape) - 2} spatial dimensions like x")
+        _check_array_shape("w", w_shape, (len(x_shape),), "")
+        n = len(x_shape) - 2
+        groups = _int("groups", groups)
+        if groups < 1:
+            raise ValueError(f"groups={groups} must be positive")
+        if x_shape[1] % groups:
+            raise ValueError(f"groups={groups} does not divide the {x_shape[1]} input channels of x")
+        if w_shape[0] % groups:
+            raise ValueError(f"groups={groups} does not divide the {w_shape[0]} output channels of w "
+                             f"(w.shape[0])")
+        if w_shape[1] * groups != x_shape[1]:
+            raise ValueError(f"x has {x_shape[1]} channels but w.shape[1] * groups = {w_shape[1]} * {groups} "
+                             f"= {w_shape[1] * groups}")
+        if not isinstance(flip, (bool, np.bool_)):
+            raise TypeError(f"flip={flip!r} must be a bool")
+        stride = _per_dim("stride", stride, n, minimum=1)
+        dilation = _per_dim("dilation", dilation, n, minimum=1)
+        lo, hi = _padding("padding", padding, n)
+        op = _per_dim("output_padding", output_padding, n, minimum=0)
+        dtype = check_dtype("x", dtype)
+        extent = tuple(d * (k - 1) + 1 for d, k in zip(dilation, w_shape[2:]))
+        padded = tuple(s + a + b for s, a, b in zip(x_shape[2:], lo, hi))
+        if any(p < e for p, e in zip(padded, extent)):
+            raise ValueError(f"the output would be empty: x's spatial size {x_shape[2:]} padded to {padded} is "
+                             f"smaller than the kernel {w_shape[2:]} dilated to {extent} "
+                             f"(padding, dilation or w too large)")
+        for name, value in (("x_shape", x_shape), ("w_shape", w_shape), ("stride", stride),
+                            ("dilation", dilation), ("pad_low", lo), ("pad_high", hi), ("groups", groups),
+                            ("flip", bool(flip)), ("dtype", dtype), ("output_padding", op)):
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def transposed(cls, x_shape: Sequence[int], w_shape: Sequence[int], *, stride: Any = 1, padding: Any = 0,
+                   output_padding: Any = 0, dilation: Any = 1, groups: int = 1, flip: bool = False,
+                   dtype: Any = "float32") -> "ConvDims":
+        """Dims for ``conv_transpose(x, w)`` with w in PyTorch's layout (C_in, C_out/groups, *kernel).
+
+        Output size per dim: (in - 1)*stride - pad_low - pad_high + dilation*(k - 1) + output_padding + 1,
+        where output_padding must be smaller than stride or dilation (PyTorch's rule).
+        """
+        x_shape = _check_array_shape("x", x_shape, (3, 4, 5), "(N, C, 1 to 3 spatial dimensions)")
+        w_shape = tuple(int(s) for s in w_shape)
+        if len(w_shape) != len(x_shape):
+            raise ValueError(f"w has shape {w_shape} ({len(w_shape)} dimensions) but x has shape {x_shape}; "
+                             f"w must be (in_channels, out_channels/groups, *kernel) with "
+                             f"{len(x_shape) - 2} spatial dimensions like x")
+        _check_array_shape("w", w_shape, (len(x_shape),), "")
+        n = len(x_shape) - 2
+        groups = _int("groups", groups)
+        if groups < 1:
+            raise ValueError(f"groups={groups} must be positive")
+        if x_shape[1] % groups:
+            raise ValueError(f"groups={groups} does not divide the {x_shape[1]} input channels of x")
+        if x_shape[1] != w_shape[0]:
+            raise ValueError(f"x has {x_shape[1]} channels but w.shape[0] = {w_shape[0]}; conv_transpose "
+                             f"takes w as (in_channels, out_channels/groups, *kernel)")
+        st = _per_dim("stride", stride, n, minimum=1)
+        dil = _per_dim("dilation", dilation, n, minimum=1)
+        lo, hi = _padding("padding", padding, n)
+        op = _per_dim("output_padding", output_padding, n, minimum=0)
+        if any(o >= s and o >= d for o, s, d in zip(op, st, dil)):
+            raise ValueError(f"output_padding={output_padding!r} must be smaller than either stride={stride!r} "
+                             f"or dilation={dilation!r} in every dimension")
+        out = tuple((i - 1) * s - a - b + d * (k - 1) + o + 1
+                    for i, s, a, b, d, k, o in zip(x_shape[2:], st, lo, hi, dil, w_shape[2:], op))
+        if any(o < 1 for o in out):
+            raise ValueError(f"the output would be empty: conv_transpose of spatial size {x_shape[2:]} "
+                             f"gives {out} (padding={padding!r} too large)")
+        y_shape = (x_shape[0], w_shape[1] * groups) + out
+        return cls(y_shape, w_shape, stride=st, padding=tuple(zip(lo, hi)), dilation=dil, groups=groups,
+                   flip=flip, dtype=dtype, output_padding=op)
+
+    # -- derived geometry -----------------------------------------------------------------------
+
+    @property
+    def spatial_rank(self) -> int:
+        return len(self.x_shape) - 2
+
+    @property
+    def batch(self) -> int:
+        return self.x_shape[0]
+
+    @property
+    def in_channels(self) -> int:
+        return self.x_shape[1]
+
+    @property
+    def out_channels(self) -> int:
+        return self.w_shape[0]
+
+    @property
+    def kernel_size(self) -> Shape:
+        return self.w_shape[2:]
+
+    @property
+    def dilated_kernel(self) -> Shape:
+        """Spatial extent covered by one dilated kernel."""
+        return tuple(d * (k - 1) + 1 for d, k in zip(self.dilation, self.kernel_size))
+
+    @property
+    def padded_size(self) -> Shape:
+        """Spatial size of x after padding."""
+        return tuple(s + a + b for s, a, b in zip(self.x_shape[2:], self.pad_low, self.pad_high))
+
+    @property
+    def out_size(self) -> Shape:
+        return _spatial_out(self.x_shape[2:], self.pad_low, self.pad_high, self.dilated_kernel, self.stride)
+
+    @property
+    def y_shape(self) -> Shape:
+        """Shape of the convolution's output (N, K, *out_size)."""
+        return (self.x_shape[0], self.w_shape[0]) + self.out_size
+
+    @property
+    def transpose_input_shape(self) -> Shape:
+        """Shape conv_transpose takes as x when these dims come from :meth:`transposed`.
+
+        Equal to ``y_shape`` unless output_padding >= stride (allowed when smaller than dilation): then
+        the forward convolution sees output_padding // stride more positions than conv_transpose's input.
+        """
+        extra = tuple(o // s for o, s in zip(self.output_padding, self.stride))
+        return self.y_shape[:2] + tuple(y - e for y, e in zip(self.out_size, extra))
+
+    @property
+    def bias_shape(self) -> Shape:
+        return (self.w_shape[0],)
+
+    @property
+    def symmetric_padding(self) -> bool:
+        return self.pad_low == self.pad_high
+
+    def key(self) -> tuple:
+        """Hashable identity of the problem, for plan caches."""
+        return ("conv",) + tuple(getattr(self, f.name) for f in fields(self))
+
+
+# ----------------------------------------------------------------------------------------------
+# pooling
+
+
+@dataclass(frozen=True, init=False)
+class PoolDims:
+    """Geometry of one N-d pooling: window, stride (defaults to window) and padding per dim.
+
+    Padding may be at most half the window in every dim (PyTorch's rule), which also guarantees that
+    every window holds at least one element of x.
+    """
+
+    x_shape: Shape
+    window: Shape
+    stride: Shape
+    pad_low: Shape
+    pad_high: Shape
+    dtype: str
+
+    def __init__(self, x_shape: Sequence[int], window: Any, *, stride: Any = None, padding: Any = 0,
+                 dtype: Any = "float32") -> None:
+        x_shape = _check_array_shape("x", x_shape, (3, 4, 5), "(N, C, 1 to 3 spatial dimensions)")
+        n = len(x_shape) - 2
+        window = _per_dim("window", window, n, minimum=1)
+        stride = window if stride is None else _per_dim("stride", stride, n, minimum=1)
+        lo, hi = _padding("padding", padding, n)
+        if any(2 * p > k for p, k in zip(lo + hi, window + window)):
+            raise ValueError(f"padding={padding!r} must be at most half the window {window} in every dimension")
+        dtype = check_dtype("x", dtype)
+        padded = tuple(s + a + b for s, a, b in zip(x_shape[2:], lo, hi))
+        if any(p < k for p, k in zip(padded, window)):
+            raise ValueError(f"the output would be empty: x's spatial size {x_shape[2:]} padded to {padded} "
+                             f"is smaller than window={window}")
+        for name, value in (("x_shape", x_shape), ("window", window), ("stride", stride), ("pad_low", lo),
+                            ("pad_high", hi), ("dtype", dtype)):
+            object.__setattr__(self, name, value)
+
+    @property
+    def spatial_rank(self) -> int:
+        return len(self.x_shape) - 2
+
+    @property
+    def padded_size(self) -> Shape:
+        return tuple(s + a + b for s, a, b in zip(self.x_shape[2:], self.pad_low, self.pad_high))
+
+    @property
+    def out_size(self) -> Shape:
+        return _spatial_out(self.x_shape[2:], self.pad_low, self.pad_high, self.window, self.stride)
+
+    @property
+    def y_shape(self) -> Shape:
+        return self.x_shape[:2] + self.out_size
+
+    def key(self) -> tuple:
+        """Hashable identity of the problem, for plan caches."""
+        return ("pool",) + tuple(getattr(self, f.name) for f in fields(self))
+
+
+# ----------------------------------------------------------------------------------------------
+# batch norm
+
+
+def check_batchnorm(x_shape: Sequence[int], gamma_shape: Sequence[int], beta_shape: Sequence[int],
+                    running_mean_shape: Sequence[int] | None, running_var_shape: Sequence[int] | None,
+                    training: bool) -> int:
+    """Check batch-norm shapes (per channel over axis 1) and return the channel count."""
+    x_shape = _check_array_shape("x", x_shape, (2, 3, 4, 5), "(N, C) or (N, C, 1 to 3 spatial dimensions)")
+    channels = x_shape[1]
+    check_shape("gamma", gamma_shape, (channels,), "one value per channel of x")
+    check_shape("beta", beta_shape, (channels,), "one value per channel of x")
+    if (running_mean_shape is None) != (running_var_shape is None):
+        raise ValueError("running_mean and running_var must be given together (or both be None)")
+    if running_mean_shape is not None:
+        check_shape("running_mean", running_mean_shape, (channels,), "one value per channel of x")
+        check_shape("running_var", running_var_shape, (channels,), "one value per channel of x")
+    elif not training:
+        raise ValueError("training=False needs running_mean and running_var (inference uses the running stats)")
+    if training:
+        count = int(np.prod(x_shape)) // channels
+        if count < 2:
+            raise ValueError(f"x has shape {x_shape}: training needs more than one value per channel")
+    return channels
+
+
+# ----------------------------------------------------------------------------------------------
+# recurrent networks
+
+
+def rnn_weight_entries(weights: Any) -> tuple[tuple[Any, Any, Any, Any], ...]:
+    """Check that ``weights`` is a sequence of (w_ih, w_hh, b_ih, b_hh) and return it as tuples.
+
+    Both biases may be None (a network without biases, torch's ``bias=False``).
+    """
+    if not isinstance(weights, (list, tuple)):
+        raise TypeError(f"weights must be a list of (w_ih, w_hh, b_ih, b_hh) tuples, not {type(weights).__name__}")
+    entries = []
+    for i, entry in enumerate(weights):
+        if not isinstance(entry, (list, tuple)) or len(entry) != 4:
+            raise TypeError(f"weights[{i}] must be a (w_ih, w_hh, b_ih, b_hh) tuple, got {type(entry).__name__}"
+                            + (f" of length {len(entry)}" if isinstance(entry, (list, tuple)) else ""))
+        if entry[0] is None or entry[1] is None:
+            raise TypeError(f"weights[{i}]: w_ih and w_hh must be arrays, not None")
+        if (entry[2] is None) != (entry[3] is None):
+            raise ValueError(f"weights[{i}]: b_ih and b_hh must both be arrays or both be None")
+        entries.append(tuple(entry))
+    return tuple(entries)
+
+
+@dataclass(frozen=True, init=False)
+class RNNDims:
+    """Geometry of a multi-layer, optionally bidirectional RNN in PyTorch's weight layout.
+
+    Weights are indexed ``layer * num_directions + direction``; each entry is (w_ih, w_hh, b_ih, b_hh)
+    with w_ih (gates*hidden, layer_input), w_hh (gates*hidden, hidden), biases (gates*hidden,).
+    ``lengths`` (optional, one per sequence, any order) describes padded variable-length batches.
+    """
+
+    mode: str
+    seq_len: int
+    batch: int
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    num_directions: int
+    has_bias: bool
+    lengths: tuple[int, ...] | None
+    dtype: str
+
+    def __init__(self, x_shape: Sequence[int], weight_shapes: Sequence[Sequence[Sequence[int] | None]], *,
+                 mode: str = "lstm", hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
+                 h0_shape: Sequence[int] | None = None, c0_shape: Sequence[int] | None = None,
+                 lengths: Any = None, dtype: Any = "float32") -> None:
+        if mode not in RNN_MODES:
+            raise ValueError(f"mode={mode!r} must be one of {', '.join(RNN_MODES)}")
+        x_shape = _check_array_shape("x", x_shape, (3,), "(seq, batch, input)")
+        hidden = _int("hidden_size", hidden_size)
+        if hidden < 1:
+            raise ValueError(f"hidden_size={hidden} must be positive")
+        layers = _int("num_layers", num_layers)
+        if layers < 1:
+            raise ValueError(f"num_layers={layers} must be positive")
+        if not isinstance(bidirectional, (bool, np.bool_)):
+            raise TypeError(f"bidirectional={bidirectional!r} must be a bool")
+        dirs = 2 if bidirectional else 1
+        seq, batch, inp = x_shape
+        if len(weight_shapes) != layers * dirs:
+            raise ValueError(f"weights has {len(weight_shapes)} entries but num_layers={layers} and "
+                             f"bidirectional={bool(bidirectional)} need {layers * dirs} "
+                             f"(one per layer and direction)")
+        gh = _GATES[mode] * hidden
+        has_bias = weight_shapes[0][2] is not None
+        for i, shapes in enumerate(weight_shapes):
+            layer_in = inp if i < dirs else hidden * dirs
+            expected = ((gh, layer_in), (gh, hidden), (gh,), (gh,))
+            if (shapes[2] is not None) != has_bias:
+                raise ValueError(f"weights[{i}]: every entry must have biases, or none (weights[0] "
+                                 f"{'has' if has_bias else 'has none'})")
+            for j, (label, shape, want) in enumerate(zip(("w_ih", "w_hh", "b_ih", "b_hh"), shapes, expected)):
+                if shape is not None:
+                    check_shape(f"weights[{i}][{j}] ({label})", shape, want,
+                                f"mode={mode!r}, hidden_size={hidden}, layer {i // dirs} input size {layer_in}")
+        h_shape = (layers * dirs, batch, hidden)
+        if h0_shape is not None:
+            check_shape("h0", h0_shape, h_shape, "(num_layers * num_directions, batch, hidden_size)")
+        if c0_shape is not None:
+            if mode != "lstm":
+                raise ValueError(f"c0 is only used by mode='lstm', not mode={mode!r}")
+            check_shape("c0", c0_shape, h_shape, "(num_layers * num_directions, batch, hidden_size)")
+        if lengths is not None:
+            try:
+                values = [v for v in lengths]
+            except TypeError:
+                raise TypeError(f"lengths must be a sequence of ints, not {type(lengths).__name__}") from None
+            if len(values) != batch:
+                raise ValueError(f"lengths has {len(values)} entries but x has a batch of {batch}")
+            lengths = tuple(_int(f"lengths[{i}]", v) for i, v in enumerate(values))
+            for i, v in enumerate(lengths):
+                if not 1 <= v <= seq:
+                    raise ValueError(f"lengths[{i}]={v} must be between 1 and the sequence length {seq}")
+        for name, value in (("mode", mode), ("seq_len", seq), ("batch", batch), ("input_size", inp),
+                            ("hidden_size", hidden), ("num_layers", layers), ("num_directions", dirs),
+                            ("has_bias", has_bias), ("lengths", lengths), ("dtype", check_dtype("x", dtype))):
+            object.__setattr__(self, name, value)
+
+    @property
+    def gates(self) -> int:
+        """Gates per cell: 4 for LSTM (i, f, g, o), 3 for GRU (r, z, n), 1 for plain RNNs."""
+        return _GATES[self.mode]
+
+    @property
+    def y_shape(self) -> Shape:
+        return (self.seq_len, self.batch, self.hidden_size * self.num_directions)
+
+    @property
+    def h_shape(self) -> Shape:
+        return (self.num_layers * self.num_directions, self.batch, self.hidden_size)
+
+    def layer_input_size(self, layer: int) -> int:
+        return self.input_size if layer == 0 else self.hidden_size * self.num_directions
+
+    def key(self) -> tuple:
+        """Hashable identity of the problem, for plan caches."""
+        return ("rnn",) + tuple(getattr(self, f.name) for f in fields(self))

@@ -1,0 +1,63 @@
+"""Pointwise activations and their derivatives.
+
+The public op resolves ``alpha`` before calling here (see ``ACTIVATION_DEFAULTS`` in
+``dnnbind.highlevel.ops``): elu's alpha, leaky_relu's negative slope, clipped_relu's ceiling and
+swish's beta (swish(x) = x * sigmoid(beta * x)).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) without overflow and with full relative precision for large negative x."""
+    e = np.exp(-np.abs(x))
+    out = np.where(x >= 0, 1, e)
+    out /= 1 + e
+    return out
+
+
+def _forward(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray, Callable]:
+    """Return y and a function dy -> dx that may use x, y and the captured constants."""
+    if mode == "identity":
+        return x.copy(), lambda dy: dy.copy()
+    if mode == "relu":
+        return np.maximum(x, 0), lambda dy: dy * (x > 0)
+    if mode == "sigmoid":
+        y = sigmoid(x)
+        return y, lambda dy: dy * y * (1 - y)
+    if mode == "tanh":
+        y = np.tanh(x)
+        return y, lambda dy: dy * (1 - y * y)
+    if mode == "elu":
+        neg = x <= 0
+        em1 = np.expm1(np.minimum(x, 0))
+        y = np.where(neg, alpha * em1, x)
+        return y, lambda dy: dy * np.where(neg, alpha * (em1 + 1), 1)
+    if mode == "leaky_relu":
+        pos = x > 0
+        return np.where(pos, x, alpha * x), lambda dy: dy * np.where(pos, 1, alpha).astype(x.dtype)
+    if mode == "clipped_relu":
+        y = np.clip(x, 0, alpha)
+        return y, lambda dy: dy * ((x > 0) & (x < alpha))
+    if mode == "swish":
+        s = sigmoid(alpha * x)
+        return x * s, lambda dy: dy * (s * (1 + alpha * x * (1 - s)))
+    raise ValueError(f"unknown activation mode {mode!r}")  # the public op checks first
+
+
+@half_in_float32
+def activation(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray, Callable]:
+    """y = f(x) for one of the public modes; the pullback returns dy * f'(x)."""
+    y, derivative = _forward(x, mode, alpha)
+    y = y.astype(x.dtype, copy=False)
+
+    def pullback(dy: np.ndarray) -> np.ndarray:
+        dy = cotangent("dy", dy, y.shape, y.dtype)
+        return derivative(dy).astype(y.dtype, copy=False)
+
+    return y, pullback

@@ -1,0 +1,111 @@
+"""Max and mean pooling on numpy: one vectorised pass per window offset.
+
+Max pool ties: the gradient goes to the FIRST maximum of the window in row-major order of the window
+offsets, as in PyTorch. NaN counts as a maximum (PyTorch's ``val > max || isnan(val)``), so a window
+holding NaN outputs NaN and routes its gradient to the last NaN.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+import numpy as np
+
+from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
+
+
+def _offsets(dims: PoolDims) -> list[tuple[int, ...]]:
+    return list(itertools.product(*(range(k) for k in dims.window)))
+
+
+def _window_index(dims: PoolDims, offset: tuple[int, ...]) -> tuple[slice, ...]:
+    """Index into the padded input of the elements at window position ``offset``, one per output."""
+    return (slice(None), slice(None)) + tuple(
+        slice(k, k + s * (o - 1) + 1, s) for k, s, o in zip(offset, dims.stride, dims.out_size))
+
+
+def _padded(x: np.ndarray, dims: PoolDims, fill: float) -> np.ndarray:
+    if not any(dims.pad_low + dims.pad_high):
+        return x
+    xp = np.full(x.shape[:2] + dims.padded_size, fill, x.dtype)
+    xp[_interior(dims)] = x
+    return xp
+
+
+def _interior(dims: PoolDims) -> tuple[slice, ...]:
+    return (slice(None), slice(None)) + tuple(
+        slice(a, a + s) for a, s in zip(dims.pad_low, dims.x_shape[2:]))
+
+
+def _unpad(dxp: np.ndarray, dims: PoolDims) -> np.ndarray:
+    if not any(dims.pad_low + dims.pad_high):
+        return dxp
+    return np.ascontiguousarray(dxp[_interior(dims)])
+
+
+@half_in_float32
+def maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, Callable]:
+    """Max pooling; the pullback keeps the winning offset of every window (the pooling workspace)."""
+    xp = _padded(x, dims, -np.inf)
+    offsets = _offsets(dims)
+    y = np.array(xp[_window_index(dims, offsets[0])])
+    argmax = np.zeros(y.shape, np.min_scalar_type(len(offsets)))
+    better = np.empty(y.shape, bool)
+    nan = np.empty(y.shape, bool)
+    for i, offset in enumerate(offsets[1:], 1):
+        v = xp[_window_index(dims, offset)]
+        np.greater(v, y, out=better)
+        np.isnan(v, out=nan)
+        better |= nan
+        np.copyto(y, v, where=better)
+        np.copyto(argmax, i, where=better)
+
+    def pullback(dy: np.ndarray) -> np.ndarray:
+        dy = cotangent("dy", dy, dims.y_shape, y.dtype)
+        dxp = np.zeros(x.shape[:2] + dims.padded_size, y.dtype)
+        routed = np.empty(y.shape, y.dtype)
+        for i, offset in enumerate(offsets):
+            np.multiply(dy, argmax == i, out=routed)
+            dxp[_window_index(dims, offset)] += routed
+        return _unpad(dxp, dims)
+
+    return y, pullback
+
+
+def _divisor(dims: PoolDims, count_include_pad: bool) -> np.ndarray | float:
+    """Elements averaged per output: the whole window, or only the part inside x (separable per dim)."""
+    if count_include_pad or not any(dims.pad_low + dims.pad_high):
+        return float(np.prod(dims.window))
+    counts = np.ones((1, 1) + (1,) * dims.spatial_rank)
+    for axis, (size, k, s, lo, o) in enumerate(zip(dims.x_shape[2:], dims.window, dims.stride,
+                                                    dims.pad_low, dims.out_size)):
+        start = np.arange(o) * s - lo
+        inside = np.minimum(start + k, size) - np.maximum(start, 0)
+        shape = [1] * counts.ndim
+        shape[2 + axis] = o
+        counts = counts * inside.reshape(shape)
+    return counts
+
+
+@half_in_float32
+def meanpool(x: np.ndarray, dims: PoolDims, count_include_pad: bool = True) -> tuple[np.ndarray, Callable]:
+    """Mean pooling; padding counts towards the divisor when ``count_include_pad`` (PyTorch's default)."""
+    xp = _padded(x, dims, 0.0)
+    offsets = _offsets(dims)
+    y = np.array(xp[_window_index(dims, offsets[0])])
+    for offset in offsets[1:]:
+        y += xp[_window_index(dims, offset)]
+    scale = (1.0 / _divisor(dims, count_include_pad))
+    scale = scale.astype(y.dtype) if isinstance(scale, np.ndarray) else y.dtype.type(scale)
+    y *= scale
+
+    def pullback(dy: np.ndarray) -> np.ndarray:
+        dy = cotangent("dy", dy, dims.y_shape, y.dtype)
+        share = dy * scale
+        dxp = np.zeros(x.shape[:2] + dims.padded_size, y.dtype)
+        for offset in offsets:
+            dxp[_window_index(dims, offset)] += share
+        return _unpad(dxp, dims)
+
+    return y, pullback

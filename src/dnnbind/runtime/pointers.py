@@ -1,0 +1,232 @@
+"""Parameter types for the pointer kinds of DESIGN.md: device, host and either.
+
+Each class is a ctypes ``argtypes`` entry: ctypes calls its ``from_param`` before the foreign call,
+so a host buffer passed where the GPU expects device memory (or the reverse) fails in Python, with
+a ``TypeError`` that the generated wrapper extends with the function and parameter name.
+"""
+from __future__ import annotations
+
+import ctypes
+import operator
+import sys
+from ctypes import c_char, c_char_p, c_size_t, c_void_p
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
+
+_CData = ctypes.c_int.__mro__[-2]            # ctypes' common base class of every C data type
+_ByrefType = type(ctypes.byref(ctypes.c_int()))
+_DEVICE_FORMS = "None, an int address, an object with __cuda_array_interface__ or a CuPy MemoryPointer"
+
+
+def type_name(obj: object) -> str:
+    """``numpy.ndarray``, ``cupy.ndarray``, ``bytes``: the name a user recognises."""
+    cls = type(obj)
+    module = cls.__module__.split(".")[0]
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def device_address(obj: Any) -> int | None:
+    """The device address behind ``obj``, or None when ``obj`` is not device memory."""
+    iface = getattr(obj, "__cuda_array_interface__", None)
+    if iface is not None:
+        return int(iface["data"][0])
+    if type(obj).__name__ == "MemoryPointer" and type(obj).__module__.startswith("cupy"):
+        return int(obj.ptr)
+    return None
+
+
+def _host_refusal(obj: Any) -> TypeError:
+    return TypeError(f"cannot take the host address of a {type_name(obj)} (device memory); "
+                     "this parameter needs host memory")
+
+
+def _buffer_address(obj: Any, writable: bool) -> Any:
+    """A pointer to the data of a numpy array or Python buffer, or None if ``obj`` is neither."""
+    array_iface = getattr(obj, "__array_interface__", None)
+    if array_iface is not None:
+        address, readonly = array_iface["data"]
+        if writable and readonly:
+            raise TypeError(f"needs writable host memory, got a read-only {type_name(obj)}")
+        if not obj.flags.c_contiguous:
+            raise TypeError(f"needs a C-contiguous {type_name(obj)}")
+        return c_void_p(address)
+    if type(obj) is bytes:
+        if writable:
+            raise TypeError("needs writable host memory, got bytes (use bytearray or ctypes.create_string_buffer)")
+        return ctypes.cast(c_char_p(obj), c_void_p)
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        return None
+    if view.readonly:
+        raise TypeError(f"needs writable host memory, got a read-only {type_name(obj)}")
+    if not view.c_contiguous:
+        raise TypeError(f"needs contiguous host memory, got a non-contiguous {type_name(obj)}")
+    return ctypes.byref((c_char * view.nbytes).from_buffer(view))
+
+
+class DevicePointer:
+    """``void*`` that the GPU reads or writes: device addresses only."""
+
+    @classmethod
+    def from_param(cls, obj: Any) -> Any:
+        if obj is None:
+            return None
+        if type(obj) is int:
+            if obj < 0:
+                raise TypeError(f"needs device memory, got the negative address {obj}")
+            return c_void_p(obj)
+        address = device_address(obj)
+        if address is not None:
+            return c_void_p(address)
+        if isinstance(obj, (_CData, _ByrefType)) or hasattr(obj, "__array_interface__") \
+                or isinstance(obj, (bytes, bytearray, memoryview)):
+            raise TypeError(f"needs device memory, got {type_name(obj)} (host memory)")
+        raise TypeError(f"needs device memory ({_DEVICE_FORMS}), got {type_name(obj)}")
+
+
+def _host_from_param(obj: Any, writable: bool) -> Any:
+    if obj is None:
+        return None
+    if isinstance(obj, _ByrefType):
+        return obj
+    if isinstance(obj, _CData):
+        if isinstance(obj, (c_void_p, ctypes._Pointer)):        # an explicit pointer value
+            return obj
+        return ctypes.byref(obj)
+    if device_address(obj) is not None:
+        raise _host_refusal(obj)
+    address = _buffer_address(obj, writable)
+    if address is None:
+        raise TypeError("needs host memory (a ctypes object, ctypes.byref(...), a numpy array or a "
+                        f"writable buffer), got {type_name(obj)}")
+    return address
+
+
+class HostPointer:
+    """``void*`` the library writes on the host (out-parameters, host buffers)."""
+
+    @classmethod
+    def from_param(cls, obj: Any) -> Any:
+        return _host_from_param(obj, writable=True)
+
+
+class ConstHostPointer:
+    """``const void*`` read on the host (alpha/beta scaling factors, attribute values)."""
+
+    @classmethod
+    def from_param(cls, obj: Any) -> Any:
+        return _host_from_param(obj, writable=False)
+
+
+class EitherPointer:
+    """``void*`` that may live in host or device memory (the library tells them apart)."""
+
+    @classmethod
+    def from_param(cls, obj: Any) -> Any:
+        if type(obj) is int:
+            return DevicePointer.from_param(obj)
+        address = device_address(obj)
+        if address is not None:
+            return c_void_p(address)
+        return _host_from_param(obj, writable=False)
+
+
+class HostString:
+    """``const char*`` input: ``str`` (encoded as UTF-8), ``bytes`` or None."""
+
+    @classmethod
+    def from_param(cls, obj: Any) -> Any:
+        if obj is None or type(obj) is bytes:
+            return c_char_p(obj)
+        if type(obj) is str:
+            return c_char_p(obj.encode())
+        if isinstance(obj, (c_char_p, _ByrefType)) or isinstance(obj, ctypes.Array):
+            return obj
+        raise TypeError(f"needs a str or bytes, got {type_name(obj)}")
+
+
+class ByteSize(c_size_t):
+    """``size_t`` carrying a byte count: refuses negative values instead of wrapping them to 2**64-1."""
+
+    @classmethod
+    def from_param(cls, obj: Any) -> Any:
+        try:
+            value = operator.index(obj)
+        except TypeError:
+            raise TypeError(f"needs an int byte count, got {type_name(obj)}") from None
+        if value < 0:
+            raise TypeError(f"needs a non-negative byte count, got {value}")
+        return c_size_t(value)
+
+
+@lru_cache(maxsize=None)
+def host_array(ctype: type, const: bool) -> type:
+    """A typed host pointer ``T*`` that stays typed.
+
+    Accepts what ctypes' own ``POINTER(T)`` accepts (``byref`` of a ``T``, arrays of ``T``), numpy
+    arrays whose dtype is ``T``, and, for ``const T*`` inputs, lists and tuples. A ``size_t*``
+    therefore refuses ``byref(c_int())``.
+    """
+    base = ctypes.POINTER(ctype)
+    dtype_cache: list = []
+
+    def element_dtype(numpy_module: Any) -> Any:
+        """numpy's dtype for the element type, computed on the first numpy argument (numpy is
+        imported by then: importing the generated modules must not import it)."""
+        if not dtype_cache:
+            try:
+                dtype_cache.append(numpy_module.dtype(ctype))
+            except TypeError:
+                dtype_cache.append(None)
+        return dtype_cache[0]
+
+    def from_param(cls: type, obj: Any) -> Any:
+        kind = type(obj)
+        if kind is list or kind is tuple:
+            if not const:
+                raise TypeError(f"is an output ({ctype.__name__}*): pass a ctypes array or numpy array "
+                                f"to receive it, not a {kind.__name__}")
+            return (ctype * len(obj))(*obj)
+        if obj is None or isinstance(obj, _CData) or isinstance(obj, _ByrefType):
+            return base.from_param(obj)
+        if device_address(obj) is not None:
+            raise _host_refusal(obj)
+        numpy_module = sys.modules.get("numpy")
+        dtype = element_dtype(numpy_module) if numpy_module is not None and \
+            isinstance(obj, numpy_module.ndarray) else None
+        if dtype is not None:
+            if obj.dtype != dtype:
+                raise TypeError(f"needs a numpy array of dtype {dtype} ({ctype.__name__}), got dtype {obj.dtype}")
+            return ctypes.cast(_buffer_address(obj, writable=not const), base)
+        address = _buffer_address(obj, writable=not const)
+        if address is not None and ctypes.sizeof(ctype) == 1:
+            return ctypes.cast(address, base) if not isinstance(address, _ByrefType) else address
+        return base.from_param(obj)
+
+    name = f"{'Const' if const else ''}HostArray_{ctype.__name__}"
+    return type(name, (base,), {"from_param": classmethod(from_param), "__doc__": host_array.__doc__})
+
+
+def address_handle(name: str) -> type:
+    """A handle type from another library's headers (``cudaStream_t``): a plain address.
+
+    Accepts None, an int, a ctypes pointer, or an object carrying its address in ``ptr`` (CuPy
+    streams) or ``cuda_stream`` (PyTorch streams).
+    """
+    def from_param(cls: type, obj: Any) -> Any:
+        if obj is None or isinstance(obj, c_void_p):
+            return obj
+        if type(obj) is int:
+            return c_void_p(obj)
+        for attribute in ("ptr", "cuda_stream"):
+            value = getattr(obj, attribute, None)
+            if type(value) is int:
+                return c_void_p(value)
+        raise TypeError(f"needs a {name} (None, an int address or an object with .ptr), got {type_name(obj)}")
+
+    return type(name, (c_void_p,), {"from_param": classmethod(from_param),
+                                     "__doc__": f"``{name}``: {address_handle.__doc__.splitlines()[0]}"})

@@ -29,7 +29,13 @@ class HeaderSet:
     origin: str                # "cache" or the environment variable that pointed elsewhere
 
 
-def cache_root(library: str) -> Path:
+def cache_root(library: str, config: dict[str, Any] | None = None) -> Path:
+    """Where `make headers` unpacks a library: wheels under headers/<lib>, Debian packages under
+    debian/<suite>/root."""
+    config = config or load_all()[library]
+    if config.get("source") == "debian":
+        from generator import debian
+        return debian.root_dir(config, CACHE_DIR)
     return CACHE_DIR / "headers" / library
 
 
@@ -42,7 +48,7 @@ def header_set(library: str, config: dict[str, Any] | None = None, root: Path | 
         origin = str(root)
     else:
         env_dirs, origin = _dirs_from_env(config)
-        dirs = env_dirs + _dirs_under(cache_root(library), config)
+        dirs = env_dirs + _dirs_under(cache_root(library, config), config)
         origin = origin or "cache"
     for d in dirs:
         entry = d / config["entry"]

@@ -90,6 +90,7 @@ class Handle:
     tag: str
     deprecated: bool = False
     comment: str = ""
+    foreign: bool = False       # the pointee belongs to another library (cudaStream_t, hipStream_t)
 
 
 @dataclass(frozen=True)

@@ -242,7 +242,7 @@ class Parser:
                 canonical = decl.underlying_typedef_type.get_canonical()
                 pointee = canonical.get_pointee()
                 tag = pointee.get_declaration().spelling if pointee.kind == TypeKind.RECORD else ""
-                foreign_handles.append(ir.Handle(name, tag, False, "Declared by an included header."))
+                foreign_handles.append(ir.Handle(name, tag, False, "Declared by an included header.", True))
         self.module.enums[:0] = foreign_enums
         self.module.handles[:0] = foreign_handles
 
@@ -282,6 +282,8 @@ class Parser:
             name = f"_anon_{self.anon_counter}"
         if name in self._struct_names:
             return name
+        if not any(f.kind == CursorKind.FIELD_DECL for f in c.get_children()):
+            return name         # an empty C++ tag (MIOPEN_DECLARE_OBJECT): only used through its handle
         fields = []
         for f in c.get_children():
             if f.kind != CursorKind.FIELD_DECL:
@@ -311,8 +313,12 @@ class Parser:
         deprecated = c.availability == AvailabilityKind.DEPRECATED
         if c.spelling in self._handle_names:
             pointee = canonical.get_pointee()
-            tag = pointee.get_declaration().spelling if pointee.kind == TypeKind.RECORD else ""
-            self.module.handles.append(ir.Handle(c.spelling, tag, deprecated, clean_comment(c.raw_comment)))
+            tag, foreign = "", False
+            if pointee.kind == TypeKind.RECORD:
+                tag = pointee.get_declaration().spelling
+                foreign = self.header_of(pointee.get_declaration()) is None
+            self.module.handles.append(ir.Handle(c.spelling, tag, deprecated, clean_comment(c.raw_comment),
+                                                 foreign))
         elif canonical.kind == TypeKind.POINTER and canonical.get_pointee().kind == TypeKind.FUNCTIONPROTO:
             proto = canonical.get_pointee()
             names = [p.spelling for p in c.get_children() if p.kind == CursorKind.PARM_DECL]
@@ -370,16 +376,30 @@ def _function_like(tokens: list[cindex.Token]) -> bool:
     return nxt.spelling == "(" and nxt.extent.start.offset == name.extent.end.offset
 
 
+def _header_macros(headers: HeaderSet, config: dict[str, Any], name: str) -> dict[str, int | float]:
+    """Macros of a header the entry header does not include (MIOpen's miopen/version.h)."""
+    for d in headers.include_dirs:
+        if (d / name).exists():
+            other = HeaderSet(headers.library, headers.include_dirs, d / name, headers.origin)
+            parser = Parser(other, {**config, "keep": [name]})
+            parser.run()
+            return parser.all_macros
+    raise ParseError(f"version header {name} not found in {[str(d) for d in headers.include_dirs]}")
+
+
 def parse(headers: HeaderSet, config: dict[str, Any]) -> ir.Module:
     """Parse the headers; mark beta functions when the config names a beta-API macro."""
     parser = Parser(headers, config)
     module = parser.run()
     version_macros = config.get("version_macros", [])
     if version_macros:
-        missing = [m for m in version_macros if m not in parser.all_macros]
+        known = dict(parser.all_macros)
+        if any(m not in known for m in version_macros) and config.get("version_header"):
+            known.update(_header_macros(headers, config, config["version_header"]))
+        missing = [m for m in version_macros if m not in known]
         if missing:
             raise ParseError(f"version macros {missing} not defined by the headers")
-        module.version = ".".join(str(int(parser.all_macros[m])) for m in version_macros)
+        module.version = ".".join(str(int(known[m])) for m in version_macros)
     beta = config.get("beta_macro")
     if beta:
         plain = Parser(headers, config, [d for d in parser.defines if not d.startswith(beta)]).run()

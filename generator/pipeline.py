@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,12 +85,14 @@ def write(result: Result) -> str:
 
 
 def _fallback_note(library: str) -> str | None:
-    """When `make headers` could not get the pinned version (Debian moved on), what it took instead."""
-    manifest = cfg.cache_root(library) / "manifest.json"
-    if not manifest.exists():
+    """When `make headers` could not get the pinned headers (Debian moved on), what it took instead."""
+    config = cfg.load_all()[library]
+    if config.get("source") != "debian":
         return None
-    data = json.loads(manifest.read_text())
-    return data.get("fallback") or None
+    from generator import debian
+    manifest = debian.load_manifest(config, cfg.CACHE_DIR)
+    moved = debian.moves(manifest, role="header") if manifest else []
+    return "; ".join(moved) or None
 
 
 def check(library: str, headers_dir: Path | None = None) -> int:

@@ -230,7 +230,7 @@ def render(module: ir.Module, classification: Classification, config: dict[str, 
         anonymous_enums=[e for e in module.enums if not e.name],
         structs=[(s, _fields(s, names)) for s in module.structs],
         handles=module.handles, handle_targets=_handle_targets(module, taken),
-        foreign_handles={h.name for h in module.handles if h.comment == "Declared by an included header."},
+        foreign_handles={h.name for h in module.handles if h.foreign},
         callbacks=[(c, names.value(c.result), [names.value(p.type) if p.type.kind != "pointer"
                                                 else names.plain_pointer(p.type) for p in c.params])
                    for c in module.callbacks],

@@ -3338,7 +3338,7 @@ def cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInB
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -3371,7 +3371,7 @@ def cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeI
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -4977,7 +4977,7 @@ def cudnnDropoutGetStatesSize(handle, sizeInBytes):
     """cudnnStatus_t cudnnDropoutGetStatesSize(cudnnHandle_t handle, size_t * sizeInBytes)
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -5004,7 +5004,7 @@ def cudnnDropoutGetReserveSpaceSize(xdesc, sizeInBytes):
     """cudnnStatus_t cudnnDropoutGetReserveSpaceSize(cudnnTensorDescriptor_t xdesc, size_t * sizeInBytes)
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -5429,7 +5429,7 @@ def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -5466,7 +5466,7 @@ def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -5505,7 +5505,7 @@ def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, ac
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -5807,7 +5807,7 @@ def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, alg
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -5847,7 +5847,7 @@ def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDes
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -5889,7 +5889,7 @@ def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, a
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -7519,7 +7519,7 @@ def cudnnGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, label
         labels: host memory
         labelLengths: host memory
         inputLengths: host memory
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -7544,7 +7544,7 @@ def cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradie
     """cudnnStatus_t cudnnGetCTCLossWorkspaceSize_v8(cudnnHandle_t handle, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, const cudnnTensorDescriptor_t probsDesc, const cudnnTensorDescriptor_t gradientsDesc, size_t * sizeInBytes)
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -8220,7 +8220,7 @@ def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDes
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -8497,7 +8497,7 @@ def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 
@@ -8779,7 +8779,7 @@ def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDe
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory
+        sizeInBytes: host memory (64-bit byte count)
 
     Raises CudnnError when the returned status is not success.
 

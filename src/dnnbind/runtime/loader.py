@@ -203,9 +203,11 @@ class Library:
                 pass
         if not any(parts) and self.describe_status is not None:
             try:
-                parts.append(self.describe_status(status))
+                described = self.describe_status(status)
             except Exception:
-                pass
+                described = ""
+            if described and described != getattr(member, "name", None):
+                parts.append(described)
         return self.error_class(member, function, " ".join(p for p in parts if p))
 
     @staticmethod

@@ -1,0 +1,213 @@
+"""The public ops: check arguments (via :mod:`dims`), pick a backend by array type, run it.
+
+Every op returns ``(result, pullback)``. A pullback takes the gradient of the result and returns the
+gradients of the array inputs; it may be called any number of times and never changes what the forward
+pass saved. Semantics equal ``torch.nn.functional`` for the same arguments unless a docstring says
+otherwise. Arrays are float16, float32 or float64 (float16 is computed in float32 on the CPU).
+
+Backends receive validated, normalized arguments only (dims objects, resolved activation
+coefficients), with the same function names as :mod:`dnnbind.highlevel.reference`.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm, check_dtype,
+                                    check_positive_float, check_probability, check_real, check_same_dtype,
+                                    check_shape, normalize_axis, rnn_weight_entries)
+from dnnbind.highlevel.dispatch import backend_for
+
+Pullback = Callable[..., Any]
+
+#: activation modes -> default alpha (None: the mode takes no alpha)
+ACTIVATION_DEFAULTS: dict[str, float | None] = {
+    "relu": None,
+    "sigmoid": None,
+    "tanh": None,
+    "identity": None,
+    "elu": 1.0,            # alpha * (exp(x) - 1) for x <= 0
+    "leaky_relu": 0.01,    # negative slope
+    "clipped_relu": 6.0,   # ceiling: min(max(x, 0), alpha), relu6 by default
+    "swish": 1.0,          # beta: x * sigmoid(beta * x), SiLU by default
+}
+
+
+def _bias(b: Any, dims: ConvDims) -> None:
+    if b is not None:
+        check_shape("b", b.shape, dims.bias_shape, "one value per output channel")
+
+
+def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+         groups: int = 1, flip: bool = False) -> tuple[Any, Pullback]:
+    """N-d convolution of x (N, C, *spatial) with w (K, C/groups, *kernel), 1 to 3 spatial dims.
+
+    Cross-correlation like torch.nn.functional.conv{1,2,3}d; ``flip=True`` flips the kernel in every
+    spatial dim (true convolution). ``padding``: an int, one int per spatial dim, or one (low, high)
+    pair per spatial dim. Returns (y, pullback) with pullback(dy) -> (dx, dw), or (dx, dw, db) when b
+    is given.
+    """
+    backend = backend_for(x=x, w=w, b=b)
+    check_same_dtype("x", x.dtype, w=w, b=b)
+    dims = ConvDims(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                    flip=flip, dtype=x.dtype)
+    _bias(b, dims)
+    return backend.conv(x, w, b, dims)
+
+
+def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0,
+                   output_padding: Any = 0, dilation: Any = 1, groups: int = 1,
+                   flip: bool = False) -> tuple[Any, Pullback]:
+    """Transposed convolution (the data gradient of conv), like torch.nn.functional.conv_transpose{1,2,3}d.
+
+    w has PyTorch's transposed layout (C_in, C_out/groups, *kernel); b has C_out entries. ``padding``
+    crops the output (low, high per dim as for conv); ``output_padding`` adds to the high side and must
+    be smaller than stride or dilation. Returns (y, pullback) like :func:`conv`.
+    """
+    backend = backend_for(x=x, w=w, b=b)
+    check_same_dtype("x", x.dtype, w=w, b=b)
+    dims = ConvDims.transposed(x.shape, w.shape, stride=stride, padding=padding,
+                               output_padding=output_padding, dilation=dilation, groups=groups, flip=flip,
+                               dtype=x.dtype)
+    if b is not None:
+        check_shape("b", b.shape, (dims.in_channels,), "one value per output channel")
+    return backend.conv_transpose(x, w, b, dims)
+
+
+def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tuple[Any, Pullback]:
+    """Max pooling over 1 to 3 spatial dims; stride defaults to the window, padding <= window/2.
+
+    Padding never wins (it acts as -inf). Ties: the gradient goes to the first maximum of the window in
+    row-major order, as in PyTorch. Returns (y, pullback) with pullback(dy) -> dx.
+    """
+    backend = backend_for(x=x)
+    dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
+    return backend.maxpool(x, dims)
+
+
+def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0,
+             count_include_pad: bool = True) -> tuple[Any, Pullback]:
+    """Average pooling (torch's avg_pool); with ``count_include_pad`` the padding counts in the divisor."""
+    backend = backend_for(x=x)
+    dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
+    if not isinstance(count_include_pad, (bool, np.bool_)):
+        raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
+    return backend.meanpool(x, dims, bool(count_include_pad))
+
+
+def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:
+    backend = backend_for(x=x)
+    check_dtype("x", x.dtype)
+    if x.ndim == 0:
+        raise ValueError(f"x must have at least one dimension for {name}, got a 0-d array")
+    return getattr(backend, name)(x, normalize_axis(axis, x.ndim))
+
+
+def softmax(x: Any, *, axis: int = 1) -> tuple[Any, Pullback]:
+    """Softmax along ``axis`` (any axis, negative allowed). Returns (y, pullback) with pullback(dy) -> dx."""
+    return _axis_op("softmax", x, axis)
+
+
+def logsoftmax(x: Any, *, axis: int = 1) -> tuple[Any, Pullback]:
+    """Log-softmax along ``axis`` (any axis, negative allowed). Returns (y, pullback) with pullback(dy) -> dx."""
+    return _axis_op("logsoftmax", x, axis)
+
+
+def activation_alpha(mode: Any, alpha: Any) -> float | None:
+    """Check ``mode`` and return the coefficient the backend gets (its default when alpha is None)."""
+    if mode not in ACTIVATION_DEFAULTS:
+        raise ValueError(f"mode={mode!r} must be one of {', '.join(ACTIVATION_DEFAULTS)}")
+    default = ACTIVATION_DEFAULTS[mode]
+    if default is None:
+        if alpha is not None:
+            raise ValueError(f"alpha={alpha!r} is not used by mode={mode!r}; leave it None")
+        return None
+    return default if alpha is None else check_real("alpha", alpha)
+
+
+def activation(x: Any, mode: str, *, alpha: float | None = None) -> tuple[Any, Pullback]:
+    """Pointwise activation; see :data:`ACTIVATION_DEFAULTS` for each mode's alpha and its default.
+
+    relu, sigmoid, tanh, identity take no alpha; elu alpha=1.0; leaky_relu slope 0.01; clipped_relu
+    ceiling 6.0 (relu6); swish beta 1.0 (x * sigmoid(beta * x), SiLU). Derivatives at kinks follow
+    PyTorch (relu'(0) = 0, leaky_relu'(0) = slope, clipped_relu' = 0 at 0 and at the ceiling).
+    """
+    backend = backend_for(x=x)
+    check_dtype("x", x.dtype)
+    return backend.activation(x, mode, activation_alpha(mode, alpha))
+
+
+def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, running_var: Any = None,
+              training: bool = True, momentum: float = 0.1, eps: float = 1e-5) -> tuple[Any, Pullback]:
+    """Batch normalisation per channel (axis 1) of x (N, C) or (N, C, *spatial).
+
+    training=True: batch statistics; running_mean/running_var, when given, are updated IN PLACE with
+    ``momentum`` and the unbiased batch variance. training=False: the running statistics are used (and
+    required). gamma and beta have x's dtype; the running statistics may have any float dtype.
+    Returns (y, pullback) with pullback(dy) -> (dx, dgamma, dbeta).
+    """
+    backend = backend_for(x=x, gamma=gamma, beta=beta, running_mean=running_mean, running_var=running_var)
+    check_same_dtype("x", x.dtype, gamma=gamma, beta=beta)
+    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
+        if stat is not None:
+            check_dtype(name, stat.dtype)
+    if not isinstance(training, (bool, np.bool_)):
+        raise TypeError(f"training={training!r} must be a bool")
+    check_batchnorm(x.shape, gamma.shape, beta.shape, None if running_mean is None else running_mean.shape,
+                    None if running_var is None else running_var.shape, bool(training))
+    momentum = check_real("momentum", momentum)
+    if not 0.0 <= momentum <= 1.0:
+        raise ValueError(f"momentum={momentum!r} must be in [0, 1]")
+    return backend.batchnorm(x, gamma, beta, running_mean=running_mean, running_var=running_var,
+                             training=bool(training), momentum=momentum, eps=check_positive_float("eps", eps))
+
+
+def _check_seed(seed: Any) -> Any:
+    if seed is None or isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed={seed!r} must be None, a non-negative int or a numpy.random.Generator")
+    if seed < 0:
+        raise ValueError(f"seed={seed!r} must be non-negative")
+    return int(seed)
+
+
+def dropout(x: Any, p: float, *, seed: Any = None) -> tuple[Any, Pullback]:
+    """Inverted dropout: zero each element with probability p, scale the rest by 1/(1 - p).
+
+    p is in [0, 1]; p = 1 gives zeros (as in PyTorch). ``seed`` (an int or a numpy Generator) makes the
+    mask reproducible; None draws fresh entropy. Returns (y, pullback) with pullback(dy) -> dx; the
+    pullback keeps the mask (``pullback.mask``, read-only, on the reference backend).
+    """
+    backend = backend_for(x=x)
+    check_dtype("x", x.dtype)
+    return backend.dropout(x, check_probability("p", p), _check_seed(seed))
+
+
+def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_size: int, num_layers: int = 1,
+        bidirectional: bool = False, h0: Any = None, c0: Any = None,
+        lengths: Any = None) -> tuple[tuple[Any, Any, Any], Pullback]:
+    """Multi-layer RNN over x (seq, batch, input), with PyTorch's weight layout and semantics.
+
+    mode: rnn_relu, rnn_tanh, lstm (gates i, f, g, o) or gru (gates r, z, n; n = tanh(W_in x + b_in +
+    r * (W_hn h + b_hn))). ``weights[layer * num_directions + direction] = (w_ih, w_hh, b_ih, b_hh)``
+    exactly as torch.nn.LSTM/GRU/RNN hold them (biases may both be None). ``lengths`` (one per
+    sequence, any order) gives packed-sequence semantics: y is zero past each sequence's end and hy/cy
+    are taken at its last valid step (the reverse direction starts there).
+
+    Returns ((y, hy, cy), pullback): y (seq, batch, num_directions * hidden), hy and cy
+    (num_layers * num_directions, batch, hidden), cy None unless LSTM. pullback(dy, dhy=None, dcy=None)
+    -> (dx, dh0, dc0, dweights): dh0 always an array (the gradient for the zero state when h0 was
+    None), dc0 None unless LSTM, dweights shaped like weights.
+    """
+    entries = rnn_weight_entries(weights)
+    named = {f"weights[{i}][{j}]": a for i, entry in enumerate(entries) for j, a in enumerate(entry)}
+    backend = backend_for(x=x, h0=h0, c0=c0, **named)
+    check_same_dtype("x", x.dtype, h0=h0, c0=c0, **named)
+    dims = RNNDims(x.shape, [tuple(None if a is None else a.shape for a in entry) for entry in entries],
+                   mode=mode, hidden_size=hidden_size, num_layers=num_layers, bidirectional=bidirectional,
+                   h0_shape=None if h0 is None else h0.shape, c0_shape=None if c0 is None else c0.shape,
+                   lengths=lengths, dtype=x.dtype)
+    return backend.rnn(x, [list(entry) for entry in entries], h0, c0, dims)

@@ -284,28 +284,42 @@ class Parser:
             return name
         if not any(f.kind == CursorKind.FIELD_DECL for f in c.get_children()):
             return name         # an empty C++ tag (MIOPEN_DECLARE_OBJECT): only used through its handle
-        fields = []
-        for f in c.get_children():
+        fields: list[ir.Field] = []
+        children = list(c.get_children())
+        for i, f in enumerate(children):
+            if f.kind in (CursorKind.STRUCT_DECL, CursorKind.UNION_DECL) and f.is_anonymous():
+                following = children[i + 1] if i + 1 < len(children) else None
+                if following is not None and following.kind == CursorKind.FIELD_DECL and \
+                        _named_type(following.type).get_declaration() == f:
+                    continue            # C: the unnamed FIELD_DECL that follows carries it
+                fields.append(self._anonymous_member(c, f, name, len(fields)))
+                continue
             if f.kind != CursorKind.FIELD_DECL:
                 continue
-            t = f.type
-            target = t.get_named_type() if t.kind == TypeKind.ELABORATED else t
-            anonymous = False
+            target = _named_type(f.type)
             if target.kind == TypeKind.RECORD and target.get_declaration().is_anonymous():
-                inner = self._struct(target.get_declaration(), f"{name}_{f.spelling or 'anon'}")
-                ftype = ir.CType(self._record_kind(target.get_declaration()), inner, t.spelling)
-                anonymous = not f.spelling or f.spelling.startswith("(") or "anonymous" in f.spelling
+                if not f.spelling or "anonymous" in f.spelling or f.spelling.startswith("("):
+                    fields.append(self._anonymous_member(c, target.get_declaration(), name, len(fields)))
+                    continue
+                inner = self._struct(target.get_declaration(), f"{name}_{f.spelling}")
+                ftype = ir.CType(self._record_kind(target.get_declaration()), inner, f.type.spelling)
             else:
-                ftype = self.ctype(t)
-            fields.append(ir.Field(f.spelling if not anonymous else f"_anon_{len(fields)}", ftype,
-                                   c.type.get_offset(f.spelling) if f.spelling and not anonymous
-                                   else f.get_field_offsetof(),
-                                   f.get_bitfield_width() if f.is_bitfield() else 0, anonymous))
+                ftype = self.ctype(f.type)
+            fields.append(ir.Field(f.spelling, ftype, c.type.get_offset(f.spelling),
+                                   f.get_bitfield_width() if f.is_bitfield() else 0))
         self._struct_names.add(name)
         tag = c.spelling if c.spelling != name and not c.is_anonymous() else ""
         self.module.structs.append(ir.Struct(name, self._record_kind(c), tuple(fields), c.type.get_size(),
                                              c.type.get_align(), clean_comment(c.raw_comment), tag))
         return name
+
+    def _anonymous_member(self, parent: cindex.Cursor, record: cindex.Cursor, parent_name: str,
+                          index: int) -> ir.Field:
+        """An anonymous struct/union member: its own ctypes class, listed in ``_anonymous_``."""
+        inner = self._struct(record, f"{parent_name}_anon{index}")
+        first = next(x.spelling for x in record.get_children() if x.kind == CursorKind.FIELD_DECL)
+        return ir.Field(f"_anon{index}", ir.CType(self._record_kind(record), inner, ""),
+                        parent.type.get_offset(first), 0, True)
 
     def _typedef(self, c: cindex.Cursor) -> None:
         underlying = c.underlying_typedef_type
@@ -368,6 +382,10 @@ class Parser:
             if self.header_of(c) and not c.spelling.startswith("_"):
                 self.module.macros.append(ir.Macro(c.spelling, value, " ".join(tokens)))
         self.all_macros = known
+
+
+def _named_type(t: cindex.Type) -> cindex.Type:
+    return t.get_named_type() if t.kind == TypeKind.ELABORATED else t
 
 
 def _function_like(tokens: list[cindex.Token]) -> bool:

@@ -1188,6 +1188,10 @@ miopenBackendDescriptor_t = POINTER(miopenBackendDescriptor)
 # ------------------------------------------------------------------------------- structs and unions
 
 
+class miopenConvAlgoPerf_t_anon0(Union):
+    """miopenConvAlgoPerf_t_anon0"""
+
+
 class miopenConvAlgoPerf_t(Structure):
     """@brief Perf struct for forward, backward filter, or backward data algorithms
 
@@ -1208,7 +1212,14 @@ class miopenConvSolution_t(Structure):
 class miopenTensorArgument_t(Structure):
     """@brief Values of a tensor or scalar argument for the miopenRunSolution function."""
 
+miopenConvAlgoPerf_t_anon0._fields_ = [
+    ('fwd_algo', c_int),
+    ('bwd_weights_algo', c_int),
+    ('bwd_data_algo', c_int),
+]
+miopenConvAlgoPerf_t._anonymous_ = ('_anon0',)
 miopenConvAlgoPerf_t._fields_ = [
+    ('_anon0', miopenConvAlgoPerf_t_anon0),
     ('time', c_float),
     ('memory', c_size_t),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Callable, Sequence
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -26,16 +26,18 @@ def _get_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def run_chunks(count: int, task: Callable[[int, int], None], threaded: bool) -> None:
-    """Call ``task(start, stop)`` over ``range(count)``: once serially, or split over the pool.
-
-    Chunks are contiguous and there is one per worker, so each thread gets one large piece of work.
-    """
-    parts = min(count, workers()) if threaded else 1
-    if parts <= 1:
-        task(0, count)
-        return
+def split(count: int, parts: int) -> list[tuple[int, int]]:
+    """``range(count)`` cut into ``parts`` contiguous, nearly equal (start, stop) pieces."""
+    parts = max(1, min(count, parts))
     bounds = [count * i // parts for i in range(parts + 1)]
-    futures = [_get_pool().submit(task, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+    return list(zip(bounds, bounds[1:]))
+
+
+def run(task: Callable[..., None], chunks: Sequence[tuple]) -> None:
+    """Call ``task(*chunk)`` for every chunk: inline when there is one, else on the pool."""
+    if len(chunks) == 1:
+        task(*chunks[0])
+        return
+    futures = [_get_pool().submit(task, *chunk) for chunk in chunks]
     for future in futures:
         future.result()

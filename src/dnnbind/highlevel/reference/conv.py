@@ -18,20 +18,38 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
-from dnnbind.highlevel.reference._threads import run_chunks, workers
+from dnnbind.highlevel.reference._threads import run, split, workers
 
-#: Threading over groups pays once each group's work is this many multiply-adds or more; below it
-#: the batched single-thread matmul (with BLAS's own threads) wins. Measured in bench_reference.py.
-THREAD_MIN_MACS_PER_GROUP = 8_000_000
+#: Threads pay once the problem has this many multiply-adds or more; below it one thread (with
+#: BLAS's own threads) wins. Measured with bench/bench_reference.py; see plan_chunks.
+THREAD_MIN_MACS = 8_000_000
+
+Chunk = tuple[int, int, int, int]   # groups [g0, g1) x batch [n0, n1)
 
 
 def use_threads(dims: ConvDims) -> bool:
-    """Whether to run the groups of this problem on the thread pool (the measured rule)."""
-    if dims.groups < 2 or workers() < 2:
+    """Whether to split this problem over the thread pool (the measured rule)."""
+    if workers() < 2 or (dims.groups < 2 and dims.batch < 2):
         return False
     k = int(np.prod(dims.kernel_size))
-    per_group = dims.batch * (dims.out_channels // dims.groups) * (dims.in_channels // dims.groups) * k
-    return per_group * int(np.prod(dims.out_size)) >= THREAD_MIN_MACS_PER_GROUP
+    macs = dims.batch * dims.out_channels * (dims.in_channels // dims.groups) * k * int(np.prod(dims.out_size))
+    return macs >= THREAD_MIN_MACS
+
+
+def plan_chunks(dims: ConvDims, threaded: bool) -> list[Chunk]:
+    """Cut (groups x batch) into one chunk per worker along the axis that splits more evenly."""
+    g, n = dims.groups, dims.batch
+    if not threaded:
+        return [(0, g, 0, n)]
+    parts = workers()
+
+    def imbalance(count: int) -> float:
+        pieces = min(count, parts)
+        return -(-count // pieces) / (count / pieces) - (pieces - 1)  # prefer more pieces, then balance
+
+    if imbalance(n) <= imbalance(g):
+        return [(0, g, n0, n1) for n0, n1 in split(n, parts)]
+    return [(g0, g1, 0, n) for g0, g1 in split(g, parts)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -94,70 +112,88 @@ def _ungroup_filter(dw: np.ndarray, dims: ConvDims) -> np.ndarray:
 
 
 class _Columns:
-    """im2col buffers, one per chunk of groups: (N, groups in chunk, C/groups * prod(kernel), prod(out))."""
+    """im2col buffers, one per chunk: (batch in chunk, groups in chunk, C/groups * prod(kernel), prod(out))."""
 
-    def __init__(self, xp: np.ndarray, dims: ConvDims, threaded: bool) -> None:
-        self.dims = dims
-        self.chunks: dict[tuple[int, int], np.ndarray] = {}
+    def __init__(self, xp: np.ndarray, dims: ConvDims, chunks: list[Chunk]) -> None:
+        self.chunks = chunks
+        self.buffers: dict[Chunk, np.ndarray] = {}
         windows = _windows(xp, dims)
         cg = dims.in_channels // dims.groups
         ck = cg * int(np.prod(dims.kernel_size))
         p = int(np.prod(dims.out_size))
 
-        def fill(g0: int, g1: int) -> None:
-            buf = np.empty((dims.batch, g1 - g0, ck, p), xp.dtype)
-            np.copyto(buf.reshape((dims.batch, (g1 - g0) * cg) + dims.kernel_size + dims.out_size),
-                      windows[:, g0 * cg:g1 * cg])
-            self.chunks[(g0, g1)] = buf
+        def fill(g0: int, g1: int, n0: int, n1: int) -> None:
+            buf = np.empty((n1 - n0, g1 - g0, ck, p), xp.dtype)
+            np.copyto(buf.reshape((n1 - n0, (g1 - g0) * cg) + dims.kernel_size + dims.out_size),
+                      windows[n0:n1, g0 * cg:g1 * cg])
+            self.buffers[(g0, g1, n0, n1)] = buf
 
-        self.threaded = threaded
-        run_chunks(dims.groups, fill, threaded)
+        run(fill, chunks)
 
 
 def _forward(cols: _Columns, wg: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """y = w * x for the whole batch: one matmul per chunk of groups, straight into y's layout."""
+    """y = w * x: one matmul per chunk, straight into y's layout."""
     g = dims.groups
     y = np.empty(dims.y_shape, wg.dtype)
     y4 = y.reshape(dims.batch, g, dims.out_channels // g, -1)
 
-    def apply(g0: int, g1: int) -> None:
-        np.matmul(wg[g0:g1], cols.chunks[(g0, g1)], out=y4[:, g0:g1])
+    def apply(g0: int, g1: int, n0: int, n1: int) -> None:
+        np.matmul(wg[g0:g1], cols.buffers[(g0, g1, n0, n1)], out=y4[n0:n1, g0:g1])
 
-    run_chunks(g, apply, cols.threaded)
+    run(apply, cols.chunks)
     return y
 
 
 def _backward(cols: _Columns | None, dy: np.ndarray, wg: np.ndarray, dims: ConvDims,
-              want_dx: bool, threaded: bool) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Data gradient (unpadded, dims.x_shape) and grouped filter gradient for output gradient ``dy``."""
+              chunks: list[Chunk]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Gradients for output gradient ``dy``: the data gradient (dims.x_shape) when ``cols`` is None or
+    the chunks say so, and the grouped filter gradient when ``cols`` (the forward's im2col) is given.
+
+    With ``cols`` given both are computed; with cols None only the data gradient.
+    """
     g = dims.groups
     kg = dims.out_channels // g
     cg = dims.in_channels // g
     dy4 = np.ascontiguousarray(dy).reshape(dims.batch, g, kg, -1)
-    dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype) if want_dx else None
-    dwg = np.empty_like(wg) if cols is not None else None
+    dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
+    batch_ranges = sorted({(n0, n1) for _, _, n0, n1 in chunks})
+    dw_parts = np.zeros((len(batch_ranges),) + wg.shape, wg.dtype) if cols is not None else None
     offsets = list(itertools.product(*(range(k) for k in dims.kernel_size)))
 
-    def grads(g0: int, g1: int) -> None:
-        dyc = dy4[:, g0:g1]
-        if dwg is not None:
-            col = cols.chunks[(g0, g1)]
-            if dims.batch == 1:
-                np.matmul(dyc[0], col[0].swapaxes(-1, -2), out=dwg[g0:g1])
-            else:
-                np.sum(np.matmul(dyc, col.swapaxes(-1, -2)), axis=0, out=dwg[g0:g1])
-        if dxp is not None:
-            dcols = np.matmul(wg[g0:g1].swapaxes(-1, -2), dyc)
-            dcols = dcols.reshape((dims.batch, (g1 - g0) * cg) + dims.kernel_size + dims.out_size)
-            target = dxp[:, g0 * cg:g1 * cg]
-            for offset in offsets:
-                target[_offset_index(dims, offset)] += dcols[(slice(None), slice(None)) + offset]
+    def grads(g0: int, g1: int, n0: int, n1: int) -> None:
+        dyc = dy4[n0:n1, g0:g1]
+        if dw_parts is not None:
+            col = cols.buffers[(g0, g1, n0, n1)]
+            part = dw_parts[batch_ranges.index((n0, n1)), g0:g1]
+            for i in range(n1 - n0):   # accumulate per sample: no (batch, ...) temporary
+                part += np.matmul(dyc[i], col[i].swapaxes(-1, -2))
+        dcols = np.matmul(wg[g0:g1].swapaxes(-1, -2), dyc)
+        dcols = dcols.reshape((n1 - n0, (g1 - g0) * cg) + dims.kernel_size + dims.out_size)
+        target = dxp[n0:n1, g0 * cg:g1 * cg]
+        for offset in offsets:
+            target[_offset_index(dims, offset)] += dcols[(slice(None), slice(None)) + offset]
 
-    run_chunks(g, grads, threaded)
-    dx = None
-    if dxp is not None:
-        dx = np.ascontiguousarray(dxp[_interior(dims)]) if any(dims.pad_low + dims.pad_high) else dxp
+    run(grads, chunks)
+    dx = np.ascontiguousarray(dxp[_interior(dims)]) if any(dims.pad_low + dims.pad_high) else dxp
+    dwg = None if dw_parts is None else (dw_parts[0] if len(dw_parts) == 1 else dw_parts.sum(axis=0))
     return dx, dwg
+
+
+def _filter_grad(cols: _Columns, dy: np.ndarray, wg: np.ndarray, dims: ConvDims) -> np.ndarray:
+    """Grouped filter gradient only (conv_transpose's pullback)."""
+    g = dims.groups
+    dy4 = np.ascontiguousarray(dy).reshape(dims.batch, g, dims.out_channels // g, -1)
+    batch_ranges = sorted({(n0, n1) for _, _, n0, n1 in cols.chunks})
+    dw_parts = np.zeros((len(batch_ranges),) + wg.shape, wg.dtype)
+
+    def grads(g0: int, g1: int, n0: int, n1: int) -> None:
+        col = cols.buffers[(g0, g1, n0, n1)]
+        part = dw_parts[batch_ranges.index((n0, n1)), g0:g1]
+        for i in range(n1 - n0):
+            part += np.matmul(dy4[n0 + i, g0:g1], col[i].swapaxes(-1, -2))
+
+    run(grads, cols.chunks)
+    return dw_parts[0] if len(dw_parts) == 1 else dw_parts.sum(axis=0)
 
 
 def _bias_grad(dy: np.ndarray) -> np.ndarray:
@@ -177,18 +213,18 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
          *, threaded: bool | None = None) -> tuple[np.ndarray, Callable]:
     """Convolution (cross-correlation; true convolution when ``dims.flip``) with optional bias.
 
-    ``threaded`` forces group threading on or off (benchmarks); None applies :func:`use_threads`.
+    ``threaded`` forces the thread pool on or off (benchmarks); None applies :func:`use_threads`.
     """
-    threaded = use_threads(dims) if threaded is None else threaded
+    chunks = plan_chunks(dims, use_threads(dims) if threaded is None else threaded)
     wg = _group_filter(w, dims)
-    cols = _Columns(_pad(x, dims), dims, threaded)
+    cols = _Columns(_pad(x, dims), dims, chunks)
     y = _forward(cols, wg, dims)
     if b is not None:
         _add_bias(y, b)
 
     def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
         dy = cotangent("dy", dy, dims.y_shape, y.dtype)
-        dx, dwg = _backward(cols, dy, wg, dims, True, threaded)
+        dx, dwg = _backward(cols, dy, wg, dims, chunks)
         dw = _ungroup_filter(dwg, dims)
         return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
 
@@ -203,20 +239,19 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: Con
     ``dims`` comes from :meth:`ConvDims.transposed`, so dims.x_shape is this op's output shape and x
     plays the part of that convolution's output gradient.
     """
-    threaded = use_threads(dims) if threaded is None else threaded
+    chunks = plan_chunks(dims, use_threads(dims) if threaded is None else threaded)
     wg = _group_filter(w, dims)
     xe = _extend(x, dims)
-    y, _ = _backward(None, xe, wg, dims, True, threaded)
+    y, _ = _backward(None, xe, wg, dims, chunks)
     if b is not None:
         _add_bias(y, b)
 
     def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
         dy = cotangent("dy", dy, dims.x_shape, y.dtype)
-        cols = _Columns(_pad(dy, dims), dims, threaded)
+        cols = _Columns(_pad(dy, dims), dims, chunks)
         dxe = _forward(cols, wg, dims)
         dx = dxe if dxe.shape == x.shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x.shape)])
-        _, dwg = _backward(cols, xe, wg, dims, False, threaded)
-        dw = _ungroup_filter(dwg, dims)
+        dw = _ungroup_filter(_filter_grad(cols, xe, wg, dims), dims)
         return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
 
     return y, pullback

@@ -1,0 +1,186 @@
+"""Benchmark the numpy reference backend against PyTorch on the CPU, side by side in one run.
+
+    python bench/bench_reference.py [--repeats N]
+
+Every figure is the median of several timed repeats after a warm-up. torch gets as many threads as
+numpy's BLAS has, so the two compete on equal terms. Rows without torch installed are skipped with a
+message. A second table compares the convolution's thread pool against a single thread.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+try:
+    import dnnbind  # noqa: F401
+except ImportError:  # running from a checkout without an install
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import dnnbind
+from dnnbind.highlevel.dims import ConvDims
+
+# the module, not the function of the same name that dnnbind.highlevel.reference exports
+ref_conv = importlib.import_module("dnnbind.highlevel.reference.conv")
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = None
+
+
+def blas_threads() -> int:
+    """Threads numpy's BLAS uses (threadpoolctl when available, else the usual variables)."""
+    try:
+        from threadpoolctl import threadpool_info
+        for info in threadpool_info():
+            if info.get("user_api") == "blas":
+                return int(info["num_threads"])
+    except ImportError:
+        pass
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return len(os.sched_getaffinity(0))
+
+
+def timeit(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``fn`` in milliseconds, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+# ---------------------------------------------------------------------------------------------- cases
+
+
+def conv_case(x_shape, w_shape, groups, padding, backward, repeats, threaded=None):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal(w_shape, dtype=np.float32)
+    dims = ConvDims(x.shape, w.shape, padding=padding, groups=groups, dtype=x.dtype)
+    dy = rng.standard_normal(dims.y_shape, dtype=np.float32)
+
+    def ours():
+        y, pullback = ref_conv.conv(x, w, None, dims, threaded=threaded)
+        if backward:
+            pullback(dy)
+
+    ms = timeit(ours, repeats)
+    if torch is None:
+        return ms, None
+    xt, wt, dyt = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(dy)
+    if backward:
+        xt.requires_grad_(True)
+        wt.requires_grad_(True)
+
+    def theirs():
+        y = F.conv2d(xt, wt, padding=padding, groups=groups)
+        if backward:
+            torch.autograd.grad(y, (xt, wt), dyt)
+
+    with torch.set_grad_enabled(backward):
+        return ms, timeit(theirs, repeats)
+
+
+def lstm_case(seq, batch, inp, hidden, repeats, backward=True):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((seq, batch, inp), dtype=np.float32)
+    scale = 1 / np.sqrt(hidden)
+    weights = [tuple(rng.uniform(-scale, scale, shape).astype(np.float32)
+                     for shape in ((4 * hidden, inp), (4 * hidden, hidden), (4 * hidden,), (4 * hidden,)))]
+    dy = rng.standard_normal((seq, batch, hidden), dtype=np.float32)
+
+    def ours():
+        _, pullback = dnnbind.rnn(x, weights, mode="lstm", hidden_size=hidden)
+        if backward:
+            pullback(dy)
+
+    ms = timeit(ours, repeats)
+    if torch is None:
+        return ms, None
+    lstm = torch.nn.LSTM(inp, hidden)
+    with torch.no_grad():
+        for name, value in zip(("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"), weights[0]):
+            getattr(lstm, name).copy_(torch.from_numpy(value))
+    xt, dyt = torch.from_numpy(x).requires_grad_(backward), torch.from_numpy(dy)
+    params = list(lstm.parameters())
+
+    def theirs():
+        y, _ = lstm(xt)
+        if backward:
+            torch.autograd.grad(y, [xt] + params, dyt)
+
+    with torch.set_grad_enabled(backward):
+        return ms, timeit(theirs, repeats)
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=9)
+    args = parser.parse_args()
+    r = args.repeats
+    threads = blas_threads()
+    print(f"numpy {np.__version__}, BLAS threads {threads}, CPUs {len(os.sched_getaffinity(0))}, "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
+    if torch is None:
+        print("torch is not installed: torch columns skipped (pip install torch==2.13.0 to compare)")
+    else:
+        torch.set_num_threads(threads)
+        print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+
+    grouped = ((2, 100, 28, 28), (15, 20, 3, 3), 5, 0)
+    dense = ((8, 64, 56, 56), (64, 64, 3, 3), 1, 1)
+    rows = [
+        ("conv grouped g=5 fwd", lambda: conv_case(*grouped, False, r), 1.0),
+        ("conv grouped g=5 fwd+bwd", lambda: conv_case(*grouped, True, r), 1.0),
+        ("conv dense 3x3 fwd", lambda: conv_case(*dense, False, r), 1.5),
+        ("conv dense 3x3 fwd+bwd", lambda: conv_case(*dense, True, r), None),
+        ("lstm fwd", lambda: lstm_case(50, 32, 128, 256, r, backward=False), None),
+        ("lstm fwd+bwd", lambda: lstm_case(50, 32, 128, 256, r), 2.0),
+    ]
+    print()
+    print(f"{'case':<28}{'dnnbind ms':>12}{'torch ms':>10}{'ratio':>8}{'goal':>8}  result")
+    for name, case, goal in rows:
+        ours, theirs = case()
+        if theirs is None:
+            print(f"{name:<28}{ours:>12.2f}{'-':>10}{'-':>8}{'-':>8}  torch missing")
+            continue
+        ratio = ours / theirs
+        verdict = "-" if goal is None else ("met" if ratio <= goal else "missed")
+        goal_text = "-" if goal is None else f"<={goal:g}x"
+        print(f"{name:<28}{ours:>12.2f}{theirs:>10.2f}{ratio:>7.2f}x{goal_text:>8}  {verdict}")
+
+    print()
+    print("thread pool over (groups x batch) chunks vs one thread, conv forward+backward:")
+    print(f"{'case':<34}{'threaded ms':>12}{'serial ms':>10}{'ratio':>8}  rule picks")
+    thread_cases = [
+        ("g=1 x(8,64,56,56) w(64,64,3,3)", dense),
+        ("g=1 x(2,20,28,28) w(15,20,3,3)", ((2, 20, 28, 28), (15, 20, 3, 3), 1, 0)),
+        ("g=5 x(2,100,28,28) w(15,20,3,3)", grouped),
+        ("g=5 x(8,100,56,56) w(100,20,3,3)", ((8, 100, 56, 56), (100, 20, 3, 3), 5, 1)),
+    ]
+    for name, (xs, ws, g, p) in thread_cases:
+        on, _ = conv_case(xs, ws, g, p, True, r, threaded=True)
+        off, _ = conv_case(xs, ws, g, p, True, r, threaded=False)
+        rule = ref_conv.use_threads(ConvDims(xs, ws, padding=p, groups=g))
+        print(f"{name:<34}{on:>12.2f}{off:>10.2f}{on / off:>7.2f}x  {'threaded' if rule else 'serial'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Shared fixtures: the real vendor libraries, and the runner for MIOpen under Debian's loader."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from miopen_runner import DebianRootMissing, find_root, run_under_debian_loader
+
+
+@pytest.fixture(scope="session")
+def miopen_run():
+    """Run Python code in a child process that has the real libMIOpen.so.1 loaded.
+
+    Returns ``run(code) -> CompletedProcess``. Skips only when ``make headers`` never ran.
+    """
+    try:
+        find_root()
+    except DebianRootMissing as exc:
+        pytest.skip(str(exc))
+
+    def run(code: str, check: bool = True) -> subprocess.CompletedProcess:
+        result = run_under_debian_loader(textwrap.dedent(code))
+        if check and result.returncode != 0:
+            raise AssertionError(f"child exited with {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        return result
+    return run
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    """Run code in a fresh interpreter of this venv (for cases that could crash the process)."""
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=120, env=env)

@@ -22,7 +22,9 @@ def py_name(name: str) -> str:
 
 
 def docstring(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    text = text.replace("\\", "\\\\")
+    body = text.rstrip('"')             # trailing quotes would merge with the closing triple quote
+    return body.replace('"""', '\\"\\"\\"') + '\\"' * (len(text) - len(body))
 
 
 @dataclass(frozen=True)

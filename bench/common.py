@@ -1,0 +1,48 @@
+"""Timing and reporting shared by the benchmarks: medians of repeats, and one table format."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+def median_seconds(fn: Callable[[], object], repeats: int = 5, number: int = 1, warmup: int = 1) -> float:
+    """Median over ``repeats`` of the mean time of ``number`` back-to-back calls."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - start) / number)
+    return statistics.median(samples)
+
+
+@dataclass
+class Row:
+    name: str
+    ours: float            # seconds
+    reference: float       # seconds, measured in the same run
+    reference_name: str
+    goal: float            # the ratio ours/reference must not exceed
+    unit: str = "ms"
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.reference
+
+    @property
+    def met(self) -> bool:
+        return self.ratio <= self.goal
+
+
+def print_table(title: str, rows: list[Row]) -> None:
+    scale = {"ms": 1e3, "us": 1e6, "s": 1.0}
+    print(f"\n{title}")
+    print(f"{'benchmark':<44} {'dnnbind':>11} {'reference':>11}  {'ratio':>6}  {'goal':>6}  result   reference")
+    for r in rows:
+        k = scale[r.unit]
+        print(f"{r.name:<44} {r.ours * k:>8.3f} {r.unit:<2} {r.reference * k:>8.3f} {r.unit:<2}  {r.ratio:>6.2f}  "
+              f"{'<=' + format(r.goal, '.2f'):>6}  {'met' if r.met else 'MISSED':<7}  {r.reference_name}")

@@ -1,0 +1,23 @@
+"""`make bench`: every CPU benchmark, each printed as ratios against a reference measured in the same run."""
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+SUITES = ["bench_bindings", "bench_reference"]
+
+
+def main() -> int:
+    missed = []
+    for name in SUITES:
+        rows = importlib.import_module(name).main()
+        missed += [r.name for r in rows if not r.met]
+    print("\nall goals met" if not missed else "\ngoals missed: " + "; ".join(missed))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,7 +15,15 @@ _INT = re.compile(r"^(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)([uUlL]*)$")
 _FLOAT = re.compile(r"^(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?[fFlL]?$")
 _CAST_TYPES = {"int", "unsigned", "long", "short", "char", "signed", "size_t", "float", "double",
                "int32_t", "int64_t", "uint32_t", "uint64_t"}
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Mod: operator.mod,
+
+
+def _c_mod(left: int, right: int) -> int:
+    """C's %: the remainder takes the sign of the dividend (division truncates toward zero)."""
+    remainder = abs(left) % abs(right)
+    return remainder if left >= 0 else -remainder
+
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Mod: _c_mod,
            ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitOr: operator.or_,
            ast.BitAnd: operator.and_, ast.BitXor: operator.xor}
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}

@@ -224,19 +224,26 @@ def _named(t: cindex.Type) -> cindex.Type:
 
 
 def records(tu: cindex.TranslationUnit, headers: HeaderSet,
-            config: dict[str, Any]) -> dict[str, cindex.Type]:
-    """Every struct/union the kept headers define at top level, by each name C gives it (tag, typedef)."""
-    found: dict[str, cindex.Type] = {}
+            config: dict[str, Any]) -> dict[tuple[str, ...], cindex.Type]:
+    """Every struct/union the kept headers define at top level, keyed by the names C gives it
+    (typedef names first, then the tag)."""
+    names: dict[str, list[str]] = {}
+    types: dict[str, cindex.Type] = {}
     for c in _top_level(tu):
         if not _kept(c, headers, config):
             continue
-        if c.kind in (CursorKind.STRUCT_DECL, CursorKind.UNION_DECL) and c.is_definition() \
-                and c.spelling and not c.is_anonymous():
-            found.setdefault(c.spelling, c.type)
+        if c.kind in (CursorKind.STRUCT_DECL, CursorKind.UNION_DECL) and c.is_definition():
+            types.setdefault(c.get_usr(), c.type.get_canonical())
+            names.setdefault(c.get_usr(), [])
         elif c.kind == CursorKind.TYPEDEF_DECL:
             target = _named(c.underlying_typedef_type)
             if target.kind == TypeKind.RECORD and target.get_declaration().is_definition():
-                found.setdefault(c.spelling, target.get_canonical())
+                names.setdefault(target.get_declaration().get_usr(), []).append(c.spelling)
+    found: dict[tuple[str, ...], cindex.Type] = {}
+    for usr, t in types.items():
+        decl = t.get_declaration()
+        tag = [decl.spelling] if decl.spelling and not decl.is_anonymous() else []
+        found[tuple(dict.fromkeys(names.get(usr, []) + tag))] = t
     return found
 
 
@@ -327,15 +334,15 @@ def _nested_problems(ftype: type, t: cindex.Type, path: str) -> list[str]:
 
 def all_layout_problems(headers: HeaderSet, config: dict[str, Any], generated: ModuleType) -> list[str]:
     """:func:`layout_problems` for every struct/union the kept headers define, found in ``generated``
-    by typedef name or tag. A record the module lacks is a problem too."""
+    by one of its C names (typedef or tag). A record the module lacks is a problem too."""
     tu = translation_unit(headers, config)
     problems: list[str] = []
-    for name, record in sorted(records(tu, headers, config).items()):
-        cls = getattr(generated, name, None)
+    for names, record in sorted(records(tu, headers, config).items()):
+        cls = next((getattr(generated, n) for n in names if hasattr(generated, n)), None)
         if cls is None:
-            problems.append(f"{name}: no class in the generated module")
+            problems.append(f"{' / '.join(names)}: no class in the generated module")
             continue
-        problems += layout_problems(cls, record, name)
+        problems += layout_problems(cls, record, names[0])
     return problems
 
 

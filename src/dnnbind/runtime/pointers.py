@@ -160,6 +160,8 @@ class ByteSize(c_size_t):
             raise TypeError(f"needs an int byte count, got {type_name(obj)}") from None
         if value < 0:
             raise TypeError(f"needs a non-negative byte count, got {value}")
+        if value >> (8 * ctypes.sizeof(c_size_t)):
+            raise TypeError(f"needs a byte count that fits a size_t, got {value}")
         return c_size_t(value)
 
 

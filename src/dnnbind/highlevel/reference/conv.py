@@ -1,12 +1,22 @@
 """Convolution and transposed convolution on numpy: im2col plus BLAS matrix products.
 
-The padded input is viewed as sliding windows (no copy) and copied once into a column buffer laid
-out (N, groups, C/groups * prod(kernel), prod(out)), so that the forward pass is one batched matmul
-writing straight into y's NCHW layout. The same buffer serves the filter gradient, which is why the
-pullback keeps it. The data gradient multiplies by the transposed filter and scatters the columns
-back (col2im), one strided add per kernel offset.
+For a block of samples and a range of groups, the padded input is copied into a column buffer
+(samples, groups, C/groups * prod(kernel), columns); the forward pass is then one batched matmul by
+the filter, the filter gradient a matmul of the output gradient by the columns, and the data gradient
+a matmul by the transposed filter followed by col2im (one add per kernel offset).
 
-Groups can run on the shared thread pool: numpy releases the GIL in BLAS and in large copies.
+Two column layouts:
+
+* flat rows (every stride 1): column j is position j of the flattened padded image, so the columns
+  of kernel offset k are the contiguous range ``[offset(k), offset(k) + L)`` of each image plane.
+  im2col and col2im then move long contiguous rows. The few columns that fall between output rows
+  produce values nobody reads (forward) or receive zero gradient (backward).
+* windows (any stride): a strided ``sliding_window_view`` of the padded input, one column per output.
+
+Work is cut into blocks of samples whose columns fit in cache (``BLOCK_BYTES``); when the whole
+problem fits in one block the forward pass keeps its columns for the pullback, otherwise the
+pullback rebuilds them block by block (cheaper than writing and re-reading a large buffer).
+(groups x batch) chunks can run on the shared thread pool: numpy releases the GIL in BLAS and copies.
 """
 from __future__ import annotations
 
@@ -14,17 +24,20 @@ import itertools
 from typing import Callable
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
 from dnnbind.highlevel.reference._threads import run, split, workers
 
-#: Threads pay once the problem has this many multiply-adds or more; below it one thread (with
-#: BLAS's own threads) wins. Measured with bench/bench_reference.py; see plan_chunks.
+#: Target size of one block's column buffer: a few samples' worth that stays in the CPU's caches.
+BLOCK_BYTES = 8 << 20
+#: Flat rows waste (L - prod(out)) columns; use them only while that costs at most this fraction.
+FLAT_MAX_WASTE = 0.3
+#: Split a problem over the thread pool from this many multiply-adds on (bench/bench_reference.py).
 THREAD_MIN_MACS = 8_000_000
 
-Chunk = tuple[int, int, int, int]   # groups [g0, g1) x batch [n0, n1)
+Chunk = tuple[int, int, int, int]   # groups [g0, g1) x samples [n0, n1)
 
 
 def use_threads(dims: ConvDims) -> bool:
@@ -37,48 +50,97 @@ def use_threads(dims: ConvDims) -> bool:
 
 
 def plan_chunks(dims: ConvDims, threaded: bool) -> list[Chunk]:
-    """Cut (groups x batch) into one chunk per worker along the axis that splits more evenly."""
+    """One chunk, or one per worker cut along the axis (samples or groups) that splits more evenly."""
     g, n = dims.groups, dims.batch
     if not threaded:
         return [(0, g, 0, n)]
     parts = workers()
 
-    def imbalance(count: int) -> float:
-        pieces = min(count, parts)
-        return -(-count // pieces) / (count / pieces) - (pieces - 1)  # prefer more pieces, then balance
+    def cost(count: int) -> float:   # largest piece relative to a perfect split
+        return -(-count // min(count, parts)) / (count / parts)
 
-    if imbalance(n) <= imbalance(g):
+    if cost(n) <= cost(g):
         return [(0, g, n0, n1) for n0, n1 in split(n, parts)]
     return [(g0, g1, 0, n) for g0, g1 in split(g, parts)]
 
 
-# ----------------------------------------------------------------------------------------------
-# geometry helpers (pure views and index tuples)
+class _Layout:
+    """Everything one problem's im2col needs: sizes, column layout, blocks. Built per call."""
 
+    def __init__(self, dims: ConvDims, dtype: np.dtype, threaded: bool) -> None:
+        self.dims = dims
+        g = dims.groups
+        self.cg, self.kg = dims.in_channels // g, dims.out_channels // g
+        self.offsets = list(itertools.product(*(range(k) for k in dims.kernel_size)))
+        self.rows = self.cg * len(self.offsets)                   # column-matrix rows per group
+        self.p = int(np.prod(dims.out_size))
+        padded = dims.padded_size
+        self.pitch = tuple(int(np.prod(padded[i + 1:])) for i in range(len(padded)))
+        length = sum((o - 1) * q for o, q in zip(dims.out_size, self.pitch)) + 1
+        self.flat = (dims.spatial_rank > 1 and all(s == 1 for s in dims.stride)
+                     and length <= (1 + FLAT_MAX_WASTE) * self.p)
+        self.cols = length if self.flat else self.p               # columns per sample
+        self.starts = [sum(k * d * q for k, d, q in zip(off, dims.dilation, self.pitch)) for off in self.offsets]
+        self.chunks = plan_chunks(dims, threaded)
+        self.item = np.dtype(dtype).itemsize
+        per_sample = max(g1 - g0 for g0, g1, _, _ in self.chunks) * self.rows * self.cols * self.item
+        self.block = max(1, BLOCK_BYTES // per_sample)
+        self.keep_columns = all(n1 - n0 <= self.block for _, _, n0, n1 in self.chunks)
 
-def _spatial_axes(dims: ConvDims) -> tuple[int, ...]:
-    return tuple(range(2, 2 + dims.spatial_rank))
+    def blocks(self, n0: int, n1: int) -> list[tuple[int, int]]:
+        return [(b, min(b + self.block, n1)) for b in range(n0, n1, self.block)]
 
+    # -- im2col and col2im ----------------------------------------------------------------------
 
-def _pad(x: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """x padded with zeros (x itself when there is no padding)."""
-    if not any(dims.pad_low + dims.pad_high):
-        return x
-    xp = np.zeros(x.shape[:2] + dims.padded_size, x.dtype)
-    xp[_interior(dims)] = x
-    return xp
+    def fill(self, buf: np.ndarray, xp: np.ndarray, n0: int, n1: int, c0: int, c1: int) -> None:
+        """buf (samples, groups, rows, cols) <- columns of xp[n0:n1, c0:c1]."""
+        nb, nc = n1 - n0, c1 - c0
+        if self.flat:
+            src = xp.reshape(xp.shape[0], xp.shape[1], -1)[n0:n1, c0:c1]
+            dst = buf.reshape(nb, nc, len(self.offsets), self.cols)
+            for k, start in enumerate(self.starts):
+                dst[:, :, k] = src[:, :, start:start + self.cols]
+        else:
+            dims = self.dims
+            np.copyto(buf.reshape((nb, nc) + dims.kernel_size + dims.out_size), _windows(xp[n0:n1, c0:c1], dims))
 
+    def scatter(self, dxp: np.ndarray, dcols: np.ndarray, n0: int, n1: int, c0: int, c1: int) -> None:
+        """dxp[n0:n1, c0:c1] += col2im(dcols), dcols (samples, groups, rows, cols)."""
+        nb, nc = n1 - n0, c1 - c0
+        if self.flat:
+            dst = dxp.reshape(dxp.shape[0], dxp.shape[1], -1)[n0:n1, c0:c1]
+            src = dcols.reshape(nb, nc, len(self.offsets), self.cols)
+            for k, start in enumerate(self.starts):
+                dst[:, :, start:start + self.cols] += src[:, :, k]
+        else:
+            dims = self.dims
+            src = dcols.reshape((nb, nc) + dims.kernel_size + dims.out_size)
+            dst = dxp[n0:n1, c0:c1]
+            for offset in self.offsets:
+                dst[_offset_index(dims, offset)] += src[(slice(None), slice(None)) + offset]
 
-def _interior(dims: ConvDims) -> tuple[slice, ...]:
-    """Index of the unpadded region inside a padded array."""
-    return (slice(None), slice(None)) + tuple(
-        slice(a, a + s) for a, s in zip(dims.pad_low, dims.x_shape[2:]))
+    # -- output space <-> column space ------------------------------------------------------------
+
+    def output_view(self, a: np.ndarray) -> np.ndarray:
+        """(samples, channels, cols) in flat rows -> strided view (samples, channels, *out)."""
+        return as_strided(a, a.shape[:2] + self.dims.out_size,
+                          a.strides[:2] + tuple(q * self.item for q in self.pitch), writeable=a.flags.writeable)
+
+    def to_columns(self, dy: np.ndarray, n0: int, n1: int, g0: int, g1: int) -> np.ndarray:
+        """Output-shaped dy[n0:n1, groups g0:g1] as (samples, groups, K/groups, cols)."""
+        block = dy[n0:n1, g0 * self.kg:g1 * self.kg]
+        shape = (n1 - n0, g1 - g0, self.kg, self.cols)
+        if not self.flat:
+            return block.reshape(shape)
+        ext = np.zeros((n1 - n0, (g1 - g0) * self.kg, self.cols), dy.dtype)
+        self.output_view(ext)[...] = block
+        return ext.reshape(shape)
 
 
 def _windows(xp: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """View (N, C, *kernel, *out) of the padded input: element [n, c, *k, *o] multiplies w[:, c, *k]."""
+    """View (N, C, *kernel, *out) of a padded input: element [n, c, *k, *o] multiplies w[:, c, *k]."""
     n = dims.spatial_rank
-    view = sliding_window_view(xp, dims.dilated_kernel, axis=_spatial_axes(dims))
+    view = sliding_window_view(xp, dims.dilated_kernel, axis=tuple(range(2, 2 + n)))
     view = view[(slice(None), slice(None))
                 + tuple(slice(None, None, s) for s in dims.stride)
                 + tuple(slice(None, None, d) for d in dims.dilation)]
@@ -92,108 +154,101 @@ def _offset_index(dims: ConvDims, offset: tuple[int, ...]) -> tuple[slice, ...]:
         for k, d, s, o in zip(offset, dims.dilation, dims.stride, dims.out_size))
 
 
+def _interior(dims: ConvDims) -> tuple[slice, ...]:
+    """Index of the unpadded region inside a padded array."""
+    return (slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(dims.pad_low, dims.x_shape[2:]))
+
+
+def _pad(x: np.ndarray, dims: ConvDims) -> np.ndarray:
+    """x padded with zeros (x itself when there is no padding)."""
+    if not any(dims.pad_low + dims.pad_high):
+        return x
+    xp = np.zeros(x.shape[:2] + dims.padded_size, x.dtype)
+    xp[_interior(dims)] = x
+    return xp
+
+
+def _unpad(dxp: np.ndarray, dims: ConvDims) -> np.ndarray:
+    if not any(dims.pad_low + dims.pad_high):
+        return dxp
+    return np.ascontiguousarray(dxp[_interior(dims)])
+
+
 def _group_filter(w: np.ndarray, dims: ConvDims) -> np.ndarray:
     """The filter as (groups, K/groups, C/groups * prod(kernel)), flipped first when ``dims.flip``."""
     if dims.flip:
-        w = np.flip(w, _spatial_axes(dims))
-    g = dims.groups
-    return np.ascontiguousarray(w).reshape(g, dims.out_channels // g, -1)
+        w = np.flip(w, tuple(range(2, w.ndim)))
+    return np.ascontiguousarray(w).reshape(dims.groups, dims.out_channels // dims.groups, -1)
 
 
-def _ungroup_filter(dw: np.ndarray, dims: ConvDims) -> np.ndarray:
-    dw = dw.reshape(dims.w_shape)
+def _ungroup_filter(dwg: np.ndarray, dims: ConvDims) -> np.ndarray:
+    dw = dwg.reshape(dims.w_shape)
     if dims.flip:
-        dw = np.ascontiguousarray(np.flip(dw, _spatial_axes(dims)))
+        dw = np.ascontiguousarray(np.flip(dw, tuple(range(2, dw.ndim))))
     return dw
 
 
 # ----------------------------------------------------------------------------------------------
-# the three primitives, each on a contiguous range of groups
+# one sweep over (chunks x blocks) does any combination of forward, filter and data gradient
 
 
-class _Columns:
-    """im2col buffers, one per chunk: (batch in chunk, groups in chunk, C/groups * prod(kernel), prod(out))."""
+def _sweep(lay: _Layout, wg: np.ndarray, *, xp: np.ndarray | None = None,
+           saved: dict | None = None, keep: bool = False, y: np.ndarray | None = None,
+           dy: np.ndarray | None = None, dxp: np.ndarray | None = None,
+           dw_parts: np.ndarray | None = None) -> dict:
+    """For every block of samples and chunk of groups:
 
-    def __init__(self, xp: np.ndarray, dims: ConvDims, chunks: list[Chunk]) -> None:
-        self.chunks = chunks
-        self.buffers: dict[Chunk, np.ndarray] = {}
-        windows = _windows(xp, dims)
-        cg = dims.in_channels // dims.groups
-        ck = cg * int(np.prod(dims.kernel_size))
-        p = int(np.prod(dims.out_size))
-
-        def fill(g0: int, g1: int, n0: int, n1: int) -> None:
-            buf = np.empty((n1 - n0, g1 - g0, ck, p), xp.dtype)
-            np.copyto(buf.reshape((n1 - n0, (g1 - g0) * cg) + dims.kernel_size + dims.out_size),
-                      windows[n0:n1, g0 * cg:g1 * cg])
-            self.buffers[(g0, g1, n0, n1)] = buf
-
-        run(fill, chunks)
-
-
-def _forward(cols: _Columns, wg: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """y = w * x: one matmul per chunk, straight into y's layout."""
-    g = dims.groups
-    y = np.empty(dims.y_shape, wg.dtype)
-    y4 = y.reshape(dims.batch, g, dims.out_channels // g, -1)
-
-    def apply(g0: int, g1: int, n0: int, n1: int) -> None:
-        np.matmul(wg[g0:g1], cols.buffers[(g0, g1, n0, n1)], out=y4[n0:n1, g0:g1])
-
-    run(apply, cols.chunks)
-    return y
-
-
-def _backward(cols: _Columns | None, dy: np.ndarray, wg: np.ndarray, dims: ConvDims,
-              chunks: list[Chunk]) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Gradients for output gradient ``dy``: the data gradient (dims.x_shape) when ``cols`` is None or
-    the chunks say so, and the grouped filter gradient when ``cols`` (the forward's im2col) is given.
-
-    With ``cols`` given both are computed; with cols None only the data gradient.
+    * columns of the padded input ``xp`` (or the ``saved`` ones); kept and returned when ``keep``,
+    * ``y`` (output-shaped) = w * x,
+    * ``dw_parts[i]`` += dy * columns (i: the chunk's sample range), when given,
+    * ``dxp`` (padded-input-shaped) += col2im(w^T * dy), when given.
     """
-    g = dims.groups
-    kg = dims.out_channels // g
-    cg = dims.in_channels // g
-    dy4 = np.ascontiguousarray(dy).reshape(dims.batch, g, kg, -1)
-    dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
-    batch_ranges = sorted({(n0, n1) for _, _, n0, n1 in chunks})
-    dw_parts = np.zeros((len(batch_ranges),) + wg.shape, wg.dtype) if cols is not None else None
-    offsets = list(itertools.product(*(range(k) for k in dims.kernel_size)))
+    dims = lay.dims
+    need_columns = y is not None or dw_parts is not None
+    kept: dict = {}
+    ranges = sorted({(n0, n1) for _, _, n0, n1 in lay.chunks})
 
-    def grads(g0: int, g1: int, n0: int, n1: int) -> None:
-        dyc = dy4[n0:n1, g0:g1]
-        if dw_parts is not None:
-            col = cols.buffers[(g0, g1, n0, n1)]
-            part = dw_parts[batch_ranges.index((n0, n1)), g0:g1]
-            for i in range(n1 - n0):   # accumulate per sample: no (batch, ...) temporary
-                part += np.matmul(dyc[i], col[i].swapaxes(-1, -2))
-        dcols = np.matmul(wg[g0:g1].swapaxes(-1, -2), dyc)
-        dcols = dcols.reshape((n1 - n0, (g1 - g0) * cg) + dims.kernel_size + dims.out_size)
-        target = dxp[n0:n1, g0 * cg:g1 * cg]
-        for offset in offsets:
-            target[_offset_index(dims, offset)] += dcols[(slice(None), slice(None)) + offset]
+    def task(g0: int, g1: int, n0: int, n1: int) -> None:
+        c0, c1 = g0 * lay.cg, g1 * lay.cg
+        scratch = None
+        for b0, b1 in lay.blocks(n0, n1):
+            cols = None
+            if need_columns:
+                cols = None if saved is None else saved[(g0, g1, b0)]
+                if cols is None:
+                    if keep or scratch is None or scratch.shape[0] != b1 - b0:
+                        scratch = np.empty((b1 - b0, g1 - g0, lay.rows, lay.cols), wg.dtype)
+                    cols = scratch
+                    lay.fill(cols, xp, b0, b1, c0, c1)
+                    if keep:
+                        kept[(g0, g1, b0)] = cols
+            if y is not None:
+                yb = y[b0:b1, g0 * lay.kg:g1 * lay.kg]
+                if lay.flat:
+                    prod = np.matmul(wg[g0:g1], cols).reshape(b1 - b0, -1, lay.cols)
+                    yb[...] = lay.output_view(prod)
+                else:
+                    np.matmul(wg[g0:g1], cols, out=yb.reshape(b1 - b0, g1 - g0, lay.kg, lay.p))
+            if dy is not None:
+                dyc = lay.to_columns(dy, b0, b1, g0, g1)
+                if dw_parts is not None:
+                    part = dw_parts[ranges.index((n0, n1)), g0:g1]
+                    for i in range(b1 - b0):
+                        part += np.matmul(dyc[i], cols[i].swapaxes(-1, -2))
+                if dxp is not None:
+                    lay.scatter(dxp, np.matmul(wg[g0:g1].swapaxes(-1, -2), dyc), b0, b1, c0, c1)
 
-    run(grads, chunks)
-    dx = np.ascontiguousarray(dxp[_interior(dims)]) if any(dims.pad_low + dims.pad_high) else dxp
-    dwg = None if dw_parts is None else (dw_parts[0] if len(dw_parts) == 1 else dw_parts.sum(axis=0))
-    return dx, dwg
+    run(task, lay.chunks)
+    return kept
 
 
-def _filter_grad(cols: _Columns, dy: np.ndarray, wg: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """Grouped filter gradient only (conv_transpose's pullback)."""
-    g = dims.groups
-    dy4 = np.ascontiguousarray(dy).reshape(dims.batch, g, dims.out_channels // g, -1)
-    batch_ranges = sorted({(n0, n1) for _, _, n0, n1 in cols.chunks})
-    dw_parts = np.zeros((len(batch_ranges),) + wg.shape, wg.dtype)
+def _filter_grad(dw_parts: np.ndarray, dims: ConvDims) -> np.ndarray:
+    dwg = dw_parts[0] if len(dw_parts) == 1 else dw_parts.sum(axis=0)
+    return _ungroup_filter(dwg, dims)
 
-    def grads(g0: int, g1: int, n0: int, n1: int) -> None:
-        col = cols.buffers[(g0, g1, n0, n1)]
-        part = dw_parts[batch_ranges.index((n0, n1)), g0:g1]
-        for i in range(n1 - n0):
-            part += np.matmul(dy4[n0 + i, g0:g1], col[i].swapaxes(-1, -2))
 
-    run(grads, cols.chunks)
-    return dw_parts[0] if len(dw_parts) == 1 else dw_parts.sum(axis=0)
+def _new_parts(lay: _Layout, wg: np.ndarray) -> np.ndarray:
+    return np.zeros((len({(n0, n1) for _, _, n0, n1 in lay.chunks}),) + wg.shape, wg.dtype)
 
 
 def _bias_grad(dy: np.ndarray) -> np.ndarray:
@@ -215,17 +270,20 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
 
     ``threaded`` forces the thread pool on or off (benchmarks); None applies :func:`use_threads`.
     """
-    chunks = plan_chunks(dims, use_threads(dims) if threaded is None else threaded)
+    lay = _Layout(dims, x.dtype, use_threads(dims) if threaded is None else threaded)
     wg = _group_filter(w, dims)
-    cols = _Columns(_pad(x, dims), dims, chunks)
-    y = _forward(cols, wg, dims)
+    xp = _pad(x, dims)
+    y = np.empty(dims.y_shape, x.dtype)
+    saved = _sweep(lay, wg, xp=xp, y=y, keep=lay.keep_columns)
     if b is not None:
         _add_bias(y, b)
 
     def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
-        dy = cotangent("dy", dy, dims.y_shape, y.dtype)
-        dx, dwg = _backward(cols, dy, wg, dims, chunks)
-        dw = _ungroup_filter(dwg, dims)
+        dy = np.ascontiguousarray(cotangent("dy", dy, dims.y_shape, y.dtype))
+        dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, y.dtype)
+        dw_parts = _new_parts(lay, wg)
+        _sweep(lay, wg, xp=xp, saved=saved or None, dy=dy, dxp=dxp, dw_parts=dw_parts)
+        dx, dw = _unpad(dxp, dims), _filter_grad(dw_parts, dims)
         return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
 
     return y, pullback
@@ -239,19 +297,22 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: Con
     ``dims`` comes from :meth:`ConvDims.transposed`, so dims.x_shape is this op's output shape and x
     plays the part of that convolution's output gradient.
     """
-    chunks = plan_chunks(dims, use_threads(dims) if threaded is None else threaded)
+    lay = _Layout(dims, x.dtype, use_threads(dims) if threaded is None else threaded)
     wg = _group_filter(w, dims)
-    xe = _extend(x, dims)
-    y, _ = _backward(None, xe, wg, dims, chunks)
+    xe = np.ascontiguousarray(_extend(x, dims))
+    yp = np.zeros(dims.x_shape[:2] + dims.padded_size, x.dtype)
+    _sweep(lay, wg, dy=xe, dxp=yp)
+    y = _unpad(yp, dims)
     if b is not None:
         _add_bias(y, b)
 
     def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
         dy = cotangent("dy", dy, dims.x_shape, y.dtype)
-        cols = _Columns(_pad(dy, dims), dims, chunks)
-        dxe = _forward(cols, wg, dims)
+        dxe = np.empty(dims.y_shape, y.dtype)
+        dw_parts = _new_parts(lay, wg)
+        _sweep(lay, wg, xp=_pad(dy, dims), y=dxe, dy=xe, dw_parts=dw_parts)
         dx = dxe if dxe.shape == x.shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x.shape)])
-        dw = _ungroup_filter(_filter_grad(cols, xe, wg, dims), dims)
+        dw = _filter_grad(dw_parts, dims)
         return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
 
     return y, pullback

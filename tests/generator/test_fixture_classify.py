@@ -1,0 +1,94 @@
+"""classify() against the override file: every failure it must report, on fixtures/classify_errors.h."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import fixture_build as fb
+from generator import classify, ir
+
+RULES: list[dict[str, Any]] = [
+    {"id": "scaling-factors", "kind": "host", "pointee": ["void"], "name": "alpha"},
+    {"id": "scratch", "kind": "device", "pointee": ["void"], "name": "workSpace"},
+    {"id": "typed-host", "kind": "host", "pointee": ["int", "float", "char", "enum", "handle", "struct"]},
+]
+CLEAN_EXCEPTIONS = {"fxOrphan": {"mystery": "device"}}
+SIZES = r"\w*SizeInBytes"
+
+
+@pytest.fixture(scope="module")
+def errors_module() -> ir.Module:
+    """fixtures/classify_errors.h parsed once."""
+    return fb.parse_fixture("classify_errors.h", fb.fixture_config("classify_errors.h", version_macros=[],
+                                                                  beta_macro=None, defines=[]))
+
+
+def _problems(module: ir.Module, **overrides: Any) -> str:
+    with pytest.raises(classify.ClassificationError) as info:
+        classify.classify(module, {"rules": RULES, "byte_sizes": "", **overrides})
+    return str(info.value)
+
+
+def test_consistent_overrides_classify(errors_module: ir.Module) -> None:
+    """Without the int-sized byte counts, the same header classifies cleanly (the baseline)."""
+    module = ir.Module(**{**errors_module.__dict__, "functions": [
+        f for f in errors_module.functions if not f.name.startswith("fxShortSize")]})
+    result = classify.classify(module, {"rules": RULES, "exceptions": CLEAN_EXCEPTIONS, "byte_sizes": SIZES})
+    kinds = {(f.name, p.name): (p.kind, p.rule) for f in result.functions for p in f.params if p.kind}
+    assert kinds == {("fxOrphan", "mystery"): ("device", "exception:fxOrphan"),
+                     ("fxFine", "alpha"): ("host", "scaling-factors")}
+    assert result.byte_sizes == 1 and result.unused_rules == ["scratch", "typed-host"]
+
+
+def test_unclassified_pointer(errors_module: ir.Module) -> None:
+    """A ``void*`` that matches no rule and no exception fails generation, by function and parameter."""
+    message = _problems(errors_module)
+    assert "unclassified pointer: fxOrphan.mystery (void *)" in message
+    assert "fxFine.alpha" not in message and "fxShortSize.workSpace " not in message
+
+
+def test_stale_exception_for_a_missing_function(errors_module: ir.Module) -> None:
+    """An exception naming a function the header no longer declares is reported as stale."""
+    message = _problems(errors_module, exceptions={**CLEAN_EXCEPTIONS, "fxRemoved": {"x": "device"}})
+    assert "stale exception: function fxRemoved is not declared by the headers" in message
+    assert "unclassified" not in message
+
+
+def test_stale_exception_for_a_missing_parameter(errors_module: ir.Module) -> None:
+    """An exception naming a parameter the function no longer has is reported as stale."""
+    message = _problems(errors_module, exceptions={"fxOrphan": {"mystery": "device", "renamed": "host"}})
+    assert "stale exception: fxOrphan has no parameter 'renamed'" in message
+
+
+def test_exception_on_a_value_parameter(errors_module: ir.Module) -> None:
+    """An exception on a parameter that is not a pointer (any more) is stale too."""
+    message = _problems(errors_module, exceptions={"fxOrphan": {"mystery": "device", "count": "host"}})
+    assert "stale exception: fxOrphan.count is no longer a pointer" in message
+
+
+def test_byte_size_not_64_bit(errors_module: ir.Module) -> None:
+    """A parameter matching byte_sizes but declared int (or unsigned int*) fails generation."""
+    message = _problems(errors_module, exceptions=CLEAN_EXCEPTIONS, byte_sizes=SIZES)
+    assert "byte size not 64-bit: fxShortSize.workSpaceSizeInBytes is 'int', expected size_t or size_t*" \
+        in message
+    assert "byte size not 64-bit: fxShortSizeOut.reserveSizeInBytes is 'unsigned int *'" in message
+    assert "fxFine" not in message
+    assert message.startswith("2 problem(s) in pointer_overrides.json for fixture:")
+
+
+def test_every_problem_listed_at_once(errors_module: ir.Module) -> None:
+    """All problems come in one error, so a header update is fixed in one pass."""
+    message = _problems(errors_module, exceptions={"fxGone": {"p": "host"}}, byte_sizes=SIZES)
+    assert message.startswith("4 problem(s)")
+    for expected in ("stale exception: function fxGone", "unclassified pointer: fxOrphan.mystery",
+                     "byte size not 64-bit: fxShortSize.", "byte size not 64-bit: fxShortSizeOut."):
+        assert expected in message
+
+
+def test_bad_kind_in_rule_or_exception(errors_module: ir.Module) -> None:
+    """A kind outside device/host/either is refused, in a rule and in an exception."""
+    with pytest.raises(classify.ClassificationError, match="rule 'odd': kind must be one of"):
+        classify.classify(errors_module, {"rules": [{"id": "odd", "kind": "gpu", "pointee": ["void"]}]})
+    message = _problems(errors_module, exceptions={"fxOrphan": {"mystery": "gpu"}})
+    assert "exception fxOrphan.mystery: kind 'gpu' is not one of" in message

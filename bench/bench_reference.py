@@ -54,13 +54,23 @@ def blas_threads() -> int:
 
 def timeit(fn: Callable[[], object], repeats: int) -> float:
     """Median wall time of ``fn`` in milliseconds, after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    return compare(fn, None, repeats)[0]
+
+
+def compare(ours: Callable[[], object], theirs: Callable[[], object] | None,
+            repeats: int) -> tuple[float, float | None]:
+    """Median times (ms) of two functions, timed alternately so both see the same machine load."""
+    fns = [ours] if theirs is None else [ours, theirs]
+    times: list[list[float]] = [[] for _ in fns]
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    for _ in range(repeats):
+        for fn, bucket in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            bucket.append(time.perf_counter() - start)
+    medians = [statistics.median(bucket) * 1e3 for bucket in times]
+    return medians[0], (medians[1] if theirs is not None else None)
 
 
 # ---------------------------------------------------------------------------------------------- cases
@@ -78,9 +88,8 @@ def conv_case(x_shape, w_shape, groups, padding, backward, repeats, threaded=Non
         if backward:
             pullback(dy)
 
-    ms = timeit(ours, repeats)
     if torch is None:
-        return ms, None
+        return timeit(ours, repeats), None
     xt, wt, dyt = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(dy)
     if backward:
         xt.requires_grad_(True)
@@ -92,7 +101,21 @@ def conv_case(x_shape, w_shape, groups, padding, backward, repeats, threaded=Non
             torch.autograd.grad(y, (xt, wt), dyt)
 
     with torch.set_grad_enabled(backward):
-        return ms, timeit(theirs, repeats)
+        return compare(ours, theirs, repeats)
+
+
+def thread_case(x_shape, w_shape, groups, padding, repeats):
+    """conv forward+backward with the thread pool forced on, and off; timed alternately."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal(w_shape, dtype=np.float32)
+    dims = ConvDims(x.shape, w.shape, padding=padding, groups=groups, dtype=x.dtype)
+    dy = rng.standard_normal(dims.y_shape, dtype=np.float32)
+
+    def run(threaded):
+        return lambda: ref_conv.conv(x, w, None, dims, threaded=threaded)[1](dy)
+
+    return compare(run(True), run(False), repeats)
 
 
 def lstm_case(seq, batch, inp, hidden, repeats, backward=True):
@@ -108,9 +131,8 @@ def lstm_case(seq, batch, inp, hidden, repeats, backward=True):
         if backward:
             pullback(dy)
 
-    ms = timeit(ours, repeats)
     if torch is None:
-        return ms, None
+        return timeit(ours, repeats), None
     lstm = torch.nn.LSTM(inp, hidden)
     with torch.no_grad():
         for name, value in zip(("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"), weights[0]):
@@ -124,7 +146,7 @@ def lstm_case(seq, batch, inp, hidden, repeats, backward=True):
             torch.autograd.grad(y, [xt] + params, dyt)
 
     with torch.set_grad_enabled(backward):
-        return ms, timeit(theirs, repeats)
+        return compare(ours, theirs, repeats)
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -176,8 +198,7 @@ def main() -> None:
         ("g=5 x(8,100,56,56) w(100,20,3,3)", ((8, 100, 56, 56), (100, 20, 3, 3), 5, 1)),
     ]
     for name, (xs, ws, g, p) in thread_cases:
-        on, _ = conv_case(xs, ws, g, p, True, r, threaded=True)
-        off, _ = conv_case(xs, ws, g, p, True, r, threaded=False)
+        on, off = thread_case(xs, ws, g, p, r)
         rule = ref_conv.use_threads(ConvDims(xs, ws, padding=p, groups=g))
         print(f"{name:<34}{on:>12.2f}{off:>10.2f}{on / off:>7.2f}x  {'threaded' if rule else 'serial'}")
 

@@ -27,6 +27,7 @@ class Classification:
     per_rule: Counter = field(default_factory=Counter)
     unused_rules: list[str] = field(default_factory=list)
     byte_sizes: int = 0
+    problems: list[str] = field(default_factory=list)   # filled instead of raising when not strict
 
 
 def _pointee_kind(t: ir.CType) -> str:
@@ -52,8 +53,12 @@ def _is_size_t(t: ir.CType) -> bool:
     return t.kind == "int" and t.name == "c_size_t"
 
 
-def classify(module: ir.Module, overrides: dict[str, Any]) -> Classification:
-    """Return the module's functions with each pointer parameter's kind and deciding rule filled in."""
+def classify(module: ir.Module, overrides: dict[str, Any], strict: bool = True) -> Classification:
+    """Return the module's functions with each pointer parameter's kind and deciding rule filled in.
+
+    ``strict=False`` (for diffs against other header versions) never raises for a header/overrides
+    disagreement: the problems go to ``Classification.problems`` and unclassified parameters keep kind "".
+    """
     rules = overrides.get("rules", [])
     for rule in rules:
         if rule.get("kind") not in KINDS:
@@ -106,9 +111,10 @@ def classify(module: ir.Module, overrides: dict[str, Any]) -> Classification:
                 result.per_kind[kind] += 1
             params.append(replace(p, kind=kind, rule=rule_id, byte_size=byte_size))
         result.functions.append(replace(fn, params=tuple(params)))
-    if problems:
+    if problems and strict:
         raise ClassificationError(f"{len(problems)} problem(s) in pointer_overrides.json for "
                                   f"{module.library}:\n" + "\n".join(f"  {p}" for p in problems))
     result.per_rule = used
+    result.problems = problems
     result.unused_rules = [r["id"] for r in rules if used[r["id"]] == 0]
     return result

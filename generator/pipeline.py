@@ -17,10 +17,19 @@ class Result:
     module: ir.Module
     classification: classify.Classification
     text: str
+    stub: str
 
     @property
     def path(self) -> Path:
         return cfg.REPO_ROOT / self.config["module"]
+
+    @property
+    def stub_path(self) -> Path:
+        return self.path.with_suffix(".pyi")
+
+    def outputs(self) -> dict[Path, str]:
+        """Every file one generation writes: the module and its type stub."""
+        return {self.path: self.text, self.stub_path: self.stub}
 
 
 def build(library: str, headers_dir: Path | None = None) -> Result:
@@ -30,7 +39,8 @@ def build(library: str, headers_dir: Path | None = None) -> Result:
     module = parse.parse(headers, config)
     classification = classify.classify(module, cfg.load_overrides(library))
     text = render.render(module, classification, config)
-    return Result(library, config, module, classification, text)
+    stub = render.render_stub(module, classification, config)
+    return Result(library, config, module, classification, text, stub)
 
 
 _PROTOTYPE = re.compile(r'^def (\w+)\(.*\):\n    """(.*)$', re.M)
@@ -79,8 +89,9 @@ def describe_changes(old: str, new: str) -> str:
 
 def write(result: Result) -> str:
     old = result.path.read_text() if result.path.exists() else ""
-    result.path.parent.mkdir(parents=True, exist_ok=True)
-    result.path.write_text(result.text)
+    for path, text in result.outputs().items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
     return describe_changes(old, result.text)
 
 
@@ -103,7 +114,8 @@ def check(library: str, headers_dir: Path | None = None) -> int:
     """
     result = build(library, headers_dir)
     committed = result.path.read_text() if result.path.exists() else ""
-    if committed == result.text:
+    stale_stub = not result.stub_path.exists() or result.stub_path.read_text() != result.stub
+    if committed == result.text and not stale_stub:
         print(f"{library}: {result.config['module']} is fresh ({result.module.title} {result.module.version})")
         return 0
     old_version = header_version_of(committed)
@@ -111,7 +123,7 @@ def check(library: str, headers_dir: Path | None = None) -> int:
         print(f"{library}: header moved from {old_version} to {result.module.version}: run make generate "
               f"({_fallback_note(library)})")
         return 0
-    print(f"{library}: {result.config['module']} is STALE; run `make generate`.\n"
+    print(f"{library}: {result.config['module']} (or its .pyi stub) is STALE; run `make generate`.\n"
           + describe_changes(committed, result.text))
     return 1
 

@@ -32,6 +32,7 @@ class RenderedParam:
     name: str
     argtype: str
     note: str
+    annotation: str = "Any"
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class RenderedFunction:
     returns: str          # status | string | value | void
     doc: str
     deprecated: str | None
+    result_annotation: str = "None"
 
     @property
     def assign(self) -> str:
@@ -105,6 +107,40 @@ class TypeNames:
             return "c_void_p"
         return self.value(t)
 
+    def annotation(self, t: ir.CType, argtype: str) -> str:
+        """The Python type a stub gives a parameter with this C type and argtype."""
+        by_argtype = {"DevicePointer": "DevicePointerLike", "HostPointer": "HostPointerLike",
+                      "ConstHostPointer": "HostPointerLike", "EitherPointer": "EitherPointerLike",
+                      "HostString": "StringLike", "ByteSize": "int"}
+        if argtype in by_argtype:
+            return by_argtype[argtype]
+        if argtype.startswith("host_array("):
+            return "HostArrayLike" if ", True)" in argtype else "HostPointerLike"
+        if t.kind in ("int", "enum"):
+            return "int"
+        if t.kind == "float":
+            return "float"
+        if t.kind == "bool":
+            return "bool"
+        if t.kind == "char":
+            return "bytes"
+        if t.kind == "handle":
+            return f"{t.name} | None"
+        if t.kind in ("struct", "union"):
+            return t.name
+        if t.kind == "function":
+            return f"{t.name}"
+        return "Any"
+
+    def result_annotation(self, t: ir.CType, returns: str) -> str:
+        if returns in ("status", "void"):
+            return "None"
+        if returns == "string":
+            return "str | None"
+        if t.kind == "pointer":
+            return "int | None"
+        return {"int": "int", "enum": "int", "float": "float", "bool": "bool"}.get(t.kind, "Any")
+
     def param(self, p: ir.Param) -> tuple[str, str]:
         """(argtype expression, note for the docstring)."""
         t = p.type
@@ -144,7 +180,7 @@ def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_no
     params = []
     for p in fn.params:
         argtype, note = names.param(p)
-        params.append(RenderedParam(py_name(p.name), argtype, note))
+        params.append(RenderedParam(py_name(p.name), argtype, note, names.annotation(p.type, argtype)))
     restype, returns = _result(fn.result, status_type, names)
     lines = [fn.prototype]
     flags = []
@@ -166,7 +202,7 @@ def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_no
     if fn.deprecated:
         deprecated = _deprecation_text(fn.comment)
     return RenderedFunction(fn.name, tuple(params), argtypes, restype, returns, docstring("\n".join(lines)),
-                            deprecated)
+                            deprecated, names.result_annotation(fn.result, returns))
 
 
 def _deprecation_text(comment: str) -> str:
@@ -195,6 +231,20 @@ def _fields(struct: ir.Struct, names: TypeNames) -> list[str]:
     return out
 
 
+def _stub_fields(struct: ir.Struct, module: ir.Module, names: TypeNames) -> list[tuple[str, str]]:
+    """(name, annotation) of every field reachable on the ctypes class, anonymous members flattened."""
+    by_name = {s.name: s for s in module.structs}
+    out: list[tuple[str, str]] = []
+    for f in struct.fields:
+        if f.anonymous and f.type.name in by_name:
+            out += _stub_fields(by_name[f.type.name], module, names)
+        elif f.type.kind in ("pointer", "array"):
+            out.append((f.name, "Any"))
+        else:
+            out.append((f.name, names.annotation(f.type, names.value(f.type))))
+    return out
+
+
 def _handle_targets(module: ir.Module, taken: set[str]) -> dict[str, str]:
     targets: dict[str, str] = {}
     for h in module.handles:
@@ -215,11 +265,21 @@ def _describe_step(step: tuple) -> str:
 
 
 def render(module: ir.Module, classification: Classification, config: dict[str, Any]) -> str:
+    """The generated module's source."""
+    return _render_template("module.py.j2", module, classification, config)
+
+
+def render_stub(module: ir.Module, classification: Classification, config: dict[str, Any]) -> str:
+    """The type stub (.pyi) beside the generated module, so editors and mypy know every argument."""
+    return _render_template("module.pyi.j2", module, classification, config)
+
+
+def _render_template(name: str, module: ir.Module, classification: Classification, config: dict[str, Any]) -> str:
     names = TypeNames(module)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(cfg.GENERATOR_DIR / "templates"),
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
                              undefined=jinja2.StrictUndefined)
-    template = env.get_template("module.py.j2")
+    template = env.get_template(name)
     taken = {e.name for e in module.enums} | {s.name for s in module.structs} | {h.name for h in module.handles}
     beta_note = f"Beta API ({config.get('beta_macro', 'beta')}): may change between releases."
     functions = [render_function(fn, names, config["status_type"], beta_note, config["error_class"])
@@ -231,6 +291,7 @@ def render(module: ir.Module, classification: Classification, config: dict[str, 
         enums=[(e, _enum_members(e)) for e in module.enums if e.name],
         anonymous_enums=[e for e in module.enums if not e.name],
         structs=[(s, _fields(s, names)) for s in module.structs],
+        stub_fields={s.name: _stub_fields(s, module, names) for s in module.structs},
         handles=module.handles, handle_targets=_handle_targets(module, taken),
         foreign_handles={h.name for h in module.handles if h.foreign},
         callbacks=[(c, names.value(c.result), [names.value(p.type) if p.type.kind != "pointer"

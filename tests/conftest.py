@@ -1,11 +1,8 @@
 """Shared fixtures: the real vendor libraries, and the runner for MIOpen under Debian's loader."""
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -29,11 +26,3 @@ def miopen_run():
             raise AssertionError(f"child exited with {result.returncode}:\n{result.stdout}\n{result.stderr}")
         return result
     return run
-
-
-def run_python(code: str) -> subprocess.CompletedProcess:
-    """Run code in a fresh interpreter of this venv (for cases that could crash the process)."""
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=120, env=env)

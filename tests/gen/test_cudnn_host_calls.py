@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dnnbind
-from conftest import run_python
+from childproc import run_python
 from dnnbind.gen import cudnn
 
 

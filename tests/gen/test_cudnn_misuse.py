@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_python
+from childproc import run_python
 
 CHILD = r'''
 import ctypes, json

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import run_python
+from childproc import run_python
 from gen import clang_facts
 from generator import pipeline
 

@@ -17,7 +17,7 @@ _HIGHLEVEL_NAMES = frozenset({
     "batchnorm", "dropout", "rnn", "ConvDims", "PoolDims",
 })
 
-__all__ = ["CudnnError", "DnnError", "LibraryNotFoundError", "MiopenError", "__version__",
+__all__ = ["CudnnError", "DnnError", "LibraryNotFoundError", "MiopenError", "__version__", "trace",
            *sorted(_HIGHLEVEL_NAMES)]
 
 
@@ -26,4 +26,7 @@ def __getattr__(name: str):
     if name in _HIGHLEVEL_NAMES:
         from dnnbind import highlevel
         return getattr(highlevel, name)
+    if name == "trace":
+        from dnnbind.runtime.trace import trace
+        return trace
     raise AttributeError(f"module 'dnnbind' has no attribute {name!r}")

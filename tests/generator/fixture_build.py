@@ -68,6 +68,7 @@ def fixture_overrides(**changes: Any) -> dict[str, Any]:
             {"id": "scaling-factors", "kind": "host", "pointee": ["void"], "name": "alpha|beta"},
             {"id": "tensor-data", "kind": "device", "pointee": ["void"], "name": "x|y|workSpace"},
             {"id": "user-data", "kind": "either", "pointee": ["void"], "name": "userData"},
+            {"id": "host-buffer", "kind": "host", "pointee": ["void"], "name": "hostBuffer"},
             {"id": "typed-host", "kind": "host",
              "pointee": ["int", "float", "char", "bool", "enum", "handle", "struct", "union", "pointer",
                          "function"]},

@@ -53,8 +53,33 @@ def test_status_failure_raises_library_error(fxlib: ModuleType) -> None:
 
 def test_success_returns_none_and_unchecked_returns_the_status(fxlib: ModuleType) -> None:
     """Success raises nothing; ``unchecked.<name>`` returns the raw status instead of raising."""
+    assert "fxFail" in dir(fxlib.unchecked) and "fxSumDims" in dir(fxlib.unchecked)
     assert fxlib.fxFail(0) is None
     assert fxlib.unchecked.fxFail(3000) == 3000
+    assert "fxFail" in dir(fxlib.unchecked)            # bound by now: still listed
+    with pytest.raises(AttributeError, match="no generated function named 'fxNothing'"):
+        fxlib.unchecked.fxNothing
+
+
+def test_older_library_warns_about_its_version(fixture_built: fb.Built, generated_dir: Path,
+                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library whose major version differs from the header's warns once, on first use, and a
+    missing symbol's error names the loaded version."""
+    if fb.c_compiler() is None:
+        pytest.skip("no C compiler to build the older fixture library")
+    older = fb.compile_shared([fb.FIXTURES / "fixture.c"], tmp_path / "libfixture8.so",
+                              defines=["FX_BETA_API=1", "FX_REPORTED_VERSION=8907"])
+    module = fb.import_text(fixture_built.text, generated_dir)
+    monkeypatch.setenv(fb.LIBRARY_ENV, str(older))
+    with pytest.warns(RuntimeWarning, match=r"is version 8\.9\.7, but dnnbind was generated from the "
+                                            r"9\.1\.2 headers"):
+        module.fxFail(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module.fxFail(0)
+    assert module.library_version() == (8, 9, 7)
+    with pytest.raises(SymbolNotFoundError, match=r"^fxMissing is not in libfixture8\.so 8\.9\.7 "):
+        module.fxMissing(0)
 
 
 def test_unknown_status_keeps_the_raw_int(fxlib: ModuleType) -> None:
@@ -206,11 +231,33 @@ def test_either_pointer(fxlib: ModuleType) -> None:
     assert seen.value == host.ctypes.data
 
 
+def test_writable_host_pointer(fxlib: ModuleType) -> None:
+    """A host ``void*`` the library writes takes writable buffers and refuses read-only ones."""
+    buffer = bytearray(4)
+    fxlib.fxFillHost(buffer, 3, 7)
+    assert buffer == b"\x07\x07\x07\x00"
+    array = np.zeros(4, dtype=np.uint8)
+    fxlib.fxFillHost(array, 4, 9)
+    assert array.tolist() == [9, 9, 9, 9]
+    with pytest.raises(TypeError, match=r"fxFillHost: parameter 'hostBuffer' needs writable host memory, got bytes"):
+        fxlib.fxFillHost(b"1234", 4, 1)
+    array.setflags(write=False)
+    with pytest.raises(TypeError, match=r"parameter 'hostBuffer' needs writable host memory, got a read-only "
+                                        r"numpy.ndarray"):
+        fxlib.fxFillHost(array, 4, 1)
+    with pytest.raises(TypeError, match=r"parameter 'hostBuffer' cannot take the host address"):
+        fxlib.fxFillHost(FakeDeviceArray(), 4, 1)
+
+
 def test_byte_size(fxlib: ModuleType) -> None:
-    """A byte-size parameter passes 64-bit counts and refuses negative ones (no wrap to 2**64-1)."""
+    """A byte-size parameter passes 64-bit counts and refuses negative ones (no wrap to 2**64-1);
+    its device ``void*`` neighbour (a rule by name) refuses host memory."""
     echoed = c_size_t()
-    fxlib.fxWorkspace(None, 3 << 33, byref(echoed))
+    fxlib.fxWorkspace(FakeDeviceArray(), 3 << 33, byref(echoed))
     assert echoed.value == 3 << 33
+    with pytest.raises(TypeError, match=r"^fxWorkspace: parameter 'workSpace' needs device memory, "
+                                        r"got numpy.ndarray \(host memory\)$"):
+        fxlib.fxWorkspace(np.zeros(8), 8, byref(echoed))
     with pytest.raises(TypeError, match=r"fxWorkspace: parameter 'workSpaceSizeInBytes' needs a "
                                         r"non-negative byte count, got -1"):
         fxlib.fxWorkspace(None, -1, byref(echoed))

@@ -62,7 +62,8 @@ def test_integer_and_float_macros(fixture_built: fb.Built) -> None:
     assert macros == {
         "FIXTURE_MAJOR": 9, "FIXTURE_MINOR": 1, "FIXTURE_PATCHLEVEL": 2,
         "FX_A": 3, "FX_B": 12, "FX_C": 16, "FX_HEX": 0x7F, "FX_OCT": 0o755, "FX_CAST": 42,
-        "FX_CAST_WIDE": 1 << 40, "FX_DIV": -3, "FX_MOD": -1, "FX_PAREN": 3, "FX_FLOAT": 2.5,
+        "FX_CAST_WIDE": 1 << 40, "FX_DIV": -3, "FX_MOD": -1, "FX_PAREN": 3, "FX_PRECEDENCE": 62,
+        "FX_NEG_SHIFT": -4, "FX_FLOAT": 2.5,
     }
     assert isinstance(macros["FX_FLOAT"], float) and isinstance(macros["FX_OCT"], int)
 

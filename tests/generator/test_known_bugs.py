@@ -110,3 +110,16 @@ def test_macro_using_a_later_macro() -> None:
     macros = {m.name: m.value for m in built.module.macros}
     assert macros.get("FX_LATE") == 7
     assert macros.get("FX_EARLY") == 7 and "FX_EARLY" not in built.module.skipped_macros
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="parse._macros substitutes a macro's evaluated value, not its tokens: with "
+                          "#define FX_SUM 1 + 2, C reads (FX_SUM * 3) as 1 + 2 * 3 = 7; the generator says 9")
+def test_macro_using_an_unparenthesized_macro(tmp_path: Path) -> None:
+    """A macro body is substituted as tokens, as the C preprocessor does."""
+    if fb.c_compiler() is None:
+        pytest.skip("no C compiler to evaluate the header with")
+    built = _build("UNPARENTHESIZED_MACRO")
+    expected = fb.c_values(built.headers, ["FX_SUM", "FX_TRIPLE"], tmp_path, built.config["defines"])
+    assert expected == {"FX_SUM": 3, "FX_TRIPLE": 7}
+    assert {m.name: m.value for m in built.module.macros if m.name in expected} == expected

@@ -66,6 +66,8 @@ class Library:
         self._path: str | None = None
         self._lock = threading.Lock()
         self._version: tuple[int, ...] | None = None
+        self.namespace: dict = {}
+        self.function_names: list[str] = []
 
     def __repr__(self) -> str:
         state = f"loaded from {self._path}" if self._handle is not None else "not loaded"
@@ -184,7 +186,12 @@ class Library:
 
     def binder(self, namespace: dict) -> Callable[..., "LazySymbol"]:
         """A factory for module globals that bind themselves on first call (see LazySymbol)."""
+        self.namespace = namespace
+        from dnnbind.runtime import trace
+        trace.register(self)
+
         def lazy(name: str, argtypes: Sequence[type], restype: Any, deprecated: str | None = None) -> LazySymbol:
+            self.function_names.append(name)
             return LazySymbol(self, namespace, name, tuple(argtypes), restype, deprecated)
         return lazy
 
@@ -247,6 +254,9 @@ class LazySymbol:
         if self.deprecated is not None:
             warnings.warn(f"{self.name} is deprecated in {self.library.title}: {self.deprecated}",
                           DeprecationWarning, stacklevel=4)
+        from dnnbind.runtime import trace
+        if trace.active():
+            fn = trace.wrap(self.library, self.name, fn)
         self.namespace["_" + self.name] = fn
         return fn
 

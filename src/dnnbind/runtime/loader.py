@@ -12,17 +12,20 @@ import site
 import sys
 import threading
 import warnings
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:                        # typing costs import time; annotations only
+TYPE_CHECKING = False                    # importing typing costs milliseconds; annotations only
+if TYPE_CHECKING:
     from typing import Any, Callable, Sequence
+
+#: Every Library a generated module created (tracing walks them).
+LIBRARIES: list["Library"] = []
+#: Set by dnnbind.runtime.trace while tracing: wraps each function bound meanwhile.
+trace_hook: "Callable[[Library, str, Any], Any] | None" = None
 
 from dnnbind.runtime.errors import (DnnArgumentError, LibraryError, LibraryNotFoundError,
                                     SymbolNotFoundError)
 
 
-def site_package_dirs() -> list[Path]:
+def site_package_dirs() -> list[str]:
     """Every site-packages directory of this interpreter, the user site included."""
     dirs: list[str] = []
     try:
@@ -37,7 +40,7 @@ def site_package_dirs() -> list[Path]:
     seen: dict[str, None] = {}
     for d in dirs:
         seen.setdefault(os.path.realpath(d), None)
-    return [Path(d) for d in seen]
+    return list(seen)
 
 
 class Library:
@@ -85,21 +88,21 @@ class Library:
             if kind == "site-packages":
                 for d in site_package_dirs():
                     for soname in self.sonames:
-                        p = d / step[1] / soname
-                        if p.exists():
-                            found.append((f"site-packages ({d})", str(p)))
+                        p = os.path.join(d, step[1], soname)
+                        if os.path.exists(p):
+                            found.append((f"site-packages ({d})", p))
             elif kind == "env-dir":
                 root = os.environ.get(step[1])
                 if root:
                     for soname in self.sonames:
-                        p = Path(root) / step[2] / soname
-                        if p.exists():
-                            found.append((f"${step[1]}", str(p)))
+                        p = os.path.join(root, step[2], soname)
+                        if os.path.exists(p):
+                            found.append((f"${step[1]}", p))
             elif kind == "dir":
                 for soname in self.sonames:
-                    p = Path(step[1]) / soname
-                    if p.exists():
-                        found.append((step[1], str(p)))
+                    p = os.path.join(step[1], soname)
+                    if os.path.exists(p):
+                        found.append((step[1], p))
             elif kind == "system":
                 found.extend(("system loader", soname) for soname in self.sonames)
         return found
@@ -176,7 +179,7 @@ class Library:
             fn = getattr(handle, name)
         except AttributeError:
             raise SymbolNotFoundError(
-                f"{name} is not in {Path(str(self._path)).name} {self.version_text()} "
+                f"{name} is not in {os.path.basename(str(self._path))} {self.version_text()} "
                 f"(loaded from {self._path}); it was declared in the "
                 f"{'.'.join(map(str, self.header_version))} headers dnnbind was generated from. "
                 f"Use a {self.title} library that has it.") from None
@@ -187,8 +190,10 @@ class Library:
     def binder(self, namespace: dict) -> Callable[..., "LazySymbol"]:
         """A factory for module globals that bind themselves on first call (see LazySymbol)."""
         self.namespace = namespace
-        from dnnbind.runtime import trace
-        trace.register(self)
+        LIBRARIES.append(self)
+        if os.environ.get("DNNBIND_TRACE"):
+            from dnnbind.runtime import trace
+            trace.start_from_environment()
 
         def lazy(name: str, argtypes: Sequence[type], restype: Any, deprecated: str | None = None) -> LazySymbol:
             self.function_names.append(name)
@@ -254,9 +259,8 @@ class LazySymbol:
         if self.deprecated is not None:
             warnings.warn(f"{self.name} is deprecated in {self.library.title}: {self.deprecated}",
                           DeprecationWarning, stacklevel=4)
-        from dnnbind.runtime import trace
-        if trace.active():
-            fn = trace.wrap(self.library, self.name, fn)
+        if trace_hook is not None:
+            fn = trace_hook(self.library, self.name, fn)
         self.namespace["_" + self.name] = fn
         return fn
 

@@ -11,8 +11,7 @@ import operator
 import sys
 from ctypes import c_char, c_char_p, c_size_t, c_void_p
 from functools import lru_cache
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

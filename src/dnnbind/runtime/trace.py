@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
+from dnnbind.runtime import loader
 from dnnbind.runtime.pointers import device_address, type_name
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 _lock = threading.RLock()
 _active: list["Tracer"] = []
-_libraries: list["Library"] = []
 
 
 @dataclass
@@ -62,10 +62,8 @@ class Tracer:
             self.sink(record)
 
 
-def register(library: "Library") -> None:
-    """Called by each generated module's Library; honours DNNBIND_TRACE from the start."""
-    with _lock:
-        _libraries.append(library)
+def start_from_environment() -> None:
+    """DNNBIND_TRACE=1 (stderr) or =PATH (append to a file): trace from import on."""
     setting = os.environ.get("DNNBIND_TRACE", "")
     if setting and not _active:
         target = sys.stderr if setting in ("1", "stderr", "true", "yes") else open(setting, "a")
@@ -94,7 +92,8 @@ def _start(tracer: Tracer) -> None:
     with _lock:
         _active.append(tracer)
         if len(_active) == 1:
-            for library in _libraries:
+            loader.trace_hook = wrap
+            for library in loader.LIBRARIES:
                 for name in library.function_names:
                     current = library.namespace.get("_" + name)
                     if isinstance(current, ctypes._CFuncPtr):
@@ -105,7 +104,8 @@ def _stop(tracer: Tracer) -> None:
     with _lock:
         _active.remove(tracer)
         if not _active:
-            for library in _libraries:
+            loader.trace_hook = None
+            for library in loader.LIBRARIES:
                 for name in library.function_names:
                     current = library.namespace.get("_" + name)
                     original = getattr(current, "__wrapped__", None)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from generator.api import Api, FieldApi, StructApi
+from generator import pipeline
+from generator.api import Api, FieldApi, StructApi, api_of_ir, api_of_text
 
 Kinds = dict[str, str]
 
@@ -213,3 +214,43 @@ def markdown(c: Changes, old_label: str = "", new_label: str = "", counts: str =
                     [f"- `{r}`" for r in newly_unused])
     out += _section("pointer_overrides.json problems with the OLD headers (for information)", _problem_lines(old))
     return "\n".join(out).rstrip() + "\n"
+
+
+# --------------------------------------------------------------------------------- counts and make generate
+
+def counts(api: Api) -> dict[str, int]:
+    """The report's counts for one side (functions, enums, records, macros, pointer kinds, problems)."""
+    kinds = [k for f in api.functions.values() for _, k in f.kinds]
+    return {"functions": len(api.functions),
+            "deprecated": sum(f.deprecated for f in api.functions.values()),
+            "beta": sum(f.beta for f in api.functions.values()),
+            "enums": len([e for e in api.enums if e]), "enum values": sum(len(v) for v in api.enums.values()),
+            "structs": len(api.structs), "handles": len(api.handles), "callbacks": len(api.callbacks),
+            "macros": len(api.macros), "device": kinds.count("device"), "host": kinds.count("host"),
+            "either": kinds.count("either"), "unclassified": kinds.count(""),
+            "override problems": len(api.problems)}
+
+
+def counts_table(old: Api, new: Api) -> str:
+    """Both sides' counts as a Markdown table."""
+    a, b = counts(old), counts(new)
+    rows = [f"| {k} | {a[k]} | {b[k]} |" for k in a]
+    return "\n".join([f"| count | {old.version} | {new.version} |", "|---|---:|---:|", *rows])
+
+
+def generation_changes(old_text: str, result: "pipeline.Result") -> str:
+    """``make generate``'s "what changed": the committed module's API (read back from its text) against
+    the new generation's IR; the line-level summary when the committed text cannot be read back."""
+    if old_text == result.text:
+        return "no change against the committed module"
+    new = api_of_ir(result.module, result.classification)
+    try:
+        old = api_of_text(old_text, result.library)
+    except Exception as exc:                          # an empty, foreign or hand-edited module
+        return (pipeline.describe_changes(old_text, result.text)
+                + f"\n(the committed module could not be read back for an API diff: {type(exc).__name__}: {exc})")
+    changes = compare(old, new)
+    lines = pipeline.describe_changes(old_text, result.text).splitlines()[-1]
+    if changes.empty:
+        return f"API unchanged against the committed module (generated text differs: {lines})"
+    return markdown(changes, "committed module", "new generation") + f"\n{lines}"

@@ -23,6 +23,7 @@ class CType:
     pointee: "CType | None" = None
     const: bool = False
     length: int = 0
+    signature: "tuple[CType, ...]" = ()      # function types: result, then parameters
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,46 @@ def translate(tokens: Sequence[str], known: Mapping[str, int | float]) -> str:
     return " ".join(out)
 
 
+def is_unsigned(tokens: Sequence[str]) -> tuple[bool, bool]:
+    """(unsigned, 64-bit): whether C would compute the expression in an unsigned type, and how wide.
+
+    A literal with a U suffix or a cast to an unsigned type makes it unsigned; an L suffix (64-bit
+    long on LP64) or a 64-bit cast makes it 64-bit.
+    """
+    unsigned = wide = False
+    for i, tok in enumerate(tokens):
+        m = _INT.match(tok)
+        if m:
+            suffix = m.group(2).lower()
+            unsigned |= "u" in suffix
+            wide |= "l" in suffix
+        elif tok in ("unsigned", "size_t", "uint32_t", "uint64_t") and i > 0 and tokens[i - 1] in ("(", "unsigned"):
+            unsigned = True
+            wide |= tok in ("size_t", "uint64_t") or (i + 1 < len(tokens) and tokens[i + 1] == "long")
+    return unsigned, wide
+
+
+def value_of(tokens: Sequence[str], known: Mapping[str, int | float]) -> int | float:
+    """Evaluate a macro body (already expanded) as C would, unsigned wrap-around included."""
+    value = evaluate(translate(tokens, known))
+    unsigned, wide = is_unsigned(tokens)
+    if unsigned and isinstance(value, int):
+        value &= (1 << 64) - 1 if wide or value >= 1 << 32 else (1 << 32) - 1
+    return value
+
+
+def expand(name: str, bodies: Mapping[str, Sequence[str]], _active: frozenset[str] = frozenset()) -> list[str]:
+    """The tokens of macro ``name`` with every object-like macro inside replaced by its own tokens,
+    as the preprocessor does (so ``#define S 1 + 2`` makes ``S * 3`` equal 7, not 9)."""
+    out: list[str] = []
+    for tok in bodies[name]:
+        if tok in bodies and tok not in _active and tok != name:
+            out.extend(expand(tok, bodies, _active | {name}))
+        else:
+            out.append(tok)
+    return out
+
+
 def evaluate(expression: str) -> int | float:
     """Evaluate a translated expression with a whitelist of arithmetic nodes (no eval())."""
     try:

@@ -178,8 +178,11 @@ class Parser:
         if t.kind == TypeKind.RECORD:
             decl = t.get_declaration()
             return ir.CType(self._record_kind(decl), self._record_name(decl), spelling, const=const)
-        if t.kind in (TypeKind.FUNCTIONPROTO, TypeKind.FUNCTIONNOPROTO):
-            return ir.CType("function", "", spelling, const=const)
+        if t.kind == TypeKind.FUNCTIONPROTO:
+            signature = (self.ctype(t.get_result()), *(self.ctype(a) for a in t.argument_types()))
+            return ir.CType("function", "", spelling, const=const, signature=signature)
+        if t.kind == TypeKind.FUNCTIONNOPROTO:
+            return ir.CType("function", "", spelling, const=const, signature=(self.ctype(t.get_result()),))
         if t.kind in _BUILTIN:
             kind, name = _BUILTIN[t.kind]
             return ir.CType(kind, name, spelling, const=const)
@@ -294,6 +297,9 @@ class Parser:
                     continue            # C: the unnamed FIELD_DECL that follows carries it
                 fields.append(self._anonymous_member(c, f, name, len(fields)))
                 continue
+            if f.kind in (CursorKind.STRUCT_DECL, CursorKind.UNION_DECL) and f.is_definition():
+                self._struct(f)         # a named record defined inside this one: its fields refer to it
+                continue
             if f.kind != CursorKind.FIELD_DECL:
                 continue
             target = _named_type(f.type)
@@ -351,7 +357,10 @@ class Parser:
             return
         params = []
         for i, a in enumerate(c.get_arguments()):
-            params.append(ir.Param(a.spelling or f"arg{i}", self.ctype(a.type)))
+            ptype = self.ctype(a.type)
+            if ptype.kind == "array":          # int dims[4] as a parameter is an int* (C's decay)
+                ptype = ir.CType("pointer", "", ptype.spelling, ptype.pointee, ptype.const)
+            params.append(ir.Param(a.spelling or f"arg{i}", ptype))
         result = self.ctype(c.result_type)
         args = ", ".join(f"{a.type.spelling} {a.spelling}".strip() for a in c.get_arguments()) or "void"
         prototype = f"{c.result_type.spelling} {c.spelling}({args})"
@@ -360,28 +369,34 @@ class Parser:
             c.availability == AvailabilityKind.DEPRECATED, False, header))
 
     def _macros(self, cursors: list[cindex.Cursor]) -> None:
-        known: dict[str, int | float] = {}
-        for enum in self.module.enums:
-            for m in enum.members:
-                known[m.name] = m.value
+        """Evaluate every object-like macro whose body is a constant expression.
+
+        Bodies are expanded as tokens first (the preprocessor's rule), so a macro may use one
+        defined later in the file, and an unparenthesised body keeps C's operator precedence.
+        """
+        enum_values: dict[str, int | float] = {m.name: m.value for e in self.module.enums for m in e.members}
+        bodies: dict[str, list[str]] = {}
+        kept: dict[str, bool] = {}
         for c in cursors:
             if c.kind != CursorKind.MACRO_DEFINITION:
                 continue
             raw = list(c.get_tokens())
             if len(raw) < 2 or _function_like(raw):
                 continue
-            tokens = [t.spelling for t in raw[1:]]
+            bodies[c.spelling] = [t.spelling for t in raw[1:]]
+            kept[c.spelling] = bool(self.header_of(c))
+        values: dict[str, int | float] = dict(enum_values)
+        for name, tokens in bodies.items():
             try:
-                expression = macros.translate(tokens, known)
-                value = macros.evaluate(expression)
-            except macros.NotConstant:
-                if self.header_of(c):
-                    self.module.skipped_macros.append(c.spelling)
+                value = macros.value_of(macros.expand(name, bodies), enum_values)
+            except (macros.NotConstant, RecursionError, ZeroDivisionError):
+                if kept[name]:
+                    self.module.skipped_macros.append(name)
                 continue
-            known[c.spelling] = value
-            if self.header_of(c) and not c.spelling.startswith("_"):
-                self.module.macros.append(ir.Macro(c.spelling, value, " ".join(tokens)))
-        self.all_macros = known
+            values[name] = value
+            if kept[name] and not name.startswith("_"):
+                self.module.macros.append(ir.Macro(name, value, " ".join(tokens)))
+        self.all_macros = values
 
 
 def _named_type(t: cindex.Type) -> cindex.Type:

@@ -92,7 +92,8 @@ def write(result: Result) -> str:
     for path, text in result.outputs().items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    return describe_changes(old, result.text)
+    from generator import diff                      # diff imports this module
+    return diff.generation_changes(old, result)
 
 
 def _fallback_note(library: str) -> str | None:
@@ -142,7 +143,11 @@ def report_text(result: Result) -> str:
              "  pointer parameters by kind: " + ", ".join(f"{k} {c.per_kind[k]}" for k in classify.KINDS),
              "  by rule:"]
     lines += [f"    {rule:<40} {count}" for rule, count in sorted(c.per_rule.items(), key=lambda kv: (-kv[1], kv[0]))]
-    lines.append("  unclassified: 0")
+    unclassified = [p for p in c.problems if p.startswith("unclassified")]
+    lines.append(f"  unclassified: {len(unclassified)}")
+    if c.problems:                                  # only a non-strict classification gets here
+        lines.append(f"  pointer_overrides.json problems: {len(c.problems)}")
+        lines += [f"    {p}" for p in c.problems]
     if c.unused_rules:
         lines.append("  rules that matched nothing: " + ", ".join(c.unused_rules))
     return "\n".join(lines)

@@ -66,6 +66,8 @@ class TypeNames:
             return t.name
         if t.kind == "enum":
             return self.enum_ctype(t.name)
+        if t.kind == "function" and not t.name:
+            return self.function_type(t)
         if t.kind in ("handle", "struct", "union", "function"):
             return t.name
         if t.kind == "void":
@@ -76,6 +78,14 @@ class TypeNames:
             assert t.pointee is not None
             return f"({self.value(t.pointee)} * {t.length})"
         raise ValueError(f"no ctypes form for {t}")
+
+    def function_type(self, t: ir.CType) -> str:
+        """An untypedef'd function pointer, ``int (*fn)(int)``: an inline CFUNCTYPE."""
+        if not t.signature:
+            return "c_void_p"
+        result, *args = t.signature
+        parts = [self.value(result)] + [self.plain_pointer(a) if a.kind == "pointer" else self.value(a) for a in args]
+        return f"CFUNCTYPE({', '.join(parts)})"
 
     def enum_ctype(self, name: str) -> str:
         """C leaves an enum's underlying type to the compiler (unsigned int when no value is negative);
@@ -97,6 +107,8 @@ class TypeNames:
             return "c_char_p"
         if pointee.kind == "struct" and pointee.name not in self.struct_names:
             return "c_void_p"
+        if pointee.kind == "function":
+            return self.value(pointee)              # a function pointer is the CFUNCTYPE itself
         return f"POINTER({self.value(pointee)})"
 
     def element(self, t: ir.CType) -> str:
@@ -158,6 +170,8 @@ class TypeNames:
             return ("ConstHostPointer" if pointee.const else "HostPointer"), "host memory"
         if pointee.kind == "char" and pointee.const:
             return "HostString", "str or bytes"
+        if pointee.kind == "function":
+            return self.value(pointee), "callback"
         const = "True" if pointee.const else "False"
         note = "host memory" + (" (64-bit byte count)" if p.byte_size else "")
         return f"host_array({self.element(pointee)}, {const})", note
@@ -224,6 +238,8 @@ def _fields(struct: ir.Struct, names: TypeNames) -> list[str]:
     out = []
     for f in struct.fields:
         ctype = names.value(f.type) if f.type.kind != "pointer" else names.plain_pointer(f.type)
+        if f.bit_width and ctype == "c_char":       # ctypes refuses c_char bit fields
+            ctype = "c_byte"
         if f.bit_width:
             out.append(f"({f.name!r}, {ctype}, {f.bit_width})")
         else:

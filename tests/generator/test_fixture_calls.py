@@ -14,6 +14,7 @@ import pytest
 import fixture_build as fb
 from dnnbind.runtime.errors import (CudnnError, DnnArgumentError, LibraryError, SymbolNotFoundError)
 from dnnbind.runtime.pointers import type_name
+from generator import render
 
 FAKE_DEVICE_ADDRESS = 0x7F00_1234_5000
 
@@ -94,7 +95,7 @@ def test_last_error_preferred_when_configured(fixture_built: fb.Built, fixture_l
                                               generated_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``last_error`` configured, its text is the message; when it is empty, the error string is."""
     config = fb.fixture_config(last_error="fxGetLastErrorString")
-    text = fb.render.render(fixture_built.module, fixture_built.classification, config)
+    text = render.render(fixture_built.module, fixture_built.classification, config)
     module = fb.import_text(text, generated_dir)
     monkeypatch.setenv(fb.LIBRARY_ENV, str(fixture_library))
     with pytest.raises(CudnnError) as info:

@@ -1847,6 +1847,10 @@ class cudnnGnnCscGraph_t(Structure):
 class cudnnGnnMhaParams_t(Structure):
     """cudnnGnnMhaParams_t"""
 
+# ------------------------------------------------------------------------------------------ callbacks
+cudnnCallback_t = CFUNCTYPE(None, c_int, c_void_p, POINTER(cudnnDebug_t), c_char_p)
+
+
 cudnnDebug_t._fields_ = [
     ('cudnn_version', c_uint),
     ('cudnnStatus', c_int),
@@ -1908,9 +1912,6 @@ cudnnGnnMhaParams_t._fields_ = [
     ('numHeads', c_int),
     ('concatHeads', c_int),
 ]
-
-# ------------------------------------------------------------------------------------------ callbacks
-cudnnCallback_t = CFUNCTYPE(None, c_int, c_void_p, POINTER(cudnnDebug_t), c_char_p)
 
 # ------------------------------------------------------------------------------------------ functions
 
@@ -2149,7 +2150,7 @@ def cudnnSetCallback(mask, udata, fptr):
     if status:
         raise _lib.status_error(status, 'cudnnSetCallback')
 
-_cudnnGetCallback = _lazy('cudnnGetCallback', (host_array(c_uint, False), host_array(c_void_p, False), host_array(cudnnCallback_t, False),), c_int)
+_cudnnGetCallback = _lazy('cudnnGetCallback', (host_array(c_uint, False), host_array(c_void_p, False), cudnnCallback_t,), c_int)
 
 
 def cudnnGetCallback(mask, udata, fptr):
@@ -2158,7 +2159,7 @@ def cudnnGetCallback(mask, udata, fptr):
     Checked parameters:
         mask: host memory
         udata: host memory
-        fptr: host memory
+        fptr: callback
 
     Raises CudnnError when the returned status is not success.
 

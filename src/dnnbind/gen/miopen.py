@@ -1212,6 +1212,11 @@ class miopenConvSolution_t(Structure):
 class miopenTensorArgument_t(Structure):
     """@brief Values of a tensor or scalar argument for the miopenRunSolution function."""
 
+# ------------------------------------------------------------------------------------------ callbacks
+miopenAllocatorFunction = CFUNCTYPE(c_void_p, c_void_p, c_ulong)
+miopenDeallocatorFunction = CFUNCTYPE(None, c_void_p, c_void_p)
+
+
 miopenConvAlgoPerf_t_anon0._fields_ = [
     ('fwd_algo', c_int),
     ('bwd_weights_algo', c_int),
@@ -1234,10 +1239,6 @@ miopenTensorArgument_t._fields_ = [
     ('descriptor', POINTER(miopenTensorDescriptor_t)),
     ('buffer', c_void_p),
 ]
-
-# ------------------------------------------------------------------------------------------ callbacks
-miopenAllocatorFunction = CFUNCTYPE(c_void_p, c_void_p, c_ulong)
-miopenDeallocatorFunction = CFUNCTYPE(None, c_void_p, c_void_p)
 
 # ------------------------------------------------------------------------------------------ functions
 

@@ -1,6 +1,6 @@
-"""Generator bugs found with header fixtures and not yet fixed: each test states the correct behaviour
-and is a strict xfail, failing for the reason given, so a fix turns it into an XPASS (an error) and
-the marker must then come off. The constructs live in fixtures/known_bugs.h, one -D switch each."""
+"""C constructs that once broke the generator (found with header fixtures), now handled, and one
+limitation of ctypes itself that stays a strict xfail. The constructs live in fixtures/known_bugs.h,
+one -D switch each."""
 from __future__ import annotations
 
 import ctypes
@@ -21,9 +21,6 @@ def _import(built: fb.Built, tmp_path: Path) -> ModuleType:
     return fb.import_text(built.text, tmp_path, "known_bug")
 
 
-@pytest.mark.xfail(strict=True, raises=NameError,
-                   reason="template renders callbacks after the structs' _fields_, so a struct field of "
-                          "a callback type names the CFUNCTYPE before it exists (NameError at import)")
 def test_struct_field_of_callback_type(tmp_path: Path) -> None:
     """A struct may hold a callback: the CFUNCTYPE is the field's type."""
     built = _build("CALLBACK_FIELD")
@@ -32,9 +29,6 @@ def test_struct_field_of_callback_type(tmp_path: Path) -> None:
     assert fb.all_layout_problems(built.headers, built.config, module) == []
 
 
-@pytest.mark.xfail(strict=True, raises=SyntaxError,
-                   reason="a function-pointer parameter without a typedef (int (*fn)(int)) is a pointer to "
-                          "an unnamed 'function' CType; render emits host_array(, False), invalid Python")
 def test_function_pointer_parameter_without_typedef(tmp_path: Path) -> None:
     """``int (*fn)(int)`` as a parameter is a callback type, like a typedef'd one."""
     module = _import(_build("FUNCTION_POINTER_PARAM"), tmp_path)
@@ -43,9 +37,6 @@ def test_function_pointer_parameter_without_typedef(tmp_path: Path) -> None:
     assert callback_type._argtypes_ == (ctypes.c_int,) and callback_type._restype_ is ctypes.c_int
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="parse.ctype keeps a sized array parameter (const int dims[4]) as an 'array' "
-                          "value: argtype (c_int * 4), no pointer kind, lists refused; C passes a pointer")
 def test_sized_array_parameter_is_a_pointer(tmp_path: Path) -> None:
     """``const int dims[4]`` is a const int* parameter: classified, and it takes a list."""
     built = _build("FIXED_ARRAY_PARAM")
@@ -55,9 +46,6 @@ def test_sized_array_parameter_is_a_pointer(tmp_path: Path) -> None:
     module._fxSumFour.argtypes[0].from_param([1, 2, 3, 4])
 
 
-@pytest.mark.xfail(strict=True, raises=NameError,
-                   reason="a named struct defined inside another (struct fxInner inside fxOuter) is never "
-                          "emitted: only top-level and anonymous records get classes (NameError at import)")
 def test_named_struct_defined_inside_another(tmp_path: Path) -> None:
     """The inner struct gets its own class, and the outer struct's layout equals libclang's."""
     built = _build("NESTED_NAMED_STRUCT")
@@ -77,9 +65,6 @@ def test_plain_field_after_bitfield_layout(tmp_path: Path) -> None:
     assert fb.all_layout_problems(built.headers, built.config, module) == []
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="a plain char bitfield renders as c_char, and ctypes refuses bit fields of "
-                          "c_char (TypeError at import); needs c_byte/c_ubyte by the target's char sign")
 def test_char_bitfield(tmp_path: Path) -> None:
     """``char low : 2`` imports and lays out as gcc does."""
     built = _build("CHAR_BITFIELD")
@@ -87,9 +72,6 @@ def test_char_bitfield(tmp_path: Path) -> None:
     assert fb.all_layout_problems(built.headers, built.config, module) == []
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="macros.translate drops U suffixes and unsigned casts, so ~0U, (unsigned)-1 and "
-                          "0U - 1 evaluate as Python ints (-1) instead of C's 4294967295")
 def test_unsigned_macro_arithmetic(tmp_path: Path) -> None:
     """Unsigned macro arithmetic wraps as in C."""
     if fb.c_compiler() is None:
@@ -101,9 +83,6 @@ def test_unsigned_macro_arithmetic(tmp_path: Path) -> None:
     assert {m.name: m.value for m in built.module.macros if m.name in names} == expected
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="parse._macros evaluates macros in file order, so a macro using one defined "
-                          "later (valid C: expansion happens at the point of use) is skipped as not constant")
 def test_macro_using_a_later_macro() -> None:
     """``#define FX_EARLY (FX_LATE + 0)`` before ``#define FX_LATE 7`` gives both the value 7."""
     built = _build("FORWARD_MACRO")
@@ -112,9 +91,6 @@ def test_macro_using_a_later_macro() -> None:
     assert macros.get("FX_EARLY") == 7 and "FX_EARLY" not in built.module.skipped_macros
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="parse._macros substitutes a macro's evaluated value, not its tokens: with "
-                          "#define FX_SUM 1 + 2, C reads (FX_SUM * 3) as 1 + 2 * 3 = 7; the generator says 9")
 def test_macro_using_an_unparenthesized_macro(tmp_path: Path) -> None:
     """A macro body is substituted as tokens, as the C preprocessor does."""
     if fb.c_compiler() is None:

@@ -1,0 +1,187 @@
+"""maxpool and meanpool on the reference backend: hand-worked cases, ties, finite differences, PyTorch."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dnnbind
+
+from ..gradcheck import check_gradients
+
+X44 = np.array([[1.0, 5.0, 2.0, 0.0],
+                [3.0, 4.0, 8.0, 1.0],
+                [0.0, 2.0, 7.0, 7.0],
+                [9.0, 1.0, 7.0, 6.0]]).reshape(1, 1, 4, 4)
+
+
+def test_maxpool_by_hand():
+    y, pullback = dnnbind.maxpool(X44, 2)
+    np.testing.assert_array_equal(y[0, 0], [[5, 8], [9, 7]])
+    dx = pullback(np.array([[[[10.0, 20.0], [30.0, 40.0]]]]))
+    expected = np.zeros((4, 4))
+    expected[0, 1], expected[1, 2], expected[3, 0] = 10, 20, 30
+    expected[2, 2] = 40  # the window [7 7; 7 6] has three maxima: the first in row-major order wins
+    np.testing.assert_array_equal(dx[0, 0], expected)
+
+
+def test_maxpool_ties_with_overlap_and_padding_by_hand():
+    x = np.array([[[2.0, 2.0, 1.0, 2.0]]])
+    y, pullback = dnnbind.maxpool(x, 3, stride=1, padding=1)
+    # windows: [pad 2 2] [2 2 1] [2 1 2] [1 2 pad]; padding never wins
+    np.testing.assert_array_equal(y, [[[2, 2, 2, 2]]])
+    dx = pullback(np.array([[[1.0, 10.0, 100.0, 1000.0]]]))
+    # first maxima: x0 in windows 0 and 1, x1 in window 2, x3 in window 3
+    np.testing.assert_array_equal(dx, [[[11.0, 100.0, 0.0, 1000.0]]])
+
+
+def test_maxpool_all_negative_with_padding():
+    x = -np.arange(1.0, 5.0).reshape(1, 1, 4)
+    y, _ = dnnbind.maxpool(x, 2, padding=1)
+    np.testing.assert_array_equal(y, [[[-1, -2, -4]]])
+
+
+def test_meanpool_by_hand():
+    y, pullback = dnnbind.meanpool(X44, 2)
+    np.testing.assert_array_equal(y[0, 0], [[13 / 4, 11 / 4], [12 / 4, 27 / 4]])
+    np.testing.assert_array_equal(pullback(np.full((1, 1, 2, 2), 4.0))[0, 0], np.ones((4, 4)))
+    x = np.array([[[1.0, 2.0, 3.0]]])
+    y, pullback = dnnbind.meanpool(x, 2, stride=1, padding=1)
+    np.testing.assert_allclose(y, [[[0.5, 1.5, 2.5, 1.5]]])
+    y, pullback = dnnbind.meanpool(x, 2, stride=1, padding=1, count_include_pad=False)
+    np.testing.assert_allclose(y, [[[1.0, 1.5, 2.5, 3.0]]])
+    np.testing.assert_allclose(pullback(np.ones((1, 1, 4))), [[[1.5, 1.0, 1.5]]])
+
+
+def test_maxpool_nan_propagates_like_torch():
+    x = np.array([[[1.0, np.nan, 3.0, 2.0]]])
+    y, pullback = dnnbind.maxpool(x, 2)
+    assert np.isnan(y[0, 0, 0]) and y[0, 0, 1] == 3
+    np.testing.assert_array_equal(pullback(np.ones((1, 1, 2))), [[[0, 1, 1, 0]]])
+
+
+# ---------------------------------------------------------------------------------------------- finite differences
+
+POOLS = [
+    dict(x=(2, 2, 7), window=3, stride=2, padding=((1, 0),)),
+    dict(x=(1, 3, 5, 6), window=(2, 3), stride=(1, 2), padding=((1, 0), 1)),
+    dict(x=(1, 2, 4, 5, 3), window=2, stride=(1, 2, 1), padding=(0, 1, (1, 0))),
+    dict(x=(2, 1, 6, 6), window=2, stride=None, padding=0),
+]
+
+
+@pytest.mark.parametrize("config", POOLS)
+def test_maxpool_gradients(rng, config):
+    c = dict(config)
+    x = rng.standard_normal(c.pop("x"))
+    check_gradients(lambda: dnnbind.maxpool(x, c["window"], stride=c["stride"], padding=c["padding"]), [x],
+                    select=lambda g: [g])
+
+
+@pytest.mark.parametrize("config", POOLS)
+@pytest.mark.parametrize("count_include_pad", [True, False])
+def test_meanpool_gradients(rng, config, count_include_pad):
+    c = dict(config)
+    x = rng.standard_normal(c.pop("x"))
+    check_gradients(lambda: dnnbind.meanpool(x, c["window"], stride=c["stride"], padding=c["padding"],
+                                             count_include_pad=count_include_pad), [x], select=lambda g: [g])
+
+
+def test_float16(rng):
+    x = rng.standard_normal((2, 3, 6, 6))
+    for op in (dnnbind.maxpool, dnnbind.meanpool):
+        ref, ref_pb = op(x, 2, padding=1, stride=1)
+        y, pullback = op(x.astype(np.float16), 2, padding=1, stride=1)
+        assert y.dtype == np.float16
+        np.testing.assert_allclose(y, ref, rtol=2e-3, atol=2e-3)
+        dy = rng.standard_normal(y.shape)
+        dx = pullback(dy.astype(np.float16))
+        assert dx.dtype == np.float16
+        np.testing.assert_allclose(dx, ref_pb(dy), rtol=5e-3, atol=5e-3)
+
+
+def test_errors(rng):
+    x = rng.standard_normal((1, 1, 4, 4))
+    with pytest.raises(ValueError, match=r"padding=2 must be at most half the window \(3, 3\)"):
+        dnnbind.maxpool(x, 3, padding=2)
+    with pytest.raises(TypeError, match=r"count_include_pad=1 must be a bool"):
+        dnnbind.meanpool(x, 2, count_include_pad=1)
+    with pytest.raises(TypeError, match=r"x has dtype int32"):
+        dnnbind.maxpool(x.astype(np.int32), 2)
+    y, pullback = dnnbind.maxpool(x, 2)
+    with pytest.raises(ValueError, match=r"dy has shape \(1, 1, 4, 4\) but must have shape \(1, 1, 2, 2\)"):
+        pullback(x)
+
+
+# ---------------------------------------------------------------------------------------------- against PyTorch
+
+
+@st.composite
+def pool_case(draw):
+    rank = draw(st.integers(1, 3))
+    window = tuple(draw(st.integers(1, 3)) for _ in range(rank))
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(rank))
+    pads = tuple((draw(st.integers(0, k // 2)), draw(st.integers(0, k // 2))) for k in window)
+    size = tuple(max(1, k - lo - hi) + draw(st.integers(0, 3)) for k, (lo, hi) in zip(window, pads))
+    return dict(x=(draw(st.integers(1, 2)), draw(st.integers(1, 3))) + size, window=window, stride=stride,
+                pads=pads, ties=draw(st.booleans()), count_include_pad=draw(st.booleans()))
+
+
+def _torch_pad(pads):
+    flat = []
+    for lo, hi in reversed(pads):
+        flat += [lo, hi]
+    return flat
+
+
+@settings(max_examples=40, deadline=None)
+@given(pool_case())
+def test_pools_match_torch(case):
+    """Asymmetric padding goes through F.pad (-inf for max; zeros and a count of ones for mean)."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(case["x"])
+    if case["ties"]:
+        x = np.round(x)  # many equal values: checks which maximum gets the gradient
+    rank = len(case["x"]) - 2
+    window, stride, pad = case["window"], case["stride"], _torch_pad(case["pads"])
+    dy = rng.standard_normal(dnnbind.PoolDims(x.shape, window, stride=stride, padding=case["pads"]).y_shape)
+
+    y, pullback = dnnbind.maxpool(x, window, stride=stride, padding=case["pads"])
+    xt = torch.tensor(x, requires_grad=True)
+    yt = getattr(F, f"max_pool{rank}d")(F.pad(xt, pad, value=-np.inf), window, stride)
+    np.testing.assert_array_equal(y, yt.detach().numpy())
+    np.testing.assert_allclose(pullback(dy), torch.autograd.grad(yt, xt, torch.tensor(dy))[0].numpy(), atol=1e-12)
+
+    cip = case["count_include_pad"]
+    y, pullback = dnnbind.meanpool(x, window, stride=stride, padding=case["pads"], count_include_pad=cip)
+    avg = getattr(F, f"avg_pool{rank}d")
+    xt = torch.tensor(x, requires_grad=True)
+    yt = avg(F.pad(xt, pad), window, stride)
+    if not cip:
+        yt = yt * np.prod(window) / (avg(F.pad(torch.ones_like(xt), pad), window, stride) * np.prod(window))
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(pullback(dy), torch.autograd.grad(yt, xt, torch.tensor(dy))[0].numpy(),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_symmetric_padding_matches_torch_directly(rng):
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    x = np.round(rng.standard_normal((2, 3, 7, 8)) * 2)
+    xt = torch.tensor(x, requires_grad=True)
+    dy = rng.standard_normal((2, 3, 4, 4))
+    y, pullback = dnnbind.maxpool(x, 3, stride=2, padding=1)
+    yt = F.max_pool2d(xt, 3, 2, 1)
+    np.testing.assert_array_equal(y, yt.detach().numpy())
+    # gradients summed in another order from overlapping windows: equal up to rounding
+    np.testing.assert_allclose(pullback(dy), torch.autograd.grad(yt, xt, torch.tensor(dy))[0].numpy(),
+                               rtol=1e-13, atol=1e-13)
+    for cip in (True, False):
+        y, pullback = dnnbind.meanpool(x, 3, stride=2, padding=1, count_include_pad=cip)
+        yt = F.avg_pool2d(xt, 3, 2, 1, count_include_pad=cip)
+        np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(pullback(dy), torch.autograd.grad(yt, xt, torch.tensor(dy))[0].numpy(),
+                                   rtol=1e-12)

@@ -1,0 +1,263 @@
+"""rnn on the reference backend: hand-worked cells, finite differences, torch.nn.LSTM/GRU/RNN."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dnnbind
+
+from ..gradcheck import check_gradients
+
+GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
+
+
+def make_weights(rng, mode, inp, hidden, layers=1, dirs=1, bias=True):
+    g = GATES[mode] * hidden
+    weights = []
+    for i in range(layers * dirs):
+        layer_in = inp if i < dirs else hidden * dirs
+        entry = [rng.standard_normal((g, layer_in)) * 0.6, rng.standard_normal((g, hidden)) * 0.6]
+        entry += [rng.standard_normal(g) * 0.3, rng.standard_normal(g) * 0.3] if bias else [None, None]
+        weights.append(tuple(entry))
+    return weights
+
+
+def sigmoid(v):
+    return 1 / (1 + math.exp(-v))
+
+
+# ---------------------------------------------------------------------------------------------- by hand
+
+
+def test_tanh_rnn_by_hand():
+    x = np.array([0.5, -1.0]).reshape(2, 1, 1)
+    w = [(np.array([[2.0]]), np.array([[0.5]]), np.array([0.1]), np.array([-0.2]))]
+    (y, hy, cy), _ = dnnbind.rnn(x, w, mode="rnn_tanh", hidden_size=1, h0=np.array([[[0.3]]]))
+    h1 = math.tanh(2 * 0.5 + 0.1 + 0.5 * 0.3 - 0.2)
+    h2 = math.tanh(2 * -1.0 + 0.1 + 0.5 * h1 - 0.2)
+    np.testing.assert_allclose(y.ravel(), [h1, h2], rtol=1e-15)
+    np.testing.assert_allclose(hy.ravel(), [h2], rtol=1e-15)
+    assert cy is None
+
+
+def test_lstm_cell_by_hand():
+    # one hidden unit: gates i, f, g, o each see w_ih = (1, 2, 3, 4) * x and w_hh = (0.5, -0.5, 0.25, 1) * h
+    x, h0, c0 = 0.7, -0.4, 0.9
+    w_ih = np.array([[1.0], [2.0], [3.0], [4.0]])
+    w_hh = np.array([[0.5], [-0.5], [0.25], [1.0]])
+    b_ih, b_hh = np.array([0.1, 0.2, 0.3, 0.4]), np.array([0.0, -0.1, 0.0, 0.1])
+    pre = [w_ih[k, 0] * x + w_hh[k, 0] * h0 + b_ih[k] + b_hh[k] for k in range(4)]
+    i, f, g, o = sigmoid(pre[0]), sigmoid(pre[1]), math.tanh(pre[2]), sigmoid(pre[3])
+    c = f * c0 + i * g
+    h = o * math.tanh(c)
+    (y, hy, cy), _ = dnnbind.rnn(np.full((1, 1, 1), x), [(w_ih, w_hh, b_ih, b_hh)], mode="lstm", hidden_size=1,
+                                 h0=np.full((1, 1, 1), h0), c0=np.full((1, 1, 1), c0))
+    np.testing.assert_allclose([y.item(), hy.item(), cy.item()], [h, h, c], rtol=1e-14)
+
+
+def test_gru_cell_by_hand():
+    x, h0 = -0.3, 0.8
+    w_ih, w_hh = np.array([[1.0], [-2.0], [0.5]]), np.array([[0.3], [0.7], [-1.5]])
+    b_ih, b_hh = np.array([0.1, 0.0, -0.2]), np.array([0.05, 0.3, 0.4])
+    r = sigmoid(w_ih[0, 0] * x + b_ih[0] + w_hh[0, 0] * h0 + b_hh[0])
+    z = sigmoid(w_ih[1, 0] * x + b_ih[1] + w_hh[1, 0] * h0 + b_hh[1])
+    n = math.tanh(w_ih[2, 0] * x + b_ih[2] + r * (w_hh[2, 0] * h0 + b_hh[2]))   # r multiplies b_hn too
+    h = (1 - z) * n + z * h0
+    (y, hy, cy), _ = dnnbind.rnn(np.full((1, 1, 1), x), [(w_ih, w_hh, b_ih, b_hh)], mode="gru", hidden_size=1,
+                                 h0=np.full((1, 1, 1), h0))
+    np.testing.assert_allclose([y.item(), hy.item()], [h, h], rtol=1e-14)
+    assert cy is None
+
+
+def test_lengths_by_hand():
+    """Packed semantics: y is zero past the end, hy is the state at the last valid step."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 2, 3))
+    w = make_weights(rng, "rnn_tanh", 3, 2, dirs=2)
+    (y, hy, _), _ = dnnbind.rnn(x, w, mode="rnn_tanh", hidden_size=2, bidirectional=True, lengths=[2, 4])
+    (y_short, hy_short, _), _ = dnnbind.rnn(x[:2, :1], w, mode="rnn_tanh", hidden_size=2, bidirectional=True)
+    np.testing.assert_allclose(y[:2, :1], y_short, rtol=1e-14)
+    np.testing.assert_array_equal(y[2:, 0], 0)
+    np.testing.assert_allclose(hy[:, :1], hy_short, rtol=1e-14)
+    (y_full, hy_full, _), _ = dnnbind.rnn(x[:, 1:], w, mode="rnn_tanh", hidden_size=2, bidirectional=True)
+    np.testing.assert_allclose(y[:, 1:], y_full, rtol=1e-14)
+    np.testing.assert_allclose(hy[:, 1:], hy_full, rtol=1e-14)
+
+
+# ---------------------------------------------------------------------------------------------- finite differences
+
+
+def _flatten_grads(mode, has_h0, has_c0):
+    def select(grads):
+        dx, dh0, dc0, dweights = grads
+        out = [dx] + ([dh0] if has_h0 else []) + ([dc0] if has_c0 else [])
+        return out + [g for entry in dweights for g in entry if g is not None]
+    return select
+
+
+@pytest.mark.parametrize("mode", list(GATES))
+@pytest.mark.parametrize("layers, bidirectional, lengths, bias", [
+    (1, False, None, True),
+    (2, True, [3, 1], True),
+    (2, False, [2, 3], False),
+])
+def test_gradients(rng, mode, layers, bidirectional, lengths, bias):
+    T, B, I, H = 3, 2, 2, 3
+    dirs = 2 if bidirectional else 1
+    x = rng.standard_normal((T, B, I))
+    h0 = rng.standard_normal((layers * dirs, B, H)) * 0.5
+    c0 = rng.standard_normal((layers * dirs, B, H)) * 0.5 if mode == "lstm" else None
+    weights = make_weights(rng, mode, I, H, layers, dirs, bias)
+    inputs = [x, h0] + ([c0] if c0 is not None else []) + [a for e in weights for a in e if a is not None]
+    check_gradients(lambda: dnnbind.rnn(x, weights, mode=mode, hidden_size=H, num_layers=layers,
+                                        bidirectional=bidirectional, h0=h0, c0=c0, lengths=lengths),
+                    inputs, _flatten_grads(mode, True, c0 is not None), max_points=12)
+
+
+def test_pullback_defaults_and_structure(rng):
+    x = rng.standard_normal((3, 2, 2))
+    weights = make_weights(rng, "gru", 2, 3, layers=2, dirs=2)
+    (y, hy, cy), pullback = dnnbind.rnn(x, weights, mode="gru", hidden_size=3, num_layers=2, bidirectional=True)
+    dx, dh0, dc0, dweights = pullback(np.ones_like(y))
+    assert dx.shape == x.shape and dh0.shape == hy.shape and dc0 is None and cy is None
+    assert [tuple(g.shape for g in e) for e in dweights] == [tuple(a.shape for a in e) for e in weights]
+    # dhy = None means zero
+    with_zero = pullback(np.ones_like(y), np.zeros_like(hy))
+    np.testing.assert_array_equal(dx, with_zero[0])
+    with pytest.raises(ValueError, match=r"dcy is only used by mode='lstm', not mode='gru'"):
+        pullback(np.ones_like(y), None, np.zeros_like(hy))
+    with pytest.raises(ValueError, match=r"dhy has shape \(4, 2\) but must have shape \(4, 2, 3\)"):
+        pullback(np.ones_like(y), np.zeros((4, 2)))
+
+
+def test_lstm_dc0_without_c0(rng):
+    x = rng.standard_normal((2, 1, 2))
+    weights = make_weights(rng, "lstm", 2, 2)
+    (y, hy, cy), pullback = dnnbind.rnn(x, weights, hidden_size=2)
+    dx, dh0, dc0, _ = pullback(np.zeros_like(y), None, np.ones_like(cy))
+    assert dh0.shape == dc0.shape == (1, 1, 2) and np.any(dc0 != 0)
+
+
+def test_dtypes(rng):
+    x = rng.standard_normal((4, 3, 5))
+    weights = make_weights(rng, "lstm", 5, 6)
+    (ref, ref_hy, ref_cy), ref_pb = dnnbind.rnn(x, weights, hidden_size=6)
+    dy = rng.standard_normal(ref.shape)
+    ref_grads = ref_pb(dy)
+    for dtype, tol in ((np.float32, 1e-5), (np.float16, 1e-2)):
+        cast = [tuple(a.astype(dtype) for a in e) for e in weights]
+        (y, hy, cy), pullback = dnnbind.rnn(x.astype(dtype), cast, hidden_size=6)
+        assert y.dtype == hy.dtype == cy.dtype == dtype
+        np.testing.assert_allclose(y, ref, rtol=tol, atol=tol)
+        dx, dh0, dc0, dweights = pullback(dy.astype(dtype))
+        assert dx.dtype == dh0.dtype == dc0.dtype == dweights[0][0].dtype == dtype
+        np.testing.assert_allclose(dx, ref_grads[0], rtol=5 * tol, atol=5 * tol)
+        np.testing.assert_allclose(dweights[0][1], ref_grads[3][0][1], rtol=5 * tol, atol=20 * tol)
+
+
+def test_errors(rng):
+    x = rng.standard_normal((3, 2, 4))
+    weights = make_weights(rng, "lstm", 4, 5)
+    with pytest.raises(ValueError, match=r"weights\[0\]\[0\] \(w_ih\) has shape \(20, 4\) but must have shape \(12, 4\) "
+                                         r"\(mode='lstm', hidden_size=3, layer 0 input size 4\)"):
+        dnnbind.rnn(x, weights, mode="lstm", hidden_size=3)
+    with pytest.raises(TypeError, match=r"h0 has dtype float32 but x has dtype float64"):
+        dnnbind.rnn(x, weights, hidden_size=5, h0=np.zeros((1, 2, 5), np.float32))
+    with pytest.raises(TypeError, match=r"weights\[0\]\[2\] has dtype float32"):
+        dnnbind.rnn(x, [weights[0][:2] + (weights[0][2].astype(np.float32), weights[0][3])], hidden_size=5)
+    with pytest.raises(ValueError, match=r"c0 is only used by mode='lstm', not mode='gru'"):
+        dnnbind.rnn(x, make_weights(rng, "gru", 4, 5), mode="gru", hidden_size=5, c0=np.zeros((1, 2, 5)))
+    with pytest.raises(ValueError, match=r"lengths\[1\]=4 must be between 1 and the sequence length 3"):
+        dnnbind.rnn(x, weights, hidden_size=5, lengths=[1, 4])
+    with pytest.raises(TypeError, match=r"hidden_size=5.0 must be an int"):
+        dnnbind.rnn(x, weights, hidden_size=5.0)
+    (y, _, _), pullback = dnnbind.rnn(x, weights, hidden_size=5)
+    with pytest.raises(ValueError, match=r"dy has shape \(3, 2, 4\) but must have shape \(3, 2, 5\)"):
+        pullback(x)
+
+
+# ---------------------------------------------------------------------------------------------- against PyTorch
+
+
+def _torch_module(torch, mode, inp, hidden, layers, bidirectional, bias):
+    kwargs = dict(num_layers=layers, bidirectional=bidirectional, bias=bias)
+    if mode == "lstm":
+        return torch.nn.LSTM(inp, hidden, **kwargs).double()
+    if mode == "gru":
+        return torch.nn.GRU(inp, hidden, **kwargs).double()
+    return torch.nn.RNN(inp, hidden, nonlinearity=mode[4:], **kwargs).double()
+
+
+def _torch_weights(module, layers, dirs, bias):
+    names = ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if bias else ())
+    out = []
+    for layer in range(layers):
+        for d in range(dirs):
+            params = [getattr(module, f"{n}_l{layer}{'_reverse' if d else ''}") for n in names]
+            out.append(params + ([None, None] if not bias else []))
+    return out
+
+
+@st.composite
+def rnn_case(draw):
+    batch = draw(st.integers(1, 3))
+    seq = draw(st.integers(1, 4))
+    use_lengths = draw(st.booleans())
+    lengths = [draw(st.integers(1, seq)) for _ in range(batch)] if use_lengths else None
+    return dict(mode=draw(st.sampled_from(list(GATES))), seq=seq, batch=batch, inp=draw(st.integers(1, 3)),
+                hidden=draw(st.integers(1, 4)), layers=draw(st.integers(1, 2)), bidirectional=draw(st.booleans()),
+                bias=draw(st.booleans()), lengths=lengths, h0=draw(st.booleans()))
+
+
+@settings(max_examples=40, deadline=None)
+@given(rnn_case())
+def test_matches_torch(case):
+    """Forward and every gradient against torch.nn; lengths go through pack_padded_sequence."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    torch.manual_seed(3)
+    mode, T, B, H, L = case["mode"], case["seq"], case["batch"], case["hidden"], case["layers"]
+    dirs = 2 if case["bidirectional"] else 1
+    module = _torch_module(torch, mode, case["inp"], H, L, case["bidirectional"], case["bias"])
+    tparams = _torch_weights(module, L, dirs, case["bias"])
+    weights = [tuple(None if p is None else p.detach().numpy().copy() for p in entry) for entry in tparams]
+    x = rng.standard_normal((T, B, case["inp"]))
+    h0 = rng.standard_normal((L * dirs, B, H)) if case["h0"] else None
+    c0 = rng.standard_normal((L * dirs, B, H)) if case["h0"] and mode == "lstm" else None
+    lengths = case["lengths"]
+
+    (y, hy, cy), pullback = dnnbind.rnn(x, weights, mode=mode, hidden_size=H, num_layers=L,
+                                        bidirectional=case["bidirectional"], h0=h0, c0=c0, lengths=lengths)
+
+    xt = torch.tensor(x, requires_grad=True)
+    state_t = [torch.tensor(a, requires_grad=True) for a in (h0, c0) if a is not None]
+    inp = xt if lengths is None else torch.nn.utils.rnn.pack_padded_sequence(xt, torch.tensor(lengths),
+                                                                            enforce_sorted=False)
+    if mode == "lstm":
+        out, (hyt, cyt) = module(inp, tuple(state_t) if state_t else None)
+    else:
+        out, hyt = module(inp, state_t[0] if state_t else None)
+        cyt = None
+    yt = out if lengths is None else torch.nn.utils.rnn.pad_packed_sequence(out, total_length=T)[0]
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(hy, hyt.detach().numpy(), rtol=1e-11, atol=1e-12)
+    if mode == "lstm":
+        np.testing.assert_allclose(cy, cyt.detach().numpy(), rtol=1e-11, atol=1e-12)
+
+    dy, dhy = rng.standard_normal(y.shape), rng.standard_normal(hy.shape)
+    dcy = rng.standard_normal(hy.shape) if mode == "lstm" else None
+    dx, dh0, dc0, dweights = pullback(dy, dhy, dcy)
+    outs = [yt, hyt] + ([cyt] if mode == "lstm" else [])
+    cots = [torch.tensor(dy), torch.tensor(dhy)] + ([torch.tensor(dcy)] if mode == "lstm" else [])
+    flat_params = [p for entry in tparams for p in entry if p is not None]
+    grads = torch.autograd.grad(outs, [xt] + state_t + flat_params, cots, allow_unused=True)
+    ours = [dx] + ([dh0] if h0 is not None else []) + ([dc0] if c0 is not None else [])
+    ours += [g for entry in dweights for g in entry if g is not None]
+    assert len(ours) == len(grads)
+    for a, b in zip(ours, grads):
+        expected = np.zeros(a.shape) if b is None else b.numpy()
+        np.testing.assert_allclose(a, expected, rtol=1e-10, atol=1e-11)

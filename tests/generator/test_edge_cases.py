@@ -1,5 +1,5 @@
 """C constructs that once broke the generator (found with header fixtures), now handled, and one
-limitation of ctypes itself that stays a strict xfail. The constructs live in fixtures/known_bugs.h,
+limitation of ctypes itself that stays a strict xfail. The constructs live in fixtures/edge_cases.h,
 one -D switch each."""
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import fixture_build as fb
 
 
 def _build(bug: str) -> fb.Built:
-    config = fb.fixture_config("known_bugs.h", defines=[f"FX_BUG_{bug}"], beta_macro=None)
-    return fb.build("known_bugs.h", config, fb.fixture_overrides(exceptions={}))
+    config = fb.fixture_config("edge_cases.h", defines=[f"FX_BUG_{bug}"], beta_macro=None)
+    return fb.build("edge_cases.h", config, fb.fixture_overrides(exceptions={}))
 
 
 def _import(built: fb.Built, tmp_path: Path) -> ModuleType:
-    return fb.import_text(built.text, tmp_path, "known_bug")
+    return fb.import_text(built.text, tmp_path, "edge_case")
 
 
 def test_struct_field_of_callback_type(tmp_path: Path) -> None:

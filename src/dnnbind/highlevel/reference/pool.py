@@ -55,7 +55,7 @@ def maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, Callable]:
     nan = np.empty(y.shape, bool)
     for i, offset in enumerate(offsets[1:], 1):
         v = xp[_window_index(dims, offset)]
-        np.greater_equal(v, y, out=better)
+        np.greater(v, y, out=better)
         np.isnan(v, out=nan)
         better |= nan
         np.copyto(y, v, where=better)

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 LIBS ?= cudnn miopen
 CUDNN_WHEEL_PIN := $(shell $(PYTHON) -c "import json; p=json.load(open('generator/headers.json'))['cudnn']['packages'][0]; print(p['name']+'=='+p['version'])")
 
-.PHONY: setup venv headers generate check-generated report test test-all bench gpu-check demo clean
+.PHONY: setup venv headers generate check-generated report test test-all test-versions bench gpu-check demo clean
 
 setup: venv headers  ## virtual environment, pinned dependencies, vendor headers and the cuDNN library
 	$(PY) -m pip install --quiet --no-deps --find-links .cache/wheels "$(CUDNN_WHEEL_PIN)"
@@ -34,6 +34,9 @@ test: check-generated  ## the CPU test suite (no GPU needed)
 
 test-all: check-generated
 	$(PY) -m pytest -q -m "not gpu"
+
+test-versions:  ## slow: cuDNN 8.9/9.1 and Debian experimental's MIOpen vs the pins (first run downloads ~1.7 GB into .cache/)
+	$(PY) -m pytest -q -m slow tests/generator/test_versions.py
 
 bench:  ## benchmarks, printed as ratios against references measured in the same run
 	$(PY) bench/run.py

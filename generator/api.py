@@ -180,7 +180,7 @@ def api_of_text(text: str, library: str = "") -> Api:
         api.macros[m.group(1)] = ns[m.group(1)]
     api.handles = set(re.findall(r"^(\w+) = (?:POINTER|_address_handle)\(", parts.get("opaque handles", ""), re.M))
     records = parts.get("structs and unions", "")
-    bodies = {m.group(1): m.group(2) for m in re.finditer(r"^(\w+)\._fields_ = \[\n(.*?)^\]", records, re.M | re.S)}
+    bodies = {m.group(1): m.group(2) for m in re.finditer(r"^(\w+)\._fields_ = \[\n(.*?)^\]", text, re.M | re.S)}
     for m in re.finditer(r"^class (\w+)\((Structure|Union)\):", records, re.M):
         name, cls = m.group(1), ns[m.group(1)]
         fields = []
@@ -189,7 +189,7 @@ def api_of_text(text: str, library: str = "") -> Api:
             fields.append(FieldApi(fname, ctype, _field_offset(cls, fname, bits), bits))
         size, align = (ctypes.sizeof(cls), ctypes.alignment(cls)) if fields else (0, 0)
         api.structs[name] = StructApi("union" if m.group(2) == "Union" else "struct", size, align, tuple(fields))
-    for m in re.finditer(r"^(\w+) = (CFUNCTYPE\(.*\))$", parts.get("callbacks", ""), re.M):
+    for m in re.finditer(r"^(\w+) = (CFUNCTYPE\(.*\))$", text, re.M):
         api.callbacks[m.group(1)] = _expression(m.group(2))
     for m in re.finditer(r"^_(\w+) = _lazy\(", parts.get("functions", ""), re.M):
         name = m.group(1)

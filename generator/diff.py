@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from generator import pipeline
 from generator.api import Api, FieldApi, StructApi, api_of_ir, api_of_text
 
-Kinds = dict[str, str]
-
 
 @dataclass
 class Changes:
@@ -156,6 +154,12 @@ def _value(v: int | float) -> str:
     return repr(v)
 
 
+def _same_value(c: Changes, enum: str, value: int) -> str:
+    """``; now also named Y`` when an added value of the same enum has it (a likely rename)."""
+    names = [m for e, m, v in c.values_added if e == enum and v == value]
+    return f"; {', '.join(f'`{n}`' for n in names)} added with this value" if names else ""
+
+
 def _problem_lines(api: Api) -> list[str]:
     return [f"- {p}" for p in api.problems]
 
@@ -191,7 +195,8 @@ def markdown(c: Changes, old_label: str = "", new_label: str = "", counts: str =
     out += _section("Enums added", [f"- `{_enum_label(n)}` ({len(new.enums[n])} values)" for n in c.enums_added])
     out += _section("Enums removed", [f"- `{_enum_label(n)}` ({len(old.enums[n])} values)" for n in c.enums_removed])
     out += _section("Enum values added", [f"- `{_enum_label(e)}.{m}` = {v}" for e, m, v in c.values_added])
-    out += _section("Enum values removed", [f"- `{_enum_label(e)}.{m}` (was {v})" for e, m, v in c.values_removed])
+    out += _section("Enum values removed", [f"- `{_enum_label(e)}.{m}` (was {v}{_same_value(c, e, v)})"
+                                            for e, m, v in c.values_removed])
     out += _section("Enum values renumbered", [f"- `{_enum_label(e)}.{m}`: {a} -> {b}"
                                                for e, m, a, b in c.values_renumbered])
     out += _section("Macros added", [f"- `{m}` = {_value(new.macros[m])}" for m in c.macros_added])

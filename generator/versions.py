@@ -28,7 +28,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from generator import classify, config as cfg, fetch, parse, pipeline, render
 from generator.api import api_of_ir
@@ -37,6 +37,12 @@ from generator.config import HeaderSet
 VERSION = re.compile(r"^(?:(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==)?(?P<version>\d+(?:\.\d+)+)$")
 SUITE = re.compile(r"^[a-z][a-z0-9-]*$")
 PINNED = "pinned"
+Log = Callable[[str], None]
+
+
+def to_stderr(line: str) -> None:
+    """Progress goes to stderr, so that ``diff``'s Markdown on stdout stays clean."""
+    print(line, file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -96,7 +102,7 @@ def library_prefixes(config: dict[str, Any]) -> list[str]:
     return [step[1] for step in config.get("library_search", []) if step[0] == "site-packages"]
 
 
-def fetch_pypi_version(library: str, spec: str, *, libraries: bool = False, log: Any = print) -> Path:
+def fetch_pypi_version(library: str, spec: str, *, libraries: bool = False, log: Log = to_stderr) -> Path:
     """Unpack one release's headers (and its libraries when asked) into ``.cache/headers/<lib>-<version>``."""
     config = cfg.load_all()[library]
     m = VERSION.match(spec)
@@ -111,7 +117,8 @@ def fetch_pypi_version(library: str, spec: str, *, libraries: bool = False, log:
         return root
     started = time.perf_counter()
     name, wheel = _wheel([m.group("name")] if m.group("name") else candidate_names(main["name"]), version)
-    _extract(wheel, main["include"], root)
+    if not _extract(wheel, main["include"], root):
+        raise FileNotFoundError(f"{wheel.name} has no {main['include']}/ (the pinned wheel's include directory)")
     if libraries:
         for prefix in library_prefixes(config):
             _extract(wheel, prefix, root)
@@ -128,7 +135,7 @@ def _describe(packages: dict[str, str]) -> str:
     return " + ".join(f"{n} {v}" for n, v in packages.items())
 
 
-def fetch_debian_suite(library: str, suite: str, *, log: Any = print) -> tuple[Path, dict[str, Any]]:
+def fetch_debian_suite(library: str, suite: str, *, log: Log = to_stderr) -> tuple[Path, dict[str, Any]]:
     """The configured header packages, at the newest version ``suite`` has, under .cache/debian/<suite>."""
     from generator import debian
     config = copy.deepcopy(cfg.load_all()[library])
@@ -140,7 +147,7 @@ def fetch_debian_suite(library: str, suite: str, *, log: Any = print) -> tuple[P
     return root, config
 
 
-def resolve(library: str, spec: str, *, log: Any = print) -> HeaderSource:
+def resolve(library: str, spec: str, *, log: Log = to_stderr) -> HeaderSource:
     """What ``--old``/``--new`` name: a directory, a PyPI version, or a Debian suite."""
     config = cfg.load_all()[library]
     path = Path(spec)
@@ -197,7 +204,7 @@ def build(source: HeaderSource, strict: bool = False) -> pipeline.Result:
     return pipeline.Result(source.library, source.config, module, classification, text, stub)
 
 
-def diff_text(library: str, old_spec: str, new_spec: str = "pinned", *, log: Any = print) -> str:
+def diff_text(library: str, old_spec: str, new_spec: str = "pinned", *, log: Log = to_stderr) -> str:
     """The Markdown API diff between two header sets, with both sides' counts."""
     from generator import diff
     old_source, new_source = resolve(library, old_spec, log=log), resolve(library, new_spec, log=log)

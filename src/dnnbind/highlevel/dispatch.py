@@ -2,7 +2,8 @@
 
 numpy arrays run on the reference backend; CuPy arrays run on cuDNN (CUDA) or MIOpen (ROCm). Backends
 are modules named in :data:`BACKENDS` and imported on first use, so a new backend plugs in by adding
-its package (for example ``dnnbind/highlevel/cudnn/``) with the reference backend's function names.
+its package (for example ``dnnbind/highlevel/cudnn/``) with the reference backend's function names;
+an op it does not provide yet raises NotImplementedError naming the backend and the op.
 CuPy is never imported here: a CuPy array can only exist once CuPy has been imported.
 """
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -28,6 +29,10 @@ _DESCRIPTIONS = {
 }
 
 
+def _describe(name: str) -> str:
+    return _DESCRIPTIONS.get(name, f"the {name} backend")
+
+
 def load_backend(name: str) -> ModuleType:
     """Import backend ``name``; NotImplementedError if its module does not exist yet."""
     path = BACKENDS[name]
@@ -35,8 +40,24 @@ def load_backend(name: str) -> ModuleType:
         return importlib.import_module(path)
     except ModuleNotFoundError as exc:
         if exc.name is not None and path.startswith(exc.name):
-            raise NotImplementedError(f"{_DESCRIPTIONS[name]} is not implemented yet ({path})") from None
+            raise NotImplementedError(f"{_describe(name)} is not implemented yet ({path})") from None
         raise
+
+
+def backend_function(backend: str, op: str) -> Callable[..., Any]:
+    """Backend ``backend``'s implementation of ``op``.
+
+    NotImplementedError names the backend when its module, or this op in it, does not exist yet.
+    """
+    fn = getattr(load_backend(backend), op, None)
+    if not callable(fn):
+        raise NotImplementedError(f"{_describe(backend)} does not implement {op} yet ({BACKENDS[backend]})")
+    return fn
+
+
+def backend_op(op: str, **arrays: Any) -> Callable[..., Any]:
+    """The implementation of ``op`` on the backend these named arrays select (see :func:`select`)."""
+    return backend_function(select(**arrays), op)
 
 
 def _type_name(value: Any) -> str:
@@ -70,11 +91,10 @@ def array_backend(name: str, value: Any) -> str:
                     f"convert it with np.asarray({name})")
 
 
-def backend_for(**arrays: Any) -> ModuleType:
-    """The backend module for an op called with these named arrays (None values are ignored).
+def select(**arrays: Any) -> str:
+    """The backend name for an op called with these named arrays (None values are ignored).
 
-    Raises TypeError for unsupported types and for a mix of host and device arrays, and
-    NotImplementedError when the backend those arrays need does not exist yet.
+    Raises TypeError for unsupported types and for a mix of host and device arrays.
     """
     chosen: tuple[str, str] | None = None
     for name, value in arrays.items():
@@ -98,4 +118,4 @@ def backend_for(**arrays: Any) -> ModuleType:
     if backend == "device":
         raise TypeError(f"{name} is a device array of type {_type_name(arrays[name])}; the GPU backends take "
                         f"cupy arrays: wrap it with cupy.asarray({name}) (no copy)")
-    return load_backend(backend)
+    return backend

@@ -18,7 +18,7 @@ import numpy as np
 from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm, check_dtype,
                                     check_positive_float, check_probability, check_real, check_same_dtype,
                                     check_shape, normalize_axis, rnn_weight_entries)
-from dnnbind.highlevel.dispatch import backend_for
+from dnnbind.highlevel.dispatch import backend_op
 
 Pullback = Callable[..., Any]
 
@@ -49,12 +49,12 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
     pair per spatial dim. Returns (y, pullback) with pullback(dy) -> (dx, dw), or (dx, dw, db) when b
     is given.
     """
-    backend = backend_for(x=x, w=w, b=b)
+    run = backend_op("conv", x=x, w=w, b=b)
     check_same_dtype("x", x.dtype, w=w, b=b)
     dims = ConvDims(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
                     flip=flip, dtype=x.dtype)
     _bias(b, dims)
-    return backend.conv(x, w, b, dims)
+    return run(x, w, b, dims)
 
 
 def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0,
@@ -66,14 +66,14 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
     crops the output (low, high per dim as for conv); ``output_padding`` adds to the high side and must
     be smaller than stride or dilation. Returns (y, pullback) like :func:`conv`.
     """
-    backend = backend_for(x=x, w=w, b=b)
+    run = backend_op("conv_transpose", x=x, w=w, b=b)
     check_same_dtype("x", x.dtype, w=w, b=b)
     dims = ConvDims.transposed(x.shape, w.shape, stride=stride, padding=padding,
                                output_padding=output_padding, dilation=dilation, groups=groups, flip=flip,
                                dtype=x.dtype)
     if b is not None:
         check_shape("b", b.shape, (dims.in_channels,), "one value per output channel")
-    return backend.conv_transpose(x, w, b, dims)
+    return run(x, w, b, dims)
 
 
 def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tuple[Any, Pullback]:
@@ -82,27 +82,27 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tup
     Padding never wins (it acts as -inf). Ties: the gradient goes to the first maximum of the window in
     row-major order, as in PyTorch. Returns (y, pullback) with pullback(dy) -> dx.
     """
-    backend = backend_for(x=x)
+    run = backend_op("maxpool", x=x)
     dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
-    return backend.maxpool(x, dims)
+    return run(x, dims)
 
 
 def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0,
              count_include_pad: bool = True) -> tuple[Any, Pullback]:
     """Average pooling (torch's avg_pool); with ``count_include_pad`` the padding counts in the divisor."""
-    backend = backend_for(x=x)
+    run = backend_op("meanpool", x=x)
     dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
     if not isinstance(count_include_pad, (bool, np.bool_)):
         raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
-    return backend.meanpool(x, dims, bool(count_include_pad))
+    return run(x, dims, bool(count_include_pad))
 
 
 def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:
-    backend = backend_for(x=x)
+    run = backend_op(name, x=x)
     check_dtype("x", x.dtype)
     if x.ndim == 0:
         raise ValueError(f"x must have at least one dimension for {name}, got a 0-d array")
-    return getattr(backend, name)(x, normalize_axis(axis, x.ndim))
+    return run(x, normalize_axis(axis, x.ndim))
 
 
 def softmax(x: Any, *, axis: int = 1) -> tuple[Any, Pullback]:
@@ -134,9 +134,9 @@ def activation(x: Any, mode: str, *, alpha: float | None = None) -> tuple[Any, P
     ceiling 6.0 (relu6); swish beta 1.0 (x * sigmoid(beta * x), SiLU). Derivatives at kinks follow
     PyTorch (relu'(0) = 0, leaky_relu'(0) = slope, clipped_relu' = 0 at 0 and at the ceiling).
     """
-    backend = backend_for(x=x)
+    run = backend_op("activation", x=x)
     check_dtype("x", x.dtype)
-    return backend.activation(x, mode, activation_alpha(mode, alpha))
+    return run(x, mode, activation_alpha(mode, alpha))
 
 
 def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, running_var: Any = None,
@@ -148,7 +148,8 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, runnin
     required). gamma and beta have x's dtype; the running statistics may have any float dtype.
     Returns (y, pullback) with pullback(dy) -> (dx, dgamma, dbeta).
     """
-    backend = backend_for(x=x, gamma=gamma, beta=beta, running_mean=running_mean, running_var=running_var)
+    run = backend_op("batchnorm", x=x, gamma=gamma, beta=beta, running_mean=running_mean,
+                     running_var=running_var)
     check_same_dtype("x", x.dtype, gamma=gamma, beta=beta)
     for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
         if stat is not None:
@@ -160,8 +161,8 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, runnin
     momentum = check_real("momentum", momentum)
     if not 0.0 <= momentum <= 1.0:
         raise ValueError(f"momentum={momentum!r} must be in [0, 1]")
-    return backend.batchnorm(x, gamma, beta, running_mean=running_mean, running_var=running_var,
-                             training=bool(training), momentum=momentum, eps=check_positive_float("eps", eps))
+    return run(x, gamma, beta, running_mean=running_mean, running_var=running_var, training=bool(training),
+               momentum=momentum, eps=check_positive_float("eps", eps))
 
 
 def _check_seed(seed: Any) -> Any:
@@ -181,9 +182,9 @@ def dropout(x: Any, p: float, *, seed: Any = None) -> tuple[Any, Pullback]:
     mask reproducible; None draws fresh entropy. Returns (y, pullback) with pullback(dy) -> dx; the
     pullback keeps the mask (``pullback.mask``, read-only, on the reference backend).
     """
-    backend = backend_for(x=x)
+    run = backend_op("dropout", x=x)
     check_dtype("x", x.dtype)
-    return backend.dropout(x, check_probability("p", p), _check_seed(seed))
+    return run(x, check_probability("p", p), _check_seed(seed))
 
 
 def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_size: int, num_layers: int = 1,
@@ -204,10 +205,10 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_
     """
     entries = rnn_weight_entries(weights)
     named = {f"weights[{i}][{j}]": a for i, entry in enumerate(entries) for j, a in enumerate(entry)}
-    backend = backend_for(x=x, h0=h0, c0=c0, **named)
+    run = backend_op("rnn", x=x, h0=h0, c0=c0, **named)
     check_same_dtype("x", x.dtype, h0=h0, c0=c0, **named)
     dims = RNNDims(x.shape, [tuple(None if a is None else a.shape for a in entry) for entry in entries],
                    mode=mode, hidden_size=hidden_size, num_layers=num_layers, bidirectional=bidirectional,
                    h0_shape=None if h0 is None else h0.shape, c0_shape=None if c0 is None else c0.shape,
                    lengths=lengths, dtype=x.dtype)
-    return backend.rnn(x, [list(entry) for entry in entries], h0, c0, dims)
+    return run(x, [list(entry) for entry in entries], h0, c0, dims)

@@ -110,8 +110,9 @@ def test_conv_gradients(rng, config, flip, bias):
 
 
 @pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("flip", [False, True])
 @pytest.mark.parametrize("bias", [False, True])
-def test_conv_transpose_gradients(rng, config, bias):
+def test_conv_transpose_gradients(rng, config, flip, bias):
     c = dict(config)
     x_shape, w_shape = c.pop("x"), c.pop("w")
     # reuse the geometry: conv_transpose takes w as (C_in, C_out/groups, *k)
@@ -120,7 +121,16 @@ def test_conv_transpose_gradients(rng, config, bias):
     stride = c["stride"] if isinstance(c["stride"], tuple) else (c["stride"],) * (len(x_shape) - 2)
     c["output_padding"] = tuple(s - 1 for s in stride)
     inputs = [x, w] + ([rng.standard_normal(w.shape[1] * c["groups"])] if bias else [])
-    check_gradients(lambda: dnnbind.conv_transpose(*inputs, flip=bias, **c), inputs, max_points=25)
+    check_gradients(lambda: dnnbind.conv_transpose(*inputs, flip=flip, **c), inputs, max_points=25)
+
+
+def test_padding_wider_than_the_kernel_reaches(rng):
+    """Outputs that see only padding: the data gradient crops them (stride 1) or skips them (col2im)."""
+    x, w = rng.standard_normal((2, 2, 4, 3)), rng.standard_normal((3, 2, 1, 2))
+    for stride in (1, 2):
+        check_gradients(lambda: dnnbind.conv(x, w, stride=stride, padding=((3, 1), (0, 2))), [x, w])
+        y, _ = dnnbind.conv(x, w, stride=stride, padding=((3, 1), (0, 2)))
+        assert np.all(y[:, :, :3 // stride] == 0)
 
 
 def test_conv_transpose_output_padding_beyond_stride_gradients(rng):
@@ -147,6 +157,19 @@ def test_threaded_and_serial_agree(rng, x_shape, w_shape, groups, stride):
     dims = ConvDims(x_shape, w_shape, groups=groups, stride=stride, padding=1)
     for a, b in zip(_run(x, w, dims, True), _run(x, w, dims, False)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_thread_rule_follows_blas_threads(monkeypatch):
+    big = ConvDims((8, 64, 56, 56), (64, 64, 3, 3), padding=1)
+    small = ConvDims((2, 20, 28, 28), (15, 20, 3, 3))
+    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    assert not ref_conv.use_threads(big)          # numpy's default: a multi-threaded BLAS
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert ref_conv.use_threads(big) == (ref_conv.workers() > 1)
+    assert not ref_conv.use_threads(small)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")  # OpenBLAS reads its own variable first
+    assert not ref_conv.use_threads(big)
 
 
 def test_layout_choice():

@@ -18,6 +18,22 @@ def workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+_BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def blas_single_threaded() -> bool:
+    """Whether numpy's BLAS was limited to one thread through the usual environment variables.
+
+    Only then do our own threads pay: a multi-threaded BLAS already keeps every core busy, and two
+    callers competing for its thread pool run slower than one (see bench/bench_reference.py).
+    """
+    for name in _BLAS_THREAD_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value == "1"
+    return False
+
+
 def _get_pool() -> ThreadPoolExecutor:
     global _pool
     with _lock:

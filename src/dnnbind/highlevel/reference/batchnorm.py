@@ -34,7 +34,7 @@ def batchnorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, *, running_mea
         var = _channel_sums(centered * centered) / count
         if running_mean is not None:
             _update(running_mean, mean, momentum)
-            _update(running_var, var, momentum)
+            _update(running_var, var * (count / (count - 1)), momentum)
     else:
         count = 0
         mean = running_mean.astype(dtype)  # a copy: the running stats may change after this call

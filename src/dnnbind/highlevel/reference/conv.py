@@ -2,8 +2,10 @@
 
 For a block of samples and a range of groups, the padded input is copied into a column buffer
 (samples, groups, C/groups * prod(kernel), columns); the forward pass is then one batched matmul by
-the filter, the filter gradient a matmul of the output gradient by the columns, and the data gradient
-a matmul by the transposed filter followed by col2im (one add per kernel offset).
+the filter and the filter gradient a matmul of the output gradient by the columns. The data gradient
+of a stride-1 convolution is itself a stride-1 convolution (of dy with the flipped, transposed
+filter) and takes the forward path; strided ones multiply by the transposed filter and scatter the
+columns back (col2im, one add per kernel offset).
 
 Two column layouts:
 
@@ -16,7 +18,8 @@ Two column layouts:
 Work is cut into blocks of samples whose columns fit in cache (``BLOCK_BYTES``); when the whole
 problem fits in one block the forward pass keeps its columns for the pullback, otherwise the
 pullback rebuilds them block by block (cheaper than writing and re-reading a large buffer).
-(groups x batch) chunks can run on the shared thread pool: numpy releases the GIL in BLAS and copies.
+(groups x batch) chunks can run on the shared thread pool (numpy releases the GIL in BLAS and in
+copies); :func:`use_threads` holds the rule measured for when that pays.
 """
 from __future__ import annotations
 
@@ -28,21 +31,26 @@ from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
-from dnnbind.highlevel.reference._threads import run, split, workers
+from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
 
 #: Target size of one block's column buffer: a few samples' worth that stays in the CPU's caches.
 BLOCK_BYTES = 8 << 20
 #: Flat rows waste (L - prod(out)) columns; use them only while that costs at most this fraction.
 FLAT_MAX_WASTE = 0.3
 #: Split a problem over the thread pool from this many multiply-adds on (bench/bench_reference.py).
-THREAD_MIN_MACS = 8_000_000
+THREAD_MIN_MACS = 16_000_000
 
 Chunk = tuple[int, int, int, int]   # groups [g0, g1) x samples [n0, n1)
 
 
 def use_threads(dims: ConvDims) -> bool:
-    """Whether to split this problem over the thread pool (the measured rule)."""
-    if workers() < 2 or (dims.groups < 2 and dims.batch < 2):
+    """Whether to split this problem over the thread pool: the rule measured on a 2-core machine.
+
+    With a multi-threaded BLAS (numpy's default) our threads only compete with BLAS's and lose
+    (10-40% slower at groups=1 and groups=5); with BLAS limited to one thread they win 1.5-1.7x on
+    problems of THREAD_MIN_MACS multiply-adds and more, and lose on smaller ones.
+    """
+    if workers() < 2 or (dims.groups < 2 and dims.batch < 2) or not blas_single_threaded():
         return False
     k = int(np.prod(dims.kernel_size))
     macs = dims.batch * dims.out_channels * (dims.in_channels // dims.groups) * k * int(np.prod(dims.out_size))
@@ -160,9 +168,9 @@ def _interior(dims: ConvDims) -> tuple[slice, ...]:
 
 
 def _pad(x: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """x padded with zeros (x itself when there is no padding)."""
+    """x padded with zeros, always C-contiguous (x itself when it already is and nothing is padded)."""
     if not any(dims.pad_low + dims.pad_high):
-        return x
+        return np.ascontiguousarray(x)
     xp = np.zeros(x.shape[:2] + dims.padded_size, x.dtype)
     xp[_interior(dims)] = x
     return xp
@@ -259,6 +267,37 @@ def _add_bias(y: np.ndarray, b: np.ndarray) -> None:
     y += b.reshape((1, -1) + (1,) * (y.ndim - 2))
 
 
+def _data_grad(dy: np.ndarray, wg: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+    """Gradient with respect to the (unpadded) input, dims.x_shape, for output gradient ``dy``.
+
+    With every stride 1 this is itself a convolution: dy, padded by the dilated kernel extent less the
+    forward padding, correlated with the flipped filter whose channel axes are swapped within each group.
+    That reuses the fast forward path and, unlike col2im, moves data the size of dy rather than of x
+    times the kernel. Strided convolutions scatter the columns back (col2im).
+    """
+    if any(s != 1 for s in dims.stride):
+        lay = _Layout(dims, dy.dtype, threaded)
+        dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
+        _sweep(lay, wg, dy=np.ascontiguousarray(dy), dxp=dxp)
+        return _unpad(dxp, dims)
+    extent = [d * (k - 1) for d, k in zip(dims.dilation, dims.kernel_size)]
+    lo = [e - p for e, p in zip(extent, dims.pad_low)]
+    hi = [e - p for e, p in zip(extent, dims.pad_high)]
+    # padding larger than the kernel reaches: those outputs see only padding, crop them
+    dy = dy[(slice(None), slice(None)) + tuple(slice(max(0, -a), o - max(0, -b))
+                                               for a, b, o in zip(lo, hi, dims.out_size))]
+    g, kg, cg = dims.groups, dims.out_channels // dims.groups, dims.in_channels // dims.groups
+    spatial = tuple(range(3, 3 + dims.spatial_rank))
+    w_t = np.flip(wg.reshape((g, kg, cg) + dims.kernel_size).swapaxes(1, 2), spatial)
+    back = ConvDims(dy.shape, (dims.in_channels, kg) + dims.kernel_size,
+                    padding=tuple((max(a, 0), max(b, 0)) for a, b in zip(lo, hi)), dilation=dims.dilation,
+                    groups=g, dtype=dy.dtype)
+    dx = np.empty(back.y_shape, dy.dtype)
+    _sweep(_Layout(back, dy.dtype, threaded), np.ascontiguousarray(w_t).reshape(g, cg, -1),
+           xp=_pad(dy, back), y=dx)
+    return dx
+
+
 # ----------------------------------------------------------------------------------------------
 # ops
 
@@ -270,7 +309,8 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
 
     ``threaded`` forces the thread pool on or off (benchmarks); None applies :func:`use_threads`.
     """
-    lay = _Layout(dims, x.dtype, use_threads(dims) if threaded is None else threaded)
+    threaded = use_threads(dims) if threaded is None else threaded
+    lay = _Layout(dims, x.dtype, threaded)
     wg = _group_filter(w, dims)
     xp = _pad(x, dims)
     y = np.empty(dims.y_shape, x.dtype)
@@ -280,10 +320,9 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
 
     def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
         dy = np.ascontiguousarray(cotangent("dy", dy, dims.y_shape, y.dtype))
-        dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, y.dtype)
         dw_parts = _new_parts(lay, wg)
-        _sweep(lay, wg, xp=xp, saved=saved or None, dy=dy, dxp=dxp, dw_parts=dw_parts)
-        dx, dw = _unpad(dxp, dims), _filter_grad(dw_parts, dims)
+        _sweep(lay, wg, xp=xp, saved=saved or None, dy=dy, dw_parts=dw_parts)
+        dx, dw = _data_grad(dy, wg, dims, threaded), _filter_grad(dw_parts, dims)
         return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
 
     return y, pullback
@@ -297,12 +336,11 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: Con
     ``dims`` comes from :meth:`ConvDims.transposed`, so dims.x_shape is this op's output shape and x
     plays the part of that convolution's output gradient.
     """
-    lay = _Layout(dims, x.dtype, use_threads(dims) if threaded is None else threaded)
+    threaded = use_threads(dims) if threaded is None else threaded
+    lay = _Layout(dims, x.dtype, threaded)
     wg = _group_filter(w, dims)
     xe = np.ascontiguousarray(_extend(x, dims))
-    yp = np.zeros(dims.x_shape[:2] + dims.padded_size, x.dtype)
-    _sweep(lay, wg, dy=xe, dxp=yp)
-    y = _unpad(yp, dims)
+    y = _data_grad(xe, wg, dims, threaded)
     if b is not None:
         _add_bias(y, b)
 

@@ -1,15 +1,20 @@
 """Multi-layer, optionally bidirectional RNN / LSTM / GRU on numpy, with PyTorch's weights and semantics.
 
-Per layer and direction the input projection for all time steps is one matrix product; the loop over
-time steps then does one (batch, hidden) x (hidden, gates*hidden) product and a few vectorised
-pointwise operations per step. The forward pass records a tape (gate activations, states before each
-step); the pullback runs the steps backwards and forms the weight gradients with one product each.
+Inside the time loop states and gates are kept feature-major, (features, batch): the recurrent product
+is then W_hh (G*H, H) @ h (H, batch), which BLAS runs markedly faster than the batch-major
+(batch, H) @ (H, G*H) for the usual small batches, and every gate is a contiguous block of rows. The
+input projection of all time steps is one batched product before the loop; the weight gradients are
+one product each after the backward loop.
+
+Sigmoid gates use sigmoid(z) = (1 + tanh(z/2)) / 2. Their weight rows are pre-scaled by 1/2 for the
+forward pass (exact in binary floating point), so one tanh covers all gates of a step. The backward pass
+uses the unscaled weights.
 
 Variable lengths follow PyTorch's packed sequences: a sequence with length L only takes steps t < L;
 its state stays frozen elsewhere (so the forward direction's final state is the one at step L - 1 and
 the reverse direction starts from h0 at step L - 1), and y is zero at padded positions.
 
-The tape is indexed by step number k (time t = k forwards, T - 1 - k in reverse).
+Tapes are indexed by step number k (time t = k forwards, T - 1 - k in reverse).
 """
 from __future__ import annotations
 
@@ -21,41 +26,62 @@ from dnnbind.highlevel.dims import RNNDims
 from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
 
 
-def _sigmoid_(a: np.ndarray) -> np.ndarray:
-    """In-place logistic function via tanh: sigmoid(a) = (1 + tanh(a/2)) / 2."""
-    a *= 0.5
-    np.tanh(a, out=a)
-    a += 1
-    a *= 0.5
-    return a
-
-
-def _rows(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """(T, B, G) x (G, I) as one matrix product over all T * B rows."""
-    return np.matmul(a.reshape(-1, a.shape[-1]), w).reshape(a.shape[:2] + (-1,))
-
-
-def _merge(m: np.ndarray | None, new: np.ndarray, old: np.ndarray) -> np.ndarray:
-    """The state after a step: ``new`` where the sequence is still running, ``old`` (frozen) elsewhere."""
-    return new if m is None else np.where(m, new, old)
+def _half_rows(a: np.ndarray | None, rows: slice) -> np.ndarray | None:
+    """Copy of ``a`` with ``rows`` (the sigmoid gates) multiplied by 1/2."""
+    if a is None:
+        return None
+    out = np.array(a)
+    out[rows] *= 0.5
+    return out
 
 
 class _Direction:
-    """One layer in one direction: weights, the forward loop, and its tape."""
-
-    gates = 1
+    """One layer in one direction: its weights, and (in subclasses) the forward loop that records a
+    tape and the backward loop that reads it. ``forward(x, h0, c0, steps, masks)`` returns the states
+    hs (T + 1, H, B) and the last cell; ``backward(dy, dhy, dcy, masks)`` returns the pre-activation
+    gradients of the input and recurrent products and dh0, dc0."""
 
     def __init__(self, w_ih: np.ndarray, w_hh: np.ndarray, b_ih: np.ndarray | None,
                  b_hh: np.ndarray | None, hidden: int) -> None:
         self.hidden = hidden
         self.w_ih, self.w_hh, self.b_ih, self.b_hh = w_ih, w_hh, b_ih, b_hh
+        self.has_bias = b_ih is not None
 
-    # input side, shared by all modes: x (T, B, I) -> (T, B, G*H)
-    def project(self, x: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-        xp = np.matmul(x.reshape(-1, x.shape[-1]), self.w_ih_t).reshape(x.shape[:2] + (-1,))
+    def project(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+        """W x_t (+ bias) for every step: (T, B, I) -> (T, G*H, B) in one batched product."""
+        xp = np.matmul(w, x.transpose(0, 2, 1))
         if bias is not None:
-            xp += bias
+            xp += bias[:, None]
         return xp
+
+    def param_grads(self, d_pre_x: np.ndarray, d_pre_h: np.ndarray, x_steps: np.ndarray) -> tuple:
+        """(dW_ih, dW_hh, db_ih, db_hh, dx) from the pre-activation gradients (T, G*H, B) of the input
+        and recurrent products (the same array except for GRU), with x (T, B, I) in step order.
+
+        Each becomes one (G*H, T*B) matrix, columns ordered like x's rows, so that every weight gradient
+        is a single product.
+        """
+        gh = d_pre_x.shape[1]
+        gx = np.ascontiguousarray(d_pre_x.transpose(1, 0, 2)).reshape(gh, -1)
+        gh_mat = gx if d_pre_h is d_pre_x else np.ascontiguousarray(d_pre_h.transpose(1, 0, 2)).reshape(gh, -1)
+        h_prev = np.ascontiguousarray(self.hs[:-1].transpose(1, 0, 2)).reshape(self.hidden, -1)
+        dw_ih = gx @ x_steps.reshape(-1, x_steps.shape[-1])
+        dw_hh = gh_mat @ h_prev.T
+        dx = (gx.T @ self.w_ih).reshape(x_steps.shape)
+        db_ih = db_hh = None
+        if self.has_bias:
+            db_ih = gx.sum(axis=1)
+            db_hh = db_ih.copy() if gh_mat is gx else gh_mat.sum(axis=1)
+        return dw_ih, dw_hh, db_ih, db_hh, dx
+
+
+def _frozen(m: np.ndarray | None, new: np.ndarray, old: np.ndarray, out: np.ndarray) -> None:
+    """out <- new where the sequence is still running (m), else the frozen old state."""
+    if m is None:
+        if out is not new:
+            np.copyto(out, new)
+    else:
+        np.copyto(out, np.where(m, new, old))
 
 
 class _Plain(_Direction):
@@ -64,225 +90,201 @@ class _Plain(_Direction):
     def __init__(self, w_ih, w_hh, b_ih, b_hh, hidden, relu: bool) -> None:
         super().__init__(w_ih, w_hh, b_ih, b_hh, hidden)
         self.relu = relu
-        self.w_ih_t = np.ascontiguousarray(w_ih.T)
-        self.w_hh_t = np.ascontiguousarray(w_hh.T)
-        self.bias = None if b_ih is None else b_ih + b_hh
 
-    def forward(self, x, h0, c0, steps, masks, out):
-        xp = self.project(x, self.bias)
+    def forward(self, x, h0, c0, steps, masks):
+        xp = self.project(x, self.w_ih, None if not self.has_bias else self.b_ih + self.b_hh)
         T = len(steps)
         hs = np.empty((T + 1,) + h0.shape, h0.dtype)
         hs[0] = h0
+        pre = np.empty_like(h0)
         for k, t in enumerate(steps):
-            pre = np.matmul(hs[k], self.w_hh_t)
+            np.matmul(self.w_hh, hs[k], out=pre)
             pre += xp[t]
             if self.relu:
                 np.maximum(pre, 0, out=pre)
             else:
                 np.tanh(pre, out=pre)
-            hs[k + 1] = _merge(masks[k], pre, hs[k])
-            out[t] = pre if masks[k] is None else pre * masks[k]
+            _frozen(masks[k], pre, hs[k], hs[k + 1])
         self.hs = hs
-        return hs[T], None
+        return hs, None
 
     def backward(self, dyk, dh, dc, masks):
-        hs = self.hs
-        T = len(masks)
-        dpre = np.empty((T,) + dh.shape, dh.dtype)
-        for k in range(T - 1, -1, -1):
+        hs = self.hs[1:]
+        # derivative of the activation for every step at once, outside the loop
+        slope = (hs > 0).astype(hs.dtype) if self.relu else 1 - hs * hs
+        w_hh_t = self.w_hh.T
+        for k in range(len(masks) - 1, -1, -1):
             m = masks[k]
             dh_t = dh + dyk[k]
-            d = dpre[k]
-            # hs[k + 1] is the new state where m holds; elsewhere the gradient passes through
-            if self.relu:
-                np.multiply(dh_t, hs[k + 1] > 0, out=d)
-            else:
-                np.multiply(dh_t, 1 - hs[k + 1] * hs[k + 1], out=d)
+            d = slope[k]
+            d *= dh_t
             if m is not None:
                 d *= m
-            dh = np.matmul(d, self.w_hh)
+            dh = np.matmul(w_hh_t, d)
             if m is not None:
                 dh += dh_t * ~m
-        flat = dpre.reshape(-1, dpre.shape[-1])
-        dw_hh = flat.T @ hs[:-1].reshape(-1, hs.shape[-1])
-        db = flat.sum(axis=0) if self.b_ih is not None else None
-        return dpre, dh, None, dw_hh, db, db
-
-    def finish(self, dgates_ih, x_steps):
-        flat = dgates_ih.reshape(-1, dgates_ih.shape[-1])
-        return flat.T @ x_steps.reshape(-1, x_steps.shape[-1]), _rows(dgates_ih, self.w_ih)
+        return slope, slope, dh, None
 
 
 class _LSTM(_Direction):
-    """LSTM with PyTorch's gate order i, f, g, o; internally reordered to i, f, o, g so that the three
-    sigmoid gates are contiguous."""
-
-    gates = 4
+    """LSTM with PyTorch's gate order i, f, g, o (sigmoid gates: rows [0, 2H) and [3H, 4H))."""
 
     def __init__(self, w_ih, w_hh, b_ih, b_hh, hidden) -> None:
         super().__init__(w_ih, w_hh, b_ih, b_hh, hidden)
         H = hidden
-        self.perm = np.r_[0:2 * H, 3 * H:4 * H, 2 * H:3 * H]
-        self.w_ih_p = w_ih[self.perm]
-        self.w_ih_t = np.ascontiguousarray(self.w_ih_p.T)
-        self.w_hh_p = np.ascontiguousarray(w_hh[self.perm])
-        self.w_hh_t = np.ascontiguousarray(self.w_hh_p.T)
-        self.bias = None if b_ih is None else (b_ih + b_hh)[self.perm]
+        half = np.ones(4 * H, w_ih.dtype)
+        half[:2 * H] = half[3 * H:] = 0.5
+        self.w_ih_half = w_ih * half[:, None]
+        self.w_hh_half = w_hh * half[:, None]
+        self.bias_half = (b_ih + b_hh) * half if self.has_bias else None
 
-    def forward(self, x, h0, c0, steps, masks, out):
+    def forward(self, x, h0, c0, steps, masks):
         H = self.hidden
-        xp = self.project(x, self.bias)
+        xp = self.project(x, self.w_ih_half, self.bias_half)
         T = len(steps)
-        shape = (T,) + xp.shape[1:]
-        acts = np.empty(shape, xp.dtype)              # activated gates i, f, o, g per step
-        hs = np.empty((T + 1,) + h0.shape, h0.dtype)  # hs[k]: h before step k
+        acts = np.empty((T,) + xp.shape[1:], xp.dtype)    # activated gates i, f, g, o per step
+        hs = np.empty((T + 1,) + h0.shape, h0.dtype)      # hs[k]: state before step k
         cs = np.empty((T + 1,) + h0.shape, h0.dtype)
-        tcs = np.empty((T,) + h0.shape, h0.dtype)     # tanh of the new cell
+        tcs = np.empty((T,) + h0.shape, h0.dtype)         # tanh of the new cell
         hs[0], cs[0] = h0, c0
+        ig = np.empty_like(h0)
         for k, t in enumerate(steps):
             a = acts[k]
-            np.matmul(hs[k], self.w_hh_t, out=a)
+            np.matmul(self.w_hh_half, hs[k], out=a)
             a += xp[t]
-            _sigmoid_(a[:, :3 * H])
-            np.tanh(a[:, 3 * H:], out=a[:, 3 * H:])
-            i, f, o, g = a[:, :H], a[:, H:2 * H], a[:, 2 * H:3 * H], a[:, 3 * H:]
-            c = f * cs[k]
-            c += i * g
+            np.tanh(a, out=a)
+            for s in (a[:2 * H], a[3 * H:]):   # (1 + tanh(z/2)) / 2
+                s *= 0.5
+                s += 0.5
+            i, f, g, o = a[:H], a[H:2 * H], a[2 * H:3 * H], a[3 * H:]
+            m = masks[k]
+            c = cs[k + 1]
+            np.multiply(f, cs[k], out=c)
+            np.multiply(i, g, out=ig)
+            c += ig
             tc = tcs[k]
             np.tanh(c, out=tc)
-            h = o * tc
-            m = masks[k]
-            if m is None:
-                cs[k + 1], hs[k + 1] = c, h
-                out[t] = h
-            else:
-                np.copyto(cs[k + 1], np.where(m, c, cs[k]))
-                np.copyto(hs[k + 1], np.where(m, h, hs[k]))
-                out[t] = h * m
+            h = hs[k + 1]
+            np.multiply(o, tc, out=h)
+            if m is not None:
+                _frozen(m, c, cs[k], c)
+                _frozen(m, h, hs[k], h)
         self.acts, self.hs, self.cs, self.tcs = acts, hs, cs, tcs
-        return hs[T], cs[T]
+        return hs, cs[T]
 
     def backward(self, dyk, dh, dc, masks):
         H = self.hidden
         acts, cs, tcs = self.acts, self.cs, self.tcs
-        T = len(masks)
-        dgates = np.empty(acts.shape, acts.dtype)
-        for k in range(T - 1, -1, -1):
+        # derivatives that depend on the forward pass only, for every step at once:
+        # sigmoid' = s (1 - s) on every row first, then tanh' = 1 - g^2 over the g rows
+        slope = np.subtract(1, acts)
+        slope *= acts
+        g_slope = slope[:, 2 * H:3 * H]
+        np.multiply(acts[:, 2 * H:3 * H], acts[:, 2 * H:3 * H], out=g_slope)
+        np.subtract(1, g_slope, out=g_slope)
+        o_dtanh = acts[:, 3 * H:] * (1 - tcs * tcs)          # d h / d c = o * (1 - tanh(c)^2)
+        w_hh_t = self.w_hh.T
+        dgates = slope                                       # filled in place, step by step
+        dc_new = np.empty_like(dh)
+        for k in range(len(masks) - 1, -1, -1):
             m = masks[k]
             a = acts[k]
-            i, f, o, g = a[:, :H], a[:, H:2 * H], a[:, 2 * H:3 * H], a[:, 3 * H:]
-            tc = tcs[k]
+            i, f, g = a[:H], a[H:2 * H], a[2 * H:3 * H]
             dh_t = dh + dyk[k]
             dh_new = dh_t if m is None else dh_t * m
-            dc_new = dh_new * o
-            dc_new *= 1 - tc * tc
+            np.multiply(dh_new, o_dtanh[k], out=dc_new)
             dc_new += dc if m is None else dc * m
             d = dgates[k]
-            np.multiply(dc_new, g, out=d[:, :H])
-            np.multiply(dc_new, cs[k], out=d[:, H:2 * H])
-            np.multiply(dh_new, tc, out=d[:, 2 * H:3 * H])
-            np.multiply(dc_new, i, out=d[:, 3 * H:])
-            s = a[:, :3 * H]
-            d[:, :3 * H] *= s * (1 - s)
-            d[:, 3 * H:] *= 1 - g * g
+            d[:H] *= dc_new
+            d[:H] *= g
+            d[H:2 * H] *= dc_new
+            d[H:2 * H] *= cs[k]
+            d[2 * H:3 * H] *= dc_new
+            d[2 * H:3 * H] *= i
+            d[3 * H:] *= dh_new
+            d[3 * H:] *= tcs[k]
             dc_prev = dc_new * f
-            dh = np.matmul(d, self.w_hh_p)
+            dh = np.matmul(w_hh_t, d)
             if m is not None:
                 dc_prev += dc * ~m
                 dh += dh_t * ~m
             dc = dc_prev
-        flat = dgates.reshape(-1, dgates.shape[-1])
-        dw_hh = self._unperm(flat.T @ self.hs[:-1].reshape(-1, H))
-        db = self._unperm(flat.sum(axis=0)) if self.b_ih is not None else None
-        return dgates, dh, dc, dw_hh, db, db
-
-    def finish(self, dgates_ih, x_steps):
-        flat = dgates_ih.reshape(-1, dgates_ih.shape[-1])
-        dw_ih = self._unperm(flat.T @ x_steps.reshape(-1, x_steps.shape[-1]))
-        return dw_ih, _rows(dgates_ih, self.w_ih_p)
-
-    def _unperm(self, a: np.ndarray) -> np.ndarray:
-        out = np.empty_like(a)
-        out[self.perm] = a
-        return out
+        return dgates, dgates, dh, dc
 
 
 class _GRU(_Direction):
     """GRU with PyTorch's gate order r, z, n and n = tanh(W_in x + b_in + r * (W_hn h + b_hn))."""
 
-    gates = 3
-
     def __init__(self, w_ih, w_hh, b_ih, b_hh, hidden) -> None:
         super().__init__(w_ih, w_hh, b_ih, b_hh, hidden)
-        self.w_ih_t = np.ascontiguousarray(w_ih.T)
-        self.w_hh_t = np.ascontiguousarray(w_hh.T)
+        sig = slice(0, 2 * hidden)
+        self.w_ih_half = _half_rows(w_ih, sig)
+        self.w_hh_half = _half_rows(w_hh, sig)
+        self.b_ih_half = _half_rows(b_ih, sig)
+        self.b_hh_half = None if b_hh is None else _half_rows(b_hh, sig)[:, None]
 
-    def forward(self, x, h0, c0, steps, masks, out):
+    def forward(self, x, h0, c0, steps, masks):
         H = self.hidden
-        xp = self.project(x, self.b_ih)
+        xp = self.project(x, self.w_ih_half, self.b_ih_half)
         T = len(steps)
-        hh = np.empty((T,) + xp.shape[1:], xp.dtype)   # W_hh h + b_hh per step (its n part is kept)
-        rzn = np.empty((T,) + xp.shape[1:], xp.dtype)  # activated r, z, n
+        hh = np.empty((T,) + xp.shape[1:], xp.dtype)    # (W_hh h + b_hh) per step, r and z rows halved
+        acts = np.empty((T,) + xp.shape[1:], xp.dtype)  # activated r, z, n
         hs = np.empty((T + 1,) + h0.shape, h0.dtype)
         hs[0] = h0
         for k, t in enumerate(steps):
             q = hh[k]
-            np.matmul(hs[k], self.w_hh_t, out=q)
-            if self.b_hh is not None:
-                q += self.b_hh
-            a = rzn[k]
-            np.add(xp[t][:, :2 * H], q[:, :2 * H], out=a[:, :2 * H])
-            _sigmoid_(a[:, :2 * H])
-            r, z, n = a[:, :H], a[:, H:2 * H], a[:, 2 * H:]
-            np.multiply(r, q[:, 2 * H:], out=n)
-            n += xp[t][:, 2 * H:]
+            np.matmul(self.w_hh_half, hs[k], out=q)
+            if self.b_hh_half is not None:
+                q += self.b_hh_half
+            a = acts[k]
+            rz = a[:2 * H]
+            np.add(xp[t][:2 * H], q[:2 * H], out=rz)
+            np.tanh(rz, out=rz)
+            rz *= 0.5
+            rz += 0.5
+            r, z, n = a[:H], a[H:2 * H], a[2 * H:]
+            np.multiply(r, q[2 * H:], out=n)
+            n += xp[t][2 * H:]
             np.tanh(n, out=n)
-            h = hs[k] - n
+            h = hs[k + 1]
+            np.subtract(hs[k], n, out=h)
             h *= z
             h += n
-            m = masks[k]
-            np.copyto(hs[k + 1], _merge(m, h, hs[k]))
-            out[t] = h if m is None else h * m
-        self.hh, self.rzn, self.hs = hh, rzn, hs
-        return hs[T], None
+            if masks[k] is not None:
+                _frozen(masks[k], h, hs[k], h)
+        self.hh, self.acts, self.hs = hh, acts, hs
+        return hs, None
 
     def backward(self, dyk, dh, dc, masks):
         H = self.hidden
-        hs, rzn, hh = self.hs, self.rzn, self.hh
-        T = len(masks)
-        dx_gates = np.empty(rzn.shape, rzn.dtype)   # gradients of W_ih x + b_ih
-        dh_gates = np.empty(rzn.shape, rzn.dtype)   # gradients of W_hh h + b_hh
-        for k in range(T - 1, -1, -1):
+        hs, acts, hh = self.hs, self.acts, self.hh
+        r_all, z_all, n_all = acts[:, :H], acts[:, H:2 * H], acts[:, 2 * H:]
+        # what depends on the forward pass only, for every step at once
+        dx_gates = np.empty_like(acts)              # gradients of W_ih x + b_ih; starts as the slopes
+        rz = acts[:, :2 * H]
+        dx_gates[:, :2 * H] = rz * (1 - rz)
+        dn_dh = (1 - z_all) * (1 - n_all * n_all)   # d n_pre / d h_new
+        h_minus_n = hs[:-1] - n_all                 # d h_new / d z
+        dh_gates = np.empty_like(acts)              # gradients of W_hh h + b_hh
+        w_hh_t = self.w_hh.T
+        for k in range(len(masks) - 1, -1, -1):
             m = masks[k]
-            a = rzn[k]
-            r, z, n = a[:, :H], a[:, H:2 * H], a[:, 2 * H:]
             dh_t = dh + dyk[k]
             dh_new = dh_t if m is None else dh_t * m
             dxg, dhg = dx_gates[k], dh_gates[k]
-            dn = dh_new * (1 - z)
-            dn *= 1 - n * n
-            dxg[:, 2 * H:] = dn
-            np.multiply(dn, r, out=dhg[:, 2 * H:])
-            np.multiply(dn, hh[k][:, 2 * H:], out=dxg[:, :H])          # d r
-            np.subtract(hs[k], n, out=dxg[:, H:2 * H])
-            dxg[:, H:2 * H] *= dh_new                                  # d z
-            rz = a[:, :2 * H]
-            dxg[:, :2 * H] *= rz * (1 - rz)
-            dhg[:, :2 * H] = dxg[:, :2 * H]
-            dh = np.matmul(dhg, self.w_hh)
-            dh += dh_new * z
+            dn = dxg[2 * H:]
+            np.multiply(dh_new, dn_dh[k], out=dn)
+            np.multiply(dn, r_all[k], out=dhg[2 * H:])
+            dxg[:H] *= dn
+            dxg[:H] *= hh[k][2 * H:]                 # d r (W_hn h + b_hn is what r scales)
+            dxg[H:2 * H] *= dh_new
+            dxg[H:2 * H] *= h_minus_n[k]             # d z
+            dhg[:2 * H] = dxg[:2 * H]
+            dh = np.matmul(w_hh_t, dhg)
+            dh += dh_new * z_all[k]
             if m is not None:
                 dh += dh_t * ~m
-        flat = dh_gates.reshape(-1, dh_gates.shape[-1])
-        dw_hh = flat.T @ hs[:-1].reshape(-1, H)
-        has_bias = self.b_ih is not None
-        db_hh = flat.sum(axis=0) if has_bias else None
-        db_ih = dx_gates.reshape(-1, dx_gates.shape[-1]).sum(axis=0) if has_bias else None
-        return dx_gates, dh, None, dw_hh, db_ih, db_hh
-
-    def finish(self, dgates_ih, x_steps):
-        flat = dgates_ih.reshape(-1, dgates_ih.shape[-1])
-        return flat.T @ x_steps.reshape(-1, x_steps.shape[-1]), _rows(dgates_ih, self.w_ih)
+        return dx_gates, dh_gates, dh, None
 
 
 def _make(dims: RNNDims, entry: Sequence[np.ndarray | None]) -> _Direction:
@@ -293,11 +295,16 @@ def _make(dims: RNNDims, entry: Sequence[np.ndarray | None]) -> _Direction:
     return _Plain(*entry, dims.hidden_size, relu=dims.mode == "rnn_relu")
 
 
+def _feature_major(a: np.ndarray) -> np.ndarray:
+    """(batch, H) -> contiguous (H, batch)."""
+    return np.ascontiguousarray(a.T)
+
+
 @half_in_float32
 def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.ndarray | None,
         c0: np.ndarray | None, dims: RNNDims) -> tuple[tuple, Callable]:
     """Run the network; returns ((y, hy, cy), pullback) with cy None unless LSTM."""
-    T, H, D = dims.seq_len, dims.hidden_size, dims.num_directions
+    T, H, D, B = dims.seq_len, dims.hidden_size, dims.num_directions, dims.batch
     dtype = x.dtype
     lstm = dims.mode == "lstm"
     h0 = np.zeros(dims.h_shape, dtype) if h0 is None else h0
@@ -305,9 +312,9 @@ def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.nd
     if dims.lengths is None:
         running = None
     else:
-        running = (np.arange(T)[:, None] < np.asarray(dims.lengths)[None, :])[:, :, None]
-    orders = [list(range(T)), list(range(T - 1, -1, -1))]
-    step_masks = [[None] * T if running is None else [running[t] for t in order] for order in orders]
+        running = np.arange(T)[:, None] < np.asarray(dims.lengths)[None, :]      # (T, B)
+    orders = [np.arange(T), np.arange(T - 1, -1, -1)]
+    step_masks = [[None] * T if running is None else [running[t][None, :] for t in order] for order in orders]
 
     cells: list[_Direction] = []
     inputs: list[np.ndarray] = []
@@ -315,15 +322,21 @@ def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.nd
     cy = np.empty(dims.h_shape, dtype) if lstm else None
     layer_in = x
     for layer in range(dims.num_layers):
-        out = np.empty((T, dims.batch, D * H), dtype)
+        out = np.empty((T, B, D * H), dtype)
         for d in range(D):
             idx = layer * D + d
             cell = _make(dims, weights[idx])
-            h, c = cell.forward(layer_in, h0[idx], None if c0 is None else c0[idx], orders[d],
-                                step_masks[d], out[:, :, d * H:(d + 1) * H])
-            hy[idx] = h
+            hs, c_last = cell.forward(layer_in, _feature_major(h0[idx]),
+                                      None if c0 is None else _feature_major(c0[idx]), orders[d], step_masks[d])
+            # hs[k + 1] is the state after step k, i.e. the output at time orders[d][k]
+            states = hs[1:] if d == 0 else hs[:0:-1]
+            view = out[:, :, d * H:(d + 1) * H]
+            np.copyto(view, states.transpose(0, 2, 1))
+            if running is not None:
+                view *= running[:, :, None]
+            hy[idx] = hs[T].T
             if lstm:
-                cy[idx] = c
+                cy[idx] = c_last.T
             cells.append(cell)
         inputs.append(layer_in)
         layer_in = out
@@ -338,7 +351,7 @@ def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.nd
         elif dcy is not None:
             raise ValueError(f"dcy is only used by mode='lstm', not mode={dims.mode!r}")
         if running is not None:
-            dy = dy * running  # y is constant zero at padded positions
+            dy = dy * running[:, :, None]  # y is constant zero at padded positions
         dh0 = np.empty(dims.h_shape, dtype)
         dc0 = np.empty(dims.h_shape, dtype) if lstm else None
         dweights: list[tuple] = [()] * len(cells)
@@ -348,21 +361,20 @@ def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.nd
             for d in range(D):
                 idx = layer * D + d
                 cell = cells[idx]
-                order = orders[d]
+                # output gradients per step, feature-major: (T, H, B) in step order
                 dyk = d_out[:, :, d * H:(d + 1) * H]
-                if d == 1:
-                    dyk = dyk[::-1]
-                dgates, dh, dc, dw_hh, db_ih, db_hh = cell.backward(
-                    dyk, dhy[idx], None if dcy is None else dcy[idx], step_masks[d])
+                dyk = np.ascontiguousarray((dyk if d == 0 else dyk[::-1]).transpose(0, 2, 1))
+                d_pre_x, d_pre_h, dh, dc = cell.backward(
+                    dyk, _feature_major(dhy[idx]), None if dcy is None else _feature_major(dcy[idx]),
+                    step_masks[d])
                 x_steps = inputs[layer] if d == 0 else inputs[layer][::-1]
-                dw_ih, dx_steps = cell.finish(dgates, x_steps)
+                dw_ih, dw_hh, db_ih, db_hh, dx_steps = cell.param_grads(d_pre_x, d_pre_h, x_steps)
                 dx_part = dx_steps if d == 0 else dx_steps[::-1]
                 d_in = dx_part if d_in is None else d_in + dx_part
-                dh0[idx] = dh
+                dh0[idx] = dh.T
                 if lstm:
-                    dc0[idx] = dc
+                    dc0[idx] = dc.T
                 dweights[idx] = (dw_ih, dw_hh, db_ih, db_hh)
-                del order
             d_out = d_in
         return np.ascontiguousarray(d_out), dh0, dc0, dweights
 

@@ -36,7 +36,10 @@ test-all: check-generated
 	$(PY) -m pytest -q -m "not gpu"
 
 test-versions:  ## slow: cuDNN 8.9/9.1 and Debian experimental's MIOpen vs the pins (first run downloads ~1.7 GB into .cache/)
-	$(PY) -m pytest -q -m slow tests/generator/test_versions.py
+	$(PY) -m pytest -q -m slow tests/generator/test_versions.py tests/generator/test_header_moved.py
+
+demo:  ## train a small CNN and LSTM with dnnbind's ops: GPU when CuPy + a device are there, else CPU
+	$(PY) demo/train.py
 
 bench:  ## benchmarks, printed as ratios against references measured in the same run
 	$(PY) bench/run.py

@@ -10,6 +10,7 @@ import pytest
 from childproc import run_python
 from gen import clang_facts
 from generator import pipeline
+from header_state import skip_if_header_moved
 
 LIBRARIES = ["cudnn", "miopen"]
 EXPECTED_FUNCTIONS = {"cudnn": 239, "miopen": 258}
@@ -25,6 +26,7 @@ def generated_functions(library: str) -> set[str]:
 
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_every_declared_function_is_generated(library):
+    skip_if_header_moved(library)
     declared = clang_facts.function_names(library)
     assert len(declared) == EXPECTED_FUNCTIONS[library]
     assert generated_functions(library) == declared
@@ -32,6 +34,7 @@ def test_every_declared_function_is_generated(library):
 
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_enum_values_agree_with_libclang(library):
+    skip_if_header_moved(library)
     mod = module(library)
     values = clang_facts.enum_values(library)
     assert len(values) > 500
@@ -42,6 +45,7 @@ def test_enum_values_agree_with_libclang(library):
 
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_struct_layouts_agree_with_libclang(library):
+    skip_if_header_moved(library)
     mod = module(library)
     layouts = clang_facts.record_layouts(library)
     assert layouts, "expected some structs"

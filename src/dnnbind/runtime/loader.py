@@ -127,7 +127,9 @@ class Library:
                 tried.append(f"  {how}: {target}: {exc}")
                 if how == f"${self.env}" and explicit:
                     raise LibraryNotFoundError(
-                        f"{self.title}: ${self.env}={explicit!r} could not be loaded: {exc}") from None
+                        f"{self.title}: ${self.env}={explicit!r} could not be loaded: {exc}\n"
+                        f"Point ${self.env} at a working library, or unset it to search the usual places. "
+                        f"{self.install_hint}") from None
         detail = "\n".join(tried) if tried else "  (no candidate found)"
         raise LibraryNotFoundError(
             f"{self.title} library not found ({' / '.join(self.sonames)}). Tried:\n{detail}\n"

@@ -1,0 +1,122 @@
+"""dnnbind demo: train a small CNN and a small LSTM on synthetic data with dnnbind's high-level ops.
+
+Each model runs on a CUDA GPU when CuPy, a device and a dnnbind GPU backend with its ops are there, else
+on the CPU reference backend. Usage: python demo/train.py [--steps N] [--cpu] [--seed S]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import data                                                          # noqa: E402
+from layers import (Adam, BatchNorm, Conv, Dense, Flatten, LSTMLast, Sequential, Stateless,  # noqa: E402
+                    cross_entropy)
+from progress import Progress                                        # noqa: E402
+
+import dnnbind                                                       # noqa: E402
+from dnnbind.highlevel.dispatch import load_backend                  # noqa: E402
+
+CNN_OPS = ("conv", "batchnorm", "activation", "maxpool", "dropout", "logsoftmax")
+LSTM_OPS = ("rnn", "conv", "logsoftmax")
+
+
+def choose_backend(force_cpu: bool, ops: tuple[str, ...]) -> tuple[ModuleType, str]:
+    """(numpy or cupy, where ``ops`` will run): the GPU when it can run them all, else the CPU and why."""
+    cpu = "CPU, numpy reference backend"
+    if force_cpu:
+        return np, f"{cpu} (--cpu)"
+    try:
+        import cupy  # type: ignore[import-not-found]
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no CuPy, no driver, no device: all mean "CPU"
+        return np, f"{cpu} ({'CuPy not installed' if isinstance(exc, ImportError) else f'no usable GPU: {exc}'})"
+    if count == 0:
+        return np, f"{cpu} (no GPU visible)"
+    name = "miopen" if cupy.cuda.runtime.is_hip else "cudnn"
+    try:
+        backend = load_backend(name)
+    except (NotImplementedError, ImportError) as exc:
+        return np, f"{cpu} ({exc})"
+    missing = [op for op in ops if not hasattr(backend, op)]
+    if missing:
+        return np, f"{cpu} (the {name} backend has no {', '.join(missing)} yet)"
+    try:
+        dnnbind.conv(cupy.ones((1, 1, 3, 3), np.float32), cupy.ones((1, 1, 2, 2), np.float32))
+    except Exception as exc:  # for example no cuDNN library: say so and train on the CPU
+        return np, f"{cpu} (a test convolution on the GPU failed: {exc})"
+    device = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+    return cupy, f"GPU {device.decode() if isinstance(device, bytes) else device}, {name} backend"
+
+
+def cnn(xp: Any, rng: np.random.Generator) -> Sequential:
+    """12x12 images -> conv/bn/relu/pool twice -> dropout -> dense -> 4 classes."""
+    relu = Stateless(lambda x: dnnbind.activation(x, "relu"))
+    pool = Stateless(lambda x: dnnbind.maxpool(x, 2))
+    dropout = Stateless(lambda x: dnnbind.dropout(x, 0.2, seed=int(rng.integers(2**31))), train_only=True)
+    return Sequential(Conv(xp, rng, 1, 8, (3, 3), padding=1), BatchNorm(xp, 8), relu, pool,
+                      Conv(xp, rng, 8, 16, (3, 3), padding=1), BatchNorm(xp, 16), relu, pool,
+                      dropout, Flatten(), Dense(xp, rng, 16 * 3 * 3, len(data.BAR_CLASSES)))
+
+
+def lstm(xp: Any, rng: np.random.Generator) -> Sequential:
+    """Sequences of 16 values -> LSTM (last hidden state) -> dense -> 3 classes."""
+    return Sequential(LSTMLast(xp, rng, 1, 24), Dense(xp, rng, 24, len(data.WAVE_FREQUENCIES)))
+
+
+def train(label: str, xp: Any, model: Sequential, make_batch: Callable[[int], tuple[np.ndarray, np.ndarray]],
+          steps: int, lr: float) -> dict[str, float]:
+    """Adam on fresh batches; returns first/last losses, held-out accuracy and seconds per step."""
+    opt = Adam(xp, model, lr=lr)
+    progress = Progress(label, steps)
+    losses = []
+    start = time.perf_counter()
+    for step in range(1, steps + 1):
+        x, labels = (xp.asarray(a) for a in make_batch(32))
+        logits, tape = model.forward(x, train=True)
+        loss, dlogits = cross_entropy(xp, logits, labels)
+        tape.backward(dlogits)
+        opt.step()
+        losses.append(loss)
+        progress.update(step, loss)
+    seconds = (time.perf_counter() - start) / steps
+    x, labels = (xp.asarray(a) for a in make_batch(512))
+    logits, _ = model.forward(x, train=False)
+    accuracy = float((logits.argmax(axis=1) == labels).mean())
+    k = max(1, steps // 10)
+    return {"first": float(np.mean(losses[:k])), "last": float(np.mean(losses[-k:])), "accuracy": accuracy,
+            "seconds": seconds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300, help="training steps per model (default 300)")
+    parser.add_argument("--cpu", action="store_true", help="use the CPU reference backend even with a GPU")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    print(f"dnnbind {dnnbind.__version__} demo: {args.steps} steps per model")
+    rng = np.random.default_rng(args.seed)
+    models = {"cnn": (cnn, CNN_OPS, lambda n: data.bars(rng, n), 0.01),
+              "lstm": (lstm, LSTM_OPS, lambda n: data.waves(rng, n), 0.02)}
+    results = {}
+    for label, (build, ops, make_batch, lr) in models.items():
+        xp, where = choose_backend(args.cpu, ops)
+        print(f"{label:<5} on {where}")
+        results[label] = train(label, xp, build(xp, rng), make_batch, args.steps, lr), where
+    print()
+    for label, (r, where) in results.items():
+        print(f"{label:<5} loss {r['first']:.3f} -> {r['last']:.3f} (first and last tenth of the steps), "
+              f"held-out accuracy {r['accuracy']:.0%}, {r['seconds'] * 1e3:.1f} ms per step\n"
+              f"      backend: {where}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

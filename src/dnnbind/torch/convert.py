@@ -1,0 +1,89 @@
+"""Tensors to arrays and back without copies.
+
+CPU tensors become numpy arrays sharing their memory (the reference backend); CUDA tensors become CuPy
+arrays through DLPack (the cuDNN / MIOpen backends), with CuPy running on torch's current stream.
+Results come back the same way: ``torch.from_numpy`` and ``torch.from_dlpack``.
+"""
+from __future__ import annotations
+
+import contextlib
+from types import ModuleType
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import torch
+
+SUPPORTED_DTYPES = (torch.float16, torch.float32, torch.float64)
+
+
+def check_tensor(name: str, value: Any) -> None:
+    """TypeError naming ``name`` unless ``value`` is a float16/32/64 tensor on the CPU or a CUDA device."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, not {type(value).__name__}")
+    if value.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has dtype {value.dtype}; dnnbind supports torch.float16, torch.float32 "
+                        f"and torch.float64")
+    if value.device.type not in ("cpu", "cuda"):
+        raise TypeError(f"{name} is on device {value.device}; dnnbind takes CPU and CUDA tensors")
+
+
+def common_device(tensors: Mapping[str, torch.Tensor | None]) -> torch.device:
+    """The one device of the named tensors (None skipped); TypeError when they are on different devices."""
+    first: tuple[str, torch.device] | None = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        check_tensor(name, t)
+        if first is None:
+            first = (name, t.device)
+        elif t.device != first[1]:
+            raise TypeError(f"{name} is on {t.device} but {first[0]} is on {first[1]}; move them to one "
+                            f"device (for example {name}.to({first[0]}.device))")
+    if first is None:
+        raise TypeError("no tensor arguments given")
+    return first[1]
+
+
+def cupy() -> ModuleType:
+    """The cupy module; ImportError saying how to install it when it is missing."""
+    try:
+        import cupy as cp  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise ImportError('CUDA tensors need CuPy: pip install "dnnbind[cuda12]" (or [cuda13])') from exc
+    return cp
+
+
+@contextlib.contextmanager
+def device_scope(device: torch.device) -> Iterator[None]:
+    """Make CuPy use ``device`` and torch's current stream on it (nothing to do on the CPU)."""
+    if device.type != "cuda":
+        yield
+        return
+    cp = cupy()
+    index = torch.cuda.current_device() if device.index is None else device.index
+    stream = torch.cuda.current_stream(index)
+    with cp.cuda.Device(index), cp.cuda.ExternalStream(stream.cuda_stream, index):
+        yield
+
+
+def to_array(t: torch.Tensor, *, inplace: bool = False, name: str = "tensor") -> Any:
+    """A C-contiguous numpy (CPU) or CuPy (CUDA) array on ``t``'s memory; a copy only when ``t`` is not
+    contiguous. ``inplace=True`` (the op writes into it) refuses non-contiguous tensors instead."""
+    t = t.detach()
+    if not t.is_contiguous():
+        if inplace:
+            raise ValueError(f"{name} must be contiguous: the op updates it in place")
+        t = t.contiguous()
+    if t.device.type == "cpu":
+        return t.resolve_neg().numpy()
+    return cupy().from_dlpack(t)
+
+
+def to_tensor(a: Any) -> torch.Tensor:
+    """A tensor on the memory of a numpy or CuPy array (numpy arrays torch cannot share are copied)."""
+    if isinstance(a, (np.ndarray, np.generic)):
+        a = np.asarray(a)
+        if not a.flags.writeable or any(s < 0 for s in a.strides):
+            a = a.copy()
+        return torch.from_numpy(a)
+    return torch.from_dlpack(a)

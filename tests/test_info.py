@@ -1,0 +1,89 @@
+"""``python -m dnnbind info``: versions, libraries or why not, never a traceback, fast."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import dnnbind
+from dnnbind.gen import cudnn, miopen
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _info(*args: str, **env: str) -> tuple[subprocess.CompletedProcess, float]:
+    child_env = {**os.environ, "PYTHONPATH": SRC, **env}
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "dnnbind", *args], capture_output=True, text=True,
+                            env=child_env, timeout=60)
+    return result, time.perf_counter() - start
+
+
+def test_info_explains_a_library_it_cannot_load():
+    result, _ = _info("info", DNNBIND_MIOPEN_LIBRARY="/nonexistent")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    out = result.stdout
+    assert f"dnnbind     {dnnbind.__version__}" in out
+    assert f"bindings generated from the MIOpen {miopen.HEADER_VERSION} headers" in out
+    assert "$DNNBIND_MIOPEN_LIBRARY='/nonexistent' could not be loaded" in out
+    assert "Fix: point DNNBIND_MIOPEN_LIBRARY at a loadable library" in out
+
+
+def test_info_without_any_library_still_succeeds():
+    result, _ = _info("info", DNNBIND_MIOPEN_LIBRARY="/nonexistent", DNNBIND_CUDNN_LIBRARY="/nonexistent/libcudnn.so.9")
+    assert result.returncode == 0 and "Traceback" not in result.stdout + result.stderr
+    assert result.stdout.count("library: not loadable") == 2
+    assert "DNNBIND_CUDNN_LIBRARY=/nonexistent/libcudnn.so.9" in result.stdout   # the environment section
+
+
+def test_info_reports_the_cudnn_library_it_finds():
+    result, _ = _info("info")
+    version = ".".join(map(str, cudnn.library_version()))
+    assert f"bindings generated from the cuDNN {cudnn.HEADER_VERSION} headers" in result.stdout
+    assert f"library: {version}, built for CUDA " in result.stdout
+    assert cudnn.library_path() in result.stdout
+
+
+def test_info_names_the_search_and_the_fix_when_nothing_is_found():
+    """MIOpen is not on the system loader's path here (its Debian build needs tests/miopen_runner.py)."""
+    result, _ = _info("info", ROCM_PATH="/nonexistent")
+    if "MIOpen library not found" not in result.stdout:
+        pytest.skip("a loadable MIOpen is installed on this machine")
+    assert "Tried:" in result.stdout and "Or set DNNBIND_MIOPEN_LIBRARY" in result.stdout
+
+
+def test_info_lists_cupy_gpus_and_torch_without_importing_torch():
+    code = "import sys; from dnnbind.info import report; print(report()); print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": SRC})
+    out = result.stdout
+    assert out.rstrip().endswith("False"), out
+    assert "PyTorch     " in out
+    if importlib.util.find_spec("cupy") is None:
+        assert "GPUs        none (CuPy not installed)" in out
+        assert 'CuPy        not installed (GPU users: pip install "dnnbind[cuda12]"' in out
+
+
+def test_info_is_fast():
+    _info("info")                         # warm the file cache
+    result, seconds = _info("info")
+    assert result.returncode == 0
+    assert seconds < 1.5, f"python -m dnnbind info took {seconds:.2f} s"
+
+
+def test_info_sees_miopen_under_the_debian_loader(miopen_run):
+    out = miopen_run("from dnnbind.info import report; print(report())").stdout
+    section = out.split("\nMIOpen ", 1)[1].split("\nnumpy ", 1)[0]
+    assert re.search(r"library: 3\.\d+\.\d+\n +/\S+/libMIOpen\.so\.1$", section), out
+
+
+def test_no_command_prints_usage():
+    result, _ = _info()
+    assert result.returncode == 2 and "info" in result.stdout

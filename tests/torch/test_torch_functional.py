@@ -1,0 +1,161 @@
+"""dnnbind.torch's ops give torch.nn.functional's results and gradients; tensors cross without copies."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dnnbind.torch as dt
+from dnnbind.torch.convert import to_array, to_tensor
+
+
+def _pair(randn, shape, dtype):
+    a = randn(*shape, dtype=dtype)
+    return a, a.detach().clone().requires_grad_()
+
+
+def _compare(ours, theirs, inputs_ours, inputs_theirs, tol):
+    """Same forward values, and the same gradients for a random cotangent."""
+    torch.testing.assert_close(ours, theirs, rtol=tol, atol=tol)
+    v = torch.randn(theirs.shape, generator=torch.Generator().manual_seed(5), dtype=theirs.dtype)
+    ours.backward(v)
+    theirs.backward(v)
+    for a, b in zip(inputs_ours, inputs_theirs):
+        torch.testing.assert_close(a.grad, b.grad, rtol=tol, atol=tol)
+
+
+# name -> (input shapes, dnnbind call, torch call)
+CASES = {
+    "conv2d": ([(2, 4, 7, 6), (6, 2, 3, 2), (6,)],
+               lambda x, w, b: dt.conv(x, w, b, stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2),
+               lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)),
+    "conv1d": ([(2, 3, 9), (4, 3, 3)], lambda x, w: dt.conv(x, w, padding=2),
+               lambda x, w: F.conv1d(x, w, padding=2)),
+    "conv3d": ([(1, 2, 4, 5, 4), (3, 2, 2, 3, 2), (3,)], lambda x, w, b: dt.conv(x, w, b, stride=2, padding=1),
+               lambda x, w, b: F.conv3d(x, w, b, stride=2, padding=1)),
+    "conv_transpose2d": ([(2, 4, 4, 5), (4, 3, 3, 3), (6,)],
+                         lambda x, w, b: dt.conv_transpose(x, w, b, stride=2, padding=1, output_padding=1, groups=2),
+                         lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1,
+                                                            groups=2)),
+    "maxpool2d": ([(2, 3, 7, 7)], lambda x: dt.maxpool(x, 3, stride=2, padding=1),
+                  lambda x: F.max_pool2d(x, 3, stride=2, padding=1)),
+    "maxpool1d": ([(2, 3, 8)], lambda x: dt.maxpool(x, 2), lambda x: F.max_pool1d(x, 2)),
+    "meanpool3d": ([(1, 2, 4, 4, 6)], lambda x: dt.meanpool(x, 2, padding=1, count_include_pad=False),
+                   lambda x: F.avg_pool3d(x, 2, padding=1, count_include_pad=False)),
+    "meanpool2d": ([(2, 3, 6, 6)], lambda x: dt.meanpool(x, 3, stride=1, padding=1),
+                   lambda x: F.avg_pool2d(x, 3, stride=1, padding=1)),
+    "softmax": ([(3, 5, 4)], lambda x: dt.softmax(x, axis=2), lambda x: F.softmax(x, dim=2)),
+    "logsoftmax": ([(3, 5)], lambda x: dt.logsoftmax(x), lambda x: F.log_softmax(x, dim=1)),
+    "relu": ([(4, 6)], lambda x: dt.activation(x, "relu"), F.relu),
+    "sigmoid": ([(4, 6)], lambda x: dt.activation(x, "sigmoid"), torch.sigmoid),
+    "tanh": ([(4, 6)], lambda x: dt.activation(x, "tanh"), torch.tanh),
+    "elu": ([(4, 6)], lambda x: dt.activation(x, "elu", alpha=0.7), lambda x: F.elu(x, 0.7)),
+    "leaky_relu": ([(4, 6)], lambda x: dt.activation(x, "leaky_relu", alpha=0.2), lambda x: F.leaky_relu(x, 0.2)),
+    "clipped_relu": ([(4, 6)], lambda x: dt.activation(x, "clipped_relu"), F.relu6),
+    "swish": ([(4, 6)], lambda x: dt.activation(x, "swish"), F.silu),
+    "batchnorm": ([(4, 3, 2, 3), (3,), (3,)], lambda x, g, b: dt.batchnorm(x, g, b, eps=1e-3),
+                  lambda x, g, b: F.batch_norm(x, None, None, g, b, training=True, eps=1e-3)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_equals_torch_functional(name, dtype, randn):
+    shapes, ours_fn, theirs_fn = CASES[name]
+    pairs = [_pair(randn, s, dtype) for s in shapes]
+    ours_in, theirs_in = [p[0] for p in pairs], [p[1] for p in pairs]
+    tol = 1e-10 if dtype == torch.float64 else 2e-5
+    _compare(ours_fn(*ours_in), theirs_fn(*theirs_in), ours_in, theirs_in, tol)
+
+
+def test_batchnorm_running_statistics_match_torch(randn):
+    x = randn(5, 3, 4, dtype=torch.float32, grad=False)
+    g, b = torch.ones(3), torch.zeros(3)
+    ours = [torch.zeros(3), torch.ones(3)]
+    theirs = [torch.zeros(3), torch.ones(3)]
+    for _ in range(3):
+        dt.batchnorm(x, g, b, running_mean=ours[0], running_var=ours[1], momentum=0.3)
+        F.batch_norm(x, theirs[0], theirs[1], g, b, training=True, momentum=0.3)
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(dt.batchnorm(x, g, b, running_mean=ours[0], running_var=ours[1], training=False),
+                               F.batch_norm(x, theirs[0], theirs[1], g, b, training=False))
+
+
+def test_batchnorm_refuses_running_stats_it_cannot_update_in_place(randn):
+    x = randn(4, 3, dtype=torch.float32, grad=False)
+    strided = torch.zeros(3, 2)[:, 0]
+    with pytest.raises(ValueError, match="running_mean must be contiguous"):
+        dt.batchnorm(x, torch.ones(3), torch.zeros(3), running_mean=strided, running_var=torch.ones(3))
+
+
+def test_dropout_masks_scales_and_follows_torch_seed(randn):
+    x = randn(200, 10, dtype=torch.float32)
+    y = dt.dropout(x, 0.25, seed=3)
+    kept = y != 0
+    torch.testing.assert_close(y[kept], x[kept] / 0.75)
+    assert 0.6 < kept.float().mean() < 0.9
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, kept.float() / 0.75)
+    torch.testing.assert_close(dt.dropout(x, 0.25, seed=3), y)
+    torch.manual_seed(11)
+    first = dt.dropout(x, 0.5)
+    torch.manual_seed(11)
+    assert torch.equal(dt.dropout(x, 0.5), first)
+    assert not torch.equal(dt.dropout(x, 0.5), first)
+
+
+def test_rnn_lengths_equal_torch_packed_sequences(randn):
+    lstm = torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True, dtype=torch.float64)
+    x = randn(5, 3, 3)
+    lengths = [2, 5, 3]
+    weights = [tuple(getattr(lstm, f"{k}_l{layer}{sfx}") for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+               for layer in range(2) for sfx in ("", "_reverse")]
+    y, hy, cy = dt.rnn(x, weights, hidden_size=4, num_layers=2, bidirectional=True, lengths=torch.tensor(lengths))
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+    out, (h_ref, c_ref) = lstm(packed)
+    y_ref, _ = torch.nn.utils.rnn.pad_packed_sequence(out, total_length=5)
+    torch.testing.assert_close((y, hy, cy), (y_ref, h_ref, c_ref))
+    grads = torch.autograd.grad((y.sum(), hy.sum()), [x, *weights[0]])
+    grads_ref = torch.autograd.grad((y_ref.sum(), h_ref.sum()), [x, *weights[0]])
+    torch.testing.assert_close(grads, grads_ref)
+
+
+def test_cpu_tensors_cross_without_copies():
+    t = torch.arange(12.0).reshape(3, 4)
+    a = to_array(t)
+    assert isinstance(a, np.ndarray) and np.shares_memory(a, t.numpy())
+    back = to_tensor(a)
+    assert back.data_ptr() == t.data_ptr()
+    a[0, 0] = 42.0
+    assert t[0, 0] == 42.0
+
+
+def test_non_contiguous_tensors_are_handed_over_contiguous():
+    t = torch.arange(12.0).reshape(3, 4).t()
+    a = to_array(t)
+    assert a.flags.c_contiguous
+    np.testing.assert_array_equal(a, t.numpy())
+
+
+def test_results_torch_cannot_share_are_copied():
+    a = np.arange(6.0)[::-1]
+    read_only = np.arange(4.0)
+    read_only.flags.writeable = False
+    torch.testing.assert_close(to_tensor(a), torch.tensor([5.0, 4, 3, 2, 1, 0], dtype=torch.float64))
+    assert to_tensor(read_only).data_ptr() != read_only.ctypes.data
+
+
+def test_argument_errors_name_the_argument(randn):
+    x = randn(2, 3, 4, 4, dtype=torch.float32)
+    with pytest.raises(TypeError, match="w has dtype torch.bfloat16"):
+        dt.conv(x, torch.zeros(2, 3, 3, 3, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="w must be a torch.Tensor, not ndarray"):
+        dt.conv(x, np.zeros((2, 3, 3, 3), np.float32))
+    with pytest.raises(TypeError, match="b is on device meta; dnnbind takes CPU and CUDA tensors"):
+        dt.conv(x, torch.zeros(2, 3, 3, 3), torch.zeros(2, device="meta"))
+    with pytest.raises(ValueError, match=r"x has 3 channels but w.shape\[1\]"):
+        dt.conv(x, torch.zeros(2, 5, 3, 3))
+    with pytest.raises(TypeError, match="weights\\[0\\]\\[1\\] has dtype torch.int64"):
+        dt.rnn(randn(2, 1, 3), [(torch.zeros(8, 3), torch.zeros(8, 2, dtype=torch.long), None, None)],
+               hidden_size=2)

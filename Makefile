@@ -44,5 +44,8 @@ demo:  ## train a small CNN and LSTM with dnnbind's ops: GPU when CuPy + a devic
 bench:  ## benchmarks, printed as ratios against references measured in the same run
 	$(PY) bench/run.py
 
+gpu-check:  ## GPU tests (pytest -m gpu) and GPU benchmarks on the machine's python3; logs in $OUT or ./gpu-results
+	PYTHONPATH=src $(PYTHON) bench/gpu_check.py
+
 clean:
 	rm -rf .cache $(VENV) build *.egg-info

@@ -1,0 +1,115 @@
+"""Batch normalisation per channel on cuDNN (CUDNN_BATCHNORM_SPATIAL).
+
+Training: cudnnBatchNormalizationForwardTraining normalises with the batch statistics and returns
+the batch mean and inverse standard deviation, which the pullback hands to
+cudnnBatchNormalizationBackward. Inference: cudnnBatchNormalizationForwardInference with copies of the
+running statistics (so later updates do not change the pullback); its pullback differentiates that
+affine map with CuPy (cuDNN's backward pass is the training one).
+
+Running statistics. cuDNN updates them as ``running = (1 - factor) * running + factor * batch`` with
+``factor = momentum`` and, for the variance, the UNBIASED batch variance (count / (count - 1) times the
+biased one): the same rule as the reference backend and PyTorch, so no fix-up is needed. cuDNN keeps
+them, and gamma and beta, in float32 for half-precision data (float64 for float64); statistics of
+another dtype or not contiguous are updated through a float32/float64 copy that is written back in
+place, as the reference computes in x's compute dtype and casts back.
+
+epsilon: cuDNN rejects values below CUDNN_BN_MIN_EPSILON (0 in cuDNN 9, 1e-5 in older releases);
+smaller values are raised to it with a warning.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+from dnnbind.highlevel.cudnn._lib import DTYPES, handle, lib
+from dnnbind.highlevel.cudnn.descriptors import TensorDescriptor
+from dnnbind.highlevel.gpu import layout as _layout
+from dnnbind.highlevel.gpu.arrays import cupy, current_stream
+from dnnbind.highlevel.gpu.batchnorm import affine_pullback, as_param, write_back
+from dnnbind.highlevel.gpu.cache import PlanCache
+from dnnbind.highlevel.gpu.call import Call
+from dnnbind.highlevel.gpu.layout import lift
+from dnnbind.highlevel.gpu.pullback import cotangent
+
+PLANS: PlanCache["BatchNormPlan"] = PlanCache("cudnn.batchnorm", maxsize=128)
+
+
+class BatchNormPlan:
+    """The descriptor of x (4-d or 5-d, in its layout) and the per-channel descriptor cuDNN derives."""
+
+    def __init__(self, shape: tuple[int, ...], layout: str, dtype: str) -> None:
+        c = lib()
+        self.mode = c.CUDNN_BATCHNORM_SPATIAL
+        self.x = TensorDescriptor(lift(shape), dtype, layout=layout)
+        self.param = TensorDescriptor((1, shape[1], 1, 1), DTYPES[dtype].param)
+        c.cudnnDeriveBNTensorDescriptor(self.param.handle, self.x.handle, self.mode)
+        self.dtype = DTYPES[dtype]
+
+
+def epsilon(eps: float) -> float:
+    """eps, raised to CUDNN_BN_MIN_EPSILON (with a warning) when smaller."""
+    low = float(lib().CUDNN_BN_MIN_EPSILON)
+    if eps < low:
+        warnings.warn(f"eps={eps!r} is below cuDNN's minimum CUDNN_BN_MIN_EPSILON={low!r}; using {low!r}",
+                      RuntimeWarning, stacklevel=3)
+        return low
+    return eps
+
+
+def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any, running_var: Any, training: bool,
+              momentum: float, eps: float) -> tuple[Any, Callable]:
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta per channel (see :func:`dnnbind.batchnorm`)."""
+    cp = cupy()
+    c = lib()
+    eps = epsilon(eps)
+    params = {"training": training, "momentum": momentum, "eps": eps}
+    with Call("batchnorm", params, x=x, gamma=gamma, beta=beta, running_mean=running_mean,
+              running_var=running_var) as call:
+        x, gamma, beta = call["x"], call["gamma"], call["beta"]
+        running_mean, running_var = call["running_mean"], call["running_var"]
+        lay = _layout.layout_of(x) if x.ndim > 2 else ("NCHW" if x.flags.c_contiguous else None)
+        if lay is None:
+            x, lay = cp.ascontiguousarray(x), "NCHW"
+        plan = PLANS.get((tuple(x.shape), lay, x.dtype.name, call.device),
+                         lambda: BatchNormPlan(tuple(x.shape), lay, x.dtype.name))
+        pdt = plan.dtype.param
+        scale, bias = as_param(cp, gamma, pdt), as_param(cp, beta, pdt)
+        y = _layout.empty(cp, x.shape, x.dtype, lay)
+        h = handle(call.device, current_stream())
+        one, zero = plan.dtype.one, plan.dtype.zero
+        channels = x.shape[1]
+        if training:
+            mean, invstd = cp.empty(channels, pdt), cp.empty(channels, pdt)
+            rm = rv = None
+            if running_mean is not None:
+                rm, rv = as_param(cp, running_mean, pdt), as_param(cp, running_var, pdt)
+            c.cudnnBatchNormalizationForwardTraining(
+                h, plan.mode, one, zero, plan.x.handle, x.data.ptr, plan.x.handle, y.data.ptr, plan.param.handle,
+                scale.data.ptr, bias.data.ptr, float(momentum), 0 if rm is None else rm.data.ptr,
+                0 if rv is None else rv.data.ptr, eps, mean.data.ptr, invstd.data.ptr)
+            write_back(running_mean, rm)
+            write_back(running_var, rv)
+        else:
+            mean, var = running_mean.astype(pdt), running_var.astype(pdt)   # copies: a snapshot
+            c.cudnnBatchNormalizationForwardInference(
+                h, plan.mode, one, zero, plan.x.handle, x.data.ptr, plan.x.handle, y.data.ptr, plan.param.handle,
+                scale.data.ptr, bias.data.ptr, mean.data.ptr, var.data.ptr, eps)
+            invstd = 1.0 / cp.sqrt(var + eps)
+    device, dtype = call.device, x.dtype
+
+    def pullback(dy: Any) -> tuple[Any, Any, Any]:
+        with Call("batchnorm pullback", params, device=device, dy=dy) as back:
+            dy = cotangent("dy", back["dy"], x.shape, dtype, lay, device)
+            if training:
+                dx = _layout.empty(cp, x.shape, dtype, lay)
+                dgamma, dbeta = cp.empty(channels, pdt), cp.empty(channels, pdt)
+                c.cudnnBatchNormalizationBackward(
+                    handle(device, current_stream()), plan.mode, one, zero, one, zero, plan.x.handle, x.data.ptr,
+                    plan.x.handle, dy.data.ptr, plan.x.handle, dx.data.ptr, plan.param.handle, scale.data.ptr,
+                    dgamma.data.ptr, dbeta.data.ptr, eps, mean.data.ptr, invstd.data.ptr)
+            else:
+                dx, dgamma, dbeta = affine_pullback(cp, x, dy, scale, mean, invstd, pdt)
+                dx = _layout.in_layout(cp, dx, lay, dtype)
+            return dx, dgamma.astype(dtype, copy=False), dbeta.astype(dtype, copy=False)
+
+    return y, pullback

@@ -1,0 +1,128 @@
+"""Inverted dropout on cuDNN: cudnnDropoutForward / cudnnDropoutBackward.
+
+cuDNN draws its mask from random-number-generator states that it initialises from a seed
+(cudnnSetDropoutDescriptor, a kernel launch) and advances on every forward call. The backend keeps
+initialised states per (device, seed) in a bounded cache:
+
+* ``seed`` given (an int): every call starts from a copy of the seed's pristine states, so the same
+  seed gives the same mask, call after call;
+* ``seed=None``: one set of states per device, seeded from the OS's entropy and advancing with each
+  call;
+* a ``numpy.random.Generator``: draws a 63-bit seed from it (advancing it) and initialises states for
+  that call only.
+
+The masks come from cuDNN's generator, so for the same seed they DIFFER from the reference backend's
+(numpy's); tests compare statistics and the pullback's consistency with the forward mask instead.
+The mask lives in cuDNN's reserve space, which the pullback holds; ``pullback.mask`` recovers it as a
+boolean array. p = 0 and p = 1 need no random numbers: a copy, and zeros.
+"""
+from __future__ import annotations
+
+import ctypes
+import secrets
+from typing import Any
+
+import numpy as np
+
+from dnnbind.highlevel.cudnn._lib import handle, lib
+from dnnbind.highlevel.cudnn.descriptors import DropoutDescriptor, TensorDescriptor
+from dnnbind.highlevel.gpu.arrays import cupy, current_stream
+from dnnbind.highlevel.gpu.cache import PlanCache
+from dnnbind.highlevel.gpu.call import Call
+from dnnbind.highlevel.gpu.pullback import cotangent, like
+from dnnbind.highlevel.gpu.views import flat_dense
+
+STATES: PlanCache["DropoutStates"] = PlanCache("cudnn.dropout_states", maxsize=16)
+TENSORS: PlanCache[TensorDescriptor] = PlanCache("cudnn.dropout_tensor", maxsize=128)
+
+
+class DropoutStates:
+    """cuDNN's RNG states for one (device, seed), initialised on the current stream."""
+
+    def __init__(self, cp: Any, h: Any, seed: int) -> None:
+        c = lib()
+        size = ctypes.c_size_t()
+        c.cudnnDropoutGetStatesSize(h, ctypes.byref(size))
+        self.size = size.value
+        self.seed = seed
+        self.buffer = cp.empty(self.size, np.uint8)
+        with DropoutDescriptor() as desc:
+            c.cudnnSetDropoutDescriptor(desc.handle, h, 0.5, self.buffer.data.ptr, self.size, seed)
+
+
+def _int_seed(seed: Any) -> tuple[int, bool]:
+    """(seed as an int, whether its states are cached)."""
+    if seed is None:
+        return secrets.randbits(63), True
+    if isinstance(seed, np.random.Generator):
+        return int(seed.integers(0, 2**63 - 1)), False
+    return int(seed) & (2**64 - 1), True      # cuDNN's seed is an unsigned 64-bit int
+
+
+def _states(cp: Any, h: Any, device: int, seed: Any) -> tuple[DropoutStates, Any]:
+    """(states, the buffer this call lets cuDNN advance)."""
+    if seed is None:
+        states = STATES.get((device, None), lambda: DropoutStates(cp, h, _int_seed(None)[0]))
+        return states, states.buffer                     # one advancing stream per device
+    value, cached = _int_seed(seed)
+    states = STATES.get((device, value), lambda: DropoutStates(cp, h, value)) if cached \
+        else DropoutStates(cp, h, value)
+    return states, states.buffer.copy()                 # the pristine states stay untouched
+
+
+class DropoutPullback:
+    """dy -> dx for one dropout call; holds the reserve space (the mask) and the descriptor."""
+
+    def __init__(self, cp: Any, y: Any, device: int, p: float, desc: Any = None, tensor: Any = None,
+                 reserve: Any = None, states: Any = None) -> None:
+        self._cp, self._y, self._device, self.p = cp, y, device, p
+        self._desc, self._tensor, self._reserve, self._states = desc, tensor, reserve, states
+
+    def __call__(self, dy: Any) -> Any:
+        cp = self._cp
+        y = self._y
+        with Call("dropout pullback", {"p": self.p}, device=self._device, dy=dy) as back:
+            dy = cotangent("dy", back["dy"], y.shape, y.dtype, None, self._device)
+            if self.p == 0.0:
+                return dy.copy()
+            if self.p == 1.0:
+                return cp.zeros_like(y)
+            dy = like(cp, dy, y)
+            dx = cp.empty_like(y)
+            t = self._tensor.handle
+            lib().cudnnDropoutBackward(handle(self._device, current_stream()), self._desc.handle, t, dy.data.ptr, t,
+                                       dx.data.ptr, self._reserve.data.ptr, self._reserve.size)
+            return dx
+
+    @property
+    def mask(self) -> Any:
+        """The kept elements (a new boolean CuPy array): where the pullback of ones is non-zero."""
+        if self.p == 1.0:
+            return self._cp.zeros(self._y.shape, bool)
+        return self(self._cp.ones(self._y.shape, self._y.dtype)) != 0
+
+
+def dropout(x: Any, p: float, seed: Any = None) -> tuple[Any, DropoutPullback]:
+    """Zero each element with probability p and scale the rest by 1/(1 - p) (see :func:`dnnbind.dropout`)."""
+    cp = cupy()
+    c = lib()
+    with Call("dropout", {"p": p, "seed": seed}, x=x) as call:
+        x = call["x"]
+        if p == 0.0:
+            y = x.copy()
+            return y, DropoutPullback(cp, y, call.device, p)
+        if p == 1.0:
+            y = cp.zeros_like(x)
+            return y, DropoutPullback(cp, y, call.device, p)
+        x, y = flat_dense(cp, x)
+        tensor = TENSORS.get((x.size, x.dtype.name), lambda: TensorDescriptor((1, 1, 1, x.size), x.dtype.name))
+        h = handle(call.device, current_stream())
+        states, buffer = _states(cp, h, call.device, seed)
+        desc = DropoutDescriptor()
+        c.cudnnRestoreDropoutDescriptor(desc.handle, h, float(p), buffer.data.ptr, states.size, states.seed)
+        size = ctypes.c_size_t()
+        c.cudnnDropoutGetReserveSpaceSize(tensor.handle, ctypes.byref(size))
+        reserve = cp.empty(size.value, np.uint8)
+        c.cudnnDropoutForward(h, desc.handle, tensor.handle, x.data.ptr, tensor.handle, y.data.ptr,
+                              reserve.data.ptr, reserve.size)
+    return y, DropoutPullback(cp, y, call.device, p, desc, tensor, reserve, buffer)

@@ -1,0 +1,156 @@
+"""Pooling, softmax, activation, batch-norm and dropout plans on the host, against ConvDims/PoolDims,
+the reference backend and cuDNN's own read-back."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from childproc import run_python
+from dnnbind.gen import cudnn
+from dnnbind.highlevel import reference
+from dnnbind.highlevel.cudnn.activation import CUDNN_MODES, ActivationPlan
+from dnnbind.highlevel.cudnn.batchnorm import BatchNormPlan, epsilon
+from dnnbind.highlevel.cudnn.pool import MAX, MEAN_EXCLUDE_PAD, MEAN_INCLUDE_PAD, PoolPlan
+from dnnbind.highlevel.cudnn.softmax import SoftmaxPlan
+from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.gpu import layout
+from dnnbind.highlevel.gpu.geometry import pad
+from dnnbind.highlevel.gpu.views import axis_view
+
+
+def pool_problems(rng, count):
+    for _ in range(count):
+        n = int(rng.integers(1, 4))
+        window = tuple(int(k) for k in rng.integers(1, 5, n))
+        stride = tuple(int(s) for s in rng.integers(1, 4, n))
+        pads = tuple((int(rng.integers(0, k // 2 + 1)), int(rng.integers(0, k // 2 + 1))) for k in window)
+        sizes = tuple(max(1, k - lo - hi) + int(rng.integers(0, 5)) for k, (lo, hi) in zip(window, pads))
+        yield PoolDims((int(rng.integers(1, 3)), int(rng.integers(1, 4))) + sizes, window, stride=stride,
+                       padding=pads, dtype=str(rng.choice(["float16", "float32", "float64"])))
+
+
+@pytest.mark.parametrize("kind", [MAX, MEAN_INCLUDE_PAD, MEAN_EXCLUDE_PAD])
+def test_pool_plans_match_pooldims_and_cudnn_output_shapes(kind, rng):
+    modes = {MAX: (cudnn.CUDNN_POOLING_MAX, cudnn.CUDNN_POOLING_MAX_DETERMINISTIC),
+             MEAN_INCLUDE_PAD: (cudnn.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,) * 2,
+             MEAN_EXCLUDE_PAD: (cudnn.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,) * 2}[kind]
+    for dims in pool_problems(rng, 150):
+        deterministic = bool(rng.integers(2))
+        lay = str(rng.choice(["NCHW", "NHWC"]))
+        plan = PoolPlan(dims, kind, deterministic, lay)
+        assert plan.pooling.output_shape(plan.x) == layout.lift(dims.y_shape)
+        read = plan.pooling.read()
+        assert read["mode"] == modes[deterministic] and read["nan"] == cudnn.CUDNN_PROPAGATE_NAN
+        assert read["window"] == layout.lift_spatial(dims.window, 1)
+        assert read["stride"] == layout.lift_spatial(dims.stride, 1)
+        assert read["padding"] == layout.lift_spatial(tuple(map(min, dims.pad_low, dims.pad_high)), 0)
+        assert plan.x.read()[2] == layout.strides(plan.x.shape, lay)
+        assert (plan.rescale is not None) == (kind == MEAN_EXCLUDE_PAD and dims.pad_low != dims.pad_high)
+
+
+@pytest.mark.parametrize("padding", [((1, 0), (0, 1)), ((2, 1), 1), ((0, 2), (0, 1))])
+def test_exclude_padding_rescale_gives_the_asymmetric_mean(padding, rng):
+    """cuDNN's EXCLUDE_PADDING average of the explicitly padded x (the reference computes the same thing
+    for symmetric padding), times the plan's rescale factors, is the asymmetric mean of x."""
+    x = rng.standard_normal((2, 3, 7, 8))
+    dims = PoolDims(x.shape, (4, 3), stride=(2, 1), padding=padding)
+    plan = PoolPlan(dims, MEAN_EXCLUDE_PAD, False, "NCHW")
+    g = plan.geometry
+    xp = pad(np, x, g.extra_low, g.extra_high, "NCHW")
+    as_cudnn = PoolDims(xp.shape, dims.window, stride=dims.stride, padding=g.padding)
+    y, pullback = reference.meanpool(xp, as_cudnn, False)
+    y_ref, pullback_ref = reference.meanpool(x, dims, False)
+    np.testing.assert_allclose(y * plan.rescale, y_ref, rtol=1e-13)
+    dy = rng.standard_normal(y.shape)
+    dxp = pullback(dy * plan.rescale)
+    np.testing.assert_allclose(dxp[(slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in
+                                                                        zip(g.extra_low, x.shape[2:]))],
+                               pullback_ref(dy), rtol=1e-13)
+
+
+@pytest.mark.parametrize("shape, lay", [(s, "NCHW") for s in [(7,), (3, 5), (2, 3, 4), (2, 3, 4, 5), (2, 1, 3, 1, 2)]]
+                         + [(s, "NHWC") for s in [(2, 3, 4), (2, 3, 4, 5), (2, 1, 3, 1, 2), (1, 4, 1, 1)]])
+def test_softmax_view_addresses_the_axis_as_cudnn_channels(shape, lay):
+    """The 4-d (outer, C, inner, 1) view with the computed strides reads exactly the softmax groups."""
+    a = layout.in_layout(np, np.arange(float(np.prod(shape))).reshape(shape), lay)
+    elem = layout.strides(shape, lay)
+    assert all(s * a.itemsize == t for s, t, n in zip(elem, a.strides, shape) if n > 1)
+    for axis in range(len(shape)):
+        view = axis_view(shape, elem, axis)
+        if view is None:
+            assert lay == "NHWC"        # the backend copies these to C order
+            continue
+        dims, strides = view
+        got = np.lib.stride_tricks.as_strided(a, dims, [s * a.itemsize for s in strides])
+        outer = int(np.prod(shape[:axis]))
+        want = np.moveaxis(a, axis, -1).reshape(outer, -1, shape[axis])   # (outer, inner, C)
+        np.testing.assert_array_equal(got[:, :, :, 0].transpose(0, 2, 1), want)
+        plan = SoftmaxPlan(shape, lay, "float32", axis)
+        assert plan.desc.read() == (cudnn.CUDNN_DATA_FLOAT, dims, strides)
+        assert plan.mode == (cudnn.CUDNN_SOFTMAX_MODE_INSTANCE if dims[2] == 1 else cudnn.CUDNN_SOFTMAX_MODE_CHANNEL)
+
+
+def test_channels_last_softmax_over_the_channel_axis_needs_no_copy():
+    assert axis_view((2, 3, 4, 5), layout.strides((2, 3, 4, 5), "NHWC"), 1) == ((2, 3, 20, 1), (60, 1, 3, 1))
+    assert axis_view((2, 3, 4, 5), layout.strides((2, 3, 4, 5), "NHWC"), 2) is None
+
+
+@pytest.mark.parametrize("mode, alpha", [("relu", None), ("sigmoid", None), ("tanh", None), ("elu", 0.5),
+                                         ("clipped_relu", 6.0), ("swish", 1.7)])
+def test_activation_plans(mode, alpha):
+    plan = ActivationPlan(mode, alpha, 120, "float16")
+    read = plan.activation.read()
+    assert read["mode"] == getattr(cudnn, CUDNN_MODES[mode][0]) and read["nan"] == cudnn.CUDNN_PROPAGATE_NAN
+    if mode in ("elu", "clipped_relu"):
+        assert read["coef"] == alpha
+    if mode == "swish":
+        assert read["swish_beta"] == pytest.approx(alpha)
+    assert plan.tensor.read() == (cudnn.CUDNN_DATA_HALF, (1, 1, 1, 120), (120, 120, 120, 1))
+    assert set(CUDNN_MODES) | {"identity", "leaky_relu"} == set(__import__("dnnbind.highlevel.ops", fromlist=["x"])
+                                                               .ACTIVATION_DEFAULTS)
+
+
+@pytest.mark.parametrize("shape, lay", [((8, 3), "NCHW"), ((4, 3, 5), "NHWC"), ((2, 3, 4, 5), "NCHW"),
+                                        ((2, 3, 2, 3, 2), "NHWC")])
+@pytest.mark.parametrize("dtype, param", [("float16", cudnn.CUDNN_DATA_FLOAT), ("float32", cudnn.CUDNN_DATA_FLOAT),
+                                          ("float64", cudnn.CUDNN_DATA_DOUBLE)])
+def test_batchnorm_plans(shape, lay, dtype, param):
+    plan = BatchNormPlan(shape, lay, dtype)
+    lifted = layout.lift(shape)
+    assert plan.x.read()[1:] == (lifted, layout.strides(lifted, lay))
+    data_type, dims, _ = plan.param.read()
+    assert data_type == param and dims == (1, shape[1]) + (1,) * (len(lifted) - 2)
+
+
+def test_epsilon_is_clamped_with_a_warning(monkeypatch):
+    assert epsilon(1e-5) == 1e-5
+    monkeypatch.setattr(cudnn, "CUDNN_BN_MIN_EPSILON", 1e-4)    # what older cuDNN releases had
+    with pytest.warns(RuntimeWarning, match=r"eps=1e-06 is below cuDNN's minimum CUDNN_BN_MIN_EPSILON=0.0001"):
+        assert epsilon(1e-6) == 1e-4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert epsilon(1e-3) == 1e-3
+
+
+def test_building_plans_raises_no_deprecation_warning():
+    """The backend binds cuDNN's deprecated legacy functions quietly (the warning is about its choice)."""
+    result = run_python("""
+        import warnings
+        warnings.simplefilter("error")
+        from dnnbind.highlevel.cudnn.conv_plan import plan_for
+        from dnnbind.highlevel.cudnn.pool import PoolPlan, MAX
+        from dnnbind.highlevel.cudnn.activation import ActivationPlan
+        from dnnbind.highlevel.cudnn.batchnorm import BatchNormPlan
+        from dnnbind.highlevel.cudnn.settings import settings
+        from dnnbind.highlevel.dims import ConvDims, PoolDims
+        plan = plan_for(ConvDims((2, 3, 8, 8), (4, 3, 3, 3)), "NCHW", settings.current(), 0)
+        plan.conv.read(); plan.w.read()
+        PoolPlan(PoolDims((2, 3, 8, 8), 2), MAX, True, "NCHW").pooling.read()
+        ActivationPlan("swish", 1.0, 10, "float32").activation.read()
+        BatchNormPlan((2, 3, 4), "NCHW", "float16")
+        print("quiet")
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "quiet"

@@ -1,0 +1,1 @@
+from highlevel.gpu.device import cuda, poisoned  # noqa: F401  (fixtures)

@@ -130,10 +130,24 @@ def test_mixed_host_and_device_inputs():
         dispatch.select(x=CupyLike(), w=CupyLike(), b=np.zeros(4))
 
 
-def test_other_device_arrays_are_refused_with_advice():
+def test_other_device_arrays_are_adopted_through_cupy():
+    """Public ops wrap non-CuPy device arrays as CuPy arrays (zero-copy), so they need CuPy itself;
+    without it the error says how to install it. dispatch.select alone still refuses them with advice."""
+    import importlib.util
+    if importlib.util.find_spec("cupy") is None:
+        with pytest.raises(ImportError, match=r"the GPU backends of dnnbind need CuPy.*pip install 'dnnbind\[cuda13\]'"):
+            dnnbind.softmax(DeviceArray())
     with pytest.raises(TypeError, match=r"x is a device array of type .*DeviceArray; the GPU backends take cupy "
                                         r"arrays: wrap it with cupy.asarray\(x\)"):
-        dnnbind.softmax(DeviceArray())
+        dispatch.select(x=DeviceArray())
+    assert dispatch.is_foreign_device_array(DeviceArray())
+    assert not dispatch.is_foreign_device_array(CupyLike()) and not dispatch.is_foreign_device_array(np.zeros(1))
+
+
+def test_mixed_check_comes_before_adoption():
+    with pytest.raises(TypeError, match=r"mixed host and device inputs: x is a numpy array but weights\[0\]\[1\]"):
+        dnnbind.rnn(np.zeros((2, 1, 3), np.float32), [(np.zeros((4, 3), np.float32), DeviceArray((4, 1)), None, None)],
+                    mode="rnn_tanh", hidden_size=1)
 
 
 @pytest.mark.parametrize("value, type_name", [([1.0, 2.0], "list"), (3.0, "float"), ("x", "str")])

@@ -8,7 +8,9 @@ CuPy is never imported here: a CuPy array can only exist once CuPy has been impo
 """
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import sys
 from types import ModuleType
 from typing import Any, Callable
@@ -75,6 +77,71 @@ def _cupy_is_hip() -> bool:
     return bool(cupy.cuda.runtime.is_hip) if cupy is not None else False
 
 
+def is_foreign_device_array(value: Any) -> bool:
+    """A device array that is not CuPy's: a PyTorch CUDA tensor, a Numba array, anything with
+    ``__cuda_array_interface__``. The public ops adopt these as CuPy arrays without copying."""
+    if value is None or isinstance(value, np.ndarray):
+        return False
+    root = _root_module(value)
+    if root == "cupy":
+        return False
+    if root == "torch":
+        return bool(getattr(value, "is_cuda", False))
+    return hasattr(value, "__cuda_array_interface__")
+
+
+def _adopt(name: str, value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return type(value)(_adopt(f"{name}[{i}]", v) for i, v in enumerate(value))
+    if not is_foreign_device_array(value):
+        return value
+    if getattr(value, "requires_grad", False):
+        raise TypeError(f"{name} is a PyTorch tensor that requires grad: use dnnbind.torch for autograd, or "
+                        f"pass {name}.detach()")
+    from dnnbind.highlevel.gpu.arrays import as_device_array
+    return as_device_array(name, value)
+
+
+def adopts_device_arrays(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a public op so that the named array arguments may be any CUDA array, not only CuPy's.
+
+    PyTorch CUDA tensors and other ``__cuda_array_interface__`` / DLPack arrays are wrapped as CuPy arrays
+    without copying (results are CuPy arrays on the same device). Calls with numpy or CuPy arrays take a
+    fast path that inspects nothing but the arguments themselves.
+    """
+    def decorate(op: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(op)
+
+        @functools.wraps(op)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            values = (*args, *kwargs.values())
+            if not any(is_foreign_device_array(v) or (type(v) in (list, tuple) and _has_foreign(v))
+                       for v in values):
+                return op(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
+            _chosen(**_flatten({n: bound.arguments.get(n) for n in names}))     # mixed host/device first
+            for name in names:
+                if name in bound.arguments:
+                    bound.arguments[name] = _adopt(name, bound.arguments[name])
+            return op(*bound.args, **bound.kwargs)
+        return run
+    return decorate
+
+
+def _flatten(arrays: dict[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for name, value in arrays.items():
+        if isinstance(value, (list, tuple)):
+            flat.update(_flatten({f"{name}[{i}]": v for i, v in enumerate(value)}))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _has_foreign(values: Any) -> bool:
+    return any(_has_foreign(v) if type(v) in (list, tuple) else is_foreign_device_array(v) for v in values)
+
+
 def array_backend(name: str, value: Any) -> str:
     """Backend name for one array argument; TypeError naming ``name`` for unsupported types."""
     if isinstance(value, np.ndarray):
@@ -91,16 +158,14 @@ def array_backend(name: str, value: Any) -> str:
                     f"convert it with np.asarray({name})")
 
 
-def select(**arrays: Any) -> str:
-    """The backend name for an op called with these named arrays (None values are ignored).
-
-    Raises TypeError for unsupported types and for a mix of host and device arrays.
-    """
+def _chosen(**arrays: Any) -> tuple[str, str]:
+    """(argument name, backend) deciding the backend; TypeError for unsupported types and for a mix of
+    host and device arrays. A foreign device array (not CuPy) wins over CuPy ones and reports "device"."""
     chosen: tuple[str, str] | None = None
     for name, value in arrays.items():
         if value is None:
             continue
-        backend = array_backend(name, value)
+        backend = array_backend(name, value) if not is_foreign_device_array(value) else "device"
         if chosen is None:
             chosen = (name, backend)
             continue
@@ -114,7 +179,16 @@ def select(**arrays: Any) -> str:
             chosen = (name, backend)
     if chosen is None:
         raise TypeError("no array arguments given")
-    name, backend = chosen
+    return chosen
+
+
+def select(**arrays: Any) -> str:
+    """The backend name for an op called with these named arrays (None values are ignored).
+
+    Raises TypeError for unsupported types and for a mix of host and device arrays. Device arrays other
+    than CuPy's reach here only when an op was called without :func:`adopts_device_arrays`.
+    """
+    name, backend = _chosen(**arrays)
     if backend == "device":
         raise TypeError(f"{name} is a device array of type {_type_name(arrays[name])}; the GPU backends take "
                         f"cupy arrays: wrap it with cupy.asarray({name}) (no copy)")

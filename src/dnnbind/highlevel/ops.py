@@ -18,7 +18,7 @@ import numpy as np
 from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm, check_dtype,
                                     check_positive_float, check_probability, check_real, check_same_dtype,
                                     check_shape, normalize_axis, rnn_weight_entries)
-from dnnbind.highlevel.dispatch import backend_op
+from dnnbind.highlevel.dispatch import adopts_device_arrays, backend_op
 
 Pullback = Callable[..., Any]
 
@@ -40,6 +40,7 @@ def _bias(b: Any, dims: ConvDims) -> None:
         check_shape("b", b.shape, dims.bias_shape, "one value per output channel")
 
 
+@adopts_device_arrays("x", "w", "b")
 def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
          groups: int = 1, flip: bool = False) -> tuple[Any, Pullback]:
     """N-d convolution of x (N, C, *spatial) with w (K, C/groups, *kernel), 1 to 3 spatial dims.
@@ -57,6 +58,7 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
     return run(x, w, b, dims)
 
 
+@adopts_device_arrays("x", "w", "b")
 def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0,
                    output_padding: Any = 0, dilation: Any = 1, groups: int = 1,
                    flip: bool = False) -> tuple[Any, Pullback]:
@@ -76,6 +78,7 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
     return run(x, w, b, dims)
 
 
+@adopts_device_arrays("x")
 def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tuple[Any, Pullback]:
     """Max pooling over 1 to 3 spatial dims; stride defaults to the window, padding <= window/2.
 
@@ -87,6 +90,7 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tup
     return run(x, dims)
 
 
+@adopts_device_arrays("x")
 def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0,
              count_include_pad: bool = True) -> tuple[Any, Pullback]:
     """Average pooling (torch's avg_pool); with ``count_include_pad`` the padding counts in the divisor."""
@@ -105,11 +109,13 @@ def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:
     return run(x, normalize_axis(axis, x.ndim))
 
 
+@adopts_device_arrays("x")
 def softmax(x: Any, *, axis: int = 1) -> tuple[Any, Pullback]:
     """Softmax along ``axis`` (any axis, negative allowed). Returns (y, pullback) with pullback(dy) -> dx."""
     return _axis_op("softmax", x, axis)
 
 
+@adopts_device_arrays("x")
 def logsoftmax(x: Any, *, axis: int = 1) -> tuple[Any, Pullback]:
     """Log-softmax along ``axis`` (any axis, negative allowed). Returns (y, pullback) with pullback(dy) -> dx."""
     return _axis_op("logsoftmax", x, axis)
@@ -127,6 +133,7 @@ def activation_alpha(mode: Any, alpha: Any) -> float | None:
     return default if alpha is None else check_real("alpha", alpha)
 
 
+@adopts_device_arrays("x")
 def activation(x: Any, mode: str, *, alpha: float | None = None) -> tuple[Any, Pullback]:
     """Pointwise activation; see :data:`ACTIVATION_DEFAULTS` for each mode's alpha and its default.
 
@@ -139,6 +146,7 @@ def activation(x: Any, mode: str, *, alpha: float | None = None) -> tuple[Any, P
     return run(x, mode, activation_alpha(mode, alpha))
 
 
+@adopts_device_arrays("x", "gamma", "beta", "running_mean", "running_var")
 def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, running_var: Any = None,
               training: bool = True, momentum: float = 0.1, eps: float = 1e-5) -> tuple[Any, Pullback]:
     """Batch normalisation per channel (axis 1) of x (N, C) or (N, C, *spatial).
@@ -175,6 +183,7 @@ def _check_seed(seed: Any) -> Any:
     return int(seed)
 
 
+@adopts_device_arrays("x")
 def dropout(x: Any, p: float, *, seed: Any = None) -> tuple[Any, Pullback]:
     """Inverted dropout: zero each element with probability p, scale the rest by 1/(1 - p).
 
@@ -187,6 +196,7 @@ def dropout(x: Any, p: float, *, seed: Any = None) -> tuple[Any, Pullback]:
     return run(x, check_probability("p", p), _check_seed(seed))
 
 
+@adopts_device_arrays("x", "weights", "h0", "c0")
 def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_size: int, num_layers: int = 1,
         bidirectional: bool = False, h0: Any = None, c0: Any = None,
         lengths: Any = None) -> tuple[tuple[Any, Any, Any], Pullback]:

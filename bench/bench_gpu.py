@@ -6,7 +6,9 @@
   shape and for the geometric mean;
 - host overhead of a repeated small convolution (x 1x16x8x8, w 16x16x3x3, padding 1, float32): wall
   time per call over 1000 back-to-back calls (then one synchronisation), through the public op and
-  through the backend with a prebuilt ConvDims, against F.conv2d without autograd; goal <= 1.0x.
+  through the backend with a prebuilt ConvDims, against F.conv2d without autograd; goal <= 1.0x;
+- LSTM forward + backward (seq 50, batch 64, 512 -> 1024, 2 layers, float16 and float32) against
+  torch.nn.LSTM; goal <= 1.05x (bench/bench_gpu_rnn.py).
 
 Without CuPy, a GPU or PyTorch with CUDA it prints why and skips. ``--json PATH`` writes the rows.
 """
@@ -23,6 +25,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import Row, print_table  # noqa: E402
+from bench_gpu_rnn import rnn_rows  # noqa: E402
 
 #: ResNet-50 convolutions: name, in channels, spatial size, out channels, kernel, stride, padding
 RESNET50 = [
@@ -153,6 +156,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
         rows += overhead_rows(cupy, torch)
         for dtype in ("float16", "float32"):
             rows += conv_rows(cupy, torch, dtype)
+        for dtype in ("float16", "float32"):
+            rows += rnn_rows(cupy, torch, dtype, seconds_per_iteration)
     finally:
         if rows:
             print_table("GPU: dnnbind's cuDNN backend vs PyTorch (same device, same run)", rows)

@@ -1,7 +1,7 @@
 """The cuDNN backend: the high-level ops on CuPy arrays (and other CUDA arrays) through cuDNN.
 
-Same function names, arguments and semantics as :mod:`dnnbind.highlevel.reference` (rnn is not here
-yet: the public op says so through dispatch's NotImplementedError); the public ops
+Same function names, arguments and semantics as :mod:`dnnbind.highlevel.reference` (rnn also takes
+weights packed once by :func:`pack_rnn_weights`); the public ops
 in :mod:`dnnbind.highlevel.ops` dispatch here for CuPy arrays on CUDA. Every library call goes through
 the generated module :mod:`dnnbind.gen.cudnn`. Importing this package needs neither CuPy nor a GPU
 (plans and descriptors build on the host); running an op needs both.
@@ -18,13 +18,14 @@ from dnnbind.highlevel.cudnn.batchnorm import batchnorm
 from dnnbind.highlevel.cudnn.conv import conv, conv_transpose
 from dnnbind.highlevel.cudnn.dropout import dropout
 from dnnbind.highlevel.cudnn.pool import maxpool, meanpool
+from dnnbind.highlevel.cudnn.rnn import pack_rnn_weights, rnn
 from dnnbind.highlevel.cudnn.settings import Settings, settings
 from dnnbind.highlevel.cudnn.softmax import logsoftmax, softmax
 from dnnbind.highlevel.gpu import cache as _cache
 from dnnbind.highlevel.gpu.cache import CacheInfo
 
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
-           "dropout", "settings", "Settings", "cache_info", "clear_caches", "CacheInfo"]
+           "dropout", "rnn", "pack_rnn_weights", "settings", "Settings", "cache_info", "clear_caches", "CacheInfo"]
 
 
 def cache_info() -> dict[str, CacheInfo]:

@@ -1,4 +1,4 @@
-"""Random rnn problems for the cuDNN backend's tests, on the emulation or a GPU, checked against the
+"""Random rnn problems for the cuDNN backend's GPU tests, checked against the
 reference backend (numpy only: usable on the GPU machine, which has no hypothesis)."""
 from __future__ import annotations
 

@@ -1,0 +1,129 @@
+"""Inverted dropout on MIOpen: miopenDropoutForward / miopenDropoutBackward.
+
+MIOpen draws its mask from XORWOW random-number-generator states that miopenSetDropoutDescriptor
+initialises from a seed (a kernel launch). MIOpen does not advance them (its ``state_evo`` flag is a
+placeholder, "currently not enabled"): the same states give the same mask every time. So:
+
+* ``seed`` given (an int): the seed's states are initialised once per device, kept in a bounded
+  cache and reused through miopenRestoreDropoutDescriptor: the same seed, the same mask;
+* ``seed=None``: fresh states from a seed drawn from the OS's entropy, for this call only;
+* a ``numpy.random.Generator``: a 63-bit seed drawn from it (advancing it), states for this call only.
+
+The masks come from MIOpen's generator, so for the same seed they DIFFER from the reference backend's
+(numpy's). The mask lives in the reserve space (one byte per element), which the pullback holds;
+``pullback.mask`` recovers it as a boolean array. p = 0 and p = 1 need no random numbers: a copy, and
+zeros.
+"""
+from __future__ import annotations
+
+import ctypes
+import secrets
+from typing import Any
+
+import numpy as np
+
+from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
+from dnnbind.highlevel.gpu.cache import PlanCache
+from dnnbind.highlevel.gpu.call import Call
+from dnnbind.highlevel.gpu.pullback import cotangent, like
+from dnnbind.highlevel.gpu.views import flat_dense
+from dnnbind.highlevel.miopen._lib import Handle, handle, lib
+from dnnbind.highlevel.miopen.descriptors import DropoutDescriptor, TensorDescriptor
+
+STATES: PlanCache["DropoutStates"] = PlanCache("miopen.dropout_states", maxsize=16)
+TENSORS: PlanCache["DropoutTensor"] = PlanCache("miopen.dropout_tensor", maxsize=128)
+
+
+class DropoutTensor:
+    """The flat (1, 1, 1, size) descriptor of one problem and its reserve-space size (host queries)."""
+
+    def __init__(self, size: int, dtype: str) -> None:
+        self.desc = TensorDescriptor((1, 1, 1, size), dtype)
+        nbytes = ctypes.c_size_t()
+        lib.miopenDropoutGetReserveSpaceSize(self.desc.handle, ctypes.byref(nbytes))
+        self.reserve_size = nbytes.value
+
+
+class DropoutStates:
+    """MIOpen's RNG states for one seed, initialised on ``h``'s stream (miopenSetDropoutDescriptor)."""
+
+    def __init__(self, cp: Any, h: Handle, seed: int) -> None:
+        size = ctypes.c_size_t()
+        lib.miopenDropoutGetStatesSize(h.ptr, ctypes.byref(size))
+        self.size = size.value
+        self.seed = seed
+        self.buffer = cp.empty(self.size, np.uint8)
+        with DropoutDescriptor() as desc:
+            lib.miopenSetDropoutDescriptor(desc.handle, h.ptr, 0.5, self.buffer.data.ptr, self.size, seed, False,
+                                           False, lib.MIOPEN_RNG_PSEUDO_XORWOW)
+
+
+def int_seed(seed: Any) -> tuple[int, bool]:
+    """(the seed as MIOpen's unsigned 64-bit int, whether its states may be cached)."""
+    if seed is None:
+        return secrets.randbits(63), False
+    if isinstance(seed, np.random.Generator):
+        return int(seed.integers(0, 2**63 - 1)), False
+    return int(seed) & (2**64 - 1), True
+
+
+def _states(cp: Any, h: Handle, device: int, seed: Any) -> DropoutStates:
+    value, cached = int_seed(seed)
+    if cached:
+        return STATES.get((device, value), lambda: DropoutStates(cp, h, value))
+    return DropoutStates(cp, h, value)
+
+
+class DropoutPullback:
+    """dy -> dx for one dropout call; holds the reserve space (the mask), the descriptor and the states."""
+
+    def __init__(self, cp: Any, y: Any, device: int, p: float, desc: Any = None, tensor: Any = None,
+                 reserve: Any = None, states: Any = None) -> None:
+        self._cp, self._y, self._device, self.p = cp, y, device, p
+        self._desc, self._tensor, self._reserve, self._states = desc, tensor, reserve, states
+
+    def __call__(self, dy: Any) -> Any:
+        cp, y = self._cp, self._y
+        with Call("dropout pullback", {"p": self.p}, device=self._device, dlpack_devices=DLPACK_ROCM, dy=dy) as back:
+            dy = cotangent("dy", back["dy"], y.shape, y.dtype, None, self._device, DLPACK_ROCM)
+            if self.p == 0.0:
+                return dy.copy()
+            if self.p == 1.0:
+                return cp.zeros_like(y)
+            dy = like(cp, dy, y)
+            dx = cp.empty_like(y)
+            t = self._tensor.desc.handle
+            lib.miopenDropoutBackward(handle(self._device, current_stream()).ptr, self._desc.handle, t, t, dy.data.ptr,
+                                      t, dx.data.ptr, self._reserve.data.ptr, self._reserve.size)
+            return dx
+
+    @property
+    def mask(self) -> Any:
+        """The kept elements (a new boolean CuPy array): where the pullback of ones is non-zero."""
+        if self.p == 1.0:
+            return self._cp.zeros(self._y.shape, bool)
+        return self(self._cp.ones(self._y.shape, self._y.dtype)) != 0
+
+
+def dropout(x: Any, p: float, seed: Any = None) -> tuple[Any, DropoutPullback]:
+    """Zero each element with probability p and scale the rest by 1/(1 - p) (see :func:`dnnbind.dropout`)."""
+    cp = cupy()
+    with Call("dropout", {"p": p, "seed": seed}, dlpack_devices=DLPACK_ROCM, x=x) as call:
+        x = call["x"]
+        if p == 0.0:
+            y = x.copy()
+            return y, DropoutPullback(cp, y, call.device, p)
+        if p == 1.0:
+            y = cp.zeros_like(x)
+            return y, DropoutPullback(cp, y, call.device, p)
+        x, y = flat_dense(cp, x)
+        tensor = TENSORS.get((x.size, x.dtype.name), lambda: DropoutTensor(x.size, x.dtype.name))
+        h = handle(call.device, current_stream())
+        states = _states(cp, h, call.device, seed)
+        desc = DropoutDescriptor()
+        lib.miopenRestoreDropoutDescriptor(desc.handle, h.ptr, float(p), states.buffer.data.ptr, states.size,
+                                           states.seed, False, False, lib.MIOPEN_RNG_PSEUDO_XORWOW)
+        reserve = cp.empty(tensor.reserve_size, np.uint8)
+        t = tensor.desc.handle
+        lib.miopenDropoutForward(h.ptr, desc.handle, t, t, x.data.ptr, t, y.data.ptr, reserve.data.ptr, reserve.size)
+    return y, DropoutPullback(cp, y, call.device, p, desc, tensor, reserve, states)

@@ -1,0 +1,136 @@
+"""Max and mean pooling on MIOpen: miopenPoolingForward / miopenPoolingBackward.
+
+MIOpen pools 2-d and 3-d data (1-d runs as 2-d with a height of 1), in NCHW memory (channels-last
+input is copied; results are C-contiguous). Max pooling runs the forward with ``do_backward`` set:
+MIOpen then saves, per output, the index of the window's maximum in a workspace that its backward
+pass reads; the pullback holds that workspace. Its index type must be able to count past the largest
+index (MIOpen refuses otherwise): window positions in 2-d (mask index mode), positions in the whole
+padded image in 3-d (image index mode, the only one MIOpen's 3-d solver has); :func:`workspace_index`
+picks the smallest type that fits.
+
+meanpool uses miopenPoolingAverageInclusive (count_include_pad) or miopenPoolingAverage. Asymmetric
+padding pads x explicitly (-inf for max, zero for mean), and the mean that excludes padding is
+rescaled (see :mod:`dnnbind.highlevel.gpu.rescale`).
+
+Differences from the reference: MIOpen's max ignores NaN (a window's maximum is taken with ``>``), and
+ties go to the first maximum in the window, as in the reference.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
+from dnnbind.highlevel.gpu.cache import PlanCache
+from dnnbind.highlevel.gpu.call import Call
+from dnnbind.highlevel.gpu.geometry import PoolGeometry, crop, pad
+from dnnbind.highlevel.gpu.pullback import cotangent
+from dnnbind.highlevel.gpu.rescale import exclude_pad_factor
+from dnnbind.highlevel.miopen._lib import handle, lib, scaling
+from dnnbind.highlevel.miopen.descriptors import PoolingDescriptor, TensorDescriptor
+
+PLANS: PlanCache["PoolPlan"] = PlanCache("miopen.pool", maxsize=256)
+
+MAX, MEAN_INCLUDE_PAD, MEAN_EXCLUDE_PAD = "max", "mean_include_pad", "mean_exclude_pad"
+
+#: miopenIndexType_t names, smallest first, with their sizes in bytes
+INDEX_TYPES = (("miopenIndexUint8", 1), ("miopenIndexUint16", 2), ("miopenIndexUint32", 4),
+               ("miopenIndexUint64", 8))
+
+
+def workspace_index(window: Sequence[int], x_shape: Sequence[int]) -> tuple[str, str, int]:
+    """(index mode, index type, bytes per index) of the max-pooling workspace, as enum names.
+
+    2-d (x 4-d): mask mode, indices count window positions; 3-d: image mode, indices count positions
+    of x's (padded) spatial volume. MIOpen reserves the type's largest value, so the count of positions
+    must stay below it.
+    """
+    if len(x_shape) == 4:
+        mode, positions = "miopenPoolingWorkspaceIndexMask", int(np.prod(window))
+    else:
+        mode, positions = "miopenPoolingWorkspaceIndexImage", int(np.prod(x_shape[2:]))
+    for name, size in INDEX_TYPES:
+        if positions < 2 ** (8 * size) - 1:
+            return mode, name, size
+    raise ValueError(f"pooling over {positions} positions needs indices wider than 64 bits")
+
+
+def _mode(kind: str) -> int:
+    return {MAX: lib.miopenPoolingMax, MEAN_INCLUDE_PAD: lib.miopenPoolingAverageInclusive,
+            MEAN_EXCLUDE_PAD: lib.miopenPoolingAverage}[kind]
+
+
+class PoolPlan:
+    """Descriptors of the (explicitly padded, lifted) x, y and the pooling; the index workspace size."""
+
+    def __init__(self, dims: PoolDims, kind: str) -> None:
+        self.dims = dims
+        self.kind = kind
+        self.geometry = g = PoolGeometry.of(dims)
+        index_mode, index_type, _ = workspace_index(g.window, g.x_shape)
+        self.pooling = PoolingDescriptor(_mode(kind), g.window, g.padding, g.stride,
+                                         index_type=getattr(lib, index_type), index_mode=getattr(lib, index_mode))
+        self.x = TensorDescriptor(g.x_shape, dims.dtype)
+        self.y = TensorDescriptor(g.y_shape, dims.dtype)
+        self.workspace = self.pooling.workspace_size(self.y) if kind == MAX else 0
+        self.fill = -np.inf if kind == MAX else 0.0
+        self.rescale = exclude_pad_factor(dims, g) if kind == MEAN_EXCLUDE_PAD else None
+        self._rescale_device: dict[int, Any] = {}
+
+    def rescale_on_device(self, cp: Any, device: int) -> Any:
+        """The rescale factor as a CuPy array of shape (1, 1, *out) in the data's dtype."""
+        factor = self._rescale_device.get(device)
+        if factor is None and self.rescale is not None:
+            factor = self._rescale_device[device] = cp.asarray(self.rescale.astype(self.dims.dtype))
+        return factor
+
+
+def plan_for(dims: PoolDims, kind: str) -> PoolPlan:
+    return PLANS.get((dims, kind), lambda: PoolPlan(dims, kind))
+
+
+def _pool(op: str, x: Any, dims: PoolDims, kind: str) -> tuple[Any, Callable]:
+    cp = cupy()
+    alpha, beta = scaling(dims.dtype)
+    params = {"window": dims.window, "stride": dims.stride, "pad_low": dims.pad_low, "pad_high": dims.pad_high,
+              "mode": kind}
+    with Call(op, params, dlpack_devices=DLPACK_ROCM, x=x) as call:
+        x = call["x"]
+        plan = plan_for(dims, kind)
+        g = plan.geometry
+        xp = pad(cp, x, g.extra_low, g.extra_high, "NCHW", plan.fill)
+        y = cp.empty(dims.y_shape, x.dtype)
+        indices = cp.empty(plan.workspace, np.uint8) if plan.workspace else None
+        lib.miopenPoolingForward(handle(call.device, current_stream()).ptr, plan.pooling.handle, alpha,
+                                 plan.x.handle, xp.data.ptr, beta, plan.y.handle, y.data.ptr, indices is not None,
+                                 None if indices is None else indices.data.ptr, plan.workspace)
+        if plan.rescale is not None:
+            y *= plan.rescale_on_device(cp, call.device)
+    device, dtype = call.device, x.dtype
+
+    def pullback(dy: Any) -> Any:
+        with Call(f"{op} pullback", params, device=device, dlpack_devices=DLPACK_ROCM, dy=dy) as back:
+            dy = cotangent("dy", back["dy"], dims.y_shape, dtype, "NCHW", device, DLPACK_ROCM)
+            if plan.rescale is not None:
+                dy = cp.ascontiguousarray(dy * plan.rescale_on_device(cp, device))
+            dxp = cp.empty(xp.shape, dtype)
+            lib.miopenPoolingBackward(handle(device, current_stream()).ptr, plan.pooling.handle, alpha,
+                                      plan.y.handle, y.data.ptr, plan.y.handle, dy.data.ptr, plan.x.handle,
+                                      xp.data.ptr, beta, plan.x.handle, dxp.data.ptr,
+                                      None if indices is None else indices.data.ptr)
+            return crop(cp, dxp, dims.x_shape, g.extra_low, "NCHW")
+
+    pullback.workspace = indices  # type: ignore[attr-defined]  # MIOpen's saved indices (max pooling)
+    return y, pullback
+
+
+def maxpool(x: Any, dims: PoolDims) -> tuple[Any, Callable]:
+    """Max pooling (see :func:`dnnbind.maxpool`); the pullback holds MIOpen's index workspace."""
+    return _pool("maxpool", x, dims, MAX)
+
+
+def meanpool(x: Any, dims: PoolDims, count_include_pad: bool = True) -> tuple[Any, Callable]:
+    """Mean pooling (see :func:`dnnbind.meanpool`)."""
+    return _pool("meanpool", x, dims, MEAN_INCLUDE_PAD if count_include_pad else MEAN_EXCLUDE_PAD)

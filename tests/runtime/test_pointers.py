@@ -17,14 +17,6 @@ class FakeDeviceArray:
         self.__cuda_array_interface__ = {"data": (address, False), "shape": (1,), "typestr": "<f4", "version": 3}
 
 
-class MemoryPointer:
-    """Named and placed like CuPy's MemoryPointer, which carries its address in ``ptr``."""
-    __module__ = "cupy.cuda.memory"
-
-    def __init__(self, ptr: int) -> None:
-        self.ptr = ptr
-
-
 def as_address(value) -> int | None:
     if value is None:
         return None
@@ -32,7 +24,7 @@ def as_address(value) -> int | None:
 
 
 @pytest.mark.parametrize("obj, address", [(None, None), (0, None), (0x1234, 0x1234),
-                                          (FakeDeviceArray(0xABC0), 0xABC0), (MemoryPointer(0xBEEF), 0xBEEF)])
+                                          (FakeDeviceArray(0xABC0), 0xABC0)])
 def test_device_pointer_accepts_device_forms(obj, address):
     assert as_address(p.DevicePointer.from_param(obj)) == address
 
@@ -142,3 +134,15 @@ def test_address_handle_accepts_stream_objects():
     assert stream_t.from_param(None) is None
     with pytest.raises(TypeError, match="needs a cudaStream_t"):
         stream_t.from_param("default")
+
+
+@pytest.mark.gpu
+def test_device_pointer_accepts_cupy_arrays_and_memory_pointers():
+    cupy = pytest.importorskip("cupy")
+    if cupy.cuda.runtime.getDeviceCount() < 1:
+        pytest.skip("no GPU")
+    array = cupy.zeros(4, cupy.float32)
+    assert as_address(p.DevicePointer.from_param(array)) == array.data.ptr
+    assert as_address(p.DevicePointer.from_param(array.data)) == array.data.ptr
+    with pytest.raises(TypeError, match="cannot take the host address of a cupy.ndarray"):
+        p.HostPointer.from_param(array)

@@ -1,7 +1,7 @@
 """`make gpu-check`: the GPU tests and benchmarks, with logs under $OUT, and a short summary table last.
 
 Runs on the machine's own python3 with PYTHONPATH=src (nothing installed): `pytest -m gpu` over
-tests/highlevel/cudnn and tests/highlevel/gpu, then bench/bench_gpu.py. Each part has its own timeout
+tests/highlevel/cudnn, tests/highlevel/gpu, tests/torch_adapter and tests/runtime, then bench/bench_gpu.py. Each part has its own timeout
 (the whole stays under 6 minutes). Logs and JSON go to $OUT, or ./gpu-results when $OUT is unset.
 Without a GPU it says so plainly: the tests report as skipped, the benchmarks as skipped.
 Exit status: 1 when a test failed or errored or a part timed out, else 0.
@@ -17,7 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = {"probe": 30, "tests": 170, "bench": 140}
-TEST_DIRS = ["tests/highlevel/cudnn", "tests/highlevel/gpu"]
+TEST_DIRS = ["tests/highlevel/cudnn", "tests/highlevel/gpu", "tests/runtime"]
+TORCH_TEST_DIR = "tests/torch_adapter"          # needs PyTorch; the GPU machine has it
 PROBE = """
 import cupy
 n = cupy.cuda.runtime.getDeviceCount()
@@ -56,11 +57,16 @@ def main() -> int:
         text.strip().splitlines()[-1] if text.strip() else f"probe exit status {status}")
     print(f"gpu-check: {device}")
 
+    test_dirs = list(TEST_DIRS)
+    if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0:
+        test_dirs.append(TORCH_TEST_DIR)
+    else:
+        print(f"gpu-check: PyTorch is not importable; {TORCH_TEST_DIR} not run")
     counts_file = out / "gpu-tests-counts.json"
     counts_file.unlink(missing_ok=True)
     status, text, seconds = run("tests", [python, "-m", "pytest", "-m", "gpu", "-p", "gpu_check_plugin",
                                           "-p", "no:cacheprovider", "--continue-on-collection-errors", "-q", "-rfEs",
-                                          *TEST_DIRS],
+                                          *test_dirs],
                                 out / "gpu-tests.log", {**env, "DNNBIND_GPU_CHECK_COUNTS": str(counts_file)})
     counts = json.loads(counts_file.read_text()) if counts_file.exists() else {}
     if status is None:

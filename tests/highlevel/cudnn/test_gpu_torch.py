@@ -18,7 +18,7 @@ TOLERANCE = {"float64": 1e-12, "float32": 1e-4, "float16": 1e-2}
 @pytest.fixture(scope="module")
 def torch(cuda):
     torch = pytest.importorskip("torch")
-    if not hasattr(torch, "cuda") or not torch.cuda.is_available():    # (tests/torch/ is not PyTorch)
+    if not torch.cuda.is_available():
         pytest.skip("PyTorch has no CUDA here")
     tf32 = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = False

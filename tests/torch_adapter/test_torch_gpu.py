@@ -1,7 +1,7 @@
 """CUDA tensors through dnnbind.torch: zero-copy DLPack, torch's current stream, results equal torch's.
 
 Needs a CUDA device, CuPy and PyTorch with CUDA (marker gpu); the op tests also need dnnbind's cuDNN
-backend (or MIOpen's on ROCm). Run: PYTHONPATH=src python -m pytest -q -m gpu tests/torch
+backend (or MIOpen's on ROCm). Run: PYTHONPATH=src python -m pytest -q -m gpu tests/torch_adapter
 """
 from __future__ import annotations
 

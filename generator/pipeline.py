@@ -96,7 +96,7 @@ def write(result: Result) -> str:
     return diff.generation_changes(old, result)
 
 
-def _fallback_note(library: str) -> str | None:
+def header_move_note(library: str) -> str | None:
     """When `make headers` could not get the pinned headers (Debian moved on), what it took instead."""
     config = cfg.load_all()[library]
     if config.get("source") != "debian":
@@ -120,9 +120,9 @@ def check(library: str, headers_dir: Path | None = None) -> int:
         print(f"{library}: {result.config['module']} is fresh ({result.module.title} {result.module.version})")
         return 0
     old_version = header_version_of(committed)
-    if old_version != result.module.version and _fallback_note(library):
+    if old_version != result.module.version and header_move_note(library):
         print(f"{library}: header moved from {old_version} to {result.module.version}: run make generate "
-              f"({_fallback_note(library)})")
+              f"({header_move_note(library)})")
         return 0
     print(f"{library}: {result.config['module']} (or its .pyi stub) is STALE; run `make generate`.\n"
           + describe_changes(committed, result.text))

@@ -9,18 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from generator import config as cfg
-from generator import debian
-
-
-def header_moved(library: str) -> str | None:
-    """The manifest's "<package> moved from X to Y" lines, or None while the pins hold."""
-    config = cfg.load_all()[library]
-    if config.get("source") != "debian":
-        return None
-    manifest = debian.load_manifest(config, cfg.CACHE_DIR)
-    moved = debian.moves(manifest, role="header") if manifest else []
-    return "; ".join(moved) or None
+from generator.pipeline import header_move_note as header_moved
 
 
 def skip_if_header_moved(library: str) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
-from dnnbind.highlevel.gpu.pullback import cotangent, like
+from dnnbind.highlevel.gpu.dropout import DropoutPullbackBase
 from dnnbind.highlevel.gpu.views import flat_dense
 from dnnbind.highlevel.miopen._lib import Handle, handle, lib
 from dnnbind.highlevel.miopen.descriptors import DropoutDescriptor, TensorDescriptor
@@ -74,35 +74,15 @@ def _states(cp: Any, h: Handle, device: int, seed: Any) -> DropoutStates:
     return DropoutStates(cp, h, value)
 
 
-class DropoutPullback:
-    """dy -> dx for one dropout call; holds the reserve space (the mask), the descriptor and the states."""
+class DropoutPullback(DropoutPullbackBase):
+    """dy -> dx through miopenDropoutBackward with the forward's reserve space."""
 
-    def __init__(self, cp: Any, y: Any, device: int, p: float, desc: Any = None, tensor: Any = None,
-                 reserve: Any = None, states: Any = None) -> None:
-        self._cp, self._y, self._device, self.p = cp, y, device, p
-        self._desc, self._tensor, self._reserve, self._states = desc, tensor, reserve, states
+    dlpack_devices = DLPACK_ROCM
 
-    def __call__(self, dy: Any) -> Any:
-        cp, y = self._cp, self._y
-        with Call("dropout pullback", {"p": self.p}, device=self._device, dlpack_devices=DLPACK_ROCM, dy=dy) as back:
-            dy = cotangent("dy", back["dy"], y.shape, y.dtype, None, self._device, DLPACK_ROCM)
-            if self.p == 0.0:
-                return dy.copy()
-            if self.p == 1.0:
-                return cp.zeros_like(y)
-            dy = like(cp, dy, y)
-            dx = cp.empty_like(y)
-            t = self._tensor.desc.handle
-            lib.miopenDropoutBackward(handle(self._device, current_stream()).ptr, self._desc.handle, t, t, dy.data.ptr,
-                                      t, dx.data.ptr, self._reserve.data.ptr, self._reserve.size)
-            return dx
-
-    @property
-    def mask(self) -> Any:
-        """The kept elements (a new boolean CuPy array): where the pullback of ones is non-zero."""
-        if self.p == 1.0:
-            return self._cp.zeros(self._y.shape, bool)
-        return self(self._cp.ones(self._y.shape, self._y.dtype)) != 0
+    def _backward(self, dy: Any, dx: Any) -> None:
+        t = self._tensor.desc.handle
+        lib.miopenDropoutBackward(handle(self._device, current_stream()).ptr, self._desc.handle, t, t, dy.data.ptr,
+                                  t, dx.data.ptr, self._reserve.data.ptr, self._reserve.size)
 
 
 def dropout(x: Any, p: float, seed: Any = None) -> tuple[Any, DropoutPullback]:

@@ -16,7 +16,9 @@ import numpy as np
 
 SUPPORTED_DTYPES = ("float16", "float32", "float64")
 RNN_MODES = ("rnn_relu", "rnn_tanh", "lstm", "gru")
-_GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
+#: rnn mode -> gate order of PyTorch's weights (the public layout; "h" is a plain RNN's single gate)
+TORCH_GATES = {"rnn_relu": ("h",), "rnn_tanh": ("h",), "lstm": ("i", "f", "g", "o"), "gru": ("r", "z", "n")}
+_GATES = {mode: len(gates) for mode, gates in TORCH_GATES.items()}
 
 Shape = tuple[int, ...]
 

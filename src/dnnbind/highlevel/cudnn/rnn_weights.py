@@ -32,12 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from dnnbind.highlevel.dims import RNNDims
+from dnnbind.highlevel.dims import TORCH_GATES, RNNDims
 
 SLOTS = ("w_ih", "w_hh", "b_ih", "b_hh")
 
 #: gate order of PyTorch's stacked rows, per mode
-TORCH_GATES = {"rnn_relu": ("h",), "rnn_tanh": ("h",), "lstm": ("i", "f", "g", "o"), "gru": ("r", "z", "n")}
 #: the gate of cuDNN's linear layers 0, 1, ... (input side; the recurrent side repeats the order)
 CUDNN_GATES = {"rnn_relu": ("h",), "rnn_tanh": ("h",), "lstm": ("i", "f", "g", "o"), "gru": ("r", "z", "n")}
 

@@ -22,9 +22,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dnnbind.highlevel.dims import RNNDims
+from dnnbind.highlevel.dims import TORCH_GATES, RNNDims
 
-TORCH_GATES = {"rnn_relu": ("h",), "rnn_tanh": ("h",), "lstm": ("i", "f", "g", "o"), "gru": ("r", "z", "n")}
 MIOPEN_GATES = {"rnn_relu": ("h",), "rnn_tanh": ("h",), "lstm": ("i", "f", "o", "g"), "gru": ("z", "r", "n")}
 
 #: public mode -> miopenRNNMode_t name

@@ -149,6 +149,23 @@ def _check_array_shape(name: str, shape: Sequence[int], ranks: Sequence[int], la
     return shape
 
 
+def _conv_shapes(x_shape: Sequence[int], w_shape: Sequence[int], groups: Any,
+                 w_layout: str) -> tuple[Shape, Shape, int, int]:
+    """The checks conv and conv_transpose share: ranks of x and w, and groups dividing x's channels."""
+    x = _check_array_shape("x", x_shape, (3, 4, 5), "(N, C, 1 to 3 spatial dimensions)")
+    w = tuple(int(s) for s in w_shape)
+    if len(w) != len(x):
+        raise ValueError(f"w has shape {w} ({len(w)} dimensions) but x has shape {x}; w must be {w_layout} with "
+                         f"{len(x) - 2} spatial dimensions like x")
+    _check_array_shape("w", w, (len(x),), "")
+    groups = _int("groups", groups)
+    if groups < 1:
+        raise ValueError(f"groups={groups} must be positive")
+    if x[1] % groups:
+        raise ValueError(f"groups={groups} does not divide the {x[1]} input channels of x")
+    return x, w, len(x) - 2, groups
+
+
 def _spatial_out(size: Shape, lo: Shape, hi: Shape, extent: Shape, stride: Shape) -> Shape:
     return tuple((s + a + b - e) // st + 1 for s, a, b, e, st in zip(size, lo, hi, extent, stride))
 
@@ -184,19 +201,8 @@ class ConvDims:
     def __init__(self, x_shape: Sequence[int], w_shape: Sequence[int], *, stride: Any = 1,
                  padding: Any = 0, dilation: Any = 1, groups: int = 1, flip: bool = False,
                  dtype: Any = "float32", output_padding: Any = 0) -> None:
-        x_shape = _check_array_shape("x", x_shape, (3, 4, 5), "(N, C, 1 to 3 spatial dimensions)")
-        w_shape = tuple(int(s) for s in w_shape)
-        if len(w_shape) != len(x_shape):
-            raise ValueError(f"w has shape {w_shape} ({len(w_shape)} dimensions) but x has shape {x_shape}; "
-                             f"w must be (out_channels, in_channels/groups, *kernel) with "
-                             f"{len(x_shape) - 2} spatial dimensions like x")
-        _check_array_shape("w", w_shape, (len(x_shape),), "")
-        n = len(x_shape) - 2
-        groups = _int("groups", groups)
-        if groups < 1:
-            raise ValueError(f"groups={groups} must be positive")
-        if x_shape[1] % groups:
-            raise ValueError(f"groups={groups} does not divide the {x_shape[1]} input channels of x")
+        x_shape, w_shape, n, groups = _conv_shapes(x_shape, w_shape, groups,
+                                                   "(out_channels, in_channels/groups, *kernel)")
         if w_shape[0] % groups:
             raise ValueError(f"groups={groups} does not divide the {w_shape[0]} output channels of w "
                              f"(w.shape[0])")
@@ -230,19 +236,8 @@ class ConvDims:
         Output size per dim: (in - 1)*stride - pad_low - pad_high + dilation*(k - 1) + output_padding + 1,
         where output_padding must be smaller than stride or dilation (PyTorch's rule).
         """
-        x_shape = _check_array_shape("x", x_shape, (3, 4, 5), "(N, C, 1 to 3 spatial dimensions)")
-        w_shape = tuple(int(s) for s in w_shape)
-        if len(w_shape) != len(x_shape):
-            raise ValueError(f"w has shape {w_shape} ({len(w_shape)} dimensions) but x has shape {x_shape}; "
-                             f"w must be (in_channels, out_channels/groups, *kernel) with "
-                             f"{len(x_shape) - 2} spatial dimensions like x")
-        _check_array_shape("w", w_shape, (len(x_shape),), "")
-        n = len(x_shape) - 2
-        groups = _int("groups", groups)
-        if groups < 1:
-            raise ValueError(f"groups={groups} must be positive")
-        if x_shape[1] % groups:
-            raise ValueError(f"groups={groups} does not divide the {x_shape[1]} input channels of x")
+        x_shape, w_shape, n, groups = _conv_shapes(x_shape, w_shape, groups,
+                                                   "(in_channels, out_channels/groups, *kernel)")
         if x_shape[1] != w_shape[0]:
             raise ValueError(f"x has {x_shape[1]} channels but w.shape[0] = {w_shape[0]}; conv_transpose "
                              f"takes w as (in_channels, out_channels/groups, *kernel)")

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 import dnnbind
 
 from ..gradcheck import check_gradients
+from ..torch_oracle import torch_pad
 
 X44 = np.array([[1.0, 5.0, 2.0, 0.0],
                 [3.0, 4.0, 8.0, 1.0],
@@ -128,13 +129,6 @@ def pool_case(draw):
                 pads=pads, ties=draw(st.booleans()), count_include_pad=draw(st.booleans()))
 
 
-def _torch_pad(pads):
-    flat = []
-    for lo, hi in reversed(pads):
-        flat += [lo, hi]
-    return flat
-
-
 @settings(max_examples=40, deadline=None)
 @given(pool_case())
 def test_pools_match_torch(case):
@@ -146,7 +140,7 @@ def test_pools_match_torch(case):
     if case["ties"]:
         x = np.round(x)  # many equal values: checks which maximum gets the gradient
     rank = len(case["x"]) - 2
-    window, stride, pad = case["window"], case["stride"], _torch_pad(case["pads"])
+    window, stride, pad = case["window"], case["stride"], torch_pad(case["pads"])
     dy = rng.standard_normal(dnnbind.PoolDims(x.shape, window, stride=stride, padding=case["pads"]).y_shape)
 
     y, pullback = dnnbind.maxpool(x, window, stride=stride, padding=case["pads"])

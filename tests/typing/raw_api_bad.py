@@ -1,5 +1,4 @@
 """Type-checked (not run) by tests/typing/test_stubs.py: each marked line must be a mypy error."""
-from ctypes import byref
 
 from dnnbind.gen import cudnn
 

@@ -1,7 +1,6 @@
 """Type aliases for what the generated functions accept; the generated stubs (.pyi) use them."""
 from __future__ import annotations
 
-import ctypes
 from typing import TYPE_CHECKING, Any, Protocol, Sequence, Union
 
 

@@ -211,7 +211,6 @@ def _sweep(lay: _Layout, wg: np.ndarray, *, xp: np.ndarray | None = None,
     * ``dw_parts[i]`` += dy * columns (i: the chunk's sample range), when given,
     * ``dxp`` (padded-input-shaped) += col2im(w^T * dy), when given.
     """
-    dims = lay.dims
     need_columns = y is not None or dw_parts is not None
     kept: dict = {}
     ranges = sorted({(n0, n1) for _, _, n0, n1 in lay.chunks})

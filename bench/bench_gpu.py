@@ -17,14 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Row, print_table  # noqa: E402
+from common import Row, median_seconds, print_table  # noqa: E402
 from bench_gpu_rnn import rnn_rows  # noqa: E402
 
 #: ResNet-50 convolutions: name, in channels, spatial size, out channels, kernel, stride, padding
@@ -65,17 +63,7 @@ def environment() -> tuple[Any, Any] | str:
 def seconds_per_iteration(run: Callable[[], object], sync: Callable[[], None], iterations: int,
                           repeats: int = 5, warmup: int = 3) -> float:
     """Median over ``repeats`` of (wall time of ``iterations`` calls + one device sync) / iterations."""
-    for _ in range(warmup):
-        run()
-    sync()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(iterations):
-            run()
-        sync()
-        samples.append((time.perf_counter() - start) / iterations)
-    return statistics.median(samples)
+    return median_seconds(run, repeats=repeats, number=iterations, warmup=warmup, sync=sync)
 
 
 def conv_rows(cupy: Any, torch: Any, dtype: str) -> list[Row]:

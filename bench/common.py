@@ -7,15 +7,24 @@ from dataclasses import dataclass
 from typing import Callable
 
 
-def median_seconds(fn: Callable[[], object], repeats: int = 5, number: int = 1, warmup: int = 1) -> float:
-    """Median over ``repeats`` of the mean time of ``number`` back-to-back calls."""
+def median_seconds(fn: Callable[[], object], repeats: int = 5, number: int = 1, warmup: int = 1,
+                   sync: Callable[[], None] | None = None) -> float:
+    """Median over ``repeats`` of the mean time of ``number`` back-to-back calls.
+
+    ``sync`` (a device synchronisation) runs after the warm-up and at the end of every repeat, inside
+    the timed span, so asynchronous GPU work is counted.
+    """
     for _ in range(warmup):
         fn()
+    if sync is not None:
+        sync()
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
         for _ in range(number):
             fn()
+        if sync is not None:
+            sync()
         samples.append((time.perf_counter() - start) / number)
     return statistics.median(samples)
 

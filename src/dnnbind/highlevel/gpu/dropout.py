@@ -1,11 +1,13 @@
 """The dropout pullback both GPU backends share: they differ only in the library's backward call."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from dnnbind.highlevel.gpu.arrays import DLPACK_CUDA
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.pullback import cotangent, like
+
+P = TypeVar("P", bound="DropoutPullbackBase")
 
 
 class DropoutPullbackBase:
@@ -20,6 +22,17 @@ class DropoutPullbackBase:
                  reserve: Any = None, states: Any = None) -> None:
         self._cp, self._y, self._device, self.p = cp, y, device, p
         self._desc, self._tensor, self._reserve, self._states = desc, tensor, reserve, states
+
+    @classmethod
+    def trivial(cls: type[P], cp: Any, x: Any, device: int, p: float) -> tuple[Any, P] | None:
+        """(y, pullback) for p = 0 (a copy) and p = 1 (zeros), which need no library call; else None."""
+        if p == 0.0:
+            y = x.copy()
+        elif p == 1.0:
+            y = cp.zeros_like(x)
+        else:
+            return None
+        return y, cls(cp, y, device, p)
 
     def _backward(self, dy: Any, dx: Any) -> None:
         raise NotImplementedError

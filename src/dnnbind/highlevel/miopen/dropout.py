@@ -90,12 +90,9 @@ def dropout(x: Any, p: float, seed: Any = None) -> tuple[Any, DropoutPullback]:
     cp = cupy()
     with Call("dropout", {"p": p, "seed": seed}, dlpack_devices=DLPACK_ROCM, x=x) as call:
         x = call["x"]
-        if p == 0.0:
-            y = x.copy()
-            return y, DropoutPullback(cp, y, call.device, p)
-        if p == 1.0:
-            y = cp.zeros_like(x)
-            return y, DropoutPullback(cp, y, call.device, p)
+        trivial = DropoutPullback.trivial(cp, x, call.device, p)
+        if trivial is not None:
+            return trivial
         x, y = flat_dense(cp, x)
         tensor = TENSORS.get((x.size, x.dtype.name), lambda: DropoutTensor(x.size, x.dtype.name))
         h = handle(call.device, current_stream())

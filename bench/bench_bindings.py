@@ -3,9 +3,12 @@
 - regenerating the cuDNN module with headers installed: wall time of `python -m generator check cudnn`
   (parse + classify + render + compare; a fresh interpreter), goal <= 1 s;
 - `import dnnbind.gen.cudnn` in a fresh interpreter with bytecode cached, goal < 50 ms;
-- a checked generated call of cudnnSetTensor4dDescriptor against a bare hand-declared ctypes function
-  with argtypes set, goal <= 1.25x; and the same after tracing was switched on and off (tracing is
-  free when off).
+- a checked generated call of cudnnSetTensor4dDescriptor (every integer range-checked, enums checked
+  for their class) against a bare hand-declared ctypes function with argtypes set, goal <= 1.35x; and
+  the same after tracing was switched on and off (tracing is free when off);
+- cudnnSetTensorNdDescriptor with its two int arrays (lengths checked against nbDims, elements
+  range-checked) given Python lists (goal <= 2x) and numpy int32 arrays (goal <= 2.5x), against the bare
+  function given ready ctypes arrays.
 """
 from __future__ import annotations
 
@@ -70,18 +73,44 @@ def call_overhead(after_trace: bool = False) -> Row:
         import dnnbind
         with dnnbind.trace(file=None):
             checked(*args)
-    # interleave the two so that machine noise hits both alike
-    ours, reference = [], []
-    for _ in range(7):
-        reference.append(median_seconds(lambda: bare(*args), repeats=1, number=50_000))
-        ours.append(median_seconds(lambda: checked(*args), repeats=1, number=50_000))
+    ours, reference = _interleaved(lambda: checked(*args), lambda: bare(*args))
     name = "same call after a trace() block (tracing off)" if after_trace else "checked cudnnSetTensor4dDescriptor call"
-    return Row(name, statistics.median(ours), statistics.median(reference), "bare ctypes function, argtypes set",
-               1.25, "us")
+    return Row(name, ours, reference, "bare ctypes function, argtypes set", 1.35, "us")
+
+
+def _interleaved(ours: object, reference: object, number: int = 50_000) -> tuple[float, float]:
+    """Medians of 7 alternating measurements, so that machine noise hits both alike."""
+    mine, theirs = [], []
+    for _ in range(7):
+        theirs.append(median_seconds(reference, repeats=1, number=number))
+        mine.append(median_seconds(ours, repeats=1, number=number))
+    return statistics.median(mine), statistics.median(theirs)
+
+
+def array_call_overhead(form: str) -> Row:
+    """cudnnSetTensorNdDescriptor given lists or numpy arrays, against the bare function given ctypes arrays."""
+    import numpy as np
+    from dnnbind.gen import cudnn
+    desc = cudnn.cudnnTensorDescriptor_t()
+    cudnn.cudnnCreateTensorDescriptor(ctypes.byref(desc))
+    bare = ctypes.CDLL(cudnn.library_path()).cudnnSetTensorNdDescriptor
+    bare.argtypes = [cudnn.cudnnTensorDescriptor_t, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                     ctypes.POINTER(ctypes.c_int)]
+    bare.restype = ctypes.c_int
+    dims, strides = [8, 64, 56, 56], [200704, 3136, 56, 1]
+    ready = ((ctypes.c_int * 4)(*dims), (ctypes.c_int * 4)(*strides))
+    given = (dims, strides) if form == "lists" else (np.array(dims, np.int32), np.array(strides, np.int32))
+    checked = cudnn.cudnnSetTensorNdDescriptor
+    ours, reference = _interleaved(lambda: checked(desc, 0, 4, *given), lambda: bare(desc, 0, 4, *ready),
+                                   number=20_000)
+    goal = 2.0 if form == "lists" else 2.5
+    return Row(f"checked cudnnSetTensorNdDescriptor, {form}", ours, reference,
+               "bare ctypes function, ready ctypes arrays", goal, "us")
 
 
 def main() -> list[Row]:
-    rows = [regeneration(), import_time(), call_overhead(), call_overhead(after_trace=True)]
+    rows = [regeneration(), import_time(), call_overhead(), call_overhead(after_trace=True),
+            array_call_overhead("lists"), array_call_overhead("numpy int32 arrays")]
     print_table("Generated bindings", rows)
     return rows
 

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from generator import ir
+from generator import ir, lengths
 
 KINDS = ("device", "host", "either")
 
@@ -51,6 +51,14 @@ def _is_size_t(t: ir.CType) -> bool:
     if t.kind == "pointer":
         return t.pointee is not None and t.pointee.kind == "int" and t.pointee.name == "c_size_t"
     return t.kind == "int" and t.name == "c_size_t"
+
+
+def destroyed_handle(fn: ir.Function) -> str:
+    """The handle parameter a ``*Destroy*`` function frees ("" when it is not one): the generated wrapper
+    refuses a NULL one and clears the handle object after success, so it cannot be freed twice."""
+    if "Destroy" in fn.name and len(fn.params) == 1 and fn.params[0].type.kind == "handle":
+        return fn.params[0].name
+    return ""
 
 
 def classify(module: ir.Module, overrides: dict[str, Any], strict: bool = True) -> Classification:
@@ -111,10 +119,11 @@ def classify(module: ir.Module, overrides: dict[str, Any], strict: bool = True) 
                 result.per_kind[kind] += 1
             params.append(replace(p, kind=kind, rule=rule_id, byte_size=byte_size))
         result.functions.append(replace(fn, params=tuple(params)))
+    result.functions = lengths.classify_lengths(result.functions, module, overrides, problems, used)
     if problems and strict:
         raise ClassificationError(f"{len(problems)} problem(s) in pointer_overrides.json for "
                                   f"{module.library}:\n" + "\n".join(f"  {p}" for p in problems))
     result.per_rule = used
     result.problems = problems
-    result.unused_rules = [r["id"] for r in rules if used[r["id"]] == 0]
+    result.unused_rules = [r for r in [r["id"] for r in rules] + lengths.rule_ids(overrides) if used[r] == 0]
     return result

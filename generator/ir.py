@@ -22,7 +22,7 @@ class CType:
     spelling: str = ""
     pointee: "CType | None" = None
     const: bool = False
-    length: int = 0
+    length: int = 0           # arrays (and array parameters declared with a size): the element count
     signature: "tuple[CType, ...]" = ()      # function types: result, then parameters
 
 
@@ -33,6 +33,34 @@ class Param:
     kind: str = ""            # pointer kind after classification: device, host, either, or "" for values
     rule: str = ""            # which override rule or exception decided the kind
     byte_size: bool = False   # marked as a 64-bit byte size
+    nullable: bool = False    # host pointers: None (NULL) is a documented value
+    length: "Length | None" = None   # host arrays and buffers: where the element count comes from
+    length_rule: str = ""     # which rule or exception decided length and nullability
+
+
+@dataclass(frozen=True)
+class Length:
+    """Where a host array's (or buffer's) length comes from; the wrapper checks it before the call.
+
+    ``kind``: ``fixed`` (``value`` elements, or bytes for void*), ``count`` (the value of parameter
+    ``value``), ``sized`` (parameter ``value`` times the element size that parameter ``selector``'s enum
+    value names, from ``sizes``), ``query`` (the int that function ``value`` writes when called with
+    ``args``), ``unchecked`` (``reason`` says why nothing can be checked).
+    """
+    kind: str
+    value: str = ""
+    selector: str = ""
+    sizes: tuple[tuple[str, int], ...] = ()
+    args: tuple[str, ...] = ()
+    reason: str = ""
+    minus: int = 0            # count sources: elements = the count parameter minus this
+
+
+    def describe(self) -> str:
+        return {"fixed": f"fixed {self.value}", "count": f"count {self.value}" + (f" - {self.minus}" if self.minus else ""),
+                "sized": f"{self.value} x size of {self.selector}",
+                "query": f"{self.value}({', '.join(self.args)})",
+                "unchecked": f"unchecked: {self.reason}"}[self.kind]
 
 
 @dataclass(frozen=True)

@@ -358,8 +358,8 @@ class Parser:
         params = []
         for i, a in enumerate(c.get_arguments()):
             ptype = self.ctype(a.type)
-            if ptype.kind == "array":          # int dims[4] as a parameter is an int* (C's decay)
-                ptype = ir.CType("pointer", "", ptype.spelling, ptype.pointee, ptype.const)
+            if ptype.kind == "array":          # int dims[4] as a parameter is an int* (C's decay), of 4 elements
+                ptype = ir.CType("pointer", "", ptype.spelling, ptype.pointee, ptype.const, ptype.length)
             params.append(ir.Param(a.spelling or f"arg{i}", ptype))
         result = self.ctype(c.result_type)
         args = ", ".join(f"{a.type.spelling} {a.spelling}".strip() for a in c.get_arguments()) or "void"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +130,29 @@ def check(library: str, headers_dir: Path | None = None) -> int:
     return 1
 
 
+def checks_report(c: classify.Classification) -> list[str]:
+    """What the wrappers check before each call: integers, output pointers, array lengths, destroyed handles."""
+    params = [(fn, p) for fn in c.functions for p in fn.params]
+    integers = sum(1 for _, p in params if p.type.kind in ("int", "enum") or p.byte_size)
+    enums = sum(1 for _, p in params if p.type.kind == "enum")
+    outputs = [p for _, p in params if p.length is not None and p.type.pointee is not None and not p.type.pointee.const]
+    sources = Counter(p.length.kind for _, p in params if p.length is not None)
+    unchecked = [(fn, p) for fn, p in params if p.length is not None and p.length.kind == "unchecked"]
+    destroyers = sum(1 for fn in c.functions if classify.destroyed_handle(fn))
+    lines = [f"  integer parameters range-checked: {integers} (of which enums, class-checked too: {enums})",
+             f"  output pointers: {len(outputs)}: nullable {sum(p.nullable for p in outputs)}, "
+             f"refuse None {sum(not p.nullable for p in outputs)}",
+             "  host arrays and buffers by length source: "
+             + ", ".join(f"{kind} {sources[kind]}" for kind in ("fixed", "count", "sized", "query", "unchecked")),
+             f"  destroy functions that clear their handle: {destroyers}",
+             f"  unchecked arrays: {len(unchecked)}"]
+    lines += [f"    {fn.name}.{p.name}: {p.length.reason}" for fn, p in unchecked if p.length is not None]
+    lines.append("  length and nullable rules:")
+    lines += [f"    {rule:<40} {count}" for rule, count in sorted(c.per_rule.items(), key=lambda kv: (-kv[1], kv[0]))
+              if rule.startswith(("length:", "nullable:"))]
+    return lines
+
+
 def report_text(result: Result) -> str:
     m, c = result.module, result.classification
     lines = [f"{m.title} {m.version} ({result.config['entry']})",
@@ -142,8 +166,10 @@ def report_text(result: Result) -> str:
              f"  byte sizes:  {c.byte_sizes} marked, all 64-bit",
              "  pointer parameters by kind: " + ", ".join(f"{k} {c.per_kind[k]}" for k in classify.KINDS),
              "  by rule:"]
-    lines += [f"    {rule:<40} {count}" for rule, count in sorted(c.per_rule.items(), key=lambda kv: (-kv[1], kv[0]))]
-    unclassified = [p for p in c.problems if p.startswith("unclassified")]
+    lines += [f"    {rule:<40} {count}" for rule, count in sorted(c.per_rule.items(), key=lambda kv: (-kv[1], kv[0]))
+              if ":" not in rule or rule.startswith("exception:")]
+    unclassified = [p for p in c.problems if p.startswith(("unclassified", "no length source", "output pointer not"))]
+    lines += checks_report(c)
     lines.append(f"  unclassified: {len(unclassified)}")
     if c.problems:                                  # only a non-strict classification gets here
         lines.append(f"  pointer_overrides.json problems: {len(c.problems)}")

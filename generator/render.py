@@ -6,14 +6,14 @@ Output is deterministic: header order, no paths, no timestamps.
 from __future__ import annotations
 
 import keyword
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jinja2
 
 from generator import config as cfg
-from generator import ir
-from generator.classify import Classification
+from generator import ir, lengths
+from generator.classify import Classification, destroyed_handle
 
 
 def py_name(name: str) -> str:
@@ -33,6 +33,29 @@ class RenderedParam:
     argtype: str
     note: str
     annotation: str = "Any"
+    convert: str = ""          # a statement the wrapper runs before the call (host arrays: length checks)
+
+
+#: struct format letters that range-check a C integer type (by the IR's ctypes name)
+STRUCT_CODES = {"c_int": "i", "c_int32": "i", "c_uint": "I", "c_uint32": "I", "c_int64": "q", "c_longlong": "q",
+                "c_long": "q", "c_uint64": "Q", "c_ulonglong": "Q", "c_ulong": "Q", "c_size_t": "N",
+                "c_ssize_t": "n", "c_int8": "b", "c_byte": "b", "c_uint8": "B", "c_ubyte": "B", "c_int16": "h",
+                "c_short": "h", "c_uint16": "H", "c_ushort": "H"}
+
+
+@dataclass(frozen=True)
+class ValueCheck:
+    """The integer and enum parameters of one function: one struct pack checks every range at once."""
+    codes: str
+    names: tuple[str, ...]
+    enums: tuple[tuple[str, str], ...]       # (parameter, enum class) pairs that must not get another enum
+    slow: str                                # the tuple the slow path gets: (index, value, code, enum or None)
+
+    @property
+    def fast(self) -> str:
+        parts = [f"_pack_{self.codes}({', '.join(self.names)})"]
+        parts += [f"(type({n}) is int or type({n}) is {e})" for n, e in self.enums]
+        return " and ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -45,6 +68,8 @@ class RenderedFunction:
     doc: str
     deprecated: str | None
     result_annotation: str = "None"
+    values: ValueCheck | None = None
+    destroys: str = ""         # the handle a successful Destroy* frees: cleared, refused when NULL
 
     @property
     def assign(self) -> str:
@@ -59,6 +84,31 @@ class TypeNames:
         self.enums = {e.name: e for e in module.enums}
         self.handles = {h.name for h in module.handles}
         self.struct_names = {s.name for s in module.structs}
+        self.functions = {f.name: f for f in module.functions}
+        self.converters: dict[str, str] = {}     # module-level name -> its definition
+        self.size_tables: dict[str, str] = {}
+        self.packers: set[str] = set()
+
+    def converter(self, element: str | None, const: bool, nullable: bool, code: str | None,
+                  cname: str = "") -> str:
+        """The module-level name of the shared host-array converter for this element type."""
+        if element is None:
+            name = f"_void{'_c' if const else ''}{'_n' if nullable else ''}"
+            self.converters[name] = f"_host_buffer({const}, {nullable}).convert"
+            return name
+        flat = "".join(ch if ch.isalnum() else "_" for ch in (cname or element)).strip("_")
+        name = f"_arr_{flat}{'_c' if const else ''}{'_n' if nullable else ''}"
+        self.converters[name] = f"_host_array({element}, {const}, {nullable}, {code!r}, {cname!r}).convert"
+        return name
+
+    def integer_code(self, t: ir.CType, byte_size: bool) -> str | None:
+        if byte_size:
+            return "N"
+        if t.kind == "int":
+            return STRUCT_CODES.get(t.name)
+        if t.kind == "enum":
+            return STRUCT_CODES.get(self.enum_ctype(t.name))
+        return None
 
     def value(self, t: ir.CType) -> str:
         """A C type used by value (parameter, field, result)."""
@@ -107,6 +157,8 @@ class TypeNames:
             return "c_char_p"
         if pointee.kind == "struct" and pointee.name not in self.struct_names:
             return "c_void_p"
+        if pointee.kind == "function" and pointee.name:
+            return f"POINTER({pointee.name})"        # a pointer to a callback typedef (itself a pointer)
         if pointee.kind == "function":
             return self.value(pointee)              # a function pointer is the CFUNCTYPE itself
         return f"POINTER({self.value(pointee)})"
@@ -153,12 +205,61 @@ class TypeNames:
             return "int | None"
         return {"int": "int", "enum": "int", "float": "float", "bool": "bool"}.get(t.kind, "Any")
 
+    def host_param(self, p: ir.Param, fn: ir.Function, index: int) -> tuple[str, str, str, str]:
+        """A host array or buffer: (argtype, note, annotation, the conversion statement)."""
+        length = p.length
+        assert length is not None and p.type.pointee is not None
+        pointee = p.type.pointee
+        const = bool(pointee.const)
+        if pointee.kind == "void":
+            conv, argtype, unit = self.converter(None, const, p.nullable, None), "c_void_p", "bytes"
+            annotation = "HostPointerLike"
+        else:
+            element = self.element(pointee)
+            if pointee.kind == "function" and pointee.name:
+                element = pointee.name                      # a callback typedef* (cudnnCallback_t *fptr)
+            code = STRUCT_CODES.get(element) if pointee.kind in ("int", "enum") else None
+            if pointee.kind == "enum":
+                code = STRUCT_CODES.get(self.enum_ctype(pointee.name))
+            cname = pointee.spelling.replace("const ", "").strip() or element
+            conv = self.converter(element, const, p.nullable, code, cname)
+            argtype, unit = f"POINTER({element})", "elements"
+            annotation = "HostArrayLike" if const else "HostPointerLike"
+        count = self.count_expression(length, fn)
+        name = py_name(p.name)
+        kind = "input" if const else "output"
+        note = f"host {kind}, {length.describe()}" + (f" {unit}" if length.kind == "fixed" else "") \
+            + (", may be None" if p.nullable else "")
+        return argtype, note, annotation, f"{name} = {conv}({name}, {count}, {index})"
+
+    def count_expression(self, length: ir.Length, fn: ir.Function) -> str:
+        """The Python expression for how many elements (bytes for void*) the library needs."""
+        if length.kind == "fixed":
+            return length.value
+        if length.kind == "unchecked":
+            return "None"
+        if length.kind == "count":
+            return py_name(length.value) + (f" - {length.minus}" if length.minus else "")
+        if length.kind == "sized":
+            enum = next(q.type.name for q in fn.params if q.name == length.selector)
+            table = f"_SIZES_{enum}"
+            self.size_tables[table] = "{" + ", ".join(f"{member}: {size}" for member, size in length.sizes) + "}"
+            return (f"_sized_count({table}, {py_name(length.selector)}, {py_name(length.value)}, "
+                    f"{fn.name!r}, {length.selector!r})")
+        if length.kind == "query":
+            query = self.functions[length.value]
+            out = query.params[-1].type.pointee
+            assert out is not None
+            args = ", ".join(py_name(a) for a in length.args)
+            return f"_query_count({length.value}, ({args},), {self.value(out)})"
+        raise ValueError(f"unknown length source {length}")
+
     def param(self, p: ir.Param) -> tuple[str, str]:
         """(argtype expression, note for the docstring)."""
         t = p.type
         if t.kind != "pointer":
             if p.byte_size:
-                return "ByteSize", "byte count (size_t, non-negative)"
+                return "c_size_t", "byte count (size_t, non-negative)"
             return self.value(t), ""
         pointee = t.pointee
         assert pointee is not None
@@ -170,11 +271,9 @@ class TypeNames:
             return ("ConstHostPointer" if pointee.const else "HostPointer"), "host memory"
         if pointee.kind == "char" and pointee.const:
             return "HostString", "str or bytes"
-        if pointee.kind == "function":
+        if pointee.kind == "function" and not pointee.name:
             return self.value(pointee), "callback"
-        const = "True" if pointee.const else "False"
-        note = "host memory" + (" (64-bit byte count)" if p.byte_size else "")
-        return f"host_array({self.element(pointee)}, {const})", note
+        raise ValueError(f"host pointer {p.name} has no length source")
 
 
 def _result(t: ir.CType, status_type: str, names: TypeNames) -> tuple[str, str]:
@@ -189,10 +288,35 @@ def _result(t: ir.CType, status_type: str, names: TypeNames) -> tuple[str, str]:
     return names.value(t), "value"
 
 
+def _value_check(fn: ir.Function, names: TypeNames) -> ValueCheck | None:
+    codes, checked, enums, slow = "", [], [], []
+    for index, p in enumerate(fn.params):
+        code = names.integer_code(p.type, p.byte_size) if p.type.kind != "pointer" else None
+        if code is None:
+            continue
+        name = py_name(p.name)
+        enum = p.type.name if p.type.kind == "enum" and p.type.name in names.enums else None
+        codes += code
+        checked.append(name)
+        if enum:
+            enums.append((name, enum))
+        slow.append(f"({index}, {name}, {code!r}, {enum or 'None'})")
+    if not checked:
+        return None
+    names.packers.add(codes)
+    return ValueCheck(codes, tuple(checked), tuple(enums), "(" + ", ".join(slow) + ",)")
+
+
 def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_note: str,
                     error_class: str) -> RenderedFunction:
     params = []
-    for p in fn.params:
+    for index, p in enumerate(fn.params):
+        if lengths.needs_length(p) or p.length is not None:
+            if p.length is None:        # only a non-strict classification (diffs of other versions) gets here
+                p = replace(p, length=ir.Length("unchecked", reason="not classified"))
+            argtype, note, annotation, convert = names.host_param(p, fn, index)
+            params.append(RenderedParam(py_name(p.name), argtype, note, annotation, convert))
+            continue
         argtype, note = names.param(p)
         params.append(RenderedParam(py_name(p.name), argtype, note, names.annotation(p.type, argtype)))
     restype, returns = _result(fn.result, status_type, names)
@@ -216,7 +340,8 @@ def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_no
     if fn.deprecated:
         deprecated = _deprecation_text(fn.comment)
     return RenderedFunction(fn.name, tuple(params), argtypes, restype, returns, docstring("\n".join(lines)),
-                            deprecated, names.result_annotation(fn.result, returns))
+                            deprecated, names.result_annotation(fn.result, returns), _value_check(fn, names),
+                            py_name(destroyed_handle(fn)) if destroyed_handle(fn) else "")
 
 
 def _deprecation_text(comment: str) -> str:
@@ -313,6 +438,8 @@ def _render_template(name: str, module: ir.Module, classification: Classificatio
         callbacks=[(c, names.value(c.result), [names.value(p.type) if p.type.kind != "pointer"
                                                 else names.plain_pointer(p.type) for p in c.params])
                    for c in module.callbacks],
+        converters=sorted(names.converters.items()), size_tables=sorted(names.size_tables.items()),
+        packers=sorted(names.packers),
         library_search=library_search, docstring=docstring, repr=repr, tuple=tuple,
         search_text=", ".join(_describe_step(step) for step in library_search),
     )

@@ -61,6 +61,9 @@ def fixture_config(entry: str = "fixture.h", **changes: Any) -> dict[str, Any]:
     return config
 
 
+TYPED = ["int", "float", "char", "bool", "enum", "handle", "struct", "union", "pointer", "function"]
+
+
 def fixture_overrides(**changes: Any) -> dict[str, Any]:
     """A pointer_overrides.json-style entry: rules, one exception, the byte-size pattern."""
     overrides: dict[str, Any] = {
@@ -75,6 +78,15 @@ def fixture_overrides(**changes: Any) -> dict[str, Any]:
         ],
         "exceptions": {"fxExceptionAddress": {"buffer": "device"}},
         "byte_sizes": r"\w*SizeInBytes|workSpaceSize",
+        "lengths": {"rules": [
+            {"id": "counted-arrays", "pointee": ["int"], "name": r"\w*A|values", "count": "nbDims|nbValues"},
+            {"id": "message-buffer", "pointee": ["char"], "name": "message", "count": "max_size"},
+            {"id": "host-buffer", "pointee": ["void"], "name": "hostBuffer", "count": "count"},
+            {"id": "scaling-factors", "pointee": ["void"], "name": "alpha|beta", "fixed": 4},
+            {"id": "single-values", "pointee": TYPED, "declared": "pointer", "fixed": 1},
+        ]},
+        "nullable": {"rules": [{"id": "outputs-required", "nullable": False, "const": False,
+                                "pointee": TYPED + ["void"]}]},
     }
     overrides.update(changes)
     return overrides

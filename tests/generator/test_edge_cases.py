@@ -10,6 +10,7 @@ from types import ModuleType
 import pytest
 
 import fixture_build as fb
+from generator import ir
 
 
 def _build(bug: str) -> fb.Built:
@@ -42,8 +43,11 @@ def test_sized_array_parameter_is_a_pointer(tmp_path: Path) -> None:
     built = _build("FIXED_ARRAY_PARAM")
     (dims,) = next(f for f in built.classification.functions if f.name == "fxSumFour").params
     assert (dims.type.kind, dims.kind) == ("pointer", "host")
+    assert (dims.length, dims.length_rule) == (ir.Length("fixed", "4"), "declared-size")
     module = _import(built, tmp_path)
-    module._fxSumFour.argtypes[0].from_param([1, 2, 3, 4])
+    assert module._arr_int_c([1, 2, 3, 4], 4, 0)[:] == [1, 2, 3, 4]
+    with pytest.raises(TypeError, match="needs at least 4 int elements, got a list holding 3"):
+        module._arr_int_c([1, 2, 3], 4, 0)
 
 
 def test_named_struct_defined_inside_another(tmp_path: Path) -> None:

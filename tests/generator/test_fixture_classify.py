@@ -15,6 +15,12 @@ RULES: list[dict[str, Any]] = [
 ]
 CLEAN_EXCEPTIONS = {"fxOrphan": {"mystery": "device"}}
 SIZES = r"\w*SizeInBytes"
+#: what every call below also passes: host pointers' lengths and nullability (tested on their own at the end)
+LENGTHS: dict[str, Any] = {
+    "lengths": {"rules": [{"id": "scaling-factors", "pointee": ["void"], "name": "alpha", "fixed": 4},
+                          {"id": "single-values", "pointee": ["int"], "fixed": 1}]},
+    "nullable": {"rules": [{"id": "outputs-required", "nullable": False, "const": False, "pointee": ["int"]}]},
+}
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +32,7 @@ def errors_module() -> ir.Module:
 
 def _problems(module: ir.Module, **overrides: Any) -> str:
     with pytest.raises(classify.ClassificationError) as info:
-        classify.classify(module, {"rules": RULES, "byte_sizes": "", **overrides})
+        classify.classify(module, {"rules": RULES, "byte_sizes": "", **LENGTHS, **overrides})
     return str(info.value)
 
 
@@ -34,11 +40,13 @@ def test_consistent_overrides_classify(errors_module: ir.Module) -> None:
     """Without the int-sized byte counts, the same header classifies cleanly (the baseline)."""
     module = ir.Module(**{**errors_module.__dict__, "functions": [
         f for f in errors_module.functions if not f.name.startswith("fxShortSize")]})
-    result = classify.classify(module, {"rules": RULES, "exceptions": CLEAN_EXCEPTIONS, "byte_sizes": SIZES})
+    result = classify.classify(module, {"rules": RULES, "exceptions": CLEAN_EXCEPTIONS, "byte_sizes": SIZES,
+                                        **LENGTHS})
     kinds = {(f.name, p.name): (p.kind, p.rule) for f in result.functions for p in f.params if p.kind}
     assert kinds == {("fxOrphan", "mystery"): ("device", "exception:fxOrphan"),
                      ("fxFine", "alpha"): ("host", "scaling-factors")}
-    assert result.byte_sizes == 1 and result.unused_rules == ["scratch", "typed-host"]
+    assert result.byte_sizes == 1
+    assert result.unused_rules == ["scratch", "typed-host", "length:single-values", "nullable:outputs-required"]
 
 
 def test_unclassified_pointer(errors_module: ir.Module) -> None:

@@ -7,8 +7,8 @@ import warnings
 import pytest
 
 from dnnbind.gen import cudnn
-from dnnbind.runtime import CudnnError, LibraryNotFoundError, SymbolNotFoundError
-from dnnbind.runtime.loader import Library, LazySymbol, Unchecked
+from dnnbind.runtime import CudnnError, LibraryNotFoundError, LibraryVersionError, SymbolNotFoundError
+from dnnbind.runtime.loader import Library, LazySymbol, Unchecked, version_mismatch
 
 
 def library(**overrides) -> Library:
@@ -67,16 +67,41 @@ def test_lazy_symbol_replaces_itself(monkeypatch):
     assert Unchecked(namespace).cudnnGetVersion() == 92801
 
 
-def test_major_version_mismatch_warns(monkeypatch):
+def test_major_version_mismatch_is_refused_every_time(monkeypatch):
+    """The real cuDNN 9.28.1 against bindings that claim 10.0.0 headers: refused, naming both versions and
+    the ways out, on every call (not just the first)."""
     monkeypatch.setenv("DNNBIND_TEST_LIBRARY", cudnn.library_path())
+    monkeypatch.delenv("DNNBIND_ALLOW_VERSION_MISMATCH", raising=False)
     lib = library(header_version=(10, 0, 0))
+    lib.read_version = cudnn._read_version
+    for _ in range(2):
+        with pytest.raises(LibraryVersionError) as info:
+            lib.load()
+        text = str(info.value)
+        assert "is version 9.28.1, a major version older than the 10.0.0 headers" in text
+        assert "make generate" in text and "DNNBIND_ALLOW_VERSION_MISMATCH=1" in text
+
+
+def test_major_version_mismatch_allowed_by_the_environment_warns_once(monkeypatch):
+    monkeypatch.setenv("DNNBIND_TEST_LIBRARY", cudnn.library_path())
+    monkeypatch.setenv("DNNBIND_ALLOW_VERSION_MISMATCH", "1")
+    lib = library(header_version=(8, 9, 7))
     lib.read_version = cudnn._read_version
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         lib.load()
         lib.load()
     messages = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
-    assert len(messages) == 1 and "version 9.28.1" in messages[0] and "10.0.0 headers" in messages[0]
+    assert len(messages) == 1 and "a major version newer than the 8.9.7 headers" in messages[0]
+
+
+@pytest.mark.parametrize("loaded, header, expected", [
+    ((9, 28, 1), (9, 1, 0), None), ((9, 0, 0), (9, 28, 1), None),
+    ((8, 9, 7), (9, 28, 1), "older"), ((10, 0, 0), (9, 28, 1), "newer"), ((2, 0, 0), (3, 4, 0), "older")])
+def test_version_mismatch_rule(loaded, header, expected):
+    """Same major: fine; any other major, older or newer: refused, saying which."""
+    message = version_mismatch("X", "/lib/x.so", loaded, header, "pip install x")
+    assert (message is None) if expected is None else (f"a major version {expected} than" in message)
 
 
 def test_cudnn_versions_decode():

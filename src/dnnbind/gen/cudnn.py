@@ -14,11 +14,15 @@ from ctypes import (CFUNCTYPE, POINTER, ArgumentError as _ArgumentError, Structu
                     c_size_t, c_ssize_t, c_ubyte, c_uint, c_uint8, c_uint16, c_uint32, c_uint64,
                     c_ulong, c_ulonglong, c_ushort, c_void_p, create_string_buffer as _string_buffer)
 from enum import IntEnum as _IntEnum
+from struct import Struct as _Struct, error as _StructError
 
 from dnnbind.runtime import CudnnError as _Error
 from dnnbind.runtime.loader import Library as _Library, Unchecked as _Unchecked
-from dnnbind.runtime.pointers import (ByteSize, ConstHostPointer, DevicePointer, EitherPointer, HostPointer,
-                                      HostString, address_handle as _address_handle, host_array)
+from dnnbind.runtime.checks import (check_values as _check_values, clear_handle as _clear_handle,
+                                    host_array as _host_array, host_buffer as _host_buffer,
+                                    query_count as _query_count, sized_count as _sized_count)
+from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
+                                      address_handle as _address_handle)
 from dnnbind.runtime.versions import cudnn_version as _cudnn_version
 
 HEADER_VERSION = '9.28.1'
@@ -1913,6 +1917,106 @@ cudnnGnnMhaParams_t._fields_ = [
     ('concatHeads', c_int),
 ]
 
+# ------------------------------------------- argument checks shared by the wrappers (runtime/checks.py)
+_pack_I = _Struct('I').pack
+_pack_Iii = _Struct('Iii').pack
+_pack_Iiiiiiiiiiiiiiii = _Struct('Iiiiiiiiiiiiiiii').pack
+_pack_N = _Struct('N').pack
+_pack_NN = _Struct('NN').pack
+_pack_NNN = _Struct('NNN').pack
+_pack_NQ = _Struct('NQ').pack
+_pack_i = _Struct('i').pack
+_pack_iN = _Struct('iN').pack
+_pack_iNNN = _Struct('iNNN').pack
+_pack_iNi = _Struct('iNi').pack
+_pack_ii = _Struct('ii').pack
+_pack_iiN = _Struct('iiN').pack
+_pack_iiNN = _Struct('iiNN').pack
+_pack_iii = _Struct('iii').pack
+_pack_iiiNNi = _Struct('iiiNNi').pack
+_pack_iiii = _Struct('iiii').pack
+_pack_iiiii = _Struct('iiiii').pack
+_pack_iiiiiNN = _Struct('iiiiiNN').pack
+_pack_iiiiii = _Struct('iiiiii').pack
+_pack_iiiiiii = _Struct('iiiiiii').pack
+_pack_iiiiiiii = _Struct('iiiiiiii').pack
+_pack_iiiiiiiii = _Struct('iiiiiiiii').pack
+_pack_iiiiiiiiiiiiI = _Struct('iiiiiiiiiiiiI').pack
+_pack_iiq = _Struct('iiq').pack
+_arr_char = _host_array(c_char, False, False, None, 'char').convert
+_arr_cudaStream_t = _host_array(cudaStream_t, False, False, None, 'cudaStream_t').convert
+_arr_cudnnActivationDescriptor_t = _host_array(cudnnActivationDescriptor_t, False, False, None, 'cudnnActivationDescriptor_t').convert
+_arr_cudnnActivationMode_t = _host_array(c_int, False, False, 'i', 'cudnnActivationMode_t').convert
+_arr_cudnnAttnDescriptor_t = _host_array(cudnnAttnDescriptor_t, False, False, None, 'cudnnAttnDescriptor_t').convert
+_arr_cudnnBackendDescriptor_t = _host_array(cudnnBackendDescriptor_t, False, False, None, 'cudnnBackendDescriptor_t').convert
+_arr_cudnnCTCGradMode_t = _host_array(c_int, False, False, 'i', 'cudnnCTCGradMode_t').convert
+_arr_cudnnCTCLossDescriptor_t = _host_array(cudnnCTCLossDescriptor_t, False, False, None, 'cudnnCTCLossDescriptor_t').convert
+_arr_cudnnCallback_t = _host_array(cudnnCallback_t, False, False, None, 'cudnnCallback_t').convert
+_arr_cudnnConvolutionBwdDataAlgoPerf_t = _host_array(cudnnConvolutionBwdDataAlgoPerf_t, False, False, None, 'cudnnConvolutionBwdDataAlgoPerf_t').convert
+_arr_cudnnConvolutionBwdFilterAlgoPerf_t = _host_array(cudnnConvolutionBwdFilterAlgoPerf_t, False, False, None, 'cudnnConvolutionBwdFilterAlgoPerf_t').convert
+_arr_cudnnConvolutionDescriptor_t = _host_array(cudnnConvolutionDescriptor_t, False, False, None, 'cudnnConvolutionDescriptor_t').convert
+_arr_cudnnConvolutionFwdAlgoPerf_t = _host_array(cudnnConvolutionFwdAlgoPerf_t, False, False, None, 'cudnnConvolutionFwdAlgoPerf_t').convert
+_arr_cudnnConvolutionMode_t = _host_array(c_int, False, False, 'i', 'cudnnConvolutionMode_t').convert
+_arr_cudnnDataType_t = _host_array(c_int, False, False, 'i', 'cudnnDataType_t').convert
+_arr_cudnnDirectionMode_t = _host_array(c_int, False, False, 'i', 'cudnnDirectionMode_t').convert
+_arr_cudnnDropoutDescriptor_t = _host_array(cudnnDropoutDescriptor_t, False, False, None, 'cudnnDropoutDescriptor_t').convert
+_arr_cudnnFilterDescriptor_t = _host_array(cudnnFilterDescriptor_t, False, False, None, 'cudnnFilterDescriptor_t').convert
+_arr_cudnnFoldingDirection_t = _host_array(c_int, False, False, 'i', 'cudnnFoldingDirection_t').convert
+_arr_cudnnFusedOpsConstParamPack_t = _host_array(cudnnFusedOpsConstParamPack_t, False, False, None, 'cudnnFusedOpsConstParamPack_t').convert
+_arr_cudnnFusedOpsPlan_t = _host_array(cudnnFusedOpsPlan_t, False, False, None, 'cudnnFusedOpsPlan_t').convert
+_arr_cudnnFusedOpsVariantParamPack_t = _host_array(cudnnFusedOpsVariantParamPack_t, False, False, None, 'cudnnFusedOpsVariantParamPack_t').convert
+_arr_cudnnGnnCscGraph_t_c = _host_array(cudnnGnnCscGraph_t, True, False, None, 'cudnnGnnCscGraph_t').convert
+_arr_cudnnGnnMhaParams_t_c = _host_array(cudnnGnnMhaParams_t, True, False, None, 'cudnnGnnMhaParams_t').convert
+_arr_cudnnHandle_t = _host_array(cudnnHandle_t, False, False, None, 'cudnnHandle_t').convert
+_arr_cudnnIndicesType_t = _host_array(c_int, False, False, 'i', 'cudnnIndicesType_t').convert
+_arr_cudnnLRNDescriptor_t = _host_array(cudnnLRNDescriptor_t, False, False, None, 'cudnnLRNDescriptor_t').convert
+_arr_cudnnLossNormalizationMode_t = _host_array(c_int, False, False, 'i', 'cudnnLossNormalizationMode_t').convert
+_arr_cudnnMathType_t = _host_array(c_int, False, False, 'i', 'cudnnMathType_t').convert
+_arr_cudnnNanPropagation_t = _host_array(c_int, False, False, 'i', 'cudnnNanPropagation_t').convert
+_arr_cudnnOpTensorDescriptor_t = _host_array(cudnnOpTensorDescriptor_t, False, False, None, 'cudnnOpTensorDescriptor_t').convert
+_arr_cudnnOpTensorOp_t = _host_array(c_int, False, False, 'i', 'cudnnOpTensorOp_t').convert
+_arr_cudnnPoolingDescriptor_t = _host_array(cudnnPoolingDescriptor_t, False, False, None, 'cudnnPoolingDescriptor_t').convert
+_arr_cudnnPoolingMode_t = _host_array(c_int, False, False, 'i', 'cudnnPoolingMode_t').convert
+_arr_cudnnRNNAlgo_t = _host_array(c_int, False, False, 'i', 'cudnnRNNAlgo_t').convert
+_arr_cudnnRNNBiasMode_t = _host_array(c_int, False, False, 'i', 'cudnnRNNBiasMode_t').convert
+_arr_cudnnRNNClipMode_t = _host_array(c_int, False, False, 'i', 'cudnnRNNClipMode_t').convert
+_arr_cudnnRNNDataDescriptor_t = _host_array(cudnnRNNDataDescriptor_t, False, False, None, 'cudnnRNNDataDescriptor_t').convert
+_arr_cudnnRNNDataLayout_t = _host_array(c_int, False, False, 'i', 'cudnnRNNDataLayout_t').convert
+_arr_cudnnRNNDescriptor_t = _host_array(cudnnRNNDescriptor_t, False, False, None, 'cudnnRNNDescriptor_t').convert
+_arr_cudnnRNNInputMode_t = _host_array(c_int, False, False, 'i', 'cudnnRNNInputMode_t').convert
+_arr_cudnnRNNMode_t = _host_array(c_int, False, False, 'i', 'cudnnRNNMode_t').convert
+_arr_cudnnReduceTensorDescriptor_t = _host_array(cudnnReduceTensorDescriptor_t, False, False, None, 'cudnnReduceTensorDescriptor_t').convert
+_arr_cudnnReduceTensorIndices_t = _host_array(c_int, False, False, 'i', 'cudnnReduceTensorIndices_t').convert
+_arr_cudnnReduceTensorOp_t = _host_array(c_int, False, False, 'i', 'cudnnReduceTensorOp_t').convert
+_arr_cudnnReorderType_t = _host_array(c_int, False, False, 'i', 'cudnnReorderType_t').convert
+_arr_cudnnRuntimeTag_t_n = _host_array(cudnnRuntimeTag_t, False, True, None, 'cudnnRuntimeTag_t').convert
+_arr_cudnnSeqDataAxis_t = _host_array(c_int, False, False, 'i', 'cudnnSeqDataAxis_t').convert
+_arr_cudnnSeqDataAxis_t_c = _host_array(c_int, True, False, 'i', 'cudnnSeqDataAxis_t').convert
+_arr_cudnnSeqDataDescriptor_t = _host_array(cudnnSeqDataDescriptor_t, False, False, None, 'cudnnSeqDataDescriptor_t').convert
+_arr_cudnnSpatialTransformerDescriptor_t = _host_array(cudnnSpatialTransformerDescriptor_t, False, False, None, 'cudnnSpatialTransformerDescriptor_t').convert
+_arr_cudnnStatus_t = _host_array(c_int, False, False, 'i', 'cudnnStatus_t').convert
+_arr_cudnnTensorDescriptor_t = _host_array(cudnnTensorDescriptor_t, False, False, None, 'cudnnTensorDescriptor_t').convert
+_arr_cudnnTensorFormat_t = _host_array(c_int, False, False, 'i', 'cudnnTensorFormat_t').convert
+_arr_cudnnTensorTransformDescriptor_t = _host_array(cudnnTensorTransformDescriptor_t, False, False, None, 'cudnnTensorTransformDescriptor_t').convert
+_arr_double = _host_array(c_double, False, False, None, 'double').convert
+_arr_double_n = _host_array(c_double, False, True, None, 'double').convert
+_arr_float = _host_array(c_float, False, False, None, 'float').convert
+_arr_int = _host_array(c_int, False, False, 'i', 'int').convert
+_arr_int32_t = _host_array(c_int32, False, False, 'i', 'int32_t').convert
+_arr_int32_t_c_n = _host_array(c_int32, True, True, 'i', 'int32_t').convert
+_arr_int64_t = _host_array(c_int64, False, False, 'q', 'int64_t').convert
+_arr_int_c = _host_array(c_int, True, False, 'i', 'int').convert
+_arr_size_t = _host_array(c_size_t, False, False, 'N', 'size_t').convert
+_arr_uint32_t = _host_array(c_uint32, False, False, 'I', 'uint32_t').convert
+_arr_uint32_t_c_n = _host_array(c_uint32, True, True, 'I', 'uint32_t').convert
+_arr_unsigned_int = _host_array(c_uint, False, False, 'I', 'unsigned int').convert
+_arr_unsigned_int_n = _host_array(c_uint, False, True, 'I', 'unsigned int').convert
+_arr_unsigned_long_long = _host_array(c_ulonglong, False, False, 'Q', 'unsigned long long').convert
+_arr_void = _host_array(c_void_p, False, False, None, 'void *').convert
+_void = _host_buffer(False, False).convert
+_void_c = _host_buffer(True, False).convert
+_void_n = _host_buffer(False, True).convert
+
 # ------------------------------------------------------------------------------------------ functions
 
 _cudnnGetVersion = _lazy('cudnnGetVersion', (), c_size_t)
@@ -1962,30 +2066,43 @@ def cudnnGetErrorString(status):
      @return Pointer to a static string describing the status code.
      @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(status) and (type(status) is int or type(status) is cudnnStatus_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetErrorString', ('status',), ((0, status, 'i', cudnnStatus_t),))
+    try:
         result = _cudnnGetErrorString(status)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetErrorString', ('status',), exc) from None
     return _decode(result)
 
-_cudnnGetLastErrorString = _lazy('cudnnGetLastErrorString', (host_array(c_char, False), c_size_t,), None)
+_cudnnGetLastErrorString = _lazy('cudnnGetLastErrorString', (POINTER(c_char), c_size_t,), None)
 
 
 def cudnnGetLastErrorString(message, max_size):
     """void cudnnGetLastErrorString(char * message, size_t max_size)
 
     Checked parameters:
-        message: host memory
+        message: host output, count max_size
 
     @brief Retrieves most recent error message. Thread-safe.
      @param[out] message   Buffer to receive the error message string.
      @param[in]  max_size  Maximum number of bytes to write into @p message.
      @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_N(max_size)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetLastErrorString', ('message', 'max_size'), ((1, max_size, 'N', None),))
+    try:
+        message = _arr_char(message, max_size, 0)
         _cudnnGetLastErrorString(message, max_size)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetLastErrorString', ('message', 'max_size'), exc) from None
 
-_cudnnQueryRuntimeError = _lazy('cudnnQueryRuntimeError', (cudnnHandle_t, host_array(c_int, False), c_int, host_array(cudnnRuntimeTag_t, False),), c_int, deprecated='Use cudnnGetLastErrorString instead')
+_cudnnQueryRuntimeError = _lazy('cudnnQueryRuntimeError', (cudnnHandle_t, POINTER(c_int), c_int, POINTER(cudnnRuntimeTag_t),), c_int, deprecated='Use cudnnGetLastErrorString instead')
 
 
 def cudnnQueryRuntimeError(handle, rstatus, mode, tag):
@@ -1994,8 +2111,8 @@ def cudnnQueryRuntimeError(handle, rstatus, mode, tag):
     Deprecated by the vendor.
 
     Checked parameters:
-        rstatus: host memory
-        tag: host memory
+        rstatus: host output, fixed 1 elements
+        tag: host output, fixed 1 elements, may be None
 
     Raises CudnnError when the returned status is not success.
 
@@ -2008,20 +2125,28 @@ def cudnnQueryRuntimeError(handle, rstatus, mode, tag):
      @return cuDNN status code.
      @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnErrQueryMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnQueryRuntimeError', ('handle', 'rstatus', 'mode', 'tag'), ((2, mode, 'i', cudnnErrQueryMode_t),))
+    try:
+        rstatus = _arr_cudnnStatus_t(rstatus, 1, 1)
+        tag = _arr_cudnnRuntimeTag_t_n(tag, 1, 3)
         status = _cudnnQueryRuntimeError(handle, rstatus, mode, tag)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnQueryRuntimeError', ('handle', 'rstatus', 'mode', 'tag'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnQueryRuntimeError')
 
-_cudnnGetProperty = _lazy('cudnnGetProperty', (c_int, host_array(c_int, False),), c_int)
+_cudnnGetProperty = _lazy('cudnnGetProperty', (c_int, POINTER(c_int),), c_int)
 
 
 def cudnnGetProperty(type, value):
     """cudnnStatus_t cudnnGetProperty(libraryPropertyType type, int * value)
 
     Checked parameters:
-        value: host memory
+        value: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -2031,20 +2156,27 @@ def cudnnGetProperty(type, value):
      @return cuDNN status code.
      @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(type) and (type(type) is int or type(type) is libraryPropertyType)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetProperty', ('type', 'value'), ((0, type, 'i', libraryPropertyType),))
+    try:
+        value = _arr_int(value, 1, 1)
         status = _cudnnGetProperty(type, value)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetProperty', ('type', 'value'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetProperty')
 
-_cudnnCreate = _lazy('cudnnCreate', (host_array(cudnnHandle_t, False),), c_int)
+_cudnnCreate = _lazy('cudnnCreate', (POINTER(cudnnHandle_t),), c_int)
 
 
 def cudnnCreate(handle):
     """cudnnStatus_t cudnnCreate(cudnnHandle_t * handle)
 
     Checked parameters:
-        handle: host memory
+        handle: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -2056,6 +2188,7 @@ def cudnnCreate(handle):
      @retval CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH
      @since cuDNN 9.0.0"""
     try:
+        handle = _arr_cudnnHandle_t(handle, 1, 0)
         status = _cudnnCreate(handle)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreate', ('handle',), exc) from None
@@ -2074,12 +2207,15 @@ def cudnnDestroy(handle):
      @param[in] handle  The cuDNN handle to destroy.
      @return cuDNN status code.
      @since cuDNN 9.0.0"""
+    if not handle:
+        raise _lib.null_handle_error('cudnnDestroy', 'handle', handle)
     try:
         status = _cudnnDestroy(handle)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroy', ('handle',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroy')
+    _clear_handle(handle)
 
 _cudnnSetStream = _lazy('cudnnSetStream', (cudnnHandle_t, cudaStream_t,), c_int)
 
@@ -2102,14 +2238,14 @@ def cudnnSetStream(handle, streamId):
     if status:
         raise _lib.status_error(status, 'cudnnSetStream')
 
-_cudnnGetStream = _lazy('cudnnGetStream', (cudnnHandle_t, host_array(cudaStream_t, False),), c_int)
+_cudnnGetStream = _lazy('cudnnGetStream', (cudnnHandle_t, POINTER(cudaStream_t),), c_int)
 
 
 def cudnnGetStream(handle, streamId):
     """cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t * streamId)
 
     Checked parameters:
-        streamId: host memory
+        streamId: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -2120,6 +2256,7 @@ def cudnnGetStream(handle, streamId):
      @retval CUDNN_STATUS_BAD_PARAM
      @since cuDNN 9.0.0"""
     try:
+        streamId = _arr_cudaStream_t(streamId, 1, 1)
         status = _cudnnGetStream(handle, streamId)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetStream', ('handle', 'streamId'), exc) from None
@@ -2144,22 +2281,28 @@ def cudnnSetCallback(mask, udata, fptr):
      @return cuDNN status code.
      @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_I(mask)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetCallback', ('mask', 'udata', 'fptr'), ((0, mask, 'I', None),))
+    try:
         status = _cudnnSetCallback(mask, udata, fptr)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetCallback', ('mask', 'udata', 'fptr'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetCallback')
 
-_cudnnGetCallback = _lazy('cudnnGetCallback', (host_array(c_uint, False), host_array(c_void_p, False), cudnnCallback_t,), c_int)
+_cudnnGetCallback = _lazy('cudnnGetCallback', (POINTER(c_uint), POINTER(c_void_p), POINTER(cudnnCallback_t),), c_int)
 
 
 def cudnnGetCallback(mask, udata, fptr):
     """cudnnStatus_t cudnnGetCallback(unsigned int * mask, void ** udata, cudnnCallback_t * fptr)
 
     Checked parameters:
-        mask: host memory
-        udata: host memory
-        fptr: callback
+        mask: host output, fixed 1 elements
+        udata: host output, fixed 1 elements
+        fptr: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -2170,6 +2313,9 @@ def cudnnGetCallback(mask, udata, fptr):
      @return cuDNN status code.
      @since cuDNN 9.0.0"""
     try:
+        mask = _arr_unsigned_int(mask, 1, 0)
+        udata = _arr_void(udata, 1, 1)
+        fptr = _arr_cudnnCallback_t(fptr, 1, 2)
         status = _cudnnGetCallback(mask, udata, fptr)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetCallback', ('mask', 'udata', 'fptr'), exc) from None
@@ -2195,14 +2341,14 @@ def cudnnGraphVersionCheck():
     if status:
         raise _lib.status_error(status, 'cudnnGraphVersionCheck')
 
-_cudnnBackendCreateDescriptor = _lazy('cudnnBackendCreateDescriptor', (c_int, host_array(cudnnBackendDescriptor_t, False),), c_int)
+_cudnnBackendCreateDescriptor = _lazy('cudnnBackendCreateDescriptor', (c_int, POINTER(cudnnBackendDescriptor_t),), c_int)
 
 
 def cudnnBackendCreateDescriptor(descriptorType, descriptor):
     """cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType, cudnnBackendDescriptor_t * descriptor)
 
     Checked parameters:
-        descriptor: host memory
+        descriptor: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -2214,6 +2360,13 @@ def cudnnBackendCreateDescriptor(descriptorType, descriptor):
      @retval CUDNN_STATUS_ALLOC_FAILED
      @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(descriptorType) and (type(descriptorType) is int or type(descriptorType) is cudnnBackendDescriptorType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnBackendCreateDescriptor', ('descriptorType', 'descriptor'), ((0, descriptorType, 'i', cudnnBackendDescriptorType_t),))
+    try:
+        descriptor = _arr_cudnnBackendDescriptor_t(descriptor, 1, 1)
         status = _cudnnBackendCreateDescriptor(descriptorType, descriptor)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBackendCreateDescriptor', ('descriptorType', 'descriptor'), exc) from None
@@ -2233,12 +2386,15 @@ def cudnnBackendDestroyDescriptor(descriptor):
      @retval CUDNN_STATUS_SUCCESS
      @retval CUDNN_STATUS_ALLOC_FAILED
      @since cuDNN 9.0.0"""
+    if not descriptor:
+        raise _lib.null_handle_error('cudnnBackendDestroyDescriptor', 'descriptor', descriptor)
     try:
         status = _cudnnBackendDestroyDescriptor(descriptor)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBackendDestroyDescriptor', ('descriptor',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnBackendDestroyDescriptor')
+    _clear_handle(descriptor)
 
 _cudnnBackendInitialize = _lazy('cudnnBackendInitialize', (cudnnBackendDescriptor_t,), c_int, deprecated='Since cuDNN 9.2. Use cudnnBackendCreateDescriptor instead')
 
@@ -2284,14 +2440,14 @@ def cudnnBackendFinalize(descriptor):
     if status:
         raise _lib.status_error(status, 'cudnnBackendFinalize')
 
-_cudnnBackendSetAttribute = _lazy('cudnnBackendSetAttribute', (cudnnBackendDescriptor_t, c_int, c_int, c_int64, ConstHostPointer,), c_int)
+_cudnnBackendSetAttribute = _lazy('cudnnBackendSetAttribute', (cudnnBackendDescriptor_t, c_int, c_int, c_int64, c_void_p,), c_int)
 
 
 def cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCount, arrayOfElements):
     """cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName, cudnnBackendAttributeType_t attributeType, int64_t elementCount, const void * arrayOfElements)
 
     Checked parameters:
-        arrayOfElements: host memory
+        arrayOfElements: host input, elementCount x size of attributeType
 
     Raises CudnnError when the returned status is not success.
 
@@ -2307,21 +2463,28 @@ def cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCo
      @retval CUDNN_STATUS_NOT_SUPPORTED
      @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iiq(attributeName, attributeType, elementCount) and (type(attributeName) is int or type(attributeName) is cudnnBackendAttributeName_t) and (type(attributeType) is int or type(attributeType) is cudnnBackendAttributeType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnBackendSetAttribute', ('descriptor', 'attributeName', 'attributeType', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', cudnnBackendAttributeName_t), (2, attributeType, 'i', cudnnBackendAttributeType_t), (3, elementCount, 'q', None),))
+    try:
+        arrayOfElements = _void_c(arrayOfElements, _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, elementCount, 'cudnnBackendSetAttribute', 'attributeType'), 4)
         status = _cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCount, arrayOfElements)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBackendSetAttribute', ('descriptor', 'attributeName', 'attributeType', 'elementCount', 'arrayOfElements'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnBackendSetAttribute')
 
-_cudnnBackendGetAttribute = _lazy('cudnnBackendGetAttribute', (cudnnBackendDescriptor_t, c_int, c_int, c_int64, host_array(c_int64, False), HostPointer,), c_int)
+_cudnnBackendGetAttribute = _lazy('cudnnBackendGetAttribute', (cudnnBackendDescriptor_t, c_int, c_int, c_int64, POINTER(c_int64), c_void_p,), c_int)
 
 
 def cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requestedElementCount, elementCount, arrayOfElements):
     """cudnnStatus_t cudnnBackendGetAttribute(const cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName, cudnnBackendAttributeType_t attributeType, int64_t requestedElementCount, int64_t * elementCount, void * arrayOfElements)
 
     Checked parameters:
-        elementCount: host memory
-        arrayOfElements: host memory
+        elementCount: host output, fixed 1 elements
+        arrayOfElements: host output, requestedElementCount x size of attributeType
 
     Raises CudnnError when the returned status is not success.
 
@@ -2337,20 +2500,28 @@ def cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requested
      @retval CUDNN_STATUS_NOT_INITIALIZED
      @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iiq(attributeName, attributeType, requestedElementCount) and (type(attributeName) is int or type(attributeName) is cudnnBackendAttributeName_t) and (type(attributeType) is int or type(attributeType) is cudnnBackendAttributeType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnBackendGetAttribute', ('descriptor', 'attributeName', 'attributeType', 'requestedElementCount', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', cudnnBackendAttributeName_t), (2, attributeType, 'i', cudnnBackendAttributeType_t), (3, requestedElementCount, 'q', None),))
+    try:
+        elementCount = _arr_int64_t(elementCount, 1, 4)
+        arrayOfElements = _void(arrayOfElements, _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, requestedElementCount, 'cudnnBackendGetAttribute', 'attributeType'), 5)
         status = _cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requestedElementCount, elementCount, arrayOfElements)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBackendGetAttribute', ('descriptor', 'attributeName', 'attributeType', 'requestedElementCount', 'elementCount', 'arrayOfElements'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnBackendGetAttribute')
 
-_cudnnGetExecutionPlanWorkspaceSize = _lazy('cudnnGetExecutionPlanWorkspaceSize', (cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t, host_array(c_size_t, False),), c_int)
+_cudnnGetExecutionPlanWorkspaceSize = _lazy('cudnnGetExecutionPlanWorkspaceSize', (cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def cudnnGetExecutionPlanWorkspaceSize(handle, executionPlan, variantPack, workspaceSizeInBytes):
     """cudnnStatus_t cudnnGetExecutionPlanWorkspaceSize(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan, cudnnBackendDescriptor_t variantPack, size_t * workspaceSizeInBytes)
 
     Checked parameters:
-        workspaceSizeInBytes: host memory (64-bit byte count)
+        workspaceSizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -2361,6 +2532,7 @@ def cudnnGetExecutionPlanWorkspaceSize(handle, executionPlan, variantPack, works
      @param[out] workspaceSizeInBytes  Pointer to receive the required workspace size.
      @since cuDNN 9.23.0"""
     try:
+        workspaceSizeInBytes = _arr_size_t(workspaceSizeInBytes, 1, 3)
         status = _cudnnGetExecutionPlanWorkspaceSize(handle, executionPlan, variantPack, workspaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetExecutionPlanWorkspaceSize', ('handle', 'executionPlan', 'variantPack', 'workspaceSizeInBytes'), exc) from None
@@ -2443,14 +2615,14 @@ def cudnnBackendUpdateCudaGraph(handle, executionPlan, variantPack, graph):
     if status:
         raise _lib.status_error(status, 'cudnnBackendUpdateCudaGraph')
 
-_cudnnCreateTensorDescriptor = _lazy('cudnnCreateTensorDescriptor', (host_array(cudnnTensorDescriptor_t, False),), c_int)
+_cudnnCreateTensorDescriptor = _lazy('cudnnCreateTensorDescriptor', (POINTER(cudnnTensorDescriptor_t),), c_int)
 
 
 def cudnnCreateTensorDescriptor(tensorDesc):
     """cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t * tensorDesc)
 
     Checked parameters:
-        tensorDesc: host memory
+        tensorDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -2466,6 +2638,7 @@ def cudnnCreateTensorDescriptor(tensorDesc):
     @since cuDNN 9.0.0
     @see cudnnDestroyTensorDescriptor, cudnnSetTensor4dDescriptor"""
     try:
+        tensorDesc = _arr_cudnnTensorDescriptor_t(tensorDesc, 1, 0)
         status = _cudnnCreateTensorDescriptor(tensorDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateTensorDescriptor', ('tensorDesc',), exc) from None
@@ -2498,6 +2671,12 @@ def cudnnSetTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w):
 
     @since cuDNN 9.0.0
     @see cudnnSetTensor4dDescriptorEx, cudnnGetTensor4dDescriptor"""
+    try:
+        _ok = _pack_iiiiii(format, dataType, n, c, h, w) and (type(format) is int or type(format) is cudnnTensorFormat_t) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetTensor4dDescriptor', ('tensorDesc', 'format', 'dataType', 'n', 'c', 'h', 'w'), ((1, format, 'i', cudnnTensorFormat_t), (2, dataType, 'i', cudnnDataType_t), (3, n, 'i', None), (4, c, 'i', None), (5, h, 'i', None), (6, w, 'i', None),))
     try:
         status = _cudnnSetTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w)
     except _ArgumentError as exc:
@@ -2535,28 +2714,34 @@ def cudnnSetTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStr
     @since cuDNN 9.0.0
     @see cudnnSetTensor4dDescriptor, cudnnGetTensor4dDescriptor"""
     try:
+        _ok = _pack_iiiiiiiii(dataType, n, c, h, w, nStride, cStride, hStride, wStride) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetTensor4dDescriptorEx', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w', 'nStride', 'cStride', 'hStride', 'wStride'), ((1, dataType, 'i', cudnnDataType_t), (2, n, 'i', None), (3, c, 'i', None), (4, h, 'i', None), (5, w, 'i', None), (6, nStride, 'i', None), (7, cStride, 'i', None), (8, hStride, 'i', None), (9, wStride, 'i', None),))
+    try:
         status = _cudnnSetTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetTensor4dDescriptorEx', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w', 'nStride', 'cStride', 'hStride', 'wStride'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetTensor4dDescriptorEx')
 
-_cudnnGetTensor4dDescriptor = _lazy('cudnnGetTensor4dDescriptor', (cudnnTensorDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_cudnnGetTensor4dDescriptor = _lazy('cudnnGetTensor4dDescriptor', (cudnnTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def cudnnGetTensor4dDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
     """cudnnStatus_t cudnnGetTensor4dDescriptor(const cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t * dataType, int * n, int * c, int * h, int * w, int * nStride, int * cStride, int * hStride, int * wStride)
 
     Checked parameters:
-        dataType: host memory
-        n: host memory
-        c: host memory
-        h: host memory
-        w: host memory
-        nStride: host memory
-        cStride: host memory
-        hStride: host memory
-        wStride: host memory
+        dataType: host output, fixed 1 elements
+        n: host output, fixed 1 elements
+        c: host output, fixed 1 elements
+        h: host output, fixed 1 elements
+        w: host output, fixed 1 elements
+        nStride: host output, fixed 1 elements
+        cStride: host output, fixed 1 elements
+        hStride: host output, fixed 1 elements
+        wStride: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -2578,21 +2763,30 @@ def cudnnGetTensor4dDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStrid
     @since cuDNN 9.0.0
     @see cudnnSetTensor4dDescriptor"""
     try:
+        dataType = _arr_cudnnDataType_t(dataType, 1, 1)
+        n = _arr_int(n, 1, 2)
+        c = _arr_int(c, 1, 3)
+        h = _arr_int(h, 1, 4)
+        w = _arr_int(w, 1, 5)
+        nStride = _arr_int(nStride, 1, 6)
+        cStride = _arr_int(cStride, 1, 7)
+        hStride = _arr_int(hStride, 1, 8)
+        wStride = _arr_int(wStride, 1, 9)
         status = _cudnnGetTensor4dDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetTensor4dDescriptor', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w', 'nStride', 'cStride', 'hStride', 'wStride'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetTensor4dDescriptor')
 
-_cudnnSetTensorNdDescriptor = _lazy('cudnnSetTensorNdDescriptor', (cudnnTensorDescriptor_t, c_int, c_int, host_array(c_int, True), host_array(c_int, True),), c_int)
+_cudnnSetTensorNdDescriptor = _lazy('cudnnSetTensorNdDescriptor', (cudnnTensorDescriptor_t, c_int, c_int, POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA):
     """cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t dataType, int nbDims, const int[] dimA, const int[] strideA)
 
     Checked parameters:
-        dimA: host memory
-        strideA: host memory
+        dimA: host input, count nbDims
+        strideA: host input, count nbDims
 
     Raises CudnnError when the returned status is not success.
 
@@ -2612,20 +2806,28 @@ def cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA):
     @since cuDNN 9.0.0
     @see cudnnGetTensorNdDescriptor"""
     try:
+        _ok = _pack_ii(dataType, nbDims) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetTensorNdDescriptor', ('tensorDesc', 'dataType', 'nbDims', 'dimA', 'strideA'), ((1, dataType, 'i', cudnnDataType_t), (2, nbDims, 'i', None),))
+    try:
+        dimA = _arr_int_c(dimA, nbDims, 3)
+        strideA = _arr_int_c(strideA, nbDims, 4)
         status = _cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetTensorNdDescriptor', ('tensorDesc', 'dataType', 'nbDims', 'dimA', 'strideA'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetTensorNdDescriptor')
 
-_cudnnSetTensorNdDescriptorEx = _lazy('cudnnSetTensorNdDescriptorEx', (cudnnTensorDescriptor_t, c_int, c_int, c_int, host_array(c_int, True),), c_int)
+_cudnnSetTensorNdDescriptorEx = _lazy('cudnnSetTensorNdDescriptorEx', (cudnnTensorDescriptor_t, c_int, c_int, c_int, POINTER(c_int),), c_int)
 
 
 def cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA):
     """cudnnStatus_t cudnnSetTensorNdDescriptorEx(cudnnTensorDescriptor_t tensorDesc, cudnnTensorFormat_t format, cudnnDataType_t dataType, int nbDims, const int[] dimA)
 
     Checked parameters:
-        dimA: host memory
+        dimA: host input, count nbDims
 
     Raises CudnnError when the returned status is not success.
 
@@ -2646,23 +2848,30 @@ def cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA):
     @since cuDNN 9.0.0
     @see cudnnSetTensorNdDescriptor"""
     try:
+        _ok = _pack_iii(format, dataType, nbDims) and (type(format) is int or type(format) is cudnnTensorFormat_t) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetTensorNdDescriptorEx', ('tensorDesc', 'format', 'dataType', 'nbDims', 'dimA'), ((1, format, 'i', cudnnTensorFormat_t), (2, dataType, 'i', cudnnDataType_t), (3, nbDims, 'i', None),))
+    try:
+        dimA = _arr_int_c(dimA, nbDims, 4)
         status = _cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetTensorNdDescriptorEx', ('tensorDesc', 'format', 'dataType', 'nbDims', 'dimA'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetTensorNdDescriptorEx')
 
-_cudnnGetTensorNdDescriptor = _lazy('cudnnGetTensorNdDescriptor', (cudnnTensorDescriptor_t, c_int, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_cudnnGetTensorNdDescriptor = _lazy('cudnnGetTensorNdDescriptor', (cudnnTensorDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def cudnnGetTensorNdDescriptor(tensorDesc, nbDimsRequested, dataType, nbDims, dimA, strideA):
     """cudnnStatus_t cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t tensorDesc, int nbDimsRequested, cudnnDataType_t * dataType, int * nbDims, int[] dimA, int[] strideA)
 
     Checked parameters:
-        dataType: host memory
-        nbDims: host memory
-        dimA: host memory
-        strideA: host memory
+        dataType: host output, fixed 1 elements
+        nbDims: host output, fixed 1 elements
+        dimA: host output, count nbDimsRequested
+        strideA: host output, count nbDimsRequested
 
     Raises CudnnError when the returned status is not success.
 
@@ -2680,20 +2889,30 @@ def cudnnGetTensorNdDescriptor(tensorDesc, nbDimsRequested, dataType, nbDims, di
     @since cuDNN 9.0.0
     @see cudnnSetTensorNdDescriptor"""
     try:
+        _ok = _pack_i(nbDimsRequested)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetTensorNdDescriptor', ('tensorDesc', 'nbDimsRequested', 'dataType', 'nbDims', 'dimA', 'strideA'), ((1, nbDimsRequested, 'i', None),))
+    try:
+        dataType = _arr_cudnnDataType_t(dataType, 1, 2)
+        nbDims = _arr_int(nbDims, 1, 3)
+        dimA = _arr_int(dimA, nbDimsRequested, 4)
+        strideA = _arr_int(strideA, nbDimsRequested, 5)
         status = _cudnnGetTensorNdDescriptor(tensorDesc, nbDimsRequested, dataType, nbDims, dimA, strideA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetTensorNdDescriptor', ('tensorDesc', 'nbDimsRequested', 'dataType', 'nbDims', 'dimA', 'strideA'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetTensorNdDescriptor')
 
-_cudnnGetTensorSizeInBytes = _lazy('cudnnGetTensorSizeInBytes', (cudnnTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_cudnnGetTensorSizeInBytes = _lazy('cudnnGetTensorSizeInBytes', (cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def cudnnGetTensorSizeInBytes(tensorDesc, size):
     """cudnnStatus_t cudnnGetTensorSizeInBytes(const cudnnTensorDescriptor_t tensorDesc, size_t * size)
 
     Checked parameters:
-        size: host memory
+        size: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -2706,6 +2925,7 @@ def cudnnGetTensorSizeInBytes(tensorDesc, size):
 
     @since cuDNN 9.0.0"""
     try:
+        size = _arr_size_t(size, 1, 1)
         status = _cudnnGetTensorSizeInBytes(tensorDesc, size)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetTensorSizeInBytes', ('tensorDesc', 'size'), exc) from None
@@ -2730,14 +2950,17 @@ def cudnnDestroyTensorDescriptor(tensorDesc):
 
     @since cuDNN 9.0.0
     @see cudnnCreateTensorDescriptor"""
+    if not tensorDesc:
+        raise _lib.null_handle_error('cudnnDestroyTensorDescriptor', 'tensorDesc', tensorDesc)
     try:
         status = _cudnnDestroyTensorDescriptor(tensorDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyTensorDescriptor', ('tensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyTensorDescriptor')
+    _clear_handle(tensorDesc)
 
-_cudnnInitTransformDest = _lazy('cudnnInitTransformDest', (cudnnTensorTransformDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, host_array(c_size_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnInitTransformDest = _lazy('cudnnInitTransformDest', (cudnnTensorTransformDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnInitTransformDest(transformDesc, srcDesc, destDesc, destSizeInBytes):
@@ -2746,7 +2969,7 @@ def cudnnInitTransformDest(transformDesc, srcDesc, destDesc, destSizeInBytes):
     Deprecated by the vendor.
 
     Checked parameters:
-        destSizeInBytes: host memory (64-bit byte count)
+        destSizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -2766,13 +2989,14 @@ def cudnnInitTransformDest(transformDesc, srcDesc, destDesc, destSizeInBytes):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnTransformTensorEx"""
     try:
+        destSizeInBytes = _arr_size_t(destSizeInBytes, 1, 3)
         status = _cudnnInitTransformDest(transformDesc, srcDesc, destDesc, destSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnInitTransformDest', ('transformDesc', 'srcDesc', 'destDesc', 'destSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnInitTransformDest')
 
-_cudnnCreateTensorTransformDescriptor = _lazy('cudnnCreateTensorTransformDescriptor', (host_array(cudnnTensorTransformDescriptor_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateTensorTransformDescriptor = _lazy('cudnnCreateTensorTransformDescriptor', (POINTER(cudnnTensorTransformDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateTensorTransformDescriptor(transformDesc):
@@ -2781,7 +3005,7 @@ def cudnnCreateTensorTransformDescriptor(transformDesc):
     Deprecated by the vendor.
 
     Checked parameters:
-        transformDesc: host memory
+        transformDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -2798,13 +3022,14 @@ def cudnnCreateTensorTransformDescriptor(transformDesc):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnDestroyTensorTransformDescriptor, cudnnSetTensorTransformDescriptor"""
     try:
+        transformDesc = _arr_cudnnTensorTransformDescriptor_t(transformDesc, 1, 0)
         status = _cudnnCreateTensorTransformDescriptor(transformDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateTensorTransformDescriptor', ('transformDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateTensorTransformDescriptor')
 
-_cudnnSetTensorTransformDescriptor = _lazy('cudnnSetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, c_int, host_array(c_int32, True), host_array(c_int32, True), host_array(c_uint32, True), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetTensorTransformDescriptor = _lazy('cudnnSetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, c_int, POINTER(c_int32), POINTER(c_int32), POINTER(c_uint32), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBeforeA, padAfterA, foldA, direction):
@@ -2813,9 +3038,9 @@ def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBefo
     Deprecated by the vendor.
 
     Checked parameters:
-        padBeforeA: host memory
-        padAfterA: host memory
-        foldA: host memory
+        padBeforeA: host input, count nbDims, may be None
+        padAfterA: host input, count nbDims, may be None
+        foldA: host input, count nbDims - 2, may be None
 
     Raises CudnnError when the returned status is not success.
 
@@ -2839,13 +3064,22 @@ def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBefo
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetTensorTransformDescriptor"""
     try:
+        _ok = _pack_Iii(nbDims, destFormat, direction) and (type(destFormat) is int or type(destFormat) is cudnnTensorFormat_t) and (type(direction) is int or type(direction) is cudnnFoldingDirection_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetTensorTransformDescriptor', ('transformDesc', 'nbDims', 'destFormat', 'padBeforeA', 'padAfterA', 'foldA', 'direction'), ((1, nbDims, 'I', None), (2, destFormat, 'i', cudnnTensorFormat_t), (6, direction, 'i', cudnnFoldingDirection_t),))
+    try:
+        padBeforeA = _arr_int32_t_c_n(padBeforeA, nbDims, 3)
+        padAfterA = _arr_int32_t_c_n(padAfterA, nbDims, 4)
+        foldA = _arr_uint32_t_c_n(foldA, nbDims - 2, 5)
         status = _cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBeforeA, padAfterA, foldA, direction)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetTensorTransformDescriptor', ('transformDesc', 'nbDims', 'destFormat', 'padBeforeA', 'padAfterA', 'foldA', 'direction'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetTensorTransformDescriptor')
 
-_cudnnGetTensorTransformDescriptor = _lazy('cudnnGetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, host_array(c_int, False), host_array(c_int32, False), host_array(c_int32, False), host_array(c_uint32, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetTensorTransformDescriptor = _lazy('cudnnGetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, POINTER(c_int), POINTER(c_int32), POINTER(c_int32), POINTER(c_uint32), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetTensorTransformDescriptor(transformDesc, nbDimsRequested, destFormat, padBeforeA, padAfterA, foldA, direction):
@@ -2854,11 +3088,11 @@ def cudnnGetTensorTransformDescriptor(transformDesc, nbDimsRequested, destFormat
     Deprecated by the vendor.
 
     Checked parameters:
-        destFormat: host memory
-        padBeforeA: host memory
-        padAfterA: host memory
-        foldA: host memory
-        direction: host memory
+        destFormat: host output, fixed 1 elements
+        padBeforeA: host output, count nbDimsRequested
+        padAfterA: host output, count nbDimsRequested
+        foldA: host output, count nbDimsRequested - 2
+        direction: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -2878,6 +3112,17 @@ def cudnnGetTensorTransformDescriptor(transformDesc, nbDimsRequested, destFormat
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetTensorTransformDescriptor"""
     try:
+        _ok = _pack_I(nbDimsRequested)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetTensorTransformDescriptor', ('transformDesc', 'nbDimsRequested', 'destFormat', 'padBeforeA', 'padAfterA', 'foldA', 'direction'), ((1, nbDimsRequested, 'I', None),))
+    try:
+        destFormat = _arr_cudnnTensorFormat_t(destFormat, 1, 2)
+        padBeforeA = _arr_int32_t(padBeforeA, nbDimsRequested, 3)
+        padAfterA = _arr_int32_t(padAfterA, nbDimsRequested, 4)
+        foldA = _arr_uint32_t(foldA, nbDimsRequested - 2, 5)
+        direction = _arr_cudnnFoldingDirection_t(direction, 1, 6)
         status = _cudnnGetTensorTransformDescriptor(transformDesc, nbDimsRequested, destFormat, padBeforeA, padAfterA, foldA, direction)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetTensorTransformDescriptor', ('transformDesc', 'nbDimsRequested', 'destFormat', 'padBeforeA', 'padAfterA', 'foldA', 'direction'), exc) from None
@@ -2905,14 +3150,17 @@ def cudnnDestroyTensorTransformDescriptor(transformDesc):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnCreateTensorTransformDescriptor"""
+    if not transformDesc:
+        raise _lib.null_handle_error('cudnnDestroyTensorTransformDescriptor', 'transformDesc', transformDesc)
     try:
         status = _cudnnDestroyTensorTransformDescriptor(transformDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyTensorTransformDescriptor', ('transformDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyTensorTransformDescriptor')
+    _clear_handle(transformDesc)
 
-_cudnnTransformTensor = _lazy('cudnnTransformTensor', (cudnnHandle_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnTransformTensor = _lazy('cudnnTransformTensor', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
@@ -2921,9 +3169,9 @@ def cudnnTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -2947,13 +3195,15 @@ def cudnnTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnTransformTensorEx"""
     try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 4)
         status = _cudnnTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnTransformTensor', ('handle', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnTransformTensor')
 
-_cudnnTransformTensorEx = _lazy('cudnnTransformTensorEx', (cudnnHandle_t, cudnnTensorTransformDescriptor_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnTransformTensorEx = _lazy('cudnnTransformTensorEx', (cudnnHandle_t, cudnnTensorTransformDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnTransformTensorEx(handle, transDesc, alpha, srcDesc, srcData, beta, destDesc, destData):
@@ -2962,9 +3212,9 @@ def cudnnTransformTensorEx(handle, transDesc, alpha, srcDesc, srcData, beta, des
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         srcData: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         destData: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -2990,13 +3240,15 @@ def cudnnTransformTensorEx(handle, transDesc, alpha, srcDesc, srcData, beta, des
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnTransformTensor, cudnnSetTensorTransformDescriptor"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 5)
         status = _cudnnTransformTensorEx(handle, transDesc, alpha, srcDesc, srcData, beta, destDesc, destData)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnTransformTensorEx', ('handle', 'transDesc', 'alpha', 'srcDesc', 'srcData', 'beta', 'destDesc', 'destData'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnTransformTensorEx')
 
-_cudnnAddTensor = _lazy('cudnnAddTensor', (cudnnHandle_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnAddTensor = _lazy('cudnnAddTensor', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnAddTensor(handle, alpha, aDesc, A, beta, cDesc, C):
@@ -3005,9 +3257,9 @@ def cudnnAddTensor(handle, alpha, aDesc, A, beta, cDesc, C):
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         A: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         C: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -3030,13 +3282,15 @@ def cudnnAddTensor(handle, alpha, aDesc, A, beta, cDesc, C):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead."""
     try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 4)
         status = _cudnnAddTensor(handle, alpha, aDesc, A, beta, cDesc, C)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnAddTensor', ('handle', 'alpha', 'aDesc', 'A', 'beta', 'cDesc', 'C'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnAddTensor')
 
-_cudnnCreateOpTensorDescriptor = _lazy('cudnnCreateOpTensorDescriptor', (host_array(cudnnOpTensorDescriptor_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateOpTensorDescriptor = _lazy('cudnnCreateOpTensorDescriptor', (POINTER(cudnnOpTensorDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateOpTensorDescriptor(opTensorDesc):
@@ -3045,7 +3299,7 @@ def cudnnCreateOpTensorDescriptor(opTensorDesc):
     Deprecated by the vendor.
 
     Checked parameters:
-        opTensorDesc: host memory
+        opTensorDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -3060,6 +3314,7 @@ def cudnnCreateOpTensorDescriptor(opTensorDesc):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnDestroyOpTensorDescriptor"""
     try:
+        opTensorDesc = _arr_cudnnOpTensorDescriptor_t(opTensorDesc, 1, 0)
         status = _cudnnCreateOpTensorDescriptor(opTensorDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateOpTensorDescriptor', ('opTensorDesc',), exc) from None
@@ -3090,13 +3345,19 @@ def cudnnSetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetOpTensorDescriptor"""
     try:
+        _ok = _pack_iii(opTensorOp, opTensorCompType, opTensorNanOpt) and (type(opTensorOp) is int or type(opTensorOp) is cudnnOpTensorOp_t) and (type(opTensorCompType) is int or type(opTensorCompType) is cudnnDataType_t) and (type(opTensorNanOpt) is int or type(opTensorNanOpt) is cudnnNanPropagation_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetOpTensorDescriptor', ('opTensorDesc', 'opTensorOp', 'opTensorCompType', 'opTensorNanOpt'), ((1, opTensorOp, 'i', cudnnOpTensorOp_t), (2, opTensorCompType, 'i', cudnnDataType_t), (3, opTensorNanOpt, 'i', cudnnNanPropagation_t),))
+    try:
         status = _cudnnSetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTensorNanOpt)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetOpTensorDescriptor', ('opTensorDesc', 'opTensorOp', 'opTensorCompType', 'opTensorNanOpt'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetOpTensorDescriptor')
 
-_cudnnGetOpTensorDescriptor = _lazy('cudnnGetOpTensorDescriptor', (cudnnOpTensorDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetOpTensorDescriptor = _lazy('cudnnGetOpTensorDescriptor', (cudnnOpTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTensorNanOpt):
@@ -3105,9 +3366,9 @@ def cudnnGetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
     Deprecated by the vendor.
 
     Checked parameters:
-        opTensorOp: host memory
-        opTensorCompType: host memory
-        opTensorNanOpt: host memory
+        opTensorOp: host output, fixed 1 elements
+        opTensorCompType: host output, fixed 1 elements
+        opTensorNanOpt: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -3124,6 +3385,9 @@ def cudnnGetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetOpTensorDescriptor"""
     try:
+        opTensorOp = _arr_cudnnOpTensorOp_t(opTensorOp, 1, 1)
+        opTensorCompType = _arr_cudnnDataType_t(opTensorCompType, 1, 2)
+        opTensorNanOpt = _arr_cudnnNanPropagation_t(opTensorNanOpt, 1, 3)
         status = _cudnnGetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTensorNanOpt)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetOpTensorDescriptor', ('opTensorDesc', 'opTensorOp', 'opTensorCompType', 'opTensorNanOpt'), exc) from None
@@ -3149,14 +3413,17 @@ def cudnnDestroyOpTensorDescriptor(opTensorDesc):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnCreateOpTensorDescriptor"""
+    if not opTensorDesc:
+        raise _lib.null_handle_error('cudnnDestroyOpTensorDescriptor', 'opTensorDesc', opTensorDesc)
     try:
         status = _cudnnDestroyOpTensorDescriptor(opTensorDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyOpTensorDescriptor', ('opTensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyOpTensorDescriptor')
+    _clear_handle(opTensorDesc)
 
-_cudnnOpTensor = _lazy('cudnnOpTensor', (cudnnHandle_t, cudnnOpTensorDescriptor_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnOpTensor = _lazy('cudnnOpTensor', (cudnnHandle_t, cudnnOpTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnOpTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta, cDesc, C):
@@ -3165,11 +3432,11 @@ def cudnnOpTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha1: host memory
+        alpha1: host input, fixed 4 bytes
         A: device memory
-        alpha2: host memory
+        alpha2: host input, fixed 4 bytes
         B: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         C: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -3198,13 +3465,16 @@ def cudnnOpTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetOpTensorDescriptor"""
     try:
+        alpha1 = _void_c(alpha1, 4, 2)
+        alpha2 = _void_c(alpha2, 4, 5)
+        beta = _void_c(beta, 4, 8)
         status = _cudnnOpTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta, cDesc, C)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnOpTensor', ('handle', 'opTensorDesc', 'alpha1', 'aDesc', 'A', 'alpha2', 'bDesc', 'B', 'beta', 'cDesc', 'C'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnOpTensor')
 
-_cudnnCreateReduceTensorDescriptor = _lazy('cudnnCreateReduceTensorDescriptor', (host_array(cudnnReduceTensorDescriptor_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateReduceTensorDescriptor = _lazy('cudnnCreateReduceTensorDescriptor', (POINTER(cudnnReduceTensorDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateReduceTensorDescriptor(reduceTensorDesc):
@@ -3213,7 +3483,7 @@ def cudnnCreateReduceTensorDescriptor(reduceTensorDesc):
     Deprecated by the vendor.
 
     Checked parameters:
-        reduceTensorDesc: host memory
+        reduceTensorDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -3228,6 +3498,7 @@ def cudnnCreateReduceTensorDescriptor(reduceTensorDesc):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnDestroyReduceTensorDescriptor"""
     try:
+        reduceTensorDesc = _arr_cudnnReduceTensorDescriptor_t(reduceTensorDesc, 1, 0)
         status = _cudnnCreateReduceTensorDescriptor(reduceTensorDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateReduceTensorDescriptor', ('reduceTensorDesc',), exc) from None
@@ -3260,13 +3531,19 @@ def cudnnSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetReduceTensorDescriptor"""
     try:
+        _ok = _pack_iiiii(reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType) and (type(reduceTensorOp) is int or type(reduceTensorOp) is cudnnReduceTensorOp_t) and (type(reduceTensorCompType) is int or type(reduceTensorCompType) is cudnnDataType_t) and (type(reduceTensorNanOpt) is int or type(reduceTensorNanOpt) is cudnnNanPropagation_t) and (type(reduceTensorIndices) is int or type(reduceTensorIndices) is cudnnReduceTensorIndices_t) and (type(reduceTensorIndicesType) is int or type(reduceTensorIndicesType) is cudnnIndicesType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetReduceTensorDescriptor', ('reduceTensorDesc', 'reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'), ((1, reduceTensorOp, 'i', cudnnReduceTensorOp_t), (2, reduceTensorCompType, 'i', cudnnDataType_t), (3, reduceTensorNanOpt, 'i', cudnnNanPropagation_t), (4, reduceTensorIndices, 'i', cudnnReduceTensorIndices_t), (5, reduceTensorIndicesType, 'i', cudnnIndicesType_t),))
+    try:
         status = _cudnnSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetReduceTensorDescriptor', ('reduceTensorDesc', 'reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetReduceTensorDescriptor')
 
-_cudnnGetReduceTensorDescriptor = _lazy('cudnnGetReduceTensorDescriptor', (cudnnReduceTensorDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetReduceTensorDescriptor = _lazy('cudnnGetReduceTensorDescriptor', (cudnnReduceTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
@@ -3275,11 +3552,11 @@ def cudnnGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
     Deprecated by the vendor.
 
     Checked parameters:
-        reduceTensorOp: host memory
-        reduceTensorCompType: host memory
-        reduceTensorNanOpt: host memory
-        reduceTensorIndices: host memory
-        reduceTensorIndicesType: host memory
+        reduceTensorOp: host output, fixed 1 elements
+        reduceTensorCompType: host output, fixed 1 elements
+        reduceTensorNanOpt: host output, fixed 1 elements
+        reduceTensorIndices: host output, fixed 1 elements
+        reduceTensorIndicesType: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -3298,6 +3575,11 @@ def cudnnGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetReduceTensorDescriptor"""
     try:
+        reduceTensorOp = _arr_cudnnReduceTensorOp_t(reduceTensorOp, 1, 1)
+        reduceTensorCompType = _arr_cudnnDataType_t(reduceTensorCompType, 1, 2)
+        reduceTensorNanOpt = _arr_cudnnNanPropagation_t(reduceTensorNanOpt, 1, 3)
+        reduceTensorIndices = _arr_cudnnReduceTensorIndices_t(reduceTensorIndices, 1, 4)
+        reduceTensorIndicesType = _arr_cudnnIndicesType_t(reduceTensorIndicesType, 1, 5)
         status = _cudnnGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetReduceTensorDescriptor', ('reduceTensorDesc', 'reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'), exc) from None
@@ -3323,14 +3605,17 @@ def cudnnDestroyReduceTensorDescriptor(reduceTensorDesc):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnCreateReduceTensorDescriptor"""
+    if not reduceTensorDesc:
+        raise _lib.null_handle_error('cudnnDestroyReduceTensorDescriptor', 'reduceTensorDesc', reduceTensorDesc)
     try:
         status = _cudnnDestroyReduceTensorDescriptor(reduceTensorDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyReduceTensorDescriptor', ('reduceTensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyReduceTensorDescriptor')
+    _clear_handle(reduceTensorDesc)
 
-_cudnnGetReductionIndicesSize = _lazy('cudnnGetReductionIndicesSize', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, host_array(c_size_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetReductionIndicesSize = _lazy('cudnnGetReductionIndicesSize', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes):
@@ -3339,7 +3624,7 @@ def cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInB
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -3357,13 +3642,14 @@ def cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInB
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnReduceTensor"""
     try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 4)
         status = _cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetReductionIndicesSize', ('handle', 'reduceTensorDesc', 'aDesc', 'cDesc', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetReductionIndicesSize')
 
-_cudnnGetReductionWorkspaceSize = _lazy('cudnnGetReductionWorkspaceSize', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, host_array(c_size_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetReductionWorkspaceSize = _lazy('cudnnGetReductionWorkspaceSize', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes):
@@ -3372,7 +3658,7 @@ def cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeI
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -3390,13 +3676,14 @@ def cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeI
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnReduceTensor"""
     try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 4)
         status = _cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetReductionWorkspaceSize', ('handle', 'reduceTensorDesc', 'aDesc', 'cDesc', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetReductionWorkspaceSize')
 
-_cudnnReduceTensor = _lazy('cudnnReduceTensor', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, DevicePointer, ByteSize, DevicePointer, ByteSize, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnReduceTensor = _lazy('cudnnReduceTensor', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspace, workspaceSizeInBytes, alpha, aDesc, A, beta, cDesc, C):
@@ -3409,9 +3696,9 @@ def cudnnReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wor
         indicesSizeInBytes: byte count (size_t, non-negative)
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         A: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         C: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -3442,13 +3729,21 @@ def cudnnReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wor
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetReductionWorkspaceSize, cudnnGetReductionIndicesSize"""
     try:
+        _ok = _pack_NN(indicesSizeInBytes, workspaceSizeInBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnReduceTensor', ('handle', 'reduceTensorDesc', 'indices', 'indicesSizeInBytes', 'workspace', 'workspaceSizeInBytes', 'alpha', 'aDesc', 'A', 'beta', 'cDesc', 'C'), ((3, indicesSizeInBytes, 'N', None), (5, workspaceSizeInBytes, 'N', None),))
+    try:
+        alpha = _void_c(alpha, 4, 6)
+        beta = _void_c(beta, 4, 9)
         status = _cudnnReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspace, workspaceSizeInBytes, alpha, aDesc, A, beta, cDesc, C)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnReduceTensor', ('handle', 'reduceTensorDesc', 'indices', 'indicesSizeInBytes', 'workspace', 'workspaceSizeInBytes', 'alpha', 'aDesc', 'A', 'beta', 'cDesc', 'C'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnReduceTensor')
 
-_cudnnSetTensor = _lazy('cudnnSetTensor', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer,), c_int)
+_cudnnSetTensor = _lazy('cudnnSetTensor', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, c_void_p,), c_int)
 
 
 def cudnnSetTensor(handle, yDesc, y, valuePtr):
@@ -3456,7 +3751,7 @@ def cudnnSetTensor(handle, yDesc, y, valuePtr):
 
     Checked parameters:
         y: device memory
-        valuePtr: host memory
+        valuePtr: host input, fixed 1 bytes
 
     Raises CudnnError when the returned status is not success.
 
@@ -3475,13 +3770,14 @@ def cudnnSetTensor(handle, yDesc, y, valuePtr):
     @since cuDNN 9.0.0
     @see cudnnScaleTensor"""
     try:
+        valuePtr = _void_c(valuePtr, 1, 3)
         status = _cudnnSetTensor(handle, yDesc, y, valuePtr)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetTensor', ('handle', 'yDesc', 'y', 'valuePtr'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetTensor')
 
-_cudnnScaleTensor = _lazy('cudnnScaleTensor', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnScaleTensor = _lazy('cudnnScaleTensor', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnScaleTensor(handle, yDesc, y, alpha):
@@ -3491,7 +3787,7 @@ def cudnnScaleTensor(handle, yDesc, y, alpha):
 
     Checked parameters:
         y: device memory
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
 
     Raises CudnnError when the returned status is not success.
 
@@ -3511,13 +3807,14 @@ def cudnnScaleTensor(handle, yDesc, y, alpha):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetTensor"""
     try:
+        alpha = _void_c(alpha, 4, 3)
         status = _cudnnScaleTensor(handle, yDesc, y, alpha)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnScaleTensor', ('handle', 'yDesc', 'y', 'alpha'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnScaleTensor')
 
-_cudnnCreateFilterDescriptor = _lazy('cudnnCreateFilterDescriptor', (host_array(cudnnFilterDescriptor_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateFilterDescriptor = _lazy('cudnnCreateFilterDescriptor', (POINTER(cudnnFilterDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateFilterDescriptor(filterDesc):
@@ -3526,7 +3823,7 @@ def cudnnCreateFilterDescriptor(filterDesc):
     Deprecated by the vendor.
 
     Checked parameters:
-        filterDesc: host memory
+        filterDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -3543,6 +3840,7 @@ def cudnnCreateFilterDescriptor(filterDesc):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnDestroyFilterDescriptor"""
     try:
+        filterDesc = _arr_cudnnFilterDescriptor_t(filterDesc, 1, 0)
         status = _cudnnCreateFilterDescriptor(filterDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateFilterDescriptor', ('filterDesc',), exc) from None
@@ -3578,13 +3876,19 @@ def cudnnSetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetFilter4dDescriptor"""
     try:
+        _ok = _pack_iiiiii(dataType, format, k, c, h, w) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(format) is int or type(format) is cudnnTensorFormat_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetFilter4dDescriptor', ('filterDesc', 'dataType', 'format', 'k', 'c', 'h', 'w'), ((1, dataType, 'i', cudnnDataType_t), (2, format, 'i', cudnnTensorFormat_t), (3, k, 'i', None), (4, c, 'i', None), (5, h, 'i', None), (6, w, 'i', None),))
+    try:
         status = _cudnnSetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetFilter4dDescriptor', ('filterDesc', 'dataType', 'format', 'k', 'c', 'h', 'w'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetFilter4dDescriptor')
 
-_cudnnGetFilter4dDescriptor = _lazy('cudnnGetFilter4dDescriptor', (cudnnFilterDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFilter4dDescriptor = _lazy('cudnnGetFilter4dDescriptor', (cudnnFilterDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
@@ -3593,12 +3897,12 @@ def cudnnGetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     Deprecated by the vendor.
 
     Checked parameters:
-        dataType: host memory
-        format: host memory
-        k: host memory
-        c: host memory
-        h: host memory
-        w: host memory
+        dataType: host output, fixed 1 elements
+        format: host output, fixed 1 elements
+        k: host output, fixed 1 elements
+        c: host output, fixed 1 elements
+        h: host output, fixed 1 elements
+        w: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -3618,13 +3922,19 @@ def cudnnGetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetFilter4dDescriptor"""
     try:
+        dataType = _arr_cudnnDataType_t(dataType, 1, 1)
+        format = _arr_cudnnTensorFormat_t(format, 1, 2)
+        k = _arr_int(k, 1, 3)
+        c = _arr_int(c, 1, 4)
+        h = _arr_int(h, 1, 5)
+        w = _arr_int(w, 1, 6)
         status = _cudnnGetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetFilter4dDescriptor', ('filterDesc', 'dataType', 'format', 'k', 'c', 'h', 'w'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetFilter4dDescriptor')
 
-_cudnnSetFilterNdDescriptor = _lazy('cudnnSetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, c_int, c_int, host_array(c_int, True),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetFilterNdDescriptor = _lazy('cudnnSetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, c_int, c_int, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA):
@@ -3633,7 +3943,7 @@ def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
     Deprecated by the vendor.
 
     Checked parameters:
-        filterDimA: host memory
+        filterDimA: host input, count nbDims
 
     Raises CudnnError when the returned status is not success.
 
@@ -3652,13 +3962,20 @@ def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetFilterNdDescriptor"""
     try:
+        _ok = _pack_iii(dataType, format, nbDims) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(format) is int or type(format) is cudnnTensorFormat_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetFilterNdDescriptor', ('filterDesc', 'dataType', 'format', 'nbDims', 'filterDimA'), ((1, dataType, 'i', cudnnDataType_t), (2, format, 'i', cudnnTensorFormat_t), (3, nbDims, 'i', None),))
+    try:
+        filterDimA = _arr_int_c(filterDimA, nbDims, 4)
         status = _cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetFilterNdDescriptor', ('filterDesc', 'dataType', 'format', 'nbDims', 'filterDimA'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetFilterNdDescriptor')
 
-_cudnnGetFilterNdDescriptor = _lazy('cudnnGetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFilterNdDescriptor = _lazy('cudnnGetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nbDims, filterDimA):
@@ -3667,10 +3984,10 @@ def cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nb
     Deprecated by the vendor.
 
     Checked parameters:
-        dataType: host memory
-        format: host memory
-        nbDims: host memory
-        filterDimA: host memory
+        dataType: host output, fixed 1 elements
+        format: host output, fixed 1 elements
+        nbDims: host output, fixed 1 elements
+        filterDimA: host output, count nbDimsRequested
 
     Raises CudnnError when the returned status is not success.
 
@@ -3689,13 +4006,23 @@ def cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nb
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetFilterNdDescriptor"""
     try:
+        _ok = _pack_i(nbDimsRequested)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetFilterNdDescriptor', ('filterDesc', 'nbDimsRequested', 'dataType', 'format', 'nbDims', 'filterDimA'), ((1, nbDimsRequested, 'i', None),))
+    try:
+        dataType = _arr_cudnnDataType_t(dataType, 1, 2)
+        format = _arr_cudnnTensorFormat_t(format, 1, 3)
+        nbDims = _arr_int(nbDims, 1, 4)
+        filterDimA = _arr_int(filterDimA, nbDimsRequested, 5)
         status = _cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nbDims, filterDimA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetFilterNdDescriptor', ('filterDesc', 'nbDimsRequested', 'dataType', 'format', 'nbDims', 'filterDimA'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetFilterNdDescriptor')
 
-_cudnnGetFilterSizeInBytes = _lazy('cudnnGetFilterSizeInBytes', (cudnnFilterDescriptor_t, host_array(c_size_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFilterSizeInBytes = _lazy('cudnnGetFilterSizeInBytes', (cudnnFilterDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetFilterSizeInBytes(filterDesc, size):
@@ -3704,7 +4031,7 @@ def cudnnGetFilterSizeInBytes(filterDesc, size):
     Deprecated by the vendor.
 
     Checked parameters:
-        size: host memory
+        size: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -3718,13 +4045,14 @@ def cudnnGetFilterSizeInBytes(filterDesc, size):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead."""
     try:
+        size = _arr_size_t(size, 1, 1)
         status = _cudnnGetFilterSizeInBytes(filterDesc, size)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetFilterSizeInBytes', ('filterDesc', 'size'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetFilterSizeInBytes')
 
-_cudnnTransformFilter = _lazy('cudnnTransformFilter', (cudnnHandle_t, cudnnTensorTransformDescriptor_t, ConstHostPointer, cudnnFilterDescriptor_t, DevicePointer, ConstHostPointer, cudnnFilterDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnTransformFilter = _lazy('cudnnTransformFilter', (cudnnHandle_t, cudnnTensorTransformDescriptor_t, c_void_p, cudnnFilterDescriptor_t, DevicePointer, c_void_p, cudnnFilterDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnTransformFilter(handle, transDesc, alpha, srcDesc, srcData, beta, destDesc, destData):
@@ -3733,9 +4061,9 @@ def cudnnTransformFilter(handle, transDesc, alpha, srcDesc, srcData, beta, destD
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         srcData: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         destData: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -3760,6 +4088,8 @@ def cudnnTransformFilter(handle, transDesc, alpha, srcDesc, srcData, beta, destD
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnTransformTensorEx"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 5)
         status = _cudnnTransformFilter(handle, transDesc, alpha, srcDesc, srcData, beta, destDesc, destData)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnTransformFilter', ('handle', 'transDesc', 'alpha', 'srcDesc', 'srcData', 'beta', 'destDesc', 'destData'), exc) from None
@@ -3785,23 +4115,26 @@ def cudnnDestroyFilterDescriptor(filterDesc):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnCreateFilterDescriptor"""
+    if not filterDesc:
+        raise _lib.null_handle_error('cudnnDestroyFilterDescriptor', 'filterDesc', filterDesc)
     try:
         status = _cudnnDestroyFilterDescriptor(filterDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyFilterDescriptor', ('filterDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyFilterDescriptor')
+    _clear_handle(filterDesc)
 
-_cudnnSoftmaxForward = _lazy('cudnnSoftmaxForward', (cudnnHandle_t, c_int, c_int, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int)
+_cudnnSoftmaxForward = _lazy('cudnnSoftmaxForward', (cudnnHandle_t, c_int, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def cudnnSoftmaxForward(handle, algo, mode, alpha, xDesc, x, beta, yDesc, y):
     """cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * beta, const cudnnTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -3826,13 +4159,21 @@ def cudnnSoftmaxForward(handle, algo, mode, alpha, xDesc, x, beta, yDesc, y):
     @since cuDNN 9.0.0
     @see cudnnSoftmaxBackward"""
     try:
+        _ok = _pack_ii(algo, mode) and (type(algo) is int or type(algo) is cudnnSoftmaxAlgorithm_t) and (type(mode) is int or type(mode) is cudnnSoftmaxMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSoftmaxForward', ('handle', 'algo', 'mode', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), ((1, algo, 'i', cudnnSoftmaxAlgorithm_t), (2, mode, 'i', cudnnSoftmaxMode_t),))
+    try:
+        alpha = _void_c(alpha, 4, 3)
+        beta = _void_c(beta, 4, 6)
         status = _cudnnSoftmaxForward(handle, algo, mode, alpha, xDesc, x, beta, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSoftmaxForward', ('handle', 'algo', 'mode', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSoftmaxForward')
 
-_cudnnCreatePoolingDescriptor = _lazy('cudnnCreatePoolingDescriptor', (host_array(cudnnPoolingDescriptor_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreatePoolingDescriptor = _lazy('cudnnCreatePoolingDescriptor', (POINTER(cudnnPoolingDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreatePoolingDescriptor(poolingDesc):
@@ -3841,7 +4182,7 @@ def cudnnCreatePoolingDescriptor(poolingDesc):
     Deprecated by the vendor.
 
     Checked parameters:
-        poolingDesc: host memory
+        poolingDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -3856,6 +4197,7 @@ def cudnnCreatePoolingDescriptor(poolingDesc):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnDestroyPoolingDescriptor"""
     try:
+        poolingDesc = _arr_cudnnPoolingDescriptor_t(poolingDesc, 1, 0)
         status = _cudnnCreatePoolingDescriptor(poolingDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreatePoolingDescriptor', ('poolingDesc',), exc) from None
@@ -3891,13 +4233,19 @@ def cudnnSetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetPooling2dDescriptor"""
     try:
+        _ok = _pack_iiiiiiii(mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride) and (type(mode) is int or type(mode) is cudnnPoolingMode_t) and (type(maxpoolingNanOpt) is int or type(maxpoolingNanOpt) is cudnnNanPropagation_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetPooling2dDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'windowHeight', 'windowWidth', 'verticalPadding', 'horizontalPadding', 'verticalStride', 'horizontalStride'), ((1, mode, 'i', cudnnPoolingMode_t), (2, maxpoolingNanOpt, 'i', cudnnNanPropagation_t), (3, windowHeight, 'i', None), (4, windowWidth, 'i', None), (5, verticalPadding, 'i', None), (6, horizontalPadding, 'i', None), (7, verticalStride, 'i', None), (8, horizontalStride, 'i', None),))
+    try:
         status = _cudnnSetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetPooling2dDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'windowHeight', 'windowWidth', 'verticalPadding', 'horizontalPadding', 'verticalStride', 'horizontalStride'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetPooling2dDescriptor')
 
-_cudnnGetPooling2dDescriptor = _lazy('cudnnGetPooling2dDescriptor', (cudnnPoolingDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetPooling2dDescriptor = _lazy('cudnnGetPooling2dDescriptor', (cudnnPoolingDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride):
@@ -3906,14 +4254,14 @@ def cudnnGetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
     Deprecated by the vendor.
 
     Checked parameters:
-        mode: host memory
-        maxpoolingNanOpt: host memory
-        windowHeight: host memory
-        windowWidth: host memory
-        verticalPadding: host memory
-        horizontalPadding: host memory
-        verticalStride: host memory
-        horizontalStride: host memory
+        mode: host output, fixed 1 elements
+        maxpoolingNanOpt: host output, fixed 1 elements
+        windowHeight: host output, fixed 1 elements
+        windowWidth: host output, fixed 1 elements
+        verticalPadding: host output, fixed 1 elements
+        horizontalPadding: host output, fixed 1 elements
+        verticalStride: host output, fixed 1 elements
+        horizontalStride: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -3935,13 +4283,21 @@ def cudnnGetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetPooling2dDescriptor"""
     try:
+        mode = _arr_cudnnPoolingMode_t(mode, 1, 1)
+        maxpoolingNanOpt = _arr_cudnnNanPropagation_t(maxpoolingNanOpt, 1, 2)
+        windowHeight = _arr_int(windowHeight, 1, 3)
+        windowWidth = _arr_int(windowWidth, 1, 4)
+        verticalPadding = _arr_int(verticalPadding, 1, 5)
+        horizontalPadding = _arr_int(horizontalPadding, 1, 6)
+        verticalStride = _arr_int(verticalStride, 1, 7)
+        horizontalStride = _arr_int(horizontalStride, 1, 8)
         status = _cudnnGetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetPooling2dDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'windowHeight', 'windowWidth', 'verticalPadding', 'horizontalPadding', 'verticalStride', 'horizontalStride'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetPooling2dDescriptor')
 
-_cudnnSetPoolingNdDescriptor = _lazy('cudnnSetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, c_int, c_int, host_array(c_int, True), host_array(c_int, True), host_array(c_int, True),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetPoolingNdDescriptor = _lazy('cudnnSetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, c_int, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, windowDimA, paddingA, strideA):
@@ -3950,9 +4306,9 @@ def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, win
     Deprecated by the vendor.
 
     Checked parameters:
-        windowDimA: host memory
-        paddingA: host memory
-        strideA: host memory
+        windowDimA: host input, count nbDims
+        paddingA: host input, count nbDims
+        strideA: host input, count nbDims
 
     Raises CudnnError when the returned status is not success.
 
@@ -3973,13 +4329,22 @@ def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, win
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetPoolingNdDescriptor"""
     try:
+        _ok = _pack_iii(mode, maxpoolingNanOpt, nbDims) and (type(mode) is int or type(mode) is cudnnPoolingMode_t) and (type(maxpoolingNanOpt) is int or type(maxpoolingNanOpt) is cudnnNanPropagation_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetPoolingNdDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'), ((1, mode, 'i', cudnnPoolingMode_t), (2, maxpoolingNanOpt, 'i', cudnnNanPropagation_t), (3, nbDims, 'i', None),))
+    try:
+        windowDimA = _arr_int_c(windowDimA, nbDims, 4)
+        paddingA = _arr_int_c(paddingA, nbDims, 5)
+        strideA = _arr_int_c(strideA, nbDims, 6)
         status = _cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, windowDimA, paddingA, strideA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetPoolingNdDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetPoolingNdDescriptor')
 
-_cudnnGetPoolingNdDescriptor = _lazy('cudnnGetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetPoolingNdDescriptor = _lazy('cudnnGetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNanOpt, nbDims, windowDimA, paddingA, strideA):
@@ -3988,12 +4353,12 @@ def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNa
     Deprecated by the vendor.
 
     Checked parameters:
-        mode: host memory
-        maxpoolingNanOpt: host memory
-        nbDims: host memory
-        windowDimA: host memory
-        paddingA: host memory
-        strideA: host memory
+        mode: host output, fixed 1 elements
+        maxpoolingNanOpt: host output, fixed 1 elements
+        nbDims: host output, fixed 1 elements
+        windowDimA: host output, count nbDimsRequested
+        paddingA: host output, count nbDimsRequested
+        strideA: host output, count nbDimsRequested
 
     Raises CudnnError when the returned status is not success.
 
@@ -4014,13 +4379,25 @@ def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNa
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetPoolingNdDescriptor"""
     try:
+        _ok = _pack_i(nbDimsRequested)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetPoolingNdDescriptor', ('poolingDesc', 'nbDimsRequested', 'mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'), ((1, nbDimsRequested, 'i', None),))
+    try:
+        mode = _arr_cudnnPoolingMode_t(mode, 1, 2)
+        maxpoolingNanOpt = _arr_cudnnNanPropagation_t(maxpoolingNanOpt, 1, 3)
+        nbDims = _arr_int(nbDims, 1, 4)
+        windowDimA = _arr_int(windowDimA, nbDimsRequested, 5)
+        paddingA = _arr_int(paddingA, nbDimsRequested, 6)
+        strideA = _arr_int(strideA, nbDimsRequested, 7)
         status = _cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNanOpt, nbDims, windowDimA, paddingA, strideA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetPoolingNdDescriptor', ('poolingDesc', 'nbDimsRequested', 'mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetPoolingNdDescriptor')
 
-_cudnnGetPoolingNdForwardOutputDim = _lazy('cudnnGetPoolingNdForwardOutputDim', (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, c_int, host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetPoolingNdForwardOutputDim = _lazy('cudnnGetPoolingNdForwardOutputDim', (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outputTensorDimA):
@@ -4029,7 +4406,7 @@ def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outp
     Deprecated by the vendor.
 
     Checked parameters:
-        outputTensorDimA: host memory
+        outputTensorDimA: host output, count nbDims
 
     Raises CudnnError when the returned status is not success.
 
@@ -4046,13 +4423,20 @@ def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outp
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead."""
     try:
+        _ok = _pack_i(nbDims)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetPoolingNdForwardOutputDim', ('poolingDesc', 'inputTensorDesc', 'nbDims', 'outputTensorDimA'), ((2, nbDims, 'i', None),))
+    try:
+        outputTensorDimA = _arr_int(outputTensorDimA, nbDims, 3)
         status = _cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outputTensorDimA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetPoolingNdForwardOutputDim', ('poolingDesc', 'inputTensorDesc', 'nbDims', 'outputTensorDimA'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetPoolingNdForwardOutputDim')
 
-_cudnnGetPooling2dForwardOutputDim = _lazy('cudnnGetPooling2dForwardOutputDim', (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetPooling2dForwardOutputDim = _lazy('cudnnGetPooling2dForwardOutputDim', (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetPooling2dForwardOutputDim(poolingDesc, inputTensorDesc, n, c, h, w):
@@ -4061,10 +4445,10 @@ def cudnnGetPooling2dForwardOutputDim(poolingDesc, inputTensorDesc, n, c, h, w):
     Deprecated by the vendor.
 
     Checked parameters:
-        n: host memory
-        c: host memory
-        h: host memory
-        w: host memory
+        n: host output, fixed 1 elements
+        c: host output, fixed 1 elements
+        h: host output, fixed 1 elements
+        w: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -4083,6 +4467,10 @@ def cudnnGetPooling2dForwardOutputDim(poolingDesc, inputTensorDesc, n, c, h, w):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead."""
     try:
+        n = _arr_int(n, 1, 2)
+        c = _arr_int(c, 1, 3)
+        h = _arr_int(h, 1, 4)
+        w = _arr_int(w, 1, 5)
         status = _cudnnGetPooling2dForwardOutputDim(poolingDesc, inputTensorDesc, n, c, h, w)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetPooling2dForwardOutputDim', ('poolingDesc', 'inputTensorDesc', 'n', 'c', 'h', 'w'), exc) from None
@@ -4108,14 +4496,17 @@ def cudnnDestroyPoolingDescriptor(poolingDesc):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnCreatePoolingDescriptor"""
+    if not poolingDesc:
+        raise _lib.null_handle_error('cudnnDestroyPoolingDescriptor', 'poolingDesc', poolingDesc)
     try:
         status = _cudnnDestroyPoolingDescriptor(poolingDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyPoolingDescriptor', ('poolingDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyPoolingDescriptor')
+    _clear_handle(poolingDesc)
 
-_cudnnPoolingForward = _lazy('cudnnPoolingForward', (cudnnHandle_t, cudnnPoolingDescriptor_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnPoolingForward = _lazy('cudnnPoolingForward', (cudnnHandle_t, cudnnPoolingDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnPoolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y):
@@ -4124,9 +4515,9 @@ def cudnnPoolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y):
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -4151,13 +4542,15 @@ def cudnnPoolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnPoolingBackward"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 5)
         status = _cudnnPoolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnPoolingForward', ('handle', 'poolingDesc', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnPoolingForward')
 
-_cudnnCreateActivationDescriptor = _lazy('cudnnCreateActivationDescriptor', (host_array(cudnnActivationDescriptor_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateActivationDescriptor = _lazy('cudnnCreateActivationDescriptor', (POINTER(cudnnActivationDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateActivationDescriptor(activationDesc):
@@ -4166,7 +4559,7 @@ def cudnnCreateActivationDescriptor(activationDesc):
     Deprecated by the vendor.
 
     Checked parameters:
-        activationDesc: host memory
+        activationDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -4181,6 +4574,7 @@ def cudnnCreateActivationDescriptor(activationDesc):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnDestroyActivationDescriptor"""
     try:
+        activationDesc = _arr_cudnnActivationDescriptor_t(activationDesc, 1, 0)
         status = _cudnnCreateActivationDescriptor(activationDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateActivationDescriptor', ('activationDesc',), exc) from None
@@ -4211,13 +4605,19 @@ def cudnnSetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetActivationDescriptor"""
     try:
+        _ok = _pack_ii(mode, reluNanOpt) and (type(mode) is int or type(mode) is cudnnActivationMode_t) and (type(reluNanOpt) is int or type(reluNanOpt) is cudnnNanPropagation_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetActivationDescriptor', ('activationDesc', 'mode', 'reluNanOpt', 'coef'), ((1, mode, 'i', cudnnActivationMode_t), (2, reluNanOpt, 'i', cudnnNanPropagation_t),))
+    try:
         status = _cudnnSetActivationDescriptor(activationDesc, mode, reluNanOpt, coef)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetActivationDescriptor', ('activationDesc', 'mode', 'reluNanOpt', 'coef'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetActivationDescriptor')
 
-_cudnnGetActivationDescriptor = _lazy('cudnnGetActivationDescriptor', (cudnnActivationDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_double, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetActivationDescriptor = _lazy('cudnnGetActivationDescriptor', (cudnnActivationDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_double),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
@@ -4226,9 +4626,9 @@ def cudnnGetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     Deprecated by the vendor.
 
     Checked parameters:
-        mode: host memory
-        reluNanOpt: host memory
-        coef: host memory
+        mode: host output, fixed 1 elements
+        reluNanOpt: host output, fixed 1 elements
+        coef: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -4245,6 +4645,9 @@ def cudnnGetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetActivationDescriptor"""
     try:
+        mode = _arr_cudnnActivationMode_t(mode, 1, 1)
+        reluNanOpt = _arr_cudnnNanPropagation_t(reluNanOpt, 1, 2)
+        coef = _arr_double(coef, 1, 3)
         status = _cudnnGetActivationDescriptor(activationDesc, mode, reluNanOpt, coef)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetActivationDescriptor', ('activationDesc', 'mode', 'reluNanOpt', 'coef'), exc) from None
@@ -4279,7 +4682,7 @@ def cudnnSetActivationDescriptorSwishBeta(activationDesc, swish_beta):
     if status:
         raise _lib.status_error(status, 'cudnnSetActivationDescriptorSwishBeta')
 
-_cudnnGetActivationDescriptorSwishBeta = _lazy('cudnnGetActivationDescriptorSwishBeta', (cudnnActivationDescriptor_t, host_array(c_double, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetActivationDescriptorSwishBeta = _lazy('cudnnGetActivationDescriptorSwishBeta', (cudnnActivationDescriptor_t, POINTER(c_double),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetActivationDescriptorSwishBeta(activationDesc, swish_beta):
@@ -4288,7 +4691,7 @@ def cudnnGetActivationDescriptorSwishBeta(activationDesc, swish_beta):
     Deprecated by the vendor.
 
     Checked parameters:
-        swish_beta: host memory
+        swish_beta: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -4303,6 +4706,7 @@ def cudnnGetActivationDescriptorSwishBeta(activationDesc, swish_beta):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetActivationDescriptorSwishBeta"""
     try:
+        swish_beta = _arr_double(swish_beta, 1, 1)
         status = _cudnnGetActivationDescriptorSwishBeta(activationDesc, swish_beta)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetActivationDescriptorSwishBeta', ('activationDesc', 'swish_beta'), exc) from None
@@ -4328,14 +4732,17 @@ def cudnnDestroyActivationDescriptor(activationDesc):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnCreateActivationDescriptor"""
+    if not activationDesc:
+        raise _lib.null_handle_error('cudnnDestroyActivationDescriptor', 'activationDesc', activationDesc)
     try:
         status = _cudnnDestroyActivationDescriptor(activationDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyActivationDescriptor', ('activationDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyActivationDescriptor')
+    _clear_handle(activationDesc)
 
-_cudnnActivationForward = _lazy('cudnnActivationForward', (cudnnHandle_t, cudnnActivationDescriptor_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnActivationForward = _lazy('cudnnActivationForward', (cudnnHandle_t, cudnnActivationDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnActivationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc, y):
@@ -4344,9 +4751,9 @@ def cudnnActivationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc,
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -4371,20 +4778,22 @@ def cudnnActivationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc,
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnActivationBackward"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 5)
         status = _cudnnActivationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnActivationForward', ('handle', 'activationDesc', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnActivationForward')
 
-_cudnnCreateLRNDescriptor = _lazy('cudnnCreateLRNDescriptor', (host_array(cudnnLRNDescriptor_t, False),), c_int)
+_cudnnCreateLRNDescriptor = _lazy('cudnnCreateLRNDescriptor', (POINTER(cudnnLRNDescriptor_t),), c_int)
 
 
 def cudnnCreateLRNDescriptor(normDesc):
     """cudnnStatus_t cudnnCreateLRNDescriptor(cudnnLRNDescriptor_t * normDesc)
 
     Checked parameters:
-        normDesc: host memory
+        normDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -4401,6 +4810,7 @@ def cudnnCreateLRNDescriptor(normDesc):
     @since cuDNN 9.0.0
     @see cudnnDestroyLRNDescriptor, cudnnSetLRNDescriptor"""
     try:
+        normDesc = _arr_cudnnLRNDescriptor_t(normDesc, 1, 0)
         status = _cudnnCreateLRNDescriptor(normDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateLRNDescriptor', ('normDesc',), exc) from None
@@ -4433,23 +4843,29 @@ def cudnnSetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
     @since cuDNN 9.0.0
     @see cudnnGetLRNDescriptor"""
     try:
+        _ok = _pack_I(lrnN)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetLRNDescriptor', ('normDesc', 'lrnN', 'lrnAlpha', 'lrnBeta', 'lrnK'), ((1, lrnN, 'I', None),))
+    try:
         status = _cudnnSetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetLRNDescriptor', ('normDesc', 'lrnN', 'lrnAlpha', 'lrnBeta', 'lrnK'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetLRNDescriptor')
 
-_cudnnGetLRNDescriptor = _lazy('cudnnGetLRNDescriptor', (cudnnLRNDescriptor_t, host_array(c_uint, False), host_array(c_double, False), host_array(c_double, False), host_array(c_double, False),), c_int)
+_cudnnGetLRNDescriptor = _lazy('cudnnGetLRNDescriptor', (cudnnLRNDescriptor_t, POINTER(c_uint), POINTER(c_double), POINTER(c_double), POINTER(c_double),), c_int)
 
 
 def cudnnGetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
     """cudnnStatus_t cudnnGetLRNDescriptor(cudnnLRNDescriptor_t normDesc, unsigned int * lrnN, double * lrnAlpha, double * lrnBeta, double * lrnK)
 
     Checked parameters:
-        lrnN: host memory
-        lrnAlpha: host memory
-        lrnBeta: host memory
-        lrnK: host memory
+        lrnN: host output, fixed 1 elements, may be None
+        lrnAlpha: host output, fixed 1 elements, may be None
+        lrnBeta: host output, fixed 1 elements, may be None
+        lrnK: host output, fixed 1 elements, may be None
 
     Raises CudnnError when the returned status is not success.
 
@@ -4468,6 +4884,10 @@ def cudnnGetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
     @since cuDNN 9.0.0
     @see cudnnSetLRNDescriptor"""
     try:
+        lrnN = _arr_unsigned_int_n(lrnN, 1, 1)
+        lrnAlpha = _arr_double_n(lrnAlpha, 1, 2)
+        lrnBeta = _arr_double_n(lrnBeta, 1, 3)
+        lrnK = _arr_double_n(lrnK, 1, 4)
         status = _cudnnGetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetLRNDescriptor', ('normDesc', 'lrnN', 'lrnAlpha', 'lrnBeta', 'lrnK'), exc) from None
@@ -4490,23 +4910,26 @@ def cudnnDestroyLRNDescriptor(lrnDesc):
 
     @since cuDNN 9.0.0
     @see cudnnCreateLRNDescriptor"""
+    if not lrnDesc:
+        raise _lib.null_handle_error('cudnnDestroyLRNDescriptor', 'lrnDesc', lrnDesc)
     try:
         status = _cudnnDestroyLRNDescriptor(lrnDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyLRNDescriptor', ('lrnDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyLRNDescriptor')
+    _clear_handle(lrnDesc)
 
-_cudnnLRNCrossChannelForward = _lazy('cudnnLRNCrossChannelForward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int)
+_cudnnLRNCrossChannelForward = _lazy('cudnnLRNCrossChannelForward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def cudnnLRNCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta, yDesc, y):
     """cudnnStatus_t cudnnLRNCrossChannelForward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnLRNMode_t lrnMode, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * beta, const cudnnTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -4532,25 +4955,33 @@ def cudnnLRNCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta
     @since cuDNN 9.0.0
     @see cudnnLRNCrossChannelBackward"""
     try:
+        _ok = _pack_i(lrnMode) and (type(lrnMode) is int or type(lrnMode) is cudnnLRNMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnLRNCrossChannelForward', ('handle', 'normDesc', 'lrnMode', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), ((2, lrnMode, 'i', cudnnLRNMode_t),))
+    try:
+        alpha = _void_c(alpha, 4, 3)
+        beta = _void_c(beta, 4, 6)
         status = _cudnnLRNCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnLRNCrossChannelForward', ('handle', 'normDesc', 'lrnMode', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnLRNCrossChannelForward')
 
-_cudnnDivisiveNormalizationForward = _lazy('cudnnDivisiveNormalizationForward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int)
+_cudnnDivisiveNormalizationForward = _lazy('cudnnDivisiveNormalizationForward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def cudnnDivisiveNormalizationForward(handle, normDesc, mode, alpha, xDesc, x, means, temp, temp2, beta, yDesc, y):
     """cudnnStatus_t cudnnDivisiveNormalizationForward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnDivNormMode_t mode, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * means, void * temp, void * temp2, const void * beta, const cudnnTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
         means: device memory
         temp: device memory
         temp2: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -4579,6 +5010,14 @@ def cudnnDivisiveNormalizationForward(handle, normDesc, mode, alpha, xDesc, x, m
     @since cuDNN 9.0.0
     @see cudnnDivisiveNormalizationBackward"""
     try:
+        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnDivNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnDivisiveNormalizationForward', ('handle', 'normDesc', 'mode', 'alpha', 'xDesc', 'x', 'means', 'temp', 'temp2', 'beta', 'yDesc', 'y'), ((2, mode, 'i', cudnnDivNormMode_t),))
+    try:
+        alpha = _void_c(alpha, 4, 3)
+        beta = _void_c(beta, 4, 9)
         status = _cudnnDivisiveNormalizationForward(handle, normDesc, mode, alpha, xDesc, x, means, temp, temp2, beta, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDivisiveNormalizationForward', ('handle', 'normDesc', 'mode', 'alpha', 'xDesc', 'x', 'means', 'temp', 'temp2', 'beta', 'yDesc', 'y'), exc) from None
@@ -4612,13 +5051,19 @@ def cudnnDeriveBNTensorDescriptor(derivedBnDesc, xDesc, mode):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationForwardTraining"""
     try:
+        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc', 'mode'), ((2, mode, 'i', cudnnBatchNormMode_t),))
+    try:
         status = _cudnnDeriveBNTensorDescriptor(derivedBnDesc, xDesc, mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc', 'mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDeriveBNTensorDescriptor')
 
-_cudnnBatchNormalizationForwardInference = _lazy('cudnnBatchNormalizationForwardInference', (cudnnHandle_t, c_int, ConstHostPointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnBatchNormalizationForwardInference = _lazy('cudnnBatchNormalizationForwardInference', (cudnnHandle_t, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, estimatedMean, estimatedVariance, epsilon):
@@ -4627,8 +5072,8 @@ def cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x,
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host input, fixed 4 bytes
+        beta: host input, fixed 4 bytes
         x: device memory
         y: device memory
         bnScale: device memory
@@ -4665,6 +5110,14 @@ def cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x,
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationForwardTraining, cudnnDeriveBNTensorDescriptor"""
     try:
+        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnBatchNormalizationForwardInference', ('handle', 'mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), ((1, mode, 'i', cudnnBatchNormMode_t),))
+    try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 3)
         status = _cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, estimatedMean, estimatedVariance, epsilon)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBatchNormalizationForwardInference', ('handle', 'mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), exc) from None
@@ -4699,13 +5152,19 @@ def cudnnDeriveNormTensorDescriptor(derivedNormScaleBiasDesc, derivedNormMeanVar
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationForwardTraining"""
     try:
+        _ok = _pack_ii(mode, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnDeriveNormTensorDescriptor', ('derivedNormScaleBiasDesc', 'derivedNormMeanVarDesc', 'xDesc', 'mode', 'groupCnt'), ((3, mode, 'i', cudnnNormMode_t), (4, groupCnt, 'i', None),))
+    try:
         status = _cudnnDeriveNormTensorDescriptor(derivedNormScaleBiasDesc, derivedNormMeanVarDesc, xDesc, mode, groupCnt)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDeriveNormTensorDescriptor', ('derivedNormScaleBiasDesc', 'derivedNormMeanVarDesc', 'xDesc', 'mode', 'groupCnt'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDeriveNormTensorDescriptor')
 
-_cudnnNormalizationForwardInference = _lazy('cudnnNormalizationForwardInference', (cudnnHandle_t, c_int, c_int, c_int, ConstHostPointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_double, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnNormalizationForwardInference = _lazy('cudnnNormalizationForwardInference', (cudnnHandle_t, c_int, c_int, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_double, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnNormalizationForwardInference(handle, mode, normOps, algo, alpha, beta, xDesc, x, normScaleBiasDesc, normScale, normBias, normMeanVarDesc, estimatedMean, estimatedVariance, zDesc, z, activationDesc, yDesc, y, epsilon, groupCnt):
@@ -4714,8 +5173,8 @@ def cudnnNormalizationForwardInference(handle, mode, normOps, algo, alpha, beta,
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host input, fixed 4 bytes
+        beta: host input, fixed 4 bytes
         x: device memory
         normScale: device memory
         normBias: device memory
@@ -4760,20 +5219,28 @@ def cudnnNormalizationForwardInference(handle, mode, normOps, algo, alpha, beta,
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationForwardTraining, cudnnDeriveNormTensorDescriptor"""
     try:
+        _ok = _pack_iiii(mode, normOps, algo, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t) and (type(normOps) is int or type(normOps) is cudnnNormOps_t) and (type(algo) is int or type(algo) is cudnnNormAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnNormalizationForwardInference', ('handle', 'mode', 'normOps', 'algo', 'alpha', 'beta', 'xDesc', 'x', 'normScaleBiasDesc', 'normScale', 'normBias', 'normMeanVarDesc', 'estimatedMean', 'estimatedVariance', 'zDesc', 'z', 'activationDesc', 'yDesc', 'y', 'epsilon', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (20, groupCnt, 'i', None),))
+    try:
+        alpha = _void_c(alpha, 4, 4)
+        beta = _void_c(beta, 4, 5)
         status = _cudnnNormalizationForwardInference(handle, mode, normOps, algo, alpha, beta, xDesc, x, normScaleBiasDesc, normScale, normBias, normMeanVarDesc, estimatedMean, estimatedVariance, zDesc, z, activationDesc, yDesc, y, epsilon, groupCnt)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnNormalizationForwardInference', ('handle', 'mode', 'normOps', 'algo', 'alpha', 'beta', 'xDesc', 'x', 'normScaleBiasDesc', 'normScale', 'normBias', 'normMeanVarDesc', 'estimatedMean', 'estimatedVariance', 'zDesc', 'z', 'activationDesc', 'yDesc', 'y', 'epsilon', 'groupCnt'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnNormalizationForwardInference')
 
-_cudnnCreateSpatialTransformerDescriptor = _lazy('cudnnCreateSpatialTransformerDescriptor', (host_array(cudnnSpatialTransformerDescriptor_t, False),), c_int)
+_cudnnCreateSpatialTransformerDescriptor = _lazy('cudnnCreateSpatialTransformerDescriptor', (POINTER(cudnnSpatialTransformerDescriptor_t),), c_int)
 
 
 def cudnnCreateSpatialTransformerDescriptor(stDesc):
     """cudnnStatus_t cudnnCreateSpatialTransformerDescriptor(cudnnSpatialTransformerDescriptor_t * stDesc)
 
     Checked parameters:
-        stDesc: host memory
+        stDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -4787,20 +5254,21 @@ def cudnnCreateSpatialTransformerDescriptor(stDesc):
     @since cuDNN 9.0.0
     @see cudnnDestroySpatialTransformerDescriptor"""
     try:
+        stDesc = _arr_cudnnSpatialTransformerDescriptor_t(stDesc, 1, 0)
         status = _cudnnCreateSpatialTransformerDescriptor(stDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateSpatialTransformerDescriptor', ('stDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateSpatialTransformerDescriptor')
 
-_cudnnSetSpatialTransformerNdDescriptor = _lazy('cudnnSetSpatialTransformerNdDescriptor', (cudnnSpatialTransformerDescriptor_t, c_int, c_int, c_int, host_array(c_int, True),), c_int)
+_cudnnSetSpatialTransformerNdDescriptor = _lazy('cudnnSetSpatialTransformerNdDescriptor', (cudnnSpatialTransformerDescriptor_t, c_int, c_int, c_int, POINTER(c_int),), c_int)
 
 
 def cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims, dimA):
     """cudnnStatus_t cudnnSetSpatialTransformerNdDescriptor(cudnnSpatialTransformerDescriptor_t stDesc, cudnnSamplerType_t samplerType, cudnnDataType_t dataType, const int nbDims, const int[] dimA)
 
     Checked parameters:
-        dimA: host memory
+        dimA: host input, count nbDims
 
     Raises CudnnError when the returned status is not success.
 
@@ -4818,6 +5286,13 @@ def cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims
     @since cuDNN 9.0.0
     @see cudnnSpatialTfGridGeneratorForward, cudnnSpatialTfSamplerForward"""
     try:
+        _ok = _pack_iii(samplerType, dataType, nbDims) and (type(samplerType) is int or type(samplerType) is cudnnSamplerType_t) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetSpatialTransformerNdDescriptor', ('stDesc', 'samplerType', 'dataType', 'nbDims', 'dimA'), ((1, samplerType, 'i', cudnnSamplerType_t), (2, dataType, 'i', cudnnDataType_t), (3, nbDims, 'i', None),))
+    try:
+        dimA = _arr_int_c(dimA, nbDims, 4)
         status = _cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims, dimA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetSpatialTransformerNdDescriptor', ('stDesc', 'samplerType', 'dataType', 'nbDims', 'dimA'), exc) from None
@@ -4840,12 +5315,15 @@ def cudnnDestroySpatialTransformerDescriptor(stDesc):
 
     @since cuDNN 9.0.0
     @see cudnnCreateSpatialTransformerDescriptor"""
+    if not stDesc:
+        raise _lib.null_handle_error('cudnnDestroySpatialTransformerDescriptor', 'stDesc', stDesc)
     try:
         status = _cudnnDestroySpatialTransformerDescriptor(stDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroySpatialTransformerDescriptor', ('stDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroySpatialTransformerDescriptor')
+    _clear_handle(stDesc)
 
 _cudnnSpatialTfGridGeneratorForward = _lazy('cudnnSpatialTfGridGeneratorForward', (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, DevicePointer, DevicePointer,), c_int)
 
@@ -4880,17 +5358,17 @@ def cudnnSpatialTfGridGeneratorForward(handle, stDesc, theta, grid):
     if status:
         raise _lib.status_error(status, 'cudnnSpatialTfGridGeneratorForward')
 
-_cudnnSpatialTfSamplerForward = _lazy('cudnnSpatialTfSamplerForward', (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int)
+_cudnnSpatialTfSamplerForward = _lazy('cudnnSpatialTfSamplerForward', (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def cudnnSpatialTfSamplerForward(handle, stDesc, alpha, xDesc, x, grid, beta, yDesc, y):
     """cudnnStatus_t cudnnSpatialTfSamplerForward(cudnnHandle_t handle, cudnnSpatialTransformerDescriptor_t stDesc, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * grid, const void * beta, cudnnTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
         grid: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -4915,20 +5393,22 @@ def cudnnSpatialTfSamplerForward(handle, stDesc, alpha, xDesc, x, grid, beta, yD
     @since cuDNN 9.0.0
     @see cudnnSpatialTfSamplerBackward"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 6)
         status = _cudnnSpatialTfSamplerForward(handle, stDesc, alpha, xDesc, x, grid, beta, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSpatialTfSamplerForward', ('handle', 'stDesc', 'alpha', 'xDesc', 'x', 'grid', 'beta', 'yDesc', 'y'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSpatialTfSamplerForward')
 
-_cudnnCreateDropoutDescriptor = _lazy('cudnnCreateDropoutDescriptor', (host_array(cudnnDropoutDescriptor_t, False),), c_int)
+_cudnnCreateDropoutDescriptor = _lazy('cudnnCreateDropoutDescriptor', (POINTER(cudnnDropoutDescriptor_t),), c_int)
 
 
 def cudnnCreateDropoutDescriptor(dropoutDesc):
     """cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t * dropoutDesc)
 
     Checked parameters:
-        dropoutDesc: host memory
+        dropoutDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -4942,6 +5422,7 @@ def cudnnCreateDropoutDescriptor(dropoutDesc):
     @since cuDNN 9.0.0
     @see cudnnDestroyDropoutDescriptor"""
     try:
+        dropoutDesc = _arr_cudnnDropoutDescriptor_t(dropoutDesc, 1, 0)
         status = _cudnnCreateDropoutDescriptor(dropoutDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateDropoutDescriptor', ('dropoutDesc',), exc) from None
@@ -4964,21 +5445,24 @@ def cudnnDestroyDropoutDescriptor(dropoutDesc):
 
     @since cuDNN 9.0.0
     @see cudnnCreateDropoutDescriptor"""
+    if not dropoutDesc:
+        raise _lib.null_handle_error('cudnnDestroyDropoutDescriptor', 'dropoutDesc', dropoutDesc)
     try:
         status = _cudnnDestroyDropoutDescriptor(dropoutDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyDropoutDescriptor', ('dropoutDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyDropoutDescriptor')
+    _clear_handle(dropoutDesc)
 
-_cudnnDropoutGetStatesSize = _lazy('cudnnDropoutGetStatesSize', (cudnnHandle_t, host_array(c_size_t, False),), c_int)
+_cudnnDropoutGetStatesSize = _lazy('cudnnDropoutGetStatesSize', (cudnnHandle_t, POINTER(c_size_t),), c_int)
 
 
 def cudnnDropoutGetStatesSize(handle, sizeInBytes):
     """cudnnStatus_t cudnnDropoutGetStatesSize(cudnnHandle_t handle, size_t * sizeInBytes)
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -4992,20 +5476,21 @@ def cudnnDropoutGetStatesSize(handle, sizeInBytes):
     @since cuDNN 9.0.0
     @see cudnnSetDropoutDescriptor"""
     try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 1)
         status = _cudnnDropoutGetStatesSize(handle, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDropoutGetStatesSize', ('handle', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDropoutGetStatesSize')
 
-_cudnnDropoutGetReserveSpaceSize = _lazy('cudnnDropoutGetReserveSpaceSize', (cudnnTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_cudnnDropoutGetReserveSpaceSize = _lazy('cudnnDropoutGetReserveSpaceSize', (cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def cudnnDropoutGetReserveSpaceSize(xdesc, sizeInBytes):
     """cudnnStatus_t cudnnDropoutGetReserveSpaceSize(cudnnTensorDescriptor_t xdesc, size_t * sizeInBytes)
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -5019,13 +5504,14 @@ def cudnnDropoutGetReserveSpaceSize(xdesc, sizeInBytes):
     @since cuDNN 9.0.0
     @see cudnnDropoutForward, cudnnDropoutBackward"""
     try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 1)
         status = _cudnnDropoutGetReserveSpaceSize(xdesc, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDropoutGetReserveSpaceSize', ('xdesc', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDropoutGetReserveSpaceSize')
 
-_cudnnSetDropoutDescriptor = _lazy('cudnnSetDropoutDescriptor', (cudnnDropoutDescriptor_t, cudnnHandle_t, c_float, DevicePointer, ByteSize, c_ulonglong,), c_int)
+_cudnnSetDropoutDescriptor = _lazy('cudnnSetDropoutDescriptor', (cudnnDropoutDescriptor_t, cudnnHandle_t, c_float, DevicePointer, c_size_t, c_ulonglong,), c_int)
 
 
 def cudnnSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed):
@@ -5052,13 +5538,19 @@ def cudnnSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInB
     @since cuDNN 9.0.0
     @see cudnnGetDropoutDescriptor, cudnnRestoreDropoutDescriptor"""
     try:
+        _ok = _pack_NQ(stateSizeInBytes, seed)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None),))
+    try:
         status = _cudnnSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetDropoutDescriptor')
 
-_cudnnRestoreDropoutDescriptor = _lazy('cudnnRestoreDropoutDescriptor', (cudnnDropoutDescriptor_t, cudnnHandle_t, c_float, DevicePointer, ByteSize, c_ulonglong,), c_int)
+_cudnnRestoreDropoutDescriptor = _lazy('cudnnRestoreDropoutDescriptor', (cudnnDropoutDescriptor_t, cudnnHandle_t, c_float, DevicePointer, c_size_t, c_ulonglong,), c_int)
 
 
 def cudnnRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed):
@@ -5085,22 +5577,28 @@ def cudnnRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSiz
     @since cuDNN 9.0.0
     @see cudnnSetDropoutDescriptor"""
     try:
+        _ok = _pack_NQ(stateSizeInBytes, seed)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnRestoreDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None),))
+    try:
         status = _cudnnRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnRestoreDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnRestoreDropoutDescriptor')
 
-_cudnnGetDropoutDescriptor = _lazy('cudnnGetDropoutDescriptor', (cudnnDropoutDescriptor_t, cudnnHandle_t, host_array(c_float, False), host_array(c_void_p, False), host_array(c_ulonglong, False),), c_int)
+_cudnnGetDropoutDescriptor = _lazy('cudnnGetDropoutDescriptor', (cudnnDropoutDescriptor_t, cudnnHandle_t, POINTER(c_float), POINTER(c_void_p), POINTER(c_ulonglong),), c_int)
 
 
 def cudnnGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed):
     """cudnnStatus_t cudnnGetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float * dropout, void ** states, unsigned long long * seed)
 
     Checked parameters:
-        dropout: host memory
-        states: host memory
-        seed: host memory
+        dropout: host output, fixed 1 elements
+        states: host output, fixed 1 elements
+        seed: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -5117,13 +5615,16 @@ def cudnnGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed):
     @since cuDNN 9.0.0
     @see cudnnSetDropoutDescriptor"""
     try:
+        dropout = _arr_float(dropout, 1, 2)
+        states = _arr_void(states, 1, 3)
+        seed = _arr_unsigned_long_long(seed, 1, 4)
         status = _cudnnGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'seed'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetDropoutDescriptor')
 
-_cudnnDropoutForward = _lazy('cudnnDropoutForward', (cudnnHandle_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize,), c_int)
+_cudnnDropoutForward = _lazy('cudnnDropoutForward', (cudnnHandle_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
 
 
 def cudnnDropoutForward(handle, dropoutDesc, xdesc, x, ydesc, y, reserveSpace, reserveSpaceSizeInBytes):
@@ -5157,6 +5658,12 @@ def cudnnDropoutForward(handle, dropoutDesc, xdesc, x, ydesc, y, reserveSpace, r
     @since cuDNN 9.0.0
     @see cudnnDropoutBackward, cudnnDropoutGetReserveSpaceSize"""
     try:
+        _ok = _pack_N(reserveSpaceSizeInBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnDropoutForward', ('handle', 'dropoutDesc', 'xdesc', 'x', 'ydesc', 'y', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((7, reserveSpaceSizeInBytes, 'N', None),))
+    try:
         status = _cudnnDropoutForward(handle, dropoutDesc, xdesc, x, ydesc, y, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDropoutForward', ('handle', 'dropoutDesc', 'xdesc', 'x', 'ydesc', 'y', 'reserveSpace', 'reserveSpaceSizeInBytes'), exc) from None
@@ -5184,17 +5691,17 @@ def cudnnOpsVersionCheck():
     if status:
         raise _lib.status_error(status, 'cudnnOpsVersionCheck')
 
-_cudnnSoftmaxBackward = _lazy('cudnnSoftmaxBackward', (cudnnHandle_t, c_int, c_int, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int)
+_cudnnSoftmaxBackward = _lazy('cudnnSoftmaxBackward', (cudnnHandle_t, c_int, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def cudnnSoftmaxBackward(handle, algo, mode, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx):
     """cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode, const void * alpha, const cudnnTensorDescriptor_t yDesc, const void * y, const cudnnTensorDescriptor_t dyDesc, const void * dy, const void * beta, const cudnnTensorDescriptor_t dxDesc, void * dx)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         y: device memory
         dy: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dx: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -5221,13 +5728,21 @@ def cudnnSoftmaxBackward(handle, algo, mode, alpha, yDesc, y, dyDesc, dy, beta, 
     @since cuDNN 9.0.0
     @see cudnnSoftmaxForward"""
     try:
+        _ok = _pack_ii(algo, mode) and (type(algo) is int or type(algo) is cudnnSoftmaxAlgorithm_t) and (type(mode) is int or type(mode) is cudnnSoftmaxMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSoftmaxBackward', ('handle', 'algo', 'mode', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'beta', 'dxDesc', 'dx'), ((1, algo, 'i', cudnnSoftmaxAlgorithm_t), (2, mode, 'i', cudnnSoftmaxMode_t),))
+    try:
+        alpha = _void_c(alpha, 4, 3)
+        beta = _void_c(beta, 4, 8)
         status = _cudnnSoftmaxBackward(handle, algo, mode, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSoftmaxBackward', ('handle', 'algo', 'mode', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'beta', 'dxDesc', 'dx'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSoftmaxBackward')
 
-_cudnnPoolingBackward = _lazy('cudnnPoolingBackward', (cudnnHandle_t, cudnnPoolingDescriptor_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnPoolingBackward = _lazy('cudnnPoolingBackward', (cudnnHandle_t, cudnnPoolingDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnPoolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx):
@@ -5236,11 +5751,11 @@ def cudnnPoolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         y: device memory
         dy: device memory
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dx: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -5269,13 +5784,15 @@ def cudnnPoolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnPoolingForward"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 9)
         status = _cudnnPoolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnPoolingBackward', ('handle', 'poolingDesc', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'xDesc', 'x', 'beta', 'dxDesc', 'dx'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnPoolingBackward')
 
-_cudnnActivationBackward = _lazy('cudnnActivationBackward', (cudnnHandle_t, cudnnActivationDescriptor_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnActivationBackward = _lazy('cudnnActivationBackward', (cudnnHandle_t, cudnnActivationDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnActivationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx):
@@ -5284,11 +5801,11 @@ def cudnnActivationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy,
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         y: device memory
         dy: device memory
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dx: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -5317,24 +5834,26 @@ def cudnnActivationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy,
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnActivationForward"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 9)
         status = _cudnnActivationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnActivationBackward', ('handle', 'activationDesc', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'xDesc', 'x', 'beta', 'dxDesc', 'dx'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnActivationBackward')
 
-_cudnnLRNCrossChannelBackward = _lazy('cudnnLRNCrossChannelBackward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int)
+_cudnnLRNCrossChannelBackward = _lazy('cudnnLRNCrossChannelBackward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def cudnnLRNCrossChannelBackward(handle, normDesc, lrnMode, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx):
     """cudnnStatus_t cudnnLRNCrossChannelBackward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnLRNMode_t lrnMode, const void * alpha, const cudnnTensorDescriptor_t yDesc, const void * y, const cudnnTensorDescriptor_t dyDesc, const void * dy, const cudnnTensorDescriptor_t xDesc, const void * x, const void * beta, const cudnnTensorDescriptor_t dxDesc, void * dx)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         y: device memory
         dy: device memory
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dx: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -5364,26 +5883,34 @@ def cudnnLRNCrossChannelBackward(handle, normDesc, lrnMode, alpha, yDesc, y, dyD
     @since cuDNN 9.0.0
     @see cudnnLRNCrossChannelForward"""
     try:
+        _ok = _pack_i(lrnMode) and (type(lrnMode) is int or type(lrnMode) is cudnnLRNMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnLRNCrossChannelBackward', ('handle', 'normDesc', 'lrnMode', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'xDesc', 'x', 'beta', 'dxDesc', 'dx'), ((2, lrnMode, 'i', cudnnLRNMode_t),))
+    try:
+        alpha = _void_c(alpha, 4, 3)
+        beta = _void_c(beta, 4, 10)
         status = _cudnnLRNCrossChannelBackward(handle, normDesc, lrnMode, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnLRNCrossChannelBackward', ('handle', 'normDesc', 'lrnMode', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'xDesc', 'x', 'beta', 'dxDesc', 'dx'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnLRNCrossChannelBackward')
 
-_cudnnDivisiveNormalizationBackward = _lazy('cudnnDivisiveNormalizationBackward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer,), c_int)
+_cudnnDivisiveNormalizationBackward = _lazy('cudnnDivisiveNormalizationBackward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer, DevicePointer,), c_int)
 
 
 def cudnnDivisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, means, dy, temp, temp2, beta, dXdMeansDesc, dx, dMeans):
     """cudnnStatus_t cudnnDivisiveNormalizationBackward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnDivNormMode_t mode, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * means, const void * dy, void * temp, void * temp2, const void * beta, const cudnnTensorDescriptor_t dXdMeansDesc, void * dx, void * dMeans)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
         means: device memory
         dy: device memory
         temp: device memory
         temp2: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dx: device memory
         dMeans: device memory
 
@@ -5415,13 +5942,21 @@ def cudnnDivisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, 
     @since cuDNN 9.0.0
     @see cudnnDivisiveNormalizationForward"""
     try:
+        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnDivNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnDivisiveNormalizationBackward', ('handle', 'normDesc', 'mode', 'alpha', 'xDesc', 'x', 'means', 'dy', 'temp', 'temp2', 'beta', 'dXdMeansDesc', 'dx', 'dMeans'), ((2, mode, 'i', cudnnDivNormMode_t),))
+    try:
+        alpha = _void_c(alpha, 4, 3)
+        beta = _void_c(beta, 4, 10)
         status = _cudnnDivisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, means, dy, temp, temp2, beta, dXdMeansDesc, dx, dMeans)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDivisiveNormalizationBackward', ('handle', 'normDesc', 'mode', 'alpha', 'xDesc', 'x', 'means', 'dy', 'temp', 'temp2', 'beta', 'dXdMeansDesc', 'dx', 'dMeans'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDivisiveNormalizationBackward')
 
-_cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize = _lazy('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, host_array(c_size_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize = _lazy('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps, xDesc, zDesc, yDesc, bnScaleBiasMeanVarDesc, activationDesc, sizeInBytes):
@@ -5430,7 +5965,7 @@ def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -5452,13 +5987,20 @@ def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationForwardTrainingEx"""
     try:
+        _ok = _pack_ii(mode, bnOps) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t) and (type(bnOps) is int or type(bnOps) is cudnnBatchNormOps_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', ('handle', 'mode', 'bnOps', 'xDesc', 'zDesc', 'yDesc', 'bnScaleBiasMeanVarDesc', 'activationDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 8)
         status = _cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps, xDesc, zDesc, yDesc, bnScaleBiasMeanVarDesc, activationDesc, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', ('handle', 'mode', 'bnOps', 'xDesc', 'zDesc', 'yDesc', 'bnScaleBiasMeanVarDesc', 'activationDesc', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize')
 
-_cudnnGetBatchNormalizationBackwardExWorkspaceSize = _lazy('cudnnGetBatchNormalizationBackwardExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, host_array(c_size_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetBatchNormalizationBackwardExWorkspaceSize = _lazy('cudnnGetBatchNormalizationBackwardExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dBnScaleBiasDesc, activationDesc, sizeInBytes):
@@ -5467,7 +6009,7 @@ def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -5491,13 +6033,20 @@ def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationBackwardEx"""
     try:
+        _ok = _pack_ii(mode, bnOps) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t) and (type(bnOps) is int or type(bnOps) is cudnnBatchNormOps_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetBatchNormalizationBackwardExWorkspaceSize', ('handle', 'mode', 'bnOps', 'xDesc', 'yDesc', 'dyDesc', 'dzDesc', 'dxDesc', 'dBnScaleBiasDesc', 'activationDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 10)
         status = _cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dBnScaleBiasDesc, activationDesc, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetBatchNormalizationBackwardExWorkspaceSize', ('handle', 'mode', 'bnOps', 'xDesc', 'yDesc', 'dyDesc', 'dzDesc', 'dxDesc', 'dBnScaleBiasDesc', 'activationDesc', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetBatchNormalizationBackwardExWorkspaceSize')
 
-_cudnnGetBatchNormalizationTrainingExReserveSpaceSize = _lazy('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', (cudnnHandle_t, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, host_array(c_size_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetBatchNormalizationTrainingExReserveSpaceSize = _lazy('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', (cudnnHandle_t, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, activationDesc, xDesc, sizeInBytes):
@@ -5506,7 +6055,7 @@ def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, ac
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -5525,13 +6074,20 @@ def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, ac
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationForwardTrainingEx"""
     try:
+        _ok = _pack_ii(mode, bnOps) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t) and (type(bnOps) is int or type(bnOps) is cudnnBatchNormOps_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', ('handle', 'mode', 'bnOps', 'activationDesc', 'xDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
         status = _cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, activationDesc, xDesc, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', ('handle', 'mode', 'bnOps', 'activationDesc', 'xDesc', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetBatchNormalizationTrainingExReserveSpaceSize')
 
-_cudnnBatchNormalizationForwardTraining = _lazy('cudnnBatchNormalizationForwardTraining', (cudnnHandle_t, c_int, ConstHostPointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnBatchNormalizationForwardTraining = _lazy('cudnnBatchNormalizationForwardTraining', (cudnnHandle_t, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, exponentialAverageFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance):
@@ -5540,8 +6096,8 @@ def cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, 
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host input, fixed 4 bytes
+        beta: host input, fixed 4 bytes
         x: device memory
         y: device memory
         bnScale: device memory
@@ -5582,13 +6138,21 @@ def cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationBackward, cudnnDeriveBNTensorDescriptor"""
     try:
+        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnBatchNormalizationForwardTraining', ('handle', 'mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'exponentialAverageFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), ((1, mode, 'i', cudnnBatchNormMode_t),))
+    try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 3)
         status = _cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, exponentialAverageFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBatchNormalizationForwardTraining', ('handle', 'mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'exponentialAverageFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnBatchNormalizationForwardTraining')
 
-_cudnnBatchNormalizationForwardTrainingEx = _lazy('cudnnBatchNormalizationForwardTrainingEx', (cudnnHandle_t, c_int, c_int, ConstHostPointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, ByteSize, DevicePointer, ByteSize,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnBatchNormalizationForwardTrainingEx = _lazy('cudnnBatchNormalizationForwardTrainingEx', (cudnnHandle_t, c_int, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, xDesc, xData, zDesc, zData, yDesc, yData, bnScaleBiasMeanVarDesc, bnScale, bnBias, exponentialAverageFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance, activationDesc, workspace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes):
@@ -5597,8 +6161,8 @@ def cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, x
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host input, fixed 4 bytes
+        beta: host input, fixed 4 bytes
         xData: device memory
         zData: device memory
         yData: device memory
@@ -5653,13 +6217,21 @@ def cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, x
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationBackwardEx, cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize"""
     try:
+        _ok = _pack_iiNN(mode, bnOps, workSpaceSizeInBytes, reserveSpaceSizeInBytes) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t) and (type(bnOps) is int or type(bnOps) is cudnnBatchNormOps_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnBatchNormalizationForwardTrainingEx', ('handle', 'mode', 'bnOps', 'alpha', 'beta', 'xDesc', 'xData', 'zDesc', 'zData', 'yDesc', 'yData', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'exponentialAverageFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance', 'activationDesc', 'workspace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t), (22, workSpaceSizeInBytes, 'N', None), (24, reserveSpaceSizeInBytes, 'N', None),))
+    try:
+        alpha = _void_c(alpha, 4, 3)
+        beta = _void_c(beta, 4, 4)
         status = _cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, xDesc, xData, zDesc, zData, yDesc, yData, bnScaleBiasMeanVarDesc, bnScale, bnBias, exponentialAverageFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance, activationDesc, workspace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBatchNormalizationForwardTrainingEx', ('handle', 'mode', 'bnOps', 'alpha', 'beta', 'xDesc', 'xData', 'zDesc', 'zData', 'yDesc', 'yData', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'exponentialAverageFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance', 'activationDesc', 'workspace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnBatchNormalizationForwardTrainingEx')
 
-_cudnnBatchNormalizationBackward = _lazy('cudnnBatchNormalizationBackward', (cudnnHandle_t, c_int, ConstHostPointer, ConstHostPointer, ConstHostPointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnBatchNormalizationBackward = _lazy('cudnnBatchNormalizationBackward', (cudnnHandle_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x, dyDesc, dy, dxDesc, dx, dBnScaleBiasDesc, bnScale, dBnScaleResult, dBnBiasResult, epsilon, savedMean, savedInvVariance):
@@ -5668,10 +6240,10 @@ def cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, a
     Deprecated by the vendor.
 
     Checked parameters:
-        alphaDataDiff: host memory
-        betaDataDiff: host memory
-        alphaParamDiff: host memory
-        betaParamDiff: host memory
+        alphaDataDiff: host input, fixed 4 bytes
+        betaDataDiff: host input, fixed 4 bytes
+        alphaParamDiff: host input, fixed 4 bytes
+        betaParamDiff: host input, fixed 4 bytes
         x: device memory
         dy: device memory
         dx: device memory
@@ -5714,13 +6286,23 @@ def cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, a
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationForwardTraining"""
     try:
+        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnBatchNormalizationBackward', ('handle', 'mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'dBnScaleBiasDesc', 'bnScale', 'dBnScaleResult', 'dBnBiasResult', 'epsilon', 'savedMean', 'savedInvVariance'), ((1, mode, 'i', cudnnBatchNormMode_t),))
+    try:
+        alphaDataDiff = _void_c(alphaDataDiff, 4, 2)
+        betaDataDiff = _void_c(betaDataDiff, 4, 3)
+        alphaParamDiff = _void_c(alphaParamDiff, 4, 4)
+        betaParamDiff = _void_c(betaParamDiff, 4, 5)
         status = _cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x, dyDesc, dy, dxDesc, dx, dBnScaleBiasDesc, bnScale, dBnScaleResult, dBnBiasResult, epsilon, savedMean, savedInvVariance)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBatchNormalizationBackward', ('handle', 'mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'dBnScaleBiasDesc', 'bnScale', 'dBnScaleResult', 'dBnBiasResult', 'epsilon', 'savedMean', 'savedInvVariance'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnBatchNormalizationBackward')
 
-_cudnnBatchNormalizationBackwardEx = _lazy('cudnnBatchNormalizationBackwardEx', (cudnnHandle_t, c_int, c_int, ConstHostPointer, ConstHostPointer, ConstHostPointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, ByteSize, DevicePointer, ByteSize,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnBatchNormalizationBackwardEx = _lazy('cudnnBatchNormalizationBackwardEx', (cudnnHandle_t, c_int, c_int, c_void_p, c_void_p, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, xData, yDesc, yData, dyDesc, dyData, dzDesc, dzData, dxDesc, dxData, dBnScaleBiasDesc, bnScaleData, bnBiasData, dBnScaleData, dBnBiasData, epsilon, savedMean, savedInvVariance, activationDesc, workSpace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes):
@@ -5729,10 +6311,10 @@ def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDa
     Deprecated by the vendor.
 
     Checked parameters:
-        alphaDataDiff: host memory
-        betaDataDiff: host memory
-        alphaParamDiff: host memory
-        betaParamDiff: host memory
+        alphaDataDiff: host input, fixed 4 bytes
+        betaDataDiff: host input, fixed 4 bytes
+        alphaParamDiff: host input, fixed 4 bytes
+        betaParamDiff: host input, fixed 4 bytes
         xData: device memory
         yData: device memory
         dyData: device memory
@@ -5793,13 +6375,23 @@ def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDa
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationForwardTrainingEx"""
     try:
+        _ok = _pack_iiNN(mode, bnOps, workSpaceSizeInBytes, reserveSpaceSizeInBytes) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t) and (type(bnOps) is int or type(bnOps) is cudnnBatchNormOps_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnBatchNormalizationBackwardEx', ('handle', 'mode', 'bnOps', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'xData', 'yDesc', 'yData', 'dyDesc', 'dyData', 'dzDesc', 'dzData', 'dxDesc', 'dxData', 'dBnScaleBiasDesc', 'bnScaleData', 'bnBiasData', 'dBnScaleData', 'dBnBiasData', 'epsilon', 'savedMean', 'savedInvVariance', 'activationDesc', 'workSpace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t), (27, workSpaceSizeInBytes, 'N', None), (29, reserveSpaceSizeInBytes, 'N', None),))
+    try:
+        alphaDataDiff = _void_c(alphaDataDiff, 4, 3)
+        betaDataDiff = _void_c(betaDataDiff, 4, 4)
+        alphaParamDiff = _void_c(alphaParamDiff, 4, 5)
+        betaParamDiff = _void_c(betaParamDiff, 4, 6)
         status = _cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, xData, yDesc, yData, dyDesc, dyData, dzDesc, dzData, dxDesc, dxData, dBnScaleBiasDesc, bnScaleData, bnBiasData, dBnScaleData, dBnBiasData, epsilon, savedMean, savedInvVariance, activationDesc, workSpace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBatchNormalizationBackwardEx', ('handle', 'mode', 'bnOps', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'xData', 'yDesc', 'yData', 'dyDesc', 'dyData', 'dzDesc', 'dzData', 'dxDesc', 'dxData', 'dBnScaleBiasDesc', 'bnScaleData', 'bnBiasData', 'dBnScaleData', 'dBnBiasData', 'epsilon', 'savedMean', 'savedInvVariance', 'activationDesc', 'workSpace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnBatchNormalizationBackwardEx')
 
-_cudnnGetNormalizationForwardTrainingWorkspaceSize = _lazy('cudnnGetNormalizationForwardTrainingWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, host_array(c_size_t, False), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetNormalizationForwardTrainingWorkspaceSize = _lazy('cudnnGetNormalizationForwardTrainingWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, algo, xDesc, zDesc, yDesc, normScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt):
@@ -5808,7 +6400,7 @@ def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, alg
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -5833,13 +6425,20 @@ def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, alg
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationForwardTraining"""
     try:
+        _ok = _pack_iiii(mode, normOps, algo, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t) and (type(normOps) is int or type(normOps) is cudnnNormOps_t) and (type(algo) is int or type(algo) is cudnnNormAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetNormalizationForwardTrainingWorkspaceSize', ('handle', 'mode', 'normOps', 'algo', 'xDesc', 'zDesc', 'yDesc', 'normScaleBiasDesc', 'activationDesc', 'normMeanVarDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (11, groupCnt, 'i', None),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 10)
         status = _cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, algo, xDesc, zDesc, yDesc, normScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetNormalizationForwardTrainingWorkspaceSize', ('handle', 'mode', 'normOps', 'algo', 'xDesc', 'zDesc', 'yDesc', 'normScaleBiasDesc', 'activationDesc', 'normMeanVarDesc', 'sizeInBytes', 'groupCnt'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetNormalizationForwardTrainingWorkspaceSize')
 
-_cudnnGetNormalizationBackwardWorkspaceSize = _lazy('cudnnGetNormalizationBackwardWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, host_array(c_size_t, False), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetNormalizationBackwardWorkspaceSize = _lazy('cudnnGetNormalizationBackwardWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dNormScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt):
@@ -5848,7 +6447,7 @@ def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDes
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -5875,13 +6474,20 @@ def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDes
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationBackward"""
     try:
+        _ok = _pack_iiii(mode, normOps, algo, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t) and (type(normOps) is int or type(normOps) is cudnnNormOps_t) and (type(algo) is int or type(algo) is cudnnNormAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetNormalizationBackwardWorkspaceSize', ('handle', 'mode', 'normOps', 'algo', 'xDesc', 'yDesc', 'dyDesc', 'dzDesc', 'dxDesc', 'dNormScaleBiasDesc', 'activationDesc', 'normMeanVarDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (13, groupCnt, 'i', None),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 12)
         status = _cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dNormScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetNormalizationBackwardWorkspaceSize', ('handle', 'mode', 'normOps', 'algo', 'xDesc', 'yDesc', 'dyDesc', 'dzDesc', 'dxDesc', 'dNormScaleBiasDesc', 'activationDesc', 'normMeanVarDesc', 'sizeInBytes', 'groupCnt'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetNormalizationBackwardWorkspaceSize')
 
-_cudnnGetNormalizationTrainingReserveSpaceSize = _lazy('cudnnGetNormalizationTrainingReserveSpaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, host_array(c_size_t, False), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetNormalizationTrainingReserveSpaceSize = _lazy('cudnnGetNormalizationTrainingReserveSpaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, activationDesc, xDesc, sizeInBytes, groupCnt):
@@ -5890,7 +6496,7 @@ def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, a
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -5911,13 +6517,20 @@ def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, a
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationForwardTraining"""
     try:
+        _ok = _pack_iiii(mode, normOps, algo, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t) and (type(normOps) is int or type(normOps) is cudnnNormOps_t) and (type(algo) is int or type(algo) is cudnnNormAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetNormalizationTrainingReserveSpaceSize', ('handle', 'mode', 'normOps', 'algo', 'activationDesc', 'xDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (7, groupCnt, 'i', None),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
         status = _cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, activationDesc, xDesc, sizeInBytes, groupCnt)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetNormalizationTrainingReserveSpaceSize', ('handle', 'mode', 'normOps', 'algo', 'activationDesc', 'xDesc', 'sizeInBytes', 'groupCnt'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetNormalizationTrainingReserveSpaceSize')
 
-_cudnnNormalizationForwardTraining = _lazy('cudnnNormalizationForwardTraining', (cudnnHandle_t, c_int, c_int, c_int, ConstHostPointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize, DevicePointer, ByteSize, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnNormalizationForwardTraining = _lazy('cudnnNormalizationForwardTraining', (cudnnHandle_t, c_int, c_int, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, xDesc, xData, normScaleBiasDesc, normScale, normBias, exponentialAverageFactor, normMeanVarDesc, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance, activationDesc, zDesc, zData, yDesc, yData, workspace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes, groupCnt):
@@ -5926,8 +6539,8 @@ def cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, 
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host input, fixed 4 bytes
+        beta: host input, fixed 4 bytes
         xData: device memory
         normScale: device memory
         normBias: device memory
@@ -5985,13 +6598,21 @@ def cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationBackward, cudnnGetNormalizationForwardTrainingWorkspaceSize"""
     try:
+        _ok = _pack_iiiNNi(mode, normOps, algo, workSpaceSizeInBytes, reserveSpaceSizeInBytes, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t) and (type(normOps) is int or type(normOps) is cudnnNormOps_t) and (type(algo) is int or type(algo) is cudnnNormAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnNormalizationForwardTraining', ('handle', 'mode', 'normOps', 'algo', 'alpha', 'beta', 'xDesc', 'xData', 'normScaleBiasDesc', 'normScale', 'normBias', 'exponentialAverageFactor', 'normMeanVarDesc', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance', 'activationDesc', 'zDesc', 'zData', 'yDesc', 'yData', 'workspace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (24, workSpaceSizeInBytes, 'N', None), (26, reserveSpaceSizeInBytes, 'N', None), (27, groupCnt, 'i', None),))
+    try:
+        alpha = _void_c(alpha, 4, 4)
+        beta = _void_c(beta, 4, 5)
         status = _cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, xDesc, xData, normScaleBiasDesc, normScale, normBias, exponentialAverageFactor, normMeanVarDesc, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance, activationDesc, zDesc, zData, yDesc, yData, workspace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes, groupCnt)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnNormalizationForwardTraining', ('handle', 'mode', 'normOps', 'algo', 'alpha', 'beta', 'xDesc', 'xData', 'normScaleBiasDesc', 'normScale', 'normBias', 'exponentialAverageFactor', 'normMeanVarDesc', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance', 'activationDesc', 'zDesc', 'zData', 'yDesc', 'yData', 'workspace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes', 'groupCnt'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnNormalizationForwardTraining')
 
-_cudnnNormalizationBackward = _lazy('cudnnNormalizationBackward', (cudnnHandle_t, c_int, c_int, c_int, ConstHostPointer, ConstHostPointer, ConstHostPointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, ByteSize, DevicePointer, ByteSize, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnNormalizationBackward = _lazy('cudnnNormalizationBackward', (cudnnHandle_t, c_int, c_int, c_int, c_void_p, c_void_p, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnNormalizationBackward(handle, mode, normOps, algo, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, xData, yDesc, yData, dyDesc, dyData, dzDesc, dzData, dxDesc, dxData, dNormScaleBiasDesc, normScaleData, normBiasData, dNormScaleData, dNormBiasData, epsilon, normMeanVarDesc, savedMean, savedInvVariance, activationDesc, workSpace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes, groupCnt):
@@ -6000,10 +6621,10 @@ def cudnnNormalizationBackward(handle, mode, normOps, algo, alphaDataDiff, betaD
     Deprecated by the vendor.
 
     Checked parameters:
-        alphaDataDiff: host memory
-        betaDataDiff: host memory
-        alphaParamDiff: host memory
-        betaParamDiff: host memory
+        alphaDataDiff: host input, fixed 4 bytes
+        betaDataDiff: host input, fixed 4 bytes
+        alphaParamDiff: host input, fixed 4 bytes
+        betaParamDiff: host input, fixed 4 bytes
         xData: device memory
         yData: device memory
         dyData: device memory
@@ -6068,6 +6689,16 @@ def cudnnNormalizationBackward(handle, mode, normOps, algo, alphaDataDiff, betaD
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationForwardTraining"""
     try:
+        _ok = _pack_iiiNNi(mode, normOps, algo, workSpaceSizeInBytes, reserveSpaceSizeInBytes, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t) and (type(normOps) is int or type(normOps) is cudnnNormOps_t) and (type(algo) is int or type(algo) is cudnnNormAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnNormalizationBackward', ('handle', 'mode', 'normOps', 'algo', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'xData', 'yDesc', 'yData', 'dyDesc', 'dyData', 'dzDesc', 'dzData', 'dxDesc', 'dxData', 'dNormScaleBiasDesc', 'normScaleData', 'normBiasData', 'dNormScaleData', 'dNormBiasData', 'epsilon', 'normMeanVarDesc', 'savedMean', 'savedInvVariance', 'activationDesc', 'workSpace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (29, workSpaceSizeInBytes, 'N', None), (31, reserveSpaceSizeInBytes, 'N', None), (32, groupCnt, 'i', None),))
+    try:
+        alphaDataDiff = _void_c(alphaDataDiff, 4, 4)
+        betaDataDiff = _void_c(betaDataDiff, 4, 5)
+        alphaParamDiff = _void_c(alphaParamDiff, 4, 6)
+        betaParamDiff = _void_c(betaParamDiff, 4, 7)
         status = _cudnnNormalizationBackward(handle, mode, normOps, algo, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, xData, yDesc, yData, dyDesc, dyData, dzDesc, dzData, dxDesc, dxData, dNormScaleBiasDesc, normScaleData, normBiasData, dNormScaleData, dNormBiasData, epsilon, normMeanVarDesc, savedMean, savedInvVariance, activationDesc, workSpace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes, groupCnt)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnNormalizationBackward', ('handle', 'mode', 'normOps', 'algo', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'xData', 'yDesc', 'yData', 'dyDesc', 'dyData', 'dzDesc', 'dzData', 'dxDesc', 'dxData', 'dNormScaleBiasDesc', 'normScaleData', 'normBiasData', 'dNormScaleData', 'dNormBiasData', 'epsilon', 'normMeanVarDesc', 'savedMean', 'savedInvVariance', 'activationDesc', 'workSpace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes', 'groupCnt'), exc) from None
@@ -6105,21 +6736,21 @@ def cudnnSpatialTfGridGeneratorBackward(handle, stDesc, dgrid, dtheta):
     if status:
         raise _lib.status_error(status, 'cudnnSpatialTfGridGeneratorBackward')
 
-_cudnnSpatialTfSamplerBackward = _lazy('cudnnSpatialTfSamplerBackward', (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, ConstHostPointer, DevicePointer,), c_int)
+_cudnnSpatialTfSamplerBackward = _lazy('cudnnSpatialTfSamplerBackward', (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_void_p, DevicePointer,), c_int)
 
 
 def cudnnSpatialTfSamplerBackward(handle, stDesc, alpha, xDesc, x, beta, dxDesc, dx, alphaDgrid, dyDesc, dy, grid, betaDgrid, dgrid):
     """cudnnStatus_t cudnnSpatialTfSamplerBackward(cudnnHandle_t handle, cudnnSpatialTransformerDescriptor_t stDesc, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * beta, const cudnnTensorDescriptor_t dxDesc, void * dx, const void * alphaDgrid, const cudnnTensorDescriptor_t dyDesc, const void * dy, const void * grid, const void * betaDgrid, void * dgrid)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dx: device memory
-        alphaDgrid: host memory
+        alphaDgrid: host input, fixed 4 bytes
         dy: device memory
         grid: device memory
-        betaDgrid: host memory
+        betaDgrid: host input, fixed 4 bytes
         dgrid: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -6149,13 +6780,17 @@ def cudnnSpatialTfSamplerBackward(handle, stDesc, alpha, xDesc, x, beta, dxDesc,
     @since cuDNN 9.0.0
     @see cudnnSpatialTfSamplerForward"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 5)
+        alphaDgrid = _void_c(alphaDgrid, 4, 8)
+        betaDgrid = _void_c(betaDgrid, 4, 12)
         status = _cudnnSpatialTfSamplerBackward(handle, stDesc, alpha, xDesc, x, beta, dxDesc, dx, alphaDgrid, dyDesc, dy, grid, betaDgrid, dgrid)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSpatialTfSamplerBackward', ('handle', 'stDesc', 'alpha', 'xDesc', 'x', 'beta', 'dxDesc', 'dx', 'alphaDgrid', 'dyDesc', 'dy', 'grid', 'betaDgrid', 'dgrid'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSpatialTfSamplerBackward')
 
-_cudnnDropoutBackward = _lazy('cudnnDropoutBackward', (cudnnHandle_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize,), c_int)
+_cudnnDropoutBackward = _lazy('cudnnDropoutBackward', (cudnnHandle_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
 
 
 def cudnnDropoutBackward(handle, dropoutDesc, dydesc, dy, dxdesc, dx, reserveSpace, reserveSpaceSizeInBytes):
@@ -6189,20 +6824,26 @@ def cudnnDropoutBackward(handle, dropoutDesc, dydesc, dy, dxdesc, dx, reserveSpa
     @since cuDNN 9.0.0
     @see cudnnDropoutForward"""
     try:
+        _ok = _pack_N(reserveSpaceSizeInBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnDropoutBackward', ('handle', 'dropoutDesc', 'dydesc', 'dy', 'dxdesc', 'dx', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((7, reserveSpaceSizeInBytes, 'N', None),))
+    try:
         status = _cudnnDropoutBackward(handle, dropoutDesc, dydesc, dy, dxdesc, dx, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDropoutBackward', ('handle', 'dropoutDesc', 'dydesc', 'dy', 'dxdesc', 'dx', 'reserveSpace', 'reserveSpaceSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDropoutBackward')
 
-_cudnnCreateRNNDescriptor = _lazy('cudnnCreateRNNDescriptor', (host_array(cudnnRNNDescriptor_t, False),), c_int)
+_cudnnCreateRNNDescriptor = _lazy('cudnnCreateRNNDescriptor', (POINTER(cudnnRNNDescriptor_t),), c_int)
 
 
 def cudnnCreateRNNDescriptor(rnnDesc):
     """cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t * rnnDesc)
 
     Checked parameters:
-        rnnDesc: host memory
+        rnnDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -6215,6 +6856,7 @@ def cudnnCreateRNNDescriptor(rnnDesc):
     @since cuDNN 9.0.0
     @see cudnnDestroyRNNDescriptor"""
     try:
+        rnnDesc = _arr_cudnnRNNDescriptor_t(rnnDesc, 1, 0)
         status = _cudnnCreateRNNDescriptor(rnnDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateRNNDescriptor', ('rnnDesc',), exc) from None
@@ -6237,12 +6879,15 @@ def cudnnDestroyRNNDescriptor(rnnDesc):
 
     @since cuDNN 9.0.0
     @see cudnnCreateRNNDescriptor"""
+    if not rnnDesc:
+        raise _lib.null_handle_error('cudnnDestroyRNNDescriptor', 'rnnDesc', rnnDesc)
     try:
         status = _cudnnDestroyRNNDescriptor(rnnDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyRNNDescriptor', ('rnnDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyRNNDescriptor')
+    _clear_handle(rnnDesc)
 
 _cudnnSetRNNDescriptor_v8 = _lazy('cudnnSetRNNDescriptor_v8', (cudnnRNNDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int32, c_int32, c_int32, c_int32, cudnnDropoutDescriptor_t, c_uint32,), c_int)
 
@@ -6277,33 +6922,39 @@ def cudnnSetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMo
     @since cuDNN 9.0.0
     @see cudnnGetRNNDescriptor_v8"""
     try:
+        _ok = _pack_iiiiiiiiiiiiI(algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, auxFlags) and (type(algo) is int or type(algo) is cudnnRNNAlgo_t) and (type(cellMode) is int or type(cellMode) is cudnnRNNMode_t) and (type(biasMode) is int or type(biasMode) is cudnnRNNBiasMode_t) and (type(dirMode) is int or type(dirMode) is cudnnDirectionMode_t) and (type(inputMode) is int or type(inputMode) is cudnnRNNInputMode_t) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(mathPrec) is int or type(mathPrec) is cudnnDataType_t) and (type(mathType) is int or type(mathType) is cudnnMathType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetRNNDescriptor_v8', ('rnnDesc', 'algo', 'cellMode', 'biasMode', 'dirMode', 'inputMode', 'dataType', 'mathPrec', 'mathType', 'inputSize', 'hiddenSize', 'projSize', 'numLayers', 'dropoutDesc', 'auxFlags'), ((1, algo, 'i', cudnnRNNAlgo_t), (2, cellMode, 'i', cudnnRNNMode_t), (3, biasMode, 'i', cudnnRNNBiasMode_t), (4, dirMode, 'i', cudnnDirectionMode_t), (5, inputMode, 'i', cudnnRNNInputMode_t), (6, dataType, 'i', cudnnDataType_t), (7, mathPrec, 'i', cudnnDataType_t), (8, mathType, 'i', cudnnMathType_t), (9, inputSize, 'i', None), (10, hiddenSize, 'i', None), (11, projSize, 'i', None), (12, numLayers, 'i', None), (14, auxFlags, 'I', None),))
+    try:
         status = _cudnnSetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, dropoutDesc, auxFlags)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetRNNDescriptor_v8', ('rnnDesc', 'algo', 'cellMode', 'biasMode', 'dirMode', 'inputMode', 'dataType', 'mathPrec', 'mathType', 'inputSize', 'hiddenSize', 'projSize', 'numLayers', 'dropoutDesc', 'auxFlags'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetRNNDescriptor_v8')
 
-_cudnnGetRNNDescriptor_v8 = _lazy('cudnnGetRNNDescriptor_v8', (cudnnRNNDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int32, False), host_array(c_int32, False), host_array(c_int32, False), host_array(c_int32, False), host_array(cudnnDropoutDescriptor_t, False), host_array(c_uint32, False),), c_int)
+_cudnnGetRNNDescriptor_v8 = _lazy('cudnnGetRNNDescriptor_v8', (cudnnRNNDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int32), POINTER(c_int32), POINTER(c_int32), POINTER(c_int32), POINTER(cudnnDropoutDescriptor_t), POINTER(c_uint32),), c_int)
 
 
 def cudnnGetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, dropoutDesc, auxFlags):
     """cudnnStatus_t cudnnGetRNNDescriptor_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNAlgo_t * algo, cudnnRNNMode_t * cellMode, cudnnRNNBiasMode_t * biasMode, cudnnDirectionMode_t * dirMode, cudnnRNNInputMode_t * inputMode, cudnnDataType_t * dataType, cudnnDataType_t * mathPrec, cudnnMathType_t * mathType, int32_t * inputSize, int32_t * hiddenSize, int32_t * projSize, int32_t * numLayers, cudnnDropoutDescriptor_t * dropoutDesc, uint32_t * auxFlags)
 
     Checked parameters:
-        algo: host memory
-        cellMode: host memory
-        biasMode: host memory
-        dirMode: host memory
-        inputMode: host memory
-        dataType: host memory
-        mathPrec: host memory
-        mathType: host memory
-        inputSize: host memory
-        hiddenSize: host memory
-        projSize: host memory
-        numLayers: host memory
-        dropoutDesc: host memory
-        auxFlags: host memory
+        algo: host output, fixed 1 elements
+        cellMode: host output, fixed 1 elements
+        biasMode: host output, fixed 1 elements
+        dirMode: host output, fixed 1 elements
+        inputMode: host output, fixed 1 elements
+        dataType: host output, fixed 1 elements
+        mathPrec: host output, fixed 1 elements
+        mathType: host output, fixed 1 elements
+        inputSize: host output, fixed 1 elements
+        hiddenSize: host output, fixed 1 elements
+        projSize: host output, fixed 1 elements
+        numLayers: host output, fixed 1 elements
+        dropoutDesc: host output, fixed 1 elements
+        auxFlags: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -6330,6 +6981,20 @@ def cudnnGetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMo
     @since cuDNN 9.0.0
     @see cudnnSetRNNDescriptor_v8"""
     try:
+        algo = _arr_cudnnRNNAlgo_t(algo, 1, 1)
+        cellMode = _arr_cudnnRNNMode_t(cellMode, 1, 2)
+        biasMode = _arr_cudnnRNNBiasMode_t(biasMode, 1, 3)
+        dirMode = _arr_cudnnDirectionMode_t(dirMode, 1, 4)
+        inputMode = _arr_cudnnRNNInputMode_t(inputMode, 1, 5)
+        dataType = _arr_cudnnDataType_t(dataType, 1, 6)
+        mathPrec = _arr_cudnnDataType_t(mathPrec, 1, 7)
+        mathType = _arr_cudnnMathType_t(mathType, 1, 8)
+        inputSize = _arr_int32_t(inputSize, 1, 9)
+        hiddenSize = _arr_int32_t(hiddenSize, 1, 10)
+        projSize = _arr_int32_t(projSize, 1, 11)
+        numLayers = _arr_int32_t(numLayers, 1, 12)
+        dropoutDesc = _arr_cudnnDropoutDescriptor_t(dropoutDesc, 1, 13)
+        auxFlags = _arr_uint32_t(auxFlags, 1, 14)
         status = _cudnnGetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, dropoutDesc, auxFlags)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetRNNDescriptor_v8', ('rnnDesc', 'algo', 'cellMode', 'biasMode', 'dirMode', 'inputMode', 'dataType', 'mathPrec', 'mathType', 'inputSize', 'hiddenSize', 'projSize', 'numLayers', 'dropoutDesc', 'auxFlags'), exc) from None
@@ -6350,6 +7015,12 @@ def cudnnRNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
 
     @deprecated Since cuDNN 9.0.0. Use cudnnRNNSetClip_v9 instead.
     @since cuDNN 9.0.0"""
+    try:
+        _ok = _pack_ii(clipMode, clipNanOpt) and (type(clipMode) is int or type(clipMode) is cudnnRNNClipMode_t) and (type(clipNanOpt) is int or type(clipNanOpt) is cudnnNanPropagation_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnRNNSetClip_v8', ('rnnDesc', 'clipMode', 'clipNanOpt', 'lclip', 'rclip'), ((1, clipMode, 'i', cudnnRNNClipMode_t), (2, clipNanOpt, 'i', cudnnNanPropagation_t),))
     try:
         status = _cudnnRNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip)
     except _ArgumentError as exc:
@@ -6377,13 +7048,19 @@ def cudnnRNNSetClip_v9(rnnDesc, clipMode, lclip, rclip):
     @since cuDNN 9.0.0
     @see cudnnRNNGetClip_v9"""
     try:
+        _ok = _pack_i(clipMode) and (type(clipMode) is int or type(clipMode) is cudnnRNNClipMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnRNNSetClip_v9', ('rnnDesc', 'clipMode', 'lclip', 'rclip'), ((1, clipMode, 'i', cudnnRNNClipMode_t),))
+    try:
         status = _cudnnRNNSetClip_v9(rnnDesc, clipMode, lclip, rclip)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnRNNSetClip_v9', ('rnnDesc', 'clipMode', 'lclip', 'rclip'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnRNNSetClip_v9')
 
-_cudnnRNNGetClip_v8 = _lazy('cudnnRNNGetClip_v8', (cudnnRNNDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_double, False), host_array(c_double, False),), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnRNNGetClip_v9 instead')
+_cudnnRNNGetClip_v8 = _lazy('cudnnRNNGetClip_v8', (cudnnRNNDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_double), POINTER(c_double),), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnRNNGetClip_v9 instead')
 
 
 def cudnnRNNGetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
@@ -6392,10 +7069,10 @@ def cudnnRNNGetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
     Deprecated by the vendor.
 
     Checked parameters:
-        clipMode: host memory
-        clipNanOpt: host memory
-        lclip: host memory
-        rclip: host memory
+        clipMode: host output, fixed 1 elements
+        clipNanOpt: host output, fixed 1 elements
+        lclip: host output, fixed 1 elements
+        rclip: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -6404,22 +7081,26 @@ def cudnnRNNGetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
     @deprecated Since cuDNN 9.0.0. Use cudnnRNNGetClip_v9 instead.
     @since cuDNN 9.0.0"""
     try:
+        clipMode = _arr_cudnnRNNClipMode_t(clipMode, 1, 1)
+        clipNanOpt = _arr_cudnnNanPropagation_t(clipNanOpt, 1, 2)
+        lclip = _arr_double(lclip, 1, 3)
+        rclip = _arr_double(rclip, 1, 4)
         status = _cudnnRNNGetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnRNNGetClip_v8', ('rnnDesc', 'clipMode', 'clipNanOpt', 'lclip', 'rclip'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnRNNGetClip_v8')
 
-_cudnnRNNGetClip_v9 = _lazy('cudnnRNNGetClip_v9', (cudnnRNNDescriptor_t, host_array(c_int, False), host_array(c_double, False), host_array(c_double, False),), c_int)
+_cudnnRNNGetClip_v9 = _lazy('cudnnRNNGetClip_v9', (cudnnRNNDescriptor_t, POINTER(c_int), POINTER(c_double), POINTER(c_double),), c_int)
 
 
 def cudnnRNNGetClip_v9(rnnDesc, clipMode, lclip, rclip):
     """cudnnStatus_t cudnnRNNGetClip_v9(cudnnRNNDescriptor_t rnnDesc, cudnnRNNClipMode_t * clipMode, double * lclip, double * rclip)
 
     Checked parameters:
-        clipMode: host memory
-        lclip: host memory
-        rclip: host memory
+        clipMode: host output, fixed 1 elements
+        lclip: host output, fixed 1 elements
+        rclip: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -6435,6 +7116,9 @@ def cudnnRNNGetClip_v9(rnnDesc, clipMode, lclip, rclip):
     @since cuDNN 9.0.0
     @see cudnnRNNSetClip_v9"""
     try:
+        clipMode = _arr_cudnnRNNClipMode_t(clipMode, 1, 1)
+        lclip = _arr_double(lclip, 1, 2)
+        rclip = _arr_double(rclip, 1, 3)
         status = _cudnnRNNGetClip_v9(rnnDesc, clipMode, lclip, rclip)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnRNNGetClip_v9', ('rnnDesc', 'clipMode', 'lclip', 'rclip'), exc) from None
@@ -6460,21 +7144,27 @@ def cudnnBuildRNNDynamic(handle, rnnDesc, miniBatch):
 
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(miniBatch)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnBuildRNNDynamic', ('handle', 'rnnDesc', 'miniBatch'), ((2, miniBatch, 'i', None),))
+    try:
         status = _cudnnBuildRNNDynamic(handle, rnnDesc, miniBatch)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBuildRNNDynamic', ('handle', 'rnnDesc', 'miniBatch'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnBuildRNNDynamic')
 
-_cudnnGetRNNTempSpaceSizes = _lazy('cudnnGetRNNTempSpaceSizes', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int, cudnnRNNDataDescriptor_t, host_array(c_size_t, False), host_array(c_size_t, False),), c_int)
+_cudnnGetRNNTempSpaceSizes = _lazy('cudnnGetRNNTempSpaceSizes', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int, cudnnRNNDataDescriptor_t, POINTER(c_size_t), POINTER(c_size_t),), c_int)
 
 
 def cudnnGetRNNTempSpaceSizes(handle, rnnDesc, fwdMode, xDesc, workSpaceSize, reserveSpaceSize):
     """cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnForwardMode_t fwdMode, cudnnRNNDataDescriptor_t xDesc, size_t * workSpaceSize, size_t * reserveSpaceSize)
 
     Checked parameters:
-        workSpaceSize: host memory (64-bit byte count)
-        reserveSpaceSize: host memory (64-bit byte count)
+        workSpaceSize: host output, fixed 1 elements
+        reserveSpaceSize: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -6491,20 +7181,28 @@ def cudnnGetRNNTempSpaceSizes(handle, rnnDesc, fwdMode, xDesc, workSpaceSize, re
 
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(fwdMode) and (type(fwdMode) is int or type(fwdMode) is cudnnForwardMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetRNNTempSpaceSizes', ('handle', 'rnnDesc', 'fwdMode', 'xDesc', 'workSpaceSize', 'reserveSpaceSize'), ((2, fwdMode, 'i', cudnnForwardMode_t),))
+    try:
+        workSpaceSize = _arr_size_t(workSpaceSize, 1, 4)
+        reserveSpaceSize = _arr_size_t(reserveSpaceSize, 1, 5)
         status = _cudnnGetRNNTempSpaceSizes(handle, rnnDesc, fwdMode, xDesc, workSpaceSize, reserveSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetRNNTempSpaceSizes', ('handle', 'rnnDesc', 'fwdMode', 'xDesc', 'workSpaceSize', 'reserveSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetRNNTempSpaceSizes')
 
-_cudnnGetRNNWeightSpaceSize = _lazy('cudnnGetRNNWeightSpaceSize', (cudnnHandle_t, cudnnRNNDescriptor_t, host_array(c_size_t, False),), c_int)
+_cudnnGetRNNWeightSpaceSize = _lazy('cudnnGetRNNWeightSpaceSize', (cudnnHandle_t, cudnnRNNDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def cudnnGetRNNWeightSpaceSize(handle, rnnDesc, weightSpaceSize):
     """cudnnStatus_t cudnnGetRNNWeightSpaceSize(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, size_t * weightSpaceSize)
 
     Checked parameters:
-        weightSpaceSize: host memory (64-bit byte count)
+        weightSpaceSize: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -6518,13 +7216,14 @@ def cudnnGetRNNWeightSpaceSize(handle, rnnDesc, weightSpaceSize):
 
     @since cuDNN 9.0.0"""
     try:
+        weightSpaceSize = _arr_size_t(weightSpaceSize, 1, 2)
         status = _cudnnGetRNNWeightSpaceSize(handle, rnnDesc, weightSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetRNNWeightSpaceSize', ('handle', 'rnnDesc', 'weightSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetRNNWeightSpaceSize')
 
-_cudnnGetRNNWeightParams = _lazy('cudnnGetRNNWeightParams', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int32, ByteSize, DevicePointer, c_int32, cudnnTensorDescriptor_t, host_array(c_void_p, False), cudnnTensorDescriptor_t, host_array(c_void_p, False),), c_int)
+_cudnnGetRNNWeightParams = _lazy('cudnnGetRNNWeightParams', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int32, c_size_t, DevicePointer, c_int32, cudnnTensorDescriptor_t, POINTER(c_void_p), cudnnTensorDescriptor_t, POINTER(c_void_p),), c_int)
 
 
 def cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weightSpace, linLayerID, mDesc, mAddr, bDesc, bAddr):
@@ -6533,8 +7232,8 @@ def cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weigh
     Checked parameters:
         weightSpaceSize: byte count (size_t, non-negative)
         weightSpace: device memory
-        mAddr: host memory
-        bAddr: host memory
+        mAddr: host output, fixed 1 elements
+        bAddr: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -6555,20 +7254,28 @@ def cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weigh
 
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iNi(pseudoLayer, weightSpaceSize, linLayerID)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetRNNWeightParams', ('handle', 'rnnDesc', 'pseudoLayer', 'weightSpaceSize', 'weightSpace', 'linLayerID', 'mDesc', 'mAddr', 'bDesc', 'bAddr'), ((2, pseudoLayer, 'i', None), (3, weightSpaceSize, 'N', None), (5, linLayerID, 'i', None),))
+    try:
+        mAddr = _arr_void(mAddr, 1, 7)
+        bAddr = _arr_void(bAddr, 1, 9)
         status = _cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weightSpace, linLayerID, mDesc, mAddr, bDesc, bAddr)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetRNNWeightParams', ('handle', 'rnnDesc', 'pseudoLayer', 'weightSpaceSize', 'weightSpace', 'linLayerID', 'mDesc', 'mAddr', 'bDesc', 'bAddr'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetRNNWeightParams')
 
-_cudnnCreateRNNDataDescriptor = _lazy('cudnnCreateRNNDataDescriptor', (host_array(cudnnRNNDataDescriptor_t, False),), c_int)
+_cudnnCreateRNNDataDescriptor = _lazy('cudnnCreateRNNDataDescriptor', (POINTER(cudnnRNNDataDescriptor_t),), c_int)
 
 
 def cudnnCreateRNNDataDescriptor(rnnDataDesc):
     """cudnnStatus_t cudnnCreateRNNDataDescriptor(cudnnRNNDataDescriptor_t * rnnDataDesc)
 
     Checked parameters:
-        rnnDataDesc: host memory
+        rnnDataDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -6577,6 +7284,7 @@ def cudnnCreateRNNDataDescriptor(rnnDataDesc):
     @retval CUDNN_STATUS_SUCCESS  Descriptor created.
     @since cuDNN 9.0.0"""
     try:
+        rnnDataDesc = _arr_cudnnRNNDataDescriptor_t(rnnDataDesc, 1, 0)
         status = _cudnnCreateRNNDataDescriptor(rnnDataDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateRNNDataDescriptor', ('rnnDataDesc',), exc) from None
@@ -6595,22 +7303,25 @@ def cudnnDestroyRNNDataDescriptor(rnnDataDesc):
     @param[in] rnnDataDesc  Descriptor to destroy.
     @retval CUDNN_STATUS_SUCCESS  Descriptor destroyed.
     @since cuDNN 9.0.0"""
+    if not rnnDataDesc:
+        raise _lib.null_handle_error('cudnnDestroyRNNDataDescriptor', 'rnnDataDesc', rnnDataDesc)
     try:
         status = _cudnnDestroyRNNDataDescriptor(rnnDataDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyRNNDataDescriptor', ('rnnDataDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyRNNDataDescriptor')
+    _clear_handle(rnnDataDesc)
 
-_cudnnSetRNNDataDescriptor = _lazy('cudnnSetRNNDataDescriptor', (cudnnRNNDataDescriptor_t, c_int, c_int, c_int, c_int, c_int, host_array(c_int, True), HostPointer,), c_int)
+_cudnnSetRNNDataDescriptor = _lazy('cudnnSetRNNDataDescriptor', (cudnnRNNDataDescriptor_t, c_int, c_int, c_int, c_int, c_int, POINTER(c_int), c_void_p,), c_int)
 
 
 def cudnnSetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batchSize, vectorSize, seqLengthArray, paddingFill):
     """cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc, cudnnDataType_t dataType, cudnnRNNDataLayout_t layout, int maxSeqLength, int batchSize, int vectorSize, const int[] seqLengthArray, void * paddingFill)
 
     Checked parameters:
-        seqLengthArray: host memory
-        paddingFill: host memory
+        seqLengthArray: host input, count batchSize
+        paddingFill: host output, fixed 2 bytes, may be None
 
     Raises CudnnError when the returned status is not success.
 
@@ -6629,39 +7340,60 @@ def cudnnSetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
 
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iiiii(dataType, layout, maxSeqLength, batchSize, vectorSize) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(layout) is int or type(layout) is cudnnRNNDataLayout_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetRNNDataDescriptor', ('rnnDataDesc', 'dataType', 'layout', 'maxSeqLength', 'batchSize', 'vectorSize', 'seqLengthArray', 'paddingFill'), ((1, dataType, 'i', cudnnDataType_t), (2, layout, 'i', cudnnRNNDataLayout_t), (3, maxSeqLength, 'i', None), (4, batchSize, 'i', None), (5, vectorSize, 'i', None),))
+    try:
+        seqLengthArray = _arr_int_c(seqLengthArray, batchSize, 6)
+        paddingFill = _void_n(paddingFill, 2, 7)
         status = _cudnnSetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batchSize, vectorSize, seqLengthArray, paddingFill)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetRNNDataDescriptor', ('rnnDataDesc', 'dataType', 'layout', 'maxSeqLength', 'batchSize', 'vectorSize', 'seqLengthArray', 'paddingFill'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetRNNDataDescriptor')
 
-_cudnnGetRNNDataDescriptor = _lazy('cudnnGetRNNDataDescriptor', (cudnnRNNDataDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), c_int, host_array(c_int, False), HostPointer,), c_int)
+_cudnnGetRNNDataDescriptor = _lazy('cudnnGetRNNDataDescriptor', (cudnnRNNDataDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), c_int, POINTER(c_int), c_void_p,), c_int)
 
 
 def cudnnGetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batchSize, vectorSize, arrayLengthRequested, seqLengthArray, paddingFill):
     """cudnnStatus_t cudnnGetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc, cudnnDataType_t * dataType, cudnnRNNDataLayout_t * layout, int * maxSeqLength, int * batchSize, int * vectorSize, int arrayLengthRequested, int[] seqLengthArray, void * paddingFill)
 
     Checked parameters:
-        dataType: host memory
-        layout: host memory
-        maxSeqLength: host memory
-        batchSize: host memory
-        vectorSize: host memory
-        seqLengthArray: host memory
-        paddingFill: host memory
+        dataType: host output, fixed 1 elements
+        layout: host output, fixed 1 elements
+        maxSeqLength: host output, fixed 1 elements
+        batchSize: host output, fixed 1 elements
+        vectorSize: host output, fixed 1 elements
+        seqLengthArray: host output, count arrayLengthRequested
+        paddingFill: host output, unchecked: written as the descriptor's data type (2, 4 or 8 bytes), itself an output of this call; pass 8 bytes
 
     Raises CudnnError when the returned status is not success.
 
     @brief Retrieves RNN data descriptor parameters.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(arrayLengthRequested)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetRNNDataDescriptor', ('rnnDataDesc', 'dataType', 'layout', 'maxSeqLength', 'batchSize', 'vectorSize', 'arrayLengthRequested', 'seqLengthArray', 'paddingFill'), ((6, arrayLengthRequested, 'i', None),))
+    try:
+        dataType = _arr_cudnnDataType_t(dataType, 1, 1)
+        layout = _arr_cudnnRNNDataLayout_t(layout, 1, 2)
+        maxSeqLength = _arr_int(maxSeqLength, 1, 3)
+        batchSize = _arr_int(batchSize, 1, 4)
+        vectorSize = _arr_int(vectorSize, 1, 5)
+        seqLengthArray = _arr_int(seqLengthArray, arrayLengthRequested, 7)
+        paddingFill = _void(paddingFill, None, 8)
         status = _cudnnGetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batchSize, vectorSize, arrayLengthRequested, seqLengthArray, paddingFill)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetRNNDataDescriptor', ('rnnDataDesc', 'dataType', 'layout', 'maxSeqLength', 'batchSize', 'vectorSize', 'arrayLengthRequested', 'seqLengthArray', 'paddingFill'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetRNNDataDescriptor')
 
-_cudnnRNNForward = _lazy('cudnnRNNForward', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize, DevicePointer, ByteSize, DevicePointer, ByteSize, DevicePointer,), c_int)
+_cudnnRNNForward = _lazy('cudnnRNNForward', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int)
 
 
 def cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDesc, hx, hy, cDesc, cx, cy, weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace):
@@ -6714,13 +7446,19 @@ def cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y,
     @since cuDNN 9.0.0
     @see cudnnRNNBackwardData_v8, cudnnRNNBackwardWeights_v8"""
     try:
+        _ok = _pack_iNNN(fwdMode, weightSpaceSize, workSpaceSize, reserveSpaceSize) and (type(fwdMode) is int or type(fwdMode) is cudnnForwardMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnRNNForward', ('handle', 'rnnDesc', 'fwdMode', 'devSeqLengths', 'xDesc', 'x', 'yDesc', 'y', 'hDesc', 'hx', 'hy', 'cDesc', 'cx', 'cy', 'weightSpaceSize', 'weightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((2, fwdMode, 'i', cudnnForwardMode_t), (14, weightSpaceSize, 'N', None), (16, workSpaceSize, 'N', None), (18, reserveSpaceSize, 'N', None),))
+    try:
         status = _cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDesc, hx, hy, cDesc, cx, cy, weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnRNNForward', ('handle', 'rnnDesc', 'fwdMode', 'devSeqLengths', 'xDesc', 'x', 'yDesc', 'y', 'hDesc', 'hx', 'hy', 'cDesc', 'cx', 'cy', 'weightSpaceSize', 'weightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnRNNForward')
 
-_cudnnCreateSeqDataDescriptor = _lazy('cudnnCreateSeqDataDescriptor', (host_array(cudnnSeqDataDescriptor_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use RNN data descriptors instead')
+_cudnnCreateSeqDataDescriptor = _lazy('cudnnCreateSeqDataDescriptor', (POINTER(cudnnSeqDataDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use RNN data descriptors instead')
 
 
 def cudnnCreateSeqDataDescriptor(seqDataDesc):
@@ -6729,7 +7467,7 @@ def cudnnCreateSeqDataDescriptor(seqDataDesc):
     Deprecated by the vendor.
 
     Checked parameters:
-        seqDataDesc: host memory
+        seqDataDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -6737,6 +7475,7 @@ def cudnnCreateSeqDataDescriptor(seqDataDesc):
     @deprecated Since cuDNN 9.0.0. Use RNN data descriptors instead.
     @since cuDNN 9.0.0"""
     try:
+        seqDataDesc = _arr_cudnnSeqDataDescriptor_t(seqDataDesc, 1, 0)
         status = _cudnnCreateSeqDataDescriptor(seqDataDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateSeqDataDescriptor', ('seqDataDesc',), exc) from None
@@ -6756,14 +7495,17 @@ def cudnnDestroySeqDataDescriptor(seqDataDesc):
     @brief Destroys a sequence data descriptor.
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
+    if not seqDataDesc:
+        raise _lib.null_handle_error('cudnnDestroySeqDataDescriptor', 'seqDataDesc', seqDataDesc)
     try:
         status = _cudnnDestroySeqDataDescriptor(seqDataDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroySeqDataDescriptor', ('seqDataDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroySeqDataDescriptor')
+    _clear_handle(seqDataDesc)
 
-_cudnnSetSeqDataDescriptor = _lazy('cudnnSetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, c_int, c_int, host_array(c_int, True), host_array(c_int, True), c_size_t, host_array(c_int, True), HostPointer,), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnSetSeqDataDescriptor = _lazy('cudnnSetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, c_int, c_int, POINTER(c_int), POINTER(c_int), c_size_t, POINTER(c_int), c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
 
 
 def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLengthArraySize, seqLengthArray, paddingFill):
@@ -6772,10 +7514,10 @@ def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLeng
     Deprecated by the vendor.
 
     Checked parameters:
-        dimA: host memory
-        axes: host memory
-        seqLengthArray: host memory
-        paddingFill: host memory
+        dimA: host input, count nbDims
+        axes: host input, count nbDims
+        seqLengthArray: host input, count seqLengthArraySize
+        paddingFill: host output, fixed 2 bytes, may be None
 
     Raises CudnnError when the returned status is not success.
 
@@ -6783,13 +7525,23 @@ def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLeng
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iiN(dataType, nbDims, seqLengthArraySize) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetSeqDataDescriptor', ('seqDataDesc', 'dataType', 'nbDims', 'dimA', 'axes', 'seqLengthArraySize', 'seqLengthArray', 'paddingFill'), ((1, dataType, 'i', cudnnDataType_t), (2, nbDims, 'i', None), (5, seqLengthArraySize, 'N', None),))
+    try:
+        dimA = _arr_int_c(dimA, nbDims, 3)
+        axes = _arr_cudnnSeqDataAxis_t_c(axes, nbDims, 4)
+        seqLengthArray = _arr_int_c(seqLengthArray, seqLengthArraySize, 6)
+        paddingFill = _void_n(paddingFill, 2, 7)
         status = _cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLengthArraySize, seqLengthArray, paddingFill)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetSeqDataDescriptor', ('seqDataDesc', 'dataType', 'nbDims', 'dimA', 'axes', 'seqLengthArraySize', 'seqLengthArray', 'paddingFill'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetSeqDataDescriptor')
 
-_cudnnGetSeqDataDescriptor = _lazy('cudnnGetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, host_array(c_int, False), host_array(c_int, False), c_int, host_array(c_int, False), host_array(c_int, False), host_array(c_size_t, False), c_size_t, host_array(c_int, False), HostPointer,), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnGetSeqDataDescriptor = _lazy('cudnnGetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, POINTER(c_int), POINTER(c_int), c_int, POINTER(c_int), POINTER(c_int), POINTER(c_size_t), c_size_t, POINTER(c_int), c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
 
 
 def cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, dimA, axes, seqLengthArraySize, seqLengthSizeRequested, seqLengthArray, paddingFill):
@@ -6798,13 +7550,13 @@ def cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, di
     Deprecated by the vendor.
 
     Checked parameters:
-        dataType: host memory
-        nbDims: host memory
-        dimA: host memory
-        axes: host memory
-        seqLengthArraySize: host memory
-        seqLengthArray: host memory
-        paddingFill: host memory
+        dataType: host output, fixed 1 elements
+        nbDims: host output, fixed 1 elements
+        dimA: host output, count nbDimsRequested
+        axes: host output, count nbDimsRequested
+        seqLengthArraySize: host output, fixed 1 elements
+        seqLengthArray: host output, count seqLengthSizeRequested
+        paddingFill: host output, unchecked: written as the descriptor's data type (2, 4 or 8 bytes), itself an output of this call; pass 8 bytes
 
     Raises CudnnError when the returned status is not success.
 
@@ -6812,13 +7564,26 @@ def cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, di
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iN(nbDimsRequested, seqLengthSizeRequested)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetSeqDataDescriptor', ('seqDataDesc', 'dataType', 'nbDims', 'nbDimsRequested', 'dimA', 'axes', 'seqLengthArraySize', 'seqLengthSizeRequested', 'seqLengthArray', 'paddingFill'), ((3, nbDimsRequested, 'i', None), (7, seqLengthSizeRequested, 'N', None),))
+    try:
+        dataType = _arr_cudnnDataType_t(dataType, 1, 1)
+        nbDims = _arr_int(nbDims, 1, 2)
+        dimA = _arr_int(dimA, nbDimsRequested, 4)
+        axes = _arr_cudnnSeqDataAxis_t(axes, nbDimsRequested, 5)
+        seqLengthArraySize = _arr_size_t(seqLengthArraySize, 1, 6)
+        seqLengthArray = _arr_int(seqLengthArray, seqLengthSizeRequested, 8)
+        paddingFill = _void(paddingFill, None, 9)
         status = _cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, dimA, axes, seqLengthArraySize, seqLengthSizeRequested, seqLengthArray, paddingFill)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetSeqDataDescriptor', ('seqDataDesc', 'dataType', 'nbDims', 'nbDimsRequested', 'dimA', 'axes', 'seqLengthArraySize', 'seqLengthSizeRequested', 'seqLengthArray', 'paddingFill'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetSeqDataDescriptor')
 
-_cudnnCreateAttnDescriptor = _lazy('cudnnCreateAttnDescriptor', (host_array(cudnnAttnDescriptor_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_cudnnCreateAttnDescriptor = _lazy('cudnnCreateAttnDescriptor', (POINTER(cudnnAttnDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
 
 
 def cudnnCreateAttnDescriptor(attnDesc):
@@ -6827,7 +7592,7 @@ def cudnnCreateAttnDescriptor(attnDesc):
     Deprecated by the vendor.
 
     Checked parameters:
-        attnDesc: host memory
+        attnDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -6835,6 +7600,7 @@ def cudnnCreateAttnDescriptor(attnDesc):
     @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
     @since cuDNN 9.0.0"""
     try:
+        attnDesc = _arr_cudnnAttnDescriptor_t(attnDesc, 1, 0)
         status = _cudnnCreateAttnDescriptor(attnDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateAttnDescriptor', ('attnDesc',), exc) from None
@@ -6854,12 +7620,15 @@ def cudnnDestroyAttnDescriptor(attnDesc):
     @brief Destroys a multi-head attention descriptor.
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
+    if not attnDesc:
+        raise _lib.null_handle_error('cudnnDestroyAttnDescriptor', 'attnDesc', attnDesc)
     try:
         status = _cudnnDestroyAttnDescriptor(attnDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyAttnDescriptor', ('attnDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyAttnDescriptor')
+    _clear_handle(attnDesc)
 
 _cudnnSetAttnDescriptor = _lazy('cudnnSetAttnDescriptor', (cudnnAttnDescriptor_t, c_uint, c_int, c_double, c_int, c_int, c_int, cudnnDropoutDescriptor_t, cudnnDropoutDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
 
@@ -6875,13 +7644,19 @@ def cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_Iiiiiiiiiiiiiiii(attnMode, nHeads, dataType, computePrec, mathType, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(computePrec) is int or type(computePrec) is cudnnDataType_t) and (type(mathType) is int or type(mathType) is cudnnMathType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetAttnDescriptor', ('attnDesc', 'attnMode', 'nHeads', 'smScaler', 'dataType', 'computePrec', 'mathType', 'attnDropoutDesc', 'postDropoutDesc', 'qSize', 'kSize', 'vSize', 'qProjSize', 'kProjSize', 'vProjSize', 'oProjSize', 'qoMaxSeqLength', 'kvMaxSeqLength', 'maxBatchSize', 'maxBeamSize'), ((1, attnMode, 'I', None), (2, nHeads, 'i', None), (4, dataType, 'i', cudnnDataType_t), (5, computePrec, 'i', cudnnDataType_t), (6, mathType, 'i', cudnnMathType_t), (9, qSize, 'i', None), (10, kSize, 'i', None), (11, vSize, 'i', None), (12, qProjSize, 'i', None), (13, kProjSize, 'i', None), (14, vProjSize, 'i', None), (15, oProjSize, 'i', None), (16, qoMaxSeqLength, 'i', None), (17, kvMaxSeqLength, 'i', None), (18, maxBatchSize, 'i', None), (19, maxBeamSize, 'i', None),))
+    try:
         status = _cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, computePrec, mathType, attnDropoutDesc, postDropoutDesc, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetAttnDescriptor', ('attnDesc', 'attnMode', 'nHeads', 'smScaler', 'dataType', 'computePrec', 'mathType', 'attnDropoutDesc', 'postDropoutDesc', 'qSize', 'kSize', 'vSize', 'qProjSize', 'kProjSize', 'vProjSize', 'oProjSize', 'qoMaxSeqLength', 'kvMaxSeqLength', 'maxBatchSize', 'maxBeamSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetAttnDescriptor')
 
-_cudnnGetAttnDescriptor = _lazy('cudnnGetAttnDescriptor', (cudnnAttnDescriptor_t, host_array(c_uint, False), host_array(c_int, False), host_array(c_double, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(cudnnDropoutDescriptor_t, False), host_array(cudnnDropoutDescriptor_t, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnGetAttnDescriptor = _lazy('cudnnGetAttnDescriptor', (cudnnAttnDescriptor_t, POINTER(c_uint), POINTER(c_int), POINTER(c_double), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(cudnnDropoutDescriptor_t), POINTER(cudnnDropoutDescriptor_t), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0')
 
 
 def cudnnGetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, computePrec, mathType, attnDropoutDesc, postDropoutDesc, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize):
@@ -6890,25 +7665,25 @@ def cudnnGetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     Deprecated by the vendor.
 
     Checked parameters:
-        attnMode: host memory
-        nHeads: host memory
-        smScaler: host memory
-        dataType: host memory
-        computePrec: host memory
-        mathType: host memory
-        attnDropoutDesc: host memory
-        postDropoutDesc: host memory
-        qSize: host memory
-        kSize: host memory
-        vSize: host memory
-        qProjSize: host memory
-        kProjSize: host memory
-        vProjSize: host memory
-        oProjSize: host memory
-        qoMaxSeqLength: host memory
-        kvMaxSeqLength: host memory
-        maxBatchSize: host memory
-        maxBeamSize: host memory
+        attnMode: host output, fixed 1 elements
+        nHeads: host output, fixed 1 elements
+        smScaler: host output, fixed 1 elements
+        dataType: host output, fixed 1 elements
+        computePrec: host output, fixed 1 elements
+        mathType: host output, fixed 1 elements
+        attnDropoutDesc: host output, fixed 1 elements
+        postDropoutDesc: host output, fixed 1 elements
+        qSize: host output, fixed 1 elements
+        kSize: host output, fixed 1 elements
+        vSize: host output, fixed 1 elements
+        qProjSize: host output, fixed 1 elements
+        kProjSize: host output, fixed 1 elements
+        vProjSize: host output, fixed 1 elements
+        oProjSize: host output, fixed 1 elements
+        qoMaxSeqLength: host output, fixed 1 elements
+        kvMaxSeqLength: host output, fixed 1 elements
+        maxBatchSize: host output, fixed 1 elements
+        maxBeamSize: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -6916,13 +7691,32 @@ def cudnnGetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
     try:
+        attnMode = _arr_unsigned_int(attnMode, 1, 1)
+        nHeads = _arr_int(nHeads, 1, 2)
+        smScaler = _arr_double(smScaler, 1, 3)
+        dataType = _arr_cudnnDataType_t(dataType, 1, 4)
+        computePrec = _arr_cudnnDataType_t(computePrec, 1, 5)
+        mathType = _arr_cudnnMathType_t(mathType, 1, 6)
+        attnDropoutDesc = _arr_cudnnDropoutDescriptor_t(attnDropoutDesc, 1, 7)
+        postDropoutDesc = _arr_cudnnDropoutDescriptor_t(postDropoutDesc, 1, 8)
+        qSize = _arr_int(qSize, 1, 9)
+        kSize = _arr_int(kSize, 1, 10)
+        vSize = _arr_int(vSize, 1, 11)
+        qProjSize = _arr_int(qProjSize, 1, 12)
+        kProjSize = _arr_int(kProjSize, 1, 13)
+        vProjSize = _arr_int(vProjSize, 1, 14)
+        oProjSize = _arr_int(oProjSize, 1, 15)
+        qoMaxSeqLength = _arr_int(qoMaxSeqLength, 1, 16)
+        kvMaxSeqLength = _arr_int(kvMaxSeqLength, 1, 17)
+        maxBatchSize = _arr_int(maxBatchSize, 1, 18)
+        maxBeamSize = _arr_int(maxBeamSize, 1, 19)
         status = _cudnnGetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, computePrec, mathType, attnDropoutDesc, postDropoutDesc, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetAttnDescriptor', ('attnDesc', 'attnMode', 'nHeads', 'smScaler', 'dataType', 'computePrec', 'mathType', 'attnDropoutDesc', 'postDropoutDesc', 'qSize', 'kSize', 'vSize', 'qProjSize', 'kProjSize', 'vProjSize', 'oProjSize', 'qoMaxSeqLength', 'kvMaxSeqLength', 'maxBatchSize', 'maxBeamSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetAttnDescriptor')
 
-_cudnnGetMultiHeadAttnBuffers = _lazy('cudnnGetMultiHeadAttnBuffers', (cudnnHandle_t, cudnnAttnDescriptor_t, host_array(c_size_t, False), host_array(c_size_t, False), host_array(c_size_t, False),), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnGetMultiHeadAttnBuffers = _lazy('cudnnGetMultiHeadAttnBuffers', (cudnnHandle_t, cudnnAttnDescriptor_t, POINTER(c_size_t), POINTER(c_size_t), POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0')
 
 
 def cudnnGetMultiHeadAttnBuffers(handle, attnDesc, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
@@ -6931,9 +7725,9 @@ def cudnnGetMultiHeadAttnBuffers(handle, attnDesc, weightSizeInBytes, workSpaceS
     Deprecated by the vendor.
 
     Checked parameters:
-        weightSizeInBytes: host memory (64-bit byte count)
-        workSpaceSizeInBytes: host memory (64-bit byte count)
-        reserveSpaceSizeInBytes: host memory (64-bit byte count)
+        weightSizeInBytes: host output, fixed 1 elements
+        workSpaceSizeInBytes: host output, fixed 1 elements
+        reserveSpaceSizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -6941,13 +7735,16 @@ def cudnnGetMultiHeadAttnBuffers(handle, attnDesc, weightSizeInBytes, workSpaceS
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
     try:
+        weightSizeInBytes = _arr_size_t(weightSizeInBytes, 1, 2)
+        workSpaceSizeInBytes = _arr_size_t(workSpaceSizeInBytes, 1, 3)
+        reserveSpaceSizeInBytes = _arr_size_t(reserveSpaceSizeInBytes, 1, 4)
         status = _cudnnGetMultiHeadAttnBuffers(handle, attnDesc, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetMultiHeadAttnBuffers', ('handle', 'attnDesc', 'weightSizeInBytes', 'workSpaceSizeInBytes', 'reserveSpaceSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetMultiHeadAttnBuffers')
 
-_cudnnGetMultiHeadAttnWeights = _lazy('cudnnGetMultiHeadAttnWeights', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, ByteSize, DevicePointer, cudnnTensorDescriptor_t, host_array(c_void_p, False),), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnGetMultiHeadAttnWeights = _lazy('cudnnGetMultiHeadAttnWeights', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, c_size_t, DevicePointer, cudnnTensorDescriptor_t, POINTER(c_void_p),), c_int, deprecated='Since cuDNN 9.0.0')
 
 
 def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, weights, wDesc, wAddr):
@@ -6958,7 +7755,7 @@ def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, wei
     Checked parameters:
         weightSizeInBytes: byte count (size_t, non-negative)
         weights: device memory
-        wAddr: host memory
+        wAddr: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -6966,13 +7763,20 @@ def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, wei
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iN(wKind, weightSizeInBytes) and (type(wKind) is int or type(wKind) is cudnnMultiHeadAttnWeightKind_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetMultiHeadAttnWeights', ('handle', 'attnDesc', 'wKind', 'weightSizeInBytes', 'weights', 'wDesc', 'wAddr'), ((2, wKind, 'i', cudnnMultiHeadAttnWeightKind_t), (3, weightSizeInBytes, 'N', None),))
+    try:
+        wAddr = _arr_void(wAddr, 1, 6)
         status = _cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, weights, wDesc, wAddr)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetMultiHeadAttnWeights', ('handle', 'attnDesc', 'wKind', 'weightSizeInBytes', 'weights', 'wDesc', 'wAddr'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetMultiHeadAttnWeights')
 
-_cudnnMultiHeadAttnForward = _lazy('cudnnMultiHeadAttnForward', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, host_array(c_int, True), host_array(c_int, True), DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, ByteSize, DevicePointer, ByteSize, DevicePointer, ByteSize, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_cudnnMultiHeadAttnForward = _lazy('cudnnMultiHeadAttnForward', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
 
 
 def cudnnMultiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLengthsQO, devSeqLengthsKV, qDesc, queries, residuals, kDesc, keys, vDesc, values, oDesc, out, weightSizeInBytes, weights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace):
@@ -6981,8 +7785,8 @@ def cudnnMultiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, dev
     Deprecated by the vendor.
 
     Checked parameters:
-        loWinIdx: host memory
-        hiWinIdx: host memory
+        loWinIdx: host input, unchecked: qoMaxSeqLength elements, a property of attnDesc that no single query returns
+        hiWinIdx: host input, unchecked: qoMaxSeqLength elements, a property of attnDesc that no single query returns
         devSeqLengthsQO: device memory
         devSeqLengthsKV: device memory
         queries: device memory
@@ -7003,6 +7807,14 @@ def cudnnMultiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, dev
     @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iNNN(currIdx, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnMultiHeadAttnForward', ('handle', 'attnDesc', 'currIdx', 'loWinIdx', 'hiWinIdx', 'devSeqLengthsQO', 'devSeqLengthsKV', 'qDesc', 'queries', 'residuals', 'kDesc', 'keys', 'vDesc', 'values', 'oDesc', 'out', 'weightSizeInBytes', 'weights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((2, currIdx, 'i', None), (16, weightSizeInBytes, 'N', None), (18, workSpaceSizeInBytes, 'N', None), (20, reserveSpaceSizeInBytes, 'N', None),))
+    try:
+        loWinIdx = _arr_int_c(loWinIdx, None, 3)
+        hiWinIdx = _arr_int_c(hiWinIdx, None, 4)
         status = _cudnnMultiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLengthsQO, devSeqLengthsKV, qDesc, queries, residuals, kDesc, keys, vDesc, values, oDesc, out, weightSizeInBytes, weights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnMultiHeadAttnForward', ('handle', 'attnDesc', 'currIdx', 'loWinIdx', 'hiWinIdx', 'devSeqLengthsQO', 'devSeqLengthsKV', 'qDesc', 'queries', 'residuals', 'kDesc', 'keys', 'vDesc', 'values', 'oDesc', 'out', 'weightSizeInBytes', 'weights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), exc) from None
@@ -7020,7 +7832,7 @@ def cudnnAdvVersionCheck():
     if status:
         raise _lib.status_error(status, 'cudnnAdvVersionCheck')
 
-_cudnnRNNBackwardData_v8 = _lazy('cudnnRNNBackwardData_v8', (cudnnHandle_t, cudnnRNNDescriptor_t, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, ByteSize, DevicePointer, ByteSize, DevicePointer, ByteSize, DevicePointer,), c_int)
+_cudnnRNNBackwardData_v8 = _lazy('cudnnRNNBackwardData_v8', (cudnnHandle_t, cudnnRNNDescriptor_t, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int)
 
 
 def cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc, dx, hDesc, hx, dhy, dhx, cDesc, cx, dcy, dcx, weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace):
@@ -7076,13 +7888,19 @@ def cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc,
     @since cuDNN 9.0.0
     @see cudnnRNNForward, cudnnRNNBackwardWeights_v8"""
     try:
+        _ok = _pack_NNN(weightSpaceSize, workSpaceSize, reserveSpaceSize)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnRNNBackwardData_v8', ('handle', 'rnnDesc', 'devSeqLengths', 'yDesc', 'y', 'dy', 'xDesc', 'dx', 'hDesc', 'hx', 'dhy', 'dhx', 'cDesc', 'cx', 'dcy', 'dcx', 'weightSpaceSize', 'weightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((16, weightSpaceSize, 'N', None), (18, workSpaceSize, 'N', None), (20, reserveSpaceSize, 'N', None),))
+    try:
         status = _cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc, dx, hDesc, hx, dhy, dhx, cDesc, cx, dcy, dcx, weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnRNNBackwardData_v8', ('handle', 'rnnDesc', 'devSeqLengths', 'yDesc', 'y', 'dy', 'xDesc', 'dx', 'hDesc', 'hx', 'dhy', 'dhx', 'cDesc', 'cx', 'dcy', 'dcx', 'weightSpaceSize', 'weightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnRNNBackwardData_v8')
 
-_cudnnRNNBackwardWeights_v8 = _lazy('cudnnRNNBackwardWeights_v8', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, ByteSize, DevicePointer, ByteSize, DevicePointer, ByteSize, DevicePointer,), c_int)
+_cudnnRNNBackwardWeights_v8 = _lazy('cudnnRNNBackwardWeights_v8', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int)
 
 
 def cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x, hDesc, hx, yDesc, y, weightSpaceSize, dweightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace):
@@ -7126,13 +7944,19 @@ def cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x
     @since cuDNN 9.0.0
     @see cudnnRNNForward, cudnnRNNBackwardData_v8"""
     try:
+        _ok = _pack_iNNN(addGrad, weightSpaceSize, workSpaceSize, reserveSpaceSize) and (type(addGrad) is int or type(addGrad) is cudnnWgradMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnRNNBackwardWeights_v8', ('handle', 'rnnDesc', 'addGrad', 'devSeqLengths', 'xDesc', 'x', 'hDesc', 'hx', 'yDesc', 'y', 'weightSpaceSize', 'dweightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((2, addGrad, 'i', cudnnWgradMode_t), (10, weightSpaceSize, 'N', None), (12, workSpaceSize, 'N', None), (14, reserveSpaceSize, 'N', None),))
+    try:
         status = _cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x, hDesc, hx, yDesc, y, weightSpaceSize, dweightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnRNNBackwardWeights_v8', ('handle', 'rnnDesc', 'addGrad', 'devSeqLengths', 'xDesc', 'x', 'hDesc', 'hx', 'yDesc', 'y', 'weightSpaceSize', 'dweightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnRNNBackwardWeights_v8')
 
-_cudnnMultiHeadAttnBackwardData = _lazy('cudnnMultiHeadAttnBackwardData', (cudnnHandle_t, cudnnAttnDescriptor_t, host_array(c_int, True), host_array(c_int, True), DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, ByteSize, DevicePointer, ByteSize, DevicePointer, ByteSize, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_cudnnMultiHeadAttnBackwardData = _lazy('cudnnMultiHeadAttnBackwardData', (cudnnHandle_t, cudnnAttnDescriptor_t, POINTER(c_int), POINTER(c_int), DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
 
 
 def cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqLengthsDQDO, devSeqLengthsDKDV, doDesc, dout, dqDesc, dqueries, queries, dkDesc, dkeys, keys, dvDesc, dvalues, values, weightSizeInBytes, weights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace):
@@ -7141,8 +7965,8 @@ def cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqL
     Deprecated by the vendor.
 
     Checked parameters:
-        loWinIdx: host memory
-        hiWinIdx: host memory
+        loWinIdx: host input, unchecked: qoMaxSeqLength elements, a property of attnDesc that no single query returns
+        hiWinIdx: host input, unchecked: qoMaxSeqLength elements, a property of attnDesc that no single query returns
         devSeqLengthsDQDO: device memory
         devSeqLengthsDKDV: device memory
         dout: device memory
@@ -7165,13 +7989,21 @@ def cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqL
     @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_NNN(weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnMultiHeadAttnBackwardData', ('handle', 'attnDesc', 'loWinIdx', 'hiWinIdx', 'devSeqLengthsDQDO', 'devSeqLengthsDKDV', 'doDesc', 'dout', 'dqDesc', 'dqueries', 'queries', 'dkDesc', 'dkeys', 'keys', 'dvDesc', 'dvalues', 'values', 'weightSizeInBytes', 'weights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((17, weightSizeInBytes, 'N', None), (19, workSpaceSizeInBytes, 'N', None), (21, reserveSpaceSizeInBytes, 'N', None),))
+    try:
+        loWinIdx = _arr_int_c(loWinIdx, None, 2)
+        hiWinIdx = _arr_int_c(hiWinIdx, None, 3)
         status = _cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqLengthsDQDO, devSeqLengthsDKDV, doDesc, dout, dqDesc, dqueries, queries, dkDesc, dkeys, keys, dvDesc, dvalues, values, weightSizeInBytes, weights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnMultiHeadAttnBackwardData', ('handle', 'attnDesc', 'loWinIdx', 'hiWinIdx', 'devSeqLengthsDQDO', 'devSeqLengthsDKDV', 'doDesc', 'dout', 'dqDesc', 'dqueries', 'queries', 'dkDesc', 'dkeys', 'keys', 'dvDesc', 'dvalues', 'values', 'weightSizeInBytes', 'weights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnMultiHeadAttnBackwardData')
 
-_cudnnMultiHeadAttnBackwardWeights = _lazy('cudnnMultiHeadAttnBackwardWeights', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, ByteSize, DevicePointer, DevicePointer, ByteSize, DevicePointer, ByteSize, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_cudnnMultiHeadAttnBackwardWeights = _lazy('cudnnMultiHeadAttnBackwardWeights', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, c_size_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
 
 
 def cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries, kDesc, keys, vDesc, values, doDesc, dout, weightSizeInBytes, weights, dweights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace):
@@ -7198,20 +8030,26 @@ def cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries,
     @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iNNN(addGrad, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes) and (type(addGrad) is int or type(addGrad) is cudnnWgradMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnMultiHeadAttnBackwardWeights', ('handle', 'attnDesc', 'addGrad', 'qDesc', 'queries', 'kDesc', 'keys', 'vDesc', 'values', 'doDesc', 'dout', 'weightSizeInBytes', 'weights', 'dweights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((2, addGrad, 'i', cudnnWgradMode_t), (11, weightSizeInBytes, 'N', None), (14, workSpaceSizeInBytes, 'N', None), (16, reserveSpaceSizeInBytes, 'N', None),))
+    try:
         status = _cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries, kDesc, keys, vDesc, values, doDesc, dout, weightSizeInBytes, weights, dweights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnMultiHeadAttnBackwardWeights', ('handle', 'attnDesc', 'addGrad', 'qDesc', 'queries', 'kDesc', 'keys', 'vDesc', 'values', 'doDesc', 'dout', 'weightSizeInBytes', 'weights', 'dweights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnMultiHeadAttnBackwardWeights')
 
-_cudnnCreateCTCLossDescriptor = _lazy('cudnnCreateCTCLossDescriptor', (host_array(cudnnCTCLossDescriptor_t, False),), c_int)
+_cudnnCreateCTCLossDescriptor = _lazy('cudnnCreateCTCLossDescriptor', (POINTER(cudnnCTCLossDescriptor_t),), c_int)
 
 
 def cudnnCreateCTCLossDescriptor(ctcLossDesc):
     """cudnnStatus_t cudnnCreateCTCLossDescriptor(cudnnCTCLossDescriptor_t * ctcLossDesc)
 
     Checked parameters:
-        ctcLossDesc: host memory
+        ctcLossDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -7220,6 +8058,7 @@ def cudnnCreateCTCLossDescriptor(ctcLossDesc):
     @retval CUDNN_STATUS_SUCCESS  Descriptor created.
     @since cuDNN 9.0.0"""
     try:
+        ctcLossDesc = _arr_cudnnCTCLossDescriptor_t(ctcLossDesc, 1, 0)
         status = _cudnnCreateCTCLossDescriptor(ctcLossDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateCTCLossDescriptor', ('ctcLossDesc',), exc) from None
@@ -7239,6 +8078,12 @@ def cudnnSetCTCLossDescriptor(ctcLossDesc, compType):
     @brief Configures a CTC loss descriptor with compute type.
     @deprecated Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
+    try:
+        _ok = _pack_i(compType) and (type(compType) is int or type(compType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetCTCLossDescriptor', ('ctcLossDesc', 'compType'), ((1, compType, 'i', cudnnDataType_t),))
     try:
         status = _cudnnSetCTCLossDescriptor(ctcLossDesc, compType)
     except _ArgumentError as exc:
@@ -7260,6 +8105,12 @@ def cudnnSetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     @deprecated Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iii(compType, normMode, gradMode) and (type(compType) is int or type(compType) is cudnnDataType_t) and (type(normMode) is int or type(normMode) is cudnnLossNormalizationMode_t) and (type(gradMode) is int or type(gradMode) is cudnnNanPropagation_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetCTCLossDescriptorEx', ('ctcLossDesc', 'compType', 'normMode', 'gradMode'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, gradMode, 'i', cudnnNanPropagation_t),))
+    try:
         status = _cudnnSetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetCTCLossDescriptorEx', ('ctcLossDesc', 'compType', 'normMode', 'gradMode'), exc) from None
@@ -7279,6 +8130,12 @@ def cudnnSetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxL
     @brief Configures CTC loss with normalization, gradient mode, and max label length.
     @deprecated Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
+    try:
+        _ok = _pack_iiii(compType, normMode, gradMode, maxLabelLength) and (type(compType) is int or type(compType) is cudnnDataType_t) and (type(normMode) is int or type(normMode) is cudnnLossNormalizationMode_t) and (type(gradMode) is int or type(gradMode) is cudnnNanPropagation_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetCTCLossDescriptor_v8', ('ctcLossDesc', 'compType', 'normMode', 'gradMode', 'maxLabelLength'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, gradMode, 'i', cudnnNanPropagation_t), (4, maxLabelLength, 'i', None),))
     try:
         status = _cudnnSetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxLabelLength)
     except _ArgumentError as exc:
@@ -7306,13 +8163,19 @@ def cudnnSetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, m
 
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iiii(compType, normMode, ctcGradMode, maxLabelLength) and (type(compType) is int or type(compType) is cudnnDataType_t) and (type(normMode) is int or type(normMode) is cudnnLossNormalizationMode_t) and (type(ctcGradMode) is int or type(ctcGradMode) is cudnnCTCGradMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetCTCLossDescriptor_v9', ('ctcLossDesc', 'compType', 'normMode', 'ctcGradMode', 'maxLabelLength'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, ctcGradMode, 'i', cudnnCTCGradMode_t), (4, maxLabelLength, 'i', None),))
+    try:
         status = _cudnnSetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, maxLabelLength)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetCTCLossDescriptor_v9', ('ctcLossDesc', 'compType', 'normMode', 'ctcGradMode', 'maxLabelLength'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetCTCLossDescriptor_v9')
 
-_cudnnGetCTCLossDescriptor = _lazy('cudnnGetCTCLossDescriptor', (cudnnCTCLossDescriptor_t, host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
+_cudnnGetCTCLossDescriptor = _lazy('cudnnGetCTCLossDescriptor', (cudnnCTCLossDescriptor_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
 
 
 def cudnnGetCTCLossDescriptor(ctcLossDesc, compType):
@@ -7321,7 +8184,7 @@ def cudnnGetCTCLossDescriptor(ctcLossDesc, compType):
     Deprecated by the vendor.
 
     Checked parameters:
-        compType: host memory
+        compType: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -7329,13 +8192,14 @@ def cudnnGetCTCLossDescriptor(ctcLossDesc, compType):
     @deprecated Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
     try:
+        compType = _arr_cudnnDataType_t(compType, 1, 1)
         status = _cudnnGetCTCLossDescriptor(ctcLossDesc, compType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetCTCLossDescriptor', ('ctcLossDesc', 'compType'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetCTCLossDescriptor')
 
-_cudnnGetCTCLossDescriptorEx = _lazy('cudnnGetCTCLossDescriptorEx', (cudnnCTCLossDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
+_cudnnGetCTCLossDescriptorEx = _lazy('cudnnGetCTCLossDescriptorEx', (cudnnCTCLossDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
 
 
 def cudnnGetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
@@ -7344,9 +8208,9 @@ def cudnnGetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     Deprecated by the vendor.
 
     Checked parameters:
-        compType: host memory
-        normMode: host memory
-        gradMode: host memory
+        compType: host output, fixed 1 elements
+        normMode: host output, fixed 1 elements
+        gradMode: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -7354,13 +8218,16 @@ def cudnnGetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     @deprecated Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
     try:
+        compType = _arr_cudnnDataType_t(compType, 1, 1)
+        normMode = _arr_cudnnLossNormalizationMode_t(normMode, 1, 2)
+        gradMode = _arr_cudnnNanPropagation_t(gradMode, 1, 3)
         status = _cudnnGetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetCTCLossDescriptorEx', ('ctcLossDesc', 'compType', 'normMode', 'gradMode'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetCTCLossDescriptorEx')
 
-_cudnnGetCTCLossDescriptor_v8 = _lazy('cudnnGetCTCLossDescriptor_v8', (cudnnCTCLossDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
+_cudnnGetCTCLossDescriptor_v8 = _lazy('cudnnGetCTCLossDescriptor_v8', (cudnnCTCLossDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
 
 
 def cudnnGetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxLabelLength):
@@ -7369,10 +8236,10 @@ def cudnnGetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxL
     Deprecated by the vendor.
 
     Checked parameters:
-        compType: host memory
-        normMode: host memory
-        gradMode: host memory
-        maxLabelLength: host memory
+        compType: host output, fixed 1 elements
+        normMode: host output, fixed 1 elements
+        gradMode: host output, fixed 1 elements
+        maxLabelLength: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -7380,29 +8247,37 @@ def cudnnGetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxL
     @deprecated Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
     try:
+        compType = _arr_cudnnDataType_t(compType, 1, 1)
+        normMode = _arr_cudnnLossNormalizationMode_t(normMode, 1, 2)
+        gradMode = _arr_cudnnNanPropagation_t(gradMode, 1, 3)
+        maxLabelLength = _arr_int(maxLabelLength, 1, 4)
         status = _cudnnGetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxLabelLength)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetCTCLossDescriptor_v8', ('ctcLossDesc', 'compType', 'normMode', 'gradMode', 'maxLabelLength'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetCTCLossDescriptor_v8')
 
-_cudnnGetCTCLossDescriptor_v9 = _lazy('cudnnGetCTCLossDescriptor_v9', (cudnnCTCLossDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_cudnnGetCTCLossDescriptor_v9 = _lazy('cudnnGetCTCLossDescriptor_v9', (cudnnCTCLossDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def cudnnGetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, maxLabelLength):
     """cudnnStatus_t cudnnGetCTCLossDescriptor_v9(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t * compType, cudnnLossNormalizationMode_t * normMode, cudnnCTCGradMode_t * ctcGradMode, int * maxLabelLength)
 
     Checked parameters:
-        compType: host memory
-        normMode: host memory
-        ctcGradMode: host memory
-        maxLabelLength: host memory
+        compType: host output, fixed 1 elements
+        normMode: host output, fixed 1 elements
+        ctcGradMode: host output, fixed 1 elements
+        maxLabelLength: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
     @brief Retrieves CTC loss v9 parameters.
     @since cuDNN 9.0.0"""
     try:
+        compType = _arr_cudnnDataType_t(compType, 1, 1)
+        normMode = _arr_cudnnLossNormalizationMode_t(normMode, 1, 2)
+        ctcGradMode = _arr_cudnnCTCGradMode_t(ctcGradMode, 1, 3)
+        maxLabelLength = _arr_int(maxLabelLength, 1, 4)
         status = _cudnnGetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, maxLabelLength)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetCTCLossDescriptor_v9', ('ctcLossDesc', 'compType', 'normMode', 'ctcGradMode', 'maxLabelLength'), exc) from None
@@ -7421,14 +8296,17 @@ def cudnnDestroyCTCLossDescriptor(ctcLossDesc):
     @param[in] ctcLossDesc  Descriptor to destroy.
     @retval CUDNN_STATUS_SUCCESS  Descriptor destroyed.
     @since cuDNN 9.0.0"""
+    if not ctcLossDesc:
+        raise _lib.null_handle_error('cudnnDestroyCTCLossDescriptor', 'ctcLossDesc', ctcLossDesc)
     try:
         status = _cudnnDestroyCTCLossDescriptor(ctcLossDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyCTCLossDescriptor', ('ctcLossDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyCTCLossDescriptor')
+    _clear_handle(ctcLossDesc)
 
-_cudnnCTCLoss = _lazy('cudnnCTCLoss', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, host_array(c_int, True), host_array(c_int, True), host_array(c_int, True), DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_int, cudnnCTCLossDescriptor_t, DevicePointer, ByteSize,), c_int)
+_cudnnCTCLoss = _lazy('cudnnCTCLoss', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, POINTER(c_int), POINTER(c_int), POINTER(c_int), DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_int, cudnnCTCLossDescriptor_t, DevicePointer, c_size_t,), c_int)
 
 
 def cudnnCTCLoss(handle, probsDesc, probs, hostLabels, hostLabelLengths, hostInputLengths, costs, gradientsDesc, gradients, algo, ctcLossDesc, workspace, workSpaceSizeInBytes):
@@ -7436,9 +8314,9 @@ def cudnnCTCLoss(handle, probsDesc, probs, hostLabels, hostLabelLengths, hostInp
 
     Checked parameters:
         probs: device memory
-        hostLabels: host memory
-        hostLabelLengths: host memory
-        hostInputLengths: host memory
+        hostLabels: host input, unchecked: the sum of hostLabelLengths, which is itself an unchecked array
+        hostLabelLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
+        hostInputLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
         costs: device memory
         gradients: device memory
         workspace: device memory
@@ -7471,13 +8349,22 @@ def cudnnCTCLoss(handle, probsDesc, probs, hostLabels, hostLabelLengths, hostInp
     @since cuDNN 9.0.0
     @see cudnnCTCLoss_v8, cudnnGetCTCLossWorkspaceSize"""
     try:
+        _ok = _pack_iN(algo, workSpaceSizeInBytes) and (type(algo) is int or type(algo) is cudnnCTCLossAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnCTCLoss', ('handle', 'probsDesc', 'probs', 'hostLabels', 'hostLabelLengths', 'hostInputLengths', 'costs', 'gradientsDesc', 'gradients', 'algo', 'ctcLossDesc', 'workspace', 'workSpaceSizeInBytes'), ((9, algo, 'i', cudnnCTCLossAlgo_t), (12, workSpaceSizeInBytes, 'N', None),))
+    try:
+        hostLabels = _arr_int_c(hostLabels, None, 3)
+        hostLabelLengths = _arr_int_c(hostLabelLengths, None, 4)
+        hostInputLengths = _arr_int_c(hostInputLengths, None, 5)
         status = _cudnnCTCLoss(handle, probsDesc, probs, hostLabels, hostLabelLengths, hostInputLengths, costs, gradientsDesc, gradients, algo, ctcLossDesc, workspace, workSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCTCLoss', ('handle', 'probsDesc', 'probs', 'hostLabels', 'hostLabelLengths', 'hostInputLengths', 'costs', 'gradientsDesc', 'gradients', 'algo', 'ctcLossDesc', 'workspace', 'workSpaceSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCTCLoss')
 
-_cudnnCTCLoss_v8 = _lazy('cudnnCTCLoss_v8', (cudnnHandle_t, c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, ByteSize, DevicePointer,), c_int)
+_cudnnCTCLoss_v8 = _lazy('cudnnCTCLoss_v8', (cudnnHandle_t, c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_size_t, DevicePointer,), c_int)
 
 
 def cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLengths, inputLengths, costs, gradientsDesc, gradients, workSpaceSizeInBytes, workspace):
@@ -7504,23 +8391,29 @@ def cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLe
     @since cuDNN 9.0.0
     @see cudnnCTCLoss, cudnnGetCTCLossWorkspaceSize_v8"""
     try:
+        _ok = _pack_iN(algo, workSpaceSizeInBytes) and (type(algo) is int or type(algo) is cudnnCTCLossAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnCTCLoss_v8', ('handle', 'algo', 'ctcLossDesc', 'probsDesc', 'probs', 'labels', 'labelLengths', 'inputLengths', 'costs', 'gradientsDesc', 'gradients', 'workSpaceSizeInBytes', 'workspace'), ((1, algo, 'i', cudnnCTCLossAlgo_t), (11, workSpaceSizeInBytes, 'N', None),))
+    try:
         status = _cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLengths, inputLengths, costs, gradientsDesc, gradients, workSpaceSizeInBytes, workspace)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCTCLoss_v8', ('handle', 'algo', 'ctcLossDesc', 'probsDesc', 'probs', 'labels', 'labelLengths', 'inputLengths', 'costs', 'gradientsDesc', 'gradients', 'workSpaceSizeInBytes', 'workspace'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCTCLoss_v8')
 
-_cudnnGetCTCLossWorkspaceSize = _lazy('cudnnGetCTCLossWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, host_array(c_int, True), host_array(c_int, True), host_array(c_int, True), c_int, cudnnCTCLossDescriptor_t, host_array(c_size_t, False),), c_int)
+_cudnnGetCTCLossWorkspaceSize = _lazy('cudnnGetCTCLossWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), c_int, cudnnCTCLossDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def cudnnGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labelLengths, inputLengths, algo, ctcLossDesc, sizeInBytes):
     """cudnnStatus_t cudnnGetCTCLossWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t probsDesc, const cudnnTensorDescriptor_t gradientsDesc, const int * labels, const int * labelLengths, const int * inputLengths, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, size_t * sizeInBytes)
 
     Checked parameters:
-        labels: host memory
-        labelLengths: host memory
-        inputLengths: host memory
-        sizeInBytes: host memory (64-bit byte count)
+        labels: host input, unchecked: the sum of labelLengths, which is itself an unchecked array
+        labelLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
+        inputLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -7532,20 +8425,30 @@ def cudnnGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, label
     @since cuDNN 9.0.0
     @see cudnnCTCLoss"""
     try:
+        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is cudnnCTCLossAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetCTCLossWorkspaceSize', ('handle', 'probsDesc', 'gradientsDesc', 'labels', 'labelLengths', 'inputLengths', 'algo', 'ctcLossDesc', 'sizeInBytes'), ((6, algo, 'i', cudnnCTCLossAlgo_t),))
+    try:
+        labels = _arr_int_c(labels, None, 3)
+        labelLengths = _arr_int_c(labelLengths, None, 4)
+        inputLengths = _arr_int_c(inputLengths, None, 5)
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 8)
         status = _cudnnGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labelLengths, inputLengths, algo, ctcLossDesc, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetCTCLossWorkspaceSize', ('handle', 'probsDesc', 'gradientsDesc', 'labels', 'labelLengths', 'inputLengths', 'algo', 'ctcLossDesc', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetCTCLossWorkspaceSize')
 
-_cudnnGetCTCLossWorkspaceSize_v8 = _lazy('cudnnGetCTCLossWorkspaceSize_v8', (cudnnHandle_t, c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_cudnnGetCTCLossWorkspaceSize_v8 = _lazy('cudnnGetCTCLossWorkspaceSize_v8', (cudnnHandle_t, c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradientsDesc, sizeInBytes):
     """cudnnStatus_t cudnnGetCTCLossWorkspaceSize_v8(cudnnHandle_t handle, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, const cudnnTensorDescriptor_t probsDesc, const cudnnTensorDescriptor_t gradientsDesc, size_t * sizeInBytes)
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -7553,13 +8456,20 @@ def cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradie
     @since cuDNN 9.0.0
     @see cudnnCTCLoss_v8"""
     try:
+        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is cudnnCTCLossAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetCTCLossWorkspaceSize_v8', ('handle', 'algo', 'ctcLossDesc', 'probsDesc', 'gradientsDesc', 'sizeInBytes'), ((1, algo, 'i', cudnnCTCLossAlgo_t),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
         status = _cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradientsDesc, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetCTCLossWorkspaceSize_v8', ('handle', 'algo', 'ctcLossDesc', 'probsDesc', 'gradientsDesc', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetCTCLossWorkspaceSize_v8')
 
-_cudnnCreateConvolutionDescriptor = _lazy('cudnnCreateConvolutionDescriptor', (host_array(cudnnConvolutionDescriptor_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateConvolutionDescriptor = _lazy('cudnnCreateConvolutionDescriptor', (POINTER(cudnnConvolutionDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateConvolutionDescriptor(convDesc):
@@ -7568,7 +8478,7 @@ def cudnnCreateConvolutionDescriptor(convDesc):
     Deprecated by the vendor.
 
     Checked parameters:
-        convDesc: host memory
+        convDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -7580,6 +8490,7 @@ def cudnnCreateConvolutionDescriptor(convDesc):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        convDesc = _arr_cudnnConvolutionDescriptor_t(convDesc, 1, 0)
         status = _cudnnCreateConvolutionDescriptor(convDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateConvolutionDescriptor', ('convDesc',), exc) from None
@@ -7603,12 +8514,15 @@ def cudnnDestroyConvolutionDescriptor(convDesc):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    if not convDesc:
+        raise _lib.null_handle_error('cudnnDestroyConvolutionDescriptor', 'convDesc', convDesc)
     try:
         status = _cudnnDestroyConvolutionDescriptor(convDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyConvolutionDescriptor', ('convDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyConvolutionDescriptor')
+    _clear_handle(convDesc)
 
 _cudnnSetConvolutionMathType = _lazy('cudnnSetConvolutionMathType', (cudnnConvolutionDescriptor_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
@@ -7629,13 +8543,19 @@ def cudnnSetConvolutionMathType(convDesc, mathType):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(mathType) and (type(mathType) is int or type(mathType) is cudnnMathType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetConvolutionMathType', ('convDesc', 'mathType'), ((1, mathType, 'i', cudnnMathType_t),))
+    try:
         status = _cudnnSetConvolutionMathType(convDesc, mathType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetConvolutionMathType', ('convDesc', 'mathType'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolutionMathType')
 
-_cudnnGetConvolutionMathType = _lazy('cudnnGetConvolutionMathType', (cudnnConvolutionDescriptor_t, host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionMathType = _lazy('cudnnGetConvolutionMathType', (cudnnConvolutionDescriptor_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionMathType(convDesc, mathType):
@@ -7644,7 +8564,7 @@ def cudnnGetConvolutionMathType(convDesc, mathType):
     Deprecated by the vendor.
 
     Checked parameters:
-        mathType: host memory
+        mathType: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -7657,6 +8577,7 @@ def cudnnGetConvolutionMathType(convDesc, mathType):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        mathType = _arr_cudnnMathType_t(mathType, 1, 1)
         status = _cudnnGetConvolutionMathType(convDesc, mathType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionMathType', ('convDesc', 'mathType'), exc) from None
@@ -7682,13 +8603,19 @@ def cudnnSetConvolutionGroupCount(convDesc, groupCount):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(groupCount)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetConvolutionGroupCount', ('convDesc', 'groupCount'), ((1, groupCount, 'i', None),))
+    try:
         status = _cudnnSetConvolutionGroupCount(convDesc, groupCount)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetConvolutionGroupCount', ('convDesc', 'groupCount'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolutionGroupCount')
 
-_cudnnGetConvolutionGroupCount = _lazy('cudnnGetConvolutionGroupCount', (cudnnConvolutionDescriptor_t, host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionGroupCount = _lazy('cudnnGetConvolutionGroupCount', (cudnnConvolutionDescriptor_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionGroupCount(convDesc, groupCount):
@@ -7697,7 +8624,7 @@ def cudnnGetConvolutionGroupCount(convDesc, groupCount):
     Deprecated by the vendor.
 
     Checked parameters:
-        groupCount: host memory
+        groupCount: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -7710,6 +8637,7 @@ def cudnnGetConvolutionGroupCount(convDesc, groupCount):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        groupCount = _arr_int(groupCount, 1, 1)
         status = _cudnnGetConvolutionGroupCount(convDesc, groupCount)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionGroupCount', ('convDesc', 'groupCount'), exc) from None
@@ -7735,13 +8663,19 @@ def cudnnSetConvolutionReorderType(convDesc, reorderType):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(reorderType) and (type(reorderType) is int or type(reorderType) is cudnnReorderType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetConvolutionReorderType', ('convDesc', 'reorderType'), ((1, reorderType, 'i', cudnnReorderType_t),))
+    try:
         status = _cudnnSetConvolutionReorderType(convDesc, reorderType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetConvolutionReorderType', ('convDesc', 'reorderType'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolutionReorderType')
 
-_cudnnGetConvolutionReorderType = _lazy('cudnnGetConvolutionReorderType', (cudnnConvolutionDescriptor_t, host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionReorderType = _lazy('cudnnGetConvolutionReorderType', (cudnnConvolutionDescriptor_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionReorderType(convDesc, reorderType):
@@ -7750,7 +8684,7 @@ def cudnnGetConvolutionReorderType(convDesc, reorderType):
     Deprecated by the vendor.
 
     Checked parameters:
-        reorderType: host memory
+        reorderType: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -7763,6 +8697,7 @@ def cudnnGetConvolutionReorderType(convDesc, reorderType):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        reorderType = _arr_cudnnReorderType_t(reorderType, 1, 1)
         status = _cudnnGetConvolutionReorderType(convDesc, reorderType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionReorderType', ('convDesc', 'reorderType'), exc) from None
@@ -7795,13 +8730,19 @@ def cudnnSetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iiiiiiii(pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType) and (type(mode) is int or type(mode) is cudnnConvolutionMode_t) and (type(computeType) is int or type(computeType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetConvolution2dDescriptor', ('convDesc', 'pad_h', 'pad_w', 'u', 'v', 'dilation_h', 'dilation_w', 'mode', 'computeType'), ((1, pad_h, 'i', None), (2, pad_w, 'i', None), (3, u, 'i', None), (4, v, 'i', None), (5, dilation_h, 'i', None), (6, dilation_w, 'i', None), (7, mode, 'i', cudnnConvolutionMode_t), (8, computeType, 'i', cudnnDataType_t),))
+    try:
         status = _cudnnSetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetConvolution2dDescriptor', ('convDesc', 'pad_h', 'pad_w', 'u', 'v', 'dilation_h', 'dilation_w', 'mode', 'computeType'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolution2dDescriptor')
 
-_cudnnGetConvolution2dDescriptor = _lazy('cudnnGetConvolution2dDescriptor', (cudnnConvolutionDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolution2dDescriptor = _lazy('cudnnGetConvolution2dDescriptor', (cudnnConvolutionDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType):
@@ -7810,14 +8751,14 @@ def cudnnGetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
     Deprecated by the vendor.
 
     Checked parameters:
-        pad_h: host memory
-        pad_w: host memory
-        u: host memory
-        v: host memory
-        dilation_h: host memory
-        dilation_w: host memory
-        mode: host memory
-        computeType: host memory
+        pad_h: host output, fixed 1 elements
+        pad_w: host output, fixed 1 elements
+        u: host output, fixed 1 elements
+        v: host output, fixed 1 elements
+        dilation_h: host output, fixed 1 elements
+        dilation_w: host output, fixed 1 elements
+        mode: host output, fixed 1 elements
+        computeType: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -7837,13 +8778,21 @@ def cudnnGetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        pad_h = _arr_int(pad_h, 1, 1)
+        pad_w = _arr_int(pad_w, 1, 2)
+        u = _arr_int(u, 1, 3)
+        v = _arr_int(v, 1, 4)
+        dilation_h = _arr_int(dilation_h, 1, 5)
+        dilation_w = _arr_int(dilation_w, 1, 6)
+        mode = _arr_cudnnConvolutionMode_t(mode, 1, 7)
+        computeType = _arr_cudnnDataType_t(computeType, 1, 8)
         status = _cudnnGetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolution2dDescriptor', ('convDesc', 'pad_h', 'pad_w', 'u', 'v', 'dilation_h', 'dilation_w', 'mode', 'computeType'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolution2dDescriptor')
 
-_cudnnSetConvolutionNdDescriptor = _lazy('cudnnSetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, host_array(c_int, True), host_array(c_int, True), host_array(c_int, True), c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetConvolutionNdDescriptor = _lazy('cudnnSetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, dilationA, mode, computeType):
@@ -7852,9 +8801,9 @@ def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, 
     Deprecated by the vendor.
 
     Checked parameters:
-        padA: host memory
-        filterStrideA: host memory
-        dilationA: host memory
+        padA: host input, count arrayLength
+        filterStrideA: host input, count arrayLength
+        dilationA: host input, count arrayLength
 
     Raises CudnnError when the returned status is not success.
 
@@ -7872,13 +8821,22 @@ def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iii(arrayLength, mode, computeType) and (type(mode) is int or type(mode) is cudnnConvolutionMode_t) and (type(computeType) is int or type(computeType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetConvolutionNdDescriptor', ('convDesc', 'arrayLength', 'padA', 'filterStrideA', 'dilationA', 'mode', 'computeType'), ((1, arrayLength, 'i', None), (5, mode, 'i', cudnnConvolutionMode_t), (6, computeType, 'i', cudnnDataType_t),))
+    try:
+        padA = _arr_int_c(padA, arrayLength, 2)
+        filterStrideA = _arr_int_c(filterStrideA, arrayLength, 3)
+        dilationA = _arr_int_c(dilationA, arrayLength, 4)
         status = _cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, dilationA, mode, computeType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetConvolutionNdDescriptor', ('convDesc', 'arrayLength', 'padA', 'filterStrideA', 'dilationA', 'mode', 'computeType'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolutionNdDescriptor')
 
-_cudnnGetConvolutionNdDescriptor = _lazy('cudnnGetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionNdDescriptor = _lazy('cudnnGetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength, padA, strideA, dilationA, mode, computeType):
@@ -7887,12 +8845,12 @@ def cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength,
     Deprecated by the vendor.
 
     Checked parameters:
-        arrayLength: host memory
-        padA: host memory
-        strideA: host memory
-        dilationA: host memory
-        mode: host memory
-        computeType: host memory
+        arrayLength: host output, fixed 1 elements
+        padA: host output, count arrayLengthRequested
+        strideA: host output, count arrayLengthRequested
+        dilationA: host output, count arrayLengthRequested
+        mode: host output, fixed 1 elements
+        computeType: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -7911,13 +8869,25 @@ def cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength,
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(arrayLengthRequested)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetConvolutionNdDescriptor', ('convDesc', 'arrayLengthRequested', 'arrayLength', 'padA', 'strideA', 'dilationA', 'mode', 'computeType'), ((1, arrayLengthRequested, 'i', None),))
+    try:
+        arrayLength = _arr_int(arrayLength, 1, 2)
+        padA = _arr_int(padA, arrayLengthRequested, 3)
+        strideA = _arr_int(strideA, arrayLengthRequested, 4)
+        dilationA = _arr_int(dilationA, arrayLengthRequested, 5)
+        mode = _arr_cudnnConvolutionMode_t(mode, 1, 6)
+        computeType = _arr_cudnnDataType_t(computeType, 1, 7)
         status = _cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength, padA, strideA, dilationA, mode, computeType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionNdDescriptor', ('convDesc', 'arrayLengthRequested', 'arrayLength', 'padA', 'strideA', 'dilationA', 'mode', 'computeType'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionNdDescriptor')
 
-_cudnnGetConvolution2dForwardOutputDim = _lazy('cudnnGetConvolution2dForwardOutputDim', (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolution2dForwardOutputDim = _lazy('cudnnGetConvolution2dForwardOutputDim', (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc, n, c, h, w):
@@ -7926,10 +8896,10 @@ def cudnnGetConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     Deprecated by the vendor.
 
     Checked parameters:
-        n: host memory
-        c: host memory
-        h: host memory
-        w: host memory
+        n: host output, fixed 1 elements
+        c: host output, fixed 1 elements
+        h: host output, fixed 1 elements
+        w: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -7947,13 +8917,17 @@ def cudnnGetConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        n = _arr_int(n, 1, 3)
+        c = _arr_int(c, 1, 4)
+        h = _arr_int(h, 1, 5)
+        w = _arr_int(w, 1, 6)
         status = _cudnnGetConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc, n, c, h, w)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolution2dForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc', 'n', 'c', 'h', 'w'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolution2dForwardOutputDim')
 
-_cudnnGetConvolutionNdForwardOutputDim = _lazy('cudnnGetConvolutionNdForwardOutputDim', (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, c_int, host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionNdForwardOutputDim = _lazy('cudnnGetConvolutionNdForwardOutputDim', (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, c_int, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc, nbDims, tensorOuputDimA):
@@ -7962,7 +8936,7 @@ def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     Deprecated by the vendor.
 
     Checked parameters:
-        tensorOuputDimA: host memory
+        tensorOuputDimA: host output, count nbDims
 
     Raises CudnnError when the returned status is not success.
 
@@ -7978,13 +8952,20 @@ def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(nbDims)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc', 'nbDims', 'tensorOuputDimA'), ((3, nbDims, 'i', None),))
+    try:
+        tensorOuputDimA = _arr_int(tensorOuputDimA, nbDims, 4)
         status = _cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc, nbDims, tensorOuputDimA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc', 'nbDims', 'tensorOuputDimA'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionNdForwardOutputDim')
 
-_cudnnGetConvolutionForwardAlgorithmMaxCount = _lazy('cudnnGetConvolutionForwardAlgorithmMaxCount', (cudnnHandle_t, host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionForwardAlgorithmMaxCount = _lazy('cudnnGetConvolutionForwardAlgorithmMaxCount', (cudnnHandle_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionForwardAlgorithmMaxCount(handle, count):
@@ -7993,7 +8974,7 @@ def cudnnGetConvolutionForwardAlgorithmMaxCount(handle, count):
     Deprecated by the vendor.
 
     Checked parameters:
-        count: host memory
+        count: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -8006,13 +8987,14 @@ def cudnnGetConvolutionForwardAlgorithmMaxCount(handle, count):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        count = _arr_int(count, 1, 1)
         status = _cudnnGetConvolutionForwardAlgorithmMaxCount(handle, count)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionForwardAlgorithmMaxCount', ('handle', 'count'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionForwardAlgorithmMaxCount')
 
-_cudnnGetConvolutionForwardAlgorithm_v7 = _lazy('cudnnGetConvolutionForwardAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, host_array(c_int, False), host_array(cudnnConvolutionFwdAlgoPerf_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionForwardAlgorithm_v7 = _lazy('cudnnGetConvolutionForwardAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_int), POINTER(cudnnConvolutionFwdAlgoPerf_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc, destDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -8021,8 +9003,8 @@ def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc
     Deprecated by the vendor.
 
     Checked parameters:
-        returnedAlgoCount: host memory
-        perfResults: host memory
+        returnedAlgoCount: host output, fixed 1 elements
+        perfResults: host output, count requestedAlgoCount
 
     Raises CudnnError when the returned status is not success.
 
@@ -8044,13 +9026,21 @@ def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(requestedAlgoCount)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetConvolutionForwardAlgorithm_v7', ('handle', 'srcDesc', 'filterDesc', 'convDesc', 'destDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
+    try:
+        returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
+        perfResults = _arr_cudnnConvolutionFwdAlgoPerf_t(perfResults, requestedAlgoCount, 7)
         status = _cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc, destDesc, requestedAlgoCount, returnedAlgoCount, perfResults)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionForwardAlgorithm_v7', ('handle', 'srcDesc', 'filterDesc', 'convDesc', 'destDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionForwardAlgorithm_v7')
 
-_cudnnFindConvolutionForwardAlgorithm = _lazy('cudnnFindConvolutionForwardAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, host_array(c_int, False), host_array(cudnnConvolutionFwdAlgoPerf_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionForwardAlgorithm = _lazy('cudnnFindConvolutionForwardAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_int), POINTER(cudnnConvolutionFwdAlgoPerf_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -8059,8 +9049,8 @@ def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, 
     Deprecated by the vendor.
 
     Checked parameters:
-        returnedAlgoCount: host memory
-        perfResults: host memory
+        returnedAlgoCount: host output, fixed 1 elements
+        perfResults: host output, count requestedAlgoCount
 
     Raises CudnnError when the returned status is not success.
 
@@ -8082,13 +9072,21 @@ def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(requestedAlgoCount)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnFindConvolutionForwardAlgorithm', ('handle', 'xDesc', 'wDesc', 'convDesc', 'yDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
+    try:
+        returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
+        perfResults = _arr_cudnnConvolutionFwdAlgoPerf_t(perfResults, requestedAlgoCount, 7)
         status = _cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, requestedAlgoCount, returnedAlgoCount, perfResults)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnFindConvolutionForwardAlgorithm', ('handle', 'xDesc', 'wDesc', 'convDesc', 'yDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionForwardAlgorithm')
 
-_cudnnFindConvolutionForwardAlgorithmEx = _lazy('cudnnFindConvolutionForwardAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, host_array(c_int, False), host_array(cudnnConvolutionFwdAlgoPerf_t, False), DevicePointer, ByteSize,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionForwardAlgorithmEx = _lazy('cudnnFindConvolutionForwardAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, POINTER(c_int), POINTER(cudnnConvolutionFwdAlgoPerf_t), DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc, yDesc, y, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes):
@@ -8100,8 +9098,8 @@ def cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc,
         x: device memory
         w: device memory
         y: device memory
-        returnedAlgoCount: host memory
-        perfResults: host memory
+        returnedAlgoCount: host output, fixed 1 elements
+        perfResults: host output, count requestedAlgoCount
         workSpace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
 
@@ -8130,6 +9128,14 @@ def cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc,
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iN(requestedAlgoCount, workSpaceSizeInBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnFindConvolutionForwardAlgorithmEx', ('handle', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'yDesc', 'y', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
+    try:
+        returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
+        perfResults = _arr_cudnnConvolutionFwdAlgoPerf_t(perfResults, requestedAlgoCount, 10)
         status = _cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc, yDesc, y, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnFindConvolutionForwardAlgorithmEx', ('handle', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'yDesc', 'y', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), exc) from None
@@ -8206,13 +9212,19 @@ def cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reord
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_ii(reorderType, reorderBias) and (type(reorderType) is int or type(reorderType) is cudnnReorderType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnReorderFilterAndBias', ('handle', 'filterDesc', 'reorderType', 'filterData', 'reorderedFilterData', 'reorderBias', 'biasData', 'reorderedBiasData'), ((2, reorderType, 'i', cudnnReorderType_t), (5, reorderBias, 'i', None),))
+    try:
         status = _cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reorderedFilterData, reorderBias, biasData, reorderedBiasData)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnReorderFilterAndBias', ('handle', 'filterDesc', 'reorderType', 'filterData', 'reorderedFilterData', 'reorderBias', 'biasData', 'reorderedBiasData'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnReorderFilterAndBias')
 
-_cudnnGetConvolutionForwardWorkspaceSize = _lazy('cudnnGetConvolutionForwardWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, host_array(c_size_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionForwardWorkspaceSize = _lazy('cudnnGetConvolutionForwardWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDesc, algo, sizeInBytes):
@@ -8221,7 +9233,7 @@ def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDes
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -8239,13 +9251,20 @@ def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDes
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is cudnnConvolutionFwdAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetConvolutionForwardWorkspaceSize', ('handle', 'xDesc', 'wDesc', 'convDesc', 'yDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionFwdAlgo_t),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
         status = _cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDesc, algo, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionForwardWorkspaceSize', ('handle', 'xDesc', 'wDesc', 'convDesc', 'yDesc', 'algo', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionForwardWorkspaceSize')
 
-_cudnnConvolutionForward = _lazy('cudnnConvolutionForward', (cudnnHandle_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, ByteSize, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnConvolutionForward = _lazy('cudnnConvolutionForward', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, workSpace, workSpaceSizeInBytes, beta, yDesc, y):
@@ -8254,12 +9273,12 @@ def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, w
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
         w: device memory
         workSpace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -8286,13 +9305,21 @@ def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, w
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iN(algo, workSpaceSizeInBytes) and (type(algo) is int or type(algo) is cudnnConvolutionFwdAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnConvolutionForward', ('handle', 'alpha', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'yDesc', 'y'), ((7, algo, 'i', cudnnConvolutionFwdAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
+    try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 10)
         status = _cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, workSpace, workSpaceSizeInBytes, beta, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnConvolutionForward', ('handle', 'alpha', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'yDesc', 'y'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnConvolutionForward')
 
-_cudnnConvolutionBiasActivationForward = _lazy('cudnnConvolutionBiasActivationForward', (cudnnHandle_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, ByteSize, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnConvolutionBiasActivationForward = _lazy('cudnnConvolutionBiasActivationForward', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workSpace, workSpaceSizeInBytes, alpha2, zDesc, z, biasDesc, bias, activationDesc, yDesc, y):
@@ -8301,12 +9328,12 @@ def cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, co
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha1: host memory
+        alpha1: host input, fixed 4 bytes
         x: device memory
         w: device memory
         workSpace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
-        alpha2: host memory
+        alpha2: host input, fixed 4 bytes
         z: device memory
         bias: device memory
         y: device memory
@@ -8340,13 +9367,21 @@ def cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, co
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iN(algo, workSpaceSizeInBytes) and (type(algo) is int or type(algo) is cudnnConvolutionFwdAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnConvolutionBiasActivationForward', ('handle', 'alpha1', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'alpha2', 'zDesc', 'z', 'biasDesc', 'bias', 'activationDesc', 'yDesc', 'y'), ((7, algo, 'i', cudnnConvolutionFwdAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
+    try:
+        alpha1 = _void_c(alpha1, 4, 1)
+        alpha2 = _void_c(alpha2, 4, 10)
         status = _cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workSpace, workSpaceSizeInBytes, alpha2, zDesc, z, biasDesc, bias, activationDesc, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnConvolutionBiasActivationForward', ('handle', 'alpha1', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'alpha2', 'zDesc', 'z', 'biasDesc', 'bias', 'activationDesc', 'yDesc', 'y'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnConvolutionBiasActivationForward')
 
-_cudnnGetConvolutionBackwardDataAlgorithmMaxCount = _lazy('cudnnGetConvolutionBackwardDataAlgorithmMaxCount', (cudnnHandle_t, host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardDataAlgorithmMaxCount = _lazy('cudnnGetConvolutionBackwardDataAlgorithmMaxCount', (cudnnHandle_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, count):
@@ -8355,7 +9390,7 @@ def cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, count):
     Deprecated by the vendor.
 
     Checked parameters:
-        count: host memory
+        count: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -8368,13 +9403,14 @@ def cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, count):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        count = _arr_int(count, 1, 1)
         status = _cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, count)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionBackwardDataAlgorithmMaxCount', ('handle', 'count'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardDataAlgorithmMaxCount')
 
-_cudnnFindConvolutionBackwardDataAlgorithm = _lazy('cudnnFindConvolutionBackwardDataAlgorithm', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, host_array(c_int, False), host_array(cudnnConvolutionBwdDataAlgoPerf_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionBackwardDataAlgorithm = _lazy('cudnnFindConvolutionBackwardDataAlgorithm', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_int), POINTER(cudnnConvolutionBwdDataAlgoPerf_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, dxDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -8383,8 +9419,8 @@ def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, d
     Deprecated by the vendor.
 
     Checked parameters:
-        returnedAlgoCount: host memory
-        perfResults: host memory
+        returnedAlgoCount: host output, fixed 1 elements
+        perfResults: host output, count requestedAlgoCount
 
     Raises CudnnError when the returned status is not success.
 
@@ -8403,13 +9439,21 @@ def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, d
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(requestedAlgoCount)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnFindConvolutionBackwardDataAlgorithm', ('handle', 'wDesc', 'dyDesc', 'convDesc', 'dxDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
+    try:
+        returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
+        perfResults = _arr_cudnnConvolutionBwdDataAlgoPerf_t(perfResults, requestedAlgoCount, 7)
         status = _cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, dxDesc, requestedAlgoCount, returnedAlgoCount, perfResults)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnFindConvolutionBackwardDataAlgorithm', ('handle', 'wDesc', 'dyDesc', 'convDesc', 'dxDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardDataAlgorithm')
 
-_cudnnFindConvolutionBackwardDataAlgorithmEx = _lazy('cudnnFindConvolutionBackwardDataAlgorithmEx', (cudnnHandle_t, cudnnFilterDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, host_array(c_int, False), host_array(cudnnConvolutionBwdDataAlgoPerf_t, False), DevicePointer, ByteSize,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionBackwardDataAlgorithmEx = _lazy('cudnnFindConvolutionBackwardDataAlgorithmEx', (cudnnHandle_t, cudnnFilterDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, POINTER(c_int), POINTER(cudnnConvolutionBwdDataAlgoPerf_t), DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, convDesc, dxDesc, dx, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes):
@@ -8421,8 +9465,8 @@ def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, co
         w: device memory
         dy: device memory
         dx: device memory
-        returnedAlgoCount: host memory
-        perfResults: host memory
+        returnedAlgoCount: host output, fixed 1 elements
+        perfResults: host output, count requestedAlgoCount
         workSpace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
 
@@ -8448,13 +9492,21 @@ def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, co
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iN(requestedAlgoCount, workSpaceSizeInBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnFindConvolutionBackwardDataAlgorithmEx', ('handle', 'wDesc', 'w', 'dyDesc', 'dy', 'convDesc', 'dxDesc', 'dx', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
+    try:
+        returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
+        perfResults = _arr_cudnnConvolutionBwdDataAlgoPerf_t(perfResults, requestedAlgoCount, 10)
         status = _cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, convDesc, dxDesc, dx, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnFindConvolutionBackwardDataAlgorithmEx', ('handle', 'wDesc', 'w', 'dyDesc', 'dy', 'convDesc', 'dxDesc', 'dx', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardDataAlgorithmEx')
 
-_cudnnGetConvolutionBackwardDataAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardDataAlgorithm_v7', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, host_array(c_int, False), host_array(cudnnConvolutionBwdDataAlgoPerf_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardDataAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardDataAlgorithm_v7', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_int), POINTER(cudnnConvolutionBwdDataAlgoPerf_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, convDesc, gradDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -8463,8 +9515,8 @@ def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, co
     Deprecated by the vendor.
 
     Checked parameters:
-        returnedAlgoCount: host memory
-        perfResults: host memory
+        returnedAlgoCount: host output, fixed 1 elements
+        perfResults: host output, count requestedAlgoCount
 
     Raises CudnnError when the returned status is not success.
 
@@ -8483,13 +9535,21 @@ def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, co
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(requestedAlgoCount)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetConvolutionBackwardDataAlgorithm_v7', ('handle', 'filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
+    try:
+        returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
+        perfResults = _arr_cudnnConvolutionBwdDataAlgoPerf_t(perfResults, requestedAlgoCount, 7)
         status = _cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, convDesc, gradDesc, requestedAlgoCount, returnedAlgoCount, perfResults)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionBackwardDataAlgorithm_v7', ('handle', 'filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardDataAlgorithm_v7')
 
-_cudnnGetConvolutionBackwardDataWorkspaceSize = _lazy('cudnnGetConvolutionBackwardDataWorkspaceSize', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, host_array(c_size_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardDataWorkspaceSize = _lazy('cudnnGetConvolutionBackwardDataWorkspaceSize', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc, dxDesc, algo, sizeInBytes):
@@ -8498,7 +9558,7 @@ def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -8516,13 +9576,20 @@ def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is cudnnConvolutionBwdDataAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetConvolutionBackwardDataWorkspaceSize', ('handle', 'wDesc', 'dyDesc', 'convDesc', 'dxDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionBwdDataAlgo_t),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
         status = _cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc, dxDesc, algo, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionBackwardDataWorkspaceSize', ('handle', 'wDesc', 'dyDesc', 'convDesc', 'dxDesc', 'algo', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardDataWorkspaceSize')
 
-_cudnnConvolutionBackwardData = _lazy('cudnnConvolutionBackwardData', (cudnnHandle_t, ConstHostPointer, cudnnFilterDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, ByteSize, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnConvolutionBackwardData = _lazy('cudnnConvolutionBackwardData', (cudnnHandle_t, c_void_p, cudnnFilterDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes, beta, dxDesc, dx):
@@ -8531,12 +9598,12 @@ def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, 
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         w: device memory
         dy: device memory
         workSpace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dx: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -8563,6 +9630,14 @@ def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iN(algo, workSpaceSizeInBytes) and (type(algo) is int or type(algo) is cudnnConvolutionBwdDataAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnConvolutionBackwardData', ('handle', 'alpha', 'wDesc', 'w', 'dyDesc', 'dy', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'dxDesc', 'dx'), ((7, algo, 'i', cudnnConvolutionBwdDataAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
+    try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 10)
         status = _cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes, beta, dxDesc, dx)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnConvolutionBackwardData', ('handle', 'alpha', 'wDesc', 'w', 'dyDesc', 'dy', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'dxDesc', 'dx'), exc) from None
@@ -8603,6 +9678,12 @@ def cudnnGetFoldedConvBackwardDataDescriptors(handle, filterDesc, diffDesc, conv
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(transformFormat) and (type(transformFormat) is int or type(transformFormat) is cudnnTensorFormat_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetFoldedConvBackwardDataDescriptors', ('handle', 'filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'transformFormat', 'foldedFilterDesc', 'paddedDiffDesc', 'foldedConvDesc', 'foldedGradDesc', 'filterFoldTransDesc', 'diffPadTransDesc', 'gradFoldTransDesc', 'gradUnfoldTransDesc'), ((5, transformFormat, 'i', cudnnTensorFormat_t),))
+    try:
         status = _cudnnGetFoldedConvBackwardDataDescriptors(handle, filterDesc, diffDesc, convDesc, gradDesc, transformFormat, foldedFilterDesc, paddedDiffDesc, foldedConvDesc, foldedGradDesc, filterFoldTransDesc, diffPadTransDesc, gradFoldTransDesc, gradUnfoldTransDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetFoldedConvBackwardDataDescriptors', ('handle', 'filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'transformFormat', 'foldedFilterDesc', 'paddedDiffDesc', 'foldedConvDesc', 'foldedGradDesc', 'filterFoldTransDesc', 'diffPadTransDesc', 'gradFoldTransDesc', 'gradUnfoldTransDesc'), exc) from None
@@ -8628,7 +9709,7 @@ def cudnnCnnVersionCheck():
     if status:
         raise _lib.status_error(status, 'cudnnCnnVersionCheck')
 
-_cudnnGetConvolutionBackwardFilterAlgorithmMaxCount = _lazy('cudnnGetConvolutionBackwardFilterAlgorithmMaxCount', (cudnnHandle_t, host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardFilterAlgorithmMaxCount = _lazy('cudnnGetConvolutionBackwardFilterAlgorithmMaxCount', (cudnnHandle_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, count):
@@ -8637,7 +9718,7 @@ def cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, count):
     Deprecated by the vendor.
 
     Checked parameters:
-        count: host memory
+        count: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -8650,13 +9731,14 @@ def cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, count):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        count = _arr_int(count, 1, 1)
         status = _cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, count)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionBackwardFilterAlgorithmMaxCount', ('handle', 'count'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardFilterAlgorithmMaxCount')
 
-_cudnnFindConvolutionBackwardFilterAlgorithm = _lazy('cudnnFindConvolutionBackwardFilterAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, host_array(c_int, False), host_array(cudnnConvolutionBwdFilterAlgoPerf_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionBackwardFilterAlgorithm = _lazy('cudnnFindConvolutionBackwardFilterAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, POINTER(c_int), POINTER(cudnnConvolutionBwdFilterAlgoPerf_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc, dwDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -8665,8 +9747,8 @@ def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc,
     Deprecated by the vendor.
 
     Checked parameters:
-        returnedAlgoCount: host memory
-        perfResults: host memory
+        returnedAlgoCount: host output, fixed 1 elements
+        perfResults: host output, count requestedAlgoCount
 
     Raises CudnnError when the returned status is not success.
 
@@ -8685,13 +9767,21 @@ def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc,
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(requestedAlgoCount)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnFindConvolutionBackwardFilterAlgorithm', ('handle', 'xDesc', 'dyDesc', 'convDesc', 'dwDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
+    try:
+        returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
+        perfResults = _arr_cudnnConvolutionBwdFilterAlgoPerf_t(perfResults, requestedAlgoCount, 7)
         status = _cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc, dwDesc, requestedAlgoCount, returnedAlgoCount, perfResults)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnFindConvolutionBackwardFilterAlgorithm', ('handle', 'xDesc', 'dyDesc', 'convDesc', 'dwDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardFilterAlgorithm')
 
-_cudnnFindConvolutionBackwardFilterAlgorithmEx = _lazy('cudnnFindConvolutionBackwardFilterAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, DevicePointer, c_int, host_array(c_int, False), host_array(cudnnConvolutionBwdFilterAlgoPerf_t, False), DevicePointer, ByteSize,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionBackwardFilterAlgorithmEx = _lazy('cudnnFindConvolutionBackwardFilterAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, DevicePointer, c_int, POINTER(c_int), POINTER(cudnnConvolutionBwdFilterAlgoPerf_t), DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, convDesc, dwDesc, dw, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes):
@@ -8703,8 +9793,8 @@ def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, c
         x: device memory
         y: device memory
         dw: device memory
-        returnedAlgoCount: host memory
-        perfResults: host memory
+        returnedAlgoCount: host output, fixed 1 elements
+        perfResults: host output, count requestedAlgoCount
         workSpace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
 
@@ -8730,13 +9820,21 @@ def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, c
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iN(requestedAlgoCount, workSpaceSizeInBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnFindConvolutionBackwardFilterAlgorithmEx', ('handle', 'xDesc', 'x', 'dyDesc', 'y', 'convDesc', 'dwDesc', 'dw', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
+    try:
+        returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
+        perfResults = _arr_cudnnConvolutionBwdFilterAlgoPerf_t(perfResults, requestedAlgoCount, 10)
         status = _cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, convDesc, dwDesc, dw, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnFindConvolutionBackwardFilterAlgorithmEx', ('handle', 'xDesc', 'x', 'dyDesc', 'y', 'convDesc', 'dwDesc', 'dw', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardFilterAlgorithmEx')
 
-_cudnnGetConvolutionBackwardFilterAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardFilterAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, host_array(c_int, False), host_array(cudnnConvolutionBwdFilterAlgoPerf_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardFilterAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardFilterAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, POINTER(c_int), POINTER(cudnnConvolutionBwdFilterAlgoPerf_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, convDesc, gradDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -8745,8 +9843,8 @@ def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, con
     Deprecated by the vendor.
 
     Checked parameters:
-        returnedAlgoCount: host memory
-        perfResults: host memory
+        returnedAlgoCount: host output, fixed 1 elements
+        perfResults: host output, count requestedAlgoCount
 
     Raises CudnnError when the returned status is not success.
 
@@ -8765,13 +9863,21 @@ def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, con
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(requestedAlgoCount)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetConvolutionBackwardFilterAlgorithm_v7', ('handle', 'srcDesc', 'diffDesc', 'convDesc', 'gradDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
+    try:
+        returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
+        perfResults = _arr_cudnnConvolutionBwdFilterAlgoPerf_t(perfResults, requestedAlgoCount, 7)
         status = _cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, convDesc, gradDesc, requestedAlgoCount, returnedAlgoCount, perfResults)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionBackwardFilterAlgorithm_v7', ('handle', 'srcDesc', 'diffDesc', 'convDesc', 'gradDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardFilterAlgorithm_v7')
 
-_cudnnGetConvolutionBackwardFilterWorkspaceSize = _lazy('cudnnGetConvolutionBackwardFilterWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, host_array(c_size_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardFilterWorkspaceSize = _lazy('cudnnGetConvolutionBackwardFilterWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDesc, gradDesc, algo, sizeInBytes):
@@ -8780,7 +9886,7 @@ def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDe
     Deprecated by the vendor.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -8798,13 +9904,20 @@ def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDe
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is cudnnConvolutionBwdFilterAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetConvolutionBackwardFilterWorkspaceSize', ('handle', 'xDesc', 'dyDesc', 'convDesc', 'gradDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionBwdFilterAlgo_t),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
         status = _cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDesc, gradDesc, algo, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionBackwardFilterWorkspaceSize', ('handle', 'xDesc', 'dyDesc', 'convDesc', 'gradDesc', 'algo', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardFilterWorkspaceSize')
 
-_cudnnConvolutionBackwardFilter = _lazy('cudnnConvolutionBackwardFilter', (cudnnHandle_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, ByteSize, ConstHostPointer, cudnnFilterDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnConvolutionBackwardFilter = _lazy('cudnnConvolutionBackwardFilter', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnFilterDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes, beta, dwDesc, dw):
@@ -8813,12 +9926,12 @@ def cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
         dy: device memory
         workSpace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dw: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -8845,13 +9958,21 @@ def cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_iN(algo, workSpaceSizeInBytes) and (type(algo) is int or type(algo) is cudnnConvolutionBwdFilterAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnConvolutionBackwardFilter', ('handle', 'alpha', 'xDesc', 'x', 'dyDesc', 'dy', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'dwDesc', 'dw'), ((7, algo, 'i', cudnnConvolutionBwdFilterAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
+    try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 10)
         status = _cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes, beta, dwDesc, dw)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnConvolutionBackwardFilter', ('handle', 'alpha', 'xDesc', 'x', 'dyDesc', 'dy', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'dwDesc', 'dw'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnConvolutionBackwardFilter')
 
-_cudnnConvolutionBackwardBias = _lazy('cudnnConvolutionBackwardBias', (cudnnHandle_t, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer, ConstHostPointer, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnConvolutionBackwardBias = _lazy('cudnnConvolutionBackwardBias', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
@@ -8860,9 +9981,9 @@ def cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
     Deprecated by the vendor.
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         dy: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         db: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -8883,13 +10004,15 @@ def cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 4)
         status = _cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnConvolutionBackwardBias', ('handle', 'alpha', 'dyDesc', 'dy', 'beta', 'dbDesc', 'db'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnConvolutionBackwardBias')
 
-_cudnnCreateFusedOpsConstParamPack = _lazy('cudnnCreateFusedOpsConstParamPack', (host_array(cudnnFusedOpsConstParamPack_t, False), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateFusedOpsConstParamPack = _lazy('cudnnCreateFusedOpsConstParamPack', (POINTER(cudnnFusedOpsConstParamPack_t), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateFusedOpsConstParamPack(constPack, ops):
@@ -8898,7 +10021,7 @@ def cudnnCreateFusedOpsConstParamPack(constPack, ops):
     Deprecated by the vendor.
 
     Checked parameters:
-        constPack: host memory
+        constPack: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -8911,6 +10034,13 @@ def cudnnCreateFusedOpsConstParamPack(constPack, ops):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(ops) and (type(ops) is int or type(ops) is cudnnFusedOps_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnCreateFusedOpsConstParamPack', ('constPack', 'ops'), ((1, ops, 'i', cudnnFusedOps_t),))
+    try:
+        constPack = _arr_cudnnFusedOpsConstParamPack_t(constPack, 1, 0)
         status = _cudnnCreateFusedOpsConstParamPack(constPack, ops)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateFusedOpsConstParamPack', ('constPack', 'ops'), exc) from None
@@ -8934,14 +10064,17 @@ def cudnnDestroyFusedOpsConstParamPack(constPack):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    if not constPack:
+        raise _lib.null_handle_error('cudnnDestroyFusedOpsConstParamPack', 'constPack', constPack)
     try:
         status = _cudnnDestroyFusedOpsConstParamPack(constPack)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyFusedOpsConstParamPack', ('constPack',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyFusedOpsConstParamPack')
+    _clear_handle(constPack)
 
-_cudnnSetFusedOpsConstParamPackAttribute = _lazy('cudnnSetFusedOpsConstParamPackAttribute', (cudnnFusedOpsConstParamPack_t, c_int, ConstHostPointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetFusedOpsConstParamPackAttribute = _lazy('cudnnSetFusedOpsConstParamPackAttribute', (cudnnFusedOpsConstParamPack_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param):
@@ -8950,7 +10083,7 @@ def cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param):
     Deprecated by the vendor.
 
     Checked parameters:
-        param: host memory
+        param: host input, unchecked: its type depends on paramLabel (a descriptor handle, an enum or a scalar)
 
     Raises CudnnError when the returned status is not success.
 
@@ -8964,13 +10097,20 @@ def cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(paramLabel) and (type(paramLabel) is int or type(paramLabel) is cudnnFusedOpsConstParamLabel_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetFusedOpsConstParamPackAttribute', ('constPack', 'paramLabel', 'param'), ((1, paramLabel, 'i', cudnnFusedOpsConstParamLabel_t),))
+    try:
+        param = _void_c(param, None, 2)
         status = _cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetFusedOpsConstParamPackAttribute', ('constPack', 'paramLabel', 'param'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnSetFusedOpsConstParamPackAttribute')
 
-_cudnnGetFusedOpsConstParamPackAttribute = _lazy('cudnnGetFusedOpsConstParamPackAttribute', (cudnnFusedOpsConstParamPack_t, c_int, HostPointer, host_array(c_int, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFusedOpsConstParamPackAttribute = _lazy('cudnnGetFusedOpsConstParamPackAttribute', (cudnnFusedOpsConstParamPack_t, c_int, c_void_p, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL):
@@ -8979,8 +10119,8 @@ def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL
     Deprecated by the vendor.
 
     Checked parameters:
-        param: host memory
-        isNULL: host memory
+        param: host output, unchecked: its type depends on paramLabel (a descriptor handle, an enum or a scalar)
+        isNULL: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -8995,13 +10135,21 @@ def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(paramLabel) and (type(paramLabel) is int or type(paramLabel) is cudnnFusedOpsConstParamLabel_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetFusedOpsConstParamPackAttribute', ('constPack', 'paramLabel', 'param', 'isNULL'), ((1, paramLabel, 'i', cudnnFusedOpsConstParamLabel_t),))
+    try:
+        param = _void(param, None, 2)
+        isNULL = _arr_int(isNULL, 1, 3)
         status = _cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetFusedOpsConstParamPackAttribute', ('constPack', 'paramLabel', 'param', 'isNULL'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetFusedOpsConstParamPackAttribute')
 
-_cudnnCreateFusedOpsVariantParamPack = _lazy('cudnnCreateFusedOpsVariantParamPack', (host_array(cudnnFusedOpsVariantParamPack_t, False), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateFusedOpsVariantParamPack = _lazy('cudnnCreateFusedOpsVariantParamPack', (POINTER(cudnnFusedOpsVariantParamPack_t), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateFusedOpsVariantParamPack(varPack, ops):
@@ -9010,7 +10158,7 @@ def cudnnCreateFusedOpsVariantParamPack(varPack, ops):
     Deprecated by the vendor.
 
     Checked parameters:
-        varPack: host memory
+        varPack: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -9023,6 +10171,13 @@ def cudnnCreateFusedOpsVariantParamPack(varPack, ops):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(ops) and (type(ops) is int or type(ops) is cudnnFusedOps_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnCreateFusedOpsVariantParamPack', ('varPack', 'ops'), ((1, ops, 'i', cudnnFusedOps_t),))
+    try:
+        varPack = _arr_cudnnFusedOpsVariantParamPack_t(varPack, 1, 0)
         status = _cudnnCreateFusedOpsVariantParamPack(varPack, ops)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateFusedOpsVariantParamPack', ('varPack', 'ops'), exc) from None
@@ -9046,12 +10201,15 @@ def cudnnDestroyFusedOpsVariantParamPack(varPack):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    if not varPack:
+        raise _lib.null_handle_error('cudnnDestroyFusedOpsVariantParamPack', 'varPack', varPack)
     try:
         status = _cudnnDestroyFusedOpsVariantParamPack(varPack)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyFusedOpsVariantParamPack', ('varPack',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyFusedOpsVariantParamPack')
+    _clear_handle(varPack)
 
 _cudnnSetFusedOpsVariantParamPackAttribute = _lazy('cudnnSetFusedOpsVariantParamPackAttribute', (cudnnFusedOpsVariantParamPack_t, c_int, EitherPointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
@@ -9075,6 +10233,12 @@ def cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    try:
+        _ok = _pack_i(paramLabel) and (type(paramLabel) is int or type(paramLabel) is cudnnFusedOpsVariantParamLabel_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnSetFusedOpsVariantParamPackAttribute', ('varPack', 'paramLabel', 'ptr'), ((1, paramLabel, 'i', cudnnFusedOpsVariantParamLabel_t),))
     try:
         status = _cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr)
     except _ArgumentError as exc:
@@ -9105,13 +10269,19 @@ def cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(paramLabel) and (type(paramLabel) is int or type(paramLabel) is cudnnFusedOpsVariantParamLabel_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGetFusedOpsVariantParamPackAttribute', ('varPack', 'paramLabel', 'ptr'), ((1, paramLabel, 'i', cudnnFusedOpsVariantParamLabel_t),))
+    try:
         status = _cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetFusedOpsVariantParamPackAttribute', ('varPack', 'paramLabel', 'ptr'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGetFusedOpsVariantParamPackAttribute')
 
-_cudnnCreateFusedOpsPlan = _lazy('cudnnCreateFusedOpsPlan', (host_array(cudnnFusedOpsPlan_t, False), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateFusedOpsPlan = _lazy('cudnnCreateFusedOpsPlan', (POINTER(cudnnFusedOpsPlan_t), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateFusedOpsPlan(plan, ops):
@@ -9120,7 +10290,7 @@ def cudnnCreateFusedOpsPlan(plan, ops):
     Deprecated by the vendor.
 
     Checked parameters:
-        plan: host memory
+        plan: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -9133,6 +10303,13 @@ def cudnnCreateFusedOpsPlan(plan, ops):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        _ok = _pack_i(ops) and (type(ops) is int or type(ops) is cudnnFusedOps_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnCreateFusedOpsPlan', ('plan', 'ops'), ((1, ops, 'i', cudnnFusedOps_t),))
+    try:
+        plan = _arr_cudnnFusedOpsPlan_t(plan, 1, 0)
         status = _cudnnCreateFusedOpsPlan(plan, ops)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCreateFusedOpsPlan', ('plan', 'ops'), exc) from None
@@ -9156,14 +10333,17 @@ def cudnnDestroyFusedOpsPlan(plan):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    if not plan:
+        raise _lib.null_handle_error('cudnnDestroyFusedOpsPlan', 'plan', plan)
     try:
         status = _cudnnDestroyFusedOpsPlan(plan)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnDestroyFusedOpsPlan', ('plan',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnDestroyFusedOpsPlan')
+    _clear_handle(plan)
 
-_cudnnMakeFusedOpsPlan = _lazy('cudnnMakeFusedOpsPlan', (cudnnHandle_t, cudnnFusedOpsPlan_t, cudnnFusedOpsConstParamPack_t, host_array(c_size_t, False),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnMakeFusedOpsPlan = _lazy('cudnnMakeFusedOpsPlan', (cudnnHandle_t, cudnnFusedOpsPlan_t, cudnnFusedOpsConstParamPack_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnMakeFusedOpsPlan(handle, plan, constPack, workspaceSizeInBytes):
@@ -9172,7 +10352,7 @@ def cudnnMakeFusedOpsPlan(handle, plan, constPack, workspaceSizeInBytes):
     Deprecated by the vendor.
 
     Checked parameters:
-        workspaceSizeInBytes: host memory (64-bit byte count)
+        workspaceSizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -9189,6 +10369,7 @@ def cudnnMakeFusedOpsPlan(handle, plan, constPack, workspaceSizeInBytes):
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
     try:
+        workspaceSizeInBytes = _arr_size_t(workspaceSizeInBytes, 1, 3)
         status = _cudnnMakeFusedOpsPlan(handle, plan, constPack, workspaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnMakeFusedOpsPlan', ('handle', 'plan', 'constPack', 'workspaceSizeInBytes'), exc) from None
@@ -9286,6 +10467,12 @@ def cudnnCausalConv1dForward(stream, x, weight, bias, y, batch, dim, seqLen, ker
 
     @since cuDNN 9.22.0"""
     try:
+        _ok = _pack_iiiiii(batch, dim, seqLen, kernelSize, dataType, activation) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(activation) is int or type(activation) is cudnnCausalConv1dActivation_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnCausalConv1dForward', ('stream', 'x', 'weight', 'bias', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'activation'), ((5, batch, 'i', None), (6, dim, 'i', None), (7, seqLen, 'i', None), (8, kernelSize, 'i', None), (9, dataType, 'i', cudnnDataType_t), (10, activation, 'i', cudnnCausalConv1dActivation_t),))
+    try:
         status = _cudnnCausalConv1dForward(stream, x, weight, bias, y, batch, dim, seqLen, kernelSize, dataType, activation)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCausalConv1dForward', ('stream', 'x', 'weight', 'bias', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'activation'), exc) from None
@@ -9342,6 +10529,12 @@ def cudnnCausalConv1dBackward(stream, x, weight, bias, dy, dx, dweight, dbias, b
 
     @since cuDNN 9.22.0"""
     try:
+        _ok = _pack_iiiiiii(batch, dim, seqLen, kernelSize, dataType, dwDataType, activation) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(dwDataType) is int or type(dwDataType) is cudnnDataType_t) and (type(activation) is int or type(activation) is cudnnCausalConv1dActivation_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnCausalConv1dBackward', ('stream', 'x', 'weight', 'bias', 'dy', 'dx', 'dweight', 'dbias', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'dwDataType', 'activation'), ((8, batch, 'i', None), (9, dim, 'i', None), (10, seqLen, 'i', None), (11, kernelSize, 'i', None), (12, dataType, 'i', cudnnDataType_t), (13, dwDataType, 'i', cudnnDataType_t), (14, activation, 'i', cudnnCausalConv1dActivation_t),))
+    try:
         status = _cudnnCausalConv1dBackward(stream, x, weight, bias, dy, dx, dweight, dbias, batch, dim, seqLen, kernelSize, dataType, dwDataType, activation)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCausalConv1dBackward', ('stream', 'x', 'weight', 'bias', 'dy', 'dx', 'dweight', 'dbias', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'dwDataType', 'activation'), exc) from None
@@ -9361,6 +10554,12 @@ def cudnnCausalConv1dNwhForward(stream, x, weight, bias, y, batch, dim, seqLen, 
         y: device memory
 
     Raises CudnnError when the returned status is not success."""
+    try:
+        _ok = _pack_iiiiii(batch, dim, seqLen, kernelSize, dataType, activation) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(activation) is int or type(activation) is cudnnCausalConv1dActivation_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnCausalConv1dNwhForward', ('stream', 'x', 'weight', 'bias', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'activation'), ((5, batch, 'i', None), (6, dim, 'i', None), (7, seqLen, 'i', None), (8, kernelSize, 'i', None), (9, dataType, 'i', cudnnDataType_t), (10, activation, 'i', cudnnCausalConv1dActivation_t),))
     try:
         status = _cudnnCausalConv1dNwhForward(stream, x, weight, bias, y, batch, dim, seqLen, kernelSize, dataType, activation)
     except _ArgumentError as exc:
@@ -9385,6 +10584,12 @@ def cudnnCausalConv1dNwhBackward(stream, x, weight, bias, dy, dx, dweight, dbias
 
     Raises CudnnError when the returned status is not success."""
     try:
+        _ok = _pack_iiiiiii(batch, dim, seqLen, kernelSize, dataType, dwDataType, activation) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(dwDataType) is int or type(dwDataType) is cudnnDataType_t) and (type(activation) is int or type(activation) is cudnnCausalConv1dActivation_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnCausalConv1dNwhBackward', ('stream', 'x', 'weight', 'bias', 'dy', 'dx', 'dweight', 'dbias', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'dwDataType', 'activation'), ((8, batch, 'i', None), (9, dim, 'i', None), (10, seqLen, 'i', None), (11, kernelSize, 'i', None), (12, dataType, 'i', cudnnDataType_t), (13, dwDataType, 'i', cudnnDataType_t), (14, activation, 'i', cudnnCausalConv1dActivation_t),))
+    try:
         status = _cudnnCausalConv1dNwhBackward(stream, x, weight, bias, dy, dx, dweight, dbias, batch, dim, seqLen, kernelSize, dataType, dwDataType, activation)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnCausalConv1dNwhBackward', ('stream', 'x', 'weight', 'bias', 'dy', 'dx', 'dweight', 'dbias', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'dwDataType', 'activation'), exc) from None
@@ -9406,6 +10611,12 @@ def cudnnB2BCausalConv1dForward(stream, x, weightsProj, weightsMixer, skipBias, 
         yGated: device memory
 
     Raises CudnnError when the returned status is not success."""
+    try:
+        _ok = _pack_iiiiii(batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnB2BCausalConv1dForward', ('stream', 'x', 'weightsProj', 'weightsMixer', 'skipBias', 'y', 'yGated', 'batch', 'dim', 'seqLen', 'kernelSizeProj', 'kernelSizeMixer', 'dataType'), ((7, batch, 'i', None), (8, dim, 'i', None), (9, seqLen, 'i', None), (10, kernelSizeProj, 'i', None), (11, kernelSizeMixer, 'i', None), (12, dataType, 'i', cudnnDataType_t),))
     try:
         status = _cudnnB2BCausalConv1dForward(stream, x, weightsProj, weightsMixer, skipBias, y, yGated, batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType)
     except _ArgumentError as exc:
@@ -9432,6 +10643,12 @@ def cudnnB2BCausalConv1dBackward(stream, x, weightsProj, weightsMixer, skipBias,
         dskipBias: device memory
 
     Raises CudnnError when the returned status is not success."""
+    try:
+        _ok = _pack_iiiiiii(batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType, dwDataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(dwDataType) is int or type(dwDataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnB2BCausalConv1dBackward', ('stream', 'x', 'weightsProj', 'weightsMixer', 'skipBias', 'y', 'dy', 'dx', 'dweightsProj', 'dweightsMixer', 'dskipBias', 'batch', 'dim', 'seqLen', 'kernelSizeProj', 'kernelSizeMixer', 'dataType', 'dwDataType'), ((11, batch, 'i', None), (12, dim, 'i', None), (13, seqLen, 'i', None), (14, kernelSizeProj, 'i', None), (15, kernelSizeMixer, 'i', None), (16, dataType, 'i', cudnnDataType_t), (17, dwDataType, 'i', cudnnDataType_t),))
     try:
         status = _cudnnB2BCausalConv1dBackward(stream, x, weightsProj, weightsMixer, skipBias, y, dy, dx, dweightsProj, dweightsMixer, dskipBias, batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType, dwDataType)
     except _ArgumentError as exc:
@@ -9496,6 +10713,12 @@ def cudnnFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, kernel
 
     @since cuDNN 9.26.0"""
     try:
+        _ok = _pack_iiiii(batch, dim, seqLen, kernelSize, dataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnFFTCausalConv1dForward', ('stream', 'x', 'weight', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType'), ((4, batch, 'i', None), (5, dim, 'i', None), (6, seqLen, 'i', None), (7, kernelSize, 'i', None), (8, dataType, 'i', cudnnDataType_t),))
+    try:
         status = _cudnnFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, kernelSize, dataType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnFFTCausalConv1dForward', ('stream', 'x', 'weight', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType'), exc) from None
@@ -9557,21 +10780,27 @@ def cudnnFFTCausalConv1dBackward(stream, x, weight, dy, dx, dweight, batch, dim,
 
     @since cuDNN 9.26.0"""
     try:
+        _ok = _pack_iiiii(batch, dim, seqLen, kernelSize, dataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnFFTCausalConv1dBackward', ('stream', 'x', 'weight', 'dy', 'dx', 'dweight', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType'), ((6, batch, 'i', None), (7, dim, 'i', None), (8, seqLen, 'i', None), (9, kernelSize, 'i', None), (10, dataType, 'i', cudnnDataType_t),))
+    try:
         status = _cudnnFFTCausalConv1dBackward(stream, x, weight, dy, dx, dweight, batch, dim, seqLen, kernelSize, dataType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnFFTCausalConv1dBackward', ('stream', 'x', 'weight', 'dy', 'dx', 'dweight', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnFFTCausalConv1dBackward')
 
-_cudnnLongFFTCausalConv1dGetBufferSizes = _lazy('cudnnLongFFTCausalConv1dGetBufferSizes', (c_int, c_int, c_int, c_int, c_int, host_array(c_size_t, False), host_array(c_size_t, False),), c_int)
+_cudnnLongFFTCausalConv1dGetBufferSizes = _lazy('cudnnLongFFTCausalConv1dGetBufferSizes', (c_int, c_int, c_int, c_int, c_int, POINTER(c_size_t), POINTER(c_size_t),), c_int)
 
 
 def cudnnLongFFTCausalConv1dGetBufferSizes(batch, dim, seqLen, kernelSize, dataType, workspaceSizeInBytes, reserveSpaceSizeInBytes):
     """cudnnStatus_t cudnnLongFFTCausalConv1dGetBufferSizes(int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, size_t * workspaceSizeInBytes, size_t * reserveSpaceSizeInBytes)
 
     Checked parameters:
-        workspaceSizeInBytes: host memory (64-bit byte count)
-        reserveSpaceSizeInBytes: host memory (64-bit byte count)
+        workspaceSizeInBytes: host output, fixed 1 elements
+        reserveSpaceSizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
@@ -9614,13 +10843,21 @@ def cudnnLongFFTCausalConv1dGetBufferSizes(batch, dim, seqLen, kernelSize, dataT
 
     @since cuDNN 9.26.0"""
     try:
+        _ok = _pack_iiiii(batch, dim, seqLen, kernelSize, dataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnLongFFTCausalConv1dGetBufferSizes', ('batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'workspaceSizeInBytes', 'reserveSpaceSizeInBytes'), ((0, batch, 'i', None), (1, dim, 'i', None), (2, seqLen, 'i', None), (3, kernelSize, 'i', None), (4, dataType, 'i', cudnnDataType_t),))
+    try:
+        workspaceSizeInBytes = _arr_size_t(workspaceSizeInBytes, 1, 5)
+        reserveSpaceSizeInBytes = _arr_size_t(reserveSpaceSizeInBytes, 1, 6)
         status = _cudnnLongFFTCausalConv1dGetBufferSizes(batch, dim, seqLen, kernelSize, dataType, workspaceSizeInBytes, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnLongFFTCausalConv1dGetBufferSizes', ('batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'workspaceSizeInBytes', 'reserveSpaceSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnLongFFTCausalConv1dGetBufferSizes')
 
-_cudnnLongFFTCausalConv1dForward = _lazy('cudnnLongFFTCausalConv1dForward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int, DevicePointer, ByteSize, DevicePointer, ByteSize,), c_int)
+_cudnnLongFFTCausalConv1dForward = _lazy('cudnnLongFFTCausalConv1dForward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
 
 
 def cudnnLongFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, kernelSize, dataType, workspace, workspaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes):
@@ -9693,13 +10930,19 @@ def cudnnLongFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, ke
 
     @since cuDNN 9.26.0"""
     try:
+        _ok = _pack_iiiiiNN(batch, dim, seqLen, kernelSize, dataType, workspaceSizeInBytes, reserveSpaceSizeInBytes) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnLongFFTCausalConv1dForward', ('stream', 'x', 'weight', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'workspace', 'workspaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((4, batch, 'i', None), (5, dim, 'i', None), (6, seqLen, 'i', None), (7, kernelSize, 'i', None), (8, dataType, 'i', cudnnDataType_t), (10, workspaceSizeInBytes, 'N', None), (12, reserveSpaceSizeInBytes, 'N', None),))
+    try:
         status = _cudnnLongFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, kernelSize, dataType, workspace, workspaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnLongFFTCausalConv1dForward', ('stream', 'x', 'weight', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'workspace', 'workspaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnLongFFTCausalConv1dForward')
 
-_cudnnLongFFTCausalConv1dBackward = _lazy('cudnnLongFFTCausalConv1dBackward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int, DevicePointer, ByteSize, DevicePointer, ByteSize,), c_int)
+_cudnnLongFFTCausalConv1dBackward = _lazy('cudnnLongFFTCausalConv1dBackward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
 
 
 def cudnnLongFFTCausalConv1dBackward(stream, dy, dx, dweight, batch, dim, seqLen, kernelSize, dataType, workspace, workspaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes):
@@ -9766,20 +11009,26 @@ def cudnnLongFFTCausalConv1dBackward(stream, dy, dx, dweight, batch, dim, seqLen
 
     @since cuDNN 9.26.0"""
     try:
+        _ok = _pack_iiiiiNN(batch, dim, seqLen, kernelSize, dataType, workspaceSizeInBytes, reserveSpaceSizeInBytes) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnLongFFTCausalConv1dBackward', ('stream', 'dy', 'dx', 'dweight', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'workspace', 'workspaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((4, batch, 'i', None), (5, dim, 'i', None), (6, seqLen, 'i', None), (7, kernelSize, 'i', None), (8, dataType, 'i', cudnnDataType_t), (10, workspaceSizeInBytes, 'N', None), (12, reserveSpaceSizeInBytes, 'N', None),))
+    try:
         status = _cudnnLongFFTCausalConv1dBackward(stream, dy, dx, dweight, batch, dim, seqLen, kernelSize, dataType, workspace, workspaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnLongFFTCausalConv1dBackward', ('stream', 'dy', 'dx', 'dweight', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'workspace', 'workspaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnLongFFTCausalConv1dBackward')
 
-_cudnnGnnAggSimpleForward = _lazy('cudnnGnnAggSimpleForward', (cudaStream_t, host_array(cudnnGnnCscGraph_t, True), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int,), c_int)
+_cudnnGnnAggSimpleForward = _lazy('cudnnGnnAggSimpleForward', (cudaStream_t, POINTER(cudnnGnnCscGraph_t), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int,), c_int)
 
 
 def cudnnGnnAggSimpleForward(stream, graph, nodeFeatures, edgeFeatures, concatFeatures, output, outPositions, nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp):
     """cudnnStatus_t cudnnGnnAggSimpleForward(cudaStream_t stream, const cudnnGnnCscGraph_t * graph, const void * nodeFeatures, const void * edgeFeatures, const void * concatFeatures, void * output, void * outPositions, int nodeFeatDim, int edgeFeatDim, int concatFeatDim, cudnnDataType_t dataType, cudnnGnnAggOp_t aggOp)
 
     Checked parameters:
-        graph: host memory
+        graph: host input, fixed 1 elements
         nodeFeatures: device memory
         edgeFeatures: device memory
         concatFeatures: device memory
@@ -9788,20 +11037,27 @@ def cudnnGnnAggSimpleForward(stream, graph, nodeFeatures, edgeFeatures, concatFe
 
     Raises CudnnError when the returned status is not success."""
     try:
+        _ok = _pack_iiiii(nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(aggOp) is int or type(aggOp) is cudnnGnnAggOp_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGnnAggSimpleForward', ('stream', 'graph', 'nodeFeatures', 'edgeFeatures', 'concatFeatures', 'output', 'outPositions', 'nodeFeatDim', 'edgeFeatDim', 'concatFeatDim', 'dataType', 'aggOp'), ((7, nodeFeatDim, 'i', None), (8, edgeFeatDim, 'i', None), (9, concatFeatDim, 'i', None), (10, dataType, 'i', cudnnDataType_t), (11, aggOp, 'i', cudnnGnnAggOp_t),))
+    try:
+        graph = _arr_cudnnGnnCscGraph_t_c(graph, 1, 1)
         status = _cudnnGnnAggSimpleForward(stream, graph, nodeFeatures, edgeFeatures, concatFeatures, output, outPositions, nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGnnAggSimpleForward', ('stream', 'graph', 'nodeFeatures', 'edgeFeatures', 'concatFeatures', 'output', 'outPositions', 'nodeFeatDim', 'edgeFeatDim', 'concatFeatDim', 'dataType', 'aggOp'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGnnAggSimpleForward')
 
-_cudnnGnnAggSimpleBackward = _lazy('cudnnGnnAggSimpleBackward', (cudaStream_t, host_array(cudnnGnnCscGraph_t, True), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int,), c_int)
+_cudnnGnnAggSimpleBackward = _lazy('cudnnGnnAggSimpleBackward', (cudaStream_t, POINTER(cudnnGnnCscGraph_t), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int,), c_int)
 
 
 def cudnnGnnAggSimpleBackward(stream, graph, gradOutput, outPositions, gradNodeFeatures, gradEdgeFeatures, gradConcatFeatures, nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp):
     """cudnnStatus_t cudnnGnnAggSimpleBackward(cudaStream_t stream, const cudnnGnnCscGraph_t * graph, const void * gradOutput, const void * outPositions, void * gradNodeFeatures, void * gradEdgeFeatures, void * gradConcatFeatures, int nodeFeatDim, int edgeFeatDim, int concatFeatDim, cudnnDataType_t dataType, cudnnGnnAggOp_t aggOp)
 
     Checked parameters:
-        graph: host memory
+        graph: host input, fixed 1 elements
         gradOutput: device memory
         outPositions: device memory
         gradNodeFeatures: device memory
@@ -9810,20 +11066,27 @@ def cudnnGnnAggSimpleBackward(stream, graph, gradOutput, outPositions, gradNodeF
 
     Raises CudnnError when the returned status is not success."""
     try:
+        _ok = _pack_iiiii(nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(aggOp) is int or type(aggOp) is cudnnGnnAggOp_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGnnAggSimpleBackward', ('stream', 'graph', 'gradOutput', 'outPositions', 'gradNodeFeatures', 'gradEdgeFeatures', 'gradConcatFeatures', 'nodeFeatDim', 'edgeFeatDim', 'concatFeatDim', 'dataType', 'aggOp'), ((7, nodeFeatDim, 'i', None), (8, edgeFeatDim, 'i', None), (9, concatFeatDim, 'i', None), (10, dataType, 'i', cudnnDataType_t), (11, aggOp, 'i', cudnnGnnAggOp_t),))
+    try:
+        graph = _arr_cudnnGnnCscGraph_t_c(graph, 1, 1)
         status = _cudnnGnnAggSimpleBackward(stream, graph, gradOutput, outPositions, gradNodeFeatures, gradEdgeFeatures, gradConcatFeatures, nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGnnAggSimpleBackward', ('stream', 'graph', 'gradOutput', 'outPositions', 'gradNodeFeatures', 'gradEdgeFeatures', 'gradConcatFeatures', 'nodeFeatDim', 'edgeFeatDim', 'concatFeatDim', 'dataType', 'aggOp'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGnnAggSimpleBackward')
 
-_cudnnGnnMhaGatForward = _lazy('cudnnGnnMhaGatForward', (cudaStream_t, host_array(cudnnGnnCscGraph_t, True), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, host_array(cudnnGnnMhaParams_t, True), c_int,), c_int)
+_cudnnGnnMhaGatForward = _lazy('cudnnGnnMhaGatForward', (cudaStream_t, POINTER(cudnnGnnCscGraph_t), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, POINTER(cudnnGnnMhaParams_t), c_int,), c_int)
 
 
 def cudnnGnnMhaGatForward(stream, graph, srcFeatures, dstFeatures, edgeFeatures, attnWeights, dropoutMask, output, smScores, dimNode, dimEdge, params, dataType):
     """cudnnStatus_t cudnnGnnMhaGatForward(cudaStream_t stream, const cudnnGnnCscGraph_t * graph, const void * srcFeatures, const void * dstFeatures, const void * edgeFeatures, const void * attnWeights, const float * dropoutMask, void * output, void * smScores, int dimNode, int dimEdge, const cudnnGnnMhaParams_t * params, cudnnDataType_t dataType)
 
     Checked parameters:
-        graph: host memory
+        graph: host input, fixed 1 elements
         srcFeatures: device memory
         dstFeatures: device memory
         edgeFeatures: device memory
@@ -9831,24 +11094,32 @@ def cudnnGnnMhaGatForward(stream, graph, srcFeatures, dstFeatures, edgeFeatures,
         dropoutMask: device memory
         output: device memory
         smScores: device memory
-        params: host memory
+        params: host input, fixed 1 elements
 
     Raises CudnnError when the returned status is not success."""
     try:
+        _ok = _pack_iii(dimNode, dimEdge, dataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGnnMhaGatForward', ('stream', 'graph', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'dropoutMask', 'output', 'smScores', 'dimNode', 'dimEdge', 'params', 'dataType'), ((9, dimNode, 'i', None), (10, dimEdge, 'i', None), (12, dataType, 'i', cudnnDataType_t),))
+    try:
+        graph = _arr_cudnnGnnCscGraph_t_c(graph, 1, 1)
+        params = _arr_cudnnGnnMhaParams_t_c(params, 1, 11)
         status = _cudnnGnnMhaGatForward(stream, graph, srcFeatures, dstFeatures, edgeFeatures, attnWeights, dropoutMask, output, smScores, dimNode, dimEdge, params, dataType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGnnMhaGatForward', ('stream', 'graph', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'dropoutMask', 'output', 'smScores', 'dimNode', 'dimEdge', 'params', 'dataType'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGnnMhaGatForward')
 
-_cudnnGnnMhaGatBackward = _lazy('cudnnGnnMhaGatBackward', (cudaStream_t, host_array(cudnnGnnCscGraph_t, True), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, host_array(cudnnGnnMhaParams_t, True), c_int, c_int, c_int,), c_int)
+_cudnnGnnMhaGatBackward = _lazy('cudnnGnnMhaGatBackward', (cudaStream_t, POINTER(cudnnGnnCscGraph_t), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, POINTER(cudnnGnnMhaParams_t), c_int, c_int, c_int,), c_int)
 
 
 def cudnnGnnMhaGatBackward(stream, graph, gradOut, srcFeatures, dstFeatures, edgeFeatures, attnWeights, smScores, dropoutMask, gradAttention, gradSrcFeatures, gradDstFeatures, gradEdgeFeatures, gradWeights, gradSmScores, gradWspaceFeat, gradWspaceWeights, dimNode, dimEdge, params, dataType, gradDataType, gradWeightType):
     """cudnnStatus_t cudnnGnnMhaGatBackward(cudaStream_t stream, const cudnnGnnCscGraph_t * graph, const void * gradOut, const void * srcFeatures, const void * dstFeatures, const void * edgeFeatures, const void * attnWeights, const void * smScores, const float * dropoutMask, const float * gradAttention, void * gradSrcFeatures, void * gradDstFeatures, void * gradEdgeFeatures, void * gradWeights, void * gradSmScores, void * gradWspaceFeat, void * gradWspaceWeights, int dimNode, int dimEdge, const cudnnGnnMhaParams_t * params, cudnnDataType_t dataType, cudnnDataType_t gradDataType, cudnnDataType_t gradWeightType)
 
     Checked parameters:
-        graph: host memory
+        graph: host input, fixed 1 elements
         gradOut: device memory
         srcFeatures: device memory
         dstFeatures: device memory
@@ -9864,24 +11135,32 @@ def cudnnGnnMhaGatBackward(stream, graph, gradOut, srcFeatures, dstFeatures, edg
         gradSmScores: device memory
         gradWspaceFeat: device memory
         gradWspaceWeights: device memory
-        params: host memory
+        params: host input, fixed 1 elements
 
     Raises CudnnError when the returned status is not success."""
     try:
+        _ok = _pack_iiiii(dimNode, dimEdge, dataType, gradDataType, gradWeightType) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(gradDataType) is int or type(gradDataType) is cudnnDataType_t) and (type(gradWeightType) is int or type(gradWeightType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGnnMhaGatBackward', ('stream', 'graph', 'gradOut', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'smScores', 'dropoutMask', 'gradAttention', 'gradSrcFeatures', 'gradDstFeatures', 'gradEdgeFeatures', 'gradWeights', 'gradSmScores', 'gradWspaceFeat', 'gradWspaceWeights', 'dimNode', 'dimEdge', 'params', 'dataType', 'gradDataType', 'gradWeightType'), ((17, dimNode, 'i', None), (18, dimEdge, 'i', None), (20, dataType, 'i', cudnnDataType_t), (21, gradDataType, 'i', cudnnDataType_t), (22, gradWeightType, 'i', cudnnDataType_t),))
+    try:
+        graph = _arr_cudnnGnnCscGraph_t_c(graph, 1, 1)
+        params = _arr_cudnnGnnMhaParams_t_c(params, 1, 19)
         status = _cudnnGnnMhaGatBackward(stream, graph, gradOut, srcFeatures, dstFeatures, edgeFeatures, attnWeights, smScores, dropoutMask, gradAttention, gradSrcFeatures, gradDstFeatures, gradEdgeFeatures, gradWeights, gradSmScores, gradWspaceFeat, gradWspaceWeights, dimNode, dimEdge, params, dataType, gradDataType, gradWeightType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGnnMhaGatBackward', ('stream', 'graph', 'gradOut', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'smScores', 'dropoutMask', 'gradAttention', 'gradSrcFeatures', 'gradDstFeatures', 'gradEdgeFeatures', 'gradWeights', 'gradSmScores', 'gradWspaceFeat', 'gradWspaceWeights', 'dimNode', 'dimEdge', 'params', 'dataType', 'gradDataType', 'gradWeightType'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGnnMhaGatBackward')
 
-_cudnnGnnMhaGatV2Forward = _lazy('cudnnGnnMhaGatV2Forward', (cudaStream_t, host_array(cudnnGnnCscGraph_t, True), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, host_array(cudnnGnnMhaParams_t, True), c_int,), c_int)
+_cudnnGnnMhaGatV2Forward = _lazy('cudnnGnnMhaGatV2Forward', (cudaStream_t, POINTER(cudnnGnnCscGraph_t), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, POINTER(cudnnGnnMhaParams_t), c_int,), c_int)
 
 
 def cudnnGnnMhaGatV2Forward(stream, graph, srcFeatures, dstFeatures, edgeFeatures, attnWeights, dropoutMask, output, smScores, actScores, dimNode, params, dataType):
     """cudnnStatus_t cudnnGnnMhaGatV2Forward(cudaStream_t stream, const cudnnGnnCscGraph_t * graph, const void * srcFeatures, const void * dstFeatures, const void * edgeFeatures, const void * attnWeights, const float * dropoutMask, void * output, void * smScores, void * actScores, int dimNode, const cudnnGnnMhaParams_t * params, cudnnDataType_t dataType)
 
     Checked parameters:
-        graph: host memory
+        graph: host input, fixed 1 elements
         srcFeatures: device memory
         dstFeatures: device memory
         edgeFeatures: device memory
@@ -9890,24 +11169,32 @@ def cudnnGnnMhaGatV2Forward(stream, graph, srcFeatures, dstFeatures, edgeFeature
         output: device memory
         smScores: device memory
         actScores: device memory
-        params: host memory
+        params: host input, fixed 1 elements
 
     Raises CudnnError when the returned status is not success."""
     try:
+        _ok = _pack_ii(dimNode, dataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGnnMhaGatV2Forward', ('stream', 'graph', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'dropoutMask', 'output', 'smScores', 'actScores', 'dimNode', 'params', 'dataType'), ((10, dimNode, 'i', None), (12, dataType, 'i', cudnnDataType_t),))
+    try:
+        graph = _arr_cudnnGnnCscGraph_t_c(graph, 1, 1)
+        params = _arr_cudnnGnnMhaParams_t_c(params, 1, 11)
         status = _cudnnGnnMhaGatV2Forward(stream, graph, srcFeatures, dstFeatures, edgeFeatures, attnWeights, dropoutMask, output, smScores, actScores, dimNode, params, dataType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGnnMhaGatV2Forward', ('stream', 'graph', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'dropoutMask', 'output', 'smScores', 'actScores', 'dimNode', 'params', 'dataType'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnGnnMhaGatV2Forward')
 
-_cudnnGnnMhaGatV2Backward = _lazy('cudnnGnnMhaGatV2Backward', (cudaStream_t, host_array(cudnnGnnCscGraph_t, True), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, host_array(cudnnGnnMhaParams_t, True), c_int, c_int,), c_int)
+_cudnnGnnMhaGatV2Backward = _lazy('cudnnGnnMhaGatV2Backward', (cudaStream_t, POINTER(cudnnGnnCscGraph_t), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, POINTER(cudnnGnnMhaParams_t), c_int, c_int,), c_int)
 
 
 def cudnnGnnMhaGatV2Backward(stream, graph, gradOut, srcFeatures, dstFeatures, edgeFeatures, attnWeights, smScores, actScores, dropoutMask, gradAttention, gradSrcFeatures, gradDstFeatures, gradEdgeFeatures, gradWeights, gradSmScores, gradWspaceFeat, gradWspaceWeights, dimNode, params, dataType, gradType):
     """cudnnStatus_t cudnnGnnMhaGatV2Backward(cudaStream_t stream, const cudnnGnnCscGraph_t * graph, const void * gradOut, const void * srcFeatures, const void * dstFeatures, const void * edgeFeatures, const void * attnWeights, const void * smScores, const void * actScores, const float * dropoutMask, const float * gradAttention, void * gradSrcFeatures, void * gradDstFeatures, void * gradEdgeFeatures, void * gradWeights, void * gradSmScores, void * gradWspaceFeat, void * gradWspaceWeights, int dimNode, const cudnnGnnMhaParams_t * params, cudnnDataType_t dataType, cudnnDataType_t gradType)
 
     Checked parameters:
-        graph: host memory
+        graph: host input, fixed 1 elements
         gradOut: device memory
         srcFeatures: device memory
         dstFeatures: device memory
@@ -9924,10 +11211,18 @@ def cudnnGnnMhaGatV2Backward(stream, graph, gradOut, srcFeatures, dstFeatures, e
         gradSmScores: device memory
         gradWspaceFeat: device memory
         gradWspaceWeights: device memory
-        params: host memory
+        params: host input, fixed 1 elements
 
     Raises CudnnError when the returned status is not success."""
     try:
+        _ok = _pack_iii(dimNode, dataType, gradType) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(gradType) is int or type(gradType) is cudnnDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('cudnnGnnMhaGatV2Backward', ('stream', 'graph', 'gradOut', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'smScores', 'actScores', 'dropoutMask', 'gradAttention', 'gradSrcFeatures', 'gradDstFeatures', 'gradEdgeFeatures', 'gradWeights', 'gradSmScores', 'gradWspaceFeat', 'gradWspaceWeights', 'dimNode', 'params', 'dataType', 'gradType'), ((18, dimNode, 'i', None), (20, dataType, 'i', cudnnDataType_t), (21, gradType, 'i', cudnnDataType_t),))
+    try:
+        graph = _arr_cudnnGnnCscGraph_t_c(graph, 1, 1)
+        params = _arr_cudnnGnnMhaParams_t_c(params, 1, 19)
         status = _cudnnGnnMhaGatV2Backward(stream, graph, gradOut, srcFeatures, dstFeatures, edgeFeatures, attnWeights, smScores, actScores, dropoutMask, gradAttention, gradSrcFeatures, gradDstFeatures, gradEdgeFeatures, gradWeights, gradSmScores, gradWspaceFeat, gradWspaceWeights, dimNode, params, dataType, gradType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGnnMhaGatV2Backward', ('stream', 'graph', 'gradOut', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'smScores', 'actScores', 'dropoutMask', 'gradAttention', 'gradSrcFeatures', 'gradDstFeatures', 'gradEdgeFeatures', 'gradWeights', 'gradSmScores', 'gradWspaceFeat', 'gradWspaceWeights', 'dimNode', 'params', 'dataType', 'gradType'), exc) from None
@@ -9951,3 +11246,4 @@ _lib.last_error = _last_error
 _lib.status_enum = cudnnStatus_t
 _lib.describe_status = cudnnGetErrorString
 _lib.read_version = _read_version
+_SIZES_cudnnBackendAttributeType_t = {CUDNN_TYPE_ATTRIB_NAME: 4, CUDNN_TYPE_BACKEND_DESCRIPTOR: 8, CUDNN_TYPE_BEHAVIOR_NOTE: 4, CUDNN_TYPE_BN_FINALIZE_STATS_MODE: 4, CUDNN_TYPE_BOOLEAN: 1, CUDNN_TYPE_CHAR: 1, CUDNN_TYPE_CONVOLUTION_MODE: 4, CUDNN_TYPE_CUDA_GRAPH_RETENTION: 4, CUDNN_TYPE_DATA_TYPE: 4, CUDNN_TYPE_DOUBLE: 8, CUDNN_TYPE_FLOAT: 4, CUDNN_TYPE_FRACTION: 16, CUDNN_TYPE_GENSTATS_MODE: 4, CUDNN_TYPE_HANDLE: 8, CUDNN_TYPE_HEUR_MODE: 4, CUDNN_TYPE_INT32: 4, CUDNN_TYPE_INT64: 8, CUDNN_TYPE_KNOB_TYPE: 4, CUDNN_TYPE_LAYOUT_TYPE: 4, CUDNN_TYPE_MOE_GROUPED_MATMUL_MODE: 4, CUDNN_TYPE_NAN_PROPOGATION: 4, CUDNN_TYPE_NORM_FWD_PHASE: 4, CUDNN_TYPE_NORM_MODE: 4, CUDNN_TYPE_NUMERICAL_NOTE: 4, CUDNN_TYPE_OPERATIONGRAPH_MODE: 4, CUDNN_TYPE_PADDING_MODE: 4, CUDNN_TYPE_POINTWISE_MODE: 4, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE: 4, CUDNN_TYPE_RESAMPLE_MODE: 4, CUDNN_TYPE_RESHAPE_MODE: 4, CUDNN_TYPE_RNG_DISTRIBUTION: 4, CUDNN_TYPE_SIGNAL_MODE: 4, CUDNN_TYPE_TENSOR_REORDERING_MODE: 4, CUDNN_TYPE_VOID_PTR: 8}

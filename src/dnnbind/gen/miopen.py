@@ -14,11 +14,15 @@ from ctypes import (CFUNCTYPE, POINTER, ArgumentError as _ArgumentError, Structu
                     c_size_t, c_ssize_t, c_ubyte, c_uint, c_uint8, c_uint16, c_uint32, c_uint64,
                     c_ulong, c_ulonglong, c_ushort, c_void_p, create_string_buffer as _string_buffer)
 from enum import IntEnum as _IntEnum
+from struct import Struct as _Struct, error as _StructError
 
 from dnnbind.runtime import MiopenError as _Error
 from dnnbind.runtime.loader import Library as _Library, Unchecked as _Unchecked
-from dnnbind.runtime.pointers import (ByteSize, ConstHostPointer, DevicePointer, EitherPointer, HostPointer,
-                                      HostString, address_handle as _address_handle, host_array)
+from dnnbind.runtime.checks import (check_values as _check_values, clear_handle as _clear_handle,
+                                    host_array as _host_array, host_buffer as _host_buffer,
+                                    query_count as _query_count, sized_count as _sized_count)
+from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
+                                      address_handle as _address_handle)
 
 HEADER_VERSION = '3.4.0'
 
@@ -1240,6 +1244,103 @@ miopenTensorArgument_t._fields_ = [
     ('buffer', c_void_p),
 ]
 
+# ------------------------------------------- argument checks shared by the wrappers (runtime/checks.py)
+_pack_I = _Struct('I').pack
+_pack_N = _Struct('N').pack
+_pack_NIIII = _Struct('NIIII').pack
+_pack_NN = _Struct('NN').pack
+_pack_NNN = _Struct('NNN').pack
+_pack_NQ = _Struct('NQ').pack
+_pack_NQi = _Struct('NQi').pack
+_pack_Ni = _Struct('Ni').pack
+_pack_Q = _Struct('Q').pack
+_pack_i = _Struct('i').pack
+_pack_iI = _Struct('iI').pack
+_pack_iN = _Struct('iN').pack
+_pack_iNN = _Struct('iNN').pack
+_pack_iNNN = _Struct('iNNN').pack
+_pack_iNii = _Struct('iNii').pack
+_pack_iQ = _Struct('iQ').pack
+_pack_ii = _Struct('ii').pack
+_pack_iii = _Struct('iii').pack
+_pack_iiiii = _Struct('iiiii').pack
+_pack_iiiiiii = _Struct('iiiiiii').pack
+_pack_iiiiiiii = _Struct('iiiiiiii').pack
+_pack_iiiiiiiii = _Struct('iiiiiiiii').pack
+_pack_iiq = _Struct('iiq').pack
+_pack_qi = _Struct('qi').pack
+_pack_qiN = _Struct('qiN').pack
+_arr_bool = _host_array(c_bool, False, False, None, 'bool').convert
+_arr_char = _host_array(c_char, False, False, None, 'char').convert
+_arr_char_c = _host_array(c_char, True, False, None, 'char').convert
+_arr_double = _host_array(c_double, False, False, None, 'double').convert
+_arr_float = _host_array(c_float, False, False, None, 'float').convert
+_arr_int = _host_array(c_int, False, False, 'i', 'int').convert
+_arr_int32_t_c = _host_array(c_int32, True, False, 'i', 'int32_t').convert
+_arr_int64_t = _host_array(c_int64, False, False, 'q', 'int64_t').convert
+_arr_int_c = _host_array(c_int, True, False, 'i', 'int').convert
+_arr_int_c_n = _host_array(c_int, True, True, 'i', 'int').convert
+_arr_miopenAcceleratorQueue_t = _host_array(miopenAcceleratorQueue_t, False, False, None, 'miopenAcceleratorQueue_t').convert
+_arr_miopenActivationDescriptor_t = _host_array(miopenActivationDescriptor_t, False, False, None, 'miopenActivationDescriptor_t').convert
+_arr_miopenActivationMode_t = _host_array(c_int, False, False, 'i', 'miopenActivationMode_t').convert
+_arr_miopenBackendDescriptor_t = _host_array(miopenBackendDescriptor_t, False, False, None, 'miopenBackendDescriptor_t').convert
+_arr_miopenCTCLossDescriptor_t = _host_array(miopenCTCLossDescriptor_t, False, False, None, 'miopenCTCLossDescriptor_t').convert
+_arr_miopenConvAlgoPerf_t = _host_array(miopenConvAlgoPerf_t, False, False, None, 'miopenConvAlgoPerf_t').convert
+_arr_miopenConvAlgorithm_t = _host_array(c_int, False, False, 'i', 'miopenConvAlgorithm_t').convert
+_arr_miopenConvFwdAlgorithm_t = _host_array(c_int, False, False, 'i', 'miopenConvFwdAlgorithm_t').convert
+_arr_miopenConvSolution_t = _host_array(miopenConvSolution_t, False, False, None, 'miopenConvSolution_t').convert
+_arr_miopenConvolutionDescriptor_t = _host_array(miopenConvolutionDescriptor_t, False, False, None, 'miopenConvolutionDescriptor_t').convert
+_arr_miopenConvolutionFindMode_t = _host_array(c_int, False, False, 'i', 'miopenConvolutionFindMode_t').convert
+_arr_miopenConvolutionMode_t = _host_array(c_int, False, False, 'i', 'miopenConvolutionMode_t').convert
+_arr_miopenDataType_t = _host_array(c_int, False, False, 'i', 'miopenDataType_t').convert
+_arr_miopenDropoutDescriptor_t = _host_array(miopenDropoutDescriptor_t, False, False, None, 'miopenDropoutDescriptor_t').convert
+_arr_miopenFindOptions_t = _host_array(miopenFindOptions_t, False, False, None, 'miopenFindOptions_t').convert
+_arr_miopenFusionOpDescriptor_t = _host_array(miopenFusionOpDescriptor_t, False, False, None, 'miopenFusionOpDescriptor_t').convert
+_arr_miopenFusionPlanDescriptor_t = _host_array(miopenFusionPlanDescriptor_t, False, False, None, 'miopenFusionPlanDescriptor_t').convert
+_arr_miopenHandle_t = _host_array(miopenHandle_t, False, False, None, 'miopenHandle_t').convert
+_arr_miopenIndexType_t = _host_array(c_int, False, False, 'i', 'miopenIndexType_t').convert
+_arr_miopenIndicesType_t = _host_array(c_int, False, False, 'i', 'miopenIndicesType_t').convert
+_arr_miopenLRNDescriptor_t = _host_array(miopenLRNDescriptor_t, False, False, None, 'miopenLRNDescriptor_t').convert
+_arr_miopenLRNMode_t = _host_array(c_int, False, False, 'i', 'miopenLRNMode_t').convert
+_arr_miopenMhaDescriptor_t = _host_array(miopenMhaDescriptor_t, False, False, None, 'miopenMhaDescriptor_t').convert
+_arr_miopenNanPropagation_t = _host_array(c_int, False, False, 'i', 'miopenNanPropagation_t').convert
+_arr_miopenOperatorArgs_t = _host_array(miopenOperatorArgs_t, False, False, None, 'miopenOperatorArgs_t').convert
+_arr_miopenPoolingDescriptor_t = _host_array(miopenPoolingDescriptor_t, False, False, None, 'miopenPoolingDescriptor_t').convert
+_arr_miopenPoolingMode_t = _host_array(c_int, False, False, 'i', 'miopenPoolingMode_t').convert
+_arr_miopenPoolingWorkspaceIndexMode_t = _host_array(c_int, False, False, 'i', 'miopenPoolingWorkspaceIndexMode_t').convert
+_arr_miopenProblem_t = _host_array(miopenProblem_t, False, False, None, 'miopenProblem_t').convert
+_arr_miopenRNGType_t = _host_array(c_int, False, False, 'i', 'miopenRNGType_t').convert
+_arr_miopenRNNAlgo_t = _host_array(c_int, False, False, 'i', 'miopenRNNAlgo_t').convert
+_arr_miopenRNNBaseLayout_t = _host_array(c_int, False, False, 'i', 'miopenRNNBaseLayout_t').convert
+_arr_miopenRNNBiasMode_t = _host_array(c_int, False, False, 'i', 'miopenRNNBiasMode_t').convert
+_arr_miopenRNNDescriptor_t = _host_array(miopenRNNDescriptor_t, False, False, None, 'miopenRNNDescriptor_t').convert
+_arr_miopenRNNDirectionMode_t = _host_array(c_int, False, False, 'i', 'miopenRNNDirectionMode_t').convert
+_arr_miopenRNNInputMode_t = _host_array(c_int, False, False, 'i', 'miopenRNNInputMode_t').convert
+_arr_miopenRNNMode_t = _host_array(c_int, False, False, 'i', 'miopenRNNMode_t').convert
+_arr_miopenRNNPaddingMode_t = _host_array(c_int, False, False, 'i', 'miopenRNNPaddingMode_t').convert
+_arr_miopenReduceTensorDescriptor_t = _host_array(miopenReduceTensorDescriptor_t, False, False, None, 'miopenReduceTensorDescriptor_t').convert
+_arr_miopenReduceTensorIndices_t = _host_array(c_int, False, False, 'i', 'miopenReduceTensorIndices_t').convert
+_arr_miopenReduceTensorOp_t = _host_array(c_int, False, False, 'i', 'miopenReduceTensorOp_t').convert
+_arr_miopenSeqTensorDescriptor_t = _host_array(miopenSeqTensorDescriptor_t, False, False, None, 'miopenSeqTensorDescriptor_t').convert
+_arr_miopenSoftmaxAlgorithm_t = _host_array(c_int, False, False, 'i', 'miopenSoftmaxAlgorithm_t').convert
+_arr_miopenSoftmaxDescriptor_t = _host_array(miopenSoftmaxDescriptor_t, False, False, None, 'miopenSoftmaxDescriptor_t').convert
+_arr_miopenSoftmaxMode_t = _host_array(c_int, False, False, 'i', 'miopenSoftmaxMode_t').convert
+_arr_miopenSolution_t = _host_array(miopenSolution_t, False, False, None, 'miopenSolution_t').convert
+_arr_miopenTensorArgument_t_c = _host_array(miopenTensorArgument_t, True, False, None, 'miopenTensorArgument_t').convert
+_arr_miopenTensorDescriptor_t = _host_array(miopenTensorDescriptor_t, False, False, None, 'miopenTensorDescriptor_t').convert
+_arr_miopenTensorDescriptor_t_c = _host_array(miopenTensorDescriptor_t, True, False, None, 'miopenTensorDescriptor_t').convert
+_arr_size_t = _host_array(c_size_t, False, False, 'N', 'size_t').convert
+_arr_size_t_c = _host_array(c_size_t, True, False, 'N', 'size_t').convert
+_arr_size_t_c_n = _host_array(c_size_t, True, True, 'N', 'size_t').convert
+_arr_size_t_n = _host_array(c_size_t, False, True, 'N', 'size_t').convert
+_arr_uint64_t = _host_array(c_uint64, False, False, 'Q', 'uint64_t').convert
+_arr_unsigned_int = _host_array(c_uint, False, False, 'I', 'unsigned int').convert
+_arr_unsigned_long_long = _host_array(c_ulonglong, False, False, 'Q', 'unsigned long long').convert
+_arr_void = _host_array(c_void_p, False, False, None, 'void *').convert
+_arr_void__const_c = _host_array(c_void_p, True, False, None, 'void *const').convert
+_void = _host_buffer(False, False).convert
+_void_c = _host_buffer(True, False).convert
+
 # ------------------------------------------------------------------------------------------ functions
 
 _miopenGetErrorString = _lazy('miopenGetErrorString', (c_int,), c_char_p)
@@ -1255,21 +1356,27 @@ def miopenGetErrorString(error):
     @param error  miopenStatus_t type error status (input)
     @return       errorString"""
     try:
+        _ok = _pack_i(error) and (type(error) is int or type(error) is miopenStatus_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetErrorString', ('error',), ((0, error, 'i', miopenStatus_t),))
+    try:
         result = _miopenGetErrorString(error)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetErrorString', ('error',), exc) from None
     return _decode(result)
 
-_miopenGetVersion = _lazy('miopenGetVersion', (host_array(c_size_t, False), host_array(c_size_t, False), host_array(c_size_t, False),), c_int)
+_miopenGetVersion = _lazy('miopenGetVersion', (POINTER(c_size_t), POINTER(c_size_t), POINTER(c_size_t),), c_int)
 
 
 def miopenGetVersion(major, minor, patch):
     """miopenStatus_t miopenGetVersion(size_t * major, size_t * minor, size_t * patch)
 
     Checked parameters:
-        major: host memory
-        minor: host memory
-        patch: host memory
+        major: host output, fixed 1 elements, may be None
+        minor: host output, fixed 1 elements, may be None
+        patch: host output, fixed 1 elements, may be None
 
     Raises MiopenError when the returned status is not success.
 
@@ -1286,20 +1393,23 @@ def miopenGetVersion(major, minor, patch):
 
     @return          miopenStatus_t"""
     try:
+        major = _arr_size_t_n(major, 1, 0)
+        minor = _arr_size_t_n(minor, 1, 1)
+        patch = _arr_size_t_n(patch, 1, 2)
         status = _miopenGetVersion(major, minor, patch)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetVersion', ('major', 'minor', 'patch'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetVersion')
 
-_miopenCreate = _lazy('miopenCreate', (host_array(miopenHandle_t, False),), c_int)
+_miopenCreate = _lazy('miopenCreate', (POINTER(miopenHandle_t),), c_int)
 
 
 def miopenCreate(handle):
     """miopenStatus_t miopenCreate(miopenHandle_t * handle)
 
     Checked parameters:
-        handle: host memory
+        handle: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -1311,20 +1421,21 @@ def miopenCreate(handle):
 
     @return           miopenStatus_t"""
     try:
+        handle = _arr_miopenHandle_t(handle, 1, 0)
         status = _miopenCreate(handle)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreate', ('handle',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreate')
 
-_miopenCreateWithStream = _lazy('miopenCreateWithStream', (host_array(miopenHandle_t, False), miopenAcceleratorQueue_t,), c_int)
+_miopenCreateWithStream = _lazy('miopenCreateWithStream', (POINTER(miopenHandle_t), miopenAcceleratorQueue_t,), c_int)
 
 
 def miopenCreateWithStream(handle, stream):
     """miopenStatus_t miopenCreateWithStream(miopenHandle_t * handle, miopenAcceleratorQueue_t stream)
 
     Checked parameters:
-        handle: host memory
+        handle: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -1339,6 +1450,7 @@ def miopenCreateWithStream(handle, stream):
 
     @return           miopenStatus_t"""
     try:
+        handle = _arr_miopenHandle_t(handle, 1, 0)
         status = _miopenCreateWithStream(handle, stream)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateWithStream', ('handle', 'stream'), exc) from None
@@ -1358,12 +1470,15 @@ def miopenDestroy(handle):
     This is called when breaking down the MIOpen environment.
     @param handle     MIOpen handle (input)
     @return           miopenStatus_t"""
+    if not handle:
+        raise _lib.null_handle_error('miopenDestroy', 'handle', handle)
     try:
         status = _miopenDestroy(handle)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroy', ('handle',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroy')
+    _clear_handle(handle)
 
 _miopenSetStream = _lazy('miopenSetStream', (miopenHandle_t, miopenAcceleratorQueue_t,), c_int)
 
@@ -1386,14 +1501,14 @@ def miopenSetStream(handle, streamID):
     if status:
         raise _lib.status_error(status, 'miopenSetStream')
 
-_miopenGetStream = _lazy('miopenGetStream', (miopenHandle_t, host_array(miopenAcceleratorQueue_t, False),), c_int)
+_miopenGetStream = _lazy('miopenGetStream', (miopenHandle_t, POINTER(miopenAcceleratorQueue_t),), c_int)
 
 
 def miopenGetStream(handle, streamID):
     """miopenStatus_t miopenGetStream(miopenHandle_t handle, miopenAcceleratorQueue_t * streamID)
 
     Checked parameters:
-        streamID: host memory
+        streamID: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -1404,6 +1519,7 @@ def miopenGetStream(handle, streamID):
     @param streamID   Pointer to a accelerator queue type (output)
     @return           miopenStatus_t"""
     try:
+        streamID = _arr_miopenAcceleratorQueue_t(streamID, 1, 1)
         status = _miopenGetStream(handle, streamID)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetStream', ('handle', 'streamID'), exc) from None
@@ -1443,14 +1559,14 @@ def miopenSetAllocator(handle, allocator, deallocator, allocatorContext):
     if status:
         raise _lib.status_error(status, 'miopenSetAllocator')
 
-_miopenGetKernelTime = _lazy('miopenGetKernelTime', (miopenHandle_t, host_array(c_float, False),), c_int)
+_miopenGetKernelTime = _lazy('miopenGetKernelTime', (miopenHandle_t, POINTER(c_float),), c_int)
 
 
 def miopenGetKernelTime(handle, time):
     """miopenStatus_t miopenGetKernelTime(miopenHandle_t handle, float * time)
 
     Checked parameters:
-        time: host memory
+        time: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -1465,6 +1581,7 @@ def miopenGetKernelTime(handle, time):
     @param time       Pointer to a float type to contain kernel time in milliseconds (output)
     @return           miopenStatus_t"""
     try:
+        time = _arr_float(time, 1, 1)
         status = _miopenGetKernelTime(handle, time)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetKernelTime', ('handle', 'time'), exc) from None
@@ -1492,14 +1609,14 @@ def miopenEnableProfiling(handle, enable):
     if status:
         raise _lib.status_error(status, 'miopenEnableProfiling')
 
-_miopenCreateTensorDescriptor = _lazy('miopenCreateTensorDescriptor', (host_array(miopenTensorDescriptor_t, False),), c_int)
+_miopenCreateTensorDescriptor = _lazy('miopenCreateTensorDescriptor', (POINTER(miopenTensorDescriptor_t),), c_int)
 
 
 def miopenCreateTensorDescriptor(tensorDesc):
     """miopenStatus_t miopenCreateTensorDescriptor(miopenTensorDescriptor_t * tensorDesc)
 
     Checked parameters:
-        tensorDesc: host memory
+        tensorDesc: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -1509,6 +1626,7 @@ def miopenCreateTensorDescriptor(tensorDesc):
     @param tensorDesc Pointer to a tensor descriptor type (output)
     @return           miopenStatus_t"""
     try:
+        tensorDesc = _arr_miopenTensorDescriptor_t(tensorDesc, 1, 0)
         status = _miopenCreateTensorDescriptor(tensorDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateTensorDescriptor', ('tensorDesc',), exc) from None
@@ -1535,20 +1653,26 @@ def miopenSet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w):
     @param w          Data width dimension size (input)
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_iiiii(dataType, n, c, h, w) and (type(dataType) is int or type(dataType) is miopenDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSet4dTensorDescriptor', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w'), ((1, dataType, 'i', miopenDataType_t), (2, n, 'i', None), (3, c, 'i', None), (4, h, 'i', None), (5, w, 'i', None),))
+    try:
         status = _miopenSet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSet4dTensorDescriptor', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSet4dTensorDescriptor')
 
-_miopenSetNdTensorDescriptorWithLayout = _lazy('miopenSetNdTensorDescriptorWithLayout', (miopenTensorDescriptor_t, c_int, c_int, host_array(c_int, True), c_int,), c_int)
+_miopenSetNdTensorDescriptorWithLayout = _lazy('miopenSetNdTensorDescriptorWithLayout', (miopenTensorDescriptor_t, c_int, c_int, POINTER(c_int), c_int,), c_int)
 
 
 def miopenSetNdTensorDescriptorWithLayout(tensorDesc, dataType, tensorLayout, lens, num_lens):
     """miopenStatus_t miopenSetNdTensorDescriptorWithLayout(miopenTensorDescriptor_t tensorDesc, miopenDataType_t dataType, miopenTensorLayout_t tensorLayout, const int * lens, int num_lens)
 
     Checked parameters:
-        lens: host memory
+        lens: host input, count num_lens
 
     Raises MiopenError when the returned status is not success.
 
@@ -1562,6 +1686,13 @@ def miopenSetNdTensorDescriptorWithLayout(tensorDesc, dataType, tensorLayout, le
     @param num_lens     Tensor dimension size (input)
     @return             miopenStatus_t"""
     try:
+        _ok = _pack_iii(dataType, tensorLayout, num_lens) and (type(dataType) is int or type(dataType) is miopenDataType_t) and (type(tensorLayout) is int or type(tensorLayout) is miopenTensorLayout_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetNdTensorDescriptorWithLayout', ('tensorDesc', 'dataType', 'tensorLayout', 'lens', 'num_lens'), ((1, dataType, 'i', miopenDataType_t), (2, tensorLayout, 'i', miopenTensorLayout_t), (4, num_lens, 'i', None),))
+    try:
+        lens = _arr_int_c(lens, num_lens, 3)
         status = _miopenSetNdTensorDescriptorWithLayout(tensorDesc, dataType, tensorLayout, lens, num_lens)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetNdTensorDescriptorWithLayout', ('tensorDesc', 'dataType', 'tensorLayout', 'lens', 'num_lens'), exc) from None
@@ -1595,28 +1726,34 @@ def miopenSet4dTensorDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cSt
     @param wStride    Width dimension stride (input)
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_iiiiiiiii(dataType, n, c, h, w, nStride, cStride, hStride, wStride) and (type(dataType) is int or type(dataType) is miopenDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSet4dTensorDescriptorEx', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w', 'nStride', 'cStride', 'hStride', 'wStride'), ((1, dataType, 'i', miopenDataType_t), (2, n, 'i', None), (3, c, 'i', None), (4, h, 'i', None), (5, w, 'i', None), (6, nStride, 'i', None), (7, cStride, 'i', None), (8, hStride, 'i', None), (9, wStride, 'i', None),))
+    try:
         status = _miopenSet4dTensorDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSet4dTensorDescriptorEx', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w', 'nStride', 'cStride', 'hStride', 'wStride'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSet4dTensorDescriptorEx')
 
-_miopenGet4dTensorDescriptor = _lazy('miopenGet4dTensorDescriptor', (miopenTensorDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenGet4dTensorDescriptor = _lazy('miopenGet4dTensorDescriptor', (miopenTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenGet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
     """miopenStatus_t miopenGet4dTensorDescriptor(miopenTensorDescriptor_t tensorDesc, miopenDataType_t * dataType, int * n, int * c, int * h, int * w, int * nStride, int * cStride, int * hStride, int * wStride)
 
     Checked parameters:
-        dataType: host memory
-        n: host memory
-        c: host memory
-        h: host memory
-        w: host memory
-        nStride: host memory
-        cStride: host memory
-        hStride: host memory
-        wStride: host memory
+        dataType: host output, fixed 1 elements
+        n: host output, fixed 1 elements
+        c: host output, fixed 1 elements
+        h: host output, fixed 1 elements
+        w: host output, fixed 1 elements
+        nStride: host output, fixed 1 elements
+        cStride: host output, fixed 1 elements
+        hStride: host output, fixed 1 elements
+        wStride: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -1636,21 +1773,30 @@ def miopenGet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStri
     @param wStride    Width dimension stride (output)
     @return           miopenStatus_t"""
     try:
+        dataType = _arr_miopenDataType_t(dataType, 1, 1)
+        n = _arr_int(n, 1, 2)
+        c = _arr_int(c, 1, 3)
+        h = _arr_int(h, 1, 4)
+        w = _arr_int(w, 1, 5)
+        nStride = _arr_int(nStride, 1, 6)
+        cStride = _arr_int(cStride, 1, 7)
+        hStride = _arr_int(hStride, 1, 8)
+        wStride = _arr_int(wStride, 1, 9)
         status = _miopenGet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGet4dTensorDescriptor', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w', 'nStride', 'cStride', 'hStride', 'wStride'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGet4dTensorDescriptor')
 
-_miopenSetTensorDescriptor = _lazy('miopenSetTensorDescriptor', (miopenTensorDescriptor_t, c_int, c_int, host_array(c_int, True), host_array(c_int, True),), c_int)
+_miopenSetTensorDescriptor = _lazy('miopenSetTensorDescriptor', (miopenTensorDescriptor_t, c_int, c_int, POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenSetTensorDescriptor(tensorDesc, dataType, nbDims, dimsA, stridesA):
     """miopenStatus_t miopenSetTensorDescriptor(miopenTensorDescriptor_t tensorDesc, miopenDataType_t dataType, int nbDims, const int * dimsA, const int * stridesA)
 
     Checked parameters:
-        dimsA: host memory
-        stridesA: host memory
+        dimsA: host input, count nbDims
+        stridesA: host input, count nbDims, may be None
 
     Raises MiopenError when the returned status is not success.
 
@@ -1664,13 +1810,21 @@ def miopenSetTensorDescriptor(tensorDesc, dataType, nbDims, dimsA, stridesA):
     @param stridesA     Array containing the size of stride (input)
     @return             miopenStatus_t"""
     try:
+        _ok = _pack_ii(dataType, nbDims) and (type(dataType) is int or type(dataType) is miopenDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetTensorDescriptor', ('tensorDesc', 'dataType', 'nbDims', 'dimsA', 'stridesA'), ((1, dataType, 'i', miopenDataType_t), (2, nbDims, 'i', None),))
+    try:
+        dimsA = _arr_int_c(dimsA, nbDims, 3)
+        stridesA = _arr_int_c_n(stridesA, nbDims, 4)
         status = _miopenSetTensorDescriptor(tensorDesc, dataType, nbDims, dimsA, stridesA)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetTensorDescriptor', ('tensorDesc', 'dataType', 'nbDims', 'dimsA', 'stridesA'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetTensorDescriptor')
 
-_miopenSetTensorDescriptorV2 = _lazy('miopenSetTensorDescriptorV2', (miopenTensorDescriptor_t, c_int, c_int, host_array(c_size_t, True), host_array(c_size_t, True),), c_int)
+_miopenSetTensorDescriptorV2 = _lazy('miopenSetTensorDescriptorV2', (miopenTensorDescriptor_t, c_int, c_int, POINTER(c_size_t), POINTER(c_size_t),), c_int)
 
 
 def miopenSetTensorDescriptorV2(tensorDesc, dataType, nbDims, dimsA, stridesA):
@@ -1679,13 +1833,21 @@ def miopenSetTensorDescriptorV2(tensorDesc, dataType, nbDims, dimsA, stridesA):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        dimsA: host memory
-        stridesA: host memory
+        dimsA: host input, count nbDims
+        stridesA: host input, count nbDims, may be None
 
     Raises MiopenError when the returned status is not success.
 
     @copydoc miopenSetTensorDescriptor()"""
     try:
+        _ok = _pack_ii(dataType, nbDims) and (type(dataType) is int or type(dataType) is miopenDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetTensorDescriptorV2', ('tensorDesc', 'dataType', 'nbDims', 'dimsA', 'stridesA'), ((1, dataType, 'i', miopenDataType_t), (2, nbDims, 'i', None),))
+    try:
+        dimsA = _arr_size_t_c(dimsA, nbDims, 3)
+        stridesA = _arr_size_t_c_n(stridesA, nbDims, 4)
         status = _miopenSetTensorDescriptorV2(tensorDesc, dataType, nbDims, dimsA, stridesA)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetTensorDescriptorV2', ('tensorDesc', 'dataType', 'nbDims', 'dimsA', 'stridesA'), exc) from None
@@ -1711,20 +1873,26 @@ def miopenSetTensorCastType(tensorDesc, cast_type):
      @param tensorDesc Tensor descriptor type (input)
      @param cast_type  MIOpen datatype (input)"""
     try:
+        _ok = _pack_i(cast_type) and (type(cast_type) is int or type(cast_type) is miopenDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetTensorCastType', ('tensorDesc', 'cast_type'), ((1, cast_type, 'i', miopenDataType_t),))
+    try:
         status = _miopenSetTensorCastType(tensorDesc, cast_type)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetTensorCastType', ('tensorDesc', 'cast_type'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetTensorCastType')
 
-_miopenGetTensorDescriptorSize = _lazy('miopenGetTensorDescriptorSize', (miopenTensorDescriptor_t, host_array(c_int, False),), c_int)
+_miopenGetTensorDescriptorSize = _lazy('miopenGetTensorDescriptorSize', (miopenTensorDescriptor_t, POINTER(c_int),), c_int)
 
 
 def miopenGetTensorDescriptorSize(tensorDesc, size):
     """miopenStatus_t miopenGetTensorDescriptorSize(miopenTensorDescriptor_t tensorDesc, int * size)
 
     Checked parameters:
-        size: host memory
+        size: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -1736,22 +1904,23 @@ def miopenGetTensorDescriptorSize(tensorDesc, size):
     @param size         number of elements in tensor described by the descriptor (output)
     @return             miopenStatus_t"""
     try:
+        size = _arr_int(size, 1, 1)
         status = _miopenGetTensorDescriptorSize(tensorDesc, size)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetTensorDescriptorSize', ('tensorDesc', 'size'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetTensorDescriptorSize')
 
-_miopenGetTensorDescriptor = _lazy('miopenGetTensorDescriptor', (miopenTensorDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenGetTensorDescriptor = _lazy('miopenGetTensorDescriptor', (miopenTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenGetTensorDescriptor(tensorDesc, dataType, dimsA, stridesA):
     """miopenStatus_t miopenGetTensorDescriptor(miopenTensorDescriptor_t tensorDesc, miopenDataType_t * dataType, int * dimsA, int * stridesA)
 
     Checked parameters:
-        dataType: host memory
-        dimsA: host memory
-        stridesA: host memory
+        dataType: host output, fixed 1 elements
+        dimsA: host output, miopenGetTensorDescriptorSize(tensorDesc)
+        stridesA: host output, miopenGetTensorDescriptorSize(tensorDesc)
 
     Raises MiopenError when the returned status is not success.
 
@@ -1763,6 +1932,9 @@ def miopenGetTensorDescriptor(tensorDesc, dataType, dimsA, stridesA):
     @param stridesA   Array containing the size of stride (output)
     @return           miopenStatus_t"""
     try:
+        dataType = _arr_miopenDataType_t(dataType, 1, 1)
+        dimsA = _arr_int(dimsA, _query_count(miopenGetTensorDescriptorSize, (tensorDesc,), c_int), 2)
+        stridesA = _arr_int(stridesA, _query_count(miopenGetTensorDescriptorSize, (tensorDesc,), c_int), 3)
         status = _miopenGetTensorDescriptor(tensorDesc, dataType, dimsA, stridesA)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetTensorDescriptor', ('tensorDesc', 'dataType', 'dimsA', 'stridesA'), exc) from None
@@ -1781,21 +1953,24 @@ def miopenDestroyTensorDescriptor(tensorDesc):
 
     @param tensorDesc Tensor descriptor (input)
     @return           miopenStatus_t"""
+    if not tensorDesc:
+        raise _lib.null_handle_error('miopenDestroyTensorDescriptor', 'tensorDesc', tensorDesc)
     try:
         status = _miopenDestroyTensorDescriptor(tensorDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroyTensorDescriptor', ('tensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroyTensorDescriptor')
+    _clear_handle(tensorDesc)
 
-_miopenCreateSeqTensorDescriptor = _lazy('miopenCreateSeqTensorDescriptor', (host_array(miopenSeqTensorDescriptor_t, False),), c_int)
+_miopenCreateSeqTensorDescriptor = _lazy('miopenCreateSeqTensorDescriptor', (POINTER(miopenSeqTensorDescriptor_t),), c_int)
 
 
 def miopenCreateSeqTensorDescriptor(tensorDesc):
     """miopenStatus_t miopenCreateSeqTensorDescriptor(miopenSeqTensorDescriptor_t * tensorDesc)
 
     Checked parameters:
-        tensorDesc: host memory
+        tensorDesc: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -1805,6 +1980,7 @@ def miopenCreateSeqTensorDescriptor(tensorDesc):
     @param tensorDesc Pointer to a sequence data tensor descriptor type (output)
     @return           miopenStatus_t"""
     try:
+        tensorDesc = _arr_miopenSeqTensorDescriptor_t(tensorDesc, 1, 0)
         status = _miopenCreateSeqTensorDescriptor(tensorDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateSeqTensorDescriptor', ('tensorDesc',), exc) from None
@@ -1823,25 +1999,28 @@ def miopenDestroySeqTensorDescriptor(tensorDesc):
 
     @param tensorDesc Tensor descriptor (input)
     @return           miopenStatus_t"""
+    if not tensorDesc:
+        raise _lib.null_handle_error('miopenDestroySeqTensorDescriptor', 'tensorDesc', tensorDesc)
     try:
         status = _miopenDestroySeqTensorDescriptor(tensorDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroySeqTensorDescriptor', ('tensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroySeqTensorDescriptor')
+    _clear_handle(tensorDesc)
 
-_miopenOpTensor = _lazy('miopenOpTensor', (miopenHandle_t, c_int, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_miopenOpTensor = _lazy('miopenOpTensor', (miopenHandle_t, c_int, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def miopenOpTensor(handle, tensorOp, alpha1, aDesc, A, alpha2, bDesc, B, beta, cDesc, C):
     """miopenStatus_t miopenOpTensor(miopenHandle_t handle, miopenTensorOp_t tensorOp, const void * alpha1, const miopenTensorDescriptor_t aDesc, const void * A, const void * alpha2, const miopenTensorDescriptor_t bDesc, const void * B, const void * beta, const miopenTensorDescriptor_t cDesc, void * C)
 
     Checked parameters:
-        alpha1: host memory
+        alpha1: host input, fixed 4 bytes
         A: device memory
-        alpha2: host memory
+        alpha2: host input, fixed 4 bytes
         B: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         C: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -1865,13 +2044,22 @@ def miopenOpTensor(handle, tensorOp, alpha1, aDesc, A, alpha2, bDesc, B, beta, c
     @param C          Tensor C (input and output)
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_i(tensorOp) and (type(tensorOp) is int or type(tensorOp) is miopenTensorOp_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenOpTensor', ('handle', 'tensorOp', 'alpha1', 'aDesc', 'A', 'alpha2', 'bDesc', 'B', 'beta', 'cDesc', 'C'), ((1, tensorOp, 'i', miopenTensorOp_t),))
+    try:
+        alpha1 = _void_c(alpha1, 4, 2)
+        alpha2 = _void_c(alpha2, 4, 5)
+        beta = _void_c(beta, 4, 8)
         status = _miopenOpTensor(handle, tensorOp, alpha1, aDesc, A, alpha2, bDesc, B, beta, cDesc, C)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenOpTensor', ('handle', 'tensorOp', 'alpha1', 'aDesc', 'A', 'alpha2', 'bDesc', 'B', 'beta', 'cDesc', 'C'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenOpTensor')
 
-_miopenSetTensor = _lazy('miopenSetTensor', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer,), c_int)
+_miopenSetTensor = _lazy('miopenSetTensor', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, c_void_p,), c_int)
 
 
 def miopenSetTensor(handle, yDesc, y, alpha):
@@ -1879,7 +2067,7 @@ def miopenSetTensor(handle, yDesc, y, alpha):
 
     Checked parameters:
         y: device memory
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
 
     Raises MiopenError when the returned status is not success.
 
@@ -1893,13 +2081,14 @@ def miopenSetTensor(handle, yDesc, y, alpha):
     @param alpha      Pointer to fill value (input)
     @return           miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 3)
         status = _miopenSetTensor(handle, yDesc, y, alpha)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetTensor', ('handle', 'yDesc', 'y', 'alpha'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetTensor')
 
-_miopenScaleTensor = _lazy('miopenScaleTensor', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer,), c_int)
+_miopenScaleTensor = _lazy('miopenScaleTensor', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, c_void_p,), c_int)
 
 
 def miopenScaleTensor(handle, yDesc, y, alpha):
@@ -1907,7 +2096,7 @@ def miopenScaleTensor(handle, yDesc, y, alpha):
 
     Checked parameters:
         y: device memory
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
 
     Raises MiopenError when the returned status is not success.
 
@@ -1921,20 +2110,21 @@ def miopenScaleTensor(handle, yDesc, y, alpha):
     @param alpha      Floating point scaling factor, allocated on the host (input)
     @return           miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 3)
         status = _miopenScaleTensor(handle, yDesc, y, alpha)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenScaleTensor', ('handle', 'yDesc', 'y', 'alpha'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenScaleTensor')
 
-_miopenGetTensorNumBytes = _lazy('miopenGetTensorNumBytes', (miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenGetTensorNumBytes = _lazy('miopenGetTensorNumBytes', (miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenGetTensorNumBytes(tensorDesc, numBytes):
     """miopenStatus_t miopenGetTensorNumBytes(miopenTensorDescriptor_t tensorDesc, size_t * numBytes)
 
     Checked parameters:
-        numBytes: host memory (64-bit byte count)
+        numBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -1944,22 +2134,23 @@ def miopenGetTensorNumBytes(tensorDesc, numBytes):
     @param numBytes   Number of bytes associated with tensor descriptor (output)
     @return           miopenStatus_t"""
     try:
+        numBytes = _arr_size_t(numBytes, 1, 1)
         status = _miopenGetTensorNumBytes(tensorDesc, numBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetTensorNumBytes', ('tensorDesc', 'numBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetTensorNumBytes')
 
-_miopenTransformTensor = _lazy('miopenTransformTensor', (miopenHandle_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_miopenTransformTensor = _lazy('miopenTransformTensor', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def miopenTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
     """miopenStatus_t miopenTransformTensor(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -1981,20 +2172,22 @@ def miopenTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
     @param y          Destination Tensor y (output)
     @return           miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 4)
         status = _miopenTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenTransformTensor', ('handle', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenTransformTensor')
 
-_miopenCreateConvolutionDescriptor = _lazy('miopenCreateConvolutionDescriptor', (host_array(miopenConvolutionDescriptor_t, False),), c_int)
+_miopenCreateConvolutionDescriptor = _lazy('miopenCreateConvolutionDescriptor', (POINTER(miopenConvolutionDescriptor_t),), c_int)
 
 
 def miopenCreateConvolutionDescriptor(convDesc):
     """miopenStatus_t miopenCreateConvolutionDescriptor(miopenConvolutionDescriptor_t * convDesc)
 
     Checked parameters:
-        convDesc: host memory
+        convDesc: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2003,6 +2196,7 @@ def miopenCreateConvolutionDescriptor(convDesc):
     @param convDesc   Convolution layer descriptor
     @return           miopenStatus_t"""
     try:
+        convDesc = _arr_miopenConvolutionDescriptor_t(convDesc, 1, 0)
         status = _miopenCreateConvolutionDescriptor(convDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateConvolutionDescriptor', ('convDesc',), exc) from None
@@ -2032,22 +2226,28 @@ def miopenInitConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, st
     @param dilation_w Dilation width (input)
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_iiiiiii(c_mode, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w) and (type(c_mode) is int or type(c_mode) is miopenConvolutionMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenInitConvolutionDescriptor', ('convDesc', 'c_mode', 'pad_h', 'pad_w', 'stride_h', 'stride_w', 'dilation_h', 'dilation_w'), ((1, c_mode, 'i', miopenConvolutionMode_t), (2, pad_h, 'i', None), (3, pad_w, 'i', None), (4, stride_h, 'i', None), (5, stride_w, 'i', None), (6, dilation_h, 'i', None), (7, dilation_w, 'i', None),))
+    try:
         status = _miopenInitConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenInitConvolutionDescriptor', ('convDesc', 'c_mode', 'pad_h', 'pad_w', 'stride_h', 'stride_w', 'dilation_h', 'dilation_w'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenInitConvolutionDescriptor')
 
-_miopenInitConvolutionNdDescriptor = _lazy('miopenInitConvolutionNdDescriptor', (miopenConvolutionDescriptor_t, c_int, host_array(c_int, True), host_array(c_int, True), host_array(c_int, True), c_int,), c_int)
+_miopenInitConvolutionNdDescriptor = _lazy('miopenInitConvolutionNdDescriptor', (miopenConvolutionDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), c_int,), c_int)
 
 
 def miopenInitConvolutionNdDescriptor(convDesc, spatialDim, padA, strideA, dilationA, c_mode):
     """miopenStatus_t miopenInitConvolutionNdDescriptor(miopenConvolutionDescriptor_t convDesc, int spatialDim, const int * padA, const int * strideA, const int * dilationA, miopenConvolutionMode_t c_mode)
 
     Checked parameters:
-        padA: host memory
-        strideA: host memory
-        dilationA: host memory
+        padA: host input, count spatialDim
+        strideA: host input, count spatialDim
+        dilationA: host input, count spatialDim
 
     Raises MiopenError when the returned status is not success.
 
@@ -2061,20 +2261,29 @@ def miopenInitConvolutionNdDescriptor(convDesc, spatialDim, padA, strideA, dilat
     @param c_mode        Convolutional mode (input)
     @return              miopenStatus_t"""
     try:
+        _ok = _pack_ii(spatialDim, c_mode) and (type(c_mode) is int or type(c_mode) is miopenConvolutionMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenInitConvolutionNdDescriptor', ('convDesc', 'spatialDim', 'padA', 'strideA', 'dilationA', 'c_mode'), ((1, spatialDim, 'i', None), (5, c_mode, 'i', miopenConvolutionMode_t),))
+    try:
+        padA = _arr_int_c(padA, spatialDim, 2)
+        strideA = _arr_int_c(strideA, spatialDim, 3)
+        dilationA = _arr_int_c(dilationA, spatialDim, 4)
         status = _miopenInitConvolutionNdDescriptor(convDesc, spatialDim, padA, strideA, dilationA, c_mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenInitConvolutionNdDescriptor', ('convDesc', 'spatialDim', 'padA', 'strideA', 'dilationA', 'c_mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenInitConvolutionNdDescriptor')
 
-_miopenGetConvolutionSpatialDim = _lazy('miopenGetConvolutionSpatialDim', (miopenConvolutionDescriptor_t, host_array(c_int, False),), c_int)
+_miopenGetConvolutionSpatialDim = _lazy('miopenGetConvolutionSpatialDim', (miopenConvolutionDescriptor_t, POINTER(c_int),), c_int)
 
 
 def miopenGetConvolutionSpatialDim(convDesc, spatialDim):
     """miopenStatus_t miopenGetConvolutionSpatialDim(miopenConvolutionDescriptor_t convDesc, int * spatialDim)
 
     Checked parameters:
-        spatialDim: host memory
+        spatialDim: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2084,26 +2293,27 @@ def miopenGetConvolutionSpatialDim(convDesc, spatialDim):
     @param spatialDim            Spatial dimension of convolution descriptor (output)
     @return                      miopenStatus_t"""
     try:
+        spatialDim = _arr_int(spatialDim, 1, 1)
         status = _miopenGetConvolutionSpatialDim(convDesc, spatialDim)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetConvolutionSpatialDim', ('convDesc', 'spatialDim'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetConvolutionSpatialDim')
 
-_miopenGetConvolutionDescriptor = _lazy('miopenGetConvolutionDescriptor', (miopenConvolutionDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenGetConvolutionDescriptor = _lazy('miopenGetConvolutionDescriptor', (miopenConvolutionDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenGetConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w):
     """miopenStatus_t miopenGetConvolutionDescriptor(miopenConvolutionDescriptor_t convDesc, miopenConvolutionMode_t * c_mode, int * pad_h, int * pad_w, int * stride_h, int * stride_w, int * dilation_h, int * dilation_w)
 
     Checked parameters:
-        c_mode: host memory
-        pad_h: host memory
-        pad_w: host memory
-        stride_h: host memory
-        stride_w: host memory
-        dilation_h: host memory
-        dilation_w: host memory
+        c_mode: host output, fixed 1 elements
+        pad_h: host output, fixed 1 elements
+        pad_w: host output, fixed 1 elements
+        stride_h: host output, fixed 1 elements
+        stride_w: host output, fixed 1 elements
+        dilation_h: host output, fixed 1 elements
+        dilation_w: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2122,24 +2332,31 @@ def miopenGetConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, str
     @param dilation_w Dilation width (output)
     @return           miopenStatus_t"""
     try:
+        c_mode = _arr_miopenConvolutionMode_t(c_mode, 1, 1)
+        pad_h = _arr_int(pad_h, 1, 2)
+        pad_w = _arr_int(pad_w, 1, 3)
+        stride_h = _arr_int(stride_h, 1, 4)
+        stride_w = _arr_int(stride_w, 1, 5)
+        dilation_h = _arr_int(dilation_h, 1, 6)
+        dilation_w = _arr_int(dilation_w, 1, 7)
         status = _miopenGetConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetConvolutionDescriptor', ('convDesc', 'c_mode', 'pad_h', 'pad_w', 'stride_h', 'stride_w', 'dilation_h', 'dilation_w'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetConvolutionDescriptor')
 
-_miopenGetConvolutionNdDescriptor = _lazy('miopenGetConvolutionNdDescriptor', (miopenConvolutionDescriptor_t, c_int, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenGetConvolutionNdDescriptor = _lazy('miopenGetConvolutionNdDescriptor', (miopenConvolutionDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenGetConvolutionNdDescriptor(convDesc, requestedSpatialDim, spatialDim, padA, strideA, dilationA, c_mode):
     """miopenStatus_t miopenGetConvolutionNdDescriptor(miopenConvolutionDescriptor_t convDesc, int requestedSpatialDim, int * spatialDim, int * padA, int * strideA, int * dilationA, miopenConvolutionMode_t * c_mode)
 
     Checked parameters:
-        spatialDim: host memory
-        padA: host memory
-        strideA: host memory
-        dilationA: host memory
-        c_mode: host memory
+        spatialDim: host output, fixed 1 elements
+        padA: host output, count requestedSpatialDim
+        strideA: host output, count requestedSpatialDim
+        dilationA: host output, count requestedSpatialDim
+        c_mode: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2154,20 +2371,31 @@ def miopenGetConvolutionNdDescriptor(convDesc, requestedSpatialDim, spatialDim, 
     @param c_mode                 Convolutional mode (output)
     @return                       miopenStatus_t"""
     try:
+        _ok = _pack_i(requestedSpatialDim)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetConvolutionNdDescriptor', ('convDesc', 'requestedSpatialDim', 'spatialDim', 'padA', 'strideA', 'dilationA', 'c_mode'), ((1, requestedSpatialDim, 'i', None),))
+    try:
+        spatialDim = _arr_int(spatialDim, 1, 2)
+        padA = _arr_int(padA, requestedSpatialDim, 3)
+        strideA = _arr_int(strideA, requestedSpatialDim, 4)
+        dilationA = _arr_int(dilationA, requestedSpatialDim, 5)
+        c_mode = _arr_miopenConvolutionMode_t(c_mode, 1, 6)
         status = _miopenGetConvolutionNdDescriptor(convDesc, requestedSpatialDim, spatialDim, padA, strideA, dilationA, c_mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetConvolutionNdDescriptor', ('convDesc', 'requestedSpatialDim', 'spatialDim', 'padA', 'strideA', 'dilationA', 'c_mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetConvolutionNdDescriptor')
 
-_miopenGetConvolutionGroupCount = _lazy('miopenGetConvolutionGroupCount', (miopenConvolutionDescriptor_t, host_array(c_int, False),), c_int)
+_miopenGetConvolutionGroupCount = _lazy('miopenGetConvolutionGroupCount', (miopenConvolutionDescriptor_t, POINTER(c_int),), c_int)
 
 
 def miopenGetConvolutionGroupCount(convDesc, groupCount):
     """miopenStatus_t miopenGetConvolutionGroupCount(miopenConvolutionDescriptor_t convDesc, int * groupCount)
 
     Checked parameters:
-        groupCount: host memory
+        groupCount: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2177,6 +2405,7 @@ def miopenGetConvolutionGroupCount(convDesc, groupCount):
     @param groupCount Pointer to number of groups in group/depthwise convolution (output)
     @return           miopenStatus_t"""
     try:
+        groupCount = _arr_int(groupCount, 1, 1)
         status = _miopenGetConvolutionGroupCount(convDesc, groupCount)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetConvolutionGroupCount', ('convDesc', 'groupCount'), exc) from None
@@ -2204,6 +2433,12 @@ def miopenSetConvolutionGroupCount(convDesc, groupCount):
     (input)
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_i(groupCount)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetConvolutionGroupCount', ('convDesc', 'groupCount'), ((1, groupCount, 'i', None),))
+    try:
         status = _miopenSetConvolutionGroupCount(convDesc, groupCount)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetConvolutionGroupCount', ('convDesc', 'groupCount'), exc) from None
@@ -2230,20 +2465,26 @@ def miopenSetTransposeConvOutputPadding(convDesc, adj_h, adj_w):
     @param adj_w      output padding for the width of output data (input)
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_ii(adj_h, adj_w)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetTransposeConvOutputPadding', ('convDesc', 'adj_h', 'adj_w'), ((1, adj_h, 'i', None), (2, adj_w, 'i', None),))
+    try:
         status = _miopenSetTransposeConvOutputPadding(convDesc, adj_h, adj_w)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetTransposeConvOutputPadding', ('convDesc', 'adj_h', 'adj_w'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetTransposeConvOutputPadding')
 
-_miopenSetTransposeConvNdOutputPadding = _lazy('miopenSetTransposeConvNdOutputPadding', (miopenConvolutionDescriptor_t, c_int, host_array(c_int, True),), c_int)
+_miopenSetTransposeConvNdOutputPadding = _lazy('miopenSetTransposeConvNdOutputPadding', (miopenConvolutionDescriptor_t, c_int, POINTER(c_int),), c_int)
 
 
 def miopenSetTransposeConvNdOutputPadding(convDesc, spatialDim, adjA):
     """miopenStatus_t miopenSetTransposeConvNdOutputPadding(miopenConvolutionDescriptor_t convDesc, int spatialDim, const int * adjA)
 
     Checked parameters:
-        adjA: host memory
+        adjA: host input, count spatialDim
 
     Raises MiopenError when the returned status is not success.
 
@@ -2259,23 +2500,30 @@ def miopenSetTransposeConvNdOutputPadding(convDesc, spatialDim, adjA):
     @param adjA          array of output padding for output data (input)
     @return              miopenStatus_t"""
     try:
+        _ok = _pack_i(spatialDim)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetTransposeConvNdOutputPadding', ('convDesc', 'spatialDim', 'adjA'), ((1, spatialDim, 'i', None),))
+    try:
+        adjA = _arr_int_c(adjA, spatialDim, 2)
         status = _miopenSetTransposeConvNdOutputPadding(convDesc, spatialDim, adjA)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetTransposeConvNdOutputPadding', ('convDesc', 'spatialDim', 'adjA'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetTransposeConvNdOutputPadding')
 
-_miopenGetConvolutionForwardOutputDim = _lazy('miopenGetConvolutionForwardOutputDim', (miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenGetConvolutionForwardOutputDim = _lazy('miopenGetConvolutionForwardOutputDim', (miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenGetConvolutionForwardOutputDim(convDesc, inputTensorDesc, filterDesc, n, c, h, w):
     """miopenStatus_t miopenGetConvolutionForwardOutputDim(miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t inputTensorDesc, const miopenTensorDescriptor_t filterDesc, int * n, int * c, int * h, int * w)
 
     Checked parameters:
-        n: host memory
-        c: host memory
-        h: host memory
-        w: host memory
+        n: host output, fixed 1 elements
+        c: host output, fixed 1 elements
+        h: host output, fixed 1 elements
+        w: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2296,21 +2544,25 @@ def miopenGetConvolutionForwardOutputDim(convDesc, inputTensorDesc, filterDesc, 
     @param w                 Data width dimension size (output)
     @return                  miopenStatus_t"""
     try:
+        n = _arr_int(n, 1, 3)
+        c = _arr_int(c, 1, 4)
+        h = _arr_int(h, 1, 5)
+        w = _arr_int(w, 1, 6)
         status = _miopenGetConvolutionForwardOutputDim(convDesc, inputTensorDesc, filterDesc, n, c, h, w)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetConvolutionForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc', 'n', 'c', 'h', 'w'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetConvolutionForwardOutputDim')
 
-_miopenGetConvolutionNdForwardOutputDim = _lazy('miopenGetConvolutionNdForwardOutputDim', (miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenGetConvolutionNdForwardOutputDim = _lazy('miopenGetConvolutionNdForwardOutputDim', (miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc, nDim, outputTensorDimA):
     """miopenStatus_t miopenGetConvolutionNdForwardOutputDim(miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t inputTensorDesc, const miopenTensorDescriptor_t filterDesc, int * nDim, int * outputTensorDimA)
 
     Checked parameters:
-        nDim: host memory
-        outputTensorDimA: host memory
+        nDim: host output, fixed 1 elements
+        outputTensorDimA: host output, miopenGetTensorDescriptorSize(inputTensorDesc)
 
     Raises MiopenError when the returned status is not success.
 
@@ -2327,6 +2579,8 @@ def miopenGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc
     @param nDim              Pointer to Output data tensor dimension (output)
     @param outputTensorDimA  Array of Output data tensor length (output)"""
     try:
+        nDim = _arr_int(nDim, 1, 3)
+        outputTensorDimA = _arr_int(outputTensorDimA, _query_count(miopenGetTensorDescriptorSize, (inputTensorDesc,), c_int), 4)
         status = _miopenGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc, nDim, outputTensorDimA)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc', 'nDim', 'outputTensorDimA'), exc) from None
@@ -2345,12 +2599,15 @@ def miopenDestroyConvolutionDescriptor(convDesc):
 
     @param convDesc Convolution tensor descriptor type (input)
     @return           miopenStatus_t"""
+    if not convDesc:
+        raise _lib.null_handle_error('miopenDestroyConvolutionDescriptor', 'convDesc', convDesc)
     try:
         status = _miopenDestroyConvolutionDescriptor(convDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroyConvolutionDescriptor', ('convDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroyConvolutionDescriptor')
+    _clear_handle(convDesc)
 
 _miopenSetConvolutionAttribute = _lazy('miopenSetConvolutionAttribute', (miopenConvolutionDescriptor_t, c_int, c_int,), c_int)
 
@@ -2366,20 +2623,26 @@ def miopenSetConvolutionAttribute(convDesc, attr, value):
     @param attr              Attribute of this convolution to set (input)
     @param value             Value of this attribute (input)"""
     try:
+        _ok = _pack_ii(attr, value) and (type(attr) is int or type(attr) is miopenConvolutionAttrib_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetConvolutionAttribute', ('convDesc', 'attr', 'value'), ((1, attr, 'i', miopenConvolutionAttrib_t), (2, value, 'i', None),))
+    try:
         status = _miopenSetConvolutionAttribute(convDesc, attr, value)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetConvolutionAttribute', ('convDesc', 'attr', 'value'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetConvolutionAttribute')
 
-_miopenGetConvolutionAttribute = _lazy('miopenGetConvolutionAttribute', (miopenConvolutionDescriptor_t, c_int, host_array(c_int, False),), c_int)
+_miopenGetConvolutionAttribute = _lazy('miopenGetConvolutionAttribute', (miopenConvolutionDescriptor_t, c_int, POINTER(c_int),), c_int)
 
 
 def miopenGetConvolutionAttribute(convDesc, attr, value):
     """miopenStatus_t miopenGetConvolutionAttribute(miopenConvolutionDescriptor_t convDesc, const miopenConvolutionAttrib_t attr, int * value)
 
     Checked parameters:
-        value: host memory
+        value: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2389,6 +2652,13 @@ def miopenGetConvolutionAttribute(convDesc, attr, value):
     @param attr              Attribute of this convolution to get (input)
     @param value             Value of this attribute (output)"""
     try:
+        _ok = _pack_i(attr) and (type(attr) is int or type(attr) is miopenConvolutionAttrib_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetConvolutionAttribute', ('convDesc', 'attr', 'value'), ((1, attr, 'i', miopenConvolutionAttrib_t),))
+    try:
+        value = _arr_int(value, 1, 2)
         status = _miopenGetConvolutionAttribute(convDesc, attr, value)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetConvolutionAttribute', ('convDesc', 'attr', 'value'), exc) from None
@@ -2416,20 +2686,26 @@ def miopenSetConvolutionFindMode(convDesc, findMode):
     @param findMode   Find Mode of convDesc (input)
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_i(findMode) and (type(findMode) is int or type(findMode) is miopenConvolutionFindMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetConvolutionFindMode', ('convDesc', 'findMode'), ((1, findMode, 'i', miopenConvolutionFindMode_t),))
+    try:
         status = _miopenSetConvolutionFindMode(convDesc, findMode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetConvolutionFindMode', ('convDesc', 'findMode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetConvolutionFindMode')
 
-_miopenGetConvolutionFindMode = _lazy('miopenGetConvolutionFindMode', (miopenConvolutionDescriptor_t, host_array(c_int, False),), c_int)
+_miopenGetConvolutionFindMode = _lazy('miopenGetConvolutionFindMode', (miopenConvolutionDescriptor_t, POINTER(c_int),), c_int)
 
 
 def miopenGetConvolutionFindMode(convDesc, findMode):
     """miopenStatus_t miopenGetConvolutionFindMode(const miopenConvolutionDescriptor_t convDesc, miopenConvolutionFindMode_t * findMode)
 
     Checked parameters:
-        findMode: host memory
+        findMode: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2439,20 +2715,21 @@ def miopenGetConvolutionFindMode(convDesc, findMode):
     @param findMode   Find Mode of convDesc (output)
     @return           miopenStatus_t"""
     try:
+        findMode = _arr_miopenConvolutionFindMode_t(findMode, 1, 1)
         status = _miopenGetConvolutionFindMode(convDesc, findMode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetConvolutionFindMode', ('convDesc', 'findMode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetConvolutionFindMode')
 
-_miopenConvolutionForwardGetSolutionCount = _lazy('miopenConvolutionForwardGetSolutionCount', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenConvolutionForwardGetSolutionCount = _lazy('miopenConvolutionForwardGetSolutionCount', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenConvolutionForwardGetSolutionCount(handle, wDesc, xDesc, convDesc, yDesc, solutionCount):
     """miopenStatus_t miopenConvolutionForwardGetSolutionCount(miopenHandle_t handle, const miopenTensorDescriptor_t wDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t yDesc, size_t * solutionCount)
 
     Checked parameters:
-        solutionCount: host memory
+        solutionCount: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2471,21 +2748,22 @@ def miopenConvolutionForwardGetSolutionCount(handle, wDesc, xDesc, convDesc, yDe
     @param solutionCount  Pointer to memory to return number of applicable solutions (output)
     @return               miopenStatus_t"""
     try:
+        solutionCount = _arr_size_t(solutionCount, 1, 5)
         status = _miopenConvolutionForwardGetSolutionCount(handle, wDesc, xDesc, convDesc, yDesc, solutionCount)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionForwardGetSolutionCount', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'solutionCount'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionForwardGetSolutionCount')
 
-_miopenConvolutionForwardGetSolution = _lazy('miopenConvolutionForwardGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, host_array(c_size_t, False), host_array(miopenConvSolution_t, False),), c_int)
+_miopenConvolutionForwardGetSolution = _lazy('miopenConvolutionForwardGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, POINTER(c_size_t), POINTER(miopenConvSolution_t),), c_int)
 
 
 def miopenConvolutionForwardGetSolution(handle, wDesc, xDesc, convDesc, yDesc, maxSolutionCount, solutionCount, solutions):
     """miopenStatus_t miopenConvolutionForwardGetSolution(miopenHandle_t handle, const miopenTensorDescriptor_t wDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t yDesc, const size_t maxSolutionCount, size_t * solutionCount, miopenConvSolution_t * solutions)
 
     Checked parameters:
-        solutionCount: host memory
-        solutions: host memory
+        solutionCount: host output, fixed 1 elements
+        solutions: host output, count maxSolutionCount
 
     Raises MiopenError when the returned status is not success.
 
@@ -2511,20 +2789,28 @@ def miopenConvolutionForwardGetSolution(handle, wDesc, xDesc, convDesc, yDesc, m
                          filled in by MIOpen with applicable solutions. (output)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_N(maxSolutionCount)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionForwardGetSolution', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'maxSolutionCount', 'solutionCount', 'solutions'), ((5, maxSolutionCount, 'N', None),))
+    try:
+        solutionCount = _arr_size_t(solutionCount, 1, 6)
+        solutions = _arr_miopenConvSolution_t(solutions, maxSolutionCount, 7)
         status = _miopenConvolutionForwardGetSolution(handle, wDesc, xDesc, convDesc, yDesc, maxSolutionCount, solutionCount, solutions)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionForwardGetSolution', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'maxSolutionCount', 'solutionCount', 'solutions'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionForwardGetSolution')
 
-_miopenConvolutionForwardGetSolutionWorkspaceSize = _lazy('miopenConvolutionForwardGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, host_array(c_size_t, False),), c_int)
+_miopenConvolutionForwardGetSolutionWorkspaceSize = _lazy('miopenConvolutionForwardGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, POINTER(c_size_t),), c_int)
 
 
 def miopenConvolutionForwardGetSolutionWorkspaceSize(handle, wDesc, xDesc, convDesc, yDesc, solution_id, workSpaceSize):
     """miopenStatus_t miopenConvolutionForwardGetSolutionWorkspaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t wDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t yDesc, const uint64_t solution_id, size_t * workSpaceSize)
 
     Checked parameters:
-        workSpaceSize: host memory (64-bit byte count)
+        workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2545,6 +2831,13 @@ def miopenConvolutionForwardGetSolutionWorkspaceSize(handle, wDesc, xDesc, convD
     @param workSpaceSize  The size of the workspace (output)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_Q(solution_id)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionForwardGetSolutionWorkspaceSize', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'solution_id', 'workSpaceSize'), ((5, solution_id, 'Q', None),))
+    try:
+        workSpaceSize = _arr_size_t(workSpaceSize, 1, 6)
         status = _miopenConvolutionForwardGetSolutionWorkspaceSize(handle, wDesc, xDesc, convDesc, yDesc, solution_id, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionForwardGetSolutionWorkspaceSize', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'solution_id', 'workSpaceSize'), exc) from None
@@ -2576,13 +2869,19 @@ def miopenConvolutionForwardCompileSolution(handle, wDesc, xDesc, convDesc, yDes
     @param solution_id      ID of the solution to be compiled, as chosen by the user
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_Q(solution_id)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionForwardCompileSolution', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'solution_id'), ((5, solution_id, 'Q', None),))
+    try:
         status = _miopenConvolutionForwardCompileSolution(handle, wDesc, xDesc, convDesc, yDesc, solution_id)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionForwardCompileSolution', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'solution_id'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionForwardCompileSolution')
 
-_miopenConvolutionForwardImmediate = _lazy('miopenConvolutionForwardImmediate', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize, c_uint64,), c_int)
+_miopenConvolutionForwardImmediate = _lazy('miopenConvolutionForwardImmediate', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, c_uint64,), c_int)
 
 
 def miopenConvolutionForwardImmediate(handle, wDesc, w, xDesc, x, convDesc, yDesc, y, workSpace, workSpaceSize, solution_id):
@@ -2614,20 +2913,26 @@ def miopenConvolutionForwardImmediate(handle, wDesc, w, xDesc, x, convDesc, yDes
     @param solution_id      ID of the solution to be compiled, as chosen by the user
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_NQ(workSpaceSize, solution_id)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionForwardImmediate', ('handle', 'wDesc', 'w', 'xDesc', 'x', 'convDesc', 'yDesc', 'y', 'workSpace', 'workSpaceSize', 'solution_id'), ((9, workSpaceSize, 'N', None), (10, solution_id, 'Q', None),))
+    try:
         status = _miopenConvolutionForwardImmediate(handle, wDesc, w, xDesc, x, convDesc, yDesc, y, workSpace, workSpaceSize, solution_id)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionForwardImmediate', ('handle', 'wDesc', 'w', 'xDesc', 'x', 'convDesc', 'yDesc', 'y', 'workSpace', 'workSpaceSize', 'solution_id'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionForwardImmediate')
 
-_miopenConvolutionBackwardDataGetSolutionCount = _lazy('miopenConvolutionBackwardDataGetSolutionCount', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenConvolutionBackwardDataGetSolutionCount = _lazy('miopenConvolutionBackwardDataGetSolutionCount', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenConvolutionBackwardDataGetSolutionCount(handle, dyDesc, wDesc, convDesc, dxDesc, solutionCount):
     """miopenStatus_t miopenConvolutionBackwardDataGetSolutionCount(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t wDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dxDesc, size_t * solutionCount)
 
     Checked parameters:
-        solutionCount: host memory
+        solutionCount: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2648,21 +2953,22 @@ def miopenConvolutionBackwardDataGetSolutionCount(handle, dyDesc, wDesc, convDes
     @param solutionCount  Pointer to memory to return number of applicable solutions (output)
     @return               miopenStatus_t"""
     try:
+        solutionCount = _arr_size_t(solutionCount, 1, 5)
         status = _miopenConvolutionBackwardDataGetSolutionCount(handle, dyDesc, wDesc, convDesc, dxDesc, solutionCount)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardDataGetSolutionCount', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'solutionCount'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataGetSolutionCount')
 
-_miopenConvolutionBackwardDataGetSolution = _lazy('miopenConvolutionBackwardDataGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, host_array(c_size_t, False), host_array(miopenConvSolution_t, False),), c_int)
+_miopenConvolutionBackwardDataGetSolution = _lazy('miopenConvolutionBackwardDataGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, POINTER(c_size_t), POINTER(miopenConvSolution_t),), c_int)
 
 
 def miopenConvolutionBackwardDataGetSolution(handle, dyDesc, wDesc, convDesc, dxDesc, maxSolutionCount, solutionCount, solutions):
     """miopenStatus_t miopenConvolutionBackwardDataGetSolution(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t wDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dxDesc, const size_t maxSolutionCount, size_t * solutionCount, miopenConvSolution_t * solutions)
 
     Checked parameters:
-        solutionCount: host memory
-        solutions: host memory
+        solutionCount: host output, fixed 1 elements
+        solutions: host output, count maxSolutionCount
 
     Raises MiopenError when the returned status is not success.
 
@@ -2689,20 +2995,28 @@ def miopenConvolutionBackwardDataGetSolution(handle, dyDesc, wDesc, convDesc, dx
                             filled in by MIOpen with applicable solutions. (output)
     @return                 miopenStatus_t"""
     try:
+        _ok = _pack_N(maxSolutionCount)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionBackwardDataGetSolution', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'maxSolutionCount', 'solutionCount', 'solutions'), ((5, maxSolutionCount, 'N', None),))
+    try:
+        solutionCount = _arr_size_t(solutionCount, 1, 6)
+        solutions = _arr_miopenConvSolution_t(solutions, maxSolutionCount, 7)
         status = _miopenConvolutionBackwardDataGetSolution(handle, dyDesc, wDesc, convDesc, dxDesc, maxSolutionCount, solutionCount, solutions)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardDataGetSolution', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'maxSolutionCount', 'solutionCount', 'solutions'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataGetSolution')
 
-_miopenConvolutionBackwardDataGetSolutionWorkspaceSize = _lazy('miopenConvolutionBackwardDataGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, host_array(c_size_t, False),), c_int)
+_miopenConvolutionBackwardDataGetSolutionWorkspaceSize = _lazy('miopenConvolutionBackwardDataGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, POINTER(c_size_t),), c_int)
 
 
 def miopenConvolutionBackwardDataGetSolutionWorkspaceSize(handle, dyDesc, wDesc, convDesc, dxDesc, solution_id, workSpaceSize):
     """miopenStatus_t miopenConvolutionBackwardDataGetSolutionWorkspaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t wDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dxDesc, const uint64_t solution_id, size_t * workSpaceSize)
 
     Checked parameters:
-        workSpaceSize: host memory (64-bit byte count)
+        workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2723,6 +3037,13 @@ def miopenConvolutionBackwardDataGetSolutionWorkspaceSize(handle, dyDesc, wDesc,
     @param workSpaceSize  The size of the workspace (output)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_Q(solution_id)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionBackwardDataGetSolutionWorkspaceSize', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'solution_id', 'workSpaceSize'), ((5, solution_id, 'Q', None),))
+    try:
+        workSpaceSize = _arr_size_t(workSpaceSize, 1, 6)
         status = _miopenConvolutionBackwardDataGetSolutionWorkspaceSize(handle, dyDesc, wDesc, convDesc, dxDesc, solution_id, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardDataGetSolutionWorkspaceSize', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'solution_id', 'workSpaceSize'), exc) from None
@@ -2755,13 +3076,19 @@ def miopenConvolutionBackwardDataCompileSolution(handle, dyDesc, wDesc, convDesc
     @param solution_id      ID of the solution to be compiled, as chosen by the user
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_Q(solution_id)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionBackwardDataCompileSolution', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'solution_id'), ((5, solution_id, 'Q', None),))
+    try:
         status = _miopenConvolutionBackwardDataCompileSolution(handle, dyDesc, wDesc, convDesc, dxDesc, solution_id)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardDataCompileSolution', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'solution_id'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataCompileSolution')
 
-_miopenConvolutionBackwardDataImmediate = _lazy('miopenConvolutionBackwardDataImmediate', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize, c_uint64,), c_int)
+_miopenConvolutionBackwardDataImmediate = _lazy('miopenConvolutionBackwardDataImmediate', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, c_uint64,), c_int)
 
 
 def miopenConvolutionBackwardDataImmediate(handle, dyDesc, dy, wDesc, w, convDesc, dxDesc, dx, workSpace, workSpaceSize, solution_id):
@@ -2793,20 +3120,26 @@ def miopenConvolutionBackwardDataImmediate(handle, dyDesc, dy, wDesc, w, convDes
     @param solution_id      ID of the solution to be compiled, as chosen by the user
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_NQ(workSpaceSize, solution_id)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionBackwardDataImmediate', ('handle', 'dyDesc', 'dy', 'wDesc', 'w', 'convDesc', 'dxDesc', 'dx', 'workSpace', 'workSpaceSize', 'solution_id'), ((9, workSpaceSize, 'N', None), (10, solution_id, 'Q', None),))
+    try:
         status = _miopenConvolutionBackwardDataImmediate(handle, dyDesc, dy, wDesc, w, convDesc, dxDesc, dx, workSpace, workSpaceSize, solution_id)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardDataImmediate', ('handle', 'dyDesc', 'dy', 'wDesc', 'w', 'convDesc', 'dxDesc', 'dx', 'workSpace', 'workSpaceSize', 'solution_id'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataImmediate')
 
-_miopenConvolutionBackwardWeightsGetSolutionCount = _lazy('miopenConvolutionBackwardWeightsGetSolutionCount', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenConvolutionBackwardWeightsGetSolutionCount = _lazy('miopenConvolutionBackwardWeightsGetSolutionCount', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenConvolutionBackwardWeightsGetSolutionCount(handle, dyDesc, xDesc, convDesc, dwDesc, solutionCount):
     """miopenStatus_t miopenConvolutionBackwardWeightsGetSolutionCount(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dwDesc, size_t * solutionCount)
 
     Checked parameters:
-        solutionCount: host memory
+        solutionCount: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2827,21 +3160,22 @@ def miopenConvolutionBackwardWeightsGetSolutionCount(handle, dyDesc, xDesc, conv
     @param solutionCount  Pointer to memory to return number of applicable solutions (output)
     @return               miopenStatus_t"""
     try:
+        solutionCount = _arr_size_t(solutionCount, 1, 5)
         status = _miopenConvolutionBackwardWeightsGetSolutionCount(handle, dyDesc, xDesc, convDesc, dwDesc, solutionCount)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardWeightsGetSolutionCount', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'solutionCount'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsGetSolutionCount')
 
-_miopenConvolutionBackwardWeightsGetSolution = _lazy('miopenConvolutionBackwardWeightsGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, host_array(c_size_t, False), host_array(miopenConvSolution_t, False),), c_int)
+_miopenConvolutionBackwardWeightsGetSolution = _lazy('miopenConvolutionBackwardWeightsGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, POINTER(c_size_t), POINTER(miopenConvSolution_t),), c_int)
 
 
 def miopenConvolutionBackwardWeightsGetSolution(handle, dyDesc, xDesc, convDesc, dwDesc, maxSolutionCount, solutionCount, solutions):
     """miopenStatus_t miopenConvolutionBackwardWeightsGetSolution(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dwDesc, const size_t maxSolutionCount, size_t * solutionCount, miopenConvSolution_t * solutions)
 
     Checked parameters:
-        solutionCount: host memory
-        solutions: host memory
+        solutionCount: host output, fixed 1 elements
+        solutions: host output, count maxSolutionCount
 
     Raises MiopenError when the returned status is not success.
 
@@ -2867,20 +3201,28 @@ def miopenConvolutionBackwardWeightsGetSolution(handle, dyDesc, xDesc, convDesc,
                             filled in by MIOpen with applicable solutions. (output)
     @return                 miopenStatus_t"""
     try:
+        _ok = _pack_N(maxSolutionCount)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionBackwardWeightsGetSolution', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'maxSolutionCount', 'solutionCount', 'solutions'), ((5, maxSolutionCount, 'N', None),))
+    try:
+        solutionCount = _arr_size_t(solutionCount, 1, 6)
+        solutions = _arr_miopenConvSolution_t(solutions, maxSolutionCount, 7)
         status = _miopenConvolutionBackwardWeightsGetSolution(handle, dyDesc, xDesc, convDesc, dwDesc, maxSolutionCount, solutionCount, solutions)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardWeightsGetSolution', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'maxSolutionCount', 'solutionCount', 'solutions'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsGetSolution')
 
-_miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize = _lazy('miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, host_array(c_size_t, False),), c_int)
+_miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize = _lazy('miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, POINTER(c_size_t),), c_int)
 
 
 def miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(handle, dyDesc, xDesc, convDesc, dwDesc, solution_id, workSpaceSize):
     """miopenStatus_t miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dwDesc, const uint64_t solution_id, size_t * workSpaceSize)
 
     Checked parameters:
-        workSpaceSize: host memory (64-bit byte count)
+        workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -2901,6 +3243,13 @@ def miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(handle, dyDesc, xDe
     @param workSpaceSize  The size of the workspace (output)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_Q(solution_id)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'solution_id', 'workSpaceSize'), ((5, solution_id, 'Q', None),))
+    try:
+        workSpaceSize = _arr_size_t(workSpaceSize, 1, 6)
         status = _miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(handle, dyDesc, xDesc, convDesc, dwDesc, solution_id, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'solution_id', 'workSpaceSize'), exc) from None
@@ -2932,13 +3281,19 @@ def miopenConvolutionBackwardWeightsCompileSolution(handle, dyDesc, xDesc, convD
     @param solution_id      ID of the solution to be compiled, as chosen by the user
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_Q(solution_id)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionBackwardWeightsCompileSolution', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'solution_id'), ((5, solution_id, 'Q', None),))
+    try:
         status = _miopenConvolutionBackwardWeightsCompileSolution(handle, dyDesc, xDesc, convDesc, dwDesc, solution_id)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardWeightsCompileSolution', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'solution_id'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsCompileSolution')
 
-_miopenConvolutionBackwardWeightsImmediate = _lazy('miopenConvolutionBackwardWeightsImmediate', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize, c_uint64,), c_int)
+_miopenConvolutionBackwardWeightsImmediate = _lazy('miopenConvolutionBackwardWeightsImmediate', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, c_uint64,), c_int)
 
 
 def miopenConvolutionBackwardWeightsImmediate(handle, dyDesc, dy, xDesc, x, convDesc, dwDesc, dw, workSpace, workSpaceSize, solution_id):
@@ -2971,20 +3326,26 @@ def miopenConvolutionBackwardWeightsImmediate(handle, dyDesc, dy, xDesc, x, conv
     @param solution_id      ID of the solution to be compiled, as chosen by the user
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_NQ(workSpaceSize, solution_id)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionBackwardWeightsImmediate', ('handle', 'dyDesc', 'dy', 'xDesc', 'x', 'convDesc', 'dwDesc', 'dw', 'workSpace', 'workSpaceSize', 'solution_id'), ((9, workSpaceSize, 'N', None), (10, solution_id, 'Q', None),))
+    try:
         status = _miopenConvolutionBackwardWeightsImmediate(handle, dyDesc, dy, xDesc, x, convDesc, dwDesc, dw, workSpace, workSpaceSize, solution_id)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardWeightsImmediate', ('handle', 'dyDesc', 'dy', 'xDesc', 'x', 'convDesc', 'dwDesc', 'dw', 'workSpace', 'workSpaceSize', 'solution_id'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsImmediate')
 
-_miopenConvolutionForwardGetWorkSpaceSize = _lazy('miopenConvolutionForwardGetWorkSpaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenConvolutionForwardGetWorkSpaceSize = _lazy('miopenConvolutionForwardGetWorkSpaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenConvolutionForwardGetWorkSpaceSize(handle, wDesc, xDesc, convDesc, yDesc, workSpaceSize):
     """miopenStatus_t miopenConvolutionForwardGetWorkSpaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t wDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t yDesc, size_t * workSpaceSize)
 
     Checked parameters:
-        workSpaceSize: host memory (64-bit byte count)
+        workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -3014,13 +3375,14 @@ def miopenConvolutionForwardGetWorkSpaceSize(handle, wDesc, xDesc, convDesc, yDe
     @param workSpaceSize  Pointer to memory to return size in bytes (output)
     @return               miopenStatus_t"""
     try:
+        workSpaceSize = _arr_size_t(workSpaceSize, 1, 5)
         status = _miopenConvolutionForwardGetWorkSpaceSize(handle, wDesc, xDesc, convDesc, yDesc, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionForwardGetWorkSpaceSize', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'workSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionForwardGetWorkSpaceSize')
 
-_miopenFindConvolutionForwardAlgorithm = _lazy('miopenFindConvolutionForwardAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, host_array(c_int, False), host_array(miopenConvAlgoPerf_t, False), DevicePointer, ByteSize, c_bool,), c_int)
+_miopenFindConvolutionForwardAlgorithm = _lazy('miopenFindConvolutionForwardAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, POINTER(c_int), POINTER(miopenConvAlgoPerf_t), DevicePointer, c_size_t, c_bool,), c_int)
 
 
 def miopenFindConvolutionForwardAlgorithm(handle, xDesc, x, wDesc, w, convDesc, yDesc, y, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch):
@@ -3030,8 +3392,8 @@ def miopenFindConvolutionForwardAlgorithm(handle, xDesc, x, wDesc, w, convDesc, 
         x: device memory
         w: device memory
         y: device memory
-        returnedAlgoCount: host memory
-        perfResults: host memory
+        returnedAlgoCount: host output, fixed 1 elements
+        perfResults: host output, count requestAlgoCount
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
 
@@ -3080,23 +3442,31 @@ def miopenFindConvolutionForwardAlgorithm(handle, xDesc, x, wDesc, w, convDesc, 
                               and configurations (input)
     @return                   miopenStatus_t"""
     try:
+        _ok = _pack_iN(requestAlgoCount, workSpaceSize)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenFindConvolutionForwardAlgorithm', ('handle', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'yDesc', 'y', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), ((8, requestAlgoCount, 'i', None), (12, workSpaceSize, 'N', None),))
+    try:
+        returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
+        perfResults = _arr_miopenConvAlgoPerf_t(perfResults, requestAlgoCount, 10)
         status = _miopenFindConvolutionForwardAlgorithm(handle, xDesc, x, wDesc, w, convDesc, yDesc, y, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFindConvolutionForwardAlgorithm', ('handle', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'yDesc', 'y', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenFindConvolutionForwardAlgorithm')
 
-_miopenConvolutionForward = _lazy('miopenConvolutionForward', (miopenHandle_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, c_int, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize,), c_int)
+_miopenConvolutionForward = _lazy('miopenConvolutionForward', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, c_int, c_void_p, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
 
 
 def miopenConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, beta, yDesc, y, workSpace, workSpaceSize):
     """miopenStatus_t miopenConvolutionForward(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t wDesc, const void * w, const miopenConvolutionDescriptor_t convDesc, miopenConvFwdAlgorithm_t algo, const void * beta, const miopenTensorDescriptor_t yDesc, void * y, void * workSpace, size_t workSpaceSize)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
         w: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
@@ -3137,22 +3507,30 @@ def miopenConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, 
     @param workSpaceSize  Size in bytes of the memory determined by the find step (input)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_iN(algo, workSpaceSize) and (type(algo) is int or type(algo) is miopenConvFwdAlgorithm_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionForward', ('handle', 'alpha', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'beta', 'yDesc', 'y', 'workSpace', 'workSpaceSize'), ((7, algo, 'i', miopenConvFwdAlgorithm_t), (12, workSpaceSize, 'N', None),))
+    try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 8)
         status = _miopenConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, beta, yDesc, y, workSpace, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionForward', ('handle', 'alpha', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'beta', 'yDesc', 'y', 'workSpace', 'workSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionForward')
 
-_miopenConvolutionForwardBias = _lazy('miopenConvolutionForwardBias', (miopenHandle_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_miopenConvolutionForwardBias = _lazy('miopenConvolutionForwardBias', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def miopenConvolutionForwardBias(handle, alpha, bDesc, b, beta, yDesc, y):
     """miopenStatus_t miopenConvolutionForwardBias(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t bDesc, const void * b, const void * beta, const miopenTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         b: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -3172,20 +3550,22 @@ def miopenConvolutionForwardBias(handle, alpha, bDesc, b, beta, yDesc, y):
     @param y              Data tensor y (input and output)
     @return               miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 4)
         status = _miopenConvolutionForwardBias(handle, alpha, bDesc, b, beta, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionForwardBias', ('handle', 'alpha', 'bDesc', 'b', 'beta', 'yDesc', 'y'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionForwardBias')
 
-_miopenConvolutionBackwardDataGetWorkSpaceSize = _lazy('miopenConvolutionBackwardDataGetWorkSpaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenConvolutionBackwardDataGetWorkSpaceSize = _lazy('miopenConvolutionBackwardDataGetWorkSpaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenConvolutionBackwardDataGetWorkSpaceSize(handle, dyDesc, wDesc, convDesc, dxDesc, workSpaceSize):
     """miopenStatus_t miopenConvolutionBackwardDataGetWorkSpaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t wDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dxDesc, size_t * workSpaceSize)
 
     Checked parameters:
-        workSpaceSize: host memory (64-bit byte count)
+        workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -3216,13 +3596,14 @@ def miopenConvolutionBackwardDataGetWorkSpaceSize(handle, dyDesc, wDesc, convDes
     @param workSpaceSize  Size in bytes of the memory required (output)
     @return               miopenStatus_t"""
     try:
+        workSpaceSize = _arr_size_t(workSpaceSize, 1, 5)
         status = _miopenConvolutionBackwardDataGetWorkSpaceSize(handle, dyDesc, wDesc, convDesc, dxDesc, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardDataGetWorkSpaceSize', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'workSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataGetWorkSpaceSize')
 
-_miopenFindConvolutionBackwardDataAlgorithm = _lazy('miopenFindConvolutionBackwardDataAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, host_array(c_int, False), host_array(miopenConvAlgoPerf_t, False), DevicePointer, ByteSize, c_bool,), c_int)
+_miopenFindConvolutionBackwardDataAlgorithm = _lazy('miopenFindConvolutionBackwardDataAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, POINTER(c_int), POINTER(miopenConvAlgoPerf_t), DevicePointer, c_size_t, c_bool,), c_int)
 
 
 def miopenFindConvolutionBackwardDataAlgorithm(handle, dyDesc, dy, wDesc, w, convDesc, dxDesc, dx, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch):
@@ -3232,8 +3613,8 @@ def miopenFindConvolutionBackwardDataAlgorithm(handle, dyDesc, dy, wDesc, w, con
         dy: device memory
         w: device memory
         dx: device memory
-        returnedAlgoCount: host memory
-        perfResults: host memory
+        returnedAlgoCount: host output, fixed 1 elements
+        perfResults: host output, count requestAlgoCount
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
 
@@ -3282,23 +3663,31 @@ def miopenFindConvolutionBackwardDataAlgorithm(handle, dyDesc, dy, wDesc, w, con
                               and configurations (input)
     @return                   miopenStatus_t"""
     try:
+        _ok = _pack_iN(requestAlgoCount, workSpaceSize)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenFindConvolutionBackwardDataAlgorithm', ('handle', 'dyDesc', 'dy', 'wDesc', 'w', 'convDesc', 'dxDesc', 'dx', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), ((8, requestAlgoCount, 'i', None), (12, workSpaceSize, 'N', None),))
+    try:
+        returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
+        perfResults = _arr_miopenConvAlgoPerf_t(perfResults, requestAlgoCount, 10)
         status = _miopenFindConvolutionBackwardDataAlgorithm(handle, dyDesc, dy, wDesc, w, convDesc, dxDesc, dx, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFindConvolutionBackwardDataAlgorithm', ('handle', 'dyDesc', 'dy', 'wDesc', 'w', 'convDesc', 'dxDesc', 'dx', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenFindConvolutionBackwardDataAlgorithm')
 
-_miopenConvolutionBackwardData = _lazy('miopenConvolutionBackwardData', (miopenHandle_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, c_int, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize,), c_int)
+_miopenConvolutionBackwardData = _lazy('miopenConvolutionBackwardData', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, c_int, c_void_p, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
 
 
 def miopenConvolutionBackwardData(handle, alpha, dyDesc, dy, wDesc, w, convDesc, algo, beta, dxDesc, dx, workSpace, workSpaceSize):
     """miopenStatus_t miopenConvolutionBackwardData(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t wDesc, const void * w, const miopenConvolutionDescriptor_t convDesc, miopenConvBwdDataAlgorithm_t algo, const void * beta, const miopenTensorDescriptor_t dxDesc, void * dx, void * workSpace, size_t workSpaceSize)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         dy: device memory
         w: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dx: device memory
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
@@ -3338,20 +3727,28 @@ def miopenConvolutionBackwardData(handle, alpha, dyDesc, dy, wDesc, w, convDesc,
     @param workSpaceSize  Size in bytes of the memory needed for find (input)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_iN(algo, workSpaceSize) and (type(algo) is int or type(algo) is miopenConvBwdDataAlgorithm_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionBackwardData', ('handle', 'alpha', 'dyDesc', 'dy', 'wDesc', 'w', 'convDesc', 'algo', 'beta', 'dxDesc', 'dx', 'workSpace', 'workSpaceSize'), ((7, algo, 'i', miopenConvBwdDataAlgorithm_t), (12, workSpaceSize, 'N', None),))
+    try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 8)
         status = _miopenConvolutionBackwardData(handle, alpha, dyDesc, dy, wDesc, w, convDesc, algo, beta, dxDesc, dx, workSpace, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardData', ('handle', 'alpha', 'dyDesc', 'dy', 'wDesc', 'w', 'convDesc', 'algo', 'beta', 'dxDesc', 'dx', 'workSpace', 'workSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardData')
 
-_miopenConvolutionBackwardWeightsGetWorkSpaceSize = _lazy('miopenConvolutionBackwardWeightsGetWorkSpaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenConvolutionBackwardWeightsGetWorkSpaceSize = _lazy('miopenConvolutionBackwardWeightsGetWorkSpaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenConvolutionBackwardWeightsGetWorkSpaceSize(handle, dyDesc, xDesc, convDesc, dwDesc, workSpaceSize):
     """miopenStatus_t miopenConvolutionBackwardWeightsGetWorkSpaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dwDesc, size_t * workSpaceSize)
 
     Checked parameters:
-        workSpaceSize: host memory (64-bit byte count)
+        workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -3382,13 +3779,14 @@ def miopenConvolutionBackwardWeightsGetWorkSpaceSize(handle, dyDesc, xDesc, conv
     @param workSpaceSize  Size in bytes of the memory required (output)
     @return               miopenStatus_t"""
     try:
+        workSpaceSize = _arr_size_t(workSpaceSize, 1, 5)
         status = _miopenConvolutionBackwardWeightsGetWorkSpaceSize(handle, dyDesc, xDesc, convDesc, dwDesc, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardWeightsGetWorkSpaceSize', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'workSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsGetWorkSpaceSize')
 
-_miopenFindConvolutionBackwardWeightsAlgorithm = _lazy('miopenFindConvolutionBackwardWeightsAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, host_array(c_int, False), host_array(miopenConvAlgoPerf_t, False), DevicePointer, ByteSize, c_bool,), c_int)
+_miopenFindConvolutionBackwardWeightsAlgorithm = _lazy('miopenFindConvolutionBackwardWeightsAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, POINTER(c_int), POINTER(miopenConvAlgoPerf_t), DevicePointer, c_size_t, c_bool,), c_int)
 
 
 def miopenFindConvolutionBackwardWeightsAlgorithm(handle, dyDesc, dy, xDesc, x, convDesc, dwDesc, dw, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch):
@@ -3398,8 +3796,8 @@ def miopenFindConvolutionBackwardWeightsAlgorithm(handle, dyDesc, dy, xDesc, x, 
         dy: device memory
         x: device memory
         dw: device memory
-        returnedAlgoCount: host memory
-        perfResults: host memory
+        returnedAlgoCount: host output, fixed 1 elements
+        perfResults: host output, count requestAlgoCount
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
 
@@ -3448,23 +3846,31 @@ def miopenFindConvolutionBackwardWeightsAlgorithm(handle, dyDesc, dy, xDesc, x, 
                               and configurations (input)
     @return                   miopenStatus_t"""
     try:
+        _ok = _pack_iN(requestAlgoCount, workSpaceSize)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenFindConvolutionBackwardWeightsAlgorithm', ('handle', 'dyDesc', 'dy', 'xDesc', 'x', 'convDesc', 'dwDesc', 'dw', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), ((8, requestAlgoCount, 'i', None), (12, workSpaceSize, 'N', None),))
+    try:
+        returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
+        perfResults = _arr_miopenConvAlgoPerf_t(perfResults, requestAlgoCount, 10)
         status = _miopenFindConvolutionBackwardWeightsAlgorithm(handle, dyDesc, dy, xDesc, x, convDesc, dwDesc, dw, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFindConvolutionBackwardWeightsAlgorithm', ('handle', 'dyDesc', 'dy', 'xDesc', 'x', 'convDesc', 'dwDesc', 'dw', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenFindConvolutionBackwardWeightsAlgorithm')
 
-_miopenConvolutionBackwardWeights = _lazy('miopenConvolutionBackwardWeights', (miopenHandle_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, c_int, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize,), c_int)
+_miopenConvolutionBackwardWeights = _lazy('miopenConvolutionBackwardWeights', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, c_int, c_void_p, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
 
 
 def miopenConvolutionBackwardWeights(handle, alpha, dyDesc, dy, xDesc, x, convDesc, algo, beta, dwDesc, dw, workSpace, workSpaceSize):
     """miopenStatus_t miopenConvolutionBackwardWeights(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t xDesc, const void * x, const miopenConvolutionDescriptor_t convDesc, miopenConvBwdWeightsAlgorithm_t algo, const void * beta, const miopenTensorDescriptor_t dwDesc, void * dw, void * workSpace, size_t workSpaceSize)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         dy: device memory
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dw: device memory
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
@@ -3504,22 +3910,30 @@ def miopenConvolutionBackwardWeights(handle, alpha, dyDesc, dy, xDesc, x, convDe
     @param workSpaceSize  Size in bytes of the memory needed for find (input)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_iN(algo, workSpaceSize) and (type(algo) is int or type(algo) is miopenConvBwdWeightsAlgorithm_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionBackwardWeights', ('handle', 'alpha', 'dyDesc', 'dy', 'xDesc', 'x', 'convDesc', 'algo', 'beta', 'dwDesc', 'dw', 'workSpace', 'workSpaceSize'), ((7, algo, 'i', miopenConvBwdWeightsAlgorithm_t), (12, workSpaceSize, 'N', None),))
+    try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 8)
         status = _miopenConvolutionBackwardWeights(handle, alpha, dyDesc, dy, xDesc, x, convDesc, algo, beta, dwDesc, dw, workSpace, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardWeights', ('handle', 'alpha', 'dyDesc', 'dy', 'xDesc', 'x', 'convDesc', 'algo', 'beta', 'dwDesc', 'dw', 'workSpace', 'workSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeights')
 
-_miopenConvolutionBackwardBias = _lazy('miopenConvolutionBackwardBias', (miopenHandle_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_miopenConvolutionBackwardBias = _lazy('miopenConvolutionBackwardBias', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def miopenConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
     """miopenStatus_t miopenConvolutionBackwardBias(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t dyDesc, const void * dy, const void * beta, const miopenTensorDescriptor_t dbDesc, void * db)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         dy: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         db: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -3539,20 +3953,22 @@ def miopenConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
     @param db             Bias delta tensor db (output)
     @return               miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 4)
         status = _miopenConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBackwardBias', ('handle', 'alpha', 'dyDesc', 'dy', 'beta', 'dbDesc', 'db'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardBias')
 
-_miopenCreatePoolingDescriptor = _lazy('miopenCreatePoolingDescriptor', (host_array(miopenPoolingDescriptor_t, False),), c_int)
+_miopenCreatePoolingDescriptor = _lazy('miopenCreatePoolingDescriptor', (POINTER(miopenPoolingDescriptor_t),), c_int)
 
 
 def miopenCreatePoolingDescriptor(poolDesc):
     """miopenStatus_t miopenCreatePoolingDescriptor(miopenPoolingDescriptor_t * poolDesc)
 
     Checked parameters:
-        poolDesc: host memory
+        poolDesc: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -3561,6 +3977,7 @@ def miopenCreatePoolingDescriptor(poolDesc):
     @param poolDesc   Pointer to a pooling layer descriptor (output)
     @return           miopenStatus_t"""
     try:
+        poolDesc = _arr_miopenPoolingDescriptor_t(poolDesc, 1, 0)
         status = _miopenCreatePoolingDescriptor(poolDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreatePoolingDescriptor', ('poolDesc',), exc) from None
@@ -3583,20 +4000,26 @@ def miopenSetPoolingIndexType(poolDesc, index_type):
     @param index_type   Index type (input)
     @return             miopenStatus_t"""
     try:
+        _ok = _pack_i(index_type) and (type(index_type) is int or type(index_type) is miopenIndexType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetPoolingIndexType', ('poolDesc', 'index_type'), ((1, index_type, 'i', miopenIndexType_t),))
+    try:
         status = _miopenSetPoolingIndexType(poolDesc, index_type)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetPoolingIndexType', ('poolDesc', 'index_type'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetPoolingIndexType')
 
-_miopenGetPoolingIndexType = _lazy('miopenGetPoolingIndexType', (miopenPoolingDescriptor_t, host_array(c_int, False),), c_int)
+_miopenGetPoolingIndexType = _lazy('miopenGetPoolingIndexType', (miopenPoolingDescriptor_t, POINTER(c_int),), c_int)
 
 
 def miopenGetPoolingIndexType(poolDesc, index_type):
     """miopenStatus_t miopenGetPoolingIndexType(miopenPoolingDescriptor_t poolDesc, miopenIndexType_t * index_type)
 
     Checked parameters:
-        index_type: host memory
+        index_type: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -3607,6 +4030,7 @@ def miopenGetPoolingIndexType(poolDesc, index_type):
     @param index_type   Index type (output)
     @return             miopenStatus_t"""
     try:
+        index_type = _arr_miopenIndexType_t(index_type, 1, 1)
         status = _miopenGetPoolingIndexType(poolDesc, index_type)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetPoolingIndexType', ('poolDesc', 'index_type'), exc) from None
@@ -3628,20 +4052,26 @@ def miopenSetPoolingWorkSpaceIndexMode(poolDesc, workspace_index):
     @param workspace_index  Workspace index mode (input)
     @return                 miopenStatus_t"""
     try:
+        _ok = _pack_i(workspace_index) and (type(workspace_index) is int or type(workspace_index) is miopenPoolingWorkspaceIndexMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetPoolingWorkSpaceIndexMode', ('poolDesc', 'workspace_index'), ((1, workspace_index, 'i', miopenPoolingWorkspaceIndexMode_t),))
+    try:
         status = _miopenSetPoolingWorkSpaceIndexMode(poolDesc, workspace_index)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetPoolingWorkSpaceIndexMode', ('poolDesc', 'workspace_index'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetPoolingWorkSpaceIndexMode')
 
-_miopenGetPoolingWorkSpaceIndexMode = _lazy('miopenGetPoolingWorkSpaceIndexMode', (miopenPoolingDescriptor_t, host_array(c_int, False),), c_int)
+_miopenGetPoolingWorkSpaceIndexMode = _lazy('miopenGetPoolingWorkSpaceIndexMode', (miopenPoolingDescriptor_t, POINTER(c_int),), c_int)
 
 
 def miopenGetPoolingWorkSpaceIndexMode(poolDesc, workspace_index):
     """miopenStatus_t miopenGetPoolingWorkSpaceIndexMode(miopenPoolingDescriptor_t poolDesc, miopenPoolingWorkspaceIndexMode_t * workspace_index)
 
     Checked parameters:
-        workspace_index: host memory
+        workspace_index: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -3651,6 +4081,7 @@ def miopenGetPoolingWorkSpaceIndexMode(poolDesc, workspace_index):
     @param workspace_index  Workspace index mode (output)
     @return                 miopenStatus_t"""
     try:
+        workspace_index = _arr_miopenPoolingWorkspaceIndexMode_t(workspace_index, 1, 1)
         status = _miopenGetPoolingWorkSpaceIndexMode(poolDesc, workspace_index)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetPoolingWorkSpaceIndexMode', ('poolDesc', 'workspace_index'), exc) from None
@@ -3679,26 +4110,32 @@ def miopenSet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_
     @param stride_w       Horizontal stride (input)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_iiiiiii(mode, windowHeight, windowWidth, pad_h, pad_w, stride_h, stride_w) and (type(mode) is int or type(mode) is miopenPoolingMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSet2dPoolingDescriptor', ('poolDesc', 'mode', 'windowHeight', 'windowWidth', 'pad_h', 'pad_w', 'stride_h', 'stride_w'), ((1, mode, 'i', miopenPoolingMode_t), (2, windowHeight, 'i', None), (3, windowWidth, 'i', None), (4, pad_h, 'i', None), (5, pad_w, 'i', None), (6, stride_h, 'i', None), (7, stride_w, 'i', None),))
+    try:
         status = _miopenSet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_h, pad_w, stride_h, stride_w)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSet2dPoolingDescriptor', ('poolDesc', 'mode', 'windowHeight', 'windowWidth', 'pad_h', 'pad_w', 'stride_h', 'stride_w'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSet2dPoolingDescriptor')
 
-_miopenGet2dPoolingDescriptor = _lazy('miopenGet2dPoolingDescriptor', (miopenPoolingDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenGet2dPoolingDescriptor = _lazy('miopenGet2dPoolingDescriptor', (miopenPoolingDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenGet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_h, pad_w, stride_h, stride_w):
     """miopenStatus_t miopenGet2dPoolingDescriptor(const miopenPoolingDescriptor_t poolDesc, miopenPoolingMode_t * mode, int * windowHeight, int * windowWidth, int * pad_h, int * pad_w, int * stride_h, int * stride_w)
 
     Checked parameters:
-        mode: host memory
-        windowHeight: host memory
-        windowWidth: host memory
-        pad_h: host memory
-        pad_w: host memory
-        stride_h: host memory
-        stride_w: host memory
+        mode: host output, fixed 1 elements
+        windowHeight: host output, fixed 1 elements
+        windowWidth: host output, fixed 1 elements
+        pad_h: host output, fixed 1 elements
+        pad_w: host output, fixed 1 elements
+        stride_h: host output, fixed 1 elements
+        stride_w: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -3716,23 +4153,30 @@ def miopenGet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_
     @param stride_w       Horizontal stride (output)
     @return               miopenStatus_t"""
     try:
+        mode = _arr_miopenPoolingMode_t(mode, 1, 1)
+        windowHeight = _arr_int(windowHeight, 1, 2)
+        windowWidth = _arr_int(windowWidth, 1, 3)
+        pad_h = _arr_int(pad_h, 1, 4)
+        pad_w = _arr_int(pad_w, 1, 5)
+        stride_h = _arr_int(stride_h, 1, 6)
+        stride_w = _arr_int(stride_w, 1, 7)
         status = _miopenGet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_h, pad_w, stride_h, stride_w)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGet2dPoolingDescriptor', ('poolDesc', 'mode', 'windowHeight', 'windowWidth', 'pad_h', 'pad_w', 'stride_h', 'stride_w'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGet2dPoolingDescriptor')
 
-_miopenGetPoolingForwardOutputDim = _lazy('miopenGetPoolingForwardOutputDim', (miopenPoolingDescriptor_t, miopenTensorDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenGetPoolingForwardOutputDim = _lazy('miopenGetPoolingForwardOutputDim', (miopenPoolingDescriptor_t, miopenTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenGetPoolingForwardOutputDim(poolDesc, tensorDesc, n, c, h, w):
     """miopenStatus_t miopenGetPoolingForwardOutputDim(const miopenPoolingDescriptor_t poolDesc, const miopenTensorDescriptor_t tensorDesc, int * n, int * c, int * h, int * w)
 
     Checked parameters:
-        n: host memory
-        c: host memory
-        h: host memory
-        w: host memory
+        n: host output, fixed 1 elements
+        c: host output, fixed 1 elements
+        h: host output, fixed 1 elements
+        w: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -3750,22 +4194,26 @@ def miopenGetPoolingForwardOutputDim(poolDesc, tensorDesc, n, c, h, w):
     @param w          Width of input map (output)
     @return           miopenStatus_t"""
     try:
+        n = _arr_int(n, 1, 2)
+        c = _arr_int(c, 1, 3)
+        h = _arr_int(h, 1, 4)
+        w = _arr_int(w, 1, 5)
         status = _miopenGetPoolingForwardOutputDim(poolDesc, tensorDesc, n, c, h, w)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetPoolingForwardOutputDim', ('poolDesc', 'tensorDesc', 'n', 'c', 'h', 'w'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetPoolingForwardOutputDim')
 
-_miopenSetNdPoolingDescriptor = _lazy('miopenSetNdPoolingDescriptor', (miopenPoolingDescriptor_t, c_int, c_int, host_array(c_int, True), host_array(c_int, True), host_array(c_int, True),), c_int)
+_miopenSetNdPoolingDescriptor = _lazy('miopenSetNdPoolingDescriptor', (miopenPoolingDescriptor_t, c_int, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenSetNdPoolingDescriptor(poolDesc, mode, nbDims, windowDimA, padA, stridesA):
     """miopenStatus_t miopenSetNdPoolingDescriptor(miopenPoolingDescriptor_t poolDesc, const miopenPoolingMode_t mode, int nbDims, const int * windowDimA, const int * padA, const int * stridesA)
 
     Checked parameters:
-        windowDimA: host memory
-        padA: host memory
-        stridesA: host memory
+        windowDimA: host input, count nbDims
+        padA: host input, count nbDims
+        stridesA: host input, count nbDims
 
     Raises MiopenError when the returned status is not success.
 
@@ -3784,24 +4232,33 @@ def miopenSetNdPoolingDescriptor(poolDesc, mode, nbDims, windowDimA, padA, strid
     (input)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_ii(mode, nbDims) and (type(mode) is int or type(mode) is miopenPoolingMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetNdPoolingDescriptor', ('poolDesc', 'mode', 'nbDims', 'windowDimA', 'padA', 'stridesA'), ((1, mode, 'i', miopenPoolingMode_t), (2, nbDims, 'i', None),))
+    try:
+        windowDimA = _arr_int_c(windowDimA, nbDims, 3)
+        padA = _arr_int_c(padA, nbDims, 4)
+        stridesA = _arr_int_c(stridesA, nbDims, 5)
         status = _miopenSetNdPoolingDescriptor(poolDesc, mode, nbDims, windowDimA, padA, stridesA)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetNdPoolingDescriptor', ('poolDesc', 'mode', 'nbDims', 'windowDimA', 'padA', 'stridesA'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetNdPoolingDescriptor')
 
-_miopenGetNdPoolingDescriptor = _lazy('miopenGetNdPoolingDescriptor', (miopenPoolingDescriptor_t, c_int, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenGetNdPoolingDescriptor = _lazy('miopenGetNdPoolingDescriptor', (miopenPoolingDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenGetNdPoolingDescriptor(poolDesc, nbDimsRequested, mode, nbDims, windowDimA, padA, stridesA):
     """miopenStatus_t miopenGetNdPoolingDescriptor(const miopenPoolingDescriptor_t poolDesc, int nbDimsRequested, miopenPoolingMode_t * mode, int * nbDims, int * windowDimA, int * padA, int * stridesA)
 
     Checked parameters:
-        mode: host memory
-        nbDims: host memory
-        windowDimA: host memory
-        padA: host memory
-        stridesA: host memory
+        mode: host output, fixed 1 elements
+        nbDims: host output, fixed 1 elements
+        windowDimA: host output, count nbDimsRequested
+        padA: host output, count nbDimsRequested
+        stridesA: host output, count nbDimsRequested
 
     Raises MiopenError when the returned status is not success.
 
@@ -3821,20 +4278,31 @@ def miopenGetNdPoolingDescriptor(poolDesc, nbDimsRequested, mode, nbDims, window
     dimsRequested (output)
     @return                 miopenStatus_t"""
     try:
+        _ok = _pack_i(nbDimsRequested)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetNdPoolingDescriptor', ('poolDesc', 'nbDimsRequested', 'mode', 'nbDims', 'windowDimA', 'padA', 'stridesA'), ((1, nbDimsRequested, 'i', None),))
+    try:
+        mode = _arr_miopenPoolingMode_t(mode, 1, 2)
+        nbDims = _arr_int(nbDims, 1, 3)
+        windowDimA = _arr_int(windowDimA, nbDimsRequested, 4)
+        padA = _arr_int(padA, nbDimsRequested, 5)
+        stridesA = _arr_int(stridesA, nbDimsRequested, 6)
         status = _miopenGetNdPoolingDescriptor(poolDesc, nbDimsRequested, mode, nbDims, windowDimA, padA, stridesA)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetNdPoolingDescriptor', ('poolDesc', 'nbDimsRequested', 'mode', 'nbDims', 'windowDimA', 'padA', 'stridesA'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetNdPoolingDescriptor')
 
-_miopenGetPoolingNdForwardOutputDim = _lazy('miopenGetPoolingNdForwardOutputDim', (miopenPoolingDescriptor_t, miopenTensorDescriptor_t, c_int, host_array(c_int, False),), c_int)
+_miopenGetPoolingNdForwardOutputDim = _lazy('miopenGetPoolingNdForwardOutputDim', (miopenPoolingDescriptor_t, miopenTensorDescriptor_t, c_int, POINTER(c_int),), c_int)
 
 
 def miopenGetPoolingNdForwardOutputDim(poolDesc, tensorDesc, dims, tensorDimArr):
     """miopenStatus_t miopenGetPoolingNdForwardOutputDim(const miopenPoolingDescriptor_t poolDesc, const miopenTensorDescriptor_t tensorDesc, int dims, int * tensorDimArr)
 
     Checked parameters:
-        tensorDimArr: host memory
+        tensorDimArr: host output, count dims
 
     Raises MiopenError when the returned status is not success.
 
@@ -3850,20 +4318,27 @@ def miopenGetPoolingNdForwardOutputDim(poolDesc, tensorDesc, dims, tensorDimArr)
     @param tensorDimArr  Array of tensor dimension (output)
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_i(dims)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetPoolingNdForwardOutputDim', ('poolDesc', 'tensorDesc', 'dims', 'tensorDimArr'), ((2, dims, 'i', None),))
+    try:
+        tensorDimArr = _arr_int(tensorDimArr, dims, 3)
         status = _miopenGetPoolingNdForwardOutputDim(poolDesc, tensorDesc, dims, tensorDimArr)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetPoolingNdForwardOutputDim', ('poolDesc', 'tensorDesc', 'dims', 'tensorDimArr'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetPoolingNdForwardOutputDim')
 
-_miopenPoolingGetWorkSpaceSize = _lazy('miopenPoolingGetWorkSpaceSize', (miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenPoolingGetWorkSpaceSize = _lazy('miopenPoolingGetWorkSpaceSize', (miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenPoolingGetWorkSpaceSize(yDesc, workSpaceSize):
     """miopenStatus_t miopenPoolingGetWorkSpaceSize(const miopenTensorDescriptor_t yDesc, size_t * workSpaceSize)
 
     Checked parameters:
-        workSpaceSize: host memory (64-bit byte count)
+        workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -3879,20 +4354,21 @@ def miopenPoolingGetWorkSpaceSize(yDesc, workSpaceSize):
     @param workSpaceSize  Pointer to workSpaceSize (output)
     @return               miopenStatus_t"""
     try:
+        workSpaceSize = _arr_size_t(workSpaceSize, 1, 1)
         status = _miopenPoolingGetWorkSpaceSize(yDesc, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenPoolingGetWorkSpaceSize', ('yDesc', 'workSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenPoolingGetWorkSpaceSize')
 
-_miopenPoolingGetWorkSpaceSizeV2 = _lazy('miopenPoolingGetWorkSpaceSizeV2', (miopenPoolingDescriptor_t, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenPoolingGetWorkSpaceSizeV2 = _lazy('miopenPoolingGetWorkSpaceSizeV2', (miopenPoolingDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenPoolingGetWorkSpaceSizeV2(poolDesc, yDesc, workSpaceSize):
     """miopenStatus_t miopenPoolingGetWorkSpaceSizeV2(const miopenPoolingDescriptor_t poolDesc, const miopenTensorDescriptor_t yDesc, size_t * workSpaceSize)
 
     Checked parameters:
-        workSpaceSize: host memory (64-bit byte count)
+        workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -3908,22 +4384,23 @@ def miopenPoolingGetWorkSpaceSizeV2(poolDesc, yDesc, workSpaceSize):
     @param workSpaceSize  Pointer to workSpaceSize (output)
     @return               miopenStatus_t"""
     try:
+        workSpaceSize = _arr_size_t(workSpaceSize, 1, 2)
         status = _miopenPoolingGetWorkSpaceSizeV2(poolDesc, yDesc, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenPoolingGetWorkSpaceSizeV2', ('poolDesc', 'yDesc', 'workSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenPoolingGetWorkSpaceSizeV2')
 
-_miopenPoolingForward = _lazy('miopenPoolingForward', (miopenHandle_t, miopenPoolingDescriptor_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, c_bool, DevicePointer, ByteSize,), c_int)
+_miopenPoolingForward = _lazy('miopenPoolingForward', (miopenHandle_t, miopenPoolingDescriptor_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_bool, DevicePointer, c_size_t,), c_int)
 
 
 def miopenPoolingForward(handle, poolDesc, alpha, xDesc, x, beta, yDesc, y, do_backward, workSpace, workSpaceSize):
     """miopenStatus_t miopenPoolingForward(miopenHandle_t handle, const miopenPoolingDescriptor_t poolDesc, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t yDesc, void * y, bool do_backward, void * workSpace, size_t workSpaceSize)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
@@ -3950,24 +4427,32 @@ def miopenPoolingForward(handle, poolDesc, alpha, xDesc, x, beta, yDesc, y, do_b
     @param workSpaceSize  Size in bytes of the memory needed (input)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_N(workSpaceSize)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenPoolingForward', ('handle', 'poolDesc', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y', 'do_backward', 'workSpace', 'workSpaceSize'), ((10, workSpaceSize, 'N', None),))
+    try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 5)
         status = _miopenPoolingForward(handle, poolDesc, alpha, xDesc, x, beta, yDesc, y, do_backward, workSpace, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenPoolingForward', ('handle', 'poolDesc', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y', 'do_backward', 'workSpace', 'workSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenPoolingForward')
 
-_miopenPoolingBackward = _lazy('miopenPoolingBackward', (miopenHandle_t, miopenPoolingDescriptor_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer,), c_int)
+_miopenPoolingBackward = _lazy('miopenPoolingBackward', (miopenHandle_t, miopenPoolingDescriptor_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer, DevicePointer,), c_int)
 
 
 def miopenPoolingBackward(handle, poolDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx, workSpace):
     """miopenStatus_t miopenPoolingBackward(miopenHandle_t handle, const miopenPoolingDescriptor_t poolDesc, const void * alpha, const miopenTensorDescriptor_t yDesc, const void * y, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t dxDesc, void * dx, void * workSpace)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         y: device memory
         dy: device memory
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dx: device memory
         workSpace: device memory
 
@@ -3993,6 +4478,8 @@ def miopenPoolingBackward(handle, poolDesc, alpha, yDesc, y, dyDesc, dy, xDesc, 
     @param workSpace      Pointer to user allocated workspace (input)
     @return               miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 9)
         status = _miopenPoolingBackward(handle, poolDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx, workSpace)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenPoolingBackward', ('handle', 'poolDesc', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'xDesc', 'x', 'beta', 'dxDesc', 'dx', 'workSpace'), exc) from None
@@ -4011,21 +4498,24 @@ def miopenDestroyPoolingDescriptor(poolDesc):
 
     @param poolDesc Pooling tensor descriptor type (input)
     @return           miopenStatus_t"""
+    if not poolDesc:
+        raise _lib.null_handle_error('miopenDestroyPoolingDescriptor', 'poolDesc', poolDesc)
     try:
         status = _miopenDestroyPoolingDescriptor(poolDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroyPoolingDescriptor', ('poolDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroyPoolingDescriptor')
+    _clear_handle(poolDesc)
 
-_miopenCreateLRNDescriptor = _lazy('miopenCreateLRNDescriptor', (host_array(miopenLRNDescriptor_t, False),), c_int)
+_miopenCreateLRNDescriptor = _lazy('miopenCreateLRNDescriptor', (POINTER(miopenLRNDescriptor_t),), c_int)
 
 
 def miopenCreateLRNDescriptor(lrnDesc):
     """miopenStatus_t miopenCreateLRNDescriptor(miopenLRNDescriptor_t * lrnDesc)
 
     Checked parameters:
-        lrnDesc: host memory
+        lrnDesc: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -4038,6 +4528,7 @@ def miopenCreateLRNDescriptor(lrnDesc):
     @param lrnDesc    Pointer to a local response normalization layer descriptor type
     @return           miopenStatus_t"""
     try:
+        lrnDesc = _arr_miopenLRNDescriptor_t(lrnDesc, 1, 0)
         status = _miopenCreateLRNDescriptor(lrnDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateLRNDescriptor', ('lrnDesc',), exc) from None
@@ -4065,24 +4556,30 @@ def miopenSetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
     @param lrnK         K factor (input)
     @return             miopenStatus_t"""
     try:
+        _ok = _pack_iI(mode, lrnN) and (type(mode) is int or type(mode) is miopenLRNMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetLRNDescriptor', ('lrnDesc', 'mode', 'lrnN', 'lrnAlpha', 'lrnBeta', 'lrnK'), ((1, mode, 'i', miopenLRNMode_t), (2, lrnN, 'I', None),))
+    try:
         status = _miopenSetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetLRNDescriptor', ('lrnDesc', 'mode', 'lrnN', 'lrnAlpha', 'lrnBeta', 'lrnK'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetLRNDescriptor')
 
-_miopenGetLRNDescriptor = _lazy('miopenGetLRNDescriptor', (miopenLRNDescriptor_t, host_array(c_int, False), host_array(c_uint, False), host_array(c_double, False), host_array(c_double, False), host_array(c_double, False),), c_int)
+_miopenGetLRNDescriptor = _lazy('miopenGetLRNDescriptor', (miopenLRNDescriptor_t, POINTER(c_int), POINTER(c_uint), POINTER(c_double), POINTER(c_double), POINTER(c_double),), c_int)
 
 
 def miopenGetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
     """miopenStatus_t miopenGetLRNDescriptor(const miopenLRNDescriptor_t lrnDesc, miopenLRNMode_t * mode, unsigned int * lrnN, double * lrnAlpha, double * lrnBeta, double * lrnK)
 
     Checked parameters:
-        mode: host memory
-        lrnN: host memory
-        lrnAlpha: host memory
-        lrnBeta: host memory
-        lrnK: host memory
+        mode: host output, fixed 1 elements
+        lrnN: host output, fixed 1 elements
+        lrnAlpha: host output, fixed 1 elements
+        lrnBeta: host output, fixed 1 elements
+        lrnK: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -4098,20 +4595,25 @@ def miopenGetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
     @param lrnK         K factor (output)
     @return             miopenStatus_t"""
     try:
+        mode = _arr_miopenLRNMode_t(mode, 1, 1)
+        lrnN = _arr_unsigned_int(lrnN, 1, 2)
+        lrnAlpha = _arr_double(lrnAlpha, 1, 3)
+        lrnBeta = _arr_double(lrnBeta, 1, 4)
+        lrnK = _arr_double(lrnK, 1, 5)
         status = _miopenGetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetLRNDescriptor', ('lrnDesc', 'mode', 'lrnN', 'lrnAlpha', 'lrnBeta', 'lrnK'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetLRNDescriptor')
 
-_miopenLRNGetWorkSpaceSize = _lazy('miopenLRNGetWorkSpaceSize', (miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenLRNGetWorkSpaceSize = _lazy('miopenLRNGetWorkSpaceSize', (miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenLRNGetWorkSpaceSize(yDesc, workSpaceSize):
     """miopenStatus_t miopenLRNGetWorkSpaceSize(const miopenTensorDescriptor_t yDesc, size_t * workSpaceSize)
 
     Checked parameters:
-        workSpaceSize: host memory (64-bit byte count)
+        workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -4124,22 +4626,23 @@ def miopenLRNGetWorkSpaceSize(yDesc, workSpaceSize):
     @param workSpaceSize   Output variable for workspace size (output)
     @return                miopenStatus_t"""
     try:
+        workSpaceSize = _arr_size_t(workSpaceSize, 1, 1)
         status = _miopenLRNGetWorkSpaceSize(yDesc, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenLRNGetWorkSpaceSize', ('yDesc', 'workSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenLRNGetWorkSpaceSize')
 
-_miopenLRNForward = _lazy('miopenLRNForward', (miopenHandle_t, miopenLRNDescriptor_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, c_bool, DevicePointer,), c_int)
+_miopenLRNForward = _lazy('miopenLRNForward', (miopenHandle_t, miopenLRNDescriptor_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_bool, DevicePointer,), c_int)
 
 
 def miopenLRNForward(handle, lrnDesc, alpha, xDesc, x, beta, yDesc, y, do_backward, workSpace):
     """miopenStatus_t miopenLRNForward(miopenHandle_t handle, const miopenLRNDescriptor_t lrnDesc, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t yDesc, void * y, bool do_backward, void * workSpace)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
         workSpace: device memory
 
@@ -4163,24 +4666,26 @@ def miopenLRNForward(handle, lrnDesc, alpha, xDesc, x, beta, yDesc, y, do_backwa
     @param workSpace      Pointer user allocated memory (input)
     @return               miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 5)
         status = _miopenLRNForward(handle, lrnDesc, alpha, xDesc, x, beta, yDesc, y, do_backward, workSpace)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenLRNForward', ('handle', 'lrnDesc', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y', 'do_backward', 'workSpace'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenLRNForward')
 
-_miopenLRNBackward = _lazy('miopenLRNBackward', (miopenHandle_t, miopenLRNDescriptor_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer,), c_int)
+_miopenLRNBackward = _lazy('miopenLRNBackward', (miopenHandle_t, miopenLRNDescriptor_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer, DevicePointer,), c_int)
 
 
 def miopenLRNBackward(handle, lrnDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx, workSpace):
     """miopenStatus_t miopenLRNBackward(miopenHandle_t handle, const miopenLRNDescriptor_t lrnDesc, const void * alpha, const miopenTensorDescriptor_t yDesc, const void * y, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t dxDesc, void * dx, const void * workSpace)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         y: device memory
         dy: device memory
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dx: device memory
         workSpace: device memory
 
@@ -4203,6 +4708,8 @@ def miopenLRNBackward(handle, lrnDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, be
     @param workSpace      Pointer user allocated memory (input)
     @return               miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 9)
         status = _miopenLRNBackward(handle, lrnDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx, workSpace)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenLRNBackward', ('handle', 'lrnDesc', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'xDesc', 'x', 'beta', 'dxDesc', 'dx', 'workSpace'), exc) from None
@@ -4221,12 +4728,15 @@ def miopenDestroyLRNDescriptor(lrnDesc):
 
     @param lrnDesc   LRN tensor descriptor type (input)
     @return          miopenStatus_t"""
+    if not lrnDesc:
+        raise _lib.null_handle_error('miopenDestroyLRNDescriptor', 'lrnDesc', lrnDesc)
     try:
         status = _miopenDestroyLRNDescriptor(lrnDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroyLRNDescriptor', ('lrnDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroyLRNDescriptor')
+    _clear_handle(lrnDesc)
 
 _miopenLayerNormForward = _lazy('miopenLayerNormForward', (miopenHandle_t, c_int, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_float, c_int32, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
@@ -4270,13 +4780,19 @@ def miopenLayerNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc,
     @param rstd           Data tensor rstd (output)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_ii(mode, normalized_dim) and (type(mode) is int or type(mode) is miopenNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenLayerNormForward', ('handle', 'mode', 'xDesc', 'x', 'weightDesc', 'weight', 'biasDesc', 'bias', 'epsilon', 'normalized_dim', 'yDesc', 'y', 'meanDesc', 'mean', 'rstdDesc', 'rstd'), ((1, mode, 'i', miopenNormMode_t), (9, normalized_dim, 'i', None),))
+    try:
         status = _miopenLayerNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc, bias, epsilon, normalized_dim, yDesc, y, meanDesc, mean, rstdDesc, rstd)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenLayerNormForward', ('handle', 'mode', 'xDesc', 'x', 'weightDesc', 'weight', 'biasDesc', 'bias', 'epsilon', 'normalized_dim', 'yDesc', 'y', 'meanDesc', 'mean', 'rstdDesc', 'rstd'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenLayerNormForward')
 
-_miopenCatForward = _lazy('miopenCatForward', (miopenHandle_t, c_int32, host_array(miopenTensorDescriptor_t, True), host_array(c_void_p, True), miopenTensorDescriptor_t, DevicePointer, c_int32,), c_int)
+_miopenCatForward = _lazy('miopenCatForward', (miopenHandle_t, c_int32, POINTER(miopenTensorDescriptor_t), POINTER(c_void_p), miopenTensorDescriptor_t, DevicePointer, c_int32,), c_int)
 
 
 def miopenCatForward(handle, xCount, xDescs, xs, yDesc, y, dim):
@@ -4285,8 +4801,8 @@ def miopenCatForward(handle, xCount, xDescs, xs, yDesc, y, dim):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        xDescs: host memory
-        xs: host memory
+        xDescs: host input, count xCount
+        xs: host input, count xCount
         y: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -4306,6 +4822,14 @@ def miopenCatForward(handle, xCount, xDescs, xs, yDesc, y, dim):
     @param dim            Concatenation dimension (input)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_ii(xCount, dim)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCatForward', ('handle', 'xCount', 'xDescs', 'xs', 'yDesc', 'y', 'dim'), ((1, xCount, 'i', None), (6, dim, 'i', None),))
+    try:
+        xDescs = _arr_miopenTensorDescriptor_t_c(xDescs, xCount, 2)
+        xs = _arr_void__const_c(xs, xCount, 3)
         status = _miopenCatForward(handle, xCount, xDescs, xs, yDesc, y, dim)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCatForward', ('handle', 'xCount', 'xDescs', 'xs', 'yDesc', 'y', 'dim'), exc) from None
@@ -4336,21 +4860,27 @@ def miopenDeriveBNTensorDescriptor(derivedBnDesc, xDesc, bn_mode):
     @param bn_mode         Batch Normalization mode (input)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc', 'bn_mode'), ((2, bn_mode, 'i', miopenBatchNormMode_t),))
+    try:
         status = _miopenDeriveBNTensorDescriptor(derivedBnDesc, xDesc, bn_mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc', 'bn_mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDeriveBNTensorDescriptor')
 
-_miopenBatchNormalizationForwardTraining = _lazy('miopenBatchNormalizationForwardTraining', (miopenHandle_t, c_int, HostPointer, HostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int)
+_miopenBatchNormalizationForwardTraining = _lazy('miopenBatchNormalizationForwardTraining', (miopenHandle_t, c_int, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int)
 
 
 def miopenBatchNormalizationForwardTraining(handle, bn_mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, expAvgFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance):
     """miopenStatus_t miopenBatchNormalizationForwardTraining(miopenHandle_t handle, miopenBatchNormMode_t bn_mode, void * alpha, void * beta, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t yDesc, void * y, const miopenTensorDescriptor_t bnScaleBiasMeanVarDesc, void * bnScale, void * bnBias, double expAvgFactor, void * resultRunningMean, void * resultRunningVariance, double epsilon, void * resultSaveMean, void * resultSaveInvVariance)
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host output, fixed 4 bytes
+        beta: host output, fixed 4 bytes
         x: device memory
         y: device memory
         bnScale: device memory
@@ -4400,21 +4930,29 @@ def miopenBatchNormalizationForwardTraining(handle, bn_mode, alpha, beta, xDesc,
     @param resultSaveInvVariance     Saved mini-batch inverse variance for backwards pass (output)
     @return                          miopenStatus_t"""
     try:
+        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenBatchNormalizationForwardTraining', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'expAvgFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
+    try:
+        alpha = _void(alpha, 4, 2)
+        beta = _void(beta, 4, 3)
         status = _miopenBatchNormalizationForwardTraining(handle, bn_mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, expAvgFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenBatchNormalizationForwardTraining', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'expAvgFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenBatchNormalizationForwardTraining')
 
-_miopenBatchNormalizationForwardTraining_V2 = _lazy('miopenBatchNormalizationForwardTraining_V2', (miopenHandle_t, c_int, HostPointer, HostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int)
+_miopenBatchNormalizationForwardTraining_V2 = _lazy('miopenBatchNormalizationForwardTraining_V2', (miopenHandle_t, c_int, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int)
 
 
 def miopenBatchNormalizationForwardTraining_V2(handle, bn_mode, alpha, beta, xDesc, x, yDesc, y, scaleDesc, biasVarDesc, savedMeanDesc, savedVarDesc, bnScale, bnBias, expAvgFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance):
     """miopenStatus_t miopenBatchNormalizationForwardTraining_V2(miopenHandle_t handle, miopenBatchNormMode_t bn_mode, void * alpha, void * beta, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t yDesc, void * y, const miopenTensorDescriptor_t scaleDesc, const miopenTensorDescriptor_t biasVarDesc, const miopenTensorDescriptor_t savedMeanDesc, const miopenTensorDescriptor_t savedVarDesc, void * bnScale, void * bnBias, double expAvgFactor, void * resultRunningMean, void * resultRunningVariance, double epsilon, void * resultSaveMean, void * resultSaveInvVariance)
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host output, fixed 4 bytes
+        beta: host output, fixed 4 bytes
         x: device memory
         y: device memory
         bnScale: device memory
@@ -4466,21 +5004,29 @@ def miopenBatchNormalizationForwardTraining_V2(handle, bn_mode, alpha, beta, xDe
     @param resultSaveInvVariance     Saved mini-batch inverse variance for backwards pass (output)
     @return                          miopenStatus_t"""
     try:
+        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenBatchNormalizationForwardTraining_V2', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'scaleDesc', 'biasVarDesc', 'savedMeanDesc', 'savedVarDesc', 'bnScale', 'bnBias', 'expAvgFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
+    try:
+        alpha = _void(alpha, 4, 2)
+        beta = _void(beta, 4, 3)
         status = _miopenBatchNormalizationForwardTraining_V2(handle, bn_mode, alpha, beta, xDesc, x, yDesc, y, scaleDesc, biasVarDesc, savedMeanDesc, savedVarDesc, bnScale, bnBias, expAvgFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenBatchNormalizationForwardTraining_V2', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'scaleDesc', 'biasVarDesc', 'savedMeanDesc', 'savedVarDesc', 'bnScale', 'bnBias', 'expAvgFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenBatchNormalizationForwardTraining_V2')
 
-_miopenBatchNormalizationForwardInference = _lazy('miopenBatchNormalizationForwardInference', (miopenHandle_t, c_int, HostPointer, HostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double,), c_int)
+_miopenBatchNormalizationForwardInference = _lazy('miopenBatchNormalizationForwardInference', (miopenHandle_t, c_int, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double,), c_int)
 
 
 def miopenBatchNormalizationForwardInference(handle, bn_mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, estimatedMean, estimatedVariance, epsilon):
     """miopenStatus_t miopenBatchNormalizationForwardInference(miopenHandle_t handle, miopenBatchNormMode_t bn_mode, void * alpha, void * beta, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t yDesc, void * y, const miopenTensorDescriptor_t bnScaleBiasMeanVarDesc, void * bnScale, void * bnBias, void * estimatedMean, void * estimatedVariance, double epsilon)
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host output, fixed 4 bytes
+        beta: host output, fixed 4 bytes
         x: device memory
         y: device memory
         bnScale: device memory
@@ -4519,21 +5065,29 @@ def miopenBatchNormalizationForwardInference(handle, bn_mode, alpha, beta, xDesc
     @param epsilon                   Value to stabilize inverse variance calculation (input)
     @return                          miopenStatus_t"""
     try:
+        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenBatchNormalizationForwardInference', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
+    try:
+        alpha = _void(alpha, 4, 2)
+        beta = _void(beta, 4, 3)
         status = _miopenBatchNormalizationForwardInference(handle, bn_mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, estimatedMean, estimatedVariance, epsilon)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenBatchNormalizationForwardInference', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenBatchNormalizationForwardInference')
 
-_miopenBatchNormalizationForwardInference_V2 = _lazy('miopenBatchNormalizationForwardInference_V2', (miopenHandle_t, c_int, HostPointer, HostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double,), c_int)
+_miopenBatchNormalizationForwardInference_V2 = _lazy('miopenBatchNormalizationForwardInference_V2', (miopenHandle_t, c_int, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double,), c_int)
 
 
 def miopenBatchNormalizationForwardInference_V2(handle, bn_mode, alpha, beta, xDesc, x, yDesc, y, scaleDesc, biasDesc, estMeanDesc, estVarianceDesc, bnScale, bnBias, estimatedMean, estimatedVariance, epsilon):
     """miopenStatus_t miopenBatchNormalizationForwardInference_V2(miopenHandle_t handle, miopenBatchNormMode_t bn_mode, void * alpha, void * beta, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t yDesc, void * y, const miopenTensorDescriptor_t scaleDesc, const miopenTensorDescriptor_t biasDesc, const miopenTensorDescriptor_t estMeanDesc, const miopenTensorDescriptor_t estVarianceDesc, void * bnScale, void * bnBias, void * estimatedMean, void * estimatedVariance, double epsilon)
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host output, fixed 4 bytes
+        beta: host output, fixed 4 bytes
         x: device memory
         y: device memory
         bnScale: device memory
@@ -4574,23 +5128,31 @@ def miopenBatchNormalizationForwardInference_V2(handle, bn_mode, alpha, beta, xD
     @param epsilon                   Value to stabilize inverse variance calculation (input)
     @return                          miopenStatus_t"""
     try:
+        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenBatchNormalizationForwardInference_V2', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'scaleDesc', 'biasDesc', 'estMeanDesc', 'estVarianceDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
+    try:
+        alpha = _void(alpha, 4, 2)
+        beta = _void(beta, 4, 3)
         status = _miopenBatchNormalizationForwardInference_V2(handle, bn_mode, alpha, beta, xDesc, x, yDesc, y, scaleDesc, biasDesc, estMeanDesc, estVarianceDesc, bnScale, bnBias, estimatedMean, estimatedVariance, epsilon)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenBatchNormalizationForwardInference_V2', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'scaleDesc', 'biasDesc', 'estMeanDesc', 'estVarianceDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenBatchNormalizationForwardInference_V2')
 
-_miopenBatchNormalizationBackward = _lazy('miopenBatchNormalizationBackward', (miopenHandle_t, c_int, ConstHostPointer, ConstHostPointer, ConstHostPointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int)
+_miopenBatchNormalizationBackward = _lazy('miopenBatchNormalizationBackward', (miopenHandle_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int)
 
 
 def miopenBatchNormalizationBackward(handle, bn_mode, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x, dyDesc, dy, dxDesc, dx, bnScaleBiasDiffDesc, bnScale, resultBnScaleDiff, resultBnBiasDiff, epsilon, savedMean, savedInvVariance):
     """miopenStatus_t miopenBatchNormalizationBackward(miopenHandle_t handle, miopenBatchNormMode_t bn_mode, const void * alphaDataDiff, const void * betaDataDiff, const void * alphaParamDiff, const void * betaParamDiff, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t dxDesc, void * dx, const miopenTensorDescriptor_t bnScaleBiasDiffDesc, const void * bnScale, void * resultBnScaleDiff, void * resultBnBiasDiff, double epsilon, const void * savedMean, const void * savedInvVariance)
 
     Checked parameters:
-        alphaDataDiff: host memory
-        betaDataDiff: host memory
-        alphaParamDiff: host memory
-        betaParamDiff: host memory
+        alphaDataDiff: host input, fixed 4 bytes
+        betaDataDiff: host input, fixed 4 bytes
+        alphaParamDiff: host input, fixed 4 bytes
+        betaParamDiff: host input, fixed 4 bytes
         x: device memory
         dy: device memory
         dx: device memory
@@ -4636,23 +5198,33 @@ def miopenBatchNormalizationBackward(handle, bn_mode, alphaDataDiff, betaDataDif
     @param savedInvVariance          Saved mini-bathc inverse variance for backwards pass (input)
     @return                          miopenStatus_t"""
     try:
+        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenBatchNormalizationBackward', ('handle', 'bn_mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'bnScaleBiasDiffDesc', 'bnScale', 'resultBnScaleDiff', 'resultBnBiasDiff', 'epsilon', 'savedMean', 'savedInvVariance'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
+    try:
+        alphaDataDiff = _void_c(alphaDataDiff, 4, 2)
+        betaDataDiff = _void_c(betaDataDiff, 4, 3)
+        alphaParamDiff = _void_c(alphaParamDiff, 4, 4)
+        betaParamDiff = _void_c(betaParamDiff, 4, 5)
         status = _miopenBatchNormalizationBackward(handle, bn_mode, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x, dyDesc, dy, dxDesc, dx, bnScaleBiasDiffDesc, bnScale, resultBnScaleDiff, resultBnBiasDiff, epsilon, savedMean, savedInvVariance)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenBatchNormalizationBackward', ('handle', 'bn_mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'bnScaleBiasDiffDesc', 'bnScale', 'resultBnScaleDiff', 'resultBnBiasDiff', 'epsilon', 'savedMean', 'savedInvVariance'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenBatchNormalizationBackward')
 
-_miopenBatchNormalizationBackward_V2 = _lazy('miopenBatchNormalizationBackward_V2', (miopenHandle_t, c_int, ConstHostPointer, ConstHostPointer, ConstHostPointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int)
+_miopenBatchNormalizationBackward_V2 = _lazy('miopenBatchNormalizationBackward_V2', (miopenHandle_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int)
 
 
 def miopenBatchNormalizationBackward_V2(handle, bn_mode, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x, dyDesc, dy, dxDesc, dx, scaleDesc, biasDesc, savedMeanDesc, savedVarDesc, bnScale, resultBnScaleDiff, resultBnBiasDiff, epsilon, savedMean, savedInvVariance):
     """miopenStatus_t miopenBatchNormalizationBackward_V2(miopenHandle_t handle, miopenBatchNormMode_t bn_mode, const void * alphaDataDiff, const void * betaDataDiff, const void * alphaParamDiff, const void * betaParamDiff, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t dxDesc, void * dx, const miopenTensorDescriptor_t scaleDesc, const miopenTensorDescriptor_t biasDesc, const miopenTensorDescriptor_t savedMeanDesc, const miopenTensorDescriptor_t savedVarDesc, const void * bnScale, void * resultBnScaleDiff, void * resultBnBiasDiff, double epsilon, const void * savedMean, const void * savedInvVariance)
 
     Checked parameters:
-        alphaDataDiff: host memory
-        betaDataDiff: host memory
-        alphaParamDiff: host memory
-        betaParamDiff: host memory
+        alphaDataDiff: host input, fixed 4 bytes
+        betaDataDiff: host input, fixed 4 bytes
+        alphaParamDiff: host input, fixed 4 bytes
+        betaParamDiff: host input, fixed 4 bytes
         x: device memory
         dy: device memory
         dx: device memory
@@ -4702,20 +5274,30 @@ def miopenBatchNormalizationBackward_V2(handle, bn_mode, alphaDataDiff, betaData
     @param savedInvVariance          Saved mini-bathc inverse variance for backwards pass (input)
     @return                          miopenStatus_t"""
     try:
+        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenBatchNormalizationBackward_V2', ('handle', 'bn_mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'scaleDesc', 'biasDesc', 'savedMeanDesc', 'savedVarDesc', 'bnScale', 'resultBnScaleDiff', 'resultBnBiasDiff', 'epsilon', 'savedMean', 'savedInvVariance'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
+    try:
+        alphaDataDiff = _void_c(alphaDataDiff, 4, 2)
+        betaDataDiff = _void_c(betaDataDiff, 4, 3)
+        alphaParamDiff = _void_c(alphaParamDiff, 4, 4)
+        betaParamDiff = _void_c(betaParamDiff, 4, 5)
         status = _miopenBatchNormalizationBackward_V2(handle, bn_mode, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x, dyDesc, dy, dxDesc, dx, scaleDesc, biasDesc, savedMeanDesc, savedVarDesc, bnScale, resultBnScaleDiff, resultBnBiasDiff, epsilon, savedMean, savedInvVariance)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenBatchNormalizationBackward_V2', ('handle', 'bn_mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'scaleDesc', 'biasDesc', 'savedMeanDesc', 'savedVarDesc', 'bnScale', 'resultBnScaleDiff', 'resultBnBiasDiff', 'epsilon', 'savedMean', 'savedInvVariance'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenBatchNormalizationBackward_V2')
 
-_miopenCreateActivationDescriptor = _lazy('miopenCreateActivationDescriptor', (host_array(miopenActivationDescriptor_t, False),), c_int)
+_miopenCreateActivationDescriptor = _lazy('miopenCreateActivationDescriptor', (POINTER(miopenActivationDescriptor_t),), c_int)
 
 
 def miopenCreateActivationDescriptor(activDesc):
     """miopenStatus_t miopenCreateActivationDescriptor(miopenActivationDescriptor_t * activDesc)
 
     Checked parameters:
-        activDesc: host memory
+        activDesc: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -4728,6 +5310,7 @@ def miopenCreateActivationDescriptor(activDesc):
     @param activDesc Pointer to an activation tensor descriptor type
     @return          miopenStatus_t"""
     try:
+        activDesc = _arr_miopenActivationDescriptor_t(activDesc, 1, 0)
         status = _miopenCreateActivationDescriptor(activDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateActivationDescriptor', ('activDesc',), exc) from None
@@ -4753,23 +5336,29 @@ def miopenSetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activG
     @param activGamma   Gamma value for some activation modes (input)
     @return             miopenStatus_t"""
     try:
+        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is miopenActivationMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetActivationDescriptor', ('activDesc', 'mode', 'activAlpha', 'activBeta', 'activGamma'), ((1, mode, 'i', miopenActivationMode_t),))
+    try:
         status = _miopenSetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activGamma)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetActivationDescriptor', ('activDesc', 'mode', 'activAlpha', 'activBeta', 'activGamma'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetActivationDescriptor')
 
-_miopenGetActivationDescriptor = _lazy('miopenGetActivationDescriptor', (miopenActivationDescriptor_t, host_array(c_int, False), host_array(c_double, False), host_array(c_double, False), host_array(c_double, False),), c_int)
+_miopenGetActivationDescriptor = _lazy('miopenGetActivationDescriptor', (miopenActivationDescriptor_t, POINTER(c_int), POINTER(c_double), POINTER(c_double), POINTER(c_double),), c_int)
 
 
 def miopenGetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activGamma):
     """miopenStatus_t miopenGetActivationDescriptor(const miopenActivationDescriptor_t activDesc, miopenActivationMode_t * mode, double * activAlpha, double * activBeta, double * activGamma)
 
     Checked parameters:
-        mode: host memory
-        activAlpha: host memory
-        activBeta: host memory
-        activGamma: host memory
+        mode: host output, fixed 1 elements
+        activAlpha: host output, fixed 1 elements
+        activBeta: host output, fixed 1 elements
+        activGamma: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -4784,22 +5373,26 @@ def miopenGetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activG
     @param activGamma   Gamma value for some activation modes (output)
     @return             miopenStatus_t"""
     try:
+        mode = _arr_miopenActivationMode_t(mode, 1, 1)
+        activAlpha = _arr_double(activAlpha, 1, 2)
+        activBeta = _arr_double(activBeta, 1, 3)
+        activGamma = _arr_double(activGamma, 1, 4)
         status = _miopenGetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activGamma)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetActivationDescriptor', ('activDesc', 'mode', 'activAlpha', 'activBeta', 'activGamma'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetActivationDescriptor')
 
-_miopenActivationForward = _lazy('miopenActivationForward', (miopenHandle_t, miopenActivationDescriptor_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_miopenActivationForward = _lazy('miopenActivationForward', (miopenHandle_t, miopenActivationDescriptor_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def miopenActivationForward(handle, activDesc, alpha, xDesc, x, beta, yDesc, y):
     """miopenStatus_t miopenActivationForward(miopenHandle_t handle, const miopenActivationDescriptor_t activDesc, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -4816,24 +5409,26 @@ def miopenActivationForward(handle, activDesc, alpha, xDesc, x, beta, yDesc, y):
     @param y              Data tensor y (output)
     @return               miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 5)
         status = _miopenActivationForward(handle, activDesc, alpha, xDesc, x, beta, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenActivationForward', ('handle', 'activDesc', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenActivationForward')
 
-_miopenActivationBackward = _lazy('miopenActivationBackward', (miopenHandle_t, miopenActivationDescriptor_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_miopenActivationBackward = _lazy('miopenActivationBackward', (miopenHandle_t, miopenActivationDescriptor_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def miopenActivationBackward(handle, activDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx):
     """miopenStatus_t miopenActivationBackward(miopenHandle_t handle, const miopenActivationDescriptor_t activDesc, const void * alpha, const miopenTensorDescriptor_t yDesc, const void * y, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t dxDesc, void * dx)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         y: device memory
         dy: device memory
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dx: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -4854,6 +5449,8 @@ def miopenActivationBackward(handle, activDesc, alpha, yDesc, y, dyDesc, dy, xDe
     @param dx             Output data delta tensor dx (output)
     @return               miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 9)
         status = _miopenActivationBackward(handle, activDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenActivationBackward', ('handle', 'activDesc', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'xDesc', 'x', 'beta', 'dxDesc', 'dx'), exc) from None
@@ -4872,12 +5469,15 @@ def miopenDestroyActivationDescriptor(activDesc):
 
     @param activDesc   Activation tensor descriptor type (input)
     @return            miopenStatus_t"""
+    if not activDesc:
+        raise _lib.null_handle_error('miopenDestroyActivationDescriptor', 'activDesc', activDesc)
     try:
         status = _miopenDestroyActivationDescriptor(activDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroyActivationDescriptor', ('activDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroyActivationDescriptor')
+    _clear_handle(activDesc)
 
 _miopenGLUForward = _lazy('miopenGLUForward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint32,), c_int)
 
@@ -4902,6 +5502,12 @@ def miopenGLUForward(handle, inputDesc, input, outputDesc, output, dim):
     @param output                   Output tensor (output)
     @param dim                      Dimension to split the input (input)
     @return                         miopenStatus_t"""
+    try:
+        _ok = _pack_I(dim)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGLUForward', ('handle', 'inputDesc', 'input', 'outputDesc', 'output', 'dim'), ((5, dim, 'I', None),))
     try:
         status = _miopenGLUForward(handle, inputDesc, input, outputDesc, output, dim)
     except _ArgumentError as exc:
@@ -4936,22 +5542,28 @@ def miopenGLUBackward(handle, inputDesc, input, outputGradDesc, outputGrad, inpu
     @param dim                      Dimension to split the input (input)
     @return                         miopenStatus_t"""
     try:
+        _ok = _pack_I(dim)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGLUBackward', ('handle', 'inputDesc', 'input', 'outputGradDesc', 'outputGrad', 'inputGradDesc', 'inputGrad', 'dim'), ((7, dim, 'I', None),))
+    try:
         status = _miopenGLUBackward(handle, inputDesc, input, outputGradDesc, outputGrad, inputGradDesc, inputGrad, dim)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGLUBackward', ('handle', 'inputDesc', 'input', 'outputGradDesc', 'outputGrad', 'inputGradDesc', 'inputGrad', 'dim'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGLUBackward')
 
-_miopenSoftmaxForward = _lazy('miopenSoftmaxForward', (miopenHandle_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_miopenSoftmaxForward = _lazy('miopenSoftmaxForward', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def miopenSoftmaxForward(handle, alpha, xDesc, x, beta, yDesc, y):
     """miopenStatus_t miopenSoftmaxForward(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -4973,23 +5585,25 @@ def miopenSoftmaxForward(handle, alpha, xDesc, x, beta, yDesc, y):
     @param y              Data tensor y (output)
     @return               miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 4)
         status = _miopenSoftmaxForward(handle, alpha, xDesc, x, beta, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSoftmaxForward', ('handle', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSoftmaxForward')
 
-_miopenSoftmaxBackward = _lazy('miopenSoftmaxBackward', (miopenHandle_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_miopenSoftmaxBackward = _lazy('miopenSoftmaxBackward', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def miopenSoftmaxBackward(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx):
     """miopenStatus_t miopenSoftmaxBackward(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t yDesc, const void * y, const miopenTensorDescriptor_t dyDesc, const void * dy, const void * beta, const miopenTensorDescriptor_t dxDesc, void * dx)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         y: device memory
         dy: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dx: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -5009,22 +5623,24 @@ def miopenSoftmaxBackward(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx)
     @param dx             Output data delta tensor dx (output)
     @return               miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 6)
         status = _miopenSoftmaxBackward(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSoftmaxBackward', ('handle', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'beta', 'dxDesc', 'dx'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSoftmaxBackward')
 
-_miopenSoftmaxForward_V2 = _lazy('miopenSoftmaxForward_V2', (miopenHandle_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, c_int, c_int,), c_int)
+_miopenSoftmaxForward_V2 = _lazy('miopenSoftmaxForward_V2', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_int, c_int,), c_int)
 
 
 def miopenSoftmaxForward_V2(handle, alpha, xDesc, x, beta, yDesc, y, algorithm, mode):
     """miopenStatus_t miopenSoftmaxForward_V2(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t yDesc, void * y, miopenSoftmaxAlgorithm_t algorithm, miopenSoftmaxMode_t mode)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         x: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         y: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -5042,23 +5658,31 @@ def miopenSoftmaxForward_V2(handle, alpha, xDesc, x, beta, yDesc, y, algorithm, 
     @param mode           Softmax mode (input)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_ii(algorithm, mode) and (type(algorithm) is int or type(algorithm) is miopenSoftmaxAlgorithm_t) and (type(mode) is int or type(mode) is miopenSoftmaxMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSoftmaxForward_V2', ('handle', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y', 'algorithm', 'mode'), ((7, algorithm, 'i', miopenSoftmaxAlgorithm_t), (8, mode, 'i', miopenSoftmaxMode_t),))
+    try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 4)
         status = _miopenSoftmaxForward_V2(handle, alpha, xDesc, x, beta, yDesc, y, algorithm, mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSoftmaxForward_V2', ('handle', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y', 'algorithm', 'mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSoftmaxForward_V2')
 
-_miopenSoftmaxBackward_V2 = _lazy('miopenSoftmaxBackward_V2', (miopenHandle_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, c_int, c_int,), c_int)
+_miopenSoftmaxBackward_V2 = _lazy('miopenSoftmaxBackward_V2', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_int, c_int,), c_int)
 
 
 def miopenSoftmaxBackward_V2(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx, algorithm, mode):
     """miopenStatus_t miopenSoftmaxBackward_V2(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t yDesc, const void * y, const miopenTensorDescriptor_t dyDesc, const void * dy, const void * beta, const miopenTensorDescriptor_t dxDesc, void * dx, miopenSoftmaxAlgorithm_t algorithm, miopenSoftmaxMode_t mode)
 
     Checked parameters:
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         y: device memory
         dy: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         dx: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -5078,20 +5702,28 @@ def miopenSoftmaxBackward_V2(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, 
     @param mode           Softmax mode (input)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_ii(algorithm, mode) and (type(algorithm) is int or type(algorithm) is miopenSoftmaxAlgorithm_t) and (type(mode) is int or type(mode) is miopenSoftmaxMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSoftmaxBackward_V2', ('handle', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'beta', 'dxDesc', 'dx', 'algorithm', 'mode'), ((9, algorithm, 'i', miopenSoftmaxAlgorithm_t), (10, mode, 'i', miopenSoftmaxMode_t),))
+    try:
+        alpha = _void_c(alpha, 4, 1)
+        beta = _void_c(beta, 4, 6)
         status = _miopenSoftmaxBackward_V2(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx, algorithm, mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSoftmaxBackward_V2', ('handle', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'beta', 'dxDesc', 'dx', 'algorithm', 'mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSoftmaxBackward_V2')
 
-_miopenCreateFusionPlan = _lazy('miopenCreateFusionPlan', (host_array(miopenFusionPlanDescriptor_t, False), c_int, miopenTensorDescriptor_t,), c_int)
+_miopenCreateFusionPlan = _lazy('miopenCreateFusionPlan', (POINTER(miopenFusionPlanDescriptor_t), c_int, miopenTensorDescriptor_t,), c_int)
 
 
 def miopenCreateFusionPlan(fusePlanDesc, fuseDirection, inputDesc):
     """miopenStatus_t miopenCreateFusionPlan(miopenFusionPlanDescriptor_t * fusePlanDesc, const miopenFusionDirection_t fuseDirection, const miopenTensorDescriptor_t inputDesc)
 
     Checked parameters:
-        fusePlanDesc: host memory
+        fusePlanDesc: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5102,6 +5734,13 @@ def miopenCreateFusionPlan(fusePlanDesc, fuseDirection, inputDesc):
     @param inputDesc     Descriptor to tensor for the input (input)
     @return              miopenStatus_t"""
     try:
+        _ok = _pack_i(fuseDirection) and (type(fuseDirection) is int or type(fuseDirection) is miopenFusionDirection_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCreateFusionPlan', ('fusePlanDesc', 'fuseDirection', 'inputDesc'), ((1, fuseDirection, 'i', miopenFusionDirection_t),))
+    try:
+        fusePlanDesc = _arr_miopenFusionPlanDescriptor_t(fusePlanDesc, 1, 0)
         status = _miopenCreateFusionPlan(fusePlanDesc, fuseDirection, inputDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateFusionPlan', ('fusePlanDesc', 'fuseDirection', 'inputDesc'), exc) from None
@@ -5120,12 +5759,15 @@ def miopenDestroyFusionPlan(fusePlanDesc):
 
     @param fusePlanDesc  A fusion plan descriptor type
     @return              miopenStatus_t"""
+    if not fusePlanDesc:
+        raise _lib.null_handle_error('miopenDestroyFusionPlan', 'fusePlanDesc', fusePlanDesc)
     try:
         status = _miopenDestroyFusionPlan(fusePlanDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroyFusionPlan', ('fusePlanDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroyFusionPlan')
+    _clear_handle(fusePlanDesc)
 
 _miopenCompileFusionPlan = _lazy('miopenCompileFusionPlan', (miopenHandle_t, miopenFusionPlanDescriptor_t,), c_int)
 
@@ -5147,14 +5789,14 @@ def miopenCompileFusionPlan(handle, fusePlanDesc):
     if status:
         raise _lib.status_error(status, 'miopenCompileFusionPlan')
 
-_miopenFusionPlanGetOp = _lazy('miopenFusionPlanGetOp', (miopenFusionPlanDescriptor_t, c_int, host_array(miopenFusionOpDescriptor_t, False),), c_int)
+_miopenFusionPlanGetOp = _lazy('miopenFusionPlanGetOp', (miopenFusionPlanDescriptor_t, c_int, POINTER(miopenFusionOpDescriptor_t),), c_int)
 
 
 def miopenFusionPlanGetOp(fusePlanDesc, op_idx, op):
     """miopenStatus_t miopenFusionPlanGetOp(miopenFusionPlanDescriptor_t fusePlanDesc, const int op_idx, miopenFusionOpDescriptor_t * op)
 
     Checked parameters:
-        op: host memory
+        op: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5167,20 +5809,27 @@ def miopenFusionPlanGetOp(fusePlanDesc, op_idx, op):
     @param op returned pointer to the operator
     @return miopenStatus_t"""
     try:
+        _ok = _pack_i(op_idx)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenFusionPlanGetOp', ('fusePlanDesc', 'op_idx', 'op'), ((1, op_idx, 'i', None),))
+    try:
+        op = _arr_miopenFusionOpDescriptor_t(op, 1, 2)
         status = _miopenFusionPlanGetOp(fusePlanDesc, op_idx, op)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFusionPlanGetOp', ('fusePlanDesc', 'op_idx', 'op'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenFusionPlanGetOp')
 
-_miopenFusionPlanGetWorkSpaceSize = _lazy('miopenFusionPlanGetWorkSpaceSize', (miopenHandle_t, miopenFusionPlanDescriptor_t, host_array(c_size_t, False), c_int,), c_int)
+_miopenFusionPlanGetWorkSpaceSize = _lazy('miopenFusionPlanGetWorkSpaceSize', (miopenHandle_t, miopenFusionPlanDescriptor_t, POINTER(c_size_t), c_int,), c_int)
 
 
 def miopenFusionPlanGetWorkSpaceSize(handle, fusePlanDesc, workSpaceSize, algo):
     """miopenStatus_t miopenFusionPlanGetWorkSpaceSize(miopenHandle_t handle, miopenFusionPlanDescriptor_t fusePlanDesc, size_t * workSpaceSize, miopenConvFwdAlgorithm_t algo)
 
     Checked parameters:
-        workSpaceSize: host memory (64-bit byte count)
+        workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5191,21 +5840,28 @@ def miopenFusionPlanGetWorkSpaceSize(handle, fusePlanDesc, workSpaceSize, algo):
     @param algo           Algorithm selected (inputs)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is miopenConvFwdAlgorithm_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenFusionPlanGetWorkSpaceSize', ('handle', 'fusePlanDesc', 'workSpaceSize', 'algo'), ((3, algo, 'i', miopenConvFwdAlgorithm_t),))
+    try:
+        workSpaceSize = _arr_size_t(workSpaceSize, 1, 2)
         status = _miopenFusionPlanGetWorkSpaceSize(handle, fusePlanDesc, workSpaceSize, algo)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFusionPlanGetWorkSpaceSize', ('handle', 'fusePlanDesc', 'workSpaceSize', 'algo'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenFusionPlanGetWorkSpaceSize')
 
-_miopenFusionPlanConvolutionGetAlgo = _lazy('miopenFusionPlanConvolutionGetAlgo', (miopenFusionPlanDescriptor_t, c_int, host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenFusionPlanConvolutionGetAlgo = _lazy('miopenFusionPlanConvolutionGetAlgo', (miopenFusionPlanDescriptor_t, c_int, POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenFusionPlanConvolutionGetAlgo(fusePlanDesc, requestAlgoCount, returnedAlgoCount, returnedAlgos):
     """miopenStatus_t miopenFusionPlanConvolutionGetAlgo(miopenFusionPlanDescriptor_t fusePlanDesc, const int requestAlgoCount, int * returnedAlgoCount, miopenConvFwdAlgorithm_t * returnedAlgos)
 
     Checked parameters:
-        returnedAlgoCount: host memory
-        returnedAlgos: host memory
+        returnedAlgoCount: host output, fixed 1 elements
+        returnedAlgos: host output, count requestAlgoCount
 
     Raises MiopenError when the returned status is not success.
 
@@ -5225,6 +5881,14 @@ def miopenFusionPlanConvolutionGetAlgo(fusePlanDesc, requestAlgoCount, returnedA
     @param returnedAlgos Pointer to the list of supported algorithms
     @return miopenStatus_t"""
     try:
+        _ok = _pack_i(requestAlgoCount)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenFusionPlanConvolutionGetAlgo', ('fusePlanDesc', 'requestAlgoCount', 'returnedAlgoCount', 'returnedAlgos'), ((1, requestAlgoCount, 'i', None),))
+    try:
+        returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 2)
+        returnedAlgos = _arr_miopenConvFwdAlgorithm_t(returnedAlgos, requestAlgoCount, 3)
         status = _miopenFusionPlanConvolutionGetAlgo(fusePlanDesc, requestAlgoCount, returnedAlgoCount, returnedAlgos)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFusionPlanConvolutionGetAlgo', ('fusePlanDesc', 'requestAlgoCount', 'returnedAlgoCount', 'returnedAlgos'), exc) from None
@@ -5248,20 +5912,26 @@ def miopenFusionPlanConvolutionSetAlgo(fusePlanDesc, algo):
     @param algo Requested algorithm for the convolution operator (input)
     @return miopenStatus_t"""
     try:
+        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is miopenConvFwdAlgorithm_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenFusionPlanConvolutionSetAlgo', ('fusePlanDesc', 'algo'), ((1, algo, 'i', miopenConvFwdAlgorithm_t),))
+    try:
         status = _miopenFusionPlanConvolutionSetAlgo(fusePlanDesc, algo)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFusionPlanConvolutionSetAlgo', ('fusePlanDesc', 'algo'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenFusionPlanConvolutionSetAlgo')
 
-_miopenCreateOpConvForward = _lazy('miopenCreateOpConvForward', (miopenFusionPlanDescriptor_t, host_array(miopenFusionOpDescriptor_t, False), miopenConvolutionDescriptor_t, miopenTensorDescriptor_t,), c_int)
+_miopenCreateOpConvForward = _lazy('miopenCreateOpConvForward', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), miopenConvolutionDescriptor_t, miopenTensorDescriptor_t,), c_int)
 
 
 def miopenCreateOpConvForward(fusePlanDesc, convOp, convDesc, wDesc):
     """miopenStatus_t miopenCreateOpConvForward(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * convOp, miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t wDesc)
 
     Checked parameters:
-        convOp: host memory
+        convOp: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5273,20 +5943,21 @@ def miopenCreateOpConvForward(fusePlanDesc, convOp, convDesc, wDesc):
     @param wDesc          Descriptor for the weights tensor (input)
     @return               miopenStatus_t"""
     try:
+        convOp = _arr_miopenFusionOpDescriptor_t(convOp, 1, 1)
         status = _miopenCreateOpConvForward(fusePlanDesc, convOp, convDesc, wDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateOpConvForward', ('fusePlanDesc', 'convOp', 'convDesc', 'wDesc'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpConvForward')
 
-_miopenCreateOpActivationForward = _lazy('miopenCreateOpActivationForward', (miopenFusionPlanDescriptor_t, host_array(miopenFusionOpDescriptor_t, False), c_int,), c_int)
+_miopenCreateOpActivationForward = _lazy('miopenCreateOpActivationForward', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), c_int,), c_int)
 
 
 def miopenCreateOpActivationForward(fusePlanDesc, activFwdOp, mode):
     """miopenStatus_t miopenCreateOpActivationForward(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * activFwdOp, miopenActivationMode_t mode)
 
     Checked parameters:
-        activFwdOp: host memory
+        activFwdOp: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5297,20 +5968,27 @@ def miopenCreateOpActivationForward(fusePlanDesc, activFwdOp, mode):
     @param mode            Activation version (input)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is miopenActivationMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCreateOpActivationForward', ('fusePlanDesc', 'activFwdOp', 'mode'), ((2, mode, 'i', miopenActivationMode_t),))
+    try:
+        activFwdOp = _arr_miopenFusionOpDescriptor_t(activFwdOp, 1, 1)
         status = _miopenCreateOpActivationForward(fusePlanDesc, activFwdOp, mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateOpActivationForward', ('fusePlanDesc', 'activFwdOp', 'mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpActivationForward')
 
-_miopenCreateOpActivationBackward = _lazy('miopenCreateOpActivationBackward', (miopenFusionPlanDescriptor_t, host_array(miopenFusionOpDescriptor_t, False), c_int,), c_int)
+_miopenCreateOpActivationBackward = _lazy('miopenCreateOpActivationBackward', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), c_int,), c_int)
 
 
 def miopenCreateOpActivationBackward(fusePlanDesc, activBwdOp, mode):
     """miopenStatus_t miopenCreateOpActivationBackward(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * activBwdOp, miopenActivationMode_t mode)
 
     Checked parameters:
-        activBwdOp: host memory
+        activBwdOp: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5321,20 +5999,27 @@ def miopenCreateOpActivationBackward(fusePlanDesc, activBwdOp, mode):
     @param mode            Activation version (input)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is miopenActivationMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCreateOpActivationBackward', ('fusePlanDesc', 'activBwdOp', 'mode'), ((2, mode, 'i', miopenActivationMode_t),))
+    try:
+        activBwdOp = _arr_miopenFusionOpDescriptor_t(activBwdOp, 1, 1)
         status = _miopenCreateOpActivationBackward(fusePlanDesc, activBwdOp, mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateOpActivationBackward', ('fusePlanDesc', 'activBwdOp', 'mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpActivationBackward')
 
-_miopenCreateOpBiasForward = _lazy('miopenCreateOpBiasForward', (miopenFusionPlanDescriptor_t, host_array(miopenFusionOpDescriptor_t, False), miopenTensorDescriptor_t,), c_int)
+_miopenCreateOpBiasForward = _lazy('miopenCreateOpBiasForward', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), miopenTensorDescriptor_t,), c_int)
 
 
 def miopenCreateOpBiasForward(fusePlanDesc, biasOp, bDesc):
     """miopenStatus_t miopenCreateOpBiasForward(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * biasOp, const miopenTensorDescriptor_t bDesc)
 
     Checked parameters:
-        biasOp: host memory
+        biasOp: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5345,20 +6030,21 @@ def miopenCreateOpBiasForward(fusePlanDesc, biasOp, bDesc):
     @param bDesc          bias tensor descriptor (input)
     @return               miopenStatus_t"""
     try:
+        biasOp = _arr_miopenFusionOpDescriptor_t(biasOp, 1, 1)
         status = _miopenCreateOpBiasForward(fusePlanDesc, biasOp, bDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateOpBiasForward', ('fusePlanDesc', 'biasOp', 'bDesc'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpBiasForward')
 
-_miopenCreateOpBatchNormInference = _lazy('miopenCreateOpBatchNormInference', (miopenFusionPlanDescriptor_t, host_array(miopenFusionOpDescriptor_t, False), c_int, miopenTensorDescriptor_t,), c_int)
+_miopenCreateOpBatchNormInference = _lazy('miopenCreateOpBatchNormInference', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), c_int, miopenTensorDescriptor_t,), c_int)
 
 
 def miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMeanVarDesc):
     """miopenStatus_t miopenCreateOpBatchNormInference(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * bnOp, const miopenBatchNormMode_t bn_mode, const miopenTensorDescriptor_t bnScaleBiasMeanVarDesc)
 
     Checked parameters:
-        bnOp: host memory
+        bnOp: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5370,20 +6056,27 @@ def miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMea
     @param bnScaleBiasMeanVarDesc Gamma, beta, mean, variance tensor descriptor (input)
     @return                       miopenStatus_t"""
     try:
+        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCreateOpBatchNormInference', ('fusePlanDesc', 'bnOp', 'bn_mode', 'bnScaleBiasMeanVarDesc'), ((2, bn_mode, 'i', miopenBatchNormMode_t),))
+    try:
+        bnOp = _arr_miopenFusionOpDescriptor_t(bnOp, 1, 1)
         status = _miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMeanVarDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateOpBatchNormInference', ('fusePlanDesc', 'bnOp', 'bn_mode', 'bnScaleBiasMeanVarDesc'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpBatchNormInference')
 
-_miopenCreateOpBatchNormForward = _lazy('miopenCreateOpBatchNormForward', (miopenFusionPlanDescriptor_t, host_array(miopenFusionOpDescriptor_t, False), c_int, c_bool,), c_int)
+_miopenCreateOpBatchNormForward = _lazy('miopenCreateOpBatchNormForward', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), c_int, c_bool,), c_int)
 
 
 def miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVariance):
     """miopenStatus_t miopenCreateOpBatchNormForward(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * bnFwdOp, const miopenBatchNormMode_t bn_mode, bool runningMeanVariance)
 
     Checked parameters:
-        bnFwdOp: host memory
+        bnFwdOp: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5396,20 +6089,27 @@ def miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVa
     batch statistic are required (input)
     @return                       miopenStatus_t"""
     try:
+        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCreateOpBatchNormForward', ('fusePlanDesc', 'bnFwdOp', 'bn_mode', 'runningMeanVariance'), ((2, bn_mode, 'i', miopenBatchNormMode_t),))
+    try:
+        bnFwdOp = _arr_miopenFusionOpDescriptor_t(bnFwdOp, 1, 1)
         status = _miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVariance)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateOpBatchNormForward', ('fusePlanDesc', 'bnFwdOp', 'bn_mode', 'runningMeanVariance'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpBatchNormForward')
 
-_miopenCreateOpBatchNormBackward = _lazy('miopenCreateOpBatchNormBackward', (miopenFusionPlanDescriptor_t, host_array(miopenFusionOpDescriptor_t, False), c_int,), c_int)
+_miopenCreateOpBatchNormBackward = _lazy('miopenCreateOpBatchNormBackward', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), c_int,), c_int)
 
 
 def miopenCreateOpBatchNormBackward(fusePlanDesc, bnBwdOp, bn_mode):
     """miopenStatus_t miopenCreateOpBatchNormBackward(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * bnBwdOp, const miopenBatchNormMode_t bn_mode)
 
     Checked parameters:
-        bnBwdOp: host memory
+        bnBwdOp: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5420,20 +6120,27 @@ def miopenCreateOpBatchNormBackward(fusePlanDesc, bnBwdOp, bn_mode):
     @param bn_mode                Batch normalization layer mode (input)
     @return                       miopenStatus_t"""
     try:
+        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCreateOpBatchNormBackward', ('fusePlanDesc', 'bnBwdOp', 'bn_mode'), ((2, bn_mode, 'i', miopenBatchNormMode_t),))
+    try:
+        bnBwdOp = _arr_miopenFusionOpDescriptor_t(bnBwdOp, 1, 1)
         status = _miopenCreateOpBatchNormBackward(fusePlanDesc, bnBwdOp, bn_mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateOpBatchNormBackward', ('fusePlanDesc', 'bnBwdOp', 'bn_mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpBatchNormBackward')
 
-_miopenCreateOperatorArgs = _lazy('miopenCreateOperatorArgs', (host_array(miopenOperatorArgs_t, False),), c_int)
+_miopenCreateOperatorArgs = _lazy('miopenCreateOperatorArgs', (POINTER(miopenOperatorArgs_t),), c_int)
 
 
 def miopenCreateOperatorArgs(args):
     """miopenStatus_t miopenCreateOperatorArgs(miopenOperatorArgs_t * args)
 
     Checked parameters:
-        args: host memory
+        args: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5442,6 +6149,7 @@ def miopenCreateOperatorArgs(args):
     @param args        Pointer to an operator argument type (output)
     @return            miopenStatus_t"""
     try:
+        args = _arr_miopenOperatorArgs_t(args, 1, 0)
         status = _miopenCreateOperatorArgs(args)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateOperatorArgs', ('args',), exc) from None
@@ -5460,22 +6168,25 @@ def miopenDestroyOperatorArgs(args):
 
     @param args        An operator argument type (output)
     @return            miopenStatus_t"""
+    if not args:
+        raise _lib.null_handle_error('miopenDestroyOperatorArgs', 'args', args)
     try:
         status = _miopenDestroyOperatorArgs(args)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroyOperatorArgs', ('args',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroyOperatorArgs')
+    _clear_handle(args)
 
-_miopenSetOpArgsConvForward = _lazy('miopenSetOpArgsConvForward', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, ConstHostPointer, ConstHostPointer, DevicePointer,), c_int)
+_miopenSetOpArgsConvForward = _lazy('miopenSetOpArgsConvForward', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, c_void_p, c_void_p, DevicePointer,), c_int)
 
 
 def miopenSetOpArgsConvForward(args, convOp, alpha, beta, w):
     """miopenStatus_t miopenSetOpArgsConvForward(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t convOp, const void * alpha, const void * beta, const void * w)
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host input, fixed 4 bytes
+        beta: host input, fixed 4 bytes
         w: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -5489,21 +6200,23 @@ def miopenSetOpArgsConvForward(args, convOp, alpha, beta, w):
     @param w       Pointer to tensor memory  (input)
     @return        miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 3)
         status = _miopenSetOpArgsConvForward(args, convOp, alpha, beta, w)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetOpArgsConvForward', ('args', 'convOp', 'alpha', 'beta', 'w'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetOpArgsConvForward')
 
-_miopenSetOpArgsActivForward = _lazy('miopenSetOpArgsActivForward', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, ConstHostPointer, ConstHostPointer, c_double, c_double, c_double,), c_int)
+_miopenSetOpArgsActivForward = _lazy('miopenSetOpArgsActivForward', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, c_void_p, c_void_p, c_double, c_double, c_double,), c_int)
 
 
 def miopenSetOpArgsActivForward(args, activFwdOp, alpha, beta, activAlpha, activBeta, activGamma):
     """miopenStatus_t miopenSetOpArgsActivForward(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t activFwdOp, const void * alpha, const void * beta, double activAlpha, double activBeta, double activGamma)
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host input, fixed 4 bytes
+        beta: host input, fixed 4 bytes
 
     Raises MiopenError when the returned status is not success.
 
@@ -5518,21 +6231,23 @@ def miopenSetOpArgsActivForward(args, activFwdOp, alpha, beta, activAlpha, activ
     @param activGamma  Double precision activation parameter which depends on activation mode (input)
     @return        miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 3)
         status = _miopenSetOpArgsActivForward(args, activFwdOp, alpha, beta, activAlpha, activBeta, activGamma)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetOpArgsActivForward', ('args', 'activFwdOp', 'alpha', 'beta', 'activAlpha', 'activBeta', 'activGamma'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetOpArgsActivForward')
 
-_miopenSetOpArgsActivBackward = _lazy('miopenSetOpArgsActivBackward', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, ConstHostPointer, ConstHostPointer, DevicePointer, EitherPointer, c_double, c_double, c_double,), c_int)
+_miopenSetOpArgsActivBackward = _lazy('miopenSetOpArgsActivBackward', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, c_void_p, c_void_p, DevicePointer, EitherPointer, c_double, c_double, c_double,), c_int)
 
 
 def miopenSetOpArgsActivBackward(args, activBwdOp, alpha, beta, y, reserved, activAlpha, activBeta, activGamma):
     """miopenStatus_t miopenSetOpArgsActivBackward(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t activBwdOp, const void * alpha, const void * beta, const void * y, const void * reserved, double activAlpha, double activBeta, double activGamma)
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host input, fixed 4 bytes
+        beta: host input, fixed 4 bytes
         y: device memory
         reserved: host or device memory
 
@@ -5551,21 +6266,23 @@ def miopenSetOpArgsActivBackward(args, activBwdOp, alpha, beta, y, reserved, act
     @param activGamma  Double precision activation parameter which depends on activation mode (input)
     @return        miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 3)
         status = _miopenSetOpArgsActivBackward(args, activBwdOp, alpha, beta, y, reserved, activAlpha, activBeta, activGamma)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetOpArgsActivBackward', ('args', 'activBwdOp', 'alpha', 'beta', 'y', 'reserved', 'activAlpha', 'activBeta', 'activGamma'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetOpArgsActivBackward')
 
-_miopenSetOpArgsBatchNormInference = _lazy('miopenSetOpArgsBatchNormInference', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, ConstHostPointer, ConstHostPointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double,), c_int)
+_miopenSetOpArgsBatchNormInference = _lazy('miopenSetOpArgsBatchNormInference', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, c_void_p, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double,), c_int)
 
 
 def miopenSetOpArgsBatchNormInference(args, bnOp, alpha, beta, bnScale, bnBias, estimatedMean, estimatedVariance, epsilon):
     """miopenStatus_t miopenSetOpArgsBatchNormInference(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t bnOp, const void * alpha, const void * beta, const void * bnScale, const void * bnBias, const void * estimatedMean, const void * estimatedVariance, double epsilon)
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host input, fixed 4 bytes
+        beta: host input, fixed 4 bytes
         bnScale: device memory
         bnBias: device memory
         estimatedMean: device memory
@@ -5586,21 +6303,23 @@ def miopenSetOpArgsBatchNormInference(args, bnOp, alpha, beta, bnScale, bnBias, 
     @param epsilon            Scalar value for numerical stability (input)
     @return                   miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 3)
         status = _miopenSetOpArgsBatchNormInference(args, bnOp, alpha, beta, bnScale, bnBias, estimatedMean, estimatedVariance, epsilon)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetOpArgsBatchNormInference', ('args', 'bnOp', 'alpha', 'beta', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetOpArgsBatchNormInference')
 
-_miopenSetOpArgsBatchNormForward = _lazy('miopenSetOpArgsBatchNormForward', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, ConstHostPointer, ConstHostPointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double, c_double,), c_int)
+_miopenSetOpArgsBatchNormForward = _lazy('miopenSetOpArgsBatchNormForward', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, c_void_p, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double, c_double,), c_int)
 
 
 def miopenSetOpArgsBatchNormForward(args, bnOp, alpha, beta, bnScale, bnBias, savedMean, savedInvVariance, runningMean, runningVariance, expAvgFactor, epsilon):
     """miopenStatus_t miopenSetOpArgsBatchNormForward(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t bnOp, const void * alpha, const void * beta, const void * bnScale, const void * bnBias, void * savedMean, void * savedInvVariance, void * runningMean, void * runningVariance, double expAvgFactor, double epsilon)
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host input, fixed 4 bytes
+        beta: host input, fixed 4 bytes
         bnScale: device memory
         bnBias: device memory
         savedMean: device memory
@@ -5626,21 +6345,23 @@ def miopenSetOpArgsBatchNormForward(args, bnOp, alpha, beta, bnScale, bnBias, sa
     @param epsilon            Scalar value for numerical stability (input)
     @return                   miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 3)
         status = _miopenSetOpArgsBatchNormForward(args, bnOp, alpha, beta, bnScale, bnBias, savedMean, savedInvVariance, runningMean, runningVariance, expAvgFactor, epsilon)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetOpArgsBatchNormForward', ('args', 'bnOp', 'alpha', 'beta', 'bnScale', 'bnBias', 'savedMean', 'savedInvVariance', 'runningMean', 'runningVariance', 'expAvgFactor', 'epsilon'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetOpArgsBatchNormForward')
 
-_miopenSetOpArgsBatchNormBackward = _lazy('miopenSetOpArgsBatchNormBackward', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, ConstHostPointer, ConstHostPointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer,), c_int)
+_miopenSetOpArgsBatchNormBackward = _lazy('miopenSetOpArgsBatchNormBackward', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, c_void_p, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer,), c_int)
 
 
 def miopenSetOpArgsBatchNormBackward(args, bnOp, alpha, beta, x, bnScale, bnBias, resultBnScaleDiff, resultBnBiasDiff, savedMean, savedInvVariance):
     """miopenStatus_t miopenSetOpArgsBatchNormBackward(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t bnOp, const void * alpha, const void * beta, const void * x, const void * bnScale, const void * bnBias, void * resultBnScaleDiff, void * resultBnBiasDiff, const void * savedMean, const void * savedInvVariance)
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host input, fixed 4 bytes
+        beta: host input, fixed 4 bytes
         x: device memory
         bnScale: device memory
         bnBias: device memory
@@ -5666,21 +6387,23 @@ def miopenSetOpArgsBatchNormBackward(args, bnOp, alpha, beta, x, bnScale, bnBias
     @param savedInvVariance   Pointer to batch inverse variance memory  (input)
     @return                   miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 3)
         status = _miopenSetOpArgsBatchNormBackward(args, bnOp, alpha, beta, x, bnScale, bnBias, resultBnScaleDiff, resultBnBiasDiff, savedMean, savedInvVariance)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetOpArgsBatchNormBackward', ('args', 'bnOp', 'alpha', 'beta', 'x', 'bnScale', 'bnBias', 'resultBnScaleDiff', 'resultBnBiasDiff', 'savedMean', 'savedInvVariance'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetOpArgsBatchNormBackward')
 
-_miopenSetOpArgsBiasForward = _lazy('miopenSetOpArgsBiasForward', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, ConstHostPointer, ConstHostPointer, DevicePointer,), c_int)
+_miopenSetOpArgsBiasForward = _lazy('miopenSetOpArgsBiasForward', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, c_void_p, c_void_p, DevicePointer,), c_int)
 
 
 def miopenSetOpArgsBiasForward(args, biasOp, alpha, beta, bias):
     """miopenStatus_t miopenSetOpArgsBiasForward(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t biasOp, const void * alpha, const void * beta, const void * bias)
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
+        alpha: host input, fixed 4 bytes
+        beta: host input, fixed 4 bytes
         bias: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -5694,6 +6417,8 @@ def miopenSetOpArgsBiasForward(args, biasOp, alpha, beta, bias):
     @param bias           Pointer to the forward bias input tensor memory  (input)
     @return               miopenStatus_t"""
     try:
+        alpha = _void_c(alpha, 4, 2)
+        beta = _void_c(beta, 4, 3)
         status = _miopenSetOpArgsBiasForward(args, biasOp, alpha, beta, bias)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetOpArgsBiasForward', ('args', 'biasOp', 'alpha', 'beta', 'bias'), exc) from None
@@ -5730,19 +6455,19 @@ def miopenExecuteFusionPlan(handle, fusePlanDesc, inputDesc, input, outputDesc, 
     if status:
         raise _lib.status_error(status, 'miopenExecuteFusionPlan')
 
-_miopenConvolutionBiasActivationForward = _lazy('miopenConvolutionBiasActivationForward', (miopenHandle_t, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, c_int, DevicePointer, ByteSize, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenActivationDescriptor_t, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_miopenConvolutionBiasActivationForward = _lazy('miopenConvolutionBiasActivationForward', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenActivationDescriptor_t, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def miopenConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workspace, workspaceSizeInBytes, alpha2, zDesc, z, biasDesc, bias, activationDesc, yDesc, y):
     """miopenStatus_t miopenConvolutionBiasActivationForward(miopenHandle_t handle, const void * alpha1, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t wDesc, const void * w, const miopenConvolutionDescriptor_t convDesc, miopenConvFwdAlgorithm_t algo, void * workspace, size_t workspaceSizeInBytes, const void * alpha2, const miopenTensorDescriptor_t zDesc, const void * z, const miopenTensorDescriptor_t biasDesc, const void * bias, const miopenActivationDescriptor_t activationDesc, const miopenTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
-        alpha1: host memory
+        alpha1: host input, fixed 4 bytes
         x: device memory
         w: device memory
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
-        alpha2: host memory
+        alpha2: host input, fixed 4 bytes
         z: device memory
         bias: device memory
         y: device memory
@@ -5771,20 +6496,28 @@ def miopenConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, c
     @param yDesc                Tensor descriptor for output data tensor y (input)
     @param y                    Output data tensor"""
     try:
+        _ok = _pack_iN(algo, workspaceSizeInBytes) and (type(algo) is int or type(algo) is miopenConvFwdAlgorithm_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenConvolutionBiasActivationForward', ('handle', 'alpha1', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workspace', 'workspaceSizeInBytes', 'alpha2', 'zDesc', 'z', 'biasDesc', 'bias', 'activationDesc', 'yDesc', 'y'), ((7, algo, 'i', miopenConvFwdAlgorithm_t), (9, workspaceSizeInBytes, 'N', None),))
+    try:
+        alpha1 = _void_c(alpha1, 4, 1)
+        alpha2 = _void_c(alpha2, 4, 10)
         status = _miopenConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workspace, workspaceSizeInBytes, alpha2, zDesc, z, biasDesc, bias, activationDesc, yDesc, y)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenConvolutionBiasActivationForward', ('handle', 'alpha1', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workspace', 'workspaceSizeInBytes', 'alpha2', 'zDesc', 'z', 'biasDesc', 'bias', 'activationDesc', 'yDesc', 'y'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBiasActivationForward')
 
-_miopenCreateRNNDescriptor = _lazy('miopenCreateRNNDescriptor', (host_array(miopenRNNDescriptor_t, False),), c_int)
+_miopenCreateRNNDescriptor = _lazy('miopenCreateRNNDescriptor', (POINTER(miopenRNNDescriptor_t),), c_int)
 
 
 def miopenCreateRNNDescriptor(rnnDesc):
     """miopenStatus_t miopenCreateRNNDescriptor(miopenRNNDescriptor_t * rnnDesc)
 
     Checked parameters:
-        rnnDesc: host memory
+        rnnDesc: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5794,26 +6527,27 @@ def miopenCreateRNNDescriptor(rnnDesc):
     @param rnnDesc    Pointer to a tensor descriptor type
     @return           miopenStatus_t"""
     try:
+        rnnDesc = _arr_miopenRNNDescriptor_t(rnnDesc, 1, 0)
         status = _miopenCreateRNNDescriptor(rnnDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateRNNDescriptor', ('rnnDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateRNNDescriptor')
 
-_miopenGetRNNDescriptor = _lazy('miopenGetRNNDescriptor', (miopenRNNDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenGetRNNDescriptor = _lazy('miopenGetRNNDescriptor', (miopenRNNDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenGetRNNDescriptor(rnnDesc, rnnMode, algoMode, inputMode, dirMode, biasMode, hiddenSize, layer):
     """miopenStatus_t miopenGetRNNDescriptor(miopenRNNDescriptor_t rnnDesc, miopenRNNMode_t * rnnMode, miopenRNNAlgo_t * algoMode, miopenRNNInputMode_t * inputMode, miopenRNNDirectionMode_t * dirMode, miopenRNNBiasMode_t * biasMode, int * hiddenSize, int * layer)
 
     Checked parameters:
-        rnnMode: host memory
-        algoMode: host memory
-        inputMode: host memory
-        dirMode: host memory
-        biasMode: host memory
-        hiddenSize: host memory
-        layer: host memory
+        rnnMode: host output, fixed 1 elements
+        algoMode: host output, fixed 1 elements
+        inputMode: host output, fixed 1 elements
+        dirMode: host output, fixed 1 elements
+        biasMode: host output, fixed 1 elements
+        hiddenSize: host output, fixed 1 elements
+        layer: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5829,28 +6563,35 @@ def miopenGetRNNDescriptor(rnnDesc, rnnMode, algoMode, inputMode, dirMode, biasM
     @param layer      Number of stacked layers (output)
     @return           miopenStatus_t"""
     try:
+        rnnMode = _arr_miopenRNNMode_t(rnnMode, 1, 1)
+        algoMode = _arr_miopenRNNAlgo_t(algoMode, 1, 2)
+        inputMode = _arr_miopenRNNInputMode_t(inputMode, 1, 3)
+        dirMode = _arr_miopenRNNDirectionMode_t(dirMode, 1, 4)
+        biasMode = _arr_miopenRNNBiasMode_t(biasMode, 1, 5)
+        hiddenSize = _arr_int(hiddenSize, 1, 6)
+        layer = _arr_int(layer, 1, 7)
         status = _miopenGetRNNDescriptor(rnnDesc, rnnMode, algoMode, inputMode, dirMode, biasMode, hiddenSize, layer)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNDescriptor', ('rnnDesc', 'rnnMode', 'algoMode', 'inputMode', 'dirMode', 'biasMode', 'hiddenSize', 'layer'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetRNNDescriptor')
 
-_miopenGetRNNDescriptor_V2 = _lazy('miopenGetRNNDescriptor_V2', (miopenRNNDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(miopenDropoutDescriptor_t, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenGetRNNDescriptor_V2 = _lazy('miopenGetRNNDescriptor_V2', (miopenRNNDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(miopenDropoutDescriptor_t), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenGetRNNDescriptor_V2(rnnDesc, hiddenSize, layer, dropoutDesc, inputMode, dirMode, rnnMode, biasMode, algoMode, dataType):
     """miopenStatus_t miopenGetRNNDescriptor_V2(miopenRNNDescriptor_t rnnDesc, int * hiddenSize, int * layer, miopenDropoutDescriptor_t * dropoutDesc, miopenRNNInputMode_t * inputMode, miopenRNNDirectionMode_t * dirMode, miopenRNNMode_t * rnnMode, miopenRNNBiasMode_t * biasMode, miopenRNNAlgo_t * algoMode, miopenDataType_t * dataType)
 
     Checked parameters:
-        hiddenSize: host memory
-        layer: host memory
-        dropoutDesc: host memory
-        inputMode: host memory
-        dirMode: host memory
-        rnnMode: host memory
-        biasMode: host memory
-        algoMode: host memory
-        dataType: host memory
+        hiddenSize: host output, fixed 1 elements
+        layer: host output, fixed 1 elements
+        dropoutDesc: host output, fixed 1 elements
+        inputMode: host output, fixed 1 elements
+        dirMode: host output, fixed 1 elements
+        rnnMode: host output, fixed 1 elements
+        biasMode: host output, fixed 1 elements
+        algoMode: host output, fixed 1 elements
+        dataType: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -5870,6 +6611,15 @@ def miopenGetRNNDescriptor_V2(rnnDesc, hiddenSize, layer, dropoutDesc, inputMode
     @param dataType    Data type of RNN (output)
     @return            miopenStatus_t"""
     try:
+        hiddenSize = _arr_int(hiddenSize, 1, 1)
+        layer = _arr_int(layer, 1, 2)
+        dropoutDesc = _arr_miopenDropoutDescriptor_t(dropoutDesc, 1, 3)
+        inputMode = _arr_miopenRNNInputMode_t(inputMode, 1, 4)
+        dirMode = _arr_miopenRNNDirectionMode_t(dirMode, 1, 5)
+        rnnMode = _arr_miopenRNNMode_t(rnnMode, 1, 6)
+        biasMode = _arr_miopenRNNBiasMode_t(biasMode, 1, 7)
+        algoMode = _arr_miopenRNNAlgo_t(algoMode, 1, 8)
+        dataType = _arr_miopenDataType_t(dataType, 1, 9)
         status = _miopenGetRNNDescriptor_V2(rnnDesc, hiddenSize, layer, dropoutDesc, inputMode, dirMode, rnnMode, biasMode, algoMode, dataType)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNDescriptor_V2', ('rnnDesc', 'hiddenSize', 'layer', 'dropoutDesc', 'inputMode', 'dirMode', 'rnnMode', 'biasMode', 'algoMode', 'dataType'), exc) from None
@@ -5888,12 +6638,15 @@ def miopenDestroyRNNDescriptor(rnnDesc):
 
     @param rnnDesc RNN tensor descriptor type (input)
     @return           miopenStatus_t"""
+    if not rnnDesc:
+        raise _lib.null_handle_error('miopenDestroyRNNDescriptor', 'rnnDesc', rnnDesc)
     try:
         status = _miopenDestroyRNNDescriptor(rnnDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroyRNNDescriptor', ('rnnDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroyRNNDescriptor')
+    _clear_handle(rnnDesc)
 
 _miopenSetRNNDescriptor = _lazy('miopenSetRNNDescriptor', (miopenRNNDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
 
@@ -5917,6 +6670,12 @@ def miopenSetRNNDescriptor(rnnDesc, hsize, nlayers, inMode, direction, rnnMode, 
     @param algo         RNN algorithm selected (input)
     @param dataType     MIOpen datatype (input)
     @return             miopenStatus_t"""
+    try:
+        _ok = _pack_iiiiiiii(hsize, nlayers, inMode, direction, rnnMode, biasMode, algo, dataType) and (type(inMode) is int or type(inMode) is miopenRNNInputMode_t) and (type(direction) is int or type(direction) is miopenRNNDirectionMode_t) and (type(rnnMode) is int or type(rnnMode) is miopenRNNMode_t) and (type(biasMode) is int or type(biasMode) is miopenRNNBiasMode_t) and (type(algo) is int or type(algo) is miopenRNNAlgo_t) and (type(dataType) is int or type(dataType) is miopenDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetRNNDescriptor', ('rnnDesc', 'hsize', 'nlayers', 'inMode', 'direction', 'rnnMode', 'biasMode', 'algo', 'dataType'), ((1, hsize, 'i', None), (2, nlayers, 'i', None), (3, inMode, 'i', miopenRNNInputMode_t), (4, direction, 'i', miopenRNNDirectionMode_t), (5, rnnMode, 'i', miopenRNNMode_t), (6, biasMode, 'i', miopenRNNBiasMode_t), (7, algo, 'i', miopenRNNAlgo_t), (8, dataType, 'i', miopenDataType_t),))
     try:
         status = _miopenSetRNNDescriptor(rnnDesc, hsize, nlayers, inMode, direction, rnnMode, biasMode, algo, dataType)
     except _ArgumentError as exc:
@@ -5950,20 +6709,26 @@ def miopenSetRNNDescriptor_V2(rnnDesc, hsize, nlayers, dropoutDesc, inMode, dire
     @param dataType     MIOpen datatype (input)
     @return             miopenStatus_t"""
     try:
+        _ok = _pack_iiiiiiii(hsize, nlayers, inMode, direction, rnnMode, biasMode, algo, dataType) and (type(inMode) is int or type(inMode) is miopenRNNInputMode_t) and (type(direction) is int or type(direction) is miopenRNNDirectionMode_t) and (type(rnnMode) is int or type(rnnMode) is miopenRNNMode_t) and (type(biasMode) is int or type(biasMode) is miopenRNNBiasMode_t) and (type(algo) is int or type(algo) is miopenRNNAlgo_t) and (type(dataType) is int or type(dataType) is miopenDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetRNNDescriptor_V2', ('rnnDesc', 'hsize', 'nlayers', 'dropoutDesc', 'inMode', 'direction', 'rnnMode', 'biasMode', 'algo', 'dataType'), ((1, hsize, 'i', None), (2, nlayers, 'i', None), (4, inMode, 'i', miopenRNNInputMode_t), (5, direction, 'i', miopenRNNDirectionMode_t), (6, rnnMode, 'i', miopenRNNMode_t), (7, biasMode, 'i', miopenRNNBiasMode_t), (8, algo, 'i', miopenRNNAlgo_t), (9, dataType, 'i', miopenDataType_t),))
+    try:
         status = _miopenSetRNNDescriptor_V2(rnnDesc, hsize, nlayers, dropoutDesc, inMode, direction, rnnMode, biasMode, algo, dataType)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetRNNDescriptor_V2', ('rnnDesc', 'hsize', 'nlayers', 'dropoutDesc', 'inMode', 'direction', 'rnnMode', 'biasMode', 'algo', 'dataType'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetRNNDescriptor_V2')
 
-_miopenSetRNNDataSeqTensorDescriptor = _lazy('miopenSetRNNDataSeqTensorDescriptor', (miopenSeqTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int, host_array(c_int, True), EitherPointer,), c_int)
+_miopenSetRNNDataSeqTensorDescriptor = _lazy('miopenSetRNNDataSeqTensorDescriptor', (miopenSeqTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int, POINTER(c_int), EitherPointer,), c_int)
 
 
 def miopenSetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequenceLen, batchSize, vectorSize, sequenceLenArray, paddingMarker):
     """miopenStatus_t miopenSetRNNDataSeqTensorDescriptor(miopenSeqTensorDescriptor_t seqTensorDesc, miopenDataType_t dataType, miopenRNNBaseLayout_t layout, int maxSequenceLen, int batchSize, int vectorSize, const int * sequenceLenArray, void * paddingMarker)
 
     Checked parameters:
-        sequenceLenArray: host memory
+        sequenceLenArray: host input, count batchSize
         paddingMarker: host or device memory
 
     Raises MiopenError when the returned status is not success.
@@ -5982,25 +6747,32 @@ def miopenSetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
     @param paddingMarker     Not used, should be NULL (input)
     @return                  miopenStatus_t"""
     try:
+        _ok = _pack_iiiii(dataType, layout, maxSequenceLen, batchSize, vectorSize) and (type(dataType) is int or type(dataType) is miopenDataType_t) and (type(layout) is int or type(layout) is miopenRNNBaseLayout_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetRNNDataSeqTensorDescriptor', ('seqTensorDesc', 'dataType', 'layout', 'maxSequenceLen', 'batchSize', 'vectorSize', 'sequenceLenArray', 'paddingMarker'), ((1, dataType, 'i', miopenDataType_t), (2, layout, 'i', miopenRNNBaseLayout_t), (3, maxSequenceLen, 'i', None), (4, batchSize, 'i', None), (5, vectorSize, 'i', None),))
+    try:
+        sequenceLenArray = _arr_int_c(sequenceLenArray, batchSize, 6)
         status = _miopenSetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequenceLen, batchSize, vectorSize, sequenceLenArray, paddingMarker)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetRNNDataSeqTensorDescriptor', ('seqTensorDesc', 'dataType', 'layout', 'maxSequenceLen', 'batchSize', 'vectorSize', 'sequenceLenArray', 'paddingMarker'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetRNNDataSeqTensorDescriptor')
 
-_miopenGetRNNDataSeqTensorDescriptor = _lazy('miopenGetRNNDataSeqTensorDescriptor', (miopenSeqTensorDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), c_int, host_array(c_int, False), EitherPointer,), c_int)
+_miopenGetRNNDataSeqTensorDescriptor = _lazy('miopenGetRNNDataSeqTensorDescriptor', (miopenSeqTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), c_int, POINTER(c_int), EitherPointer,), c_int)
 
 
 def miopenGetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequenceLen, batchSize, vectorSize, sequenceLenArrayLimit, sequenceLenArray, paddingMarker):
     """miopenStatus_t miopenGetRNNDataSeqTensorDescriptor(miopenSeqTensorDescriptor_t seqTensorDesc, miopenDataType_t * dataType, miopenRNNBaseLayout_t * layout, int * maxSequenceLen, int * batchSize, int * vectorSize, int sequenceLenArrayLimit, int * sequenceLenArray, void * paddingMarker)
 
     Checked parameters:
-        dataType: host memory
-        layout: host memory
-        maxSequenceLen: host memory
-        batchSize: host memory
-        vectorSize: host memory
-        sequenceLenArray: host memory
+        dataType: host output, fixed 1 elements
+        layout: host output, fixed 1 elements
+        maxSequenceLen: host output, fixed 1 elements
+        batchSize: host output, fixed 1 elements
+        vectorSize: host output, fixed 1 elements
+        sequenceLenArray: host output, count sequenceLenArrayLimit
         paddingMarker: host or device memory
 
     Raises MiopenError when the returned status is not success.
@@ -6022,21 +6794,33 @@ def miopenGetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
     @param paddingMarker             Not used, should be NULL (input)
     @return                          miopenStatus_t"""
     try:
+        _ok = _pack_i(sequenceLenArrayLimit)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNDataSeqTensorDescriptor', ('seqTensorDesc', 'dataType', 'layout', 'maxSequenceLen', 'batchSize', 'vectorSize', 'sequenceLenArrayLimit', 'sequenceLenArray', 'paddingMarker'), ((6, sequenceLenArrayLimit, 'i', None),))
+    try:
+        dataType = _arr_miopenDataType_t(dataType, 1, 1)
+        layout = _arr_miopenRNNBaseLayout_t(layout, 1, 2)
+        maxSequenceLen = _arr_int(maxSequenceLen, 1, 3)
+        batchSize = _arr_int(batchSize, 1, 4)
+        vectorSize = _arr_int(vectorSize, 1, 5)
+        sequenceLenArray = _arr_int(sequenceLenArray, sequenceLenArrayLimit, 7)
         status = _miopenGetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequenceLen, batchSize, vectorSize, sequenceLenArrayLimit, sequenceLenArray, paddingMarker)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNDataSeqTensorDescriptor', ('seqTensorDesc', 'dataType', 'layout', 'maxSequenceLen', 'batchSize', 'vectorSize', 'sequenceLenArrayLimit', 'sequenceLenArray', 'paddingMarker'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetRNNDataSeqTensorDescriptor')
 
-_miopenGetRNNWorkspaceSize = _lazy('miopenGetRNNWorkspaceSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, host_array(miopenTensorDescriptor_t, True), host_array(c_size_t, False),), c_int)
+_miopenGetRNNWorkspaceSize = _lazy('miopenGetRNNWorkspaceSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), POINTER(c_size_t),), c_int)
 
 
 def miopenGetRNNWorkspaceSize(handle, rnnDesc, sequenceLen, xDesc, numBytes):
     """miopenStatus_t miopenGetRNNWorkspaceSize(miopenHandle_t handle, const miopenRNNDescriptor_t rnnDesc, const int sequenceLen, const miopenTensorDescriptor_t * xDesc, size_t * numBytes)
 
     Checked parameters:
-        xDesc: host memory
-        numBytes: host memory (64-bit byte count)
+        xDesc: host input, count sequenceLen
+        numBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -6056,21 +6840,29 @@ def miopenGetRNNWorkspaceSize(handle, rnnDesc, sequenceLen, xDesc, numBytes):
     @param numBytes        Number of bytes required for RNN layer execution (output)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_i(sequenceLen)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNWorkspaceSize', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'numBytes'), ((2, sequenceLen, 'i', None),))
+    try:
+        xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
+        numBytes = _arr_size_t(numBytes, 1, 4)
         status = _miopenGetRNNWorkspaceSize(handle, rnnDesc, sequenceLen, xDesc, numBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNWorkspaceSize', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'numBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetRNNWorkspaceSize')
 
-_miopenGetRNNTrainingReserveSize = _lazy('miopenGetRNNTrainingReserveSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, host_array(miopenTensorDescriptor_t, True), host_array(c_size_t, False),), c_int)
+_miopenGetRNNTrainingReserveSize = _lazy('miopenGetRNNTrainingReserveSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), POINTER(c_size_t),), c_int)
 
 
 def miopenGetRNNTrainingReserveSize(handle, rnnDesc, sequenceLen, xDesc, numBytes):
     """miopenStatus_t miopenGetRNNTrainingReserveSize(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int sequenceLen, const miopenTensorDescriptor_t * xDesc, size_t * numBytes)
 
     Checked parameters:
-        xDesc: host memory
-        numBytes: host memory (64-bit byte count)
+        xDesc: host input, count sequenceLen
+        numBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -6090,21 +6882,29 @@ def miopenGetRNNTrainingReserveSize(handle, rnnDesc, sequenceLen, xDesc, numByte
     @param numBytes        Number of bytes required for RNN layer execution (output)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_i(sequenceLen)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNTrainingReserveSize', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'numBytes'), ((2, sequenceLen, 'i', None),))
+    try:
+        xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
+        numBytes = _arr_size_t(numBytes, 1, 4)
         status = _miopenGetRNNTrainingReserveSize(handle, rnnDesc, sequenceLen, xDesc, numBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNTrainingReserveSize', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'numBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetRNNTrainingReserveSize')
 
-_miopenGetRNNTempSpaceSizes = _lazy('miopenGetRNNTempSpaceSizes', (miopenHandle_t, miopenRNNDescriptor_t, miopenSeqTensorDescriptor_t, c_int, host_array(c_size_t, False), host_array(c_size_t, False),), c_int)
+_miopenGetRNNTempSpaceSizes = _lazy('miopenGetRNNTempSpaceSizes', (miopenHandle_t, miopenRNNDescriptor_t, miopenSeqTensorDescriptor_t, c_int, POINTER(c_size_t), POINTER(c_size_t),), c_int)
 
 
 def miopenGetRNNTempSpaceSizes(handle, rnnDesc, xDesc, fwdMode, workSpaceSize, reserveSpaceSize):
     """miopenStatus_t miopenGetRNNTempSpaceSizes(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, miopenSeqTensorDescriptor_t xDesc, miopenRNNFWDMode_t fwdMode, size_t * workSpaceSize, size_t * reserveSpaceSize)
 
     Checked parameters:
-        workSpaceSize: host memory (64-bit byte count)
-        reserveSpaceSize: host memory (64-bit byte count)
+        workSpaceSize: host output, fixed 1 elements
+        reserveSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -6124,20 +6924,28 @@ def miopenGetRNNTempSpaceSizes(handle, rnnDesc, xDesc, fwdMode, workSpaceSize, r
     (output)
     @return                 miopenStatus_t"""
     try:
+        _ok = _pack_i(fwdMode) and (type(fwdMode) is int or type(fwdMode) is miopenRNNFWDMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNTempSpaceSizes', ('handle', 'rnnDesc', 'xDesc', 'fwdMode', 'workSpaceSize', 'reserveSpaceSize'), ((3, fwdMode, 'i', miopenRNNFWDMode_t),))
+    try:
+        workSpaceSize = _arr_size_t(workSpaceSize, 1, 4)
+        reserveSpaceSize = _arr_size_t(reserveSpaceSize, 1, 5)
         status = _miopenGetRNNTempSpaceSizes(handle, rnnDesc, xDesc, fwdMode, workSpaceSize, reserveSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNTempSpaceSizes', ('handle', 'rnnDesc', 'xDesc', 'fwdMode', 'workSpaceSize', 'reserveSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetRNNTempSpaceSizes')
 
-_miopenGetRNNParamsSize = _lazy('miopenGetRNNParamsSize', (miopenHandle_t, miopenRNNDescriptor_t, miopenTensorDescriptor_t, host_array(c_size_t, False), c_int,), c_int)
+_miopenGetRNNParamsSize = _lazy('miopenGetRNNParamsSize', (miopenHandle_t, miopenRNNDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t), c_int,), c_int)
 
 
 def miopenGetRNNParamsSize(handle, rnnDesc, xDesc, numBytes, dtype):
     """miopenStatus_t miopenGetRNNParamsSize(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, miopenTensorDescriptor_t xDesc, size_t * numBytes, miopenDataType_t dtype)
 
     Checked parameters:
-        numBytes: host memory (64-bit byte count)
+        numBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -6153,6 +6961,13 @@ def miopenGetRNNParamsSize(handle, rnnDesc, xDesc, numBytes, dtype):
     @param dtype           MIOpen data type enum (input)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_i(dtype) and (type(dtype) is int or type(dtype) is miopenDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNParamsSize', ('handle', 'rnnDesc', 'xDesc', 'numBytes', 'dtype'), ((4, dtype, 'i', miopenDataType_t),))
+    try:
+        numBytes = _arr_size_t(numBytes, 1, 3)
         status = _miopenGetRNNParamsSize(handle, rnnDesc, xDesc, numBytes, dtype)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNParamsSize', ('handle', 'rnnDesc', 'xDesc', 'numBytes', 'dtype'), exc) from None
@@ -6179,21 +6994,27 @@ def miopenGetRNNParamsDescriptor(handle, rnnDesc, xDesc, wDesc, dtype):
     @param dtype           MIOpen data type enum (input)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_i(dtype) and (type(dtype) is int or type(dtype) is miopenDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNParamsDescriptor', ('handle', 'rnnDesc', 'xDesc', 'wDesc', 'dtype'), ((4, dtype, 'i', miopenDataType_t),))
+    try:
         status = _miopenGetRNNParamsDescriptor(handle, rnnDesc, xDesc, wDesc, dtype)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNParamsDescriptor', ('handle', 'rnnDesc', 'xDesc', 'wDesc', 'dtype'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetRNNParamsDescriptor')
 
-_miopenGetRNNInputTensorSize = _lazy('miopenGetRNNInputTensorSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, host_array(miopenTensorDescriptor_t, False), host_array(c_size_t, False),), c_int)
+_miopenGetRNNInputTensorSize = _lazy('miopenGetRNNInputTensorSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), POINTER(c_size_t),), c_int)
 
 
 def miopenGetRNNInputTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
     """miopenStatus_t miopenGetRNNInputTensorSize(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int seqLen, miopenTensorDescriptor_t * xDesc, size_t * numBytes)
 
     Checked parameters:
-        xDesc: host memory
-        numBytes: host memory (64-bit byte count)
+        xDesc: host output, fixed 1 elements
+        numBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -6214,21 +7035,29 @@ def miopenGetRNNInputTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
     @param numBytes        Number of bytes required for input tensor (output)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_i(seqLen)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNInputTensorSize', ('handle', 'rnnDesc', 'seqLen', 'xDesc', 'numBytes'), ((2, seqLen, 'i', None),))
+    try:
+        xDesc = _arr_miopenTensorDescriptor_t(xDesc, 1, 3)
+        numBytes = _arr_size_t(numBytes, 1, 4)
         status = _miopenGetRNNInputTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNInputTensorSize', ('handle', 'rnnDesc', 'seqLen', 'xDesc', 'numBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetRNNInputTensorSize')
 
-_miopenGetRNNHiddenTensorSize = _lazy('miopenGetRNNHiddenTensorSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, host_array(miopenTensorDescriptor_t, False), host_array(c_size_t, False),), c_int)
+_miopenGetRNNHiddenTensorSize = _lazy('miopenGetRNNHiddenTensorSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), POINTER(c_size_t),), c_int)
 
 
 def miopenGetRNNHiddenTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
     """miopenStatus_t miopenGetRNNHiddenTensorSize(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int seqLen, miopenTensorDescriptor_t * xDesc, size_t * numBytes)
 
     Checked parameters:
-        xDesc: host memory
-        numBytes: host memory (64-bit byte count)
+        xDesc: host output, fixed 1 elements
+        numBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -6244,20 +7073,28 @@ def miopenGetRNNHiddenTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
     @param numBytes        Number of bytes required for input tensor (output)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_i(seqLen)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNHiddenTensorSize', ('handle', 'rnnDesc', 'seqLen', 'xDesc', 'numBytes'), ((2, seqLen, 'i', None),))
+    try:
+        xDesc = _arr_miopenTensorDescriptor_t(xDesc, 1, 3)
+        numBytes = _arr_size_t(numBytes, 1, 4)
         status = _miopenGetRNNHiddenTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNHiddenTensorSize', ('handle', 'rnnDesc', 'seqLen', 'xDesc', 'numBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetRNNHiddenTensorSize')
 
-_miopenGetRNNLayerParamSize = _lazy('miopenGetRNNLayerParamSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, host_array(c_size_t, False),), c_int)
+_miopenGetRNNLayerParamSize = _lazy('miopenGetRNNLayerParamSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, POINTER(c_size_t),), c_int)
 
 
 def miopenGetRNNLayerParamSize(handle, rnnDesc, layer, xDesc, paramID, numBytes):
     """miopenStatus_t miopenGetRNNLayerParamSize(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int layer, miopenTensorDescriptor_t xDesc, const int paramID, size_t * numBytes)
 
     Checked parameters:
-        numBytes: host memory (64-bit byte count)
+        numBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -6301,20 +7138,27 @@ def miopenGetRNNLayerParamSize(handle, rnnDesc, layer, xDesc, paramID, numBytes)
     @param numBytes        The number of bytes of the layer's parameter matrix (output)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_ii(layer, paramID)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNLayerParamSize', ('handle', 'rnnDesc', 'layer', 'xDesc', 'paramID', 'numBytes'), ((2, layer, 'i', None), (4, paramID, 'i', None),))
+    try:
+        numBytes = _arr_size_t(numBytes, 1, 5)
         status = _miopenGetRNNLayerParamSize(handle, rnnDesc, layer, xDesc, paramID, numBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNLayerParamSize', ('handle', 'rnnDesc', 'layer', 'xDesc', 'paramID', 'numBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetRNNLayerParamSize')
 
-_miopenGetRNNLayerBiasSize = _lazy('miopenGetRNNLayerBiasSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_int, host_array(c_size_t, False),), c_int)
+_miopenGetRNNLayerBiasSize = _lazy('miopenGetRNNLayerBiasSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_int, POINTER(c_size_t),), c_int)
 
 
 def miopenGetRNNLayerBiasSize(handle, rnnDesc, layer, biasID, numBytes):
     """miopenStatus_t miopenGetRNNLayerBiasSize(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int layer, const int biasID, size_t * numBytes)
 
     Checked parameters:
-        numBytes: host memory (64-bit byte count)
+        numBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -6355,6 +7199,13 @@ def miopenGetRNNLayerBiasSize(handle, rnnDesc, layer, biasID, numBytes):
     @param numBytes        The number of bytes of the layer's bias (output)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_ii(layer, biasID)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNLayerBiasSize', ('handle', 'rnnDesc', 'layer', 'biasID', 'numBytes'), ((2, layer, 'i', None), (3, biasID, 'i', None),))
+    try:
+        numBytes = _arr_size_t(numBytes, 1, 4)
         status = _miopenGetRNNLayerBiasSize(handle, rnnDesc, layer, biasID, numBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNLayerBiasSize', ('handle', 'rnnDesc', 'layer', 'biasID', 'numBytes'), exc) from None
@@ -6431,6 +7282,12 @@ def miopenGetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, par
     @param layerParam      Pointer to the memory location of the parameter tensor (output)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_ii(layer, paramID)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNLayerParam', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'paramID', 'paramDesc', 'layerParam'), ((2, layer, 'i', None), (6, paramID, 'i', None),))
+    try:
         status = _miopenGetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, paramDesc, layerParam)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNLayerParam', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'paramID', 'paramDesc', 'layerParam'), exc) from None
@@ -6506,20 +7363,26 @@ def miopenGetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasD
     @param layerBias       Pointer to the memory location of the bias tensor (output)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_ii(layer, biasID)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNLayerBias', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'biasID', 'biasDesc', 'layerBias'), ((2, layer, 'i', None), (6, biasID, 'i', None),))
+    try:
         status = _miopenGetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasDesc, layerBias)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNLayerBias', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'biasID', 'biasDesc', 'layerBias'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetRNNLayerBias')
 
-_miopenGetRNNLayerParamOffset = _lazy('miopenGetRNNLayerParamOffset', (miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenGetRNNLayerParamOffset = _lazy('miopenGetRNNLayerParamOffset', (miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenGetRNNLayerParamOffset(rnnDesc, layer, xDesc, paramID, paramDesc, layerParamOffset):
     """miopenStatus_t miopenGetRNNLayerParamOffset(miopenRNNDescriptor_t rnnDesc, const int layer, miopenTensorDescriptor_t xDesc, const int paramID, miopenTensorDescriptor_t paramDesc, size_t * layerParamOffset)
 
     Checked parameters:
-        layerParamOffset: host memory
+        layerParamOffset: host output, fixed 1 elements, may be None
 
     Raises MiopenError when the returned status is not success.
 
@@ -6577,20 +7440,27 @@ def miopenGetRNNLayerParamOffset(rnnDesc, layer, xDesc, paramID, paramDesc, laye
     @param layerParamOffset  Location for the parameter offset (output)
     @return                  miopenStatus_t"""
     try:
+        _ok = _pack_ii(layer, paramID)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNLayerParamOffset', ('rnnDesc', 'layer', 'xDesc', 'paramID', 'paramDesc', 'layerParamOffset'), ((1, layer, 'i', None), (3, paramID, 'i', None),))
+    try:
+        layerParamOffset = _arr_size_t_n(layerParamOffset, 1, 5)
         status = _miopenGetRNNLayerParamOffset(rnnDesc, layer, xDesc, paramID, paramDesc, layerParamOffset)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNLayerParamOffset', ('rnnDesc', 'layer', 'xDesc', 'paramID', 'paramDesc', 'layerParamOffset'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetRNNLayerParamOffset')
 
-_miopenGetRNNLayerBiasOffset = _lazy('miopenGetRNNLayerBiasOffset', (miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenGetRNNLayerBiasOffset = _lazy('miopenGetRNNLayerBiasOffset', (miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenGetRNNLayerBiasOffset(rnnDesc, layer, xDesc, biasID, biasDesc, layerBiasOffset):
     """miopenStatus_t miopenGetRNNLayerBiasOffset(miopenRNNDescriptor_t rnnDesc, const int layer, miopenTensorDescriptor_t xDesc, const int biasID, miopenTensorDescriptor_t biasDesc, size_t * layerBiasOffset)
 
     Checked parameters:
-        layerBiasOffset: host memory
+        layerBiasOffset: host output, fixed 1 elements, may be None
 
     Raises MiopenError when the returned status is not success.
 
@@ -6644,6 +7514,13 @@ def miopenGetRNNLayerBiasOffset(rnnDesc, layer, xDesc, biasID, biasDesc, layerBi
     @param layerBiasOffset Pointer to the memory location of the bias tensor (output)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_ii(layer, biasID)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetRNNLayerBiasOffset', ('rnnDesc', 'layer', 'xDesc', 'biasID', 'biasDesc', 'layerBiasOffset'), ((1, layer, 'i', None), (3, biasID, 'i', None),))
+    try:
+        layerBiasOffset = _arr_size_t_n(layerBiasOffset, 1, 5)
         status = _miopenGetRNNLayerBiasOffset(rnnDesc, layer, xDesc, biasID, biasDesc, layerBiasOffset)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNLayerBiasOffset', ('rnnDesc', 'layer', 'xDesc', 'biasID', 'biasDesc', 'layerBiasOffset'), exc) from None
@@ -6714,6 +7591,12 @@ def miopenSetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, par
     @param layerParam      Pointer to the memory location of the parameter tensor (input)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_ii(layer, paramID)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetRNNLayerParam', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'paramID', 'paramDesc', 'layerParam'), ((2, layer, 'i', None), (6, paramID, 'i', None),))
+    try:
         status = _miopenSetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, paramDesc, layerParam)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetRNNLayerParam', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'paramID', 'paramDesc', 'layerParam'), exc) from None
@@ -6782,6 +7665,12 @@ def miopenSetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasD
     @param layerBias       Pointer to the memory location of the bias tensor (output)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_ii(layer, biasID)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetRNNLayerBias', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'biasID', 'biasDesc', 'layerBias'), ((2, layer, 'i', None), (6, biasID, 'i', None),))
+    try:
         status = _miopenSetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasDesc, layerBias)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetRNNLayerBias', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'biasID', 'biasDesc', 'layerBias'), exc) from None
@@ -6807,20 +7696,26 @@ def miopenSetRNNPaddingMode(rnnDesc, paddingMode):
     @param paddingMode     RNN input/output data padding mode (input)
     @return                miopenStatus_t"""
     try:
+        _ok = _pack_i(paddingMode) and (type(paddingMode) is int or type(paddingMode) is miopenRNNPaddingMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetRNNPaddingMode', ('rnnDesc', 'paddingMode'), ((1, paddingMode, 'i', miopenRNNPaddingMode_t),))
+    try:
         status = _miopenSetRNNPaddingMode(rnnDesc, paddingMode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetRNNPaddingMode', ('rnnDesc', 'paddingMode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetRNNPaddingMode')
 
-_miopenGetRNNPaddingMode = _lazy('miopenGetRNNPaddingMode', (miopenRNNDescriptor_t, host_array(c_int, False),), c_int)
+_miopenGetRNNPaddingMode = _lazy('miopenGetRNNPaddingMode', (miopenRNNDescriptor_t, POINTER(c_int),), c_int)
 
 
 def miopenGetRNNPaddingMode(rnnDesc, paddingMode):
     """miopenStatus_t miopenGetRNNPaddingMode(miopenRNNDescriptor_t rnnDesc, miopenRNNPaddingMode_t * paddingMode)
 
     Checked parameters:
-        paddingMode: host memory
+        paddingMode: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -6830,13 +7725,14 @@ def miopenGetRNNPaddingMode(rnnDesc, paddingMode):
     @param paddingMode     Pointer to the RNN padding mode (output)
     @return                miopenStatus_t"""
     try:
+        paddingMode = _arr_miopenRNNPaddingMode_t(paddingMode, 1, 1)
         status = _miopenGetRNNPaddingMode(rnnDesc, paddingMode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetRNNPaddingMode', ('rnnDesc', 'paddingMode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetRNNPaddingMode')
 
-_miopenRNNForward = _lazy('miopenRNNForward', (miopenHandle_t, miopenRNNDescriptor_t, c_int, miopenSeqTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, miopenSeqTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_miopenRNNForward = _lazy('miopenRNNForward', (miopenHandle_t, miopenRNNDescriptor_t, c_int, miopenSeqTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, miopenSeqTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
 
 
 def miopenRNNForward(handle, rnnDesc, fwdMode, xDesc, x, hDesc, hx, hy, cDesc, cx, cy, yDesc, y, w, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
@@ -6906,13 +7802,19 @@ def miopenRNNForward(handle, rnnDesc, fwdMode, xDesc, x, hDesc, hx, hy, cDesc, c
     @param reserveSpaceNumBytes  Number of allocated bytes in memory for use in the forward  (input)
     @return                      miopenStatus_t"""
     try:
+        _ok = _pack_iNNN(fwdMode, weightSpaceSize, workSpaceNumBytes, reserveSpaceNumBytes) and (type(fwdMode) is int or type(fwdMode) is miopenRNNFWDMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenRNNForward', ('handle', 'rnnDesc', 'fwdMode', 'xDesc', 'x', 'hDesc', 'hx', 'hy', 'cDesc', 'cx', 'cy', 'yDesc', 'y', 'w', 'weightSpaceSize', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((2, fwdMode, 'i', miopenRNNFWDMode_t), (14, weightSpaceSize, 'N', None), (16, workSpaceNumBytes, 'N', None), (18, reserveSpaceNumBytes, 'N', None),))
+    try:
         status = _miopenRNNForward(handle, rnnDesc, fwdMode, xDesc, x, hDesc, hx, hy, cDesc, cx, cy, yDesc, y, w, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenRNNForward', ('handle', 'rnnDesc', 'fwdMode', 'xDesc', 'x', 'hDesc', 'hx', 'hy', 'cDesc', 'cx', 'cy', 'yDesc', 'y', 'w', 'weightSpaceSize', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenRNNForward')
 
-_miopenRNNBackwardSeqData = _lazy('miopenRNNBackwardSeqData', (miopenHandle_t, miopenRNNDescriptor_t, miopenSeqTensorDescriptor_t, DevicePointer, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, miopenSeqTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_miopenRNNBackwardSeqData = _lazy('miopenRNNBackwardSeqData', (miopenHandle_t, miopenRNNDescriptor_t, miopenSeqTensorDescriptor_t, DevicePointer, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, miopenSeqTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
 
 
 def miopenRNNBackwardSeqData(handle, rnnDesc, yDesc, y, dy, hDesc, hx, dhy, dhx, cDesc, cx, dcy, dcx, xDesc, dx, w, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
@@ -6984,13 +7886,19 @@ def miopenRNNBackwardSeqData(handle, rnnDesc, yDesc, y, dy, hDesc, hx, dhy, dhx,
     @param reserveSpaceNumBytes  Number of allocated bytes in memory for use in the forward (input)
     @return                      miopenStatus_t"""
     try:
+        _ok = _pack_NNN(weightSpaceSize, workSpaceNumBytes, reserveSpaceNumBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenRNNBackwardSeqData', ('handle', 'rnnDesc', 'yDesc', 'y', 'dy', 'hDesc', 'hx', 'dhy', 'dhx', 'cDesc', 'cx', 'dcy', 'dcx', 'xDesc', 'dx', 'w', 'weightSpaceSize', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((16, weightSpaceSize, 'N', None), (18, workSpaceNumBytes, 'N', None), (20, reserveSpaceNumBytes, 'N', None),))
+    try:
         status = _miopenRNNBackwardSeqData(handle, rnnDesc, yDesc, y, dy, hDesc, hx, dhy, dhx, cDesc, cx, dcy, dcx, xDesc, dx, w, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenRNNBackwardSeqData', ('handle', 'rnnDesc', 'yDesc', 'y', 'dy', 'hDesc', 'hx', 'dhy', 'dhx', 'cDesc', 'cx', 'dcy', 'dcx', 'xDesc', 'dx', 'w', 'weightSpaceSize', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenRNNBackwardSeqData')
 
-_miopenRNNBackwardWeightsSeqTensor = _lazy('miopenRNNBackwardWeightsSeqTensor', (miopenHandle_t, miopenRNNDescriptor_t, miopenSeqTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenSeqTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_miopenRNNBackwardWeightsSeqTensor = _lazy('miopenRNNBackwardWeightsSeqTensor', (miopenHandle_t, miopenRNNDescriptor_t, miopenSeqTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenSeqTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
 
 
 def miopenRNNBackwardWeightsSeqTensor(handle, rnnDesc, xDesc, x, hDesc, hx, yDesc, y, dw, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
@@ -7040,25 +7948,31 @@ def miopenRNNBackwardWeightsSeqTensor(handle, rnnDesc, xDesc, x, hDesc, hx, yDes
     @param reserveSpaceNumBytes  Number of allocated bytes in memory for use in the forward (input)
     @return                      miopenStatus_t"""
     try:
+        _ok = _pack_NNN(weightSpaceSize, workSpaceNumBytes, reserveSpaceNumBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenRNNBackwardWeightsSeqTensor', ('handle', 'rnnDesc', 'xDesc', 'x', 'hDesc', 'hx', 'yDesc', 'y', 'dw', 'weightSpaceSize', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((9, weightSpaceSize, 'N', None), (11, workSpaceNumBytes, 'N', None), (13, reserveSpaceNumBytes, 'N', None),))
+    try:
         status = _miopenRNNBackwardWeightsSeqTensor(handle, rnnDesc, xDesc, x, hDesc, hx, yDesc, y, dw, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenRNNBackwardWeightsSeqTensor', ('handle', 'rnnDesc', 'xDesc', 'x', 'hDesc', 'hx', 'yDesc', 'y', 'dw', 'weightSpaceSize', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenRNNBackwardWeightsSeqTensor')
 
-_miopenRNNForwardTraining = _lazy('miopenRNNForwardTraining', (miopenHandle_t, miopenRNNDescriptor_t, c_int, host_array(miopenTensorDescriptor_t, True), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, host_array(miopenTensorDescriptor_t, True), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_miopenRNNForwardTraining = _lazy('miopenRNNForwardTraining', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
 
 
 def miopenRNNForwardTraining(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
     """miopenStatus_t miopenRNNForwardTraining(miopenHandle_t handle, const miopenRNNDescriptor_t rnnDesc, const int sequenceLen, const miopenTensorDescriptor_t * xDesc, const void * x, const miopenTensorDescriptor_t hxDesc, const void * hx, const miopenTensorDescriptor_t cxDesc, const void * cx, const miopenTensorDescriptor_t wDesc, const void * w, const miopenTensorDescriptor_t * yDesc, void * y, const miopenTensorDescriptor_t hyDesc, void * hy, const miopenTensorDescriptor_t cyDesc, void * cy, void * workSpace, size_t workSpaceNumBytes, void * reserveSpace, size_t reserveSpaceNumBytes)
 
     Checked parameters:
-        xDesc: host memory
+        xDesc: host input, count sequenceLen
         x: device memory
         hx: device memory
         cx: device memory
         w: device memory
-        yDesc: host memory
+        yDesc: host input, count sequenceLen
         y: device memory
         hy: device memory
         cy: device memory
@@ -7124,29 +8038,37 @@ def miopenRNNForwardTraining(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
     @param reserveSpaceNumBytes  Number of allocated bytes in memory for use in the forward  (input)
     @return                      miopenStatus_t"""
     try:
+        _ok = _pack_iNN(sequenceLen, workSpaceNumBytes, reserveSpaceNumBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenRNNForwardTraining', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'x', 'hxDesc', 'hx', 'cxDesc', 'cx', 'wDesc', 'w', 'yDesc', 'y', 'hyDesc', 'hy', 'cyDesc', 'cy', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((2, sequenceLen, 'i', None), (18, workSpaceNumBytes, 'N', None), (20, reserveSpaceNumBytes, 'N', None),))
+    try:
+        xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
+        yDesc = _arr_miopenTensorDescriptor_t_c(yDesc, sequenceLen, 11)
         status = _miopenRNNForwardTraining(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenRNNForwardTraining', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'x', 'hxDesc', 'hx', 'cxDesc', 'cx', 'wDesc', 'w', 'yDesc', 'y', 'hyDesc', 'hy', 'cyDesc', 'cy', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenRNNForwardTraining')
 
-_miopenRNNBackwardData = _lazy('miopenRNNBackwardData', (miopenHandle_t, miopenRNNDescriptor_t, c_int, host_array(miopenTensorDescriptor_t, True), DevicePointer, host_array(miopenTensorDescriptor_t, True), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, host_array(miopenTensorDescriptor_t, True), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_miopenRNNBackwardData = _lazy('miopenRNNBackwardData', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), DevicePointer, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
 
 
 def miopenRNNBackwardData(handle, rnnDesc, sequenceLen, yDesc, y, dyDesc, dy, dhyDesc, dhy, dcyDesc, dcy, wDesc, w, hxDesc, hx, cxDesc, cx, dxDesc, dx, dhxDesc, dhx, dcxDesc, dcx, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
     """miopenStatus_t miopenRNNBackwardData(miopenHandle_t handle, const miopenRNNDescriptor_t rnnDesc, const int sequenceLen, const miopenTensorDescriptor_t * yDesc, const void * y, const miopenTensorDescriptor_t * dyDesc, const void * dy, const miopenTensorDescriptor_t dhyDesc, const void * dhy, const miopenTensorDescriptor_t dcyDesc, const void * dcy, const miopenTensorDescriptor_t wDesc, const void * w, const miopenTensorDescriptor_t hxDesc, const void * hx, const miopenTensorDescriptor_t cxDesc, const void * cx, const miopenTensorDescriptor_t * dxDesc, void * dx, const miopenTensorDescriptor_t dhxDesc, void * dhx, const miopenTensorDescriptor_t dcxDesc, void * dcx, void * workSpace, size_t workSpaceNumBytes, void * reserveSpace, size_t reserveSpaceNumBytes)
 
     Checked parameters:
-        yDesc: host memory
+        yDesc: host input, count sequenceLen
         y: device memory
-        dyDesc: host memory
+        dyDesc: host input, count sequenceLen
         dy: device memory
         dhy: device memory
         dcy: device memory
         w: device memory
         hx: device memory
         cx: device memory
-        dxDesc: host memory
+        dxDesc: host input, count sequenceLen
         dx: device memory
         dhx: device memory
         dcx: device memory
@@ -7227,23 +8149,32 @@ def miopenRNNBackwardData(handle, rnnDesc, sequenceLen, yDesc, y, dyDesc, dy, dh
     @param reserveSpaceNumBytes  Number of allocated bytes in memory for use in the forward (input)
     @return                      miopenStatus_t"""
     try:
+        _ok = _pack_iNN(sequenceLen, workSpaceNumBytes, reserveSpaceNumBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenRNNBackwardData', ('handle', 'rnnDesc', 'sequenceLen', 'yDesc', 'y', 'dyDesc', 'dy', 'dhyDesc', 'dhy', 'dcyDesc', 'dcy', 'wDesc', 'w', 'hxDesc', 'hx', 'cxDesc', 'cx', 'dxDesc', 'dx', 'dhxDesc', 'dhx', 'dcxDesc', 'dcx', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((2, sequenceLen, 'i', None), (24, workSpaceNumBytes, 'N', None), (26, reserveSpaceNumBytes, 'N', None),))
+    try:
+        yDesc = _arr_miopenTensorDescriptor_t_c(yDesc, sequenceLen, 3)
+        dyDesc = _arr_miopenTensorDescriptor_t_c(dyDesc, sequenceLen, 5)
+        dxDesc = _arr_miopenTensorDescriptor_t_c(dxDesc, sequenceLen, 17)
         status = _miopenRNNBackwardData(handle, rnnDesc, sequenceLen, yDesc, y, dyDesc, dy, dhyDesc, dhy, dcyDesc, dcy, wDesc, w, hxDesc, hx, cxDesc, cx, dxDesc, dx, dhxDesc, dhx, dcxDesc, dcx, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenRNNBackwardData', ('handle', 'rnnDesc', 'sequenceLen', 'yDesc', 'y', 'dyDesc', 'dy', 'dhyDesc', 'dhy', 'dcyDesc', 'dcy', 'wDesc', 'w', 'hxDesc', 'hx', 'cxDesc', 'cx', 'dxDesc', 'dx', 'dhxDesc', 'dhx', 'dcxDesc', 'dcx', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenRNNBackwardData')
 
-_miopenRNNBackwardWeights = _lazy('miopenRNNBackwardWeights', (miopenHandle_t, miopenRNNDescriptor_t, c_int, host_array(miopenTensorDescriptor_t, True), DevicePointer, miopenTensorDescriptor_t, DevicePointer, host_array(miopenTensorDescriptor_t, True), DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_miopenRNNBackwardWeights = _lazy('miopenRNNBackwardWeights', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
 
 
 def miopenRNNBackwardWeights(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx, yDesc, y, dwDesc, dw, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
     """miopenStatus_t miopenRNNBackwardWeights(miopenHandle_t handle, const miopenRNNDescriptor_t rnnDesc, const int sequenceLen, const miopenTensorDescriptor_t * xDesc, const void * x, const miopenTensorDescriptor_t hxDesc, const void * hx, const miopenTensorDescriptor_t * yDesc, const void * y, const miopenTensorDescriptor_t dwDesc, void * dw, void * workSpace, size_t workSpaceNumBytes, const void * reserveSpace, size_t reserveSpaceNumBytes)
 
     Checked parameters:
-        xDesc: host memory
+        xDesc: host input, count sequenceLen
         x: device memory
         hx: device memory
-        yDesc: host memory
+        yDesc: host input, count sequenceLen
         y: device memory
         dw: device memory
         workSpace: device memory
@@ -7287,25 +8218,33 @@ def miopenRNNBackwardWeights(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
     @param reserveSpaceNumBytes  Number of allocated bytes in memory for use in the forward (input)
     @return                      miopenStatus_t"""
     try:
+        _ok = _pack_iNN(sequenceLen, workSpaceNumBytes, reserveSpaceNumBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenRNNBackwardWeights', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'x', 'hxDesc', 'hx', 'yDesc', 'y', 'dwDesc', 'dw', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((2, sequenceLen, 'i', None), (12, workSpaceNumBytes, 'N', None), (14, reserveSpaceNumBytes, 'N', None),))
+    try:
+        xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
+        yDesc = _arr_miopenTensorDescriptor_t_c(yDesc, sequenceLen, 7)
         status = _miopenRNNBackwardWeights(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx, yDesc, y, dwDesc, dw, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenRNNBackwardWeights', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'x', 'hxDesc', 'hx', 'yDesc', 'y', 'dwDesc', 'dw', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenRNNBackwardWeights')
 
-_miopenRNNForwardInference = _lazy('miopenRNNForwardInference', (miopenHandle_t, miopenRNNDescriptor_t, c_int, host_array(miopenTensorDescriptor_t, True), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, host_array(miopenTensorDescriptor_t, True), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
+_miopenRNNForwardInference = _lazy('miopenRNNForwardInference', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
 
 
 def miopenRNNForwardInference(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy, workSpace, workSpaceNumBytes):
     """miopenStatus_t miopenRNNForwardInference(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int sequenceLen, const miopenTensorDescriptor_t * xDesc, const void * x, const miopenTensorDescriptor_t hxDesc, const void * hx, const miopenTensorDescriptor_t cxDesc, const void * cx, const miopenTensorDescriptor_t wDesc, const void * w, const miopenTensorDescriptor_t * yDesc, void * y, const miopenTensorDescriptor_t hyDesc, void * hy, const miopenTensorDescriptor_t cyDesc, void * cy, void * workSpace, size_t workSpaceNumBytes)
 
     Checked parameters:
-        xDesc: host memory
+        xDesc: host input, count sequenceLen
         x: device memory
         hx: device memory
         cx: device memory
         w: device memory
-        yDesc: host memory
+        yDesc: host input, count sequenceLen
         y: device memory
         hy: device memory
         cy: device memory
@@ -7368,20 +8307,28 @@ def miopenRNNForwardInference(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx
     @param workSpaceNumBytes     Number of allocated bytes in memory for the workspace (input)
     @return                      miopenStatus_t"""
     try:
+        _ok = _pack_iN(sequenceLen, workSpaceNumBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenRNNForwardInference', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'x', 'hxDesc', 'hx', 'cxDesc', 'cx', 'wDesc', 'w', 'yDesc', 'y', 'hyDesc', 'hy', 'cyDesc', 'cy', 'workSpace', 'workSpaceNumBytes'), ((2, sequenceLen, 'i', None), (18, workSpaceNumBytes, 'N', None),))
+    try:
+        xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
+        yDesc = _arr_miopenTensorDescriptor_t_c(yDesc, sequenceLen, 11)
         status = _miopenRNNForwardInference(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy, workSpace, workSpaceNumBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenRNNForwardInference', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'x', 'hxDesc', 'hx', 'cxDesc', 'cx', 'wDesc', 'w', 'yDesc', 'y', 'hyDesc', 'hy', 'cyDesc', 'cy', 'workSpace', 'workSpaceNumBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenRNNForwardInference')
 
-_miopenCreateCTCLossDescriptor = _lazy('miopenCreateCTCLossDescriptor', (host_array(miopenCTCLossDescriptor_t, False),), c_int)
+_miopenCreateCTCLossDescriptor = _lazy('miopenCreateCTCLossDescriptor', (POINTER(miopenCTCLossDescriptor_t),), c_int)
 
 
 def miopenCreateCTCLossDescriptor(ctcLossDesc):
     """miopenStatus_t miopenCreateCTCLossDescriptor(miopenCTCLossDescriptor_t * ctcLossDesc)
 
     Checked parameters:
-        ctcLossDesc: host memory
+        ctcLossDesc: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -7391,22 +8338,23 @@ def miopenCreateCTCLossDescriptor(ctcLossDesc):
     @param ctcLossDesc  Pointer to the CTC loss function descriptor type (output)
     @return             miopenStatus_t"""
     try:
+        ctcLossDesc = _arr_miopenCTCLossDescriptor_t(ctcLossDesc, 1, 0)
         status = _miopenCreateCTCLossDescriptor(ctcLossDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateCTCLossDescriptor', ('ctcLossDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateCTCLossDescriptor')
 
-_miopenGetCTCLossDescriptor = _lazy('miopenGetCTCLossDescriptor', (miopenCTCLossDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_bool, False),), c_int)
+_miopenGetCTCLossDescriptor = _lazy('miopenGetCTCLossDescriptor', (miopenCTCLossDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_bool),), c_int)
 
 
 def miopenGetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_softmax_layer):
     """miopenStatus_t miopenGetCTCLossDescriptor(miopenCTCLossDescriptor_t ctcLossDesc, miopenDataType_t * dataType, int * blank_label_id, bool * apply_softmax_layer)
 
     Checked parameters:
-        dataType: host memory
-        blank_label_id: host memory
-        apply_softmax_layer: host memory
+        dataType: host output, fixed 1 elements
+        blank_label_id: host output, fixed 1 elements
+        apply_softmax_layer: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -7419,6 +8367,9 @@ def miopenGetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_soft
     @param apply_softmax_layer  Boolean to toggle input layer property (output)
     @return                     miopenStatus_t"""
     try:
+        dataType = _arr_miopenDataType_t(dataType, 1, 1)
+        blank_label_id = _arr_int(blank_label_id, 1, 2)
+        apply_softmax_layer = _arr_bool(apply_softmax_layer, 1, 3)
         status = _miopenGetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_softmax_layer)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetCTCLossDescriptor', ('ctcLossDesc', 'dataType', 'blank_label_id', 'apply_softmax_layer'), exc) from None
@@ -7437,12 +8388,15 @@ def miopenDestroyCTCLossDescriptor(ctcLossDesc):
 
     @param ctcLossDesc  CTC loss function descriptor type (input)
     @return             miopenStatus_t"""
+    if not ctcLossDesc:
+        raise _lib.null_handle_error('miopenDestroyCTCLossDescriptor', 'ctcLossDesc', ctcLossDesc)
     try:
         status = _miopenDestroyCTCLossDescriptor(ctcLossDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroyCTCLossDescriptor', ('ctcLossDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroyCTCLossDescriptor')
+    _clear_handle(ctcLossDesc)
 
 _miopenSetCTCLossDescriptor = _lazy('miopenSetCTCLossDescriptor', (miopenCTCLossDescriptor_t, c_int, c_int, c_bool,), c_int)
 
@@ -7461,23 +8415,29 @@ def miopenSetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_soft
     @param apply_softmax_layer  Boolean to toggle input layer property (input)
     @return             miopenStatus_t"""
     try:
+        _ok = _pack_ii(dataType, blank_label_id) and (type(dataType) is int or type(dataType) is miopenDataType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetCTCLossDescriptor', ('ctcLossDesc', 'dataType', 'blank_label_id', 'apply_softmax_layer'), ((1, dataType, 'i', miopenDataType_t), (2, blank_label_id, 'i', None),))
+    try:
         status = _miopenSetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_softmax_layer)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetCTCLossDescriptor', ('ctcLossDesc', 'dataType', 'blank_label_id', 'apply_softmax_layer'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetCTCLossDescriptor')
 
-_miopenGetCTCLossWorkspaceSize = _lazy('miopenGetCTCLossWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, host_array(c_int, True), host_array(c_int, True), host_array(c_int, True), c_int, miopenCTCLossDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenGetCTCLossWorkspaceSize = _lazy('miopenGetCTCLossWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), c_int, miopenCTCLossDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labelLengths, inputLengths, algo, ctcLossDesc, workSpaceSize):
     """miopenStatus_t miopenGetCTCLossWorkspaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t probsDesc, const miopenTensorDescriptor_t gradientsDesc, const int * labels, const int * labelLengths, const int * inputLengths, miopenCTCLossAlgo_t algo, const miopenCTCLossDescriptor_t ctcLossDesc, size_t * workSpaceSize)
 
     Checked parameters:
-        labels: host memory
-        labelLengths: host memory
-        inputLengths: host memory
-        workSpaceSize: host memory (64-bit byte count)
+        labels: host input, unchecked: the sum of labelLengths, which is itself an unchecked array
+        labelLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
+        inputLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
+        workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -7497,13 +8457,23 @@ def miopenGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labe
     algorithm (output)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is miopenCTCLossAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetCTCLossWorkspaceSize', ('handle', 'probsDesc', 'gradientsDesc', 'labels', 'labelLengths', 'inputLengths', 'algo', 'ctcLossDesc', 'workSpaceSize'), ((6, algo, 'i', miopenCTCLossAlgo_t),))
+    try:
+        labels = _arr_int_c(labels, None, 3)
+        labelLengths = _arr_int_c(labelLengths, None, 4)
+        inputLengths = _arr_int_c(inputLengths, None, 5)
+        workSpaceSize = _arr_size_t(workSpaceSize, 1, 8)
         status = _miopenGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labelLengths, inputLengths, algo, ctcLossDesc, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetCTCLossWorkspaceSize', ('handle', 'probsDesc', 'gradientsDesc', 'labels', 'labelLengths', 'inputLengths', 'algo', 'ctcLossDesc', 'workSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetCTCLossWorkspaceSize')
 
-_miopenCTCLoss = _lazy('miopenCTCLoss', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, host_array(c_int, True), host_array(c_int, True), host_array(c_int, True), DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_int, miopenCTCLossDescriptor_t, DevicePointer, ByteSize,), c_int)
+_miopenCTCLoss = _lazy('miopenCTCLoss', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, POINTER(c_int), POINTER(c_int), POINTER(c_int), DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_int, miopenCTCLossDescriptor_t, DevicePointer, c_size_t,), c_int)
 
 
 def miopenCTCLoss(handle, probsDesc, probs, labels, labelLengths, inputLengths, losses, gradientsDesc, gradients, algo, ctcLossDesc, workSpace, workSpaceSize):
@@ -7511,9 +8481,9 @@ def miopenCTCLoss(handle, probsDesc, probs, labels, labelLengths, inputLengths, 
 
     Checked parameters:
         probs: device memory
-        labels: host memory
-        labelLengths: host memory
-        inputLengths: host memory
+        labels: host input, unchecked: the sum of labelLengths, which is itself an unchecked array
+        labelLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
+        inputLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
         losses: device memory
         gradients: device memory
         workSpace: device memory
@@ -7540,20 +8510,29 @@ def miopenCTCLoss(handle, probsDesc, probs, labels, labelLengths, inputLengths, 
     algorithm (input)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_iN(algo, workSpaceSize) and (type(algo) is int or type(algo) is miopenCTCLossAlgo_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCTCLoss', ('handle', 'probsDesc', 'probs', 'labels', 'labelLengths', 'inputLengths', 'losses', 'gradientsDesc', 'gradients', 'algo', 'ctcLossDesc', 'workSpace', 'workSpaceSize'), ((9, algo, 'i', miopenCTCLossAlgo_t), (12, workSpaceSize, 'N', None),))
+    try:
+        labels = _arr_int_c(labels, None, 3)
+        labelLengths = _arr_int_c(labelLengths, None, 4)
+        inputLengths = _arr_int_c(inputLengths, None, 5)
         status = _miopenCTCLoss(handle, probsDesc, probs, labels, labelLengths, inputLengths, losses, gradientsDesc, gradients, algo, ctcLossDesc, workSpace, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCTCLoss', ('handle', 'probsDesc', 'probs', 'labels', 'labelLengths', 'inputLengths', 'losses', 'gradientsDesc', 'gradients', 'algo', 'ctcLossDesc', 'workSpace', 'workSpaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCTCLoss')
 
-_miopenCreateDropoutDescriptor = _lazy('miopenCreateDropoutDescriptor', (host_array(miopenDropoutDescriptor_t, False),), c_int)
+_miopenCreateDropoutDescriptor = _lazy('miopenCreateDropoutDescriptor', (POINTER(miopenDropoutDescriptor_t),), c_int)
 
 
 def miopenCreateDropoutDescriptor(dropoutDesc):
     """miopenStatus_t miopenCreateDropoutDescriptor(miopenDropoutDescriptor_t * dropoutDesc)
 
     Checked parameters:
-        dropoutDesc: host memory
+        dropoutDesc: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -7562,6 +8541,7 @@ def miopenCreateDropoutDescriptor(dropoutDesc):
     @param dropoutDesc Pointer to a dropout descriptor type
     @return            miopenStatus_t"""
     try:
+        dropoutDesc = _arr_miopenDropoutDescriptor_t(dropoutDesc, 1, 0)
         status = _miopenCreateDropoutDescriptor(dropoutDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateDropoutDescriptor', ('dropoutDesc',), exc) from None
@@ -7580,21 +8560,24 @@ def miopenDestroyDropoutDescriptor(dropoutDesc):
 
     @param dropoutDesc Dropout descriptor type (input)
     @return            miopenStatus_t"""
+    if not dropoutDesc:
+        raise _lib.null_handle_error('miopenDestroyDropoutDescriptor', 'dropoutDesc', dropoutDesc)
     try:
         status = _miopenDestroyDropoutDescriptor(dropoutDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroyDropoutDescriptor', ('dropoutDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroyDropoutDescriptor')
+    _clear_handle(dropoutDesc)
 
-_miopenDropoutGetReserveSpaceSize = _lazy('miopenDropoutGetReserveSpaceSize', (miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenDropoutGetReserveSpaceSize = _lazy('miopenDropoutGetReserveSpaceSize', (miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenDropoutGetReserveSpaceSize(xDesc, reserveSpaceSizeInBytes):
     """miopenStatus_t miopenDropoutGetReserveSpaceSize(const miopenTensorDescriptor_t xDesc, size_t * reserveSpaceSizeInBytes)
 
     Checked parameters:
-        reserveSpaceSizeInBytes: host memory (64-bit byte count)
+        reserveSpaceSizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -7606,20 +8589,21 @@ def miopenDropoutGetReserveSpaceSize(xDesc, reserveSpaceSizeInBytes):
     (Output)
     @return                         miopenStatus_t"""
     try:
+        reserveSpaceSizeInBytes = _arr_size_t(reserveSpaceSizeInBytes, 1, 1)
         status = _miopenDropoutGetReserveSpaceSize(xDesc, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDropoutGetReserveSpaceSize', ('xDesc', 'reserveSpaceSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDropoutGetReserveSpaceSize')
 
-_miopenDropoutGetStatesSize = _lazy('miopenDropoutGetStatesSize', (miopenHandle_t, host_array(c_size_t, False),), c_int)
+_miopenDropoutGetStatesSize = _lazy('miopenDropoutGetStatesSize', (miopenHandle_t, POINTER(c_size_t),), c_int)
 
 
 def miopenDropoutGetStatesSize(handle, stateSizeInBytes):
     """miopenStatus_t miopenDropoutGetStatesSize(miopenHandle_t handle, size_t * stateSizeInBytes)
 
     Checked parameters:
-        stateSizeInBytes: host memory (64-bit byte count)
+        stateSizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -7631,25 +8615,26 @@ def miopenDropoutGetStatesSize(handle, stateSizeInBytes):
     @param stateSizeInBytes  Number of bytes required to store random generator states (Output)
     @return                  miopenStatus_t"""
     try:
+        stateSizeInBytes = _arr_size_t(stateSizeInBytes, 1, 1)
         status = _miopenDropoutGetStatesSize(handle, stateSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDropoutGetStatesSize', ('handle', 'stateSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDropoutGetStatesSize')
 
-_miopenGetDropoutDescriptor = _lazy('miopenGetDropoutDescriptor', (miopenDropoutDescriptor_t, miopenHandle_t, host_array(c_float, False), host_array(c_void_p, False), host_array(c_ulonglong, False), host_array(c_bool, False), host_array(c_bool, False), host_array(c_int, False),), c_int)
+_miopenGetDropoutDescriptor = _lazy('miopenGetDropoutDescriptor', (miopenDropoutDescriptor_t, miopenHandle_t, POINTER(c_float), POINTER(c_void_p), POINTER(c_ulonglong), POINTER(c_bool), POINTER(c_bool), POINTER(c_int),), c_int)
 
 
 def miopenGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed, use_mask, state_evo, rng_mode):
     """miopenStatus_t miopenGetDropoutDescriptor(miopenDropoutDescriptor_t dropoutDesc, miopenHandle_t handle, float * dropout, void ** states, unsigned long long * seed, bool * use_mask, bool * state_evo, miopenRNGType_t * rng_mode)
 
     Checked parameters:
-        dropout: host memory
-        states: host memory
-        seed: host memory
-        use_mask: host memory
-        state_evo: host memory
-        rng_mode: host memory
+        dropout: host output, fixed 1 elements
+        states: host output, fixed 1 elements
+        seed: host output, fixed 1 elements
+        use_mask: host output, fixed 1 elements
+        state_evo: host output, fixed 1 elements
+        rng_mode: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -7669,13 +8654,19 @@ def miopenGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed, use_m
     (Output)
     @return             miopenStatus_t"""
     try:
+        dropout = _arr_float(dropout, 1, 2)
+        states = _arr_void(states, 1, 3)
+        seed = _arr_unsigned_long_long(seed, 1, 4)
+        use_mask = _arr_bool(use_mask, 1, 5)
+        state_evo = _arr_bool(state_evo, 1, 6)
+        rng_mode = _arr_miopenRNGType_t(rng_mode, 1, 7)
         status = _miopenGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed, use_mask, state_evo, rng_mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'seed', 'use_mask', 'state_evo', 'rng_mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetDropoutDescriptor')
 
-_miopenRestoreDropoutDescriptor = _lazy('miopenRestoreDropoutDescriptor', (miopenDropoutDescriptor_t, miopenHandle_t, c_float, DevicePointer, ByteSize, c_ulonglong, c_bool, c_bool, c_int,), c_int)
+_miopenRestoreDropoutDescriptor = _lazy('miopenRestoreDropoutDescriptor', (miopenDropoutDescriptor_t, miopenHandle_t, c_float, DevicePointer, c_size_t, c_ulonglong, c_bool, c_bool, c_int,), c_int)
 
 
 def miopenRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed, use_mask, state_evo, rng_mode):
@@ -7709,13 +8700,19 @@ def miopenRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSi
     sequences (input)
     @return                  miopenStatus_t"""
     try:
+        _ok = _pack_NQi(stateSizeInBytes, seed, rng_mode) and (type(rng_mode) is int or type(rng_mode) is miopenRNGType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenRestoreDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed', 'use_mask', 'state_evo', 'rng_mode'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None), (8, rng_mode, 'i', miopenRNGType_t),))
+    try:
         status = _miopenRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed, use_mask, state_evo, rng_mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenRestoreDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed', 'use_mask', 'state_evo', 'rng_mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenRestoreDropoutDescriptor')
 
-_miopenSetDropoutDescriptor = _lazy('miopenSetDropoutDescriptor', (miopenDropoutDescriptor_t, miopenHandle_t, c_float, DevicePointer, ByteSize, c_ulonglong, c_bool, c_bool, c_int,), c_int)
+_miopenSetDropoutDescriptor = _lazy('miopenSetDropoutDescriptor', (miopenDropoutDescriptor_t, miopenHandle_t, c_float, DevicePointer, c_size_t, c_ulonglong, c_bool, c_bool, c_int,), c_int)
 
 
 def miopenSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed, use_mask, state_evo, rng_mode):
@@ -7746,13 +8743,19 @@ def miopenSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeIn
     sequences (input)
     @return                  miopenStatus_t"""
     try:
+        _ok = _pack_NQi(stateSizeInBytes, seed, rng_mode) and (type(rng_mode) is int or type(rng_mode) is miopenRNGType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed', 'use_mask', 'state_evo', 'rng_mode'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None), (8, rng_mode, 'i', miopenRNGType_t),))
+    try:
         status = _miopenSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed, use_mask, state_evo, rng_mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed', 'use_mask', 'state_evo', 'rng_mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetDropoutDescriptor')
 
-_miopenDropoutForward = _lazy('miopenDropoutForward', (miopenHandle_t, miopenDropoutDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize,), c_int)
+_miopenDropoutForward = _lazy('miopenDropoutForward', (miopenHandle_t, miopenDropoutDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
 
 
 def miopenDropoutForward(handle, dropoutDesc, noise_shape, xDesc, x, yDesc, y, reserveSpace, reserveSpaceSizeInBytes):
@@ -7783,13 +8786,19 @@ def miopenDropoutForward(handle, dropoutDesc, noise_shape, xDesc, x, yDesc, y, r
     dropout (input)
     @return                         miopenStatus_t"""
     try:
+        _ok = _pack_N(reserveSpaceSizeInBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenDropoutForward', ('handle', 'dropoutDesc', 'noise_shape', 'xDesc', 'x', 'yDesc', 'y', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((8, reserveSpaceSizeInBytes, 'N', None),))
+    try:
         status = _miopenDropoutForward(handle, dropoutDesc, noise_shape, xDesc, x, yDesc, y, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDropoutForward', ('handle', 'dropoutDesc', 'noise_shape', 'xDesc', 'x', 'yDesc', 'y', 'reserveSpace', 'reserveSpaceSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDropoutForward')
 
-_miopenDropoutBackward = _lazy('miopenDropoutBackward', (miopenHandle_t, miopenDropoutDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, ByteSize,), c_int)
+_miopenDropoutBackward = _lazy('miopenDropoutBackward', (miopenHandle_t, miopenDropoutDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
 
 
 def miopenDropoutBackward(handle, dropoutDesc, noise_shape, dyDesc, dy, dxDesc, dx, reserveSpace, reserveSpaceSizeInBytes):
@@ -7820,20 +8829,26 @@ def miopenDropoutBackward(handle, dropoutDesc, noise_shape, dyDesc, dy, dxDesc, 
     dropout (input)
     @return                         miopenStatus_t"""
     try:
+        _ok = _pack_N(reserveSpaceSizeInBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenDropoutBackward', ('handle', 'dropoutDesc', 'noise_shape', 'dyDesc', 'dy', 'dxDesc', 'dx', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((8, reserveSpaceSizeInBytes, 'N', None),))
+    try:
         status = _miopenDropoutBackward(handle, dropoutDesc, noise_shape, dyDesc, dy, dxDesc, dx, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDropoutBackward', ('handle', 'dropoutDesc', 'noise_shape', 'dyDesc', 'dy', 'dxDesc', 'dx', 'reserveSpace', 'reserveSpaceSizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDropoutBackward')
 
-_miopenCreateReduceTensorDescriptor = _lazy('miopenCreateReduceTensorDescriptor', (host_array(miopenReduceTensorDescriptor_t, False),), c_int)
+_miopenCreateReduceTensorDescriptor = _lazy('miopenCreateReduceTensorDescriptor', (POINTER(miopenReduceTensorDescriptor_t),), c_int)
 
 
 def miopenCreateReduceTensorDescriptor(reduceTensorDesc):
     """miopenStatus_t miopenCreateReduceTensorDescriptor(miopenReduceTensorDescriptor_t * reduceTensorDesc)
 
     Checked parameters:
-        reduceTensorDesc: host memory
+        reduceTensorDesc: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -7842,6 +8857,7 @@ def miopenCreateReduceTensorDescriptor(reduceTensorDesc):
     @param reduceTensorDesc Pointer to a ReduceTensor descriptor type
     @return            miopenStatus_t"""
     try:
+        reduceTensorDesc = _arr_miopenReduceTensorDescriptor_t(reduceTensorDesc, 1, 0)
         status = _miopenCreateReduceTensorDescriptor(reduceTensorDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateReduceTensorDescriptor', ('reduceTensorDesc',), exc) from None
@@ -7860,12 +8876,15 @@ def miopenDestroyReduceTensorDescriptor(reduceTensorDesc):
 
     @param reduceTensorDesc  ReduceTensor descriptor type (input)
     @return            miopenStatus_t"""
+    if not reduceTensorDesc:
+        raise _lib.null_handle_error('miopenDestroyReduceTensorDescriptor', 'reduceTensorDesc', reduceTensorDesc)
     try:
         status = _miopenDestroyReduceTensorDescriptor(reduceTensorDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroyReduceTensorDescriptor', ('reduceTensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroyReduceTensorDescriptor')
+    _clear_handle(reduceTensorDesc)
 
 _miopenSetReduceTensorDescriptor = _lazy('miopenSetReduceTensorDescriptor', (miopenReduceTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int,), c_int)
 
@@ -7887,24 +8906,30 @@ def miopenSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTens
     @param reduceTensorIndicesType  Enumerant specifying the data type of the indices (input)
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_iiiii(reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType) and (type(reduceTensorOp) is int or type(reduceTensorOp) is miopenReduceTensorOp_t) and (type(reduceTensorCompType) is int or type(reduceTensorCompType) is miopenDataType_t) and (type(reduceTensorNanOpt) is int or type(reduceTensorNanOpt) is miopenNanPropagation_t) and (type(reduceTensorIndices) is int or type(reduceTensorIndices) is miopenReduceTensorIndices_t) and (type(reduceTensorIndicesType) is int or type(reduceTensorIndicesType) is miopenIndicesType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetReduceTensorDescriptor', ('reduceTensorDesc', 'reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'), ((1, reduceTensorOp, 'i', miopenReduceTensorOp_t), (2, reduceTensorCompType, 'i', miopenDataType_t), (3, reduceTensorNanOpt, 'i', miopenNanPropagation_t), (4, reduceTensorIndices, 'i', miopenReduceTensorIndices_t), (5, reduceTensorIndicesType, 'i', miopenIndicesType_t),))
+    try:
         status = _miopenSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetReduceTensorDescriptor', ('reduceTensorDesc', 'reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetReduceTensorDescriptor')
 
-_miopenGetReduceTensorDescriptor = _lazy('miopenGetReduceTensorDescriptor', (miopenReduceTensorDescriptor_t, host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenGetReduceTensorDescriptor = _lazy('miopenGetReduceTensorDescriptor', (miopenReduceTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
     """miopenStatus_t miopenGetReduceTensorDescriptor(const miopenReduceTensorDescriptor_t reduceTensorDesc, miopenReduceTensorOp_t * reduceTensorOp, miopenDataType_t * reduceTensorCompType, miopenNanPropagation_t * reduceTensorNanOpt, miopenReduceTensorIndices_t * reduceTensorIndices, miopenIndicesType_t * reduceTensorIndicesType)
 
     Checked parameters:
-        reduceTensorOp: host memory
-        reduceTensorCompType: host memory
-        reduceTensorNanOpt: host memory
-        reduceTensorIndices: host memory
-        reduceTensorIndicesType: host memory
+        reduceTensorOp: host output, fixed 1 elements
+        reduceTensorCompType: host output, fixed 1 elements
+        reduceTensorNanOpt: host output, fixed 1 elements
+        reduceTensorIndices: host output, fixed 1 elements
+        reduceTensorIndicesType: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -7923,20 +8948,25 @@ def miopenGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTens
     (output)
     @return           miopenStatus_t"""
     try:
+        reduceTensorOp = _arr_miopenReduceTensorOp_t(reduceTensorOp, 1, 1)
+        reduceTensorCompType = _arr_miopenDataType_t(reduceTensorCompType, 1, 2)
+        reduceTensorNanOpt = _arr_miopenNanPropagation_t(reduceTensorNanOpt, 1, 3)
+        reduceTensorIndices = _arr_miopenReduceTensorIndices_t(reduceTensorIndices, 1, 4)
+        reduceTensorIndicesType = _arr_miopenIndicesType_t(reduceTensorIndicesType, 1, 5)
         status = _miopenGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetReduceTensorDescriptor', ('reduceTensorDesc', 'reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetReduceTensorDescriptor')
 
-_miopenGetReductionIndicesSize = _lazy('miopenGetReductionIndicesSize', (miopenHandle_t, miopenReduceTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenGetReductionIndicesSize = _lazy('miopenGetReductionIndicesSize', (miopenHandle_t, miopenReduceTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes):
     """miopenStatus_t miopenGetReductionIndicesSize(miopenHandle_t handle, const miopenReduceTensorDescriptor_t reduceTensorDesc, const miopenTensorDescriptor_t aDesc, const miopenTensorDescriptor_t cDesc, size_t * sizeInBytes)
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -7949,20 +8979,21 @@ def miopenGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeIn
     @param sizeInBytes              Pointer to data to return the minimum index space size
     @return           miopenStatus_t"""
     try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 4)
         status = _miopenGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetReductionIndicesSize', ('handle', 'reduceTensorDesc', 'aDesc', 'cDesc', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetReductionIndicesSize')
 
-_miopenGetReductionWorkspaceSize = _lazy('miopenGetReductionWorkspaceSize', (miopenHandle_t, miopenReduceTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenGetReductionWorkspaceSize = _lazy('miopenGetReductionWorkspaceSize', (miopenHandle_t, miopenReduceTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes):
     """miopenStatus_t miopenGetReductionWorkspaceSize(miopenHandle_t handle, const miopenReduceTensorDescriptor_t reduceTensorDesc, const miopenTensorDescriptor_t aDesc, const miopenTensorDescriptor_t cDesc, size_t * sizeInBytes)
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -7975,13 +9006,14 @@ def miopenGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, size
     @param sizeInBytes              Pointer to data to return the minimum workspace size
     @return           miopenStatus_t"""
     try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 4)
         status = _miopenGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetReductionWorkspaceSize', ('handle', 'reduceTensorDesc', 'aDesc', 'cDesc', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetReductionWorkspaceSize')
 
-_miopenReduceTensor = _lazy('miopenReduceTensor', (miopenHandle_t, miopenReduceTensorDescriptor_t, DevicePointer, ByteSize, DevicePointer, ByteSize, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer, ConstHostPointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_miopenReduceTensor = _lazy('miopenReduceTensor', (miopenHandle_t, miopenReduceTensorDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def miopenReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspace, workspaceSizeInBytes, alpha, aDesc, A, beta, cDesc, C):
@@ -7992,9 +9024,9 @@ def miopenReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wo
         indicesSizeInBytes: byte count (size_t, non-negative)
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
-        alpha: host memory
+        alpha: host input, fixed 4 bytes
         A: device memory
-        beta: host memory
+        beta: host input, fixed 4 bytes
         C: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -8022,20 +9054,28 @@ def miopenReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wo
     @param C                        Pointer to the data of output tensor C (output)
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_NN(indicesSizeInBytes, workspaceSizeInBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenReduceTensor', ('handle', 'reduceTensorDesc', 'indices', 'indicesSizeInBytes', 'workspace', 'workspaceSizeInBytes', 'alpha', 'aDesc', 'A', 'beta', 'cDesc', 'C'), ((3, indicesSizeInBytes, 'N', None), (5, workspaceSizeInBytes, 'N', None),))
+    try:
+        alpha = _void_c(alpha, 4, 6)
+        beta = _void_c(beta, 4, 9)
         status = _miopenReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspace, workspaceSizeInBytes, alpha, aDesc, A, beta, cDesc, C)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenReduceTensor', ('handle', 'reduceTensorDesc', 'indices', 'indicesSizeInBytes', 'workspace', 'workspaceSizeInBytes', 'alpha', 'aDesc', 'A', 'beta', 'cDesc', 'C'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenReduceTensor')
 
-_miopenCreateConvProblem = _lazy('miopenCreateConvProblem', (host_array(miopenProblem_t, False), miopenConvolutionDescriptor_t, c_int,), c_int)
+_miopenCreateConvProblem = _lazy('miopenCreateConvProblem', (POINTER(miopenProblem_t), miopenConvolutionDescriptor_t, c_int,), c_int)
 
 
 def miopenCreateConvProblem(problem, operatorDesc, direction):
     """miopenStatus_t miopenCreateConvProblem(miopenProblem_t * problem, miopenConvolutionDescriptor_t operatorDesc, miopenProblemDirection_t direction)
 
     Checked parameters:
-        problem: host memory
+        problem: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8046,37 +9086,51 @@ def miopenCreateConvProblem(problem, operatorDesc, direction):
     @param direction    Direction of the operation
     @return             miopenStatus_t"""
     try:
+        _ok = _pack_i(direction) and (type(direction) is int or type(direction) is miopenProblemDirection_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCreateConvProblem', ('problem', 'operatorDesc', 'direction'), ((2, direction, 'i', miopenProblemDirection_t),))
+    try:
+        problem = _arr_miopenProblem_t(problem, 1, 0)
         status = _miopenCreateConvProblem(problem, operatorDesc, direction)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateConvProblem', ('problem', 'operatorDesc', 'direction'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateConvProblem')
 
-_miopenCreateMhaProblem = _lazy('miopenCreateMhaProblem', (host_array(miopenProblem_t, False), miopenMhaDescriptor_t, c_int,), c_int)
+_miopenCreateMhaProblem = _lazy('miopenCreateMhaProblem', (POINTER(miopenProblem_t), miopenMhaDescriptor_t, c_int,), c_int)
 
 
 def miopenCreateMhaProblem(problem, operatorDesc, direction):
     """miopenStatus_t miopenCreateMhaProblem(miopenProblem_t * problem, miopenMhaDescriptor_t operatorDesc, miopenProblemDirection_t direction)
 
     Checked parameters:
-        problem: host memory
+        problem: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success."""
     try:
+        _ok = _pack_i(direction) and (type(direction) is int or type(direction) is miopenProblemDirection_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCreateMhaProblem', ('problem', 'operatorDesc', 'direction'), ((2, direction, 'i', miopenProblemDirection_t),))
+    try:
+        problem = _arr_miopenProblem_t(problem, 1, 0)
         status = _miopenCreateMhaProblem(problem, operatorDesc, direction)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateMhaProblem', ('problem', 'operatorDesc', 'direction'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateMhaProblem')
 
-_miopenCreateMhaDescriptor = _lazy('miopenCreateMhaDescriptor', (host_array(miopenMhaDescriptor_t, False),), c_int)
+_miopenCreateMhaDescriptor = _lazy('miopenCreateMhaDescriptor', (POINTER(miopenMhaDescriptor_t),), c_int)
 
 
 def miopenCreateMhaDescriptor(mhaDesc):
     """miopenStatus_t miopenCreateMhaDescriptor(miopenMhaDescriptor_t * mhaDesc)
 
     Checked parameters:
-        mhaDesc: host memory
+        mhaDesc: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8085,6 +9139,7 @@ def miopenCreateMhaDescriptor(mhaDesc):
     @param mhaDesc     Pointer to a mha descriptor type
     @return            miopenStatus_t"""
     try:
+        mhaDesc = _arr_miopenMhaDescriptor_t(mhaDesc, 1, 0)
         status = _miopenCreateMhaDescriptor(mhaDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateMhaDescriptor', ('mhaDesc',), exc) from None
@@ -8113,14 +9168,14 @@ def miopenSetMhaDescriptor(mhaDesc, scale):
     if status:
         raise _lib.status_error(status, 'miopenSetMhaDescriptor')
 
-_miopenGetMhaDescriptor = _lazy('miopenGetMhaDescriptor', (miopenMhaDescriptor_t, host_array(c_float, False),), c_int)
+_miopenGetMhaDescriptor = _lazy('miopenGetMhaDescriptor', (miopenMhaDescriptor_t, POINTER(c_float),), c_int)
 
 
 def miopenGetMhaDescriptor(mhaDesc, scale):
     """miopenStatus_t miopenGetMhaDescriptor(miopenMhaDescriptor_t mhaDesc, float * scale)
 
     Checked parameters:
-        scale: host memory
+        scale: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8132,20 +9187,21 @@ def miopenGetMhaDescriptor(mhaDesc, scale):
     @param scale         Scale (output)
     @return              miopenStatus_t"""
     try:
+        scale = _arr_float(scale, 1, 1)
         status = _miopenGetMhaDescriptor(mhaDesc, scale)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetMhaDescriptor', ('mhaDesc', 'scale'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetMhaDescriptor')
 
-_miopenCreateSoftmaxDescriptor = _lazy('miopenCreateSoftmaxDescriptor', (host_array(miopenSoftmaxDescriptor_t, False),), c_int)
+_miopenCreateSoftmaxDescriptor = _lazy('miopenCreateSoftmaxDescriptor', (POINTER(miopenSoftmaxDescriptor_t),), c_int)
 
 
 def miopenCreateSoftmaxDescriptor(softmaxDesc):
     """miopenStatus_t miopenCreateSoftmaxDescriptor(miopenSoftmaxDescriptor_t * softmaxDesc)
 
     Checked parameters:
-        softmaxDesc: host memory
+        softmaxDesc: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8154,6 +9210,7 @@ def miopenCreateSoftmaxDescriptor(softmaxDesc):
     @param softmaxDesc Pointer to an softmax descriptor type
     @return            miopenStatus_t"""
     try:
+        softmaxDesc = _arr_miopenSoftmaxDescriptor_t(softmaxDesc, 1, 0)
         status = _miopenCreateSoftmaxDescriptor(softmaxDesc)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateSoftmaxDescriptor', ('softmaxDesc',), exc) from None
@@ -8179,23 +9236,29 @@ def miopenSetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode):
     @param mode         Softmax mode
     @return             miopenStatus_t"""
     try:
+        _ok = _pack_ii(algorithm, mode) and (type(algorithm) is int or type(algorithm) is miopenSoftmaxAlgorithm_t) and (type(mode) is int or type(mode) is miopenSoftmaxMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetSoftmaxDescriptor', ('softmaxDesc', 'alpha', 'beta', 'algorithm', 'mode'), ((3, algorithm, 'i', miopenSoftmaxAlgorithm_t), (4, mode, 'i', miopenSoftmaxMode_t),))
+    try:
         status = _miopenSetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetSoftmaxDescriptor', ('softmaxDesc', 'alpha', 'beta', 'algorithm', 'mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetSoftmaxDescriptor')
 
-_miopenGetSoftmaxDescriptor = _lazy('miopenGetSoftmaxDescriptor', (miopenSoftmaxDescriptor_t, host_array(c_float, False), host_array(c_float, False), host_array(c_int, False), host_array(c_int, False),), c_int)
+_miopenGetSoftmaxDescriptor = _lazy('miopenGetSoftmaxDescriptor', (miopenSoftmaxDescriptor_t, POINTER(c_float), POINTER(c_float), POINTER(c_int), POINTER(c_int),), c_int)
 
 
 def miopenGetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode):
     """miopenStatus_t miopenGetSoftmaxDescriptor(const miopenSoftmaxDescriptor_t softmaxDesc, float * alpha, float * beta, miopenSoftmaxAlgorithm_t * algorithm, miopenSoftmaxMode_t * mode)
 
     Checked parameters:
-        alpha: host memory
-        beta: host memory
-        algorithm: host memory
-        mode: host memory
+        alpha: host output, fixed 1 elements
+        beta: host output, fixed 1 elements
+        algorithm: host output, fixed 1 elements
+        mode: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8210,6 +9273,10 @@ def miopenGetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode):
     @param mode          Softmax mode (output)
     @return              miopenStatus_t"""
     try:
+        alpha = _arr_float(alpha, 1, 1)
+        beta = _arr_float(beta, 1, 2)
+        algorithm = _arr_miopenSoftmaxAlgorithm_t(algorithm, 1, 3)
+        mode = _arr_miopenSoftmaxMode_t(mode, 1, 4)
         status = _miopenGetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetSoftmaxDescriptor', ('softmaxDesc', 'alpha', 'beta', 'algorithm', 'mode'), exc) from None
@@ -8228,12 +9295,15 @@ def miopenDestroyProblem(problem):
 
     @param problem Problem to destroy
     @return        miopenStatus_t"""
+    if not problem:
+        raise _lib.null_handle_error('miopenDestroyProblem', 'problem', problem)
     try:
         status = _miopenDestroyProblem(problem)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroyProblem', ('problem',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroyProblem')
+    _clear_handle(problem)
 
 _miopenSetProblemTensorDescriptor = _lazy('miopenSetProblemTensorDescriptor', (miopenProblem_t, c_uint, miopenTensorDescriptor_t,), c_int)
 
@@ -8250,20 +9320,26 @@ def miopenSetProblemTensorDescriptor(problem, id, descriptor):
     @param descriptor Tensor descriptor to set
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_I(id) and (type(id) is int or type(id) is miopenTensorArgumentId_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetProblemTensorDescriptor', ('problem', 'id', 'descriptor'), ((1, id, 'I', miopenTensorArgumentId_t),))
+    try:
         status = _miopenSetProblemTensorDescriptor(problem, id, descriptor)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetProblemTensorDescriptor', ('problem', 'id', 'descriptor'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetProblemTensorDescriptor')
 
-_miopenCreateFindOptions = _lazy('miopenCreateFindOptions', (host_array(miopenFindOptions_t, False),), c_int)
+_miopenCreateFindOptions = _lazy('miopenCreateFindOptions', (POINTER(miopenFindOptions_t),), c_int)
 
 
 def miopenCreateFindOptions(options):
     """miopenStatus_t miopenCreateFindOptions(miopenFindOptions_t * options)
 
     Checked parameters:
-        options: host memory
+        options: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8272,6 +9348,7 @@ def miopenCreateFindOptions(options):
     @param options    Pointer to options object to initialze
     @return           miopenStatus_t"""
     try:
+        options = _arr_miopenFindOptions_t(options, 1, 0)
         status = _miopenCreateFindOptions(options)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateFindOptions', ('options',), exc) from None
@@ -8290,12 +9367,15 @@ def miopenDestroyFindOptions(options):
 
     @param options    Options object to destroy
     @return           miopenStatus_t"""
+    if not options:
+        raise _lib.null_handle_error('miopenDestroyFindOptions', 'options', options)
     try:
         status = _miopenDestroyFindOptions(options)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroyFindOptions', ('options',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroyFindOptions')
+    _clear_handle(options)
 
 _miopenSetFindOptionTuning = _lazy('miopenSetFindOptionTuning', (miopenFindOptions_t, c_int,), c_int)
 
@@ -8310,6 +9390,12 @@ def miopenSetFindOptionTuning(options, value):
     @param options    Options object to update
     @param value      Value of zero means no tuning, value of one means tuning enabled
     @return           miopenStatus_t"""
+    try:
+        _ok = _pack_i(value)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetFindOptionTuning', ('options', 'value'), ((1, value, 'i', None),))
     try:
         status = _miopenSetFindOptionTuning(options, value)
     except _ArgumentError as exc:
@@ -8331,6 +9417,12 @@ def miopenSetFindOptionResultsOrder(options, value):
     @param value      Specifies what order should find results have
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_i(value) and (type(value) is int or type(value) is miopenFindResultsOrder_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetFindOptionResultsOrder', ('options', 'value'), ((1, value, 'i', miopenFindResultsOrder_t),))
+    try:
         status = _miopenSetFindOptionResultsOrder(options, value)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetFindOptionResultsOrder', ('options', 'value'), exc) from None
@@ -8351,6 +9443,12 @@ def miopenSetFindOptionWorkspaceLimit(options, value):
     @param value      Specifies the workspace limit for find call. All solvers exceeding the limit
     would be ignored.
     @return           miopenStatus_t"""
+    try:
+        _ok = _pack_N(value)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetFindOptionWorkspaceLimit', ('options', 'value'), ((1, value, 'N', None),))
     try:
         status = _miopenSetFindOptionWorkspaceLimit(options, value)
     except _ArgumentError as exc:
@@ -8375,6 +9473,12 @@ def miopenSetFindOptionPreallocatedWorkspace(options, buffer, size):
     @param buffer     Specifies the workspace for find call
     @param size       Specifies the size of the buffer passed
     @return           miopenStatus_t"""
+    try:
+        _ok = _pack_N(size)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetFindOptionPreallocatedWorkspace', ('options', 'buffer', 'size'), ((2, size, 'N', None),))
     try:
         status = _miopenSetFindOptionPreallocatedWorkspace(options, buffer, size)
     except _ArgumentError as exc:
@@ -8401,6 +9505,12 @@ def miopenSetFindOptionPreallocatedTensor(options, id, buffer):
     @param buffer     Specifies the tensor for find call
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_I(id) and (type(id) is int or type(id) is miopenTensorArgumentId_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetFindOptionPreallocatedTensor', ('options', 'id', 'buffer'), ((1, id, 'I', miopenTensorArgumentId_t),))
+    try:
         status = _miopenSetFindOptionPreallocatedTensor(options, id, buffer)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetFindOptionPreallocatedTensor', ('options', 'id', 'buffer'), exc) from None
@@ -8422,21 +9532,27 @@ def miopenSetFindOptionAttachBinaries(options, attach):
     @param attach     1 means attaching, 0 - skipping, any other value - reserved for future use
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_I(attach)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSetFindOptionAttachBinaries', ('options', 'attach'), ((1, attach, 'I', None),))
+    try:
         status = _miopenSetFindOptionAttachBinaries(options, attach)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetFindOptionAttachBinaries', ('options', 'attach'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetFindOptionAttachBinaries')
 
-_miopenFindSolutions = _lazy('miopenFindSolutions', (miopenHandle_t, miopenProblem_t, miopenFindOptions_t, host_array(miopenSolution_t, False), host_array(c_size_t, False), c_size_t,), c_int)
+_miopenFindSolutions = _lazy('miopenFindSolutions', (miopenHandle_t, miopenProblem_t, miopenFindOptions_t, POINTER(miopenSolution_t), POINTER(c_size_t), c_size_t,), c_int)
 
 
 def miopenFindSolutions(handle, problem, options, solutions, numSolutions, maxSolutions):
     """miopenStatus_t miopenFindSolutions(miopenHandle_t handle, miopenProblem_t problem, miopenFindOptions_t options, miopenSolution_t * solutions, size_t * numSolutions, size_t maxSolutions)
 
     Checked parameters:
-        solutions: host memory
-        numSolutions: host memory
+        solutions: host output, count maxSolutions
+        numSolutions: host output, fixed 1 elements, may be None
 
     Raises MiopenError when the returned status is not success.
 
@@ -8451,20 +9567,28 @@ def miopenFindSolutions(handle, problem, options, solutions, numSolutions, maxSo
     @param maxSolutions Limits the amount of results
     @return             miopenStatus_t"""
     try:
+        _ok = _pack_N(maxSolutions)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenFindSolutions', ('handle', 'problem', 'options', 'solutions', 'numSolutions', 'maxSolutions'), ((5, maxSolutions, 'N', None),))
+    try:
+        solutions = _arr_miopenSolution_t(solutions, maxSolutions, 3)
+        numSolutions = _arr_size_t_n(numSolutions, 1, 4)
         status = _miopenFindSolutions(handle, problem, options, solutions, numSolutions, maxSolutions)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFindSolutions', ('handle', 'problem', 'options', 'solutions', 'numSolutions', 'maxSolutions'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenFindSolutions')
 
-_miopenRunSolution = _lazy('miopenRunSolution', (miopenHandle_t, miopenSolution_t, c_size_t, host_array(miopenTensorArgument_t, True), DevicePointer, ByteSize,), c_int)
+_miopenRunSolution = _lazy('miopenRunSolution', (miopenHandle_t, miopenSolution_t, c_size_t, POINTER(miopenTensorArgument_t), DevicePointer, c_size_t,), c_int)
 
 
 def miopenRunSolution(handle, solution, nInputs, tensors, workspace, workspaceSize):
     """miopenStatus_t miopenRunSolution(miopenHandle_t handle, miopenSolution_t solution, size_t nInputs, const miopenTensorArgument_t * tensors, void * workspace, size_t workspaceSize)
 
     Checked parameters:
-        tensors: host memory
+        tensors: host input, count nInputs
         workspace: device memory
         workspaceSize: byte count (size_t, non-negative)
 
@@ -8481,6 +9605,13 @@ def miopenRunSolution(handle, solution, nInputs, tensors, workspace, workspaceSi
     @param workspaceSize Size of the workspace buffer
     @return              miopenStatus_t"""
     try:
+        _ok = _pack_NN(nInputs, workspaceSize)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenRunSolution', ('handle', 'solution', 'nInputs', 'tensors', 'workspace', 'workspaceSize'), ((2, nInputs, 'N', None), (5, workspaceSize, 'N', None),))
+    try:
+        tensors = _arr_miopenTensorArgument_t_c(tensors, nInputs, 3)
         status = _miopenRunSolution(handle, solution, nInputs, tensors, workspace, workspaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenRunSolution', ('handle', 'solution', 'nInputs', 'tensors', 'workspace', 'workspaceSize'), exc) from None
@@ -8499,22 +9630,25 @@ def miopenDestroySolution(solution):
 
     @param solution   Solution to destroy
     @return           miopenStatus_t"""
+    if not solution:
+        raise _lib.null_handle_error('miopenDestroySolution', 'solution', solution)
     try:
         status = _miopenDestroySolution(solution)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDestroySolution', ('solution',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDestroySolution')
+    _clear_handle(solution)
 
-_miopenLoadSolution = _lazy('miopenLoadSolution', (host_array(miopenSolution_t, False), HostString, c_size_t,), c_int)
+_miopenLoadSolution = _lazy('miopenLoadSolution', (POINTER(miopenSolution_t), POINTER(c_char), c_size_t,), c_int)
 
 
 def miopenLoadSolution(solution, data, size):
     """miopenStatus_t miopenLoadSolution(miopenSolution_t * solution, const char * data, size_t size)
 
     Checked parameters:
-        solution: host memory
-        data: str or bytes
+        solution: host output, fixed 1 elements
+        data: host input, count size
 
     Raises MiopenError when the returned status is not success.
 
@@ -8525,20 +9659,28 @@ def miopenLoadSolution(solution, data, size):
     @param size       Size of the solution blob
     @return           miopenStatus_t"""
     try:
+        _ok = _pack_N(size)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenLoadSolution', ('solution', 'data', 'size'), ((2, size, 'N', None),))
+    try:
+        solution = _arr_miopenSolution_t(solution, 1, 0)
+        data = _arr_char_c(data, size, 1)
         status = _miopenLoadSolution(solution, data, size)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenLoadSolution', ('solution', 'data', 'size'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenLoadSolution')
 
-_miopenSaveSolution = _lazy('miopenSaveSolution', (miopenSolution_t, host_array(c_char, False),), c_int)
+_miopenSaveSolution = _lazy('miopenSaveSolution', (miopenSolution_t, POINTER(c_char),), c_int)
 
 
 def miopenSaveSolution(solution, data):
     """miopenStatus_t miopenSaveSolution(miopenSolution_t solution, char * data)
 
     Checked parameters:
-        data: host memory
+        data: host output, miopenGetSolutionSize(solution)
 
     Raises MiopenError when the returned status is not success.
 
@@ -8548,20 +9690,21 @@ def miopenSaveSolution(solution, data):
     @param data       Pointer to a buffer to save soltuion to
     @return           miopenStatus_t"""
     try:
+        data = _arr_char(data, _query_count(miopenGetSolutionSize, (solution,), c_size_t), 1)
         status = _miopenSaveSolution(solution, data)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSaveSolution', ('solution', 'data'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSaveSolution')
 
-_miopenGetSolutionSize = _lazy('miopenGetSolutionSize', (miopenSolution_t, host_array(c_size_t, False),), c_int)
+_miopenGetSolutionSize = _lazy('miopenGetSolutionSize', (miopenSolution_t, POINTER(c_size_t),), c_int)
 
 
 def miopenGetSolutionSize(solution, size):
     """miopenStatus_t miopenGetSolutionSize(miopenSolution_t solution, size_t * size)
 
     Checked parameters:
-        size: host memory
+        size: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8571,20 +9714,21 @@ def miopenGetSolutionSize(solution, size):
     @param size       Pointer to a location where to write the size of the solution blob
     @return           miopenStatus_t"""
     try:
+        size = _arr_size_t(size, 1, 1)
         status = _miopenGetSolutionSize(solution, size)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetSolutionSize', ('solution', 'size'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetSolutionSize')
 
-_miopenGetSolutionWorkspaceSize = _lazy('miopenGetSolutionWorkspaceSize', (miopenSolution_t, host_array(c_size_t, False),), c_int)
+_miopenGetSolutionWorkspaceSize = _lazy('miopenGetSolutionWorkspaceSize', (miopenSolution_t, POINTER(c_size_t),), c_int)
 
 
 def miopenGetSolutionWorkspaceSize(solution, workspaceSize):
     """miopenStatus_t miopenGetSolutionWorkspaceSize(miopenSolution_t solution, size_t * workspaceSize)
 
     Checked parameters:
-        workspaceSize: host memory (64-bit byte count)
+        workspaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8594,20 +9738,21 @@ def miopenGetSolutionWorkspaceSize(solution, workspaceSize):
     @param workspaceSize Pointer to a location where to write the workspace size
     @return              miopenStatus_t"""
     try:
+        workspaceSize = _arr_size_t(workspaceSize, 1, 1)
         status = _miopenGetSolutionWorkspaceSize(solution, workspaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetSolutionWorkspaceSize', ('solution', 'workspaceSize'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetSolutionWorkspaceSize')
 
-_miopenGetSolutionTime = _lazy('miopenGetSolutionTime', (miopenSolution_t, host_array(c_float, False),), c_int)
+_miopenGetSolutionTime = _lazy('miopenGetSolutionTime', (miopenSolution_t, POINTER(c_float),), c_int)
 
 
 def miopenGetSolutionTime(solution, time):
     """miopenStatus_t miopenGetSolutionTime(miopenSolution_t solution, float * time)
 
     Checked parameters:
-        time: host memory
+        time: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8617,20 +9762,21 @@ def miopenGetSolutionTime(solution, time):
     @param time     Pointer to a location where to write the execution time
     @return         miopenStatus_t"""
     try:
+        time = _arr_float(time, 1, 1)
         status = _miopenGetSolutionTime(solution, time)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetSolutionTime', ('solution', 'time'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetSolutionTime')
 
-_miopenGetSolutionSolverId = _lazy('miopenGetSolutionSolverId', (miopenSolution_t, host_array(c_uint64, False),), c_int)
+_miopenGetSolutionSolverId = _lazy('miopenGetSolutionSolverId', (miopenSolution_t, POINTER(c_uint64),), c_int)
 
 
 def miopenGetSolutionSolverId(solution, solverId):
     """miopenStatus_t miopenGetSolutionSolverId(miopenSolution_t solution, uint64_t * solverId)
 
     Checked parameters:
-        solverId: host memory
+        solverId: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8640,20 +9786,21 @@ def miopenGetSolutionSolverId(solution, solverId):
     @param solverId Pointer to a location where to write the solver id
     @return         miopenStatus_t"""
     try:
+        solverId = _arr_uint64_t(solverId, 1, 1)
         status = _miopenGetSolutionSolverId(solution, solverId)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetSolutionSolverId', ('solution', 'solverId'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetSolutionSolverId')
 
-_miopenGetSolverIdConvAlgorithm = _lazy('miopenGetSolverIdConvAlgorithm', (c_uint64, host_array(c_int, False),), c_int)
+_miopenGetSolverIdConvAlgorithm = _lazy('miopenGetSolverIdConvAlgorithm', (c_uint64, POINTER(c_int),), c_int)
 
 
 def miopenGetSolverIdConvAlgorithm(solverId, result):
     """miopenStatus_t miopenGetSolverIdConvAlgorithm(uint64_t solverId, miopenConvAlgorithm_t * result)
 
     Checked parameters:
-        result: host memory
+        result: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8663,13 +9810,20 @@ def miopenGetSolverIdConvAlgorithm(solverId, result):
     @param result   Pointer to a location where to write the algorithm
     @return         miopenStatus_t"""
     try:
+        _ok = _pack_Q(solverId)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetSolverIdConvAlgorithm', ('solverId', 'result'), ((0, solverId, 'Q', None),))
+    try:
+        result = _arr_miopenConvAlgorithm_t(result, 1, 1)
         status = _miopenGetSolverIdConvAlgorithm(solverId, result)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetSolverIdConvAlgorithm', ('solverId', 'result'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetSolverIdConvAlgorithm')
 
-_miopenCreateActivationProblem = _lazy('miopenCreateActivationProblem', (host_array(miopenProblem_t, False), miopenActivationDescriptor_t, c_int,), c_int)
+_miopenCreateActivationProblem = _lazy('miopenCreateActivationProblem', (POINTER(miopenProblem_t), miopenActivationDescriptor_t, c_int,), c_int)
 
 
 def miopenCreateActivationProblem(problem, operatorDesc, direction):
@@ -8678,7 +9832,7 @@ def miopenCreateActivationProblem(problem, operatorDesc, direction):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        problem: host memory
+        problem: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8690,13 +9844,20 @@ def miopenCreateActivationProblem(problem, operatorDesc, direction):
     @param direction    Direction of the operation
     @return             miopenStatus_t"""
     try:
+        _ok = _pack_i(direction) and (type(direction) is int or type(direction) is miopenProblemDirection_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCreateActivationProblem', ('problem', 'operatorDesc', 'direction'), ((2, direction, 'i', miopenProblemDirection_t),))
+    try:
+        problem = _arr_miopenProblem_t(problem, 1, 0)
         status = _miopenCreateActivationProblem(problem, operatorDesc, direction)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateActivationProblem', ('problem', 'operatorDesc', 'direction'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateActivationProblem')
 
-_miopenCreateBatchnormProblem = _lazy('miopenCreateBatchnormProblem', (host_array(miopenProblem_t, False), c_int, c_bool, c_int,), c_int)
+_miopenCreateBatchnormProblem = _lazy('miopenCreateBatchnormProblem', (POINTER(miopenProblem_t), c_int, c_bool, c_int,), c_int)
 
 
 def miopenCreateBatchnormProblem(problem, mode, runningMeanVariance, direction):
@@ -8705,7 +9866,7 @@ def miopenCreateBatchnormProblem(problem, mode, runningMeanVariance, direction):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        problem: host memory
+        problem: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8717,6 +9878,13 @@ def miopenCreateBatchnormProblem(problem, mode, runningMeanVariance, direction):
     @param direction Direction of the operation
     @return          miopenStatus_t"""
     try:
+        _ok = _pack_ii(mode, direction) and (type(mode) is int or type(mode) is miopenBatchNormMode_t) and (type(direction) is int or type(direction) is miopenProblemDirection_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCreateBatchnormProblem', ('problem', 'mode', 'runningMeanVariance', 'direction'), ((1, mode, 'i', miopenBatchNormMode_t), (3, direction, 'i', miopenProblemDirection_t),))
+    try:
+        problem = _arr_miopenProblem_t(problem, 1, 0)
         status = _miopenCreateBatchnormProblem(problem, mode, runningMeanVariance, direction)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateBatchnormProblem', ('problem', 'mode', 'runningMeanVariance', 'direction'), exc) from None
@@ -8758,7 +9926,7 @@ def miopenFuseProblems(problem1, problem2):
     if status:
         raise _lib.status_error(status, 'miopenFuseProblems')
 
-_miopenCreateBiasProblem = _lazy('miopenCreateBiasProblem', (host_array(miopenProblem_t, False), c_int,), c_int)
+_miopenCreateBiasProblem = _lazy('miopenCreateBiasProblem', (POINTER(miopenProblem_t), c_int,), c_int)
 
 
 def miopenCreateBiasProblem(problem, direction):
@@ -8767,7 +9935,7 @@ def miopenCreateBiasProblem(problem, direction):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        problem: host memory
+        problem: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8778,13 +9946,20 @@ def miopenCreateBiasProblem(problem, direction):
     @param direction      Direction of the operation
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_i(direction) and (type(direction) is int or type(direction) is miopenProblemDirection_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCreateBiasProblem', ('problem', 'direction'), ((1, direction, 'i', miopenProblemDirection_t),))
+    try:
+        problem = _arr_miopenProblem_t(problem, 1, 0)
         status = _miopenCreateBiasProblem(problem, direction)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateBiasProblem', ('problem', 'direction'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateBiasProblem')
 
-_miopenCreateSoftmaxProblem = _lazy('miopenCreateSoftmaxProblem', (host_array(miopenProblem_t, False), miopenSoftmaxDescriptor_t, c_int,), c_int)
+_miopenCreateSoftmaxProblem = _lazy('miopenCreateSoftmaxProblem', (POINTER(miopenProblem_t), miopenSoftmaxDescriptor_t, c_int,), c_int)
 
 
 def miopenCreateSoftmaxProblem(problem, operatorDesc, direction):
@@ -8793,7 +9968,7 @@ def miopenCreateSoftmaxProblem(problem, operatorDesc, direction):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        problem: host memory
+        problem: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8804,13 +9979,20 @@ def miopenCreateSoftmaxProblem(problem, operatorDesc, direction):
     @param direction    Direction of the operation
     @return             miopenStatus_t"""
     try:
+        _ok = _pack_i(direction) and (type(direction) is int or type(direction) is miopenProblemDirection_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenCreateSoftmaxProblem', ('problem', 'operatorDesc', 'direction'), ((2, direction, 'i', miopenProblemDirection_t),))
+    try:
+        problem = _arr_miopenProblem_t(problem, 1, 0)
         status = _miopenCreateSoftmaxProblem(problem, operatorDesc, direction)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateSoftmaxProblem', ('problem', 'operatorDesc', 'direction'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateSoftmaxProblem')
 
-_miopenGetReduceCalculationWorkspaceSize = _lazy('miopenGetReduceCalculationWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, c_int32, c_int, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenGetReduceCalculationWorkspaceSize = _lazy('miopenGetReduceCalculationWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, c_int32, c_int, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenGetReduceCalculationWorkspaceSize(handle, xDesc, dim, reduceCalculationOp, reduceDesc, sizeInBytes):
@@ -8819,7 +10001,7 @@ def miopenGetReduceCalculationWorkspaceSize(handle, xDesc, dim, reduceCalculatio
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -8832,13 +10014,20 @@ def miopenGetReduceCalculationWorkspaceSize(handle, xDesc, dim, reduceCalculatio
     @param [out]  sizeInBytes              Pointer to data to return the minimum workspace size
     @return                                miopenStatus_t"""
     try:
+        _ok = _pack_ii(dim, reduceCalculationOp) and (type(reduceCalculationOp) is int or type(reduceCalculationOp) is miopenReduceCalculationOp_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetReduceCalculationWorkspaceSize', ('handle', 'xDesc', 'dim', 'reduceCalculationOp', 'reduceDesc', 'sizeInBytes'), ((2, dim, 'i', None), (3, reduceCalculationOp, 'i', miopenReduceCalculationOp_t),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
         status = _miopenGetReduceCalculationWorkspaceSize(handle, xDesc, dim, reduceCalculationOp, reduceDesc, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetReduceCalculationWorkspaceSize', ('handle', 'xDesc', 'dim', 'reduceCalculationOp', 'reduceDesc', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetReduceCalculationWorkspaceSize')
 
-_miopenReduceCalculationForward = _lazy('miopenReduceCalculationForward', (miopenHandle_t, c_int, DevicePointer, ByteSize, miopenTensorDescriptor_t, DevicePointer, c_int32, c_int, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_miopenReduceCalculationForward = _lazy('miopenReduceCalculationForward', (miopenHandle_t, c_int, DevicePointer, c_size_t, miopenTensorDescriptor_t, DevicePointer, c_int32, c_int, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def miopenReduceCalculationForward(handle, nanPropagation, workspace, workspaceSizeInBytes, xDesc, x, dim, reduceCalculationOp, reduceDesc, y):
@@ -8866,6 +10055,12 @@ def miopenReduceCalculationForward(handle, nanPropagation, workspace, workspaceS
     @param [in]   yDesc                    Tensor descriptor for output data tensor y
     @param [out]  y                        Data tensor y
     @return                                miopenStatus_t"""
+    try:
+        _ok = _pack_iNii(nanPropagation, workspaceSizeInBytes, dim, reduceCalculationOp) and (type(nanPropagation) is int or type(nanPropagation) is miopenReduceCalculationNanPropagation_t) and (type(reduceCalculationOp) is int or type(reduceCalculationOp) is miopenReduceCalculationOp_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenReduceCalculationForward', ('handle', 'nanPropagation', 'workspace', 'workspaceSizeInBytes', 'xDesc', 'x', 'dim', 'reduceCalculationOp', 'reduceDesc', 'y'), ((1, nanPropagation, 'i', miopenReduceCalculationNanPropagation_t), (3, workspaceSizeInBytes, 'N', None), (6, dim, 'i', None), (7, reduceCalculationOp, 'i', miopenReduceCalculationOp_t),))
     try:
         status = _miopenReduceCalculationForward(handle, nanPropagation, workspace, workspaceSizeInBytes, xDesc, x, dim, reduceCalculationOp, reduceDesc, y)
     except _ArgumentError as exc:
@@ -8901,6 +10096,12 @@ def miopenReduceExtremeForward(handle, xDesc, x, dim, reduceExtremeOp, yDesc, y,
     (input)
     @param indice                   Data tensor indice (output)
     @return                         miopenStatus_t"""
+    try:
+        _ok = _pack_ii(dim, reduceExtremeOp) and (type(reduceExtremeOp) is int or type(reduceExtremeOp) is miopenReduceExtremeOp_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenReduceExtremeForward', ('handle', 'xDesc', 'x', 'dim', 'reduceExtremeOp', 'yDesc', 'y', 'indiceDesc', 'indice'), ((3, dim, 'i', None), (4, reduceExtremeOp, 'i', miopenReduceExtremeOp_t),))
     try:
         status = _miopenReduceExtremeForward(handle, xDesc, x, dim, reduceExtremeOp, yDesc, y, indiceDesc, indice)
     except _ArgumentError as exc:
@@ -8949,6 +10150,12 @@ def miopenGroupNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc,
     @param rstdDesc       Tensor descriptor for output data tensor rstd (input)
     @param rstd           Data tensor rstd (output)
     @return               miopenStatus_t"""
+    try:
+        _ok = _pack_iQ(mode, num_groups) and (type(mode) is int or type(mode) is miopenNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGroupNormForward', ('handle', 'mode', 'xDesc', 'x', 'weightDesc', 'weight', 'biasDesc', 'bias', 'num_groups', 'epsilon', 'yDesc', 'y', 'meanDesc', 'mean', 'rstdDesc', 'rstd'), ((1, mode, 'i', miopenNormMode_t), (8, num_groups, 'Q', None),))
     try:
         status = _miopenGroupNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc, bias, num_groups, epsilon, yDesc, y, meanDesc, mean, rstdDesc, rstd)
     except _ArgumentError as exc:
@@ -9001,6 +10208,12 @@ def miopenAddLayerNormForward(handle, mode, xDesc, x, x2Desc, x2, weightDesc, we
     @param rstd           Data tensor rstd (output)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_ii(mode, normalized_dim) and (type(mode) is int or type(mode) is miopenNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenAddLayerNormForward', ('handle', 'mode', 'xDesc', 'x', 'x2Desc', 'x2', 'weightDesc', 'weight', 'biasDesc', 'bias', 'epsilon', 'normalized_dim', 'yDesc', 'y', 'meanDesc', 'mean', 'rstdDesc', 'rstd'), ((1, mode, 'i', miopenNormMode_t), (11, normalized_dim, 'i', None),))
+    try:
         status = _miopenAddLayerNormForward(handle, mode, xDesc, x, x2Desc, x2, weightDesc, weight, biasDesc, bias, epsilon, normalized_dim, yDesc, y, meanDesc, mean, rstdDesc, rstd)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenAddLayerNormForward', ('handle', 'mode', 'xDesc', 'x', 'x2Desc', 'x2', 'weightDesc', 'weight', 'biasDesc', 'bias', 'epsilon', 'normalized_dim', 'yDesc', 'y', 'meanDesc', 'mean', 'rstdDesc', 'rstd'), exc) from None
@@ -9042,13 +10255,19 @@ def miopenT5LayerNormForward(handle, mode, xDesc, x, weightDesc, weight, epsilon
     @param rstd           Data tensor rstd (output)
     @return               miopenStatus_t"""
     try:
+        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is miopenNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenT5LayerNormForward', ('handle', 'mode', 'xDesc', 'x', 'weightDesc', 'weight', 'epsilon', 'yDesc', 'y', 'rstdDesc', 'rstd'), ((1, mode, 'i', miopenNormMode_t),))
+    try:
         status = _miopenT5LayerNormForward(handle, mode, xDesc, x, weightDesc, weight, epsilon, yDesc, y, rstdDesc, rstd)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenT5LayerNormForward', ('handle', 'mode', 'xDesc', 'x', 'weightDesc', 'weight', 'epsilon', 'yDesc', 'y', 'rstdDesc', 'rstd'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenT5LayerNormForward')
 
-_miopenGetT5LayerNormBackwardWorkspaceSize = _lazy('miopenGetT5LayerNormBackwardWorkspaceSize', (miopenHandle_t, c_int, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenGetT5LayerNormBackwardWorkspaceSize = _lazy('miopenGetT5LayerNormBackwardWorkspaceSize', (miopenHandle_t, c_int, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenGetT5LayerNormBackwardWorkspaceSize(handle, mode, dyDesc, xDesc, weightDesc, rstdDesc, dxDesc, dwDesc, sizeInBytes):
@@ -9057,7 +10276,7 @@ def miopenGetT5LayerNormBackwardWorkspaceSize(handle, mode, dyDesc, xDesc, weigh
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -9075,13 +10294,20 @@ def miopenGetT5LayerNormBackwardWorkspaceSize(handle, mode, dyDesc, xDesc, weigh
     @param sizeInBytes              Pointer to data to return the minimum workspace size
     @return                         miopenStatus_t"""
     try:
+        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is miopenNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetT5LayerNormBackwardWorkspaceSize', ('handle', 'mode', 'dyDesc', 'xDesc', 'weightDesc', 'rstdDesc', 'dxDesc', 'dwDesc', 'sizeInBytes'), ((1, mode, 'i', miopenNormMode_t),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 8)
         status = _miopenGetT5LayerNormBackwardWorkspaceSize(handle, mode, dyDesc, xDesc, weightDesc, rstdDesc, dxDesc, dwDesc, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetT5LayerNormBackwardWorkspaceSize', ('handle', 'mode', 'dyDesc', 'xDesc', 'weightDesc', 'rstdDesc', 'dxDesc', 'dwDesc', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetT5LayerNormBackwardWorkspaceSize')
 
-_miopenT5LayerNormBackward = _lazy('miopenT5LayerNormBackward', (miopenHandle_t, c_int, DevicePointer, ByteSize, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_miopenT5LayerNormBackward = _lazy('miopenT5LayerNormBackward', (miopenHandle_t, c_int, DevicePointer, c_size_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def miopenT5LayerNormBackward(handle, mode, workspace, workspaceSizeInBytes, dyDesc, dy, xDesc, x, weightDesc, weight, rstdDesc, rstd, dxDesc, dx, dwDesc, dw):
@@ -9121,13 +10347,19 @@ def miopenT5LayerNormBackward(handle, mode, workspace, workspaceSizeInBytes, dyD
     @param dw                       Data tensor dw (output)
     @return                         miopenStatus_t"""
     try:
+        _ok = _pack_iN(mode, workspaceSizeInBytes) and (type(mode) is int or type(mode) is miopenNormMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenT5LayerNormBackward', ('handle', 'mode', 'workspace', 'workspaceSizeInBytes', 'dyDesc', 'dy', 'xDesc', 'x', 'weightDesc', 'weight', 'rstdDesc', 'rstd', 'dxDesc', 'dx', 'dwDesc', 'dw'), ((1, mode, 'i', miopenNormMode_t), (3, workspaceSizeInBytes, 'N', None),))
+    try:
         status = _miopenT5LayerNormBackward(handle, mode, workspace, workspaceSizeInBytes, dyDesc, dy, xDesc, x, weightDesc, weight, rstdDesc, rstd, dxDesc, dx, dwDesc, dw)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenT5LayerNormBackward', ('handle', 'mode', 'workspace', 'workspaceSizeInBytes', 'dyDesc', 'dy', 'xDesc', 'x', 'weightDesc', 'weight', 'rstdDesc', 'rstd', 'dxDesc', 'dx', 'dwDesc', 'dw'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenT5LayerNormBackward')
 
-_miopenBackendCreateDescriptor = _lazy('miopenBackendCreateDescriptor', (c_int, host_array(miopenBackendDescriptor_t, False),), c_int)
+_miopenBackendCreateDescriptor = _lazy('miopenBackendCreateDescriptor', (c_int, POINTER(miopenBackendDescriptor_t),), c_int)
 
 
 def miopenBackendCreateDescriptor(descriptorType, descriptor):
@@ -9136,7 +10368,7 @@ def miopenBackendCreateDescriptor(descriptorType, descriptor):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        descriptor: host memory
+        descriptor: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -9153,13 +10385,20 @@ def miopenBackendCreateDescriptor(descriptorType, descriptor):
     @retval  miopenStatusAllocFailed    The memory allocation failed
     @retval  miopenStatusUnknownError   The error information was not gathered"""
     try:
+        _ok = _pack_i(descriptorType) and (type(descriptorType) is int or type(descriptorType) is miopenBackendDescriptorType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenBackendCreateDescriptor', ('descriptorType', 'descriptor'), ((0, descriptorType, 'i', miopenBackendDescriptorType_t),))
+    try:
+        descriptor = _arr_miopenBackendDescriptor_t(descriptor, 1, 1)
         status = _miopenBackendCreateDescriptor(descriptorType, descriptor)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenBackendCreateDescriptor', ('descriptorType', 'descriptor'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenBackendCreateDescriptor')
 
-_miopenBackendSetAttribute = _lazy('miopenBackendSetAttribute', (miopenBackendDescriptor_t, c_int, c_int, c_int64, HostPointer,), c_int)
+_miopenBackendSetAttribute = _lazy('miopenBackendSetAttribute', (miopenBackendDescriptor_t, c_int, c_int, c_int64, c_void_p,), c_int)
 
 
 def miopenBackendSetAttribute(descriptor, attributeName, attributeType, elementCount, arrayOfElements):
@@ -9168,7 +10407,7 @@ def miopenBackendSetAttribute(descriptor, attributeName, attributeType, elementC
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        arrayOfElements: host memory
+        arrayOfElements: host output, elementCount x size of attributeType
 
     Raises MiopenError when the returned status is not success.
 
@@ -9201,6 +10440,13 @@ def miopenBackendSetAttribute(descriptor, attributeName, attributeType, elementC
                                         supported by the current version
     @retval  miopenStatusUnknownError   The error information was not gathered"""
     try:
+        _ok = _pack_iiq(attributeName, attributeType, elementCount) and (type(attributeName) is int or type(attributeName) is miopenBackendAttributeName_t) and (type(attributeType) is int or type(attributeType) is miopenBackendAttributeType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenBackendSetAttribute', ('descriptor', 'attributeName', 'attributeType', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', miopenBackendAttributeName_t), (2, attributeType, 'i', miopenBackendAttributeType_t), (3, elementCount, 'q', None),))
+    try:
+        arrayOfElements = _void(arrayOfElements, _sized_count(_SIZES_miopenBackendAttributeType_t, attributeType, elementCount, 'miopenBackendSetAttribute', 'attributeType'), 4)
         status = _miopenBackendSetAttribute(descriptor, attributeName, attributeType, elementCount, arrayOfElements)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenBackendSetAttribute', ('descriptor', 'attributeName', 'attributeType', 'elementCount', 'arrayOfElements'), exc) from None
@@ -9239,7 +10485,7 @@ def miopenBackendFinalize(descriptor):
     if status:
         raise _lib.status_error(status, 'miopenBackendFinalize')
 
-_miopenBackendGetAttribute = _lazy('miopenBackendGetAttribute', (miopenBackendDescriptor_t, c_int, c_int, c_int64, host_array(c_int64, False), HostPointer,), c_int)
+_miopenBackendGetAttribute = _lazy('miopenBackendGetAttribute', (miopenBackendDescriptor_t, c_int, c_int, c_int64, POINTER(c_int64), c_void_p,), c_int)
 
 
 def miopenBackendGetAttribute(descriptor, attributeName, attributeType, requestedElementCount, elementCount, arrayOfElements):
@@ -9248,8 +10494,8 @@ def miopenBackendGetAttribute(descriptor, attributeName, attributeType, requeste
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        elementCount: host memory
-        arrayOfElements: host memory
+        elementCount: host output, fixed 1 elements
+        arrayOfElements: host output, requestedElementCount x size of attributeType
 
     Raises MiopenError when the returned status is not success.
 
@@ -9287,6 +10533,14 @@ def miopenBackendGetAttribute(descriptor, attributeName, attributeType, requeste
                                          miopenBackendFinalize()
     @retval  miopenStatusUnknownError    The error information was not gathered"""
     try:
+        _ok = _pack_iiq(attributeName, attributeType, requestedElementCount) and (type(attributeName) is int or type(attributeName) is miopenBackendAttributeName_t) and (type(attributeType) is int or type(attributeType) is miopenBackendAttributeType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenBackendGetAttribute', ('descriptor', 'attributeName', 'attributeType', 'requestedElementCount', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', miopenBackendAttributeName_t), (2, attributeType, 'i', miopenBackendAttributeType_t), (3, requestedElementCount, 'q', None),))
+    try:
+        elementCount = _arr_int64_t(elementCount, 1, 4)
+        arrayOfElements = _void(arrayOfElements, _sized_count(_SIZES_miopenBackendAttributeType_t, attributeType, requestedElementCount, 'miopenBackendGetAttribute', 'attributeType'), 5)
         status = _miopenBackendGetAttribute(descriptor, attributeName, attributeType, requestedElementCount, elementCount, arrayOfElements)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenBackendGetAttribute', ('descriptor', 'attributeName', 'attributeType', 'requestedElementCount', 'elementCount', 'arrayOfElements'), exc) from None
@@ -9353,14 +10607,17 @@ def miopenBackendDestroyDescriptor(descriptor):
     @retval  miopenStatusSuccess       The memory was destroyed successfully
     @retval  miopenStatusAllocFailed   The destruction of memory failed
     @retval  miopenStatusUnknownError  The error information was not gathered"""
+    if not descriptor:
+        raise _lib.null_handle_error('miopenBackendDestroyDescriptor', 'descriptor', descriptor)
     try:
         status = _miopenBackendDestroyDescriptor(descriptor)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenBackendDestroyDescriptor', ('descriptor',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenBackendDestroyDescriptor')
+    _clear_handle(descriptor)
 
-_miopenBackendInitialize = _lazy('miopenBackendInitialize', (miopenBackendDescriptor_t, c_int, ByteSize,), c_int)
+_miopenBackendInitialize = _lazy('miopenBackendInitialize', (miopenBackendDescriptor_t, c_int, c_size_t,), c_int)
 
 
 def miopenBackendInitialize(descriptor, descriptorType, sizeInBytes):
@@ -9389,6 +10646,12 @@ def miopenBackendInitialize(descriptor, descriptorType, sizeInBytes):
                                        * sizeInBytes is less than the size required by the descriptor
                                          type
     @retval  miopenStatusUnknownError  The error information was not gathered"""
+    try:
+        _ok = _pack_iN(descriptorType, sizeInBytes) and (type(descriptorType) is int or type(descriptorType) is miopenBackendDescriptorType_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenBackendInitialize', ('descriptor', 'descriptorType', 'sizeInBytes'), ((1, descriptorType, 'i', miopenBackendDescriptorType_t), (2, sizeInBytes, 'N', None),))
     try:
         status = _miopenBackendInitialize(descriptor, descriptorType, sizeInBytes)
     except _ArgumentError as exc:
@@ -9557,6 +10820,12 @@ def miopenFusedAdam(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg
     @param foundInf            Tensor indicating the presence of inf or NaN in gradients. If true,
                                skips operation and step update (input, optional)
     @return                    miopenStatus_t"""
+    try:
+        _ok = _pack_I(state_step)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenFusedAdam', ('handle', 'paramDesc', 'param', 'gradDesc', 'grad', 'expAvgDesc', 'expAvg', 'expAvgSqDesc', 'expAvgSq', 'maxExpAvgSqDesc', 'maxExpAvgSq', 'stateStepDesc', 'stateStep', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'amsgrad', 'maximize', 'adamw', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), ((13, state_step, 'I', None),))
     try:
         status = _miopenFusedAdam(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg, expAvgSqDesc, expAvgSq, maxExpAvgSqDesc, maxExpAvgSq, stateStepDesc, stateStep, state_step, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, adamw, gradScaleDesc, gradScale, foundInfDesc, foundInf)
     except _ArgumentError as exc:
@@ -9730,6 +10999,12 @@ def miopenFusedAdamWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramO
                                operation and step update. (input, optional)
     @return                    miopenStatus_t"""
     try:
+        _ok = _pack_I(state_step)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenFusedAdamWithOutput', ('handle', 'paramInDesc', 'paramIn', 'paramOutDesc', 'paramOut', 'paramOutFloat16Desc', 'paramOutFloat16', 'gradInDesc', 'gradIn', 'expAvgInDesc', 'expAvgIn', 'expAvgOutDesc', 'expAvgOut', 'expAvgSqInDesc', 'expAvgSqIn', 'expAvgSqOutDesc', 'expAvgSqOut', 'maxExpAvgSqInDesc', 'maxExpAvgSqIn', 'maxExpAvgSqOutDesc', 'maxExpAvgSqOut', 'stateStepInDesc', 'stateStepIn', 'stateStepOutDesc', 'stateStepOut', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'amsgrad', 'maximize', 'adamw', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), ((25, state_step, 'I', None),))
+    try:
         status = _miopenFusedAdamWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramOut, paramOutFloat16Desc, paramOutFloat16, gradInDesc, gradIn, expAvgInDesc, expAvgIn, expAvgOutDesc, expAvgOut, expAvgSqInDesc, expAvgSqIn, expAvgSqOutDesc, expAvgSqOut, maxExpAvgSqInDesc, maxExpAvgSqIn, maxExpAvgSqOutDesc, maxExpAvgSqOut, stateStepInDesc, stateStepIn, stateStepOutDesc, stateStepOut, state_step, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, adamw, gradScaleDesc, gradScale, foundInfDesc, foundInf)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFusedAdamWithOutput', ('handle', 'paramInDesc', 'paramIn', 'paramOutDesc', 'paramOut', 'paramOutFloat16Desc', 'paramOutFloat16', 'gradInDesc', 'gradIn', 'expAvgInDesc', 'expAvgIn', 'expAvgOutDesc', 'expAvgOut', 'expAvgSqInDesc', 'expAvgSqIn', 'expAvgSqOutDesc', 'expAvgSqOut', 'maxExpAvgSqInDesc', 'maxExpAvgSqIn', 'maxExpAvgSqOutDesc', 'maxExpAvgSqOut', 'stateStepInDesc', 'stateStepIn', 'stateStepOutDesc', 'stateStepOut', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'amsgrad', 'maximize', 'adamw', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), exc) from None
@@ -9844,6 +11119,12 @@ def miopenTransformersAdamW(handle, paramDesc, param, gradDesc, grad, expAvgDesc
     @param foundInf            Tensor indicating the presence of inf or NaN in gradients. If true,
                                skips operation and step update (input, optional)
     @return                    miopenStatus_t"""
+    try:
+        _ok = _pack_I(state_step)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenTransformersAdamW', ('handle', 'paramDesc', 'param', 'gradDesc', 'grad', 'expAvgDesc', 'expAvg', 'expAvgSqDesc', 'expAvgSq', 'stateStepDesc', 'stateStep', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'correct_bias', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), ((11, state_step, 'I', None),))
     try:
         status = _miopenTransformersAdamW(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg, expAvgSqDesc, expAvgSq, stateStepDesc, stateStep, state_step, lr, beta1, beta2, weight_decay, eps, correct_bias, gradScaleDesc, gradScale, foundInfDesc, foundInf)
     except _ArgumentError as exc:
@@ -10001,13 +11282,19 @@ def miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc
                                operation and step update. (input, optional)
     @return                    miopenStatus_t"""
     try:
+        _ok = _pack_I(state_step)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenTransformersAdamWWithOutput', ('handle', 'paramInDesc', 'paramIn', 'paramOutDesc', 'paramOut', 'paramOutFloat16Desc', 'paramOutFloat16', 'gradInDesc', 'gradIn', 'expAvgInDesc', 'expAvgIn', 'expAvgOutDesc', 'expAvgOut', 'expAvgSqInDesc', 'expAvgSqIn', 'expAvgSqOutDesc', 'expAvgSqOut', 'stateStepInDesc', 'stateStepIn', 'stateStepOutDesc', 'stateStepOut', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'step_size', 'correct_bias', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), ((21, state_step, 'I', None),))
+    try:
         status = _miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramOut, paramOutFloat16Desc, paramOutFloat16, gradInDesc, gradIn, expAvgInDesc, expAvgIn, expAvgOutDesc, expAvgOut, expAvgSqInDesc, expAvgSqIn, expAvgSqOutDesc, expAvgSqOut, stateStepInDesc, stateStepIn, stateStepOutDesc, stateStepOut, state_step, lr, beta1, beta2, weight_decay, eps, step_size, correct_bias, gradScaleDesc, gradScale, foundInfDesc, foundInf)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenTransformersAdamWWithOutput', ('handle', 'paramInDesc', 'paramIn', 'paramOutDesc', 'paramOut', 'paramOutFloat16Desc', 'paramOutFloat16', 'gradInDesc', 'gradIn', 'expAvgInDesc', 'expAvgIn', 'expAvgOutDesc', 'expAvgOut', 'expAvgSqInDesc', 'expAvgSqIn', 'expAvgSqOutDesc', 'expAvgSqOut', 'stateStepInDesc', 'stateStepIn', 'stateStepOutDesc', 'stateStepOut', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'step_size', 'correct_bias', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenTransformersAdamWWithOutput')
 
-_miopenGetGetitemWorkspaceSize = _lazy('miopenGetGetitemWorkspaceSize', (miopenHandle_t, c_uint32, host_array(miopenTensorDescriptor_t, True), host_array(c_size_t, False),), c_int)
+_miopenGetGetitemWorkspaceSize = _lazy('miopenGetGetitemWorkspaceSize', (miopenHandle_t, c_uint32, POINTER(miopenTensorDescriptor_t), POINTER(c_size_t),), c_int)
 
 
 def miopenGetGetitemWorkspaceSize(handle, indexCount, indexDescs, sizeInBytes):
@@ -10016,8 +11303,8 @@ def miopenGetGetitemWorkspaceSize(handle, indexCount, indexDescs, sizeInBytes):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        indexDescs: host memory
-        sizeInBytes: host memory (64-bit byte count)
+        indexDescs: host input, count indexCount
+        sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -10033,13 +11320,21 @@ def miopenGetGetitemWorkspaceSize(handle, indexCount, indexDescs, sizeInBytes):
     @param [out]  sizeInBytes             Pointer to data to return the minimum workspace size
     @return                        miopenStatus_t"""
     try:
+        _ok = _pack_I(indexCount)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetGetitemWorkspaceSize', ('handle', 'indexCount', 'indexDescs', 'sizeInBytes'), ((1, indexCount, 'I', None),))
+    try:
+        indexDescs = _arr_miopenTensorDescriptor_t_c(indexDescs, indexCount, 2)
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 3)
         status = _miopenGetGetitemWorkspaceSize(handle, indexCount, indexDescs, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetGetitemWorkspaceSize', ('handle', 'indexCount', 'indexDescs', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetGetitemWorkspaceSize')
 
-_miopenGetitemBackward = _lazy('miopenGetitemBackward', (miopenHandle_t, DevicePointer, ByteSize, miopenTensorDescriptor_t, DevicePointer, c_uint32, host_array(miopenTensorDescriptor_t, True), host_array(c_void_p, True), miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint32, host_array(c_int32, True), c_uint32, host_array(c_int32, True), c_uint32,), c_int)
+_miopenGetitemBackward = _lazy('miopenGetitemBackward', (miopenHandle_t, DevicePointer, c_size_t, miopenTensorDescriptor_t, DevicePointer, c_uint32, POINTER(miopenTensorDescriptor_t), POINTER(c_void_p), miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint32, POINTER(c_int32), c_uint32, POINTER(c_int32), c_uint32,), c_int)
 
 
 def miopenGetitemBackward(handle, workspace, workspaceSizeInBytes, dyDesc, dy, indexCount, indexDescs, indexs, dxDesc, dx, errorDesc, error, dimCount, dims, sliceCount, slices, offset):
@@ -10051,12 +11346,12 @@ def miopenGetitemBackward(handle, workspace, workspaceSizeInBytes, dyDesc, dy, i
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
         dy: device memory
-        indexDescs: host memory
-        indexs: host memory
+        indexDescs: host input, count indexCount
+        indexs: host input, count indexCount
         dx: device memory
         error: device memory
-        dims: host memory
-        slices: host memory
+        dims: host input, count dimCount
+        slices: host input, count sliceCount
 
     Raises MiopenError when the returned status is not success.
 
@@ -10084,6 +11379,16 @@ def miopenGetitemBackward(handle, workspace, workspaceSizeInBytes, dyDesc, dy, i
     @param [in]   offset                  Offset of output tensor dx
     @return                               miopenStatus_t"""
     try:
+        _ok = _pack_NIIII(workspaceSizeInBytes, indexCount, dimCount, sliceCount, offset)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetitemBackward', ('handle', 'workspace', 'workspaceSizeInBytes', 'dyDesc', 'dy', 'indexCount', 'indexDescs', 'indexs', 'dxDesc', 'dx', 'errorDesc', 'error', 'dimCount', 'dims', 'sliceCount', 'slices', 'offset'), ((2, workspaceSizeInBytes, 'N', None), (5, indexCount, 'I', None), (12, dimCount, 'I', None), (14, sliceCount, 'I', None), (16, offset, 'I', None),))
+    try:
+        indexDescs = _arr_miopenTensorDescriptor_t_c(indexDescs, indexCount, 6)
+        indexs = _arr_void__const_c(indexs, indexCount, 7)
+        dims = _arr_int32_t_c(dims, dimCount, 13)
+        slices = _arr_int32_t_c(slices, sliceCount, 15)
         status = _miopenGetitemBackward(handle, workspace, workspaceSizeInBytes, dyDesc, dy, indexCount, indexDescs, indexs, dxDesc, dx, errorDesc, error, dimCount, dims, sliceCount, slices, offset)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetitemBackward', ('handle', 'workspace', 'workspaceSizeInBytes', 'dyDesc', 'dy', 'indexCount', 'indexDescs', 'indexs', 'dxDesc', 'dx', 'errorDesc', 'error', 'dimCount', 'dims', 'sliceCount', 'slices', 'offset'), exc) from None
@@ -10164,7 +11469,7 @@ def miopenRoPEBackward(handle, dyDesc, dy, cosDesc, cos, sinDesc, sin, dxDesc, d
     if status:
         raise _lib.status_error(status, 'miopenRoPEBackward')
 
-_miopenKthvalueForward = _lazy('miopenKthvalueForward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, host_array(c_size_t, False), c_size_t, c_int32, c_bool,), c_int)
+_miopenKthvalueForward = _lazy('miopenKthvalueForward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_size_t, c_int32, c_bool,), c_int)
 
 
 def miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesDesc, indices, k, dim, keepDim):
@@ -10175,7 +11480,7 @@ def miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesD
     Checked parameters:
         input: device memory
         output: device memory
-        indices: host memory
+        indices: device memory
 
     Raises MiopenError when the returned status is not success.
 
@@ -10194,13 +11499,19 @@ def miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesD
     false)(input)
     @return                         miopenStatus_t"""
     try:
+        _ok = _pack_Ni(k, dim)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenKthvalueForward', ('handle', 'inputDesc', 'input', 'outputDesc', 'output', 'indicesDesc', 'indices', 'k', 'dim', 'keepDim'), ((7, k, 'N', None), (8, dim, 'i', None),))
+    try:
         status = _miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesDesc, indices, k, dim, keepDim)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenKthvalueForward', ('handle', 'inputDesc', 'input', 'outputDesc', 'output', 'indicesDesc', 'indices', 'k', 'dim', 'keepDim'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenKthvalueForward')
 
-_miopenGetPReLUBackwardWorkspaceSize = _lazy('miopenGetPReLUBackwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, host_array(c_size_t, False),), c_int)
+_miopenGetPReLUBackwardWorkspaceSize = _lazy('miopenGetPReLUBackwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
 
 
 def miopenGetPReLUBackwardWorkspaceSize(handle, inputDesc, weightDesc, sizeInBytes):
@@ -10209,7 +11520,7 @@ def miopenGetPReLUBackwardWorkspaceSize(handle, inputDesc, weightDesc, sizeInByt
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -10221,13 +11532,14 @@ def miopenGetPReLUBackwardWorkspaceSize(handle, inputDesc, weightDesc, sizeInByt
     @param sizeInBytes              Pointer to data to return the minimum workspace size
     @return                         miopenStatus_t"""
     try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 3)
         status = _miopenGetPReLUBackwardWorkspaceSize(handle, inputDesc, weightDesc, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetPReLUBackwardWorkspaceSize', ('handle', 'inputDesc', 'weightDesc', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetPReLUBackwardWorkspaceSize')
 
-_miopenPReLUBackward = _lazy('miopenPReLUBackward', (miopenHandle_t, DevicePointer, ByteSize, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_miopenPReLUBackward = _lazy('miopenPReLUBackward', (miopenHandle_t, DevicePointer, c_size_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
 
 
 def miopenPReLUBackward(handle, workspace, workspaceSizeInBytes, inputDesc, input, weightDesc, weight, doutputDesc, doutput, dinputDesc, dinput, dweightDesc, dweight):
@@ -10262,13 +11574,19 @@ def miopenPReLUBackward(handle, workspace, workspaceSizeInBytes, inputDesc, inpu
     @param dweightDesc              Tensor descriptor for weight gradient (input)
     @param dweight                  Gradient of weight (output)"""
     try:
+        _ok = _pack_N(workspaceSizeInBytes)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenPReLUBackward', ('handle', 'workspace', 'workspaceSizeInBytes', 'inputDesc', 'input', 'weightDesc', 'weight', 'doutputDesc', 'doutput', 'dinputDesc', 'dinput', 'dweightDesc', 'dweight'), ((2, workspaceSizeInBytes, 'N', None),))
+    try:
         status = _miopenPReLUBackward(handle, workspace, workspaceSizeInBytes, inputDesc, input, weightDesc, weight, doutputDesc, doutput, dinputDesc, dinput, dweightDesc, dweight)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenPReLUBackward', ('handle', 'workspace', 'workspaceSizeInBytes', 'inputDesc', 'input', 'weightDesc', 'weight', 'doutputDesc', 'doutput', 'dinputDesc', 'dinput', 'dweightDesc', 'dweight'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenPReLUBackward')
 
-_miopenGetSoftMarginLossForwardWorkspaceSize = _lazy('miopenGetSoftMarginLossForwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_int, host_array(c_size_t, False),), c_int)
+_miopenGetSoftMarginLossForwardWorkspaceSize = _lazy('miopenGetSoftMarginLossForwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_int, POINTER(c_size_t),), c_int)
 
 
 def miopenGetSoftMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, outputDesc, reduction, sizeInBytes):
@@ -10277,7 +11595,7 @@ def miopenGetSoftMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, o
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -10293,13 +11611,20 @@ def miopenGetSoftMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, o
     @param [out] sizeInBytes         Pointer to data to return the minimum workspace size
     @return                          miopenStatus_t"""
     try:
+        _ok = _pack_i(reduction) and (type(reduction) is int or type(reduction) is miopenLossReductionMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetSoftMarginLossForwardWorkspaceSize', ('handle', 'inputDesc', 'targetDesc', 'outputDesc', 'reduction', 'sizeInBytes'), ((4, reduction, 'i', miopenLossReductionMode_t),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
         status = _miopenGetSoftMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, outputDesc, reduction, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetSoftMarginLossForwardWorkspaceSize', ('handle', 'inputDesc', 'targetDesc', 'outputDesc', 'reduction', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetSoftMarginLossForwardWorkspaceSize')
 
-_miopenSoftMarginLossForward = _lazy('miopenSoftMarginLossForward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_int, DevicePointer, ByteSize,), c_int)
+_miopenSoftMarginLossForward = _lazy('miopenSoftMarginLossForward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_int, DevicePointer, c_size_t,), c_int)
 
 
 def miopenSoftMarginLossForward(handle, inputDesc, input, targetDesc, target, outputDesc, output, reduction, workspace, workspaceSizeInBytes):
@@ -10331,6 +11656,12 @@ def miopenSoftMarginLossForward(handle, inputDesc, input, targetDesc, target, ou
     @param [in]  workspace               Address of the allocated workspace data (Default = null)
     @param [in]  workspaceSizeInBytes    Size in bytes of the allocated workspace data (Default = 0)
     @return                              miopenStatus_t"""
+    try:
+        _ok = _pack_iN(reduction, workspaceSizeInBytes) and (type(reduction) is int or type(reduction) is miopenLossReductionMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSoftMarginLossForward', ('handle', 'inputDesc', 'input', 'targetDesc', 'target', 'outputDesc', 'output', 'reduction', 'workspace', 'workspaceSizeInBytes'), ((7, reduction, 'i', miopenLossReductionMode_t), (9, workspaceSizeInBytes, 'N', None),))
     try:
         status = _miopenSoftMarginLossForward(handle, inputDesc, input, targetDesc, target, outputDesc, output, reduction, workspace, workspaceSizeInBytes)
     except _ArgumentError as exc:
@@ -10368,13 +11699,19 @@ def miopenSoftMarginLossBackward(handle, inputDesc, input, targetDesc, target, d
     @param [in]  reduction               Reduction mode (none, sum, mean)
     @return                              miopenStatus_t"""
     try:
+        _ok = _pack_i(reduction) and (type(reduction) is int or type(reduction) is miopenLossReductionMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenSoftMarginLossBackward', ('handle', 'inputDesc', 'input', 'targetDesc', 'target', 'doutputDesc', 'doutput', 'dinputDesc', 'dinput', 'reduction'), ((9, reduction, 'i', miopenLossReductionMode_t),))
+    try:
         status = _miopenSoftMarginLossBackward(handle, inputDesc, input, targetDesc, target, doutputDesc, doutput, dinputDesc, dinput, reduction)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSoftMarginLossBackward', ('handle', 'inputDesc', 'input', 'targetDesc', 'target', 'doutputDesc', 'doutput', 'dinputDesc', 'dinput', 'reduction'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSoftMarginLossBackward')
 
-_miopenGetMultiMarginLossForwardWorkspaceSize = _lazy('miopenGetMultiMarginLossForwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_long, c_float, c_int, host_array(c_size_t, False),), c_int)
+_miopenGetMultiMarginLossForwardWorkspaceSize = _lazy('miopenGetMultiMarginLossForwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_long, c_float, c_int, POINTER(c_size_t),), c_int)
 
 
 def miopenGetMultiMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, weightDesc, outputDesc, p, margin, reduction, sizeInBytes):
@@ -10383,7 +11720,7 @@ def miopenGetMultiMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, 
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
-        sizeInBytes: host memory (64-bit byte count)
+        sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
 
@@ -10405,13 +11742,20 @@ def miopenGetMultiMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, 
     @param [out] sizeInBytes         Pointer to data to return the minimum workspace size
     @return                          miopenStatus_t"""
     try:
+        _ok = _pack_qi(p, reduction) and (type(reduction) is int or type(reduction) is miopenLossReductionMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenGetMultiMarginLossForwardWorkspaceSize', ('handle', 'inputDesc', 'targetDesc', 'weightDesc', 'outputDesc', 'p', 'margin', 'reduction', 'sizeInBytes'), ((5, p, 'q', None), (7, reduction, 'i', miopenLossReductionMode_t),))
+    try:
+        sizeInBytes = _arr_size_t(sizeInBytes, 1, 8)
         status = _miopenGetMultiMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, weightDesc, outputDesc, p, margin, reduction, sizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenGetMultiMarginLossForwardWorkspaceSize', ('handle', 'inputDesc', 'targetDesc', 'weightDesc', 'outputDesc', 'p', 'margin', 'reduction', 'sizeInBytes'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenGetMultiMarginLossForwardWorkspaceSize')
 
-_miopenMultiMarginLossForward = _lazy('miopenMultiMarginLossForward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_long, c_float, c_int, DevicePointer, ByteSize,), c_int)
+_miopenMultiMarginLossForward = _lazy('miopenMultiMarginLossForward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_long, c_float, c_int, DevicePointer, c_size_t,), c_int)
 
 
 def miopenMultiMarginLossForward(handle, inputDesc, input, targetDesc, target, weightDesc, weight, outputDesc, output, p, margin, reduction, workspace, workspaceSizeInBytes):
@@ -10456,6 +11800,12 @@ def miopenMultiMarginLossForward(handle, inputDesc, input, targetDesc, target, w
     reduction = 'none
     @return                              miopenStatus_t"""
     try:
+        _ok = _pack_qiN(p, reduction, workspaceSizeInBytes) and (type(reduction) is int or type(reduction) is miopenLossReductionMode_t)
+    except _StructError:
+        _ok = False
+    if not _ok:
+        _check_values('miopenMultiMarginLossForward', ('handle', 'inputDesc', 'input', 'targetDesc', 'target', 'weightDesc', 'weight', 'outputDesc', 'output', 'p', 'margin', 'reduction', 'workspace', 'workspaceSizeInBytes'), ((9, p, 'q', None), (11, reduction, 'i', miopenLossReductionMode_t), (13, workspaceSizeInBytes, 'N', None),))
+    try:
         status = _miopenMultiMarginLossForward(handle, inputDesc, input, targetDesc, target, weightDesc, weight, outputDesc, output, p, margin, reduction, workspace, workspaceSizeInBytes)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenMultiMarginLossForward', ('handle', 'inputDesc', 'input', 'targetDesc', 'target', 'weightDesc', 'weight', 'outputDesc', 'output', 'p', 'margin', 'reduction', 'workspace', 'workspaceSizeInBytes'), exc) from None
@@ -10472,3 +11822,4 @@ def _read_version():
 _lib.status_enum = miopenStatus_t
 _lib.describe_status = miopenGetErrorString
 _lib.read_version = _read_version
+_SIZES_miopenBackendAttributeType_t = {MIOPEN_TYPE_ATTRIB_NAME: 4, MIOPEN_TYPE_BACKEND_DESCRIPTOR: 8, MIOPEN_TYPE_BEHAVIOR_NOTE: 4, MIOPEN_TYPE_BN_FINALIZE_STATS_MODE: 4, MIOPEN_TYPE_BOOLEAN: 1, MIOPEN_TYPE_CHAR: 1, MIOPEN_TYPE_CONVOLUTION_MODE: 4, MIOPEN_TYPE_DATA_TYPE: 4, MIOPEN_TYPE_DOUBLE: 8, MIOPEN_TYPE_FLOAT: 4, MIOPEN_TYPE_FRACTION: 16, MIOPEN_TYPE_GENSTATS_MODE: 4, MIOPEN_TYPE_HANDLE: 8, MIOPEN_TYPE_HEUR_MODE: 4, MIOPEN_TYPE_INT32: 4, MIOPEN_TYPE_INT64: 8, MIOPEN_TYPE_KNOB_TYPE: 4, MIOPEN_TYPE_LAYOUT_TYPE: 4, MIOPEN_TYPE_NAN_PROPOGATION: 4, MIOPEN_TYPE_NORM_FWD_PHASE: 4, MIOPEN_TYPE_NORM_MODE: 4, MIOPEN_TYPE_NUMERICAL_NOTE: 4, MIOPEN_TYPE_PADDING_MODE: 4, MIOPEN_TYPE_POINTWISE_MODE: 4, MIOPEN_TYPE_REDUCTION_OPERATOR_TYPE: 4, MIOPEN_TYPE_RESAMPLE_MODE: 4, MIOPEN_TYPE_RNG_DISTRIBUTION: 4, MIOPEN_TYPE_SIGNAL_MODE: 4, MIOPEN_TYPE_TENSOR_REORDERING_MODE: 4, MIOPEN_TYPE_VOID_PTR: 8}

@@ -49,4 +49,21 @@ class DnnArgumentError(ctypes.ArgumentError, TypeError):
 
     It is a ``ctypes.ArgumentError`` (what ctypes itself raises for a wrong argument) and a
     ``TypeError``; the message names the function, the parameter and the offending type.
+    ``index`` (0-based) is the parameter's position when the runtime raised it before the call.
     """
+
+    index: int = -1
+
+
+class DnnRangeError(ctypes.ArgumentError, OverflowError):
+    """An integer argument (or an element of an integer array) does not fit its C type.
+
+    ctypes would silently wrap it (2**32 + 2 becomes 2 in an ``int``); dnnbind refuses it, naming
+    the function, the parameter, the value and the type's range.
+    """
+
+    index: int = -1
+
+
+class LibraryVersionError(DnnError, OSError):
+    """The loaded library's major version differs from the headers the bindings were generated from."""

@@ -21,8 +21,11 @@ LIBRARIES: list["Library"] = []
 #: Set by dnnbind.runtime.trace while tracing: wraps each function bound meanwhile.
 trace_hook: "Callable[[Library, str, Any], Any] | None" = None
 
-from dnnbind.runtime.errors import (DnnArgumentError, LibraryError, LibraryNotFoundError,
-                                    SymbolNotFoundError)
+from dnnbind.runtime.errors import (DnnArgumentError, DnnRangeError, LibraryError, LibraryNotFoundError,
+                                    LibraryVersionError, SymbolNotFoundError)
+
+#: Set to 1 to use a library whose major version differs from the headers' (enum values may mean other things).
+ALLOW_MISMATCH_ENV = "DNNBIND_ALLOW_VERSION_MISMATCH"
 
 
 def site_package_dirs() -> list[str]:
@@ -69,6 +72,7 @@ class Library:
         self._path: str | None = None
         self._lock = threading.Lock()
         self._version: tuple[int, ...] | None = None
+        self._refusal: LibraryVersionError | None = None
         self.namespace: dict = {}
         self.function_names: list[str] = []
 
@@ -108,13 +112,15 @@ class Library:
         return found
 
     def load(self) -> ctypes.CDLL:
-        """The loaded library, found on first call."""
-        if self._handle is not None:
+        """The loaded library, found on first call; refused when its major version differs from the headers'."""
+        if self._handle is not None and self._refusal is None:
             return self._handle
         with self._lock:
             if self._handle is None:
                 self._handle, self._path = self._open()
-        self._check_major_version()
+                self._refusal = self._check_major_version()
+        if self._refusal is not None:
+            raise self._refusal
         return self._handle
 
     def _open(self) -> tuple[ctypes.CDLL, str]:
@@ -160,18 +166,32 @@ class Library:
         except Exception:                          # a version is only decoration in messages
             return "of unknown version"
 
-    def _check_major_version(self) -> None:
-        if self.read_version is None or self._version is not None:
-            return
+    def _check_major_version(self) -> LibraryVersionError | None:
+        """The refusal for a library of another major version (None: same major, or allowed by the user)."""
+        if self.read_version is None:
+            return None
         try:
-            major = self.version()[0]
+            if self._version is None:
+                assert self.read_version is not None
+                self._version = tuple(self.read_version())
         except Exception:                          # an old library without the version call
-            return
-        if major != self.header_version[0]:
-            warnings.warn(f"{self.title}: the loaded library {self._path} is version "
-                          f"{self.version_text()}, but dnnbind was generated from the "
-                          f"{'.'.join(map(str, self.header_version))} headers; calls may fail",
-                          RuntimeWarning, stacklevel=4)
+            return None
+        message = version_mismatch(self.title, str(self._path), self._version, self.header_version,
+                                   self.install_hint)
+        if message is None:
+            return None
+        if os.environ.get(ALLOW_MISMATCH_ENV) == "1":
+            warnings.warn(f"{message.splitlines()[0]} ({ALLOW_MISMATCH_ENV}=1: used anyway; calls may fail or "
+                          "pass numbers that mean something else to this library)", RuntimeWarning, stacklevel=4)
+            return None
+        return LibraryVersionError(message)
+
+    @staticmethod
+    def null_handle_error(function: str, param: str, value: Any) -> DnnArgumentError:
+        """Destroying a NULL handle: one already destroyed (the wrappers clear it) or never created."""
+        what = "None" if value is None else f"a NULL {type(value).__name__}"
+        return DnnArgumentError(f"{function}: parameter {param!r} is {what}: the handle was destroyed already (a "
+                                "successful destroy clears it) or never created; destroying it would free memory twice")
 
     # -- symbols ------------------------------------------------------------------------------
     def bind(self, name: str, argtypes: Sequence[type], restype: Any) -> Any:
@@ -225,8 +245,12 @@ class Library:
         return self.error_class(member, function, " ".join(p for p in parts if p))
 
     @staticmethod
-    def argument_error(function: str, params: Sequence[str], exc: ctypes.ArgumentError) -> DnnArgumentError:
-        """Rewrite ctypes' "argument 3: TypeError: ..." so that it names the function and parameter."""
+    def argument_error(function: str, params: Sequence[str], exc: ctypes.ArgumentError) -> ctypes.ArgumentError:
+        """Rewrite ctypes' "argument 3: TypeError: ..." (or a runtime check's error for parameter ``exc.index``)
+        so that it names the function and parameter."""
+        index = getattr(exc, "index", -1)
+        if index >= 0:
+            return type(exc)(f"{function}: parameter {params[index]!r} {exc}")
         text = str(exc)
         head, sep, rest = text.partition(": ")
         if head.startswith("argument ") and head[9:].isdigit():
@@ -234,8 +258,27 @@ class Library:
             param = params[index] if 0 <= index < len(params) else f"#{index + 1}"
             detail = rest.split(": ", 1)[1] if rest.startswith(("TypeError: ", "ValueError: ",
                                                                 "OverflowError: ", "AttributeError: ")) else rest
-            return DnnArgumentError(f"{function}: parameter {param!r} {detail}")
+            cls = DnnRangeError if rest.startswith("OverflowError: ") else DnnArgumentError
+            return cls(f"{function}: parameter {param!r} {detail}")
         return DnnArgumentError(f"{function}: {text}")
+
+
+def version_mismatch(title: str, path: str, loaded: tuple[int, ...], header: tuple[int, ...],
+                     install_hint: str) -> str | None:
+    """Why a library of another major version than the headers' is refused (None: same major).
+
+    Major versions renumber enums and remove functions (cuDNN 8 -> 9: CUDNN_STATUS_BAD_PARAM 3 -> 2000), so
+    bindings generated for one would pass numbers that mean something else to the other, older or newer.
+    """
+    if loaded[:1] == header[:1]:
+        return None
+    found, wanted = ".".join(map(str, loaded)), ".".join(map(str, header))
+    direction = "older" if loaded[:1] < header[:1] else "newer"
+    return (f"{title}: the library at {path} is version {found}, a major version {direction} than the "
+            f"{wanted} headers dnnbind's bindings were generated from, so enum values and functions may mean "
+            f"other things to it.\nUse a {title} {header[0]}.x library ({install_hint}), or generate bindings "
+            f"for {found} from its headers (`make generate` after pointing generator/headers.json at them), or "
+            f"set {ALLOW_MISMATCH_ENV}=1 to use it anyway at your own risk.")
 
 
 class LazySymbol:

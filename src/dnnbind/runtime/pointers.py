@@ -7,10 +7,7 @@ a ``TypeError`` that the generated wrapper extends with the function and paramet
 from __future__ import annotations
 
 import ctypes
-import operator
-import sys
-from ctypes import c_char, c_char_p, c_size_t, c_void_p
-from functools import lru_cache
+from ctypes import c_char, c_char_p, c_void_p
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -67,6 +64,18 @@ def _buffer_address(obj: Any, writable: bool) -> Any:
     return ctypes.byref((c_char * view.nbytes).from_buffer(view))
 
 
+_ADDRESS_LIMIT = 1 << (8 * ctypes.sizeof(c_void_p))
+
+
+def checked_address(value: int) -> int:
+    """An int address as is, or OverflowError when it does not fit a pointer (ctypes would wrap it)."""
+    if value < 0:
+        raise TypeError(f"needs an address, got the negative number {value}")
+    if value >= _ADDRESS_LIMIT:
+        raise OverflowError(f"is {value}, which does not fit a {8 * ctypes.sizeof(c_void_p)}-bit address")
+    return value
+
+
 class DevicePointer:
     """``void*`` that the GPU reads or writes: device addresses only."""
 
@@ -77,7 +86,7 @@ class DevicePointer:
         if type(obj) is int:
             if obj < 0:
                 raise TypeError(f"needs device memory, got the negative address {obj}")
-            return c_void_p(obj)
+            return c_void_p(checked_address(obj))
         address = device_address(obj)
         if address is not None:
             return c_void_p(address)
@@ -148,70 +157,6 @@ class HostString:
         raise TypeError(f"needs a str or bytes, got {type_name(obj)}")
 
 
-class ByteSize(c_size_t):
-    """``size_t`` carrying a byte count: refuses negative values instead of wrapping them to 2**64-1."""
-
-    @classmethod
-    def from_param(cls, obj: Any) -> Any:
-        try:
-            value = operator.index(obj)
-        except TypeError:
-            raise TypeError(f"needs an int byte count, got {type_name(obj)}") from None
-        if value < 0:
-            raise TypeError(f"needs a non-negative byte count, got {value}")
-        if value >> (8 * ctypes.sizeof(c_size_t)):
-            raise TypeError(f"needs a byte count that fits a size_t, got {value}")
-        return c_size_t(value)
-
-
-@lru_cache(maxsize=None)
-def host_array(ctype: type, const: bool) -> type:
-    """A typed host pointer ``T*`` that stays typed.
-
-    Accepts what ctypes' own ``POINTER(T)`` accepts (``byref`` of a ``T``, arrays of ``T``), numpy
-    arrays whose dtype is ``T``, and, for ``const T*`` inputs, lists and tuples. A ``size_t*``
-    therefore refuses ``byref(c_int())``.
-    """
-    base = ctypes.POINTER(ctype)
-    dtype_cache: list = []
-
-    def element_dtype(numpy_module: Any) -> Any:
-        """numpy's dtype for the element type, computed on the first numpy argument (numpy is
-        imported by then: importing the generated modules must not import it)."""
-        if not dtype_cache:
-            try:
-                dtype_cache.append(numpy_module.dtype(ctype))
-            except TypeError:
-                dtype_cache.append(None)
-        return dtype_cache[0]
-
-    def from_param(cls: type, obj: Any) -> Any:
-        kind = type(obj)
-        if kind is list or kind is tuple:
-            if not const:
-                raise TypeError(f"is an output ({ctype.__name__}*): pass a ctypes array or numpy array "
-                                f"to receive it, not a {kind.__name__}")
-            return (ctype * len(obj))(*obj)
-        if obj is None or isinstance(obj, _CData) or isinstance(obj, _ByrefType):
-            return base.from_param(obj)
-        if device_address(obj) is not None:
-            raise _host_refusal(obj)
-        numpy_module = sys.modules.get("numpy")
-        dtype = element_dtype(numpy_module) if numpy_module is not None and \
-            isinstance(obj, numpy_module.ndarray) else None
-        if dtype is not None:
-            if obj.dtype != dtype:
-                raise TypeError(f"needs a numpy array of dtype {dtype} ({ctype.__name__}), got dtype {obj.dtype}")
-            return ctypes.cast(_buffer_address(obj, writable=not const), base)
-        address = _buffer_address(obj, writable=not const)
-        if address is not None and ctypes.sizeof(ctype) == 1:
-            return ctypes.cast(address, base) if not isinstance(address, _ByrefType) else address
-        return base.from_param(obj)
-
-    name = f"{'Const' if const else ''}HostArray_{ctype.__name__}"
-    return type(name, (base,), {"from_param": classmethod(from_param), "__doc__": host_array.__doc__})
-
-
 def address_handle(name: str) -> type:
     """A handle type from another library's headers (``cudaStream_t``): a plain address.
 
@@ -222,7 +167,7 @@ def address_handle(name: str) -> type:
         if obj is None or isinstance(obj, c_void_p):
             return obj
         if type(obj) is int:
-            return c_void_p(obj)
+            return c_void_p(checked_address(obj))
         for attribute in ("ptr", "cuda_stream"):
             value = getattr(obj, attribute, None)
             if type(value) is int:

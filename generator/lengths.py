@@ -1,0 +1,156 @@
+"""Host arrays and buffers: where each one's length comes from, and whether None (NULL) may be passed.
+
+Like pointer kinds (classify.py), both come from rules plus per-function exceptions in
+pointer_overrides.json (sections ``lengths`` and ``nullable``), and a header update that adds a host
+array with no known length source, or an output pointer that nothing classifies, FAILS generation with
+a list, as does an exception that names a function or parameter the headers no longer declare.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+from generator import ir
+
+SOURCES = ("fixed", "count", "sized", "query", "unchecked")
+
+
+def needs_length(p: ir.Param) -> bool:
+    """Host pointers the wrapper converts: typed arrays and void* buffers (not const char* strings)."""
+    t = p.type
+    if t.kind != "pointer" or p.kind != "host" or t.pointee is None:
+        return False
+    if t.pointee.kind == "function" and not t.pointee.name:     # int (*fn)(int): the callback itself
+        return False
+    return not (t.pointee.kind == "char" and t.pointee.const)
+
+
+def _eligible(p: ir.Param, strings_too: bool) -> bool:
+    """``needs_length``, or (named by a length exception) a const char* that is binary data, not a string."""
+    return needs_length(p) or (strings_too and p.type.kind == "pointer" and p.kind == "host")
+
+
+def _matches(rule: dict[str, Any], fn: ir.Function, p: ir.Param) -> bool:
+    pointee = p.type.pointee
+    assert pointee is not None
+    if "pointee" in rule and pointee.kind not in rule["pointee"]:
+        return False
+    if "const" in rule and bool(pointee.const) != rule["const"]:
+        return False
+    if "declared" in rule and ("array" if "[" in p.type.spelling else "pointer") != rule["declared"]:
+        return False
+    for key, negate, value in (("name", False, p.name), ("name_not", True, p.name), ("function", False, fn.name)):
+        if key in rule and bool(re.fullmatch(rule[key], value)) == negate:
+            return False
+    return True
+
+
+def _count_param(fn: ir.Function, pattern: str, skip: str) -> ir.Param | None:
+    """The first by-value integer parameter of ``fn`` whose name matches ``pattern``."""
+    for q in fn.params:
+        if q.name != skip and q.type.kind == "int" and re.fullmatch(pattern, q.name):
+            return q
+    return None
+
+
+def _source(entry: dict[str, Any], fn: ir.Function, p: ir.Param, size_tables: dict[str, dict[str, int]],
+            enum_members: dict[str, list[str]], problems: list[str]) -> ir.Length | None:
+    where = f"{fn.name}.{p.name}"
+    if "fixed" in entry:
+        return ir.Length("fixed", str(int(entry["fixed"])))
+    if "unchecked" in entry:
+        if not str(entry["unchecked"]).strip():
+            problems.append(f"length of {where}: 'unchecked' needs a reason")
+        return ir.Length("unchecked", reason=str(entry["unchecked"]))
+    if "query" in entry:
+        return ir.Length("query", entry["query"], args=tuple(entry.get("args", ())))
+    if "count" in entry:
+        count = _count_param(fn, entry["count"], p.name)
+        if count is None:
+            return None
+        if "size_by" not in entry:
+            return ir.Length("count", count.name, minus=int(entry.get("minus", 0)))
+        selector = next((q for q in fn.params if q.name == entry["size_by"]), None)
+        table = size_tables.get(entry.get("sizes", ""))
+        if selector is None or selector.type.kind != "enum" or table is None:
+            problems.append(f"length of {where}: size_by {entry['size_by']!r} must name an enum parameter and "
+                            f"sizes {entry.get('sizes')!r} a table in element_sizes")
+            return None
+        missing = [m for m in enum_members.get(selector.type.name, []) if m not in table]
+        if missing:
+            problems.append(f"element size unknown for {selector.type.name} member(s) {', '.join(missing)} "
+                            f"(element_sizes.{entry['sizes']}): {where} cannot be checked")
+        return ir.Length("sized", count.name, selector.name, tuple(sorted(table.items())))
+    problems.append(f"length of {where}: entry {entry} names no source (one of {SOURCES})")
+    return None
+
+
+def classify_lengths(functions: list[ir.Function], module: ir.Module, overrides: dict[str, Any],
+                     problems: list[str], used: Counter) -> list[ir.Function]:
+    """Fill ``length``, ``nullable`` and ``length_rule`` of every host array parameter."""
+    section = overrides.get("lengths", {})
+    rules: list[dict[str, Any]] = section.get("rules", [])
+    exceptions: dict[str, dict[str, dict[str, Any]]] = section.get("exceptions", {})
+    null_section = overrides.get("nullable", {})
+    null_rules: list[dict[str, Any]] = null_section.get("rules", [])
+    nullable_exceptions: dict[str, list[str]] = null_section.get("exceptions", {})
+    size_tables = {k: v for k, v in overrides.get("element_sizes", {}).items() if isinstance(v, dict)}
+    enum_members = {e.name: [m.name for m in e.members] for e in module.enums}
+    by_name = {fn.name: fn for fn in functions}
+
+    for table_name, entries in (("lengths", exceptions), ("nullable", nullable_exceptions)):
+        for fn_name, params in sorted(entries.items()):
+            fn = by_name.get(fn_name)
+            if fn is None:
+                problems.append(f"stale {table_name} exception: function {fn_name} is not declared by the headers")
+                continue
+            declared = {q.name: q for q in fn.params}
+            for pname in params:
+                if pname not in declared or not _eligible(declared[pname], table_name == "lengths"):
+                    problems.append(f"stale {table_name} exception: {fn_name} has no host pointer parameter {pname!r}")
+
+    out = []
+    for fn in functions:
+        params = []
+        for p in fn.params:
+            if not (needs_length(p) or (p.name in exceptions.get(fn.name, {}) and _eligible(p, True))):
+                params.append(p)
+                continue
+            length, rule_id = None, ""
+            if p.type.length and p.name not in exceptions.get(fn.name, {}):     # const int dims[4]
+                length, rule_id = ir.Length("fixed", str(p.type.length)), "declared-size"
+            elif p.name in exceptions.get(fn.name, {}):
+                length = _source(exceptions[fn.name][p.name], fn, p, size_tables, enum_members, problems)
+                rule_id = f"exception:{fn.name}"
+            else:
+                for rule in rules:
+                    if _matches(rule, fn, p):
+                        length = _source(rule, fn, p, size_tables, enum_members, problems)
+                        if length is not None:
+                            rule_id = rule["id"]
+                            break
+            if length is None:
+                problems.append(f"no length source: {fn.name}.{p.name} ({p.type.spelling})")
+            else:
+                used[f"length:{rule_id}"] += 1
+            nullable = p.name in nullable_exceptions.get(fn.name, [])
+            assert p.type.pointee is not None
+            if not nullable and not p.type.pointee.const:
+                rule = next((r for r in null_rules if _matches(r, fn, p)), None)
+                if rule is None:
+                    problems.append(f"output pointer not classified nullable or not: {fn.name}.{p.name} "
+                                    f"({p.type.spelling})")
+                else:
+                    used[f"nullable:{rule['id']}"] += 1
+                    nullable = bool(rule["nullable"])
+            params.append(replace(p, length=length, nullable=nullable, length_rule=rule_id))
+        out.append(replace(fn, params=tuple(params)))
+    return out
+
+
+def rule_ids(overrides: dict[str, Any]) -> list[str]:
+    """Every length and nullable rule id, as counted in ``used``."""
+    return ([f"length:{r['id']}" for r in overrides.get("lengths", {}).get("rules", [])]
+            + [f"nullable:{r['id']}" for r in overrides.get("nullable", {}).get("rules", [])])

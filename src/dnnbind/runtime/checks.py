@@ -1,0 +1,330 @@
+"""Checks the generated wrappers run before a foreign call: integer ranges, enum classes, array lengths.
+
+ctypes wraps out-of-range integers silently and knows nothing of how many elements a C function will
+read or write through a pointer. The generator knows, for every parameter, its C type, whether None is
+allowed and where an array's length comes from; the wrappers pass that knowledge here. The fast paths
+(one ``struct`` pack for all integers, one converter call per array) keep a checked call close to the
+bare ctypes function; the slow paths below run only to name what is wrong.
+"""
+from __future__ import annotations
+
+import array
+import ctypes
+import struct
+import sys
+from ctypes import c_char, c_void_p
+from enum import IntEnum
+from functools import lru_cache
+
+from dnnbind.runtime.errors import DnnArgumentError, DnnRangeError
+from dnnbind.runtime.pointers import _buffer_address, _ByrefType, _CData, _host_refusal, device_address, type_name
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Sequence
+
+_NOTHING = object()
+#: numpy.ndarray once numpy has been seen (the generated modules must not import numpy themselves)
+_ndarray: list[Any] = [_NOTHING]
+
+#: struct/array format letter -> (C type name, lowest, highest)
+RANGES: dict[str, tuple[str, int, int]] = {
+    "b": ("int8", -2**7, 2**7 - 1), "B": ("uint8", 0, 2**8 - 1),
+    "h": ("int16", -2**15, 2**15 - 1), "H": ("uint16", 0, 2**16 - 1),
+    "i": ("int", -2**31, 2**31 - 1), "I": ("unsigned int", 0, 2**32 - 1),
+    "q": ("int64", -2**63, 2**63 - 1), "Q": ("uint64", 0, 2**64 - 1),
+    "n": ("ssize_t", -2**63, 2**63 - 1), "N": ("size_t", 0, 2**64 - 1),
+}
+_CTYPE_CODES = {ctypes.c_byte: "b", ctypes.c_ubyte: "B", ctypes.c_short: "h", ctypes.c_ushort: "H",
+                ctypes.c_int: "i", ctypes.c_uint: "I", ctypes.c_longlong: "q", ctypes.c_ulonglong: "Q",
+                ctypes.c_long: "q", ctypes.c_ulong: "Q", ctypes.c_size_t: "N", ctypes.c_ssize_t: "n"}
+# array.array has no size_t letters: the same-width 64-bit ones
+_ARRAY_CODES = {"n": "q", "N": "Q"}
+
+
+def struct_code(ctype: type) -> str | None:
+    """The struct format letter that range-checks a ctypes integer type (None: not an integer type)."""
+    code = _CTYPE_CODES.get(ctype)
+    if code in ("q", "Q", "n", "N") and ctypes.sizeof(ctype) == 4:     # 32-bit long
+        return {"q": "i", "Q": "I", "n": "i", "N": "I"}[code]
+    return code
+
+
+def _problem(cls: type, index: int, detail: str) -> Exception:
+    exc = cls(detail)
+    exc.index = index
+    return exc
+
+
+def _range_text(value: Any, code: str) -> str:
+    name, low, high = RANGES[code]
+    return f"is {value}, outside the range of {name} ({low} to {high})"
+
+
+def check_values(function: str, params: Sequence[str], checked: Sequence[tuple]) -> None:
+    """Name the first integer or enum argument the fast check refused; return if all are fine after all.
+
+    ``checked`` holds ``(index, value, struct code, enum class or None)`` for each checked parameter.
+    """
+    for index, value, code, enum in checked:
+        name = params[index]
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise DnnArgumentError(f"{function}: parameter {name!r} needs an int"
+                                   f"{f' or a {enum.__name__} member' if enum else ''}, got {type_name(value)}")
+        if enum is not None and isinstance(value, IntEnum) and not isinstance(value, enum):
+            raise DnnArgumentError(f"{function}: parameter {name!r} needs a {enum.__name__}, got "
+                                   f"{type(value).__name__}.{value.name} (a member of another enum)")
+        number = value.__index__()
+        _, low, high = RANGES[code]
+        if not low <= number <= high:
+            if code == "N" and number < 0:
+                raise DnnRangeError(f"{function}: parameter {name!r} needs a non-negative byte count, got {number}")
+            raise DnnRangeError(f"{function}: parameter {name!r} {_range_text(number, code)}")
+
+
+class HostArray:
+    """Converts what a user passes for a typed host pointer ``T*`` into what ``POINTER(T)`` takes, after
+    checking that it holds at least ``count`` elements (None: nothing known) and, for integer inputs
+    given as sequences, that every element fits ``T``.
+
+    Accepts ctypes arrays, ``byref`` and instances of ``T``, numpy arrays of ``T``'s dtype and, for
+    ``const T*`` inputs, lists and tuples. None is accepted when ``nullable`` or when no element is
+    needed (``count == 0``).
+    """
+
+    def __init__(self, ctype: type, const: bool, nullable: bool, code: str | None = None,
+                 cname: str | None = None) -> None:
+        self.ctype = ctype
+        self.cname = cname or ctype.__name__
+        self.const = const
+        self.nullable = nullable
+        self.pointer = ctypes.POINTER(ctype)
+        self.code = code if code is not None else struct_code(ctype)
+        self.itemsize = ctypes.sizeof(ctype)
+        self._dtype: list = []
+        self._dtype_object: Any = _NOTHING                  # numpy's dtype once seen (compared by identity)
+        self._array_types: dict[int, Any] = {}
+        self._packers: dict[int, tuple[Any, Any]] = {}
+
+    def __repr__(self) -> str:
+        return f"<HostArray {'const ' if self.const else ''}{self.cname}*{' nullable' if self.nullable else ''}>"
+
+    def dtype(self) -> Any:
+        """numpy's dtype for ``T`` (computed on first use: importing the bindings must not import numpy)."""
+        if not self._dtype:
+            try:
+                self._dtype.append(sys.modules["numpy"].dtype(self.ctype))
+            except TypeError:
+                self._dtype.append(None)
+        return self._dtype[0]
+
+    def convert(self, obj: Any, count: int | None, index: int) -> Any:
+        """What ``POINTER(T)`` takes for ``obj``; raises naming parameter ``index`` when ``obj`` cannot serve."""
+        kind = type(obj)
+        if kind is _ndarray[0]:                                  # the hot forms first, inline
+            if obj.dtype is self._dtype_object:
+                size = obj.size
+                if count is None or size >= count:
+                    try:
+                        return self._array_type(size).from_buffer(obj)
+                    except (TypeError, ValueError, BufferError):
+                        pass                                     # read-only or not contiguous: the slow path says
+            return self._from_numpy(obj, count, index)
+        if kind is list or kind is tuple:
+            size = len(obj)
+            if self.const and (count is None or size >= count) and self.code is not None:
+                packer = self._packers.get(size)
+                if packer is None:
+                    packer = self._packers[size] = (struct.Struct(f"{size}{self.code}").pack, self._array_type(size))
+                try:
+                    return packer[1].from_buffer_copy(packer[0](*obj))
+                except struct.error:
+                    raise self._element_problem(obj, index) from None
+            return self._from_sequence(obj, count, index)
+        if obj is None:
+            if self.nullable or count == 0:
+                return None
+            role = "an input the library reads" if self.const else "an output the library writes"
+            raise _problem(DnnArgumentError, index, f"is {role} ({self.cname}*): None (NULL) is not allowed here")
+        if kind is _ByrefType:
+            self._need(self._elements_in(obj._obj), count, index, obj)
+            return obj
+        if isinstance(obj, _CData):
+            if isinstance(obj, ctypes._Pointer) and not isinstance(obj, self.ctype):
+                if count is not None and count > 1:
+                    raise _problem(DnnArgumentError, index,
+                                   f"needs {count} elements, and a bare ctypes pointer does not say how many it "
+                                   "holds: pass a ctypes array or a numpy array (or call through .unchecked)")
+                return obj
+            self._need(self._elements_in(obj), count, index, obj)
+            return obj
+        if device_address(obj) is not None:
+            raise _problem(DnnArgumentError, index, str(_host_refusal(obj)))
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and isinstance(obj, numpy.ndarray):
+            if kind is numpy.ndarray:
+                _ndarray[0] = kind
+                self._dtype_object = self.dtype()
+            return self._from_numpy(obj, count, index)
+        return self._from_buffer(obj, count, index)
+
+    __call__ = convert
+
+    def _array_type(self, size: int) -> Any:
+        array_type = self._array_types.get(size)
+        if array_type is None:
+            array_type = self._array_types[size] = self.ctype * size
+        return array_type
+
+    # -- the forms -------------------------------------------------------------------------------
+    def _elements_in(self, target: Any) -> int | None:
+        """How many ``T`` a ctypes object holds (None: a different type, which ctypes then refuses)."""
+        if isinstance(target, self.ctype):
+            return 1
+        if isinstance(target, ctypes.Array) and target._type_ is self.ctype:
+            return len(target)
+        return None
+
+    def _need(self, available: int | None, count: int | None, index: int, obj: Any) -> None:
+        if available is not None and count is not None and available < count:
+            raise _problem(DnnArgumentError, index, f"needs at least {count} {self.cname} element"
+                                                    f"{'s' if count != 1 else ''}, got a {type_name(obj)} holding "
+                                                    f"{available}")
+
+    def _from_sequence(self, obj: Any, count: int | None, index: int) -> Any:
+        if not self.const:
+            raise _problem(DnnArgumentError, index,
+                           f"is an output ({self.cname}*): pass a ctypes array or numpy array "
+                           f"to receive it, not a {type(obj).__name__}")
+        self._need(len(obj), count, index, obj)
+        if self.code is None:
+            try:
+                return (self.ctype * len(obj))(*obj)
+            except TypeError as exc:
+                raise _problem(DnnArgumentError, index, f"has an element of the wrong type: {exc}") from None
+        try:
+            values = array.array(_ARRAY_CODES.get(self.code, self.code), obj)
+        except (OverflowError, TypeError):
+            raise self._element_problem(obj, index) from None
+        return (self.ctype * len(values)).from_buffer(values)
+
+    def _element_problem(self, obj: Sequence[Any], index: int) -> Exception:
+        assert self.code is not None
+        _, low, high = RANGES[self.code]
+        for i, value in enumerate(obj):
+            if isinstance(value, bool) or not hasattr(value, "__index__"):
+                return _problem(DnnArgumentError, index, f"element [{i}] needs an int, got {type_name(value)}")
+            if not low <= value.__index__() <= high:
+                return _problem(DnnRangeError, index, f"element [{i}] {_range_text(value.__index__(), self.code)}")
+        return _problem(DnnArgumentError, index, "could not be converted")           # pragma: no cover
+
+    def _from_numpy(self, obj: Any, count: int | None, index: int) -> Any:
+        dtype = self.dtype()
+        if dtype is None or (obj.dtype is not dtype and obj.dtype != dtype):
+            raise _problem(DnnArgumentError, index, f"needs a numpy array of dtype {dtype} ({self.cname}), "
+                                                    f"got dtype {obj.dtype}")
+        self._need(obj.size, count, index, obj)
+        self._dtype_object = obj.dtype if obj.dtype == dtype else self._dtype_object
+        if not obj.flags.c_contiguous:
+            raise _problem(DnnArgumentError, index, f"needs a C-contiguous {type_name(obj)}")
+        if obj.flags.writeable:
+            return (self.ctype * obj.size).from_buffer(obj)
+        if not self.const:
+            raise _problem(DnnArgumentError, index, f"needs writable host memory, got a read-only {type_name(obj)}")
+        return (self.ctype * obj.size).from_buffer_copy(obj)
+
+    def _from_buffer(self, obj: Any, count: int | None, index: int) -> Any:
+        try:
+            address = _buffer_address(obj, writable=not self.const)
+        except TypeError as exc:
+            raise _problem(DnnArgumentError, index, str(exc)) from None
+        if address is None:
+            raise _problem(DnnArgumentError, index,
+                           f"needs host memory holding {self.cname} values (a ctypes array or byref, a numpy "
+                           f"array{', a list or tuple' if self.const else ''}), got {type_name(obj)}")
+        if self.itemsize != 1:
+            raise _problem(DnnArgumentError, index, f"needs {self.cname} values, got a byte buffer "
+                                                    f"({type_name(obj)}); use a ctypes or numpy array")
+        self._need(memoryview(obj).nbytes, count, index, obj)
+        return ctypes.cast(address, self.pointer) if not isinstance(address, _ByrefType) else address
+
+
+class HostBuffer:
+    """The same for an untyped host pointer ``void*``: ``count`` is in bytes."""
+
+    def __init__(self, const: bool, nullable: bool) -> None:
+        self.const = const
+        self.nullable = nullable
+
+    def __repr__(self) -> str:
+        return f"<HostBuffer {'const ' if self.const else ''}void*{' nullable' if self.nullable else ''}>"
+
+    def convert(self, obj: Any, nbytes: int | None, index: int) -> Any:
+        """What ``c_void_p`` takes for ``obj``, after checking it holds ``nbytes`` (None: unknown)."""
+        if obj is None:
+            if self.nullable or nbytes == 0:
+                return None
+            raise _problem(DnnArgumentError, index, "is dereferenced by the library: None (NULL) is not allowed here")
+        if isinstance(obj, _ByrefType):
+            self._need(ctypes.sizeof(obj._obj), nbytes, index, obj)
+            return obj
+        if isinstance(obj, (c_void_p, ctypes._Pointer)):             # an explicit pointer value
+            return obj
+        if isinstance(obj, _CData):
+            self._need(ctypes.sizeof(obj), nbytes, index, obj)
+            return ctypes.byref(obj)
+        if device_address(obj) is not None:
+            raise _problem(DnnArgumentError, index, str(_host_refusal(obj)))
+        try:
+            address = _buffer_address(obj, writable=not self.const)
+        except TypeError as exc:
+            raise _problem(DnnArgumentError, index, str(exc)) from None
+        if address is None:
+            raise _problem(DnnArgumentError, index, "needs host memory (a ctypes object, ctypes.byref(...), a numpy "
+                                                    f"array or a writable buffer), got {type_name(obj)}")
+        self._need(obj.nbytes if hasattr(obj, "__array_interface__") else memoryview(obj).nbytes, nbytes, index, obj)
+        return address
+
+    __call__ = convert
+
+    @staticmethod
+    def _need(available: int, nbytes: int | None, index: int, obj: Any) -> None:
+        if nbytes is not None and available < nbytes:
+            raise _problem(DnnArgumentError, index, f"needs at least {nbytes} bytes, got a {type_name(obj)} of "
+                                                    f"{available} bytes")
+
+
+@lru_cache(maxsize=None)
+def host_array(ctype: type, const: bool, nullable: bool = False, code: str | None = None,
+               cname: str | None = None) -> HostArray:
+    """The shared converter for one (element type, const, nullable) combination; ``cname`` is the C
+    type's name for messages (``size_t``, not ctypes' ``c_ulong``)."""
+    return HostArray(ctype, const, nullable, code, cname)
+
+
+@lru_cache(maxsize=None)
+def host_buffer(const: bool, nullable: bool = False) -> HostBuffer:
+    return HostBuffer(const, nullable)
+
+
+def sized_count(nbytes_each: dict[int, int], selector: int, count: int, function: str, what: str) -> int:
+    """Bytes of ``count`` elements whose size depends on an enum value (backend attribute types)."""
+    try:
+        return count * nbytes_each[int(selector)]
+    except KeyError:
+        raise DnnArgumentError(f"{function}: parameter {what!r} is {int(selector)}, which names no type the bindings "
+                               "know the size of") from None
+
+
+def query_count(query: Any, args: tuple, ctype: type) -> int:
+    """The count another function reports (``miopenGetTensorDescriptorSize(desc, &n)``)."""
+    out = ctype()
+    query(*args, ctypes.byref(out))
+    return out.value
+
+
+def clear_handle(handle: Any) -> None:
+    """After a successful Destroy*: set the handle object to NULL, so a later use passes NULL (which the
+    library refuses cleanly) and a second destroy is refused in Python, instead of reaching freed memory."""
+    if isinstance(handle, ctypes._Pointer):
+        ctypes.memset(ctypes.addressof(handle), 0, ctypes.sizeof(handle))

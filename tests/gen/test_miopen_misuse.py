@@ -1,0 +1,116 @@
+"""Misuse of the generated MIOpen bindings, against the real libMIOpen 3.4 under Debian's loader: the same
+categories as the cuDNN suite (tests/gen/test_cudnn_misuse.py), each case isolated so a crash fails it."""
+from __future__ import annotations
+
+import pytest
+
+from misuse import run_cases
+
+SETUP = r'''
+import ctypes
+from ctypes import byref, c_int, c_size_t, c_float
+import numpy as np
+from dnnbind.gen import miopen as m
+
+def make(create, kind):
+    handle = kind(); create(byref(handle)); return handle
+
+x = make(m.miopenCreateTensorDescriptor, m.miopenTensorDescriptor_t)
+m.miopenSet4dTensorDescriptor(x, m.miopenFloat, 2, 8, 32, 30)
+conv = make(m.miopenCreateConvolutionDescriptor, m.miopenConvolutionDescriptor_t)
+m.miopenInitConvolutionNdDescriptor(conv, 2, [1, 1], [1, 1], [1, 1], m.miopenConvolution)
+
+def destroy_twice(create, kind, destroy):
+    handle = make(create, kind)
+    destroy(handle)
+    destroy(handle)
+
+def after_destroy(call):
+    handle = make(m.miopenCreateTensorDescriptor, m.miopenTensorDescriptor_t)
+    m.miopenDestroyTensorDescriptor(handle)
+    call(handle)
+
+def dims_read_back():
+    dtype, dims, strides = c_int(), np.zeros(4, np.int32), np.zeros(4, np.int32)
+    m.miopenGetTensorDescriptor(x, byref(dtype), dims, strides)
+    assert dims.tolist() == [2, 8, 32, 30], dims
+
+def version_outputs_are_optional():
+    major = c_size_t()
+    m.miopenGetVersion(byref(major), None, None)        # documented: NULL pointers are ignored
+    assert major.value == 3
+'''
+
+CASES = {
+    "int n = 2**32 + 2": "m.miopenSet4dTensorDescriptor(x, m.miopenFloat, 2**32 + 2, 8, 32, 30)",
+    "dims element 2**31": "m.miopenSetTensorDescriptor(x, m.miopenFloat, 2, [2**31, 1], None)",
+    "enum value -2**31 - 1": "m.miopenSet4dTensorDescriptor(x, -2**31 - 1, 2, 8, 32, 30)",
+    "another enum's member": "m.miopenSet4dTensorDescriptor(x, m.miopenPoolingMax, 2, 8, 32, 30)",
+    "group count 2**31": "m.miopenSetConvolutionGroupCount(conv, 2**31)",
+    "size out None": "m.miopenGetTensorNumBytes(x, None)",
+    "group count out None": "m.miopenGetConvolutionGroupCount(conv, None)",
+    "create out None": "m.miopenCreateTensorDescriptor(None)",
+    "documented optional outputs": "version_outputs_are_optional()",
+    "packed strides None": "m.miopenSetTensorDescriptor(x, m.miopenFloat, 4, [2, 8, 32, 30], None)",
+    "GetTensorDescriptor into 1 element": "m.miopenGetTensorDescriptor(x, byref(c_int()), np.zeros(1, np.int32), "
+                                          "np.zeros(4, np.int32))",
+    "GetTensorDescriptor exact": "dims_read_back()",
+    "SetTensorDescriptor from 3 of 4": "m.miopenSetTensorDescriptor(x, m.miopenFloat, 4, [2, 8, 32], None)",
+    "conv Nd pads short": "m.miopenInitConvolutionNdDescriptor(conv, 3, [1, 1], [1, 1, 1], [1, 1, 1], 0)",
+    "Nd output dims into 1 element": "m.miopenGetConvolutionNdForwardOutputDim(conv, x, x, byref(c_int()), "
+                                     "np.zeros(1, np.int32))",
+    "tensor destroyed twice": "destroy_twice(m.miopenCreateTensorDescriptor, m.miopenTensorDescriptor_t, "
+                              "m.miopenDestroyTensorDescriptor)",
+    "convolution destroyed twice": "destroy_twice(m.miopenCreateConvolutionDescriptor, "
+                                   "m.miopenConvolutionDescriptor_t, m.miopenDestroyConvolutionDescriptor)",
+    "pooling destroyed twice": "destroy_twice(m.miopenCreatePoolingDescriptor, m.miopenPoolingDescriptor_t, "
+                               "m.miopenDestroyPoolingDescriptor)",
+    "set after destroy": "after_destroy(lambda h: m.miopenSet4dTensorDescriptor(h, m.miopenFloat, 1, 1, 1, 1))",
+    "numpy as device": "m.miopenConvolutionForward(None, byref(c_float(1)), x, np.zeros(4, np.float32), x, None, "
+                       "conv, 0, byref(c_float(0)), x, None, None, 0)",
+}
+
+EXPECTED = {
+    "int n = 2**32 + 2": ("DnnRangeError", "miopenSet4dTensorDescriptor: parameter 'n' is 4294967298, outside the "
+                                           "range of int"),
+    "dims element 2**31": ("DnnRangeError", "parameter 'dimsA' element [0] is 2147483648"),
+    "enum value -2**31 - 1": ("DnnRangeError", "parameter 'dataType' is -2147483649"),
+    "another enum's member": ("DnnArgumentError", "parameter 'dataType' needs a miopenDataType_t, got "
+                                                  "miopenPoolingMode_t.miopenPoolingMax"),
+    "group count 2**31": ("DnnRangeError", "parameter 'groupCount' is 2147483648"),
+    "size out None": ("DnnArgumentError", "miopenGetTensorNumBytes: parameter 'numBytes' is an output"),
+    "group count out None": ("DnnArgumentError", "parameter 'groupCount' is an output"),
+    "create out None": ("DnnArgumentError", "parameter 'tensorDesc' is an output"),
+    "documented optional outputs": None,
+    "packed strides None": None,
+    "GetTensorDescriptor into 1 element": ("DnnArgumentError", "miopenGetTensorDescriptor: parameter 'dimsA' needs "
+                                                               "at least 4 int elements, got a numpy.ndarray holding 1"),
+    "GetTensorDescriptor exact": None,
+    "SetTensorDescriptor from 3 of 4": ("DnnArgumentError", "parameter 'dimsA' needs at least 4 int elements"),
+    "conv Nd pads short": ("DnnArgumentError", "parameter 'padA' needs at least 3 int elements"),
+    "Nd output dims into 1 element": ("DnnArgumentError", "parameter 'outputTensorDimA' needs at least 4"),
+    "tensor destroyed twice": ("DnnArgumentError", "miopenDestroyTensorDescriptor: parameter 'tensorDesc' is a NULL"),
+    "convolution destroyed twice": ("DnnArgumentError", "parameter 'convDesc' is a NULL"),
+    "pooling destroyed twice": ("DnnArgumentError", "parameter 'poolDesc' is a NULL"),
+    "set after destroy": ("MiopenError", "miopenSet4dTensorDescriptor failed"),
+    "numpy as device": ("DnnArgumentError", "parameter 'x' needs device memory, got numpy.ndarray"),
+}
+
+
+@pytest.fixture(scope="module")
+def outcomes(miopen_run) -> dict[str, list]:
+    return run_cases(lambda code: miopen_run(code, check=False), SETUP, CASES)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_misuse_is_refused_clearly_and_never_crashes(outcomes: dict[str, list], case: str) -> None:
+    outcome = outcomes[case]
+    assert outcome[0] != "crash", f"{case} crashed the interpreter: {outcome[1]}"
+    expected = EXPECTED[case]
+    if expected is None:
+        assert outcome == ["no error", ""], outcome
+        return
+    kind, text = expected
+    assert outcome[0] == kind and text in outcome[1], outcome
+    if kind == "DnnRangeError":
+        assert outcome[3] is True                       # an OverflowError

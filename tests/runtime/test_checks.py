@@ -1,0 +1,160 @@
+"""The argument checks generated wrappers run before a foreign call (runtime/checks.py), against libc's
+memcpy as a real C function that reads and writes through the converted pointers."""
+from __future__ import annotations
+
+import ctypes
+from ctypes import POINTER, byref, c_char, c_int, c_int64, c_size_t, c_uint, c_void_p
+from enum import IntEnum
+
+import numpy as np
+import pytest
+
+from dnnbind.runtime import DnnArgumentError, DnnRangeError
+from dnnbind.runtime import checks
+
+
+class FakeDeviceArray:
+    """Stands for a CuPy/PyTorch CUDA array on a machine without a GPU."""
+    __cuda_array_interface__ = {"data": (0x7F000000, False), "shape": (4,), "typestr": "<i4", "version": 3}
+
+
+class Colour(IntEnum):
+    RED = 0
+
+
+class Shape(IntEnum):
+    SQUARE = 0
+
+
+def memcpy() -> ctypes._CFuncPtr:
+    fn = ctypes.CDLL(None).memcpy
+    fn.restype = c_void_p
+    fn.argtypes = [POINTER(c_int), POINTER(c_int), c_size_t]
+    return fn
+
+
+def test_converted_arrays_round_trip_through_c():
+    out_array, in_array = checks.host_array(c_int, False), checks.host_array(c_int, True)
+    copy = memcpy()
+    out = np.zeros(3, np.int32)
+    copy(out_array(out, 3, 0), in_array([7, 8, 9], 3, 1), 12)
+    assert out.tolist() == [7, 8, 9]
+    copy(out_array(out, 3, 0), in_array((1, 2, 3), 3, 1), 12)
+    assert out.tolist() == [1, 2, 3]
+    target = (c_int * 3)()
+    readonly = np.array([4, 5, 6], np.int32)
+    readonly.flags.writeable = False
+    copy(out_array(target, 3, 0), in_array(readonly, 3, 1), 12)
+    assert list(target) == [4, 5, 6]
+    single = c_int()
+    copy(out_array(byref(single), 1, 0), in_array([42], 1, 1), 4)
+    assert single.value == 42
+
+
+@pytest.mark.parametrize("obj, holding", [
+    ([1, 2], "list holding 2"), ((1,), "tuple holding 1"), (np.zeros(2, np.int32), "numpy.ndarray holding 2"),
+    ((c_int * 2)(), "c_int_Array_2 holding 2"), (byref(c_int()), "CArgObject holding 1"), (c_int(), "c_int holding 1")])
+def test_too_short_for_the_count_is_refused_naming_what_was_given(obj, holding):
+    converter = checks.host_array(c_int, True, cname="int")
+    with pytest.raises(DnnArgumentError, match=rf"needs at least 3 int elements, got a .*{holding}") as info:
+        converter(obj, 3, 4)
+    assert info.value.index == 4 and isinstance(info.value, TypeError)
+
+
+def test_outputs_refuse_sequences_read_only_arrays_and_none_unless_nullable():
+    out = checks.host_array(c_int, False)
+    with pytest.raises(DnnArgumentError, match="is an output"):
+        out([0, 0], 2, 0)
+    readonly = np.zeros(2, np.int32)
+    readonly.flags.writeable = False
+    with pytest.raises(DnnArgumentError, match="writable"):
+        out(readonly, 2, 0)
+    with pytest.raises(DnnArgumentError, match=r"None \(NULL\) is not allowed"):
+        out(None, 1, 0)
+    assert out(None, 0, 0) is None                                   # nothing to write: NULL is fine
+    assert checks.host_array(c_int, False, nullable=True)(None, 1, 0) is None
+
+
+def test_element_ranges_and_types_of_sequences():
+    converter = checks.host_array(c_int, True)
+    with pytest.raises(DnnRangeError, match=r"element \[1\] is 4294967298, outside the range of int") as info:
+        converter([1, 2**32 + 2], 2, 0)
+    assert isinstance(info.value, OverflowError)
+    with pytest.raises(DnnArgumentError, match=r"element \[0\] needs an int, got float"):
+        converter([1.5], 1, 0)
+    with pytest.raises(DnnRangeError, match=r"element \[0\] is -1, outside the range of size_t"):
+        checks.host_array(c_size_t, True, code="N")([-1], 1, 0)
+    assert list(checks.host_array(c_uint, True)([2**32 - 1], 1, 0)) == [2**32 - 1]
+
+
+def test_typed_pointers_stay_typed():
+    size_t_out = checks.host_array(c_size_t, False)
+    ctypes_argtype = POINTER(c_size_t)
+    assert ctypes_argtype.from_param(size_t_out(byref(c_size_t()), 1, 0)) is not None
+    with pytest.raises(TypeError):
+        ctypes_argtype.from_param(size_t_out(byref(c_int()), 1, 0))
+    with pytest.raises(DnnArgumentError, match="dtype int32"):
+        checks.host_array(c_int, True)(np.zeros(2, np.int64), 2, 0)
+    with pytest.raises(DnnArgumentError, match="cannot take the host address"):
+        checks.host_array(c_int, True)(FakeDeviceArray(), 1, 0)
+
+
+def test_a_bare_pointer_is_refused_when_more_than_one_element_is_needed():
+    pointer = ctypes.cast((c_int * 4)(), POINTER(c_int))
+    converter = checks.host_array(c_int, False)
+    assert converter(pointer, 1, 0) is pointer
+    with pytest.raises(DnnArgumentError, match="does not say how many it holds"):
+        converter(pointer, 4, 0)
+
+
+def test_byte_buffers():
+    buffer = checks.host_buffer(False)
+    assert buffer(ctypes.create_string_buffer(8), 8, 0) is not None
+    assert buffer(bytearray(8), 8, 0) is not None
+    with pytest.raises(DnnArgumentError, match="needs at least 16 bytes, got a numpy.ndarray of 8 bytes"):
+        buffer(np.zeros(2, np.float32), 16, 0)
+    with pytest.raises(DnnArgumentError, match="needs at least 4 bytes, got a CArgObject of 2 bytes"):
+        checks.host_buffer(True)(byref(ctypes.c_int16()), 4, 0)
+    with pytest.raises(DnnArgumentError, match="writable"):
+        buffer(b"\0" * 8, 8, 0)
+    chars = checks.host_array(c_char, False)
+    with pytest.raises(DnnArgumentError, match="needs at least 4096 c_char elements"):
+        chars(ctypes.create_string_buffer(4), 4096, 0)
+
+
+def test_check_values_names_the_first_bad_argument():
+    params = ("desc", "colour", "n", "size")
+    checks.check_values("f", params, ((1, np.int64(0), "i", Colour), (2, 5, "i", None)))   # fine after all
+    with pytest.raises(DnnRangeError, match=r"^f: parameter 'n' is 2147483648, outside the range of int "
+                                            r"\(-2147483648 to 2147483647\)$"):
+        checks.check_values("f", params, ((1, Colour.RED, "i", Colour), (2, 2**31, "i", None)))
+    with pytest.raises(DnnArgumentError, match=r"^f: parameter 'colour' needs a Colour, got Shape.SQUARE"):
+        checks.check_values("f", params, ((1, Shape.SQUARE, "i", Colour),))
+    with pytest.raises(DnnArgumentError, match=r"^f: parameter 'colour' needs an int or a Colour member, got str"):
+        checks.check_values("f", params, ((1, "red", "i", Colour),))
+    with pytest.raises(DnnRangeError, match=r"^f: parameter 'size' needs a non-negative byte count, got -8"):
+        checks.check_values("f", params, ((3, -8, "N", None),))
+    with pytest.raises(DnnRangeError, match=r"is 9223372036854775808, outside the range of int64"):
+        checks.check_values("f", params, ((2, 2**63, "q", None),))
+
+
+def test_sized_count_and_query_count():
+    assert checks.sized_count({0: 8, 1: 4}, 1, 3, "f", "attributeType") == 12
+    with pytest.raises(DnnArgumentError, match="parameter 'attributeType' is 7, which names no type"):
+        checks.sized_count({0: 8}, 7, 1, "f", "attributeType")
+    libc = ctypes.CDLL(None)
+    labs = libc.llabs                                  # a real C function writing nothing: query via a helper
+
+    def query(value: int, out: object) -> None:        # reports a count through an out-parameter, like C
+        ctypes.cast(out, POINTER(c_int64))[0] = labs(value)
+    labs.argtypes, labs.restype = [c_int64], c_int64
+    assert checks.query_count(query, (-5,), c_int64) == 5
+
+
+def test_clear_handle_sets_a_pointer_to_null():
+    class Opaque(ctypes.Structure):
+        pass
+    handle = POINTER(Opaque)(Opaque())
+    assert handle
+    checks.clear_handle(handle)
+    assert not handle

@@ -42,7 +42,7 @@ _CTYPE_CODES = {ctypes.c_byte: "b", ctypes.c_ubyte: "B", ctypes.c_short: "h", ct
 _ARRAY_CODES = {"n": "q", "N": "Q"}
 
 
-def struct_code(ctype: type) -> str | None:
+def struct_code(ctype: Any) -> str | None:
     """The struct format letter that range-checks a ctypes integer type (None: not an integer type)."""
     code = _CTYPE_CODES.get(ctype)
     if code in ("q", "Q", "n", "N") and ctypes.sizeof(ctype) == 4:     # 32-bit long
@@ -92,13 +92,13 @@ class HostArray:
     needed (``count == 0``).
     """
 
-    def __init__(self, ctype: type, const: bool, nullable: bool, code: str | None = None,
+    def __init__(self, ctype: Any, const: bool, nullable: bool, code: str | None = None,
                  cname: str | None = None) -> None:
         self.ctype = ctype
         self.cname = cname or ctype.__name__
         self.const = const
         self.nullable = nullable
-        self.pointer = ctypes.POINTER(ctype)
+        self.pointer: Any = ctypes.POINTER(ctype)
         self.code = code if code is not None else struct_code(ctype)
         self.itemsize = ctypes.sizeof(ctype)
         self._dtype: list = []
@@ -266,13 +266,14 @@ class HostBuffer:
                 return None
             raise _problem(DnnArgumentError, index, "is dereferenced by the library: None (NULL) is not allowed here")
         if isinstance(obj, _ByrefType):
-            self._need(ctypes.sizeof(obj._obj), nbytes, index, obj)
+            self._need(ctypes.sizeof(getattr(obj, "_obj")), nbytes, index, obj)
             return obj
         if isinstance(obj, (c_void_p, ctypes._Pointer)):             # an explicit pointer value
             return obj
         if isinstance(obj, _CData):
-            self._need(ctypes.sizeof(obj), nbytes, index, obj)
-            return ctypes.byref(obj)
+            data: Any = obj
+            self._need(ctypes.sizeof(data), nbytes, index, obj)
+            return ctypes.byref(data)
         if device_address(obj) is not None:
             raise _problem(DnnArgumentError, index, str(_host_refusal(obj)))
         try:
@@ -295,7 +296,7 @@ class HostBuffer:
 
 
 @lru_cache(maxsize=None)
-def host_array(ctype: type, const: bool, nullable: bool = False, code: str | None = None,
+def host_array(ctype: Any, const: bool, nullable: bool = False, code: str | None = None,
                cname: str | None = None) -> HostArray:
     """The shared converter for one (element type, const, nullable) combination; ``cname`` is the C
     type's name for messages (``size_t``, not ctypes' ``c_ulong``)."""
@@ -316,7 +317,7 @@ def sized_count(nbytes_each: dict[int, int], selector: int, count: int, function
                                "know the size of") from None
 
 
-def query_count(query: Any, args: tuple, ctype: type) -> int:
+def query_count(query: Any, args: tuple, ctype: Any) -> int:
     """The count another function reports (``miopenGetTensorDescriptorSize(desc, &n)``)."""
     out = ctype()
     query(*args, ctypes.byref(out))

@@ -20,7 +20,7 @@ class LibraryError(DnnError):
         self.function = function
         self.message = message
         name = getattr(status, "name", None)
-        code = int(status)
+        code = int(status)  # type: ignore[call-overload]  # an IntEnum member or a raw int
         head = f"{function} failed: {name} ({code})" if name else f"{function} failed with status {code}"
         super().__init__(f"{head}: {message}" if message else head)
 

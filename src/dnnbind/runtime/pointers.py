@@ -104,7 +104,8 @@ def _host_from_param(obj: Any, writable: bool) -> Any:
     if isinstance(obj, _CData):
         if isinstance(obj, (c_void_p, ctypes._Pointer)):        # an explicit pointer value
             return obj
-        return ctypes.byref(obj)
+        data: Any = obj
+        return ctypes.byref(data)
     if device_address(obj) is not None:
         raise _host_refusal(obj)
     address = _buffer_address(obj, writable)
@@ -175,4 +176,4 @@ def address_handle(name: str) -> type:
         raise TypeError(f"needs a {name} (None, an int address or an object with .ptr), got {type_name(obj)}")
 
     return type(name, (c_void_p,), {"from_param": classmethod(from_param),
-                                     "__doc__": f"``{name}``: {address_handle.__doc__.splitlines()[0]}"})
+                                     "__doc__": f"``{name}``: {(address_handle.__doc__ or '').splitlines()[0]}"})

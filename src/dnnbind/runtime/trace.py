@@ -96,7 +96,7 @@ def _start(tracer: Tracer) -> None:
             for library in loader.LIBRARIES:
                 for name in library.function_names:
                     current = library.namespace.get("_" + name)
-                    if isinstance(current, ctypes._CFuncPtr):
+                    if isinstance(current, ctypes.CFUNCTYPE(None).__mro__[1]):   # a bound ctypes function
                         library.namespace["_" + name] = wrap(library, name, current)
 
 
@@ -145,7 +145,7 @@ def _describers(library: "Library", name: str) -> Callable[[tuple], list[tuple[s
     wrapper = library.namespace.get(name)
     prototype = (getattr(wrapper, "__doc__", "") or "").splitlines()[0] if wrapper is not None else ""
     inside = prototype[prototype.find("(") + 1: prototype.rfind(")")]
-    params: list[tuple[str, Any]] = []
+    params: list[tuple[str, Any, str]] = []
     for part in filter(None, (p.strip() for p in inside.split(","))):
         if part == "void":
             continue

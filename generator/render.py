@@ -223,7 +223,7 @@ class TypeNames:
                 code = STRUCT_CODES.get(self.enum_ctype(pointee.name))
             cname = pointee.spelling.replace("const ", "").strip() or element
             conv = self.converter(element, const, p.nullable, code, cname)
-            argtype, unit = f"POINTER({element})", "elements"
+            argtype, unit = "c_void_p", "elements"          # the converter checks the element type
             annotation = "HostArrayLike" if const else "HostPointerLike"
         count = self.count_expression(length, fn)
         name = py_name(p.name)

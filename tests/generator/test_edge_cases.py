@@ -4,6 +4,7 @@ one -D switch each."""
 from __future__ import annotations
 
 import ctypes
+import struct
 from pathlib import Path
 from types import ModuleType
 
@@ -45,7 +46,7 @@ def test_sized_array_parameter_is_a_pointer(tmp_path: Path) -> None:
     assert (dims.type.kind, dims.kind) == ("pointer", "host")
     assert (dims.length, dims.length_rule) == (ir.Length("fixed", "4"), "declared-size")
     module = _import(built, tmp_path)
-    assert module._arr_int_c([1, 2, 3, 4], 4, 0)[:] == [1, 2, 3, 4]
+    assert module._arr_int_c([1, 2, 3, 4], 4, 0) == struct.pack("4i", 1, 2, 3, 4)   # what C reads in place
     with pytest.raises(TypeError, match="needs at least 4 int elements, got a list holding 3"):
         module._arr_int_c([1, 2, 3], 4, 0)
 

@@ -30,7 +30,7 @@ def test_trace_names_enums_arrays_handles_and_status(tensor):
     first, failed = calls[0], calls[1]
     assert first.function == "cudnnSetTensorNdDescriptor" and first.result == "CUDNN_STATUS_SUCCESS"
     args = dict(first.arguments)
-    assert args["dataType"] == "CUDNN_DATA_FLOAT" and args["dimA"] == "c_int[2]([3, 4])"
+    assert args["dataType"] == "CUDNN_DATA_FLOAT" and args["dimA"] == "int[2]([3, 4])"
     assert args["strideA"] == "c_int[2]([4, 1])"        # what C gets: a view of the numpy array
     assert args["tensorDesc"].startswith("cudnnTensorDescriptor_t@0x")
     assert dict(failed.arguments)["dataType"] == "99 (not a cudnnDataType_t)"

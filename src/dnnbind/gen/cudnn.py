@@ -2077,7 +2077,7 @@ def cudnnGetErrorString(status):
         raise _lib.argument_error('cudnnGetErrorString', ('status',), exc) from None
     return _decode(result)
 
-_cudnnGetLastErrorString = _lazy('cudnnGetLastErrorString', (POINTER(c_char), c_size_t,), None)
+_cudnnGetLastErrorString = _lazy('cudnnGetLastErrorString', (c_void_p, c_size_t,), None)
 
 
 def cudnnGetLastErrorString(message, max_size):
@@ -2102,7 +2102,7 @@ def cudnnGetLastErrorString(message, max_size):
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetLastErrorString', ('message', 'max_size'), exc) from None
 
-_cudnnQueryRuntimeError = _lazy('cudnnQueryRuntimeError', (cudnnHandle_t, POINTER(c_int), c_int, POINTER(cudnnRuntimeTag_t),), c_int, deprecated='Use cudnnGetLastErrorString instead')
+_cudnnQueryRuntimeError = _lazy('cudnnQueryRuntimeError', (cudnnHandle_t, c_void_p, c_int, c_void_p,), c_int, deprecated='Use cudnnGetLastErrorString instead')
 
 
 def cudnnQueryRuntimeError(handle, rstatus, mode, tag):
@@ -2139,7 +2139,7 @@ def cudnnQueryRuntimeError(handle, rstatus, mode, tag):
     if status:
         raise _lib.status_error(status, 'cudnnQueryRuntimeError')
 
-_cudnnGetProperty = _lazy('cudnnGetProperty', (c_int, POINTER(c_int),), c_int)
+_cudnnGetProperty = _lazy('cudnnGetProperty', (c_int, c_void_p,), c_int)
 
 
 def cudnnGetProperty(type, value):
@@ -2169,7 +2169,7 @@ def cudnnGetProperty(type, value):
     if status:
         raise _lib.status_error(status, 'cudnnGetProperty')
 
-_cudnnCreate = _lazy('cudnnCreate', (POINTER(cudnnHandle_t),), c_int)
+_cudnnCreate = _lazy('cudnnCreate', (c_void_p,), c_int)
 
 
 def cudnnCreate(handle):
@@ -2238,7 +2238,7 @@ def cudnnSetStream(handle, streamId):
     if status:
         raise _lib.status_error(status, 'cudnnSetStream')
 
-_cudnnGetStream = _lazy('cudnnGetStream', (cudnnHandle_t, POINTER(cudaStream_t),), c_int)
+_cudnnGetStream = _lazy('cudnnGetStream', (cudnnHandle_t, c_void_p,), c_int)
 
 
 def cudnnGetStream(handle, streamId):
@@ -2293,7 +2293,7 @@ def cudnnSetCallback(mask, udata, fptr):
     if status:
         raise _lib.status_error(status, 'cudnnSetCallback')
 
-_cudnnGetCallback = _lazy('cudnnGetCallback', (POINTER(c_uint), POINTER(c_void_p), POINTER(cudnnCallback_t),), c_int)
+_cudnnGetCallback = _lazy('cudnnGetCallback', (c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def cudnnGetCallback(mask, udata, fptr):
@@ -2341,7 +2341,7 @@ def cudnnGraphVersionCheck():
     if status:
         raise _lib.status_error(status, 'cudnnGraphVersionCheck')
 
-_cudnnBackendCreateDescriptor = _lazy('cudnnBackendCreateDescriptor', (c_int, POINTER(cudnnBackendDescriptor_t),), c_int)
+_cudnnBackendCreateDescriptor = _lazy('cudnnBackendCreateDescriptor', (c_int, c_void_p,), c_int)
 
 
 def cudnnBackendCreateDescriptor(descriptorType, descriptor):
@@ -2476,7 +2476,7 @@ def cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCo
     if status:
         raise _lib.status_error(status, 'cudnnBackendSetAttribute')
 
-_cudnnBackendGetAttribute = _lazy('cudnnBackendGetAttribute', (cudnnBackendDescriptor_t, c_int, c_int, c_int64, POINTER(c_int64), c_void_p,), c_int)
+_cudnnBackendGetAttribute = _lazy('cudnnBackendGetAttribute', (cudnnBackendDescriptor_t, c_int, c_int, c_int64, c_void_p, c_void_p,), c_int)
 
 
 def cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requestedElementCount, elementCount, arrayOfElements):
@@ -2514,7 +2514,7 @@ def cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requested
     if status:
         raise _lib.status_error(status, 'cudnnBackendGetAttribute')
 
-_cudnnGetExecutionPlanWorkspaceSize = _lazy('cudnnGetExecutionPlanWorkspaceSize', (cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t, POINTER(c_size_t),), c_int)
+_cudnnGetExecutionPlanWorkspaceSize = _lazy('cudnnGetExecutionPlanWorkspaceSize', (cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t, c_void_p,), c_int)
 
 
 def cudnnGetExecutionPlanWorkspaceSize(handle, executionPlan, variantPack, workspaceSizeInBytes):
@@ -2615,7 +2615,7 @@ def cudnnBackendUpdateCudaGraph(handle, executionPlan, variantPack, graph):
     if status:
         raise _lib.status_error(status, 'cudnnBackendUpdateCudaGraph')
 
-_cudnnCreateTensorDescriptor = _lazy('cudnnCreateTensorDescriptor', (POINTER(cudnnTensorDescriptor_t),), c_int)
+_cudnnCreateTensorDescriptor = _lazy('cudnnCreateTensorDescriptor', (c_void_p,), c_int)
 
 
 def cudnnCreateTensorDescriptor(tensorDesc):
@@ -2726,7 +2726,7 @@ def cudnnSetTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStr
     if status:
         raise _lib.status_error(status, 'cudnnSetTensor4dDescriptorEx')
 
-_cudnnGetTensor4dDescriptor = _lazy('cudnnGetTensor4dDescriptor', (cudnnTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_cudnnGetTensor4dDescriptor = _lazy('cudnnGetTensor4dDescriptor', (cudnnTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def cudnnGetTensor4dDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
@@ -2778,7 +2778,7 @@ def cudnnGetTensor4dDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStrid
     if status:
         raise _lib.status_error(status, 'cudnnGetTensor4dDescriptor')
 
-_cudnnSetTensorNdDescriptor = _lazy('cudnnSetTensorNdDescriptor', (cudnnTensorDescriptor_t, c_int, c_int, POINTER(c_int), POINTER(c_int),), c_int)
+_cudnnSetTensorNdDescriptor = _lazy('cudnnSetTensorNdDescriptor', (cudnnTensorDescriptor_t, c_int, c_int, c_void_p, c_void_p,), c_int)
 
 
 def cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA):
@@ -2820,7 +2820,7 @@ def cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA):
     if status:
         raise _lib.status_error(status, 'cudnnSetTensorNdDescriptor')
 
-_cudnnSetTensorNdDescriptorEx = _lazy('cudnnSetTensorNdDescriptorEx', (cudnnTensorDescriptor_t, c_int, c_int, c_int, POINTER(c_int),), c_int)
+_cudnnSetTensorNdDescriptorEx = _lazy('cudnnSetTensorNdDescriptorEx', (cudnnTensorDescriptor_t, c_int, c_int, c_int, c_void_p,), c_int)
 
 
 def cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA):
@@ -2861,7 +2861,7 @@ def cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA):
     if status:
         raise _lib.status_error(status, 'cudnnSetTensorNdDescriptorEx')
 
-_cudnnGetTensorNdDescriptor = _lazy('cudnnGetTensorNdDescriptor', (cudnnTensorDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_cudnnGetTensorNdDescriptor = _lazy('cudnnGetTensorNdDescriptor', (cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def cudnnGetTensorNdDescriptor(tensorDesc, nbDimsRequested, dataType, nbDims, dimA, strideA):
@@ -2905,7 +2905,7 @@ def cudnnGetTensorNdDescriptor(tensorDesc, nbDimsRequested, dataType, nbDims, di
     if status:
         raise _lib.status_error(status, 'cudnnGetTensorNdDescriptor')
 
-_cudnnGetTensorSizeInBytes = _lazy('cudnnGetTensorSizeInBytes', (cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_cudnnGetTensorSizeInBytes = _lazy('cudnnGetTensorSizeInBytes', (cudnnTensorDescriptor_t, c_void_p,), c_int)
 
 
 def cudnnGetTensorSizeInBytes(tensorDesc, size):
@@ -2960,7 +2960,7 @@ def cudnnDestroyTensorDescriptor(tensorDesc):
         raise _lib.status_error(status, 'cudnnDestroyTensorDescriptor')
     _clear_handle(tensorDesc)
 
-_cudnnInitTransformDest = _lazy('cudnnInitTransformDest', (cudnnTensorTransformDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnInitTransformDest = _lazy('cudnnInitTransformDest', (cudnnTensorTransformDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnInitTransformDest(transformDesc, srcDesc, destDesc, destSizeInBytes):
@@ -2996,7 +2996,7 @@ def cudnnInitTransformDest(transformDesc, srcDesc, destDesc, destSizeInBytes):
     if status:
         raise _lib.status_error(status, 'cudnnInitTransformDest')
 
-_cudnnCreateTensorTransformDescriptor = _lazy('cudnnCreateTensorTransformDescriptor', (POINTER(cudnnTensorTransformDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateTensorTransformDescriptor = _lazy('cudnnCreateTensorTransformDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateTensorTransformDescriptor(transformDesc):
@@ -3029,7 +3029,7 @@ def cudnnCreateTensorTransformDescriptor(transformDesc):
     if status:
         raise _lib.status_error(status, 'cudnnCreateTensorTransformDescriptor')
 
-_cudnnSetTensorTransformDescriptor = _lazy('cudnnSetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, c_int, POINTER(c_int32), POINTER(c_int32), POINTER(c_uint32), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetTensorTransformDescriptor = _lazy('cudnnSetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, c_int, c_void_p, c_void_p, c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBeforeA, padAfterA, foldA, direction):
@@ -3079,7 +3079,7 @@ def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBefo
     if status:
         raise _lib.status_error(status, 'cudnnSetTensorTransformDescriptor')
 
-_cudnnGetTensorTransformDescriptor = _lazy('cudnnGetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, POINTER(c_int), POINTER(c_int32), POINTER(c_int32), POINTER(c_uint32), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetTensorTransformDescriptor = _lazy('cudnnGetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetTensorTransformDescriptor(transformDesc, nbDimsRequested, destFormat, padBeforeA, padAfterA, foldA, direction):
@@ -3290,7 +3290,7 @@ def cudnnAddTensor(handle, alpha, aDesc, A, beta, cDesc, C):
     if status:
         raise _lib.status_error(status, 'cudnnAddTensor')
 
-_cudnnCreateOpTensorDescriptor = _lazy('cudnnCreateOpTensorDescriptor', (POINTER(cudnnOpTensorDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateOpTensorDescriptor = _lazy('cudnnCreateOpTensorDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateOpTensorDescriptor(opTensorDesc):
@@ -3357,7 +3357,7 @@ def cudnnSetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
     if status:
         raise _lib.status_error(status, 'cudnnSetOpTensorDescriptor')
 
-_cudnnGetOpTensorDescriptor = _lazy('cudnnGetOpTensorDescriptor', (cudnnOpTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetOpTensorDescriptor = _lazy('cudnnGetOpTensorDescriptor', (cudnnOpTensorDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTensorNanOpt):
@@ -3474,7 +3474,7 @@ def cudnnOpTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta
     if status:
         raise _lib.status_error(status, 'cudnnOpTensor')
 
-_cudnnCreateReduceTensorDescriptor = _lazy('cudnnCreateReduceTensorDescriptor', (POINTER(cudnnReduceTensorDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateReduceTensorDescriptor = _lazy('cudnnCreateReduceTensorDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateReduceTensorDescriptor(reduceTensorDesc):
@@ -3543,7 +3543,7 @@ def cudnnSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
     if status:
         raise _lib.status_error(status, 'cudnnSetReduceTensorDescriptor')
 
-_cudnnGetReduceTensorDescriptor = _lazy('cudnnGetReduceTensorDescriptor', (cudnnReduceTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetReduceTensorDescriptor = _lazy('cudnnGetReduceTensorDescriptor', (cudnnReduceTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
@@ -3615,7 +3615,7 @@ def cudnnDestroyReduceTensorDescriptor(reduceTensorDesc):
         raise _lib.status_error(status, 'cudnnDestroyReduceTensorDescriptor')
     _clear_handle(reduceTensorDesc)
 
-_cudnnGetReductionIndicesSize = _lazy('cudnnGetReductionIndicesSize', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetReductionIndicesSize = _lazy('cudnnGetReductionIndicesSize', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes):
@@ -3649,7 +3649,7 @@ def cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInB
     if status:
         raise _lib.status_error(status, 'cudnnGetReductionIndicesSize')
 
-_cudnnGetReductionWorkspaceSize = _lazy('cudnnGetReductionWorkspaceSize', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetReductionWorkspaceSize = _lazy('cudnnGetReductionWorkspaceSize', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes):
@@ -3814,7 +3814,7 @@ def cudnnScaleTensor(handle, yDesc, y, alpha):
     if status:
         raise _lib.status_error(status, 'cudnnScaleTensor')
 
-_cudnnCreateFilterDescriptor = _lazy('cudnnCreateFilterDescriptor', (POINTER(cudnnFilterDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateFilterDescriptor = _lazy('cudnnCreateFilterDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateFilterDescriptor(filterDesc):
@@ -3888,7 +3888,7 @@ def cudnnSetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     if status:
         raise _lib.status_error(status, 'cudnnSetFilter4dDescriptor')
 
-_cudnnGetFilter4dDescriptor = _lazy('cudnnGetFilter4dDescriptor', (cudnnFilterDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFilter4dDescriptor = _lazy('cudnnGetFilter4dDescriptor', (cudnnFilterDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
@@ -3934,7 +3934,7 @@ def cudnnGetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     if status:
         raise _lib.status_error(status, 'cudnnGetFilter4dDescriptor')
 
-_cudnnSetFilterNdDescriptor = _lazy('cudnnSetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, c_int, c_int, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetFilterNdDescriptor = _lazy('cudnnSetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, c_int, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA):
@@ -3975,7 +3975,7 @@ def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
     if status:
         raise _lib.status_error(status, 'cudnnSetFilterNdDescriptor')
 
-_cudnnGetFilterNdDescriptor = _lazy('cudnnGetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFilterNdDescriptor = _lazy('cudnnGetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nbDims, filterDimA):
@@ -4022,7 +4022,7 @@ def cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nb
     if status:
         raise _lib.status_error(status, 'cudnnGetFilterNdDescriptor')
 
-_cudnnGetFilterSizeInBytes = _lazy('cudnnGetFilterSizeInBytes', (cudnnFilterDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFilterSizeInBytes = _lazy('cudnnGetFilterSizeInBytes', (cudnnFilterDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetFilterSizeInBytes(filterDesc, size):
@@ -4173,7 +4173,7 @@ def cudnnSoftmaxForward(handle, algo, mode, alpha, xDesc, x, beta, yDesc, y):
     if status:
         raise _lib.status_error(status, 'cudnnSoftmaxForward')
 
-_cudnnCreatePoolingDescriptor = _lazy('cudnnCreatePoolingDescriptor', (POINTER(cudnnPoolingDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreatePoolingDescriptor = _lazy('cudnnCreatePoolingDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreatePoolingDescriptor(poolingDesc):
@@ -4245,7 +4245,7 @@ def cudnnSetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
     if status:
         raise _lib.status_error(status, 'cudnnSetPooling2dDescriptor')
 
-_cudnnGetPooling2dDescriptor = _lazy('cudnnGetPooling2dDescriptor', (cudnnPoolingDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetPooling2dDescriptor = _lazy('cudnnGetPooling2dDescriptor', (cudnnPoolingDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride):
@@ -4297,7 +4297,7 @@ def cudnnGetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
     if status:
         raise _lib.status_error(status, 'cudnnGetPooling2dDescriptor')
 
-_cudnnSetPoolingNdDescriptor = _lazy('cudnnSetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, c_int, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetPoolingNdDescriptor = _lazy('cudnnSetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, c_int, c_int, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, windowDimA, paddingA, strideA):
@@ -4344,7 +4344,7 @@ def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, win
     if status:
         raise _lib.status_error(status, 'cudnnSetPoolingNdDescriptor')
 
-_cudnnGetPoolingNdDescriptor = _lazy('cudnnGetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetPoolingNdDescriptor = _lazy('cudnnGetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNanOpt, nbDims, windowDimA, paddingA, strideA):
@@ -4397,7 +4397,7 @@ def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNa
     if status:
         raise _lib.status_error(status, 'cudnnGetPoolingNdDescriptor')
 
-_cudnnGetPoolingNdForwardOutputDim = _lazy('cudnnGetPoolingNdForwardOutputDim', (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetPoolingNdForwardOutputDim = _lazy('cudnnGetPoolingNdForwardOutputDim', (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outputTensorDimA):
@@ -4436,7 +4436,7 @@ def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outp
     if status:
         raise _lib.status_error(status, 'cudnnGetPoolingNdForwardOutputDim')
 
-_cudnnGetPooling2dForwardOutputDim = _lazy('cudnnGetPooling2dForwardOutputDim', (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetPooling2dForwardOutputDim = _lazy('cudnnGetPooling2dForwardOutputDim', (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetPooling2dForwardOutputDim(poolingDesc, inputTensorDesc, n, c, h, w):
@@ -4550,7 +4550,7 @@ def cudnnPoolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y):
     if status:
         raise _lib.status_error(status, 'cudnnPoolingForward')
 
-_cudnnCreateActivationDescriptor = _lazy('cudnnCreateActivationDescriptor', (POINTER(cudnnActivationDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateActivationDescriptor = _lazy('cudnnCreateActivationDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateActivationDescriptor(activationDesc):
@@ -4617,7 +4617,7 @@ def cudnnSetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     if status:
         raise _lib.status_error(status, 'cudnnSetActivationDescriptor')
 
-_cudnnGetActivationDescriptor = _lazy('cudnnGetActivationDescriptor', (cudnnActivationDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_double),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetActivationDescriptor = _lazy('cudnnGetActivationDescriptor', (cudnnActivationDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
@@ -4682,7 +4682,7 @@ def cudnnSetActivationDescriptorSwishBeta(activationDesc, swish_beta):
     if status:
         raise _lib.status_error(status, 'cudnnSetActivationDescriptorSwishBeta')
 
-_cudnnGetActivationDescriptorSwishBeta = _lazy('cudnnGetActivationDescriptorSwishBeta', (cudnnActivationDescriptor_t, POINTER(c_double),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetActivationDescriptorSwishBeta = _lazy('cudnnGetActivationDescriptorSwishBeta', (cudnnActivationDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetActivationDescriptorSwishBeta(activationDesc, swish_beta):
@@ -4786,7 +4786,7 @@ def cudnnActivationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc,
     if status:
         raise _lib.status_error(status, 'cudnnActivationForward')
 
-_cudnnCreateLRNDescriptor = _lazy('cudnnCreateLRNDescriptor', (POINTER(cudnnLRNDescriptor_t),), c_int)
+_cudnnCreateLRNDescriptor = _lazy('cudnnCreateLRNDescriptor', (c_void_p,), c_int)
 
 
 def cudnnCreateLRNDescriptor(normDesc):
@@ -4855,7 +4855,7 @@ def cudnnSetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
     if status:
         raise _lib.status_error(status, 'cudnnSetLRNDescriptor')
 
-_cudnnGetLRNDescriptor = _lazy('cudnnGetLRNDescriptor', (cudnnLRNDescriptor_t, POINTER(c_uint), POINTER(c_double), POINTER(c_double), POINTER(c_double),), c_int)
+_cudnnGetLRNDescriptor = _lazy('cudnnGetLRNDescriptor', (cudnnLRNDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def cudnnGetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
@@ -5233,7 +5233,7 @@ def cudnnNormalizationForwardInference(handle, mode, normOps, algo, alpha, beta,
     if status:
         raise _lib.status_error(status, 'cudnnNormalizationForwardInference')
 
-_cudnnCreateSpatialTransformerDescriptor = _lazy('cudnnCreateSpatialTransformerDescriptor', (POINTER(cudnnSpatialTransformerDescriptor_t),), c_int)
+_cudnnCreateSpatialTransformerDescriptor = _lazy('cudnnCreateSpatialTransformerDescriptor', (c_void_p,), c_int)
 
 
 def cudnnCreateSpatialTransformerDescriptor(stDesc):
@@ -5261,7 +5261,7 @@ def cudnnCreateSpatialTransformerDescriptor(stDesc):
     if status:
         raise _lib.status_error(status, 'cudnnCreateSpatialTransformerDescriptor')
 
-_cudnnSetSpatialTransformerNdDescriptor = _lazy('cudnnSetSpatialTransformerNdDescriptor', (cudnnSpatialTransformerDescriptor_t, c_int, c_int, c_int, POINTER(c_int),), c_int)
+_cudnnSetSpatialTransformerNdDescriptor = _lazy('cudnnSetSpatialTransformerNdDescriptor', (cudnnSpatialTransformerDescriptor_t, c_int, c_int, c_int, c_void_p,), c_int)
 
 
 def cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims, dimA):
@@ -5401,7 +5401,7 @@ def cudnnSpatialTfSamplerForward(handle, stDesc, alpha, xDesc, x, grid, beta, yD
     if status:
         raise _lib.status_error(status, 'cudnnSpatialTfSamplerForward')
 
-_cudnnCreateDropoutDescriptor = _lazy('cudnnCreateDropoutDescriptor', (POINTER(cudnnDropoutDescriptor_t),), c_int)
+_cudnnCreateDropoutDescriptor = _lazy('cudnnCreateDropoutDescriptor', (c_void_p,), c_int)
 
 
 def cudnnCreateDropoutDescriptor(dropoutDesc):
@@ -5455,7 +5455,7 @@ def cudnnDestroyDropoutDescriptor(dropoutDesc):
         raise _lib.status_error(status, 'cudnnDestroyDropoutDescriptor')
     _clear_handle(dropoutDesc)
 
-_cudnnDropoutGetStatesSize = _lazy('cudnnDropoutGetStatesSize', (cudnnHandle_t, POINTER(c_size_t),), c_int)
+_cudnnDropoutGetStatesSize = _lazy('cudnnDropoutGetStatesSize', (cudnnHandle_t, c_void_p,), c_int)
 
 
 def cudnnDropoutGetStatesSize(handle, sizeInBytes):
@@ -5483,7 +5483,7 @@ def cudnnDropoutGetStatesSize(handle, sizeInBytes):
     if status:
         raise _lib.status_error(status, 'cudnnDropoutGetStatesSize')
 
-_cudnnDropoutGetReserveSpaceSize = _lazy('cudnnDropoutGetReserveSpaceSize', (cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_cudnnDropoutGetReserveSpaceSize = _lazy('cudnnDropoutGetReserveSpaceSize', (cudnnTensorDescriptor_t, c_void_p,), c_int)
 
 
 def cudnnDropoutGetReserveSpaceSize(xdesc, sizeInBytes):
@@ -5589,7 +5589,7 @@ def cudnnRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSiz
     if status:
         raise _lib.status_error(status, 'cudnnRestoreDropoutDescriptor')
 
-_cudnnGetDropoutDescriptor = _lazy('cudnnGetDropoutDescriptor', (cudnnDropoutDescriptor_t, cudnnHandle_t, POINTER(c_float), POINTER(c_void_p), POINTER(c_ulonglong),), c_int)
+_cudnnGetDropoutDescriptor = _lazy('cudnnGetDropoutDescriptor', (cudnnDropoutDescriptor_t, cudnnHandle_t, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def cudnnGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed):
@@ -5956,7 +5956,7 @@ def cudnnDivisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, 
     if status:
         raise _lib.status_error(status, 'cudnnDivisiveNormalizationBackward')
 
-_cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize = _lazy('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize = _lazy('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps, xDesc, zDesc, yDesc, bnScaleBiasMeanVarDesc, activationDesc, sizeInBytes):
@@ -6000,7 +6000,7 @@ def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps
     if status:
         raise _lib.status_error(status, 'cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize')
 
-_cudnnGetBatchNormalizationBackwardExWorkspaceSize = _lazy('cudnnGetBatchNormalizationBackwardExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetBatchNormalizationBackwardExWorkspaceSize = _lazy('cudnnGetBatchNormalizationBackwardExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dBnScaleBiasDesc, activationDesc, sizeInBytes):
@@ -6046,7 +6046,7 @@ def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc
     if status:
         raise _lib.status_error(status, 'cudnnGetBatchNormalizationBackwardExWorkspaceSize')
 
-_cudnnGetBatchNormalizationTrainingExReserveSpaceSize = _lazy('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', (cudnnHandle_t, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetBatchNormalizationTrainingExReserveSpaceSize = _lazy('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', (cudnnHandle_t, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, activationDesc, xDesc, sizeInBytes):
@@ -6391,7 +6391,7 @@ def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDa
     if status:
         raise _lib.status_error(status, 'cudnnBatchNormalizationBackwardEx')
 
-_cudnnGetNormalizationForwardTrainingWorkspaceSize = _lazy('cudnnGetNormalizationForwardTrainingWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetNormalizationForwardTrainingWorkspaceSize = _lazy('cudnnGetNormalizationForwardTrainingWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, algo, xDesc, zDesc, yDesc, normScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt):
@@ -6438,7 +6438,7 @@ def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, alg
     if status:
         raise _lib.status_error(status, 'cudnnGetNormalizationForwardTrainingWorkspaceSize')
 
-_cudnnGetNormalizationBackwardWorkspaceSize = _lazy('cudnnGetNormalizationBackwardWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetNormalizationBackwardWorkspaceSize = _lazy('cudnnGetNormalizationBackwardWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dNormScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt):
@@ -6487,7 +6487,7 @@ def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDes
     if status:
         raise _lib.status_error(status, 'cudnnGetNormalizationBackwardWorkspaceSize')
 
-_cudnnGetNormalizationTrainingReserveSpaceSize = _lazy('cudnnGetNormalizationTrainingReserveSpaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetNormalizationTrainingReserveSpaceSize = _lazy('cudnnGetNormalizationTrainingReserveSpaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, activationDesc, xDesc, sizeInBytes, groupCnt):
@@ -6836,7 +6836,7 @@ def cudnnDropoutBackward(handle, dropoutDesc, dydesc, dy, dxdesc, dx, reserveSpa
     if status:
         raise _lib.status_error(status, 'cudnnDropoutBackward')
 
-_cudnnCreateRNNDescriptor = _lazy('cudnnCreateRNNDescriptor', (POINTER(cudnnRNNDescriptor_t),), c_int)
+_cudnnCreateRNNDescriptor = _lazy('cudnnCreateRNNDescriptor', (c_void_p,), c_int)
 
 
 def cudnnCreateRNNDescriptor(rnnDesc):
@@ -6934,7 +6934,7 @@ def cudnnSetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMo
     if status:
         raise _lib.status_error(status, 'cudnnSetRNNDescriptor_v8')
 
-_cudnnGetRNNDescriptor_v8 = _lazy('cudnnGetRNNDescriptor_v8', (cudnnRNNDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int32), POINTER(c_int32), POINTER(c_int32), POINTER(c_int32), POINTER(cudnnDropoutDescriptor_t), POINTER(c_uint32),), c_int)
+_cudnnGetRNNDescriptor_v8 = _lazy('cudnnGetRNNDescriptor_v8', (cudnnRNNDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def cudnnGetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, dropoutDesc, auxFlags):
@@ -7060,7 +7060,7 @@ def cudnnRNNSetClip_v9(rnnDesc, clipMode, lclip, rclip):
     if status:
         raise _lib.status_error(status, 'cudnnRNNSetClip_v9')
 
-_cudnnRNNGetClip_v8 = _lazy('cudnnRNNGetClip_v8', (cudnnRNNDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_double), POINTER(c_double),), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnRNNGetClip_v9 instead')
+_cudnnRNNGetClip_v8 = _lazy('cudnnRNNGetClip_v8', (cudnnRNNDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnRNNGetClip_v9 instead')
 
 
 def cudnnRNNGetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
@@ -7091,7 +7091,7 @@ def cudnnRNNGetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
     if status:
         raise _lib.status_error(status, 'cudnnRNNGetClip_v8')
 
-_cudnnRNNGetClip_v9 = _lazy('cudnnRNNGetClip_v9', (cudnnRNNDescriptor_t, POINTER(c_int), POINTER(c_double), POINTER(c_double),), c_int)
+_cudnnRNNGetClip_v9 = _lazy('cudnnRNNGetClip_v9', (cudnnRNNDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def cudnnRNNGetClip_v9(rnnDesc, clipMode, lclip, rclip):
@@ -7156,7 +7156,7 @@ def cudnnBuildRNNDynamic(handle, rnnDesc, miniBatch):
     if status:
         raise _lib.status_error(status, 'cudnnBuildRNNDynamic')
 
-_cudnnGetRNNTempSpaceSizes = _lazy('cudnnGetRNNTempSpaceSizes', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int, cudnnRNNDataDescriptor_t, POINTER(c_size_t), POINTER(c_size_t),), c_int)
+_cudnnGetRNNTempSpaceSizes = _lazy('cudnnGetRNNTempSpaceSizes', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int, cudnnRNNDataDescriptor_t, c_void_p, c_void_p,), c_int)
 
 
 def cudnnGetRNNTempSpaceSizes(handle, rnnDesc, fwdMode, xDesc, workSpaceSize, reserveSpaceSize):
@@ -7195,7 +7195,7 @@ def cudnnGetRNNTempSpaceSizes(handle, rnnDesc, fwdMode, xDesc, workSpaceSize, re
     if status:
         raise _lib.status_error(status, 'cudnnGetRNNTempSpaceSizes')
 
-_cudnnGetRNNWeightSpaceSize = _lazy('cudnnGetRNNWeightSpaceSize', (cudnnHandle_t, cudnnRNNDescriptor_t, POINTER(c_size_t),), c_int)
+_cudnnGetRNNWeightSpaceSize = _lazy('cudnnGetRNNWeightSpaceSize', (cudnnHandle_t, cudnnRNNDescriptor_t, c_void_p,), c_int)
 
 
 def cudnnGetRNNWeightSpaceSize(handle, rnnDesc, weightSpaceSize):
@@ -7223,7 +7223,7 @@ def cudnnGetRNNWeightSpaceSize(handle, rnnDesc, weightSpaceSize):
     if status:
         raise _lib.status_error(status, 'cudnnGetRNNWeightSpaceSize')
 
-_cudnnGetRNNWeightParams = _lazy('cudnnGetRNNWeightParams', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int32, c_size_t, DevicePointer, c_int32, cudnnTensorDescriptor_t, POINTER(c_void_p), cudnnTensorDescriptor_t, POINTER(c_void_p),), c_int)
+_cudnnGetRNNWeightParams = _lazy('cudnnGetRNNWeightParams', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int32, c_size_t, DevicePointer, c_int32, cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p,), c_int)
 
 
 def cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weightSpace, linLayerID, mDesc, mAddr, bDesc, bAddr):
@@ -7268,7 +7268,7 @@ def cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weigh
     if status:
         raise _lib.status_error(status, 'cudnnGetRNNWeightParams')
 
-_cudnnCreateRNNDataDescriptor = _lazy('cudnnCreateRNNDataDescriptor', (POINTER(cudnnRNNDataDescriptor_t),), c_int)
+_cudnnCreateRNNDataDescriptor = _lazy('cudnnCreateRNNDataDescriptor', (c_void_p,), c_int)
 
 
 def cudnnCreateRNNDataDescriptor(rnnDataDesc):
@@ -7313,7 +7313,7 @@ def cudnnDestroyRNNDataDescriptor(rnnDataDesc):
         raise _lib.status_error(status, 'cudnnDestroyRNNDataDescriptor')
     _clear_handle(rnnDataDesc)
 
-_cudnnSetRNNDataDescriptor = _lazy('cudnnSetRNNDataDescriptor', (cudnnRNNDataDescriptor_t, c_int, c_int, c_int, c_int, c_int, POINTER(c_int), c_void_p,), c_int)
+_cudnnSetRNNDataDescriptor = _lazy('cudnnSetRNNDataDescriptor', (cudnnRNNDataDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_void_p, c_void_p,), c_int)
 
 
 def cudnnSetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batchSize, vectorSize, seqLengthArray, paddingFill):
@@ -7354,7 +7354,7 @@ def cudnnSetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
     if status:
         raise _lib.status_error(status, 'cudnnSetRNNDataDescriptor')
 
-_cudnnGetRNNDataDescriptor = _lazy('cudnnGetRNNDataDescriptor', (cudnnRNNDataDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), c_int, POINTER(c_int), c_void_p,), c_int)
+_cudnnGetRNNDataDescriptor = _lazy('cudnnGetRNNDataDescriptor', (cudnnRNNDataDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_void_p, c_void_p,), c_int)
 
 
 def cudnnGetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batchSize, vectorSize, arrayLengthRequested, seqLengthArray, paddingFill):
@@ -7458,7 +7458,7 @@ def cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y,
     if status:
         raise _lib.status_error(status, 'cudnnRNNForward')
 
-_cudnnCreateSeqDataDescriptor = _lazy('cudnnCreateSeqDataDescriptor', (POINTER(cudnnSeqDataDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use RNN data descriptors instead')
+_cudnnCreateSeqDataDescriptor = _lazy('cudnnCreateSeqDataDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use RNN data descriptors instead')
 
 
 def cudnnCreateSeqDataDescriptor(seqDataDesc):
@@ -7505,7 +7505,7 @@ def cudnnDestroySeqDataDescriptor(seqDataDesc):
         raise _lib.status_error(status, 'cudnnDestroySeqDataDescriptor')
     _clear_handle(seqDataDesc)
 
-_cudnnSetSeqDataDescriptor = _lazy('cudnnSetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, c_int, c_int, POINTER(c_int), POINTER(c_int), c_size_t, POINTER(c_int), c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnSetSeqDataDescriptor = _lazy('cudnnSetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, c_int, c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
 
 
 def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLengthArraySize, seqLengthArray, paddingFill):
@@ -7541,7 +7541,7 @@ def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLeng
     if status:
         raise _lib.status_error(status, 'cudnnSetSeqDataDescriptor')
 
-_cudnnGetSeqDataDescriptor = _lazy('cudnnGetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, POINTER(c_int), POINTER(c_int), c_int, POINTER(c_int), POINTER(c_int), POINTER(c_size_t), c_size_t, POINTER(c_int), c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnGetSeqDataDescriptor = _lazy('cudnnGetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, c_void_p, c_void_p, c_int, c_void_p, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
 
 
 def cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, dimA, axes, seqLengthArraySize, seqLengthSizeRequested, seqLengthArray, paddingFill):
@@ -7583,7 +7583,7 @@ def cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, di
     if status:
         raise _lib.status_error(status, 'cudnnGetSeqDataDescriptor')
 
-_cudnnCreateAttnDescriptor = _lazy('cudnnCreateAttnDescriptor', (POINTER(cudnnAttnDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_cudnnCreateAttnDescriptor = _lazy('cudnnCreateAttnDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
 
 
 def cudnnCreateAttnDescriptor(attnDesc):
@@ -7656,7 +7656,7 @@ def cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     if status:
         raise _lib.status_error(status, 'cudnnSetAttnDescriptor')
 
-_cudnnGetAttnDescriptor = _lazy('cudnnGetAttnDescriptor', (cudnnAttnDescriptor_t, POINTER(c_uint), POINTER(c_int), POINTER(c_double), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(cudnnDropoutDescriptor_t), POINTER(cudnnDropoutDescriptor_t), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnGetAttnDescriptor = _lazy('cudnnGetAttnDescriptor', (cudnnAttnDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
 
 
 def cudnnGetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, computePrec, mathType, attnDropoutDesc, postDropoutDesc, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize):
@@ -7716,7 +7716,7 @@ def cudnnGetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     if status:
         raise _lib.status_error(status, 'cudnnGetAttnDescriptor')
 
-_cudnnGetMultiHeadAttnBuffers = _lazy('cudnnGetMultiHeadAttnBuffers', (cudnnHandle_t, cudnnAttnDescriptor_t, POINTER(c_size_t), POINTER(c_size_t), POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnGetMultiHeadAttnBuffers = _lazy('cudnnGetMultiHeadAttnBuffers', (cudnnHandle_t, cudnnAttnDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
 
 
 def cudnnGetMultiHeadAttnBuffers(handle, attnDesc, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
@@ -7744,7 +7744,7 @@ def cudnnGetMultiHeadAttnBuffers(handle, attnDesc, weightSizeInBytes, workSpaceS
     if status:
         raise _lib.status_error(status, 'cudnnGetMultiHeadAttnBuffers')
 
-_cudnnGetMultiHeadAttnWeights = _lazy('cudnnGetMultiHeadAttnWeights', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, c_size_t, DevicePointer, cudnnTensorDescriptor_t, POINTER(c_void_p),), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnGetMultiHeadAttnWeights = _lazy('cudnnGetMultiHeadAttnWeights', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, c_size_t, DevicePointer, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
 
 
 def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, weights, wDesc, wAddr):
@@ -7776,7 +7776,7 @@ def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, wei
     if status:
         raise _lib.status_error(status, 'cudnnGetMultiHeadAttnWeights')
 
-_cudnnMultiHeadAttnForward = _lazy('cudnnMultiHeadAttnForward', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_cudnnMultiHeadAttnForward = _lazy('cudnnMultiHeadAttnForward', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, c_void_p, c_void_p, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
 
 
 def cudnnMultiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLengthsQO, devSeqLengthsKV, qDesc, queries, residuals, kDesc, keys, vDesc, values, oDesc, out, weightSizeInBytes, weights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace):
@@ -7956,7 +7956,7 @@ def cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x
     if status:
         raise _lib.status_error(status, 'cudnnRNNBackwardWeights_v8')
 
-_cudnnMultiHeadAttnBackwardData = _lazy('cudnnMultiHeadAttnBackwardData', (cudnnHandle_t, cudnnAttnDescriptor_t, POINTER(c_int), POINTER(c_int), DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_cudnnMultiHeadAttnBackwardData = _lazy('cudnnMultiHeadAttnBackwardData', (cudnnHandle_t, cudnnAttnDescriptor_t, c_void_p, c_void_p, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
 
 
 def cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqLengthsDQDO, devSeqLengthsDKDV, doDesc, dout, dqDesc, dqueries, queries, dkDesc, dkeys, keys, dvDesc, dvalues, values, weightSizeInBytes, weights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace):
@@ -8042,7 +8042,7 @@ def cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries,
     if status:
         raise _lib.status_error(status, 'cudnnMultiHeadAttnBackwardWeights')
 
-_cudnnCreateCTCLossDescriptor = _lazy('cudnnCreateCTCLossDescriptor', (POINTER(cudnnCTCLossDescriptor_t),), c_int)
+_cudnnCreateCTCLossDescriptor = _lazy('cudnnCreateCTCLossDescriptor', (c_void_p,), c_int)
 
 
 def cudnnCreateCTCLossDescriptor(ctcLossDesc):
@@ -8175,7 +8175,7 @@ def cudnnSetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, m
     if status:
         raise _lib.status_error(status, 'cudnnSetCTCLossDescriptor_v9')
 
-_cudnnGetCTCLossDescriptor = _lazy('cudnnGetCTCLossDescriptor', (cudnnCTCLossDescriptor_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
+_cudnnGetCTCLossDescriptor = _lazy('cudnnGetCTCLossDescriptor', (cudnnCTCLossDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
 
 
 def cudnnGetCTCLossDescriptor(ctcLossDesc, compType):
@@ -8199,7 +8199,7 @@ def cudnnGetCTCLossDescriptor(ctcLossDesc, compType):
     if status:
         raise _lib.status_error(status, 'cudnnGetCTCLossDescriptor')
 
-_cudnnGetCTCLossDescriptorEx = _lazy('cudnnGetCTCLossDescriptorEx', (cudnnCTCLossDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
+_cudnnGetCTCLossDescriptorEx = _lazy('cudnnGetCTCLossDescriptorEx', (cudnnCTCLossDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
 
 
 def cudnnGetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
@@ -8227,7 +8227,7 @@ def cudnnGetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     if status:
         raise _lib.status_error(status, 'cudnnGetCTCLossDescriptorEx')
 
-_cudnnGetCTCLossDescriptor_v8 = _lazy('cudnnGetCTCLossDescriptor_v8', (cudnnCTCLossDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
+_cudnnGetCTCLossDescriptor_v8 = _lazy('cudnnGetCTCLossDescriptor_v8', (cudnnCTCLossDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
 
 
 def cudnnGetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxLabelLength):
@@ -8257,7 +8257,7 @@ def cudnnGetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxL
     if status:
         raise _lib.status_error(status, 'cudnnGetCTCLossDescriptor_v8')
 
-_cudnnGetCTCLossDescriptor_v9 = _lazy('cudnnGetCTCLossDescriptor_v9', (cudnnCTCLossDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_cudnnGetCTCLossDescriptor_v9 = _lazy('cudnnGetCTCLossDescriptor_v9', (cudnnCTCLossDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def cudnnGetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, maxLabelLength):
@@ -8306,7 +8306,7 @@ def cudnnDestroyCTCLossDescriptor(ctcLossDesc):
         raise _lib.status_error(status, 'cudnnDestroyCTCLossDescriptor')
     _clear_handle(ctcLossDesc)
 
-_cudnnCTCLoss = _lazy('cudnnCTCLoss', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, POINTER(c_int), POINTER(c_int), POINTER(c_int), DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_int, cudnnCTCLossDescriptor_t, DevicePointer, c_size_t,), c_int)
+_cudnnCTCLoss = _lazy('cudnnCTCLoss', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, c_void_p, c_void_p, c_void_p, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_int, cudnnCTCLossDescriptor_t, DevicePointer, c_size_t,), c_int)
 
 
 def cudnnCTCLoss(handle, probsDesc, probs, hostLabels, hostLabelLengths, hostInputLengths, costs, gradientsDesc, gradients, algo, ctcLossDesc, workspace, workSpaceSizeInBytes):
@@ -8403,7 +8403,7 @@ def cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLe
     if status:
         raise _lib.status_error(status, 'cudnnCTCLoss_v8')
 
-_cudnnGetCTCLossWorkspaceSize = _lazy('cudnnGetCTCLossWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), c_int, cudnnCTCLossDescriptor_t, POINTER(c_size_t),), c_int)
+_cudnnGetCTCLossWorkspaceSize = _lazy('cudnnGetCTCLossWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_int, cudnnCTCLossDescriptor_t, c_void_p,), c_int)
 
 
 def cudnnGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labelLengths, inputLengths, algo, ctcLossDesc, sizeInBytes):
@@ -8441,7 +8441,7 @@ def cudnnGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, label
     if status:
         raise _lib.status_error(status, 'cudnnGetCTCLossWorkspaceSize')
 
-_cudnnGetCTCLossWorkspaceSize_v8 = _lazy('cudnnGetCTCLossWorkspaceSize_v8', (cudnnHandle_t, c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_cudnnGetCTCLossWorkspaceSize_v8 = _lazy('cudnnGetCTCLossWorkspaceSize_v8', (cudnnHandle_t, c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int)
 
 
 def cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradientsDesc, sizeInBytes):
@@ -8469,7 +8469,7 @@ def cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradie
     if status:
         raise _lib.status_error(status, 'cudnnGetCTCLossWorkspaceSize_v8')
 
-_cudnnCreateConvolutionDescriptor = _lazy('cudnnCreateConvolutionDescriptor', (POINTER(cudnnConvolutionDescriptor_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateConvolutionDescriptor = _lazy('cudnnCreateConvolutionDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateConvolutionDescriptor(convDesc):
@@ -8555,7 +8555,7 @@ def cudnnSetConvolutionMathType(convDesc, mathType):
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolutionMathType')
 
-_cudnnGetConvolutionMathType = _lazy('cudnnGetConvolutionMathType', (cudnnConvolutionDescriptor_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionMathType = _lazy('cudnnGetConvolutionMathType', (cudnnConvolutionDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionMathType(convDesc, mathType):
@@ -8615,7 +8615,7 @@ def cudnnSetConvolutionGroupCount(convDesc, groupCount):
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolutionGroupCount')
 
-_cudnnGetConvolutionGroupCount = _lazy('cudnnGetConvolutionGroupCount', (cudnnConvolutionDescriptor_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionGroupCount = _lazy('cudnnGetConvolutionGroupCount', (cudnnConvolutionDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionGroupCount(convDesc, groupCount):
@@ -8675,7 +8675,7 @@ def cudnnSetConvolutionReorderType(convDesc, reorderType):
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolutionReorderType')
 
-_cudnnGetConvolutionReorderType = _lazy('cudnnGetConvolutionReorderType', (cudnnConvolutionDescriptor_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionReorderType = _lazy('cudnnGetConvolutionReorderType', (cudnnConvolutionDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionReorderType(convDesc, reorderType):
@@ -8742,7 +8742,7 @@ def cudnnSetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolution2dDescriptor')
 
-_cudnnGetConvolution2dDescriptor = _lazy('cudnnGetConvolution2dDescriptor', (cudnnConvolutionDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolution2dDescriptor = _lazy('cudnnGetConvolution2dDescriptor', (cudnnConvolutionDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType):
@@ -8792,7 +8792,7 @@ def cudnnGetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolution2dDescriptor')
 
-_cudnnSetConvolutionNdDescriptor = _lazy('cudnnSetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetConvolutionNdDescriptor = _lazy('cudnnSetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, dilationA, mode, computeType):
@@ -8836,7 +8836,7 @@ def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, 
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolutionNdDescriptor')
 
-_cudnnGetConvolutionNdDescriptor = _lazy('cudnnGetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionNdDescriptor = _lazy('cudnnGetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength, padA, strideA, dilationA, mode, computeType):
@@ -8887,7 +8887,7 @@ def cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength,
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionNdDescriptor')
 
-_cudnnGetConvolution2dForwardOutputDim = _lazy('cudnnGetConvolution2dForwardOutputDim', (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolution2dForwardOutputDim = _lazy('cudnnGetConvolution2dForwardOutputDim', (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc, n, c, h, w):
@@ -8927,7 +8927,7 @@ def cudnnGetConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolution2dForwardOutputDim')
 
-_cudnnGetConvolutionNdForwardOutputDim = _lazy('cudnnGetConvolutionNdForwardOutputDim', (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, c_int, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionNdForwardOutputDim = _lazy('cudnnGetConvolutionNdForwardOutputDim', (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc, nbDims, tensorOuputDimA):
@@ -8965,7 +8965,7 @@ def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionNdForwardOutputDim')
 
-_cudnnGetConvolutionForwardAlgorithmMaxCount = _lazy('cudnnGetConvolutionForwardAlgorithmMaxCount', (cudnnHandle_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionForwardAlgorithmMaxCount = _lazy('cudnnGetConvolutionForwardAlgorithmMaxCount', (cudnnHandle_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionForwardAlgorithmMaxCount(handle, count):
@@ -8994,7 +8994,7 @@ def cudnnGetConvolutionForwardAlgorithmMaxCount(handle, count):
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionForwardAlgorithmMaxCount')
 
-_cudnnGetConvolutionForwardAlgorithm_v7 = _lazy('cudnnGetConvolutionForwardAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_int), POINTER(cudnnConvolutionFwdAlgoPerf_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionForwardAlgorithm_v7 = _lazy('cudnnGetConvolutionForwardAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc, destDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -9040,7 +9040,7 @@ def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionForwardAlgorithm_v7')
 
-_cudnnFindConvolutionForwardAlgorithm = _lazy('cudnnFindConvolutionForwardAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_int), POINTER(cudnnConvolutionFwdAlgoPerf_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionForwardAlgorithm = _lazy('cudnnFindConvolutionForwardAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -9086,7 +9086,7 @@ def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, 
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionForwardAlgorithm')
 
-_cudnnFindConvolutionForwardAlgorithmEx = _lazy('cudnnFindConvolutionForwardAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, POINTER(c_int), POINTER(cudnnConvolutionFwdAlgoPerf_t), DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionForwardAlgorithmEx = _lazy('cudnnFindConvolutionForwardAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc, yDesc, y, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes):
@@ -9224,7 +9224,7 @@ def cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reord
     if status:
         raise _lib.status_error(status, 'cudnnReorderFilterAndBias')
 
-_cudnnGetConvolutionForwardWorkspaceSize = _lazy('cudnnGetConvolutionForwardWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionForwardWorkspaceSize = _lazy('cudnnGetConvolutionForwardWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDesc, algo, sizeInBytes):
@@ -9381,7 +9381,7 @@ def cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, co
     if status:
         raise _lib.status_error(status, 'cudnnConvolutionBiasActivationForward')
 
-_cudnnGetConvolutionBackwardDataAlgorithmMaxCount = _lazy('cudnnGetConvolutionBackwardDataAlgorithmMaxCount', (cudnnHandle_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardDataAlgorithmMaxCount = _lazy('cudnnGetConvolutionBackwardDataAlgorithmMaxCount', (cudnnHandle_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, count):
@@ -9410,7 +9410,7 @@ def cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, count):
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardDataAlgorithmMaxCount')
 
-_cudnnFindConvolutionBackwardDataAlgorithm = _lazy('cudnnFindConvolutionBackwardDataAlgorithm', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_int), POINTER(cudnnConvolutionBwdDataAlgoPerf_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionBackwardDataAlgorithm = _lazy('cudnnFindConvolutionBackwardDataAlgorithm', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, dxDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -9453,7 +9453,7 @@ def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, d
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardDataAlgorithm')
 
-_cudnnFindConvolutionBackwardDataAlgorithmEx = _lazy('cudnnFindConvolutionBackwardDataAlgorithmEx', (cudnnHandle_t, cudnnFilterDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, POINTER(c_int), POINTER(cudnnConvolutionBwdDataAlgoPerf_t), DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionBackwardDataAlgorithmEx = _lazy('cudnnFindConvolutionBackwardDataAlgorithmEx', (cudnnHandle_t, cudnnFilterDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, convDesc, dxDesc, dx, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes):
@@ -9506,7 +9506,7 @@ def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, co
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardDataAlgorithmEx')
 
-_cudnnGetConvolutionBackwardDataAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardDataAlgorithm_v7', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_int), POINTER(cudnnConvolutionBwdDataAlgoPerf_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardDataAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardDataAlgorithm_v7', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, convDesc, gradDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -9549,7 +9549,7 @@ def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, co
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardDataAlgorithm_v7')
 
-_cudnnGetConvolutionBackwardDataWorkspaceSize = _lazy('cudnnGetConvolutionBackwardDataWorkspaceSize', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardDataWorkspaceSize = _lazy('cudnnGetConvolutionBackwardDataWorkspaceSize', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc, dxDesc, algo, sizeInBytes):
@@ -9709,7 +9709,7 @@ def cudnnCnnVersionCheck():
     if status:
         raise _lib.status_error(status, 'cudnnCnnVersionCheck')
 
-_cudnnGetConvolutionBackwardFilterAlgorithmMaxCount = _lazy('cudnnGetConvolutionBackwardFilterAlgorithmMaxCount', (cudnnHandle_t, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardFilterAlgorithmMaxCount = _lazy('cudnnGetConvolutionBackwardFilterAlgorithmMaxCount', (cudnnHandle_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, count):
@@ -9738,7 +9738,7 @@ def cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, count):
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardFilterAlgorithmMaxCount')
 
-_cudnnFindConvolutionBackwardFilterAlgorithm = _lazy('cudnnFindConvolutionBackwardFilterAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, POINTER(c_int), POINTER(cudnnConvolutionBwdFilterAlgoPerf_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionBackwardFilterAlgorithm = _lazy('cudnnFindConvolutionBackwardFilterAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc, dwDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -9781,7 +9781,7 @@ def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc,
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardFilterAlgorithm')
 
-_cudnnFindConvolutionBackwardFilterAlgorithmEx = _lazy('cudnnFindConvolutionBackwardFilterAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, DevicePointer, c_int, POINTER(c_int), POINTER(cudnnConvolutionBwdFilterAlgoPerf_t), DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionBackwardFilterAlgorithmEx = _lazy('cudnnFindConvolutionBackwardFilterAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, convDesc, dwDesc, dw, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes):
@@ -9834,7 +9834,7 @@ def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, c
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardFilterAlgorithmEx')
 
-_cudnnGetConvolutionBackwardFilterAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardFilterAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, POINTER(c_int), POINTER(cudnnConvolutionBwdFilterAlgoPerf_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardFilterAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardFilterAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, convDesc, gradDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -9877,7 +9877,7 @@ def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, con
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardFilterAlgorithm_v7')
 
-_cudnnGetConvolutionBackwardFilterWorkspaceSize = _lazy('cudnnGetConvolutionBackwardFilterWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardFilterWorkspaceSize = _lazy('cudnnGetConvolutionBackwardFilterWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDesc, gradDesc, algo, sizeInBytes):
@@ -10012,7 +10012,7 @@ def cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
     if status:
         raise _lib.status_error(status, 'cudnnConvolutionBackwardBias')
 
-_cudnnCreateFusedOpsConstParamPack = _lazy('cudnnCreateFusedOpsConstParamPack', (POINTER(cudnnFusedOpsConstParamPack_t), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateFusedOpsConstParamPack = _lazy('cudnnCreateFusedOpsConstParamPack', (c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateFusedOpsConstParamPack(constPack, ops):
@@ -10110,7 +10110,7 @@ def cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param):
     if status:
         raise _lib.status_error(status, 'cudnnSetFusedOpsConstParamPackAttribute')
 
-_cudnnGetFusedOpsConstParamPackAttribute = _lazy('cudnnGetFusedOpsConstParamPackAttribute', (cudnnFusedOpsConstParamPack_t, c_int, c_void_p, POINTER(c_int),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFusedOpsConstParamPackAttribute = _lazy('cudnnGetFusedOpsConstParamPackAttribute', (cudnnFusedOpsConstParamPack_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL):
@@ -10149,7 +10149,7 @@ def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL
     if status:
         raise _lib.status_error(status, 'cudnnGetFusedOpsConstParamPackAttribute')
 
-_cudnnCreateFusedOpsVariantParamPack = _lazy('cudnnCreateFusedOpsVariantParamPack', (POINTER(cudnnFusedOpsVariantParamPack_t), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateFusedOpsVariantParamPack = _lazy('cudnnCreateFusedOpsVariantParamPack', (c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateFusedOpsVariantParamPack(varPack, ops):
@@ -10281,7 +10281,7 @@ def cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     if status:
         raise _lib.status_error(status, 'cudnnGetFusedOpsVariantParamPackAttribute')
 
-_cudnnCreateFusedOpsPlan = _lazy('cudnnCreateFusedOpsPlan', (POINTER(cudnnFusedOpsPlan_t), c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateFusedOpsPlan = _lazy('cudnnCreateFusedOpsPlan', (c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnCreateFusedOpsPlan(plan, ops):
@@ -10343,7 +10343,7 @@ def cudnnDestroyFusedOpsPlan(plan):
         raise _lib.status_error(status, 'cudnnDestroyFusedOpsPlan')
     _clear_handle(plan)
 
-_cudnnMakeFusedOpsPlan = _lazy('cudnnMakeFusedOpsPlan', (cudnnHandle_t, cudnnFusedOpsPlan_t, cudnnFusedOpsConstParamPack_t, POINTER(c_size_t),), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnMakeFusedOpsPlan = _lazy('cudnnMakeFusedOpsPlan', (cudnnHandle_t, cudnnFusedOpsPlan_t, cudnnFusedOpsConstParamPack_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
 
 def cudnnMakeFusedOpsPlan(handle, plan, constPack, workspaceSizeInBytes):
@@ -10792,7 +10792,7 @@ def cudnnFFTCausalConv1dBackward(stream, x, weight, dy, dx, dweight, batch, dim,
     if status:
         raise _lib.status_error(status, 'cudnnFFTCausalConv1dBackward')
 
-_cudnnLongFFTCausalConv1dGetBufferSizes = _lazy('cudnnLongFFTCausalConv1dGetBufferSizes', (c_int, c_int, c_int, c_int, c_int, POINTER(c_size_t), POINTER(c_size_t),), c_int)
+_cudnnLongFFTCausalConv1dGetBufferSizes = _lazy('cudnnLongFFTCausalConv1dGetBufferSizes', (c_int, c_int, c_int, c_int, c_int, c_void_p, c_void_p,), c_int)
 
 
 def cudnnLongFFTCausalConv1dGetBufferSizes(batch, dim, seqLen, kernelSize, dataType, workspaceSizeInBytes, reserveSpaceSizeInBytes):
@@ -11021,7 +11021,7 @@ def cudnnLongFFTCausalConv1dBackward(stream, dy, dx, dweight, batch, dim, seqLen
     if status:
         raise _lib.status_error(status, 'cudnnLongFFTCausalConv1dBackward')
 
-_cudnnGnnAggSimpleForward = _lazy('cudnnGnnAggSimpleForward', (cudaStream_t, POINTER(cudnnGnnCscGraph_t), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int,), c_int)
+_cudnnGnnAggSimpleForward = _lazy('cudnnGnnAggSimpleForward', (cudaStream_t, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int,), c_int)
 
 
 def cudnnGnnAggSimpleForward(stream, graph, nodeFeatures, edgeFeatures, concatFeatures, output, outPositions, nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp):
@@ -11050,7 +11050,7 @@ def cudnnGnnAggSimpleForward(stream, graph, nodeFeatures, edgeFeatures, concatFe
     if status:
         raise _lib.status_error(status, 'cudnnGnnAggSimpleForward')
 
-_cudnnGnnAggSimpleBackward = _lazy('cudnnGnnAggSimpleBackward', (cudaStream_t, POINTER(cudnnGnnCscGraph_t), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int,), c_int)
+_cudnnGnnAggSimpleBackward = _lazy('cudnnGnnAggSimpleBackward', (cudaStream_t, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int,), c_int)
 
 
 def cudnnGnnAggSimpleBackward(stream, graph, gradOutput, outPositions, gradNodeFeatures, gradEdgeFeatures, gradConcatFeatures, nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp):
@@ -11079,7 +11079,7 @@ def cudnnGnnAggSimpleBackward(stream, graph, gradOutput, outPositions, gradNodeF
     if status:
         raise _lib.status_error(status, 'cudnnGnnAggSimpleBackward')
 
-_cudnnGnnMhaGatForward = _lazy('cudnnGnnMhaGatForward', (cudaStream_t, POINTER(cudnnGnnCscGraph_t), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, POINTER(cudnnGnnMhaParams_t), c_int,), c_int)
+_cudnnGnnMhaGatForward = _lazy('cudnnGnnMhaGatForward', (cudaStream_t, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_void_p, c_int,), c_int)
 
 
 def cudnnGnnMhaGatForward(stream, graph, srcFeatures, dstFeatures, edgeFeatures, attnWeights, dropoutMask, output, smScores, dimNode, dimEdge, params, dataType):
@@ -11112,7 +11112,7 @@ def cudnnGnnMhaGatForward(stream, graph, srcFeatures, dstFeatures, edgeFeatures,
     if status:
         raise _lib.status_error(status, 'cudnnGnnMhaGatForward')
 
-_cudnnGnnMhaGatBackward = _lazy('cudnnGnnMhaGatBackward', (cudaStream_t, POINTER(cudnnGnnCscGraph_t), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, POINTER(cudnnGnnMhaParams_t), c_int, c_int, c_int,), c_int)
+_cudnnGnnMhaGatBackward = _lazy('cudnnGnnMhaGatBackward', (cudaStream_t, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_void_p, c_int, c_int, c_int,), c_int)
 
 
 def cudnnGnnMhaGatBackward(stream, graph, gradOut, srcFeatures, dstFeatures, edgeFeatures, attnWeights, smScores, dropoutMask, gradAttention, gradSrcFeatures, gradDstFeatures, gradEdgeFeatures, gradWeights, gradSmScores, gradWspaceFeat, gradWspaceWeights, dimNode, dimEdge, params, dataType, gradDataType, gradWeightType):
@@ -11153,7 +11153,7 @@ def cudnnGnnMhaGatBackward(stream, graph, gradOut, srcFeatures, dstFeatures, edg
     if status:
         raise _lib.status_error(status, 'cudnnGnnMhaGatBackward')
 
-_cudnnGnnMhaGatV2Forward = _lazy('cudnnGnnMhaGatV2Forward', (cudaStream_t, POINTER(cudnnGnnCscGraph_t), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, POINTER(cudnnGnnMhaParams_t), c_int,), c_int)
+_cudnnGnnMhaGatV2Forward = _lazy('cudnnGnnMhaGatV2Forward', (cudaStream_t, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_void_p, c_int,), c_int)
 
 
 def cudnnGnnMhaGatV2Forward(stream, graph, srcFeatures, dstFeatures, edgeFeatures, attnWeights, dropoutMask, output, smScores, actScores, dimNode, params, dataType):
@@ -11187,7 +11187,7 @@ def cudnnGnnMhaGatV2Forward(stream, graph, srcFeatures, dstFeatures, edgeFeature
     if status:
         raise _lib.status_error(status, 'cudnnGnnMhaGatV2Forward')
 
-_cudnnGnnMhaGatV2Backward = _lazy('cudnnGnnMhaGatV2Backward', (cudaStream_t, POINTER(cudnnGnnCscGraph_t), DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, POINTER(cudnnGnnMhaParams_t), c_int, c_int,), c_int)
+_cudnnGnnMhaGatV2Backward = _lazy('cudnnGnnMhaGatV2Backward', (cudaStream_t, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_void_p, c_int, c_int,), c_int)
 
 
 def cudnnGnnMhaGatV2Backward(stream, graph, gradOut, srcFeatures, dstFeatures, edgeFeatures, attnWeights, smScores, actScores, dropoutMask, gradAttention, gradSrcFeatures, gradDstFeatures, gradEdgeFeatures, gradWeights, gradSmScores, gradWspaceFeat, gradWspaceWeights, dimNode, params, dataType, gradType):

@@ -1367,7 +1367,7 @@ def miopenGetErrorString(error):
         raise _lib.argument_error('miopenGetErrorString', ('error',), exc) from None
     return _decode(result)
 
-_miopenGetVersion = _lazy('miopenGetVersion', (POINTER(c_size_t), POINTER(c_size_t), POINTER(c_size_t),), c_int)
+_miopenGetVersion = _lazy('miopenGetVersion', (c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetVersion(major, minor, patch):
@@ -1402,7 +1402,7 @@ def miopenGetVersion(major, minor, patch):
     if status:
         raise _lib.status_error(status, 'miopenGetVersion')
 
-_miopenCreate = _lazy('miopenCreate', (POINTER(miopenHandle_t),), c_int)
+_miopenCreate = _lazy('miopenCreate', (c_void_p,), c_int)
 
 
 def miopenCreate(handle):
@@ -1428,7 +1428,7 @@ def miopenCreate(handle):
     if status:
         raise _lib.status_error(status, 'miopenCreate')
 
-_miopenCreateWithStream = _lazy('miopenCreateWithStream', (POINTER(miopenHandle_t), miopenAcceleratorQueue_t,), c_int)
+_miopenCreateWithStream = _lazy('miopenCreateWithStream', (c_void_p, miopenAcceleratorQueue_t,), c_int)
 
 
 def miopenCreateWithStream(handle, stream):
@@ -1501,7 +1501,7 @@ def miopenSetStream(handle, streamID):
     if status:
         raise _lib.status_error(status, 'miopenSetStream')
 
-_miopenGetStream = _lazy('miopenGetStream', (miopenHandle_t, POINTER(miopenAcceleratorQueue_t),), c_int)
+_miopenGetStream = _lazy('miopenGetStream', (miopenHandle_t, c_void_p,), c_int)
 
 
 def miopenGetStream(handle, streamID):
@@ -1559,7 +1559,7 @@ def miopenSetAllocator(handle, allocator, deallocator, allocatorContext):
     if status:
         raise _lib.status_error(status, 'miopenSetAllocator')
 
-_miopenGetKernelTime = _lazy('miopenGetKernelTime', (miopenHandle_t, POINTER(c_float),), c_int)
+_miopenGetKernelTime = _lazy('miopenGetKernelTime', (miopenHandle_t, c_void_p,), c_int)
 
 
 def miopenGetKernelTime(handle, time):
@@ -1609,7 +1609,7 @@ def miopenEnableProfiling(handle, enable):
     if status:
         raise _lib.status_error(status, 'miopenEnableProfiling')
 
-_miopenCreateTensorDescriptor = _lazy('miopenCreateTensorDescriptor', (POINTER(miopenTensorDescriptor_t),), c_int)
+_miopenCreateTensorDescriptor = _lazy('miopenCreateTensorDescriptor', (c_void_p,), c_int)
 
 
 def miopenCreateTensorDescriptor(tensorDesc):
@@ -1665,7 +1665,7 @@ def miopenSet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w):
     if status:
         raise _lib.status_error(status, 'miopenSet4dTensorDescriptor')
 
-_miopenSetNdTensorDescriptorWithLayout = _lazy('miopenSetNdTensorDescriptorWithLayout', (miopenTensorDescriptor_t, c_int, c_int, POINTER(c_int), c_int,), c_int)
+_miopenSetNdTensorDescriptorWithLayout = _lazy('miopenSetNdTensorDescriptorWithLayout', (miopenTensorDescriptor_t, c_int, c_int, c_void_p, c_int,), c_int)
 
 
 def miopenSetNdTensorDescriptorWithLayout(tensorDesc, dataType, tensorLayout, lens, num_lens):
@@ -1738,7 +1738,7 @@ def miopenSet4dTensorDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cSt
     if status:
         raise _lib.status_error(status, 'miopenSet4dTensorDescriptorEx')
 
-_miopenGet4dTensorDescriptor = _lazy('miopenGet4dTensorDescriptor', (miopenTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_miopenGet4dTensorDescriptor = _lazy('miopenGet4dTensorDescriptor', (miopenTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
@@ -1788,7 +1788,7 @@ def miopenGet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStri
     if status:
         raise _lib.status_error(status, 'miopenGet4dTensorDescriptor')
 
-_miopenSetTensorDescriptor = _lazy('miopenSetTensorDescriptor', (miopenTensorDescriptor_t, c_int, c_int, POINTER(c_int), POINTER(c_int),), c_int)
+_miopenSetTensorDescriptor = _lazy('miopenSetTensorDescriptor', (miopenTensorDescriptor_t, c_int, c_int, c_void_p, c_void_p,), c_int)
 
 
 def miopenSetTensorDescriptor(tensorDesc, dataType, nbDims, dimsA, stridesA):
@@ -1824,7 +1824,7 @@ def miopenSetTensorDescriptor(tensorDesc, dataType, nbDims, dimsA, stridesA):
     if status:
         raise _lib.status_error(status, 'miopenSetTensorDescriptor')
 
-_miopenSetTensorDescriptorV2 = _lazy('miopenSetTensorDescriptorV2', (miopenTensorDescriptor_t, c_int, c_int, POINTER(c_size_t), POINTER(c_size_t),), c_int)
+_miopenSetTensorDescriptorV2 = _lazy('miopenSetTensorDescriptorV2', (miopenTensorDescriptor_t, c_int, c_int, c_void_p, c_void_p,), c_int)
 
 
 def miopenSetTensorDescriptorV2(tensorDesc, dataType, nbDims, dimsA, stridesA):
@@ -1885,7 +1885,7 @@ def miopenSetTensorCastType(tensorDesc, cast_type):
     if status:
         raise _lib.status_error(status, 'miopenSetTensorCastType')
 
-_miopenGetTensorDescriptorSize = _lazy('miopenGetTensorDescriptorSize', (miopenTensorDescriptor_t, POINTER(c_int),), c_int)
+_miopenGetTensorDescriptorSize = _lazy('miopenGetTensorDescriptorSize', (miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetTensorDescriptorSize(tensorDesc, size):
@@ -1911,7 +1911,7 @@ def miopenGetTensorDescriptorSize(tensorDesc, size):
     if status:
         raise _lib.status_error(status, 'miopenGetTensorDescriptorSize')
 
-_miopenGetTensorDescriptor = _lazy('miopenGetTensorDescriptor', (miopenTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_miopenGetTensorDescriptor = _lazy('miopenGetTensorDescriptor', (miopenTensorDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetTensorDescriptor(tensorDesc, dataType, dimsA, stridesA):
@@ -1963,7 +1963,7 @@ def miopenDestroyTensorDescriptor(tensorDesc):
         raise _lib.status_error(status, 'miopenDestroyTensorDescriptor')
     _clear_handle(tensorDesc)
 
-_miopenCreateSeqTensorDescriptor = _lazy('miopenCreateSeqTensorDescriptor', (POINTER(miopenSeqTensorDescriptor_t),), c_int)
+_miopenCreateSeqTensorDescriptor = _lazy('miopenCreateSeqTensorDescriptor', (c_void_p,), c_int)
 
 
 def miopenCreateSeqTensorDescriptor(tensorDesc):
@@ -2117,7 +2117,7 @@ def miopenScaleTensor(handle, yDesc, y, alpha):
     if status:
         raise _lib.status_error(status, 'miopenScaleTensor')
 
-_miopenGetTensorNumBytes = _lazy('miopenGetTensorNumBytes', (miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenGetTensorNumBytes = _lazy('miopenGetTensorNumBytes', (miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetTensorNumBytes(tensorDesc, numBytes):
@@ -2180,7 +2180,7 @@ def miopenTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
     if status:
         raise _lib.status_error(status, 'miopenTransformTensor')
 
-_miopenCreateConvolutionDescriptor = _lazy('miopenCreateConvolutionDescriptor', (POINTER(miopenConvolutionDescriptor_t),), c_int)
+_miopenCreateConvolutionDescriptor = _lazy('miopenCreateConvolutionDescriptor', (c_void_p,), c_int)
 
 
 def miopenCreateConvolutionDescriptor(convDesc):
@@ -2238,7 +2238,7 @@ def miopenInitConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, st
     if status:
         raise _lib.status_error(status, 'miopenInitConvolutionDescriptor')
 
-_miopenInitConvolutionNdDescriptor = _lazy('miopenInitConvolutionNdDescriptor', (miopenConvolutionDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), c_int,), c_int)
+_miopenInitConvolutionNdDescriptor = _lazy('miopenInitConvolutionNdDescriptor', (miopenConvolutionDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_int,), c_int)
 
 
 def miopenInitConvolutionNdDescriptor(convDesc, spatialDim, padA, strideA, dilationA, c_mode):
@@ -2276,7 +2276,7 @@ def miopenInitConvolutionNdDescriptor(convDesc, spatialDim, padA, strideA, dilat
     if status:
         raise _lib.status_error(status, 'miopenInitConvolutionNdDescriptor')
 
-_miopenGetConvolutionSpatialDim = _lazy('miopenGetConvolutionSpatialDim', (miopenConvolutionDescriptor_t, POINTER(c_int),), c_int)
+_miopenGetConvolutionSpatialDim = _lazy('miopenGetConvolutionSpatialDim', (miopenConvolutionDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetConvolutionSpatialDim(convDesc, spatialDim):
@@ -2300,7 +2300,7 @@ def miopenGetConvolutionSpatialDim(convDesc, spatialDim):
     if status:
         raise _lib.status_error(status, 'miopenGetConvolutionSpatialDim')
 
-_miopenGetConvolutionDescriptor = _lazy('miopenGetConvolutionDescriptor', (miopenConvolutionDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_miopenGetConvolutionDescriptor = _lazy('miopenGetConvolutionDescriptor', (miopenConvolutionDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w):
@@ -2345,7 +2345,7 @@ def miopenGetConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, str
     if status:
         raise _lib.status_error(status, 'miopenGetConvolutionDescriptor')
 
-_miopenGetConvolutionNdDescriptor = _lazy('miopenGetConvolutionNdDescriptor', (miopenConvolutionDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_miopenGetConvolutionNdDescriptor = _lazy('miopenGetConvolutionNdDescriptor', (miopenConvolutionDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetConvolutionNdDescriptor(convDesc, requestedSpatialDim, spatialDim, padA, strideA, dilationA, c_mode):
@@ -2388,7 +2388,7 @@ def miopenGetConvolutionNdDescriptor(convDesc, requestedSpatialDim, spatialDim, 
     if status:
         raise _lib.status_error(status, 'miopenGetConvolutionNdDescriptor')
 
-_miopenGetConvolutionGroupCount = _lazy('miopenGetConvolutionGroupCount', (miopenConvolutionDescriptor_t, POINTER(c_int),), c_int)
+_miopenGetConvolutionGroupCount = _lazy('miopenGetConvolutionGroupCount', (miopenConvolutionDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetConvolutionGroupCount(convDesc, groupCount):
@@ -2477,7 +2477,7 @@ def miopenSetTransposeConvOutputPadding(convDesc, adj_h, adj_w):
     if status:
         raise _lib.status_error(status, 'miopenSetTransposeConvOutputPadding')
 
-_miopenSetTransposeConvNdOutputPadding = _lazy('miopenSetTransposeConvNdOutputPadding', (miopenConvolutionDescriptor_t, c_int, POINTER(c_int),), c_int)
+_miopenSetTransposeConvNdOutputPadding = _lazy('miopenSetTransposeConvNdOutputPadding', (miopenConvolutionDescriptor_t, c_int, c_void_p,), c_int)
 
 
 def miopenSetTransposeConvNdOutputPadding(convDesc, spatialDim, adjA):
@@ -2513,7 +2513,7 @@ def miopenSetTransposeConvNdOutputPadding(convDesc, spatialDim, adjA):
     if status:
         raise _lib.status_error(status, 'miopenSetTransposeConvNdOutputPadding')
 
-_miopenGetConvolutionForwardOutputDim = _lazy('miopenGetConvolutionForwardOutputDim', (miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_miopenGetConvolutionForwardOutputDim = _lazy('miopenGetConvolutionForwardOutputDim', (miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetConvolutionForwardOutputDim(convDesc, inputTensorDesc, filterDesc, n, c, h, w):
@@ -2554,7 +2554,7 @@ def miopenGetConvolutionForwardOutputDim(convDesc, inputTensorDesc, filterDesc, 
     if status:
         raise _lib.status_error(status, 'miopenGetConvolutionForwardOutputDim')
 
-_miopenGetConvolutionNdForwardOutputDim = _lazy('miopenGetConvolutionNdForwardOutputDim', (miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_int), POINTER(c_int),), c_int)
+_miopenGetConvolutionNdForwardOutputDim = _lazy('miopenGetConvolutionNdForwardOutputDim', (miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc, nDim, outputTensorDimA):
@@ -2635,7 +2635,7 @@ def miopenSetConvolutionAttribute(convDesc, attr, value):
     if status:
         raise _lib.status_error(status, 'miopenSetConvolutionAttribute')
 
-_miopenGetConvolutionAttribute = _lazy('miopenGetConvolutionAttribute', (miopenConvolutionDescriptor_t, c_int, POINTER(c_int),), c_int)
+_miopenGetConvolutionAttribute = _lazy('miopenGetConvolutionAttribute', (miopenConvolutionDescriptor_t, c_int, c_void_p,), c_int)
 
 
 def miopenGetConvolutionAttribute(convDesc, attr, value):
@@ -2698,7 +2698,7 @@ def miopenSetConvolutionFindMode(convDesc, findMode):
     if status:
         raise _lib.status_error(status, 'miopenSetConvolutionFindMode')
 
-_miopenGetConvolutionFindMode = _lazy('miopenGetConvolutionFindMode', (miopenConvolutionDescriptor_t, POINTER(c_int),), c_int)
+_miopenGetConvolutionFindMode = _lazy('miopenGetConvolutionFindMode', (miopenConvolutionDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetConvolutionFindMode(convDesc, findMode):
@@ -2722,7 +2722,7 @@ def miopenGetConvolutionFindMode(convDesc, findMode):
     if status:
         raise _lib.status_error(status, 'miopenGetConvolutionFindMode')
 
-_miopenConvolutionForwardGetSolutionCount = _lazy('miopenConvolutionForwardGetSolutionCount', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenConvolutionForwardGetSolutionCount = _lazy('miopenConvolutionForwardGetSolutionCount', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenConvolutionForwardGetSolutionCount(handle, wDesc, xDesc, convDesc, yDesc, solutionCount):
@@ -2755,7 +2755,7 @@ def miopenConvolutionForwardGetSolutionCount(handle, wDesc, xDesc, convDesc, yDe
     if status:
         raise _lib.status_error(status, 'miopenConvolutionForwardGetSolutionCount')
 
-_miopenConvolutionForwardGetSolution = _lazy('miopenConvolutionForwardGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, POINTER(c_size_t), POINTER(miopenConvSolution_t),), c_int)
+_miopenConvolutionForwardGetSolution = _lazy('miopenConvolutionForwardGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, c_void_p, c_void_p,), c_int)
 
 
 def miopenConvolutionForwardGetSolution(handle, wDesc, xDesc, convDesc, yDesc, maxSolutionCount, solutionCount, solutions):
@@ -2803,7 +2803,7 @@ def miopenConvolutionForwardGetSolution(handle, wDesc, xDesc, convDesc, yDesc, m
     if status:
         raise _lib.status_error(status, 'miopenConvolutionForwardGetSolution')
 
-_miopenConvolutionForwardGetSolutionWorkspaceSize = _lazy('miopenConvolutionForwardGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, POINTER(c_size_t),), c_int)
+_miopenConvolutionForwardGetSolutionWorkspaceSize = _lazy('miopenConvolutionForwardGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, c_void_p,), c_int)
 
 
 def miopenConvolutionForwardGetSolutionWorkspaceSize(handle, wDesc, xDesc, convDesc, yDesc, solution_id, workSpaceSize):
@@ -2925,7 +2925,7 @@ def miopenConvolutionForwardImmediate(handle, wDesc, w, xDesc, x, convDesc, yDes
     if status:
         raise _lib.status_error(status, 'miopenConvolutionForwardImmediate')
 
-_miopenConvolutionBackwardDataGetSolutionCount = _lazy('miopenConvolutionBackwardDataGetSolutionCount', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenConvolutionBackwardDataGetSolutionCount = _lazy('miopenConvolutionBackwardDataGetSolutionCount', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenConvolutionBackwardDataGetSolutionCount(handle, dyDesc, wDesc, convDesc, dxDesc, solutionCount):
@@ -2960,7 +2960,7 @@ def miopenConvolutionBackwardDataGetSolutionCount(handle, dyDesc, wDesc, convDes
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataGetSolutionCount')
 
-_miopenConvolutionBackwardDataGetSolution = _lazy('miopenConvolutionBackwardDataGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, POINTER(c_size_t), POINTER(miopenConvSolution_t),), c_int)
+_miopenConvolutionBackwardDataGetSolution = _lazy('miopenConvolutionBackwardDataGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, c_void_p, c_void_p,), c_int)
 
 
 def miopenConvolutionBackwardDataGetSolution(handle, dyDesc, wDesc, convDesc, dxDesc, maxSolutionCount, solutionCount, solutions):
@@ -3009,7 +3009,7 @@ def miopenConvolutionBackwardDataGetSolution(handle, dyDesc, wDesc, convDesc, dx
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataGetSolution')
 
-_miopenConvolutionBackwardDataGetSolutionWorkspaceSize = _lazy('miopenConvolutionBackwardDataGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, POINTER(c_size_t),), c_int)
+_miopenConvolutionBackwardDataGetSolutionWorkspaceSize = _lazy('miopenConvolutionBackwardDataGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, c_void_p,), c_int)
 
 
 def miopenConvolutionBackwardDataGetSolutionWorkspaceSize(handle, dyDesc, wDesc, convDesc, dxDesc, solution_id, workSpaceSize):
@@ -3132,7 +3132,7 @@ def miopenConvolutionBackwardDataImmediate(handle, dyDesc, dy, wDesc, w, convDes
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataImmediate')
 
-_miopenConvolutionBackwardWeightsGetSolutionCount = _lazy('miopenConvolutionBackwardWeightsGetSolutionCount', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenConvolutionBackwardWeightsGetSolutionCount = _lazy('miopenConvolutionBackwardWeightsGetSolutionCount', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenConvolutionBackwardWeightsGetSolutionCount(handle, dyDesc, xDesc, convDesc, dwDesc, solutionCount):
@@ -3167,7 +3167,7 @@ def miopenConvolutionBackwardWeightsGetSolutionCount(handle, dyDesc, xDesc, conv
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsGetSolutionCount')
 
-_miopenConvolutionBackwardWeightsGetSolution = _lazy('miopenConvolutionBackwardWeightsGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, POINTER(c_size_t), POINTER(miopenConvSolution_t),), c_int)
+_miopenConvolutionBackwardWeightsGetSolution = _lazy('miopenConvolutionBackwardWeightsGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, c_void_p, c_void_p,), c_int)
 
 
 def miopenConvolutionBackwardWeightsGetSolution(handle, dyDesc, xDesc, convDesc, dwDesc, maxSolutionCount, solutionCount, solutions):
@@ -3215,7 +3215,7 @@ def miopenConvolutionBackwardWeightsGetSolution(handle, dyDesc, xDesc, convDesc,
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsGetSolution')
 
-_miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize = _lazy('miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, POINTER(c_size_t),), c_int)
+_miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize = _lazy('miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, c_void_p,), c_int)
 
 
 def miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(handle, dyDesc, xDesc, convDesc, dwDesc, solution_id, workSpaceSize):
@@ -3338,7 +3338,7 @@ def miopenConvolutionBackwardWeightsImmediate(handle, dyDesc, dy, xDesc, x, conv
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsImmediate')
 
-_miopenConvolutionForwardGetWorkSpaceSize = _lazy('miopenConvolutionForwardGetWorkSpaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenConvolutionForwardGetWorkSpaceSize = _lazy('miopenConvolutionForwardGetWorkSpaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenConvolutionForwardGetWorkSpaceSize(handle, wDesc, xDesc, convDesc, yDesc, workSpaceSize):
@@ -3382,7 +3382,7 @@ def miopenConvolutionForwardGetWorkSpaceSize(handle, wDesc, xDesc, convDesc, yDe
     if status:
         raise _lib.status_error(status, 'miopenConvolutionForwardGetWorkSpaceSize')
 
-_miopenFindConvolutionForwardAlgorithm = _lazy('miopenFindConvolutionForwardAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, POINTER(c_int), POINTER(miopenConvAlgoPerf_t), DevicePointer, c_size_t, c_bool,), c_int)
+_miopenFindConvolutionForwardAlgorithm = _lazy('miopenFindConvolutionForwardAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t, c_bool,), c_int)
 
 
 def miopenFindConvolutionForwardAlgorithm(handle, xDesc, x, wDesc, w, convDesc, yDesc, y, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch):
@@ -3558,7 +3558,7 @@ def miopenConvolutionForwardBias(handle, alpha, bDesc, b, beta, yDesc, y):
     if status:
         raise _lib.status_error(status, 'miopenConvolutionForwardBias')
 
-_miopenConvolutionBackwardDataGetWorkSpaceSize = _lazy('miopenConvolutionBackwardDataGetWorkSpaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenConvolutionBackwardDataGetWorkSpaceSize = _lazy('miopenConvolutionBackwardDataGetWorkSpaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenConvolutionBackwardDataGetWorkSpaceSize(handle, dyDesc, wDesc, convDesc, dxDesc, workSpaceSize):
@@ -3603,7 +3603,7 @@ def miopenConvolutionBackwardDataGetWorkSpaceSize(handle, dyDesc, wDesc, convDes
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataGetWorkSpaceSize')
 
-_miopenFindConvolutionBackwardDataAlgorithm = _lazy('miopenFindConvolutionBackwardDataAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, POINTER(c_int), POINTER(miopenConvAlgoPerf_t), DevicePointer, c_size_t, c_bool,), c_int)
+_miopenFindConvolutionBackwardDataAlgorithm = _lazy('miopenFindConvolutionBackwardDataAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t, c_bool,), c_int)
 
 
 def miopenFindConvolutionBackwardDataAlgorithm(handle, dyDesc, dy, wDesc, w, convDesc, dxDesc, dx, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch):
@@ -3741,7 +3741,7 @@ def miopenConvolutionBackwardData(handle, alpha, dyDesc, dy, wDesc, w, convDesc,
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardData')
 
-_miopenConvolutionBackwardWeightsGetWorkSpaceSize = _lazy('miopenConvolutionBackwardWeightsGetWorkSpaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenConvolutionBackwardWeightsGetWorkSpaceSize = _lazy('miopenConvolutionBackwardWeightsGetWorkSpaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenConvolutionBackwardWeightsGetWorkSpaceSize(handle, dyDesc, xDesc, convDesc, dwDesc, workSpaceSize):
@@ -3786,7 +3786,7 @@ def miopenConvolutionBackwardWeightsGetWorkSpaceSize(handle, dyDesc, xDesc, conv
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsGetWorkSpaceSize')
 
-_miopenFindConvolutionBackwardWeightsAlgorithm = _lazy('miopenFindConvolutionBackwardWeightsAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, POINTER(c_int), POINTER(miopenConvAlgoPerf_t), DevicePointer, c_size_t, c_bool,), c_int)
+_miopenFindConvolutionBackwardWeightsAlgorithm = _lazy('miopenFindConvolutionBackwardWeightsAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t, c_bool,), c_int)
 
 
 def miopenFindConvolutionBackwardWeightsAlgorithm(handle, dyDesc, dy, xDesc, x, convDesc, dwDesc, dw, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch):
@@ -3961,7 +3961,7 @@ def miopenConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBackwardBias')
 
-_miopenCreatePoolingDescriptor = _lazy('miopenCreatePoolingDescriptor', (POINTER(miopenPoolingDescriptor_t),), c_int)
+_miopenCreatePoolingDescriptor = _lazy('miopenCreatePoolingDescriptor', (c_void_p,), c_int)
 
 
 def miopenCreatePoolingDescriptor(poolDesc):
@@ -4012,7 +4012,7 @@ def miopenSetPoolingIndexType(poolDesc, index_type):
     if status:
         raise _lib.status_error(status, 'miopenSetPoolingIndexType')
 
-_miopenGetPoolingIndexType = _lazy('miopenGetPoolingIndexType', (miopenPoolingDescriptor_t, POINTER(c_int),), c_int)
+_miopenGetPoolingIndexType = _lazy('miopenGetPoolingIndexType', (miopenPoolingDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetPoolingIndexType(poolDesc, index_type):
@@ -4064,7 +4064,7 @@ def miopenSetPoolingWorkSpaceIndexMode(poolDesc, workspace_index):
     if status:
         raise _lib.status_error(status, 'miopenSetPoolingWorkSpaceIndexMode')
 
-_miopenGetPoolingWorkSpaceIndexMode = _lazy('miopenGetPoolingWorkSpaceIndexMode', (miopenPoolingDescriptor_t, POINTER(c_int),), c_int)
+_miopenGetPoolingWorkSpaceIndexMode = _lazy('miopenGetPoolingWorkSpaceIndexMode', (miopenPoolingDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetPoolingWorkSpaceIndexMode(poolDesc, workspace_index):
@@ -4122,7 +4122,7 @@ def miopenSet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_
     if status:
         raise _lib.status_error(status, 'miopenSet2dPoolingDescriptor')
 
-_miopenGet2dPoolingDescriptor = _lazy('miopenGet2dPoolingDescriptor', (miopenPoolingDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_miopenGet2dPoolingDescriptor = _lazy('miopenGet2dPoolingDescriptor', (miopenPoolingDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_h, pad_w, stride_h, stride_w):
@@ -4166,7 +4166,7 @@ def miopenGet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_
     if status:
         raise _lib.status_error(status, 'miopenGet2dPoolingDescriptor')
 
-_miopenGetPoolingForwardOutputDim = _lazy('miopenGetPoolingForwardOutputDim', (miopenPoolingDescriptor_t, miopenTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_miopenGetPoolingForwardOutputDim = _lazy('miopenGetPoolingForwardOutputDim', (miopenPoolingDescriptor_t, miopenTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetPoolingForwardOutputDim(poolDesc, tensorDesc, n, c, h, w):
@@ -4204,7 +4204,7 @@ def miopenGetPoolingForwardOutputDim(poolDesc, tensorDesc, n, c, h, w):
     if status:
         raise _lib.status_error(status, 'miopenGetPoolingForwardOutputDim')
 
-_miopenSetNdPoolingDescriptor = _lazy('miopenSetNdPoolingDescriptor', (miopenPoolingDescriptor_t, c_int, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_miopenSetNdPoolingDescriptor = _lazy('miopenSetNdPoolingDescriptor', (miopenPoolingDescriptor_t, c_int, c_int, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenSetNdPoolingDescriptor(poolDesc, mode, nbDims, windowDimA, padA, stridesA):
@@ -4247,7 +4247,7 @@ def miopenSetNdPoolingDescriptor(poolDesc, mode, nbDims, windowDimA, padA, strid
     if status:
         raise _lib.status_error(status, 'miopenSetNdPoolingDescriptor')
 
-_miopenGetNdPoolingDescriptor = _lazy('miopenGetNdPoolingDescriptor', (miopenPoolingDescriptor_t, c_int, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_miopenGetNdPoolingDescriptor = _lazy('miopenGetNdPoolingDescriptor', (miopenPoolingDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetNdPoolingDescriptor(poolDesc, nbDimsRequested, mode, nbDims, windowDimA, padA, stridesA):
@@ -4295,7 +4295,7 @@ def miopenGetNdPoolingDescriptor(poolDesc, nbDimsRequested, mode, nbDims, window
     if status:
         raise _lib.status_error(status, 'miopenGetNdPoolingDescriptor')
 
-_miopenGetPoolingNdForwardOutputDim = _lazy('miopenGetPoolingNdForwardOutputDim', (miopenPoolingDescriptor_t, miopenTensorDescriptor_t, c_int, POINTER(c_int),), c_int)
+_miopenGetPoolingNdForwardOutputDim = _lazy('miopenGetPoolingNdForwardOutputDim', (miopenPoolingDescriptor_t, miopenTensorDescriptor_t, c_int, c_void_p,), c_int)
 
 
 def miopenGetPoolingNdForwardOutputDim(poolDesc, tensorDesc, dims, tensorDimArr):
@@ -4331,7 +4331,7 @@ def miopenGetPoolingNdForwardOutputDim(poolDesc, tensorDesc, dims, tensorDimArr)
     if status:
         raise _lib.status_error(status, 'miopenGetPoolingNdForwardOutputDim')
 
-_miopenPoolingGetWorkSpaceSize = _lazy('miopenPoolingGetWorkSpaceSize', (miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenPoolingGetWorkSpaceSize = _lazy('miopenPoolingGetWorkSpaceSize', (miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenPoolingGetWorkSpaceSize(yDesc, workSpaceSize):
@@ -4361,7 +4361,7 @@ def miopenPoolingGetWorkSpaceSize(yDesc, workSpaceSize):
     if status:
         raise _lib.status_error(status, 'miopenPoolingGetWorkSpaceSize')
 
-_miopenPoolingGetWorkSpaceSizeV2 = _lazy('miopenPoolingGetWorkSpaceSizeV2', (miopenPoolingDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenPoolingGetWorkSpaceSizeV2 = _lazy('miopenPoolingGetWorkSpaceSizeV2', (miopenPoolingDescriptor_t, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenPoolingGetWorkSpaceSizeV2(poolDesc, yDesc, workSpaceSize):
@@ -4508,7 +4508,7 @@ def miopenDestroyPoolingDescriptor(poolDesc):
         raise _lib.status_error(status, 'miopenDestroyPoolingDescriptor')
     _clear_handle(poolDesc)
 
-_miopenCreateLRNDescriptor = _lazy('miopenCreateLRNDescriptor', (POINTER(miopenLRNDescriptor_t),), c_int)
+_miopenCreateLRNDescriptor = _lazy('miopenCreateLRNDescriptor', (c_void_p,), c_int)
 
 
 def miopenCreateLRNDescriptor(lrnDesc):
@@ -4568,7 +4568,7 @@ def miopenSetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
     if status:
         raise _lib.status_error(status, 'miopenSetLRNDescriptor')
 
-_miopenGetLRNDescriptor = _lazy('miopenGetLRNDescriptor', (miopenLRNDescriptor_t, POINTER(c_int), POINTER(c_uint), POINTER(c_double), POINTER(c_double), POINTER(c_double),), c_int)
+_miopenGetLRNDescriptor = _lazy('miopenGetLRNDescriptor', (miopenLRNDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
@@ -4606,7 +4606,7 @@ def miopenGetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
     if status:
         raise _lib.status_error(status, 'miopenGetLRNDescriptor')
 
-_miopenLRNGetWorkSpaceSize = _lazy('miopenLRNGetWorkSpaceSize', (miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenLRNGetWorkSpaceSize = _lazy('miopenLRNGetWorkSpaceSize', (miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenLRNGetWorkSpaceSize(yDesc, workSpaceSize):
@@ -4792,7 +4792,7 @@ def miopenLayerNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc,
     if status:
         raise _lib.status_error(status, 'miopenLayerNormForward')
 
-_miopenCatForward = _lazy('miopenCatForward', (miopenHandle_t, c_int32, POINTER(miopenTensorDescriptor_t), POINTER(c_void_p), miopenTensorDescriptor_t, DevicePointer, c_int32,), c_int)
+_miopenCatForward = _lazy('miopenCatForward', (miopenHandle_t, c_int32, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_int32,), c_int)
 
 
 def miopenCatForward(handle, xCount, xDescs, xs, yDesc, y, dim):
@@ -5290,7 +5290,7 @@ def miopenBatchNormalizationBackward_V2(handle, bn_mode, alphaDataDiff, betaData
     if status:
         raise _lib.status_error(status, 'miopenBatchNormalizationBackward_V2')
 
-_miopenCreateActivationDescriptor = _lazy('miopenCreateActivationDescriptor', (POINTER(miopenActivationDescriptor_t),), c_int)
+_miopenCreateActivationDescriptor = _lazy('miopenCreateActivationDescriptor', (c_void_p,), c_int)
 
 
 def miopenCreateActivationDescriptor(activDesc):
@@ -5348,7 +5348,7 @@ def miopenSetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activG
     if status:
         raise _lib.status_error(status, 'miopenSetActivationDescriptor')
 
-_miopenGetActivationDescriptor = _lazy('miopenGetActivationDescriptor', (miopenActivationDescriptor_t, POINTER(c_int), POINTER(c_double), POINTER(c_double), POINTER(c_double),), c_int)
+_miopenGetActivationDescriptor = _lazy('miopenGetActivationDescriptor', (miopenActivationDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activGamma):
@@ -5716,7 +5716,7 @@ def miopenSoftmaxBackward_V2(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, 
     if status:
         raise _lib.status_error(status, 'miopenSoftmaxBackward_V2')
 
-_miopenCreateFusionPlan = _lazy('miopenCreateFusionPlan', (POINTER(miopenFusionPlanDescriptor_t), c_int, miopenTensorDescriptor_t,), c_int)
+_miopenCreateFusionPlan = _lazy('miopenCreateFusionPlan', (c_void_p, c_int, miopenTensorDescriptor_t,), c_int)
 
 
 def miopenCreateFusionPlan(fusePlanDesc, fuseDirection, inputDesc):
@@ -5789,7 +5789,7 @@ def miopenCompileFusionPlan(handle, fusePlanDesc):
     if status:
         raise _lib.status_error(status, 'miopenCompileFusionPlan')
 
-_miopenFusionPlanGetOp = _lazy('miopenFusionPlanGetOp', (miopenFusionPlanDescriptor_t, c_int, POINTER(miopenFusionOpDescriptor_t),), c_int)
+_miopenFusionPlanGetOp = _lazy('miopenFusionPlanGetOp', (miopenFusionPlanDescriptor_t, c_int, c_void_p,), c_int)
 
 
 def miopenFusionPlanGetOp(fusePlanDesc, op_idx, op):
@@ -5822,7 +5822,7 @@ def miopenFusionPlanGetOp(fusePlanDesc, op_idx, op):
     if status:
         raise _lib.status_error(status, 'miopenFusionPlanGetOp')
 
-_miopenFusionPlanGetWorkSpaceSize = _lazy('miopenFusionPlanGetWorkSpaceSize', (miopenHandle_t, miopenFusionPlanDescriptor_t, POINTER(c_size_t), c_int,), c_int)
+_miopenFusionPlanGetWorkSpaceSize = _lazy('miopenFusionPlanGetWorkSpaceSize', (miopenHandle_t, miopenFusionPlanDescriptor_t, c_void_p, c_int,), c_int)
 
 
 def miopenFusionPlanGetWorkSpaceSize(handle, fusePlanDesc, workSpaceSize, algo):
@@ -5853,7 +5853,7 @@ def miopenFusionPlanGetWorkSpaceSize(handle, fusePlanDesc, workSpaceSize, algo):
     if status:
         raise _lib.status_error(status, 'miopenFusionPlanGetWorkSpaceSize')
 
-_miopenFusionPlanConvolutionGetAlgo = _lazy('miopenFusionPlanConvolutionGetAlgo', (miopenFusionPlanDescriptor_t, c_int, POINTER(c_int), POINTER(c_int),), c_int)
+_miopenFusionPlanConvolutionGetAlgo = _lazy('miopenFusionPlanConvolutionGetAlgo', (miopenFusionPlanDescriptor_t, c_int, c_void_p, c_void_p,), c_int)
 
 
 def miopenFusionPlanConvolutionGetAlgo(fusePlanDesc, requestAlgoCount, returnedAlgoCount, returnedAlgos):
@@ -5924,7 +5924,7 @@ def miopenFusionPlanConvolutionSetAlgo(fusePlanDesc, algo):
     if status:
         raise _lib.status_error(status, 'miopenFusionPlanConvolutionSetAlgo')
 
-_miopenCreateOpConvForward = _lazy('miopenCreateOpConvForward', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), miopenConvolutionDescriptor_t, miopenTensorDescriptor_t,), c_int)
+_miopenCreateOpConvForward = _lazy('miopenCreateOpConvForward', (miopenFusionPlanDescriptor_t, c_void_p, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t,), c_int)
 
 
 def miopenCreateOpConvForward(fusePlanDesc, convOp, convDesc, wDesc):
@@ -5950,7 +5950,7 @@ def miopenCreateOpConvForward(fusePlanDesc, convOp, convDesc, wDesc):
     if status:
         raise _lib.status_error(status, 'miopenCreateOpConvForward')
 
-_miopenCreateOpActivationForward = _lazy('miopenCreateOpActivationForward', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), c_int,), c_int)
+_miopenCreateOpActivationForward = _lazy('miopenCreateOpActivationForward', (miopenFusionPlanDescriptor_t, c_void_p, c_int,), c_int)
 
 
 def miopenCreateOpActivationForward(fusePlanDesc, activFwdOp, mode):
@@ -5981,7 +5981,7 @@ def miopenCreateOpActivationForward(fusePlanDesc, activFwdOp, mode):
     if status:
         raise _lib.status_error(status, 'miopenCreateOpActivationForward')
 
-_miopenCreateOpActivationBackward = _lazy('miopenCreateOpActivationBackward', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), c_int,), c_int)
+_miopenCreateOpActivationBackward = _lazy('miopenCreateOpActivationBackward', (miopenFusionPlanDescriptor_t, c_void_p, c_int,), c_int)
 
 
 def miopenCreateOpActivationBackward(fusePlanDesc, activBwdOp, mode):
@@ -6012,7 +6012,7 @@ def miopenCreateOpActivationBackward(fusePlanDesc, activBwdOp, mode):
     if status:
         raise _lib.status_error(status, 'miopenCreateOpActivationBackward')
 
-_miopenCreateOpBiasForward = _lazy('miopenCreateOpBiasForward', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), miopenTensorDescriptor_t,), c_int)
+_miopenCreateOpBiasForward = _lazy('miopenCreateOpBiasForward', (miopenFusionPlanDescriptor_t, c_void_p, miopenTensorDescriptor_t,), c_int)
 
 
 def miopenCreateOpBiasForward(fusePlanDesc, biasOp, bDesc):
@@ -6037,7 +6037,7 @@ def miopenCreateOpBiasForward(fusePlanDesc, biasOp, bDesc):
     if status:
         raise _lib.status_error(status, 'miopenCreateOpBiasForward')
 
-_miopenCreateOpBatchNormInference = _lazy('miopenCreateOpBatchNormInference', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), c_int, miopenTensorDescriptor_t,), c_int)
+_miopenCreateOpBatchNormInference = _lazy('miopenCreateOpBatchNormInference', (miopenFusionPlanDescriptor_t, c_void_p, c_int, miopenTensorDescriptor_t,), c_int)
 
 
 def miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMeanVarDesc):
@@ -6069,7 +6069,7 @@ def miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMea
     if status:
         raise _lib.status_error(status, 'miopenCreateOpBatchNormInference')
 
-_miopenCreateOpBatchNormForward = _lazy('miopenCreateOpBatchNormForward', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), c_int, c_bool,), c_int)
+_miopenCreateOpBatchNormForward = _lazy('miopenCreateOpBatchNormForward', (miopenFusionPlanDescriptor_t, c_void_p, c_int, c_bool,), c_int)
 
 
 def miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVariance):
@@ -6102,7 +6102,7 @@ def miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVa
     if status:
         raise _lib.status_error(status, 'miopenCreateOpBatchNormForward')
 
-_miopenCreateOpBatchNormBackward = _lazy('miopenCreateOpBatchNormBackward', (miopenFusionPlanDescriptor_t, POINTER(miopenFusionOpDescriptor_t), c_int,), c_int)
+_miopenCreateOpBatchNormBackward = _lazy('miopenCreateOpBatchNormBackward', (miopenFusionPlanDescriptor_t, c_void_p, c_int,), c_int)
 
 
 def miopenCreateOpBatchNormBackward(fusePlanDesc, bnBwdOp, bn_mode):
@@ -6133,7 +6133,7 @@ def miopenCreateOpBatchNormBackward(fusePlanDesc, bnBwdOp, bn_mode):
     if status:
         raise _lib.status_error(status, 'miopenCreateOpBatchNormBackward')
 
-_miopenCreateOperatorArgs = _lazy('miopenCreateOperatorArgs', (POINTER(miopenOperatorArgs_t),), c_int)
+_miopenCreateOperatorArgs = _lazy('miopenCreateOperatorArgs', (c_void_p,), c_int)
 
 
 def miopenCreateOperatorArgs(args):
@@ -6510,7 +6510,7 @@ def miopenConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, c
     if status:
         raise _lib.status_error(status, 'miopenConvolutionBiasActivationForward')
 
-_miopenCreateRNNDescriptor = _lazy('miopenCreateRNNDescriptor', (POINTER(miopenRNNDescriptor_t),), c_int)
+_miopenCreateRNNDescriptor = _lazy('miopenCreateRNNDescriptor', (c_void_p,), c_int)
 
 
 def miopenCreateRNNDescriptor(rnnDesc):
@@ -6534,7 +6534,7 @@ def miopenCreateRNNDescriptor(rnnDesc):
     if status:
         raise _lib.status_error(status, 'miopenCreateRNNDescriptor')
 
-_miopenGetRNNDescriptor = _lazy('miopenGetRNNDescriptor', (miopenRNNDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_miopenGetRNNDescriptor = _lazy('miopenGetRNNDescriptor', (miopenRNNDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetRNNDescriptor(rnnDesc, rnnMode, algoMode, inputMode, dirMode, biasMode, hiddenSize, layer):
@@ -6576,7 +6576,7 @@ def miopenGetRNNDescriptor(rnnDesc, rnnMode, algoMode, inputMode, dirMode, biasM
     if status:
         raise _lib.status_error(status, 'miopenGetRNNDescriptor')
 
-_miopenGetRNNDescriptor_V2 = _lazy('miopenGetRNNDescriptor_V2', (miopenRNNDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(miopenDropoutDescriptor_t), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_miopenGetRNNDescriptor_V2 = _lazy('miopenGetRNNDescriptor_V2', (miopenRNNDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetRNNDescriptor_V2(rnnDesc, hiddenSize, layer, dropoutDesc, inputMode, dirMode, rnnMode, biasMode, algoMode, dataType):
@@ -6721,7 +6721,7 @@ def miopenSetRNNDescriptor_V2(rnnDesc, hsize, nlayers, dropoutDesc, inMode, dire
     if status:
         raise _lib.status_error(status, 'miopenSetRNNDescriptor_V2')
 
-_miopenSetRNNDataSeqTensorDescriptor = _lazy('miopenSetRNNDataSeqTensorDescriptor', (miopenSeqTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int, POINTER(c_int), EitherPointer,), c_int)
+_miopenSetRNNDataSeqTensorDescriptor = _lazy('miopenSetRNNDataSeqTensorDescriptor', (miopenSeqTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_void_p, EitherPointer,), c_int)
 
 
 def miopenSetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequenceLen, batchSize, vectorSize, sequenceLenArray, paddingMarker):
@@ -6760,7 +6760,7 @@ def miopenSetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
     if status:
         raise _lib.status_error(status, 'miopenSetRNNDataSeqTensorDescriptor')
 
-_miopenGetRNNDataSeqTensorDescriptor = _lazy('miopenGetRNNDataSeqTensorDescriptor', (miopenSeqTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), c_int, POINTER(c_int), EitherPointer,), c_int)
+_miopenGetRNNDataSeqTensorDescriptor = _lazy('miopenGetRNNDataSeqTensorDescriptor', (miopenSeqTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_void_p, EitherPointer,), c_int)
 
 
 def miopenGetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequenceLen, batchSize, vectorSize, sequenceLenArrayLimit, sequenceLenArray, paddingMarker):
@@ -6812,7 +6812,7 @@ def miopenGetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
     if status:
         raise _lib.status_error(status, 'miopenGetRNNDataSeqTensorDescriptor')
 
-_miopenGetRNNWorkspaceSize = _lazy('miopenGetRNNWorkspaceSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), POINTER(c_size_t),), c_int)
+_miopenGetRNNWorkspaceSize = _lazy('miopenGetRNNWorkspaceSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetRNNWorkspaceSize(handle, rnnDesc, sequenceLen, xDesc, numBytes):
@@ -6854,7 +6854,7 @@ def miopenGetRNNWorkspaceSize(handle, rnnDesc, sequenceLen, xDesc, numBytes):
     if status:
         raise _lib.status_error(status, 'miopenGetRNNWorkspaceSize')
 
-_miopenGetRNNTrainingReserveSize = _lazy('miopenGetRNNTrainingReserveSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), POINTER(c_size_t),), c_int)
+_miopenGetRNNTrainingReserveSize = _lazy('miopenGetRNNTrainingReserveSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetRNNTrainingReserveSize(handle, rnnDesc, sequenceLen, xDesc, numBytes):
@@ -6896,7 +6896,7 @@ def miopenGetRNNTrainingReserveSize(handle, rnnDesc, sequenceLen, xDesc, numByte
     if status:
         raise _lib.status_error(status, 'miopenGetRNNTrainingReserveSize')
 
-_miopenGetRNNTempSpaceSizes = _lazy('miopenGetRNNTempSpaceSizes', (miopenHandle_t, miopenRNNDescriptor_t, miopenSeqTensorDescriptor_t, c_int, POINTER(c_size_t), POINTER(c_size_t),), c_int)
+_miopenGetRNNTempSpaceSizes = _lazy('miopenGetRNNTempSpaceSizes', (miopenHandle_t, miopenRNNDescriptor_t, miopenSeqTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetRNNTempSpaceSizes(handle, rnnDesc, xDesc, fwdMode, workSpaceSize, reserveSpaceSize):
@@ -6938,7 +6938,7 @@ def miopenGetRNNTempSpaceSizes(handle, rnnDesc, xDesc, fwdMode, workSpaceSize, r
     if status:
         raise _lib.status_error(status, 'miopenGetRNNTempSpaceSizes')
 
-_miopenGetRNNParamsSize = _lazy('miopenGetRNNParamsSize', (miopenHandle_t, miopenRNNDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t), c_int,), c_int)
+_miopenGetRNNParamsSize = _lazy('miopenGetRNNParamsSize', (miopenHandle_t, miopenRNNDescriptor_t, miopenTensorDescriptor_t, c_void_p, c_int,), c_int)
 
 
 def miopenGetRNNParamsSize(handle, rnnDesc, xDesc, numBytes, dtype):
@@ -7006,7 +7006,7 @@ def miopenGetRNNParamsDescriptor(handle, rnnDesc, xDesc, wDesc, dtype):
     if status:
         raise _lib.status_error(status, 'miopenGetRNNParamsDescriptor')
 
-_miopenGetRNNInputTensorSize = _lazy('miopenGetRNNInputTensorSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), POINTER(c_size_t),), c_int)
+_miopenGetRNNInputTensorSize = _lazy('miopenGetRNNInputTensorSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetRNNInputTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
@@ -7049,7 +7049,7 @@ def miopenGetRNNInputTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
     if status:
         raise _lib.status_error(status, 'miopenGetRNNInputTensorSize')
 
-_miopenGetRNNHiddenTensorSize = _lazy('miopenGetRNNHiddenTensorSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), POINTER(c_size_t),), c_int)
+_miopenGetRNNHiddenTensorSize = _lazy('miopenGetRNNHiddenTensorSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetRNNHiddenTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
@@ -7087,7 +7087,7 @@ def miopenGetRNNHiddenTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
     if status:
         raise _lib.status_error(status, 'miopenGetRNNHiddenTensorSize')
 
-_miopenGetRNNLayerParamSize = _lazy('miopenGetRNNLayerParamSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, POINTER(c_size_t),), c_int)
+_miopenGetRNNLayerParamSize = _lazy('miopenGetRNNLayerParamSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, c_void_p,), c_int)
 
 
 def miopenGetRNNLayerParamSize(handle, rnnDesc, layer, xDesc, paramID, numBytes):
@@ -7151,7 +7151,7 @@ def miopenGetRNNLayerParamSize(handle, rnnDesc, layer, xDesc, paramID, numBytes)
     if status:
         raise _lib.status_error(status, 'miopenGetRNNLayerParamSize')
 
-_miopenGetRNNLayerBiasSize = _lazy('miopenGetRNNLayerBiasSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_int, POINTER(c_size_t),), c_int)
+_miopenGetRNNLayerBiasSize = _lazy('miopenGetRNNLayerBiasSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_int, c_void_p,), c_int)
 
 
 def miopenGetRNNLayerBiasSize(handle, rnnDesc, layer, biasID, numBytes):
@@ -7375,7 +7375,7 @@ def miopenGetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasD
     if status:
         raise _lib.status_error(status, 'miopenGetRNNLayerBias')
 
-_miopenGetRNNLayerParamOffset = _lazy('miopenGetRNNLayerParamOffset', (miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenGetRNNLayerParamOffset = _lazy('miopenGetRNNLayerParamOffset', (miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetRNNLayerParamOffset(rnnDesc, layer, xDesc, paramID, paramDesc, layerParamOffset):
@@ -7453,7 +7453,7 @@ def miopenGetRNNLayerParamOffset(rnnDesc, layer, xDesc, paramID, paramDesc, laye
     if status:
         raise _lib.status_error(status, 'miopenGetRNNLayerParamOffset')
 
-_miopenGetRNNLayerBiasOffset = _lazy('miopenGetRNNLayerBiasOffset', (miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenGetRNNLayerBiasOffset = _lazy('miopenGetRNNLayerBiasOffset', (miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetRNNLayerBiasOffset(rnnDesc, layer, xDesc, biasID, biasDesc, layerBiasOffset):
@@ -7708,7 +7708,7 @@ def miopenSetRNNPaddingMode(rnnDesc, paddingMode):
     if status:
         raise _lib.status_error(status, 'miopenSetRNNPaddingMode')
 
-_miopenGetRNNPaddingMode = _lazy('miopenGetRNNPaddingMode', (miopenRNNDescriptor_t, POINTER(c_int),), c_int)
+_miopenGetRNNPaddingMode = _lazy('miopenGetRNNPaddingMode', (miopenRNNDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetRNNPaddingMode(rnnDesc, paddingMode):
@@ -7960,7 +7960,7 @@ def miopenRNNBackwardWeightsSeqTensor(handle, rnnDesc, xDesc, x, hDesc, hx, yDes
     if status:
         raise _lib.status_error(status, 'miopenRNNBackwardWeightsSeqTensor')
 
-_miopenRNNForwardTraining = _lazy('miopenRNNForwardTraining', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_miopenRNNForwardTraining = _lazy('miopenRNNForwardTraining', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
 
 
 def miopenRNNForwardTraining(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
@@ -8052,7 +8052,7 @@ def miopenRNNForwardTraining(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
     if status:
         raise _lib.status_error(status, 'miopenRNNForwardTraining')
 
-_miopenRNNBackwardData = _lazy('miopenRNNBackwardData', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), DevicePointer, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_miopenRNNBackwardData = _lazy('miopenRNNBackwardData', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, DevicePointer, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
 
 
 def miopenRNNBackwardData(handle, rnnDesc, sequenceLen, yDesc, y, dyDesc, dy, dhyDesc, dhy, dcyDesc, dcy, wDesc, w, hxDesc, hx, cxDesc, cx, dxDesc, dx, dhxDesc, dhx, dcxDesc, dcx, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
@@ -8164,7 +8164,7 @@ def miopenRNNBackwardData(handle, rnnDesc, sequenceLen, yDesc, y, dyDesc, dy, dh
     if status:
         raise _lib.status_error(status, 'miopenRNNBackwardData')
 
-_miopenRNNBackwardWeights = _lazy('miopenRNNBackwardWeights', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_miopenRNNBackwardWeights = _lazy('miopenRNNBackwardWeights', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
 
 
 def miopenRNNBackwardWeights(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx, yDesc, y, dwDesc, dw, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
@@ -8232,7 +8232,7 @@ def miopenRNNBackwardWeights(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
     if status:
         raise _lib.status_error(status, 'miopenRNNBackwardWeights')
 
-_miopenRNNForwardInference = _lazy('miopenRNNForwardInference', (miopenHandle_t, miopenRNNDescriptor_t, c_int, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, POINTER(miopenTensorDescriptor_t), DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
+_miopenRNNForwardInference = _lazy('miopenRNNForwardInference', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
 
 
 def miopenRNNForwardInference(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy, workSpace, workSpaceNumBytes):
@@ -8321,7 +8321,7 @@ def miopenRNNForwardInference(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx
     if status:
         raise _lib.status_error(status, 'miopenRNNForwardInference')
 
-_miopenCreateCTCLossDescriptor = _lazy('miopenCreateCTCLossDescriptor', (POINTER(miopenCTCLossDescriptor_t),), c_int)
+_miopenCreateCTCLossDescriptor = _lazy('miopenCreateCTCLossDescriptor', (c_void_p,), c_int)
 
 
 def miopenCreateCTCLossDescriptor(ctcLossDesc):
@@ -8345,7 +8345,7 @@ def miopenCreateCTCLossDescriptor(ctcLossDesc):
     if status:
         raise _lib.status_error(status, 'miopenCreateCTCLossDescriptor')
 
-_miopenGetCTCLossDescriptor = _lazy('miopenGetCTCLossDescriptor', (miopenCTCLossDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_bool),), c_int)
+_miopenGetCTCLossDescriptor = _lazy('miopenGetCTCLossDescriptor', (miopenCTCLossDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_softmax_layer):
@@ -8427,7 +8427,7 @@ def miopenSetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_soft
     if status:
         raise _lib.status_error(status, 'miopenSetCTCLossDescriptor')
 
-_miopenGetCTCLossWorkspaceSize = _lazy('miopenGetCTCLossWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), c_int, miopenCTCLossDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenGetCTCLossWorkspaceSize = _lazy('miopenGetCTCLossWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_int, miopenCTCLossDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labelLengths, inputLengths, algo, ctcLossDesc, workSpaceSize):
@@ -8473,7 +8473,7 @@ def miopenGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labe
     if status:
         raise _lib.status_error(status, 'miopenGetCTCLossWorkspaceSize')
 
-_miopenCTCLoss = _lazy('miopenCTCLoss', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, POINTER(c_int), POINTER(c_int), POINTER(c_int), DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_int, miopenCTCLossDescriptor_t, DevicePointer, c_size_t,), c_int)
+_miopenCTCLoss = _lazy('miopenCTCLoss', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, c_void_p, c_void_p, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_int, miopenCTCLossDescriptor_t, DevicePointer, c_size_t,), c_int)
 
 
 def miopenCTCLoss(handle, probsDesc, probs, labels, labelLengths, inputLengths, losses, gradientsDesc, gradients, algo, ctcLossDesc, workSpace, workSpaceSize):
@@ -8525,7 +8525,7 @@ def miopenCTCLoss(handle, probsDesc, probs, labels, labelLengths, inputLengths, 
     if status:
         raise _lib.status_error(status, 'miopenCTCLoss')
 
-_miopenCreateDropoutDescriptor = _lazy('miopenCreateDropoutDescriptor', (POINTER(miopenDropoutDescriptor_t),), c_int)
+_miopenCreateDropoutDescriptor = _lazy('miopenCreateDropoutDescriptor', (c_void_p,), c_int)
 
 
 def miopenCreateDropoutDescriptor(dropoutDesc):
@@ -8570,7 +8570,7 @@ def miopenDestroyDropoutDescriptor(dropoutDesc):
         raise _lib.status_error(status, 'miopenDestroyDropoutDescriptor')
     _clear_handle(dropoutDesc)
 
-_miopenDropoutGetReserveSpaceSize = _lazy('miopenDropoutGetReserveSpaceSize', (miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenDropoutGetReserveSpaceSize = _lazy('miopenDropoutGetReserveSpaceSize', (miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenDropoutGetReserveSpaceSize(xDesc, reserveSpaceSizeInBytes):
@@ -8596,7 +8596,7 @@ def miopenDropoutGetReserveSpaceSize(xDesc, reserveSpaceSizeInBytes):
     if status:
         raise _lib.status_error(status, 'miopenDropoutGetReserveSpaceSize')
 
-_miopenDropoutGetStatesSize = _lazy('miopenDropoutGetStatesSize', (miopenHandle_t, POINTER(c_size_t),), c_int)
+_miopenDropoutGetStatesSize = _lazy('miopenDropoutGetStatesSize', (miopenHandle_t, c_void_p,), c_int)
 
 
 def miopenDropoutGetStatesSize(handle, stateSizeInBytes):
@@ -8622,7 +8622,7 @@ def miopenDropoutGetStatesSize(handle, stateSizeInBytes):
     if status:
         raise _lib.status_error(status, 'miopenDropoutGetStatesSize')
 
-_miopenGetDropoutDescriptor = _lazy('miopenGetDropoutDescriptor', (miopenDropoutDescriptor_t, miopenHandle_t, POINTER(c_float), POINTER(c_void_p), POINTER(c_ulonglong), POINTER(c_bool), POINTER(c_bool), POINTER(c_int),), c_int)
+_miopenGetDropoutDescriptor = _lazy('miopenGetDropoutDescriptor', (miopenDropoutDescriptor_t, miopenHandle_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed, use_mask, state_evo, rng_mode):
@@ -8841,7 +8841,7 @@ def miopenDropoutBackward(handle, dropoutDesc, noise_shape, dyDesc, dy, dxDesc, 
     if status:
         raise _lib.status_error(status, 'miopenDropoutBackward')
 
-_miopenCreateReduceTensorDescriptor = _lazy('miopenCreateReduceTensorDescriptor', (POINTER(miopenReduceTensorDescriptor_t),), c_int)
+_miopenCreateReduceTensorDescriptor = _lazy('miopenCreateReduceTensorDescriptor', (c_void_p,), c_int)
 
 
 def miopenCreateReduceTensorDescriptor(reduceTensorDesc):
@@ -8918,7 +8918,7 @@ def miopenSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTens
     if status:
         raise _lib.status_error(status, 'miopenSetReduceTensorDescriptor')
 
-_miopenGetReduceTensorDescriptor = _lazy('miopenGetReduceTensorDescriptor', (miopenReduceTensorDescriptor_t, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int),), c_int)
+_miopenGetReduceTensorDescriptor = _lazy('miopenGetReduceTensorDescriptor', (miopenReduceTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
@@ -8959,7 +8959,7 @@ def miopenGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTens
     if status:
         raise _lib.status_error(status, 'miopenGetReduceTensorDescriptor')
 
-_miopenGetReductionIndicesSize = _lazy('miopenGetReductionIndicesSize', (miopenHandle_t, miopenReduceTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenGetReductionIndicesSize = _lazy('miopenGetReductionIndicesSize', (miopenHandle_t, miopenReduceTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes):
@@ -8986,7 +8986,7 @@ def miopenGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeIn
     if status:
         raise _lib.status_error(status, 'miopenGetReductionIndicesSize')
 
-_miopenGetReductionWorkspaceSize = _lazy('miopenGetReductionWorkspaceSize', (miopenHandle_t, miopenReduceTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenGetReductionWorkspaceSize = _lazy('miopenGetReductionWorkspaceSize', (miopenHandle_t, miopenReduceTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes):
@@ -9068,7 +9068,7 @@ def miopenReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wo
     if status:
         raise _lib.status_error(status, 'miopenReduceTensor')
 
-_miopenCreateConvProblem = _lazy('miopenCreateConvProblem', (POINTER(miopenProblem_t), miopenConvolutionDescriptor_t, c_int,), c_int)
+_miopenCreateConvProblem = _lazy('miopenCreateConvProblem', (c_void_p, miopenConvolutionDescriptor_t, c_int,), c_int)
 
 
 def miopenCreateConvProblem(problem, operatorDesc, direction):
@@ -9099,7 +9099,7 @@ def miopenCreateConvProblem(problem, operatorDesc, direction):
     if status:
         raise _lib.status_error(status, 'miopenCreateConvProblem')
 
-_miopenCreateMhaProblem = _lazy('miopenCreateMhaProblem', (POINTER(miopenProblem_t), miopenMhaDescriptor_t, c_int,), c_int)
+_miopenCreateMhaProblem = _lazy('miopenCreateMhaProblem', (c_void_p, miopenMhaDescriptor_t, c_int,), c_int)
 
 
 def miopenCreateMhaProblem(problem, operatorDesc, direction):
@@ -9123,7 +9123,7 @@ def miopenCreateMhaProblem(problem, operatorDesc, direction):
     if status:
         raise _lib.status_error(status, 'miopenCreateMhaProblem')
 
-_miopenCreateMhaDescriptor = _lazy('miopenCreateMhaDescriptor', (POINTER(miopenMhaDescriptor_t),), c_int)
+_miopenCreateMhaDescriptor = _lazy('miopenCreateMhaDescriptor', (c_void_p,), c_int)
 
 
 def miopenCreateMhaDescriptor(mhaDesc):
@@ -9168,7 +9168,7 @@ def miopenSetMhaDescriptor(mhaDesc, scale):
     if status:
         raise _lib.status_error(status, 'miopenSetMhaDescriptor')
 
-_miopenGetMhaDescriptor = _lazy('miopenGetMhaDescriptor', (miopenMhaDescriptor_t, POINTER(c_float),), c_int)
+_miopenGetMhaDescriptor = _lazy('miopenGetMhaDescriptor', (miopenMhaDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetMhaDescriptor(mhaDesc, scale):
@@ -9194,7 +9194,7 @@ def miopenGetMhaDescriptor(mhaDesc, scale):
     if status:
         raise _lib.status_error(status, 'miopenGetMhaDescriptor')
 
-_miopenCreateSoftmaxDescriptor = _lazy('miopenCreateSoftmaxDescriptor', (POINTER(miopenSoftmaxDescriptor_t),), c_int)
+_miopenCreateSoftmaxDescriptor = _lazy('miopenCreateSoftmaxDescriptor', (c_void_p,), c_int)
 
 
 def miopenCreateSoftmaxDescriptor(softmaxDesc):
@@ -9248,7 +9248,7 @@ def miopenSetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode):
     if status:
         raise _lib.status_error(status, 'miopenSetSoftmaxDescriptor')
 
-_miopenGetSoftmaxDescriptor = _lazy('miopenGetSoftmaxDescriptor', (miopenSoftmaxDescriptor_t, POINTER(c_float), POINTER(c_float), POINTER(c_int), POINTER(c_int),), c_int)
+_miopenGetSoftmaxDescriptor = _lazy('miopenGetSoftmaxDescriptor', (miopenSoftmaxDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode):
@@ -9332,7 +9332,7 @@ def miopenSetProblemTensorDescriptor(problem, id, descriptor):
     if status:
         raise _lib.status_error(status, 'miopenSetProblemTensorDescriptor')
 
-_miopenCreateFindOptions = _lazy('miopenCreateFindOptions', (POINTER(miopenFindOptions_t),), c_int)
+_miopenCreateFindOptions = _lazy('miopenCreateFindOptions', (c_void_p,), c_int)
 
 
 def miopenCreateFindOptions(options):
@@ -9544,7 +9544,7 @@ def miopenSetFindOptionAttachBinaries(options, attach):
     if status:
         raise _lib.status_error(status, 'miopenSetFindOptionAttachBinaries')
 
-_miopenFindSolutions = _lazy('miopenFindSolutions', (miopenHandle_t, miopenProblem_t, miopenFindOptions_t, POINTER(miopenSolution_t), POINTER(c_size_t), c_size_t,), c_int)
+_miopenFindSolutions = _lazy('miopenFindSolutions', (miopenHandle_t, miopenProblem_t, miopenFindOptions_t, c_void_p, c_void_p, c_size_t,), c_int)
 
 
 def miopenFindSolutions(handle, problem, options, solutions, numSolutions, maxSolutions):
@@ -9581,7 +9581,7 @@ def miopenFindSolutions(handle, problem, options, solutions, numSolutions, maxSo
     if status:
         raise _lib.status_error(status, 'miopenFindSolutions')
 
-_miopenRunSolution = _lazy('miopenRunSolution', (miopenHandle_t, miopenSolution_t, c_size_t, POINTER(miopenTensorArgument_t), DevicePointer, c_size_t,), c_int)
+_miopenRunSolution = _lazy('miopenRunSolution', (miopenHandle_t, miopenSolution_t, c_size_t, c_void_p, DevicePointer, c_size_t,), c_int)
 
 
 def miopenRunSolution(handle, solution, nInputs, tensors, workspace, workspaceSize):
@@ -9640,7 +9640,7 @@ def miopenDestroySolution(solution):
         raise _lib.status_error(status, 'miopenDestroySolution')
     _clear_handle(solution)
 
-_miopenLoadSolution = _lazy('miopenLoadSolution', (POINTER(miopenSolution_t), POINTER(c_char), c_size_t,), c_int)
+_miopenLoadSolution = _lazy('miopenLoadSolution', (c_void_p, c_void_p, c_size_t,), c_int)
 
 
 def miopenLoadSolution(solution, data, size):
@@ -9673,7 +9673,7 @@ def miopenLoadSolution(solution, data, size):
     if status:
         raise _lib.status_error(status, 'miopenLoadSolution')
 
-_miopenSaveSolution = _lazy('miopenSaveSolution', (miopenSolution_t, POINTER(c_char),), c_int)
+_miopenSaveSolution = _lazy('miopenSaveSolution', (miopenSolution_t, c_void_p,), c_int)
 
 
 def miopenSaveSolution(solution, data):
@@ -9697,7 +9697,7 @@ def miopenSaveSolution(solution, data):
     if status:
         raise _lib.status_error(status, 'miopenSaveSolution')
 
-_miopenGetSolutionSize = _lazy('miopenGetSolutionSize', (miopenSolution_t, POINTER(c_size_t),), c_int)
+_miopenGetSolutionSize = _lazy('miopenGetSolutionSize', (miopenSolution_t, c_void_p,), c_int)
 
 
 def miopenGetSolutionSize(solution, size):
@@ -9721,7 +9721,7 @@ def miopenGetSolutionSize(solution, size):
     if status:
         raise _lib.status_error(status, 'miopenGetSolutionSize')
 
-_miopenGetSolutionWorkspaceSize = _lazy('miopenGetSolutionWorkspaceSize', (miopenSolution_t, POINTER(c_size_t),), c_int)
+_miopenGetSolutionWorkspaceSize = _lazy('miopenGetSolutionWorkspaceSize', (miopenSolution_t, c_void_p,), c_int)
 
 
 def miopenGetSolutionWorkspaceSize(solution, workspaceSize):
@@ -9745,7 +9745,7 @@ def miopenGetSolutionWorkspaceSize(solution, workspaceSize):
     if status:
         raise _lib.status_error(status, 'miopenGetSolutionWorkspaceSize')
 
-_miopenGetSolutionTime = _lazy('miopenGetSolutionTime', (miopenSolution_t, POINTER(c_float),), c_int)
+_miopenGetSolutionTime = _lazy('miopenGetSolutionTime', (miopenSolution_t, c_void_p,), c_int)
 
 
 def miopenGetSolutionTime(solution, time):
@@ -9769,7 +9769,7 @@ def miopenGetSolutionTime(solution, time):
     if status:
         raise _lib.status_error(status, 'miopenGetSolutionTime')
 
-_miopenGetSolutionSolverId = _lazy('miopenGetSolutionSolverId', (miopenSolution_t, POINTER(c_uint64),), c_int)
+_miopenGetSolutionSolverId = _lazy('miopenGetSolutionSolverId', (miopenSolution_t, c_void_p,), c_int)
 
 
 def miopenGetSolutionSolverId(solution, solverId):
@@ -9793,7 +9793,7 @@ def miopenGetSolutionSolverId(solution, solverId):
     if status:
         raise _lib.status_error(status, 'miopenGetSolutionSolverId')
 
-_miopenGetSolverIdConvAlgorithm = _lazy('miopenGetSolverIdConvAlgorithm', (c_uint64, POINTER(c_int),), c_int)
+_miopenGetSolverIdConvAlgorithm = _lazy('miopenGetSolverIdConvAlgorithm', (c_uint64, c_void_p,), c_int)
 
 
 def miopenGetSolverIdConvAlgorithm(solverId, result):
@@ -9823,7 +9823,7 @@ def miopenGetSolverIdConvAlgorithm(solverId, result):
     if status:
         raise _lib.status_error(status, 'miopenGetSolverIdConvAlgorithm')
 
-_miopenCreateActivationProblem = _lazy('miopenCreateActivationProblem', (POINTER(miopenProblem_t), miopenActivationDescriptor_t, c_int,), c_int)
+_miopenCreateActivationProblem = _lazy('miopenCreateActivationProblem', (c_void_p, miopenActivationDescriptor_t, c_int,), c_int)
 
 
 def miopenCreateActivationProblem(problem, operatorDesc, direction):
@@ -9857,7 +9857,7 @@ def miopenCreateActivationProblem(problem, operatorDesc, direction):
     if status:
         raise _lib.status_error(status, 'miopenCreateActivationProblem')
 
-_miopenCreateBatchnormProblem = _lazy('miopenCreateBatchnormProblem', (POINTER(miopenProblem_t), c_int, c_bool, c_int,), c_int)
+_miopenCreateBatchnormProblem = _lazy('miopenCreateBatchnormProblem', (c_void_p, c_int, c_bool, c_int,), c_int)
 
 
 def miopenCreateBatchnormProblem(problem, mode, runningMeanVariance, direction):
@@ -9926,7 +9926,7 @@ def miopenFuseProblems(problem1, problem2):
     if status:
         raise _lib.status_error(status, 'miopenFuseProblems')
 
-_miopenCreateBiasProblem = _lazy('miopenCreateBiasProblem', (POINTER(miopenProblem_t), c_int,), c_int)
+_miopenCreateBiasProblem = _lazy('miopenCreateBiasProblem', (c_void_p, c_int,), c_int)
 
 
 def miopenCreateBiasProblem(problem, direction):
@@ -9959,7 +9959,7 @@ def miopenCreateBiasProblem(problem, direction):
     if status:
         raise _lib.status_error(status, 'miopenCreateBiasProblem')
 
-_miopenCreateSoftmaxProblem = _lazy('miopenCreateSoftmaxProblem', (POINTER(miopenProblem_t), miopenSoftmaxDescriptor_t, c_int,), c_int)
+_miopenCreateSoftmaxProblem = _lazy('miopenCreateSoftmaxProblem', (c_void_p, miopenSoftmaxDescriptor_t, c_int,), c_int)
 
 
 def miopenCreateSoftmaxProblem(problem, operatorDesc, direction):
@@ -9992,7 +9992,7 @@ def miopenCreateSoftmaxProblem(problem, operatorDesc, direction):
     if status:
         raise _lib.status_error(status, 'miopenCreateSoftmaxProblem')
 
-_miopenGetReduceCalculationWorkspaceSize = _lazy('miopenGetReduceCalculationWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, c_int32, c_int, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenGetReduceCalculationWorkspaceSize = _lazy('miopenGetReduceCalculationWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, c_int32, c_int, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetReduceCalculationWorkspaceSize(handle, xDesc, dim, reduceCalculationOp, reduceDesc, sizeInBytes):
@@ -10267,7 +10267,7 @@ def miopenT5LayerNormForward(handle, mode, xDesc, x, weightDesc, weight, epsilon
     if status:
         raise _lib.status_error(status, 'miopenT5LayerNormForward')
 
-_miopenGetT5LayerNormBackwardWorkspaceSize = _lazy('miopenGetT5LayerNormBackwardWorkspaceSize', (miopenHandle_t, c_int, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenGetT5LayerNormBackwardWorkspaceSize = _lazy('miopenGetT5LayerNormBackwardWorkspaceSize', (miopenHandle_t, c_int, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetT5LayerNormBackwardWorkspaceSize(handle, mode, dyDesc, xDesc, weightDesc, rstdDesc, dxDesc, dwDesc, sizeInBytes):
@@ -10359,7 +10359,7 @@ def miopenT5LayerNormBackward(handle, mode, workspace, workspaceSizeInBytes, dyD
     if status:
         raise _lib.status_error(status, 'miopenT5LayerNormBackward')
 
-_miopenBackendCreateDescriptor = _lazy('miopenBackendCreateDescriptor', (c_int, POINTER(miopenBackendDescriptor_t),), c_int)
+_miopenBackendCreateDescriptor = _lazy('miopenBackendCreateDescriptor', (c_int, c_void_p,), c_int)
 
 
 def miopenBackendCreateDescriptor(descriptorType, descriptor):
@@ -10485,7 +10485,7 @@ def miopenBackendFinalize(descriptor):
     if status:
         raise _lib.status_error(status, 'miopenBackendFinalize')
 
-_miopenBackendGetAttribute = _lazy('miopenBackendGetAttribute', (miopenBackendDescriptor_t, c_int, c_int, c_int64, POINTER(c_int64), c_void_p,), c_int)
+_miopenBackendGetAttribute = _lazy('miopenBackendGetAttribute', (miopenBackendDescriptor_t, c_int, c_int, c_int64, c_void_p, c_void_p,), c_int)
 
 
 def miopenBackendGetAttribute(descriptor, attributeName, attributeType, requestedElementCount, elementCount, arrayOfElements):
@@ -11294,7 +11294,7 @@ def miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc
     if status:
         raise _lib.status_error(status, 'miopenTransformersAdamWWithOutput')
 
-_miopenGetGetitemWorkspaceSize = _lazy('miopenGetGetitemWorkspaceSize', (miopenHandle_t, c_uint32, POINTER(miopenTensorDescriptor_t), POINTER(c_size_t),), c_int)
+_miopenGetGetitemWorkspaceSize = _lazy('miopenGetGetitemWorkspaceSize', (miopenHandle_t, c_uint32, c_void_p, c_void_p,), c_int)
 
 
 def miopenGetGetitemWorkspaceSize(handle, indexCount, indexDescs, sizeInBytes):
@@ -11334,7 +11334,7 @@ def miopenGetGetitemWorkspaceSize(handle, indexCount, indexDescs, sizeInBytes):
     if status:
         raise _lib.status_error(status, 'miopenGetGetitemWorkspaceSize')
 
-_miopenGetitemBackward = _lazy('miopenGetitemBackward', (miopenHandle_t, DevicePointer, c_size_t, miopenTensorDescriptor_t, DevicePointer, c_uint32, POINTER(miopenTensorDescriptor_t), POINTER(c_void_p), miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint32, POINTER(c_int32), c_uint32, POINTER(c_int32), c_uint32,), c_int)
+_miopenGetitemBackward = _lazy('miopenGetitemBackward', (miopenHandle_t, DevicePointer, c_size_t, miopenTensorDescriptor_t, DevicePointer, c_uint32, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint32, c_void_p, c_uint32, c_void_p, c_uint32,), c_int)
 
 
 def miopenGetitemBackward(handle, workspace, workspaceSizeInBytes, dyDesc, dy, indexCount, indexDescs, indexs, dxDesc, dx, errorDesc, error, dimCount, dims, sliceCount, slices, offset):
@@ -11511,7 +11511,7 @@ def miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesD
     if status:
         raise _lib.status_error(status, 'miopenKthvalueForward')
 
-_miopenGetPReLUBackwardWorkspaceSize = _lazy('miopenGetPReLUBackwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, POINTER(c_size_t),), c_int)
+_miopenGetPReLUBackwardWorkspaceSize = _lazy('miopenGetPReLUBackwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_void_p,), c_int)
 
 
 def miopenGetPReLUBackwardWorkspaceSize(handle, inputDesc, weightDesc, sizeInBytes):
@@ -11586,7 +11586,7 @@ def miopenPReLUBackward(handle, workspace, workspaceSizeInBytes, inputDesc, inpu
     if status:
         raise _lib.status_error(status, 'miopenPReLUBackward')
 
-_miopenGetSoftMarginLossForwardWorkspaceSize = _lazy('miopenGetSoftMarginLossForwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_int, POINTER(c_size_t),), c_int)
+_miopenGetSoftMarginLossForwardWorkspaceSize = _lazy('miopenGetSoftMarginLossForwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_int, c_void_p,), c_int)
 
 
 def miopenGetSoftMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, outputDesc, reduction, sizeInBytes):
@@ -11711,7 +11711,7 @@ def miopenSoftMarginLossBackward(handle, inputDesc, input, targetDesc, target, d
     if status:
         raise _lib.status_error(status, 'miopenSoftMarginLossBackward')
 
-_miopenGetMultiMarginLossForwardWorkspaceSize = _lazy('miopenGetMultiMarginLossForwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_long, c_float, c_int, POINTER(c_size_t),), c_int)
+_miopenGetMultiMarginLossForwardWorkspaceSize = _lazy('miopenGetMultiMarginLossForwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_long, c_float, c_int, c_void_p,), c_int)
 
 
 def miopenGetMultiMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, weightDesc, outputDesc, p, margin, reduction, sizeInBytes):

@@ -104,7 +104,7 @@ class HostArray:
         self._dtype: list = []
         self._dtype_object: Any = _NOTHING                  # numpy's dtype once seen (compared by identity)
         self._array_types: dict[int, Any] = {}
-        self._packers: dict[int, tuple[Any, Any]] = {}
+        self._packers: dict[int, Any] = {}
 
     def __repr__(self) -> str:
         return f"<HostArray {'const ' if self.const else ''}{self.cname}*{' nullable' if self.nullable else ''}>"
@@ -119,7 +119,9 @@ class HostArray:
         return self._dtype[0]
 
     def convert(self, obj: Any, count: int | None, index: int) -> Any:
-        """What ``POINTER(T)`` takes for ``obj``; raises naming parameter ``index`` when ``obj`` cannot serve."""
+        """What the foreign call's ``c_void_p`` takes for ``obj`` (packed bytes, a ctypes array or byref, a view
+        of a numpy array); raises naming parameter ``index`` when ``obj`` cannot serve. The element type is
+        checked here, since ``c_void_p`` itself would take any pointer."""
         kind = type(obj)
         if kind is _ndarray[0]:                                  # the hot forms first, inline
             if obj.dtype is self._dtype_object:
@@ -133,11 +135,11 @@ class HostArray:
         if kind is list or kind is tuple:
             size = len(obj)
             if self.const and (count is None or size >= count) and self.code is not None:
-                packer = self._packers.get(size)
-                if packer is None:
-                    packer = self._packers[size] = (struct.Struct(f"{size}{self.code}").pack, self._array_type(size))
+                pack = self._packers.get(size)
+                if pack is None:
+                    pack = self._packers[size] = struct.Struct(f"{size}{self.code}").pack
                 try:
-                    return packer[1].from_buffer_copy(packer[0](*obj))
+                    return pack(*obj)                            # C reads the packed bytes in place
                 except struct.error:
                     raise self._element_problem(obj, index) from None
             return self._from_sequence(obj, count, index)
@@ -147,17 +149,17 @@ class HostArray:
             role = "an input the library reads" if self.const else "an output the library writes"
             raise _problem(DnnArgumentError, index, f"is {role} ({self.cname}*): None (NULL) is not allowed here")
         if kind is _ByrefType:
-            self._need(self._elements_in(obj._obj), count, index, obj)
+            self._need(self._holding(obj._obj, obj, index), count, index, obj)
             return obj
         if isinstance(obj, _CData):
-            if isinstance(obj, ctypes._Pointer) and not isinstance(obj, self.ctype):
+            if isinstance(obj, self.pointer):                    # a bare T*: its extent is unknown
                 if count is not None and count > 1:
                     raise _problem(DnnArgumentError, index,
                                    f"needs {count} elements, and a bare ctypes pointer does not say how many it "
                                    "holds: pass a ctypes array or a numpy array (or call through .unchecked)")
                 return obj
-            self._need(self._elements_in(obj), count, index, obj)
-            return obj
+            self._need(self._holding(obj, obj, index), count, index, obj)
+            return obj if isinstance(obj, ctypes.Array) else ctypes.byref(obj)
         if device_address(obj) is not None:
             raise _problem(DnnArgumentError, index, str(_host_refusal(obj)))
         numpy = sys.modules.get("numpy")
@@ -177,16 +179,18 @@ class HostArray:
         return array_type
 
     # -- the forms -------------------------------------------------------------------------------
-    def _elements_in(self, target: Any) -> int | None:
-        """How many ``T`` a ctypes object holds (None: a different type, which ctypes then refuses)."""
+    def _holding(self, target: Any, obj: Any, index: int) -> int:
+        """How many ``T`` a ctypes object holds; another type is refused (a ``size_t*`` takes no ``c_int``)."""
         if isinstance(target, self.ctype):
             return 1
         if isinstance(target, ctypes.Array) and target._type_ is self.ctype:
             return len(target)
-        return None
+        raise _problem(DnnArgumentError, index, f"needs {self.cname} elements ({self.ctype.__name__}: an array of "
+                                                f"them, one, or byref of either), got {type_name(obj)}"
+                                                + (f" of {type_name(target)}" if target is not obj else ""))
 
-    def _need(self, available: int | None, count: int | None, index: int, obj: Any) -> None:
-        if available is not None and count is not None and available < count:
+    def _need(self, available: int, count: int | None, index: int, obj: Any) -> None:
+        if count is not None and available < count:
             raise _problem(DnnArgumentError, index, f"needs at least {count} {self.cname} element"
                                                     f"{'s' if count != 1 else ''}, got a {type_name(obj)} holding "
                                                     f"{available}")
@@ -246,7 +250,7 @@ class HostArray:
             raise _problem(DnnArgumentError, index, f"needs {self.cname} values, got a byte buffer "
                                                     f"({type_name(obj)}); use a ctypes or numpy array")
         self._need(memoryview(obj).nbytes, count, index, obj)
-        return ctypes.cast(address, self.pointer) if not isinstance(address, _ByrefType) else address
+        return address
 
 
 class HostBuffer:

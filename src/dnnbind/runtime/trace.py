@@ -15,6 +15,7 @@ import ctypes
 import enum
 import os
 import re
+import struct
 import sys
 import threading
 import time
@@ -140,6 +141,11 @@ def wrap(library: "Library", name: str, fn: Any) -> Callable[..., Any]:
     return traced
 
 
+#: C element types whose arrays the wrappers pass as packed bytes, and their struct letters
+_PACKED = {"int": "i", "int32_t": "i", "unsigned": "I", "uint32_t": "I", "int64_t": "q", "uint64_t": "Q",
+           "size_t": "N"}
+
+
 def _describers(library: "Library", name: str) -> Callable[[tuple], list[tuple[str, str]]]:
     """Parameter names and enum types, read from the generated wrapper's C prototype."""
     wrapper = library.namespace.get(name)
@@ -163,6 +169,10 @@ def _describers(library: "Library", name: str) -> Callable[[tuple], list[tuple[s
             text = describe_value(value, enum_class)
             if isinstance(value, ctypes._Pointer) and c_type:       # a handle: name its C type
                 text = c_type + text[text.find("@"):] if "@" in text else f"{c_type}(NULL)"
+            elif type(value) is bytes and c_type in _PACKED:         # a list the wrapper packed for C
+                values = list(struct.unpack(f"{len(value) // struct.calcsize(_PACKED[c_type])}{_PACKED[c_type]}",
+                                            value))
+                text = f"{c_type}[{len(values)}]({values[:8]}{'...' if len(values) > 8 else ''})"
             out.append((pname, text))
         return out
     return describe

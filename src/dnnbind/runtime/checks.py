@@ -159,7 +159,8 @@ class HostArray:
                                    "holds: pass a ctypes array or a numpy array (or call through .unchecked)")
                 return obj
             self._need(self._holding(obj, obj, index), count, index, obj)
-            return obj if isinstance(obj, ctypes.Array) else ctypes.byref(obj)
+            data: Any = obj
+            return data if isinstance(data, ctypes.Array) else ctypes.byref(data)
         if device_address(obj) is not None:
             raise _problem(DnnArgumentError, index, str(_host_refusal(obj)))
         numpy = sys.modules.get("numpy")

@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 LIBS ?= cudnn miopen
+# the PyTorch the test suite runs against (the public torch extra allows the tested range)
+TORCH_ORACLE ?= torch==2.13.0
 # the cuDNN library wheel, pinned by version and sha256 in generator/headers.json (pip --require-hashes)
 CUDNN_REQUIREMENT := $(shell $(PYTHON) -c "import json; p=json.load(open('generator/headers.json'))['cudnn']['packages'][0]; print(p['name']+'=='+p['version'], *('--hash=sha256:'+h for h in p['sha256'].values()))")
 
@@ -24,7 +26,7 @@ venv:  ## create .venv and install dnnbind with its dev and torch extras (part o
 	@echo "==> setup 1/3: .venv with dnnbind, its dev tools and CPU PyTorch (1.1 GB in .venv)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --progress-bar on -e ".[dev,torch]"
+	$(PY) -m pip install --progress-bar on -e ".[dev,torch]" "$(TORCH_ORACLE)"
 
 headers:  ## download the pinned vendor headers into .cache/ (git-ignored)
 	@echo "==> setup 2/3 (make headers): cuDNN wheels from PyPI (520 MB), MIOpen's Debian packages (290 MB, 1.1 GB unpacked)"

@@ -125,3 +125,12 @@ def test_readme_info_sample_has_the_sections_info_prints():
     def labels(text: str) -> list[str]:
         return [line.split()[0] for line in text.splitlines() if line and not line[0].isspace() and line[0] != "$"]
     assert labels(sample) == labels(report())
+
+
+def test_readme_links_stay_inside_the_repository_and_exist():
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README.read_text())
+    local = [link for link in links if "://" not in link]
+    assert "docs/ARCHITECTURE.md" in local and "LICENSE" in local
+    for link in local:
+        target = (ROOT / link).resolve()
+        assert target.is_relative_to(ROOT) and target.exists(), link

@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return run(args)
         except FileNotFoundError as exc:                   # no headers where the user pointed, no such release
+            if args.command == "headers":
+                raise
             valid = f"; valid --old/--new: {valid_specs(args.library[0])}" if args.command == "diff" else ""
             raise UsageError(one_line(exc) + valid) from None
         except DebianFetchError as exc:

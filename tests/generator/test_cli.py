@@ -77,3 +77,15 @@ def test_one_line_joins_a_tools_message():
     apt_text = "apt-get -q update failed (100):\nE: The repository 'x nosuchsuite Release' does not have a Release file."
     assert cli.one_line(RuntimeError(apt_text)) == \
         "apt-get -q update failed (100); The repository 'x nosuchsuite Release' does not have a Release file."
+
+
+def test_a_refused_wheel_ends_headers_in_one_line_with_status_1(capsys, monkeypatch, tmp_path):
+    from generator import config as cfg
+    pinned = cfg.load_all()["cudnn"]["packages"][0]
+    monkeypatch.setattr(cfg, "CACHE_DIR", tmp_path)
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / next(iter(pinned["sha256"]))).write_bytes(b"not the pinned wheel")
+    assert cli.main(["headers", "cudnn"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("python -m generator headers: error: ")
+    assert "does not match the pin" in err[0] and "refusing it" in err[0]

@@ -55,7 +55,7 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
     dims = ConvDims(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
                     flip=flip, dtype=x.dtype)
     _bias(b, dims)
-    return named("conv", *run(x, w, b, dims), _conv_gradients(b))
+    return named("conv", run(x, w, b, dims), _conv_gradients(b))
 
 
 def _conv_gradients(b: Any) -> tuple[str, ...]:
@@ -79,7 +79,7 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
                                dtype=x.dtype)
     if b is not None:
         check_shape("b", b.shape, (dims.in_channels,), "one value per output channel")
-    return named("conv_transpose", *run(x, w, b, dims), _conv_gradients(b))
+    return named("conv_transpose", run(x, w, b, dims), _conv_gradients(b))
 
 
 @adopts_device_arrays("x")
@@ -91,7 +91,7 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tup
     """
     run = backend_op("maxpool", x=x)
     dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
-    return named("maxpool", *run(x, dims), ("dx",))
+    return named("maxpool", run(x, dims), ("dx",))
 
 
 @adopts_device_arrays("x")
@@ -102,7 +102,7 @@ def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0,
     dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
     if not isinstance(count_include_pad, (bool, np.bool_)):
         raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
-    return named("meanpool", *run(x, dims, bool(count_include_pad)), ("dx",))
+    return named("meanpool", run(x, dims, bool(count_include_pad)), ("dx",))
 
 
 def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:
@@ -110,7 +110,7 @@ def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:
     check_dtype("x", x.dtype)
     if x.ndim == 0:
         raise ValueError(f"x must have at least one dimension for {name}, got a 0-d array")
-    return named(name, *run(x, normalize_axis(axis, x.ndim)), ("dx",))
+    return named(name, run(x, normalize_axis(axis, x.ndim)), ("dx",))
 
 
 @adopts_device_arrays("x")
@@ -147,7 +147,7 @@ def activation(x: Any, mode: str, *, alpha: float | None = None) -> tuple[Any, P
     """
     run = backend_op("activation", x=x)
     check_dtype("x", x.dtype)
-    return named(f"activation({mode!r})", *run(x, mode, activation_alpha(mode, alpha)), ("dx",))
+    return named(f"activation({mode!r})", run(x, mode, activation_alpha(mode, alpha)), ("dx",))
 
 
 @adopts_device_arrays("x", "gamma", "beta", "running_mean", "running_var")
@@ -173,7 +173,7 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, runnin
     momentum = check_real("momentum", momentum)
     if not 0.0 <= momentum <= 1.0:
         raise ValueError(f"momentum={momentum!r} must be in [0, 1]")
-    return named("batchnorm", *run(x, gamma, beta, running_mean=running_mean, running_var=running_var,
+    return named("batchnorm", run(x, gamma, beta, running_mean=running_mean, running_var=running_var,
                                    training=bool(training), momentum=momentum,
                                    eps=check_positive_float("eps", eps)), ("dx", "dgamma", "dbeta"))
 
@@ -198,7 +198,7 @@ def dropout(x: Any, p: float, *, seed: Any = None) -> tuple[Any, Pullback]:
     """
     run = backend_op("dropout", x=x)
     check_dtype("x", x.dtype)
-    return named("dropout", *run(x, check_probability("p", p), _check_seed(seed)), ("dx",))
+    return named("dropout", run(x, check_probability("p", p), _check_seed(seed)), ("dx",))
 
 
 @adopts_device_arrays("x", "weights", "h0", "c0")
@@ -219,11 +219,11 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_
     None), dc0 None unless LSTM, dweights shaped like weights.
     """
     entries = rnn_weight_entries(weights)
-    named = {f"weights[{i}][{j}]": a for i, entry in enumerate(entries) for j, a in enumerate(entry)}
-    run = backend_op("rnn", x=x, h0=h0, c0=c0, **named)
-    check_same_dtype("x", x.dtype, h0=h0, c0=c0, **named)
+    weight_arrays = {f"weights[{i}][{j}]": a for i, entry in enumerate(entries) for j, a in enumerate(entry)}
+    run = backend_op("rnn", x=x, h0=h0, c0=c0, **weight_arrays)
+    check_same_dtype("x", x.dtype, h0=h0, c0=c0, **weight_arrays)
     dims = RNNDims(x.shape, [tuple(None if a is None else a.shape for a in entry) for entry in entries],
                    mode=mode, hidden_size=hidden_size, num_layers=num_layers, bidirectional=bidirectional,
                    h0_shape=None if h0 is None else h0.shape, c0_shape=None if c0 is None else c0.shape,
                    lengths=lengths, dtype=x.dtype)
-    return named_rnn(*run(x, [list(entry) for entry in entries], h0, c0, dims), dims.mode)
+    return named_rnn(run(x, [list(entry) for entry in entries], h0, c0, dims), dims.mode)

@@ -157,14 +157,18 @@ def _dtype(value: Any) -> Any:
     return getattr(value, "dtype", None)          # formatted only when a message needs it (str() is slow)
 
 
-def named(op: str, result: Any, run: Callable[..., Any], gradients: Sequence[str]) -> tuple[Any, Pullback]:
-    """``(result, Pullback)`` for an op with one array result ``y`` and one cotangent ``dy``."""
+def named(op: str, forward: tuple[Any, Callable[..., Any]], gradients: Sequence[str]) -> tuple[Any, Pullback]:
+    """A backend's ``(result, pullback)`` as ``(result, Pullback)``, for an op with one array result ``y``
+    and one cotangent ``dy``."""
+    result, run = forward
     return result, Pullback(op, run, (Cotangent("dy", "y", _shape(result), _dtype(result)),), tuple(gradients))
 
 
-def named_rnn(outputs: tuple[Any, Any, Any], run: Callable[..., Any],
+def named_rnn(forward: tuple[tuple[Any, Any, Any], Callable[..., Any]],
               mode: str) -> tuple[tuple[Any, Any, Any], Pullback]:
-    """``((y, hy, cy), Pullback)`` for rnn: dy required, dhy and dcy optional (dcy None unless LSTM)."""
+    """The rnn backend's ``((y, hy, cy), pullback)`` with a Pullback: dy required, dhy and dcy optional
+    (dcy None unless LSTM)."""
+    outputs, run = forward
     y, hy, cy = outputs
     cotangents = (Cotangent("dy", "y", _shape(y), _dtype(y)),
                   Cotangent("dhy", "hy", _shape(hy), _dtype(hy), optional=True),

@@ -62,7 +62,8 @@ def verify_wheel(path: Path, name: str, version: str) -> Path:
     if expected is None:
         raise WheelHashError(
             f"{path}: no sha256 is pinned for this file of {name}=={version} in generator/headers.json "
-            f"(pinned: {', '.join(sorted(pins)) or 'none'}); check the file and add its hash there")
+            f"(pinned: {', '.join(sorted(pins)) or 'none'}); its sha256 is {sha256(path)}: compare it with "
+            f"the index's own (https://pypi.org/project/{name}/{version}/#files) and add it there")
     got = sha256(path)
     if got != expected:
         raise WheelHashError(

@@ -54,8 +54,10 @@ def test_a_wheel_file_without_a_pin_is_refused(monkeypatch, tmp_path):
     (tmp_path / "wheels").mkdir()
     other = tmp_path / "wheels" / _pinned_name(package).replace("x86_64", "aarch64")
     other.write_bytes(b"PK\x05\x06" + bytes(18))
-    with pytest.raises(fetch.WheelHashError, match=r"no sha256 is pinned for this file of nvidia-cuda-crt==13\.5\.37"):
+    with pytest.raises(fetch.WheelHashError, match=r"no sha256 is pinned for this file of nvidia-cuda-crt==13\.5\.37") \
+            as info:
         fetch.download_wheel(package["name"], package["version"])
+    assert f"its sha256 is {fetch.sha256(other)}: compare it with the index's own" in str(info.value)
 
 
 def test_releases_that_are_not_pinned_are_not_checked(tmp_path):

@@ -4,20 +4,32 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 LIBS ?= cudnn miopen
-CUDNN_WHEEL_PIN := $(shell $(PYTHON) -c "import json; p=json.load(open('generator/headers.json'))['cudnn']['packages'][0]; print(p['name']+'=='+p['version'])")
+# the PyTorch the test suite runs against (the public torch extra allows the tested range)
+TORCH_ORACLE ?= torch==2.13.0
+# the cuDNN library wheel, pinned by version and sha256 in generator/headers.json (pip --require-hashes)
+CUDNN_REQUIREMENT := $(shell $(PYTHON) -c "import json; p=json.load(open('generator/headers.json'))['cudnn']['packages'][0]; print(p['name']+'=='+p['version'], *('--hash=sha256:'+h for h in p['sha256'].values()))")
 
-.PHONY: setup venv headers generate check-generated report test test-all test-versions bench gpu-check demo clean
+.PHONY: help setup venv headers generate check-generated report test test-all test-versions bench gpu-check demo clean
+.DEFAULT_GOAL := help
+
+help:  ## list the targets (a bare `make` does only this)
+	@echo "dnnbind: make TARGET, one of (see README.md):"
+	@awk -F ':.*## ' '/^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
 
 setup: venv headers  ## virtual environment, pinned dependencies, vendor headers and the cuDNN library
-	$(PY) -m pip install --quiet --no-deps --find-links .cache/wheels "$(CUDNN_WHEEL_PIN)"
+	@echo "==> setup 3/3: install the cuDNN library from the checked wheel in .cache/wheels (900 MB in .venv)"
+	echo "$(CUDNN_REQUIREMENT)" > .cache/cudnn-requirement.txt
+	$(PY) -m pip install --no-deps --no-index --find-links .cache/wheels --require-hashes -r .cache/cudnn-requirement.txt
 	@$(PY) -c "import dnnbind.gen.cudnn as c; print('cuDNN library:', c.library_path(), c.library_version())"
 
-venv:
+venv:  ## create .venv and install dnnbind with its dev and torch extras (part of setup)
+	@echo "==> setup 1/3: .venv with dnnbind, its dev tools and CPU PyTorch (1.1 GB in .venv)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev,torch]"
+	$(PY) -m pip install --progress-bar on -e ".[dev,torch]" "$(TORCH_ORACLE)"
 
 headers:  ## download the pinned vendor headers into .cache/ (git-ignored)
+	@echo "==> setup 2/3 (make headers): cuDNN wheels from PyPI (520 MB), MIOpen's Debian packages (290 MB, 1.1 GB unpacked)"
 	$(PY) -m generator headers $(LIBS)
 
 generate:  ## regenerate src/dnnbind/gen/*.py, print the report and what changed
@@ -26,13 +38,13 @@ generate:  ## regenerate src/dnnbind/gen/*.py, print the report and what changed
 check-generated:  ## fail when a committed generated module differs from a fresh generation
 	$(PY) -m generator check $(LIBS)
 
-report:
+report:  ## print the generator's counts without writing anything
 	$(PY) -m generator report $(LIBS)
 
 test: check-generated  ## the CPU test suite (no GPU needed)
 	$(PY) -m pytest -q -m "not gpu and not slow"
 
-test-all: check-generated
+test-all: check-generated  ## the CPU test suite including the slow tests
 	$(PY) -m pytest -q -m "not gpu"
 
 test-versions:  ## slow: cuDNN 8.9/9.1 and Debian experimental's MIOpen vs the pins (first run downloads ~1.7 GB into .cache/)
@@ -47,5 +59,5 @@ bench:  ## benchmarks, printed as ratios against references measured in the same
 gpu-check:  ## GPU tests (pytest -m gpu) and GPU benchmarks on the machine's python3; logs in $OUT or ./gpu-results
 	PYTHONPATH=src $(PYTHON) bench/gpu_check.py
 
-clean:
+clean:  ## delete .cache/ and .venv (the next setup downloads everything again)
 	rm -rf .cache $(VENV) build *.egg-info

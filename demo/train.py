@@ -1,7 +1,9 @@
 """dnnbind demo: train a small CNN and a small LSTM on synthetic data with dnnbind's high-level ops.
 
 Each model runs on a CUDA GPU when CuPy, a device and a dnnbind GPU backend with its ops are there, else
-on the CPU reference backend. Usage: python demo/train.py [--steps N] [--cpu] [--seed S]
+on the CPU reference backend. At the end it writes a PNG of the loss curves and a few CNN inputs with
+their predicted classes (matplotlib needed; without it, it says how to get it).
+Usage: python demo/train.py [--steps N] [--cpu] [--seed S] [--plot PATH | --no-plot]
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import data                                                          # noqa: E402
+import plot                                                          # noqa: E402
 from layers import (Adam, BatchNorm, Conv, Dense, Flatten, LSTMLast, Sequential, Stateless,  # noqa: E402
                     cross_entropy)
 from progress import Progress                                        # noqa: E402
@@ -24,6 +27,8 @@ from progress import Progress                                        # noqa: E40
 import dnnbind                                                       # noqa: E402
 from dnnbind.highlevel.dispatch import load_backend                  # noqa: E402
 
+DEFAULT_PLOT = Path(__file__).resolve().parents[1] / "build" / "demo.png"
+SHOWN_IMAGES = 8
 CNN_OPS = ("conv", "batchnorm", "activation", "maxpool", "dropout", "logsoftmax")
 LSTM_OPS = ("rnn", "conv", "logsoftmax")
 
@@ -72,8 +77,9 @@ def lstm(xp: Any, rng: np.random.Generator) -> Sequential:
 
 
 def train(label: str, xp: Any, model: Sequential, make_batch: Callable[[int], tuple[np.ndarray, np.ndarray]],
-          steps: int, lr: float) -> dict[str, float]:
-    """Adam on fresh batches; returns first/last losses, held-out accuracy and seconds per step."""
+          steps: int, lr: float) -> dict[str, Any]:
+    """Adam on fresh batches; returns first/last losses, held-out accuracy, seconds per step, every
+    step's loss and the held-out inputs with their labels and predictions."""
     opt = Adam(xp, model, lr=lr)
     progress = Progress(label, steps)
     losses = []
@@ -89,10 +95,23 @@ def train(label: str, xp: Any, model: Sequential, make_batch: Callable[[int], tu
     seconds = (time.perf_counter() - start) / steps
     x, labels = (xp.asarray(a) for a in make_batch(512))
     logits, _ = model.forward(x, train=False)
-    accuracy = float((logits.argmax(axis=1) == labels).mean())
+    predicted = logits.argmax(axis=1)
+    accuracy = float((predicted == labels).mean())
     k = max(1, steps // 10)
+    host = np.asarray if xp is np else xp.asnumpy
     return {"first": float(np.mean(losses[:k])), "last": float(np.mean(losses[-k:])), "accuracy": accuracy,
-            "seconds": seconds}
+            "seconds": seconds, "losses": [float(v) for v in losses],
+            "held_out": (host(x[:SHOWN_IMAGES]), host(predicted[:SHOWN_IMAGES]), host(labels[:SHOWN_IMAGES]))}
+
+
+def picture(path: Path, results: dict[str, Any]) -> str:
+    """Write the loss curves and some CNN predictions to ``path``; the line that says where, or why not."""
+    if not plot.available():
+        return f"no picture: matplotlib is not installed; to get one: {plot.INSTALL_HINT}"
+    images, predicted, labels = results["cnn"]["held_out"]
+    plot.save(path, {label: r["losses"] for label, r in results.items()}, images, predicted, labels,
+              data.BAR_CLASSES)
+    return f"picture: {path} (loss curves, and {len(images)} held-out CNN inputs with their predicted classes)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=300, help="training steps per model (default 300)")
     parser.add_argument("--cpu", action="store_true", help="use the CPU reference backend even with a GPU")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT, help=f"the PNG to write (default {DEFAULT_PLOT})")
+    parser.add_argument("--no-plot", action="store_true", help="write no picture")
     args = parser.parse_args(argv)
     print(f"dnnbind {dnnbind.__version__} demo: {args.steps} steps per model")
     rng = np.random.default_rng(args.seed)
@@ -115,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label:<5} loss {r['first']:.3f} -> {r['last']:.3f} (first and last tenth of the steps), "
               f"held-out accuracy {r['accuracy']:.0%}, {r['seconds'] * 1e3:.1f} ms per step\n"
               f"      backend: {where}")
+    if not args.no_plot:
+        print(picture(args.plot, {label: r for label, (r, _) in results.items()}))
     return 0
 
 

@@ -1,31 +1,108 @@
-"""The generator's command line: ``python -m generator {headers,generate,check,report,diff} LIB``."""
+"""The generator's command line: ``python -m generator {headers,generate,check,report,diff} LIB``.
+
+A user's mistake (an unknown library, a headers directory that is not there, a version or Debian
+suite that does not exist) ends in one line on stderr saying what is wrong and what is valid, with
+exit status 2; a download that fails or is refused ends in one line with status 1. Anything else
+is a bug in the generator and keeps its traceback.
+"""
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 import time
 from pathlib import Path
 
-from generator import pipeline
+from generator import config as cfg, pipeline
+
+PROG = "python -m generator"
+DISTRO_INFO = Path("/usr/share/distro-info/debian.csv")
+#: suite names Debian's archive answers to besides the codenames
+SUITE_ALIASES = ("unstable", "testing", "stable", "oldstable", "oldoldstable", "experimental")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m generator", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+class UsageError(Exception):
+    """A mistake in what the user typed: reported in one line, exit status 2."""
+
+
+def check_libraries(names: list[str]) -> None:
+    known = sorted(cfg.load_all())
+    for name in names:
+        if name not in known:
+            raise UsageError(f"unknown library {name!r}; valid: {', '.join(known)}")
+
+
+def check_headers_dir(path: Path | None) -> None:
+    if path is not None and not path.is_dir():
+        raise UsageError(f"--headers {str(path)!r} is not a directory; give the directory that holds the "
+                         f"library's headers, or leave --headers out to use the ones `make headers` fetched")
+
+
+def debian_suites(path: Path = DISTRO_INFO) -> set[str] | None:
+    """Every suite name Debian has had (codenames from distro-info-data, plus the aliases); None when
+    this machine lacks distro-info-data (then apt itself says whether a suite exists)."""
+    if not path.is_file():
+        return None
+    with path.open(newline="") as f:
+        return {row["series"] for row in csv.DictReader(f)} | set(SUITE_ALIASES)
+
+
+def valid_specs(library: str) -> str:
+    """What ``diff --old/--new`` accepts for this library, in words."""
+    if cfg.load_all()[library]["source"] == "debian":
+        return "'pinned', a headers directory, or a Debian suite (sid, unstable, experimental, testing, a codename)"
+    return "'pinned', a headers directory, a release such as 9.1.1.17, or package==version"
+
+
+def check_spec(library: str, spec: str) -> None:
+    """Refuse, before anything is downloaded, a diff side that cannot name headers."""
+    from generator import versions
+    config = cfg.load_all()[library]
+    if spec == versions.PINNED or Path(spec).is_dir():
+        return
+    if config["source"] == "debian":
+        suites = debian_suites()
+        if versions.SUITE.match(spec) and (suites is None or spec in suites):
+            return
+        what = "is not a directory or a Debian suite" if suites is not None else "is not a directory or a suite name"
+    else:
+        if versions.VERSION.match(spec):
+            return
+        what = "is not a directory or a version"
+    raise UsageError(f"{spec!r} {what}; valid for {library}: {valid_specs(library)}")
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line: its lines joined with "; ", tools' "ERROR:"/"E:" dropped."""
+    parts = []
+    for line in str(exc).splitlines():
+        line = line.strip().replace("ERROR: ", "").removeprefix("E: ").rstrip(":")
+        if line:
+            parts.append(line)
+    return "; ".join(parts) or type(exc).__name__
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    libraries = ", ".join(sorted(cfg.load_all()))
     for name, help_text in [("headers", "download the pinned headers into .cache/"),
                             ("generate", "regenerate src/dnnbind/gen/LIB.py and show what changed"),
                             ("check", "fail when the committed module differs from a fresh generation"),
                             ("report", "print counts: functions, enums, structs, macros, pointer kinds")]:
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("library", nargs="+", help="cudnn, miopen")
+        s = sub.add_parser(name, help=help_text)
+        s.add_argument("library", nargs="+", help=libraries)
         if name in ("generate", "check", "report"):
-            p.add_argument("--headers", type=Path, help="parse headers from this directory instead")
-    p = sub.add_parser("diff", help="Markdown API diff between two header versions (directories or versions)")
-    p.add_argument("library", nargs=1, help="cudnn, miopen")
-    p.add_argument("--old", required=True, help="directory, version (9.1.1.17), package==version or Debian suite")
-    p.add_argument("--new", default="pinned", help="the same; default: the pinned headers in .cache/")
-    p.add_argument("--output", type=Path, help="also write the Markdown to this file")
-    args = parser.parse_args(argv)
+            s.add_argument("--headers", type=Path, help="parse headers from this directory instead")
+    s = sub.add_parser("diff", help="Markdown API diff between two header versions (directories or versions)")
+    s.add_argument("library", nargs=1, help=libraries)
+    s.add_argument("--old", required=True, help="directory, version (9.1.1.17), package==version or Debian suite")
+    s.add_argument("--new", default="pinned", help="the same; default: the pinned headers in .cache/")
+    s.add_argument("--output", type=Path, help="also write the Markdown to this file")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
     status = 0
     for library in args.library:
         if args.command == "headers":
@@ -49,6 +126,37 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "report":
             print(pipeline.report_text(pipeline.build(library, args.headers)))
     return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)       # progress lines appear as they happen under make
+    args = parser().parse_args(argv)
+    from generator.debian import DebianFetchError
+    from generator.fetch import WheelHashError
+    try:
+        check_libraries(args.library)
+        check_headers_dir(getattr(args, "headers", None))
+        if args.command == "diff":
+            for spec in (args.old, args.new):
+                check_spec(args.library[0], spec)
+        try:
+            return run(args)
+        except FileNotFoundError as exc:                   # no headers where the user pointed, no such release
+            if args.command == "headers":
+                raise
+            valid = f"; valid --old/--new: {valid_specs(args.library[0])}" if args.command == "diff" else ""
+            raise UsageError(one_line(exc) + valid) from None
+        except DebianFetchError as exc:
+            if args.command == "diff":
+                raise UsageError(f"{one_line(exc)}; valid --old/--new: {valid_specs(args.library[0])}") from None
+            raise
+    except UsageError as exc:
+        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except (DebianFetchError, WheelHashError) as exc:          # the network or the index, not the user
+        print(f"{PROG} {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -369,9 +369,12 @@ def _download(apt: PrivateApt, choices: list[Choice], debs: Path, log: Log) -> d
     todo = [c for f, c in wanted.items()
             if not (debs / f).is_file() or str((debs / f).stat().st_size) != c.stanza.get("Size")]
     t0 = time.monotonic()
-    if todo:
-        apt.download([f"{c.name}={c.version}" for c in todo], debs)
     mb = sum(int(c.stanza.get("Size", 0)) for c in todo) / 1e6
+    if todo:
+        log(f"downloading {len(todo)} packages, {mb:.1f} MB:")
+    for i, c in enumerate(todo, 1):               # one at a time, so that a slow mirror shows progress
+        log(f"  [{i}/{len(todo)}] {c.name} {c.version} ({int(c.stanza.get('Size', 0)) / 1e6:.1f} MB)")
+        apt.download([f"{c.name}={c.version}"], debs)
     log(f"downloaded {len(todo)} of {len(choices)} packages, {mb:.1f} MB in {time.monotonic() - t0:.1f} s")
     for stale in {p.name for p in debs.glob("*.deb")} - set(wanted):
         (debs / stale).unlink()

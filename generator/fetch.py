@@ -1,10 +1,14 @@
 """``make headers``: put each library's pinned headers into the git-ignored cache.
 
 cuDNN and the CUDA runtime headers come from PyPI wheels (downloaded with pip, only their include
-directories unpacked); MIOpen comes from Debian's packages (see generator.debian).
+directories unpacked); MIOpen comes from Debian's packages (see generator.debian, checked by apt's
+signatures). A pinned wheel is pinned by version and by the sha256 of each of its files
+(``sha256`` in headers.json): a file that does not match is refused before anything is unpacked
+from it, so a wheel replaced on the index never flows into the generated modules or the tests.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -26,18 +30,62 @@ def find_wheel(name: str, version: str) -> Path | None:
     return matches[0] if matches else None
 
 
+class WheelHashError(RuntimeError):
+    """A downloaded wheel is not the file headers.json pins (or no hash is pinned for it)."""
+
+
+def pinned_hashes(name: str, version: str) -> dict[str, str] | None:
+    """``{file name: sha256}`` pinned in headers.json for ``name==version``; None when not pinned
+    (``python -m generator diff`` reads other releases, which have no pins)."""
+    for library in cfg.load_all().values():
+        for package in library.get("packages", []):
+            if package["name"] == name and package["version"] == version:
+                return dict(package.get("sha256", {}))
+    return None
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_wheel(path: Path, name: str, version: str) -> Path:
+    """``path`` when it is the file pinned for ``name==version`` (or nothing is pinned for that
+    release); WheelHashError otherwise, saying which file, both hashes and what to do."""
+    pins = pinned_hashes(name, version)
+    if pins is None:
+        return path
+    expected = pins.get(path.name)
+    if expected is None:
+        raise WheelHashError(
+            f"{path}: no sha256 is pinned for this file of {name}=={version} in generator/headers.json "
+            f"(pinned: {', '.join(sorted(pins)) or 'none'}); its sha256 is {sha256(path)}: compare it with "
+            f"the index's own (https://pypi.org/project/{name}/{version}/#files) and add it there")
+    got = sha256(path)
+    if got != expected:
+        raise WheelHashError(
+            f"{path}: sha256 {got} does not match the pin {expected} in generator/headers.json for "
+            f"{name}=={version}; refusing it. Delete the file and run `make headers` again; if the index "
+            f"still serves this file, it was replaced there: find out why before changing the pin")
+    return path
+
+
 def download_wheel(name: str, version: str) -> Path:
-    """The pinned wheel, downloaded once into the cache."""
+    """The wheel of ``name==version``, downloaded once into the cache and checked against its pin."""
     found = find_wheel(name, version)
     if found:
-        return found
+        return verify_wheel(found, name, version)
     wheel_dir().mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+    print(f"downloading {name}=={version} from PyPI into {wheel_dir()} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                     "--dest", str(wheel_dir()), f"{name}=={version}"], check=True)
     found = find_wheel(name, version)
     if found is None:
         raise RuntimeError(f"pip downloaded no wheel for {name}=={version}")
-    return found
+    return verify_wheel(found, name, version)
 
 
 def fetch_pypi(library: str, config: dict[str, Any]) -> Path:

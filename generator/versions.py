@@ -68,11 +68,12 @@ def candidate_names(name: str) -> list[str]:
 
 
 def _wheel(names: list[str], version: str) -> tuple[str, Path]:
-    """The first of ``names`` that has a wheel of ``version`` (cached, or downloaded with pip)."""
+    """The first of ``names`` that has a wheel of ``version`` (cached, or downloaded with pip); a pinned
+    release is checked against its hashes (see fetch.verify_wheel)."""
     for name in names:
         found = fetch.find_wheel(name, version)
         if found:
-            return name, found
+            return name, fetch.verify_wheel(found, name, version)
     errors = []
     for name in names:
         fetch.wheel_dir().mkdir(parents=True, exist_ok=True)
@@ -81,7 +82,7 @@ def _wheel(names: list[str], version: str) -> tuple[str, Path]:
                               capture_output=True, text=True)
         found = fetch.find_wheel(name, version)
         if proc.returncode == 0 and found:
-            return name, found
+            return name, fetch.verify_wheel(found, name, version)
         errors.append(f"{name}=={version}: {(proc.stderr.strip().splitlines() or ['no wheel'])[-1]}")
     raise FileNotFoundError("no wheel found on PyPI:\n  " + "\n  ".join(errors))
 

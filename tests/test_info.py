@@ -87,3 +87,47 @@ def test_info_sees_miopen_under_the_debian_loader(miopen_run):
 def test_no_command_prints_usage():
     result, _ = _info()
     assert result.returncode == 2 and "info" in result.stdout
+
+
+def test_info_says_which_backends_are_usable_here_and_why_not():
+    result, _ = _info("info")
+    backends = result.stdout.split("\nbackends    ", 1)[1].split("\nenvironment ", 1)[0]
+    assert "reference  numpy arrays on the CPU: usable" in backends
+    assert "present" not in backends
+    if importlib.util.find_spec("cupy") is None:
+        for name in ("cudnn", "miopen"):
+            assert re.search(rf"{name} +CuPy arrays on \S+: not usable here: CuPy not installed", backends), backends
+
+
+def _devices(platform, problem=None):
+    from dnnbind.info import Devices
+    return Devices(cupy=[], gpus=[], platform=platform, problem=problem)
+
+
+@pytest.mark.parametrize("devices, loadable, expected", [
+    (_devices(None, "CuPy not installed"), {"cuDNN": True}, "CuPy not installed"),
+    (_devices("ROCm/HIP"), {"cuDNN": True}, "CuPy is built for ROCm/HIP, this backend needs CUDA"),
+    (_devices("CUDA", "no GPU visible"), {"cuDNN": False}, "the cuDNN library does not load (see cuDNN above)"),
+    (_devices("CUDA", "no GPU visible"), {"cuDNN": True}, "no GPU visible"),
+    (_devices("CUDA"), {"cuDNN": True}, None),
+])
+def test_backend_problem_is_the_first_missing_piece(devices, loadable, expected):
+    from dnnbind.info import backend_problem
+    assert backend_problem("cudnn", devices, loadable, numpy_installed=True) == expected
+
+
+def test_miopen_backend_needs_rocm_and_its_library():
+    from dnnbind.info import backend_problem
+    assert backend_problem("miopen", _devices("CUDA"), {"MIOpen": True}, True) == \
+        "CuPy is built for CUDA, this backend needs ROCm/HIP"
+    assert backend_problem("miopen", _devices("ROCm/HIP"), {"MIOpen": False}, True) == \
+        "the MIOpen library does not load (see MIOpen above)"
+    assert backend_problem("reference", _devices(None, "CuPy not installed"), {}, False) == "numpy not installed"
+
+
+def test_loader_errors_name_the_library_once():
+    result, _ = _info("info", ROCM_PATH="/nonexistent")
+    if "MIOpen library not found" not in result.stdout:
+        pytest.skip("a loadable MIOpen is installed on this machine")
+    assert "system loader: libMIOpen.so.1: cannot open shared object file" in result.stdout
+    assert "libMIOpen.so.1: libMIOpen.so.1" not in result.stdout

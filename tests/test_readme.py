@@ -1,22 +1,27 @@
 """README.md cannot rot: its Python examples run and print what it shows; its reference parts match the code.
 
-Every ```python block runs in a fresh namespace; when a ```text block follows it, that is the exact
-output. The op signatures and the `python -m dnnbind info` sample are checked against the code.
+Every ```python block runs as a user runs it: saved as a script and run by a fresh interpreter with
+Python's default warning filters, outside the repository. What it prints on stdout and stderr
+together is exactly the ```text block that follows it (nothing at all when none follows). The op
+signatures and the `python -m dnnbind info` sample are checked against the code.
 """
 from __future__ import annotations
 
 import ast
-import contextlib
 import inspect
-import io
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import dnnbind
+import dnnbind.highlevel
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 
 
@@ -53,13 +58,31 @@ def test_readme_has_examples_with_outputs():
     assert sum(expected is not None for _, expected, _ in EXAMPLES) >= 5
 
 
+def run_as_a_script(code: str, directory: Path) -> subprocess.CompletedProcess:
+    """``python example.py`` in ``directory``: default warning filters, stderr interleaved with stdout
+    as a terminal shows them."""
+    script = directory / "example.py"
+    script.write_text(code)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "PYTHONDEVMODE")}
+    env.update(PYTHONPATH=str(ROOT / "src"), PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, str(script)], cwd=directory, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=120, env=env)
+
+
 @pytest.mark.parametrize("code, expected, line", EXAMPLES, ids=[f"line{line}" for _, _, line in EXAMPLES])
-def test_python_example_runs_and_prints_what_readme_shows(code, expected, line):
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, f"README.md:{line}", "exec"), {"__name__": "readme_example"})
-    if expected is not None:
-        assert out.getvalue().rstrip() == expected.rstrip()
+def test_python_example_run_as_a_script_prints_what_readme_shows(code, expected, line, tmp_path):
+    result = run_as_a_script(code, tmp_path)
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.rstrip() == (expected or "").rstrip(), f"README.md line {line}"
+
+
+def test_a_warning_would_show_in_the_output(tmp_path):
+    """The comparison above sees warnings: the raw example without its filter prints cuDNN's deprecations."""
+    raw = next(code for code, _, _ in EXAMPLES if "cudnnSetConvolutionNdDescriptor" in code)
+    unfiltered = "\n".join(line for line in raw.splitlines() if "filterwarnings" not in line)
+    assert unfiltered != raw
+    out = run_as_a_script(unfiltered, tmp_path).stdout
+    assert "DeprecationWarning: cudnnCreateFilterDescriptor is deprecated in cuDNN: Since cuDNN 9.0.0" in out
 
 
 def test_readme_keeps_the_two_commands():
@@ -102,3 +125,12 @@ def test_readme_info_sample_has_the_sections_info_prints():
     def labels(text: str) -> list[str]:
         return [line.split()[0] for line in text.splitlines() if line and not line[0].isspace() and line[0] != "$"]
     assert labels(sample) == labels(report())
+
+
+def test_readme_links_stay_inside_the_repository_and_exist():
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README.read_text())
+    local = [link for link in links if "://" not in link]
+    assert "docs/ARCHITECTURE.md" in local and "LICENSE" in local
+    for link in local:
+        target = (ROOT / link).resolve()
+        assert target.is_relative_to(ROOT) and target.exists(), link

@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from dnnbind.runtime.errors import CudnnError, DnnError, LibraryNotFoundError, MiopenError
 
+TYPE_CHECKING = False   # importing typing costs milliseconds; type checkers take this as typing's
+if TYPE_CHECKING:       # what the lazy names below resolve to, for type checkers and IDEs
+    from typing import Any
+
+    from dnnbind.highlevel import (ConvDims, PoolDims, activation, batchnorm, conv, conv_transpose, dropout,
+                                   logsoftmax, maxpool, meanpool, rnn, softmax)
+    from dnnbind.runtime.trace import trace
+
 __version__ = "0.1.0"
 
 _HIGHLEVEL_NAMES = frozenset({
@@ -21,7 +29,7 @@ __all__ = ["CudnnError", "DnnError", "LibraryNotFoundError", "MiopenError", "__v
            *sorted(_HIGHLEVEL_NAMES)]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """Resolve the public ops lazily so that ``import dnnbind.gen.cudnn`` stays fast."""
     if name in _HIGHLEVEL_NAMES:
         from dnnbind import highlevel
@@ -30,3 +38,8 @@ def __getattr__(name: str):
         from dnnbind.runtime.trace import trace
         return trace
     raise AttributeError(f"module 'dnnbind' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazy names too, so that ``dir(dnnbind)`` and tab completion show the ops."""
+    return sorted({n for n in globals() if n not in ("TYPE_CHECKING", "annotations")} | set(__all__))

@@ -15,6 +15,7 @@ import os
 import platform
 import sys
 import warnings
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
 
@@ -47,8 +48,9 @@ def _indented(text: object, prefix: str = "  ") -> list[str]:
     return [prefix + line for line in str(text).splitlines()]
 
 
-def library_lines(title: str, module_name: str, env: str) -> list[str]:
-    """The header version a generated module came from, and its library: path and version or why not."""
+def library_probe(title: str, module_name: str, env: str) -> tuple[list[str], bool]:
+    """The header version a generated module came from and its library (path and version, or why it
+    does not load); and whether it loads."""
     module = importlib.import_module(module_name)
     lines = [f"bindings generated from the {title} {module.HEADER_VERSION} headers ({module_name})"]
     with warnings.catch_warnings(record=True) as caught:
@@ -59,10 +61,10 @@ def library_lines(title: str, module_name: str, env: str) -> list[str]:
             lines += ["library: not loadable", *_indented(exc)]
             if os.environ.get(env):
                 lines.append(f"  Fix: point {env} at a loadable library, or unset it to search the usual places.")
-            return lines
+            return lines, False
     lines += [f"library: {_loaded_version(module)}", f"  {path}"]
     lines += [f"warning: {w.message}" for w in caught]
-    return lines
+    return lines, True
 
 
 def _loaded_version(module: ModuleType) -> str:
@@ -85,29 +87,43 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-def cupy_and_gpus() -> tuple[list[str], list[str]]:
-    """(CuPy's line, the GPU lines) — GPUs are listed through CuPy."""
+@dataclass
+class Devices:
+    """What CuPy sees: its report line, the GPU lines, the platform CuPy was built for ("CUDA",
+    "ROCm/HIP", None when CuPy is missing or does not import) and why no op can run on a GPU (None
+    when a device is visible)."""
+    cupy: list[str]
+    gpus: list[str]
+    platform: str | None
+    problem: str | None
+
+
+def probe_devices() -> Devices:
+    """CuPy's version and the GPUs it lists (CuPy is imported only when installed)."""
     if importlib.util.find_spec("cupy") is None:
-        return (['not installed (GPU users: pip install "dnnbind[cuda12]" or "dnnbind[cuda13]")'],
-                ["none (CuPy not installed)"])
+        return Devices(['not installed (GPU users: pip install "dnnbind[cuda12]" or "dnnbind[cuda13]")'],
+                       ["none (CuPy not installed)"], None, "CuPy not installed")
     try:
         import cupy  # type: ignore[import-not-found]
     except Exception as exc:  # a CuPy that cannot import (wrong CUDA wheel, ...)
-        return [f"installed but fails to import: {type(exc).__name__}: {exc}"], ["none (CuPy does not import)"]
+        return Devices([f"installed but fails to import: {type(exc).__name__}: {exc}"],
+                       ["none (CuPy does not import)"], None, "CuPy does not import")
     runtime = cupy.cuda.runtime
     platform_name = "ROCm/HIP" if runtime.is_hip else "CUDA"
     try:
         count = runtime.getDeviceCount()
         versions = f"{platform_name} runtime {runtime.runtimeGetVersion()}, driver {runtime.driverGetVersion()}"
     except Exception as exc:  # no driver, no device
-        return [cupy.__version__], [f"none ({platform_name}: {exc})"]
+        return Devices([cupy.__version__], [f"none ({platform_name}: {exc})"], platform_name,
+                       f"no {platform_name} device ({exc})")
     gpus = []
     for i in range(count):
         props = runtime.getDeviceProperties(i)
         name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
         gpus.append(f"{i}: {name}, {props['totalGlobalMem'] / 2**30:.0f} GiB, "
                     f"compute capability {props['major']}.{props['minor']}")
-    return [f"{cupy.__version__} ({versions})"], gpus or ["none (no device visible)"]
+    return Devices([f"{cupy.__version__} ({versions})"], gpus or ["none (no device visible)"], platform_name,
+                   None if gpus else "no GPU visible")
 
 
 def torch_lines() -> list[str]:
@@ -117,14 +133,41 @@ def torch_lines() -> list[str]:
     return [f"{version} (dnnbind.torch available)"]
 
 
-def backend_lines() -> list[str]:
-    """Which backend packages exist under dnnbind/highlevel/ (found, not imported: that would cost numpy)."""
+#: GPU backend -> (the platform CuPy must be built for, the library it calls)
+_GPU_NEEDS = {"cudnn": ("CUDA", "cuDNN"), "miopen": ("ROCm/HIP", "MIOpen")}
+
+
+def backend_problem(name: str, devices: Devices, loadable: dict[str, bool], numpy_installed: bool) -> str | None:
+    """Why backend ``name`` cannot run an op on this machine (the first missing piece, in the order a
+    user would fix them), or None when it can."""
+    if name not in _GPU_NEEDS:
+        return None if numpy_installed else "numpy not installed"
+    platform_name, library = _GPU_NEEDS[name]
+    if devices.platform is None:
+        return devices.problem
+    if devices.platform != platform_name:
+        return f"CuPy is built for {devices.platform}, this backend needs {platform_name}"
+    if not loadable.get(library, False):
+        return f"the {library} library does not load (see {library} above)"
+    return devices.problem
+
+
+def backend_lines(devices: Devices | None = None, loadable: dict[str, bool] | None = None) -> list[str]:
+    """Each backend: whether it is usable here, and if not the first reason. Backend packages are found,
+    not imported (that would cost numpy)."""
+    devices = devices or probe_devices()
+    loadable = loadable if loadable is not None else {}
+    numpy_installed = importlib.util.find_spec("numpy") is not None
     directory = os.path.join(os.path.dirname(dnnbind.__file__), "highlevel")
     lines = []
     for name, what in _BACKENDS:
         spec = importlib.machinery.PathFinder.find_spec(name, [directory])
-        present = spec is not None and spec.origin is not None     # a package with its __init__.py
-        lines.append(f"{name:<10} {what}: {'present' if present else 'not implemented yet'}")
+        if spec is None or spec.origin is None:                 # a package with its __init__.py
+            state = "not implemented yet"
+        else:
+            problem = backend_problem(name, devices, loadable, numpy_installed)
+            state = "usable" if problem is None else f"not usable here: {problem}"
+        lines.append(f"{name:<10} {what}: {state}")
     return lines
 
 
@@ -137,14 +180,18 @@ def report() -> str:
     location = os.path.dirname(os.path.abspath(dnnbind.__file__))
     lines = _block("dnnbind", [f"{dnnbind.__version__} ({location})"])
     lines += _block("Python", [f"{platform.python_version()} ({sys.executable})"])
+    loadable: dict[str, bool] = {}
     for title, module_name, env in _LIBRARIES:
-        lines += _block(title, _guarded(lambda: library_lines(title, module_name, env)))
+        def probe(title: str = title, module_name: str = module_name, env: str = env) -> list[str]:
+            found, loadable[title] = library_probe(title, module_name, env)
+            return found
+        lines += _block(title, _guarded(probe))
     lines += _block("numpy", _guarded(lambda: [_version("numpy") or "not installed"]))
-    cupy_lines, gpu_lines = cupy_and_gpus()
-    lines += _block("CuPy", cupy_lines)
+    devices = probe_devices()
+    lines += _block("CuPy", devices.cupy)
     lines += _block("PyTorch", _guarded(torch_lines))
-    lines += _block("GPUs", gpu_lines)
-    lines += _block("backends", _guarded(backend_lines))
+    lines += _block("GPUs", devices.gpus)
+    lines += _block("backends", _guarded(lambda: backend_lines(devices, loadable)))
     lines += _block("environment", environment_lines())
     return "\n".join(lines)
 

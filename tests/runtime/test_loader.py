@@ -43,7 +43,8 @@ def test_no_library_says_how_to_install(monkeypatch):
         lost.load()
     text = str(info.value)
     assert "pip install nvidia-cudnn-cu13" in text and "DNNBIND_TEST_LIBRARY" in text
-    assert "system loader: libdnnbind-does-not-exist.so.1" in text
+    assert "system loader: libdnnbind-does-not-exist.so.1: cannot open shared object file" in text
+    assert text.count("libdnnbind-does-not-exist.so.1") == 2         # the sonames list and the one attempt
 
 
 def test_missing_symbol_fails_when_called_naming_function_and_version(monkeypatch):

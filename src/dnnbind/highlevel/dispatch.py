@@ -13,7 +13,7 @@ import importlib
 import inspect
 import sys
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, cast
 
 import numpy as np
 
@@ -102,14 +102,17 @@ def _adopt(name: str, value: Any) -> Any:
     return as_device_array(name, value)
 
 
-def adopts_device_arrays(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+Op = TypeVar("Op", bound=Callable[..., Any])
+
+
+def adopts_device_arrays(*names: str) -> Callable[[Op], Op]:
     """Decorate a public op so that the named array arguments may be any CUDA array, not only CuPy's.
 
     PyTorch CUDA tensors and other ``__cuda_array_interface__`` / DLPack arrays are wrapped as CuPy arrays
     without copying (results are CuPy arrays on the same device). Calls with numpy or CuPy arrays take a
     fast path that inspects nothing but the arguments themselves.
     """
-    def decorate(op: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(op: Op) -> Op:
         signature = inspect.signature(op)
 
         @functools.wraps(op)
@@ -124,7 +127,7 @@ def adopts_device_arrays(*names: str) -> Callable[[Callable[..., Any]], Callable
                 if name in bound.arguments:
                     bound.arguments[name] = _adopt(name, bound.arguments[name])
             return op(*bound.args, **bound.kwargs)
-        return run
+        return cast(Op, run)                  # the same signature: the op's own types stay visible
     return decorate
 
 

@@ -1,7 +1,8 @@
 """The public ops: check arguments (via :mod:`dims`), pick a backend by array type, run it.
 
-Every op returns ``(result, pullback)``. A pullback takes the gradient of the result and returns the
-gradients of the array inputs; it may be called any number of times and never changes what the forward
+Every op returns ``(result, pullback)``. A pullback (a :class:`~dnnbind.highlevel.pullback.Pullback`,
+whose repr and docstring name the op and the cotangents it takes) takes the gradient of the result and
+returns the gradients of the array inputs; it may be called any number of times and never changes what the forward
 pass saved. Semantics equal ``torch.nn.functional`` for the same arguments unless a docstring says
 otherwise. Arrays are float16, float32 or float64 (float16 is computed in float32 on the CPU).
 
@@ -11,7 +12,7 @@ coefficients), with the same function names as :mod:`dnnbind.highlevel.reference
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -19,8 +20,7 @@ from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm
                                     check_positive_float, check_probability, check_real, check_same_dtype,
                                     check_shape, normalize_axis, rnn_weight_entries)
 from dnnbind.highlevel.dispatch import adopts_device_arrays, backend_op
-
-Pullback = Callable[..., Any]
+from dnnbind.highlevel.pullback import Pullback, named, named_rnn
 
 #: activation modes -> default alpha (None: the mode takes no alpha)
 ACTIVATION_DEFAULTS: dict[str, float | None] = {
@@ -55,7 +55,11 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
     dims = ConvDims(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
                     flip=flip, dtype=x.dtype)
     _bias(b, dims)
-    return run(x, w, b, dims)
+    return named("conv", run(x, w, b, dims), _conv_gradients(b))
+
+
+def _conv_gradients(b: Any) -> tuple[str, ...]:
+    return ("dx", "dw") if b is None else ("dx", "dw", "db")
 
 
 @adopts_device_arrays("x", "w", "b")
@@ -75,7 +79,7 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
                                dtype=x.dtype)
     if b is not None:
         check_shape("b", b.shape, (dims.in_channels,), "one value per output channel")
-    return run(x, w, b, dims)
+    return named("conv_transpose", run(x, w, b, dims), _conv_gradients(b))
 
 
 @adopts_device_arrays("x")
@@ -87,7 +91,7 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tup
     """
     run = backend_op("maxpool", x=x)
     dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
-    return run(x, dims)
+    return named("maxpool", run(x, dims), ("dx",))
 
 
 @adopts_device_arrays("x")
@@ -98,7 +102,7 @@ def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0,
     dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
     if not isinstance(count_include_pad, (bool, np.bool_)):
         raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
-    return run(x, dims, bool(count_include_pad))
+    return named("meanpool", run(x, dims, bool(count_include_pad)), ("dx",))
 
 
 def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:
@@ -106,7 +110,7 @@ def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:
     check_dtype("x", x.dtype)
     if x.ndim == 0:
         raise ValueError(f"x must have at least one dimension for {name}, got a 0-d array")
-    return run(x, normalize_axis(axis, x.ndim))
+    return named(name, run(x, normalize_axis(axis, x.ndim)), ("dx",))
 
 
 @adopts_device_arrays("x")
@@ -143,7 +147,7 @@ def activation(x: Any, mode: str, *, alpha: float | None = None) -> tuple[Any, P
     """
     run = backend_op("activation", x=x)
     check_dtype("x", x.dtype)
-    return run(x, mode, activation_alpha(mode, alpha))
+    return named(f"activation({mode!r})", run(x, mode, activation_alpha(mode, alpha)), ("dx",))
 
 
 @adopts_device_arrays("x", "gamma", "beta", "running_mean", "running_var")
@@ -169,8 +173,9 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, runnin
     momentum = check_real("momentum", momentum)
     if not 0.0 <= momentum <= 1.0:
         raise ValueError(f"momentum={momentum!r} must be in [0, 1]")
-    return run(x, gamma, beta, running_mean=running_mean, running_var=running_var, training=bool(training),
-               momentum=momentum, eps=check_positive_float("eps", eps))
+    return named("batchnorm", run(x, gamma, beta, running_mean=running_mean, running_var=running_var,
+                                   training=bool(training), momentum=momentum,
+                                   eps=check_positive_float("eps", eps)), ("dx", "dgamma", "dbeta"))
 
 
 def _check_seed(seed: Any) -> Any:
@@ -193,7 +198,7 @@ def dropout(x: Any, p: float, *, seed: Any = None) -> tuple[Any, Pullback]:
     """
     run = backend_op("dropout", x=x)
     check_dtype("x", x.dtype)
-    return run(x, check_probability("p", p), _check_seed(seed))
+    return named("dropout", run(x, check_probability("p", p), _check_seed(seed)), ("dx",))
 
 
 @adopts_device_arrays("x", "weights", "h0", "c0")
@@ -214,11 +219,11 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_
     None), dc0 None unless LSTM, dweights shaped like weights.
     """
     entries = rnn_weight_entries(weights)
-    named = {f"weights[{i}][{j}]": a for i, entry in enumerate(entries) for j, a in enumerate(entry)}
-    run = backend_op("rnn", x=x, h0=h0, c0=c0, **named)
-    check_same_dtype("x", x.dtype, h0=h0, c0=c0, **named)
+    weight_arrays = {f"weights[{i}][{j}]": a for i, entry in enumerate(entries) for j, a in enumerate(entry)}
+    run = backend_op("rnn", x=x, h0=h0, c0=c0, **weight_arrays)
+    check_same_dtype("x", x.dtype, h0=h0, c0=c0, **weight_arrays)
     dims = RNNDims(x.shape, [tuple(None if a is None else a.shape for a in entry) for entry in entries],
                    mode=mode, hidden_size=hidden_size, num_layers=num_layers, bidirectional=bidirectional,
                    h0_shape=None if h0 is None else h0.shape, c0_shape=None if c0 is None else c0.shape,
                    lengths=lengths, dtype=x.dtype)
-    return run(x, [list(entry) for entry in entries], h0, c0, dims)
+    return named_rnn(run(x, [list(entry) for entry in entries], h0, c0, dims), dims.mode)

@@ -130,7 +130,8 @@ class Library:
             try:
                 return ctypes.CDLL(target), target
             except OSError as exc:
-                tried.append(f"  {how}: {target}: {exc}")
+                reason = str(exc).removeprefix(f"{target}: ")      # dlerror() repeats the name already shown
+                tried.append(f"  {how}: {target}: {reason}")
                 if how == f"${self.env}" and explicit:
                     raise LibraryNotFoundError(
                         f"{self.title}: ${self.env}={explicit!r} could not be loaded: {exc}\n"

@@ -1,0 +1,55 @@
+"""`make` alone lists the targets and starts nothing; the README's two commands keep working."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _make(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", *args, f"PYTHON={sys.executable}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def _targets() -> list[str]:
+    phony = re.search(r"^\.PHONY: (.*)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert phony
+    return phony[1].split()
+
+
+def test_bare_make_prints_every_target_one_line_each():
+    result = _make()
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    listed = [line.split()[0] for line in lines[1:]]
+    assert sorted(listed) == sorted(_targets())                      # each once, none missing
+    for line in lines[1:]:
+        assert re.fullmatch(r"  [a-z-]+ +\S.*", line), line              # name, then what it does
+
+
+def test_bare_make_runs_nothing_but_the_listing():
+    dry = _make("-n").stdout
+    assert "pip" not in dry and "generator" not in dry and "pytest" not in dry
+    assert "awk" in dry
+
+
+def test_the_two_commands_and_ci_still_run_setup_and_test():
+    setup = _make("-n", "setup").stdout
+    assert "-m venv .venv" in setup and "-m generator headers cudnn miopen" in setup and "--require-hashes" in setup
+    test = _make("-n", "test").stdout
+    assert "-m generator check cudnn miopen" in test and "-m pytest" in test
+    assert "-m generator generate cudnn miopen" in _make("-n", "generate").stdout
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make setup" in ci and "make test" in ci
+
+
+def test_setup_shows_progress_for_each_long_step():
+    setup = _make("-n", "setup").stdout
+    steps = re.findall(r"==> setup (\d)/3", setup)
+    assert steps == ["1", "2", "3"]
+    install = next(line for line in setup.splitlines() if '-e ".[dev,torch]"' in line)
+    assert "--progress-bar on" in install and '"torch==2.13.0"' in install
+    assert "--quiet" not in install

@@ -1,0 +1,29 @@
+"""The package's metadata: a license file that says what the metadata says, honest extras."""
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_license_file_is_the_mit_license_the_metadata_names():
+    assert PROJECT["license"] == "MIT" and PROJECT["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License\n\nCopyright (c) ") and "the dnnbind developers" in text.splitlines()[2]
+    assert not any(c.startswith("License ::") for c in PROJECT["classifiers"])     # PEP 639: the expression only
+
+
+def test_no_placeholder_urls():
+    assert all("example" not in url for url in PROJECT.get("urls", {}).values())
+
+
+def test_the_torch_extra_is_the_tested_range_not_an_exact_pin():
+    (requirement,) = PROJECT["optional-dependencies"]["torch"]
+    assert "==" not in requirement and re.fullmatch(r"torch>=[\d.]+,<[\d.]+", requirement), requirement
+
+
+def test_the_demo_plotting_library_comes_with_the_dev_extra():
+    assert any(r.startswith("matplotlib") for r in PROJECT["optional-dependencies"]["dev"])

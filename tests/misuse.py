@@ -50,3 +50,19 @@ def run_cases(run: Callable[[str], subprocess.CompletedProcess], setup: str,
         done = {name for name, _ in remaining[:[n for n, _ in remaining].index(running) + 1]}
         remaining = [(n, e) for n, e in remaining if n not in done]
     return results
+
+
+def assert_outcome(case: str, outcome: list, expected: tuple[str, str] | None) -> None:
+    """The case did not crash; it succeeded when ``expected`` is None, else raised ``expected[0]`` (a class
+    name) with ``expected[1]`` in its message. A DnnRangeError is an OverflowError, a DnnArgumentError a
+    TypeError."""
+    assert outcome[0] != "crash", f"{case} crashed the interpreter: {outcome[1]}"
+    if expected is None:
+        assert outcome == ["no error", ""], outcome
+        return
+    kind, text = expected
+    assert outcome[0] == kind and text in outcome[1], outcome
+    if kind == "DnnRangeError":
+        assert outcome[3] is True
+    elif kind == "DnnArgumentError":
+        assert outcome[2] is True

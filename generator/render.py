@@ -243,7 +243,9 @@ class TypeNames:
         if length.kind == "sized":
             enum = next(q.type.name for q in fn.params if q.name == length.selector)
             table = f"_SIZES_{enum}"
-            self.size_tables[table] = "{" + ", ".join(f"{member}: {size}" for member, size in length.sizes) + "}"
+            declared = {m.name for m in self.enums[enum].members} if enum in self.enums else set()
+            self.size_tables[table] = "{" + ", ".join(f"{member}: {size}" for member, size in length.sizes
+                                                      if member in declared) + "}"   # what this header has
             return (f"_sized_count({table}, {py_name(length.selector)}, {py_name(length.value)}, "
                     f"{fn.name!r}, {length.selector!r})")
         if length.kind == "query":

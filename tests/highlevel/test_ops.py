@@ -57,7 +57,7 @@ def test_every_op_keeps_the_dtype(op, dtype):
 
 @pytest.mark.parametrize("op", list(_calls(np.float64)))
 def test_every_op_refuses_integer_arrays(op):
-    with pytest.raises(TypeError, match=r"has dtype int32; dnnbind supports float16, float32 and float64"):
+    with pytest.raises(TypeError, match=r"has dtype int32; dnnbind supports float16, bfloat16, float32 and float64"):
         _calls(np.int32)[op]()
 
 

@@ -3,7 +3,13 @@
 Every op returns ``(result, pullback)``. A pullback takes the gradient of the result and returns the
 gradients of the array inputs; it may be called any number of times and never changes what the forward
 pass saved. Semantics equal ``torch.nn.functional`` for the same arguments unless a docstring says
-otherwise. Arrays are float16, float32 or float64 (float16 is computed in float32 on the CPU).
+otherwise. Arrays are float16, bfloat16, float32 or float64 (float16 and bfloat16 are computed in float32
+on the CPU, bfloat16 through the ``ml_dtypes`` package).
+
+Edge cases follow one policy for every op and backend (see :mod:`dnnbind.highlevel.edges`): 0-d arrays
+give 0-d results where PyTorch takes them; zero-size arrays give empty results and gradients without
+running any backend where PyTorch does so, and a ValueError naming the argument elsewhere. ``None`` for
+a required array is a TypeError naming it.
 
 Backends receive validated, normalized arguments only (dims objects, resolved activation
 coefficients), with the same function names as :mod:`dnnbind.highlevel.reference`.
@@ -19,6 +25,7 @@ from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm
                                     check_positive_float, check_probability, check_real, check_same_dtype,
                                     check_shape, normalize_axis, rnn_weight_entries)
 from dnnbind.highlevel.dispatch import adopts_device_arrays, backend_op
+from dnnbind.highlevel.edges import empty_call, is_empty, scalar_call
 
 Pullback = Callable[..., Any]
 
@@ -50,12 +57,20 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
     pair per spatial dim. Returns (y, pullback) with pullback(dy) -> (dx, dw), or (dx, dw, db) when b
     is given.
     """
-    run = backend_op("conv", x=x, w=w, b=b)
+    run = backend_op("conv", ("x", "w"), x=x, w=w, b=b)
     check_same_dtype("x", x.dtype, w=w, b=b)
     dims = ConvDims(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
                     flip=flip, dtype=x.dtype)
     _bias(b, dims)
+    if is_empty(x):
+        return _empty_conv(x, w, b, dims.y_shape)
     return run(x, w, b, dims)
+
+
+def _empty_conv(x: Any, w: Any, b: Any, y_shape: tuple[int, ...]) -> tuple[Any, Pullback]:
+    """conv / conv_transpose of an empty batch: an empty y, empty dx and zero dw (and db)."""
+    return empty_call(x, [y_shape], lambda zeros: (zeros(x.shape), zeros(w.shape))
+                      + (() if b is None else (zeros(b.shape),)))
 
 
 @adopts_device_arrays("x", "w", "b")
@@ -68,13 +83,15 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
     crops the output (low, high per dim as for conv); ``output_padding`` adds to the high side and must
     be smaller than stride or dilation. Returns (y, pullback) like :func:`conv`.
     """
-    run = backend_op("conv_transpose", x=x, w=w, b=b)
+    run = backend_op("conv_transpose", ("x", "w"), x=x, w=w, b=b)
     check_same_dtype("x", x.dtype, w=w, b=b)
     dims = ConvDims.transposed(x.shape, w.shape, stride=stride, padding=padding,
                                output_padding=output_padding, dilation=dilation, groups=groups, flip=flip,
                                dtype=x.dtype)
     if b is not None:
         check_shape("b", b.shape, (dims.in_channels,), "one value per output channel")
+    if is_empty(x):
+        return _empty_conv(x, w, b, dims.x_shape)
     return run(x, w, b, dims)
 
 
@@ -87,7 +104,14 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tup
     """
     run = backend_op("maxpool", x=x)
     dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
+    if is_empty(x):
+        return _empty_like_input(x, dims.y_shape)
     return run(x, dims)
+
+
+def _empty_like_input(x: Any, y_shape: tuple[int, ...]) -> tuple[Any, Pullback]:
+    """An op of one input and one result on an empty x: an empty y and an empty dx."""
+    return empty_call(x, [y_shape], lambda zeros: zeros(x.shape))
 
 
 @adopts_device_arrays("x")
@@ -98,15 +122,28 @@ def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0,
     dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
     if not isinstance(count_include_pad, (bool, np.bool_)):
         raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
+    if is_empty(x):
+        return _empty_like_input(x, dims.y_shape)
     return run(x, dims, bool(count_include_pad))
+
+
+def _pointwise(run: Callable[..., Any], x: Any, *args: Any) -> tuple[Any, Pullback]:
+    """Run an op that keeps x's shape under the edge policy: 0-d and empty arrays included."""
+    if is_empty(x):
+        return _empty_like_input(x, x.shape)
+    if len(x.shape) == 0:
+        return scalar_call(run, x, *args)
+    return run(x, *args)
 
 
 def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:
     run = backend_op(name, x=x)
     check_dtype("x", x.dtype)
-    if x.ndim == 0:
-        raise ValueError(f"x must have at least one dimension for {name}, got a 0-d array")
-    return run(x, normalize_axis(axis, x.ndim))
+    ndim = len(x.shape)
+    if ndim == 0 and isinstance(axis, numbers.Integral) and axis not in (0, -1):
+        raise ValueError(f"axis={axis!r} is out of range for a 0-d array x (it takes axis 0 or -1, as in PyTorch)")
+    axis = normalize_axis(axis, max(ndim, 1))
+    return _pointwise(run, x, axis)
 
 
 @adopts_device_arrays("x")
@@ -143,7 +180,7 @@ def activation(x: Any, mode: str, *, alpha: float | None = None) -> tuple[Any, P
     """
     run = backend_op("activation", x=x)
     check_dtype("x", x.dtype)
-    return run(x, mode, activation_alpha(mode, alpha))
+    return _pointwise(run, x, mode, activation_alpha(mode, alpha))
 
 
 @adopts_device_arrays("x", "gamma", "beta", "running_mean", "running_var")
@@ -156,8 +193,8 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, runnin
     required). gamma and beta have x's dtype; the running statistics may have any float dtype.
     Returns (y, pullback) with pullback(dy) -> (dx, dgamma, dbeta).
     """
-    run = backend_op("batchnorm", x=x, gamma=gamma, beta=beta, running_mean=running_mean,
-                     running_var=running_var)
+    run = backend_op("batchnorm", ("x", "gamma", "beta"), x=x, gamma=gamma, beta=beta,
+                     running_mean=running_mean, running_var=running_var)
     check_same_dtype("x", x.dtype, gamma=gamma, beta=beta)
     for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
         if stat is not None:
@@ -169,8 +206,23 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, runnin
     momentum = check_real("momentum", momentum)
     if not 0.0 <= momentum <= 1.0:
         raise ValueError(f"momentum={momentum!r} must be in [0, 1]")
+    eps = check_positive_float("eps", eps)
+    if training and running_mean is not None:
+        check_writable(running_mean=running_mean, running_var=running_var)
+    if is_empty(x):      # PyTorch too leaves the running statistics alone for an empty batch
+        return empty_call(x, [x.shape], lambda zeros: (zeros(x.shape), zeros(gamma.shape), zeros(beta.shape)))
     return run(x, gamma, beta, running_mean=running_mean, running_var=running_var, training=bool(training),
-               momentum=momentum, eps=check_positive_float("eps", eps))
+               momentum=momentum, eps=eps)
+
+
+def check_writable(**arrays: Any) -> None:
+    """ValueError naming the first array that cannot be updated in place (a read-only numpy array)."""
+    for name, array in arrays.items():
+        if not getattr(getattr(array, "flags", None), "writeable", True):
+            others = [n for n in arrays if n != name]
+            raise ValueError(f"{name} is read-only, but training updates it in place"
+                             + (f" (with {', '.join(others)})" if others else "")
+                             + f"; pass a writable array such as {name}.copy()")
 
 
 def _check_seed(seed: Any) -> Any:
@@ -193,7 +245,7 @@ def dropout(x: Any, p: float, *, seed: Any = None) -> tuple[Any, Pullback]:
     """
     run = backend_op("dropout", x=x)
     check_dtype("x", x.dtype)
-    return run(x, check_probability("p", p), _check_seed(seed))
+    return _pointwise(run, x, check_probability("p", p), _check_seed(seed))
 
 
 @adopts_device_arrays("x", "weights", "h0", "c0")
@@ -221,4 +273,18 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_
                    mode=mode, hidden_size=hidden_size, num_layers=num_layers, bidirectional=bidirectional,
                    h0_shape=None if h0 is None else h0.shape, c0_shape=None if c0 is None else c0.shape,
                    lengths=lengths, dtype=x.dtype)
+    if is_empty(x):
+        return _empty_rnn(x, entries, dims)
     return run(x, [list(entry) for entry in entries], h0, c0, dims)
+
+
+def _empty_rnn(x: Any, entries: Sequence[Sequence[Any]], dims: RNNDims) -> tuple[tuple[Any, Any, Any], Pullback]:
+    """An RNN over an empty batch: empty outputs and states, zero weight gradients."""
+    lstm = dims.mode == "lstm"
+
+    def gradients(zeros: Callable[[tuple[int, ...]], Any]) -> tuple[Any, Any, Any, list[tuple[Any, ...]]]:
+        dweights = [tuple(None if a is None else zeros(a.shape) for a in entry) for entry in entries]
+        return zeros(x.shape), zeros(dims.h_shape), zeros(dims.h_shape) if lstm else None, dweights
+
+    return empty_call(x, [dims.y_shape, dims.h_shape, dims.h_shape if lstm else None], gradients,
+                      names=("dy", "dhy", "dcy"), single=False)

@@ -44,6 +44,7 @@ def batchnorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, *, running_mea
     xhat = centered * invstd.reshape(shape)
     del centered
     y = xhat * gamma.reshape(shape) + beta.reshape(shape)
+    scale = (gamma * invstd).reshape(shape)      # the pullback's own: gamma may change after this call
 
     def pullback(dy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         dy = cotangent("dy", dy, y.shape, dtype)
@@ -52,9 +53,9 @@ def batchnorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, *, running_mea
         if training:
             # d/dx of gamma * (x - mean(x)) * invstd(x): the batch statistics depend on x too.
             dx = dy - (dbeta / count).reshape(shape) - xhat * (dgamma / count).reshape(shape)
-            dx *= (gamma * invstd).reshape(shape)
+            dx *= scale
         else:
-            dx = dy * (gamma * invstd).reshape(shape)
+            dx = dy * scale
         return dx, dgamma, dbeta
 
     return y, pullback

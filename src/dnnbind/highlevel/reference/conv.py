@@ -30,7 +30,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from dnnbind.highlevel.dims import ConvDims
-from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
+from dnnbind.highlevel.reference._memory import fits_in_memory
+from dnnbind.highlevel.reference._precision import cotangent, half_in_float32, private
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
 
 #: Target size of one block's column buffer: a few samples' worth that stays in the CPU's caches.
@@ -301,6 +302,7 @@ def _data_grad(dy: np.ndarray, wg: np.ndarray, dims: ConvDims, threaded: bool) -
 # ops
 
 
+@fits_in_memory
 @half_in_float32
 def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
          *, threaded: bool | None = None) -> tuple[np.ndarray, Callable]:
@@ -310,10 +312,12 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
     """
     threaded = use_threads(dims) if threaded is None else threaded
     lay = _Layout(dims, x.dtype, threaded)
-    wg = _group_filter(w, dims)
+    wg = private(_group_filter(w, dims), w)
     xp = _pad(x, dims)
     y = np.empty(dims.y_shape, x.dtype)
     saved = _sweep(lay, wg, xp=xp, y=y, keep=lay.keep_columns)
+    if not saved:
+        xp = private(xp, x)         # the pullback rebuilds its columns from xp
     if b is not None:
         _add_bias(y, b)
 
@@ -327,6 +331,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
     return y, pullback
 
 
+@fits_in_memory
 @half_in_float32
 def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
                    *, threaded: bool | None = None) -> tuple[np.ndarray, Callable]:
@@ -337,8 +342,8 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: Con
     """
     threaded = use_threads(dims) if threaded is None else threaded
     lay = _Layout(dims, x.dtype, threaded)
-    wg = _group_filter(w, dims)
-    xe = np.ascontiguousarray(_extend(x, dims))
+    wg = private(_group_filter(w, dims), w)
+    xe = private(np.ascontiguousarray(_extend(x, dims)), x)
     y = _data_grad(xe, wg, dims, threaded)
     if b is not None:
         _add_bias(y, b)

@@ -30,6 +30,7 @@ from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.layout import lift
 from dnnbind.highlevel.gpu.pullback import cotangent
+from dnnbind.highlevel.gpu.saved import private
 
 PLANS: PlanCache["BatchNormPlan"] = PlanCache("cudnn.batchnorm", maxsize=128)
 
@@ -95,6 +96,7 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any, running_var: 
                 h, plan.mode, one, zero, plan.x.handle, x.data.ptr, plan.x.handle, y.data.ptr, plan.param.handle,
                 scale.data.ptr, bias.data.ptr, mean.data.ptr, var.data.ptr, eps)
             invstd = 1.0 / cp.sqrt(var + eps)
+        x, scale = private(cp, x, call["x"]), private(cp, scale, call["gamma"])     # the pullback's own
     device, dtype = call.device, x.dtype
 
     def pullback(dy: Any) -> tuple[Any, Any, Any]:

@@ -23,6 +23,7 @@ from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.geometry import crop, pad
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.views import extend
+from dnnbind.highlevel.gpu.saved import private
 
 
 def _params(dims: ConvDims, layout: Callable[[], str | None]) -> Callable[[], dict[str, Any]]:
@@ -65,6 +66,7 @@ def conv(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None = None) -
         plan.run(FORWARD, h, xp, wl, y)
         if b is not None:
             plan.add_bias(h, cp.ascontiguousarray(b), y)
+        xp, wl = private(cp, xp, x), private(cp, wl, w)      # the pullback's own
     device, dtype = call.device, y.dtype
 
     def pullback(dy: Any) -> tuple[Any, ...]:
@@ -104,6 +106,7 @@ def conv_transpose(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None
         y = crop(cp, yp, dims.x_shape, g.extra_low, lay)
         if b is not None:
             plan.add_bias(h, cp.ascontiguousarray(b), y, transposed=True)
+        xe, wl = private(cp, xe, x), private(cp, wl, w)      # the pullback's own
     device, dtype, x_shape = call.device, y.dtype, tuple(x.shape)
 
     def pullback(dy: Any) -> tuple[Any, ...]:

@@ -38,6 +38,17 @@ def check_dtype(name: str, dtype: Any) -> str:
     return canonical
 
 
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a supported dtype name; bfloat16's comes from ``ml_dtypes`` (numpy has none)."""
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError as exc:
+            raise ImportError("bfloat16 needs the ml_dtypes package: pip install ml_dtypes") from exc
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
 def check_same_dtype(ref_name: str, ref_dtype: Any, **others: Any) -> str:
     """Check that every array in ``others`` (None skipped) has the dtype of ``ref_name``."""
     ref = check_dtype(ref_name, ref_dtype)

@@ -271,3 +271,12 @@ def _race_rounds(errors, threading):
             t.start()
         for t in threads:
             t.join()
+
+
+def test_float64_is_computed_in_nchw_memory():
+    """cuDNN may offer no channels-last float64 algorithm (PyTorch never asks): float64 runs in NCHW memory,
+    and its results are handed back in the caller's layout."""
+    from dnnbind.highlevel.cudnn.conv import compute_layout
+    assert compute_layout("float64", "NHWC") == "NCHW" and compute_layout("float64", "NCHW") == "NCHW"
+    for dtype in ("float16", "bfloat16", "float32"):
+        assert compute_layout(dtype, "NHWC") == "NHWC" and compute_layout(dtype, "NCHW") == "NCHW"

@@ -18,7 +18,7 @@ import numpy as np
 from dnnbind.highlevel.cudnn._lib import DTYPES, handle, lib
 from dnnbind.highlevel.cudnn.descriptors import PoolingDescriptor, TensorDescriptor
 from dnnbind.highlevel.cudnn.settings import settings
-from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.dims import PoolDims, numpy_dtype
 from dnnbind.highlevel.gpu import layout as _layout
 from dnnbind.highlevel.gpu.arrays import cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
@@ -63,7 +63,7 @@ class PoolPlan:
         """The rescale factors as a CuPy array of shape (1, 1, *out) in the data's dtype."""
         assert self.rescale is not None, "only exclude-padding means with explicit padding rescale"
         if self._rescale_device is None:
-            self._rescale_device = cp.asarray(self.rescale.astype(self.dims.dtype))
+            self._rescale_device = cp.asarray(self.rescale.astype(numpy_dtype(self.dims.dtype)))
         return self._rescale_device
 
 

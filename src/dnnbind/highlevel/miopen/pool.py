@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.dims import PoolDims, numpy_dtype
 from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
@@ -84,7 +84,7 @@ class PoolPlan:
         """The rescale factor as a CuPy array of shape (1, 1, *out) in the data's dtype."""
         factor = self._rescale_device.get(device)
         if factor is None and self.rescale is not None:
-            factor = self._rescale_device[device] = cp.asarray(self.rescale.astype(self.dims.dtype))
+            factor = self._rescale_device[device] = cp.asarray(self.rescale.astype(numpy_dtype(self.dims.dtype)))
         return factor
 
 

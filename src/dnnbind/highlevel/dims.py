@@ -439,7 +439,7 @@ def check_batchnorm(x_shape: Sequence[int], gamma_shape: Sequence[int], beta_sha
     check_shape("beta", beta_shape, (channels,), "one value per channel of x")
     if (running_mean_shape is None) != (running_var_shape is None):
         raise ValueError("running_mean and running_var must be given together (or both be None)")
-    if running_mean_shape is not None:
+    if running_mean_shape is not None and running_var_shape is not None:
         check_shape("running_mean", running_mean_shape, (channels,), "one value per channel of x")
         check_shape("running_var", running_var_shape, (channels,), "one value per channel of x")
     elif not training:

@@ -44,7 +44,9 @@ def _forward(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray,
         return y, lambda dy: dy * np.where(neg, alpha * (em1 + 1), 1)
     if mode == "leaky_relu":
         pos = x > 0
-        return np.where(pos, x, alpha * x), lambda dy: dy * np.where(pos, 1, alpha).astype(x.dtype)
+        negative_slope = float(alpha or 0.0)
+        return (np.where(pos, x, negative_slope * x),
+                lambda dy: dy * np.where(pos, 1, negative_slope).astype(x.dtype))
     if mode == "clipped_relu":
         inside = (x > 0) & (x < alpha)
         return np.clip(x, 0, alpha), lambda dy: dy * inside

@@ -32,10 +32,11 @@ def batchnorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, *, running_mea
         mean = _channel_sums(x) / count
         centered = x - mean.reshape(shape)
         var = _channel_sums(centered * centered) / count
-        if running_mean is not None:
+        if running_mean is not None and running_var is not None:
             _update(running_mean, mean, momentum)
             _update(running_var, var * (count / (count - 1)), momentum)
     else:
+        assert running_mean is not None and running_var is not None, "inference needs them (the op checks)"
         count = 0
         mean = running_mean.astype(dtype)  # a copy: the running stats may change after this call
         var = running_var.astype(dtype)

@@ -24,7 +24,7 @@ copies); :func:`use_threads` holds the rule measured for when that pays.
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
@@ -201,7 +201,7 @@ def _ungroup_filter(dwg: np.ndarray, dims: ConvDims) -> np.ndarray:
 # one sweep over (chunks x blocks) does any combination of forward, filter and data gradient
 
 
-def _sweep(lay: _Layout, wg: np.ndarray, *, xp: np.ndarray | None = None,
+def _sweep(lay: _Layout, wg: np.ndarray, *, xp: Any = None,
            saved: dict | None = None, keep: bool = False, y: np.ndarray | None = None,
            dy: np.ndarray | None = None, dxp: np.ndarray | None = None,
            dw_parts: np.ndarray | None = None) -> dict:
@@ -220,7 +220,7 @@ def _sweep(lay: _Layout, wg: np.ndarray, *, xp: np.ndarray | None = None,
         c0, c1 = g0 * lay.cg, g1 * lay.cg
         scratch = None
         for b0, b1 in lay.blocks(n0, n1):
-            cols = None
+            cols: Any = None
             if need_columns:
                 cols = None if saved is None else saved[(g0, g1, b0)]
                 if cols is None:

@@ -43,11 +43,21 @@ class _Direction:
     hs (T + 1, H, B) and the last cell; ``backward(dy, dhy, dcy, masks)`` returns the pre-activation
     gradients of the input and recurrent products and dh0, dc0."""
 
+    hs: np.ndarray          # the states the forward pass recorded, (T + 1, H, B)
+
     def __init__(self, w_ih: np.ndarray, w_hh: np.ndarray, b_ih: np.ndarray | None,
                  b_hh: np.ndarray | None, hidden: int) -> None:
         self.hidden = hidden
         self.w_ih, self.w_hh, self.b_ih, self.b_hh = w_ih, w_hh, b_ih, b_hh
         self.has_bias = b_ih is not None
+
+    def forward(self, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None, steps: Any,
+                masks: Sequence[np.ndarray | None]) -> tuple[np.ndarray, np.ndarray | None]:
+        raise NotImplementedError
+
+    def backward(self, dyk: np.ndarray, dh: np.ndarray, dc: np.ndarray | None,
+                 masks: Sequence[np.ndarray | None]) -> tuple[Any, Any, np.ndarray, np.ndarray | None]:
+        raise NotImplementedError
 
     def project(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
         """W x_t (+ bias) for every step: (T, B, I) -> (T, G*H, B) in one batched product."""
@@ -229,7 +239,8 @@ class _GRU(_Direction):
         self.w_ih_half = _half_rows(w_ih, sig)
         self.w_hh_half = _half_rows(w_hh, sig)
         self.b_ih_half = _half_rows(b_ih, sig)
-        self.b_hh_half = None if b_hh is None else _half_rows(b_hh, sig)[:, None]
+        b_hh_half = _half_rows(b_hh, sig)
+        self.b_hh_half = None if b_hh_half is None else b_hh_half[:, None]
 
     def forward(self, x, h0, c0, steps, masks):
         H = self.hidden
@@ -296,12 +307,13 @@ class _GRU(_Direction):
         return dx_gates, dh_gates, dh, None
 
 
-def _make(dims: RNNDims, entry: Sequence[np.ndarray | None]) -> _Direction:
+def _make(dims: RNNDims, entry: Sequence[Any]) -> _Direction:
+    w_ih, w_hh, b_ih, b_hh = entry
     if dims.mode == "lstm":
-        return _LSTM(*entry, dims.hidden_size)
+        return _LSTM(w_ih, w_hh, b_ih, b_hh, dims.hidden_size)
     if dims.mode == "gru":
-        return _GRU(*entry, dims.hidden_size)
-    return _Plain(*entry, dims.hidden_size, relu=dims.mode == "rnn_relu")
+        return _GRU(w_ih, w_hh, b_ih, b_hh, dims.hidden_size)
+    return _Plain(w_ih, w_hh, b_ih, b_hh, dims.hidden_size, relu=dims.mode == "rnn_relu")
 
 
 def _feature_major(a: np.ndarray) -> np.ndarray:
@@ -348,7 +360,7 @@ def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.nd
             if running is not None:
                 np.copyto(view, 0, where=~running[:, :, None])
             hy[idx] = hs[T].T
-            if lstm:
+            if cy is not None and c_last is not None:
                 cy[idx] = c_last.T
             cells.append(cell)
         inputs.append(layer_in)
@@ -368,7 +380,7 @@ def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.nd
         dh0 = np.empty(dims.h_shape, dtype)
         dc0 = np.empty(dims.h_shape, dtype) if lstm else None
         dweights: list[tuple] = [()] * len(cells)
-        d_out = dy
+        d_out: Any = dy
         for layer in range(dims.num_layers - 1, -1, -1):
             d_in = None
             for d in range(D):
@@ -385,7 +397,7 @@ def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.nd
                 dx_part = dx_steps if d == 0 else dx_steps[::-1]
                 d_in = dx_part if d_in is None else d_in + dx_part
                 dh0[idx] = dh.T
-                if lstm:
+                if dc0 is not None and dc is not None:
                     dc0[idx] = dc.T
                 dweights[idx] = (dw_ih, dw_hh, db_ih, db_hh)
             d_out = d_in

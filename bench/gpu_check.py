@@ -10,8 +10,8 @@ left of it:
    even a short run says which op works in which dtype;
 3. tests: ``pytest -m gpu`` over tests/highlevel/cudnn, tests/highlevel/gpu, tests/runtime and
    tests/torch_adapter (when PyTorch imports), breadth first: the first case of every test function
-   before the second of any (see gpu_check_plugin.py);
-4. bench: bench/bench_gpu.py, when enough budget is left.
+   before the second of any (see gpu_check_plugin.py); they leave :data:`BENCH_RESERVE` seconds;
+4. bench: bench/bench_gpu.py, with what is left.
 
 Everything is written as it happens, under $OUT (./gpu-results when $OUT is unset): each stage's log,
 per-file counts (rewritten after every test) and one JSON line per finished test, so a stage stopped at
@@ -35,6 +35,8 @@ BUDGET = 450.0
 STAGE_CAP = {"probe": 60.0, "smoke": 180.0, "tests": 330.0, "bench": 150.0}
 #: a stage is not started with less than this left (the benchmarks need their warm-up)
 STAGE_MIN = {"smoke": 20.0, "tests": 20.0, "bench": 60.0}
+#: seconds the tests leave for the benchmarks (the speed goals are worth more than the sweeps' last cases)
+BENCH_RESERVE = 120.0
 SMOKE_FILE = "tests/highlevel/cudnn/test_gpu_smoke.py"
 DTYPE_NAMES = ("float64", "float32", "float16", "bfloat16")
 TEST_DIRS = ["tests/highlevel/cudnn", "tests/highlevel/gpu", "tests/runtime"]
@@ -58,9 +60,9 @@ class Clock:
     def left(self) -> float:
         return self.budget - (time.monotonic() - self.start)
 
-    def allow(self, stage: str) -> float:
-        """Seconds ``stage`` may run now: its cap, within what is left of the budget."""
-        return max(0.0, min(STAGE_CAP[stage], self.left()))
+    def allow(self, stage: str, reserve: float = 0.0) -> float:
+        """Seconds ``stage`` may run now: its cap, within what is left of the budget less ``reserve``."""
+        return max(0.0, min(STAGE_CAP[stage], self.left() - reserve))
 
 
 def run(argv: list[str], log: Path, env: dict[str, str], timeout: float) -> tuple[int | None, float]:
@@ -153,14 +155,14 @@ def main() -> int:
     if gpu:
         counts.update(pytest_stage("smoke", [SMOKE_FILE], [], out, env, clock.allow("smoke"), problems))
         test_dirs = list(TEST_DIRS)
-        if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0:
+        if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, timeout=60).returncode == 0:
             test_dirs.append(TORCH_TEST_DIR)
         else:
             print(f"gpu-check: PyTorch is not importable; {TORCH_TEST_DIR} not run")
-        if clock.allow("tests") >= STAGE_MIN["tests"]:
+        if clock.allow("tests", BENCH_RESERVE) >= STAGE_MIN["tests"]:
             counts.update(pytest_stage("tests", test_dirs, ["--ignore", SMOKE_FILE], out,
-                                       {**env, "DNNBIND_GPU_CHECK_ORDER": "breadth"}, clock.allow("tests"),
-                                       problems))
+                                       {**env, "DNNBIND_GPU_CHECK_ORDER": "breadth"},
+                                       clock.allow("tests", BENCH_RESERVE), problems))
         else:
             problems.append("tests: not started, the budget is spent")
         if clock.allow("bench") >= STAGE_MIN["bench"]:

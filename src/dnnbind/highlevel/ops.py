@@ -2,7 +2,9 @@
 
 Every op returns ``(result, pullback)``. A pullback takes the gradient of the result and returns the
 gradients of the array inputs; it may be called any number of times and never changes what the forward
-pass saved. Semantics equal ``torch.nn.functional`` for the same arguments unless a docstring says
+pass saved. What the forward saves is its own: changing x, the parameters or the returned result after
+the forward never changes what the pullback returns (every backend keeps a copy where it would
+otherwise keep the caller's array). Semantics equal ``torch.nn.functional`` for the same arguments unless a docstring says
 otherwise. Arrays are float16, bfloat16, float32 or float64 (float16 and bfloat16 are computed in float32
 on the CPU, bfloat16 through the ``ml_dtypes`` package).
 

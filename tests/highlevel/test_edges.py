@@ -228,3 +228,29 @@ def test_changing_inputs_or_results_after_the_forward_leaves_the_pullback_alone(
     for a in inputs + _flat(result):
         a[...] = np.nan
     assert all(np.array_equal(g, e) for g, e in zip(_flat(pullback(*cotangents)), expected))
+
+
+# ---------------------------------------------------------------------------------------------- every backend
+
+
+@pytest.mark.parametrize("backend", ["reference", "cudnn", "miopen"])
+def test_every_backend_op_is_guarded_by_the_edge_policy(backend):
+    """Direct backend calls follow the policy too: every op of every backend is wrapped by edges.guarded."""
+    from dnnbind.highlevel.dispatch import load_backend
+    from dnnbind.highlevel.edges import RULES
+    module = load_backend(backend)
+    assert {op: getattr(getattr(module, op), "edge_policy", None) for op in RULES} == {op: op for op in RULES}
+
+
+def test_direct_reference_calls_follow_the_policy():
+    from dnnbind.highlevel import reference
+    from dnnbind.highlevel.dims import ConvDims, PoolDims
+    x, w = np.zeros((0, 3, 5, 5)), np.ones((4, 3, 3, 3))
+    y, pullback = reference.conv(x, w, None, ConvDims(x.shape, w.shape))
+    assert y.shape == (0, 4, 3, 3) and [g.shape for g in pullback(y)] == [x.shape, w.shape]
+    y, pullback = reference.maxpool(x, PoolDims(x.shape, 2))
+    assert y.shape == (0, 3, 2, 2) and pullback(y).shape == x.shape
+    y, pullback = reference.dropout(np.array(2.0), 0.5, 1)
+    assert y.shape == () and pullback(np.array(1.0)).shape == () and pullback.mask.shape == ()
+    y, pullback = reference.dropout(np.zeros((0, 2)), 0.5, 1)
+    assert pullback.mask.shape == (0, 2) and pullback.mask.dtype == bool

@@ -6,14 +6,18 @@
   0-d arrays through their shape checks.
 * **Zero-size arrays.** Where PyTorch returns an empty result, dnnbind does too: results of the shapes
   PyTorch gives, and gradients of the inputs' shapes (empty for empty inputs, zeros for parameters such
-  as w, b, gamma, beta and RNN weights). No backend runs: the GPU backends never call the vendor library
-  for empty work, and batch norm leaves its running statistics untouched (as PyTorch does). Which
+  as w, b, gamma, beta and RNN weights). No backend computes: the GPU backends never call the vendor
+  library for empty work, and batch norm leaves its running statistics untouched (as PyTorch does). Which
   dimension may be 0 is decided by the shape checks in :mod:`dims` (conv and pooling: the batch N;
   batch norm: any; RNNs: the batch; pointwise ops and softmax: any); everywhere else they refuse with a
   ValueError naming the argument.
+
+Every backend's ops are wrapped by :func:`guarded` (in the backend's ``__init__``), so the policy holds
+for the public ops and for direct backend calls alike.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any, Callable, Sequence
 
@@ -94,8 +98,86 @@ class _ScalarPullback:
         return _reshape(getattr(self._inner, "mask"), ())
 
 
-def scalar_call(run: Callable[..., tuple[Any, Callable[..., Any]]], x: Any,
-                *args: Any) -> tuple[Any, Callable[..., Any]]:
+def scalar_call(run: Callable[..., tuple[Any, Callable[..., Any]]], x: Any, *args: Any,
+                **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     """Run a one-input, one-result op on a 0-d ``x`` as shape (1,) and hand back 0-d arrays."""
-    y, inner = run(x.reshape(1), *args)
+    y, inner = run(x.reshape(1), *args, **kwargs)
     return y.reshape(()), _ScalarPullback(inner)
+
+
+# ---------------------------------------------------------------------------------------------------
+# what each op returns for empty work, from its backend arguments (the reference backend's signatures)
+
+Zeros = Callable[[Shape], Any]
+Rule = Callable[[tuple[Any, ...]], tuple[list[Any], Callable[[Zeros], Any], tuple[str, ...], bool]]
+
+
+def _like_x(args: tuple[Any, ...]) -> tuple[list[Any], Callable[[Zeros], Any], tuple[str, ...], bool]:
+    x = args[0]
+    return [tuple(x.shape)], lambda zeros: zeros(x.shape), ("dy",), True
+
+
+def _pool(args: tuple[Any, ...]) -> tuple[list[Any], Callable[[Zeros], Any], tuple[str, ...], bool]:
+    x, dims = args[0], args[1]
+    return [dims.y_shape], lambda zeros: zeros(x.shape), ("dy",), True
+
+
+def _conv_grads(x: Any, w: Any, b: Any) -> Callable[[Zeros], Any]:
+    return lambda zeros: (zeros(x.shape), zeros(w.shape)) + (() if b is None else (zeros(b.shape),))
+
+
+def _conv(args: tuple[Any, ...]) -> tuple[list[Any], Callable[[Zeros], Any], tuple[str, ...], bool]:
+    x, w, b, dims = args[:4]
+    return [dims.y_shape], _conv_grads(x, w, b), ("dy",), True
+
+
+def _conv_transpose(args: tuple[Any, ...]) -> tuple[list[Any], Callable[[Zeros], Any], tuple[str, ...], bool]:
+    x, w, b, dims = args[:4]
+    return [dims.x_shape], _conv_grads(x, w, b), ("dy",), True
+
+
+def _batchnorm(args: tuple[Any, ...]) -> tuple[list[Any], Callable[[Zeros], Any], tuple[str, ...], bool]:
+    x, gamma, beta = args[:3]
+    return [tuple(x.shape)], lambda zeros: (zeros(x.shape), zeros(gamma.shape), zeros(beta.shape)), ("dy",), True
+
+
+def _rnn(args: tuple[Any, ...]) -> tuple[list[Any], Callable[[Zeros], Any], tuple[str, ...], bool]:
+    x, weights, dims = args[0], args[1], args[4]
+    lstm = dims.mode == "lstm"
+
+    def gradients(zeros: Zeros) -> tuple[Any, Any, Any, list[tuple[Any, ...]]]:
+        dweights = [tuple(None if a is None else zeros(a.shape) for a in entry) for entry in weights]
+        return zeros(x.shape), zeros(dims.h_shape), zeros(dims.h_shape) if lstm else None, dweights
+
+    return [dims.y_shape, dims.h_shape, dims.h_shape if lstm else None], gradients, ("dy", "dhy", "dcy"), False
+
+
+#: op -> what its empty call returns; the pointwise ops also take 0-d arrays
+RULES: dict[str, Rule] = {"conv": _conv, "conv_transpose": _conv_transpose, "maxpool": _pool, "meanpool": _pool,
+                          "softmax": _like_x, "logsoftmax": _like_x, "activation": _like_x, "dropout": _like_x,
+                          "batchnorm": _batchnorm, "rnn": _rnn}
+POINTWISE = ("softmax", "logsoftmax", "activation", "dropout")
+
+
+def guarded(op: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate backend function ``op`` (its arguments already checked) with the edge policy: empty work
+    returns :func:`empty_call`'s result without running the backend; a 0-d x of a pointwise op runs as
+    shape (1,) (:func:`scalar_call`)."""
+    rule, pointwise = RULES[op], op in POINTWISE
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def run(x: Any, *args: Any, **kwargs: Any) -> Any:
+            shape = tuple(x.shape)
+            if 0 in shape:
+                outputs, gradients, names, single = rule((x, *args))
+                result, pullback = empty_call(x, outputs, gradients, names, single)
+                if op == "dropout":
+                    pullback.mask = _module(x).zeros(shape, bool)  # type: ignore[attr-defined]
+                return result, pullback
+            if not shape and pointwise:
+                return scalar_call(fn, x, *args, **kwargs)
+            return fn(x, *args, **kwargs)
+        run.edge_policy = op  # type: ignore[attr-defined]  # which rule guards it (tests check every backend)
+        return run
+    return decorate

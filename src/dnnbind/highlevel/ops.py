@@ -27,7 +27,6 @@ from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm
                                     check_positive_float, check_probability, check_real, check_same_dtype,
                                     check_shape, normalize_axis, rnn_weight_entries)
 from dnnbind.highlevel.dispatch import adopts_device_arrays, backend_op
-from dnnbind.highlevel.edges import empty_call, is_empty, scalar_call
 
 Pullback = Callable[..., Any]
 
@@ -64,15 +63,7 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
     dims = ConvDims(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
                     flip=flip, dtype=x.dtype)
     _bias(b, dims)
-    if is_empty(x):
-        return _empty_conv(x, w, b, dims.y_shape)
     return run(x, w, b, dims)
-
-
-def _empty_conv(x: Any, w: Any, b: Any, y_shape: tuple[int, ...]) -> tuple[Any, Pullback]:
-    """conv / conv_transpose of an empty batch: an empty y, empty dx and zero dw (and db)."""
-    return empty_call(x, [y_shape], lambda zeros: (zeros(x.shape), zeros(w.shape))
-                      + (() if b is None else (zeros(b.shape),)))
 
 
 @adopts_device_arrays("x", "w", "b")
@@ -92,8 +83,6 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
                                dtype=x.dtype)
     if b is not None:
         check_shape("b", b.shape, (dims.in_channels,), "one value per output channel")
-    if is_empty(x):
-        return _empty_conv(x, w, b, dims.x_shape)
     return run(x, w, b, dims)
 
 
@@ -106,14 +95,7 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tup
     """
     run = backend_op("maxpool", x=x)
     dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
-    if is_empty(x):
-        return _empty_like_input(x, dims.y_shape)
     return run(x, dims)
-
-
-def _empty_like_input(x: Any, y_shape: tuple[int, ...]) -> tuple[Any, Pullback]:
-    """An op of one input and one result on an empty x: an empty y and an empty dx."""
-    return empty_call(x, [y_shape], lambda zeros: zeros(x.shape))
 
 
 @adopts_device_arrays("x")
@@ -124,18 +106,7 @@ def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0,
     dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
     if not isinstance(count_include_pad, (bool, np.bool_)):
         raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
-    if is_empty(x):
-        return _empty_like_input(x, dims.y_shape)
     return run(x, dims, bool(count_include_pad))
-
-
-def _pointwise(run: Callable[..., Any], x: Any, *args: Any) -> tuple[Any, Pullback]:
-    """Run an op that keeps x's shape under the edge policy: 0-d and empty arrays included."""
-    if is_empty(x):
-        return _empty_like_input(x, x.shape)
-    if len(x.shape) == 0:
-        return scalar_call(run, x, *args)
-    return run(x, *args)
 
 
 def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:
@@ -144,8 +115,7 @@ def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:
     ndim = len(x.shape)
     if ndim == 0 and isinstance(axis, numbers.Integral) and axis not in (0, -1):
         raise ValueError(f"axis={axis!r} is out of range for a 0-d array x (it takes axis 0 or -1, as in PyTorch)")
-    axis = normalize_axis(axis, max(ndim, 1))
-    return _pointwise(run, x, axis)
+    return run(x, normalize_axis(axis, max(ndim, 1)))
 
 
 @adopts_device_arrays("x")
@@ -182,7 +152,7 @@ def activation(x: Any, mode: str, *, alpha: float | None = None) -> tuple[Any, P
     """
     run = backend_op("activation", x=x)
     check_dtype("x", x.dtype)
-    return _pointwise(run, x, mode, activation_alpha(mode, alpha))
+    return run(x, mode, activation_alpha(mode, alpha))
 
 
 @adopts_device_arrays("x", "gamma", "beta", "running_mean", "running_var")
@@ -211,8 +181,6 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, runnin
     eps = check_positive_float("eps", eps)
     if training and running_mean is not None:
         check_writable(running_mean=running_mean, running_var=running_var)
-    if is_empty(x):      # PyTorch too leaves the running statistics alone for an empty batch
-        return empty_call(x, [x.shape], lambda zeros: (zeros(x.shape), zeros(gamma.shape), zeros(beta.shape)))
     return run(x, gamma, beta, running_mean=running_mean, running_var=running_var, training=bool(training),
                momentum=momentum, eps=eps)
 
@@ -247,7 +215,7 @@ def dropout(x: Any, p: float, *, seed: Any = None) -> tuple[Any, Pullback]:
     """
     run = backend_op("dropout", x=x)
     check_dtype("x", x.dtype)
-    return _pointwise(run, x, check_probability("p", p), _check_seed(seed))
+    return run(x, check_probability("p", p), _check_seed(seed))
 
 
 @adopts_device_arrays("x", "weights", "h0", "c0")
@@ -275,18 +243,4 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_
                    mode=mode, hidden_size=hidden_size, num_layers=num_layers, bidirectional=bidirectional,
                    h0_shape=None if h0 is None else h0.shape, c0_shape=None if c0 is None else c0.shape,
                    lengths=lengths, dtype=x.dtype)
-    if is_empty(x):
-        return _empty_rnn(x, entries, dims)
     return run(x, [list(entry) for entry in entries], h0, c0, dims)
-
-
-def _empty_rnn(x: Any, entries: Sequence[Sequence[Any]], dims: RNNDims) -> tuple[tuple[Any, Any, Any], Pullback]:
-    """An RNN over an empty batch: empty outputs and states, zero weight gradients."""
-    lstm = dims.mode == "lstm"
-
-    def gradients(zeros: Callable[[tuple[int, ...]], Any]) -> tuple[Any, Any, Any, list[tuple[Any, ...]]]:
-        dweights = [tuple(None if a is None else zeros(a.shape) for a in entry) for entry in entries]
-        return zeros(x.shape), zeros(dims.h_shape), zeros(dims.h_shape) if lstm else None, dweights
-
-    return empty_call(x, [dims.y_shape, dims.h_shape, dims.h_shape if lstm else None], gradients,
-                      names=("dy", "dhy", "dcy"), single=False)

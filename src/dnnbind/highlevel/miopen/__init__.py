@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+from dnnbind.highlevel.edges import guarded
 from dnnbind.highlevel.gpu import cache as _cache
 from dnnbind.highlevel.gpu.cache import CacheInfo
 from dnnbind.highlevel.miopen import activation as _activation
@@ -36,7 +37,7 @@ from dnnbind.highlevel.miopen import dropout as _dropout
 from dnnbind.highlevel.miopen import pool as _pool
 from dnnbind.highlevel.miopen import rnn as _rnn
 from dnnbind.highlevel.miopen import softmax as _softmax
-from dnnbind.highlevel.miopen.conv import conv, conv_transpose
+from dnnbind.highlevel.miopen import conv as _conv
 from dnnbind.highlevel.miopen.settings import MIOpenSettings, settings
 
 #: the ops MIOpen has bfloat16 kernels for (MIOpen documents bfloat16 for its convolutions only)
@@ -55,14 +56,16 @@ def _no_bfloat16(op: Callable[..., Any]) -> Callable[..., Any]:
     return checked
 
 
-activation = _no_bfloat16(_activation.activation)
-batchnorm = _no_bfloat16(_batchnorm.batchnorm)
-dropout = _no_bfloat16(_dropout.dropout)
-maxpool = _no_bfloat16(_pool.maxpool)
-meanpool = _no_bfloat16(_pool.meanpool)
-rnn = _no_bfloat16(_rnn.rnn)
-softmax = _no_bfloat16(_softmax.softmax)
-logsoftmax = _no_bfloat16(_softmax.logsoftmax)
+# bfloat16 refused where MIOpen has no kernel; the edge policy (0-d and zero-size arrays) for every op
+activation = guarded("activation")(_no_bfloat16(_activation.activation))
+batchnorm = guarded("batchnorm")(_no_bfloat16(_batchnorm.batchnorm))
+dropout = guarded("dropout")(_no_bfloat16(_dropout.dropout))
+maxpool = guarded("maxpool")(_no_bfloat16(_pool.maxpool))
+meanpool = guarded("meanpool")(_no_bfloat16(_pool.meanpool))
+rnn = guarded("rnn")(_no_bfloat16(_rnn.rnn))
+softmax = guarded("softmax")(_no_bfloat16(_softmax.softmax))
+logsoftmax = guarded("logsoftmax")(_no_bfloat16(_softmax.logsoftmax))
+conv, conv_transpose = guarded("conv")(_conv.conv), guarded("conv_transpose")(_conv.conv_transpose)
 
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
            "dropout", "rnn", "settings", "BFLOAT16_OPS", "MIOpenSettings", "cache_info", "clear_caches", "CacheInfo"]

@@ -255,7 +255,7 @@ def test_direction_table_is_filled_once_under_concurrent_first_use():
 
 
 def _race_rounds(errors, threading):
-    for _ in range(50):
+    for _ in range(200):
         algos._TABLE.clear()
         barrier = threading.Barrier(8)
 

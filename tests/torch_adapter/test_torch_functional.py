@@ -187,3 +187,16 @@ def test_bfloat16_crosses_without_a_copy():
     assert a.dtype.name == "bfloat16" and np.shares_memory(a, t.view(torch.int16).numpy())
     back = to_tensor(a)
     assert back.dtype == torch.bfloat16 and torch.equal(back, t) and back.data_ptr() == t.data_ptr()
+
+
+def test_0d_and_empty_tensors_follow_the_edge_policy():
+    x = torch.tensor(0.5, requires_grad=True)
+    y = dt.activation(x, "tanh")
+    y.backward()
+    assert y.shape == () and torch.allclose(x.grad, 1 - torch.tanh(torch.tensor(0.5)) ** 2)
+    x = torch.zeros(0, 3, 5, 5, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    y = dt.conv(x, w, padding=1)
+    assert y.shape == F.conv2d(x, w, padding=1).shape
+    y.sum().backward()
+    assert x.grad.shape == x.shape and not w.grad.any()

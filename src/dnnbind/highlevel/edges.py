@@ -28,11 +28,6 @@ from dnnbind.highlevel.dims import check_dtype, check_shape
 Shape = tuple[int, ...]
 
 
-def is_empty(*arrays: Any) -> bool:
-    """Whether any of the given arrays (None skipped) has no elements."""
-    return any(a is not None and 0 in tuple(a.shape) for a in arrays)
-
-
 def _module(like: Any) -> Any:
     """numpy for numpy arrays, cupy for device arrays (a device array exists only once cupy is imported)."""
     return np if isinstance(like, np.ndarray) else sys.modules["cupy"]

@@ -254,3 +254,16 @@ def test_direct_reference_calls_follow_the_policy():
     assert y.shape == () and pullback(np.array(1.0)).shape == () and pullback.mask.shape == ()
     y, pullback = reference.dropout(np.zeros((0, 2)), 0.5, 1)
     assert pullback.mask.shape == (0, 2) and pullback.mask.dtype == bool
+
+
+def test_the_memory_check_compares_with_what_is_available():
+    from dnnbind.highlevel.dims import ConvDims
+    from dnnbind.highlevel.reference import _memory
+    assert 0 < _memory.available_bytes()
+    big = ConvDims((1, 1, 20000, 20000), (1, 1, 3, 3))          # about 4.5 GiB in float32
+    need = big.working_bytes(4)
+    assert need > _memory.CHECK_FROM_BYTES
+    if need < _memory.available_bytes():
+        _memory.check_fits("conv", big, 4)                        # fits: no error
+    with pytest.raises(MemoryError, match=r"conv on x of shape \(1, 1, 20000, 20000\) would need at least [\d.]+ GiB"):
+        _memory.check_fits("conv", big, 4 * (_memory.available_bytes() // need + 1))

@@ -36,9 +36,15 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
+#: problems needing less than this are not checked (reading /proc/meminfo costs more than a small op)
+CHECK_FROM_BYTES = 1 << 30
+
+
 def check_fits(op: str, dims: Any, itemsize: int) -> None:
     """MemoryError saying how much ``op`` would need when ``dims.working_bytes`` exceeds what is available."""
     need = dims.working_bytes(itemsize)
+    if need < CHECK_FROM_BYTES:
+        return
     have = available_bytes()
     if need > have:
         raise MemoryError(f"{op} on x of shape {dims.x_shape} would need at least {_gib(need)} of memory "

@@ -1,22 +1,44 @@
-"""`make gpu-check`: the GPU tests and benchmarks, with logs under $OUT, and a short summary table last.
+"""`make gpu-check` (or, without make: `PYTHONPATH=src python3 bench/gpu_check.py`): the GPU tests and
+benchmarks in one call that fits a 600 s limit on a cold machine, with a summary table last.
 
-Runs on the machine's own python3 with PYTHONPATH=src (nothing installed): `pytest -m gpu` over
-tests/highlevel/cudnn, tests/highlevel/gpu, tests/torch_adapter and tests/runtime, then bench/bench_gpu.py. Each part has its own timeout
-(the whole stays under 6 minutes). Logs and JSON go to $OUT, or ./gpu-results when $OUT is unset.
-Without a GPU it says so plainly: the tests report as skipped, the benchmarks as skipped.
-Exit status: 1 when a test failed or errored or a part timed out, else 0.
+Runs on the machine's own python3 with PYTHONPATH=src (nothing installed), in stages against one overall
+budget (:data:`BUDGET` seconds, ``$DNNBIND_GPU_CHECK_BUDGET`` to change it), each stage getting what is
+left of it:
+
+1. probe: is there an NVIDIA GPU CuPy can use (without one, the rest is skipped and the table says so);
+2. smoke: tests/highlevel/cudnn/test_gpu_smoke.py, one case of every op on every dtype, first, so that
+   even a short run says which op works in which dtype;
+3. tests: ``pytest -m gpu`` over tests/highlevel/cudnn, tests/highlevel/gpu, tests/runtime and
+   tests/torch_adapter (when PyTorch imports), breadth first: the first case of every test function
+   before the second of any (see gpu_check_plugin.py); they leave :data:`BENCH_RESERVE` seconds;
+4. bench: bench/bench_gpu.py, with what is left.
+
+Everything is written as it happens, under $OUT (./gpu-results when $OUT is unset): each stage's log,
+per-file counts (rewritten after every test) and one JSON line per finished test, so a stage stopped at
+the budget keeps everything that finished. Exit status: 1 when a test failed or errored, a stage ran out
+of time or crashed; else 0 (also without a GPU).
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMEOUT = {"probe": 30, "tests": 170, "bench": 140}
+#: seconds for the whole check: a 600 s call, less a margin for the interpreter, the copy back and a rerun
+BUDGET = 450.0
+#: most seconds each stage may take (the overall budget caps them further)
+STAGE_CAP = {"probe": 60.0, "smoke": 180.0, "tests": 330.0, "bench": 150.0}
+#: a stage is not started with less than this left (the benchmarks need their warm-up)
+STAGE_MIN = {"smoke": 20.0, "tests": 20.0, "bench": 60.0}
+#: seconds the tests leave for the benchmarks (the speed goals are worth more than the sweeps' last cases)
+BENCH_RESERVE = 120.0
+SMOKE_FILE = "tests/highlevel/cudnn/test_gpu_smoke.py"
+DTYPE_NAMES = ("float64", "float32", "float16", "bfloat16")
 TEST_DIRS = ["tests/highlevel/cudnn", "tests/highlevel/gpu", "tests/runtime"]
 TORCH_TEST_DIR = "tests/torch_adapter"          # needs PyTorch; the GPU machine has it
 PROBE = """
@@ -29,77 +51,149 @@ print(f"{n} x {name.decode() if isinstance(name, bytes) else name}, CuPy {cupy._
 """
 
 
-def run(name: str, argv: list[str], log: Path, env: dict[str, str]) -> tuple[int | None, str, float]:
-    """(exit status or None on timeout, combined output, seconds); the output also goes to ``log``."""
-    start = time.perf_counter()
+class Clock:
+    """The overall budget and what each stage may still take."""
+
+    def __init__(self, budget: float) -> None:
+        self.start, self.budget = time.monotonic(), budget
+
+    def left(self) -> float:
+        return self.budget - (time.monotonic() - self.start)
+
+    def allow(self, stage: str, reserve: float = 0.0) -> float:
+        """Seconds ``stage`` may run now: its cap, within what is left of the budget less ``reserve``."""
+        return max(0.0, min(STAGE_CAP[stage], self.left() - reserve))
+
+
+def run(argv: list[str], log: Path, env: dict[str, str], timeout: float) -> tuple[int | None, float]:
+    """(exit status, or None when stopped at ``timeout``; seconds). Output goes to ``log`` as it comes."""
+    start = time.monotonic()
+    with open(log, "w") as out:
+        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            status: int | None = process.wait(timeout=max(timeout, 1.0))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            status = None
+            out.write(f"\n[gpu-check: stopped after {timeout:.0f} s, the stage's share of the budget]\n")
+    return status, time.monotonic() - start
+
+
+def last_line(log: Path) -> str:
+    lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+    return lines[-1] if lines else ""
+
+
+def pytest_stage(name: str, targets: list[str], extra: list[str], out: Path, env: dict[str, str],
+                 timeout: float, problems: list[str]) -> dict[str, dict[str, int]]:
+    """Run one pytest stage; returns its per-file counts (whatever finished, even when stopped)."""
+    counts_file, results_file = out / f"gpu-{name}-counts.json", out / f"gpu-{name}-results.jsonl"
+    counts_file.unlink(missing_ok=True)
+    results_file.unlink(missing_ok=True)
+    stage_env = {**env, "DNNBIND_GPU_CHECK_COUNTS": str(counts_file), "DNNBIND_GPU_CHECK_RESULTS": str(results_file)}
+    argv = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "gpu_check_plugin", "-p", "no:cacheprovider",
+            "--continue-on-collection-errors", "-q", "-rfE", *extra, *targets]
+    status, seconds = run(argv, out / f"gpu-{name}.log", stage_env, timeout)
     try:
-        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT[name])
-        status, text = done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        status, text = None, out + err + f"\n[gpu-check: {name} timed out after {TIMEOUT[name]} s]\n"
-    log.write_text(text)
-    return status, text, time.perf_counter() - start
+        counts = json.loads(counts_file.read_text())
+    except (OSError, ValueError):
+        counts = {}
+    if status is None:
+        problems.append(f"{name}: stopped after {seconds:.0f} s (budget); what finished is counted")
+    elif status not in (0, 1, 5) or (status == 1 and not any(c["failed"] or c["error"] for c in counts.values())):
+        problems.append(f"{name}: pytest exited with status {status}: {last_line(out / f'gpu-{name}.log')}")
+    print(f"gpu-check: {name} took {seconds:.0f} s", flush=True)
+    return counts
+
+
+def smoke_matrix(results_file: Path) -> list[str]:
+    """The smoke stage as a table: one row per op, one column per dtype, each cell its outcome."""
+    cells: dict[str, dict[str, str]] = {}
+    dtypes: list[str] = []
+    if not results_file.exists():
+        return []
+    for line in results_file.read_text().splitlines():
+        entry = json.loads(line)
+        test = entry["test"].split("::")[-1]
+        if "[" not in test:
+            continue
+        name, params = test[:-1].split("[", 1)
+        parts = params.split("-")
+        dtype = next((p for p in parts if p in DTYPE_NAMES), "?")
+        op = "-".join(p for p in parts if p != dtype) or name.replace("test_", "").replace("_on_every_dtype", "")
+        cells.setdefault(op, {})[dtype] = entry["outcome"]
+        if dtype not in dtypes:
+            dtypes.append(dtype)
+    lines = [f"{'op':<16}" + "".join(f"{d:>10}" for d in dtypes)]
+    for op, row in cells.items():
+        lines.append(f"{op:<16}" + "".join(f"{row.get(d, '-'):>10}" for d in dtypes))
+    return lines
 
 
 def main() -> int:
+    clock = Clock(float(os.environ.get("DNNBIND_GPU_CHECK_BUDGET") or BUDGET))
     out = Path(os.environ.get("OUT") or ROOT / "gpu-results")
     out.mkdir(parents=True, exist_ok=True)
-    python = sys.executable
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT / "bench"),
                                                                      os.environ.get("PYTHONPATH")]))}
     problems: list[str] = []
+    counts: dict[str, dict[str, int]] = {}
 
-    status, text, _ = run("probe", [python, "-c", PROBE], out / "gpu-probe.log", env)
+    probe_log = out / "gpu-probe.log"
+    status, _ = run([sys.executable, "-c", PROBE], probe_log, env, clock.allow("probe"))
     gpu = status == 0
-    device = text.strip().splitlines()[-1] if gpu else "no GPU found: " + (
-        text.strip().splitlines()[-1] if text.strip() else f"probe exit status {status}")
-    print(f"gpu-check: {device}")
+    device = last_line(probe_log) if gpu else "no GPU found: " + (last_line(probe_log) or f"probe status {status}")
+    print(f"gpu-check: {device}", flush=True)
 
-    test_dirs = list(TEST_DIRS)
-    if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0:
-        test_dirs.append(TORCH_TEST_DIR)
-    else:
-        print(f"gpu-check: PyTorch is not importable; {TORCH_TEST_DIR} not run")
-    counts_file = out / "gpu-tests-counts.json"
-    counts_file.unlink(missing_ok=True)
-    status, text, seconds = run("tests", [python, "-m", "pytest", "-m", "gpu", "-p", "gpu_check_plugin",
-                                          "-p", "no:cacheprovider", "--continue-on-collection-errors", "-q", "-rfEs",
-                                          *test_dirs],
-                                out / "gpu-tests.log", {**env, "DNNBIND_GPU_CHECK_COUNTS": str(counts_file)})
-    counts = json.loads(counts_file.read_text()) if counts_file.exists() else {}
-    if status is None:
-        problems.append(f"tests timed out after {TIMEOUT['tests']} s")
-    elif status not in (0, 5) and not any(c["failed"] or c["error"] for c in counts.values()):
-        problems.append(f"pytest exited with status {status} (see gpu-tests.log)")
-    test_seconds = seconds
-
-    bench_rows, bench_note = [], ""
+    bench_rows, bench_note = [], "no GPU"
     if gpu:
-        status, text, _ = run("bench", [python, "bench/bench_gpu.py", "--json", str(out / "gpu-bench.json")],
-                              out / "gpu-bench.log", env)
-        if status is None:
-            problems.append(f"benchmarks timed out after {TIMEOUT['bench']} s")
-        elif status != 0:
-            problems.append(f"benchmarks failed with status {status} (see gpu-bench.log)")
-        try:
-            data = json.loads((out / "gpu-bench.json").read_text())
-            bench_rows, bench_note = data.get("rows", []), data.get("skipped", "")
-        except (OSError, ValueError):
-            pass
+        counts.update(pytest_stage("smoke", [SMOKE_FILE], [], out, env, clock.allow("smoke"), problems))
+        test_dirs = list(TEST_DIRS)
+        if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, timeout=60).returncode == 0:
+            test_dirs.append(TORCH_TEST_DIR)
+        else:
+            print(f"gpu-check: PyTorch is not importable; {TORCH_TEST_DIR} not run")
+        if clock.allow("tests", BENCH_RESERVE) >= STAGE_MIN["tests"]:
+            counts.update(pytest_stage("tests", test_dirs, ["--ignore", SMOKE_FILE], out,
+                                       {**env, "DNNBIND_GPU_CHECK_ORDER": "breadth"},
+                                       clock.allow("tests", BENCH_RESERVE), problems))
+        else:
+            problems.append("tests: not started, the budget is spent")
+        if clock.allow("bench") >= STAGE_MIN["bench"]:
+            status, seconds = run([sys.executable, "bench/bench_gpu.py", "--json", str(out / "gpu-bench.json")],
+                                  out / "gpu-bench.log", env, clock.allow("bench"))
+            if status is None:
+                problems.append(f"bench: stopped after {seconds:.0f} s (budget)")
+            elif status != 0:
+                problems.append(f"bench: failed with status {status} (see gpu-bench.log)")
+            try:
+                data = json.loads((out / "gpu-bench.json").read_text())
+                bench_rows, bench_note = data.get("rows", []), data.get("skipped", "")
+            except (OSError, ValueError):
+                bench_note = "no results"
+        else:
+            bench_note = f"not started: {clock.left():.0f} s of the budget left"
     else:
-        bench_note = "no GPU"
-        (out / "gpu-bench.log").write_text("GPU benchmarks skipped: no GPU found\n")
+        for stage in ("smoke", "tests", "bench"):
+            (out / f"gpu-{stage}.log").write_text("skipped: no GPU found\n")
 
-    failed = sum(c["failed"] + c["error"] for c in counts.values())
-    print(f"\ngpu-check summary ({device}; logs in {out})")
+    print(f"\ngpu-check summary ({device}; {clock.budget - clock.left():.0f} s; logs in {out})")
+    matrix = smoke_matrix(out / "gpu-smoke-results.jsonl") if gpu else []
+    if matrix:
+        print("\none case of every op on every dtype:")
+        print("\n".join(matrix))
+        print()
     print(f"{'test file':<52} {'passed':>6} {'failed':>6} {'errors':>6} {'skipped':>7}")
     for path, c in sorted(counts.items()):
         print(f"{path:<52} {c['passed']:>6} {c['failed']:>6} {c['error']:>6} {c['skipped']:>7}")
     total = {k: sum(c[k] for c in counts.values()) for k in ("passed", "failed", "error", "skipped")}
-    print(f"{'all (' + format(test_seconds, '.0f') + ' s)':<52} {total['passed']:>6} {total['failed']:>6} "
-          f"{total['error']:>6} {total['skipped']:>7}")
+    print(f"{'all':<52} {total['passed']:>6} {total['failed']:>6} {total['error']:>6} {total['skipped']:>7}")
     if not gpu:
         print("tests skipped: no GPU found")
     if bench_rows:
@@ -111,7 +205,7 @@ def main() -> int:
         print(f"benchmarks skipped: {bench_note or 'no results'}")
     for p in problems:
         print(f"PROBLEM: {p}")
-    return 1 if failed or problems else 0
+    return 1 if total["failed"] or total["error"] or problems else 0
 
 
 if __name__ == "__main__":

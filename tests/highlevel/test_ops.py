@@ -1,6 +1,7 @@
 """Contract shared by every public op: (result, pullback), dtypes, and argument errors via the public API."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -43,7 +44,7 @@ def _arrays(tree):
     return [] if tree is None else [tree]
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
 @pytest.mark.parametrize("op", list(_calls(np.float64)))
 def test_every_op_keeps_the_dtype(op, dtype):
     result, pullback = _calls(dtype)[op]()
@@ -57,7 +58,7 @@ def test_every_op_keeps_the_dtype(op, dtype):
 
 @pytest.mark.parametrize("op", list(_calls(np.float64)))
 def test_every_op_refuses_integer_arrays(op):
-    with pytest.raises(TypeError, match=r"has dtype int32; dnnbind supports float16, float32 and float64"):
+    with pytest.raises(TypeError, match=r"has dtype int32; dnnbind supports float16, bfloat16, float32 and float64"):
         _calls(np.int32)[op]()
 
 

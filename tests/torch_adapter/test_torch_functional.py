@@ -148,7 +148,9 @@ def test_results_torch_cannot_share_are_copied():
 
 def test_argument_errors_name_the_argument(randn):
     x = randn(2, 3, 4, 4, dtype=torch.float32)
-    with pytest.raises(TypeError, match="w has dtype torch.bfloat16"):
+    with pytest.raises(TypeError, match="w has dtype torch.int32; dnnbind supports torch.float16, torch.bfloat16"):
+        dt.conv(x, torch.zeros(2, 3, 3, 3, dtype=torch.int32))
+    with pytest.raises(TypeError, match="w has dtype bfloat16 but x has dtype float32"):
         dt.conv(x, torch.zeros(2, 3, 3, 3, dtype=torch.bfloat16))
     with pytest.raises(TypeError, match="w must be a torch.Tensor, not ndarray"):
         dt.conv(x, np.zeros((2, 3, 3, 3), np.float32))
@@ -159,3 +161,42 @@ def test_argument_errors_name_the_argument(randn):
     with pytest.raises(TypeError, match="weights\\[0\\]\\[1\\] has dtype torch.int64"):
         dt.rnn(randn(2, 1, 3), [(torch.zeros(8, 3), torch.zeros(8, 2, dtype=torch.long), None, None)],
                hidden_size=2)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bfloat16_tensors_pass_through_and_match_torch_in_float32(name, randn):
+    """bfloat16 in, bfloat16 out (results and gradients), computed with float32 accumulation: within a few
+    units of bfloat16's 8-bit mantissa of torch's float32 computation on the same values."""
+    shapes, ours_fn, theirs_fn = CASES[name]
+    ours_in = [randn(*s, dtype=torch.float32).detach().to(torch.bfloat16).requires_grad_() for s in shapes]
+    theirs_in = [a.detach().float().requires_grad_() for a in ours_in]
+    ours, theirs = ours_fn(*ours_in), theirs_fn(*theirs_in)
+    assert ours.dtype == torch.bfloat16
+    torch.testing.assert_close(ours.float(), theirs, rtol=2e-2, atol=2e-2)
+    v = torch.randn(theirs.shape, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    ours.backward(v)
+    theirs.backward(v.float())
+    for a, b in zip(ours_in, theirs_in):
+        assert a.grad.dtype == torch.bfloat16
+        torch.testing.assert_close(a.grad.float(), b.grad, rtol=3e-2, atol=3e-2)
+
+
+def test_bfloat16_crosses_without_a_copy():
+    t = torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)
+    a = to_array(t)
+    assert a.dtype.name == "bfloat16" and np.shares_memory(a, t.view(torch.int16).numpy())
+    back = to_tensor(a)
+    assert back.dtype == torch.bfloat16 and torch.equal(back, t) and back.data_ptr() == t.data_ptr()
+
+
+def test_0d_and_empty_tensors_follow_the_edge_policy():
+    x = torch.tensor(0.5, requires_grad=True)
+    y = dt.activation(x, "tanh")
+    y.backward()
+    assert y.shape == () and torch.allclose(x.grad, 1 - torch.tanh(torch.tensor(0.5)) ** 2)
+    x = torch.zeros(0, 3, 5, 5, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    y = dt.conv(x, w, padding=1)
+    assert y.shape == F.conv2d(x, w, padding=1).shape
+    y.sum().backward()
+    assert x.grad.shape == x.shape and not w.grad.any()

@@ -151,3 +151,31 @@ def test_batchnorm_module_updates_cuda_buffers_in_place(backend):
     torch.testing.assert_close(bn(x), ref(x), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(bn.running_mean, ref.running_mean)
     torch.testing.assert_close(bn.running_var, ref.running_var)
+
+
+def test_bfloat16_cuda_tensors_pass_through(backend):
+    """bfloat16 CUDA tensors cross as int16 views and come back bfloat16; conv and its gradients agree
+    with torch's bfloat16 conv within bfloat16's precision."""
+    backend("conv")
+    import cupy
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    try:
+        cupy.zeros(1, ml_dtypes.bfloat16)
+    except Exception as exc:      # CuPy releases before its bfloat16 support
+        pytest.skip(f"this CuPy has no bfloat16 arrays: {exc}")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(2, 4, 8, 8, device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
+    w = torch.randn(6, 4, 3, 3, device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
+    a = to_array(x.detach())
+    assert a.dtype.name == "bfloat16" and a.data.ptr == x.data_ptr()
+    y = dt.conv(x, w, padding=1)
+    assert y.dtype == torch.bfloat16 and y.is_cuda
+    xr, wr = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    yr = F.conv2d(xr, wr, padding=1)
+    torch.testing.assert_close(y.float(), yr, rtol=3e-2, atol=3e-2)
+    v = torch.randn(yr.shape, device="cuda", generator=g).to(torch.bfloat16)
+    y.backward(v)
+    yr.backward(v.float())
+    assert x.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(x.grad.float(), xr.grad, rtol=3e-2, atol=6e-2)
+    torch.testing.assert_close(w.grad.float(), wr.grad, rtol=3e-2, atol=2e-1)

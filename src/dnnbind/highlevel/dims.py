@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-SUPPORTED_DTYPES = ("float16", "float32", "float64")
+SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64")
 RNN_MODES = ("rnn_relu", "rnn_tanh", "lstm", "gru")
 #: rnn mode -> gate order of PyTorch's weights (the public layout; "h" is a plain RNN's single gate)
 TORCH_GATES = {"rnn_relu": ("h",), "rnn_tanh": ("h",), "lstm": ("i", "f", "g", "o"), "gru": ("r", "z", "n")}
@@ -34,8 +34,19 @@ def check_dtype(name: str, dtype: Any) -> str:
     except TypeError:
         canonical = str(dtype)
     if canonical not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name} has dtype {canonical}; dnnbind supports float16, float32 and float64")
+        raise TypeError(f"{name} has dtype {canonical}; dnnbind supports float16, bfloat16, float32 and float64")
     return canonical
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a supported dtype name; bfloat16's comes from ``ml_dtypes`` (numpy has none)."""
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError as exc:
+            raise ImportError("bfloat16 needs the ml_dtypes package: pip install ml_dtypes") from exc
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 def check_same_dtype(ref_name: str, ref_dtype: Any, **others: Any) -> str:
@@ -139,20 +150,25 @@ def _padding(name: str, value: Any, n: int) -> tuple[Shape, Shape]:
     return lo, hi
 
 
-def _check_array_shape(name: str, shape: Sequence[int], ranks: Sequence[int], layout: str) -> Shape:
+def _check_array_shape(name: str, shape: Sequence[int], ranks: Sequence[int], layout: str,
+                       empty_axes: Sequence[int] = (), empty_why: str = "") -> Shape:
+    """The shape as ints, checked for its rank; a zero-size dimension is allowed on ``empty_axes`` only
+    (the zero-size policy: where PyTorch gives an empty result, so does dnnbind, see :mod:`edges`)."""
     shape = tuple(int(s) for s in shape)
     if len(shape) not in ranks:
         raise ValueError(f"{name} has shape {shape} ({len(shape)} dimensions) but must have "
                          f"{ranks[0]} to {ranks[-1]} dimensions {layout}")
-    if any(s == 0 for s in shape):
-        raise ValueError(f"{name} has shape {shape}; zero-size dimensions are not supported")
+    bad = [axis for axis, s in enumerate(shape) if s == 0 and axis not in empty_axes]
+    if bad:
+        allowed = f"; only {empty_why} may be 0" if empty_why else ""
+        raise ValueError(f"{name} has shape {shape}: a zero-size dimension {bad[0]} is not supported{allowed}")
     return shape
 
 
 def _conv_shapes(x_shape: Sequence[int], w_shape: Sequence[int], groups: Any,
                  w_layout: str) -> tuple[Shape, Shape, int, int]:
     """The checks conv and conv_transpose share: ranks of x and w, and groups dividing x's channels."""
-    x = _check_array_shape("x", x_shape, (3, 4, 5), "(N, C, 1 to 3 spatial dimensions)")
+    x = _check_array_shape("x", x_shape, (3, 4, 5), "(N, C, 1 to 3 spatial dimensions)", (0,), "the batch N")
     w = tuple(int(s) for s in w_shape)
     if len(w) != len(x):
         raise ValueError(f"w has shape {w} ({len(w)} dimensions) but x has shape {x}; w must be {w_layout} with "
@@ -164,6 +180,17 @@ def _conv_shapes(x_shape: Sequence[int], w_shape: Sequence[int], groups: Any,
     if x[1] % groups:
         raise ValueError(f"groups={groups} does not divide the {x[1]} input channels of x")
     return x, w, len(x) - 2, groups
+
+
+#: bytes one kernel or window offset costs as a Python tuple in a list (the reference backend loops over them)
+OFFSET_BYTES = 120
+
+
+def _prod(values: Sequence[int]) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
 
 
 def _spatial_out(size: Shape, lo: Shape, hi: Shape, extent: Shape, stride: Shape) -> Shape:
@@ -312,6 +339,16 @@ class ConvDims:
     def bias_shape(self) -> Shape:
         return (self.w_shape[0],)
 
+    def working_bytes(self, itemsize: int) -> int:
+        """A lower bound of the memory one call needs on the CPU, in bytes, known before allocating:
+        the padded input, the output, the filter, one sample's im2col columns and the list of kernel
+        offsets. The reference backend checks it first, so a huge problem fails at once."""
+        n, c = self.x_shape[:2]
+        k = _prod(self.kernel_size)
+        elements = (n * c * _prod(self.padded_size) + _prod(self.y_shape) + _prod(self.w_shape)
+                    + c * k * _prod(self.out_size))
+        return elements * itemsize + k * OFFSET_BYTES
+
     @property
     def symmetric_padding(self) -> bool:
         return self.pad_low == self.pad_high
@@ -342,7 +379,8 @@ class PoolDims:
 
     def __init__(self, x_shape: Sequence[int], window: Any, *, stride: Any = None, padding: Any = 0,
                  dtype: Any = "float32") -> None:
-        x_shape = _check_array_shape("x", x_shape, (3, 4, 5), "(N, C, 1 to 3 spatial dimensions)")
+        x_shape = _check_array_shape("x", x_shape, (3, 4, 5), "(N, C, 1 to 3 spatial dimensions)", (0,),
+                                     "the batch N")
         n = len(x_shape) - 2
         window = _per_dim("window", window, n, minimum=1)
         stride = window if stride is None else _per_dim("stride", stride, n, minimum=1)
@@ -374,6 +412,13 @@ class PoolDims:
     def y_shape(self) -> Shape:
         return self.x_shape[:2] + self.out_size
 
+    def working_bytes(self, itemsize: int) -> int:
+        """A lower bound of the memory one call needs on the CPU, in bytes, known before allocating:
+        the padded input, the output and its bookkeeping (the max-pool argmax) and the list of window
+        offsets. The reference backend checks it first, so a huge problem fails at once."""
+        elements = _prod(self.x_shape[:2]) * _prod(self.padded_size) + 2 * _prod(self.y_shape)
+        return elements * itemsize + _prod(self.window) * OFFSET_BYTES
+
     def key(self) -> tuple:
         """Hashable identity of the problem, for plan caches."""
         return ("pool",) + tuple(getattr(self, f.name) for f in fields(self))
@@ -387,20 +432,21 @@ def check_batchnorm(x_shape: Sequence[int], gamma_shape: Sequence[int], beta_sha
                     running_mean_shape: Sequence[int] | None, running_var_shape: Sequence[int] | None,
                     training: bool) -> int:
     """Check batch-norm shapes (per channel over axis 1) and return the channel count."""
-    x_shape = _check_array_shape("x", x_shape, (2, 3, 4, 5), "(N, C) or (N, C, 1 to 3 spatial dimensions)")
+    x_shape = _check_array_shape("x", x_shape, (2, 3, 4, 5), "(N, C) or (N, C, 1 to 3 spatial dimensions)",
+                                 tuple(range(len(x_shape))))
     channels = x_shape[1]
     check_shape("gamma", gamma_shape, (channels,), "one value per channel of x")
     check_shape("beta", beta_shape, (channels,), "one value per channel of x")
     if (running_mean_shape is None) != (running_var_shape is None):
         raise ValueError("running_mean and running_var must be given together (or both be None)")
-    if running_mean_shape is not None:
+    if running_mean_shape is not None and running_var_shape is not None:
         check_shape("running_mean", running_mean_shape, (channels,), "one value per channel of x")
         check_shape("running_var", running_var_shape, (channels,), "one value per channel of x")
     elif not training:
         raise ValueError("training=False needs running_mean and running_var (inference uses the running stats)")
     if training:
-        count = int(np.prod(x_shape)) // channels
-        if count < 2:
+        count = int(np.prod(x_shape)) // channels if channels else 0
+        if count == 1:
             raise ValueError(f"x has shape {x_shape}: training needs more than one value per channel")
     return channels
 
@@ -455,7 +501,7 @@ class RNNDims:
                  lengths: Any = None, dtype: Any = "float32") -> None:
         if mode not in RNN_MODES:
             raise ValueError(f"mode={mode!r} must be one of {', '.join(RNN_MODES)}")
-        x_shape = _check_array_shape("x", x_shape, (3,), "(seq, batch, input)")
+        x_shape = _check_array_shape("x", x_shape, (3,), "(seq, batch, input)", (1,), "the batch")
         hidden = _int("hidden_size", hidden_size)
         if hidden < 1:
             raise ValueError(f"hidden_size={hidden} must be positive")

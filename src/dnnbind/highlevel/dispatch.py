@@ -57,8 +57,15 @@ def backend_function(backend: str, op: str) -> Callable[..., Any]:
     return fn
 
 
-def backend_op(op: str, **arrays: Any) -> Callable[..., Any]:
-    """The implementation of ``op`` on the backend these named arrays select (see :func:`select`)."""
+def backend_op(op: str, required: tuple[str, ...] = ("x",), **arrays: Any) -> Callable[..., Any]:
+    """The implementation of ``op`` on the backend these named arrays select (see :func:`select`).
+
+    The arrays named in ``required`` must not be None (TypeError naming the first that is); the others
+    are optional.
+    """
+    for name in required:
+        if arrays.get(name) is None:
+            raise TypeError(f"{name} must be a numpy or cupy array, not None")
     return backend_function(select(**arrays), op)
 
 

@@ -2,9 +2,17 @@
 
 Every op returns ``(result, pullback)``. A pullback (a :class:`~dnnbind.highlevel.pullback.Pullback`,
 whose repr and docstring name the op and the cotangents it takes) takes the gradient of the result and
-returns the gradients of the array inputs; it may be called any number of times and never changes what the forward
-pass saved. Semantics equal ``torch.nn.functional`` for the same arguments unless a docstring says
-otherwise. Arrays are float16, float32 or float64 (float16 is computed in float32 on the CPU).
+returns the gradients of the array inputs; it may be called any number of times and never changes what the
+forward pass saved. What the forward saves is its own: changing x, the parameters or the returned result
+after the forward never changes what the pullback returns (every backend keeps a copy where it would
+otherwise keep the caller's array). Semantics equal ``torch.nn.functional`` for the same arguments unless a
+docstring says otherwise. Arrays are float16, bfloat16, float32 or float64 (float16 and bfloat16 are computed
+in float32 on the CPU, bfloat16 through the ``ml_dtypes`` package).
+
+Edge cases follow one policy for every op and backend (see :mod:`dnnbind.highlevel.edges`): 0-d arrays
+give 0-d results where PyTorch takes them; zero-size arrays give empty results and gradients without
+running any backend where PyTorch does so, and a ValueError naming the argument elsewhere. ``None`` for
+a required array is a TypeError naming it.
 
 Backends receive validated, normalized arguments only (dims objects, resolved activation
 coefficients), with the same function names as :mod:`dnnbind.highlevel.reference`.
@@ -50,7 +58,7 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
     pair per spatial dim. Returns (y, pullback) with pullback(dy) -> (dx, dw), or (dx, dw, db) when b
     is given.
     """
-    run = backend_op("conv", x=x, w=w, b=b)
+    run = backend_op("conv", ("x", "w"), x=x, w=w, b=b)
     check_same_dtype("x", x.dtype, w=w, b=b)
     dims = ConvDims(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
                     flip=flip, dtype=x.dtype)
@@ -72,7 +80,7 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
     crops the output (low, high per dim as for conv); ``output_padding`` adds to the high side and must
     be smaller than stride or dilation. Returns (y, pullback) like :func:`conv`.
     """
-    run = backend_op("conv_transpose", x=x, w=w, b=b)
+    run = backend_op("conv_transpose", ("x", "w"), x=x, w=w, b=b)
     check_same_dtype("x", x.dtype, w=w, b=b)
     dims = ConvDims.transposed(x.shape, w.shape, stride=stride, padding=padding,
                                output_padding=output_padding, dilation=dilation, groups=groups, flip=flip,
@@ -108,9 +116,10 @@ def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0,
 def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:
     run = backend_op(name, x=x)
     check_dtype("x", x.dtype)
-    if x.ndim == 0:
-        raise ValueError(f"x must have at least one dimension for {name}, got a 0-d array")
-    return named(name, run(x, normalize_axis(axis, x.ndim)), ("dx",))
+    ndim = len(x.shape)
+    if ndim == 0 and isinstance(axis, numbers.Integral) and axis not in (0, -1):
+        raise ValueError(f"axis={axis!r} is out of range for a 0-d array x (it takes axis 0 or -1, as in PyTorch)")
+    return named(name, run(x, normalize_axis(axis, max(ndim, 1))), ("dx",))
 
 
 @adopts_device_arrays("x")
@@ -160,8 +169,8 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, runnin
     required). gamma and beta have x's dtype; the running statistics may have any float dtype.
     Returns (y, pullback) with pullback(dy) -> (dx, dgamma, dbeta).
     """
-    run = backend_op("batchnorm", x=x, gamma=gamma, beta=beta, running_mean=running_mean,
-                     running_var=running_var)
+    run = backend_op("batchnorm", ("x", "gamma", "beta"), x=x, gamma=gamma, beta=beta,
+                     running_mean=running_mean, running_var=running_var)
     check_same_dtype("x", x.dtype, gamma=gamma, beta=beta)
     for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
         if stat is not None:
@@ -173,9 +182,21 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, runnin
     momentum = check_real("momentum", momentum)
     if not 0.0 <= momentum <= 1.0:
         raise ValueError(f"momentum={momentum!r} must be in [0, 1]")
+    eps = check_positive_float("eps", eps)
+    if training and running_mean is not None:
+        check_writable(running_mean=running_mean, running_var=running_var)
     return named("batchnorm", run(x, gamma, beta, running_mean=running_mean, running_var=running_var,
-                                   training=bool(training), momentum=momentum,
-                                   eps=check_positive_float("eps", eps)), ("dx", "dgamma", "dbeta"))
+                                   training=bool(training), momentum=momentum, eps=eps), ("dx", "dgamma", "dbeta"))
+
+
+def check_writable(**arrays: Any) -> None:
+    """ValueError naming the first array that cannot be updated in place (a read-only numpy array)."""
+    for name, array in arrays.items():
+        if not getattr(getattr(array, "flags", None), "writeable", True):
+            others = [n for n in arrays if n != name]
+            raise ValueError(f"{name} is read-only, but training updates it in place"
+                             + (f" (with {', '.join(others)})" if others else "")
+                             + f"; pass a writable array such as {name}.copy()")
 
 
 def _check_seed(seed: Any) -> Any:

@@ -2,7 +2,9 @@
 
 CPU tensors become numpy arrays sharing their memory (the reference backend); CUDA tensors become CuPy
 arrays through DLPack (the cuDNN / MIOpen backends), with CuPy running on torch's current stream.
-Results come back the same way: ``torch.from_numpy`` and ``torch.from_dlpack``.
+Results come back the same way: ``torch.from_numpy`` and ``torch.from_dlpack``. bfloat16 tensors, which
+numpy and DLPack in older CuPy releases do not know, cross as int16 views of the same memory and are
+viewed as ``ml_dtypes.bfloat16`` (numpy, and CuPy releases with bfloat16) on the other side.
 """
 from __future__ import annotations
 
@@ -13,16 +15,26 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
-SUPPORTED_DTYPES = (torch.float16, torch.float32, torch.float64)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _bfloat16() -> Any:
+    """numpy's bfloat16 dtype (from ml_dtypes); ImportError saying how to install it when it is missing."""
+    try:
+        import ml_dtypes
+    except ImportError as exc:
+        raise ImportError("bfloat16 tensors need the ml_dtypes package: pip install ml_dtypes") from exc
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 def check_tensor(name: str, value: Any) -> None:
-    """TypeError naming ``name`` unless ``value`` is a float16/32/64 tensor on the CPU or a CUDA device."""
+    """TypeError naming ``name`` unless ``value`` is a float16/bfloat16/32/64 tensor on the CPU or a CUDA
+    device."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, not {type(value).__name__}")
     if value.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name} has dtype {value.dtype}; dnnbind supports torch.float16, torch.float32 "
-                        f"and torch.float64")
+        raise TypeError(f"{name} has dtype {value.dtype}; dnnbind supports torch.float16, torch.bfloat16, "
+                        f"torch.float32 and torch.float64")
     if value.device.type not in ("cpu", "cuda"):
         raise TypeError(f"{name} is on device {value.device}; dnnbind takes CPU and CUDA tensors")
 
@@ -74,6 +86,11 @@ def to_array(t: torch.Tensor, *, inplace: bool = False, name: str = "tensor") ->
         if inplace:
             raise ValueError(f"{name} must be contiguous: the op updates it in place")
         t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        bits = t.view(torch.int16)
+        if t.device.type == "cpu":
+            return bits.numpy().view(_bfloat16())
+        return cupy().from_dlpack(bits).view(_bfloat16())
     if t.device.type == "cpu":
         return t.resolve_neg().numpy()
     return cupy().from_dlpack(t)
@@ -81,9 +98,14 @@ def to_array(t: torch.Tensor, *, inplace: bool = False, name: str = "tensor") ->
 
 def to_tensor(a: Any) -> torch.Tensor:
     """A tensor on the memory of a numpy or CuPy array (numpy arrays torch cannot share are copied)."""
+    bfloat16 = getattr(a, "dtype", None) is not None and a.dtype.name == "bfloat16"
+    if bfloat16:
+        a = a.view(np.int16)
     if isinstance(a, (np.ndarray, np.generic)):
         a = np.asarray(a)
         if not a.flags.writeable or any(s < 0 for s in a.strides):
             a = a.copy()
-        return torch.from_numpy(a)
-    return torch.from_dlpack(a)
+        t = torch.from_numpy(a)
+    else:
+        t = torch.from_dlpack(a)
+    return t.view(torch.bfloat16) if bfloat16 else t

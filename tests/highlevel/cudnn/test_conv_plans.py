@@ -136,8 +136,11 @@ def test_what_convdims_rejects_cudnn_rejects(data):
                                  groups)
     hypothesis.event(f"{mutation}: " + ("valid" if dims is not None else "rejected by both" if theirs is None
                                         else "cuDNN accepts"))
-    assert (dims is not None) == (mutation == "none")
-    if dims is not None:
+    # an empty batch is valid (the zero-size policy: an empty result, computed without calling cuDNN)
+    assert (dims is not None) == (mutation in ("none", "zero batch"))
+    if mutation == "zero batch":
+        assert dims is not None and dims.y_shape[0] == 0
+    elif dims is not None:
         assert theirs == lift(dims.y_shape)
     elif theirs is not None:
         # The one difference: cuDNN's shape query does not check that groups divides the output channels
@@ -221,3 +224,59 @@ def test_math_types_and_usable_algorithms():
     assert usable(6, False, {fma, tensor}, 1 << 50) == [(1, tensor), (6, fma), (0, fma), (1, fma)]
     assert usable(6, True, {fma}, 50) == []
     assert usable(3, False, {fma, tensor}, 5) == []
+
+
+def test_an_algorithm_that_is_not_supported_is_dropped_from_the_choices():
+    """ConvPlan.run drops a candidate that answered NOT_SUPPORTED, so later calls never retry it."""
+    plan = ConvPlan(ConvDims((1, 2, 5, 5), (3, 2, 3, 3)), "NCHW", Settings())
+    plan._choices[algos.FORWARD] = chosen = [(1, 0), (2, 0), (6, 0)]
+    plan.drop(algos.FORWARD, (2, 0))
+    assert plan.choices(algos.FORWARD) == [(1, 0), (6, 0)]
+    assert chosen == [(1, 0), (2, 0), (6, 0)]          # a run iterating over the old list is not disturbed
+    plan.drop(algos.FORWARD, (9, 0))                    # not chosen: nothing to do
+    plan.drop(algos.BACKWARD_DATA, (1, 0))              # direction not chosen yet: nothing to do
+    assert plan.choices(algos.FORWARD) == [(1, 0), (6, 0)] and plan.choices(algos.BACKWARD_DATA) is None
+
+
+def test_direction_table_is_filled_once_under_concurrent_first_use():
+    """Concurrent first calls of algos.direction() all see a complete table (it once raised KeyError)."""
+    import sys
+    import threading
+
+    errors: list[BaseException] = []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)        # switch threads as often as possible: the race shows within a few rounds
+    try:
+        _race_rounds(errors, threading)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:3]
+    assert sorted(algos._TABLE) == sorted(algos.DIRECTIONS)
+
+
+def _race_rounds(errors, threading):
+    for _ in range(200):
+        algos._TABLE.clear()
+        barrier = threading.Barrier(8)
+
+        def first_use(name: str) -> None:
+            barrier.wait()
+            try:
+                assert algos.direction(name).name == name
+            except BaseException as exc:      # noqa: BLE001 - collected and reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=first_use, args=(algos.DIRECTIONS[i % 3],)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+def test_float64_is_computed_in_nchw_memory():
+    """cuDNN may offer no channels-last float64 algorithm (PyTorch never asks): float64 runs in NCHW memory,
+    and its results are handed back in the caller's layout."""
+    from dnnbind.highlevel.cudnn.conv import compute_layout
+    assert compute_layout("float64", "NHWC") == "NCHW" and compute_layout("float64", "NCHW") == "NCHW"
+    for dtype in ("float16", "bfloat16", "float32"):
+        assert compute_layout(dtype, "NHWC") == "NHWC" and compute_layout(dtype, "NCHW") == "NCHW"

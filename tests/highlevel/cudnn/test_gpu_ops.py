@@ -4,7 +4,8 @@ Each test draws random inputs, runs the public op on CuPy arrays and on numpy co
 results and gradients with a relative error per dtype (max |gpu - reference| / max |reference|).
 Outputs are poisoned (every pool allocation starts as NaN), pullbacks run twice and must agree
 bitwise (convolution and pooling under ``settings(deterministic=True)``, the only way cuDNN promises
-it), and neither the inputs nor the forward results may change. Needs CuPy, numpy and pytest only.
+it; batch norm's second pullback is compared within tolerance, as cuDNN promises no bitwise-repeatable
+batch norm), and neither the inputs nor the forward results may change. Needs CuPy, numpy and pytest only.
 """
 from __future__ import annotations
 
@@ -303,7 +304,7 @@ def test_batchnorm(poisoned, dtype, shape, lay, training, stats):
     kw = dict(training=training, momentum=0.3, eps=1e-3)
     compare(cp, rng, dtype, lambda: dnnbind.batchnorm(dx, dg, db, running_mean=gpu_mean, running_var=gpu_var, **kw),
             lambda: dnnbind.batchnorm(x, gamma, beta, running_mean=ref_mean, running_var=ref_var, **kw),
-            [dx, dg, db], shape)
+            [dx, dg, db], shape, deterministic=False)   # cuDNN promises no bitwise-repeatable batch norm
     if stats is not None:
         # cuDNN's update (momentum, unbiased variance) equals the reference's; in the statistics' own dtype
         assert gpu_mean.dtype == stat_dtype and gpu_var.dtype == stat_dtype

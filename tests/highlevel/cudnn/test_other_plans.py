@@ -116,12 +116,16 @@ def test_activation_plans(mode, alpha):
                                         ((2, 3, 2, 3, 2), "NHWC")])
 @pytest.mark.parametrize("dtype, param", [("float16", cudnn.CUDNN_DATA_FLOAT), ("float32", cudnn.CUDNN_DATA_FLOAT),
                                           ("float64", cudnn.CUDNN_DATA_DOUBLE)])
-def test_batchnorm_plans(shape, lay, dtype, param):
-    plan = BatchNormPlan(shape, lay, dtype)
+@pytest.mark.parametrize("training", [False, True])
+def test_batchnorm_plans(shape, lay, dtype, param, training):
+    plan = BatchNormPlan(shape, lay, dtype, training)
     lifted = layout.lift(shape)
     assert plan.x.read()[1:] == (lifted, layout.strides(lifted, lay))
     data_type, dims, _ = plan.param.read()
     assert data_type == param and dims == (1, shape[1]) + (1,) * (len(lifted) - 2)
+    # the faster persistent kernels where PyTorch uses them: channels-last training
+    persistent = training and lay == "NHWC"
+    assert plan.mode == (cudnn.CUDNN_BATCHNORM_SPATIAL_PERSISTENT if persistent else cudnn.CUDNN_BATCHNORM_SPATIAL)
 
 
 def test_epsilon_is_clamped_with_a_warning(monkeypatch):
@@ -154,3 +158,22 @@ def test_building_plans_raises_no_deprecation_warning():
     """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "quiet"
+
+
+def test_bfloat16_plans_build_with_float32_accumulation():
+    """bfloat16 end to end on the host: ConvDims takes it, cuDNN accepts every plan's descriptors, and the
+    per-channel parameters, the convolution's and the RNN's compute types are float32."""
+    from dnnbind.highlevel.cudnn.conv_plan import ConvPlan
+    from dnnbind.highlevel.cudnn.rnn import math_type
+    from dnnbind.highlevel.cudnn.rnn_plan import NetworkPlan
+    from dnnbind.highlevel.dims import ConvDims, RNNDims
+    from dnnbind.highlevel.gpu.settings import Settings
+    conv = ConvPlan(ConvDims((2, 4, 6, 6), (3, 4, 3, 3), padding=1, dtype="bfloat16"), "NHWC", Settings())
+    assert conv.x.read()[0] == cudnn.CUDNN_DATA_BFLOAT16 and conv.dtype.compute == cudnn.CUDNN_DATA_FLOAT
+    assert conv.requested_math == cudnn.CUDNN_TENSOR_OP_MATH
+    bn = BatchNormPlan((2, 3, 4, 4), "NCHW", "bfloat16", True)
+    assert bn.param.read()[0] == cudnn.CUDNN_DATA_FLOAT
+    dims = RNNDims((5, 2, 3), [((8, 3), (8, 2), (8,), (8,))], hidden_size=2, dtype="bfloat16")
+    read, _ = NetworkPlan(dims, math_type(dims)).desc.read()
+    assert read.data_type == cudnn.CUDNN_DATA_BFLOAT16 and read.math_prec == cudnn.CUDNN_DATA_FLOAT
+    assert read.math_type == cudnn.CUDNN_TENSOR_OP_MATH

@@ -97,3 +97,30 @@ def test_a_handle_forgets_the_oldest_problems_beyond_its_capacity():
     assert h.found("p1") == 1          # p1 is now the most recent
     h.record("p3", 3)
     assert (h.found("p1"), h.found("p2"), h.found("p3"), len(h)) == (1, None, 3, 2)
+
+
+# ------------------------------------------------------------------------------------ bfloat16
+
+
+class _Bfloat16DeviceArray:
+    """A stand-in for a device array of bfloat16 (only its dtype is read before the refusal)."""
+
+    def __init__(self):
+        import ml_dtypes
+        import numpy as np
+        self.dtype = np.dtype(ml_dtypes.bfloat16)
+        self.shape = (2, 3, 4, 4)
+        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": "<V2", "data": (0, False), "version": 3}
+
+
+@pytest.mark.parametrize("op, args", [("activation", ("relu", None)), ("softmax", (1,)), ("logsoftmax", (1,)),
+                                      ("dropout", (0.5, None)), ("batchnorm", (None, None)), ("maxpool", (None,)),
+                                      ("meanpool", (None, True)), ("rnn", (None, None, None, None))])
+def test_ops_without_a_bfloat16_kernel_say_so(op, args):
+    backend = importlib.import_module("dnnbind.highlevel.miopen")
+    assert backend.BFLOAT16_OPS == ("conv", "conv_transpose")
+    kwargs = dict(running_mean=None, running_var=None, training=True, momentum=0.1, eps=1e-5) \
+        if op == "batchnorm" else {}
+    with pytest.raises(TypeError, match=rf"the MIOpen backend has no bfloat16 kernel for {op} \(MIOpen supports "
+                                        r"bfloat16 in conv and conv_transpose only\); convert x"):
+        getattr(backend, op)(_Bfloat16DeviceArray(), *args, **kwargs)

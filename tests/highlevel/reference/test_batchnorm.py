@@ -106,6 +106,29 @@ def test_dtypes(rng):
     np.testing.assert_allclose(rm16, 0.1 * x.mean(axis=(0, 2)), rtol=1e-2, atol=1e-3)
 
 
+def test_float16_is_computed_in_float32(rng):
+    """A realistic float16 batch around 50: sums of squares over 64*32*32 values overflow float16 (65504),
+    so a float16 computation gives inf/NaN; float32 accumulation gives torch's float32 result."""
+    torch = pytest.importorskip("torch")
+    x = (50 + rng.standard_normal((64, 3, 32, 32))).astype(np.float16)
+    gamma, beta = np.ones(3, np.float16), np.zeros(3, np.float16)
+    mean, var = np.zeros(3, np.float16), np.ones(3, np.float16)
+    y, pullback = dnnbind.batchnorm(x, gamma, beta, running_mean=mean, running_var=var)
+    dy = rng.standard_normal(x.shape).astype(np.float16)
+    grads = pullback(dy)
+    assert all(np.isfinite(a).all() for a in (y, mean, var, *grads))
+    t = torch.tensor(x.astype(np.float32), requires_grad=True)
+    tg = torch.ones(3, requires_grad=True)
+    tb = torch.zeros(3, requires_grad=True)
+    ty = torch.nn.functional.batch_norm(t, None, None, tg, tb, training=True)
+    ty.backward(torch.tensor(dy.astype(np.float32)))
+    np.testing.assert_allclose(y, ty.detach().numpy(), atol=4e-3, rtol=4e-3)
+    np.testing.assert_allclose(grads[0], t.grad.numpy(), atol=4e-3, rtol=1e-2)
+    np.testing.assert_allclose(grads[1], tg.grad.numpy(), rtol=1e-2, atol=1.0)
+    np.testing.assert_allclose(grads[2], tb.grad.numpy(), rtol=1e-2, atol=1.0)
+    np.testing.assert_allclose(mean, 0.1 * 50, rtol=1e-2)
+
+
 def test_errors(rng):
     x = rng.standard_normal((4, 3, 2))
     g = np.ones(3)

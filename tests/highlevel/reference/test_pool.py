@@ -55,6 +55,18 @@ def test_meanpool_by_hand():
     np.testing.assert_allclose(pullback(np.ones((1, 1, 4))), [[[1.5, 1.0, 1.5]]])
 
 
+def test_meanpool_without_pad_counts_padding_only_on_the_high_side():
+    """count_include_pad=False divides by the elements inside x; here only the last window is padded."""
+    x = np.array([[[1.0, 2.0, 3.0]]])
+    y, pullback = dnnbind.meanpool(x, 2, padding=[(0, 1)], count_include_pad=False)
+    np.testing.assert_array_equal(y, [[[1.5, 3.0]]])
+    np.testing.assert_array_equal(pullback(np.ones((1, 1, 2))), [[[0.5, 0.5, 1.0]]])
+    x = np.arange(1.0, 26.0).reshape(1, 1, 5, 5)
+    y, _ = dnnbind.meanpool(x, (3, 2), stride=(2, 2), padding=[(0, 1), (0, 1)], count_include_pad=False)
+    expected = [[x[0, 0, i:i + 3, j:j + 2].mean() for j in range(0, 5, 2)] for i in range(0, 4, 2)]
+    np.testing.assert_allclose(y[0, 0], expected, rtol=1e-15)
+
+
 def test_maxpool_nan_propagates_like_torch():
     x = np.array([[[1.0, np.nan, 3.0, 2.0]]])
     y, pullback = dnnbind.maxpool(x, 2)

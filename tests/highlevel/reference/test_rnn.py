@@ -88,6 +88,24 @@ def test_lengths_by_hand():
     np.testing.assert_allclose(hy[:, 1:], hy_full, rtol=1e-14)
 
 
+@pytest.mark.parametrize("mode", list(GATES))
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_padding_is_exactly_zero_whatever_the_data(mode, bidirectional):
+    """A NaN at a sequence's last valid step, or anywhere in x's padding, never reaches the padded outputs,
+    their gradients, or another sequence's results."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 3, 2))
+    x[1, 0] = np.nan                # sequence 0's last valid step
+    x[3:, 1] = np.nan               # sequence 1's padding
+    w = make_weights(rng, mode, 2, 3, dirs=2 if bidirectional else 1)
+    (y, hy, _), pullback = dnnbind.rnn(x, w, mode=mode, hidden_size=3, bidirectional=bidirectional,
+                                       lengths=[2, 3, 5])
+    assert (y[2:, 0] == 0).all() and (y[3:, 1] == 0).all()
+    assert np.isfinite(y[:, 1:]).all() and np.isfinite(hy[:, 1:]).all()
+    dx = pullback(np.ones(y.shape))[0]
+    assert (dx[2:, 0] == 0).all() and (dx[3:, 1] == 0).all() and np.isfinite(dx[:, 1:]).all()
+
+
 # ---------------------------------------------------------------------------------------------- finite differences
 
 

@@ -24,6 +24,15 @@ from dnnbind.highlevel.cudnn.softmax import logsoftmax, softmax
 from dnnbind.highlevel.gpu import cache as _cache
 from dnnbind.highlevel.gpu.cache import CacheInfo
 
+from dnnbind.highlevel.edges import guarded
+
+# the edge policy (0-d and zero-size arrays) for every op, called through dnnbind's ops or directly
+conv, conv_transpose = guarded("conv")(conv), guarded("conv_transpose")(conv_transpose)
+maxpool, meanpool = guarded("maxpool")(maxpool), guarded("meanpool")(meanpool)
+softmax, logsoftmax = guarded("softmax")(softmax), guarded("logsoftmax")(logsoftmax)
+activation, dropout = guarded("activation")(activation), guarded("dropout")(dropout)
+batchnorm, rnn = guarded("batchnorm")(batchnorm), guarded("rnn")(rnn)
+
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
            "dropout", "rnn", "pack_rnn_weights", "settings", "Settings", "cache_info", "clear_caches", "CacheInfo"]
 

@@ -7,7 +7,8 @@ elementwise kernel computing in float32 (float64 for float64 data), like the ref
 (:mod:`dnnbind.highlevel.gpu.elementwise`).
 
 The arrays are treated as one flat block, so any dense layout (C, Fortran, channels-last) runs
-without copying and y has x's strides.
+without copying and y has x's strides; blocks of 2**30 elements or more run in chunks
+(:mod:`dnnbind.highlevel.gpu.chunks`). The pullback keeps its own copies of x and y.
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from dnnbind.highlevel.gpu import elementwise
 from dnnbind.highlevel.gpu.arrays import cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
+from dnnbind.highlevel.gpu.chunks import chunk_plan
 from dnnbind.highlevel.gpu.pullback import cotangent, like
+from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.gpu.views import flat_dense
 from dnnbind.highlevel.ops import ACTIVATION_DEFAULTS
 
@@ -59,21 +62,30 @@ def activation(x: Any, mode: str, alpha: float | None) -> tuple[Any, Callable]:
             return _identity(cp, x, call.device)
         if mode == "leaky_relu":
             return _leaky_relu(cp, x, float(alpha or 0.0), call.device)
+        user_x = x
         x, y = flat_dense(cp, x)
-        plan = PLANS.get((mode, alpha, x.size, x.dtype.name, call.device),
-                         lambda: ActivationPlan(mode, alpha, x.size, x.dtype.name))
-        t = plan.tensor.handle
+        device, item = call.device, x.itemsize
+        chunks = [(chunk, PLANS.get((mode, alpha, chunk.size, x.dtype.name, device),
+                                    lambda: ActivationPlan(mode, alpha, chunk.size, x.dtype.name)))
+                  for chunk in chunk_plan(x.size)]
         c = lib()
-        c.cudnnActivationForward(handle(call.device, current_stream()), plan.activation.handle, plan.dtype.one, t,
-                                 x.data.ptr, plan.dtype.zero, t, y.data.ptr)
-    device = call.device
+        h = handle(device, current_stream())
+        for chunk, plan in chunks:
+            t, at = plan.tensor.handle, chunk.offset(item)
+            c.cudnnActivationForward(h, plan.activation.handle, plan.dtype.one, t, x.data.ptr + at, plan.dtype.zero,
+                                     t, y.data.ptr + at)
+        x = private(cp, x, user_x)
+        saved_y = y.copy(order="K")
 
     def pullback(dy: Any) -> Any:
         with Call("activation pullback", {"mode": mode, "alpha": alpha}, device=device, dy=dy) as back:
-            dy = like(cp, cotangent("dy", back["dy"], y.shape, y.dtype, None, device), y)
-            dx = cp.empty_like(y)
-            c.cudnnActivationBackward(handle(device, current_stream()), plan.activation.handle, plan.dtype.one, t,
-                                      y.data.ptr, t, dy.data.ptr, t, x.data.ptr, plan.dtype.zero, t, dx.data.ptr)
+            dy = like(cp, cotangent("dy", back["dy"], saved_y.shape, saved_y.dtype, None, device), saved_y)
+            dx = cp.empty_like(saved_y)
+            h = handle(device, current_stream())
+            for chunk, plan in chunks:
+                t, at = plan.tensor.handle, chunk.offset(item)
+                c.cudnnActivationBackward(h, plan.activation.handle, plan.dtype.one, t, saved_y.data.ptr + at, t,
+                                          dy.data.ptr + at, t, x.data.ptr + at, plan.dtype.zero, t, dx.data.ptr + at)
             return dx
 
     return y, pullback

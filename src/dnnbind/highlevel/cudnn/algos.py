@@ -14,6 +14,7 @@ call) fits the limit and the memory pool.
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -43,28 +44,42 @@ class Direction:
 
 
 _TABLE: dict[str, Direction] = {}
+_TABLE_LOCK = threading.Lock()
 
 
 def direction(name: str) -> Direction:
-    """The :class:`Direction` for FORWARD, BACKWARD_DATA or BACKWARD_FILTER."""
-    if not _TABLE:
-        c = lib()
-        _TABLE[FORWARD] = Direction(
-            FORWARD, c.cudnnConvolutionFwdAlgoPerf_t, c.cudnnGetConvolutionForwardAlgorithmMaxCount,
-            c.cudnnGetConvolutionForwardAlgorithm_v7, c.cudnnFindConvolutionForwardAlgorithmEx,
-            c.cudnnGetConvolutionForwardWorkspaceSize, c.cudnnConvolutionForward,
-            int(c.CUDNN_CONVOLUTION_FWD_ALGO_COUNT))
-        _TABLE[BACKWARD_DATA] = Direction(
-            BACKWARD_DATA, c.cudnnConvolutionBwdDataAlgoPerf_t, c.cudnnGetConvolutionBackwardDataAlgorithmMaxCount,
-            c.cudnnGetConvolutionBackwardDataAlgorithm_v7, c.cudnnFindConvolutionBackwardDataAlgorithmEx,
-            c.cudnnGetConvolutionBackwardDataWorkspaceSize, c.cudnnConvolutionBackwardData,
-            int(c.CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT))
-        _TABLE[BACKWARD_FILTER] = Direction(
-            BACKWARD_FILTER, c.cudnnConvolutionBwdFilterAlgoPerf_t,
-            c.cudnnGetConvolutionBackwardFilterAlgorithmMaxCount, c.cudnnGetConvolutionBackwardFilterAlgorithm_v7,
-            c.cudnnFindConvolutionBackwardFilterAlgorithmEx, c.cudnnGetConvolutionBackwardFilterWorkspaceSize,
-            c.cudnnConvolutionBackwardFilter, int(c.CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT))
+    """The :class:`Direction` for FORWARD, BACKWARD_DATA or BACKWARD_FILTER.
+
+    The table is built once, completely, under a lock, before any thread reads it.
+    """
+    found = _TABLE.get(name)
+    if found is not None:
+        return found
+    with _TABLE_LOCK:
+        if not _TABLE:
+            _TABLE.update(_build_table())
     return _TABLE[name]
+
+
+def _build_table() -> dict[str, Direction]:
+    c = lib()
+    table: dict[str, Direction] = {}
+    table[FORWARD] = Direction(
+        FORWARD, c.cudnnConvolutionFwdAlgoPerf_t, c.cudnnGetConvolutionForwardAlgorithmMaxCount,
+        c.cudnnGetConvolutionForwardAlgorithm_v7, c.cudnnFindConvolutionForwardAlgorithmEx,
+        c.cudnnGetConvolutionForwardWorkspaceSize, c.cudnnConvolutionForward,
+        int(c.CUDNN_CONVOLUTION_FWD_ALGO_COUNT))
+    table[BACKWARD_DATA] = Direction(
+        BACKWARD_DATA, c.cudnnConvolutionBwdDataAlgoPerf_t, c.cudnnGetConvolutionBackwardDataAlgorithmMaxCount,
+        c.cudnnGetConvolutionBackwardDataAlgorithm_v7, c.cudnnFindConvolutionBackwardDataAlgorithmEx,
+        c.cudnnGetConvolutionBackwardDataWorkspaceSize, c.cudnnConvolutionBackwardData,
+        int(c.CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT))
+    table[BACKWARD_FILTER] = Direction(
+        BACKWARD_FILTER, c.cudnnConvolutionBwdFilterAlgoPerf_t,
+        c.cudnnGetConvolutionBackwardFilterAlgorithmMaxCount, c.cudnnGetConvolutionBackwardFilterAlgorithm_v7,
+        c.cudnnFindConvolutionBackwardFilterAlgorithmEx, c.cudnnGetConvolutionBackwardFilterWorkspaceSize,
+        c.cudnnConvolutionBackwardFilter, int(c.CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT))
+    return table
 
 
 _MATH: dict[tuple[str, bool], tuple[int, frozenset[int]]] = {}

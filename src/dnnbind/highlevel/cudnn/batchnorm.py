@@ -1,4 +1,5 @@
-"""Batch normalisation per channel on cuDNN (CUDNN_BATCHNORM_SPATIAL).
+"""Batch normalisation per channel on cuDNN (CUDNN_BATCHNORM_SPATIAL, or SPATIAL_PERSISTENT: see
+:func:`batchnorm_mode`).
 
 Training: cudnnBatchNormalizationForwardTraining normalises with the batch statistics and returns
 the batch mean and inverse standard deviation, which the pullback hands to
@@ -30,16 +31,25 @@ from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.layout import lift
 from dnnbind.highlevel.gpu.pullback import cotangent
+from dnnbind.highlevel.gpu.saved import private
 
 PLANS: PlanCache["BatchNormPlan"] = PlanCache("cudnn.batchnorm", maxsize=128)
+
+
+def batchnorm_mode(layout: str, training: bool) -> str:
+    """The cudnnBatchNormMode_t name for a call: SPATIAL_PERSISTENT for channels-last training (faster;
+    what PyTorch uses there), SPATIAL otherwise (inference, and NCHW memory, where PyTorch too keeps
+    SPATIAL). PERSISTENT reduces with scaled integer atomics; cuDNN documents that inputs of a very wide
+    range may overflow there, which is why PyTorch, and dnnbind, keep it to channels-last training."""
+    return "CUDNN_BATCHNORM_SPATIAL_PERSISTENT" if training and layout == "NHWC" else "CUDNN_BATCHNORM_SPATIAL"
 
 
 class BatchNormPlan:
     """The descriptor of x (4-d or 5-d, in its layout) and the per-channel descriptor cuDNN derives."""
 
-    def __init__(self, shape: tuple[int, ...], layout: str, dtype: str) -> None:
+    def __init__(self, shape: tuple[int, ...], layout: str, dtype: str, training: bool = False) -> None:
         c = lib()
-        self.mode = c.CUDNN_BATCHNORM_SPATIAL
+        self.mode = getattr(c, batchnorm_mode(layout, training))
         self.x = TensorDescriptor(lift(shape), dtype, layout=layout)
         self.param = TensorDescriptor((1, shape[1], 1, 1), DTYPES[dtype].param)
         c.cudnnDeriveBNTensorDescriptor(self.param.handle, self.x.handle, self.mode)
@@ -70,8 +80,8 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any, running_var: 
         lay = _layout.layout_of(x) if x.ndim > 2 else ("NCHW" if x.flags.c_contiguous else None)
         if lay is None:
             x, lay = cp.ascontiguousarray(x), "NCHW"
-        plan = PLANS.get((tuple(x.shape), lay, x.dtype.name, call.device),
-                         lambda: BatchNormPlan(tuple(x.shape), lay, x.dtype.name))
+        plan = PLANS.get((tuple(x.shape), lay, x.dtype.name, training, call.device),
+                         lambda: BatchNormPlan(tuple(x.shape), lay, x.dtype.name, training))
         pdt = plan.dtype.param
         scale, bias = as_param(cp, gamma, pdt), as_param(cp, beta, pdt)
         y = _layout.empty(cp, x.shape, x.dtype, lay)
@@ -95,6 +105,7 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any, running_var: 
                 h, plan.mode, one, zero, plan.x.handle, x.data.ptr, plan.x.handle, y.data.ptr, plan.param.handle,
                 scale.data.ptr, bias.data.ptr, mean.data.ptr, var.data.ptr, eps)
             invstd = 1.0 / cp.sqrt(var + eps)
+        x, scale = private(cp, x, call["x"]), private(cp, scale, call["gamma"])     # the pullback's own
     device, dtype = call.device, x.dtype
 
     def pullback(dy: Any) -> tuple[Any, Any, Any]:

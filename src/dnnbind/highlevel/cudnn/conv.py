@@ -5,7 +5,8 @@ BackwardFilter and BackwardBias. conv_transpose is conv's data gradient: Backwar
 Forward / BackwardFilter in its pullback. Groups, dilation, flip (CUDNN_CONVOLUTION), 1 to 3 spatial
 dims (one as two), NCHW or NHWC memory, float16/bfloat16 (float32 accumulation), float32 (TF32 only
 with ``settings(allow_tf32=True)``) and float64. Asymmetric padding pads x explicitly (see
-:mod:`dnnbind.highlevel.gpu.geometry`).
+:mod:`dnnbind.highlevel.gpu.geometry`). float64 is computed in NCHW memory whatever the caller's
+layout (:func:`compute_layout`), and its results come back in the caller's layout.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.geometry import crop, pad
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.views import extend
+from dnnbind.highlevel.gpu.saved import private
 
 
 def _params(dims: ConvDims, layout: Callable[[], str | None]) -> Callable[[], dict[str, Any]]:
@@ -43,6 +45,12 @@ def _layout_for(x: Any, layout: str | None) -> str:
     return _layout.layout_of(x) or "NCHW"
 
 
+def compute_layout(dtype: Any, layout: str) -> str:
+    """The memory layout cuDNN computes in for results wanted in ``layout``: NCHW for float64 (PyTorch
+    never sends channels-last float64 to cuDNN, and cuDNN may offer no algorithm for it), else ``layout``."""
+    return "NCHW" if str(dtype) == "float64" else layout
+
+
 def _plan(call: Call, dims: ConvDims, layout: str) -> ConvPlan:
     return plan_for(dims, layout, settings.current(), call.device)
 
@@ -56,26 +64,30 @@ def conv(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None = None) -
     with Call("conv", params, x=x, w=w, b=b) as call:
         x, w, b = call["x"], call["w"], call["b"]
         lay = _layout_for(x, layout)
-        plan = _plan(call, dims, lay)
+        run = compute_layout(x.dtype, lay)
+        plan = _plan(call, dims, run)
         g = plan.geometry
-        xp = pad(cp, x, g.extra_low, g.extra_high, lay)
-        wl = _layout.in_layout(cp, w, lay)
-        y = _layout.empty(cp, plan.y_shape, x.dtype, lay)
+        xp = pad(cp, x, g.extra_low, g.extra_high, run)
+        wl = _layout.in_layout(cp, w, run)
+        y = _layout.empty(cp, plan.y_shape, x.dtype, run)
         h = handle(call.device, current_stream())
         plan.run(FORWARD, h, xp, wl, y)
         if b is not None:
             plan.add_bias(h, cp.ascontiguousarray(b), y)
+        xp, wl = private(cp, xp, x), private(cp, wl, w)      # the pullback's own
+        y = _layout.in_layout(cp, y, lay)
     device, dtype = call.device, y.dtype
 
     def pullback(dy: Any) -> tuple[Any, ...]:
         with Call("conv pullback", params, device=device, dy=dy) as back:
-            dy = cotangent("dy", back["dy"], plan.y_shape, dtype, lay, device)
+            dy = cotangent("dy", back["dy"], plan.y_shape, dtype, run, device)
             h = handle(device, current_stream())
-            dxp = _layout.empty(cp, plan.padded_x_shape, dtype, lay)
+            dxp = _layout.empty(cp, plan.padded_x_shape, dtype, run)
             plan.run(BACKWARD_DATA, h, wl, dy, dxp)
-            dx = crop(cp, dxp, dims.x_shape, g.extra_low, lay)
-            dw = _layout.empty(cp, dims.w_shape, dtype, lay)
+            dx = _layout.in_layout(cp, crop(cp, dxp, dims.x_shape, g.extra_low, run), lay)
+            dw = _layout.empty(cp, dims.w_shape, dtype, run)
             plan.run(BACKWARD_FILTER, h, xp, dy, dw)
+            dw = _layout.in_layout(cp, dw, lay)
             if b is None:
                 return dx, dw
             db = cp.empty(dims.bias_shape, dtype)
@@ -94,28 +106,32 @@ def conv_transpose(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None
     with Call("conv_transpose", params, x=x, w=w, b=b) as call:
         x, w, b = call["x"], call["w"], call["b"]
         lay = _layout_for(x, layout)
-        plan = _plan(call, dims, lay)
+        run = compute_layout(x.dtype, lay)
+        plan = _plan(call, dims, run)
         g = plan.geometry
-        xe = extend(cp, x, plan.y_shape, lay)
-        wl = _layout.in_layout(cp, w, lay)
-        yp = _layout.empty(cp, plan.padded_x_shape, x.dtype, lay)
+        xe = extend(cp, x, plan.y_shape, run)
+        wl = _layout.in_layout(cp, w, run)
+        yp = _layout.empty(cp, plan.padded_x_shape, x.dtype, run)
         h = handle(call.device, current_stream())
         plan.run(BACKWARD_DATA, h, wl, xe, yp)
-        y = crop(cp, yp, dims.x_shape, g.extra_low, lay)
+        y = crop(cp, yp, dims.x_shape, g.extra_low, run)
         if b is not None:
             plan.add_bias(h, cp.ascontiguousarray(b), y, transposed=True)
+        xe, wl = private(cp, xe, x), private(cp, wl, w)      # the pullback's own
+        y = _layout.in_layout(cp, y, lay)
     device, dtype, x_shape = call.device, y.dtype, tuple(x.shape)
 
     def pullback(dy: Any) -> tuple[Any, ...]:
         with Call("conv_transpose pullback", params, device=device, dy=dy) as back:
-            dy = cotangent("dy", back["dy"], dims.x_shape, dtype, lay, device)
+            dy = cotangent("dy", back["dy"], dims.x_shape, dtype, run, device)
             h = handle(device, current_stream())
-            dyp = pad(cp, dy, g.extra_low, g.extra_high, lay)
-            dxe = _layout.empty(cp, plan.y_shape, dtype, lay)
+            dyp = pad(cp, dy, g.extra_low, g.extra_high, run)
+            dxe = _layout.empty(cp, plan.y_shape, dtype, run)
             plan.run(FORWARD, h, dyp, wl, dxe)
-            dx = crop(cp, dxe, x_shape, (0,) * len(g.extra_low), lay)
-            dw = _layout.empty(cp, dims.w_shape, dtype, lay)
+            dx = _layout.in_layout(cp, crop(cp, dxe, x_shape, (0,) * len(g.extra_low), run), lay)
+            dw = _layout.empty(cp, dims.w_shape, dtype, run)
             plan.run(BACKWARD_FILTER, h, dyp, xe, dw)
+            dw = _layout.in_layout(cp, dw, lay)
             if b is None:
                 return dx, dw
             db = cp.empty((dims.in_channels,), dtype)

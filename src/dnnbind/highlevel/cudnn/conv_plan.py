@@ -86,6 +86,16 @@ class ConvPlan:
         """The candidates chosen for ``direction`` so far (None before its first run)."""
         return self._choices.get(direction)
 
+    def drop(self, direction: str, candidate: algos.Candidate) -> None:
+        """Remove ``candidate`` from ``direction``'s choices (cuDNN answered NOT_SUPPORTED when it ran).
+
+        The list is replaced, not edited, so a run iterating over the old one is not disturbed.
+        """
+        with self._lock:
+            chosen = self._choices.get(direction)
+            if chosen is not None and candidate in chosen:
+                self._choices[direction] = [c for c in chosen if c != candidate]
+
     def _choose(self, d: algos.Direction, handle: Any, a: int, b: int, out: int) -> list[algos.Candidate]:
         with self._lock:
             chosen = self._choices.get(d.name)
@@ -139,12 +149,14 @@ class ConvPlan:
                 if not _not_supported(exc):
                     raise
                 failures.append(f"algo {algo}: {exc}")
+                self.drop(direction, (algo, math))      # it will not run this problem: never retry it
             except Exception as exc:
                 if not is_out_of_memory(exc):
                     raise
                 failures.append(f"algo {algo}: out of memory for a workspace of {size.value} bytes")
         raise RuntimeError(f"no {direction.replace('_', ' ')} convolution algorithm could run for {self.dims}: "
-                           + "; ".join(failures))
+                           + ("; ".join(failures) or "every algorithm cuDNN offered answered NOT_SUPPORTED on an "
+                              "earlier call"))
 
     def add_bias(self, handle: Any, bias: Any, out: Any, transposed: bool = False) -> None:
         """out += bias (one value per channel) through cudnnAddTensor; ``out`` is y, or conv_transpose's

@@ -5,16 +5,18 @@ cuDNN draws its mask from random-number-generator states that it initialises fro
 initialised states per (device, seed) in a bounded cache:
 
 * ``seed`` given (an int): every call starts from a copy of the seed's pristine states, so the same
-  seed gives the same mask, call after call;
-* ``seed=None``: one set of states per device, seeded from the OS's entropy and advancing with each
-  call;
+  seed gives the same mask, call after call (the copy runs on the calling stream, after the states'
+  initialisation, which may have run on another stream: see :mod:`dnnbind.highlevel.gpu.dropout`);
+* ``seed=None``: one set of states per device and stream, seeded from the OS's entropy and advancing
+  with each call (used by one stream only, so the calls that advance it are ordered);
 * a ``numpy.random.Generator``: draws a 63-bit seed from it (advancing it) and initialises states for
   that call only.
 
 The masks come from cuDNN's generator, so for the same seed they DIFFER from the reference backend's
 (numpy's); tests compare statistics and the pullback's consistency with the forward mask instead.
 The mask lives in cuDNN's reserve space, which the pullback holds; ``pullback.mask`` recovers it as a
-boolean array. p = 0 and p = 1 need no random numbers: a copy, and zeros.
+boolean array. p = 0 and p = 1 need no random numbers: a copy, and zeros. Arrays of 2**30 elements or
+more run in chunks, one reserve space each (the states advance from chunk to chunk).
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ from dnnbind.highlevel.cudnn.descriptors import DropoutDescriptor, TensorDescrip
 from dnnbind.highlevel.gpu.arrays import cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
-from dnnbind.highlevel.gpu.dropout import DropoutPullbackBase
+from dnnbind.highlevel.gpu.chunks import chunk_plan
+from dnnbind.highlevel.gpu.dropout import DropoutPart, DropoutPullbackBase, ready_event, wait_until_ready
 from dnnbind.highlevel.gpu.views import flat_dense
 
 STATES: PlanCache["DropoutStates"] = PlanCache("cudnn.dropout_states", maxsize=16)
@@ -37,7 +40,8 @@ TENSORS: PlanCache[TensorDescriptor] = PlanCache("cudnn.dropout_tensor", maxsize
 
 
 class DropoutStates:
-    """cuDNN's RNG states for one (device, seed), initialised on the current stream."""
+    """cuDNN's RNG states for one (device, seed), initialised on the current stream; ``ready`` is an event
+    recorded after the initialisation, for users on other streams to wait for."""
 
     def __init__(self, cp: Any, h: Any, seed: int) -> None:
         c = lib()
@@ -48,6 +52,7 @@ class DropoutStates:
         self.buffer = cp.empty(self.size, np.uint8)
         with DropoutDescriptor() as desc:
             c.cudnnSetDropoutDescriptor(desc.handle, h, 0.5, self.buffer.data.ptr, self.size, seed)
+        self.ready = ready_event(cp)
 
 
 def _int_seed(seed: Any) -> tuple[int, bool]:
@@ -59,24 +64,28 @@ def _int_seed(seed: Any) -> tuple[int, bool]:
     return int(seed) & (2**64 - 1), True      # cuDNN's seed is an unsigned 64-bit int
 
 
-def _states(cp: Any, h: Any, device: int, seed: Any) -> tuple[DropoutStates, Any]:
-    """(states, the buffer this call lets cuDNN advance)."""
+def _states(cp: Any, h: Any, device: int, stream: int, seed: Any) -> tuple[DropoutStates, Any]:
+    """(states, the buffer this call lets cuDNN advance), ordered on the current stream ``stream``."""
     if seed is None:
-        states = STATES.get((device, None), lambda: DropoutStates(cp, h, _int_seed(None)[0]))
-        return states, states.buffer                     # one advancing stream per device
+        # one advancing buffer per device and stream: every call that advances it runs on that stream
+        states = STATES.get((device, stream, None), lambda: DropoutStates(cp, h, _int_seed(None)[0]))
+        return states, states.buffer
     value, cached = _int_seed(seed)
-    states = STATES.get((device, value), lambda: DropoutStates(cp, h, value)) if cached \
-        else DropoutStates(cp, h, value)
-    return states, states.buffer.copy()                 # the pristine states stay untouched
+    if not cached:
+        states = DropoutStates(cp, h, value)
+        return states, states.buffer
+    states = STATES.get((device, value), lambda: DropoutStates(cp, h, value))
+    wait_until_ready(cp, states.ready)          # initialised on whichever stream first asked for it
+    return states, states.buffer.copy()         # the pristine states stay untouched
 
 
 class DropoutPullback(DropoutPullbackBase):
-    """dy -> dx through cudnnDropoutBackward with the forward's reserve space."""
+    """dy -> dx through cudnnDropoutBackward with the forward's reserve space, chunk by chunk."""
 
-    def _backward(self, dy: Any, dx: Any) -> None:
-        t = self._tensor.handle
-        lib().cudnnDropoutBackward(handle(self._device, current_stream()), self._desc.handle, t, dy.data.ptr, t,
-                                   dx.data.ptr, self._reserve.data.ptr, self._reserve.size)
+    def _backward(self, dy: Any, dx: Any, part: DropoutPart) -> None:
+        t, at = part.tensor.handle, part.chunk.offset(dy.itemsize)
+        lib().cudnnDropoutBackward(handle(self._device, current_stream()), part.desc.handle, t, dy.data.ptr + at, t,
+                                   dx.data.ptr + at, part.reserve.data.ptr, part.reserve.size)
 
 
 def dropout(x: Any, p: float, seed: Any = None) -> tuple[Any, DropoutPullback]:
@@ -89,14 +98,20 @@ def dropout(x: Any, p: float, seed: Any = None) -> tuple[Any, DropoutPullback]:
         if trivial is not None:
             return trivial
         x, y = flat_dense(cp, x)
-        tensor = TENSORS.get((x.size, x.dtype.name), lambda: TensorDescriptor((1, 1, 1, x.size), x.dtype.name))
-        h = handle(call.device, current_stream())
-        states, buffer = _states(cp, h, call.device, seed)
+        stream = current_stream()
+        h = handle(call.device, stream)
+        states, buffer = _states(cp, h, call.device, stream, seed)
         desc = DropoutDescriptor()
         c.cudnnRestoreDropoutDescriptor(desc.handle, h, float(p), buffer.data.ptr, states.size, states.seed)
-        size = ctypes.c_size_t()
-        c.cudnnDropoutGetReserveSpaceSize(tensor.handle, ctypes.byref(size))
-        reserve = cp.empty(size.value, np.uint8)
-        c.cudnnDropoutForward(h, desc.handle, tensor.handle, x.data.ptr, tensor.handle, y.data.ptr,
-                              reserve.data.ptr, reserve.size)
-    return y, DropoutPullback(cp, y, call.device, p, desc, tensor, reserve, buffer)
+        parts = []
+        for chunk in chunk_plan(x.size):
+            tensor = TENSORS.get((chunk.size, x.dtype.name),
+                                 lambda: TensorDescriptor((1, 1, 1, chunk.size), x.dtype.name))
+            size = ctypes.c_size_t()
+            c.cudnnDropoutGetReserveSpaceSize(tensor.handle, ctypes.byref(size))
+            reserve = cp.empty(size.value, np.uint8)
+            at = chunk.offset(x.itemsize)
+            c.cudnnDropoutForward(h, desc.handle, tensor.handle, x.data.ptr + at, tensor.handle, y.data.ptr + at,
+                                  reserve.data.ptr, reserve.size)
+            parts.append(DropoutPart(chunk, desc, tensor, reserve, buffer))
+    return y, DropoutPullback(cp, y, call.device, p, parts)

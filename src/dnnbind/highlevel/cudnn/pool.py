@@ -18,7 +18,7 @@ import numpy as np
 from dnnbind.highlevel.cudnn._lib import DTYPES, handle, lib
 from dnnbind.highlevel.cudnn.descriptors import PoolingDescriptor, TensorDescriptor
 from dnnbind.highlevel.cudnn.settings import settings
-from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.dims import PoolDims, numpy_dtype
 from dnnbind.highlevel.gpu import layout as _layout
 from dnnbind.highlevel.gpu.arrays import cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
@@ -26,6 +26,7 @@ from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.geometry import PoolGeometry, crop, pad
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.rescale import exclude_pad_factor
+from dnnbind.highlevel.gpu.saved import private
 
 PLANS: PlanCache["PoolPlan"] = PlanCache("cudnn.pool", maxsize=256)
 
@@ -62,7 +63,7 @@ class PoolPlan:
         """The rescale factors as a CuPy array of shape (1, 1, *out) in the data's dtype."""
         assert self.rescale is not None, "only exclude-padding means with explicit padding rescale"
         if self._rescale_device is None:
-            self._rescale_device = cp.asarray(self.rescale.astype(self.dims.dtype))
+            self._rescale_device = cp.asarray(self.rescale.astype(numpy_dtype(self.dims.dtype)))
         return self._rescale_device
 
 
@@ -89,6 +90,7 @@ def _pool(op: str, x: Any, dims: PoolDims, kind: str, layout: str | None) -> tup
                               xp.data.ptr, zero, plan.y.handle, y.data.ptr)
         if plan.rescale is not None:
             y *= plan.rescale_on_device(cp)
+        xp, saved_y = private(cp, xp, x), y.copy(order="K")     # the pullback's own
     device, dtype = call.device, x.dtype
 
     def pullback(dy: Any) -> Any:
@@ -98,7 +100,7 @@ def _pool(op: str, x: Any, dims: PoolDims, kind: str, layout: str | None) -> tup
                 dy = _layout.in_layout(cp, dy * plan.rescale_on_device(cp), lay)
             dxp = _layout.empty(cp, xp.shape, dtype, lay)
             c.cudnnPoolingBackward(handle(device, current_stream()), plan.pooling.handle, one, plan.y.handle,
-                                   y.data.ptr, plan.y.handle, dy.data.ptr, plan.x.handle, xp.data.ptr, zero,
+                                   saved_y.data.ptr, plan.y.handle, dy.data.ptr, plan.x.handle, xp.data.ptr, zero,
                                    plan.x.handle, dxp.data.ptr)
             return crop(cp, dxp, dims.x_shape, g.extra_low, lay)
 

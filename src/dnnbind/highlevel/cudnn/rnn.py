@@ -40,6 +40,7 @@ from dnnbind.highlevel.gpu.arrays import cupy, current_stream
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.workspace import address, allocate
+from dnnbind.highlevel.gpu.saved import private
 
 __all__ = ["rnn", "pack_rnn_weights", "PackedRNNWeights", "RNNPullback"]
 
@@ -106,7 +107,10 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any, dims: RNNDim
                           seq.h.handle if lstm else None, cx, cy, space.nbytes, space.ptr, work_bytes, address(work),
                           reserve.nbytes, reserve if reserve.nbytes else None)
         y = _zero_padding(cp, y, seq.valid(cp))
-    pullback = RNNPullback(dims, net, seq, device, x, hx, cx, y, space, reserve if training else None)
+        # the pullback's own x, states and y (the weight space is already a copy, unless packed by the caller)
+        x, hx = private(cp, x, call["x"]), private(cp, hx, call["h0"])
+        cx = None if cx is None else private(cp, cx, call["c0"])
+    pullback = RNNPullback(dims, net, seq, device, x, hx, cx, y.copy(), space, reserve if training else None)
     return (y, hy, cy), pullback
 
 

@@ -23,10 +23,10 @@ CELL_MODES = {"rnn_relu": "CUDNN_RNN_RELU", "rnn_tanh": "CUDNN_RNN_TANH", "lstm"
 
 def rnn_math_type(dtype: str, allow_tf32: bool) -> int:
     """The cudnnMathType_t an RNN on ``dtype`` data runs with: tensor cores (float32 accumulation) for
-    float16; float32 in full precision (CUDNN_FMA_MATH) unless TF32 is allowed, then CUDNN_DEFAULT_MATH,
+    float16 and bfloat16; float32 in full precision (CUDNN_FMA_MATH) unless TF32 is allowed, then CUDNN_DEFAULT_MATH,
     which permits TF32 (PyTorch's choices for its cuDNN RNNs); float64 has no tensor-core math."""
     c = lib()
-    if dtype == "float16":
+    if dtype in ("float16", "bfloat16"):
         return int(c.CUDNN_TENSOR_OP_MATH)
     if dtype == "float32" and not allow_tf32:
         return int(c.CUDNN_FMA_MATH)

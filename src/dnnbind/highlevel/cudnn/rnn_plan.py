@@ -20,7 +20,7 @@ from dnnbind.highlevel.cudnn._lib import DTYPES, lib
 from dnnbind.highlevel.cudnn.descriptors import TensorDescriptor
 from dnnbind.highlevel.cudnn.rnn_descriptors import RNNDataDescriptor, RNNDescriptor, RNNSettings
 from dnnbind.highlevel.cudnn.rnn_weights import LayoutError, LinearParams, WeightLayout
-from dnnbind.highlevel.dims import RNNDims
+from dnnbind.highlevel.dims import RNNDims, numpy_dtype
 from dnnbind.highlevel.gpu.cache import PlanCache
 
 NETWORKS: PlanCache["NetworkPlan"] = PlanCache("cudnn.rnn", maxsize=64)
@@ -44,7 +44,7 @@ class NetworkPlan:
     def __init__(self, dims: RNNDims, math_type: int) -> None:
         self.dims = dims                      # any batch: only the network's fields are used
         self.dtype = DTYPES[dims.dtype]
-        self.itemsize = np.dtype(dims.dtype).itemsize
+        self.itemsize = numpy_dtype(dims.dtype).itemsize
         self.desc = RNNDescriptor(RNNSettings.of(dims, math_type))
         self._layout: WeightLayout | None = None
         self._nbytes: int | None = None

@@ -61,7 +61,7 @@ def _run(op: str, x: Any, axis: int, algo_name: str) -> tuple[Any, Callable]:
                                    plan.desc.handle, dx.data.ptr)
             return dx
 
-    return y, pullback
+    return y.copy(order="K"), pullback     # the pullback keeps y: the caller gets a copy
 
 
 def softmax(x: Any, axis: int) -> tuple[Any, Callable]:

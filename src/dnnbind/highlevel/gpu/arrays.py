@@ -24,7 +24,7 @@ def cupy() -> ModuleType:
     global _cupy
     if _cupy is None:
         try:
-            import cupy as module
+            import cupy as module  # type: ignore[import-not-found]
         except ImportError as exc:
             raise ImportError(f"the GPU backends of dnnbind need CuPy, which is not installed "
                               f"({exc}); {INSTALL_HINT}", name="cupy") from None

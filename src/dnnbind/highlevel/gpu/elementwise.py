@@ -42,7 +42,8 @@ def coefficient(dtype: Any, alpha: float) -> Any:
 
 
 def apply(cp: Any, mode: str, x: Any, alpha: float) -> tuple[Any, Callable[[Any], Any]]:
-    """(y, dy -> dx) for ``mode`` on CuPy array x; the backward function keeps x."""
+    """(y, dy -> dx) for ``mode`` on CuPy array x; the backward function keeps its own copy of x."""
     forward, backward = kernels(cp, mode)
     a = coefficient(x.dtype, alpha)
-    return forward(x, a), lambda dy: backward(x, dy, a)
+    saved = x.copy(order="K")
+    return forward(x, a), lambda dy: backward(saved, dy, a)

@@ -7,7 +7,8 @@ ELU's the usual alpha. identity is a copy; swish, which MIOpen lacks, runs as a 
 kernel (see :mod:`dnnbind.highlevel.gpu.elementwise`).
 
 The arrays are treated as one flat block (a (1, 1, 1, size) tensor), so any dense layout runs without
-copying and y has x's strides.
+copying and y has x's strides; blocks of 2**30 elements or more run in chunks
+(:mod:`dnnbind.highlevel.gpu.chunks`). The pullback keeps its own copies of x and y.
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from dnnbind.highlevel.gpu import elementwise
 from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
+from dnnbind.highlevel.gpu.chunks import chunk_plan
 from dnnbind.highlevel.gpu.pullback import cotangent, like
+from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.gpu.views import flat_dense
 from dnnbind.highlevel.miopen._lib import handle, lib, scaling
 from dnnbind.highlevel.miopen.descriptors import ActivationDescriptor, TensorDescriptor
@@ -78,18 +81,27 @@ def activation(x: Any, mode: str, alpha: float | None) -> tuple[Any, Callable]:
         elif mode in KERNEL_MODES:
             y, backward = elementwise.apply(cp, mode, x, _needed(mode, alpha))
         else:
+            user_x = x
             x, y = flat_dense(cp, x)
-            plan = plan_for(mode, alpha, x.size, x.dtype.name)
+            item = x.itemsize
+            chunks = [(chunk, plan_for(mode, alpha, chunk.size, x.dtype.name)) for chunk in chunk_plan(x.size)]
             one, zero = scaling(x.dtype)
-            t = plan.tensor.handle
-            lib.miopenActivationForward(handle(device, current_stream()).ptr, plan.activation.handle, one, t,
-                                        x.data.ptr, zero, t, y.data.ptr)
+            h = handle(device, current_stream()).ptr
+            for chunk, plan in chunks:
+                t, at = plan.tensor.handle, chunk.offset(item)
+                lib.miopenActivationForward(h, plan.activation.handle, one, t, x.data.ptr + at, zero, t,
+                                            y.data.ptr + at)
+            saved_x, saved_y = private(cp, x, user_x), y.copy(order="K")
 
             def backward(dy: Any) -> Any:
-                dy = like(cp, dy, y)
-                dx = cp.empty_like(y)
-                lib.miopenActivationBackward(handle(device, current_stream()).ptr, plan.activation.handle, one, t,
-                                             y.data.ptr, t, dy.data.ptr, t, x.data.ptr, zero, t, dx.data.ptr)
+                dy = like(cp, dy, saved_y)
+                dx = cp.empty_like(saved_y)
+                h = handle(device, current_stream()).ptr
+                for chunk, plan in chunks:
+                    t, at = plan.tensor.handle, chunk.offset(item)
+                    lib.miopenActivationBackward(h, plan.activation.handle, one, t, saved_y.data.ptr + at, t,
+                                                 dy.data.ptr + at, t, saved_x.data.ptr + at, zero, t,
+                                                 dx.data.ptr + at)
                 return dx
 
     def pullback(dy: Any) -> Any:

@@ -23,6 +23,7 @@ from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.layout import lift
 from dnnbind.highlevel.gpu.pullback import cotangent
+from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.miopen._lib import dtype_name, handle, lib, scaling
 from dnnbind.highlevel.miopen.descriptors import TensorDescriptor
 
@@ -79,6 +80,7 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any, running_var: 
                 h, plan.mode, one, zero, xd, x.data.ptr, xd, y.data.ptr, pd, scale.data.ptr, bias.data.ptr,
                 mean.data.ptr, var.data.ptr, eps)
             invstd = 1.0 / cp.sqrt(var + eps)
+        x, scale = private(cp, x, call["x"]), private(cp, scale, call["gamma"])     # the pullback's own
     device, dtype = call.device, x.dtype
 
     def pullback(dy: Any) -> tuple[Any, Any, Any]:

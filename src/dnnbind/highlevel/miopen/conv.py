@@ -25,6 +25,7 @@ from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.geometry import crop, pad, padded_shape
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.views import extend
+from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.miopen._lib import handle
 from dnnbind.highlevel.miopen.conv_args import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, flip_spatial
 from dnnbind.highlevel.miopen.conv_plan import ConvPlan, plan_for
@@ -82,6 +83,7 @@ def conv(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None = None) -
         plan.run(FORWARD, handle(call.device, current_stream()), y, x=xp, w=wr)
         if b is not None:
             _add_bias(y, b)
+        xp, wr = private(cp, xp, x), private(cp, wr, w)      # the pullback's own
     device, dtype = call.device, y.dtype
 
     def pullback(dy: Any) -> tuple[Any, ...]:
@@ -116,6 +118,7 @@ def conv_transpose(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None
         y = crop(cp, yp, dims.x_shape, g.extra_low, lay)
         if b is not None:
             _add_bias(y, b)
+        xe, wr = private(cp, xe, x), private(cp, wr, w)      # the pullback's own
     device, dtype, x_shape = call.device, y.dtype, tuple(x.shape)
 
     def pullback(dy: Any) -> tuple[Any, ...]:

@@ -21,13 +21,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.dims import PoolDims, numpy_dtype
 from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.geometry import PoolGeometry, crop, pad
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.rescale import exclude_pad_factor
+from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.miopen._lib import handle, lib, scaling
 from dnnbind.highlevel.miopen.descriptors import PoolingDescriptor, TensorDescriptor
 
@@ -83,7 +84,7 @@ class PoolPlan:
         """The rescale factor as a CuPy array of shape (1, 1, *out) in the data's dtype."""
         factor = self._rescale_device.get(device)
         if factor is None and self.rescale is not None:
-            factor = self._rescale_device[device] = cp.asarray(self.rescale.astype(self.dims.dtype))
+            factor = self._rescale_device[device] = cp.asarray(self.rescale.astype(numpy_dtype(self.dims.dtype)))
         return factor
 
 
@@ -108,6 +109,7 @@ def _pool(op: str, x: Any, dims: PoolDims, kind: str) -> tuple[Any, Callable]:
                                  None if indices is None else indices.data.ptr, plan.workspace)
         if plan.rescale is not None:
             y *= plan.rescale_on_device(cp, call.device)
+        xp, saved_y = private(cp, xp, x), y.copy()     # the pullback's own
     device, dtype = call.device, x.dtype
 
     def pullback(dy: Any) -> Any:
@@ -117,7 +119,7 @@ def _pool(op: str, x: Any, dims: PoolDims, kind: str) -> tuple[Any, Callable]:
                 dy = cp.ascontiguousarray(dy * plan.rescale_on_device(cp, device))
             dxp = cp.empty(xp.shape, dtype)
             lib.miopenPoolingBackward(handle(device, current_stream()).ptr, plan.pooling.handle, alpha,
-                                      plan.y.handle, y.data.ptr, plan.y.handle, dy.data.ptr, plan.x.handle,
+                                      plan.y.handle, saved_y.data.ptr, plan.y.handle, dy.data.ptr, plan.x.handle,
                                       xp.data.ptr, beta, plan.x.handle, dxp.data.ptr,
                                       None if indices is None else indices.data.ptr)
             return crop(cp, dxp, dims.x_shape, g.extra_low, "NCHW")

@@ -23,6 +23,7 @@ from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.workspace import address, allocate
+from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.miopen._lib import handle, lib
 from dnnbind.highlevel.miopen.rnn_plan import RNNPlan, check_dtype, plan_for
 
@@ -75,6 +76,10 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any, dims: RNNDim
                              address(work), work_size, reserve.data.ptr, reserve_size)
         del work
         y = _masked(cp, plan, y_raw, device)
+        # the pullback's own x, states and raw y (the packed weights w are already a copy)
+        x, h0 = private(cp, x, call["x"]), None if h0 is None else private(cp, h0, call["h0"])
+        c0 = None if c0 is None else private(cp, c0, call["c0"])
+        y = private(cp, y, y_raw)
 
     def pullback(dy: Any, dhy: Any = None, dcy: Any = None) -> tuple[Any, Any, Any, list]:
         if dcy is not None and not lstm:

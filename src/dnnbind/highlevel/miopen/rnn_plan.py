@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dnnbind.highlevel.dims import RNNDims
+from dnnbind.highlevel.dims import RNNDims, numpy_dtype
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.miopen import rnn_layout
 from dnnbind.highlevel.miopen._lib import Handle, lib
@@ -93,7 +93,7 @@ class RNNPlan:
         nbytes = ctypes.c_size_t()
         lib.miopenGetRNNParamsSize(handle.ptr, self.desc.handle, self.x_step.handle, ctypes.byref(nbytes),
                                    self.desc.dtype.library)
-        expected = self.weight_elements * np.dtype(self.dims.dtype).itemsize
+        expected = self.weight_elements * numpy_dtype(self.dims.dtype).itemsize
         if nbytes.value != expected:
             raise RuntimeError(f"MIOpen's weight space for {self.dims} has {nbytes.value} bytes but its layer "
                                f"offsets tile {expected}: this MIOpen lays weights out in a way dnnbind does not know")

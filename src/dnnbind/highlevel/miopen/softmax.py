@@ -72,7 +72,7 @@ def _run(op: str, x: Any, axis: int, algorithm: int) -> tuple[Any, Callable]:
                                          beta, d, dx.data.ptr, algorithm, plan.mode)
             return dx
 
-    return y, pullback
+    return y.copy(order="K"), pullback     # the pullback keeps y: the caller gets a copy
 
 
 def softmax(x: Any, axis: int) -> tuple[Any, Callable]:

@@ -23,5 +23,14 @@ from dnnbind.highlevel.reference.pool import maxpool, meanpool
 from dnnbind.highlevel.reference.rnn import rnn
 from dnnbind.highlevel.reference.softmax import logsoftmax, softmax
 
+from dnnbind.highlevel.edges import guarded
+
+# the edge policy (0-d and zero-size arrays) for every op, called through dnnbind's ops or directly
+conv, conv_transpose = guarded("conv")(conv), guarded("conv_transpose")(conv_transpose)
+maxpool, meanpool = guarded("maxpool")(maxpool), guarded("meanpool")(meanpool)
+softmax, logsoftmax = guarded("softmax")(softmax), guarded("logsoftmax")(logsoftmax)
+activation, dropout = guarded("activation")(activation), guarded("dropout")(dropout)
+batchnorm, rnn = guarded("batchnorm")(batchnorm), guarded("rnn")(rnn)
+
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
            "batchnorm", "dropout", "rnn"]

@@ -1,7 +1,9 @@
-"""float16 support: compute in float32, hand results and gradients back as float16.
+"""Half-precision support (float16, bfloat16): compute in float32, hand results and gradients back
+in the input's dtype; and the rule for what a forward pass saves.
 
-numpy has no fast float16 kernels (no float16 BLAS at all), and float32 accumulation is what the GPU
-libraries do for half-precision data too. One decorator does the conversion for every op.
+numpy has no fast float16 kernels (no float16 BLAS at all) and no bfloat16 at all (``ml_dtypes``
+provides the dtype, with casts but no fast arithmetic); float32 accumulation is what the GPU libraries
+do for half-precision data too. One decorator does the conversion for every op.
 """
 from __future__ import annotations
 
@@ -12,7 +14,19 @@ import numpy as np
 
 from dnnbind.highlevel.dims import check_dtype, check_shape
 
-_HALF = np.dtype(np.float16)
+_FLOAT32 = np.dtype(np.float32)
+
+
+def _half_dtypes() -> tuple[np.dtype, ...]:
+    try:
+        import ml_dtypes
+    except ImportError:      # without ml_dtypes no bfloat16 array can exist
+        return (np.dtype(np.float16),)
+    return (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+#: the dtypes computed in float32
+HALF_DTYPES = _half_dtypes()
 
 
 def _cast(tree: Any, source: np.dtype, target: np.dtype) -> Any:
@@ -24,29 +38,42 @@ def _cast(tree: Any, source: np.dtype, target: np.dtype) -> Any:
     return tree
 
 
-def _wrap_pullback(pullback: Callable[..., Any]) -> Callable[..., Any]:
+def _wrap_pullback(pullback: Callable[..., Any], half: np.dtype) -> Callable[..., Any]:
     @functools.wraps(pullback)
     def half_pullback(*cotangents: Any) -> Any:
-        grads = pullback(*_cast(cotangents, _HALF, np.dtype(np.float32)))
-        return _cast(grads, np.dtype(np.float32), _HALF)
+        grads = pullback(*_cast(cotangents, half, _FLOAT32))
+        return _cast(grads, _FLOAT32, half)
     return half_pullback
 
 
 def half_in_float32(op: Callable[..., Any]) -> Callable[..., Any]:
-    """Run ``op`` in float32 when its first argument is float16.
+    """Run ``op`` in float32 when its first argument is float16 or bfloat16 (:data:`HALF_DTYPES`).
 
     Positional array arguments (also inside lists/tuples) are converted; keyword arguments pass
     through untouched, which is how ops hand over arrays they update in place (batch norm's running
     statistics). ``op`` returns ``(result, pullback)``; float32 arrays in the result and in the
-    pullback's gradients are converted back to float16, and the pullback's float16 cotangents to float32.
+    pullback's gradients are converted back to the input's dtype, and the pullback's cotangents of
+    that dtype to float32.
     """
     @functools.wraps(op)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if args[0].dtype != _HALF:
+        half = args[0].dtype
+        if half not in HALF_DTYPES:
             return op(*args, **kwargs)
-        result, pullback = op(*_cast(args, _HALF, np.dtype(np.float32)), **kwargs)
-        return _cast(result, np.dtype(np.float32), _HALF), _wrap_pullback(pullback)
+        result, pullback = op(*_cast(args, half, _FLOAT32), **kwargs)
+        return _cast(result, _FLOAT32, half), _wrap_pullback(pullback, half)
     return wrapper
+
+
+def private(array: np.ndarray, *sources: Any) -> np.ndarray:
+    """``array``, or a copy of it when it may share memory with one of ``sources`` (None skipped).
+
+    The rule every forward pass follows: what a pullback reads is the forward's own, so changing x, the
+    parameters or the returned result after the forward never changes what the pullback returns.
+    """
+    if any(s is not None and np.may_share_memory(array, s) for s in sources):
+        return array.copy()
+    return array
 
 
 def cotangent(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -22,17 +22,21 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def _forward(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray, Callable]:
-    """Return y and a function dy -> dx that may use x, y and the captured constants."""
+    """Return y and a function dy -> dx. The function keeps only arrays computed here (the derivative
+    or a mask), never x or y themselves: changing either after the forward does not change it."""
     if mode == "identity":
         return x.copy(), lambda dy: dy.copy()
     if mode == "relu":
-        return np.maximum(x, 0), lambda dy: dy * (x > 0)
+        pos = x > 0
+        return np.maximum(x, 0), lambda dy: dy * pos
     if mode == "sigmoid":
         y = sigmoid(x)
-        return y, lambda dy: dy * y * (1 - y)
+        slope = y * (1 - y)
+        return y, lambda dy: dy * slope
     if mode == "tanh":
         y = np.tanh(x)
-        return y, lambda dy: dy * (1 - y * y)
+        slope = 1 - y * y
+        return y, lambda dy: dy * slope
     if mode == "elu":
         neg = x <= 0
         em1 = np.expm1(np.minimum(x, 0))
@@ -40,13 +44,16 @@ def _forward(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray,
         return y, lambda dy: dy * np.where(neg, alpha * (em1 + 1), 1)
     if mode == "leaky_relu":
         pos = x > 0
-        return np.where(pos, x, alpha * x), lambda dy: dy * np.where(pos, 1, alpha).astype(x.dtype)
+        negative_slope = float(alpha or 0.0)
+        return (np.where(pos, x, negative_slope * x),
+                lambda dy: dy * np.where(pos, 1, negative_slope).astype(x.dtype))
     if mode == "clipped_relu":
-        y = np.clip(x, 0, alpha)
-        return y, lambda dy: dy * ((x > 0) & (x < alpha))
+        inside = (x > 0) & (x < alpha)
+        return np.clip(x, 0, alpha), lambda dy: dy * inside
     if mode == "swish":
         s = sigmoid(alpha * x)
-        return x * s, lambda dy: dy * (s * (1 + alpha * x * (1 - s)))
+        slope = s * (1 + alpha * x * (1 - s))
+        return x * s, lambda dy: dy * slope
     raise ValueError(f"unknown activation mode {mode!r}")  # the public op checks first
 
 

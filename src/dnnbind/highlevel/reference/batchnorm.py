@@ -32,10 +32,11 @@ def batchnorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, *, running_mea
         mean = _channel_sums(x) / count
         centered = x - mean.reshape(shape)
         var = _channel_sums(centered * centered) / count
-        if running_mean is not None:
+        if running_mean is not None and running_var is not None:
             _update(running_mean, mean, momentum)
             _update(running_var, var * (count / (count - 1)), momentum)
     else:
+        assert running_mean is not None and running_var is not None, "inference needs them (the op checks)"
         count = 0
         mean = running_mean.astype(dtype)  # a copy: the running stats may change after this call
         var = running_var.astype(dtype)
@@ -44,6 +45,7 @@ def batchnorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, *, running_mea
     xhat = centered * invstd.reshape(shape)
     del centered
     y = xhat * gamma.reshape(shape) + beta.reshape(shape)
+    scale = (gamma * invstd).reshape(shape)      # the pullback's own: gamma may change after this call
 
     def pullback(dy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         dy = cotangent("dy", dy, y.shape, dtype)
@@ -52,9 +54,9 @@ def batchnorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, *, running_mea
         if training:
             # d/dx of gamma * (x - mean(x)) * invstd(x): the batch statistics depend on x too.
             dx = dy - (dbeta / count).reshape(shape) - xhat * (dgamma / count).reshape(shape)
-            dx *= (gamma * invstd).reshape(shape)
+            dx *= scale
         else:
-            dx = dy * (gamma * invstd).reshape(shape)
+            dx = dy * scale
         return dx, dgamma, dbeta
 
     return y, pullback

@@ -24,13 +24,14 @@ copies); :func:`use_threads` holds the rule measured for when that pays.
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from dnnbind.highlevel.dims import ConvDims
-from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
+from dnnbind.highlevel.reference._memory import fits_in_memory
+from dnnbind.highlevel.reference._precision import cotangent, half_in_float32, private
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
 
 #: Target size of one block's column buffer: a few samples' worth that stays in the CPU's caches.
@@ -200,7 +201,7 @@ def _ungroup_filter(dwg: np.ndarray, dims: ConvDims) -> np.ndarray:
 # one sweep over (chunks x blocks) does any combination of forward, filter and data gradient
 
 
-def _sweep(lay: _Layout, wg: np.ndarray, *, xp: np.ndarray | None = None,
+def _sweep(lay: _Layout, wg: np.ndarray, *, xp: Any = None,
            saved: dict | None = None, keep: bool = False, y: np.ndarray | None = None,
            dy: np.ndarray | None = None, dxp: np.ndarray | None = None,
            dw_parts: np.ndarray | None = None) -> dict:
@@ -219,7 +220,7 @@ def _sweep(lay: _Layout, wg: np.ndarray, *, xp: np.ndarray | None = None,
         c0, c1 = g0 * lay.cg, g1 * lay.cg
         scratch = None
         for b0, b1 in lay.blocks(n0, n1):
-            cols = None
+            cols: Any = None
             if need_columns:
                 cols = None if saved is None else saved[(g0, g1, b0)]
                 if cols is None:
@@ -301,6 +302,7 @@ def _data_grad(dy: np.ndarray, wg: np.ndarray, dims: ConvDims, threaded: bool) -
 # ops
 
 
+@fits_in_memory
 @half_in_float32
 def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
          *, threaded: bool | None = None) -> tuple[np.ndarray, Callable]:
@@ -310,10 +312,12 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
     """
     threaded = use_threads(dims) if threaded is None else threaded
     lay = _Layout(dims, x.dtype, threaded)
-    wg = _group_filter(w, dims)
+    wg = private(_group_filter(w, dims), w)
     xp = _pad(x, dims)
     y = np.empty(dims.y_shape, x.dtype)
     saved = _sweep(lay, wg, xp=xp, y=y, keep=lay.keep_columns)
+    if not saved:
+        xp = private(xp, x)         # the pullback rebuilds its columns from xp
     if b is not None:
         _add_bias(y, b)
 
@@ -327,6 +331,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
     return y, pullback
 
 
+@fits_in_memory
 @half_in_float32
 def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
                    *, threaded: bool | None = None) -> tuple[np.ndarray, Callable]:
@@ -337,8 +342,8 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: Con
     """
     threaded = use_threads(dims) if threaded is None else threaded
     lay = _Layout(dims, x.dtype, threaded)
-    wg = _group_filter(w, dims)
-    xe = np.ascontiguousarray(_extend(x, dims))
+    wg = private(_group_filter(w, dims), w)
+    xe = private(np.ascontiguousarray(_extend(x, dims)), x)
     y = _data_grad(xe, wg, dims, threaded)
     if b is not None:
         _add_bias(y, b)

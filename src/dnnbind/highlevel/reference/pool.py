@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
 
 
@@ -44,6 +45,7 @@ def _unpad(dxp: np.ndarray, dims: PoolDims) -> np.ndarray:
     return np.ascontiguousarray(dxp[_interior(dims)])
 
 
+@fits_in_memory
 @half_in_float32
 def maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, Callable]:
     """Max pooling; the pullback keeps the winning offset of every window (the pooling workspace)."""
@@ -88,6 +90,7 @@ def _divisor(dims: PoolDims, count_include_pad: bool) -> np.ndarray | float:
     return counts
 
 
+@fits_in_memory
 @half_in_float32
 def meanpool(x: np.ndarray, dims: PoolDims, count_include_pad: bool = True) -> tuple[np.ndarray, Callable]:
     """Mean pooling; padding counts towards the divisor when ``count_include_pad`` (PyTorch's default)."""

@@ -12,7 +12,9 @@ uses the unscaled weights.
 
 Variable lengths follow PyTorch's packed sequences: a sequence with length L only takes steps t < L;
 its state stays frozen elsewhere (so the forward direction's final state is the one at step L - 1 and
-the reverse direction starts from h0 at step L - 1), and y is zero at padded positions.
+the reverse direction starts from h0 at step L - 1), and y is zero at padded positions. Padding is
+masked by selection, never by multiplication: padded outputs and their gradients are exactly 0 whatever
+the data (a NaN at a sequence's last step, or in x's padding, stays where it is).
 
 Tapes are indexed by step number k (time t = k forwards, T - 1 - k in reverse).
 """
@@ -41,11 +43,21 @@ class _Direction:
     hs (T + 1, H, B) and the last cell; ``backward(dy, dhy, dcy, masks)`` returns the pre-activation
     gradients of the input and recurrent products and dh0, dc0."""
 
+    hs: np.ndarray          # the states the forward pass recorded, (T + 1, H, B)
+
     def __init__(self, w_ih: np.ndarray, w_hh: np.ndarray, b_ih: np.ndarray | None,
                  b_hh: np.ndarray | None, hidden: int) -> None:
         self.hidden = hidden
         self.w_ih, self.w_hh, self.b_ih, self.b_hh = w_ih, w_hh, b_ih, b_hh
         self.has_bias = b_ih is not None
+
+    def forward(self, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None, steps: Any,
+                masks: Sequence[np.ndarray | None]) -> tuple[np.ndarray, np.ndarray | None]:
+        raise NotImplementedError
+
+    def backward(self, dyk: np.ndarray, dh: np.ndarray, dc: np.ndarray | None,
+                 masks: Sequence[np.ndarray | None]) -> tuple[Any, Any, np.ndarray, np.ndarray | None]:
+        raise NotImplementedError
 
     def project(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
         """W x_t (+ bias) for every step: (T, B, I) -> (T, G*H, B) in one batched product."""
@@ -73,6 +85,17 @@ class _Direction:
             db_ih = gx.sum(axis=1)
             db_hh = db_ih.copy() if gh_mat is gx else gh_mat.sum(axis=1)
         return dw_ih, dw_hh, db_ih, db_hh, dx
+
+
+def _padded_zero(m: np.ndarray | None, grads: np.ndarray) -> None:
+    """Set the columns of padded sequences (not m) to exactly 0, in place, whatever they hold."""
+    if m is not None:
+        np.copyto(grads, 0, where=~m)
+
+
+def _passed(m: np.ndarray | None, new: np.ndarray, carried: np.ndarray) -> np.ndarray:
+    """The state gradient before a step: ``new`` where the sequence runs (m), else ``carried`` through."""
+    return new if m is None else np.where(m, new, carried)
 
 
 def _frozen(m: np.ndarray | None, new: np.ndarray, old: np.ndarray, out: np.ndarray) -> None:
@@ -118,11 +141,8 @@ class _Plain(_Direction):
             dh_t = dh + dyk[k]
             d = slope[k]
             d *= dh_t
-            if m is not None:
-                d *= m
-            dh = np.matmul(w_hh_t, d)
-            if m is not None:
-                dh += dh_t * ~m
+            _padded_zero(m, d)
+            dh = _passed(m, np.matmul(w_hh_t, d), dh_t)
         return slope, slope, dh, None
 
 
@@ -191,9 +211,9 @@ class _LSTM(_Direction):
             a = acts[k]
             i, f, g = a[:H], a[H:2 * H], a[2 * H:3 * H]
             dh_t = dh + dyk[k]
-            dh_new = dh_t if m is None else dh_t * m
+            dh_new = dh_t
             np.multiply(dh_new, o_dtanh[k], out=dc_new)
-            dc_new += dc if m is None else dc * m
+            dc_new += dc
             d = dgates[k]
             d[:H] *= dc_new
             d[:H] *= g
@@ -203,11 +223,9 @@ class _LSTM(_Direction):
             d[2 * H:3 * H] *= i
             d[3 * H:] *= dh_new
             d[3 * H:] *= tcs[k]
-            dc_prev = dc_new * f
-            dh = np.matmul(w_hh_t, d)
-            if m is not None:
-                dc_prev += dc * ~m
-                dh += dh_t * ~m
+            _padded_zero(m, d)
+            dc_prev = _passed(m, dc_new * f, dc)
+            dh = _passed(m, np.matmul(w_hh_t, d), dh_t)
             dc = dc_prev
         return dgates, dgates, dh, dc
 
@@ -221,7 +239,8 @@ class _GRU(_Direction):
         self.w_ih_half = _half_rows(w_ih, sig)
         self.w_hh_half = _half_rows(w_hh, sig)
         self.b_ih_half = _half_rows(b_ih, sig)
-        self.b_hh_half = None if b_hh is None else _half_rows(b_hh, sig)[:, None]
+        b_hh_half = _half_rows(b_hh, sig)
+        self.b_hh_half = None if b_hh_half is None else b_hh_half[:, None]
 
     def forward(self, x, h0, c0, steps, masks):
         H = self.hidden
@@ -270,7 +289,7 @@ class _GRU(_Direction):
         for k in range(len(masks) - 1, -1, -1):
             m = masks[k]
             dh_t = dh + dyk[k]
-            dh_new = dh_t if m is None else dh_t * m
+            dh_new = dh_t
             dxg, dhg = dx_gates[k], dh_gates[k]
             dn = dxg[2 * H:]
             np.multiply(dh_new, dn_dh[k], out=dn)
@@ -279,20 +298,22 @@ class _GRU(_Direction):
             dxg[:H] *= hh[k][2 * H:]                 # d r (W_hn h + b_hn is what r scales)
             dxg[H:2 * H] *= dh_new
             dxg[H:2 * H] *= h_minus_n[k]             # d z
+            _padded_zero(m, dxg)
+            _padded_zero(m, dhg)
             dhg[:2 * H] = dxg[:2 * H]
             dh = np.matmul(w_hh_t, dhg)
             dh += dh_new * z_all[k]
-            if m is not None:
-                dh += dh_t * ~m
+            dh = _passed(m, dh, dh_t)
         return dx_gates, dh_gates, dh, None
 
 
-def _make(dims: RNNDims, entry: Sequence[np.ndarray | None]) -> _Direction:
+def _make(dims: RNNDims, entry: Sequence[Any]) -> _Direction:
+    w_ih, w_hh, b_ih, b_hh = entry
     if dims.mode == "lstm":
-        return _LSTM(*entry, dims.hidden_size)
+        return _LSTM(w_ih, w_hh, b_ih, b_hh, dims.hidden_size)
     if dims.mode == "gru":
-        return _GRU(*entry, dims.hidden_size)
-    return _Plain(*entry, dims.hidden_size, relu=dims.mode == "rnn_relu")
+        return _GRU(w_ih, w_hh, b_ih, b_hh, dims.hidden_size)
+    return _Plain(w_ih, w_hh, b_ih, b_hh, dims.hidden_size, relu=dims.mode == "rnn_relu")
 
 
 def _feature_major(a: np.ndarray) -> np.ndarray:
@@ -306,6 +327,8 @@ def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.nd
     """Run the network; returns ((y, hy, cy), pullback) with cy None unless LSTM."""
     T, H, D, B = dims.seq_len, dims.hidden_size, dims.num_directions, dims.batch
     dtype = x.dtype
+    # the pullback's own copies (x and the weights are read again by the backward pass)
+    weights = [[None if a is None else a.copy() for a in entry] for entry in weights]
     lstm = dims.mode == "lstm"
     h0 = np.zeros(dims.h_shape, dtype) if h0 is None else h0
     c0 = (np.zeros(dims.h_shape, dtype) if c0 is None else c0) if lstm else None
@@ -313,6 +336,8 @@ def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.nd
         running = None
     else:
         running = np.arange(T)[:, None] < np.asarray(dims.lengths)[None, :]      # (T, B)
+    # padded steps of x never matter: zero them so that no NaN there reaches a weight gradient
+    x = x.copy() if running is None else np.where(running[:, :, None], x, 0).astype(dtype, copy=False)
     orders = [np.arange(T), np.arange(T - 1, -1, -1)]
     step_masks = [[None] * T if running is None else [running[t][None, :] for t in order] for order in orders]
 
@@ -333,9 +358,9 @@ def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.nd
             view = out[:, :, d * H:(d + 1) * H]
             np.copyto(view, states.transpose(0, 2, 1))
             if running is not None:
-                view *= running[:, :, None]
+                np.copyto(view, 0, where=~running[:, :, None])
             hy[idx] = hs[T].T
-            if lstm:
+            if cy is not None and c_last is not None:
                 cy[idx] = c_last.T
             cells.append(cell)
         inputs.append(layer_in)
@@ -351,11 +376,11 @@ def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.nd
         elif dcy is not None:
             raise ValueError(f"dcy is only used by mode='lstm', not mode={dims.mode!r}")
         if running is not None:
-            dy = dy * running[:, :, None]  # y is constant zero at padded positions
+            dy = np.where(running[:, :, None], dy, 0)  # y is constant zero at padded positions
         dh0 = np.empty(dims.h_shape, dtype)
         dc0 = np.empty(dims.h_shape, dtype) if lstm else None
         dweights: list[tuple] = [()] * len(cells)
-        d_out = dy
+        d_out: Any = dy
         for layer in range(dims.num_layers - 1, -1, -1):
             d_in = None
             for d in range(D):
@@ -372,7 +397,7 @@ def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.nd
                 dx_part = dx_steps if d == 0 else dx_steps[::-1]
                 d_in = dx_part if d_in is None else d_in + dx_part
                 dh0[idx] = dh.T
-                if lstm:
+                if dc0 is not None and dc is not None:
                     dc0[idx] = dc.T
                 dweights[idx] = (dw_ih, dw_hh, db_ih, db_hh)
             d_out = d_in

@@ -7,6 +7,8 @@ import numpy as np
 
 from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
 
+# The pullbacks keep y; the caller gets a copy, so changing the returned y leaves the pullback alone.
+
 
 @half_in_float32
 def softmax(x: np.ndarray, axis: int) -> tuple[np.ndarray, Callable]:
@@ -21,7 +23,7 @@ def softmax(x: np.ndarray, axis: int) -> tuple[np.ndarray, Callable]:
         dx -= y * dx.sum(axis=axis, keepdims=True)
         return dx
 
-    return y, pullback
+    return y.copy(), pullback
 
 
 @half_in_float32
@@ -34,4 +36,4 @@ def logsoftmax(x: np.ndarray, axis: int) -> tuple[np.ndarray, Callable]:
         dy = cotangent("dy", dy, y.shape, y.dtype)
         return dy - np.exp(y) * dy.sum(axis=axis, keepdims=True)
 
-    return y, pullback
+    return y.copy(), pullback

@@ -1,0 +1,62 @@
+"""Fail at once, with the size, when a problem cannot fit in the machine's memory.
+
+A huge convolution or pooling would otherwise spend seconds building offset lists and buffers and then
+raise a bare MemoryError (or, without a memory cap, fill the machine). The dims objects estimate a lower
+bound of what a call needs (``working_bytes``); this module compares it with the memory available.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import resource
+from typing import Any, Callable
+
+
+def available_bytes() -> int:
+    """Memory this process can still get: the kernel's MemAvailable (physical memory elsewhere), capped
+    by an address-space limit (``ulimit -v``) when one is set."""
+    available = None
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if available is None:
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        available = min(available, soft)
+    return available
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+#: problems needing less than this are not checked (reading /proc/meminfo costs more than a small op)
+CHECK_FROM_BYTES = 1 << 30
+
+
+def check_fits(op: str, dims: Any, itemsize: int) -> None:
+    """MemoryError saying how much ``op`` would need when ``dims.working_bytes`` exceeds what is available."""
+    need = dims.working_bytes(itemsize)
+    if need < CHECK_FROM_BYTES:
+        return
+    have = available_bytes()
+    if need > have:
+        raise MemoryError(f"{op} on x of shape {dims.x_shape} would need at least {_gib(need)} of memory "
+                          f"({need} bytes) but {_gib(have)} is available")
+
+
+def fits_in_memory(op: Callable[..., Any]) -> Callable[..., Any]:
+    """Check, before ``op`` allocates anything (half-precision casts included), that the problem its dims
+    argument (the one with ``working_bytes``) describes fits; half precision is computed in float32."""
+    @functools.wraps(op)
+    def checked(x: Any, *args: Any, **kwargs: Any) -> Any:
+        dims = next(a for a in args if hasattr(a, "working_bytes"))
+        check_fits(op.__name__, dims, max(x.dtype.itemsize, 4))
+        return op(x, *args, **kwargs)
+    return checked

@@ -375,3 +375,20 @@ def test_all_ops_keep_shapes_and_dtypes(poisoned):
     for dtype, (xs, ws) in itertools.product(DTYPES, [((1, 2, 5, 5), (3, 2, 3, 3))]):
         y, pullback = dnnbind.conv(cp.ones(xs, dtype), cp.ones(ws, dtype), cp.ones(3, dtype))
         assert y.dtype == dtype and [g.dtype for g in pullback(y)] == [np.dtype(dtype)] * 3
+
+
+@pytest.mark.gpu
+def test_seeded_dropout_reuses_its_mask_without_copying_states(poisoned):
+    """The second call with a seed applies the kept mask (cudnnDropoutBackward with dy = x): no forward, no
+    states restored or copied, and the same result as the first call."""
+    cp = poisoned
+    x = cp.asarray(np.random.default_rng(5).standard_normal((4, 1000)).astype(np.float32))
+    first, _ = dnnbind.dropout(x, 0.3, seed=99)
+    with dnnbind.trace(file=None) as records:
+        again, pullback = dnnbind.dropout(x, 0.3, seed=99)
+    names = [record.function for record in records]
+    assert "cudnnDropoutBackward" in names
+    assert not {"cudnnDropoutForward", "cudnnRestoreDropoutDescriptor", "cudnnSetDropoutDescriptor"} & set(names)
+    cp.testing.assert_array_equal(again, first)
+    dy = cp.ones_like(x)
+    cp.testing.assert_array_equal(pullback(dy) != 0, first != 0)

@@ -4,9 +4,11 @@ cuDNN draws its mask from random-number-generator states that it initialises fro
 (cudnnSetDropoutDescriptor, a kernel launch) and advances on every forward call. The backend keeps
 initialised states per (device, seed) in a bounded cache:
 
-* ``seed`` given (an int): every call starts from a copy of the seed's pristine states, so the same
-  seed gives the same mask, call after call (the copy runs on the calling stream, after the states'
-  initialisation, which may have run on another stream: see :mod:`dnnbind.highlevel.gpu.dropout`);
+* ``seed`` given (an int): the same seed gives the same mask, call after call. The first call for a
+  (device, seed, p, size, dtype) draws the mask from a copy of the seed's pristine states and keeps it
+  (bounded cache ``MASKS``); later calls apply the kept mask with cudnnDropoutBackward (dy = x gives
+  x * mask / (1 - p), the forward's result) and copy no states. Users on other streams wait for the
+  event recorded after the mask was drawn (see :mod:`dnnbind.highlevel.gpu.dropout`);
 * ``seed=None``: one set of states per device and stream, seeded from the OS's entropy and advancing
   with each call (used by one stream only, so the calls that advance it are ordered);
 * a ``numpy.random.Generator``: draws a 63-bit seed from it (advancing it) and initialises states for
@@ -36,6 +38,7 @@ from dnnbind.highlevel.gpu.dropout import DropoutPart, DropoutPullbackBase, read
 from dnnbind.highlevel.gpu.views import flat_dense
 
 STATES: PlanCache["DropoutStates"] = PlanCache("cudnn.dropout_states", maxsize=16)
+MASKS: PlanCache["SeededMask"] = PlanCache("cudnn.dropout_masks", maxsize=16)
 TENSORS: PlanCache[TensorDescriptor] = PlanCache("cudnn.dropout_tensor", maxsize=128)
 
 
@@ -79,6 +82,15 @@ def _states(cp: Any, h: Any, device: int, stream: int, seed: Any) -> tuple[Dropo
     return states, states.buffer.copy()         # the pristine states stay untouched
 
 
+class SeededMask:
+    """The mask a seed gives one (p, size, dtype): the chunks' reserve spaces, never written again, and the
+    event recorded after they were drawn."""
+
+    def __init__(self, parts: list[DropoutPart], ready: Any) -> None:
+        self.parts = parts
+        self.ready = ready
+
+
 class DropoutPullback(DropoutPullbackBase):
     """dy -> dx through cudnnDropoutBackward with the forward's reserve space, chunk by chunk."""
 
@@ -86,6 +98,24 @@ class DropoutPullback(DropoutPullbackBase):
         t, at = part.tensor.handle, part.chunk.offset(dy.itemsize)
         lib().cudnnDropoutBackward(handle(self._device, current_stream()), part.desc.handle, t, dy.data.ptr + at, t,
                                    dx.data.ptr + at, part.reserve.data.ptr, part.reserve.size)
+
+
+def _draw(cp: Any, c: Any, h: Any, x: Any, y: Any, p: float, states: DropoutStates, buffer: Any) -> list[DropoutPart]:
+    """y = dropout(x) with a new mask drawn from ``buffer`` (advancing it), chunk by chunk; the parts keep the
+    masks (reserve spaces) and the descriptors the pullback needs."""
+    desc = DropoutDescriptor()
+    c.cudnnRestoreDropoutDescriptor(desc.handle, h, float(p), buffer.data.ptr, states.size, states.seed)
+    parts = []
+    for chunk in chunk_plan(x.size):
+        tensor = TENSORS.get((chunk.size, x.dtype.name), lambda: TensorDescriptor((1, 1, 1, chunk.size), x.dtype.name))
+        size = ctypes.c_size_t()
+        c.cudnnDropoutGetReserveSpaceSize(tensor.handle, ctypes.byref(size))
+        reserve = cp.empty(size.value, np.uint8)
+        at = chunk.offset(x.itemsize)
+        c.cudnnDropoutForward(h, desc.handle, tensor.handle, x.data.ptr + at, tensor.handle, y.data.ptr + at,
+                              reserve.data.ptr, reserve.size)
+        parts.append(DropoutPart(chunk, desc, tensor, reserve, buffer))
+    return parts
 
 
 def dropout(x: Any, p: float, seed: Any = None) -> tuple[Any, DropoutPullback]:
@@ -100,18 +130,22 @@ def dropout(x: Any, p: float, seed: Any = None) -> tuple[Any, DropoutPullback]:
         x, y = flat_dense(cp, x)
         stream = current_stream()
         h = handle(call.device, stream)
-        states, buffer = _states(cp, h, call.device, stream, seed)
-        desc = DropoutDescriptor()
-        c.cudnnRestoreDropoutDescriptor(desc.handle, h, float(p), buffer.data.ptr, states.size, states.seed)
-        parts = []
-        for chunk in chunk_plan(x.size):
-            tensor = TENSORS.get((chunk.size, x.dtype.name),
-                                 lambda: TensorDescriptor((1, 1, 1, chunk.size), x.dtype.name))
-            size = ctypes.c_size_t()
-            c.cudnnDropoutGetReserveSpaceSize(tensor.handle, ctypes.byref(size))
-            reserve = cp.empty(size.value, np.uint8)
-            at = chunk.offset(x.itemsize)
-            c.cudnnDropoutForward(h, desc.handle, tensor.handle, x.data.ptr + at, tensor.handle, y.data.ptr + at,
-                                  reserve.data.ptr, reserve.size)
-            parts.append(DropoutPart(chunk, desc, tensor, reserve, buffer))
+        if seed is not None and not isinstance(seed, np.random.Generator):
+            key = (call.device, _int_seed(seed)[0], float(p), x.size, x.dtype.name)
+            drawn_here: list[bool] = []
+
+            def draw_and_keep() -> SeededMask:
+                kept = _draw(cp, c, h, x, y, p, *_states(cp, h, call.device, stream, seed))
+                drawn_here.append(True)                 # this call's y is computed
+                return SeededMask(kept, ready_event(cp))
+            mask = MASKS.get(key, draw_and_keep)
+            if not drawn_here:                          # drawn before, maybe on another stream: apply it
+                wait_until_ready(cp, mask.ready)
+                for part in mask.parts:
+                    t, at = part.tensor.handle, part.chunk.offset(x.itemsize)
+                    c.cudnnDropoutBackward(h, part.desc.handle, t, x.data.ptr + at, t, y.data.ptr + at,
+                                           part.reserve.data.ptr, part.reserve.size)
+            parts = mask.parts
+        else:
+            parts = _draw(cp, c, h, x, y, p, *_states(cp, h, call.device, stream, seed))
     return y, DropoutPullback(cp, y, call.device, p, parts)

@@ -8,7 +8,6 @@ bare ctypes function; the slow paths below run only to name what is wrong.
 """
 from __future__ import annotations
 
-import array
 import ctypes
 import struct
 import sys
@@ -38,8 +37,6 @@ RANGES: dict[str, tuple[str, int, int]] = {
 _CTYPE_CODES = {ctypes.c_byte: "b", ctypes.c_ubyte: "B", ctypes.c_short: "h", ctypes.c_ushort: "H",
                 ctypes.c_int: "i", ctypes.c_uint: "I", ctypes.c_longlong: "q", ctypes.c_ulonglong: "Q",
                 ctypes.c_long: "q", ctypes.c_ulong: "Q", ctypes.c_size_t: "N", ctypes.c_ssize_t: "n"}
-# array.array has no size_t letters: the same-width 64-bit ones
-_ARRAY_CODES = {"n": "q", "N": "Q"}
 
 
 def struct_code(ctype: Any) -> str | None:
@@ -202,16 +199,10 @@ class HostArray:
                            f"is an output ({self.cname}*): pass a ctypes array or numpy array "
                            f"to receive it, not a {type(obj).__name__}")
         self._need(len(obj), count, index, obj)
-        if self.code is None:
-            try:
-                return (self.ctype * len(obj))(*obj)
-            except TypeError as exc:
-                raise _problem(DnnArgumentError, index, f"has an element of the wrong type: {exc}") from None
-        try:
-            values = array.array(_ARRAY_CODES.get(self.code, self.code), obj)
-        except (OverflowError, TypeError):
-            raise self._element_problem(obj, index) from None
-        return (self.ctype * len(values)).from_buffer(values)
+        try:                                  # integer sequences are packed by convert() itself
+            return (self.ctype * len(obj))(*obj)
+        except TypeError as exc:
+            raise _problem(DnnArgumentError, index, f"has an element of the wrong type: {exc}") from None
 
     def _element_problem(self, obj: Sequence[Any], index: int) -> Exception:
         assert self.code is not None

@@ -145,7 +145,7 @@ def test_lstm_module_on_cuda_equals_torch(backend):
 
 def test_batchnorm_module_updates_cuda_buffers_in_place(backend):
     backend("batchnorm")
-    bn = dt.BatchNorm(3).cuda()
+    bn = dt.BatchNorm2d(3).cuda()
     ref = torch.nn.BatchNorm2d(3).cuda()
     x = torch.randn(4, 3, 5, 5, device="cuda") + 2
     torch.testing.assert_close(bn(x), ref(x), rtol=1e-4, atol=1e-4)

@@ -79,7 +79,7 @@ class _Recurrent:
                 layer.check_input(x, None)
         with torch_argument_names(self._error_names()):
             y, hy, cy = self._run(x, h0, c0, lengths)
-        if packed is not None:
+        if packed is not None and lengths is not None:
             out: Any = _repack(y, lengths, packed)
         elif unbatched:
             out, hy, cy = y.squeeze(1), hy.squeeze(1), None if cy is None else cy.squeeze(1)

@@ -1,9 +1,11 @@
-"""Checks the drop-in layer tests share: a dnnbind layer against torch.nn's layer built with the same
-arguments (state_dict both ways, outputs, input and parameter gradients)."""
+"""What the drop-in layer tests share: a dnnbind layer checked against torch.nn's layer built with the
+same arguments (state_dict both ways, outputs, input and parameter gradients), and one model definition
+that both namespaces build."""
 from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 
 def assert_same_grads(ours: nn.Module, theirs: nn.Module, tol: float) -> None:
@@ -28,3 +30,25 @@ def assert_layer_matches(ours: nn.Module, theirs: nn.Module, x: torch.Tensor, to
     torch.testing.assert_close(x_ours.grad, x_theirs.grad, rtol=tol, atol=tol)
     assert_same_grads(ours, theirs, tol)
     theirs.load_state_dict(ours.state_dict())
+
+
+class Net(nn.Module):
+    """One model definition for both namespaces: conv, batch norm, activations, pooling with ceil_mode
+    and divisor_override, dropout, and a bidirectional LSTM over packed sequences."""
+
+    def __init__(self, nn, p: float) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 6, 3, padding="same"), nn.BatchNorm2d(6), nn.ReLU(),
+            nn.MaxPool2d(3, 2, ceil_mode=True),                              # 12 -> 6, one extra window
+            nn.Conv2d(6, 5, 3, padding=1, bias=False), nn.BatchNorm2d(5, momentum=None), nn.ELU(0.7),
+            nn.AvgPool2d(2, divisor_override=3), nn.Dropout(p), nn.LeakyReLU(0.1))  # 6 -> 3
+        self.lstm = nn.LSTM(5, 4, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = nn.Sequential(nn.Linear(8, 3), nn.SiLU(), nn.LogSoftmax(dim=1))
+
+    def forward(self, images: torch.Tensor, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        seq = self.features(images).flatten(2).transpose(1, 2)              # (N, 9, 5)
+        packed = pack_padded_sequence(seq, lengths, batch_first=True, enforce_sorted=False)
+        out, (h, _) = self.lstm(packed)
+        padded, _ = pad_packed_sequence(out, batch_first=True)
+        return self.head(torch.cat([h[-2], h[-1]], dim=1)), padded

@@ -8,9 +8,9 @@ import inspect
 import pytest
 import torch
 import torch.nn as torch_nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from dnnbind.torch import nn as dnnbind_nn
+from layer_checks import Net
 
 # layer name -> (constructor arguments, input shape) for one forward each
 SAMPLES = {
@@ -81,28 +81,6 @@ def test_each_layer_is_computed_by_dnnbind(name):
 ])
 def test_reprs_are_torchs(make):
     assert repr(make(dnnbind_nn)) == repr(make(torch_nn))
-
-
-class Net(torch_nn.Module):
-    """One model definition for both namespaces: conv, batch norm, activations, pooling with ceil_mode
-    and divisor_override, dropout, and a bidirectional LSTM over packed sequences."""
-
-    def __init__(self, nn, p: float) -> None:
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(3, 6, 3, padding="same"), nn.BatchNorm2d(6), nn.ReLU(),
-            nn.MaxPool2d(3, 2, ceil_mode=True),                              # 12 -> 6, one extra window
-            nn.Conv2d(6, 5, 3, padding=1, bias=False), nn.BatchNorm2d(5, momentum=None), nn.ELU(0.7),
-            nn.AvgPool2d(2, divisor_override=3), nn.Dropout(p), nn.LeakyReLU(0.1))  # 6 -> 3
-        self.lstm = nn.LSTM(5, 4, num_layers=2, batch_first=True, bidirectional=True)
-        self.head = nn.Sequential(nn.Linear(8, 3), nn.SiLU(), nn.LogSoftmax(dim=1))
-
-    def forward(self, images: torch.Tensor, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        seq = self.features(images).flatten(2).transpose(1, 2)              # (N, 9, 5)
-        packed = pack_padded_sequence(seq, lengths, batch_first=True, enforce_sorted=False)
-        out, (h, _) = self.lstm(packed)
-        padded, _ = pad_packed_sequence(out, batch_first=True)
-        return self.head(torch.cat([h[-2], h[-1]], dim=1)), padded
 
 
 def _torch_ops_in_graph(output: torch.Tensor) -> set[str]:

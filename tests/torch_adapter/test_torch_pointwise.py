@@ -38,6 +38,13 @@ def test_hardtanh_with_a_nonzero_min_is_refused(args):
         dt.Hardtanh(*args)
 
 
+def test_activation_errors_name_the_layers_argument():
+    with pytest.raises(ValueError, match="negative_slope=nan"):
+        dt.LeakyReLU(float("nan"))(X)
+    with pytest.raises(ValueError, match="max_val=inf"):
+        dt.Hardtanh(0.0, float("inf"))(X)
+
+
 @pytest.mark.parametrize("name", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("dim, shape", [(1, (2, 5)), (-1, (2, 3, 4)), (0, (3, 4))], ids=["1", "-1", "0"])
 def test_softmax_layers_equal_torch(name, dim, shape):

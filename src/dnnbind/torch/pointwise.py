@@ -19,8 +19,9 @@ Tensor = torch.Tensor
 _NAMES = {"x": "input"}
 
 
-def _activation(input: Tensor, mode: str, alpha: float | None = None) -> Tensor:
-    with torch_argument_names({**_NAMES, "alpha": "the layer's coefficient"}):
+def _activation(input: Tensor, mode: str, alpha: float | None = None, argument: str = "alpha") -> Tensor:
+    """The activation op, its errors naming ``argument`` (the layer's own name for the coefficient)."""
+    with torch_argument_names({**_NAMES, "alpha": argument}):
         return F.activation(input, mode, alpha=alpha)
 
 
@@ -56,7 +57,7 @@ class LeakyReLU(nn.LeakyReLU):
     """torch.nn.LeakyReLU computed by dnnbind."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return _activation(input, "leaky_relu", self.negative_slope)
+        return _activation(input, "leaky_relu", self.negative_slope, "negative_slope")
 
 
 class SiLU(nn.SiLU):
@@ -81,7 +82,7 @@ class Hardtanh(nn.Hardtanh):
 
     def forward(self, input: Tensor) -> Tensor:
         self._check_range()
-        return _activation(input, "clipped_relu", self.max_val)
+        return _activation(input, "clipped_relu", self.max_val, "max_val")
 
 
 class ReLU6(nn.ReLU6):

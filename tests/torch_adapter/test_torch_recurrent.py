@@ -153,3 +153,11 @@ def test_recurrent_errors_speak_torch():
         lstm(torch.randn(2, 2, 3), (torch.zeros(1, 3, 4), torch.zeros(1, 3, 4)))
     with pytest.raises(ValueError, match="LSTM: expected input to be 2D or 3D"):
         lstm(torch.randn(3))
+
+
+def test_op_errors_name_torchs_parameters():
+    lstm = dt.LSTM(3, 4, num_layers=2)
+    with torch.no_grad():
+        lstm.weight_hh_l1 = nn.Parameter(torch.zeros(16, 5))    # a wrong shape torch's own checks miss
+    with pytest.raises(ValueError, match=r"weight_hh_l1 has shape \(16, 5\) but must have shape \(16, 4\)"):
+        lstm(torch.randn(2, 1, 3))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Union
+
+Names = Union[Mapping[str, str], Callable[[], Mapping[str, str]]]
 
 
 def rename(message: str, names: Mapping[str, str]) -> str:
@@ -17,14 +19,15 @@ def rename(message: str, names: Mapping[str, str]) -> str:
 
 
 @contextlib.contextmanager
-def torch_argument_names(names: Mapping[str, str]) -> Iterator[None]:
-    """Re-raise a ValueError or TypeError from an op with its array names replaced by ``names``."""
+def torch_argument_names(names: Names) -> Iterator[None]:
+    """Re-raise a ValueError or TypeError from an op with its array names replaced by ``names`` (a
+    mapping, or a function returning one, called only when there is an error to rename)."""
     try:
         yield
     except (ValueError, TypeError) as exc:
         if type(exc) not in (ValueError, TypeError):
             raise
-        message = rename(str(exc), names)
+        message = rename(str(exc), names() if callable(names) else names)
         if message == str(exc):
             raise
         raise type(exc)(message) from exc

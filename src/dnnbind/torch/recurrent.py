@@ -77,7 +77,7 @@ class _Recurrent:
                                          (h0, c0) if lstm else h0, None)
             else:
                 layer.check_input(x, None)
-        with torch_argument_names(self._error_names()):
+        with torch_argument_names(self._error_names):
             y, hy, cy = self._run(x, h0, c0, lengths)
         if packed is not None and lengths is not None:
             out: Any = _repack(y, lengths, packed)

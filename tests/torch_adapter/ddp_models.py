@@ -17,7 +17,7 @@ class CNN(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.conv = dt.Conv2d(1, 4, 3, padding=1)
-        self.pool = dt.Pool(2)
+        self.pool = dt.MaxPool2d(2)
         self.fc = nn.Linear(4 * 4 * 4, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -152,6 +152,9 @@ def test_argument_errors_name_the_argument(randn):
         dt.conv(x, torch.zeros(2, 3, 3, 3, dtype=torch.int32))
     with pytest.raises(TypeError, match="w has dtype bfloat16 but x has dtype float32"):
         dt.conv(x, torch.zeros(2, 3, 3, 3, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match=r"w has dtype torch.float64 but x has dtype torch.float32; convert one "
+                                        r"of them \(for example w.to\(x.dtype\)\)"):
+        dt.conv(x, torch.zeros(2, 3, 3, 3, dtype=torch.float64))
     with pytest.raises(TypeError, match="w must be a torch.Tensor, not ndarray"):
         dt.conv(x, np.zeros((2, 3, 3, 3), np.float32))
     with pytest.raises(TypeError, match="b is on device meta; dnnbind takes CPU and CUDA tensors"):

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import dnnbind.torch as dt
+from layer_checks import Net
 from dnnbind.highlevel.dispatch import load_backend
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 
@@ -145,7 +146,7 @@ def test_lstm_module_on_cuda_equals_torch(backend):
 
 def test_batchnorm_module_updates_cuda_buffers_in_place(backend):
     backend("batchnorm")
-    bn = dt.BatchNorm(3).cuda()
+    bn = dt.BatchNorm2d(3).cuda()
     ref = torch.nn.BatchNorm2d(3).cuda()
     x = torch.randn(4, 3, 5, 5, device="cuda") + 2
     torch.testing.assert_close(bn(x), ref(x), rtol=1e-4, atol=1e-4)
@@ -179,3 +180,22 @@ def test_bfloat16_cuda_tensors_pass_through(backend):
     assert x.grad.dtype == torch.bfloat16
     torch.testing.assert_close(x.grad.float(), xr.grad, rtol=3e-2, atol=6e-2)
     torch.testing.assert_close(w.grad.float(), wr.grad, rtol=3e-2, atol=2e-1)
+
+
+def test_a_model_from_the_dnnbind_namespace_on_cuda_equals_torch(backend):
+    """conv, batch norm, activations, pooling with ceil_mode (asymmetric padding) and divisor_override,
+    dropout, and an LSTM over packed sequences, against the same model from torch.nn."""
+    backend("conv", "batchnorm", "activation", "maxpool", "meanpool", "rnn", "logsoftmax")
+    torch.manual_seed(0)
+    theirs, ours = Net(torch.nn, p=0.0).cuda(), Net(dt.nn, p=0.0).cuda()
+    ours.load_state_dict(theirs.state_dict())
+    images = torch.randn(4, 3, 12, 12, device="cuda")
+    lengths = [9, 4, 7, 2]
+    results = []
+    for model in (ours, theirs):
+        x = images.clone().requires_grad_()
+        logp, padded = model(x, lengths)
+        (logp.square().sum() + padded.sin().sum()).backward()
+        results.append((logp, padded, x.grad, [p.grad for p in model.parameters()]))
+    torch.testing.assert_close(results[0], results[1], rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(ours.state_dict(), theirs.state_dict(), rtol=1e-4, atol=1e-4)

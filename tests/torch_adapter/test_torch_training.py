@@ -13,8 +13,8 @@ class SmallCNN(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.conv = dt.Conv2d(1, 6, 3, padding=1)
-        self.bn = dt.BatchNorm(6)
-        self.pool = dt.Pool(2)
+        self.bn = dt.BatchNorm2d(6)
+        self.pool = dt.MaxPool2d(2)
         self.drop = dt.Dropout(0.1)
         self.fc = nn.Linear(6 * 4 * 4, 3)
 

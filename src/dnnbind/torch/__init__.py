@@ -3,6 +3,10 @@
 CPU tensors run on the numpy reference backend, CUDA tensors on the GPU backends (through CuPy, on
 torch's current stream); both without copies. Gradients come from the ops' own pullbacks.
 
+Functions (``dnnbind.torch.conv`` ...) take and return tensors; layers with torch.nn's names and
+arguments (``dnnbind.torch.Conv2d`` ...) live in :mod:`dnnbind.torch.nn`, which is torch.nn with
+dnnbind's layers in place of torch's: ``from dnnbind.torch import nn`` switches a model over.
+
 PyTorch is optional: ``import dnnbind`` never imports it; only ``import dnnbind.torch`` does.
 """
 from __future__ import annotations
@@ -13,10 +17,13 @@ except ImportError as exc:                              # pragma: no cover - exe
     raise ImportError("dnnbind.torch needs PyTorch (pip install torch); the rest of dnnbind works "
                       "without it") from exc
 
+from dnnbind.torch import nn
 from dnnbind.torch.functional import (activation, batchnorm, conv, conv_transpose, dropout, logsoftmax,
                                       maxpool, meanpool, rnn, softmax)
-from dnnbind.torch.nn import GRU, LSTM, RNN, BatchNorm, Conv, Conv1d, Conv2d, Conv3d, Dropout, Pool
+from dnnbind.torch.nn import (ELU, GRU, LSTM, RNN, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d,
+                              BatchNorm3d, Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d,
+                              ConvTranspose3d, Dropout, Hardtanh, LeakyReLU, LogSoftmax, MaxPool1d, MaxPool2d,
+                              MaxPool3d, ReLU, ReLU6, Sigmoid, SiLU, Softmax, Tanh)
 
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
-           "batchnorm", "dropout", "rnn",
-           "Conv", "Conv1d", "Conv2d", "Conv3d", "Pool", "BatchNorm", "Dropout", "RNN", "LSTM", "GRU"]
+           "batchnorm", "dropout", "rnn", "nn", *nn.PROVIDED]

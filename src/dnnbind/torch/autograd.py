@@ -21,7 +21,7 @@ from typing import Any, Callable, Collection, Mapping
 import torch
 from torch.autograd.function import once_differentiable
 
-from dnnbind.torch.convert import common_device, device_scope, to_array, to_tensor
+from dnnbind.torch.convert import check_same_dtype, common_device, device_scope, to_array, to_tensor
 
 Nested = Any   # a tensor, None, or a list/tuple of Nested
 Structure = Any  # None for a leaf, else (list or tuple, [child structures])
@@ -106,7 +106,8 @@ def apply(run: Callable[..., tuple[Any, Callable[..., Any]]], inputs: Mapping[st
     """Call ``run`` on arrays and return tensors differentiable through its pullback (see the module doc).
 
     ``inputs``: name -> tensor, None or nest, passed positionally in this order; ``inplace``: name ->
-    tensor passed as a keyword array that ``run`` may update in place (never differentiated);
+    tensor passed as a keyword array that ``run`` may update in place (never differentiated, any float
+    dtype; the tensors in ``inputs`` share one dtype, else TypeError in torch's terms);
     ``nondiff``: indices of outputs that get no gradient. Returns a tensor, or a tuple when ``run``
     returns a tuple.
     """
@@ -115,6 +116,7 @@ def apply(run: Callable[..., tuple[Any, Callable[..., Any]]], inputs: Mapping[st
     names: list[str] = []
     structure = [_flatten(tree, name, leaves, names) for name, tree in inputs.items()]
     device = common_device({**dict(zip(names, leaves)), **inplace})
+    check_same_dtype(dict(zip(names, leaves)))
     call = _Call(run, structure, inplace, frozenset(nondiff), device)
     outputs = _OpFunction.apply(call, *leaves)
     return outputs if call.tuple_result else outputs[0]

@@ -56,6 +56,19 @@ def common_device(tensors: Mapping[str, torch.Tensor | None]) -> torch.device:
     return first[1]
 
 
+def check_same_dtype(tensors: Mapping[str, torch.Tensor | None]) -> None:
+    """TypeError naming the first tensor whose dtype differs from the first one's (None skipped)."""
+    first: tuple[str, torch.dtype] | None = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if first is None:
+            first = (name, t.dtype)
+        elif t.dtype != first[1]:
+            raise TypeError(f"{name} has dtype {t.dtype} but {first[0]} has dtype {first[1]}; convert one of "
+                            f"them (for example {name}.to({first[0]}.dtype))")
+
+
 def cupy() -> ModuleType:
     """The cupy module; ImportError saying how to install it when it is missing."""
     try:

@@ -1,140 +1,142 @@
-"""RNN, LSTM and GRU modules with torch.nn.RNN/LSTM/GRU's parameters, running dnnbind's rnn op.
+"""RNN, LSTM and GRU: torch.nn's classes (arguments, parameters ``weight_ih_l{k}{_reverse}`` ...,
+initialisation, repr, state_dict) whose forward runs dnnbind's rnn op.
 
-Parameters are named ``weight_ih_l{k}{suffix}``, ``weight_hh_l{k}{suffix}``, ``bias_ih_l{k}{suffix}``,
-``bias_hh_l{k}{suffix}`` (suffix ``_reverse`` for the second direction) with torch's shapes and gate
-order, so a state_dict moves between a torch.nn.LSTM and a dnnbind LSTM unchanged.
+Inputs as torch takes them: (seq, batch, input), (batch, seq, input) with ``batch_first``, unbatched
+(seq, input), or a ``PackedSequence``, which becomes a padded batch and the op's ``lengths`` and comes
+back packed like the input. ``dropout`` applies between layers in training mode (the layers then run one
+op call each). LSTM ``proj_size`` > 0 raises NotImplementedError.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from dnnbind.torch import functional as F
+from dnnbind.torch.errors import torch_argument_names
+from dnnbind.torch.layer_inputs import not_supported
 
 Tensor = torch.Tensor
-_GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
+_MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
+_LABELS = ("w_ih", "w_hh", "b_ih", "b_hh")
 
 
-class _Recurrent(nn.Module):
-    """What RNN, LSTM and GRU share: parameters per layer and direction, and the forward pass.
+class _Recurrent:
+    """forward shared by RNN, LSTM and GRU."""
 
-    Inputs are (seq, batch, input), (batch, seq, input) with ``batch_first``, or unbatched
-    (seq, input). ``dropout`` applies between layers in training mode.
-    """
-
-    def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int, bias: bool,
-                 batch_first: bool, dropout: float, bidirectional: bool, device: Any, dtype: Any) -> None:
-        super().__init__()
-        self.mode = mode
-        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
-        self.bias, self.batch_first, self.dropout, self.bidirectional = bias, batch_first, dropout, bidirectional
-        self.num_directions = 2 if bidirectional else 1
-        factory = {"device": device, "dtype": dtype}
-        gates = _GATES[mode] * hidden_size
-        self._weight_names: list[tuple[str, ...]] = []
-        for layer in range(num_layers):
-            layer_input = input_size if layer == 0 else hidden_size * self.num_directions
-            for direction in range(self.num_directions):
-                suffix = f"_l{layer}" + ("_reverse" if direction else "")
-                shapes: dict[str, tuple[int, ...]] = {f"weight_ih{suffix}": (gates, layer_input),
-                                                      f"weight_hh{suffix}": (gates, hidden_size)}
-                if bias:
-                    shapes.update({f"bias_ih{suffix}": (gates,), f"bias_hh{suffix}": (gates,)})
-                for name, shape in shapes.items():
-                    setattr(self, name, nn.Parameter(torch.empty(shape, **factory)))
-                self._weight_names.append(tuple(shapes))
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        """torch's initialisation: every parameter uniform in +-1/sqrt(hidden_size)."""
-        bound = 1.0 / math.sqrt(self.hidden_size)
-        for p in self.parameters():
-            nn.init.uniform_(p, -bound, bound)
+    def _check_options(self) -> None:
+        layer: Any = self
+        if layer.proj_size:
+            raise not_supported(type(self).__name__, "proj_size", layer.proj_size,
+                                "dnnbind's rnn op has no projection")
 
     def weights(self) -> list[tuple[Tensor, Tensor, Tensor | None, Tensor | None]]:
-        """(w_ih, w_hh, b_ih, b_hh) per layer and direction, the rnn op's ``weights`` argument."""
+        """(w_ih, w_hh, b_ih, b_hh) per layer and direction: the rnn op's ``weights`` argument."""
+        layer: Any = self
         out = []
-        for names in self._weight_names:
-            w = [getattr(self, n) for n in names]
-            out.append((w[0], w[1], w[2], w[3]) if self.bias else (w[0], w[1], None, None))
+        for names in layer._all_weights:
+            w = [getattr(layer, n) for n in names]
+            out.append((w[0], w[1], w[2], w[3]) if len(w) == 4 else (w[0], w[1], None, None))
         return out
 
-    def forward(self, x: Tensor, hx: Any = None) -> tuple[Tensor, Any]:
-        if isinstance(x, nn.utils.rnn.PackedSequence):
-            raise TypeError("PackedSequence is not supported: pad the batch and pass its lengths to "
-                            "dnnbind.torch.rnn(..., lengths=...)")
-        unbatched = x.dim() == 2
-        if unbatched:
-            x = x.unsqueeze(1)
-        elif self.batch_first:
-            x = x.transpose(0, 1)
-        h0, c0 = (hx if self.mode == "lstm" and hx is not None else (hx, None))
-        if unbatched and h0 is not None:
-            h0, c0 = h0.unsqueeze(1), None if c0 is None else c0.unsqueeze(1)
-        y, hy, cy = self._run(x, h0, c0)
-        if unbatched:
-            y, hy, cy = y.squeeze(1), hy.squeeze(1), None if cy is None else cy.squeeze(1)
-        elif self.batch_first:
-            y = y.transpose(0, 1)
-        return y, ((hy, cy) if self.mode == "lstm" else hy)
+    def _error_names(self) -> dict[str, str]:
+        layer: Any = self
+        names = {"x": "input", "h0": "h_0", "c0": "c_0"}
+        for i, params in enumerate(layer._all_weights):
+            for j, param in enumerate(params):
+                names[f"weights[{i}][{j}]"] = names[f"weights[{i}][{j}] ({_LABELS[j]})"] = param
+        return names
 
-    def _run(self, x: Tensor, h0: Tensor | None, c0: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+    def forward(self, input: Tensor | PackedSequence, hx: Any = None) -> tuple[Any, Any]:
+        layer: Any = self
+        self._check_options()
+        lstm = layer.mode == "LSTM"
+        packed = input if isinstance(input, PackedSequence) else None
+        h0, c0 = (hx if lstm and hx is not None else (hx, None))
+        if packed is not None:
+            layer.check_forward_args(packed.data, hx if hx is not None else _zeros_like_state(layer, packed),
+                                     packed.batch_sizes)
+            x, lengths = pad_packed_sequence(packed)            # (seq, batch, input), the caller's batch order
+            unbatched = False
+        else:
+            if not isinstance(input, Tensor) or input.dim() not in (2, 3):
+                shape = tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__
+                raise ValueError(f"{type(self).__name__}: expected input to be 2D or 3D, got {shape}")
+            unbatched, lengths = input.dim() == 2, None
+            x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if layer.batch_first else input)
+            if unbatched and h0 is not None:
+                for name, state in (("h_0", h0), ("c_0", c0)):
+                    if state is not None and state.dim() != 2:
+                        raise ValueError(f"{type(self).__name__}: for unbatched 2-D input, {name} should also "
+                                         f"be 2-D but got {state.dim()}-D")
+                h0, c0 = h0.unsqueeze(1), None if c0 is None else c0.unsqueeze(1)
+            if h0 is not None:
+                layer.check_forward_args(x.transpose(0, 1) if layer.batch_first else x,
+                                         (h0, c0) if lstm else h0, None)
+            else:
+                layer.check_input(x, None)
+        with torch_argument_names(self._error_names):
+            y, hy, cy = self._run(x, h0, c0, lengths)
+        if packed is not None and lengths is not None:
+            out: Any = _repack(y, lengths, packed)
+        elif unbatched:
+            out, hy, cy = y.squeeze(1), hy.squeeze(1), None if cy is None else cy.squeeze(1)
+        else:
+            out = y.transpose(0, 1) if layer.batch_first else y
+        return out, ((hy, cy) if lstm else hy)
+
+    def _run(self, x: Tensor, h0: Tensor | None, c0: Tensor | None,
+             lengths: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
         """All layers in one op call, or layer by layer with dropout in between."""
-        options: dict[str, Any] = {"mode": self.mode, "hidden_size": self.hidden_size,
-                                   "bidirectional": self.bidirectional}
+        layer: Any = self
+        options: dict[str, Any] = {"mode": _MODES[layer.mode], "hidden_size": layer.hidden_size,
+                                   "bidirectional": layer.bidirectional, "lengths": lengths}
         weights = self.weights()
-        if not (self.training and self.dropout > 0 and self.num_layers > 1):
-            return F.rnn(x, weights, num_layers=self.num_layers, h0=h0, c0=c0, **options)
-        d = self.num_directions
+        if not (layer.training and layer.dropout > 0 and layer.num_layers > 1):
+            return F.rnn(x, weights, num_layers=layer.num_layers, h0=h0, c0=c0, **options)
+        d = 2 if layer.bidirectional else 1
         hs: list[Tensor] = []
         cs: list[Tensor] = []
-        for layer in range(self.num_layers):
-            part = slice(layer * d, (layer + 1) * d)
+        for k in range(layer.num_layers):
+            part = slice(k * d, (k + 1) * d)
             x, hy, cy = F.rnn(x, weights[part], h0=None if h0 is None else h0[part],
                               c0=None if c0 is None else c0[part], **options)
             hs.append(hy)
             if cy is not None:
                 cs.append(cy)
-            if layer < self.num_layers - 1:
-                x = F.dropout(x, self.dropout)
+            if k < layer.num_layers - 1:
+                x = F.dropout(x, layer.dropout)
         return x, torch.cat(hs), torch.cat(cs) if cs else None
 
-    def extra_repr(self) -> str:
-        return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, mode={self.mode!r}, "
-                f"bias={self.bias}, batch_first={self.batch_first}, dropout={self.dropout}, "
-                f"bidirectional={self.bidirectional}")
+
+def _zeros_like_state(layer: Any, packed: PackedSequence) -> Any:
+    """The zero state torch checks a packed input against (only its shape matters)."""
+    shape = layer.get_expected_hidden_size(packed.data, packed.batch_sizes)
+    h = packed.data.new_zeros(shape)
+    return (h, h) if layer.mode == "LSTM" else h
 
 
-class RNN(_Recurrent):
-    """Like torch.nn.RNN: forward(x, h0) -> (y, h_n); ``nonlinearity`` "tanh" or "relu"."""
-
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
-                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 *, device: Any = None, dtype: Any = None) -> None:
-        if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"nonlinearity={nonlinearity!r} must be 'tanh' or 'relu'")
-        super().__init__(f"rnn_{nonlinearity}", input_size, hidden_size, num_layers, bias, batch_first, dropout,
-                         bidirectional, device, dtype)
+def _repack(y: Tensor, lengths: Tensor, like: PackedSequence) -> PackedSequence:
+    """The padded output y (seq, batch, features) packed with ``like``'s batch sizes and order."""
+    if like.sorted_indices is not None:
+        y, lengths = y.index_select(1, like.sorted_indices), lengths[like.sorted_indices.cpu()]
+    data = pack_padded_sequence(y, lengths, enforce_sorted=True).data
+    return PackedSequence(data, like.batch_sizes, like.sorted_indices, like.unsorted_indices)
 
 
-class LSTM(_Recurrent):
-    """Like torch.nn.LSTM (no proj_size): forward(x, (h0, c0)) -> (y, (h_n, c_n)); gates i, f, g, o."""
-
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, *,
-                 device: Any = None, dtype: Any = None) -> None:
-        super().__init__("lstm", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         device, dtype)
+class RNN(_Recurrent, nn.RNN):
+    """torch.nn.RNN computed by dnnbind: forward(input, h_0) -> (output, h_n)."""
 
 
-class GRU(_Recurrent):
-    """Like torch.nn.GRU: forward(x, h0) -> (y, h_n); gates r, z, n."""
+class LSTM(_Recurrent, nn.LSTM):
+    """torch.nn.LSTM computed by dnnbind (proj_size 0 only): forward(input, (h_0, c_0)) -> (output, (h_n, c_n))."""
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, *,
-                 device: Any = None, dtype: Any = None) -> None:
-        super().__init__("gru", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         device, dtype)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._check_options()
+
+
+class GRU(_Recurrent, nn.GRU):
+    """torch.nn.GRU computed by dnnbind: forward(input, h_0) -> (output, h_n)."""

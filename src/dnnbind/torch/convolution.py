@@ -1,0 +1,94 @@
+"""Conv{1,2,3}d and ConvTranspose{1,2,3}d: torch.nn's classes (arguments, parameters, initialisation,
+repr, state_dict) whose forward runs dnnbind's conv and conv_transpose ops."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from dnnbind.torch import functional as F
+from dnnbind.torch.errors import torch_argument_names
+from dnnbind.torch.layer_inputs import batched, not_supported, unbatch
+
+Tensor = torch.Tensor
+_NAMES = {"x": "input", "w": "weight", "b": "bias"}
+
+
+def conv_padding(layer: nn.modules.conv._ConvNd) -> Any:
+    """The op's padding for a torch conv layer: ints, or (low, high) pairs for padding="same"."""
+    if layer.padding == "valid":
+        return 0
+    if layer.padding == "same":
+        pairs = []
+        for k, d in zip(layer.kernel_size, layer.dilation):
+            total = d * (k - 1)
+            pairs.append((total // 2, total - total // 2))   # torch puts the odd element on the high side
+        return pairs
+    return layer.padding
+
+
+def _check_padding_mode(layer: nn.modules.conv._ConvNd) -> None:
+    if layer.padding_mode != "zeros":
+        raise not_supported(type(layer).__name__, "padding_mode", layer.padding_mode,
+                            "dnnbind's conv pads with zeros only")
+
+
+class _Conv:
+    """forward and the padding_mode check shared by Conv1d, Conv2d and Conv3d."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1, padding: Any = 0,
+                 dilation: Any = 1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 device: Any = None, dtype: Any = None) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,  # type: ignore[call-arg]
+                         groups, bias, padding_mode, device, dtype)
+        _check_padding_mode(self)  # type: ignore[arg-type]
+
+    def forward(self, input: Tensor) -> Tensor:
+        layer: Any = self
+        _check_padding_mode(layer)
+        x, unbatched = batched(type(self).__name__, input, len(layer.kernel_size))
+        with torch_argument_names(_NAMES):
+            y = F.conv(x, layer.weight, layer.bias, stride=layer.stride, padding=conv_padding(layer),
+                       dilation=layer.dilation, groups=layer.groups)
+        return unbatch(y, unbatched)
+
+
+class Conv1d(_Conv, nn.Conv1d):
+    """torch.nn.Conv1d computed by dnnbind (padding_mode "zeros" only)."""
+
+
+class Conv2d(_Conv, nn.Conv2d):
+    """torch.nn.Conv2d computed by dnnbind (padding_mode "zeros" only)."""
+
+
+class Conv3d(_Conv, nn.Conv3d):
+    """torch.nn.Conv3d computed by dnnbind (padding_mode "zeros" only)."""
+
+
+class _ConvTranspose:
+    """forward shared by ConvTranspose1d, ConvTranspose2d and ConvTranspose3d (output_size as in torch)."""
+
+    def forward(self, input: Tensor, output_size: list[int] | None = None) -> Tensor:
+        layer: Any = self
+        spatial = len(layer.kernel_size)
+        x, unbatched = batched(type(self).__name__, input, spatial)
+        # torch's own arithmetic turns output_size into output_padding (and checks it)
+        output_padding = layer._output_padding(input, output_size, layer.stride, layer.padding,
+                                               layer.kernel_size, spatial, layer.dilation)
+        with torch_argument_names(_NAMES):
+            y = F.conv_transpose(x, layer.weight, layer.bias, stride=layer.stride, padding=layer.padding,
+                                 output_padding=output_padding, dilation=layer.dilation, groups=layer.groups)
+        return unbatch(y, unbatched)
+
+
+class ConvTranspose1d(_ConvTranspose, nn.ConvTranspose1d):
+    """torch.nn.ConvTranspose1d computed by dnnbind."""
+
+
+class ConvTranspose2d(_ConvTranspose, nn.ConvTranspose2d):
+    """torch.nn.ConvTranspose2d computed by dnnbind."""
+
+
+class ConvTranspose3d(_ConvTranspose, nn.ConvTranspose3d):
+    """torch.nn.ConvTranspose3d computed by dnnbind."""

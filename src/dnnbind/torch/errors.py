@@ -1,0 +1,33 @@
+"""Errors in a torch user's words: the high-level ops name their arrays (x, w, gamma, weights[0][1]);
+the layers rename them to the tensors and arguments of the torch.nn module that was called."""
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Callable, Iterator, Mapping, Union
+
+Names = Union[Mapping[str, str], Callable[[], Mapping[str, str]]]
+
+
+def rename(message: str, names: Mapping[str, str]) -> str:
+    """``message`` with each whole-word occurrence of a key of ``names`` replaced by its value."""
+    if not names:
+        return message
+    keys = sorted(names, key=len, reverse=True)
+    pattern = re.compile(r"(?<![\w.\[])(" + "|".join(re.escape(k) for k in keys) + r")(?![\w\[])")
+    return pattern.sub(lambda m: names[m.group(1)], message)
+
+
+@contextlib.contextmanager
+def torch_argument_names(names: Names) -> Iterator[None]:
+    """Re-raise a ValueError or TypeError from an op with its array names replaced by ``names`` (a
+    mapping, or a function returning one, called only when there is an error to rename)."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        if type(exc) not in (ValueError, TypeError):
+            raise
+        message = rename(str(exc), names() if callable(names) else names)
+        if message == str(exc):
+            raise
+        raise type(exc)(message) from exc

@@ -1,0 +1,31 @@
+"""What every drop-in layer checks before it calls an op: batched or unbatched input, and arguments
+that torch.nn has but dnnbind's ops cannot compute exactly yet."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def batched(layer: str, input: torch.Tensor, spatial: int) -> tuple[torch.Tensor, bool]:
+    """(input with a batch axis, whether one was added): torch.nn's layers take (C, *spatial) as one sample."""
+    if not isinstance(input, torch.Tensor):
+        raise TypeError(f"{layer}: input must be a torch.Tensor, not {type(input).__name__}")
+    if input.dim() == spatial + 1:
+        return input.unsqueeze(0), True
+    if input.dim() != spatial + 2:
+        raise ValueError(f"{layer}: expected {spatial + 1}D (unbatched) or {spatial + 2}D (batched) input, got "
+                         f"input of shape {tuple(input.shape)}")
+    return input, False
+
+
+def unbatch(y: torch.Tensor, unbatched: bool) -> torch.Tensor:
+    """Drop the batch axis :func:`batched` added."""
+    return y.squeeze(0) if unbatched else y
+
+
+def not_supported(layer: str, argument: str, value: Any, why: str = "") -> NotImplementedError:
+    """The error for a torch.nn argument value dnnbind's ops cannot compute exactly (yet)."""
+    reason = f" ({why})" if why else ""
+    return NotImplementedError(f"{layer}: {argument}={value!r} is not supported by dnnbind yet{reason}; it needs "
+                               f"the high-level op to support it (torch.nn.{layer} computes it meanwhile)")

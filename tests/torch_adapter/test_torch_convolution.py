@@ -1,0 +1,78 @@
+"""Conv{1,2,3}d and ConvTranspose{1,2,3}d are torch.nn's: same arguments, repr, state_dict, outputs and
+gradients; padding modes other than zeros are refused."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import dnnbind.torch as dt
+from layer_checks import assert_layer_matches
+
+F64 = {"dtype": torch.float64}
+
+
+@pytest.mark.parametrize("name, x_shape, kwargs", [
+    ("Conv1d", (2, 4, 9), {"kernel_size": 3, "padding": 1, "groups": 2}),
+    ("Conv2d", (2, 4, 6, 7), {"kernel_size": (3, 2), "stride": 2, "dilation": (1, 2)}),
+    ("Conv3d", (1, 4, 4, 5, 4), {"kernel_size": 2, "bias": False}),
+    ("Conv1d", (2, 4, 9), {"kernel_size": 4, "padding": "same", "dilation": 3}),
+    ("Conv2d", (2, 4, 6, 7), {"kernel_size": (4, 3), "padding": "same"}),
+    ("Conv3d", (1, 4, 4, 5, 4), {"kernel_size": (2, 3, 1), "padding": "valid"}),
+    ("Conv2d", (4, 6, 7), {"kernel_size": 3, "padding": 1}),
+    ("ConvTranspose1d", (2, 4, 5), {"kernel_size": 3, "stride": 2, "output_padding": 1}),
+    ("ConvTranspose2d", (2, 4, 5, 4), {"kernel_size": (3, 2), "stride": (2, 3), "padding": 1, "groups": 2,
+                                       "output_padding": (1, 2), "dilation": 1}),
+    ("ConvTranspose3d", (1, 4, 3, 4, 3), {"kernel_size": 2, "stride": 2, "dilation": 2, "bias": False}),
+    ("ConvTranspose2d", (4, 5, 4), {"kernel_size": 3, "stride": 2}),
+], ids=["1d", "2d-stride-dilation", "3d-nobias", "1d-same-even-kernel", "2d-same", "3d-valid", "2d-unbatched",
+        "t1d-output-padding", "t2d-groups", "t3d-dilation", "t2d-unbatched"])
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")  # torch's own layer warns
+def test_conv_layers_equal_torch(name, x_shape, kwargs):
+    torch.manual_seed(0)
+    theirs = getattr(nn, name)(4, 6, **kwargs, **F64)
+    ours = getattr(dt, name)(4, 6, **kwargs, **F64)
+    assert_layer_matches(ours, theirs, torch.randn(x_shape, **F64))
+
+
+def test_conv_transpose_output_size_picks_torchs_output_padding():
+    torch.manual_seed(0)
+    theirs, ours = nn.ConvTranspose2d(3, 2, 3, stride=2, **F64), dt.ConvTranspose2d(3, 2, 3, stride=2, **F64)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(1, 3, 4, 5, **F64)
+    y = ours(x, output_size=[10, 12])
+    assert y.shape == (1, 2, 10, 12)
+    torch.testing.assert_close(y, theirs(x, output_size=[10, 12]))
+
+
+def test_conv_initialisation_is_torchs():
+    torch.manual_seed(0)
+    ours = dt.Conv2d(8, 16, 3)
+    torch.manual_seed(0)
+    theirs = nn.Conv2d(8, 16, 3)
+    torch.testing.assert_close(ours.weight, theirs.weight)
+    torch.testing.assert_close(ours.bias, theirs.bias)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_padding_modes_other_than_zeros_are_refused_at_construction(mode):
+    with pytest.raises(NotImplementedError, match=f"Conv2d: padding_mode='{mode}' is not supported.*high-level op"):
+        dt.Conv2d(2, 2, 3, padding=1, padding_mode=mode)
+
+
+def test_padding_mode_changed_after_construction_is_refused_in_forward():
+    layer = dt.Conv1d(2, 2, 3, padding=1)
+    layer.padding_mode = "reflect"
+    with pytest.raises(NotImplementedError, match="padding_mode='reflect'"):
+        layer(torch.randn(1, 2, 5))
+
+
+def test_conv_errors_name_torchs_tensors():
+    layer = dt.Conv2d(1, 2, 3)
+    with pytest.raises(TypeError, match=r"weight has dtype torch.float32 but input has dtype torch.float64.*"
+                                        r"weight.to\(input.dtype\)"):
+        layer(torch.randn(1, 1, 5, 5, **F64))
+    with pytest.raises(ValueError, match="input has 2 channels but weight.shape"):
+        layer(torch.randn(1, 2, 5, 5))
+    with pytest.raises(ValueError, match=r"Conv2d: expected 3D \(unbatched\) or 4D \(batched\) input"):
+        layer(torch.randn(1, 1, 1, 5, 5))

@@ -1,0 +1,148 @@
+"""``from dnnbind.torch import nn`` is torch.nn with dnnbind's layers: one model definition, two
+namespaces, equal reprs, state_dicts that load both ways, equal outputs and gradients, and a graph in
+which dnnbind's ops, not torch's, compute the provided layers."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import torch.nn as torch_nn
+
+from dnnbind.torch import nn as dnnbind_nn
+from layer_checks import Net
+
+# layer name -> (constructor arguments, input shape) for one forward each
+SAMPLES = {
+    "Conv1d": ((2, 3, 3), (2, 2, 7)), "Conv2d": ((2, 3, 3), (2, 2, 5, 5)), "Conv3d": ((2, 3, 2), (1, 2, 3, 3, 3)),
+    "ConvTranspose1d": ((2, 3, 3), (2, 2, 4)), "ConvTranspose2d": ((2, 3, 3), (2, 2, 4, 4)),
+    "ConvTranspose3d": ((2, 3, 2), (1, 2, 2, 2, 2)),
+    "MaxPool1d": ((2,), (2, 2, 6)), "MaxPool2d": ((2,), (2, 2, 4, 4)), "MaxPool3d": ((2,), (1, 2, 2, 2, 4)),
+    "AvgPool1d": ((2,), (2, 2, 6)), "AvgPool2d": ((2,), (2, 2, 4, 4)), "AvgPool3d": ((2,), (1, 2, 2, 2, 4)),
+    "BatchNorm1d": ((2,), (4, 2)), "BatchNorm2d": ((2,), (2, 2, 3, 3)), "BatchNorm3d": ((2,), (2, 2, 2, 2, 2)),
+    "Dropout": ((0.5,), (3, 4)), "Softmax": ((1,), (3, 4)), "LogSoftmax": ((1,), (3, 4)),
+    "ReLU": ((), (3, 4)), "Sigmoid": ((), (3, 4)), "Tanh": ((), (3, 4)), "ELU": ((), (3, 4)),
+    "LeakyReLU": ((), (3, 4)), "ReLU6": ((), (3, 4)), "Hardtanh": ((0.0, 2.0), (3, 4)), "SiLU": ((), (3, 4)),
+    "RNN": ((4, 3), (5, 2, 4)), "LSTM": ((4, 3), (5, 2, 4)), "GRU": ((4, 3), (5, 2, 4)),
+}
+
+
+def test_the_namespace_is_torch_nn_with_dnnbinds_layers():
+    assert sorted(SAMPLES) == sorted(dnnbind_nn.PROVIDED)
+    for name in dnnbind_nn.PROVIDED:
+        ours, theirs = getattr(dnnbind_nn, name), getattr(torch_nn, name)
+        assert ours is not theirs and issubclass(ours, theirs), name
+    for name in ("Module", "Linear", "Sequential", "Parameter", "functional", "init", "utils", "Flatten"):
+        assert getattr(dnnbind_nn, name) is getattr(torch_nn, name)
+    namespace: dict = {}
+    exec("from dnnbind.torch.nn import *", namespace)
+    assert namespace["Conv2d"] is dnnbind_nn.Conv2d and namespace["Linear"] is torch_nn.Linear
+    with pytest.raises(AttributeError, match="neither has torch.nn"):
+        dnnbind_nn.NoSuchLayer  # noqa: B018
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_signatures_are_torchs(name):
+    def described(cls: type) -> list[tuple[str, object, object]]:
+        return [(p.name, p.default, p.kind) for p in inspect.signature(cls).parameters.values()]
+    assert described(getattr(dnnbind_nn, name)) == described(getattr(torch_nn, name))
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_each_layer_is_computed_by_dnnbind(name):
+    args, shape = SAMPLES[name]
+    layer = getattr(dnnbind_nn, name)(*args)
+    out = layer(torch.randn(shape, requires_grad=True))
+    out = out[0] if isinstance(out, tuple) else out
+    assert type(out.grad_fn).__name__ == "_OpFunctionBackward", out.grad_fn
+
+
+@pytest.mark.parametrize("make", [
+    lambda nn: nn.Conv2d(3, 8, (3, 5), stride=(2, 1), padding=(1, 2), dilation=1, groups=1,
+                         bias=False),
+    lambda nn: nn.Conv1d(4, 4, 3, padding="same", groups=2),
+    lambda nn: nn.Conv3d(2, 4, 3, padding="valid"),
+    lambda nn: nn.ConvTranspose2d(4, 2, 3, stride=2, output_padding=1),
+    lambda nn: nn.MaxPool2d(3, 2, 1, ceil_mode=True),
+    lambda nn: nn.MaxPool1d(2),
+    lambda nn: nn.AvgPool2d(3, padding=1, count_include_pad=False, divisor_override=2),
+    lambda nn: nn.AvgPool1d(4, ceil_mode=True),
+    lambda nn: nn.BatchNorm2d(8, momentum=None, affine=False),
+    lambda nn: nn.BatchNorm1d(5, eps=1e-3, track_running_stats=False),
+    lambda nn: nn.Dropout(0.25, inplace=True),
+    lambda nn: nn.Softmax(dim=-1),
+    lambda nn: nn.LogSoftmax(1),
+    lambda nn: nn.ELU(0.5),
+    lambda nn: nn.LeakyReLU(0.1, inplace=True),
+    lambda nn: nn.Hardtanh(0.0, 3.0),
+    lambda nn: nn.LSTM(10, 20, num_layers=2, batch_first=True, dropout=0.1, bidirectional=True),
+    lambda nn: nn.GRU(3, 4, bias=False),
+    lambda nn: nn.RNN(3, 4, nonlinearity="relu"),
+])
+def test_reprs_are_torchs(make):
+    assert repr(make(dnnbind_nn)) == repr(make(torch_nn))
+
+
+def _torch_ops_in_graph(output: torch.Tensor) -> set[str]:
+    """Names of torch's own backward nodes for the layers dnnbind provides, anywhere in output's graph."""
+    seen, stack, found = set(), [output.grad_fn], set()
+    layer_words = ("Convolution", "Pool", "BatchNorm", "Rnn", "Lstm", "Softmax", "Elu", "Relu", "Leaky", "Silu")
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if any(word.lower() in type(node).__name__.lower() for word in layer_words):
+            found.add(type(node).__name__)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return found
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_the_same_model_from_both_namespaces_gives_the_same_outputs_and_gradients(training):
+    torch.manual_seed(0)
+    theirs = Net(torch_nn, p=0.0 if training else 0.5).double()
+    ours = Net(dnnbind_nn, p=0.0 if training else 0.5).double()
+    assert repr(ours) == repr(theirs)
+    ours.load_state_dict(theirs.state_dict())
+    ours.train(training)
+    theirs.train(training)
+    if not training:                        # give the running statistics something to hold
+        with torch.no_grad():
+            for bn in (m for m in theirs.modules() if isinstance(m, torch_nn.BatchNorm2d)):
+                bn.running_mean.uniform_(-0.5, 0.5)
+                bn.running_var.uniform_(0.5, 2.0)
+        ours.load_state_dict(theirs.state_dict())
+    images = torch.randn(4, 3, 12, 12, dtype=torch.float64)
+    lengths = [9, 4, 7, 2]
+    grads = []
+    outputs = []
+    for model in (ours, theirs):
+        x = images.clone().requires_grad_()
+        logp, padded = model(x, lengths)
+        (logp.square().sum() + padded.sin().sum()).backward()
+        outputs.append((logp, padded))
+        grads.append([x.grad] + [p.grad for p in model.parameters()])
+    assert _torch_ops_in_graph(outputs[0][0]) == set()
+    assert _torch_ops_in_graph(outputs[1][0])                    # the check would see torch's ops
+    torch.testing.assert_close(outputs[0], outputs[1])
+    torch.testing.assert_close(grads[0], grads[1])
+    torch.testing.assert_close(ours.state_dict(), theirs.state_dict())   # running statistics and counts too
+    theirs.load_state_dict(ours.state_dict())
+
+
+def test_torch_state_dict_loads_into_the_dnnbind_model_and_back():
+    torch.manual_seed(0)
+    theirs, ours = Net(torch_nn, 0.1), Net(dnnbind_nn, 0.1)
+    ours.load_state_dict(theirs.state_dict())
+    torch.manual_seed(1)
+    fresh_torch = Net(torch_nn, 0.1)
+    fresh_torch.load_state_dict(ours.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(fresh_torch.state_dict().values(), theirs.state_dict().values()))
+
+
+def test_errors_speak_of_tensors_not_arrays():
+    layer = dnnbind_nn.Conv1d(2, 2, 3).double()
+    with pytest.raises(TypeError) as info:
+        layer(torch.randn(1, 2, 5))
+    assert "astype" not in str(info.value) and ".to(" in str(info.value) and "torch.float32" in str(info.value)

@@ -1,0 +1,72 @@
+"""BatchNorm{1,2,3}d are torch.nn's: training and eval, momentum=None, no affine, no running statistics,
+num_batches_tracked, state_dict, input checks."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import dnnbind.torch as dt
+from layer_checks import assert_layer_matches, assert_same_grads
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"momentum": None}, {"affine": False}, {"track_running_stats": False},
+                                    {"bias": False}],
+                         ids=["default", "cumulative", "no-affine", "no-running-stats", "no-bias"])
+def test_batchnorm2d_trains_and_evaluates_like_torch(kwargs):
+    torch.manual_seed(0)
+    ours, theirs = dt.BatchNorm2d(3, **kwargs), nn.BatchNorm2d(3, **kwargs)
+    assert repr(ours) == repr(theirs)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.uniform_(0.5, 1.5)
+    ours.load_state_dict(theirs.state_dict())
+    for step in range(3):
+        x = (torch.randn(4, 3, 5, 5) * (step + 1) + step).requires_grad_()
+        x_ref = x.detach().clone().requires_grad_()
+        y, y_ref = ours(x), theirs(x_ref)
+        torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+        (y * y.detach().square()).sum().backward()
+        (y_ref * y_ref.detach().square()).sum().backward()
+        torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(ours.state_dict(), theirs.state_dict(), rtol=1e-5, atol=1e-5)
+    assert_same_grads(ours, theirs, 1e-4)
+    ours.eval()
+    theirs.eval()
+    x = torch.randn(2, 3, 5, 5)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours.state_dict(), theirs.state_dict(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, x_shape", [("BatchNorm1d", (6, 3)), ("BatchNorm1d", (4, 3, 5)),
+                                           ("BatchNorm3d", (2, 3, 3, 4, 2))], ids=["1d-2d-input", "1d-3d-input", "3d"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_batchnorm_ranks_equal_torch(name, x_shape, training):
+    torch.manual_seed(0)
+    theirs = getattr(nn, name)(3, momentum=0.3, dtype=torch.float64)
+    with torch.no_grad():
+        theirs.running_mean.uniform_(-1, 1)
+        theirs.running_var.uniform_(0.5, 2)
+    ours = getattr(dt, name)(3, momentum=0.3, dtype=torch.float64)
+    ours.train(training)
+    theirs.train(training)
+    assert_layer_matches(ours, theirs, torch.randn(x_shape, dtype=torch.float64))
+
+
+def test_batchnorm_eval_keeps_running_stats_and_counts_train_batches():
+    bn = dt.BatchNorm1d(2)
+    bn(torch.randn(4, 2) + 3)
+    assert int(bn.num_batches_tracked) == 1 and torch.all(bn.running_mean > 0.1)
+    before = bn.running_mean.clone()
+    bn.eval()
+    bn(torch.randn(4, 2) - 5)
+    assert torch.equal(bn.running_mean, before) and int(bn.num_batches_tracked) == 1
+
+
+def test_batchnorm_checks_the_rank_and_names_torchs_tensors():
+    with pytest.raises(ValueError, match=r"expected 4D input \(got 3D input\)"):
+        dt.BatchNorm2d(3)(torch.randn(3, 4, 4))
+    with pytest.raises(ValueError, match=r"weight has shape \(3,\) but must have shape \(4,\)"):
+        dt.BatchNorm2d(3)(torch.randn(2, 4, 3, 3))
+    with pytest.raises(ValueError, match="input has shape .*more than one value per channel"):
+        dt.BatchNorm1d(3)(torch.randn(1, 3))

@@ -1,0 +1,78 @@
+"""Activation modules, Softmax, LogSoftmax and Dropout are torch.nn's, computed by dnnbind's ops: values
+and gradients equal torch's, including at the kinks."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import dnnbind.torch as dt
+from layer_checks import assert_layer_matches
+
+# the kinks (0, the clip ceilings) and both sides of them
+X = torch.tensor([[-7.0, -2.0, -1.0, -0.25, 0.0, 0.25, 1.0, 1.5, 2.0, 6.0, 7.0]], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name, args", [
+    ("ReLU", ()), ("Sigmoid", ()), ("Tanh", ()), ("ELU", ()), ("ELU", (0.3,)),
+    ("LeakyReLU", ()), ("LeakyReLU", (0.2,)), ("LeakyReLU", (-0.5,)), ("ReLU6", ()), ("Hardtanh", (0.0, 1.5)),
+    ("Hardtanh", (0, 2.0)), ("SiLU", ()),
+], ids=lambda v: str(v))
+def test_activations_equal_torch_with_gradients(name, args):
+    assert_layer_matches(getattr(dt, name)(*args), getattr(nn, name)(*args), X)
+
+
+@pytest.mark.parametrize("name", ["ReLU", "ELU", "LeakyReLU", "ReLU6", "SiLU"])
+def test_inplace_activations_are_computed_out_of_place(name):
+    ours, theirs = getattr(dt, name)(inplace=True), getattr(nn, name)(inplace=True)
+    assert repr(ours) == repr(theirs)
+    x = X.clone()
+    y = ours(x)
+    assert torch.equal(x, X)
+    torch.testing.assert_close(y, theirs(X.clone()))
+
+
+@pytest.mark.parametrize("args", [(), (-0.5, 1.0), (-1.0, 6.0, False)], ids=["default", "negative-min", "relu-like"])
+def test_hardtanh_with_a_nonzero_min_is_refused(args):
+    with pytest.raises(NotImplementedError, match=r"Hardtanh: min_val=-\d\.\d+ is not supported.*clipped_relu"):
+        dt.Hardtanh(*args)
+
+
+def test_activation_errors_name_the_layers_argument():
+    with pytest.raises(ValueError, match="negative_slope=nan"):
+        dt.LeakyReLU(float("nan"))(X)
+    with pytest.raises(ValueError, match="max_val=inf"):
+        dt.Hardtanh(0.0, float("inf"))(X)
+
+
+@pytest.mark.parametrize("name", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("dim, shape", [(1, (2, 5)), (-1, (2, 3, 4)), (0, (3, 4))], ids=["1", "-1", "0"])
+def test_softmax_layers_equal_torch(name, dim, shape):
+    assert_layer_matches(getattr(dt, name)(dim), getattr(nn, name)(dim), torch.randn(shape, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("shape, dim", [((5,), 0), ((2, 3, 4), 0), ((2, 3), 1), ((2, 3, 4, 5), 1)])
+def test_softmax_without_dim_uses_torchs_legacy_choice_and_warns(shape, dim):
+    x = torch.randn(shape, dtype=torch.float64)
+    with pytest.warns(UserWarning, match="Implicit dimension choice for softmax"):
+        y = dt.Softmax()(x)
+    torch.testing.assert_close(y, torch.softmax(x, dim))
+
+
+def test_dropout_is_identity_in_eval_and_inverted_dropout_in_training():
+    d = dt.Dropout(0.5)
+    assert repr(d) == repr(nn.Dropout(0.5))
+    x = torch.ones(4000)
+    y = d(x)
+    kept = y != 0
+    assert torch.all(y[kept] == 2.0) and 0.45 < kept.float().mean() < 0.55
+    d.eval()
+    assert d(x) is x
+
+
+def test_dropout_follows_torchs_seed():
+    x = torch.ones(100)
+    torch.manual_seed(3)
+    a = dt.Dropout(0.3)(x)
+    torch.manual_seed(3)
+    assert torch.equal(dt.Dropout(0.3)(x), a)

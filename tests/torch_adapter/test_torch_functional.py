@@ -150,7 +150,7 @@ def test_argument_errors_name_the_argument(randn):
     x = randn(2, 3, 4, 4, dtype=torch.float32)
     with pytest.raises(TypeError, match="w has dtype torch.int32; dnnbind supports torch.float16, torch.bfloat16"):
         dt.conv(x, torch.zeros(2, 3, 3, 3, dtype=torch.int32))
-    with pytest.raises(TypeError, match="w has dtype bfloat16 but x has dtype float32"):
+    with pytest.raises(TypeError, match=r"w has dtype torch.bfloat16 but x has dtype torch.float32; convert one of them"):
         dt.conv(x, torch.zeros(2, 3, 3, 3, dtype=torch.bfloat16))
     with pytest.raises(TypeError, match=r"w has dtype torch.float64 but x has dtype torch.float32; convert one "
                                         r"of them \(for example w.to\(x.dtype\)\)"):

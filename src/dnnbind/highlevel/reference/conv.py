@@ -23,20 +23,19 @@ copies); :func:`use_threads` holds the rule measured for when that pays.
 """
 from __future__ import annotations
 
-import itertools
 from typing import Callable
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, data_grad_problem, kernel_offsets,
+                                                       offset_index, pad, unpad, windows)
+from dnnbind.highlevel.reference.conv_paths import special_path
 from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
 
 #: Target size of one block's column buffer: a few samples' worth that stays in the CPU's caches.
 BLOCK_BYTES = 8 << 20
-#: Flat rows waste (L - prod(out)) columns; use them only while that costs at most this fraction.
-FLAT_MAX_WASTE = 0.3
 #: Split a problem over the thread pool from this many multiply-adds on (bench/bench_reference.py).
 THREAD_MIN_MACS = 16_000_000
 
@@ -79,16 +78,14 @@ class _Layout:
         self.dims = dims
         g = dims.groups
         self.cg, self.kg = dims.in_channels // g, dims.out_channels // g
-        self.offsets = list(itertools.product(*(range(k) for k in dims.kernel_size)))
+        self.offsets = kernel_offsets(dims)
         self.rows = self.cg * len(self.offsets)                   # column-matrix rows per group
-        self.p = int(np.prod(dims.out_size))
-        padded = dims.padded_size
-        self.pitch = tuple(int(np.prod(padded[i + 1:])) for i in range(len(padded)))
-        length = sum((o - 1) * q for o, q in zip(dims.out_size, self.pitch)) + 1
+        self.rows_layout = FlatRows(dims)
+        self.p = self.rows_layout.outputs
         self.flat = (dims.spatial_rank > 1 and all(s == 1 for s in dims.stride)
-                     and length <= (1 + FLAT_MAX_WASTE) * self.p)
-        self.cols = length if self.flat else self.p               # columns per sample
-        self.starts = [sum(k * d * q for k, d, q in zip(off, dims.dilation, self.pitch)) for off in self.offsets]
+                     and self.rows_layout.waste <= FLAT_MAX_WASTE)
+        self.cols = self.rows_layout.length if self.flat else self.p   # columns per sample
+        self.starts = self.rows_layout.starts
         self.chunks = plan_chunks(dims, threaded)
         self.item = np.dtype(dtype).itemsize
         per_sample = max(g1 - g0 for g0, g1, _, _ in self.chunks) * self.rows * self.cols * self.item
@@ -110,7 +107,7 @@ class _Layout:
                 dst[:, :, k] = src[:, :, start:start + self.cols]
         else:
             dims = self.dims
-            np.copyto(buf.reshape((nb, nc) + dims.kernel_size + dims.out_size), _windows(xp[n0:n1, c0:c1], dims))
+            np.copyto(buf.reshape((nb, nc) + dims.kernel_size + dims.out_size), windows(xp[n0:n1, c0:c1], dims))
 
     def scatter(self, dxp: np.ndarray, dcols: np.ndarray, n0: int, n1: int, c0: int, c1: int) -> None:
         """dxp[n0:n1, c0:c1] += col2im(dcols), dcols (samples, groups, rows, cols)."""
@@ -125,14 +122,13 @@ class _Layout:
             src = dcols.reshape((nb, nc) + dims.kernel_size + dims.out_size)
             dst = dxp[n0:n1, c0:c1]
             for offset in self.offsets:
-                dst[_offset_index(dims, offset)] += src[(slice(None), slice(None)) + offset]
+                dst[offset_index(dims, offset)] += src[(slice(None), slice(None)) + offset]
 
     # -- output space <-> column space ------------------------------------------------------------
 
     def output_view(self, a: np.ndarray) -> np.ndarray:
         """(samples, channels, cols) in flat rows -> strided view (samples, channels, *out)."""
-        return as_strided(a, a.shape[:2] + self.dims.out_size,
-                          a.strides[:2] + tuple(q * self.item for q in self.pitch), writeable=a.flags.writeable)
+        return self.rows_layout.output_view(a)
 
     def to_columns(self, dy: np.ndarray, n0: int, n1: int, g0: int, g1: int) -> np.ndarray:
         """Output-shaped dy[n0:n1, groups g0:g1] as (samples, groups, K/groups, cols)."""
@@ -143,43 +139,6 @@ class _Layout:
         ext = np.zeros((n1 - n0, (g1 - g0) * self.kg, self.cols), dy.dtype)
         self.output_view(ext)[...] = block
         return ext.reshape(shape)
-
-
-def _windows(xp: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """View (N, C, *kernel, *out) of a padded input: element [n, c, *k, *o] multiplies w[:, c, *k]."""
-    n = dims.spatial_rank
-    view = sliding_window_view(xp, dims.dilated_kernel, axis=tuple(range(2, 2 + n)))
-    view = view[(slice(None), slice(None))
-                + tuple(slice(None, None, s) for s in dims.stride)
-                + tuple(slice(None, None, d) for d in dims.dilation)]
-    return view.transpose((0, 1) + tuple(range(2 + n, 2 + 2 * n)) + tuple(range(2, 2 + n)))
-
-
-def _offset_index(dims: ConvDims, offset: tuple[int, ...]) -> tuple[slice, ...]:
-    """Index into a padded array of the inputs that kernel position ``offset`` touches, one per output."""
-    return (slice(None), slice(None)) + tuple(
-        slice(k * d, k * d + s * (o - 1) + 1, s)
-        for k, d, s, o in zip(offset, dims.dilation, dims.stride, dims.out_size))
-
-
-def _interior(dims: ConvDims) -> tuple[slice, ...]:
-    """Index of the unpadded region inside a padded array."""
-    return (slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(dims.pad_low, dims.x_shape[2:]))
-
-
-def _pad(x: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """x padded with zeros, always C-contiguous (x itself when it already is and nothing is padded)."""
-    if not any(dims.pad_low + dims.pad_high):
-        return np.ascontiguousarray(x)
-    xp = np.zeros(x.shape[:2] + dims.padded_size, x.dtype)
-    xp[_interior(dims)] = x
-    return xp
-
-
-def _unpad(dxp: np.ndarray, dims: ConvDims) -> np.ndarray:
-    if not any(dims.pad_low + dims.pad_high):
-        return dxp
-    return np.ascontiguousarray(dxp[_interior(dims)])
 
 
 def _group_filter(w: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -269,32 +228,27 @@ def _add_bias(y: np.ndarray, b: np.ndarray) -> None:
 def _data_grad(dy: np.ndarray, wg: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
     """Gradient with respect to the (unpadded) input, dims.x_shape, for output gradient ``dy``.
 
-    With every stride 1 this is itself a convolution: dy, padded by the dilated kernel extent less the
-    forward padding, correlated with the flipped filter whose channel axes are swapped within each group.
-    That reuses the fast forward path and, unlike col2im, moves data the size of dy rather than of x
-    times the kernel. Strided convolutions scatter the columns back (col2im).
+    With every stride 1 this is itself a convolution (:func:`conv_geometry.data_grad_problem`), which
+    takes the path that suits it and, unlike col2im, moves data the size of dy rather than of x times
+    the kernel. Strided convolutions scatter the columns back (col2im).
     """
     if any(s != 1 for s in dims.stride):
         lay = _Layout(dims, dy.dtype, threaded)
         dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
         _sweep(lay, wg, dy=np.ascontiguousarray(dy), dxp=dxp)
-        return _unpad(dxp, dims)
-    extent = [d * (k - 1) for d, k in zip(dims.dilation, dims.kernel_size)]
-    lo = [e - p for e, p in zip(extent, dims.pad_low)]
-    hi = [e - p for e, p in zip(extent, dims.pad_high)]
-    # padding larger than the kernel reaches: those outputs see only padding, crop them
-    dy = dy[(slice(None), slice(None)) + tuple(slice(max(0, -a), o - max(0, -b))
-                                               for a, b, o in zip(lo, hi, dims.out_size))]
-    g, kg, cg = dims.groups, dims.out_channels // dims.groups, dims.in_channels // dims.groups
-    spatial = tuple(range(3, 3 + dims.spatial_rank))
-    w_t = np.flip(wg.reshape((g, kg, cg) + dims.kernel_size).swapaxes(1, 2), spatial)
-    back = ConvDims(dy.shape, (dims.in_channels, kg) + dims.kernel_size,
-                    padding=tuple((max(a, 0), max(b, 0)) for a, b in zip(lo, hi)), dilation=dims.dilation,
-                    groups=g, dtype=dy.dtype)
-    dx = np.empty(back.y_shape, dy.dtype)
-    _sweep(_Layout(back, dy.dtype, threaded), np.ascontiguousarray(w_t).reshape(g, cg, -1),
-           xp=_pad(dy, back), y=dx)
-    return dx
+        return unpad(dxp, dims)
+    dy, w_back, back = data_grad_problem(dy, wg.reshape(dims.w_shape), dims)
+    return _forward(dy, w_back, back, threaded)
+
+
+def _forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+    """The convolution's output alone (no flip, no bias), by the path that suits the problem."""
+    path = special_path(dims)
+    if path is not None:
+        return path.forward(x, w, dims, threaded)
+    y = np.empty(dims.y_shape, x.dtype)
+    _sweep(_Layout(dims, x.dtype, threaded), _group_filter(w, dims), xp=pad(x, dims), y=y)
+    return y
 
 
 # ----------------------------------------------------------------------------------------------
@@ -308,10 +262,13 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
 
     ``threaded`` forces the thread pool on or off (benchmarks); None applies :func:`use_threads`.
     """
+    path = special_path(dims)
+    if path is not None:
+        return _conv_by_path(path, x, w, b, dims, path.use_threads(dims) if threaded is None else threaded)
     threaded = use_threads(dims) if threaded is None else threaded
     lay = _Layout(dims, x.dtype, threaded)
     wg = _group_filter(w, dims)
-    xp = _pad(x, dims)
+    xp = pad(x, dims)
     y = np.empty(dims.y_shape, x.dtype)
     saved = _sweep(lay, wg, xp=xp, y=y, keep=lay.keep_columns)
     if b is not None:
@@ -335,6 +292,9 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: Con
     ``dims`` comes from :meth:`ConvDims.transposed`, so dims.x_shape is this op's output shape and x
     plays the part of that convolution's output gradient.
     """
+    path = special_path(dims)
+    if path is not None:
+        return _conv_transpose_by_path(path, x, w, b, dims, path.use_threads(dims) if threaded is None else threaded)
     threaded = use_threads(dims) if threaded is None else threaded
     lay = _Layout(dims, x.dtype, threaded)
     wg = _group_filter(w, dims)
@@ -347,7 +307,7 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: Con
         dy = cotangent("dy", dy, dims.x_shape, y.dtype)
         dxe = np.empty(dims.y_shape, y.dtype)
         dw_parts = _new_parts(lay, wg)
-        _sweep(lay, wg, xp=_pad(dy, dims), y=dxe, dy=xe, dw_parts=dw_parts)
+        _sweep(lay, wg, xp=pad(dy, dims), y=dxe, dy=xe, dw_parts=dw_parts)
         dx = dxe if dxe.shape == x.shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x.shape)])
         dw = _filter_grad(dw_parts, dims)
         return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
@@ -362,3 +322,45 @@ def _extend(x: np.ndarray, dims: ConvDims) -> np.ndarray:
     xe = np.zeros(dims.y_shape, x.dtype)
     xe[tuple(slice(0, s) for s in x.shape)] = x
     return xe
+
+
+# ----------------------------------------------------------------------------------------------
+# ops on a special path (conv_paths): forward, data gradient and filter gradient as three calls
+
+
+def _flipped(w: np.ndarray, dims: ConvDims) -> np.ndarray:
+    return np.flip(w, tuple(range(2, w.ndim))) if dims.flip else w
+
+
+def _conv_by_path(path, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
+                  threaded: bool) -> tuple[np.ndarray, Callable]:
+    wf = _flipped(w, dims)
+    y = path.forward(x, wf, dims, threaded)
+    if b is not None:
+        _add_bias(y, b)
+
+    def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
+        dy = np.ascontiguousarray(cotangent("dy", dy, dims.y_shape, y.dtype))
+        dx = path.data_grad(dy, wf, dims, threaded)
+        dw = np.ascontiguousarray(_flipped(path.filter_grad(dy, x, dims, threaded), dims))
+        return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
+
+    return y, pullback
+
+
+def _conv_transpose_by_path(path, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
+                            threaded: bool) -> tuple[np.ndarray, Callable]:
+    wf = _flipped(w, dims)
+    xe = np.ascontiguousarray(_extend(x, dims))
+    y = path.data_grad(xe, wf, dims, threaded)
+    if b is not None:
+        _add_bias(y, b)
+
+    def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
+        dy = np.ascontiguousarray(cotangent("dy", dy, dims.x_shape, y.dtype))
+        dxe = path.forward(dy, wf, dims, threaded)
+        dx = dxe if dxe.shape == x.shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x.shape)])
+        dw = np.ascontiguousarray(_flipped(path.filter_grad(xe, dy, dims, threaded), dims))
+        return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
+
+    return y, pullback

@@ -46,19 +46,39 @@ def load_backend(name: str) -> ModuleType:
         raise
 
 
+#: (backend module path, op) -> function, filled on first use: dispatch is then one dictionary lookup
+_functions: dict[tuple[str, str], Callable[..., Any]] = {}
+
+
 def backend_function(backend: str, op: str) -> Callable[..., Any]:
     """Backend ``backend``'s implementation of ``op``.
 
     NotImplementedError names the backend when its module, or this op in it, does not exist yet.
     """
-    fn = getattr(load_backend(backend), op, None)
-    if not callable(fn):
-        raise NotImplementedError(f"{_describe(backend)} does not implement {op} yet ({BACKENDS[backend]})")
+    key = (BACKENDS[backend], op)
+    fn = _functions.get(key)
+    if fn is None:
+        fn = getattr(load_backend(backend), op, None)
+        if not callable(fn):
+            raise NotImplementedError(f"{_describe(backend)} does not implement {op} yet ({BACKENDS[backend]})")
+        _functions[key] = fn
     return fn
 
 
 def backend_op(op: str, **arrays: Any) -> Callable[..., Any]:
-    """The implementation of ``op`` on the backend these named arrays select (see :func:`select`)."""
+    """The implementation of ``op`` on the backend these named arrays select (see :func:`select`).
+
+    Plain numpy arrays (and None) take a fast path to the reference backend that inspects only their types.
+    """
+    numpy_seen = False
+    for value in arrays.values():
+        if type(value) is np.ndarray:
+            numpy_seen = True
+        elif value is not None:
+            break
+    else:
+        if numpy_seen:
+            return backend_function("reference", op)
     return backend_function(select(**arrays), op)
 
 
@@ -114,9 +134,13 @@ def adopts_device_arrays(*names: str) -> Callable[[Callable[..., Any]], Callable
 
         @functools.wraps(op)
         def run(*args: Any, **kwargs: Any) -> Any:
-            values = (*args, *kwargs.values())
-            if not any(is_foreign_device_array(v) or (type(v) in (list, tuple) and _has_foreign(v))
-                       for v in values):
+            for v in (*args, *kwargs.values()):
+                kind = type(v)
+                if kind in _HOST_TYPES:
+                    continue
+                if is_foreign_device_array(v) or (kind in (list, tuple) and _has_foreign(v)):
+                    break
+            else:
                 return op(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             _chosen(**_flatten({n: bound.arguments.get(n) for n in names}))     # mixed host/device first
@@ -126,6 +150,10 @@ def adopts_device_arrays(*names: str) -> Callable[[Callable[..., Any]], Callable
             return op(*bound.args, **bound.kwargs)
         return run
     return decorate
+
+
+#: argument types that are never device arrays: the adoption wrapper skips them without a look
+_HOST_TYPES = frozenset({np.ndarray, int, float, bool, str, type(None)})
 
 
 def _flatten(arrays: dict[str, Any]) -> dict[str, Any]:

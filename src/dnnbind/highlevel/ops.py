@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from dnnbind.highlevel.arg_cache import remember
 from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm, check_dtype,
                                     check_positive_float, check_probability, check_real, check_same_dtype,
                                     check_shape, normalize_axis, rnn_weight_entries)
@@ -40,6 +41,30 @@ def _bias(b: Any, dims: ConvDims) -> None:
         check_shape("b", b.shape, dims.bias_shape, "one value per output channel")
 
 
+def _meta(a: Any) -> tuple | None:
+    """What the checks see of an optional array: its shape and dtype."""
+    return None if a is None else (a.shape, a.dtype)
+
+
+def _conv_dims(x: Any, w: Any, b: Any, stride: Any, padding: Any, dilation: Any, groups: Any, flip: Any) -> ConvDims:
+    check_same_dtype("x", x.dtype, w=w, b=b)
+    dims = ConvDims(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                    flip=flip, dtype=x.dtype)
+    _bias(b, dims)
+    return dims
+
+
+def _conv_transpose_dims(x: Any, w: Any, b: Any, stride: Any, padding: Any, output_padding: Any, dilation: Any,
+                         groups: Any, flip: Any) -> ConvDims:
+    check_same_dtype("x", x.dtype, w=w, b=b)
+    dims = ConvDims.transposed(x.shape, w.shape, stride=stride, padding=padding,
+                               output_padding=output_padding, dilation=dilation, groups=groups, flip=flip,
+                               dtype=x.dtype)
+    if b is not None:
+        check_shape("b", b.shape, (dims.in_channels,), "one value per output channel")
+    return dims
+
+
 @adopts_device_arrays("x", "w", "b")
 def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
          groups: int = 1, flip: bool = False) -> tuple[Any, Pullback]:
@@ -51,10 +76,8 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
     is given.
     """
     run = backend_op("conv", x=x, w=w, b=b)
-    check_same_dtype("x", x.dtype, w=w, b=b)
-    dims = ConvDims(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
-                    flip=flip, dtype=x.dtype)
-    _bias(b, dims)
+    dims = remember(("conv", x.shape, x.dtype, w.shape, w.dtype, _meta(b)), (stride, padding, dilation, groups, flip),
+                    lambda: _conv_dims(x, w, b, stride, padding, dilation, groups, flip))
     return run(x, w, b, dims)
 
 
@@ -69,12 +92,9 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
     be smaller than stride or dilation. Returns (y, pullback) like :func:`conv`.
     """
     run = backend_op("conv_transpose", x=x, w=w, b=b)
-    check_same_dtype("x", x.dtype, w=w, b=b)
-    dims = ConvDims.transposed(x.shape, w.shape, stride=stride, padding=padding,
-                               output_padding=output_padding, dilation=dilation, groups=groups, flip=flip,
-                               dtype=x.dtype)
-    if b is not None:
-        check_shape("b", b.shape, (dims.in_channels,), "one value per output channel")
+    dims = remember(("conv_transpose", x.shape, x.dtype, w.shape, w.dtype, _meta(b)),
+                    (stride, padding, output_padding, dilation, groups, flip),
+                    lambda: _conv_transpose_dims(x, w, b, stride, padding, output_padding, dilation, groups, flip))
     return run(x, w, b, dims)
 
 
@@ -86,7 +106,8 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tup
     row-major order, as in PyTorch. Returns (y, pullback) with pullback(dy) -> dx.
     """
     run = backend_op("maxpool", x=x)
-    dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
+    dims = remember(("pool", x.shape, x.dtype), (window, stride, padding),
+                    lambda: PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype))
     return run(x, dims)
 
 
@@ -95,7 +116,8 @@ def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0,
              count_include_pad: bool = True) -> tuple[Any, Pullback]:
     """Average pooling (torch's avg_pool); with ``count_include_pad`` the padding counts in the divisor."""
     run = backend_op("meanpool", x=x)
-    dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
+    dims = remember(("pool", x.shape, x.dtype), (window, stride, padding),
+                    lambda: PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype))
     if not isinstance(count_include_pad, (bool, np.bool_)):
         raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
     return run(x, dims, bool(count_include_pad))

@@ -23,6 +23,7 @@ copies); :func:`use_threads` holds the rule measured for when that pays.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -49,7 +50,13 @@ def use_threads(dims: ConvDims) -> bool:
     (10-40% slower at groups=1 and groups=5); with BLAS limited to one thread they win 1.5-1.7x on
     problems of THREAD_MIN_MACS multiply-adds and more, and lose on smaller ones.
     """
-    if workers() < 2 or (dims.groups < 2 and dims.batch < 2) or not blas_single_threaded():
+    return _big_enough(dims) and workers() >= 2 and blas_single_threaded()
+
+
+@functools.lru_cache(maxsize=256)
+def _big_enough(dims: ConvDims) -> bool:
+    """Whether the problem splits (several groups or samples) into pieces worth a thread each."""
+    if dims.groups < 2 and dims.batch < 2:
         return False
     k = int(np.prod(dims.kernel_size))
     macs = dims.batch * dims.out_channels * (dims.in_channels // dims.groups) * k * int(np.prod(dims.out_size))
@@ -71,8 +78,20 @@ def plan_chunks(dims: ConvDims, threaded: bool) -> list[Chunk]:
     return [(g0, g1, 0, n) for g0, g1 in split(g, parts)]
 
 
+@functools.lru_cache(maxsize=256)
+def layout(dims: ConvDims, dtype: np.dtype, threaded: bool) -> "_Layout":
+    """The problem's im2col plan, built once per (problem, dtype, threading) and then reused: a repeated
+    call pays a dictionary lookup instead of the geometry."""
+    return _Layout(dims, np.dtype(dtype), threaded)
+
+
+#: Window layouts whose columns for one sample hold at most this many elements gather them through a
+#: precomputed index (one call) instead of a strided window view (fixed cost of a dozen calls).
+GATHER_MAX_ELEMENTS = 1 << 15
+
+
 class _Layout:
-    """Everything one problem's im2col needs: sizes, column layout, blocks. Built per call."""
+    """Everything one problem's im2col needs: sizes, column layout, blocks. Immutable; see :func:`layout`."""
 
     def __init__(self, dims: ConvDims, dtype: np.dtype, threaded: bool) -> None:
         self.dims = dims
@@ -91,6 +110,19 @@ class _Layout:
         per_sample = max(g1 - g0 for g0, g1, _, _ in self.chunks) * self.rows * self.cols * self.item
         self.block = max(1, BLOCK_BYTES // per_sample)
         self.keep_columns = all(n1 - n0 <= self.block for _, _, n0, n1 in self.chunks)
+        self.ranges = sorted({(n0, n1) for _, _, n0, n1 in self.chunks})
+        self.y_shape = dims.y_shape
+        self.gather = None
+        if not self.flat and dims.in_channels * self.rows // self.cg * self.cols <= GATHER_MAX_ELEMENTS:
+            self.gather = self._gather_index()
+
+    def _gather_index(self) -> np.ndarray:
+        """Flat index into one padded sample of every column element, (C * prod(kernel) * P,) row-major."""
+        dims = self.dims
+        plane = np.arange(int(np.prod(dims.padded_size))).reshape(dims.padded_size)
+        taps = np.stack([plane[offset_index(dims, off)[2:]].reshape(-1) for off in self.offsets])   # (T, P)
+        channel = np.arange(dims.in_channels)[:, None, None] * plane.size
+        return (channel + taps[None]).reshape(-1).astype(np.intp)
 
     def blocks(self, n0: int, n1: int) -> list[tuple[int, int]]:
         return [(b, min(b + self.block, n1)) for b in range(n0, n1, self.block)]
@@ -105,6 +137,10 @@ class _Layout:
             dst = buf.reshape(nb, nc, len(self.offsets), self.cols)
             for k, start in enumerate(self.starts):
                 dst[:, :, k] = src[:, :, start:start + self.cols]
+        elif self.gather is not None:
+            per_channel = len(self.offsets) * self.p
+            xp.reshape(xp.shape[0], -1)[n0:n1].take(self.gather[c0 * per_channel:c1 * per_channel], axis=1,
+                                                    out=buf.reshape(nb, -1))
         else:
             dims = self.dims
             np.copyto(buf.reshape((nb, nc) + dims.kernel_size + dims.out_size), windows(xp[n0:n1, c0:c1], dims))
@@ -172,12 +208,12 @@ def _sweep(lay: _Layout, wg: np.ndarray, *, xp: np.ndarray | None = None,
     """
     need_columns = y is not None or dw_parts is not None
     kept: dict = {}
-    ranges = sorted({(n0, n1) for _, _, n0, n1 in lay.chunks})
+    ranges = lay.ranges
 
     def task(g0: int, g1: int, n0: int, n1: int) -> None:
         c0, c1 = g0 * lay.cg, g1 * lay.cg
         scratch = None
-        for b0, b1 in lay.blocks(n0, n1):
+        for b0, b1 in (((n0, n1),) if n1 - n0 <= lay.block else lay.blocks(n0, n1)):
             cols = None
             if need_columns:
                 cols = None if saved is None else saved[(g0, g1, b0)]
@@ -214,7 +250,7 @@ def _filter_grad(dw_parts: np.ndarray, dims: ConvDims) -> np.ndarray:
 
 
 def _new_parts(lay: _Layout, wg: np.ndarray) -> np.ndarray:
-    return np.zeros((len({(n0, n1) for _, _, n0, n1 in lay.chunks}),) + wg.shape, wg.dtype)
+    return np.zeros((len(lay.ranges),) + wg.shape, wg.dtype)
 
 
 def _bias_grad(dy: np.ndarray) -> np.ndarray:
@@ -233,7 +269,7 @@ def _data_grad(dy: np.ndarray, wg: np.ndarray, dims: ConvDims, threaded: bool) -
     the kernel. Strided convolutions scatter the columns back (col2im).
     """
     if any(s != 1 for s in dims.stride):
-        lay = _Layout(dims, dy.dtype, threaded)
+        lay = layout(dims, dy.dtype, threaded)
         dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
         _sweep(lay, wg, dy=np.ascontiguousarray(dy), dxp=dxp)
         return unpad(dxp, dims)
@@ -246,8 +282,9 @@ def _forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np
     path = special_path(dims)
     if path is not None:
         return path.forward(x, w, dims, threaded)
-    y = np.empty(dims.y_shape, x.dtype)
-    _sweep(_Layout(dims, x.dtype, threaded), _group_filter(w, dims), xp=pad(x, dims), y=y)
+    lay = layout(dims, x.dtype, threaded)
+    y = np.empty(lay.y_shape, x.dtype)
+    _sweep(lay, _group_filter(w, dims), xp=pad(x, dims), y=y)
     return y
 
 
@@ -266,10 +303,10 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
     if path is not None:
         return _conv_by_path(path, x, w, b, dims, path.use_threads(dims) if threaded is None else threaded)
     threaded = use_threads(dims) if threaded is None else threaded
-    lay = _Layout(dims, x.dtype, threaded)
+    lay = layout(dims, x.dtype, threaded)
     wg = _group_filter(w, dims)
     xp = pad(x, dims)
-    y = np.empty(dims.y_shape, x.dtype)
+    y = np.empty(lay.y_shape, x.dtype)
     saved = _sweep(lay, wg, xp=xp, y=y, keep=lay.keep_columns)
     if b is not None:
         _add_bias(y, b)
@@ -296,7 +333,7 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: Con
     if path is not None:
         return _conv_transpose_by_path(path, x, w, b, dims, path.use_threads(dims) if threaded is None else threaded)
     threaded = use_threads(dims) if threaded is None else threaded
-    lay = _Layout(dims, x.dtype, threaded)
+    lay = layout(dims, x.dtype, threaded)
     wg = _group_filter(w, dims)
     xe = np.ascontiguousarray(_extend(x, dims))
     y = _data_grad(xe, wg, dims, threaded)

@@ -62,24 +62,28 @@ def offset_index(dims: ConvDims, offset: tuple[int, ...]) -> tuple[slice, ...]:
         for k, d, s, o in zip(offset, dims.dilation, dims.stride, dims.out_size))
 
 
-def interior(dims: ConvDims) -> tuple[slice, ...]:
-    """Index of the unpadded region inside a padded array."""
-    return (slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(dims.pad_low, dims.x_shape[2:]))
+@functools.lru_cache(maxsize=256)
+def _padding(dims: ConvDims) -> tuple[tuple[int, ...], tuple[slice, ...] | None]:
+    """The padded array's shape and the index of the unpadded region inside it (None: nothing padded)."""
+    if not any(dims.pad_low + dims.pad_high):
+        return dims.x_shape, None
+    inside = (slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(dims.pad_low, dims.x_shape[2:]))
+    return dims.x_shape[:2] + dims.padded_size, inside
 
 
 def pad(x: np.ndarray, dims: ConvDims) -> np.ndarray:
     """x padded with zeros, always C-contiguous (x itself when it already is and nothing is padded)."""
-    if not any(dims.pad_low + dims.pad_high):
+    shape, inside = _padding(dims)
+    if inside is None:
         return np.ascontiguousarray(x)
-    xp = np.zeros(x.shape[:2] + dims.padded_size, x.dtype)
-    xp[interior(dims)] = x
+    xp = np.zeros(shape, x.dtype)
+    xp[inside] = x
     return xp
 
 
 def unpad(dxp: np.ndarray, dims: ConvDims) -> np.ndarray:
-    if not any(dims.pad_low + dims.pad_high):
-        return dxp
-    return np.ascontiguousarray(dxp[interior(dims)])
+    inside = _padding(dims)[1]
+    return dxp if inside is None else np.ascontiguousarray(dxp[inside])
 
 
 def data_grad_problem(dy: np.ndarray, w: np.ndarray, dims: ConvDims) -> tuple[np.ndarray, np.ndarray, ConvDims]:

@@ -15,6 +15,8 @@ into conv and conv_transpose, whose forward is the data gradient of a convolutio
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims
@@ -204,8 +206,9 @@ def _multiply_add(acc: np.ndarray, src: np.ndarray, coef: np.ndarray, tmp: np.nd
         acc += tmp
 
 
+@functools.lru_cache(maxsize=256)
 def special_path(dims: ConvDims) -> type | None:
-    """The path class for this problem, or None for the general im2col path."""
+    """The path class for this problem, or None for the general im2col path (remembered per problem)."""
     for path in (Pointwise, Depthwise):
         if path.applies(dims):
             return path

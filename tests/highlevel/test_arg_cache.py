@@ -122,3 +122,27 @@ def test_gathered_columns_equal_strided_windows(monkeypatch, rng, x_shape, w_sha
     for a, b in zip(grads, pullback2(np.cos(y2))):
         np.testing.assert_array_equal(a, b)
     ref_conv.layout.cache_clear()
+
+
+def test_cupy_arrays_take_the_type_fast_path_once_learnt(monkeypatch):
+    """The stand-in for a CuPy array (a class whose module is cupy's) selects cuDNN; the first call
+    records its type, later calls skip the full selection, and mixing in a numpy array still fails."""
+
+    class FakeCupyArray:
+        shape, dtype = (1, 1, 3, 3), np.dtype(np.float32)
+        __cuda_array_interface__ = {"shape": (1, 1, 3, 3), "typestr": "<f4", "data": (0, False), "version": 3}
+
+    FakeCupyArray.__module__ = "cupy._core.core"
+    monkeypatch.setattr(dispatch, "_cupy_types", {})
+    monkeypatch.setitem(dispatch.BACKENDS, "cudnn", "dnnbind.highlevel.reference")   # any module with a conv
+    reference = importlib.import_module("dnnbind.highlevel.reference")
+    a = FakeCupyArray()
+    assert dispatch.backend_op("conv", x=a, w=a, b=None) is reference.conv
+    assert dispatch._cupy_types == {FakeCupyArray: "cudnn"}
+    calls = []
+    monkeypatch.setattr(dispatch, "select", lambda **arrays: calls.append(arrays) or "cudnn")
+    assert dispatch.backend_op("conv", x=a, w=a) is reference.conv
+    assert calls == []
+    monkeypatch.undo()
+    with pytest.raises(TypeError, match="mixed host and device inputs"):
+        dispatch.backend_op("conv", x=a, w=np.zeros((1, 1, 3, 3)))

@@ -68,18 +68,36 @@ def backend_function(backend: str, op: str) -> Callable[..., Any]:
 def backend_op(op: str, **arrays: Any) -> Callable[..., Any]:
     """The implementation of ``op`` on the backend these named arrays select (see :func:`select`).
 
-    Plain numpy arrays (and None) take a fast path to the reference backend that inspects only their types.
+    Calls whose arrays are all plain numpy arrays, or all CuPy arrays (None aside), take a fast path that
+    looks only at their type.
     """
-    numpy_seen = False
+    kind = None
     for value in arrays.values():
-        if type(value) is np.ndarray:
-            numpy_seen = True
-        elif value is not None:
+        if value is None:
+            continue
+        if kind is None:
+            kind = type(value)
+        elif type(value) is not kind:
             break
     else:
-        if numpy_seen:
+        if kind is np.ndarray:
             return backend_function("reference", op)
-    return backend_function(select(**arrays), op)
+        backend = _cupy_types.get(kind)
+        if backend is not None:
+            return backend_function(backend, op)
+    backend = select(**arrays)
+    if kind is not None and backend != "reference" and _root_module_of(kind) == "cupy" \
+            and all(v is None or type(v) is kind for v in arrays.values()):
+        _cupy_types[kind] = backend      # CuPy's array type always selects the same backend in a process
+    return backend_function(backend, op)
+
+
+#: CuPy array type -> its backend, learnt from the first call that used only that type
+_cupy_types: dict[type, str] = {}
+
+
+def _root_module_of(kind: type) -> str:
+    return kind.__module__.partition(".")[0]
 
 
 def _type_name(value: Any) -> str:
@@ -88,7 +106,7 @@ def _type_name(value: Any) -> str:
 
 
 def _root_module(value: Any) -> str:
-    return type(value).__module__.partition(".")[0]
+    return _root_module_of(type(value))
 
 
 def _cupy_is_hip() -> bool:

@@ -1,7 +1,8 @@
 """Remember the outcome of argument checking for repeated calls (the per-call overhead path).
 
-A training loop calls the same op with the same shapes, dtypes and arguments thousands of times; the
-checks and shape logic (ConvDims and friends) give the same answer every time. :func:`remember` keys
+A training loop calls the same op with the same array types, shapes, dtypes and arguments thousands
+of times; backend selection, the checks and the shape logic (ConvDims and friends) give the same
+answer every time. :func:`remember` keys
 that answer by the arguments themselves and skips the work on a repeat. Only *plain* values take part
 in a key (exact ints, bools, strings, None, numpy dtypes, and tuples or lists of those), so two keys are
 equal only when the checks would see equal arguments: ``stride=2.0`` or ``stride=True`` never meets the
@@ -55,16 +56,23 @@ def remember(arrays: tuple, arguments: tuple, build: Callable[[], T]) -> T:
     through :func:`plain`; a call with an argument of any other type, or an unhashable shape, calls
     ``build()`` every time.
     """
+    parts = []
     try:
-        full = (arrays, tuple([a if type(a) is int else plain(a) for a in arguments]))
-        with _lock:
-            value = _entries[full]
-            _entries.move_to_end(full)
-        return value
-    except (_NotPlain, TypeError):     # an argument that is not plain, a shape that is not hashable
+        for a in arguments:
+            kind = type(a)
+            parts.append(a if kind is int or a is None else (_BOOL, a) if kind is bool else plain(a))
+        full = (arrays, tuple(parts))
+        value = _entries[full]          # a read needs no lock: dict lookups are atomic
+    except (_NotPlain, TypeError):      # an argument that is not plain, a shape that is not hashable
         return build()
     except KeyError:
         pass
+    else:
+        try:
+            _entries.move_to_end(full)
+        except KeyError:                # evicted by another thread meanwhile
+            pass
+        return value
     value = build()
     with _lock:
         _entries[full] = value

@@ -152,13 +152,7 @@ def adopts_device_arrays(*names: str) -> Callable[[Callable[..., Any]], Callable
 
         @functools.wraps(op)
         def run(*args: Any, **kwargs: Any) -> Any:
-            for v in (*args, *kwargs.values()):
-                kind = type(v)
-                if kind in _HOST_TYPES:
-                    continue
-                if is_foreign_device_array(v) or (kind in (list, tuple) and _has_foreign(v)):
-                    break
-            else:
+            if _all_host(args) and _all_host(kwargs.values()):
                 return op(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             _chosen(**_flatten({n: bound.arguments.get(n) for n in names}))     # mixed host/device first
@@ -172,6 +166,17 @@ def adopts_device_arrays(*names: str) -> Callable[[Callable[..., Any]], Callable
 
 #: argument types that are never device arrays: the adoption wrapper skips them without a look
 _HOST_TYPES = frozenset({np.ndarray, int, float, bool, str, type(None)})
+
+
+def _all_host(values: Any) -> bool:
+    """Whether none of ``values`` is (or holds) a device array other than CuPy's."""
+    for v in values:
+        kind = type(v)
+        if kind in _HOST_TYPES:
+            continue
+        if is_foreign_device_array(v) or (kind in (list, tuple) and _has_foreign(v)):
+            return False
+    return True
 
 
 def _flatten(arrays: dict[str, Any]) -> dict[str, Any]:

@@ -42,8 +42,8 @@ def _bias(b: Any, dims: ConvDims) -> None:
 
 
 def _meta(a: Any) -> tuple | None:
-    """What the checks see of an optional array: its shape and dtype."""
-    return None if a is None else (a.shape, a.dtype)
+    """What dispatch and the checks see of an optional array: its type, shape and dtype."""
+    return None if a is None else (type(a), getattr(a, "shape", None), getattr(a, "dtype", None))
 
 
 def _conv_dims(x: Any, w: Any, b: Any, stride: Any, padding: Any, dilation: Any, groups: Any, flip: Any) -> ConvDims:
@@ -75,9 +75,9 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
     pair per spatial dim. Returns (y, pullback) with pullback(dy) -> (dx, dw), or (dx, dw, db) when b
     is given.
     """
-    run = backend_op("conv", x=x, w=w, b=b)
-    dims = remember(("conv", x.shape, x.dtype, w.shape, w.dtype, _meta(b)), (stride, padding, dilation, groups, flip),
-                    lambda: _conv_dims(x, w, b, stride, padding, dilation, groups, flip))
+    run, dims = remember(("conv", _meta(x), _meta(w), _meta(b)), (stride, padding, dilation, groups, flip),
+                         lambda: (backend_op("conv", x=x, w=w, b=b),
+                                  _conv_dims(x, w, b, stride, padding, dilation, groups, flip)))
     return run(x, w, b, dims)
 
 
@@ -91,10 +91,11 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
     crops the output (low, high per dim as for conv); ``output_padding`` adds to the high side and must
     be smaller than stride or dilation. Returns (y, pullback) like :func:`conv`.
     """
-    run = backend_op("conv_transpose", x=x, w=w, b=b)
-    dims = remember(("conv_transpose", x.shape, x.dtype, w.shape, w.dtype, _meta(b)),
-                    (stride, padding, output_padding, dilation, groups, flip),
-                    lambda: _conv_transpose_dims(x, w, b, stride, padding, output_padding, dilation, groups, flip))
+    run, dims = remember(("conv_transpose", _meta(x), _meta(w), _meta(b)),
+                         (stride, padding, output_padding, dilation, groups, flip),
+                         lambda: (backend_op("conv_transpose", x=x, w=w, b=b),
+                                  _conv_transpose_dims(x, w, b, stride, padding, output_padding, dilation, groups,
+                                                       flip)))
     return run(x, w, b, dims)
 
 
@@ -105,9 +106,9 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tup
     Padding never wins (it acts as -inf). Ties: the gradient goes to the first maximum of the window in
     row-major order, as in PyTorch. Returns (y, pullback) with pullback(dy) -> dx.
     """
-    run = backend_op("maxpool", x=x)
-    dims = remember(("pool", x.shape, x.dtype), (window, stride, padding),
-                    lambda: PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype))
+    run, dims = remember(("maxpool", _meta(x)), (window, stride, padding),
+                         lambda: (backend_op("maxpool", x=x),
+                                  PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)))
     return run(x, dims)
 
 
@@ -115,9 +116,9 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tup
 def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0,
              count_include_pad: bool = True) -> tuple[Any, Pullback]:
     """Average pooling (torch's avg_pool); with ``count_include_pad`` the padding counts in the divisor."""
-    run = backend_op("meanpool", x=x)
-    dims = remember(("pool", x.shape, x.dtype), (window, stride, padding),
-                    lambda: PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype))
+    run, dims = remember(("meanpool", _meta(x)), (window, stride, padding),
+                         lambda: (backend_op("meanpool", x=x),
+                                  PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)))
     if not isinstance(count_include_pad, (bool, np.bool_)):
         raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
     return run(x, dims, bool(count_include_pad))

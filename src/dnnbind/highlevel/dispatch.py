@@ -71,7 +71,7 @@ def backend_op(op: str, **arrays: Any) -> Callable[..., Any]:
     Calls whose arrays are all plain numpy arrays, or all CuPy arrays (None aside), take a fast path that
     looks only at their type.
     """
-    kind = None
+    kind: type | None = None
     for value in arrays.values():
         if value is None:
             continue
@@ -82,9 +82,9 @@ def backend_op(op: str, **arrays: Any) -> Callable[..., Any]:
     else:
         if kind is np.ndarray:
             return backend_function("reference", op)
-        backend = _cupy_types.get(kind)
-        if backend is not None:
-            return backend_function(backend, op)
+        learnt = _cupy_types.get(kind) if kind is not None else None
+        if learnt is not None:
+            return backend_function(learnt, op)
     backend = select(**arrays)
     if kind is not None and backend != "reference" and _root_module_of(kind) == "cupy" \
             and all(v is None or type(v) is kind for v in arrays.values()):

@@ -31,7 +31,7 @@ import numpy as np
 from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, data_grad_problem, kernel_offsets,
                                                        offset_index, pad, unpad, windows)
-from dnnbind.highlevel.reference.conv_paths import special_path
+from dnnbind.highlevel.reference.conv_paths import Path, special_path
 from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
 
@@ -369,7 +369,7 @@ def _flipped(w: np.ndarray, dims: ConvDims) -> np.ndarray:
     return np.flip(w, tuple(range(2, w.ndim))) if dims.flip else w
 
 
-def _conv_by_path(path, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
+def _conv_by_path(path: Path, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
                   threaded: bool) -> tuple[np.ndarray, Callable]:
     wf = _flipped(w, dims)
     y = path.forward(x, wf, dims, threaded)
@@ -385,7 +385,7 @@ def _conv_by_path(path, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims
     return y, pullback
 
 
-def _conv_transpose_by_path(path, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
+def _conv_transpose_by_path(path: Path, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
                             threaded: bool) -> tuple[np.ndarray, Callable]:
     wf = _flipped(w, dims)
     xe = np.ascontiguousarray(_extend(x, dims))

@@ -202,9 +202,13 @@ class Depthwise:
         return parts.sum(axis=0).reshape(dims.w_shape)
 
 
+Path = type[Pointwise] | type[Depthwise]
+
+
 @functools.lru_cache(maxsize=256)
-def special_path(dims: ConvDims) -> type | None:
+def special_path(dims: ConvDims) -> Path | None:
     """The path class for this problem, or None for the general im2col path (remembered per problem)."""
+    path: Path
     for path in (Pointwise, Depthwise):
         if path.applies(dims):
             return path

@@ -1,6 +1,6 @@
 """Benchmark the numpy reference backend against PyTorch on the CPU, side by side in one run.
 
-    python bench/bench_reference.py [--repeats N] [--quick]
+    python bench/bench_reference.py [--repeats N] [--cpu-time] [--skip-threads]
 
 Every figure is the median of several timed repeats, taken in alternating bursts (ours, torch's)
 with a pause between bursts so that neither library's idle worker threads slow the other. torch
@@ -18,7 +18,13 @@ Tables (each ratio against torch measured in the same run):
   ``dnnbind.torch`` layers against the same models built from torch's own layers;
 * extra memory of a convolution's forward + backward: the peak resident memory during the call above
   the resident memory before it (Linux: VmHWM after resetting it through /proc/self/clear_refs),
-  ours against torch's, and numpy's own allocations as tracemalloc counts them.
+  ours against torch's, and numpy's own allocations as tracemalloc counts them (in a fresh child
+  process, so that nothing earlier in this run holds memory the calls could reuse).
+
+``--cpu-time`` times with the calling thread's CPU time instead of wall time, with the process pinned
+to one CPU and numpy's BLAS (run it under OPENBLAS_NUM_THREADS=1) and torch on one thread, so that all
+work happens in the timed thread: figures that a busy machine barely disturbs, for comparing
+algorithms; wall time with every core is what users see.
 
 Then the convolution's thread pool is compared with a single thread, twice: with numpy's BLAS as it
 is, and (in a child process) with BLAS limited to one thread, the case where conv.use_threads turns
@@ -28,9 +34,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -46,6 +52,7 @@ import dnnbind
 from dnnbind.highlevel.dims import ConvDims
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
 from common import Row, compare, timeit  # noqa: E402  (bench/common.py: timing, the row type run.py summarises)
 import reference_layers  # noqa: E402
 import reference_memory  # noqa: E402
@@ -234,15 +241,33 @@ def training_rows(repeats: int) -> list[Row]:
     return rows
 
 
+MEMORY_LAYERS = (reference_layers.RESNET18[1], reference_layers.RESNET18[2], reference_layers.RESNET18[3],
+                 reference_layers.DEPTHWISE[0])
+
+
 def memory_rows() -> list[Row]:
-    """Extra peak memory of conv forward + backward, in bytes (printed in MB)."""
-    if not reference_memory.available():
-        print("\nmemory: skipped (needs Linux /proc/self/clear_refs)")
+    """Extra peak memory of conv forward + backward, in bytes (printed in MB), measured in a child process."""
+    done = subprocess.run([sys.executable, __file__, "--memory-only"], capture_output=True, text=True, check=True)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    if "skipped" in report:
+        print(f"\nmemory: skipped ({report['skipped']})")
         return []
-    rows = []
-    numpy_peaks = []
-    for layer in (reference_layers.RESNET18[1], reference_layers.RESNET18[2], reference_layers.RESNET18[3],
-                  reference_layers.DEPTHWISE[0]):
+    rows = [Row(f"memory {name} fwd+bwd", ours, theirs, "torch peak RSS", reference_memory.GOAL, "MB")
+            for name, ours, theirs, _ in report["rows"]]
+    print_rows("extra memory of conv forward + backward (peak RSS above the start of the call)", rows)
+    for name, _, _, numpy_peak in report["rows"]:
+        print(f"  numpy allocations (tracemalloc peak) {name}: {numpy_peak / 1e6:.1f} MB")
+    return rows
+
+
+def memory_child() -> None:
+    """Measure MEMORY_LAYERS in this (fresh) process and print one JSON line."""
+    if torch is None or not reference_memory.available():
+        print(json.dumps({"skipped": "needs torch and Linux /proc/self/clear_refs with glibc"}))
+        return
+    torch.set_num_threads(blas_threads())
+    out = []
+    for layer in MEMORY_LAYERS:
         x_shape, w_shape, kw = reference_layers.shapes(layer)
         rng = np.random.default_rng(0)
         x = rng.standard_normal(x_shape, dtype=np.float32)
@@ -259,13 +284,9 @@ def memory_rows() -> list[Row]:
             torch.autograd.grad(F.conv2d(xt, wt, **kw), (xt, wt), dyt)
 
         ours(), theirs()
-        mine, their = reference_memory.peak_extra_bytes(ours), reference_memory.peak_extra_bytes(theirs)
-        numpy_peaks.append((layer[0], reference_memory.numpy_peak_bytes(ours)))
-        rows.append(Row(f"memory {layer[0]} fwd+bwd", mine, their, "torch peak RSS", reference_memory.GOAL, "MB"))
-    print_rows("extra memory of conv forward + backward (peak RSS above the start of the call)", rows)
-    for name, peak in numpy_peaks:
-        print(f"  numpy allocations (tracemalloc peak) {name}: {peak / 1e6:.1f} MB")
-    return rows
+        out.append((layer[0], reference_memory.peak_extra_bytes(ours), reference_memory.peak_extra_bytes(theirs),
+                    reference_memory.numpy_peak_bytes(ours)))
+    print(json.dumps({"rows": out}))
 
 
 def main(argv: list[str] | None = None) -> list[Row]:
@@ -274,10 +295,26 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--threads-only", action="store_true", help="only the thread-pool table")
     parser.add_argument("--skip-threads", action="store_true", help="leave out the thread-pool tables")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time with thread CPU time, BLAS and torch on one thread (for busy machines)")
+    parser.add_argument("--memory-only", action="store_true", help=argparse.SUPPRESS)   # the child process
     args = parser.parse_args([] if argv is None and __name__ != "__main__" else argv)
     results: list[Row] = []
     r = args.repeats
     threads = blas_threads()
+    if args.memory_only:
+        memory_child()
+        return []
+    if args.cpu_time:
+        if threads != 1:
+            print(f"--cpu-time needs numpy's BLAS on one thread (it has {threads}): run it under "
+                  f"OPENBLAS_NUM_THREADS=1")
+            return []
+        common.CLOCK = time.thread_time
+        args.skip_threads = True
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})   # one CPU: no thread of ours, BLAS's or torch's
+        threads = 1
+        print("timing: CPU time of the calling thread; process pinned to one CPU (no worker threads anywhere)")
     print(f"numpy {np.__version__}, BLAS {blas_name()}, BLAS threads {threads}, "
           f"CPUs {len(os.sched_getaffinity(0))}, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     grouped = ((2, 100, 28, 28), (15, 20, 3, 3), 5, 0)
@@ -313,7 +350,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     if not args.skip_threads:
         thread_tables(args, threads)
     if not args.threads_only:
-        results += memory_rows()     # last: it fixes malloc's mmap threshold for this process
+        results += memory_rows()
     return results
 
 

@@ -369,10 +369,13 @@ def thread_tables(args: argparse.Namespace, threads: int) -> None:
         ("g=1 x(2,20,28,28) w(15,20,3,3)", ((2, 20, 28, 28), (15, 20, 3, 3), 1, 0)),
         ("g=5 x(2,100,28,28) w(15,20,3,3)", grouped),
         ("g=5 x(8,100,56,56) w(100,20,3,3)", ((8, 100, 56, 56), (100, 20, 3, 3), 5, 1)),
+        ("depthwise x(8,96,56,56) w(96,1,3,3)", ((8, 96, 56, 56), (96, 1, 3, 3), 96, 1)),
     ]
     for name, (xs, ws, g, p) in thread_cases:
         on, off = thread_case(xs, ws, g, p, r)
-        rule = ref_conv.use_threads(ConvDims(xs, ws, padding=p, groups=g))
+        dims = ConvDims(xs, ws, padding=p, groups=g)
+        path = ref_conv.special_path(dims)
+        rule = (path or ref_conv).use_threads(dims)
         print(f"{name:<34}{on:>12.2f}{off:>10.2f}{on / off:>7.2f}x  {'threaded' if rule else 'serial'}")
     sys.stdout.flush()
     if not args.threads_only and threads > 1:

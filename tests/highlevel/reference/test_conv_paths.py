@@ -141,3 +141,16 @@ def test_depthwise_blocks_cover_every_sample_and_channel(monkeypatch, rng):
     np.testing.assert_array_equal(y, y_one)
     for a, b in zip(pullback(np.sin(y)), grads_one):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
+def test_depthwise_threads_follow_the_blas_rule(monkeypatch):
+    """The depthwise path calls BLAS too: it splits over the pool only when BLAS is single-threaded."""
+    big = ConvDims((8, 96, 56, 56), (96, 1, 3, 3), padding=1, groups=96)
+    small = ConvDims((1, 4, 6, 6), (4, 1, 3, 3), padding=1, groups=4)
+    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    assert not Depthwise.use_threads(big)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert Depthwise.use_threads(big) == (ref_conv.workers() > 1)
+    assert not Depthwise.use_threads(small)
+    assert not Pointwise.use_threads(ConvDims((8, 64, 56, 56), (128, 64, 1, 1)))   # BLAS threads those

@@ -10,7 +10,7 @@
   one batched product per channel (1 x taps) @ (taps x pixels) combines them. Data gradient: stride 1
   is the forward pass again (on dy, flipped kernel); strided ones add weight times dy into each
   offset's shifted view. Filter gradient: one dot product per channel and offset. Blocks are split
-  over the thread pool. Stride 1 uses the flat-rows layout, where each shifted view is one contiguous
+  over the thread pool when numpy's BLAS is single-threaded. Stride 1 uses the flat-rows layout, where each shifted view is one contiguous
   run per plane.
 
 Both are exact in the sense the GPU tests need: plain float sums of the same products, no transforms.
@@ -24,7 +24,7 @@ import functools
 import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims
-from dnnbind.highlevel.reference._threads import run, split, workers
+from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, data_grad_problem, kernel_offsets,
                                                        offset_index, pad, unpad)
 
@@ -112,8 +112,11 @@ class Depthwise:
 
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:
+        """Split over the pool on large problems, and only when numpy's BLAS is single-threaded: the
+        blocks' products and dot products are BLAS calls, and a multi-threaded BLAS would fight our
+        threads for the cores (the same rule as the im2col path, see conv.use_threads)."""
         macs = dims.batch * dims.out_channels * int(np.prod(dims.out_size)) * int(np.prod(dims.kernel_size))
-        return workers() > 1 and macs >= THREAD_MIN_MACS
+        return macs >= THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
     def _flat(dims: ConvDims) -> FlatRows | None:

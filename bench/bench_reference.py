@@ -257,6 +257,8 @@ def memory_rows() -> list[Row]:
     print_rows("extra memory of conv forward + backward (peak RSS above the start of the call)", rows)
     for name, _, _, numpy_peak in report["rows"]:
         print(f"  numpy allocations (tracemalloc peak) {name}: {numpy_peak / 1e6:.1f} MB")
+    print(f"  plus the reference backend's reused scratch buffers, held between calls (not in the peaks "
+          f"above): {report['scratch'] / 1e6:.1f} MB in the measuring thread")
     return rows
 
 
@@ -286,7 +288,11 @@ def memory_child() -> None:
         ours(), theirs()
         out.append((layer[0], reference_memory.peak_extra_bytes(ours), reference_memory.peak_extra_bytes(theirs),
                     reference_memory.numpy_peak_bytes(ours)))
-    print(json.dumps({"rows": out}))
+    print(json.dumps({"rows": out, "scratch": scratch_held()}))
+
+
+def scratch_held() -> int:
+    return importlib.import_module("dnnbind.highlevel.reference._scratch").held_bytes()
 
 
 def main(argv: list[str] | None = None) -> list[Row]:

@@ -33,6 +33,7 @@ from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows,
                                                        offset_index, pad, unpad, windows)
 from dnnbind.highlevel.reference.conv_paths import Path, special_path
 from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
+from dnnbind.highlevel.reference._scratch import scratch
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
 
 #: Target size of one block's column buffer: a few samples' worth that stays in the CPU's caches.
@@ -172,7 +173,8 @@ class _Layout:
         shape = (n1 - n0, g1 - g0, self.kg, self.cols)
         if not self.flat:
             return block.reshape(shape)
-        ext = np.zeros((n1 - n0, (g1 - g0) * self.kg, self.cols), dy.dtype)
+        ext = scratch("output columns", (n1 - n0, (g1 - g0) * self.kg, self.cols), dy.dtype)
+        ext.fill(0)                      # the columns between output rows take no gradient
         self.output_view(ext)[...] = block
         return ext.reshape(shape)
 
@@ -212,33 +214,34 @@ def _sweep(lay: _Layout, wg: np.ndarray, *, xp: np.ndarray | None = None,
 
     def task(g0: int, g1: int, n0: int, n1: int) -> None:
         c0, c1 = g0 * lay.cg, g1 * lay.cg
-        scratch = None
         for b0, b1 in (((n0, n1),) if n1 - n0 <= lay.block else lay.blocks(n0, n1)):
+            nb, ng = b1 - b0, g1 - g0
             cols = None
             if need_columns:
                 cols = None if saved is None else saved[(g0, g1, b0)]
                 if cols is None:
-                    if keep or scratch is None or scratch.shape[0] != b1 - b0:
-                        scratch = np.empty((b1 - b0, g1 - g0, lay.rows, lay.cols), wg.dtype)
-                    cols = scratch
+                    shape = (nb, ng, lay.rows, lay.cols)
+                    cols = np.empty(shape, wg.dtype) if keep else scratch("columns", shape, wg.dtype)
                     lay.fill(cols, xp, b0, b1, c0, c1)
                     if keep:
                         kept[(g0, g1, b0)] = cols
             if y is not None:
                 yb = y[b0:b1, g0 * lay.kg:g1 * lay.kg]
                 if lay.flat:
-                    prod = np.matmul(wg[g0:g1], cols).reshape(b1 - b0, -1, lay.cols)
-                    yb[...] = lay.output_view(prod)
+                    prod = np.matmul(wg[g0:g1], cols, out=scratch("product", (nb, ng, lay.kg, lay.cols), wg.dtype))
+                    yb[...] = lay.output_view(prod.reshape(nb, -1, lay.cols))
                 else:
-                    np.matmul(wg[g0:g1], cols, out=yb.reshape(b1 - b0, g1 - g0, lay.kg, lay.p))
+                    np.matmul(wg[g0:g1], cols, out=yb.reshape(nb, ng, lay.kg, lay.p))
             if dy is not None:
                 dyc = lay.to_columns(dy, b0, b1, g0, g1)
                 if dw_parts is not None:
                     part = dw_parts[ranges.index((n0, n1)), g0:g1]
-                    for i in range(b1 - b0):
+                    for i in range(nb):
                         part += np.matmul(dyc[i], cols[i].swapaxes(-1, -2))
                 if dxp is not None:
-                    lay.scatter(dxp, np.matmul(wg[g0:g1].swapaxes(-1, -2), dyc), b0, b1, c0, c1)
+                    dcols = np.matmul(wg[g0:g1].swapaxes(-1, -2), dyc,
+                                      out=scratch("data columns", (nb, ng, lay.rows, lay.cols), wg.dtype))
+                    lay.scatter(dxp, dcols, b0, b1, c0, c1)
 
     run(task, lay.chunks)
     return kept

@@ -24,6 +24,7 @@ import functools
 import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.reference._scratch import scratch
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, data_grad_problem, kernel_offsets,
                                                        offset_index, pad, unpad)
@@ -140,7 +141,7 @@ class Depthwise:
 
         def task(blocks: list) -> None:
             for n0, n1, c0, c1 in blocks:
-                buf = np.empty((n1 - n0, c1 - c0, taps, cols), x.dtype)
+                buf = scratch("columns", (n1 - n0, c1 - c0, taps, cols), x.dtype)
                 if flat is not None:
                     for t, start in enumerate(flat.starts):
                         buf[:, :, t] = xf[n0:n1, c0:c1, start:start + cols]
@@ -148,7 +149,8 @@ class Depthwise:
                     block, view = xp[n0:n1, c0:c1], buf.reshape((n1 - n0, c1 - c0, taps) + dims.out_size)
                     for t, off in enumerate(offsets):
                         view[:, :, t] = block[offset_index(dims, off)]
-                out = np.matmul(coef[c0:c1], buf).reshape(n1 - n0, c1 - c0, cols)
+                out = np.matmul(coef[c0:c1], buf, out=scratch("product", (n1 - n0, c1 - c0, 1, cols), x.dtype))
+                out = out.reshape(n1 - n0, c1 - c0, cols)
                 y[n0:n1, c0:c1] = flat.output_view(out) if flat is not None else out.reshape(y[n0:n1, c0:c1].shape)
 
         run(task, _Blocks(dims, cols * taps, threaded).lists)
@@ -189,7 +191,8 @@ class Depthwise:
         def task(blocks: list, part: np.ndarray) -> None:
             for n0, n1, c0, c1 in blocks:
                 if flat is not None:
-                    ext = np.zeros((n1 - n0, c1 - c0, flat.length), dy.dtype)
+                    ext = scratch("output columns", (n1 - n0, c1 - c0, flat.length), dy.dtype)
+                    ext.fill(0)
                     flat.output_view(ext)[...] = dy[n0:n1, c0:c1]
                     for t, start in enumerate(flat.starts):
                         part[c0:c1, t] += np.vecdot(ext, xf[n0:n1, c0:c1, start:start + flat.length]).sum(axis=0)

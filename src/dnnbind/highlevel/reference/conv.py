@@ -287,7 +287,7 @@ def _forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np
         return path.forward(x, w, dims, threaded)
     lay = layout(dims, x.dtype, threaded)
     y = np.empty(lay.y_shape, x.dtype)
-    _sweep(lay, _group_filter(w, dims), xp=pad(x, dims), y=y)
+    _sweep(lay, _group_filter(w, dims), xp=pad(x, dims, temporary=True), y=y)
     return y
 
 

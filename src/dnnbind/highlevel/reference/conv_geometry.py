@@ -13,6 +13,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.reference._scratch import scratch
 
 #: Flat rows waste (L - prod(out)) columns; use them only while that costs at most this fraction.
 FLAT_MAX_WASTE = 0.3
@@ -71,12 +72,20 @@ def _padding(dims: ConvDims) -> tuple[tuple[int, ...], tuple[slice, ...] | None]
     return dims.x_shape[:2] + dims.padded_size, inside
 
 
-def pad(x: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """x padded with zeros, always C-contiguous (x itself when it already is and nothing is padded)."""
+def pad(x: np.ndarray, dims: ConvDims, *, temporary: bool = False) -> np.ndarray:
+    """x padded with zeros, always C-contiguous (x itself when it already is and nothing is padded).
+
+    ``temporary``: the padded copy is used only within the calling function (never kept, never
+    returned), so it may live in this thread's scratch memory (see _scratch).
+    """
     shape, inside = _padding(dims)
     if inside is None:
         return np.ascontiguousarray(x)
-    xp = np.zeros(shape, x.dtype)
+    if temporary:
+        xp = scratch("padded input", shape, x.dtype)
+        xp.fill(0)
+    else:
+        xp = np.zeros(shape, x.dtype)
     xp[inside] = x
     return xp
 

@@ -130,7 +130,7 @@ class Depthwise:
     def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
         """Per block: the kernel offsets' shifted views copied into a column block that stays in cache,
         then one product per channel (1 x taps) @ (taps x pixels)."""
-        xp = pad(x, dims)
+        xp = pad(x, dims, temporary=True)
         coef = np.ascontiguousarray(w).reshape(dims.out_channels, 1, -1)
         y = np.empty(dims.y_shape, x.dtype)
         flat = Depthwise._flat(dims)
@@ -180,7 +180,7 @@ class Depthwise:
 
     @staticmethod
     def filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
-        xp = pad(x, dims)
+        xp = pad(x, dims, temporary=True)
         offsets = kernel_offsets(dims)
         flat = Depthwise._flat(dims)
         lists = _Blocks(dims, flat.length if flat is not None else int(np.prod(dims.out_size)), threaded).lists

@@ -27,6 +27,7 @@ MAX_ENTRIES = 1024
 
 _PLAIN = (int, str, type(None))
 _BOOL = object()   # tags bools, which compare and hash equal to the ints 0 and 1
+_SCALARS = frozenset({int, bool, type(None)})
 _entries: OrderedDict[tuple, Any] = OrderedDict()
 _lock = threading.Lock()
 
@@ -56,12 +57,12 @@ def remember(arrays: tuple, arguments: tuple, build: Callable[[], T]) -> T:
     through :func:`plain`; a call with an argument of any other type, or an unhashable shape, calls
     ``build()`` every time.
     """
-    parts = []
     try:
-        for a in arguments:
-            kind = type(a)
-            parts.append(a if kind is int or a is None else (_BOOL, a) if kind is bool else plain(a))
-        full = (arrays, tuple(parts))
+        types = tuple(map(type, arguments))
+        if _SCALARS.issuperset(types):  # the common case: ints, bools, None; their types keep 1 from True
+            full = (arrays, arguments, types)
+        else:
+            full = (arrays, tuple([plain(a) for a in arguments]))
         value = _entries[full]          # a read needs no lock: dict lookups are atomic
     except (_NotPlain, TypeError):      # an argument that is not plain, a shape that is not hashable
         return build()

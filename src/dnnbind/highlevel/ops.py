@@ -43,7 +43,12 @@ def _bias(b: Any, dims: ConvDims) -> None:
 
 def _meta(a: Any) -> tuple | None:
     """What dispatch and the checks see of an optional array: its type, shape and dtype."""
-    return None if a is None else (type(a), getattr(a, "shape", None), getattr(a, "dtype", None))
+    if a is None:
+        return None
+    try:
+        return (type(a), a.shape, a.dtype)
+    except AttributeError:         # not an array: the build step's checks name it
+        return (type(a), None, None)
 
 
 def _conv_dims(x: Any, w: Any, b: Any, stride: Any, padding: Any, dilation: Any, groups: Any, flip: Any) -> ConvDims:

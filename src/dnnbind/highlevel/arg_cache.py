@@ -57,6 +57,7 @@ def remember(arrays: tuple, arguments: tuple, build: Callable[[], T]) -> T:
     through :func:`plain`; a call with an argument of any other type, or an unhashable shape, calls
     ``build()`` every time.
     """
+    full: tuple
     try:
         types = tuple(map(type, arguments))
         if _SCALARS.issuperset(types):  # the common case: ints, bools, None; their types keep 1 from True

@@ -7,6 +7,9 @@
 - host overhead of a repeated small convolution (x 1x16x8x8, w 16x16x3x3, padding 1, float32): wall
   time per call over 1000 back-to-back calls (then one synchronisation), through the public op and
   through the backend with a prebuilt ConvDims, against F.conv2d without autograd; goal <= 1.0x;
+- host time of a cached small cuDNN convolution (x 1x1x4x4, w 1x1x3x3, padding 1, float32): wall time
+  per call of ``dnnbind.conv`` over 2000 back-to-back calls and one synchronisation, where the GPU's
+  work per call (one tiny kernel) is far shorter than the host's and runs behind it; goal <= 10 us;
 - LSTM forward + backward (seq 50, batch 64, 512 -> 1024, 2 layers, float16 and float32) against
   torch.nn.LSTM; goal <= 1.05x (bench/bench_gpu_rnn.py).
 
@@ -41,6 +44,7 @@ RESNET50 = [
 BATCH = 32
 GOAL_CONV = 1.05
 GOAL_OVERHEAD = 1.0
+GOAL_HOST_US = 10.0
 
 
 def environment() -> tuple[Any, Any] | str:
@@ -125,6 +129,21 @@ def overhead_rows(cupy: Any, torch: Any) -> list[Row]:
                 GOAL_OVERHEAD, "us")]
 
 
+def host_time_rows(cupy: Any, torch: Any) -> list[Row]:
+    """Host time of a repeated tiny convolution whose plan is cached: the Python path, dispatch, the
+    cached checks, the plan lookup and the library call, with negligible GPU work. The figure is absolute
+    (microseconds), so the row's reference is 1 us and its goal GOAL_HOST_US."""
+    import dnnbind
+
+    x = cupy.random.standard_normal((1, 1, 4, 4), dtype=cupy.float32)
+    w = cupy.random.standard_normal((1, 1, 3, 3), dtype=cupy.float32)
+    dnnbind.conv(x, w, padding=1)                      # builds and caches the plan
+    per_call = seconds_per_iteration(lambda: dnnbind.conv(x, w, padding=1), torch.cuda.synchronize,
+                                     iterations=2000, warmup=100)
+    return [Row("cached tiny conv 1x1x4x4 3x3: host time/call", per_call, 1e-6, "1 us: the goal is in us",
+                GOAL_HOST_US, "us")]
+
+
 def main(argv: list[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write the rows (or the reason for skipping) here")
@@ -142,6 +161,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     rows: list[Row] = []
     try:
         rows += overhead_rows(cupy, torch)
+        rows += host_time_rows(cupy, torch)
         for dtype in ("float16", "float32"):
             rows += conv_rows(cupy, torch, dtype)
         for dtype in ("float16", "float32"):

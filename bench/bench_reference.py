@@ -1,11 +1,30 @@
 """Benchmark the numpy reference backend against PyTorch on the CPU, side by side in one run.
 
-    python bench/bench_reference.py [--repeats N]
+    python bench/bench_reference.py [--repeats N] [--cpu-time] [--skip-threads]
 
 Every figure is the median of several timed repeats, taken in alternating bursts (ours, torch's)
 with a pause between bursts so that neither library's idle worker threads slow the other. torch
 gets as many threads as numpy's BLAS has, so the two compete on equal terms. Rows without torch
 installed are skipped with a message.
+
+Tables (each ratio against torch measured in the same run):
+
+* every convolution layer of ResNet-18 at batch 8 plus depthwise 3x3 layers (32, 96, 144 channels),
+  forward and forward + backward, with their geometric mean (goal <= 1.25x) and worst case (<= 2x);
+* the grouped seed case, LSTM and GRU (50, 32, 128 -> 256), forward + backward;
+* per-call overhead: a tiny convolution through ``dnnbind.conv`` against ``torch.conv2d``, and the
+  shape-and-argument work of a repeated call alone (the public op with a do-nothing backend), in us;
+* a training step (forward, backward, Adam) of a small CNN and of an LSTM model built from
+  ``dnnbind.torch`` layers against the same models built from torch's own layers;
+* extra memory of a convolution's forward + backward: the peak resident memory during the call above
+  the resident memory before it (Linux: VmHWM after resetting it through /proc/self/clear_refs),
+  ours against torch's, and numpy's own allocations as tracemalloc counts them (in a fresh child
+  process, so that nothing earlier in this run holds memory the calls could reuse).
+
+``--cpu-time`` times with the calling thread's CPU time instead of wall time, with the process pinned
+to one CPU and numpy's BLAS (run it under OPENBLAS_NUM_THREADS=1) and torch on one thread, so that all
+work happens in the timed thread: figures that a busy machine barely disturbs, for comparing
+algorithms; wall time with every core is what users see.
 
 Then the convolution's thread pool is compared with a single thread, twice: with numpy's BLAS as it
 is, and (in a child process) with BLAS limited to one thread, the case where conv.use_threads turns
@@ -15,8 +34,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -25,16 +45,19 @@ from typing import Callable
 
 import numpy as np
 
-try:
-    import dnnbind  # noqa: F401
-except ImportError:  # running from a checkout without an install
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+# this checkout's code first, before any installed copy (an editable install may point at another checkout)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import dnnbind
 from dnnbind.highlevel.dims import ConvDims
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Row  # noqa: E402  (bench/common.py: the row type bench/run.py summarises)
+import common  # noqa: E402
+from common import Row, compare, timeit  # noqa: E402  (bench/common.py: timing, the row type run.py summarises)
+import reference_layers  # noqa: E402
+import reference_memory  # noqa: E402
+import reference_overhead  # noqa: E402
+import reference_training  # noqa: E402
 
 # the module, not the function of the same name that dnnbind.highlevel.reference exports
 ref_conv = importlib.import_module("dnnbind.highlevel.reference.conv")
@@ -78,45 +101,14 @@ def blas_threads() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def timeit(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall time of ``fn`` in milliseconds, after one warm-up call."""
-    return compare(fn, None, repeats)[0]
-
-
-#: Idle time between bursts: OpenBLAS worker threads spin up to ~2^28 cycles after a call, and
-#: OpenMP workers spin too; without a pause one library's spinning threads steal the other's cores.
-PAUSE_S = 0.25
-
-
-def compare(ours: Callable[[], object], theirs: Callable[[], object] | None, repeats: int,
-            burst: int = 4) -> tuple[float, float | None]:
-    """Median times (ms) of two functions, timed in alternating bursts with a pause in between.
-
-    Alternating spreads the machine's background load over both. Each burst starts with an untimed
-    call after the pause (to wake the library's threads), then times ``burst`` calls.
-    """
-    fns = [ours] if theirs is None else [ours, theirs]
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(-(-repeats // burst)):
-        for fn, bucket in zip(fns, times):
-            time.sleep(PAUSE_S)
-            fn()
-            for _ in range(burst):
-                start = time.perf_counter()
-                fn()
-                bucket.append(time.perf_counter() - start)
-    medians = [statistics.median(bucket) * 1e3 for bucket in times]
-    return medians[0], (medians[1] if theirs is not None else None)
-
-
 # ---------------------------------------------------------------------------------------------- cases
 
 
-def conv_case(x_shape, w_shape, groups, padding, backward, repeats, threaded=None):
+def conv_case(x_shape, w_shape, groups, padding, backward, repeats, threaded=None, stride=1):
     rng = np.random.default_rng(0)
     x = rng.standard_normal(x_shape, dtype=np.float32)
     w = rng.standard_normal(w_shape, dtype=np.float32)
-    dims = ConvDims(x.shape, w.shape, padding=padding, groups=groups, dtype=x.dtype)
+    dims = ConvDims(x.shape, w.shape, padding=padding, groups=groups, stride=stride, dtype=x.dtype)
     dy = rng.standard_normal(dims.y_shape, dtype=np.float32)
 
     def ours():
@@ -132,7 +124,7 @@ def conv_case(x_shape, w_shape, groups, padding, backward, repeats, threaded=Non
         wt.requires_grad_(True)
 
     def theirs():
-        y = F.conv2d(xt, wt, padding=padding, groups=groups)
+        y = F.conv2d(xt, wt, padding=padding, groups=groups, stride=stride)
         if backward:
             torch.autograd.grad(y, (xt, wt), dyt)
 
@@ -154,22 +146,23 @@ def thread_case(x_shape, w_shape, groups, padding, repeats):
     return compare(run(True), run(False), repeats)
 
 
-def lstm_case(seq, batch, inp, hidden, repeats, backward=True):
+def lstm_case(seq, batch, inp, hidden, repeats, backward=True, mode="lstm"):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((seq, batch, inp), dtype=np.float32)
     scale = 1 / np.sqrt(hidden)
+    gh = {"lstm": 4, "gru": 3}[mode] * hidden
     weights = [tuple(rng.uniform(-scale, scale, shape).astype(np.float32)
-                     for shape in ((4 * hidden, inp), (4 * hidden, hidden), (4 * hidden,), (4 * hidden,)))]
+                     for shape in ((gh, inp), (gh, hidden), (gh,), (gh,)))]
     dy = rng.standard_normal((seq, batch, hidden), dtype=np.float32)
 
     def ours():
-        _, pullback = dnnbind.rnn(x, weights, mode="lstm", hidden_size=hidden)
+        _, pullback = dnnbind.rnn(x, weights, mode=mode, hidden_size=hidden)
         if backward:
             pullback(dy)
 
     if torch is None:
         return timeit(ours, repeats), None
-    lstm = torch.nn.LSTM(inp, hidden)
+    lstm = (torch.nn.LSTM if mode == "lstm" else torch.nn.GRU)(inp, hidden)
     with torch.no_grad():
         for name, value in zip(("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"), weights[0]):
             getattr(lstm, name).copy_(torch.from_numpy(value))
@@ -188,46 +181,189 @@ def lstm_case(seq, batch, inp, hidden, repeats, backward=True):
 # ---------------------------------------------------------------------------------------------- main
 
 
+def print_rows(title: str, rows: list[Row]) -> None:
+    print(f"\n{title}")
+    print(f"{'case':<40}{'dnnbind':>11}{'torch':>11}{'ratio':>8}{'goal':>8}  result")
+    for r in rows:
+        k = {"ms": 1e3, "us": 1e6, "MB": 1e-6}[r.unit]
+        goal = "-" if r.goal == float("inf") else f"<={r.goal:g}"
+        verdict = "-" if r.goal == float("inf") else ("met" if r.met else "MISSED")
+        print(f"{r.name:<40}{r.ours * k:>8.2f} {r.unit}{r.reference * k:>8.2f} {r.unit}{r.ratio:>7.2f}x{goal:>8}  "
+              f"{verdict}")
+    sys.stdout.flush()
+
+
+def layer_rows(repeats: int) -> list[Row]:
+    """Every layer forward and forward + backward, then the geometric mean and the worst ratio."""
+    rows = []
+    for layer in reference_layers.LAYERS:
+        x_shape, w_shape, kw = reference_layers.shapes(layer)
+        for backward in (False, True):
+            ours, theirs = conv_case(x_shape, w_shape, kw["groups"], kw["padding"], backward, repeats,
+                                     stride=kw["stride"])
+            rows.append(Row(f"{layer[0]} {'fwd+bwd' if backward else 'fwd'}", ours / 1e3, theirs / 1e3, "torch CPU",
+                            float("inf")))
+    ratios = [r.ratio for r in rows]
+    worst = max(rows, key=lambda r: r.ratio)
+    summary = [Row("conv layers: geometric mean", reference_layers.geomean([r.ours for r in rows]),
+                   reference_layers.geomean([r.reference for r in rows]), "torch CPU", reference_layers.GOAL_GEOMEAN),
+               Row(f"conv layers: worst ({worst.name})", worst.ours, worst.reference, "torch CPU",
+                   reference_layers.GOAL_WORST)]
+    assert math.isclose(summary[0].ratio, reference_layers.geomean(ratios))
+    return rows + summary
+
+
+def overhead_rows(repeats: int) -> list[Row]:
+    x, w = reference_overhead.tiny_arrays()
+    ours, theirs = compare(reference_overhead.tiny_conv(), reference_overhead.torch_tiny_conv(torch), repeats,
+                           number=2000)
+    with reference_overhead.backend_doing_nothing("conv"):
+        argument_work = timeit_calls(reference_overhead.tiny_conv(), repeats)
+    return [Row("tiny conv x(1,1,4,4) w(1,1,3,3) per call", ours / 1e3, theirs / 1e3, "torch.conv2d",
+                reference_overhead.GOAL_TINY, "us"),
+            Row("repeated call: shape+argument work (vs 1us)", argument_work, 1e-6, "1 us: the goal is in us",
+                reference_overhead.GOAL_ARGUMENT_US, "us")]
+
+
+def timeit_calls(fn: Callable[[], object], repeats: int, number: int = 5000) -> float:
+    """Median seconds per call over ``repeats`` samples of ``number`` calls."""
+    return compare(fn, None, repeats, number=number)[0] / 1e3
+
+
+def training_rows(repeats: int) -> list[Row]:
+    rows = []
+    for name, build in (("training step, small CNN (32x3x32x32)", reference_training.cnn_models),
+                        ("training step, 2-layer LSTM (30x16x64->128)", reference_training.lstm_models)):
+        ours_model, their_model, batch = build(torch)
+        ours, theirs = compare(reference_training.step(torch, ours_model, batch),
+                               reference_training.step(torch, their_model, batch), repeats)
+        rows.append(Row(name, ours / 1e3, theirs / 1e3, "torch's own layers", reference_training.GOAL))
+    return rows
+
+
+MEMORY_LAYERS = (reference_layers.RESNET18[1], reference_layers.RESNET18[2], reference_layers.RESNET18[3],
+                 reference_layers.DEPTHWISE[0])
+
+
+def memory_rows() -> list[Row]:
+    """Extra peak memory of conv forward + backward, in bytes (printed in MB), measured in a child process."""
+    done = subprocess.run([sys.executable, __file__, "--memory-only"], capture_output=True, text=True, check=True)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    if "skipped" in report:
+        print(f"\nmemory: skipped ({report['skipped']})")
+        return []
+    rows = [Row(f"memory {name} fwd+bwd", ours, theirs, "torch peak RSS", reference_memory.GOAL, "MB")
+            for name, ours, theirs, _ in report["rows"]]
+    print_rows("extra memory of conv forward + backward (peak RSS above the start of the call)", rows)
+    for name, _, _, numpy_peak in report["rows"]:
+        print(f"  numpy allocations (tracemalloc peak) {name}: {numpy_peak / 1e6:.1f} MB")
+    print(f"  plus the reference backend's reused scratch buffers, held between calls (not in the peaks "
+          f"above): {report['scratch'] / 1e6:.1f} MB in the measuring thread")
+    return rows
+
+
+def memory_child() -> None:
+    """Measure MEMORY_LAYERS in this (fresh) process and print one JSON line."""
+    if torch is None or not reference_memory.available():
+        print(json.dumps({"skipped": "needs torch and Linux /proc/self/clear_refs with glibc"}))
+        return
+    torch.set_num_threads(blas_threads())
+    out = []
+    for layer in MEMORY_LAYERS:
+        x_shape, w_shape, kw = reference_layers.shapes(layer)
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(x_shape, dtype=np.float32)
+        w = rng.standard_normal(w_shape, dtype=np.float32)
+        y, _ = dnnbind.conv(x, w, **kw)
+        dy = rng.standard_normal(y.shape, dtype=np.float32)
+        del y
+        xt, wt, dyt = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_(), torch.from_numpy(dy)
+
+        def ours() -> None:
+            dnnbind.conv(x, w, **kw)[1](dy)
+
+        def theirs() -> None:
+            torch.autograd.grad(F.conv2d(xt, wt, **kw), (xt, wt), dyt)
+
+        ours(), theirs()
+        out.append((layer[0], reference_memory.peak_extra_bytes(ours), reference_memory.peak_extra_bytes(theirs),
+                    reference_memory.numpy_peak_bytes(ours)))
+    print(json.dumps({"rows": out, "scratch": scratch_held()}))
+
+
+def scratch_held() -> int:
+    return importlib.import_module("dnnbind.highlevel.reference._scratch").held_bytes()
+
+
 def main(argv: list[str] | None = None) -> list[Row]:
-    """Print both tables; return the rows that have goals (for bench/run.py's summary)."""
+    """Print every table; return the rows that have goals (for bench/run.py's summary)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--threads-only", action="store_true", help="only the thread-pool table")
+    parser.add_argument("--skip-threads", action="store_true", help="leave out the thread-pool tables")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time with thread CPU time, BLAS and torch on one thread (for busy machines)")
+    parser.add_argument("--memory-only", action="store_true", help=argparse.SUPPRESS)   # the child process
     args = parser.parse_args([] if argv is None and __name__ != "__main__" else argv)
     results: list[Row] = []
     r = args.repeats
     threads = blas_threads()
+    if args.memory_only:
+        memory_child()
+        return []
+    if args.cpu_time:
+        if threads != 1:
+            print(f"--cpu-time needs numpy's BLAS on one thread (it has {threads}): run it under "
+                  f"OPENBLAS_NUM_THREADS=1")
+            return []
+        common.CLOCK = time.thread_time
+        args.skip_threads = True
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})   # one CPU: no thread of ours, BLAS's or torch's
+        threads = 1
+        print("timing: CPU time of the calling thread; process pinned to one CPU (no worker threads anywhere)")
     print(f"numpy {np.__version__}, BLAS {blas_name()}, BLAS threads {threads}, "
           f"CPUs {len(os.sched_getaffinity(0))}, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     grouped = ((2, 100, 28, 28), (15, 20, 3, 3), 5, 0)
-    dense = ((8, 64, 56, 56), (64, 64, 3, 3), 1, 1)
     if not args.threads_only:
         if torch is None:
-            print("torch is not installed: torch columns skipped (pip install torch==2.13.0 to compare)")
-        else:
-            torch.set_num_threads(threads)
-            print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
-        rows = [
+            print("torch is not installed: the comparisons are skipped (pip install torch==2.13.0 to compare)")
+            return []
+        torch.set_num_threads(threads)
+        print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+        layers = layer_rows(r)
+        print_rows(f"convolution layers at batch {reference_layers.BATCH} (ResNet-18 and depthwise), vs torch",
+                   layers)
+        results += [row for row in layers if row.goal != float("inf")]
+        single = [
             ("conv grouped g=5 fwd", lambda: conv_case(*grouped, False, r), 1.0),
             ("conv grouped g=5 fwd+bwd", lambda: conv_case(*grouped, True, r), 1.0),
-            ("conv dense 3x3 fwd", lambda: conv_case(*dense, False, r), 1.5),
-            ("conv dense 3x3 fwd+bwd", lambda: conv_case(*dense, True, r), None),
-            ("lstm fwd", lambda: lstm_case(50, 32, 128, 256, r, backward=False), None),
-            ("lstm fwd+bwd", lambda: lstm_case(50, 32, 128, 256, r), 2.0),
+            ("lstm fwd", lambda: lstm_case(50, 32, 128, 256, r, backward=False), float("inf")),
+            ("lstm fwd+bwd", lambda: lstm_case(50, 32, 128, 256, r), 1.5),
+            ("gru fwd+bwd", lambda: lstm_case(50, 32, 128, 256, r, mode="gru"), 1.5),
         ]
-        print()
-        print(f"{'case':<28}{'dnnbind ms':>12}{'torch ms':>10}{'ratio':>8}{'goal':>8}  result")
-        for name, case, goal in rows:
+        rows = []
+        for name, case, goal in single:
             ours, theirs = case()
-            if theirs is None:
-                print(f"{name:<28}{ours:>12.2f}{'-':>10}{'-':>8}{'-':>8}  torch missing")
-                continue
-            ratio = ours / theirs
-            verdict = "-" if goal is None else ("met" if ratio <= goal else "missed")
-            if goal is not None:
-                results.append(Row(f"reference {name}", ours / 1e3, theirs / 1e3, "torch CPU", goal))
-            goal_text = "-" if goal is None else f"<={goal:g}x"
-            print(f"{name:<28}{ours:>12.2f}{theirs:>10.2f}{ratio:>7.2f}x{goal_text:>8}  {verdict}")
+            rows.append(Row(name, ours / 1e3, theirs / 1e3, "torch CPU", goal))
+        print_rows("seed case and recurrent networks (50, 32, 128 -> 256), vs torch", rows)
+        results += [row for row in rows if row.goal != float("inf")]
+        rows = overhead_rows(r)
+        print_rows("per-call overhead", rows)
+        results += rows
+        rows = training_rows(r)
+        print_rows("a training step through dnnbind.torch layers vs torch's own layers", rows)
+        results += rows
+    if not args.skip_threads:
+        thread_tables(args, threads)
+    if not args.threads_only:
+        results += memory_rows()
+    return results
+
+
+def thread_tables(args: argparse.Namespace, threads: int) -> None:
+    r = args.repeats
+    grouped = ((2, 100, 28, 28), (15, 20, 3, 3), 5, 0)
+    dense = ((8, 64, 56, 56), (64, 64, 3, 3), 1, 1)
 
     print()
     print(f"thread pool over (groups x batch) chunks vs one thread, conv forward+backward, "
@@ -239,16 +375,18 @@ def main(argv: list[str] | None = None) -> list[Row]:
         ("g=1 x(2,20,28,28) w(15,20,3,3)", ((2, 20, 28, 28), (15, 20, 3, 3), 1, 0)),
         ("g=5 x(2,100,28,28) w(15,20,3,3)", grouped),
         ("g=5 x(8,100,56,56) w(100,20,3,3)", ((8, 100, 56, 56), (100, 20, 3, 3), 5, 1)),
+        ("depthwise x(8,96,56,56) w(96,1,3,3)", ((8, 96, 56, 56), (96, 1, 3, 3), 96, 1)),
     ]
     for name, (xs, ws, g, p) in thread_cases:
         on, off = thread_case(xs, ws, g, p, r)
-        rule = ref_conv.use_threads(ConvDims(xs, ws, padding=p, groups=g))
+        dims = ConvDims(xs, ws, padding=p, groups=g)
+        path = ref_conv.special_path(dims)
+        rule = (path or ref_conv).use_threads(dims)
         print(f"{name:<34}{on:>12.2f}{off:>10.2f}{on / off:>7.2f}x  {'threaded' if rule else 'serial'}")
     sys.stdout.flush()
     if not args.threads_only and threads > 1:
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         subprocess.run([sys.executable, __file__, "--threads-only", "--repeats", str(r)], env=env, check=True)
-    return results
 
 
 if __name__ == "__main__":

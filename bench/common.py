@@ -55,3 +55,41 @@ def print_table(title: str, rows: list[Row]) -> None:
         k = scale[r.unit]
         print(f"{r.name:<44} {r.ours * k:>8.3f} {r.unit:<2} {r.reference * k:>8.3f} {r.unit:<2}  {r.ratio:>6.2f}  "
               f"{'<=' + format(r.goal, '.2f'):>6}  {'met' if r.met else 'MISSED':<7}  {r.reference_name}")
+
+
+def timeit(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``fn`` in milliseconds, after one warm-up call."""
+    return compare(fn, None, repeats)[0]
+
+
+#: The clock compare() reads: wall time, or (bench_reference --cpu-time) the calling thread's CPU time,
+#: which other processes on a busy machine barely disturb; it counts only work done in the calling
+#: thread, so it is used with BLAS and torch limited to one thread.
+CLOCK: Callable[[], float] = time.perf_counter
+
+#: Idle time between bursts: OpenBLAS worker threads spin up to ~2^28 cycles after a call, and
+#: OpenMP workers spin too; without a pause one library's spinning threads steal the other's cores.
+PAUSE_S = 0.25
+
+
+def compare(ours: Callable[[], object], theirs: Callable[[], object] | None, repeats: int,
+            burst: int = 4, number: int = 1) -> tuple[float, float | None]:
+    """Median times (ms per call) of two functions, timed in alternating bursts with a pause in between.
+
+    Alternating spreads the machine's background load over both. Each burst starts with an untimed
+    call after the pause (to wake the library's threads), then takes ``burst`` samples, each the mean
+    of ``number`` back-to-back calls (many, for calls of microseconds).
+    """
+    fns = [ours] if theirs is None else [ours, theirs]
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(-(-repeats // burst)):
+        for fn, bucket in zip(fns, times):
+            time.sleep(PAUSE_S)
+            fn()
+            for _ in range(burst):
+                start = CLOCK()
+                for _ in range(number):
+                    fn()
+                bucket.append((CLOCK() - start) / number)
+    medians = [statistics.median(bucket) * 1e3 for bucket in times]
+    return medians[0], (medians[1] if theirs is not None else None)

@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# this checkout's code first, before any installed copy (an editable install may point at another checkout)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 SUITES = ["bench_bindings", "bench_reference"]
 

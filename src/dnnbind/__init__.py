@@ -33,7 +33,9 @@ def __getattr__(name: str) -> Any:
     """Resolve the public ops lazily so that ``import dnnbind.gen.cudnn`` stays fast."""
     if name in _HIGHLEVEL_NAMES:
         from dnnbind import highlevel
-        return getattr(highlevel, name)
+        value = getattr(highlevel, name)
+        globals()[name] = value   # later lookups are plain module attributes (per-call overhead)
+        return value
     if name == "trace":
         from dnnbind.runtime.trace import trace
         return trace

@@ -196,6 +196,12 @@ def _ops_for_saving():
         "conv": (lambda: [_a(2, 3, 6, 6), _a(4, 3, 3, 3), _a(4)], lambda a: dnnbind.conv(*a)),
         "conv_big": (lambda: [_a(8, 16, 40, 40), _a(16, 16, 3, 3)], lambda a: dnnbind.conv(*a)),
         "conv_transpose": (lambda: [_a(2, 3, 5, 5), _a(3, 4, 3, 3)], lambda a: dnnbind.conv_transpose(*a)),
+        # the reference's special paths (1x1 as a plain product, depthwise by blocks) follow the rule too
+        "conv_1x1": (lambda: [_a(2, 3, 6, 6), _a(4, 3, 1, 1)], lambda a: dnnbind.conv(*a)),
+        "conv_depthwise": (lambda: [_a(2, 4, 6, 6), _a(4, 1, 3, 3)], lambda a: dnnbind.conv(*a, padding=1, groups=4)),
+        "conv_transpose_1x1": (lambda: [_a(2, 3, 5, 5), _a(3, 4, 1, 1)], lambda a: dnnbind.conv_transpose(*a)),
+        "conv_transpose_depthwise": (lambda: [_a(2, 4, 5, 5), _a(4, 1, 3, 3)],
+                                     lambda a: dnnbind.conv_transpose(*a, groups=4)),
         "maxpool": (lambda: [_a(2, 3, 6, 6)], lambda a: dnnbind.maxpool(a[0], 2)),
         "meanpool": (lambda: [_a(2, 3, 6, 6)], lambda a: dnnbind.meanpool(a[0], 3, padding=1)),
         "softmax": (lambda: [_a(3, 5)], lambda a: dnnbind.softmax(a[0])),

@@ -46,14 +46,22 @@ def load_backend(name: str) -> ModuleType:
         raise
 
 
+#: (backend module path, op) -> function, filled on first use: dispatch is then one dictionary lookup
+_functions: dict[tuple[str, str], Callable[..., Any]] = {}
+
+
 def backend_function(backend: str, op: str) -> Callable[..., Any]:
     """Backend ``backend``'s implementation of ``op``.
 
     NotImplementedError names the backend when its module, or this op in it, does not exist yet.
     """
-    fn = getattr(load_backend(backend), op, None)
-    if not callable(fn):
-        raise NotImplementedError(f"{_describe(backend)} does not implement {op} yet ({BACKENDS[backend]})")
+    key = (BACKENDS[backend], op)
+    fn = _functions.get(key)
+    if fn is None:
+        fn = getattr(load_backend(backend), op, None)
+        if not callable(fn):
+            raise NotImplementedError(f"{_describe(backend)} does not implement {op} yet ({BACKENDS[backend]})")
+        _functions[key] = fn
     return fn
 
 
@@ -61,12 +69,39 @@ def backend_op(op: str, required: tuple[str, ...] = ("x",), **arrays: Any) -> Ca
     """The implementation of ``op`` on the backend these named arrays select (see :func:`select`).
 
     The arrays named in ``required`` must not be None (TypeError naming the first that is); the others
-    are optional.
+    are optional. Calls whose arrays are all plain numpy arrays, or all CuPy arrays (None aside), take a
+    fast path that looks only at their type.
     """
     for name in required:
         if arrays.get(name) is None:
             raise TypeError(f"{name} must be a numpy or cupy array, not None")
-    return backend_function(select(**arrays), op)
+    kind: type | None = None
+    for value in arrays.values():
+        if value is None:
+            continue
+        if kind is None:
+            kind = type(value)
+        elif type(value) is not kind:
+            break
+    else:
+        if kind is np.ndarray:
+            return backend_function("reference", op)
+        learnt = _cupy_types.get(kind) if kind is not None else None
+        if learnt is not None:
+            return backend_function(learnt, op)
+    backend = select(**arrays)
+    if kind is not None and backend != "reference" and _root_module_of(kind) == "cupy" \
+            and all(v is None or type(v) is kind for v in arrays.values()):
+        _cupy_types[kind] = backend      # CuPy's array type always selects the same backend in a process
+    return backend_function(backend, op)
+
+
+#: CuPy array type -> its backend, learnt from the first call that used only that type
+_cupy_types: dict[type, str] = {}
+
+
+def _root_module_of(kind: type) -> str:
+    return kind.__module__.partition(".")[0]
 
 
 def _type_name(value: Any) -> str:
@@ -75,7 +110,7 @@ def _type_name(value: Any) -> str:
 
 
 def _root_module(value: Any) -> str:
-    return type(value).__module__.partition(".")[0]
+    return _root_module_of(type(value))
 
 
 def _cupy_is_hip() -> bool:
@@ -124,9 +159,7 @@ def adopts_device_arrays(*names: str) -> Callable[[Op], Op]:
 
         @functools.wraps(op)
         def run(*args: Any, **kwargs: Any) -> Any:
-            values = (*args, *kwargs.values())
-            if not any(is_foreign_device_array(v) or (type(v) in (list, tuple) and _has_foreign(v))
-                       for v in values):
+            if _all_host(args) and _all_host(kwargs.values()):
                 return op(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             _chosen(**_flatten({n: bound.arguments.get(n) for n in names}))     # mixed host/device first
@@ -136,6 +169,21 @@ def adopts_device_arrays(*names: str) -> Callable[[Op], Op]:
             return op(*bound.args, **bound.kwargs)
         return cast(Op, run)                  # the same signature: the op's own types stay visible
     return decorate
+
+
+#: argument types that are never device arrays: the adoption wrapper skips them without a look
+_HOST_TYPES = frozenset({np.ndarray, int, float, bool, str, type(None)})
+
+
+def _all_host(values: Any) -> bool:
+    """Whether none of ``values`` is (or holds) a device array other than CuPy's."""
+    for v in values:
+        kind = type(v)
+        if kind in _HOST_TYPES:
+            continue
+        if is_foreign_device_array(v) or (kind in (list, tuple) and _has_foreign(v)):
+            return False
+    return True
 
 
 def _flatten(arrays: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from dnnbind.highlevel.arg_cache import remember
 from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm, check_dtype,
                                     check_positive_float, check_probability, check_real, check_same_dtype,
                                     check_shape, normalize_axis, rnn_weight_entries)
@@ -48,6 +49,35 @@ def _bias(b: Any, dims: ConvDims) -> None:
         check_shape("b", b.shape, dims.bias_shape, "one value per output channel")
 
 
+def _meta(a: Any) -> tuple | None:
+    """What dispatch and the checks see of an optional array: its type, shape and dtype."""
+    if a is None:
+        return None
+    try:
+        return (type(a), a.shape, a.dtype)
+    except AttributeError:         # not an array: the build step's checks name it
+        return (type(a), None, None)
+
+
+def _conv_dims(x: Any, w: Any, b: Any, stride: Any, padding: Any, dilation: Any, groups: Any, flip: Any) -> ConvDims:
+    check_same_dtype("x", x.dtype, w=w, b=b)
+    dims = ConvDims(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                    flip=flip, dtype=x.dtype)
+    _bias(b, dims)
+    return dims
+
+
+def _conv_transpose_dims(x: Any, w: Any, b: Any, stride: Any, padding: Any, output_padding: Any, dilation: Any,
+                         groups: Any, flip: Any) -> ConvDims:
+    check_same_dtype("x", x.dtype, w=w, b=b)
+    dims = ConvDims.transposed(x.shape, w.shape, stride=stride, padding=padding,
+                               output_padding=output_padding, dilation=dilation, groups=groups, flip=flip,
+                               dtype=x.dtype)
+    if b is not None:
+        check_shape("b", b.shape, (dims.in_channels,), "one value per output channel")
+    return dims
+
+
 @adopts_device_arrays("x", "w", "b")
 def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
          groups: int = 1, flip: bool = False) -> tuple[Any, Pullback]:
@@ -58,11 +88,9 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
     pair per spatial dim. Returns (y, pullback) with pullback(dy) -> (dx, dw), or (dx, dw, db) when b
     is given.
     """
-    run = backend_op("conv", ("x", "w"), x=x, w=w, b=b)
-    check_same_dtype("x", x.dtype, w=w, b=b)
-    dims = ConvDims(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
-                    flip=flip, dtype=x.dtype)
-    _bias(b, dims)
+    run, dims = remember(("conv", _meta(x), _meta(w), _meta(b)), (stride, padding, dilation, groups, flip),
+                         lambda: (backend_op("conv", ("x", "w"), x=x, w=w, b=b),
+                                  _conv_dims(x, w, b, stride, padding, dilation, groups, flip)))
     return named("conv", run(x, w, b, dims), _conv_gradients(b))
 
 
@@ -80,13 +108,11 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
     crops the output (low, high per dim as for conv); ``output_padding`` adds to the high side and must
     be smaller than stride or dilation. Returns (y, pullback) like :func:`conv`.
     """
-    run = backend_op("conv_transpose", ("x", "w"), x=x, w=w, b=b)
-    check_same_dtype("x", x.dtype, w=w, b=b)
-    dims = ConvDims.transposed(x.shape, w.shape, stride=stride, padding=padding,
-                               output_padding=output_padding, dilation=dilation, groups=groups, flip=flip,
-                               dtype=x.dtype)
-    if b is not None:
-        check_shape("b", b.shape, (dims.in_channels,), "one value per output channel")
+    run, dims = remember(("conv_transpose", _meta(x), _meta(w), _meta(b)),
+                         (stride, padding, output_padding, dilation, groups, flip),
+                         lambda: (backend_op("conv_transpose", ("x", "w"), x=x, w=w, b=b),
+                                  _conv_transpose_dims(x, w, b, stride, padding, output_padding, dilation, groups,
+                                                       flip)))
     return named("conv_transpose", run(x, w, b, dims), _conv_gradients(b))
 
 
@@ -97,8 +123,9 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tup
     Padding never wins (it acts as -inf). Ties: the gradient goes to the first maximum of the window in
     row-major order, as in PyTorch. Returns (y, pullback) with pullback(dy) -> dx.
     """
-    run = backend_op("maxpool", x=x)
-    dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
+    run, dims = remember(("maxpool", _meta(x)), (window, stride, padding),
+                         lambda: (backend_op("maxpool", x=x),
+                                  PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)))
     return named("maxpool", run(x, dims), ("dx",))
 
 
@@ -106,8 +133,9 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tup
 def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0,
              count_include_pad: bool = True) -> tuple[Any, Pullback]:
     """Average pooling (torch's avg_pool); with ``count_include_pad`` the padding counts in the divisor."""
-    run = backend_op("meanpool", x=x)
-    dims = PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)
+    run, dims = remember(("meanpool", _meta(x)), (window, stride, padding),
+                         lambda: (backend_op("meanpool", x=x),
+                                  PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)))
     if not isinstance(count_include_pad, (bool, np.bool_)):
         raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
     return named("meanpool", run(x, dims, bool(count_include_pad)), ("dx",))

@@ -23,21 +23,22 @@ copies); :func:`use_threads` holds the rule measured for when that pays.
 """
 from __future__ import annotations
 
-import itertools
+import functools
 from typing import Any, Callable
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, data_grad_problem, kernel_offsets,
+                                                       offset_index, pad, unpad, windows)
+from dnnbind.highlevel.reference.conv_paths import Path, special_path
 from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._precision import cotangent, half_in_float32, private
+from dnnbind.highlevel.reference._scratch import scratch
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
 
 #: Target size of one block's column buffer: a few samples' worth that stays in the CPU's caches.
 BLOCK_BYTES = 8 << 20
-#: Flat rows waste (L - prod(out)) columns; use them only while that costs at most this fraction.
-FLAT_MAX_WASTE = 0.3
 #: Split a problem over the thread pool from this many multiply-adds on (bench/bench_reference.py).
 THREAD_MIN_MACS = 16_000_000
 
@@ -51,7 +52,13 @@ def use_threads(dims: ConvDims) -> bool:
     (10-40% slower at groups=1 and groups=5); with BLAS limited to one thread they win 1.5-1.7x on
     problems of THREAD_MIN_MACS multiply-adds and more, and lose on smaller ones.
     """
-    if workers() < 2 or (dims.groups < 2 and dims.batch < 2) or not blas_single_threaded():
+    return _big_enough(dims) and workers() >= 2 and blas_single_threaded()
+
+
+@functools.lru_cache(maxsize=256)
+def _big_enough(dims: ConvDims) -> bool:
+    """Whether the problem splits (several groups or samples) into pieces worth a thread each."""
+    if dims.groups < 2 and dims.batch < 2:
         return False
     k = int(np.prod(dims.kernel_size))
     macs = dims.batch * dims.out_channels * (dims.in_channels // dims.groups) * k * int(np.prod(dims.out_size))
@@ -73,28 +80,51 @@ def plan_chunks(dims: ConvDims, threaded: bool) -> list[Chunk]:
     return [(g0, g1, 0, n) for g0, g1 in split(g, parts)]
 
 
+@functools.lru_cache(maxsize=256)
+def layout(dims: ConvDims, dtype: np.dtype, threaded: bool) -> "_Layout":
+    """The problem's im2col plan, built once per (problem, dtype, threading) and then reused: a repeated
+    call pays a dictionary lookup instead of the geometry."""
+    return _Layout(dims, np.dtype(dtype), threaded)
+
+
+#: Window layouts whose columns for one sample hold at most this many elements gather them through a
+#: precomputed index (one call) instead of a strided window view (fixed cost of a dozen calls).
+GATHER_MAX_ELEMENTS = 1 << 15
+
+
 class _Layout:
-    """Everything one problem's im2col needs: sizes, column layout, blocks. Built per call."""
+    """Everything one problem's im2col needs: sizes, column layout, blocks. Immutable; see :func:`layout`."""
 
     def __init__(self, dims: ConvDims, dtype: np.dtype, threaded: bool) -> None:
         self.dims = dims
         g = dims.groups
         self.cg, self.kg = dims.in_channels // g, dims.out_channels // g
-        self.offsets = list(itertools.product(*(range(k) for k in dims.kernel_size)))
+        self.offsets = kernel_offsets(dims)
         self.rows = self.cg * len(self.offsets)                   # column-matrix rows per group
-        self.p = int(np.prod(dims.out_size))
-        padded = dims.padded_size
-        self.pitch = tuple(int(np.prod(padded[i + 1:])) for i in range(len(padded)))
-        length = sum((o - 1) * q for o, q in zip(dims.out_size, self.pitch)) + 1
+        self.rows_layout = FlatRows(dims)
+        self.p = self.rows_layout.outputs
         self.flat = (dims.spatial_rank > 1 and all(s == 1 for s in dims.stride)
-                     and length <= (1 + FLAT_MAX_WASTE) * self.p)
-        self.cols = length if self.flat else self.p               # columns per sample
-        self.starts = [sum(k * d * q for k, d, q in zip(off, dims.dilation, self.pitch)) for off in self.offsets]
+                     and self.rows_layout.waste <= FLAT_MAX_WASTE)
+        self.cols = self.rows_layout.length if self.flat else self.p   # columns per sample
+        self.starts = self.rows_layout.starts
         self.chunks = plan_chunks(dims, threaded)
         self.item = np.dtype(dtype).itemsize
         per_sample = max(g1 - g0 for g0, g1, _, _ in self.chunks) * self.rows * self.cols * self.item
         self.block = max(1, BLOCK_BYTES // per_sample)
         self.keep_columns = all(n1 - n0 <= self.block for _, _, n0, n1 in self.chunks)
+        self.ranges = sorted({(n0, n1) for _, _, n0, n1 in self.chunks})
+        self.y_shape = dims.y_shape
+        self.gather = None
+        if not self.flat and dims.in_channels * self.rows // self.cg * self.cols <= GATHER_MAX_ELEMENTS:
+            self.gather = self._gather_index()
+
+    def _gather_index(self) -> np.ndarray:
+        """Flat index into one padded sample of every column element, (C * prod(kernel) * P,) row-major."""
+        dims = self.dims
+        plane = np.arange(int(np.prod(dims.padded_size))).reshape(dims.padded_size)
+        taps = np.stack([plane[offset_index(dims, off)[2:]].reshape(-1) for off in self.offsets])   # (T, P)
+        channel = np.arange(dims.in_channels)[:, None, None] * plane.size
+        return (channel + taps[None]).reshape(-1).astype(np.intp)
 
     def blocks(self, n0: int, n1: int) -> list[tuple[int, int]]:
         return [(b, min(b + self.block, n1)) for b in range(n0, n1, self.block)]
@@ -109,9 +139,13 @@ class _Layout:
             dst = buf.reshape(nb, nc, len(self.offsets), self.cols)
             for k, start in enumerate(self.starts):
                 dst[:, :, k] = src[:, :, start:start + self.cols]
+        elif self.gather is not None:
+            per_channel = len(self.offsets) * self.p
+            xp.reshape(xp.shape[0], -1)[n0:n1].take(self.gather[c0 * per_channel:c1 * per_channel], axis=1,
+                                                    out=buf.reshape(nb, -1))
         else:
             dims = self.dims
-            np.copyto(buf.reshape((nb, nc) + dims.kernel_size + dims.out_size), _windows(xp[n0:n1, c0:c1], dims))
+            np.copyto(buf.reshape((nb, nc) + dims.kernel_size + dims.out_size), windows(xp[n0:n1, c0:c1], dims))
 
     def scatter(self, dxp: np.ndarray, dcols: np.ndarray, n0: int, n1: int, c0: int, c1: int) -> None:
         """dxp[n0:n1, c0:c1] += col2im(dcols), dcols (samples, groups, rows, cols)."""
@@ -126,14 +160,13 @@ class _Layout:
             src = dcols.reshape((nb, nc) + dims.kernel_size + dims.out_size)
             dst = dxp[n0:n1, c0:c1]
             for offset in self.offsets:
-                dst[_offset_index(dims, offset)] += src[(slice(None), slice(None)) + offset]
+                dst[offset_index(dims, offset)] += src[(slice(None), slice(None)) + offset]
 
     # -- output space <-> column space ------------------------------------------------------------
 
     def output_view(self, a: np.ndarray) -> np.ndarray:
         """(samples, channels, cols) in flat rows -> strided view (samples, channels, *out)."""
-        return as_strided(a, a.shape[:2] + self.dims.out_size,
-                          a.strides[:2] + tuple(q * self.item for q in self.pitch), writeable=a.flags.writeable)
+        return self.rows_layout.output_view(a)
 
     def to_columns(self, dy: np.ndarray, n0: int, n1: int, g0: int, g1: int) -> np.ndarray:
         """Output-shaped dy[n0:n1, groups g0:g1] as (samples, groups, K/groups, cols)."""
@@ -141,46 +174,10 @@ class _Layout:
         shape = (n1 - n0, g1 - g0, self.kg, self.cols)
         if not self.flat:
             return block.reshape(shape)
-        ext = np.zeros((n1 - n0, (g1 - g0) * self.kg, self.cols), dy.dtype)
+        ext = scratch("output columns", (n1 - n0, (g1 - g0) * self.kg, self.cols), dy.dtype)
+        ext.fill(0)                      # the columns between output rows take no gradient
         self.output_view(ext)[...] = block
         return ext.reshape(shape)
-
-
-def _windows(xp: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """View (N, C, *kernel, *out) of a padded input: element [n, c, *k, *o] multiplies w[:, c, *k]."""
-    n = dims.spatial_rank
-    view = sliding_window_view(xp, dims.dilated_kernel, axis=tuple(range(2, 2 + n)))
-    view = view[(slice(None), slice(None))
-                + tuple(slice(None, None, s) for s in dims.stride)
-                + tuple(slice(None, None, d) for d in dims.dilation)]
-    return view.transpose((0, 1) + tuple(range(2 + n, 2 + 2 * n)) + tuple(range(2, 2 + n)))
-
-
-def _offset_index(dims: ConvDims, offset: tuple[int, ...]) -> tuple[slice, ...]:
-    """Index into a padded array of the inputs that kernel position ``offset`` touches, one per output."""
-    return (slice(None), slice(None)) + tuple(
-        slice(k * d, k * d + s * (o - 1) + 1, s)
-        for k, d, s, o in zip(offset, dims.dilation, dims.stride, dims.out_size))
-
-
-def _interior(dims: ConvDims) -> tuple[slice, ...]:
-    """Index of the unpadded region inside a padded array."""
-    return (slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(dims.pad_low, dims.x_shape[2:]))
-
-
-def _pad(x: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """x padded with zeros, always C-contiguous (x itself when it already is and nothing is padded)."""
-    if not any(dims.pad_low + dims.pad_high):
-        return np.ascontiguousarray(x)
-    xp = np.zeros(x.shape[:2] + dims.padded_size, x.dtype)
-    xp[_interior(dims)] = x
-    return xp
-
-
-def _unpad(dxp: np.ndarray, dims: ConvDims) -> np.ndarray:
-    if not any(dims.pad_low + dims.pad_high):
-        return dxp
-    return np.ascontiguousarray(dxp[_interior(dims)])
 
 
 def _group_filter(w: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -214,37 +211,38 @@ def _sweep(lay: _Layout, wg: np.ndarray, *, xp: Any = None,
     """
     need_columns = y is not None or dw_parts is not None
     kept: dict = {}
-    ranges = sorted({(n0, n1) for _, _, n0, n1 in lay.chunks})
+    ranges = lay.ranges
 
     def task(g0: int, g1: int, n0: int, n1: int) -> None:
         c0, c1 = g0 * lay.cg, g1 * lay.cg
-        scratch = None
-        for b0, b1 in lay.blocks(n0, n1):
+        for b0, b1 in (((n0, n1),) if n1 - n0 <= lay.block else lay.blocks(n0, n1)):
+            nb, ng = b1 - b0, g1 - g0
             cols: Any = None
             if need_columns:
                 cols = None if saved is None else saved[(g0, g1, b0)]
                 if cols is None:
-                    if keep or scratch is None or scratch.shape[0] != b1 - b0:
-                        scratch = np.empty((b1 - b0, g1 - g0, lay.rows, lay.cols), wg.dtype)
-                    cols = scratch
+                    shape = (nb, ng, lay.rows, lay.cols)
+                    cols = np.empty(shape, wg.dtype) if keep else scratch("columns", shape, wg.dtype)
                     lay.fill(cols, xp, b0, b1, c0, c1)
                     if keep:
                         kept[(g0, g1, b0)] = cols
             if y is not None:
                 yb = y[b0:b1, g0 * lay.kg:g1 * lay.kg]
                 if lay.flat:
-                    prod = np.matmul(wg[g0:g1], cols).reshape(b1 - b0, -1, lay.cols)
-                    yb[...] = lay.output_view(prod)
+                    prod = np.matmul(wg[g0:g1], cols, out=scratch("product", (nb, ng, lay.kg, lay.cols), wg.dtype))
+                    yb[...] = lay.output_view(prod.reshape(nb, -1, lay.cols))
                 else:
-                    np.matmul(wg[g0:g1], cols, out=yb.reshape(b1 - b0, g1 - g0, lay.kg, lay.p))
+                    np.matmul(wg[g0:g1], cols, out=yb.reshape(nb, ng, lay.kg, lay.p))
             if dy is not None:
                 dyc = lay.to_columns(dy, b0, b1, g0, g1)
                 if dw_parts is not None:
                     part = dw_parts[ranges.index((n0, n1)), g0:g1]
-                    for i in range(b1 - b0):
+                    for i in range(nb):
                         part += np.matmul(dyc[i], cols[i].swapaxes(-1, -2))
                 if dxp is not None:
-                    lay.scatter(dxp, np.matmul(wg[g0:g1].swapaxes(-1, -2), dyc), b0, b1, c0, c1)
+                    dcols = np.matmul(wg[g0:g1].swapaxes(-1, -2), dyc,
+                                      out=scratch("data columns", (nb, ng, lay.rows, lay.cols), wg.dtype))
+                    lay.scatter(dxp, dcols, b0, b1, c0, c1)
 
     run(task, lay.chunks)
     return kept
@@ -256,7 +254,7 @@ def _filter_grad(dw_parts: np.ndarray, dims: ConvDims) -> np.ndarray:
 
 
 def _new_parts(lay: _Layout, wg: np.ndarray) -> np.ndarray:
-    return np.zeros((len({(n0, n1) for _, _, n0, n1 in lay.chunks}),) + wg.shape, wg.dtype)
+    return np.zeros((len(lay.ranges),) + wg.shape, wg.dtype)
 
 
 def _bias_grad(dy: np.ndarray) -> np.ndarray:
@@ -270,32 +268,28 @@ def _add_bias(y: np.ndarray, b: np.ndarray) -> None:
 def _data_grad(dy: np.ndarray, wg: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
     """Gradient with respect to the (unpadded) input, dims.x_shape, for output gradient ``dy``.
 
-    With every stride 1 this is itself a convolution: dy, padded by the dilated kernel extent less the
-    forward padding, correlated with the flipped filter whose channel axes are swapped within each group.
-    That reuses the fast forward path and, unlike col2im, moves data the size of dy rather than of x
-    times the kernel. Strided convolutions scatter the columns back (col2im).
+    With every stride 1 this is itself a convolution (:func:`conv_geometry.data_grad_problem`), which
+    takes the path that suits it and, unlike col2im, moves data the size of dy rather than of x times
+    the kernel. Strided convolutions scatter the columns back (col2im).
     """
     if any(s != 1 for s in dims.stride):
-        lay = _Layout(dims, dy.dtype, threaded)
+        lay = layout(dims, dy.dtype, threaded)
         dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
         _sweep(lay, wg, dy=np.ascontiguousarray(dy), dxp=dxp)
-        return _unpad(dxp, dims)
-    extent = [d * (k - 1) for d, k in zip(dims.dilation, dims.kernel_size)]
-    lo = [e - p for e, p in zip(extent, dims.pad_low)]
-    hi = [e - p for e, p in zip(extent, dims.pad_high)]
-    # padding larger than the kernel reaches: those outputs see only padding, crop them
-    dy = dy[(slice(None), slice(None)) + tuple(slice(max(0, -a), o - max(0, -b))
-                                               for a, b, o in zip(lo, hi, dims.out_size))]
-    g, kg, cg = dims.groups, dims.out_channels // dims.groups, dims.in_channels // dims.groups
-    spatial = tuple(range(3, 3 + dims.spatial_rank))
-    w_t = np.flip(wg.reshape((g, kg, cg) + dims.kernel_size).swapaxes(1, 2), spatial)
-    back = ConvDims(dy.shape, (dims.in_channels, kg) + dims.kernel_size,
-                    padding=tuple((max(a, 0), max(b, 0)) for a, b in zip(lo, hi)), dilation=dims.dilation,
-                    groups=g, dtype=dy.dtype)
-    dx = np.empty(back.y_shape, dy.dtype)
-    _sweep(_Layout(back, dy.dtype, threaded), np.ascontiguousarray(w_t).reshape(g, cg, -1),
-           xp=_pad(dy, back), y=dx)
-    return dx
+        return unpad(dxp, dims)
+    dy, w_back, back = data_grad_problem(dy, wg.reshape(dims.w_shape), dims)
+    return _forward(dy, w_back, back, threaded)
+
+
+def _forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+    """The convolution's output alone (no flip, no bias), by the path that suits the problem."""
+    path = special_path(dims)
+    if path is not None:
+        return path.forward(x, w, dims, threaded)
+    lay = layout(dims, x.dtype, threaded)
+    y = np.empty(lay.y_shape, x.dtype)
+    _sweep(lay, _group_filter(w, dims), xp=pad(x, dims, temporary=True), y=y)
+    return y
 
 
 # ----------------------------------------------------------------------------------------------
@@ -310,11 +304,14 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
 
     ``threaded`` forces the thread pool on or off (benchmarks); None applies :func:`use_threads`.
     """
+    path = special_path(dims)
+    if path is not None:
+        return _conv_by_path(path, x, w, b, dims, path.use_threads(dims) if threaded is None else threaded)
     threaded = use_threads(dims) if threaded is None else threaded
-    lay = _Layout(dims, x.dtype, threaded)
+    lay = layout(dims, x.dtype, threaded)
     wg = private(_group_filter(w, dims), w)
-    xp = _pad(x, dims)
-    y = np.empty(dims.y_shape, x.dtype)
+    xp = pad(x, dims)
+    y = np.empty(lay.y_shape, x.dtype)
     saved = _sweep(lay, wg, xp=xp, y=y, keep=lay.keep_columns)
     if not saved:
         xp = private(xp, x)         # the pullback rebuilds its columns from xp
@@ -340,8 +337,11 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: Con
     ``dims`` comes from :meth:`ConvDims.transposed`, so dims.x_shape is this op's output shape and x
     plays the part of that convolution's output gradient.
     """
+    path = special_path(dims)
+    if path is not None:
+        return _conv_transpose_by_path(path, x, w, b, dims, path.use_threads(dims) if threaded is None else threaded)
     threaded = use_threads(dims) if threaded is None else threaded
-    lay = _Layout(dims, x.dtype, threaded)
+    lay = layout(dims, x.dtype, threaded)
     wg = private(_group_filter(w, dims), w)
     xe = private(np.ascontiguousarray(_extend(x, dims)), x)
     y = _data_grad(xe, wg, dims, threaded)
@@ -352,7 +352,7 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: Con
         dy = cotangent("dy", dy, dims.x_shape, y.dtype)
         dxe = np.empty(dims.y_shape, y.dtype)
         dw_parts = _new_parts(lay, wg)
-        _sweep(lay, wg, xp=_pad(dy, dims), y=dxe, dy=xe, dw_parts=dw_parts)
+        _sweep(lay, wg, xp=pad(dy, dims), y=dxe, dy=xe, dw_parts=dw_parts)
         dx = dxe if dxe.shape == x.shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x.shape)])
         dw = _filter_grad(dw_parts, dims)
         return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
@@ -367,3 +367,46 @@ def _extend(x: np.ndarray, dims: ConvDims) -> np.ndarray:
     xe = np.zeros(dims.y_shape, x.dtype)
     xe[tuple(slice(0, s) for s in x.shape)] = x
     return xe
+
+
+# ----------------------------------------------------------------------------------------------
+# ops on a special path (conv_paths): forward, data gradient and filter gradient as three calls
+
+
+def _flipped(w: np.ndarray, dims: ConvDims) -> np.ndarray:
+    return np.flip(w, tuple(range(2, w.ndim))) if dims.flip else w
+
+
+def _conv_by_path(path: Path, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
+                  threaded: bool) -> tuple[np.ndarray, Callable]:
+    wf = private(_flipped(w, dims), w)
+    y = path.forward(x, wf, dims, threaded)
+    x = private(x, x)                       # the filter gradient reads x: the pullback's own copy
+    if b is not None:
+        _add_bias(y, b)
+
+    def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
+        dy = np.ascontiguousarray(cotangent("dy", dy, dims.y_shape, y.dtype))
+        dx = path.data_grad(dy, wf, dims, threaded)
+        dw = np.ascontiguousarray(_flipped(path.filter_grad(dy, x, dims, threaded), dims))
+        return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
+
+    return y, pullback
+
+
+def _conv_transpose_by_path(path: Path, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
+                            threaded: bool) -> tuple[np.ndarray, Callable]:
+    wf = private(_flipped(w, dims), w)
+    xe = private(np.ascontiguousarray(_extend(x, dims)), x)
+    y = path.data_grad(xe, wf, dims, threaded)
+    if b is not None:
+        _add_bias(y, b)
+
+    def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
+        dy = np.ascontiguousarray(cotangent("dy", dy, dims.x_shape, y.dtype))
+        dxe = path.forward(dy, wf, dims, threaded)
+        dx = dxe if dxe.shape == x.shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x.shape)])
+        dw = np.ascontiguousarray(_flipped(path.filter_grad(xe, dy, dims, threaded), dims))
+        return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
+
+    return y, pullback

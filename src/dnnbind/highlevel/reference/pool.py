@@ -55,13 +55,18 @@ def maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, Callable]:
     argmax = np.zeros(y.shape, np.min_scalar_type(len(offsets)))
     better = np.empty(y.shape, bool)
     nan = np.empty(y.shape, bool)
+    delta = np.empty_like(argmax)
     for i, offset in enumerate(offsets[1:], 1):
         v = xp[_window_index(dims, offset)]
         np.greater(v, y, out=better)
         np.isnan(v, out=nan)
         better |= nan
-        np.copyto(y, v, where=better)
-        np.copyto(argmax, i, where=better)
+        # branch-free updates (a masked copy with a data-dependent mask mispredicts on every other element):
+        # maximum() propagates NaN from either side, which is exactly "v wins when greater or NaN"
+        np.maximum(y, v, out=y)
+        np.subtract(i, argmax, out=delta)
+        delta *= better
+        argmax += delta
 
     def pullback(dy: np.ndarray) -> np.ndarray:
         dy = cotangent("dy", dy, dims.y_shape, y.dtype)

@@ -1,0 +1,221 @@
+"""Convolution paths for the classes of problems that im2col + GEMM serves badly.
+
+* :class:`Pointwise`: 1x1 kernels without padding (any stride, groups, rank). The convolution *is* a
+  matrix product per sample and group: y[n, g] = W[g] x[n, g], with no column buffer at all (a strided
+  one gathers its sampled pixels once).
+* :class:`Depthwise`: one input and one output channel per group (groups == channels, MobileNet's
+  depthwise layers). im2col + one GEMM with a single row per group is all call overhead and a column
+  buffer far larger than the cache; instead the work is cut into blocks of samples and channels that
+  stay in cache. Forward: each kernel offset's shifted view is copied into the block's columns and
+  one batched product per channel (1 x taps) @ (taps x pixels) combines them. Data gradient: stride 1
+  is the forward pass again (on dy, flipped kernel); strided ones add weight times dy into each
+  offset's shifted view. Filter gradient: one dot product per channel and offset. Blocks are split
+  over the thread pool when numpy's BLAS is single-threaded. Stride 1 uses the flat-rows layout, where each shifted view is one contiguous
+  run per plane.
+
+Both are exact in the sense the GPU tests need: plain float sums of the same products, no transforms.
+Each path offers forward, data gradient and filter gradient as separate calls (conv.py combines them
+into conv and conv_transpose, whose forward is the data gradient of a convolution).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.reference._scratch import scratch
+from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
+from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, data_grad_problem, kernel_offsets,
+                                                       offset_index, pad, unpad)
+
+#: Elements per block of the depthwise path (its column buffer: 2 MiB of float32). Measured on a 2-core
+#: EPYC (1 MiB L2 per core): smaller blocks pay more numpy calls than they save in cache misses.
+BLOCK_ELEMENTS = 512 * 1024
+#: Split the depthwise path over the thread pool from this many multiply-adds on.
+THREAD_MIN_MACS = 1_000_000
+
+
+def _sampled(x: np.ndarray, dims: ConvDims) -> np.ndarray:
+    """The pixels a 1x1 kernel visits, contiguous (x itself at stride 1)."""
+    if all(s == 1 for s in dims.stride):
+        return np.ascontiguousarray(x)
+    return np.ascontiguousarray(x[offset_index(dims, (0,) * dims.spatial_rank)])
+
+
+class Pointwise:
+    """1x1 kernel, no padding: matrix products per sample and group, no im2col."""
+
+    @staticmethod
+    def applies(dims: ConvDims) -> bool:
+        return all(k == 1 for k in dims.kernel_size) and not any(dims.pad_low + dims.pad_high)
+
+    @staticmethod
+    def use_threads(dims: ConvDims) -> bool:
+        return False   # BLAS threads the products
+
+    @staticmethod
+    def _sizes(dims: ConvDims) -> tuple[int, int, int, int, int]:
+        g = dims.groups
+        p = int(np.prod(dims.out_size))
+        return dims.batch, g, dims.in_channels // g, dims.out_channels // g, p
+
+    @staticmethod
+    def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        n, g, cg, kg, p = Pointwise._sizes(dims)
+        y = np.empty(dims.y_shape, x.dtype)
+        np.matmul(w.reshape(g, kg, cg), _sampled(x, dims).reshape(n, g, cg, p), out=y.reshape(n, g, kg, p))
+        return y
+
+    @staticmethod
+    def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        n, g, cg, kg, p = Pointwise._sizes(dims)
+        dxs = np.matmul(w.reshape(g, kg, cg).swapaxes(-1, -2), dy.reshape(n, g, kg, p))
+        dxs = dxs.reshape((n, dims.in_channels) + dims.out_size)
+        if all(s == 1 for s in dims.stride):
+            return dxs
+        dx = np.zeros(dims.x_shape, dy.dtype)
+        dx[offset_index(dims, (0,) * dims.spatial_rank)] = dxs
+        return dx
+
+    @staticmethod
+    def filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        n, g, cg, kg, p = Pointwise._sizes(dims)
+        xs = _sampled(x, dims).reshape(n, g, cg, p)
+        dyg = dy.reshape(n, g, kg, p)
+        dw = np.matmul(dyg[0], xs[0].swapaxes(-1, -2))
+        for i in range(1, n):
+            dw += np.matmul(dyg[i], xs[i].swapaxes(-1, -2))
+        return dw.reshape(dims.w_shape)
+
+
+class _Blocks:
+    """How the depthwise path cuts (samples x channels) into cache-sized blocks, and per-thread lists."""
+
+    def __init__(self, dims: ConvDims, plane: int, threaded: bool) -> None:
+        n, c = dims.batch, dims.in_channels
+        per_block = max(1, BLOCK_ELEMENTS // plane)          # channels of one sample, or whole samples
+        if per_block >= c:
+            step = max(1, per_block // c)
+            blocks = [(n0, min(n0 + step, n), 0, c) for n0 in range(0, n, step)]
+        else:
+            blocks = [(i, i + 1, c0, min(c0 + per_block, c)) for i in range(n) for c0 in range(0, c, per_block)]
+        parts = workers() if threaded else 1
+        self.lists = [(blocks[a:b],) for a, b in split(len(blocks), parts)]
+
+
+class Depthwise:
+    """groups == in_channels == out_channels: one weighted, shifted view per kernel offset."""
+
+    @staticmethod
+    def applies(dims: ConvDims) -> bool:
+        return dims.groups > 1 and dims.in_channels == dims.groups == dims.out_channels
+
+    @staticmethod
+    def use_threads(dims: ConvDims) -> bool:
+        """Split over the pool on large problems, and only when numpy's BLAS is single-threaded: the
+        blocks' products and dot products are BLAS calls, and a multi-threaded BLAS would fight our
+        threads for the cores (the same rule as the im2col path, see conv.use_threads)."""
+        macs = dims.batch * dims.out_channels * int(np.prod(dims.out_size)) * int(np.prod(dims.kernel_size))
+        return macs >= THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
+
+    @staticmethod
+    def _flat(dims: ConvDims) -> FlatRows | None:
+        if any(s != 1 for s in dims.stride):
+            return None
+        rows = FlatRows(dims)
+        return rows if rows.waste <= FLAT_MAX_WASTE else None
+
+    @staticmethod
+    def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        """Per block: the kernel offsets' shifted views copied into a column block that stays in cache,
+        then one product per channel (1 x taps) @ (taps x pixels)."""
+        xp = pad(x, dims, temporary=True)
+        coef = np.ascontiguousarray(w).reshape(dims.out_channels, 1, -1)
+        y = np.empty(dims.y_shape, x.dtype)
+        flat = Depthwise._flat(dims)
+        offsets = kernel_offsets(dims)
+        taps = len(offsets)
+        xf = xp.reshape(xp.shape[0], xp.shape[1], -1)
+        cols = flat.length if flat is not None else int(np.prod(dims.out_size))
+
+        def task(blocks: list) -> None:
+            for n0, n1, c0, c1 in blocks:
+                buf = scratch("columns", (n1 - n0, c1 - c0, taps, cols), x.dtype)
+                if flat is not None:
+                    for t, start in enumerate(flat.starts):
+                        buf[:, :, t] = xf[n0:n1, c0:c1, start:start + cols]
+                else:
+                    block, view = xp[n0:n1, c0:c1], buf.reshape((n1 - n0, c1 - c0, taps) + dims.out_size)
+                    for t, off in enumerate(offsets):
+                        view[:, :, t] = block[offset_index(dims, off)]
+                out = np.matmul(coef[c0:c1], buf, out=scratch("product", (n1 - n0, c1 - c0, 1, cols), x.dtype))
+                out = out.reshape(n1 - n0, c1 - c0, cols)
+                y[n0:n1, c0:c1] = flat.output_view(out) if flat is not None else out.reshape(y[n0:n1, c0:c1].shape)
+
+        run(task, _Blocks(dims, cols * taps, threaded).lists)
+        return y
+
+    @staticmethod
+    def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        if all(s == 1 for s in dims.stride):
+            dy, w_back, back = data_grad_problem(dy, w, dims)
+            return Depthwise.forward(dy, w_back, back, threaded)
+        coef = np.ascontiguousarray(w).reshape(dims.out_channels, -1)
+        dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
+        offsets = kernel_offsets(dims)
+        tail = (1,) * dims.spatial_rank
+
+        def task(blocks: list) -> None:
+            for n0, n1, c0, c1 in blocks:
+                g = dy[n0:n1, c0:c1]
+                tmp = np.empty_like(g)
+                block = dxp[n0:n1, c0:c1]
+                for t, off in enumerate(offsets):
+                    np.multiply(g, coef[c0:c1, t].reshape((-1,) + tail), out=tmp)
+                    block[offset_index(dims, off)] += tmp
+
+        run(task, _Blocks(dims, int(np.prod(dims.out_size)), threaded).lists)
+        return unpad(dxp, dims)
+
+    @staticmethod
+    def filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        xp = pad(x, dims, temporary=True)
+        offsets = kernel_offsets(dims)
+        flat = Depthwise._flat(dims)
+        lists = _Blocks(dims, flat.length if flat is not None else int(np.prod(dims.out_size)), threaded).lists
+        parts = np.zeros((len(lists), dims.out_channels, len(offsets)), dy.dtype)
+        xf = xp.reshape(xp.shape[0], xp.shape[1], -1)
+        spatial = tuple(range(2, 2 + dims.spatial_rank))
+
+        def task(blocks: list, part: np.ndarray) -> None:
+            for n0, n1, c0, c1 in blocks:
+                if flat is not None:
+                    ext = scratch("output columns", (n1 - n0, c1 - c0, flat.length), dy.dtype)
+                    ext.fill(0)
+                    flat.output_view(ext)[...] = dy[n0:n1, c0:c1]
+                    for t, start in enumerate(flat.starts):
+                        part[c0:c1, t] += np.vecdot(ext, xf[n0:n1, c0:c1, start:start + flat.length]).sum(axis=0)
+                    continue
+                g = dy[n0:n1, c0:c1]
+                tmp = np.empty_like(g)
+                block = xp[n0:n1, c0:c1]
+                for t, off in enumerate(offsets):
+                    np.multiply(g, block[offset_index(dims, off)], out=tmp)
+                    part[c0:c1, t] += tmp.sum(axis=spatial).sum(axis=0)
+
+        run(task, [(blocks, part) for (blocks,), part in zip(lists, parts)])
+        return parts.sum(axis=0).reshape(dims.w_shape)
+
+
+Path = type[Pointwise] | type[Depthwise]
+
+
+@functools.lru_cache(maxsize=256)
+def special_path(dims: ConvDims) -> Path | None:
+    """The path class for this problem, or None for the general im2col path (remembered per problem)."""
+    path: Path
+    for path in (Pointwise, Depthwise):
+        if path.applies(dims):
+            return path
+    return None

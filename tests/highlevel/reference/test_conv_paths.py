@@ -1,0 +1,156 @@
+"""The convolution paths of the reference backend (conv_paths): each class of problem takes its own path,
+and every path agrees with PyTorch and, in float32, with a float64 computation to GEMM rounding."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import dnnbind
+from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.reference.conv_paths import Depthwise, Pointwise, special_path
+
+from ..gradcheck import check_gradients
+from ..torch_oracle import torch_pad
+
+ref_conv = importlib.import_module("dnnbind.highlevel.reference.conv")
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+# (name, x shape, w shape, conv keyword arguments, the path expected)
+CASES = [
+    ("1x1", (2, 6, 5, 7), (4, 6, 1, 1), dict(), Pointwise),
+    ("1x1 strided", (2, 6, 7, 8), (4, 6, 1, 1), dict(stride=(2, 3)), Pointwise),
+    ("1x1 grouped", (3, 6, 4, 4), (9, 2, 1, 1), dict(groups=3), Pointwise),
+    ("1x1 1-d", (2, 4, 9), (3, 4, 1), dict(stride=2), Pointwise),
+    ("1x1 3-d", (1, 3, 3, 4, 5), (2, 3, 1, 1, 1), dict(), Pointwise),
+    ("depthwise 3x3", (2, 5, 9, 8), (5, 1, 3, 3), dict(padding=1, groups=5), Depthwise),
+    ("depthwise strided", (2, 4, 9, 10), (4, 1, 3, 3), dict(padding=1, stride=2, groups=4), Depthwise),
+    ("depthwise dilated", (1, 3, 9, 9), (3, 1, 3, 2), dict(padding=((2, 1), (0, 2)), dilation=(2, 3), groups=3),
+     Depthwise),
+    ("depthwise 1-d", (2, 6, 11), (6, 1, 5), dict(padding=2, groups=6), Depthwise),
+    ("depthwise 3-d", (1, 4, 4, 5, 6), (4, 1, 3, 3, 3), dict(padding=1, groups=4), Depthwise),
+    ("depthwise 3-d strided", (1, 2, 5, 6, 5), (2, 1, 2, 3, 2), dict(stride=(2, 1, 2), groups=2), Depthwise),
+    ("depthwise wide padding", (1, 2, 4, 4), (2, 1, 2, 2), dict(padding=3, groups=2), Depthwise),
+    ("small groups", (2, 6, 7, 7), (6, 2, 3, 3), dict(padding=1, groups=3), None),
+]
+IDS = [c[0] for c in CASES]
+
+
+def _torch_conv(x, w, b, kwargs, flip):
+    rank = x.ndim - 2
+    dims = ConvDims(x.shape, w.shape, **kwargs)
+    kw = {k: v for k, v in kwargs.items() if k != "padding"}
+    xt = torch.tensor(x, requires_grad=True)
+    wt = torch.tensor(w, requires_grad=True)
+    bt = None if b is None else torch.tensor(b, requires_grad=True)
+    kernel = torch.flip(wt, list(range(2, 2 + rank))) if flip else wt
+    yt = getattr(F, f"conv{rank}d")(F.pad(xt, torch_pad(list(zip(dims.pad_low, dims.pad_high)))), kernel, bt, **kw)
+    return yt, [t for t in (xt, wt, bt) if t is not None]
+
+
+@pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path", CASES, ids=IDS)
+def test_each_class_takes_its_path(name, x_shape, w_shape, kwargs, path):
+    assert special_path(ConvDims(x_shape, w_shape, **kwargs)) is path
+
+
+@pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path, flip",
+                         [c + (False,) for c in CASES] + [CASES[i] + (True,) for i in (1, 7)],
+                         ids=IDS + [IDS[i] + " flip" for i in (1, 7)])
+def test_paths_match_torch_in_float64(rng, name, x_shape, w_shape, kwargs, path, flip):
+    x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(w_shape[0])
+    y, pullback = dnnbind.conv(x, w, b, flip=flip, **kwargs)
+    yt, leaves = _torch_conv(x, w, b, kwargs, flip)
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12, atol=1e-12)
+    dy = rng.standard_normal(y.shape)
+    for ours, theirs in zip(pullback(dy), torch.autograd.grad(yt, leaves, torch.tensor(dy))):
+        np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path", CASES, ids=IDS)
+def test_paths_in_float32_are_within_gemm_rounding_of_float64(rng, name, x_shape, w_shape, kwargs, path):
+    """float32 results against the float64 computation: errors of the size a float32 GEMM makes
+    (a few ulps times the square root of the summed terms, relative to the terms' magnitude)."""
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    y64, pb64 = dnnbind.conv(x, w, **kwargs)
+    dy = rng.standard_normal(y64.shape)
+    y32, pb32 = dnnbind.conv(x.astype(np.float32), w.astype(np.float32), **kwargs)
+    assert y32.dtype == np.float32
+    eps = np.finfo(np.float32).eps
+    terms = int(np.prod(w_shape[1:]))
+    np.testing.assert_allclose(y32, y64, rtol=0, atol=8 * eps * np.sqrt(terms) * np.abs(x).max() * np.abs(w).max())
+    for g32, g64 in zip(pb32(dy.astype(np.float32)), pb64(dy)):
+        assert g32.dtype == np.float32
+        scale = np.abs(g64).max() + 1.0
+        np.testing.assert_allclose(g32, g64, rtol=0, atol=64 * eps * np.sqrt(dy.size) * scale)
+
+
+# torch's conv_transpose takes symmetric padding only
+SYMMETRIC = [c for c in CASES if c[4] is not None and ConvDims(c[1], c[2], **c[3]).symmetric_padding]
+
+
+@pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path", SYMMETRIC, ids=[c[0] for c in SYMMETRIC])
+def test_conv_transpose_on_each_path_matches_torch(rng, name, x_shape, w_shape, kwargs, path):
+    """conv_transpose with the same geometry (w has the transposed layout, the same shape here): its
+    forward is the path's data gradient, its pullback the path's forward and filter gradient."""
+    dims = ConvDims(x_shape, w_shape, **kwargs)
+    x = rng.standard_normal(dims.y_shape)
+    w, b = rng.standard_normal(w_shape), rng.standard_normal(x_shape[1])
+    y, pullback = dnnbind.conv_transpose(x, w, b, **kwargs)
+    assert special_path(ConvDims.transposed(x.shape, w.shape, **kwargs)) is path
+    rank = len(x_shape) - 2
+    xt, wtt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    kw = {k: v for k, v in kwargs.items() if k != "padding"}
+    yt = getattr(F, f"conv_transpose{rank}d")(xt, wtt, bt, padding=dims.pad_low, **kw)
+    assert y.shape == tuple(yt.shape)
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12, atol=1e-12)
+    dy = rng.standard_normal(y.shape)
+    for ours, theirs in zip(pullback(dy), torch.autograd.grad(yt, (xt, wtt, bt), torch.tensor(dy))):
+        np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("index", [0, 1, 5, 6, 9])
+def test_path_gradients_by_finite_differences(rng, index):
+    _, x_shape, w_shape, kwargs, _ = CASES[index]
+    x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(w_shape[0])
+    check_gradients(lambda: dnnbind.conv(x, w, b, **kwargs), [x, w, b], max_points=20)
+
+
+@pytest.mark.parametrize("index", [5, 6, 9])
+def test_depthwise_threaded_and_serial_agree(rng, index):
+    _, x_shape, w_shape, kwargs, _ = CASES[index]
+    x, w = rng.standard_normal((6,) + x_shape[1:]), rng.standard_normal(w_shape)
+    dims = ConvDims(x.shape, w.shape, **kwargs)
+    results = []
+    for threaded in (True, False):
+        y, pullback = ref_conv.conv(x, w, None, dims, threaded=threaded)
+        results.append((y,) + pullback(np.cos(y)))
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_depthwise_blocks_cover_every_sample_and_channel(monkeypatch, rng):
+    """Blocks smaller than a sample's channels (large planes) give the same result as one block."""
+    x, w = rng.standard_normal((3, 7, 12, 12)), rng.standard_normal((7, 1, 3, 3))
+    y_one, pb_one = dnnbind.conv(x, w, padding=1, groups=7)
+    grads_one = pb_one(np.sin(y_one))
+    conv_paths = importlib.import_module("dnnbind.highlevel.reference.conv_paths")
+    monkeypatch.setattr(conv_paths, "BLOCK_ELEMENTS", 300)   # 2 channels of one sample per block
+    y, pullback = dnnbind.conv(x, w, padding=1, groups=7)
+    np.testing.assert_array_equal(y, y_one)
+    for a, b in zip(pullback(np.sin(y)), grads_one):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
+def test_depthwise_threads_follow_the_blas_rule(monkeypatch):
+    """The depthwise path calls BLAS too: it splits over the pool only when BLAS is single-threaded."""
+    big = ConvDims((8, 96, 56, 56), (96, 1, 3, 3), padding=1, groups=96)
+    small = ConvDims((1, 4, 6, 6), (4, 1, 3, 3), padding=1, groups=4)
+    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    assert not Depthwise.use_threads(big)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert Depthwise.use_threads(big) == (ref_conv.workers() > 1)
+    assert not Depthwise.use_threads(small)
+    assert not Pointwise.use_threads(ConvDims((8, 64, 56, 56), (128, 64, 1, 1)))   # BLAS threads those

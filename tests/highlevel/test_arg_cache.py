@@ -93,8 +93,10 @@ def test_dispatch_of_numpy_arrays_is_one_lookup():
     assert dispatch.backend_op("conv", x=x, w=x, b=None) is reference.conv
     sub = np.ma.masked_array(x)     # a subclass takes the full check
     assert dispatch.backend_op("conv", x=sub, w=x) is reference.conv
+    with pytest.raises(TypeError, match="x must be a numpy or cupy array, not None"):
+        dispatch.backend_op("conv", x=None)                  # x is required
     with pytest.raises(TypeError, match="no array arguments given"):
-        dispatch.backend_op("conv", x=None)
+        dispatch.backend_op("conv", (), x=None)              # nothing required, nothing given
 
 
 def test_reference_conv_plans_are_built_once(rng):

@@ -124,6 +124,8 @@ class HostArray:
             if obj.dtype is self._dtype_object:
                 size = obj.size
                 if count is None or size >= count:
+                    if self.const:                               # C only reads: a C-ordered copy is cheapest
+                        return obj.tobytes()
                     try:
                         return self._array_type(size).from_buffer(obj)
                     except (TypeError, ValueError, BufferError):

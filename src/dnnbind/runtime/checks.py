@@ -95,7 +95,6 @@ class HostArray:
         self.cname = cname or ctype.__name__
         self.const = const
         self.nullable = nullable
-        self.pointer: Any = ctypes.POINTER(ctype)
         self.code = code if code is not None else struct_code(ctype)
         self.itemsize = ctypes.sizeof(ctype)
         self._dtype: list = []
@@ -151,7 +150,7 @@ class HostArray:
             self._need(self._holding(obj._obj, obj, index), count, index, obj)
             return obj
         if isinstance(obj, _CData):
-            if isinstance(obj, self.pointer):                    # a bare T*: its extent is unknown
+            if isinstance(obj, ctypes._Pointer) and obj._type_ is self.ctype:   # a bare T*: extent unknown
                 if count is not None and count > 1:
                     raise _problem(DnnArgumentError, index,
                                    f"needs {count} elements, and a bare ctypes pointer does not say how many it "

@@ -15,9 +15,9 @@ def cnn_models(torch: Any) -> tuple[Any, Any, Any]:
     class Ours(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.c1, self.b1 = dt.Conv2d(3, 16, 3, padding=1), dt.BatchNorm(16)
-            self.c2, self.b2 = dt.Conv2d(16, 32, 3, padding=1), dt.BatchNorm(32)
-            self.pool = dt.Pool(2)
+            self.c1, self.b1 = dt.Conv2d(3, 16, 3, padding=1), dt.BatchNorm2d(16)
+            self.c2, self.b2 = dt.Conv2d(16, 32, 3, padding=1), dt.BatchNorm2d(32)
+            self.pool = dt.MaxPool2d(2)
             self.fc = nn.Linear(32 * 8 * 8, 10)
 
         def forward(self, x):

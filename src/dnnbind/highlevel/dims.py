@@ -8,6 +8,8 @@ Nothing in this module touches array data; it sees shapes, dtypes and plain Pyth
 """
 from __future__ import annotations
 
+import functools
+
 import numbers
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
@@ -302,30 +304,30 @@ class ConvDims:
     def out_channels(self) -> int:
         return self.w_shape[0]
 
-    @property
+    @functools.cached_property
     def kernel_size(self) -> Shape:
         return self.w_shape[2:]
 
-    @property
+    @functools.cached_property
     def dilated_kernel(self) -> Shape:
         """Spatial extent covered by one dilated kernel."""
         return tuple(d * (k - 1) + 1 for d, k in zip(self.dilation, self.kernel_size))
 
-    @property
+    @functools.cached_property
     def padded_size(self) -> Shape:
         """Spatial size of x after padding."""
         return tuple(s + a + b for s, a, b in zip(self.x_shape[2:], self.pad_low, self.pad_high))
 
-    @property
+    @functools.cached_property
     def out_size(self) -> Shape:
         return _spatial_out(self.x_shape[2:], self.pad_low, self.pad_high, self.dilated_kernel, self.stride)
 
-    @property
+    @functools.cached_property
     def y_shape(self) -> Shape:
         """Shape of the convolution's output (N, K, *out_size)."""
         return (self.x_shape[0], self.w_shape[0]) + self.out_size
 
-    @property
+    @functools.cached_property
     def transpose_input_shape(self) -> Shape:
         """Shape conv_transpose takes as x when these dims come from :meth:`transposed`.
 
@@ -343,11 +345,20 @@ class ConvDims:
         """A lower bound of the memory one call needs on the CPU, in bytes, known before allocating:
         the padded input, the output, the filter, one sample's im2col columns and the list of kernel
         offsets. The reference backend checks it first, so a huge problem fails at once."""
+        return self._working_elements * itemsize + _prod(self.kernel_size) * OFFSET_BYTES
+
+    @functools.cached_property
+    def _working_elements(self) -> int:
         n, c = self.x_shape[:2]
-        k = _prod(self.kernel_size)
-        elements = (n * c * _prod(self.padded_size) + _prod(self.y_shape) + _prod(self.w_shape)
-                    + c * k * _prod(self.out_size))
-        return elements * itemsize + k * OFFSET_BYTES
+        return (n * c * _prod(self.padded_size) + _prod(self.y_shape) + _prod(self.w_shape)
+                + c * _prod(self.kernel_size) * _prod(self.out_size))
+
+    def __hash__(self) -> int:
+        """The fields' hash, computed once (dims key the plan caches, so they are hashed on every call)."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = self.__dict__["_hash"] = hash(self.key())
+        return cached
 
     @property
     def symmetric_padding(self) -> bool:
@@ -400,15 +411,15 @@ class PoolDims:
     def spatial_rank(self) -> int:
         return len(self.x_shape) - 2
 
-    @property
+    @functools.cached_property
     def padded_size(self) -> Shape:
         return tuple(s + a + b for s, a, b in zip(self.x_shape[2:], self.pad_low, self.pad_high))
 
-    @property
+    @functools.cached_property
     def out_size(self) -> Shape:
         return _spatial_out(self.x_shape[2:], self.pad_low, self.pad_high, self.window, self.stride)
 
-    @property
+    @functools.cached_property
     def y_shape(self) -> Shape:
         return self.x_shape[:2] + self.out_size
 
@@ -416,8 +427,18 @@ class PoolDims:
         """A lower bound of the memory one call needs on the CPU, in bytes, known before allocating:
         the padded input, the output and its bookkeeping (the max-pool argmax) and the list of window
         offsets. The reference backend checks it first, so a huge problem fails at once."""
-        elements = _prod(self.x_shape[:2]) * _prod(self.padded_size) + 2 * _prod(self.y_shape)
-        return elements * itemsize + _prod(self.window) * OFFSET_BYTES
+        return self._working_elements * itemsize + _prod(self.window) * OFFSET_BYTES
+
+    @functools.cached_property
+    def _working_elements(self) -> int:
+        return _prod(self.x_shape[:2]) * _prod(self.padded_size) + 2 * _prod(self.y_shape)
+
+    def __hash__(self) -> int:
+        """The fields' hash, computed once (see ConvDims.__hash__)."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = self.__dict__["_hash"] = hash(self.key())
+        return cached
 
     def key(self) -> tuple:
         """Hashable identity of the problem, for plan caches."""

@@ -222,13 +222,13 @@ class HostArray:
                                                     f"got dtype {obj.dtype}")
         self._need(obj.size, count, index, obj)
         self._dtype_object = obj.dtype if obj.dtype == dtype else self._dtype_object
+        if self.const:                                  # C only reads: its bytes, in C order
+            return obj.tobytes()
         if not obj.flags.c_contiguous:
-            raise _problem(DnnArgumentError, index, f"needs a C-contiguous {type_name(obj)}")
-        if obj.flags.writeable:
-            return (self.ctype * obj.size).from_buffer(obj)
-        if not self.const:
+            raise _problem(DnnArgumentError, index, f"needs a C-contiguous {type_name(obj)} (the library writes it)")
+        if not obj.flags.writeable:
             raise _problem(DnnArgumentError, index, f"needs writable host memory, got a read-only {type_name(obj)}")
-        return (self.ctype * obj.size).from_buffer_copy(obj)
+        return self._array_type(obj.size).from_buffer(obj)
 
     def _from_buffer(self, obj: Any, count: int | None, index: int) -> Any:
         try:

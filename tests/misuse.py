@@ -7,6 +7,7 @@ that was running is recorded as a crash and the cases after it run in a fresh ch
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from typing import Callable
 
@@ -62,6 +63,7 @@ def assert_outcome(case: str, outcome: list, expected: tuple[str, str] | None) -
         return
     kind, text = expected
     assert outcome[0] == kind and text in outcome[1], outcome
+    assert not re.match(r"^(\w+): \1: ", outcome[1]), f"the function is named twice: {outcome[1]}"
     if kind == "DnnRangeError":
         assert outcome[3] is True
     elif kind == "DnnArgumentError":

@@ -115,6 +115,7 @@ CASES = {
     "Nd output dims into 1 element": "c.cudnnGetConvolutionNdForwardOutputDim(cv, t, f, 5, np.zeros(1, np.int32))",
     "error string into 4 bytes": "c.cudnnGetLastErrorString(create_string_buffer(4), 4096)",
     "attribute values short": "c.cudnnBackendSetAttribute(None, 0, c.CUDNN_TYPE_INT64, 4, np.zeros(2, np.int64))",
+    "attribute type without a size": "c.cudnnBackendSetAttribute(None, 0, 999, 1, np.zeros(2, np.int64))",
     "pooling window short": "c.cudnnSetPoolingNdDescriptor(None, 0, 0, 3, [2, 2], [0, 0, 0], [1, 1, 1])",
     "algorithm results short": "c.cudnnFindConvolutionForwardAlgorithm(None, t, f, cv, t, 8, byref(c_int()), "
                                "(c.cudnnConvolutionFwdAlgoPerf_t * 1)())",
@@ -186,6 +187,8 @@ EXPECTED = {   # case -> (exception class, text the message must contain); None:
     "error string into 4 bytes": ("DnnArgumentError", "parameter 'message' needs at least 4096 char elements"),
     "attribute values short": ("DnnArgumentError", "parameter 'arrayOfElements' needs at least 32 bytes, got a "
                                                    "numpy.ndarray of 16 bytes"),
+    "attribute type without a size": ("DnnArgumentError", "cudnnBackendSetAttribute: parameter 'attributeType' is "
+                                                          "999, which names no type the bindings know the size of"),
     "pooling window short": ("DnnArgumentError", "parameter 'windowDimA' needs at least 3 int elements"),
     "algorithm results short": ("DnnArgumentError", "parameter 'perfResults' needs at least 8 "
                                                     "cudnnConvolutionFwdAlgoPerf_t elements"),

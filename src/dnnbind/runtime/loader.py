@@ -253,6 +253,8 @@ class Library:
         if index >= 0:
             return type(exc)(f"{function}: parameter {params[index]!r} {exc}")
         text = str(exc)
+        if text.startswith(f"{function}: "):            # already says where (runtime checks of one call)
+            return exc
         head, sep, rest = text.partition(": ")
         if head.startswith("argument ") and head[9:].isdigit():
             index = int(head[9:]) - 1

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import dnnbind.torch as dt
+from cupy_bfloat16 import bfloat16_or_skip
 from layer_checks import Net
 from dnnbind.highlevel.dispatch import load_backend
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
@@ -159,11 +160,7 @@ def test_bfloat16_cuda_tensors_pass_through(backend):
     with torch's bfloat16 conv within bfloat16's precision."""
     backend("conv")
     import cupy
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-    try:
-        cupy.zeros(1, ml_dtypes.bfloat16)
-    except Exception as exc:      # CuPy releases before its bfloat16 support
-        pytest.skip(f"this CuPy has no bfloat16 arrays: {exc}")
+    bfloat16_or_skip(cupy)
     g = torch.Generator(device="cuda").manual_seed(3)
     x = torch.randn(2, 4, 8, 8, device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
     w = torch.randn(6, 4, 3, 3, device="cuda", generator=g).to(torch.bfloat16).requires_grad_()

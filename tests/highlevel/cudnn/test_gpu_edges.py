@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import dnnbind
+from cupy_bfloat16 import bfloat16_or_skip
 from highlevel.gpu.device import cuda, poisoned  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.gpu
@@ -137,15 +138,6 @@ def test_dropout_from_many_threads_and_streams(cuda):
 BF16_TOL = 3e-2       # bfloat16 has an 8-bit mantissa: a few units of 2**-8 after float32 accumulation
 
 
-def _bfloat16_or_skip(cp):
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-    try:
-        cp.zeros(1, ml_dtypes.bfloat16)
-    except Exception as exc:      # CuPy releases before its bfloat16 support
-        pytest.skip(f"this CuPy has no bfloat16 arrays: {exc}")
-    return np.dtype(ml_dtypes.bfloat16)
-
-
 BF16_CASES = {
     "conv": lambda a: dnnbind.conv(a(2, 4, 8, 8), a(6, 4, 3, 3), a(6), padding=1),
     "conv_transpose": lambda a: dnnbind.conv_transpose(a(2, 4, 5, 5), a(4, 3, 3, 3), stride=2),
@@ -161,7 +153,7 @@ BF16_CASES = {
 @pytest.mark.parametrize("op", list(BF16_CASES))
 def test_bfloat16_matches_the_reference(cuda, op):
     cp = cuda
-    bf16 = _bfloat16_or_skip(cp)
+    bf16 = bfloat16_or_skip(cp)
     rng = np.random.default_rng(7)
     host_inputs = []
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import dnnbind
+from cupy_bfloat16 import bfloat16_or_skip
 from highlevel.gpu.device import cuda  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.gpu
@@ -40,12 +41,7 @@ def _flat(tree):
 def _numpy_dtype(cp, name):
     if name != "bfloat16":
         return np.dtype(name)
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-    try:
-        cp.zeros(1, ml_dtypes.bfloat16)
-    except Exception as exc:      # CuPy releases before its bfloat16 support
-        pytest.skip(f"this CuPy has no bfloat16 arrays: {exc}")
-    return np.dtype(ml_dtypes.bfloat16)
+    return bfloat16_or_skip(cp)
 
 
 def _close(got, want, tol, what):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import ctypes
-from ctypes import byref, c_char, c_double, c_float, c_int, c_size_t, c_void_p
+from ctypes import byref, c_double, c_float, c_int, c_void_p
 
 import numpy as np
 import pytest

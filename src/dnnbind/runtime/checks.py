@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import struct
 import sys
-from ctypes import c_char, c_void_p
+from ctypes import c_void_p
 from enum import IntEnum
 from functools import lru_cache
 

@@ -80,8 +80,8 @@ def check_values(function: str, params: Sequence[str], checked: Sequence[tuple])
 
 
 class HostArray:
-    """Converts what a user passes for a typed host pointer ``T*`` into what ``POINTER(T)`` takes, after
-    checking that it holds at least ``count`` elements (None: nothing known) and, for integer inputs
+    """Converts what a user passes for a typed host pointer ``T*`` into what the call's ``c_void_p`` takes,
+    after checking that it holds at least ``count`` elements (None: nothing known) and, for integer inputs
     given as sequences, that every element fits ``T``.
 
     Accepts ctypes arrays, ``byref`` and instances of ``T``, numpy arrays of ``T``'s dtype and, for
@@ -97,8 +97,7 @@ class HostArray:
         self.nullable = nullable
         self.code = code if code is not None else struct_code(ctype)
         self.itemsize = ctypes.sizeof(ctype)
-        self._dtype: list = []
-        self._dtype_object: Any = _NOTHING                  # numpy's dtype once seen (compared by identity)
+        self._dtype: Any = _NOTHING                         # numpy's dtype for T (None: it has none), once asked
         self._array_types: dict[int, Any] = {}
         self._packers: dict[int, Any] = {}
 
@@ -107,12 +106,12 @@ class HostArray:
 
     def dtype(self) -> Any:
         """numpy's dtype for ``T`` (computed on first use: importing the bindings must not import numpy)."""
-        if not self._dtype:
+        if self._dtype is _NOTHING:
             try:
-                self._dtype.append(sys.modules["numpy"].dtype(self.ctype))
+                self._dtype = sys.modules["numpy"].dtype(self.ctype)
             except TypeError:
-                self._dtype.append(None)
-        return self._dtype[0]
+                self._dtype = None
+        return self._dtype
 
     def convert(self, obj: Any, count: int | None, index: int) -> Any:
         """What the foreign call's ``c_void_p`` takes for ``obj`` (packed bytes, a ctypes array or byref, a view
@@ -120,7 +119,7 @@ class HostArray:
         checked here, since ``c_void_p`` itself would take any pointer."""
         kind = type(obj)
         if kind is _ndarray[0]:                                  # the hot forms first, inline
-            if obj.dtype is self._dtype_object:
+            if obj.dtype is self._dtype:                           # numpy's builtin dtypes are singletons
                 size = obj.size
                 if count is None or size >= count:
                     if self.const:                               # C only reads: a C-ordered copy is cheapest
@@ -165,7 +164,6 @@ class HostArray:
         if numpy is not None and isinstance(obj, numpy.ndarray):
             if kind is numpy.ndarray:
                 _ndarray[0] = kind
-                self._dtype_object = self.dtype()
             return self._from_numpy(obj, count, index)
         return self._from_buffer(obj, count, index)
 
@@ -221,7 +219,6 @@ class HostArray:
             raise _problem(DnnArgumentError, index, f"needs a numpy array of dtype {dtype} ({self.cname}), "
                                                     f"got dtype {obj.dtype}")
         self._need(obj.size, count, index, obj)
-        self._dtype_object = obj.dtype if obj.dtype == dtype else self._dtype_object
         if self.const:                                  # C only reads: its bytes, in C order
             return obj.tobytes()
         if not obj.flags.c_contiguous:

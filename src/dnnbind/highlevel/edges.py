@@ -176,3 +176,86 @@ def guarded(op: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         run.edge_policy = op  # type: ignore[attr-defined]  # which rule guards it (tests check every backend)
         return run
     return decorate
+
+
+# ---------------------------------------------------------------------------------------------------
+# the same policy for the residual form (forward, backward, residuals; see dnnbind.highlevel.residual)
+
+
+def _regroup(op: str, zeros: list[Any], static: tuple) -> Any:
+    """The gradients of an empty call, from the zero arrays its forward saved, in the op's structure."""
+    if op in ("conv", "conv_transpose"):
+        return zeros[0], zeros[1], zeros[2] if len(zeros) > 2 else None
+    if op == "batchnorm":
+        return tuple(zeros)
+    if op == "rnn":
+        dims = static[0]
+        lstm = dims.mode == "lstm"
+        rest = iter(zeros[3:] if lstm else zeros[2:])
+        per_entry = 4 if dims.has_bias else 2
+        dweights = [tuple(next(rest) for _ in range(per_entry)) + (None, None) * (not dims.has_bias)
+                    for _ in range(dims.num_layers * dims.num_directions)]
+        return zeros[0], zeros[1], zeros[2] if lstm else None, dweights
+    return zeros[0]
+
+
+def _flat_shapes(tree: Any) -> list[Any]:
+    if isinstance(tree, (list, tuple)):
+        return [s for item in tree for s in _flat_shapes(item)]
+    return [] if tree is None else [tuple(tree.shape)]
+
+
+def _empty_shapes(op: str, args: tuple) -> tuple[list[Any], list[tuple[int, ...]]]:
+    """(result shapes, gradient shapes flattened) of an empty call, from the forward's arguments."""
+    outputs, gradients, _, _ = RULES[op](args)
+    shapes: list[Any] = []
+    gradients(lambda shape: shapes.append(tuple(shape)) or ())   # records each gradient's shape in order
+    return outputs, shapes
+
+
+def guard(op: str, forward: Callable[..., Any], backward: Callable[..., Any],
+          residuals: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
+    """A backend's residual form of ``op`` with the edge policy: an empty call computes nothing and saves
+    its zero gradients' shapes as zero arrays; a 0-d x of a pointwise op runs as shape (1,)."""
+    pointwise = op in POINTWISE
+
+    @functools.wraps(forward)
+    def guarded_forward(x: Any, *args: Any, **options: Any) -> Any:
+        shape = tuple(x.shape)
+        if 0 in shape:
+            outputs, grad_shapes = _empty_shapes(op, (x, *args))
+            xp = _module(x)
+            results = tuple(None if s is None else xp.zeros(s, x.dtype) for s in outputs)
+            saved = tuple(xp.zeros(s, bool if op == "dropout" else x.dtype) for s in grad_shapes)
+            return (results[0] if op != "rnn" else results), saved
+        if not shape and pointwise:
+            y, saved = forward(x.reshape(1), *args, **options)
+            return y.reshape(()), saved
+        return forward(x, *args, **options)
+
+    @functools.wraps(backward)
+    def guarded_backward(saved: tuple, cotangents: tuple, *static: Any, **options: Any) -> Any:
+        dy = cotangents[0] if cotangents else None
+        shape = getattr(dy, "shape", None)
+        if shape is not None and 0 in tuple(shape):
+            xp = _module(dy)
+            return _regroup(op, [xp.zeros(r.shape, dy.dtype) for r in saved], static)
+        if shape is not None and not tuple(shape) and pointwise:
+            return _reshape(backward(saved, (dy.reshape(1),) + tuple(cotangents[1:]), *static, **options), ())
+        return backward(saved, cotangents, *static, **options)
+
+    @functools.wraps(residuals)
+    def guarded_residuals(x: Any, *args: Any, **options: Any) -> Any:
+        from dnnbind.highlevel.residual import ArraySpec
+        shape = tuple(x.shape)
+        if 0 in shape:
+            _, grad_shapes = _empty_shapes(op, (x, *args))
+            dtype = np.dtype(bool) if op == "dropout" else x.dtype
+            return tuple(ArraySpec(s, dtype) for s in grad_shapes)
+        if not shape and pointwise:
+            return residuals(ArraySpec((1,), x.dtype), *args, **options)
+        return residuals(x, *args, **options)
+
+    for fn in (guarded_forward, guarded_backward, guarded_residuals):
+        fn.edge_policy = op  # type: ignore[attr-defined]  # which rule guards it (tests check every backend)
+    return guarded_forward, guarded_backward, guarded_residuals

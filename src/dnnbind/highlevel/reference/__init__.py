@@ -15,22 +15,33 @@ Each function takes arguments already checked by :mod:`dnnbind.highlevel.ops` an
 """
 from __future__ import annotations
 
-from dnnbind.highlevel.reference.activation import activation
-from dnnbind.highlevel.reference.batchnorm import batchnorm
+from dnnbind.highlevel.reference import activation as _activation
+from dnnbind.highlevel.reference import batchnorm as _batchnorm
+from dnnbind.highlevel.reference import dropout as _dropout
+from dnnbind.highlevel.reference import pool as _pool
+from dnnbind.highlevel.reference import softmax as _softmax
 from dnnbind.highlevel.reference.conv import conv, conv_transpose
-from dnnbind.highlevel.reference.dropout import dropout
-from dnnbind.highlevel.reference.pool import maxpool, meanpool
 from dnnbind.highlevel.reference.rnn import rnn
-from dnnbind.highlevel.reference.softmax import logsoftmax, softmax
+from dnnbind.highlevel.residual import forms
 
 from dnnbind.highlevel.edges import guarded
 
-# the edge policy (0-d and zero-size arrays) for every op, called through dnnbind's ops or directly
+# every op in both forms, with the edge policy (0-d and zero-size arrays) applied once
+activation_forward, activation_backward, activation_residuals, activation = forms(
+    "activation", _activation.activation_forward, _activation.activation_backward, _activation.activation_residuals)
+batchnorm_forward, batchnorm_backward, batchnorm_residuals, batchnorm = forms(
+    "batchnorm", _batchnorm.batchnorm_forward, _batchnorm.batchnorm_backward, _batchnorm.batchnorm_residuals)
+dropout_forward, dropout_backward, dropout_residuals, dropout = forms(
+    "dropout", _dropout.dropout_forward, _dropout.dropout_backward, _dropout.dropout_residuals, names=("mask",))
+maxpool_forward, maxpool_backward, maxpool_residuals, maxpool = forms(
+    "maxpool", _pool.maxpool_forward, _pool.maxpool_backward, _pool.maxpool_residuals)
+meanpool_forward, meanpool_backward, meanpool_residuals, meanpool = forms(
+    "meanpool", _pool.meanpool_forward, _pool.meanpool_backward, _pool.meanpool_residuals)
+softmax_forward, softmax_backward, softmax_residuals, softmax = forms(
+    "softmax", _softmax.softmax_forward, _softmax.softmax_backward, _softmax.softmax_residuals)
+logsoftmax_forward, logsoftmax_backward, logsoftmax_residuals, logsoftmax = forms(
+    "logsoftmax", _softmax.logsoftmax_forward, _softmax.logsoftmax_backward, _softmax.logsoftmax_residuals)
 conv, conv_transpose = guarded("conv")(conv), guarded("conv_transpose")(conv_transpose)
-maxpool, meanpool = guarded("maxpool")(maxpool), guarded("meanpool")(meanpool)
-softmax, logsoftmax = guarded("softmax")(softmax), guarded("logsoftmax")(logsoftmax)
-activation, dropout = guarded("activation")(activation), guarded("dropout")(dropout)
-batchnorm, rnn = guarded("batchnorm")(batchnorm), guarded("rnn")(rnn)
-
+rnn = guarded("rnn")(rnn)
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
            "batchnorm", "dropout", "rnn"]

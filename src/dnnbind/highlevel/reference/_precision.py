@@ -83,3 +83,49 @@ def cotangent(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype) ->
     check_dtype(name, value.dtype)
     check_shape(name, value.shape, shape, "the shape of the forward result")
     return value.astype(dtype, copy=False)
+
+
+def half_forward(forward: Callable[..., Any], inplace: tuple[int, ...] = ()) -> Callable[..., Any]:
+    """:func:`half_in_float32` for a residual-form forward: the residuals stay in float32. The positional
+    arguments at ``inplace`` are arrays the forward updates in place (batch norm's running statistics):
+    they pass unconverted."""
+    @functools.wraps(forward)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        half = args[0].dtype
+        if half not in HALF_DTYPES:
+            return forward(*args, **kwargs)
+        args = tuple(a if i in inplace else _cast(a, half, _FLOAT32) for i, a in enumerate(args))
+        result, residuals = forward(*args, **kwargs)
+        return _cast(result, _FLOAT32, half), residuals
+    return wrapper
+
+
+def half_backward(backward: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`half_in_float32` for a residual-form backward: half cotangents in, half gradients out."""
+    @functools.wraps(backward)
+    def wrapper(residuals: tuple, cotangents: tuple, *args: Any, **kwargs: Any) -> Any:
+        half = getattr(cotangents[0], "dtype", None) if cotangents else None
+        if half not in HALF_DTYPES:
+            return backward(residuals, cotangents, *args, **kwargs)
+        return _cast(backward(residuals, _cast(cotangents, half, _FLOAT32), *args, **kwargs), _FLOAT32, half)
+    return wrapper
+
+
+def half_residuals(spec: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`half_in_float32` for a residual spec: half array specs are computed as float32 ones."""
+    @functools.wraps(spec)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        half = args[0].dtype
+        if half not in HALF_DTYPES:
+            return spec(*args, **kwargs)
+        return spec(*_cast_specs(args, half), **kwargs)
+    return wrapper
+
+
+def _cast_specs(tree: Any, half: np.dtype) -> Any:
+    from dnnbind.highlevel.residual import ArraySpec
+    if hasattr(tree, "shape") and hasattr(tree, "dtype"):
+        return ArraySpec(tuple(tree.shape), _FLOAT32) if tree.dtype == half else tree
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_cast_specs(item, half) for item in tree)
+    return tree

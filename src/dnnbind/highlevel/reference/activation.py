@@ -6,11 +6,11 @@ swish's beta (swish(x) = x * sigmoid(beta * x)).
 """
 from __future__ import annotations
 
-from typing import Callable
 
 import numpy as np
 
-from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
+from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward, half_residuals
+from dnnbind.highlevel.residual import ArraySpec
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -21,50 +21,61 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _forward(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray, Callable]:
-    """Return y and a function dy -> dx. The function keeps only arrays computed here (the derivative
-    or a mask), never x or y themselves: changing either after the forward does not change it."""
+#: modes whose derivative is saved as a boolean mask (1 where it is 1, else 0); identity saves nothing
+_MASKED = ("relu", "clipped_relu")
+
+
+def _forward(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """y and the derivative f'(x) (a mask for relu and clipped_relu, nothing for identity). Only arrays
+    computed here are saved, never x or y themselves."""
     if mode == "identity":
-        return x.copy(), lambda dy: dy.copy()
+        return x.copy(), ()
     if mode == "relu":
-        pos = x > 0
-        return np.maximum(x, 0), lambda dy: dy * pos
+        return np.maximum(x, 0), (x > 0,)
     if mode == "sigmoid":
         y = sigmoid(x)
-        slope = y * (1 - y)
-        return y, lambda dy: dy * slope
+        return y, (y * (1 - y),)
     if mode == "tanh":
         y = np.tanh(x)
-        slope = 1 - y * y
-        return y, lambda dy: dy * slope
+        return y, (1 - y * y,)
     if mode == "elu":
         neg = x <= 0
         em1 = np.expm1(np.minimum(x, 0))
-        y = np.where(neg, alpha * em1, x)
-        return y, lambda dy: dy * np.where(neg, alpha * (em1 + 1), 1)
+        return np.where(neg, alpha * em1, x), (np.where(neg, alpha * (em1 + 1), 1),)
     if mode == "leaky_relu":
         pos = x > 0
         negative_slope = float(alpha or 0.0)
-        return (np.where(pos, x, negative_slope * x),
-                lambda dy: dy * np.where(pos, 1, negative_slope).astype(x.dtype))
+        return np.where(pos, x, negative_slope * x), (np.where(pos, 1, negative_slope),)
     if mode == "clipped_relu":
-        inside = (x > 0) & (x < alpha)
-        return np.clip(x, 0, alpha), lambda dy: dy * inside
+        return np.clip(x, 0, alpha), ((x > 0) & (x < alpha),)
     if mode == "swish":
         s = sigmoid(alpha * x)
-        slope = s * (1 + alpha * x * (1 - s))
-        return x * s, lambda dy: dy * slope
+        return x * s, (s * (1 + alpha * x * (1 - s)),)
     raise ValueError(f"unknown activation mode {mode!r}")  # the public op checks first
 
 
-@half_in_float32
-def activation(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray, Callable]:
-    """y = f(x) for one of the public modes; the pullback returns dy * f'(x)."""
-    y, derivative = _forward(x, mode, alpha)
-    y = y.astype(x.dtype, copy=False)
+@half_forward
+def activation_forward(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray, tuple]:
+    """y = f(x) for one of the public modes; saves f'(x) (see :func:`activation_residuals`)."""
+    y, saved = _forward(x, mode, alpha)
+    return y.astype(x.dtype, copy=False), tuple(s.astype(x.dtype if mode not in _MASKED else bool, copy=False)
+                                                for s in saved)
 
-    def pullback(dy: np.ndarray) -> np.ndarray:
-        dy = cotangent("dy", dy, y.shape, y.dtype)
-        return derivative(dy).astype(y.dtype, copy=False)
 
-    return y, pullback
+@half_backward
+def activation_backward(saved: tuple, cotangents: tuple, mode: str, alpha: float | None) -> np.ndarray:
+    """dx = dy * f'(x)."""
+    (dy,) = cotangents
+    if not saved:
+        return cotangent("dy", dy, dy.shape, dy.dtype).copy()
+    (slope,) = saved
+    dtype = slope.dtype if mode not in _MASKED else dy.dtype
+    return np.multiply(cotangent("dy", dy, slope.shape, dtype), slope, dtype=dtype)
+
+
+@half_residuals
+def activation_residuals(x: ArraySpec, mode: str, alpha: float | None) -> tuple[ArraySpec, ...]:
+    """Nothing for identity, a bool mask for relu and clipped_relu, else f'(x) in x's dtype."""
+    if mode == "identity":
+        return ()
+    return (ArraySpec(tuple(x.shape), np.dtype(bool) if mode in _MASKED else x.dtype),)

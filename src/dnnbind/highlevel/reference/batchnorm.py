@@ -3,16 +3,18 @@
 Training normalises with the batch statistics (biased variance) and, when running statistics are
 given, updates them in place: ``running = (1 - momentum) * running + momentum * batch`` with the
 UNBIASED batch variance, as PyTorch does. Inference normalises with the running statistics; its
-pullback differentiates that affine formula. The pullback gets its own copies of the mean and inverse
-standard deviation used, so later updates of the running statistics do not change it.
+backward differentiates that affine formula. The residuals (x normalised, gamma * invstd) are the
+forward's own, so later updates of the running statistics or of gamma do not change them.
 """
 from __future__ import annotations
 
-from typing import Callable
+import functools
+from typing import Any
 
 import numpy as np
 
-from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
+from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward, half_residuals
+from dnnbind.highlevel.residual import ArraySpec
 
 
 def _channel_sums(a: np.ndarray) -> np.ndarray:
@@ -20,11 +22,11 @@ def _channel_sums(a: np.ndarray) -> np.ndarray:
     return a.reshape(a.shape[0], a.shape[1], -1).sum(axis=2).sum(axis=0)
 
 
-@half_in_float32
-def batchnorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, *, running_mean: np.ndarray | None,
-              running_var: np.ndarray | None, training: bool, momentum: float,
-              eps: float) -> tuple[np.ndarray, Callable]:
-    """y = (x - mean) / sqrt(var + eps) * gamma + beta, per channel."""
+@functools.partial(half_forward, inplace=(3, 4))   # the running statistics are updated in place
+def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, running_mean: np.ndarray | None,
+                      running_var: np.ndarray | None, training: bool, momentum: float,
+                      eps: float) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta, per channel; saves x normalised and gamma * invstd."""
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     dtype = x.dtype
     if training:
@@ -37,7 +39,6 @@ def batchnorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, *, running_mea
             _update(running_var, var * (count / (count - 1)), momentum)
     else:
         assert running_mean is not None and running_var is not None, "inference needs them (the op checks)"
-        count = 0
         mean = running_mean.astype(dtype)  # a copy: the running stats may change after this call
         var = running_var.astype(dtype)
         centered = x - mean.reshape(shape)
@@ -45,21 +46,32 @@ def batchnorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, *, running_mea
     xhat = centered * invstd.reshape(shape)
     del centered
     y = xhat * gamma.reshape(shape) + beta.reshape(shape)
-    scale = (gamma * invstd).reshape(shape)      # the pullback's own: gamma may change after this call
+    return y, (xhat, gamma * invstd)      # gamma * invstd: the backward's own (gamma may change later)
 
-    def pullback(dy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        dy = cotangent("dy", dy, y.shape, dtype)
-        dbeta = _channel_sums(dy)
-        dgamma = _channel_sums(dy * xhat)
-        if training:
-            # d/dx of gamma * (x - mean(x)) * invstd(x): the batch statistics depend on x too.
-            dx = dy - (dbeta / count).reshape(shape) - xhat * (dgamma / count).reshape(shape)
-            dx *= scale
-        else:
-            dx = dy * scale
-        return dx, dgamma, dbeta
 
-    return y, pullback
+@half_backward
+def batchnorm_backward(saved: tuple, cotangents: tuple, training: bool, momentum: float,
+                       eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    (xhat, scale), (dy,) = saved, cotangents
+    dy = cotangent("dy", dy, xhat.shape, xhat.dtype)
+    shape = (1, xhat.shape[1]) + (1,) * (xhat.ndim - 2)
+    dbeta = _channel_sums(dy)
+    dgamma = _channel_sums(dy * xhat)
+    if training:
+        # d/dx of gamma * (x - mean(x)) * invstd(x): the batch statistics depend on x too.
+        count = xhat.size // xhat.shape[1]
+        dx = dy - (dbeta / count).reshape(shape) - xhat * (dgamma / count).reshape(shape)
+        dx *= scale.reshape(shape)
+    else:
+        dx = dy * scale.reshape(shape)
+    return dx, dgamma, dbeta
+
+
+@half_residuals
+def batchnorm_residuals(x: ArraySpec, gamma: ArraySpec, beta: ArraySpec, running_mean: Any, running_var: Any,
+                        training: bool, momentum: float, eps: float) -> tuple[ArraySpec, ArraySpec]:
+    """x normalised (x's shape) and gamma * invstd (one per channel)."""
+    return ArraySpec(tuple(x.shape), x.dtype), ArraySpec((x.shape[1],), x.dtype)
 
 
 def _update(running: np.ndarray, batch: np.ndarray, momentum: float) -> None:

@@ -7,13 +7,14 @@ holding NaN outputs NaN and routes its gradient to the last NaN.
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from typing import Any
 
 import numpy as np
 
 from dnnbind.highlevel.dims import PoolDims
 from dnnbind.highlevel.reference._memory import fits_in_memory
-from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
+from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward
+from dnnbind.highlevel.residual import ArraySpec
 
 
 def _offsets(dims: PoolDims) -> list[tuple[int, ...]]:
@@ -45,14 +46,18 @@ def _unpad(dxp: np.ndarray, dims: PoolDims) -> np.ndarray:
     return np.ascontiguousarray(dxp[_interior(dims)])
 
 
+def _argmax_dtype(dims: PoolDims) -> np.dtype:
+    return np.min_scalar_type(int(np.prod(dims.window)))
+
+
 @fits_in_memory
-@half_in_float32
-def maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, Callable]:
-    """Max pooling; the pullback keeps the winning offset of every window (the pooling workspace)."""
+@half_forward
+def maxpool_forward(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, tuple[np.ndarray]]:
+    """Max pooling; saves the winning offset of every window (the pooling workspace)."""
     xp = _padded(x, dims, -np.inf)
     offsets = _offsets(dims)
     y = np.array(xp[_window_index(dims, offsets[0])])
-    argmax = np.zeros(y.shape, np.min_scalar_type(len(offsets)))
+    argmax = np.zeros(y.shape, _argmax_dtype(dims))
     better = np.empty(y.shape, bool)
     nan = np.empty(y.shape, bool)
     delta = np.empty_like(argmax)
@@ -67,17 +72,24 @@ def maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, Callable]:
         np.subtract(i, argmax, out=delta)
         delta *= better
         argmax += delta
+    return y, (argmax,)
 
-    def pullback(dy: np.ndarray) -> np.ndarray:
-        dy = cotangent("dy", dy, dims.y_shape, y.dtype)
-        dxp = np.zeros(x.shape[:2] + dims.padded_size, y.dtype)
-        routed = np.empty(y.shape, y.dtype)
-        for i, offset in enumerate(offsets):
-            np.multiply(dy, argmax == i, out=routed)
-            dxp[_window_index(dims, offset)] += routed
-        return _unpad(dxp, dims)
 
-    return y, pullback
+@half_backward
+def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> np.ndarray:
+    (argmax,), (dy,) = saved, cotangents
+    dy = cotangent("dy", dy, dims.y_shape, dy.dtype)
+    dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
+    routed = np.empty(dy.shape, dy.dtype)
+    for i, offset in enumerate(_offsets(dims)):
+        np.multiply(dy, argmax == i, out=routed)
+        dxp[_window_index(dims, offset)] += routed
+    return _unpad(dxp, dims)
+
+
+def maxpool_residuals(x: Any, dims: PoolDims) -> tuple[ArraySpec]:
+    """The winning offset of every window: y's shape, the smallest unsigned type that counts the window."""
+    return (ArraySpec(dims.y_shape, _argmax_dtype(dims)),)
 
 
 def _divisor(dims: PoolDims, count_include_pad: bool) -> np.ndarray | float:
@@ -95,25 +107,35 @@ def _divisor(dims: PoolDims, count_include_pad: bool) -> np.ndarray | float:
     return counts
 
 
+def _scale(dims: PoolDims, count_include_pad: bool, dtype: np.dtype) -> Any:
+    scale = 1.0 / _divisor(dims, count_include_pad)
+    return scale.astype(dtype) if isinstance(scale, np.ndarray) else dtype.type(scale)
+
+
 @fits_in_memory
-@half_in_float32
-def meanpool(x: np.ndarray, dims: PoolDims, count_include_pad: bool = True) -> tuple[np.ndarray, Callable]:
-    """Mean pooling; padding counts towards the divisor when ``count_include_pad`` (PyTorch's default)."""
+@half_forward
+def meanpool_forward(x: np.ndarray, dims: PoolDims, count_include_pad: bool = True) -> tuple[np.ndarray, tuple]:
+    """Mean pooling; padding counts towards the divisor when ``count_include_pad`` (PyTorch's default).
+    Saves nothing: the backward needs the geometry only."""
     xp = _padded(x, dims, 0.0)
     offsets = _offsets(dims)
     y = np.array(xp[_window_index(dims, offsets[0])])
     for offset in offsets[1:]:
         y += xp[_window_index(dims, offset)]
-    scale = (1.0 / _divisor(dims, count_include_pad))
-    scale = scale.astype(y.dtype) if isinstance(scale, np.ndarray) else y.dtype.type(scale)
-    y *= scale
+    y *= _scale(dims, count_include_pad, y.dtype)
+    return y, ()
 
-    def pullback(dy: np.ndarray) -> np.ndarray:
-        dy = cotangent("dy", dy, dims.y_shape, y.dtype)
-        share = dy * scale
-        dxp = np.zeros(x.shape[:2] + dims.padded_size, y.dtype)
-        for offset in offsets:
-            dxp[_window_index(dims, offset)] += share
-        return _unpad(dxp, dims)
 
-    return y, pullback
+@half_backward
+def meanpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, count_include_pad: bool = True) -> np.ndarray:
+    (dy,) = cotangents
+    dy = cotangent("dy", dy, dims.y_shape, dy.dtype)
+    share = dy * _scale(dims, count_include_pad, dy.dtype)
+    dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
+    for offset in _offsets(dims):
+        dxp[_window_index(dims, offset)] += share
+    return _unpad(dxp, dims)
+
+
+def meanpool_residuals(x: Any, dims: PoolDims, count_include_pad: bool = True) -> tuple:
+    return ()

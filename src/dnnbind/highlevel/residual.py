@@ -1,0 +1,146 @@
+"""The residual form of every op: the one contract between the public ops, the backends and frameworks.
+
+A closure cannot cross a framework's op boundary (a ``torch.library`` custom op, an exported graph), so
+every backend implements op ``NAME`` as three functions whose saved state is arrays:
+
+``NAME_forward(*arrays, *static, **options) -> (result, residuals)``
+    Runs the op. ``residuals`` is a tuple of arrays on the result's device: everything the backward
+    pass reads (saved statistics, pooling workspace, reserve space, dropout mask, private copies of the
+    inputs). They are the forward's own: changing the inputs or the result later changes nothing.
+``NAME_backward(residuals, cotangents, *static, **options) -> gradients``
+    ``cotangents`` is a tuple, one per output (None: zeros where :data:`FORMS` says the output is
+    optional). Never changes ``residuals``, so it may be called any number of times.
+``NAME_residuals(*specs, *static, **options) -> tuple[ArraySpec, ...]``
+    The shapes and dtypes ``NAME_forward`` would save for arrays described by ``specs`` (an
+    :class:`ArraySpec`, or None, per array argument; nested like them for rnn's weights), computed
+    without running anything: what a framework's fake/meta kernel reports.
+
+``arrays`` and ``static`` are the parameters :data:`FORMS` lists, in that order; ``options`` are a
+backend's own keywords (``layout=`` on cuDNN, ``threaded=`` on the reference) and may be ignored. The
+gradients are :data:`FORMS`' ``gradients`` in order; conv's ``db`` is always computed (the public op
+drops it when b is None). The ``(result, pullback)`` form every backend also exports is built from the
+pair by :func:`with_pullback`, so there is one implementation per op and backend.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, NamedTuple
+
+
+class ArraySpec(NamedTuple):
+    """An array described by shape and dtype only (numpy dtype object)."""
+    shape: tuple[int, ...]
+    dtype: Any
+
+
+class OpForm(NamedTuple):
+    """The parameters of one op's residual form (see the module doc)."""
+    arrays: tuple[str, ...]        # forward's array parameters, in order
+    static: tuple[str, ...]        # its other parameters, in order; the backward takes them too
+    outputs: tuple[str, ...]       # the result: one array, or a tuple of these
+    gradients: tuple[str, ...]     # what the backward returns, in order
+
+
+_ONE = (("x",), ("y",), ("dx",))
+
+#: op -> its residual form's parameters
+FORMS: dict[str, OpForm] = {
+    "conv": OpForm(("x", "w", "b"), ("dims",), ("y",), ("dx", "dw", "db")),
+    "conv_transpose": OpForm(("x", "w", "b"), ("dims",), ("y",), ("dx", "dw", "db")),
+    "maxpool": OpForm(("x",), ("dims",), ("y",), ("dx",)),
+    "meanpool": OpForm(("x",), ("dims", "count_include_pad"), ("y",), ("dx",)),
+    "softmax": OpForm(("x",), ("axis",), ("y",), ("dx",)),
+    "logsoftmax": OpForm(("x",), ("axis",), ("y",), ("dx",)),
+    "activation": OpForm(("x",), ("mode", "alpha"), ("y",), ("dx",)),
+    "batchnorm": OpForm(("x", "gamma", "beta", "running_mean", "running_var"), ("training", "momentum", "eps"),
+                        ("y",), ("dx", "dgamma", "dbeta")),
+    "dropout": OpForm(("x",), ("p", "seed"), ("y",), ("dx",)),
+    "rnn": OpForm(("x", "weights", "h0", "c0"), ("dims",), ("y", "hy", "cy"), ("dx", "dh0", "dc0", "dweights")),
+}
+
+
+class ResidualPullback:
+    """``pullback(*cotangents)``: a backend's backward bound to one call's residuals and static arguments.
+
+    ``names`` label residuals that callers may read as attributes (the reference dropout's ``mask``).
+    """
+
+    __slots__ = ("backward", "residuals", "static", "options", "names", "dtype", "shape")
+
+    def __init__(self, backward: Callable[..., Any], residuals: tuple, static: tuple, options: dict,
+                 names: tuple[str, ...] = (), dtype: Any = None, shape: Any = None) -> None:
+        self.backward, self.residuals, self.static, self.options, self.names, self.dtype, self.shape = (
+            backward, residuals, static, options, names, dtype, shape)
+
+    def __call__(self, *cotangents: Any) -> Any:
+        dtype = self.dtype
+        if dtype is not None:        # cotangents in the result's dtype, as the forward computed it
+            cotangents = tuple(c.astype(dtype) if getattr(c, "dtype", dtype) != dtype and hasattr(c, "astype")
+                               else c for c in cotangents)
+        return self.backward(self.residuals, cotangents, *self.static, **self.options)
+
+    def __getattr__(self, name: str) -> Any:
+        names = object.__getattribute__(self, "names")
+        if name in names:
+            value = object.__getattribute__(self, "residuals")[names.index(name)]
+            shape = object.__getattribute__(self, "shape")   # a 0-d call's mask saved as shape (1,) reads 0-d
+            return value.reshape(shape) if shape == () and value.size == 1 else value
+        raise AttributeError(name)
+
+
+#: parameters of the ``(result, pullback)`` form that may be left out
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "meanpool": {"count_include_pad": True},
+    "batchnorm": {"running_mean": None, "running_var": None, "training": True, "momentum": 0.1, "eps": 1e-5},
+    "dropout": {"seed": None},
+    "rnn": {"h0": None, "c0": None},
+}
+
+
+@functools.lru_cache(maxsize=None)
+def signature_of(op: str) -> inspect.Signature:
+    """The ``(result, pullback)`` form's signature: FORMS' arrays then static, all positional-or-keyword."""
+    form, defaults = FORMS[op], DEFAULTS.get(op, {})
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                default=defaults.get(n, inspect.Parameter.empty))
+              for n in form.arrays + form.static]
+    return inspect.Signature(params)
+
+
+def with_pullback(op: str, forward: Callable[..., Any], backward: Callable[..., Any],
+                  names: tuple[str, ...] = ()) -> Callable[..., Any]:
+    """The ``(result, pullback)`` form of a backend's op, built on its forward/backward pair.
+
+    It takes the forward's parameters positionally or by name (plus the backend's options as keywords)
+    and binds the pullback to the residuals and the static arguments.
+    """
+    form = FORMS[op]
+    count = len(form.arrays) + len(form.static)
+    known = set(form.arrays + form.static)
+
+    @functools.wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> tuple[Any, ResidualPullback]:
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k not in known}
+        if kwargs or len(args) != count:
+            bound = signature_of(op).bind(*args, **kwargs)
+            bound.apply_defaults()
+            args = tuple(bound.arguments[n] for n in form.arrays + form.static)
+        result, residuals = forward(*args, **options)
+        main = result[0] if isinstance(result, tuple) else result
+        return result, ResidualPullback(backward, residuals, args[len(form.arrays):], options, names,
+                                        getattr(main, "dtype", None), getattr(main, "shape", None))
+
+    run.__name__ = op
+    run.__qualname__ = op
+    return run
+
+
+def forms(op: str, forward: Callable[..., Any], backward: Callable[..., Any], residuals: Callable[..., Any],
+          names: tuple[str, ...] = ()) -> tuple[Callable[..., Any], ...]:
+    """A backend's ``(NAME_forward, NAME_backward, NAME_residuals, NAME)`` for op ``NAME``: the residual
+    form with the edge policy (:func:`dnnbind.highlevel.edges.guard`) and the ``(result, pullback)``
+    form built on it."""
+    from dnnbind.highlevel.edges import guard
+    forward, backward, residuals = guard(op, forward, backward, residuals)
+    return forward, backward, residuals, with_pullback(op, forward, backward, names)

@@ -60,6 +60,7 @@ import reference_overhead  # noqa: E402
 import reference_training  # noqa: E402
 
 # the module, not the function of the same name that dnnbind.highlevel.reference exports
+import dnnbind.highlevel.reference as reference_backend
 ref_conv = importlib.import_module("dnnbind.highlevel.reference.conv")
 
 try:
@@ -112,7 +113,7 @@ def conv_case(x_shape, w_shape, groups, padding, backward, repeats, threaded=Non
     dy = rng.standard_normal(dims.y_shape, dtype=np.float32)
 
     def ours():
-        y, pullback = ref_conv.conv(x, w, None, dims, threaded=threaded)
+        y, pullback = reference_backend.conv(x, w, None, dims, threaded=threaded)
         if backward:
             pullback(dy)
 
@@ -141,7 +142,7 @@ def thread_case(x_shape, w_shape, groups, padding, repeats):
     dy = rng.standard_normal(dims.y_shape, dtype=np.float32)
 
     def run(threaded):
-        return lambda: ref_conv.conv(x, w, None, dims, threaded=threaded)[1](dy)
+        return lambda: reference_backend.conv(x, w, None, dims, threaded=threaded)[1](dy)
 
     return compare(run(True), run(False), repeats)
 

@@ -17,8 +17,8 @@ every backend implements op ``NAME`` as three functions whose saved state is arr
 
 ``arrays`` and ``static`` are the parameters :data:`FORMS` lists, in that order; ``options`` are a
 backend's own keywords (``layout=`` on cuDNN, ``threaded=`` on the reference) and may be ignored. The
-gradients are :data:`FORMS`' ``gradients`` in order; conv's ``db`` is always computed (the public op
-drops it when b is None). The ``(result, pullback)`` form every backend also exports is built from the
+gradients are :data:`FORMS`' ``gradients`` in order; conv's ``db`` is always computed (the pullback
+form drops it when b is None). The ``(result, pullback)`` form every backend also exports is built from the
 pair by :func:`with_pullback`, so there is one implementation per op and backend.
 """
 from __future__ import annotations
@@ -66,19 +66,20 @@ class ResidualPullback:
     ``names`` label residuals that callers may read as attributes (the reference dropout's ``mask``).
     """
 
-    __slots__ = ("backward", "residuals", "static", "options", "names", "dtype", "shape")
+    __slots__ = ("backward", "residuals", "static", "options", "names", "dtype", "shape", "count")
 
     def __init__(self, backward: Callable[..., Any], residuals: tuple, static: tuple, options: dict,
-                 names: tuple[str, ...] = (), dtype: Any = None, shape: Any = None) -> None:
+                 names: tuple[str, ...] = (), dtype: Any = None, shape: Any = None, count: int | None = None) -> None:
         self.backward, self.residuals, self.static, self.options, self.names, self.dtype, self.shape = (
             backward, residuals, static, options, names, dtype, shape)
+        self.count = count       # gradients to return (conv without b: dx, dw); None: all
 
     def __call__(self, *cotangents: Any) -> Any:
         dtype = self.dtype
-        if dtype is not None:        # cotangents in the result's dtype, as the forward computed it
-            cotangents = tuple(c.astype(dtype) if getattr(c, "dtype", dtype) != dtype and hasattr(c, "astype")
-                               else c for c in cotangents)
-        return self.backward(self.residuals, cotangents, *self.static, **self.options)
+        if dtype is not None:        # float cotangents in the result's dtype, as the forward computed it
+            cotangents = tuple(c.astype(dtype) if _other_float(c, dtype) else c for c in cotangents)
+        grads = self.backward(self.residuals, cotangents, *self.static, **self.options)
+        return grads if self.count is None else grads[:self.count]
 
     def __getattr__(self, name: str) -> Any:
         names = object.__getattribute__(self, "names")
@@ -96,6 +97,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "dropout": {"seed": None},
     "rnn": {"h0": None, "c0": None},
 }
+
+
+def _other_float(value: Any, dtype: Any) -> bool:
+    """Whether ``value`` is an array of a float dtype other than ``dtype`` (others are the backend's to refuse)."""
+    other = getattr(value, "dtype", dtype)
+    return other != dtype and hasattr(value, "astype") and (getattr(other, "kind", "") == "f"
+                                                            or getattr(other, "name", "") == "bfloat16")
 
 
 @functools.lru_cache(maxsize=None)
@@ -116,20 +124,21 @@ def with_pullback(op: str, forward: Callable[..., Any], backward: Callable[..., 
     and binds the pullback to the residuals and the static arguments.
     """
     form = FORMS[op]
-    count = len(form.arrays) + len(form.static)
+    arity = len(form.arrays) + len(form.static)
     known = set(form.arrays + form.static)
 
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> tuple[Any, ResidualPullback]:
         options = {k: kwargs.pop(k) for k in list(kwargs) if k not in known}
-        if kwargs or len(args) != count:
+        if kwargs or len(args) != arity:
             bound = signature_of(op).bind(*args, **kwargs)
             bound.apply_defaults()
             args = tuple(bound.arguments[n] for n in form.arrays + form.static)
         result, residuals = forward(*args, **options)
         main = result[0] if isinstance(result, tuple) else result
+        keep = 2 if op in ("conv", "conv_transpose") and args[2] is None else None    # no b, no db
         return result, ResidualPullback(backward, residuals, args[len(form.arrays):], options, names,
-                                        getattr(main, "dtype", None), getattr(main, "shape", None))
+                                        getattr(main, "dtype", None), getattr(main, "shape", None), keep)
 
     run.__name__ = op
     run.__qualname__ = op

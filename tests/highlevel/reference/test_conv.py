@@ -14,6 +14,7 @@ from dnnbind.highlevel.dims import ConvDims
 from ..gradcheck import check_gradients
 from ..torch_oracle import torch_pad
 
+import dnnbind.highlevel.reference as reference_backend
 ref_conv = importlib.import_module("dnnbind.highlevel.reference.conv")
 
 X33 = np.arange(1.0, 10.0).reshape(1, 1, 3, 3)
@@ -143,7 +144,7 @@ def test_conv_transpose_output_padding_beyond_stride_gradients(rng):
 
 
 def _run(x, w, dims, threaded):
-    y, pullback = ref_conv.conv(x, w, None, dims, threaded=threaded)
+    y, pullback = reference_backend.conv(x, w, None, dims, threaded=threaded)
     return (y,) + pullback(np.cos(y))
 
 
@@ -277,7 +278,7 @@ def test_conv_matches_torch(case):
     b = rng.standard_normal(case["w"][0]) if case["bias"] else None
     dims = ConvDims(x.shape, w.shape, stride=case["stride"], padding=case["padding"], dilation=case["dilation"],
                     groups=case["groups"], flip=case["flip"])
-    y, pullback = ref_conv.conv(x, w, b, dims, threaded=case["threaded"])
+    y, pullback = reference_backend.conv(x, w, b, dims, threaded=case["threaded"])
     rank = len(case["x"]) - 2
     xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
     bt = None if b is None else torch.tensor(b, requires_grad=True)

@@ -20,7 +20,7 @@ from dnnbind.highlevel.reference import batchnorm as _batchnorm
 from dnnbind.highlevel.reference import dropout as _dropout
 from dnnbind.highlevel.reference import pool as _pool
 from dnnbind.highlevel.reference import softmax as _softmax
-from dnnbind.highlevel.reference.conv import conv, conv_transpose
+from dnnbind.highlevel.reference import conv as _conv
 from dnnbind.highlevel.reference.rnn import rnn
 from dnnbind.highlevel.residual import forms
 
@@ -41,7 +41,10 @@ softmax_forward, softmax_backward, softmax_residuals, softmax = forms(
     "softmax", _softmax.softmax_forward, _softmax.softmax_backward, _softmax.softmax_residuals)
 logsoftmax_forward, logsoftmax_backward, logsoftmax_residuals, logsoftmax = forms(
     "logsoftmax", _softmax.logsoftmax_forward, _softmax.logsoftmax_backward, _softmax.logsoftmax_residuals)
-conv, conv_transpose = guarded("conv")(conv), guarded("conv_transpose")(conv_transpose)
+conv_forward, conv_backward, conv_residuals, conv = forms(
+    "conv", _conv.conv_forward, _conv.conv_backward, _conv.conv_residuals)
+conv_transpose_forward, conv_transpose_backward, conv_transpose_residuals, conv_transpose = forms(
+    "conv_transpose", _conv.conv_transpose_forward, _conv.conv_transpose_backward, _conv.conv_transpose_residuals)
 rnn = guarded("rnn")(rnn)
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
            "batchnorm", "dropout", "rnn"]

@@ -24,16 +24,18 @@ copies); :func:`use_threads` holds the rule measured for when that pays.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims
-from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, data_grad_problem, kernel_offsets,
-                                                       offset_index, pad, unpad, windows)
+from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
+                                                       kernel_offsets, offset_index, pad, unpad, windows)
 from dnnbind.highlevel.reference.conv_paths import Path, special_path
 from dnnbind.highlevel.reference._memory import fits_in_memory
-from dnnbind.highlevel.reference._precision import cotangent, half_in_float32, private
+from dnnbind.highlevel.reference._precision import (cotangent, half_backward, half_forward, half_residuals,
+                                                    private)
+from dnnbind.highlevel.residual import ArraySpec
 from dnnbind.highlevel.reference._scratch import scratch
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
 
@@ -111,7 +113,10 @@ class _Layout:
         self.item = np.dtype(dtype).itemsize
         per_sample = max(g1 - g0 for g0, g1, _, _ in self.chunks) * self.rows * self.cols * self.item
         self.block = max(1, BLOCK_BYTES // per_sample)
-        self.keep_columns = all(n1 - n0 <= self.block for _, _, n0, n1 in self.chunks)
+        # whether the forward keeps its columns for the backward: when all of them fit in one block's
+        # budget (then every chunk is a single block), whatever the threading
+        self.columns_shape = (dims.batch, g, self.rows, self.cols)
+        self.keep_columns = int(np.prod(self.columns_shape)) * self.item <= BLOCK_BYTES
         self.ranges = sorted({(n0, n1) for _, _, n0, n1 in self.chunks})
         self.y_shape = dims.y_shape
         self.gather = None
@@ -199,18 +204,18 @@ def _ungroup_filter(dwg: np.ndarray, dims: ConvDims) -> np.ndarray:
 
 
 def _sweep(lay: _Layout, wg: np.ndarray, *, xp: Any = None,
-           saved: dict | None = None, keep: bool = False, y: np.ndarray | None = None,
+           columns: np.ndarray | None = None, fill: bool = False, y: np.ndarray | None = None,
            dy: np.ndarray | None = None, dxp: np.ndarray | None = None,
-           dw_parts: np.ndarray | None = None) -> dict:
+           dw_parts: np.ndarray | None = None) -> None:
     """For every block of samples and chunk of groups:
 
-    * columns of the padded input ``xp`` (or the ``saved`` ones); kept and returned when ``keep``,
+    * columns of the padded input ``xp``, or the slice of ``columns`` (all of them, lay.columns_shape,
+      as the forward keeps them; filled from ``xp`` first when ``fill``),
     * ``y`` (output-shaped) = w * x,
     * ``dw_parts[i]`` += dy * columns (i: the chunk's sample range), when given,
     * ``dxp`` (padded-input-shaped) += col2im(w^T * dy), when given.
     """
     need_columns = y is not None or dw_parts is not None
-    kept: dict = {}
     ranges = lay.ranges
 
     def task(g0: int, g1: int, n0: int, n1: int) -> None:
@@ -219,13 +224,13 @@ def _sweep(lay: _Layout, wg: np.ndarray, *, xp: Any = None,
             nb, ng = b1 - b0, g1 - g0
             cols: Any = None
             if need_columns:
-                cols = None if saved is None else saved[(g0, g1, b0)]
-                if cols is None:
-                    shape = (nb, ng, lay.rows, lay.cols)
-                    cols = np.empty(shape, wg.dtype) if keep else scratch("columns", shape, wg.dtype)
+                if columns is not None:
+                    cols = columns[b0:b1, g0:g1]
+                    if fill:
+                        lay.fill(cols, xp, b0, b1, c0, c1)
+                else:
+                    cols = scratch("columns", (nb, ng, lay.rows, lay.cols), wg.dtype)
                     lay.fill(cols, xp, b0, b1, c0, c1)
-                    if keep:
-                        kept[(g0, g1, b0)] = cols
             if y is not None:
                 yb = y[b0:b1, g0 * lay.kg:g1 * lay.kg]
                 if lay.flat:
@@ -245,7 +250,6 @@ def _sweep(lay: _Layout, wg: np.ndarray, *, xp: Any = None,
                     lay.scatter(dxp, dcols, b0, b1, c0, c1)
 
     run(task, lay.chunks)
-    return kept
 
 
 def _filter_grad(dw_parts: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -293,71 +297,141 @@ def _forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np
 
 
 # ----------------------------------------------------------------------------------------------
-# ops
+# ops: the residual form (see dnnbind.highlevel.residual)
+
+def _threads(dims: ConvDims, path: Path | None, threaded: bool | None) -> bool:
+    if threaded is not None:
+        return threaded
+    return path.use_threads(dims) if path is not None else use_threads(dims)
+
+
+def _nothing(dtype: np.dtype) -> np.ndarray:
+    """An unused residual slot (the residuals' count and order never depend on the data)."""
+    return np.empty(0, dtype)
 
 
 @fits_in_memory
-@half_in_float32
-def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
-         *, threaded: bool | None = None) -> tuple[np.ndarray, Callable]:
+@half_forward
+def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
+                 *, threaded: bool | None = None) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """Convolution (cross-correlation; true convolution when ``dims.flip``) with optional bias.
 
-    ``threaded`` forces the thread pool on or off (benchmarks); None applies :func:`use_threads`.
+    Saves (see :func:`conv_residuals`) the filter as the path uses it and either the input or, when
+    they fit in cache, the im2col columns. ``threaded`` forces the thread pool on or off (benchmarks);
+    None applies the measured rule.
     """
     path = special_path(dims)
+    threaded = _threads(dims, path, threaded)
     if path is not None:
-        return _conv_by_path(path, x, w, b, dims, path.use_threads(dims) if threaded is None else threaded)
-    threaded = use_threads(dims) if threaded is None else threaded
-    lay = layout(dims, x.dtype, threaded)
-    wg = private(_group_filter(w, dims), w)
-    xp = pad(x, dims)
-    y = np.empty(lay.y_shape, x.dtype)
-    saved = _sweep(lay, wg, xp=xp, y=y, keep=lay.keep_columns)
-    if not saved:
-        xp = private(xp, x)         # the pullback rebuilds its columns from xp
+        wf = private(np.ascontiguousarray(_flipped(w, dims)), w)
+        y = path.forward(x, wf, dims, threaded)
+        saved: tuple[np.ndarray, ...] = (wf, private(np.ascontiguousarray(x), x))
+    else:
+        lay = layout(dims, x.dtype, threaded)
+        wg = private(_group_filter(w, dims), w)
+        xp = pad(x, dims)
+        y = np.empty(lay.y_shape, x.dtype)
+        columns = np.empty(lay.columns_shape, x.dtype) if lay.keep_columns else None
+        _sweep(lay, wg, xp=xp, columns=columns, fill=True, y=y)
+        # the backward rebuilds its columns from xp when they were not kept
+        saved = (wg, _nothing(x.dtype), columns) if columns is not None else (wg, private(xp, x), _nothing(x.dtype))
     if b is not None:
         _add_bias(y, b)
+    return y, saved
 
-    def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
-        dy = np.ascontiguousarray(cotangent("dy", dy, dims.y_shape, y.dtype))
-        dw_parts = _new_parts(lay, wg)
-        _sweep(lay, wg, xp=xp, saved=saved or None, dy=dy, dw_parts=dw_parts)
-        dx, dw = _data_grad(dy, wg, dims, threaded), _filter_grad(dw_parts, dims)
-        return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
 
-    return y, pullback
+@half_backward
+def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims,
+                  *, threaded: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dx, dw, db) of :func:`conv_forward`."""
+    (dy,) = cotangents
+    path = special_path(dims)
+    threaded = _threads(dims, path, threaded)
+    dy = np.ascontiguousarray(cotangent("dy", dy, dims.y_shape, saved[0].dtype))
+    if path is not None:
+        wf, x = saved
+        dx = path.data_grad(dy, wf, dims, threaded)
+        dw = np.ascontiguousarray(_flipped(path.filter_grad(dy, x, dims, threaded), dims))
+        return dx, dw, _bias_grad(dy)
+    wg, xp, columns = saved
+    lay = layout(dims, dy.dtype, threaded)
+    dw_parts = _new_parts(lay, wg)
+    _sweep(lay, wg, xp=xp, columns=columns if columns.size else None, dy=dy, dw_parts=dw_parts)
+    return _data_grad(dy, wg, dims, threaded), _filter_grad(dw_parts, dims), _bias_grad(dy)
+
+
+@half_residuals
+def conv_residuals(x: Any, w: Any, b: Any, dims: ConvDims, *, threaded: bool | None = None) -> tuple[ArraySpec, ...]:
+    """Special paths (1x1, depthwise): the filter as used and x. im2col: the grouped filter
+    (groups, K/groups, C/groups * prod(kernel)), then the padded x and the columns (groups ... ), one of
+    them empty."""
+    dtype = np.dtype(x.dtype)
+    if special_path(dims) is not None:
+        return ArraySpec(dims.w_shape, dtype), ArraySpec(dims.x_shape, dtype)
+    lay = layout(dims, dtype, False)
+    wg = ArraySpec((dims.groups, dims.out_channels // dims.groups, lay.rows), dtype)
+    empty = ArraySpec((0,), dtype)
+    if lay.keep_columns:
+        return wg, empty, ArraySpec(lay.columns_shape, dtype)
+    return wg, ArraySpec(_padding(dims)[0], dtype), empty
 
 
 @fits_in_memory
-@half_in_float32
-def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
-                   *, threaded: bool | None = None) -> tuple[np.ndarray, Callable]:
+@half_forward
+def conv_transpose_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
+                           *, threaded: bool | None = None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """Transposed convolution: the data gradient of the convolution that ``dims`` describes.
 
     ``dims`` comes from :meth:`ConvDims.transposed`, so dims.x_shape is this op's output shape and x
-    plays the part of that convolution's output gradient.
+    plays the part of that convolution's output gradient. Saves the filter as used and x (extended to
+    the convolution's output shape when output_padding needs it).
     """
     path = special_path(dims)
-    if path is not None:
-        return _conv_transpose_by_path(path, x, w, b, dims, path.use_threads(dims) if threaded is None else threaded)
-    threaded = use_threads(dims) if threaded is None else threaded
-    lay = layout(dims, x.dtype, threaded)
-    wg = private(_group_filter(w, dims), w)
+    threaded = _threads(dims, path, threaded)
     xe = private(np.ascontiguousarray(_extend(x, dims)), x)
-    y = _data_grad(xe, wg, dims, threaded)
+    if path is not None:
+        wf = private(np.ascontiguousarray(_flipped(w, dims)), w)
+        y = path.data_grad(xe, wf, dims, threaded)
+    else:
+        wf = private(_group_filter(w, dims), w)
+        y = _data_grad(xe, wf, dims, threaded)
     if b is not None:
         _add_bias(y, b)
+    return y, (wf, xe)
 
-    def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
-        dy = cotangent("dy", dy, dims.x_shape, y.dtype)
-        dxe = np.empty(dims.y_shape, y.dtype)
-        dw_parts = _new_parts(lay, wg)
-        _sweep(lay, wg, xp=pad(dy, dims), y=dxe, dy=xe, dw_parts=dw_parts)
-        dx = dxe if dxe.shape == x.shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x.shape)])
+
+@half_backward
+def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims,
+                            *, threaded: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dx, dw, db) of :func:`conv_transpose_forward`."""
+    (dy,), (wf, xe) = cotangents, saved
+    path = special_path(dims)
+    threaded = _threads(dims, path, threaded)
+    dy = np.ascontiguousarray(cotangent("dy", dy, dims.x_shape, wf.dtype))
+    x_shape = dims.transpose_input_shape
+    if path is not None:
+        dxe = path.forward(dy, wf, dims, threaded)
+        dw = np.ascontiguousarray(_flipped(path.filter_grad(xe, dy, dims, threaded), dims))
+    else:
+        lay = layout(dims, dy.dtype, threaded)
+        dxe = np.empty(dims.y_shape, dy.dtype)
+        dw_parts = _new_parts(lay, wf)
+        _sweep(lay, wf, xp=pad(dy, dims), y=dxe, dy=xe, dw_parts=dw_parts)
         dw = _filter_grad(dw_parts, dims)
-        return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
+    dx = dxe if dxe.shape == x_shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x_shape)])
+    return dx, dw, _bias_grad(dy)
 
-    return y, pullback
+
+@half_residuals
+def conv_transpose_residuals(x: Any, w: Any, b: Any, dims: ConvDims,
+                             *, threaded: bool | None = None) -> tuple[ArraySpec, ArraySpec]:
+    """The filter as used (w's shape on special paths, grouped on im2col) and x extended."""
+    dtype = np.dtype(x.dtype)
+    if special_path(dims) is not None:
+        wf = ArraySpec(dims.w_shape, dtype)
+    else:
+        wf = ArraySpec((dims.groups, dims.out_channels // dims.groups, layout(dims, dtype, False).rows), dtype)
+    return wf, ArraySpec(dims.y_shape, dtype)
 
 
 def _extend(x: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -369,44 +443,5 @@ def _extend(x: np.ndarray, dims: ConvDims) -> np.ndarray:
     return xe
 
 
-# ----------------------------------------------------------------------------------------------
-# ops on a special path (conv_paths): forward, data gradient and filter gradient as three calls
-
-
 def _flipped(w: np.ndarray, dims: ConvDims) -> np.ndarray:
     return np.flip(w, tuple(range(2, w.ndim))) if dims.flip else w
-
-
-def _conv_by_path(path: Path, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
-                  threaded: bool) -> tuple[np.ndarray, Callable]:
-    wf = private(_flipped(w, dims), w)
-    y = path.forward(x, wf, dims, threaded)
-    x = private(x, x)                       # the filter gradient reads x: the pullback's own copy
-    if b is not None:
-        _add_bias(y, b)
-
-    def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
-        dy = np.ascontiguousarray(cotangent("dy", dy, dims.y_shape, y.dtype))
-        dx = path.data_grad(dy, wf, dims, threaded)
-        dw = np.ascontiguousarray(_flipped(path.filter_grad(dy, x, dims, threaded), dims))
-        return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
-
-    return y, pullback
-
-
-def _conv_transpose_by_path(path: Path, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
-                            threaded: bool) -> tuple[np.ndarray, Callable]:
-    wf = private(_flipped(w, dims), w)
-    xe = private(np.ascontiguousarray(_extend(x, dims)), x)
-    y = path.data_grad(xe, wf, dims, threaded)
-    if b is not None:
-        _add_bias(y, b)
-
-    def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
-        dy = np.ascontiguousarray(cotangent("dy", dy, dims.x_shape, y.dtype))
-        dxe = path.forward(dy, wf, dims, threaded)
-        dx = dxe if dxe.shape == x.shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x.shape)])
-        dw = np.ascontiguousarray(_flipped(path.filter_grad(xe, dy, dims, threaded), dims))
-        return (dx, dw) if b is None else (dx, dw, _bias_grad(dy))
-
-    return y, pullback

@@ -1,0 +1,104 @@
+"""The residual form on the reference backend: NAME_residuals describes exactly what NAME_forward saves,
+the backward leaves the residuals alone and equals the pullback form, on ordinary, half, 0-d and empty calls."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dnnbind.highlevel.reference as reference
+from dnnbind.highlevel.dims import ConvDims, PoolDims
+from dnnbind.highlevel.residual import FORMS, ArraySpec
+
+rng = np.random.default_rng(0)
+
+
+def _spec(a):
+    if a is None:
+        return None
+    if isinstance(a, (list, tuple)):
+        return type(a)(_spec(v) for v in a)
+    return ArraySpec(tuple(a.shape), a.dtype)
+
+
+def _conv_case(x_shape, w_shape, dtype=np.float32, transposed=False, **kw):
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    b = rng.standard_normal(w_shape[1] * kw.get("groups", 1) if transposed else w_shape[0]).astype(dtype)
+    dims = (ConvDims.transposed if transposed else ConvDims)(x_shape, w_shape, dtype=np.dtype(dtype), **kw)
+    return ("conv_transpose" if transposed else "conv"), (x, w, b), (dims,)
+
+
+def _pool_case(op, x_shape, window, dtype=np.float32, **kw):
+    x = rng.standard_normal(x_shape).astype(dtype)
+    static = (PoolDims(x_shape, window, dtype=np.dtype(dtype), **kw),)
+    return op, (x,), static + ((False,) if op == "meanpool" else ())
+
+
+def _cases():
+    yield _conv_case((2, 6, 9, 9), (4, 3, 3, 3), groups=2, padding=1)                       # im2col, keeps columns
+    yield _conv_case((8, 64, 40, 40), (16, 64, 3, 3), padding=1)                            # im2col, keeps x
+    yield _conv_case((2, 8, 7, 7), (5, 8, 1, 1))                                            # 1x1 path
+    yield _conv_case((2, 6, 7, 7), (6, 1, 3, 3), groups=6, padding=1, stride=2)             # depthwise path
+    yield _conv_case((1, 2, 10), (3, 2, 4), dilation=2, flip=True)                          # 1-d, flipped
+    yield _conv_case((1, 2, 5, 5, 5), (3, 2, 2, 2, 2), np.float16, padding=((0, 1),) * 3)   # 3-d, half
+    yield _conv_case((2, 4, 5, 5), (4, 3, 3, 3), transposed=True, stride=2, padding=1, output_padding=1)
+    yield _conv_case((2, 6, 5, 5), (6, 1, 3, 3), transposed=True, groups=6, padding=1)
+    yield _conv_case((0, 4, 5, 5), (3, 4, 3, 3))                                            # empty batch
+    yield _pool_case("maxpool", (2, 3, 7, 7), 3, stride=2, padding=1)
+    yield _pool_case("maxpool", (2, 3, 8), 2, np.float16)
+    yield _pool_case("meanpool", (2, 3, 6, 6, 6), 2, padding=1)
+    for op in ("softmax", "logsoftmax"):
+        yield op, (rng.standard_normal((3, 4, 5)),), (1,)
+        yield op, (np.array(0.5),), (0,)
+    for mode, alpha in (("relu", None), ("identity", None), ("elu", 1.0), ("leaky_relu", 0.1),
+                        ("clipped_relu", 6.0), ("swish", 1.0), ("tanh", None), ("sigmoid", None)):
+        yield "activation", (rng.standard_normal((2, 5)).astype(np.float16),), (mode, alpha)
+    yield "activation", (np.zeros((0, 3)),), ("relu", None)
+    for training in (True, False):
+        x = rng.standard_normal((4, 3, 2, 2))
+        stats = (np.zeros(3), np.ones(3))
+        yield "batchnorm", (x, np.ones(3), np.zeros(3)) + stats, (training, 0.1, 1e-5)
+    yield "dropout", (rng.standard_normal((4, 5)),), (0.3, 7)
+    yield "dropout", (np.array(1.5),), (0.3, 7)
+    yield "dropout", (np.zeros((0, 5)),), (0.3, 7)
+
+
+CASES = list(_cases())
+
+
+@pytest.mark.parametrize("op,arrays,static", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_residuals_describe_what_forward_saves_and_backward_leaves_them(op, arrays, static):
+    forward = getattr(reference, f"{op}_forward")
+    backward = getattr(reference, f"{op}_backward")
+    spec = getattr(reference, f"{op}_residuals")(*_spec(arrays), *static)
+    result, saved = forward(*arrays, *static)
+    assert all(isinstance(r, np.ndarray) for r in saved)
+    assert [(tuple(r.shape), np.dtype(r.dtype)) for r in saved] == [(s.shape, np.dtype(s.dtype)) for s in spec]
+
+    dy = rng.standard_normal(result.shape).astype(result.dtype)
+    before = [r.copy() for r in saved]
+    first = backward(saved, (dy,), *static)
+    second = backward(saved, (dy,), *static)
+    for r, b in zip(saved, before):
+        np.testing.assert_array_equal(r, b)
+    _, pullback = getattr(reference, op)(*arrays, *static)
+    third = pullback(dy)
+    flat = lambda g: [a for a in (g if isinstance(g, tuple) else (g,)) if a is not None]  # noqa: E731
+    assert len(FORMS[op].gradients) == len(first if isinstance(first, tuple) else (first,))
+    for a, b, c in zip(flat(first), flat(second), flat(third)):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+        assert a.dtype == result.dtype
+
+
+def test_dropout_pullback_still_shows_its_mask():
+    x = rng.standard_normal((3, 4))
+    y, pullback = reference.dropout(x, 0.5, 3)
+    np.testing.assert_array_equal(y != 0, pullback.mask)
+
+
+def test_conv_without_bias_gives_two_gradients_in_the_pullback_form_and_three_in_the_residual_form():
+    op, (x, w, _), static = _conv_case((1, 2, 5, 5), (3, 2, 3, 3))
+    y, saved = reference.conv_forward(x, w, None, *static)
+    assert len(reference.conv_backward(saved, (y,), *static)) == 3
+    assert len(reference.conv(x, w, None, *static)[1](y)) == 2

@@ -20,7 +20,7 @@ coefficients), with the same function names as :mod:`dnnbind.highlevel.reference
 from __future__ import annotations
 
 import numbers
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -276,3 +276,84 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_
                    h0_shape=None if h0 is None else h0.shape, c0_shape=None if c0 is None else c0.shape,
                    lengths=lengths, dtype=x.dtype)
     return named_rnn(run(x, [list(entry) for entry in entries], h0, c0, dims), dims.mode)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the residual form's static arguments, for frameworks (dnnbind.torch's custom ops): the same checks as
+# the public ops above, on arrays or on ArraySpecs (shape and dtype only)
+
+
+def _conv_static(x: Any, w: Any, b: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
+                 flip: bool = False) -> tuple:
+    return (_conv_dims(x, w, b, stride, padding, dilation, groups, flip),)
+
+
+def _conv_transpose_static(x: Any, w: Any, b: Any, *, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
+                           dilation: Any = 1, groups: int = 1, flip: bool = False) -> tuple:
+    return (_conv_transpose_dims(x, w, b, stride, padding, output_padding, dilation, groups, flip),)
+
+
+def _maxpool_static(x: Any, *, window: Any, stride: Any = None, padding: Any = 0) -> tuple:
+    return (PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype),)
+
+
+def _meanpool_static(x: Any, *, window: Any, stride: Any = None, padding: Any = 0,
+                     count_include_pad: bool = True) -> tuple:
+    if not isinstance(count_include_pad, (bool, np.bool_)):
+        raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
+    return PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype), bool(count_include_pad)
+
+
+def _axis_static(x: Any, *, axis: int = 1) -> tuple:
+    check_dtype("x", x.dtype)
+    return (normalize_axis(axis, max(len(x.shape), 1)),)
+
+
+def _activation_static(x: Any, *, mode: str, alpha: float | None = None) -> tuple:
+    check_dtype("x", x.dtype)
+    return mode, activation_alpha(mode, alpha)
+
+
+def _batchnorm_static(x: Any, gamma: Any, beta: Any, running_mean: Any = None, running_var: Any = None, *,
+                      training: bool = True, momentum: float = 0.1, eps: float = 1e-5) -> tuple:
+    check_same_dtype("x", x.dtype, gamma=gamma, beta=beta)
+    if not isinstance(training, (bool, np.bool_)):
+        raise TypeError(f"training={training!r} must be a bool")
+    check_batchnorm(x.shape, gamma.shape, beta.shape, None if running_mean is None else running_mean.shape,
+                    None if running_var is None else running_var.shape, bool(training))
+    momentum = check_real("momentum", momentum)
+    if not 0.0 <= momentum <= 1.0:
+        raise ValueError(f"momentum={momentum!r} must be in [0, 1]")
+    return bool(training), momentum, check_positive_float("eps", eps)
+
+
+def _dropout_static(x: Any, *, p: float, seed: Any = None) -> tuple:
+    check_dtype("x", x.dtype)
+    return check_probability("p", p), _check_seed(seed)
+
+
+def _rnn_static(x: Any, weights: Any, h0: Any = None, c0: Any = None, *, mode: str = "lstm", hidden_size: int,
+                num_layers: int = 1, bidirectional: bool = False, lengths: Any = None) -> tuple:
+    entries = rnn_weight_entries(weights)
+    check_same_dtype("x", x.dtype, h0=h0, c0=c0,
+                     **{f"weights[{i}][{j}]": a for i, entry in enumerate(entries) for j, a in enumerate(entry)})
+    return (RNNDims(x.shape, [tuple(None if a is None else a.shape for a in entry) for entry in entries],
+                    mode=mode, hidden_size=hidden_size, num_layers=num_layers, bidirectional=bidirectional,
+                    h0_shape=None if h0 is None else h0.shape, c0_shape=None if c0 is None else c0.shape,
+                    lengths=lengths, dtype=x.dtype),)
+
+
+#: op -> its residual form's static arguments from the arrays (FORMS order, arrays or ArraySpecs) and the
+#: public op's keyword arguments, with the public op's checks
+STATIC: dict[str, Callable[..., tuple]] = {
+    "conv": _conv_static, "conv_transpose": _conv_transpose_static, "maxpool": _maxpool_static,
+    "meanpool": _meanpool_static, "softmax": _axis_static, "logsoftmax": _axis_static,
+    "activation": _activation_static, "batchnorm": _batchnorm_static, "dropout": _dropout_static,
+    "rnn": _rnn_static,
+}
+
+
+def residual_static(op: str, *arrays: Any, **kwargs: Any) -> tuple:
+    """The static arguments of ``op``'s residual form (see :mod:`dnnbind.highlevel.residual`) for arrays
+    (or ArraySpecs) in FORMS order and the public op's keyword arguments; errors as the public op gives."""
+    return STATIC[op](*arrays, **kwargs)

@@ -1,85 +1,111 @@
 """dnnbind's ten ops on torch tensors; same arguments and semantics as :mod:`dnnbind.highlevel.ops`.
 
-Each is differentiable through ``torch.autograd`` by way of :func:`dnnbind.torch.autograd.apply`.
+Each runs as a ``torch.library`` custom op (:mod:`dnnbind.torch.library`), differentiable through
+``torch.autograd`` and traceable by ``torch.compile`` and ``torch.export``.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Sequence
 
 import torch
 
-from dnnbind.highlevel import ops
-from dnnbind.torch.autograd import apply
+from dnnbind.torch.convert import check_same_dtype, common_device
+from dnnbind.torch.library import call
 
 Tensor = torch.Tensor
+
+
+def _check(**tensors: Any) -> None:
+    """TypeError in torch's terms for a non-tensor, an unsupported dtype or device, or a mix of them."""
+    flat: dict[str, Any] = {}
+    for name, value in tensors.items():
+        if isinstance(value, (list, tuple)):
+            for i, entry in enumerate(value):
+                for j, a in enumerate(entry if isinstance(entry, (list, tuple)) else (entry,)):
+                    flat[f"{name}[{i}][{j}]"] = a
+        else:
+            flat[name] = value
+    if flat.get("x") is None:
+        raise TypeError("x must be a torch.Tensor, not None")
+    common_device(flat)
+    check_same_dtype(flat)
 
 
 def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padding: Any = 0,
          dilation: Any = 1, groups: int = 1, flip: bool = False) -> Tensor:
     """N-d convolution (1 to 3 spatial dims) like ``torch.nn.functional.conv{1,2,3}d``; ``flip=True``:
     true convolution. ``padding`` may also be one (low, high) pair per spatial dim."""
-    run = functools.partial(ops.conv, stride=stride, padding=padding, dilation=dilation, groups=groups, flip=flip)
-    return apply(run, {"x": x, "w": w, "b": b})
+    _check(x=x, w=w, b=b)
+    return call("conv", x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups, flip=flip)[0]
 
 
 def conv_transpose(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padding: Any = 0,
                    output_padding: Any = 0, dilation: Any = 1, groups: int = 1, flip: bool = False) -> Tensor:
     """Transposed convolution like ``torch.nn.functional.conv_transpose{1,2,3}d`` (w is (C_in, C_out/groups, ...))."""
-    run = functools.partial(ops.conv_transpose, stride=stride, padding=padding, output_padding=output_padding,
-                            dilation=dilation, groups=groups, flip=flip)
-    return apply(run, {"x": x, "w": w, "b": b})
+    _check(x=x, w=w, b=b)
+    return call("conv_transpose", x, w, b, stride=stride, padding=padding, output_padding=output_padding,
+                dilation=dilation, groups=groups, flip=flip)[0]
 
 
 def maxpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0) -> Tensor:
     """Max pooling like ``torch.nn.functional.max_pool{1,2,3}d`` (stride defaults to the window)."""
-    return apply(functools.partial(ops.maxpool, window=window, stride=stride, padding=padding), {"x": x})
+    _check(x=x)
+    return call("maxpool", x, window=window, stride=stride, padding=padding)[0]
 
 
 def meanpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0,
              count_include_pad: bool = True) -> Tensor:
     """Average pooling like ``torch.nn.functional.avg_pool{1,2,3}d``."""
-    run = functools.partial(ops.meanpool, window=window, stride=stride, padding=padding,
-                            count_include_pad=count_include_pad)
-    return apply(run, {"x": x})
+    _check(x=x)
+    return call("meanpool", x, window=window, stride=stride, padding=padding, count_include_pad=count_include_pad)[0]
 
 
 def softmax(x: Tensor, *, axis: int = 1) -> Tensor:
     """Softmax along ``axis`` (``torch.softmax(x, dim=axis)``)."""
-    return apply(functools.partial(ops.softmax, axis=axis), {"x": x})
+    _check(x=x)
+    return call("softmax", x, axis=axis)[0]
 
 
 def logsoftmax(x: Tensor, *, axis: int = 1) -> Tensor:
     """Log-softmax along ``axis`` (``torch.log_softmax(x, dim=axis)``)."""
-    return apply(functools.partial(ops.logsoftmax, axis=axis), {"x": x})
+    _check(x=x)
+    return call("logsoftmax", x, axis=axis)[0]
 
 
 def activation(x: Tensor, mode: str, *, alpha: float | None = None) -> Tensor:
     """Pointwise activation: relu, sigmoid, tanh, elu, leaky_relu, clipped_relu, swish or identity."""
-    return apply(functools.partial(ops.activation, mode=mode, alpha=alpha), {"x": x})
+    _check(x=x)
+    return call("activation", x, mode=mode, alpha=alpha)[0]
 
 
 def batchnorm(x: Tensor, gamma: Tensor, beta: Tensor, *, running_mean: Tensor | None = None,
               running_var: Tensor | None = None, training: bool = True, momentum: float = 0.1,
               eps: float = 1e-5) -> Tensor:
     """Batch normalisation over axis 1 like ``torch.nn.functional.batch_norm``; the running statistics
-    (contiguous tensors) are updated in place when training."""
-    run = functools.partial(ops.batchnorm, training=training, momentum=momentum, eps=eps)
-    return apply(run, {"x": x, "gamma": gamma, "beta": beta},
-                 inplace={"running_mean": running_mean, "running_var": running_var})
+    are updated in place when training (the op returns the new values; they are copied back here, which
+    torch.compile and torch.export trace as buffer updates)."""
+    _check(x=x, gamma=gamma, beta=beta)
+    common_device({"x": x, "running_mean": running_mean, "running_var": running_var})
+    outputs = call("batchnorm", x, gamma, beta, running_mean, running_var, training=training, momentum=momentum,
+                   eps=eps)
+    if training:
+        with torch.no_grad():
+            for stat, new in zip([s for s in (running_mean, running_var) if s is not None], outputs[1:]):
+                stat.copy_(new)
+    return outputs[0]
 
 
 def dropout(x: Tensor, p: float, *, seed: int | None = None) -> Tensor:
     """Inverted dropout with probability ``p``. Without a seed one is drawn from torch's default
     generator, so ``torch.manual_seed`` makes it reproducible."""
+    _check(x=x)
     if seed is None:
-        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
-    return apply(functools.partial(ops.dropout, p=p, seed=seed), {"x": x})
-
-
-def _rnn(x: Any, h0: Any, c0: Any, weights: Any, **kwargs: Any) -> Any:
-    """ops.rnn with its array arguments in the order of its pullback's gradients."""
-    return ops.rnn(x, weights, h0=h0, c0=c0, **kwargs)
+        seed_tensor = torch.randint(0, 2**62, (), dtype=torch.int64)
+    else:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise TypeError(f"seed={seed!r} must be None or a non-negative int")
+        seed_tensor = torch.tensor(seed, dtype=torch.int64)
+    return call("dropout", x, seed_tensor, p=p)[0]
 
 
 def rnn(x: Tensor, weights: Sequence[Sequence[Tensor | None]], *, mode: str = "lstm", hidden_size: int,
@@ -90,8 +116,9 @@ def rnn(x: Tensor, weights: Sequence[Sequence[Tensor | None]], *, mode: str = "l
     ``weights[layer * num_directions + direction] = (w_ih, w_hh, b_ih, b_hh)``; ``lengths`` gives
     packed-sequence semantics. Returns (y, hy, cy), cy None unless ``mode="lstm"``.
     """
+    _check(x=x, h0=h0, c0=c0, weights=weights)
     if isinstance(lengths, torch.Tensor):
         lengths = lengths.tolist()
-    run = functools.partial(_rnn, mode=mode, hidden_size=hidden_size, num_layers=num_layers,
-                            bidirectional=bidirectional, lengths=lengths)
-    return apply(run, {"x": x, "h0": h0, "c0": c0, "weights": weights})
+    outputs = call("rnn", x, [list(entry) for entry in weights], h0, c0, mode=mode, hidden_size=hidden_size,
+                   num_layers=num_layers, bidirectional=bidirectional, lengths=lengths)
+    return outputs[0], outputs[1], outputs[2] if len(outputs) > 2 else None

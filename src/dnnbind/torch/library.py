@@ -1,0 +1,301 @@
+"""dnnbind's ops as ``torch.library`` custom ops (namespace ``dnnbind``), built on the residual form.
+
+For every op NAME (see :data:`dnnbind.highlevel.residual.FORMS`) two custom ops are registered:
+
+``dnnbind::NAME(Tensor x, Tensor[] others, str params) -> (Tensor[] outputs, Tensor[] residuals)``
+    Runs the backend's ``NAME_forward``. ``others`` are the op's other array arguments that are not
+    None, in FORMS order (rnn's weights flattened); ``params`` is a JSON text (:func:`encode`) holding
+    the public op's keyword arguments and which array slots are filled. Outputs: the op's results that
+    are not None; batch norm adds its updated running statistics (the op itself mutates nothing: the
+    caller copies them back), dropout takes its seed as a 0-d int64 tensor in ``others``.
+``dnnbind::NAME_backward(Tensor[] residuals, Tensor[] cotangents, str params) -> Tensor[]``
+    Runs ``NAME_backward``: one gradient per differentiable array argument that was given.
+
+Both have fake kernels that compute shapes from ConvDims/PoolDims/RNNDims (through the public ops'
+checks) and the backend's ``NAME_residuals``, without running anything, and the forward has its
+gradient registered (``register_autograd``) through the backward op, so ``torch.compile`` and
+``torch.export`` see dnnbind ops instead of graph breaks.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from dnnbind.highlevel.dispatch import backend_function
+from dnnbind.highlevel.dims import numpy_dtype
+from dnnbind.highlevel.edges import RULES
+from dnnbind.highlevel.ops import residual_static
+from dnnbind.highlevel.residual import FORMS, ArraySpec
+from dnnbind.torch.convert import device_scope, to_array, to_tensor
+
+NAMESPACE = "dnnbind"
+Tensor = torch.Tensor
+
+_FORWARD_SCHEMA = "(Tensor x, Tensor[] others, str params) -> (Tensor[], Tensor[])"
+_BACKWARD_SCHEMA = "(Tensor[] residuals, Tensor[] cotangents, str params) -> Tensor[]"
+
+
+# -- params ---------------------------------------------------------------------------------------
+
+def _jsonable(name: str, value: Any) -> Any:
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (tuple, list, torch.Size)):
+        return [_jsonable(name, v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(k, v) for k, v in value.items()}
+    if isinstance(value, (np.integer, np.bool_, np.floating)):
+        return value.item()
+    raise TypeError(f"{name}={value!r} must be an int, float, bool, str, None or a tuple of those")
+
+
+def encode(**params: Any) -> str:
+    """The ``params`` text of a custom op call: its keyword arguments as compact, sorted JSON."""
+    return json.dumps({k: _jsonable(k, v) for k, v in params.items()}, sort_keys=True, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=4096)
+def decode(params: str) -> dict[str, Any]:
+    return json.loads(params)
+
+
+# -- array slots ----------------------------------------------------------------------------------
+
+def flatten(arrays: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """(the non-None leaves of ``arrays``, their slots: 0 for None, 1 for an array, a list for a nest)."""
+    leaves: list[Any] = []
+
+    def slot(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return [slot(v) for v in value]
+        if value is None:
+            return 0
+        leaves.append(value)
+        return 1
+
+    return leaves, [slot(a) for a in arrays]
+
+
+def unflatten(leaves: Sequence[Any], slots: Sequence[Any]) -> list[Any]:
+    """The arrays :func:`flatten` took apart, from its leaves (or values standing for them)."""
+    it = iter(leaves)
+
+    def take(slot: Any) -> Any:
+        if isinstance(slot, list):
+            return [take(s) for s in slot]
+        return next(it) if slot else None
+
+    return [take(s) for s in slots]
+
+
+def _map(fn: Any, tree: Any) -> Any:
+    if isinstance(tree, list):
+        return [_map(fn, t) for t in tree]
+    return None if tree is None else fn(tree)
+
+
+def _differentiable(op: str) -> list[bool]:
+    """Per FORMS array: whether it has a gradient (batch norm's running statistics have none)."""
+    form = FORMS[op]
+    return [f"d{name}" in form.gradients for name in form.arrays]
+
+
+# -- dtypes and devices ---------------------------------------------------------------------------
+
+_TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+                 "float64": torch.float64, "bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8,
+                 "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "uint16": torch.uint16,
+                 "uint32": torch.uint32}
+
+
+def torch_dtype(dtype: Any) -> torch.dtype:
+    return _TORCH_DTYPES[np.dtype(dtype).name]
+
+
+def array_dtype(dtype: torch.dtype) -> Any:
+    """The numpy dtype of a float tensor dtype (bfloat16 through ml_dtypes)."""
+    return numpy_dtype(str(dtype).removeprefix("torch."))
+
+
+def _backend(device: torch.device) -> str:
+    if device.type == "cpu":
+        return "reference"
+    return "miopen" if torch.version.hip else "cudnn"
+
+
+def _spec(t: Tensor) -> ArraySpec:
+    return ArraySpec(tuple(int(s) for s in t.shape), array_dtype(t.dtype))
+
+
+# -- the forward op -------------------------------------------------------------------------------
+
+def _arguments(op: str, x: Any, others: Sequence[Any], p: dict[str, Any],
+               read_seed: bool = False) -> tuple[list[Any], dict[str, Any]]:
+    """The FORMS arrays (x first) and the public op's keyword arguments of one call. Dropout's seed
+    tensor is no array of the op's: its value becomes the ``seed`` keyword when ``read_seed`` (the real
+    kernel), else None (shapes do not depend on it)."""
+    arrays = [x, *unflatten(others, p["slots"])]
+    kwargs = dict(p["args"])
+    if op == "dropout":
+        seed = arrays.pop() if len(arrays) > 1 else None
+        kwargs["seed"] = int(seed.item()) if read_seed and seed is not None else None
+    return arrays, kwargs
+
+
+def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str) -> tuple[list[Tensor], list[Tensor]]:
+    p = decode(params)
+    tensors, kwargs = _arguments(op, x, list(others), p, read_seed=True)
+    if op == "batchnorm":          # the running statistics are updated in copies that come back as outputs
+        tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
+    with device_scope(x.device):
+        arrays = _map(to_array, tensors)
+        static = residual_static(op, *arrays, **kwargs)
+        result, residuals = backend_function(_backend(x.device), f"{op}_forward")(*arrays, *static)
+        results = [r for r in (result if isinstance(result, tuple) else (result,)) if r is not None]
+        outputs = [to_tensor(r) for r in results]
+        if op == "batchnorm":
+            outputs += [t for t in tensors[3:5] if t is not None]
+        return outputs, [to_tensor(r) for r in residuals]
+
+
+def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str) -> tuple[list[Tensor], list[Tensor]]:
+    p = decode(params)
+    tensors, kwargs = _arguments(op, x, list(others), p)
+    specs = _map(_spec, tensors)
+    static = residual_static(op, *specs, **kwargs)
+    shapes = RULES[op]((*specs, *static))[0]
+    outputs = [x.new_empty(shape) for shape in shapes if shape is not None]
+    if op == "batchnorm":
+        outputs += [t.new_empty(t.shape) for t in tensors[3:5] if t is not None]
+    saved = backend_function(_backend(x.device), f"{op}_residuals")(*specs, *static)
+    return outputs, [x.new_empty(s.shape, dtype=torch_dtype(s.dtype)) for s in saved]
+
+
+# -- the backward op ------------------------------------------------------------------------------
+
+def _backward_arguments(op: str, p: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The forward's FORMS arrays as ArraySpecs (from the shapes the autograd setup recorded)."""
+    dtype = numpy_dtype(p["dtype"])
+    specs = [ArraySpec(tuple(s), dtype) for s in p["shapes"]]
+    return _arguments(op, specs[0], specs[1:], p)
+
+
+def _gradient_leaves(op: str, grads: Any, arrays: list[Any]) -> list[Any]:
+    """The backend's gradients as one per given differentiable array, in flatten order."""
+    form = FORMS[op]
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    by_name = dict(zip(form.gradients, grads))
+    wanted = [by_name.get(f"d{name}") if diff else None
+              for name, diff in zip(form.arrays, _differentiable(op))]
+    out: list[Any] = []
+    for grad, given in zip(wanted, arrays):
+        if isinstance(given, list):
+            out += [g for g, a in zip(_leaves(grad), _leaves(given)) if a is not None]
+        elif given is not None and grad is not None:
+            out.append(grad)
+    return out
+
+
+def _leaves(tree: Any) -> list[Any]:
+    if isinstance(tree, (list, tuple)) and not isinstance(tree, ArraySpec):
+        return [leaf for t in tree for leaf in _leaves(t)]
+    return [tree]
+
+
+def _backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str) -> list[Tensor]:
+    p = decode(params)
+    arrays, kwargs = _backward_arguments(op, p)
+    device = torch.device(p["device"])
+    with device_scope(device):
+        static = residual_static(op, *arrays, **kwargs)
+        given = iter([to_array(c) for c in cotangents])
+        cts = tuple(next(given) if flag else None for flag in p["given"])
+        grads = backend_function(_backend(device), f"{op}_backward")(
+            tuple(to_array(r) for r in residuals), cts, *static)
+        return [to_tensor(g) for g in _gradient_leaves(op, grads, arrays)]
+
+
+def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str) -> list[Tensor]:
+    p = decode(params)
+    arrays, _ = _backward_arguments(op, p)
+    like = cotangents[0]
+    flat = [a for a, diff in zip(arrays, _differentiable(op)) if diff]
+    return [like.new_empty(a.shape) for a in _leaves(flat) if a is not None]
+
+
+# -- autograd -------------------------------------------------------------------------------------
+
+def _setup_context(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
+    x, others, params = inputs
+    outputs, residuals = output
+    ctx.save_for_backward(*residuals)
+    extra = outputs[len(outputs) - _extra_outputs(op, decode(params)):] if op == "batchnorm" else []
+    ctx.mark_non_differentiable(*residuals, *extra)
+    p = decode(params)
+    shapes = [[int(s) for s in t.shape] for t in (x, *others)]
+    if op == "dropout":                       # the seed tensor is no array of the op's
+        shapes = shapes[:1]
+        p = {**p, "slots": []}
+    ctx.op, ctx.others = op, len(others)
+    ctx.diff = [d for d, slot in zip(_differentiable(op)[1:], _flat_slots(p["slots"])) for _ in range(slot)]
+    ctx.params = {**p, "shapes": shapes, "dtype": array_dtype(x.dtype).name, "device": str(x.device)}
+    ctx.results = len(outputs) - len(extra)
+    ctx.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
+
+
+def _flat_slots(slots: Sequence[Any]) -> list[int]:
+    """Per FORMS array after x: how many tensors it put into ``others``."""
+    return [sum(_leaves(s)) if isinstance(s, list) else s for s in slots]
+
+
+def _extra_outputs(op: str, p: dict[str, Any]) -> int:
+    return sum(_flat_slots(p["slots"])[2:4]) if op == "batchnorm" else 0
+
+
+def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals: Any) -> tuple:
+    op = ctx.op
+    d_results = list(d_outputs[:ctx.results])
+    if not any(d is not None for d in d_results):
+        return None, [None] * ctx.others, None
+    if d_results[0] is None:                  # the first cotangent is required: zeros stand for "unused"
+        shape, dtype, device = ctx.first
+        d_results[0] = torch.zeros(shape, dtype=dtype, device=device)
+    given = [d is not None for d in d_results]
+    params = encode(**{**ctx.params, "given": given})
+    grads = getattr(torch.ops.dnnbind, f"{op}_backward")(list(ctx.saved_tensors), [d for d in d_results if d is not None],
+                                                        params)
+    it = iter(grads)
+    dx = next(it)
+    d_others = [next(it) if diff else None for diff in ctx.diff]
+    if op == "dropout":
+        d_others = [None] * ctx.others
+    return dx, d_others, None
+
+
+# -- registration ---------------------------------------------------------------------------------
+
+def _register(op: str) -> None:
+    name = f"{NAMESPACE}::{op}"
+    forward = torch.library.custom_op(name, functools.partial(_forward, op), mutates_args=(),
+                                      schema=_FORWARD_SCHEMA)
+    forward.register_fake(functools.partial(_fake_forward, op))
+    backward = torch.library.custom_op(f"{name}_backward", functools.partial(_backward, op), mutates_args=(),
+                                       schema=_BACKWARD_SCHEMA)
+    backward.register_fake(functools.partial(_fake_backward, op))
+    forward.register_autograd(_autograd_backward, setup_context=functools.partial(_setup_context, op))
+
+
+for _op in FORMS:
+    _register(_op)
+
+
+def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
+    """Run ``dnnbind::op`` on x and the op's other FORMS arrays (tensors, None, or rnn's nested weights)
+    with the public op's keyword arguments; returns the op's non-None outputs."""
+    others, slots = flatten(arrays)
+    outputs, _ = getattr(torch.ops.dnnbind, op)(x, others, encode(args=kwargs, slots=slots))
+    return outputs

@@ -19,9 +19,9 @@ from dnnbind.highlevel.reference import activation as _activation
 from dnnbind.highlevel.reference import batchnorm as _batchnorm
 from dnnbind.highlevel.reference import dropout as _dropout
 from dnnbind.highlevel.reference import pool as _pool
+from dnnbind.highlevel.reference import rnn as _rnn
 from dnnbind.highlevel.reference import softmax as _softmax
 from dnnbind.highlevel.reference.conv import conv, conv_transpose
-from dnnbind.highlevel.reference.rnn import rnn
 from dnnbind.highlevel.residual import forms
 
 from dnnbind.highlevel.edges import guarded
@@ -41,7 +41,8 @@ softmax_forward, softmax_backward, softmax_residuals, softmax = forms(
     "softmax", _softmax.softmax_forward, _softmax.softmax_backward, _softmax.softmax_residuals)
 logsoftmax_forward, logsoftmax_backward, logsoftmax_residuals, logsoftmax = forms(
     "logsoftmax", _softmax.logsoftmax_forward, _softmax.logsoftmax_backward, _softmax.logsoftmax_residuals)
+rnn_forward, rnn_backward, rnn_residuals, rnn = forms(
+    "rnn", _rnn.rnn_forward, _rnn.rnn_backward, _rnn.rnn_residuals)
 conv, conv_transpose = guarded("conv")(conv), guarded("conv_transpose")(conv_transpose)
-rnn = guarded("rnn")(rnn)
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
            "batchnorm", "dropout", "rnn"]

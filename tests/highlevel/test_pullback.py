@@ -52,6 +52,17 @@ def test_a_scalar_gets_a_hint(name):
             back(scalar)
 
 
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_cotangents_by_name_equal_cotangents_by_position(name):
+    """The backends take the cotangents positionally; the Pullback passes ones given by name so."""
+    result, back = CALLS[name]()
+    cotangents = _cotangents(result)
+    by_name = back(**{c.name: value for c, value in zip(back.cotangents, cotangents)})
+    by_position = back(*cotangents)
+    flat = (lambda t: [a for item in t for a in flat(item)] if isinstance(t, (list, tuple)) else [t])
+    assert all((a is None and b is None) or np.array_equal(a, b) for a, b in zip(flat(by_name), flat(by_position)))
+
+
 @pytest.mark.parametrize("name", sorted(set(CALLS) - {"rnn"}))
 def test_a_tuple_for_a_one_cotangent_pullback(name):
     result, back = CALLS[name]()

@@ -93,7 +93,16 @@ class Pullback:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs or not self._plainly_right(args):
             self._check(args, kwargs)                  # explains what is wrong, or lets it through
-        return self._run(*args, **kwargs)
+            if kwargs:                                 # the backends take the cotangents positionally
+                args = self._positional(args, kwargs)
+        return self._run(*args)
+
+    def _positional(self, args: tuple, kwargs: dict) -> tuple:
+        """Checked cotangents given by name as positional ones (None for those left out in between)."""
+        given = dict(zip((c.name for c in self.cotangents), args), **kwargs)
+        names = [c.name for c in self.cotangents]
+        last = max(names.index(name) for name in given)
+        return tuple(given.get(name) for name in names[:last + 1])
 
     def _plainly_right(self, args: tuple) -> bool:
         """The fast path: every cotangent given positionally with its output's shape."""

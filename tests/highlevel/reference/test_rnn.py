@@ -279,3 +279,101 @@ def test_matches_torch(case):
     for a, b in zip(ours, grads):
         expected = np.zeros(a.shape) if b is None else b.numpy()
         np.testing.assert_allclose(a, expected, rtol=1e-10, atol=1e-11)
+
+
+# ---------------------------------------------------------------------------------------------- residual form
+
+
+def _residual_call(rng, mode, layers, bidirectional, bias, lengths, dtype, batch=3, with_h0=True):
+    """The reference backend's arguments (x, weights, h0, c0, dims) for one call."""
+    from dnnbind.highlevel.dims import RNNDims
+    T, I, H = 4, 3, 2
+    dirs = 2 if bidirectional else 1
+    x = rng.standard_normal((T, batch, I)).astype(dtype)
+    weights = [[None if a is None else a.astype(dtype) for a in e]
+               for e in make_weights(rng, mode, I, H, layers, dirs, bias)]
+    h0 = rng.standard_normal((layers * dirs, batch, H)).astype(dtype) if with_h0 else None
+    c0 = rng.standard_normal((layers * dirs, batch, H)).astype(dtype) if with_h0 and mode == "lstm" else None
+    dims = RNNDims(x.shape, [[None if a is None else a.shape for a in e] for e in weights], mode=mode,
+                   hidden_size=H, num_layers=layers, bidirectional=bidirectional,
+                   h0_shape=None if h0 is None else h0.shape, c0_shape=None if c0 is None else c0.shape,
+                   lengths=lengths, dtype=dtype)
+    return x, weights, h0, c0, dims
+
+
+def _spec(a):
+    from dnnbind.highlevel.residual import ArraySpec
+    return None if a is None else ArraySpec(a.shape, a.dtype)
+
+
+def _flat(tree):
+    if isinstance(tree, (list, tuple)):
+        return [a for item in tree for a in _flat(item)]
+    return [tree]
+
+
+RESIDUAL_CASES = {   # layers, bidirectional, bias, lengths, dtype, batch, h0
+    "one_layer": (1, False, True, None, np.float64, 3, True),
+    "bidirectional_two_layers": (2, True, True, None, np.float64, 3, True),
+    "no_bias_lengths": (2, False, False, [2, 4, 1], np.float32, 3, False),
+    "bidirectional_no_bias_lengths": (1, True, False, [3, 1, 4], np.float64, 3, True),
+    "float16_bidirectional_lengths": (2, True, True, [4, 2, 3], np.float16, 3, True),
+    "empty_batch": (2, True, True, None, np.float32, 0, False),
+}
+
+
+@pytest.mark.parametrize("mode", list(GATES))
+@pytest.mark.parametrize("case", list(RESIDUAL_CASES))
+def test_residuals_are_what_the_forward_saves(mode, case):
+    """rnn_residuals computes, without running anything, the shapes and dtypes rnn_forward saves: a flat
+    tuple of numpy arrays of the forward's own (no input or result shares memory with them)."""
+    from dnnbind.highlevel import reference
+    from dnnbind.highlevel.residual import ArraySpec
+    layers, bidirectional, bias, lengths, dtype, batch, with_h0 = RESIDUAL_CASES[case]
+    x, weights, h0, c0, dims = _residual_call(np.random.default_rng(4), mode, layers, bidirectional, bias, lengths,
+                                              dtype, batch, with_h0)
+    specs = reference.rnn_residuals(_spec(x), [[_spec(a) for a in e] for e in weights], _spec(h0), _spec(c0), dims)
+    (y, hy, cy), saved = reference.rnn_forward(x, weights, h0, c0, dims)
+    assert type(saved) is tuple and all(type(a) is np.ndarray for a in saved)
+    assert specs == tuple(ArraySpec(a.shape, a.dtype) for a in saved)
+    assert all(type(s) is ArraySpec and isinstance(s.dtype, np.dtype) for s in specs)
+    # half precision is computed, and saved, in float32; the results come back in the input's dtype
+    assert {s.dtype for s in specs} == {np.dtype(np.float32 if dtype == np.float16 else dtype)}
+    assert y.dtype == hy.dtype == dtype and (cy is None) == (mode != "lstm")
+    if batch:
+        per_cell = 2 + {"lstm": 4, "gru": 3}.get(mode, 1)
+        assert len(saved) == layers * (1 + (2 if bidirectional else 1) * per_cell)
+    outside = [a for a in [x, h0, c0, y, hy, cy] + _flat(weights) if a is not None]
+    assert not any(np.shares_memory(a, b) for a in saved for b in outside)
+
+
+@pytest.mark.parametrize("mode", list(GATES))
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_backward_twice_gives_the_same_and_leaves_the_residuals_alone(mode, dtype):
+    from dnnbind.highlevel import reference
+    rng = np.random.default_rng(6)
+    x, weights, h0, c0, dims = _residual_call(rng, mode, 2, True, True, [4, 1, 3], dtype)
+    (y, hy, cy), saved = reference.rnn_forward(x, weights, h0, c0, dims)
+    before = [a.copy() for a in saved]
+    dy, dhy = rng.standard_normal(y.shape).astype(dtype), rng.standard_normal(hy.shape).astype(dtype)
+    dcy = None if cy is None else rng.standard_normal(cy.shape).astype(dtype)
+    first = _flat(reference.rnn_backward(saved, (dy, dhy, dcy), dims))
+    second = _flat(reference.rnn_backward(saved, (dy, dhy, dcy), dims))
+    assert [None if g is None else g.dtype for g in first] == [None if g is None else dtype for g in first]
+    assert all((a is None and b is None) or np.array_equal(a, b) for a, b in zip(first, second))
+    assert all(np.array_equal(a, b) for a, b in zip(saved, before))
+    # dhy and dcy left out or None are zeros
+    only_dy = _flat(reference.rnn_backward(saved, (dy,), dims))
+    zeros = _flat(reference.rnn_backward(saved, (dy, np.zeros_like(hy), None if cy is None else np.zeros_like(cy)),
+                                         dims))
+    assert all((a is None and b is None) or np.array_equal(a, b) for a, b in zip(only_dy, zeros))
+    assert all(np.array_equal(a, b) for a, b in zip(saved, before))
+
+
+def test_backward_refuses_residuals_of_another_call(rng):
+    from dnnbind.highlevel import reference
+    x, weights, h0, c0, dims = _residual_call(rng, "gru", 2, False, True, None, np.float64)
+    (y, _, _), saved = reference.rnn_forward(x, weights, h0, c0, dims)
+    with pytest.raises(ValueError, match=r"rnn residuals: 9 arrays, but mode='gru' with num_layers=2 and "
+                                         r"num_directions=1 saves 12"):
+        reference.rnn_backward(saved[:-3], (np.ones_like(y),), dims)

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 from dnnbind.highlevel.reference import activation as _activation
 from dnnbind.highlevel.reference import batchnorm as _batchnorm
+from dnnbind.highlevel.reference import conv as _conv
 from dnnbind.highlevel.reference import dropout as _dropout
 from dnnbind.highlevel.reference import pool as _pool
+from dnnbind.highlevel.reference import rnn as _rnn
 from dnnbind.highlevel.reference import softmax as _softmax
-from dnnbind.highlevel.reference import conv as _conv
-from dnnbind.highlevel.reference.rnn import rnn
-from dnnbind.highlevel.residual import forms
 
-from dnnbind.highlevel.edges import guarded
+from dnnbind.highlevel.residual import forms
 
 # every op in both forms, with the edge policy (0-d and zero-size arrays) applied once
 activation_forward, activation_backward, activation_residuals, activation = forms(
@@ -45,6 +44,7 @@ conv_forward, conv_backward, conv_residuals, conv = forms(
     "conv", _conv.conv_forward, _conv.conv_backward, _conv.conv_residuals)
 conv_transpose_forward, conv_transpose_backward, conv_transpose_residuals, conv_transpose = forms(
     "conv_transpose", _conv.conv_transpose_forward, _conv.conv_transpose_backward, _conv.conv_transpose_residuals)
-rnn = guarded("rnn")(rnn)
+rnn_forward, rnn_backward, rnn_residuals, rnn = forms(
+    "rnn", _rnn.rnn_forward, _rnn.rnn_backward, _rnn.rnn_residuals)
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
            "batchnorm", "dropout", "rnn"]

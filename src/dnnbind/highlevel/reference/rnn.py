@@ -17,15 +17,26 @@ masked by selection, never by multiplication: padded outputs and their gradients
 the data (a NaN at a sequence's last step, or in x's padding, stays where it is).
 
 Tapes are indexed by step number k (time t = k forwards, T - 1 - k in reverse).
+
+Residual form (:mod:`dnnbind.highlevel.residual`): ``rnn_forward`` saves a flat tuple of arrays, all
+the forward's own, layer by layer: the layer's input (layer 0: a copy of x, its padding zeroed; then the
+previous layer's output), then per direction w_ih, w_hh (copies; the backward never reads the biases)
+and the cell's tapes, feature-major in step order: plain RNN hs; LSTM the activated gates, hs, cs and
+tanh of the cells; GRU hh, the activated gates and hs (``TAPES`` and ``tape_shapes`` of each cell).
+``rnn_backward`` rebuilds the cells from them (:meth:`_Direction.restore`) and recomputes the
+packed-sequence masks from ``dims.lengths``.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence, Self
 
 import numpy as np
 
 from dnnbind.highlevel.dims import RNNDims
-from dnnbind.highlevel.reference._precision import cotangent, half_in_float32
+from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward, half_residuals
+from dnnbind.highlevel.residual import ArraySpec
+
+Shape = tuple[int, ...]
 
 
 def _half_rows(a: np.ndarray | None, rows: slice) -> np.ndarray | None:
@@ -41,8 +52,13 @@ class _Direction:
     """One layer in one direction: its weights, and (in subclasses) the forward loop that records a
     tape and the backward loop that reads it. ``forward(x, h0, c0, steps, masks)`` returns the states
     hs (T + 1, H, B) and the last cell; ``backward(dy, dhy, dcy, masks)`` returns the pre-activation
-    gradients of the input and recurrent products and dh0, dc0."""
+    gradients of the input and recurrent products and dh0, dc0.
 
+    ``TAPES`` names the arrays the forward loop records and the backward loop reads (``tape_shapes``
+    gives their shapes); a cell for the backward pass is rebuilt from its weights and those arrays by
+    :meth:`restore`."""
+
+    TAPES: tuple[str, ...] = ("hs",)
     hs: np.ndarray          # the states the forward pass recorded, (T + 1, H, B)
 
     def __init__(self, w_ih: np.ndarray, w_hh: np.ndarray, b_ih: np.ndarray | None,
@@ -50,6 +66,26 @@ class _Direction:
         self.hidden = hidden
         self.w_ih, self.w_hh, self.b_ih, self.b_hh = w_ih, w_hh, b_ih, b_hh
         self.has_bias = b_ih is not None
+
+    @classmethod
+    def tape_shapes(cls, steps: int, hidden: int, batch: int) -> tuple[Shape, ...]:
+        """The shapes of the arrays named by ``TAPES`` for ``steps`` steps."""
+        return ((steps + 1, hidden, batch),)
+
+    def tapes(self) -> tuple[np.ndarray, ...]:
+        """What the forward loop recorded, in ``TAPES`` order."""
+        return tuple(getattr(self, name) for name in self.TAPES)
+
+    @classmethod
+    def restore(cls, dims: RNNDims, w_ih: np.ndarray, w_hh: np.ndarray, tapes: Sequence[np.ndarray]) -> Self:
+        """A cell for the backward pass only: the unscaled weights and the tapes its forward pass
+        recorded (``TAPES`` order). Nothing is computed; the biases are not needed (b_ih, b_hh None)."""
+        cell = cls.__new__(cls)
+        _Direction.__init__(cell, w_ih, w_hh, None, None, dims.hidden_size)
+        cell.has_bias = dims.has_bias
+        for name, tape in zip(cls.TAPES, tapes, strict=True):
+            setattr(cell, name, tape)
+        return cell
 
     def forward(self, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None, steps: Any,
                 masks: Sequence[np.ndarray | None]) -> tuple[np.ndarray, np.ndarray | None]:
@@ -116,6 +152,12 @@ class _Plain(_Direction):
         super().__init__(w_ih, w_hh, b_ih, b_hh, hidden)
         self.relu = relu
 
+    @classmethod
+    def restore(cls, dims: RNNDims, w_ih: np.ndarray, w_hh: np.ndarray, tapes: Sequence[np.ndarray]) -> Self:
+        cell = super().restore(dims, w_ih, w_hh, tapes)
+        cell.relu = dims.mode == "rnn_relu"
+        return cell
+
     def forward(self, x, h0, c0, steps, masks):
         xp = self.project(x, self.w_ih, None if not self.has_bias else self.b_ih + self.b_hh)
         T = len(steps)
@@ -150,6 +192,16 @@ class _Plain(_Direction):
 
 class _LSTM(_Direction):
     """LSTM with PyTorch's gate order i, f, g, o (sigmoid gates: rows [0, 2H) and [3H, 4H))."""
+
+    TAPES = ("acts", "hs", "cs", "tcs")
+    acts: np.ndarray        # activated gates i, f, g, o per step, (T, 4H, B)
+    cs: np.ndarray          # cells, (T + 1, H, B)
+    tcs: np.ndarray         # tanh of the new cell per step, (T, H, B)
+
+    @classmethod
+    def tape_shapes(cls, steps: int, hidden: int, batch: int) -> tuple[Shape, ...]:
+        return (steps, 4 * hidden, batch), (steps + 1, hidden, batch), (steps + 1, hidden, batch), (
+            steps, hidden, batch)
 
     def __init__(self, w_ih, w_hh, b_ih, b_hh, hidden) -> None:
         super().__init__(w_ih, w_hh, b_ih, b_hh, hidden)
@@ -235,6 +287,14 @@ class _LSTM(_Direction):
 class _GRU(_Direction):
     """GRU with PyTorch's gate order r, z, n and n = tanh(W_in x + b_in + r * (W_hn h + b_hn))."""
 
+    TAPES = ("hh", "acts", "hs")
+    hh: np.ndarray          # W_hh h + b_hh per step (r and z rows halved), (T, 3H, B)
+    acts: np.ndarray        # activated r, z, n per step, (T, 3H, B)
+
+    @classmethod
+    def tape_shapes(cls, steps: int, hidden: int, batch: int) -> tuple[Shape, ...]:
+        return (steps, 3 * hidden, batch), (steps, 3 * hidden, batch), (steps + 1, hidden, batch)
+
     def __init__(self, w_ih, w_hh, b_ih, b_hh, hidden) -> None:
         super().__init__(w_ih, w_hh, b_ih, b_hh, hidden)
         sig = slice(0, 2 * hidden)
@@ -309,6 +369,10 @@ class _GRU(_Direction):
         return dx_gates, dh_gates, dh, None
 
 
+def _cell_class(dims: RNNDims) -> type[_Direction]:
+    return _LSTM if dims.mode == "lstm" else _GRU if dims.mode == "gru" else _Plain
+
+
 def _make(dims: RNNDims, entry: Sequence[Any]) -> _Direction:
     w_ih, w_hh, b_ih, b_hh = entry
     if dims.mode == "lstm":
@@ -323,36 +387,53 @@ def _feature_major(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a.T)
 
 
-@half_in_float32
-def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.ndarray | None,
-        c0: np.ndarray | None, dims: RNNDims) -> tuple[tuple, Callable]:
-    """Run the network; returns ((y, hy, cy), pullback) with cy None unless LSTM."""
+def _running(dims: RNNDims) -> np.ndarray | None:
+    """(T, B): whether sequence b still runs at time t; None without lengths."""
+    if dims.lengths is None:
+        return None
+    return np.arange(dims.seq_len)[:, None] < np.asarray(dims.lengths)[None, :]
+
+
+def _orders(steps: int) -> list[np.ndarray]:
+    """The times of the steps, forwards and in reverse."""
+    return [np.arange(steps), np.arange(steps - 1, -1, -1)]
+
+
+def _step_masks(running: np.ndarray | None, orders: list[np.ndarray]) -> list[list[np.ndarray | None]]:
+    """Per direction and step, the (1, B) mask of the running sequences (None: all run)."""
+    return [[None] * len(order) if running is None else [running[t][None, :] for t in order] for order in orders]
+
+
+@half_forward
+def rnn_forward(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.ndarray | None,
+                c0: np.ndarray | None, dims: RNNDims) -> tuple[tuple, tuple[np.ndarray, ...]]:
+    """Run the network; returns ((y, hy, cy), residuals) with cy None unless LSTM (residuals: see the
+    module doc and :func:`rnn_residuals`)."""
     T, H, D, B = dims.seq_len, dims.hidden_size, dims.num_directions, dims.batch
     dtype = x.dtype
-    # the pullback's own copies (x and the weights are read again by the backward pass)
-    weights = [[None if a is None else a.copy() for a in entry] for entry in weights]
     lstm = dims.mode == "lstm"
     h0 = np.zeros(dims.h_shape, dtype) if h0 is None else h0
     c0 = (np.zeros(dims.h_shape, dtype) if c0 is None else c0) if lstm else None
-    if dims.lengths is None:
-        running = None
-    else:
-        running = np.arange(T)[:, None] < np.asarray(dims.lengths)[None, :]      # (T, B)
+    running = _running(dims)
     # padded steps of x never matter: zero them so that no NaN there reaches a weight gradient
     x = x.copy() if running is None else np.where(running[:, :, None], x, 0).astype(dtype, copy=False)
-    orders = [np.arange(T), np.arange(T - 1, -1, -1)]
-    step_masks = [[None] * T if running is None else [running[t][None, :] for t in order] for order in orders]
+    orders = _orders(T)
+    step_masks = _step_masks(running, orders)
 
-    cells: list[_Direction] = []
-    inputs: list[np.ndarray] = []
+    saved: list[np.ndarray] = []
     hy = np.empty(dims.h_shape, dtype)
     cy = np.empty(dims.h_shape, dtype) if lstm else None
     layer_in = x
     for layer in range(dims.num_layers):
+        saved.append(layer_in)
         out = np.empty((T, B, D * H), dtype)
         for d in range(D):
             idx = layer * D + d
-            cell = _make(dims, weights[idx])
+            w_ih, w_hh, b_ih, b_hh = weights[idx]
+            assert w_ih is not None and w_hh is not None, "the op checks the weights"
+            # the backward's own copies (the caller may change the weights after the forward)
+            w_ih, w_hh = w_ih.copy(), w_hh.copy()
+            cell = _make(dims, (w_ih, w_hh, b_ih, b_hh))
             hs, c_last = cell.forward(layer_in, _feature_major(h0[idx]),
                                       None if c0 is None else _feature_major(c0[idx]), orders[d], step_masks[d])
             # hs[k + 1] is the state after step k, i.e. the output at time orders[d][k]
@@ -364,45 +445,94 @@ def rnn(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.nd
             hy[idx] = hs[T].T
             if cy is not None and c_last is not None:
                 cy[idx] = c_last.T
-            cells.append(cell)
-        inputs.append(layer_in)
+            saved += (w_ih, w_hh, *cell.tapes())
         layer_in = out
-    y = layer_in
+    return (layer_in, hy, cy), tuple(saved)
 
-    def pullback(dy: np.ndarray, dhy: np.ndarray | None = None,
-                 dcy: np.ndarray | None = None) -> tuple[Any, Any, Any, list]:
-        dy = cotangent("dy", dy, dims.y_shape, dtype)
-        dhy = np.zeros(dims.h_shape, dtype) if dhy is None else cotangent("dhy", dhy, dims.h_shape, dtype)
-        if lstm:
-            dcy = np.zeros(dims.h_shape, dtype) if dcy is None else cotangent("dcy", dcy, dims.h_shape, dtype)
-        elif dcy is not None:
-            raise ValueError(f"dcy is only used by mode='lstm', not mode={dims.mode!r}")
-        if running is not None:
-            dy = np.where(running[:, :, None], dy, 0)  # y is constant zero at padded positions
-        dh0 = np.empty(dims.h_shape, dtype)
-        dc0 = np.empty(dims.h_shape, dtype) if lstm else None
-        dweights: list[tuple] = [()] * len(cells)
-        d_out: Any = dy
-        for layer in range(dims.num_layers - 1, -1, -1):
-            d_in = None
-            for d in range(D):
-                idx = layer * D + d
-                cell = cells[idx]
-                # output gradients per step, feature-major: (T, H, B) in step order
-                dyk = d_out[:, :, d * H:(d + 1) * H]
-                dyk = np.ascontiguousarray((dyk if d == 0 else dyk[::-1]).transpose(0, 2, 1))
-                d_pre_x, d_pre_h, dh, dc = cell.backward(
-                    dyk, _feature_major(dhy[idx]), None if dcy is None else _feature_major(dcy[idx]),
-                    step_masks[d])
-                x_steps = inputs[layer] if d == 0 else inputs[layer][::-1]
-                dw_ih, dw_hh, db_ih, db_hh, dx_steps = cell.param_grads(d_pre_x, d_pre_h, x_steps)
-                dx_part = dx_steps if d == 0 else dx_steps[::-1]
-                d_in = dx_part if d_in is None else d_in + dx_part
-                dh0[idx] = dh.T
-                if dc0 is not None and dc is not None:
-                    dc0[idx] = dc.T
-                dweights[idx] = (dw_ih, dw_hh, db_ih, db_hh)
-            d_out = d_in
-        return np.ascontiguousarray(d_out), dh0, dc0, dweights
 
-    return (y, hy, cy), pullback
+def _restore(saved: Sequence[np.ndarray], dims: RNNDims) -> tuple[list[np.ndarray], list[_Direction]]:
+    """(each layer's input, each layer and direction's cell) from rnn_forward's residuals."""
+    cls = _cell_class(dims)
+    per_cell = 2 + len(cls.TAPES)
+    expected = dims.num_layers * (1 + dims.num_directions * per_cell)
+    if len(saved) != expected:
+        raise ValueError(f"rnn residuals: {len(saved)} arrays, but mode={dims.mode!r} with num_layers="
+                         f"{dims.num_layers} and num_directions={dims.num_directions} saves {expected}")
+    inputs: list[np.ndarray] = []
+    cells: list[_Direction] = []
+    at = 0
+    for _ in range(dims.num_layers):
+        inputs.append(saved[at])
+        at += 1
+        for _ in range(dims.num_directions):
+            cells.append(cls.restore(dims, saved[at], saved[at + 1], saved[at + 2:at + per_cell]))
+            at += per_cell
+    return inputs, cells
+
+
+@half_backward
+def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, Any, Any, list]:
+    """(dx, dh0, dc0, dweights) from cotangents (dy, dhy, dcy); dhy and dcy may be None or left out
+    (zeros). dc0 is None unless LSTM; dweights[i] = (dw_ih, dw_hh, db_ih, db_hh), biases None without."""
+    if not 1 <= len(cotangents) <= 3:
+        raise TypeError(f"rnn takes the cotangents (dy, dhy, dcy), got {len(cotangents)}")
+    dy, dhy, dcy = tuple(cotangents) + (None,) * (3 - len(cotangents))
+    H, D = dims.hidden_size, dims.num_directions
+    lstm = dims.mode == "lstm"
+    inputs, cells = _restore(saved, dims)
+    dtype = inputs[0].dtype
+    dy = cotangent("dy", dy, dims.y_shape, dtype)
+    dhy = np.zeros(dims.h_shape, dtype) if dhy is None else cotangent("dhy", dhy, dims.h_shape, dtype)
+    if lstm:
+        dcy = np.zeros(dims.h_shape, dtype) if dcy is None else cotangent("dcy", dcy, dims.h_shape, dtype)
+    elif dcy is not None:
+        raise ValueError(f"dcy is only used by mode='lstm', not mode={dims.mode!r}")
+    running = _running(dims)
+    step_masks = _step_masks(running, _orders(dims.seq_len))
+    if running is not None:
+        dy = np.where(running[:, :, None], dy, 0)  # y is constant zero at padded positions
+    dh0 = np.empty(dims.h_shape, dtype)
+    dc0 = np.empty(dims.h_shape, dtype) if lstm else None
+    dweights: list[tuple] = [()] * len(cells)
+    d_out: Any = dy
+    for layer in range(dims.num_layers - 1, -1, -1):
+        d_in = None
+        for d in range(D):
+            idx = layer * D + d
+            cell = cells[idx]
+            # output gradients per step, feature-major: (T, H, B) in step order
+            dyk = d_out[:, :, d * H:(d + 1) * H]
+            dyk = np.ascontiguousarray((dyk if d == 0 else dyk[::-1]).transpose(0, 2, 1))
+            d_pre_x, d_pre_h, dh, dc = cell.backward(
+                dyk, _feature_major(dhy[idx]), None if dcy is None else _feature_major(dcy[idx]),
+                step_masks[d])
+            x_steps = inputs[layer] if d == 0 else inputs[layer][::-1]
+            dw_ih, dw_hh, db_ih, db_hh, dx_steps = cell.param_grads(d_pre_x, d_pre_h, x_steps)
+            dx_part = dx_steps if d == 0 else dx_steps[::-1]
+            d_in = dx_part if d_in is None else d_in + dx_part
+            dh0[idx] = dh.T
+            if dc0 is not None and dc is not None:
+                dc0[idx] = dc.T
+            dweights[idx] = (dw_ih, dw_hh, db_ih, db_hh)
+        d_out = d_in
+    return np.ascontiguousarray(d_out), dh0, dc0, dweights
+
+
+@half_residuals
+def rnn_residuals(x: ArraySpec, weights: Sequence[Sequence[ArraySpec | None]], h0: ArraySpec | None,
+                  c0: ArraySpec | None, dims: RNNDims) -> tuple[ArraySpec, ...]:
+    """What :func:`rnn_forward` saves, layer by layer: the layer's input ((T, B, I), then (T, B, D * H)),
+    then per direction w_ih, w_hh and the cell's tapes (``tape_shapes``), all in x's dtype."""
+    T, H, D, B = dims.seq_len, dims.hidden_size, dims.num_directions, dims.batch
+    dtype = np.dtype(x.dtype)
+    tapes = tuple(ArraySpec(shape, dtype) for shape in _cell_class(dims).tape_shapes(T, H, B))
+    specs: list[ArraySpec] = []
+    for layer in range(dims.num_layers):
+        specs.append(ArraySpec(tuple(x.shape) if layer == 0 else (T, B, D * H), dtype))
+        for d in range(D):
+            w_ih, w_hh = weights[layer * D + d][:2]
+            assert w_ih is not None and w_hh is not None, "the op checks the weights"
+            specs += (ArraySpec(tuple(w_ih.shape), np.dtype(w_ih.dtype)),
+                      ArraySpec(tuple(w_hh.shape), np.dtype(w_hh.dtype)))
+            specs += tapes
+    return tuple(specs)

@@ -82,11 +82,14 @@ def test_batchnorm_running_statistics_match_torch(randn):
                                F.batch_norm(x, theirs[0], theirs[1], g, b, training=False))
 
 
-def test_batchnorm_refuses_running_stats_it_cannot_update_in_place(randn):
+def test_batchnorm_updates_non_contiguous_running_stats_like_torch(randn):
     x = randn(4, 3, dtype=torch.float32, grad=False)
-    strided = torch.zeros(3, 2)[:, 0]
-    with pytest.raises(ValueError, match="running_mean must be contiguous"):
-        dt.batchnorm(x, torch.ones(3), torch.zeros(3), running_mean=strided, running_var=torch.ones(3))
+    ours, theirs = torch.zeros(3, 2)[:, 0], torch.zeros(3)
+    var, their_var = torch.ones(3), torch.ones(3)
+    dt.batchnorm(x, torch.ones(3), torch.zeros(3), running_mean=ours, running_var=var)
+    torch.nn.functional.batch_norm(x, theirs, their_var, training=True)
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(var, their_var)
 
 
 def test_dropout_masks_scales_and_follows_torch_seed(randn):

@@ -72,42 +72,22 @@ def test_missing_state_gets_no_gradient_and_unused_outputs_are_fine(randn):
     assert all(t.grad is not None for t in w[0])
 
 
-def test_in_place_change_after_forward_is_caught(randn):
-    x = randn(2, 3, grad=False)
-    w = randn(3)
-    y = dt.softmax(x * w)
-    y.mul_(2)                         # the pullback keeps y: torch's version check must object
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        y.sum().backward()
+def test_in_place_change_after_forward_does_not_change_the_gradient(randn):
+    """The op saves its own residuals (y for softmax), so changing its output in place afterwards leaves
+    the gradient as it was."""
+    x = randn(2, 3)
+    y = dt.softmax(x)
+    expected = torch.autograd.grad(torch.softmax(x, 1), x, torch.ones(2, 3))[0]
+    y.mul_(2)
+    (grad,) = torch.autograd.grad(y, x, torch.full((2, 3), 0.5))   # mul_'s backward doubles it back
+    torch.testing.assert_close(grad, expected)
 
 
 def test_double_backward_is_refused_not_wrong(randn):
     """Pullbacks are differentiated once; a second derivative raises instead of coming out zero."""
     x, v = randn(2, 3), randn(2, 3)
     (g,) = torch.autograd.grad(dt.activation(x, "tanh"), x, grad_outputs=v, create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable"):
+    with pytest.raises(RuntimeError, match="no autograd formula was registered"):
         g.sum().backward()
 
 
-def test_apply_handles_non_differentiable_and_integer_outputs(randn):
-    """An op that also returns saved statistics (named in nondiff) and a count (int): only y is differentiable."""
-    from dnnbind.highlevel import ops
-    from dnnbind.torch.autograd import apply
-
-    def run(x, gamma, beta):
-        y, pullback = ops.batchnorm(x, gamma, beta)
-        return (y, x.mean(axis=(0, 2)), (x > 0).sum(axis=(1, 2))), pullback     # pullback(dy): one cotangent
-
-    def ours(x, gamma, beta):
-        return apply(run, {"x": x, "gamma": gamma, "beta": beta}, nondiff={1})
-
-    x, gamma, beta = randn(4, 3, 5), randn(3), randn(3)
-    y, mean, count = ours(x, gamma, beta)
-    assert y.requires_grad and not mean.requires_grad and not count.requires_grad
-    assert count.dtype == torch.int64 and count.shape == (4,)
-    torch.testing.assert_close(mean, x.detach().mean(dim=(0, 2)))
-    assert gradcheck(lambda *a: ours(*a)[0], (x, gamma, beta))
-    (y.square().sum() + mean.sum() + count.sum()).backward()
-    ref = [t.detach().clone().requires_grad_() for t in (x, gamma, beta)]
-    torch.nn.functional.batch_norm(ref[0], None, None, ref[1], ref[2], training=True).square().sum().backward()
-    torch.testing.assert_close([x.grad, gamma.grad, beta.grad], [t.grad for t in ref])

@@ -92,8 +92,9 @@ def _torch_ops_in_graph(output: torch.Tensor) -> set[str]:
         if node is None or node in seen:
             continue
         seen.add(node)
-        if any(word.lower() in type(node).__name__.lower() for word in layer_words):
-            found.add(type(node).__name__)
+        name = type(node).__name__
+        if not name.startswith("GeneratedBackwardFor_dnnbind_") and any(w.lower() in name.lower() for w in layer_words):
+            found.add(name)
         stack.extend(next_node for next_node, _ in node.next_functions)
     return found
 

@@ -54,8 +54,14 @@ def _jsonable(name: str, value: Any) -> Any:
 
 
 def encode(**params: Any) -> str:
-    """The ``params`` text of a custom op call: its keyword arguments as compact, sorted JSON."""
-    return json.dumps({k: _jsonable(k, v) for k, v in params.items()}, sort_keys=True, separators=(",", ":"))
+    """The ``params`` text of a custom op call: its keyword arguments as compact, sorted JSON (a constant
+    for ``torch.compile``: its arguments are the layers' own settings)."""
+    return _encode(tuple(sorted(params.items())))
+
+
+@torch.compiler.assume_constant_result
+def _encode(items: tuple) -> str:
+    return json.dumps({k: _jsonable(k, v) for k, v in items}, sort_keys=True, separators=(",", ":"))
 
 
 @functools.lru_cache(maxsize=4096)

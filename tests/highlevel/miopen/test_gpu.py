@@ -7,7 +7,6 @@ included. Run on a ROCm machine: PYTHONPATH=src python -m pytest -q -m gpu tests
 from __future__ import annotations
 
 import importlib
-import importlib.util
 
 import numpy as np
 import pytest
@@ -18,22 +17,9 @@ from dnnbind.highlevel.dims import ConvDims
 
 from .gpu_cases import assert_close, rnn_inputs, run_case
 from .limits import RUNS, tolerance
+from .rocm import missing
 
-
-def _missing() -> str | None:
-    if importlib.util.find_spec("cupy") is None:
-        return "CuPy is not installed"
-    import cupy
-    if not cupy.cuda.runtime.is_hip:
-        return "CuPy is built for CUDA: the MIOpen backend needs ROCm and an AMD GPU"
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception:  # noqa: BLE001 - any runtime failure means no usable device
-        count = 0
-    return None if count else "no AMD GPU visible"
-
-
-REASON = _missing()
+REASON = missing()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 PARAMS = [pytest.param(case, dtype, id=f"{case.name}-{dtype}") for case, dtype in RUNS]
@@ -51,7 +37,7 @@ def _module(name: str):
 
 def test_cupy_arrays_on_rocm_select_miopen(cp):
     assert dispatch.select(x=cp.zeros(3)) == "miopen"
-    assert dispatch.backend_function("miopen", "conv") is _module("conv").conv
+    assert dispatch.backend_function("miopen", "conv") is importlib.import_module("dnnbind.highlevel.miopen").conv
 
 
 @pytest.mark.parametrize("case, dtype", PARAMS)
@@ -127,7 +113,7 @@ def test_immediate_mode_needs_no_find(cp, monkeypatch):
     with _module("settings").settings(immediate=True):
         y, back = dnnbind.conv(xd, wd, stride=2)
         y2, _ = dnnbind.conv(xd, wd, stride=2)
-        dx, dw = back(cp.ones_like(y))
+        dx, dw = back(cp.ones_like(y))[:2]
     ref, ref_back = dnnbind.conv(x, w, stride=2)
     np.testing.assert_allclose(cp.asnumpy(y), ref, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(cp.asnumpy(y2), cp.asnumpy(y))
@@ -151,8 +137,11 @@ def test_channels_last_memory(cp):
     ref = dnnbind.conv(x, w, padding=1)[0]
     np.testing.assert_allclose(cp.asnumpy(dnnbind.conv(xl, wd, padding=1)[0]), ref, rtol=1e-4, atol=1e-4)
     dims = ConvDims(x.shape, w.shape, padding=1, dtype="float32")
-    y, _ = _module("conv").conv(xl, wd, None, dims, layout="NHWC")
+    miopen = importlib.import_module("dnnbind.highlevel.miopen")
+    y, _ = miopen.conv(xl, wd, None, dims, layout="NHWC")
     np.testing.assert_allclose(cp.asnumpy(y), ref, rtol=1e-4, atol=1e-4)
+    y, (xp, wr) = miopen.conv_forward(xl, wd, None, dims, layout="NHWC")       # saved in the layout run
+    assert not xp.flags.c_contiguous and xp.transpose(0, 2, 3, 1).flags.c_contiguous
     for op, kw in (("softmax", {"axis": 1}), ("softmax", {"axis": 2}), ("activation", {"mode": "relu"})):
         np.testing.assert_allclose(cp.asnumpy(getattr(dnnbind, op)(xl, **kw)[0]), getattr(dnnbind, op)(x, **kw)[0],
                                    rtol=1e-5, atol=1e-6)
@@ -164,12 +153,14 @@ def test_channels_last_memory(cp):
 def test_max_pooling_keeps_miopen_s_index_workspace(cp):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
-    y, back = dnnbind.maxpool(cp.asarray(x), 2)
-    plan = _module("pool").plan_for(dnnbind.PoolDims(x.shape, 2, dtype="float32"), "max")
-    assert back.workspace is not None and back.workspace.nbytes == plan.workspace > 0
-    saved = back.workspace.copy()
-    back(cp.ones_like(y))
-    np.testing.assert_array_equal(cp.asnumpy(back.workspace), cp.asnumpy(saved))   # the pullback only reads it
+    dims = dnnbind.PoolDims(x.shape, 2, dtype="float32")
+    miopen = importlib.import_module("dnnbind.highlevel.miopen")
+    y, saved = miopen.maxpool_forward(cp.asarray(x), dims)
+    workspace = saved[2]
+    assert workspace.dtype == np.uint8 and workspace.nbytes == _module("pool").plan_for(dims, "max").workspace > 0
+    before = workspace.copy()
+    miopen.maxpool_backward(saved, (cp.ones_like(y),), dims)
+    np.testing.assert_array_equal(cp.asnumpy(workspace), cp.asnumpy(before))   # the backward only reads it
 
 
 # -------------------------------------------------------------------------------------------- dropout

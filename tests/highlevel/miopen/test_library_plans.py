@@ -287,6 +287,12 @@ def test_rnn_weights_land_where_miopen_s_offsets_say(facts, i):
     assert all(a is None and b is None or np.array_equal(a, b) for e1, e2 in zip(back, weights) for a, b in zip(e1, e2))
 
 
+@pytest.mark.parametrize("i", range(len(RNN)))
+def test_the_saved_weight_space_size_needs_no_library(facts, i):
+    """rnn_residuals sizes the weight space without MIOpen: it is exactly what MIOpen's offsets tile."""
+    assert len(facts["rnn"][i]["gather"]) == rnn_layout.weight_space_size(_rnn_dims(i))
+
+
 def test_miopen_lays_out_matrices_before_biases(facts):
     """A fact about MIOpen 3.4 seen through the offsets: every bias lies after every matrix."""
     slots = facts["rnn"][0]["slots"]

@@ -1,7 +1,10 @@
 """The MIOpen backend: the high-level ops on CuPy arrays on ROCm through AMD's MIOpen.
 
-Same function names, arguments and semantics as :mod:`dnnbind.highlevel.reference`; the public ops in
-:mod:`dnnbind.highlevel.ops` dispatch here for CuPy arrays when ``cupy.cuda.runtime.is_hip``. Every
+Same function names, arguments and semantics as :mod:`dnnbind.highlevel.reference`, in both forms of
+:mod:`dnnbind.highlevel.residual`: ``NAME_forward`` / ``NAME_backward`` / ``NAME_residuals`` (the saved
+state is CuPy arrays; plans come back from the plan caches by the same key) and ``NAME``, the
+``(result, pullback)`` form built on them; the public ops in :mod:`dnnbind.highlevel.ops` dispatch here
+for CuPy arrays when ``cupy.cuda.runtime.is_hip``. Every
 library call goes through the generated module :mod:`dnnbind.gen.miopen`. Importing this package needs
 neither CuPy, nor a GPU, nor MIOpen itself: plans (descriptors, output shapes, pooling workspace sizes,
 batch-norm parameter descriptors, RNN weight layouts) build on the host once the library is found;
@@ -20,55 +23,82 @@ take it, and every other op refuses bfloat16 up front with a TypeError saying so
 :data:`BFLOAT16_OPS`), rather than failing inside the library.
 
 Options the public ops do not take are in :data:`settings`; plan caches report through
-:func:`cache_info` and empty with :func:`clear_caches`. conv and conv_transpose also take
-``layout="NCHW"|"NHWC"`` (NCHW by default).
+:func:`cache_info` and empty with :func:`clear_caches`. conv and conv_transpose also take the options
+``layout="NCHW"|"NHWC"`` (NCHW by default) and ``settings=`` (a :class:`MIOpenSettings`; by default
+those in force at the call; their ``(result, pullback)`` form hands the forward's to the pullback).
 """
 from __future__ import annotations
 
 import functools
 from typing import Any, Callable
 
-from dnnbind.highlevel.edges import guarded
 from dnnbind.highlevel.gpu import cache as _cache
 from dnnbind.highlevel.gpu.cache import CacheInfo
 from dnnbind.highlevel.miopen import activation as _activation
 from dnnbind.highlevel.miopen import batchnorm as _batchnorm
+from dnnbind.highlevel.miopen import conv as _conv
 from dnnbind.highlevel.miopen import dropout as _dropout
 from dnnbind.highlevel.miopen import pool as _pool
 from dnnbind.highlevel.miopen import rnn as _rnn
 from dnnbind.highlevel.miopen import softmax as _softmax
-from dnnbind.highlevel.miopen import conv as _conv
-from dnnbind.highlevel.miopen.settings import MIOpenSettings, settings
+from dnnbind.highlevel.miopen.settings import MIOpenSettings, current, settings
+from dnnbind.highlevel.residual import forms
 
 #: the ops MIOpen has bfloat16 kernels for (MIOpen documents bfloat16 for its convolutions only)
 BFLOAT16_OPS = ("conv", "conv_transpose")
 
 
-def _no_bfloat16(op: Callable[..., Any]) -> Callable[..., Any]:
-    """``op``, refusing bfloat16 x with a TypeError naming the op (MIOpen has no bfloat16 kernel for it)."""
-    @functools.wraps(op)
+def _no_bfloat16(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (op's forward or residuals), refusing a bfloat16 x (an array or an ArraySpec) with a
+    TypeError naming the op: MIOpen has no bfloat16 kernel for it."""
+    @functools.wraps(fn)
     def checked(x: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(getattr(x, "dtype", None), "name", None) == "bfloat16":
-            raise TypeError(f"the MIOpen backend has no bfloat16 kernel for {op.__name__} (MIOpen supports "
-                            f"bfloat16 in {' and '.join(BFLOAT16_OPS)} only); convert x to float16 or float32, "
-                            f"for example x.astype(cupy.float32)")
-        return op(x, *args, **kwargs)
+            raise TypeError(f"the MIOpen backend has no bfloat16 kernel for {op} (MIOpen supports bfloat16 in "
+                            f"{' and '.join(BFLOAT16_OPS)} only); convert x to float16 or float32, for example "
+                            f"x.astype(cupy.float32)")
+        return fn(x, *args, **kwargs)
     return checked
 
 
-# bfloat16 refused where MIOpen has no kernel; the edge policy (0-d and zero-size arrays) for every op
-activation = guarded("activation")(_no_bfloat16(_activation.activation))
-batchnorm = guarded("batchnorm")(_no_bfloat16(_batchnorm.batchnorm))
-dropout = guarded("dropout")(_no_bfloat16(_dropout.dropout))
-maxpool = guarded("maxpool")(_no_bfloat16(_pool.maxpool))
-meanpool = guarded("meanpool")(_no_bfloat16(_pool.meanpool))
-rnn = guarded("rnn")(_no_bfloat16(_rnn.rnn))
-softmax = guarded("softmax")(_no_bfloat16(_softmax.softmax))
-logsoftmax = guarded("logsoftmax")(_no_bfloat16(_softmax.logsoftmax))
-conv, conv_transpose = guarded("conv")(_conv.conv), guarded("conv_transpose")(_conv.conv_transpose)
+def _forms(op: str, module: Any, names: tuple[str, ...] = ()) -> tuple[Callable[..., Any], ...]:
+    """op's (forward, backward, residuals, (result, pullback) form) from ``module``'s ``op_forward``,
+    ``op_backward`` and ``op_residuals``: bfloat16 refused where MIOpen has no kernel, then the edge policy
+    (0-d and zero-size arrays) applied by :func:`dnnbind.highlevel.residual.forms`."""
+    forward, backward, residuals = (getattr(module, f"{op}_{part}") for part in ("forward", "backward", "residuals"))
+    if op not in BFLOAT16_OPS:
+        forward, residuals = _no_bfloat16(op, forward), _no_bfloat16(op, residuals)
+    return forms(op, forward, backward, residuals, names)
 
-__all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
-           "dropout", "rnn", "settings", "BFLOAT16_OPS", "MIOpenSettings", "cache_info", "clear_caches", "CacheInfo"]
+
+def _forward_settings(run: Callable[..., Any]) -> Callable[..., Any]:
+    """A convolution's (result, pullback) form whose pullback chooses algorithms as its forward did:
+    ``settings`` (a thread's or task's, see :mod:`settings`) fixed at the call unless given."""
+    @functools.wraps(run)
+    def fixed(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("settings") is None:
+            kwargs["settings"] = current()
+        return run(*args, **kwargs)
+    return fixed
+
+
+activation_forward, activation_backward, activation_residuals, activation = _forms("activation", _activation)
+batchnorm_forward, batchnorm_backward, batchnorm_residuals, batchnorm = _forms("batchnorm", _batchnorm)
+conv_forward, conv_backward, conv_residuals, _conv_pair = _forms("conv", _conv)
+conv_transpose_forward, conv_transpose_backward, conv_transpose_residuals, _conv_transpose_pair = _forms(
+    "conv_transpose", _conv)
+dropout_forward, dropout_backward, dropout_residuals, dropout = _forms("dropout", _dropout, names=("mask",))
+maxpool_forward, maxpool_backward, maxpool_residuals, maxpool = _forms("maxpool", _pool)
+meanpool_forward, meanpool_backward, meanpool_residuals, meanpool = _forms("meanpool", _pool)
+rnn_forward, rnn_backward, rnn_residuals, rnn = _forms("rnn", _rnn)
+softmax_forward, softmax_backward, softmax_residuals, softmax = _forms("softmax", _softmax)
+logsoftmax_forward, logsoftmax_backward, logsoftmax_residuals, logsoftmax = _forms("logsoftmax", _softmax)
+conv, conv_transpose = _forward_settings(_conv_pair), _forward_settings(_conv_transpose_pair)
+
+OPS = ("conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
+       "dropout", "rnn")
+__all__ = [*OPS, *(f"{op}_{part}" for op in OPS for part in ("forward", "backward", "residuals")), "settings",
+           "BFLOAT16_OPS", "MIOpenSettings", "cache_info", "clear_caches", "CacheInfo"]
 
 
 def cache_info() -> dict[str, CacheInfo]:
@@ -77,8 +107,9 @@ def cache_info() -> dict[str, CacheInfo]:
 
 
 def clear_caches() -> None:
-    """Drop every cached MIOpen plan (descriptors go once no pullback holds them) and reset the statistics.
+    """Drop every cached MIOpen plan (descriptors go once nothing holds them) and reset the statistics.
 
     What Find established lives on the handles and stays: MIOpen needs it per handle, not per plan.
+    Residuals are arrays only, so clearing never affects a pending backward: it builds its plan again.
     """
     _cache.clear_caches("miopen.")

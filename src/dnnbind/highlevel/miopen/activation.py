@@ -8,22 +8,25 @@ kernel (see :mod:`dnnbind.highlevel.gpu.elementwise`).
 
 The arrays are treated as one flat block (a (1, 1, 1, size) tensor), so any dense layout runs without
 copying and y has x's strides; blocks of 2**30 elements or more run in chunks
-(:mod:`dnnbind.highlevel.gpu.chunks`). The pullback keeps its own copies of x and y.
+(:mod:`dnnbind.highlevel.gpu.chunks`). Residuals (see :func:`activation_residuals`): nothing for
+identity, a copy of x for swish, copies of x and y for MIOpen's modes (its backward reads both), with
+equal strides; the backward finds the chunks' plans again from their size.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from dnnbind.highlevel.gpu import elementwise
 from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
-from dnnbind.highlevel.gpu.chunks import chunk_plan
+from dnnbind.highlevel.gpu.chunks import Chunk, chunk_plan
 from dnnbind.highlevel.gpu.pullback import cotangent, like
 from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.gpu.views import flat_dense
 from dnnbind.highlevel.miopen._lib import handle, lib, scaling
 from dnnbind.highlevel.miopen.descriptors import ActivationDescriptor, TensorDescriptor
+from dnnbind.highlevel.residual import ArraySpec
 
 PLANS: PlanCache["ActivationPlan"] = PlanCache("miopen.activation", maxsize=256)
 
@@ -68,44 +71,61 @@ def plan_for(mode: str, alpha: float | None, size: int, dtype: str) -> Activatio
     return PLANS.get((mode, alpha, size, dtype), lambda: ActivationPlan(mode, alpha, size, dtype))
 
 
-def activation(x: Any, mode: str, alpha: float | None) -> tuple[Any, Callable]:
+def _chunks(mode: str, alpha: float | None, size: int, dtype: str) -> list[tuple[Chunk, ActivationPlan]]:
+    """The chunks of a flat block of ``size`` elements and each one's plan."""
+    return [(chunk, plan_for(mode, alpha, chunk.size, dtype)) for chunk in chunk_plan(size)]
+
+
+def activation_forward(x: Any, mode: str, alpha: float | None) -> tuple[Any, tuple[Any, ...]]:
     """y = f(x) for one of the public modes (alpha already resolved by the public op)."""
     cp = cupy()
-    params = {"mode": mode, "alpha": alpha}
-    with Call("activation", params, dlpack_devices=DLPACK_ROCM, x=x) as call:
+    with Call("activation", {"mode": mode, "alpha": alpha}, dlpack_devices=DLPACK_ROCM, x=x) as call:
         x = call["x"]
-        device = call.device
         if mode == "identity":
-            y = x.copy()
-            backward: Callable[[Any], Any] = lambda dy: dy.copy()  # noqa: E731
-        elif mode in KERNEL_MODES:
-            y, backward = elementwise.apply(cp, mode, x, _needed(mode, alpha))
-        else:
-            user_x = x
-            x, y = flat_dense(cp, x)
-            item = x.itemsize
-            chunks = [(chunk, plan_for(mode, alpha, chunk.size, x.dtype.name)) for chunk in chunk_plan(x.size)]
-            one, zero = scaling(x.dtype)
-            h = handle(device, current_stream()).ptr
-            for chunk, plan in chunks:
-                t, at = plan.tensor.handle, chunk.offset(item)
-                lib.miopenActivationForward(h, plan.activation.handle, one, t, x.data.ptr + at, zero, t,
-                                            y.data.ptr + at)
-            saved_x, saved_y = private(cp, x, user_x), y.copy(order="K")
+            return x.copy(), ()
+        if mode in KERNEL_MODES:
+            forward, _ = elementwise.kernels(cp, mode)
+            return forward(x, elementwise.coefficient(x.dtype, _needed(mode, alpha))), (x.copy(order="K"),)
+        user_x = x
+        x, y = flat_dense(cp, x)
+        one, zero = scaling(x.dtype)
+        h = handle(call.device, current_stream()).ptr
+        for chunk, plan in _chunks(mode, alpha, x.size, x.dtype.name):
+            t, at = plan.tensor.handle, chunk.offset(x.itemsize)
+            lib.miopenActivationForward(h, plan.activation.handle, one, t, x.data.ptr + at, zero, t, y.data.ptr + at)
+    return y, (private(cp, x, user_x), y.copy(order="K"))      # the backward's own x and y, y's strides
 
-            def backward(dy: Any) -> Any:
-                dy = like(cp, dy, saved_y)
-                dx = cp.empty_like(saved_y)
-                h = handle(device, current_stream()).ptr
-                for chunk, plan in chunks:
-                    t, at = plan.tensor.handle, chunk.offset(item)
-                    lib.miopenActivationBackward(h, plan.activation.handle, one, t, saved_y.data.ptr + at, t,
-                                                 dy.data.ptr + at, t, saved_x.data.ptr + at, zero, t,
-                                                 dx.data.ptr + at)
-                return dx
 
-    def pullback(dy: Any) -> Any:
-        with Call("activation pullback", params, device=device, dlpack_devices=DLPACK_ROCM, dy=dy) as back:
-            return backward(cotangent("dy", back["dy"], y.shape, y.dtype, None, device, DLPACK_ROCM))
+def activation_backward(saved: tuple, cotangents: tuple, mode: str, alpha: float | None) -> Any:
+    """dx = dy * f'(x): a copy for identity, the CuPy kernel for swish, miopenActivationBackward else."""
+    (dy,) = cotangents
+    cp = cupy()
+    device = saved[0].device.id if saved else None
+    with Call("activation backward", {"mode": mode, "alpha": alpha}, device=device, dlpack_devices=DLPACK_ROCM,
+              dy=dy) as back:
+        if mode == "identity":
+            dy = back["dy"]
+            return cotangent("dy", dy, dy.shape, dy.dtype, None, back.device, DLPACK_ROCM).copy()
+        x = saved[0]
+        dy = cotangent("dy", back["dy"], x.shape, x.dtype, None, back.device, DLPACK_ROCM)
+        if mode in KERNEL_MODES:
+            _, backward = elementwise.kernels(cp, mode)
+            return backward(x, dy, elementwise.coefficient(x.dtype, _needed(mode, alpha)))
+        y = saved[1]
+        dy = like(cp, dy, y)
+        dx = cp.empty_like(y)
+        one, zero = scaling(y.dtype)
+        h = handle(back.device, current_stream()).ptr
+        for chunk, plan in _chunks(mode, alpha, y.size, y.dtype.name):
+            t, at = plan.tensor.handle, chunk.offset(y.itemsize)
+            lib.miopenActivationBackward(h, plan.activation.handle, one, t, y.data.ptr + at, t, dy.data.ptr + at,
+                                         t, x.data.ptr + at, zero, t, dx.data.ptr + at)
+    return dx
 
-    return y, pullback
+
+def activation_residuals(x: ArraySpec, mode: str, alpha: float | None) -> tuple[ArraySpec, ...]:
+    """Nothing for identity; x for swish; x and y for MIOpen's modes (all of x's shape and dtype)."""
+    if mode == "identity":
+        return ()
+    spec = ArraySpec(tuple(x.shape), x.dtype)
+    return (spec,) if mode in KERNEL_MODES else (spec, spec)

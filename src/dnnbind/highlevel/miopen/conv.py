@@ -1,9 +1,15 @@
 """Convolution and transposed convolution on MIOpen.
 
-conv: miopenConvolutionForward; its pullback runs BackwardData and BackwardWeights. conv_transpose is
-conv's data gradient: BackwardData forward, Forward and BackwardWeights in its pullback. Each direction
+conv: miopenConvolutionForward; its backward runs BackwardData and BackwardWeights. conv_transpose is
+conv's data gradient: BackwardData forward, Forward and BackwardWeights in its backward. Each direction
 runs after Find on the handle (or in immediate mode, see :mod:`settings`). Groups, dilation, 1 to 3
 spatial dims (one as two), float16/float32/float64 as far as MIOpen supports them.
+
+Residuals: the two arrays the backward's library calls read, in the memory layout they ran in: x as
+MIOpen saw it (explicitly padded for conv, zero-extended for conv_transpose) and the weights as MIOpen
+ran them (flipped for ``flip=True``); see :func:`conv_residuals`. The backward finds the plan again by
+the forward's key: dims, ``layout`` and ``settings`` (both options; settings default to those in force
+at the call, and the ``(result, pullback)`` form passes the forward's to its pullback).
 
 MIOpen computes cross-correlation only: ``flip=True`` runs on the spatially flipped kernel, for the
 forward and the data gradient, and flips the weight gradient back. Asymmetric padding pads x
@@ -22,29 +28,33 @@ from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.gpu import layout as _layout
 from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
 from dnnbind.highlevel.gpu.call import Call
-from dnnbind.highlevel.gpu.geometry import crop, pad, padded_shape
+from dnnbind.highlevel.gpu.geometry import ConvGeometry, crop, pad, padded_shape
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.views import extend
 from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.miopen._lib import handle
 from dnnbind.highlevel.miopen.conv_args import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, flip_spatial
-from dnnbind.highlevel.miopen.conv_plan import ConvPlan, plan_for
-from dnnbind.highlevel.miopen.settings import current
+from dnnbind.highlevel.miopen.conv_plan import plan_for
+from dnnbind.highlevel.miopen.settings import MIOpenSettings, current
+from dnnbind.highlevel.residual import ArraySpec
 
 
-def _params(dims: ConvDims, layout: Callable[[], str | None]) -> Callable[[], dict[str, Any]]:
+def _params(dims: ConvDims, layout: str, settings: MIOpenSettings) -> Callable[[], dict[str, Any]]:
     """The op's parameters for error messages, computed only when one is raised."""
     def params() -> dict[str, Any]:
         out = {f.name: getattr(dims, f.name) for f in fields(dims) if f.name not in ("x_shape", "w_shape", "dtype")}
-        s = current()
-        out.update(layout=layout(), algo=s.algo, immediate=s.immediate, deterministic=s.deterministic,
-                   workspace_limit=s.workspace_limit)
+        out.update(layout=layout, algo=settings.algo, immediate=settings.immediate,
+                   deterministic=settings.deterministic, workspace_limit=settings.workspace_limit)
         return out
     return params
 
 
-def _plan(call: Call, dims: ConvDims, layout: str | None) -> ConvPlan:
-    return plan_for(dims, _layout.check_layout(layout or "NCHW"), current(), call.device)
+def _setup(dims: ConvDims, layout: str | None,
+           settings: MIOpenSettings | None) -> tuple[str, MIOpenSettings, Callable[[], dict[str, Any]]]:
+    """(layout, settings, error parameters) of a call: NCHW and the settings in force by default."""
+    lay = _layout.check_layout(layout or "NCHW")
+    s = current() if settings is None else settings
+    return lay, s, _params(dims, lay, s)
 
 
 def _weights(cp: Any, w: Any, dims: ConvDims, layout: str) -> Any:
@@ -67,15 +77,16 @@ def _bias_grad(cp: Any, dy: Any) -> Any:
     return dy.sum(axis=(0,) + tuple(range(2, dy.ndim)), dtype=acc).astype(dy.dtype, copy=False)
 
 
-def conv(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None = None) -> tuple[Any, Callable]:
+def conv_forward(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None = None,
+                 settings: MIOpenSettings | None = None) -> tuple[Any, tuple[Any, Any]]:
     """y = conv(x, w) + b (see :func:`dnnbind.conv`); ``layout`` ("NCHW" by default, or "NHWC") is the
-    memory layout to run in. Arrays keep their NCHW-shaped indexing either way."""
+    memory layout to run in, ``settings`` how to choose algorithms. Arrays keep their NCHW-shaped
+    indexing either way. Saves x explicitly padded and the weights as run."""
     cp = cupy()
-    lay = layout or "NCHW"
-    params = _params(dims, lambda: lay)
+    lay, s, params = _setup(dims, layout, settings)
     with Call("conv", params, dlpack_devices=DLPACK_ROCM, x=x, w=w, b=b) as call:
         x, w, b = call["x"], call["w"], call["b"]
-        plan = _plan(call, dims, layout)
+        plan = plan_for(dims, lay, s, call.device)
         g = plan.geometry
         xp = pad(cp, x, g.extra_low, g.extra_high, lay)
         wr = _weights(cp, w, dims, lay)
@@ -83,33 +94,47 @@ def conv(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None = None) -
         plan.run(FORWARD, handle(call.device, current_stream()), y, x=xp, w=wr)
         if b is not None:
             _add_bias(y, b)
-        xp, wr = private(cp, xp, x), private(cp, wr, w)      # the pullback's own
-    device, dtype = call.device, y.dtype
-
-    def pullback(dy: Any) -> tuple[Any, ...]:
-        with Call("conv pullback", params, device=device, dlpack_devices=DLPACK_ROCM, dy=dy) as back:
-            dy = cotangent("dy", back["dy"], dims.y_shape, dtype, lay, device, DLPACK_ROCM)
-            h = handle(device, current_stream())
-            dxp = _layout.empty(cp, padded_shape(dims.x_shape, g.extra_low, g.extra_high), dtype, lay)
-            plan.run(BACKWARD_DATA, h, dxp, dy=dy, w=wr)
-            dx = crop(cp, dxp, dims.x_shape, g.extra_low, lay)
-            dw = _layout.empty(cp, dims.w_shape, dtype, lay)
-            plan.run(BACKWARD_WEIGHTS, h, dw, dy=dy, x=xp)
-            dw = _weight_grad(cp, dw, dims, lay)
-            return (dx, dw) if b is None else (dx, dw, _bias_grad(cp, dy))
-
-    return y, pullback
+    return y, (private(cp, xp, x), private(cp, wr, w))        # the backward's own
 
 
-def conv_transpose(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None = None) -> tuple[Any, Callable]:
-    """Transposed convolution (see :func:`dnnbind.conv_transpose`): the data gradient of the convolution
-    ``dims`` describes, whose input has this op's output shape (dims.x_shape)."""
+def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, layout: str | None = None,
+                  settings: MIOpenSettings | None = None) -> tuple[Any, Any, Any]:
+    """(dx, dw, db) of conv: BackwardData and BackwardWeights on the saved arrays; db (dy summed) always."""
+    (xp, wr), (dy,) = saved, cotangents
     cp = cupy()
-    lay = layout or "NCHW"
-    params = _params(dims, lambda: lay)
+    lay, s, params = _setup(dims, layout, settings)
+    device, dtype = xp.device.id, xp.dtype
+    with Call("conv backward", params, device=device, dlpack_devices=DLPACK_ROCM, dy=dy) as back:
+        plan = plan_for(dims, lay, s, device)
+        g = plan.geometry
+        dy = cotangent("dy", back["dy"], dims.y_shape, dtype, lay, device, DLPACK_ROCM)
+        h = handle(device, current_stream())
+        dxp = _layout.empty(cp, xp.shape, dtype, lay)
+        plan.run(BACKWARD_DATA, h, dxp, dy=dy, w=wr)
+        dx = crop(cp, dxp, dims.x_shape, g.extra_low, lay)
+        dw = _layout.empty(cp, dims.w_shape, dtype, lay)
+        plan.run(BACKWARD_WEIGHTS, h, dw, dy=dy, x=xp)
+        return dx, _weight_grad(cp, dw, dims, lay), _bias_grad(cp, dy)
+
+
+def conv_residuals(x: ArraySpec, w: ArraySpec, b: ArraySpec | None, dims: ConvDims, *, layout: str | None = None,
+                   settings: MIOpenSettings | None = None) -> tuple[ArraySpec, ArraySpec]:
+    """x explicitly padded (asymmetric padding's extra part) and w, in x's dtype; no library call."""
+    g = ConvGeometry.of(dims)
+    return (ArraySpec(padded_shape(dims.x_shape, g.extra_low, g.extra_high), x.dtype),
+            ArraySpec(dims.w_shape, x.dtype))
+
+
+def conv_transpose_forward(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None = None,
+                           settings: MIOpenSettings | None = None) -> tuple[Any, tuple[Any, Any]]:
+    """Transposed convolution (see :func:`dnnbind.conv_transpose`): the data gradient of the convolution
+    ``dims`` describes, whose input has this op's output shape (dims.x_shape). Saves x zero-extended to
+    that convolution's output shape, and the weights as run."""
+    cp = cupy()
+    lay, s, params = _setup(dims, layout, settings)
     with Call("conv_transpose", params, dlpack_devices=DLPACK_ROCM, x=x, w=w, b=b) as call:
         x, w, b = call["x"], call["w"], call["b"]
-        plan = _plan(call, dims, layout)
+        plan = plan_for(dims, lay, s, call.device)
         g = plan.geometry
         xe = extend(cp, x, dims.y_shape, lay)
         wr = _weights(cp, w, dims, lay)
@@ -118,20 +143,33 @@ def conv_transpose(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None
         y = crop(cp, yp, dims.x_shape, g.extra_low, lay)
         if b is not None:
             _add_bias(y, b)
-        xe, wr = private(cp, xe, x), private(cp, wr, w)      # the pullback's own
-    device, dtype, x_shape = call.device, y.dtype, tuple(x.shape)
+    return y, (private(cp, xe, x), private(cp, wr, w))        # the backward's own
 
-    def pullback(dy: Any) -> tuple[Any, ...]:
-        with Call("conv_transpose pullback", params, device=device, dlpack_devices=DLPACK_ROCM, dy=dy) as back:
-            dy = cotangent("dy", back["dy"], dims.x_shape, dtype, lay, device, DLPACK_ROCM)
-            h = handle(device, current_stream())
-            dyp = pad(cp, dy, g.extra_low, g.extra_high, lay)
-            dxe = _layout.empty(cp, dims.y_shape, dtype, lay)
-            plan.run(FORWARD, h, dxe, x=dyp, w=wr)
-            dx = crop(cp, dxe, x_shape, (0,) * len(g.extra_low), lay)
-            dw = _layout.empty(cp, dims.w_shape, dtype, lay)
-            plan.run(BACKWARD_WEIGHTS, h, dw, dy=xe, x=dyp)
-            dw = _weight_grad(cp, dw, dims, lay)
-            return (dx, dw) if b is None else (dx, dw, _bias_grad(cp, dy))
 
-    return y, pullback
+def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, layout: str | None = None,
+                            settings: MIOpenSettings | None = None) -> tuple[Any, Any, Any]:
+    """(dx, dw, db) of conv_transpose: Forward and BackwardWeights on the saved arrays; db always."""
+    (xe, wr), (dy,) = saved, cotangents
+    cp = cupy()
+    lay, s, params = _setup(dims, layout, settings)
+    device, dtype = xe.device.id, xe.dtype
+    with Call("conv_transpose backward", params, device=device, dlpack_devices=DLPACK_ROCM, dy=dy) as back:
+        plan = plan_for(dims, lay, s, device)
+        g = plan.geometry
+        dy = cotangent("dy", back["dy"], dims.x_shape, dtype, lay, device, DLPACK_ROCM)
+        h = handle(device, current_stream())
+        dyp = pad(cp, dy, g.extra_low, g.extra_high, lay)
+        dxe = _layout.empty(cp, dims.y_shape, dtype, lay)
+        plan.run(FORWARD, h, dxe, x=dyp, w=wr)
+        dx = crop(cp, dxe, dims.transpose_input_shape, (0,) * len(g.extra_low), lay)
+        dw = _layout.empty(cp, dims.w_shape, dtype, lay)
+        plan.run(BACKWARD_WEIGHTS, h, dw, dy=xe, x=dyp)
+        return dx, _weight_grad(cp, dw, dims, lay), _bias_grad(cp, dy)
+
+
+def conv_transpose_residuals(x: ArraySpec, w: ArraySpec, b: ArraySpec | None, dims: ConvDims, *,
+                             layout: str | None = None,
+                             settings: MIOpenSettings | None = None) -> tuple[ArraySpec, ArraySpec]:
+    """x zero-extended to the forward convolution's output shape (dims.y_shape) and w, in x's dtype;
+    no library call."""
+    return ArraySpec(dims.y_shape, x.dtype), ArraySpec(dims.w_shape, x.dtype)

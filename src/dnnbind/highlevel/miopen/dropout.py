@@ -11,11 +11,17 @@ placeholder, "currently not enabled"): the same states give the same mask every 
 * a ``numpy.random.Generator``: a 63-bit seed drawn from it (advancing it), states for this call only.
 
 The masks come from MIOpen's generator, so for the same seed they DIFFER from the reference backend's
-(numpy's). The mask lives in the reserve space (one byte per element), which the pullback holds;
-``pullback.mask`` recovers it as a boolean array. p = 0 and p = 1 need no random numbers: a copy, and
-zeros. Arrays of 2**30 elements or more run in chunks, one reserve space each; since MIOpen's states do
-not advance, chunk i uses the states of seed + i * 0x9E3779B97F4A7C15 (mod 2**64), so chunks do not
-repeat each other's mask.
+(numpy's). The mask lives in the reserve space, one byte per element, 0 or 1: the forward hands MIOpen
+a boolean array of x's shape and strides as the reserve space, and that array is the residual, as on
+the reference backend (``pullback.mask``). p = 0 and p = 1 need no random numbers: a copy, and zeros
+(the mask all True, all False). Arrays of 2**30 elements or more run in chunks, each with its part of
+the mask as reserve space; since MIOpen's states do not advance, chunk i uses the states of
+seed + i * 0x9E3779B97F4A7C15 (mod 2**64), so chunks do not repeat each other's mask.
+
+miopenDropoutBackward reads the mask from the reserve space, not the states; it still takes a
+descriptor with states of full size (MIOpen checks their size, and its kernel loads them without using
+them). The backward uses the cached states of the call's seed when that is an int, else those of seed
+0: it never draws from a Generator again.
 """
 from __future__ import annotations
 
@@ -29,10 +35,12 @@ from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.chunks import chunk_plan
-from dnnbind.highlevel.gpu.dropout import DropoutPart, DropoutPullbackBase, ready_event, wait_until_ready
+from dnnbind.highlevel.gpu.dropout import ready_event, wait_until_ready
+from dnnbind.highlevel.gpu.pullback import cotangent, like
 from dnnbind.highlevel.gpu.views import flat_dense
 from dnnbind.highlevel.miopen._lib import Handle, handle, lib
 from dnnbind.highlevel.miopen.descriptors import DropoutDescriptor, TensorDescriptor
+from dnnbind.highlevel.residual import ArraySpec
 
 STATES: PlanCache["DropoutStates"] = PlanCache("miopen.dropout_states", maxsize=16)
 TENSORS: PlanCache["DropoutTensor"] = PlanCache("miopen.dropout_tensor", maxsize=128)
@@ -46,6 +54,16 @@ class DropoutTensor:
         nbytes = ctypes.c_size_t()
         lib.miopenDropoutGetReserveSpaceSize(self.desc.handle, ctypes.byref(nbytes))
         self.reserve_size = nbytes.value
+
+
+def tensor_for(size: int, dtype: str) -> DropoutTensor:
+    """The cached :class:`DropoutTensor`; RuntimeError unless its reserve space is one byte per element
+    (the boolean mask the forward saves)."""
+    tensor = TENSORS.get((size, dtype), lambda: DropoutTensor(size, dtype))
+    if tensor.reserve_size != size:
+        raise RuntimeError(f"MIOpen wants {tensor.reserve_size} bytes of reserve space for {size} elements; dnnbind "
+                           f"saves the mask as one byte per element and does not know this MIOpen's layout")
+    return tensor
 
 
 class DropoutStates:
@@ -91,37 +109,67 @@ def _states(cp: Any, h: Handle, device: int, seed: Any, index: int = 0) -> Dropo
     return DropoutStates(cp, h, value)
 
 
-class DropoutPullback(DropoutPullbackBase):
-    """dy -> dx through miopenDropoutBackward with the forward's reserve space."""
-
-    dlpack_devices = DLPACK_ROCM
-
-    def _backward(self, dy: Any, dx: Any, part: DropoutPart) -> None:
-        t, at = part.tensor.desc.handle, part.chunk.offset(dy.itemsize)
-        lib.miopenDropoutBackward(handle(self._device, current_stream()).ptr, part.desc.handle, t, t,
-                                  dy.data.ptr + at, t, dx.data.ptr + at, part.reserve.data.ptr, part.reserve.size)
+def _backward_states(cp: Any, h: Handle, device: int, seed: Any, index: int) -> DropoutStates:
+    """States for miopenDropoutBackward, whose values it does not use (see the module docstring)."""
+    if seed is None or isinstance(seed, np.random.Generator):
+        return _states(cp, h, device, 0)
+    return _states(cp, h, device, seed, index)
 
 
-def dropout(x: Any, p: float, seed: Any = None) -> tuple[Any, DropoutPullback]:
-    """Zero each element with probability p and scale the rest by 1/(1 - p) (see :func:`dnnbind.dropout`)."""
+def _descriptor(h: Handle, p: float, states: DropoutStates) -> DropoutDescriptor:
+    desc = DropoutDescriptor()
+    lib.miopenRestoreDropoutDescriptor(desc.handle, h.ptr, float(p), states.buffer.data.ptr, states.size,
+                                       states.seed, False, False, lib.MIOPEN_RNG_PSEUDO_XORWOW)
+    return desc
+
+
+def dropout_forward(x: Any, p: float, seed: Any = None) -> tuple[Any, tuple[Any]]:
+    """Zero each element with probability p and scale the rest by 1/(1 - p) (see :func:`dnnbind.dropout`);
+    saves the mask (bool, x's shape)."""
     cp = cupy()
     with Call("dropout", {"p": p, "seed": seed}, dlpack_devices=DLPACK_ROCM, x=x) as call:
         x = call["x"]
-        trivial = DropoutPullback.trivial(cp, x, call.device, p)
-        if trivial is not None:
-            return trivial
+        if p == 0.0:
+            return x.copy(), (cp.ones(x.shape, bool),)
+        if p == 1.0:
+            return cp.zeros_like(x), (cp.zeros(x.shape, bool),)
         x, y = flat_dense(cp, x)
+        mask = cp.empty_like(x, dtype=bool)          # x's strides: byte i is the flag of x's i-th element
         h = handle(call.device, current_stream())
-        parts = []
         for index, chunk in enumerate(chunk_plan(x.size)):
-            tensor = TENSORS.get((chunk.size, x.dtype.name), lambda: DropoutTensor(chunk.size, x.dtype.name))
-            states = _states(cp, h, call.device, seed, index)
-            desc = DropoutDescriptor()
-            lib.miopenRestoreDropoutDescriptor(desc.handle, h.ptr, float(p), states.buffer.data.ptr, states.size,
-                                               states.seed, False, False, lib.MIOPEN_RNG_PSEUDO_XORWOW)
-            reserve = cp.empty(tensor.reserve_size, np.uint8)
+            tensor = tensor_for(chunk.size, x.dtype.name)
+            desc = _descriptor(h, p, _states(cp, h, call.device, seed, index))
             t, at = tensor.desc.handle, chunk.offset(x.itemsize)
-            lib.miopenDropoutForward(h.ptr, desc.handle, t, t, x.data.ptr + at, t, y.data.ptr + at, reserve.data.ptr,
-                                     reserve.size)
-            parts.append(DropoutPart(chunk, desc, tensor, reserve, states))
-    return y, DropoutPullback(cp, y, call.device, p, parts)
+            lib.miopenDropoutForward(h.ptr, desc.handle, t, t, x.data.ptr + at, t, y.data.ptr + at,
+                                     mask.data.ptr + chunk.start, tensor.reserve_size)
+    return y, (mask,)
+
+
+def dropout_backward(saved: tuple, cotangents: tuple, p: float, seed: Any = None) -> Any:
+    """dx = dy * mask / (1 - p) through miopenDropoutBackward, in dy's dtype (the result's, for the
+    pullback form)."""
+    (mask,), (dy,) = saved, cotangents
+    cp = cupy()
+    device = mask.device.id
+    with Call("dropout backward", {"p": p}, device=device, dlpack_devices=DLPACK_ROCM, dy=dy) as back:
+        dy = back["dy"]
+        dy = cotangent("dy", dy, mask.shape, dy.dtype, None, device, DLPACK_ROCM)
+        if p == 0.0:
+            return dy.copy()
+        if p == 1.0:
+            return cp.zeros_like(dy)
+        dx = cp.empty_like(mask, dtype=dy.dtype)     # the mask's strides, so the flat blocks line up
+        dy = like(cp, dy, dx)
+        h = handle(device, current_stream())
+        for index, chunk in enumerate(chunk_plan(dx.size)):
+            tensor = tensor_for(chunk.size, dx.dtype.name)
+            desc = _descriptor(h, p, _backward_states(cp, h, device, seed, index))
+            t, at = tensor.desc.handle, chunk.offset(dx.itemsize)
+            lib.miopenDropoutBackward(h.ptr, desc.handle, t, t, dy.data.ptr + at, t, dx.data.ptr + at,
+                                      mask.data.ptr + chunk.start, tensor.reserve_size)
+        return dx
+
+
+def dropout_residuals(x: ArraySpec, p: float, seed: Any = None) -> tuple[ArraySpec]:
+    """The mask: bool, x's shape (the reserve space MIOpen fills); no library call."""
+    return (ArraySpec(tuple(x.shape), np.dtype(bool)),)

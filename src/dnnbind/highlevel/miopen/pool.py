@@ -3,7 +3,7 @@
 MIOpen pools 2-d and 3-d data (1-d runs as 2-d with a height of 1), in NCHW memory (channels-last
 input is copied; results are C-contiguous). Max pooling runs the forward with ``do_backward`` set:
 MIOpen then saves, per output, the index of the window's maximum in a workspace that its backward
-pass reads; the pullback holds that workspace. Its index type must be able to count past the largest
+pass reads; it is one of the residuals. Its index type must be able to count past the largest
 index (MIOpen refuses otherwise): window positions in 2-d (mask index mode), positions in the whole
 padded image in 3-d (image index mode, the only one MIOpen's 3-d solver has); :func:`workspace_index`
 picks the smallest type that fits.
@@ -12,12 +12,15 @@ meanpool uses miopenPoolingAverageInclusive (count_include_pad) or miopenPooling
 padding pads x explicitly (-inf for max, zero for mean), and the mean that excludes padding is
 rescaled (see :mod:`dnnbind.highlevel.gpu.rescale`).
 
+Residuals (see :func:`maxpool_residuals`): the explicitly padded x and y, which miopenPoolingBackward
+takes, and for max pooling the index workspace (bytes); the backward finds the plan again from dims.
+
 Differences from the reference: MIOpen's max ignores NaN (a window's maximum is taken with ``>``), and
 ties go to the first maximum in the window, as in the reference.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -25,12 +28,13 @@ from dnnbind.highlevel.dims import PoolDims, numpy_dtype
 from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
-from dnnbind.highlevel.gpu.geometry import PoolGeometry, crop, pad
+from dnnbind.highlevel.gpu.geometry import PoolGeometry, crop, pad, padded_shape
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.rescale import exclude_pad_factor
 from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.miopen._lib import handle, lib, scaling
 from dnnbind.highlevel.miopen.descriptors import PoolingDescriptor, TensorDescriptor
+from dnnbind.highlevel.residual import ArraySpec
 
 PLANS: PlanCache["PoolPlan"] = PlanCache("miopen.pool", maxsize=256)
 
@@ -92,47 +96,89 @@ def plan_for(dims: PoolDims, kind: str) -> PoolPlan:
     return PLANS.get((dims, kind), lambda: PoolPlan(dims, kind))
 
 
-def _pool(op: str, x: Any, dims: PoolDims, kind: str) -> tuple[Any, Callable]:
+def _kind(count_include_pad: bool) -> str:
+    return MEAN_INCLUDE_PAD if count_include_pad else MEAN_EXCLUDE_PAD
+
+
+def _params(dims: PoolDims, kind: str) -> dict[str, Any]:
+    return {"window": dims.window, "stride": dims.stride, "pad_low": dims.pad_low, "pad_high": dims.pad_high,
+            "mode": kind}
+
+
+def _forward(op: str, x: Any, dims: PoolDims, kind: str) -> tuple[Any, tuple[Any, ...]]:
     cp = cupy()
     alpha, beta = scaling(dims.dtype)
-    params = {"window": dims.window, "stride": dims.stride, "pad_low": dims.pad_low, "pad_high": dims.pad_high,
-              "mode": kind}
-    with Call(op, params, dlpack_devices=DLPACK_ROCM, x=x) as call:
+    with Call(op, _params(dims, kind), dlpack_devices=DLPACK_ROCM, x=x) as call:
         x = call["x"]
         plan = plan_for(dims, kind)
         g = plan.geometry
         xp = pad(cp, x, g.extra_low, g.extra_high, "NCHW", plan.fill)
         y = cp.empty(dims.y_shape, x.dtype)
-        indices = cp.empty(plan.workspace, np.uint8) if plan.workspace else None
+        indices = cp.empty(plan.workspace, np.uint8) if kind == MAX else None
         lib.miopenPoolingForward(handle(call.device, current_stream()).ptr, plan.pooling.handle, alpha,
                                  plan.x.handle, xp.data.ptr, beta, plan.y.handle, y.data.ptr, indices is not None,
                                  None if indices is None else indices.data.ptr, plan.workspace)
         if plan.rescale is not None:
             y *= plan.rescale_on_device(cp, call.device)
-        xp, saved_y = private(cp, xp, x), y.copy()     # the pullback's own
-    device, dtype = call.device, x.dtype
-
-    def pullback(dy: Any) -> Any:
-        with Call(f"{op} pullback", params, device=device, dlpack_devices=DLPACK_ROCM, dy=dy) as back:
-            dy = cotangent("dy", back["dy"], dims.y_shape, dtype, "NCHW", device, DLPACK_ROCM)
-            if plan.rescale is not None:
-                dy = cp.ascontiguousarray(dy * plan.rescale_on_device(cp, device))
-            dxp = cp.empty(xp.shape, dtype)
-            lib.miopenPoolingBackward(handle(device, current_stream()).ptr, plan.pooling.handle, alpha,
-                                      plan.y.handle, saved_y.data.ptr, plan.y.handle, dy.data.ptr, plan.x.handle,
-                                      xp.data.ptr, beta, plan.x.handle, dxp.data.ptr,
-                                      None if indices is None else indices.data.ptr)
-            return crop(cp, dxp, dims.x_shape, g.extra_low, "NCHW")
-
-    pullback.workspace = indices  # type: ignore[attr-defined]  # MIOpen's saved indices (max pooling)
-    return y, pullback
+        saved = (private(cp, xp, x), y.copy())       # the backward's own
+    return y, saved if indices is None else saved + (indices,)
 
 
-def maxpool(x: Any, dims: PoolDims) -> tuple[Any, Callable]:
-    """Max pooling (see :func:`dnnbind.maxpool`); the pullback holds MIOpen's index workspace."""
-    return _pool("maxpool", x, dims, MAX)
+def _backward(op: str, saved: tuple, cotangents: tuple, dims: PoolDims, kind: str) -> Any:
+    cp = cupy()
+    xp, y = saved[0], saved[1]
+    indices = saved[2] if kind == MAX else None
+    alpha, beta = scaling(dims.dtype)
+    device, dtype = y.device.id, y.dtype
+    with Call(f"{op} backward", _params(dims, kind), device=device, dlpack_devices=DLPACK_ROCM,
+              dy=cotangents[0]) as back:
+        plan = plan_for(dims, kind)
+        g = plan.geometry
+        dy = cotangent("dy", back["dy"], dims.y_shape, dtype, "NCHW", device, DLPACK_ROCM)
+        if plan.rescale is not None:
+            dy = cp.ascontiguousarray(dy * plan.rescale_on_device(cp, device))
+        dxp = cp.empty(xp.shape, dtype)
+        lib.miopenPoolingBackward(handle(device, current_stream()).ptr, plan.pooling.handle, alpha, plan.y.handle,
+                                  y.data.ptr, plan.y.handle, dy.data.ptr, plan.x.handle, xp.data.ptr, beta,
+                                  plan.x.handle, dxp.data.ptr, None if indices is None else indices.data.ptr)
+        return crop(cp, dxp, dims.x_shape, g.extra_low, "NCHW")
 
 
-def meanpool(x: Any, dims: PoolDims, count_include_pad: bool = True) -> tuple[Any, Callable]:
-    """Mean pooling (see :func:`dnnbind.meanpool`)."""
-    return _pool("meanpool", x, dims, MEAN_INCLUDE_PAD if count_include_pad else MEAN_EXCLUDE_PAD)
+def _residuals(x: ArraySpec, dims: PoolDims, kind: str) -> tuple[ArraySpec, ...]:
+    g = PoolGeometry.of(dims)
+    saved = (ArraySpec(padded_shape(dims.x_shape, g.extra_low, g.extra_high), x.dtype),
+             ArraySpec(dims.y_shape, x.dtype))
+    if kind != MAX:
+        return saved
+    return saved + (ArraySpec((plan_for(dims, kind).workspace,), np.dtype(np.uint8)),)
+
+
+def maxpool_forward(x: Any, dims: PoolDims) -> tuple[Any, tuple[Any, ...]]:
+    """Max pooling (see :func:`dnnbind.maxpool`); saves padded x, y and MIOpen's index workspace."""
+    return _forward("maxpool", x, dims, MAX)
+
+
+def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> Any:
+    """dx through miopenPoolingBackward, routed by the saved index workspace."""
+    return _backward("maxpool", saved, cotangents, dims, MAX)
+
+
+def maxpool_residuals(x: ArraySpec, dims: PoolDims) -> tuple[ArraySpec, ...]:
+    """x explicitly padded (x's dtype), y, and the index workspace: uint8 bytes, as many as MIOpen's
+    miopenPoolingGetWorkSpaceSizeV2 says (a host-side query of the plan's descriptors)."""
+    return _residuals(x, dims, MAX)
+
+
+def meanpool_forward(x: Any, dims: PoolDims, count_include_pad: bool = True) -> tuple[Any, tuple[Any, ...]]:
+    """Mean pooling (see :func:`dnnbind.meanpool`); saves padded x and y."""
+    return _forward("meanpool", x, dims, _kind(count_include_pad))
+
+
+def meanpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, count_include_pad: bool = True) -> Any:
+    """dx through miopenPoolingBackward (the exclude-padding rescale applied to dy first)."""
+    return _backward("meanpool", saved, cotangents, dims, _kind(count_include_pad))
+
+
+def meanpool_residuals(x: ArraySpec, dims: PoolDims, count_include_pad: bool = True) -> tuple[ArraySpec, ...]:
+    """x explicitly padded and y, in x's dtype; no library call."""
+    return _residuals(x, dims, _kind(count_include_pad))

@@ -69,6 +69,11 @@ def torch_shapes(dims: RNNDims) -> list[list[tuple[int, ...] | None]]:
     return out
 
 
+def weight_space_size(dims: RNNDims) -> int:
+    """Elements of the weight space: all of PyTorch's tensors (the slots must tile it exactly)."""
+    return _bases(dims)[1]
+
+
 def _bases(dims: RNNDims) -> tuple[dict[tuple[int, int], int], int]:
     """Start of each (entry, tensor) in the concatenation of PyTorch's tensors, and its total size."""
     bases, at = {}, 0

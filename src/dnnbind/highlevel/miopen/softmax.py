@@ -6,10 +6,13 @@ the softmax axis (see :func:`dnnbind.highlevel.gpu.views.axis_view`): INSTANCE m
 CHANNEL mode otherwise. MIOPEN_SOFTMAX_ACCURATE subtracts the maximum first; MIOPEN_SOFTMAX_LOG gives
 log-softmax. Works on C-contiguous arrays, and on channels-last arrays normalised along the channels;
 others are copied to C order once.
+
+The residual is y (a copy: the caller gets its own), in the memory layout the forward ran in; the
+backward finds the plan again from y's shape, layout and dtype.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from dnnbind.highlevel.gpu import layout as _layout
 from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
@@ -19,6 +22,7 @@ from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.views import axis_view
 from dnnbind.highlevel.miopen._lib import handle, lib, scaling
 from dnnbind.highlevel.miopen.descriptors import TensorDescriptor
+from dnnbind.highlevel.residual import ArraySpec
 
 PLANS: PlanCache["SoftmaxPlan"] = PlanCache("miopen.softmax", maxsize=256)
 
@@ -49,7 +53,10 @@ def run_layout(x: Any, axis: int) -> str | None:
     return lay
 
 
-def _run(op: str, x: Any, axis: int, algorithm: int) -> tuple[Any, Callable]:
+_ALGORITHMS = {"softmax": "MIOPEN_SOFTMAX_ACCURATE", "logsoftmax": "MIOPEN_SOFTMAX_LOG"}
+
+
+def _forward(op: str, x: Any, axis: int) -> tuple[Any, tuple[Any]]:
     cp = cupy()
     with Call(op, {"axis": axis}, dlpack_devices=DLPACK_ROCM, x=x) as call:
         x = call["x"]
@@ -61,25 +68,51 @@ def _run(op: str, x: Any, axis: int, algorithm: int) -> tuple[Any, Callable]:
         y = _layout.empty(cp, x.shape, x.dtype, lay)
         d = plan.desc.handle
         lib.miopenSoftmaxForward_V2(handle(call.device, current_stream()).ptr, alpha, d, x.data.ptr, beta, d,
-                                    y.data.ptr, algorithm, plan.mode)
-    device = call.device
-
-    def pullback(dy: Any) -> Any:
-        with Call(f"{op} pullback", {"axis": axis}, device=device, dlpack_devices=DLPACK_ROCM, dy=dy) as back:
-            dy = cotangent("dy", back["dy"], y.shape, y.dtype, lay, device, DLPACK_ROCM)
-            dx = _layout.empty(cp, y.shape, y.dtype, lay)
-            lib.miopenSoftmaxBackward_V2(handle(device, current_stream()).ptr, alpha, d, y.data.ptr, d, dy.data.ptr,
-                                         beta, d, dx.data.ptr, algorithm, plan.mode)
-            return dx
-
-    return y.copy(order="K"), pullback     # the pullback keeps y: the caller gets a copy
+                                    y.data.ptr, getattr(lib, _ALGORITHMS[op]), plan.mode)
+    return y.copy(order="K"), (y,)         # the residual is the forward's own y: the caller gets a copy
 
 
-def softmax(x: Any, axis: int) -> tuple[Any, Callable]:
-    """Softmax along ``axis`` (MIOPEN_SOFTMAX_ACCURATE); the pullback keeps y."""
-    return _run("softmax", x, axis, lib.MIOPEN_SOFTMAX_ACCURATE)
+def _backward(op: str, saved: tuple, cotangents: tuple, axis: int) -> Any:
+    (y,), (dy,) = saved, cotangents
+    cp = cupy()
+    device = y.device.id
+    with Call(f"{op} backward", {"axis": axis}, device=device, dlpack_devices=DLPACK_ROCM, dy=dy) as back:
+        lay = run_layout(y, axis)           # the layout the forward ran in: y was made dense in it
+        if lay is None:
+            raise ValueError(f"the saved y of {op} is not laid out as the forward made it")
+        plan = plan_for(tuple(y.shape), lay, y.dtype.name, axis)
+        dy = cotangent("dy", back["dy"], y.shape, y.dtype, lay, device, DLPACK_ROCM)
+        dx = _layout.empty(cp, y.shape, y.dtype, lay)
+        alpha, beta = scaling(y.dtype)
+        d = plan.desc.handle
+        lib.miopenSoftmaxBackward_V2(handle(device, current_stream()).ptr, alpha, d, y.data.ptr, d, dy.data.ptr,
+                                     beta, d, dx.data.ptr, getattr(lib, _ALGORITHMS[op]), plan.mode)
+    return dx
 
 
-def logsoftmax(x: Any, axis: int) -> tuple[Any, Callable]:
-    """Log-softmax along ``axis`` (MIOPEN_SOFTMAX_LOG); the pullback keeps y."""
-    return _run("logsoftmax", x, axis, lib.MIOPEN_SOFTMAX_LOG)
+def softmax_forward(x: Any, axis: int) -> tuple[Any, tuple[Any]]:
+    """Softmax along ``axis`` (MIOPEN_SOFTMAX_ACCURATE); saves y."""
+    return _forward("softmax", x, axis)
+
+
+def softmax_backward(saved: tuple, cotangents: tuple, axis: int) -> Any:
+    """dx from the saved y and dy."""
+    return _backward("softmax", saved, cotangents, axis)
+
+
+def logsoftmax_forward(x: Any, axis: int) -> tuple[Any, tuple[Any]]:
+    """Log-softmax along ``axis`` (MIOPEN_SOFTMAX_LOG); saves y."""
+    return _forward("logsoftmax", x, axis)
+
+
+def logsoftmax_backward(saved: tuple, cotangents: tuple, axis: int) -> Any:
+    """dx from the saved y (log-probabilities) and dy."""
+    return _backward("logsoftmax", saved, cotangents, axis)
+
+
+def softmax_residuals(x: ArraySpec, axis: int) -> tuple[ArraySpec]:
+    """y: x's shape and dtype (MIOpen computes half precision as it is)."""
+    return (ArraySpec(tuple(x.shape), x.dtype),)
+
+
+logsoftmax_residuals = softmax_residuals

@@ -2,13 +2,14 @@
 
 For every op NAME (see :data:`dnnbind.highlevel.residual.FORMS`) two custom ops are registered:
 
-``dnnbind::NAME(Tensor x, Tensor[] others, str params) -> (Tensor[] outputs, Tensor[] residuals)``
+``dnnbind::NAME(Tensor x, Tensor[] others, str params, float[] reals) -> (Tensor[] outputs, Tensor[] residuals)``
     Runs the backend's ``NAME_forward``. ``others`` are the op's other array arguments that are not
     None, in FORMS order (rnn's weights flattened); ``params`` is a JSON text (:func:`encode`) holding
-    the public op's keyword arguments and which array slots are filled. Outputs: the op's results that
+    the public op's keyword arguments and which array slots are filled, except its float arguments,
+    which are ``reals`` (named in params; a compiled graph may hold them as symbolic values). Outputs: the op's results that
     are not None; batch norm adds its updated running statistics (the op itself mutates nothing: the
     caller copies them back), dropout takes its seed as a 0-d int64 tensor in ``others``.
-``dnnbind::NAME_backward(Tensor[] residuals, Tensor[] cotangents, str params) -> Tensor[]``
+``dnnbind::NAME_backward(Tensor[] residuals, Tensor[] cotangents, str params, float[] reals) -> Tensor[]``
     Runs ``NAME_backward``: one gradient per differentiable array argument that was given.
 
 Both have fake kernels that compute shapes from ConvDims/PoolDims/RNNDims (through the public ops'
@@ -35,8 +36,8 @@ from dnnbind.torch.convert import device_scope, to_array, to_tensor
 NAMESPACE = "dnnbind"
 Tensor = torch.Tensor
 
-_FORWARD_SCHEMA = "(Tensor x, Tensor[] others, str params) -> (Tensor[], Tensor[])"
-_BACKWARD_SCHEMA = "(Tensor[] residuals, Tensor[] cotangents, str params) -> Tensor[]"
+_FORWARD_SCHEMA = "(Tensor x, Tensor[] others, str params, float[] reals) -> (Tensor[], Tensor[])"
+_BACKWARD_SCHEMA = "(Tensor[] residuals, Tensor[] cotangents, str params, float[] reals) -> Tensor[]"
 
 
 # -- params ---------------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ def _jsonable(name: str, value: Any) -> Any:
 def encode(**params: Any) -> str:
     """The ``params`` text of a custom op call: its keyword arguments as compact, sorted JSON (a constant
     for ``torch.compile``: its arguments are the layers' own settings)."""
-    return _encode(tuple(sorted(params.items())))
+    return _encode(tuple(params.items()))
 
 
 @torch.compiler.assume_constant_result
@@ -139,22 +140,23 @@ def _spec(t: Tensor) -> ArraySpec:
 
 # -- the forward op -------------------------------------------------------------------------------
 
-def _arguments(op: str, x: Any, others: Sequence[Any], p: dict[str, Any],
+def _arguments(op: str, x: Any, others: Sequence[Any], p: dict[str, Any], reals: Sequence[float],
                read_seed: bool = False) -> tuple[list[Any], dict[str, Any]]:
     """The FORMS arrays (x first) and the public op's keyword arguments of one call. Dropout's seed
     tensor is no array of the op's: its value becomes the ``seed`` keyword when ``read_seed`` (the real
     kernel), else None (shapes do not depend on it)."""
     arrays = [x, *unflatten(others, p["slots"])]
-    kwargs = dict(p["args"])
+    kwargs = {**p["args"], **dict(zip(p["reals"], reals))}
     if op == "dropout":
         seed = arrays.pop() if len(arrays) > 1 else None
         kwargs["seed"] = int(seed.item()) if read_seed and seed is not None else None
     return arrays, kwargs
 
 
-def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str) -> tuple[list[Tensor], list[Tensor]]:
+def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
+             reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
     p = decode(params)
-    tensors, kwargs = _arguments(op, x, list(others), p, read_seed=True)
+    tensors, kwargs = _arguments(op, x, list(others), p, reals, read_seed=True)
     if op == "batchnorm":          # the running statistics are updated in copies that come back as outputs
         tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
     with device_scope(x.device):
@@ -168,9 +170,10 @@ def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str) -> tuple
         return outputs, [to_tensor(r) for r in residuals]
 
 
-def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str) -> tuple[list[Tensor], list[Tensor]]:
+def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
+                  reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
     p = decode(params)
-    tensors, kwargs = _arguments(op, x, list(others), p)
+    tensors, kwargs = _arguments(op, x, list(others), p, [float(r) for r in reals])
     specs = _map(_spec, tensors)
     static = residual_static(op, *specs, **kwargs)
     shapes = RULES[op]((*specs, *static))[0]
@@ -183,11 +186,11 @@ def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str) -> 
 
 # -- the backward op ------------------------------------------------------------------------------
 
-def _backward_arguments(op: str, p: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+def _backward_arguments(op: str, p: dict[str, Any], reals: Sequence[float]) -> tuple[list[Any], dict[str, Any]]:
     """The forward's FORMS arrays as ArraySpecs (from the shapes the autograd setup recorded)."""
     dtype = numpy_dtype(p["dtype"])
     specs = [ArraySpec(tuple(s), dtype) for s in p["shapes"]]
-    return _arguments(op, specs[0], specs[1:], p)
+    return _arguments(op, specs[0], specs[1:], p, [float(r) for r in reals])
 
 
 def _gradient_leaves(op: str, grads: Any, arrays: list[Any]) -> list[Any]:
@@ -212,9 +215,10 @@ def _leaves(tree: Any) -> list[Any]:
     return [tree]
 
 
-def _backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str) -> list[Tensor]:
+def _backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,
+              reals: Sequence[float]) -> list[Tensor]:
     p = decode(params)
-    arrays, kwargs = _backward_arguments(op, p)
+    arrays, kwargs = _backward_arguments(op, p, reals)
     device = torch.device(p["device"])
     with device_scope(device):
         static = residual_static(op, *arrays, **kwargs)
@@ -225,9 +229,10 @@ def _backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor]
         return [to_tensor(g) for g in _gradient_leaves(op, grads, arrays)]
 
 
-def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str) -> list[Tensor]:
+def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,
+                   reals: Sequence[float]) -> list[Tensor]:
     p = decode(params)
-    arrays, _ = _backward_arguments(op, p)
+    arrays, _ = _backward_arguments(op, p, reals)
     like = cotangents[0]
     flat = [a for a, diff in zip(arrays, _differentiable(op)) if diff]
     return [like.new_empty(a.shape) for a in _leaves(flat) if a is not None]
@@ -236,7 +241,7 @@ def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Te
 # -- autograd -------------------------------------------------------------------------------------
 
 def _setup_context(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
-    x, others, params = inputs
+    x, others, params, reals = inputs
     outputs, residuals = output
     ctx.save_for_backward(*residuals)
     extra = outputs[len(outputs) - _extra_outputs(op, decode(params)):] if op == "batchnorm" else []
@@ -250,6 +255,7 @@ def _setup_context(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
     ctx.diff = [d for d, slot in zip(_differentiable(op)[1:], _flat_slots(p["slots"])) for _ in range(slot)]
     ctx.params = {**p, "shapes": shapes, "dtype": array_dtype(x.dtype).name, "device": str(x.device)}
     ctx.results = len(outputs) - len(extra)
+    ctx.reals = list(reals)
     ctx.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
 
 
@@ -266,20 +272,26 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
     op = ctx.op
     d_results = list(d_outputs[:ctx.results])
     if not any(d is not None for d in d_results):
-        return None, [None] * ctx.others, None
+        return None, [None] * ctx.others, None, _no_gradient(ctx.reals)
     if d_results[0] is None:                  # the first cotangent is required: zeros stand for "unused"
         shape, dtype, device = ctx.first
         d_results[0] = torch.zeros(shape, dtype=dtype, device=device)
     given = [d is not None for d in d_results]
     params = encode(**{**ctx.params, "given": given})
     grads = getattr(torch.ops.dnnbind, f"{op}_backward")(list(ctx.saved_tensors), [d for d in d_results if d is not None],
-                                                        params)
+                                                        params, ctx.reals)
     it = iter(grads)
     dx = next(it)
     d_others = [next(it) if diff else None for diff in ctx.diff]
     if op == "dropout":
         d_others = [None] * ctx.others
-    return dx, d_others, None
+    return dx, d_others, None, _no_gradient(ctx.reals)
+
+
+def _no_gradient(reals: list[float]) -> Any:
+    """The (absent) gradient of the ``reals`` argument, in the structure torch's check expects: an empty
+    list for an empty one, None for a filled one (a float list is one input to autograd)."""
+    return [] if not reals else None
 
 
 # -- registration ---------------------------------------------------------------------------------
@@ -303,5 +315,19 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
     """Run ``dnnbind::op`` on x and the op's other FORMS arrays (tensors, None, or rnn's nested weights)
     with the public op's keyword arguments; returns the op's non-None outputs."""
     others, slots = flatten(arrays)
-    outputs, _ = getattr(torch.ops.dnnbind, op)(x, others, encode(args=kwargs, slots=slots))
+    # float settings (p, eps, momentum, alpha) travel as the op's float arguments: torch.compile may trace
+    # a layer's float attribute as a symbolic value, which cannot be part of the params text
+    reals = {k: v for k, v in kwargs.items() if isinstance(v, (float, torch.SymFloat))}
+    args = {k: _constant(v) for k, v in kwargs.items() if k not in reals}
+    params = encode(args=args, reals=list(reals), slots=slots)
+    outputs, _ = getattr(torch.ops.dnnbind, op)(x, others, params, list(reals.values()))
     return outputs
+
+
+def _constant(value: Any) -> Any:
+    """``value`` with plain Python ints (torch.compile may trace an int setting as a symbolic one)."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_constant(v) for v in value)
+    if isinstance(value, torch.SymInt):
+        return int(value)
+    return value

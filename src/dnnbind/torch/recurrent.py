@@ -126,17 +126,43 @@ def _repack(y: Tensor, lengths: Tensor, like: PackedSequence) -> PackedSequence:
     return PackedSequence(data, like.batch_sizes, like.sorted_indices, like.unsorted_indices)
 
 
-class RNN(_Recurrent, nn.RNN):
+# The classes derive from nn.RNNBase, not from nn.RNN/LSTM/GRU: torch.compile refuses to trace any
+# instance of those three (torch._dynamo.config.allow_rnn), and tracing is the point of dnnbind's
+# custom ops. Everything else (arguments, parameters, repr, state_dict, flatten_parameters) is
+# RNNBase's, as it is for torch's own classes.
+
+
+class RNN(_Recurrent, nn.RNNBase):
     """torch.nn.RNN computed by dnnbind: forward(input, h_0) -> (output, h_n)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if "proj_size" in kwargs:
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+        if len(args) > 3:
+            kwargs["nonlinearity"] = args[3]
+            args = args[:3] + args[4:]
+        self.nonlinearity = kwargs.pop("nonlinearity", "tanh")
+        if self.nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"Unknown nonlinearity '{self.nonlinearity}'. Select from 'tanh' or 'relu'.")
+        super().__init__("RNN_TANH" if self.nonlinearity == "tanh" else "RNN_RELU", *args, **kwargs)
 
-class LSTM(_Recurrent, nn.LSTM):
+
+class LSTM(_Recurrent, nn.RNNBase):
     """torch.nn.LSTM computed by dnnbind (proj_size 0 only): forward(input, (h_0, c_0)) -> (output, (h_n, c_n))."""
 
+    get_expected_cell_size = nn.LSTM.get_expected_cell_size
+    check_forward_args = nn.LSTM.check_forward_args       # type: ignore[assignment]
+    permute_hidden = nn.LSTM.permute_hidden               # type: ignore[assignment]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__("LSTM", *args, **kwargs)
         self._check_options()
 
 
-class GRU(_Recurrent, nn.GRU):
+class GRU(_Recurrent, nn.RNNBase):
     """torch.nn.GRU computed by dnnbind: forward(input, h_0) -> (output, h_n)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if "proj_size" in kwargs:
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+        super().__init__("GRU", *args, **kwargs)

@@ -8,7 +8,7 @@ import numpy as np
 
 import dnnbind
 from dnnbind.highlevel import reference
-from dnnbind.highlevel.cudnn.rnn import rnn
+from dnnbind.highlevel.cudnn import rnn
 from dnnbind.highlevel.dims import RNNDims
 
 GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}

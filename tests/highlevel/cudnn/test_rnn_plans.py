@@ -391,7 +391,7 @@ def test_packed_base_recognises_views_of_one_weight_space():
 
 def test_backend_rnn_has_the_reference_signature():
     import inspect
-    from dnnbind.highlevel.cudnn.rnn import rnn
+    from dnnbind.highlevel.cudnn import rnn
     ours = list(inspect.signature(rnn).parameters)
     theirs = list(inspect.signature(dispatch.load_backend("reference").rnn).parameters)
     assert ours[:len(theirs)] == theirs == ["x", "weights", "h0", "c0", "dims"]

@@ -8,11 +8,12 @@ elementwise kernel computing in float32 (float64 for float64 data), like the ref
 
 The arrays are treated as one flat block, so any dense layout (C, Fortran, channels-last) runs
 without copying and y has x's strides; blocks of 2**30 elements or more run in chunks
-(:mod:`dnnbind.highlevel.gpu.chunks`). The pullback keeps its own copies of x and y.
+(:mod:`dnnbind.highlevel.gpu.chunks`). Residuals (see :mod:`dnnbind.highlevel.residual`): copies of x and
+y with x's strides (cuDNN's modes), a copy of x (leaky_relu), nothing (identity).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from dnnbind.highlevel.cudnn._lib import DTYPES, handle, lib
 from dnnbind.highlevel.cudnn.descriptors import ActivationDescriptor, TensorDescriptor
@@ -20,11 +21,12 @@ from dnnbind.highlevel.gpu import elementwise
 from dnnbind.highlevel.gpu.arrays import cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
-from dnnbind.highlevel.gpu.chunks import chunk_plan
+from dnnbind.highlevel.gpu.chunks import Chunk, chunk_plan
 from dnnbind.highlevel.gpu.pullback import cotangent, like
 from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.gpu.views import flat_dense
 from dnnbind.highlevel.ops import ACTIVATION_DEFAULTS
+from dnnbind.highlevel.residual import ArraySpec
 
 PLANS: PlanCache["ActivationPlan"] = PlanCache("cudnn.activation", maxsize=256)
 
@@ -51,61 +53,72 @@ class ActivationPlan:
         self.dtype = DTYPES[dtype]
 
 
-def activation(x: Any, mode: str, alpha: float | None) -> tuple[Any, Callable]:
-    """y = f(x) for one of the public modes; alpha None means the mode's default, as in the public op."""
+def _alpha(mode: str, alpha: float | None) -> float | None:
+    """alpha, or the mode's default when None (as the public op resolves it)."""
+    return ACTIVATION_DEFAULTS[mode] if alpha is None else alpha
+
+
+def _chunks(mode: str, alpha: float | None, a: Any, device: int) -> list[tuple[Chunk, ActivationPlan]]:
+    """The chunks of a's flat block with the plan of each (from the plan cache)."""
+    name = a.dtype.name
+    return [(chunk, PLANS.get((mode, alpha, chunk.size, name, device),
+                              lambda: ActivationPlan(mode, alpha, chunk.size, name)))
+            for chunk in chunk_plan(a.size)]
+
+
+def activation_forward(x: Any, mode: str, alpha: float | None) -> tuple[Any, tuple]:
+    """y = f(x) for one of the public modes; alpha None means the mode's default, as in the public op.
+    Saves nothing for identity, x for leaky_relu, else x and y (see :func:`activation_residuals`)."""
     cp = cupy()
-    if alpha is None:
-        alpha = ACTIVATION_DEFAULTS[mode]
+    alpha = _alpha(mode, alpha)
     with Call("activation", {"mode": mode, "alpha": alpha}, x=x) as call:
-        x = call["x"]
+        user_x = call["x"]
         if mode == "identity":
-            return _identity(cp, x, call.device)
+            return user_x.copy(), ()
         if mode == "leaky_relu":
-            return _leaky_relu(cp, x, float(alpha or 0.0), call.device)
-        user_x = x
-        x, y = flat_dense(cp, x)
-        device, item = call.device, x.itemsize
-        chunks = [(chunk, PLANS.get((mode, alpha, chunk.size, x.dtype.name, device),
-                                    lambda: ActivationPlan(mode, alpha, chunk.size, x.dtype.name)))
-                  for chunk in chunk_plan(x.size)]
-        c = lib()
-        h = handle(device, current_stream())
-        for chunk, plan in chunks:
+            forward, _ = elementwise.kernels(cp, mode)
+            return forward(user_x, elementwise.coefficient(user_x.dtype, float(alpha or 0.0))), \
+                (user_x.copy(order="K"),)
+        x, y = flat_dense(cp, user_x)
+        c, item = lib(), x.itemsize
+        h = handle(call.device, current_stream())
+        for chunk, plan in _chunks(mode, alpha, x, call.device):
             t, at = plan.tensor.handle, chunk.offset(item)
             c.cudnnActivationForward(h, plan.activation.handle, plan.dtype.one, t, x.data.ptr + at, plan.dtype.zero,
                                      t, y.data.ptr + at)
-        x = private(cp, x, user_x)
-        saved_y = y.copy(order="K")
-
-    def pullback(dy: Any) -> Any:
-        with Call("activation pullback", {"mode": mode, "alpha": alpha}, device=device, dy=dy) as back:
-            dy = like(cp, cotangent("dy", back["dy"], saved_y.shape, saved_y.dtype, None, device), saved_y)
-            dx = cp.empty_like(saved_y)
-            h = handle(device, current_stream())
-            for chunk, plan in chunks:
-                t, at = plan.tensor.handle, chunk.offset(item)
-                c.cudnnActivationBackward(h, plan.activation.handle, plan.dtype.one, t, saved_y.data.ptr + at, t,
-                                          dy.data.ptr + at, t, x.data.ptr + at, plan.dtype.zero, t, dx.data.ptr + at)
-            return dx
-
-    return y, pullback
+        return y, (private(cp, x, user_x), y.copy(order="K"))
 
 
-def _identity(cp: Any, x: Any, device: int) -> tuple[Any, Callable]:
-    y = x.copy()
+def activation_backward(residuals: tuple, cotangents: tuple, mode: str, alpha: float | None) -> Any:
+    """dx = dy * f'(x), from the saved arrays and dy."""
+    cp = cupy()
+    alpha = _alpha(mode, alpha)
+    (dy,) = cotangents
+    if mode == "identity":
+        with Call("activation pullback", {"mode": mode}, dy=dy) as back:
+            a = back["dy"]
+            return cotangent("dy", a, a.shape, a.dtype, None, back.device).copy()
+    saved_x = residuals[0]
+    device = saved_x.device.id
+    with Call("activation pullback", {"mode": mode, "alpha": alpha}, device=device, dy=dy) as back:
+        dy = cotangent("dy", back["dy"], saved_x.shape, saved_x.dtype, None, device)
+        if mode == "leaky_relu":
+            _, backward = elementwise.kernels(cp, mode)
+            return backward(saved_x, dy, elementwise.coefficient(saved_x.dtype, float(alpha or 0.0)))
+        y, dx = flat_dense(cp, residuals[1])           # y itself: it has x's strides, one dense block
+        x, dy = like(cp, saved_x, y), like(cp, dy, y)
+        c, item = lib(), y.itemsize
+        h = handle(device, current_stream())
+        for chunk, plan in _chunks(mode, alpha, y, device):
+            t, at = plan.tensor.handle, chunk.offset(item)
+            c.cudnnActivationBackward(h, plan.activation.handle, plan.dtype.one, t, y.data.ptr + at, t,
+                                      dy.data.ptr + at, t, x.data.ptr + at, plan.dtype.zero, t, dx.data.ptr + at)
+        return dx
 
-    def pullback(dy: Any) -> Any:
-        with Call("activation pullback", {"mode": "identity"}, device=device, dy=dy) as back:
-            return cotangent("dy", back["dy"], y.shape, y.dtype, None, device).copy()
 
-    return y, pullback
-
-
-def _leaky_relu(cp: Any, x: Any, slope: float, device: int) -> tuple[Any, Callable]:
-    y, derivative = elementwise.apply(cp, "leaky_relu", x, slope)
-
-    def pullback(dy: Any) -> Any:
-        with Call("activation pullback", {"mode": "leaky_relu", "alpha": slope}, device=device, dy=dy) as back:
-            return derivative(cotangent("dy", back["dy"], y.shape, y.dtype, None, device))
-
-    return y, pullback
+def activation_residuals(x: Any, mode: str, alpha: float | None) -> tuple[ArraySpec, ...]:
+    """Nothing for identity, x for leaky_relu (a CuPy kernel), x and y for cuDNN's modes; x's shape and dtype."""
+    if mode == "identity":
+        return ()
+    spec = ArraySpec(tuple(x.shape), x.dtype)
+    return (spec,) if mode == "leaky_relu" else (spec, spec)

@@ -2,10 +2,15 @@
 :func:`batchnorm_mode`).
 
 Training: cudnnBatchNormalizationForwardTraining normalises with the batch statistics and returns
-the batch mean and inverse standard deviation, which the pullback hands to
+the batch mean and inverse standard deviation, which the backward hands to
 cudnnBatchNormalizationBackward. Inference: cudnnBatchNormalizationForwardInference with copies of the
-running statistics (so later updates do not change the pullback); its pullback differentiates that
+running statistics (so later updates do not change the backward); its backward differentiates that
 affine map with CuPy (cuDNN's backward pass is the training one).
+
+Residual form (see :mod:`dnnbind.highlevel.residual`): the forward saves x (in the layout it ran in),
+gamma, the mean and the inverse standard deviation (per channel, cuDNN's parameter dtype): the same four
+arrays in training and inference, all the forward's own. running_mean and running_var are positional
+array arguments, updated in place.
 
 Running statistics. cuDNN updates them as ``running = (1 - factor) * running + factor * batch`` with
 ``factor = momentum`` and, for the variance, the UNBIASED batch variance (count / (count - 1) times the
@@ -20,7 +25,9 @@ smaller values are raised to it with a warning.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from typing import Any
+
+import numpy as np
 
 from dnnbind.highlevel.cudnn._lib import DTYPES, handle, lib
 from dnnbind.highlevel.cudnn.descriptors import TensorDescriptor
@@ -32,6 +39,7 @@ from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.layout import lift
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.saved import private
+from dnnbind.highlevel.residual import ArraySpec
 
 PLANS: PlanCache["BatchNormPlan"] = PlanCache("cudnn.batchnorm", maxsize=128)
 
@@ -56,40 +64,49 @@ class BatchNormPlan:
         self.dtype = DTYPES[dtype]
 
 
-def epsilon(eps: float) -> float:
-    """eps, raised to CUDNN_BN_MIN_EPSILON (with a warning) when smaller."""
+def epsilon(eps: float, warn: bool = True) -> float:
+    """eps, raised to CUDNN_BN_MIN_EPSILON (with a warning, unless ``warn`` is False) when smaller."""
     low = float(lib().CUDNN_BN_MIN_EPSILON)
     if eps < low:
-        warnings.warn(f"eps={eps!r} is below cuDNN's minimum CUDNN_BN_MIN_EPSILON={low!r}; using {low!r}",
-                      RuntimeWarning, stacklevel=3)
+        if warn:
+            warnings.warn(f"eps={eps!r} is below cuDNN's minimum CUDNN_BN_MIN_EPSILON={low!r}; using {low!r}",
+                          RuntimeWarning, stacklevel=3)
         return low
     return eps
 
 
-def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any, running_var: Any, training: bool,
-              momentum: float, eps: float) -> tuple[Any, Callable]:
-    """y = (x - mean) / sqrt(var + eps) * gamma + beta per channel (see :func:`dnnbind.batchnorm`)."""
+def _layout_of(cp: Any, x: Any) -> tuple[Any, str]:
+    """(x, its layout) when cuDNN can describe it, else (a C-order copy, "NCHW")."""
+    lay = _layout.layout_of(x) if x.ndim > 2 else ("NCHW" if x.flags.c_contiguous else None)
+    return (cp.ascontiguousarray(x), "NCHW") if lay is None else (x, lay)
+
+
+def _plan(x: Any, lay: str, training: bool, device: int) -> BatchNormPlan:
+    return PLANS.get((tuple(x.shape), lay, x.dtype.name, training, device),
+                     lambda: BatchNormPlan(tuple(x.shape), lay, x.dtype.name, training))
+
+
+def batchnorm_forward(x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any, training: bool,
+                      momentum: float, eps: float) -> tuple[Any, tuple]:
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta per channel (see :func:`dnnbind.batchnorm`); updates
+    the running statistics in place when training. Saves (x, gamma, mean, invstd), see
+    :func:`batchnorm_residuals`."""
     cp = cupy()
     c = lib()
     eps = epsilon(eps)
     params = {"training": training, "momentum": momentum, "eps": eps}
     with Call("batchnorm", params, x=x, gamma=gamma, beta=beta, running_mean=running_mean,
               running_var=running_var) as call:
-        x, gamma, beta = call["x"], call["gamma"], call["beta"]
+        x, lay = _layout_of(cp, call["x"])
         running_mean, running_var = call["running_mean"], call["running_var"]
-        lay = _layout.layout_of(x) if x.ndim > 2 else ("NCHW" if x.flags.c_contiguous else None)
-        if lay is None:
-            x, lay = cp.ascontiguousarray(x), "NCHW"
-        plan = PLANS.get((tuple(x.shape), lay, x.dtype.name, training, call.device),
-                         lambda: BatchNormPlan(tuple(x.shape), lay, x.dtype.name, training))
+        plan = _plan(x, lay, training, call.device)
         pdt = plan.dtype.param
-        scale, bias = as_param(cp, gamma, pdt), as_param(cp, beta, pdt)
+        scale, bias = as_param(cp, call["gamma"], pdt), as_param(cp, call["beta"], pdt)
         y = _layout.empty(cp, x.shape, x.dtype, lay)
         h = handle(call.device, current_stream())
         one, zero = plan.dtype.one, plan.dtype.zero
-        channels = x.shape[1]
         if training:
-            mean, invstd = cp.empty(channels, pdt), cp.empty(channels, pdt)
+            mean, invstd = cp.empty(x.shape[1], pdt), cp.empty(x.shape[1], pdt)
             rm = rv = None
             if running_mean is not None:
                 rm, rv = as_param(cp, running_mean, pdt), as_param(cp, running_var, pdt)
@@ -104,23 +121,43 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any, running_var: 
             c.cudnnBatchNormalizationForwardInference(
                 h, plan.mode, one, zero, plan.x.handle, x.data.ptr, plan.x.handle, y.data.ptr, plan.param.handle,
                 scale.data.ptr, bias.data.ptr, mean.data.ptr, var.data.ptr, eps)
-            invstd = 1.0 / cp.sqrt(var + eps)
-        x, scale = private(cp, x, call["x"]), private(cp, scale, call["gamma"])     # the pullback's own
-    device, dtype = call.device, x.dtype
+            invstd = (1.0 / cp.sqrt(var + eps)).astype(pdt, copy=False)
+        return y, (private(cp, x, call["x"]), private(cp, scale, call["gamma"]), mean, invstd)
 
-    def pullback(dy: Any) -> tuple[Any, Any, Any]:
-        with Call("batchnorm pullback", params, device=device, dy=dy) as back:
-            dy = cotangent("dy", back["dy"], x.shape, dtype, lay, device)
-            if training:
-                dx = _layout.empty(cp, x.shape, dtype, lay)
-                dgamma, dbeta = cp.empty(channels, pdt), cp.empty(channels, pdt)
-                c.cudnnBatchNormalizationBackward(
-                    handle(device, current_stream()), plan.mode, one, zero, one, zero, plan.x.handle, x.data.ptr,
-                    plan.x.handle, dy.data.ptr, plan.x.handle, dx.data.ptr, plan.param.handle, scale.data.ptr,
-                    dgamma.data.ptr, dbeta.data.ptr, eps, mean.data.ptr, invstd.data.ptr)
-            else:
-                dx, dgamma, dbeta = affine_pullback(cp, x, dy, scale, mean, invstd, pdt)
-                dx = _layout.in_layout(cp, dx, lay, dtype)
-            return dx, dgamma.astype(dtype, copy=False), dbeta.astype(dtype, copy=False)
 
-    return y, pullback
+def batchnorm_backward(residuals: tuple, cotangents: tuple, training: bool, momentum: float,
+                       eps: float) -> tuple[Any, Any, Any]:
+    """(dx, dgamma, dbeta) from the saved (x, gamma, mean, invstd) and dy: cuDNN's backward when training,
+    the affine map's gradient (CuPy) for inference."""
+    cp = cupy()
+    saved_x, scale, mean, invstd = residuals
+    (dy,) = cotangents
+    device, dtype = saved_x.device.id, saved_x.dtype
+    eps = epsilon(eps, warn=False)          # the forward warned
+    with Call("batchnorm pullback", {"training": training, "momentum": momentum, "eps": eps}, device=device,
+              dy=dy) as back:
+        x, lay = _layout_of(cp, saved_x)
+        plan = _plan(x, lay, training, device)
+        pdt = plan.dtype.param
+        dy = cotangent("dy", back["dy"], x.shape, dtype, lay, device)
+        if training:
+            one, zero = plan.dtype.one, plan.dtype.zero
+            dx = _layout.empty(cp, x.shape, dtype, lay)
+            dgamma, dbeta = cp.empty(x.shape[1], pdt), cp.empty(x.shape[1], pdt)
+            lib().cudnnBatchNormalizationBackward(
+                handle(device, current_stream()), plan.mode, one, zero, one, zero, plan.x.handle, x.data.ptr,
+                plan.x.handle, dy.data.ptr, plan.x.handle, dx.data.ptr, plan.param.handle, scale.data.ptr,
+                dgamma.data.ptr, dbeta.data.ptr, eps, mean.data.ptr, invstd.data.ptr)
+        else:
+            dx, dgamma, dbeta = affine_pullback(cp, x, dy, scale, mean, invstd, pdt)
+            dx = _layout.in_layout(cp, dx, lay, dtype)
+        return dx, dgamma.astype(dtype, copy=False), dbeta.astype(dtype, copy=False)
+
+
+def batchnorm_residuals(x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any, training: bool,
+                        momentum: float, eps: float) -> tuple[ArraySpec, ...]:
+    """x (its shape and dtype), then gamma, the mean and the inverse standard deviation (batch statistics
+    when training, running ones for inference), one per channel in cuDNN's parameter dtype (float32 for
+    half-precision x, else x's dtype)."""
+    param = ArraySpec((x.shape[1],), np.dtype(DTYPES[x.dtype].param))
+    return ArraySpec(tuple(x.shape), x.dtype), param, param, param

@@ -15,14 +15,23 @@ initialised states per (device, seed) in a bounded cache:
   that call only.
 
 The masks come from cuDNN's generator, so for the same seed they DIFFER from the reference backend's
-(numpy's); tests compare statistics and the pullback's consistency with the forward mask instead.
-The mask lives in cuDNN's reserve space, which the pullback holds; ``pullback.mask`` recovers it as a
-boolean array. p = 0 and p = 1 need no random numbers: a copy, and zeros. Arrays of 2**30 elements or
-more run in chunks, one reserve space each (the states advance from chunk to chunk).
+(numpy's); tests compare statistics and the backward's consistency with the forward mask instead.
+
+Residual form (see :mod:`dnnbind.highlevel.residual`): the mask lives in cuDNN's reserve spaces (uint8,
+one per chunk: arrays of 2**30 elements or more run in chunks, the states advancing from chunk to chunk),
+which are the residuals; a seeded call saves copies of the kept ones. The reserve space is an opaque
+mask over a flat block of memory, and the backward must see dy in the same element order as the forward
+saw x; since the residuals carry no layout, that order is always C order: x and dy that are not
+C-contiguous are copied to C order for the library call, and y and dx come back in x's and dy's own
+layout. The backward runs with a dropout descriptor of the same p restored on this stream's unseeded
+states (cudnnDropoutBackward reads the mask from the reserve space; it draws nothing). p = 0 and p = 1
+need no random numbers: a copy and zeros, with no residuals. ``pullback.mask`` (the ``(result, pullback)``
+form) is where the pullback of ones is non-zero (:mod:`dnnbind.highlevel.gpu.dropout_mask`).
 """
 from __future__ import annotations
 
 import ctypes
+import math
 import secrets
 from typing import Any
 
@@ -34,12 +43,16 @@ from dnnbind.highlevel.gpu.arrays import cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.chunks import chunk_plan
-from dnnbind.highlevel.gpu.dropout import DropoutPart, DropoutPullbackBase, ready_event, wait_until_ready
-from dnnbind.highlevel.gpu.views import flat_dense
+from dnnbind.highlevel.gpu.dropout import DropoutPart, ready_event, wait_until_ready
+from dnnbind.highlevel.gpu.dtypes import dtype_name
+from dnnbind.highlevel.gpu.pullback import cotangent
+from dnnbind.highlevel.gpu.views import is_dense
+from dnnbind.highlevel.residual import ArraySpec
 
 STATES: PlanCache["DropoutStates"] = PlanCache("cudnn.dropout_states", maxsize=16)
 MASKS: PlanCache["SeededMask"] = PlanCache("cudnn.dropout_masks", maxsize=16)
 TENSORS: PlanCache[TensorDescriptor] = PlanCache("cudnn.dropout_tensor", maxsize=128)
+BACKWARD: PlanCache["BackwardDescriptor"] = PlanCache("cudnn.dropout_backward", maxsize=64)
 
 
 class DropoutStates:
@@ -56,6 +69,17 @@ class DropoutStates:
         with DropoutDescriptor() as desc:
             c.cudnnSetDropoutDescriptor(desc.handle, h, 0.5, self.buffer.data.ptr, self.size, seed)
         self.ready = ready_event(cp)
+
+
+class BackwardDescriptor:
+    """A dropout descriptor of probability p for cudnnDropoutBackward, restored on ``states`` (kept alive
+    here: the descriptor points at them)."""
+
+    def __init__(self, h: Any, p: float, states: DropoutStates) -> None:
+        self.states = states
+        self.desc = DropoutDescriptor()
+        lib().cudnnRestoreDropoutDescriptor(self.desc.handle, h, p, states.buffer.data.ptr, states.size,
+                                            states.seed)
 
 
 def _int_seed(seed: Any) -> tuple[int, bool]:
@@ -91,26 +115,27 @@ class SeededMask:
         self.ready = ready
 
 
-class DropoutPullback(DropoutPullbackBase):
-    """dy -> dx through cudnnDropoutBackward with the forward's reserve space, chunk by chunk."""
+def _tensor(size: int, dtype: str) -> TensorDescriptor:
+    """The flat (1, 1, 1, size) descriptor of one chunk."""
+    return TENSORS.get((size, dtype), lambda: TensorDescriptor((1, 1, 1, size), dtype))
 
-    def _backward(self, dy: Any, dx: Any, part: DropoutPart) -> None:
-        t, at = part.tensor.handle, part.chunk.offset(dy.itemsize)
-        lib().cudnnDropoutBackward(handle(self._device, current_stream()), part.desc.handle, t, dy.data.ptr + at, t,
-                                   dx.data.ptr + at, part.reserve.data.ptr, part.reserve.size)
+
+def reserve_bytes(size: int, dtype: Any) -> int:
+    """cudnnDropoutGetReserveSpaceSize for a chunk of ``size`` elements (a host-side query)."""
+    out = ctypes.c_size_t()
+    lib().cudnnDropoutGetReserveSpaceSize(_tensor(size, dtype_name(dtype)).handle, ctypes.byref(out))
+    return out.value
 
 
 def _draw(cp: Any, c: Any, h: Any, x: Any, y: Any, p: float, states: DropoutStates, buffer: Any) -> list[DropoutPart]:
     """y = dropout(x) with a new mask drawn from ``buffer`` (advancing it), chunk by chunk; the parts keep the
-    masks (reserve spaces) and the descriptors the pullback needs."""
+    masks (reserve spaces) and the descriptors a later seeded call needs."""
     desc = DropoutDescriptor()
     c.cudnnRestoreDropoutDescriptor(desc.handle, h, float(p), buffer.data.ptr, states.size, states.seed)
     parts = []
     for chunk in chunk_plan(x.size):
-        tensor = TENSORS.get((chunk.size, x.dtype.name), lambda: TensorDescriptor((1, 1, 1, chunk.size), x.dtype.name))
-        size = ctypes.c_size_t()
-        c.cudnnDropoutGetReserveSpaceSize(tensor.handle, ctypes.byref(size))
-        reserve = cp.empty(size.value, np.uint8)
+        tensor = _tensor(chunk.size, x.dtype.name)
+        reserve = cp.empty(reserve_bytes(chunk.size, x.dtype), np.uint8)
         at = chunk.offset(x.itemsize)
         c.cudnnDropoutForward(h, desc.handle, tensor.handle, x.data.ptr + at, tensor.handle, y.data.ptr + at,
                               reserve.data.ptr, reserve.size)
@@ -118,16 +143,30 @@ def _draw(cp: Any, c: Any, h: Any, x: Any, y: Any, p: float, states: DropoutStat
     return parts
 
 
-def dropout(x: Any, p: float, seed: Any = None) -> tuple[Any, DropoutPullback]:
-    """Zero each element with probability p and scale the rest by 1/(1 - p) (see :func:`dnnbind.dropout`)."""
+def _in_layout_of(cp: Any, a: Any, template: Any) -> Any:
+    """C-order ``a`` in ``template``'s layout when that is a dense one other than C order, else ``a``."""
+    if template.flags.c_contiguous or not is_dense(template):
+        return a
+    out = cp.empty_like(template)
+    if out.strides != template.strides:
+        return a
+    out[...] = a
+    return out
+
+
+def dropout_forward(x: Any, p: float, seed: Any = None) -> tuple[Any, tuple]:
+    """Zero each element with probability p and scale the rest by 1/(1 - p) (see :func:`dnnbind.dropout`);
+    saves cuDNN's reserve spaces (the mask), none for p = 0 or 1."""
     cp = cupy()
     c = lib()
     with Call("dropout", {"p": p, "seed": seed}, x=x) as call:
-        x = call["x"]
-        trivial = DropoutPullback.trivial(cp, x, call.device, p)
-        if trivial is not None:
-            return trivial
-        x, y = flat_dense(cp, x)
+        user_x = call["x"]
+        if p == 0.0:
+            return user_x.copy(), ()
+        if p == 1.0:
+            return cp.zeros_like(user_x), ()
+        x = cp.ascontiguousarray(user_x)
+        y = cp.empty(x.shape, x.dtype)
         stream = current_stream()
         h = handle(call.device, stream)
         if seed is not None and not isinstance(seed, np.random.Generator):
@@ -145,7 +184,55 @@ def dropout(x: Any, p: float, seed: Any = None) -> tuple[Any, DropoutPullback]:
                     t, at = part.tensor.handle, part.chunk.offset(x.itemsize)
                     c.cudnnDropoutBackward(h, part.desc.handle, t, x.data.ptr + at, t, y.data.ptr + at,
                                            part.reserve.data.ptr, part.reserve.size)
-            parts = mask.parts
+            saved = tuple(part.reserve.copy() for part in mask.parts)     # the cache's stay untouched
         else:
-            parts = _draw(cp, c, h, x, y, p, *_states(cp, h, call.device, stream, seed))
-    return y, DropoutPullback(cp, y, call.device, p, parts)
+            saved = tuple(part.reserve for part in _draw(cp, c, h, x, y, p,
+                                                          *_states(cp, h, call.device, stream, seed)))
+        return _in_layout_of(cp, y, user_x), saved
+
+
+def dropout_backward(residuals: tuple, cotangents: tuple, p: float, seed: Any = None) -> Any:
+    """dx = dy * mask / (1 - p) through cudnnDropoutBackward with the saved reserve spaces; dy must have the
+    forward result's dtype (the ``(result, pullback)`` form converts it)."""
+    cp = cupy()
+    (dy,) = cotangents
+    device = residuals[0].device.id if residuals else None
+    with Call("dropout pullback", {"p": p}, device=device, dy=dy) as back:
+        user_dy = back["dy"]
+        dy = cotangent("dy", user_dy, user_dy.shape, user_dy.dtype, None, back.device)
+        if p == 0.0:
+            return dy.copy()
+        if p == 1.0:
+            return cp.zeros_like(dy)
+        chunks = chunk_plan(dy.size)
+        _check_reserves(residuals, chunks, dy)
+        dy = cp.ascontiguousarray(dy)
+        dx = cp.empty(dy.shape, dy.dtype)
+        stream = current_stream()
+        h = handle(back.device, stream)
+        desc = BACKWARD.get((back.device, stream, float(p)),
+                            lambda: BackwardDescriptor(h, float(p), _states(cp, h, back.device, stream, None)[0]))
+        c = lib()
+        for chunk, reserve in zip(chunks, residuals):
+            t, at = _tensor(chunk.size, dy.dtype.name).handle, chunk.offset(dy.itemsize)
+            c.cudnnDropoutBackward(h, desc.desc.handle, t, dy.data.ptr + at, t, dx.data.ptr + at, reserve.data.ptr,
+                                   reserve.size)
+        return _in_layout_of(cp, dx, user_dy)
+
+
+def _check_reserves(residuals: tuple, chunks: list, dy: Any) -> None:
+    """ValueError unless the saved reserve spaces are those of a forward of dy's size and dtype."""
+    wanted = [reserve_bytes(chunk.size, dy.dtype) for chunk in chunks]
+    got = [int(r.size) for r in residuals]
+    if got != wanted:
+        raise ValueError(f"the saved reserve spaces ({got} bytes) are not those of a dropout of {dy.size} "
+                         f"{dy.dtype} elements ({wanted} bytes): dy must have the forward result's size and dtype")
+
+
+def dropout_residuals(x: Any, p: float, seed: Any = None) -> tuple[ArraySpec, ...]:
+    """One uint8 reserve space per chunk of x's flat block (cudnnDropoutGetReserveSpaceSize, asked on the
+    host); nothing for p = 0 or 1."""
+    if p in (0.0, 1.0):
+        return ()
+    size = math.prod(tuple(x.shape))
+    return tuple(ArraySpec((reserve_bytes(chunk.size, x.dtype),), np.dtype(np.uint8)) for chunk in chunk_plan(size))

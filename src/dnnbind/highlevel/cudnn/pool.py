@@ -8,6 +8,11 @@ Asymmetric padding: cuDNN pads symmetrically, so x is padded explicitly by the r
 zero for mean). For a mean that excludes padding, cuDNN then counts the explicit padding as data; the
 output and the gradient are rescaled per output position (:mod:`dnnbind.highlevel.gpu.rescale`, a factor
 computed on the host once per plan).
+
+Residual form (see :mod:`dnnbind.highlevel.residual`): both save x (explicitly padded) and y, in the
+layout they ran in; the backward reads that layout from the saved x's strides (or the ``layout=``
+option) and takes the plan from the cache by the same key, with the deterministic setting in force
+when it runs.
 """
 from __future__ import annotations
 
@@ -23,10 +28,11 @@ from dnnbind.highlevel.gpu import layout as _layout
 from dnnbind.highlevel.gpu.arrays import cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
-from dnnbind.highlevel.gpu.geometry import PoolGeometry, crop, pad
+from dnnbind.highlevel.gpu.geometry import PoolGeometry, crop, pad, padded_shape
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.rescale import exclude_pad_factor
 from dnnbind.highlevel.gpu.saved import private
+from dnnbind.highlevel.residual import ArraySpec
 
 PLANS: PlanCache["PoolPlan"] = PlanCache("cudnn.pool", maxsize=256)
 
@@ -73,46 +79,92 @@ def plan_for(dims: PoolDims, kind: str, layout: str, device: int) -> PoolPlan:
     return PLANS.get(key, lambda: PoolPlan(dims, kind, deterministic, layout))
 
 
-def _pool(op: str, x: Any, dims: PoolDims, kind: str, layout: str | None) -> tuple[Any, Callable]:
+def _lay(x: Any, layout: str | None) -> str:
+    """The memory layout to run in: the ``layout`` option, else x's own (NCHW when x is neither)."""
+    return _layout.check_layout(layout) if layout is not None else _layout.layout_of(x) or "NCHW"
+
+
+def _params(dims: PoolDims, kind: str, lay: Callable[[], str | None]) -> Callable[[], dict[str, Any]]:
+    """The op's parameters for error messages, computed only when one is raised."""
+    return lambda: {"window": dims.window, "stride": dims.stride, "pad_low": dims.pad_low, "pad_high": dims.pad_high,
+                    "mode": kind, "layout": lay()}
+
+
+def _forward(op: str, x: Any, dims: PoolDims, kind: str, layout: str | None) -> tuple[Any, tuple[Any, Any]]:
     cp = cupy()
     lay = layout
-    params = lambda: {"window": dims.window, "stride": dims.stride, "pad_low": dims.pad_low,  # noqa: E731
-                      "pad_high": dims.pad_high, "mode": kind, "layout": lay}
-    with Call(op, params, x=x) as call:
+    with Call(op, _params(dims, kind, lambda: lay), x=x) as call:
         x = call["x"]
-        lay = _layout.check_layout(layout) if layout is not None else _layout.layout_of(x) or "NCHW"
+        lay = _lay(x, layout)
         plan = plan_for(dims, kind, lay, call.device)
         g, one, zero = plan.geometry, plan.dtype.one, plan.dtype.zero
         xp = pad(cp, x, g.extra_low, g.extra_high, lay, plan.fill)
         y = _layout.empty(cp, dims.y_shape, x.dtype, lay)
-        c = lib()
-        c.cudnnPoolingForward(handle(call.device, current_stream()), plan.pooling.handle, one, plan.x.handle,
-                              xp.data.ptr, zero, plan.y.handle, y.data.ptr)
+        lib().cudnnPoolingForward(handle(call.device, current_stream()), plan.pooling.handle, one, plan.x.handle,
+                                  xp.data.ptr, zero, plan.y.handle, y.data.ptr)
         if plan.rescale is not None:
             y *= plan.rescale_on_device(cp)
-        xp, saved_y = private(cp, xp, x), y.copy(order="K")     # the pullback's own
-    device, dtype = call.device, x.dtype
-
-    def pullback(dy: Any) -> Any:
-        with Call(f"{op} pullback", params, device=device, dy=dy) as back:
-            dy = cotangent("dy", back["dy"], dims.y_shape, dtype, lay, device)
-            if plan.rescale is not None:
-                dy = _layout.in_layout(cp, dy * plan.rescale_on_device(cp), lay)
-            dxp = _layout.empty(cp, xp.shape, dtype, lay)
-            c.cudnnPoolingBackward(handle(device, current_stream()), plan.pooling.handle, one, plan.y.handle,
-                                   saved_y.data.ptr, plan.y.handle, dy.data.ptr, plan.x.handle, xp.data.ptr, zero,
-                                   plan.x.handle, dxp.data.ptr)
-            return crop(cp, dxp, dims.x_shape, g.extra_low, lay)
-
-    return y, pullback
+        return y, (private(cp, xp, x), y.copy(order="K"))      # the backward's own
 
 
-def maxpool(x: Any, dims: PoolDims, *, layout: str | None = None) -> tuple[Any, Callable]:
-    """Max pooling (see :func:`dnnbind.maxpool`); the pullback keeps x (padded) and y for cuDNN."""
-    return _pool("maxpool", x, dims, MAX, layout)
+def _backward(op: str, residuals: tuple, cotangents: tuple, dims: PoolDims, kind: str,
+              layout: str | None) -> Any:
+    cp = cupy()
+    saved_x, saved_y = residuals
+    (dy,) = cotangents
+    lay = _lay(saved_x, layout)
+    device, dtype = saved_x.device.id, saved_x.dtype
+    with Call(f"{op} pullback", _params(dims, kind, lambda: lay), device=device, dy=dy) as back:
+        plan = plan_for(dims, kind, lay, device)
+        xp, y = _layout.in_layout(cp, saved_x, lay), _layout.in_layout(cp, saved_y, lay)
+        dy = cotangent("dy", back["dy"], dims.y_shape, dtype, lay, device)
+        if plan.rescale is not None:
+            dy = _layout.in_layout(cp, dy * plan.rescale_on_device(cp), lay)
+        dxp = _layout.empty(cp, xp.shape, dtype, lay)
+        lib().cudnnPoolingBackward(handle(device, current_stream()), plan.pooling.handle, plan.dtype.one,
+                                   plan.y.handle, y.data.ptr, plan.y.handle, dy.data.ptr, plan.x.handle, xp.data.ptr,
+                                   plan.dtype.zero, plan.x.handle, dxp.data.ptr)
+        return crop(cp, dxp, dims.x_shape, plan.geometry.extra_low, lay)
 
 
-def meanpool(x: Any, dims: PoolDims, count_include_pad: bool = True, *,
-             layout: str | None = None) -> tuple[Any, Callable]:
-    """Mean pooling (see :func:`dnnbind.meanpool`)."""
-    return _pool("meanpool", x, dims, MEAN_INCLUDE_PAD if count_include_pad else MEAN_EXCLUDE_PAD, layout)
+def _residuals(x: Any, dims: PoolDims) -> tuple[ArraySpec, ArraySpec]:
+    g = PoolGeometry.of(dims)
+    return ArraySpec(padded_shape(dims.x_shape, g.extra_low, g.extra_high), x.dtype), ArraySpec(dims.y_shape, x.dtype)
+
+
+def _mean_kind(count_include_pad: bool) -> str:
+    return MEAN_INCLUDE_PAD if count_include_pad else MEAN_EXCLUDE_PAD
+
+
+def maxpool_forward(x: Any, dims: PoolDims, *, layout: str | None = None) -> tuple[Any, tuple]:
+    """Max pooling (see :func:`dnnbind.maxpool`); saves x (explicitly padded) and y for cuDNN's backward."""
+    return _forward("maxpool", x, dims, MAX, layout)
+
+
+def maxpool_backward(residuals: tuple, cotangents: tuple, dims: PoolDims, *, layout: str | None = None) -> Any:
+    """dx from the saved (x padded, y) and dy."""
+    return _backward("maxpool", residuals, cotangents, dims, MAX, layout)
+
+
+def maxpool_residuals(x: Any, dims: PoolDims, *, layout: str | None = None) -> tuple[ArraySpec, ...]:
+    """x explicitly padded and y, in x's dtype."""
+    return _residuals(x, dims)
+
+
+def meanpool_forward(x: Any, dims: PoolDims, count_include_pad: bool = True, *,
+                     layout: str | None = None) -> tuple[Any, tuple]:
+    """Mean pooling (see :func:`dnnbind.meanpool`); saves x (explicitly padded) and y, which
+    cudnnPoolingBackward takes in every mode."""
+    return _forward("meanpool", x, dims, _mean_kind(count_include_pad), layout)
+
+
+def meanpool_backward(residuals: tuple, cotangents: tuple, dims: PoolDims, count_include_pad: bool = True, *,
+                      layout: str | None = None) -> Any:
+    """dx from the saved (x padded, y) and dy (rescaled first where padding is excluded and explicit)."""
+    return _backward("meanpool", residuals, cotangents, dims, _mean_kind(count_include_pad), layout)
+
+
+def meanpool_residuals(x: Any, dims: PoolDims, count_include_pad: bool = True, *,
+                       layout: str | None = None) -> tuple[ArraySpec, ...]:
+    """x explicitly padded and y, in x's dtype."""
+    return _residuals(x, dims)

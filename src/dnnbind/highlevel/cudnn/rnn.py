@@ -1,8 +1,8 @@
 """Multi-layer, optionally bidirectional RNN / LSTM / GRU on cuDNN 9 (the v8 RNN API).
 
-Forward: cudnnRNNForward in training mode (inference mode with ``training=False``; its pullback then
-refuses to run). Pullback: cudnnRNNBackwardData_v8, then cudnnRNNBackwardWeights_v8 (CUDNN_WGRAD_MODE_ADD
-into a zeroed gradient space). Semantics, shapes and PyTorch's weight layout and gate order are those of
+Forward: cudnnRNNForward in training mode (inference mode with ``training=False``: it saves nothing and
+its backward refuses to run). Backward: cudnnRNNBackwardData_v8, then cudnnRNNBackwardWeights_v8
+(CUDNN_WGRAD_MODE_ADD into a zeroed gradient space). Semantics, shapes and PyTorch's weight layout and gate order are those of
 :func:`dnnbind.rnn` and the reference backend; see :mod:`rnn_weights` for how the weights map onto
 cuDNN's weight space and :mod:`rnn_packing` for packing them once.
 
@@ -13,14 +13,21 @@ there. cuDNN reads the lengths twice: the host copy went into the RNN data descr
 (seqLengthArray) and every call passes the device copy (devSeqLengths, an int32 device array). Padded
 positions of y and dx are set to zero here, and dy's are ignored, whatever cuDNN does with them.
 
-The reserve space. The training forward fills it and the pullback owns it (no global state).
-cudnnRNNBackwardData_v8 WRITES into it: the header declares its reserveSpace [in,out], and
-cudnnRNNBackwardWeights_v8 consumes what BackwardData left there (hence their fixed order; PyTorch's
-cuDNN RNN notes that BackwardData "mutates reserve" and always runs it first). Run on the forward's own
-buffer, a second pullback call would start from clobbered intermediates. So every pullback call COPIES
-the reserve space and runs both backward calls on the copy (one device-to-device copy per call, far
-cheaper than recomputing the forward); the forward's reserve space stays pristine and every call gives
-the same result. Workspace sizes are asked for on every call (cudnnGetRNNTempSpaceSizes).
+Residual form (see :mod:`dnnbind.highlevel.residual`). A training forward saves (x, hx, cx for LSTM
+only, y, the weight space, the reserve space), all its own: x, the initial states (zeros when None) and
+y as C-order arrays, the flat weight space (the per-call packed copy, or a copy of the caller's packed
+space) and cuDNN's reserve space (uint8). The backward finds its plans in the caches by dims and the
+math type of the settings in force (allow_tf32 must be as in the forward: the reserve space is checked
+against the size cuDNN asks for). Sizes of the weight and reserve spaces come from cuDNN's host-side
+queries (cudnnGetRNNWeightSpaceSize, cudnnGetRNNTempSpaceSizes), which need a handle, hence a GPU.
+
+The reserve space. cudnnRNNBackwardData_v8 WRITES into it: the header declares its reserveSpace [in,out],
+and cudnnRNNBackwardWeights_v8 consumes what BackwardData left there (hence their fixed order; PyTorch's
+cuDNN RNN notes that BackwardData "mutates reserve" and always runs it first). Run on the saved buffer,
+a second backward call would start from clobbered intermediates. So every backward call COPIES the
+reserve space and runs both backward calls on the copy (one device-to-device copy per call, far cheaper
+than recomputing the forward); the saved reserve space stays pristine and every call gives the same
+result. Workspace sizes are asked for on every call (cudnnGetRNNTempSpaceSizes).
 """
 from __future__ import annotations
 
@@ -30,19 +37,19 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from dnnbind.highlevel.cudnn._lib import handle, lib
-from dnnbind.highlevel.cudnn.rnn_packing import (PackedRNNWeights, WeightSpace, math_type, pack_rnn_weights,
-                                                 weight_space)
+from dnnbind.highlevel.cudnn.rnn_packing import PackedRNNWeights, math_type, pack_rnn_weights, weight_space
 from dnnbind.highlevel.cudnn.rnn_plan import NetworkPlan, SequencePlan, network_plan, sequence_plan
 from dnnbind.highlevel.cudnn.rnn_weights import unpack
 from dnnbind.highlevel.cudnn.settings import settings
-from dnnbind.highlevel.dims import RNNDims
+from dnnbind.highlevel.dims import RNNDims, numpy_dtype
 from dnnbind.highlevel.gpu.arrays import cupy, current_stream
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.workspace import address, allocate
 from dnnbind.highlevel.gpu.saved import private
+from dnnbind.highlevel.residual import ArraySpec
 
-__all__ = ["rnn", "pack_rnn_weights", "PackedRNNWeights", "RNNPullback"]
+__all__ = ["rnn_forward", "rnn_backward", "rnn_residuals", "pack_rnn_weights", "PackedRNNWeights"]
 
 
 def _params(dims: RNNDims, training: bool) -> Callable[[], dict[str, Any]]:
@@ -73,13 +80,19 @@ def _zero_padding(cp: Any, a: Any, valid: Any) -> Any:
     return a if valid is None else cp.where(valid, a, a.dtype.type(0))
 
 
-def rnn(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any, dims: RNNDims, *,
-        training: bool = True) -> tuple[tuple[Any, Any, Any], "RNNPullback"]:
-    """Run the network (see :func:`dnnbind.rnn`); returns ((y, hy, cy), pullback), cy None unless LSTM.
+def _plans(dims: RNNDims, device: int) -> tuple[NetworkPlan, SequencePlan, Any]:
+    """(network plan, sequence plan, this thread's handle on the current stream) for ``dims``."""
+    return (network_plan(dims, math_type(dims), device), sequence_plan(dims, device),
+            handle(device, current_stream()))
+
+
+def rnn_forward(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any, dims: RNNDims, *,
+                training: bool = True) -> tuple[tuple[Any, Any, Any], tuple]:
+    """Run the network (see :func:`dnnbind.rnn`); returns ((y, hy, cy), residuals), cy None unless LSTM.
 
     ``weights``: PyTorch-layout (w_ih, w_hh, b_ih, b_hh) per layer and direction, or a
-    :class:`PackedRNNWeights` from :func:`pack_rnn_weights` (no copy). ``training=False`` runs cuDNN's
-    inference mode (no reserve space); its pullback raises.
+    :class:`PackedRNNWeights` from :func:`pack_rnn_weights` (no packing). ``training=False`` runs cuDNN's
+    inference mode (no reserve space) and saves nothing; its backward raises.
     """
     cp = cupy()
     c = lib()
@@ -88,10 +101,9 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any, dims: RNNDim
         x = cp.ascontiguousarray(call["x"])
         arrays = [[call[f"weights[{i}][{j}]"] for j in range(4)] for i in range(len(weights))]
         device, dtype = call.device, x.dtype
-        net = network_plan(dims, math_type(dims), device)
-        seq = sequence_plan(dims, device)
-        h = handle(device, current_stream())
+        net, seq, h = _plans(dims, device)
         space = weight_space(cp, net, h, arrays)
+        weights_saved = space.private() if training else space.array
         lstm = dims.mode == "lstm"
         hx = _state(cp, call["h0"], dims.h_shape, dtype)
         cx = _state(cp, call["c0"], dims.h_shape, dtype) if lstm else None
@@ -101,72 +113,94 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any, dims: RNNDim
         work_bytes, reserve_bytes = _temp_sizes(h, net, seq, training)
         work = allocate(work_bytes, settings.current().workspace_limit, "RNN workspace")
         reserve = cp.empty(reserve_bytes if training else 0, np.uint8)
-        lengths = seq.device_lengths(cp)
         c.cudnnRNNForward(h, net.desc.handle, c.CUDNN_FWD_MODE_TRAINING if training else c.CUDNN_FWD_MODE_INFERENCE,
-                          lengths, seq.x.handle, x, seq.y.handle, y, seq.h.handle, hx, hy,
-                          seq.h.handle if lstm else None, cx, cy, space.nbytes, space.ptr, work_bytes, address(work),
-                          reserve.nbytes, reserve if reserve.nbytes else None)
+                          seq.device_lengths(cp), seq.x.handle, x, seq.y.handle, y, seq.h.handle, hx, hy,
+                          seq.h.handle if lstm else None, cx, cy, space.nbytes, int(weights_saved.data.ptr),
+                          work_bytes, address(work), reserve.nbytes, reserve if reserve.nbytes else None)
         y = _zero_padding(cp, y, seq.valid(cp))
-        # the pullback's own x, states and y (the weight space is already a copy, unless packed by the caller)
-        x, hx = private(cp, x, call["x"]), private(cp, hx, call["h0"])
-        cx = None if cx is None else private(cp, cx, call["c0"])
-    pullback = RNNPullback(dims, net, seq, device, x, hx, cx, y.copy(), space, reserve if training else None)
-    return (y, hy, cy), pullback
+        if not training:
+            return (y, hy, cy), ()
+        # the backward's own x, states and y (the weight space is a private copy already)
+        states = (private(cp, hx, call["h0"]),) + (() if cx is None else (private(cp, cx, call["c0"]),))
+        return (y, hy, cy), (private(cp, x, call["x"]),) + states + (y.copy(), weights_saved, reserve)
 
 
-class RNNPullback:
-    """(dy, dhy=None, dcy=None) -> (dx, dh0, dc0, dweights) for one forward call.
+def rnn_backward(residuals: tuple, cotangents: tuple, dims: RNNDims, *,
+                 training: bool = True) -> tuple[Any, Any, Any, list]:
+    """(dy, dhy=None, dcy=None) -> (dx, dh0, dc0, dweights) from the saved arrays; dc0 None unless LSTM,
+    dweights (w_ih, w_hh, b_ih, b_hh) per layer and direction (biases None without biases)."""
+    if not residuals:
+        raise RuntimeError("this rnn forward ran in inference mode (training=False) and kept no reserve space; "
+                           "run it with training=True to take gradients")
+    lstm = dims.mode == "lstm"
+    dy, dhy, dcy = (tuple(cotangents) + (None, None, None))[:3]
+    if dcy is not None and not lstm:
+        raise ValueError(f"dcy is only used by mode='lstm', not mode={dims.mode!r}")
+    x, hx = residuals[:2]
+    cx = residuals[2] if lstm else None
+    y, space, saved_reserve = residuals[-3:]
+    cp = cupy()
+    c = lib()
+    device, dtype = x.device.id, x.dtype
+    with Call("rnn pullback", _params(dims, True), device=device, dy=dy, dhy=dhy, dcy=dcy) as back:
+        net, seq, h = _plans(dims, device)
+        work_bytes, reserve_bytes = _temp_sizes(h, net, seq, True)
+        _check_spaces(net.weight_space_bytes(h), reserve_bytes, space, saved_reserve)
+        valid = seq.valid(cp)
+        dy = _cotangent(cp, "dy", back["dy"], dims.y_shape, dtype, device)
+        dy = cp.ascontiguousarray(_zero_padding(cp, dy, valid))
+        dhy = _cotangent(cp, "dhy", back["dhy"], dims.h_shape, dtype, device)
+        dcy = _cotangent(cp, "dcy", back["dcy"], dims.h_shape, dtype, device) if lstm else None
+        work = allocate(work_bytes, settings.current().workspace_limit, "RNN workspace")
+        reserve = saved_reserve.copy()          # BackwardData writes into it: keep the saved one pristine
+        lengths = seq.device_lengths(cp)
+        dx = cp.empty(x.shape, dtype)
+        dhx = cp.empty(dims.h_shape, dtype)
+        dcx = cp.empty(dims.h_shape, dtype) if lstm else None
+        c.cudnnRNNBackwardData_v8(h, net.desc.handle, lengths, seq.y.handle, y, dy, seq.x.handle, dx,
+                                  seq.h.handle, hx, dhy, dhx, seq.h.handle if lstm else None, cx,
+                                  dcy, dcx, space.nbytes, space, work_bytes, address(work), reserve.nbytes, reserve)
+        layout = net.layout(h, cp)
+        dspace = cp.zeros(layout.size, dtype)   # CUDNN_WGRAD_MODE_ADD accumulates into it
+        c.cudnnRNNBackwardWeights_v8(h, net.desc.handle, c.CUDNN_WGRAD_MODE_ADD, lengths, seq.x.handle, x,
+                                     seq.h.handle, hx, seq.y.handle, y, space.nbytes, dspace,
+                                     work_bytes, address(work), reserve.nbytes, reserve)
+        dx = _zero_padding(cp, dx, valid)
+        return dx, dhx, dcx, unpack(layout, dspace, cp)
 
-    Holds what the backward calls read: x, h0, c0, y, the weight space and the forward's reserve space,
-    which it never writes (each call works on a copy; see the module docstring).
-    """
 
-    def __init__(self, dims: RNNDims, net: NetworkPlan, seq: SequencePlan, device: int, x: Any, hx: Any, cx: Any,
-                 y: Any, space: WeightSpace, reserve: Any) -> None:
-        self.dims, self._net, self._seq, self._device = dims, net, seq, device
-        self._x, self._hx, self._cx, self._y = x, hx, cx, y
-        self._space, self._reserve = space, reserve
+def _cotangent(cp: Any, name: str, value: Any, shape: tuple[int, ...], dtype: Any, device: int) -> Any:
+    """A C-contiguous cotangent of ``shape``; zeros when it is None."""
+    if value is None:
+        return cp.zeros(shape, dtype)
+    return cp.ascontiguousarray(cotangent(name, value, shape, dtype, None, device))
 
-    def __call__(self, dy: Any, dhy: Any = None, dcy: Any = None) -> tuple[Any, Any, Any, list]:
-        dims = self.dims
-        if self._reserve is None:
-            raise RuntimeError("this rnn forward ran in inference mode (training=False) and kept no reserve space; "
-                               "run it with training=True to take gradients")
-        lstm = dims.mode == "lstm"
-        if dcy is not None and not lstm:
-            raise ValueError(f"dcy is only used by mode='lstm', not mode={dims.mode!r}")
-        cp = cupy()
-        c = lib()
-        dtype = self._x.dtype
-        with Call("rnn pullback", _params(dims, True), device=self._device, dy=dy, dhy=dhy, dcy=dcy) as back:
-            valid = self._seq.valid(cp)
-            dy = cotangent("dy", back["dy"], dims.y_shape, dtype, None, self._device)
-            dy = cp.ascontiguousarray(_zero_padding(cp, dy, valid))
-            dhy = self._cotangent_state(cp, "dhy", back["dhy"])
-            dcy = self._cotangent_state(cp, "dcy", back["dcy"]) if lstm else None
-            net, seq, space = self._net, self._seq, self._space
-            h = handle(self._device, current_stream())
-            work_bytes, _ = _temp_sizes(h, net, seq, True)
-            work = allocate(work_bytes, settings.current().workspace_limit, "RNN workspace")
-            reserve = self._reserve.copy()          # BackwardData writes into it: keep the forward's pristine
-            lengths = seq.device_lengths(cp)
-            dx = cp.empty(self._x.shape, dtype)
-            dhx = cp.empty(dims.h_shape, dtype)
-            dcx = cp.empty(dims.h_shape, dtype) if lstm else None
-            c.cudnnRNNBackwardData_v8(h, net.desc.handle, lengths, seq.y.handle, self._y, dy, seq.x.handle, dx,
-                                      seq.h.handle, self._hx, dhy, dhx, seq.h.handle if lstm else None, self._cx,
-                                      dcy, dcx, space.nbytes, space.ptr, work_bytes, address(work), reserve.nbytes,
-                                      reserve)
-            layout = net.layout(h, cp)
-            dspace = cp.zeros(layout.size, dtype)   # CUDNN_WGRAD_MODE_ADD accumulates into it
-            c.cudnnRNNBackwardWeights_v8(h, net.desc.handle, c.CUDNN_WGRAD_MODE_ADD, lengths, seq.x.handle, self._x,
-                                         seq.h.handle, self._hx, seq.y.handle, self._y, space.nbytes, dspace,
-                                         work_bytes, address(work), reserve.nbytes, reserve)
-            dx = _zero_padding(cp, dx, valid)
-            return dx, dhx, dcx, unpack(layout, dspace, cp)
 
-    def _cotangent_state(self, cp: Any, name: str, value: Any) -> Any:
-        dims = self.dims
-        if value is None:
-            return cp.zeros(dims.h_shape, self._x.dtype)
-        return cp.ascontiguousarray(cotangent(name, value, dims.h_shape, self._x.dtype, None, self._device))
+def _check_spaces(space_bytes: int, reserve_bytes: int, space: Any, reserve: Any) -> None:
+    """RuntimeError unless the saved weight and reserve spaces have the sizes this network asks for now."""
+    if space.nbytes != space_bytes or reserve.nbytes != reserve_bytes:
+        raise RuntimeError(f"the saved weight space ({space.nbytes} bytes) and reserve space ({reserve.nbytes} "
+                           f"bytes) are not what cuDNN asks for this network now ({space_bytes} and {reserve_bytes} "
+                           f"bytes): run the backward with the settings of the forward (allow_tf32)")
+
+
+def rnn_residuals(x: Any, weights: Any, h0: Any, c0: Any, dims: RNNDims, *,
+                  training: bool = True) -> tuple[ArraySpec, ...]:
+    """x, hx, cx (LSTM only), y in x's dtype; the flat weight space (elements of x's dtype) and the reserve
+    space (uint8) in the sizes cuDNN gives on the current device; nothing in inference mode. Runs no
+    kernel, but cuDNN's size queries need a handle, hence CuPy and a GPU."""
+    if not training:
+        return ()
+    device = cupy().cuda.runtime.getDevice()
+    net, seq, h = _plans(dims, device)
+    _, reserve_bytes = _temp_sizes(h, net, seq, True)
+    return spec_of(dims, x.dtype, net.weight_space_bytes(h), reserve_bytes)
+
+
+def spec_of(dims: RNNDims, dtype: Any, space_bytes: int, reserve_bytes: int) -> tuple[ArraySpec, ...]:
+    """The residuals of a training forward of ``dims`` whose weight and reserve spaces have these sizes."""
+    state = ArraySpec(dims.h_shape, dtype)
+    states = (state, state) if dims.mode == "lstm" else (state,)
+    return ((ArraySpec((dims.seq_len, dims.batch, dims.input_size), dtype),) + states
+            + (ArraySpec(dims.y_shape, dtype), ArraySpec((space_bytes // numpy_dtype(dims.dtype).itemsize,), dtype),
+               ArraySpec((reserve_bytes,), np.dtype(np.uint8))))

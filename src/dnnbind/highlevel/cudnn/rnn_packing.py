@@ -5,8 +5,9 @@ By default :func:`weight_space` copies the PyTorch-layout weights into a new wei
 :class:`PackedRNNWeights`, a tuple of (w_ih, w_hh, b_ih, b_hh) entries that are *views* of one weight
 space, so it goes wherever the weights list goes (``dnnbind.rnn(x, packed, ...)``), an optimizer updates
 it in place, and each call finds the views at the offsets cuDNN reports and runs on their memory
-without copying (no registry: the arrays themselves say where they are). Anything else (other arrays,
-a packed object of another network) is packed per call, so the result never depends on which path ran.
+without packing (no registry: the arrays themselves say where they are); a training forward saves one
+copy of that space for its backward. Anything else (other arrays, a packed object of another network) is
+packed per call, so the result never depends on which path ran.
 """
 from __future__ import annotations
 
@@ -56,8 +57,9 @@ def pack_rnn_weights(weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hi
     """Copy PyTorch-layout weights (CuPy arrays on one GPU) into a new cuDNN weight space, once.
 
     The result holds views of that space in PyTorch's layout; pass it to :func:`dnnbind.rnn` in place
-    of the list, and update it in place (``w -= lr * dw``) so that later calls keep running without a
-    copy. A pullback reads the weights when it runs: update them after it, as an optimizer step does.
+    of the list, and update it in place (``w -= lr * dw``) so that later calls keep running without
+    packing. A training forward saves one copy of the space for its backward (the residuals are the
+    forward's own), so updating the weights after the forward changes nothing there.
     """
     cp = cupy()
     entries = rnn_weight_entries(weights)
@@ -90,11 +92,17 @@ def new_space(cp: Any, layout: WeightLayout, dtype: Any) -> Any:
 
 @dataclass(frozen=True)
 class WeightSpace:
-    """The weight space of one call: its device address and size, and what keeps its memory alive."""
+    """The weight space of one call: its device address and size, and the flat array that holds it: a
+    packed copy this call made (``owned``), or a view of the caller's packed weight space."""
 
     ptr: int
     nbytes: int
-    owner: Any
+    array: Any
+    owned: bool
+
+    def private(self) -> Any:
+        """The flat weight space as an array of the call's own (a copy of the caller's packed space)."""
+        return self.array if self.owned else self.array.copy()
 
 
 def weight_space(cp: Any, plan: NetworkPlan, h: Any, weights: Sequence[Sequence[Any]]) -> WeightSpace:
@@ -104,10 +112,13 @@ def weight_space(cp: Any, plan: NetworkPlan, h: Any, weights: Sequence[Sequence[
     base = packed_base(layout, {(r.entry, r.slot): locate(weights[r.entry][r.slot]) for r in layout.regions},
                        plan.itemsize)
     if base is not None:
-        return WeightSpace(base, nbytes, weights)
+        first = layout.regions[0]
+        memory = weights[first.entry][first.slot].data.mem       # the allocation that holds the whole space
+        view = cp.ndarray((layout.size,), plan.dims.dtype, cp.cuda.MemoryPointer(memory, base - int(memory.ptr)))
+        return WeightSpace(base, nbytes, view, False)
     space = new_space(cp, layout, plan.dims.dtype)
     pack(layout, weights, space)
-    return WeightSpace(int(space.data.ptr), nbytes, space)
+    return WeightSpace(int(space.data.ptr), nbytes, space, True)
 
 
 @dataclass(frozen=True)

@@ -241,7 +241,7 @@ def test_changing_inputs_or_results_after_the_forward_leaves_the_pullback_alone(
 
 @pytest.mark.parametrize("backend", ["reference", "cudnn", "miopen"])
 def test_every_backend_op_is_guarded_by_the_edge_policy(backend):
-    """Direct backend calls follow the policy too: every op of every backend is wrapped by edges.guarded."""
+    """Direct backend calls follow the policy too: every op of every backend is wrapped by edges.guard."""
     from dnnbind.highlevel.dispatch import load_backend
     from dnnbind.highlevel.edges import RULES
     module = load_backend(backend)

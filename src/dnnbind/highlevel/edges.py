@@ -12,18 +12,18 @@
   batch norm: any; RNNs: the batch; pointwise ops and softmax: any); everywhere else they refuse with a
   ValueError naming the argument.
 
-Every backend's ops are wrapped by :func:`guarded` (in the backend's ``__init__``), so the policy holds
-for the public ops and for direct backend calls alike.
+Every backend's residual form is wrapped by :func:`guard` (through
+:func:`dnnbind.highlevel.residual.forms`, in the backend's ``__init__``), so the policy holds for the
+public ops, for direct backend calls and for dnnbind.torch's custom ops alike.
 """
 from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
-from dnnbind.highlevel.dims import check_dtype, check_shape
 
 Shape = tuple[int, ...]
 
@@ -33,71 +33,8 @@ def _module(like: Any) -> Any:
     return np if isinstance(like, np.ndarray) else sys.modules["cupy"]
 
 
-def _check_cotangent(name: str, value: Any, like: Any, shape: Shape) -> None:
-    if isinstance(like, np.ndarray) != isinstance(value, np.ndarray) or not hasattr(value, "shape"):
-        kind = "a numpy array" if isinstance(like, np.ndarray) else "a device array like the forward's"
-        raise TypeError(f"{name} must be {kind}, not {type(value).__name__}")
-    check_dtype(name, value.dtype)
-    check_shape(name, value.shape, shape, "the shape of the forward result")
-
-
-def empty_call(like: Any, outputs: Sequence[Shape | None], gradients: Callable[[Callable[[Shape], Any]], Any],
-               names: Sequence[str] = ("dy",), single: bool = True) -> tuple[Any, Callable[..., Any]]:
-    """(result, pullback) of an op whose work is empty, without running any backend.
-
-    ``like`` is the op's main input (it gives the array module and dtype). ``outputs`` are the result
-    shapes (None: a None result); the result is the single array when ``single``, else a tuple.
-    ``gradients(zeros)`` builds the pullback's return value from ``zeros(shape)``; the pullback takes one
-    cotangent per output (``names``), the first required and the others optional.
-    """
-    xp = _module(like)
-
-    def zeros(shape: Shape) -> Any:
-        return xp.zeros(shape, like.dtype)
-
-    results = tuple(None if shape is None else zeros(shape) for shape in outputs)
-
-    def pullback(*cotangents: Any) -> Any:
-        if not cotangents or cotangents[0] is None:
-            raise TypeError(f"the pullback needs {names[0]}")
-        if len(cotangents) > len(names):
-            raise TypeError(f"the pullback takes at most {len(names)} cotangents, got {len(cotangents)}")
-        for name, value, shape in zip(names, cotangents, outputs):
-            if value is not None:
-                if shape is None:
-                    raise ValueError(f"{name} must be None: the forward returned no such result")
-                _check_cotangent(name, value, like, shape)
-        return gradients(zeros)
-
-    return (results[0] if single else results), pullback
-
-
 def _reshape(value: Any, shape: Shape) -> Any:
     return value.reshape(shape) if hasattr(value, "reshape") else value
-
-
-class _ScalarPullback:
-    """The pullback of an op run on a 0-d array as shape (1,): 0-d cotangent in, 0-d gradient out."""
-
-    def __init__(self, inner: Callable[..., Any]) -> None:
-        self._inner = inner
-
-    def __call__(self, dy: Any) -> Any:
-        if hasattr(dy, "shape"):
-            check_shape("dy", dy.shape, (), "the shape of the forward result")
-        return _reshape(self._inner(_reshape(dy, (1,))), ())
-
-    @property
-    def mask(self) -> Any:
-        """The backend pullback's mask (dropout), as a 0-d array; AttributeError when it has none."""
-        return _reshape(getattr(self._inner, "mask"), ())
-
-
-def scalar_call(run: Callable[..., tuple[Any, Callable[..., Any]]], x: Any, *args: Any,
-                **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    """Run a one-input, one-result op on a 0-d ``x`` as shape (1,) and hand back 0-d arrays."""
-    y, inner = run(x.reshape(1), *args, **kwargs)
-    return y.reshape(()), _ScalarPullback(inner)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -157,30 +94,6 @@ RULES: dict[str, Rule] = {"conv": _conv, "conv_transpose": _conv_transpose, "max
 POINTWISE = ("softmax", "logsoftmax", "activation", "dropout")
 
 
-def guarded(op: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorate backend function ``op`` (its arguments already checked) with the edge policy: empty work
-    returns :func:`empty_call`'s result without running the backend; a 0-d x of a pointwise op runs as
-    shape (1,) (:func:`scalar_call`)."""
-    rule, pointwise = RULES[op], op in POINTWISE
-
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def run(x: Any, *args: Any, **kwargs: Any) -> Any:
-            shape = tuple(x.shape)
-            if 0 in shape:
-                outputs, gradients, names, single = rule((x, *args))
-                result, pullback = empty_call(x, outputs, gradients, names, single)
-                if op == "dropout":
-                    pullback.mask = _module(x).zeros(shape, bool)  # type: ignore[attr-defined]
-                return result, pullback
-            if not shape and pointwise:
-                return scalar_call(fn, x, *args, **kwargs)
-            return fn(x, *args, **kwargs)
-        run.edge_policy = op  # type: ignore[attr-defined]  # which rule guards it (tests check every backend)
-        return run
-    return decorate
-
-
 # ---------------------------------------------------------------------------------------------------
 # the same policy for the residual form (forward, backward, residuals; see dnnbind.highlevel.residual)
 
@@ -202,17 +115,16 @@ def _regroup(op: str, zeros: list[Any], static: tuple) -> Any:
     return zeros[0]
 
 
-def _flat_shapes(tree: Any) -> list[Any]:
-    if isinstance(tree, (list, tuple)):
-        return [s for item in tree for s in _flat_shapes(item)]
-    return [] if tree is None else [tuple(tree.shape)]
-
-
 def _empty_shapes(op: str, args: tuple) -> tuple[list[Any], list[tuple[int, ...]]]:
     """(result shapes, gradient shapes flattened) of an empty call, from the forward's arguments."""
     outputs, gradients, _, _ = RULES[op](args)
     shapes: list[Any] = []
-    gradients(lambda shape: shapes.append(tuple(shape)) or ())   # records each gradient's shape in order
+
+    def record(shape: Shape) -> tuple:          # stands for zeros(shape): records each gradient's shape
+        shapes.append(tuple(shape))
+        return ()
+
+    gradients(record)
     return outputs, shapes
 
 
@@ -238,7 +150,7 @@ def guard(op: str, forward: Callable[..., Any], backward: Callable[..., Any],
 
     @functools.wraps(backward)
     def guarded_backward(saved: tuple, cotangents: tuple, *static: Any, **options: Any) -> Any:
-        dy = cotangents[0] if cotangents else None
+        dy: Any = cotangents[0] if cotangents else None
         shape = getattr(dy, "shape", None)
         if shape is not None and 0 in tuple(shape):
             xp = _module(dy)
@@ -260,5 +172,5 @@ def guard(op: str, forward: Callable[..., Any], backward: Callable[..., Any],
         return residuals(x, *args, **options)
 
     for fn in (guarded_forward, guarded_backward, guarded_residuals):
-        fn.edge_policy = op  # type: ignore[attr-defined]  # which rule guards it (tests check every backend)
+        setattr(fn, "edge_policy", op)      # which rule guards it (tests check every backend)
     return guarded_forward, guarded_backward, guarded_residuals

@@ -3,7 +3,8 @@ in the input's dtype; and the rule for what a forward pass saves.
 
 numpy has no fast float16 kernels (no float16 BLAS at all) and no bfloat16 at all (``ml_dtypes``
 provides the dtype, with casts but no fast arithmetic); float32 accumulation is what the GPU libraries
-do for half-precision data too. One decorator does the conversion for every op.
+do for half-precision data too. Three decorators (forward, backward, residual spec) do the conversion
+for every op.
 """
 from __future__ import annotations
 
@@ -38,33 +39,6 @@ def _cast(tree: Any, source: np.dtype, target: np.dtype) -> Any:
     return tree
 
 
-def _wrap_pullback(pullback: Callable[..., Any], half: np.dtype) -> Callable[..., Any]:
-    @functools.wraps(pullback)
-    def half_pullback(*cotangents: Any) -> Any:
-        grads = pullback(*_cast(cotangents, half, _FLOAT32))
-        return _cast(grads, _FLOAT32, half)
-    return half_pullback
-
-
-def half_in_float32(op: Callable[..., Any]) -> Callable[..., Any]:
-    """Run ``op`` in float32 when its first argument is float16 or bfloat16 (:data:`HALF_DTYPES`).
-
-    Positional array arguments (also inside lists/tuples) are converted; keyword arguments pass
-    through untouched, which is how ops hand over arrays they update in place (batch norm's running
-    statistics). ``op`` returns ``(result, pullback)``; float32 arrays in the result and in the
-    pullback's gradients are converted back to the input's dtype, and the pullback's cotangents of
-    that dtype to float32.
-    """
-    @functools.wraps(op)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        half = args[0].dtype
-        if half not in HALF_DTYPES:
-            return op(*args, **kwargs)
-        result, pullback = op(*_cast(args, half, _FLOAT32), **kwargs)
-        return _cast(result, _FLOAT32, half), _wrap_pullback(pullback, half)
-    return wrapper
-
-
 def private(array: np.ndarray, *sources: Any) -> np.ndarray:
     """``array``, or a copy of it when it may share memory with one of ``sources`` (None skipped).
 
@@ -86,7 +60,8 @@ def cotangent(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype) ->
 
 
 def half_forward(forward: Callable[..., Any], inplace: tuple[int, ...] = ()) -> Callable[..., Any]:
-    """:func:`half_in_float32` for a residual-form forward: the residuals stay in float32. The positional
+    """Run a residual-form forward in float32 when its first argument is float16 or bfloat16
+    (:data:`HALF_DTYPES`), results back in that dtype; the residuals stay in float32. The positional
     arguments at ``inplace`` are arrays the forward updates in place (batch norm's running statistics):
     they pass unconverted."""
     @functools.wraps(forward)
@@ -101,7 +76,7 @@ def half_forward(forward: Callable[..., Any], inplace: tuple[int, ...] = ()) -> 
 
 
 def half_backward(backward: Callable[..., Any]) -> Callable[..., Any]:
-    """:func:`half_in_float32` for a residual-form backward: half cotangents in, half gradients out."""
+    """The backward of :func:`half_forward`: half cotangents in, half gradients out."""
     @functools.wraps(backward)
     def wrapper(residuals: tuple, cotangents: tuple, *args: Any, **kwargs: Any) -> Any:
         half = getattr(cotangents[0], "dtype", None) if cotangents else None
@@ -112,7 +87,7 @@ def half_backward(backward: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def half_residuals(spec: Callable[..., Any]) -> Callable[..., Any]:
-    """:func:`half_in_float32` for a residual spec: half array specs are computed as float32 ones."""
+    """The residual spec of :func:`half_forward`: half array specs are computed as float32 ones."""
     @functools.wraps(spec)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         half = args[0].dtype

@@ -242,6 +242,25 @@ def training_rows(repeats: int) -> list[Row]:
     return rows
 
 
+def adapter_rows(repeats: int) -> list[Row]:
+    """dnnbind.torch layers (eager and torch.compile'd) against the same ops on numpy arrays: forward and
+    backward of a small CNN's dnnbind part and of a 2-layer LSTM."""
+    from dnnbind.torch import nn as dnn
+    torch.manual_seed(0)
+    features = reference_training.cnn_features(torch, dnn)
+    lstm = dnn.LSTM(64, 128, num_layers=2)
+    cases = [("CNN", features, torch.randn(32, 3, 32, 32), reference_training.numpy_cnn_fwd_bwd),
+             ("LSTM", lstm, torch.randn(30, 16, 64), reference_training.numpy_lstm_fwd_bwd)]
+    rows = []
+    for name, model, x, numpy_step in cases:
+        compiled = torch.compile(model, fullgraph=True)
+        for label, runner in (("eager", model), ("compiled", compiled)):
+            ours, theirs = compare(reference_training.torch_fwd_bwd(torch, runner, x), numpy_step(model, x), repeats)
+            rows.append(Row(f"{name} fwd+bwd via dnnbind.torch, {label}", ours / 1e3, theirs / 1e3,
+                            "the ops on numpy", reference_training.ADAPTER_GOAL))
+    return rows
+
+
 MEMORY_LAYERS = (reference_layers.RESNET18[1], reference_layers.RESNET18[2], reference_layers.RESNET18[3],
                  reference_layers.DEPTHWISE[0])
 
@@ -305,6 +324,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--cpu-time", action="store_true",
                         help="time with thread CPU time, BLAS and torch on one thread (for busy machines)")
     parser.add_argument("--memory-only", action="store_true", help=argparse.SUPPRESS)   # the child process
+    parser.add_argument("--adapter-only", action="store_true", help="only the dnnbind.torch overhead table")
     args = parser.parse_args([] if argv is None and __name__ != "__main__" else argv)
     results: list[Row] = []
     r = args.repeats
@@ -312,6 +332,10 @@ def main(argv: list[str] | None = None) -> list[Row]:
     if args.memory_only:
         memory_child()
         return []
+    if args.adapter_only:
+        rows = adapter_rows(r)
+        print_rows("the adapter's overhead: dnnbind.torch layers vs the same ops on numpy", rows)
+        return rows
     if args.cpu_time:
         if threads != 1:
             print(f"--cpu-time needs numpy's BLAS on one thread (it has {threads}): run it under "
@@ -353,6 +377,9 @@ def main(argv: list[str] | None = None) -> list[Row]:
         results += rows
         rows = training_rows(r)
         print_rows("a training step through dnnbind.torch layers vs torch's own layers", rows)
+        results += rows
+        rows = adapter_rows(r)
+        print_rows("the adapter's overhead: dnnbind.torch layers vs the same ops on numpy", rows)
         results += rows
     if not args.skip_threads:
         thread_tables(args, threads)

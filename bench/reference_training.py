@@ -72,3 +72,60 @@ def step(torch: Any, model: Any, batch: tuple) -> Callable[[], None]:
         loss.backward()
         opt.step()
     return run
+
+
+#: the adapter's overhead goal: dnnbind.torch layers against the same ops called on numpy arrays
+ADAPTER_GOAL = 1.1
+
+
+def cnn_features(torch: Any, nn: Any) -> Any:
+    """conv-bn-relu-pool twice (the small CNN's dnnbind part) from ``nn`` (dnnbind.torch.nn)."""
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2))
+
+
+def torch_fwd_bwd(torch: Any, model: Any, x: Any) -> Callable[[], None]:
+    """Forward and backward of ``model`` (output summed): the adapter's side of the comparison."""
+    def run() -> None:
+        model.zero_grad(set_to_none=True)
+        out = model(x)
+        (out[0] if isinstance(out, tuple) else out).sum().backward()
+    return run
+
+
+def numpy_cnn_fwd_bwd(features: Any, x: Any) -> Callable[[], None]:
+    """The same forward and backward as :func:`torch_fwd_bwd` of :func:`cnn_features`, through dnnbind's
+    public ops on numpy arrays (the weights and statistics copied from the layers)."""
+    import numpy as np
+    import dnnbind
+    params = [(c.weight.detach().numpy().copy(), c.bias.detach().numpy().copy(), b.weight.detach().numpy().copy(),
+               b.bias.detach().numpy().copy(), b.running_mean.numpy().copy(), b.running_var.numpy().copy())
+              for c, b in ((features[0], features[1]), (features[4], features[5]))]
+    xa = x.numpy()
+
+    def run() -> None:
+        h, pullbacks = xa, []
+        for w, bias, gamma, beta, mean, var in params:
+            for y_pb in (lambda h: dnnbind.conv(h, w, bias, padding=1),
+                         lambda h: dnnbind.batchnorm(h, gamma, beta, running_mean=mean, running_var=var),
+                         lambda h: dnnbind.activation(h, "relu"), lambda h: dnnbind.maxpool(h, 2)):
+                h, pb = y_pb(h)
+                pullbacks.append(pb)
+        d = np.ones_like(h)
+        for pb in reversed(pullbacks):
+            grads = pb(d)
+            d = grads[0] if isinstance(grads, tuple) else grads
+    return run
+
+
+def numpy_lstm_fwd_bwd(lstm: Any, x: Any) -> Callable[[], None]:
+    """Forward and backward of a dnnbind LSTM layer's op on numpy arrays (y summed)."""
+    import numpy as np
+    import dnnbind
+    weights = [[p.detach().numpy().copy() for p in entry] for entry in lstm.weights()]
+    xa = x.numpy()
+
+    def run() -> None:
+        (y, _, _), pullback = dnnbind.rnn(xa, weights, hidden_size=lstm.hidden_size, num_layers=lstm.num_layers)
+        pullback(np.ones_like(y))
+    return run

@@ -13,7 +13,6 @@ from dnnbind.gen import cudnn as gen
 from dnnbind.highlevel import cudnn as backend
 from dnnbind.highlevel.cudnn.rnn import spec_of
 from dnnbind.highlevel.cudnn.batchnorm import BatchNormPlan
-from dnnbind.highlevel.cudnn.conv import transposed_input_shape
 from dnnbind.highlevel.cudnn.conv_plan import ConvPlan
 from dnnbind.highlevel.cudnn.dropout import reserve_bytes
 from dnnbind.highlevel.cudnn.pool import MAX, MEAN_EXCLUDE_PAD, PoolPlan
@@ -81,14 +80,14 @@ def test_conv_saves_x_as_cudnn_sees_it_and_w(rng):
 
 def test_conv_transpose_saves_x_extended_to_the_convolutions_output(rng):
     """output_padding of a stride or more adds output positions: the saved x is x zero-extended to the
-    forward convolution's output shape, and the backward crops dx back to transposed_input_shape."""
+    forward convolution's output shape, and the backward crops dx back to dims.transpose_input_shape."""
     extended = 0
     for _ in range(200):
         problem = random_conv(rng, transposed=True)
         if problem is None:
             continue
         x, w, dims = problem
-        assert transposed_input_shape(dims) == x
+        assert dims.transpose_input_shape == x
         dtype = numpy_dtype(dims.dtype)
         got = backend.conv_transpose_residuals(spec(x, dtype), spec(w, dtype), None, dims)
         assert got == (ArraySpec(dims.y_shape, dtype), ArraySpec(w, dtype))

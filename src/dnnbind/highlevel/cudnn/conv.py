@@ -75,16 +75,6 @@ def _saved(cp: Any, a: Any, source: Any, layout: str) -> Any:
     return private(cp, _layout.in_layout(cp, a, layout), source)
 
 
-def transposed_input_shape(dims: ConvDims) -> Shape:
-    """conv_transpose's input shape for ``dims`` (the forward convolution it is the data gradient of).
-
-    Each spatial size is the convolution's output size less output_padding // stride: an output_padding
-    of a stride or more (allowed when smaller than the dilation) adds that many output positions, which
-    conv_transpose fills by zero-extending its input (:func:`dnnbind.highlevel.gpu.views.extend`)."""
-    y = dims.y_shape
-    return y[:2] + tuple(n - o // s for n, o, s in zip(y[2:], dims.output_padding, dims.stride))
-
-
 # ------------------------------------------------------------------------------------------------ conv
 
 def conv_forward(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None = None) -> tuple[Any, tuple]:
@@ -179,7 +169,7 @@ def conv_transpose_backward(residuals: tuple, cotangents: tuple, dims: ConvDims,
         dyp = pad(cp, dy, g.extra_low, g.extra_high, run)
         dxe = _layout.empty(cp, plan.y_shape, dtype, run)
         plan.run(FORWARD, h, dyp, wl, dxe)
-        dx = crop(cp, dxe, transposed_input_shape(dims), (0,) * len(g.extra_low), run)
+        dx = crop(cp, dxe, dims.transpose_input_shape, (0,) * len(g.extra_low), run)
         dw = _layout.empty(cp, dims.w_shape, dtype, run)
         plan.run(BACKWARD_FILTER, h, dyp, xe, dw)
         db = cp.empty((dims.in_channels,), dtype)

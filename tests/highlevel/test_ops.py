@@ -1,6 +1,8 @@
 """Contract shared by every public op: (result, pullback), dtypes, and argument errors via the public API."""
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -121,3 +123,22 @@ def test_conv_geometry_through_the_public_op(size, kernel, stride, padding, outp
         y, _ = dnnbind.conv_transpose(x, w, stride=stride, padding=padding, output_padding=output_padding,
                                       dilation=dilation)
         assert y.shape == (1, 2, out)
+
+
+@pytest.mark.parametrize("op,arrays,kwargs", [
+    ("softmax", (np.array(1.0),), {"axis": 1}),
+    ("activation", (np.ones(3),), {"mode": "relu", "alpha": 0.5}),
+    ("batchnorm", (np.ones((2, 3)), np.ones(3), np.ones(3), np.zeros(3, np.int64), None), {"training": True}),
+    ("meanpool", (np.ones((1, 1, 4, 4)),), {"window": 2, "count_include_pad": 1}),
+    ("dropout", (np.ones(3),), {"p": 1.5}),
+])
+def test_frameworks_get_the_public_ops_checks(op, arrays, kwargs):
+    """ops.residual_static (what dnnbind.torch's custom ops check with) and the public op are one check."""
+    from dnnbind.highlevel.ops import residual_static
+    with pytest.raises((TypeError, ValueError)) as public:
+        if op == "batchnorm":
+            getattr(dnnbind, op)(*arrays[:3], running_mean=arrays[3], running_var=arrays[4], **kwargs)
+        else:
+            getattr(dnnbind, op)(*arrays, **kwargs)
+    with pytest.raises(type(public.value), match=re.escape(str(public.value))):
+        residual_static(op, *arrays, **kwargs)

@@ -123,31 +123,26 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tup
     Padding never wins (it acts as -inf). Ties: the gradient goes to the first maximum of the window in
     row-major order, as in PyTorch. Returns (y, pullback) with pullback(dy) -> dx.
     """
-    run, dims = remember(("maxpool", _meta(x)), (window, stride, padding),
-                         lambda: (backend_op("maxpool", x=x),
-                                  PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)))
-    return named("maxpool", run(x, dims), ("dx",))
+    run, static = remember(("maxpool", _meta(x)), (window, stride, padding),
+                           lambda: (backend_op("maxpool", x=x),
+                                    _maxpool_static(x, window=window, stride=stride, padding=padding)))
+    return named("maxpool", run(x, *static), ("dx",))
 
 
 @adopts_device_arrays("x")
 def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0,
              count_include_pad: bool = True) -> tuple[Any, Pullback]:
     """Average pooling (torch's avg_pool); with ``count_include_pad`` the padding counts in the divisor."""
-    run, dims = remember(("meanpool", _meta(x)), (window, stride, padding),
-                         lambda: (backend_op("meanpool", x=x),
-                                  PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype)))
-    if not isinstance(count_include_pad, (bool, np.bool_)):
-        raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
-    return named("meanpool", run(x, dims, bool(count_include_pad)), ("dx",))
+    run, static = remember(("meanpool", _meta(x)), (window, stride, padding, count_include_pad),
+                           lambda: (backend_op("meanpool", x=x),
+                                    _meanpool_static(x, window=window, stride=stride, padding=padding,
+                                                     count_include_pad=count_include_pad)))
+    return named("meanpool", run(x, *static), ("dx",))
 
 
 def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:
     run = backend_op(name, x=x)
-    check_dtype("x", x.dtype)
-    ndim = len(x.shape)
-    if ndim == 0 and isinstance(axis, numbers.Integral) and axis not in (0, -1):
-        raise ValueError(f"axis={axis!r} is out of range for a 0-d array x (it takes axis 0 or -1, as in PyTorch)")
-    return named(name, run(x, normalize_axis(axis, max(ndim, 1))), ("dx",))
+    return named(name, run(x, *_axis_static(x, axis=axis)), ("dx",))
 
 
 @adopts_device_arrays("x")
@@ -183,8 +178,7 @@ def activation(x: Any, mode: str, *, alpha: float | None = None) -> tuple[Any, P
     PyTorch (relu'(0) = 0, leaky_relu'(0) = slope, clipped_relu' = 0 at 0 and at the ceiling).
     """
     run = backend_op("activation", x=x)
-    check_dtype("x", x.dtype)
-    return named(f"activation({mode!r})", run(x, mode, activation_alpha(mode, alpha)), ("dx",))
+    return named(f"activation({mode!r})", run(x, *_activation_static(x, mode=mode, alpha=alpha)), ("dx",))
 
 
 @adopts_device_arrays("x", "gamma", "beta", "running_mean", "running_var")
@@ -199,22 +193,12 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, runnin
     """
     run = backend_op("batchnorm", ("x", "gamma", "beta"), x=x, gamma=gamma, beta=beta,
                      running_mean=running_mean, running_var=running_var)
-    check_same_dtype("x", x.dtype, gamma=gamma, beta=beta)
-    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
-        if stat is not None:
-            check_dtype(name, stat.dtype)
-    if not isinstance(training, (bool, np.bool_)):
-        raise TypeError(f"training={training!r} must be a bool")
-    check_batchnorm(x.shape, gamma.shape, beta.shape, None if running_mean is None else running_mean.shape,
-                    None if running_var is None else running_var.shape, bool(training))
-    momentum = check_real("momentum", momentum)
-    if not 0.0 <= momentum <= 1.0:
-        raise ValueError(f"momentum={momentum!r} must be in [0, 1]")
-    eps = check_positive_float("eps", eps)
+    training, momentum, eps = _batchnorm_static(x, gamma, beta, running_mean, running_var, training=training,
+                                                momentum=momentum, eps=eps)
     if training and running_mean is not None:
         check_writable(running_mean=running_mean, running_var=running_var)
     return named("batchnorm", run(x, gamma, beta, running_mean=running_mean, running_var=running_var,
-                                   training=bool(training), momentum=momentum, eps=eps), ("dx", "dgamma", "dbeta"))
+                                   training=training, momentum=momentum, eps=eps), ("dx", "dgamma", "dbeta"))
 
 
 def check_writable(**arrays: Any) -> None:
@@ -246,8 +230,7 @@ def dropout(x: Any, p: float, *, seed: Any = None) -> tuple[Any, Pullback]:
     pullback keeps the mask (``pullback.mask``, read-only, on the reference backend).
     """
     run = backend_op("dropout", x=x)
-    check_dtype("x", x.dtype)
-    return named("dropout", run(x, check_probability("p", p), _check_seed(seed)), ("dx",))
+    return named("dropout", run(x, *_dropout_static(x, p=p, seed=seed)), ("dx",))
 
 
 @adopts_device_arrays("x", "weights", "h0", "c0")
@@ -270,11 +253,8 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_
     entries = rnn_weight_entries(weights)
     weight_arrays = {f"weights[{i}][{j}]": a for i, entry in enumerate(entries) for j, a in enumerate(entry)}
     run = backend_op("rnn", x=x, h0=h0, c0=c0, **weight_arrays)
-    check_same_dtype("x", x.dtype, h0=h0, c0=c0, **weight_arrays)
-    dims = RNNDims(x.shape, [tuple(None if a is None else a.shape for a in entry) for entry in entries],
-                   mode=mode, hidden_size=hidden_size, num_layers=num_layers, bidirectional=bidirectional,
-                   h0_shape=None if h0 is None else h0.shape, c0_shape=None if c0 is None else c0.shape,
-                   lengths=lengths, dtype=x.dtype)
+    (dims,) = _rnn_static(x, entries, h0, c0, mode=mode, hidden_size=hidden_size, num_layers=num_layers,
+                          bidirectional=bidirectional, lengths=lengths)
     return named_rnn(run(x, [list(entry) for entry in entries], h0, c0, dims), dims.mode)
 
 
@@ -306,7 +286,10 @@ def _meanpool_static(x: Any, *, window: Any, stride: Any = None, padding: Any = 
 
 def _axis_static(x: Any, *, axis: int = 1) -> tuple:
     check_dtype("x", x.dtype)
-    return (normalize_axis(axis, max(len(x.shape), 1)),)
+    ndim = len(x.shape)
+    if ndim == 0 and isinstance(axis, numbers.Integral) and axis not in (0, -1):
+        raise ValueError(f"axis={axis!r} is out of range for a 0-d array x (it takes axis 0 or -1, as in PyTorch)")
+    return (normalize_axis(axis, max(ndim, 1)),)
 
 
 def _activation_static(x: Any, *, mode: str, alpha: float | None = None) -> tuple:
@@ -317,6 +300,9 @@ def _activation_static(x: Any, *, mode: str, alpha: float | None = None) -> tupl
 def _batchnorm_static(x: Any, gamma: Any, beta: Any, running_mean: Any = None, running_var: Any = None, *,
                       training: bool = True, momentum: float = 0.1, eps: float = 1e-5) -> tuple:
     check_same_dtype("x", x.dtype, gamma=gamma, beta=beta)
+    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
+        if stat is not None:
+            check_dtype(name, stat.dtype)
     if not isinstance(training, (bool, np.bool_)):
         raise TypeError(f"training={training!r} must be a bool")
     check_batchnorm(x.shape, gamma.shape, beta.shape, None if running_mean is None else running_mean.shape,

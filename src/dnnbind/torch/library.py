@@ -20,6 +20,7 @@ gradient registered (``register_autograd``) through the backward op, so ``torch.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from typing import Any, Sequence
 
@@ -243,16 +244,19 @@ def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Te
 def _setup_context(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
     x, others, params, reals = inputs
     outputs, residuals = output
-    ctx.save_for_backward(*residuals)
-    extra = outputs[len(outputs) - _extra_outputs(op, decode(params)):] if op == "batchnorm" else []
-    ctx.mark_non_differentiable(*residuals, *extra)
     p = decode(params)
+    stats = _running_statistics(op, p)
+    extra = outputs[len(outputs) - stats:] if stats else []
+    ctx.save_for_backward(*residuals)
+    ctx.mark_non_differentiable(*residuals, *extra)
+    # per tensor in others: whether it gets a gradient (slots past FORMS' arrays, dropout's seed, get none)
+    ctx.diff = [d for d, slot in itertools.zip_longest(_differentiable(op)[1:], _flat_slots(p["slots"]),
+                                                        fillvalue=False) for _ in range(slot)]
     shapes = [[int(s) for s in t.shape] for t in (x, *others)]
     if op == "dropout":                       # the seed tensor is no array of the op's
         shapes = shapes[:1]
         p = {**p, "slots": []}
-    ctx.op, ctx.others = op, len(others)
-    ctx.diff = [d for d, slot in zip(_differentiable(op)[1:], _flat_slots(p["slots"])) for _ in range(slot)]
+    ctx.op = op
     ctx.params = {**p, "shapes": shapes, "dtype": array_dtype(x.dtype).name, "device": str(x.device)}
     ctx.results = len(outputs) - len(extra)
     ctx.reals = list(reals)
@@ -264,7 +268,8 @@ def _flat_slots(slots: Sequence[Any]) -> list[int]:
     return [sum(_leaves(s)) if isinstance(s, list) else s for s in slots]
 
 
-def _extra_outputs(op: str, p: dict[str, Any]) -> int:
+def _running_statistics(op: str, p: dict[str, Any]) -> int:
+    """How many running statistics batch norm returns after y (those given); 0 for other ops."""
     return sum(_flat_slots(p["slots"])[2:4]) if op == "batchnorm" else 0
 
 
@@ -272,7 +277,7 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
     op = ctx.op
     d_results = list(d_outputs[:ctx.results])
     if not any(d is not None for d in d_results):
-        return None, [None] * ctx.others, None, _no_gradient(ctx.reals)
+        return None, [None] * len(ctx.diff), None, _no_gradient(ctx.reals)
     if d_results[0] is None:                  # the first cotangent is required: zeros stand for "unused"
         shape, dtype, device = ctx.first
         d_results[0] = torch.zeros(shape, dtype=dtype, device=device)
@@ -283,8 +288,6 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
     it = iter(grads)
     dx = next(it)
     d_others = [next(it) if diff else None for diff in ctx.diff]
-    if op == "dropout":
-        d_others = [None] * ctx.others
     return dx, d_others, None, _no_gradient(ctx.reals)
 
 

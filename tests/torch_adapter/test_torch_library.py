@@ -163,3 +163,25 @@ def test_a_recompiled_layer_with_another_float_setting_runs():
     for p in (0.25, 0.5, 0.75):
         y = step(dnn.Dropout(p), x)
         assert set(torch.unique(y).tolist()) == {0.0, 1 / (1 - p)}
+
+
+@pytest.mark.parametrize("op,args", OPCHECK_CASES, ids=[c.id for c in OPCHECK_CASES])
+def test_eager_calls_equal_the_registered_custom_op(op, args):
+    """Plain eager calls skip torch's dispatcher (dnnbind.torch.library._Eager) but run the same forward and
+    backward op: results and gradients equal calling torch.ops.dnnbind directly."""
+    from dnnbind.torch.library import _EAGER
+    x, others, params, reals = args
+    fresh = lambda: [t.detach().clone().requires_grad_(t.requires_grad) for t in (x, *others)]  # noqa: E731
+    results = []
+    for run in (lambda t: _EAGER[op].apply(op, params, reals, t[0], *t[1:]),
+                lambda t: getattr(torch.ops.dnnbind, op)(t[0], t[1:], params, reals)[0]):
+        tensors = fresh()
+        outputs = list(run(tensors))
+        sum(o.sum() for o in outputs if o.requires_grad).backward()
+        results.append((outputs, [t.grad for t in tensors]))
+    (eager, eager_grads), (custom, custom_grads) = results
+    for a, b in zip(eager + eager_grads, custom + custom_grads):
+        if a is None or b is None:
+            assert a is None and b is None
+        else:
+            torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -27,6 +27,10 @@ SAMPLES = {
 }
 
 
+#: backward nodes of dnnbind's ops: eager calls (dnnbind_convBackward ...) and the custom ops' autograd
+DNNBIND_NODES = ("dnnbind_", "GeneratedBackwardFor_dnnbind_")
+
+
 def test_the_namespace_is_torch_nn_with_dnnbinds_layers():
     assert sorted(SAMPLES) == sorted(dnnbind_nn.PROVIDED)
     for name in dnnbind_nn.PROVIDED:
@@ -56,7 +60,7 @@ def test_each_layer_is_computed_by_dnnbind(name):
     layer = getattr(dnnbind_nn, name)(*args)
     out = layer(torch.randn(shape, requires_grad=True))
     out = out[0] if isinstance(out, tuple) else out
-    assert type(out.grad_fn).__name__.startswith("GeneratedBackwardFor_dnnbind_"), out.grad_fn
+    assert type(out.grad_fn).__name__.startswith(DNNBIND_NODES), out.grad_fn
 
 
 @pytest.mark.parametrize("make", [
@@ -95,7 +99,7 @@ def _torch_ops_in_graph(output: torch.Tensor) -> set[str]:
             continue
         seen.add(node)
         name = type(node).__name__
-        if not name.startswith("GeneratedBackwardFor_dnnbind_") and any(w.lower() in name.lower() for w in layer_words):
+        if not name.startswith(DNNBIND_NODES) and any(w.lower() in name.lower() for w in layer_words):
             found.add(name)
         stack.extend(next_node for next_node, _ in node.next_functions)
     return found

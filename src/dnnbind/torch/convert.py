@@ -111,7 +111,8 @@ def to_array(t: torch.Tensor, *, inplace: bool = False, name: str = "tensor") ->
 
 def to_tensor(a: Any) -> torch.Tensor:
     """A tensor on the memory of a numpy or CuPy array (numpy arrays torch cannot share are copied)."""
-    bfloat16 = getattr(a, "dtype", None) is not None and a.dtype.name == "bfloat16"
+    dtype = getattr(a, "dtype", None)
+    bfloat16 = dtype is not None and dtype.kind == "V" and dtype.name == "bfloat16"   # .name is slow: kind first
     if bfloat16:
         a = a.view(np.int16)
     if isinstance(a, (np.ndarray, np.generic)):

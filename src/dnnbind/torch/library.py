@@ -26,7 +26,10 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from torch._C._functorch import is_functorch_wrapped_tensor
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from dnnbind.highlevel.arg_cache import remember
 from dnnbind.highlevel.dispatch import backend_function
 from dnnbind.highlevel.dims import numpy_dtype
 from dnnbind.highlevel.edges import RULES
@@ -57,8 +60,37 @@ def _jsonable(name: str, value: Any) -> Any:
 
 def encode(**params: Any) -> str:
     """The ``params`` text of a custom op call: its keyword arguments as compact, sorted JSON (a constant
-    for ``torch.compile``: its arguments are the layers' own settings)."""
-    return _encode(tuple(params.items()))
+    for ``torch.compile``: its arguments are the layers' own settings). Remembered per distinct value,
+    as a repeated call (a training loop) asks for the same text every time."""
+    items = tuple(params.items())
+    try:
+        return _encode_remembered(_tagged(items))
+    except TypeError:                       # something unhashable: encoded (or refused) without the cache
+        return _encode(items)
+
+
+def _tagged(value: Any) -> Any:
+    """``value`` as a hashable key in which every leaf carries its type (so True never meets 1)."""
+    if isinstance(value, dict):
+        return (dict, tuple((k, _tagged(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (tuple, tuple(_tagged(v) for v in value))
+    return (type(value), value)
+
+
+@torch.compiler.assume_constant_result
+@functools.lru_cache(maxsize=4096)
+def _encode_remembered(tagged: Any) -> str:
+    return _encode(_untagged(tagged))
+
+
+def _untagged(tagged: Any) -> Any:
+    kind, value = tagged
+    if kind is dict:
+        return {k: _untagged(v) for k, v in value}
+    if kind is tuple:
+        return tuple(_untagged(v) for v in value)
+    return value
 
 
 @torch.compiler.assume_constant_result
@@ -139,6 +171,16 @@ def _spec(t: Tensor) -> ArraySpec:
     return ArraySpec(tuple(int(s) for s in t.shape), array_dtype(t.dtype))
 
 
+def _static(op: str, arrays: list[Any], kwargs: dict[str, Any], params: str, reals: Sequence[float]) -> tuple:
+    """``ops.residual_static`` for this call, remembered per (op, arrays' types, shapes and dtypes, params,
+    reals) like the public ops' checks; a call-varying dropout seed is never remembered."""
+    if kwargs.get("seed") is not None:
+        return residual_static(op, *arrays, **kwargs)
+    metas = tuple(None if a is None else (type(a), tuple(a.shape), a.dtype) for a in _leaves(arrays))
+    return remember(("residual_static", op, metas), (params, repr(tuple(float(r) for r in reals))),
+                    lambda: residual_static(op, *arrays, **kwargs))
+
+
 # -- the forward op -------------------------------------------------------------------------------
 
 def _arguments(op: str, x: Any, others: Sequence[Any], p: dict[str, Any], reals: Sequence[float],
@@ -162,7 +204,7 @@ def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
         tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
     with device_scope(x.device):
         arrays = _map(to_array, tensors)
-        static = residual_static(op, *arrays, **kwargs)
+        static = _static(op, arrays, kwargs, params, reals)
         result, residuals = backend_function(_backend(x.device), f"{op}_forward")(*arrays, *static)
         results = [r for r in (result if isinstance(result, tuple) else (result,)) if r is not None]
         outputs = [to_tensor(r) for r in results]
@@ -176,7 +218,7 @@ def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
     p = decode(params)
     tensors, kwargs = _arguments(op, x, list(others), p, [float(r) for r in reals])
     specs = _map(_spec, tensors)
-    static = residual_static(op, *specs, **kwargs)
+    static = _static(op, specs, kwargs, params, reals)
     shapes = RULES[op]((*specs, *static))[0]
     outputs = [x.new_empty(shape) for shape in shapes if shape is not None]
     if op == "batchnorm":
@@ -222,7 +264,7 @@ def _backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor]
     arrays, kwargs = _backward_arguments(op, p, reals)
     device = torch.device(p["device"])
     with device_scope(device):
-        static = residual_static(op, *arrays, **kwargs)
+        static = _static(op, arrays, kwargs, params, reals)
         given = iter([to_array(c) for c in cotangents])
         cts = tuple(next(given) if flag else None for flag in p["given"])
         grads = backend_function(_backend(device), f"{op}_backward")(
@@ -244,11 +286,17 @@ def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Te
 def _setup_context(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
     x, others, params, reals = inputs
     outputs, residuals = output
+    ctx.save_for_backward(*residuals)
+    ctx.mark_non_differentiable(*residuals, *_remember_call(op, ctx, x, others, params, reals, outputs))
+
+
+def _remember_call(op: str, ctx: Any, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
+                   outputs: Sequence[Tensor]) -> list[Tensor]:
+    """Keep on ``ctx`` what the backward needs besides the residuals; returns the outputs that get no
+    gradient (batch norm's running statistics)."""
     p = decode(params)
     stats = _running_statistics(op, p)
-    extra = outputs[len(outputs) - stats:] if stats else []
-    ctx.save_for_backward(*residuals)
-    ctx.mark_non_differentiable(*residuals, *extra)
+    extra = list(outputs[len(outputs) - stats:]) if stats else []
     # per tensor in others: whether it gets a gradient (slots past FORMS' arrays, dropout's seed, get none)
     ctx.diff = [d for d, slot in itertools.zip_longest(_differentiable(op)[1:], _flat_slots(p["slots"]),
                                                         fillvalue=False) for _ in range(slot)]
@@ -261,6 +309,7 @@ def _setup_context(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
     ctx.results = len(outputs) - len(extra)
     ctx.reals = list(reals)
     ctx.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
+    return extra
 
 
 def _flat_slots(slots: Sequence[Any]) -> list[int]:
@@ -282,7 +331,7 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
         shape, dtype, device = ctx.first
         d_results[0] = torch.zeros(shape, dtype=dtype, device=device)
     given = [d is not None for d in d_results]
-    params = encode(**{**ctx.params, "given": given})
+    params = _encode(tuple({**ctx.params, "given": given}.items()))     # per call: not worth remembering
     grads = getattr(torch.ops.dnnbind, f"{op}_backward")(list(ctx.saved_tensors), [d for d in d_results if d is not None],
                                                         params, ctx.reals)
     it = iter(grads)
@@ -314,6 +363,38 @@ for _op in FORMS:
     _register(_op)
 
 
+class _Eager(torch.autograd.Function):      # subclassed once per op below, so grad_fn names the op
+    """The custom op pair run without torch's dispatcher: the same forward, the same setup and the same
+    backward op, for plain tensors in eager mode (the dispatcher's custom-op autograd costs about
+    0.2 ms per forward and backward, more than a small op itself)."""
+
+    @staticmethod
+    def forward(ctx: Any, op: str, params: str, reals: list[float], x: Tensor,  # type: ignore[override]
+                *others: Tensor) -> tuple[Tensor, ...]:
+        outputs, residuals = _forward(op, x, others, params, reals)
+        if any(ctx.needs_input_grad):            # else no backward can come: keep nothing
+            ctx.save_for_backward(*residuals)
+            ctx.mark_non_differentiable(*_remember_call(op, ctx, x, others, params, reals, outputs))
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx: Any, *d_outputs: Tensor | None) -> tuple:  # type: ignore[override]
+        dx, d_others, _, _ = _autograd_backward(ctx, d_outputs, None)
+        return (None, None, None, dx, *d_others)
+
+
+#: op -> its eager Function (grad_fn ``dnnbind_convBackward`` ...)
+_EAGER: dict[str, type[_Eager]] = {op: type(f"dnnbind_{op}", (_Eager,), {}) for op in FORMS}
+
+
+def _plain_eager(x: Tensor, others: Sequence[Tensor]) -> bool:
+    """Whether this call runs eagerly on plain tensors: no compiler, export or other tracer, no torch.func
+    transform, no dispatch mode. Everything else goes through the registered custom op."""
+    if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
+        return False
+    return all(type(t) is Tensor and not is_functorch_wrapped_tensor(t) for t in (x, *others))
+
+
 def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
     """Run ``dnnbind::op`` on x and the op's other FORMS arrays (tensors, None, or rnn's nested weights)
     with the public op's keyword arguments; returns the op's non-None outputs."""
@@ -323,6 +404,8 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
     reals = {k: v for k, v in kwargs.items() if isinstance(v, (float, torch.SymFloat))}
     args = {k: _constant(v) for k, v in kwargs.items() if k not in reals}
     params = encode(args=args, reals=list(reals), slots=slots)
+    if _plain_eager(x, others):
+        return list(_EAGER[op].apply(op, params, list(reals.values()), x, *others))
     outputs, _ = getattr(torch.ops.dnnbind, op)(x, others, params, list(reals.values()))
     return outputs
 

@@ -9,6 +9,7 @@ pullback (``mask`` for dropout) stay reachable through it.
 """
 from __future__ import annotations
 
+import functools
 import numbers
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -170,7 +171,18 @@ def named(op: str, forward: tuple[Any, Callable[..., Any]], gradients: Sequence[
     """A backend's ``(result, pullback)`` as ``(result, Pullback)``, for an op with one array result ``y``
     and one cotangent ``dy``."""
     result, run = forward
-    return result, Pullback(op, run, (Cotangent("dy", "y", _shape(result), _dtype(result)),), tuple(gradients))
+    shape, dtype = _shape(result), _dtype(result)
+    try:
+        cotangents = _dy(shape, dtype)
+    except TypeError:                                  # an unhashable dtype object: made for this call
+        cotangents = (Cotangent("dy", "y", shape, dtype),)
+    return result, Pullback(op, run, cotangents, tuple(gradients))
+
+
+@functools.lru_cache(maxsize=1024)
+def _dy(shape: tuple[int, ...] | None, dtype: Any) -> tuple[Cotangent]:
+    """The one cotangent of a single-result op, made once per (shape, dtype): a repeated call reuses it."""
+    return (Cotangent("dy", "y", shape, dtype),)
 
 
 def named_rnn(forward: tuple[tuple[Any, Any, Any], Callable[..., Any]],

@@ -15,7 +15,7 @@ import dnnbind
 from dnnbind.highlevel import dispatch
 from dnnbind.highlevel.dims import ConvDims
 
-from .gpu_cases import assert_close, rnn_inputs, run_case
+from .gpu_cases import assert_close, count_calls, rnn_inputs, run_case
 from .limits import RUNS, tolerance
 from .rocm import missing
 
@@ -68,21 +68,9 @@ def _conv_inputs(cp, seed=0, shape=(2, 3, 13, 11), w_shape=(5, 3, 3, 3)):
     return x, w, cp.asarray(x), cp.asarray(w)
 
 
-def _count_calls(monkeypatch, name):
-    lib = _module("_lib").lib
-    calls = []
-    original = getattr(lib, name)
-
-    def counted(*args):
-        calls.append(name)
-        return original(*args)
-    monkeypatch.setattr(lib, name, counted)
-    return calls
-
-
 def test_find_runs_once_per_handle_and_problem(cp, monkeypatch):
-    finds = _count_calls(monkeypatch, "miopenFindConvolutionForwardAlgorithm")
-    runs = _count_calls(monkeypatch, "miopenConvolutionForward")
+    finds = count_calls(monkeypatch, "miopenFindConvolutionForwardAlgorithm")
+    runs = count_calls(monkeypatch, "miopenConvolutionForward")
     x, w, xd, wd = _conv_inputs(cp, shape=(1, 3, 17, 19))     # a problem no other test runs
     for _ in range(3):
         y, _ = dnnbind.conv(xd, wd, padding=1)
@@ -97,7 +85,7 @@ def test_find_runs_once_per_handle_and_problem(cp, monkeypatch):
 
 def test_find_runs_again_on_another_thread_s_handle(cp, monkeypatch):
     import threading
-    finds = _count_calls(monkeypatch, "miopenFindConvolutionForwardAlgorithm")
+    finds = count_calls(monkeypatch, "miopenFindConvolutionForwardAlgorithm")
     _, _, xd, wd = _conv_inputs(cp, shape=(1, 3, 15, 19))
     dnnbind.conv(xd, wd)
     thread = threading.Thread(target=lambda: dnnbind.conv(xd, wd))
@@ -107,8 +95,8 @@ def test_find_runs_again_on_another_thread_s_handle(cp, monkeypatch):
 
 
 def test_immediate_mode_needs_no_find(cp, monkeypatch):
-    finds = _count_calls(monkeypatch, "miopenFindConvolutionForwardAlgorithm")
-    compiles = _count_calls(monkeypatch, "miopenConvolutionForwardCompileSolution")
+    finds = count_calls(monkeypatch, "miopenFindConvolutionForwardAlgorithm")
+    compiles = count_calls(monkeypatch, "miopenConvolutionForwardCompileSolution")
     x, w, xd, wd = _conv_inputs(cp, shape=(2, 3, 14, 9))
     with _module("settings").settings(immediate=True):
         y, back = dnnbind.conv(xd, wd, stride=2)

@@ -17,7 +17,7 @@ import dnnbind.highlevel.reference as reference
 from dnnbind.highlevel.dims import ConvDims, PoolDims, RNNDims
 from dnnbind.highlevel.residual import FORMS, ArraySpec
 
-from .gpu_cases import TOLERANCE, assert_close, rnn_inputs, tree_map
+from .gpu_cases import TOLERANCE, assert_close, count_calls, rnn_inputs, tree_map
 from .rocm import missing
 
 REASON = missing()
@@ -220,21 +220,9 @@ def test_0d_and_empty_calls_save_what_residuals_says(cp):
     assert dx.shape == x.shape and dw.shape == w.shape and not cp.asnumpy(dw).any()
 
 
-def _count_calls(monkeypatch, name):
-    lib = importlib.import_module("dnnbind.highlevel.miopen._lib").lib
-    calls = []
-    original = getattr(lib, name)
-
-    def counted(*args):
-        calls.append(name)
-        return original(*args)
-    monkeypatch.setattr(lib, name, counted)
-    return calls
-
-
 def test_the_conv_pullback_keeps_the_forward_s_settings(cp, monkeypatch):
     """The settings are a thread's or task's; the pullback form hands the forward's to its backward."""
-    finds = _count_calls(monkeypatch, "miopenFindConvolutionBackwardDataAlgorithm")
+    finds = count_calls(monkeypatch, "miopenFindConvolutionBackwardDataAlgorithm")
     x = cp.asarray(np.random.default_rng(4).standard_normal((1, 3, 13, 17)).astype(np.float32))
     w = cp.ones((2, 3, 3, 3), cp.float32)
     dims = ConvDims(x.shape, w.shape, padding=1)

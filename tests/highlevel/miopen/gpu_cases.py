@@ -7,8 +7,6 @@ dtypes it supports and passes its array conversion functions to :func:`run_case`
 """
 from __future__ import annotations
 
-import importlib
-
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -213,16 +211,3 @@ def run_case(case: Case, dtype: str, to_device: Callable[[Any], Any], to_host: C
     assert_close(tree_map(to_host, back(*tree_map(to_device, cotangents))), host_grads, 0.0,
                  f"{case.name} second pullback call")
 
-
-def count_calls(monkeypatch, name):
-    """A list that records every call of MIOpen function ``name`` (through the backend's library module)
-    from now until the test ends; the calls still reach the library."""
-    lib = importlib.import_module("dnnbind.highlevel.miopen._lib").lib
-    calls = []
-    original = getattr(lib, name)
-
-    def counted(*args):
-        calls.append(name)
-        return original(*args)
-    monkeypatch.setattr(lib, name, counted)
-    return calls

@@ -1,6 +1,8 @@
-"""Whether this machine can run the MIOpen backend's GPU tests: CuPy built for ROCm and a visible AMD GPU."""
+"""Whether this machine can run the MIOpen backend's GPU tests (CuPy built for ROCm and a visible AMD GPU), and
+how they watch the backend's library calls."""
 from __future__ import annotations
 
+import importlib
 import importlib.util
 
 
@@ -16,3 +18,17 @@ def missing() -> str | None:
     except Exception:  # noqa: BLE001 - any runtime failure means no usable device
         count = 0
     return None if count else "no AMD GPU visible"
+
+
+def count_calls(monkeypatch, name):
+    """A list that records every call of MIOpen function ``name`` (through the backend's library module)
+    from now until the test ends; the calls still reach the library."""
+    lib = importlib.import_module("dnnbind.highlevel.miopen._lib").lib
+    calls = []
+    original = getattr(lib, name)
+
+    def counted(*args):
+        calls.append(name)
+        return original(*args)
+    monkeypatch.setattr(lib, name, counted)
+    return calls

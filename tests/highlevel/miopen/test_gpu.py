@@ -15,9 +15,9 @@ import dnnbind
 from dnnbind.highlevel import dispatch
 from dnnbind.highlevel.dims import ConvDims
 
-from .gpu_cases import assert_close, count_calls, rnn_inputs, run_case
+from .gpu_cases import assert_close, rnn_inputs, run_case
 from .limits import RUNS, tolerance
-from .rocm import missing
+from .rocm import count_calls, missing
 
 REASON = missing()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=REASON or "")]

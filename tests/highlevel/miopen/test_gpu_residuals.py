@@ -17,8 +17,8 @@ import dnnbind.highlevel.reference as reference
 from dnnbind.highlevel.dims import ConvDims, PoolDims, RNNDims
 from dnnbind.highlevel.residual import FORMS, ArraySpec
 
-from .gpu_cases import TOLERANCE, assert_close, count_calls, rnn_inputs, tree_map
-from .rocm import missing
+from .gpu_cases import TOLERANCE, assert_close, rnn_inputs, tree_map
+from .rocm import count_calls, missing
 
 REASON = missing()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=REASON or "")]

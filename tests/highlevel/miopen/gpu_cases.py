@@ -210,4 +210,3 @@ def run_case(case: Case, dtype: str, to_device: Callable[[Any], Any], to_host: C
     assert_close(host_grads, ref_grads, grad_tol, f"{case.name} gradients")
     assert_close(tree_map(to_host, back(*tree_map(to_device, cotangents))), host_grads, 0.0,
                  f"{case.name} second pullback call")
-

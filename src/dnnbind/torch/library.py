@@ -63,6 +63,8 @@ def encode(**params: Any) -> str:
     for ``torch.compile``: its arguments are the layers' own settings). Remembered per distinct value,
     as a repeated call (a training loop) asks for the same text every time."""
     items = tuple(params.items())
+    if torch.compiler.is_compiling():       # traced once: the text is a constant of the graph
+        return _encode(items)
     try:
         return _encode_remembered(_tagged(items))
     except TypeError:                       # something unhashable: encoded (or refused) without the cache
@@ -78,7 +80,6 @@ def _tagged(value: Any) -> Any:
     return (type(value), value)
 
 
-@torch.compiler.assume_constant_result
 @functools.lru_cache(maxsize=4096)
 def _encode_remembered(tagged: Any) -> str:
     return _encode(_untagged(tagged))

@@ -47,17 +47,20 @@ def conv_transpose(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any
                 dilation=dilation, groups=groups, flip=flip)[0]
 
 
-def maxpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0) -> Tensor:
+def maxpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+            ceil_mode: bool = False) -> Tensor:
     """Max pooling like ``torch.nn.functional.max_pool{1,2,3}d`` (stride defaults to the window)."""
     _check(x=x)
-    return call("maxpool", x, window=window, stride=stride, padding=padding)[0]
+    return call("maxpool", x, window=window, stride=stride, padding=padding, dilation=dilation,
+                ceil_mode=ceil_mode)[0]
 
 
 def meanpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0,
-             count_include_pad: bool = True) -> Tensor:
+             count_include_pad: bool = True, ceil_mode: bool = False) -> Tensor:
     """Average pooling like ``torch.nn.functional.avg_pool{1,2,3}d``."""
     _check(x=x)
-    return call("meanpool", x, window=window, stride=stride, padding=padding, count_include_pad=count_include_pad)[0]
+    return call("meanpool", x, window=window, stride=stride, padding=padding, count_include_pad=count_include_pad,
+                ceil_mode=ceil_mode)[0]
 
 
 def softmax(x: Tensor, *, axis: int = 1) -> Tensor:

@@ -194,12 +194,38 @@ def test_workspace_limit_zero_still_runs(poisoned):
 # --------------------------------------------------------------------------------------------------------
 # pooling
 
+#: max pooling only: dilated windows run on CuPy (dnnbind.highlevel.gpu.window_max)
+DILATED = [
+    ((2, 3, 13), 3, dict(stride=2, padding=1, dilation=3, ceil_mode=True)),
+    ((2, 3, 9, 10), (3, 2), dict(stride=(2, 1), padding=((1, 0), (0, 1)), dilation=(2, 3))),
+    ((1, 2, 6, 7, 8), 2, dict(stride=1, padding=1, dilation=(1, 2, 3), ceil_mode=True)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lay", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", range(len(DILATED)))
+@pytest.mark.parametrize("ties", [False, True])
+def test_dilated_maxpool_equals_the_reference(poisoned, dtype, lay, case, ties):
+    cp, rng = poisoned, np.random.default_rng(40 + case)
+    xs, window, kw = DILATED[case]
+    x = np.round(rng.standard_normal(xs)).astype(dtype) if ties else \
+        ((rng.permutation(int(np.prod(xs))).reshape(xs) - np.prod(xs) / 2).astype(dtype) / 16)
+    dx = to_device(cp, x, lay)
+    y_ref, _ = dnnbind.maxpool(x, window, **kw)
+    y, _ = compare(cp, rng, dtype, lambda: dnnbind.maxpool(dx, window, **kw), lambda: dnnbind.maxpool(x, window, **kw),
+                   [dx], y_ref.shape)
+    assert layout.has_layout(y, lay)
+
 POOLS = [
     ((2, 3, 11), 3, dict(stride=2, padding=1)),
     ((2, 3, 9, 10), (3, 2), dict(stride=(2, 1), padding=((1, 0), (0, 1)))),
     ((2, 4, 8, 8), 2, dict()),
     ((2, 3, 7, 7), 3, dict(stride=2, padding=1)),
     ((1, 2, 4, 5, 6), 2, dict(stride=1, padding=((1, 0), 0, (0, 1)))),
+    ((2, 3, 8, 9), 3, dict(stride=2, padding=1, ceil_mode=True)),      # the last windows run past the padding
+    ((2, 3, 10), 4, dict(stride=3, ceil_mode=True)),
+    ((1, 2, 5, 6, 7), (3, 2, 3), dict(stride=(2, 3, 2), padding=(1, 1, 0), ceil_mode=True)),
 ]
 
 

@@ -1,5 +1,6 @@
 """Max and mean pooling on numpy: one vectorised pass per window offset.
 
+Max pooling may be dilated (window position k of a dim reads k * dilation); mean pooling never is.
 Max pool ties: the gradient goes to the FIRST maximum of the window in row-major order of the window
 offsets, as in PyTorch. NaN counts as a maximum (PyTorch's ``val > max || isnan(val)``), so a window
 holding NaN outputs NaN and routes its gradient to the last NaN.
@@ -22,9 +23,10 @@ def _offsets(dims: PoolDims) -> list[tuple[int, ...]]:
 
 
 def _window_index(dims: PoolDims, offset: tuple[int, ...]) -> tuple[slice, ...]:
-    """Index into the padded input of the elements at window position ``offset``, one per output."""
+    """Index into the padded input of the elements at window position ``offset`` (dilated), one per output."""
     return (slice(None), slice(None)) + tuple(
-        slice(k, k + s * (o - 1) + 1, s) for k, s, o in zip(offset, dims.stride, dims.out_size))
+        slice(k * d, k * d + s * (o - 1) + 1, s) for k, d, s, o in zip(offset, dims.dilation, dims.stride,
+                                                                      dims.out_size))
 
 
 def _padded(x: np.ndarray, dims: PoolDims, fill: float) -> np.ndarray:
@@ -93,17 +95,17 @@ def maxpool_residuals(x: Any, dims: PoolDims) -> tuple[ArraySpec]:
 
 
 def _divisor(dims: PoolDims, count_include_pad: bool) -> np.ndarray | float:
-    """Elements averaged per output: the whole window, or only the part inside x (separable per dim)."""
-    if count_include_pad or not any(dims.pad_low + dims.pad_high):
-        return float(np.prod(dims.window))
+    """Elements averaged per output (:meth:`PoolDims.mean_counts`, separable per dim): a scalar where
+    every window has the full window's count."""
+    per_dim = dims.mean_counts(count_include_pad)
+    window = int(np.prod(dims.window))
+    if all(c == k for counts, k in zip(per_dim, dims.window) for c in counts):
+        return float(window)
     counts = np.ones((1, 1) + (1,) * dims.spatial_rank)
-    for axis, (size, k, s, lo, o) in enumerate(zip(dims.x_shape[2:], dims.window, dims.stride,
-                                                    dims.pad_low, dims.out_size)):
-        start = np.arange(o) * s - lo
-        inside = np.minimum(start + k, size) - np.maximum(start, 0)
+    for axis, inside in enumerate(per_dim):
         shape = [1] * counts.ndim
-        shape[2 + axis] = o
-        counts = counts * inside.reshape(shape)
+        shape[2 + axis] = len(inside)
+        counts = counts * np.array(inside, float).reshape(shape)
     return counts
 
 

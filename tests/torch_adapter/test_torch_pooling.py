@@ -1,6 +1,6 @@
 """MaxPool{1,2,3}d and AvgPool{1,2,3}d are torch.nn's: kernel, stride, padding, dilation, ceil_mode,
-count_include_pad and divisor_override are dnnbind's ops' own (or an exact rescale); return_indices
-raises NotImplementedError naming it."""
+count_include_pad, divisor_override and return_indices are dnnbind's ops' own (divisor_override an exact
+rescale)."""
 from __future__ import annotations
 
 import itertools
@@ -90,17 +90,32 @@ def test_max_pool_ties_with_dilation_go_to_the_first_maximum_as_in_torch():
                          nn.MaxPool1d(3, 1, 1, dilation=2, ceil_mode=True), x)
 
 
-def test_max_pool_return_indices_is_refused_at_construction():
-    with pytest.raises(NotImplementedError, match=r"MaxPool1d: return_indices=True is not supported.*needs the "
-                                                  r"high-level op to support it"):
-        dt.MaxPool1d(3, return_indices=True)
+@pytest.mark.parametrize("x_shape, k, s, p, d, ceil", SWEEP[::7])
+def test_max_pool_return_indices_equal_torchs(x_shape, k, s, p, d, ceil):
+    """(y, indices): indices equal torch's (ties included), int64 and without gradient; y's gradient as
+    torch's; max_unpool takes them as torch's."""
+    n = len(x_shape) - 2
+    x = torch.randn(x_shape, **F64).round()
+    ours, theirs = (getattr(ns, f"MaxPool{n}d")(k, s, p, d, return_indices=True, ceil_mode=ceil) for ns in (dt, nn))
+    assert repr(ours) == repr(theirs)
+    xo, xt = x.clone().requires_grad_(), x.clone().requires_grad_()
+    (y, indices), (yt, it) = ours(xo), theirs(xt)
+    torch.testing.assert_close(y, yt, rtol=0, atol=0)
+    assert indices.dtype == torch.int64 and not indices.requires_grad
+    assert torch.equal(indices, it)
+    w = torch.linspace(-1, 1, y.numel(), **F64).reshape(y.shape)
+    (y * w).sum().backward()
+    (yt * w).sum().backward()
+    torch.testing.assert_close(xo.grad, xt.grad, rtol=1e-12, atol=1e-12)
 
 
-def test_max_pool_options_changed_after_construction_are_refused_in_forward():
-    layer = dt.MaxPool2d(2)
+def test_max_pool_return_indices_unbatched_and_switched_after_construction():
+    layer, x = dt.MaxPool2d(2), torch.randn(3, 4, 6)
     layer.return_indices = True
-    with pytest.raises(NotImplementedError, match="return_indices=True"):
-        layer(torch.randn(1, 1, 4, 4))
+    y, indices = layer(x)
+    yt, it = torch.nn.functional.max_pool2d(x, 2, return_indices=True)
+    assert torch.equal(y, yt) and torch.equal(indices, it) and indices.shape == (3, 2, 3)
+    assert torch.equal(torch.nn.functional.max_unpool2d(y, indices, 2), torch.nn.functional.max_unpool2d(yt, it, 2))
 
 
 def test_pool_errors_name_torchs_arguments():
@@ -134,3 +149,17 @@ def test_pool_layers_refuse_what_torch_refuses():
                 except (ValueError, RuntimeError):
                     outcomes.append(None)
             assert outcomes[0] == outcomes[1], (x_shape, k, s, p, d, ceil, outcomes)
+
+
+def test_pool_options_compile_with_fullgraph():
+    """ceil_mode, dilation, return_indices and divisor_override (whose divisors are a traced constant)
+    compile without graph breaks and give eager's results."""
+    x = torch.randn(2, 3, 9, 8, **F64)
+    maxpool = dt.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True, return_indices=True)
+    avgpool = dt.AvgPool2d(3, 2, 1, ceil_mode=True, divisor_override=2)
+    compiled = torch.compile(lambda t: (maxpool(t), avgpool(t)), fullgraph=True)
+    (y, indices), mean = compiled(x)
+    (y_eager, indices_eager), mean_eager = maxpool(x), avgpool(x)
+    assert torch.equal(y, y_eager) and torch.equal(indices, indices_eager)
+    torch.testing.assert_close(mean, nn.AvgPool2d(3, 2, 1, ceil_mode=True, divisor_override=2)(x))
+    torch.testing.assert_close(mean, mean_eager)

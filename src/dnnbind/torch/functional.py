@@ -48,11 +48,13 @@ def conv_transpose(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any
 
 
 def maxpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0, dilation: Any = 1,
-            ceil_mode: bool = False) -> Tensor:
-    """Max pooling like ``torch.nn.functional.max_pool{1,2,3}d`` (stride defaults to the window)."""
+            ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """Max pooling like ``torch.nn.functional.max_pool{1,2,3}d`` (stride defaults to the window); with
+    ``return_indices`` (y, indices), indices int64 and without gradient, as torch's."""
     _check(x=x)
-    return call("maxpool", x, window=window, stride=stride, padding=padding, dilation=dilation,
-                ceil_mode=ceil_mode)[0]
+    outputs = call("maxpool", x, window=window, stride=stride, padding=padding, dilation=dilation,
+                   ceil_mode=ceil_mode, return_indices=return_indices)
+    return (outputs[0], outputs[1]) if return_indices else outputs[0]
 
 
 def meanpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0,

@@ -250,6 +250,22 @@ def test_pooling(poisoned, dtype, lay, case, op):
     assert layout.has_layout(y, lay)
 
 
+@pytest.mark.parametrize("case", range(len(DILATED)))
+def test_maxpool_return_indices_equal_the_reference(poisoned, case):
+    cp, rng = poisoned, np.random.default_rng(60 + case)
+    xs, window, kw = DILATED[case]
+    x = np.round(rng.standard_normal(xs))                  # ties: the first maximum's index
+    (y, indices), pullback = dnnbind.maxpool(cp.asarray(x), window, return_indices=True, **kw)
+    (y_ref, indices_ref), pullback_ref = dnnbind.maxpool(x, window, return_indices=True, **kw)
+    np.testing.assert_array_equal(cp.asnumpy(y), y_ref)
+    assert indices.dtype == np.int64
+    np.testing.assert_array_equal(cp.asnumpy(indices), indices_ref)
+    dy = rng.standard_normal(y_ref.shape)
+    np.testing.assert_allclose(cp.asnumpy(pullback(cp.asarray(dy))), pullback_ref(dy), rtol=1e-13, atol=1e-13)
+    (_, undilated), _ = dnnbind.maxpool(cp.asarray(x), 2, return_indices=True)     # cuDNN gives none: CuPy does
+    np.testing.assert_array_equal(cp.asnumpy(undilated), dnnbind.maxpool(x, 2, return_indices=True)[0][1])
+
+
 def test_maxpool_nondeterministic_mode(poisoned):
     """CUDNN_POOLING_MAX (the default; deterministic=True selects MAX_DETERMINISTIC) on overlapping windows."""
     cp, rng = poisoned, np.random.default_rng(25)

@@ -137,18 +137,27 @@ def _mean_kind(count_include_pad: bool) -> str:
     return MEAN_INCLUDE_PAD if count_include_pad else MEAN_EXCLUDE_PAD
 
 
-def _dilated_forward(x: Any, dims: PoolDims, layout: str | None) -> tuple[Any, tuple]:
+def _windowed(dims: PoolDims, return_indices: bool) -> bool:
+    """Whether max pooling runs on CuPy (window_max): dilated windows, which cuDNN cannot pool, or
+    indices asked for, which cuDNN does not give."""
+    return dims.dilated or return_indices
+
+
+def _windowed_forward(x: Any, dims: PoolDims, return_indices: bool, layout: str | None) -> tuple[Any, tuple]:
     cp = cupy()
     with Call("maxpool", _params(dims, MAX, lambda: layout), x=x) as call:
         x = call["x"]
         lay = _lay(x, layout)
         y, winners = window_max.forward(cp, x, dims)
-        return _layout.in_layout(cp, y, lay), (winners,)
+        y = _layout.in_layout(cp, y, lay)
+        if return_indices:
+            return (y, window_max.flat_indices(cp, winners, dims)), (winners,)
+        return y, (winners,)
 
 
-def _dilated_backward(residuals: tuple, cotangents: tuple, dims: PoolDims, layout: str | None) -> Any:
+def _windowed_backward(residuals: tuple, cotangents: tuple, dims: PoolDims, layout: str | None) -> Any:
     cp = cupy()
-    (winners,), (dy,) = residuals, cotangents
+    (winners,), dy = residuals, cotangents[0]
     device = winners.device.id
     with Call("maxpool pullback", _params(dims, MAX, lambda: layout), device=device, dy=dy) as back:
         lay = _lay(back["dy"], layout)                  # dx in the layout of dy (y's: x's)
@@ -156,25 +165,28 @@ def _dilated_backward(residuals: tuple, cotangents: tuple, dims: PoolDims, layou
         return _layout.in_layout(cp, window_max.backward(cp, winners, dy, dims), lay)
 
 
-def maxpool_forward(x: Any, dims: PoolDims, *, layout: str | None = None) -> tuple[Any, tuple]:
+def maxpool_forward(x: Any, dims: PoolDims, return_indices: bool = False, *,
+                    layout: str | None = None) -> tuple[Any, tuple]:
     """Max pooling (see :func:`dnnbind.maxpool`); saves x (explicitly padded) and y for cuDNN's backward.
-    Dilated windows, which cuDNN cannot pool, run on CuPy (:mod:`dnnbind.highlevel.gpu.window_max`) and
-    save each window's winning position instead."""
-    if dims.dilated:
-        return _dilated_forward(x, dims, layout)
+    Dilated windows, which cuDNN cannot pool, and ``return_indices`` (y, indices), which it does not give,
+    run on CuPy (:mod:`dnnbind.highlevel.gpu.window_max`) and save each window's winning position instead."""
+    if _windowed(dims, return_indices):
+        return _windowed_forward(x, dims, return_indices, layout)
     return _forward("maxpool", x, dims, MAX, layout)
 
 
-def maxpool_backward(residuals: tuple, cotangents: tuple, dims: PoolDims, *, layout: str | None = None) -> Any:
-    """dx from the saved (x padded, y) and dy (dilated: from the saved winners)."""
-    if dims.dilated:
-        return _dilated_backward(residuals, cotangents, dims, layout)
-    return _backward("maxpool", residuals, cotangents, dims, MAX, layout)
+def maxpool_backward(residuals: tuple, cotangents: tuple, dims: PoolDims, return_indices: bool = False, *,
+                     layout: str | None = None) -> Any:
+    """dx from the saved (x padded, y) and dy (on CuPy: from the saved winners); indices take no cotangent."""
+    if _windowed(dims, return_indices):
+        return _windowed_backward(residuals, cotangents, dims, layout)
+    return _backward("maxpool", residuals, cotangents[:1], dims, MAX, layout)
 
 
-def maxpool_residuals(x: Any, dims: PoolDims, *, layout: str | None = None) -> tuple[ArraySpec, ...]:
-    """x explicitly padded and y, in x's dtype; dilated: the winning window position of every output."""
-    if dims.dilated:
+def maxpool_residuals(x: Any, dims: PoolDims, return_indices: bool = False, *,
+                      layout: str | None = None) -> tuple[ArraySpec, ...]:
+    """x explicitly padded and y, in x's dtype; on CuPy: the winning window position of every output."""
+    if _windowed(dims, return_indices):
         return (ArraySpec(dims.y_shape, window_max.winner_dtype(dims)),)
     return _residuals(x, dims)
 

@@ -80,16 +80,24 @@ def backward(xp: Any, winners: Any, dy: Any, dims: PoolDims) -> Any:
 
 def flat_indices(xp: Any, winners: Any, dims: PoolDims) -> Any:
     """PyTorch's ``return_indices``: for every output, the flat index of its winner in its (N, C) plane
-    of the unpadded input, int64. A window that reads padding only (possible with dilation) gives the
-    index its first position would have, as if the input continued (PyTorch gives such windows -inf
-    and an index outside the plane too)."""
+    of the unpadded input, int64. A window whose winner is padding (one that reads no element of x, or
+    only -inf ones after padding) gets PyTorch's index there: that of its first position at or past x's
+    start in every dim (which may lie past x's end, as in PyTorch)."""
     pos = xp.asarray(np.array(positions(dims), np.int64).reshape(-1, dims.spatial_rank))
     chosen = pos[winners.astype(np.int64)]                  # (*y_shape, rank)
-    flat = xp.zeros(dims.y_shape, np.int64)
+    coords, fallback = [], []
+    inside = xp.ones(dims.y_shape, bool)
     for axis, (d, s, lo, o, size) in enumerate(zip(dims.dilation, dims.stride, dims.pad_low, dims.out_size,
                                                    dims.x_shape[2:])):
         shape = [1] * (2 + dims.spatial_rank)
         shape[2 + axis] = o
-        start = xp.arange(o, dtype=np.int64).reshape(shape) * s - lo
-        flat = flat * size + start + chosen[..., axis] * d
+        start = np.arange(o, dtype=np.int64) * s - lo
+        first = start + (-(-np.maximum(-start, 0) // d)) * d          # PyTorch: start += d while start < 0
+        coord = xp.asarray(start.reshape(shape)) + chosen[..., axis] * d
+        inside &= (coord >= 0) & (coord < size)
+        coords.append(coord)
+        fallback.append(xp.asarray(first.reshape(shape)))
+    flat = xp.zeros(dims.y_shape, np.int64)
+    for coord, first, size in zip(coords, fallback, dims.x_shape[2:]):
+        flat = flat * size + xp.where(inside, coord, first)
     return flat

@@ -154,14 +154,23 @@ def _residuals(x: ArraySpec, dims: PoolDims, kind: str) -> tuple[ArraySpec, ...]
     return saved + (ArraySpec((plan_for(dims, kind).workspace,), np.dtype(np.uint8)),)
 
 
-def _dilated_forward(x: Any, dims: PoolDims) -> tuple[Any, tuple[Any, ...]]:
+def _windowed(dims: PoolDims, return_indices: bool) -> bool:
+    """Whether max pooling runs on CuPy (window_max): dilated windows, which MIOpen cannot pool, or
+    indices asked for (MIOpen's workspace indices are not torch's)."""
+    return dims.dilated or return_indices
+
+
+def _windowed_forward(x: Any, dims: PoolDims, return_indices: bool) -> tuple[Any, tuple[Any, ...]]:
     cp = cupy()
     with Call("maxpool", _params(dims, MAX), dlpack_devices=DLPACK_ROCM, x=x) as call:
         y, winners = window_max.forward(cp, call["x"], dims)
-        return cp.ascontiguousarray(y), (winners,)
+        y = cp.ascontiguousarray(y)
+        if return_indices:
+            return (y, window_max.flat_indices(cp, winners, dims)), (winners,)
+        return y, (winners,)
 
 
-def _dilated_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> Any:
+def _windowed_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> Any:
     cp = cupy()
     (winners,) = saved
     device = winners.device.id
@@ -171,27 +180,28 @@ def _dilated_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> Any:
         return window_max.backward(cp, winners, dy, dims)
 
 
-def maxpool_forward(x: Any, dims: PoolDims) -> tuple[Any, tuple[Any, ...]]:
+def maxpool_forward(x: Any, dims: PoolDims, return_indices: bool = False) -> tuple[Any, tuple[Any, ...]]:
     """Max pooling (see :func:`dnnbind.maxpool`); saves padded x, y and MIOpen's index workspace.
-    Dilated windows, which MIOpen cannot pool, run on CuPy (:mod:`dnnbind.highlevel.gpu.window_max`)
-    and save each window's winning position instead."""
-    if dims.dilated:
-        return _dilated_forward(x, dims)
+    Dilated windows, which MIOpen cannot pool, and ``return_indices`` (y, indices) run on CuPy
+    (:mod:`dnnbind.highlevel.gpu.window_max`) and save each window's winning position instead."""
+    if _windowed(dims, return_indices):
+        return _windowed_forward(x, dims, return_indices)
     return _forward("maxpool", x, dims, MAX)
 
 
-def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> Any:
-    """dx through miopenPoolingBackward, routed by the saved index workspace (dilated: by the winners)."""
-    if dims.dilated:
-        return _dilated_backward(saved, cotangents, dims)
-    return _backward("maxpool", saved, cotangents, dims, MAX)
+def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, return_indices: bool = False) -> Any:
+    """dx through miopenPoolingBackward, routed by the saved index workspace (on CuPy: by the winners);
+    indices take no cotangent."""
+    if _windowed(dims, return_indices):
+        return _windowed_backward(saved, cotangents, dims)
+    return _backward("maxpool", saved, cotangents[:1], dims, MAX)
 
 
-def maxpool_residuals(x: ArraySpec, dims: PoolDims) -> tuple[ArraySpec, ...]:
+def maxpool_residuals(x: ArraySpec, dims: PoolDims, return_indices: bool = False) -> tuple[ArraySpec, ...]:
     """x explicitly padded (x's dtype), y, and the index workspace: uint8 bytes, as many as MIOpen's
-    miopenPoolingGetWorkSpaceSizeV2 says (a host-side query of the plan's descriptors). Dilated: the
+    miopenPoolingGetWorkSpaceSizeV2 says (a host-side query of the plan's descriptors). On CuPy: the
     winning window position of every output (no library call)."""
-    if dims.dilated:
+    if _windowed(dims, return_indices):
         return (ArraySpec(dims.y_shape, window_max.winner_dtype(dims)),)
     return _residuals(x, dims, MAX)
 

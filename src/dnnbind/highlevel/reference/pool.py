@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.gpu.window_max import flat_indices
 from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward
 from dnnbind.highlevel.residual import ArraySpec
@@ -53,9 +54,18 @@ def _argmax_dtype(dims: PoolDims) -> np.dtype:
 
 
 @fits_in_memory
+def maxpool_forward(x: np.ndarray, dims: PoolDims, return_indices: bool = False) -> tuple[Any, tuple[np.ndarray]]:
+    """Max pooling; saves the winning offset of every window (the pooling workspace). With
+    ``return_indices`` the result is (y, indices): torch's flat index of every window's winner in its
+    (N, C) plane of x, int64, derived from the saved offsets."""
+    y, (argmax,) = _maxpool(x, dims)
+    if return_indices:
+        return (y, flat_indices(np, argmax, dims)), (argmax,)
+    return y, (argmax,)
+
+
 @half_forward
-def maxpool_forward(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, tuple[np.ndarray]]:
-    """Max pooling; saves the winning offset of every window (the pooling workspace)."""
+def _maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, tuple[np.ndarray]]:
     xp = _padded(x, dims, -np.inf)
     offsets = _offsets(dims)
     y = np.array(xp[_window_index(dims, offsets[0])])
@@ -77,8 +87,13 @@ def maxpool_forward(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, tuple[np
     return y, (argmax,)
 
 
+def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, return_indices: bool = False) -> np.ndarray:
+    """dx from the saved winners and dy (the indices, an integer result, take no cotangent: any is ignored)."""
+    return _maxpool_backward(saved, cotangents[:1], dims)
+
+
 @half_backward
-def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> np.ndarray:
+def _maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> np.ndarray:
     (argmax,), (dy,) = saved, cotangents
     dy = cotangent("dy", dy, dims.y_shape, dy.dtype)
     dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
@@ -89,7 +104,7 @@ def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> np.ndar
     return _unpad(dxp, dims)
 
 
-def maxpool_residuals(x: Any, dims: PoolDims) -> tuple[ArraySpec]:
+def maxpool_residuals(x: Any, dims: PoolDims, return_indices: bool = False) -> tuple[ArraySpec]:
     """The winning offset of every window: y's shape, the smallest unsigned type that counts the window."""
     return (ArraySpec(dims.y_shape, _argmax_dtype(dims)),)
 

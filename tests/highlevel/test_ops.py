@@ -130,6 +130,11 @@ def test_conv_geometry_through_the_public_op(size, kernel, stride, padding, outp
     ("activation", (np.ones(3),), {"mode": "relu", "alpha": 0.5}),
     ("batchnorm", (np.ones((2, 3)), np.ones(3), np.ones(3), np.zeros(3, np.int64), None), {"training": True}),
     ("meanpool", (np.ones((1, 1, 4, 4)),), {"window": 2, "count_include_pad": 1}),
+    ("meanpool", (np.ones((1, 1, 4, 4)),), {"window": 2, "ceil_mode": 1}),
+    ("maxpool", (np.ones((1, 1, 4, 4)),), {"window": 2, "ceil_mode": "no"}),
+    ("maxpool", (np.ones((1, 1, 4, 4)),), {"window": 2, "dilation": 0}),
+    ("maxpool", (np.ones((1, 1, 4, 4)),), {"window": 3, "dilation": 2}),
+    ("maxpool", (np.ones((1, 1, 4, 4)),), {"window": 2, "return_indices": None}),
     ("dropout", (np.ones(3),), {"p": 1.5}),
 ])
 def test_frameworks_get_the_public_ops_checks(op, arrays, kwargs):

@@ -28,10 +28,10 @@ def _conv_case(x_shape, w_shape, dtype=np.float32, transposed=False, **kw):
     return ("conv_transpose" if transposed else "conv"), (x, w, b), (dims,)
 
 
-def _pool_case(op, x_shape, window, dtype=np.float32, **kw):
+def _pool_case(op, x_shape, window, dtype=np.float32, return_indices=False, **kw):
     x = rng.standard_normal(x_shape).astype(dtype)
     static = (PoolDims(x_shape, window, dtype=np.dtype(dtype), **kw),)
-    return op, (x,), static + ((False,) if op == "meanpool" else ())
+    return op, (x,), static + ((False,) if op == "meanpool" else (return_indices,))
 
 
 def _cases():
@@ -47,6 +47,9 @@ def _cases():
     yield _pool_case("maxpool", (2, 3, 7, 7), 3, stride=2, padding=1)
     yield _pool_case("maxpool", (2, 3, 8), 2, np.float16)
     yield _pool_case("meanpool", (2, 3, 6, 6, 6), 2, padding=1)
+    yield _pool_case("maxpool", (2, 3, 9, 8), 3, stride=2, padding=1, dilation=(2, 1), ceil_mode=True)
+    yield _pool_case("maxpool", (2, 3, 9), 2, np.float16, True, dilation=3, ceil_mode=True)     # (y, indices)
+    yield _pool_case("meanpool", (2, 3, 8, 9), 3, stride=2, padding=1, ceil_mode=True)
     for op in ("softmax", "logsoftmax"):
         yield op, (rng.standard_normal((3, 4, 5)),), (1,)
         yield op, (np.array(0.5),), (0,)
@@ -75,6 +78,9 @@ def test_residuals_describe_what_forward_saves_and_backward_leaves_them(op, arra
     assert all(isinstance(r, np.ndarray) for r in saved)
     assert [(tuple(r.shape), np.dtype(r.dtype)) for r in saved] == [(s.shape, np.dtype(s.dtype)) for s in spec]
 
+    if isinstance(result, tuple):             # maxpool's (y, indices): the indices take no cotangent
+        assert op == "maxpool" and result[1].dtype == np.int64
+        result = result[0]
     dy = rng.standard_normal(result.shape).astype(result.dtype)
     before = [r.copy() for r in saved]
     first = backward(saved, (dy,), *static)

@@ -47,6 +47,9 @@ for _args in [
 OPCHECK_CASES += [
     _case("maxpool", _r(2, 3, 7, 7), window=3, stride=2, padding=1),
     _case("meanpool", _r(2, 3, 6, 6, 6), window=2, padding=1, count_include_pad=False),
+    _case("maxpool", _r(2, 3, 8, 9), window=3, stride=2, padding=1, dilation=(2, 1), ceil_mode=True),
+    _case("maxpool", _r(2, 3, 7), window=2, stride=1, padding=1, dilation=2, return_indices=True),
+    _case("meanpool", _r(2, 3, 8, 9), window=3, stride=2, padding=1, count_include_pad=True, ceil_mode=True),
     _case("softmax", _r(3, 4, 5), axis=-1),
     _case("logsoftmax", _r(3, 4), axis=1),
     _case("activation", _r(3, 4), mode="elu", alpha=0.5),

@@ -199,6 +199,18 @@ def _spatial_out(size: Shape, lo: Shape, hi: Shape, extent: Shape, stride: Shape
     return tuple((s + a + b - e) // st + 1 for s, a, b, e, st in zip(size, lo, hi, extent, stride))
 
 
+def _pool_out(size: int, lo: int, hi: int, extent: int, stride: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling output size in one dim; with ``ceil_mode`` rounded up, as long as the last
+    window starts inside x or its low padding."""
+    span = size + lo + hi - extent
+    if not ceil_mode:
+        return span // stride + 1
+    out = -(-span // stride) + 1
+    if (out - 1) * stride >= size + lo:
+        out -= 1
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # convolution
 
@@ -375,37 +387,82 @@ class ConvDims:
 
 @dataclass(frozen=True, init=False)
 class PoolDims:
-    """Geometry of one N-d pooling: window, stride (defaults to window) and padding per dim.
+    """Geometry of one N-d pooling: window, stride (defaults to window), dilation and padding per dim.
 
-    Padding may be at most half the window in every dim (PyTorch's rule), which also guarantees that
-    every window holds at least one element of x.
+    Padding may be at most half the window in every dim (PyTorch's rule: half the window itself, also
+    with dilation). ``ceil_mode`` (PyTorch's) rounds the output size up, but the last window must start
+    inside x or its low padding; the extra windows run past the padded input, which PoolDims expresses
+    as extra high-side padding (``ceil_extra``, not limited to half the window). ``pad_high`` is the
+    whole high-side padding (the user's plus ``ceil_extra``): a backend pads by ``pad_low`` and
+    ``pad_high`` and pools without rounding. :meth:`mean_counts` says what a mean divides by.
     """
 
     x_shape: Shape
     window: Shape
     stride: Shape
+    dilation: Shape
     pad_low: Shape
     pad_high: Shape
+    ceil_mode: bool
+    ceil_extra: Shape
     dtype: str
 
     def __init__(self, x_shape: Sequence[int], window: Any, *, stride: Any = None, padding: Any = 0,
-                 dtype: Any = "float32") -> None:
+                 dilation: Any = 1, ceil_mode: bool = False, dtype: Any = "float32") -> None:
         x_shape = _check_array_shape("x", x_shape, (3, 4, 5), "(N, C, 1 to 3 spatial dimensions)", (0,),
                                      "the batch N")
         n = len(x_shape) - 2
         window = _per_dim("window", window, n, minimum=1)
         stride = window if stride is None else _per_dim("stride", stride, n, minimum=1)
+        dilation = _per_dim("dilation", dilation, n, minimum=1)
+        if not isinstance(ceil_mode, (bool, np.bool_)):
+            raise TypeError(f"ceil_mode={ceil_mode!r} must be a bool")
+        ceil_mode = bool(ceil_mode)
         lo, hi = _padding("padding", padding, n)
         if any(2 * p > k for p, k in zip(lo + hi, window + window)):
             raise ValueError(f"padding={padding!r} must be at most half the window {window} in every dimension")
         dtype = check_dtype("x", dtype)
-        padded = tuple(s + a + b for s, a, b in zip(x_shape[2:], lo, hi))
-        if any(p < k for p, k in zip(padded, window)):
+        extent = tuple(d * (k - 1) + 1 for k, d in zip(window, dilation))
+        out = tuple(_pool_out(*a, ceil_mode) for a in zip(x_shape[2:], lo, hi, extent, stride))
+        if any(o < 1 for o in out):
+            padded = tuple(s + a + b for s, a, b in zip(x_shape[2:], lo, hi))
+            dilated = f" dilated to {extent}" if extent != window else ""
             raise ValueError(f"the output would be empty: x's spatial size {x_shape[2:]} padded to {padded} "
-                             f"is smaller than window={window}")
-        for name, value in (("x_shape", x_shape), ("window", window), ("stride", stride), ("pad_low", lo),
-                            ("pad_high", hi), ("dtype", dtype)):
+                             f"is smaller than window={window}{dilated}")
+        extra = tuple(max(0, (o - 1) * st + e - (s + a + b))
+                      for o, st, e, s, a, b in zip(out, stride, extent, x_shape[2:], lo, hi))
+        hi = tuple(b + e for b, e in zip(hi, extra))
+        for name, value in (("x_shape", x_shape), ("window", window), ("stride", stride), ("dilation", dilation),
+                            ("pad_low", lo), ("pad_high", hi), ("ceil_mode", ceil_mode), ("ceil_extra", extra),
+                            ("dtype", dtype)):
             object.__setattr__(self, name, value)
+        assert self.out_size == out, (self.out_size, out)
+
+    @property
+    def extent(self) -> Shape:
+        """The dilated window: how far each window reaches, per spatial dim."""
+        return tuple(d * (k - 1) + 1 for k, d in zip(self.window, self.dilation))
+
+    @property
+    def dilated(self) -> bool:
+        return any(d != 1 for d, k in zip(self.dilation, self.window) if k > 1)
+
+    @property
+    def user_pad_high(self) -> Shape:
+        """The high-side padding the user asked for (``pad_high`` less ``ceil_extra``)."""
+        return tuple(b - e for b, e in zip(self.pad_high, self.ceil_extra))
+
+    def mean_counts(self, count_include_pad: bool) -> tuple[tuple[int, ...], ...]:
+        """Per spatial dim, the divisor's factor for each output position (the divisor of an N-d window is
+        the product over dims), as PyTorch's avg_pool computes it: with ``count_include_pad`` the window
+        clipped to x plus the user's padding (not ``ceil_extra``), else clipped to x alone. The one rule
+        of the reference backend and the GPU backends' rescale (:mod:`dnnbind.highlevel.gpu.rescale`)."""
+        counts = []
+        for size, k, st, lo, hi, o in zip(self.x_shape[2:], self.window, self.stride, self.pad_low,
+                                           self.user_pad_high, self.out_size):
+            first, last = (-lo, size + hi) if count_include_pad else (0, size)
+            counts.append(tuple(min(i * st - lo + k, last) - max(i * st - lo, first) for i in range(o)))
+        return tuple(counts)
 
     @property
     def spatial_rank(self) -> int:
@@ -417,7 +474,7 @@ class PoolDims:
 
     @functools.cached_property
     def out_size(self) -> Shape:
-        return _spatial_out(self.x_shape[2:], self.pad_low, self.pad_high, self.window, self.stride)
+        return _spatial_out(self.x_shape[2:], self.pad_low, self.pad_high, self.extent, self.stride)
 
     @functools.cached_property
     def y_shape(self) -> Shape:

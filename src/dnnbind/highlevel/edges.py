@@ -54,6 +54,17 @@ def _pool(args: tuple[Any, ...]) -> tuple[list[Any], Callable[[Zeros], Any], tup
     return [dims.y_shape], lambda zeros: zeros(x.shape), ("dy",), True
 
 
+def _maxpool(args: tuple[Any, ...]) -> tuple[list[Any], Callable[[Zeros], Any], tuple[str, ...], bool]:
+    x, dims = args[0], args[1]
+    indices = len(args) > 2 and bool(args[2])         # return_indices: (y, indices)
+    return [dims.y_shape] * (1 + indices), lambda zeros: zeros(x.shape), ("dy",), True
+
+
+def output_dtype(op: str, index: int, x_dtype: Any) -> Any:
+    """The dtype of output ``index`` of ``op``: x's, except maxpool's indices (int64)."""
+    return np.dtype(np.int64) if op == "maxpool" and index == 1 else x_dtype
+
+
 def _conv_grads(x: Any, w: Any, b: Any) -> Callable[[Zeros], Any]:
     return lambda zeros: (zeros(x.shape), zeros(w.shape)) + (() if b is None else (zeros(b.shape),))
 
@@ -88,7 +99,7 @@ def _rnn(args: tuple[Any, ...]) -> tuple[list[Any], Callable[[Zeros], Any], tupl
 
 
 #: op -> what its empty call returns; the pointwise ops also take 0-d arrays
-RULES: dict[str, Rule] = {"conv": _conv, "conv_transpose": _conv_transpose, "maxpool": _pool, "meanpool": _pool,
+RULES: dict[str, Rule] = {"conv": _conv, "conv_transpose": _conv_transpose, "maxpool": _maxpool, "meanpool": _pool,
                           "softmax": _like_x, "logsoftmax": _like_x, "activation": _like_x, "dropout": _like_x,
                           "batchnorm": _batchnorm, "rnn": _rnn}
 POINTWISE = ("softmax", "logsoftmax", "activation", "dropout")
@@ -140,9 +151,10 @@ def guard(op: str, forward: Callable[..., Any], backward: Callable[..., Any],
         if 0 in shape:
             outputs, grad_shapes = _empty_shapes(op, (x, *args))
             xp = _module(x)
-            results = tuple(None if s is None else xp.zeros(s, x.dtype) for s in outputs)
+            results = tuple(None if s is None else xp.zeros(s, output_dtype(op, i, x.dtype))
+                            for i, s in enumerate(outputs))
             saved = tuple(xp.zeros(s, bool if op == "dropout" else x.dtype) for s in grad_shapes)
-            return (results[0] if op != "rnn" else results), saved
+            return (results[0] if op != "rnn" and len(results) == 1 else results), saved
         if not shape and pointwise:
             y, saved = forward(x.reshape(1), *args, **options)
             return y.reshape(()), saved

@@ -29,7 +29,7 @@ from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm
                                     check_positive_float, check_probability, check_real, check_same_dtype,
                                     check_shape, normalize_axis, rnn_weight_entries)
 from dnnbind.highlevel.dispatch import adopts_device_arrays, backend_op
-from dnnbind.highlevel.pullback import Pullback, named, named_rnn
+from dnnbind.highlevel.pullback import Pullback, named, named_first, named_rnn
 
 #: activation modes -> default alpha (None: the mode takes no alpha)
 ACTIVATION_DEFAULTS: dict[str, float | None] = {
@@ -117,26 +117,38 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
 
 
 @adopts_device_arrays("x")
-def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0) -> tuple[Any, Pullback]:
+def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+            ceil_mode: bool = False, return_indices: bool = False) -> tuple[Any, Pullback]:
     """Max pooling over 1 to 3 spatial dims; stride defaults to the window, padding <= window/2.
 
-    Padding never wins (it acts as -inf). Ties: the gradient goes to the first maximum of the window in
-    row-major order, as in PyTorch. Returns (y, pullback) with pullback(dy) -> dx.
+    Like torch.nn.functional.max_pool{1,2,3}d: ``dilation`` spreads the window (window position k reads
+    k * dilation), ``ceil_mode`` rounds the output size up (the last window must start inside x or its
+    low padding). Padding never wins (it acts as -inf). Ties: the gradient goes to the first maximum of
+    the window in row-major order, as in PyTorch. Returns (y, pullback) with pullback(dy) -> dx; with
+    ``return_indices`` ((y, indices), pullback), indices (int64, y's shape) being torch's: the flat index
+    of every window's maximum in its (N, C) plane of x.
     """
-    run, static = remember(("maxpool", _meta(x)), (window, stride, padding),
+    run, static = remember(("maxpool", _meta(x)), (window, stride, padding, dilation, ceil_mode, return_indices),
                            lambda: (backend_op("maxpool", x=x),
-                                    _maxpool_static(x, window=window, stride=stride, padding=padding)))
-    return named("maxpool", run(x, *static), ("dx",))
+                                    _maxpool_static(x, window=window, stride=stride, padding=padding,
+                                                    dilation=dilation, ceil_mode=ceil_mode,
+                                                    return_indices=return_indices)))
+    return named_first("maxpool", run(x, *static), ("dx",))
 
 
 @adopts_device_arrays("x")
-def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0,
-             count_include_pad: bool = True) -> tuple[Any, Pullback]:
-    """Average pooling (torch's avg_pool); with ``count_include_pad`` the padding counts in the divisor."""
-    run, static = remember(("meanpool", _meta(x)), (window, stride, padding, count_include_pad),
+def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, count_include_pad: bool = True,
+             ceil_mode: bool = False) -> tuple[Any, Pullback]:
+    """Average pooling (torch's avg_pool); with ``count_include_pad`` the padding counts in the divisor.
+
+    ``ceil_mode`` rounds the output size up as torch does; the windows it adds divide, as in torch, by
+    their part inside x and the padding (``count_include_pad``) or inside x alone, never by the part
+    past the padding (see :meth:`PoolDims.mean_counts`).
+    """
+    run, static = remember(("meanpool", _meta(x)), (window, stride, padding, count_include_pad, ceil_mode),
                            lambda: (backend_op("meanpool", x=x),
                                     _meanpool_static(x, window=window, stride=stride, padding=padding,
-                                                     count_include_pad=count_include_pad)))
+                                                     count_include_pad=count_include_pad, ceil_mode=ceil_mode)))
     return named("meanpool", run(x, *static), ("dx",))
 
 
@@ -273,15 +285,20 @@ def _conv_transpose_static(x: Any, w: Any, b: Any, *, stride: Any = 1, padding: 
     return (_conv_transpose_dims(x, w, b, stride, padding, output_padding, dilation, groups, flip),)
 
 
-def _maxpool_static(x: Any, *, window: Any, stride: Any = None, padding: Any = 0) -> tuple:
-    return (PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype),)
+def _maxpool_static(x: Any, *, window: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+                    ceil_mode: bool = False, return_indices: bool = False) -> tuple:
+    if not isinstance(return_indices, (bool, np.bool_)):
+        raise TypeError(f"return_indices={return_indices!r} must be a bool")
+    return (PoolDims(x.shape, window, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode,
+                     dtype=x.dtype), bool(return_indices))
 
 
 def _meanpool_static(x: Any, *, window: Any, stride: Any = None, padding: Any = 0,
-                     count_include_pad: bool = True) -> tuple:
+                     count_include_pad: bool = True, ceil_mode: bool = False) -> tuple:
     if not isinstance(count_include_pad, (bool, np.bool_)):
         raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
-    return PoolDims(x.shape, window, stride=stride, padding=padding, dtype=x.dtype), bool(count_include_pad)
+    return (PoolDims(x.shape, window, stride=stride, padding=padding, ceil_mode=ceil_mode, dtype=x.dtype),
+            bool(count_include_pad))
 
 
 def _axis_static(x: Any, *, axis: int = 1) -> tuple:

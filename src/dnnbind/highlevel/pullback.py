@@ -185,6 +185,14 @@ def _dy(shape: tuple[int, ...] | None, dtype: Any) -> tuple[Cotangent]:
     return (Cotangent("dy", "y", shape, dtype),)
 
 
+def named_first(op: str, forward: tuple[Any, Callable[..., Any]], gradients: Sequence[str]) -> tuple[Any, Pullback]:
+    """Like :func:`named` for an op whose result may also be ``(y, other)`` with ``other`` taking no
+    cotangent (maxpool's indices): the pullback takes dy only."""
+    result, run = forward
+    y = result[0] if isinstance(result, tuple) else result
+    return result, Pullback(op, run, (Cotangent("dy", "y", _shape(y), _dtype(y)),), tuple(gradients))
+
+
 def named_rnn(forward: tuple[tuple[Any, Any, Any], Callable[..., Any]],
               mode: str) -> tuple[tuple[Any, Any, Any], Pullback]:
     """The rnn backend's ``((y, hy, cy), pullback)`` with a Pullback: dy required, dhy and dcy optional

@@ -38,7 +38,8 @@ class OpForm(NamedTuple):
     """The parameters of one op's residual form (see the module doc)."""
     arrays: tuple[str, ...]        # forward's array parameters, in order
     static: tuple[str, ...]        # its other parameters, in order; the backward takes them too
-    outputs: tuple[str, ...]       # the result: one array, or a tuple of these
+    outputs: tuple[str, ...]       # the result: one array, or a tuple of these (maxpool: y, or (y, indices)
+                                   # with return_indices; indices are int64 and get no cotangent)
     gradients: tuple[str, ...]     # what the backward returns, in order
 
 
@@ -48,7 +49,7 @@ _ONE = (("x",), ("y",), ("dx",))
 FORMS: dict[str, OpForm] = {
     "conv": OpForm(("x", "w", "b"), ("dims",), ("y",), ("dx", "dw", "db")),
     "conv_transpose": OpForm(("x", "w", "b"), ("dims",), ("y",), ("dx", "dw", "db")),
-    "maxpool": OpForm(("x",), ("dims",), ("y",), ("dx",)),
+    "maxpool": OpForm(("x",), ("dims", "return_indices"), ("y", "indices"), ("dx",)),
     "meanpool": OpForm(("x",), ("dims", "count_include_pad"), ("y",), ("dx",)),
     "softmax": OpForm(("x",), ("axis",), ("y",), ("dx",)),
     "logsoftmax": OpForm(("x",), ("axis",), ("y",), ("dx",)),
@@ -92,6 +93,7 @@ class ResidualPullback:
 
 #: parameters of the ``(result, pullback)`` form that may be left out
 DEFAULTS: dict[str, dict[str, Any]] = {
+    "maxpool": {"return_indices": False},
     "meanpool": {"count_include_pad": True},
     "batchnorm": {"running_mean": None, "running_var": None, "training": True, "momentum": 0.1, "eps": 1e-5},
     "dropout": {"seed": None},

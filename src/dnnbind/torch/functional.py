@@ -47,17 +47,22 @@ def conv_transpose(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any
                 dilation=dilation, groups=groups, flip=flip)[0]
 
 
-def maxpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0) -> Tensor:
-    """Max pooling like ``torch.nn.functional.max_pool{1,2,3}d`` (stride defaults to the window)."""
+def maxpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+            ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """Max pooling like ``torch.nn.functional.max_pool{1,2,3}d`` (stride defaults to the window); with
+    ``return_indices`` (y, indices), indices int64 and without gradient, as torch's."""
     _check(x=x)
-    return call("maxpool", x, window=window, stride=stride, padding=padding)[0]
+    outputs = call("maxpool", x, window=window, stride=stride, padding=padding, dilation=dilation,
+                   ceil_mode=ceil_mode, return_indices=return_indices)
+    return (outputs[0], outputs[1]) if return_indices else outputs[0]
 
 
 def meanpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0,
-             count_include_pad: bool = True) -> Tensor:
+             count_include_pad: bool = True, ceil_mode: bool = False) -> Tensor:
     """Average pooling like ``torch.nn.functional.avg_pool{1,2,3}d``."""
     _check(x=x)
-    return call("meanpool", x, window=window, stride=stride, padding=padding, count_include_pad=count_include_pad)[0]
+    return call("meanpool", x, window=window, stride=stride, padding=padding, count_include_pad=count_include_pad,
+                ceil_mode=ceil_mode)[0]
 
 
 def softmax(x: Tensor, *, axis: int = 1) -> Tensor:

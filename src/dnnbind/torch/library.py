@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from dnnbind.highlevel.arg_cache import remember
 from dnnbind.highlevel.dispatch import backend_function
 from dnnbind.highlevel.dims import numpy_dtype
-from dnnbind.highlevel.edges import RULES
+from dnnbind.highlevel.edges import RULES, output_dtype
 from dnnbind.highlevel.ops import residual_static
 from dnnbind.highlevel.residual import FORMS, ArraySpec
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
@@ -221,7 +221,8 @@ def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
     specs = _map(_spec, tensors)
     static = _static(op, specs, kwargs, params, reals)
     shapes = RULES[op]((*specs, *static))[0]
-    outputs = [x.new_empty(shape) for shape in shapes if shape is not None]
+    outputs = [x.new_empty(shape, dtype=torch.int64 if output_dtype(op, i, None) is not None else x.dtype)
+               for i, shape in enumerate(shapes) if shape is not None]
     if op == "batchnorm":
         outputs += [t.new_empty(t.shape) for t in tensors[3:5] if t is not None]
     saved = backend_function(_backend(x.device), f"{op}_residuals")(*specs, *static)
@@ -294,7 +295,7 @@ def _setup_context(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
 def _remember_call(op: str, ctx: Any, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
                    outputs: Sequence[Tensor]) -> list[Tensor]:
     """Keep on ``ctx`` what the backward needs besides the residuals; returns the outputs that get no
-    gradient (batch norm's running statistics)."""
+    gradient (batch norm's running statistics, maxpool's integer indices)."""
     p = decode(params)
     stats = _running_statistics(op, p)
     extra = list(outputs[len(outputs) - stats:]) if stats else []
@@ -310,7 +311,7 @@ def _remember_call(op: str, ctx: Any, x: Tensor, others: Sequence[Tensor], param
     ctx.results = len(outputs) - len(extra)
     ctx.reals = list(reals)
     ctx.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
-    return extra
+    return extra + [o for o in outputs[:ctx.results] if not o.is_floating_point()]
 
 
 def _flat_slots(slots: Sequence[Any]) -> list[int]:
@@ -325,7 +326,8 @@ def _running_statistics(op: str, p: dict[str, Any]) -> int:
 
 def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals: Any) -> tuple:
     op = ctx.op
-    d_results = list(d_outputs[:ctx.results])
+    # integer results (maxpool's indices) take no cotangent; eager autograd may hand zeros for them
+    d_results = [d if d is None or d.is_floating_point() else None for d in d_outputs[:ctx.results]]
     if not any(d is not None for d in d_results):
         return None, [None] * len(ctx.diff), None, _no_gradient(ctx.reals)
     if d_results[0] is None:                  # the first cotangent is required: zeros stand for "unused"

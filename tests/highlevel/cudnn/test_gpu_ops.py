@@ -194,12 +194,38 @@ def test_workspace_limit_zero_still_runs(poisoned):
 # --------------------------------------------------------------------------------------------------------
 # pooling
 
+#: max pooling only: dilated windows run on CuPy (dnnbind.highlevel.gpu.window_max)
+DILATED = [
+    ((2, 3, 13), 3, dict(stride=2, padding=1, dilation=3, ceil_mode=True)),
+    ((2, 3, 9, 10), (3, 2), dict(stride=(2, 1), padding=((1, 0), (0, 1)), dilation=(2, 3))),
+    ((1, 2, 6, 7, 8), 2, dict(stride=1, padding=1, dilation=(1, 2, 3), ceil_mode=True)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lay", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", range(len(DILATED)))
+@pytest.mark.parametrize("ties", [False, True])
+def test_dilated_maxpool_equals_the_reference(poisoned, dtype, lay, case, ties):
+    cp, rng = poisoned, np.random.default_rng(40 + case)
+    xs, window, kw = DILATED[case]
+    x = np.round(rng.standard_normal(xs)).astype(dtype) if ties else \
+        ((rng.permutation(int(np.prod(xs))).reshape(xs) - np.prod(xs) / 2).astype(dtype) / 16)
+    dx = to_device(cp, x, lay)
+    y_ref, _ = dnnbind.maxpool(x, window, **kw)
+    y, _ = compare(cp, rng, dtype, lambda: dnnbind.maxpool(dx, window, **kw), lambda: dnnbind.maxpool(x, window, **kw),
+                   [dx], y_ref.shape)
+    assert layout.has_layout(y, lay)
+
 POOLS = [
     ((2, 3, 11), 3, dict(stride=2, padding=1)),
     ((2, 3, 9, 10), (3, 2), dict(stride=(2, 1), padding=((1, 0), (0, 1)))),
     ((2, 4, 8, 8), 2, dict()),
     ((2, 3, 7, 7), 3, dict(stride=2, padding=1)),
     ((1, 2, 4, 5, 6), 2, dict(stride=1, padding=((1, 0), 0, (0, 1)))),
+    ((2, 3, 8, 9), 3, dict(stride=2, padding=1, ceil_mode=True)),      # the last windows run past the padding
+    ((2, 3, 10), 4, dict(stride=3, ceil_mode=True)),
+    ((1, 2, 5, 6, 7), (3, 2, 3), dict(stride=(2, 3, 2), padding=(1, 1, 0), ceil_mode=True)),
 ]
 
 
@@ -222,6 +248,22 @@ def test_pooling(poisoned, dtype, lay, case, op):
     y_ref, _ = run(x)
     y, _ = compare(cp, rng, dtype, lambda: run(dx), lambda: run(x), [dx], y_ref.shape)
     assert layout.has_layout(y, lay)
+
+
+@pytest.mark.parametrize("case", range(len(DILATED)))
+def test_maxpool_return_indices_equal_the_reference(poisoned, case):
+    cp, rng = poisoned, np.random.default_rng(60 + case)
+    xs, window, kw = DILATED[case]
+    x = np.round(rng.standard_normal(xs))                  # ties: the first maximum's index
+    (y, indices), pullback = dnnbind.maxpool(cp.asarray(x), window, return_indices=True, **kw)
+    (y_ref, indices_ref), pullback_ref = dnnbind.maxpool(x, window, return_indices=True, **kw)
+    np.testing.assert_array_equal(cp.asnumpy(y), y_ref)
+    assert indices.dtype == np.int64
+    np.testing.assert_array_equal(cp.asnumpy(indices), indices_ref)
+    dy = rng.standard_normal(y_ref.shape)
+    np.testing.assert_allclose(cp.asnumpy(pullback(cp.asarray(dy))), pullback_ref(dy), rtol=1e-13, atol=1e-13)
+    (_, undilated), _ = dnnbind.maxpool(cp.asarray(x), 2, return_indices=True)     # cuDNN gives none: CuPy does
+    np.testing.assert_array_equal(cp.asnumpy(undilated), dnnbind.maxpool(x, 2, return_indices=True)[0][1])
 
 
 def test_maxpool_nondeterministic_mode(poisoned):

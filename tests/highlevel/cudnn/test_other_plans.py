@@ -28,7 +28,8 @@ def pool_problems(rng, count):
         pads = tuple((int(rng.integers(0, k // 2 + 1)), int(rng.integers(0, k // 2 + 1))) for k in window)
         sizes = tuple(max(1, k - lo - hi) + int(rng.integers(0, 5)) for k, (lo, hi) in zip(window, pads))
         yield PoolDims((int(rng.integers(1, 3)), int(rng.integers(1, 4))) + sizes, window, stride=stride,
-                       padding=pads, dtype=str(rng.choice(["float16", "float32", "float64"])))
+                       padding=pads, ceil_mode=bool(rng.integers(2)),
+                       dtype=str(rng.choice(["float16", "float32", "float64"])))
 
 
 @pytest.mark.parametrize("kind", [MAX, MEAN_INCLUDE_PAD, MEAN_EXCLUDE_PAD])
@@ -47,24 +48,33 @@ def test_pool_plans_match_pooldims_and_cudnn_output_shapes(kind, rng):
         assert read["stride"] == layout.lift_spatial(dims.stride, 1)
         assert read["padding"] == layout.lift_spatial(tuple(map(min, dims.pad_low, dims.pad_high)), 0)
         assert plan.x.read()[2] == layout.strides(plan.x.shape, lay)
-        assert (plan.rescale is not None) == (kind == MEAN_EXCLUDE_PAD and dims.pad_low != dims.pad_high)
+        if plan.rescale is not None:      # only where padding is explicit or ceil_mode pads, where a count differs
+            assert kind != MAX and (plan.geometry.explicit_padding or any(dims.ceil_extra))
+            assert not np.all(plan.rescale == 1)
 
 
-@pytest.mark.parametrize("padding", [((1, 0), (0, 1)), ((2, 1), 1), ((0, 2), (0, 1))])
-def test_exclude_padding_rescale_gives_the_asymmetric_mean(padding, rng):
-    """cuDNN's EXCLUDE_PADDING average of the explicitly padded x (the reference computes the same thing
-    for symmetric padding), times the plan's rescale factors, is the asymmetric mean of x."""
+@pytest.mark.parametrize("include", [False, True])
+@pytest.mark.parametrize("padding, stride, ceil_mode", [(((1, 0), (0, 1)), (2, 1), False), (((2, 1), 1), (2, 1), False),
+                                                        (((0, 2), (0, 1)), (2, 1), False), (1, (2, 2), True),
+                                                        (((0, 1), 0), (3, 2), True), (0, (3, 3), True)])
+def test_mean_rescale_gives_the_asymmetric_and_ceil_mode_mean(padding, stride, ceil_mode, include, rng):
+    """cuDNN's average of the explicitly padded x (the reference computes the same thing for symmetric
+    padding without ceil_mode), times the plan's rescale factors, is the mean of x with asymmetric
+    padding or ceil_mode's windows past the padding."""
     x = rng.standard_normal((2, 3, 7, 8))
-    dims = PoolDims(x.shape, (4, 3), stride=(2, 1), padding=padding)
-    plan = PoolPlan(dims, MEAN_EXCLUDE_PAD, False, "NCHW")
+    dims = PoolDims(x.shape, (4, 3), stride=stride, padding=padding, ceil_mode=ceil_mode)
+    plan = PoolPlan(dims, MEAN_INCLUDE_PAD if include else MEAN_EXCLUDE_PAD, False, "NCHW")
     g = plan.geometry
     xp = pad(np, x, g.extra_low, g.extra_high, "NCHW")
     as_cudnn = PoolDims(xp.shape, dims.window, stride=dims.stride, padding=g.padding)
-    y, pullback = reference.meanpool(xp, as_cudnn, False)
-    y_ref, pullback_ref = reference.meanpool(x, dims, False)
-    np.testing.assert_allclose(y * plan.rescale, y_ref, rtol=1e-13)
+    assert as_cudnn.y_shape == dims.y_shape
+    y, pullback = reference.meanpool(xp, as_cudnn, include)
+    y_ref, pullback_ref = reference.meanpool(x, dims, include)
+    rescale = 1.0 if plan.rescale is None else plan.rescale
+    assert plan.rescale is not None or not (include and any(dims.ceil_extra))
+    np.testing.assert_allclose(y * rescale, y_ref, rtol=1e-13)
     dy = rng.standard_normal(y.shape)
-    dxp = pullback(dy * plan.rescale)
+    dxp = pullback(dy * rescale)
     np.testing.assert_allclose(dxp[(slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in
                                                                         zip(g.extra_low, x.shape[2:]))],
                                pullback_ref(dy), rtol=1e-13)

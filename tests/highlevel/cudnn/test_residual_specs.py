@@ -113,6 +113,15 @@ def test_pooling_saves_padded_x_and_y(kind, rng):
         assert [s.dtype for s in got] == [F16, F16]
 
 
+def test_pooling_ceil_mode_saves_x_padded_past_the_padding_and_dilated_max_the_winners():
+    dims = PoolDims((2, 3, 8, 9), 3, stride=2, padding=1, ceil_mode=True, dtype="float16")
+    plan = PoolPlan(dims, MEAN_EXCLUDE_PAD, False, "NCHW")
+    got = backend.meanpool_residuals(spec(dims.x_shape, F16), dims, True)
+    assert [s.shape for s in got] == [plan.x.read()[1], plan.y.read()[1]] == [(2, 3, 9, 9), (2, 3, 5, 5)]
+    dims = PoolDims((2, 3, 8, 9), 3, stride=2, padding=1, dilation=2, dtype="float16")
+    assert backend.maxpool_residuals(spec(dims.x_shape, F16), dims) == (spec(dims.y_shape, np.uint8),)
+
+
 def test_softmax_and_activation_residuals():
     x = spec((4, 5, 6), F16)
     assert backend.softmax_residuals(x, 2) == backend.logsoftmax_residuals(x, 0) == (x,)

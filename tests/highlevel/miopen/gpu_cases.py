@@ -109,6 +109,17 @@ CASES: list[Case] = [
     Case("meanpool3d_exclude_pad", "meanpool", arrays((1, 2, 4, 4, 6), window=2, padding=1,
                                                       count_include_pad=False)),
     Case("meanpool1d", "meanpool", arrays((2, 3, 9), window=3, stride=2)),
+    Case("maxpool2d_ceil", "maxpool", arrays((2, 3, 8, 9), window=3, stride=2, padding=1, ceil_mode=True)),
+    Case("meanpool2d_ceil", "meanpool", arrays((2, 3, 8, 9), window=3, stride=2, padding=1, ceil_mode=True)),
+    Case("meanpool3d_ceil_exclude_pad", "meanpool", arrays((1, 2, 5, 6, 7), window=(3, 2, 3), stride=(2, 3, 2),
+                                                           padding=(1, 1, 0), ceil_mode=True,
+                                                           count_include_pad=False)),
+    # dilated max pooling runs on CuPy (dnnbind.highlevel.gpu.window_max)
+    Case("maxpool1d_dilated_ceil", "maxpool", arrays((2, 3, 13), window=3, stride=2, padding=1, dilation=3,
+                                                     ceil_mode=True)),
+    Case("maxpool2d_dilated_ties", "maxpool", arrays((2, 3, 9, 10), window=(3, 2), stride=(2, 1),
+                                                     padding=((1, 0), (0, 1)), dilation=(2, 3), ties=True)),
+    Case("maxpool3d_dilated", "maxpool", arrays((1, 2, 6, 7, 8), window=2, padding=1, dilation=(1, 2, 3))),
     # softmax along any axis
     Case("softmax_axis1", "softmax", arrays((2, 5, 3, 4), axis=1)),
     Case("softmax_last", "softmax", arrays((3, 5, 4), axis=2)),

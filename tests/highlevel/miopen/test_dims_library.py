@@ -72,9 +72,11 @@ def _pool_configs(rng: np.random.Generator, n: int) -> list[dict]:
         window = [int(k) for k in rng.integers(1, 6, rank)]
         config = dict(x=[int(rng.integers(1, 3)), int(rng.integers(1, 4))] + [int(s) for s in rng.integers(1, 20, rank)],
                       window=window, stride=[int(s) for s in rng.integers(1, 4, rank)],
-                      padding=[int(rng.integers(0, k // 2 + 1)) for k in window])
+                      padding=[int(rng.integers(0, k // 2 + 1)) for k in window],
+                      ceil_mode=bool(rng.integers(2)))      # ceil_mode: x padded explicitly past the padding
         try:
-            PoolDims(config["x"], window, stride=config["stride"], padding=config["padding"])
+            PoolDims(config["x"], window, stride=config["stride"], padding=config["padding"],
+                     ceil_mode=config["ceil_mode"])
         except ValueError:
             continue
         out.append(config)
@@ -106,7 +108,8 @@ for c in config["transposed"]:
     p = conv_plan.ConvPlan(dims, "NCHW", MIOpenSettings())
     out["transposed"].append(list(p.conv.output_shape(p.x, p.w)))
 for c in config["pool"]:
-    p = pool.PoolPlan(PoolDims(c["x"], c["window"], stride=c["stride"], padding=c["padding"]), "max")
+    p = pool.PoolPlan(PoolDims(c["x"], c["window"], stride=c["stride"], padding=c["padding"],
+                               ceil_mode=c["ceil_mode"]), "max")
     out["pool"].append(list(p.pooling.output_shape(p.x)))
 print(json.dumps(out))
 """
@@ -132,6 +135,8 @@ def test_the_random_configurations_are_varied(configs):
     assert any(max(c["stride"]) > 1 for c in convs) and any(max(c["padding"]) > 0 for c in convs)
     assert any(max(c["output_padding"]) > 0 for c in configs["transposed"])
     assert {len(c["x"]) - 2 for c in configs["pool"]} == {1, 2, 3}
+    assert sum(any(PoolDims(c["x"], c["window"], stride=c["stride"], padding=c["padding"],
+                            ceil_mode=c["ceil_mode"]).ceil_extra) for c in configs["pool"]) > 20
 
 
 def test_conv_dims_equal_miopen_s_nd_output_dims(configs, miopen_dims):
@@ -159,8 +164,8 @@ def test_transposed_dims_are_the_forward_convolution_miopen_sees(configs, miopen
 
 
 def test_pool_dims_equal_miopen_s_output_dims(configs, miopen_dims):
-    ours = [list(lift(PoolDims(c["x"], c["window"], stride=c["stride"], padding=c["padding"]).y_shape))
-            for c in configs["pool"]]
+    ours = [list(lift(PoolDims(c["x"], c["window"], stride=c["stride"], padding=c["padding"],
+                               ceil_mode=c["ceil_mode"]).y_shape)) for c in configs["pool"]]
     assert len(miopen_dims["pool"]) == N_POOL
     mismatches = [(c, a, b) for c, a, b in zip(configs["pool"], ours, miopen_dims["pool"]) if a != b]
     assert not mismatches, mismatches[:5]

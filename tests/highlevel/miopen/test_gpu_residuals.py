@@ -79,6 +79,9 @@ CASES = [
                                                         dilation=2, output_padding=1)),
     ("maxpool2d", "maxpool", _pool((2, 3, 9, 9), 3, stride=2, padding=1)),
     ("maxpool3d", "maxpool", _pool((1, 2, 6, 5, 6), 2, padding=(1, 0, 1))),
+    ("maxpool_dilated_ceil", "maxpool", _pool((2, 3, 9, 10), 3, stride=2, padding=1, dilation=(2, 1),
+                                              ceil_mode=True)),          # on CuPy: saves the winners
+    ("meanpool_ceil", "meanpool", _pool((2, 3, 8, 9), 3, True, stride=2, padding=1, ceil_mode=True)),
     ("meanpool_exclude_pad", "meanpool", _pool((2, 3, 7, 6), 3, False, stride=2, padding=((1, 0), 1))),
     ("softmax", "softmax", _x((2, 5, 3, 4), 1)),
     ("logsoftmax", "logsoftmax", _x((3, 5, 4), 2)),

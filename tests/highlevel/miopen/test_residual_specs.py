@@ -85,6 +85,7 @@ def test_activation_saves_what_its_backward_reads(mode, alpha, count):
     ((2, 3, 7, 8), (3, 2), dict(padding=((1, 0), (0, 1)))),          # asymmetric: x padded explicitly
     ((2, 3, 10), 2, {}),
     ((1, 2, 4, 4, 6), 2, dict(padding=(1, (0, 1), 1))),
+    ((2, 3, 8, 9), 3, dict(stride=2, padding=1, ceil_mode=True)),    # ceil_mode: x padded past the padding
 ])
 @pytest.mark.parametrize("include", [True, False])
 def test_meanpool_saves_padded_x_and_y(x_shape, window, kw, include):
@@ -94,6 +95,14 @@ def test_meanpool_saves_padded_x_and_y(x_shape, window, kw, include):
     extra_high = tuple(b - s for b, s in zip(dims.pad_high, lo))
     expected = (spec(padded_shape(dims.x_shape, extra_low, extra_high), F16), spec(dims.y_shape, F16))
     assert miopen.meanpool_residuals(spec(x_shape, F16), dims, include) == expected
+
+
+def test_dilated_maxpool_saves_the_winners_as_the_reference():
+    from dnnbind.highlevel import reference
+    for dims in (PoolDims((2, 3, 9, 10), 3, stride=2, padding=1, dilation=(2, 1), dtype="float32"),
+                 PoolDims((1, 2, 9, 8, 9), (3, 2, 3), padding=1, dilation=2, ceil_mode=True, dtype="float32")):
+        assert miopen.maxpool_residuals(spec(dims.x_shape), dims) == reference.maxpool_residuals(
+            spec(dims.x_shape), dims) == (spec(dims.y_shape, np.uint8),)
 
 
 def test_asymmetric_padding_grows_the_saved_x():

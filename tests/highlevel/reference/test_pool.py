@@ -114,8 +114,78 @@ def test_float16(rng):
         np.testing.assert_allclose(dx, ref_pb(dy), rtol=5e-3, atol=5e-3)
 
 
+CEIL_DILATED = [
+    dict(x=(2, 2, 8), window=3, stride=2, padding=1, dilation=2, ceil_mode=True),
+    dict(x=(1, 2, 7, 6), window=(2, 3), stride=(2, 2), padding=((1, 0), 1), dilation=(3, 1), ceil_mode=True),
+    dict(x=(1, 1, 5, 4, 5), window=2, stride=(2, 1, 3), padding=(1, 0, 1), dilation=1, ceil_mode=True),
+]
+
+
+@pytest.mark.parametrize("config", CEIL_DILATED)
+def test_ceil_mode_and_dilation_gradients(rng, config):
+    c = dict(config)
+    x = rng.standard_normal(c.pop("x"))
+    check_gradients(lambda: dnnbind.maxpool(x, **c), [x], select=lambda g: [g])
+    if c.pop("dilation") == 1:
+        for include in (True, False):
+            check_gradients(lambda: dnnbind.meanpool(x, **c, count_include_pad=include), [x], select=lambda g: [g])
+
+
+def test_ceil_mode_mean_divisors_by_hand():
+    """Size 6, window 3, stride 2, padding 1, ceil_mode: windows [-1, 2) [1, 4) [3, 6) and [5, 8), which
+    runs one past the padding; torch counts the user's padding (not ceil_mode's) with count_include_pad."""
+    x = np.array([[[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]]])
+    y, pullback = dnnbind.meanpool(x, 3, stride=2, padding=1, ceil_mode=True)
+    np.testing.assert_allclose(y, [[[3 / 3, 9 / 3, 15 / 3, 6 / 2]]])
+    np.testing.assert_allclose(pullback(np.ones((1, 1, 4))), [[[1 / 3, 2 / 3, 1 / 3, 2 / 3, 1 / 3, 1 / 3 + 1 / 2]]])
+    y, _ = dnnbind.meanpool(x, 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)
+    np.testing.assert_allclose(y, [[[3 / 2, 9 / 3, 15 / 3, 6 / 1]]])
+    dims = dnnbind.PoolDims(x.shape, 3, stride=2, padding=1, ceil_mode=True)
+    assert dims.out_size == (4,) and dims.ceil_extra == (1,) and dims.pad_high == (2,) and dims.user_pad_high == (1,)
+    assert dims.mean_counts(True) == ((3, 3, 3, 2),) and dims.mean_counts(False) == ((2, 3, 3, 1),)
+    dims = dnnbind.PoolDims((1, 1, 5), 3, stride=2, padding=1, ceil_mode=True)
+    assert dims.out_size == (3,) and dims.ceil_extra == (0,)               # no window left over: as floor
+    dims = dnnbind.PoolDims((1, 1, 5), 2, stride=2, padding=1, ceil_mode=True)
+    assert dims.out_size == (3,) and dims.ceil_extra == (0,)               # a 4th window would start past x
+
+
+def test_dilated_maxpool_by_hand():
+    x = np.array([[[3.0, 9.0, 1.0, 9.0, 2.0, 0.0, 5.0]]])
+    y, pullback = dnnbind.maxpool(x, 3, stride=2, dilation=2)           # windows read 0,2,4 and 2,4,6
+    np.testing.assert_array_equal(y, [[[3.0, 5.0]]])
+    np.testing.assert_array_equal(pullback(np.array([[[1.0, 10.0]]])), [[[1, 0, 0, 0, 0, 0, 10]]])
+
+
+def test_return_indices_by_hand_and_in_half_precision():
+    (y, indices), pullback = dnnbind.maxpool(X44, 2, return_indices=True)
+    np.testing.assert_array_equal(y[0, 0], [[5, 8], [9, 7]])
+    np.testing.assert_array_equal(indices[0, 0], [[1, 6], [12, 10]])         # first of the three 7s
+    assert pullback(np.ones((1, 1, 2, 2))).sum() == 4
+    (y16, indices16), _ = dnnbind.maxpool(X44.astype(np.float16), 2, return_indices=True)
+    assert y16.dtype == np.float16 and indices16.dtype == np.int64
+    np.testing.assert_array_equal(indices16, indices)
+    (y, indices), _ = dnnbind.maxpool(np.zeros((0, 2, 4)), 2, return_indices=True)     # empty batch
+    assert y.shape == indices.shape == (0, 2, 2) and indices.dtype == np.int64
+
+
 def test_errors(rng):
     x = rng.standard_normal((1, 1, 4, 4))
+    with pytest.raises(TypeError, match=r"return_indices=1 must be a bool"):
+        dnnbind.maxpool(x, 2, return_indices=1)
+    with pytest.raises(TypeError, match=r"ceil_mode=1 must be a bool"):
+        dnnbind.maxpool(x, 2, ceil_mode=1)
+    with pytest.raises(TypeError, match=r"ceil_mode='yes' must be a bool"):
+        dnnbind.meanpool(x, 2, ceil_mode="yes")
+    with pytest.raises(ValueError, match=r"dilation=0 must be positive"):
+        dnnbind.maxpool(x, 2, dilation=0)
+    with pytest.raises(TypeError, match=r"dilation=1.5 must be an int"):
+        dnnbind.maxpool(x, 2, dilation=1.5)
+    with pytest.raises(ValueError, match=r"dilation=\(1, 2, 3\) must be an int or 2 ints"):
+        dnnbind.maxpool(x, 2, dilation=(1, 2, 3))
+    with pytest.raises(ValueError, match=r"output would be empty.*window=\(3, 3\) dilated to \(5, 5\)"):
+        dnnbind.maxpool(x, 3, dilation=2)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'dilation'"):
+        dnnbind.meanpool(x, 2, dilation=2)
     with pytest.raises(ValueError, match=r"padding=2 must be at most half the window \(3, 3\)"):
         dnnbind.maxpool(x, 3, padding=2)
     with pytest.raises(TypeError, match=r"count_include_pad=1 must be a bool"):
@@ -171,6 +241,54 @@ def test_pools_match_torch(case):
     np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(pullback(dy), torch.autograd.grad(yt, xt, torch.tensor(dy))[0].numpy(),
                                rtol=1e-12, atol=1e-12)
+
+
+@st.composite
+def torch_case(draw):
+    """torch's own arguments: symmetric padding, dilation (max pooling) and ceil_mode."""
+    rank = draw(st.integers(1, 3))
+    window = tuple(draw(st.integers(1, 4)) for _ in range(rank))
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(rank))
+    dilation = tuple(draw(st.integers(1, 3)) for _ in range(rank))
+    pads = tuple(draw(st.integers(0, k // 2)) for k in window)
+    size = tuple(max(1, d * (k - 1) + 1 - 2 * p) + draw(st.integers(0, 4))
+                 for k, d, p in zip(window, dilation, pads))
+    return dict(x=(draw(st.integers(1, 2)), draw(st.integers(1, 3))) + size, window=window, stride=stride,
+                padding=pads, dilation=dilation, ceil_mode=draw(st.booleans()), ties=draw(st.booleans()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(torch_case())
+def test_ceil_mode_and_dilation_match_torch_directly(case):
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(case["x"])
+    if case["ties"]:
+        x = np.round(x)
+    rank = len(case["x"]) - 2
+    kw = dict(stride=case["stride"], padding=case["padding"], ceil_mode=case["ceil_mode"])
+    xt = torch.tensor(x, requires_grad=True)
+    yt, it = getattr(F, f"max_pool{rank}d")(xt, case["window"], dilation=case["dilation"], return_indices=True, **kw)
+    (y, indices), pullback = dnnbind.maxpool(x, case["window"], dilation=case["dilation"], return_indices=True, **kw)
+    np.testing.assert_array_equal(y, yt.detach().numpy())
+    assert indices.dtype == np.int64
+    np.testing.assert_array_equal(indices, it.numpy())
+    dy = rng.standard_normal(y.shape)
+    if not np.isneginf(y).any():
+        # a dilated window can read padding only (-inf); torch's index for it may lie past its plane, and
+        # torch's backward then adds its gradient to the next plane: dnnbind drops it (it has no source)
+        np.testing.assert_allclose(pullback(dy), torch.autograd.grad(yt, xt, torch.tensor(dy))[0].numpy(),
+                                   rtol=1e-13, atol=1e-13)
+    if rank == 3 and any(s < k for s, k in zip(case["x"][2:], case["window"])):
+        return          # torch's avg_pool3d refuses an input smaller than the window even where padding covers it
+    for cip in (True, False):
+        yt = getattr(F, f"avg_pool{rank}d")(xt, case["window"], count_include_pad=cip, **kw)
+        y, pullback = dnnbind.meanpool(x, case["window"], count_include_pad=cip, **kw)
+        np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12, atol=1e-12)
+        dy = rng.standard_normal(y.shape)
+        np.testing.assert_allclose(pullback(dy), torch.autograd.grad(yt, xt, torch.tensor(dy))[0].numpy(),
+                                   rtol=1e-12, atol=1e-12)
 
 
 def test_symmetric_padding_matches_torch_directly(rng):

@@ -4,10 +4,10 @@ maxpool uses CUDNN_POOLING_MAX, or CUDNN_POOLING_MAX_DETERMINISTIC under ``setti
 (bitwise reproducible gradients for overlapping windows), with NaN propagation (NaN wins a window, as
 in the reference). meanpool uses AVERAGE_COUNT_INCLUDE_PADDING or _EXCLUDE_PADDING.
 
-Asymmetric padding: cuDNN pads symmetrically, so x is padded explicitly by the rest (-inf for max,
-zero for mean). For a mean that excludes padding, cuDNN then counts the explicit padding as data; the
-output and the gradient are rescaled per output position (:mod:`dnnbind.highlevel.gpu.rescale`, a factor
-computed on the host once per plan).
+Asymmetric padding (and ``ceil_mode``'s extra high-side padding): cuDNN pads symmetrically, so x is
+padded explicitly by the rest (-inf for max, zero for mean). cuDNN then counts the explicit padding
+as data where PyTorch's mean does not; the output and the gradient are rescaled per output position
+(:mod:`dnnbind.highlevel.gpu.rescale`, a factor computed on the host once per plan).
 
 Residual form (see :mod:`dnnbind.highlevel.residual`): both save x (explicitly padded) and y, in the
 layout they ran in; the backward reads that layout from the saved x's strides (or the ``layout=``
@@ -25,12 +25,13 @@ from dnnbind.highlevel.cudnn.descriptors import PoolingDescriptor, TensorDescrip
 from dnnbind.highlevel.cudnn.settings import settings
 from dnnbind.highlevel.dims import PoolDims, numpy_dtype
 from dnnbind.highlevel.gpu import layout as _layout
+from dnnbind.highlevel.gpu import window_max
 from dnnbind.highlevel.gpu.arrays import cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.geometry import PoolGeometry, crop, pad, padded_shape
 from dnnbind.highlevel.gpu.pullback import cotangent
-from dnnbind.highlevel.gpu.rescale import exclude_pad_factor
+from dnnbind.highlevel.gpu.rescale import mean_rescale_factor
 from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.residual import ArraySpec
 
@@ -49,7 +50,7 @@ def _mode(kind: str, deterministic: bool) -> int:
 
 
 class PoolPlan:
-    """Descriptors of the (explicitly padded) x, y and the pooling, plus the exclude-padding rescale."""
+    """Descriptors of the (explicitly padded) x, y and the pooling, plus the mean's rescale."""
 
     def __init__(self, dims: PoolDims, kind: str, deterministic: bool, layout: str) -> None:
         self.dims = dims
@@ -62,12 +63,12 @@ class PoolPlan:
         self.x = TensorDescriptor(g.x_shape, dims.dtype, layout=layout)
         self.y = TensorDescriptor(g.y_shape, dims.dtype, layout=layout)
         self.fill = -np.inf if kind == MAX else 0.0
-        self.rescale = exclude_pad_factor(dims, g) if kind == MEAN_EXCLUDE_PAD else None
+        self.rescale = None if kind == MAX else mean_rescale_factor(dims, g, kind == MEAN_INCLUDE_PAD)
         self._rescale_device: Any = None
 
     def rescale_on_device(self, cp: Any) -> Any:
         """The rescale factors as a CuPy array of shape (1, 1, *out) in the data's dtype."""
-        assert self.rescale is not None, "only exclude-padding means with explicit padding rescale"
+        assert self.rescale is not None, "only means whose divisor cuDNN gets wrong rescale"
         if self._rescale_device is None:
             self._rescale_device = cp.asarray(self.rescale.astype(numpy_dtype(self.dims.dtype)))
         return self._rescale_device
@@ -136,18 +137,57 @@ def _mean_kind(count_include_pad: bool) -> str:
     return MEAN_INCLUDE_PAD if count_include_pad else MEAN_EXCLUDE_PAD
 
 
-def maxpool_forward(x: Any, dims: PoolDims, *, layout: str | None = None) -> tuple[Any, tuple]:
-    """Max pooling (see :func:`dnnbind.maxpool`); saves x (explicitly padded) and y for cuDNN's backward."""
+def _windowed(dims: PoolDims, return_indices: bool) -> bool:
+    """Whether max pooling runs on CuPy (window_max): dilated windows, which cuDNN cannot pool, or
+    indices asked for, which cuDNN does not give."""
+    return dims.dilated or return_indices
+
+
+def _windowed_forward(x: Any, dims: PoolDims, return_indices: bool, layout: str | None) -> tuple[Any, tuple]:
+    cp = cupy()
+    with Call("maxpool", _params(dims, MAX, lambda: layout), x=x) as call:
+        x = call["x"]
+        lay = _lay(x, layout)
+        y, winners = window_max.forward(cp, x, dims)
+        y = _layout.in_layout(cp, y, lay)
+        if return_indices:
+            return (y, window_max.flat_indices(cp, winners, dims)), (winners,)
+        return y, (winners,)
+
+
+def _windowed_backward(residuals: tuple, cotangents: tuple, dims: PoolDims, layout: str | None) -> Any:
+    cp = cupy()
+    (winners,), dy = residuals, cotangents[0]
+    device = winners.device.id
+    with Call("maxpool pullback", _params(dims, MAX, lambda: layout), device=device, dy=dy) as back:
+        lay = _lay(back["dy"], layout)                  # dx in the layout of dy (y's: x's)
+        dy = cotangent("dy", back["dy"], dims.y_shape, numpy_dtype(dims.dtype), None, device)
+        return _layout.in_layout(cp, window_max.backward(cp, winners, dy, dims), lay)
+
+
+def maxpool_forward(x: Any, dims: PoolDims, return_indices: bool = False, *,
+                    layout: str | None = None) -> tuple[Any, tuple]:
+    """Max pooling (see :func:`dnnbind.maxpool`); saves x (explicitly padded) and y for cuDNN's backward.
+    Dilated windows, which cuDNN cannot pool, and ``return_indices`` (y, indices), which it does not give,
+    run on CuPy (:mod:`dnnbind.highlevel.gpu.window_max`) and save each window's winning position instead."""
+    if _windowed(dims, return_indices):
+        return _windowed_forward(x, dims, return_indices, layout)
     return _forward("maxpool", x, dims, MAX, layout)
 
 
-def maxpool_backward(residuals: tuple, cotangents: tuple, dims: PoolDims, *, layout: str | None = None) -> Any:
-    """dx from the saved (x padded, y) and dy."""
-    return _backward("maxpool", residuals, cotangents, dims, MAX, layout)
+def maxpool_backward(residuals: tuple, cotangents: tuple, dims: PoolDims, return_indices: bool = False, *,
+                     layout: str | None = None) -> Any:
+    """dx from the saved (x padded, y) and dy (on CuPy: from the saved winners); indices take no cotangent."""
+    if _windowed(dims, return_indices):
+        return _windowed_backward(residuals, cotangents, dims, layout)
+    return _backward("maxpool", residuals, cotangents[:1], dims, MAX, layout)
 
 
-def maxpool_residuals(x: Any, dims: PoolDims, *, layout: str | None = None) -> tuple[ArraySpec, ...]:
-    """x explicitly padded and y, in x's dtype."""
+def maxpool_residuals(x: Any, dims: PoolDims, return_indices: bool = False, *,
+                      layout: str | None = None) -> tuple[ArraySpec, ...]:
+    """x explicitly padded and y, in x's dtype; on CuPy: the winning window position of every output."""
+    if _windowed(dims, return_indices):
+        return (ArraySpec(dims.y_shape, window_max.winner_dtype(dims)),)
     return _residuals(x, dims)
 
 
@@ -160,7 +200,7 @@ def meanpool_forward(x: Any, dims: PoolDims, count_include_pad: bool = True, *,
 
 def meanpool_backward(residuals: tuple, cotangents: tuple, dims: PoolDims, count_include_pad: bool = True, *,
                       layout: str | None = None) -> Any:
-    """dx from the saved (x padded, y) and dy (rescaled first where padding is excluded and explicit)."""
+    """dx from the saved (x padded, y) and dy (rescaled first where cuDNN's divisor differs)."""
     return _backward("meanpool", residuals, cotangents, dims, _mean_kind(count_include_pad), layout)
 
 

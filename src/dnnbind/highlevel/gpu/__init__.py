@@ -3,7 +3,8 @@
 One module per job: ``arrays`` (CuPy on first use, adapting device arrays), ``layout`` (NCHW/NHWC
 memory), ``geometry`` (what symmetric-padding, >= 2-d libraries run, explicit padding), ``views``
 (describing arrays without copies: softmax axis views, flat blocks, zero extension), ``rescale``
-(exclude-padding means with explicit padding), ``cache`` (bounded LRU plan caches with statistics),
+(mean pooling's divisor where explicit padding makes the library's differ), ``window_max`` (dilated max
+pooling on CuPy), ``cache`` (bounded LRU plan caches with statistics),
 ``settings`` (algorithm choice, determinism, workspace limit, TF32), ``handles`` (per-thread,
 per-device library handles bound to the current stream), ``workspace`` (scratch memory from CuPy's
 pool), ``descriptors`` (owned library descriptors), ``dtypes`` (dtype -> library data types),

@@ -1,10 +1,12 @@
-"""Mean pooling that excludes padding, when part of the padding is explicit.
+"""Mean pooling's divisor where the library's differs from PyTorch's, because part of the padding is explicit.
 
-The libraries pad symmetrically, so asymmetric padding pads x explicitly by the rest (see
-:mod:`dnnbind.highlevel.gpu.geometry`). A mean that excludes padding then counts the explicit padding
-as data: its divisor is too large near the padded edges. The fix is a separable factor per output
-position, (the library's count / the true count), applied to the output and to the gradient before
-the library's backward pass.
+The libraries pad symmetrically, so asymmetric padding, and ``ceil_mode``'s extra high-side padding
+(:attr:`PoolDims.ceil_extra`), pad x explicitly by the rest (see :mod:`dnnbind.highlevel.gpu.geometry`).
+The library then counts the explicit padding as data: a mean that excludes padding divides by too much
+near the padded edges, and one that includes padding divides every window by the whole window, where
+PyTorch leaves ``ceil_mode``'s extra padding out. The fix is a separable factor per output position,
+(the library's count / the true count, :meth:`PoolDims.mean_counts`), applied to the output and to the
+gradient before the library's backward pass.
 """
 from __future__ import annotations
 
@@ -14,14 +16,23 @@ from dnnbind.highlevel.dims import PoolDims
 from dnnbind.highlevel.gpu.geometry import PoolGeometry, padded_shape, window_counts
 
 
-def exclude_pad_factor(dims: PoolDims, g: PoolGeometry) -> np.ndarray | None:
-    """The factor of shape (1, 1, *out) in float64, or None when no padding is explicit."""
-    if not g.explicit_padding:
-        return None
+def library_counts(dims: PoolDims, g: PoolGeometry, count_include_pad: bool) -> list[list[int]]:
+    """Per spatial dim, what the library divides each output position by (separable like the true count):
+    the whole window when it includes padding (no window of the geometry runs past its padding), else
+    the part inside the explicitly padded x."""
+    if count_include_pad:
+        return [[k] * o for k, o in zip(dims.window, dims.out_size)]
     padded = padded_shape(dims.x_shape, g.extra_low, g.extra_high)[2:]
     symmetric = g.padding[-dims.spatial_rank:]
-    theirs = window_counts(padded, dims.window, dims.stride, symmetric, dims.out_size)
-    true = window_counts(dims.x_shape[2:], dims.window, dims.stride, dims.pad_low, dims.out_size)
+    return window_counts(padded, dims.window, dims.stride, symmetric, dims.out_size)
+
+
+def mean_rescale_factor(dims: PoolDims, g: PoolGeometry, count_include_pad: bool) -> np.ndarray | None:
+    """The factor of shape (1, 1, *out) in float64, or None where the library's divisor is already right."""
+    theirs = library_counts(dims, g, count_include_pad)
+    true = dims.mean_counts(count_include_pad)
+    if all(list(a) == list(t) for a, t in zip(theirs, true)):
+        return None
     factor = np.ones((1, 1) + (1,) * dims.spatial_rank)
     for axis, (a, t) in enumerate(zip(theirs, true)):
         shape = [1] * factor.ndim

@@ -9,8 +9,8 @@ padded image in 3-d (image index mode, the only one MIOpen's 3-d solver has); :f
 picks the smallest type that fits.
 
 meanpool uses miopenPoolingAverageInclusive (count_include_pad) or miopenPoolingAverage. Asymmetric
-padding pads x explicitly (-inf for max, zero for mean), and the mean that excludes padding is
-rescaled (see :mod:`dnnbind.highlevel.gpu.rescale`).
+padding and ``ceil_mode``'s extra padding pad x explicitly (-inf for max, zero for mean), and a mean
+whose divisor MIOpen then gets wrong is rescaled (see :mod:`dnnbind.highlevel.gpu.rescale`).
 
 Residuals (see :func:`maxpool_residuals`): the explicitly padded x and y, which miopenPoolingBackward
 takes, and for max pooling the index workspace (bytes); the backward finds the plan again from dims.
@@ -25,12 +25,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from dnnbind.highlevel.dims import PoolDims, numpy_dtype
+from dnnbind.highlevel.gpu import window_max
 from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.geometry import PoolGeometry, crop, pad, padded_shape
 from dnnbind.highlevel.gpu.pullback import cotangent
-from dnnbind.highlevel.gpu.rescale import exclude_pad_factor
+from dnnbind.highlevel.gpu.rescale import mean_rescale_factor
 from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.miopen._lib import handle, lib, scaling
 from dnnbind.highlevel.miopen.descriptors import PoolingDescriptor, TensorDescriptor
@@ -81,7 +82,7 @@ class PoolPlan:
         self.y = TensorDescriptor(g.y_shape, dims.dtype)
         self.workspace = self.pooling.workspace_size(self.y) if kind == MAX else 0
         self.fill = -np.inf if kind == MAX else 0.0
-        self.rescale = exclude_pad_factor(dims, g) if kind == MEAN_EXCLUDE_PAD else None
+        self.rescale = None if kind == MAX else mean_rescale_factor(dims, g, kind == MEAN_INCLUDE_PAD)
         self._rescale_device: dict[int, Any] = {}
 
     def rescale_on_device(self, cp: Any, device: int) -> Any:
@@ -153,19 +154,55 @@ def _residuals(x: ArraySpec, dims: PoolDims, kind: str) -> tuple[ArraySpec, ...]
     return saved + (ArraySpec((plan_for(dims, kind).workspace,), np.dtype(np.uint8)),)
 
 
-def maxpool_forward(x: Any, dims: PoolDims) -> tuple[Any, tuple[Any, ...]]:
-    """Max pooling (see :func:`dnnbind.maxpool`); saves padded x, y and MIOpen's index workspace."""
+def _windowed(dims: PoolDims, return_indices: bool) -> bool:
+    """Whether max pooling runs on CuPy (window_max): dilated windows, which MIOpen cannot pool, or
+    indices asked for (MIOpen's workspace indices are not torch's)."""
+    return dims.dilated or return_indices
+
+
+def _windowed_forward(x: Any, dims: PoolDims, return_indices: bool) -> tuple[Any, tuple[Any, ...]]:
+    cp = cupy()
+    with Call("maxpool", _params(dims, MAX), dlpack_devices=DLPACK_ROCM, x=x) as call:
+        y, winners = window_max.forward(cp, call["x"], dims)
+        y = cp.ascontiguousarray(y)
+        if return_indices:
+            return (y, window_max.flat_indices(cp, winners, dims)), (winners,)
+        return y, (winners,)
+
+
+def _windowed_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> Any:
+    cp = cupy()
+    (winners,) = saved
+    device = winners.device.id
+    with Call("maxpool backward", _params(dims, MAX), device=device, dlpack_devices=DLPACK_ROCM,
+              dy=cotangents[0]) as back:
+        dy = cotangent("dy", back["dy"], dims.y_shape, numpy_dtype(dims.dtype), "NCHW", device, DLPACK_ROCM)
+        return window_max.backward(cp, winners, dy, dims)
+
+
+def maxpool_forward(x: Any, dims: PoolDims, return_indices: bool = False) -> tuple[Any, tuple[Any, ...]]:
+    """Max pooling (see :func:`dnnbind.maxpool`); saves padded x, y and MIOpen's index workspace.
+    Dilated windows, which MIOpen cannot pool, and ``return_indices`` (y, indices) run on CuPy
+    (:mod:`dnnbind.highlevel.gpu.window_max`) and save each window's winning position instead."""
+    if _windowed(dims, return_indices):
+        return _windowed_forward(x, dims, return_indices)
     return _forward("maxpool", x, dims, MAX)
 
 
-def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> Any:
-    """dx through miopenPoolingBackward, routed by the saved index workspace."""
-    return _backward("maxpool", saved, cotangents, dims, MAX)
+def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, return_indices: bool = False) -> Any:
+    """dx through miopenPoolingBackward, routed by the saved index workspace (on CuPy: by the winners);
+    indices take no cotangent."""
+    if _windowed(dims, return_indices):
+        return _windowed_backward(saved, cotangents, dims)
+    return _backward("maxpool", saved, cotangents[:1], dims, MAX)
 
 
-def maxpool_residuals(x: ArraySpec, dims: PoolDims) -> tuple[ArraySpec, ...]:
+def maxpool_residuals(x: ArraySpec, dims: PoolDims, return_indices: bool = False) -> tuple[ArraySpec, ...]:
     """x explicitly padded (x's dtype), y, and the index workspace: uint8 bytes, as many as MIOpen's
-    miopenPoolingGetWorkSpaceSizeV2 says (a host-side query of the plan's descriptors)."""
+    miopenPoolingGetWorkSpaceSizeV2 says (a host-side query of the plan's descriptors). On CuPy: the
+    winning window position of every output (no library call)."""
+    if _windowed(dims, return_indices):
+        return (ArraySpec(dims.y_shape, window_max.winner_dtype(dims)),)
     return _residuals(x, dims, MAX)
 
 
@@ -175,7 +212,7 @@ def meanpool_forward(x: Any, dims: PoolDims, count_include_pad: bool = True) -> 
 
 
 def meanpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, count_include_pad: bool = True) -> Any:
-    """dx through miopenPoolingBackward (the exclude-padding rescale applied to dy first)."""
+    """dx through miopenPoolingBackward (the divisor's rescale applied to dy first)."""
     return _backward("meanpool", saved, cotangents, dims, _kind(count_include_pad))
 
 

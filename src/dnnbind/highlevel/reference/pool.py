@@ -1,5 +1,6 @@
 """Max and mean pooling on numpy: one vectorised pass per window offset.
 
+Max pooling may be dilated (window position k of a dim reads k * dilation); mean pooling never is.
 Max pool ties: the gradient goes to the FIRST maximum of the window in row-major order of the window
 offsets, as in PyTorch. NaN counts as a maximum (PyTorch's ``val > max || isnan(val)``), so a window
 holding NaN outputs NaN and routes its gradient to the last NaN.
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.gpu.window_max import flat_indices
 from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward
 from dnnbind.highlevel.residual import ArraySpec
@@ -22,9 +24,10 @@ def _offsets(dims: PoolDims) -> list[tuple[int, ...]]:
 
 
 def _window_index(dims: PoolDims, offset: tuple[int, ...]) -> tuple[slice, ...]:
-    """Index into the padded input of the elements at window position ``offset``, one per output."""
+    """Index into the padded input of the elements at window position ``offset`` (dilated), one per output."""
     return (slice(None), slice(None)) + tuple(
-        slice(k, k + s * (o - 1) + 1, s) for k, s, o in zip(offset, dims.stride, dims.out_size))
+        slice(k * d, k * d + s * (o - 1) + 1, s) for k, d, s, o in zip(offset, dims.dilation, dims.stride,
+                                                                      dims.out_size))
 
 
 def _padded(x: np.ndarray, dims: PoolDims, fill: float) -> np.ndarray:
@@ -51,9 +54,18 @@ def _argmax_dtype(dims: PoolDims) -> np.dtype:
 
 
 @fits_in_memory
+def maxpool_forward(x: np.ndarray, dims: PoolDims, return_indices: bool = False) -> tuple[Any, tuple[np.ndarray]]:
+    """Max pooling; saves the winning offset of every window (the pooling workspace). With
+    ``return_indices`` the result is (y, indices): torch's flat index of every window's winner in its
+    (N, C) plane of x, int64, derived from the saved offsets."""
+    y, (argmax,) = _maxpool(x, dims)
+    if return_indices:
+        return (y, flat_indices(np, argmax, dims)), (argmax,)
+    return y, (argmax,)
+
+
 @half_forward
-def maxpool_forward(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, tuple[np.ndarray]]:
-    """Max pooling; saves the winning offset of every window (the pooling workspace)."""
+def _maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, tuple[np.ndarray]]:
     xp = _padded(x, dims, -np.inf)
     offsets = _offsets(dims)
     y = np.array(xp[_window_index(dims, offsets[0])])
@@ -75,8 +87,13 @@ def maxpool_forward(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, tuple[np
     return y, (argmax,)
 
 
+def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, return_indices: bool = False) -> np.ndarray:
+    """dx from the saved winners and dy (the indices, an integer result, take no cotangent: any is ignored)."""
+    return _maxpool_backward(saved, cotangents[:1], dims)
+
+
 @half_backward
-def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> np.ndarray:
+def _maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> np.ndarray:
     (argmax,), (dy,) = saved, cotangents
     dy = cotangent("dy", dy, dims.y_shape, dy.dtype)
     dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
@@ -87,23 +104,23 @@ def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> np.ndar
     return _unpad(dxp, dims)
 
 
-def maxpool_residuals(x: Any, dims: PoolDims) -> tuple[ArraySpec]:
+def maxpool_residuals(x: Any, dims: PoolDims, return_indices: bool = False) -> tuple[ArraySpec]:
     """The winning offset of every window: y's shape, the smallest unsigned type that counts the window."""
     return (ArraySpec(dims.y_shape, _argmax_dtype(dims)),)
 
 
 def _divisor(dims: PoolDims, count_include_pad: bool) -> np.ndarray | float:
-    """Elements averaged per output: the whole window, or only the part inside x (separable per dim)."""
-    if count_include_pad or not any(dims.pad_low + dims.pad_high):
-        return float(np.prod(dims.window))
+    """Elements averaged per output (:meth:`PoolDims.mean_counts`, separable per dim): a scalar where
+    every window has the full window's count."""
+    per_dim = dims.mean_counts(count_include_pad)
+    window = int(np.prod(dims.window))
+    if all(c == k for counts, k in zip(per_dim, dims.window) for c in counts):
+        return float(window)
     counts = np.ones((1, 1) + (1,) * dims.spatial_rank)
-    for axis, (size, k, s, lo, o) in enumerate(zip(dims.x_shape[2:], dims.window, dims.stride,
-                                                    dims.pad_low, dims.out_size)):
-        start = np.arange(o) * s - lo
-        inside = np.minimum(start + k, size) - np.maximum(start, 0)
+    for axis, inside in enumerate(per_dim):
         shape = [1] * counts.ndim
-        shape[2 + axis] = o
-        counts = counts * inside.reshape(shape)
+        shape[2 + axis] = len(inside)
+        counts = counts * np.array(inside, float).reshape(shape)
     return counts
 
 

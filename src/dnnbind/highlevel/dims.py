@@ -9,6 +9,7 @@ Nothing in this module touches array data; it sees shapes, dtypes and plain Pyth
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numbers
 from dataclasses import dataclass, fields
@@ -451,6 +452,29 @@ class PoolDims:
     def user_pad_high(self) -> Shape:
         """The high-side padding the user asked for (``pad_high`` less ``ceil_extra``)."""
         return tuple(b - e for b, e in zip(self.pad_high, self.ceil_extra))
+
+    @functools.cached_property
+    def window_positions(self) -> tuple[tuple[int, ...], ...]:
+        """Every position in the window, row-major: the order in which ties are decided (first wins) and
+        the code a max pool saves for its winner."""
+        return tuple(itertools.product(*(range(k) for k in self.window)))
+
+    def window_index(self, position: tuple[int, ...]) -> tuple[slice, ...]:
+        """Index into the padded input of the elements window ``position`` reads (position k of a dim reads
+        k * dilation), one per output."""
+        return (slice(None), slice(None)) + tuple(
+            slice(k * d, k * d + s * (o - 1) + 1, s)
+            for k, d, s, o in zip(position, self.dilation, self.stride, self.out_size))
+
+    @functools.cached_property
+    def interior(self) -> tuple[slice, ...]:
+        """Index of x inside the padded input."""
+        return (slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(self.pad_low, self.x_shape[2:]))
+
+    @property
+    def winner_dtype(self) -> np.dtype:
+        """The smallest unsigned type that counts the window's positions (a max pool's saved winners)."""
+        return np.min_scalar_type(len(self.window_positions))
 
     def mean_counts(self, count_include_pad: bool) -> tuple[tuple[int, ...], ...]:
         """Per spatial dim, the divisor's factor for each output position (the divisor of an N-d window is

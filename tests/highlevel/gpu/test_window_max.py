@@ -35,7 +35,7 @@ def test_window_max_on_numpy_equals_the_reference(rng, shape, window, kw, ties):
     y_ref, (argmax,) = reference.maxpool_forward(x, dims)
     np.testing.assert_array_equal(y, y_ref)
     np.testing.assert_array_equal(winners, argmax)
-    assert winners.dtype == window_max.winner_dtype(dims) == reference.maxpool_residuals(x, dims)[0].dtype
+    assert winners.dtype == dims.winner_dtype == reference.maxpool_residuals(x, dims)[0].dtype
     dy = rng.standard_normal(y.shape)
     np.testing.assert_allclose(window_max.backward(np, winners, dy, dims), reference.maxpool_backward((argmax,), (dy,), dims),
                                rtol=1e-15, atol=0)

@@ -187,7 +187,7 @@ def maxpool_residuals(x: Any, dims: PoolDims, return_indices: bool = False, *,
                       layout: str | None = None) -> tuple[ArraySpec, ...]:
     """x explicitly padded and y, in x's dtype; on CuPy: the winning window position of every output."""
     if _windowed(dims, return_indices):
-        return (ArraySpec(dims.y_shape, window_max.winner_dtype(dims)),)
+        return (ArraySpec(dims.y_shape, dims.winner_dtype),)
     return _residuals(x, dims)
 
 

@@ -16,7 +16,6 @@ plane).
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
@@ -24,44 +23,31 @@ import numpy as np
 from dnnbind.highlevel.dims import PoolDims
 
 
-def positions(dims: PoolDims) -> list[tuple[int, ...]]:
-    """The window positions in row-major order (the winner's code is the index into this list)."""
-    return list(itertools.product(*(range(k) for k in dims.window)))
-
-
-def window_view(dims: PoolDims, position: tuple[int, ...]) -> tuple[slice, ...]:
-    """Index into the padded input of the elements window ``position`` reads, one per output."""
-    return (slice(None), slice(None)) + tuple(
-        slice(k * d, k * d + s * (o - 1) + 1, s)
-        for k, d, s, o in zip(position, dims.dilation, dims.stride, dims.out_size))
-
-
-def winner_dtype(dims: PoolDims) -> np.dtype:
-    """The smallest unsigned type that counts the window's positions."""
-    return np.min_scalar_type(int(np.prod(dims.window)))
-
-
-def interior(dims: PoolDims) -> tuple[slice, ...]:
-    return (slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(dims.pad_low, dims.x_shape[2:]))
-
-
-def padded(xp: Any, x: Any, dims: PoolDims) -> Any:
-    """x padded by dims' padding (low, and high with ceil_mode's extra) with -inf."""
+def padded(xp: Any, x: Any, dims: PoolDims, fill: float = -np.inf) -> Any:
+    """x padded by dims' padding (low, and high with ceil_mode's extra) with ``fill`` (x itself when
+    nothing is padded)."""
     if not any(dims.pad_low + dims.pad_high):
         return x
-    out = xp.full(dims.x_shape[:2] + dims.padded_size, -np.inf, x.dtype)
-    out[interior(dims)] = x
+    out = xp.full(dims.x_shape[:2] + dims.padded_size, fill, x.dtype)
+    out[dims.interior] = x
     return out
+
+
+def unpadded(xp: Any, dxp: Any, dims: PoolDims) -> Any:
+    """The part of a padded-input-shaped array that lies on x, C-contiguous."""
+    if not any(dims.pad_low + dims.pad_high):
+        return dxp
+    return xp.ascontiguousarray(dxp[dims.interior])
 
 
 def forward(xp: Any, x: Any, dims: PoolDims) -> tuple[Any, Any]:
     """(y, winners): the max of every window and the window position it came from."""
     xp_ = padded(xp, x, dims)
-    pos = positions(dims)
-    y = xp.array(xp_[window_view(dims, pos[0])])          # a C-contiguous copy
-    winners = xp.zeros(y.shape, winner_dtype(dims))
+    pos = dims.window_positions
+    y = xp.array(xp_[dims.window_index(pos[0])])          # a C-contiguous copy
+    winners = xp.zeros(y.shape, dims.winner_dtype)
     for i, position in enumerate(pos[1:], 1):
-        v = xp_[window_view(dims, position)]
+        v = xp_[dims.window_index(position)]
         better = xp.greater(v, y) | xp.isnan(v)
         xp.maximum(y, v, out=y)                              # NaN from either side: v wins when greater or NaN
         winners[better] = i
@@ -71,11 +57,9 @@ def forward(xp: Any, x: Any, dims: PoolDims) -> tuple[Any, Any]:
 def backward(xp: Any, winners: Any, dy: Any, dims: PoolDims) -> Any:
     """dx (C-contiguous, dy's dtype): dy added to every window's winner."""
     dxp = xp.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
-    for i, position in enumerate(positions(dims)):
-        dxp[window_view(dims, position)] += dy * (winners == i)
-    if not any(dims.pad_low + dims.pad_high):
-        return dxp
-    return xp.ascontiguousarray(dxp[interior(dims)])
+    for i, position in enumerate(dims.window_positions):
+        dxp[dims.window_index(position)] += dy * (winners == i)
+    return unpadded(xp, dxp, dims)
 
 
 def flat_indices(xp: Any, winners: Any, dims: PoolDims) -> Any:
@@ -83,7 +67,7 @@ def flat_indices(xp: Any, winners: Any, dims: PoolDims) -> Any:
     of the unpadded input, int64. A window whose winner is padding (one that reads no element of x, or
     only -inf ones after padding) gets PyTorch's index there: that of its first position at or past x's
     start in every dim (which may lie past x's end, as in PyTorch)."""
-    pos = xp.asarray(np.array(positions(dims), np.int64).reshape(-1, dims.spatial_rank))
+    pos = xp.asarray(np.array(dims.window_positions, np.int64).reshape(-1, dims.spatial_rank))
     chosen = pos[winners.astype(np.int64)]                  # (*y_shape, rank)
     coords, fallback = [], []
     inside = xp.ones(dims.y_shape, bool)

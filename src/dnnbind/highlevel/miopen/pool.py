@@ -202,7 +202,7 @@ def maxpool_residuals(x: ArraySpec, dims: PoolDims, return_indices: bool = False
     miopenPoolingGetWorkSpaceSizeV2 says (a host-side query of the plan's descriptors). On CuPy: the
     winning window position of every output (no library call)."""
     if _windowed(dims, return_indices):
-        return (ArraySpec(dims.y_shape, window_max.winner_dtype(dims)),)
+        return (ArraySpec(dims.y_shape, dims.winner_dtype),)
     return _residuals(x, dims, MAX)
 
 

@@ -7,50 +7,15 @@ holding NaN outputs NaN and routes its gradient to the last NaN.
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
 
 from dnnbind.highlevel.dims import PoolDims
-from dnnbind.highlevel.gpu.window_max import flat_indices
+from dnnbind.highlevel.gpu.window_max import flat_indices, padded, unpadded
 from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward
 from dnnbind.highlevel.residual import ArraySpec
-
-
-def _offsets(dims: PoolDims) -> list[tuple[int, ...]]:
-    return list(itertools.product(*(range(k) for k in dims.window)))
-
-
-def _window_index(dims: PoolDims, offset: tuple[int, ...]) -> tuple[slice, ...]:
-    """Index into the padded input of the elements at window position ``offset`` (dilated), one per output."""
-    return (slice(None), slice(None)) + tuple(
-        slice(k * d, k * d + s * (o - 1) + 1, s) for k, d, s, o in zip(offset, dims.dilation, dims.stride,
-                                                                      dims.out_size))
-
-
-def _padded(x: np.ndarray, dims: PoolDims, fill: float) -> np.ndarray:
-    if not any(dims.pad_low + dims.pad_high):
-        return x
-    xp = np.full(x.shape[:2] + dims.padded_size, fill, x.dtype)
-    xp[_interior(dims)] = x
-    return xp
-
-
-def _interior(dims: PoolDims) -> tuple[slice, ...]:
-    return (slice(None), slice(None)) + tuple(
-        slice(a, a + s) for a, s in zip(dims.pad_low, dims.x_shape[2:]))
-
-
-def _unpad(dxp: np.ndarray, dims: PoolDims) -> np.ndarray:
-    if not any(dims.pad_low + dims.pad_high):
-        return dxp
-    return np.ascontiguousarray(dxp[_interior(dims)])
-
-
-def _argmax_dtype(dims: PoolDims) -> np.dtype:
-    return np.min_scalar_type(int(np.prod(dims.window)))
 
 
 @fits_in_memory
@@ -66,15 +31,15 @@ def maxpool_forward(x: np.ndarray, dims: PoolDims, return_indices: bool = False)
 
 @half_forward
 def _maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, tuple[np.ndarray]]:
-    xp = _padded(x, dims, -np.inf)
-    offsets = _offsets(dims)
-    y = np.array(xp[_window_index(dims, offsets[0])])
-    argmax = np.zeros(y.shape, _argmax_dtype(dims))
+    xp = padded(np, x, dims)
+    offsets = dims.window_positions
+    y = np.array(xp[dims.window_index(offsets[0])])
+    argmax = np.zeros(y.shape, dims.winner_dtype)
     better = np.empty(y.shape, bool)
     nan = np.empty(y.shape, bool)
     delta = np.empty_like(argmax)
     for i, offset in enumerate(offsets[1:], 1):
-        v = xp[_window_index(dims, offset)]
+        v = xp[dims.window_index(offset)]
         np.greater(v, y, out=better)
         np.isnan(v, out=nan)
         better |= nan
@@ -98,15 +63,15 @@ def _maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> np.nda
     dy = cotangent("dy", dy, dims.y_shape, dy.dtype)
     dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
     routed = np.empty(dy.shape, dy.dtype)
-    for i, offset in enumerate(_offsets(dims)):
+    for i, offset in enumerate(dims.window_positions):
         np.multiply(dy, argmax == i, out=routed)
-        dxp[_window_index(dims, offset)] += routed
-    return _unpad(dxp, dims)
+        dxp[dims.window_index(offset)] += routed
+    return unpadded(np, dxp, dims)
 
 
 def maxpool_residuals(x: Any, dims: PoolDims, return_indices: bool = False) -> tuple[ArraySpec]:
     """The winning offset of every window: y's shape, the smallest unsigned type that counts the window."""
-    return (ArraySpec(dims.y_shape, _argmax_dtype(dims)),)
+    return (ArraySpec(dims.y_shape, dims.winner_dtype),)
 
 
 def _divisor(dims: PoolDims, count_include_pad: bool) -> np.ndarray | float:
@@ -134,11 +99,11 @@ def _scale(dims: PoolDims, count_include_pad: bool, dtype: np.dtype) -> Any:
 def meanpool_forward(x: np.ndarray, dims: PoolDims, count_include_pad: bool = True) -> tuple[np.ndarray, tuple]:
     """Mean pooling; padding counts towards the divisor when ``count_include_pad`` (PyTorch's default).
     Saves nothing: the backward needs the geometry only."""
-    xp = _padded(x, dims, 0.0)
-    offsets = _offsets(dims)
-    y = np.array(xp[_window_index(dims, offsets[0])])
+    xp = padded(np, x, dims, 0.0)
+    offsets = dims.window_positions
+    y = np.array(xp[dims.window_index(offsets[0])])
     for offset in offsets[1:]:
-        y += xp[_window_index(dims, offset)]
+        y += xp[dims.window_index(offset)]
     y *= _scale(dims, count_include_pad, y.dtype)
     return y, ()
 
@@ -149,9 +114,9 @@ def meanpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, count_inc
     dy = cotangent("dy", dy, dims.y_shape, dy.dtype)
     share = dy * _scale(dims, count_include_pad, dy.dtype)
     dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
-    for offset in _offsets(dims):
-        dxp[_window_index(dims, offset)] += share
-    return _unpad(dxp, dims)
+    for offset in dims.window_positions:
+        dxp[dims.window_index(offset)] += share
+    return unpadded(np, dxp, dims)
 
 
 def meanpool_residuals(x: Any, dims: PoolDims, count_include_pad: bool = True) -> tuple:

@@ -63,6 +63,8 @@ def encode(**params: Any) -> str:
     for ``torch.compile``: its arguments are the layers' own settings). Remembered per distinct value,
     as a repeated call (a training loop) asks for the same text every time."""
     items = tuple(params.items())
+    if torch.compiler.is_compiling():       # a constant to dynamo; its lru_cache would only draw a warning
+        return _encode(items)
     try:
         return _encode_remembered(_tagged(items))
     except TypeError:                       # something unhashable: encoded (or refused) without the cache

@@ -120,6 +120,17 @@ class SmallLSTM(torch.nn.Module):
         return self.head(y[:, -1]) + h.sum(0).sum(1, keepdim=True)
 
 
+class SmallProjLSTM(torch.nn.Module):
+    def __init__(self, nn) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6, num_layers=2, bidirectional=True, batch_first=True, proj_size=3)
+        self.head = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        y, (h, c) = self.lstm(x)
+        return self.head(y[:, -1]) + h.sum(0).sum(1, keepdim=True) + c.sum(0).sum(1, keepdim=True)
+
+
 def _step(model, x):
     model.zero_grad()
     out = model(x)
@@ -127,7 +138,8 @@ def _step(model, x):
     return out.detach(), [p.grad.clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("make,shape", [(SmallCNN, (4, 3, 12, 12)), (SmallLSTM, (3, 6, 4))], ids=["cnn", "lstm"])
+@pytest.mark.parametrize("make,shape", [(SmallCNN, (4, 3, 12, 12)), (SmallLSTM, (3, 6, 4)), (SmallProjLSTM, (3, 5, 4))],
+                         ids=["cnn", "lstm", "lstm-proj"])
 def test_compile_with_fullgraph_equals_eager(make, shape):
     torch.manual_seed(1)
     eager = make(dnn).double()

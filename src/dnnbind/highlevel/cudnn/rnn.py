@@ -4,7 +4,9 @@ Forward: cudnnRNNForward in training mode (inference mode with ``training=False`
 its backward refuses to run). Backward: cudnnRNNBackwardData_v8, then cudnnRNNBackwardWeights_v8
 (CUDNN_WGRAD_MODE_ADD into a zeroed gradient space). Semantics, shapes and PyTorch's weight layout and gate order are those of
 :func:`dnnbind.rnn` and the reference backend; see :mod:`rnn_weights` for how the weights map onto
-cuDNN's weight space and :mod:`rnn_packing` for packing them once.
+cuDNN's weight space and :mod:`rnn_packing` for packing them once. An LSTM projection (dims.proj_size)
+is cuDNN's recurrent projection (projSize): h, hx/hy and y are proj_size wide, c stays hidden_size wide
+(its own tensor descriptor), and w_hr is one more region of the weight space.
 
 Variable lengths: x and y are described as CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED with one length per
 sequence (any order) and padded I/O enabled, which is PyTorch's packed-sequence semantics: a sequence
@@ -91,7 +93,8 @@ def rnn_forward(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any, dims
                 training: bool = True) -> tuple[tuple[Any, Any, Any], tuple]:
     """Run the network (see :func:`dnnbind.rnn`); returns ((y, hy, cy), residuals), cy None unless LSTM.
 
-    ``weights``: PyTorch-layout (w_ih, w_hh, b_ih, b_hh) per layer and direction, or a
+    ``weights``: PyTorch-layout (w_ih, w_hh, b_ih, b_hh) per layer and direction (and w_hr, cuDNN's
+    recurrent projection, with dims.proj_size), or a
     :class:`PackedRNNWeights` from :func:`pack_rnn_weights` (no packing). ``training=False`` runs cuDNN's
     inference mode (no reserve space) and saves nothing; its backward raises.
     """
@@ -129,7 +132,8 @@ def rnn_forward(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any, dims
 def rnn_backward(residuals: tuple, cotangents: tuple, dims: RNNDims, *,
                  training: bool = True) -> tuple[Any, Any, Any, list]:
     """(dy, dhy=None, dcy=None) -> (dx, dh0, dc0, dweights) from the saved arrays; dc0 None unless LSTM,
-    dweights (w_ih, w_hh, b_ih, b_hh) per layer and direction (biases None without biases)."""
+    dweights (w_ih, w_hh, b_ih, b_hh) per layer and direction (biases None without biases; dw_hr as a
+    5th array with a projection)."""
     if not residuals:
         raise RuntimeError("this rnn forward ran in inference mode (training=False) and kept no reserve space; "
                            "run it with training=True to take gradients")

@@ -504,3 +504,65 @@ def test_projection_errors(rng):
         dnnbind.rnn(x, weights, mode="gru", hidden_size=3, proj_size=2)
     with pytest.raises(ValueError, match=r"c0"):
         dnnbind.rnn(x, weights, mode="lstm", hidden_size=3, proj_size=2, c0=np.zeros((1, 2, 2)))
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_projection_padding_is_exactly_zero_whatever_the_data(bidirectional):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 3, 2))
+    x[1, 0] = np.nan                # sequence 0's last valid step
+    x[3:, 1] = np.nan               # sequence 1's padding
+    w = make_proj_weights(rng, 2, 3, 2, dirs=2 if bidirectional else 1)
+    (y, hy, cy), pullback = dnnbind.rnn(x, w, mode="lstm", hidden_size=3, bidirectional=bidirectional,
+                                        lengths=[2, 3, 5], proj_size=2)
+    assert (y[2:, 0] == 0).all() and (y[3:, 1] == 0).all()
+    assert np.isfinite(y[:, 1:]).all() and np.isfinite(hy[:, 1:]).all() and np.isfinite(cy[:, 1:]).all()
+    dx = pullback(np.ones(y.shape))[0]
+    assert (dx[2:, 0] == 0).all() and (dx[3:, 1] == 0).all() and np.isfinite(dx[:, 1:]).all()
+
+
+@st.composite
+def proj_case(draw):
+    batch = draw(st.integers(1, 3))
+    seq = draw(st.integers(1, 4))
+    hidden = draw(st.integers(2, 4))
+    lengths = [draw(st.integers(1, seq)) for _ in range(batch)] if draw(st.booleans()) else None
+    return dict(seq=seq, batch=batch, inp=draw(st.integers(1, 3)), hidden=hidden,
+                proj=draw(st.integers(1, hidden - 1)), layers=draw(st.integers(1, 3)),
+                bidirectional=draw(st.booleans()), bias=draw(st.booleans()), lengths=lengths, h0=draw(st.booleans()))
+
+
+@settings(max_examples=30, deadline=None)
+@given(proj_case())
+def test_projection_matches_torch_on_random_configurations(case):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    torch.manual_seed(7)
+    T, B, H, P, L = case["seq"], case["batch"], case["hidden"], case["proj"], case["layers"]
+    bidirectional, bias, lengths = case["bidirectional"], case["bias"], case["lengths"]
+    dirs = 2 if bidirectional else 1
+    module = torch.nn.LSTM(case["inp"], H, L, bias=bias, bidirectional=bidirectional, proj_size=P).double()
+    tparams = [[getattr(module, n) for n in names] for names in module._all_weights]
+    weights = [[p.detach().numpy() for p in e] for e in tparams]
+    weights = [tuple(e) if bias else (e[0], e[1], None, None, e[2]) for e in weights]
+    x = rng.standard_normal((T, B, case["inp"]))
+    state = (rng.standard_normal((L * dirs, B, P)), rng.standard_normal((L * dirs, B, H))) if case["h0"] else None
+    (y, hy, cy), pullback = dnnbind.rnn(x, weights, hidden_size=H, num_layers=L, bidirectional=bidirectional,
+                                        h0=None if state is None else state[0], c0=None if state is None else state[1],
+                                        lengths=lengths, proj_size=P)
+    xt = torch.tensor(x, requires_grad=True)
+    state_t = [] if state is None else [torch.tensor(a, requires_grad=True) for a in state]
+    inp = xt if lengths is None else torch.nn.utils.rnn.pack_padded_sequence(xt, torch.tensor(lengths),
+                                                                            enforce_sorted=False)
+    out, (hyt, cyt) = module(inp, tuple(state_t) if state_t else None)
+    yt = out if lengths is None else torch.nn.utils.rnn.pad_packed_sequence(out, total_length=T)[0]
+    for ours, theirs in ((y, yt), (hy, hyt), (cy, cyt)):
+        np.testing.assert_allclose(ours, theirs.detach().numpy(), rtol=1e-11, atol=1e-12)
+    cots = [rng.standard_normal(a.shape) for a in (y, hy, cy)]
+    dx, dh0, dc0, dweights = pullback(*cots)
+    grads = torch.autograd.grad([yt, hyt, cyt], [xt] + state_t + [p for e in tparams for p in e],
+                                [torch.tensor(c) for c in cots], allow_unused=True)
+    ours = [dx] + ([dh0, dc0] if state else []) + [g for e in dweights for g in e if g is not None]
+    assert len(ours) == len(grads)
+    for a, b in zip(ours, grads):
+        np.testing.assert_allclose(a, np.zeros(a.shape) if b is None else b.numpy(), rtol=1e-10, atol=1e-11)

@@ -340,9 +340,61 @@ def test_rnn_weight_entries():
     assert rnn_weight_entries([[a, a, None, None]]) == ((a, a, None, None),)
     with pytest.raises(TypeError, match=r"weights must be a list of \(w_ih, w_hh, b_ih, b_hh\) tuples, not ndarray"):
         rnn_weight_entries(a)
-    with pytest.raises(TypeError, match=r"weights\[0\] must be a \(w_ih, w_hh, b_ih, b_hh\) tuple, got tuple of length 3"):
+    with pytest.raises(TypeError, match=r"weights\[0\] must be a \(w_ih, w_hh, b_ih, b_hh\) tuple \(with w_hr as "
+                                        r"a 5th array for an LSTM with proj_size\), got tuple of length 3"):
         rnn_weight_entries([(a, a, a)])
+    assert rnn_weight_entries([[a, a, None, None, a]]) == ((a, a, None, None, a),)
+    with pytest.raises(TypeError, match=r"weights\[0\]: w_hr \(the 5th entry\) must be an array, not None"):
+        rnn_weight_entries([(a, a, None, None, None)])
+    with pytest.raises(ValueError, match=r"weights\[1\] has 4 arrays but weights\[0\] has 5"):
+        rnn_weight_entries([(a, a, None, None, a), (a, a, None, None)])
     with pytest.raises(TypeError, match=r"weights\[0\]: w_ih and w_hh must be arrays"):
         rnn_weight_entries([(None, a, a, a)])
     with pytest.raises(ValueError, match=r"weights\[0\]: b_ih and b_hh must both be arrays or both be None"):
         rnn_weight_entries([(a, a, a, None)])
+
+
+def _proj_shapes(hidden, proj, inp, layers, dirs, bias=True):
+    g = 4 * hidden
+    out = []
+    for i in range(layers * dirs):
+        layer_in = inp if i < dirs else proj * dirs
+        out.append(((g, layer_in), (g, proj)) + (((g,), (g,)) if bias else (None, None)) + ((proj, hidden),))
+    return out
+
+
+def test_rnn_dims_projection():
+    d = RNNDims((7, 3, 5), _proj_shapes(6, 4, 5, 2, 2), mode="lstm", hidden_size=6, num_layers=2,
+                bidirectional=True, proj_size=4, h0_shape=(4, 3, 4), c0_shape=(4, 3, 6))
+    assert (d.proj_size, d.out_size) == (4, 4)
+    assert d.y_shape == (7, 3, 8) and d.h_shape == (4, 3, 4) and d.c_shape == (4, 3, 6)
+    assert d.layer_input_size(1) == 8
+    assert d.key() != RNNDims((7, 3, 5), _shapes(4, 6, 5, 2, 2), mode="lstm", hidden_size=6, num_layers=2,
+                              bidirectional=True).key()
+    plain = RNNDims((7, 3, 5), _shapes(4, 6, 5, 1, 1), mode="lstm", hidden_size=6)
+    assert (plain.proj_size, plain.out_size, plain.c_shape) == (0, 6, plain.h_shape)
+    RNNDims((7, 3, 5), _proj_shapes(6, 2, 5, 1, 1, bias=False), mode="lstm", hidden_size=6, proj_size=2)
+
+
+@pytest.mark.parametrize("kwargs, shapes, error, match", [
+    (dict(proj_size=6), _proj_shapes(6, 6, 5, 1, 1), ValueError, r"proj_size=6 must be smaller than hidden_size=6"),
+    (dict(proj_size=-1), _shapes(4, 6, 5, 1, 1), ValueError, r"proj_size=-1 must be 0 \(no projection\) or positive"),
+    (dict(proj_size=2.5), _shapes(4, 6, 5, 1, 1), TypeError, r"proj_size"),
+    (dict(proj_size=2, mode="gru"), _shapes(3, 6, 5, 1, 1), ValueError,
+     r"proj_size=2 is only supported for mode='lstm', not mode='gru'"),
+    (dict(proj_size=2), _shapes(4, 6, 5, 1, 1), ValueError,
+     r"weights\[0\] has 4 arrays but proj_size=2 takes 5: \(w_ih, w_hh, b_ih, b_hh, w_hr\)"),
+    (dict(), _proj_shapes(6, 2, 5, 1, 1), ValueError, r"weights\[0\] has 5 arrays but proj_size=0 takes 4"),
+    (dict(proj_size=3), _proj_shapes(6, 2, 5, 1, 1), ValueError, r"weights\[0\]\[1\] \(w_hh\)"),
+    (dict(proj_size=2), [s[:4] + ((2, 5),) for s in _proj_shapes(6, 2, 5, 1, 1)], ValueError,
+     r"weights\[0\]\[4\] \(w_hr\)"),
+    (dict(proj_size=2, num_layers=2), [s if i == 0 else ((24, 6),) + s[1:] for i, s in
+                                       enumerate(_proj_shapes(6, 2, 5, 2, 1))], ValueError,
+     r"weights\[1\]\[0\] \(w_ih\).*layer 1 input size 2"),
+    (dict(proj_size=2, h0_shape=(1, 3, 6)), _proj_shapes(6, 2, 5, 1, 1), ValueError, r"h0.*proj_size\)"),
+    (dict(proj_size=2, c0_shape=(1, 3, 2)), _proj_shapes(6, 2, 5, 1, 1), ValueError, r"c0.*hidden_size\)"),
+])
+def test_rnn_dims_projection_errors(kwargs, shapes, error, match):
+    kwargs = dict(dict(mode="lstm", hidden_size=6), **kwargs)
+    with pytest.raises(error, match=match):
+        RNNDims((7, 3, 5), shapes, **kwargs)

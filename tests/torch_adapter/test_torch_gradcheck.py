@@ -19,6 +19,8 @@ def _cases(randn):
     x3 = randn(2, 4, 7)
     lstm = _lstm_weights(randn, 2, 2, 4)                       # 2 layers, bidirectional
     gru = [(randn(6, 3), randn(6, 2), None, None)]              # no biases
+    lstm_proj = [(randn(12, 2 if i < 2 else 4), randn(12, 2), randn(12), randn(12), randn(2, 3))
+                 for i in range(4)]                            # hidden 3, proj 2, 2 layers, bidirectional
     return {
         "conv": (lambda x, w, b: dt.conv(x, w, b, padding=1, stride=(1, 2)), (x4, randn(4, 3, 3, 3), randn(4))),
         "conv_grouped_1d": (lambda x, w: dt.conv(x, w, groups=2, dilation=2, padding=((1, 2),)),
@@ -44,6 +46,11 @@ def _cases(randn):
         "rnn_gru_lengths": (lambda x, w_ih, w_hh: dt.rnn(x, [(w_ih, w_hh, None, None)], mode="gru", hidden_size=2,
                                                          lengths=[3, 1])[:2],
                             (randn(3, 2, 3), *gru[0][:2])),
+        "rnn_lstm_proj_lengths": (lambda x, h0, c0, *w: dt.rnn(x, [w[i:i + 5] for i in range(0, 20, 5)],
+                                                               hidden_size=3, num_layers=2, bidirectional=True,
+                                                               h0=h0, c0=c0, lengths=[3, 1], proj_size=2),
+                                  (randn(3, 2, 2), randn(4, 2, 2), randn(4, 2, 3),
+                                   *[t for e in lstm_proj for t in e])),
     }
 
 

@@ -17,14 +17,16 @@ def _r(*shape, grad=True, dtype=torch.float64):
     return torch.randn(*shape, dtype=dtype, requires_grad=grad)
 
 
-def _lstm_weights(inp, hidden, layers=1, dirs=1, bias=True, gates=4):
+def _lstm_weights(inp, hidden, layers=1, dirs=1, bias=True, gates=4, proj=0):
+    """Per layer and direction (w_ih, w_hh, b_ih, b_hh), and w_hr (proj, hidden) with proj > 0."""
     weights = []
+    out = proj or hidden
     for layer in range(layers):
         for _ in range(dirs):
-            layer_in = inp if layer == 0 else hidden * dirs
-            entry = [_r(gates * hidden, layer_in), _r(gates * hidden, hidden)]
+            layer_in = inp if layer == 0 else out * dirs
+            entry = [_r(gates * hidden, layer_in), _r(gates * hidden, out)]
             entry += [_r(gates * hidden), _r(gates * hidden)] if bias else [None, None]
-            weights.append(entry)
+            weights.append(entry + ([_r(proj, hidden)] if proj else []))
     return weights
 
 
@@ -66,6 +68,9 @@ OPCHECK_CASES += [
           hidden_size=6, num_layers=1, bidirectional=False, lengths=[5, 2, 3]),
     _case("rnn", _r(4, 2, 3), _lstm_weights(3, 5), _r(1, 2, 5), _r(1, 2, 5), mode="lstm", hidden_size=5,
           num_layers=1, bidirectional=False, lengths=None),
+    _case("rnn", _r(4, 3, 3), _lstm_weights(3, 5, layers=2, dirs=2, bias=False, proj=2), _r(4, 3, 2),
+          _r(4, 3, 5), mode="lstm", hidden_size=5, num_layers=2, bidirectional=True, lengths=[4, 1, 3],
+          proj_size=2),
 ]
 
 
@@ -75,7 +80,7 @@ def test_opcheck_passes_for_every_op(op, args):
     torch.library.opcheck(getattr(torch.ops.dnnbind, op), args)
 
 
-@pytest.mark.parametrize("op,args", OPCHECK_CASES[:1] + OPCHECK_CASES[-3:])
+@pytest.mark.parametrize("op,args", OPCHECK_CASES[:1] + OPCHECK_CASES[-4:])
 def test_opcheck_passes_for_the_backward_ops(op, args):
     x, others, params, reals = args
     outputs, residuals = getattr(torch.ops.dnnbind, op)(x, others, params, reals)
@@ -118,6 +123,17 @@ class SmallLSTM(torch.nn.Module):
         return self.head(y[:, -1]) + h.sum(0).sum(1, keepdim=True)
 
 
+class SmallProjLSTM(torch.nn.Module):
+    def __init__(self, nn) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6, num_layers=2, bidirectional=True, batch_first=True, proj_size=3)
+        self.head = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        y, (h, c) = self.lstm(x)
+        return self.head(y[:, -1]) + h.sum(0).sum(1, keepdim=True) + c.sum(0).sum(1, keepdim=True)
+
+
 def _step(model, x):
     model.zero_grad()
     out = model(x)
@@ -125,7 +141,8 @@ def _step(model, x):
     return out.detach(), [p.grad.clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("make,shape", [(SmallCNN, (4, 3, 12, 12)), (SmallLSTM, (3, 6, 4))], ids=["cnn", "lstm"])
+@pytest.mark.parametrize("make,shape", [(SmallCNN, (4, 3, 12, 12)), (SmallLSTM, (3, 6, 4)), (SmallProjLSTM, (3, 5, 4))],
+                         ids=["cnn", "lstm", "lstm-proj"])
 def test_compile_with_fullgraph_equals_eager(make, shape):
     torch.manual_seed(1)
     eager = make(dnn).double()

@@ -1,5 +1,5 @@
 """RNN, LSTM and GRU are torch.nn's: state_dicts, batch_first, bidirectional, dropout between layers,
-unbatched input, PackedSequence in and out; proj_size is refused."""
+unbatched input, PackedSequence in and out; LSTM proj_size."""
 from __future__ import annotations
 
 import pytest
@@ -128,10 +128,108 @@ def test_packed_sequences_with_dropout_between_layers_keep_padding_out():
     assert torch.all(padded[3:, 1] == 0) and out.data.shape == (8, 8)
 
 
-def test_proj_size_is_refused_with_the_reason():
-    with pytest.raises(NotImplementedError, match=r"LSTM: proj_size=2 is not supported.*no projection.*"
-                                                  r"high-level op"):
-        dt.LSTM(3, 4, proj_size=2)
+PROJ_CASES = [
+    {"proj_size": 2},
+    {"proj_size": 3, "num_layers": 2, "bidirectional": True},
+    {"proj_size": 1, "batch_first": True, "bias": False, "num_layers": 3},
+    {"proj_size": 2, "bidirectional": True, "batch_first": True, "bias": False},
+]
+PROJ_IDS = ["one-layer", "2layer-bidir", "3layer-batch-first-nobias", "bidir-batch-first-nobias"]
+
+
+def _proj_state(kwargs: dict, batch: int | None, hidden: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    layers = kwargs.get("num_layers", 1) * (2 if kwargs.get("bidirectional") else 1)
+    lead = (layers,) if batch is None else (layers, batch)
+    return torch.randn(lead + (kwargs["proj_size"],), **F64), torch.randn(lead + (hidden,), **F64)
+
+
+@pytest.mark.parametrize("kwargs", PROJ_CASES, ids=PROJ_IDS)
+@pytest.mark.parametrize("with_state", [False, True], ids=["zero-state", "given-state"])
+def test_lstm_projection_equals_torch(kwargs, with_state):
+    """proj_size: outputs, h_n (proj_size wide), c_n (hidden_size wide), input, state and parameter
+    gradients (weight_hr included); state_dict loads both ways."""
+    ours, theirs = _pair("LSTM", kwargs)
+    assert any(n.startswith("weight_hr_l0") for n, _ in ours.named_parameters())
+    x = torch.randn((2, 5, 3) if kwargs.get("batch_first") else (5, 2, 3), **F64)
+    hx = _proj_state(kwargs, 2) if with_state else None
+    results = []
+    for layer in (ours, theirs):
+        x_leaf = x.clone().requires_grad_()
+        state = None if hx is None else tuple(s.clone().requires_grad_() for s in hx)
+        y, (h, c) = layer(x_leaf, state)
+        _loss(y, (h, c)).backward()
+        grads = [x_leaf.grad] + ([] if state is None else [s.grad for s in state])
+        results.append((y, h, c, grads))
+    torch.testing.assert_close(results[0], results[1], rtol=1e-10, atol=1e-10)
+    assert results[0][1].shape[-1] == kwargs["proj_size"] and results[0][2].shape[-1] == 4
+    assert_same_grads(ours, theirs, 1e-9)
+    theirs.load_state_dict(ours.state_dict())
+
+
+@pytest.mark.parametrize("kwargs", PROJ_CASES, ids=PROJ_IDS)
+@pytest.mark.parametrize("enforce_sorted", [True, False], ids=["sorted", "unsorted"])
+def test_lstm_projection_packed_sequences_equal_torch(kwargs, enforce_sorted):
+    ours, theirs = _pair("LSTM", kwargs)
+    lengths = [5, 4, 2] if enforce_sorted else [2, 5, 4]
+    x = torch.randn((3, 5, 3) if kwargs.get("batch_first") else (5, 3, 3), **F64)
+    hx = _proj_state(kwargs, 3)
+    results = []
+    for layer in (ours, theirs):
+        x_leaf = x.clone().requires_grad_()
+        packed = pack_padded_sequence(x_leaf, lengths, batch_first=kwargs.get("batch_first", False),
+                                      enforce_sorted=enforce_sorted)
+        out, state = layer(packed, hx)
+        padded, out_lengths = pad_packed_sequence(out, batch_first=kwargs.get("batch_first", False))
+        _loss(padded, state).backward()
+        results.append((out.data, padded, state, out_lengths, x_leaf.grad))
+    torch.testing.assert_close(results[0], results[1])
+    assert_same_grads(ours, theirs, 1e-9)
+    # and without an initial state (the zero state torch checks a packed input against has two shapes)
+    packed = pack_padded_sequence(x, lengths, batch_first=kwargs.get("batch_first", False), enforce_sorted=False)
+    (out, (h, c)), (out_ref, (h_ref, c_ref)) = ours(packed), theirs(packed)
+    torch.testing.assert_close((out.data, h, c), (out_ref.data, h_ref, c_ref))
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["zero-state", "given-state"])
+def test_lstm_projection_unbatched_input_equals_torch(with_state):
+    kwargs = {"proj_size": 2, "num_layers": 2, "bidirectional": True}
+    ours, theirs = _pair("LSTM", kwargs)
+    x = torch.randn(6, 3, **F64)
+    args = (x, _proj_state(kwargs, None)) if with_state else (x,)
+    torch.testing.assert_close(ours(*args), theirs(*args))
+
+
+def test_lstm_projection_dropout_between_layers():
+    torch.manual_seed(0)
+    ours, theirs = _pair("LSTM", {"proj_size": 2, "num_layers": 3, "dropout": 0.5, "bidirectional": True})
+    ours.train()
+    x = torch.randn(5, 2, 3, **F64)
+    hx = _proj_state({"proj_size": 2, "num_layers": 3, "bidirectional": True}, 2)
+    y, (h, c) = ours(x, hx)
+    (y.sum() + h.sum() + c.sum()).backward()
+    assert y.shape == (5, 2, 4) and h.shape == (6, 2, 2) and c.shape == (6, 2, 4)
+    assert all(p.grad is not None for p in ours.parameters())
+    y_again, _ = ours(x, hx)
+    assert not torch.equal(y, y_again)                    # a fresh mask per call
+    ours.eval()
+    theirs.eval()
+    torch.testing.assert_close(ours(x, hx), theirs(x, hx))
+
+
+def test_lstm_projection_errors_speak_torch():
+    lstm = dt.LSTM(3, 4, proj_size=2, **F64)
+    with pytest.raises(RuntimeError, match=r"Expected hidden\[0\] size \(1, 2, 2\), got \[1, 2, 4\]"):
+        lstm(torch.randn(5, 2, 3, **F64), (torch.zeros(1, 2, 4, **F64), torch.zeros(1, 2, 4, **F64)))
+    with pytest.raises(RuntimeError, match=r"Expected hidden\[1\] size \(1, 2, 4\), got \[1, 2, 2\]"):
+        lstm(torch.randn(5, 2, 3, **F64), (torch.zeros(1, 2, 2, **F64), torch.zeros(1, 2, 2, **F64)))
+    with pytest.raises(ValueError, match="proj_size has to be smaller than hidden_size"):
+        dt.LSTM(3, 4, proj_size=4)
+    with pytest.raises(ValueError, match="proj_size argument is only supported for LSTM"):
+        dt.GRU(3, 4, proj_size=2)
+    with torch.no_grad():
+        lstm.weight_hr_l0 = nn.Parameter(torch.zeros(2, 3, **F64))    # a wrong shape torch's own checks miss
+    with pytest.raises(ValueError, match=r"weight_hr_l0 has shape \(2, 3\) but must have shape \(2, 4\)"):
+        lstm(torch.randn(5, 2, 3, **F64))
 
 
 def test_positional_arguments_mean_what_they_mean_in_torch():

@@ -91,11 +91,11 @@ def _rnn(args: tuple[Any, ...]) -> tuple[list[Any], Callable[[Zeros], Any], tupl
     def gradients(zeros: Zeros) -> tuple[Any, Any, Any, list[tuple[Any, ...]]]:
         # zeros is called in the gradients' order (dx, dh0, dc0, then dweights): the residual form's
         # empty call saves the zeros in that order and _regroup reads them back in it
-        dx, dh0, dc0 = zeros(x.shape), zeros(dims.h_shape), zeros(dims.h_shape) if lstm else None
+        dx, dh0, dc0 = zeros(x.shape), zeros(dims.h_shape), zeros(dims.c_shape) if lstm else None
         dweights = [tuple(None if a is None else zeros(a.shape) for a in entry) for entry in weights]
         return dx, dh0, dc0, dweights
 
-    return [dims.y_shape, dims.h_shape, dims.h_shape if lstm else None], gradients, ("dy", "dhy", "dcy"), False
+    return [dims.y_shape, dims.h_shape, dims.c_shape if lstm else None], gradients, ("dy", "dhy", "dcy"), False
 
 
 #: op -> what its empty call returns; the pointwise ops also take 0-d arrays

@@ -248,14 +248,17 @@ def dropout(x: Any, p: float, *, seed: Any = None) -> tuple[Any, Pullback]:
 @adopts_device_arrays("x", "weights", "h0", "c0")
 def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_size: int, num_layers: int = 1,
         bidirectional: bool = False, h0: Any = None, c0: Any = None,
-        lengths: Any = None) -> tuple[tuple[Any, Any, Any], Pullback]:
+        lengths: Any = None, proj_size: int = 0) -> tuple[tuple[Any, Any, Any], Pullback]:
     """Multi-layer RNN over x (seq, batch, input), with PyTorch's weight layout and semantics.
 
     mode: rnn_relu, rnn_tanh, lstm (gates i, f, g, o) or gru (gates r, z, n; n = tanh(W_in x + b_in +
     r * (W_hn h + b_hn))). ``weights[layer * num_directions + direction] = (w_ih, w_hh, b_ih, b_hh)``
     exactly as torch.nn.LSTM/GRU/RNN hold them (biases may both be None). ``lengths`` (one per
     sequence, any order) gives packed-sequence semantics: y is zero past each sequence's end and hy/cy
-    are taken at its last valid step (the reverse direction starts there).
+    are taken at its last valid step (the reverse direction starts there). ``proj_size`` > 0 (LSTM
+    only, below hidden_size) adds torch's projection h_t = W_hr (o_t * tanh(c_t)): each entry is then
+    (w_ih, w_hh, b_ih, b_hh, w_hr), w_hr (proj_size, hidden), and h, y have proj_size features per
+    direction where they had hidden_size (c keeps hidden_size); the MIOpen backend has no projection.
 
     Returns ((y, hy, cy), pullback): y (seq, batch, num_directions * hidden), hy and cy
     (num_layers * num_directions, batch, hidden), cy None unless LSTM. pullback(dy, dhy=None, dcy=None)
@@ -266,7 +269,7 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_
     weight_arrays = {f"weights[{i}][{j}]": a for i, entry in enumerate(entries) for j, a in enumerate(entry)}
     run = backend_op("rnn", x=x, h0=h0, c0=c0, **weight_arrays)
     (dims,) = _rnn_static(x, entries, h0, c0, mode=mode, hidden_size=hidden_size, num_layers=num_layers,
-                          bidirectional=bidirectional, lengths=lengths)
+                          bidirectional=bidirectional, lengths=lengths, proj_size=proj_size)
     return named_rnn(run(x, [list(entry) for entry in entries], h0, c0, dims), dims.mode)
 
 
@@ -336,14 +339,14 @@ def _dropout_static(x: Any, *, p: float, seed: Any = None) -> tuple:
 
 
 def _rnn_static(x: Any, weights: Any, h0: Any = None, c0: Any = None, *, mode: str = "lstm", hidden_size: int,
-                num_layers: int = 1, bidirectional: bool = False, lengths: Any = None) -> tuple:
+                num_layers: int = 1, bidirectional: bool = False, lengths: Any = None, proj_size: int = 0) -> tuple:
     entries = rnn_weight_entries(weights)
     check_same_dtype("x", x.dtype, h0=h0, c0=c0,
                      **{f"weights[{i}][{j}]": a for i, entry in enumerate(entries) for j, a in enumerate(entry)})
     return (RNNDims(x.shape, [tuple(None if a is None else a.shape for a in entry) for entry in entries],
                     mode=mode, hidden_size=hidden_size, num_layers=num_layers, bidirectional=bidirectional,
                     h0_shape=None if h0 is None else h0.shape, c0_shape=None if c0 is None else c0.shape,
-                    lengths=lengths, dtype=x.dtype),)
+                    lengths=lengths, dtype=x.dtype, proj_size=proj_size),)
 
 
 #: op -> its residual form's static arguments from the arrays (FORMS order, arrays or ArraySpecs) and the

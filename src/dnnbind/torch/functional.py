@@ -115,15 +115,16 @@ def dropout(x: Tensor, p: float, *, seed: int | None = None) -> Tensor:
 
 def rnn(x: Tensor, weights: Sequence[Sequence[Tensor | None]], *, mode: str = "lstm", hidden_size: int,
         num_layers: int = 1, bidirectional: bool = False, h0: Tensor | None = None, c0: Tensor | None = None,
-        lengths: Any = None) -> tuple[Tensor, Tensor, Tensor | None]:
+        lengths: Any = None, proj_size: int = 0) -> tuple[Tensor, Tensor, Tensor | None]:
     """Multi-layer RNN over x (seq, batch, input) with torch.nn.LSTM/GRU/RNN's weights and semantics.
 
-    ``weights[layer * num_directions + direction] = (w_ih, w_hh, b_ih, b_hh)``; ``lengths`` gives
+    ``weights[layer * num_directions + direction] = (w_ih, w_hh, b_ih, b_hh)``, with w_hr
+    (torch's ``weight_hr_l{k}``) as a 5th tensor for an LSTM with ``proj_size`` > 0; ``lengths`` gives
     packed-sequence semantics. Returns (y, hy, cy), cy None unless ``mode="lstm"``.
     """
     _check(x=x, h0=h0, c0=c0, weights=weights)
     if isinstance(lengths, torch.Tensor):
         lengths = lengths.tolist()
     outputs = call("rnn", x, [list(entry) for entry in weights], h0, c0, mode=mode, hidden_size=hidden_size,
-                   num_layers=num_layers, bidirectional=bidirectional, lengths=lengths)
+                   num_layers=num_layers, bidirectional=bidirectional, lengths=lengths, proj_size=proj_size)
     return outputs[0], outputs[1], outputs[2] if len(outputs) > 2 else None

@@ -4,7 +4,8 @@ initialisation, repr, state_dict) whose forward runs dnnbind's rnn op.
 Inputs as torch takes them: (seq, batch, input), (batch, seq, input) with ``batch_first``, unbatched
 (seq, input), or a ``PackedSequence``, which becomes a padded batch and the op's ``lengths`` and comes
 back packed like the input. ``dropout`` applies between layers in training mode (the layers then run one
-op call each). LSTM ``proj_size`` > 0 raises NotImplementedError.
+op call each). LSTM ``proj_size`` > 0 passes ``weight_hr_l{k}{_reverse}`` to the op as each entry's 5th
+array (the op's projection; not on the MIOpen backend).
 """
 from __future__ import annotations
 
@@ -16,42 +17,44 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from dnnbind.torch import functional as F
 from dnnbind.torch.errors import torch_argument_names
-from dnnbind.torch.layer_inputs import not_supported
 
 Tensor = torch.Tensor
 _MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
-_LABELS = ("w_ih", "w_hh", "b_ih", "b_hh")
+_LABELS = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr")
+
+
+def _op_slots(count: int) -> tuple[int, ...]:
+    """Where each of a layer's torch parameters (``_all_weights`` order: weight_ih, weight_hh, then
+    bias_ih, bias_hh with biases, then weight_hr with a projection) goes in the op's weight entry
+    (w_ih, w_hh, b_ih, b_hh, w_hr)."""
+    return {2: (0, 1), 3: (0, 1, 4), 4: (0, 1, 2, 3), 5: (0, 1, 2, 3, 4)}[count]
 
 
 class _Recurrent:
     """forward shared by RNN, LSTM and GRU."""
 
-    def _check_options(self) -> None:
-        layer: Any = self
-        if layer.proj_size:
-            raise not_supported(type(self).__name__, "proj_size", layer.proj_size,
-                                "dnnbind's rnn op has no projection")
-
-    def weights(self) -> list[tuple[Tensor, Tensor, Tensor | None, Tensor | None]]:
-        """(w_ih, w_hh, b_ih, b_hh) per layer and direction: the rnn op's ``weights`` argument."""
+    def weights(self) -> list[tuple[Tensor | None, ...]]:
+        """(w_ih, w_hh, b_ih, b_hh) per layer and direction, with weight_hr as a 5th tensor for an LSTM
+        with ``proj_size`` (biases None without): the rnn op's ``weights`` argument."""
         layer: Any = self
         out = []
         for names in layer._all_weights:
-            w = [getattr(layer, n) for n in names]
-            out.append((w[0], w[1], w[2], w[3]) if len(w) == 4 else (w[0], w[1], None, None))
+            entry: list[Tensor | None] = [None] * (5 if layer.proj_size else 4)
+            for slot, name in zip(_op_slots(len(names)), names):
+                entry[slot] = getattr(layer, name)
+            out.append(tuple(entry))
         return out
 
     def _error_names(self) -> dict[str, str]:
         layer: Any = self
         names = {"x": "input", "h0": "h_0", "c0": "c_0"}
         for i, params in enumerate(layer._all_weights):
-            for j, param in enumerate(params):
+            for j, param in zip(_op_slots(len(params)), params):
                 names[f"weights[{i}][{j}]"] = names[f"weights[{i}][{j}] ({_LABELS[j]})"] = param
         return names
 
     def forward(self, input: Tensor | PackedSequence, hx: Any = None) -> tuple[Any, Any]:
         layer: Any = self
-        self._check_options()
         lstm = layer.mode == "LSTM"
         packed = input if isinstance(input, PackedSequence) else None
         h0, c0 = (hx if lstm and hx is not None else (hx, None))
@@ -92,7 +95,8 @@ class _Recurrent:
         """All layers in one op call, or layer by layer with dropout in between."""
         layer: Any = self
         options: dict[str, Any] = {"mode": _MODES[layer.mode], "hidden_size": layer.hidden_size,
-                                   "bidirectional": layer.bidirectional, "lengths": lengths}
+                                   "bidirectional": layer.bidirectional, "lengths": lengths,
+                                   "proj_size": layer.proj_size}
         weights = self.weights()
         if not (layer.training and layer.dropout > 0 and layer.num_layers > 1):
             return F.rnn(x, weights, num_layers=layer.num_layers, h0=h0, c0=c0, **options)
@@ -113,9 +117,10 @@ class _Recurrent:
 
 def _zeros_like_state(layer: Any, packed: PackedSequence) -> Any:
     """The zero state torch checks a packed input against (only its shape matters)."""
-    shape = layer.get_expected_hidden_size(packed.data, packed.batch_sizes)
-    h = packed.data.new_zeros(shape)
-    return (h, h) if layer.mode == "LSTM" else h
+    h = packed.data.new_zeros(layer.get_expected_hidden_size(packed.data, packed.batch_sizes))
+    if layer.mode != "LSTM":
+        return h
+    return h, packed.data.new_zeros(layer.get_expected_cell_size(packed.data, packed.batch_sizes))
 
 
 def _repack(y: Tensor, lengths: Tensor, like: PackedSequence) -> PackedSequence:
@@ -148,7 +153,7 @@ class RNN(_Recurrent, nn.RNNBase):
 
 
 class LSTM(_Recurrent, nn.RNNBase):
-    """torch.nn.LSTM computed by dnnbind (proj_size 0 only): forward(input, (h_0, c_0)) -> (output, (h_n, c_n))."""
+    """torch.nn.LSTM computed by dnnbind, ``proj_size`` included: forward(input, (h_0, c_0)) -> (output, (h_n, c_n))."""
 
     get_expected_cell_size = nn.LSTM.get_expected_cell_size
     check_forward_args = nn.LSTM.check_forward_args       # type: ignore[assignment]
@@ -156,7 +161,6 @@ class LSTM(_Recurrent, nn.RNNBase):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__("LSTM", *args, **kwargs)
-        self._check_options()
 
 
 class GRU(_Recurrent, nn.RNNBase):

@@ -14,14 +14,18 @@ from dnnbind.highlevel.dims import RNNDims
 GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
 
 
-def make_weights(rng, mode, inp, hidden, layers, dirs, bias, dtype):
-    """PyTorch-layout weights, (w_ih, w_hh, b_ih, b_hh) per layer and direction, as numpy arrays."""
+def make_weights(rng, mode, inp, hidden, layers, dirs, bias, dtype, proj=0):
+    """PyTorch-layout weights, (w_ih, w_hh, b_ih, b_hh) per layer and direction, as numpy arrays; with
+    ``proj`` (LSTM) w_hr (proj, hidden) as a 5th array and recurrent matrices of proj columns."""
     g = GATES[mode] * hidden
+    out_size = proj or hidden
     out = []
     for i in range(layers * dirs):
-        layer_in = inp if i < dirs else dirs * hidden
-        entry = [rng.standard_normal((g, layer_in)) * 0.5, rng.standard_normal((g, hidden)) * 0.5]
+        layer_in = inp if i < dirs else dirs * out_size
+        entry = [rng.standard_normal((g, layer_in)) * 0.5, rng.standard_normal((g, out_size)) * 0.5]
         entry += [rng.standard_normal(g) * 0.3, rng.standard_normal(g) * 0.3] if bias else [None, None]
+        if proj:
+            entry.append(rng.standard_normal((proj, hidden)) * 0.5)
         out.append(tuple(None if a is None else a.astype(dtype) for a in entry))
     return out
 
@@ -30,22 +34,24 @@ class Problem:
     """One random rnn problem: numpy arrays, their RNNDims, and ``to_device`` to move arrays to the backend."""
 
     def __init__(self, rng, to_device: Callable[[np.ndarray], Any], mode="lstm", layers=1, dirs=1, bias=True,
-                 lengths=None, states=True, dtype="float64", seq=4, batch=3, inp=3, hidden=2):
+                 lengths=None, states=True, dtype="float64", seq=4, batch=3, inp=3, hidden=2, proj=0):
         self.to_device = to_device
         self.mode, self.dtype = mode, np.dtype(dtype)
         self.lengths = lengths
         self.x = rng.standard_normal((seq, batch, inp)).astype(dtype)
-        self.weights = make_weights(rng, mode, inp, hidden, layers, dirs, bias, dtype)
-        shape = (layers * dirs, batch, hidden)
+        self.weights = make_weights(rng, mode, inp, hidden, layers, dirs, bias, dtype, proj)
+        shape = (layers * dirs, batch, proj or hidden)
+        c_shape = (layers * dirs, batch, hidden)
         self.h0 = rng.standard_normal(shape).astype(dtype) if states else None
-        self.c0 = rng.standard_normal(shape).astype(dtype) if states and mode == "lstm" else None
+        self.c0 = rng.standard_normal(c_shape).astype(dtype) if states and mode == "lstm" else None
         self.dims = RNNDims(self.x.shape, [tuple(None if a is None else a.shape for a in e) for e in self.weights],
                             mode=mode, hidden_size=hidden, num_layers=layers, bidirectional=dirs == 2,
                             h0_shape=None if self.h0 is None else shape,
-                            c0_shape=None if self.c0 is None else shape, lengths=lengths, dtype=dtype)
+                            c0_shape=None if self.c0 is None else c_shape, lengths=lengths, dtype=dtype,
+                            proj_size=proj)
         self.dy = rng.standard_normal(self.dims.y_shape).astype(dtype)
         self.dhy = rng.standard_normal(shape).astype(dtype)
-        self.dcy = rng.standard_normal(shape).astype(dtype) if mode == "lstm" else None
+        self.dcy = rng.standard_normal(c_shape).astype(dtype) if mode == "lstm" else None
 
     def device(self, a):
         return None if a is None else self.to_device(a)
@@ -55,8 +61,9 @@ class Problem:
 
     def options(self):
         """The public op's keyword arguments for this problem."""
-        return {"mode": self.mode, "hidden_size": self.dims.hidden_size, "num_layers": self.dims.num_layers,
-                "bidirectional": self.dims.num_directions == 2, "lengths": self.lengths}
+        options = {"mode": self.mode, "hidden_size": self.dims.hidden_size, "num_layers": self.dims.num_layers,
+                   "bidirectional": self.dims.num_directions == 2, "lengths": self.lengths}
+        return options | ({"proj_size": self.dims.proj_size} if self.dims.proj_size else {})
 
     def reference(self):
         return reference.rnn(self.x, [list(e) for e in self.weights], self.h0, self.c0, self.dims)

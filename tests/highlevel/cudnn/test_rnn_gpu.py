@@ -193,3 +193,59 @@ def test_matches_torch_nn_on_cuda(mode, layers, dirs, lengths, dtype, poisoned, 
     for name, ours, theirs in pairs:
         np.testing.assert_allclose(cp.asnumpy(ours), theirs.detach().cpu().numpy(), rtol=tol, atol=tol,
                                    err_msg=name)
+
+
+# ---------------------------------------------------------------------------------------------- LSTM projection
+
+PROJ_CASES = [(layers, dirs, bias, lengths) for layers in (1, 2) for dirs in (1, 2) for bias in (True, False)
+              for lengths in (None, (5, 2, 4))]
+
+
+@pytest.mark.parametrize("layers, dirs, bias", [(1, 1, True), (2, 2, True), (2, 2, False), (3, 1, False)])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_cudnns_projection_layout_is_the_predicted_one(layers, dirs, bias, dtype, cuda):
+    """cuDNN's answers for an LSTM with projSize < hiddenSize: linLayerID 8 the (proj, hidden) projection
+    matrix without bias, the recurrent matrices (hidden, proj); against canonical_params' guess of where
+    it sits (the backend packs by the real answers either way)."""
+    shapes = [((24, 5 if i < dirs else 2 * dirs), (24, 2)) + (((24,), (24,)) if bias else (None, None)) + ((2, 6),)
+              for i in range(layers * dirs)]
+    dims = RNNDims((3, 2, 5), shapes, mode="lstm", hidden_size=6, num_layers=layers, bidirectional=dirs == 2,
+                   dtype=dtype, proj_size=2)
+    plan = NetworkPlan(dims, math_type(dims))
+    h = handle(cuda.cuda.runtime.getDevice(), current_stream())
+    nbytes = plan.weight_space_bytes(h)
+    space = cuda.empty(nbytes, np.uint8)
+    real = query_params(h, plan.desc, dims, int(space.data.ptr), nbytes, plan.itemsize)
+    for p in range(layers * dirs):
+        assert real[(p, 8)].matrix_shape == (2, 6) and real[(p, 8)].bias_offset is None
+        assert all(real[(p, lin)].matrix_shape == (6, 2) for lin in range(4, 8))
+    predicted, size = canonical_params(dims)
+    assert nbytes == size * plan.itemsize
+    layout = plan.layout(h, cuda)
+    assert layout.whole and layout.dense and layout.has_proj
+    differences = [(key, real[key], predicted[key]) for key in predicted if real.get(key) != predicted[key]]
+    assert not differences, f"cuDNN's layout differs from the prediction, first: {differences[:3]}"
+
+
+@pytest.mark.parametrize("layers, dirs, bias, lengths", PROJ_CASES)
+def test_projection_matches_the_reference_in_float64(layers, dirs, bias, lengths, poisoned, rng):
+    problem = gpu_problem(poisoned, rng, "lstm", layers, dirs, bias=bias, lengths=lengths, seq=5, inp=4, hidden=5,
+                          proj=3)
+    compare(poisoned, problem, public=True)
+
+
+@pytest.mark.parametrize("dtype, tol", [("float32", 1e-4), ("float16", 3e-2)])
+def test_projection_matches_the_reference_in_single_and_half_precision(dtype, tol, poisoned, rng):
+    problem = gpu_problem(poisoned, rng, "lstm", 2, 2, lengths=(5, 1, 3), dtype=dtype, seq=5, inp=4, hidden=5,
+                          proj=2)
+    compare(poisoned, problem, tol=tol)
+
+
+def test_projection_without_initial_states_and_packed_weights(poisoned, rng):
+    cp = poisoned
+    problem = gpu_problem(cp, rng, "lstm", 2, 2, states=False, lengths=(4, 2, 3), seq=4, inp=3, hidden=4, proj=2)
+    compare(cp, problem)
+    packed = pack_rnn_weights(problem.device_weights(), **{k: v for k, v in problem.options().items()
+                                                          if k != "lengths"})
+    assert all(len(e) == 5 for e in packed)
+    compare(cp, problem, weights=packed)

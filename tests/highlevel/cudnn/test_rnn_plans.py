@@ -404,3 +404,122 @@ def test_region_view_shapes():
     space = np.arange(size, dtype=float)
     shapes = [region_view(space, r).shape for r in layout.regions]
     assert shapes == [(6, 3), (6, 2), (6,), (6,)]
+
+
+# ---------------------------------------------------------------------------------------------- LSTM projection
+
+
+def proj_shapes(inp, hidden, proj, layers, dirs, bias=True):
+    g = 4 * hidden
+    return [((g, inp if i < dirs else dirs * proj), (g, proj)) + (((g,), (g,)) if bias else (None, None))
+            + ((proj, hidden),) for i in range(layers * dirs)]
+
+
+def make_proj_dims(inp=3, hidden=4, proj=2, layers=1, dirs=1, bias=True, seq=5, batch=2, lengths=None,
+                   dtype="float32"):
+    return RNNDims((seq, batch, inp), proj_shapes(inp, hidden, proj, layers, dirs, bias), mode="lstm",
+                   hidden_size=hidden, num_layers=layers, bidirectional=dirs == 2, lengths=lengths, dtype=dtype,
+                   proj_size=proj)
+
+
+PROJ_CONFIGS = [(layers, dirs, bias) for layers in (1, 2) for dirs in (1, 2) for bias in (True, False)]
+
+
+@pytest.mark.parametrize("layers, dirs, bias", PROJ_CONFIGS)
+def test_rnn_descriptor_takes_the_projection(layers, dirs, bias):
+    """cudnnSetRNNDescriptor_v8 with projSize below hiddenSize (the real libcudnn, on the host) holds it."""
+    for dtype in ("float16", "float32", "float64"):
+        dims = make_proj_dims(inp=7, hidden=5, proj=3, layers=layers, dirs=dirs, bias=bias, dtype=dtype)
+        read, _ = NetworkPlan(dims, math_type(dims)).desc.read()
+        assert read == RNNSettings.of(dims, math_type(dims))
+        assert (read.hidden_size, read.proj_size, read.cell_mode) == (5, 3, cudnn.CUDNN_LSTM)
+    plain = make_dims("lstm", inp=7, hidden=5)
+    assert RNNSettings.of(plain, math_type(plain)).proj_size == 5      # projSize = hiddenSize: none
+
+
+def test_projection_is_part_of_the_plan_keys():
+    with_proj, plain = make_proj_dims(hidden=4, proj=2), make_dims("lstm", inp=3, hidden=4)
+    assert network_key(with_proj, 0, 0) != network_key(plain, 0, 0)
+    assert sequence_key(with_proj, 0) != sequence_key(plain, 0)
+
+
+def test_sequence_plan_with_projection_describes_h_and_c_apart():
+    dims = make_proj_dims(inp=6, hidden=5, proj=3, layers=2, dirs=2, seq=4, batch=3, lengths=(4, 2, 3),
+                          dtype="float64")
+    plan = SequencePlan(dims)
+    assert plan.x.read()["shape"] == (4, 3, 6) and plan.y.read()["shape"] == (4, 3, 6)    # 2 directions * 3
+    assert plan.h.read()[1:] == ((4, 3, 3), (9, 3, 1))
+    assert plan.c.read()[1:] == ((4, 3, 5), (15, 5, 1))
+    plain = SequencePlan(make_dims("lstm", inp=6, hidden=5))
+    assert plain.c is plain.h
+
+
+def test_linear_id_of_the_projection():
+    assert linear_id("lstm", 4, 0) == 8
+
+
+@pytest.mark.parametrize("layers, dirs, bias", PROJ_CONFIGS)
+def test_projection_layout_and_packing(layers, dirs, bias, rng):
+    """The predicted layout with w_hr (linLayerID 8, (proj, hidden), no bias) holds exactly torch's
+    parameters; recurrent matrices have proj columns; pack puts w_hr where the answer says, unpack gives
+    5-entry views back."""
+    dims = make_proj_dims(inp=3, hidden=4, proj=2, layers=layers, dirs=dirs, bias=bias, dtype="float64")
+    params, size = canonical_params(dims)
+    assert set(params) == {(p, lin) for p in range(layers * dirs) for lin in range(9)}
+    shapes = proj_shapes(3, 4, 2, layers, dirs, bias)
+    assert size == sum(int(np.prod(s)) for e in shapes for s in e if s)
+    for (p, lin), info in params.items():
+        want = (2, 4) if lin == 8 else (4, (3 if p < dirs else 2 * dirs) if lin < 4 else 2)
+        assert info.matrix_shape == want
+        assert (info.bias_size == 4) if bias and lin < 8 else info.bias_offset is None
+    layout = WeightLayout.from_params(dims, params, size)
+    assert layout.whole and layout.dense and layout.has_proj
+    assert len(layout.regions) == layers * dirs * ((4 if bias else 2) + 1)
+    weights = [tuple(None if s is None else rng.standard_normal(s) for s in e) for e in shapes]
+    space = np.full(size, np.nan)
+    pack(layout, weights, space)
+    assert not np.isnan(space).any()
+    for p, entry in enumerate(weights):
+        info = params[(p, 8)]
+        np.testing.assert_array_equal(space[info.matrix_offset:info.matrix_offset + 8].reshape(2, 4), entry[4])
+    back = unpack(layout, space, np)
+    assert all(len(e) == 5 for e in back)
+    for entry, again in zip(weights, back):
+        for a, b in zip(entry, again):
+            assert (a is None and b is None) or (np.array_equal(a, b) and np.shares_memory(b, space))
+
+
+def test_projection_layout_errors_name_w_hr():
+    dims = make_proj_dims(inp=3, hidden=4, proj=2)
+    params, size = canonical_params(dims)
+    bad = dict(params)
+    bad[(0, 8)] = LinearParams(params[(0, 8)].matrix_offset, (4, 2), None, None)
+    with pytest.raises(LayoutError, match=r"shape \(4, 2\) for the matrix of pseudo-layer 0, linLayerID 8 "
+                                          r"\(w_hr, the projection\), expected \(2, 4\)"):
+        WeightLayout.from_params(dims, bad, size)
+    del bad[(0, 8)]
+    with pytest.raises(LayoutError, match=r"no parameters for pseudo-layer 0, linLayerID 8 \(w_hr"):
+        WeightLayout.from_params(dims, bad, size)
+
+
+def test_projection_residual_specs():
+    from dnnbind.highlevel.cudnn.rnn import spec_of
+    from dnnbind.highlevel.residual import ArraySpec
+    dims = make_proj_dims(inp=3, hidden=4, proj=2, layers=2, dirs=2, seq=5, batch=3)
+    f32 = np.dtype(np.float32)
+    assert spec_of(dims, f32, 400, 64) == (ArraySpec((5, 3, 3), f32), ArraySpec((4, 3, 2), f32),
+                                           ArraySpec((4, 3, 4), f32), ArraySpec((5, 3, 4), f32),
+                                           ArraySpec((100,), f32), ArraySpec((64,), np.dtype(np.uint8)))
+
+
+def test_gpu_problem_helper_with_projection_runs_on_the_reference(rng):
+    """The GPU tests' problem builder with proj: shapes of h, c and w_hr, and the reference runs it."""
+    from .rnn_cases import Problem
+    problem = Problem(rng, np.asarray, "lstm", 2, 2, bias=False, lengths=(4, 2, 3), seq=4, inp=3, hidden=4, proj=2)
+    assert problem.h0.shape == (4, 3, 2) and problem.c0.shape == (4, 3, 4)
+    assert problem.options()["proj_size"] == 2 and all(len(e) == 5 for e in problem.weights)
+    (y, hy, cy), pullback = problem.reference()
+    assert y.shape == (4, 3, 4) and hy.shape == (4, 3, 2) and cy.shape == (4, 3, 4)
+    grads = pullback(problem.dy, problem.dhy, problem.dcy)
+    assert [g.shape for e in grads[3] for g in e if g is not None] == \
+        [a.shape for e in problem.weights for a in e if a is not None]

@@ -187,6 +187,21 @@ def test_rnn_residuals_refuse_float64_before_asking_for_a_device():
         miopen.rnn_residuals(spec((4, 2, 3), F64), weights, None, None, dims)
 
 
+def test_rnn_projection_is_refused_before_asking_for_a_device():
+    """MIOpen has no LSTM projection: forward, residuals and plans say so, naming proj_size and MIOpen."""
+    from dnnbind.highlevel.miopen.rnn_plan import RNNPlan
+    shapes = [((16, 3), (16, 2), (16,), (16,), (2, 4))]
+    dims = RNNDims((4, 2, 3), shapes, mode="lstm", hidden_size=4, proj_size=2, dtype="float32")
+    weights = [[spec(s, np.dtype(np.float32)) for s in entry] for entry in shapes]
+    match = r"MIOpen backend has no LSTM projection \(proj_size=2\)"
+    with pytest.raises(NotImplementedError, match=match):
+        miopen.rnn_residuals(spec((4, 2, 3), np.dtype(np.float32)), weights, None, None, dims)
+    with pytest.raises(NotImplementedError, match=match):
+        miopen.rnn_forward(np.zeros((4, 2, 3), np.float32), weights, None, None, dims)
+    with pytest.raises(NotImplementedError, match=match):
+        RNNPlan(dims)
+
+
 # ----------------------------------------------------------------------------- specs that ask MIOpen
 
 CHILD = r"""

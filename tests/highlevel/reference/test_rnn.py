@@ -377,3 +377,192 @@ def test_backward_refuses_residuals_of_another_call(rng):
     with pytest.raises(ValueError, match=r"rnn residuals: 9 arrays, but mode='gru' with num_layers=2 and "
                                          r"num_directions=1 saves 12"):
         reference.rnn_backward(saved[:-3], (np.ones_like(y),), dims)
+
+
+# ---------------------------------------------------------------------------------------------- LSTM projection
+
+
+def make_proj_weights(rng, inp, hidden, proj, layers=1, dirs=1, bias=True):
+    """(w_ih, w_hh, b_ih, b_hh, w_hr) per layer and direction, torch.nn.LSTM(proj_size=proj)'s shapes."""
+    g = 4 * hidden
+    weights = []
+    for i in range(layers * dirs):
+        layer_in = inp if i < dirs else proj * dirs
+        entry = [rng.standard_normal((g, layer_in)) * 0.6, rng.standard_normal((g, proj)) * 0.6]
+        entry += [rng.standard_normal(g) * 0.3, rng.standard_normal(g) * 0.3] if bias else [None, None]
+        entry.append(rng.standard_normal((proj, hidden)) * 0.6)
+        weights.append(tuple(entry))
+    return weights
+
+
+PROJ_CASES = {   # seq, batch, input, hidden, proj, layers, bidirectional, bias, lengths, h0
+    "one_layer": (4, 3, 3, 5, 2, 1, False, True, None, True),
+    "bidirectional_two_layers": (5, 2, 3, 6, 4, 2, True, True, None, True),
+    "no_bias_lengths": (5, 3, 2, 4, 3, 2, False, False, [5, 2, 4], False),
+    "three_layers_bidirectional_lengths": (4, 3, 2, 4, 1, 3, True, True, [1, 4, 3], True),
+    "proj_1_batch_1": (3, 1, 1, 2, 1, 1, False, True, None, True),
+}
+
+
+@pytest.mark.parametrize("case", list(PROJ_CASES))
+def test_projection_matches_torch(case):
+    """torch.nn.LSTM(proj_size=...): outputs and every gradient in float64; lengths through packing."""
+    torch = pytest.importorskip("torch")
+    T, B, I, H, P, L, bidirectional, bias, lengths, with_h0 = PROJ_CASES[case]
+    rng = np.random.default_rng(11)
+    torch.manual_seed(11)
+    dirs = 2 if bidirectional else 1
+    module = torch.nn.LSTM(I, H, L, bias=bias, bidirectional=bidirectional, proj_size=P).double()
+    tparams = [[getattr(module, n) for n in names] for names in module._all_weights]
+    weights = [tuple(p.detach().numpy().copy() for p in e) if bias else
+               (e[0].detach().numpy().copy(), e[1].detach().numpy().copy(), None, None, e[2].detach().numpy().copy())
+               for e in tparams]
+    x = rng.standard_normal((T, B, I))
+    h0 = rng.standard_normal((L * dirs, B, P)) if with_h0 else None
+    c0 = rng.standard_normal((L * dirs, B, H)) if with_h0 else None
+    (y, hy, cy), pullback = dnnbind.rnn(x, weights, mode="lstm", hidden_size=H, num_layers=L,
+                                        bidirectional=bidirectional, h0=h0, c0=c0, lengths=lengths, proj_size=P)
+    assert y.shape == (T, B, dirs * P) and hy.shape == (L * dirs, B, P) and cy.shape == (L * dirs, B, H)
+
+    xt = torch.tensor(x, requires_grad=True)
+    state_t = [torch.tensor(a, requires_grad=True) for a in (h0, c0) if a is not None]
+    inp = xt if lengths is None else torch.nn.utils.rnn.pack_padded_sequence(xt, torch.tensor(lengths),
+                                                                            enforce_sorted=False)
+    out, (hyt, cyt) = module(inp, tuple(state_t) if state_t else None)
+    yt = out if lengths is None else torch.nn.utils.rnn.pad_packed_sequence(out, total_length=T)[0]
+    for ours, theirs in ((y, yt), (hy, hyt), (cy, cyt)):
+        np.testing.assert_allclose(ours, theirs.detach().numpy(), rtol=1e-11, atol=1e-12)
+
+    dy, dhy, dcy = rng.standard_normal(y.shape), rng.standard_normal(hy.shape), rng.standard_normal(cy.shape)
+    dx, dh0, dc0, dweights = pullback(dy, dhy, dcy)
+    assert dh0.shape == hy.shape and dc0.shape == cy.shape and all(len(e) == 5 for e in dweights)
+    flat_params = [p for entry in tparams for p in entry]
+    grads = torch.autograd.grad([yt, hyt, cyt], [xt] + state_t + flat_params,
+                                [torch.tensor(dy), torch.tensor(dhy), torch.tensor(dcy)], allow_unused=True)
+    ours = [dx] + ([dh0, dc0] if with_h0 else []) + [g for entry in dweights for g in entry if g is not None]
+    assert len(ours) == len(grads)
+    for a, b in zip(ours, grads):
+        np.testing.assert_allclose(a, np.zeros(a.shape) if b is None else b.numpy(), rtol=1e-10, atol=1e-11)
+
+
+@pytest.mark.parametrize("layers, bidirectional, lengths, bias", [
+    (1, False, None, True),
+    (2, True, [3, 1], True),
+    (2, False, [2, 3], False),
+])
+def test_projection_gradients(rng, layers, bidirectional, lengths, bias):
+    """Finite differences, every input and weight (w_hr included)."""
+    T, B, I, H, P = 3, 2, 2, 3, 2
+    dirs = 2 if bidirectional else 1
+    x = rng.standard_normal((T, B, I))
+    h0 = rng.standard_normal((layers * dirs, B, P)) * 0.5
+    c0 = rng.standard_normal((layers * dirs, B, H)) * 0.5
+    weights = make_proj_weights(rng, I, H, P, layers, dirs, bias)
+    inputs = [x, h0, c0] + [a for e in weights for a in e if a is not None]
+    check_gradients(lambda: dnnbind.rnn(x, weights, mode="lstm", hidden_size=H, num_layers=layers,
+                                        bidirectional=bidirectional, h0=h0, c0=c0, lengths=lengths, proj_size=P),
+                    inputs, _flatten_grads("lstm", True, True), max_points=12)
+
+
+@pytest.mark.parametrize("bidirectional, lengths, dtype", [(False, None, np.float64), (True, [4, 1, 3], np.float32),
+                                                           (True, [2, 4, 3], np.float16)])
+def test_projection_residuals_are_what_the_forward_saves(bidirectional, lengths, dtype):
+    from dnnbind.highlevel import reference
+    from dnnbind.highlevel.dims import RNNDims
+    from dnnbind.highlevel.residual import ArraySpec
+    rng = np.random.default_rng(5)
+    dirs = 2 if bidirectional else 1
+    x = rng.standard_normal((4, 3, 3)).astype(dtype)
+    weights = [[None if a is None else a.astype(dtype) for a in e] for e in make_proj_weights(rng, 3, 4, 2, 2, dirs)]
+    h0 = rng.standard_normal((2 * dirs, 3, 2)).astype(dtype)
+    c0 = rng.standard_normal((2 * dirs, 3, 4)).astype(dtype)
+    dims = RNNDims(x.shape, [[a.shape for a in e] for e in weights], mode="lstm", hidden_size=4, num_layers=2,
+                   bidirectional=bidirectional, h0_shape=h0.shape, c0_shape=c0.shape, lengths=lengths, dtype=dtype,
+                   proj_size=2)
+    specs = reference.rnn_residuals(_spec(x), [[_spec(a) for a in e] for e in weights], _spec(h0), _spec(c0), dims)
+    (y, hy, cy), saved = reference.rnn_forward(x, weights, h0, c0, dims)
+    assert specs == tuple(ArraySpec(a.shape, a.dtype) for a in saved)
+    assert len(saved) == 2 * (1 + dirs * (3 + 4))
+    assert y.shape == (4, 3, 2 * dirs) and hy.shape == (2 * dirs, 3, 2) and cy.shape == (2 * dirs, 3, 4)
+    outside = [a for a in [x, h0, c0, y, hy, cy] + _flat(weights) if a is not None]
+    assert not any(np.shares_memory(a, b) for a in saved for b in outside)
+    before = [a.copy() for a in saved]
+    grads = reference.rnn_backward(saved, (np.ones_like(y), np.ones_like(hy), np.ones_like(cy)), dims)
+    assert [g.shape for e in grads[3] for g in e] == [a.shape for e in weights for a in e]
+    assert grads[1].shape == hy.shape and grads[2].shape == cy.shape
+    assert all(np.array_equal(a, b) for a, b in zip(saved, before))
+
+
+def test_projection_errors(rng):
+    x = rng.standard_normal((3, 2, 2))
+    weights = make_proj_weights(rng, 2, 3, 2)
+    with pytest.raises(ValueError, match=r"weights\[0\] has 5 arrays but proj_size=0 takes 4"):
+        dnnbind.rnn(x, weights, mode="lstm", hidden_size=3)
+    with pytest.raises(ValueError, match=r"proj_size=3 must be smaller than hidden_size=3"):
+        dnnbind.rnn(x, weights, mode="lstm", hidden_size=3, proj_size=3)
+    with pytest.raises(ValueError, match=r"only supported for mode='lstm', not mode='gru'"):
+        dnnbind.rnn(x, weights, mode="gru", hidden_size=3, proj_size=2)
+    with pytest.raises(ValueError, match=r"c0"):
+        dnnbind.rnn(x, weights, mode="lstm", hidden_size=3, proj_size=2, c0=np.zeros((1, 2, 2)))
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_projection_padding_is_exactly_zero_whatever_the_data(bidirectional):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 3, 2))
+    x[1, 0] = np.nan                # sequence 0's last valid step
+    x[3:, 1] = np.nan               # sequence 1's padding
+    w = make_proj_weights(rng, 2, 3, 2, dirs=2 if bidirectional else 1)
+    (y, hy, cy), pullback = dnnbind.rnn(x, w, mode="lstm", hidden_size=3, bidirectional=bidirectional,
+                                        lengths=[2, 3, 5], proj_size=2)
+    assert (y[2:, 0] == 0).all() and (y[3:, 1] == 0).all()
+    assert np.isfinite(y[:, 1:]).all() and np.isfinite(hy[:, 1:]).all() and np.isfinite(cy[:, 1:]).all()
+    dx = pullback(np.ones(y.shape))[0]
+    assert (dx[2:, 0] == 0).all() and (dx[3:, 1] == 0).all() and np.isfinite(dx[:, 1:]).all()
+
+
+@st.composite
+def proj_case(draw):
+    batch = draw(st.integers(1, 3))
+    seq = draw(st.integers(1, 4))
+    hidden = draw(st.integers(2, 4))
+    lengths = [draw(st.integers(1, seq)) for _ in range(batch)] if draw(st.booleans()) else None
+    return dict(seq=seq, batch=batch, inp=draw(st.integers(1, 3)), hidden=hidden,
+                proj=draw(st.integers(1, hidden - 1)), layers=draw(st.integers(1, 3)),
+                bidirectional=draw(st.booleans()), bias=draw(st.booleans()), lengths=lengths, h0=draw(st.booleans()))
+
+
+@settings(max_examples=30, deadline=None)
+@given(proj_case())
+def test_projection_matches_torch_on_random_configurations(case):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    torch.manual_seed(7)
+    T, B, H, P, L = case["seq"], case["batch"], case["hidden"], case["proj"], case["layers"]
+    bidirectional, bias, lengths = case["bidirectional"], case["bias"], case["lengths"]
+    dirs = 2 if bidirectional else 1
+    module = torch.nn.LSTM(case["inp"], H, L, bias=bias, bidirectional=bidirectional, proj_size=P).double()
+    tparams = [[getattr(module, n) for n in names] for names in module._all_weights]
+    weights = [[p.detach().numpy() for p in e] for e in tparams]
+    weights = [tuple(e) if bias else (e[0], e[1], None, None, e[2]) for e in weights]
+    x = rng.standard_normal((T, B, case["inp"]))
+    state = (rng.standard_normal((L * dirs, B, P)), rng.standard_normal((L * dirs, B, H))) if case["h0"] else None
+    (y, hy, cy), pullback = dnnbind.rnn(x, weights, hidden_size=H, num_layers=L, bidirectional=bidirectional,
+                                        h0=None if state is None else state[0], c0=None if state is None else state[1],
+                                        lengths=lengths, proj_size=P)
+    xt = torch.tensor(x, requires_grad=True)
+    state_t = [] if state is None else [torch.tensor(a, requires_grad=True) for a in state]
+    inp = xt if lengths is None else torch.nn.utils.rnn.pack_padded_sequence(xt, torch.tensor(lengths),
+                                                                            enforce_sorted=False)
+    out, (hyt, cyt) = module(inp, tuple(state_t) if state_t else None)
+    yt = out if lengths is None else torch.nn.utils.rnn.pad_packed_sequence(out, total_length=T)[0]
+    for ours, theirs in ((y, yt), (hy, hyt), (cy, cyt)):
+        np.testing.assert_allclose(ours, theirs.detach().numpy(), rtol=1e-11, atol=1e-12)
+    cots = [rng.standard_normal(a.shape) for a in (y, hy, cy)]
+    dx, dh0, dc0, dweights = pullback(*cots)
+    grads = torch.autograd.grad([yt, hyt, cyt], [xt] + state_t + [p for e in tparams for p in e],
+                                [torch.tensor(c) for c in cots], allow_unused=True)
+    ours = [dx] + ([dh0, dc0] if state else []) + [g for e in dweights for g in e if g is not None]
+    assert len(ours) == len(grads)
+    for a, b in zip(ours, grads):
+        np.testing.assert_allclose(a, np.zeros(a.shape) if b is None else b.numpy(), rtol=1e-10, atol=1e-11)

@@ -4,7 +4,9 @@ Forward: cudnnRNNForward in training mode (inference mode with ``training=False`
 its backward refuses to run). Backward: cudnnRNNBackwardData_v8, then cudnnRNNBackwardWeights_v8
 (CUDNN_WGRAD_MODE_ADD into a zeroed gradient space). Semantics, shapes and PyTorch's weight layout and gate order are those of
 :func:`dnnbind.rnn` and the reference backend; see :mod:`rnn_weights` for how the weights map onto
-cuDNN's weight space and :mod:`rnn_packing` for packing them once.
+cuDNN's weight space and :mod:`rnn_packing` for packing them once. An LSTM projection (dims.proj_size)
+is cuDNN's recurrent projection (projSize): h, hx/hy and y are proj_size wide, c stays hidden_size wide
+(its own tensor descriptor), and w_hr is one more region of the weight space.
 
 Variable lengths: x and y are described as CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED with one length per
 sequence (any order) and padded I/O enabled, which is PyTorch's packed-sequence semantics: a sequence
@@ -55,7 +57,8 @@ __all__ = ["rnn_forward", "rnn_backward", "rnn_residuals", "pack_rnn_weights", "
 def _params(dims: RNNDims, training: bool) -> Callable[[], dict[str, Any]]:
     """The op's parameters for error messages, computed only when one is raised."""
     def params() -> dict[str, Any]:
-        return {"mode": dims.mode, "hidden_size": dims.hidden_size, "num_layers": dims.num_layers,
+        return {"mode": dims.mode, "hidden_size": dims.hidden_size, "proj_size": dims.proj_size,
+                "num_layers": dims.num_layers,
                 "bidirectional": dims.num_directions == 2, "lengths": dims.lengths, "training": training,
                 "math_type": math_type(dims), "workspace_limit": settings.current().workspace_limit}
     return params
@@ -90,7 +93,8 @@ def rnn_forward(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any, dims
                 training: bool = True) -> tuple[tuple[Any, Any, Any], tuple]:
     """Run the network (see :func:`dnnbind.rnn`); returns ((y, hy, cy), residuals), cy None unless LSTM.
 
-    ``weights``: PyTorch-layout (w_ih, w_hh, b_ih, b_hh) per layer and direction, or a
+    ``weights``: PyTorch-layout (w_ih, w_hh, b_ih, b_hh) per layer and direction (and w_hr, cuDNN's
+    recurrent projection, with dims.proj_size), or a
     :class:`PackedRNNWeights` from :func:`pack_rnn_weights` (no packing). ``training=False`` runs cuDNN's
     inference mode (no reserve space) and saves nothing; its backward raises.
     """
@@ -99,23 +103,23 @@ def rnn_forward(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any, dims
     named = {f"weights[{i}][{j}]": a for i, entry in enumerate(weights) for j, a in enumerate(entry)}
     with Call("rnn", _params(dims, training), x=x, h0=h0, c0=c0, **named) as call:
         x = cp.ascontiguousarray(call["x"])
-        arrays = [[call[f"weights[{i}][{j}]"] for j in range(4)] for i in range(len(weights))]
+        arrays = [[call[f"weights[{i}][{j}]"] for j in range(len(weights[i]))] for i in range(len(weights))]
         device, dtype = call.device, x.dtype
         net, seq, h = _plans(dims, device)
         space = weight_space(cp, net, h, arrays)
         weights_saved = space.private() if training else space.array
         lstm = dims.mode == "lstm"
         hx = _state(cp, call["h0"], dims.h_shape, dtype)
-        cx = _state(cp, call["c0"], dims.h_shape, dtype) if lstm else None
+        cx = _state(cp, call["c0"], dims.c_shape, dtype) if lstm else None
         y = cp.empty(dims.y_shape, dtype)
         hy = cp.empty(dims.h_shape, dtype)
-        cy = cp.empty(dims.h_shape, dtype) if lstm else None
+        cy = cp.empty(dims.c_shape, dtype) if lstm else None
         work_bytes, reserve_bytes = _temp_sizes(h, net, seq, training)
         work = allocate(work_bytes, settings.current().workspace_limit, "RNN workspace")
         reserve = cp.empty(reserve_bytes if training else 0, np.uint8)
         c.cudnnRNNForward(h, net.desc.handle, c.CUDNN_FWD_MODE_TRAINING if training else c.CUDNN_FWD_MODE_INFERENCE,
                           seq.device_lengths(cp), seq.x.handle, x, seq.y.handle, y, seq.h.handle, hx, hy,
-                          seq.h.handle if lstm else None, cx, cy, space.nbytes, int(weights_saved.data.ptr),
+                          seq.c.handle if lstm else None, cx, cy, space.nbytes, int(weights_saved.data.ptr),
                           work_bytes, address(work), reserve.nbytes, reserve if reserve.nbytes else None)
         y = _zero_padding(cp, y, seq.valid(cp))
         if not training:
@@ -128,7 +132,8 @@ def rnn_forward(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any, dims
 def rnn_backward(residuals: tuple, cotangents: tuple, dims: RNNDims, *,
                  training: bool = True) -> tuple[Any, Any, Any, list]:
     """(dy, dhy=None, dcy=None) -> (dx, dh0, dc0, dweights) from the saved arrays; dc0 None unless LSTM,
-    dweights (w_ih, w_hh, b_ih, b_hh) per layer and direction (biases None without biases)."""
+    dweights (w_ih, w_hh, b_ih, b_hh) per layer and direction (biases None without biases; dw_hr as a
+    5th array with a projection)."""
     if not residuals:
         raise RuntimeError("this rnn forward ran in inference mode (training=False) and kept no reserve space; "
                            "run it with training=True to take gradients")
@@ -150,15 +155,15 @@ def rnn_backward(residuals: tuple, cotangents: tuple, dims: RNNDims, *,
         dy = _cotangent(cp, "dy", back["dy"], dims.y_shape, dtype, device)
         dy = cp.ascontiguousarray(_zero_padding(cp, dy, valid))
         dhy = _cotangent(cp, "dhy", back["dhy"], dims.h_shape, dtype, device)
-        dcy = _cotangent(cp, "dcy", back["dcy"], dims.h_shape, dtype, device) if lstm else None
+        dcy = _cotangent(cp, "dcy", back["dcy"], dims.c_shape, dtype, device) if lstm else None
         work = allocate(work_bytes, settings.current().workspace_limit, "RNN workspace")
         reserve = saved_reserve.copy()          # BackwardData writes into it: keep the saved one pristine
         lengths = seq.device_lengths(cp)
         dx = cp.empty(x.shape, dtype)
         dhx = cp.empty(dims.h_shape, dtype)
-        dcx = cp.empty(dims.h_shape, dtype) if lstm else None
+        dcx = cp.empty(dims.c_shape, dtype) if lstm else None
         c.cudnnRNNBackwardData_v8(h, net.desc.handle, lengths, seq.y.handle, y, dy, seq.x.handle, dx,
-                                  seq.h.handle, hx, dhy, dhx, seq.h.handle if lstm else None, cx,
+                                  seq.h.handle, hx, dhy, dhx, seq.c.handle if lstm else None, cx,
                                   dcy, dcx, space.nbytes, space, work_bytes, address(work), reserve.nbytes, reserve)
         layout = net.layout(h, cp)
         dspace = cp.zeros(layout.size, dtype)   # CUDNN_WGRAD_MODE_ADD accumulates into it
@@ -200,7 +205,7 @@ def rnn_residuals(x: Any, weights: Any, h0: Any, c0: Any, dims: RNNDims, *,
 def spec_of(dims: RNNDims, dtype: Any, space_bytes: int, reserve_bytes: int) -> tuple[ArraySpec, ...]:
     """The residuals of a training forward of ``dims`` whose weight and reserve spaces have these sizes."""
     state = ArraySpec(dims.h_shape, dtype)
-    states = (state, state) if dims.mode == "lstm" else (state,)
+    states = (state, ArraySpec(dims.c_shape, dtype)) if dims.mode == "lstm" else (state,)
     return ((ArraySpec((dims.seq_len, dims.batch, dims.input_size), dtype),) + states
             + (ArraySpec(dims.y_shape, dtype), ArraySpec((space_bytes // numpy_dtype(dims.dtype).itemsize,), dtype),
                ArraySpec((reserve_bytes,), np.dtype(np.uint8))))

@@ -53,8 +53,9 @@ class RNNSettings:
 
     @classmethod
     def of(cls, dims: RNNDims, math_type: int) -> "RNNSettings":
-        """The settings for ``dims``: standard algorithm, PyTorch's two biases (or none), linear input, no
-        projection (projSize = hiddenSize), padded I/O (variable lengths in the unpacked layout), data in
+        """The settings for ``dims``: standard algorithm, PyTorch's two biases (or none), linear input, the
+        LSTM's recurrent projection when dims.proj_size is set (projSize; else projSize = hiddenSize, which
+        cuDNN takes as no projection), padded I/O (variable lengths in the unpacked layout), data in
         dims.dtype computed in its compute type (float32 for float16), math type ``math_type``."""
         c = lib()
         dtype = DTYPES[dims.dtype]
@@ -69,7 +70,7 @@ class RNNSettings:
             math_type=int(math_type),
             input_size=dims.input_size,
             hidden_size=dims.hidden_size,
-            proj_size=dims.hidden_size,
+            proj_size=dims.proj_size or dims.hidden_size,
             num_layers=dims.num_layers,
             aux_flags=int(c.CUDNN_RNN_PADDED_IO_ENABLED),
         )

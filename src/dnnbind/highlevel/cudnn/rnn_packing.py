@@ -30,8 +30,9 @@ def math_type(dims: RNNDims) -> int:
 
 
 class PackedRNNWeights(tuple):
-    """Weights packed into cuDNN's weight space once: ``packed[i] = (w_ih, w_hh, b_ih, b_hh)`` are views
-    of :attr:`space` (biases None without biases), usable wherever a weights list is.
+    """Weights packed into cuDNN's weight space once: ``packed[i] = (w_ih, w_hh, b_ih, b_hh)`` (and w_hr
+    with an LSTM projection) are views of :attr:`space` (biases None without biases), usable wherever a
+    weights list is.
 
     Rebuilt from its entries alone (``PackedRNNWeights(iterable)``, as code that maps over nested tuples
     does) it keeps working: what counts is where the arrays are, not this object's attributes.
@@ -53,7 +54,7 @@ class PackedRNNWeights(tuple):
 
 
 def pack_rnn_weights(weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_size: int, num_layers: int = 1,
-                     bidirectional: bool = False) -> PackedRNNWeights:
+                     bidirectional: bool = False, proj_size: int = 0) -> PackedRNNWeights:
     """Copy PyTorch-layout weights (CuPy arrays on one GPU) into a new cuDNN weight space, once.
 
     The result holds views of that space in PyTorch's layout; pass it to :func:`dnnbind.rnn` in place
@@ -64,16 +65,17 @@ def pack_rnn_weights(weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hi
     cp = cupy()
     entries = rnn_weight_entries(weights)
     named = {f"weights[{i}][{j}]": a for i, entry in enumerate(entries) for j, a in enumerate(entry)}
-    params = {"mode": mode, "hidden_size": hidden_size, "num_layers": num_layers, "bidirectional": bidirectional}
+    params = {"mode": mode, "hidden_size": hidden_size, "num_layers": num_layers, "bidirectional": bidirectional,
+              "proj_size": proj_size}
     with Call("pack_rnn_weights", params, **named) as call:
-        arrays = [[call[f"weights[{i}][{j}]"] for j in range(4)] for i in range(len(entries))]
+        arrays = [[call[f"weights[{i}][{j}]"] for j in range(len(entries[i]))] for i in range(len(entries))]
         first = arrays[0][0]
         check_same_dtype("weights[0][0]", first.dtype, **{k: call[k] for k in named})
         if first.ndim != 2:
             raise ValueError(f"weights[0][0] (w_ih) has shape {tuple(first.shape)}; it must be a matrix")
         dims = RNNDims((1, 1, first.shape[1]), [tuple(None if a is None else a.shape for a in e) for e in arrays],
                        mode=mode, hidden_size=hidden_size, num_layers=num_layers, bidirectional=bidirectional,
-                       dtype=first.dtype)
+                       dtype=first.dtype, proj_size=proj_size)
         plan = network_plan(dims, math_type(dims), call.device)
         layout = plan.layout(handle(call.device, current_stream()), cp)
         if not layout.whole:

@@ -19,7 +19,7 @@ import numpy as np
 from dnnbind.highlevel.cudnn._lib import DTYPES, lib
 from dnnbind.highlevel.cudnn.descriptors import TensorDescriptor
 from dnnbind.highlevel.cudnn.rnn_descriptors import RNNDataDescriptor, RNNDescriptor, RNNSettings
-from dnnbind.highlevel.cudnn.rnn_weights import LayoutError, LinearParams, WeightLayout
+from dnnbind.highlevel.cudnn.rnn_weights import LayoutError, LinearParams, WeightLayout, linear_layers
 from dnnbind.highlevel.dims import RNNDims, numpy_dtype
 from dnnbind.highlevel.gpu.cache import PlanCache
 
@@ -29,13 +29,13 @@ SEQUENCES: PlanCache["SequencePlan"] = PlanCache("cudnn.rnn_sequences", maxsize=
 
 def network_key(dims: RNNDims, math_type: int, device: int) -> tuple:
     """Everything that defines a network plan (not the batch: seq_len, batch and lengths are left out)."""
-    return (dims.mode, dims.input_size, dims.hidden_size, dims.num_layers, dims.num_directions, dims.has_bias,
-            dims.dtype, int(math_type), device)
+    return (dims.mode, dims.input_size, dims.hidden_size, dims.proj_size, dims.num_layers, dims.num_directions,
+            dims.has_bias, dims.dtype, int(math_type), device)
 
 
 def sequence_key(dims: RNNDims, device: int) -> tuple:
-    return (dims.seq_len, dims.batch, dims.input_size, dims.hidden_size, dims.num_layers, dims.num_directions,
-            dims.dtype, dims.lengths, device)
+    return (dims.seq_len, dims.batch, dims.input_size, dims.hidden_size, dims.proj_size, dims.num_layers,
+            dims.num_directions, dims.dtype, dims.lengths, device)
 
 
 class NetworkPlan:
@@ -82,7 +82,7 @@ def query_params(handle: Any, desc: RNNDescriptor, dims: RNNDims, base: int, nby
     m, b = TensorDescriptor((1, 1, 1), dims.dtype), TensorDescriptor((1, 1, 1), dims.dtype)   # cuDNN sets them
     try:
         for p in range(dims.num_layers * dims.num_directions):
-            for lin in range(2 * dims.gates):
+            for lin in range(linear_layers(dims)):
                 m_addr, b_addr = ctypes.c_void_p(), ctypes.c_void_p()
                 c.cudnnGetRNNWeightParams(handle, desc.handle, p, nbytes, base, lin, m.handle, ctypes.byref(m_addr),
                                           b.handle, ctypes.byref(b_addr))
@@ -119,16 +119,18 @@ def _matrix_shape(read: tuple[int, tuple[int, ...], tuple[int, ...]], p: int, li
 
 
 class SequencePlan:
-    """Descriptors of one batch: x (seq, batch, input) and y (seq, batch, directions * hidden) with their
-    sequence lengths, and h/c (layers * directions, batch, hidden)."""
+    """Descriptors of one batch: x (seq, batch, input) and y (seq, batch, directions * out) with their
+    sequence lengths, h (layers * directions, batch, out) and c (layers * directions, batch, hidden); out
+    is proj_size with an LSTM projection, else hidden_size (then c describes the same shape as h)."""
 
     def __init__(self, dims: RNNDims) -> None:
         t, b = dims.seq_len, dims.batch
         self.lengths = np.array(dims.lengths if dims.lengths is not None else [t] * b, np.int32)
         self.variable = dims.lengths is not None and bool((self.lengths < t).any())
         self.x = RNNDataDescriptor(dims.dtype, t, b, dims.input_size, self.lengths)
-        self.y = RNNDataDescriptor(dims.dtype, t, b, dims.num_directions * dims.hidden_size, self.lengths)
+        self.y = RNNDataDescriptor(dims.dtype, t, b, dims.num_directions * dims.out_size, self.lengths)
         self.h = TensorDescriptor(dims.h_shape, dims.dtype)
+        self.c = self.h if dims.c_shape == dims.h_shape else TensorDescriptor(dims.c_shape, dims.dtype)
         self._device_lengths: Any = None
         self._valid: Any = None
 

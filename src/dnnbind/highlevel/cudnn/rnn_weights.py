@@ -3,7 +3,11 @@
 cuDNN keeps all weights and biases of a network in one flat buffer, the *weight space*, and says where
 each piece is through cudnnGetRNNWeightParams(pseudoLayer, linLayerID) -> (matrix address and shape,
 bias address and shape). PyTorch keeps, per layer and direction (cuDNN's pseudo-layer
-``layer * num_directions + direction``), four arrays (w_ih, w_hh, b_ih, b_hh) whose rows stack the gates.
+``layer * num_directions + direction``), four arrays (w_ih, w_hh, b_ih, b_hh) whose rows stack the gates,
+and with an LSTM projection (``proj_size``) a fifth, w_hr (proj_size, hidden), which is cuDNN's
+recurrent projection: linLayerID 8 of an LSTM whose projSize is below hiddenSize (a matrix, no bias).
+The recurrent matrices (linLayerIDs 4-7) then have proj_size columns, and layers above the first
+take num_directions * proj_size inputs.
 
 Gate order. cuDNN's linear layers (the API reference of cudnnGetRNNWeightParams, formerly
 cudnnGetRNNLinLayerMatrixParams; the 9.28 header only says "Linear layer ID within the RNN cell"):
@@ -34,7 +38,9 @@ from typing import Any, Mapping, Sequence
 
 from dnnbind.highlevel.dims import TORCH_GATES, RNNDims
 
-SLOTS = ("w_ih", "w_hh", "b_ih", "b_hh")
+SLOTS = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr")
+#: the slots that hold matrices (the rest are biases)
+MATRIX_SLOTS = (0, 1, 4)
 
 #: gate order of PyTorch's stacked rows, per mode
 #: the gate of cuDNN's linear layers 0, 1, ... (input side; the recurrent side repeats the order)
@@ -45,9 +51,17 @@ class LayoutError(RuntimeError):
     """cuDNN described its weight space in a way this module does not understand."""
 
 
+def linear_layers(dims: RNNDims) -> int:
+    """How many linear layers cuDNN has per pseudo-layer: 2 per gate, and the LSTM projection."""
+    return 2 * dims.gates + (1 if dims.proj_size else 0)
+
+
 def linear_id(mode: str, slot: int, gate: int) -> int:
-    """cuDNN's linLayerID for PyTorch's array ``SLOTS[slot]``, rows of gate number ``gate``."""
+    """cuDNN's linLayerID for PyTorch's array ``SLOTS[slot]``, rows of gate number ``gate`` (the LSTM
+    projection w_hr, slot 4, is one linear layer after the gates' eight: 8)."""
     gates = CUDNN_GATES[mode]
+    if slot == 4:
+        return 2 * len(gates)
     recurrent = slot in (1, 3)
     return (len(gates) if recurrent else 0) + gates.index(TORCH_GATES[mode][gate])
 
@@ -68,16 +82,21 @@ Params = Mapping[tuple[int, int], LinearParams]
 
 
 def canonical_params(dims: RNNDims) -> tuple[dict[tuple[int, int], LinearParams], int]:
-    """The predicted layout (see the module docstring) and its size in elements."""
+    """The predicted layout (see the module docstring) and its size in elements. With an LSTM projection
+    the projection matrix (proj_size, hidden) is predicted right after the gates' matrices, before the
+    biases (a guess only the GPU tests check: the packing itself follows cuDNN's answers)."""
     h, count = dims.hidden_size, 2 * dims.gates
     params: dict[tuple[int, int], LinearParams] = {}
     offset = 0
     for p in range(dims.num_layers * dims.num_directions):
-        cols = [dims.layer_input_size(p // dims.num_directions)] * dims.gates + [h] * dims.gates
+        cols = [dims.layer_input_size(p // dims.num_directions)] * dims.gates + [dims.out_size] * dims.gates
         matrices = []
         for lin in range(count):
             matrices.append(offset)
             offset += h * cols[lin]
+        if dims.proj_size:
+            params[(p, count)] = LinearParams(offset, (dims.proj_size, h), None, None)
+            offset += dims.proj_size * h
         biases: list[int | None] = [None] * count
         if dims.has_bias:
             for lin in range(count):
@@ -107,7 +126,7 @@ class Region:
 
     @property
     def matrix(self) -> bool:
-        return self.slot < 2
+        return self.slot in MATRIX_SLOTS
 
 
 @dataclass(frozen=True)
@@ -122,6 +141,7 @@ class WeightLayout:
     entries: int
     regions: tuple[Region, ...]
     has_bias: bool
+    has_proj: bool = False
 
     @classmethod
     def from_params(cls, dims: RNNDims, params: Params, size: int) -> "WeightLayout":
@@ -130,19 +150,28 @@ class WeightLayout:
         regions: list[Region] = []
         for entry in range(dims.num_layers * dims.num_directions):
             layer_in = dims.layer_input_size(entry // dims.num_directions)
+            if dims.proj_size:
+                offset = _offset(params, dims, entry, 4, 0, (dims.proj_size, h))
+                regions.append(Region(entry, 4, 0, dims.proj_size, offset, h))
             for slot in range(4 if dims.has_bias else 2):
-                cols = (layer_in, h, 1, 1)[slot]
+                cols = (layer_in, dims.out_size, 1, 1)[slot]
                 offsets = [_offset(params, dims, entry, slot, g, (h, cols)) for g in range(gates)]
                 if all(o == offsets[0] + g * h * cols for g, o in enumerate(offsets)):
                     regions.append(Region(entry, slot, 0, gates * h, offsets[0], cols))
                 else:
                     regions.extend(Region(entry, slot, g * h, (g + 1) * h, o, cols) for g, o in enumerate(offsets))
         _check_disjoint(regions, size)
-        return cls(size, dims.num_layers * dims.num_directions, tuple(regions), dims.has_bias)
+        return cls(size, dims.num_layers * dims.num_directions, tuple(regions), dims.has_bias,
+                   bool(dims.proj_size))
+
+    @property
+    def slots(self) -> int:
+        """PyTorch arrays per entry: 4, or 5 with the projection (absent biases count: they are None)."""
+        return 5 if self.has_proj else 4
 
     @property
     def whole(self) -> bool:
-        return len(self.regions) == self.entries * (4 if self.has_bias else 2)
+        return len(self.regions) == self.entries * ((4 if self.has_bias else 2) + (1 if self.has_proj else 0))
 
     @property
     def dense(self) -> bool:
@@ -154,10 +183,11 @@ def _offset(params: Params, dims: RNNDims, entry: int, slot: int, gate: int, sha
     """The element offset cuDNN gives for gate ``gate`` of PyTorch's array ``SLOTS[slot]``, its shape checked."""
     lin = linear_id(dims.mode, slot, gate)
     info = params.get((entry, lin))
-    where = f"pseudo-layer {entry}, linLayerID {lin} ({SLOTS[slot]} gate {TORCH_GATES[dims.mode][gate]})"
+    where = f"pseudo-layer {entry}, linLayerID {lin} (" + (
+        "w_hr, the projection" if slot == 4 else f"{SLOTS[slot]} gate {TORCH_GATES[dims.mode][gate]}") + ")"
     if info is None:
         raise LayoutError(f"cuDNN gave no parameters for {where}")
-    matrix = slot < 2
+    matrix = slot in MATRIX_SLOTS
     offset = info.matrix_offset if matrix else info.bias_offset
     got: Any = info.matrix_shape if matrix else info.bias_size
     want: Any = shape if matrix else shape[0]
@@ -194,16 +224,17 @@ def pack(layout: WeightLayout, weights: Sequence[Sequence[Any]], space: Any) -> 
         region_view(space, r)[...] = weights[r.entry][r.slot][r.row_start:r.row_stop]
 
 
-def unpack(layout: WeightLayout, space: Any, xp: Any) -> list[tuple[Any, Any, Any, Any]]:
+def unpack(layout: WeightLayout, space: Any, xp: Any) -> list[tuple[Any, ...]]:
     """PyTorch-layout arrays read from ``space``: views of it when layout.whole, else new arrays
-    (``xp``: numpy or cupy). Biases are None when the network has none."""
+    (``xp``: numpy or cupy). Biases are None when the network has none; w_hr is each entry's 5th array
+    with a projection."""
     parts: dict[tuple[int, int], list[tuple[int, Any]]] = {}
     for r in layout.regions:
         parts.setdefault((r.entry, r.slot), []).append((r.row_start, region_view(space, r)))
     out = []
     for entry in range(layout.entries):
         arrays: list[Any] = []
-        for slot in range(4):
+        for slot in range(layout.slots):
             pieces = [view for _, view in sorted(parts.get((entry, slot), []), key=lambda p: p[0])]
             arrays.append(None if not pieces else pieces[0] if len(pieces) == 1 else xp.concatenate(pieces))
         out.append(tuple(arrays))

@@ -14,7 +14,8 @@ array, so the residuals always have the same count and order.
 
 Variable lengths (``dims.lengths``) use MIOpen's padded seq-major layout with a length per sequence;
 y (and dx) are zeroed past each sequence's end, as the reference does, whatever MIOpen leaves there.
-float16 and float32 only (MIOpen has no double RNNs).
+float16 and float32 only (MIOpen has no double RNNs); no LSTM projection (``proj_size``: MIOpen has
+none, the plan layer raises NotImplementedError).
 """
 from __future__ import annotations
 
@@ -62,8 +63,8 @@ def _saved_state(cp: Any, state: Any, caller: Any, dtype: Any) -> Any:
 def rnn_forward(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any,
                 dims: RNNDims) -> tuple[tuple[Any, Any, Any], tuple[Any, ...]]:
     """Run the network; returns ((y, hy, cy), residuals) with cy None unless LSTM (see :func:`dnnbind.rnn`)."""
-    cp = cupy()
     check_dtype(dims)
+    cp = cupy()
     lstm = dims.mode == "lstm"
     with Call("rnn", _params(dims), dlpack_devices=DLPACK_ROCM, x=x, h0=h0, c0=c0, **_named(weights)) as call:
         device = call.device

@@ -7,7 +7,8 @@ workspace queries, which the op makes at run time). Sequences use the sequence-t
 packed data when every sequence has the full length, seq-major padded data with a length per
 sequence otherwise (MIOpen sorts and packs them itself).
 
-MIOpen's RNNs run in float16 and float32 only (its RNN descriptor rejects double).
+MIOpen's RNNs run in float16 and float32 only (its RNN descriptor rejects double), and without an LSTM
+projection (proj_size; MIOpen has none).
 """
 from __future__ import annotations
 
@@ -30,7 +31,12 @@ RNN_DTYPES = ("float16", "float32")
 
 
 def check_dtype(dims: RNNDims) -> None:
-    """TypeError unless MIOpen can run this RNN's dtype."""
+    """NotImplementedError for an LSTM projection (MIOpen has none), TypeError unless MIOpen can run this
+    RNN's dtype."""
+    if dims.proj_size:
+        raise NotImplementedError(f"the MIOpen backend has no LSTM projection (proj_size={dims.proj_size}): "
+                                  f"MIOpen's RNN descriptor has no projection size; use the cuDNN or the "
+                                  f"reference backend")
     if dims.dtype not in RNN_DTYPES:
         raise TypeError(f"the MIOpen backend runs RNNs in float16 and float32 only (MIOpen's RNN descriptor "
                         f"rejects {dims.dtype}); convert x and the weights, e.g. x.astype('float32')")

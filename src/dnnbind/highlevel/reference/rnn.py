@@ -20,9 +20,10 @@ Tapes are indexed by step number k (time t = k forwards, T - 1 - k in reverse).
 
 Residual form (:mod:`dnnbind.highlevel.residual`): ``rnn_forward`` saves a flat tuple of arrays, all
 the forward's own, layer by layer: the layer's input (layer 0: a copy of x, its padding zeroed; then the
-previous layer's output), then per direction w_ih, w_hh (copies; the backward never reads the biases)
-and the cell's tapes, feature-major in step order: plain RNN hs; LSTM the activated gates, hs, cs and
-tanh of the cells; GRU hh, the activated gates and hs (``TAPES`` and ``tape_shapes`` of each cell).
+previous layer's output), then per direction w_ih, w_hh (copies; the backward never reads the biases),
+w_hr (a copy; only with ``dims.proj_size``) and the cell's tapes, feature-major in step order: plain RNN hs; LSTM the activated gates, hs, cs and
+tanh of the cells (with a projection, hs holds the projected states and the unprojected
+o * tanh(c) is recomputed by the backward from the gates and tanh of the cells); GRU hh, the activated gates and hs (``TAPES`` and ``tape_shapes`` of each cell).
 ``rnn_backward`` rebuilds the cells from them (:meth:`_Direction.restore`) and recomputes the
 packed-sequence masks from ``dims.lengths``.
 """
@@ -59,7 +60,9 @@ class _Direction:
     :meth:`restore`."""
 
     TAPES: tuple[str, ...] = ("hs",)
-    hs: np.ndarray          # the states the forward pass recorded, (T + 1, H, B)
+    hs: np.ndarray          # the states the forward pass recorded, (T + 1, H, B) (LSTM projection: P rows)
+    w_hr: np.ndarray | None = None      # LSTM projection (P, H)
+    dw_hr: np.ndarray | None = None     # its gradient, set by the backward loop
 
     def __init__(self, w_ih: np.ndarray, w_hh: np.ndarray, b_ih: np.ndarray | None,
                  b_hh: np.ndarray | None, hidden: int) -> None:
@@ -68,8 +71,9 @@ class _Direction:
         self.has_bias = b_ih is not None
 
     @classmethod
-    def tape_shapes(cls, steps: int, hidden: int, batch: int) -> tuple[Shape, ...]:
-        """The shapes of the arrays named by ``TAPES`` for ``steps`` steps."""
+    def tape_shapes(cls, steps: int, hidden: int, batch: int, out: int | None = None) -> tuple[Shape, ...]:
+        """The shapes of the arrays named by ``TAPES`` for ``steps`` steps (``out``: the state's size,
+        the projection's with one, else ``hidden``)."""
         return ((steps + 1, hidden, batch),)
 
     def tapes(self) -> tuple[np.ndarray, ...]:
@@ -77,12 +81,14 @@ class _Direction:
         return tuple(getattr(self, name) for name in self.TAPES)
 
     @classmethod
-    def restore(cls, dims: RNNDims, w_ih: np.ndarray, w_hh: np.ndarray, tapes: Sequence[np.ndarray]) -> Self:
+    def restore(cls, dims: RNNDims, w_ih: np.ndarray, w_hh: np.ndarray, tapes: Sequence[np.ndarray],
+                w_hr: np.ndarray | None = None) -> Self:
         """A cell for the backward pass only: the unscaled weights and the tapes its forward pass
         recorded (``TAPES`` order). Nothing is computed; the biases are not needed (b_ih, b_hh None)."""
         cell = cls.__new__(cls)
         _Direction.__init__(cell, w_ih, w_hh, None, None, dims.hidden_size)
         cell.has_bias = dims.has_bias
+        cell.w_hr = w_hr
         for name, tape in zip(cls.TAPES, tapes, strict=True):
             setattr(cell, name, tape)
         return cell
@@ -114,7 +120,7 @@ class _Direction:
         gh = d_pre_x.shape[1]
         gx = np.ascontiguousarray(d_pre_x.transpose(1, 0, 2)).reshape(gh, -1)
         gh_mat = gx if d_pre_h is d_pre_x else np.ascontiguousarray(d_pre_h.transpose(1, 0, 2)).reshape(gh, -1)
-        h_prev = np.ascontiguousarray(self.hs[:-1].transpose(1, 0, 2)).reshape(self.hidden, -1)
+        h_prev = np.ascontiguousarray(self.hs[:-1].transpose(1, 0, 2)).reshape(self.hs.shape[1], -1)
         dw_ih = gx @ x_steps.reshape(-1, x_steps.shape[-1])
         dw_hh = gh_mat @ h_prev.T
         dx = (gx.T @ self.w_ih).reshape(x_steps.shape)
@@ -153,8 +159,9 @@ class _Plain(_Direction):
         self.relu = relu
 
     @classmethod
-    def restore(cls, dims: RNNDims, w_ih: np.ndarray, w_hh: np.ndarray, tapes: Sequence[np.ndarray]) -> Self:
-        cell = super().restore(dims, w_ih, w_hh, tapes)
+    def restore(cls, dims: RNNDims, w_ih: np.ndarray, w_hh: np.ndarray, tapes: Sequence[np.ndarray],
+                w_hr: np.ndarray | None = None) -> Self:
+        cell = super().restore(dims, w_ih, w_hh, tapes, w_hr)
         cell.relu = dims.mode == "rnn_relu"
         return cell
 
@@ -191,7 +198,8 @@ class _Plain(_Direction):
 
 
 class _LSTM(_Direction):
-    """LSTM with PyTorch's gate order i, f, g, o (sigmoid gates: rows [0, 2H) and [3H, 4H))."""
+    """LSTM with PyTorch's gate order i, f, g, o (sigmoid gates: rows [0, 2H) and [3H, 4H)), and with
+    ``w_hr`` (P, H) torch's projection h = W_hr (o * tanh(c))."""
 
     TAPES = ("acts", "hs", "cs", "tcs")
     acts: np.ndarray        # activated gates i, f, g, o per step, (T, 4H, B)
@@ -199,12 +207,13 @@ class _LSTM(_Direction):
     tcs: np.ndarray         # tanh of the new cell per step, (T, H, B)
 
     @classmethod
-    def tape_shapes(cls, steps: int, hidden: int, batch: int) -> tuple[Shape, ...]:
-        return (steps, 4 * hidden, batch), (steps + 1, hidden, batch), (steps + 1, hidden, batch), (
+    def tape_shapes(cls, steps: int, hidden: int, batch: int, out: int | None = None) -> tuple[Shape, ...]:
+        return (steps, 4 * hidden, batch), (steps + 1, out or hidden, batch), (steps + 1, hidden, batch), (
             steps, hidden, batch)
 
-    def __init__(self, w_ih, w_hh, b_ih, b_hh, hidden) -> None:
+    def __init__(self, w_ih, w_hh, b_ih, b_hh, hidden, w_hr=None) -> None:
         super().__init__(w_ih, w_hh, b_ih, b_hh, hidden)
+        self.w_hr = w_hr
         H = hidden
         half = np.ones(4 * H, w_ih.dtype)
         half[:2 * H] = half[3 * H:] = 0.5
@@ -218,10 +227,12 @@ class _LSTM(_Direction):
         T = len(steps)
         acts = np.empty((T, xp.shape[0], xp.shape[2]), xp.dtype)    # activated gates i, f, g, o per step
         hs = np.empty((T + 1,) + h0.shape, h0.dtype)      # hs[k]: state before step k
-        cs = np.empty((T + 1,) + h0.shape, h0.dtype)
-        tcs = np.empty((T,) + h0.shape, h0.dtype)         # tanh of the new cell
+        cs = np.empty((T + 1,) + c0.shape, c0.dtype)
+        tcs = np.empty((T,) + c0.shape, c0.dtype)         # tanh of the new cell
         hs[0], cs[0] = h0, c0
-        ig = np.empty_like(h0)
+        ig = np.empty_like(c0)
+        w_hr = self.w_hr
+        raw = None if w_hr is None else np.empty_like(c0)  # o * tanh(c) before the projection
         for k, t in enumerate(steps):
             a = acts[k]
             np.matmul(self.w_hh_half, hs[k], out=a)
@@ -239,7 +250,11 @@ class _LSTM(_Direction):
             tc = tcs[k]
             np.tanh(c, out=tc)
             h = hs[k + 1]
-            np.multiply(o, tc, out=h)
+            if raw is None:
+                np.multiply(o, tc, out=h)
+            else:
+                np.multiply(o, tc, out=raw)
+                np.matmul(w_hr, raw, out=h)
             if m is not None:
                 _frozen(m, c, cs[k], c)
                 _frozen(m, h, hs[k], h)
@@ -258,14 +273,21 @@ class _LSTM(_Direction):
         np.subtract(1, g_slope, out=g_slope)
         o_dtanh = acts[:, 3 * H:] * (1 - tcs * tcs)          # d h / d c = o * (1 - tanh(c)^2)
         w_hh_t = self.w_hh.T
+        w_hr = self.w_hr
         dgates = slope                                       # filled in place, step by step
-        dc_new = np.empty_like(dh)
+        dc_new = np.empty_like(dc)
+        # with a projection: the gradients of the projected states per step (padding 0), for dW_hr
+        dhp = None if w_hr is None else np.empty((len(masks),) + dh.shape, dh.dtype)
         for k in range(len(masks) - 1, -1, -1):
             m = masks[k]
             a = acts[k]
             i, f, g = a[:H], a[H:2 * H], a[2 * H:3 * H]
             dh_t = dh + dyk[k]
             dh_new = dh_t
+            if dhp is not None:
+                np.copyto(dhp[k], dh_t)
+                _padded_zero(m, dhp[k])
+                dh_new = w_hr.T @ dh_t                       # the gradient of o * tanh(c)
             np.multiply(dh_new, o_dtanh[k], out=dc_new)
             dc_new += dc
             d = dgates[k]
@@ -281,6 +303,10 @@ class _LSTM(_Direction):
             dc_prev = _passed(m, dc_new * f, dc)
             dh = _passed(m, np.matmul(w_hh_t, d), dh_t)
             dc = dc_prev
+        if dhp is not None:
+            # dW_hr = sum over steps of dh_k (o * tanh(c))_k^T, one contraction over steps and batch
+            # (padded columns of dhp are 0; o * tanh(c) there is finite: x's padding is zeroed)
+            self.dw_hr = np.tensordot(dhp, acts[:, 3 * H:] * tcs, axes=([0, 2], [0, 2]))
         return dgates, dgates, dh, dc
 
 
@@ -292,7 +318,7 @@ class _GRU(_Direction):
     acts: np.ndarray        # activated r, z, n per step, (T, 3H, B)
 
     @classmethod
-    def tape_shapes(cls, steps: int, hidden: int, batch: int) -> tuple[Shape, ...]:
+    def tape_shapes(cls, steps: int, hidden: int, batch: int, out: int | None = None) -> tuple[Shape, ...]:
         return (steps, 3 * hidden, batch), (steps, 3 * hidden, batch), (steps + 1, hidden, batch)
 
     def __init__(self, w_ih, w_hh, b_ih, b_hh, hidden) -> None:
@@ -374,9 +400,9 @@ def _cell_class(dims: RNNDims) -> type[_Direction]:
 
 
 def _make(dims: RNNDims, entry: Sequence[Any]) -> _Direction:
-    w_ih, w_hh, b_ih, b_hh = entry
+    w_ih, w_hh, b_ih, b_hh = entry[:4]
     if dims.mode == "lstm":
-        return _LSTM(w_ih, w_hh, b_ih, b_hh, dims.hidden_size)
+        return _LSTM(w_ih, w_hh, b_ih, b_hh, dims.hidden_size, entry[4] if len(entry) > 4 else None)
     if dims.mode == "gru":
         return _GRU(w_ih, w_hh, b_ih, b_hh, dims.hidden_size)
     return _Plain(w_ih, w_hh, b_ih, b_hh, dims.hidden_size, relu=dims.mode == "rnn_relu")
@@ -409,11 +435,11 @@ def rnn_forward(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h
                 c0: np.ndarray | None, dims: RNNDims) -> tuple[tuple, tuple[np.ndarray, ...]]:
     """Run the network; returns ((y, hy, cy), residuals) with cy None unless LSTM (residuals: see the
     module doc and :func:`rnn_residuals`)."""
-    T, H, D, B = dims.seq_len, dims.hidden_size, dims.num_directions, dims.batch
+    T, P, D, B = dims.seq_len, dims.out_size, dims.num_directions, dims.batch
     dtype = x.dtype
     lstm = dims.mode == "lstm"
     h0 = np.zeros(dims.h_shape, dtype) if h0 is None else h0
-    c0 = (np.zeros(dims.h_shape, dtype) if c0 is None else c0) if lstm else None
+    c0 = (np.zeros(dims.c_shape, dtype) if c0 is None else c0) if lstm else None
     running = _running(dims)
     # padded steps of x never matter: zero them so that no NaN there reaches a weight gradient
     x = x.copy() if running is None else np.where(running[:, :, None], x, 0).astype(dtype, copy=False)
@@ -422,30 +448,31 @@ def rnn_forward(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h
 
     saved: list[np.ndarray] = []
     hy = np.empty(dims.h_shape, dtype)
-    cy = np.empty(dims.h_shape, dtype) if lstm else None
+    cy = np.empty(dims.c_shape, dtype) if lstm else None
     layer_in = x
     for layer in range(dims.num_layers):
         saved.append(layer_in)
-        out = np.empty((T, B, D * H), dtype)
+        out = np.empty((T, B, D * P), dtype)
         for d in range(D):
             idx = layer * D + d
-            w_ih, w_hh, b_ih, b_hh = weights[idx]
+            w_ih, w_hh, b_ih, b_hh = weights[idx][:4]
             assert w_ih is not None and w_hh is not None, "the op checks the weights"
             # the backward's own copies (the caller may change the weights after the forward)
             w_ih, w_hh = w_ih.copy(), w_hh.copy()
-            cell = _make(dims, (w_ih, w_hh, b_ih, b_hh))
+            w_hr = [np.array(weights[idx][4])] if dims.proj_size else []
+            cell = _make(dims, (w_ih, w_hh, b_ih, b_hh, *w_hr))
             hs, c_last = cell.forward(layer_in, _feature_major(h0[idx]),
                                       None if c0 is None else _feature_major(c0[idx]), orders[d], step_masks[d])
             # hs[k + 1] is the state after step k, i.e. the output at time orders[d][k]
             states = hs[1:] if d == 0 else hs[:0:-1]
-            view = out[:, :, d * H:(d + 1) * H]
+            view = out[:, :, d * P:(d + 1) * P]
             np.copyto(view, states.transpose(0, 2, 1))
             if running is not None:
                 np.copyto(view, 0, where=~running[:, :, None])
             hy[idx] = hs[T].T
             if cy is not None and c_last is not None:
                 cy[idx] = c_last.T
-            saved += (w_ih, w_hh, *cell.tapes())
+            saved += (w_ih, w_hh, *w_hr, *cell.tapes())
         layer_in = out
     return (layer_in, hy, cy), tuple(saved)
 
@@ -453,7 +480,8 @@ def rnn_forward(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h
 def _restore(saved: Sequence[np.ndarray], dims: RNNDims) -> tuple[list[np.ndarray], list[_Direction]]:
     """(each layer's input, each layer and direction's cell) from rnn_forward's residuals."""
     cls = _cell_class(dims)
-    per_cell = 2 + len(cls.TAPES)
+    n_weights = 3 if dims.proj_size else 2
+    per_cell = n_weights + len(cls.TAPES)
     expected = dims.num_layers * (1 + dims.num_directions * per_cell)
     if len(saved) != expected:
         raise ValueError(f"rnn residuals: {len(saved)} arrays, but mode={dims.mode!r} with num_layers="
@@ -465,7 +493,8 @@ def _restore(saved: Sequence[np.ndarray], dims: RNNDims) -> tuple[list[np.ndarra
         inputs.append(saved[at])
         at += 1
         for _ in range(dims.num_directions):
-            cells.append(cls.restore(dims, saved[at], saved[at + 1], saved[at + 2:at + per_cell]))
+            cells.append(cls.restore(dims, saved[at], saved[at + 1], saved[at + n_weights:at + per_cell],
+                                     saved[at + 2] if dims.proj_size else None))
             at += per_cell
     return inputs, cells
 
@@ -473,18 +502,19 @@ def _restore(saved: Sequence[np.ndarray], dims: RNNDims) -> tuple[list[np.ndarra
 @half_backward
 def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, Any, Any, list]:
     """(dx, dh0, dc0, dweights) from cotangents (dy, dhy, dcy); dhy and dcy may be None or left out
-    (zeros). dc0 is None unless LSTM; dweights[i] = (dw_ih, dw_hh, db_ih, db_hh), biases None without."""
+    (zeros). dc0 is None unless LSTM; dweights[i] = (dw_ih, dw_hh, db_ih, db_hh), biases None without,
+    and dw_hr as a 5th array with a projection."""
     if not 1 <= len(cotangents) <= 3:
         raise TypeError(f"rnn takes the cotangents (dy, dhy, dcy), got {len(cotangents)}")
     dy, dhy, dcy = tuple(cotangents) + (None,) * (3 - len(cotangents))
-    H, D = dims.hidden_size, dims.num_directions
+    P, D = dims.out_size, dims.num_directions
     lstm = dims.mode == "lstm"
     inputs, cells = _restore(saved, dims)
     dtype = inputs[0].dtype
     dy = cotangent("dy", dy, dims.y_shape, dtype)
     dhy = np.zeros(dims.h_shape, dtype) if dhy is None else cotangent("dhy", dhy, dims.h_shape, dtype)
     if lstm:
-        dcy = np.zeros(dims.h_shape, dtype) if dcy is None else cotangent("dcy", dcy, dims.h_shape, dtype)
+        dcy = np.zeros(dims.c_shape, dtype) if dcy is None else cotangent("dcy", dcy, dims.c_shape, dtype)
     elif dcy is not None:
         raise ValueError(f"dcy is only used by mode='lstm', not mode={dims.mode!r}")
     running = _running(dims)
@@ -492,7 +522,7 @@ def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, A
     if running is not None:
         dy = np.where(running[:, :, None], dy, 0)  # y is constant zero at padded positions
     dh0 = np.empty(dims.h_shape, dtype)
-    dc0 = np.empty(dims.h_shape, dtype) if lstm else None
+    dc0 = np.empty(dims.c_shape, dtype) if lstm else None
     dweights: list[tuple] = [()] * len(cells)
     d_out: Any = dy
     for layer in range(dims.num_layers - 1, -1, -1):
@@ -501,7 +531,7 @@ def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, A
             idx = layer * D + d
             cell = cells[idx]
             # output gradients per step, feature-major: (T, H, B) in step order
-            dyk = d_out[:, :, d * H:(d + 1) * H]
+            dyk = d_out[:, :, d * P:(d + 1) * P]
             dyk = np.ascontiguousarray((dyk if d == 0 else dyk[::-1]).transpose(0, 2, 1))
             d_pre_x, d_pre_h, dh, dc = cell.backward(
                 dyk, _feature_major(dhy[idx]), None if dcy is None else _feature_major(dcy[idx]),
@@ -513,7 +543,7 @@ def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, A
             dh0[idx] = dh.T
             if dc0 is not None and dc is not None:
                 dc0[idx] = dc.T
-            dweights[idx] = (dw_ih, dw_hh, db_ih, db_hh)
+            dweights[idx] = (dw_ih, dw_hh, db_ih, db_hh) + ((cell.dw_hr,) if dims.proj_size else ())
         d_out = d_in
     return np.ascontiguousarray(d_out), dh0, dc0, dweights
 
@@ -522,17 +552,23 @@ def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, A
 def rnn_residuals(x: ArraySpec, weights: Sequence[Sequence[ArraySpec | None]], h0: ArraySpec | None,
                   c0: ArraySpec | None, dims: RNNDims) -> tuple[ArraySpec, ...]:
     """What :func:`rnn_forward` saves, layer by layer: the layer's input ((T, B, I), then (T, B, D * H)),
-    then per direction w_ih, w_hh and the cell's tapes (``tape_shapes``), all in x's dtype."""
-    T, H, D, B = dims.seq_len, dims.hidden_size, dims.num_directions, dims.batch
+    then per direction w_ih, w_hh, w_hr (with a projection) and the cell's tapes (``tape_shapes``), all
+    in x's dtype."""
+    T, H, P, D, B = dims.seq_len, dims.hidden_size, dims.out_size, dims.num_directions, dims.batch
     dtype = np.dtype(x.dtype)
-    tapes = tuple(ArraySpec(shape, dtype) for shape in _cell_class(dims).tape_shapes(T, H, B))
+    tapes = tuple(ArraySpec(shape, dtype) for shape in _cell_class(dims).tape_shapes(T, H, B, P))
     specs: list[ArraySpec] = []
     for layer in range(dims.num_layers):
-        specs.append(ArraySpec(tuple(x.shape) if layer == 0 else (T, B, D * H), dtype))
+        specs.append(ArraySpec(tuple(x.shape) if layer == 0 else (T, B, D * P), dtype))
         for d in range(D):
-            w_ih, w_hh = weights[layer * D + d][:2]
+            entry = weights[layer * D + d]
+            w_ih, w_hh = entry[:2]
             assert w_ih is not None and w_hh is not None, "the op checks the weights"
             specs += (ArraySpec(tuple(w_ih.shape), np.dtype(w_ih.dtype)),
                       ArraySpec(tuple(w_hh.shape), np.dtype(w_hh.dtype)))
+            if dims.proj_size:
+                w_hr = entry[4]
+                assert w_hr is not None, "the op checks the weights"
+                specs.append(ArraySpec(tuple(w_hr.shape), np.dtype(w_hr.dtype)))
             specs += tapes
     return tuple(specs)

@@ -95,17 +95,19 @@ def to_array(t: torch.Tensor, *, inplace: bool = False, name: str = "tensor") ->
     """A C-contiguous numpy (CPU) or CuPy (CUDA) array on ``t``'s memory; a copy only when ``t`` is not
     contiguous. ``inplace=True`` (the op writes into it) refuses non-contiguous tensors instead."""
     t = t.detach()
-    if not t.is_contiguous():
-        if inplace:
-            raise ValueError(f"{name} must be contiguous: the op updates it in place")
+    contiguous = t.is_contiguous()
+    if not contiguous and inplace:
+        raise ValueError(f"{name} must be contiguous: the op updates it in place")
+    if t.device.type == "cpu":
+        # a non-contiguous tensor is copied by numpy, single-threaded: a torch copy would wake torch's
+        # OpenMP threads, whose spinning afterwards takes the cores numpy's BLAS is about to use
+        a = (t.view(torch.int16).numpy().view(_bfloat16()) if t.dtype == torch.bfloat16
+             else t.resolve_neg().numpy())
+        return a if contiguous else np.ascontiguousarray(a)
+    if not contiguous:
         t = t.contiguous()
     if t.dtype == torch.bfloat16:
-        bits = t.view(torch.int16)
-        if t.device.type == "cpu":
-            return bits.numpy().view(_bfloat16())
-        return cupy().from_dlpack(bits).view(_bfloat16())
-    if t.device.type == "cpu":
-        return t.resolve_neg().numpy()
+        return cupy().from_dlpack(t.view(torch.int16)).view(_bfloat16())
     return cupy().from_dlpack(t)
 
 

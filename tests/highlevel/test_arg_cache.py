@@ -149,3 +149,33 @@ def test_cupy_arrays_take_the_type_fast_path_once_learnt(monkeypatch):
     monkeypatch.undo()
     with pytest.raises(TypeError, match="mixed host and device inputs"):
         dispatch.backend_op("conv", x=a, w=np.zeros((1, 1, 3, 3)))
+
+
+def test_a_repeated_call_runs_its_plan_without_checks(monkeypatch, rng):
+    """The second call of a problem finds its plan (plans.find) and never reaches the checks, for
+    scalar and tuple arguments alike; another problem is checked again."""
+    from dnnbind.highlevel import ops
+    checked = []
+    real = ops._conv_dims
+    monkeypatch.setattr(ops, "_conv_dims", lambda *a: checked.append(a) or real(*a))
+    x, w = rng.standard_normal((1, 2, 6, 6)), rng.standard_normal((2, 2, 3, 3))
+    for padding in (1, (1, 1)):
+        first, pullback = dnnbind.conv(x, w, padding=padding)
+        again, pullback2 = dnnbind.conv(x, w, padding=padding)
+        np.testing.assert_array_equal(first, again)
+        assert repr(pullback2) == repr(pullback) and pullback2.cotangents[0].shape == first.shape
+        for a, b in zip(pullback(np.ones_like(first)), pullback2(np.ones_like(first))):
+            np.testing.assert_array_equal(a, b)
+    assert len(checked) == 2
+    dnnbind.conv(x, w, padding=[1, 1])      # a list finds the tuple's plan through the checked path
+    assert len(checked) == 2
+    dnnbind.conv(x[:, :, 1:], w, padding=1)
+    assert len(checked) == 3
+
+
+def test_maxpool_plans_name_the_pullback_after_y(rng):
+    x = rng.standard_normal((1, 2, 6, 6))
+    for _ in range(2):
+        (y, indices), pullback = dnnbind.maxpool(x, 2, return_indices=True)
+        assert pullback.cotangents[0].shape == y.shape == indices.shape
+        assert pullback(np.ones_like(y)).shape == x.shape

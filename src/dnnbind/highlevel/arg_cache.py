@@ -9,13 +9,12 @@ equal only when the checks would see equal arguments: ``stride=2.0`` or ``stride
 entry of ``stride=2`` (hash-equal but rejected by the checks), and arguments of any other type simply
 bypass the cache. Failures are never remembered: a bad argument raises its error on every call.
 
-The cache is a bounded LRU (like the GPU backends' plan caches) and holds shapes and descriptors of
-the problem only, never arrays.
+The cache is bounded (the oldest entry goes first; a training loop's few problems never reach the
+bound) and holds shapes, descriptors and plans of the problem only, never arrays.
 """
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from typing import Any, Callable, TypeVar
 
 import numpy as np
@@ -28,17 +27,17 @@ MAX_ENTRIES = 1024
 _PLAIN = (int, str, type(None))
 _BOOL = object()   # tags bools, which compare and hash equal to the ints 0 and 1
 _SCALARS = frozenset({int, bool, type(None)})
-_entries: OrderedDict[tuple, Any] = OrderedDict()
+_entries: dict[tuple, Any] = {}
 _lock = threading.Lock()
 
 
-class _NotPlain(Exception):
+class NotPlain(Exception):
     pass
 
 
 def plain(value: Any) -> Any:
     """``value`` as a key part: exact ints, strings, None and dtypes as they are, bools tagged (so that
-    True never meets 1), tuples and lists of those as tuples. Raises _NotPlain for anything else."""
+    True never meets 1), tuples and lists of those as tuples. Raises NotPlain for anything else."""
     kind = type(value)
     if kind in _PLAIN or isinstance(value, np.dtype):
         return value
@@ -46,7 +45,36 @@ def plain(value: Any) -> Any:
         return (_BOOL, value)
     if kind is tuple or kind is list:
         return tuple(plain(v) for v in value)
-    raise _NotPlain
+    raise NotPlain
+
+
+def key(arrays: tuple, arguments: tuple) -> tuple:
+    """The cache key of a call: ``arrays`` as given, ``arguments`` through :func:`plain` (their types
+    alongside when all are scalars). Raises NotPlain for an argument of any other type."""
+    types = tuple(map(type, arguments))
+    if _SCALARS.issuperset(types):      # the common case: ints, bools, None; their types keep 1 from True
+        return (arrays, arguments, types)
+    return (arrays, tuple([plain(a) for a in arguments]))
+
+
+def lookup(full: tuple) -> Any:
+    """The entry under ``full`` (a :func:`key`), or None. A read needs no lock: dict lookups are atomic."""
+    return _entries.get(full)
+
+
+def entries() -> dict[tuple, Any]:
+    """The cache itself, for readers on the per-call path (:mod:`dnnbind.highlevel.plans`); write
+    through :func:`store`."""
+    return _entries
+
+
+def store(full: tuple, value: T) -> T:
+    """Keep ``value`` under ``full``, dropping the oldest entry past :data:`MAX_ENTRIES`; returns value."""
+    with _lock:
+        _entries[full] = value
+        while len(_entries) > MAX_ENTRIES:
+            del _entries[next(iter(_entries))]
+    return value
 
 
 def remember(arrays: tuple, arguments: tuple, build: Callable[[], T]) -> T:
@@ -57,29 +85,13 @@ def remember(arrays: tuple, arguments: tuple, build: Callable[[], T]) -> T:
     through :func:`plain`; a call with an argument of any other type, or an unhashable shape, calls
     ``build()`` every time.
     """
-    full: tuple
     try:
-        types = tuple(map(type, arguments))
-        if _SCALARS.issuperset(types):  # the common case: ints, bools, None; their types keep 1 from True
-            full = (arrays, arguments, types)
-        else:
-            full = (arrays, tuple([plain(a) for a in arguments]))
-        value = _entries[full]          # a read needs no lock: dict lookups are atomic
-    except (_NotPlain, TypeError):      # an argument that is not plain, a shape that is not hashable
+        full = key(arrays, arguments)
+        value = _entries.get(full)
+    except (NotPlain, TypeError):      # an argument that is not plain, a shape that is not hashable
         return build()
-    except KeyError:
-        pass
-    else:
-        try:
-            _entries.move_to_end(full)
-        except KeyError:                # evicted by another thread meanwhile
-            pass
-        return value
-    value = build()
-    with _lock:
-        _entries[full] = value
-        if len(_entries) > MAX_ENTRIES:
-            _entries.popitem(last=False)
+    if value is None:
+        value = store(full, build())
     return value
 
 

@@ -24,12 +24,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dnnbind.highlevel.arg_cache import remember
 from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm, check_dtype,
                                     check_positive_float, check_probability, check_real, check_same_dtype,
                                     check_shape, normalize_axis, rnn_weight_entries)
 from dnnbind.highlevel.dispatch import adopts_device_arrays, backend_op
-from dnnbind.highlevel.pullback import Pullback, named, named_first, named_rnn
+from dnnbind.highlevel.plans import Plan, build, find
+from dnnbind.highlevel.pullback import Pullback, named, named_rnn
 
 #: activation modes -> default alpha (None: the mode takes no alpha)
 ACTIVATION_DEFAULTS: dict[str, float | None] = {
@@ -47,16 +47,6 @@ ACTIVATION_DEFAULTS: dict[str, float | None] = {
 def _bias(b: Any, dims: ConvDims) -> None:
     if b is not None:
         check_shape("b", b.shape, dims.bias_shape, "one value per output channel")
-
-
-def _meta(a: Any) -> tuple | None:
-    """What dispatch and the checks see of an optional array: its type, shape and dtype."""
-    if a is None:
-        return None
-    try:
-        return (type(a), a.shape, a.dtype)
-    except AttributeError:         # not an array: the build step's checks name it
-        return (type(a), None, None)
 
 
 def _conv_dims(x: Any, w: Any, b: Any, stride: Any, padding: Any, dilation: Any, groups: Any, flip: Any) -> ConvDims:
@@ -78,7 +68,6 @@ def _conv_transpose_dims(x: Any, w: Any, b: Any, stride: Any, padding: Any, outp
     return dims
 
 
-@adopts_device_arrays("x", "w", "b")
 def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
          groups: int = 1, flip: bool = False) -> tuple[Any, Pullback]:
     """N-d convolution of x (N, C, *spatial) with w (K, C/groups, *kernel), 1 to 3 spatial dims.
@@ -88,17 +77,24 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
     pair per spatial dim. Returns (y, pullback) with pullback(dy) -> (dx, dw), or (dx, dw, db) when b
     is given.
     """
-    run, dims = remember(("conv", _meta(x), _meta(w), _meta(b)), (stride, padding, dilation, groups, flip),
-                         lambda: (backend_op("conv", ("x", "w"), x=x, w=w, b=b),
-                                  _conv_dims(x, w, b, stride, padding, dilation, groups, flip)))
-    return named("conv", run(x, w, b, dims), _conv_gradients(b))
+    arguments = (stride, padding, dilation, groups, flip)
+    plan = find("conv", (x, w, b), arguments)
+    if plan is None:
+        return _conv_checked(x, w, b, arguments)
+    return plan(x, w, b)
+
+
+@adopts_device_arrays("x", "w", "b")
+def _conv_checked(x: Any, w: Any, b: Any, arguments: tuple) -> tuple[Any, Pullback]:
+    return build("conv", (x, w, b), arguments,
+                 lambda: Plan("conv", backend_op("conv", ("x", "w"), x=x, w=w, b=b),
+                              (_conv_dims(x, w, b, *arguments),), _conv_gradients(b)))(x, w, b)
 
 
 def _conv_gradients(b: Any) -> tuple[str, ...]:
     return ("dx", "dw") if b is None else ("dx", "dw", "db")
 
 
-@adopts_device_arrays("x", "w", "b")
 def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0,
                    output_padding: Any = 0, dilation: Any = 1, groups: int = 1,
                    flip: bool = False) -> tuple[Any, Pullback]:
@@ -108,15 +104,20 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
     crops the output (low, high per dim as for conv); ``output_padding`` adds to the high side and must
     be smaller than stride or dilation. Returns (y, pullback) like :func:`conv`.
     """
-    run, dims = remember(("conv_transpose", _meta(x), _meta(w), _meta(b)),
-                         (stride, padding, output_padding, dilation, groups, flip),
-                         lambda: (backend_op("conv_transpose", ("x", "w"), x=x, w=w, b=b),
-                                  _conv_transpose_dims(x, w, b, stride, padding, output_padding, dilation, groups,
-                                                       flip)))
-    return named("conv_transpose", run(x, w, b, dims), _conv_gradients(b))
+    arguments = (stride, padding, output_padding, dilation, groups, flip)
+    plan = find("conv_transpose", (x, w, b), arguments)
+    if plan is None:
+        return _conv_transpose_checked(x, w, b, arguments)
+    return plan(x, w, b)
 
 
-@adopts_device_arrays("x")
+@adopts_device_arrays("x", "w", "b")
+def _conv_transpose_checked(x: Any, w: Any, b: Any, arguments: tuple) -> tuple[Any, Pullback]:
+    return build("conv_transpose", (x, w, b), arguments,
+                 lambda: Plan("conv_transpose", backend_op("conv_transpose", ("x", "w"), x=x, w=w, b=b),
+                              (_conv_transpose_dims(x, w, b, *arguments),), _conv_gradients(b)))(x, w, b)
+
+
 def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, dilation: Any = 1,
             ceil_mode: bool = False, return_indices: bool = False) -> tuple[Any, Pullback]:
     """Max pooling over 1 to 3 spatial dims; stride defaults to the window, padding <= window/2.
@@ -128,15 +129,23 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, dilati
     ``return_indices`` ((y, indices), pullback), indices (int64, y's shape) being torch's: the flat index
     of every window's maximum in its (N, C) plane of x.
     """
-    run, static = remember(("maxpool", _meta(x)), (window, stride, padding, dilation, ceil_mode, return_indices),
-                           lambda: (backend_op("maxpool", x=x),
-                                    _maxpool_static(x, window=window, stride=stride, padding=padding,
-                                                    dilation=dilation, ceil_mode=ceil_mode,
-                                                    return_indices=return_indices)))
-    return named_first("maxpool", run(x, *static), ("dx",))
+    arguments = (window, stride, padding, dilation, ceil_mode, return_indices)
+    plan = find("maxpool", (x,), arguments)
+    if plan is None:
+        return _maxpool_checked(x, arguments)
+    return plan(x)
 
 
 @adopts_device_arrays("x")
+def _maxpool_checked(x: Any, arguments: tuple) -> tuple[Any, Pullback]:
+    window, stride, padding, dilation, ceil_mode, return_indices = arguments
+    return build("maxpool", (x,), arguments,
+                 lambda: Plan("maxpool", backend_op("maxpool", x=x),
+                              _maxpool_static(x, window=window, stride=stride, padding=padding, dilation=dilation,
+                                              ceil_mode=ceil_mode, return_indices=return_indices),
+                              ("dx",), first=True))(x)
+
+
 def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, count_include_pad: bool = True,
              ceil_mode: bool = False) -> tuple[Any, Pullback]:
     """Average pooling (torch's avg_pool); with ``count_include_pad`` the padding counts in the divisor.
@@ -145,11 +154,21 @@ def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, count
     their part inside x and the padding (``count_include_pad``) or inside x alone, never by the part
     past the padding (see :meth:`PoolDims.mean_counts`).
     """
-    run, static = remember(("meanpool", _meta(x)), (window, stride, padding, count_include_pad, ceil_mode),
-                           lambda: (backend_op("meanpool", x=x),
-                                    _meanpool_static(x, window=window, stride=stride, padding=padding,
-                                                     count_include_pad=count_include_pad, ceil_mode=ceil_mode)))
-    return named("meanpool", run(x, *static), ("dx",))
+    arguments = (window, stride, padding, count_include_pad, ceil_mode)
+    plan = find("meanpool", (x,), arguments)
+    if plan is None:
+        return _meanpool_checked(x, arguments)
+    return plan(x)
+
+
+@adopts_device_arrays("x")
+def _meanpool_checked(x: Any, arguments: tuple) -> tuple[Any, Pullback]:
+    window, stride, padding, count_include_pad, ceil_mode = arguments
+    return build("meanpool", (x,), arguments,
+                 lambda: Plan("meanpool", backend_op("meanpool", x=x),
+                              _meanpool_static(x, window=window, stride=stride, padding=padding,
+                                               count_include_pad=count_include_pad, ceil_mode=ceil_mode),
+                              ("dx",)))(x)
 
 
 def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:

@@ -128,18 +128,19 @@ def with_pullback(op: str, forward: Callable[..., Any], backward: Callable[..., 
     form = FORMS[op]
     arity = len(form.arrays) + len(form.static)
     known = set(form.arrays + form.static)
+    n_arrays, optional_bias = len(form.arrays), op in ("conv", "conv_transpose")
 
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> tuple[Any, ResidualPullback]:
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k not in known}
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k not in known} if kwargs else kwargs
         if kwargs or len(args) != arity:
             bound = signature_of(op).bind(*args, **kwargs)
             bound.apply_defaults()
             args = tuple(bound.arguments[n] for n in form.arrays + form.static)
         result, residuals = forward(*args, **options)
         main = result[0] if isinstance(result, tuple) else result
-        keep = 2 if op in ("conv", "conv_transpose") and args[2] is None else None    # no b, no db
-        return result, ResidualPullback(backward, residuals, args[len(form.arrays):], options, names,
+        keep = 2 if optional_bias and args[2] is None else None    # no b, no db
+        return result, ResidualPullback(backward, residuals, args[n_arrays:], options, names,
                                         getattr(main, "dtype", None), getattr(main, "shape", None), keep)
 
     run.__name__ = op

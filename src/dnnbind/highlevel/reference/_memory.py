@@ -56,7 +56,9 @@ def fits_in_memory(op: Callable[..., Any]) -> Callable[..., Any]:
     argument (the one with ``working_bytes``) describes fits; half precision is computed in float32."""
     @functools.wraps(op)
     def checked(x: Any, *args: Any, **kwargs: Any) -> Any:
-        dims = next(a for a in args if hasattr(a, "working_bytes"))
-        check_fits(op.__name__, dims, max(x.dtype.itemsize, 4))
+        for dims in args:
+            if hasattr(dims, "working_bytes"):
+                check_fits(op.__name__, dims, max(x.dtype.itemsize, 4))
+                break
         return op(x, *args, **kwargs)
     return checked

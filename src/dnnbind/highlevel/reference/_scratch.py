@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import threading
 
+import math
+
 import numpy as np
 
 #: Largest request served from the reused buffers (the im2col blocks are at most conv.BLOCK_BYTES).
@@ -27,7 +29,7 @@ def scratch(role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     Valid until the same thread asks for ``role`` again: never return it, or a view of it, to a caller.
     """
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > MAX_BYTES:
         return np.empty(shape, dtype)
     buffers = getattr(_local, "buffers", None)

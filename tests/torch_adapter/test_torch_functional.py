@@ -206,3 +206,26 @@ def test_0d_and_empty_tensors_follow_the_edge_policy():
     assert y.shape == F.conv2d(x, w, padding=1).shape
     y.sum().backward()
     assert x.grad.shape == x.shape and not w.grad.any()
+
+
+def test_cpu_ops_run_numpys_blas_on_one_thread(monkeypatch):
+    """dnnbind.torch runs the reference backend with OpenBLAS on one thread (torch's OpenMP threads
+    spin between torch's ops), seen from inside a CPU op's backend call; the setting is restored."""
+    from dnnbind.highlevel import dispatch
+    from dnnbind.highlevel.reference import _threads
+    import dnnbind.highlevel.reference as reference
+    with _threads.one_blas_thread():
+        pass
+    blas = _threads._openblas
+    assert blas is not None and blas.get is not None
+    before, seen = blas.get(), []
+    real = reference.activation_forward
+
+    def spy(*args, **kwargs):
+        seen.append((blas.get(), _threads.blas_single_threaded()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setitem(dispatch._functions, (dispatch.BACKENDS["reference"], "activation_forward"), spy)
+    y = dt.activation(torch.randn(4, 3, requires_grad=True), "relu")
+    y.sum().backward()
+    assert seen == [(1, True)] and blas.get() == before

@@ -15,6 +15,8 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
+from dnnbind.highlevel.reference._threads import one_blas_thread
+
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -80,9 +82,15 @@ def cupy() -> ModuleType:
 
 @contextlib.contextmanager
 def device_scope(device: torch.device) -> Iterator[None]:
-    """Make CuPy use ``device`` and torch's current stream on it (nothing to do on the CPU)."""
+    """Make CuPy use ``device`` and torch's current stream on it; on the CPU, run numpy's BLAS on one
+    thread (:func:`~dnnbind.highlevel.reference._threads.one_blas_thread`): torch's OpenMP threads
+    spin-wait between torch's ops and a multi-threaded BLAS loses to them."""
     if device.type != "cuda":
-        yield
+        if device.type == "cpu":
+            with one_blas_thread():
+                yield
+        else:
+            yield
         return
     cp = cupy()
     index = torch.cuda.current_device() if device.index is None else device.index

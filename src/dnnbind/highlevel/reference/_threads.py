@@ -1,10 +1,12 @@
 """One shared thread pool for work that numpy runs without the GIL (BLAS calls, large copies)."""
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -22,16 +24,79 @@ _BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_T
 
 
 def blas_single_threaded() -> bool:
-    """Whether numpy's BLAS was limited to one thread through the usual environment variables.
+    """Whether numpy's BLAS runs on one thread: inside :func:`one_blas_thread`, or limited through the
+    usual environment variables.
 
     Only then do our own threads pay: a multi-threaded BLAS already keeps every core busy, and two
     callers competing for its thread pool run slower than one (see bench/bench_reference.py).
     """
+    if _one_thread_depth:
+        return True
     for name in _BLAS_THREAD_VARIABLES:
         value = os.environ.get(name, "").strip()
         if value:
             return value == "1"
     return False
+
+
+class _OpenBLAS:
+    """numpy's OpenBLAS, found among the loaded libraries, with its thread-count functions; None where
+    numpy uses another BLAS (then nothing is changed)."""
+
+    def __init__(self) -> None:
+        self.get: Callable[[], int] | None = None
+        self.set: Callable[[int], None] | None = None
+        try:
+            with open("/proc/self/maps") as maps:
+                paths = {line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line}
+        except OSError:
+            return
+        for path in sorted(paths):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for prefix in ("scipy_openblas", "openblas"):
+                for suffix in ("64_", ""):
+                    get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+                    set_ = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+                    if get is not None and set_ is not None:
+                        get.restype, set_.argtypes = ctypes.c_int, [ctypes.c_int]
+                        self.get, self.set = get, set_
+                        return
+
+
+_openblas: _OpenBLAS | None = None
+_one_thread_depth = 0
+_saved_threads = 0
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Run numpy's BLAS (OpenBLAS) on one thread inside the block, and let the pool split big problems.
+
+    For hosts that own the cores with a thread pool of their own that spin-waits between its parallel
+    regions (PyTorch's OpenMP threads): a multi-threaded BLAS competing with those spinning threads
+    loses badly (measured in bench/bench_reference.py), while our pool's threads block instead of
+    spinning. Process-wide while any thread is inside (a counter restores the setting on the last
+    exit); does nothing where numpy's BLAS is not OpenBLAS.
+    """
+    global _openblas, _one_thread_depth, _saved_threads
+    with _lock:
+        if _openblas is None:
+            _openblas = _OpenBLAS()
+        if _one_thread_depth == 0 and _openblas.set is not None and _openblas.get is not None:
+            _saved_threads = _openblas.get()
+            if _saved_threads != 1:
+                _openblas.set(1)
+        _one_thread_depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _one_thread_depth -= 1
+            if _one_thread_depth == 0 and _openblas.set is not None and _saved_threads not in (0, 1):
+                _openblas.set(_saved_threads)
 
 
 def _get_pool() -> ThreadPoolExecutor:

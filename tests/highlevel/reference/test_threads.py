@@ -1,0 +1,58 @@
+"""The reference backend's thread policy: numpy's BLAS limited to one thread inside one_blas_thread."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from dnnbind.highlevel.reference import _threads
+
+
+def _blas() -> "_threads._OpenBLAS":
+    with _threads.one_blas_thread():          # finds the library on first use
+        pass
+    blas = _threads._openblas
+    assert blas is not None
+    if blas.get is None:
+        pytest.fail("numpy's BLAS is OpenBLAS in this project's environment (numpy wheels), but it was not found")
+    return blas
+
+
+def test_one_blas_thread_limits_openblas_and_restores_it(monkeypatch):
+    for name in _threads._BLAS_THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    blas = _blas()
+    before = blas.get()
+    assert not _threads.blas_single_threaded() or before == 1
+    with _threads.one_blas_thread():
+        assert blas.get() == 1 and _threads.blas_single_threaded()
+        with _threads.one_blas_thread():          # nested: still one thread, restored only at the end
+            assert blas.get() == 1
+        assert blas.get() == 1
+        a = np.ones((64, 64))
+        np.testing.assert_array_equal(a @ a, np.full((64, 64), 64.0))
+    assert blas.get() == before
+
+
+def test_one_blas_thread_from_several_threads_restores_once():
+    blas = _blas()
+    before = blas.get()
+    inside, release = threading.Barrier(3), threading.Event()
+    seen: list[int] = []
+
+    def hold() -> None:
+        with _threads.one_blas_thread():
+            inside.wait()
+            release.wait()
+            seen.append(blas.get())
+
+    workers = [threading.Thread(target=hold) for _ in range(2)]
+    for t in workers:
+        t.start()
+    inside.wait()
+    assert blas.get() == 1
+    release.set()
+    for t in workers:
+        t.join()
+    assert seen == [1, 1] and blas.get() == before

@@ -179,3 +179,26 @@ def test_maxpool_plans_name_the_pullback_after_y(rng):
         (y, indices), pullback = dnnbind.maxpool(x, 2, return_indices=True)
         assert pullback.cotangents[0].shape == y.shape == indices.shape
         assert pullback(np.ones_like(y)).shape == x.shape
+
+
+def test_every_planned_op_checks_again_what_its_key_does_not_hold(rng):
+    """Read-only running statistics are refused on a repeated batch-norm call too (writability is no
+    part of the key); floats key by type (alpha=1 is an int, 1.0 a float) and a Generator seed never
+    keys a plan."""
+    x = rng.standard_normal((4, 3, 5))
+    gamma, beta = np.ones(3), np.zeros(3)
+    dnnbind.batchnorm(x, gamma, beta, running_mean=np.zeros(3), running_var=np.ones(3))
+    frozen = np.zeros(3)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="running_mean is read-only"):
+        dnnbind.batchnorm(x, gamma, beta, running_mean=frozen, running_var=np.ones(3))
+    y1, _ = dnnbind.activation(x, "elu", alpha=1.0)
+    y2, _ = dnnbind.activation(x, "elu", alpha=1)
+    np.testing.assert_array_equal(y1, y2)
+    size = arg_cache.size()
+    dnnbind.dropout(x, 0.5, seed=np.random.default_rng(0))
+    assert arg_cache.size() == size
+    a, _ = dnnbind.dropout(x, 0.5, seed=3)
+    b, _ = dnnbind.dropout(x, 0.5, seed=3)
+    np.testing.assert_array_equal(a, b)
+    assert arg_cache.size() == size + 1

@@ -29,7 +29,7 @@ from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm
                                     check_shape, normalize_axis, rnn_weight_entries)
 from dnnbind.highlevel.dispatch import adopts_device_arrays, backend_op
 from dnnbind.highlevel.plans import Plan, build, find
-from dnnbind.highlevel.pullback import Pullback, named, named_rnn
+from dnnbind.highlevel.pullback import Pullback, named_rnn
 
 #: activation modes -> default alpha (None: the mode takes no alpha)
 ACTIVATION_DEFAULTS: dict[str, float | None] = {
@@ -172,17 +172,21 @@ def _meanpool_checked(x: Any, arguments: tuple) -> tuple[Any, Pullback]:
 
 
 def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:
-    run = backend_op(name, x=x)
-    return named(name, run(x, *_axis_static(x, axis=axis)), ("dx",))
+    plan = find(name, (x,), (axis,))
+    return plan(x) if plan is not None else _axis_checked(x, name, axis)
 
 
 @adopts_device_arrays("x")
+def _axis_checked(x: Any, name: str, axis: Any) -> tuple[Any, Pullback]:
+    return build(name, (x,), (axis,),
+                 lambda: Plan(name, backend_op(name, x=x), _axis_static(x, axis=axis), ("dx",)))(x)
+
+
 def softmax(x: Any, *, axis: int = 1) -> tuple[Any, Pullback]:
     """Softmax along ``axis`` (any axis, negative allowed). Returns (y, pullback) with pullback(dy) -> dx."""
     return _axis_op("softmax", x, axis)
 
 
-@adopts_device_arrays("x")
 def logsoftmax(x: Any, *, axis: int = 1) -> tuple[Any, Pullback]:
     """Log-softmax along ``axis`` (any axis, negative allowed). Returns (y, pullback) with pullback(dy) -> dx."""
     return _axis_op("logsoftmax", x, axis)
@@ -200,7 +204,6 @@ def activation_alpha(mode: Any, alpha: Any) -> float | None:
     return default if alpha is None else check_real("alpha", alpha)
 
 
-@adopts_device_arrays("x")
 def activation(x: Any, mode: str, *, alpha: float | None = None) -> tuple[Any, Pullback]:
     """Pointwise activation; see :data:`ACTIVATION_DEFAULTS` for each mode's alpha and its default.
 
@@ -208,11 +211,17 @@ def activation(x: Any, mode: str, *, alpha: float | None = None) -> tuple[Any, P
     ceiling 6.0 (relu6); swish beta 1.0 (x * sigmoid(beta * x), SiLU). Derivatives at kinks follow
     PyTorch (relu'(0) = 0, leaky_relu'(0) = slope, clipped_relu' = 0 at 0 and at the ceiling).
     """
-    run = backend_op("activation", x=x)
-    return named(f"activation({mode!r})", run(x, *_activation_static(x, mode=mode, alpha=alpha)), ("dx",))
+    plan = find("activation", (x,), (mode, alpha))
+    return plan(x) if plan is not None else _activation_checked(x, mode, alpha)
 
 
-@adopts_device_arrays("x", "gamma", "beta", "running_mean", "running_var")
+@adopts_device_arrays("x")
+def _activation_checked(x: Any, mode: Any, alpha: Any) -> tuple[Any, Pullback]:
+    return build("activation", (x,), (mode, alpha),
+                 lambda: Plan(f"activation({mode!r})", backend_op("activation", x=x),
+                              _activation_static(x, mode=mode, alpha=alpha), ("dx",)))(x)
+
+
 def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, running_var: Any = None,
               training: bool = True, momentum: float = 0.1, eps: float = 1e-5) -> tuple[Any, Pullback]:
     """Batch normalisation per channel (axis 1) of x (N, C) or (N, C, *spatial).
@@ -222,14 +231,31 @@ def batchnorm(x: Any, gamma: Any, beta: Any, *, running_mean: Any = None, runnin
     required). gamma and beta have x's dtype; the running statistics may have any float dtype.
     Returns (y, pullback) with pullback(dy) -> (dx, dgamma, dbeta).
     """
-    run = backend_op("batchnorm", ("x", "gamma", "beta"), x=x, gamma=gamma, beta=beta,
-                     running_mean=running_mean, running_var=running_var)
-    training, momentum, eps = _batchnorm_static(x, gamma, beta, running_mean, running_var, training=training,
-                                                momentum=momentum, eps=eps)
-    if training and running_mean is not None:
+    arrays, arguments = (x, gamma, beta, running_mean, running_var), (training, momentum, eps)
+    plan = find("batchnorm", arrays, arguments)
+    if plan is None:
+        return _batchnorm_checked(x, gamma, beta, running_mean, running_var, arguments)
+    if training and running_mean is not None:     # whether they are writable is no part of the key
         check_writable(running_mean=running_mean, running_var=running_var)
-    return named("batchnorm", run(x, gamma, beta, running_mean=running_mean, running_var=running_var,
-                                   training=training, momentum=momentum, eps=eps), ("dx", "dgamma", "dbeta"))
+    return plan(*arrays)
+
+
+@adopts_device_arrays("x", "gamma", "beta", "running_mean", "running_var")
+def _batchnorm_checked(x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any,
+                       arguments: tuple) -> tuple[Any, Pullback]:
+    training, momentum, eps = arguments
+    arrays = (x, gamma, beta, running_mean, running_var)
+
+    def make() -> Plan:
+        run = backend_op("batchnorm", ("x", "gamma", "beta"), x=x, gamma=gamma, beta=beta,
+                         running_mean=running_mean, running_var=running_var)
+        return Plan("batchnorm", run, _batchnorm_static(*arrays, training=training, momentum=momentum, eps=eps),
+                    ("dx", "dgamma", "dbeta"))
+
+    plan = build("batchnorm", arrays, arguments, make)
+    if plan.static[0] and running_mean is not None:
+        check_writable(running_mean=running_mean, running_var=running_var)
+    return plan(*arrays)
 
 
 def check_writable(**arrays: Any) -> None:
@@ -252,7 +278,6 @@ def _check_seed(seed: Any) -> Any:
     return int(seed)
 
 
-@adopts_device_arrays("x")
 def dropout(x: Any, p: float, *, seed: Any = None) -> tuple[Any, Pullback]:
     """Inverted dropout: zero each element with probability p, scale the rest by 1/(1 - p).
 
@@ -260,8 +285,14 @@ def dropout(x: Any, p: float, *, seed: Any = None) -> tuple[Any, Pullback]:
     mask reproducible; None draws fresh entropy. Returns (y, pullback) with pullback(dy) -> dx; the
     pullback keeps the mask (``pullback.mask``, read-only, on the reference backend).
     """
-    run = backend_op("dropout", x=x)
-    return named("dropout", run(x, *_dropout_static(x, p=p, seed=seed)), ("dx",))
+    plan = find("dropout", (x,), (p, seed))
+    return plan(x) if plan is not None else _dropout_checked(x, p, seed)
+
+
+@adopts_device_arrays("x")
+def _dropout_checked(x: Any, p: Any, seed: Any) -> tuple[Any, Pullback]:
+    return build("dropout", (x,), (p, seed),
+                 lambda: Plan("dropout", backend_op("dropout", x=x), _dropout_static(x, p=p, seed=seed), ("dx",)))(x)
 
 
 @adopts_device_arrays("x", "weights", "h0", "c0")

@@ -38,7 +38,7 @@ class Plan:
 def _key(op: str, arrays: tuple, arguments: tuple) -> tuple:
     """op, the arguments and their types (2.0 and True never meet 2 and 1), each array's type, shape
     and dtype, in one flat tuple."""
-    key = [op, arguments]
+    key: list[Any] = [op, arguments]
     key += map(type, arguments)
     for a in arrays:
         if a is None:
@@ -69,7 +69,7 @@ def _plain(arguments: tuple) -> tuple | None:
     return tuple([a if type(a) in _SCALARS else arg_cache.plain(a) for a in arguments])
 
 
-_SCALARS = frozenset({int, bool, str, type(None)})
+_SCALARS = frozenset({int, bool, float, str, type(None)})   # the key holds their types: 2.0 never meets 2
 _ENTRIES = arg_cache.entries()     # read directly: a repeated call pays one dictionary lookup
 
 

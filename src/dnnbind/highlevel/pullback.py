@@ -1,17 +1,17 @@
 """Named pullbacks: every public op's pullback says which op it belongs to and what it takes.
 
-The backends return plain callables; :func:`named` wraps one (whatever the backend) in a
-:class:`Pullback` that knows the op, the cotangents it expects (name, the result they belong to,
-shape, dtype) and the gradients it returns. It checks the cotangents' kinds and shapes before the
+The backends return plain callables; the public ops wrap one (whatever the backend) in a
+:class:`Pullback` (through their :class:`~dnnbind.highlevel.plans.Plan`, or :func:`named_rnn`)
+that knows the op, the cotangents it expects (name, the result they belong to, shape, dtype) and the
+gradients it returns. It checks the cotangents' kinds and shapes before the
 backend sees them, so a scalar, a tuple or a wrong-shaped array gets an error that names the op and
 says what is expected, and it has a repr and a docstring that say the same. Attributes of the backend's
 pullback (``mask`` for dropout) stay reachable through it.
 """
 from __future__ import annotations
 
-import functools
 import numbers
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple
 
 
 class Cotangent(NamedTuple):
@@ -165,32 +165,6 @@ class Pullback:
 
 def _dtype(value: Any) -> Any:
     return getattr(value, "dtype", None)          # formatted only when a message needs it (str() is slow)
-
-
-def named(op: str, forward: tuple[Any, Callable[..., Any]], gradients: Sequence[str]) -> tuple[Any, Pullback]:
-    """A backend's ``(result, pullback)`` as ``(result, Pullback)``, for an op with one array result ``y``
-    and one cotangent ``dy``."""
-    result, run = forward
-    shape, dtype = _shape(result), _dtype(result)
-    try:
-        cotangents = _dy(shape, dtype)
-    except TypeError:                                  # an unhashable dtype object: made for this call
-        cotangents = (Cotangent("dy", "y", shape, dtype),)
-    return result, Pullback(op, run, cotangents, tuple(gradients))
-
-
-@functools.lru_cache(maxsize=1024)
-def _dy(shape: tuple[int, ...] | None, dtype: Any) -> tuple[Cotangent]:
-    """The one cotangent of a single-result op, made once per (shape, dtype): a repeated call reuses it."""
-    return (Cotangent("dy", "y", shape, dtype),)
-
-
-def named_first(op: str, forward: tuple[Any, Callable[..., Any]], gradients: Sequence[str]) -> tuple[Any, Pullback]:
-    """Like :func:`named` for an op whose result may also be ``(y, other)`` with ``other`` taking no
-    cotangent (maxpool's indices): the pullback takes dy only."""
-    result, run = forward
-    y = result[0] if isinstance(result, tuple) else result
-    return result, Pullback(op, run, (Cotangent("dy", "y", _shape(y), _dtype(y)),), tuple(gradients))
 
 
 def named_rnn(forward: tuple[tuple[Any, Any, Any], Callable[..., Any]],

@@ -25,9 +25,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from dnnbind.highlevel.arg_cache import remember
-from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm, check_dtype,
-                                    check_positive_float, check_probability, check_real, check_same_dtype,
-                                    check_shape, normalize_axis, rnn_weight_entries)
+from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm, check_divisor_override,
+                                    check_dtype, check_positive_float, check_probability, check_real,
+                                    check_same_dtype, check_shape, normalize_axis, rnn_weight_entries)
 from dnnbind.highlevel.dispatch import adopts_device_arrays, backend_op
 from dnnbind.highlevel.pullback import Pullback, named, named_first, named_rnn
 
@@ -138,17 +138,21 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, dilati
 
 @adopts_device_arrays("x")
 def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, count_include_pad: bool = True,
-             ceil_mode: bool = False) -> tuple[Any, Pullback]:
+             ceil_mode: bool = False, divisor_override: int | None = None) -> tuple[Any, Pullback]:
     """Average pooling (torch's avg_pool); with ``count_include_pad`` the padding counts in the divisor.
 
     ``ceil_mode`` rounds the output size up as torch does; the windows it adds divide, as in torch, by
     their part inside x and the padding (``count_include_pad``) or inside x alone, never by the part
-    past the padding (see :meth:`PoolDims.mean_counts`).
+    past the padding. ``divisor_override`` (a non-zero int, negative allowed) divides every window's
+    sum (padding adding zeros) by itself instead, whatever ``count_include_pad`` says, as torch's
+    avg_pool2d/3d(divisor_override=...) do (see :meth:`PoolDims.mean_divisor`).
     """
-    run, static = remember(("meanpool", _meta(x)), (window, stride, padding, count_include_pad, ceil_mode),
+    run, static = remember(("meanpool", _meta(x)), (window, stride, padding, count_include_pad, ceil_mode,
+                                                    divisor_override),
                            lambda: (backend_op("meanpool", x=x),
                                     _meanpool_static(x, window=window, stride=stride, padding=padding,
-                                                     count_include_pad=count_include_pad, ceil_mode=ceil_mode)))
+                                                     count_include_pad=count_include_pad, ceil_mode=ceil_mode,
+                                                     divisor_override=divisor_override)))
     return named("meanpool", run(x, *static), ("dx",))
 
 
@@ -297,11 +301,13 @@ def _maxpool_static(x: Any, *, window: Any, stride: Any = None, padding: Any = 0
 
 
 def _meanpool_static(x: Any, *, window: Any, stride: Any = None, padding: Any = 0,
-                     count_include_pad: bool = True, ceil_mode: bool = False) -> tuple:
+                     count_include_pad: bool = True, ceil_mode: bool = False,
+                     divisor_override: int | None = None) -> tuple:
     if not isinstance(count_include_pad, (bool, np.bool_)):
         raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
+    divisor_override = check_divisor_override(divisor_override)
     return (PoolDims(x.shape, window, stride=stride, padding=padding, ceil_mode=ceil_mode, dtype=x.dtype),
-            bool(count_include_pad))
+            bool(count_include_pad), divisor_override)
 
 
 def _axis_static(x: Any, *, axis: int = 1) -> tuple:

@@ -250,6 +250,30 @@ def test_pooling(poisoned, dtype, lay, case, op):
     assert layout.has_layout(y, lay)
 
 
+#: mean pooling with divisor_override, which cuDNN lacks (AVERAGE_COUNT_INCLUDE_PADDING and a rescale)
+DIVISOR = [
+    ((2, 3, 11), 3, dict(stride=2, padding=1, divisor_override=2)),
+    ((2, 3, 8, 9), 3, dict(stride=2, padding=1, ceil_mode=True, divisor_override=-4)),
+    ((2, 3, 9, 10), (3, 2), dict(stride=(2, 1), padding=((1, 0), (0, 1)), count_include_pad=False,
+                                 divisor_override=3)),
+    ((1, 2, 5, 6, 7), (3, 2, 3), dict(stride=(2, 3, 2), padding=(1, 1, 0), ceil_mode=True, divisor_override=7)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lay", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", range(len(DIVISOR)))
+def test_meanpool_divisor_override(poisoned, dtype, lay, case):
+    cp, rng = poisoned, np.random.default_rng(70 + case)
+    xs, window, kw = DIVISOR[case]
+    x = (rng.permutation(int(np.prod(xs))).reshape(xs) - np.prod(xs) / 2).astype(dtype) / 16
+    dx = to_device(cp, x, lay)
+    y_ref, _ = dnnbind.meanpool(x, window, **kw)
+    y, _ = compare(cp, rng, dtype, lambda: dnnbind.meanpool(dx, window, **kw), lambda: dnnbind.meanpool(x, window, **kw),
+                   [dx], y_ref.shape)
+    assert layout.has_layout(y, lay)
+
+
 @pytest.mark.parametrize("case", range(len(DILATED)))
 def test_maxpool_return_indices_equal_the_reference(poisoned, case):
     cp, rng = poisoned, np.random.default_rng(60 + case)

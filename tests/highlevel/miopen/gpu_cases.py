@@ -114,6 +114,11 @@ CASES: list[Case] = [
     Case("meanpool3d_ceil_exclude_pad", "meanpool", arrays((1, 2, 5, 6, 7), window=(3, 2, 3), stride=(2, 3, 2),
                                                            padding=(1, 1, 0), ceil_mode=True,
                                                            count_include_pad=False)),
+    Case("meanpool2d_ceil_divisor", "meanpool", arrays((2, 3, 8, 9), window=3, stride=2, padding=1, ceil_mode=True,
+                                                       divisor_override=-4)),
+    Case("meanpool3d_divisor_exclude_pad", "meanpool", arrays((1, 2, 5, 6, 7), window=(3, 2, 3), stride=(2, 3, 2),
+                                                              padding=((1, 0), 1, 0), count_include_pad=False,
+                                                              divisor_override=5)),
     # dilated max pooling runs on CuPy (dnnbind.highlevel.gpu.window_max)
     Case("maxpool1d_dilated_ceil", "maxpool", arrays((2, 3, 13), window=3, stride=2, padding=1, dilation=3,
                                                      ceil_mode=True)),

@@ -9,6 +9,12 @@ otherwise keep the caller's array). Semantics equal ``torch.nn.functional`` for 
 docstring says otherwise. Arrays are float16, bfloat16, float32 or float64 (float16 and bfloat16 are computed
 in float32 on the CPU, bfloat16 through the ``ml_dtypes`` package).
 
+Unbatched input, as torch.nn.functional takes it (see :mod:`dnnbind.highlevel.unbatched` for the
+rules): conv and conv_transpose take x (C, *spatial) with one dimension fewer than w; maxpool and meanpool
+take x (C, *spatial) when an argument given per spatial dimension (a sequence) says the spatial rank;
+rnn takes x (seq, input) with h0, c0 (num_layers * num_directions, size). Results, cotangents and the
+gradients of those inputs then have no batch axis either.
+
 Edge cases follow one policy for every op and backend (see :mod:`dnnbind.highlevel.edges`): 0-d arrays
 give 0-d results where PyTorch takes them; zero-size arrays give empty results and gradients without
 running any backend where PyTorch does so, and a ValueError naming the argument elsewhere. ``None`` for
@@ -30,6 +36,9 @@ from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm
                                     check_same_dtype, check_shape, normalize_axis, rnn_weight_entries)
 from dnnbind.highlevel.dispatch import adopts_device_arrays, backend_op
 from dnnbind.highlevel.pullback import Pullback, named, named_first, named_rnn
+from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.unbatched import (Unbatched, conv_is_unbatched, pool_is_unbatched, problem,
+                                         rnn_is_unbatched, with_batch)
 
 #: activation modes -> default alpha (None: the mode takes no alpha)
 ACTIVATION_DEFAULTS: dict[str, float | None] = {
@@ -78,6 +87,21 @@ def _conv_transpose_dims(x: Any, w: Any, b: Any, stride: Any, padding: Any, outp
     return dims
 
 
+def _one_sample(x: Any) -> ArraySpec:
+    """x as the batch of one it runs as (an unbatched call's checks see this)."""
+    return ArraySpec(with_batch(x.shape), x.dtype)
+
+
+def _conv_build(op: str, x: Any, w: Any, b: Any, dims: Callable[[Any], ConvDims]) -> tuple[Any, ConvDims]:
+    """(the backend's run, the checked dims) of a conv or conv_transpose call; for an unbatched x the run
+    adds and drops the batch axis (:mod:`dnnbind.highlevel.unbatched`)."""
+    run = backend_op(op, ("x", "w"), x=x, w=w, b=b)
+    if not conv_is_unbatched(x.shape, w.shape):
+        return run, dims(x)
+    # the backend's run(x, w, b, dims) on one sample: x gets the batch axis, and dx (gradient 0) loses it
+    return Unbatched(run, inputs=(0,), gradients=(0,)), problem(lambda: dims(_one_sample(x)), x.shape)
+
+
 @adopts_device_arrays("x", "w", "b")
 def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
          groups: int = 1, flip: bool = False) -> tuple[Any, Pullback]:
@@ -85,12 +109,13 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
 
     Cross-correlation like torch.nn.functional.conv{1,2,3}d; ``flip=True`` flips the kernel in every
     spatial dim (true convolution). ``padding``: an int, one int per spatial dim, or one (low, high)
-    pair per spatial dim. Returns (y, pullback) with pullback(dy) -> (dx, dw), or (dx, dw, db) when b
-    is given.
+    pair per spatial dim. An x with one dimension fewer than w, (C, *spatial), is one unbatched sample:
+    y and dx come back without the batch axis and dy has none. Returns (y, pullback) with pullback(dy)
+    -> (dx, dw), or (dx, dw, db) when b is given.
     """
     run, dims = remember(("conv", _meta(x), _meta(w), _meta(b)), (stride, padding, dilation, groups, flip),
-                         lambda: (backend_op("conv", ("x", "w"), x=x, w=w, b=b),
-                                  _conv_dims(x, w, b, stride, padding, dilation, groups, flip)))
+                         lambda: _conv_build("conv", x, w, b, lambda xs: _conv_dims(xs, w, b, stride, padding,
+                                                                                    dilation, groups, flip)))
     return named("conv", run(x, w, b, dims), _conv_gradients(b))
 
 
@@ -106,14 +131,26 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
 
     w has PyTorch's transposed layout (C_in, C_out/groups, *kernel); b has C_out entries. ``padding``
     crops the output (low, high per dim as for conv); ``output_padding`` adds to the high side and must
-    be smaller than stride or dilation. Returns (y, pullback) like :func:`conv`.
+    be smaller than stride or dilation. x (C_in, *spatial), one dimension fewer than w, is one unbatched
+    sample, as for :func:`conv`. Returns (y, pullback) like :func:`conv`.
     """
     run, dims = remember(("conv_transpose", _meta(x), _meta(w), _meta(b)),
                          (stride, padding, output_padding, dilation, groups, flip),
-                         lambda: (backend_op("conv_transpose", ("x", "w"), x=x, w=w, b=b),
-                                  _conv_transpose_dims(x, w, b, stride, padding, output_padding, dilation, groups,
-                                                       flip)))
+                         lambda: _conv_build("conv_transpose", x, w, b,
+                                             lambda xs: _conv_transpose_dims(xs, w, b, stride, padding,
+                                                                             output_padding, dilation, groups,
+                                                                             flip)))
     return named("conv_transpose", run(x, w, b, dims), _conv_gradients(b))
+
+
+def _pool_build(op: str, x: Any, static: Callable[[Any], tuple], **per_dim: Any) -> tuple[Any, tuple]:
+    """(the backend's run, the static arguments) of a pooling call; for an unbatched x (the spatial rank
+    told by ``per_dim``, the arguments that may be given per spatial dimension) the run adds and drops
+    the batch axis."""
+    run = backend_op(op, x=x)
+    if not pool_is_unbatched(x.shape, **per_dim):
+        return run, static(x)
+    return Unbatched(run, inputs=(0,), gradients=(0,)), problem(lambda: static(_one_sample(x)), x.shape)
 
 
 @adopts_device_arrays("x")
@@ -127,12 +164,20 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, dilati
     the window in row-major order, as in PyTorch. Returns (y, pullback) with pullback(dy) -> dx; with
     ``return_indices`` ((y, indices), pullback), indices (int64, y's shape) being torch's: the flat index
     of every window's maximum in its (N, C) plane of x.
+
+    Unbatched x: the spatial rank is the length of the arguments given per spatial dimension (window,
+    stride, padding, dilation as a list or tuple); x (C, *spatial) with one dimension more than that is
+    one sample, and y, indices, dy and dx then have no batch axis. With ints only the spatial rank is
+    x.ndim - 2, as for a batch: x of 3 dimensions with ``window=2`` is a batch of 1-d signals (N, C, L);
+    ``window=(2, 2)`` makes it one 2-d sample (C, H, W).
     """
     run, static = remember(("maxpool", _meta(x)), (window, stride, padding, dilation, ceil_mode, return_indices),
-                           lambda: (backend_op("maxpool", x=x),
-                                    _maxpool_static(x, window=window, stride=stride, padding=padding,
-                                                    dilation=dilation, ceil_mode=ceil_mode,
-                                                    return_indices=return_indices)))
+                           lambda: _pool_build("maxpool", x,
+                                               lambda xs: _maxpool_static(xs, window=window, stride=stride,
+                                                                          padding=padding, dilation=dilation,
+                                                                          ceil_mode=ceil_mode,
+                                                                          return_indices=return_indices),
+                                               window=window, stride=stride, padding=padding, dilation=dilation))
     return named_first("maxpool", run(x, *static), ("dx",))
 
 
@@ -146,13 +191,20 @@ def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, count
     past the padding. ``divisor_override`` (a non-zero int, negative allowed) divides every window's
     sum (padding adding zeros) by itself instead, whatever ``count_include_pad`` says, as torch's
     avg_pool2d/3d(divisor_override=...) do (see :meth:`PoolDims.mean_divisor`).
+
+    Unbatched x, as for :func:`maxpool`: with window, stride or padding given per spatial dimension (a
+    list or tuple), x (C, *spatial) with one dimension more than their length is one sample (y, dy and
+    dx without the batch axis); with ints only, x is a batch (N, C, *spatial) whatever its rank.
     """
     run, static = remember(("meanpool", _meta(x)), (window, stride, padding, count_include_pad, ceil_mode,
                                                     divisor_override),
-                           lambda: (backend_op("meanpool", x=x),
-                                    _meanpool_static(x, window=window, stride=stride, padding=padding,
-                                                     count_include_pad=count_include_pad, ceil_mode=ceil_mode,
-                                                     divisor_override=divisor_override)))
+                           lambda: _pool_build("meanpool", x,
+                                               lambda xs: _meanpool_static(xs, window=window, stride=stride,
+                                                                           padding=padding,
+                                                                           count_include_pad=count_include_pad,
+                                                                           ceil_mode=ceil_mode,
+                                                                           divisor_override=divisor_override),
+                                               window=window, stride=stride, padding=padding))
     return named("meanpool", run(x, *static), ("dx",))
 
 
@@ -264,6 +316,10 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_
     (w_ih, w_hh, b_ih, b_hh, w_hr), w_hr (proj_size, hidden), and h, y have proj_size features per
     direction where they had hidden_size (c keeps hidden_size); the MIOpen backend has no projection.
 
+    Unbatched, as torch.nn.LSTM/GRU/RNN take it: x (seq, input) is one sequence, h0 and c0 (when given)
+    are then (num_layers * num_directions, hidden), and y, hy, cy, their cotangents and dx, dh0, dc0 have
+    no batch axis either.
+
     Returns ((y, hy, cy), pullback): y (seq, batch, num_directions * hidden), hy and cy
     (num_layers * num_directions, batch, hidden), cy None unless LSTM. pullback(dy, dhy=None, dcy=None)
     -> (dx, dh0, dc0, dweights): dh0 always an array (the gradient for the zero state when h0 was
@@ -272,9 +328,21 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_
     entries = rnn_weight_entries(weights)
     weight_arrays = {f"weights[{i}][{j}]": a for i, entry in enumerate(entries) for j, a in enumerate(entry)}
     run = backend_op("rnn", x=x, h0=h0, c0=c0, **weight_arrays)
-    (dims,) = _rnn_static(x, entries, h0, c0, mode=mode, hidden_size=hidden_size, num_layers=num_layers,
-                          bidirectional=bidirectional, lengths=lengths, proj_size=proj_size)
+    if not rnn_is_unbatched(x.shape, h0, c0):
+        (dims,) = _rnn_static(x, entries, h0, c0, mode=mode, hidden_size=hidden_size, num_layers=num_layers,
+                              bidirectional=bidirectional, lengths=lengths, proj_size=proj_size)
+    else:                    # one sequence: the batch axis (1) goes in after seq, and in h0/c0 after the layers
+        (dims,) = problem(lambda: _rnn_static(
+            ArraySpec(with_batch(x.shape, 1), x.dtype), entries, _state_spec(h0), _state_spec(c0), mode=mode,
+            hidden_size=hidden_size, num_layers=num_layers, bidirectional=bidirectional, lengths=lengths,
+            proj_size=proj_size), x.shape)
+        run = Unbatched(run, inputs=(0, 2, 3), gradients=(0, 1, 2), axis=1)
     return named_rnn(run(x, [list(entry) for entry in entries], h0, c0, dims), dims.mode)
+
+
+def _state_spec(state: Any) -> ArraySpec | None:
+    """An unbatched h0 or c0 as the batch of one it runs as."""
+    return None if state is None else ArraySpec(with_batch(state.shape, 1), state.dtype)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from dnnbind.highlevel import reference
 from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.gpu import layout
 
+from ..miopen.gpu_cases import CASES, run_case
+
 pytestmark = pytest.mark.gpu
 
 DTYPES = ["float64", "float32", "float16"]
@@ -272,6 +274,16 @@ def test_meanpool_divisor_override(poisoned, dtype, lay, case):
     y, _ = compare(cp, rng, dtype, lambda: dnnbind.meanpool(dx, window, **kw), lambda: dnnbind.meanpool(x, window, **kw),
                    [dx], y_ref.shape)
     assert layout.has_layout(y, lay)
+
+
+#: the backend-neutral cases (MIOpen runs them too) of divisor_override and of unbatched inputs, whose batch
+#: axis the public ops add and drop around the backend
+SHARED = [c for c in CASES if "divisor" in c.name or "unbatched" in c.name]
+
+
+@pytest.mark.parametrize("case, dtype", [pytest.param(c, d, id=f"{c.name}-{d}") for c in SHARED for d in c.dtypes])
+def test_divisor_override_and_unbatched_cases_equal_the_reference(poisoned, case, dtype):
+    run_case(case, dtype, poisoned.asarray, poisoned.asnumpy)
 
 
 @pytest.mark.parametrize("case", range(len(DILATED)))

@@ -180,8 +180,8 @@ def test_errors(rng):
         dnnbind.maxpool(x, 2, dilation=0)
     with pytest.raises(TypeError, match=r"dilation=1.5 must be an int"):
         dnnbind.maxpool(x, 2, dilation=1.5)
-    with pytest.raises(ValueError, match=r"dilation=\(1, 2, 3\) must be an int or 2 ints"):
-        dnnbind.maxpool(x, 2, dilation=(1, 2, 3))
+    with pytest.raises(ValueError, match=r"dilation=\(1, 2, 3, 4\) must be an int or 2 ints"):
+        dnnbind.maxpool(x, 2, dilation=(1, 2, 3, 4))     # (1, 2, 3) would make x one unbatched 3-d sample
     with pytest.raises(ValueError, match=r"output would be empty.*window=\(3, 3\) dilated to \(5, 5\)"):
         dnnbind.maxpool(x, 3, dilation=2)
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'dilation'"):

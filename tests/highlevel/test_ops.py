@@ -131,6 +131,8 @@ def test_conv_geometry_through_the_public_op(size, kernel, stride, padding, outp
     ("batchnorm", (np.ones((2, 3)), np.ones(3), np.ones(3), np.zeros(3, np.int64), None), {"training": True}),
     ("meanpool", (np.ones((1, 1, 4, 4)),), {"window": 2, "count_include_pad": 1}),
     ("meanpool", (np.ones((1, 1, 4, 4)),), {"window": 2, "ceil_mode": 1}),
+    ("meanpool", (np.ones((1, 1, 4, 4)),), {"window": 2, "divisor_override": 0}),
+    ("meanpool", (np.ones((1, 1, 4, 4)),), {"window": 2, "divisor_override": True}),
     ("maxpool", (np.ones((1, 1, 4, 4)),), {"window": 2, "ceil_mode": "no"}),
     ("maxpool", (np.ones((1, 1, 4, 4)),), {"window": 2, "dilation": 0}),
     ("maxpool", (np.ones((1, 1, 4, 4)),), {"window": 3, "dilation": 2}),

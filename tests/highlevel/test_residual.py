@@ -28,10 +28,10 @@ def _conv_case(x_shape, w_shape, dtype=np.float32, transposed=False, **kw):
     return ("conv_transpose" if transposed else "conv"), (x, w, b), (dims,)
 
 
-def _pool_case(op, x_shape, window, dtype=np.float32, return_indices=False, **kw):
+def _pool_case(op, x_shape, window, dtype=np.float32, return_indices=False, divisor_override=None, **kw):
     x = rng.standard_normal(x_shape).astype(dtype)
     static = (PoolDims(x_shape, window, dtype=np.dtype(dtype), **kw),)
-    return op, (x,), static + ((False,) if op == "meanpool" else (return_indices,))
+    return op, (x,), static + ((False, divisor_override) if op == "meanpool" else (return_indices,))
 
 
 def _cases():
@@ -50,6 +50,8 @@ def _cases():
     yield _pool_case("maxpool", (2, 3, 9, 8), 3, stride=2, padding=1, dilation=(2, 1), ceil_mode=True)
     yield _pool_case("maxpool", (2, 3, 9), 2, np.float16, True, dilation=3, ceil_mode=True)     # (y, indices)
     yield _pool_case("meanpool", (2, 3, 8, 9), 3, stride=2, padding=1, ceil_mode=True)
+    yield _pool_case("meanpool", (2, 3, 8, 9), 3, np.float16, divisor_override=-4, stride=2, padding=1,
+                     ceil_mode=True)
     for op in ("softmax", "logsoftmax"):
         yield op, (rng.standard_normal((3, 4, 5)),), (1,)
         yield op, (np.array(0.5),), (0,)

@@ -30,6 +30,8 @@ def _cases(randn):
                            (x4, randn(3, 2, 3, 3), randn(2))),
         "maxpool": (lambda x: dt.maxpool(x, 2, stride=1, padding=1), (x4,)),
         "meanpool": (lambda x: dt.meanpool(x, 3, stride=2, padding=1, count_include_pad=False), (x4,)),
+        "meanpool_divisor": (lambda x: dt.meanpool(x, 3, stride=2, padding=1, ceil_mode=True, divisor_override=-2),
+                             (x4,)),
         "softmax": (lambda x: dt.softmax(x, axis=-1), (x4,)),
         "logsoftmax": (lambda x: dt.logsoftmax(x), (x3,)),
         "activation_swish": (lambda x: dt.activation(x, "swish", alpha=1.5), (x3,)),

@@ -115,6 +115,19 @@ def check_real(name: str, value: Any) -> float:
     return _float(name, value)
 
 
+def check_divisor_override(value: Any) -> int | None:
+    """None, or a non-zero int (negative allowed): mean pooling's ``divisor_override``, checked as
+    torch.nn.functional.avg_pool2d checks it (a bool or a float is a TypeError there too; 0 fails there
+    with "divisor must be not zero")."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"divisor_override={value!r} must be None or a non-zero int, not {type(value).__name__}")
+    if value == 0:
+        raise ValueError("divisor_override=0 must be a non-zero int (None: divide by the count of elements averaged)")
+    return int(value)
+
+
 def _per_dim(name: str, value: Any, n: int, *, minimum: int) -> Shape:
     """An int, or one int per spatial dimension, each >= minimum."""
     if isinstance(value, (list, tuple)):
@@ -395,7 +408,7 @@ class PoolDims:
     inside x or its low padding; the extra windows run past the padded input, which PoolDims expresses
     as extra high-side padding (``ceil_extra``, not limited to half the window). ``pad_high`` is the
     whole high-side padding (the user's plus ``ceil_extra``): a backend pads by ``pad_low`` and
-    ``pad_high`` and pools without rounding. :meth:`mean_counts` says what a mean divides by.
+    ``pad_high`` and pools without rounding. :meth:`mean_divisor` says what a mean divides by.
     """
 
     x_shape: Shape
@@ -487,6 +500,18 @@ class PoolDims:
             first, last = (-lo, size + hi) if count_include_pad else (0, size)
             counts.append(tuple(min(i * st - lo + k, last) - max(i * st - lo, first) for i in range(o)))
         return tuple(counts)
+
+    def mean_divisor(self, count_include_pad: bool,
+                     divisor_override: int | None = None) -> tuple[tuple[tuple[int, ...], ...], int]:
+        """What each output of a mean divides its window's sum by (padding adds zeros to the sum), as
+        ``(per_dim, constant)``: output (i, j, ...) divides by ``constant * per_dim[0][i] * per_dim[1][j] *
+        ...``. Without ``divisor_override``: (:meth:`mean_counts`, 1); with it, every output divides by the
+        override alone, whatever ``count_include_pad`` says (torch's rule), so the counts are all 1. The one
+        rule of the reference backend's ``_divisor`` and the GPU backends' rescale
+        (:mod:`dnnbind.highlevel.gpu.rescale`); the override is checked by :func:`check_divisor_override`."""
+        if divisor_override is None:
+            return self.mean_counts(count_include_pad), 1
+        return tuple((1,) * o for o in self.out_size), int(divisor_override)
 
     @property
     def spatial_rank(self) -> int:

@@ -9,6 +9,12 @@ otherwise keep the caller's array). Semantics equal ``torch.nn.functional`` for 
 docstring says otherwise. Arrays are float16, bfloat16, float32 or float64 (float16 and bfloat16 are computed
 in float32 on the CPU, bfloat16 through the ``ml_dtypes`` package).
 
+Unbatched input, as torch.nn.functional takes it (see :mod:`dnnbind.highlevel.unbatched` for the
+rules): conv and conv_transpose take x (C, *spatial) with one dimension fewer than w; maxpool and meanpool
+take x (C, *spatial) when an argument given per spatial dimension (a sequence) says the spatial rank;
+rnn takes x (seq, input) with h0, c0 (num_layers * num_directions, size). Results, cotangents and the
+gradients of those inputs then have no batch axis either.
+
 Edge cases follow one policy for every op and backend (see :mod:`dnnbind.highlevel.edges`): 0-d arrays
 give 0-d results where PyTorch takes them; zero-size arrays give empty results and gradients without
 running any backend where PyTorch does so, and a ValueError naming the argument elsewhere. ``None`` for
@@ -24,12 +30,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm, check_dtype,
-                                    check_positive_float, check_probability, check_real, check_same_dtype,
-                                    check_shape, normalize_axis, rnn_weight_entries)
+from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm, check_divisor_override,
+                                    check_dtype, check_positive_float, check_probability, check_real,
+                                    check_same_dtype, check_shape, normalize_axis, rnn_weight_entries)
 from dnnbind.highlevel.dispatch import adopts_device_arrays, backend_op
 from dnnbind.highlevel.plans import Plan, build, find
 from dnnbind.highlevel.pullback import Pullback, named_rnn
+from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.unbatched import (Unbatched, conv_is_unbatched, pool_is_unbatched, problem,
+                                         rnn_is_unbatched, with_batch)
 
 #: activation modes -> default alpha (None: the mode takes no alpha)
 ACTIVATION_DEFAULTS: dict[str, float | None] = {
@@ -68,14 +77,32 @@ def _conv_transpose_dims(x: Any, w: Any, b: Any, stride: Any, padding: Any, outp
     return dims
 
 
+def _one_sample(x: Any) -> ArraySpec:
+    """x as the batch of one it runs as (an unbatched call's checks see this)."""
+    return ArraySpec(with_batch(x.shape), x.dtype)
+
+
+def _run_and_static(op: str, x: Any, unbatched: Callable[[], bool], static: Callable[[Any], tuple],
+                    **others: Any) -> tuple[Any, tuple]:
+    """(the backend's run, the checked static arguments) of a conv or pooling call; for an unbatched x (as
+    ``unbatched()`` decides, once the arrays are known to be arrays) the run adds and drops the batch axis
+    and the checks see the batch of one (:mod:`dnnbind.highlevel.unbatched`)."""
+    run = backend_op(op, ("x", "w") if others else ("x",), x=x, **others)
+    if not unbatched():
+        return run, static(x)
+    # the backend's run(x, ..., *static) on one sample: x gets the batch axis, and dx (gradient 0) loses it
+    return Unbatched(run, inputs=(0,), gradients=(0,)), problem(lambda: static(_one_sample(x)), x.shape)
+
+
 def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
          groups: int = 1, flip: bool = False) -> tuple[Any, Pullback]:
     """N-d convolution of x (N, C, *spatial) with w (K, C/groups, *kernel), 1 to 3 spatial dims.
 
     Cross-correlation like torch.nn.functional.conv{1,2,3}d; ``flip=True`` flips the kernel in every
     spatial dim (true convolution). ``padding``: an int, one int per spatial dim, or one (low, high)
-    pair per spatial dim. Returns (y, pullback) with pullback(dy) -> (dx, dw), or (dx, dw, db) when b
-    is given.
+    pair per spatial dim. An x with one dimension fewer than w, (C, *spatial), is one unbatched sample:
+    y and dx come back without the batch axis and dy has none. Returns (y, pullback) with pullback(dy)
+    -> (dx, dw), or (dx, dw, db) when b is given.
     """
     arguments = (stride, padding, dilation, groups, flip)
     plan = find("conv", (x, w, b), arguments)
@@ -87,8 +114,9 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
 @adopts_device_arrays("x", "w", "b")
 def _conv_checked(x: Any, w: Any, b: Any, arguments: tuple) -> tuple[Any, Pullback]:
     return build("conv", (x, w, b), arguments,
-                 lambda: Plan("conv", backend_op("conv", ("x", "w"), x=x, w=w, b=b),
-                              (_conv_dims(x, w, b, *arguments),), _conv_gradients(b)))(x, w, b)
+                 lambda: Plan("conv", *_run_and_static("conv", x, lambda: conv_is_unbatched(x.shape, w.shape),
+                                                       lambda xs: (_conv_dims(xs, w, b, *arguments),), w=w, b=b),
+                              _conv_gradients(b)))(x, w, b)
 
 
 def _conv_gradients(b: Any) -> tuple[str, ...]:
@@ -102,7 +130,8 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
 
     w has PyTorch's transposed layout (C_in, C_out/groups, *kernel); b has C_out entries. ``padding``
     crops the output (low, high per dim as for conv); ``output_padding`` adds to the high side and must
-    be smaller than stride or dilation. Returns (y, pullback) like :func:`conv`.
+    be smaller than stride or dilation. x (C_in, *spatial), one dimension fewer than w, is one unbatched
+    sample, as for :func:`conv`. Returns (y, pullback) like :func:`conv`.
     """
     arguments = (stride, padding, output_padding, dilation, groups, flip)
     plan = find("conv_transpose", (x, w, b), arguments)
@@ -114,8 +143,10 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
 @adopts_device_arrays("x", "w", "b")
 def _conv_transpose_checked(x: Any, w: Any, b: Any, arguments: tuple) -> tuple[Any, Pullback]:
     return build("conv_transpose", (x, w, b), arguments,
-                 lambda: Plan("conv_transpose", backend_op("conv_transpose", ("x", "w"), x=x, w=w, b=b),
-                              (_conv_transpose_dims(x, w, b, *arguments),), _conv_gradients(b)))(x, w, b)
+                 lambda: Plan("conv_transpose",
+                              *_run_and_static("conv_transpose", x, lambda: conv_is_unbatched(x.shape, w.shape),
+                                               lambda xs: (_conv_transpose_dims(xs, w, b, *arguments),), w=w, b=b),
+                              _conv_gradients(b)))(x, w, b)
 
 
 def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, dilation: Any = 1,
@@ -128,6 +159,12 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, dilati
     the window in row-major order, as in PyTorch. Returns (y, pullback) with pullback(dy) -> dx; with
     ``return_indices`` ((y, indices), pullback), indices (int64, y's shape) being torch's: the flat index
     of every window's maximum in its (N, C) plane of x.
+
+    Unbatched x: the spatial rank is the length of the arguments given per spatial dimension (window,
+    stride, padding, dilation as a list or tuple); x (C, *spatial) with one dimension more than that is
+    one sample, and y, indices, dy and dx then have no batch axis. With ints only the spatial rank is
+    x.ndim - 2, as for a batch: x of 3 dimensions with ``window=2`` is a batch of 1-d signals (N, C, L);
+    ``window=(2, 2)`` makes it one 2-d sample (C, H, W).
     """
     arguments = (window, stride, padding, dilation, ceil_mode, return_indices)
     plan = find("maxpool", (x,), arguments)
@@ -140,21 +177,32 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, dilati
 def _maxpool_checked(x: Any, arguments: tuple) -> tuple[Any, Pullback]:
     window, stride, padding, dilation, ceil_mode, return_indices = arguments
     return build("maxpool", (x,), arguments,
-                 lambda: Plan("maxpool", backend_op("maxpool", x=x),
-                              _maxpool_static(x, window=window, stride=stride, padding=padding, dilation=dilation,
-                                              ceil_mode=ceil_mode, return_indices=return_indices),
+                 lambda: Plan("maxpool",
+                              *_run_and_static("maxpool", x,
+                                               lambda: pool_is_unbatched(x.shape, window=window, stride=stride,
+                                                                         padding=padding, dilation=dilation),
+                                               lambda xs: _maxpool_static(xs, window=window, stride=stride,
+                                                                          padding=padding, dilation=dilation,
+                                                                          ceil_mode=ceil_mode,
+                                                                          return_indices=return_indices)),
                               ("dx",), first=True))(x)
 
 
 def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, count_include_pad: bool = True,
-             ceil_mode: bool = False) -> tuple[Any, Pullback]:
+             ceil_mode: bool = False, divisor_override: int | None = None) -> tuple[Any, Pullback]:
     """Average pooling (torch's avg_pool); with ``count_include_pad`` the padding counts in the divisor.
 
     ``ceil_mode`` rounds the output size up as torch does; the windows it adds divide, as in torch, by
     their part inside x and the padding (``count_include_pad``) or inside x alone, never by the part
-    past the padding (see :meth:`PoolDims.mean_counts`).
+    past the padding. ``divisor_override`` (a non-zero int, negative allowed) divides every window's
+    sum (padding adding zeros) by itself instead, whatever ``count_include_pad`` says, as torch's
+    avg_pool2d/3d(divisor_override=...) do (see :meth:`PoolDims.mean_divisor`).
+
+    Unbatched x, as for :func:`maxpool`: with window, stride or padding given per spatial dimension (a
+    list or tuple), x (C, *spatial) with one dimension more than their length is one sample (y, dy and
+    dx without the batch axis); with ints only, x is a batch (N, C, *spatial) whatever its rank.
     """
-    arguments = (window, stride, padding, count_include_pad, ceil_mode)
+    arguments = (window, stride, padding, count_include_pad, ceil_mode, divisor_override)
     plan = find("meanpool", (x,), arguments)
     if plan is None:
         return _meanpool_checked(x, arguments)
@@ -163,11 +211,17 @@ def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, count
 
 @adopts_device_arrays("x")
 def _meanpool_checked(x: Any, arguments: tuple) -> tuple[Any, Pullback]:
-    window, stride, padding, count_include_pad, ceil_mode = arguments
+    window, stride, padding, count_include_pad, ceil_mode, divisor_override = arguments
     return build("meanpool", (x,), arguments,
-                 lambda: Plan("meanpool", backend_op("meanpool", x=x),
-                              _meanpool_static(x, window=window, stride=stride, padding=padding,
-                                               count_include_pad=count_include_pad, ceil_mode=ceil_mode),
+                 lambda: Plan("meanpool",
+                              *_run_and_static("meanpool", x,
+                                               lambda: pool_is_unbatched(x.shape, window=window, stride=stride,
+                                                                         padding=padding),
+                                               lambda xs: _meanpool_static(xs, window=window, stride=stride,
+                                                                           padding=padding,
+                                                                           count_include_pad=count_include_pad,
+                                                                           ceil_mode=ceil_mode,
+                                                                           divisor_override=divisor_override)),
                               ("dx",)))(x)
 
 
@@ -310,6 +364,10 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_
     (w_ih, w_hh, b_ih, b_hh, w_hr), w_hr (proj_size, hidden), and h, y have proj_size features per
     direction where they had hidden_size (c keeps hidden_size); the MIOpen backend has no projection.
 
+    Unbatched, as torch.nn.LSTM/GRU/RNN take it: x (seq, input) is one sequence, h0 and c0 (when given)
+    are then (num_layers * num_directions, hidden), and y, hy, cy, their cotangents and dx, dh0, dc0 have
+    no batch axis either.
+
     Returns ((y, hy, cy), pullback): y (seq, batch, num_directions * hidden), hy and cy
     (num_layers * num_directions, batch, hidden), cy None unless LSTM. pullback(dy, dhy=None, dcy=None)
     -> (dx, dh0, dc0, dweights): dh0 always an array (the gradient for the zero state when h0 was
@@ -318,9 +376,21 @@ def rnn(x: Any, weights: Sequence[Sequence[Any]], *, mode: str = "lstm", hidden_
     entries = rnn_weight_entries(weights)
     weight_arrays = {f"weights[{i}][{j}]": a for i, entry in enumerate(entries) for j, a in enumerate(entry)}
     run = backend_op("rnn", x=x, h0=h0, c0=c0, **weight_arrays)
-    (dims,) = _rnn_static(x, entries, h0, c0, mode=mode, hidden_size=hidden_size, num_layers=num_layers,
-                          bidirectional=bidirectional, lengths=lengths, proj_size=proj_size)
+    if not rnn_is_unbatched(x.shape, h0, c0):
+        (dims,) = _rnn_static(x, entries, h0, c0, mode=mode, hidden_size=hidden_size, num_layers=num_layers,
+                              bidirectional=bidirectional, lengths=lengths, proj_size=proj_size)
+    else:                    # one sequence: the batch axis (1) goes in after seq, and in h0/c0 after the layers
+        (dims,) = problem(lambda: _rnn_static(
+            ArraySpec(with_batch(x.shape, 1), x.dtype), entries, _state_spec(h0), _state_spec(c0), mode=mode,
+            hidden_size=hidden_size, num_layers=num_layers, bidirectional=bidirectional, lengths=lengths,
+            proj_size=proj_size), x.shape)
+        run = Unbatched(run, inputs=(0, 2, 3), gradients=(0, 1, 2), axis=1)
     return named_rnn(run(x, [list(entry) for entry in entries], h0, c0, dims), dims.mode)
+
+
+def _state_spec(state: Any) -> ArraySpec | None:
+    """An unbatched h0 or c0 as the batch of one it runs as."""
+    return None if state is None else ArraySpec(with_batch(state.shape, 1), state.dtype)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -347,11 +417,13 @@ def _maxpool_static(x: Any, *, window: Any, stride: Any = None, padding: Any = 0
 
 
 def _meanpool_static(x: Any, *, window: Any, stride: Any = None, padding: Any = 0,
-                     count_include_pad: bool = True, ceil_mode: bool = False) -> tuple:
+                     count_include_pad: bool = True, ceil_mode: bool = False,
+                     divisor_override: int | None = None) -> tuple:
     if not isinstance(count_include_pad, (bool, np.bool_)):
         raise TypeError(f"count_include_pad={count_include_pad!r} must be a bool")
+    divisor_override = check_divisor_override(divisor_override)
     return (PoolDims(x.shape, window, stride=stride, padding=padding, ceil_mode=ceil_mode, dtype=x.dtype),
-            bool(count_include_pad))
+            bool(count_include_pad), divisor_override)
 
 
 def _axis_static(x: Any, *, axis: int = 1) -> tuple:

@@ -50,7 +50,7 @@ FORMS: dict[str, OpForm] = {
     "conv": OpForm(("x", "w", "b"), ("dims",), ("y",), ("dx", "dw", "db")),
     "conv_transpose": OpForm(("x", "w", "b"), ("dims",), ("y",), ("dx", "dw", "db")),
     "maxpool": OpForm(("x",), ("dims", "return_indices"), ("y", "indices"), ("dx",)),
-    "meanpool": OpForm(("x",), ("dims", "count_include_pad"), ("y",), ("dx",)),
+    "meanpool": OpForm(("x",), ("dims", "count_include_pad", "divisor_override"), ("y",), ("dx",)),
     "softmax": OpForm(("x",), ("axis",), ("y",), ("dx",)),
     "logsoftmax": OpForm(("x",), ("axis",), ("y",), ("dx",)),
     "activation": OpForm(("x",), ("mode", "alpha"), ("y",), ("dx",)),
@@ -94,7 +94,7 @@ class ResidualPullback:
 #: parameters of the ``(result, pullback)`` form that may be left out
 DEFAULTS: dict[str, dict[str, Any]] = {
     "maxpool": {"return_indices": False},
-    "meanpool": {"count_include_pad": True},
+    "meanpool": {"count_include_pad": True, "divisor_override": None},
     "batchnorm": {"running_mean": None, "running_var": None, "training": True, "momentum": 0.1, "eps": 1e-5},
     "dropout": {"seed": None},
     "rnn": {"h0": None, "c0": None},

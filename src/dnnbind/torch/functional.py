@@ -58,11 +58,12 @@ def maxpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0, dil
 
 
 def meanpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0,
-             count_include_pad: bool = True, ceil_mode: bool = False) -> Tensor:
-    """Average pooling like ``torch.nn.functional.avg_pool{1,2,3}d``."""
+             count_include_pad: bool = True, ceil_mode: bool = False, divisor_override: int | None = None) -> Tensor:
+    """Average pooling like ``torch.nn.functional.avg_pool{1,2,3}d``; ``divisor_override`` (a non-zero int)
+    divides every window's sum by itself, as avg_pool2d/3d's does (here also in 1-d)."""
     _check(x=x)
     return call("meanpool", x, window=window, stride=stride, padding=padding, count_include_pad=count_include_pad,
-                ceil_mode=ceil_mode)[0]
+                ceil_mode=ceil_mode, divisor_override=divisor_override)[0]
 
 
 def softmax(x: Tensor, *, axis: int = 1) -> Tensor:

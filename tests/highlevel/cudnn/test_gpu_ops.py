@@ -20,6 +20,8 @@ from dnnbind.highlevel import reference
 from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.gpu import layout
 
+from ..miopen.gpu_cases import CASES, run_case
+
 pytestmark = pytest.mark.gpu
 
 DTYPES = ["float64", "float32", "float16"]
@@ -248,6 +250,40 @@ def test_pooling(poisoned, dtype, lay, case, op):
     y_ref, _ = run(x)
     y, _ = compare(cp, rng, dtype, lambda: run(dx), lambda: run(x), [dx], y_ref.shape)
     assert layout.has_layout(y, lay)
+
+
+#: mean pooling with divisor_override, which cuDNN lacks (AVERAGE_COUNT_INCLUDE_PADDING and a rescale)
+DIVISOR = [
+    ((2, 3, 11), 3, dict(stride=2, padding=1, divisor_override=2)),
+    ((2, 3, 8, 9), 3, dict(stride=2, padding=1, ceil_mode=True, divisor_override=-4)),
+    ((2, 3, 9, 10), (3, 2), dict(stride=(2, 1), padding=((1, 0), (0, 1)), count_include_pad=False,
+                                 divisor_override=3)),
+    ((1, 2, 5, 6, 7), (3, 2, 3), dict(stride=(2, 3, 2), padding=(1, 1, 0), ceil_mode=True, divisor_override=7)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lay", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", range(len(DIVISOR)))
+def test_meanpool_divisor_override(poisoned, dtype, lay, case):
+    cp, rng = poisoned, np.random.default_rng(70 + case)
+    xs, window, kw = DIVISOR[case]
+    x = (rng.permutation(int(np.prod(xs))).reshape(xs) - np.prod(xs) / 2).astype(dtype) / 16
+    dx = to_device(cp, x, lay)
+    y_ref, _ = dnnbind.meanpool(x, window, **kw)
+    y, _ = compare(cp, rng, dtype, lambda: dnnbind.meanpool(dx, window, **kw), lambda: dnnbind.meanpool(x, window, **kw),
+                   [dx], y_ref.shape)
+    assert layout.has_layout(y, lay)
+
+
+#: the backend-neutral cases (MIOpen runs them too) of divisor_override and of unbatched inputs, whose batch
+#: axis the public ops add and drop around the backend
+SHARED = [c for c in CASES if "divisor" in c.name or "unbatched" in c.name]
+
+
+@pytest.mark.parametrize("case, dtype", [pytest.param(c, d, id=f"{c.name}-{d}") for c in SHARED for d in c.dtypes])
+def test_divisor_override_and_unbatched_cases_equal_the_reference(poisoned, case, dtype):
+    run_case(case, dtype, poisoned.asarray, poisoned.asnumpy)
 
 
 @pytest.mark.parametrize("case", range(len(DILATED)))

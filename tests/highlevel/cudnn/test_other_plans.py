@@ -12,7 +12,7 @@ from dnnbind.gen import cudnn
 from dnnbind.highlevel import reference
 from dnnbind.highlevel.cudnn.activation import CUDNN_MODES, ActivationPlan
 from dnnbind.highlevel.cudnn.batchnorm import BatchNormPlan, epsilon
-from dnnbind.highlevel.cudnn.pool import MAX, MEAN_EXCLUDE_PAD, MEAN_INCLUDE_PAD, PoolPlan
+from dnnbind.highlevel.cudnn.pool import MAX, MEAN_EXCLUDE_PAD, MEAN_INCLUDE_PAD, PoolPlan, _mean_kind, plan_for
 from dnnbind.highlevel.cudnn.softmax import SoftmaxPlan
 from dnnbind.highlevel.dims import PoolDims
 from dnnbind.highlevel.gpu import layout
@@ -53,23 +53,31 @@ def test_pool_plans_match_pooldims_and_cudnn_output_shapes(kind, rng):
             assert not np.all(plan.rescale == 1)
 
 
+@pytest.mark.parametrize("divisor_override", [None, 3, -5])
 @pytest.mark.parametrize("include", [False, True])
 @pytest.mark.parametrize("padding, stride, ceil_mode", [(((1, 0), (0, 1)), (2, 1), False), (((2, 1), 1), (2, 1), False),
                                                         (((0, 2), (0, 1)), (2, 1), False), (1, (2, 2), True),
                                                         (((0, 1), 0), (3, 2), True), (0, (3, 3), True)])
-def test_mean_rescale_gives_the_asymmetric_and_ceil_mode_mean(padding, stride, ceil_mode, include, rng):
+def test_mean_rescale_gives_the_asymmetric_and_ceil_mode_mean(padding, stride, ceil_mode, include, divisor_override,
+                                                              rng):
     """cuDNN's average of the explicitly padded x (the reference computes the same thing for symmetric
     padding without ceil_mode), times the plan's rescale factors, is the mean of x with asymmetric
-    padding or ceil_mode's windows past the padding."""
+    padding or ceil_mode's windows past the padding, and with a divisor_override (which cuDNN lacks: the
+    plan runs the mean that includes padding, read back from cuDNN's descriptor)."""
     x = rng.standard_normal((2, 3, 7, 8))
     dims = PoolDims(x.shape, (4, 3), stride=stride, padding=padding, ceil_mode=ceil_mode)
-    plan = PoolPlan(dims, MEAN_INCLUDE_PAD if include else MEAN_EXCLUDE_PAD, False, "NCHW")
+    kind = _mean_kind(include, divisor_override)
+    assert kind == (MEAN_INCLUDE_PAD if include or divisor_override is not None else MEAN_EXCLUDE_PAD)
+    plan = PoolPlan(dims, kind, False, "NCHW", divisor_override)
+    if divisor_override is not None:
+        assert plan.pooling.read()["mode"] == cudnn.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+        assert plan.rescale is not None
     g = plan.geometry
     xp = pad(np, x, g.extra_low, g.extra_high, "NCHW")
     as_cudnn = PoolDims(xp.shape, dims.window, stride=dims.stride, padding=g.padding)
     assert as_cudnn.y_shape == dims.y_shape
-    y, pullback = reference.meanpool(xp, as_cudnn, include)
-    y_ref, pullback_ref = reference.meanpool(x, dims, include)
+    y, pullback = reference.meanpool(xp, as_cudnn, kind == MEAN_INCLUDE_PAD)
+    y_ref, pullback_ref = reference.meanpool(x, dims, include, divisor_override)
     rescale = 1.0 if plan.rescale is None else plan.rescale
     assert plan.rescale is not None or not (include and any(dims.ceil_extra))
     np.testing.assert_allclose(y * rescale, y_ref, rtol=1e-13)
@@ -187,3 +195,12 @@ def test_bfloat16_plans_build_with_float32_accumulation():
     read, _ = NetworkPlan(dims, math_type(dims)).desc.read()
     assert read.data_type == cudnn.CUDNN_DATA_BFLOAT16 and read.math_prec == cudnn.CUDNN_DATA_FLOAT
     assert read.math_type == cudnn.CUDNN_TENSOR_OP_MATH
+
+
+def test_pool_plans_are_cached_per_divisor_override():
+    dims = PoolDims((1, 2, 6, 6), 2)
+    plans = {d: plan_for(dims, _mean_kind(False, d), "NCHW", 0, d) for d in (None, 2, 3)}
+    assert len({id(p) for p in plans.values()}) == 3
+    assert plans[None].rescale is None and plans[2].rescale is not None
+    np.testing.assert_array_equal(plans[3].rescale, np.full((1, 1, 3, 3), 4 / 3))
+    assert plan_for(dims, _mean_kind(False, 2), "NCHW", 0, 2) is plans[2]

@@ -62,9 +62,11 @@ def batchnorm_inputs(shape: tuple[int, ...], *, running: bool, training: bool, s
 GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
 
 
-def rnn_inputs(mode: str, seq: int, batch: int, inp: int, hidden: int, *, layers: int = 1,
+def rnn_inputs(mode: str, seq: int, batch: int | None, inp: int, hidden: int, *, layers: int = 1,
                bidirectional: bool = False, bias: bool = True, states: bool = False, lengths: Any = None):
-    """x, PyTorch-layout weights (scaled like torch's init), optional h0/c0, and rnn's keywords."""
+    """x, PyTorch-layout weights (scaled like torch's init), optional h0/c0, and rnn's keywords; ``batch``
+    None: one unbatched sequence, x (seq, input) and h0/c0 (layers * directions, hidden)."""
+    one = () if batch is None else (batch,)
     def make(rng: np.random.Generator, dtype: str) -> tuple[list, dict]:
         dirs = 2 if bidirectional else 1
         g, scale = GATES[mode] * hidden, 1 / np.sqrt(hidden)
@@ -77,10 +79,10 @@ def rnn_inputs(mode: str, seq: int, batch: int, inp: int, hidden: int, *, layers
         kw: dict[str, Any] = dict(mode=mode, hidden_size=hidden, num_layers=layers, bidirectional=bidirectional,
                                   lengths=lengths)
         if states:
-            kw["h0"] = rng.standard_normal((layers * dirs, batch, hidden)).astype(dtype)
+            kw["h0"] = rng.standard_normal((layers * dirs, *one, hidden)).astype(dtype)
             if mode == "lstm":
-                kw["c0"] = rng.standard_normal((layers * dirs, batch, hidden)).astype(dtype)
-        return [rng.standard_normal((seq, batch, inp)).astype(dtype), weights], kw
+                kw["c0"] = rng.standard_normal((layers * dirs, *one, hidden)).astype(dtype)
+        return [rng.standard_normal((seq, *one, inp)).astype(dtype), weights], kw
     return make
 
 
@@ -114,6 +116,11 @@ CASES: list[Case] = [
     Case("meanpool3d_ceil_exclude_pad", "meanpool", arrays((1, 2, 5, 6, 7), window=(3, 2, 3), stride=(2, 3, 2),
                                                            padding=(1, 1, 0), ceil_mode=True,
                                                            count_include_pad=False)),
+    Case("meanpool2d_ceil_divisor", "meanpool", arrays((2, 3, 8, 9), window=3, stride=2, padding=1, ceil_mode=True,
+                                                       divisor_override=-4)),
+    Case("meanpool3d_divisor_exclude_pad", "meanpool", arrays((1, 2, 5, 6, 7), window=(3, 2, 3), stride=(2, 3, 2),
+                                                              padding=((1, 0), 1, 0), count_include_pad=False,
+                                                              divisor_override=5)),
     # dilated max pooling runs on CuPy (dnnbind.highlevel.gpu.window_max)
     Case("maxpool1d_dilated_ceil", "maxpool", arrays((2, 3, 13), window=3, stride=2, padding=1, dilation=3,
                                                      ceil_mode=True)),
@@ -154,6 +161,14 @@ CASES: list[Case] = [
          tags=frozenset({"lengths"})),
     Case("gru_lengths", "rnn", rnn_inputs("gru", 5, 4, 3, 4, layers=2, lengths=[1, 5, 3, 5], states=True),
          tags=frozenset({"lengths"})),
+    # unbatched inputs (one sample, no batch axis), as torch.nn.functional takes them
+    Case("conv2d_unbatched", "conv", arrays((4, 9, 8), (6, 2, 3, 2), (6,), stride=(2, 1), padding=1, groups=2)),
+    Case("conv_transpose1d_unbatched", "conv_transpose", arrays((3, 6), (3, 2, 4), stride=2, padding=1)),
+    Case("maxpool2d_unbatched", "maxpool", arrays((3, 9, 9), window=(3, 3), stride=2, padding=1, ceil_mode=True)),
+    Case("meanpool1d_unbatched_divisor", "meanpool", arrays((3, 10), window=(3,), stride=2, padding=1,
+                                                            divisor_override=2)),
+    Case("lstm_unbatched_bidirectional", "rnn", rnn_inputs("lstm", 6, None, 3, 4, bidirectional=True, states=True)),
+    Case("gru_unbatched", "rnn", rnn_inputs("gru", 5, None, 3, 4, layers=2)),
 ]
 
 #: tolerances (rtol = atol) for results and for gradients, per dtype

@@ -14,6 +14,7 @@ from dnnbind.gen import miopen as lib
 from dnnbind.highlevel.dims import ConvDims, PoolDims, RNNDims
 from dnnbind.highlevel.gpu import layout as _layout
 from dnnbind.highlevel.gpu.geometry import ConvGeometry, PoolGeometry
+from dnnbind.highlevel.gpu.rescale import mean_rescale_factor
 from dnnbind.highlevel.gpu.views import axis_view
 from dnnbind.highlevel.miopen import rnn_layout
 
@@ -30,7 +31,7 @@ CONV = [
     ((3, 8, 16, 16), (8, 1, 3, 3), dict(padding=1, groups=8, dtype="float16"), "NHWC", {}),
     ((2, 3, 6, 6), (5, 3, 2, 2), dict(dtype="float64"), "NCHW", {}),
 ]
-# (x shape, window, PoolDims keywords, kind)
+# (x shape, window, PoolDims keywords, kind[, divisor_override])
 POOL = [
     ((2, 3, 9, 8), (3, 2), dict(stride=(2, 2), padding=(1, (0, 1))), "max"),
     ((2, 3, 5, 6, 7), 2, {}, "max"),
@@ -38,6 +39,8 @@ POOL = [
     ((1, 2, 45, 45, 45), 3, dict(padding=1), "max"),
     ((2, 3, 8, 8), 3, dict(stride=1, padding=(1, (0, 1))), "mean_exclude_pad"),
     ((2, 3, 4, 6, 6), 2, dict(padding=1), "mean_include_pad"),
+    ((2, 3, 8, 9), 3, dict(stride=2, padding=1, ceil_mode=True), "mean_include_pad", 4),    # divisor_override:
+    ((2, 3, 7, 6, 5), 2, dict(padding=(1, (0, 1), 0)), "mean_include_pad", -3),               # the inclusive mean
 ]
 # (shape, layout, dtype, axis)
 SOFTMAX = [((2, 3, 4, 5), "NCHW", "float32", 1), ((2, 3, 4, 5), "NHWC", "float32", 1),
@@ -74,10 +77,13 @@ def conv(x, w, kw, layout, settings):
             "out": p.conv.output_shape(p.x, p.w)}
 out["conv"] = [conv(*c) for c in config["conv"]]
 
-def pool(x, window, kw, kind):
-    p = mod("pool").PoolPlan(PoolDims(x, window, **kw), kind)
+def pool(x, window, kw, kind, divisor=None):
+    dims = PoolDims(x, window, **kw)
+    assert kind == mod("pool")._kind(kind == "mean_include_pad", divisor) or kind == "max"
+    p = mod("pool").plan_for(dims, kind, divisor)
     return {"pooling": p.pooling.read(), "x": p.x.read(), "y": p.y.read(), "out": p.pooling.output_shape(p.x),
-            "workspace": p.workspace, "rescale": None if p.rescale is None else p.rescale.shape}
+            "workspace": p.workspace, "rescale": None if p.rescale is None else p.rescale.shape,
+            "rescale_values": None if p.rescale is None else p.rescale.ravel().tolist()}
 out["pool"] = [pool(*c) for c in config["pool"]]
 
 def softmax(shape, layout, dtype, axis):
@@ -183,7 +189,8 @@ def test_convolution_plans(facts, i):
 
 @pytest.mark.parametrize("i", range(len(POOL)))
 def test_pooling_plans(facts, i):
-    x, window, kw, kind = POOL[i]
+    x, window, kw, kind, *divisor = POOL[i]
+    divisor_override = divisor[0] if divisor else None
     dims = PoolDims(x, window, **kw)
     g = PoolGeometry.of(dims)
     got = facts["pool"][i]
@@ -196,7 +203,11 @@ def test_pooling_plans(facts, i):
     assert got["x"][1] == list(g.x_shape) and got["y"][1] == list(g.y_shape)
     assert got["out"] == list(g.y_shape)                   # MIOpen's output size is PoolDims'
     assert got["workspace"] == (int(np.prod(g.y_shape)) * index_bytes if kind == "max" else 0)
-    assert (got["rescale"] is not None) == (kind == "mean_exclude_pad" and g.explicit_padding)
+    assert (got["rescale"] is not None) == (kind == "mean_exclude_pad" and g.explicit_padding
+                                            or divisor_override is not None)
+    if kind != "max":         # the factor the plan holds is the rule's, for the divisor_override too
+        factor = mean_rescale_factor(dims, g, kind == "mean_include_pad", divisor_override)
+        assert got["rescale_values"] == (None if factor is None else factor.ravel().tolist())
 
 
 def test_pooling_plans_cover_both_index_modes_and_widths(facts):

@@ -180,8 +180,8 @@ def test_errors(rng):
         dnnbind.maxpool(x, 2, dilation=0)
     with pytest.raises(TypeError, match=r"dilation=1.5 must be an int"):
         dnnbind.maxpool(x, 2, dilation=1.5)
-    with pytest.raises(ValueError, match=r"dilation=\(1, 2, 3\) must be an int or 2 ints"):
-        dnnbind.maxpool(x, 2, dilation=(1, 2, 3))
+    with pytest.raises(ValueError, match=r"dilation=\(1, 2, 3, 4\) must be an int or 2 ints"):
+        dnnbind.maxpool(x, 2, dilation=(1, 2, 3, 4))     # (1, 2, 3) would make x one unbatched 3-d sample
     with pytest.raises(ValueError, match=r"output would be empty.*window=\(3, 3\) dilated to \(5, 5\)"):
         dnnbind.maxpool(x, 3, dilation=2)
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'dilation'"):
@@ -309,3 +309,109 @@ def test_symmetric_padding_matches_torch_directly(rng):
         np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12)
         np.testing.assert_allclose(pullback(dy), torch.autograd.grad(yt, xt, torch.tensor(dy))[0].numpy(),
                                    rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------- divisor_override
+
+
+def test_divisor_override_by_hand():
+    """Windows [-1, 2) [1, 4) [3, 6) [5, 8) of 1..6 (as in the ceil_mode case above): every sum over 2,
+    with padding adding nothing and count_include_pad not mattering; the gradient is the number of
+    windows that read an element, over 2."""
+    x = np.array([[[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]]])
+    for include in (True, False):
+        y, pullback = dnnbind.meanpool(x, 3, stride=2, padding=1, ceil_mode=True, count_include_pad=include,
+                                       divisor_override=2)
+        np.testing.assert_array_equal(y, [[[3 / 2, 9 / 2, 15 / 2, 6 / 2]]])
+        np.testing.assert_array_equal(pullback(np.ones((1, 1, 4))), [[[0.5, 1.0, 0.5, 1.0, 0.5, 1.0]]])
+    y, _ = dnnbind.meanpool(x, 2, divisor_override=-4)
+    np.testing.assert_array_equal(y, [[[-3 / 4, -7 / 4, -11 / 4]]])
+    dims = dnnbind.PoolDims(x.shape, 3, stride=2, padding=1, ceil_mode=True)
+    assert dims.mean_divisor(True) == (((3, 3, 3, 2),), 1) and dims.mean_divisor(False) == (((2, 3, 3, 1),), 1)
+    assert dims.mean_divisor(False, -5) == (((1, 1, 1, 1),), -5)
+
+
+DIVISOR_POOLS = [
+    dict(x=(2, 2, 7), window=3, stride=2, padding=((1, 0),), ceil_mode=True, divisor_override=-3),
+    dict(x=(1, 3, 5, 6), window=(2, 3), stride=(1, 2), padding=((1, 0), 1), ceil_mode=False, divisor_override=5),
+    dict(x=(1, 2, 4, 5, 3), window=2, stride=(1, 2, 1), padding=(0, 1, (1, 0)), ceil_mode=True, divisor_override=1),
+]
+
+
+@pytest.mark.parametrize("config", DIVISOR_POOLS)
+@pytest.mark.parametrize("count_include_pad", [True, False])
+def test_divisor_override_gradients(rng, config, count_include_pad):
+    c = dict(config)
+    x = rng.standard_normal(c.pop("x"))
+    check_gradients(lambda: dnnbind.meanpool(x, **c, count_include_pad=count_include_pad), [x],
+                    select=lambda g: [g])
+
+
+@st.composite
+def divisor_case(draw):
+    """torch's own arguments (symmetric padding, ceil_mode, count_include_pad) and a non-zero divisor."""
+    rank = draw(st.integers(1, 3))
+    window = tuple(draw(st.integers(1, 4)) for _ in range(rank))
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(rank))
+    pads = tuple(draw(st.integers(0, k // 2)) for k in window)
+    # avg_pool3d refuses an input smaller than the window even where padding covers it: 3-d stays >= window
+    size = tuple((k if rank == 3 else max(1, k - 2 * p)) + draw(st.integers(0, 4)) for k, p in zip(window, pads))
+    return dict(x=(draw(st.integers(1, 2)), draw(st.integers(1, 3))) + size, window=window, stride=stride,
+                padding=pads, ceil_mode=draw(st.booleans()), count_include_pad=draw(st.booleans()),
+                divisor_override=draw(st.integers(-9, 9).filter(bool)))
+
+
+def torch_avg_pool(torch, xt, window, stride, padding, **kw):
+    """torch's avg_pool{1,2,3}d; 1-d through avg_pool2d on a height of 1 (avg_pool1d has no divisor_override)."""
+    F = torch.nn.functional
+    if len(window) == 1:
+        y = F.avg_pool2d(xt.unsqueeze(-2), (1,) + window, (1,) + stride, (0,) + padding, **kw)
+        return y.squeeze(-2)
+    return getattr(F, f"avg_pool{len(window)}d")(xt, window, stride, padding, **kw)
+
+
+@settings(max_examples=80, deadline=None)
+@given(divisor_case())
+def test_divisor_override_matches_torch(case):
+    """Forward and backward against torch's autograd, float64, over ceil_mode, padding, both
+    count_include_pad values and negative divisors."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    c = dict(case)
+    x = rng.standard_normal(c.pop("x"))
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch_avg_pool(torch, xt, c["window"], c["stride"], c["padding"], ceil_mode=c["ceil_mode"],
+                        count_include_pad=c["count_include_pad"], divisor_override=c["divisor_override"])
+    y, pullback = dnnbind.meanpool(x, **c)
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12, atol=1e-12)
+    dy = rng.standard_normal(y.shape)
+    np.testing.assert_allclose(pullback(dy), torch.autograd.grad(yt, xt, torch.tensor(dy))[0].numpy(),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_divisor_override_in_half_precision(rng):
+    x = rng.standard_normal((2, 3, 6, 6))
+    y64, pullback64 = dnnbind.meanpool(x, 3, stride=2, padding=1, ceil_mode=True, divisor_override=-7)
+    y, pullback = dnnbind.meanpool(x.astype(np.float16), 3, stride=2, padding=1, ceil_mode=True, divisor_override=-7)
+    assert y.dtype == np.float16
+    np.testing.assert_allclose(y, y64, rtol=2e-3, atol=2e-3)
+    dy = rng.standard_normal(y.shape)
+    np.testing.assert_allclose(pullback(dy.astype(np.float16)), pullback64(dy), rtol=5e-3, atol=5e-3)
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (0, ValueError, r"divisor_override=0 must be a non-zero int"),
+    (True, TypeError, r"divisor_override=True must be None or a non-zero int, not bool"),
+    (False, TypeError, r"divisor_override=False must be None or a non-zero int, not bool"),
+    (np.True_, TypeError, r"divisor_override=np.True_ must be None or a non-zero int, not bool"),
+    (2.0, TypeError, r"divisor_override=2.0 must be None or a non-zero int, not float"),
+    ("2", TypeError, r"divisor_override='2' must be None or a non-zero int, not str"),
+])
+def test_divisor_override_errors(value, error, message):
+    with pytest.raises(error, match=message):
+        dnnbind.meanpool(np.ones((1, 1, 4, 4)), 2, divisor_override=value)
+
+
+def test_divisor_override_takes_numpy_ints():
+    y, _ = dnnbind.meanpool(np.ones((1, 1, 4, 4)), 2, divisor_override=np.int64(2))
+    np.testing.assert_array_equal(y, np.full((1, 1, 2, 2), 2.0))

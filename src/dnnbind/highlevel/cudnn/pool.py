@@ -7,7 +7,8 @@ in the reference). meanpool uses AVERAGE_COUNT_INCLUDE_PADDING or _EXCLUDE_PADDI
 Asymmetric padding (and ``ceil_mode``'s extra high-side padding): cuDNN pads symmetrically, so x is
 padded explicitly by the rest (-inf for max, zero for mean). cuDNN then counts the explicit padding
 as data where PyTorch's mean does not; the output and the gradient are rescaled per output position
-(:mod:`dnnbind.highlevel.gpu.rescale`, a factor computed on the host once per plan).
+(:mod:`dnnbind.highlevel.gpu.rescale`, a factor computed on the host once per plan). ``divisor_override``,
+which cuDNN does not have, runs AVERAGE_COUNT_INCLUDE_PADDING and is the same kind of rescale.
 
 Residual form (see :mod:`dnnbind.highlevel.residual`): both save x (explicitly padded) and y, in the
 layout they ran in; the backward reads that layout from the saved x's strides (or the ``layout=``
@@ -31,7 +32,7 @@ from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.geometry import PoolGeometry, crop, pad, padded_shape
 from dnnbind.highlevel.gpu.pullback import cotangent
-from dnnbind.highlevel.gpu.rescale import mean_rescale_factor
+from dnnbind.highlevel.gpu.rescale import library_includes_pad, mean_rescale_factor
 from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.residual import ArraySpec
 
@@ -50,9 +51,11 @@ def _mode(kind: str, deterministic: bool) -> int:
 
 
 class PoolPlan:
-    """Descriptors of the (explicitly padded) x, y and the pooling, plus the mean's rescale."""
+    """Descriptors of the (explicitly padded) x, y and the pooling, plus the mean's rescale (for the
+    divisor of ``kind``, or ``divisor_override``)."""
 
-    def __init__(self, dims: PoolDims, kind: str, deterministic: bool, layout: str) -> None:
+    def __init__(self, dims: PoolDims, kind: str, deterministic: bool, layout: str,
+                 divisor_override: int | None = None) -> None:
         self.dims = dims
         self.kind = kind
         self.layout = _layout.check_layout(layout)
@@ -63,7 +66,8 @@ class PoolPlan:
         self.x = TensorDescriptor(g.x_shape, dims.dtype, layout=layout)
         self.y = TensorDescriptor(g.y_shape, dims.dtype, layout=layout)
         self.fill = -np.inf if kind == MAX else 0.0
-        self.rescale = None if kind == MAX else mean_rescale_factor(dims, g, kind == MEAN_INCLUDE_PAD)
+        self.rescale = None if kind == MAX else mean_rescale_factor(dims, g, kind == MEAN_INCLUDE_PAD,
+                                                                     divisor_override)
         self._rescale_device: Any = None
 
     def rescale_on_device(self, cp: Any) -> Any:
@@ -74,10 +78,10 @@ class PoolPlan:
         return self._rescale_device
 
 
-def plan_for(dims: PoolDims, kind: str, layout: str, device: int) -> PoolPlan:
+def plan_for(dims: PoolDims, kind: str, layout: str, device: int, divisor_override: int | None = None) -> PoolPlan:
     deterministic = settings.current().deterministic and kind == MAX
-    key = (dims, kind, deterministic, layout, device)
-    return PLANS.get(key, lambda: PoolPlan(dims, kind, deterministic, layout))
+    key = (dims, kind, deterministic, layout, device, divisor_override)
+    return PLANS.get(key, lambda: PoolPlan(dims, kind, deterministic, layout, divisor_override))
 
 
 def _lay(x: Any, layout: str | None) -> str:
@@ -91,13 +95,14 @@ def _params(dims: PoolDims, kind: str, lay: Callable[[], str | None]) -> Callabl
                     "mode": kind, "layout": lay()}
 
 
-def _forward(op: str, x: Any, dims: PoolDims, kind: str, layout: str | None) -> tuple[Any, tuple[Any, Any]]:
+def _forward(op: str, x: Any, dims: PoolDims, kind: str, layout: str | None,
+             divisor_override: int | None = None) -> tuple[Any, tuple[Any, Any]]:
     cp = cupy()
     lay = layout
     with Call(op, _params(dims, kind, lambda: lay), x=x) as call:
         x = call["x"]
         lay = _lay(x, layout)
-        plan = plan_for(dims, kind, lay, call.device)
+        plan = plan_for(dims, kind, lay, call.device, divisor_override)
         g, one, zero = plan.geometry, plan.dtype.one, plan.dtype.zero
         xp = pad(cp, x, g.extra_low, g.extra_high, lay, plan.fill)
         y = _layout.empty(cp, dims.y_shape, x.dtype, lay)
@@ -109,14 +114,14 @@ def _forward(op: str, x: Any, dims: PoolDims, kind: str, layout: str | None) -> 
 
 
 def _backward(op: str, residuals: tuple, cotangents: tuple, dims: PoolDims, kind: str,
-              layout: str | None) -> Any:
+              layout: str | None, divisor_override: int | None = None) -> Any:
     cp = cupy()
     saved_x, saved_y = residuals
     (dy,) = cotangents
     lay = _lay(saved_x, layout)
     device, dtype = saved_x.device.id, saved_x.dtype
     with Call(f"{op} pullback", _params(dims, kind, lambda: lay), device=device, dy=dy) as back:
-        plan = plan_for(dims, kind, lay, device)
+        plan = plan_for(dims, kind, lay, device, divisor_override)
         xp, y = _layout.in_layout(cp, saved_x, lay), _layout.in_layout(cp, saved_y, lay)
         dy = cotangent("dy", back["dy"], dims.y_shape, dtype, lay, device)
         if plan.rescale is not None:
@@ -133,8 +138,8 @@ def _residuals(x: Any, dims: PoolDims) -> tuple[ArraySpec, ArraySpec]:
     return ArraySpec(padded_shape(dims.x_shape, g.extra_low, g.extra_high), x.dtype), ArraySpec(dims.y_shape, x.dtype)
 
 
-def _mean_kind(count_include_pad: bool) -> str:
-    return MEAN_INCLUDE_PAD if count_include_pad else MEAN_EXCLUDE_PAD
+def _mean_kind(count_include_pad: bool, divisor_override: int | None = None) -> str:
+    return MEAN_INCLUDE_PAD if library_includes_pad(count_include_pad, divisor_override) else MEAN_EXCLUDE_PAD
 
 
 def _windowed(dims: PoolDims, return_indices: bool) -> bool:
@@ -191,20 +196,21 @@ def maxpool_residuals(x: Any, dims: PoolDims, return_indices: bool = False, *,
     return _residuals(x, dims)
 
 
-def meanpool_forward(x: Any, dims: PoolDims, count_include_pad: bool = True, *,
-                     layout: str | None = None) -> tuple[Any, tuple]:
+def meanpool_forward(x: Any, dims: PoolDims, count_include_pad: bool = True, divisor_override: int | None = None,
+                     *, layout: str | None = None) -> tuple[Any, tuple]:
     """Mean pooling (see :func:`dnnbind.meanpool`); saves x (explicitly padded) and y, which
     cudnnPoolingBackward takes in every mode."""
-    return _forward("meanpool", x, dims, _mean_kind(count_include_pad), layout)
+    return _forward("meanpool", x, dims, _mean_kind(count_include_pad, divisor_override), layout, divisor_override)
 
 
-def meanpool_backward(residuals: tuple, cotangents: tuple, dims: PoolDims, count_include_pad: bool = True, *,
-                      layout: str | None = None) -> Any:
+def meanpool_backward(residuals: tuple, cotangents: tuple, dims: PoolDims, count_include_pad: bool = True,
+                      divisor_override: int | None = None, *, layout: str | None = None) -> Any:
     """dx from the saved (x padded, y) and dy (rescaled first where cuDNN's divisor differs)."""
-    return _backward("meanpool", residuals, cotangents, dims, _mean_kind(count_include_pad), layout)
+    return _backward("meanpool", residuals, cotangents, dims, _mean_kind(count_include_pad, divisor_override),
+                     layout, divisor_override)
 
 
-def meanpool_residuals(x: Any, dims: PoolDims, count_include_pad: bool = True, *,
-                       layout: str | None = None) -> tuple[ArraySpec, ...]:
+def meanpool_residuals(x: Any, dims: PoolDims, count_include_pad: bool = True, divisor_override: int | None = None,
+                       *, layout: str | None = None) -> tuple[ArraySpec, ...]:
     """x explicitly padded and y, in x's dtype."""
     return _residuals(x, dims)

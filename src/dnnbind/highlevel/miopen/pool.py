@@ -10,7 +10,8 @@ picks the smallest type that fits.
 
 meanpool uses miopenPoolingAverageInclusive (count_include_pad) or miopenPoolingAverage. Asymmetric
 padding and ``ceil_mode``'s extra padding pad x explicitly (-inf for max, zero for mean), and a mean
-whose divisor MIOpen then gets wrong is rescaled (see :mod:`dnnbind.highlevel.gpu.rescale`).
+whose divisor MIOpen then gets wrong is rescaled (see :mod:`dnnbind.highlevel.gpu.rescale`), as is
+``divisor_override``, which MIOpen does not have (it runs miopenPoolingAverageInclusive).
 
 Residuals (see :func:`maxpool_residuals`): the explicitly padded x and y, which miopenPoolingBackward
 takes, and for max pooling the index workspace (bytes); the backward finds the plan again from dims.
@@ -31,7 +32,7 @@ from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.geometry import PoolGeometry, crop, pad, padded_shape
 from dnnbind.highlevel.gpu.pullback import cotangent
-from dnnbind.highlevel.gpu.rescale import mean_rescale_factor
+from dnnbind.highlevel.gpu.rescale import library_includes_pad, mean_rescale_factor
 from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.miopen._lib import handle, lib, scaling
 from dnnbind.highlevel.miopen.descriptors import PoolingDescriptor, TensorDescriptor
@@ -69,9 +70,10 @@ def _mode(kind: str) -> int:
 
 
 class PoolPlan:
-    """Descriptors of the (explicitly padded, lifted) x, y and the pooling; the index workspace size."""
+    """Descriptors of the (explicitly padded, lifted) x, y and the pooling; the index workspace size; the
+    mean's rescale (for the divisor of ``kind``, or ``divisor_override``)."""
 
-    def __init__(self, dims: PoolDims, kind: str) -> None:
+    def __init__(self, dims: PoolDims, kind: str, divisor_override: int | None = None) -> None:
         self.dims = dims
         self.kind = kind
         self.geometry = g = PoolGeometry.of(dims)
@@ -82,7 +84,8 @@ class PoolPlan:
         self.y = TensorDescriptor(g.y_shape, dims.dtype)
         self.workspace = self.pooling.workspace_size(self.y) if kind == MAX else 0
         self.fill = -np.inf if kind == MAX else 0.0
-        self.rescale = None if kind == MAX else mean_rescale_factor(dims, g, kind == MEAN_INCLUDE_PAD)
+        self.rescale = None if kind == MAX else mean_rescale_factor(dims, g, kind == MEAN_INCLUDE_PAD,
+                                                                     divisor_override)
         self._rescale_device: dict[int, Any] = {}
 
     def rescale_on_device(self, cp: Any, device: int) -> Any:
@@ -93,12 +96,12 @@ class PoolPlan:
         return factor
 
 
-def plan_for(dims: PoolDims, kind: str) -> PoolPlan:
-    return PLANS.get((dims, kind), lambda: PoolPlan(dims, kind))
+def plan_for(dims: PoolDims, kind: str, divisor_override: int | None = None) -> PoolPlan:
+    return PLANS.get((dims, kind, divisor_override), lambda: PoolPlan(dims, kind, divisor_override))
 
 
-def _kind(count_include_pad: bool) -> str:
-    return MEAN_INCLUDE_PAD if count_include_pad else MEAN_EXCLUDE_PAD
+def _kind(count_include_pad: bool, divisor_override: int | None = None) -> str:
+    return MEAN_INCLUDE_PAD if library_includes_pad(count_include_pad, divisor_override) else MEAN_EXCLUDE_PAD
 
 
 def _params(dims: PoolDims, kind: str) -> dict[str, Any]:
@@ -106,12 +109,13 @@ def _params(dims: PoolDims, kind: str) -> dict[str, Any]:
             "mode": kind}
 
 
-def _forward(op: str, x: Any, dims: PoolDims, kind: str) -> tuple[Any, tuple[Any, ...]]:
+def _forward(op: str, x: Any, dims: PoolDims, kind: str,
+             divisor_override: int | None = None) -> tuple[Any, tuple[Any, ...]]:
     cp = cupy()
     alpha, beta = scaling(dims.dtype)
     with Call(op, _params(dims, kind), dlpack_devices=DLPACK_ROCM, x=x) as call:
         x = call["x"]
-        plan = plan_for(dims, kind)
+        plan = plan_for(dims, kind, divisor_override)
         g = plan.geometry
         xp = pad(cp, x, g.extra_low, g.extra_high, "NCHW", plan.fill)
         y = cp.empty(dims.y_shape, x.dtype)
@@ -125,7 +129,8 @@ def _forward(op: str, x: Any, dims: PoolDims, kind: str) -> tuple[Any, tuple[Any
     return y, saved if indices is None else saved + (indices,)
 
 
-def _backward(op: str, saved: tuple, cotangents: tuple, dims: PoolDims, kind: str) -> Any:
+def _backward(op: str, saved: tuple, cotangents: tuple, dims: PoolDims, kind: str,
+              divisor_override: int | None = None) -> Any:
     cp = cupy()
     xp, y = saved[0], saved[1]
     indices = saved[2] if kind == MAX else None
@@ -133,7 +138,7 @@ def _backward(op: str, saved: tuple, cotangents: tuple, dims: PoolDims, kind: st
     device, dtype = y.device.id, y.dtype
     with Call(f"{op} backward", _params(dims, kind), device=device, dlpack_devices=DLPACK_ROCM,
               dy=cotangents[0]) as back:
-        plan = plan_for(dims, kind)
+        plan = plan_for(dims, kind, divisor_override)
         g = plan.geometry
         dy = cotangent("dy", back["dy"], dims.y_shape, dtype, "NCHW", device, DLPACK_ROCM)
         if plan.rescale is not None:
@@ -206,16 +211,20 @@ def maxpool_residuals(x: ArraySpec, dims: PoolDims, return_indices: bool = False
     return _residuals(x, dims, MAX)
 
 
-def meanpool_forward(x: Any, dims: PoolDims, count_include_pad: bool = True) -> tuple[Any, tuple[Any, ...]]:
+def meanpool_forward(x: Any, dims: PoolDims, count_include_pad: bool = True,
+                     divisor_override: int | None = None) -> tuple[Any, tuple[Any, ...]]:
     """Mean pooling (see :func:`dnnbind.meanpool`); saves padded x and y."""
-    return _forward("meanpool", x, dims, _kind(count_include_pad))
+    return _forward("meanpool", x, dims, _kind(count_include_pad, divisor_override), divisor_override)
 
 
-def meanpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, count_include_pad: bool = True) -> Any:
+def meanpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, count_include_pad: bool = True,
+                      divisor_override: int | None = None) -> Any:
     """dx through miopenPoolingBackward (the divisor's rescale applied to dy first)."""
-    return _backward("meanpool", saved, cotangents, dims, _kind(count_include_pad))
+    return _backward("meanpool", saved, cotangents, dims, _kind(count_include_pad, divisor_override),
+                     divisor_override)
 
 
-def meanpool_residuals(x: ArraySpec, dims: PoolDims, count_include_pad: bool = True) -> tuple[ArraySpec, ...]:
+def meanpool_residuals(x: ArraySpec, dims: PoolDims, count_include_pad: bool = True,
+                       divisor_override: int | None = None) -> tuple[ArraySpec, ...]:
     """x explicitly padded and y, in x's dtype; no library call."""
-    return _residuals(x, dims, _kind(count_include_pad))
+    return _residuals(x, dims, _kind(count_include_pad, divisor_override))

@@ -6,7 +6,7 @@ Each function takes arguments already checked by :mod:`dnnbind.highlevel.ops` an
     conv(x, w, b, dims: ConvDims)               b may be None
     conv_transpose(x, w, b, dims: ConvDims)     dims from ConvDims.transposed (x_shape = the output's)
     maxpool(x, dims: PoolDims)
-    meanpool(x, dims: PoolDims, count_include_pad: bool)
+    meanpool(x, dims: PoolDims, count_include_pad: bool, divisor_override: int | None)
     softmax(x, axis: int), logsoftmax(x, axis: int)       axis already non-negative
     activation(x, mode: str, alpha: float | None)         alpha already resolved to the mode's default
     batchnorm(x, gamma, beta, *, running_mean, running_var, training, momentum, eps)

@@ -74,14 +74,13 @@ def maxpool_residuals(x: Any, dims: PoolDims, return_indices: bool = False) -> t
     return (ArraySpec(dims.y_shape, dims.winner_dtype),)
 
 
-def _divisor(dims: PoolDims, count_include_pad: bool) -> np.ndarray | float:
-    """Elements averaged per output (:meth:`PoolDims.mean_counts`, separable per dim): a scalar where
-    every window has the full window's count."""
-    per_dim = dims.mean_counts(count_include_pad)
-    window = int(np.prod(dims.window))
-    if all(c == k for counts, k in zip(per_dim, dims.window) for c in counts):
-        return float(window)
-    counts = np.ones((1, 1) + (1,) * dims.spatial_rank)
+def _divisor(dims: PoolDims, count_include_pad: bool, divisor_override: int | None = None) -> np.ndarray | float:
+    """What each output divides its window's sum by (:meth:`PoolDims.mean_divisor`, separable per dim): a
+    scalar where every output divides by the same number (full windows, or a ``divisor_override``)."""
+    per_dim, constant = dims.mean_divisor(count_include_pad, divisor_override)
+    if all(len(set(counts)) <= 1 for counts in per_dim):
+        return float(constant * int(np.prod([counts[0] for counts in per_dim if counts])))
+    counts = np.full((1, 1) + (1,) * dims.spatial_rank, float(constant))
     for axis, inside in enumerate(per_dim):
         shape = [1] * counts.ndim
         shape[2 + axis] = len(inside)
@@ -89,35 +88,40 @@ def _divisor(dims: PoolDims, count_include_pad: bool) -> np.ndarray | float:
     return counts
 
 
-def _scale(dims: PoolDims, count_include_pad: bool, dtype: np.dtype) -> Any:
-    scale = 1.0 / _divisor(dims, count_include_pad)
+def _scale(dims: PoolDims, count_include_pad: bool, divisor_override: int | None, dtype: np.dtype) -> Any:
+    scale = 1.0 / _divisor(dims, count_include_pad, divisor_override)
     return scale.astype(dtype) if isinstance(scale, np.ndarray) else dtype.type(scale)
 
 
 @fits_in_memory
 @half_forward
-def meanpool_forward(x: np.ndarray, dims: PoolDims, count_include_pad: bool = True) -> tuple[np.ndarray, tuple]:
-    """Mean pooling; padding counts towards the divisor when ``count_include_pad`` (PyTorch's default).
-    Saves nothing: the backward needs the geometry only."""
+def meanpool_forward(x: np.ndarray, dims: PoolDims, count_include_pad: bool = True,
+                     divisor_override: int | None = None) -> tuple[np.ndarray, tuple]:
+    """Mean pooling; padding counts towards the divisor when ``count_include_pad`` (PyTorch's default);
+    a ``divisor_override`` divides every window's sum by itself instead. Saves nothing: the backward
+    needs the geometry only."""
     xp = padded(np, x, dims, 0.0)
     offsets = dims.window_positions
     y = np.array(xp[dims.window_index(offsets[0])])
     for offset in offsets[1:]:
         y += xp[dims.window_index(offset)]
-    y *= _scale(dims, count_include_pad, y.dtype)
+    y *= _scale(dims, count_include_pad, divisor_override, y.dtype)
     return y, ()
 
 
 @half_backward
-def meanpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, count_include_pad: bool = True) -> np.ndarray:
+def meanpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, count_include_pad: bool = True,
+                      divisor_override: int | None = None) -> np.ndarray:
+    """dx: each output's gradient over its divisor, spread over its window (exact: the mean is linear)."""
     (dy,) = cotangents
     dy = cotangent("dy", dy, dims.y_shape, dy.dtype)
-    share = dy * _scale(dims, count_include_pad, dy.dtype)
+    share = dy * _scale(dims, count_include_pad, divisor_override, dy.dtype)
     dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
     for offset in dims.window_positions:
         dxp[dims.window_index(offset)] += share
     return unpadded(np, dxp, dims)
 
 
-def meanpool_residuals(x: Any, dims: PoolDims, count_include_pad: bool = True) -> tuple:
+def meanpool_residuals(x: Any, dims: PoolDims, count_include_pad: bool = True,
+                       divisor_override: int | None = None) -> tuple:
     return ()

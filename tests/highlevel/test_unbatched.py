@@ -42,56 +42,36 @@ def _same(ours, batched, what=""):
 
 # ---------------------------------------------------------------------------------------------- convolution
 
-CONVS = [  # x (C, *spatial), w, b, keyword arguments
-    ((3, 11), (4, 3, 3), True, dict(stride=2, padding=1)),
-    ((4, 9, 8), (6, 2, 3, 2), True, dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)),
-    ((2, 5, 6, 5), (3, 2, 2, 3, 2), False, dict(stride=2, padding=1)),
+CONVS = [  # op, x (C, *spatial), w, b, keyword arguments
+    ("conv", (3, 11), (4, 3, 3), True, dict(stride=2, padding=1)),
+    ("conv", (4, 9, 8), (6, 2, 3, 2), True, dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)),
+    ("conv", (2, 5, 6, 5), (3, 2, 2, 3, 2), False, dict(stride=2, padding=1)),
+    ("conv_transpose", (3, 6), (3, 2, 4), True, dict(stride=3, padding=1, output_padding=1)),
+    ("conv_transpose", (4, 4, 5), (4, 3, 3, 3), True, dict(stride=2, padding=1, output_padding=1, groups=2)),
+    ("conv_transpose", (2, 3, 3, 4), (2, 2, 2, 2, 2), False, dict(stride=2)),
 ]
 
 
-@pytest.mark.parametrize("x_shape, w_shape, bias, kw", CONVS, ids=["conv1d", "conv2d", "conv3d"])
-def test_conv_unbatched_equals_torch_and_the_batch_of_one(rng, x_shape, w_shape, bias, kw):
+@pytest.mark.parametrize("op, x_shape, w_shape, bias, kw", CONVS,
+                         ids=[f"{c[0]}{len(c[1]) - 1}d" for c in CONVS])
+def test_conv_unbatched_equals_torch_and_the_batch_of_one(rng, op, x_shape, w_shape, bias, kw):
     x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
-    b = rng.standard_normal(w_shape[0]) if bias else None
-    y, pullback = dnnbind.conv(x, w, b, **kw)
+    out_channels = w_shape[0] if op == "conv" else w_shape[1] * kw.get("groups", 1)
+    b = rng.standard_normal(out_channels) if bias else None
+    y, pullback = getattr(dnnbind, op)(x, w, b, **kw)
     xt, wt = _t(x), _t(w)
     bt = None if b is None else _t(b)
-    yt = getattr(F, f"conv{len(x_shape) - 1}d")(xt, wt, bt, **kw)
+    yt = getattr(F, f"{op}{len(x_shape) - 1}d")(xt, wt, bt, **kw)
     _close(y, yt.detach().numpy(), "y")
     dy = rng.standard_normal(y.shape)
     grads = pullback(dy)
     assert len(grads) == (3 if bias else 2)
     for g, gt, name in zip(grads, _grads([yt], [t for t in (xt, wt, bt) if t is not None], [dy]), "x w b".split()):
         _close(g, gt, f"d{name}")
-    y1, pullback1 = dnnbind.conv(x[None], w, b, **kw)
+    y1, pullback1 = getattr(dnnbind, op)(x[None], w, b, **kw)
     _same(y, y1[0], "y")
     for g, g1 in zip(grads, pullback1(dy[None])):
         _same(g, g1[0] if g.shape == x.shape else g1)
-
-
-TRANSPOSED = [
-    ((3, 6), (3, 2, 4), True, dict(stride=3, padding=1, output_padding=1)),
-    ((4, 4, 5), (4, 3, 3, 3), True, dict(stride=2, padding=1, output_padding=1, groups=2)),
-    ((2, 3, 3, 4), (2, 2, 2, 2, 2), False, dict(stride=2)),
-]
-
-
-@pytest.mark.parametrize("x_shape, w_shape, bias, kw", TRANSPOSED, ids=["1d", "2d", "3d"])
-def test_conv_transpose_unbatched_equals_torch_and_the_batch_of_one(rng, x_shape, w_shape, bias, kw):
-    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
-    b = rng.standard_normal(w_shape[1] * kw.get("groups", 1)) if bias else None
-    y, pullback = dnnbind.conv_transpose(x, w, b, **kw)
-    xt, wt = _t(x), _t(w)
-    bt = None if b is None else _t(b)
-    yt = getattr(F, f"conv_transpose{len(x_shape) - 1}d")(xt, wt, bt, **kw)
-    _close(y, yt.detach().numpy(), "y")
-    dy = rng.standard_normal(y.shape)
-    grads = pullback(dy)
-    for g, gt in zip(grads, _grads([yt], [t for t in (xt, wt, bt) if t is not None], [dy])):
-        _close(g, gt)
-    y1, pullback1 = dnnbind.conv_transpose(x[None], w, b, **kw)
-    _same(y, y1[0])
-    _same(grads[0], pullback1(dy[None])[0][0], "dx")
 
 
 def test_conv_unbatched_finite_differences(rng):

@@ -104,18 +104,20 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
     y and dx come back without the batch axis and dy has none. Returns (y, pullback) with pullback(dy)
     -> (dx, dw), or (dx, dw, db) when b is given.
     """
-    arguments = (stride, padding, dilation, groups, flip)
-    plan = find("conv", (x, w, b), arguments)
-    if plan is None:
-        return _conv_checked(x, w, b, arguments)
-    return plan(x, w, b)
+    return _conv_op("conv", x, w, b, (stride, padding, dilation, groups, flip))
+
+
+def _conv_op(op: str, x: Any, w: Any, b: Any, arguments: tuple) -> tuple[Any, Pullback]:
+    plan = find(op, (x, w, b), arguments)
+    return plan(x, w, b) if plan is not None else _conv_checked(x, w, b, op, arguments)
 
 
 @adopts_device_arrays("x", "w", "b")
-def _conv_checked(x: Any, w: Any, b: Any, arguments: tuple) -> tuple[Any, Pullback]:
-    return build("conv", (x, w, b), arguments,
-                 lambda: Plan("conv", *_run_and_static("conv", x, lambda: conv_is_unbatched(x.shape, w.shape),
-                                                       lambda xs: (_conv_dims(xs, w, b, *arguments),), w=w, b=b),
+def _conv_checked(x: Any, w: Any, b: Any, op: str, arguments: tuple) -> tuple[Any, Pullback]:
+    dims = _conv_dims if op == "conv" else _conv_transpose_dims
+    return build(op, (x, w, b), arguments,
+                 lambda: Plan(op, *_run_and_static(op, x, lambda: conv_is_unbatched(x.shape, w.shape),
+                                                   lambda xs: (dims(xs, w, b, *arguments),), w=w, b=b),
                               _conv_gradients(b)))(x, w, b)
 
 
@@ -133,20 +135,7 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
     be smaller than stride or dilation. x (C_in, *spatial), one dimension fewer than w, is one unbatched
     sample, as for :func:`conv`. Returns (y, pullback) like :func:`conv`.
     """
-    arguments = (stride, padding, output_padding, dilation, groups, flip)
-    plan = find("conv_transpose", (x, w, b), arguments)
-    if plan is None:
-        return _conv_transpose_checked(x, w, b, arguments)
-    return plan(x, w, b)
-
-
-@adopts_device_arrays("x", "w", "b")
-def _conv_transpose_checked(x: Any, w: Any, b: Any, arguments: tuple) -> tuple[Any, Pullback]:
-    return build("conv_transpose", (x, w, b), arguments,
-                 lambda: Plan("conv_transpose",
-                              *_run_and_static("conv_transpose", x, lambda: conv_is_unbatched(x.shape, w.shape),
-                                               lambda xs: (_conv_transpose_dims(xs, w, b, *arguments),), w=w, b=b),
-                              _conv_gradients(b)))(x, w, b)
+    return _conv_op("conv_transpose", x, w, b, (stride, padding, output_padding, dilation, groups, flip))
 
 
 def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, dilation: Any = 1,
@@ -166,26 +155,22 @@ def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, dilati
     x.ndim - 2, as for a batch: x of 3 dimensions with ``window=2`` is a batch of 1-d signals (N, C, L);
     ``window=(2, 2)`` makes it one 2-d sample (C, H, W).
     """
-    arguments = (window, stride, padding, dilation, ceil_mode, return_indices)
-    plan = find("maxpool", (x,), arguments)
-    if plan is None:
-        return _maxpool_checked(x, arguments)
-    return plan(x)
+    return _pool("maxpool", x, dict(window=window, stride=stride, padding=padding, dilation=dilation,
+                                    ceil_mode=ceil_mode, return_indices=return_indices))
+
+
+def _pool(op: str, x: Any, kwargs: dict[str, Any]) -> tuple[Any, Pullback]:
+    plan = find(op, (x,), tuple(kwargs.values()))
+    return plan(x) if plan is not None else _pool_checked(x, op, kwargs)
 
 
 @adopts_device_arrays("x")
-def _maxpool_checked(x: Any, arguments: tuple) -> tuple[Any, Pullback]:
-    window, stride, padding, dilation, ceil_mode, return_indices = arguments
-    return build("maxpool", (x,), arguments,
-                 lambda: Plan("maxpool",
-                              *_run_and_static("maxpool", x,
-                                               lambda: pool_is_unbatched(x.shape, window=window, stride=stride,
-                                                                         padding=padding, dilation=dilation),
-                                               lambda xs: _maxpool_static(xs, window=window, stride=stride,
-                                                                          padding=padding, dilation=dilation,
-                                                                          ceil_mode=ceil_mode,
-                                                                          return_indices=return_indices)),
-                              ("dx",), first=True))(x)
+def _pool_checked(x: Any, op: str, kwargs: dict[str, Any]) -> tuple[Any, Pullback]:
+    per_dim = {k: kwargs[k] for k in ("window", "stride", "padding", "dilation") if k in kwargs}
+    return build(op, (x,), tuple(kwargs.values()),
+                 lambda: Plan(op, *_run_and_static(op, x, lambda: pool_is_unbatched(x.shape, **per_dim),
+                                                   lambda xs: STATIC[op](xs, **kwargs)),
+                              ("dx",), first=op == "maxpool"))(x)
 
 
 def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, count_include_pad: bool = True,
@@ -202,27 +187,9 @@ def meanpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, count
     list or tuple), x (C, *spatial) with one dimension more than their length is one sample (y, dy and
     dx without the batch axis); with ints only, x is a batch (N, C, *spatial) whatever its rank.
     """
-    arguments = (window, stride, padding, count_include_pad, ceil_mode, divisor_override)
-    plan = find("meanpool", (x,), arguments)
-    if plan is None:
-        return _meanpool_checked(x, arguments)
-    return plan(x)
-
-
-@adopts_device_arrays("x")
-def _meanpool_checked(x: Any, arguments: tuple) -> tuple[Any, Pullback]:
-    window, stride, padding, count_include_pad, ceil_mode, divisor_override = arguments
-    return build("meanpool", (x,), arguments,
-                 lambda: Plan("meanpool",
-                              *_run_and_static("meanpool", x,
-                                               lambda: pool_is_unbatched(x.shape, window=window, stride=stride,
-                                                                         padding=padding),
-                                               lambda xs: _meanpool_static(xs, window=window, stride=stride,
-                                                                           padding=padding,
-                                                                           count_include_pad=count_include_pad,
-                                                                           ceil_mode=ceil_mode,
-                                                                           divisor_override=divisor_override)),
-                              ("dx",)))(x)
+    return _pool("meanpool", x, dict(window=window, stride=stride, padding=padding,
+                                     count_include_pad=count_include_pad, ceil_mode=ceil_mode,
+                                     divisor_override=divisor_override))
 
 
 def _axis_op(name: str, x: Any, axis: Any) -> tuple[Any, Pullback]:

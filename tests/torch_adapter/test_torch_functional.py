@@ -235,3 +235,42 @@ def test_cpu_ops_run_numpys_blas_on_one_thread(monkeypatch):
     y = dt.activation(torch.randn(4, 3, requires_grad=True), "relu")
     y.sum().backward()
     assert seen == [(1, True)] and blas.get() == before
+
+
+UNBATCHED = {   # name -> (input shapes, dnnbind call, torch call): x is one sample, as torch.nn.functional takes it
+    "conv1d": ([(3, 9), (4, 3, 3), (4,)], lambda x, w, b: dt.conv(x, w, b, padding=1),
+               lambda x, w, b: F.conv1d(x, w, b, padding=1)),
+    "conv2d": ([(2, 7, 6), (4, 2, 3, 2)], lambda x, w: dt.conv(x, w, stride=2),
+               lambda x, w: F.conv2d(x, w, stride=2)),
+    "conv_transpose2d": ([(4, 5, 4), (4, 3, 3, 3)], lambda x, w: dt.conv_transpose(x, w, stride=2, output_padding=1),
+                         lambda x, w: F.conv_transpose2d(x, w, stride=2, output_padding=1)),
+    "maxpool2d": ([(3, 7, 8)], lambda x: dt.maxpool(x, (3, 2), stride=2, ceil_mode=True),
+                  lambda x: F.max_pool2d(x, (3, 2), stride=2, ceil_mode=True)),
+    "avgpool3d": ([(2, 4, 5, 6)], lambda x: dt.meanpool(x, (2, 2, 3), padding=1, divisor_override=5),
+                  lambda x: F.avg_pool3d(x, (2, 2, 3), padding=1, divisor_override=5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNBATCHED))
+def test_unbatched_input_equals_torch(name, randn):
+    shapes, ours, theirs = UNBATCHED[name]
+    pairs = [_pair(randn, shape, torch.float64) for shape in shapes]
+    inputs_ours, inputs_theirs = [p[0].requires_grad_() for p in pairs], [p[1] for p in pairs]
+    y = ours(*inputs_ours)
+    assert y.shape == theirs(*inputs_theirs).shape and y.dim() == inputs_ours[0].dim()
+    _compare(y, theirs(*inputs_theirs), inputs_ours, inputs_theirs, 1e-10)
+
+
+def test_unbatched_lstm_and_maxpool_indices_equal_torch(randn):
+    lstm = torch.nn.LSTM(5, 4, num_layers=2, bidirectional=True).double()
+    x, h0, c0 = randn(6, 5, dtype=torch.float64), randn(4, 4, dtype=torch.float64), randn(4, 4, dtype=torch.float64)
+    weights = [[getattr(lstm, f"{kind}_l{layer}{suffix}") for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+               for layer in range(2) for suffix in ("", "_reverse")]
+    y, hy, cy = dt.rnn(x, weights, hidden_size=4, num_layers=2, bidirectional=True, h0=h0, c0=c0)
+    yt, (hyt, cyt) = lstm(x, (h0, c0))
+    for a, b in ((y, yt), (hy, hyt), (cy, cyt)):
+        torch.testing.assert_close(a, b)
+    (y, idx), (yt, idxt) = dt.maxpool(x, (2,), return_indices=True), F.max_pool1d(x, 2, return_indices=True)
+    assert y.shape == yt.shape == (6, 2) and torch.equal(idx, idxt)
+    with pytest.raises(ValueError, match="x has shape"):
+        dt.conv(randn(3, 4, dtype=torch.float64), randn(2, 3, 3, 3, dtype=torch.float64))

@@ -208,3 +208,21 @@ def test_eager_calls_equal_the_registered_custom_op(op, args):
             assert a is None and b is None
         else:
             torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_unbatched_functional_calls_compile_with_fullgraph():
+    """The batch axis an unbatched call gets is a tensor view (unsqueeze/squeeze) around the custom op:
+    torch.compile(fullgraph=True) traces it and equals eager."""
+    import dnnbind.torch as dt
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+
+    def f(x):
+        return dt.maxpool(dt.activation(dt.conv(x, w, padding=1), "relu"), (2, 2)).sum()
+
+    x = torch.randn(3, 8, 8)
+    eager = f(x)
+    (grad_eager,) = torch.autograd.grad(eager, w)
+    compiled = torch.compile(f, fullgraph=True)(x)
+    (grad_compiled,) = torch.autograd.grad(compiled, w)
+    torch.testing.assert_close(compiled, eager)
+    torch.testing.assert_close(grad_compiled, grad_eager)

@@ -1,7 +1,9 @@
 """dnnbind's ten ops on torch tensors; same arguments and semantics as :mod:`dnnbind.highlevel.ops`.
 
 Each runs as a ``torch.library`` custom op (:mod:`dnnbind.torch.library`), differentiable through
-``torch.autograd`` and traceable by ``torch.compile`` and ``torch.export``.
+``torch.autograd`` and traceable by ``torch.compile`` and ``torch.export``. Unbatched input follows the
+high-level ops' rules (:mod:`dnnbind.highlevel.unbatched`): the batch axis is added with ``unsqueeze``
+before the op and removed from its results, so autograd and the compilers see plain tensor views.
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any, Sequence
 
 import torch
 
+from dnnbind.highlevel.unbatched import conv_is_unbatched, pool_is_unbatched, rnn_is_unbatched
 from dnnbind.torch.convert import check_same_dtype, common_device
 from dnnbind.torch.library import call
 
@@ -36,15 +39,30 @@ def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padd
     """N-d convolution (1 to 3 spatial dims) like ``torch.nn.functional.conv{1,2,3}d``; ``flip=True``:
     true convolution. ``padding`` may also be one (low, high) pair per spatial dim."""
     _check(x=x, w=w, b=b)
-    return call("conv", x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups, flip=flip)[0]
+    one = conv_is_unbatched(x.shape, w.shape)
+    y = call("conv", _batch(x, one), w, b, stride=stride, padding=padding, dilation=dilation, groups=groups,
+             flip=flip)[0]
+    return _unbatch(y, one)
+
+
+def _batch(x: Tensor, one: bool, axis: int = 0) -> Tensor:
+    """x with a batch axis of 1 when it is one unbatched sample."""
+    return x.unsqueeze(axis) if one else x
+
+
+def _unbatch(y: Any, one: bool, axis: int = 0) -> Any:
+    """A result without the batch axis :func:`_batch` added (None stays None)."""
+    return y.squeeze(axis) if one and y is not None else y
 
 
 def conv_transpose(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padding: Any = 0,
                    output_padding: Any = 0, dilation: Any = 1, groups: int = 1, flip: bool = False) -> Tensor:
     """Transposed convolution like ``torch.nn.functional.conv_transpose{1,2,3}d`` (w is (C_in, C_out/groups, ...))."""
     _check(x=x, w=w, b=b)
-    return call("conv_transpose", x, w, b, stride=stride, padding=padding, output_padding=output_padding,
-                dilation=dilation, groups=groups, flip=flip)[0]
+    one = conv_is_unbatched(x.shape, w.shape)
+    y = call("conv_transpose", _batch(x, one), w, b, stride=stride, padding=padding, output_padding=output_padding,
+             dilation=dilation, groups=groups, flip=flip)[0]
+    return _unbatch(y, one)
 
 
 def maxpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0, dilation: Any = 1,
@@ -52,8 +70,10 @@ def maxpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0, dil
     """Max pooling like ``torch.nn.functional.max_pool{1,2,3}d`` (stride defaults to the window); with
     ``return_indices`` (y, indices), indices int64 and without gradient, as torch's."""
     _check(x=x)
-    outputs = call("maxpool", x, window=window, stride=stride, padding=padding, dilation=dilation,
-                   ceil_mode=ceil_mode, return_indices=return_indices)
+    one = pool_is_unbatched(x.shape, window=window, stride=stride, padding=padding, dilation=dilation)
+    outputs = [_unbatch(o, one) for o in call("maxpool", _batch(x, one), window=window, stride=stride,
+                                               padding=padding, dilation=dilation, ceil_mode=ceil_mode,
+                                               return_indices=return_indices)]
     return (outputs[0], outputs[1]) if return_indices else outputs[0]
 
 
@@ -62,8 +82,10 @@ def meanpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0,
     """Average pooling like ``torch.nn.functional.avg_pool{1,2,3}d``; ``divisor_override`` (a non-zero int)
     divides every window's sum by itself, as avg_pool2d/3d's does (here also in 1-d)."""
     _check(x=x)
-    return call("meanpool", x, window=window, stride=stride, padding=padding, count_include_pad=count_include_pad,
-                ceil_mode=ceil_mode, divisor_override=divisor_override)[0]
+    one = pool_is_unbatched(x.shape, window=window, stride=stride, padding=padding)
+    y = call("meanpool", _batch(x, one), window=window, stride=stride, padding=padding,
+             count_include_pad=count_include_pad, ceil_mode=ceil_mode, divisor_override=divisor_override)[0]
+    return _unbatch(y, one)
 
 
 def softmax(x: Tensor, *, axis: int = 1) -> Tensor:
@@ -117,7 +139,8 @@ def dropout(x: Tensor, p: float, *, seed: int | None = None) -> Tensor:
 def rnn(x: Tensor, weights: Sequence[Sequence[Tensor | None]], *, mode: str = "lstm", hidden_size: int,
         num_layers: int = 1, bidirectional: bool = False, h0: Tensor | None = None, c0: Tensor | None = None,
         lengths: Any = None, proj_size: int = 0) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Multi-layer RNN over x (seq, batch, input) with torch.nn.LSTM/GRU/RNN's weights and semantics.
+    """Multi-layer RNN over x (seq, batch, input), or one sequence x (seq, input) with h0/c0 (layers *
+    directions, size), with torch.nn.LSTM/GRU/RNN's weights and semantics.
 
     ``weights[layer * num_directions + direction] = (w_ih, w_hh, b_ih, b_hh)``, with w_hr
     (torch's ``weight_hr_l{k}``) as a 5th tensor for an LSTM with ``proj_size`` > 0; ``lengths`` gives
@@ -126,6 +149,13 @@ def rnn(x: Tensor, weights: Sequence[Sequence[Tensor | None]], *, mode: str = "l
     _check(x=x, h0=h0, c0=c0, weights=weights)
     if isinstance(lengths, torch.Tensor):
         lengths = lengths.tolist()
-    outputs = call("rnn", x, [list(entry) for entry in weights], h0, c0, mode=mode, hidden_size=hidden_size,
-                   num_layers=num_layers, bidirectional=bidirectional, lengths=lengths, proj_size=proj_size)
-    return outputs[0], outputs[1], outputs[2] if len(outputs) > 2 else None
+    one = rnn_is_unbatched(x.shape, h0, c0)        # one sequence: the batch axis is axis 1 of x, h0 and c0
+    outputs = call("rnn", _batch(x, one, 1), [list(entry) for entry in weights], _batch_state(h0, one),
+                   _batch_state(c0, one), mode=mode, hidden_size=hidden_size, num_layers=num_layers,
+                   bidirectional=bidirectional, lengths=lengths, proj_size=proj_size)
+    return (_unbatch(outputs[0], one, 1), _unbatch(outputs[1], one, 1),
+            _unbatch(outputs[2], one, 1) if len(outputs) > 2 else None)
+
+
+def _batch_state(state: Tensor | None, one: bool) -> Tensor | None:
+    return None if state is None else _batch(state, one, 1)

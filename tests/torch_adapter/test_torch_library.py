@@ -226,3 +226,11 @@ def test_unbatched_functional_calls_compile_with_fullgraph():
     (grad_compiled,) = torch.autograd.grad(compiled, w)
     torch.testing.assert_close(compiled, eager)
     torch.testing.assert_close(grad_compiled, grad_eager)
+
+
+def test_eager_layers_with_parameters_take_the_eager_path():
+    """A layer's weights are nn.Parameters: plain eager calls with them still skip the dispatcher (their
+    backward node is the eager one, dnnbind_NAMEBackward, not the custom op's)."""
+    conv, lstm = dnn.Conv2d(3, 4, 3), dnn.LSTM(4, 3)
+    assert type(conv(torch.randn(1, 3, 5, 5)).grad_fn).__name__ == "dnnbind_convBackward"
+    assert type(lstm(torch.randn(5, 2, 4))[0].grad_fn).__name__ == "dnnbind_rnnBackward"

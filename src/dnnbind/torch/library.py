@@ -395,7 +395,13 @@ def _plain_eager(x: Tensor, others: Sequence[Tensor]) -> bool:
     transform, no dispatch mode. Everything else goes through the registered custom op."""
     if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
         return False
-    return all(type(t) is Tensor and not is_functorch_wrapped_tensor(t) for t in (x, *others))
+    return all(type(t) in _PLAIN_TENSORS and not is_functorch_wrapped_tensor(t) for t in (x, *others))
+
+
+#: tensor types an eager call may take the fast path with: layers' weights are Parameters (whose
+#: ``__torch_function__`` is torch's own, disabled one); other subclasses (fake, functional, user types with
+#: their own ``__torch_function__``) go through the dispatcher
+_PLAIN_TENSORS = frozenset({Tensor, torch.nn.Parameter})
 
 
 def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:

@@ -104,12 +104,9 @@ def conv(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: Any = 0, di
     y and dx come back without the batch axis and dy has none. Returns (y, pullback) with pullback(dy)
     -> (dx, dw), or (dx, dw, db) when b is given.
     """
-    return _conv_op("conv", x, w, b, (stride, padding, dilation, groups, flip))
-
-
-def _conv_op(op: str, x: Any, w: Any, b: Any, arguments: tuple) -> tuple[Any, Pullback]:
-    plan = find(op, (x, w, b), arguments)
-    return plan(x, w, b) if plan is not None else _conv_checked(x, w, b, op, arguments)
+    arguments = (stride, padding, dilation, groups, flip)
+    plan = find("conv", (x, w, b), arguments)         # the per-call path: one key, one lookup
+    return plan(x, w, b) if plan is not None else _conv_checked(x, w, b, "conv", arguments)
 
 
 @adopts_device_arrays("x", "w", "b")
@@ -135,7 +132,9 @@ def conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: A
     be smaller than stride or dilation. x (C_in, *spatial), one dimension fewer than w, is one unbatched
     sample, as for :func:`conv`. Returns (y, pullback) like :func:`conv`.
     """
-    return _conv_op("conv_transpose", x, w, b, (stride, padding, output_padding, dilation, groups, flip))
+    arguments = (stride, padding, output_padding, dilation, groups, flip)
+    plan = find("conv_transpose", (x, w, b), arguments)
+    return plan(x, w, b) if plan is not None else _conv_checked(x, w, b, "conv_transpose", arguments)
 
 
 def maxpool(x: Any, window: Any, *, stride: Any = None, padding: Any = 0, dilation: Any = 1,

@@ -15,9 +15,8 @@ gradients of the inputs that had it; the pullback takes cotangents without it. N
 backend. The dims objects (:class:`ConvDims` and friends) and the residual form describe the batched
 problem only: a framework adds the batch axis itself, as dnnbind.torch's layers do.
 
-A batched call pays nothing for this: the decision is made once per distinct call signature, where the
-public ops remember their argument checks (:func:`dnnbind.highlevel.arg_cache.remember`), or is one
-comparison of x's rank (rnn).
+A batched call pays nothing for this: the decision is made once per distinct call signature, when the
+public op builds its plan (:mod:`dnnbind.highlevel.plans`), or is one comparison of x's rank (rnn).
 """
 from __future__ import annotations
 

@@ -40,8 +40,8 @@ def blas_single_threaded() -> bool:
 
 
 class _OpenBLAS:
-    """numpy's OpenBLAS, found among the loaded libraries, with its thread-count functions; None where
-    numpy uses another BLAS (then nothing is changed)."""
+    """numpy's OpenBLAS, found among the loaded libraries, with its thread-count functions (``get`` and
+    ``set`` stay None where numpy uses another BLAS: then nothing is changed)."""
 
     def __init__(self) -> None:
         self.get: Callable[[], int] | None = None

@@ -34,6 +34,13 @@ CASES = [
     ("depthwise 3-d", (1, 4, 4, 5, 6), (4, 1, 3, 3, 3), dict(padding=1, groups=4), Depthwise),
     ("depthwise 3-d strided", (1, 2, 5, 6, 5), (2, 1, 2, 3, 2), dict(stride=(2, 1, 2), groups=2), Depthwise),
     ("depthwise wide padding", (1, 2, 4, 4), (2, 1, 2, 2), dict(padding=3, groups=2), Depthwise),
+    # strided and undilated: one stride-1 problem per stride phase (phases without taps when stride > kernel)
+    ("depthwise stride > kernel", (2, 3, 11, 10), (3, 1, 2, 2), dict(stride=3, groups=3), Depthwise),
+    ("depthwise 5x3 stride (2, 3)", (1, 4, 13, 14), (4, 1, 5, 3), dict(stride=(2, 3), padding=((2, 1), (0, 1)),
+                                                                         groups=4), Depthwise),
+    ("depthwise 1-d strided", (2, 3, 12), (3, 1, 4), dict(stride=3, padding=1, groups=3), Depthwise),
+    ("depthwise strided dilated", (1, 2, 11, 11), (2, 1, 3, 3), dict(stride=2, dilation=2, padding=2, groups=2),
+     Depthwise),
     ("small groups", (2, 6, 7, 7), (6, 2, 3, 3), dict(padding=1, groups=3), None),
 ]
 IDS = [c[0] for c in CASES]
@@ -155,3 +162,19 @@ def test_depthwise_threads_follow_the_blas_rule(monkeypatch):
     assert Depthwise.use_threads(big) == (ref_conv.workers() > 1)
     assert not Depthwise.use_threads(small)
     assert not Pointwise.use_threads(ConvDims((8, 64, 56, 56), (128, 64, 1, 1)))   # BLAS threads those
+
+
+@pytest.mark.parametrize("stride, kernel, padding, output_padding", [(2, 3, 1, 1), (3, 2, 0, 2), ((2, 3), (4, 3), 1, 0)])
+def test_strided_depthwise_conv_transpose_matches_torch(rng, stride, kernel, padding, output_padding):
+    """conv_transpose's forward is the depthwise data gradient, split by stride phase; its backward the
+    depthwise forward and filter gradient."""
+    kernel = kernel if isinstance(kernel, tuple) else (kernel, kernel)
+    x, w, b = rng.standard_normal((2, 3, 5, 6)), rng.standard_normal((3, 1) + kernel), rng.standard_normal(3)
+    kw = dict(stride=stride, padding=padding, output_padding=output_padding, groups=3)
+    y, pullback = dnnbind.conv_transpose(x, w, b, **kw)
+    leaves = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    yt = F.conv_transpose2d(*leaves, **kw)
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12, atol=1e-12)
+    dy = rng.standard_normal(y.shape)
+    for ours, theirs in zip(pullback(dy), torch.autograd.grad(yt, leaves, torch.tensor(dy))):
+        np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-11, atol=1e-11)

@@ -8,10 +8,11 @@
   buffer far larger than the cache; instead the work is cut into blocks of samples and channels that
   stay in cache. Forward: each kernel offset's shifted view is copied into the block's columns and
   one batched product per channel (1 x taps) @ (taps x pixels) combines them. Data gradient: stride 1
-  is the forward pass again (on dy, flipped kernel); strided ones add weight times dy into each
-  offset's shifted view. Filter gradient: one dot product per channel and offset. Blocks are split
-  over the thread pool when numpy's BLAS is single-threaded. Stride 1 uses the flat-rows layout, where each shifted view is one contiguous
-  run per plane.
+  is the forward pass again (on dy, flipped kernel); strided undilated ones split by stride phase into
+  stride-1 problems (:func:`_phases`), strided dilated ones add weight times dy into each offset's
+  shifted view. Filter gradient: one dot product per channel and offset (per stride phase when strided
+  and undilated). Blocks are split over the thread pool when numpy's BLAS is single-threaded. Stride 1
+  uses the flat-rows layout, where each shifted view is one contiguous run per plane.
 
 Both are exact in the sense the GPU tests need: plain float sums of the same products, no transforms.
 Each path offers forward, data gradient and filter gradient as separate calls (conv.py combines them
@@ -20,6 +21,7 @@ into conv and conv_transpose, whose forward is the data gradient of a convolutio
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 
@@ -161,6 +163,11 @@ class Depthwise:
         if all(s == 1 for s in dims.stride):
             dy, w_back, back = data_grad_problem(dy, w, dims)
             return Depthwise.forward(dy, w_back, back, threaded)
+        if _undilated(dims):
+            dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
+            for taps, crop, sub in _phases(dims):
+                dxp[taps][crop] = Depthwise.data_grad(dy, np.ascontiguousarray(w[taps]), sub, threaded)
+            return unpad(dxp, dims)
         coef = np.ascontiguousarray(w).reshape(dims.out_channels, -1)
         dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
         offsets = kernel_offsets(dims)
@@ -180,6 +187,11 @@ class Depthwise:
 
     @staticmethod
     def filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        if any(s != 1 for s in dims.stride) and _undilated(dims):
+            xp, dw = pad(x, dims), np.empty(dims.w_shape, dy.dtype)
+            for taps, crop, sub in _phases(dims):
+                dw[taps] = Depthwise.filter_grad(dy, np.ascontiguousarray(xp[taps][crop]), sub, threaded)
+            return dw
         xp = pad(x, dims, temporary=True)
         offsets = kernel_offsets(dims)
         flat = Depthwise._flat(dims)
@@ -206,6 +218,31 @@ class Depthwise:
 
         run(task, [(blocks, part) for (blocks,), part in zip(lists, parts)])
         return parts.sum(axis=0).reshape(dims.w_shape)
+
+
+def _undilated(dims: ConvDims) -> bool:
+    return all(d == 1 for d in dims.dilation)
+
+
+@functools.lru_cache(maxsize=256)
+def _phases(dims: ConvDims) -> tuple[tuple[tuple[slice, ...], tuple[slice, ...], ConvDims], ...]:
+    """A strided, undilated depthwise problem as stride-1 ones, one per stride phase r (per dim, the
+    kernel taps r, r + s, r + 2s, ... and the padded inputs at r + s*i, which only those taps read):
+    (the phase's slices, for the filter's kernel dims and the padded input's spatial dims alike; the crop
+    of the phase's inputs to what its outputs read, out + taps - 1 per dim; its stride-1 ConvDims). The
+    output is the sum of the phases' convolutions, so each gradient splits by phase: the data gradient
+    is the phases' stride-1 data gradients interleaved, the filter gradient their filter gradients.
+    Phases without taps (kernel narrower than the stride) drop out."""
+    out = []
+    for r in itertools.product(*(range(s) for s in dims.stride)):
+        taps = (slice(None), slice(None)) + tuple(slice(ri, None, si) for ri, si in zip(r, dims.stride))
+        kernel = tuple(len(range(ri, k, si)) for ri, k, si in zip(r, dims.kernel_size, dims.stride))
+        if 0 in kernel:
+            continue
+        size = tuple(o + k - 1 for o, k in zip(dims.out_size, kernel))
+        sub = ConvDims(dims.x_shape[:2] + size, dims.w_shape[:2] + kernel, groups=dims.groups, dtype=dims.dtype)
+        out.append((taps, (slice(None), slice(None)) + tuple(slice(0, z) for z in size), sub))
+    return tuple(out)
 
 
 Path = type[Pointwise] | type[Depthwise]

@@ -219,22 +219,21 @@ def test_cpu_ops_run_numpys_blas_on_one_thread(monkeypatch):
     spin between torch's ops), seen from inside a CPU op's backend call; the setting is restored."""
     from dnnbind.highlevel import dispatch
     from dnnbind.highlevel.reference import _threads
+    from dnnbind.highlevel.reference._blas import openblas
     import dnnbind.highlevel.reference as reference
-    with _threads.one_blas_thread():
-        pass
-    blas = _threads._openblas
-    assert blas is not None and blas.get is not None
-    before, seen = blas.get(), []
+    get = openblas().get_threads
+    assert get is not None
+    before, seen = get(), []
     real = reference.activation_forward
 
     def spy(*args, **kwargs):
-        seen.append((blas.get(), _threads.blas_single_threaded()))
+        seen.append((get(), _threads.blas_single_threaded()))
         return real(*args, **kwargs)
 
     monkeypatch.setitem(dispatch._functions, (dispatch.BACKENDS["reference"], "activation_forward"), spy)
     y = dt.activation(torch.randn(4, 3, requires_grad=True), "relu")
     y.sum().backward()
-    assert seen == [(1, True)] and blas.get() == before
+    assert seen == [(1, True)] and get() == before
 
 
 UNBATCHED = {   # name -> (input shapes, dnnbind call, torch call): x is one sample, as torch.nn.functional takes it

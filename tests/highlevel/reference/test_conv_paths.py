@@ -9,7 +9,7 @@ import pytest
 
 import dnnbind
 from dnnbind.highlevel.dims import ConvDims
-from dnnbind.highlevel.reference.conv_paths import Depthwise, Pointwise, special_path
+from dnnbind.highlevel.reference.conv_paths import Depthwise, Pointwise, Shifted, special_path
 
 from ..gradcheck import check_gradients
 from ..torch_oracle import torch_pad
@@ -42,6 +42,13 @@ CASES = [
     ("depthwise strided dilated", (1, 2, 11, 11), (2, 1, 3, 3), dict(stride=2, dilation=2, padding=2, groups=2),
      Depthwise),
     ("small groups", (2, 6, 7, 7), (6, 2, 3, 3), dict(padding=1, groups=3), None),
+    # stride 1 with 16 or more channels per group: products per kernel offset on the shifted input
+    ("shifted 3x3", (2, 32, 6, 7), (5, 32, 3, 3), dict(padding=1), Shifted),
+    ("shifted grouped dilated", (2, 64, 7, 6), (6, 32, 3, 2), dict(padding=(2, 1), dilation=(2, 1), groups=2),
+     Shifted),
+    ("shifted 1-d", (3, 32, 9), (4, 32, 3), dict(padding=1), Shifted),
+    ("shifted asymmetric padding", (2, 32, 5, 12), (4, 32, 3, 3), dict(padding=((0, 2), (1, 0))), Shifted),
+    ("shifted strided is im2col", (2, 32, 6, 7), (5, 32, 3, 3), dict(padding=1, stride=2), None),
 ]
 IDS = [c[0] for c in CASES]
 
@@ -64,8 +71,8 @@ def test_each_class_takes_its_path(name, x_shape, w_shape, kwargs, path):
 
 
 @pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path, flip",
-                         [c + (False,) for c in CASES] + [CASES[i] + (True,) for i in (1, 7)],
-                         ids=IDS + [IDS[i] + " flip" for i in (1, 7)])
+                         [c + (False,) for c in CASES] + [CASES[i] + (True,) for i in (1, 7, 18)],
+                         ids=IDS + [IDS[i] + " flip" for i in (1, 7, 18)])
 def test_paths_match_torch_in_float64(rng, name, x_shape, w_shape, kwargs, path, flip):
     x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(w_shape[0])
     y, pullback = dnnbind.conv(x, w, b, flip=flip, **kwargs)
@@ -171,6 +178,49 @@ def test_strided_depthwise_conv_transpose_matches_torch(rng, stride, kernel, pad
     kernel = kernel if isinstance(kernel, tuple) else (kernel, kernel)
     x, w, b = rng.standard_normal((2, 3, 5, 6)), rng.standard_normal((3, 1) + kernel), rng.standard_normal(3)
     kw = dict(stride=stride, padding=padding, output_padding=output_padding, groups=3)
+    y, pullback = dnnbind.conv_transpose(x, w, b, **kw)
+    leaves = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    yt = F.conv_transpose2d(*leaves, **kw)
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12, atol=1e-12)
+    dy = rng.standard_normal(y.shape)
+    for ours, theirs in zip(pullback(dy), torch.autograd.grad(yt, leaves, torch.tensor(dy))):
+        np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_shifted_threads_split_the_samples_alike(rng, threaded):
+    """Split over the pool or not, the shifted path computes every output the same way."""
+    x, w = rng.standard_normal((3, 32, 6, 5)), rng.standard_normal((4, 32, 3, 3))
+    dims = ConvDims(x.shape, w.shape, padding=1)
+    dy = rng.standard_normal(dims.y_shape)
+    one = [Shifted.forward(x, w, dims, False), Shifted.data_grad(dy, w, dims, False), Shifted.filter_grad(dy, x, dims, False)]
+    other = [Shifted.forward(x, w, dims, threaded), Shifted.data_grad(dy, w, dims, threaded),
+             Shifted.filter_grad(dy, x, dims, threaded)]
+    for a, b in zip(one, other):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
+def test_gemm_refuses_operands_that_run_past_their_arrays():
+    """BLAS reads raw memory: the wrapper checks every operand's span first."""
+    from dnnbind.highlevel.reference._blas import gemm
+    a, b, c = np.ones((4, 3)), np.ones((3, 5)), np.zeros((4, 5))
+    gemm(a, 0, 3, b, 0, 5, c, 0, 5, 4, 5, 3)
+    np.testing.assert_array_equal(c, np.full((4, 5), 3.0))
+    with pytest.raises(ValueError, match="b's 3 x 5 matrix at offset 1"):
+        gemm(a, 0, 3, b, 1, 5, c, 0, 5, 4, 5, 3)
+    with pytest.raises(ValueError, match="c must be a C-contiguous float64 array"):
+        gemm(a, 0, 3, b, 0, 5, c.T.copy().T, 0, 5, 4, 5, 3)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kw", [
+    ((2, 4, 5, 12), (4, 32, 3, 3), dict(padding=1)),                             # the convolution is shifted
+    ((2, 64, 5, 6), (64, 3, 3, 2), dict(padding=(1, 0), dilation=(1, 2), groups=2)),   # its data gradient is
+])
+def test_shifted_conv_transpose_matches_torch(rng, x_shape, w_shape, kw):
+    """A stride-1 conv_transpose runs a convolution's data gradient forward and its forward and filter
+    gradient backward: with 32 channels per group on either side, one of them takes the shifted path."""
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    b = rng.standard_normal(w_shape[1] * kw.get("groups", 1))
     y, pullback = dnnbind.conv_transpose(x, w, b, **kw)
     leaves = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
     yt = F.conv_transpose2d(*leaves, **kw)

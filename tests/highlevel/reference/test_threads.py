@@ -7,16 +7,21 @@ import numpy as np
 import pytest
 
 from dnnbind.highlevel.reference import _threads
+from dnnbind.highlevel.reference._blas import openblas
 
 
-def _blas() -> "_threads._OpenBLAS":
-    with _threads.one_blas_thread():          # finds the library on first use
-        pass
-    blas = _threads._openblas
-    assert blas is not None
-    if blas.get is None:
-        pytest.fail("numpy's BLAS is OpenBLAS in this project's environment (numpy wheels), but it was not found")
-    return blas
+class _Threads:
+    """The library's thread count, read back."""
+
+    def get(self) -> int:
+        blas = openblas()
+        if blas.get_threads is None:
+            pytest.fail("numpy's BLAS is OpenBLAS in this project's environment (numpy wheels), but it was not found")
+        return blas.get_threads()
+
+
+def _blas() -> _Threads:
+    return _Threads()
 
 
 def test_one_blas_thread_limits_openblas_and_restores_it(monkeypatch):

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, Sequence
+
+from dnnbind.highlevel.reference._blas import openblas
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -39,34 +40,6 @@ def blas_single_threaded() -> bool:
     return False
 
 
-class _OpenBLAS:
-    """numpy's OpenBLAS, found among the loaded libraries, with its thread-count functions (``get`` and
-    ``set`` stay None where numpy uses another BLAS: then nothing is changed)."""
-
-    def __init__(self) -> None:
-        self.get: Callable[[], int] | None = None
-        self.set: Callable[[int], None] | None = None
-        try:
-            with open("/proc/self/maps") as maps:
-                paths = {line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line}
-        except OSError:
-            return
-        for path in sorted(paths):
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            for prefix in ("scipy_openblas", "openblas"):
-                for suffix in ("64_", ""):
-                    get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-                    set_ = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-                    if get is not None and set_ is not None:
-                        get.restype, set_.argtypes = ctypes.c_int, [ctypes.c_int]
-                        self.get, self.set = get, set_
-                        return
-
-
-_openblas: _OpenBLAS | None = None
 _one_thread_depth = 0
 _saved_threads = 0
 
@@ -81,22 +54,21 @@ def one_blas_thread() -> Iterator[None]:
     spinning. Process-wide while any thread is inside (a counter restores the setting on the last
     exit); does nothing where numpy's BLAS is not OpenBLAS.
     """
-    global _openblas, _one_thread_depth, _saved_threads
+    global _one_thread_depth, _saved_threads
+    blas = openblas()
     with _lock:
-        if _openblas is None:
-            _openblas = _OpenBLAS()
-        if _one_thread_depth == 0 and _openblas.set is not None and _openblas.get is not None:
-            _saved_threads = _openblas.get()
+        if _one_thread_depth == 0 and blas.set_threads is not None and blas.get_threads is not None:
+            _saved_threads = blas.get_threads()
             if _saved_threads != 1:
-                _openblas.set(1)
+                blas.set_threads(1)
         _one_thread_depth += 1
     try:
         yield
     finally:
         with _lock:
             _one_thread_depth -= 1
-            if _one_thread_depth == 0 and _openblas.set is not None and _saved_threads not in (0, 1):
-                _openblas.set(_saved_threads)
+            if _one_thread_depth == 0 and blas.set_threads is not None and _saved_threads not in (0, 1):
+                blas.set_threads(_saved_threads)
 
 
 def _get_pool() -> ThreadPoolExecutor:

@@ -177,7 +177,12 @@ def test_strided_depthwise_conv_transpose_matches_torch(rng, stride, kernel, pad
     depthwise forward and filter gradient."""
     kernel = kernel if isinstance(kernel, tuple) else (kernel, kernel)
     x, w, b = rng.standard_normal((2, 3, 5, 6)), rng.standard_normal((3, 1) + kernel), rng.standard_normal(3)
-    kw = dict(stride=stride, padding=padding, output_padding=output_padding, groups=3)
+    _conv_transpose_matches_torch(rng, x, w, b, dict(stride=stride, padding=padding, output_padding=output_padding,
+                                                     groups=3))
+
+
+def _conv_transpose_matches_torch(rng, x, w, b, kw):
+    """dnnbind.conv_transpose against F.conv_transpose2d in float64: y and every gradient."""
     y, pullback = dnnbind.conv_transpose(x, w, b, **kw)
     leaves = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
     yt = F.conv_transpose2d(*leaves, **kw)
@@ -220,11 +225,4 @@ def test_shifted_conv_transpose_matches_torch(rng, x_shape, w_shape, kw):
     """A stride-1 conv_transpose runs a convolution's data gradient forward and its forward and filter
     gradient backward: with 32 channels per group on either side, one of them takes the shifted path."""
     x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
-    b = rng.standard_normal(w_shape[1] * kw.get("groups", 1))
-    y, pullback = dnnbind.conv_transpose(x, w, b, **kw)
-    leaves = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
-    yt = F.conv_transpose2d(*leaves, **kw)
-    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12, atol=1e-12)
-    dy = rng.standard_normal(y.shape)
-    for ours, theirs in zip(pullback(dy), torch.autograd.grad(yt, leaves, torch.tensor(dy))):
-        np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-11, atol=1e-11)
+    _conv_transpose_matches_torch(rng, x, w, rng.standard_normal(w_shape[1] * kw.get("groups", 1)), kw)

@@ -272,11 +272,16 @@ class Shifted:
         return split(dims.batch, workers()) if threaded else [(0, dims.batch)]
 
     @staticmethod
+    def _sizes(dims: ConvDims) -> tuple[int, int, int, int, int]:
+        """(groups, output and input channels per group, elements of one padded plane, row pitch)."""
+        g, plane = dims.groups, int(np.prod(dims.padded_size))
+        return g, dims.out_channels // g, dims.in_channels // g, plane, dims.batch * plane
+
+    @staticmethod
     def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
         rows, xc = FlatRows(dims), Shifted._channel_major(x, dims)
-        g, k, c = dims.groups, dims.out_channels, dims.in_channels
-        kg, cg, plane = k // g, c // g, int(np.prod(dims.padded_size))
-        pitch = dims.batch * plane
+        g, kg, cg, plane, pitch = Shifted._sizes(dims)
+        k = dims.out_channels
         taps = np.ascontiguousarray(w.reshape(k, cg, -1).transpose(2, 0, 1))      # (offsets, K, C/groups)
         yc = np.empty((k, pitch), x.dtype)
 
@@ -298,9 +303,8 @@ class Shifted:
     @staticmethod
     def filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
         rows, xc = FlatRows(dims), Shifted._channel_major(x, dims)
-        g, k, c = dims.groups, dims.out_channels, dims.in_channels
-        kg, cg, plane = k // g, c // g, int(np.prod(dims.padded_size))
-        pitch = dims.batch * plane
+        g, kg, cg, plane, pitch = Shifted._sizes(dims)
+        k = dims.out_channels
         dyc = np.zeros((k, pitch), dy.dtype)               # dy in the flat layout; 0 between the outputs
         rows.output_view(dyc.reshape(k, dims.batch, plane).swapaxes(0, 1))[...] = dy
         parts = Shifted._parts(dims, threaded)

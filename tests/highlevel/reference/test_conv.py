@@ -346,3 +346,25 @@ def test_conv_float32_matches_torch_on_a_real_size(rng):
     dy = rng.standard_normal(y.shape).astype(np.float32)
     for ours, theirs in zip(pullback(dy), torch.autograd.grad(yt, (xt, wt), torch.tensor(dy))):
         np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-4, atol=2e-3)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", [
+    ((1, 1, 4, 4), (1, 1, 3, 3), dict(padding=1)),
+    ((2, 4, 5, 6), (6, 2, 3, 2), dict(padding=1, stride=(2, 1), groups=2)),
+    ((3, 2, 7), (4, 2, 3), dict(stride=2, dilation=2)),
+])
+def test_small_problems_skip_the_sweep_with_the_same_results(monkeypatch, rng, x_shape, w_shape, kwargs):
+    """A small problem (columns gathered at once and kept) runs one gather and one product; the result and
+    the gradients equal the blocked sweep's."""
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    dims = ConvDims(x_shape, w_shape, **kwargs)
+    lay = ref_conv.layout(dims, x.dtype, False)
+    assert lay.whole
+    y, pullback = reference_backend.conv(x, w, None, dims, threaded=False)
+    dy = rng.standard_normal(y.shape)
+    grads = pullback(dy)
+    monkeypatch.setattr(lay, "whole", False)
+    y2, pullback2 = reference_backend.conv(x, w, None, dims, threaded=False)
+    np.testing.assert_array_equal(y, y2)
+    for a, b in zip(grads, pullback2(dy)):
+        np.testing.assert_array_equal(a, b)

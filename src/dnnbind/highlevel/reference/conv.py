@@ -122,6 +122,8 @@ class _Layout:
         self.gather = None
         if not self.flat and dims.in_channels * self.rows // self.cg * self.cols <= GATHER_MAX_ELEMENTS:
             self.gather = self._gather_index()
+        # a small problem: all columns kept, gathered at once, one chunk (the forward skips the sweep)
+        self.whole = self.gather is not None and self.keep_columns and len(self.chunks) == 1
 
     def _gather_index(self) -> np.ndarray:
         """Flat index into one padded sample of every column element, (C * prod(kernel) * P,) row-major."""
@@ -330,9 +332,13 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
         lay = layout(dims, x.dtype, threaded)
         wg = private(_group_filter(w, dims), w)
         xp = pad(x, dims)
-        y = np.empty(lay.y_shape, x.dtype)
         columns = np.empty(lay.columns_shape, x.dtype) if lay.keep_columns else None
-        _sweep(lay, wg, xp=xp, columns=columns, fill=True, y=y)
+        if lay.whole and columns is not None:   # small: every column in one gather, one product
+            lay.fill(columns, xp, 0, dims.batch, 0, dims.in_channels)
+            y = np.matmul(wg, columns).reshape(lay.y_shape)
+        else:
+            y = np.empty(lay.y_shape, x.dtype)
+            _sweep(lay, wg, xp=xp, columns=columns, fill=True, y=y)
         # the backward rebuilds its columns from xp when they were not kept
         saved = (wg, _nothing(x.dtype), columns) if columns is not None else (wg, private(xp, x), _nothing(x.dtype))
     if b is not None:

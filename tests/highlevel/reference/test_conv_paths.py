@@ -49,6 +49,7 @@ CASES = [
     ("shifted 1-d", (3, 32, 9), (4, 32, 3), dict(padding=1), Shifted),
     ("shifted asymmetric padding", (2, 32, 5, 12), (4, 32, 3, 3), dict(padding=((0, 2), (1, 0))), Shifted),
     ("shifted strided is im2col", (2, 32, 6, 7), (5, 32, 3, 3), dict(padding=1, stride=2), None),
+    ("shifted 3-d", (2, 16, 2, 3, 20), (3, 16, 2, 2, 3), dict(padding=(0, 1, 1)), Shifted),
 ]
 IDS = [c[0] for c in CASES]
 

@@ -220,12 +220,37 @@ def _torch_weights(module, layers, dirs, bias):
     return out
 
 
-@st.composite
-def rnn_case(draw):
+def _draw_sequences(draw) -> tuple[int, int, list[int] | None]:
+    """(batch, seq, lengths): 1 to 3 sequences of 1 to 4 steps, with per-sequence lengths or without."""
     batch = draw(st.integers(1, 3))
     seq = draw(st.integers(1, 4))
     use_lengths = draw(st.booleans())
-    lengths = [draw(st.integers(1, seq)) for _ in range(batch)] if use_lengths else None
+    return batch, seq, [draw(st.integers(1, seq)) for _ in range(batch)] if use_lengths else None
+
+
+def _torch_outputs(torch, module, xt, state_t, lengths, steps):
+    """(y, hy, cy) of a torch.nn recurrent module; lengths go through pack_padded_sequence (cy None
+    unless the module is an LSTM)."""
+    inp = xt if lengths is None else torch.nn.utils.rnn.pack_padded_sequence(xt, torch.tensor(lengths),
+                                                                            enforce_sorted=False)
+    if isinstance(module, torch.nn.LSTM):
+        out, (hyt, cyt) = module(inp, tuple(state_t) if state_t else None)
+    else:
+        out, hyt = module(inp, state_t[0] if state_t else None)
+        cyt = None
+    yt = out if lengths is None else torch.nn.utils.rnn.pad_packed_sequence(out, total_length=steps)[0]
+    return yt, hyt, cyt
+
+
+def _projection_weights(tparams, bias):
+    """torch.nn.LSTM(proj_size)'s parameters per entry as dnnbind's (w_ih, w_hh, b_ih, b_hh, w_hr)."""
+    weights = [[p.detach().numpy().copy() for p in e] for e in tparams]
+    return [tuple(e) if bias else (e[0], e[1], None, None, e[2]) for e in weights]
+
+
+@st.composite
+def rnn_case(draw):
+    batch, seq, lengths = _draw_sequences(draw)
     return dict(mode=draw(st.sampled_from(list(GATES))), seq=seq, batch=batch, inp=draw(st.integers(1, 3)),
                 hidden=draw(st.integers(1, 4)), layers=draw(st.integers(1, 2)), bidirectional=draw(st.booleans()),
                 bias=draw(st.booleans()), lengths=lengths, h0=draw(st.booleans()))
@@ -253,14 +278,7 @@ def test_matches_torch(case):
 
     xt = torch.tensor(x, requires_grad=True)
     state_t = [torch.tensor(a, requires_grad=True) for a in (h0, c0) if a is not None]
-    inp = xt if lengths is None else torch.nn.utils.rnn.pack_padded_sequence(xt, torch.tensor(lengths),
-                                                                            enforce_sorted=False)
-    if mode == "lstm":
-        out, (hyt, cyt) = module(inp, tuple(state_t) if state_t else None)
-    else:
-        out, hyt = module(inp, state_t[0] if state_t else None)
-        cyt = None
-    yt = out if lengths is None else torch.nn.utils.rnn.pad_packed_sequence(out, total_length=T)[0]
+    yt, hyt, cyt = _torch_outputs(torch, module, xt, state_t, lengths, T)
     np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-11, atol=1e-12)
     np.testing.assert_allclose(hy, hyt.detach().numpy(), rtol=1e-11, atol=1e-12)
     if mode == "lstm":
@@ -414,9 +432,7 @@ def test_projection_matches_torch(case):
     dirs = 2 if bidirectional else 1
     module = torch.nn.LSTM(I, H, L, bias=bias, bidirectional=bidirectional, proj_size=P).double()
     tparams = [[getattr(module, n) for n in names] for names in module._all_weights]
-    weights = [tuple(p.detach().numpy().copy() for p in e) if bias else
-               (e[0].detach().numpy().copy(), e[1].detach().numpy().copy(), None, None, e[2].detach().numpy().copy())
-               for e in tparams]
+    weights = _projection_weights(tparams, bias)
     x = rng.standard_normal((T, B, I))
     h0 = rng.standard_normal((L * dirs, B, P)) if with_h0 else None
     c0 = rng.standard_normal((L * dirs, B, H)) if with_h0 else None
@@ -426,10 +442,7 @@ def test_projection_matches_torch(case):
 
     xt = torch.tensor(x, requires_grad=True)
     state_t = [torch.tensor(a, requires_grad=True) for a in (h0, c0) if a is not None]
-    inp = xt if lengths is None else torch.nn.utils.rnn.pack_padded_sequence(xt, torch.tensor(lengths),
-                                                                            enforce_sorted=False)
-    out, (hyt, cyt) = module(inp, tuple(state_t) if state_t else None)
-    yt = out if lengths is None else torch.nn.utils.rnn.pad_packed_sequence(out, total_length=T)[0]
+    yt, hyt, cyt = _torch_outputs(torch, module, xt, state_t, lengths, T)
     for ours, theirs in ((y, yt), (hy, hyt), (cy, cyt)):
         np.testing.assert_allclose(ours, theirs.detach().numpy(), rtol=1e-11, atol=1e-12)
 
@@ -523,10 +536,8 @@ def test_projection_padding_is_exactly_zero_whatever_the_data(bidirectional):
 
 @st.composite
 def proj_case(draw):
-    batch = draw(st.integers(1, 3))
-    seq = draw(st.integers(1, 4))
+    batch, seq, lengths = _draw_sequences(draw)
     hidden = draw(st.integers(2, 4))
-    lengths = [draw(st.integers(1, seq)) for _ in range(batch)] if draw(st.booleans()) else None
     return dict(seq=seq, batch=batch, inp=draw(st.integers(1, 3)), hidden=hidden,
                 proj=draw(st.integers(1, hidden - 1)), layers=draw(st.integers(1, 3)),
                 bidirectional=draw(st.booleans()), bias=draw(st.booleans()), lengths=lengths, h0=draw(st.booleans()))
@@ -543,8 +554,7 @@ def test_projection_matches_torch_on_random_configurations(case):
     dirs = 2 if bidirectional else 1
     module = torch.nn.LSTM(case["inp"], H, L, bias=bias, bidirectional=bidirectional, proj_size=P).double()
     tparams = [[getattr(module, n) for n in names] for names in module._all_weights]
-    weights = [[p.detach().numpy() for p in e] for e in tparams]
-    weights = [tuple(e) if bias else (e[0], e[1], None, None, e[2]) for e in weights]
+    weights = _projection_weights(tparams, bias)
     x = rng.standard_normal((T, B, case["inp"]))
     state = (rng.standard_normal((L * dirs, B, P)), rng.standard_normal((L * dirs, B, H))) if case["h0"] else None
     (y, hy, cy), pullback = dnnbind.rnn(x, weights, hidden_size=H, num_layers=L, bidirectional=bidirectional,
@@ -552,10 +562,7 @@ def test_projection_matches_torch_on_random_configurations(case):
                                         lengths=lengths, proj_size=P)
     xt = torch.tensor(x, requires_grad=True)
     state_t = [] if state is None else [torch.tensor(a, requires_grad=True) for a in state]
-    inp = xt if lengths is None else torch.nn.utils.rnn.pack_padded_sequence(xt, torch.tensor(lengths),
-                                                                            enforce_sorted=False)
-    out, (hyt, cyt) = module(inp, tuple(state_t) if state_t else None)
-    yt = out if lengths is None else torch.nn.utils.rnn.pad_packed_sequence(out, total_length=T)[0]
+    yt, hyt, cyt = _torch_outputs(torch, module, xt, state_t, lengths, T)
     for ours, theirs in ((y, yt), (hy, hyt), (cy, cyt)):
         np.testing.assert_allclose(ours, theirs.detach().numpy(), rtol=1e-11, atol=1e-12)
     cots = [rng.standard_normal(a.shape) for a in (y, hy, cy)]

@@ -128,6 +128,20 @@ def check_divisor_override(value: Any) -> int | None:
     return int(value)
 
 
+def window_slices(dims: Any, position: Sequence[int]) -> tuple[slice, ...]:
+    """Index into a padded (N, C, *spatial) array of the elements that window or kernel ``position`` reads
+    for every output (position k of a dim reads k * dilation), for ConvDims and PoolDims alike (both have
+    ``dilation``, ``stride`` and ``out_size``)."""
+    return (slice(None), slice(None)) + tuple(
+        slice(k * d, k * d + s * (o - 1) + 1, s) for k, d, s, o in zip(position, dims.dilation, dims.stride,
+                                                                       dims.out_size))
+
+
+def interior_slices(dims: Any) -> tuple[slice, ...]:
+    """Index of x inside its padded (N, C, *spatial) array, for ConvDims and PoolDims alike."""
+    return (slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(dims.pad_low, dims.x_shape[2:]))
+
+
 def _per_dim(name: str, value: Any, n: int, *, minimum: int) -> Shape:
     """An int, or one int per spatial dimension, each >= minimum."""
     if isinstance(value, (list, tuple)):
@@ -475,14 +489,12 @@ class PoolDims:
     def window_index(self, position: tuple[int, ...]) -> tuple[slice, ...]:
         """Index into the padded input of the elements window ``position`` reads (position k of a dim reads
         k * dilation), one per output."""
-        return (slice(None), slice(None)) + tuple(
-            slice(k * d, k * d + s * (o - 1) + 1, s)
-            for k, d, s, o in zip(position, self.dilation, self.stride, self.out_size))
+        return window_slices(self, position)
 
     @functools.cached_property
     def interior(self) -> tuple[slice, ...]:
         """Index of x inside the padded input."""
-        return (slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(self.pad_low, self.x_shape[2:]))
+        return interior_slices(self)
 
     @property
     def winner_dtype(self) -> np.dtype:

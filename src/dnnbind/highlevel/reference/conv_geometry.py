@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.dims import ConvDims, interior_slices, window_slices
 from dnnbind.highlevel.reference._scratch import scratch
 
 #: Flat rows waste (L - prod(out)) columns; use them only while that costs at most this fraction.
@@ -58,9 +58,7 @@ def windows(xp: np.ndarray, dims: ConvDims) -> np.ndarray:
 
 def offset_index(dims: ConvDims, offset: tuple[int, ...]) -> tuple[slice, ...]:
     """Index into a padded array of the inputs that kernel position ``offset`` touches, one per output."""
-    return (slice(None), slice(None)) + tuple(
-        slice(k * d, k * d + s * (o - 1) + 1, s)
-        for k, d, s, o in zip(offset, dims.dilation, dims.stride, dims.out_size))
+    return window_slices(dims, offset)
 
 
 @functools.lru_cache(maxsize=256)
@@ -68,8 +66,7 @@ def _padding(dims: ConvDims) -> tuple[tuple[int, ...], tuple[slice, ...] | None]
     """The padded array's shape and the index of the unpadded region inside it (None: nothing padded)."""
     if not any(dims.pad_low + dims.pad_high):
         return dims.x_shape, None
-    inside = (slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(dims.pad_low, dims.x_shape[2:]))
-    return dims.x_shape[:2] + dims.padded_size, inside
+    return dims.x_shape[:2] + dims.padded_size, interior_slices(dims)
 
 
 def pad(x: np.ndarray, dims: ConvDims, *, temporary: bool = False) -> np.ndarray:

@@ -33,8 +33,8 @@ from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.reference._blas import gemm, gemm_available
 from dnnbind.highlevel.reference._scratch import scratch
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
-from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, data_grad_problem, kernel_offsets,
-                                                       offset_index, pad, unpad)
+from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
+                                                       kernel_offsets, offset_index, pad, unpad)
 
 #: Elements per block of the depthwise path (its column buffer: 2 MiB of float32). Measured on a 2-core
 #: EPYC (1 MiB L2 per core): smaller blocks pay more numpy calls than they save in cache misses.
@@ -263,8 +263,8 @@ class Shifted:
         """x padded, as (C, N * plane): channel c's row holds every sample's padded plane in turn."""
         n, c = dims.x_shape[:2]
         xc = np.zeros((c, n) + dims.padded_size, x.dtype)
-        inside = tuple(slice(a, a + s) for a, s in zip(dims.pad_low, dims.x_shape[2:]))
-        xc[(slice(None), slice(None)) + inside] = x.swapaxes(0, 1)
+        inside = _padding(dims)[1]                # x's place in the padded array, None without padding
+        xc[inside if inside is not None else ...] = x.swapaxes(0, 1)
         return xc.reshape(c, -1)
 
     @staticmethod

@@ -9,7 +9,7 @@ import pytest
 
 import dnnbind
 from dnnbind.highlevel.dims import ConvDims
-from dnnbind.highlevel.reference.conv_paths import Depthwise, Pointwise, Shifted, special_path
+from dnnbind.highlevel.reference.conv_paths import Depthwise, Folded, Pointwise, Shifted, special_path
 
 from ..gradcheck import check_gradients
 from ..torch_oracle import torch_pad
@@ -43,13 +43,21 @@ CASES = [
      Depthwise),
     ("small groups", (2, 6, 7, 7), (6, 2, 3, 3), dict(padding=1, groups=3), None),
     # stride 1 with 16 or more channels per group: products per kernel offset on the shifted input
-    ("shifted 3x3", (2, 32, 6, 7), (5, 32, 3, 3), dict(padding=1), Shifted),
-    ("shifted grouped dilated", (2, 64, 7, 6), (6, 32, 3, 2), dict(padding=(2, 1), dilation=(2, 1), groups=2),
+    ("shifted 3x3", (2, 32, 12, 13), (5, 32, 3, 3), dict(padding=1), Shifted),
+    ("shifted grouped dilated", (2, 64, 12, 12), (6, 32, 3, 2), dict(padding=(2, 1), dilation=(2, 1), groups=2),
      Shifted),
-    ("shifted 1-d", (3, 32, 9), (4, 32, 3), dict(padding=1), Shifted),
-    ("shifted asymmetric padding", (2, 32, 5, 12), (4, 32, 3, 3), dict(padding=((0, 2), (1, 0))), Shifted),
-    ("shifted strided is im2col", (2, 32, 6, 7), (5, 32, 3, 3), dict(padding=1, stride=2), None),
-    ("shifted 3-d", (2, 16, 2, 3, 20), (3, 16, 2, 2, 3), dict(padding=(0, 1, 1)), Shifted),
+    ("shifted 1-d", (3, 32, 140), (4, 32, 3), dict(padding=1), Shifted),
+    ("shifted asymmetric padding", (2, 32, 12, 12), (4, 32, 3, 3), dict(padding=((0, 2), (1, 0))), Shifted),
+    ("shifted strided is im2col", (2, 32, 24, 24), (5, 32, 3, 3), dict(padding=1, stride=2), None),
+    ("shifted 3-d", (2, 16, 2, 5, 30), (3, 16, 2, 2, 3), dict(padding=(0, 1, 1)), Shifted),
+    # small output planes (at most FOLDED_MAX_OUTPUTS pixels), several samples: one product over all of them
+    ("folded 3x3", (3, 32, 6, 7), (5, 32, 3, 3), dict(padding=1), Folded),
+    ("folded strided", (2, 16, 9, 8), (6, 16, 3, 3), dict(padding=1, stride=2), Folded),
+    ("folded grouped dilated", (2, 16, 8, 9), (4, 8, 3, 3), dict(padding=2, dilation=2, groups=2), Folded),
+    ("folded 1-d strided", (3, 24, 15), (4, 24, 3), dict(stride=2), Folded),
+    ("folded 3-d", (2, 8, 4, 5, 6), (3, 8, 2, 2, 3), dict(padding=(0, 1, 1), stride=(1, 2, 1)), Folded),
+    ("folded asymmetric padding", (2, 12, 5, 7), (2, 12, 3, 2), dict(padding=((0, 2), (1, 0)), stride=(2, 1)), Folded),
+    ("one sample is not folded", (1, 32, 6, 7), (5, 32, 3, 3), dict(padding=1, stride=2), None),
 ]
 IDS = [c[0] for c in CASES]
 
@@ -227,3 +235,25 @@ def test_shifted_conv_transpose_matches_torch(rng, x_shape, w_shape, kw):
     gradient backward: with 32 channels per group on either side, one of them takes the shifted path."""
     x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
     _conv_transpose_matches_torch(rng, x, w, rng.standard_normal(w_shape[1] * kw.get("groups", 1)), kw)
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_folded_blocks_and_threads_compute_the_same(monkeypatch, rng, threaded):
+    """Cut into blocks of samples (here one sample each) and split over the pool or not, the folded path
+    gives what one block on one thread gives."""
+    conv_paths = importlib.import_module("dnnbind.highlevel.reference.conv_paths")
+    for kwargs in (dict(padding=1), dict(padding=1, stride=2, groups=2)):
+        x, w = rng.standard_normal((3, 16, 7, 6)), rng.standard_normal((4, 16 // kwargs.get("groups", 1), 3, 3))
+        dims = ConvDims(x.shape, w.shape, **kwargs)
+        assert special_path(dims) is Folded
+        dy = rng.standard_normal(dims.y_shape)
+
+        def run(th):
+            return [Folded.forward(x, w, dims, th), Folded.data_grad(dy, w, dims, th), Folded.filter_grad(dy, x, dims, th)]
+
+        whole = run(False)
+        monkeypatch.setattr(conv_paths, "FOLDED_BLOCK_BYTES", 1)
+        assert len(Folded._blocks(dims, 8)) == 3
+        for a, b in zip(whole, run(threaded)):
+            np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+        monkeypatch.undo()

@@ -17,6 +17,10 @@
 * :class:`Shifted`: stride 1 with 16 or more channels per group. One product per kernel offset, of
   that offset's filter slice by the padded input shifted by the offset, read in place (BLAS operands
   with a row pitch, through :mod:`_blas`) and accumulated into the output: no column buffer at all.
+* :class:`Folded`: small output planes (the late layers of a CNN, strided or not; taken before
+  Shifted). im2col with the samples side by side, so each product is one wide GEMM over every sample
+  instead of one skinny GEMM per sample (49 columns at 7x7), and the filter gradient one product
+  instead of a loop over samples.
 
 All are exact in the sense the GPU tests need: plain float sums of the same products, no transforms.
 Each path offers forward, data gradient and filter gradient as separate calls (conv.py combines them
@@ -34,7 +38,7 @@ from dnnbind.highlevel.reference._blas import gemm, gemm_available
 from dnnbind.highlevel.reference._scratch import scratch
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
-                                                       kernel_offsets, offset_index, pad, unpad)
+                                                       kernel_offsets, offset_index, pad, unpad, windows)
 
 #: Elements per block of the depthwise path (its column buffer: 2 MiB of float32). Measured on a 2-core
 #: EPYC (1 MiB L2 per core): smaller blocks pay more numpy calls than they save in cache misses.
@@ -322,6 +326,119 @@ class Shifted:
         return np.ascontiguousarray(dw.transpose(1, 2, 0)).reshape(dims.w_shape)
 
 
+#: Folded takes problems whose output planes have at most this many pixels: wider ones already give
+#: the per-sample products enough columns. Measured (3x3, batch 8, forward + backward, median of three
+#: A/B rounds on a 2-core Xeon): 512 channels at 7x7 41-48 ms against Shifted's 62-72; 256 -> 512 at
+#: stride 2 to 7x7 28-30 against im2col's 34-37; 128 -> 256 at stride 2 to 14x14 29-33 against
+#: im2col's 25-28 (which keeps its columns for the backward); 256 channels at 14x14 40-43 against
+#: Shifted's 43-47.
+FOLDED_MAX_OUTPUTS = 128
+#: ... and products at least this deep (channels per group times kernel size): shallower ones are cheap
+#: either way, and im2col's one gather serves small problems best.
+FOLDED_MIN_DEPTH = 64
+#: Samples per block: the block's columns stay under this many bytes (im2col's budget; buffers this size
+#: are reused from call to call, see _scratch).
+FOLDED_BLOCK_BYTES = 8 << 20
+
+
+class Folded:
+    """Small output planes: im2col into (groups, C/groups * prod(kernel), samples * outputs), the samples
+    side by side, so that the forward, the filter gradient and the data gradient are each one product
+    per group and block of samples. The output and dy pass through a transposed (channel-major) copy,
+    cheap next to products this deep."""
+
+    @staticmethod
+    def applies(dims: ConvDims) -> bool:
+        depth = dims.in_channels // dims.groups * int(np.prod(dims.kernel_size))
+        return dims.batch > 1 and int(np.prod(dims.out_size)) <= FOLDED_MAX_OUTPUTS and depth >= FOLDED_MIN_DEPTH
+
+    @staticmethod
+    def use_threads(dims: ConvDims) -> bool:
+        """Split each product's columns over the pool when numpy's BLAS is single-threaded."""
+        macs = (dims.batch * dims.out_channels * (dims.in_channels // dims.groups) * int(np.prod(dims.kernel_size))
+                * int(np.prod(dims.out_size)))
+        return macs >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
+
+    @staticmethod
+    def _blocks(dims: ConvDims, item: int) -> list[tuple[int, int]]:
+        per_sample = dims.in_channels * int(np.prod(dims.kernel_size)) * int(np.prod(dims.out_size)) * item
+        step = max(1, FOLDED_BLOCK_BYTES // per_sample)
+        return [(n0, min(n0 + step, dims.batch)) for n0 in range(0, dims.batch, step)]
+
+    @staticmethod
+    def _columns(xp: np.ndarray, dims: ConvDims) -> np.ndarray:
+        """The padded input's columns, (groups, C/groups * prod(kernel), samples * outputs)."""
+        n, r = xp.shape[0], dims.spatial_rank
+        cols = scratch("folded columns", (dims.in_channels,) + dims.kernel_size + (n,) + dims.out_size, xp.dtype)
+        order = (1,) + tuple(range(2, 2 + r)) + (0,) + tuple(range(2 + r, 2 + 2 * r))
+        np.copyto(cols, windows(xp, dims).transpose(order))
+        return cols.reshape(dims.groups, -1, n * int(np.prod(dims.out_size)))
+
+    @staticmethod
+    def _channel_major(a: np.ndarray, groups: int) -> np.ndarray:
+        """(samples, channels, *out) as (groups, channels / groups, samples * outputs), a copy."""
+        n, c = a.shape[:2]
+        return np.ascontiguousarray(a.reshape(n, c, -1).swapaxes(0, 1)).reshape(groups, c // groups, -1)
+
+    @staticmethod
+    def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool) -> None:
+        """out = a @ b (stacks over groups), the columns of b and out split over the pool when ``threaded``."""
+        if not threaded:
+            np.matmul(a, b, out=out)
+            return
+        def columns(c0: int, c1: int) -> None:
+            np.matmul(a, b[..., c0:c1], out=out[..., c0:c1])
+
+        run(columns, split(b.shape[-1], workers()))
+
+    @staticmethod
+    def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        g, k, p = dims.groups, dims.out_channels, int(np.prod(dims.out_size))
+        wg = np.ascontiguousarray(w).reshape(g, k // g, -1)
+        y, xp = np.empty(dims.y_shape, x.dtype), pad(x, dims, temporary=True)
+        for n0, n1 in Folded._blocks(dims, x.itemsize):
+            cols = Folded._columns(xp[n0:n1], dims)
+            yt = scratch("folded product", (g, k // g, (n1 - n0) * p), x.dtype)
+            Folded._product(wg, cols, yt, threaded)
+            y[n0:n1] = yt.reshape(k, n1 - n0, *dims.out_size).swapaxes(0, 1)
+        return y
+
+    @staticmethod
+    def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        if all(s == 1 for s in dims.stride):       # a forward convolution of dy (which may fold too)
+            dy, w_back, back = data_grad_problem(dy, w, dims)
+            path = special_path(back)
+            return (path or Folded).forward(np.ascontiguousarray(dy), w_back, back, threaded)
+        g, k, c, r = dims.groups, dims.out_channels, dims.in_channels, dims.spatial_rank
+        wt = np.ascontiguousarray(w).reshape(g, k // g, -1).swapaxes(-1, -2)
+        dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
+        for n0, n1 in Folded._blocks(dims, dy.itemsize):
+            dyt = Folded._channel_major(dy[n0:n1], g)
+            dcols = scratch("folded data columns", (g, wt.shape[1], dyt.shape[-1]), dy.dtype)
+            Folded._product(wt, dyt, dcols, threaded)
+            dcols_view = dcols.reshape((c,) + dims.kernel_size + (n1 - n0,) + dims.out_size)
+            block = dxp[n0:n1]
+            for offset in kernel_offsets(dims):
+                block[offset_index(dims, offset)] += dcols_view[(slice(None),) + offset].swapaxes(0, 1)
+        return unpad(dxp, dims)
+
+    @staticmethod
+    def filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        g, k = dims.groups, dims.out_channels
+        dw = np.zeros((g, k // g, dims.in_channels // g * int(np.prod(dims.kernel_size))), dy.dtype)
+        part, xp = np.empty_like(dw), pad(x, dims, temporary=True)
+        for n0, n1 in Folded._blocks(dims, dy.itemsize):
+            cols = Folded._columns(xp[n0:n1], dims)
+            dyt = Folded._channel_major(dy[n0:n1], g)
+            def channels(k0: int, k1: int) -> None:
+                np.matmul(dyt[:, k0:k1], cols.swapaxes(-1, -2), out=part[:, k0:k1])
+
+            # split over the pool: each thread one slice of the output channels
+            run(channels, split(k // g, workers()) if threaded else [(0, k // g)])
+            dw += part
+        return dw.reshape(dims.w_shape)
+
+
 def _undilated(dims: ConvDims) -> bool:
     return all(d == 1 for d in dims.dilation)
 
@@ -347,14 +464,14 @@ def _phases(dims: ConvDims) -> tuple[tuple[tuple[slice, ...], tuple[slice, ...],
     return tuple(out)
 
 
-Path = type[Pointwise] | type[Depthwise] | type[Shifted]
+Path = type[Pointwise] | type[Depthwise] | type[Shifted] | type[Folded]
 
 
 @functools.lru_cache(maxsize=256)
 def special_path(dims: ConvDims) -> Path | None:
     """The path class for this problem, or None for the general im2col path (remembered per problem)."""
     path: Path
-    for path in (Pointwise, Depthwise, Shifted):
+    for path in (Pointwise, Depthwise, Folded, Shifted):
         if path.applies(dims):
             return path
     return None

@@ -131,3 +131,14 @@ def test_loader_errors_name_the_library_once():
         pytest.skip("a loadable MIOpen is installed on this machine")
     assert "system loader: libMIOpen.so.1: cannot open shared object file" in result.stdout
     assert "libMIOpen.so.1: libMIOpen.so.1" not in result.stdout
+
+
+def test_info_names_the_c_kernels_and_their_instruction_set():
+    """The development install builds them; info says which instruction set's kernels run, or that
+    DNNBIND_NATIVE=0 turned them off, without importing numpy."""
+    result, _ = _info("info")
+    assert re.search(r"kernels +built, running the (x86-64-v4 \(AVX-512\)|x86-64-v3 \(AVX2, FMA\)|baseline) kernels",
+                     result.stdout), result.stdout
+    assert "_kernels" in result.stdout
+    off, _ = _info("info", DNNBIND_NATIVE="0")
+    assert "kernels     turned off by DNNBIND_NATIVE=0" in off.stdout

@@ -7,6 +7,7 @@ list the GPUs.
 """
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.machinery
 import importlib.metadata
@@ -171,6 +172,20 @@ def backend_lines(devices: Devices | None = None, loadable: dict[str, bool] | No
     return lines
 
 
+def kernel_lines() -> list[str]:
+    """dnnbind's own C kernels of the reference backend (reference/native.py): built or not, and for
+    which instruction set. Found and asked without importing numpy."""
+    directory = os.path.join(os.path.dirname(dnnbind.__file__), "highlevel", "reference")
+    spec = importlib.machinery.PathFinder.find_spec("_kernels", [directory])
+    if spec is None or spec.origin is None:
+        return ["not built (the reference backend runs numpy alone; pip install dnnbind builds them with a C compiler)"]
+    if os.environ.get("DNNBIND_NATIVE", "").strip() == "0":
+        return [f"turned off by DNNBIND_NATIVE=0 ({spec.origin})"]
+    isa_name = ctypes.CDLL(spec.origin).dnnbind_isa_name
+    isa_name.restype = ctypes.c_char_p
+    return [f"built, running the {isa_name().decode()} kernels", f"  {spec.origin}"]
+
+
 def environment_lines() -> list[str]:
     return [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("DNNBIND_")] or ["(no DNNBIND_* set)"]
 
@@ -192,6 +207,7 @@ def report() -> str:
     lines += _block("PyTorch", _guarded(torch_lines))
     lines += _block("GPUs", devices.gpus)
     lines += _block("backends", _guarded(lambda: backend_lines(devices, loadable)))
+    lines += _block("kernels", _guarded(kernel_lines))
     lines += _block("environment", environment_lines())
     return "\n".join(lines)
 

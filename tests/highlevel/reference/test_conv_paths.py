@@ -9,6 +9,7 @@ import pytest
 
 import dnnbind
 from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.reference import native
 from dnnbind.highlevel.reference.conv_paths import Depthwise, Folded, Pointwise, Shifted, special_path
 
 from ..gradcheck import check_gradients
@@ -82,7 +83,7 @@ def test_each_class_takes_its_path(name, x_shape, w_shape, kwargs, path):
 @pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path, flip",
                          [c + (False,) for c in CASES] + [CASES[i] + (True,) for i in (1, 7, 18)],
                          ids=IDS + [IDS[i] + " flip" for i in (1, 7, 18)])
-def test_paths_match_torch_in_float64(rng, name, x_shape, w_shape, kwargs, path, flip):
+def test_paths_match_torch_in_float64(rng, kernels, name, x_shape, w_shape, kwargs, path, flip):
     x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(w_shape[0])
     y, pullback = dnnbind.conv(x, w, b, flip=flip, **kwargs)
     yt, leaves = _torch_conv(x, w, b, kwargs, flip)
@@ -93,7 +94,7 @@ def test_paths_match_torch_in_float64(rng, name, x_shape, w_shape, kwargs, path,
 
 
 @pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path", CASES, ids=IDS)
-def test_paths_in_float32_are_within_gemm_rounding_of_float64(rng, name, x_shape, w_shape, kwargs, path):
+def test_paths_in_float32_are_within_gemm_rounding_of_float64(rng, kernels, name, x_shape, w_shape, kwargs, path):
     """float32 results against the float64 computation: errors of the size a float32 GEMM makes
     (a few ulps times the square root of the summed terms, relative to the terms' magnitude)."""
     x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
@@ -115,7 +116,7 @@ SYMMETRIC = [c for c in CASES if c[4] is not None and ConvDims(c[1], c[2], **c[3
 
 
 @pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path", SYMMETRIC, ids=[c[0] for c in SYMMETRIC])
-def test_conv_transpose_on_each_path_matches_torch(rng, name, x_shape, w_shape, kwargs, path):
+def test_conv_transpose_on_each_path_matches_torch(rng, kernels, name, x_shape, w_shape, kwargs, path):
     """conv_transpose with the same geometry (w has the transposed layout, the same shape here): its
     forward is the path's data gradient, its pullback the path's forward and filter gradient."""
     dims = ConvDims(x_shape, w_shape, **kwargs)
@@ -142,7 +143,7 @@ def test_path_gradients_by_finite_differences(rng, index):
 
 
 @pytest.mark.parametrize("index", [5, 6, 9])
-def test_depthwise_threaded_and_serial_agree(rng, index):
+def test_depthwise_threaded_and_serial_agree(rng, kernels, index):
     _, x_shape, w_shape, kwargs, _ = CASES[index]
     x, w = rng.standard_normal((6,) + x_shape[1:]), rng.standard_normal(w_shape)
     dims = ConvDims(x.shape, w.shape, **kwargs)
@@ -155,7 +156,9 @@ def test_depthwise_threaded_and_serial_agree(rng, index):
 
 
 def test_depthwise_blocks_cover_every_sample_and_channel(monkeypatch, rng):
-    """Blocks smaller than a sample's channels (large planes) give the same result as one block."""
+    """numpy's depthwise path: blocks smaller than a sample's channels (large planes) give the same
+    result as one block."""
+    monkeypatch.setattr(native, "available", lambda dtype: False)
     x, w = rng.standard_normal((3, 7, 12, 12)), rng.standard_normal((7, 1, 3, 3))
     y_one, pb_one = dnnbind.conv(x, w, padding=1, groups=7)
     grads_one = pb_one(np.sin(y_one))
@@ -167,13 +170,14 @@ def test_depthwise_blocks_cover_every_sample_and_channel(monkeypatch, rng):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
 
 
-def test_depthwise_threads_follow_the_blas_rule(monkeypatch):
-    """The depthwise path calls BLAS too: it splits over the pool only when BLAS is single-threaded."""
+def test_depthwise_threads_follow_the_blas_rule(monkeypatch, kernels):
+    """The numpy depthwise path calls BLAS: it splits over the pool only when BLAS is single-threaded.
+    The C kernels call no BLAS: they split big problems whatever BLAS does."""
     big = ConvDims((8, 96, 56, 56), (96, 1, 3, 3), padding=1, groups=96)
     small = ConvDims((1, 4, 6, 6), (4, 1, 3, 3), padding=1, groups=4)
     for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         monkeypatch.delenv(name, raising=False)
-    assert not Depthwise.use_threads(big)
+    assert Depthwise.use_threads(big) == (kernels == "native" and ref_conv.workers() > 1)
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     assert Depthwise.use_threads(big) == (ref_conv.workers() > 1)
     assert not Depthwise.use_threads(small)
@@ -181,7 +185,7 @@ def test_depthwise_threads_follow_the_blas_rule(monkeypatch):
 
 
 @pytest.mark.parametrize("stride, kernel, padding, output_padding", [(2, 3, 1, 1), (3, 2, 0, 2), ((2, 3), (4, 3), 1, 0)])
-def test_strided_depthwise_conv_transpose_matches_torch(rng, stride, kernel, padding, output_padding):
+def test_strided_depthwise_conv_transpose_matches_torch(rng, kernels, stride, kernel, padding, output_padding):
     """conv_transpose's forward is the depthwise data gradient, split by stride phase; its backward the
     depthwise forward and filter gradient."""
     kernel = kernel if isinstance(kernel, tuple) else (kernel, kernel)

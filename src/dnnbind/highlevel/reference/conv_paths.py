@@ -5,8 +5,9 @@
   one gathers its sampled pixels once).
 * :class:`Depthwise`: one input and one output channel per group (groups == channels, MobileNet's
   depthwise layers). im2col + one GEMM with a single row per group is all call overhead and a column
-  buffer far larger than the cache; instead the work is cut into blocks of samples and channels that
-  stay in cache. Forward: each kernel offset's shifted view is copied into the block's columns and
+  buffer far larger than the cache. dnnbind's own C kernels (:mod:`native`) run it in one pass over
+  each plane; without them, :class:`DepthwiseNumpy` cuts the work into blocks of samples and channels
+  that stay in cache. Forward: each kernel offset's shifted view is copied into the block's columns and
   one batched product per channel (1 x taps) @ (taps x pixels) combines them. Data gradient: stride 1
   is the forward pass again (on dy, flipped kernel); strided undilated ones split by stride phase into
   stride-1 problems (:func:`_phases`), strided dilated ones add weight times dy into each offset's
@@ -34,6 +35,7 @@ import itertools
 import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.reference import native
 from dnnbind.highlevel.reference._blas import gemm, gemm_available
 from dnnbind.highlevel.reference._scratch import scratch
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
@@ -45,6 +47,8 @@ from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows,
 BLOCK_ELEMENTS = 512 * 1024
 #: Split the depthwise path over the thread pool from this many multiply-adds on.
 THREAD_MIN_MACS = 1_000_000
+#: ... and its C kernels from this many on.
+NATIVE_THREAD_MIN_MACS = 1_000_000
 
 
 def _sampled(x: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -116,7 +120,8 @@ class _Blocks:
 
 
 class Depthwise:
-    """groups == in_channels == out_channels: one weighted, shifted view per kernel offset."""
+    """groups == in_channels == out_channels: dnnbind's own C kernels (:mod:`native`, one pass over each
+    plane in cache) where they are built, else numpy (:class:`DepthwiseNumpy`)."""
 
     @staticmethod
     def applies(dims: ConvDims) -> bool:
@@ -124,11 +129,48 @@ class Depthwise:
 
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:
+        """The kernels use no BLAS, so the pool pays on every problem big enough for its overhead."""
+        if not native.available(_compute_dtype(dims)):
+            return DepthwiseNumpy.use_threads(dims)
+        return _depthwise_macs(dims) >= NATIVE_THREAD_MIN_MACS and workers() > 1
+
+    @staticmethod
+    def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        if not native.available(x.dtype):
+            return DepthwiseNumpy.forward(x, w, dims, threaded)
+        return native.depthwise_forward(np.ascontiguousarray(x), np.ascontiguousarray(w), dims, threaded)
+
+    @staticmethod
+    def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        if not native.available(dy.dtype):
+            return DepthwiseNumpy.data_grad(dy, w, dims, threaded)
+        return native.depthwise_data_grad(np.ascontiguousarray(dy), np.ascontiguousarray(w), dims, threaded)
+
+    @staticmethod
+    def filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        if not native.available(dy.dtype):
+            return DepthwiseNumpy.filter_grad(dy, x, dims, threaded)
+        return native.depthwise_filter_grad(np.ascontiguousarray(dy), np.ascontiguousarray(x), dims, threaded)
+
+
+def _compute_dtype(dims: ConvDims) -> np.dtype:
+    """The dtype the reference computes a problem in: float64, or float32 (half precision included)."""
+    return np.dtype(np.float64 if np.dtype(dims.dtype) == np.float64 else np.float32)
+
+
+def _depthwise_macs(dims: ConvDims) -> int:
+    return dims.batch * dims.out_channels * int(np.prod(dims.out_size)) * int(np.prod(dims.kernel_size))
+
+
+class DepthwiseNumpy:
+    """The depthwise path in numpy: one weighted, shifted view per kernel offset."""
+
+    @staticmethod
+    def use_threads(dims: ConvDims) -> bool:
         """Split over the pool on large problems, and only when numpy's BLAS is single-threaded: the
         blocks' products and dot products are BLAS calls, and a multi-threaded BLAS would fight our
         threads for the cores (the same rule as the im2col path, see conv.use_threads)."""
-        macs = dims.batch * dims.out_channels * int(np.prod(dims.out_size)) * int(np.prod(dims.kernel_size))
-        return macs >= THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
+        return _depthwise_macs(dims) >= THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
     def _flat(dims: ConvDims) -> FlatRows | None:
@@ -144,7 +186,7 @@ class Depthwise:
         xp = pad(x, dims, temporary=True)
         coef = np.ascontiguousarray(w).reshape(dims.out_channels, 1, -1)
         y = np.empty(dims.y_shape, x.dtype)
-        flat = Depthwise._flat(dims)
+        flat = DepthwiseNumpy._flat(dims)
         offsets = kernel_offsets(dims)
         taps = len(offsets)
         xf = xp.reshape(xp.shape[0], xp.shape[1], -1)
@@ -171,11 +213,11 @@ class Depthwise:
     def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
         if all(s == 1 for s in dims.stride):
             dy, w_back, back = data_grad_problem(dy, w, dims)
-            return Depthwise.forward(dy, w_back, back, threaded)
+            return DepthwiseNumpy.forward(dy, w_back, back, threaded)
         if _undilated(dims):
             dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
             for taps, crop, sub in _phases(dims):
-                dxp[taps][crop] = Depthwise.data_grad(dy, np.ascontiguousarray(w[taps]), sub, threaded)
+                dxp[taps][crop] = DepthwiseNumpy.data_grad(dy, np.ascontiguousarray(w[taps]), sub, threaded)
             return unpad(dxp, dims)
         coef = np.ascontiguousarray(w).reshape(dims.out_channels, -1)
         dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
@@ -199,11 +241,11 @@ class Depthwise:
         if any(s != 1 for s in dims.stride) and _undilated(dims):
             xp, dw = pad(x, dims), np.empty(dims.w_shape, dy.dtype)
             for taps, crop, sub in _phases(dims):
-                dw[taps] = Depthwise.filter_grad(dy, np.ascontiguousarray(xp[taps][crop]), sub, threaded)
+                dw[taps] = DepthwiseNumpy.filter_grad(dy, np.ascontiguousarray(xp[taps][crop]), sub, threaded)
             return dw
         xp = pad(x, dims, temporary=True)
         offsets = kernel_offsets(dims)
-        flat = Depthwise._flat(dims)
+        flat = DepthwiseNumpy._flat(dims)
         lists = _Blocks(dims, flat.length if flat is not None else int(np.prod(dims.out_size)), threaded).lists
         parts = np.zeros((len(lists), dims.out_channels, len(offsets)), dy.dtype)
         xf = xp.reshape(xp.shape[0], xp.shape[1], -1)
@@ -251,8 +293,7 @@ class Shifted:
     def applies(dims: ConvDims) -> bool:
         if any(s != 1 for s in dims.stride) or dims.in_channels // dims.groups < SHIFTED_MIN_CHANNELS:
             return False
-        compute = np.float64 if np.dtype(dims.dtype) == np.float64 else np.float32   # halves run in float32
-        return gemm_available(compute) and FlatRows(dims).waste <= FLAT_MAX_WASTE
+        return gemm_available(_compute_dtype(dims)) and FlatRows(dims).waste <= FLAT_MAX_WASTE
 
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:

@@ -1,0 +1,199 @@
+/* The typed half of depthwise.c, included once per instruction set and element type (instantiate.h):
+ * T is the element type, NAME(f) the function name with its suffix, VECTOR_BYTES the vector size. */
+
+/* One vector of T in the instruction set's registers (GCC/clang vector extensions), VL elements;
+ * loads and stores may be unaligned. */
+typedef T NAME(vec) __attribute__((vector_size(VECTOR_BYTES), aligned(sizeof(T)), may_alias));
+#define VL ((int64_t)(VECTOR_BYTES / sizeof(T)))
+
+/* buf <- the plane x, zero-padded and phase-split, then SLACK zeros. */
+INLINE void NAME(load)(const geometry *g, const layout *l, const T *restrict x, T *restrict buf) {
+    memset(buf, 0, sizeof(T) * (size_t)l->local);
+    int64_t z[3], lo, hi, s = g->stride[2];
+    for (z[0] = 0; z[0] < l->extent[0]; z[0]++)
+        for (z[1] = 0; z[1] < l->extent[1]; z[1]++) {
+            if (!row_span(g, l, z[0], z[1], &lo, &hi)) continue;
+            const T *row = x + ((z[0] - g->pad[0]) * g->in[1] + z[1] - g->pad[1]) * g->in[2] - g->pad[2];
+            z[2] = 0;
+            T *dst = buf + local_index(g, l, z);
+            if (s == 1) {
+                memcpy(dst + lo, row + lo, sizeof(T) * (size_t)(hi - lo));
+                continue;
+            }
+            if (s == 2) {                             /* the usual stride: both phases in one pass */
+                T *even = dst, *odd = dst + l->phase;
+                int64_t zw = lo;
+                if (zw & 1) { odd[zw >> 1] = row[zw]; zw++; }
+                int64_t q0 = zw >> 1, pairs = (hi - zw) >> 1;
+                const T *src = row + zw;
+                for (int64_t q = 0; q < pairs; q++) { even[q0 + q] = src[2 * q]; odd[q0 + q] = src[2 * q + 1]; }
+                if (zw + 2 * pairs < hi) even[q0 + pairs] = src[2 * pairs];
+                continue;
+            }
+            for (int64_t r = 0; r < s; r++)          /* phase r: positions r, r + s, ... in [lo, hi) */
+                for (int64_t q = (lo - r + s - 1) / s; q * s + r < hi; q++) dst[r * l->phase + q] = row[q * s + r];
+        }
+}
+
+/* The plane dx <- the inputs' entries of buf (zero where no output reads the input). */
+INLINE void NAME(store)(const geometry *g, const layout *l, const T *restrict buf, T *restrict dx) {
+    memset(dx, 0, sizeof(T) * (size_t)l->in_plane);
+    int64_t z[3], lo, hi, s = g->stride[2];
+    for (z[0] = 0; z[0] < l->extent[0]; z[0]++)
+        for (z[1] = 0; z[1] < l->extent[1]; z[1]++) {
+            if (!row_span(g, l, z[0], z[1], &lo, &hi)) continue;
+            T *row = dx + ((z[0] - g->pad[0]) * g->in[1] + z[1] - g->pad[1]) * g->in[2] - g->pad[2];
+            z[2] = 0;
+            const T *src = buf + local_index(g, l, z);
+            if (s == 2) {
+                const T *even = src, *odd = src + l->phase;
+                int64_t zw = lo;
+                if (zw & 1) { row[zw] = odd[zw >> 1]; zw++; }
+                int64_t q0 = zw >> 1, pairs = (hi - zw) >> 1;
+                T *out = row + zw;
+                for (int64_t q = 0; q < pairs; q++) { out[2 * q] = even[q0 + q]; out[2 * q + 1] = odd[q0 + q]; }
+                if (zw + 2 * pairs < hi) out[2 * pairs] = even[q0 + pairs];
+                continue;
+            }
+            for (int64_t r = 0; r < s; r++)
+                for (int64_t q = (lo - r + s - 1) / s; q * s + r < hi; q++) row[q * s + r] = src[r * l->phase + q];
+        }
+}
+
+/* The run <- the plane dy, zero between rows and SLACK zeros after; and the plane y <- the run. */
+INLINE void NAME(spread)(const geometry *g, const layout *l, const T *restrict dy, T *restrict run) {
+    memset(run, 0, sizeof(T) * (size_t)(l->run + SLACK));
+    for (int64_t d = 0; d < g->out[0]; d++)
+        for (int64_t h = 0; h < g->out[1]; h++)
+            memcpy(run + run_row(l, d, h), dy + (d * g->out[1] + h) * g->out[2], sizeof(T) * (size_t)g->out[2]);
+}
+INLINE void NAME(gather)(const geometry *g, const layout *l, const T *restrict run, T *restrict y) {
+    for (int64_t d = 0; d < g->out[0]; d++)
+        for (int64_t h = 0; h < g->out[1]; h++)
+            memcpy(y + (d * g->out[1] + h) * g->out[2], run + run_row(l, d, h), sizeof(T) * (size_t)g->out[2]);
+}
+
+/* out[j] = sum over taps t of w[t] * base[tap[t] + j], j < n rounded up to four vectors: four vectors
+ * of outputs at a time, kept in registers over every tap. */
+INLINE void NAME(correlate)(T *restrict out, const T *restrict base, const int64_t *restrict tap,
+                            const T *restrict w, int64_t taps, int64_t n) {
+    for (int64_t j = 0; j < n; j += 4 * VL) {
+        NAME(vec) a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int64_t t = 0; t < taps; t++) {
+            const NAME(vec) *src = (const NAME(vec) *)(base + tap[t] + j);
+            T c = w[t];
+            a0 += c * src[0]; a1 += c * src[1]; a2 += c * src[2]; a3 += c * src[3];
+        }
+        NAME(vec) *dst = (NAME(vec) *)(out + j);
+        dst[0] = a0; dst[1] = a1; dst[2] = a2; dst[3] = a3;
+    }
+}
+
+/* acc[j] += a * src[j], j < n rounded up to four vectors. */
+INLINE void NAME(axpy)(T *restrict acc, const T *restrict src, T a, int64_t n) {
+    for (int64_t j = 0; j < n; j += 4 * VL) {
+        NAME(vec) *dst = (NAME(vec) *)(acc + j);
+        const NAME(vec) *x = (const NAME(vec) *)(src + j);
+        dst[0] += a * x[0]; dst[1] += a * x[1]; dst[2] += a * x[2]; dst[3] += a * x[3];
+    }
+}
+
+/* lanes[0..4) += a[j] * b[j], j < n rounded up to four vectors: a dot product kept as 4 VL partial
+ * sums (lane i sums the j = i mod 4 VL), vectorized without reassociating anything. */
+INLINE void NAME(dot)(NAME(vec) *restrict lanes, const T *restrict a, const T *restrict b, int64_t n) {
+    NAME(vec) s0 = lanes[0], s1 = lanes[1], s2 = lanes[2], s3 = lanes[3];
+    for (int64_t j = 0; j < n; j += 4 * VL) {
+        const NAME(vec) *x = (const NAME(vec) *)(a + j), *y = (const NAME(vec) *)(b + j);
+        s0 += x[0] * y[0]; s1 += x[1] * y[1]; s2 += x[2] * y[2]; s3 += x[3] * y[3];
+    }
+    lanes[0] = s0; lanes[1] = s1; lanes[2] = s2; lanes[3] = s3;
+}
+
+/* y[p] = the correlation of x[p] with w[p mod C] (its taps reversed when flip), planes p in [p0, p1). */
+static int NAME(correlate_planes)(const T *x, const T *w, T *y, const geometry *g, int64_t p0, int64_t p1,
+                                  int flip) {
+    layout l;
+    if (make_layout(g, &l, SLACK)) return -1;
+    T *buf = malloc(sizeof(T) * (size_t)(l.local + l.run + SLACK + l.taps));
+    if (!buf) { free(l.tap); return -1; }
+    T *run = buf + l.local, *wc = run + l.run + SLACK;
+    for (int64_t p = p0; p < p1; p++) {
+        const T *wp = w + (p % g->channels) * l.taps;
+        for (int64_t t = 0; t < l.taps; t++) wc[t] = wp[flip ? l.taps - 1 - t : t];
+        NAME(load)(g, &l, x + p * l.in_plane, buf);
+        NAME(correlate)(run, buf, l.tap, wc, l.taps, l.run);
+        NAME(gather)(g, &l, run, y + p * l.out_plane);
+    }
+    free(buf); free(l.tap);
+    return 0;
+}
+
+/* y[p] = the depthwise correlation of x[p] with w[p mod C], planes p in [p0, p1). */
+KERNEL int NAME(dnnbind_depthwise_forward)(const T *x, const T *w, T *y, const geometry *g,
+                                          int64_t p0, int64_t p1) {
+    return NAME(correlate_planes)(x, w, y, g, p0, p1, 0);
+}
+
+/* dx[p] = the data gradient of that correlation for output gradient dy[p], planes p in [p0, p1).
+ * Stride 1: the correlation of dy with the reversed filter. Strided: each tap's weighted dy added
+ * into the local buffer where the forward read that tap's inputs, then the inputs copied out. */
+KERNEL int NAME(dnnbind_depthwise_data_grad)(const T *dy, const T *w, T *dx, const geometry *g,
+                                            int64_t p0, int64_t p1) {
+    if (g->stride[0] == 1 && g->stride[1] == 1 && g->stride[2] == 1) {
+        geometry back = *g;      /* padded by the kernel's reach less the forward's padding */
+        for (int i = 0; i < 3; i++) {
+            back.in[i] = g->out[i];
+            back.out[i] = g->in[i];
+            back.pad[i] = (g->kernel[i] - 1) * g->dilation[i] - g->pad[i];
+        }
+        return NAME(correlate_planes)(dy, w, dx, &back, p0, p1, 1);
+    }
+    layout l;
+    if (make_layout(g, &l, SLACK)) return -1;
+    T *buf = malloc(sizeof(T) * (size_t)(l.local + l.run + SLACK));
+    if (!buf) { free(l.tap); return -1; }
+    T *run = buf + l.local;
+    for (int64_t p = p0; p < p1; p++) {
+        const T *wc = w + (p % g->channels) * l.taps;
+        memset(buf, 0, sizeof(T) * (size_t)l.local);
+        NAME(spread)(g, &l, dy + p * l.out_plane, run);
+        for (int64_t j = 0; j < l.run; j += CHUNK)          /* a chunk of the run, then every tap */
+            for (int64_t t = 0; t < l.taps; t++)
+                NAME(axpy)(buf + l.tap[t] + j, run + j, wc[t], l.run - j < CHUNK ? l.run - j : CHUNK);
+        NAME(store)(g, &l, buf, dx + p * l.in_plane);
+    }
+    free(buf); free(l.tap);
+    return 0;
+}
+
+/* dw[c] = the filter gradient summed over the samples [0, batch), for channels c in [c0, c1). */
+KERNEL int NAME(dnnbind_depthwise_filter_grad)(const T *dy, const T *x, T *dw, const geometry *g,
+                                              int64_t batch, int64_t c0, int64_t c1) {
+    layout l;
+    if (make_layout(g, &l, SLACK)) return -1;
+    NAME(vec) *lanes = malloc(sizeof(NAME(vec)) * (size_t)(4 * l.taps));
+    T *buf = malloc(sizeof(T) * (size_t)(l.local + l.run + SLACK));
+    if (!buf || !lanes) { free(buf); free(lanes); free(l.tap); return -1; }
+    T *run = buf + l.local;
+    for (int64_t c = c0; c < c1; c++) {
+        memset(lanes, 0, sizeof(NAME(vec)) * (size_t)(4 * l.taps));
+        for (int64_t n = 0; n < batch; n++) {
+            int64_t p = n * g->channels + c;
+            NAME(load)(g, &l, x + p * l.in_plane, buf);
+            NAME(spread)(g, &l, dy + p * l.out_plane, run);
+            for (int64_t j = 0; j < l.run; j += CHUNK)
+                for (int64_t t = 0; t < l.taps; t++)
+                    NAME(dot)(lanes + 4 * t, run + j, buf + l.tap[t] + j, l.run - j < CHUNK ? l.run - j : CHUNK);
+        }
+        for (int64_t t = 0; t < l.taps; t++) {
+            const T *sums = (const T *)(lanes + 4 * t);
+            T sum = 0;
+            for (int64_t i = 0; i < 4 * VL; i++) sum += sums[i];
+            dw[c * l.taps + t] = sum;
+        }
+    }
+    free(buf); free(lanes); free(l.tap);
+    return 0;
+}
+
+#undef VL

@@ -1,0 +1,18 @@
+"""Fixtures of the reference backend's tests: which kernels the convolution paths run on."""
+from __future__ import annotations
+
+import pytest
+
+from dnnbind.highlevel.reference import native
+
+
+@pytest.fixture(params=["native", "numpy"])
+def kernels(request, monkeypatch):
+    """Run the test once on dnnbind's C kernels (where a path has them) and once on the numpy paths
+    alone. The C kernels are part of the development install (make setup builds them), so their
+    absence fails here instead of skipping."""
+    if request.param == "native":
+        assert native.library() is not None, "the C kernels are not built: run make setup (pip install -e .)"
+    else:
+        monkeypatch.setattr(native, "available", lambda dtype: False)
+    return request.param

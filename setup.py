@@ -1,0 +1,18 @@
+"""dnnbind's own C kernels for the CPU reference backend (src/dnnbind/highlevel/reference/csrc/, loaded
+with ctypes by reference/native.py). Everything else about the package is in pyproject.toml.
+
+The extension is optional: where it cannot be compiled the install goes on and the reference backend
+runs its numpy paths. No -ffast-math: the kernels must sum exactly what a float64 computation sums
+(FMA contraction only rounds less).
+"""
+from setuptools import Extension, setup
+
+CSRC = "src/dnnbind/highlevel/reference/csrc/"
+
+setup(ext_modules=[Extension(
+    "dnnbind.highlevel.reference._kernels",
+    sources=[CSRC + "isa.c", CSRC + "depthwise.c"],
+    depends=[CSRC + name for name in ("dispatch.h", "instantiate.h", "depthwise_typed.h")],
+    extra_compile_args=["-O3", "-std=c11", "-fvisibility=hidden", "-fno-math-errno", "-ffp-contract=fast"],
+    optional=True,
+)])

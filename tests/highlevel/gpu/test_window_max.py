@@ -37,8 +37,10 @@ def test_window_max_on_numpy_equals_the_reference(rng, shape, window, kw, ties):
     np.testing.assert_array_equal(winners, argmax)
     assert winners.dtype == dims.winner_dtype == reference.maxpool_residuals(x, dims)[0].dtype
     dy = rng.standard_normal(y.shape)
+    # where windows overlap, the reference's C kernels add an input's shares in output order, window_max
+    # in window-position order: equal up to that rounding
     np.testing.assert_allclose(window_max.backward(np, winners, dy, dims), reference.maxpool_backward((argmax,), (dy,), dims),
-                               rtol=1e-15, atol=0)
+                               rtol=1e-14, atol=1e-15)
 
 
 @pytest.mark.parametrize("shape, window, kw", [CASES[0], CASES[2], CASES[3]])    # torch's symmetric padding

@@ -8,6 +8,9 @@ import dnnbind
 
 from ..gradcheck import check_gradients
 
+# every test on dnnbind's C kernels and on numpy alone (conftest.kernels)
+pytestmark = pytest.mark.usefixtures("kernels")
+
 
 def test_training_by_hand():
     x = np.array([1.0, 2.0, 3.0, 4.0]).reshape(4, 1)

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.dims import ConvDims, PoolDims
 from dnnbind.highlevel.reference import native
 
 torch = pytest.importorskip("torch")
@@ -120,3 +120,84 @@ def test_native_off_runs_the_numpy_paths():
         results.append(np.load(path))
         os.remove(path)
     np.testing.assert_allclose(results[0], results[1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (2, 3, 7), (3, 4, 5, 6), (2, 2, 3, 4, 5), (4, 8, 96, 96)])
+def test_channel_kernels_match_numpy_in_float64(rng, isa, shape):
+    """Sums (float64 whatever the data), squares about a centre, affine maps and batch norm's two passes,
+    on shapes of every rank and one large enough to be split over the pool."""
+    for dtype in (np.float64, np.float32):
+        a, b = rng.standard_normal(shape).astype(dtype), rng.standard_normal(shape).astype(dtype)
+        c = shape[1]
+        axes = tuple(i for i in range(len(shape)) if i != 1)
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        sums, products = native.channel_sums(a, b)
+        assert sums.dtype == products.dtype == np.float64
+        np.testing.assert_allclose(sums, a64.sum(axis=axes), rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(products, (a64 * b64).sum(axis=axes), rtol=1e-12, atol=1e-9)
+        assert native.channel_sums(a)[1] is None
+        center = rng.standard_normal(c)
+        per = (1, c) + (1,) * (len(shape) - 2)
+        np.testing.assert_allclose(native.channel_squares(a, center), ((a64 - center.reshape(per)) ** 2).sum(axis=axes),
+                                   rtol=1e-12)
+        k, m, g, h = (rng.standard_normal(c).astype(dtype) for _ in range(4))
+        tol = dict(rtol=1e-6, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(native.channel_affine(a, k, m), a * k.reshape(per) + m.reshape(per), **tol)
+        np.testing.assert_allclose(native.channel_affine(a, None, m), a + m.reshape(per), **tol)
+        xhat, y = native.batchnorm_normalize(a, m, k, g, h)
+        np.testing.assert_allclose(xhat, (a - m.reshape(per)) * k.reshape(per), **tol)
+        np.testing.assert_allclose(y, xhat * g.reshape(per) + h.reshape(per), **tol)
+        dx = native.batchnorm_data_grad(a, b, m, k, g)
+        np.testing.assert_allclose(dx, (a - m.reshape(per) - b * k.reshape(per)) * g.reshape(per), **tol)
+
+
+def test_channel_kernels_refuse_what_does_not_fit():
+    a = np.zeros((2, 3, 4))
+    with pytest.raises(ValueError, match=r"argument center: expected a C-contiguous float64 array of shape \(3,\)"):
+        native.channel_squares(a, np.zeros(4))
+    with pytest.raises(ValueError, match="argument b: .*got float32"):
+        native.channel_sums(a, np.zeros((2, 3, 4), np.float32))
+    with pytest.raises(ValueError, match="argument shift"):
+        native.channel_affine(a, None, np.zeros(3, np.float32))
+
+
+def _pool_geometries(rng, count):
+    """Random pooling problems: ranks 1 to 3, windows, strides, dilations, padding and ceil_mode."""
+    out = []
+    while len(out) < count:
+        rank = int(rng.integers(1, 4))
+        window = tuple(int(k) for k in rng.integers(1, 4, rank))
+        try:
+            out.append(PoolDims((2, 3) + tuple(int(z) for z in rng.integers(1, 14, rank)), window,
+                                stride=tuple(int(s) for s in rng.integers(1, 4, rank)),
+                                padding=tuple(int(rng.integers(0, k // 2 + 1)) for k in window),
+                                dilation=tuple(int(d) for d in rng.integers(1, 3, rank)),
+                                ceil_mode=bool(rng.integers(0, 2)), dtype="float64"))
+        except ValueError:     # an empty output
+            continue
+    return out
+
+
+def test_maxpool_kernels_equal_the_numpy_path_bit_for_bit(rng, isa, monkeypatch):
+    """The same maxima, the same winners (ties to the first position, NaN wins, -inf against padding)
+    and the same gradients as the numpy path, which test_pool checks against PyTorch."""
+    pool = __import__("dnnbind.highlevel.reference.pool", fromlist=["pool"])
+    for i, dims in enumerate(_pool_geometries(rng, 120)):
+        x = rng.standard_normal(dims.x_shape)
+        if i % 3 == 0:
+            x = np.round(x)                                    # ties
+        if i % 5 == 0:
+            x.flat[rng.integers(0, x.size, 3)] = np.nan
+        if i % 7 == 0:
+            x.flat[rng.integers(0, x.size, 3)] = -np.inf
+        dy = rng.standard_normal(dims.y_shape)
+        y, winners = native.maxpool_forward(x, dims, bool(i % 2))
+        dx = native.maxpool_backward(dy, winners, dims, bool(i % 2))
+        with monkeypatch.context() as numpy_only:
+            numpy_only.setattr(native, "available", lambda dtype: False)
+            y0, (winners0,) = pool._maxpool(x, dims)
+            dx0 = pool._maxpool_backward((winners0,), (dy,), dims)
+        np.testing.assert_array_equal(y, y0)
+        assert winners.dtype == winners0.dtype == dims.winner_dtype
+        np.testing.assert_array_equal(winners, winners0)
+        np.testing.assert_allclose(dx, dx0, rtol=1e-13, atol=1e-13)   # overlapping windows add in another order

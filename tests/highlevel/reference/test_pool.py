@@ -16,6 +16,9 @@ X44 = np.array([[1.0, 5.0, 2.0, 0.0],
                 [0.0, 2.0, 7.0, 7.0],
                 [9.0, 1.0, 7.0, 6.0]]).reshape(1, 1, 4, 4)
 
+# every test on dnnbind's C kernels and on numpy alone (conftest.kernels)
+pytestmark = pytest.mark.usefixtures("kernels")
+
 
 def test_maxpool_by_hand():
     y, pullback = dnnbind.maxpool(X44, 2)

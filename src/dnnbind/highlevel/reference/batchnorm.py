@@ -5,6 +5,9 @@ given, updates them in place: ``running = (1 - momentum) * running + momentum * 
 UNBIASED batch variance, as PyTorch does. Inference normalises with the running statistics; its
 backward differentiates that affine formula. The residuals (x normalised, gamma * invstd) are the
 forward's own, so later updates of the running statistics or of gamma do not change them.
+
+Where dnnbind's C kernels are built (:mod:`native`), the statistics are summed in float64 and the
+normalisation and the data gradient are one pass each; numpy otherwise.
 """
 from __future__ import annotations
 
@@ -13,13 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from dnnbind.highlevel.reference import native
+from dnnbind.highlevel.reference.channels import channel_sums
 from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward, half_residuals
 from dnnbind.highlevel.residual import ArraySpec
-
-
-def _channel_sums(a: np.ndarray) -> np.ndarray:
-    """Sum over every axis but 1, contiguous reductions first."""
-    return a.reshape(a.shape[0], a.shape[1], -1).sum(axis=2).sum(axis=0)
 
 
 @functools.partial(half_forward, inplace=(3, 4))   # the running statistics are updated in place
@@ -29,11 +29,19 @@ def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, runnin
     """y = (x - mean) / sqrt(var + eps) * gamma + beta, per channel; saves x normalised and gamma * invstd."""
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     dtype = x.dtype
+    fast = native.available(dtype)
+    if fast:
+        x = np.ascontiguousarray(x)
+    centered = None
     if training:
         count = x.size // x.shape[1]
-        mean = _channel_sums(x) / count
-        centered = x - mean.reshape(shape)
-        var = _channel_sums(centered * centered) / count
+        if fast:
+            mean = native.channel_sums(x)[0] / count
+            var = native.channel_squares(x, mean) / count
+        else:
+            mean = channel_sums(x) / count
+            centered = x - mean.reshape(shape)
+            var = channel_sums(centered * centered) / count
         if running_mean is not None and running_var is not None:
             _update(running_mean, mean, momentum)
             _update(running_var, var * (count / (count - 1)), momentum)
@@ -41,12 +49,21 @@ def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, runnin
         assert running_mean is not None and running_var is not None, "inference needs them (the op checks)"
         mean = running_mean.astype(dtype)  # a copy: the running stats may change after this call
         var = running_var.astype(dtype)
-        centered = x - mean.reshape(shape)
     invstd = (1.0 / np.sqrt(var + eps)).astype(dtype)
-    xhat = centered * invstd.reshape(shape)
-    del centered
-    y = xhat * gamma.reshape(shape) + beta.reshape(shape)
+    if fast:
+        xhat, y = native.batchnorm_normalize(x, mean.astype(dtype), invstd, _own(gamma, dtype), _own(beta, dtype))
+    else:
+        if centered is None:
+            centered = x - mean.reshape(shape).astype(dtype)
+        xhat = centered * invstd.reshape(shape)
+        del centered
+        y = xhat * gamma.reshape(shape) + beta.reshape(shape)
     return y, (xhat, gamma * invstd)      # gamma * invstd: the backward's own (gamma may change later)
+
+
+def _own(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A per-channel parameter as the kernels take it: C-contiguous, of the data's dtype."""
+    return np.ascontiguousarray(a, dtype=dtype)
 
 
 @half_backward
@@ -55,11 +72,21 @@ def batchnorm_backward(saved: tuple, cotangents: tuple, training: bool, momentum
     (xhat, scale), (dy,) = saved, cotangents
     dy = cotangent("dy", dy, xhat.shape, xhat.dtype)
     shape = (1, xhat.shape[1]) + (1,) * (xhat.ndim - 2)
-    dbeta = _channel_sums(dy)
-    dgamma = _channel_sums(dy * xhat)
+    count = xhat.size // xhat.shape[1]
+    dtype = xhat.dtype
+    if native.available(dtype):
+        dy = np.ascontiguousarray(dy)
+        sums, products = native.channel_sums(dy, xhat)
+        assert products is not None
+        dbeta, dgamma = sums.astype(dtype), products.astype(dtype)
+        if not training:
+            return native.channel_affine(dy, _own(scale, dtype), np.zeros(dy.shape[1], dtype)), dgamma, dbeta
+        mean_dy, mean_dy_xhat = (sums / count).astype(dtype), (products / count).astype(dtype)
+        return native.batchnorm_data_grad(dy, xhat, mean_dy, mean_dy_xhat, _own(scale, dtype)), dgamma, dbeta
+    dbeta = channel_sums(dy)
+    dgamma = channel_sums(dy * xhat)
     if training:
         # d/dx of gamma * (x - mean(x)) * invstd(x): the batch statistics depend on x too.
-        count = xhat.size // xhat.shape[1]
         dx = dy - (dbeta / count).reshape(shape) - xhat * (dgamma / count).reshape(shape)
         dx *= scale.reshape(shape)
     else:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.reference.channels import add_channel_bias, channel_sums
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
                                                        kernel_offsets, offset_index, pad, unpad, windows)
 from dnnbind.highlevel.reference.conv_paths import Path, special_path
@@ -263,14 +264,6 @@ def _new_parts(lay: _Layout, wg: np.ndarray) -> np.ndarray:
     return np.zeros((len(lay.ranges),) + wg.shape, wg.dtype)
 
 
-def _bias_grad(dy: np.ndarray) -> np.ndarray:
-    return dy.reshape(dy.shape[0], dy.shape[1], -1).sum(axis=2).sum(axis=0)
-
-
-def _add_bias(y: np.ndarray, b: np.ndarray) -> None:
-    y += b.reshape((1, -1) + (1,) * (y.ndim - 2))
-
-
 def _data_grad(dy: np.ndarray, wg: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
     """Gradient with respect to the (unpadded) input, dims.x_shape, for output gradient ``dy``.
 
@@ -342,7 +335,7 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
         # the backward rebuilds its columns from xp when they were not kept
         saved = (wg, _nothing(x.dtype), columns) if columns is not None else (wg, private(xp, x), _nothing(x.dtype))
     if b is not None:
-        _add_bias(y, b)
+        add_channel_bias(y, b)
     return y, saved
 
 
@@ -358,12 +351,12 @@ def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims,
         wf, x = saved
         dx = path.data_grad(dy, wf, dims, threaded)
         dw = np.ascontiguousarray(_flipped(path.filter_grad(dy, x, dims, threaded), dims))
-        return dx, dw, _bias_grad(dy)
+        return dx, dw, channel_sums(dy)
     wg, xp, columns = saved
     lay = layout(dims, dy.dtype, threaded)
     dw_parts = _new_parts(lay, wg)
     _sweep(lay, wg, xp=xp, columns=columns if columns.size else None, dy=dy, dw_parts=dw_parts)
-    return _data_grad(dy, wg, dims, threaded), _filter_grad(dw_parts, dims), _bias_grad(dy)
+    return _data_grad(dy, wg, dims, threaded), _filter_grad(dw_parts, dims), channel_sums(dy)
 
 
 @half_residuals
@@ -402,7 +395,7 @@ def conv_transpose_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, d
         wf = private(_group_filter(w, dims), w)
         y = _data_grad(xe, wf, dims, threaded)
     if b is not None:
-        _add_bias(y, b)
+        add_channel_bias(y, b)
     return y, (wf, xe)
 
 
@@ -425,7 +418,7 @@ def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims,
         _sweep(lay, wf, xp=pad(dy, dims), y=dxe, dy=xe, dw_parts=dw_parts)
         dw = _filter_grad(dw_parts, dims)
     dx = dxe if dxe.shape == x_shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x_shape)])
-    return dx, dw, _bias_grad(dy)
+    return dx, dw, channel_sums(dy)
 
 
 @half_residuals

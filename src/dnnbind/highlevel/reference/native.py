@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.dims import ConvDims, PoolDims
 from dnnbind.highlevel.reference._threads import run, split, workers
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -76,7 +76,28 @@ def supported_isas() -> list[str]:
 
 def _kernel(name: str, dtype: np.dtype) -> Any:
     """The kernel ``dnnbind_<name>`` for ``dtype``, compiled for this CPU's best instruction set."""
-    return _typed_kernel(name, dtype, supported_isas()[0])
+    return _typed_kernel(name, dtype, _best_suffix())
+
+
+@functools.lru_cache(maxsize=1)
+def _best_suffix() -> str:
+    return supported_isas()[0]
+
+
+_P, _I, _GEOMETRY = ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(Geometry)
+#: each kernel's parameters (csrc/*_typed.h) and whether it returns a status (0, or -1: no memory)
+_SIGNATURES: dict[str, tuple[list[Any], bool]] = {
+    "depthwise_forward": ([_P, _P, _P, _GEOMETRY, _I, _I], True),
+    "depthwise_data_grad": ([_P, _P, _P, _GEOMETRY, _I, _I], True),
+    "depthwise_filter_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I], True),
+    "maxpool_forward": ([_P, _P, _P, _I, _GEOMETRY, _I, _I], True),
+    "maxpool_backward": ([_P, _P, _I, _P, _GEOMETRY, _I, _I], True),
+    "channel_sums": ([_P, _P, _P, _P] + [_I] * 5, False),
+    "channel_squares": ([_P, _P, _P] + [_I] * 5, False),
+    "channel_affine": ([_P] * 4 + [_I] * 4, False),
+    "batchnorm_normalize": ([_P] * 7 + [_I] * 4, False),
+    "batchnorm_data_grad": ([_P] * 6 + [_I] * 4, False),
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -84,9 +105,8 @@ def _typed_kernel(name: str, dtype: np.dtype, suffix: str) -> Any:
     lib = library()
     assert lib is not None
     fn = getattr(lib, f"dnnbind_{name}_{_SUFFIX[dtype]}_{suffix}")
-    pointer, index = ctypes.c_void_p, ctypes.c_int64
-    extra = [index] * (3 if name.endswith("filter_grad") else 2)
-    fn.restype, fn.argtypes = ctypes.c_int, [pointer, pointer, pointer, ctypes.POINTER(Geometry)] + extra
+    fn.argtypes, status = _SIGNATURES[name]
+    fn.restype = ctypes.c_int if status else None
     return fn
 
 
@@ -96,16 +116,18 @@ def available(dtype: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def geometry(dims: ConvDims) -> Geometry:
-    """``dims`` (1 to 3 spatial dims, as ConvDims allows) as the kernels' geometry."""
+def geometry(dims: ConvDims | PoolDims) -> Geometry:
+    """``dims`` (1 to 3 spatial dims, as ConvDims and PoolDims allow) as the kernels' geometry: a pooling
+    window is a kernel."""
     lead = 3 - dims.spatial_rank
+    kernel = dims.window if isinstance(dims, PoolDims) else dims.kernel_size
 
     def triple(values: tuple[int, ...], fill: int) -> Any:
         return _Triple(*((fill,) * lead + tuple(values)))
 
-    return Geometry(triple(dims.x_shape[2:], 1), triple(dims.out_size, 1), triple(dims.kernel_size, 1),
+    return Geometry(triple(dims.x_shape[2:], 1), triple(dims.out_size, 1), triple(kernel, 1),
                     triple(dims.stride, 1), triple(dims.dilation, 1), triple(dims.pad_low, 0),
-                    dims.in_channels)
+                    dims.x_shape[1])
 
 
 def _address(a: np.ndarray, name: str, shape: tuple[int, ...], dtype: np.dtype) -> int:
@@ -118,6 +140,7 @@ def _address(a: np.ndarray, name: str, shape: tuple[int, ...], dtype: np.dtype) 
 
 
 def _call(fn: Any, *args: Any) -> None:
+    """Call a kernel that returns a status (it allocates its own working buffer)."""
     if fn(*args) != 0:
         raise MemoryError(f"{fn.__name__}: could not allocate its working buffer")
 
@@ -126,25 +149,31 @@ def _parts(count: int, threaded: bool) -> list[tuple[int, int]]:
     return split(count, workers()) if threaded else [(0, count)]
 
 
-def depthwise_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
-    """y of a depthwise convolution (groups == in == out channels); planes split over the pool."""
+def _filter_shape(dims: ConvDims | PoolDims) -> tuple[int, ...]:
+    """The depthwise filter's shape: (C, 1, *kernel); a pooling window's weights for mean pooling."""
+    return dims.w_shape if isinstance(dims, ConvDims) else dims.x_shape[1:2] + (1,) + dims.window
+
+
+def depthwise_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims | PoolDims, threaded: bool) -> np.ndarray:
+    """y of a depthwise convolution (groups == in == out channels; or a pooling window, zero-padded,
+    weighted by ``w``); planes split over the pool."""
     dtype = x.dtype
     y = np.empty(dims.y_shape, dtype)
-    args = (_address(x, "x", dims.x_shape, dtype), _address(w, "w", dims.w_shape, dtype),
+    args = (_address(x, "x", dims.x_shape, dtype), _address(w, "w", _filter_shape(dims), dtype),
             _address(y, "y", dims.y_shape, dtype), ctypes.byref(geometry(dims)))
     fn = _kernel("depthwise_forward", dtype)
-    run(lambda p0, p1: _call(fn, *args, p0, p1), _parts(dims.batch * dims.in_channels, threaded))
+    run(lambda p0, p1: _call(fn, *args, p0, p1), _split_plane_count(dims, threaded))
     return y
 
 
-def depthwise_data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
-    """dx of a depthwise convolution for output gradient ``dy``."""
+def depthwise_data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims | PoolDims, threaded: bool) -> np.ndarray:
+    """dx of :func:`depthwise_forward` for output gradient ``dy``."""
     dtype = dy.dtype
     dx = np.empty(dims.x_shape, dtype)
-    args = (_address(dy, "dy", dims.y_shape, dtype), _address(w, "w", dims.w_shape, dtype),
+    args = (_address(dy, "dy", dims.y_shape, dtype), _address(w, "w", _filter_shape(dims), dtype),
             _address(dx, "dx", dims.x_shape, dtype), ctypes.byref(geometry(dims)))
     fn = _kernel("depthwise_data_grad", dtype)
-    run(lambda p0, p1: _call(fn, *args, p0, p1), _parts(dims.batch * dims.in_channels, threaded))
+    run(lambda p0, p1: _call(fn, *args, p0, p1), _split_plane_count(dims, threaded))
     return dx
 
 
@@ -157,3 +186,121 @@ def depthwise_filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threade
     fn = _kernel("depthwise_filter_grad", dtype)
     run(lambda c0, c1: _call(fn, *args, c0, c1), _parts(dims.in_channels, threaded))
     return dw
+
+
+def _split_plane_count(dims: ConvDims | PoolDims, threaded: bool) -> list[tuple[int, int]]:
+    return _parts(dims.x_shape[0] * dims.x_shape[1], threaded)
+
+
+def _winner_dtype(dims: PoolDims) -> np.dtype:
+    winner = np.dtype(dims.winner_dtype)
+    if winner.itemsize not in (1, 2, 4):
+        raise ValueError(f"native max pooling counts windows of at most 2**32 positions, not {len(dims.window_positions)}")
+    return winner
+
+
+def maxpool_forward(x: np.ndarray, dims: PoolDims, threaded: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(y, winners) of max pooling: winners are the window positions (row-major) that won, in
+    ``dims.winner_dtype``."""
+    dtype, winner = x.dtype, _winner_dtype(dims)
+    y, winners = np.empty(dims.y_shape, dtype), np.empty(dims.y_shape, winner)
+    args = (_address(x, "x", dims.x_shape, dtype), _address(y, "y", dims.y_shape, dtype),
+            _address(winners, "winners", dims.y_shape, winner), winner.itemsize, ctypes.byref(geometry(dims)))
+    fn = _kernel("maxpool_forward", dtype)
+    run(lambda p0, p1: _call(fn, *args, p0, p1), _split_plane_count(dims, threaded))
+    return y, winners
+
+
+def maxpool_backward(dy: np.ndarray, winners: np.ndarray, dims: PoolDims, threaded: bool) -> np.ndarray:
+    """dx of max pooling: every dy added to the input its window's winner read."""
+    dtype, winner = dy.dtype, _winner_dtype(dims)
+    dx = np.empty(dims.x_shape, dtype)
+    args = (_address(dy, "dy", dims.y_shape, dtype), _address(winners, "winners", dims.y_shape, winner),
+            winner.itemsize, _address(dx, "dx", dims.x_shape, dtype), ctypes.byref(geometry(dims)))
+    fn = _kernel("maxpool_backward", dtype)
+    run(lambda p0, p1: _call(fn, *args, p0, p1), _split_plane_count(dims, threaded))
+    return dx
+
+
+# ------------------------------------------------------------------------------- per-channel kernels
+#: Split a per-channel pass over the pool from this many elements on (one pass over memory each).
+CHANNEL_THREAD_MIN_ELEMENTS = 1 << 22
+
+
+def _planes(a: np.ndarray) -> tuple[int, int, int]:
+    """(batch, channels, plane) of an (N, C, ...) array."""
+    return a.shape[0], a.shape[1], int(np.prod(a.shape[2:], dtype=np.int64))
+
+
+def _per_channel(a: np.ndarray, name: str, channels: int, dtype: Any) -> int:
+    return _address(a, name, (channels,), np.dtype(dtype))
+
+
+def _split_channels(a: np.ndarray) -> list[tuple[int, int]]:
+    return split(a.shape[1], workers()) if a.size >= CHANNEL_THREAD_MIN_ELEMENTS else [(0, a.shape[1])]
+
+
+def _split_planes(a: np.ndarray) -> list[tuple[int, int]]:
+    count = a.shape[0] * a.shape[1]
+    return split(count, workers()) if a.size >= CHANNEL_THREAD_MIN_ELEMENTS else [(0, count)]
+
+
+def channel_sums(a: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per channel (axis 1) of C-contiguous (N, C, ...) ``a``: the sum of a and, with ``b`` (a's shape),
+    the sum of a * b; in float64."""
+    n, c, plane = _planes(a)
+    sums, products = np.empty(c), (np.empty(c) if b is not None else None)
+    args = (_address(a, "a", a.shape, a.dtype), 0 if b is None else _address(b, "b", a.shape, a.dtype),
+            sums.ctypes.data, 0 if products is None else products.ctypes.data, n, c, plane)
+    fn = _kernel("channel_sums", a.dtype)
+    run(lambda c0, c1: fn(*args, c0, c1), _split_channels(a))
+    return sums, products
+
+
+def channel_squares(a: np.ndarray, center: np.ndarray) -> np.ndarray:
+    """Per channel of (N, C, ...) ``a``: the sum of (a - center[c])^2, ``center`` float64; in float64."""
+    n, c, plane = _planes(a)
+    squares = np.empty(c)
+    args = (_address(a, "a", a.shape, a.dtype), _per_channel(center, "center", c, np.float64), squares.ctypes.data,
+            n, c, plane)
+    fn = _kernel("channel_squares", a.dtype)
+    run(lambda c0, c1: fn(*args, c0, c1), _split_channels(a))
+    return squares
+
+
+def channel_affine(a: np.ndarray, scale: np.ndarray | None, shift: np.ndarray,
+                   out: np.ndarray | None = None) -> np.ndarray:
+    """a * scale[c] + shift[c] per channel (a + shift[c] without ``scale``), into ``out`` (may be ``a``)."""
+    n, c, plane = _planes(a)
+    out = np.empty_like(a) if out is None else out
+    args = (_address(a, "a", a.shape, a.dtype), 0 if scale is None else _per_channel(scale, "scale", c, a.dtype),
+            _per_channel(shift, "shift", c, a.dtype), _address(out, "out", a.shape, a.dtype), c, plane)
+    fn = _kernel("channel_affine", a.dtype)
+    run(lambda p0, p1: fn(*args, p0, p1), _split_planes(a))
+    return out
+
+
+def batchnorm_normalize(x: np.ndarray, mean: np.ndarray, invstd: np.ndarray, gamma: np.ndarray,
+                        beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(xhat, y): xhat = (x - mean[c]) * invstd[c], y = xhat * gamma[c] + beta[c], in one pass."""
+    n, c, plane = _planes(x)
+    xhat, y = np.empty_like(x), np.empty_like(x)
+    args = (_address(x, "x", x.shape, x.dtype),) + tuple(
+        _per_channel(v, name, c, x.dtype) for v, name in ((mean, "mean"), (invstd, "invstd"), (gamma, "gamma"),
+                                                          (beta, "beta"))) + (xhat.ctypes.data, y.ctypes.data, c, plane)
+    fn = _kernel("batchnorm_normalize", x.dtype)
+    run(lambda p0, p1: fn(*args, p0, p1), _split_planes(x))
+    return xhat, y
+
+
+def batchnorm_data_grad(dy: np.ndarray, xhat: np.ndarray, mean_dy: np.ndarray, mean_dy_xhat: np.ndarray,
+                        scale: np.ndarray) -> np.ndarray:
+    """Training's dx = (dy - mean_dy[c] - xhat * mean_dy_xhat[c]) * scale[c], in one pass."""
+    n, c, plane = _planes(dy)
+    dx = np.empty_like(dy)
+    args = (_address(dy, "dy", dy.shape, dy.dtype), _address(xhat, "xhat", dy.shape, dy.dtype)) + tuple(
+        _per_channel(v, name, c, dy.dtype) for v, name in ((mean_dy, "mean_dy"), (mean_dy_xhat, "mean_dy_xhat"),
+                                                           (scale, "scale"))) + (dx.ctypes.data, c, plane)
+    fn = _kernel("batchnorm_data_grad", dy.dtype)
+    run(lambda p0, p1: fn(*args, p0, p1), _split_planes(dy))
+    return dx

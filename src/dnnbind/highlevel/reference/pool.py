@@ -1,4 +1,6 @@
-"""Max and mean pooling on numpy: one vectorised pass per window offset.
+"""Max and mean pooling: dnnbind's C kernels where they are built (:mod:`native`: each plane once, in
+cache; mean pooling as a depthwise correlation with unit weights), numpy otherwise (one vectorised pass
+per window offset). Both compute the same values in the same order.
 
 Max pooling may be dilated (window position k of a dim reads k * dilation); mean pooling never is.
 Max pool ties: the gradient goes to the FIRST maximum of the window in row-major order of the window
@@ -13,7 +15,9 @@ import numpy as np
 
 from dnnbind.highlevel.dims import PoolDims
 from dnnbind.highlevel.gpu.window_max import flat_indices, padded, unpadded
+from dnnbind.highlevel.reference import native
 from dnnbind.highlevel.reference._memory import fits_in_memory
+from dnnbind.highlevel.reference._threads import workers
 from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward
 from dnnbind.highlevel.residual import ArraySpec
 
@@ -29,8 +33,19 @@ def maxpool_forward(x: np.ndarray, dims: PoolDims, return_indices: bool = False)
     return y, (argmax,)
 
 
+#: Split pooling's C kernels over the thread pool from this many window reads on.
+THREAD_MIN_READS = 1 << 20
+
+
+def _threaded(dims: PoolDims) -> bool:
+    return int(np.prod(dims.y_shape)) * len(dims.window_positions) >= THREAD_MIN_READS and workers() > 1
+
+
 @half_forward
 def _maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, tuple[np.ndarray]]:
+    if native.available(x.dtype):
+        y, winners = native.maxpool_forward(np.ascontiguousarray(x), dims, _threaded(dims))
+        return y, (winners,)
     xp = padded(np, x, dims)
     offsets = dims.window_positions
     y = np.array(xp[dims.window_index(offsets[0])])
@@ -61,6 +76,8 @@ def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, return_ind
 def _maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> np.ndarray:
     (argmax,), (dy,) = saved, cotangents
     dy = cotangent("dy", dy, dims.y_shape, dy.dtype)
+    if native.available(dy.dtype):
+        return native.maxpool_backward(np.ascontiguousarray(dy), np.ascontiguousarray(argmax), dims, _threaded(dims))
     dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
     routed = np.empty(dy.shape, dy.dtype)
     for i, offset in enumerate(dims.window_positions):
@@ -100,13 +117,21 @@ def meanpool_forward(x: np.ndarray, dims: PoolDims, count_include_pad: bool = Tr
     """Mean pooling; padding counts towards the divisor when ``count_include_pad`` (PyTorch's default);
     a ``divisor_override`` divides every window's sum by itself instead. Saves nothing: the backward
     needs the geometry only."""
-    xp = padded(np, x, dims, 0.0)
-    offsets = dims.window_positions
-    y = np.array(xp[dims.window_index(offsets[0])])
-    for offset in offsets[1:]:
-        y += xp[dims.window_index(offset)]
+    if native.available(x.dtype):
+        y = native.depthwise_forward(np.ascontiguousarray(x), _unit_window(dims, x.dtype), dims, _threaded(dims))
+    else:
+        xp = padded(np, x, dims, 0.0)
+        offsets = dims.window_positions
+        y = np.array(xp[dims.window_index(offsets[0])])
+        for offset in offsets[1:]:
+            y += xp[dims.window_index(offset)]
     y *= _scale(dims, count_include_pad, divisor_override, y.dtype)
     return y, ()
+
+
+def _unit_window(dims: PoolDims, dtype: np.dtype) -> np.ndarray:
+    """Mean pooling's window as a depthwise filter: weight one at every position."""
+    return np.ones(dims.x_shape[1:2] + (1,) + dims.window, dtype)
 
 
 @half_backward
@@ -116,6 +141,9 @@ def meanpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, count_inc
     (dy,) = cotangents
     dy = cotangent("dy", dy, dims.y_shape, dy.dtype)
     share = dy * _scale(dims, count_include_pad, divisor_override, dy.dtype)
+    if native.available(share.dtype):
+        return native.depthwise_data_grad(np.ascontiguousarray(share), _unit_window(dims, share.dtype), dims,
+                                          _threaded(dims))
     dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
     for offset in dims.window_positions:
         dxp[dims.window_index(offset)] += share

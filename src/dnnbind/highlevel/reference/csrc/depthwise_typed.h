@@ -1,77 +1,12 @@
 /* The typed half of depthwise.c, included once per instruction set and element type (instantiate.h):
  * T is the element type, NAME(f) the function name with its suffix, VECTOR_BYTES the vector size. */
 
+#include "planes_typed.h"
+
 /* One vector of T in the instruction set's registers (GCC/clang vector extensions), VL elements;
  * loads and stores may be unaligned. */
 typedef T NAME(vec) __attribute__((vector_size(VECTOR_BYTES), aligned(sizeof(T)), may_alias));
 #define VL ((int64_t)(VECTOR_BYTES / sizeof(T)))
-
-/* buf <- the plane x, zero-padded and phase-split, then SLACK zeros. */
-INLINE void NAME(load)(const geometry *g, const layout *l, const T *restrict x, T *restrict buf) {
-    memset(buf, 0, sizeof(T) * (size_t)l->local);
-    int64_t z[3], lo, hi, s = g->stride[2];
-    for (z[0] = 0; z[0] < l->extent[0]; z[0]++)
-        for (z[1] = 0; z[1] < l->extent[1]; z[1]++) {
-            if (!row_span(g, l, z[0], z[1], &lo, &hi)) continue;
-            const T *row = x + ((z[0] - g->pad[0]) * g->in[1] + z[1] - g->pad[1]) * g->in[2] - g->pad[2];
-            z[2] = 0;
-            T *dst = buf + local_index(g, l, z);
-            if (s == 1) {
-                memcpy(dst + lo, row + lo, sizeof(T) * (size_t)(hi - lo));
-                continue;
-            }
-            if (s == 2) {                             /* the usual stride: both phases in one pass */
-                T *even = dst, *odd = dst + l->phase;
-                int64_t zw = lo;
-                if (zw & 1) { odd[zw >> 1] = row[zw]; zw++; }
-                int64_t q0 = zw >> 1, pairs = (hi - zw) >> 1;
-                const T *src = row + zw;
-                for (int64_t q = 0; q < pairs; q++) { even[q0 + q] = src[2 * q]; odd[q0 + q] = src[2 * q + 1]; }
-                if (zw + 2 * pairs < hi) even[q0 + pairs] = src[2 * pairs];
-                continue;
-            }
-            for (int64_t r = 0; r < s; r++)          /* phase r: positions r, r + s, ... in [lo, hi) */
-                for (int64_t q = (lo - r + s - 1) / s; q * s + r < hi; q++) dst[r * l->phase + q] = row[q * s + r];
-        }
-}
-
-/* The plane dx <- the inputs' entries of buf (zero where no output reads the input). */
-INLINE void NAME(store)(const geometry *g, const layout *l, const T *restrict buf, T *restrict dx) {
-    memset(dx, 0, sizeof(T) * (size_t)l->in_plane);
-    int64_t z[3], lo, hi, s = g->stride[2];
-    for (z[0] = 0; z[0] < l->extent[0]; z[0]++)
-        for (z[1] = 0; z[1] < l->extent[1]; z[1]++) {
-            if (!row_span(g, l, z[0], z[1], &lo, &hi)) continue;
-            T *row = dx + ((z[0] - g->pad[0]) * g->in[1] + z[1] - g->pad[1]) * g->in[2] - g->pad[2];
-            z[2] = 0;
-            const T *src = buf + local_index(g, l, z);
-            if (s == 2) {
-                const T *even = src, *odd = src + l->phase;
-                int64_t zw = lo;
-                if (zw & 1) { row[zw] = odd[zw >> 1]; zw++; }
-                int64_t q0 = zw >> 1, pairs = (hi - zw) >> 1;
-                T *out = row + zw;
-                for (int64_t q = 0; q < pairs; q++) { out[2 * q] = even[q0 + q]; out[2 * q + 1] = odd[q0 + q]; }
-                if (zw + 2 * pairs < hi) out[2 * pairs] = even[q0 + pairs];
-                continue;
-            }
-            for (int64_t r = 0; r < s; r++)
-                for (int64_t q = (lo - r + s - 1) / s; q * s + r < hi; q++) row[q * s + r] = src[r * l->phase + q];
-        }
-}
-
-/* The run <- the plane dy, zero between rows and SLACK zeros after; and the plane y <- the run. */
-INLINE void NAME(spread)(const geometry *g, const layout *l, const T *restrict dy, T *restrict run) {
-    memset(run, 0, sizeof(T) * (size_t)(l->run + SLACK));
-    for (int64_t d = 0; d < g->out[0]; d++)
-        for (int64_t h = 0; h < g->out[1]; h++)
-            memcpy(run + run_row(l, d, h), dy + (d * g->out[1] + h) * g->out[2], sizeof(T) * (size_t)g->out[2]);
-}
-INLINE void NAME(gather)(const geometry *g, const layout *l, const T *restrict run, T *restrict y) {
-    for (int64_t d = 0; d < g->out[0]; d++)
-        for (int64_t h = 0; h < g->out[1]; h++)
-            memcpy(y + (d * g->out[1] + h) * g->out[2], run + run_row(l, d, h), sizeof(T) * (size_t)g->out[2]);
-}
 
 /* out[j] = sum over taps t of w[t] * base[tap[t] + j], j < n rounded up to four vectors: four vectors
  * of outputs at a time, kept in registers over every tap. */
@@ -120,7 +55,7 @@ static int NAME(correlate_planes)(const T *x, const T *w, T *y, const geometry *
     for (int64_t p = p0; p < p1; p++) {
         const T *wp = w + (p % g->channels) * l.taps;
         for (int64_t t = 0; t < l.taps; t++) wc[t] = wp[flip ? l.taps - 1 - t : t];
-        NAME(load)(g, &l, x + p * l.in_plane, buf);
+        NAME(load)(g, &l, x + p * l.in_plane, buf, 0);
         NAME(correlate)(run, buf, l.tap, wc, l.taps, l.run);
         NAME(gather)(g, &l, run, y + p * l.out_plane);
     }
@@ -179,7 +114,7 @@ KERNEL int NAME(dnnbind_depthwise_filter_grad)(const T *dy, const T *x, T *dw, c
         memset(lanes, 0, sizeof(NAME(vec)) * (size_t)(4 * l.taps));
         for (int64_t n = 0; n < batch; n++) {
             int64_t p = n * g->channels + c;
-            NAME(load)(g, &l, x + p * l.in_plane, buf);
+            NAME(load)(g, &l, x + p * l.in_plane, buf, 0);
             NAME(spread)(g, &l, dy + p * l.out_plane, run);
             for (int64_t j = 0; j < l.run; j += CHUNK)
                 for (int64_t t = 0; t < l.taps; t++)

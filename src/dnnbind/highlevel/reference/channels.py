@@ -1,0 +1,23 @@
+"""Sums over every axis but the channels (axis 1) and per-channel biases, for every reference op that
+needs them (batch norm, convolution biases): dnnbind's C kernels where they are built (one pass,
+summed in float64), numpy otherwise."""
+from __future__ import annotations
+
+import numpy as np
+
+from dnnbind.highlevel.reference import native
+
+
+def channel_sums(a: np.ndarray) -> np.ndarray:
+    """The sum of ``a`` over every axis but 1, in a's dtype."""
+    if native.available(a.dtype):
+        return native.channel_sums(np.ascontiguousarray(a))[0].astype(a.dtype)
+    return a.reshape(a.shape[0], a.shape[1], -1).sum(axis=2).sum(axis=0)   # contiguous reductions first
+
+
+def add_channel_bias(y: np.ndarray, b: np.ndarray) -> None:
+    """y += b[c] along axis 1, in place (y is C-contiguous, as every op's fresh result is)."""
+    if native.available(y.dtype) and y.flags.c_contiguous:
+        native.channel_affine(y, None, np.ascontiguousarray(b, dtype=y.dtype), out=y)
+    else:
+        y += b.reshape((1, -1) + (1,) * (y.ndim - 2))

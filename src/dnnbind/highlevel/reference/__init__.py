@@ -23,7 +23,10 @@ from dnnbind.highlevel.reference import pool as _pool
 from dnnbind.highlevel.reference import rnn as _rnn
 from dnnbind.highlevel.reference import softmax as _softmax
 
+from dnnbind.highlevel.reference._heap import keep_heap_padding
 from dnnbind.highlevel.residual import forms
+
+keep_heap_padding()     # see _heap: fresh pages on every call would cost more than many ops' work
 
 # every op in both forms, with the edge policy (0-d and zero-size arrays) applied once
 activation_forward, activation_backward, activation_residuals, activation = forms(

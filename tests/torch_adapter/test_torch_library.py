@@ -234,3 +234,33 @@ def test_eager_layers_with_parameters_take_the_eager_path():
     conv, lstm = dnn.Conv2d(3, 4, 3), dnn.LSTM(4, 3)
     assert type(conv(torch.randn(1, 3, 5, 5)).grad_fn).__name__ == "dnnbind_convBackward"
     assert type(lstm(torch.randn(5, 2, 4))[0].grad_fn).__name__ == "dnnbind_rnnBackward"
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("wanted", [("x", "w", "b"), ("w", "b"), ("x",), ("b",), ("x", "w")])
+def test_conv_backward_computes_only_the_gradients_autograd_needs(monkeypatch, compiled, wanted):
+    """A first layer's input needs no gradient, a frozen layer's weights none: the backend's backward is
+    told (residual form's ``needs``) and skips them, in eager mode and in a compiled graph, and what it
+    computes equals torch's."""
+    ref_conv = __import__("dnnbind.highlevel.reference.conv", fromlist=["conv"])
+    calls = []
+    for name, label in (("_data_grad", "x"), ("_filter_grad", "w"), ("channel_sums", "b")):
+        original = getattr(ref_conv, name)
+        monkeypatch.setattr(ref_conv, name, lambda *a, _f=original, _l=label: calls.append(_l) or _f(*a))
+    torch.manual_seed(2)
+    x, w, b = (torch.randn(*s, dtype=torch.float64) for s in ((2, 3, 9, 9), (4, 3, 3, 3), (4,)))
+    leaves = {"x": x, "w": w, "b": b}
+    for name in wanted:
+        leaves[name].requires_grad_(True)
+
+    def f(x, w, b):
+        return dt.conv(x, w, b, stride=2, padding=1)     # strided: the im2col path and its col2im data gradient
+    run = torch.compile(f, fullgraph=True) if compiled else f
+    run(x, w, b).square().sum().backward()
+    assert sorted(set(calls)) == sorted(wanted)
+    grads = torch.autograd.grad(torch.nn.functional.conv2d(x, w, b, stride=2, padding=1).square().sum(),
+                                [leaves[n] for n in wanted])
+    for name, expected in zip(wanted, grads):
+        torch.testing.assert_close(leaves[name].grad, expected)
+    for name in set("xwb") - set(wanted):
+        assert leaves[name].grad is None

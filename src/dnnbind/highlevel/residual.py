@@ -18,7 +18,9 @@ every backend implements op ``NAME`` as three functions whose saved state is arr
 ``arrays`` and ``static`` are the parameters :data:`FORMS` lists, in that order; ``options`` are a
 backend's own keywords (``layout=`` on cuDNN, ``threaded=`` on the reference) and may be ignored. The
 gradients are :data:`FORMS`' ``gradients`` in order; conv's ``db`` is always computed (the pullback
-form drops it when b is None). The ``(result, pullback)`` form every backend also exports is built from the
+form drops it when b is None). The backward of the ops in :data:`SKIPPABLE` also takes ``needs=``, one
+bool per gradient (default all True): a gradient marked False is not computed and comes back as None
+(a framework's first layer needs no dx, a frozen layer no dw). The ``(result, pullback)`` form every backend also exports is built from the
 pair by :func:`with_pullback`, so there is one implementation per op and backend.
 """
 from __future__ import annotations
@@ -59,6 +61,12 @@ FORMS: dict[str, OpForm] = {
     "dropout": OpForm(("x",), ("p", "seed"), ("y",), ("dx",)),
     "rnn": OpForm(("x", "weights", "h0", "c0"), ("dims",), ("y", "hy", "cy"), ("dx", "dh0", "dc0", "dweights")),
 }
+
+
+#: ops whose backward takes ``needs=`` (see the module doc): those whose gradients cost a pass each
+SKIPPABLE = frozenset({"conv", "conv_transpose"})
+#: every gradient of a three-gradient op
+ALL_NEEDED = (True, True, True)
 
 
 class ResidualPullback:

@@ -10,7 +10,9 @@ For every op NAME (see :data:`dnnbind.highlevel.residual.FORMS`) two custom ops 
     are not None; batch norm adds its updated running statistics (the op itself mutates nothing: the
     caller copies them back), dropout takes its seed as a 0-d int64 tensor in ``others``.
 ``dnnbind::NAME_backward(Tensor[] residuals, Tensor[] cotangents, str params, float[] reals) -> Tensor[]``
-    Runs ``NAME_backward``: one gradient per differentiable array argument that was given.
+    Runs ``NAME_backward``: one gradient per differentiable array argument that was given. For conv and
+    conv_transpose (:data:`~dnnbind.highlevel.residual.SKIPPABLE`) ``params`` says which of them autograd
+    needs; the others are not computed and come back as empty tensors (autograd receives None).
 
 Both have fake kernels that compute shapes from ConvDims/PoolDims/RNNDims (through the public ops'
 checks) and the backend's ``NAME_residuals``, without running anything, and the forward has its
@@ -34,7 +36,7 @@ from dnnbind.highlevel.dispatch import backend_function
 from dnnbind.highlevel.dims import numpy_dtype
 from dnnbind.highlevel.edges import RULES, output_dtype
 from dnnbind.highlevel.ops import residual_static
-from dnnbind.highlevel.residual import FORMS, ArraySpec
+from dnnbind.highlevel.residual import FORMS, SKIPPABLE, ArraySpec
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 
 NAMESPACE = "dnnbind"
@@ -246,11 +248,11 @@ def _gradient_leaves(op: str, grads: Any, arrays: list[Any]) -> list[Any]:
     wanted = [by_name.get(f"d{name}") if diff else None
               for name, diff in zip(form.arrays, _differentiable(op))]
     out: list[Any] = []
-    for grad, given in zip(wanted, arrays):
+    for grad, given, diff in zip(wanted, arrays, _differentiable(op)):
         if isinstance(given, list):
             out += [g for g, a in zip(_leaves(grad), _leaves(given)) if a is not None]
-        elif given is not None and grad is not None:
-            out.append(grad)
+        elif given is not None and diff:
+            out.append(grad)          # None where the backward skipped it (params' "needs")
     return out
 
 
@@ -269,9 +271,11 @@ def _backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor]
         static = _static(op, arrays, kwargs, params, reals)
         given = iter([to_array(c) for c in cotangents])
         cts = tuple(next(given) if flag else None for flag in p["given"])
+        options = {"needs": tuple(p["needs"])} if "needs" in p else {}
         grads = backend_function(_backend(device), f"{op}_backward")(
-            tuple(to_array(r) for r in residuals), cts, *static)
-        return [to_tensor(g) for g in _gradient_leaves(op, grads, arrays)]
+            tuple(to_array(r) for r in residuals), cts, *static, **options)
+        like = cotangents[0]
+        return [like.new_empty((0,)) if g is None else to_tensor(g) for g in _gradient_leaves(op, grads, arrays)]
 
 
 def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,
@@ -279,6 +283,9 @@ def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Te
     p = decode(params)
     arrays, _ = _backward_arguments(op, p, reals)
     like = cotangents[0]
+    needs = p.get("needs")
+    if needs is not None:          # conv and conv_transpose: one flag per array (x, w, b)
+        return [like.new_empty(a.shape if need else (0,)) for a, need in zip(arrays, needs) if a is not None]
     flat = [a for a, diff in zip(arrays, _differentiable(op)) if diff]
     return [like.new_empty(a.shape) for a in _leaves(flat) if a is not None]
 
@@ -334,13 +341,31 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
         shape, dtype, device = ctx.first
         d_results[0] = torch.zeros(shape, dtype=dtype, device=device)
     given = [d is not None for d in d_results]
-    params = _encode(tuple({**ctx.params, "given": given}.items()))     # per call: not worth remembering
+    extra: dict[str, Any] = {"given": given}
+    need_x, need_others = _needs(ctx)
+    if op in SKIPPABLE:      # x, w, b: whether autograd wants each (b's slot False when b was None)
+        slots = iter(need_others)
+        extra["needs"] = [need_x] + [bool(next(slots)) if slot else False for slot in ctx.params["slots"]]
+    params = _encode(tuple({**ctx.params, **extra}.items()))     # per call: not worth remembering
     grads = getattr(torch.ops.dnnbind, f"{op}_backward")(list(ctx.saved_tensors), [d for d in d_results if d is not None],
                                                         params, ctx.reals)
     it = iter(grads)
     dx = next(it)
     d_others = [next(it) if diff else None for diff in ctx.diff]
+    if op in SKIPPABLE:      # what was not needed came back empty
+        dx = dx if need_x else None
+        d_others = [d if need else None for d, need in zip(d_others, need_others)]
     return dx, d_others, None, _no_gradient(ctx.reals)
+
+
+def _needs(ctx: Any) -> tuple[bool, list[bool]]:
+    """Whether autograd wants the gradient of x and of each tensor in ``others``: the eager Function sets
+    ``ctx.needs``; the registered op's ctx shapes ``needs_input_grad`` like its inputs (x, others, ...)."""
+    needs = getattr(ctx, "needs", None)
+    if needs is not None:
+        return needs
+    flags = ctx.needs_input_grad
+    return bool(flags[0]), [bool(f) for f in flags[1]]
 
 
 def _no_gradient(reals: list[float]) -> Any:
@@ -382,6 +407,8 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
 
     @staticmethod
     def backward(ctx: Any, *d_outputs: Tensor | None) -> tuple:  # type: ignore[override]
+        flags = ctx.needs_input_grad          # (op, params, reals, x, *others)
+        ctx.needs = (bool(flags[3]), [bool(f) for f in flags[4:]])
         dx, d_others, _, _ = _autograd_backward(ctx, d_outputs, None)
         return (None, None, None, dx, *d_others)
 

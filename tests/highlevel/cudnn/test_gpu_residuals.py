@@ -226,3 +226,22 @@ def test_rnn_saves_a_copy_of_packed_weights(poisoned):
     after = _flat(backend.rnn_backward(residuals, cotangents, dims))
     for a, b in zip(before, after):
         np.testing.assert_allclose(host(a), host(b), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["conv", "conv_transpose"])
+def test_conv_backward_computes_only_what_needs_asks_for(poisoned, name):
+    """The residual form's ``needs``: every gradient asked for equals the full backward's, the others None."""
+    import itertools
+    cp, case, rng = poisoned, CASES[name], np.random.default_rng(73)
+    forward, backward = getattr(backend, f"{name}_forward"), getattr(backend, f"{name}_backward")
+    with backend.settings(deterministic=True):
+        result, residuals = forward(*case.device(cp), *case.static, **case.options)
+        dy = cp.asarray(random(rng, result.shape, result.dtype))
+        full = backward(residuals, (dy,), *case.static, **case.options)
+        for needs in itertools.product((False, True), repeat=3):
+            got = backward(residuals, (dy,), *case.static, needs=needs, **case.options)
+            for need, g, f in zip(needs, got, full):
+                if need:
+                    cp.testing.assert_array_equal(g, f)
+                else:
+                    assert g is None

@@ -261,3 +261,29 @@ def test_folded_blocks_and_threads_compute_the_same(monkeypatch, rng, threaded):
         for a, b in zip(whole, run(threaded)):
             np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
         monkeypatch.undo()
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv", "conv_transpose"])
+@pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path", SYMMETRIC, ids=[c[0] for c in SYMMETRIC])
+def test_backward_skips_the_gradients_not_needed(rng, transposed, name, x_shape, w_shape, kwargs, path):
+    """The residual form's ``needs``: on every path, each gradient asked for equals the full backward's
+    and the others are None."""
+    import itertools
+    if transposed:
+        dims = ConvDims.transposed(ConvDims(x_shape, w_shape, **kwargs).y_shape, w_shape, **kwargs)
+        forward, backward = reference_backend.conv_transpose_forward, reference_backend.conv_transpose_backward
+        x = rng.standard_normal(dims.y_shape)
+    else:
+        dims = ConvDims(x_shape, w_shape, **kwargs)
+        forward, backward = reference_backend.conv_forward, reference_backend.conv_backward
+        x = rng.standard_normal(x_shape)
+    w, b = rng.standard_normal(w_shape), rng.standard_normal(dims.in_channels if transposed else w_shape[0])
+    y, saved = forward(x, w, b, dims)
+    dy = rng.standard_normal(y.shape)
+    full = backward(saved, (dy,), dims)
+    for needs in itertools.product((False, True), repeat=3):
+        for need, got, want in zip(needs, backward(saved, (dy,), dims, needs=needs), full):
+            if need:
+                np.testing.assert_array_equal(got, want)
+            else:
+                assert got is None

@@ -31,7 +31,7 @@ from dnnbind.highlevel.gpu.geometry import ConvGeometry, crop, pad, padded_shape
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.gpu.views import extend
-from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.residual import ALL_NEEDED, ArraySpec
 
 Shape = tuple[int, ...]
 
@@ -97,9 +97,10 @@ def conv_forward(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None =
         return _layout.in_layout(cp, y, lay), (_saved(cp, xp, x, lay), private(cp, wl, w))
 
 
-def conv_backward(residuals: tuple, cotangents: tuple, dims: ConvDims, *,
-                  layout: str | None = None) -> tuple[Any, Any, Any]:
-    """(dx, dw, db) from the saved (x padded, w) and dy; results in the saved x's layout."""
+def conv_backward(residuals: tuple, cotangents: tuple, dims: ConvDims, *, layout: str | None = None,
+                  needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
+    """(dx, dw, db) from the saved (x padded, w) and dy; results in the saved x's layout; those ``needs``
+    marks False are None, not computed."""
     cp = cupy()
     saved_x, saved_w = residuals
     (dy,) = cotangents
@@ -111,14 +112,19 @@ def conv_backward(residuals: tuple, cotangents: tuple, dims: ConvDims, *,
         xp, wl = _layout.in_layout(cp, saved_x, run), _layout.in_layout(cp, saved_w, run)
         dy = cotangent("dy", back["dy"], plan.y_shape, dtype, run, device)
         h = handle(device, current_stream())
-        dxp = _layout.empty(cp, plan.padded_x_shape, dtype, run)
-        plan.run(BACKWARD_DATA, h, wl, dy, dxp)
-        dx = _layout.in_layout(cp, crop(cp, dxp, dims.x_shape, g.extra_low, run), lay)
-        dw = _layout.empty(cp, dims.w_shape, dtype, run)
-        plan.run(BACKWARD_FILTER, h, xp, dy, dw)
-        db = cp.empty(dims.bias_shape, dtype)
-        plan.bias_grad(h, dy, db)
-        return dx, _layout.in_layout(cp, dw, lay), db
+        dx = dw = db = None
+        if needs[0]:
+            dxp = _layout.empty(cp, plan.padded_x_shape, dtype, run)
+            plan.run(BACKWARD_DATA, h, wl, dy, dxp)
+            dx = _layout.in_layout(cp, crop(cp, dxp, dims.x_shape, g.extra_low, run), lay)
+        if needs[1]:
+            dw = _layout.empty(cp, dims.w_shape, dtype, run)
+            plan.run(BACKWARD_FILTER, h, xp, dy, dw)
+            dw = _layout.in_layout(cp, dw, lay)
+        if needs[2]:
+            db = cp.empty(dims.bias_shape, dtype)
+            plan.bias_grad(h, dy, db)
+        return dx, dw, db
 
 
 def conv_residuals(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None = None) -> tuple[ArraySpec, ...]:
@@ -152,9 +158,10 @@ def conv_transpose_forward(x: Any, w: Any, b: Any, dims: ConvDims, *,
         return _layout.in_layout(cp, y, lay), (_saved(cp, xe, x, lay), private(cp, wl, w))
 
 
-def conv_transpose_backward(residuals: tuple, cotangents: tuple, dims: ConvDims, *,
-                            layout: str | None = None) -> tuple[Any, Any, Any]:
-    """(dx, dw, db) from the saved (x extended, w) and dy; results in the saved x's layout."""
+def conv_transpose_backward(residuals: tuple, cotangents: tuple, dims: ConvDims, *, layout: str | None = None,
+                            needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
+    """(dx, dw, db) from the saved (x extended, w) and dy; results in the saved x's layout; those
+    ``needs`` marks False are None, not computed."""
     cp = cupy()
     saved_x, saved_w = residuals
     (dy,) = cotangents
@@ -167,14 +174,19 @@ def conv_transpose_backward(residuals: tuple, cotangents: tuple, dims: ConvDims,
         dy = cotangent("dy", back["dy"], dims.x_shape, dtype, run, device)
         h = handle(device, current_stream())
         dyp = pad(cp, dy, g.extra_low, g.extra_high, run)
-        dxe = _layout.empty(cp, plan.y_shape, dtype, run)
-        plan.run(FORWARD, h, dyp, wl, dxe)
-        dx = crop(cp, dxe, dims.transpose_input_shape, (0,) * len(g.extra_low), run)
-        dw = _layout.empty(cp, dims.w_shape, dtype, run)
-        plan.run(BACKWARD_FILTER, h, dyp, xe, dw)
-        db = cp.empty((dims.in_channels,), dtype)
-        plan.bias_grad(h, dy, db, transposed=True)
-        return _layout.in_layout(cp, dx, lay), _layout.in_layout(cp, dw, lay), db
+        dx = dw = db = None
+        if needs[0]:
+            dxe = _layout.empty(cp, plan.y_shape, dtype, run)
+            plan.run(FORWARD, h, dyp, wl, dxe)
+            dx = _layout.in_layout(cp, crop(cp, dxe, dims.transpose_input_shape, (0,) * len(g.extra_low), run), lay)
+        if needs[1]:
+            dw = _layout.empty(cp, dims.w_shape, dtype, run)
+            plan.run(BACKWARD_FILTER, h, dyp, xe, dw)
+            dw = _layout.in_layout(cp, dw, lay)
+        if needs[2]:
+            db = cp.empty((dims.in_channels,), dtype)
+            plan.bias_grad(h, dy, db, transposed=True)
+        return dx, dw, db
 
 
 def conv_transpose_residuals(x: Any, w: Any, b: Any, dims: ConvDims, *,

@@ -36,7 +36,7 @@ from dnnbind.highlevel.miopen._lib import handle
 from dnnbind.highlevel.miopen.conv_args import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, flip_spatial
 from dnnbind.highlevel.miopen.conv_plan import plan_for
 from dnnbind.highlevel.miopen.settings import MIOpenSettings, current
-from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.residual import ALL_NEEDED, ArraySpec
 
 
 def _params(dims: ConvDims, layout: str, settings: MIOpenSettings) -> Callable[[], dict[str, Any]]:
@@ -98,8 +98,10 @@ def conv_forward(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None =
 
 
 def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, layout: str | None = None,
-                  settings: MIOpenSettings | None = None) -> tuple[Any, Any, Any]:
-    """(dx, dw, db) of conv: BackwardData and BackwardWeights on the saved arrays; db (dy summed) always."""
+                  settings: MIOpenSettings | None = None,
+                  needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
+    """(dx, dw, db) of conv: BackwardData and BackwardWeights on the saved arrays, db dy summed; those
+    ``needs`` marks False are None, not computed."""
     (xp, wr), (dy,) = saved, cotangents
     cp = cupy()
     lay, s, params = _setup(dims, layout, settings)
@@ -109,12 +111,16 @@ def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, layout: st
         g = plan.geometry
         dy = cotangent("dy", back["dy"], dims.y_shape, dtype, lay, device, DLPACK_ROCM)
         h = handle(device, current_stream())
-        dxp = _layout.empty(cp, xp.shape, dtype, lay)
-        plan.run(BACKWARD_DATA, h, dxp, dy=dy, w=wr)
-        dx = crop(cp, dxp, dims.x_shape, g.extra_low, lay)
-        dw = _layout.empty(cp, dims.w_shape, dtype, lay)
-        plan.run(BACKWARD_WEIGHTS, h, dw, dy=dy, x=xp)
-        return dx, _weight_grad(cp, dw, dims, lay), _bias_grad(cp, dy)
+        dx = dw = None
+        if needs[0]:
+            dxp = _layout.empty(cp, xp.shape, dtype, lay)
+            plan.run(BACKWARD_DATA, h, dxp, dy=dy, w=wr)
+            dx = crop(cp, dxp, dims.x_shape, g.extra_low, lay)
+        if needs[1]:
+            dw = _layout.empty(cp, dims.w_shape, dtype, lay)
+            plan.run(BACKWARD_WEIGHTS, h, dw, dy=dy, x=xp)
+            dw = _weight_grad(cp, dw, dims, lay)
+        return dx, dw, _bias_grad(cp, dy) if needs[2] else None
 
 
 def conv_residuals(x: ArraySpec, w: ArraySpec, b: ArraySpec | None, dims: ConvDims, *, layout: str | None = None,
@@ -147,8 +153,10 @@ def conv_transpose_forward(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: st
 
 
 def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, layout: str | None = None,
-                            settings: MIOpenSettings | None = None) -> tuple[Any, Any, Any]:
-    """(dx, dw, db) of conv_transpose: Forward and BackwardWeights on the saved arrays; db always."""
+                            settings: MIOpenSettings | None = None,
+                            needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
+    """(dx, dw, db) of conv_transpose: Forward and BackwardWeights on the saved arrays; those ``needs``
+    marks False are None, not computed."""
     (xe, wr), (dy,) = saved, cotangents
     cp = cupy()
     lay, s, params = _setup(dims, layout, settings)
@@ -159,12 +167,16 @@ def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, 
         dy = cotangent("dy", back["dy"], dims.x_shape, dtype, lay, device, DLPACK_ROCM)
         h = handle(device, current_stream())
         dyp = pad(cp, dy, g.extra_low, g.extra_high, lay)
-        dxe = _layout.empty(cp, dims.y_shape, dtype, lay)
-        plan.run(FORWARD, h, dxe, x=dyp, w=wr)
-        dx = crop(cp, dxe, dims.transpose_input_shape, (0,) * len(g.extra_low), lay)
-        dw = _layout.empty(cp, dims.w_shape, dtype, lay)
-        plan.run(BACKWARD_WEIGHTS, h, dw, dy=xe, x=dyp)
-        return dx, _weight_grad(cp, dw, dims, lay), _bias_grad(cp, dy)
+        dx = dw = None
+        if needs[0]:
+            dxe = _layout.empty(cp, dims.y_shape, dtype, lay)
+            plan.run(FORWARD, h, dxe, x=dyp, w=wr)
+            dx = crop(cp, dxe, dims.transpose_input_shape, (0,) * len(g.extra_low), lay)
+        if needs[1]:
+            dw = _layout.empty(cp, dims.w_shape, dtype, lay)
+            plan.run(BACKWARD_WEIGHTS, h, dw, dy=xe, x=dyp)
+            dw = _weight_grad(cp, dw, dims, lay)
+        return dx, dw, _bias_grad(cp, dy) if needs[2] else None
 
 
 def conv_transpose_residuals(x: ArraySpec, w: ArraySpec, b: ArraySpec | None, dims: ConvDims, *,

@@ -36,7 +36,7 @@ from dnnbind.highlevel.reference.conv_paths import Path, special_path
 from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._precision import (cotangent, half_backward, half_forward, half_residuals,
                                                     private)
-from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.residual import ALL_NEEDED, ArraySpec
 from dnnbind.highlevel.reference._scratch import scratch
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
 
@@ -340,23 +340,28 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
 
 
 @half_backward
-def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims,
-                  *, threaded: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dx, dw, db) of :func:`conv_forward`."""
+def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, threaded: bool | None = None,
+                  needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
+    """(dx, dw, db) of :func:`conv_forward`; those ``needs`` marks False are None, not computed."""
     (dy,) = cotangents
+    need_dx, need_dw, need_db = needs
     path = special_path(dims)
     threaded = _threads(dims, path, threaded)
     dy = np.ascontiguousarray(cotangent("dy", dy, dims.y_shape, saved[0].dtype))
+    db = channel_sums(dy) if need_db else None
     if path is not None:
         wf, x = saved
-        dx = path.data_grad(dy, wf, dims, threaded)
-        dw = np.ascontiguousarray(_flipped(path.filter_grad(dy, x, dims, threaded), dims))
-        return dx, dw, channel_sums(dy)
+        dx = path.data_grad(dy, wf, dims, threaded) if need_dx else None
+        dw = np.ascontiguousarray(_flipped(path.filter_grad(dy, x, dims, threaded), dims)) if need_dw else None
+        return dx, dw, db
     wg, xp, columns = saved
-    lay = layout(dims, dy.dtype, threaded)
-    dw_parts = _new_parts(lay, wg)
-    _sweep(lay, wg, xp=xp, columns=columns if columns.size else None, dy=dy, dw_parts=dw_parts)
-    return _data_grad(dy, wg, dims, threaded), _filter_grad(dw_parts, dims), channel_sums(dy)
+    dw = None
+    if need_dw:
+        lay = layout(dims, dy.dtype, threaded)
+        dw_parts = _new_parts(lay, wg)
+        _sweep(lay, wg, xp=xp, columns=columns if columns.size else None, dy=dy, dw_parts=dw_parts)
+        dw = _filter_grad(dw_parts, dims)
+    return _data_grad(dy, wg, dims, threaded) if need_dx else None, dw, db
 
 
 @half_residuals
@@ -400,25 +405,27 @@ def conv_transpose_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, d
 
 
 @half_backward
-def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims,
-                            *, threaded: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dx, dw, db) of :func:`conv_transpose_forward`."""
+def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, threaded: bool | None = None,
+                            needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
+    """(dx, dw, db) of :func:`conv_transpose_forward`; those ``needs`` marks False are None."""
     (dy,), (wf, xe) = cotangents, saved
+    need_dx, need_dw, need_db = needs
     path = special_path(dims)
     threaded = _threads(dims, path, threaded)
     dy = np.ascontiguousarray(cotangent("dy", dy, dims.x_shape, wf.dtype))
     x_shape = dims.transpose_input_shape
+    dxe = dw = None
     if path is not None:
-        dxe = path.forward(dy, wf, dims, threaded)
-        dw = np.ascontiguousarray(_flipped(path.filter_grad(xe, dy, dims, threaded), dims))
-    else:
+        dxe = path.forward(dy, wf, dims, threaded) if need_dx else None
+        dw = np.ascontiguousarray(_flipped(path.filter_grad(xe, dy, dims, threaded), dims)) if need_dw else None
+    elif need_dx or need_dw:
         lay = layout(dims, dy.dtype, threaded)
-        dxe = np.empty(dims.y_shape, dy.dtype)
-        dw_parts = _new_parts(lay, wf)
-        _sweep(lay, wf, xp=pad(dy, dims), y=dxe, dy=xe, dw_parts=dw_parts)
-        dw = _filter_grad(dw_parts, dims)
-    dx = dxe if dxe.shape == x_shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x_shape)])
-    return dx, dw, channel_sums(dy)
+        dxe = np.empty(dims.y_shape, dy.dtype) if need_dx else None
+        dw_parts = _new_parts(lay, wf) if need_dw else None
+        _sweep(lay, wf, xp=pad(dy, dims), y=dxe, dy=xe if need_dw else None, dw_parts=dw_parts)
+        dw = _filter_grad(dw_parts, dims) if dw_parts is not None else None
+    dx = dxe if dxe is None or dxe.shape == x_shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x_shape)])
+    return dx, dw, channel_sums(dy) if need_db else None
 
 
 @half_residuals

@@ -347,8 +347,13 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
         slots = iter(need_others)
         extra["needs"] = [need_x] + [bool(next(slots)) if slot else False for slot in ctx.params["slots"]]
     params = _encode(tuple({**ctx.params, **extra}.items()))     # per call: not worth remembering
-    grads = getattr(torch.ops.dnnbind, f"{op}_backward")(list(ctx.saved_tensors), [d for d in d_results if d is not None],
-                                                        params, ctx.reals)
+    cotangents = [d for d in d_results if d is not None]
+    if getattr(ctx, "eager", False) and not torch.is_grad_enabled():
+        # the eager Function: the backward op's own function, no dispatcher (with create_graph the
+        # dispatcher records the backward op, whose missing formula then refuses a second derivative)
+        grads = _backward(op, list(ctx.saved_tensors), cotangents, params, ctx.reals)
+    else:
+        grads = getattr(torch.ops.dnnbind, f"{op}_backward")(list(ctx.saved_tensors), cotangents, params, ctx.reals)
     it = iter(grads)
     dx = next(it)
     d_others = [next(it) if diff else None for diff in ctx.diff]
@@ -393,8 +398,8 @@ for _op in FORMS:
 
 class _Eager(torch.autograd.Function):      # subclassed once per op below, so grad_fn names the op
     """The custom op pair run without torch's dispatcher: the same forward, the same setup and the same
-    backward op, for plain tensors in eager mode (the dispatcher's custom-op autograd costs about
-    0.2 ms per forward and backward, more than a small op itself)."""
+    backward op's function, for plain tensors in eager mode (the dispatcher's custom-op autograd costs
+    about 0.2 ms per forward and again per backward, more than a small op itself)."""
 
     @staticmethod
     def forward(ctx: Any, op: str, params: str, reals: list[float], x: Tensor,  # type: ignore[override]
@@ -409,6 +414,7 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
     def backward(ctx: Any, *d_outputs: Tensor | None) -> tuple:  # type: ignore[override]
         flags = ctx.needs_input_grad          # (op, params, reals, x, *others)
         ctx.needs = (bool(flags[3]), [bool(f) for f in flags[4:]])
+        ctx.eager = True
         dx, d_others, _, _ = _autograd_backward(ctx, d_outputs, None)
         return (None, None, None, dx, *d_others)
 

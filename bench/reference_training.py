@@ -95,18 +95,28 @@ def torch_fwd_bwd(torch: Any, model: Any, x: Any) -> Callable[[], None]:
 
 def numpy_cnn_fwd_bwd(features: Any, x: Any) -> Callable[[], None]:
     """The same forward and backward as :func:`torch_fwd_bwd` of :func:`cnn_features`, through dnnbind's
-    public ops on numpy arrays (the weights and statistics copied from the layers)."""
+    public ops on numpy arrays (the weights and statistics copied from the layers). The same work too:
+    the first convolution's input takes no gradient, so its backward runs through the residual form
+    with ``needs`` (as autograd has dnnbind.torch do)."""
     import numpy as np
     import dnnbind
+    from dnnbind.highlevel import reference
+    from dnnbind.highlevel.dims import ConvDims
     params = [(c.weight.detach().numpy().copy(), c.bias.detach().numpy().copy(), b.weight.detach().numpy().copy(),
                b.bias.detach().numpy().copy(), b.running_mean.numpy().copy(), b.running_var.numpy().copy())
               for c, b in ((features[0], features[1]), (features[4], features[5]))]
     xa = x.numpy()
+    w1 = params[0][0]
+    dims = ConvDims(xa.shape, w1.shape, padding=1, dtype=xa.dtype)
+
+    def first_conv(h: Any) -> tuple[Any, Any]:
+        y, saved = reference.conv_forward(h, w1, params[0][1], dims)
+        return y, lambda dy: reference.conv_backward(saved, (dy,), dims, needs=(False, True, True))
 
     def run() -> None:
         h, pullbacks = xa, []
-        for w, bias, gamma, beta, mean, var in params:
-            for y_pb in (lambda h: dnnbind.conv(h, w, bias, padding=1),
+        for i, (w, bias, gamma, beta, mean, var) in enumerate(params):
+            for y_pb in (first_conv if i == 0 else lambda h: dnnbind.conv(h, w, bias, padding=1),
                          lambda h: dnnbind.batchnorm(h, gamma, beta, running_mean=mean, running_var=var),
                          lambda h: dnnbind.activation(h, "relu"), lambda h: dnnbind.maxpool(h, 2)):
                 h, pb = y_pb(h)

@@ -244,7 +244,8 @@ def test_conv_backward_computes_only_the_gradients_autograd_needs(monkeypatch, c
     computes equals torch's."""
     ref_conv = __import__("dnnbind.highlevel.reference.conv", fromlist=["conv"])
     calls = []
-    for name, label in (("_data_grad", "x"), ("_filter_grad", "w"), ("channel_sums", "b")):
+    for name, label in (("_data_grad", "x"), ("_path_data_grad", "x"), ("_filter_grad", "w"),
+                        ("_path_filter_grad", "w"), ("channel_sums", "b")):
         original = getattr(ref_conv, name)
         monkeypatch.setattr(ref_conv, name, lambda *a, _f=original, _l=label: calls.append(_l) or _f(*a))
     torch.manual_seed(2)
@@ -264,3 +265,28 @@ def test_conv_backward_computes_only_the_gradients_autograd_needs(monkeypatch, c
         torch.testing.assert_close(leaves[name].grad, expected)
     for name in set("xwb") - set(wanted):
         assert leaves[name].grad is None
+
+
+def test_params_name_what_decides_the_residuals():
+    """A graph torch.compile caches on disk holds the custom ops' params text: it names dnnbind's version,
+    residual revision and (on the CPU) whether the C kernels run, which decide what the forward saves, so
+    a cache entry from other conditions is never reused with residuals of another shape."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import dnnbind
+    from dnnbind.highlevel.residual import RESIDUAL_REVISION
+    from dnnbind.torch import library
+    code = "from dnnbind.torch import library; print(library._saves('cpu'))"
+    tags = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "DNNBIND_NATIVE": value}).stdout.strip() for value in ("0", "1")]
+    assert tags == [f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/numpy", f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/native"]
+    seen = []
+    original = library._EAGER["conv"].apply
+    try:
+        library._EAGER["conv"].apply = lambda op, params, *rest: seen.append(params) or original(op, params, *rest)
+        dt.conv(torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3))
+    finally:
+        library._EAGER["conv"].apply = original
+    assert json.loads(seen[0])["saves"] == tags[1]

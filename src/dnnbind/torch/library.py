@@ -36,7 +36,7 @@ from dnnbind.highlevel.dispatch import backend_function
 from dnnbind.highlevel.dims import numpy_dtype
 from dnnbind.highlevel.edges import RULES, output_dtype
 from dnnbind.highlevel.ops import residual_static
-from dnnbind.highlevel.residual import FORMS, SKIPPABLE, ArraySpec
+from dnnbind.highlevel.residual import FORMS, RESIDUAL_REVISION, SKIPPABLE, ArraySpec
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 
 NAMESPACE = "dnnbind"
@@ -355,7 +355,7 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
     else:
         grads = getattr(torch.ops.dnnbind, f"{op}_backward")(list(ctx.saved_tensors), cotangents, params, ctx.reals)
     it = iter(grads)
-    dx = next(it)
+    dx: Tensor | None = next(it)
     d_others = [next(it) if diff else None for diff in ctx.diff]
     if op in SKIPPABLE:      # what was not needed came back empty
         dx = dx if need_x else None
@@ -445,11 +445,30 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
     # a layer's float attribute as a symbolic value, which cannot be part of the params text
     reals = {k: v for k, v in kwargs.items() if isinstance(v, (float, torch.SymFloat))}
     args = {k: _constant(v) for k, v in kwargs.items() if k not in reals}
-    params = encode(args=args, reals=list(reals), slots=slots)
+    params = encode(args=args, reals=list(reals), slots=slots, saves=_saves(x.device.type))
     if _plain_eager(x, others):
         return list(_EAGER[op].apply(op, params, list(reals.values()), x, *others))
     outputs, _ = getattr(torch.ops.dnnbind, op)(x, others, params, list(reals.values()))
     return outputs
+
+
+def _saves_tag(device_type: str) -> str:
+    """What decides the residuals' shapes besides the call's own arguments: dnnbind's version and residual
+    revision, and on the CPU whether the reference backend's C kernels run (they take other paths, which
+    save other arrays). In the params text, so a graph torch.compile cached under other conditions is
+    not reused. Computed when this module is imported (a compiled graph must not trace it)."""
+    from dnnbind import __version__
+    from dnnbind.highlevel.reference import native
+    kernels = "" if device_type != "cpu" else "/native" if native.library() is not None else "/numpy"
+    return f"{__version__}/r{RESIDUAL_REVISION}{kernels}"
+
+
+_SAVES = {"cpu": _saves_tag("cpu")}
+_SAVES_ELSEWHERE = _saves_tag("cuda")
+
+
+def _saves(device_type: str) -> str:
+    return _SAVES.get(device_type, _SAVES_ELSEWHERE)
 
 
 def _constant(value: Any) -> Any:

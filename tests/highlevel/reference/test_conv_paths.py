@@ -10,7 +10,8 @@ import pytest
 import dnnbind
 from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.reference import native
-from dnnbind.highlevel.reference.conv_paths import Depthwise, Folded, Pointwise, Shifted, special_path
+from dnnbind.highlevel.reference.conv_paths import (Depthwise, Direct, Folded, Pointwise, Shifted, blas_path,
+                                                    special_path)
 
 from ..gradcheck import check_gradients
 from ..torch_oracle import torch_pad
@@ -59,6 +60,11 @@ CASES = [
     ("folded 3-d", (2, 8, 4, 5, 6), (3, 8, 2, 2, 3), dict(padding=(0, 1, 1), stride=(1, 2, 1)), Folded),
     ("folded asymmetric padding", (2, 12, 5, 7), (2, 12, 3, 2), dict(padding=((0, 2), (1, 0)), stride=(2, 1)), Folded),
     ("one sample is not folded", (1, 32, 6, 7), (5, 32, 3, 3), dict(padding=1, stride=2), None),
+    # what Direct leaves to other paths or does itself: strided and dilated data gradients (col2im), the
+    # filter gradient of a plane of DIRECT_FILTER_MIN_RUN outputs and more (in C)
+    ("direct strided dilated", (2, 6, 13, 12), (4, 3, 3, 3), dict(stride=2, dilation=2, padding=1, groups=2), None),
+    ("direct large plane", (2, 4, 30, 30), (5, 4, 3, 3), dict(padding=1), None),
+    ("direct large strided plane", (2, 3, 61, 60), (4, 3, 3, 2), dict(padding=(1, 0), stride=(2, 1)), None),
 ]
 IDS = [c[0] for c in CASES]
 
@@ -76,8 +82,16 @@ def _torch_conv(x, w, b, kwargs, flip):
 
 
 @pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path", CASES, ids=IDS)
-def test_each_class_takes_its_path(name, x_shape, w_shape, kwargs, path):
-    assert special_path(ConvDims(x_shape, w_shape, **kwargs)) is path
+def test_each_class_takes_its_path(kernels, name, x_shape, w_shape, kwargs, path):
+    """Without the C kernels, the BLAS path listed; with them, Direct for all but 1x1 and depthwise."""
+    dims = ConvDims(x_shape, w_shape, **kwargs)
+    assert blas_path(dims) is path
+    assert special_path(dims) is _expected(kernels, path)
+
+
+def _expected(kernels, path):
+    """The path special_path takes for a problem whose BLAS path is ``path``."""
+    return path if kernels == "numpy" or path in (Pointwise, Depthwise) else Direct
 
 
 @pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path, flip",
@@ -123,7 +137,7 @@ def test_conv_transpose_on_each_path_matches_torch(rng, kernels, name, x_shape, 
     x = rng.standard_normal(dims.y_shape)
     w, b = rng.standard_normal(w_shape), rng.standard_normal(x_shape[1])
     y, pullback = dnnbind.conv_transpose(x, w, b, **kwargs)
-    assert special_path(ConvDims.transposed(x.shape, w.shape, **kwargs)) is path
+    assert special_path(ConvDims.transposed(x.shape, w.shape, **kwargs)) is _expected(kernels, path)
     rank = len(x_shape) - 2
     xt, wtt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
     kw = {k: v for k, v in kwargs.items() if k != "padding"}
@@ -249,7 +263,7 @@ def test_folded_blocks_and_threads_compute_the_same(monkeypatch, rng, threaded):
     for kwargs in (dict(padding=1), dict(padding=1, stride=2, groups=2)):
         x, w = rng.standard_normal((3, 16, 7, 6)), rng.standard_normal((4, 16 // kwargs.get("groups", 1), 3, 3))
         dims = ConvDims(x.shape, w.shape, **kwargs)
-        assert special_path(dims) is Folded
+        assert blas_path(dims) is Folded
         dy = rng.standard_normal(dims.y_shape)
 
         def run(th):

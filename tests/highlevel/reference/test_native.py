@@ -201,3 +201,39 @@ def test_maxpool_kernels_equal_the_numpy_path_bit_for_bit(rng, isa, monkeypatch)
         assert winners.dtype == winners0.dtype == dims.winner_dtype
         np.testing.assert_array_equal(winners, winners0)
         np.testing.assert_allclose(dx, dx0, rtol=1e-13, atol=1e-13)   # overlapping windows add in another order
+
+
+def _conv_geometries(rng, count):
+    """Random dense and grouped problems of rank 1 to 3 (strides, dilations, asymmetric padding)."""
+    out = []
+    while len(out) < count:
+        rank, groups = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        kernel = tuple(int(k) for k in rng.integers(1, 4, rank))
+        stride = tuple(int(s) for s in rng.integers(1, 3, rank))
+        dilation = tuple(int(d) for d in rng.integers(1, 3, rank))
+        padding = tuple((int(a), int(b)) for a, b in rng.integers(0, 3, (rank, 2)))
+        size = tuple(int(z) for z in rng.integers(1, {1: 300, 2: 24, 3: 8}[rank], rank))
+        if any(z + a + b < (k - 1) * d + 1 for z, (a, b), k, d in zip(size, padding, kernel, dilation)):
+            continue
+        inputs, outputs = groups * int(rng.integers(1, 6)), groups * int(rng.integers(1, 16))
+        out.append(ConvDims((int(rng.integers(1, 4)), inputs) + size, (outputs, inputs // groups) + kernel,
+                            stride=stride, padding=padding, dilation=dilation, groups=groups))
+    return out
+
+
+def test_conv_kernels_match_torch_in_float64(rng, isa):
+    """The direct convolution's forward and filter gradient, every instruction set's build, against torch
+    (output channels past a tile's multiple, and planes longer than the filter gradient's chunk, included)."""
+    for i, dims in enumerate(_conv_geometries(rng, 50)):
+        x, w = rng.standard_normal(dims.x_shape), rng.standard_normal(dims.w_shape)
+        dy = rng.standard_normal(dims.y_shape)
+        pad = [p for lo_hi in reversed(list(zip(dims.pad_low, dims.pad_high))) for p in lo_hi]
+        xt, wt = torch.tensor(x), torch.tensor(w, requires_grad=True)
+        yt = getattr(F, f"conv{dims.spatial_rank}d")(F.pad(xt, pad), wt, stride=dims.stride, dilation=dims.dilation,
+                                                   groups=dims.groups)
+        yt.backward(torch.tensor(dy))
+        threaded = bool(i % 2)
+        np.testing.assert_allclose(native.conv_forward(x, w, dims, threaded), yt.detach().numpy(), rtol=1e-11,
+                                   atol=1e-11, err_msg=str(dims))
+        np.testing.assert_allclose(native.conv_filter_grad(dy, x, dims, threaded), wt.grad.numpy(), rtol=1e-11,
+                                   atol=1e-10, err_msg=str(dims))

@@ -32,7 +32,7 @@ from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.reference.channels import add_channel_bias, channel_sums
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
                                                        kernel_offsets, offset_index, pad, unpad, windows)
-from dnnbind.highlevel.reference.conv_paths import Path, special_path
+from dnnbind.highlevel.reference.conv_paths import Direct, Path, blas_path, special_path
 from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._precision import (cotangent, half_backward, half_forward, half_residuals,
                                                     private)
@@ -291,6 +291,28 @@ def _forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np
     return y
 
 
+def _path_data_grad(path: Path, dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+    """A special path's data gradient (w as the path keeps it); Direct hands strided, dilated problems to
+    col2im."""
+    if path is Direct and not Direct.handles_data_grad(dims):
+        return _data_grad(dy, w.reshape(dims.groups, dims.out_channels // dims.groups, -1), dims, use_threads(dims))
+    return path.data_grad(dy, w, dims, threaded)
+
+
+def _path_filter_grad(path: Path, dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+    """A special path's filter gradient, unflipped (as the path applies the filter); Direct's C kernel
+    takes large planes, the BLAS paths the rest (:data:`conv_paths.DIRECT_FILTER_MIN_RUN`)."""
+    if path is not Direct or Direct.native_filter_grad(dims):
+        return path.filter_grad(dy, x, dims, threaded)
+    base = blas_path(dims)
+    if base is not None:
+        return base.filter_grad(dy, x, dims, _threads(dims, base, None))
+    lay = layout(dims, dy.dtype, use_threads(dims))
+    parts = np.zeros((len(lay.ranges), dims.groups, lay.kg, lay.rows), dy.dtype)
+    _sweep(lay, parts[0], xp=pad(x, dims), dy=dy, dw_parts=parts)     # (parts[0]: the filter slot, unread here)
+    return parts.sum(axis=0).reshape(dims.w_shape)
+
+
 # ----------------------------------------------------------------------------------------------
 # ops: the residual form (see dnnbind.highlevel.residual)
 
@@ -351,8 +373,8 @@ def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, threaded: 
     db = channel_sums(dy) if need_db else None
     if path is not None:
         wf, x = saved
-        dx = path.data_grad(dy, wf, dims, threaded) if need_dx else None
-        dw = np.ascontiguousarray(_flipped(path.filter_grad(dy, x, dims, threaded), dims)) if need_dw else None
+        dx = _path_data_grad(path, dy, wf, dims, threaded) if need_dx else None
+        dw = np.ascontiguousarray(_flipped(_path_filter_grad(path, dy, x, dims, threaded), dims)) if need_dw else None
         return dx, dw, db
     wg, xp, columns = saved
     dw = None
@@ -395,7 +417,7 @@ def conv_transpose_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, d
     xe = private(np.ascontiguousarray(_extend(x, dims)), x)
     if path is not None:
         wf = private(np.ascontiguousarray(_flipped(w, dims)), w)
-        y = path.data_grad(xe, wf, dims, threaded)
+        y = _path_data_grad(path, xe, wf, dims, threaded)
     else:
         wf = private(_group_filter(w, dims), w)
         y = _data_grad(xe, wf, dims, threaded)
@@ -417,7 +439,7 @@ def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, 
     dxe = dw = None
     if path is not None:
         dxe = path.forward(dy, wf, dims, threaded) if need_dx else None
-        dw = np.ascontiguousarray(_flipped(path.filter_grad(xe, dy, dims, threaded), dims)) if need_dw else None
+        dw = np.ascontiguousarray(_flipped(_path_filter_grad(path, xe, dy, dims, threaded), dims)) if need_dw else None
     elif need_dx or need_dw:
         lay = layout(dims, dy.dtype, threaded)
         dxe = np.empty(dims.y_shape, dy.dtype) if need_dx else None

@@ -18,6 +18,8 @@
 * :class:`Shifted`: stride 1 with 16 or more channels per group. One product per kernel offset, of
   that offset's filter slice by the padded input shifted by the offset, read in place (BLAS operands
   with a row pitch, through :mod:`_blas`) and accumulated into the output: no column buffer at all.
+* :class:`Direct`: everything else where dnnbind's C kernels are built: a direct convolution
+  (:mod:`native`), with the BLAS paths below for what it leaves to them.
 * :class:`Folded`: small output planes (the late layers of a CNN, strided or not; taken before
   Shifted). im2col with the samples side by side, so each product is one wide GEMM over every sample
   instead of one skinny GEMM per sample (49 columns at 7x7), and the filter gradient one product
@@ -505,12 +507,79 @@ def _phases(dims: ConvDims) -> tuple[tuple[tuple[slice, ...], tuple[slice, ...],
     return tuple(out)
 
 
-Path = type[Pointwise] | type[Depthwise] | type[Shifted] | type[Folded]
+#: Direct computes the filter gradient in C from this many outputs per sample on (the length of a
+#: sample's run of outputs in the kernels' plane layout); below, a BLAS path's products are faster.
+#: Measured (3x3, batch 8, 2-core EPYC, medians of three alternations, ms, against the BLAS path):
+#: 64 channels at 56x56 (run 3,300) 11.3 against 23.6; 128 at 28x28 (run 838) 11.7 against 17.6;
+#: 256 at 14x14 (run 222) 12.8 against 16.0 but 512 at 7x7 (run 61) 42.7 against 14.0, and strided
+#: 256 -> 512 to 7x7 21.3 against 8.0.
+DIRECT_FILTER_MIN_RUN = 512
+
+
+class Direct:
+    """Every other problem, where dnnbind's C kernels are built (:mod:`native`): a direct convolution on
+    each sample's planes in cache, no column buffer, no BLAS. The data gradient of a stride-1 problem is
+    the forward of its data-gradient problem; strided, undilated ones split by stride phase into
+    stride-1 ones (:func:`_phases`). What this path does not do in C, conv.py hands to the BLAS paths:
+    strided dilated data gradients, and filter gradients of small planes (:func:`direct_filter_grad`)."""
+
+    @staticmethod
+    def applies(dims: ConvDims) -> bool:
+        return native.available(_compute_dtype(dims))
+
+    @staticmethod
+    def use_threads(dims: ConvDims) -> bool:
+        """The kernels use no BLAS: split over the pool on every problem big enough for its overhead."""
+        macs = (dims.batch * dims.out_channels * (dims.in_channels // dims.groups) * int(np.prod(dims.kernel_size))
+                * int(np.prod(dims.out_size)))
+        return macs >= GEMM_THREAD_MIN_MACS and workers() > 1
+
+    @staticmethod
+    def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        return native.conv_forward(np.ascontiguousarray(x), np.ascontiguousarray(w), dims, threaded)
+
+    @staticmethod
+    def handles_data_grad(dims: ConvDims) -> bool:
+        return all(s == 1 for s in dims.stride) or _undilated(dims)
+
+    @staticmethod
+    def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        """dx for a problem :meth:`handles_data_grad` accepts."""
+        if all(s == 1 for s in dims.stride):
+            dy, w_back, back = data_grad_problem(dy, w, dims)
+            path = special_path(back) or Direct
+            return path.forward(np.ascontiguousarray(dy), w_back, back, threaded)
+        dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
+        for taps, crop, sub in _phases(dims):
+            dxp[taps][crop] = Direct.data_grad(dy, np.ascontiguousarray(w[taps]), sub, threaded)
+        return unpad(dxp, dims)
+
+    @staticmethod
+    def filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+        """dw in C: conv.py calls it where :meth:`native_filter_grad` says so, a BLAS path elsewhere."""
+        return native.conv_filter_grad(np.ascontiguousarray(dy), np.ascontiguousarray(x), dims, threaded)
+
+    @staticmethod
+    def native_filter_grad(dims: ConvDims) -> bool:
+        """Whether the C kernel computes this problem's filter gradient (see DIRECT_FILTER_MIN_RUN)."""
+        return native.run_length(dims) >= DIRECT_FILTER_MIN_RUN
+
+
+Path = type[Pointwise] | type[Depthwise] | type[Shifted] | type[Folded] | type[Direct]
+
+
+def special_path(dims: ConvDims) -> Path | None:
+    """The path class for this problem, or None for the general im2col path: Direct wherever the C
+    kernels are built (asked on every call: tests turn them off), else the BLAS paths (remembered)."""
+    path = blas_path(dims)
+    if path is Pointwise or path is Depthwise or not Direct.applies(dims):
+        return path
+    return Direct
 
 
 @functools.lru_cache(maxsize=256)
-def special_path(dims: ConvDims) -> Path | None:
-    """The path class for this problem, or None for the general im2col path (remembered per problem)."""
+def blas_path(dims: ConvDims) -> Path | None:
+    """The path without Direct (remembered per problem): what numpy and BLAS do best."""
     path: Path
     for path in (Pointwise, Depthwise, Folded, Shifted):
         if path.applies(dims):

@@ -90,6 +90,8 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "depthwise_forward": ([_P, _P, _P, _GEOMETRY, _I, _I], True),
     "depthwise_data_grad": ([_P, _P, _P, _GEOMETRY, _I, _I], True),
     "depthwise_filter_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I], True),
+    "conv_forward": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I], True),
+    "conv_filter_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I, _I], True),
     "maxpool_forward": ([_P, _P, _P, _I, _GEOMETRY, _I, _I], True),
     "maxpool_backward": ([_P, _P, _I, _P, _GEOMETRY, _I, _I], True),
     "channel_sums": ([_P, _P, _P, _P] + [_I] * 5, False),
@@ -190,6 +192,39 @@ def depthwise_filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threade
 
 def _split_plane_count(dims: ConvDims | PoolDims, threaded: bool) -> list[tuple[int, int]]:
     return _parts(dims.x_shape[0] * dims.x_shape[1], threaded)
+
+
+def run_length(dims: ConvDims) -> int:
+    """A sample's run of outputs in the kernels' plane layout (csrc/planes.h: ``layout.run``): its outputs
+    from the first to the last, rows a phase's width apart."""
+    g = geometry(dims)
+    width = [-(-((o - 1) * s + (k - 1) * d + 1) // s) for o, s, k, d in
+             zip(g.out, g.stride, g.kernel, g.dilation)]
+    return ((g.out[0] - 1) * width[1] + (g.out[1] - 1)) * width[2] + g.out[2]
+
+
+def conv_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+    """y of a convolution (any groups, stride, dilation, padding; w as the forward applies it), as a
+    direct convolution; samples split over the pool."""
+    dtype = x.dtype
+    y = np.empty(dims.y_shape, dtype)
+    args = (_address(x, "x", dims.x_shape, dtype), _address(w, "w", dims.w_shape, dtype),
+            _address(y, "y", dims.y_shape, dtype), ctypes.byref(geometry(dims)), dims.out_channels, dims.groups)
+    fn = _kernel("conv_forward", dtype)
+    run(lambda n0, n1: _call(fn, *args, n0, n1), _parts(dims.batch, threaded))
+    return y
+
+
+def conv_filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+    """dw of a convolution, summed over the batch; each group's output channels split over the pool."""
+    dtype = dy.dtype
+    dw = np.empty(dims.w_shape, dtype)
+    args = (_address(dy, "dy", dims.y_shape, dtype), _address(x, "x", dims.x_shape, dtype),
+            _address(dw, "dw", dims.w_shape, dtype), ctypes.byref(geometry(dims)), dims.out_channels, dims.groups,
+            dims.batch)
+    fn = _kernel("conv_filter_grad", dtype)
+    run(lambda k0, k1: _call(fn, *args, k0, k1), _parts(dims.out_channels // dims.groups, threaded))
+    return dw
 
 
 def _winner_dtype(dims: PoolDims) -> np.dtype:

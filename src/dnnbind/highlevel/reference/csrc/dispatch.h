@@ -13,6 +13,11 @@
 /* Bytes a correlation or dot product handles at a time: four vectors of the widest instruction set
  * (kept in registers), and so the most any of them reads or writes past the end of a run. */
 #define BLOCK_BYTES 256
+/* Bytes of input planes a convolution takes through at once: samples side by side up to this much,
+ * which stays in the second-level cache while every output channel's tiles read it. */
+#define CONV_CHUNK_BYTES (1 << 20)
+/* Outputs a filter-gradient tile sums over at a time (a multiple of every vector length). */
+#define FILTER_CHUNK 2048
 /* Elements of a run the scatters and dot products take at a time, over every tap before the next
  * chunk, so that what they read stays in the first-level cache (a multiple of four vectors). */
 #define CHUNK 1024

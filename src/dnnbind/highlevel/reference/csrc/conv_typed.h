@@ -1,0 +1,182 @@
+/* The typed half of conv.c (instantiate.h: T, NAME(f), VECTOR_BYTES). */
+#include "planes_typed.h"
+
+typedef T NAME(cvec) __attribute__((vector_size(VECTOR_BYTES), aligned(sizeof(T)), may_alias));
+#define CVL ((int64_t)(VECTOR_BYTES / sizeof(T)))
+/* Output channels per register tile: 12 x 2 accumulators fit AVX-512's 32 registers, 6 x 2 the 16 of
+ * AVX2 and SSE, with room for the two input vectors. */
+#define MR (VECTOR_BYTES == 64 ? 12 : 6)
+/* Consecutive outputs per register tile. */
+#define NR (2 * CVL)
+
+/* wp[b][c][t][m] = w[b * MR + m][c][t] (0 past the group's last output channel): each tile's weights in
+ * the order the tile reads them. */
+INLINE void NAME(pack_weights)(const T *restrict w, T *restrict wp, int64_t outputs, int64_t inputs, int64_t taps) {
+    int64_t blocks = (outputs + MR - 1) / MR;
+    for (int64_t b = 0; b < blocks; b++)
+        for (int64_t c = 0; c < inputs; c++)
+            for (int64_t t = 0; t < taps; t++)
+                for (int64_t m = 0; m < MR; m++) {
+                    int64_t k = b * MR + m;
+                    wp[((b * inputs + c) * taps + t) * MR + m] = k < outputs ? w[(k * inputs + c) * taps + t] : 0;
+                }
+}
+
+/* out[m * pitch + j + i], m < MR, i < NR = the tile's sums over input channels c < inputs (planes
+ * ``local`` apart in buf) and kernel offsets t (at tap[t] in each plane), weights wp as packed. */
+INLINE void NAME(tile)(const T *restrict buf, int64_t local, const int64_t *restrict tap, int64_t taps,
+                       int64_t inputs, const T *restrict wp, T *restrict out, int64_t pitch, int64_t j) {
+    NAME(cvec) acc[MR][2];
+    for (int m = 0; m < MR; m++) acc[m][0] = acc[m][1] = (NAME(cvec)){0};
+    for (int64_t c = 0; c < inputs; c++) {
+        const T *plane = buf + c * local + j;
+        for (int64_t t = 0; t < taps; t++, wp += MR) {
+            const NAME(cvec) *src = (const NAME(cvec) *)(plane + tap[t]);
+            NAME(cvec) b0 = src[0], b1 = src[1];
+            for (int m = 0; m < MR; m++) {
+                acc[m][0] += wp[m] * b0;
+                acc[m][1] += wp[m] * b1;
+            }
+        }
+    }
+    for (int m = 0; m < MR; m++) {
+        NAME(cvec) *dst = (NAME(cvec) *)(out + m * pitch + j);
+        dst[0] = acc[m][0];
+        dst[1] = acc[m][1];
+    }
+}
+
+/* y[n] = the convolution of x[n] with w (groups of inputs / groups input and outputs / groups output
+ * channels; g->channels is x's channel count), for samples n in [n0, n1). Samples go through in chunks
+ * whose input planes fit a budget (CONV_CHUNK_BYTES), so that each tile's weights, read once per
+ * output-channel block, serve the whole chunk from cache rather than one sample. */
+KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, const geometry *g, int64_t outputs,
+                                     int64_t groups, int64_t n0, int64_t n1) {
+    layout l;
+    if (make_layout(g, &l, SLACK)) return -1;
+    int64_t cg = g->channels / groups, kg = outputs / groups, blocks = (kg + MR - 1) / MR;
+    int64_t chunk = CONV_CHUNK_BYTES / (int64_t)sizeof(T) / (cg * l.local);
+    chunk = chunk < 1 ? 1 : chunk;
+    chunk = chunk < n1 - n0 ? chunk : (n1 - n0 > 0 ? n1 - n0 : 1);
+    int64_t span = chunk * l.local;                          /* a chunk's planes of one channel */
+    int64_t rpitch = (l.run + NR - 1) / NR * NR;             /* one sample's tiled outputs */
+    int64_t pitch = chunk * rpitch;                          /* the chunk's, per output channel */
+    T *buf = malloc(sizeof(T) * (size_t)(cg * span));
+    T *out = malloc(sizeof(T) * (size_t)(blocks * MR * pitch));
+    T *wp = malloc(sizeof(T) * (size_t)(groups * blocks * MR * cg * l.taps));
+    if (!buf || !out || !wp) { free(buf); free(out); free(wp); free(l.tap); return -1; }
+    for (int64_t gi = 0; gi < groups; gi++)
+        NAME(pack_weights)(w + gi * kg * cg * l.taps, wp + gi * blocks * MR * cg * l.taps, kg, cg, l.taps);
+    for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
+        int64_t c1 = c0 + chunk < n1 ? c0 + chunk : n1;
+        for (int64_t gi = 0; gi < groups; gi++) {
+            for (int64_t c = 0; c < cg; c++)
+                for (int64_t n = c0; n < c1; n++)
+                    NAME(load)(g, &l, x + (n * g->channels + gi * cg + c) * l.in_plane, buf + c * span + (n - c0) * l.local, 0);
+            const T *wg = wp + gi * blocks * MR * cg * l.taps;
+            for (int64_t b = 0; b < blocks; b++)
+                for (int64_t n = c0; n < c1; n++)
+                    for (int64_t j = 0; j < l.run; j += NR)
+                        NAME(tile)(buf + (n - c0) * l.local, span, l.tap, l.taps, cg, wg + b * cg * l.taps * MR,
+                                   out + b * MR * pitch + (n - c0) * rpitch, pitch, j);
+            for (int64_t k = 0; k < kg; k++)
+                for (int64_t n = c0; n < c1; n++)
+                    NAME(gather)(g, &l, out + k * pitch + (n - c0) * rpitch, y + (n * outputs + gi * kg + k) * l.out_plane);
+        }
+    }
+    free(buf); free(out); free(wp); free(l.tap);
+    return 0;
+}
+
+/* Filter-gradient tiles: FK output channels by FC (input channel, kernel offset) pairs, each a vector of
+ * partial sums over the outputs (4 x 6 = 24 accumulators on AVX-512, 2 x 5 on the 16-register sets). */
+#define FK (VECTOR_BYTES == 64 ? 4 : 2)
+#define FC (VECTOR_BYTES == 64 ? 6 : 5)
+
+/* sums[a * pairs + q] += the dot products, over samples s < samples and j in [j0, j0 + n) (n rounded up
+ * to a vector), of dy rows a < FK (dy + s * dy_sample + a * dy_pitch) and the inputs of pairs q < FC
+ * (input channel cq[q] at offset tq[q] of buf + s * buf_sample): vectors of partial sums in registers,
+ * each added up in one fixed order at the end. */
+INLINE void NAME(filter_tile)(const T *restrict dy, int64_t dy_pitch, int64_t dy_sample, const T *restrict buf,
+                              int64_t local, int64_t buf_sample, int64_t samples, const int64_t *restrict cq,
+                              const int64_t *restrict tq, int64_t pairs, double *restrict sums, int64_t j0, int64_t n) {
+    NAME(cvec) acc[FK][FC];
+    for (int a = 0; a < FK; a++)
+        for (int q = 0; q < FC; q++) acc[a][q] = (NAME(cvec)){0};
+    for (int64_t s = 0; s < samples; s++) {
+        const T *src[FC], *d0 = dy + s * dy_sample;
+        for (int q = 0; q < FC; q++) src[q] = buf + s * buf_sample + cq[q] * local + tq[q];
+        for (int64_t j = j0; j < j0 + n; j += CVL) {
+            NAME(cvec) d[FK];
+            for (int a = 0; a < FK; a++) d[a] = *(const NAME(cvec) *)(d0 + a * dy_pitch + j);
+            for (int q = 0; q < FC; q++) {
+                NAME(cvec) v = *(const NAME(cvec) *)(src[q] + j);
+                for (int a = 0; a < FK; a++) acc[a][q] += d[a] * v;
+            }
+        }
+    }
+    for (int a = 0; a < FK; a++)
+        for (int q = 0; q < FC; q++) {
+            T total = 0;
+            for (int64_t i = 0; i < CVL; i++) total += acc[a][q][i];
+            sums[a * pairs + q] += total;
+        }
+}
+
+/* dw[k] for output channels k in [k0, k1) of each group (w's shape: groups * kg, cg, *kernel), summed
+ * over every sample of x and dy. Tiles of FK output channels by FC (input channel, offset) pairs sum
+ * about FILTER_CHUNK outputs at a time in registers (a chunk of one sample's, or several samples'
+ * whole planes), then add their vector partial sums up in a fixed order, accumulated in double. */
+KERNEL int NAME(dnnbind_conv_filter_grad)(const T *dy, const T *x, T *dw, const geometry *g, int64_t outputs,
+                                         int64_t groups, int64_t batch, int64_t k0, int64_t k1) {
+    layout l;
+    if (make_layout(g, &l, SLACK)) return -1;
+    int64_t cg = g->channels / groups, kg = outputs / groups, pairs = cg * l.taps;
+    int64_t kpad = (k1 - k0 + FK - 1) / FK * FK, ppad = (pairs + FC - 1) / FC * FC;
+    int64_t rpitch = (l.run + CVL - 1) / CVL * CVL;
+    int64_t buf_sample = cg * l.local, dy_sample = kpad * rpitch;
+    int64_t chunk = FILTER_CHUNK / rpitch;                        /* samples per pass */
+    chunk = chunk < 1 ? 1 : chunk < batch ? chunk : (batch > 0 ? batch : 1);
+    T *buf = malloc(sizeof(T) * (size_t)(chunk * buf_sample));
+    T *runs = malloc(sizeof(T) * (size_t)(chunk * dy_sample + SLACK));
+    double *sums = malloc(sizeof(double) * (size_t)(kpad * ppad));
+    int64_t *cq = malloc(sizeof(int64_t) * (size_t)ppad * 2);
+    if (!buf || !runs || !sums || !cq) { free(buf); free(runs); free(sums); free(cq); free(l.tap); return -1; }
+    int64_t *tq = cq + ppad;
+    for (int64_t q = 0; q < ppad; q++) {        /* pairs past the last repeat pair 0 and are dropped */
+        cq[q] = q < pairs ? q / l.taps : 0;
+        tq[q] = l.tap[q < pairs ? q % l.taps : 0];
+    }
+    for (int64_t gi = 0; gi < groups; gi++) {
+        memset(sums, 0, sizeof(double) * (size_t)(kpad * ppad));
+        memset(runs, 0, sizeof(T) * (size_t)(chunk * dy_sample + SLACK));
+        for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
+            int64_t samples = n0 + chunk < batch ? chunk : batch - n0;
+            for (int64_t s = 0; s < samples; s++) {
+                for (int64_t c = 0; c < cg; c++)
+                    NAME(load)(g, &l, x + ((n0 + s) * g->channels + gi * cg + c) * l.in_plane,
+                               buf + s * buf_sample + c * l.local, 0);
+                for (int64_t k = k0; k < k1; k++)
+                    NAME(spread)(g, &l, dy + ((n0 + s) * outputs + gi * kg + k) * l.out_plane,
+                                 runs + s * dy_sample + (k - k0) * rpitch);
+            }
+            for (int64_t j = 0; j < l.run; j += FILTER_CHUNK) {
+                int64_t m = l.run - j < FILTER_CHUNK ? l.run - j : FILTER_CHUNK;
+                for (int64_t q = 0; q < ppad; q += FC)
+                    for (int64_t a = 0; a < kpad; a += FK)
+                        NAME(filter_tile)(runs + a * rpitch, rpitch, dy_sample, buf, l.local, buf_sample, samples,
+                                          cq + q, tq + q, ppad, sums + a * ppad + q, j, m);
+            }
+        }
+        for (int64_t k = k0; k < k1; k++)
+            for (int64_t q = 0; q < pairs; q++) dw[((gi * kg + k) * cg) * l.taps + q] = (T)sums[(k - k0) * ppad + q];
+    }
+    free(buf); free(runs); free(sums); free(cq); free(l.tap);
+    return 0;
+}
+
+#undef CVL
+#undef MR
+#undef NR
+#undef FK
+#undef FC

@@ -156,8 +156,9 @@ def test_path_gradients_by_finite_differences(rng, index):
     check_gradients(lambda: dnnbind.conv(x, w, b, **kwargs), [x, w, b], max_points=20)
 
 
-@pytest.mark.parametrize("index", [5, 6, 9])
-def test_depthwise_threaded_and_serial_agree(rng, kernels, index):
+@pytest.mark.parametrize("index", [0, 1, 2, 5, 6, 9])
+def test_threaded_and_serial_agree(rng, kernels, index):
+    """1x1 and depthwise problems split over the pool give what one thread gives."""
     _, x_shape, w_shape, kwargs, _ = CASES[index]
     x, w = rng.standard_normal((6,) + x_shape[1:]), rng.standard_normal(w_shape)
     dims = ConvDims(x.shape, w.shape, **kwargs)
@@ -195,7 +196,10 @@ def test_depthwise_threads_follow_the_blas_rule(monkeypatch, kernels):
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     assert Depthwise.use_threads(big) == (ref_conv.workers() > 1)
     assert not Depthwise.use_threads(small)
-    assert not Pointwise.use_threads(ConvDims((8, 64, 56, 56), (128, 64, 1, 1)))   # BLAS threads those
+    # 1x1: split over samples only when BLAS is single-threaded (else BLAS threads the products)
+    assert Pointwise.use_threads(ConvDims((8, 64, 56, 56), (128, 64, 1, 1))) == (ref_conv.workers() > 1)
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    assert not Pointwise.use_threads(ConvDims((8, 64, 56, 56), (128, 64, 1, 1)))
 
 
 @pytest.mark.parametrize("stride, kernel, padding, output_padding", [(2, 3, 1, 1), (3, 2, 0, 2), ((2, 3), (4, 3), 1, 0)])

@@ -222,13 +222,14 @@ def _conv_geometries(rng, count):
 
 
 def test_conv_kernels_match_torch_in_float64(rng, isa):
-    """The direct convolution's forward and filter gradient, every instruction set's build, against torch
-    (output channels past a tile's multiple, and planes longer than the filter gradient's chunk, included)."""
+    """The direct convolution's forward, data gradient (the strided kernel; stride 1 runs as a forward) and
+    filter gradient, every instruction set's build, against torch (channel counts past a tile's multiple,
+    and planes longer than the filter gradient's chunk, included)."""
     for i, dims in enumerate(_conv_geometries(rng, 50)):
         x, w = rng.standard_normal(dims.x_shape), rng.standard_normal(dims.w_shape)
         dy = rng.standard_normal(dims.y_shape)
         pad = [p for lo_hi in reversed(list(zip(dims.pad_low, dims.pad_high))) for p in lo_hi]
-        xt, wt = torch.tensor(x), torch.tensor(w, requires_grad=True)
+        xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
         yt = getattr(F, f"conv{dims.spatial_rank}d")(F.pad(xt, pad), wt, stride=dims.stride, dilation=dims.dilation,
                                                    groups=dims.groups)
         yt.backward(torch.tensor(dy))
@@ -237,3 +238,5 @@ def test_conv_kernels_match_torch_in_float64(rng, isa):
                                    atol=1e-11, err_msg=str(dims))
         np.testing.assert_allclose(native.conv_filter_grad(dy, x, dims, threaded), wt.grad.numpy(), rtol=1e-11,
                                    atol=1e-10, err_msg=str(dims))
+        np.testing.assert_allclose(native.conv_data_grad(dy, w, dims, threaded), xt.grad.numpy(), rtol=1e-11,
+                                   atol=1e-11, err_msg=str(dims))

@@ -69,7 +69,10 @@ class Pointwise:
 
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:
-        return False   # BLAS threads the products
+        """Split the samples over the pool when numpy's BLAS is single-threaded (else BLAS threads the
+        products itself)."""
+        macs = dims.batch * dims.out_channels * (dims.in_channels // dims.groups) * int(np.prod(dims.out_size))
+        return dims.batch > 1 and macs >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
     def _sizes(dims: ConvDims) -> tuple[int, int, int, int, int]:
@@ -78,16 +81,31 @@ class Pointwise:
         return dims.batch, g, dims.in_channels // g, dims.out_channels // g, p
 
     @staticmethod
+    def _samples(dims: ConvDims, threaded: bool) -> list[tuple[int, int]]:
+        return split(dims.batch, workers()) if threaded else [(0, dims.batch)]
+
+    @staticmethod
     def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
         n, g, cg, kg, p = Pointwise._sizes(dims)
         y = np.empty(dims.y_shape, x.dtype)
-        np.matmul(w.reshape(g, kg, cg), _sampled(x, dims).reshape(n, g, cg, p), out=y.reshape(n, g, kg, p))
+        xs, yv, wg = _sampled(x, dims).reshape(n, g, cg, p), y.reshape(n, g, kg, p), w.reshape(g, kg, cg)
+
+        def samples(n0: int, n1: int) -> None:
+            np.matmul(wg, xs[n0:n1], out=yv[n0:n1])
+
+        run(samples, Pointwise._samples(dims, threaded))
         return y
 
     @staticmethod
     def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
         n, g, cg, kg, p = Pointwise._sizes(dims)
-        dxs = np.matmul(w.reshape(g, kg, cg).swapaxes(-1, -2), dy.reshape(n, g, kg, p))
+        dxs = np.empty((n, g, cg, p), dy.dtype)
+        wt, dyg = w.reshape(g, kg, cg).swapaxes(-1, -2), dy.reshape(n, g, kg, p)
+
+        def samples(n0: int, n1: int) -> None:
+            np.matmul(wt, dyg[n0:n1], out=dxs[n0:n1])
+
+        run(samples, Pointwise._samples(dims, threaded))
         dxs = dxs.reshape((n, dims.in_channels) + dims.out_size)
         if all(s == 1 for s in dims.stride):
             return dxs
@@ -100,9 +118,16 @@ class Pointwise:
         n, g, cg, kg, p = Pointwise._sizes(dims)
         xs = _sampled(x, dims).reshape(n, g, cg, p)
         dyg = dy.reshape(n, g, kg, p)
-        dw = np.matmul(dyg[0], xs[0].swapaxes(-1, -2))
-        for i in range(1, n):
-            dw += np.matmul(dyg[i], xs[i].swapaxes(-1, -2))
+        ranges = Pointwise._samples(dims, threaded)
+        parts = np.empty((len(ranges), g, kg, cg), dy.dtype)
+
+        def samples(part: np.ndarray, n0: int, n1: int) -> None:
+            np.matmul(dyg[n0], xs[n0].swapaxes(-1, -2), out=part)
+            for i in range(n0 + 1, n1):
+                part += np.matmul(dyg[i], xs[i].swapaxes(-1, -2))
+
+        run(samples, [(part, n0, n1) for part, (n0, n1) in zip(parts, ranges)])
+        dw = parts[0] if len(parts) == 1 else parts.sum(axis=0)
         return dw.reshape(dims.w_shape)
 
 
@@ -518,10 +543,8 @@ DIRECT_FILTER_MIN_RUN = 512
 
 class Direct:
     """Every other problem, where dnnbind's C kernels are built (:mod:`native`): a direct convolution on
-    each sample's planes in cache, no column buffer, no BLAS. The data gradient of a stride-1 problem is
-    the forward of its data-gradient problem; strided, undilated ones split by stride phase into
-    stride-1 ones (:func:`_phases`). What this path does not do in C, conv.py hands to the BLAS paths:
-    strided dilated data gradients, and filter gradients of small planes (:func:`direct_filter_grad`)."""
+    each sample's planes in cache, no column buffer, no BLAS: forward, data gradient, and the filter
+    gradient of large planes; conv.py hands small planes' filter gradients to the BLAS paths."""
 
     @staticmethod
     def applies(dims: ConvDims) -> bool:
@@ -539,20 +562,14 @@ class Direct:
         return native.conv_forward(np.ascontiguousarray(x), np.ascontiguousarray(w), dims, threaded)
 
     @staticmethod
-    def handles_data_grad(dims: ConvDims) -> bool:
-        return all(s == 1 for s in dims.stride) or _undilated(dims)
-
-    @staticmethod
     def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
-        """dx for a problem :meth:`handles_data_grad` accepts."""
+        """Stride 1: the forward of the data-gradient problem (a correlation, in registers); strided: per
+        kernel offset, the transposed filter times dy added where the forward read (in C as well)."""
         if all(s == 1 for s in dims.stride):
             dy, w_back, back = data_grad_problem(dy, w, dims)
             path = special_path(back) or Direct
             return path.forward(np.ascontiguousarray(dy), w_back, back, threaded)
-        dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
-        for taps, crop, sub in _phases(dims):
-            dxp[taps][crop] = Direct.data_grad(dy, np.ascontiguousarray(w[taps]), sub, threaded)
-        return unpad(dxp, dims)
+        return native.conv_data_grad(np.ascontiguousarray(dy), np.ascontiguousarray(w), dims, threaded)
 
     @staticmethod
     def filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:

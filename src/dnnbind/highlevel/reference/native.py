@@ -92,6 +92,7 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "depthwise_filter_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I], True),
     "conv_forward": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I], True),
     "conv_filter_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I, _I], True),
+    "conv_data_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I], True),
     "maxpool_forward": ([_P, _P, _P, _I, _GEOMETRY, _I, _I], True),
     "maxpool_backward": ([_P, _P, _I, _P, _GEOMETRY, _I, _I], True),
     "channel_sums": ([_P, _P, _P, _P] + [_I] * 5, False),
@@ -213,6 +214,18 @@ def conv_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -
     fn = _kernel("conv_forward", dtype)
     run(lambda n0, n1: _call(fn, *args, n0, n1), _parts(dims.batch, threaded))
     return y
+
+
+def conv_data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+    """dx of a convolution for output gradient ``dy``, as a product of the transposed filter and dy per
+    kernel offset, added where the forward read (any stride); samples split over the pool."""
+    dtype = dy.dtype
+    dx = np.empty(dims.x_shape, dtype)
+    args = (_address(dy, "dy", dims.y_shape, dtype), _address(w, "w", dims.w_shape, dtype),
+            _address(dx, "dx", dims.x_shape, dtype), ctypes.byref(geometry(dims)), dims.out_channels, dims.groups)
+    fn = _kernel("conv_data_grad", dtype)
+    run(lambda n0, n1: _call(fn, *args, n0, n1), _parts(dims.batch, threaded))
+    return dx
 
 
 def conv_filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:

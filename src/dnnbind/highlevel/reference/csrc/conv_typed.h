@@ -22,10 +22,12 @@ INLINE void NAME(pack_weights)(const T *restrict w, T *restrict wp, int64_t outp
                 }
 }
 
-/* out[m * pitch + j + i], m < MR, i < NR = the tile's sums over input channels c < inputs (planes
- * ``local`` apart in buf) and kernel offsets t (at tap[t] in each plane), weights wp as packed. */
+/* out[m * pitch + j + i], m < MR, i < NR = (or += when accumulate) the tile's sums over input
+ * channels c < inputs (planes ``local`` apart in buf) and kernel offsets t (at tap[t] in each plane),
+ * weights wp as packed. */
 INLINE void NAME(tile)(const T *restrict buf, int64_t local, const int64_t *restrict tap, int64_t taps,
-                       int64_t inputs, const T *restrict wp, T *restrict out, int64_t pitch, int64_t j) {
+                       int64_t inputs, const T *restrict wp, T *restrict out, int64_t pitch, int64_t j,
+                       int accumulate) {
     NAME(cvec) acc[MR][2];
     for (int m = 0; m < MR; m++) acc[m][0] = acc[m][1] = (NAME(cvec)){0};
     for (int64_t c = 0; c < inputs; c++) {
@@ -41,8 +43,13 @@ INLINE void NAME(tile)(const T *restrict buf, int64_t local, const int64_t *rest
     }
     for (int m = 0; m < MR; m++) {
         NAME(cvec) *dst = (NAME(cvec) *)(out + m * pitch + j);
-        dst[0] = acc[m][0];
-        dst[1] = acc[m][1];
+        if (accumulate) {
+            dst[0] += acc[m][0];
+            dst[1] += acc[m][1];
+        } else {
+            dst[0] = acc[m][0];
+            dst[1] = acc[m][1];
+        }
     }
 }
 
@@ -78,13 +85,72 @@ KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, const geomet
                 for (int64_t n = c0; n < c1; n++)
                     for (int64_t j = 0; j < l.run; j += NR)
                         NAME(tile)(buf + (n - c0) * l.local, span, l.tap, l.taps, cg, wg + b * cg * l.taps * MR,
-                                   out + b * MR * pitch + (n - c0) * rpitch, pitch, j);
+                                   out + b * MR * pitch + (n - c0) * rpitch, pitch, j, 0);
             for (int64_t k = 0; k < kg; k++)
                 for (int64_t n = c0; n < c1; n++)
                     NAME(gather)(g, &l, out + k * pitch + (n - c0) * rpitch, y + (n * outputs + gi * kg + k) * l.out_plane);
         }
     }
     free(buf); free(out); free(wp); free(l.tap);
+    return 0;
+}
+
+/* wt[((t * blocks + b) * outputs + k) * MR + m] = w[k][b * MR + m][t] (0 past the group's last input
+ * channel): for each kernel offset, the transposed filter in the order the data gradient's tiles read it. */
+INLINE void NAME(pack_transposed)(const T *restrict w, T *restrict wt, int64_t outputs, int64_t inputs, int64_t taps) {
+    int64_t blocks = (inputs + MR - 1) / MR;
+    for (int64_t t = 0; t < taps; t++)
+        for (int64_t b = 0; b < blocks; b++)
+            for (int64_t k = 0; k < outputs; k++)
+                for (int64_t m = 0; m < MR; m++) {
+                    int64_t c = b * MR + m;
+                    wt[((t * blocks + b) * outputs + k) * MR + m] = c < inputs ? w[(k * inputs + c) * taps + t] : 0;
+                }
+}
+
+/* dx[n] = the data gradient of dnnbind_conv_forward for dy[n], samples n in [n0, n1): each sample's dy
+ * planes spread into runs, then per kernel offset t a product of the transposed filter and dy added
+ * where the forward read that offset's inputs, in the plane layout (tiles of MR input channels by two
+ * vectors of outputs, over every output channel), then every input channel's plane copied out. For
+ * strided problems: stride 1's data gradient is a forward convolution (conv_paths.Direct). Samples go
+ * in chunks as in the forward, so each (offset, block)'s weights serve the whole chunk from cache. */
+KERNEL int NAME(dnnbind_conv_data_grad)(const T *dy, const T *w, T *dx, const geometry *g, int64_t outputs,
+                                       int64_t groups, int64_t n0, int64_t n1) {
+    layout l;
+    if (make_layout(g, &l, SLACK)) return -1;
+    int64_t cg = g->channels / groups, kg = outputs / groups, blocks = (cg + MR - 1) / MR, cpad = blocks * MR;
+    int64_t rpitch = (l.run + NR - 1) / NR * NR + SLACK;             /* a dy run and what a tile reads past it */
+    int64_t chunk = CONV_CHUNK_BYTES / (int64_t)sizeof(T) / (cpad * l.local + kg * rpitch);
+    chunk = chunk < 1 ? 1 : chunk;
+    chunk = chunk < n1 - n0 ? chunk : (n1 - n0 > 0 ? n1 - n0 : 1);
+    int64_t span = chunk * l.local, rspan = chunk * rpitch;
+    T *buf = malloc(sizeof(T) * (size_t)(cpad * span));           /* dx in the plane layout, per channel */
+    T *runs = malloc(sizeof(T) * (size_t)(kg * rspan));            /* dy runs, per output channel */
+    T *wt = malloc(sizeof(T) * (size_t)(groups * l.taps * cpad * kg));
+    int64_t zero = 0;
+    if (!buf || !runs || !wt) { free(buf); free(runs); free(wt); free(l.tap); return -1; }
+    for (int64_t gi = 0; gi < groups; gi++)
+        NAME(pack_transposed)(w + gi * kg * cg * l.taps, wt + gi * l.taps * cpad * kg, kg, cg, l.taps);
+    for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
+        int64_t c1 = c0 + chunk < n1 ? c0 + chunk : n1;
+        for (int64_t gi = 0; gi < groups; gi++) {
+            memset(buf, 0, sizeof(T) * (size_t)(cpad * span));
+            for (int64_t k = 0; k < kg; k++)
+                for (int64_t n = c0; n < c1; n++)
+                    NAME(spread)(g, &l, dy + (n * outputs + gi * kg + k) * l.out_plane, runs + k * rspan + (n - c0) * rpitch);
+            const T *wg = wt + gi * l.taps * cpad * kg;
+            for (int64_t t = 0; t < l.taps; t++)
+                for (int64_t b = 0; b < blocks; b++)
+                    for (int64_t n = c0; n < c1; n++)
+                        for (int64_t j = 0; j < l.run; j += NR)
+                            NAME(tile)(runs + (n - c0) * rpitch, rspan, &zero, 1, kg, wg + (t * blocks + b) * kg * MR,
+                                       buf + b * MR * span + (n - c0) * l.local + l.tap[t], span, j, 1);
+            for (int64_t c = 0; c < cg; c++)
+                for (int64_t n = c0; n < c1; n++)
+                    NAME(store)(g, &l, buf + c * span + (n - c0) * l.local, dx + (n * g->channels + gi * cg + c) * l.in_plane);
+        }
+    }
+    free(buf); free(runs); free(wt); free(l.tap);
     return 0;
 }
 

@@ -3,16 +3,18 @@ from __future__ import annotations
 
 import pytest
 
-from dnnbind.highlevel.reference import native
+from dnnbind.highlevel.reference import conv_paths, native
 
 
 @pytest.fixture(params=["native", "numpy"])
 def kernels(request, monkeypatch):
-    """Run the test once on dnnbind's C kernels (where a path has them) and once on the numpy paths
-    alone. The C kernels are part of the development install (make setup builds them), so their
-    absence fails here instead of skipping."""
+    """Run the test once on dnnbind's C kernels (where a path has them; the direct convolution on the
+    tests' small problems too, which it leaves to BLAS in use) and once on the numpy paths alone. The C
+    kernels are part of the development install (make setup builds them), so their absence fails here
+    instead of skipping."""
     if request.param == "native":
         assert native.library() is not None, "the C kernels are not built: run make setup (pip install -e .)"
+        monkeypatch.setattr(conv_paths, "DIRECT_MIN_MACS", 0)
     else:
         monkeypatch.setattr(native, "available", lambda dtype: False)
     return request.param

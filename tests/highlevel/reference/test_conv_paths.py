@@ -305,3 +305,11 @@ def test_backward_skips_the_gradients_not_needed(rng, transposed, name, x_shape,
                 np.testing.assert_array_equal(got, want)
             else:
                 assert got is None
+
+
+def test_a_tiny_problem_is_left_to_blas():
+    """Below DIRECT_MIN_MACS the direct convolution's fixed costs exceed a BLAS path's."""
+    tiny = ConvDims((1, 1, 4, 4), (1, 1, 3, 3), padding=1)
+    assert special_path(tiny) is blas_path(tiny)
+    big = ConvDims((8, 64, 56, 56), (64, 64, 3, 3), padding=1)
+    assert special_path(big) is (Direct if native.library() is not None else blas_path(big))

@@ -32,7 +32,8 @@ from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.reference.channels import add_channel_bias, channel_sums
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
                                                        kernel_offsets, offset_index, pad, unpad, windows)
-from dnnbind.highlevel.reference.conv_paths import Direct, Path, blas_path, special_path
+from dnnbind.highlevel.reference.conv_paths import (GEMM_THREAD_MIN_MACS, Direct, Path, macs, blas_path,
+                                                    special_path)
 from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._precision import (cotangent, half_backward, half_forward, half_residuals,
                                                     private)
@@ -320,22 +321,26 @@ def _nothing(dtype: np.dtype) -> np.ndarray:
     return np.empty(0, dtype)
 
 
-def _blas_beside_kernels(op: Any) -> Any:
-    """Run ``op`` with numpy's BLAS on one thread where dnnbind's C kernels are built, and split its BLAS
-    paths over dnnbind's pool instead (their use_threads rules). OpenBLAS's workers poll for about a
-    tenth of a second after each multi-threaded call, taking a core from the C kernels that follow on
-    the pool: measured on a 2-core EPYC, a strided 256 -> 512 layer's forward and backward (C forward
-    and data gradient, a BLAS filter gradient) took 47 ms with BLAS on two threads and 32 ms with this."""
-    @functools.wraps(op)
-    def beside(*args: Any, **kwargs: Any) -> Any:
-        if native.library() is None:
-            return op(*args, **kwargs)
-        with one_blas_thread():
-            return op(*args, **kwargs)
-    return beside
+def _blas_beside_kernels(dims_at: int) -> Any:
+    """Run the op with numpy's BLAS on one thread where dnnbind's C kernels are built and the problem
+    (its ConvDims is positional argument ``dims_at``) is big enough for the pool, whose BLAS paths then
+    split over it instead (their use_threads rules). OpenBLAS's workers poll for about a tenth of a
+    second after each multi-threaded call, taking a core from the C kernels that follow on the pool:
+    measured on a 2-core EPYC, a strided 256 -> 512 layer's forward and backward (C forward and data
+    gradient, a BLAS filter gradient) took 47 ms with BLAS on two threads and 32 ms with this."""
+    def decorate(op: Any) -> Any:
+        @functools.wraps(op)
+        def beside(*args: Any, **kwargs: Any) -> Any:
+            dims = args[dims_at]
+            if macs(dims) < GEMM_THREAD_MIN_MACS or native.library() is None:
+                return op(*args, **kwargs)
+            with one_blas_thread():
+                return op(*args, **kwargs)
+        return beside
+    return decorate
 
 
-@_blas_beside_kernels
+@_blas_beside_kernels(dims_at=3)
 @fits_in_memory
 @half_forward
 def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
@@ -370,7 +375,7 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
     return y, saved
 
 
-@_blas_beside_kernels
+@_blas_beside_kernels(dims_at=2)
 @half_backward
 def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, threaded: bool | None = None,
                   needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
@@ -412,7 +417,7 @@ def conv_residuals(x: Any, w: Any, b: Any, dims: ConvDims, *, threaded: bool | N
     return wg, ArraySpec(_padding(dims)[0], dtype), empty
 
 
-@_blas_beside_kernels
+@_blas_beside_kernels(dims_at=3)
 @fits_in_memory
 @half_forward
 def conv_transpose_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
@@ -437,7 +442,7 @@ def conv_transpose_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, d
     return y, (wf, xe)
 
 
-@_blas_beside_kernels
+@_blas_beside_kernels(dims_at=2)
 @half_backward
 def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, threaded: bool | None = None,
                             needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 
 import numpy as np
 
@@ -71,8 +72,7 @@ class Pointwise:
     def use_threads(dims: ConvDims) -> bool:
         """Split the samples over the pool when numpy's BLAS is single-threaded (else BLAS threads the
         products itself)."""
-        macs = dims.batch * dims.out_channels * (dims.in_channels // dims.groups) * int(np.prod(dims.out_size))
-        return dims.batch > 1 and macs >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
+        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
     def _sizes(dims: ConvDims) -> tuple[int, int, int, int, int]:
@@ -159,7 +159,7 @@ class Depthwise:
         """The kernels use no BLAS, so the pool pays on every problem big enough for its overhead."""
         if not native.available(_compute_dtype(dims)):
             return DepthwiseNumpy.use_threads(dims)
-        return _depthwise_macs(dims) >= NATIVE_THREAD_MIN_MACS and workers() > 1
+        return macs(dims) >= NATIVE_THREAD_MIN_MACS and workers() > 1
 
     @staticmethod
     def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
@@ -185,10 +185,6 @@ def _compute_dtype(dims: ConvDims) -> np.dtype:
     return np.dtype(np.float64 if np.dtype(dims.dtype) == np.float64 else np.float32)
 
 
-def _depthwise_macs(dims: ConvDims) -> int:
-    return dims.batch * dims.out_channels * int(np.prod(dims.out_size)) * int(np.prod(dims.kernel_size))
-
-
 class DepthwiseNumpy:
     """The depthwise path in numpy: one weighted, shifted view per kernel offset."""
 
@@ -197,7 +193,7 @@ class DepthwiseNumpy:
         """Split over the pool on large problems, and only when numpy's BLAS is single-threaded: the
         blocks' products and dot products are BLAS calls, and a multi-threaded BLAS would fight our
         threads for the cores (the same rule as the im2col path, see conv.use_threads)."""
-        return _depthwise_macs(dims) >= THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
+        return macs(dims) >= THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
     def _flat(dims: ConvDims) -> FlatRows | None:
@@ -326,9 +322,7 @@ class Shifted:
     def use_threads(dims: ConvDims) -> bool:
         """Split the samples over the pool on large problems when numpy's BLAS is single-threaded (each
         product is a BLAS call: a multi-threaded BLAS already uses every core)."""
-        macs = (dims.batch * dims.out_channels * (dims.in_channels // dims.groups) * int(np.prod(dims.kernel_size))
-                * int(np.prod(dims.out_size)))
-        return dims.batch > 1 and macs >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
+        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
     def _channel_major(x: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -423,9 +417,7 @@ class Folded:
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:
         """Split each product's columns over the pool when numpy's BLAS is single-threaded."""
-        macs = (dims.batch * dims.out_channels * (dims.in_channels // dims.groups) * int(np.prod(dims.kernel_size))
-                * int(np.prod(dims.out_size)))
-        return macs >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
+        return macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
     def _blocks(dims: ConvDims, item: int) -> list[tuple[int, int]]:
@@ -541,6 +533,18 @@ def _phases(dims: ConvDims) -> tuple[tuple[tuple[slice, ...], tuple[slice, ...],
 DIRECT_FILTER_MIN_RUN = 512
 
 
+#: Direct takes problems of at least this many multiply-adds: below, its fixed costs (arguments checked,
+#: buffers laid out, weights packed) exceed the BLAS paths' (a tiny convolution's one gather and product).
+DIRECT_MIN_MACS = 1 << 17
+
+
+@functools.lru_cache(maxsize=1024)
+def macs(dims: ConvDims) -> int:
+    """Multiply-adds of the forward pass (each gradient costs as many); remembered per problem."""
+    return (dims.batch * dims.out_channels * (dims.in_channels // dims.groups) * math.prod(dims.kernel_size)
+            * math.prod(dims.out_size))
+
+
 class Direct:
     """Every other problem, where dnnbind's C kernels are built (:mod:`native`): a direct convolution on
     each sample's planes in cache, no column buffer, no BLAS: forward, data gradient, and the filter
@@ -548,14 +552,12 @@ class Direct:
 
     @staticmethod
     def applies(dims: ConvDims) -> bool:
-        return native.available(_compute_dtype(dims))
+        return macs(dims) >= DIRECT_MIN_MACS and native.available(_compute_dtype(dims))
 
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:
         """The kernels use no BLAS: split over the pool on every problem big enough for its overhead."""
-        macs = (dims.batch * dims.out_channels * (dims.in_channels // dims.groups) * int(np.prod(dims.kernel_size))
-                * int(np.prod(dims.out_size)))
-        return macs >= GEMM_THREAD_MIN_MACS and workers() > 1
+        return macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1
 
     @staticmethod
     def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:

@@ -15,6 +15,7 @@ from ..gradcheck import check_gradients
 from ..torch_oracle import torch_pad
 
 import dnnbind.highlevel.reference as reference_backend
+from dnnbind.highlevel.reference import native as ref_native
 ref_conv = importlib.import_module("dnnbind.highlevel.reference.conv")
 
 X33 = np.arange(1.0, 10.0).reshape(1, 1, 3, 3)
@@ -180,12 +181,14 @@ def test_layout_choice():
     assert not ref_conv._Layout(ConvDims((1, 1, 4, 4, 4), (1, 1, 3, 3, 3)), np.float32, False).flat
 
 
-def test_large_batches_rebuild_columns_block_by_block(rng):
-    """Past BLOCK_BYTES the pullback recomputes columns per block instead of keeping them."""
+def test_large_batches_build_columns_block_by_block(rng, monkeypatch):
+    """Past BLOCK_BYTES the sweep builds columns per block of samples (the im2col path, C kernels off),
+    with the results of one sample at a time."""
+    monkeypatch.setattr(ref_native, "available", lambda dtype: False)
     x, w = rng.standard_normal((24, 8, 24, 24)), rng.standard_normal((8, 8, 3, 3))
     dims = ConvDims(x.shape, w.shape, padding=1)
     lay = ref_conv._Layout(dims, x.dtype, False)
-    assert lay.block < 24 and not lay.keep_columns
+    assert lay.block < 24 and not lay.whole
     y, dx, dw = _run(x, w, dims, False)
     small = [_run(x[i:i + 1], w, ConvDims((1,) + x.shape[1:], w.shape, padding=1), False) for i in range(0, 24, 5)]
     for i, (ys, dxs, dws) in zip(range(0, 24, 5), small):
@@ -354,8 +357,8 @@ def test_conv_float32_matches_torch_on_a_real_size(rng):
     ((3, 2, 7), (4, 2, 3), dict(stride=2, dilation=2)),
 ])
 def test_small_problems_skip_the_sweep_with_the_same_results(monkeypatch, rng, x_shape, w_shape, kwargs):
-    """A small problem (columns gathered at once and kept) runs one gather and one product; the result and
-    the gradients equal the blocked sweep's."""
+    """A small problem (columns gathered at once) runs one gather and one product; the result and the
+    gradients equal the blocked sweep's."""
     x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
     dims = ConvDims(x_shape, w_shape, **kwargs)
     lay = ref_conv.layout(dims, x.dtype, False)

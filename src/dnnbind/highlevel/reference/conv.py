@@ -116,17 +116,16 @@ class _Layout:
         self.item = np.dtype(dtype).itemsize
         per_sample = max(g1 - g0 for g0, g1, _, _ in self.chunks) * self.rows * self.cols * self.item
         self.block = max(1, BLOCK_BYTES // per_sample)
-        # whether the forward keeps its columns for the backward: when all of them fit in one block's
-        # budget (then every chunk is a single block), whatever the threading
+        # all of the problem's columns, and whether they fit one block's budget
         self.columns_shape = (dims.batch, g, self.rows, self.cols)
-        self.keep_columns = int(np.prod(self.columns_shape)) * self.item <= BLOCK_BYTES
+        fits = int(np.prod(self.columns_shape)) * self.item <= BLOCK_BYTES
         self.ranges = sorted({(n0, n1) for _, _, n0, n1 in self.chunks})
         self.y_shape = dims.y_shape
         self.gather = None
         if not self.flat and dims.in_channels * self.rows // self.cg * self.cols <= GATHER_MAX_ELEMENTS:
             self.gather = self._gather_index()
-        # a small problem: all columns kept, gathered at once, one chunk (the forward skips the sweep)
-        self.whole = self.gather is not None and self.keep_columns and len(self.chunks) == 1
+        # a small problem: all columns gathered at once, one chunk (the forward skips the sweep)
+        self.whole = self.gather is not None and fits and len(self.chunks) == 1
 
     def _gather_index(self) -> np.ndarray:
         """Flat index into one padded sample of every column element, (C * prod(kernel) * P,) row-major."""
@@ -209,13 +208,12 @@ def _ungroup_filter(dwg: np.ndarray, dims: ConvDims) -> np.ndarray:
 
 
 def _sweep(lay: _Layout, wg: np.ndarray, *, xp: Any = None,
-           columns: np.ndarray | None = None, fill: bool = False, y: np.ndarray | None = None,
+           y: np.ndarray | None = None,
            dy: np.ndarray | None = None, dxp: np.ndarray | None = None,
            dw_parts: np.ndarray | None = None) -> None:
     """For every block of samples and chunk of groups:
 
-    * columns of the padded input ``xp``, or the slice of ``columns`` (all of them, lay.columns_shape,
-      as the forward keeps them; filled from ``xp`` first when ``fill``),
+    * columns of the padded input ``xp``,
     * ``y`` (output-shaped) = w * x,
     * ``dw_parts[i]`` += dy * columns (i: the chunk's sample range), when given,
     * ``dxp`` (padded-input-shaped) += col2im(w^T * dy), when given.
@@ -229,13 +227,8 @@ def _sweep(lay: _Layout, wg: np.ndarray, *, xp: Any = None,
             nb, ng = b1 - b0, g1 - g0
             cols: Any = None
             if need_columns:
-                if columns is not None:
-                    cols = columns[b0:b1, g0:g1]
-                    if fill:
-                        lay.fill(cols, xp, b0, b1, c0, c1)
-                else:
-                    cols = scratch("columns", (nb, ng, lay.rows, lay.cols), wg.dtype)
-                    lay.fill(cols, xp, b0, b1, c0, c1)
+                cols = scratch("columns", (nb, ng, lay.rows, lay.cols), wg.dtype)
+                lay.fill(cols, xp, b0, b1, c0, c1)
             if y is not None:
                 yb = y[b0:b1, g0 * lay.kg:g1 * lay.kg]
                 if lay.flat:
@@ -316,11 +309,6 @@ def _threads(dims: ConvDims, path: Path | None, threaded: bool | None) -> bool:
     return path.use_threads(dims) if path is not None else use_threads(dims)
 
 
-def _nothing(dtype: np.dtype) -> np.ndarray:
-    """An unused residual slot (the residuals' count and order never depend on the data)."""
-    return np.empty(0, dtype)
-
-
 def _blas_beside_kernels(dims_at: int) -> Any:
     """Run the op with numpy's BLAS on one thread where dnnbind's C kernels are built and the problem
     (its ConvDims is positional argument ``dims_at``) is big enough for the pool, whose BLAS paths then
@@ -347,32 +335,30 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
                  *, threaded: bool | None = None) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """Convolution (cross-correlation; true convolution when ``dims.flip``) with optional bias.
 
-    Saves (see :func:`conv_residuals`) the filter as the path uses it and either the input or, when
-    they fit in cache, the im2col columns. ``threaded`` forces the thread pool on or off (benchmarks);
-    None applies the measured rule.
+    Saves (see :func:`conv_residuals`) the filter as applied (flipped when ``dims.flip``) and x, on
+    every path: what a forward saves never depends on which path runs (the C kernels may be absent, a
+    threshold may move), so a framework's description of the residuals holds everywhere. ``threaded``
+    forces the thread pool on or off (benchmarks); None applies the measured rule.
     """
     path = special_path(dims)
     threaded = _threads(dims, path, threaded)
+    wf = private(np.ascontiguousarray(_flipped(w, dims)), w)
     if path is not None:
-        wf = private(np.ascontiguousarray(_flipped(w, dims)), w)
         y = path.forward(x, wf, dims, threaded)
-        saved: tuple[np.ndarray, ...] = (wf, private(np.ascontiguousarray(x), x))
     else:
         lay = layout(dims, x.dtype, threaded)
-        wg = private(_group_filter(w, dims), w)
-        xp = pad(x, dims)
-        columns = np.empty(lay.columns_shape, x.dtype) if lay.keep_columns else None
-        if lay.whole and columns is not None:   # small: every column in one gather, one product
+        wg = wf.reshape(dims.groups, dims.out_channels // dims.groups, -1)
+        xp = pad(x, dims, temporary=True)
+        if lay.whole:                           # small: every column in one gather, one product
+            columns = scratch("whole columns", lay.columns_shape, x.dtype)
             lay.fill(columns, xp, 0, dims.batch, 0, dims.in_channels)
             y = np.matmul(wg, columns).reshape(lay.y_shape)
         else:
             y = np.empty(lay.y_shape, x.dtype)
-            _sweep(lay, wg, xp=xp, columns=columns, fill=True, y=y)
-        # the backward rebuilds its columns from xp when they were not kept
-        saved = (wg, _nothing(x.dtype), columns) if columns is not None else (wg, private(xp, x), _nothing(x.dtype))
+            _sweep(lay, wg, xp=xp, y=y)
     if b is not None:
         add_channel_bias(y, b)
-    return y, saved
+    return y, (wf, private(np.ascontiguousarray(x), x))
 
 
 @_blas_beside_kernels(dims_at=2)
@@ -380,41 +366,31 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
 def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, threaded: bool | None = None,
                   needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
     """(dx, dw, db) of :func:`conv_forward`; those ``needs`` marks False are None, not computed."""
-    (dy,) = cotangents
+    (dy,), (wf, x) = cotangents, saved
     need_dx, need_dw, need_db = needs
     path = special_path(dims)
     threaded = _threads(dims, path, threaded)
-    dy = np.ascontiguousarray(cotangent("dy", dy, dims.y_shape, saved[0].dtype))
+    dy = np.ascontiguousarray(cotangent("dy", dy, dims.y_shape, wf.dtype))
     db = channel_sums(dy) if need_db else None
     if path is not None:
-        wf, x = saved
         dx = path.data_grad(dy, wf, dims, threaded) if need_dx else None
         dw = np.ascontiguousarray(_flipped(_path_filter_grad(path, dy, x, dims, threaded), dims)) if need_dw else None
         return dx, dw, db
-    wg, xp, columns = saved
+    wg = wf.reshape(dims.groups, dims.out_channels // dims.groups, -1)
     dw = None
     if need_dw:
         lay = layout(dims, dy.dtype, threaded)
         dw_parts = _new_parts(lay, wg)
-        _sweep(lay, wg, xp=xp, columns=columns if columns.size else None, dy=dy, dw_parts=dw_parts)
+        _sweep(lay, wg, xp=pad(x, dims, temporary=True), dy=dy, dw_parts=dw_parts)
         dw = _filter_grad(dw_parts, dims)
     return _data_grad(dy, wg, dims, threaded) if need_dx else None, dw, db
 
 
 @half_residuals
 def conv_residuals(x: Any, w: Any, b: Any, dims: ConvDims, *, threaded: bool | None = None) -> tuple[ArraySpec, ...]:
-    """Special paths (1x1, depthwise): the filter as used and x. im2col: the grouped filter
-    (groups, K/groups, C/groups * prod(kernel)), then the padded x and the columns (groups ... ), one of
-    them empty."""
+    """The filter as applied and x, whatever the path."""
     dtype = np.dtype(x.dtype)
-    if special_path(dims) is not None:
-        return ArraySpec(dims.w_shape, dtype), ArraySpec(dims.x_shape, dtype)
-    lay = layout(dims, dtype, False)
-    wg = ArraySpec((dims.groups, dims.out_channels // dims.groups, lay.rows), dtype)
-    empty = ArraySpec((0,), dtype)
-    if lay.keep_columns:
-        return wg, empty, ArraySpec(lay.columns_shape, dtype)
-    return wg, ArraySpec(_padding(dims)[0], dtype), empty
+    return ArraySpec(dims.w_shape, dtype), ArraySpec(dims.x_shape, dtype)
 
 
 @_blas_beside_kernels(dims_at=3)
@@ -431,12 +407,11 @@ def conv_transpose_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, d
     path = special_path(dims)
     threaded = _threads(dims, path, threaded)
     xe = private(np.ascontiguousarray(_extend(x, dims)), x)
+    wf = private(np.ascontiguousarray(_flipped(w, dims)), w)
     if path is not None:
-        wf = private(np.ascontiguousarray(_flipped(w, dims)), w)
         y = path.data_grad(xe, wf, dims, threaded)
     else:
-        wf = private(_group_filter(w, dims), w)
-        y = _data_grad(xe, wf, dims, threaded)
+        y = _data_grad(xe, wf.reshape(dims.groups, dims.out_channels // dims.groups, -1), dims, threaded)
     if b is not None:
         add_channel_bias(y, b)
     return y, (wf, xe)
@@ -459,9 +434,10 @@ def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, 
         dw = np.ascontiguousarray(_flipped(_path_filter_grad(path, xe, dy, dims, threaded), dims)) if need_dw else None
     elif need_dx or need_dw:
         lay = layout(dims, dy.dtype, threaded)
+        wg = wf.reshape(dims.groups, dims.out_channels // dims.groups, -1)
         dxe = np.empty(dims.y_shape, dy.dtype) if need_dx else None
-        dw_parts = _new_parts(lay, wf) if need_dw else None
-        _sweep(lay, wf, xp=pad(dy, dims), y=dxe, dy=xe if need_dw else None, dw_parts=dw_parts)
+        dw_parts = _new_parts(lay, wg) if need_dw else None
+        _sweep(lay, wg, xp=pad(dy, dims), y=dxe, dy=xe if need_dw else None, dw_parts=dw_parts)
         dw = _filter_grad(dw_parts, dims) if dw_parts is not None else None
     dx = dxe if dxe is None or dxe.shape == x_shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x_shape)])
     return dx, dw, channel_sums(dy) if need_db else None
@@ -470,13 +446,9 @@ def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, 
 @half_residuals
 def conv_transpose_residuals(x: Any, w: Any, b: Any, dims: ConvDims,
                              *, threaded: bool | None = None) -> tuple[ArraySpec, ArraySpec]:
-    """The filter as used (w's shape on special paths, grouped on im2col) and x extended."""
+    """The filter as applied and x extended, whatever the path."""
     dtype = np.dtype(x.dtype)
-    if special_path(dims) is not None:
-        wf = ArraySpec(dims.w_shape, dtype)
-    else:
-        wf = ArraySpec((dims.groups, dims.out_channels // dims.groups, layout(dims, dtype, False).rows), dtype)
-    return wf, ArraySpec(dims.y_shape, dtype)
+    return ArraySpec(dims.w_shape, dtype), ArraySpec(dims.y_shape, dtype)
 
 
 def _extend(x: np.ndarray, dims: ConvDims) -> np.ndarray:

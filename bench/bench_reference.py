@@ -267,7 +267,11 @@ MEMORY_LAYERS = (reference_layers.RESNET18[1], reference_layers.RESNET18[2], ref
 
 def memory_rows() -> list[Row]:
     """Extra peak memory of conv forward + backward, in bytes (printed in MB), measured in a child process."""
-    done = subprocess.run([sys.executable, __file__, "--memory-only"], capture_output=True, text=True, check=True)
+    # glibc keeps no freed memory for the next call there (dnnbind's heap padding off): each call's own
+    # peak shows in its resident memory, not hidden by pages an earlier call left behind
+    env = {**os.environ, "DNNBIND_HEAP_PADDING": "0"}
+    done = subprocess.run([sys.executable, __file__, "--memory-only"], capture_output=True, text=True, check=True,
+                          env=env)
     report = json.loads(done.stdout.strip().splitlines()[-1])
     if "skipped" in report:
         print(f"\nmemory: skipped ({report['skipped']})")

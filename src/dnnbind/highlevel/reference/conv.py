@@ -32,8 +32,8 @@ from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.reference.channels import add_channel_bias, channel_sums
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
                                                        kernel_offsets, offset_index, pad, unpad, windows)
-from dnnbind.highlevel.reference.conv_paths import (GEMM_THREAD_MIN_MACS, Direct, Path, macs, blas_path,
-                                                    special_path)
+from dnnbind.highlevel.reference.conv_paths import (GEMM_THREAD_MIN_MACS, Direct, Path, Pointwise, blas_path,
+                                                    macs, special_path)
 from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._precision import (cotangent, half_backward, half_forward, half_residuals,
                                                     private)
@@ -320,8 +320,8 @@ def _blas_beside_kernels(dims_at: int) -> Any:
         @functools.wraps(op)
         def beside(*args: Any, **kwargs: Any) -> Any:
             dims = args[dims_at]
-            if macs(dims) < GEMM_THREAD_MIN_MACS or native.library() is None:
-                return op(*args, **kwargs)
+            if macs(dims) < GEMM_THREAD_MIN_MACS or native.library() is None or special_path(dims) is Pointwise:
+                return op(*args, **kwargs)          # (1x1: BLAS's own threads split its products best)
             with one_blas_thread():
                 return op(*args, **kwargs)
         return beside

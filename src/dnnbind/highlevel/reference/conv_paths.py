@@ -525,12 +525,14 @@ def _phases(dims: ConvDims) -> tuple[tuple[tuple[slice, ...], tuple[slice, ...],
 
 
 #: Direct computes the filter gradient in C from this many outputs per sample on (the length of a
-#: sample's run of outputs in the kernels' plane layout); below, a BLAS path's products are faster.
-#: Measured (3x3, batch 8, 2-core EPYC, medians of three alternations, ms, against the BLAS path):
-#: 64 channels at 56x56 (run 3,300) 11.3 against 23.6; 128 at 28x28 (run 838) 11.7 against 17.6;
-#: 256 at 14x14 (run 222) 12.8 against 16.0 but 512 at 7x7 (run 61) 42.7 against 14.0, and strided
-#: 256 -> 512 to 7x7 21.3 against 8.0.
+#: sample's run of outputs in the kernels' plane layout), or stride 1 and DIRECT_FILTER_MIN_SUM outputs
+#: over the batch; elsewhere a BLAS path's products are faster. Measured (3x3, 2-core EPYC, medians of
+#: three alternations, ms, C against the BLAS path): batch 8, 64 channels at 56x56 (run 3,300) 11.3
+#: against 23.6; 128 at 28x28 (run 838) 11.7 against 17.6; 256 at 14x14 (run 222) 12.8 against 16.0
+#: but 512 at 7x7 (run 61) 42.7 against 14.0, and strided 256 -> 512 to 7x7 21.3 against 8.0; batch 32,
+#: 16 -> 32 channels at 16x16 (run 286) 1.37 against 2.05.
 DIRECT_FILTER_MIN_RUN = 512
+DIRECT_FILTER_MIN_SUM = 4096
 
 
 #: Direct takes problems of at least this many multiply-adds: below, its fixed costs (arguments checked,
@@ -581,7 +583,9 @@ class Direct:
     @staticmethod
     def native_filter_grad(dims: ConvDims) -> bool:
         """Whether the C kernel computes this problem's filter gradient (see DIRECT_FILTER_MIN_RUN)."""
-        return native.run_length(dims) >= DIRECT_FILTER_MIN_RUN
+        run = native.run_length(dims)
+        return run >= DIRECT_FILTER_MIN_RUN or (all(s == 1 for s in dims.stride)
+                                                and dims.batch * run >= DIRECT_FILTER_MIN_SUM)
 
 
 Path = type[Pointwise] | type[Depthwise] | type[Shifted] | type[Folded] | type[Direct]

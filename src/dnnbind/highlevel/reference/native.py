@@ -195,6 +195,7 @@ def _split_plane_count(dims: ConvDims | PoolDims, threaded: bool) -> list[tuple[
     return _parts(dims.x_shape[0] * dims.x_shape[1], threaded)
 
 
+@functools.lru_cache(maxsize=256)
 def run_length(dims: ConvDims) -> int:
     """A sample's run of outputs in the kernels' plane layout (csrc/planes.h: ``layout.run``): its outputs
     from the first to the last, rows a phase's width apart."""

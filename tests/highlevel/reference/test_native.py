@@ -240,3 +240,19 @@ def test_conv_kernels_match_torch_in_float64(rng, isa):
                                    atol=1e-10, err_msg=str(dims))
         np.testing.assert_allclose(native.conv_data_grad(dy, w, dims, threaded), xt.grad.numpy(), rtol=1e-11,
                                    atol=1e-11, err_msg=str(dims))
+
+
+def test_forward_kernels_keep_an_exact_copy_of_x(rng):
+    """``keep``: the forward's own copy of x, made by the kernel as it reads each plane, equals x, and a
+    later change of x leaves it (and so the backward) alone."""
+    for forward, dims in ((native.conv_forward, ConvDims((3, 4, 9, 8), (6, 2, 3, 3), stride=2, padding=1, groups=2)),
+                          (native.depthwise_forward, ConvDims((3, 4, 9, 8), (4, 1, 3, 3), padding=1, groups=4))):
+        x, w = rng.standard_normal(dims.x_shape), rng.standard_normal(dims.w_shape)
+        keep = np.empty_like(x)
+        y = forward(x, w, dims, True, keep)
+        np.testing.assert_array_equal(keep, x)
+        np.testing.assert_array_equal(y, forward(x, w, dims, False))
+        x += 1
+        assert not np.array_equal(keep, x)
+        with pytest.raises(ValueError, match="argument keep"):
+            forward(x, w, dims, False, np.empty(dims.x_shape, np.float32))

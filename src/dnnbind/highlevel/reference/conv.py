@@ -32,8 +32,8 @@ from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.reference.channels import add_channel_bias, channel_sums
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
                                                        kernel_offsets, offset_index, pad, unpad, windows)
-from dnnbind.highlevel.reference.conv_paths import (GEMM_THREAD_MIN_MACS, Direct, Path, Pointwise, blas_path,
-                                                    macs, special_path)
+from dnnbind.highlevel.reference.conv_paths import (GEMM_THREAD_MIN_MACS, Depthwise, Direct, Path, Pointwise,
+                                                    blas_path, macs, special_path)
 from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._precision import (cotangent, half_backward, half_forward, half_residuals,
                                                     private)
@@ -343,7 +343,13 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
     path = special_path(dims)
     threaded = _threads(dims, path, threaded)
     wf = private(np.ascontiguousarray(_flipped(w, dims)), w)
-    if path is not None:
+    kept = None
+    if path is Direct or path is Depthwise:
+        # the forward's own copy of x, made by the kernel as it reads x (one pass over x fewer); an x
+        # that is not C-contiguous gets its copy from ascontiguousarray below
+        kept = np.empty_like(x) if x.flags.c_contiguous else None
+        y = path.forward(x, wf, dims, threaded, keep=kept)
+    elif path is not None:
         y = path.forward(x, wf, dims, threaded)
     else:
         lay = layout(dims, x.dtype, threaded)
@@ -358,7 +364,7 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
             _sweep(lay, wg, xp=xp, y=y)
     if b is not None:
         add_channel_bias(y, b)
-    return y, (wf, private(np.ascontiguousarray(x), x))
+    return y, (wf, kept if kept is not None else private(np.ascontiguousarray(x), x))
 
 
 @_blas_beside_kernels(dims_at=2)

@@ -162,10 +162,14 @@ class Depthwise:
         return macs(dims) >= NATIVE_THREAD_MIN_MACS and workers() > 1
 
     @staticmethod
-    def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+    def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool,
+                keep: np.ndarray | None = None) -> np.ndarray:
+        """y; ``keep`` (x's shape), when given, receives a copy of x (in C: made as each plane is read)."""
         if not native.available(x.dtype):
+            if keep is not None:
+                np.copyto(keep, x)
             return DepthwiseNumpy.forward(x, w, dims, threaded)
-        return native.depthwise_forward(np.ascontiguousarray(x), np.ascontiguousarray(w), dims, threaded)
+        return native.depthwise_forward(np.ascontiguousarray(x), np.ascontiguousarray(w), dims, threaded, keep)
 
     @staticmethod
     def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
@@ -562,8 +566,10 @@ class Direct:
         return macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1
 
     @staticmethod
-    def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
-        return native.conv_forward(np.ascontiguousarray(x), np.ascontiguousarray(w), dims, threaded)
+    def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool,
+                keep: np.ndarray | None = None) -> np.ndarray:
+        """y; ``keep`` as in :meth:`Depthwise.forward`."""
+        return native.conv_forward(np.ascontiguousarray(x), np.ascontiguousarray(w), dims, threaded, keep)
 
     @staticmethod
     def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:

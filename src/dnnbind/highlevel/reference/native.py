@@ -87,10 +87,10 @@ def _best_suffix() -> str:
 _P, _I, _GEOMETRY = ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(Geometry)
 #: each kernel's parameters (csrc/*_typed.h) and whether it returns a status (0, or -1: no memory)
 _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
-    "depthwise_forward": ([_P, _P, _P, _GEOMETRY, _I, _I], True),
+    "depthwise_forward": ([_P, _P, _P, _P, _GEOMETRY, _I, _I], True),
     "depthwise_data_grad": ([_P, _P, _P, _GEOMETRY, _I, _I], True),
     "depthwise_filter_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I], True),
-    "conv_forward": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I], True),
+    "conv_forward": ([_P, _P, _P, _P, _GEOMETRY, _I, _I, _I, _I], True),
     "conv_filter_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I, _I], True),
     "conv_data_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I], True),
     "maxpool_forward": ([_P, _P, _P, _I, _GEOMETRY, _I, _I], True),
@@ -152,18 +152,25 @@ def _parts(count: int, threaded: bool) -> list[tuple[int, int]]:
     return split(count, workers()) if threaded else [(0, count)]
 
 
+def _kept(keep: np.ndarray | None, dims: ConvDims | PoolDims, dtype: np.dtype) -> int:
+    """The address for a forward's copy of x (0: none wanted), checked like every other argument."""
+    return 0 if keep is None else _address(keep, "keep", dims.x_shape, dtype)
+
+
 def _filter_shape(dims: ConvDims | PoolDims) -> tuple[int, ...]:
     """The depthwise filter's shape: (C, 1, *kernel); a pooling window's weights for mean pooling."""
     return dims.w_shape if isinstance(dims, ConvDims) else dims.x_shape[1:2] + (1,) + dims.window
 
 
-def depthwise_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims | PoolDims, threaded: bool) -> np.ndarray:
+def depthwise_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims | PoolDims, threaded: bool,
+                      keep: np.ndarray | None = None) -> np.ndarray:
     """y of a depthwise convolution (groups == in == out channels; or a pooling window, zero-padded,
-    weighted by ``w``); planes split over the pool."""
+    weighted by ``w``); planes split over the pool. ``keep`` (x's shape) receives a copy of x, made
+    while each plane is in cache (the forward's own copy, for its backward)."""
     dtype = x.dtype
     y = np.empty(dims.y_shape, dtype)
     args = (_address(x, "x", dims.x_shape, dtype), _address(w, "w", _filter_shape(dims), dtype),
-            _address(y, "y", dims.y_shape, dtype), ctypes.byref(geometry(dims)))
+            _address(y, "y", dims.y_shape, dtype), _kept(keep, dims, dtype), ctypes.byref(geometry(dims)))
     fn = _kernel("depthwise_forward", dtype)
     run(lambda p0, p1: _call(fn, *args, p0, p1), _split_plane_count(dims, threaded))
     return y
@@ -205,13 +212,15 @@ def run_length(dims: ConvDims) -> int:
     return ((g.out[0] - 1) * width[1] + (g.out[1] - 1)) * width[2] + g.out[2]
 
 
-def conv_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+def conv_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool,
+                 keep: np.ndarray | None = None) -> np.ndarray:
     """y of a convolution (any groups, stride, dilation, padding; w as the forward applies it), as a
-    direct convolution; samples split over the pool."""
+    direct convolution; samples split over the pool. ``keep`` as in :func:`depthwise_forward`."""
     dtype = x.dtype
     y = np.empty(dims.y_shape, dtype)
     args = (_address(x, "x", dims.x_shape, dtype), _address(w, "w", dims.w_shape, dtype),
-            _address(y, "y", dims.y_shape, dtype), ctypes.byref(geometry(dims)), dims.out_channels, dims.groups)
+            _address(y, "y", dims.y_shape, dtype), _kept(keep, dims, dtype), ctypes.byref(geometry(dims)),
+            dims.out_channels, dims.groups)
     fn = _kernel("conv_forward", dtype)
     run(lambda n0, n1: _call(fn, *args, n0, n1), _parts(dims.batch, threaded))
     return y

@@ -56,8 +56,9 @@ INLINE void NAME(tile)(const T *restrict buf, int64_t local, const int64_t *rest
 /* y[n] = the convolution of x[n] with w (groups of inputs / groups input and outputs / groups output
  * channels; g->channels is x's channel count), for samples n in [n0, n1). Samples go through in chunks
  * whose input planes fit a budget (CONV_CHUNK_BYTES), so that each tile's weights, read once per
- * output-channel block, serve the whole chunk from cache rather than one sample. */
-KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, const geometry *g, int64_t outputs,
+ * output-channel block, serve the whole chunk from cache rather than one sample. x's planes are also
+ * copied to copy unless it is NULL (the forward's own copy of x, made while each plane is in cache). */
+KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, T *copy, const geometry *g, int64_t outputs,
                                      int64_t groups, int64_t n0, int64_t n1) {
     layout l;
     if (make_layout(g, &l, SLACK)) return -1;
@@ -78,8 +79,11 @@ KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, const geomet
         int64_t c1 = c0 + chunk < n1 ? c0 + chunk : n1;
         for (int64_t gi = 0; gi < groups; gi++) {
             for (int64_t c = 0; c < cg; c++)
-                for (int64_t n = c0; n < c1; n++)
-                    NAME(load)(g, &l, x + (n * g->channels + gi * cg + c) * l.in_plane, buf + c * span + (n - c0) * l.local, 0);
+                for (int64_t n = c0; n < c1; n++) {
+                    int64_t plane = (n * g->channels + gi * cg + c) * l.in_plane;
+                    NAME(load)(g, &l, x + plane, buf + c * span + (n - c0) * l.local, 0);
+                    if (copy) memcpy(copy + plane, x + plane, sizeof(T) * (size_t)l.in_plane);
+                }
             const T *wg = wp + gi * blocks * MR * cg * l.taps;
             for (int64_t b = 0; b < blocks; b++)
                 for (int64_t n = c0; n < c1; n++)

@@ -44,9 +44,10 @@ INLINE void NAME(dot)(NAME(vec) *restrict lanes, const T *restrict a, const T *r
     lanes[0] = s0; lanes[1] = s1; lanes[2] = s2; lanes[3] = s3;
 }
 
-/* y[p] = the correlation of x[p] with w[p mod C] (its taps reversed when flip), planes p in [p0, p1). */
-static int NAME(correlate_planes)(const T *x, const T *w, T *y, const geometry *g, int64_t p0, int64_t p1,
-                                  int flip) {
+/* y[p] = the correlation of x[p] with w[p mod C] (its taps reversed when flip), planes p in [p0, p1);
+ * each plane of x also copied to copy (unless NULL) while it is in cache. */
+static int NAME(correlate_planes)(const T *x, const T *w, T *y, T *copy, const geometry *g, int64_t p0,
+                                  int64_t p1, int flip) {
     layout l;
     if (make_layout(g, &l, SLACK)) return -1;
     T *buf = malloc(sizeof(T) * (size_t)(l.local + l.run + SLACK + l.taps));
@@ -56,6 +57,7 @@ static int NAME(correlate_planes)(const T *x, const T *w, T *y, const geometry *
         const T *wp = w + (p % g->channels) * l.taps;
         for (int64_t t = 0; t < l.taps; t++) wc[t] = wp[flip ? l.taps - 1 - t : t];
         NAME(load)(g, &l, x + p * l.in_plane, buf, 0);
+        if (copy) memcpy(copy + p * l.in_plane, x + p * l.in_plane, sizeof(T) * (size_t)l.in_plane);
         NAME(correlate)(run, buf, l.tap, wc, l.taps, l.run);
         NAME(gather)(g, &l, run, y + p * l.out_plane);
     }
@@ -63,10 +65,11 @@ static int NAME(correlate_planes)(const T *x, const T *w, T *y, const geometry *
     return 0;
 }
 
-/* y[p] = the depthwise correlation of x[p] with w[p mod C], planes p in [p0, p1). */
-KERNEL int NAME(dnnbind_depthwise_forward)(const T *x, const T *w, T *y, const geometry *g,
+/* y[p] = the depthwise correlation of x[p] with w[p mod C], planes p in [p0, p1); x's planes also
+ * copied to copy unless it is NULL (the forward's own copy of x, made while each plane is in cache). */
+KERNEL int NAME(dnnbind_depthwise_forward)(const T *x, const T *w, T *y, T *copy, const geometry *g,
                                           int64_t p0, int64_t p1) {
-    return NAME(correlate_planes)(x, w, y, g, p0, p1, 0);
+    return NAME(correlate_planes)(x, w, y, copy, g, p0, p1, 0);
 }
 
 /* dx[p] = the data gradient of that correlation for output gradient dy[p], planes p in [p0, p1).
@@ -81,7 +84,7 @@ KERNEL int NAME(dnnbind_depthwise_data_grad)(const T *dy, const T *w, T *dx, con
             back.out[i] = g->in[i];
             back.pad[i] = (g->kernel[i] - 1) * g->dilation[i] - g->pad[i];
         }
-        return NAME(correlate_planes)(dy, w, dx, &back, p0, p1, 1);
+        return NAME(correlate_planes)(dy, w, dx, 0, &back, p0, p1, 1);
     }
     layout l;
     if (make_layout(g, &l, SLACK)) return -1;

@@ -342,7 +342,7 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
     """
     path = special_path(dims)
     threaded = _threads(dims, path, threaded)
-    wf = private(np.ascontiguousarray(_flipped(w, dims)), w)
+    wf = np.array(_flipped(w, dims), order="C")        # the forward's own (a copy, flipped or not)
     kept = None
     if path is Direct or path is Depthwise:
         # the forward's own copy of x, made by the kernel as it reads x (one pass over x fewer); an x
@@ -364,7 +364,7 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
             _sweep(lay, wg, xp=xp, y=y)
     if b is not None:
         add_channel_bias(y, b)
-    return y, (wf, kept if kept is not None else private(np.ascontiguousarray(x), x))
+    return y, (wf, kept if kept is not None else np.array(x, order="C"))
 
 
 @_blas_beside_kernels(dims_at=2)
@@ -413,7 +413,7 @@ def conv_transpose_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, d
     path = special_path(dims)
     threaded = _threads(dims, path, threaded)
     xe = private(np.ascontiguousarray(_extend(x, dims)), x)
-    wf = private(np.ascontiguousarray(_flipped(w, dims)), w)
+    wf = np.array(_flipped(w, dims), order="C")
     if path is not None:
         y = path.data_grad(xe, wf, dims, threaded)
     else:

@@ -62,38 +62,27 @@ def _jsonable(name: str, value: Any) -> Any:
 
 def encode(**params: Any) -> str:
     """The ``params`` text of a custom op call: its keyword arguments as compact, sorted JSON (a constant
-    for ``torch.compile``: its arguments are the layers' own settings). Remembered per distinct value,
-    as a repeated call (a training loop) asks for the same text every time."""
+    for ``torch.compile``: its arguments are the layers' own settings). Remembered per distinct value
+    (its repr: True, 1 and 1.0 are three), as a repeated call (a training loop) asks for the same text
+    every time."""
     items = tuple(params.items())
     if torch.compiler.is_compiling():       # traced once: the text is a constant of the graph
         return _encode(items)
     try:
-        return _encode_remembered(_tagged(items))
-    except TypeError:                       # something unhashable: encoded (or refused) without the cache
+        key = repr(items)
+    except Exception:                       # something without a repr: encoded (or refused) uncached
         return _encode(items)
+    text = _ENCODED.get(key)
+    if text is None:
+        if len(_ENCODED) >= _ENCODED_MAX:
+            _ENCODED.clear()
+        text = _ENCODED[key] = _encode(items)
+    return text
 
 
-def _tagged(value: Any) -> Any:
-    """``value`` as a hashable key in which every leaf carries its type (so True never meets 1)."""
-    if isinstance(value, dict):
-        return (dict, tuple((k, _tagged(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return (tuple, tuple(_tagged(v) for v in value))
-    return (type(value), value)
-
-
-@functools.lru_cache(maxsize=4096)
-def _encode_remembered(tagged: Any) -> str:
-    return _encode(_untagged(tagged))
-
-
-def _untagged(tagged: Any) -> Any:
-    kind, value = tagged
-    if kind is dict:
-        return {k: _untagged(v) for k, v in value}
-    if kind is tuple:
-        return tuple(_untagged(v) for v in value)
-    return value
+#: encode's texts by the repr of their items (bounded: cleared when full)
+_ENCODED: dict[str, str] = {}
+_ENCODED_MAX = 4096
 
 
 @torch.compiler.assume_constant_result
@@ -201,6 +190,14 @@ def _arguments(op: str, x: Any, others: Sequence[Any], p: dict[str, Any], reals:
 
 def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
              reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
+    outputs, residuals, _, _ = _run_forward(op, x, others, params, reals)
+    return outputs, residuals
+
+
+def _run_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
+                 reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor], tuple, list[Any]]:
+    """(outputs, residuals, the backend's static arguments, the FORMS arrays' slots: True where given,
+    None where not): what the forward op returns, and what an eager backward reuses."""
     p = decode(params)
     tensors, kwargs = _arguments(op, x, list(others), p, reals, read_seed=True)
     if op == "batchnorm":          # the running statistics are updated in copies that come back as outputs
@@ -213,7 +210,7 @@ def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
         outputs = [to_tensor(r) for r in results]
         if op == "batchnorm":
             outputs += [t for t in tensors[3:5] if t is not None]
-        return outputs, [to_tensor(r) for r in residuals]
+        return outputs, [to_tensor(r) for r in residuals], static, _map(lambda a: True, tensors)
 
 
 def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
@@ -269,13 +266,25 @@ def _backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor]
     device = torch.device(p["device"])
     with device_scope(device):
         static = _static(op, arrays, kwargs, params, reals)
-        given = iter([to_array(c) for c in cotangents])
-        cts = tuple(next(given) if flag else None for flag in p["given"])
-        options = {"needs": tuple(p["needs"])} if "needs" in p else {}
+    grads = _run_backward(op, residuals, cotangents, p["given"], p.get("needs"), static, arrays, device)
+    return [g for g in grads if g is not None]      # (placeholders: never None)
+
+
+def _run_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], given: Sequence[bool],
+                  needs: Sequence[bool] | None, static: tuple, arrays: list[Any], device: torch.device,
+                  placeholders: bool = True) -> list[Tensor | None]:
+    """The backend's backward on the given cotangents; one gradient per given differentiable array
+    (``arrays``: the forward's FORMS arrays, or anything with their None pattern); where ``needs``
+    skipped one, an empty tensor (the custom op returns tensors only) or, without ``placeholders``, None."""
+    with device_scope(device):
+        it = iter([to_array(c) for c in cotangents])
+        cts = tuple(next(it) if flag else None for flag in given)
+        options = {"needs": tuple(needs)} if needs is not None else {}
         grads = backend_function(_backend(device), f"{op}_backward")(
             tuple(to_array(r) for r in residuals), cts, *static, **options)
         like = cotangents[0]
-        return [like.new_empty((0,)) if g is None else to_tensor(g) for g in _gradient_leaves(op, grads, arrays)]
+        return [(like.new_empty((0,)) if placeholders else None) if g is None else to_tensor(g)
+                for g in _gradient_leaves(op, grads, arrays)]
 
 
 def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,
@@ -341,18 +350,21 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
         shape, dtype, device = ctx.first
         d_results[0] = torch.zeros(shape, dtype=dtype, device=device)
     given = [d is not None for d in d_results]
-    extra: dict[str, Any] = {"given": given}
     need_x, need_others = _needs(ctx)
+    needs = None
     if op in SKIPPABLE:      # x, w, b: whether autograd wants each (b's slot False when b was None)
         slots = iter(need_others)
-        extra["needs"] = [need_x] + [bool(next(slots)) if slot else False for slot in ctx.params["slots"]]
-    params = _encode(tuple({**ctx.params, **extra}.items()))     # per call: not worth remembering
+        needs = [need_x] + [bool(next(slots)) if slot else False for slot in ctx.params["slots"]]
     cotangents = [d for d in d_results if d is not None]
     if getattr(ctx, "eager", False) and not torch.is_grad_enabled():
-        # the eager Function: the backward op's own function, no dispatcher (with create_graph the
-        # dispatcher records the backward op, whose missing formula then refuses a second derivative)
-        grads = _backward(op, list(ctx.saved_tensors), cotangents, params, ctx.reals)
+        # the eager Function: the backward op's own function with the forward's static arguments, no
+        # dispatcher and no params text (with create_graph the dispatcher records the backward op,
+        # whose missing formula then refuses a second derivative)
+        grads = _run_backward(op, list(ctx.saved_tensors), cotangents, given, needs, ctx.static, ctx.slots,
+                              torch.device(ctx.params["device"]), placeholders=False)
     else:
+        extra: dict[str, Any] = {"given": given} if needs is None else {"given": given, "needs": needs}
+        params = _encode(tuple({**ctx.params, **extra}.items()))     # per call: not worth remembering
         grads = getattr(torch.ops.dnnbind, f"{op}_backward")(list(ctx.saved_tensors), cotangents, params, ctx.reals)
     it = iter(grads)
     dx: Tensor | None = next(it)
@@ -404,10 +416,11 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
     @staticmethod
     def forward(ctx: Any, op: str, params: str, reals: list[float], x: Tensor,  # type: ignore[override]
                 *others: Tensor) -> tuple[Tensor, ...]:
-        outputs, residuals = _forward(op, x, others, params, reals)
+        outputs, residuals, static, slots = _run_forward(op, x, others, params, reals)
         if any(ctx.needs_input_grad):            # else no backward can come: keep nothing
             ctx.save_for_backward(*residuals)
             ctx.mark_non_differentiable(*_remember_call(op, ctx, x, others, params, reals, outputs))
+            ctx.static, ctx.slots = static, slots
         return tuple(outputs)
 
     @staticmethod

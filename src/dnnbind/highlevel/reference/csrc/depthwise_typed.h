@@ -8,19 +8,21 @@
 typedef T NAME(vec) __attribute__((vector_size(VECTOR_BYTES), aligned(sizeof(T)), may_alias));
 #define VL ((int64_t)(VECTOR_BYTES / sizeof(T)))
 
-/* out[j] = sum over taps t of w[t] * base[tap[t] + j], j < n rounded up to four vectors: four vectors
- * of outputs at a time, kept in registers over every tap. */
+/* out[j] = sum over taps t of w[t] * base[tap[t] + j], j < n rounded up to eight vectors: eight vectors
+ * of outputs at a time, kept in registers over every tap (eight independent sums hide the loads' and
+ * FMAs' latency better than four: 144 channels at 28x28 0.72-0.85 ms against 0.85-0.95). */
 INLINE void NAME(correlate)(T *restrict out, const T *restrict base, const int64_t *restrict tap,
                             const T *restrict w, int64_t taps, int64_t n) {
-    for (int64_t j = 0; j < n; j += 4 * VL) {
-        NAME(vec) a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    for (int64_t j = 0; j < n; j += 8 * VL) {
+        NAME(vec) a[8];
+        for (int i = 0; i < 8; i++) a[i] = (NAME(vec)){0};
         for (int64_t t = 0; t < taps; t++) {
             const NAME(vec) *src = (const NAME(vec) *)(base + tap[t] + j);
             T c = w[t];
-            a0 += c * src[0]; a1 += c * src[1]; a2 += c * src[2]; a3 += c * src[3];
+            for (int i = 0; i < 8; i++) a[i] += c * src[i];
         }
         NAME(vec) *dst = (NAME(vec) *)(out + j);
-        dst[0] = a0; dst[1] = a1; dst[2] = a2; dst[3] = a3;
+        for (int i = 0; i < 8; i++) dst[i] = a[i];
     }
 }
 

@@ -10,9 +10,9 @@
 /* Helpers are inlined into each kernel, so they are compiled for the kernel's instruction set. */
 #define INLINE static inline __attribute__((always_inline))
 
-/* Bytes a correlation or dot product handles at a time: four vectors of the widest instruction set
- * (kept in registers), and so the most any of them reads or writes past the end of a run. */
-#define BLOCK_BYTES 256
+/* The most bytes a correlation, dot product or tile handles at a time (eight vectors of the widest
+ * instruction set, kept in registers), and so the most any of them reads or writes past a run's end. */
+#define BLOCK_BYTES 512
 /* Bytes of input planes a convolution takes through at once: samples side by side up to this much,
  * which stays in the second-level cache while every output channel's tiles read it. */
 #define CONV_CHUNK_BYTES (1 << 20)

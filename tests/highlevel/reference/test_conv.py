@@ -371,3 +371,14 @@ def test_small_problems_skip_the_sweep_with_the_same_results(monkeypatch, rng, x
     np.testing.assert_array_equal(y, y2)
     for a, b in zip(grads, pullback2(dy)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_residual_form_takes_its_dims_by_keyword_too(rng):
+    """The large-problem BLAS policy wrapper finds ConvDims passed by name as well as by position."""
+    x, w = rng.standard_normal((8, 16, 20, 20)).astype(np.float32), rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    dims = ConvDims(x.shape, w.shape, padding=1, dtype=x.dtype)
+    y, saved = reference_backend.conv_forward(x, w, None, dims=dims)
+    y2, saved2 = reference_backend.conv_forward(x, w, None, dims)
+    np.testing.assert_array_equal(y, y2)
+    for a, b in zip(reference_backend.conv_backward(saved, (y,), dims=dims), reference_backend.conv_backward(saved2, (y,), dims)):
+        np.testing.assert_array_equal(a, b)

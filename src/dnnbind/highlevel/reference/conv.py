@@ -319,7 +319,7 @@ def _blas_beside_kernels(dims_at: int) -> Any:
     def decorate(op: Any) -> Any:
         @functools.wraps(op)
         def beside(*args: Any, **kwargs: Any) -> Any:
-            dims = args[dims_at]
+            dims = args[dims_at] if len(args) > dims_at else kwargs["dims"]
             if macs(dims) < GEMM_THREAD_MIN_MACS or native.library() is None or special_path(dims) is Pointwise:
                 return op(*args, **kwargs)          # (1x1: BLAS's own threads split its products best)
             with one_blas_thread():

@@ -63,11 +63,7 @@ def use_threads(dims: ConvDims) -> bool:
 @functools.lru_cache(maxsize=256)
 def _big_enough(dims: ConvDims) -> bool:
     """Whether the problem splits (several groups or samples) into pieces worth a thread each."""
-    if dims.groups < 2 and dims.batch < 2:
-        return False
-    k = int(np.prod(dims.kernel_size))
-    macs = dims.batch * dims.out_channels * (dims.in_channels // dims.groups) * k * int(np.prod(dims.out_size))
-    return macs >= THREAD_MIN_MACS
+    return (dims.groups > 1 or dims.batch > 1) and macs(dims) >= THREAD_MIN_MACS
 
 
 def plan_chunks(dims: ConvDims, threaded: bool) -> list[Chunk]:
@@ -196,13 +192,6 @@ def _group_filter(w: np.ndarray, dims: ConvDims) -> np.ndarray:
     return np.ascontiguousarray(w).reshape(dims.groups, dims.out_channels // dims.groups, -1)
 
 
-def _ungroup_filter(dwg: np.ndarray, dims: ConvDims) -> np.ndarray:
-    dw = dwg.reshape(dims.w_shape)
-    if dims.flip:
-        dw = np.ascontiguousarray(np.flip(dw, tuple(range(2, dw.ndim))))
-    return dw
-
-
 # ----------------------------------------------------------------------------------------------
 # one sweep over (chunks x blocks) does any combination of forward, filter and data gradient
 
@@ -251,8 +240,17 @@ def _sweep(lay: _Layout, wg: np.ndarray, *, xp: Any = None,
 
 
 def _filter_grad(dw_parts: np.ndarray, dims: ConvDims) -> np.ndarray:
-    dwg = dw_parts[0] if len(dw_parts) == 1 else dw_parts.sum(axis=0)
-    return _ungroup_filter(dwg, dims)
+    """The sweep's per-chunk filter gradients summed, in w's shape, for the filter as applied (callers
+    flip it back for ``dims.flip``)."""
+    return (dw_parts[0] if len(dw_parts) == 1 else dw_parts.sum(axis=0)).reshape(dims.w_shape)
+
+
+def _im2col_filter_grad(dy: np.ndarray, x: np.ndarray, wg: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+    """dw by im2col columns and BLAS products (wg: the grouped filter as applied), unflipped."""
+    lay = layout(dims, dy.dtype, threaded)
+    dw_parts = _new_parts(lay, wg)
+    _sweep(lay, wg, xp=pad(x, dims, temporary=True), dy=dy, dw_parts=dw_parts)
+    return _filter_grad(dw_parts, dims)
 
 
 def _new_parts(lay: _Layout, wg: np.ndarray) -> np.ndarray:
@@ -286,18 +284,21 @@ def _forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np
     return y
 
 
-def _path_filter_grad(path: Path, dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
-    """A special path's filter gradient, unflipped (as the path applies the filter); Direct's C kernel
+def _path_filter_grad(path: Path, dy: np.ndarray, x: np.ndarray, wf: np.ndarray, dims: ConvDims,
+                      threaded: bool) -> np.ndarray:
+    """A special path's filter gradient, unflipped (as the path applies the filter wf); Direct's C kernel
     takes large planes, the BLAS paths the rest (:data:`conv_paths.DIRECT_FILTER_MIN_RUN`)."""
     if path is not Direct or Direct.native_filter_grad(dims):
         return path.filter_grad(dy, x, dims, threaded)
     base = blas_path(dims)
     if base is not None:
         return base.filter_grad(dy, x, dims, _threads(dims, base, None))
-    lay = layout(dims, dy.dtype, use_threads(dims))
-    parts = np.zeros((len(lay.ranges), dims.groups, lay.kg, lay.rows), dy.dtype)
-    _sweep(lay, parts[0], xp=pad(x, dims), dy=dy, dw_parts=parts)     # (parts[0]: the filter slot, unread here)
-    return parts.sum(axis=0).reshape(dims.w_shape)
+    return _im2col_filter_grad(dy, x, _grouped(wf, dims), dims, use_threads(dims))
+
+
+def _grouped(wf: np.ndarray, dims: ConvDims) -> np.ndarray:
+    """The filter as applied (w's shape, C-contiguous) as (groups, K/groups, C/groups * prod(kernel))."""
+    return wf.reshape(dims.groups, dims.out_channels // dims.groups, -1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -320,7 +321,7 @@ def _blas_beside_kernels(dims_at: int) -> Any:
         @functools.wraps(op)
         def beside(*args: Any, **kwargs: Any) -> Any:
             dims = args[dims_at] if len(args) > dims_at else kwargs["dims"]
-            if macs(dims) < GEMM_THREAD_MIN_MACS or native.library() is None or special_path(dims) is Pointwise:
+            if macs(dims) < GEMM_THREAD_MIN_MACS or native.library() is None or blas_path(dims) is Pointwise:
                 return op(*args, **kwargs)          # (1x1: BLAS's own threads split its products best)
             with one_blas_thread():
                 return op(*args, **kwargs)
@@ -353,7 +354,7 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
         y = path.forward(x, wf, dims, threaded)
     else:
         lay = layout(dims, x.dtype, threaded)
-        wg = wf.reshape(dims.groups, dims.out_channels // dims.groups, -1)
+        wg = _grouped(wf, dims)
         xp = pad(x, dims, temporary=True)
         if lay.whole:                           # small: every column in one gather, one product
             columns = scratch("whole columns", lay.columns_shape, x.dtype)
@@ -378,18 +379,16 @@ def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, threaded: 
     threaded = _threads(dims, path, threaded)
     dy = np.ascontiguousarray(cotangent("dy", dy, dims.y_shape, wf.dtype))
     db = channel_sums(dy) if need_db else None
+    dx = dw = None
     if path is not None:
         dx = path.data_grad(dy, wf, dims, threaded) if need_dx else None
-        dw = np.ascontiguousarray(_flipped(_path_filter_grad(path, dy, x, dims, threaded), dims)) if need_dw else None
-        return dx, dw, db
-    wg = wf.reshape(dims.groups, dims.out_channels // dims.groups, -1)
-    dw = None
-    if need_dw:
-        lay = layout(dims, dy.dtype, threaded)
-        dw_parts = _new_parts(lay, wg)
-        _sweep(lay, wg, xp=pad(x, dims, temporary=True), dy=dy, dw_parts=dw_parts)
-        dw = _filter_grad(dw_parts, dims)
-    return _data_grad(dy, wg, dims, threaded) if need_dx else None, dw, db
+        if need_dw:
+            dw = _path_filter_grad(path, dy, x, wf, dims, threaded)
+    else:
+        dx = _data_grad(dy, _grouped(wf, dims), dims, threaded) if need_dx else None
+        if need_dw:
+            dw = _im2col_filter_grad(dy, x, _grouped(wf, dims), dims, threaded)
+    return dx, None if dw is None else np.ascontiguousarray(_flipped(dw, dims)), db
 
 
 @half_residuals
@@ -417,7 +416,7 @@ def conv_transpose_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, d
     if path is not None:
         y = path.data_grad(xe, wf, dims, threaded)
     else:
-        y = _data_grad(xe, wf.reshape(dims.groups, dims.out_channels // dims.groups, -1), dims, threaded)
+        y = _data_grad(xe, _grouped(wf, dims), dims, threaded)
     if b is not None:
         add_channel_bias(y, b)
     return y, (wf, xe)
@@ -437,16 +436,16 @@ def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, 
     dxe = dw = None
     if path is not None:
         dxe = path.forward(dy, wf, dims, threaded) if need_dx else None
-        dw = np.ascontiguousarray(_flipped(_path_filter_grad(path, xe, dy, dims, threaded), dims)) if need_dw else None
+        dw = _path_filter_grad(path, xe, dy, wf, dims, threaded) if need_dw else None
     elif need_dx or need_dw:
         lay = layout(dims, dy.dtype, threaded)
-        wg = wf.reshape(dims.groups, dims.out_channels // dims.groups, -1)
+        wg = _grouped(wf, dims)
         dxe = np.empty(dims.y_shape, dy.dtype) if need_dx else None
         dw_parts = _new_parts(lay, wg) if need_dw else None
         _sweep(lay, wg, xp=pad(dy, dims), y=dxe, dy=xe if need_dw else None, dw_parts=dw_parts)
         dw = _filter_grad(dw_parts, dims) if dw_parts is not None else None
     dx = dxe if dxe is None or dxe.shape == x_shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x_shape)])
-    return dx, dw, channel_sums(dy) if need_db else None
+    return dx, None if dw is None else np.ascontiguousarray(_flipped(dw, dims)), channel_sums(dy) if need_db else None
 
 
 @half_residuals

@@ -9,6 +9,7 @@ holding NaN outputs NaN and routes its gradient to the last NaN.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ THREAD_MIN_READS = 1 << 20
 
 
 def _threaded(dims: PoolDims) -> bool:
-    return int(np.prod(dims.y_shape)) * len(dims.window_positions) >= THREAD_MIN_READS and workers() > 1
+    return math.prod(dims.y_shape) * len(dims.window_positions) >= THREAD_MIN_READS and workers() > 1
 
 
 @half_forward

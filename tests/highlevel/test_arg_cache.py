@@ -202,3 +202,12 @@ def test_every_planned_op_checks_again_what_its_key_does_not_hold(rng):
     b, _ = dnnbind.dropout(x, 0.5, seed=3)
     np.testing.assert_array_equal(a, b)
     assert arg_cache.size() == size + 1
+
+
+@pytest.mark.parametrize("first, second", [(0.0, -0.0), (-0.0, 0.0)])
+def test_zero_floats_of_either_sign_never_share_a_plan(first, second):
+    """0.0 and -0.0 are equal, hash-equal keys; a leaky_relu slope of either gives zeros of its own sign."""
+    x = np.array([-1.0, -2.0])
+    for alpha in (first, second, first):
+        y, _ = dnnbind.activation(x, "leaky_relu", alpha=alpha)
+        np.testing.assert_array_equal(np.signbit(y), np.signbit(x * alpha))

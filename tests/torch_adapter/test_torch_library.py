@@ -293,3 +293,35 @@ def test_params_name_what_decides_the_residuals():
     finally:
         library._EAGER["conv"].apply = original
     assert json.loads(seen[0])["saves"] == tags[1]
+
+
+def test_repeated_eager_calls_share_one_signature():
+    from dnnbind.torch import library
+    library._SIGNATURES.clear()
+    conv = dnn.Conv2d(2, 3, 3, padding=1).double()
+    x = _r(2, 2, 5, 5)
+    for _ in range(3):
+        conv(x).sum().backward()
+    assert len(library._SIGNATURES) == 1
+    conv(_r(1, 2, 6, 6))                     # another shape: another signature
+    assert len(library._SIGNATURES) == 2
+
+
+def test_a_changed_setting_or_a_zero_of_another_sign_is_another_signature():
+    x = _r(2, 3, 6, 6)
+    conv = dnn.Conv2d(3, 2, 3, padding=1).double()
+    first = conv(x)
+    conv.stride = (2, 2)                      # the layer's settings are read on every call
+    assert conv(x).shape == torch.nn.functional.conv2d(x, conv.weight, conv.bias, stride=2, padding=1).shape
+    neg = torch.tensor([-1.0, -2.0], dtype=torch.float64)
+    pos, negz = dt.activation(neg, "leaky_relu", alpha=0.0), dt.activation(neg, "leaky_relu", alpha=-0.0)
+    assert torch.equal(torch.signbit(pos), torch.signbit(neg * 0.0))          # 0.0 * -1 = -0.0
+    assert torch.equal(torch.signbit(negz), torch.signbit(neg * -0.0))        # -0.0 * -1 = +0.0
+    assert first.shape == (2, 2, 6, 6)
+
+
+def test_seeded_dropout_calls_take_their_own_seed():
+    x = torch.ones(64, dtype=torch.float64)
+    a = dt.dropout(x, 0.5, seed=1)
+    b = dt.dropout(x, 0.5, seed=2)
+    assert torch.equal(a, dt.dropout(x, 0.5, seed=1)) and not torch.equal(a, b)

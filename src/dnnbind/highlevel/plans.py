@@ -9,6 +9,7 @@ arrays' first call) take the checked path, which adopts them first.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from dnnbind.highlevel import arg_cache
@@ -61,12 +62,21 @@ def find(op: str, arrays: tuple, arguments: tuple) -> Plan | None:
 
 
 def _plain(arguments: tuple) -> tuple | None:
-    """None when every argument is a scalar (the key's types tell 1 from True); else the arguments with
-    each tuple or list through :func:`arg_cache.plain` (a tuple, its bools tagged). Raises
-    arg_cache.NotPlain for arguments of other types."""
-    if all(type(a) in _SCALARS for a in arguments):
+    """None when every argument is a scalar (the key's types tell 1 from True) and no float is a zero;
+    else the arguments with each tuple or list through :func:`arg_cache.plain` (a tuple, its bools tagged)
+    and each zero float tagged with its sign (0.0 and -0.0 are equal keys but may give other results).
+    Raises arg_cache.NotPlain for arguments of other types."""
+    if all(type(a) in _SCALARS for a in arguments) and not any(map(_zero, arguments)):
         return None
-    return tuple([a if type(a) in _SCALARS else arg_cache.plain(a) for a in arguments])
+    return tuple([(_ZERO, math.copysign(1.0, a)) if _zero(a) else a if type(a) in _SCALARS else arg_cache.plain(a)
+                  for a in arguments])
+
+
+def _zero(value: Any) -> bool:
+    return type(value) is float and value == 0.0
+
+
+_ZERO = object()     # tags a zero float in a key, with its sign
 
 
 _SCALARS = frozenset({int, bool, float, str, type(None)})   # the key holds their types: 2.0 never meets 2

@@ -80,18 +80,23 @@ def cupy() -> ModuleType:
     return cp
 
 
-@contextlib.contextmanager
-def device_scope(device: torch.device) -> Iterator[None]:
+def device_scope(device: torch.device) -> contextlib.AbstractContextManager[None]:
     """Make CuPy use ``device`` and torch's current stream on it; on the CPU, run numpy's BLAS on one
     thread (:func:`~dnnbind.highlevel.reference._threads.one_blas_thread`): torch's OpenMP threads
     spin-wait between torch's ops and a multi-threaded BLAS loses to them."""
-    if device.type != "cuda":
-        if device.type == "cpu":
-            with one_blas_thread():
-                yield
-        else:
-            yield
-        return
+    kind = device.type
+    if kind == "cpu":
+        return one_blas_thread()
+    if kind != "cuda":
+        return _NOTHING
+    return _cuda_scope(device)
+
+
+_NOTHING = contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _cuda_scope(device: torch.device) -> Iterator[None]:
     cp = cupy()
     index = torch.cuda.current_device() if device.index is None else device.index
     stream = torch.cuda.current_stream(index)
@@ -103,6 +108,10 @@ def to_array(t: torch.Tensor, *, inplace: bool = False, name: str = "tensor") ->
     """A C-contiguous numpy (CPU) or CuPy (CUDA) array on ``t``'s memory; a copy only when ``t`` is not
     contiguous. ``inplace=True`` (the op writes into it) refuses non-contiguous tensors instead."""
     t = t.detach()
+    if t.device.type == "cpu" and t.dtype is not torch.bfloat16 and not t.is_neg():
+        a = t.numpy()                      # the common case, in as few steps as it takes
+        if a.flags.c_contiguous:
+            return a
     contiguous = t.is_contiguous()
     if not contiguous and inplace:
         raise ValueError(f"{name} must be contiguous: the op updates it in place")
@@ -121,6 +130,8 @@ def to_array(t: torch.Tensor, *, inplace: bool = False, name: str = "tensor") ->
 
 def to_tensor(a: Any) -> torch.Tensor:
     """A tensor on the memory of a numpy or CuPy array (numpy arrays torch cannot share are copied)."""
+    if type(a) is np.ndarray and a.dtype.kind != "V" and a.flags.writeable and a.flags.c_contiguous:
+        return torch.from_numpy(a)         # the common case: a fresh result of the reference backend
     dtype = getattr(a, "dtype", None)
     bfloat16 = dtype is not None and dtype.kind == "V" and dtype.name == "bfloat16"   # .name is slow: kind first
     if bfloat16:

@@ -190,27 +190,76 @@ def _arguments(op: str, x: Any, others: Sequence[Any], p: dict[str, Any], reals:
 
 def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
              reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
-    outputs, residuals, _, _ = _run_forward(op, x, others, params, reals)
+    outputs, residuals, _ = _run_forward(op, x, others, params, reals)
     return outputs, residuals
 
 
+class _Signature:
+    """What every call of one op with the same params, reals, and tensor shapes, dtypes and device has in
+    common: the tensors' places among the op's FORMS arrays, the backend's functions and static arguments
+    (checked once, as the public ops' plans are), and what the autograd setup records. Built by the first
+    such call; a repeated call (a training loop's) finds it by one dictionary lookup."""
+
+    __slots__ = ("op", "p", "device", "static", "slots", "forward", "backward", "record")
+
+    def __init__(self, op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
+                 tensors: list[Any], kwargs: dict[str, Any]) -> None:
+        self.op, self.p, self.device = op, decode(params), x.device
+        backend = _backend(x.device)
+        self.static = _static(op, _map(_spec, tensors), kwargs, params, reals)
+        self.slots = _map(lambda a: True, tensors)          # True where an array was given, None where not
+        self.forward = backend_function(backend, f"{op}_forward")
+        self.backward = backend_function(backend, f"{op}_backward")
+        self.record = _call_record(op, x, others, self.p, reals)
+
+    def tensors(self, x: Tensor, others: Sequence[Tensor]) -> list[Any]:
+        """x and others in FORMS order (None where not given; dropout's seed tensor left out)."""
+        tensors = [x, *unflatten(others, self.p["slots"])]
+        if self.op == "dropout" and len(tensors) > 1:
+            tensors.pop()
+        return tensors
+
+
+def _signature(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> _Signature:
+    """The :class:`_Signature` of this call: remembered, except for a dropout call with a seed tensor (whose
+    value is one of the static arguments)."""
+    seeded = op == "dropout" and len(others) > 0
+    key = None
+    if not seeded:
+        key = (op, params, tuple([float(r).hex() for r in reals]), x.shape, x.dtype, x.device,
+               *[(t.shape, t.dtype) for t in others])
+        found = _SIGNATURES.get(key)
+        if found is not None:
+            return found
+    tensors, kwargs = _arguments(op, x, list(others), decode(params), reals, read_seed=True)
+    sig = _Signature(op, x, others, params, reals, tensors, kwargs)
+    if key is not None:
+        if len(_SIGNATURES) >= _SIGNATURES_MAX:
+            _SIGNATURES.clear()
+        _SIGNATURES[key] = sig
+    return sig
+
+
+#: eager calls' signatures (bounded: cleared when full; a training loop has a few)
+_SIGNATURES: dict[tuple, _Signature] = {}
+_SIGNATURES_MAX = 1024
+
+
 def _run_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
-                 reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor], tuple, list[Any]]:
-    """(outputs, residuals, the backend's static arguments, the FORMS arrays' slots: True where given,
-    None where not): what the forward op returns, and what an eager backward reuses."""
-    p = decode(params)
-    tensors, kwargs = _arguments(op, x, list(others), p, reals, read_seed=True)
-    if op == "batchnorm":          # the running statistics are updated in copies that come back as outputs
-        tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
+                 reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor], _Signature]:
+    """(outputs, residuals, the call's signature): what the forward op returns, and what an eager backward
+    reuses."""
     with device_scope(x.device):
+        sig = _signature(op, x, others, params, reals)
+        tensors = sig.tensors(x, others)
+        if op == "batchnorm":      # the running statistics are updated in copies that come back as outputs
+            tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
         arrays = _map(to_array, tensors)
-        static = _static(op, arrays, kwargs, params, reals)
-        result, residuals = backend_function(_backend(x.device), f"{op}_forward")(*arrays, *static)
-        results = [r for r in (result if isinstance(result, tuple) else (result,)) if r is not None]
-        outputs = [to_tensor(r) for r in results]
+        result, residuals = sig.forward(*arrays, *sig.static)
+        outputs = [to_tensor(r) for r in (result if isinstance(result, tuple) else (result,)) if r is not None]
         if op == "batchnorm":
             outputs += [t for t in tensors[3:5] if t is not None]
-        return outputs, [to_tensor(r) for r in residuals], static, _map(lambda a: True, tensors)
+        return outputs, [to_tensor(r) for r in residuals], sig
 
 
 def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
@@ -272,16 +321,17 @@ def _backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor]
 
 def _run_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], given: Sequence[bool],
                   needs: Sequence[bool] | None, static: tuple, arrays: list[Any], device: torch.device,
-                  placeholders: bool = True) -> list[Tensor | None]:
+                  placeholders: bool = True, backward: Any = None) -> list[Tensor | None]:
     """The backend's backward on the given cotangents; one gradient per given differentiable array
     (``arrays``: the forward's FORMS arrays, or anything with their None pattern); where ``needs``
-    skipped one, an empty tensor (the custom op returns tensors only) or, without ``placeholders``, None."""
+    skipped one, an empty tensor (the custom op returns tensors only) or, without ``placeholders``, None.
+    ``backward``: the backend's function when the caller has it (an eager call's signature)."""
     with device_scope(device):
         it = iter([to_array(c) for c in cotangents])
         cts = tuple(next(it) if flag else None for flag in given)
         options = {"needs": tuple(needs)} if needs is not None else {}
-        grads = backend_function(_backend(device), f"{op}_backward")(
-            tuple(to_array(r) for r in residuals), cts, *static, **options)
+        backward = backward or backend_function(_backend(device), f"{op}_backward")
+        grads = backward(tuple(to_array(r) for r in residuals), cts, *static, **options)
         like = cotangents[0]
         return [(like.new_empty((0,)) if placeholders else None) if g is None else to_tensor(g)
                 for g in _gradient_leaves(op, grads, arrays)]
@@ -309,25 +359,31 @@ def _setup_context(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
 
 
 def _remember_call(op: str, ctx: Any, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
-                   outputs: Sequence[Tensor]) -> list[Tensor]:
-    """Keep on ``ctx`` what the backward needs besides the residuals; returns the outputs that get no
-    gradient (batch norm's running statistics, maxpool's integer indices)."""
-    p = decode(params)
+                   outputs: Sequence[Tensor], record: tuple | None = None) -> list[Tensor]:
+    """Keep on ``ctx`` what the backward needs besides the residuals (``record``: the call's
+    :func:`_call_record`, when remembered); returns the outputs that get no gradient (batch norm's running
+    statistics, maxpool's integer indices)."""
+    ctx.op, ctx.params, ctx.diff, stats = record or _call_record(op, x, others, decode(params), reals)
+    ctx.results = len(outputs) - stats
+    ctx.reals = list(reals)
+    ctx.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
+    return list(outputs[ctx.results:]) + [o for o in outputs[:ctx.results] if not o.is_floating_point()]
+
+
+def _call_record(op: str, x: Tensor, others: Sequence[Tensor], p: dict[str, Any],
+                 reals: Sequence[float]) -> tuple[str, dict[str, Any], list[bool], int]:
+    """(op, the backward's params: the call's with the tensors' shapes, dtype and device, whether each tensor
+    in others gets a gradient, how many running statistics follow the results)."""
     stats = _running_statistics(op, p)
-    extra = list(outputs[len(outputs) - stats:]) if stats else []
     # per tensor in others: whether it gets a gradient (slots past FORMS' arrays, dropout's seed, get none)
-    ctx.diff = [d for d, slot in itertools.zip_longest(_differentiable(op)[1:], _flat_slots(p["slots"]),
-                                                        fillvalue=False) for _ in range(slot)]
+    diff = [d for d, slot in itertools.zip_longest(_differentiable(op)[1:], _flat_slots(p["slots"]),
+                                                   fillvalue=False) for _ in range(slot)]
     shapes = [[int(s) for s in t.shape] for t in (x, *others)]
     if op == "dropout":                       # the seed tensor is no array of the op's
         shapes = shapes[:1]
         p = {**p, "slots": []}
-    ctx.op = op
-    ctx.params = {**p, "shapes": shapes, "dtype": array_dtype(x.dtype).name, "device": str(x.device)}
-    ctx.results = len(outputs) - len(extra)
-    ctx.reals = list(reals)
-    ctx.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
-    return extra + [o for o in outputs[:ctx.results] if not o.is_floating_point()]
+    params = {**p, "shapes": shapes, "dtype": array_dtype(x.dtype).name, "device": str(x.device)}
+    return op, params, diff, stats
 
 
 def _flat_slots(slots: Sequence[Any]) -> list[int]:
@@ -360,8 +416,9 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
         # the eager Function: the backward op's own function with the forward's static arguments, no
         # dispatcher and no params text (with create_graph the dispatcher records the backward op,
         # whose missing formula then refuses a second derivative)
-        grads = _run_backward(op, list(ctx.saved_tensors), cotangents, given, needs, ctx.static, ctx.slots,
-                              torch.device(ctx.params["device"]), placeholders=False)
+        sig = ctx.signature
+        grads = _run_backward(op, list(ctx.saved_tensors), cotangents, given, needs, sig.static, sig.slots,
+                              sig.device, placeholders=False, backward=sig.backward)
     else:
         extra: dict[str, Any] = {"given": given} if needs is None else {"given": given, "needs": needs}
         params = _encode(tuple({**ctx.params, **extra}.items()))     # per call: not worth remembering
@@ -416,11 +473,11 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
     @staticmethod
     def forward(ctx: Any, op: str, params: str, reals: list[float], x: Tensor,  # type: ignore[override]
                 *others: Tensor) -> tuple[Tensor, ...]:
-        outputs, residuals, static, slots = _run_forward(op, x, others, params, reals)
+        outputs, residuals, sig = _run_forward(op, x, others, params, reals)
         if any(ctx.needs_input_grad):            # else no backward can come: keep nothing
             ctx.save_for_backward(*residuals)
-            ctx.mark_non_differentiable(*_remember_call(op, ctx, x, others, params, reals, outputs))
-            ctx.static, ctx.slots = static, slots
+            ctx.mark_non_differentiable(*_remember_call(op, ctx, x, others, params, reals, outputs, sig.record))
+            ctx.signature = sig
         return tuple(outputs)
 
     @staticmethod
@@ -457,7 +514,8 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
     # float settings (p, eps, momentum, alpha) travel as the op's float arguments: torch.compile may trace
     # a layer's float attribute as a symbolic value, which cannot be part of the params text
     reals = {k: v for k, v in kwargs.items() if isinstance(v, (float, torch.SymFloat))}
-    args = {k: _constant(v) for k, v in kwargs.items() if k not in reals}
+    compiling = torch.compiler.is_compiling()
+    args = {k: _constant(v) if compiling else v for k, v in kwargs.items() if k not in reals}
     params = encode(args=args, reals=list(reals), slots=slots, saves=_saves(x.device.type))
     if _plain_eager(x, others):
         return list(_EAGER[op].apply(op, params, list(reals.values()), x, *others))

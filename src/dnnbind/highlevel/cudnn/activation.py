@@ -77,7 +77,7 @@ def activation_forward(x: Any, mode: str, alpha: float | None) -> tuple[Any, tup
             return user_x.copy(), ()
         if mode == "leaky_relu":
             forward, _ = elementwise.kernels(cp, mode)
-            return forward(user_x, elementwise.coefficient(user_x.dtype, float(alpha or 0.0))), \
+            return forward(user_x, elementwise.coefficient(user_x.dtype, 0.0 if alpha is None else float(alpha))), \
                 (user_x.copy(order="K"),)
         x, y = flat_dense(cp, user_x)
         c, item = lib(), x.itemsize
@@ -104,7 +104,7 @@ def activation_backward(residuals: tuple, cotangents: tuple, mode: str, alpha: f
         dy = cotangent("dy", back["dy"], saved_x.shape, saved_x.dtype, None, device)
         if mode == "leaky_relu":
             _, backward = elementwise.kernels(cp, mode)
-            return backward(saved_x, dy, elementwise.coefficient(saved_x.dtype, float(alpha or 0.0)))
+            return backward(saved_x, dy, elementwise.coefficient(saved_x.dtype, 0.0 if alpha is None else float(alpha)))
         y, dx = flat_dense(cp, residuals[1])           # y itself: it has x's strides, one dense block
         x, dy = like(cp, saved_x, y), like(cp, dy, y)
         c, item = lib(), y.itemsize

@@ -5,7 +5,7 @@ import contextlib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 from dnnbind.highlevel.reference._blas import openblas
 
@@ -44,8 +44,35 @@ _one_thread_depth = 0
 _saved_threads = 0
 
 
-@contextlib.contextmanager
-def one_blas_thread() -> Iterator[None]:
+class _OneBlasThread:
+    """The context manager :func:`one_blas_thread` returns (a class: entered on every adapter call, where
+    a generator-based one costs more than the bookkeeping it wraps)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        global _one_thread_depth, _saved_threads
+        blas = openblas()
+        with _lock:
+            if _one_thread_depth == 0 and blas.set_threads is not None and blas.get_threads is not None:
+                _saved_threads = blas.get_threads()
+                if _saved_threads != 1:
+                    blas.set_threads(1)
+            _one_thread_depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _one_thread_depth
+        blas = openblas()
+        with _lock:
+            _one_thread_depth -= 1
+            if _one_thread_depth == 0 and blas.set_threads is not None and _saved_threads not in (0, 1):
+                blas.set_threads(_saved_threads)
+
+
+_ONE_BLAS_THREAD = _OneBlasThread()
+
+
+def one_blas_thread() -> contextlib.AbstractContextManager[None]:
     """Run numpy's BLAS (OpenBLAS) on one thread inside the block, and let the pool split big problems.
 
     For hosts that own the cores with a thread pool of their own that spin-waits between its parallel
@@ -54,21 +81,7 @@ def one_blas_thread() -> Iterator[None]:
     spinning. Process-wide while any thread is inside (a counter restores the setting on the last
     exit); does nothing where numpy's BLAS is not OpenBLAS.
     """
-    global _one_thread_depth, _saved_threads
-    blas = openblas()
-    with _lock:
-        if _one_thread_depth == 0 and blas.set_threads is not None and blas.get_threads is not None:
-            _saved_threads = blas.get_threads()
-            if _saved_threads != 1:
-                blas.set_threads(1)
-        _one_thread_depth += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _one_thread_depth -= 1
-            if _one_thread_depth == 0 and blas.set_threads is not None and _saved_threads not in (0, 1):
-                blas.set_threads(_saved_threads)
+    return _ONE_BLAS_THREAD
 
 
 def _get_pool() -> ThreadPoolExecutor:

@@ -44,7 +44,7 @@ def _forward(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray,
         return np.where(neg, alpha * em1, x), (np.where(neg, alpha * (em1 + 1), 1),)
     if mode == "leaky_relu":
         pos = x > 0
-        negative_slope = float(alpha or 0.0)
+        negative_slope = 0.0 if alpha is None else float(alpha)
         return np.where(pos, x, negative_slope * x), (np.where(pos, 1, negative_slope),)
     if mode == "clipped_relu":
         return np.clip(x, 0, alpha), ((x > 0) & (x < alpha),)

@@ -256,3 +256,72 @@ def test_forward_kernels_keep_an_exact_copy_of_x(rng):
         assert not np.array_equal(keep, x)
         with pytest.raises(ValueError, match="argument keep"):
             forward(x, w, dims, False, np.empty(dims.x_shape, np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("function", ["exp", "tanh", "sigmoid"])
+def test_vector_math_is_within_three_units_in_the_last_place(rng, isa, dtype, function):
+    """The LSTM loop's exp, tanh and sigmoid against float64 (float32) or long double (float64) numpy,
+    over the whole range, with NaN in giving NaN out and the sign of zero kept."""
+    limit = 110 if dtype == np.float32 else 750        # past where exp overflows and underflows
+    special = [0.0, -0.0, 0.3, -0.3, 0.29999, 0.30001, 20, -20, 60, -60, 1e-30, -1e-30, 1e-300, 88.7, -87.3, -103]
+    x = np.concatenate([rng.uniform(-1, 1, 20000), rng.uniform(-limit, limit, 20000),
+                        rng.standard_normal(20000) * 1e-3, special]).astype(dtype)
+    x = x[np.isfinite(x)]
+    wide = x.astype(np.float64 if dtype == np.float32 else np.longdouble)
+    with np.errstate(over="ignore"):     # exact values past float32's range, cast to it below
+        _check_vector_math(x, wide, dtype, function)
+    edges = np.array([np.nan, np.inf, -np.inf, 1000, -1000], dtype)
+    expected = {"exp": [np.nan, np.inf, 0, np.inf, 0], "tanh": [np.nan, 1, -1, 1, -1], "sigmoid": [np.nan, 1, 0, 1, 0]}
+    np.testing.assert_array_equal(native.vmath(edges, function), np.array(expected[function], dtype))
+
+
+def _check_vector_math(x, wide, dtype, function):
+    y = native.vmath(x, function)
+    exact = {"exp": np.exp, "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v))}[function](wide)
+    assert np.array_equal(np.isinf(y), np.isinf(exact.astype(dtype)))
+    finite = np.isfinite(exact.astype(dtype)) & (np.abs(exact) >= np.finfo(dtype).tiny)
+    ulps = np.abs(y[finite] - exact[finite]) / np.spacing(np.abs(exact[finite]).astype(dtype))
+    assert float(ulps.max()) <= 3.0
+    assert np.array_equal(np.signbit(y), np.signbit(exact.astype(dtype))) or function != "tanh"
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-11), (np.float32, 2e-5)])
+@pytest.mark.parametrize("layers, bidirectional, bias, batch", [(1, False, True, 3), (2, True, False, 1), (2, False, True, 17)])
+def test_lstm_time_loop_matches_the_numpy_loop(rng, isa, monkeypatch, dtype, rtol, layers, bidirectional, bias, batch):
+    """The C time loop (one length, no projection) against the numpy loop, results and every gradient."""
+    import dnnbind
+    from .test_rnn import make_weights
+    T, I, H = 7, 5, 6
+    dirs = 2 if bidirectional else 1
+    weights = [tuple(None if w is None else w.astype(dtype) for w in entry)
+               for entry in make_weights(rng, "lstm", I, H, layers, dirs, bias)]
+    x = rng.standard_normal((T, batch, I)).astype(dtype)
+    h0, c0 = (rng.standard_normal((layers * dirs, batch, H)).astype(dtype) for _ in range(2))
+    cotangents = [rng.standard_normal(s).astype(dtype) for s in ((T, batch, dirs * H), h0.shape, c0.shape)]
+
+    def run():
+        (y, hy, cy), pullback = dnnbind.rnn(x, weights, h0=h0, c0=c0, hidden_size=H, num_layers=layers,
+                                            bidirectional=bidirectional)
+        dx, dh0, dc0, dweights = pullback(*cotangents)
+        return [y, hy, cy, dx, dh0, dc0] + [w for entry in dweights for w in entry if w is not None]
+
+    calls = []
+    original = native.lstm_forward
+    monkeypatch.setattr(native, "lstm_forward", lambda *a: calls.append(1) or original(*a))
+    ours = run()
+    assert len(calls) == layers * dirs                  # the C loop ran, once per layer and direction
+    monkeypatch.setattr(native, "available", lambda dtype: False)
+    for a, b in zip(ours, run(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
+
+
+def test_lstm_kernels_refuse_what_does_not_fit():
+    xp, w = np.zeros((8, 3, 2)), np.zeros((8, 2))
+    tapes = [np.zeros((3, 8, 2)), np.zeros((4, 2, 2)), np.zeros((4, 2, 2)), np.zeros((3, 2, 2))]
+    with pytest.raises(ValueError, match="do not fit an LSTM's 3 steps"):
+        native.lstm_forward(xp, w, np.array([0, 1, 3]), *tapes)
+    with pytest.raises(ValueError, match=r"argument w_hh: .*shape \(8, 2\)"):
+        native.lstm_forward(xp, np.zeros((8, 3)), np.arange(3), *tapes)
+    with pytest.raises(ValueError, match=r"argument hs: "):
+        native.lstm_forward(xp, w, np.arange(3), tapes[0], np.zeros((3, 2, 2)), *tapes[2:])

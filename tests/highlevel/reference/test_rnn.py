@@ -14,6 +14,9 @@ from ..gradcheck import check_gradients
 
 GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
 
+#: every test twice: on the C kernels (the LSTM time loop) and on the numpy loops
+pytestmark = pytest.mark.usefixtures("kernels")
+
 
 def make_weights(rng, mode, inp, hidden, layers=1, dirs=1, bias=True):
     g = GATES[mode] * hidden

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims, PoolDims
+from dnnbind.highlevel.reference._blas import openblas
 from dnnbind.highlevel.reference._threads import run, split, workers
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -100,6 +101,9 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "channel_affine": ([_P] * 4 + [_I] * 4, False),
     "batchnorm_normalize": ([_P] * 7 + [_I] * 4, False),
     "batchnorm_data_grad": ([_P] * 6 + [_I] * 4, False),
+    "lstm_forward": ([_P] * 7 + [_I] * 3 + [_P, _I], False),
+    "lstm_backward": ([_P] * 8 + [_I] * 3 + [_P, _I], False),
+    "vmath": ([_P, _P, _I, _I], False),
 }
 
 
@@ -362,3 +366,65 @@ def batchnorm_data_grad(dy: np.ndarray, xhat: np.ndarray, mean_dy: np.ndarray, m
     fn = _kernel("batchnorm_data_grad", dy.dtype)
     run(lambda p0, p1: fn(*args, p0, p1), _split_planes(dy))
     return dx
+
+
+# ------------------------------------------------------------------------------- the LSTM time loop
+def lstm_available(dtype: Any) -> bool:
+    """Whether :func:`lstm_forward` runs for ``dtype``: the kernels and numpy's OpenBLAS gemm are there."""
+    return available(dtype) and np.dtype(dtype) in openblas().gemm
+
+
+def _gemm(dtype: np.dtype) -> tuple[int, int]:
+    """(the address of numpy's OpenBLAS CBLAS gemm for ``dtype``, its integers' size in bytes)."""
+    fn = openblas().gemm[dtype]
+    return ctypes.cast(fn, ctypes.c_void_p).value or 0, ctypes.sizeof(fn.argtypes[3])
+
+
+def lstm_forward(xp: np.ndarray, w_hh: np.ndarray, steps: np.ndarray, acts: np.ndarray, hs: np.ndarray,
+                 cs: np.ndarray, tcs: np.ndarray) -> None:
+    """Every step of one LSTM layer and direction (csrc/recurrent_typed.h): xp (4H, T, B) the input
+    products with both biases, w_hh (4H, H), ``steps`` the time of each step; fills the tapes acts
+    (T, 4H, B), hs and cs (T + 1, H, B; entry 0 the initial state, given) and tcs (T, H, B)."""
+    dtype = xp.dtype
+    rows, count, batch = xp.shape
+    hidden = rows // 4
+    steps = np.ascontiguousarray(steps, dtype=np.int64)
+    if rows != 4 * hidden or steps.shape != (count,) or (count and not 0 <= steps.min() <= steps.max() < count):
+        raise ValueError(f"lstm_forward: xp {xp.shape} and steps {steps.shape} do not fit an LSTM's {count} steps")
+    plane = (hidden, batch)
+    args = (_address(xp, "xp", xp.shape, dtype), _address(w_hh, "w_hh", (rows, hidden), dtype), steps.ctypes.data,
+            _address(acts, "acts", (count, rows, batch), dtype), _address(hs, "hs", (count + 1, *plane), dtype),
+            _address(cs, "cs", (count + 1, *plane), dtype), _address(tcs, "tcs", (count, *plane), dtype),
+            count, hidden, batch, *_gemm(dtype))
+    _kernel("lstm_forward", dtype)(*args)
+
+
+def lstm_backward(acts: np.ndarray, cs: np.ndarray, tcs: np.ndarray, w_hh: np.ndarray, dy: np.ndarray,
+                  dh: np.ndarray, dc: np.ndarray) -> np.ndarray:
+    """The backward loop of :func:`lstm_forward`: dy (T, H, B) the gradients of the states after each
+    step; dh and dc (H, B) those of the last state and cell, updated in place to the initial state's.
+    Returns the gradients of the gates' pre-activations, (T, 4H, B)."""
+    dtype = acts.dtype
+    count, rows, batch = acts.shape
+    hidden = rows // 4
+    plane = (hidden, batch)
+    dgates = np.empty_like(acts)
+    args = (_address(acts, "acts", acts.shape, dtype), _address(cs, "cs", (count + 1, *plane), dtype),
+            _address(tcs, "tcs", (count, *plane), dtype), _address(w_hh, "w_hh", (rows, hidden), dtype),
+            _address(dy, "dy", (count, *plane), dtype), _address(dh, "dh", plane, dtype),
+            _address(dc, "dc", plane, dtype), _address(dgates, "dgates", acts.shape, dtype),
+            count, hidden, batch, *_gemm(dtype))
+    _kernel("lstm_backward", dtype)(*args)
+    return dgates
+
+
+#: vmath's functions (csrc/vmath_typed.h), by the number the kernel takes
+VMATH = {"exp": 0, "tanh": 1, "sigmoid": 2}
+
+
+def vmath(x: np.ndarray, function: str) -> np.ndarray:
+    """exp, tanh or sigmoid of C-contiguous ``x`` by the kernels' own vector code, which the LSTM loop
+    uses (the tests measure its accuracy against numpy's float64)."""
+    y = np.empty_like(x)
+    _kernel("vmath", x.dtype)(_address(x, "x", x.shape, x.dtype), y.ctypes.data, x.size, VMATH[function])
+    return y

@@ -34,6 +34,7 @@ from typing import Any, Sequence, Self
 import numpy as np
 
 from dnnbind.highlevel.dims import RNNDims
+from dnnbind.highlevel.reference import native
 from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward, half_residuals
 from dnnbind.highlevel.residual import ArraySpec
 
@@ -214,28 +215,34 @@ class _LSTM(_Direction):
     def __init__(self, w_ih, w_hh, b_ih, b_hh, hidden, w_hr=None) -> None:
         super().__init__(w_ih, w_hh, b_ih, b_hh, hidden)
         self.w_hr = w_hr
-        H = hidden
-        half = np.ones(4 * H, w_ih.dtype)
-        half[:2 * H] = half[3 * H:] = 0.5
-        self.w_ih_half = w_ih * half[:, None]
-        self.w_hh_half = w_hh * half[:, None]
-        self.bias_half = (b_ih + b_hh) * half if self.has_bias else None
+
+    def _native(self, masks: Sequence[np.ndarray | None]) -> bool:
+        """Whether the C time loop runs this cell: sequences of one length, no projection (native.py)."""
+        return self.w_hr is None and native.lstm_available(self.w_hh.dtype) and all(m is None for m in masks)
 
     def forward(self, x, h0, c0, steps, masks):
         H = self.hidden
-        xp = self.project(x, self.w_ih_half, self.bias_half)
         T = len(steps)
-        acts = np.empty((T, xp.shape[0], xp.shape[2]), xp.dtype)    # activated gates i, f, g, o per step
+        bias = self.b_ih + self.b_hh if self.has_bias else None
+        acts = np.empty((T, 4 * H, x.shape[1]), x.dtype)    # activated gates i, f, g, o per step
         hs = np.empty((T + 1,) + h0.shape, h0.dtype)      # hs[k]: state before step k
         cs = np.empty((T + 1,) + c0.shape, c0.dtype)
         tcs = np.empty((T,) + c0.shape, c0.dtype)         # tanh of the new cell
         hs[0], cs[0] = h0, c0
+        self.acts, self.hs, self.cs, self.tcs = acts, hs, cs, tcs
+        if self._native(masks):
+            native.lstm_forward(self.project(x, self.w_ih, bias), self.w_hh, steps, acts, hs, cs, tcs)
+            return hs, cs[T]
+        half = np.ones(4 * H, x.dtype)                    # the sigmoid gates' rows, pre-scaled by 1/2
+        half[:2 * H] = half[3 * H:] = 0.5
+        xp = self.project(x, self.w_ih * half[:, None], None if bias is None else bias * half)
+        w_hh_half = self.w_hh * half[:, None]
         ig = np.empty_like(c0)
         w_hr = self.w_hr
         raw = None if w_hr is None else np.empty_like(c0)  # o * tanh(c) before the projection
         for k, t in enumerate(steps):
             a = acts[k]
-            np.matmul(self.w_hh_half, hs[k], out=a)
+            np.matmul(w_hh_half, hs[k], out=a)
             a += xp[:, t]
             np.tanh(a, out=a)
             for s in (a[:2 * H], a[3 * H:]):   # (1 + tanh(z/2)) / 2
@@ -258,12 +265,15 @@ class _LSTM(_Direction):
             if m is not None:
                 _frozen(m, c, cs[k], c)
                 _frozen(m, h, hs[k], h)
-        self.acts, self.hs, self.cs, self.tcs = acts, hs, cs, tcs
         return hs, cs[T]
 
     def backward(self, dyk, dh, dc, masks):
         H = self.hidden
         acts, cs, tcs = self.acts, self.cs, self.tcs
+        if self._native(masks):
+            dh, dc = np.array(dh, order="C"), np.array(dc, order="C")     # updated in place: our own
+            dgates = native.lstm_backward(acts, cs, tcs, self.w_hh, dyk, dh, dc)
+            return dgates, dgates, dh, dc
         # derivatives that depend on the forward pass only, for every step at once:
         # sigmoid' = s (1 - s) on every row first, then tanh' = 1 - g^2 over the g rows
         slope = np.subtract(1, acts)

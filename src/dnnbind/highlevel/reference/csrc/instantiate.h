@@ -1,5 +1,6 @@
 /* Includes KERNELS (a typed kernel header) once per instruction set and element type. The header
- * names its functions NAME(f) and sizes its vectors by VECTOR_BYTES. */
+ * names its functions NAME(f), sizes its vectors by VECTOR_BYTES and has ITYPE, the signed integer of
+ * T's width. */
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 
@@ -8,14 +9,18 @@
 #pragma GCC target("arch=x86-64-v4,prefer-vector-width=512")
 #define VECTOR_BYTES 64
 #define T float
+#define ITYPE int32_t
 #define NAME(f) CAT(f, _f32_v4)
 #include KERNELS
 #undef T
+#undef ITYPE
 #undef NAME
 #define T double
+#define ITYPE int64_t
 #define NAME(f) CAT(f, _f64_v4)
 #include KERNELS
 #undef T
+#undef ITYPE
 #undef NAME
 #undef VECTOR_BYTES
 #pragma GCC pop_options
@@ -24,14 +29,18 @@
 #pragma GCC target("arch=x86-64-v3")
 #define VECTOR_BYTES 32
 #define T float
+#define ITYPE int32_t
 #define NAME(f) CAT(f, _f32_v3)
 #include KERNELS
 #undef T
+#undef ITYPE
 #undef NAME
 #define T double
+#define ITYPE int64_t
 #define NAME(f) CAT(f, _f64_v3)
 #include KERNELS
 #undef T
+#undef ITYPE
 #undef NAME
 #undef VECTOR_BYTES
 #pragma GCC pop_options
@@ -39,13 +48,17 @@
 
 #define VECTOR_BYTES 16
 #define T float
+#define ITYPE int32_t
 #define NAME(f) CAT(f, _f32_base)
 #include KERNELS
 #undef T
+#undef ITYPE
 #undef NAME
 #define T double
+#define ITYPE int64_t
 #define NAME(f) CAT(f, _f64_base)
 #include KERNELS
 #undef T
+#undef ITYPE
 #undef NAME
 #undef VECTOR_BYTES

@@ -1,0 +1,121 @@
+/* The typed half of recurrent.c (instantiate.h: T, ITYPE, NAME(f), VECTOR_BYTES). */
+#include "vmath_typed.h"
+
+/* CBLAS ?gemm with 64-bit or 32-bit integers (``index_bytes``: 8 or 4), row-major C = alpha op(A) op(B) + beta C */
+typedef void (*NAME(gemm64))(int, int, int, int64_t, int64_t, int64_t, T, const T *, int64_t, const T *, int64_t, T,
+                             T *, int64_t);
+typedef void (*NAME(gemm32))(int, int, int, int32_t, int32_t, int32_t, T, const T *, int32_t, const T *, int32_t, T,
+                             T *, int32_t);
+
+INLINE void NAME(gemm)(const void *fn, int64_t index_bytes, int trans_a, int64_t m, int64_t n, int64_t k,
+                       const T *a, int64_t lda, const T *b, T beta, T *c) {
+    if (index_bytes == 8)
+        ((NAME(gemm64))fn)(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, CBLAS_NO_TRANS, m, n, k, 1, a,
+                           lda, b, n, beta, c, n);
+    else
+        ((NAME(gemm32))fn)(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int32_t)m,
+                           (int32_t)n, (int32_t)k, 1, a, (int32_t)lda, b, (int32_t)n, beta, c, (int32_t)n);
+}
+
+/* Up to VL elements from p (count of them, the rest 0) and back. */
+INLINE NAME(v) NAME(load)(const T *p, int64_t count) {
+    if (count == VL) return *(const NAME(uv) *)p;
+    NAME(v) v = {0};
+    memcpy(&v, p, (size_t)count * sizeof(T));
+    return v;
+}
+
+INLINE void NAME(store)(T *p, NAME(v) v, int64_t count) {
+    if (count == VL)
+        *(NAME(uv) *)p = v;
+    else
+        memcpy(p, &v, (size_t)count * sizeof(T));
+}
+
+/* One LSTM step's gates, cell and state for elements [j, j + count) of the (H, B) planes: the
+ * pre-activations in gates (rows i, f, g, o, each ``plane`` apart) become the activated gates, and
+ * c = f c_prev + i g, tc = tanh(c), h = o tc. */
+INLINE void NAME(lstm_cell)(T *gates, int64_t plane, const T *c_prev, T *c, T *tc, T *h, int64_t j, int64_t count) {
+    T *gi = gates + j, *gf = gi + plane, *gg = gf + plane, *go = gg + plane;
+    NAME(v) i = NAME(vsigmoid)(NAME(load)(gi, count)), f = NAME(vsigmoid)(NAME(load)(gf, count));
+    NAME(v) g = NAME(vtanh)(NAME(load)(gg, count)), o = NAME(vsigmoid)(NAME(load)(go, count));
+    NAME(v) cell = f * NAME(load)(c_prev + j, count) + i * g, tcell = NAME(vtanh)(cell);
+    NAME(store)(gi, i, count);
+    NAME(store)(gf, f, count);
+    NAME(store)(gg, g, count);
+    NAME(store)(go, o, count);
+    NAME(store)(c + j, cell, count);
+    NAME(store)(tc + j, tcell, count);
+    NAME(store)(h + j, o * tcell, count);
+}
+
+/* The forward loop of one LSTM layer and direction over ``steps`` steps of ``batch`` sequences:
+ * xp (4H, T, B): W_ih x_t + b_ih + b_hh for every time t; w_hh (4H, H); steps[k]: the time of step k.
+ * Writes the tapes acts (T, 4H, B: activated gates), hs and cs (T + 1, H, B; hs[0], cs[0] given: the
+ * initial state) and tcs (T, H, B: tanh of the cells). */
+KERNEL void NAME(dnnbind_lstm_forward)(const T *xp, const T *w_hh, const int64_t *steps, T *acts, T *hs, T *cs, T *tcs,
+                                       int64_t count, int64_t hidden, int64_t batch, const void *gemm,
+                                       int64_t index_bytes) {
+    const int64_t plane = hidden * batch, rows = 4 * hidden;
+    for (int64_t k = 0; k < count; k++) {
+        T *a = acts + k * rows * batch;
+        const T *x_t = xp + steps[k] * batch;
+        for (int64_t r = 0; r < rows; r++) memcpy(a + r * batch, x_t + r * count * batch, (size_t)batch * sizeof(T));
+        NAME(gemm)(gemm, index_bytes, 0, rows, batch, hidden, w_hh, hidden, hs + k * plane, 1, a);
+        T *c = cs + (k + 1) * plane, *h = hs + (k + 1) * plane, *tc = tcs + k * plane;
+        const T *c_prev = cs + k * plane;
+        int64_t j = 0;
+        for (; j + VL <= plane; j += VL) NAME(lstm_cell)(a, plane, c_prev, c, tc, h, j, VL);
+        if (j < plane) NAME(lstm_cell)(a, plane, c_prev, c, tc, h, j, plane - j);
+    }
+}
+
+/* One backward step's gate gradients for elements [j, j + count): from the state gradient dh (the
+ * carried one plus this step's output gradient dy) and the carried cell gradient dc (updated in place
+ * to the one before the step). */
+INLINE void NAME(lstm_cell_grad)(const T *gates, T *d, int64_t plane, const T *c_prev, const T *tc, const T *dh,
+                                 const T *dy, T *dc, int64_t j, int64_t count) {
+    const T *gi = gates + j, *gf = gi + plane, *gg = gf + plane, *go = gg + plane;
+    NAME(v) i = NAME(load)(gi, count), f = NAME(load)(gf, count), g = NAME(load)(gg, count), o = NAME(load)(go, count);
+    NAME(v) t = NAME(load)(tc + j, count);
+    NAME(v) dh_t = NAME(load)(dh + j, count) + NAME(load)(dy + j, count);
+    NAME(v) dc_t = dh_t * (o * (1 - t * t)) + NAME(load)(dc + j, count);
+    T *di = d + j, *df = di + plane, *dg = df + plane, *d_o = dg + plane;
+    NAME(store)(di, dc_t * g * (i * (1 - i)), count);
+    NAME(store)(df, dc_t * NAME(load)(c_prev + j, count) * (f * (1 - f)), count);
+    NAME(store)(dg, dc_t * i * (1 - g * g), count);
+    NAME(store)(d_o, dh_t * t * (o * (1 - o)), count);
+    NAME(store)(dc + j, dc_t * f, count);
+}
+
+/* The backward loop of :c:func:`dnnbind_lstm_forward`, steps in reverse: dy (T, H, B) the gradients of
+ * the states after each step, dh and dc (H, B) those of the last state and cell, updated in place to the
+ * initial ones. Writes dgates (T, 4H, B), the gradients of the pre-activations. */
+KERNEL void NAME(dnnbind_lstm_backward)(const T *acts, const T *cs, const T *tcs, const T *w_hh, const T *dy, T *dh,
+                                        T *dc, T *dgates, int64_t count, int64_t hidden, int64_t batch,
+                                        const void *gemm, int64_t index_bytes) {
+    const int64_t plane = hidden * batch, rows = 4 * hidden;
+    for (int64_t k = count - 1; k >= 0; k--) {
+        const T *a = acts + k * rows * batch;
+        T *d = dgates + k * rows * batch;
+        int64_t j = 0;
+        for (; j + VL <= plane; j += VL)
+            NAME(lstm_cell_grad)(a, d, plane, cs + k * plane, tcs + k * plane, dh, dy + k * plane, dc, j, VL);
+        if (j < plane)
+            NAME(lstm_cell_grad)(a, d, plane, cs + k * plane, tcs + k * plane, dh, dy + k * plane, dc, j, plane - j);
+        NAME(gemm)(gemm, index_bytes, 1, hidden, batch, rows, w_hh, hidden, d, 0, dh);    /* dh = W_hh^T d */
+    }
+}
+
+/* y = exp, tanh or sigmoid (which: 0, 1, 2) of x, n elements (the tests measure their accuracy). */
+KERNEL void NAME(dnnbind_vmath)(const T *x, T *y, int64_t n, int64_t which) {
+    for (int64_t j = 0; j < n; j += VL) {
+        int64_t count = n - j < VL ? n - j : VL;
+        NAME(v) v = NAME(load)(x + j, count);
+        v = which == 0 ? NAME(vexp)(v) : which == 1 ? NAME(vtanh)(v) : NAME(vsigmoid)(v);
+        NAME(store)(y + j, v, count);
+    }
+}
+
+#undef VL
+#undef SINGLE

@@ -33,12 +33,22 @@ Shape = tuple[int, ...]
 def check_dtype(name: str, dtype: Any) -> str:
     """Return the canonical name of a supported float dtype; TypeError naming ``name`` otherwise."""
     try:
+        known = _NAMES.get(dtype)      # numpy's own float dtypes, by one lookup (dtype.name takes microseconds)
+    except TypeError:                  # unhashable
+        known = None
+    if known is not None:
+        return known
+    try:
         canonical = np.dtype(dtype).name
     except TypeError:
         canonical = str(dtype)
     if canonical not in SUPPORTED_DTYPES:
         raise TypeError(f"{name} has dtype {canonical}; dnnbind supports float16, bfloat16, float32 and float64")
     return canonical
+
+
+#: numpy's float16, float32 and float64 dtype objects -> their names (bfloat16 goes the long way)
+_NAMES: dict[Any, str] = {np.dtype(n): n for n in ("float16", "float32", "float64")}
 
 
 def numpy_dtype(name: str) -> np.dtype:

@@ -325,3 +325,13 @@ def test_lstm_kernels_refuse_what_does_not_fit():
         native.lstm_forward(xp, np.zeros((8, 3)), np.arange(3), *tapes)
     with pytest.raises(ValueError, match=r"argument hs: "):
         native.lstm_forward(xp, w, np.arange(3), tapes[0], np.zeros((3, 2, 2)), *tapes[2:])
+
+
+def test_array_addresses_are_numpys_for_every_kind_of_array():
+    """The kernels' array addresses (read through the buffer protocol where it can be) equal numpy's own,
+    for views, read-only, empty and non-contiguous arrays alike."""
+    a = np.arange(24.0).reshape(4, 6)
+    read_only = a.copy()
+    read_only.flags.writeable = False
+    for v in (a, a[1:], a[:, 2:], a.T, read_only, np.zeros(0), np.broadcast_to(np.ones(3), (2, 3))):
+        assert native._data(v) == v.ctypes.data

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import importlib.machinery
 import os
 from pathlib import Path
@@ -143,7 +144,17 @@ def _address(a: np.ndarray, name: str, shape: tuple[int, ...], dtype: np.dtype) 
     if a.dtype != dtype or a.shape != tuple(shape) or not a.flags.c_contiguous:
         raise ValueError(f"native kernel argument {name}: expected a C-contiguous {dtype} array of shape "
                          f"{tuple(shape)}, got {a.dtype} {a.shape} (contiguous: {a.flags.c_contiguous})")
-    return a.ctypes.data
+    return _data(a)
+
+
+def _data(a: np.ndarray) -> int:
+    """The address of ``a``'s first element: through the buffer protocol (a quarter of the time
+    ``a.ctypes.data`` takes, paid per array per kernel call), or ``a.ctypes`` where that refuses (a
+    read-only or empty array)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return int(a.ctypes.data)
 
 
 def _call(fn: Any, *args: Any) -> None:
@@ -291,7 +302,7 @@ CHANNEL_THREAD_MIN_ELEMENTS = 1 << 22
 
 def _planes(a: np.ndarray) -> tuple[int, int, int]:
     """(batch, channels, plane) of an (N, C, ...) array."""
-    return a.shape[0], a.shape[1], int(np.prod(a.shape[2:], dtype=np.int64))
+    return a.shape[0], a.shape[1], math.prod(a.shape[2:])
 
 
 def _per_channel(a: np.ndarray, name: str, channels: int, dtype: Any) -> int:
@@ -313,7 +324,7 @@ def channel_sums(a: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray
     n, c, plane = _planes(a)
     sums, products = np.empty(c), (np.empty(c) if b is not None else None)
     args = (_address(a, "a", a.shape, a.dtype), 0 if b is None else _address(b, "b", a.shape, a.dtype),
-            sums.ctypes.data, 0 if products is None else products.ctypes.data, n, c, plane)
+            _data(sums), 0 if products is None else _data(products), n, c, plane)
     fn = _kernel("channel_sums", a.dtype)
     run(lambda c0, c1: fn(*args, c0, c1), _split_channels(a))
     return sums, products
@@ -323,7 +334,7 @@ def channel_squares(a: np.ndarray, center: np.ndarray) -> np.ndarray:
     """Per channel of (N, C, ...) ``a``: the sum of (a - center[c])^2, ``center`` float64; in float64."""
     n, c, plane = _planes(a)
     squares = np.empty(c)
-    args = (_address(a, "a", a.shape, a.dtype), _per_channel(center, "center", c, np.float64), squares.ctypes.data,
+    args = (_address(a, "a", a.shape, a.dtype), _per_channel(center, "center", c, np.float64), _data(squares),
             n, c, plane)
     fn = _kernel("channel_squares", a.dtype)
     run(lambda c0, c1: fn(*args, c0, c1), _split_channels(a))
@@ -349,7 +360,7 @@ def batchnorm_normalize(x: np.ndarray, mean: np.ndarray, invstd: np.ndarray, gam
     xhat, y = np.empty_like(x), np.empty_like(x)
     args = (_address(x, "x", x.shape, x.dtype),) + tuple(
         _per_channel(v, name, c, x.dtype) for v, name in ((mean, "mean"), (invstd, "invstd"), (gamma, "gamma"),
-                                                          (beta, "beta"))) + (xhat.ctypes.data, y.ctypes.data, c, plane)
+                                                          (beta, "beta"))) + (_data(xhat), _data(y), c, plane)
     fn = _kernel("batchnorm_normalize", x.dtype)
     run(lambda p0, p1: fn(*args, p0, p1), _split_planes(x))
     return xhat, y
@@ -362,7 +373,7 @@ def batchnorm_data_grad(dy: np.ndarray, xhat: np.ndarray, mean_dy: np.ndarray, m
     dx = np.empty_like(dy)
     args = (_address(dy, "dy", dy.shape, dy.dtype), _address(xhat, "xhat", dy.shape, dy.dtype)) + tuple(
         _per_channel(v, name, c, dy.dtype) for v, name in ((mean_dy, "mean_dy"), (mean_dy_xhat, "mean_dy_xhat"),
-                                                           (scale, "scale"))) + (dx.ctypes.data, c, plane)
+                                                           (scale, "scale"))) + (_data(dx), c, plane)
     fn = _kernel("batchnorm_data_grad", dy.dtype)
     run(lambda p0, p1: fn(*args, p0, p1), _split_planes(dy))
     return dx
@@ -392,7 +403,7 @@ def lstm_forward(xp: np.ndarray, w_hh: np.ndarray, steps: np.ndarray, acts: np.n
     if rows != 4 * hidden or steps.shape != (count,) or (count and not 0 <= steps.min() <= steps.max() < count):
         raise ValueError(f"lstm_forward: xp {xp.shape} and steps {steps.shape} do not fit an LSTM's {count} steps")
     plane = (hidden, batch)
-    args = (_address(xp, "xp", xp.shape, dtype), _address(w_hh, "w_hh", (rows, hidden), dtype), steps.ctypes.data,
+    args = (_address(xp, "xp", xp.shape, dtype), _address(w_hh, "w_hh", (rows, hidden), dtype), _data(steps),
             _address(acts, "acts", (count, rows, batch), dtype), _address(hs, "hs", (count + 1, *plane), dtype),
             _address(cs, "cs", (count + 1, *plane), dtype), _address(tcs, "tcs", (count, *plane), dtype),
             count, hidden, batch, *_gemm(dtype))
@@ -426,5 +437,5 @@ def vmath(x: np.ndarray, function: str) -> np.ndarray:
     """exp, tanh or sigmoid of C-contiguous ``x`` by the kernels' own vector code, which the LSTM loop
     uses (the tests measure its accuracy against numpy's float64)."""
     y = np.empty_like(x)
-    _kernel("vmath", x.dtype)(_address(x, "x", x.shape, x.dtype), y.ctypes.data, x.size, VMATH[function])
+    _kernel("vmath", x.dtype)(_address(x, "x", x.shape, x.dtype), _data(y), x.size, VMATH[function])
     return y

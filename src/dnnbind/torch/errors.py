@@ -2,9 +2,8 @@
 the layers rename them to the tensors and arguments of the torch.nn module that was called."""
 from __future__ import annotations
 
-import contextlib
 import re
-from typing import Callable, Iterator, Mapping, Union
+from typing import Callable, Mapping, Union
 
 Names = Union[Mapping[str, str], Callable[[], Mapping[str, str]]]
 
@@ -18,16 +17,24 @@ def rename(message: str, names: Mapping[str, str]) -> str:
     return pattern.sub(lambda m: names[m.group(1)], message)
 
 
-@contextlib.contextmanager
-def torch_argument_names(names: Names) -> Iterator[None]:
+class torch_argument_names:
     """Re-raise a ValueError or TypeError from an op with its array names replaced by ``names`` (a
-    mapping, or a function returning one, called only when there is an error to rename)."""
-    try:
-        yield
-    except (ValueError, TypeError) as exc:
-        if type(exc) not in (ValueError, TypeError):
-            raise
+    mapping, or a function returning one, called only when there is an error to rename). A class: every
+    layer call enters one, and a generator-based context manager costs several times as much."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names: Names) -> None:
+        self.names = names
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: object) -> None:
+        if kind not in (ValueError, TypeError) or exc is None:
+            return
+        names = self.names
         message = rename(str(exc), names() if callable(names) else names)
         if message == str(exc):
-            raise
-        raise type(exc)(message) from exc
+            return
+        raise kind(message) from exc

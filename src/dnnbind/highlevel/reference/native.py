@@ -152,7 +152,8 @@ def _data(a: np.ndarray) -> int:
     ``a.ctypes.data`` takes, paid per array per kernel call), or ``a.ctypes`` where that refuses (a
     read-only or empty array)."""
     try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+        # ndarray has the buffer protocol; numpy's stubs do not say so
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))  # type: ignore[arg-type]
     except (TypeError, ValueError, BufferError):
         return int(a.ctypes.data)
 

@@ -1,7 +1,8 @@
-"""The reference backend's thread policy: numpy's BLAS limited to one thread inside one_blas_thread."""
+"""The reference backend's thread policy: numpy's BLAS limited to one thread inside one_blas_thread; the pool's run."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -61,3 +62,32 @@ def test_one_blas_thread_from_several_threads_restores_once():
     for t in workers:
         t.join()
     assert seen == [1, 1] and blas.get() == before
+
+
+def test_run_calls_every_chunk_once_the_first_on_the_calling_thread():
+    seen = []
+    lock = threading.Lock()
+
+    def task(a, b):
+        with lock:
+            seen.append((a, b, threading.get_ident()))
+
+    chunks = _threads.split(10, 3)
+    _threads.run(task, chunks)
+    assert sorted((a, b) for a, b, _ in seen) == chunks
+    assert [t for a, b, t in seen if (a, b) == chunks[0]] == [threading.get_ident()]
+
+
+@pytest.mark.parametrize("failing", [0, 2])
+def test_run_waits_for_every_chunk_and_raises_the_error(failing):
+    done = []
+
+    def task(a, b):
+        if a == failing:
+            raise ValueError(f"chunk {a}")
+        time.sleep(0.05)
+        done.append(a)
+
+    with pytest.raises(ValueError, match=f"chunk {failing}"):
+        _threads.run(task, [(0, 1), (1, 2), (2, 3)])
+    assert sorted(done) == [i for i in range(3) if i != failing]      # nothing still running

@@ -100,10 +100,17 @@ def split(count: int, parts: int) -> list[tuple[int, int]]:
 
 
 def run(task: Callable[..., None], chunks: Sequence[tuple]) -> None:
-    """Call ``task(*chunk)`` for every chunk: inline when there is one, else on the pool."""
+    """Call ``task(*chunk)`` for every chunk: the first on the calling thread (which would only wait
+    otherwise), the others on the pool. Returns once every chunk is done, also when one raised (the
+    first error is raised then)."""
     if len(chunks) == 1:
         task(*chunks[0])
         return
-    futures = [_get_pool().submit(task, *chunk) for chunk in chunks]
-    for future in futures:
-        future.result()
+    futures = [_get_pool().submit(task, *chunk) for chunk in chunks[1:]]
+    try:
+        task(*chunks[0])
+    finally:
+        errors = [future.exception() for future in futures]     # waits for each
+    for error in errors:
+        if error is not None:
+            raise error

@@ -108,18 +108,18 @@ def to_array(t: torch.Tensor, *, inplace: bool = False, name: str = "tensor") ->
     """A C-contiguous numpy (CPU) or CuPy (CUDA) array on ``t``'s memory; a copy only when ``t`` is not
     contiguous. ``inplace=True`` (the op writes into it) refuses non-contiguous tensors instead."""
     t = t.detach()
-    if t.device.type == "cpu" and t.dtype is not torch.bfloat16 and not t.is_neg():
-        a = t.numpy()                      # the common case, in as few steps as it takes
-        if a.flags.c_contiguous:
-            return a
-    contiguous = t.is_contiguous()
-    if not contiguous and inplace:
-        raise ValueError(f"{name} must be contiguous: the op updates it in place")
-    if t.device.type == "cpu":
-        # a non-contiguous tensor is copied by numpy, single-threaded: a torch copy would wake torch's
-        # OpenMP threads, whose spinning afterwards takes the cores numpy's BLAS is about to use
+    cpu = t.device.type == "cpu"
+    if cpu:
         a = (t.view(torch.int16).numpy().view(_bfloat16()) if t.dtype == torch.bfloat16
              else t.resolve_neg().numpy())
+        contiguous = a.flags.c_contiguous
+    else:
+        contiguous = t.is_contiguous()
+    if not contiguous and inplace:
+        raise ValueError(f"{name} must be contiguous: the op updates it in place")
+    if cpu:
+        # a non-contiguous tensor is copied by numpy, single-threaded: a torch copy would wake torch's
+        # OpenMP threads, whose spinning afterwards takes the cores numpy's BLAS is about to use
         return a if contiguous else np.ascontiguousarray(a)
     if not contiguous:
         t = t.contiguous()
@@ -130,15 +130,14 @@ def to_array(t: torch.Tensor, *, inplace: bool = False, name: str = "tensor") ->
 
 def to_tensor(a: Any) -> torch.Tensor:
     """A tensor on the memory of a numpy or CuPy array (numpy arrays torch cannot share are copied)."""
-    if type(a) is np.ndarray and a.dtype.kind != "V" and a.flags.writeable and a.flags.c_contiguous:
-        return torch.from_numpy(a)         # the common case: a fresh result of the reference backend
     dtype = getattr(a, "dtype", None)
     bfloat16 = dtype is not None and dtype.kind == "V" and dtype.name == "bfloat16"   # .name is slow: kind first
     if bfloat16:
         a = a.view(np.int16)
     if isinstance(a, (np.ndarray, np.generic)):
         a = np.asarray(a)
-        if not a.flags.writeable or any(s < 0 for s in a.strides):
+        # torch shares writable memory with non-negative strides only (a C-contiguous array's are)
+        if not a.flags.writeable or not (a.flags.c_contiguous or all(s >= 0 for s in a.strides)):
             a = a.copy()
         t = torch.from_numpy(a)
     else:

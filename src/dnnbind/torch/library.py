@@ -180,12 +180,19 @@ def _arguments(op: str, x: Any, others: Sequence[Any], p: dict[str, Any], reals:
     """The FORMS arrays (x first) and the public op's keyword arguments of one call. Dropout's seed
     tensor is no array of the op's: its value becomes the ``seed`` keyword when ``read_seed`` (the real
     kernel), else None (shapes do not depend on it)."""
-    arrays = [x, *unflatten(others, p["slots"])]
+    arrays, seed = _forms_arrays(op, x, others, p["slots"])
     kwargs = {**p["args"], **dict(zip(p["reals"], reals))}
     if op == "dropout":
-        seed = arrays.pop() if len(arrays) > 1 else None
         kwargs["seed"] = int(seed.item()) if read_seed and seed is not None else None
     return arrays, kwargs
+
+
+def _forms_arrays(op: str, x: Any, others: Sequence[Any], slots: Sequence[Any]) -> tuple[list[Any], Any]:
+    """(x and others in FORMS order, None where not given; dropout's seed tensor, which is none of the
+    op's arrays, or None)."""
+    arrays = [x, *unflatten(others, slots)]
+    seed = arrays.pop() if op == "dropout" and len(arrays) > 1 else None
+    return arrays, seed
 
 
 def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
@@ -214,10 +221,7 @@ class _Signature:
 
     def tensors(self, x: Tensor, others: Sequence[Tensor]) -> list[Any]:
         """x and others in FORMS order (None where not given; dropout's seed tensor left out)."""
-        tensors = [x, *unflatten(others, self.p["slots"])]
-        if self.op == "dropout" and len(tensors) > 1:
-            tensors.pop()
-        return tensors
+        return _forms_arrays(self.op, x, others, self.p["slots"])[0]
 
 
 def _signature(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> _Signature:

@@ -283,7 +283,8 @@ def _check_vector_math(x, wide, dtype, function):
     finite = np.isfinite(exact.astype(dtype)) & (np.abs(exact) >= np.finfo(dtype).tiny)
     ulps = np.abs(y[finite] - exact[finite]) / np.spacing(np.abs(exact[finite]).astype(dtype))
     assert float(ulps.max()) <= 3.0
-    assert np.array_equal(np.signbit(y), np.signbit(exact.astype(dtype))) or function != "tanh"
+    if function == "tanh":          # odd: the sign of every result, zeros included, is x's
+        assert np.array_equal(np.signbit(y), np.signbit(exact.astype(dtype)))
 
 
 @pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-11), (np.float32, 2e-5)])

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import math
 import importlib.machinery
+import math
 import os
 from pathlib import Path
 from typing import Any

@@ -2,8 +2,9 @@
 
 They are compiled when dnnbind is installed, into the extension file ``_kernels`` next to this module
 (on x86-64 with GCC each kernel three times: for AVX-512, for AVX2 with FMA and for any x86-64; the
-library says which of them this CPU runs, :func:`isa`), and loaded here with ctypes, which releases the GIL for the length of a call, so the shared
-pool (:mod:`_threads`) can run them on every core. The build is optional: without a compiler the
+library says which of them this CPU runs, :func:`isa`), and loaded here with ctypes. A call split over
+the cores runs on the kernels' own thread pool (csrc/parallel.c, through :func:`_launch`), whose
+workers spin briefly between calls instead of sleeping. The build is optional: without a compiler the
 install goes on, :func:`available` is False and the reference backend runs its numpy paths, which
 compute the same sums. ``DNNBIND_NATIVE=0`` turns the kernels off (to compare the two).
 
@@ -24,7 +25,7 @@ import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims, PoolDims
 from dnnbind.highlevel.reference._blas import openblas
-from dnnbind.highlevel.reference._threads import run, split, workers
+from dnnbind.highlevel.reference._threads import split, workers
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 #: dnnbind_isa()'s answers (csrc/dispatch.h) and the suffixes of the kernels compiled for them
@@ -57,6 +58,9 @@ def library() -> ctypes.CDLL | None:
     lib = ctypes.CDLL(path)
     lib.dnnbind_isa.restype, lib.dnnbind_isa.argtypes = ctypes.c_int, []
     lib.dnnbind_isa_name.restype, lib.dnnbind_isa_name.argtypes = ctypes.c_char_p, []
+    lib.dnnbind_parallel.restype = ctypes.c_int
+    lib.dnnbind_parallel.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int64]
     return lib
 
 
@@ -158,10 +162,31 @@ def _data(a: np.ndarray) -> int:
         return int(a.ctypes.data)
 
 
-def _call(fn: Any, *args: Any) -> None:
-    """Call a kernel that returns a status (it allocates its own working buffer)."""
-    if fn(*args) != 0:
+#: each kernel's address, for dnnbind_parallel (csrc/parallel.c)
+_ADDRESSES: dict[int, int] = {}
+
+
+def _launch(fn: Any, args: tuple, chunks: list[tuple[int, int]]) -> None:
+    """Run kernel ``fn(*args, lo, hi)`` over every chunk (contiguous, from :func:`split`): one directly,
+    several on the kernels' own thread pool (csrc/parallel.c: its workers spin briefly between calls,
+    where Python's pool would sleep and take 50-240 us to wake on a VM). Raises MemoryError when a
+    kernel could not allocate its working buffer."""
+    if len(chunks) == 1:
+        status = fn(*args, *chunks[0])
+    else:
+        words = [ctypes.addressof(a) if isinstance(a, Geometry) else a for a in args]
+        bounds = [lo for lo, _ in chunks] + [chunks[-1][1]]
+        address = _ADDRESSES.get(id(fn))
+        if address is None:
+            address = _ADDRESSES[id(fn)] = ctypes.cast(fn, ctypes.c_void_p).value or 0
+        lib = library()
+        assert lib is not None
+        status = lib.dnnbind_parallel(address, fn.restype is not None, len(words), (ctypes.c_int64 * len(words))(*words),
+                                      (ctypes.c_int64 * len(bounds))(*bounds), len(chunks))
+    if status == -1:
         raise MemoryError(f"{fn.__name__}: could not allocate its working buffer")
+    if status:
+        raise RuntimeError(f"{fn.__name__}: the kernels' thread pool refused the call (status {status})")
 
 
 def _parts(count: int, threaded: bool) -> list[tuple[int, int]]:
@@ -186,9 +211,9 @@ def depthwise_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims | PoolDims, t
     dtype = x.dtype
     y = np.empty(dims.y_shape, dtype)
     args = (_address(x, "x", dims.x_shape, dtype), _address(w, "w", _filter_shape(dims), dtype),
-            _address(y, "y", dims.y_shape, dtype), _kept(keep, dims, dtype), ctypes.byref(geometry(dims)))
+            _address(y, "y", dims.y_shape, dtype), _kept(keep, dims, dtype), geometry(dims))
     fn = _kernel("depthwise_forward", dtype)
-    run(lambda p0, p1: _call(fn, *args, p0, p1), _split_plane_count(dims, threaded))
+    _launch(fn, args, _split_plane_count(dims, threaded))
     return y
 
 
@@ -197,9 +222,9 @@ def depthwise_data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims | PoolDims
     dtype = dy.dtype
     dx = np.empty(dims.x_shape, dtype)
     args = (_address(dy, "dy", dims.y_shape, dtype), _address(w, "w", _filter_shape(dims), dtype),
-            _address(dx, "dx", dims.x_shape, dtype), ctypes.byref(geometry(dims)))
+            _address(dx, "dx", dims.x_shape, dtype), geometry(dims))
     fn = _kernel("depthwise_data_grad", dtype)
-    run(lambda p0, p1: _call(fn, *args, p0, p1), _split_plane_count(dims, threaded))
+    _launch(fn, args, _split_plane_count(dims, threaded))
     return dx
 
 
@@ -208,9 +233,9 @@ def depthwise_filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threade
     dtype = dy.dtype
     dw = np.empty(dims.w_shape, dtype)
     args = (_address(dy, "dy", dims.y_shape, dtype), _address(x, "x", dims.x_shape, dtype),
-            _address(dw, "dw", dims.w_shape, dtype), ctypes.byref(geometry(dims)), dims.batch)
+            _address(dw, "dw", dims.w_shape, dtype), geometry(dims), dims.batch)
     fn = _kernel("depthwise_filter_grad", dtype)
-    run(lambda c0, c1: _call(fn, *args, c0, c1), _parts(dims.in_channels, threaded))
+    _launch(fn, args, _parts(dims.in_channels, threaded))
     return dw
 
 
@@ -235,10 +260,10 @@ def conv_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool,
     dtype = x.dtype
     y = np.empty(dims.y_shape, dtype)
     args = (_address(x, "x", dims.x_shape, dtype), _address(w, "w", dims.w_shape, dtype),
-            _address(y, "y", dims.y_shape, dtype), _kept(keep, dims, dtype), ctypes.byref(geometry(dims)),
+            _address(y, "y", dims.y_shape, dtype), _kept(keep, dims, dtype), geometry(dims),
             dims.out_channels, dims.groups)
     fn = _kernel("conv_forward", dtype)
-    run(lambda n0, n1: _call(fn, *args, n0, n1), _parts(dims.batch, threaded))
+    _launch(fn, args, _parts(dims.batch, threaded))
     return y
 
 
@@ -248,9 +273,9 @@ def conv_data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool
     dtype = dy.dtype
     dx = np.empty(dims.x_shape, dtype)
     args = (_address(dy, "dy", dims.y_shape, dtype), _address(w, "w", dims.w_shape, dtype),
-            _address(dx, "dx", dims.x_shape, dtype), ctypes.byref(geometry(dims)), dims.out_channels, dims.groups)
+            _address(dx, "dx", dims.x_shape, dtype), geometry(dims), dims.out_channels, dims.groups)
     fn = _kernel("conv_data_grad", dtype)
-    run(lambda n0, n1: _call(fn, *args, n0, n1), _parts(dims.batch, threaded))
+    _launch(fn, args, _parts(dims.batch, threaded))
     return dx
 
 
@@ -259,10 +284,10 @@ def conv_filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bo
     dtype = dy.dtype
     dw = np.empty(dims.w_shape, dtype)
     args = (_address(dy, "dy", dims.y_shape, dtype), _address(x, "x", dims.x_shape, dtype),
-            _address(dw, "dw", dims.w_shape, dtype), ctypes.byref(geometry(dims)), dims.out_channels, dims.groups,
+            _address(dw, "dw", dims.w_shape, dtype), geometry(dims), dims.out_channels, dims.groups,
             dims.batch)
     fn = _kernel("conv_filter_grad", dtype)
-    run(lambda k0, k1: _call(fn, *args, k0, k1), _parts(dims.out_channels // dims.groups, threaded))
+    _launch(fn, args, _parts(dims.out_channels // dims.groups, threaded))
     return dw
 
 
@@ -279,9 +304,9 @@ def maxpool_forward(x: np.ndarray, dims: PoolDims, threaded: bool) -> tuple[np.n
     dtype, winner = x.dtype, _winner_dtype(dims)
     y, winners = np.empty(dims.y_shape, dtype), np.empty(dims.y_shape, winner)
     args = (_address(x, "x", dims.x_shape, dtype), _address(y, "y", dims.y_shape, dtype),
-            _address(winners, "winners", dims.y_shape, winner), winner.itemsize, ctypes.byref(geometry(dims)))
+            _address(winners, "winners", dims.y_shape, winner), winner.itemsize, geometry(dims))
     fn = _kernel("maxpool_forward", dtype)
-    run(lambda p0, p1: _call(fn, *args, p0, p1), _split_plane_count(dims, threaded))
+    _launch(fn, args, _split_plane_count(dims, threaded))
     return y, winners
 
 
@@ -290,9 +315,9 @@ def maxpool_backward(dy: np.ndarray, winners: np.ndarray, dims: PoolDims, thread
     dtype, winner = dy.dtype, _winner_dtype(dims)
     dx = np.empty(dims.x_shape, dtype)
     args = (_address(dy, "dy", dims.y_shape, dtype), _address(winners, "winners", dims.y_shape, winner),
-            winner.itemsize, _address(dx, "dx", dims.x_shape, dtype), ctypes.byref(geometry(dims)))
+            winner.itemsize, _address(dx, "dx", dims.x_shape, dtype), geometry(dims))
     fn = _kernel("maxpool_backward", dtype)
-    run(lambda p0, p1: _call(fn, *args, p0, p1), _split_plane_count(dims, threaded))
+    _launch(fn, args, _split_plane_count(dims, threaded))
     return dx
 
 
@@ -327,7 +352,7 @@ def channel_sums(a: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray
     args = (_address(a, "a", a.shape, a.dtype), 0 if b is None else _address(b, "b", a.shape, a.dtype),
             _data(sums), 0 if products is None else _data(products), n, c, plane)
     fn = _kernel("channel_sums", a.dtype)
-    run(lambda c0, c1: fn(*args, c0, c1), _split_channels(a))
+    _launch(fn, args, _split_channels(a))
     return sums, products
 
 
@@ -338,7 +363,7 @@ def channel_squares(a: np.ndarray, center: np.ndarray) -> np.ndarray:
     args = (_address(a, "a", a.shape, a.dtype), _per_channel(center, "center", c, np.float64), _data(squares),
             n, c, plane)
     fn = _kernel("channel_squares", a.dtype)
-    run(lambda c0, c1: fn(*args, c0, c1), _split_channels(a))
+    _launch(fn, args, _split_channels(a))
     return squares
 
 
@@ -350,7 +375,7 @@ def channel_affine(a: np.ndarray, scale: np.ndarray | None, shift: np.ndarray,
     args = (_address(a, "a", a.shape, a.dtype), 0 if scale is None else _per_channel(scale, "scale", c, a.dtype),
             _per_channel(shift, "shift", c, a.dtype), _address(out, "out", a.shape, a.dtype), c, plane)
     fn = _kernel("channel_affine", a.dtype)
-    run(lambda p0, p1: fn(*args, p0, p1), _split_planes(a))
+    _launch(fn, args, _split_planes(a))
     return out
 
 
@@ -363,7 +388,7 @@ def batchnorm_normalize(x: np.ndarray, mean: np.ndarray, invstd: np.ndarray, gam
         _per_channel(v, name, c, x.dtype) for v, name in ((mean, "mean"), (invstd, "invstd"), (gamma, "gamma"),
                                                           (beta, "beta"))) + (_data(xhat), _data(y), c, plane)
     fn = _kernel("batchnorm_normalize", x.dtype)
-    run(lambda p0, p1: fn(*args, p0, p1), _split_planes(x))
+    _launch(fn, args, _split_planes(x))
     return xhat, y
 
 
@@ -376,7 +401,7 @@ def batchnorm_data_grad(dy: np.ndarray, xhat: np.ndarray, mean_dy: np.ndarray, m
         _per_channel(v, name, c, dy.dtype) for v, name in ((mean_dy, "mean_dy"), (mean_dy_xhat, "mean_dy_xhat"),
                                                            (scale, "scale"))) + (_data(dx), c, plane)
     fn = _kernel("batchnorm_data_grad", dy.dtype)
-    run(lambda p0, p1: fn(*args, p0, p1), _split_planes(dy))
+    _launch(fn, args, _split_planes(dy))
     return dx
 
 

@@ -73,6 +73,7 @@ KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, T *copy, con
     T *out = malloc(sizeof(T) * (size_t)(blocks * MR * pitch));
     T *wp = malloc(sizeof(T) * (size_t)(groups * blocks * MR * cg * l.taps));
     if (!buf || !out || !wp) { free(buf); free(out); free(wp); free(l.tap); return -1; }
+    NAME(fill)(buf, cg * span, 0);
     for (int64_t gi = 0; gi < groups; gi++)
         NAME(pack_weights)(w + gi * kg * cg * l.taps, wp + gi * blocks * MR * cg * l.taps, kg, cg, l.taps);
     for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
@@ -81,8 +82,8 @@ KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, T *copy, con
             for (int64_t c = 0; c < cg; c++)
                 for (int64_t n = c0; n < c1; n++) {
                     int64_t plane = (n * g->channels + gi * cg + c) * l.in_plane;
-                    NAME(load)(g, &l, x + plane, buf + c * span + (n - c0) * l.local, 0);
-                    if (copy) memcpy(copy + plane, x + plane, sizeof(T) * (size_t)l.in_plane);
+                    NAME(load)(g, &l, x + plane, buf + c * span + (n - c0) * l.local);
+                    if (copy) NAME(copy_row)(copy + plane, x + plane, l.in_plane);
                 }
             const T *wg = wp + gi * blocks * MR * cg * l.taps;
             for (int64_t b = 0; b < blocks; b++)
@@ -133,6 +134,7 @@ KERNEL int NAME(dnnbind_conv_data_grad)(const T *dy, const T *w, T *dx, const ge
     T *wt = malloc(sizeof(T) * (size_t)(groups * l.taps * cpad * kg));
     int64_t zero = 0;
     if (!buf || !runs || !wt) { free(buf); free(runs); free(wt); free(l.tap); return -1; }
+    NAME(fill)(runs, kg * rspan, 0);
     for (int64_t gi = 0; gi < groups; gi++)
         NAME(pack_transposed)(w + gi * kg * cg * l.taps, wt + gi * l.taps * cpad * kg, kg, cg, l.taps);
     for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
@@ -212,6 +214,8 @@ KERNEL int NAME(dnnbind_conv_filter_grad)(const T *dy, const T *x, T *dw, const 
     double *sums = malloc(sizeof(double) * (size_t)(kpad * ppad));
     int64_t *cq = malloc(sizeof(int64_t) * (size_t)ppad * 2);
     if (!buf || !runs || !sums || !cq) { free(buf); free(runs); free(sums); free(cq); free(l.tap); return -1; }
+    NAME(fill)(buf, chunk * buf_sample, 0);
+    NAME(fill)(runs, chunk * dy_sample + SLACK, 0);
     int64_t *tq = cq + ppad;
     for (int64_t q = 0; q < ppad; q++) {        /* pairs past the last repeat pair 0 and are dropped */
         cq[q] = q < pairs ? q / l.taps : 0;
@@ -219,13 +223,12 @@ KERNEL int NAME(dnnbind_conv_filter_grad)(const T *dy, const T *x, T *dw, const 
     }
     for (int64_t gi = 0; gi < groups; gi++) {
         memset(sums, 0, sizeof(double) * (size_t)(kpad * ppad));
-        memset(runs, 0, sizeof(T) * (size_t)(chunk * dy_sample + SLACK));
         for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
             int64_t samples = n0 + chunk < batch ? chunk : batch - n0;
             for (int64_t s = 0; s < samples; s++) {
                 for (int64_t c = 0; c < cg; c++)
                     NAME(load)(g, &l, x + ((n0 + s) * g->channels + gi * cg + c) * l.in_plane,
-                               buf + s * buf_sample + c * l.local, 0);
+                               buf + s * buf_sample + c * l.local);
                 for (int64_t k = k0; k < k1; k++)
                     NAME(spread)(g, &l, dy + ((n0 + s) * outputs + gi * kg + k) * l.out_plane,
                                  runs + s * dy_sample + (k - k0) * rpitch);

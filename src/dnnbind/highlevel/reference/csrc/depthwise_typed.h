@@ -55,11 +55,12 @@ static int NAME(correlate_planes)(const T *x, const T *w, T *y, T *copy, const g
     T *buf = malloc(sizeof(T) * (size_t)(l.local + l.run + SLACK + l.taps));
     if (!buf) { free(l.tap); return -1; }
     T *run = buf + l.local, *wc = run + l.run + SLACK;
+    NAME(fill)(buf, l.local, 0);
     for (int64_t p = p0; p < p1; p++) {
         const T *wp = w + (p % g->channels) * l.taps;
         for (int64_t t = 0; t < l.taps; t++) wc[t] = wp[flip ? l.taps - 1 - t : t];
-        NAME(load)(g, &l, x + p * l.in_plane, buf, 0);
-        if (copy) memcpy(copy + p * l.in_plane, x + p * l.in_plane, sizeof(T) * (size_t)l.in_plane);
+        NAME(load)(g, &l, x + p * l.in_plane, buf);
+        if (copy) NAME(copy_row)(copy + p * l.in_plane, x + p * l.in_plane, l.in_plane);
         NAME(correlate)(run, buf, l.tap, wc, l.taps, l.run);
         NAME(gather)(g, &l, run, y + p * l.out_plane);
     }
@@ -93,6 +94,7 @@ KERNEL int NAME(dnnbind_depthwise_data_grad)(const T *dy, const T *w, T *dx, con
     T *buf = malloc(sizeof(T) * (size_t)(l.local + l.run + SLACK));
     if (!buf) { free(l.tap); return -1; }
     T *run = buf + l.local;
+    NAME(fill)(run, l.run + SLACK, 0);
     for (int64_t p = p0; p < p1; p++) {
         const T *wc = w + (p % g->channels) * l.taps;
         memset(buf, 0, sizeof(T) * (size_t)l.local);
@@ -115,11 +117,12 @@ KERNEL int NAME(dnnbind_depthwise_filter_grad)(const T *dy, const T *x, T *dw, c
     T *buf = malloc(sizeof(T) * (size_t)(l.local + l.run + SLACK));
     if (!buf || !lanes) { free(buf); free(lanes); free(l.tap); return -1; }
     T *run = buf + l.local;
+    NAME(fill)(buf, l.local + l.run + SLACK, 0);
     for (int64_t c = c0; c < c1; c++) {
         memset(lanes, 0, sizeof(NAME(vec)) * (size_t)(4 * l.taps));
         for (int64_t n = 0; n < batch; n++) {
             int64_t p = n * g->channels + c;
-            NAME(load)(g, &l, x + p * l.in_plane, buf, 0);
+            NAME(load)(g, &l, x + p * l.in_plane, buf);
             NAME(spread)(g, &l, dy + p * l.out_plane, run);
             for (int64_t j = 0; j < l.run; j += CHUNK)
                 for (int64_t t = 0; t < l.taps; t++)

@@ -25,7 +25,10 @@ typedef struct {
 } geometry;
 
 /* One plane's local buffer, and where outputs and kernel offsets fall in it. Local position z (the
- * input z - pad) of a dim with stride s lies in phase z % s at index z / s. */
+ * input z - pad) of a dim with stride s lies in phase z % s at index z / s. Which positions of the
+ * buffer receive inputs is the same for every plane: a kernel fills its buffers (padding) once and then
+ * moves only the inputs of each plane (planes_typed.h: load, store). make_layout allocates l->tap, which
+ * holds the row tables too; free(l->tap) frees them all. */
 typedef struct {
     int64_t extent[3];    /* local positions the outputs read: (out - 1) * stride + (kernel - 1) * dilation + 1 */
     int64_t width[3];     /* positions per phase: extent rounded up to whole strides, divided by the stride */
@@ -35,36 +38,11 @@ typedef struct {
     int64_t taps;
     int64_t *tap;         /* each kernel offset's inputs: where they start in the buffer */
     int64_t in_plane, out_plane;
+    int64_t rows;         /* rows of a plane that hold inputs the outputs read, the same in every plane: */
+    int64_t *row_in;      /* where each starts in the plane (at its position 0, which may be padding), */
+    int64_t *row_local;   /* and where its phase 0 starts in the buffer; */
+    int64_t lo, hi;       /* each row's inputs read are its local positions [lo, hi) of the last dim */
 } layout;
-
-static inline int make_layout(const geometry *g, layout *l, int64_t slack) {
-    l->phase = 1;
-    for (int i = 0; i < 3; i++) {
-        l->extent[i] = (g->out[i] - 1) * g->stride[i] + (g->kernel[i] - 1) * g->dilation[i] + 1;
-        l->width[i] = (l->extent[i] + g->stride[i] - 1) / g->stride[i];
-        l->phase *= l->width[i];
-    }
-    l->local = l->phase * g->stride[0] * g->stride[1] * g->stride[2] + slack;
-    l->run = ((g->out[0] - 1) * l->width[1] + (g->out[1] - 1)) * l->width[2] + g->out[2];
-    l->taps = g->kernel[0] * g->kernel[1] * g->kernel[2];
-    l->in_plane = g->in[0] * g->in[1] * g->in[2];
-    l->out_plane = g->out[0] * g->out[1] * g->out[2];
-    l->tap = malloc(sizeof(int64_t) * (size_t)l->taps);
-    if (!l->tap) return -1;
-    int64_t t = 0, k[3];
-    for (k[0] = 0; k[0] < g->kernel[0]; k[0]++)
-        for (k[1] = 0; k[1] < g->kernel[1]; k[1]++)
-            for (k[2] = 0; k[2] < g->kernel[2]; k[2]++) {
-                int64_t phase = 0, index = 0;
-                for (int i = 0; i < 3; i++) {
-                    int64_t z = k[i] * g->dilation[i];
-                    phase = phase * g->stride[i] + z % g->stride[i];
-                    index = index * l->width[i] + z / g->stride[i];
-                }
-                l->tap[t++] = phase * l->phase + index;
-            }
-    return 0;
-}
 
 /* Where local position z (one per dim) lies in the buffer. */
 static inline int64_t local_index(const geometry *g, const layout *l, const int64_t z[3]) {
@@ -84,6 +62,47 @@ static inline int row_span(const geometry *g, const layout *l, int64_t z0, int64
     *lo = g->pad[2] > 0 ? g->pad[2] : 0;
     *hi = g->in[2] + g->pad[2] < l->extent[2] ? g->in[2] + g->pad[2] : l->extent[2];
     return *hi > *lo;
+}
+
+static inline int make_layout(const geometry *g, layout *l, int64_t slack) {
+    l->phase = 1;
+    for (int i = 0; i < 3; i++) {
+        l->extent[i] = (g->out[i] - 1) * g->stride[i] + (g->kernel[i] - 1) * g->dilation[i] + 1;
+        l->width[i] = (l->extent[i] + g->stride[i] - 1) / g->stride[i];
+        l->phase *= l->width[i];
+    }
+    l->local = l->phase * g->stride[0] * g->stride[1] * g->stride[2] + slack;
+    l->run = ((g->out[0] - 1) * l->width[1] + (g->out[1] - 1)) * l->width[2] + g->out[2];
+    l->taps = g->kernel[0] * g->kernel[1] * g->kernel[2];
+    l->in_plane = g->in[0] * g->in[1] * g->in[2];
+    l->out_plane = g->out[0] * g->out[1] * g->out[2];
+    int64_t most_rows = l->extent[0] * l->extent[1];
+    l->tap = malloc(sizeof(int64_t) * (size_t)(l->taps + 2 * most_rows));
+    if (!l->tap) return -1;
+    l->row_in = l->tap + l->taps;
+    l->row_local = l->row_in + most_rows;
+    int64_t t = 0, k[3];
+    for (k[0] = 0; k[0] < g->kernel[0]; k[0]++)
+        for (k[1] = 0; k[1] < g->kernel[1]; k[1]++)
+            for (k[2] = 0; k[2] < g->kernel[2]; k[2]++) {
+                int64_t phase = 0, index = 0;
+                for (int i = 0; i < 3; i++) {
+                    int64_t z = k[i] * g->dilation[i];
+                    phase = phase * g->stride[i] + z % g->stride[i];
+                    index = index * l->width[i] + z / g->stride[i];
+                }
+                l->tap[t++] = phase * l->phase + index;
+            }
+    l->rows = 0;
+    l->lo = l->hi = 0;
+    int64_t z[3] = {0, 0, 0};
+    for (z[0] = 0; z[0] < l->extent[0]; z[0]++)
+        for (z[1] = 0; z[1] < l->extent[1]; z[1]++) {
+            if (!row_span(g, l, z[0], z[1], &l->lo, &l->hi)) continue;
+            l->row_in[l->rows] = ((z[0] - g->pad[0]) * g->in[1] + z[1] - g->pad[1]) * g->in[2] - g->pad[2];
+            l->row_local[l->rows++] = local_index(g, l, z);
+        }
+    return 0;
 }
 
 /* Where output (d, h, 0) lies in the run. */

@@ -23,9 +23,10 @@ KERNEL int NAME(dnnbind_maxpool_forward)(const T *x, T *y, void *winners, int64_
     int32_t *won = malloc(sizeof(int32_t) * (size_t)l.run);
     if (!buf || !won) { free(buf); free(won); free(l.tap); return -1; }
     T *best = buf + l.local;
+    NAME(fill)(buf, l.local, (T)-INFINITY);
     for (int64_t p = p0; p < p1; p++) {
-        NAME(load)(g, &l, x + p * l.in_plane, buf, (T)-INFINITY);
-        memcpy(best, buf + l.tap[0], sizeof(T) * (size_t)l.run);
+        NAME(load)(g, &l, x + p * l.in_plane, buf);
+        NAME(copy_row)(best, buf + l.tap[0], l.run);
         memset(won, 0, sizeof(int32_t) * (size_t)l.run);
         for (int64_t t = 1; t < l.taps; t++) {
             const T *restrict v = buf + l.tap[t];

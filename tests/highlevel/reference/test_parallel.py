@@ -1,0 +1,112 @@
+"""The kernels' own thread pool (csrc/parallel.c, through native._launch): every range run exactly once
+whatever the number of parts, callers on several threads at once, a forked child, errors and refusals."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.reference import native
+from dnnbind.highlevel.reference._threads import split
+
+pytestmark = pytest.mark.skipif(native.library() is None, reason="needs the C kernels (make setup)")
+
+
+_alive: list[np.ndarray] = []
+
+
+def _affine_call(rng, planes=13):
+    """A per-channel affine kernel call (a kernel without a status) over ``planes`` samples: its ranges
+    count (sample, channel) planes."""
+    a = rng.standard_normal((planes, 3, 50))
+    scale, shift = rng.standard_normal(3), rng.standard_normal(3)
+    out = np.full_like(a, np.nan)
+    fn = native._kernel("channel_affine", a.dtype)
+    args = (native._data(a), native._data(scale), native._data(shift), native._data(out), 3, 50)
+    _alive.extend((a, scale, shift))        # args hold bare addresses
+    return fn, args, out, a * scale[:, None] + shift[:, None], planes * 3
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 5, 8])
+def test_every_range_runs_once_whatever_the_parts(rng, parts):
+    """More parts than cores start more workers; each range is written once (the NaN fill would show a
+    range left out, and the kernel adds into nothing, so a range run twice leaves the same values: the
+    depthwise forward below, which writes a kept copy too, checks the counts another way)."""
+    fn, args, out, expected, count = _affine_call(rng)
+    native._launch(fn, args, split(count, parts))
+    np.testing.assert_allclose(out, expected, rtol=1e-15, atol=1e-15)        # (one FMA per element in C)
+
+    dims = ConvDims((3, 7, 11, 10), (7, 1, 3, 3), padding=1, groups=7)
+    x, w = rng.standard_normal(dims.x_shape), rng.standard_normal(dims.w_shape)
+    serial = native.depthwise_forward(x, w, dims, False)
+    y, keep = np.full(dims.y_shape, np.nan), np.full(dims.x_shape, np.nan)
+    args = (native._data(x), native._data(w), native._data(y), native._data(keep), native.geometry(dims))
+    native._launch(native._kernel("depthwise_forward", x.dtype), args, split(21, parts))
+    np.testing.assert_array_equal(y, serial)
+    np.testing.assert_array_equal(keep, x)
+
+
+def test_callers_on_several_threads_at_once_all_get_their_results(rng):
+    """One job holds the pool at a time; a second caller meanwhile runs its ranges on its own thread."""
+    calls = [_affine_call(np.random.default_rng(i), planes=40) for i in range(6)]
+    errors: list[BaseException] = []
+
+    def caller(fn, args, out, expected, count):
+        try:
+            for _ in range(60):
+                out.fill(np.nan)
+                native._launch(fn, args, split(count, 3))
+                np.testing.assert_allclose(out, expected, rtol=1e-15, atol=1e-15)
+        except BaseException as error:      # reported below, on the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=caller, args=call) for call in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a caller hung"
+    assert not errors, errors[0]
+
+
+def test_a_forked_child_starts_its_own_workers():
+    """After fork() the parent's workers do not exist in the child: its first split call must start new
+    ones, not wait for the old ones forever."""
+    code = ("import os, numpy as np\n"
+            "from dnnbind.highlevel.dims import ConvDims\n"
+            "from dnnbind.highlevel.reference import native\n"
+            "dims = ConvDims((4, 6, 20, 20), (6, 1, 3, 3), padding=1, groups=6)\n"
+            "x, w = np.ones(dims.x_shape), np.ones(dims.w_shape)\n"
+            "y = native.depthwise_forward(x, w, dims, True)\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os._exit(0 if np.array_equal(native.depthwise_forward(x, w, dims, True), y) else 3)\n"
+            "_, status = os.waitpid(pid, 0)\n"
+            "raise SystemExit(os.waitstatus_to_exitcode(status))\n")
+    result = subprocess.run([sys.executable, "-c", code], timeout=60)
+    assert result.returncode == 0
+
+
+def test_a_kernel_error_on_a_worker_reaches_the_caller(rng):
+    """A kernel that cannot allocate its working buffer (here: a geometry with 2**40 kernel taps) fails in
+    every range; the pool reports it as MemoryError, as a single call does."""
+    dims = ConvDims((2, 3, 8, 8), (3, 1, 3, 3), padding=1, groups=3)
+    huge = native.Geometry.from_buffer_copy(native.geometry(dims))
+    huge.kernel[0] = 1 << 40
+    x, w, y = np.zeros(dims.x_shape), np.zeros(dims.w_shape), np.zeros(dims.y_shape)
+    args = (native._data(x), native._data(w), native._data(y), 0, huge)
+    fn = native._kernel("depthwise_forward", x.dtype)
+    for parts in (1, 2, 3):
+        with pytest.raises(MemoryError, match="could not allocate its working buffer"):
+            native._launch(fn, args, split(6, parts))
+
+
+def test_more_arguments_than_the_pool_passes_are_refused(rng):
+    fn, args, out, _, count = _affine_call(rng)
+    with pytest.raises(RuntimeError, match=r"refused the call \(status -2\)"):
+        native._launch(fn, args + (0,) * 9, split(count, 2))
+    assert np.isnan(out).all(), "nothing ran"

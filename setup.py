@@ -17,4 +17,10 @@ setup(ext_modules=[Extension(
                         "-fno-tree-loop-distribute-patterns", "-pthread"],
     extra_link_args=["-pthread"],
     optional=True,
+), Extension(
+    # the plan key of a repeated call (dnnbind.highlevel.plans), built in C; optional like the kernels
+    "dnnbind.highlevel._plankey",
+    sources=["src/dnnbind/highlevel/csrc/plankey.c"],
+    extra_compile_args=["-O2"],
+    optional=True,
 )])

@@ -36,7 +36,7 @@ class Plan:
         return result, Pullback(self.op, backward, cotangents, self.gradients)
 
 
-def _key(op: str, arrays: tuple, arguments: tuple) -> tuple:
+def _python_key(op: str, arrays: tuple, arguments: tuple) -> tuple:
     """op, the arguments and their types (2.0 and True never meet 2 and 1), each array's type, shape
     and dtype, in one flat tuple."""
     key: list[Any] = [op, arguments]
@@ -47,6 +47,12 @@ def _key(op: str, arrays: tuple, arguments: tuple) -> tuple:
         else:
             key += (type(a), a.shape, a.dtype)
     return tuple(key)
+
+
+try:    # the same key built in C (csrc/plankey.c), where the optional extension was built: a third of the time
+    from dnnbind.highlevel._plankey import key as _key
+except ImportError:   # pragma: no cover - built by every development install
+    _key = _python_key
 
 
 def find(op: str, arrays: tuple, arguments: tuple) -> Plan | None:

@@ -1,0 +1,57 @@
+"""The plan key (dnnbind.highlevel.plans): the C build of it (csrc/plankey.c) equals the Python one for
+every kind of call, and fails the same way on what is not an array. (How plans are found and reused:
+test_arg_cache.py.)"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dnnbind.highlevel import plans
+
+
+class _DeviceArray:
+    """Stands for a device array: shape, dtype and the CUDA array interface, no data."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, np.dtype(dtype)
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": self.dtype.str, "data": (0, False), "version": 3}
+
+
+CALLS = [
+    ("conv", (np.zeros((1, 1, 4, 4), np.float32), np.zeros((1, 1, 3, 3), np.float32), None), (1, 1, 1, 1, False)),
+    ("conv", (np.zeros((2, 3, 5)), np.zeros((4, 3, 2)), np.zeros(4)), ((2,), ((0, 1),), 1.0, 1, True)),
+    ("maxpool", (np.zeros((1, 2, 3), np.float16),), ()),
+    ("softmax", (np.zeros(()),), (-1,)),
+    ("dropout", (np.zeros((0, 3)), None), (0.0, None, "x")),
+    ("batchnorm", (_DeviceArray((2, 3), "f4"), None, None, None, None), (True, 0.1, 1e-5)),
+    ("conv", (np.ma.zeros((1, 1, 3, 3)), np.zeros((1, 1, 1, 1)), None), (1, 0, 1, 1, False)),
+]
+
+
+def test_the_c_key_is_built():
+    assert plans._key is not plans._python_key, "the plan key extension is not built: run make setup"
+
+
+@pytest.mark.parametrize("op, arrays, arguments", CALLS)
+def test_the_c_key_equals_the_python_key(op, arrays, arguments):
+    key = plans._key(op, arrays, arguments)
+    assert key == plans._python_key(op, arrays, arguments)
+    assert [type(part) for part in key] == [type(part) for part in plans._python_key(op, arrays, arguments)]
+    assert hash(key) == hash(plans._python_key(op, arrays, arguments))
+
+
+def test_argument_types_tell_equal_values_apart():
+    x = (np.zeros((1, 1, 3, 3)),)
+    assert plans._key("op", x, (1,)) != plans._key("op", x, (True,)) != plans._key("op", x, (1.0,))
+
+
+def test_what_is_not_an_array_fails_as_in_python():
+    for key in (plans._key, plans._python_key):
+        with pytest.raises(AttributeError):
+            key("conv", ([1, 2], None), ())
+        with pytest.raises(AttributeError):
+            key("conv", (object(),), ())
+    with pytest.raises(TypeError, match="arrays and arguments are tuples"):
+        plans._key("conv", [np.zeros(1)], ())
+    assert plans.find("conv", ([1, 2], None, None), (1, 0, 1, 1, False)) is None
+    assert plans.find("conv", (np.zeros((1, 1, 3, 3)), np.zeros((1, 1, 1, 1)), None), ([1], 0, 1, 1, False)) is None

@@ -1,0 +1,3 @@
+"""Type stub of the optional C extension built from csrc/plankey.c (see plans.py)."""
+
+def key(op: str, arrays: tuple, arguments: tuple) -> tuple: ...

@@ -38,6 +38,9 @@ def _cases():
     yield _conv_case((2, 6, 9, 9), (4, 3, 3, 3), groups=2, padding=1)                       # im2col, keeps columns
     yield _conv_case((8, 64, 40, 40), (16, 64, 3, 3), padding=1)                            # im2col, keeps x
     yield _conv_case((2, 8, 7, 7), (5, 8, 1, 1))                                            # 1x1 path
+    yield _conv_case((2, 8, 7, 8), (6, 4, 1, 1), groups=2, stride=(2, 3))                   # 1x1 strided: keeps
+    yield _conv_case((3, 4, 9), (5, 4, 1), np.float16, stride=2)                            # the sampled pixels
+    yield _conv_case((2, 4, 4, 4), (4, 3, 1, 1), transposed=True, stride=2, output_padding=1)   # (transposed: x)
     yield _conv_case((2, 6, 7, 7), (6, 1, 3, 3), groups=6, padding=1, stride=2)             # depthwise path
     yield _conv_case((1, 2, 10), (3, 2, 4), dilation=2, flip=True)                          # 1-d, flipped
     yield _conv_case((1, 2, 5, 5, 5), (3, 2, 2, 2, 2), np.float16, padding=((0, 1),) * 3)   # 3-d, half
@@ -110,3 +113,14 @@ def test_conv_without_bias_gives_two_gradients_in_the_pullback_form_and_three_in
     y, saved = reference.conv_forward(x, w, None, *static)
     assert len(reference.conv_backward(saved, (y,), *static)) == 3
     assert len(reference.conv(x, w, None, *static)[1](y)) == 2
+
+
+def test_a_strided_1x1_convolution_keeps_only_the_pixels_its_kernel_visits():
+    """Its backward reads nothing else of x: a quarter of x at stride 2, by geometry on every path."""
+    x, w = rng.standard_normal((2, 8, 8, 8)).astype(np.float32), rng.standard_normal((4, 8, 1, 1)).astype(np.float32)
+    dims = ConvDims(x.shape, w.shape, stride=2, dtype=x.dtype)
+    _, (wf, kept) = reference.conv_forward(x, w, None, dims)
+    assert kept.shape == (2, 8, 4, 4) and reference.conv_residuals(x, w, None, dims)[1].shape == (2, 8, 4, 4)
+    np.testing.assert_array_equal(kept, x[:, :, ::2, ::2])
+    x[:] = 0                                    # the kept pixels are the forward's own copy
+    assert np.abs(kept).sum() > 0

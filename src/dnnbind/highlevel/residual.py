@@ -66,7 +66,7 @@ FORMS: dict[str, OpForm] = {
 #: The revision of what the forwards save (which arrays, their shapes): part of every custom op call's
 #: params (dnnbind.torch.library), so that a compiled graph cached on disk by torch.compile is never
 #: reused by a dnnbind that saves something else. Bump it whenever a backend's residuals change.
-RESIDUAL_REVISION = 3
+RESIDUAL_REVISION = 4
 
 #: ops whose backward takes ``needs=`` (see the module doc): those whose gradients cost a pass each
 SKIPPABLE = frozenset({"conv", "conv_transpose"})

@@ -285,9 +285,12 @@ def _forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np
 
 
 def _path_filter_grad(path: Path, dy: np.ndarray, x: np.ndarray, wf: np.ndarray, dims: ConvDims,
-                      threaded: bool) -> np.ndarray:
+                      threaded: bool, saved: bool = False) -> np.ndarray:
     """A special path's filter gradient, unflipped (as the path applies the filter wf); Direct's C kernel
-    takes large planes, the BLAS paths the rest (:data:`conv_paths.DIRECT_FILTER_MIN_RUN`)."""
+    takes large planes, the BLAS paths the rest (:data:`conv_paths.DIRECT_FILTER_MIN_RUN`). ``saved``: x is
+    the forward's residual (for Pointwise its sample, see :func:`_kept_shape`)."""
+    if path is Pointwise:
+        return path.filter_grad(dy, x, dims, threaded, sampled=saved)
     if path is not Direct or Direct.native_filter_grad(dims):
         return path.filter_grad(dy, x, dims, threaded)
     base = blas_path(dims)
@@ -336,10 +339,11 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
                  *, threaded: bool | None = None) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """Convolution (cross-correlation; true convolution when ``dims.flip``) with optional bias.
 
-    Saves (see :func:`conv_residuals`) the filter as applied (flipped when ``dims.flip``) and x, on
-    every path: what a forward saves never depends on which path runs (the C kernels may be absent, a
-    threshold may move), so a framework's description of the residuals holds everywhere. ``threaded``
-    forces the thread pool on or off (benchmarks); None applies the measured rule.
+    Saves (see :func:`conv_residuals`) the filter as applied (flipped when ``dims.flip``) and x (for a
+    1x1 kernel without padding, the pixels it visits: :func:`_kept_shape`). What a forward saves depends
+    on the problem's geometry alone, never on which path runs (the C kernels may be absent, a threshold
+    may move), so a framework's description of the residuals holds everywhere. ``threaded`` forces the
+    thread pool on or off (benchmarks); None applies the measured rule.
     """
     path = special_path(dims)
     threaded = _threads(dims, path, threaded)
@@ -350,6 +354,9 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
         # that is not C-contiguous gets its copy from ascontiguousarray below
         kept = np.empty_like(x) if x.flags.c_contiguous else None
         y = path.forward(x, wf, dims, threaded, keep=kept)
+    elif path is Pointwise:
+        kept = Pointwise.sample(x, dims)
+        y = path.forward(kept, wf, dims, threaded, sampled=True)
     elif path is not None:
         y = path.forward(x, wf, dims, threaded)
     else:
@@ -383,7 +390,7 @@ def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, threaded: 
     if path is not None:
         dx = path.data_grad(dy, wf, dims, threaded) if need_dx else None
         if need_dw:
-            dw = _path_filter_grad(path, dy, x, wf, dims, threaded)
+            dw = _path_filter_grad(path, dy, x, wf, dims, threaded, saved=True)
     else:
         dx = _data_grad(dy, _grouped(wf, dims), dims, threaded) if need_dx else None
         if need_dw:
@@ -393,9 +400,15 @@ def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, threaded: 
 
 @half_residuals
 def conv_residuals(x: Any, w: Any, b: Any, dims: ConvDims, *, threaded: bool | None = None) -> tuple[ArraySpec, ...]:
-    """The filter as applied and x, whatever the path."""
+    """The filter as applied and x (:func:`_kept_shape`), whatever the path."""
     dtype = np.dtype(x.dtype)
-    return ArraySpec(dims.w_shape, dtype), ArraySpec(dims.x_shape, dtype)
+    return ArraySpec(dims.w_shape, dtype), ArraySpec(_kept_shape(dims), dtype)
+
+
+def _kept_shape(dims: ConvDims) -> tuple[int, ...]:
+    """What the forward keeps of x: x, or for a 1x1 kernel without padding (the problem's geometry, not
+    a path's choice) the pixels the kernel visits, which is all its backward reads."""
+    return Pointwise.sample_shape(dims) if Pointwise.applies(dims) else dims.x_shape
 
 
 @_blas_beside_kernels(dims_at=3)

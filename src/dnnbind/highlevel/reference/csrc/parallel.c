@@ -23,7 +23,9 @@
 #include "dispatch.h"
 
 /* How long an idle worker spins before it sleeps. */
+#ifndef SPIN_NS
 #define SPIN_NS 100000
+#endif
 /* Most arguments a kernel takes before its range, and most workers. */
 #define MAX_ARGS 14
 #define MAX_THREADS 256

@@ -83,7 +83,8 @@ def _torch_conv(x, w, b, kwargs, flip):
 
 @pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path", CASES, ids=IDS)
 def test_each_class_takes_its_path(kernels, name, x_shape, w_shape, kwargs, path):
-    """Without the C kernels, the BLAS path listed; with them, Direct for all but 1x1 and depthwise."""
+    """Without the C kernels, the BLAS path listed; with them, Direct for all but 1x1, depthwise and small
+    output planes (Folded)."""
     dims = ConvDims(x_shape, w_shape, **kwargs)
     assert blas_path(dims) is path
     assert special_path(dims) is _expected(kernels, path)
@@ -91,7 +92,7 @@ def test_each_class_takes_its_path(kernels, name, x_shape, w_shape, kwargs, path
 
 def _expected(kernels, path):
     """The path special_path takes for a problem whose BLAS path is ``path``."""
-    return path if kernels == "numpy" or path in (Pointwise, Depthwise) else Direct
+    return path if kernels == "numpy" or path in (Pointwise, Depthwise, Folded) else Direct
 
 
 @pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path, flip",

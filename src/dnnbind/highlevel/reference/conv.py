@@ -313,9 +313,13 @@ def _threads(dims: ConvDims, path: Path | None, threaded: bool | None) -> bool:
     return path.use_threads(dims) if path is not None else use_threads(dims)
 
 
+#: the paths that run dnnbind's C kernels
+_KERNEL_PATHS = (Direct, Depthwise)
+
+
 def _blas_beside_kernels(dims_at: int) -> Any:
-    """Run the op with numpy's BLAS on one thread where dnnbind's C kernels are built and the problem
-    (its ConvDims is positional argument ``dims_at``) is big enough for the pool, whose BLAS paths then
+    """Run the op with numpy's BLAS on one thread where dnnbind's C kernels run the problem and it is
+    (its ConvDims is positional argument ``dims_at``) big enough for the pool, whose BLAS paths then
     split over it instead (their use_threads rules). OpenBLAS's workers poll for about a tenth of a
     second after each multi-threaded call, taking a core from the C kernels that follow on the pool:
     measured on a 2-core EPYC, a strided 256 -> 512 layer's forward and backward (C forward and data
@@ -324,8 +328,8 @@ def _blas_beside_kernels(dims_at: int) -> Any:
         @functools.wraps(op)
         def beside(*args: Any, **kwargs: Any) -> Any:
             dims = args[dims_at] if len(args) > dims_at else kwargs["dims"]
-            if macs(dims) < GEMM_THREAD_MIN_MACS or native.library() is None or blas_path(dims) is Pointwise:
-                return op(*args, **kwargs)          # (1x1: BLAS's own threads split its products best)
+            if macs(dims) < GEMM_THREAD_MIN_MACS or native.library() is None or special_path(dims) not in _KERNEL_PATHS:
+                return op(*args, **kwargs)          # (BLAS's own threads split a BLAS path's products best)
             with one_blas_thread():
                 return op(*args, **kwargs)
         return beside

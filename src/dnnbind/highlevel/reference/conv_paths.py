@@ -21,7 +21,7 @@
 * :class:`Direct`: everything else where dnnbind's C kernels are built: a direct convolution
   (:mod:`native`), with the BLAS paths below for what it leaves to them.
 * :class:`Folded`: small output planes (the late layers of a CNN, strided or not; taken before
-  Shifted). im2col with the samples side by side, so each product is one wide GEMM over every sample
+  Shifted, and before Direct). im2col with the samples side by side, so each product is one wide GEMM over every sample
   instead of one skinny GEMM per sample (49 columns at 7x7), and the filter gradient one product
   instead of a loop over samples.
 
@@ -612,12 +612,18 @@ class Direct:
 
 Path = type[Pointwise] | type[Depthwise] | type[Shifted] | type[Folded] | type[Direct]
 
+_BEFORE_DIRECT: tuple[Path, ...] = (Pointwise, Depthwise, Folded)
+
 
 def special_path(dims: ConvDims) -> Path | None:
-    """The path class for this problem, or None for the general im2col path: Direct wherever the C
-    kernels are built (asked on every call: tests turn them off), else the BLAS paths (remembered)."""
+    """The path class for this problem, or None for the general im2col path: 1x1, depthwise and small
+    output planes take their BLAS paths; the rest Direct wherever the C kernels are built (asked on every
+    call: tests turn them off), else the BLAS paths (remembered). Folded before Direct: its one wide
+    product per group, on BLAS's own threads, measured 0.72x Direct's time (geometric mean, forward and
+    forward + backward alike) over eleven small-plane layers (7x7 to 11x11, 64 to 512 channels) on a
+    2-core EPYC."""
     path = blas_path(dims)
-    if path is Pointwise or path is Depthwise or not Direct.applies(dims):
+    if path in _BEFORE_DIRECT or not Direct.applies(dims):
         return path
     return Direct
 

@@ -25,5 +25,11 @@ from dnnbind.torch.nn import (ELU, GRU, LSTM, RNN, AvgPool1d, AvgPool2d, AvgPool
                               ConvTranspose3d, Dropout, Hardtanh, LeakyReLU, LogSoftmax, MaxPool1d, MaxPool2d,
                               MaxPool3d, ReLU, ReLU6, Sigmoid, SiLU, Softmax, Tanh)
 
+from dnnbind.highlevel.reference import native as _native
+
+# the reference backend's C kernels split their work over torch's own OpenMP threads from now on (which
+# spin after every torch op: threads of dnnbind's own beside them would fight them for the cores)
+_native.share_openmp_team()
+
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
            "batchnorm", "dropout", "rnn", "nn", *nn.PROVIDED]

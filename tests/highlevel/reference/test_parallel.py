@@ -110,3 +110,57 @@ def test_more_arguments_than_the_pool_passes_are_refused(rng):
     with pytest.raises(RuntimeError, match=r"refused the call \(status -2\)"):
         native._launch(fn, args + (0,) * 9, split(count, 2))
     assert np.isnan(out).all(), "nothing ran"
+
+
+# -- on PyTorch's OpenMP team -------------------------------------------------------------------------
+
+def _torch_team():
+    """Import dnnbind.torch (which hands the kernels torch's OpenMP team); skip without torch."""
+    pytest.importorskip("torch")
+    import dnnbind.torch  # noqa: F401
+    return native.share_openmp_team()
+
+
+def test_with_torch_loaded_the_kernels_run_on_its_openmp_team(rng):
+    assert _torch_team(), "torch's libgomp was not found among the loaded libraries"
+    try:
+        for parts in (1, 2, 3, 5, 8):
+            test_every_range_runs_once_whatever_the_parts(rng, parts)
+        test_a_kernel_error_on_a_worker_reaches_the_caller(rng)
+        test_callers_on_several_threads_at_once_all_get_their_results(rng)
+    finally:
+        native.share_openmp_team()
+
+
+def test_the_team_follows_torchs_thread_count(rng):
+    """torch.set_num_threads(1): a team of one runs every range."""
+    import torch
+    assert _torch_team()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        test_every_range_runs_once_whatever_the_parts(rng, 4)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_back_to_the_own_workers_and_a_forked_child_with_torch(rng):
+    assert _torch_team()
+    assert native.share_openmp_team(False) is False
+    try:
+        test_every_range_runs_once_whatever_the_parts(rng, 3)
+    finally:
+        assert native.share_openmp_team()
+    code = ("import os, numpy as np, torch, dnnbind.torch\n"
+            "from dnnbind.highlevel.dims import ConvDims\n"
+            "from dnnbind.highlevel.reference import native\n"
+            "dims = ConvDims((4, 6, 20, 20), (6, 1, 3, 3), padding=1, groups=6)\n"
+            "x, w = np.ones(dims.x_shape), np.ones(dims.w_shape)\n"
+            "y = native.depthwise_forward(x, w, dims, True)\n"
+            "torch.ones(1 << 20).sum()\n"                       # torch's team exists and spins
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os._exit(0 if np.array_equal(native.depthwise_forward(x, w, dims, True), y) else 3)\n"
+            "_, status = os.waitpid(pid, 0)\n"
+            "raise SystemExit(os.waitstatus_to_exitcode(status))\n")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

@@ -25,7 +25,7 @@ class OpenBLAS:
         self.get_threads: Callable[[], int] | None = None
         self.set_threads: Callable[[int], None] | None = None
         self.gemm: dict[np.dtype, Any] = {}
-        for lib in _libraries():
+        for lib in loaded_libraries("openblas"):
             for prefix, suffix, index in (("scipy_", "64_", ctypes.c_int64), ("", "64_", ctypes.c_int64),
                                           ("scipy_", "", ctypes.c_int), ("", "", ctypes.c_int)):
                 get = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
@@ -44,11 +44,12 @@ class OpenBLAS:
                 return
 
 
-def _libraries() -> list[ctypes.CDLL]:
-    """The loaded shared libraries whose path names OpenBLAS (numpy loads its own when imported)."""
+def loaded_libraries(name: str) -> list[ctypes.CDLL]:
+    """The shared libraries already loaded into this process whose path names ``name`` (lower case):
+    numpy's OpenBLAS, PyTorch's libgomp. Linux only (/proc/self/maps); elsewhere none."""
     try:
         with open("/proc/self/maps") as maps:
-            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line})
+            paths = sorted({line.split()[-1] for line in maps if name in line.lower() and "/" in line})
     except OSError:
         return []
     libs = []

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims, PoolDims
-from dnnbind.highlevel.reference._blas import openblas
+from dnnbind.highlevel.reference._blas import loaded_libraries, openblas
 from dnnbind.highlevel.reference._threads import split, workers
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -58,6 +58,8 @@ def library() -> ctypes.CDLL | None:
     lib = ctypes.CDLL(path)
     lib.dnnbind_isa.restype, lib.dnnbind_isa.argtypes = ctypes.c_int, []
     lib.dnnbind_isa_name.restype, lib.dnnbind_isa_name.argtypes = ctypes.c_char_p, []
+    lib.dnnbind_share_openmp.restype = ctypes.c_int
+    lib.dnnbind_share_openmp.argtypes = [ctypes.c_void_p] * 4
     lib.dnnbind_parallel.restype = ctypes.c_int
     lib.dnnbind_parallel.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                      ctypes.c_int64]
@@ -160,6 +162,29 @@ def _data(a: np.ndarray) -> int:
         return ctypes.addressof(ctypes.c_char.from_buffer(a))  # type: ignore[arg-type]
     except (TypeError, ValueError, BufferError):
         return int(a.ctypes.data)
+
+
+def share_openmp_team(enabled: bool = True) -> bool:
+    """Run the kernels' split calls on the OpenMP team of the libgomp already loaded in this process
+    (PyTorch's: dnnbind.torch asks for it when imported), instead of the kernels' own workers; whether
+    they now do. torch's OpenMP threads spin after every torch op: a worker of our own beside them gets
+    half a core, and a split call waits for its slowest part. On that team the kernels take the cores
+    torch's threads hold anyway, as many as torch.set_num_threads allows. ``enabled=False``: back to
+    the kernels' own workers."""
+    lib = library()
+    if lib is None:
+        return False
+    if not enabled:
+        lib.dnnbind_share_openmp(None, None, None, None)
+        return False
+    for gomp in loaded_libraries("libgomp"):
+        names = ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads", "omp_get_max_threads")
+        try:
+            addresses = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p).value for name in names]
+        except AttributeError:               # another OpenMP runtime, or not one at all
+            continue
+        return lib.dnnbind_share_openmp(*addresses) == 0
+    return False
 
 
 #: each kernel's address, for dnnbind_parallel (csrc/parallel.c)

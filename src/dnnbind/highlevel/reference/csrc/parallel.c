@@ -6,6 +6,9 @@
  * These workers spin for SPIN_NS after each job before they sleep, so that a run of kernel calls (a
  * network's layers) hands over in well under a microsecond, and a worker goes quiet soon after (so that
  * it does not take a core from the BLAS threads that may follow; OpenBLAS's own workers poll longer).
+ * In a process where PyTorch runs (dnnbind.torch), the ranges run on torch's own OpenMP team instead
+ * (dnnbind_share_openmp): its threads spin after every torch op, and workers of ours beside them got
+ * half a core each, so that a split call waited for its slowest half.
  *
  * Every kernel the pool runs takes pointers and 64-bit integers only, its last two parameters the
  * range [lo, hi) it covers; dnnbind_parallel passes each worker the same arguments with its range.
@@ -163,6 +166,50 @@ static int start_workers(int64_t wanted) {
     return threads;
 }
 
+/* The host's OpenMP runtime (PyTorch's libgomp), when dnnbind_share_openmp was given it: GOMP_parallel
+ * (what `#pragma omp parallel` compiles to) and the team queries. Its team then runs the ranges: those
+ * threads spin after every torch op, and workers of our own would fight them for the cores. */
+typedef void (*gomp_parallel_t)(void (*)(void *), void *, unsigned, unsigned);
+typedef int (*omp_query_t)(void);
+static gomp_parallel_t host_parallel;
+static omp_query_t host_thread_num, host_num_threads, host_max_threads;
+
+typedef struct {
+    const job_t *job;
+    atomic_int error;
+} team_job_t;
+
+static void team_body(void *data) {
+    team_job_t *t = data;
+    int64_t team = host_num_threads(), me = host_thread_num();
+    for (int64_t i = me; i < t->job->parts; i += team) {       /* a smaller team than asked covers all */
+        int status = run_range(t->job, i), expected = 0;
+        if (status != 0) atomic_compare_exchange_strong(&t->error, &expected, status);
+    }
+}
+
+/* In a forked child the parent's OpenMP team does not exist: back to our own workers. */
+static void forget_host(void) { host_parallel = NULL; }
+
+/* Run every later split call on the team of the OpenMP runtime whose GOMP_parallel, omp_get_thread_num,
+ * omp_get_num_threads and omp_get_max_threads these are (all NULL: our own workers again). */
+KERNEL int dnnbind_share_openmp(void *parallel, void *thread_num, void *num_threads, void *max_threads) {
+    static int registered;
+    if (!registered) {
+        if (pthread_atfork(NULL, NULL, forget_host) != 0) return -1;
+        registered = 1;
+    }
+    if (!parallel || !thread_num || !num_threads || !max_threads) {
+        host_parallel = NULL;
+        return 0;
+    }
+    host_thread_num = (omp_query_t)thread_num;
+    host_num_threads = (omp_query_t)num_threads;
+    host_max_threads = (omp_query_t)max_threads;
+    host_parallel = (gomp_parallel_t)parallel;
+    return 0;
+}
+
 /* Run kernel fn(args[0..nargs), lo, hi) for each range [bounds[i], bounds[i + 1]), i < parts, range 0
  * on the calling thread and the others on the workers, and return when all are done: the first
  * nonzero status (kernels with has_status), else 0. Runs every range on the calling thread when
@@ -172,6 +219,13 @@ KERNEL int dnnbind_parallel(void *fn, int has_status, int64_t nargs, const int64
     if (nargs < 0 || nargs > MAX_ARGS || parts < 0) return -2;
     job_t local = {fn, has_status, nargs, {0}, bounds, parts};
     for (int64_t k = 0; k < nargs; k++) local.args[k] = args[k];
+    gomp_parallel_t host = host_parallel;
+    if (parts > 1 && host) {                 /* the host's team, as many of it as its settings allow */
+        int64_t most = host_max_threads();
+        team_job_t t = {&local, 0};
+        host(team_body, &t, (unsigned)(parts < most ? parts : most), 0);
+        return atomic_load(&t.error);
+    }
     if (parts <= 1 || pthread_mutex_trylock(&submit) != 0) return run_alone(&local);
     if (start_workers(parts - 1) < parts - 1) {
         pthread_mutex_unlock(&submit);

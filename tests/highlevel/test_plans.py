@@ -55,3 +55,21 @@ def test_what_is_not_an_array_fails_as_in_python():
         plans._key("conv", [np.zeros(1)], ())
     assert plans.find("conv", ([1, 2], None, None), (1, 0, 1, 1, False)) is None
     assert plans.find("conv", (np.zeros((1, 1, 3, 3)), np.zeros((1, 1, 1, 1)), None), ([1], 0, 1, 1, False)) is None
+
+
+def test_the_c_lookup_finds_what_the_python_lookup_finds(rng):
+    """plans.find (C) against plans._python_find on calls with and without plans: tuple arguments whose
+    bools must not meet ints, zero floats of either sign (kept under their tagged key: both find None
+    and the checked path finds the plan), non-arrays and unhashable arguments."""
+    import dnnbind
+    assert plans.find is not plans._python_find
+    x, w = rng.standard_normal((1, 2, 5, 5)), rng.standard_normal((3, 2, 3, 3))
+    dnnbind.conv(x, w, padding=(1, 1))
+    dnnbind.activation(x, "leaky_relu", alpha=-0.0)
+    calls = [("conv", (x, w, None), (1, (1, 1), 1, 1, False)), ("conv", (x, w, None), (1, (True, 1), 1, 1, False)),
+             ("conv", (x, w, None), (1, (1, 2), 1, 1, False)), ("activation", (x,), ("leaky_relu", -0.0)),
+             ("activation", (x,), ("leaky_relu", 0.0)), ("conv", ([1], w, None), (1, 1, 1, 1, False)),
+             ("conv", (x, w, None), (1, [1, 1], 1, 1, False)), ("softmax", (x,), (1,))]
+    for call in calls:
+        assert plans.find(*call) is plans._python_find(*call), call
+    assert plans.find(*calls[0]) is not None and plans.find(*calls[1]) is None

@@ -49,13 +49,7 @@ def _python_key(op: str, arrays: tuple, arguments: tuple) -> tuple:
     return tuple(key)
 
 
-try:    # the same key built in C (csrc/plankey.c), where the optional extension was built: a third of the time
-    from dnnbind.highlevel._plankey import key as _key
-except ImportError:   # pragma: no cover - built by every development install
-    _key = _python_key
-
-
-def find(op: str, arrays: tuple, arguments: tuple) -> Plan | None:
+def _python_find(op: str, arrays: tuple, arguments: tuple) -> Plan | None:
     """The plan of this call if an earlier one built it; None sends the call down the checked path."""
     try:
         plan = _ENTRIES.get(_key(op, arrays, arguments))
@@ -87,6 +81,18 @@ _ZERO = object()     # tags a zero float in a key, with its sign
 
 _SCALARS = frozenset({int, bool, float, str, type(None)})   # the key holds their types: 2.0 never meets 2
 _ENTRIES = arg_cache.entries()     # read directly: a repeated call pays one dictionary lookup
+
+# the key and the lookup in C (csrc/plankey.c), where the optional extension was built: the same results
+# in a third of the time
+_key: Callable[[str, tuple, tuple], tuple]
+find: Callable[[str, tuple, tuple], "Plan | None"]
+try:
+    from dnnbind.highlevel import _plankey
+except ImportError:   # pragma: no cover - built by every development install
+    _key, find = _python_key, _python_find
+else:
+    _plankey.configure(_ENTRIES, _plain)
+    _key, find = _plankey.key, _plankey.find
 
 
 def _plannable(value: Any) -> bool:

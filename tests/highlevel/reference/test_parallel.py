@@ -164,3 +164,18 @@ def test_back_to_the_own_workers_and_a_forked_child_with_torch(rng):
             "_, status = os.waitpid(pid, 0)\n"
             "raise SystemExit(os.waitstatus_to_exitcode(status))\n")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+def test_more_parts_than_workers_the_caller_runs_the_rest():
+    """Past MAX_THREADS (256) workers the calling thread runs the ranges no worker takes (in a child
+    process, which then holds its 256 workers, not the test session)."""
+    code = ("import numpy as np\n"
+            "from dnnbind.highlevel.reference import native\n"
+            "from dnnbind.highlevel.reference._threads import split\n"
+            "a = np.arange(600 * 7, dtype=np.float64).reshape(200, 3, 7)\n"
+            "scale, shift, out = np.full(3, 2.0), np.full(3, 1.0), np.full_like(a, np.nan)\n"
+            "fn = native._kernel('channel_affine', a.dtype)\n"
+            "args = (native._data(a), native._data(scale), native._data(shift), native._data(out), 3, 7)\n"
+            "native._launch(fn, args, split(600, 300))\n"
+            "raise SystemExit(0 if np.array_equal(out, a * 2 + 1) else 3)\n")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

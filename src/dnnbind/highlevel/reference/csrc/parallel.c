@@ -213,7 +213,8 @@ KERNEL int dnnbind_share_openmp(void *parallel, void *thread_num, void *num_thre
 /* Run kernel fn(args[0..nargs), lo, hi) for each range [bounds[i], bounds[i + 1]), i < parts, range 0
  * on the calling thread and the others on the workers, and return when all are done: the first
  * nonzero status (kernels with has_status), else 0. Runs every range on the calling thread when
- * another call holds the pool or workers cannot be started. -2: more than MAX_ARGS arguments. */
+ * another call holds the pool, and those no worker takes (more than MAX_THREADS, or threads that could
+ * not be started) after its own. -2: more than MAX_ARGS arguments. */
 KERNEL int dnnbind_parallel(void *fn, int has_status, int64_t nargs, const int64_t *args, const int64_t *bounds,
                             int64_t parts) {
     if (nargs < 0 || nargs > MAX_ARGS || parts < 0) return -2;
@@ -227,20 +228,19 @@ KERNEL int dnnbind_parallel(void *fn, int has_status, int64_t nargs, const int64
         return atomic_load(&t.error);
     }
     if (parts <= 1 || pthread_mutex_trylock(&submit) != 0) return run_alone(&local);
-    if (start_workers(parts - 1) < parts - 1) {
-        pthread_mutex_unlock(&submit);
-        return run_alone(&local);
-    }
+    int64_t helpers = start_workers(parts - 1);       /* fewer than asked: the caller runs the rest */
+    helpers = helpers < parts - 1 ? helpers : parts - 1;
     job = local;
     atomic_store(&first_error, 0);
-    atomic_store(&remaining, (int)(parts - 1));
-    for (int64_t i = 0; i + 1 < parts; i++) atomic_fetch_add(&slots[i].ticket, 1);
-    if (atomic_load(&sleepers) > 0) {
+    atomic_store(&remaining, (int)helpers);
+    for (int64_t i = 0; i < helpers; i++) atomic_fetch_add(&slots[i].ticket, 1);
+    if (helpers > 0 && atomic_load(&sleepers) > 0) {
         pthread_mutex_lock(&sleep_lock);
         pthread_cond_broadcast(&wake);
         pthread_mutex_unlock(&sleep_lock);
     }
     note_error(run_range(&job, 0));
+    for (int64_t i = helpers + 1; i < parts; i++) note_error(run_range(&job, i));
     if (!SPIN_UNTIL(atomic_load(&remaining) == 0)) {
         pthread_mutex_lock(&sleep_lock);
         atomic_store(&caller_sleeping, 1);

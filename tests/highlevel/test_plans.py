@@ -73,3 +73,23 @@ def test_the_c_lookup_finds_what_the_python_lookup_finds(rng):
     for call in calls:
         assert plans.find(*call) is plans._python_find(*call), call
     assert plans.find(*calls[0]) is not None and plans.find(*calls[1]) is None
+
+
+@pytest.mark.parametrize("alpha, padding", [(0.0, 1), (-0.0, (1, 1)), (0.0, [1, 1])])
+def test_calls_with_tagged_arguments_take_the_per_call_path_too(rng, alpha, padding):
+    """A zero float is tagged with its sign in the plan's key; the plan is kept under the call's own key
+    as well, so a repeated call finds it, and the other sign's call still gets its own. (A list argument
+    is kept as the tuple it equals; its own calls take the checked path.)"""
+    import dnnbind
+    x, w = rng.standard_normal((1, 2, 5, 5)), rng.standard_normal((3, 2, 3, 3))
+    dnnbind.activation(x, "leaky_relu", alpha=alpha)
+    assert plans.find("activation", (x,), ("leaky_relu", alpha)) is not None
+    dnnbind.conv(x, w, padding=padding)
+    assert plans.find("conv", (x, w, None), (1, tuple(padding) if isinstance(padding, list) else padding,
+                                             1, 1, False)) is not None
+    other = -alpha
+    assert plans.find("activation", (x,), ("leaky_relu", other)) is None      # the other sign: not this plan
+    negative = -np.abs(x) - 1
+    y, _ = dnnbind.activation(negative, "leaky_relu", alpha=other)
+    np.testing.assert_array_equal(np.signbit(y), np.signbit(negative * other))     # zeros of its own sign
+    assert plans.find("activation", (x,), ("leaky_relu", other)) is not None

@@ -114,4 +114,23 @@ def build(op: str, arrays: tuple, arguments: tuple, make: Callable[[], Plan]) ->
         if full is not None:
             plan.plain = plain
             arg_cache.store(full, plan)
+    if full is not None and plain is not None:
+        _also_under_the_call_key(op, arrays, arguments, full, plan)
     return plan
+
+
+def _also_under_the_call_key(op: str, arrays: tuple, arguments: tuple, full: tuple, plan: Plan) -> None:
+    """Keep a plan whose key holds tagged arguments (a zero float, a tuple with a bool) under this call's
+    own key too, which is what :func:`find` looks up: else such calls never took the per-call path.
+    Calls whose arguments differ only in what the tags tell apart (0.0 and -0.0) share that key; find
+    compares the tagged arguments, and the call that misses takes this path and points the key at its
+    own plan."""
+    try:
+        key = _key(op, arrays, arguments)
+    except TypeError:             # a list argument: its calls are found under the tuple it equals
+        return
+    if key != full:               # (equal keys: the plan is there already)
+        try:
+            arg_cache.store(key, plan)
+        except TypeError:         # unhashable
+            return

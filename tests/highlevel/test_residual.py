@@ -124,3 +124,7 @@ def test_a_strided_1x1_convolution_keeps_only_the_pixels_its_kernel_visits():
     np.testing.assert_array_equal(kept, x[:, :, ::2, ::2])
     x[:] = 0                                    # the kept pixels are the forward's own copy
     assert np.abs(kept).sum() > 0
+    for shape in ((2, 3, 1, 1), (2, 3, 1, 5)):  # planes whose strided view is contiguous: still a copy
+        x = rng.standard_normal(shape)
+        _, (_, kept) = reference.conv_forward(x, np.ones((4, 3, 1, 1)), None, ConvDims(shape, (4, 3, 1, 1), stride=2))
+        assert not np.shares_memory(kept, x)

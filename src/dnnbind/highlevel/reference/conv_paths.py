@@ -40,6 +40,7 @@ import numpy as np
 from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.reference import native
 from dnnbind.highlevel.reference._blas import gemm, gemm_available
+from dnnbind.highlevel.reference._precision import private
 from dnnbind.highlevel.reference._scratch import scratch
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
@@ -88,10 +89,9 @@ class Pointwise:
     def sample(x: np.ndarray, dims: ConvDims) -> np.ndarray:
         """The forward's own copy of what its backward needs from x: the pixels the kernel visits
         (all of x at stride 1), contiguous. The convolution saves it instead of x (a quarter of x at
-        stride 2, and one pass over x fewer than copying x and sampling it again)."""
-        if all(s == 1 for s in dims.stride):
-            return np.array(x, order="C")
-        return np.ascontiguousarray(x[offset_index(dims, (0,) * dims.spatial_rank)])
+        stride 2, and one pass over x fewer than copying x and sampling it again). Never x's memory,
+        also where the strided view is contiguous already (planes of one pixel)."""
+        return private(_sampled(x, dims), x)
 
     @staticmethod
     def sample_shape(dims: ConvDims) -> tuple[int, ...]:

@@ -125,12 +125,9 @@ def _also_under_the_call_key(op: str, arrays: tuple, arguments: tuple, full: tup
     Calls whose arguments differ only in what the tags tell apart (0.0 and -0.0) share that key; find
     compares the tagged arguments, and the call that misses takes this path and points the key at its
     own plan."""
-    try:
-        key = _key(op, arrays, arguments)
-    except TypeError:             # a list argument: its calls are found under the tuple it equals
-        return
+    key = _key(op, arrays, arguments)
     if key != full:               # (equal keys: the plan is there already)
         try:
             arg_cache.store(key, plan)
-        except TypeError:         # unhashable
+        except TypeError:         # a list argument: its calls are found under the tuple it equals
             return

@@ -450,11 +450,6 @@ def gemm_available(dtype: Any) -> bool:
     return available(dtype) and np.dtype(dtype) in openblas().gemm
 
 
-def lstm_available(dtype: Any) -> bool:
-    """Whether :func:`lstm_forward` runs for ``dtype``."""
-    return gemm_available(dtype)
-
-
 def _gemm(dtype: np.dtype) -> tuple[int, int]:
     """(the address of numpy's OpenBLAS CBLAS gemm for ``dtype``, its integers' size in bytes)."""
     fn = openblas().gemm[dtype]

@@ -218,7 +218,7 @@ class _LSTM(_Direction):
 
     def _native(self, masks: Sequence[np.ndarray | None]) -> bool:
         """Whether the C time loop runs this cell: sequences of one length, no projection (native.py)."""
-        return self.w_hr is None and native.lstm_available(self.w_hh.dtype) and all(m is None for m in masks)
+        return self.w_hr is None and native.gemm_available(self.w_hh.dtype) and all(m is None for m in masks)
 
     def forward(self, x, h0, c0, steps, masks):
         H = self.hidden

@@ -107,9 +107,10 @@ static int run_alone(const job_t *j) {
     return status;
 }
 
-static void note_error(int status) {
+/* Keep the first nonzero status in *first. */
+static void note_error(atomic_int *first, int status) {
     int expected = 0;
-    if (status != 0) atomic_compare_exchange_strong(&first_error, &expected, status);
+    if (status != 0) atomic_compare_exchange_strong(first, &expected, status);
 }
 
 static void *worker(void *arg) {
@@ -125,7 +126,7 @@ static void *worker(void *arg) {
             pthread_mutex_unlock(&sleep_lock);
         }
         seen = atomic_load(ticket);
-        note_error(run_range(&job, index + 1));
+        note_error(&first_error, run_range(&job, index + 1));
         if (atomic_fetch_sub(&remaining, 1) == 1 && atomic_load(&caller_sleeping)) {
             pthread_mutex_lock(&sleep_lock);
             pthread_cond_broadcast(&finished);
@@ -182,10 +183,8 @@ typedef struct {
 static void team_body(void *data) {
     team_job_t *t = data;
     int64_t team = host_num_threads(), me = host_thread_num();
-    for (int64_t i = me; i < t->job->parts; i += team) {       /* a smaller team than asked covers all */
-        int status = run_range(t->job, i), expected = 0;
-        if (status != 0) atomic_compare_exchange_strong(&t->error, &expected, status);
-    }
+    for (int64_t i = me; i < t->job->parts; i += team)       /* a smaller team than asked covers all */
+        note_error(&t->error, run_range(t->job, i));
 }
 
 /* In a forked child the parent's OpenMP team does not exist: back to our own workers. */
@@ -239,8 +238,8 @@ KERNEL int dnnbind_parallel(void *fn, int has_status, int64_t nargs, const int64
         pthread_cond_broadcast(&wake);
         pthread_mutex_unlock(&sleep_lock);
     }
-    note_error(run_range(&job, 0));
-    for (int64_t i = helpers + 1; i < parts; i++) note_error(run_range(&job, i));
+    note_error(&first_error, run_range(&job, 0));
+    for (int64_t i = helpers + 1; i < parts; i++) note_error(&first_error, run_range(&job, i));
     if (!SPIN_UNTIL(atomic_load(&remaining) == 0)) {
         pthread_mutex_lock(&sleep_lock);
         atomic_store(&caller_sleeping, 1);

@@ -31,13 +31,15 @@ def _affine_call(rng, planes=13):
     return fn, args, out, a * scale[:, None] + shift[:, None], planes * 3
 
 
+@pytest.mark.parametrize("team", [None, 3, 8])
 @pytest.mark.parametrize("parts", [1, 2, 3, 5, 8])
-def test_every_range_runs_once_whatever_the_parts(rng, parts):
-    """More parts than cores start more workers; each range is written once (the NaN fill would show a
-    range left out, and the kernel adds into nothing, so a range run twice leaves the same values: the
-    depthwise forward below, which writes a kept copy too, checks the counts another way)."""
+def test_every_range_runs_once_whatever_the_parts(rng, parts, team):
+    """Each range is written once, whether the team (default: the cores) is smaller or larger than the
+    parts (the NaN fill would show a range left out, and the kernel adds into nothing, so a range run
+    twice leaves the same values: the depthwise forward below, which writes a kept copy too, checks the
+    counts another way)."""
     fn, args, out, expected, count = _affine_call(rng)
-    native._launch(fn, args, split(count, parts))
+    native._launch(fn, args, split(count, parts), team)
     np.testing.assert_allclose(out, expected, rtol=1e-15, atol=1e-15)        # (one FMA per element in C)
 
     dims = ConvDims((3, 7, 11, 10), (7, 1, 3, 3), padding=1, groups=7)
@@ -45,7 +47,7 @@ def test_every_range_runs_once_whatever_the_parts(rng, parts):
     serial = native.depthwise_forward(x, w, dims, False)
     y, keep = np.full(dims.y_shape, np.nan), np.full(dims.x_shape, np.nan)
     args = (native._data(x), native._data(w), native._data(y), native._data(keep), native.geometry(dims))
-    native._launch(native._kernel("depthwise_forward", x.dtype), args, split(21, parts))
+    native._launch(native._kernel("depthwise_forward", x.dtype), args, split(21, parts), team)
     np.testing.assert_array_equal(y, serial)
     np.testing.assert_array_equal(keep, x)
 
@@ -112,6 +114,20 @@ def test_more_arguments_than_the_pool_passes_are_refused(rng):
     assert np.isnan(out).all(), "nothing ran"
 
 
+def test_more_ranges_than_one_call_counts_are_refused(rng):
+    """A call's ranges count in 16 bits of the pool's claim word: 65,536 of them are refused, not
+    miscounted; 65,535 run."""
+    a = rng.standard_normal((1 << 16, 1, 1))
+    one, none, out = np.ones(1), np.zeros(1), np.full_like(a, np.nan)
+    fn = native._kernel("channel_affine", a.dtype)
+    args = (native._data(a), native._data(one), native._data(none), native._data(out), 1, 1)
+    with pytest.raises(RuntimeError, match=r"refused the call \(status -2\)"):
+        native._launch(fn, args, split(1 << 16, 1 << 16))
+    assert np.isnan(out).all(), "nothing ran"
+    native._launch(fn, args, split(1 << 16, (1 << 16) - 1))
+    np.testing.assert_array_equal(out, a)
+
+
 # -- on PyTorch's OpenMP team -------------------------------------------------------------------------
 
 def _torch_team():
@@ -125,7 +141,8 @@ def test_with_torch_loaded_the_kernels_run_on_its_openmp_team(rng):
     assert _torch_team(), "torch's libgomp was not found among the loaded libraries"
     try:
         for parts in (1, 2, 3, 5, 8):
-            test_every_range_runs_once_whatever_the_parts(rng, parts)
+            test_every_range_runs_once_whatever_the_parts(rng, parts, None)
+            test_every_range_runs_once_whatever_the_parts(rng, parts, 8)
         test_a_kernel_error_on_a_worker_reaches_the_caller(rng)
         test_callers_on_several_threads_at_once_all_get_their_results(rng)
     finally:
@@ -139,7 +156,7 @@ def test_the_team_follows_torchs_thread_count(rng):
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        test_every_range_runs_once_whatever_the_parts(rng, 4)
+        test_every_range_runs_once_whatever_the_parts(rng, 4, None)
     finally:
         torch.set_num_threads(before)
 
@@ -148,7 +165,7 @@ def test_back_to_the_own_workers_and_a_forked_child_with_torch(rng):
     assert _torch_team()
     assert native.share_openmp_team(False) is False
     try:
-        test_every_range_runs_once_whatever_the_parts(rng, 3)
+        test_every_range_runs_once_whatever_the_parts(rng, 3, None)
     finally:
         assert native.share_openmp_team()
     code = ("import os, numpy as np, torch, dnnbind.torch\n"
@@ -166,8 +183,8 @@ def test_back_to_the_own_workers_and_a_forked_child_with_torch(rng):
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
 
 
-def test_more_parts_than_workers_the_caller_runs_the_rest():
-    """Past MAX_THREADS (256) workers the calling thread runs the ranges no worker takes (in a child
+def test_a_team_past_the_most_workers_still_runs_every_range():
+    """A team larger than MAX_THREADS (256) workers: the threads there are take every range (in a child
     process, which then holds its 256 workers, not the test session)."""
     code = ("import numpy as np\n"
             "from dnnbind.highlevel.reference import native\n"
@@ -176,6 +193,6 @@ def test_more_parts_than_workers_the_caller_runs_the_rest():
             "scale, shift, out = np.full(3, 2.0), np.full(3, 1.0), np.full_like(a, np.nan)\n"
             "fn = native._kernel('channel_affine', a.dtype)\n"
             "args = (native._data(a), native._data(scale), native._data(shift), native._data(out), 3, 7)\n"
-            "native._launch(fn, args, split(600, 300))\n"
+            "native._launch(fn, args, split(600, 300), 300)\n"
             "raise SystemExit(0 if np.array_equal(out, a * 2 + 1) else 3)\n")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

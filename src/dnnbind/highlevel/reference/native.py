@@ -63,7 +63,7 @@ def library() -> ctypes.CDLL | None:
     lib.dnnbind_share_openmp.argtypes = [ctypes.c_void_p] * 4
     lib.dnnbind_parallel.restype = ctypes.c_int
     lib.dnnbind_parallel.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                                     ctypes.c_int64]
+                                     ctypes.c_int64, ctypes.c_int64]
     return lib
 
 
@@ -200,35 +200,47 @@ def _cores_to_spare() -> bool:
     return _team_shared or "torch" not in sys.modules
 
 
-#: each kernel's address, for dnnbind_parallel (csrc/parallel.c)
-_ADDRESSES: dict[int, int] = {}
+#: each kernel's address, for dnnbind_parallel (csrc/parallel.c), under id(fn) with fn itself (ctypes
+#: functions cannot be hashed; holding fn keeps its id from passing to another kernel)
+_ADDRESSES: dict[int, tuple[Any, int]] = {}
 
 
-def _launch(fn: Any, args: tuple, chunks: list[tuple[int, int]]) -> None:
+def _launch(fn: Any, args: tuple, chunks: list[tuple[int, int]], team: int | None = None) -> None:
     """Run kernel ``fn(*args, lo, hi)`` over every chunk (contiguous, from :func:`split`): one directly,
     several on the kernels' own thread pool (csrc/parallel.c: its workers spin briefly between calls,
-    where Python's pool would sleep and take 50-240 us to wake on a VM). Raises MemoryError when a
-    kernel could not allocate its working buffer."""
+    where Python's pool would sleep and take 50-240 us to wake on a VM), ``team`` threads (default: the
+    cores, :func:`workers`) taking the chunks as they come. Raises MemoryError when a kernel could not
+    allocate its working buffer."""
     if len(chunks) == 1:
         status = fn(*args, *chunks[0])
     else:
         words = [ctypes.addressof(a) if isinstance(a, ctypes.Structure) else a for a in args]
         bounds = [lo for lo, _ in chunks] + [chunks[-1][1]]
-        address = _ADDRESSES.get(id(fn))
-        if address is None:
-            address = _ADDRESSES[id(fn)] = ctypes.cast(fn, ctypes.c_void_p).value or 0
+        known = _ADDRESSES.get(id(fn))
+        if known is None or known[0] is not fn:
+            known = _ADDRESSES[id(fn)] = (fn, ctypes.cast(fn, ctypes.c_void_p).value or 0)
+        address = known[1]
         lib = library()
         assert lib is not None
         status = lib.dnnbind_parallel(address, fn.restype is not None, len(words), (ctypes.c_int64 * len(words))(*words),
-                                      (ctypes.c_int64 * len(bounds))(*bounds), len(chunks))
+                                      (ctypes.c_int64 * len(bounds))(*bounds), len(chunks),
+                                      workers() if team is None else team)
     if status == -1:
         raise MemoryError(f"{fn.__name__}: could not allocate its working buffer")
     if status:
         raise RuntimeError(f"{fn.__name__}: the kernels' thread pool refused the call (status {status})")
 
 
-def _parts(count: int, threaded: bool) -> list[tuple[int, int]]:
-    return split(count, workers()) if threaded else [(0, count)]
+#: Chunks per thread of a split kernel call: the pool's threads take them as they come, so that one
+#: thread starting late (a vCPU the hypervisor runs late, a core busy elsewhere) leaves the others its
+#: share instead of holding up the call. Four where a chunk's own setup is a plane's buffer; two for the
+#: convolution kernels, each chunk of which packs the whole filter.
+PIECES_PER_THREAD = 4
+CONV_PIECES_PER_THREAD = 2
+
+
+def _parts(count: int, threaded: bool, per_thread: int = PIECES_PER_THREAD) -> list[tuple[int, int]]:
+    return split(count, workers() * per_thread) if threaded else [(0, count)]
 
 
 def _kept(keep: np.ndarray | None, dims: ConvDims | PoolDims, dtype: np.dtype) -> int:
@@ -301,7 +313,7 @@ def conv_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool,
             _address(y, "y", dims.y_shape, dtype), _kept(keep, dims, dtype), geometry(dims),
             dims.out_channels, dims.groups)
     fn = _kernel("conv_forward", dtype)
-    _launch(fn, args, _parts(dims.batch, threaded))
+    _launch(fn, args, _parts(dims.batch, threaded, CONV_PIECES_PER_THREAD))
     return y
 
 
@@ -313,7 +325,7 @@ def conv_data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool
     args = (_address(dy, "dy", dims.y_shape, dtype), _address(w, "w", dims.w_shape, dtype),
             _address(dx, "dx", dims.x_shape, dtype), geometry(dims), dims.out_channels, dims.groups)
     fn = _kernel("conv_data_grad", dtype)
-    _launch(fn, args, _parts(dims.batch, threaded))
+    _launch(fn, args, _parts(dims.batch, threaded, CONV_PIECES_PER_THREAD))
     return dx
 
 
@@ -325,7 +337,7 @@ def conv_filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bo
             _address(dw, "dw", dims.w_shape, dtype), geometry(dims), dims.out_channels, dims.groups,
             dims.batch)
     fn = _kernel("conv_filter_grad", dtype)
-    _launch(fn, args, _parts(dims.out_channels // dims.groups, threaded))
+    _launch(fn, args, _parts(dims.out_channels // dims.groups, threaded, CONV_PIECES_PER_THREAD))
     return dw
 
 
@@ -374,12 +386,11 @@ def _per_channel(a: np.ndarray, name: str, channels: int, dtype: Any) -> int:
 
 
 def _split_channels(a: np.ndarray) -> list[tuple[int, int]]:
-    return split(a.shape[1], workers()) if a.size >= CHANNEL_THREAD_MIN_ELEMENTS else [(0, a.shape[1])]
+    return _parts(a.shape[1], a.size >= CHANNEL_THREAD_MIN_ELEMENTS)
 
 
 def _split_planes(a: np.ndarray) -> list[tuple[int, int]]:
-    count = a.shape[0] * a.shape[1]
-    return split(count, workers()) if a.size >= CHANNEL_THREAD_MIN_ELEMENTS else [(0, count)]
+    return _parts(a.shape[0] * a.shape[1], a.size >= CHANNEL_THREAD_MIN_ELEMENTS)
 
 
 def channel_sums(a: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -560,6 +571,6 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     gemm, index_bytes = _gemm(a.dtype)
     job = GemmJob(gemm, index_bytes, a.dtype.itemsize, trans_a, trans_b, m, n, k, _data(a), lda, _data(b), ldb,
                   _data(c), n)
-    _launch(_gemm_rows(), (job,), split(m, parts))
+    _launch(_gemm_rows(), (job,), _parts(m, True))
     return c
 

@@ -83,7 +83,7 @@ KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, T *copy, con
                 for (int64_t n = c0; n < c1; n++) {
                     int64_t plane = (n * g->channels + gi * cg + c) * l.in_plane;
                     NAME(load)(g, &l, x + plane, buf + c * span + (n - c0) * l.local);
-                    if (copy) NAME(copy_row)(copy + plane, x + plane, l.in_plane);
+                    if (copy) keep_copy(copy + plane, x + plane, sizeof(T) * (size_t)l.in_plane);
                 }
             const T *wg = wp + gi * blocks * MR * cg * l.taps;
             for (int64_t b = 0; b < blocks; b++)

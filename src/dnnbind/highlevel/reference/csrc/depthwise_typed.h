@@ -60,7 +60,7 @@ static int NAME(correlate_planes)(const T *x, const T *w, T *y, T *copy, const g
         const T *wp = w + (p % g->channels) * l.taps;
         for (int64_t t = 0; t < l.taps; t++) wc[t] = wp[flip ? l.taps - 1 - t : t];
         NAME(load)(g, &l, x + p * l.in_plane, buf);
-        if (copy) NAME(copy_row)(copy + p * l.in_plane, x + p * l.in_plane, l.in_plane);
+        if (copy) keep_copy(copy + p * l.in_plane, x + p * l.in_plane, sizeof(T) * (size_t)l.in_plane);
         NAME(correlate)(run, buf, l.tap, wc, l.taps, l.run);
         NAME(gather)(g, &l, run, y + p * l.out_plane);
     }

@@ -32,6 +32,8 @@
 /* Most arguments a kernel takes before its range, and most workers. */
 #define MAX_ARGS 14
 #define MAX_THREADS 256
+/* Most ranges of one call (they count in 16 bits of the claim word below). */
+#define MAX_PARTS 0xffff
 
 typedef int64_t w_t;
 
@@ -44,19 +46,24 @@ typedef struct {
     int64_t parts;
 } job_t;
 
-/* Worker i's ticket: bumped by the caller when the worker is to run range i + 1 of the job. Only the
- * workers a job needs are handed tickets, and the caller writes the next job only after all of them
- * are done with this one. */
-typedef struct {
-    _Alignas(64) atomic_uint_fast64_t ticket;
-} slot_t;
-
+/* The ranges are handed out as they are taken, not fixed per thread: the caller and every worker take
+ * the next untaken range until none is left. A worker that wakes late (its vCPU descheduled by the
+ * hypervisor, or a core busy with another process) then costs nothing but its share, where a fixed
+ * half made the whole call wait for it (on the 2-vCPU VM: a split depthwise layer slower than one
+ * thread right after a pause). The job of generation g is published as `announced` = g << 16 | team
+ * (workers with index + 1 >= team sit it out); `claim` = g << 32 | parts << 16 | the next range,
+ * taken by compare-and-swap only while its generation is still g, so that a late worker never takes a
+ * range of a later job with an earlier one's idea of it; the caller returns when `done` counts every
+ * range (and only then writes the next job). */
 static pthread_mutex_t submit = PTHREAD_MUTEX_INITIALIZER;   /* one job at a time; others run alone */
 static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER, finished = PTHREAD_COND_INITIALIZER;
 static job_t job;
-static slot_t slots[MAX_THREADS];
-static atomic_int sleepers, remaining, caller_sleeping, first_error;
+static _Alignas(64) atomic_uint_fast64_t announced;
+static _Alignas(64) atomic_uint_fast64_t claim;
+static _Alignas(64) atomic_int_fast64_t done;
+static atomic_int sleepers, caller_sleeping, first_error;
+static uint64_t generation;                 /* the caller's, under submit */
 static int threads;                         /* workers started (in this process) */
 
 static int64_t now_ns(void) {
@@ -113,25 +120,37 @@ static void note_error(atomic_int *first, int status) {
     if (status != 0) atomic_compare_exchange_strong(first, &expected, status);
 }
 
-static void *worker(void *arg) {
-    int64_t index = (int64_t)(intptr_t)arg;          /* this worker runs range index + 1 */
-    atomic_uint_fast64_t *ticket = &slots[index].ticket;
-    uint_fast64_t seen = 0;                          /* start_workers set it so */
+/* Take and run ranges of the job of generation gen (its low 32 bits) until none is left or a later job
+ * has replaced it. The job stays in place while a range it handed out is not done. */
+static void take_ranges(uint64_t gen) {
     for (;;) {
-        if (!SPIN_UNTIL(atomic_load(ticket) != seen)) {
-            pthread_mutex_lock(&sleep_lock);
-            atomic_fetch_add(&sleepers, 1);
-            while (atomic_load(ticket) == seen) pthread_cond_wait(&wake, &sleep_lock);
-            atomic_fetch_sub(&sleepers, 1);
-            pthread_mutex_unlock(&sleep_lock);
-        }
-        seen = atomic_load(ticket);
-        note_error(&first_error, run_range(&job, index + 1));
-        if (atomic_fetch_sub(&remaining, 1) == 1 && atomic_load(&caller_sleeping)) {
+        uint_fast64_t c = atomic_load(&claim);
+        if ((c >> 32) != (gen & 0xffffffffu)) return;
+        int64_t i = (int64_t)(c & 0xffff), parts = (int64_t)((c >> 16) & 0xffff);
+        if (i >= parts) return;
+        if (!atomic_compare_exchange_weak(&claim, &c, c + 1)) continue;
+        note_error(&first_error, run_range(&job, i));       /* the job stays until range i is done */
+        if (atomic_fetch_add(&done, 1) + 1 == parts && atomic_load(&caller_sleeping)) {
             pthread_mutex_lock(&sleep_lock);
             pthread_cond_broadcast(&finished);
             pthread_mutex_unlock(&sleep_lock);
         }
+    }
+}
+
+static void *worker(void *arg) {
+    int64_t index = (int64_t)(intptr_t)arg;          /* worker index + 1 of a team */
+    uint_fast64_t seen = atomic_load(&announced);
+    for (;;) {
+        if (!SPIN_UNTIL(atomic_load(&announced) != seen)) {
+            pthread_mutex_lock(&sleep_lock);
+            atomic_fetch_add(&sleepers, 1);
+            while (atomic_load(&announced) == seen) pthread_cond_wait(&wake, &sleep_lock);
+            atomic_fetch_sub(&sleepers, 1);
+            pthread_mutex_unlock(&sleep_lock);
+        }
+        seen = atomic_load(&announced);
+        if (index + 1 < (int64_t)(seen & 0xffff)) take_ranges(seen >> 16);
     }
     return NULL;
 }
@@ -158,7 +177,6 @@ static int start_workers(int64_t wanted) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        atomic_store(&slots[threads].ticket, 0);
         int failed = pthread_create(&t, &attr, worker, (void *)(intptr_t)threads);
         pthread_attr_destroy(&attr);
         if (failed) break;
@@ -178,12 +196,12 @@ static omp_query_t host_thread_num, host_num_threads, host_max_threads;
 typedef struct {
     const job_t *job;
     atomic_int error;
+    atomic_int_fast64_t next;     /* the next range to take: the team takes them as they come too */
 } team_job_t;
 
 static void team_body(void *data) {
     team_job_t *t = data;
-    int64_t team = host_num_threads(), me = host_thread_num();
-    for (int64_t i = me; i < t->job->parts; i += team)       /* a smaller team than asked covers all */
+    for (int64_t i; (i = atomic_fetch_add(&t->next, 1)) < t->job->parts;)
         note_error(&t->error, run_range(t->job, i));
 }
 
@@ -209,41 +227,43 @@ KERNEL int dnnbind_share_openmp(void *parallel, void *thread_num, void *num_thre
     return 0;
 }
 
-/* Run kernel fn(args[0..nargs), lo, hi) for each range [bounds[i], bounds[i + 1]), i < parts, range 0
- * on the calling thread and the others on the workers, and return when all are done: the first
- * nonzero status (kernels with has_status), else 0. Runs every range on the calling thread when
- * another call holds the pool, and those no worker takes (more than MAX_THREADS, or threads that could
- * not be started) after its own. -2: more than MAX_ARGS arguments. */
+/* Run kernel fn(args[0..nargs), lo, hi) for each range [bounds[i], bounds[i + 1]), i < parts, on up to
+ * team threads (the calling one and team - 1 workers; more ranges than threads let the threads that
+ * run sooner take more), and return when all are done: the first nonzero status (kernels with
+ * has_status), else 0. Runs every range on the calling thread when another call holds the pool. -2:
+ * more than MAX_ARGS arguments, more than MAX_PARTS ranges, or a team below one. */
 KERNEL int dnnbind_parallel(void *fn, int has_status, int64_t nargs, const int64_t *args, const int64_t *bounds,
-                            int64_t parts) {
-    if (nargs < 0 || nargs > MAX_ARGS || parts < 0) return -2;
+                            int64_t parts, int64_t team) {
+    if (nargs < 0 || nargs > MAX_ARGS || parts < 0 || parts > MAX_PARTS || team < 1) return -2;
     job_t local = {fn, has_status, nargs, {0}, bounds, parts};
     for (int64_t k = 0; k < nargs; k++) local.args[k] = args[k];
+    if (team > parts) team = parts;
     gomp_parallel_t host = host_parallel;
-    if (parts > 1 && host) {                 /* the host's team, as many of it as its settings allow */
+    if (team > 1 && host) {                  /* the host's team, as many of it as its settings allow */
         int64_t most = host_max_threads();
-        team_job_t t = {&local, 0};
-        host(team_body, &t, (unsigned)(parts < most ? parts : most), 0);
+        team_job_t t = {&local, 0, 0};
+        host(team_body, &t, (unsigned)(team < most ? team : most), 0);
         return atomic_load(&t.error);
     }
-    if (parts <= 1 || pthread_mutex_trylock(&submit) != 0) return run_alone(&local);
-    int64_t helpers = start_workers(parts - 1);       /* fewer than asked: the caller runs the rest */
-    helpers = helpers < parts - 1 ? helpers : parts - 1;
+    if (team <= 1 || pthread_mutex_trylock(&submit) != 0) return run_alone(&local);
+    int64_t helpers = start_workers(team - 1);        /* fewer than asked: the caller takes their share */
+    team = 1 + (helpers < team - 1 ? helpers : team - 1);
     job = local;
+    generation++;
     atomic_store(&first_error, 0);
-    atomic_store(&remaining, (int)helpers);
-    for (int64_t i = 0; i < helpers; i++) atomic_fetch_add(&slots[i].ticket, 1);
-    if (helpers > 0 && atomic_load(&sleepers) > 0) {
+    atomic_store(&done, 0);
+    atomic_store(&claim, (generation & 0xffffffffu) << 32 | (uint64_t)parts << 16);
+    atomic_store(&announced, generation << 16 | (uint64_t)team);
+    if (team > 1 && atomic_load(&sleepers) > 0) {
         pthread_mutex_lock(&sleep_lock);
         pthread_cond_broadcast(&wake);
         pthread_mutex_unlock(&sleep_lock);
     }
-    note_error(&first_error, run_range(&job, 0));
-    for (int64_t i = helpers + 1; i < parts; i++) note_error(&first_error, run_range(&job, i));
-    if (!SPIN_UNTIL(atomic_load(&remaining) == 0)) {
+    take_ranges(generation);
+    if (!SPIN_UNTIL(atomic_load(&done) == parts)) {
         pthread_mutex_lock(&sleep_lock);
         atomic_store(&caller_sleeping, 1);
-        while (atomic_load(&remaining) > 0) pthread_cond_wait(&finished, &sleep_lock);
+        while (atomic_load(&done) < parts) pthread_cond_wait(&finished, &sleep_lock);
         atomic_store(&caller_sleeping, 0);
         pthread_mutex_unlock(&sleep_lock);
     }

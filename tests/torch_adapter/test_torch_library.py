@@ -286,12 +286,12 @@ def test_params_name_what_decides_the_residuals():
                            env={**os.environ, "DNNBIND_NATIVE": value}).stdout.strip() for value in ("0", "1")]
     assert tags == [f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/numpy", f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/native"]
     seen = []
-    original = library._EAGER["conv"].apply
+    original = library._EAGER_APPLY["conv"]
     try:
-        library._EAGER["conv"].apply = lambda op, params, *rest: seen.append(params) or original(op, params, *rest)
+        library._EAGER_APPLY["conv"] = lambda op, params, *rest: seen.append(params) or original(op, params, *rest)
         dt.conv(torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3))
     finally:
-        library._EAGER["conv"].apply = original
+        library._EAGER_APPLY["conv"] = original
     assert json.loads(seen[0])["saves"] == tags[1]
 
 

@@ -108,6 +108,10 @@ def to_array(t: torch.Tensor, *, inplace: bool = False, name: str = "tensor") ->
     """A C-contiguous numpy (CPU) or CuPy (CUDA) array on ``t``'s memory; a copy only when ``t`` is not
     contiguous. ``inplace=True`` (the op writes into it) refuses non-contiguous tensors instead."""
     t = t.detach()
+    if t.dtype in _SHARED_AS_IS and t.is_cpu and not t.is_neg():      # the usual case, on every op call
+        a = t.numpy()
+        if a.flags.c_contiguous:
+            return a
     cpu = t.device.type == "cpu"
     if cpu:
         a = (t.view(torch.int16).numpy().view(_bfloat16()) if t.dtype == torch.bfloat16
@@ -128,8 +132,14 @@ def to_array(t: torch.Tensor, *, inplace: bool = False, name: str = "tensor") ->
     return cupy().from_dlpack(t)
 
 
+#: tensor dtypes numpy views as they are (bfloat16 crosses as int16)
+_SHARED_AS_IS = frozenset({torch.float16, torch.float32, torch.float64})
+
+
 def to_tensor(a: Any) -> torch.Tensor:
     """A tensor on the memory of a numpy or CuPy array (numpy arrays torch cannot share are copied)."""
+    if type(a) is np.ndarray and a.dtype.kind == "f" and a.flags.writeable and a.flags.c_contiguous:
+        return torch.from_numpy(a)                                    # the usual case, on every op call
     dtype = getattr(a, "dtype", None)
     bfloat16 = dtype is not None and dtype.kind == "V" and dtype.name == "bfloat16"   # .name is slow: kind first
     if bfloat16:

@@ -495,12 +495,16 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
 
 #: op -> its eager Function (grad_fn ``dnnbind_convBackward`` ...)
 _EAGER: dict[str, type[_Eager]] = {op: type(f"dnnbind_{op}", (_Eager,), {}) for op in FORMS}
+#: op -> its eager Function's apply below torch.autograd.Function.apply, which adds only what a call
+#: :func:`_plain_eager` admits never needs (functorch transforms, dead functorch wrappers, setup_context)
+_EAGER_APPLY: dict[str, Any] = {op: super(torch.autograd.Function, cls).apply for op, cls in _EAGER.items()}
 
 
 def _plain_eager(x: Tensor, others: Sequence[Tensor]) -> bool:
     """Whether this call runs eagerly on plain tensors: no compiler, export or other tracer, no torch.func
     transform, no dispatch mode. Everything else goes through the registered custom op."""
-    if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
+    if (torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
+            or torch._C._are_functorch_transforms_active()):
         return False
     return all(type(t) in _PLAIN_TENSORS and not is_functorch_wrapped_tensor(t) for t in (x, *others))
 
@@ -522,7 +526,7 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
     args = {k: _constant(v) if compiling else v for k, v in kwargs.items() if k not in reals}
     params = encode(args=args, reals=list(reals), slots=slots, saves=_saves(x.device.type))
     if _plain_eager(x, others):
-        return list(_EAGER[op].apply(op, params, list(reals.values()), x, *others))
+        return list(_EAGER_APPLY[op](op, params, list(reals.values()), x, *others))
     outputs, _ = getattr(torch.ops.dnnbind, op)(x, others, params, list(reals.values()))
     return outputs
 

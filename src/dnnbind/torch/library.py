@@ -497,7 +497,8 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
 _EAGER: dict[str, type[_Eager]] = {op: type(f"dnnbind_{op}", (_Eager,), {}) for op in FORMS}
 #: op -> its eager Function's apply below torch.autograd.Function.apply, which adds only what a call
 #: :func:`_plain_eager` admits never needs (functorch transforms, dead functorch wrappers, setup_context)
-_EAGER_APPLY: dict[str, Any] = {op: super(torch.autograd.Function, cls).apply for op, cls in _EAGER.items()}
+_EAGER_APPLY: dict[str, Any] = {op: super(torch.autograd.Function, cls).apply  # type: ignore[misc]
+                                 for op, cls in _EAGER.items()}
 
 
 def _plain_eager(x: Tensor, others: Sequence[Tensor]) -> bool:

@@ -317,6 +317,73 @@ def test_lstm_time_loop_matches_the_numpy_loop(rng, isa, monkeypatch, dtype, rto
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
 
 
+def _runs_without_torch_on_one_blas_thread(code: str) -> None:
+    """Run ``code`` in a fresh process (no torch) with numpy's BLAS on one thread by the environment;
+    it exits 0 when its checks hold."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == 0
+
+
+def _lstm_results(rng, dtype, T=9, I=12, H=64, batch=16, layers=2):
+    """An LSTM's results and gradients through dnnbind.rnn with numpy's BLAS held to one thread (as in
+    every dnnbind.torch op), where the C time loop splits its steps over the cores."""
+    import dnnbind
+    from dnnbind.highlevel.reference._threads import one_blas_thread
+    from .test_rnn import make_weights
+    weights = [tuple(w.astype(dtype) for w in entry) for entry in make_weights(rng, "lstm", I, H, layers, 1, True)]
+    x = rng.standard_normal((T, batch, I)).astype(dtype)
+    dy = rng.standard_normal((T, batch, H)).astype(dtype)
+    assert 4 * H * H * batch >= native.LSTM_THREAD_MIN_MACS
+    with one_blas_thread():
+        (y, hy, cy), pullback = dnnbind.rnn(x, weights, hidden_size=H, num_layers=layers)
+        dx, dh0, dc0, dweights = pullback(dy)
+    return [y, hy, cy, dx, dh0, dc0] + [w for entry in dweights for w in entry]
+
+
+@pytest.mark.parametrize("team", [2, 3, 5])
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+def test_lstm_time_loop_split_over_the_cores_equals_one_thread(rng, monkeypatch, team, dtype, rtol):
+    """Each step's chunks of hidden units on several threads (torch's OpenMP team here; more chunks than
+    threads too) give what one thread gives."""
+    import dnnbind.torch  # noqa: F401  (hands the kernels torch's team)
+    assert native.share_openmp_team() and native._cores_to_spare()
+    seeds = np.random.SeedSequence(7)
+    monkeypatch.setattr(native, "workers", lambda: 1)
+    alone = _lstm_results(np.random.default_rng(seeds), dtype)
+    monkeypatch.setattr(native, "workers", lambda: team)
+    split_runs = []
+    original = native._launch
+    monkeypatch.setattr(native, "_launch", lambda fn, args, chunks, t=None: split_runs.append(len(chunks))
+                        or original(fn, args, chunks, t))
+    for a, b in zip(_lstm_results(np.random.default_rng(seeds), dtype), alone, strict=True):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
+    assert team in split_runs, "the time loop did not split"
+
+
+def test_lstm_time_loop_splits_over_the_own_workers_without_torch():
+    """A process without torch, numpy's BLAS on one thread by the environment: the time loop's steps on
+    the kernels' own workers equal one thread's."""
+    code = ("import sys, numpy as np, dnnbind\n"
+            "from dnnbind.highlevel.reference import native\n"
+            "assert 'torch' not in sys.modules and native._cores_to_spare()\n"
+            "chunks, launch = [], native._launch\n"
+            "native._launch = lambda fn, args, c, team=None: chunks.append(len(c)) or launch(fn, args, c, team)\n"
+            "def run(team):\n"
+            "    native.workers = lambda: team\n"
+            "    rng = np.random.default_rng(3)\n"
+            "    T, I, H, B = 9, 12, 64, 16\n"
+            "    weights = [[rng.standard_normal(s) * 0.2 for s in ((4 * H, n), (4 * H, H), (4 * H,), (4 * H,))]\n"
+            "               for n in (I, H)]\n"
+            "    x, dy = rng.standard_normal((T, B, I)), rng.standard_normal((T, B, H))\n"
+            "    (y, hy, cy), pullback = dnnbind.rnn(x, weights, hidden_size=H, num_layers=2)\n"
+            "    dx, dh0, dc0, dw = pullback(dy)\n"
+            "    return [y, hy, cy, dx, dh0, dc0] + [w for e in dw for w in e]\n"
+            "split = run(2)\n"
+            "ok = 2 in chunks and all(np.allclose(a, b, rtol=1e-12, atol=1e-12) for a, b in zip(split, run(1)))\n"
+            "raise SystemExit(0 if ok else 3)\n")
+    _runs_without_torch_on_one_blas_thread(code)
+
+
 def test_lstm_kernels_refuse_what_does_not_fit():
     xp, w = np.zeros((8, 3, 2)), np.zeros((8, 2))
     tapes = [np.zeros((3, 8, 2)), np.zeros((4, 2, 2)), np.zeros((4, 2, 2)), np.zeros((3, 2, 2))]
@@ -380,6 +447,5 @@ def test_matmul_splits_over_the_own_workers_without_torch():
             "a, b = rng.standard_normal((301, 160)), rng.standard_normal((170, 160)).T\n"
             "c = native.matmul(a, b)\n"
             "raise SystemExit(0 if np.allclose(c, a @ b, rtol=1e-13, atol=1e-12) else 3)\n")
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == 0
+    _runs_without_torch_on_one_blas_thread(code)
 

@@ -109,8 +109,8 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "channel_affine": ([_P] * 4 + [_I] * 4, False),
     "batchnorm_normalize": ([_P] * 7 + [_I] * 4, False),
     "batchnorm_data_grad": ([_P] * 6 + [_I] * 4, False),
-    "lstm_forward": ([_P] * 7 + [_I] * 3 + [_P, _I], False),
-    "lstm_backward": ([_P] * 8 + [_I] * 3 + [_P, _I], False),
+    "lstm_forward": ([_P] * 7 + [_I] * 3 + [_P, _I, _P, _I, _I], False),
+    "lstm_backward": ([_P] * 8 + [_I] * 3 + [_P, _I, _P, _I, _I], False),
     "vmath": ([_P, _P, _I, _I], False),
 }
 
@@ -483,7 +483,7 @@ def lstm_forward(xp: np.ndarray, w_hh: np.ndarray, steps: np.ndarray, acts: np.n
             _address(acts, "acts", (count, rows, batch), dtype), _address(hs, "hs", (count + 1, *plane), dtype),
             _address(cs, "cs", (count + 1, *plane), dtype), _address(tcs, "tcs", (count, *plane), dtype),
             count, hidden, batch, *_gemm(dtype))
-    _kernel("lstm_forward", dtype)(*args)
+    _run_time_loop(_kernel("lstm_forward", dtype), args, hidden, batch)
 
 
 def lstm_backward(acts: np.ndarray, cs: np.ndarray, tcs: np.ndarray, w_hh: np.ndarray, dy: np.ndarray,
@@ -501,8 +501,27 @@ def lstm_backward(acts: np.ndarray, cs: np.ndarray, tcs: np.ndarray, w_hh: np.nd
             _address(dy, "dy", (count, *plane), dtype), _address(dh, "dh", plane, dtype),
             _address(dc, "dc", plane, dtype), _address(dgates, "dgates", acts.shape, dtype),
             count, hidden, batch, *_gemm(dtype))
-    _kernel("lstm_backward", dtype)(*args)
+    _run_time_loop(_kernel("lstm_backward", dtype), args, hidden, batch)
     return dgates
+
+
+#: Split the LSTM time loop over the cores from this many multiply-adds of a step's recurrent product on
+#: (a step's chunks wait for the step before: a few microseconds a step, against about 20 us of work here)
+LSTM_THREAD_MIN_MACS = 1 << 18
+
+
+def _run_time_loop(fn: Any, args: tuple, hidden: int, batch: int) -> None:
+    """Run an LSTM loop kernel: on every core, each step cut into one chunk of hidden units per core,
+    where numpy's BLAS is held to one thread (every dnnbind.torch op) and the cores are free
+    (:func:`_cores_to_spare`); else on this thread. Its tickets' counters (csrc/recurrent.c) live in a
+    fresh, zeroed buffer per call."""
+    team = workers()
+    if (team < 2 or hidden < team or 4 * hidden * hidden * batch < LSTM_THREAD_MIN_MACS
+            or not blas_single_threaded() or not _cores_to_spare()):
+        team = 1
+    sync = np.zeros(16, np.int64)
+    sync[1] = team
+    _launch(fn, args + (_data(sync),), split(team, team))
 
 
 #: vmath's functions (csrc/vmath_typed.h), by the number the kernel takes

@@ -16,5 +16,31 @@
 #define CBLAS_NO_TRANS 111
 #define CBLAS_TRANS 112
 
+/* Several threads through one time loop (every thread that runs a range of the call takes part; the
+ * range itself says nothing): each step is cut into ``sync[1]`` chunks of hidden units, handed out as
+ * tickets in step order, and a ticket's chunk starts once every chunk of the steps before it is done
+ * (sync[0]: the next ticket, sync[8]: the chunks done; the caller zeroes both). Whoever is there takes
+ * the next ticket, so one thread alone runs every step in order, and a thread that starts late only
+ * joins later: never a wait for a thread that is not running. */
+static inline int64_t next_ticket(int64_t *sync) { return __atomic_fetch_add(&sync[0], 1, __ATOMIC_SEQ_CST); }
+
+static inline void wait_for_chunks(const int64_t *sync, int64_t chunks) {
+    while (__atomic_load_n(&sync[8], __ATOMIC_ACQUIRE) < chunks) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+    }
+}
+
+static inline void chunk_done(int64_t *sync) { __atomic_fetch_add(&sync[8], 1, __ATOMIC_RELEASE); }
+
+/* Hidden units [*u0, *u1) of chunk c of parts. */
+static inline void chunk_units(int64_t hidden, int64_t parts, int64_t c, int64_t *u0, int64_t *u1) {
+    *u0 = hidden * c / parts;
+    *u1 = hidden * (c + 1) / parts;
+}
+
 #define KERNELS "recurrent_typed.h"
 #include "instantiate.h"

@@ -52,21 +52,33 @@ INLINE void NAME(lstm_cell)(T *gates, int64_t plane, const T *c_prev, T *c, T *t
 /* The forward loop of one LSTM layer and direction over ``steps`` steps of ``batch`` sequences:
  * xp (4H, T, B): W_ih x_t + b_ih + b_hh for every time t; w_hh (4H, H); steps[k]: the time of step k.
  * Writes the tapes acts (T, 4H, B: activated gates), hs and cs (T + 1, H, B; hs[0], cs[0] given: the
- * initial state) and tcs (T, H, B: tanh of the cells). */
+ * initial state) and tcs (T, H, B: tanh of the cells). A chunk of step k (recurrent.c: the threads'
+ * tickets) is its hidden units' four gate rows of the recurrent product and their cells; the next
+ * step's product reads every unit's state. */
 KERNEL void NAME(dnnbind_lstm_forward)(const T *xp, const T *w_hh, const int64_t *steps, T *acts, T *hs, T *cs, T *tcs,
                                        int64_t count, int64_t hidden, int64_t batch, const void *gemm,
-                                       int64_t index_bytes) {
-    const int64_t plane = hidden * batch, rows = 4 * hidden;
-    for (int64_t k = 0; k < count; k++) {
+                                       int64_t index_bytes, int64_t *sync, int64_t lo, int64_t hi) {
+    (void)lo; (void)hi;
+    const int64_t plane = hidden * batch, rows = 4 * hidden, parts = sync[1];
+    for (int64_t ticket; (ticket = next_ticket(sync)) < count * parts;) {
+        int64_t k = ticket / parts, u0, u1;
+        chunk_units(hidden, parts, ticket % parts, &u0, &u1);
+        wait_for_chunks(sync, k * parts);
         T *a = acts + k * rows * batch;
         const T *x_t = xp + steps[k] * batch;
-        for (int64_t r = 0; r < rows; r++) memcpy(a + r * batch, x_t + r * count * batch, (size_t)batch * sizeof(T));
-        NAME(gemm)(gemm, index_bytes, 0, rows, batch, hidden, w_hh, hidden, hs + k * plane, 1, a);
+        for (int64_t gate = 0; gate < 4; gate++) {
+            int64_t r0 = gate * hidden + u0;
+            for (int64_t r = r0; r < gate * hidden + u1; r++)
+                memcpy(a + r * batch, x_t + r * count * batch, (size_t)batch * sizeof(T));
+            NAME(gemm)(gemm, index_bytes, 0, u1 - u0, batch, hidden, w_hh + r0 * hidden, hidden, hs + k * plane, 1,
+                       a + r0 * batch);
+        }
         T *c = cs + (k + 1) * plane, *h = hs + (k + 1) * plane, *tc = tcs + k * plane;
         const T *c_prev = cs + k * plane;
-        int64_t j = 0;
-        for (; j + VL <= plane; j += VL) NAME(lstm_cell)(a, plane, c_prev, c, tc, h, j, VL);
-        if (j < plane) NAME(lstm_cell)(a, plane, c_prev, c, tc, h, j, plane - j);
+        int64_t j = u0 * batch, end = u1 * batch;
+        for (; j + VL <= end; j += VL) NAME(lstm_cell)(a, plane, c_prev, c, tc, h, j, VL);
+        if (j < end) NAME(lstm_cell)(a, plane, c_prev, c, tc, h, j, end - j);
+        chunk_done(sync);
     }
 }
 
@@ -90,20 +102,32 @@ INLINE void NAME(lstm_cell_grad)(const T *gates, T *d, int64_t plane, const T *c
 
 /* The backward loop of :c:func:`dnnbind_lstm_forward`, steps in reverse: dy (T, H, B) the gradients of
  * the states after each step, dh and dc (H, B) those of the last state and cell, updated in place to the
- * initial ones. Writes dgates (T, 4H, B), the gradients of the pre-activations. */
+ * initial ones. Writes dgates (T, 4H, B), the gradients of the pre-activations. Two rounds of chunks per
+ * step (recurrent.c's tickets): the units' gate gradients, then their rows of dh = W_hh^T dgates, which
+ * reads every unit's gate gradients. */
 KERNEL void NAME(dnnbind_lstm_backward)(const T *acts, const T *cs, const T *tcs, const T *w_hh, const T *dy, T *dh,
                                         T *dc, T *dgates, int64_t count, int64_t hidden, int64_t batch,
-                                        const void *gemm, int64_t index_bytes) {
-    const int64_t plane = hidden * batch, rows = 4 * hidden;
-    for (int64_t k = count - 1; k >= 0; k--) {
+                                        const void *gemm, int64_t index_bytes, int64_t *sync, int64_t lo,
+                                        int64_t hi) {
+    (void)lo; (void)hi;
+    const int64_t plane = hidden * batch, rows = 4 * hidden, parts = sync[1];
+    for (int64_t ticket; (ticket = next_ticket(sync)) < 2 * count * parts;) {
+        int64_t round = ticket / parts, k = count - 1 - round / 2, u0, u1;
+        chunk_units(hidden, parts, ticket % parts, &u0, &u1);
+        wait_for_chunks(sync, round * parts);
         const T *a = acts + k * rows * batch;
         T *d = dgates + k * rows * batch;
-        int64_t j = 0;
-        for (; j + VL <= plane; j += VL)
-            NAME(lstm_cell_grad)(a, d, plane, cs + k * plane, tcs + k * plane, dh, dy + k * plane, dc, j, VL);
-        if (j < plane)
-            NAME(lstm_cell_grad)(a, d, plane, cs + k * plane, tcs + k * plane, dh, dy + k * plane, dc, j, plane - j);
-        NAME(gemm)(gemm, index_bytes, 1, hidden, batch, rows, w_hh, hidden, d, 0, dh);    /* dh = W_hh^T d */
+        if (round % 2 == 0) {
+            int64_t j = u0 * batch, end = u1 * batch;
+            for (; j + VL <= end; j += VL)
+                NAME(lstm_cell_grad)(a, d, plane, cs + k * plane, tcs + k * plane, dh, dy + k * plane, dc, j, VL);
+            if (j < end)
+                NAME(lstm_cell_grad)(a, d, plane, cs + k * plane, tcs + k * plane, dh, dy + k * plane, dc, j,
+                                     end - j);
+        } else {                                                  /* dh[u0:u1] = W_hh[:, u0:u1]^T d */
+            NAME(gemm)(gemm, index_bytes, 1, u1 - u0, batch, rows, w_hh + u0, hidden, d, 0, dh + u0 * batch);
+        }
+        chunk_done(sync);
     }
 }
 

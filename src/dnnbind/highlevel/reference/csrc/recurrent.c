@@ -7,6 +7,7 @@
  * everything else, with the vector exp, tanh and sigmoid of vmath_typed.h. The layouts are rnn.py's
  * (feature-major, tapes in step order); only sequences of one length and no projection come here.
  */
+#include <sched.h>
 #include <string.h>
 
 #include "dispatch.h"
@@ -24,8 +25,11 @@
  * joins later: never a wait for a thread that is not running. */
 static inline int64_t next_ticket(int64_t *sync) { return __atomic_fetch_add(&sync[0], 1, __ATOMIC_SEQ_CST); }
 
+/* Spin until `chunks` are done; past a few microseconds yield the core now and then, in case the
+ * thread with the chunk waited for has none (more threads than free cores). */
 static inline void wait_for_chunks(const int64_t *sync, int64_t chunks) {
-    while (__atomic_load_n(&sync[8], __ATOMIC_ACQUIRE) < chunks) {
+    for (int64_t polls = 1; __atomic_load_n(&sync[8], __ATOMIC_ACQUIRE) < chunks; polls++) {
+        if (polls % 4096 == 0) sched_yield();
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #elif defined(__aarch64__)

@@ -66,12 +66,15 @@ KERNEL void NAME(dnnbind_lstm_forward)(const T *xp, const T *w_hh, const int64_t
         wait_for_chunks(sync, k * parts);
         T *a = acts + k * rows * batch;
         const T *x_t = xp + steps[k] * batch;
-        for (int64_t gate = 0; gate < 4; gate++) {
+        /* the four gates' rows of these units: one product when they are every unit (one thread, whose
+         * BLAS may have threads of its own for one large product), else one per gate */
+        int64_t blocks = u1 - u0 == hidden ? 1 : 4, block_rows = u1 - u0 == hidden ? rows : u1 - u0;
+        for (int64_t gate = 0; gate < blocks; gate++) {
             int64_t r0 = gate * hidden + u0;
-            for (int64_t r = r0; r < gate * hidden + u1; r++)
+            for (int64_t r = r0; r < r0 + block_rows; r++)
                 memcpy(a + r * batch, x_t + r * count * batch, (size_t)batch * sizeof(T));
-            NAME(gemm)(gemm, index_bytes, 0, u1 - u0, batch, hidden, w_hh + r0 * hidden, hidden, hs + k * plane, 1,
-                       a + r0 * batch);
+            NAME(gemm)(gemm, index_bytes, 0, block_rows, batch, hidden, w_hh + r0 * hidden, hidden, hs + k * plane,
+                       1, a + r0 * batch);
         }
         T *c = cs + (k + 1) * plane, *h = hs + (k + 1) * plane, *tc = tcs + k * plane;
         const T *c_prev = cs + k * plane;

@@ -60,7 +60,7 @@ def library() -> ctypes.CDLL | None:
     lib.dnnbind_isa.restype, lib.dnnbind_isa.argtypes = ctypes.c_int, []
     lib.dnnbind_isa_name.restype, lib.dnnbind_isa_name.argtypes = ctypes.c_char_p, []
     lib.dnnbind_share_openmp.restype = ctypes.c_int
-    lib.dnnbind_share_openmp.argtypes = [ctypes.c_void_p] * 4
+    lib.dnnbind_share_openmp.argtypes = [ctypes.c_void_p] * 2
     lib.dnnbind_parallel.restype = ctypes.c_int
     lib.dnnbind_parallel.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                      ctypes.c_int64, ctypes.c_int64]
@@ -178,10 +178,10 @@ def share_openmp_team(enabled: bool = True) -> bool:
     if lib is None:
         return False
     if not enabled:
-        lib.dnnbind_share_openmp(None, None, None, None)
+        lib.dnnbind_share_openmp(None, None)
         return False
     for gomp in loaded_libraries("libgomp"):
-        names = ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads", "omp_get_max_threads")
+        names = ("GOMP_parallel", "omp_get_max_threads")
         try:
             addresses = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p).value for name in names]
         except AttributeError:               # another OpenMP runtime, or not one at all

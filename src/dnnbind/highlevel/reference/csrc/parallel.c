@@ -186,12 +186,12 @@ static int start_workers(int64_t wanted) {
 }
 
 /* The host's OpenMP runtime (PyTorch's libgomp), when dnnbind_share_openmp was given it: GOMP_parallel
- * (what `#pragma omp parallel` compiles to) and the team queries. Its team then runs the ranges: those
+ * (what `#pragma omp parallel` compiles to) and omp_get_max_threads. Its team then runs the ranges: those
  * threads spin after every torch op, and workers of our own would fight them for the cores. */
 typedef void (*gomp_parallel_t)(void (*)(void *), void *, unsigned, unsigned);
 typedef int (*omp_query_t)(void);
 static gomp_parallel_t host_parallel;
-static omp_query_t host_thread_num, host_num_threads, host_max_threads;
+static omp_query_t host_max_threads;
 
 typedef struct {
     const job_t *job;
@@ -208,20 +208,18 @@ static void team_body(void *data) {
 /* In a forked child the parent's OpenMP team does not exist: back to our own workers. */
 static void forget_host(void) { host_parallel = NULL; }
 
-/* Run every later split call on the team of the OpenMP runtime whose GOMP_parallel, omp_get_thread_num,
- * omp_get_num_threads and omp_get_max_threads these are (all NULL: our own workers again). */
-KERNEL int dnnbind_share_openmp(void *parallel, void *thread_num, void *num_threads, void *max_threads) {
+/* Run every later split call on the team of the OpenMP runtime whose GOMP_parallel and
+ * omp_get_max_threads these are (NULL: our own workers again). */
+KERNEL int dnnbind_share_openmp(void *parallel, void *max_threads) {
     static int registered;
     if (!registered) {
         if (pthread_atfork(NULL, NULL, forget_host) != 0) return -1;
         registered = 1;
     }
-    if (!parallel || !thread_num || !num_threads || !max_threads) {
+    if (!parallel || !max_threads) {
         host_parallel = NULL;
         return 0;
     }
-    host_thread_num = (omp_query_t)thread_num;
-    host_num_threads = (omp_query_t)num_threads;
     host_max_threads = (omp_query_t)max_threads;
     host_parallel = (gomp_parallel_t)parallel;
     return 0;

@@ -10,6 +10,15 @@
 /* Helpers are inlined into each kernel, so they are compiled for the kernel's instruction set. */
 #define INLINE static inline __attribute__((always_inline))
 
+/* One turn of a spin-wait: tells the core this thread is only polling (x86 pause, AArch64 yield). */
+static inline void spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* The most bytes a correlation, dot product or tile handles at a time (eight vectors of the widest
  * instruction set, kept in registers), and so the most any of them reads or writes past a run's end. */
 #define BLOCK_BYTES 512

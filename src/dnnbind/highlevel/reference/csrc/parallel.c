@@ -72,18 +72,10 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static inline void relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 /* Spin until done() or SPIN_NS have passed; whether done() held. */
 #define SPIN_UNTIL(done) ({                                                        \
     int64_t start_ = now_ns(), polls_ = 0;                                         \
-    while (!(done) && (++polls_ % 64 != 0 || now_ns() - start_ <= SPIN_NS)) relax(); \
+    while (!(done) && (++polls_ % 64 != 0 || now_ns() - start_ <= SPIN_NS)) spin_pause(); \
     (done); })
 
 /* Run range i of the job: the kernel's status (0 for kernels without one). */

@@ -30,11 +30,7 @@ static inline int64_t next_ticket(int64_t *sync) { return __atomic_fetch_add(&sy
 static inline void wait_for_chunks(const int64_t *sync, int64_t chunks) {
     for (int64_t polls = 1; __atomic_load_n(&sync[8], __ATOMIC_ACQUIRE) < chunks; polls++) {
         if (polls % 4096 == 0) sched_yield();
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#elif defined(__aarch64__)
-        __asm__ __volatile__("yield");
-#endif
+        spin_pause();
     }
 }
 

@@ -41,6 +41,14 @@ class Geometry(ctypes.Structure):
                 ("dilation", _Triple), ("pad", _Triple), ("channels", ctypes.c_int64)]
 
 
+class GemmJob(ctypes.Structure):
+    """One product for csrc/gemm.c: C = op(A) op(B), row-major, by numpy's own OpenBLAS gemm."""
+    _fields_ = [("gemm", ctypes.c_void_p), ("index_bytes", ctypes.c_int64), ("trans_a", ctypes.c_int64),
+                ("trans_b", ctypes.c_int64), ("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+                ("a", ctypes.c_void_p), ("lda", ctypes.c_int64), ("b", ctypes.c_void_p), ("ldb", ctypes.c_int64),
+                ("c", ctypes.c_void_p), ("ldc", ctypes.c_int64)]
+
+
 def library_path(directory: str | Path = Path(__file__).resolve().parent) -> str | None:
     """Where the kernels' library lies (the extension file ``_kernels`` in ``directory``), or None.
     Found as the import system would find it, without importing it (it is no Python module)."""
@@ -112,6 +120,7 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "lstm_forward": ([_P] * 7 + [_I] * 3 + [_P, _I, _P, _I, _I], False),
     "lstm_backward": ([_P] * 8 + [_I] * 3 + [_P, _I, _P, _I, _I], False),
     "vmath": ([_P, _P, _I, _I], False),
+    "gemm_rows": ([ctypes.POINTER(GemmJob), _I, _I], False),
 }
 
 
@@ -537,26 +546,9 @@ def vmath(x: np.ndarray, function: str) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------- products on the pool
-class GemmJob(ctypes.Structure):
-    """One product for csrc/gemm.c: C = op(A) op(B), row-major, by numpy's own OpenBLAS gemm."""
-    _fields_ = [("gemm", ctypes.c_void_p), ("index_bytes", ctypes.c_int64), ("dtype_bytes", ctypes.c_int64),
-                ("trans_a", ctypes.c_int64), ("trans_b", ctypes.c_int64), ("m", ctypes.c_int64),
-                ("n", ctypes.c_int64), ("k", ctypes.c_int64), ("a", ctypes.c_void_p), ("lda", ctypes.c_int64),
-                ("b", ctypes.c_void_p), ("ldb", ctypes.c_int64), ("c", ctypes.c_void_p), ("ldc", ctypes.c_int64)]
-
-
 #: Split a product over the pool from this many multiply-adds on (only where numpy's BLAS is held to one
 #: thread): below it the handoff costs more than the second core saves.
 MATMUL_THREAD_MIN_MACS = 4_000_000
-
-
-@functools.lru_cache(maxsize=1)
-def _gemm_rows() -> Any:
-    lib = library()
-    assert lib is not None
-    fn = lib.dnnbind_gemm_rows
-    fn.argtypes, fn.restype = [ctypes.POINTER(GemmJob), _I, _I], None
-    return fn
 
 
 def _operand(a: np.ndarray) -> tuple[np.ndarray, int, int]:
@@ -588,8 +580,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     b, trans_b, ldb = _operand(b)
     c = np.empty((m, n), a.dtype)
     gemm, index_bytes = _gemm(a.dtype)
-    job = GemmJob(gemm, index_bytes, a.dtype.itemsize, trans_a, trans_b, m, n, k, _data(a), lda, _data(b), ldb,
-                  _data(c), n)
-    _launch(_gemm_rows(), (job,), _parts(m, True))
+    job = GemmJob(gemm, index_bytes, trans_a, trans_b, m, n, k, _data(a), lda, _data(b), ldb, _data(c), n)
+    _launch(_kernel("gemm_rows", a.dtype), (job,), _parts(m, True))
     return c
 

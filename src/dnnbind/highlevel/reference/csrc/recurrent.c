@@ -12,11 +12,6 @@
 
 #include "dispatch.h"
 
-/* CBLAS's enums (cblas.h), passed to gemm as ints */
-#define CBLAS_ROW_MAJOR 101
-#define CBLAS_NO_TRANS 111
-#define CBLAS_TRANS 112
-
 /* Several threads through one time loop (every thread that runs a range of the call takes part; the
  * range itself says nothing): each step is cut into ``sync[1]`` chunks of hidden units, handed out as
  * tickets in step order, and a ticket's chunk starts once every chunk of the steps before it is done

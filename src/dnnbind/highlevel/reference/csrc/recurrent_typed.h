@@ -1,20 +1,12 @@
 /* The typed half of recurrent.c (instantiate.h: T, ITYPE, NAME(f), VECTOR_BYTES). */
 #include "vmath_typed.h"
 
-/* CBLAS ?gemm with 64-bit or 32-bit integers (``index_bytes``: 8 or 4), row-major C = alpha op(A) op(B) + beta C */
-typedef void (*NAME(gemm64))(int, int, int, int64_t, int64_t, int64_t, T, const T *, int64_t, const T *, int64_t, T,
-                             T *, int64_t);
-typedef void (*NAME(gemm32))(int, int, int, int32_t, int32_t, int32_t, T, const T *, int32_t, const T *, int32_t, T,
-                             T *, int32_t);
+#include "cblas_typed.h"
 
+/* C (m x n) = op(A) B + beta C, B k x n and C without gaps between rows: the loops' products. */
 INLINE void NAME(gemm)(const void *fn, int64_t index_bytes, int trans_a, int64_t m, int64_t n, int64_t k,
                        const T *a, int64_t lda, const T *b, T beta, T *c) {
-    if (index_bytes == 8)
-        ((NAME(gemm64))fn)(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, CBLAS_NO_TRANS, m, n, k, 1, a,
-                           lda, b, n, beta, c, n);
-    else
-        ((NAME(gemm32))fn)(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int32_t)m,
-                           (int32_t)n, (int32_t)k, 1, a, (int32_t)lda, b, (int32_t)n, beta, c, (int32_t)n);
+    NAME(cblas_gemm)(fn, index_bytes, trans_a, 0, m, n, k, a, lda, b, n, beta, c, n);
 }
 
 /* Up to VL elements from p (count of them, the rest 0) and back. */

@@ -3,7 +3,8 @@
     python bench/bench_reference.py [--repeats N] [--cpu-time] [--skip-threads]
 
 Every figure is the median of several timed repeats, taken in alternating bursts (ours, torch's)
-with a pause between bursts so that neither library's idle worker threads slow the other. torch
+with a pause between bursts so that neither library's idle worker threads slow the other, and 30 ms
+of untimed calls after each pause (bench/common.py: the machine's idle cores wake up first). torch
 gets as many threads as numpy's BLAS has, so the two compete on equal terms. Rows without torch
 installed are skipped with a message.
 

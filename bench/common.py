@@ -71,21 +71,29 @@ CLOCK: Callable[[], float] = time.perf_counter
 #: OpenMP workers spin too; without a pause one library's spinning threads steal the other's cores.
 PAUSE_S = 0.25
 
+#: Untimed calls after each pause, for at least this long (and at least WARM_CALLS of them): a VM's
+#: idle vCPUs come back slowly. Measured on the 2-core VM, a 0.5 ms convolution took 1-2 ms for its
+#: first ~10 calls after a 0.25 s pause (torch's for its first ~5), so that timing right after the
+#: pause measured the wake-up, and the worst ratio of a table was whichever case woke slowest.
+WARM_S = 0.03
+WARM_CALLS = 2
+
 
 def compare(ours: Callable[[], object], theirs: Callable[[], object] | None, repeats: int,
             burst: int = 4, number: int = 1) -> tuple[float, float | None]:
     """Median times (ms per call) of two functions, timed in alternating bursts with a pause in between.
 
-    Alternating spreads the machine's background load over both. Each burst starts with an untimed
-    call after the pause (to wake the library's threads), then takes ``burst`` samples, each the mean
-    of ``number`` back-to-back calls (many, for calls of microseconds).
+    Alternating spreads the machine's background load over both. Each burst starts, after the pause,
+    with untimed calls (:data:`WARM_S`, :data:`WARM_CALLS`: the library's threads and the machine's
+    idle cores wake up), then takes ``burst`` samples, each the mean of ``number`` back-to-back calls
+    (many, for calls of microseconds).
     """
     fns = [ours] if theirs is None else [ours, theirs]
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(-(-repeats // burst)):
         for fn, bucket in zip(fns, times):
             time.sleep(PAUSE_S)
-            fn()
+            warm(fn)
             for _ in range(burst):
                 start = CLOCK()
                 for _ in range(number):
@@ -93,3 +101,12 @@ def compare(ours: Callable[[], object], theirs: Callable[[], object] | None, rep
                 bucket.append((CLOCK() - start) / number)
     medians = [statistics.median(bucket) * 1e3 for bucket in times]
     return medians[0], (medians[1] if theirs is not None else None)
+
+
+def warm(fn: Callable[[], object]) -> None:
+    """Call ``fn`` untimed for :data:`WARM_S` seconds and at least :data:`WARM_CALLS` times."""
+    start = time.perf_counter()
+    calls = 0
+    while calls < WARM_CALLS or time.perf_counter() - start < WARM_S:
+        fn()
+        calls += 1

@@ -70,3 +70,31 @@ def test_batchnorm_checks_the_rank_and_names_torchs_tensors():
         dt.BatchNorm2d(3)(torch.randn(2, 4, 3, 3))
     with pytest.raises(ValueError, match="input has shape .*more than one value per channel"):
         dt.BatchNorm1d(3)(torch.randn(1, 3))
+
+
+def test_eager_batchnorm_updates_the_running_stats_in_place_like_torch():
+    """An eager training call writes the new running statistics into the buffers themselves (their version
+    counters move, as after torch's own update), also into a buffer that is a strided view."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, 5)
+    storage = torch.zeros(6)
+    mean, var = storage[::2], torch.ones(3)          # mean: not contiguous
+    theirs_mean, theirs_var = torch.zeros(3), torch.ones(3)
+    versions = (mean._version, var._version)
+    y = dt.batchnorm(x, torch.ones(3), torch.zeros(3), running_mean=mean, running_var=var, momentum=0.25)
+    expected = torch.nn.functional.batch_norm(x, theirs_mean, theirs_var, torch.ones(3), torch.zeros(3),
+                                              training=True, momentum=0.25)
+    torch.testing.assert_close(y, expected)
+    torch.testing.assert_close(mean, theirs_mean)
+    torch.testing.assert_close(var, theirs_var)
+    assert mean._version > versions[0] and var._version > versions[1]
+    assert storage[1::2].eq(0).all()                 # the strided view's gaps are untouched
+
+
+def test_eager_batchnorm_in_eval_mode_leaves_the_running_stats_alone():
+    mean, var = torch.zeros(3), torch.ones(3)
+    versions = (mean._version, var._version)
+    dt.batchnorm(torch.randn(2, 3, 4), torch.ones(3), torch.zeros(3), running_mean=mean, running_var=var,
+                 training=False)
+    assert (mean._version, var._version) == versions
+    assert mean.eq(0).all() and var.eq(1).all()

@@ -107,11 +107,11 @@ def _cuda_scope(device: torch.device) -> Iterator[None]:
 def to_array(t: torch.Tensor, *, inplace: bool = False, name: str = "tensor") -> Any:
     """A C-contiguous numpy (CPU) or CuPy (CUDA) array on ``t``'s memory; a copy only when ``t`` is not
     contiguous. ``inplace=True`` (the op writes into it) refuses non-contiguous tensors instead."""
-    t = t.detach()
     if t.dtype in _SHARED_AS_IS and t.is_cpu and not t.is_neg():      # the usual case, on every op call
-        a = t.numpy()
+        a = t.numpy(force=True)       # (force: detached inside, without a tensor object for it)
         if a.flags.c_contiguous:
             return a
+    t = t.detach()
     cpu = t.device.type == "cpu"
     if cpu:
         a = (t.view(torch.int16).numpy().view(_bfloat16()) if t.dtype == torch.bfloat16

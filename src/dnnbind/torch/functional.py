@@ -117,9 +117,13 @@ def batchnorm(x: Tensor, gamma: Tensor, beta: Tensor, *, running_mean: Tensor | 
     outputs = call("batchnorm", x, gamma, beta, running_mean, running_var, training=training, momentum=momentum,
                    eps=eps)
     if training:
-        with torch.no_grad():
-            for stat, new in zip([s for s in (running_mean, running_var) if s is not None], outputs[1:]):
-                stat.copy_(new)
+        # (an eager call updated them in place and returns them as they are)
+        copies = [(stat, new) for stat, new in zip([s for s in (running_mean, running_var) if s is not None],
+                                                   outputs[1:]) if new is not stat]
+        if copies:
+            with torch.no_grad():
+                for stat, new in copies:
+                    stat.copy_(new)
     return outputs[0]
 
 

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 from torch._C._functorch import is_functorch_wrapped_tensor
+from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor_hooks
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from dnnbind.highlevel.arg_cache import remember
@@ -266,6 +267,44 @@ def _run_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
         return outputs, [to_tensor(r) for r in residuals], sig
 
 
+def _run_eager_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
+                       keep_arrays: bool) -> tuple[list[Tensor], list[Any], _Signature]:
+    """The eager Function's forward: :func:`_run_forward` with fewer torch calls between the backend's
+    kernels (each one after a kernel pays for torch's dispatcher coming back into the caches). Batch norm
+    updates the running statistics in place, as torch's own batch norm does (see
+    :func:`_statistics_written`), and returns no copies of them; ``keep_arrays`` returns the residuals
+    as the backend's arrays (they are the forward's own, which no tensor ever aliases)."""
+    with device_scope(x.device):
+        sig = _signature(op, x, others, params, reals)
+        tensors = sig.tensors(x, others)
+        arrays = _map(to_array, tensors)
+        result, residuals = sig.forward(*arrays, *sig.static)
+        outputs = [to_tensor(r) for r in (result if isinstance(result, tuple) else (result,)) if r is not None]
+        if op == "batchnorm" and sig.static[0]:
+            _statistics_written(tensors[3:5], arrays[3:5])
+        return outputs, list(residuals) if keep_arrays else [to_tensor(r) for r in residuals], sig
+
+
+def _statistics_written(tensors: Sequence[Tensor | None], arrays: Sequence[Any]) -> None:
+    """After batch norm's forward updated the running statistics' arrays: a tensor the array shares
+    memory with gets its version counter bumped (autograd sees the change, as after torch's in-place
+    update), one that was copied (not contiguous) gets the new values copied back."""
+    for t, a in zip(tensors, arrays):
+        if t is None:
+            continue
+        if _shares_memory(t, a):
+            torch.autograd.graph.increment_version(t)
+        else:
+            with torch.no_grad():
+                t.copy_(to_tensor(a))
+
+
+def _shares_memory(t: Tensor, a: Any) -> bool:
+    """Whether the array :func:`to_array` gave for ``t`` is a view of its memory, not a copy."""
+    address = a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+    return bool(address == t.data_ptr())
+
+
 def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
                   reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
     p = decode(params)
@@ -323,19 +362,22 @@ def _backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor]
     return [g for g in grads if g is not None]      # (placeholders: never None)
 
 
-def _run_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], given: Sequence[bool],
+def _run_backward(op: str, residuals: Sequence[Any], cotangents: Sequence[Tensor], given: Sequence[bool],
                   needs: Sequence[bool] | None, static: tuple, arrays: list[Any], device: torch.device,
-                  placeholders: bool = True, backward: Any = None) -> list[Tensor | None]:
+                  placeholders: bool = True, backward: Any = None,
+                  residual_arrays: bool = False) -> list[Tensor | None]:
     """The backend's backward on the given cotangents; one gradient per given differentiable array
     (``arrays``: the forward's FORMS arrays, or anything with their None pattern); where ``needs``
     skipped one, an empty tensor (the custom op returns tensors only) or, without ``placeholders``, None.
-    ``backward``: the backend's function when the caller has it (an eager call's signature)."""
+    ``backward``: the backend's function when the caller has it (an eager call's signature);
+    ``residual_arrays``: the residuals are the backend's arrays already (the eager Function's)."""
     with device_scope(device):
         it = iter([to_array(c) for c in cotangents])
         cts = tuple(next(it) if flag else None for flag in given)
         options = {"needs": tuple(needs)} if needs is not None else {}
         backward = backward or backend_function(_backend(device), f"{op}_backward")
-        grads = backward(tuple(to_array(r) for r in residuals), cts, *static, **options)
+        saved = tuple(residuals) if residual_arrays else tuple(to_array(r) for r in residuals)
+        grads = backward(saved, cts, *static, **options)
         like = cotangents[0]
         return [(like.new_empty((0,)) if placeholders else None) if g is None else to_tensor(g)
                 for g in _gradient_leaves(op, grads, arrays)]
@@ -421,12 +463,14 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
         # dispatcher and no params text (with create_graph the dispatcher records the backward op,
         # whose missing formula then refuses a second derivative)
         sig = ctx.signature
-        grads = _run_backward(op, list(ctx.saved_tensors), cotangents, given, needs, sig.static, sig.slots,
-                              sig.device, placeholders=False, backward=sig.backward)
+        arrays = getattr(ctx, "residual_arrays", None)
+        grads = _run_backward(op, list(ctx.saved_tensors) if arrays is None else arrays, cotangents, given, needs,
+                              sig.static, sig.slots, sig.device, placeholders=False, backward=sig.backward,
+                              residual_arrays=arrays is not None)
     else:
         extra: dict[str, Any] = {"given": given} if needs is None else {"given": given, "needs": needs}
         params = _encode(tuple({**ctx.params, **extra}.items()))     # per call: not worth remembering
-        grads = getattr(torch.ops.dnnbind, f"{op}_backward")(list(ctx.saved_tensors), cotangents, params, ctx.reals)
+        grads = getattr(torch.ops.dnnbind, f"{op}_backward")(_saved_residuals(ctx), cotangents, params, ctx.reals)
     it = iter(grads)
     dx: Tensor | None = next(it)
     d_others = [next(it) if diff else None for diff in ctx.diff]
@@ -434,6 +478,12 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
         dx = dx if need_x else None
         d_others = [d if need else None for d, need in zip(d_others, need_others)]
     return dx, d_others, None, _no_gradient(ctx.reals)
+
+
+def _saved_residuals(ctx: Any) -> list[Tensor]:
+    """The residuals as tensors (the eager Function keeps the backend's arrays when it can)."""
+    arrays = getattr(ctx, "residual_arrays", None)
+    return list(ctx.saved_tensors) if arrays is None else [to_tensor(a) for a in arrays]
 
 
 def _needs(ctx: Any) -> tuple[bool, list[bool]]:
@@ -477,11 +527,23 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
     @staticmethod
     def forward(ctx: Any, op: str, params: str, reals: list[float], x: Tensor,  # type: ignore[override]
                 *others: Tensor) -> tuple[Tensor, ...]:
-        outputs, residuals, sig = _run_forward(op, x, others, params, reals)
-        if any(ctx.needs_input_grad):            # else no backward can come: keep nothing
-            ctx.save_for_backward(*residuals)
-            ctx.mark_non_differentiable(*_remember_call(op, ctx, x, others, params, reals, outputs, sig.record))
-            ctx.signature = sig
+        keep = any(ctx.needs_input_grad)         # else no backward can come: keep nothing
+        # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
+        # want to see them as saved tensors
+        arrays = keep and _saved_tensor_hooks(False) is None
+        outputs, residuals, sig = _run_eager_forward(op, x, others, params, reals, arrays)
+        ctx.set_materialize_grads(False)         # no zeros for outputs without a gradient (see backward)
+        if keep:
+            if arrays:
+                ctx.residual_arrays = residuals
+            else:
+                ctx.save_for_backward(*residuals)
+            ctx.op, ctx.params, ctx.diff, _ = sig.record
+            ctx.results, ctx.reals, ctx.signature = len(outputs), reals, sig
+            ctx.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
+            integers = [o for o in outputs if not o.is_floating_point()]
+            if integers:
+                ctx.mark_non_differentiable(*integers)
         return tuple(outputs)
 
     @staticmethod
@@ -527,7 +589,10 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
     args = {k: _constant(v) if compiling else v for k, v in kwargs.items() if k not in reals}
     params = encode(args=args, reals=list(reals), slots=slots, saves=_saves(x.device.type))
     if _plain_eager(x, others):
-        return list(_EAGER_APPLY[op](op, params, list(reals.values()), x, *others))
+        outputs = list(_EAGER_APPLY[op](op, params, list(reals.values()), x, *others))
+        if op == "batchnorm":          # updated in place (see _run_eager_forward), returned as the op does
+            outputs += [t for t in arrays[2:4] if t is not None]
+        return outputs
     outputs, _ = getattr(torch.ops.dnnbind, op)(x, others, params, list(reals.values()))
     return outputs
 

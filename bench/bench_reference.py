@@ -12,6 +12,7 @@ Tables (each ratio against torch measured in the same run):
 
 * every convolution layer of ResNet-18 at batch 8 plus depthwise 3x3 layers (32, 96, 144 channels),
   forward and forward + backward, with their geometric mean (goal <= 1.25x) and worst case (<= 2x);
+  a forward alone is an inference forward on both sides (``dnnbind.no_grad()``, torch without autograd);
 * the grouped seed case, LSTM and GRU (50, 32, 128 -> 256), forward + backward;
 * per-call overhead: a tiny convolution through ``dnnbind.conv`` against ``torch.conv2d``, and the
   shape-and-argument work of a repeated call alone (the public op with a do-nothing backend), in us;
@@ -114,9 +115,12 @@ def conv_case(x_shape, w_shape, groups, padding, backward, repeats, threaded=Non
     dy = rng.standard_normal(dims.y_shape, dtype=np.float32)
 
     def ours():
+        if not backward:                 # inference, as torch's side runs without autograd
+            with dnnbind.no_grad():
+                reference_backend.conv(x, w, None, dims, threaded=threaded)
+            return
         y, pullback = reference_backend.conv(x, w, None, dims, threaded=threaded)
-        if backward:
-            pullback(dy)
+        pullback(dy)
 
     if torch is None:
         return timeit(ours, repeats), None
@@ -158,9 +162,12 @@ def lstm_case(seq, batch, inp, hidden, repeats, backward=True, mode="lstm"):
     dy = rng.standard_normal((seq, batch, hidden), dtype=np.float32)
 
     def ours():
+        if not backward:                 # inference, as torch's side runs without autograd
+            with dnnbind.no_grad():
+                dnnbind.rnn(x, weights, mode=mode, hidden_size=hidden)
+            return
         _, pullback = dnnbind.rnn(x, weights, mode=mode, hidden_size=hidden)
-        if backward:
-            pullback(dy)
+        pullback(dy)
 
     if torch is None:
         return timeit(ours, repeats), None

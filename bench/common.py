@@ -80,7 +80,7 @@ WARM_CALLS = 2
 
 
 def compare(ours: Callable[[], object], theirs: Callable[[], object] | None, repeats: int,
-            burst: int = 4, number: int = 1) -> tuple[float, float | None]:
+            burst: int = 2, number: int = 1) -> tuple[float, float | None]:
     """Median times (ms per call) of two functions, timed in alternating bursts with a pause in between.
 
     Alternating spreads the machine's background load over both. Each burst starts, after the pause,

@@ -15,14 +15,14 @@ if TYPE_CHECKING:       # what the lazy names below resolve to, for type checker
     from typing import Any
 
     from dnnbind.highlevel import (ConvDims, PoolDims, activation, batchnorm, conv, conv_transpose, dropout,
-                                   logsoftmax, maxpool, meanpool, rnn, softmax)
+                                   logsoftmax, maxpool, meanpool, no_grad, rnn, softmax)
     from dnnbind.runtime.trace import trace
 
 __version__ = "0.1.0"
 
 _HIGHLEVEL_NAMES = frozenset({
     "conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
-    "batchnorm", "dropout", "rnn", "ConvDims", "PoolDims",
+    "batchnorm", "dropout", "rnn", "ConvDims", "PoolDims", "no_grad",
 })
 
 __all__ = ["CudnnError", "DnnError", "LibraryNotFoundError", "MiopenError", "__version__", "trace",

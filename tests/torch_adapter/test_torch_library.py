@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch._inductor.config  # noqa: F401 - patched below
 
+import dnnbind
 import dnnbind.torch as dt
 from dnnbind.torch import nn as dnn
 from dnnbind.torch.library import encode, flatten
@@ -356,3 +357,19 @@ def test_saved_tensor_hooks_see_the_eager_residuals():
     expected = torch.autograd.grad(torch.nn.functional.conv2d(x, w, padding=1).square().sum(), (x, w))
     for a, b in zip(grads[0], expected):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_torch_grad_mode_decides_not_dnnbind_no_grad():
+    """Under dnnbind.no_grad() a tensor that requires grad still gets its gradient (autograd asks for one,
+    so the forward saves its residuals), and torch.no_grad() gives the same result without saving."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 6, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    expected = torch.nn.functional.conv2d(x, w, padding=1)
+    with dnnbind.no_grad():
+        y = dt.conv(x, w, padding=1)
+        grads = torch.autograd.grad(y.square().sum(), (x, w))
+    for a, b in zip(grads, torch.autograd.grad(expected.square().sum(), (x, w))):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        torch.testing.assert_close(dt.conv(x, w, padding=1), expected, rtol=1e-5, atol=1e-5)

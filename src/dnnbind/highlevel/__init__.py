@@ -6,8 +6,9 @@ Every op returns ``(result, pullback)``; see :mod:`dnnbind.highlevel.ops` for th
 from __future__ import annotations
 
 from dnnbind.highlevel.dims import ConvDims, PoolDims
+from dnnbind.highlevel.grad_mode import no_grad
 from dnnbind.highlevel.ops import (activation, batchnorm, conv, conv_transpose, dropout, logsoftmax, maxpool,
                                    meanpool, rnn, softmax)
 
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
-           "batchnorm", "dropout", "rnn", "ConvDims", "PoolDims"]
+           "batchnorm", "dropout", "rnn", "ConvDims", "PoolDims", "no_grad"]

@@ -29,6 +29,8 @@ import functools
 import inspect
 from typing import Any, Callable, NamedTuple
 
+from dnnbind.highlevel.grad_mode import saving
+
 
 class ArraySpec(NamedTuple):
     """An array described by shape and dtype only (numpy dtype object)."""
@@ -89,6 +91,10 @@ class ResidualPullback:
         self.count = count       # gradients to return (conv without b: dx, dw); None: all
 
     def __call__(self, *cotangents: Any) -> Any:
+        if self.residuals is None:
+            name = getattr(self.backward, "__name__", "the op").removesuffix("_backward")
+            raise RuntimeError(f"{name}'s forward ran under dnnbind.no_grad(), which saves nothing for a "
+                               f"backward: call it outside no_grad() to get a pullback that runs")
         dtype = self.dtype
         if dtype is not None:        # float cotangents in the result's dtype, as the forward computed it
             cotangents = tuple(c.astype(dtype) if _other_float(c, dtype) else c for c in cotangents)
@@ -97,6 +103,8 @@ class ResidualPullback:
 
     def __getattr__(self, name: str) -> Any:
         names = object.__getattribute__(self, "names")
+        if name in names and object.__getattribute__(self, "residuals") is None:
+            raise AttributeError(f"{name}: the forward ran under dnnbind.no_grad() and saved nothing")
         if name in names:
             value = object.__getattribute__(self, "residuals")[names.index(name)]
             shape = object.__getattribute__(self, "shape")   # a 0-d call's mask saved as shape (1,) reads 0-d
@@ -153,6 +161,8 @@ def with_pullback(op: str, forward: Callable[..., Any], backward: Callable[..., 
         result, residuals = forward(*args, **options)
         main = result[0] if isinstance(result, tuple) else result
         keep = 2 if optional_bias and args[2] is None else None    # no b, no db
+        if not saving():                                            # dnnbind.no_grad(): nothing to pull back
+            residuals = None
         return result, ResidualPullback(backward, residuals, args[n_arrays:], options, names,
                                         getattr(main, "dtype", None), getattr(main, "shape", None), keep)
 

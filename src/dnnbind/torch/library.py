@@ -36,6 +36,7 @@ from dnnbind.highlevel.arg_cache import remember
 from dnnbind.highlevel.dispatch import backend_function
 from dnnbind.highlevel.dims import numpy_dtype
 from dnnbind.highlevel.edges import RULES, output_dtype
+from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.ops import residual_static
 from dnnbind.highlevel.residual import FORMS, RESIDUAL_REVISION, SKIPPABLE, ArraySpec
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
@@ -253,8 +254,9 @@ _SIGNATURES_MAX = 1024
 def _run_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
                  reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor], _Signature]:
     """(outputs, residuals, the call's signature): what the forward op returns, and what an eager backward
-    reuses."""
-    with device_scope(x.device):
+    reuses. Residuals are always saved (also inside dnnbind.no_grad()): the custom op's outputs must have
+    the shapes its fake kernel reports."""
+    with device_scope(x.device), saving_residuals(True):
         sig = _signature(op, x, others, params, reals)
         tensors = sig.tensors(x, others)
         if op == "batchnorm":      # the running statistics are updated in copies that come back as outputs
@@ -268,13 +270,14 @@ def _run_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
 
 
 def _run_eager_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
-                       keep_arrays: bool) -> tuple[list[Tensor], list[Any], _Signature]:
+                       keep: bool, keep_arrays: bool) -> tuple[list[Tensor], list[Any], _Signature]:
     """The eager Function's forward: :func:`_run_forward` with fewer torch calls between the backend's
     kernels (each one after a kernel pays for torch's dispatcher coming back into the caches). Batch norm
     updates the running statistics in place, as torch's own batch norm does (see
-    :func:`_statistics_written`), and returns no copies of them; ``keep_arrays`` returns the residuals
+    :func:`_statistics_written`), and returns no copies of them. ``keep``: a backward can come (else the
+    backend skips what only a backward reads, as under dnnbind.no_grad()); ``keep_arrays`` returns the residuals
     as the backend's arrays (they are the forward's own, which no tensor ever aliases)."""
-    with device_scope(x.device):
+    with device_scope(x.device), saving_residuals(keep):
         sig = _signature(op, x, others, params, reals)
         tensors = sig.tensors(x, others)
         arrays = _map(to_array, tensors)
@@ -531,7 +534,7 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
         # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
         # want to see them as saved tensors
         arrays = keep and _saved_tensor_hooks(False) is None
-        outputs, residuals, sig = _run_eager_forward(op, x, others, params, reals, arrays)
+        outputs, residuals, sig = _run_eager_forward(op, x, others, params, reals, keep, arrays)
         ctx.set_materialize_grads(False)         # no zeros for outputs without a gradient (see backward)
         if keep:
             if arrays:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.grad_mode import saving
 from dnnbind.highlevel.reference.channels import add_channel_bias, channel_sums
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
                                                        kernel_offsets, offset_index, pad, unpad, windows)
@@ -353,10 +354,11 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
     threaded = _threads(dims, path, threaded)
     wf = np.array(_flipped(w, dims), order="C")        # the forward's own (a copy, flipped or not)
     kept = None
+    save = saving()                                     # False under dnnbind.no_grad(): x is not kept
     if path is Direct or path is Depthwise:
         # the forward's own copy of x, made by the kernel as it reads x (one pass over x fewer); an x
         # that is not C-contiguous gets its copy from ascontiguousarray below
-        kept = np.empty_like(x) if x.flags.c_contiguous else None
+        kept = np.empty_like(x) if x.flags.c_contiguous and save else None
         y = path.forward(x, wf, dims, threaded, keep=kept)
     elif path is Pointwise:
         kept = Pointwise.sample(x, dims)
@@ -376,6 +378,8 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
             _sweep(lay, wg, xp=xp, y=y)
     if b is not None:
         add_channel_bias(y, b)
+    if not save:
+        return y, ()
     return y, (wf, kept if kept is not None else np.array(x, order="C"))
 
 

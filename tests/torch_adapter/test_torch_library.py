@@ -373,3 +373,16 @@ def test_torch_grad_mode_decides_not_dnnbind_no_grad():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     with torch.no_grad():
         torch.testing.assert_close(dt.conv(x, w, padding=1), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_repeated_backward_op_calls_with_other_float_settings_stay_apart():
+    """The backward op remembers what its calls share by op, params and reals: a leaky ReLU slope that
+    changes between calls (a float argument, not part of params) gets its own gradient every time."""
+    x = torch.randn(5, 7, dtype=torch.float64)
+    for alpha in (0.1, 0.3, 0.1, -0.0, 0.0):
+        params = encode(args={"mode": "leaky_relu"}, reals=["alpha"], slots=[])
+        xr = x.clone().requires_grad_(True)
+        outputs, _ = torch.ops.dnnbind.activation(xr, [], params, [alpha])
+        (grad,) = torch.autograd.grad(outputs[0].sum(), xr)
+        expected = torch.where(x > 0, torch.ones_like(x), torch.full_like(x, alpha))
+        torch.testing.assert_close(grad, expected, rtol=0, atol=0)

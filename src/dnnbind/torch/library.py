@@ -356,13 +356,33 @@ def _leaves(tree: Any) -> list[Any]:
 
 def _backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,
               reals: Sequence[float]) -> list[Tensor]:
+    given, needs, static, arrays, device, backward = _backward_call(op, params, reals)
+    grads = _run_backward(op, residuals, cotangents, given, needs, static, arrays, device, backward=backward)
+    return [g for g in grads if g is not None]      # (placeholders: never None)
+
+
+def _backward_call(op: str, params: str, reals: Sequence[float]) -> tuple:
+    """What every backward op call with these params and reals repeats (a compiled graph's, each step):
+    the cotangents given and gradients needed, the static arguments, the forward's arrays as ArraySpecs,
+    the device and the backend's function; remembered (bounded, like the eager signatures)."""
+    key = (op, params, *[float(r).hex() for r in reals])
+    found = _BACKWARD_CALLS.get(key)
+    if found is not None:
+        return found
     p = decode(params)
     arrays, kwargs = _backward_arguments(op, p, reals)
     device = torch.device(p["device"])
     with device_scope(device):
         static = _static(op, arrays, kwargs, params, reals)
-    grads = _run_backward(op, residuals, cotangents, p["given"], p.get("needs"), static, arrays, device)
-    return [g for g in grads if g is not None]      # (placeholders: never None)
+    call = (p["given"], p.get("needs"), static, arrays, device, backend_function(_backend(device), f"{op}_backward"))
+    if len(_BACKWARD_CALLS) >= _SIGNATURES_MAX:
+        _BACKWARD_CALLS.clear()
+    _BACKWARD_CALLS[key] = call
+    return call
+
+
+#: backward op calls' shared parts, by op, params and reals (see _backward_call)
+_BACKWARD_CALLS: dict[tuple, tuple] = {}
 
 
 def _run_backward(op: str, residuals: Sequence[Any], cotangents: Sequence[Tensor], given: Sequence[bool],

@@ -352,9 +352,10 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
     """
     path = special_path(dims)
     threaded = _threads(dims, path, threaded)
-    wf = np.array(_flipped(w, dims), order="C")        # the forward's own (a copy, flipped or not)
+    save = saving()                     # False under dnnbind.no_grad(): neither x nor w is kept
+    # the filter as applied, the forward's own (a copy, flipped or not) when the backward will read it
+    wf = np.array(_flipped(w, dims), order="C") if save else np.ascontiguousarray(_flipped(w, dims))
     kept = None
-    save = saving()                                     # False under dnnbind.no_grad(): x is not kept
     if path is Direct or path is Depthwise:
         # the forward's own copy of x, made by the kernel as it reads x (one pass over x fewer); an x
         # that is not C-contiguous gets its copy from ascontiguousarray below

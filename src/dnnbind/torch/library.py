@@ -199,8 +199,14 @@ def _forms_arrays(op: str, x: Any, others: Sequence[Any], slots: Sequence[Any]) 
 
 def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
              reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
-    outputs, residuals, _ = _run_forward(op, x, others, params, reals)
-    return outputs, residuals
+    """The custom op's forward: outputs and residuals as tensors. Residuals are always saved (also inside
+    dnnbind.no_grad()): the op's outputs must have the shapes its fake kernel reports. Batch norm's running
+    statistics are updated in copies that come back as outputs (the op mutates none of its inputs)."""
+    with device_scope(x.device), saving_residuals(True):
+        outputs, residuals, tensors, _, _ = _backend_forward(op, x, others, params, reals, copy_statistics=True)
+        if op == "batchnorm":
+            outputs += [t for t in tensors[3:5] if t is not None]
+        return outputs, [to_tensor(r) for r in residuals]
 
 
 class _Signature:
@@ -251,38 +257,32 @@ _SIGNATURES: dict[tuple, _Signature] = {}
 _SIGNATURES_MAX = 1024
 
 
-def _run_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
-                 reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor], _Signature]:
-    """(outputs, residuals, the call's signature): what the forward op returns, and what an eager backward
-    reuses. Residuals are always saved (also inside dnnbind.no_grad()): the custom op's outputs must have
-    the shapes its fake kernel reports."""
-    with device_scope(x.device), saving_residuals(True):
-        sig = _signature(op, x, others, params, reals)
-        tensors = sig.tensors(x, others)
-        if op == "batchnorm":      # the running statistics are updated in copies that come back as outputs
-            tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
-        arrays = _map(to_array, tensors)
-        result, residuals = sig.forward(*arrays, *sig.static)
-        outputs = [to_tensor(r) for r in (result if isinstance(result, tuple) else (result,)) if r is not None]
-        if op == "batchnorm":
-            outputs += [t for t in tensors[3:5] if t is not None]
-        return outputs, [to_tensor(r) for r in residuals], sig
+def _backend_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
+                     copy_statistics: bool) -> tuple[list[Tensor], tuple, list[Any], list[Any], _Signature]:
+    """(outputs, the backend's residuals, the call's tensors in FORMS order, their arrays, the call's
+    signature): the backend's forward on the tensors' memory, inside the caller's device scope; with
+    ``copy_statistics``, batch norm's running statistics go in as copies."""
+    sig = _signature(op, x, others, params, reals)
+    tensors = sig.tensors(x, others)
+    if op == "batchnorm" and copy_statistics:
+        tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
+    arrays = _map(to_array, tensors)
+    result, residuals = sig.forward(*arrays, *sig.static)
+    outputs = [to_tensor(r) for r in (result if isinstance(result, tuple) else (result,)) if r is not None]
+    return outputs, residuals, tensors, arrays, sig
 
 
 def _run_eager_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
                        keep: bool, keep_arrays: bool) -> tuple[list[Tensor], list[Any], _Signature]:
-    """The eager Function's forward: :func:`_run_forward` with fewer torch calls between the backend's
-    kernels (each one after a kernel pays for torch's dispatcher coming back into the caches). Batch norm
-    updates the running statistics in place, as torch's own batch norm does (see
+    """The eager Function's forward: the custom op's (:func:`_forward`) with fewer torch calls between the
+    backend's kernels (each one after a kernel pays for torch's dispatcher coming back into the caches).
+    Batch norm updates the running statistics in place, as torch's own batch norm does (see
     :func:`_statistics_written`), and returns no copies of them. ``keep``: a backward can come (else the
-    backend skips what only a backward reads, as under dnnbind.no_grad()); ``keep_arrays`` returns the residuals
-    as the backend's arrays (they are the forward's own, which no tensor ever aliases)."""
+    backend skips what only a backward reads, as under dnnbind.no_grad()); ``keep_arrays`` returns the
+    residuals as the backend's arrays (they are the forward's own, which no tensor ever aliases)."""
     with device_scope(x.device), saving_residuals(keep):
-        sig = _signature(op, x, others, params, reals)
-        tensors = sig.tensors(x, others)
-        arrays = _map(to_array, tensors)
-        result, residuals = sig.forward(*arrays, *sig.static)
-        outputs = [to_tensor(r) for r in (result if isinstance(result, tuple) else (result,)) if r is not None]
+        outputs, residuals, tensors, arrays, sig = _backend_forward(op, x, others, params, reals,
+                                                                    copy_statistics=False)
         if op == "batchnorm" and sig.static[0]:
             _statistics_written(tensors[3:5], arrays[3:5])
         return outputs, list(residuals) if keep_arrays else [to_tensor(r) for r in residuals], sig
@@ -561,12 +561,11 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
                 ctx.residual_arrays = residuals
             else:
                 ctx.save_for_backward(*residuals)
-            ctx.op, ctx.params, ctx.diff, _ = sig.record
-            ctx.results, ctx.reals, ctx.signature = len(outputs), reals, sig
-            ctx.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
-            integers = [o for o in outputs if not o.is_floating_point()]
-            if integers:
-                ctx.mark_non_differentiable(*integers)
+            # (the record's count of running statistics among the outputs: none, batch norm updated
+            # them in place)
+            ctx.mark_non_differentiable(*_remember_call(op, ctx, x, others, params, reals, outputs,
+                                                        (*sig.record[:3], 0)))
+            ctx.signature = sig
         return tuple(outputs)
 
     @staticmethod

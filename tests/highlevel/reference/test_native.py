@@ -3,6 +3,7 @@ PyTorch on random geometries for every instruction set this CPU runs, and guarde
 that do not fit the problem."""
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -449,3 +450,80 @@ def test_matmul_splits_over_the_own_workers_without_torch():
             "raise SystemExit(0 if np.allclose(c, a @ b, rtol=1e-13, atol=1e-12) else 3)\n")
     _runs_without_torch_on_one_blas_thread(code)
 
+
+
+# -- pointwise activations --------------------------------------------------------------------------
+
+def _activation_inputs(rng, dtype, alpha):
+    """Typical values, values far out (where exp under- and overflows), the kinks, alpha itself (clipped
+    relu's ceiling), zeros of both signs, NaN and infinities; enough of them to cross the kernels'
+    blocks and vectors with ragged ends."""
+    limit = 110 if dtype == np.float32 else 750
+    special = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e-30, -1e-30, 20, -20, -87.3, -103, 88.7, alpha, -alpha,
+               np.nextafter(alpha, 0), np.nextafter(alpha, 2 * alpha)]
+    return np.concatenate([rng.standard_normal(3001) * 3, rng.uniform(-limit, limit, 1000), special]).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode, alpha", [("relu", None), ("sigmoid", None), ("tanh", None), ("leaky_relu", 0.01),
+                                         ("clipped_relu", 6.0), ("swish", 1.5), ("swish", -0.7)])
+def test_activation_kernels_match_numpy_in_float64(rng, isa, dtype, mode, alpha):
+    """y and f'(x) in one pass: the masks and the piecewise-linear modes bit for bit what the numpy
+    path gives, the modes with exp within a few units in the last place of a float64 (float32) or
+    long double (float64) computation; NaN where numpy has NaN."""
+    activation = importlib.import_module("dnnbind.highlevel.reference.activation")   # the module, not the op
+    x = _activation_inputs(rng, dtype, 6.0 if alpha is None else alpha)
+    wide = np.longdouble if dtype == np.float64 else np.float64
+    with np.errstate(all="ignore"):
+        y, saved = native.activation_forward(x, mode, alpha, True)
+        numpy_y, (numpy_saved,) = activation._forward(x, mode, alpha)
+        exact_y, (exact_saved,) = activation._forward(x.astype(wide), mode, alpha)
+    assert y.dtype == dtype and saved.dtype == (bool if mode in native.MASKED_ACTIVATIONS else dtype)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(numpy_y))
+    if mode in ("relu", "leaky_relu", "clipped_relu"):
+        np.testing.assert_array_equal(y, numpy_y.astype(dtype))
+        np.testing.assert_array_equal(np.signbit(y), np.signbit(numpy_y))
+        np.testing.assert_array_equal(saved, numpy_saved.astype(saved.dtype))
+        return
+    eps = np.finfo(dtype).eps
+    finite = np.isfinite(exact_y)
+    # swish rounds alpha x to dtype first (as the numpy path does): e^(alpha x) then carries a relative
+    # error of |alpha x| units
+    reach = 1 + (np.abs(alpha * x[finite].astype(wide)) if mode == "swish" else 0)
+    scale = np.maximum(np.abs(exact_y[finite]), np.finfo(dtype).tiny)
+    assert bool(np.all(np.abs(y[finite] - exact_y[finite]) / scale <= 4 * eps * reach))
+    # the derivative (1 - y and the like): within a few units of y's last place, as far as y is
+    assert bool(np.all(np.abs(saved[finite] - exact_saved[finite]) <= 8 * eps * reach))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode, alpha", [("relu", None), ("clipped_relu", 6.0), ("tanh", None), ("swish", 1.0)])
+def test_activation_kernels_split_over_the_pool_equal_one_thread(rng, monkeypatch, dtype, mode, alpha):
+    """Element ranges on several threads (more ranges than threads, ragged ends) give what one thread
+    gives, forward and backward, bit for bit; without a backward to come nothing is saved."""
+    x = (rng.standard_normal(native.POINTWISE_THREAD_MIN_ELEMENTS * 3 + 7) * 4).astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    runs = []
+    for team in (1, 3):
+        monkeypatch.setattr(native, "workers", lambda: team)
+        y, saved = native.activation_forward(x, mode, alpha, True)
+        runs.append((y, saved, native.activation_backward(dy, saved)))
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a, b)
+    y, saved = native.activation_forward(x, mode, alpha, False)
+    assert saved is None and np.array_equal(y, runs[0][0])
+    np.testing.assert_array_equal(runs[0][2], dy * runs[0][1])
+
+
+def test_activation_kernels_refuse_arrays_that_do_not_fit():
+    x = np.zeros((4, 5), np.float32)
+    with pytest.raises(ValueError, match="argument x: .*contiguous: False"):
+        native.activation_forward(np.zeros((4, 10), np.float32)[:, ::2], "relu", None, True)
+    with pytest.raises(ValueError, match=r"argument slope: .*float32 array of shape \(4, 5\), got float64"):
+        native.activation_backward(x, np.zeros((4, 5)))
+    with pytest.raises(ValueError, match=r"argument mask: .*shape \(4, 5\), got bool \(5, 4\)"):
+        native.activation_backward(x, np.zeros((5, 4), bool))
+    with pytest.raises(ValueError, match="argument dy: .*contiguous: False"):
+        native.activation_backward(np.zeros((4, 10), np.float32)[:, ::2], np.zeros((4, 5), bool))
+    y, mask = native.activation_forward(np.zeros((0, 3)), "relu", None, True)
+    assert y.shape == mask.shape == (0, 3) and native.activation_backward(np.zeros((0, 3)), mask).shape == (0, 3)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dnnbind.highlevel.grad_mode import saving
+from dnnbind.highlevel.reference import native
 from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward, half_residuals
 from dnnbind.highlevel.residual import ArraySpec
 
@@ -22,7 +24,7 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 #: modes whose derivative is saved as a boolean mask (1 where it is 1, else 0); identity saves nothing
-_MASKED = ("relu", "clipped_relu")
+_MASKED = native.MASKED_ACTIVATIONS
 
 
 def _forward(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
@@ -56,7 +58,11 @@ def _forward(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray,
 
 @half_forward
 def activation_forward(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray, tuple]:
-    """y = f(x) for one of the public modes; saves f'(x) (see :func:`activation_residuals`)."""
+    """y = f(x) for one of the public modes; saves f'(x) (see :func:`activation_residuals`), except
+    inside dnnbind.no_grad(). The C kernels take one pass over memory (numpy several, on one core)."""
+    if mode in native.ACTIVATIONS and native.available(x.dtype):
+        y, slope = native.activation_forward(np.ascontiguousarray(x), mode, alpha, saving())
+        return y, () if slope is None else (slope,)
     y, saved = _forward(x, mode, alpha)
     return y.astype(x.dtype, copy=False), tuple(s.astype(x.dtype if mode not in _MASKED else bool, copy=False)
                                                 for s in saved)
@@ -70,7 +76,10 @@ def activation_backward(saved: tuple, cotangents: tuple, mode: str, alpha: float
         return cotangent("dy", dy, dy.shape, dy.dtype).copy()
     (slope,) = saved
     dtype = slope.dtype if mode not in _MASKED else dy.dtype
-    return np.multiply(cotangent("dy", dy, slope.shape, dtype), slope, dtype=dtype)
+    dy = cotangent("dy", dy, slope.shape, dtype)
+    if native.available(dtype) and slope.flags.c_contiguous:
+        return native.activation_backward(np.ascontiguousarray(dy), slope)
+    return np.multiply(dy, slope, dtype=dtype)
 
 
 @half_residuals

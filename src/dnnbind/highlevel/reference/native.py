@@ -120,6 +120,8 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "lstm_forward": ([_P] * 7 + [_I] * 3 + [_P, _I, _P, _I, _I], False),
     "lstm_backward": ([_P] * 8 + [_I] * 3 + [_P, _I, _P, _I, _I], False),
     "vmath": ([_P, _P, _I, _I], False),
+    "activation_forward": ([_P] * 5 + [_I] * 3, False),
+    "activation_backward": ([_P] * 4 + [_I] * 2, False),
     "gemm_rows": ([ctypes.POINTER(GemmJob), _I, _I], False),
 }
 
@@ -543,6 +545,56 @@ def vmath(x: np.ndarray, function: str) -> np.ndarray:
     y = np.empty_like(x)
     _kernel("vmath", x.dtype)(_address(x, "x", x.shape, x.dtype), _data(y), x.size, VMATH[function])
     return y
+
+
+# ------------------------------------------------------------------------------- pointwise activations
+#: the activation modes the kernels compute (csrc/pointwise.c numbers them so); elu and identity stay numpy
+ACTIVATIONS = {"relu": 0, "sigmoid": 1, "tanh": 2, "leaky_relu": 3, "clipped_relu": 4, "swish": 5}
+#: the modes whose derivative is saved as a boolean mask
+MASKED_ACTIVATIONS = ("relu", "clipped_relu")
+#: Split a pointwise pass over the pool from this many elements on (one pass over memory each; below it
+#: the handoff costs more than the second core saves).
+POINTWISE_THREAD_MIN_ELEMENTS = 1 << 16
+
+
+def _split_elements(a: np.ndarray) -> list[tuple[int, int]]:
+    return _parts(a.size, a.size >= POINTWISE_THREAD_MIN_ELEMENTS)
+
+
+def activation_forward(x: np.ndarray, mode: str, alpha: float | None,
+                       save: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """(y, f'(x)) of an activation in :data:`ACTIVATIONS`, in one pass; f'(x) is a bool mask for the
+    :data:`MASKED_ACTIVATIONS`, else in x's dtype, and None unless ``save``."""
+    dtype = x.dtype
+    y = np.empty(x.shape, dtype)
+    masked = mode in MASKED_ACTIVATIONS
+    saved = np.empty(x.shape, bool if masked else dtype) if save else None
+    if x.size == 0:
+        return y, saved
+    parameter = np.array([0.0 if alpha is None else alpha], dtype)
+    slope = 0 if saved is None or masked else _data(saved)
+    mask = 0 if saved is None or not masked else _data(saved)
+    args = (_address(x, "x", x.shape, dtype), _data(y), slope, mask, _data(parameter), ACTIVATIONS[mode])
+    _launch(_kernel("activation_forward", dtype), args, _split_elements(x))
+    return y, saved
+
+
+def activation_backward(dy: np.ndarray, saved: np.ndarray) -> np.ndarray:
+    """dx = dy * f'(x), f'(x) as :func:`activation_forward` saved it (a bool mask, or in dy's dtype)."""
+    dtype = dy.dtype
+    dx = np.empty(dy.shape, dtype)
+    if dy.size == 0:
+        return dx
+    masked = saved.dtype == np.bool_
+    if not masked:
+        _address(saved, "slope", dy.shape, dtype)
+    elif saved.shape != dy.shape or not saved.flags.c_contiguous:
+        raise ValueError(f"native kernel argument mask: expected a C-contiguous bool array of shape {dy.shape}, "
+                         f"got {saved.dtype} {saved.shape}")
+    args = (_address(dy, "dy", dy.shape, dtype), 0 if masked else _data(saved), _data(saved) if masked else 0,
+            _data(dx))
+    _launch(_kernel("activation_backward", dtype), args, _split_elements(dy))
+    return dx
 
 
 # ------------------------------------------------------------------------------- products on the pool

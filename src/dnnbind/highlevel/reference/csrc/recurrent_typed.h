@@ -9,21 +9,6 @@ INLINE void NAME(gemm)(const void *fn, int64_t index_bytes, int trans_a, int64_t
     NAME(cblas_gemm)(fn, index_bytes, trans_a, 0, m, n, k, a, lda, b, n, beta, c, n);
 }
 
-/* Up to VL elements from p (count of them, the rest 0) and back. */
-INLINE NAME(v) NAME(load)(const T *p, int64_t count) {
-    if (count == VL) return *(const NAME(uv) *)p;
-    NAME(v) v = {0};
-    memcpy(&v, p, (size_t)count * sizeof(T));
-    return v;
-}
-
-INLINE void NAME(store)(T *p, NAME(v) v, int64_t count) {
-    if (count == VL)
-        *(NAME(uv) *)p = v;
-    else
-        memcpy(p, &v, (size_t)count * sizeof(T));
-}
-
 /* One LSTM step's gates, cell and state for elements [j, j + count) of the (H, B) planes: the
  * pre-activations in gates (rows i, f, g, o, each ``plane`` apart) become the activated gates, and
  * c = f c_prev + i g, tc = tanh(c), h = o tc. */

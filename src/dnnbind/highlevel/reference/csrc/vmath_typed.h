@@ -1,4 +1,5 @@
-/* Vector exp, tanh and sigmoid for the typed kernels (instantiate.h: T, ITYPE, NAME(f), VECTOR_BYTES).
+/* Vector exp, tanh and sigmoid, and partial-vector loads and stores, for the typed kernels (instantiate.h:
+ * T, ITYPE, NAME(f), VECTOR_BYTES).
  *
  * numpy computes these with SIMD code of its own; a kernel that fuses them with the arithmetic around
  * them needs its own, as accurate: within a few units in the last place of T over the whole range,
@@ -14,6 +15,21 @@ typedef ITYPE NAME(iv) __attribute__((vector_size(VECTOR_BYTES)));
 typedef T NAME(uv) __attribute__((vector_size(VECTOR_BYTES), aligned(sizeof(T)), may_alias));
 #define VL ((int64_t)(VECTOR_BYTES / sizeof(T)))
 #define SINGLE (sizeof(T) == 4)
+
+/* Up to VL elements from p (count of them, the rest 0) and back. */
+INLINE NAME(v) NAME(load)(const T *p, int64_t count) {
+    if (count == VL) return *(const NAME(uv) *)p;
+    NAME(v) v = {0};
+    memcpy(&v, p, (size_t)count * sizeof(T));
+    return v;
+}
+
+INLINE void NAME(store)(T *p, NAME(v) v, int64_t count) {
+    if (count == VL)
+        *(NAME(uv) *)p = v;
+    else
+        memcpy(p, &v, (size_t)count * sizeof(T));
+}
 
 /* where mask (all ones or zeros per lane): a, else b */
 INLINE NAME(v) NAME(pick)(NAME(iv) mask, NAME(v) a, NAME(v) b) {

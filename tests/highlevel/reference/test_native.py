@@ -527,3 +527,87 @@ def test_activation_kernels_refuse_arrays_that_do_not_fit():
         native.activation_backward(np.zeros((4, 10), np.float32)[:, ::2], np.zeros((4, 5), bool))
     y, mask = native.activation_forward(np.zeros((0, 3)), "relu", None, True)
     assert y.shape == mask.shape == (0, 3) and native.activation_backward(np.zeros((0, 3)), mask).shape == (0, 3)
+
+
+# -- softmax ------------------------------------------------------------------------------------------
+
+def _softmax_wide(x, axis, log):
+    """softmax / log-softmax in a wider type, as the numpy path computes them."""
+    shifted = x - x.max(axis=axis, keepdims=True)
+    total = np.exp(shifted).sum(axis=axis, keepdims=True)
+    return shifted - np.log(total) if log else np.exp(shifted) / total
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("shape, axis", [((7, 1000), 1), ((3, 5, 33), 2), ((4, 37, 9, 31), 1), ((2, 300, 600), 1),
+                                         ((513, 3), 0), ((1, 1), 1), ((6, 1, 5), 1), ((5, 17), 0)])
+def test_softmax_kernels_match_a_wider_computation(rng, isa, dtype, log, shape, axis):
+    """Rows (the last axis) and blocks of positions (any other axis: whole blocks, a short last one),
+    forward and data gradient, within a few units in the last place of the same formulas in float64
+    (float32) or long double (float64)."""
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    wide = np.longdouble if dtype == np.float64 else np.float64
+    y = native.softmax_forward(x, axis, log)
+    exact = _softmax_wide(x.astype(wide), axis, log)
+    eps = np.finfo(dtype).eps
+    # x - max rounds in dtype (as numpy's path does): exp of it then carries a relative error of
+    # |x - max| units; log-softmax's absolute error is that of its two terms
+    reach = 1 + np.abs(x.astype(wide) - x.max(axis=axis, keepdims=True))
+    # and the sum of n terms, taken in double: float64's own rounding over n terms (as a product's of
+    # length n), nothing for float32's
+    reach += shape[axis] if dtype == np.float64 else 0
+    room = 8 * eps * (reach if log else reach * np.abs(exact))
+    assert bool(np.all(np.abs(y - exact) <= room + np.finfo(dtype).tiny))
+    dx = native.softmax_backward(y, dy, axis, log)
+    yw, dyw = y.astype(wide), dy.astype(wide)
+    exact_dx = (dyw - np.exp(yw) * dyw.sum(axis=axis, keepdims=True) if log
+                else dyw * yw - yw * (dyw * yw).sum(axis=axis, keepdims=True))
+    scale = np.abs(dyw).sum(axis=axis, keepdims=True) + np.abs(dyw)
+    assert bool(np.all(np.abs(dx - exact_dx) <= 8 * eps * scale * (shape[axis] if dtype == np.float64 else 1)))
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_softmax_kernels_carry_nan_and_infinities_as_numpy_does(log, axis):
+    """A NaN or an infinity in a line gives what numpy's passes give (NaN where they do), and a line of
+    equal values gives equal probabilities."""
+    x = np.zeros((3, 4, 5), np.float32)
+    index = [1, 2, 3]
+    for value, at in ((np.nan, 0), (np.inf, 1), (-np.inf, 2)):
+        spot = list(index)
+        spot[axis] = at
+        x[tuple(spot)] = value
+    with np.errstate(all="ignore"):
+        y = native.softmax_forward(x, axis, log)
+        shifted = x - x.max(axis=axis, keepdims=True)
+        expected = (shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True)) if log
+                    else np.exp(shifted) / np.exp(shifted).sum(axis=axis, keepdims=True))
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(expected))
+    finite = ~np.isnan(expected)
+    np.testing.assert_allclose(y[finite], expected[finite], rtol=1e-6)
+    assert bool(np.isnan(y).any()) and bool(finite.any())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_kernels_split_over_the_pool_equal_one_thread(rng, monkeypatch, dtype):
+    for shape, axis in (((64, 3000), 1), ((8, 40, 700), 1)):
+        x = rng.standard_normal(shape).astype(dtype)
+        dy = rng.standard_normal(shape).astype(dtype)
+        runs = []
+        for team in (1, 3):
+            monkeypatch.setattr(native, "workers", lambda: team)
+            y = native.softmax_forward(x, axis, True)
+            runs.append((y, native.softmax_backward(y, dy, axis, True), native.softmax_forward(x, axis, False)))
+        for a, b in zip(*runs, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_softmax_kernels_refuse_arrays_that_do_not_fit():
+    y = np.zeros((4, 5), np.float32)
+    with pytest.raises(ValueError, match="argument x: .*contiguous: False"):
+        native.softmax_forward(np.zeros((4, 10), np.float32)[:, ::2], 1, False)
+    with pytest.raises(ValueError, match=r"argument dy: .*float32 array of shape \(4, 5\), got float64"):
+        native.softmax_backward(y, np.zeros((4, 5)), 1, False)
+    assert native.softmax_forward(np.zeros((0, 3)), 1, True).shape == (0, 3)

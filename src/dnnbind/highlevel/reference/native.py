@@ -122,6 +122,8 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "vmath": ([_P, _P, _I, _I], False),
     "activation_forward": ([_P] * 5 + [_I] * 3, False),
     "activation_backward": ([_P] * 4 + [_I] * 2, False),
+    "softmax_forward": ([_P] * 2 + [_I] * 5, False),
+    "softmax_backward": ([_P] * 3 + [_I] * 5, False),
     "gemm_rows": ([ctypes.POINTER(GemmJob), _I, _I], False),
 }
 
@@ -594,6 +596,41 @@ def activation_backward(dy: np.ndarray, saved: np.ndarray) -> np.ndarray:
     args = (_address(dy, "dy", dy.shape, dtype), 0 if masked else _data(saved), _data(saved) if masked else 0,
             _data(dx))
     _launch(_kernel("activation_backward", dtype), args, _split_elements(dy))
+    return dx
+
+
+# ------------------------------------------------------------------------------- softmax
+#: positions along the axes after the softmax axis that one line of the kernels takes (csrc/softmax.c)
+SOFTMAX_BLOCK = 256
+
+
+def _softmax_lines(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
+    """(n, inner, lines): the axis' length, the elements after it, and the kernels' units of work."""
+    n, inner = shape[axis], math.prod(shape[axis + 1:])
+    outer = math.prod(shape[:axis])
+    return n, inner, outer if inner == 1 else outer * -(-inner // SOFTMAX_BLOCK)
+
+
+def softmax_forward(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
+    """softmax (``log``: log-softmax) of C-contiguous ``x`` along ``axis`` (non-negative), in three passes
+    over each line."""
+    y = np.empty(x.shape, x.dtype)
+    if x.size == 0:
+        return y
+    n, inner, lines = _softmax_lines(x.shape, axis)
+    args = (_address(x, "x", x.shape, x.dtype), _data(y), n, inner, int(log))
+    _launch(_kernel("softmax_forward", x.dtype), args, _parts(lines, x.size >= POINTWISE_THREAD_MIN_ELEMENTS))
+    return y
+
+
+def softmax_backward(y: np.ndarray, dy: np.ndarray, axis: int, log: bool) -> np.ndarray:
+    """dx of :func:`softmax_forward` from its result ``y`` and the output gradient ``dy``."""
+    dx = np.empty(y.shape, y.dtype)
+    if y.size == 0:
+        return dx
+    n, inner, lines = _softmax_lines(y.shape, axis)
+    args = (_address(y, "y", y.shape, y.dtype), _address(dy, "dy", y.shape, y.dtype), _data(dx), n, inner, int(log))
+    _launch(_kernel("softmax_backward", y.dtype), args, _parts(lines, y.size >= POINTWISE_THREAD_MIN_ELEMENTS))
     return dx
 
 

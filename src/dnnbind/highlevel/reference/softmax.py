@@ -14,7 +14,7 @@ from dnnbind.highlevel.residual import ArraySpec
 
 
 @half_forward
-def softmax_forward(x: np.ndarray, axis: int) -> tuple[np.ndarray, tuple[np.ndarray]]:
+def softmax_forward(x: np.ndarray, axis: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """y = exp(x) / sum(exp(x)) along ``axis``."""
     if native.available(x.dtype):
         return _saved(native.softmax_forward(np.ascontiguousarray(x), axis, False))
@@ -35,7 +35,7 @@ def softmax_backward(saved: tuple, cotangents: tuple, axis: int) -> np.ndarray:
 
 
 @half_forward
-def logsoftmax_forward(x: np.ndarray, axis: int) -> tuple[np.ndarray, tuple[np.ndarray]]:
+def logsoftmax_forward(x: np.ndarray, axis: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """y = x - log(sum(exp(x))) along ``axis``."""
     if native.available(x.dtype):
         return _saved(native.softmax_forward(np.ascontiguousarray(x), axis, True))

@@ -245,10 +245,14 @@ def test_conv_kernels_match_torch_in_float64(rng, isa):
 
 def test_forward_kernels_keep_an_exact_copy_of_x(rng):
     """``keep``: the forward's own copy of x, made by the kernel as it reads each plane, equals x, and a
-    later change of x leaves it (and so the backward) alone."""
-    for forward, dims in ((native.conv_forward, ConvDims((3, 4, 9, 8), (6, 2, 3, 3), stride=2, padding=1, groups=2)),
-                          (native.depthwise_forward, ConvDims((3, 4, 9, 8), (4, 1, 3, 3), padding=1, groups=4))):
-        x, w = rng.standard_normal(dims.x_shape), rng.standard_normal(dims.w_shape)
+    later change of x leaves it (and so the backward) alone; small planes (plain stores) and large ones
+    (non-temporal stores from any alignment), on one thread and split."""
+    cases = []
+    for size, dtype in (((9, 8), np.float64), ((33, 37), np.float64), ((45, 61), np.float32), ((7, 7), np.float32)):
+        cases += [(native.conv_forward, ConvDims((3, 4, *size), (6, 2, 3, 3), stride=2, padding=1, groups=2), dtype),
+                  (native.depthwise_forward, ConvDims((3, 4, *size), (4, 1, 3, 3), padding=1, groups=4), dtype)]
+    for forward, dims, dtype in cases:
+        x, w = rng.standard_normal(dims.x_shape).astype(dtype), rng.standard_normal(dims.w_shape).astype(dtype)
         keep = np.empty_like(x)
         y = forward(x, w, dims, True, keep)
         np.testing.assert_array_equal(keep, x)
@@ -256,7 +260,7 @@ def test_forward_kernels_keep_an_exact_copy_of_x(rng):
         x += 1
         assert not np.array_equal(keep, x)
         with pytest.raises(ValueError, match="argument keep"):
-            forward(x, w, dims, False, np.empty(dims.x_shape, np.float32))
+            forward(x, w, dims, False, np.empty(dims.x_shape, np.float16))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

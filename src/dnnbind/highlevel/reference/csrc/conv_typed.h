@@ -96,6 +96,7 @@ KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, T *copy, con
                     NAME(gather)(g, &l, out + k * pitch + (n - c0) * rpitch, y + (n * outputs + gi * kg + k) * l.out_plane);
         }
     }
+    if (copy) keep_copies_done();
     free(buf); free(out); free(wp); free(l.tap);
     return 0;
 }

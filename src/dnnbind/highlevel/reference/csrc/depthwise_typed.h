@@ -64,6 +64,7 @@ static int NAME(correlate_planes)(const T *x, const T *w, T *y, T *copy, const g
         NAME(correlate)(run, buf, l.tap, wc, l.taps, l.run);
         NAME(gather)(g, &l, run, y + p * l.out_plane);
     }
+    if (copy) keep_copies_done();
     free(buf); free(l.tap);
     return 0;
 }

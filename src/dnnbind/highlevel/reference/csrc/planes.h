@@ -114,25 +114,37 @@ static inline int64_t run_row(const layout *l, int64_t d, int64_t h) {
     return (d * l->width[1] + h) * l->width[2];
 }
 
+/* Planes smaller than this are kept with plain stores: non-temporal stores pay off on whole lines only,
+ * and the neighbouring small planes of one range would share lines between both kinds of store. */
+#define KEEP_STREAM_BYTES 4096
+
 /* dst[0..bytes) <- src: a forward's kept copy of its input, which nothing reads before the backward.
- * On x86-64, non-temporal stores (SSE2, every x86-64): the copy goes to memory without first reading
- * its lines into the cache and without evicting the planes the kernel works on, which halves its
- * memory traffic; the fence orders the stores before the pool reports the range done. */
+ * On x86-64, planes of KEEP_STREAM_BYTES and more go by non-temporal stores (SSE2, every x86-64): to
+ * memory without first reading their lines into the cache and without evicting the planes the kernel
+ * works on, which halves the copy's memory traffic. The kernel calls keep_copies_done once after its
+ * range's copies. */
 static inline void keep_copy(void *dst, const void *src, size_t bytes) {
 #if defined(__x86_64__)
+    if (bytes < KEEP_STREAM_BYTES) { memcpy(dst, src, bytes); return; }
     char *d = dst;
     const char *s = src;
     size_t head = (size_t)(-(uintptr_t)d & 15);
-    if (bytes < 64) { memcpy(d, s, bytes); return; }
     memcpy(d, s, head);
     d += head; s += head; bytes -= head;
     size_t body = bytes & ~(size_t)15;
     for (size_t i = 0; i < body; i += 16)
         _mm_stream_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
     memcpy(d + body, s + body, bytes - body);
-    _mm_sfence();
 #else
     memcpy(dst, src, bytes);
+#endif
+}
+
+/* After a range's keep_copy calls: orders their non-temporal stores before the pool reports the range
+ * done (one fence per range: a fence waits for every store in flight, far too long to pay per plane). */
+static inline void keep_copies_done(void) {
+#if defined(__x86_64__)
+    _mm_sfence();
 #endif
 }
 

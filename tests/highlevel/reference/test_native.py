@@ -243,6 +243,19 @@ def test_conv_kernels_match_torch_in_float64(rng, isa):
                                    atol=1e-11, err_msg=str(dims))
 
 
+@pytest.mark.parametrize("team", [2, 3, 7])
+def test_conv_filter_grad_split_over_outputs_of_every_group_equals_one_thread(rng, monkeypatch, team):
+    """The filter gradient's output channels split over the pool across groups (parts of whole groups,
+    parts straddling two, more parts than channels in a group) sum each channel as one thread does."""
+    for groups, per_group in ((32, 8), (3, 5), (4, 1), (1, 13)):
+        dims = ConvDims((3, groups * 2, 9, 11), (groups * per_group, 2, 3, 3), padding=1, groups=groups)
+        x, dy = rng.standard_normal(dims.x_shape), rng.standard_normal(dims.y_shape)
+        monkeypatch.setattr(native, "workers", lambda: 1)
+        alone = native.conv_filter_grad(dy, x, dims, False)
+        monkeypatch.setattr(native, "workers", lambda: team)
+        np.testing.assert_array_equal(native.conv_filter_grad(dy, x, dims, True), alone)
+
+
 def test_forward_kernels_keep_an_exact_copy_of_x(rng):
     """``keep``: the forward's own copy of x, made by the kernel as it reads each plane, equals x, and a
     later change of x leaves it (and so the backward) alone; small planes (plain stores) and large ones

@@ -553,6 +553,12 @@ def _phases(dims: ConvDims) -> tuple[tuple[tuple[slice, ...], tuple[slice, ...],
 #: 16 -> 32 channels at 16x16 (run 286) 1.37 against 2.05.
 DIRECT_FILTER_MIN_RUN = 512
 DIRECT_FILTER_MIN_SUM = 4096
+#: ... and wherever one group's filter has at most this many elements: the BLAS path's products are then
+#: a group's handful of output channels each, all call overhead. Measured as above (ms, C against BLAS):
+#: groups 32, 256 channels at 14x14 0.60 against 5.1; groups 8, 256 at 7x7 0.79 against 2.7; groups 32,
+#: 1024 at 7x7 6.0 against 11.0; groups 2, 128 at 14x14 (36,864 elements) 1.8 against 4.5; but groups 4,
+#: 512 at 7x7 (147,456) 10.4 against 6.1.
+DIRECT_FILTER_MAX_GROUP_FILTER = 1 << 16
 
 
 #: Direct takes problems of at least this many multiply-adds: below, its fixed costs (arguments checked,
@@ -604,10 +610,12 @@ class Direct:
 
     @staticmethod
     def native_filter_grad(dims: ConvDims) -> bool:
-        """Whether the C kernel computes this problem's filter gradient (see DIRECT_FILTER_MIN_RUN)."""
+        """Whether the C kernel computes this problem's filter gradient (see DIRECT_FILTER_MIN_RUN and
+        DIRECT_FILTER_MAX_GROUP_FILTER)."""
         run = native.run_length(dims)
-        return run >= DIRECT_FILTER_MIN_RUN or (all(s == 1 for s in dims.stride)
-                                                and dims.batch * run >= DIRECT_FILTER_MIN_SUM)
+        group_filter = math.prod(dims.w_shape) // dims.groups
+        return (run >= DIRECT_FILTER_MIN_RUN or group_filter <= DIRECT_FILTER_MAX_GROUP_FILTER
+                or (all(s == 1 for s in dims.stride) and dims.batch * run >= DIRECT_FILTER_MIN_SUM))
 
 
 Path = type[Pointwise] | type[Depthwise] | type[Shifted] | type[Folded] | type[Direct]

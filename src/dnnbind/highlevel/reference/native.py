@@ -343,14 +343,15 @@ def conv_data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool
 
 
 def conv_filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
-    """dw of a convolution, summed over the batch; each group's output channels split over the pool."""
+    """dw of a convolution, summed over the batch; the output channels (of every group: a part covers
+    whole groups where it can, whose planes it then loads once) split over the pool."""
     dtype = dy.dtype
     dw = np.empty(dims.w_shape, dtype)
     args = (_address(dy, "dy", dims.y_shape, dtype), _address(x, "x", dims.x_shape, dtype),
             _address(dw, "dw", dims.w_shape, dtype), geometry(dims), dims.out_channels, dims.groups,
             dims.batch)
     fn = _kernel("conv_filter_grad", dtype)
-    _launch(fn, args, _parts(dims.out_channels // dims.groups, threaded, CONV_PIECES_PER_THREAD))
+    _launch(fn, args, _parts(dims.out_channels, threaded, CONV_PIECES_PER_THREAD))
     return dw
 
 

@@ -196,16 +196,18 @@ INLINE void NAME(filter_tile)(const T *restrict dy, int64_t dy_pitch, int64_t dy
         }
 }
 
-/* dw[k] for output channels k in [k0, k1) of each group (w's shape: groups * kg, cg, *kernel), summed
- * over every sample of x and dy. Tiles of FK output channels by FC (input channel, offset) pairs sum
- * about FILTER_CHUNK outputs at a time in registers (a chunk of one sample's, or several samples'
- * whole planes), then add their vector partial sums up in a fixed order, accumulated in double. */
+/* dw[o] for output channels o in [o0, o1) (w's shape: groups * kg, cg, *kernel; a range may cover
+ * several groups, or parts of them), summed over every sample of x and dy. Tiles of FK output channels
+ * by FC (input channel, offset) pairs sum about FILTER_CHUNK outputs at a time in registers (a chunk of
+ * one sample's, or several samples' whole planes), then add their vector partial sums up in a fixed
+ * order, accumulated in double. */
 KERNEL int NAME(dnnbind_conv_filter_grad)(const T *dy, const T *x, T *dw, const geometry *g, int64_t outputs,
-                                         int64_t groups, int64_t batch, int64_t k0, int64_t k1) {
+                                         int64_t groups, int64_t batch, int64_t o0, int64_t o1) {
     layout l;
     if (make_layout(g, &l, SLACK)) return -1;
     int64_t cg = g->channels / groups, kg = outputs / groups, pairs = cg * l.taps;
-    int64_t kpad = (k1 - k0 + FK - 1) / FK * FK, ppad = (pairs + FC - 1) / FC * FC;
+    int64_t most = o1 - o0 < kg ? o1 - o0 : kg;                     /* channels of one group in range */
+    int64_t kpad = (most + FK - 1) / FK * FK, ppad = (pairs + FC - 1) / FC * FC;
     int64_t rpitch = (l.run + CVL - 1) / CVL * CVL;
     int64_t buf_sample = cg * l.local, dy_sample = kpad * rpitch;
     int64_t chunk = FILTER_CHUNK / rpitch;                        /* samples per pass */
@@ -222,7 +224,9 @@ KERNEL int NAME(dnnbind_conv_filter_grad)(const T *dy, const T *x, T *dw, const 
         cq[q] = q < pairs ? q / l.taps : 0;
         tq[q] = l.tap[q < pairs ? q % l.taps : 0];
     }
-    for (int64_t gi = 0; gi < groups; gi++) {
+    for (int64_t gi = o0 / kg; gi < groups && gi * kg < o1; gi++) {
+        int64_t k0 = o0 > gi * kg ? o0 - gi * kg : 0, k1 = o1 < (gi + 1) * kg ? o1 - gi * kg : kg;
+        int64_t krows = (k1 - k0 + FK - 1) / FK * FK;     /* rows past k1 - k0 only feed sums dropped below */
         memset(sums, 0, sizeof(double) * (size_t)(kpad * ppad));
         for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
             int64_t samples = n0 + chunk < batch ? chunk : batch - n0;
@@ -237,7 +241,7 @@ KERNEL int NAME(dnnbind_conv_filter_grad)(const T *dy, const T *x, T *dw, const 
             for (int64_t j = 0; j < l.run; j += FILTER_CHUNK) {
                 int64_t m = l.run - j < FILTER_CHUNK ? l.run - j : FILTER_CHUNK;
                 for (int64_t q = 0; q < ppad; q += FC)
-                    for (int64_t a = 0; a < kpad; a += FK)
+                    for (int64_t a = 0; a < krows; a += FK)
                         NAME(filter_tile)(runs + a * rpitch, rpitch, dy_sample, buf, l.local, buf_sample, samples,
                                           cq + q, tq + q, ppad, sums + a * ppad + q, j, m);
             }

@@ -553,11 +553,12 @@ def _phases(dims: ConvDims) -> tuple[tuple[tuple[slice, ...], tuple[slice, ...],
 #: 16 -> 32 channels at 16x16 (run 286) 1.37 against 2.05.
 DIRECT_FILTER_MIN_RUN = 512
 DIRECT_FILTER_MIN_SUM = 4096
-#: ... and wherever one group's filter has at most this many elements: the BLAS path's products are then
-#: a group's handful of output channels each, all call overhead. Measured as above (ms, C against BLAS):
-#: groups 32, 256 channels at 14x14 0.60 against 5.1; groups 8, 256 at 7x7 0.79 against 2.7; groups 32,
-#: 1024 at 7x7 6.0 against 11.0; groups 2, 128 at 14x14 (36,864 elements) 1.8 against 4.5; but groups 4,
-#: 512 at 7x7 (147,456) 10.4 against 6.1.
+#: ... and for grouped problems wherever one group's filter has at most this many elements: the BLAS
+#: path's products are then a group's few output channels each, one after another. Measured as above
+#: (ms, C against BLAS): groups 32, 256 channels at 14x14 0.60 against 5.1; groups 8, 256 at 7x7 0.79
+#: against 2.7; groups 32, 1024 at 7x7 6.0 against 11.0; groups 2, 128 at 14x14 (36,864 elements) 1.8
+#: against 4.5; but groups 4, 512 at 7x7 (147,456) 10.4 against 6.1, and dense problems of small
+#: planes gain nothing (64 channels at 7x7, 36,864 elements: 0.67 against 0.56).
 DIRECT_FILTER_MAX_GROUP_FILTER = 1 << 16
 
 
@@ -614,7 +615,7 @@ class Direct:
         DIRECT_FILTER_MAX_GROUP_FILTER)."""
         run = native.run_length(dims)
         group_filter = math.prod(dims.w_shape) // dims.groups
-        return (run >= DIRECT_FILTER_MIN_RUN or group_filter <= DIRECT_FILTER_MAX_GROUP_FILTER
+        return (run >= DIRECT_FILTER_MIN_RUN or (dims.groups > 1 and group_filter <= DIRECT_FILTER_MAX_GROUP_FILTER)
                 or (all(s == 1 for s in dims.stride) and dims.batch * run >= DIRECT_FILTER_MIN_SUM))
 
 

@@ -589,13 +589,8 @@ def activation_backward(dy: np.ndarray, saved: np.ndarray) -> np.ndarray:
     if dy.size == 0:
         return dx
     masked = saved.dtype == np.bool_
-    if not masked:
-        _address(saved, "slope", dy.shape, dtype)
-    elif saved.shape != dy.shape or not saved.flags.c_contiguous:
-        raise ValueError(f"native kernel argument mask: expected a C-contiguous bool array of shape {dy.shape}, "
-                         f"got {saved.dtype} {saved.shape}")
-    args = (_address(dy, "dy", dy.shape, dtype), 0 if masked else _data(saved), _data(saved) if masked else 0,
-            _data(dx))
+    address = _address(saved, "mask" if masked else "slope", dy.shape, saved.dtype if masked else dtype)
+    args = (_address(dy, "dy", dy.shape, dtype), 0 if masked else address, address if masked else 0, _data(dx))
     _launch(_kernel("activation_backward", dtype), args, _split_elements(dy))
     return dx
 

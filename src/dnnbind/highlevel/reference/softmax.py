@@ -27,9 +27,10 @@ def softmax_forward(x: np.ndarray, axis: int) -> tuple[np.ndarray, tuple[np.ndar
 @half_backward
 def softmax_backward(saved: tuple, cotangents: tuple, axis: int) -> np.ndarray:
     (y,), (dy,) = saved, cotangents
+    dy = cotangent("dy", dy, y.shape, y.dtype)
     if native.available(y.dtype):
-        return native.softmax_backward(y, np.ascontiguousarray(cotangent("dy", dy, y.shape, y.dtype)), axis, False)
-    dx = cotangent("dy", dy, y.shape, y.dtype) * y
+        return native.softmax_backward(y, np.ascontiguousarray(dy), axis, False)
+    dx = dy * y
     dx -= y * dx.sum(axis=axis, keepdims=True)
     return dx
 

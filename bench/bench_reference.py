@@ -18,6 +18,9 @@ Tables (each ratio against torch measured in the same run):
   shape-and-argument work of a repeated call alone (the public op with a do-nothing backend), in us;
 * a training step (forward, backward, Adam) of a small CNN and of an LSTM model built from
   ``dnnbind.torch`` layers against the same models built from torch's own layers;
+* one problem of each other class (dilated, grouped, 1-d, 3-d and transposed convolution, pooling,
+  batch norm, softmax, activations: bench/reference_classes.py) through the public ops, forward and
+  forward + backward against torch's functional ops, reported without a goal;
 * extra memory of a convolution's forward + backward: the peak resident memory during the call above
   the resident memory before it (Linux: VmHWM after resetting it through /proc/self/clear_refs),
   ours against torch's, and numpy's own allocations as tracemalloc counts them (in a fresh child
@@ -56,6 +59,7 @@ from dnnbind.highlevel.dims import ConvDims
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import Row, compare, timeit  # noqa: E402  (bench/common.py: timing, the row type run.py summarises)
+import reference_classes  # noqa: E402
 import reference_layers  # noqa: E402
 import reference_memory  # noqa: E402
 import reference_overhead  # noqa: E402
@@ -73,19 +77,17 @@ except ImportError:
 
 
 def blas_name() -> str:
-    """numpy's BLAS as np.show_config reports it (and its kernel when threadpoolctl is installed)."""
+    """numpy's BLAS as np.show_config reports it, and the kernels OpenBLAS chose for this processor
+    (OPENBLAS_CORETYPE overrides the choice: some machines set it to an older core, which halves the
+    products' speed on a processor with AVX-512)."""
     try:
         blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
         name = f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
     except Exception:  # older numpy: no dict mode
         name = "unknown"
-    try:
-        from threadpoolctl import threadpool_info
-        kernels = [i.get("architecture") for i in threadpool_info() if i.get("user_api") == "blas"]
-        if kernels and kernels[0]:
-            name += f" ({kernels[0]} kernels)"
-    except ImportError:
-        pass
+    core = importlib.import_module("dnnbind.highlevel.reference._blas").openblas().core
+    if core:
+        name += f" ({core} kernels)"
     return name
 
 
@@ -269,6 +271,20 @@ def adapter_rows(repeats: int) -> list[Row]:
     return rows
 
 
+def class_rows(repeats: int) -> list[Row]:
+    """One problem of each class in bench/reference_classes.py, forward and forward + backward (no goal)."""
+    rows = []
+    for case in reference_classes.cases(F):
+        for backward in (False, True):
+            ours, theirs = compare(*reference_classes.runners(case, torch, backward), repeats)
+            rows.append(Row(f"{case[0]} {'fwd+bwd' if backward else 'fwd'}", ours / 1e3, theirs / 1e3, "torch CPU",
+                            float("inf"), "us" if theirs < 0.1 else "ms"))
+    mean = reference_layers.geomean
+    rows.append(Row("classes: geometric mean", mean([r.ours for r in rows]), mean([r.reference for r in rows]),
+                    "torch CPU", float("inf")))
+    return rows
+
+
 MEMORY_LAYERS = (reference_layers.RESNET18[1], reference_layers.RESNET18[2], reference_layers.RESNET18[3],
                  reference_layers.DEPTHWISE[0])
 
@@ -395,6 +411,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
         rows = adapter_rows(r)
         print_rows("the adapter's overhead: dnnbind.torch layers vs the same ops on numpy", rows)
         results += rows
+        print_rows("classes of problems beyond the layer set, through the public ops, vs torch (reported)",
+                   class_rows(r))
     if not args.skip_threads:
         thread_tables(args, threads)
     if not args.threads_only:

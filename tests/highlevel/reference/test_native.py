@@ -359,10 +359,13 @@ def _lstm_results(rng, dtype, T=9, I=12, H=64, batch=16, layers=2):
 
 
 @pytest.mark.parametrize("team", [2, 3, 5])
-@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-4)])
 def test_lstm_time_loop_split_over_the_cores_equals_one_thread(rng, monkeypatch, team, dtype, rtol):
     """Each step's chunks of hidden units on several threads (torch's OpenMP team here; more chunks than
-    threads too) give what one thread gives."""
+    threads too) give what one thread gives, within rounding: a chunk's product is a GEMM of another
+    shape, which some of OpenBLAS's kernels sum in another order (Haswell's, which a machine may force
+    through OPENBLAS_CORETYPE: float32 results then differ by 1e-5 of their largest value after the
+    nine steps and their backward; with SkylakeX's kernels they met a tolerance ten times tighter)."""
     import dnnbind.torch  # noqa: F401  (hands the kernels torch's team)
     assert native.share_openmp_team() and native._cores_to_spare()
     seeds = np.random.SeedSequence(7)
@@ -374,7 +377,7 @@ def test_lstm_time_loop_split_over_the_cores_equals_one_thread(rng, monkeypatch,
     monkeypatch.setattr(native, "_launch", lambda fn, args, chunks, t=None: split_runs.append(len(chunks))
                         or original(fn, args, chunks, t))
     for a, b in zip(_lstm_results(np.random.default_rng(seeds), dtype), alone, strict=True):
-        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * max(1.0, float(np.abs(b).max())))
     assert team in split_runs, "the time loop did not split"
 
 

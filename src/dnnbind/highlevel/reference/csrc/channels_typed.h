@@ -10,8 +10,13 @@ KERNEL void NAME(dnnbind_channel_sums)(const T *a, const T *b, double *sums, dou
         double s = 0, p = 0;
         for (int64_t n = 0; n < batch; n++) {
             const T *ap = a + (n * channels + c) * plane;
-            s += NAME(plane_sum)(ap, 0, 0.0, 0, plane);
-            if (products) p += NAME(plane_sum)(ap, b + (n * channels + c) * plane, 0.0, 0, plane);
+            if (products) {
+                double q;
+                s += NAME(plane_sum_product)(ap, b + (n * channels + c) * plane, plane, &q);
+                p += q;
+            } else {
+                s += NAME(plane_sum)(ap, 0, 0.0, 0, plane);
+            }
         }
         sums[c] = s;
         if (products) products[c] = p;

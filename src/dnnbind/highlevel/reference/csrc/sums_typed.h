@@ -38,3 +38,24 @@ INLINE double NAME(plane_sum)(const T *restrict a, const T *restrict b, double c
     return NAME(lanes_total)(s0, s1, s2, s3, tail);
 }
 
+/* The sum of a[j] (returned) and of a[j] * b[j] (into *product) in one pass over both runs, each in
+ * the lanes plane_sum would sum it in (batch norm's backward reads dy once for both of its sums). */
+INLINE double NAME(plane_sum_product)(const T *restrict a, const T *restrict b, int64_t n, double *product) {
+    NAME(dvec) s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, p0 = {0}, p1 = {0}, p2 = {0}, p3 = {0};
+    int64_t j = 0;
+    for (; j + 4 * DL <= n; j += 4 * DL) {
+        const NAME(tvec) *v = (const NAME(tvec) *)(a + j), *u = (const NAME(tvec) *)(b + j);
+        NAME(dvec) v0 = WIDE(v[0]), v1 = WIDE(v[1]), v2 = WIDE(v[2]), v3 = WIDE(v[3]);
+        s0 += v0; s1 += v1; s2 += v2; s3 += v3;
+        p0 += v0 * WIDE(u[0]); p1 += v1 * WIDE(u[1]); p2 += v2 * WIDE(u[2]); p3 += v3 * WIDE(u[3]);
+    }
+    double tail = 0, tail_product = 0;
+    for (; j < n; j++) {
+        double v = (double)a[j];
+        tail += v;
+        tail_product += v * (double)b[j];
+    }
+    *product = NAME(lanes_total)(p0, p1, p2, p3, tail_product);
+    return NAME(lanes_total)(s0, s1, s2, s3, tail);
+}
+

@@ -21,6 +21,8 @@ def cases(F: Any) -> list[Case]:
          lambda x, w: F.conv2d(x, w, padding=2, dilation=2), [(8, 64, 56, 56), (64, 64, 3, 3)]),
         ("conv grouped g=32 256 @14", lambda x, w: dnnbind.conv(x, w, padding=1, groups=32),
          lambda x, w: F.conv2d(x, w, padding=1, groups=32), [(8, 256, 14, 14), (256, 8, 3, 3)]),
+        ("conv grouped g=32 1024 @7", lambda x, w: dnnbind.conv(x, w, padding=1, groups=32),
+         lambda x, w: F.conv2d(x, w, padding=1, groups=32), [(8, 1024, 7, 7), (1024, 32, 3, 3)]),
         ("conv grouped g=4 128 @28", lambda x, w: dnnbind.conv(x, w, padding=1, groups=4),
          lambda x, w: F.conv2d(x, w, padding=1, groups=4), [(8, 128, 28, 28), (128, 32, 3, 3)]),
         ("conv1d k=5 64 @1024", lambda x, w: dnnbind.conv(x, w, padding=2),

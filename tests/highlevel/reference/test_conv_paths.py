@@ -87,12 +87,15 @@ def test_each_class_takes_its_path(kernels, name, x_shape, w_shape, kwargs, path
     output planes (Folded)."""
     dims = ConvDims(x_shape, w_shape, **kwargs)
     assert blas_path(dims) is path
-    assert special_path(dims) is _expected(kernels, path)
+    assert special_path(dims) is _expected(kernels, path, dims)
 
 
-def _expected(kernels, path):
-    """The path special_path takes for a problem whose BLAS path is ``path``."""
-    return path if kernels == "numpy" or path in (Pointwise, Depthwise, Folded) else Direct
+def _expected(kernels, path, dims):
+    """The path special_path takes for a problem whose BLAS path is ``path``: Folded keeps grouped
+    problems only from FOLDED_MIN_GROUP_CHANNELS channels per group."""
+    from dnnbind.highlevel.reference.conv_paths import FOLDED_MIN_GROUP_CHANNELS
+    narrow = path is Folded and dims.groups > 1 and dims.in_channels // dims.groups < FOLDED_MIN_GROUP_CHANNELS
+    return path if kernels == "numpy" or (path in (Pointwise, Depthwise, Folded) and not narrow) else Direct
 
 
 @pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path, flip",
@@ -138,7 +141,8 @@ def test_conv_transpose_on_each_path_matches_torch(rng, kernels, name, x_shape, 
     x = rng.standard_normal(dims.y_shape)
     w, b = rng.standard_normal(w_shape), rng.standard_normal(x_shape[1])
     y, pullback = dnnbind.conv_transpose(x, w, b, **kwargs)
-    assert special_path(ConvDims.transposed(x.shape, w.shape, **kwargs)) is _expected(kernels, path)
+    transposed = ConvDims.transposed(x.shape, w.shape, **kwargs)
+    assert special_path(transposed) is _expected(kernels, path, transposed)
     rank = len(x_shape) - 2
     xt, wtt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
     kw = {k: v for k, v in kwargs.items() if k != "padding"}
@@ -306,6 +310,17 @@ def test_backward_skips_the_gradients_not_needed(rng, transposed, name, x_shape,
                 np.testing.assert_array_equal(got, want)
             else:
                 assert got is None
+
+
+@pytest.mark.parametrize("groups, takes_direct", [(32, True), (8, True), (4, False), (1, False)])
+def test_small_planes_in_narrow_groups_take_direct(kernels, groups, takes_direct):
+    """Folded serves small output planes before Direct, but for grouped problems only from
+    FOLDED_MIN_GROUP_CHANNELS channels per group (narrower groups: Direct, where the kernels are built)."""
+    from dnnbind.highlevel.reference.conv_paths import FOLDED_MIN_GROUP_CHANNELS
+    dims = ConvDims((8, 512, 7, 7), (512, 512 // groups, 3, 3), padding=1, groups=groups)
+    assert blas_path(dims) is Folded
+    assert (512 // groups < FOLDED_MIN_GROUP_CHANNELS and groups > 1) is takes_direct
+    assert special_path(dims) is (Direct if takes_direct and kernels != "numpy" else Folded)
 
 
 def test_a_tiny_problem_is_left_to_blas():

@@ -624,15 +624,29 @@ Path = type[Pointwise] | type[Depthwise] | type[Shifted] | type[Folded] | type[D
 _BEFORE_DIRECT: tuple[Path, ...] = (Pointwise, Depthwise, Folded)
 
 
+#: Folded goes before Direct on a grouped problem only from this many input channels per group: with
+#: narrower groups its products are a few small GEMMs beside a column copy as large as a dense layer's,
+#: while Direct's register tiles take every group in one pass. Measured (3x3, batch 8, forward +
+#: backward, ms, Folded against Direct, 2-core EPYC): 512 channels at 7x7 in 32 groups of 16 11.2
+#: against 3.5; 1024 in 32 of 32 20.2 against 9.8; 256 in 4 of 64 5.3 against 4.1; 128 at 11x11 in 2 of
+#: 64 5.2 against 4.4; 512 in 8 of 64 8.0 against 8.0; but 192 at 11x11 in 2 of 96 9.1 against 12.0,
+#: 512 in 4 of 128 10.6 against 13.3.
+FOLDED_MIN_GROUP_CHANNELS = 96
+
+
 def special_path(dims: ConvDims) -> Path | None:
     """The path class for this problem, or None for the general im2col path: 1x1, depthwise and small
     output planes take their BLAS paths; the rest Direct wherever the C kernels are built (asked on every
     call: tests turn them off), else the BLAS paths (remembered). Folded before Direct: its one wide
     product per group, on BLAS's own threads, measured 0.72x Direct's time (geometric mean, forward and
     forward + backward alike) over eleven small-plane layers (7x7 to 11x11, 64 to 512 channels) on a
-    2-core EPYC."""
+    2-core EPYC; for grouped problems only from :data:`FOLDED_MIN_GROUP_CHANNELS` channels per group."""
     path = blas_path(dims)
-    if path in _BEFORE_DIRECT or not Direct.applies(dims):
+    if not Direct.applies(dims):
+        return path
+    if path is Folded and dims.groups > 1 and dims.in_channels // dims.groups < FOLDED_MIN_GROUP_CHANNELS:
+        return Direct
+    if path in _BEFORE_DIRECT:
         return path
     return Direct
 

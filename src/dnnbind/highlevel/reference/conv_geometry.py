@@ -70,7 +70,8 @@ def _padding(dims: ConvDims) -> tuple[tuple[int, ...], tuple[slice, ...] | None]
 
 
 def pad(x: np.ndarray, dims: ConvDims, *, temporary: bool = False) -> np.ndarray:
-    """x padded with zeros, always C-contiguous (x itself when it already is and nothing is padded).
+    """x padded with zeros, always C-contiguous (x itself when it already is and nothing is padded);
+    x may be a block of the problem's samples.
 
     ``temporary``: the padded copy is used only within the calling function (never kept, never
     returned), so it may live in this thread's scratch memory (see _scratch).
@@ -78,6 +79,7 @@ def pad(x: np.ndarray, dims: ConvDims, *, temporary: bool = False) -> np.ndarray
     shape, inside = _padding(dims)
     if inside is None:
         return np.ascontiguousarray(x)
+    shape = x.shape[:1] + shape[1:]
     if temporary:
         xp = scratch("padded input", shape, x.dtype)
         xp.fill(0)

@@ -418,6 +418,8 @@ FOLDED_MAX_OUTPUTS = 128
 #: ... and products at least this deep (channels per group times kernel size): shallower ones are cheap
 #: either way, and im2col's one gather serves small problems best.
 FOLDED_MIN_DEPTH = 64
+#: Split the C kernel's columns over the pool from this many elements on.
+FOLDED_COLUMNS_THREAD_MIN_ELEMENTS = 1 << 18
 #: Samples per block: the block's columns stay under this many bytes (im2col's budget; buffers this size
 #: are reused from call to call, see _scratch).
 FOLDED_BLOCK_BYTES = 8 << 20
@@ -446,12 +448,17 @@ class Folded:
         return [(n0, min(n0 + step, dims.batch)) for n0 in range(0, dims.batch, step)]
 
     @staticmethod
-    def _columns(xp: np.ndarray, dims: ConvDims) -> np.ndarray:
-        """The padded input's columns, (groups, C/groups * prod(kernel), samples * outputs)."""
-        n, r = xp.shape[0], dims.spatial_rank
-        cols = scratch("folded columns", (dims.in_channels,) + dims.kernel_size + (n,) + dims.out_size, xp.dtype)
-        order = (1,) + tuple(range(2, 2 + r)) + (0,) + tuple(range(2 + r, 2 + 2 * r))
-        np.copyto(cols, windows(xp, dims).transpose(order))
+    def _columns(x: np.ndarray, dims: ConvDims, n0: int, n1: int) -> np.ndarray:
+        """The columns of samples [n0, n1) of the (unpadded) input, (groups, C/groups * prod(kernel),
+        samples * outputs): by dnnbind's C kernel where it is built (numpy's strided copy of the windows
+        takes a loop step per output row), else from the padded block's windows."""
+        n, r = n1 - n0, dims.spatial_rank
+        cols = scratch("folded columns", native.folded_columns_shape(dims, n), x.dtype)
+        if native.available(x.dtype) and x.flags.c_contiguous:
+            native.folded_columns(x, cols, dims, n0, n1, cols.size >= FOLDED_COLUMNS_THREAD_MIN_ELEMENTS)
+        else:
+            order = (1,) + tuple(range(2, 2 + r)) + (0,) + tuple(range(2 + r, 2 + 2 * r))
+            np.copyto(cols, windows(pad(x[n0:n1], dims, temporary=True), dims).transpose(order))
         return cols.reshape(dims.groups, -1, n * int(np.prod(dims.out_size)))
 
     @staticmethod
@@ -475,9 +482,9 @@ class Folded:
     def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
         g, k, p = dims.groups, dims.out_channels, int(np.prod(dims.out_size))
         wg = np.ascontiguousarray(w).reshape(g, k // g, -1)
-        y, xp = np.empty(dims.y_shape, x.dtype), pad(x, dims, temporary=True)
+        y = np.empty(dims.y_shape, x.dtype)
         for n0, n1 in Folded._blocks(dims, x.itemsize):
-            cols = Folded._columns(xp[n0:n1], dims)
+            cols = Folded._columns(x, dims, n0, n1)
             yt = scratch("folded product", (g, k // g, (n1 - n0) * p), x.dtype)
             Folded._product(wg, cols, yt, threaded)
             y[n0:n1] = yt.reshape(k, n1 - n0, *dims.out_size).swapaxes(0, 1)
@@ -506,9 +513,9 @@ class Folded:
     def filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
         g, k = dims.groups, dims.out_channels
         dw = np.zeros((g, k // g, dims.in_channels // g * int(np.prod(dims.kernel_size))), dy.dtype)
-        part, xp = np.empty_like(dw), pad(x, dims, temporary=True)
+        part = np.empty_like(dw)
         for n0, n1 in Folded._blocks(dims, dy.itemsize):
-            cols = Folded._columns(xp[n0:n1], dims)
+            cols = Folded._columns(x, dims, n0, n1)
             dyt = Folded._channel_major(dy[n0:n1], g)
             def channels(k0: int, k1: int) -> None:
                 np.matmul(dyt[:, k0:k1], cols.swapaxes(-1, -2), out=part[:, k0:k1])

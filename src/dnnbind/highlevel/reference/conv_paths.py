@@ -418,10 +418,6 @@ FOLDED_MAX_OUTPUTS = 128
 #: ... and products at least this deep (channels per group times kernel size): shallower ones are cheap
 #: either way, and im2col's one gather serves small problems best.
 FOLDED_MIN_DEPTH = 64
-#: Split the C kernel's columns over the pool from this many elements on. Measured (ms, one thread
-#: against two, 2-core EPYC): 1.8 M elements (512 channels at 7x7, batch 8) 0.84 against 0.50; 74 K
-#: (32 channels at 8x8, batch 4) 0.034 against 0.024.
-FOLDED_COLUMNS_THREAD_MIN_ELEMENTS = 1 << 16
 #: Samples per block: the block's columns stay under this many bytes (im2col's budget; buffers this size
 #: are reused from call to call, see _scratch).
 FOLDED_BLOCK_BYTES = 8 << 20
@@ -457,7 +453,7 @@ class Folded:
         n, r = n1 - n0, dims.spatial_rank
         cols = scratch("folded columns", native.folded_columns_shape(dims, n), x.dtype)
         if native.available(x.dtype) and x.flags.c_contiguous:
-            native.folded_columns(x, cols, dims, n0, n1, cols.size >= FOLDED_COLUMNS_THREAD_MIN_ELEMENTS)
+            native.folded_columns(x, cols, dims, n0, n1)
         else:
             order = (1,) + tuple(range(2, 2 + r)) + (0,) + tuple(range(2 + r, 2 + 2 * r))
             np.copyto(cols, windows(pad(x[n0:n1], dims, temporary=True), dims).transpose(order))

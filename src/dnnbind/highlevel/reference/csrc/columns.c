@@ -12,5 +12,16 @@
 #include "dispatch.h"
 #include "planes.h"
 
+/* The outputs o in [0, out) whose input o * stride + offset lies in [0, in): [*lo, *hi) (of no element
+ * type: one copy for every typed kernel). */
+static inline void valid_outputs(int64_t out, int64_t stride, int64_t offset, int64_t in, int64_t *lo, int64_t *hi) {
+    int64_t a = 0, b;
+    while (a < out && a * stride + offset < 0) a++;
+    b = a;
+    while (b < out && b * stride + offset < in) b++;
+    *lo = a;
+    *hi = b;
+}
+
 #define KERNELS "columns_typed.h"
 #include "instantiate.h"

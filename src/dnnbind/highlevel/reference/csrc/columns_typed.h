@@ -1,14 +1,4 @@
-/* The typed half of columns.c (instantiate.h: T, NAME(f)). */
-
-/* The outputs o in [0, out) whose input o * stride + offset lies in [0, in): [*lo, *hi). */
-INLINE void NAME(valid_outputs)(int64_t out, int64_t stride, int64_t offset, int64_t in, int64_t *lo, int64_t *hi) {
-    int64_t a = 0, b;
-    while (a < out && a * stride + offset < 0) a++;
-    b = a;
-    while (b < out && b * stride + offset < in) b++;
-    *lo = a;
-    *hi = b;
-}
+/* The typed half of columns.c (instantiate.h: T, NAME(f)); valid_outputs is columns.c's. */
 
 /* cols[c, k0, k1, k2, n - n0, o0, o1, o2] = x[n, c, o0 * s0 + k0 * d0 - p0, ...] (0 outside x), for the
  * samples n in [n0, n1) and channels c in [c0, c1); x is (batch, channels, in0, in1, in2). */
@@ -26,7 +16,7 @@ KERNEL void NAME(dnnbind_folded_columns)(const T *x, T *cols, const geometry *g,
                     const int64_t off0 = k0 * g->dilation[0] - g->pad[0], off1 = k1 * g->dilation[1] - g->pad[1];
                     const int64_t off2 = k2 * g->dilation[2] - g->pad[2];
                     int64_t lo, hi;
-                    NAME(valid_outputs)(out_row, s2, off2, g->in[2], &lo, &hi);
+                    valid_outputs(out_row, s2, off2, g->in[2], &lo, &hi);
                     T *restrict dst = cols + (c * taps + tap) * samples * out_plane;
                     for (int64_t n = n0; n < n1; n++) {
                         const T *src = x + (n * g->channels + c) * in_plane;

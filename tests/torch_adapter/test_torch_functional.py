@@ -215,8 +215,9 @@ def test_0d_and_empty_tensors_follow_the_edge_policy():
 
 
 def test_cpu_ops_run_numpys_blas_on_one_thread(monkeypatch):
-    """dnnbind.torch runs the reference backend with OpenBLAS on one thread (torch's OpenMP threads
-    spin between torch's ops), seen from inside a CPU op's backend call; the setting is restored."""
+    """dnnbind.torch runs the reference backend's BLAS ops with OpenBLAS on one thread (torch's OpenMP
+    threads spin between torch's ops), seen from inside a CPU op's backend call; the setting is restored.
+    Ops that call no BLAS (eager.BLAS_OPS says which do) run without that scope."""
     from dnnbind.highlevel import dispatch
     from dnnbind.highlevel.reference import _threads
     from dnnbind.highlevel.reference._blas import openblas
@@ -231,9 +232,19 @@ def test_cpu_ops_run_numpys_blas_on_one_thread(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setitem(dispatch._functions, (dispatch.BACKENDS["reference"], "activation_forward"), spy)
-    y = dt.activation(torch.randn(4, 3, requires_grad=True), "relu")
+    real_conv = reference.conv_forward
+
+    def conv_spy(*args, **kwargs):
+        seen.append((get(), _threads.blas_single_threaded()))
+        return real_conv(*args, **kwargs)
+
+    monkeypatch.setitem(dispatch._functions, (dispatch.BACKENDS["reference"], "conv_forward"), conv_spy)
+    y = dt.conv(torch.randn(2, 3, 6, 6, requires_grad=True), torch.randn(4, 3, 3, 3))
     y.sum().backward()
     assert seen == [(1, True)] and get() == before
+    seen.clear()
+    dt.activation(torch.randn(4, 3, requires_grad=True), "relu").sum().backward()
+    assert seen == [(before, before == 1)] and get() == before
 
 
 UNBATCHED = {   # name -> (input shapes, dnnbind call, torch call): x is one sample, as torch.nn.functional takes it

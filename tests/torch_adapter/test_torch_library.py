@@ -191,15 +191,15 @@ def test_a_recompiled_layer_with_another_float_setting_runs():
 
 @pytest.mark.parametrize("op,args", OPCHECK_CASES, ids=[c.id for c in OPCHECK_CASES])
 def test_eager_calls_equal_the_registered_custom_op(op, args):
-    """Plain eager calls skip torch's dispatcher (dnnbind.torch.library._Eager) but run the same forward and
+    """Plain eager calls skip torch's dispatcher (dnnbind.torch.eager._Eager) but run the same forward and
     backward op: results and gradients equal calling torch.ops.dnnbind directly. (Batch norm's eager call
     updates the running statistics it was given in place, where the custom op returns new ones.)"""
-    from dnnbind.torch.library import _EAGER
+    from dnnbind.torch.eager import _EAGER, _plan
     x, others, params, reals = args
     fresh = lambda: [t.detach().clone().requires_grad_(t.requires_grad) for t in (x, *others)]  # noqa: E731
     statistics = slice(3, 5) if op == "batchnorm" else slice(0, 0)
     results = []
-    for run in (lambda t: [*_EAGER[op].apply(op, params, reals, t[0], *t[1:]), *t[statistics]],
+    for run in (lambda t: [*_EAGER[op].apply(_plan(op, t[0], t[1:], params, reals), t[0], *t[1:]), *t[statistics]],
                 lambda t: getattr(torch.ops.dnnbind, op)(t[0], t[1:], params, reals)[0]):
         tensors = fresh()
         outputs = list(run(tensors))
@@ -283,18 +283,18 @@ def test_params_name_what_decides_the_residuals():
     import sys
     import dnnbind
     from dnnbind.highlevel.residual import RESIDUAL_REVISION
-    from dnnbind.torch import library
+    from dnnbind.torch import eager
     code = "from dnnbind.torch import library; print(library._saves('cpu'))"
     tags = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "DNNBIND_NATIVE": value}).stdout.strip() for value in ("0", "1")]
     assert tags == [f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/numpy", f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/native"]
     seen = []
-    original = library._EAGER_APPLY["conv"]
+    original = eager._EAGER_APPLY["conv"]
     try:
-        library._EAGER_APPLY["conv"] = lambda op, params, *rest: seen.append(params) or original(op, params, *rest)
+        eager._EAGER_APPLY["conv"] = lambda plan, *rest: seen.append(plan.params) or original(plan, *rest)
         dt.conv(torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3))
     finally:
-        library._EAGER_APPLY["conv"] = original
+        eager._EAGER_APPLY["conv"] = original
     assert json.loads(seen[0])["saves"] == tags[1]
 
 

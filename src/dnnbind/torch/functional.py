@@ -13,7 +13,7 @@ import torch
 
 from dnnbind.highlevel.unbatched import conv_is_unbatched, pool_is_unbatched, rnn_is_unbatched
 from dnnbind.torch.convert import check_same_dtype, common_device
-from dnnbind.torch.library import call
+from dnnbind.torch.eager import call, planned
 
 Tensor = torch.Tensor
 
@@ -38,11 +38,13 @@ def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padd
          dilation: Any = 1, groups: int = 1, flip: bool = False) -> Tensor:
     """N-d convolution (1 to 3 spatial dims) like ``torch.nn.functional.conv{1,2,3}d``; ``flip=True``:
     true convolution. ``padding`` may also be one (low, high) pair per spatial dim."""
+    arguments = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups, "flip": flip}
+    done = planned("conv", (x, w, b), arguments)
+    if done is not None:
+        return done[0]
     _check(x=x, w=w, b=b)
     one = conv_is_unbatched(x.shape, w.shape)
-    y = call("conv", _batch(x, one), w, b, stride=stride, padding=padding, dilation=dilation, groups=groups,
-             flip=flip)[0]
-    return _unbatch(y, one)
+    return _unbatch(call("conv", _batch(x, one), w, b, **arguments)[0], one)
 
 
 def _batch(x: Tensor, one: bool, axis: int = 0) -> Tensor:
@@ -58,22 +60,27 @@ def _unbatch(y: Any, one: bool, axis: int = 0) -> Any:
 def conv_transpose(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padding: Any = 0,
                    output_padding: Any = 0, dilation: Any = 1, groups: int = 1, flip: bool = False) -> Tensor:
     """Transposed convolution like ``torch.nn.functional.conv_transpose{1,2,3}d`` (w is (C_in, C_out/groups, ...))."""
+    arguments = {"stride": stride, "padding": padding, "output_padding": output_padding, "dilation": dilation,
+                 "groups": groups, "flip": flip}
+    done = planned("conv_transpose", (x, w, b), arguments)
+    if done is not None:
+        return done[0]
     _check(x=x, w=w, b=b)
     one = conv_is_unbatched(x.shape, w.shape)
-    y = call("conv_transpose", _batch(x, one), w, b, stride=stride, padding=padding, output_padding=output_padding,
-             dilation=dilation, groups=groups, flip=flip)[0]
-    return _unbatch(y, one)
+    return _unbatch(call("conv_transpose", _batch(x, one), w, b, **arguments)[0], one)
 
 
 def maxpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0, dilation: Any = 1,
             ceil_mode: bool = False, return_indices: bool = False) -> Any:
     """Max pooling like ``torch.nn.functional.max_pool{1,2,3}d`` (stride defaults to the window); with
     ``return_indices`` (y, indices), indices int64 and without gradient, as torch's."""
-    _check(x=x)
-    one = pool_is_unbatched(x.shape, window=window, stride=stride, padding=padding, dilation=dilation)
-    outputs = [_unbatch(o, one) for o in call("maxpool", _batch(x, one), window=window, stride=stride,
-                                               padding=padding, dilation=dilation, ceil_mode=ceil_mode,
-                                               return_indices=return_indices)]
+    arguments = {"window": window, "stride": stride, "padding": padding, "dilation": dilation,
+                 "ceil_mode": ceil_mode, "return_indices": return_indices}
+    outputs: Sequence[Tensor] | None = planned("maxpool", (x,), arguments)
+    if outputs is None:
+        _check(x=x)
+        one = pool_is_unbatched(x.shape, window=window, stride=stride, padding=padding, dilation=dilation)
+        outputs = [_unbatch(o, one) for o in call("maxpool", _batch(x, one), **arguments)]
     return (outputs[0], outputs[1]) if return_indices else outputs[0]
 
 
@@ -81,29 +88,38 @@ def meanpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0,
              count_include_pad: bool = True, ceil_mode: bool = False, divisor_override: int | None = None) -> Tensor:
     """Average pooling like ``torch.nn.functional.avg_pool{1,2,3}d``; ``divisor_override`` (a non-zero int)
     divides every window's sum by itself, as avg_pool2d/3d's does (here also in 1-d)."""
+    arguments = {"window": window, "stride": stride, "padding": padding, "count_include_pad": count_include_pad,
+                 "ceil_mode": ceil_mode, "divisor_override": divisor_override}
+    done = planned("meanpool", (x,), arguments)
+    if done is not None:
+        return done[0]
     _check(x=x)
     one = pool_is_unbatched(x.shape, window=window, stride=stride, padding=padding)
-    y = call("meanpool", _batch(x, one), window=window, stride=stride, padding=padding,
-             count_include_pad=count_include_pad, ceil_mode=ceil_mode, divisor_override=divisor_override)[0]
-    return _unbatch(y, one)
+    return _unbatch(call("meanpool", _batch(x, one), **arguments)[0], one)
 
 
 def softmax(x: Tensor, *, axis: int = 1) -> Tensor:
     """Softmax along ``axis`` (``torch.softmax(x, dim=axis)``)."""
-    _check(x=x)
-    return call("softmax", x, axis=axis)[0]
+    return _pointwise("softmax", x, {"axis": axis})
 
 
 def logsoftmax(x: Tensor, *, axis: int = 1) -> Tensor:
     """Log-softmax along ``axis`` (``torch.log_softmax(x, dim=axis)``)."""
-    _check(x=x)
-    return call("logsoftmax", x, axis=axis)[0]
+    return _pointwise("logsoftmax", x, {"axis": axis})
 
 
 def activation(x: Tensor, mode: str, *, alpha: float | None = None) -> Tensor:
     """Pointwise activation: relu, sigmoid, tanh, elu, leaky_relu, clipped_relu, swish or identity."""
+    return _pointwise("activation", x, {"mode": mode, "alpha": alpha})
+
+
+def _pointwise(op: str, x: Tensor, arguments: dict[str, Any]) -> Tensor:
+    """An op on x alone whose result is its only output: planned, or checked and called."""
+    done = planned(op, (x,), arguments)
+    if done is not None:
+        return done[0]
     _check(x=x)
-    return call("activation", x, mode=mode, alpha=alpha)[0]
+    return call(op, x, **arguments)[0]
 
 
 def batchnorm(x: Tensor, gamma: Tensor, beta: Tensor, *, running_mean: Tensor | None = None,
@@ -112,10 +128,13 @@ def batchnorm(x: Tensor, gamma: Tensor, beta: Tensor, *, running_mean: Tensor | 
     """Batch normalisation over axis 1 like ``torch.nn.functional.batch_norm``; the running statistics
     are updated in place when training (the op returns the new values; they are copied back here, which
     torch.compile and torch.export trace as buffer updates)."""
+    arguments = {"training": training, "momentum": momentum, "eps": eps}
+    done = planned("batchnorm", (x, gamma, beta, running_mean, running_var), arguments)
+    if done is not None:            # an eager call: the running statistics were updated in place
+        return done[0]
     _check(x=x, gamma=gamma, beta=beta)
     common_device({"x": x, "running_mean": running_mean, "running_var": running_var})
-    outputs = call("batchnorm", x, gamma, beta, running_mean, running_var, training=training, momentum=momentum,
-                   eps=eps)
+    outputs = call("batchnorm", x, gamma, beta, running_mean, running_var, **arguments)
     if training:
         # (an eager call updated them in place and returns them as they are)
         copies = [(stat, new) for stat, new in zip([s for s in (running_mean, running_var) if s is not None],

@@ -28,9 +28,6 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from torch._C._functorch import is_functorch_wrapped_tensor
-from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor_hooks
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from dnnbind.highlevel.arg_cache import remember
 from dnnbind.highlevel.dispatch import backend_function
@@ -203,7 +200,12 @@ def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
     dnnbind.no_grad()): the op's outputs must have the shapes its fake kernel reports. Batch norm's running
     statistics are updated in copies that come back as outputs (the op mutates none of its inputs)."""
     with device_scope(x.device), saving_residuals(True):
-        outputs, residuals, tensors, _, _ = _backend_forward(op, x, others, params, reals, copy_statistics=True)
+        sig = _signature(op, x, others, params, reals)
+        tensors = sig.tensors(x, others)
+        if op == "batchnorm":
+            tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
+        result, residuals = sig.forward(*_map(to_array, tensors), *sig.static)
+        outputs = [to_tensor(r) for r in (result if isinstance(result, tuple) else (result,)) if r is not None]
         if op == "batchnorm":
             outputs += [t for t in tensors[3:5] if t is not None]
         return outputs, [to_tensor(r) for r in residuals]
@@ -215,17 +217,18 @@ class _Signature:
     (checked once, as the public ops' plans are), and what the autograd setup records. Built by the first
     such call; a repeated call (a training loop's) finds it by one dictionary lookup."""
 
-    __slots__ = ("op", "p", "device", "static", "slots", "forward", "backward", "record")
+    __slots__ = ("op", "p", "device", "static", "forward", "backward", "record", "cached", "plan")
 
     def __init__(self, op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
                  tensors: list[Any], kwargs: dict[str, Any]) -> None:
         self.op, self.p, self.device = op, decode(params), x.device
         backend = _backend(x.device)
         self.static = _static(op, _map(_spec, tensors), kwargs, params, reals)
-        self.slots = _map(lambda a: True, tensors)          # True where an array was given, None where not
         self.forward = backend_function(backend, f"{op}_forward")
         self.backward = backend_function(backend, f"{op}_backward")
         self.record = _call_record(op, x, others, self.p, reals)
+        self.cached = False        # whether _signature remembers it (a dropout call with a seed: no)
+        self.plan: Any = None      # the eager path's Plan on it (dnnbind.torch.eager)
 
     def tensors(self, x: Tensor, others: Sequence[Tensor]) -> list[Any]:
         """x and others in FORMS order (None where not given; dropout's seed tensor left out)."""
@@ -249,63 +252,13 @@ def _signature(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals:
         if len(_SIGNATURES) >= _SIGNATURES_MAX:
             _SIGNATURES.clear()
         _SIGNATURES[key] = sig
+        sig.cached = True
     return sig
 
 
 #: eager calls' signatures (bounded: cleared when full; a training loop has a few)
 _SIGNATURES: dict[tuple, _Signature] = {}
 _SIGNATURES_MAX = 1024
-
-
-def _backend_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
-                     copy_statistics: bool) -> tuple[list[Tensor], tuple, list[Any], list[Any], _Signature]:
-    """(outputs, the backend's residuals, the call's tensors in FORMS order, their arrays, the call's
-    signature): the backend's forward on the tensors' memory, inside the caller's device scope; with
-    ``copy_statistics``, batch norm's running statistics go in as copies."""
-    sig = _signature(op, x, others, params, reals)
-    tensors = sig.tensors(x, others)
-    if op == "batchnorm" and copy_statistics:
-        tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
-    arrays = _map(to_array, tensors)
-    result, residuals = sig.forward(*arrays, *sig.static)
-    outputs = [to_tensor(r) for r in (result if isinstance(result, tuple) else (result,)) if r is not None]
-    return outputs, residuals, tensors, arrays, sig
-
-
-def _run_eager_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
-                       keep: bool, keep_arrays: bool) -> tuple[list[Tensor], list[Any], _Signature]:
-    """The eager Function's forward: the custom op's (:func:`_forward`) with fewer torch calls between the
-    backend's kernels (each one after a kernel pays for torch's dispatcher coming back into the caches).
-    Batch norm updates the running statistics in place, as torch's own batch norm does (see
-    :func:`_statistics_written`), and returns no copies of them. ``keep``: a backward can come (else the
-    backend skips what only a backward reads, as under dnnbind.no_grad()); ``keep_arrays`` returns the
-    residuals as the backend's arrays (they are the forward's own, which no tensor ever aliases)."""
-    with device_scope(x.device), saving_residuals(keep):
-        outputs, residuals, tensors, arrays, sig = _backend_forward(op, x, others, params, reals,
-                                                                    copy_statistics=False)
-        if op == "batchnorm" and sig.static[0]:
-            _statistics_written(tensors[3:5], arrays[3:5])
-        return outputs, list(residuals) if keep_arrays else [to_tensor(r) for r in residuals], sig
-
-
-def _statistics_written(tensors: Sequence[Tensor | None], arrays: Sequence[Any]) -> None:
-    """After batch norm's forward updated the running statistics' arrays: a tensor the array shares
-    memory with gets its version counter bumped (autograd sees the change, as after torch's in-place
-    update), one that was copied (not contiguous) gets the new values copied back."""
-    for t, a in zip(tensors, arrays):
-        if t is None:
-            continue
-        if _shares_memory(t, a):
-            torch.autograd.graph.increment_version(t)
-        else:
-            with torch.no_grad():
-                t.copy_(to_tensor(a))
-
-
-def _shares_memory(t: Tensor, a: Any) -> bool:
-    """Whether the array :func:`to_array` gave for ``t`` is a view of its memory, not a copy."""
-    address = a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
-    return bool(address == t.data_ptr())
 
 
 def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
@@ -357,8 +310,7 @@ def _leaves(tree: Any) -> list[Any]:
 def _backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,
               reals: Sequence[float]) -> list[Tensor]:
     given, needs, static, arrays, device, backward = _backward_call(op, params, reals)
-    grads = _run_backward(op, residuals, cotangents, given, needs, static, arrays, device, backward=backward)
-    return [g for g in grads if g is not None]      # (placeholders: never None)
+    return _run_backward(op, residuals, cotangents, given, needs, static, arrays, device, backward)
 
 
 def _backward_call(op: str, params: str, reals: Sequence[float]) -> tuple:
@@ -385,25 +337,19 @@ def _backward_call(op: str, params: str, reals: Sequence[float]) -> tuple:
 _BACKWARD_CALLS: dict[tuple, tuple] = {}
 
 
-def _run_backward(op: str, residuals: Sequence[Any], cotangents: Sequence[Tensor], given: Sequence[bool],
+def _run_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], given: Sequence[bool],
                   needs: Sequence[bool] | None, static: tuple, arrays: list[Any], device: torch.device,
-                  placeholders: bool = True, backward: Any = None,
-                  residual_arrays: bool = False) -> list[Tensor | None]:
-    """The backend's backward on the given cotangents; one gradient per given differentiable array
-    (``arrays``: the forward's FORMS arrays, or anything with their None pattern); where ``needs``
-    skipped one, an empty tensor (the custom op returns tensors only) or, without ``placeholders``, None.
-    ``backward``: the backend's function when the caller has it (an eager call's signature);
-    ``residual_arrays``: the residuals are the backend's arrays already (the eager Function's)."""
+                  backward: Any) -> list[Tensor]:
+    """The backend's ``backward`` on the given cotangents; one gradient per given differentiable array
+    (``arrays``: the forward's FORMS arrays as ArraySpecs); where ``needs`` skipped one, an empty tensor
+    (the custom op returns tensors only)."""
     with device_scope(device):
         it = iter([to_array(c) for c in cotangents])
         cts = tuple(next(it) if flag else None for flag in given)
         options = {"needs": tuple(needs)} if needs is not None else {}
-        backward = backward or backend_function(_backend(device), f"{op}_backward")
-        saved = tuple(residuals) if residual_arrays else tuple(to_array(r) for r in residuals)
-        grads = backward(saved, cts, *static, **options)
+        grads = backward(tuple(to_array(r) for r in residuals), cts, *static, **options)
         like = cotangents[0]
-        return [(like.new_empty((0,)) if placeholders else None) if g is None else to_tensor(g)
-                for g in _gradient_leaves(op, grads, arrays)]
+        return [like.new_empty((0,)) if g is None else to_tensor(g) for g in _gradient_leaves(op, grads, arrays)]
 
 
 def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,
@@ -428,11 +374,10 @@ def _setup_context(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
 
 
 def _remember_call(op: str, ctx: Any, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
-                   outputs: Sequence[Tensor], record: tuple | None = None) -> list[Tensor]:
-    """Keep on ``ctx`` what the backward needs besides the residuals (``record``: the call's
-    :func:`_call_record`, when remembered); returns the outputs that get no gradient (batch norm's running
-    statistics, maxpool's integer indices)."""
-    ctx.op, ctx.params, ctx.diff, stats = record or _call_record(op, x, others, decode(params), reals)
+                   outputs: Sequence[Tensor]) -> list[Tensor]:
+    """Keep on ``ctx`` what the backward needs besides the residuals; returns the outputs that get no
+    gradient (batch norm's running statistics, maxpool's integer indices)."""
+    ctx.op, ctx.params, ctx.diff, stats = _call_record(op, x, others, decode(params), reals)
     ctx.results = len(outputs) - stats
     ctx.reals = list(reals)
     ctx.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
@@ -475,25 +420,16 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
         shape, dtype, device = ctx.first
         d_results[0] = torch.zeros(shape, dtype=dtype, device=device)
     given = [d is not None for d in d_results]
-    need_x, need_others = _needs(ctx)
+    flags = ctx.needs_input_grad             # (x, others, params, reals), others' one per tensor
+    need_x, need_others = bool(flags[0]), [bool(f) for f in flags[1]]
     needs = None
     if op in SKIPPABLE:      # x, w, b: whether autograd wants each (b's slot False when b was None)
         slots = iter(need_others)
         needs = [need_x] + [bool(next(slots)) if slot else False for slot in ctx.params["slots"]]
     cotangents = [d for d in d_results if d is not None]
-    if getattr(ctx, "eager", False) and not torch.is_grad_enabled():
-        # the eager Function: the backward op's own function with the forward's static arguments, no
-        # dispatcher and no params text (with create_graph the dispatcher records the backward op,
-        # whose missing formula then refuses a second derivative)
-        sig = ctx.signature
-        arrays = getattr(ctx, "residual_arrays", None)
-        grads = _run_backward(op, list(ctx.saved_tensors) if arrays is None else arrays, cotangents, given, needs,
-                              sig.static, sig.slots, sig.device, placeholders=False, backward=sig.backward,
-                              residual_arrays=arrays is not None)
-    else:
-        extra: dict[str, Any] = {"given": given} if needs is None else {"given": given, "needs": needs}
-        params = _encode(tuple({**ctx.params, **extra}.items()))     # per call: not worth remembering
-        grads = getattr(torch.ops.dnnbind, f"{op}_backward")(_saved_residuals(ctx), cotangents, params, ctx.reals)
+    extra: dict[str, Any] = {"given": given} if needs is None else {"given": given, "needs": needs}
+    params = _encode(tuple({**ctx.params, **extra}.items()))     # per call: not worth remembering
+    grads = getattr(torch.ops.dnnbind, f"{op}_backward")(list(ctx.saved_tensors), cotangents, params, ctx.reals)
     it = iter(grads)
     dx: Tensor | None = next(it)
     d_others = [next(it) if diff else None for diff in ctx.diff]
@@ -501,22 +437,6 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
         dx = dx if need_x else None
         d_others = [d if need else None for d, need in zip(d_others, need_others)]
     return dx, d_others, None, _no_gradient(ctx.reals)
-
-
-def _saved_residuals(ctx: Any) -> list[Tensor]:
-    """The residuals as tensors (the eager Function keeps the backend's arrays when it can)."""
-    arrays = getattr(ctx, "residual_arrays", None)
-    return list(ctx.saved_tensors) if arrays is None else [to_tensor(a) for a in arrays]
-
-
-def _needs(ctx: Any) -> tuple[bool, list[bool]]:
-    """Whether autograd wants the gradient of x and of each tensor in ``others``: the eager Function sets
-    ``ctx.needs``; the registered op's ctx shapes ``needs_input_grad`` like its inputs (x, others, ...)."""
-    needs = getattr(ctx, "needs", None)
-    if needs is not None:
-        return needs
-    flags = ctx.needs_input_grad
-    return bool(flags[0]), [bool(f) for f in flags[1]]
 
 
 def _no_gradient(reals: list[float]) -> Any:
@@ -540,83 +460,6 @@ def _register(op: str) -> None:
 
 for _op in FORMS:
     _register(_op)
-
-
-class _Eager(torch.autograd.Function):      # subclassed once per op below, so grad_fn names the op
-    """The custom op pair run without torch's dispatcher: the same forward, the same setup and the same
-    backward op's function, for plain tensors in eager mode (the dispatcher's custom-op autograd costs
-    about 0.2 ms per forward and again per backward, more than a small op itself)."""
-
-    @staticmethod
-    def forward(ctx: Any, op: str, params: str, reals: list[float], x: Tensor,  # type: ignore[override]
-                *others: Tensor) -> tuple[Tensor, ...]:
-        keep = any(ctx.needs_input_grad)         # else no backward can come: keep nothing
-        # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
-        # want to see them as saved tensors
-        arrays = keep and _saved_tensor_hooks(False) is None
-        outputs, residuals, sig = _run_eager_forward(op, x, others, params, reals, keep, arrays)
-        ctx.set_materialize_grads(False)         # no zeros for outputs without a gradient (see backward)
-        if keep:
-            if arrays:
-                ctx.residual_arrays = residuals
-            else:
-                ctx.save_for_backward(*residuals)
-            # (the record's count of running statistics among the outputs: none, batch norm updated
-            # them in place)
-            ctx.mark_non_differentiable(*_remember_call(op, ctx, x, others, params, reals, outputs,
-                                                        (*sig.record[:3], 0)))
-            ctx.signature = sig
-        return tuple(outputs)
-
-    @staticmethod
-    def backward(ctx: Any, *d_outputs: Tensor | None) -> tuple:  # type: ignore[override]
-        flags = ctx.needs_input_grad          # (op, params, reals, x, *others)
-        ctx.needs = (bool(flags[3]), [bool(f) for f in flags[4:]])
-        ctx.eager = True
-        dx, d_others, _, _ = _autograd_backward(ctx, d_outputs, None)
-        return (None, None, None, dx, *d_others)
-
-
-#: op -> its eager Function (grad_fn ``dnnbind_convBackward`` ...)
-_EAGER: dict[str, type[_Eager]] = {op: type(f"dnnbind_{op}", (_Eager,), {}) for op in FORMS}
-#: op -> its eager Function's apply below torch.autograd.Function.apply, which adds only what a call
-#: :func:`_plain_eager` admits never needs (functorch transforms, dead functorch wrappers, setup_context)
-_EAGER_APPLY: dict[str, Any] = {op: super(torch.autograd.Function, cls).apply  # type: ignore[misc]
-                                 for op, cls in _EAGER.items()}
-
-
-def _plain_eager(x: Tensor, others: Sequence[Tensor]) -> bool:
-    """Whether this call runs eagerly on plain tensors: no compiler, export or other tracer, no torch.func
-    transform, no dispatch mode. Everything else goes through the registered custom op."""
-    if (torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
-            or torch._C._are_functorch_transforms_active()):
-        return False
-    return all(type(t) in _PLAIN_TENSORS and not is_functorch_wrapped_tensor(t) for t in (x, *others))
-
-
-#: tensor types an eager call may take the fast path with: layers' weights are Parameters (whose
-#: ``__torch_function__`` is torch's own, disabled one); other subclasses (fake, functional, user types with
-#: their own ``__torch_function__``) go through the dispatcher
-_PLAIN_TENSORS = frozenset({Tensor, torch.nn.Parameter})
-
-
-def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
-    """Run ``dnnbind::op`` on x and the op's other FORMS arrays (tensors, None, or rnn's nested weights)
-    with the public op's keyword arguments; returns the op's non-None outputs."""
-    others, slots = flatten(arrays)
-    # float settings (p, eps, momentum, alpha) travel as the op's float arguments: torch.compile may trace
-    # a layer's float attribute as a symbolic value, which cannot be part of the params text
-    reals = {k: v for k, v in kwargs.items() if isinstance(v, (float, torch.SymFloat))}
-    compiling = torch.compiler.is_compiling()
-    args = {k: _constant(v) if compiling else v for k, v in kwargs.items() if k not in reals}
-    params = encode(args=args, reals=list(reals), slots=slots, saves=_saves(x.device.type))
-    if _plain_eager(x, others):
-        outputs = list(_EAGER_APPLY[op](op, params, list(reals.values()), x, *others))
-        if op == "batchnorm":          # updated in place (see _run_eager_forward), returned as the op does
-            outputs += [t for t in arrays[2:4] if t is not None]
-        return outputs
-    outputs, _ = getattr(torch.ops.dnnbind, op)(x, others, params, list(reals.values()))
-    return outputs
 
 
 def _saves_tag(device_type: str) -> str:

@@ -1,0 +1,332 @@
+"""dnnbind.torch's ops on plain tensors in eager mode: one ``torch.autograd.Function`` per op, no dispatcher.
+
+The registered custom ops (:mod:`dnnbind.torch.library`) are what ``torch.compile``, ``torch.export``,
+tensor subclasses and dispatch modes see. A plain eager call (a training loop's) runs the same backend
+functions, static arguments and backward through :class:`_Eager` instead: the dispatcher's custom-op
+autograd costs about 0.2 ms per forward and again per backward, more than a small op itself.
+
+Everything such a call repeats (the checks, the static arguments, where each gradient goes) is a
+:class:`Plan`, built by the first call and found again by :func:`planned` in one dictionary lookup keyed
+by the tensors' types, shapes, dtypes and devices and the op's keyword arguments (exact values: 1, 1.0
+and True, 0.0 and -0.0 are different keys). Kept short on purpose: the Python that runs between two
+kernels runs with caches the kernels just flushed, so each line there costs several times its usual time.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Sequence
+
+import torch
+from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor_hooks
+from torch._C._functorch import is_functorch_wrapped_tensor
+
+from dnnbind.highlevel import arg_cache
+from dnnbind.highlevel.grad_mode import saving, saving_residuals
+from dnnbind.highlevel.residual import FORMS, SKIPPABLE
+from dnnbind.torch import library
+from dnnbind.torch.convert import device_scope, to_array, to_tensor
+from dnnbind.torch.library import _constant, _encode, _map, _saves, encode, flatten
+
+Tensor = torch.Tensor
+
+
+class Plan:
+    """What every eager call of one op with the same tensors' metadata and arguments has in common: the
+    backend's functions and static arguments (a :class:`library._Signature`), where the call's tensors go
+    among the op's FORMS arrays and where each one's gradient comes from among the backward's results."""
+
+    __slots__ = ("op", "sig", "forward", "backward", "static", "device", "scoped", "params", "reals", "nested",
+                 "positions", "gradients", "skip", "statistics", "integers", "first")
+
+    def __init__(self, op: str, sig: Any, others: Sequence[Tensor], params: str, reals: list[float]) -> None:
+        self.op, self.sig, self.params, self.reals = op, sig, params, reals
+        self.forward, self.backward, self.static, self.device = sig.forward, sig.backward, sig.static, sig.device
+        # whether the call needs its device scope: on the CPU only the ops that call numpy's BLAS
+        self.scoped = self.device.type != "cpu" or op in BLAS_OPS
+        slots = sig.p["slots"]
+        # the general mapping for rnn's nested weights and dropout's seed tensor (no array of the op's)
+        self.nested = op == "dropout" or any(isinstance(s, list) for s in slots)
+        # FORMS array -> its index in (x, *others), None where not given (flat ops)
+        counter = iter(range(1, 1 + len(others)))
+        self.positions = (0, *[next(counter) if s else None for s in slots])
+        self.gradients = _gradient_paths(op, slots)
+        # conv and conv_transpose: the inputs x, w, b (b None when not given) whose gradients are optional
+        self.skip = (0, 1, 2 if slots[1] else None) if op in SKIPPABLE else None
+        self.statistics = op == "batchnorm" and bool(sig.static[0])
+        self.integers: tuple[int, ...] | None = None     # outputs without gradient (maxpool's indices)
+        self.first: tuple | None = None                  # output 0's shape, dtype and device
+
+    def tensors(self, x: Tensor, others: Sequence[Tensor]) -> list[Any]:
+        """x and others in FORMS order (None where not given)."""
+        if self.nested:
+            return self.sig.tensors(x, others)
+        inputs = (x, *others)
+        return [None if i is None else inputs[i] for i in self.positions]
+
+
+def _gradient_paths(op: str, slots: Sequence[Any]) -> tuple[tuple[int, ...] | None, ...]:
+    """Per input (x, then others in flatten order): where its gradient is among the backward's results (an
+    index, then indices into a nested one: rnn's dweights), or None for an input without one."""
+    form = FORMS[op]
+    paths: list[tuple[int, ...] | None] = []
+
+    def walk(slot: Any, path: tuple[int, ...] | None) -> None:
+        if isinstance(slot, list):
+            for i, s in enumerate(slot):
+                walk(s, None if path is None else (*path, i))
+        elif slot:
+            paths.append(path)
+
+    for name, slot in zip(form.arrays, (1, *slots)):
+        gradient = f"d{name}"
+        walk(slot, (form.gradients.index(gradient),) if gradient in form.gradients else None)
+    if op == "dropout":                      # its seed tensor, the last of others, has no gradient
+        paths.append(None)
+    return tuple(paths)
+
+
+def _pick(grads: tuple, path: tuple[int, ...]) -> Any:
+    value: Any = grads
+    for i in path:
+        value = value[i] if value is not None else None
+    return value
+
+
+class _Eager(torch.autograd.Function):      # subclassed once per op below, so grad_fn names the op
+    """The custom op pair of one op, run without torch's dispatcher on a :class:`Plan`."""
+
+    @staticmethod
+    def forward(ctx: Any, plan: Plan, x: Tensor, *others: Tensor) -> tuple[Tensor, ...]:  # type: ignore[override]
+        keep = any(ctx.needs_input_grad)         # else no backward can come: the backend saves nothing
+        if plan.scoped or keep != saving():
+            with device_scope(plan.device) if plan.scoped else _NOTHING, saving_residuals(keep):
+                outputs, residuals = _forward_arrays(plan, x, others)
+        else:
+            outputs, residuals = _forward_arrays(plan, x, others)
+        if len(outputs) > 1:
+            ctx.set_materialize_grads(False)     # no zeros for outputs without a gradient (see backward)
+        if plan.integers is None:
+            plan.integers = tuple(i for i, o in enumerate(outputs) if not o.is_floating_point())
+            plan.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
+        if keep:
+            ctx.plan = plan
+            # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
+            # want to see them as saved tensors
+            if _saved_tensor_hooks(False) is None:
+                ctx.residual_arrays = residuals
+            else:
+                ctx.residual_arrays = None
+                ctx.save_for_backward(*[to_tensor(r) for r in residuals])
+            if plan.integers:
+                ctx.mark_non_differentiable(*[outputs[i] for i in plan.integers])
+        return outputs
+
+    @staticmethod
+    def backward(ctx: Any, *d_outputs: Tensor | None) -> tuple:  # type: ignore[override]
+        plan: Plan = ctx.plan
+        cotangents = list(d_outputs)
+        for i in plan.integers or ():            # integer results take no cotangent (eager may hand zeros)
+            cotangents[i] = None
+        flags = ctx.needs_input_grad             # (plan, x, *others)
+        if all(d is None for d in cotangents):
+            return (None,) * len(flags)
+        if cotangents[0] is None:                # the first cotangent is required: zeros stand for "unused"
+            shape, dtype, device = plan.first    # type: ignore[misc]
+            cotangents[0] = torch.zeros(shape, dtype=dtype, device=device)
+        needs = None if plan.skip is None else tuple(i is not None and bool(flags[1 + i]) for i in plan.skip)
+        if torch.is_grad_enabled():
+            return (None, *_recorded_backward(ctx, plan, cotangents, needs))
+        if plan.scoped:
+            with device_scope(plan.device):
+                return (None, *_backward_arrays(ctx, plan, cotangents, needs, flags))
+        return (None, *_backward_arrays(ctx, plan, cotangents, needs, flags))
+
+
+def _forward_arrays(plan: Plan, x: Tensor, others: Sequence[Tensor]) -> tuple[tuple[Tensor, ...], tuple]:
+    """(outputs, the backend's residuals) of the backend's forward on the tensors' memory."""
+    tensors = plan.tensors(x, others)
+    arrays = _map(to_array, tensors) if plan.nested else [None if t is None else to_array(t) for t in tensors]
+    result, residuals = plan.forward(*arrays, *plan.static)
+    if plan.statistics:                  # updated in place, as torch's own batch norm does
+        _statistics_written(tensors[3:5], arrays[3:5])
+    return tuple([to_tensor(r) for r in (result if type(result) is tuple else (result,)) if r is not None]), residuals
+
+
+def _backward_arrays(ctx: Any, plan: Plan, cotangents: list[Tensor | None], needs: tuple[bool, ...] | None,
+                     flags: tuple[bool, ...]) -> list[Tensor | None]:
+    """One gradient per input (x, *others), None where it has none or autograd wants none."""
+    cts = tuple([None if d is None else to_array(d) for d in cotangents])
+    saved = ctx.residual_arrays
+    if saved is None:
+        saved = tuple(to_array(r) for r in ctx.saved_tensors)
+    results = (plan.backward(saved, cts, *plan.static) if needs is None
+               else plan.backward(saved, cts, *plan.static, needs=needs))
+    if type(results) is not tuple:
+        results = (results,)
+    return [None if path is None or not flag else _gradient(_pick(results, path))
+            for path, flag in zip(plan.gradients, flags[1:])]
+
+
+def _gradient(value: Any) -> Tensor | None:
+    return None if value is None else to_tensor(value)
+
+
+#: ops whose reference backend calls numpy's BLAS, which dnnbind.torch holds to one thread around them
+#: (see convert.device_scope); the others need no scope on the CPU
+BLAS_OPS = frozenset({"conv", "conv_transpose", "rnn"})
+_NOTHING = contextlib.nullcontext()
+
+
+def _recorded_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None],
+                       needs: tuple[bool, ...] | None) -> list[Tensor | None]:
+    """The backward through the registered backward op (grad mode on: create_graph), which autograd
+    records, so that a second derivative is refused by its missing formula instead of coming out wrong."""
+    given = [d is not None for d in cotangents]
+    record = plan.sig.record[1]
+    extra: dict[str, Any] = {"given": given} if needs is None else {"given": given, "needs": list(needs)}
+    params = _encode(tuple({**record, **extra}.items()))      # per call: not worth remembering
+    saved = (list(ctx.saved_tensors) if ctx.residual_arrays is None
+             else [to_tensor(a) for a in ctx.residual_arrays])
+    grads = iter(getattr(torch.ops.dnnbind, f"{plan.op}_backward")(saved, [d for d in cotangents if d is not None],
+                                                                    params, plan.reals))
+    flags = ctx.needs_input_grad[1:]
+    out = [next(grads) if path is not None else None for path in plan.gradients]
+    # what was not needed came back as an empty placeholder
+    return [g if g is not None and flag else None for g, flag in zip(out, flags)]
+
+
+def _statistics_written(tensors: Sequence[Tensor | None], arrays: Sequence[Any]) -> None:
+    """After batch norm's forward updated the running statistics' arrays: a tensor the array shares
+    memory with gets its version counter bumped (autograd sees the change, as after torch's in-place
+    update), one that was copied (not contiguous) gets the new values copied back."""
+    for t, a in zip(tensors, arrays):
+        if t is None:
+            continue
+        if _shares_memory(t, a):
+            torch.autograd.graph.increment_version(t)
+        else:
+            with torch.no_grad():
+                t.copy_(to_tensor(a))
+
+
+def _shares_memory(t: Tensor, a: Any) -> bool:
+    """Whether the array :func:`to_array` gave for ``t`` is a view of its memory, not a copy."""
+    address = a.ctypes.data if hasattr(a, "ctypes") else a.data.ptr
+    return bool(address == t.data_ptr())
+
+
+#: op -> its eager Function (grad_fn ``dnnbind_convBackward`` ...)
+_EAGER: dict[str, type[_Eager]] = {op: type(f"dnnbind_{op}", (_Eager,), {}) for op in FORMS}
+#: op -> its eager Function's apply below torch.autograd.Function.apply, which adds only what a call
+#: :func:`_plain_eager` admits never needs (functorch transforms, dead functorch wrappers, setup_context)
+_EAGER_APPLY: dict[str, Any] = {op: super(torch.autograd.Function, cls).apply  # type: ignore[misc]
+                                 for op, cls in _EAGER.items()}
+
+
+def _tracing() -> bool:
+    """Whether a compiler, exporter or other tracer, a torch.func transform or a dispatch mode is active."""
+    return (torch.compiler.is_compiling() or _dispatch_modes() > 0 or _functorch_transforms())
+
+
+_dispatch_modes = torch._C._len_torch_dispatch_stack             # (what _get_current_dispatch_mode reads)
+_functorch_transforms = torch._C._are_functorch_transforms_active
+
+
+#: tensor types an eager call may take the fast path with: layers' weights are Parameters (whose
+#: ``__torch_function__`` is torch's own, disabled one); other subclasses (fake, functional, user types with
+#: their own ``__torch_function__``) go through the dispatcher
+_PLAIN_TENSORS = frozenset({Tensor, torch.nn.Parameter})
+
+
+def _plain_eager(x: Tensor, others: Sequence[Tensor]) -> bool:
+    """Whether this call runs eagerly on plain tensors. Everything else goes through the registered op."""
+    if _tracing():
+        return False
+    return all(type(t) in _PLAIN_TENSORS and not is_functorch_wrapped_tensor(t) for t in (x, *others))
+
+
+# -- plans of repeated calls ----------------------------------------------------------------------
+
+#: ops whose calls are planned: not dropout (its seed is drawn per call and is one of the static
+#: arguments) nor rnn (nested weights and sequence lengths); their calls run through :func:`call`
+PLANNED = frozenset(FORMS) - {"dropout", "rnn"}
+
+#: plans by :func:`_key` (bounded: cleared when full; a training loop has a few)
+_PLANS: dict[tuple, Plan] = {}
+_PLANS_MAX = 1024
+
+
+def _key(op: str, tensors: Sequence[Tensor | None], arguments: tuple) -> tuple:
+    """The plan key of a call: each tensor's type, shape, dtype and device (None where not given) and
+    the arguments as exact values (floats by their hex text, types alongside; see arg_cache.key).
+    Raises arg_cache.NotPlain for anything that cannot be part of one (a non-plain tensor, a tensor or an
+    object among the arguments)."""
+    metas: list[tuple | None] = []
+    for t in tensors:
+        if t is None:
+            metas.append(None)
+        elif type(t) in _PLAIN_TENSORS and not is_functorch_wrapped_tensor(t):
+            metas.append((t.shape, t.dtype, t.device, type(t)))
+        else:
+            raise arg_cache.NotPlain
+    types = tuple(map(type, arguments))
+    if float in types:
+        arguments = tuple([a.hex() if type(a) is float else a for a in arguments])
+    return (op, *metas, arg_cache.key(types, arguments))
+
+
+def planned(op: str, tensors: tuple, arguments: dict[str, Any]) -> tuple[Tensor, ...] | None:
+    """The outputs of an eager call whose plan an earlier call (through :func:`call`) left, or None when
+    there is none (first call, traced, not plain): the caller then takes its checked path. ``tensors``:
+    the op's FORMS arrays as :func:`call` is given them; ``arguments``: its keyword arguments, in the
+    order :func:`call` is given them."""
+    if _tracing():
+        return None
+    try:
+        plan = _PLANS.get(_key(op, tensors, tuple(arguments.values())))
+    except (arg_cache.NotPlain, TypeError):
+        return None
+    if plan is None:
+        return None
+    result: tuple[Tensor, ...] = _EAGER_APPLY[op](plan, *[t for t in tensors if t is not None])
+    return result
+
+
+def _plan(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: list[float]) -> Plan:
+    sig = library._signature(op, x, others, params, reals)
+    plan = sig.plan
+    if plan is None:
+        plan = Plan(op, sig, others, params, reals)
+        if sig.cached:
+            sig.plan = plan
+    return plan
+
+
+def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
+    """Run op on x and the op's other FORMS arrays (tensors, None, or rnn's nested weights) with the public
+    op's keyword arguments, eagerly or as the registered custom op; returns the op's non-None outputs.
+    A plain eager call leaves its plan for :func:`planned` to find."""
+    others, slots = flatten(arrays)
+    # float settings (p, eps, momentum, alpha) travel as the op's float arguments: torch.compile may trace
+    # a layer's float attribute as a symbolic value, which cannot be part of the params text
+    reals = {k: v for k, v in kwargs.items() if isinstance(v, (float, torch.SymFloat))}
+    compiling = torch.compiler.is_compiling()
+    args = {k: _constant(v) if compiling else v for k, v in kwargs.items() if k not in reals}
+    params = encode(args=args, reals=list(reals), slots=slots, saves=_saves(x.device.type))
+    if not _plain_eager(x, others):
+        outputs, _ = getattr(torch.ops.dnnbind, op)(x, others, params, list(reals.values()))
+        return outputs
+    plan = _plan(op, x, others, params, [float(r) for r in reals.values()])
+    if op in PLANNED and plan.sig.cached:
+        try:
+            key = _key(op, (x, *arrays), tuple(kwargs.values()))
+        except (arg_cache.NotPlain, TypeError):
+            key = None
+        if key is not None:
+            if len(_PLANS) >= _PLANS_MAX:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    outputs = list(_EAGER_APPLY[op](plan, x, *others))
+    if op == "batchnorm":          # updated in place (see _Eager.forward), returned as the op does
+        outputs += [t for t in arrays[2:4] if t is not None]
+    return outputs

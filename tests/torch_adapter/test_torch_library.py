@@ -138,6 +138,19 @@ class SmallProjLSTM(torch.nn.Module):
         return self.head(y[:, -1]) + h.sum(0).sum(1, keepdim=True) + c.sum(0).sum(1, keepdim=True)
 
 
+class SequentialCNN(torch.nn.Module):
+    """A CNN whose dnnbind layers sit in (dnnbind's) nn.Sequential, which eager calls run as one node."""
+
+    def __init__(self, nn) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+                                      nn.Conv2d(4, 4, 3, padding=1), nn.Tanh())
+        self.head = torch.nn.Linear(4 * 6 * 6, 3)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
+
+
 def _step(model, x):
     model.zero_grad()
     out = model(x)
@@ -145,8 +158,9 @@ def _step(model, x):
     return out.detach(), [p.grad.clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("make,shape", [(SmallCNN, (4, 3, 12, 12)), (SmallLSTM, (3, 6, 4)), (SmallProjLSTM, (3, 5, 4))],
-                         ids=["cnn", "lstm", "lstm-proj"])
+@pytest.mark.parametrize("make,shape", [(SmallCNN, (4, 3, 12, 12)), (SequentialCNN, (2, 3, 12, 12)),
+                                        (SmallLSTM, (3, 6, 4)), (SmallProjLSTM, (3, 5, 4))],
+                         ids=["cnn", "sequential-cnn", "lstm", "lstm-proj"])
 def test_compile_with_fullgraph_equals_eager(make, shape):
     torch.manual_seed(1)
     eager = make(dnn).double()

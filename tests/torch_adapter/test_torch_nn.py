@@ -38,8 +38,10 @@ def test_the_namespace_is_torch_nn_with_dnnbinds_layers():
         # the recurrent layers share torch's base class only: torch.compile refuses nn.RNN/LSTM/GRU instances
         base = torch_nn.RNNBase if name in ("RNN", "LSTM", "GRU") else theirs
         assert ours is not theirs and issubclass(ours, base), name
-    for name in ("Module", "Linear", "Sequential", "Parameter", "functional", "init", "utils", "Flatten"):
+    for name in ("Module", "Linear", "Parameter", "functional", "init", "utils", "Flatten", "ModuleList"):
         assert getattr(dnnbind_nn, name) is getattr(torch_nn, name)
+    assert dnnbind_nn.CONTAINERS == ("Sequential",) and issubclass(dnnbind_nn.Sequential, torch_nn.Sequential)
+    assert dnnbind_nn.Sequential is not torch_nn.Sequential and "Sequential" in dnnbind_nn.__all__
     namespace: dict = {}
     exec("from dnnbind.torch.nn import *", namespace)
     assert namespace["Conv2d"] is dnnbind_nn.Conv2d and namespace["Linear"] is torch_nn.Linear

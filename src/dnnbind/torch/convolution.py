@@ -9,6 +9,7 @@ from torch import nn
 
 from dnnbind.torch import functional as F
 from dnnbind.torch.errors import torch_argument_names
+from dnnbind.torch.fused import Fusion
 from dnnbind.torch.layer_inputs import batched, not_supported, unbatch
 
 Tensor = torch.Tensor
@@ -44,14 +45,27 @@ class _Conv:
                          groups, bias, padding_mode, device, dtype)
         _check_padding_mode(self)  # type: ignore[arg-type]
 
+    def _settings(self) -> dict[str, Any]:
+        """The conv op's keyword arguments for this layer."""
+        layer: Any = self
+        return {"stride": layer.stride, "padding": conv_padding(layer), "dilation": layer.dilation,
+                "groups": layer.groups}
+
     def forward(self, input: Tensor) -> Tensor:
         layer: Any = self
         _check_padding_mode(layer)
         x, unbatched = batched(type(self).__name__, input, len(layer.kernel_size))
         with torch_argument_names(_NAMES):
-            y = F.conv(x, layer.weight, layer.bias, stride=layer.stride, padding=conv_padding(layer),
-                       dilation=layer.dilation, groups=layer.groups)
+            y = F.conv(x, layer.weight, layer.bias, **self._settings())
         return unbatch(y, unbatched)
+
+    def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
+        """This layer's op on a batched input of ``shape`` for :class:`~dnnbind.torch.sequential.Sequential`
+        (None: the layer's own forward must run: another padding mode, or unbatched input)."""
+        layer: Any = self
+        if layer.padding_mode != "zeros" or len(shape) != len(layer.kernel_size) + 2:
+            return None
+        return Fusion("conv", (layer.weight, layer.bias), F.conv_arguments(**self._settings()))
 
 
 class Conv1d(_Conv, nn.Conv1d):

@@ -269,6 +269,12 @@ def _key(op: str, tensors: Sequence[Tensor | None], arguments: tuple) -> tuple:
             metas.append((t.shape, t.dtype, t.device, type(t)))
         else:
             raise arg_cache.NotPlain
+    return key_of_metas(op, metas, arguments)
+
+
+def key_of_metas(op: str, metas: Sequence[tuple | None], arguments: tuple) -> tuple:
+    """:func:`_key` from the tensors' (shape, dtype, device, type), None where not given: also for a
+    tensor not made yet (dnnbind.torch.fused runs a layer on the array an earlier one returned)."""
     types = tuple(map(type, arguments))
     if float in types:
         arguments = tuple([a.hex() if type(a) is float else a for a in arguments])

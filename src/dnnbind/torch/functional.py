@@ -38,13 +38,45 @@ def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padd
          dilation: Any = 1, groups: int = 1, flip: bool = False) -> Tensor:
     """N-d convolution (1 to 3 spatial dims) like ``torch.nn.functional.conv{1,2,3}d``; ``flip=True``:
     true convolution. ``padding`` may also be one (low, high) pair per spatial dim."""
-    arguments = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups, "flip": flip}
+    arguments = conv_arguments(stride, padding, dilation, groups, flip)
     done = planned("conv", (x, w, b), arguments)
     if done is not None:
         return done[0]
     _check(x=x, w=w, b=b)
     one = conv_is_unbatched(x.shape, w.shape)
     return _unbatch(call("conv", _batch(x, one), w, b, **arguments)[0], one)
+
+
+# The ops' keyword arguments as their eager plans key them (values and order): built here for the
+# functions below and for the layers that dnnbind.torch.nn.Sequential runs as one node (fused.py)
+
+def conv_arguments(stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
+                   flip: bool = False) -> dict[str, Any]:
+    return {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups, "flip": flip}
+
+
+def maxpool_arguments(window: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False,
+                      return_indices: bool = False) -> dict[str, Any]:
+    return {"window": window, "stride": stride, "padding": padding, "dilation": dilation, "ceil_mode": ceil_mode,
+            "return_indices": return_indices}
+
+
+def meanpool_arguments(window: Any, stride: Any = None, padding: Any = 0, count_include_pad: bool = True,
+                       ceil_mode: bool = False, divisor_override: int | None = None) -> dict[str, Any]:
+    return {"window": window, "stride": stride, "padding": padding, "count_include_pad": count_include_pad,
+            "ceil_mode": ceil_mode, "divisor_override": divisor_override}
+
+
+def batchnorm_arguments(training: bool = True, momentum: float = 0.1, eps: float = 1e-5) -> dict[str, Any]:
+    return {"training": training, "momentum": momentum, "eps": eps}
+
+
+def activation_arguments(mode: str, alpha: float | None = None) -> dict[str, Any]:
+    return {"mode": mode, "alpha": alpha}
+
+
+def softmax_arguments(axis: int = 1) -> dict[str, Any]:
+    return {"axis": axis}
 
 
 def _batch(x: Tensor, one: bool, axis: int = 0) -> Tensor:
@@ -74,8 +106,7 @@ def maxpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0, dil
             ceil_mode: bool = False, return_indices: bool = False) -> Any:
     """Max pooling like ``torch.nn.functional.max_pool{1,2,3}d`` (stride defaults to the window); with
     ``return_indices`` (y, indices), indices int64 and without gradient, as torch's."""
-    arguments = {"window": window, "stride": stride, "padding": padding, "dilation": dilation,
-                 "ceil_mode": ceil_mode, "return_indices": return_indices}
+    arguments = maxpool_arguments(window, stride, padding, dilation, ceil_mode, return_indices)
     outputs: Sequence[Tensor] | None = planned("maxpool", (x,), arguments)
     if outputs is None:
         _check(x=x)
@@ -88,8 +119,7 @@ def meanpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0,
              count_include_pad: bool = True, ceil_mode: bool = False, divisor_override: int | None = None) -> Tensor:
     """Average pooling like ``torch.nn.functional.avg_pool{1,2,3}d``; ``divisor_override`` (a non-zero int)
     divides every window's sum by itself, as avg_pool2d/3d's does (here also in 1-d)."""
-    arguments = {"window": window, "stride": stride, "padding": padding, "count_include_pad": count_include_pad,
-                 "ceil_mode": ceil_mode, "divisor_override": divisor_override}
+    arguments = meanpool_arguments(window, stride, padding, count_include_pad, ceil_mode, divisor_override)
     done = planned("meanpool", (x,), arguments)
     if done is not None:
         return done[0]
@@ -100,17 +130,17 @@ def meanpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0,
 
 def softmax(x: Tensor, *, axis: int = 1) -> Tensor:
     """Softmax along ``axis`` (``torch.softmax(x, dim=axis)``)."""
-    return _pointwise("softmax", x, {"axis": axis})
+    return _pointwise("softmax", x, softmax_arguments(axis))
 
 
 def logsoftmax(x: Tensor, *, axis: int = 1) -> Tensor:
     """Log-softmax along ``axis`` (``torch.log_softmax(x, dim=axis)``)."""
-    return _pointwise("logsoftmax", x, {"axis": axis})
+    return _pointwise("logsoftmax", x, softmax_arguments(axis))
 
 
 def activation(x: Tensor, mode: str, *, alpha: float | None = None) -> Tensor:
     """Pointwise activation: relu, sigmoid, tanh, elu, leaky_relu, clipped_relu, swish or identity."""
-    return _pointwise("activation", x, {"mode": mode, "alpha": alpha})
+    return _pointwise("activation", x, activation_arguments(mode, alpha))
 
 
 def _pointwise(op: str, x: Tensor, arguments: dict[str, Any]) -> Tensor:
@@ -128,7 +158,7 @@ def batchnorm(x: Tensor, gamma: Tensor, beta: Tensor, *, running_mean: Tensor | 
     """Batch normalisation over axis 1 like ``torch.nn.functional.batch_norm``; the running statistics
     are updated in place when training (the op returns the new values; they are copied back here, which
     torch.compile and torch.export trace as buffer updates)."""
-    arguments = {"training": training, "momentum": momentum, "eps": eps}
+    arguments = batchnorm_arguments(training, momentum, eps)
     done = planned("batchnorm", (x, gamma, beta, running_mean, running_var), arguments)
     if done is not None:            # an eager call: the running statistics were updated in place
         return done[0]

@@ -8,7 +8,9 @@ A model definition written against ``torch.nn`` switches to dnnbind by changing 
 Every name torch.nn has is here (``nn.Module``, ``nn.Linear``, ``nn.functional``, ``nn.init`` ... are
 torch's own objects); the names in :data:`PROVIDED` are subclasses of torch's classes of the same name
 with the same arguments, defaults, parameters, buffers, repr and state_dict, whose forward runs
-dnnbind's ops. ``nn.functional`` stays torch's (dnnbind's functions are :mod:`dnnbind.torch`'s).
+dnnbind's ops. ``nn.Sequential`` (:data:`CONTAINERS`) is torch's container whose forward runs consecutive
+dnnbind layers as one autograd node (:mod:`dnnbind.torch.sequential`). ``nn.functional`` stays torch's
+(dnnbind's functions are :mod:`dnnbind.torch`'s).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from dnnbind.torch.pointwise import (ELU, Dropout, Hardtanh, LeakyReLU, LogSoftm
                                      Softmax, Tanh)
 from dnnbind.torch.pooling import AvgPool1d, AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d, MaxPool3d
 from dnnbind.torch.recurrent import GRU, LSTM, RNN
+from dnnbind.torch.sequential import Sequential
 
 #: the torch.nn layers dnnbind computes; every other name is torch.nn's own
 PROVIDED: tuple[str, ...] = (
@@ -33,7 +36,10 @@ PROVIDED: tuple[str, ...] = (
     "RNN", "LSTM", "GRU",
 )
 
-__all__ = sorted({name for name in dir(_torch_nn) if not name.startswith("_")} | set(PROVIDED))
+#: torch.nn containers dnnbind replaces: Sequential runs consecutive dnnbind layers as one autograd node
+CONTAINERS: tuple[str, ...] = ("Sequential",)
+
+__all__ = sorted({name for name in dir(_torch_nn) if not name.startswith("_")} | set(PROVIDED) | set(CONTAINERS))
 
 
 def __getattr__(name: str) -> Any:

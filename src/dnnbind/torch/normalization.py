@@ -9,6 +9,7 @@ from torch import nn
 
 from dnnbind.torch import functional as F
 from dnnbind.torch.errors import torch_argument_names
+from dnnbind.torch.fused import Fusion
 
 Tensor = torch.Tensor
 _NAMES = {"x": "input", "gamma": "weight", "beta": "bias"}
@@ -17,24 +18,59 @@ _NAMES = {"x": "input", "gamma": "weight", "beta": "bias"}
 class _BatchNorm:
     """forward shared by BatchNorm1d, BatchNorm2d and BatchNorm3d; it follows torch.nn's _BatchNorm.forward."""
 
-    def forward(self, input: Tensor) -> Tensor:
+    def _settings(self) -> tuple[Tensor | None, Tensor | None, bool, Tensor | None]:
+        """(running_mean, running_var, training, counted): the statistics the op updates or reads (None:
+        none), whether it normalises by the batch's own statistics, and the num_batches_tracked a call
+        counts (None: no count)."""
         layer: Any = self
-        layer._check_input_dim(input)
-        momentum = 0.0 if layer.momentum is None else layer.momentum
-        if layer.training and layer.track_running_stats and layer.num_batches_tracked is not None:
-            layer.num_batches_tracked.add_(1)
-            if layer.momentum is None:                     # cumulative moving average
-                momentum = 1.0 / float(layer.num_batches_tracked)
         # batch statistics in training, and in eval mode when there are no running statistics
         use_batch = layer.training or (layer.running_mean is None and layer.running_var is None)
         update = not layer.training or layer.track_running_stats
+        counted = (layer.num_batches_tracked if layer.training and layer.track_running_stats
+                   and layer.num_batches_tracked is not None else None)
+        return (layer.running_mean if update else None, layer.running_var if update else None, use_batch,
+                counted)
+
+    def forward(self, input: Tensor) -> Tensor:
+        layer: Any = self
+        layer._check_input_dim(input)
+        running_mean, running_var, use_batch, counted = self._settings()
+        momentum = 0.0 if layer.momentum is None else layer.momentum
+        if counted is not None:
+            counted.add_(1)
+            if layer.momentum is None:                     # cumulative moving average
+                momentum = 1.0 / float(counted)
         channels = input.shape[1]
         gamma = layer.weight if layer.weight is not None else input.new_ones(channels)
         beta = layer.bias if layer.bias is not None else input.new_zeros(channels)
         with torch_argument_names(_NAMES):
-            return F.batchnorm(input, gamma, beta, running_mean=layer.running_mean if update else None,
-                               running_var=layer.running_var if update else None, training=use_batch,
-                               momentum=momentum, eps=layer.eps)
+            return F.batchnorm(input, gamma, beta, running_mean=running_mean, running_var=running_var,
+                               training=use_batch, momentum=momentum, eps=layer.eps)
+
+    def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
+        """This layer's op for :class:`~dnnbind.torch.sequential.Sequential` (None: the layer's own forward
+        must run: no affine parameters, the cumulative average (momentum None, a new value each call), or
+        an input its class refuses)."""
+        layer: Any = self
+        if layer.momentum is None or layer.weight is None or layer.bias is None:
+            return None
+        try:
+            layer._check_input_dim(_Rank(len(shape)))
+        except ValueError:
+            return None
+        running_mean, running_var, use_batch, counted = self._settings()
+        return Fusion("batchnorm", (layer.weight, layer.bias, running_mean, running_var),
+                      F.batchnorm_arguments(use_batch, layer.momentum, layer.eps), counted)
+
+
+class _Rank:
+    """Stands for an input of ``rank`` dimensions where torch's _check_input_dim asks for its dim()."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def dim(self) -> int:
+        return self.rank
 
 
 class BatchNorm1d(_BatchNorm, nn.BatchNorm1d):

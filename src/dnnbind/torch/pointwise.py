@@ -8,67 +8,88 @@ result is the same, the input is left unchanged.
 from __future__ import annotations
 
 import warnings
+from typing import Any
+
 import torch
 from torch import nn
 
 from dnnbind.torch import functional as F
 from dnnbind.torch.errors import torch_argument_names
+from dnnbind.torch.fused import Fusion
 from dnnbind.torch.layer_inputs import not_supported
 
 Tensor = torch.Tensor
 _NAMES = {"x": "input"}
 
 
-def _activation(input: Tensor, mode: str, alpha: float | None = None, argument: str = "alpha") -> Tensor:
-    """The activation op, its errors naming ``argument`` (the layer's own name for the coefficient)."""
-    with torch_argument_names({**_NAMES, "alpha": argument}):
-        return F.activation(input, mode, alpha=alpha)
+class _Activation:
+    """forward shared by the activation layers: one mode of the activation op (``_mode``), its errors
+    naming ``_ARGUMENT``, the layer's own name for the coefficient."""
+
+    _ARGUMENT = "alpha"
+
+    def _mode(self) -> tuple[str, float | None]:
+        """(the activation op's mode, its alpha) for this layer."""
+        raise NotImplementedError
+
+    def forward(self, input: Tensor) -> Tensor:
+        mode, alpha = self._mode()
+        with torch_argument_names({**_NAMES, "alpha": self._ARGUMENT}):
+            return F.activation(input, mode, alpha=alpha)
+
+    def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
+        """This layer's op for :class:`~dnnbind.torch.sequential.Sequential`."""
+        return Fusion("activation", (), F.activation_arguments(*self._mode()))
 
 
-class ReLU(nn.ReLU):
+class ReLU(_Activation, nn.ReLU):
     """torch.nn.ReLU computed by dnnbind."""
 
-    def forward(self, input: Tensor) -> Tensor:
-        return _activation(input, "relu")
+    def _mode(self) -> tuple[str, float | None]:
+        return "relu", None
 
 
-class Sigmoid(nn.Sigmoid):
+class Sigmoid(_Activation, nn.Sigmoid):
     """torch.nn.Sigmoid computed by dnnbind."""
 
-    def forward(self, input: Tensor) -> Tensor:
-        return _activation(input, "sigmoid")
+    def _mode(self) -> tuple[str, float | None]:
+        return "sigmoid", None
 
 
-class Tanh(nn.Tanh):
+class Tanh(_Activation, nn.Tanh):
     """torch.nn.Tanh computed by dnnbind."""
 
-    def forward(self, input: Tensor) -> Tensor:
-        return _activation(input, "tanh")
+    def _mode(self) -> tuple[str, float | None]:
+        return "tanh", None
 
 
-class ELU(nn.ELU):
+class ELU(_Activation, nn.ELU):
     """torch.nn.ELU computed by dnnbind."""
 
-    def forward(self, input: Tensor) -> Tensor:
-        return _activation(input, "elu", self.alpha)
+    def _mode(self) -> tuple[str, float | None]:
+        return "elu", self.alpha
 
 
-class LeakyReLU(nn.LeakyReLU):
+class LeakyReLU(_Activation, nn.LeakyReLU):
     """torch.nn.LeakyReLU computed by dnnbind."""
 
-    def forward(self, input: Tensor) -> Tensor:
-        return _activation(input, "leaky_relu", self.negative_slope, "negative_slope")
+    _ARGUMENT = "negative_slope"
+
+    def _mode(self) -> tuple[str, float | None]:
+        return "leaky_relu", self.negative_slope
 
 
-class SiLU(nn.SiLU):
+class SiLU(_Activation, nn.SiLU):
     """torch.nn.SiLU computed by dnnbind (swish with beta 1)."""
 
-    def forward(self, input: Tensor) -> Tensor:
-        return _activation(input, "swish", 1.0)
+    def _mode(self) -> tuple[str, float | None]:
+        return "swish", 1.0
 
 
-class Hardtanh(nn.Hardtanh):
+class Hardtanh(_Activation, nn.Hardtanh):
     """torch.nn.Hardtanh computed by dnnbind as the clipped relu: min_val must be 0."""
+
+    _ARGUMENT = "max_val"
 
     def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False,
                  min_value: float | None = None, max_value: float | None = None) -> None:
@@ -80,16 +101,16 @@ class Hardtanh(nn.Hardtanh):
             raise not_supported(type(self).__name__, "min_val", self.min_val,
                                 "dnnbind's activation op clips to [0, max_val] only (clipped_relu)")
 
-    def forward(self, input: Tensor) -> Tensor:
+    def _mode(self) -> tuple[str, float | None]:
         self._check_range()
-        return _activation(input, "clipped_relu", self.max_val, "max_val")
+        return "clipped_relu", self.max_val
 
 
-class ReLU6(nn.ReLU6):
+class ReLU6(_Activation, nn.ReLU6):
     """torch.nn.ReLU6 computed by dnnbind (the clipped relu with ceiling 6)."""
 
-    def forward(self, input: Tensor) -> Tensor:
-        return _activation(input, "clipped_relu", 6.0)
+    def _mode(self) -> tuple[str, float | None]:
+        return "clipped_relu", 6.0
 
 
 def _softmax_dim(layer: str, dim: int | None, ndim: int) -> int:
@@ -101,20 +122,34 @@ def _softmax_dim(layer: str, dim: int | None, ndim: int) -> int:
     return 0 if ndim in (0, 1, 3) else 1
 
 
-class Softmax(nn.Softmax):
+class _Softmax:
+    """forward shared by Softmax (``_OP`` softmax) and LogSoftmax (logsoftmax)."""
+
+    _OP = "softmax"
+
+    def forward(self, input: Tensor) -> Tensor:
+        layer: Any = self
+        op = getattr(F, self._OP)
+        with torch_argument_names({**_NAMES, "axis": "dim"}):
+            return op(input, axis=_softmax_dim(type(self).__name__, layer.dim, input.dim()))
+
+    def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
+        """This layer's op for :class:`~dnnbind.torch.sequential.Sequential` (None: the implicit dim, whose
+        warning the layer's own forward gives)."""
+        layer: Any = self
+        if layer.dim is None:
+            return None
+        return Fusion(self._OP, (), F.softmax_arguments(layer.dim))
+
+
+class Softmax(_Softmax, nn.Softmax):
     """torch.nn.Softmax computed by dnnbind."""
 
-    def forward(self, input: Tensor) -> Tensor:
-        with torch_argument_names({**_NAMES, "axis": "dim"}):
-            return F.softmax(input, axis=_softmax_dim("Softmax", self.dim, input.dim()))
 
-
-class LogSoftmax(nn.LogSoftmax):
+class LogSoftmax(_Softmax, nn.LogSoftmax):
     """torch.nn.LogSoftmax computed by dnnbind."""
 
-    def forward(self, input: Tensor) -> Tensor:
-        with torch_argument_names({**_NAMES, "axis": "dim"}):
-            return F.logsoftmax(input, axis=_softmax_dim("LogSoftmax", self.dim, input.dim()))
+    _OP = "logsoftmax"
 
 
 class Dropout(nn.Dropout):

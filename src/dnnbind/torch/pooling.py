@@ -13,6 +13,7 @@ from torch import nn
 
 from dnnbind.torch import functional as F
 from dnnbind.torch.errors import torch_argument_names
+from dnnbind.torch.fused import Fusion
 from dnnbind.torch.layer_inputs import batched, unbatch
 
 Tensor = torch.Tensor
@@ -22,16 +23,28 @@ _NAMES = {"x": "input", "window": "kernel_size"}
 class _MaxPool:
     """forward shared by MaxPool1d, MaxPool2d and MaxPool3d."""
 
+    def _settings(self) -> dict[str, Any]:
+        """The maxpool op's keyword arguments for this layer."""
+        layer: Any = self
+        return {"stride": layer.stride or None, "padding": layer.padding, "dilation": layer.dilation,
+                "ceil_mode": layer.ceil_mode, "return_indices": bool(layer.return_indices)}
+
     def forward(self, input: Tensor) -> Any:
         layer: Any = self
         x, unbatched = batched(type(self).__name__, input, layer._spatial)
         with torch_argument_names(_NAMES):
-            out = F.maxpool(x, layer.kernel_size, stride=layer.stride or None, padding=layer.padding,
-                            dilation=layer.dilation, ceil_mode=layer.ceil_mode,
-                            return_indices=bool(layer.return_indices))
+            out = F.maxpool(x, layer.kernel_size, **self._settings())
         if layer.return_indices:
             return unbatch(out[0], unbatched), unbatch(out[1], unbatched)
         return unbatch(out, unbatched)
+
+    def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
+        """This layer's op for :class:`~dnnbind.torch.sequential.Sequential` (None: unbatched input, or
+        indices asked for)."""
+        layer: Any = self
+        if layer.return_indices or len(shape) != layer._spatial + 2:
+            return None
+        return Fusion("maxpool", (), F.maxpool_arguments(layer.kernel_size, **self._settings()))
 
 
 class MaxPool1d(_MaxPool, nn.MaxPool1d):
@@ -52,14 +65,26 @@ class MaxPool3d(_MaxPool, nn.MaxPool3d):
 class _AvgPool:
     """forward shared by AvgPool1d, AvgPool2d and AvgPool3d."""
 
+    def _settings(self) -> dict[str, Any]:
+        """The meanpool op's keyword arguments for this layer."""
+        layer: Any = self
+        return {"stride": layer.stride or None, "padding": layer.padding,
+                "count_include_pad": layer.count_include_pad, "ceil_mode": layer.ceil_mode,
+                "divisor_override": getattr(layer, "divisor_override", None)}    # AvgPool1d has none
+
     def forward(self, input: Tensor) -> Tensor:
         layer: Any = self
         x, unbatched = batched(type(self).__name__, input, layer._spatial)
         with torch_argument_names(_NAMES):
-            y = F.meanpool(x, layer.kernel_size, stride=layer.stride or None, padding=layer.padding,
-                           count_include_pad=layer.count_include_pad, ceil_mode=layer.ceil_mode,
-                           divisor_override=getattr(layer, "divisor_override", None))    # AvgPool1d has none
+            y = F.meanpool(x, layer.kernel_size, **self._settings())
         return unbatch(y, unbatched)
+
+    def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
+        """This layer's op for :class:`~dnnbind.torch.sequential.Sequential` (None: unbatched input)."""
+        layer: Any = self
+        if len(shape) != layer._spatial + 2:
+            return None
+        return Fusion("meanpool", (), F.meanpool_arguments(layer.kernel_size, **self._settings()))
 
 
 class AvgPool1d(_AvgPool, nn.AvgPool1d):

@@ -1,0 +1,146 @@
+"""Consecutive dnnbind layers run as one autograd node (what :class:`dnnbind.torch.nn.Sequential` runs).
+
+Each layer's op is one an earlier call of the same layer planned (:mod:`dnnbind.torch.eager`): the
+node's forward runs the plans' backend functions one after the other on arrays, the backward their
+backward functions in reverse order. Between two layers nothing becomes a tensor and autograd records
+nothing: one ``Function.apply``, one backward node and two conversions for the whole run instead of
+per layer (on the CPU, between kernels that flush the caches, that glue costs more than the work of a
+small layer). The results are the layers' own: the same backend calls on the same arrays.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from dnnbind.highlevel.grad_mode import saving_residuals
+from dnnbind.highlevel.residual import SKIPPABLE
+from dnnbind.torch import eager
+from dnnbind.torch.convert import device_scope, to_array, to_tensor
+
+Tensor = torch.Tensor
+
+
+class Fusion(NamedTuple):
+    """A layer's op call as a fused run needs it: the op, its FORMS arrays after x (the layer's tensors,
+    None where not given), its keyword arguments as the eager plans key them, and the counter the call
+    increments (batch norm's num_batches_tracked, or None)."""
+
+    op: str
+    tensors: tuple[Tensor | None, ...]
+    arguments: dict[str, Any]
+    counted: Tensor | None = None
+
+
+class Step(NamedTuple):
+    """One layer of a fused run: its plan, its tensors (FORMS order after x), where its non-None tensors
+    start among the run's inputs after x, and its counter."""
+
+    plan: eager.Plan
+    tensors: tuple[Tensor | None, ...]
+    first: int
+    counted: Tensor | None
+
+
+def plan_run(fusions: Sequence[Fusion], x: Tensor) -> list[Step] | None:
+    """The steps of a run of layers on ``x``, or None unless every layer's call was planned before (by a
+    call of the layers one by one, with inputs of the same shapes, dtypes and device: its checks passed)
+    and returns one floating-point result. Touches nothing."""
+    meta: tuple = (x.shape, x.dtype, x.device, type(x))
+    steps, first = [], 0
+    for fusion in fusions:
+        try:
+            metas = [meta] + [None if t is None else (t.shape, t.dtype, t.device, type(t)) for t in fusion.tensors]
+            plan = eager._PLANS.get(eager.key_of_metas(fusion.op, metas, tuple(fusion.arguments.values())))
+        except (eager.arg_cache.NotPlain, TypeError):
+            return None
+        if plan is None or plan.first is None or plan.integers != () or plan.nested or plan.gradients[0] is None:
+            return None
+        steps.append(Step(plan, fusion.tensors, first, fusion.counted))
+        first += sum(t is not None for t in fusion.tensors)
+        shape, dtype, device = plan.first
+        meta = (shape, dtype, device, Tensor)
+    return steps
+
+
+def run(steps: list[Step], x: Tensor) -> Tensor:
+    """The run's result on ``x``: one autograd node over x and every layer's tensors."""
+    for step in steps:
+        if step.counted is not None:
+            step.counted.add_(1)
+    inputs = [t for step in steps for t in step.tensors if t is not None]
+    result: Tensor = _SEQUENCE_APPLY(steps, x, *inputs)
+    return result
+
+
+class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn dnnbind_sequenceBackward
+    """The layers' backend calls, forward in order and backward in reverse, on arrays."""
+
+    @staticmethod
+    def forward(ctx: Any, steps: list[Step], x: Tensor, *inputs: Tensor) -> Tensor:  # type: ignore[override]
+        keep = any(ctx.needs_input_grad)         # else no backward can come: the backends save nothing
+        h = to_array(x)
+        saved = []
+        with saving_residuals(keep):
+            for step in steps:
+                plan = step.plan
+                tensors = step.tensors
+                arrays = [h, *[None if t is None else to_array(t) for t in tensors]]
+                if plan.scoped:
+                    with device_scope(plan.device):
+                        result, residuals = plan.forward(*arrays, *plan.static)
+                else:
+                    result, residuals = plan.forward(*arrays, *plan.static)
+                if plan.statistics:              # updated in place, as the layer's own call does
+                    eager._statistics_written(tensors[2:4], arrays[3:5])
+                h = result[0] if type(result) is tuple else result
+                saved.append(residuals)
+        if keep:
+            ctx.steps, ctx.residuals = steps, saved
+        return to_tensor(h)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, dy: Tensor) -> tuple:  # type: ignore[override]
+        steps: list[Step] = ctx.steps
+        flags = ctx.needs_input_grad             # (steps, x, *inputs)
+        grads: list[Tensor | None] = [None] * (len(flags) - 2)
+        # below[i]: whether x or a tensor of a step before step i wants a gradient (then step i's dx is needed)
+        below, wanted = [], bool(flags[1])
+        for step in steps:
+            below.append(wanted)
+            wanted = wanted or any(flags[2 + step.first:2 + step.first + _given(step)])
+        d: Any = to_array(dy)
+        for i in range(len(steps) - 1, -1, -1):
+            step, plan = steps[i], steps[i].plan
+            own = flags[2 + step.first:2 + step.first + _given(step)]
+            if not below[i] and not any(own):
+                break                            # nothing before this step wants a gradient
+            if plan.op in SKIPPABLE:             # conv: x, w and b, each only when wanted
+                slots = iter(own)
+                needs = (below[i], *[t is not None and bool(next(slots)) for t in step.tensors])
+                with device_scope(plan.device) if plan.scoped else eager._NOTHING:
+                    results = plan.backward(ctx.residuals[i], (d,), *plan.static, needs=needs)
+            else:
+                with device_scope(plan.device) if plan.scoped else eager._NOTHING:
+                    results = plan.backward(ctx.residuals[i], (d,), *plan.static)
+            if type(results) is not tuple:
+                results = (results,)
+            for j, (path, flag) in enumerate(zip(plan.gradients[1:], own)):
+                if path is not None and flag:
+                    grads[step.first + j] = eager._gradient(eager._pick(results, path))
+            x_path = plan.gradients[0]
+            d = eager._pick(results, x_path) if below[i] and x_path is not None else None
+        dx = to_tensor(d) if flags[1] and d is not None else None
+        return (None, dx, *grads)
+
+
+def _given(step: Step) -> int:
+    return sum(t is not None for t in step.tensors)
+
+
+_SEQUENCE = type("dnnbind_sequence", (_Sequence,), {})
+#: its apply below torch.autograd.Function.apply, as eager's (see eager._EAGER_APPLY): plan_run's callers
+#: admit no functorch transform, and the Function has no setup_context
+_SEQUENCE_APPLY = super(torch.autograd.Function, _SEQUENCE).apply  # type: ignore[misc]

@@ -1,0 +1,217 @@
+"""dnnbind.torch.nn.Sequential: consecutive dnnbind layers as one autograd node, with exactly the results,
+gradients and state updates of the same layers run one by one, and the layers one by one wherever
+something could see the difference (hooks, subclasses, unplanned calls, unbatched input, tracers)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from dnnbind.torch import fused
+from dnnbind.torch import nn as dnn
+from dnnbind.torch.sequential import FUSABLE, Sequential
+
+SEQUENCE = "dnnbind_sequenceBackward"
+
+
+def _per_layer(model: Sequential) -> torch.nn.Sequential:
+    """The same layers (copies) in torch's own container, which calls them one by one."""
+    twin = copy.deepcopy(model)
+    twin.__class__ = torch.nn.Sequential
+    return twin
+
+
+def _step(model: torch.nn.Module, x: torch.Tensor, seed: int) -> tuple:
+    """(output, x's gradient, the parameters' gradients) of one forward and backward."""
+    model.zero_grad(set_to_none=True)
+    x = x.detach().requires_grad_(x.requires_grad)
+    out = model(x)
+    cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    out.backward(cotangent)
+    return out.detach(), x.grad, [None if p.grad is None else p.grad.clone() for p in model.parameters()], out.grad_fn
+
+
+@pytest.fixture
+def runs(monkeypatch) -> list[int]:
+    """The number of layers of each fused run."""
+    calls: list[int] = []
+    original = fused.run
+    monkeypatch.setattr(fused, "run", lambda steps, x: calls.append(len(steps)) or original(steps, x))
+    return calls
+
+
+MODELS = {
+    "conv-bn-relu-pool": (lambda: dnn.Sequential(dnn.Conv2d(3, 6, 3, padding=1), dnn.BatchNorm2d(6), dnn.ReLU(),
+                                                 dnn.MaxPool2d(2), dnn.Conv2d(6, 4, 3, stride=2, padding=1),
+                                                 dnn.BatchNorm2d(4), dnn.Tanh()), (4, 3, 10, 10), 7),
+    "1d": (lambda: dnn.Sequential(dnn.Conv1d(2, 4, 3, padding="same", bias=False), dnn.BatchNorm1d(4, momentum=0.3),
+                                  dnn.LeakyReLU(0.2), dnn.AvgPool1d(2, ceil_mode=True), dnn.ELU(0.5),
+                                  dnn.Softmax(dim=1)), (3, 2, 9), 6),
+    "3d": (lambda: dnn.Sequential(dnn.Conv3d(2, 3, 2, dilation=1, groups=1), dnn.SiLU(), dnn.MaxPool3d(2, ceil_mode=True),
+                                  dnn.Sigmoid(), dnn.AvgPool3d(1), dnn.ReLU6(), dnn.Hardtanh(0.0, 0.5),
+                                  dnn.LogSoftmax(dim=1)), (2, 2, 5, 5, 5), 8),
+    "grouped": (lambda: dnn.Sequential(dnn.Conv2d(4, 4, 3, groups=4), dnn.BatchNorm2d(4, track_running_stats=False),
+                                       dnn.ReLU(), dnn.Conv2d(4, 2, 1)), (2, 4, 6, 6), 4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_fused_run_equals_the_layers_one_by_one(name, dtype, runs):
+    make, shape, layers = MODELS[name]
+    torch.manual_seed(0)
+    model = make().to(dtype)
+    twin = _per_layer(model)
+    x = torch.randn(shape, dtype=dtype, requires_grad=True)
+    for step in range(3):                      # the first call plans, the later ones run fused
+        ours, theirs = _step(model, x, step), _step(twin, x, step)
+        for a, b in zip(ours[:3], theirs[:3]):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)     # the same backend calls: bit for bit
+        assert (type(ours[3]).__name__ == SEQUENCE) == (step > 0)
+        for (key, a), b in zip(model.state_dict().items(), twin.state_dict().values()):
+            assert torch.equal(a, b), key      # running statistics and num_batches_tracked too
+    assert runs == [layers, layers]
+
+
+def test_frozen_parameters_and_inputs_without_gradient_get_none(runs):
+    torch.manual_seed(0)
+    model = dnn.Sequential(dnn.Conv2d(2, 3, 3), dnn.BatchNorm2d(3), dnn.ReLU(), dnn.Conv2d(3, 2, 3))
+    model[0].weight.requires_grad_(False)
+    model[1].bias.requires_grad_(False)
+    twin = _per_layer(model)
+    x = torch.randn(2, 2, 8, 8)                 # no gradient for x
+    for step in range(2):
+        ours, theirs = _step(model, x, step), _step(twin, x, step)
+        assert ours[1] is None and theirs[1] is None
+        for a, b in zip(ours[2], theirs[2]):
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert torch.equal(a, b)
+    assert [p.grad is None for p in model.parameters()] == [True, False, False, True, False, False]
+    assert runs == [4]
+
+
+def test_only_the_gradients_asked_for_are_computed(runs):
+    """torch.autograd.grad for one parameter in the middle: the steps before it are not run backward."""
+    torch.manual_seed(0)
+    model = dnn.Sequential(dnn.Conv2d(2, 3, 3), dnn.ReLU(), dnn.Conv2d(3, 3, 3), dnn.ReLU())
+    x = torch.randn(1, 2, 9, 9, requires_grad=True)
+    model(x)
+    out = model(x)
+    assert type(out.grad_fn).__name__ == SEQUENCE
+    (dw,) = torch.autograd.grad(out.sum(), [model[2].weight])
+    twin = _per_layer(model)
+    (expected,) = torch.autograd.grad(twin(x).sum(), [twin[2].weight])
+    assert torch.equal(dw, expected)
+
+
+def test_eval_mode_and_no_grad_run_fused_without_saving(runs):
+    torch.manual_seed(0)
+    model = dnn.Sequential(dnn.Conv2d(3, 4, 3), dnn.BatchNorm2d(4), dnn.ReLU(), dnn.MaxPool2d(2)).eval()
+    twin = _per_layer(model)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        for _ in range(2):
+            out = model(x)
+            assert out.grad_fn is None and torch.equal(out, twin(x))
+    assert runs == [4]
+    assert int(model[1].num_batches_tracked) == 0
+
+
+def test_a_second_derivative_is_refused_and_a_retained_graph_runs_backward_again():
+    model = dnn.Sequential(dnn.Conv2d(1, 2, 3), dnn.Tanh())
+    x = torch.randn(1, 1, 5, 5, requires_grad=True)
+    model(x)
+    out = model(x)
+    assert type(out.grad_fn).__name__ == SEQUENCE
+    first = torch.autograd.grad(out.sum(), [x, model[0].weight], retain_graph=True)
+    again = torch.autograd.grad(out.sum(), [x, model[0].weight], retain_graph=True)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    v = torch.ones_like(out, requires_grad=True)
+    (dx,) = torch.autograd.grad(out, x, grad_outputs=v, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        dx.sum().backward()
+
+
+def _fused_twice(model: torch.nn.Module, x: torch.Tensor) -> bool:
+    """Whether the second call ran a fused node."""
+    model(x)
+    return type(model(x).grad_fn).__name__ == SEQUENCE
+
+
+def test_hooks_on_a_layer_or_global_ones_run_the_layers_one_by_one():
+    x = torch.randn(1, 1, 6, 6, requires_grad=True)
+    model = dnn.Sequential(dnn.Conv2d(1, 2, 3), dnn.ReLU(), dnn.MaxPool2d(2))
+    seen: list[str] = []
+    handle = model[1].register_forward_hook(lambda m, i, o: seen.append("relu"))
+    assert not _fused_twice(model, x) and seen == ["relu", "relu"]
+    handle.remove()
+    handle = model[1].register_full_backward_hook(lambda m, gi, go: None)
+    assert not _fused_twice(model, x)
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, i: seen.append(type(m).__name__))
+    try:
+        assert not _fused_twice(model, x) and "Conv2d" in seen
+    finally:
+        handle.remove()
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        assert not _fused_twice(model, x)
+    assert _fused_twice(model, x)
+
+
+def test_subclasses_replaced_forwards_and_other_modules_split_the_runs(runs):
+    class MyReLU(dnn.ReLU):
+        def forward(self, input):
+            return super().forward(input) * 2
+
+    x = torch.randn(1, 1, 8, 8, requires_grad=True)
+    model = dnn.Sequential(dnn.Conv2d(1, 2, 3), dnn.ReLU(), MyReLU(), dnn.Conv2d(2, 2, 3), dnn.Dropout(0.0),
+                           dnn.Conv2d(2, 1, 1), dnn.Sigmoid(), torch.nn.Flatten(), dnn.ReLU())
+    model[3].forward = lambda input: torch.zeros(1)          # an instance's own forward: never skipped
+    with pytest.raises(ValueError, match="got input of shape"):
+        model(x)                                             # (zeros(1) does not fit the next conv)
+    del model[3].forward
+    twin = _per_layer(model)
+    model(x)
+    runs.clear()
+    torch.testing.assert_close(model(x), twin(x), rtol=0, atol=0)
+    assert runs == [2, 2]                                    # conv-relu, conv-sigmoid
+    assert len(FUSABLE) == 22
+
+
+def test_unplanned_calls_and_unbatched_input_run_one_by_one(runs):
+    torch.manual_seed(0)
+    model = dnn.Sequential(dnn.Conv2d(1, 2, 3), dnn.BatchNorm2d(2), dnn.ReLU())
+    model(torch.randn(2, 1, 6, 6))
+    twin = _per_layer(model)
+    model.eval()                                   # another batch norm call: planned by this first call
+    twin.eval()
+    x = torch.randn(2, 1, 6, 6)
+    assert torch.equal(model(x), twin(x)) and runs == []
+    assert torch.equal(model(x), twin(x)) and runs == [3]
+    other = torch.randn(3, 1, 7, 7)                # another shape: planned first
+    assert torch.equal(model(other), twin(other)) and runs == [3]
+    flat = dnn.Sequential(dnn.Conv1d(1, 2, 3), dnn.ReLU())
+    one = torch.randn(1, 7)                        # one unbatched sample: the layers' own forward
+    flat(one)
+    assert flat(one).shape == (2, 5) and runs == [3]
+
+
+def test_the_cumulative_average_runs_one_by_one_and_counts(runs):
+    model = dnn.Sequential(dnn.Conv2d(1, 2, 3), dnn.BatchNorm2d(2, momentum=None), dnn.ReLU())
+    twin = _per_layer(model)
+    x = torch.randn(2, 1, 5, 5)
+    for _ in range(3):
+        assert torch.equal(model(x), twin(x))
+    assert runs == [] and int(model[1].num_batches_tracked) == 3
+    assert torch.equal(model[1].running_mean, twin[1].running_mean)
+
+
+def test_it_is_torchs_container_with_the_same_state_dict_and_repr():
+    ours = dnn.Sequential(dnn.Conv2d(1, 2, 3), dnn.ReLU())
+    theirs = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU())
+    assert isinstance(ours, torch.nn.Sequential) and repr(ours) == repr(theirs)
+    theirs.load_state_dict(ours.state_dict())
+    ours.load_state_dict(theirs.state_dict())
+    assert type(ours[0:1]) is Sequential and list(ours.state_dict()) == list(theirs.state_dict())

@@ -25,7 +25,7 @@ from dnnbind.highlevel.grad_mode import saving, saving_residuals
 from dnnbind.highlevel.residual import FORMS, SKIPPABLE
 from dnnbind.torch import library
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
-from dnnbind.torch.library import _constant, _encode, _map, _saves, encode, flatten
+from dnnbind.torch.library import BLAS_OPS, _constant, _encode, _map, _pick, _saves, encode, flatten
 
 Tensor = torch.Tensor
 
@@ -42,14 +42,14 @@ class Plan:
         self.op, self.sig, self.params, self.reals = op, sig, params, reals
         self.forward, self.backward, self.static, self.device = sig.forward, sig.backward, sig.static, sig.device
         # whether the call needs its device scope: on the CPU only the ops that call numpy's BLAS
-        self.scoped = self.device.type != "cpu" or op in BLAS_OPS
+        self.scoped = sig.scoped
         slots = sig.p["slots"]
         # the general mapping for rnn's nested weights and dropout's seed tensor (no array of the op's)
         self.nested = op == "dropout" or any(isinstance(s, list) for s in slots)
         # FORMS array -> its index in (x, *others), None where not given (flat ops)
         counter = iter(range(1, 1 + len(others)))
         self.positions = (0, *[next(counter) if s else None for s in slots])
-        self.gradients = _gradient_paths(op, slots)
+        self.gradients = sig.gradients
         # conv and conv_transpose: the inputs x, w, b (b None when not given) whose gradients are optional
         self.skip = (0, 1, 2 if slots[1] else None) if op in SKIPPABLE else None
         self.statistics = op == "batchnorm" and bool(sig.static[0])
@@ -62,34 +62,6 @@ class Plan:
             return self.sig.tensors(x, others)
         inputs = (x, *others)
         return [None if i is None else inputs[i] for i in self.positions]
-
-
-def _gradient_paths(op: str, slots: Sequence[Any]) -> tuple[tuple[int, ...] | None, ...]:
-    """Per input (x, then others in flatten order): where its gradient is among the backward's results (an
-    index, then indices into a nested one: rnn's dweights), or None for an input without one."""
-    form = FORMS[op]
-    paths: list[tuple[int, ...] | None] = []
-
-    def walk(slot: Any, path: tuple[int, ...] | None) -> None:
-        if isinstance(slot, list):
-            for i, s in enumerate(slot):
-                walk(s, None if path is None else (*path, i))
-        elif slot:
-            paths.append(path)
-
-    for name, slot in zip(form.arrays, (1, *slots)):
-        gradient = f"d{name}"
-        walk(slot, (form.gradients.index(gradient),) if gradient in form.gradients else None)
-    if op == "dropout":                      # its seed tensor, the last of others, has no gradient
-        paths.append(None)
-    return tuple(paths)
-
-
-def _pick(grads: tuple, path: tuple[int, ...]) -> Any:
-    value: Any = grads
-    for i in path:
-        value = value[i] if value is not None else None
-    return value
 
 
 class _Eager(torch.autograd.Function):      # subclassed once per op below, so grad_fn names the op
@@ -171,9 +143,6 @@ def _gradient(value: Any) -> Tensor | None:
     return None if value is None else to_tensor(value)
 
 
-#: ops whose reference backend calls numpy's BLAS, which dnnbind.torch holds to one thread around them
-#: (see convert.device_scope); the others need no scope on the CPU
-BLAS_OPS = frozenset({"conv", "conv_transpose", "rnn"})
 _NOTHING = contextlib.nullcontext()
 
 

@@ -21,6 +21,7 @@ gradient registered (``register_autograd``) through the backward op, so ``torch.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -135,6 +136,34 @@ def _differentiable(op: str) -> list[bool]:
     return [f"d{name}" in form.gradients for name in form.arrays]
 
 
+def _gradient_paths(op: str, slots: Sequence[Any]) -> tuple[tuple[int, ...] | None, ...]:
+    """Per input (x, then others in flatten order): where its gradient is among the backward's results (an
+    index, then indices into a nested one: rnn's dweights), or None for an input without one."""
+    form = FORMS[op]
+    paths: list[tuple[int, ...] | None] = []
+
+    def walk(slot: Any, path: tuple[int, ...] | None) -> None:
+        if isinstance(slot, list):
+            for i, s in enumerate(slot):
+                walk(s, None if path is None else (*path, i))
+        elif slot:
+            paths.append(path)
+
+    for name, slot in zip(form.arrays, (1, *slots)):
+        gradient = f"d{name}"
+        walk(slot, (form.gradients.index(gradient),) if gradient in form.gradients else None)
+    if op == "dropout":                      # its seed tensor, the last of others, has no gradient
+        paths.append(None)
+    return tuple(paths)
+
+
+def _pick(grads: tuple, path: tuple[int, ...]) -> Any:
+    value: Any = grads
+    for i in path:
+        value = value[i] if value is not None else None
+    return value
+
+
 # -- dtypes and devices ---------------------------------------------------------------------------
 
 _TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
@@ -199,16 +228,23 @@ def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
     """The custom op's forward: outputs and residuals as tensors. Residuals are always saved (also inside
     dnnbind.no_grad()): the op's outputs must have the shapes its fake kernel reports. Batch norm's running
     statistics are updated in copies that come back as outputs (the op mutates none of its inputs)."""
-    with device_scope(x.device), saving_residuals(True):
-        sig = _signature(op, x, others, params, reals)
-        tensors = sig.tensors(x, others)
-        if op == "batchnorm":
-            tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
+    sig = _signature(op, x, others, params, reals)
+    tensors = sig.tensors(x, others)
+    if op == "batchnorm":
+        tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
+    with device_scope(x.device) if sig.scoped else _NOTHING, saving_residuals(True):
         result, residuals = sig.forward(*_map(to_array, tensors), *sig.static)
-        outputs = [to_tensor(r) for r in (result if isinstance(result, tuple) else (result,)) if r is not None]
-        if op == "batchnorm":
-            outputs += [t for t in tensors[3:5] if t is not None]
-        return outputs, [to_tensor(r) for r in residuals]
+    outputs = [to_tensor(r) for r in (result if type(result) is tuple else (result,)) if r is not None]
+    if op == "batchnorm":
+        outputs += [t for t in tensors[3:5] if t is not None]
+    return outputs, [to_tensor(r) for r in residuals]
+
+
+_NOTHING = contextlib.nullcontext()
+
+#: ops whose reference backend calls numpy's BLAS, which dnnbind.torch holds to one thread around them
+#: (see convert.device_scope); the others need no scope on the CPU
+BLAS_OPS = frozenset({"conv", "conv_transpose", "rnn"})
 
 
 class _Signature:
@@ -217,7 +253,8 @@ class _Signature:
     (checked once, as the public ops' plans are), and what the autograd setup records. Built by the first
     such call; a repeated call (a training loop's) finds it by one dictionary lookup."""
 
-    __slots__ = ("op", "p", "device", "static", "forward", "backward", "record", "cached", "plan")
+    __slots__ = ("op", "p", "device", "static", "forward", "backward", "record", "cached", "plan", "scoped",
+                 "positions", "gradients")
 
     def __init__(self, op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
                  tensors: list[Any], kwargs: dict[str, Any]) -> None:
@@ -229,10 +266,23 @@ class _Signature:
         self.record = _call_record(op, x, others, self.p, reals)
         self.cached = False        # whether _signature remembers it (a dropout call with a seed: no)
         self.plan: Any = None      # the eager path's Plan on it (dnnbind.torch.eager)
+        # whether a call needs its device scope: on the CPU only the ops that call numpy's BLAS
+        self.scoped = x.device.type != "cpu" or op in BLAS_OPS
+        slots = self.p["slots"]
+        # FORMS array -> its index in (x, *others), None where not given; None for rnn's nested weights
+        # and dropout's seed tensor (no array of the op's), which take the general mapping
+        self.positions: tuple[int | None, ...] | None = None
+        if op != "dropout" and not any(isinstance(s, list) for s in slots):
+            counter = iter(range(1, 1 + len(others)))
+            self.positions = (0, *[next(counter) if s else None for s in slots])
+        self.gradients = _gradient_paths(op, slots)
 
     def tensors(self, x: Tensor, others: Sequence[Tensor]) -> list[Any]:
         """x and others in FORMS order (None where not given; dropout's seed tensor left out)."""
-        return _forms_arrays(self.op, x, others, self.p["slots"])[0]
+        if self.positions is None:
+            return _forms_arrays(self.op, x, others, self.p["slots"])[0]
+        inputs = (x, *others)
+        return [None if i is None else inputs[i] for i in self.positions]
 
 
 def _signature(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> _Signature:
@@ -285,22 +335,6 @@ def _backward_arguments(op: str, p: dict[str, Any], reals: Sequence[float]) -> t
     return _arguments(op, specs[0], specs[1:], p, [float(r) for r in reals])
 
 
-def _gradient_leaves(op: str, grads: Any, arrays: list[Any]) -> list[Any]:
-    """The backend's gradients as one per given differentiable array, in flatten order."""
-    form = FORMS[op]
-    grads = grads if isinstance(grads, tuple) else (grads,)
-    by_name = dict(zip(form.gradients, grads))
-    wanted = [by_name.get(f"d{name}") if diff else None
-              for name, diff in zip(form.arrays, _differentiable(op))]
-    out: list[Any] = []
-    for grad, given, diff in zip(wanted, arrays, _differentiable(op)):
-        if isinstance(given, list):
-            out += [g for g, a in zip(_leaves(grad), _leaves(given)) if a is not None]
-        elif given is not None and diff:
-            out.append(grad)          # None where the backward skipped it (params' "needs")
-    return out
-
-
 def _leaves(tree: Any) -> list[Any]:
     if isinstance(tree, (list, tuple)) and not isinstance(tree, ArraySpec):
         return [leaf for t in tree for leaf in _leaves(t)]
@@ -309,8 +343,8 @@ def _leaves(tree: Any) -> list[Any]:
 
 def _backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,
               reals: Sequence[float]) -> list[Tensor]:
-    given, needs, static, arrays, device, backward = _backward_call(op, params, reals)
-    return _run_backward(op, residuals, cotangents, given, needs, static, arrays, device, backward)
+    given, needs, static, paths, scope, backward = _backward_call(op, params, reals)
+    return _run_backward(op, residuals, cotangents, given, needs, static, paths, scope, backward)
 
 
 def _backward_call(op: str, params: str, reals: Sequence[float]) -> tuple:
@@ -326,7 +360,11 @@ def _backward_call(op: str, params: str, reals: Sequence[float]) -> tuple:
     device = torch.device(p["device"])
     with device_scope(device):
         static = _static(op, arrays, kwargs, params, reals)
-    call = (p["given"], p.get("needs"), static, arrays, device, backend_function(_backend(device), f"{op}_backward"))
+    # where each gradient the op returns (one per given differentiable array) is among the backend's
+    paths = tuple(path for path in _gradient_paths(op, p["slots"]) if path is not None)
+    scoped = device.type != "cpu" or op in BLAS_OPS
+    call = (p["given"], p.get("needs"), static, paths, device if scoped else None,
+            backend_function(_backend(device), f"{op}_backward"))
     if len(_BACKWARD_CALLS) >= _SIGNATURES_MAX:
         _BACKWARD_CALLS.clear()
     _BACKWARD_CALLS[key] = call
@@ -338,18 +376,22 @@ _BACKWARD_CALLS: dict[tuple, tuple] = {}
 
 
 def _run_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], given: Sequence[bool],
-                  needs: Sequence[bool] | None, static: tuple, arrays: list[Any], device: torch.device,
-                  backward: Any) -> list[Tensor]:
+                  needs: Sequence[bool] | None, static: tuple, paths: tuple[tuple[int, ...], ...],
+                  scope: torch.device | None, backward: Any) -> list[Tensor]:
     """The backend's ``backward`` on the given cotangents; one gradient per given differentiable array
-    (``arrays``: the forward's FORMS arrays as ArraySpecs); where ``needs`` skipped one, an empty tensor
-    (the custom op returns tensors only)."""
-    with device_scope(device):
-        it = iter([to_array(c) for c in cotangents])
-        cts = tuple(next(it) if flag else None for flag in given)
-        options = {"needs": tuple(needs)} if needs is not None else {}
-        grads = backward(tuple(to_array(r) for r in residuals), cts, *static, **options)
-        like = cotangents[0]
-        return [like.new_empty((0,)) if g is None else to_tensor(g) for g in _gradient_leaves(op, grads, arrays)]
+    (``paths``: where each is among the backend's results); where ``needs`` skipped one, an empty tensor
+    (the custom op returns tensors only). ``scope``: the device whose scope the call needs, or None."""
+    it = iter([to_array(c) for c in cotangents])
+    cts = tuple([next(it) if flag else None for flag in given])
+    saved = tuple([to_array(r) for r in residuals])
+    with device_scope(scope) if scope is not None else _NOTHING:
+        grads = (backward(saved, cts, *static) if needs is None
+                 else backward(saved, cts, *static, needs=tuple(needs)))
+    if type(grads) is not tuple:
+        grads = (grads,)
+    like = cotangents[0]
+    picked = [_pick(grads, path) for path in paths]
+    return [like.new_empty((0,)) if g is None else to_tensor(g) for g in picked]
 
 
 def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,

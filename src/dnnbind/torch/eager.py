@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor_hooks
 from torch._C._functorch import is_functorch_wrapped_tensor
@@ -168,19 +169,25 @@ def _statistics_written(tensors: Sequence[Tensor | None], arrays: Sequence[Any])
     """After batch norm's forward updated the running statistics' arrays: a tensor the array shares
     memory with gets its version counter bumped (autograd sees the change, as after torch's in-place
     update), one that was copied (not contiguous) gets the new values copied back."""
+    shared = []
     for t, a in zip(tensors, arrays):
         if t is None:
             continue
         if _shares_memory(t, a):
-            torch.autograd.graph.increment_version(t)
+            shared.append(t)
         else:
             with torch.no_grad():
                 t.copy_(to_tensor(a))
+    if shared:
+        _increment_version(tuple(shared))      # (torch.autograd.graph.increment_version, for a tuple)
+
+
+_increment_version = torch._C._increment_version
 
 
 def _shares_memory(t: Tensor, a: Any) -> bool:
     """Whether the array :func:`to_array` gave for ``t`` is a view of its memory, not a copy."""
-    address = a.ctypes.data if hasattr(a, "ctypes") else a.data.ptr
+    address = a.__array_interface__["data"][0] if type(a) is np.ndarray else a.data.ptr
     return bool(address == t.data_ptr())
 
 

@@ -26,7 +26,7 @@ from dnnbind.highlevel.grad_mode import saving, saving_residuals
 from dnnbind.highlevel.residual import FORMS, SKIPPABLE
 from dnnbind.torch import library
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
-from dnnbind.torch.library import BLAS_OPS, _constant, _encode, _map, _pick, _saves, encode, flatten
+from dnnbind.torch.library import BLAS_OPS, _encode, _map, _pick
 
 Tensor = torch.Tensor
 
@@ -288,13 +288,7 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
     """Run op on x and the op's other FORMS arrays (tensors, None, or rnn's nested weights) with the public
     op's keyword arguments, eagerly or as the registered custom op; returns the op's non-None outputs.
     A plain eager call leaves its plan for :func:`planned` to find."""
-    others, slots = flatten(arrays)
-    # float settings (p, eps, momentum, alpha) travel as the op's float arguments: torch.compile may trace
-    # a layer's float attribute as a symbolic value, which cannot be part of the params text
-    reals = {k: v for k, v in kwargs.items() if isinstance(v, (float, torch.SymFloat))}
-    compiling = torch.compiler.is_compiling()
-    args = {k: _constant(v) if compiling else v for k, v in kwargs.items() if k not in reals}
-    params = encode(args=args, reals=list(reals), slots=slots, saves=_saves(x.device.type))
+    others, params, reals = library.op_params(op, x.device.type, arrays, kwargs)
     if not _plain_eager(x, others):
         outputs, _ = getattr(torch.ops.dnnbind, op)(x, others, params, list(reals.values()))
         return outputs

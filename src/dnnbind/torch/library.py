@@ -313,17 +313,38 @@ _SIGNATURES_MAX = 1024
 
 def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
                   reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
+    shapes, saved, tensors = result_specs(op, x, others, params, reals)
+    outputs = [x.new_empty(shape, dtype=torch.int64 if output_dtype(op, i, None) is not None else x.dtype)
+               for i, shape in enumerate(shapes) if shape is not None]
+    if op == "batchnorm":
+        outputs += [t.new_empty(t.shape) for t in tensors[3:5] if t is not None]
+    return outputs, [x.new_empty(s.shape, dtype=torch_dtype(s.dtype)) for s in saved]
+
+
+def result_specs(op: str, x: Any, others: Sequence[Any], params: str,
+                 reals: Sequence[float]) -> tuple[list[Any], tuple[ArraySpec, ...], list[Any]]:
+    """(the op's result shapes, None where a result is not returned; its residuals as ArraySpecs; x and
+    others in FORMS order) for tensors or anything with their shape, dtype and device: computed, not run."""
     p = decode(params)
     tensors, kwargs = _arguments(op, x, list(others), p, [float(r) for r in reals])
     specs = _map(_spec, tensors)
     static = _static(op, specs, kwargs, params, reals)
     shapes = RULES[op]((*specs, *static))[0]
-    outputs = [x.new_empty(shape, dtype=torch.int64 if output_dtype(op, i, None) is not None else x.dtype)
-               for i, shape in enumerate(shapes) if shape is not None]
-    if op == "batchnorm":
-        outputs += [t.new_empty(t.shape) for t in tensors[3:5] if t is not None]
     saved = backend_function(_backend(x.device), f"{op}_residuals")(*specs, *static)
-    return outputs, [x.new_empty(s.shape, dtype=torch_dtype(s.dtype)) for s in saved]
+    return list(shapes), tuple(saved), tensors
+
+
+def op_params(op: str, device_type: str, arrays: Sequence[Any],
+              kwargs: dict[str, Any]) -> tuple[list[Any], str, dict[str, Any]]:
+    """(others, params, reals) of a custom op call: the arrays after x flattened (None left out), the
+    params text and the float settings by name. Float settings (p, eps, momentum, alpha) travel as the
+    op's float arguments: torch.compile may trace a layer's float attribute as a symbolic value, which
+    cannot be part of the params text."""
+    others, slots = flatten(arrays)
+    reals = {k: v for k, v in kwargs.items() if isinstance(v, (float, torch.SymFloat))}
+    compiling = torch.compiler.is_compiling()
+    args = {k: _constant(v) if compiling else v for k, v in kwargs.items() if k not in reals}
+    return others, encode(args=args, reals=list(reals), slots=slots, saves=_saves(device_type)), reals
 
 
 # -- the backward op ------------------------------------------------------------------------------

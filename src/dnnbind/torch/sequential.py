@@ -6,8 +6,9 @@ earlier call (the first call runs them one by one and leaves the plans) runs thr
 :mod:`dnnbind.torch.fused`, with the results and gradients of the layers' own calls. Whatever could see
 the difference takes the layers one by one: hooks on a layer (forward, pre-forward, backward) or
 global module hooks, saved-tensor hooks, a forward replaced on an instance, a subclass of a layer,
-torch.compile, torch.export and other tracers, torch.func transforms, dispatch modes, tensor
-subclasses, and tensors off the CPU (the GPU path is not verified on a device yet).
+torch.func transforms, dispatch modes, tensor subclasses, and tensors off the CPU (the GPU path is not
+verified on a device yet). While torch.compile or torch.export traces, such a run (planned or not) is
+one ``dnnbind::sequence`` custom op (:mod:`dnnbind.torch.sequence_op`) instead of two per layer.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 from torch.nn.modules import module as _module
 
-from dnnbind.torch import eager, fused
+from dnnbind.torch import eager, fused, sequence_op
 from dnnbind.torch.convolution import Conv1d, Conv2d, Conv3d
 from dnnbind.torch.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d
 from dnnbind.torch.pointwise import (ELU, Hardtanh, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, SiLU, Softmax,
@@ -43,8 +44,7 @@ class Sequential(nn.Sequential):
     """torch.nn.Sequential; consecutive dnnbind layers run as one autograd node (see the module's doc)."""
 
     def forward(self, input: Any) -> Any:
-        if torch.compiler.is_compiling():
-            return super().forward(input)
+        compiling = torch.compiler.is_compiling()
         modules = list(self._modules.values())
         x, i = input, 0
         while i < len(modules):
@@ -55,7 +55,7 @@ class Sequential(nn.Sequential):
                 x = modules[i](x)
                 i += 1
                 continue
-            x = _run(modules[i:end], x)
+            x = _traced_run(modules[i:end], x) if compiling else _run(modules[i:end], x)
             i = end
         return x
 
@@ -75,6 +75,20 @@ def _run(layers: list[nn.Module], x: Any) -> Any:
             x = layer(x)
         return x
     return fused.run(steps, x)
+
+
+def _traced_run(layers: list[nn.Module], x: Any) -> Any:
+    """``layers`` on x while torch.compile or torch.export traces: one ``dnnbind::sequence`` op
+    (:mod:`dnnbind.torch.sequence_op`) when every layer's call is one, else the layers one by one."""
+    fusions = None
+    if isinstance(x, torch.Tensor):
+        shape = tuple(x.shape)
+        fusions = [layer._fusion(shape) for layer in layers]      # type: ignore[operator]
+    if fusions is None or not all(f is not None for f in fusions):
+        for layer in layers:
+            x = layer(x)
+        return x
+    return sequence_op.run(fusions, x)                            # type: ignore[arg-type]
 
 
 def _fusable_input(x: Any) -> bool:

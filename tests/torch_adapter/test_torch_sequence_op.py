@@ -1,0 +1,99 @@
+"""dnnbind::sequence and dnnbind::sequence_backward: a run of layers as one custom op pair, for
+torch.compile and torch.export (dnnbind.torch.nn.Sequential calls them while tracing)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dnnbind.torch import nn as dnn
+from dnnbind.torch import sequence_op
+
+
+def _layers(name: str) -> torch.nn.Sequential:
+    torch.manual_seed(0)
+    if name == "train":
+        return dnn.Sequential(dnn.Conv2d(3, 4, 3, padding=1), dnn.BatchNorm2d(4), dnn.ReLU(), dnn.MaxPool2d(2),
+                              dnn.Conv2d(4, 2, 1, bias=False), dnn.LeakyReLU(0.1)).double()
+    return dnn.Sequential(dnn.Conv1d(2, 3, 3), dnn.BatchNorm1d(3), dnn.Tanh(), dnn.AvgPool1d(2),
+                          dnn.Softmax(dim=1)).double().eval()
+
+
+SHAPES = {"train": (2, 3, 6, 6), "eval": (3, 2, 9)}
+
+
+def _call(name: str) -> tuple:
+    model = _layers(name)
+    x = torch.randn(SHAPES[name], dtype=torch.float64, requires_grad=True)
+    fusions = [layer._fusion(tuple(x.shape)) for layer in model]
+    return model, x, (x, *sequence_op.arguments(fusions, "cpu"))
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_opcheck_passes_for_the_sequence_op_and_it_equals_the_layers(name):
+    model, x, args = _call(name)
+    torch.library.opcheck(torch.ops.dnnbind.sequence, args)
+    outputs, _ = torch.ops.dnnbind.sequence(*args)
+    twin = _layers(name)
+    twin.__class__ = torch.nn.Sequential            # the layers one by one
+    torch.testing.assert_close(outputs[0], twin(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("frozen", [(), ("x",), ("x", "0.weight", "0.bias", "1.weight")])
+def test_opcheck_passes_for_the_sequence_backward_op(monkeypatch, frozen):
+    """The backward op as the autograd formula calls it: every gradient, none for x, or only the last
+    steps' (the steps before them do not run)."""
+    model, x, args = _call("train")
+    params = dict(model.named_parameters())
+    for name in frozen:
+        (x if name == "x" else params[name]).requires_grad_(False)
+    calls = []
+    original = sequence_op._backward_op
+    monkeypatch.setattr(sequence_op, "_backward_op", lambda *a: calls.append(a) or original(*a))
+    outputs, _ = torch.ops.dnnbind.sequence(*args)
+    outputs[0].square().sum().backward()
+    (residuals, cotangents, back_params, reals), = calls
+    torch.library.opcheck(torch.ops.dnnbind.sequence_backward, ([r.detach() for r in residuals],
+                                                                [c.detach() for c in cotangents], back_params, reals))
+    twin = _layers("train")
+    twin.__class__ = torch.nn.Sequential
+    for p, q in zip(twin.parameters(), model.parameters()):
+        p.requires_grad_(q.requires_grad)
+    xt = x.detach().requires_grad_(x.requires_grad)
+    twin(xt).square().sum().backward()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert (p.grad is None) == (q.grad is None), name
+        if p.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+    assert (x.grad is None) == ("x" in frozen)
+
+
+def test_export_captures_a_sequential_as_one_op_per_run():
+    model = _layers("eval")
+    x = torch.randn(SHAPES["eval"], dtype=torch.float64)
+    exported = torch.export.export(model, (x,))
+    targets = [str(node.target) for node in exported.graph.nodes if node.op == "call_function"]
+    assert targets.count("dnnbind.sequence.default") == 1 and not any(".conv." in t for t in targets)
+    torch.testing.assert_close(exported.module()(x), model(x))
+
+
+def test_compile_with_frozen_layers_equals_eager():
+    eager = _layers("train")
+    compiled_model = _layers("train")
+    for model in (eager, compiled_model):
+        model[0].requires_grad_(False)
+    compiled = torch.compile(compiled_model, fullgraph=True)
+    x = torch.randn(SHAPES["train"], dtype=torch.float64)
+    for _ in range(2):
+        outs = []
+        for model in (eager, compiled):
+            model.zero_grad()
+            out = model(x)
+            out.square().sum().backward()
+            outs.append((out.detach(), [p.grad for p in model.parameters()]))
+        torch.testing.assert_close(outs[1][0], outs[0][0])
+        for a, b in zip(outs[1][1], outs[0][1]):
+            assert (a is None) == (b is None)
+            if a is not None:
+                torch.testing.assert_close(a, b)
+    for (name, a), b in zip(eager.state_dict().items(), compiled_model.state_dict().values()):
+        torch.testing.assert_close(b, a, msg=name)

@@ -229,15 +229,25 @@ def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
     dnnbind.no_grad()): the op's outputs must have the shapes its fake kernel reports. Batch norm's running
     statistics are updated in copies that come back as outputs (the op mutates none of its inputs)."""
     sig = _signature(op, x, others, params, reals)
-    tensors = sig.tensors(x, others)
-    if op == "batchnorm":
-        tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
-    with device_scope(x.device) if sig.scoped else _NOTHING, saving_residuals(True):
-        result, residuals = sig.forward(*_map(to_array, tensors), *sig.static)
+    with saving_residuals(True):
+        result, statistics, residuals = forward_arrays(sig, to_array(x), others)
     outputs = [to_tensor(r) for r in (result if type(result) is tuple else (result,)) if r is not None]
-    if op == "batchnorm":
-        outputs += [t for t in tensors[3:5] if t is not None]
-    return outputs, [to_tensor(r) for r in residuals]
+    return outputs + statistics, [to_tensor(r) for r in residuals]
+
+
+def forward_arrays(sig: _Signature, x: Any, others: Sequence[Tensor]) -> tuple[Any, list[Tensor], tuple]:
+    """(the backend's results, batch norm's updated running statistics as new tensors, its residuals) of
+    the op of ``sig`` on the array ``x`` and the tensors ``others``. Batch norm updates copies of the
+    running statistics: the op mutates none of its inputs."""
+    tensors = sig.tensors(x, others)
+    statistics: list[Tensor] = []
+    if sig.op == "batchnorm":
+        tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
+        statistics = [t for t in tensors[3:5] if t is not None]
+    arrays = [x, *_map(to_array, tensors[1:])]
+    with device_scope(sig.device) if sig.scoped else _NOTHING:
+        result, residuals = sig.forward(*arrays, *sig.static)
+    return result, statistics, residuals
 
 
 _NOTHING = contextlib.nullcontext()
@@ -404,15 +414,21 @@ def _run_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Ten
     (the custom op returns tensors only). ``scope``: the device whose scope the call needs, or None."""
     it = iter([to_array(c) for c in cotangents])
     cts = tuple([next(it) if flag else None for flag in given])
-    saved = tuple([to_array(r) for r in residuals])
+    picked = backward_arrays(tuple([to_array(r) for r in residuals]), cts, needs, static, paths, scope, backward)
+    like = cotangents[0]
+    return [like.new_empty((0,)) if g is None else to_tensor(g) for g in picked]
+
+
+def backward_arrays(saved: tuple, cotangents: tuple, needs: Sequence[bool] | None, static: tuple,
+                    paths: tuple[tuple[int, ...], ...], scope: torch.device | None, backward: Any) -> list[Any]:
+    """The backend's ``backward`` on arrays: one gradient array per path (None where ``needs`` skipped
+    it), in the device scope ``scope`` (None: none)."""
     with device_scope(scope) if scope is not None else _NOTHING:
-        grads = (backward(saved, cts, *static) if needs is None
-                 else backward(saved, cts, *static, needs=tuple(needs)))
+        grads = (backward(saved, cotangents, *static) if needs is None
+                 else backward(saved, cotangents, *static, needs=tuple(needs)))
     if type(grads) is not tuple:
         grads = (grads,)
-    like = cotangents[0]
-    picked = [_pick(grads, path) for path in paths]
-    return [like.new_empty((0,)) if g is None else to_tensor(g) for g in picked]
+    return [_pick(grads, path) for path in paths]
 
 
 def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,

@@ -23,8 +23,10 @@ from typing import Any, Sequence
 
 import torch
 
+from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.residual import SKIPPABLE
 from dnnbind.torch import library
+from dnnbind.torch.convert import to_array, to_tensor
 from dnnbind.torch.fused import Fusion
 from dnnbind.torch.library import _encode, decode, encode
 
@@ -75,37 +77,105 @@ def _steps(params: str) -> list[tuple]:
     return out
 
 
-def _chain(forward: Any, x: Tensor, others: Sequence[Tensor], params: str,
-           reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
+def _chain(x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
+    """The real kernel: each step's backend forward on the array the step before returned (nothing in
+    between becomes a tensor)."""
+    h = to_array(x)
+    statistics: list[Tensor] = []
+    residuals: list[Tensor] = []
+    with saving_residuals(True):
+        for sig, o, n_others in _signatures(x, others, params, reals):
+            result, step_statistics, saved = library.forward_arrays(sig, h, others[o:o + n_others])
+            h = result[0] if type(result) is tuple else result
+            statistics += step_statistics
+            residuals += [to_tensor(r) for r in saved]
+    return [to_tensor(h), *statistics], residuals
+
+
+def _signatures(x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> list[tuple]:
+    """Per step (its library._Signature, where its others start, how many): remembered per call
+    signature, like the single ops' (bounded the same way)."""
+    key = (params, tuple([float(r).hex() for r in reals]), x.shape, x.dtype, x.device,
+           *[(t.shape, t.dtype) for t in others])
+    found = _CHAINS.get(key)
+    if found is not None:
+        return found
+    chain = []
+    h: Any = x
+    for op, step_params, o, n_others, r, n_reals in _steps(params):
+        step_others, step_reals = others[o:o + n_others], [float(v) for v in reals[r:r + n_reals]]
+        chain.append((library._signature(op, h, step_others, step_params, step_reals), o, n_others))
+        shapes = library.result_specs(op, h, step_others, step_params, step_reals)[0]
+        h = SimpleNamespace(shape=tuple(shapes[0]), dtype=x.dtype, device=x.device)
+    if len(_CHAINS) >= library._SIGNATURES_MAX:
+        _CHAINS.clear()
+    _CHAINS[key] = chain
+    return chain
+
+
+_CHAINS: dict[tuple, list[tuple]] = {}
+
+
+def _fake_chain(x: Tensor, others: Sequence[Tensor], params: str,
+                reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
+    """The fake kernel: the single ops' fake kernels, chained."""
     h, statistics, residuals = x, [], []
     for op, step_params, o, n_others, r, n_reals in _steps(params):
-        outputs, saved = forward(op, h, others[o:o + n_others], step_params, reals[r:r + n_reals])
+        outputs, saved = library._fake_forward(op, h, others[o:o + n_others], step_params, reals[r:r + n_reals])
         h = outputs[0]
         statistics += outputs[1:]
         residuals += saved
     return [h, *statistics], residuals
 
 
-def _backward_chain(backward: Any, residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,
-                    reals: Sequence[float]) -> list[Tensor]:
-    steps = decode(params)["steps"]
-    starts, s, r = [], 0, 0
-    for _, _, n_residuals, n_reals, _, _ in steps:
-        starts.append((s, r))
-        s, r = s + n_residuals, r + n_reals
+def _backward_steps(params: str) -> list[tuple]:
+    """Per step its fields and where its residuals and reals start."""
+    steps, s, r = [], 0, 0
+    for step in decode(params)["steps"]:
+        steps.append((*step, s, r))
+        s, r = s + step[2], r + step[3]
+    return steps
+
+
+def _walk_back(step: Any, start: Any, finish: Any, residuals: Sequence[Tensor], cotangents: Sequence[Tensor],
+               params: str, reals: Sequence[float]) -> list[Tensor]:
+    """The backward kernels' loop, last step first: ``step(op, its residuals, d, its params, its reals,
+    the cotangent)`` gives (d for the step before, the step's other gradients); ``start`` makes d of the cotangent,
+    ``finish`` the tensor of the last d. The steps before the first one anything wants a gradient of do
+    not run: their gradients are empty placeholders, as the single ops' skipped ones."""
     like = cotangents[0]
-    d: Tensor | None = like
+    d: Any = start(like)
+    steps = _backward_steps(params)
     per_step: list[list[Tensor]] = [[] for _ in steps]
     for i in range(len(steps) - 1, -1, -1):
-        op, step_params, n_residuals, n_reals, n_grads, runs = steps[i]
-        s, r = starts[i]
-        if not runs or d is None:            # nothing before this step wants a gradient
+        op, step_params, n_residuals, n_reals, n_grads, runs, s, r = steps[i]
+        if not runs or d is None:
             per_step[i] = [like.new_empty((0,)) for _ in range(n_grads - 1)]
             d = None
             continue
-        grads = backward(op, residuals[s:s + n_residuals], [d], step_params, reals[r:r + n_reals])
-        d, per_step[i] = grads[0], grads[1:]
-    return [like.new_empty((0,)) if d is None else d] + [g for grads in per_step for g in grads]
+        d, per_step[i] = step(op, residuals[s:s + n_residuals], d, step_params, reals[r:r + n_reals], like)
+    return [like.new_empty((0,)) if d is None else finish(d)] + [g for grads in per_step for g in grads]
+
+
+def _real_step(op: str, residuals: Sequence[Tensor], d: Any, params: str, reals: Sequence[float],
+               like: Tensor) -> tuple:
+    """One step of the real kernel: the backend's backward on arrays (d stays an array); a gradient not
+    wanted is an empty placeholder like the cotangent."""
+    given, needs, static, paths, scope, backward = library._backward_call(op, params, reals)
+    grads = library.backward_arrays(tuple([to_array(t) for t in residuals]), (d,), needs, static, paths, scope,
+                                    backward)
+    return grads[0], [like.new_empty((0,)) if g is None else to_tensor(g) for g in grads[1:]]
+
+
+def _fake_step(op: str, residuals: Sequence[Tensor], d: Tensor, params: str, reals: Sequence[float],
+               like: Tensor) -> tuple:
+    grads = library._fake_backward(op, residuals, [d], params, reals)
+    return grads[0], grads[1:]
+
+
+#: the backward op's real kernel (backend backward calls on arrays) and fake kernel (the single ops' fakes)
+_backward_chain = functools.partial(_walk_back, _real_step, to_array, to_tensor)
+_fake_backward_chain = functools.partial(_walk_back, _fake_step, lambda t: t, lambda t: t)
 
 
 def _setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
@@ -159,13 +229,11 @@ def _backward_op(residuals: list[Tensor], cotangents: list[Tensor], params: str,
 
 
 def _register() -> None:
-    forward = torch.library.custom_op("dnnbind::sequence", functools.partial(_chain, library._forward),
-                                      mutates_args=(), schema=_SCHEMA)
-    forward.register_fake(functools.partial(_chain, library._fake_forward))
-    backward = torch.library.custom_op("dnnbind::sequence_backward",
-                                       functools.partial(_backward_chain, library._backward), mutates_args=(),
+    forward = torch.library.custom_op("dnnbind::sequence", _chain, mutates_args=(), schema=_SCHEMA)
+    forward.register_fake(_fake_chain)
+    backward = torch.library.custom_op("dnnbind::sequence_backward", _backward_chain, mutates_args=(),
                                        schema=_BACKWARD_SCHEMA)
-    backward.register_fake(functools.partial(_backward_chain, library._fake_backward))
+    backward.register_fake(_fake_backward_chain)
     forward.register_autograd(_autograd_backward, setup_context=_setup_context)
 
 

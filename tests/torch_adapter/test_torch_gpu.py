@@ -196,3 +196,29 @@ def test_a_model_from_the_dnnbind_namespace_on_cuda_equals_torch(backend):
         results.append((logp, padded, x.grad, [p.grad for p in model.parameters()]))
     torch.testing.assert_close(results[0], results[1], rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(ours.state_dict(), theirs.state_dict(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_compiled_sequential_on_cuda_runs_one_sequence_op_and_equals_torch(backend):
+    """nn.Sequential while torch.compile traces: one dnnbind::sequence op per run of layers on CUDA
+    tensors (eager calls off the CPU take the layers one by one), against torch.nn's own layers."""
+    backend("conv", "batchnorm", "activation", "maxpool")
+
+    def make(nn):
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(8, 4, 3), nn.Tanh())
+
+    torch.manual_seed(0)
+    theirs, ours = make(torch.nn).cuda(), make(dt.nn).cuda()
+    ours.load_state_dict(theirs.state_dict())
+    compiled = torch.compile(ours, fullgraph=True)
+    x = torch.randn(4, 3, 12, 12, device="cuda")
+    for _ in range(2):
+        results = []
+        for model in (compiled, theirs):
+            model.zero_grad()
+            xi = x.clone().requires_grad_()
+            out = model(xi)
+            out.square().sum().backward()
+            results.append((out, xi.grad, [p.grad for p in model.parameters()]))
+        torch.testing.assert_close(results[0], results[1], rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(ours.state_dict(), theirs.state_dict(), rtol=1e-4, atol=1e-4)

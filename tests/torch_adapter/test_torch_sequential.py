@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from dnnbind.torch import fused
+from dnnbind.torch import eager, fused
 from dnnbind.torch import nn as dnn
 from dnnbind.torch.sequential import FUSABLE, Sequential
 
@@ -30,6 +30,12 @@ def _step(model: torch.nn.Module, x: torch.Tensor, seed: int) -> tuple:
     cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
     out.backward(cotangent)
     return out.detach(), x.grad, [None if p.grad is None else p.grad.clone() for p in model.parameters()], out.grad_fn
+
+
+@pytest.fixture(autouse=True)
+def no_plans(monkeypatch) -> None:
+    """Each test starts without the eager plans an earlier one left (a first call then plans)."""
+    monkeypatch.setattr(eager, "_PLANS", {})
 
 
 @pytest.fixture
@@ -215,3 +221,26 @@ def test_it_is_torchs_container_with_the_same_state_dict_and_repr():
     theirs.load_state_dict(ours.state_dict())
     ours.load_state_dict(theirs.state_dict())
     assert type(ours[0:1]) is Sequential and list(ours.state_dict()) == list(theirs.state_dict())
+
+
+def test_a_layer_used_twice_gets_both_gradients(runs):
+    torch.manual_seed(0)
+    conv = dnn.Conv2d(2, 2, 3, padding=1)
+    model = dnn.Sequential(conv, dnn.ReLU(), conv, dnn.BatchNorm2d(2))
+    twin = _per_layer(model)
+    x = torch.randn(2, 2, 5, 5, requires_grad=True)
+    for step in range(2):
+        ours, theirs = _step(model, x, step), _step(twin, x, step)
+        for a, b in zip(ours[:3], theirs[:3]):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert runs == [4] and int(model[3].num_batches_tracked) == 2
+
+
+def test_inference_mode_runs_fused(runs):
+    model = dnn.Sequential(dnn.Conv2d(1, 2, 3), dnn.BatchNorm2d(2), dnn.ReLU())
+    twin = _per_layer(model)
+    x = torch.randn(2, 1, 6, 6)
+    with torch.inference_mode():
+        for _ in range(2):
+            assert torch.equal(model(x), twin(x))
+    assert runs == [3] and torch.equal(model[1].running_var, twin[1].running_var)

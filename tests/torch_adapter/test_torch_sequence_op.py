@@ -97,3 +97,19 @@ def test_compile_with_frozen_layers_equals_eager():
                 torch.testing.assert_close(a, b)
     for (name, a), b in zip(eager.state_dict().items(), compiled_model.state_dict().values()):
         torch.testing.assert_close(b, a, msg=name)
+
+
+def test_a_global_module_hook_keeps_the_layers_apart_while_tracing():
+    """A hook for every module sees each layer, as in eager mode: no sequence op then."""
+    model = _layers("eval")
+    x = torch.randn(SHAPES["eval"], dtype=torch.float64)
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda module, inputs, output: output * 2 if isinstance(module, dnn.Tanh) else None)
+    try:
+        exported = torch.export.export(model, (x,))
+        expected = model(x)
+    finally:
+        handle.remove()
+    targets = {str(node.target) for node in exported.graph.nodes if node.op == "call_function"}
+    assert "dnnbind.sequence.default" not in targets and "dnnbind.conv.default" in targets
+    torch.testing.assert_close(exported.module()(x), expected)

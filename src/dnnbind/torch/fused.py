@@ -64,11 +64,16 @@ def plan_run(fusions: Sequence[Fusion], x: Tensor) -> list[Step] | None:
     return steps
 
 
+def count_batches(calls: Sequence[Fusion] | Sequence[Step]) -> None:
+    """Count the batch of each batch norm call among ``calls``, as its layer's own call does."""
+    for call in calls:
+        if call.counted is not None:
+            call.counted.add_(1)
+
+
 def run(steps: list[Step], x: Tensor) -> Tensor:
     """The run's result on ``x``: one autograd node over x and every layer's tensors."""
-    for step in steps:
-        if step.counted is not None:
-            step.counted.add_(1)
+    count_batches(steps)
     inputs = [t for step in steps for t in step.tensors if t is not None]
     result: Tensor = _SEQUENCE_APPLY(steps, x, *inputs)
     return result

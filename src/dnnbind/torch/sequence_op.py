@@ -27,7 +27,7 @@ from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.residual import SKIPPABLE
 from dnnbind.torch import library
 from dnnbind.torch.convert import to_array, to_tensor
-from dnnbind.torch.fused import Fusion
+from dnnbind.torch.fused import Fusion, count_batches
 from dnnbind.torch.library import _encode, decode, encode
 
 Tensor = torch.Tensor
@@ -39,9 +39,7 @@ _BACKWARD_SCHEMA = "(Tensor[] residuals, Tensor[] cotangents, str params, float[
 def run(fusions: Sequence[Fusion], x: Tensor) -> Tensor:
     """The layers' calls (``fusions``) on x as one ``dnnbind::sequence`` call; their num_batches_tracked
     counted and running statistics copied back as the layers' own calls do."""
-    for fusion in fusions:
-        if fusion.counted is not None:
-            fusion.counted.add_(1)
+    count_batches(fusions)
     outputs, _ = torch.ops.dnnbind.sequence(x, *arguments(fusions, x.device.type))
     statistics = iter(outputs[1:])
     for fusion in fusions:

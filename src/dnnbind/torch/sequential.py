@@ -61,42 +61,45 @@ class Sequential(nn.Sequential):
 
 
 def _run(layers: list[nn.Module], x: Any) -> Any:
-    """``layers`` on x: as one node when every call is planned (and x qualifies), else one by one. Every
-    FUSABLE layer keeps its input's rank, the one thing of its input a layer's arguments depend on, so
-    each layer is asked for its call with x's shape."""
-    steps = None
-    if _fusable_input(x):
-        shape = tuple(x.shape)
-        fusions = [layer._fusion(shape) for layer in layers]      # type: ignore[operator]
-        if all(f is not None for f in fusions):
-            steps = fused.plan_run(fusions, x)                    # type: ignore[arg-type]
-    if steps is None:
-        for layer in layers:
-            x = layer(x)
-        return x
-    return fused.run(steps, x)
+    """``layers`` on x: as one node when every call is planned (and x qualifies), else one by one."""
+    fusions = _fusions(layers, x) if _fusable_input(x) else None
+    steps = None if fusions is None else fused.plan_run(fusions, x)
+    return _one_by_one(layers, x) if steps is None else fused.run(steps, x)
 
 
 def _traced_run(layers: list[nn.Module], x: Any) -> Any:
     """``layers`` on x while torch.compile or torch.export traces: one ``dnnbind::sequence`` op
-    (:mod:`dnnbind.torch.sequence_op`) when every layer's call is one, else the layers one by one."""
-    fusions = None
-    if isinstance(x, torch.Tensor):
-        shape = tuple(x.shape)
-        fusions = [layer._fusion(shape) for layer in layers]      # type: ignore[operator]
-    if fusions is None or not all(f is not None for f in fusions):
-        for layer in layers:
-            x = layer(x)
-        return x
-    return sequence_op.run(fusions, x)                            # type: ignore[arg-type]
+    (:mod:`dnnbind.torch.sequence_op`) when every layer's call is one and no global module hook would
+    see the layers, else the layers one by one."""
+    fusions = _fusions(layers, x) if isinstance(x, torch.Tensor) and not _global_hooks() else None
+    return _one_by_one(layers, x) if fusions is None else sequence_op.run(fusions, x)
+
+
+def _fusions(layers: list[nn.Module], x: Tensor) -> list[fused.Fusion] | None:
+    """Each layer's op call on x's shape, or None when a layer must run its own forward. Every FUSABLE
+    layer keeps its input's rank, the one thing of its input a layer's call depends on, so each is asked
+    with x's shape."""
+    shape = tuple(x.shape)
+    fusions = [layer._fusion(shape) for layer in layers]      # type: ignore[operator]
+    return None if any(f is None for f in fusions) else fusions
+
+
+def _one_by_one(layers: list[nn.Module], x: Any) -> Any:
+    for layer in layers:
+        x = layer(x)
+    return x
 
 
 def _fusable_input(x: Any) -> bool:
     """Whether a run may take x as one node: a plain CPU tensor, no tracer, transform, dispatch mode,
     saved-tensor hook or global module hook active."""
     return (type(x) in eager._PLAIN_TENSORS and not is_functorch_wrapped_tensor(x) and x.device.type == "cpu"
-            and not eager._tracing() and _saved_tensor_hooks(False) is None
-            and not any(getattr(_module, name, None) for name in _GLOBAL_HOOKS))
+            and not eager._tracing() and _saved_tensor_hooks(False) is None and not _global_hooks())
+
+
+def _global_hooks() -> bool:
+    """Whether a hook registered for every module is there (torch.nn.modules.module.register_module_*)."""
+    return any(getattr(_module, name, None) for name in _GLOBAL_HOOKS)
 
 
 def _fusable_layer(layer: nn.Module) -> bool:

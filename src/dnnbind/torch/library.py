@@ -229,10 +229,17 @@ def _forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
     dnnbind.no_grad()): the op's outputs must have the shapes its fake kernel reports. Batch norm's running
     statistics are updated in copies that come back as outputs (the op mutates none of its inputs)."""
     sig = _signature(op, x, others, params, reals)
-    with saving_residuals(True):
+    with off_cpu_scope(x.device), saving_residuals(True):
         result, statistics, residuals = forward_arrays(sig, to_array(x), others)
-    outputs = [to_tensor(r) for r in (result if type(result) is tuple else (result,)) if r is not None]
-    return outputs + statistics, [to_tensor(r) for r in residuals]
+        outputs = [to_tensor(r) for r in (result if type(result) is tuple else (result,)) if r is not None]
+        return outputs + statistics, [to_tensor(r) for r in residuals]
+
+
+def off_cpu_scope(device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """The device scope (convert.device_scope) around a whole call off the CPU, conversions included: CuPy
+    then converts on torch's current stream, without a synchronisation per array. On the CPU nothing:
+    only the backend's BLAS calls need a scope there (:data:`BLAS_OPS`)."""
+    return _NOTHING if device.type == "cpu" else device_scope(device)
 
 
 def forward_arrays(sig: _Signature, x: Any, others: Sequence[Tensor]) -> tuple[Any, list[Tensor], tuple]:
@@ -412,11 +419,12 @@ def _run_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Ten
     """The backend's ``backward`` on the given cotangents; one gradient per given differentiable array
     (``paths``: where each is among the backend's results); where ``needs`` skipped one, an empty tensor
     (the custom op returns tensors only). ``scope``: the device whose scope the call needs, or None."""
-    it = iter([to_array(c) for c in cotangents])
-    cts = tuple([next(it) if flag else None for flag in given])
-    picked = backward_arrays(tuple([to_array(r) for r in residuals]), cts, needs, static, paths, scope, backward)
     like = cotangents[0]
-    return [like.new_empty((0,)) if g is None else to_tensor(g) for g in picked]
+    with off_cpu_scope(like.device):
+        it = iter([to_array(c) for c in cotangents])
+        cts = tuple([next(it) if flag else None for flag in given])
+        picked = backward_arrays(tuple([to_array(r) for r in residuals]), cts, needs, static, paths, scope, backward)
+        return [like.new_empty((0,)) if g is None else to_tensor(g) for g in picked]
 
 
 def backward_arrays(saved: tuple, cotangents: tuple, needs: Sequence[bool] | None, static: tuple,

@@ -78,16 +78,16 @@ def _steps(params: str) -> list[tuple]:
 def _chain(x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
     """The real kernel: each step's backend forward on the array the step before returned (nothing in
     between becomes a tensor)."""
-    h = to_array(x)
     statistics: list[Tensor] = []
     residuals: list[Tensor] = []
-    with saving_residuals(True):
+    with library.off_cpu_scope(x.device), saving_residuals(True):
+        h = to_array(x)
         for sig, o, n_others in _signatures(x, others, params, reals):
             result, step_statistics, saved = library.forward_arrays(sig, h, others[o:o + n_others])
             h = result[0] if type(result) is tuple else result
             statistics += step_statistics
             residuals += [to_tensor(r) for r in saved]
-    return [to_tensor(h), *statistics], residuals
+        return [to_tensor(h), *statistics], residuals
 
 
 def _signatures(x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> list[tuple]:
@@ -171,8 +171,14 @@ def _fake_step(op: str, residuals: Sequence[Tensor], d: Tensor, params: str, rea
     return grads[0], grads[1:]
 
 
-#: the backward op's real kernel (backend backward calls on arrays) and fake kernel (the single ops' fakes)
-_backward_chain = functools.partial(_walk_back, _real_step, to_array, to_tensor)
+def _backward_chain(residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,
+                    reals: Sequence[float]) -> list[Tensor]:
+    """The backward op's real kernel: the backend's backward calls on arrays."""
+    with library.off_cpu_scope(cotangents[0].device):
+        return _walk_back(_real_step, to_array, to_tensor, residuals, cotangents, params, reals)
+
+
+#: the backward op's fake kernel: the single ops' fakes
 _fake_backward_chain = functools.partial(_walk_back, _fake_step, lambda t: t, lambda t: t)
 
 

@@ -113,3 +113,16 @@ def test_a_global_module_hook_keeps_the_layers_apart_while_tracing():
     targets = {str(node.target) for node in exported.graph.nodes if node.op == "call_function"}
     assert "dnnbind.sequence.default" not in targets and "dnnbind.conv.default" in targets
     torch.testing.assert_close(exported.module()(x), expected)
+
+
+def test_a_decoder_of_transposed_convolutions_exports_as_one_op():
+    torch.manual_seed(0)
+    model = dnn.Sequential(dnn.ConvTranspose2d(4, 3, 3, stride=2, output_padding=1), dnn.BatchNorm2d(3), dnn.ReLU(),
+                           dnn.ConvTranspose2d(3, 1, 2, stride=2), dnn.Sigmoid()).double().eval()
+    x = torch.randn(2, 4, 3, 3, dtype=torch.float64)
+    exported = torch.export.export(model, (x,))
+    targets = [str(node.target) for node in exported.graph.nodes if node.op == "call_function"]
+    assert targets.count("dnnbind.sequence.default") == 1
+    torch.testing.assert_close(exported.module()(x), model(x))
+    model.__class__ = torch.nn.Sequential            # the same layers one by one
+    torch.testing.assert_close(exported.module()(x), model(x), rtol=0, atol=0)

@@ -57,6 +57,10 @@ MODELS = {
     "3d": (lambda: dnn.Sequential(dnn.Conv3d(2, 3, 2, dilation=1, groups=1), dnn.SiLU(), dnn.MaxPool3d(2, ceil_mode=True),
                                   dnn.Sigmoid(), dnn.AvgPool3d(1), dnn.ReLU6(), dnn.Hardtanh(0.0, 0.5),
                                   dnn.LogSoftmax(dim=1)), (2, 2, 5, 5, 5), 8),
+    "transposed": (lambda: dnn.Sequential(dnn.ConvTranspose2d(3, 4, 3, stride=2, output_padding=1), dnn.BatchNorm2d(4),
+                                          dnn.ReLU(), dnn.ConvTranspose2d(4, 2, 2, stride=2, groups=2, bias=False),
+                                          dnn.Sigmoid()), (2, 3, 5, 5), 5),
+    "transposed-3d": (lambda: dnn.Sequential(dnn.ConvTranspose3d(2, 2, 2, dilation=2), dnn.ELU()), (1, 2, 3, 3, 3), 2),
     "grouped": (lambda: dnn.Sequential(dnn.Conv2d(4, 4, 3, groups=4), dnn.BatchNorm2d(4, track_running_stats=False),
                                        dnn.ReLU(), dnn.Conv2d(4, 2, 1)), (2, 4, 6, 6), 4),
 }
@@ -183,7 +187,7 @@ def test_subclasses_replaced_forwards_and_other_modules_split_the_runs(runs):
     runs.clear()
     torch.testing.assert_close(model(x), twin(x), rtol=0, atol=0)
     assert runs == [2, 2]                                    # conv-relu, conv-sigmoid
-    assert len(FUSABLE) == 22
+    assert len(FUSABLE) == 25
 
 
 def test_unplanned_calls_and_unbatched_input_run_one_by_one(runs):

@@ -83,6 +83,12 @@ class Conv3d(_Conv, nn.Conv3d):
 class _ConvTranspose:
     """forward shared by ConvTranspose1d, ConvTranspose2d and ConvTranspose3d (output_size as in torch)."""
 
+    def _settings(self, output_padding: Any) -> dict[str, Any]:
+        """The conv_transpose op's keyword arguments for this layer."""
+        layer: Any = self
+        return {"stride": layer.stride, "padding": layer.padding, "output_padding": output_padding,
+                "dilation": layer.dilation, "groups": layer.groups}
+
     def forward(self, input: Tensor, output_size: list[int] | None = None) -> Tensor:
         layer: Any = self
         spatial = len(layer.kernel_size)
@@ -91,9 +97,21 @@ class _ConvTranspose:
         output_padding = layer._output_padding(input, output_size, layer.stride, layer.padding,
                                                layer.kernel_size, spatial, layer.dilation)
         with torch_argument_names(_NAMES):
-            y = F.conv_transpose(x, layer.weight, layer.bias, stride=layer.stride, padding=layer.padding,
-                                 output_padding=output_padding, dilation=layer.dilation, groups=layer.groups)
+            y = F.conv_transpose(x, layer.weight, layer.bias, **self._settings(output_padding))
         return unbatch(y, unbatched)
+
+    def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
+        """This layer's op on a batched input of ``shape`` (called without output_size, as a Sequential
+        calls it) for :class:`~dnnbind.torch.sequential.Sequential` (None: unbatched input, or a
+        padding_mode torch itself refuses)."""
+        layer: Any = self
+        if layer.padding_mode != "zeros" or len(shape) != len(layer.kernel_size) + 2:
+            return None
+        # torch's own arithmetic, as forward's: without output_size it reads no input
+        output_padding = layer._output_padding(None, None, layer.stride, layer.padding, layer.kernel_size,
+                                               len(layer.kernel_size), layer.dilation)
+        return Fusion("conv_transpose", (layer.weight, layer.bias),
+                      F.conv_transpose_arguments(**self._settings(output_padding)))
 
 
 class ConvTranspose1d(_ConvTranspose, nn.ConvTranspose1d):

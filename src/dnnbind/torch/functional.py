@@ -55,6 +55,12 @@ def conv_arguments(stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups:
     return {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups, "flip": flip}
 
 
+def conv_transpose_arguments(stride: Any = 1, padding: Any = 0, output_padding: Any = 0, dilation: Any = 1,
+                             groups: int = 1, flip: bool = False) -> dict[str, Any]:
+    return {"stride": stride, "padding": padding, "output_padding": output_padding, "dilation": dilation,
+            "groups": groups, "flip": flip}
+
+
 def maxpool_arguments(window: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False,
                       return_indices: bool = False) -> dict[str, Any]:
     return {"window": window, "stride": stride, "padding": padding, "dilation": dilation, "ceil_mode": ceil_mode,
@@ -92,8 +98,7 @@ def _unbatch(y: Any, one: bool, axis: int = 0) -> Any:
 def conv_transpose(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padding: Any = 0,
                    output_padding: Any = 0, dilation: Any = 1, groups: int = 1, flip: bool = False) -> Tensor:
     """Transposed convolution like ``torch.nn.functional.conv_transpose{1,2,3}d`` (w is (C_in, C_out/groups, ...))."""
-    arguments = {"stride": stride, "padding": padding, "output_padding": output_padding, "dilation": dilation,
-                 "groups": groups, "flip": flip}
+    arguments = conv_transpose_arguments(stride, padding, output_padding, dilation, groups, flip)
     done = planned("conv_transpose", (x, w, b), arguments)
     if done is not None:
         return done[0]

@@ -21,7 +21,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 from torch.nn.modules import module as _module
 
 from dnnbind.torch import eager, fused, sequence_op
-from dnnbind.torch.convolution import Conv1d, Conv2d, Conv3d
+from dnnbind.torch.convolution import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from dnnbind.torch.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d
 from dnnbind.torch.pointwise import (ELU, Hardtanh, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, SiLU, Softmax,
                                      Tanh)
@@ -31,7 +31,8 @@ Tensor = torch.Tensor
 
 #: the layer types a run may hold (exactly these: a subclass may have its own forward)
 FUSABLE: frozenset[type] = frozenset({
-    Conv1d, Conv2d, Conv3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, MaxPool1d, MaxPool2d, MaxPool3d,
+    Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, BatchNorm1d, BatchNorm2d,
+    BatchNorm3d, MaxPool1d, MaxPool2d, MaxPool3d,
     AvgPool1d, AvgPool2d, AvgPool3d, ReLU, Sigmoid, Tanh, ELU, LeakyReLU, ReLU6, Hardtanh, SiLU, Softmax,
     LogSoftmax,
 })

@@ -217,7 +217,7 @@ def test_0d_and_empty_tensors_follow_the_edge_policy():
 def test_cpu_ops_run_numpys_blas_on_one_thread(monkeypatch):
     """dnnbind.torch runs the reference backend's BLAS ops with OpenBLAS on one thread (torch's OpenMP
     threads spin between torch's ops), seen from inside a CPU op's backend call; the setting is restored.
-    Ops that call no BLAS (eager.BLAS_OPS says which do) run without that scope."""
+    Ops that call no BLAS (library.BLAS_OPS says which do) run without that scope."""
     from dnnbind.highlevel import dispatch
     from dnnbind.highlevel.reference import _threads
     from dnnbind.highlevel.reference._blas import openblas

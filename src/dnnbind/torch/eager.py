@@ -13,7 +13,6 @@ kernels runs with caches the kernels just flushed, so each line there costs seve
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -26,7 +25,7 @@ from dnnbind.highlevel.grad_mode import saving, saving_residuals
 from dnnbind.highlevel.residual import FORMS, SKIPPABLE
 from dnnbind.torch import library
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
-from dnnbind.torch.library import BLAS_OPS, _encode, _map, _pick
+from dnnbind.torch.library import _NOTHING, _encode, _map, _pick
 
 Tensor = torch.Tensor
 
@@ -37,32 +36,23 @@ class Plan:
     among the op's FORMS arrays and where each one's gradient comes from among the backward's results."""
 
     __slots__ = ("op", "sig", "forward", "backward", "static", "device", "scoped", "params", "reals", "nested",
-                 "positions", "gradients", "skip", "statistics", "integers", "first")
+                 "tensors", "gradients", "skip", "statistics", "integers", "first")
 
-    def __init__(self, op: str, sig: Any, others: Sequence[Tensor], params: str, reals: list[float]) -> None:
+    def __init__(self, op: str, sig: Any, params: str, reals: list[float]) -> None:
         self.op, self.sig, self.params, self.reals = op, sig, params, reals
         self.forward, self.backward, self.static, self.device = sig.forward, sig.backward, sig.static, sig.device
         # whether the call needs its device scope: on the CPU only the ops that call numpy's BLAS
         self.scoped = sig.scoped
         slots = sig.p["slots"]
-        # the general mapping for rnn's nested weights and dropout's seed tensor (no array of the op's)
-        self.nested = op == "dropout" or any(isinstance(s, list) for s in slots)
-        # FORMS array -> its index in (x, *others), None where not given (flat ops)
-        counter = iter(range(1, 1 + len(others)))
-        self.positions = (0, *[next(counter) if s else None for s in slots])
+        # rnn's nested weights and dropout's seed tensor (no array of the op's) take the general mapping
+        self.nested = sig.positions is None
+        self.tensors = sig.tensors           # x and others in FORMS order (None where not given)
         self.gradients = sig.gradients
         # conv and conv_transpose: the inputs x, w, b (b None when not given) whose gradients are optional
         self.skip = (0, 1, 2 if slots[1] else None) if op in SKIPPABLE else None
         self.statistics = op == "batchnorm" and bool(sig.static[0])
         self.integers: tuple[int, ...] | None = None     # outputs without gradient (maxpool's indices)
         self.first: tuple | None = None                  # output 0's shape, dtype and device
-
-    def tensors(self, x: Tensor, others: Sequence[Tensor]) -> list[Any]:
-        """x and others in FORMS order (None where not given)."""
-        if self.nested:
-            return self.sig.tensors(x, others)
-        inputs = (x, *others)
-        return [None if i is None else inputs[i] for i in self.positions]
 
 
 class _Eager(torch.autograd.Function):      # subclassed once per op below, so grad_fn names the op
@@ -144,7 +134,6 @@ def _gradient(value: Any) -> Tensor | None:
     return None if value is None else to_tensor(value)
 
 
-_NOTHING = contextlib.nullcontext()
 
 
 def _recorded_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None],
@@ -278,7 +267,7 @@ def _plan(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: list
     sig = library._signature(op, x, others, params, reals)
     plan = sig.plan
     if plan is None:
-        plan = Plan(op, sig, others, params, reals)
+        plan = Plan(op, sig, params, reals)
         if sig.cached:
             sig.plan = plan
     return plan

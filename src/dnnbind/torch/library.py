@@ -252,7 +252,7 @@ def forward_arrays(sig: _Signature, x: Any, others: Sequence[Tensor]) -> tuple[A
         tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
         statistics = [t for t in tensors[3:5] if t is not None]
     arrays = [x, *_map(to_array, tensors[1:])]
-    with device_scope(sig.device) if sig.scoped else _NOTHING:
+    with device_scope(sig.blas_scope) if sig.blas_scope is not None else _NOTHING:
         result, residuals = sig.forward(*arrays, *sig.static)
     return result, statistics, residuals
 
@@ -264,14 +264,20 @@ _NOTHING = contextlib.nullcontext()
 BLAS_OPS = frozenset({"conv", "conv_transpose", "rnn"})
 
 
+def _blas_scope(op: str, device: torch.device) -> torch.device | None:
+    """The device whose scope the backend call itself needs: the CPU for the BLAS ops, else None (off
+    the CPU, :func:`off_cpu_scope` covers the whole call)."""
+    return device if device.type == "cpu" and op in BLAS_OPS else None
+
+
 class _Signature:
     """What every call of one op with the same params, reals, and tensor shapes, dtypes and device has in
     common: the tensors' places among the op's FORMS arrays, the backend's functions and static arguments
     (checked once, as the public ops' plans are), and what the autograd setup records. Built by the first
     such call; a repeated call (a training loop's) finds it by one dictionary lookup."""
 
-    __slots__ = ("op", "p", "device", "static", "forward", "backward", "record", "cached", "plan", "scoped",
-                 "positions", "gradients")
+    __slots__ = ("op", "p", "device", "static", "forward", "backward", "record", "cached", "plan", "blas_scope",
+                 "scoped", "positions", "gradients")
 
     def __init__(self, op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
                  tensors: list[Any], kwargs: dict[str, Any]) -> None:
@@ -283,8 +289,9 @@ class _Signature:
         self.record = _call_record(op, x, others, self.p, reals)
         self.cached = False        # whether _signature remembers it (a dropout call with a seed: no)
         self.plan: Any = None      # the eager path's Plan on it (dnnbind.torch.eager)
-        # whether a call needs its device scope: on the CPU only the ops that call numpy's BLAS
-        self.scoped = x.device.type != "cpu" or op in BLAS_OPS
+        self.blas_scope = _blas_scope(op, x.device)
+        # whether a call needs a device scope at all: off the CPU always, on it the BLAS ops
+        self.scoped = x.device.type != "cpu" or self.blas_scope is not None
         slots = self.p["slots"]
         # FORMS array -> its index in (x, *others), None where not given; None for rnn's nested weights
         # and dropout's seed tensor (no array of the op's), which take the general mapping
@@ -400,8 +407,7 @@ def _backward_call(op: str, params: str, reals: Sequence[float]) -> tuple:
         static = _static(op, arrays, kwargs, params, reals)
     # where each gradient the op returns (one per given differentiable array) is among the backend's
     paths = tuple(path for path in _gradient_paths(op, p["slots"]) if path is not None)
-    scoped = device.type != "cpu" or op in BLAS_OPS
-    call = (p["given"], p.get("needs"), static, paths, device if scoped else None,
+    call = (p["given"], p.get("needs"), static, paths, _blas_scope(op, device),
             backend_function(_backend(device), f"{op}_backward"))
     if len(_BACKWARD_CALLS) >= _SIGNATURES_MAX:
         _BACKWARD_CALLS.clear()
@@ -418,7 +424,8 @@ def _run_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Ten
                   scope: torch.device | None, backward: Any) -> list[Tensor]:
     """The backend's ``backward`` on the given cotangents; one gradient per given differentiable array
     (``paths``: where each is among the backend's results); where ``needs`` skipped one, an empty tensor
-    (the custom op returns tensors only). ``scope``: the device whose scope the call needs, or None."""
+    (the custom op returns tensors only). ``scope``: the device whose scope the backend call needs (the
+    CPU for the BLAS ops), or None."""
     like = cotangents[0]
     with off_cpu_scope(like.device):
         it = iter([to_array(c) for c in cotangents])

@@ -126,3 +126,18 @@ def test_a_decoder_of_transposed_convolutions_exports_as_one_op():
     torch.testing.assert_close(exported.module()(x), model(x))
     model.__class__ = torch.nn.Sequential            # the same layers one by one
     torch.testing.assert_close(exported.module()(x), model(x), rtol=0, atol=0)
+
+
+def test_a_batch_norm_called_twice_in_a_run_reads_its_own_update():
+    """One layer twice in a compiled run: the second call normalises with, and updates, the running
+    statistics the first call left, as torch's own layers one by one do."""
+    torch.manual_seed(0)
+    ours, theirs = dnn.BatchNorm2d(3).double(), torch.nn.BatchNorm2d(3).double()
+    compiled = torch.compile(dnn.Sequential(ours, dnn.ReLU(), ours), fullgraph=True)
+    reference = torch.nn.Sequential(theirs, torch.nn.ReLU(), theirs)
+    x = torch.randn(2, 3, 4, 4, dtype=torch.float64)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), reference(x))
+    torch.testing.assert_close(ours.running_mean, theirs.running_mean)
+    torch.testing.assert_close(ours.running_var, theirs.running_var)
+    assert int(ours.num_batches_tracked) == int(theirs.num_batches_tracked) == 4

@@ -32,6 +32,15 @@ def _step(model: torch.nn.Module, x: torch.Tensor, seed: int) -> tuple:
     return out.detach(), x.grad, [None if p.grad is None else p.grad.clone() for p in model.parameters()], out.grad_fn
 
 
+def _same_step(model: torch.nn.Module, twin: torch.nn.Module, x: torch.Tensor, seed: int) -> tuple:
+    """:func:`_step` of both models, whose outputs and gradients must agree bit for bit (the same backend
+    calls); returns model's."""
+    ours, theirs = _step(model, x, seed), _step(twin, x, seed)
+    for a, b in zip(ours[:3], theirs[:3]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    return ours
+
+
 @pytest.fixture(autouse=True)
 def no_plans(monkeypatch) -> None:
     """Each test starts without the eager plans an earlier one left (a first call then plans)."""
@@ -75,9 +84,7 @@ def test_a_fused_run_equals_the_layers_one_by_one(name, dtype, runs):
     twin = _per_layer(model)
     x = torch.randn(shape, dtype=dtype, requires_grad=True)
     for step in range(3):                      # the first call plans, the later ones run fused
-        ours, theirs = _step(model, x, step), _step(twin, x, step)
-        for a, b in zip(ours[:3], theirs[:3]):
-            torch.testing.assert_close(a, b, rtol=0, atol=0)     # the same backend calls: bit for bit
+        ours = _same_step(model, twin, x, step)
         assert (type(ours[3]).__name__ == SEQUENCE) == (step > 0)
         for (key, a), b in zip(model.state_dict().items(), twin.state_dict().values()):
             assert torch.equal(a, b), key      # running statistics and num_batches_tracked too
@@ -234,9 +241,7 @@ def test_a_layer_used_twice_gets_both_gradients(runs):
     twin = _per_layer(model)
     x = torch.randn(2, 2, 5, 5, requires_grad=True)
     for step in range(2):
-        ours, theirs = _step(model, x, step), _step(twin, x, step)
-        for a, b in zip(ours[:3], theirs[:3]):
-            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        _same_step(model, twin, x, step)
     assert runs == [4] and int(model[3].num_batches_tracked) == 2
 
 
@@ -248,3 +253,20 @@ def test_inference_mode_runs_fused(runs):
         for _ in range(2):
             assert torch.equal(model(x), twin(x))
     assert runs == [3] and torch.equal(model[1].running_var, twin[1].running_var)
+
+
+def test_a_batch_norm_called_twice_updates_statistics_that_are_copies(runs):
+    """Running statistics that are not contiguous cross as copies: the layer's second call in the run
+    reads the copy its first call updated, and both updates reach the tensors, as one by one."""
+    torch.manual_seed(0)
+    bn = dnn.BatchNorm2d(3)
+    bn.running_mean = torch.zeros(6)[::2]
+    bn.running_var = torch.ones(6)[::2]
+    model = dnn.Sequential(bn, dnn.ReLU(), bn)
+    twin = _per_layer(model)
+    x = torch.randn(2, 3, 4, 4, requires_grad=True)
+    for step in range(3):
+        _same_step(model, twin, x, step)
+        torch.testing.assert_close(bn.running_mean, twin[0].running_mean, rtol=0, atol=0)
+        torch.testing.assert_close(bn.running_var, twin[0].running_var, rtol=0, atol=0)
+    assert not bn.running_mean.is_contiguous() and runs == [3, 3]

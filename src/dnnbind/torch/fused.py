@@ -80,27 +80,29 @@ def run(steps: list[Step], x: Tensor) -> Tensor:
 
 
 class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn dnnbind_sequenceBackward
-    """The layers' backend calls, forward in order and backward in reverse, on arrays."""
+    """The layers' backend calls, forward in order and backward in reverse, on arrays.
+
+    Between two backend calls runs only what passes one's result to the next: the tensors become arrays
+    before the first call and the gradients tensors after the last, and the device scope is entered
+    once. Torch's code run between two kernels finds the caches cold (the kernels stream megabytes
+    through them) and costs ten times what it costs warm: tens of microseconds a layer.
+    """
 
     @staticmethod
     def forward(ctx: Any, steps: list[Step], x: Tensor, *inputs: Tensor) -> Tensor:  # type: ignore[override]
         keep = any(ctx.needs_input_grad)         # else no backward can come: the backends save nothing
         h = to_array(x)
+        arrays = _arrays(steps)
         saved = []
-        with saving_residuals(keep):
-            for step in steps:
+        with _scope(steps), saving_residuals(keep):
+            for step, given in zip(steps, arrays):
                 plan = step.plan
-                tensors = step.tensors
-                arrays = [h, *[None if t is None else to_array(t) for t in tensors]]
-                if plan.scoped:
-                    with device_scope(plan.device):
-                        result, residuals = plan.forward(*arrays, *plan.static)
-                else:
-                    result, residuals = plan.forward(*arrays, *plan.static)
-                if plan.statistics:              # updated in place, as the layer's own call does
-                    eager._statistics_written(tensors[2:4], arrays[3:5])
+                result, residuals = plan.forward(h, *given, *plan.static)
                 h = result[0] if type(result) is tuple else result
                 saved.append(residuals)
+        for step, given in zip(steps, arrays):
+            if step.plan.statistics:             # updated in place, as the layer's own call does
+                eager._statistics_written(step.tensors[2:4], given[2:4])
         if keep:
             ctx.steps, ctx.residuals = steps, saved
         return to_tensor(h)
@@ -110,35 +112,59 @@ class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn 
     def backward(ctx: Any, dy: Tensor) -> tuple:  # type: ignore[override]
         steps: list[Step] = ctx.steps
         flags = ctx.needs_input_grad             # (steps, x, *inputs)
-        grads: list[Tensor | None] = [None] * (len(flags) - 2)
+        grads: list[Any] = [None] * (len(flags) - 2)
         # below[i]: whether x or a tensor of a step before step i wants a gradient (then step i's dx is needed)
         below, wanted = [], bool(flags[1])
         for step in steps:
             below.append(wanted)
             wanted = wanted or any(flags[2 + step.first:2 + step.first + _given(step)])
         d: Any = to_array(dy)
-        for i in range(len(steps) - 1, -1, -1):
-            step, plan = steps[i], steps[i].plan
-            own = flags[2 + step.first:2 + step.first + _given(step)]
-            if not below[i] and not any(own):
-                break                            # nothing before this step wants a gradient
-            if plan.op in SKIPPABLE:             # conv: x, w and b, each only when wanted
-                slots = iter(own)
-                needs = (below[i], *[t is not None and bool(next(slots)) for t in step.tensors])
-                with device_scope(plan.device) if plan.scoped else eager._NOTHING:
+        with _scope(steps):
+            for i in range(len(steps) - 1, -1, -1):
+                step, plan = steps[i], steps[i].plan
+                own = flags[2 + step.first:2 + step.first + _given(step)]
+                if not below[i] and not any(own):
+                    break                        # nothing before this step wants a gradient
+                if plan.op in SKIPPABLE:         # conv: x, w and b, each only when wanted
+                    slots = iter(own)
+                    needs = (below[i], *[t is not None and bool(next(slots)) for t in step.tensors])
                     results = plan.backward(ctx.residuals[i], (d,), *plan.static, needs=needs)
-            else:
-                with device_scope(plan.device) if plan.scoped else eager._NOTHING:
+                else:
                     results = plan.backward(ctx.residuals[i], (d,), *plan.static)
-            if type(results) is not tuple:
-                results = (results,)
-            for j, (path, flag) in enumerate(zip(plan.gradients[1:], own)):
-                if path is not None and flag:
-                    grads[step.first + j] = eager._gradient(eager._pick(results, path))
-            x_path = plan.gradients[0]
-            d = eager._pick(results, x_path) if below[i] and x_path is not None else None
+                if type(results) is not tuple:
+                    results = (results,)
+                for j, (path, flag) in enumerate(zip(plan.gradients[1:], own)):
+                    if path is not None and flag:
+                        grads[step.first + j] = eager._pick(results, path)
+                x_path = plan.gradients[0]
+                d = eager._pick(results, x_path) if below[i] and x_path is not None else None
         dx = to_tensor(d) if flags[1] and d is not None else None
-        return (None, dx, *grads)
+        return (None, dx, *[eager._gradient(g) for g in grads])
+
+
+def _arrays(steps: list[Step]) -> list[list[Any]]:
+    """Per step its tensors as arrays (None where not given); a tensor given to several steps is one
+    array, so that what one step updates in place (running statistics) the next one reads, also where
+    the array is a copy."""
+    converted: dict[int, Any] = {}
+    out = []
+    for step in steps:
+        given: list[Any] = []
+        for t in step.tensors:
+            if t is None:
+                given.append(None)
+                continue
+            a = converted.get(id(t))
+            if a is None:
+                a = converted[id(t)] = to_array(t)
+            given.append(a)
+        out.append(given)
+    return out
+
+
+def _scope(steps: list[Step]) -> Any:
+    """The device scope of the run (convert.device_scope), entered once: where any step's call needs it."""
+    return device_scope(steps[0].plan.device) if any(step.plan.scoped for step in steps) else eager._NOTHING
 
 
 def _given(step: Step) -> int:

@@ -26,7 +26,7 @@ import torch
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.residual import SKIPPABLE
 from dnnbind.torch import library
-from dnnbind.torch.convert import to_array, to_tensor
+from dnnbind.torch.convert import device_scope, to_array, to_tensor
 from dnnbind.torch.fused import Fusion, count_batches
 from dnnbind.torch.library import _encode, decode, encode
 
@@ -76,18 +76,50 @@ def _steps(params: str) -> list[tuple]:
 
 
 def _chain(x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
-    """The real kernel: each step's backend forward on the array the step before returned (nothing in
-    between becomes a tensor)."""
-    statistics: list[Tensor] = []
-    residuals: list[Tensor] = []
+    """The real kernel: each step's backend forward on the array the step before returned. Nothing in
+    between becomes a tensor: the tensors become arrays before the first call and the residuals tensors
+    after the last (see dnnbind.torch.fused: torch's code between two kernels runs on cold caches)."""
+    chain = _signatures(x, others, params, reals)
+    residuals: list[Any] = []
     with library.off_cpu_scope(x.device), saving_residuals(True):
+        inputs = [library.forward_inputs(sig, others[o:o + n_others]) for sig, o, n_others in chain]
+        carried = _carried_statistics(chain, others, inputs)
         h = to_array(x)
-        for sig, o, n_others in _signatures(x, others, params, reals):
-            result, step_statistics, saved = library.forward_arrays(sig, h, others[o:o + n_others])
-            h = result[0] if type(result) is tuple else result
-            statistics += step_statistics
-            residuals += [to_tensor(r) for r in saved]
-        return [to_tensor(h), *statistics], residuals
+        with _blas_scope([sig.blas_scope for sig, _, _ in chain]):
+            for (sig, _, _), (arrays, _), pairs in zip(chain, inputs, carried):
+                for mine, updated in pairs:
+                    mine[...] = updated
+                result, saved = sig.forward(h, *arrays, *sig.static)
+                h = result[0] if type(result) is tuple else result
+                residuals += saved
+        statistics = [t for _, step_statistics in inputs for t in step_statistics]
+        return [to_tensor(h), *statistics], [to_tensor(r) for r in residuals]
+
+
+def _carried_statistics(chain: list[tuple], others: Sequence[Tensor],
+                        inputs: list[tuple[list[Any], list[Tensor]]]) -> list[list[tuple[Any, Any]]]:
+    """Per step, (its copy of a running statistic, the copy an earlier step updates) for each running
+    statistic an earlier batch norm step of the run is given too (one layer called twice): it reads
+    that step's update, as the layers' own calls do."""
+    latest: dict[int, Any] = {}
+    out = []
+    for (sig, o, n_others), (arrays, _) in zip(chain, inputs):
+        pairs = []
+        if sig.op == "batchnorm":
+            for t, a in zip(sig.tensors(None, others[o:o + n_others])[3:5], arrays[2:4]):
+                if t is not None:
+                    if id(t) in latest:
+                        pairs.append((a, latest[id(t)]))
+                    latest[id(t)] = a
+        out.append(pairs)
+    return out
+
+
+def _blas_scope(scopes: Sequence[torch.device | None]) -> Any:
+    """The scope the steps' BLAS calls need (``scopes``: each step's library._blas_scope), entered once
+    for the run."""
+    blas = next((scope for scope in scopes if scope is not None), None)
+    return library._NOTHING if blas is None else device_scope(blas)
 
 
 def _signatures(x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> list[tuple]:
@@ -137,36 +169,34 @@ def _backward_steps(params: str) -> list[tuple]:
 
 def _walk_back(step: Any, start: Any, finish: Any, residuals: Sequence[Tensor], cotangents: Sequence[Tensor],
                params: str, reals: Sequence[float]) -> list[Tensor]:
-    """The backward kernels' loop, last step first: ``step(op, its residuals, d, its params, its reals,
-    the cotangent)`` gives (d for the step before, the step's other gradients); ``start`` makes d of the cotangent,
-    ``finish`` the tensor of the last d. The steps before the first one anything wants a gradient of do
-    not run: their gradients are empty placeholders, as the single ops' skipped ones."""
+    """The backward kernels' loop, last step first: ``step(op, its residuals, d, its params, its reals)``
+    gives (d for the step before, the step's other gradients, None where not wanted). ``start`` makes
+    what the steps take of the residuals and the cotangent, before the first step; ``finish`` a
+    tensor of a gradient, after the last (so that between two steps' kernels runs nothing else). The
+    steps before the first one anything wants a gradient of do not run. A gradient not wanted or not
+    computed is an empty placeholder like the cotangent, as the single ops' skipped ones."""
     like = cotangents[0]
+    saved = [start(t) for t in residuals]
     d: Any = start(like)
     steps = _backward_steps(params)
-    per_step: list[list[Tensor]] = [[] for _ in steps]
+    per_step: list[list[Any]] = [[None] * (n_grads - 1) for _, _, _, _, n_grads, _, _, _ in steps]
     for i in range(len(steps) - 1, -1, -1):
         op, step_params, n_residuals, n_reals, n_grads, runs, s, r = steps[i]
         if not runs or d is None:
-            per_step[i] = [like.new_empty((0,)) for _ in range(n_grads - 1)]
             d = None
             continue
-        d, per_step[i] = step(op, residuals[s:s + n_residuals], d, step_params, reals[r:r + n_reals], like)
-    return [like.new_empty((0,)) if d is None else finish(d)] + [g for grads in per_step for g in grads]
+        d, per_step[i] = step(op, saved[s:s + n_residuals], d, step_params, reals[r:r + n_reals])
+    return [like.new_empty((0,)) if g is None else finish(g) for g in (d, *[g for gs in per_step for g in gs])]
 
 
-def _real_step(op: str, residuals: Sequence[Tensor], d: Any, params: str, reals: Sequence[float],
-               like: Tensor) -> tuple:
-    """One step of the real kernel: the backend's backward on arrays (d stays an array); a gradient not
-    wanted is an empty placeholder like the cotangent."""
+def _real_step(op: str, residuals: Sequence[Any], d: Any, params: str, reals: Sequence[float]) -> tuple:
+    """One step of the real kernel: the backend's backward on arrays."""
     given, needs, static, paths, scope, backward = library._backward_call(op, params, reals)
-    grads = library.backward_arrays(tuple([to_array(t) for t in residuals]), (d,), needs, static, paths, scope,
-                                    backward)
-    return grads[0], [like.new_empty((0,)) if g is None else to_tensor(g) for g in grads[1:]]
+    grads = library.backward_arrays(tuple(residuals), (d,), needs, static, paths, scope, backward)
+    return grads[0], grads[1:]
 
 
-def _fake_step(op: str, residuals: Sequence[Tensor], d: Tensor, params: str, reals: Sequence[float],
-               like: Tensor) -> tuple:
+def _fake_step(op: str, residuals: Sequence[Tensor], d: Tensor, params: str, reals: Sequence[float]) -> tuple:
     grads = library._fake_backward(op, residuals, [d], params, reals)
     return grads[0], grads[1:]
 
@@ -174,7 +204,9 @@ def _fake_step(op: str, residuals: Sequence[Tensor], d: Tensor, params: str, rea
 def _backward_chain(residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,
                     reals: Sequence[float]) -> list[Tensor]:
     """The backward op's real kernel: the backend's backward calls on arrays."""
-    with library.off_cpu_scope(cotangents[0].device):
+    device = cotangents[0].device
+    with library.off_cpu_scope(device), _blas_scope([library._blas_scope(step[0], device)
+                                                     for step in _backward_steps(params)]):
         return _walk_back(_real_step, to_array, to_tensor, residuals, cotangents, params, reals)
 
 

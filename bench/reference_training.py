@@ -121,6 +121,7 @@ def numpy_cnn_fwd_bwd(features: Any, x: Any) -> Callable[[], None]:
                          lambda h: dnnbind.activation(h, "relu"), lambda h: dnnbind.maxpool(h, 2)):
                 h, pb = y_pb(h)
                 pullbacks.append(pb)
+        h.sum()                                  # the loss torch_fwd_bwd's side computes
         d = np.ones_like(h)
         for pb in reversed(pullbacks):
             grads = pb(d)
@@ -137,5 +138,6 @@ def numpy_lstm_fwd_bwd(lstm: Any, x: Any) -> Callable[[], None]:
 
     def run() -> None:
         (y, _, _), pullback = dnnbind.rnn(xa, weights, hidden_size=lstm.hidden_size, num_layers=lstm.num_layers)
+        y.sum()                                  # the loss torch_fwd_bwd's side computes
         pullback(np.ones_like(y))
     return run

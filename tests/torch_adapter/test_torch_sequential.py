@@ -10,6 +10,7 @@ import torch
 
 from dnnbind.torch import eager, fused
 from dnnbind.torch import nn as dnn
+from dnnbind.torch import sequential
 from dnnbind.torch.sequential import FUSABLE, Sequential
 
 SEQUENCE = "dnnbind_sequenceBackward"
@@ -270,3 +271,64 @@ def test_a_batch_norm_called_twice_updates_statistics_that_are_copies(runs):
         torch.testing.assert_close(bn.running_mean, twin[0].running_mean, rtol=0, atol=0)
         torch.testing.assert_close(bn.running_var, twin[0].running_var, rtol=0, atol=0)
     assert not bn.running_mean.is_contiguous() and runs == [3, 3]
+
+
+def _changes() -> list:
+    """Changes to a planned run's layers (conv, batch norm, relu, max pool) after which its next call
+    must be what the layers one by one give: each either plans the run again or runs it one by one."""
+    def replace_weight(model):
+        model[0].weight = torch.nn.Parameter(torch.randn_like(model[0].weight))
+
+    def register_bias(model):                        # past Module.__setattr__: the parameter dict itself
+        model[0].register_parameter("bias", torch.nn.Parameter(torch.randn(3)))
+
+    def new_weight_data(model):                      # the same Parameter, other values
+        model[0].weight.data = torch.randn_like(model[0].weight)
+
+    def swap_layer(model):
+        model[2] = dnn.Tanh()
+
+    def insert_layer(model):
+        model.insert(2, dnn.Sigmoid())
+
+    def raw_setting(model):                          # object.__setattr__: no Module bookkeeping at all
+        object.__setattr__(model[3], "stride", (1, 1))
+
+    def hook(model):
+        model[2].register_forward_hook(lambda m, i, o: o * 2)
+
+    return [lambda m: setattr(m[0], "padding", (2, 2)), lambda m: m.eval(), lambda m: setattr(m[1], "momentum", 0.5),
+            lambda m: setattr(m[1], "momentum", None), lambda m: m[1].reset_running_stats(), replace_weight,
+            register_bias, new_weight_data, swap_layer, insert_layer, raw_setting, hook,
+            lambda m: m.double()]
+
+
+@pytest.mark.parametrize("change", range(len(_changes())))
+def test_a_planned_run_sees_every_change_to_its_layers(change, runs):
+    torch.manual_seed(0)
+    model = dnn.Sequential(dnn.Conv2d(2, 3, 3, padding=1, bias=False), dnn.BatchNorm2d(3), dnn.ReLU(),
+                           dnn.MaxPool2d(2))
+    x = torch.randn(2, 2, 8, 8)
+    for seed in range(3):                            # planned, then run fused from the remembered steps
+        model(x)
+    assert runs == [4, 4]
+    _changes()[change](model)
+    if next(model.parameters()).dtype == torch.float64:
+        x = x.double()
+    twin = _per_layer(model)
+    for seed in range(3):
+        _same_step(model, twin, x, seed)
+    for (key, a), b in zip(model.state_dict().items(), twin.state_dict().values()):
+        assert torch.equal(a, b), key
+
+
+def test_planned_runs_are_remembered_per_input_shape(runs):
+    model = dnn.Sequential(dnn.Conv2d(1, 2, 3), dnn.ReLU())
+    twin = _per_layer(model)
+    shapes = [(4, 1, 6, 6), (3, 1, 6, 6)]             # a last batch smaller than the others
+    for _ in range(3):
+        for shape in shapes:
+            x = torch.randn(shape)
+            torch.testing.assert_close(model(x), twin(x), rtol=0, atol=0)
+    assert runs == [2, 2, 2, 2]
+    assert len(sequential._PLANNED[model]) == 2

@@ -9,10 +9,17 @@ global module hooks, saved-tensor hooks, a forward replaced on an instance, a su
 torch.func transforms, dispatch modes, tensor subclasses, and tensors off the CPU (the GPU path is not
 verified on a device yet). While torch.compile or torch.export traces, such a run (planned or not) is
 one ``dnnbind::sequence`` custom op (:mod:`dnnbind.torch.sequence_op`) instead of two per layer.
+
+A planned run is remembered per input shape with a snapshot of its layers (:func:`_state`): a later
+call whose layers are the same objects, unchanged, takes the steps again without asking each layer
+for its call (a training loop's case); any change to a layer's settings, parameters or buffers (a
+value set again, a tensor replaced, its shape or dtype changed) plans the run again.
 """
 from __future__ import annotations
 
-from typing import Any
+import operator
+import weakref
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -56,16 +63,72 @@ class Sequential(nn.Sequential):
                 x = modules[i](x)
                 i += 1
                 continue
-            x = _traced_run(modules[i:end], x) if compiling else _run(modules[i:end], x)
+            x = _traced_run(modules[i:end], x) if compiling else _run(self, i, modules[i:end], x)
             i = end
         return x
 
 
-def _run(layers: list[nn.Module], x: Any) -> Any:
-    """``layers`` on x: as one node when every call is planned (and x qualifies), else one by one."""
-    fusions = _fusions(layers, x) if _fusable_input(x) else None
+def _run(model: Sequential, start: int, layers: list[nn.Module], x: Any) -> Any:
+    """``layers`` (model's, from index ``start``) on x: as one node when every call is planned (and x
+    qualifies), else one by one. A run planned before on an input like x, whose layers are the same and
+    unchanged since (see :class:`_Planned`), takes its steps again without asking each layer."""
+    if not _fusable_input(x):
+        return _one_by_one(layers, x)
+    key = (start, x.shape, x.dtype, x.device, type(x))
+    runs = _PLANNED.get(model)
+    known = None if runs is None else runs.get(key)
+    if known is not None and known.holds(layers):
+        return fused.run(known.steps, x)
+    fusions = _fusions(layers, x)
     steps = None if fusions is None else fused.plan_run(fusions, x)
-    return _one_by_one(layers, x) if steps is None else fused.run(steps, x)
+    if steps is None:
+        return _one_by_one(layers, x)
+    runs = _PLANNED.setdefault(model, {})
+    if len(runs) >= _PLANNED_PER_MODEL:
+        runs.clear()
+    runs[key] = _Planned(tuple(layers), tuple(map(_state, layers)), steps)
+    return fused.run(steps, x)
+
+
+class _Planned(NamedTuple):
+    """A run's steps and what they were planned from: its layers and each one's :func:`_state`."""
+
+    layers: tuple[nn.Module, ...]
+    states: tuple[tuple, ...]
+    steps: list[fused.Step]
+
+    def holds(self, layers: list[nn.Module]) -> bool:
+        """Whether ``layers`` are this run's, each as it was: then its steps are what planning gives."""
+        return (len(layers) == len(self.layers) and all(map(operator.is_, layers, self.layers))
+                and all(map(_same_state, layers, self.states)))
+
+
+def _state(layer: nn.Module) -> tuple:
+    """Everything a layer's call is planned from, kept for comparison by identity: its attributes'
+    names and values (settings, training, its parameter and buffer dicts), its parameters' and
+    buffers' tensors, and their shapes, dtypes and devices (``.data`` may be replaced in place). A
+    setting set again to an equal value, or any other change, makes the run plan again."""
+    tensors = [*layer._parameters.values(), *layer._buffers.values()]
+    return list(layer.__dict__), list(layer.__dict__.values()), tensors, _metas(tensors)
+
+
+def _same_state(layer: nn.Module, state: tuple) -> bool:
+    keys, values, tensors, metas = state
+    attributes = layer.__dict__
+    if (len(attributes) != len(keys) or not all(map(operator.is_, attributes, keys))
+            or not all(map(operator.is_, attributes.values(), values))):
+        return False
+    now = [*layer._parameters.values(), *layer._buffers.values()]
+    return len(now) == len(tensors) and all(map(operator.is_, now, tensors)) and _metas(now) == metas
+
+
+def _metas(tensors: list[Tensor | None]) -> list[tuple | None]:
+    return [None if t is None else (t.shape, t.dtype, t.device) for t in tensors]
+
+
+#: per Sequential, its planned runs by (the first layer's index, x's shape, dtype, device and type)
+_PLANNED: weakref.WeakKeyDictionary[nn.Module, dict[tuple, _Planned]] = weakref.WeakKeyDictionary()
+_PLANNED_PER_MODEL = 8
 
 
 def _traced_run(layers: list[nn.Module], x: Any) -> Any:

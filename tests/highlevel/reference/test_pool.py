@@ -418,3 +418,12 @@ def test_divisor_override_errors(value, error, message):
 def test_divisor_override_takes_numpy_ints():
     y, _ = dnnbind.meanpool(np.ones((1, 1, 4, 4)), 2, divisor_override=np.int64(2))
     np.testing.assert_array_equal(y, np.full((1, 1, 2, 2), 2.0))
+
+
+def test_a_window_on_padding_only_gives_minus_infinity_and_no_gradient():
+    """Dilated windows whose every tap lands on padding (height 1, padding 1, dilation 2: rows -1 and 1):
+    -inf, and a gradient that goes nowhere (torch's own CPU backward writes it out of bounds)."""
+    x = np.arange(4.0).reshape(1, 1, 1, 4)
+    (y, indices), pullback = dnnbind.maxpool(x, 2, stride=1, padding=1, dilation=2, return_indices=True)
+    assert y.shape == (1, 1, 1, 4) and np.isneginf(y).all() and indices.dtype == np.int64
+    np.testing.assert_array_equal(pullback(np.ones_like(y)), np.zeros_like(x))

@@ -44,6 +44,33 @@ def test_conv_dims_is_frozen_hashable_and_keyed():
         a.groups = 2  # type: ignore[misc]
 
 
+def test_equal_problems_share_one_key_and_plans_share_one_problem(rng):
+    """Equal dims (of any kind) share their key tuple, so comparing them is an identity check; an op's
+    plan holds the first of equal problems made, also when it is built again after the plan cache was
+    cleared (the caches keyed by it then find it by identity)."""
+    import dnnbind
+    from dnnbind.highlevel import arg_cache, plans
+    from dnnbind.highlevel.dims import interned
+    for make in (lambda: ConvDims((1, 4, 8, 8), (2, 4, 3, 3), padding=1),
+                 lambda: PoolDims((1, 2, 6, 6), (2, 2)),
+                 lambda: RNNDims((3, 2, 4), [((2, 4), (2, 2), (2,), (2,))], mode="rnn_tanh", hidden_size=2)):
+        a, b = make(), make()
+        assert a is not b and a == b and a.key() is b.key() and hash(a) == hash(b)
+        assert interned((a, 1))[0] is interned((b, 1))[0]
+    assert ConvDims((1, 4, 8, 8), (2, 4, 3, 3), padding=1) != PoolDims((1, 2, 6, 6), (2, 2))
+    x, w = rng.standard_normal((1, 2, 9, 9)), rng.standard_normal((3, 2, 3, 3))
+
+    def planned_dims():
+        dnnbind.conv(x, w, padding=2)
+        plan = plans.find("conv", (x, w, None), (1, 2, 1, 1, False))     # conv's arguments, as ops.conv
+        return next(s for s in plan.static if isinstance(s, ConvDims)) if plan is not None else None
+
+    first = planned_dims()
+    arg_cache.clear()
+    again = planned_dims()
+    assert first is not None and again is first
+
+
 def test_conv_dims_holds_no_numpy_state():
     d = ConvDims((1, 4, 8, 8), (2, 4, 3, 3), stride=np.int64(2), padding=[np.int32(1), 1])
     for f in dataclasses.fields(d):

@@ -13,7 +13,7 @@ import itertools
 
 import numbers
 from dataclasses import dataclass, fields
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
@@ -253,8 +253,69 @@ def _pool_out(size: int, lo: int, hi: int, extent: int, stride: int, ceil_mode: 
 # convolution
 
 
-@dataclass(frozen=True, init=False)
-class ConvDims:
+class _Problem:
+    """What ConvDims, PoolDims and RNNDims share: identity by :meth:`key` (the kind and every field),
+    which keys the plan and layout caches. The key and its hash are computed once per object, and
+    equal objects share one key tuple (:data:`_KEYS`), so that comparing two of them is one identity
+    check. A cache lookup that meets an equal but other object (a plan built again after the plan
+    cache was cleared, a torch layer's plan beside a public call's) compares them; a dataclass's
+    generated ``__eq__`` read every field again in Python there, about 1 us a lookup and six lookups
+    a convolution call."""
+
+    _KIND: ClassVar[str] = ""
+
+    def key(self) -> tuple:
+        """Hashable identity of the problem, for plan caches."""
+        cached = self.__dict__.get("_key")
+        if cached is None:
+            cached = (self._KIND,) + tuple(getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]
+            if len(_KEYS) >= _KEYS_MAX:
+                _KEYS.clear()
+            cached = self.__dict__["_key"] = _KEYS.setdefault(cached, cached)
+        return cached
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = self.__dict__["_hash"] = hash(self.key())
+        return cached
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not type(self):
+            return NotImplemented
+        mine, theirs = self.key(), other.key()  # type: ignore[attr-defined]
+        return mine is theirs or mine == theirs
+
+
+#: one key tuple per distinct problem (bounded: cleared when full; equal keys then compare item by item)
+_KEYS: dict[tuple, tuple] = {}
+_KEYS_MAX = 4096
+
+
+def interned(static: tuple) -> tuple:
+    """``static`` (an op's static arguments) with each problem replaced by the first equal one made:
+    the plans of equal problems (a plan built again, the torch adapter's beside the public op's) then
+    hold one object, and the caches keyed by it find it by identity."""
+    if not any(isinstance(a, _Problem) for a in static):
+        return static
+    out = []
+    for a in static:
+        if isinstance(a, _Problem):
+            if len(_PROBLEMS) >= _KEYS_MAX:
+                _PROBLEMS.clear()
+            a = _PROBLEMS.setdefault(a.key(), a)
+        out.append(a)
+    return tuple(out)
+
+
+#: the first problem made per key (bounded like _KEYS)
+_PROBLEMS: dict[tuple, _Problem] = {}
+
+
+@dataclass(frozen=True, init=False, eq=False)
+class ConvDims(_Problem):
     """Geometry of one N-d convolution (cross-correlation, or true convolution with ``flip``).
 
     Built from the shapes of x (N, C, *spatial) and w (K, C/groups, *kernel) and the user's stride,
@@ -265,6 +326,8 @@ class ConvDims:
     convolution whose input has conv_transpose's output shape; conv_transpose is that convolution's
     data gradient. ``output_padding`` is non-zero only there.
     """
+
+    _KIND = "conv"
 
     x_shape: Shape
     w_shape: Shape
@@ -403,28 +466,17 @@ class ConvDims:
         return (n * c * _prod(self.padded_size) + _prod(self.y_shape) + _prod(self.w_shape)
                 + c * _prod(self.kernel_size) * _prod(self.out_size))
 
-    def __hash__(self) -> int:
-        """The fields' hash, computed once (dims key the plan caches, so they are hashed on every call)."""
-        cached = self.__dict__.get("_hash")
-        if cached is None:
-            cached = self.__dict__["_hash"] = hash(self.key())
-        return cached
-
     @property
     def symmetric_padding(self) -> bool:
         return self.pad_low == self.pad_high
-
-    def key(self) -> tuple:
-        """Hashable identity of the problem, for plan caches."""
-        return ("conv",) + tuple(getattr(self, f.name) for f in fields(self))
 
 
 # ----------------------------------------------------------------------------------------------
 # pooling
 
 
-@dataclass(frozen=True, init=False)
-class PoolDims:
+@dataclass(frozen=True, init=False, eq=False)
+class PoolDims(_Problem):
     """Geometry of one N-d pooling: window, stride (defaults to window), dilation and padding per dim.
 
     Padding may be at most half the window in every dim (PyTorch's rule: half the window itself, also
@@ -434,6 +486,8 @@ class PoolDims:
     whole high-side padding (the user's plus ``ceil_extra``): a backend pads by ``pad_low`` and
     ``pad_high`` and pools without rounding. :meth:`mean_divisor` says what a mean divides by.
     """
+
+    _KIND = "pool"
 
     x_shape: Shape
     window: Shape
@@ -561,16 +615,6 @@ class PoolDims:
     def _working_elements(self) -> int:
         return _prod(self.x_shape[:2]) * _prod(self.padded_size) + 2 * _prod(self.y_shape)
 
-    def __hash__(self) -> int:
-        """The fields' hash, computed once (see ConvDims.__hash__)."""
-        cached = self.__dict__.get("_hash")
-        if cached is None:
-            cached = self.__dict__["_hash"] = hash(self.key())
-        return cached
-
-    def key(self) -> tuple:
-        """Hashable identity of the problem, for plan caches."""
-        return ("pool",) + tuple(getattr(self, f.name) for f in fields(self))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -633,8 +677,8 @@ def rnn_weight_entries(weights: Any) -> tuple[tuple[Any, Any, Any, Any], ...]:
     return tuple(entries)
 
 
-@dataclass(frozen=True, init=False)
-class RNNDims:
+@dataclass(frozen=True, init=False, eq=False)
+class RNNDims(_Problem):
     """Geometry of a multi-layer, optionally bidirectional RNN in PyTorch's weight layout.
 
     Weights are indexed ``layer * num_directions + direction``; each entry is (w_ih, w_hh, b_ih, b_hh)
@@ -644,6 +688,8 @@ class RNNDims:
     size of h and of each direction's output; the cell c keeps hidden_size. ``lengths`` (optional, one
     per sequence, any order) describes padded variable-length batches.
     """
+
+    _KIND = "rnn"
 
     mode: str
     seq_len: int
@@ -756,6 +802,3 @@ class RNNDims:
     def layer_input_size(self, layer: int) -> int:
         return self.input_size if layer == 0 else self.out_size * self.num_directions
 
-    def key(self) -> tuple:
-        """Hashable identity of the problem, for plan caches."""
-        return ("rnn",) + tuple(getattr(self, f.name) for f in fields(self))

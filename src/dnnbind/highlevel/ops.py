@@ -32,7 +32,7 @@ import numpy as np
 
 from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm, check_divisor_override,
                                     check_dtype, check_positive_float, check_probability, check_real,
-                                    check_same_dtype, check_shape, normalize_axis, rnn_weight_entries)
+                                    check_same_dtype, check_shape, interned, normalize_axis, rnn_weight_entries)
 from dnnbind.highlevel.dispatch import adopts_device_arrays, backend_op
 from dnnbind.highlevel.plans import Plan, build, find
 from dnnbind.highlevel.pullback import Pullback, named_rnn
@@ -450,4 +450,4 @@ STATIC: dict[str, Callable[..., tuple]] = {
 def residual_static(op: str, *arrays: Any, **kwargs: Any) -> tuple:
     """The static arguments of ``op``'s residual form (see :mod:`dnnbind.highlevel.residual`) for arrays
     (or ArraySpecs) in FORMS order and the public op's keyword arguments; errors as the public op gives."""
-    return STATIC[op](*arrays, **kwargs)
+    return interned(STATIC[op](*arrays, **kwargs))

@@ -93,3 +93,65 @@ def test_calls_with_tagged_arguments_take_the_per_call_path_too(rng, alpha, padd
     y, _ = dnnbind.activation(negative, "leaky_relu", alpha=other)
     np.testing.assert_array_equal(np.signbit(y), np.signbit(negative * other))     # zeros of its own sign
     assert plans.find("activation", (x,), ("leaky_relu", other)) is not None
+
+
+# -- a plan's later calls skip the wrappers that only call through for them ----------------------------
+
+def test_innermost_skips_the_marked_wrappers_that_pass_and_stops_at_any_other():
+    import functools
+
+    from dnnbind.highlevel.residual import innermost, passes_when
+
+    def op(x, k):
+        return x + k
+
+    def wrap(predicate, inner, marked=True):
+        @functools.wraps(inner)
+        def wrapper(*args, **kwargs):
+            return inner(*args, **kwargs) * 10
+        return passes_when(predicate)(wrapper) if marked else wrapper
+
+    small = wrap(lambda x, k: k < 5, op)
+    assert innermost(small, (1, 2), {}) is op and innermost(small, (1, 7), {}) is small
+    outer = wrap(lambda x, k: True, small)
+    assert innermost(outer, (1, 2), {}) is op and innermost(outer, (1, 7), {}) is small
+    assert innermost(wrap(lambda x, k: True, small, marked=False), (1, 2), {}).__wrapped__ is small
+
+
+def test_a_plan_runs_the_innermost_forward_from_its_second_call(rng):
+    """The reference conv's wrappers (edge policy, half precision, memory check, BLAS threads) all pass
+    for a small float32 problem: the plan's run is rebuilt on conv_forward itself, with equal results."""
+    import dnnbind
+    from dnnbind.highlevel import reference
+    x, w = rng.standard_normal((2, 3, 6, 6)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    arguments = (1, 1, 1, 1, False)                  # stride, padding, dilation, groups, flip
+    y0, pullback0 = dnnbind.conv(x, w, padding=1)
+    plan = plans.find("conv", (x, w, None), arguments)
+    assert plan is not None and plan.run is not reference.conv          # rebuilt by the first call
+    y1, pullback1 = dnnbind.conv(x, w, padding=1)
+    np.testing.assert_array_equal(y0, y1)
+    for a, b in zip(pullback0(np.ones_like(y0)), pullback1(np.ones_like(y1))):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("case", ["empty", "0-d", "float16", "bfloat16"])
+def test_repeated_calls_keep_the_wrappers_their_problem_needs(case):
+    """Zero-size and 0-d arrays keep the edge policy, half precision its float32 computation, on every
+    call of their plans."""
+    import dnnbind
+    for _ in range(3):
+        if case == "empty":
+            y, pullback = dnnbind.conv(np.zeros((0, 2, 5, 5)), np.ones((3, 2, 3, 3)))
+            assert y.shape == (0, 3, 3, 3) and pullback(np.zeros(y.shape))[1].shape == (3, 2, 3, 3)
+        elif case == "0-d":
+            y, pullback = dnnbind.activation(np.array(-2.0), "relu")
+            assert y.shape == () and y == 0 and pullback(np.array(1.0)).shape == ()
+        else:
+            if case == "bfloat16":
+                ml_dtypes = pytest.importorskip("ml_dtypes")
+                dtype = np.dtype(ml_dtypes.bfloat16)
+            else:
+                dtype = np.dtype(np.float16)
+            x = np.full((1, 1, 4, 4), 1.0, dtype)
+            y, _ = dnnbind.conv(x, np.full((1, 1, 3, 3), 1.0, dtype), padding=1)
+            assert y.dtype == dtype and float(y[0, 0, 1, 1]) == 9.0

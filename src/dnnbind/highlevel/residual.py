@@ -139,6 +139,29 @@ def signature_of(op: str) -> inspect.Signature:
     return inspect.Signature(params)
 
 
+def passes_when(predicate: Callable[..., bool]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a wrapper of a residual-form forward (made with functools.wraps) as one that only calls the
+    function it wraps, with the same arguments, for a call where ``predicate(*args, **options)`` holds.
+    The predicate may look only at what a plan fixes (the arrays' shapes and dtypes, the static
+    arguments): a plan then calls the wrapped function directly (:func:`innermost`)."""
+    def mark(wrapper: Callable[..., Any]) -> Callable[..., Any]:
+        # the mark names its wrapper: functools.wraps copies a function's attributes onto the wrappers
+        # around it, which must not pass for marked themselves
+        wrapper.__dnnbind_passes__ = (wrapper, predicate)      # type: ignore[attr-defined]
+        return wrapper
+    return mark
+
+
+def innermost(forward: Callable[..., Any], args: tuple, options: dict[str, Any]) -> Callable[..., Any]:
+    """``forward`` without the wrappers that only call through for calls like this one (see
+    :func:`passes_when`): what a plan's later calls run, a Python frame and its checks fewer per wrapper."""
+    while True:
+        mark = getattr(forward, "__dnnbind_passes__", None)
+        if mark is None or mark[0] is not forward or not mark[1](*args, **options):
+            return forward
+        forward = forward.__wrapped__               # type: ignore[attr-defined]
+
+
 def with_pullback(op: str, forward: Callable[..., Any], backward: Callable[..., Any],
                   names: tuple[str, ...] = ()) -> Callable[..., Any]:
     """The ``(result, pullback)`` form of a backend's op, built on its forward/backward pair.
@@ -166,8 +189,17 @@ def with_pullback(op: str, forward: Callable[..., Any], backward: Callable[..., 
         return result, ResidualPullback(backward, residuals, args[n_arrays:], options, names,
                                         getattr(main, "dtype", None), getattr(main, "shape", None), keep)
 
+    def for_call(*args: Any, **kwargs: Any) -> Callable[..., Any]:
+        """This run for calls like this one (a plan's): its forward without the wrappers that only call
+        through for them."""
+        if len(args) != arity or kwargs.keys() & known:
+            return run
+        direct = innermost(forward, args, kwargs)
+        return run if direct is forward else with_pullback(op, direct, backward, names)
+
     run.__name__ = op
     run.__qualname__ = op
+    run.for_call = for_call                             # type: ignore[attr-defined]
     return run
 
 

@@ -11,6 +11,8 @@ import os
 import resource
 from typing import Any, Callable
 
+from dnnbind.highlevel.residual import passes_when
+
 
 def available_bytes() -> int:
     """Memory this process can still get: the kernel's MemAvailable (physical memory elsewhere), capped
@@ -54,11 +56,18 @@ def check_fits(op: str, dims: Any, itemsize: int) -> None:
 def fits_in_memory(op: Callable[..., Any]) -> Callable[..., Any]:
     """Check, before ``op`` allocates anything (half-precision casts included), that the problem its dims
     argument (the one with ``working_bytes``) describes fits; half precision is computed in float32."""
+    # (a plan skips the check where the problem is too small for it: see residual.passes_when)
+    @passes_when(lambda x, *args, **kwargs: _dims_of(args) is None
+                 or _dims_of(args).working_bytes(max(x.dtype.itemsize, 4)) < CHECK_FROM_BYTES)
     @functools.wraps(op)
     def checked(x: Any, *args: Any, **kwargs: Any) -> Any:
-        for dims in args:
-            if hasattr(dims, "working_bytes"):
-                check_fits(op.__name__, dims, max(x.dtype.itemsize, 4))
-                break
+        dims = _dims_of(args)
+        if dims is not None:
+            check_fits(op.__name__, dims, max(x.dtype.itemsize, 4))
         return op(x, *args, **kwargs)
     return checked
+
+
+def _dims_of(args: tuple) -> Any:
+    """The first of an op's arguments that describes its problem (has ``working_bytes``), or None."""
+    return next((a for a in args if hasattr(a, "working_bytes")), None)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dnnbind.highlevel.dims import check_dtype, check_shape
+from dnnbind.highlevel.residual import passes_when
 
 _FLOAT32 = np.dtype(np.float32)
 
@@ -64,6 +65,7 @@ def half_forward(forward: Callable[..., Any], inplace: tuple[int, ...] = ()) -> 
     (:data:`HALF_DTYPES`), results back in that dtype; the residuals stay in float32. The positional
     arguments at ``inplace`` are arrays the forward updates in place (batch norm's running statistics):
     they pass unconverted."""
+    @passes_when(lambda *args, **kwargs: args[0].dtype not in HALF_DTYPES)
     @functools.wraps(forward)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         half = args[0].dtype

@@ -38,7 +38,7 @@ from dnnbind.highlevel.reference.conv_paths import (GEMM_THREAD_MIN_MACS, Depthw
 from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._precision import (cotangent, half_backward, half_forward, half_residuals,
                                                     private)
-from dnnbind.highlevel.residual import ALL_NEEDED, ArraySpec
+from dnnbind.highlevel.residual import ALL_NEEDED, ArraySpec, passes_when
 from dnnbind.highlevel.reference._scratch import scratch
 from dnnbind.highlevel.reference._threads import blas_single_threaded, one_blas_thread, run, split, workers
 from dnnbind.highlevel.reference import native
@@ -325,12 +325,17 @@ def _blas_beside_kernels(dims_at: int) -> Any:
     second after each multi-threaded call, taking a core from the C kernels that follow on the pool:
     measured on a 2-core EPYC, a strided 256 -> 512 layer's forward and backward (C forward and data
     gradient, a BLAS filter gradient) took 47 ms with BLAS on two threads and 32 ms with this."""
+    def alone(*args: Any, **kwargs: Any) -> bool:
+        """Whether BLAS keeps its own threads for this call (a BLAS path's products are split best so)."""
+        dims = args[dims_at] if len(args) > dims_at else kwargs["dims"]
+        return macs(dims) < GEMM_THREAD_MIN_MACS or native.library() is None or special_path(dims) not in _KERNEL_PATHS
+
     def decorate(op: Any) -> Any:
+        @passes_when(alone)
         @functools.wraps(op)
         def beside(*args: Any, **kwargs: Any) -> Any:
-            dims = args[dims_at] if len(args) > dims_at else kwargs["dims"]
-            if macs(dims) < GEMM_THREAD_MIN_MACS or native.library() is None or special_path(dims) not in _KERNEL_PATHS:
-                return op(*args, **kwargs)          # (BLAS's own threads split a BLAS path's products best)
+            if alone(*args, **kwargs):
+                return op(*args, **kwargs)
             with one_blas_thread():
                 return op(*args, **kwargs)
         return beside

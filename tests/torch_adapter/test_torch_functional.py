@@ -217,7 +217,8 @@ def test_0d_and_empty_tensors_follow_the_edge_policy():
 def test_cpu_ops_run_numpys_blas_on_one_thread(monkeypatch):
     """dnnbind.torch runs the reference backend's BLAS ops with OpenBLAS on one thread (torch's OpenMP
     threads spin between torch's ops), seen from inside a CPU op's backend call; the setting is restored.
-    Ops that call no BLAS (library.BLAS_OPS says which do) run without that scope."""
+    Ops that call no BLAS (library.BLAS_OPS says which do), and convolutions whose products OpenBLAS runs
+    on one thread anyway, run without that scope."""
     from dnnbind.highlevel import dispatch
     from dnnbind.highlevel.reference import _threads
     from dnnbind.highlevel.reference._blas import openblas
@@ -239,9 +240,14 @@ def test_cpu_ops_run_numpys_blas_on_one_thread(monkeypatch):
         return real_conv(*args, **kwargs)
 
     monkeypatch.setitem(dispatch._functions, (dispatch.BACKENDS["reference"], "conv_forward"), conv_spy)
-    y = dt.conv(torch.randn(2, 3, 6, 6, requires_grad=True), torch.randn(4, 3, 3, 3))
+    y = dt.conv(torch.randn(4, 16, 16, 16, requires_grad=True), torch.randn(16, 16, 3, 3))
     y.sum().backward()
     assert seen == [(1, True)] and get() == before
+    seen.clear()
+    # a convolution too small for OpenBLAS to thread a product of (library.BLAS_ONE_THREAD_MACS) runs
+    # without the scope, whose two thread settings would cost more than the call
+    dt.conv(torch.randn(2, 3, 6, 6, requires_grad=True), torch.randn(4, 3, 3, 3)).sum().backward()
+    assert seen == [(before, before == 1)] and get() == before
     seen.clear()
     dt.activation(torch.randn(4, 3, requires_grad=True), "relu").sum().backward()
     assert seen == [(before, before == 1)] and get() == before

@@ -24,7 +24,7 @@ T = TypeVar("T")
 #: Entries kept; a program with more distinct problems than this only loses the saving for some.
 MAX_ENTRIES = 1024
 
-_PLAIN = (int, str, type(None))
+_PLAIN = frozenset({int, str, type(None)})
 _BOOL = object()   # tags bools, which compare and hash equal to the ints 0 and 1
 _SCALARS = frozenset({int, bool, type(None)})
 _entries: dict[tuple, Any] = {}
@@ -43,8 +43,10 @@ def plain(value: Any) -> Any:
         return value
     if kind is bool:
         return (_BOOL, value)
+    if kind is tuple and _PLAIN.issuperset(map(type, value)):
+        return value                    # the common case (a stride, a padding): ints only, as it is
     if kind is tuple or kind is list:
-        return tuple(plain(v) for v in value)
+        return tuple([plain(v) for v in value])
     raise NotPlain
 
 

@@ -36,7 +36,8 @@ from dnnbind.highlevel.dims import numpy_dtype
 from dnnbind.highlevel.edges import RULES, output_dtype
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.ops import residual_static
-from dnnbind.highlevel.residual import FORMS, RESIDUAL_REVISION, SKIPPABLE, ArraySpec
+from dnnbind.highlevel.reference.conv_paths import macs
+from dnnbind.highlevel.residual import FORMS, RESIDUAL_REVISION, SKIPPABLE, ArraySpec, innermost
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 
 NAMESPACE = "dnnbind"
@@ -270,10 +271,20 @@ _NOTHING = contextlib.nullcontext()
 BLAS_OPS = frozenset({"conv", "conv_transpose", "rnn"})
 
 
-def _blas_scope(op: str, device: torch.device) -> torch.device | None:
+def _blas_scope(op: str, device: torch.device, static: tuple) -> torch.device | None:
     """The device whose scope the backend call itself needs: the CPU for the BLAS ops, else None (off
-    the CPU, :func:`off_cpu_scope` covers the whole call)."""
-    return device if device.type == "cpu" and op in BLAS_OPS else None
+    the CPU, :func:`off_cpu_scope` covers the whole call). A convolution too small for OpenBLAS to
+    thread any of its products needs none: setting OpenBLAS's threads and back costs more than it."""
+    if device.type != "cpu" or op not in BLAS_OPS:
+        return None
+    if op != "rnn" and macs(static[0]) < BLAS_ONE_THREAD_MACS:
+        return None
+    return device
+
+
+#: OpenBLAS runs a product of fewer multiply-adds than this on one thread (its GEMM threading threshold,
+#: 65536 times GEMM_MULTITHREAD_THRESHOLD's default 4); dnnbind's own splits start far above it
+BLAS_ONE_THREAD_MACS = 65536 * 4
 
 
 class _Signature:
@@ -289,13 +300,16 @@ class _Signature:
                  tensors: list[Any], kwargs: dict[str, Any]) -> None:
         self.op, self.p, self.device = op, decode(params), x.device
         backend = _backend(x.device)
-        self.static = _static(op, _map(_spec, tensors), kwargs, params, reals)
-        self.forward = backend_function(backend, f"{op}_forward")
+        specs = _map(_spec, tensors)
+        self.static = _static(op, specs, kwargs, params, reals)
+        # every call of this signature has these shapes and dtypes: it skips the backend's wrappers
+        # that only call through for them (residual.passes_when), as the public ops' plans do
+        self.forward = innermost(backend_function(backend, f"{op}_forward"), (*specs, *self.static), {})
         self.backward = backend_function(backend, f"{op}_backward")
         self.record = _call_record(op, x, others, self.p, reals)
         self.cached = False        # whether _signature remembers it (a dropout call with a seed: no)
         self.plan: Any = None      # the eager path's Plan on it (dnnbind.torch.eager)
-        self.blas_scope = _blas_scope(op, x.device)
+        self.blas_scope = _blas_scope(op, x.device, self.static)
         # whether a call needs a device scope at all: off the CPU always, on it the BLAS ops
         self.scoped = x.device.type != "cpu" or self.blas_scope is not None
         slots = self.p["slots"]
@@ -413,7 +427,7 @@ def _backward_call(op: str, params: str, reals: Sequence[float]) -> tuple:
         static = _static(op, arrays, kwargs, params, reals)
     # where each gradient the op returns (one per given differentiable array) is among the backend's
     paths = tuple(path for path in _gradient_paths(op, p["slots"]) if path is not None)
-    call = (p["given"], p.get("needs"), static, paths, _blas_scope(op, device),
+    call = (p["given"], p.get("needs"), static, paths, _blas_scope(op, device, static),
             backend_function(_backend(device), f"{op}_backward"))
     if len(_BACKWARD_CALLS) >= _SIGNATURES_MAX:
         _BACKWARD_CALLS.clear()

@@ -205,8 +205,9 @@ def _backward_chain(residuals: Sequence[Tensor], cotangents: Sequence[Tensor], p
                     reals: Sequence[float]) -> list[Tensor]:
     """The backward op's real kernel: the backend's backward calls on arrays."""
     device = cotangents[0].device
-    with library.off_cpu_scope(device), _blas_scope([library._blas_scope(step[0], device)
-                                                     for step in _backward_steps(params)]):
+    scopes = [library._backward_call(op, step_params, reals[r:r + n_reals])[4]
+              for op, step_params, _, n_reals, _, _, _, r in _backward_steps(params)]
+    with library.off_cpu_scope(device), _blas_scope(scopes):
         return _walk_back(_real_step, to_array, to_tensor, residuals, cotangents, params, reals)
 
 

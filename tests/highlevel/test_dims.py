@@ -71,6 +71,26 @@ def test_equal_problems_share_one_key_and_plans_share_one_problem(rng):
     assert first is not None and again is first
 
 
+def test_a_pickled_problem_hashes_anew_where_it_is_loaded():
+    """The cached key and hash stay behind: a string's hash is per process (PYTHONHASHSEED)."""
+    import copy
+    import pickle
+    import subprocess
+    import sys
+    d = ConvDims((1, 4, 8, 8), (2, 4, 3, 3), padding=1, dtype="float32")
+    hash(d)
+    for other in (pickle.loads(pickle.dumps(d)), copy.deepcopy(d)):
+        assert "_hash" not in other.__dict__ and other == d and hash(other) == hash(d)
+    code = ("import pickle, sys\n"
+            "from dnnbind.highlevel.dims import ConvDims\n"
+            "d = pickle.loads(sys.stdin.buffer.read())\n"
+            "fresh = ConvDims((1, 4, 8, 8), (2, 4, 3, 3), padding=1, dtype='float32')\n"
+            "raise SystemExit(0 if d == fresh and hash(d) == hash(fresh) and {fresh: 1}[d] == 1 else 3)\n")
+    done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(d), env={"PYTHONHASHSEED": "123",
+                          **{k: v for k, v in __import__("os").environ.items() if k != "PYTHONHASHSEED"}})
+    assert done.returncode == 0
+
+
 def test_conv_dims_holds_no_numpy_state():
     d = ConvDims((1, 4, 8, 8), (2, 4, 3, 3), stride=np.int64(2), padding=[np.int32(1), 1])
     for f in dataclasses.fields(d):

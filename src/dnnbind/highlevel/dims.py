@@ -280,6 +280,11 @@ class _Problem:
             cached = self.__dict__["_hash"] = hash(self.key())
         return cached
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields without the cached key and hash: a string's hash differs from process to process,
+        so a problem pickled in one must hash anew in another."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_key", "_hash")}
+
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True

@@ -256,8 +256,8 @@ def _pool_out(size: int, lo: int, hi: int, extent: int, stride: int, ceil_mode: 
 class _Problem:
     """What ConvDims, PoolDims and RNNDims share: identity by :meth:`key` (the kind and every field),
     which keys the plan and layout caches. The key and its hash are computed once per object, and
-    equal objects share one key tuple (:data:`_KEYS`), so that comparing two of them is one identity
-    check. A cache lookup that meets an equal but other object (a plan built again after the plan
+    equal objects share the key tuple of the first of them made (:data:`_FIRST`), so that comparing
+    two of them is one identity check. A cache lookup that meets an equal but other object (a plan built again after the plan
     cache was cleared, a torch layer's plan beside a public call's) compares them; a dataclass's
     generated ``__eq__`` read every field again in Python there, about 1 us a lookup and six lookups
     a convolution call."""
@@ -269,9 +269,8 @@ class _Problem:
         cached = self.__dict__.get("_key")
         if cached is None:
             cached = (self._KIND,) + tuple(getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]
-            if len(_KEYS) >= _KEYS_MAX:
-                _KEYS.clear()
-            cached = self.__dict__["_key"] = _KEYS.setdefault(cached, cached)
+            first = _first(cached, self)
+            cached = self.__dict__["_key"] = cached if first is self else first.key()
         return cached
 
     def __hash__(self) -> int:
@@ -294,9 +293,16 @@ class _Problem:
         return mine is theirs or mine == theirs
 
 
-#: one key tuple per distinct problem (bounded: cleared when full; equal keys then compare item by item)
-_KEYS: dict[tuple, tuple] = {}
-_KEYS_MAX = 4096
+def _first(key: tuple, problem: _Problem) -> _Problem:
+    """The first problem made with ``key`` (``problem`` when it is the first)."""
+    if len(_FIRST) >= _FIRST_MAX:
+        _FIRST.clear()
+    return _FIRST.setdefault(key, problem)
+
+
+#: the first problem made per key (bounded: cleared when full; equal keys then compare item by item)
+_FIRST: dict[tuple, _Problem] = {}
+_FIRST_MAX = 4096
 
 
 def interned(static: tuple) -> tuple:
@@ -305,18 +311,7 @@ def interned(static: tuple) -> tuple:
     hold one object, and the caches keyed by it find it by identity."""
     if not any(isinstance(a, _Problem) for a in static):
         return static
-    out = []
-    for a in static:
-        if isinstance(a, _Problem):
-            if len(_PROBLEMS) >= _KEYS_MAX:
-                _PROBLEMS.clear()
-            a = _PROBLEMS.setdefault(a.key(), a)
-        out.append(a)
-    return tuple(out)
-
-
-#: the first problem made per key (bounded like _KEYS)
-_PROBLEMS: dict[tuple, _Problem] = {}
+    return tuple(_first(a.key(), a) if isinstance(a, _Problem) else a for a in static)
 
 
 @dataclass(frozen=True, init=False, eq=False)

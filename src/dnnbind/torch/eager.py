@@ -134,8 +134,6 @@ def _gradient(value: Any) -> Tensor | None:
     return None if value is None else to_tensor(value)
 
 
-
-
 def _recorded_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None],
                        needs: tuple[bool, ...] | None) -> list[Tensor | None]:
     """The backward through the registered backward op (grad mode on: create_graph), which autograd

@@ -16,8 +16,8 @@ from torch.autograd.function import once_differentiable
 
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.residual import SKIPPABLE
-from dnnbind.torch import eager
-from dnnbind.torch.convert import device_scope, to_array, to_tensor
+from dnnbind.torch import eager, library
+from dnnbind.torch.convert import to_array, to_tensor
 
 Tensor = torch.Tensor
 
@@ -164,7 +164,7 @@ def _arrays(steps: list[Step]) -> list[list[Any]]:
 
 def _scope(steps: list[Step]) -> Any:
     """The device scope of the run (convert.device_scope), entered once: where any step's call needs it."""
-    return device_scope(steps[0].plan.device) if any(step.plan.scoped for step in steps) else eager._NOTHING
+    return library.once_scope([step.plan.device if step.plan.scoped else None for step in steps])
 
 
 def _given(step: Step) -> int:

@@ -271,6 +271,13 @@ _NOTHING = contextlib.nullcontext()
 BLAS_OPS = frozenset({"conv", "conv_transpose", "rnn"})
 
 
+def once_scope(scopes: Sequence[torch.device | None]) -> contextlib.AbstractContextManager[None]:
+    """The scope a run of backend calls needs (``scopes``: each call's, None where it needs none),
+    entered once for the whole run: the first one given."""
+    scope = next((s for s in scopes if s is not None), None)
+    return _NOTHING if scope is None else device_scope(scope)
+
+
 def _blas_scope(op: str, device: torch.device, static: tuple) -> torch.device | None:
     """The device whose scope the backend call itself needs: the CPU for the BLAS ops, else None (off
     the CPU, :func:`off_cpu_scope` covers the whole call). A convolution too small for OpenBLAS to
@@ -335,8 +342,7 @@ def _signature(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals:
     seeded = op == "dropout" and len(others) > 0
     key = None
     if not seeded:
-        key = (op, params, tuple([float(r).hex() for r in reals]), x.shape, x.dtype, x.device,
-               *[(t.shape, t.dtype) for t in others])
+        key = call_key(op, x, others, params, reals)
         found = _SIGNATURES.get(key)
         if found is not None:
             return found
@@ -348,6 +354,13 @@ def _signature(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals:
         _SIGNATURES[key] = sig
         sig.cached = True
     return sig
+
+
+def call_key(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> tuple:
+    """What calls sharing a signature share: the op, its params and reals (exact), and the tensors'
+    shapes, dtypes and x's device."""
+    return (op, params, tuple([float(r).hex() for r in reals]), x.shape, x.dtype, x.device,
+            *[(t.shape, t.dtype) for t in others])
 
 
 #: eager calls' signatures (bounded: cleared when full; a training loop has a few)

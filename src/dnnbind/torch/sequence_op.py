@@ -26,14 +26,14 @@ import torch
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.residual import SKIPPABLE
 from dnnbind.torch import library
-from dnnbind.torch.convert import device_scope, to_array, to_tensor
+from dnnbind.torch.convert import to_array, to_tensor
 from dnnbind.torch.fused import Fusion, count_batches
 from dnnbind.torch.library import _encode, decode, encode
 
 Tensor = torch.Tensor
 
-_SCHEMA = "(Tensor x, Tensor[] others, str params, float[] reals) -> (Tensor[], Tensor[])"
-_BACKWARD_SCHEMA = "(Tensor[] residuals, Tensor[] cotangents, str params, float[] reals) -> Tensor[]"
+# (the single ops' schemas: a run of steps takes and returns what one step does)
+_SCHEMA, _BACKWARD_SCHEMA = library._FORWARD_SCHEMA, library._BACKWARD_SCHEMA
 
 
 def run(fusions: Sequence[Fusion], x: Tensor) -> Tensor:
@@ -67,11 +67,12 @@ def arguments(fusions: Sequence[Fusion], device_type: str) -> tuple[list[Tensor]
 
 
 def _steps(params: str) -> list[tuple]:
-    """Per step: its fields and where its others and reals start."""
-    out, o, r = [], 0, 0
-    for op, step_params, n_others, n_reals in decode(params)["steps"]:
-        out.append((op, step_params, o, n_others, r, n_reals))
-        o, r = o + n_others, r + n_reals
+    """Per step of either op's params: its fields (op, its params, its number of arrays (others or
+    residuals), of reals, ...) and where its arrays and its reals start."""
+    out, a, r = [], 0, 0
+    for step in decode(params)["steps"]:
+        out.append((*step, a, r))
+        a, r = a + step[2], r + step[3]
     return out
 
 
@@ -85,7 +86,7 @@ def _chain(x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[flo
         inputs = [library.forward_inputs(sig, others[o:o + n_others]) for sig, o, n_others in chain]
         carried = _carried_statistics(chain, others, inputs)
         h = to_array(x)
-        with _blas_scope([sig.blas_scope for sig, _, _ in chain]):
+        with library.once_scope([sig.blas_scope for sig, _, _ in chain]):
             for (sig, _, _), (arrays, _), pairs in zip(chain, inputs, carried):
                 for mine, updated in pairs:
                     mine[...] = updated
@@ -115,24 +116,16 @@ def _carried_statistics(chain: list[tuple], others: Sequence[Tensor],
     return out
 
 
-def _blas_scope(scopes: Sequence[torch.device | None]) -> Any:
-    """The scope the steps' BLAS calls need (``scopes``: each step's library._blas_scope), entered once
-    for the run."""
-    blas = next((scope for scope in scopes if scope is not None), None)
-    return library._NOTHING if blas is None else device_scope(blas)
-
-
 def _signatures(x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> list[tuple]:
     """Per step (its library._Signature, where its others start, how many): remembered per call
     signature, like the single ops' (bounded the same way)."""
-    key = (params, tuple([float(r).hex() for r in reals]), x.shape, x.dtype, x.device,
-           *[(t.shape, t.dtype) for t in others])
+    key = library.call_key("sequence", x, others, params, reals)
     found = _CHAINS.get(key)
     if found is not None:
         return found
     chain = []
     h: Any = x
-    for op, step_params, o, n_others, r, n_reals in _steps(params):
+    for op, step_params, n_others, n_reals, o, r in _steps(params):
         step_others, step_reals = others[o:o + n_others], [float(v) for v in reals[r:r + n_reals]]
         chain.append((library._signature(op, h, step_others, step_params, step_reals), o, n_others))
         shapes = library.result_specs(op, h, step_others, step_params, step_reals)[0]
@@ -150,7 +143,7 @@ def _fake_chain(x: Tensor, others: Sequence[Tensor], params: str,
                 reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
     """The fake kernel: the single ops' fake kernels, chained."""
     h, statistics, residuals = x, [], []
-    for op, step_params, o, n_others, r, n_reals in _steps(params):
+    for op, step_params, n_others, n_reals, o, r in _steps(params):
         outputs, saved = library._fake_forward(op, h, others[o:o + n_others], step_params, reals[r:r + n_reals])
         h = outputs[0]
         statistics += outputs[1:]
@@ -158,19 +151,10 @@ def _fake_chain(x: Tensor, others: Sequence[Tensor], params: str,
     return [h, *statistics], residuals
 
 
-def _backward_steps(params: str) -> list[tuple]:
-    """Per step its fields and where its residuals and reals start."""
-    steps, s, r = [], 0, 0
-    for step in decode(params)["steps"]:
-        steps.append((*step, s, r))
-        s, r = s + step[2], r + step[3]
-    return steps
-
-
 def _walk_back(step: Any, start: Any, finish: Any, residuals: Sequence[Tensor], cotangents: Sequence[Tensor],
                params: str, reals: Sequence[float]) -> list[Tensor]:
-    """The backward kernels' loop, last step first: ``step(op, its residuals, d, its params, its reals)``
-    gives (d for the step before, the step's other gradients, None where not wanted). ``start`` makes
+    """The backward kernels' loop, last step first: ``step(its index, op, its residuals, d, its params,
+    its reals)`` gives (d for the step before, the step's other gradients, None where not wanted). ``start`` makes
     what the steps take of the residuals and the cotangent, before the first step; ``finish`` a
     tensor of a gradient, after the last (so that between two steps' kernels runs nothing else). The
     steps before the first one anything wants a gradient of do not run. A gradient not wanted or not
@@ -178,25 +162,28 @@ def _walk_back(step: Any, start: Any, finish: Any, residuals: Sequence[Tensor], 
     like = cotangents[0]
     saved = [start(t) for t in residuals]
     d: Any = start(like)
-    steps = _backward_steps(params)
+    steps = _steps(params)
     per_step: list[list[Any]] = [[None] * (n_grads - 1) for _, _, _, _, n_grads, _, _, _ in steps]
     for i in range(len(steps) - 1, -1, -1):
         op, step_params, n_residuals, n_reals, n_grads, runs, s, r = steps[i]
         if not runs or d is None:
             d = None
             continue
-        d, per_step[i] = step(op, saved[s:s + n_residuals], d, step_params, reals[r:r + n_reals])
+        d, per_step[i] = step(i, op, saved[s:s + n_residuals], d, step_params, reals[r:r + n_reals])
     return [like.new_empty((0,)) if g is None else finish(g) for g in (d, *[g for gs in per_step for g in gs])]
 
 
-def _real_step(op: str, residuals: Sequence[Any], d: Any, params: str, reals: Sequence[float]) -> tuple:
-    """One step of the real kernel: the backend's backward on arrays."""
-    given, needs, static, paths, scope, backward = library._backward_call(op, params, reals)
+def _real_step(calls: list[tuple], i: int, op: str, residuals: Sequence[Any], d: Any, params: str,
+               reals: Sequence[float]) -> tuple:
+    """One step of the real kernel: the backend's backward on arrays (``calls``: each step's
+    library._backward_call)."""
+    given, needs, static, paths, scope, backward = calls[i]
     grads = library.backward_arrays(tuple(residuals), (d,), needs, static, paths, scope, backward)
     return grads[0], grads[1:]
 
 
-def _fake_step(op: str, residuals: Sequence[Tensor], d: Tensor, params: str, reals: Sequence[float]) -> tuple:
+def _fake_step(i: int, op: str, residuals: Sequence[Tensor], d: Tensor, params: str,
+               reals: Sequence[float]) -> tuple:
     grads = library._fake_backward(op, residuals, [d], params, reals)
     return grads[0], grads[1:]
 
@@ -204,11 +191,11 @@ def _fake_step(op: str, residuals: Sequence[Tensor], d: Tensor, params: str, rea
 def _backward_chain(residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,
                     reals: Sequence[float]) -> list[Tensor]:
     """The backward op's real kernel: the backend's backward calls on arrays."""
-    device = cotangents[0].device
-    scopes = [library._backward_call(op, step_params, reals[r:r + n_reals])[4]
-              for op, step_params, _, n_reals, _, _, _, r in _backward_steps(params)]
-    with library.off_cpu_scope(device), _blas_scope(scopes):
-        return _walk_back(_real_step, to_array, to_tensor, residuals, cotangents, params, reals)
+    calls = [library._backward_call(op, step_params, reals[r:r + n_reals])
+             for op, step_params, _, n_reals, _, _, _, r in _steps(params)]
+    with library.off_cpu_scope(cotangents[0].device), library.once_scope([call[4] for call in calls]):
+        return _walk_back(functools.partial(_real_step, calls), to_array, to_tensor, residuals, cotangents,
+                          params, reals)
 
 
 #: the backward op's fake kernel: the single ops' fakes
@@ -223,7 +210,7 @@ def _setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
     # per step the backward op's params (library._call_record), from the shapes the steps pass on
     h: Any = SimpleNamespace(shape=tuple(x.shape), dtype=x.dtype, device=x.device)
     ctx.records = []
-    for op, step_params, o, n_others, r, n_reals in _steps(params):
+    for op, step_params, n_others, n_reals, o, r in _steps(params):
         step_others, step_reals = others[o:o + n_others], list(reals[r:r + n_reals])
         _, record, diff, _ = library._call_record(op, h, step_others, decode(step_params), step_reals)
         shapes, saved, _ = library.result_specs(op, h, step_others, step_params, step_reals)

@@ -308,14 +308,20 @@ def _check_vector_math(x, wide, dtype, function):
 
 
 @pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-11), (np.float32, 2e-5)])
-@pytest.mark.parametrize("layers, bidirectional, bias, batch", [(1, False, True, 3), (2, True, False, 1), (2, False, True, 17)])
-def test_lstm_time_loop_matches_the_numpy_loop(rng, isa, monkeypatch, dtype, rtol, layers, bidirectional, bias, batch):
+@pytest.mark.parametrize("layers, bidirectional, bias, batch, I, H", [
+    (1, False, True, 3, 5, 6), (2, True, False, 1, 5, 6), (2, False, True, 17, 5, 6),
+    # past the kernels' depth blocks (128 rows of [h; x]) in both parts, hidden units no multiple of a
+    # panel's rows, batches of a vector and a half and of a vector less one column
+    (1, False, True, 21, 140, 150), (1, True, True, 15, 3, 131)])
+def test_lstm_time_loop_matches_the_numpy_loop(rng, isa, monkeypatch, dtype, rtol, layers, bidirectional, bias, batch,
+                                               I, H):
     """The C time loop (one length, no projection) against the numpy loop, results and every gradient."""
     import dnnbind
     from .test_rnn import make_weights
-    T, I, H = 7, 5, 6
+    T = 7
+    scale = min(1.0, 3 / np.sqrt(H + I))      # keeps wide layers' gates off their flat ends
     dirs = 2 if bidirectional else 1
-    weights = [tuple(None if w is None else w.astype(dtype) for w in entry)
+    weights = [tuple(None if w is None else (w * scale).astype(dtype) for w in entry)
                for entry in make_weights(rng, "lstm", I, H, layers, dirs, bias)]
     x = rng.standard_normal((T, batch, I)).astype(dtype)
     h0, c0 = (rng.standard_normal((layers * dirs, batch, H)).astype(dtype) for _ in range(2))
@@ -335,6 +341,72 @@ def test_lstm_time_loop_matches_the_numpy_loop(rng, isa, monkeypatch, dtype, rto
     monkeypatch.setattr(native, "available", lambda dtype: False)
     for a, b in zip(ours, run(), strict=True):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("I, H, batch", [(140, 150, 21), (3, 13, 1), (200, 12, 40), (1, 130, 16)])
+def test_lstm_loop_kernels_give_the_same_sums_on_any_team(rng, isa, monkeypatch, dtype, I, H, batch):
+    """Each sum of the loops' packed products runs over the depth in one order whatever the chunks of
+    hidden units are: one thread and teams of two and three give the same bits (and split, inside
+    every_core, also beside torch's threads)."""
+    T = 5
+    x = rng.standard_normal((T, I, batch)).astype(dtype)
+    w_ih, w_hh = ((rng.standard_normal((4 * H, n)) / np.sqrt(n)).astype(dtype) for n in (I, H))
+    bias = rng.standard_normal(4 * H).astype(dtype)
+    dy = rng.standard_normal((T, H, batch)).astype(dtype)
+    splits = []
+    launch = native._launch
+    monkeypatch.setattr(native, "_launch", lambda fn, args, chunks, t=None: splits.append(len(chunks))
+                        or launch(fn, args, chunks, t))
+    monkeypatch.setattr(native, "LSTM_THREAD_MIN_MACS", 0)
+
+    def run(team):
+        monkeypatch.setattr(native, "workers", lambda: team)
+        acts = np.empty((T, 4 * H, batch), dtype)
+        hs, cs = np.zeros((T + 1, H, batch), dtype), np.zeros((T + 1, H, batch), dtype)
+        hs[0], cs[0] = rng.standard_normal((2, H, batch)).astype(dtype)
+        tcs = np.empty((T, H, batch), dtype)
+        with native.every_core():
+            native.lstm_forward(x, w_ih, bias, w_hh, np.arange(T)[::-1], acts, hs, cs, tcs)
+            dh, dc = np.ones((H, batch), dtype), np.zeros((H, batch), dtype)
+            dgates = native.lstm_backward(acts, cs, tcs, w_hh, dy, dh, dc)
+        return acts, hs, cs, tcs, dgates, dh, dc
+
+    state = rng.bit_generator.state
+    alone = run(1)
+    for team in (2, 3):
+        rng.bit_generator.state = state
+        for a, b in zip(run(team), alone, strict=True):
+            assert np.array_equal(a, b)
+    assert 2 in splits and 3 in splits, "the loops did not split"
+    # and what they sum is the LSTM's: the first step's gates against a float64 product, within the
+    # rounding of a sum over the depth (the activations' slopes are at most 1)
+    h0, x0 = alone[1][0].astype(np.float64), x[T - 1].astype(np.float64)
+    pre = w_hh.astype(np.float64) @ h0 + w_ih.astype(np.float64) @ x0 + bias[:, None]
+    magnitude = np.abs(w_hh) @ np.abs(h0) + np.abs(w_ih) @ np.abs(x0) + np.abs(bias)[:, None]
+    sig = 1 / (1 + np.exp(-pre))
+    expect = np.concatenate([sig[:2 * H], np.tanh(pre[2 * H:3 * H]), sig[3 * H:]])
+    bound = (H + I + 1) * np.finfo(dtype).eps * magnitude + 4 * np.finfo(dtype).eps
+    assert np.all(np.abs(alone[0][0] - expect) <= bound)
+
+
+def test_every_core_holds_blas_to_one_thread_and_lets_the_kernels_split(monkeypatch):
+    """Inside every_core numpy's BLAS runs on one thread and the kernels' team takes the cores (also
+    beside torch's threads); where numpy's BLAS is already held to one thread beside torch's threads
+    without their team, it changes nothing."""
+    from dnnbind.highlevel.reference import _threads
+    monkeypatch.setattr(native, "_team_shared", False)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    assert not native._cores_to_spare()
+    with native.every_core():
+        assert _threads.blas_single_threaded() and native._cores_to_spare()
+        with native.every_core():
+            assert native._cores_to_spare()
+        assert native._cores_to_spare()
+    assert not native._cores_to_spare()
+    with _threads.one_blas_thread():
+        with native.every_core():
+            assert not native._cores_to_spare()
 
 
 def _runs_without_torch_on_one_blas_thread(code: str) -> None:
@@ -364,10 +436,10 @@ def _lstm_results(rng, dtype, T=9, I=12, H=64, batch=16, layers=2):
 @pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-4)])
 def test_lstm_time_loop_split_over_the_cores_equals_one_thread(rng, monkeypatch, team, dtype, rtol):
     """Each step's chunks of hidden units on several threads (torch's OpenMP team here; more chunks than
-    threads too) give what one thread gives, within rounding: a chunk's product is a GEMM of another
-    shape, which some of OpenBLAS's kernels sum in another order (Haswell's, which a machine may force
-    through OPENBLAS_CORETYPE: float32 results then differ by 1e-5 of their largest value after the
-    nine steps and their backward; with SkylakeX's kernels they met a tolerance ten times tighter)."""
+    threads too) give what one thread gives, within rounding: the loops' own sums are the same bits
+    (test_lstm_loop_kernels_give_the_same_sums_on_any_team), but the weight gradients' products, split
+    by rows over the team, are GEMMs of other shapes, which some of OpenBLAS's kernels sum in another
+    order (Haswell's, which a machine may force through OPENBLAS_CORETYPE)."""
     import dnnbind.torch  # noqa: F401  (hands the kernels torch's team)
     assert native.share_openmp_team() and native._cores_to_spare()
     seeds = np.random.SeedSequence(7)
@@ -408,14 +480,18 @@ def test_lstm_time_loop_splits_over_the_own_workers_without_torch():
 
 
 def test_lstm_kernels_refuse_what_does_not_fit():
-    xp, w = np.zeros((8, 3, 2)), np.zeros((8, 2))
+    x, w_ih, w = np.zeros((3, 1, 2)), np.zeros((8, 1)), np.zeros((8, 2))
     tapes = [np.zeros((3, 8, 2)), np.zeros((4, 2, 2)), np.zeros((4, 2, 2)), np.zeros((3, 2, 2))]
     with pytest.raises(ValueError, match="do not fit an LSTM's 3 steps"):
-        native.lstm_forward(xp, w, np.array([0, 1, 3]), *tapes)
-    with pytest.raises(ValueError, match=r"argument w_hh: .*shape \(8, 2\)"):
-        native.lstm_forward(xp, np.zeros((8, 3)), np.arange(3), *tapes)
+        native.lstm_forward(x, w_ih, None, w, np.array([0, 1, 3]), *tapes)
+    with pytest.raises(ValueError, match="do not fit an LSTM's 3 steps"):
+        native.lstm_forward(x, w_ih, None, np.zeros((8, 3)), np.arange(3), *tapes)
+    with pytest.raises(ValueError, match=r"argument w_ih: .*shape \(8, 1\)"):
+        native.lstm_forward(x, np.zeros((8, 2)), None, w, np.arange(3), *tapes)
+    with pytest.raises(ValueError, match=r"argument bias: .*shape \(8,\)"):
+        native.lstm_forward(x, w_ih, np.zeros(4), w, np.arange(3), *tapes)
     with pytest.raises(ValueError, match=r"argument hs: "):
-        native.lstm_forward(xp, w, np.arange(3), tapes[0], np.zeros((3, 2, 2)), *tapes[2:])
+        native.lstm_forward(x, w_ih, None, w, np.arange(3), tapes[0], np.zeros((3, 2, 2)), *tapes[2:])
 
 
 def test_array_addresses_are_numpys_for_every_kind_of_array():

@@ -110,7 +110,7 @@ def test_a_kernel_error_on_a_worker_reaches_the_caller(rng):
 def test_more_arguments_than_the_pool_passes_are_refused(rng):
     fn, args, out, _, count = _affine_call(rng)
     with pytest.raises(RuntimeError, match=r"refused the call \(status -2\)"):
-        native._launch(fn, args + (0,) * 9, split(count, 2))
+        native._launch(fn, args + (0,) * (native.POOL_MAX_ARGS + 1 - len(args)), split(count, 2))
     assert np.isnan(out).all(), "nothing ran"
 
 
@@ -196,3 +196,9 @@ def test_a_team_past_the_most_workers_still_runs_every_range():
             "native._launch(fn, args, split(600, 300), 300)\n"
             "raise SystemExit(0 if np.array_equal(out, a * 2 + 1) else 3)\n")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+def test_every_kernel_fits_the_pool():
+    """No kernel takes more arguments before its range than the pool passes (csrc/parallel.c's MAX_ARGS)."""
+    for name, (params, _) in native._SIGNATURES.items():
+        assert len(params) - 2 <= native.POOL_MAX_ARGS, name

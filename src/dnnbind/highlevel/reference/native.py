@@ -26,7 +26,7 @@ import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims, PoolDims
 from dnnbind.highlevel.reference._blas import loaded_libraries, openblas
-from dnnbind.highlevel.reference._threads import blas_single_threaded, split, workers
+from dnnbind.highlevel.reference._threads import blas_single_threaded, one_blas_thread, split, workers
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 #: dnnbind_isa()'s answers (csrc/dispatch.h) and the suffixes of the kernels compiled for them
@@ -117,8 +117,8 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "channel_affine": ([_P] * 4 + [_I] * 4, False),
     "batchnorm_normalize": ([_P] * 7 + [_I] * 4, False),
     "batchnorm_data_grad": ([_P] * 6 + [_I] * 4, False),
-    "lstm_forward": ([_P] * 7 + [_I] * 3 + [_P, _I, _P, _I, _I], False),
-    "lstm_backward": ([_P] * 8 + [_I] * 3 + [_P, _I, _P, _I, _I], False),
+    "lstm_forward": ([_P] * 9 + [_I] * 4 + [_P, _P, _I, _I], False),
+    "lstm_backward": ([_P] * 8 + [_I] * 3 + [_P, _P, _I, _I], False),
     "vmath": ([_P, _P, _I, _I], False),
     "activation_forward": ([_P] * 5 + [_I] * 3, False),
     "activation_backward": ([_P] * 4 + [_I] * 2, False),
@@ -209,10 +209,47 @@ _team_shared = False
 
 
 def _cores_to_spare() -> bool:
-    """Whether a split call's other parts get cores nobody spins on: on torch's team, or in a process
-    without torch (whose OpenMP threads would spin beside the kernels' own workers)."""
-    return _team_shared or "torch" not in sys.modules
+    """Whether a split call's other parts get cores nobody spins on: on torch's team, in a process
+    without torch (whose OpenMP threads would spin beside the kernels' own workers), or inside
+    :func:`every_core`."""
+    return _team_shared or _claimed > 0 or "torch" not in sys.modules
 
+
+class _EveryCore:
+    """The context manager :func:`every_core` returns."""
+
+    __slots__ = ("entered",)
+
+    def __enter__(self) -> None:
+        global _claimed
+        self.entered = not blas_single_threaded() or _cores_to_spare()
+        if self.entered:
+            one_blas_thread().__enter__()
+            _claimed += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _claimed
+        if self.entered:
+            _claimed -= 1
+            one_blas_thread().__exit__(None, None, None)
+
+
+def every_core() -> _EveryCore:
+    """Run a whole op's products and loops on the kernels' team, where the op may take every core:
+    numpy's BLAS would (it is not held to one thread), or the cores are to spare. Inside, numpy's BLAS
+    runs on one thread and the team splits the large products (:func:`matmul`): OpenBLAS's own workers,
+    which poll for a tenth of a second after each threaded call, then never run beside the team's
+    (measured: an LSTM layer's forward 10.6 ms median, 8.1 ms best, with them; 8.3 ms, 8.1 ms best, on
+    the team alone). Where numpy's BLAS is held to one thread beside torch's threads, nothing changes."""
+    return _EveryCore()
+
+
+#: how many every_core blocks are open
+_claimed = 0
+
+
+#: csrc/parallel.c's MAX_ARGS: the most arguments a kernel the pool runs takes before its range
+POOL_MAX_ARGS = 16
 
 #: each kernel's address, for dnnbind_parallel (csrc/parallel.c), under id(fn) with fn itself (ctypes
 #: functions cannot be hashed; holding fn keeps its id from passing to another kernel)
@@ -471,8 +508,8 @@ def batchnorm_data_grad(dy: np.ndarray, xhat: np.ndarray, mean_dy: np.ndarray, m
 
 # ------------------------------------------------------------------------------- the LSTM time loop
 def gemm_available(dtype: Any) -> bool:
-    """Whether the kernels that call numpy's OpenBLAS gemm run for ``dtype`` (:func:`lstm_forward`,
-    :func:`matmul`'s split): the kernels and that gemm are there."""
+    """Whether the kernels that call numpy's OpenBLAS gemm run for ``dtype`` (:func:`matmul`'s split):
+    the kernels and that gemm are there."""
     return available(dtype) and np.dtype(dtype) in openblas().gemm
 
 
@@ -482,23 +519,27 @@ def _gemm(dtype: np.dtype) -> tuple[int, int]:
     return ctypes.cast(fn, ctypes.c_void_p).value or 0, ctypes.sizeof(fn.argtypes[3])
 
 
-def lstm_forward(xp: np.ndarray, w_hh: np.ndarray, steps: np.ndarray, acts: np.ndarray, hs: np.ndarray,
-                 cs: np.ndarray, tcs: np.ndarray) -> None:
-    """Every step of one LSTM layer and direction (csrc/recurrent_typed.h): xp (4H, T, B) the input
-    products with both biases, w_hh (4H, H), ``steps`` the time of each step; fills the tapes acts
-    (T, 4H, B), hs and cs (T + 1, H, B; entry 0 the initial state, given) and tcs (T, H, B)."""
-    dtype = xp.dtype
-    rows, count, batch = xp.shape
-    hidden = rows // 4
+def lstm_forward(x: np.ndarray, w_ih: np.ndarray, bias: np.ndarray | None, w_hh: np.ndarray, steps: np.ndarray,
+                 acts: np.ndarray, hs: np.ndarray, cs: np.ndarray, tcs: np.ndarray) -> None:
+    """Every step of one LSTM layer and direction (csrc/recurrent_typed.h): x (T, I, B) each time's
+    inputs, feature-major; w_ih (4H, I), ``bias`` (4H) both biases summed (None: none), w_hh (4H, H),
+    ``steps`` the time of each step; fills the tapes acts (T, 4H, B), hs and cs (T + 1, H, B; entry 0
+    the initial state, given) and tcs (T, H, B)."""
+    dtype = x.dtype
+    count, inputs, batch = x.shape
+    rows, hidden = w_hh.shape
     steps = np.ascontiguousarray(steps, dtype=np.int64)
     if rows != 4 * hidden or steps.shape != (count,) or (count and not 0 <= steps.min() <= steps.max() < count):
-        raise ValueError(f"lstm_forward: xp {xp.shape} and steps {steps.shape} do not fit an LSTM's {count} steps")
+        raise ValueError(f"lstm_forward: x {x.shape}, w_hh {w_hh.shape} and steps {steps.shape} do not fit an "
+                         f"LSTM's {count} steps")
     plane = (hidden, batch)
-    args = (_address(xp, "xp", xp.shape, dtype), _address(w_hh, "w_hh", (rows, hidden), dtype), _data(steps),
+    args = (_address(x, "x", x.shape, dtype), _address(w_ih, "w_ih", (rows, inputs), dtype),
+            0 if bias is None else _address(bias, "bias", (rows,), dtype),
+            _address(w_hh, "w_hh", (rows, hidden), dtype), _data(steps),
             _address(acts, "acts", (count, rows, batch), dtype), _address(hs, "hs", (count + 1, *plane), dtype),
             _address(cs, "cs", (count + 1, *plane), dtype), _address(tcs, "tcs", (count, *plane), dtype),
-            count, hidden, batch, *_gemm(dtype))
-    _run_time_loop(_kernel("lstm_forward", dtype), args, hidden, batch)
+            count, inputs, hidden, batch)
+    _run_time_loop(_kernel("lstm_forward", dtype), args, hidden, batch, 4, hidden + inputs, dtype)
 
 
 def lstm_backward(acts: np.ndarray, cs: np.ndarray, tcs: np.ndarray, w_hh: np.ndarray, dy: np.ndarray,
@@ -515,8 +556,8 @@ def lstm_backward(acts: np.ndarray, cs: np.ndarray, tcs: np.ndarray, w_hh: np.nd
             _address(tcs, "tcs", (count, *plane), dtype), _address(w_hh, "w_hh", (rows, hidden), dtype),
             _address(dy, "dy", (count, *plane), dtype), _address(dh, "dh", plane, dtype),
             _address(dc, "dc", plane, dtype), _address(dgates, "dgates", acts.shape, dtype),
-            count, hidden, batch, *_gemm(dtype))
-    _run_time_loop(_kernel("lstm_backward", dtype), args, hidden, batch)
+            count, hidden, batch)
+    _run_time_loop(_kernel("lstm_backward", dtype), args, hidden, batch, 1, rows, dtype)
     return dgates
 
 
@@ -525,18 +566,27 @@ def lstm_backward(acts: np.ndarray, cs: np.ndarray, tcs: np.ndarray, w_hh: np.nd
 LSTM_THREAD_MIN_MACS = 1 << 18
 
 
-def _run_time_loop(fn: Any, args: tuple, hidden: int, batch: int) -> None:
+def _run_time_loop(fn: Any, args: tuple, hidden: int, batch: int, rows_per_unit: int, depth: int,
+                   dtype: np.dtype) -> None:
     """Run an LSTM loop kernel: on every core, each step cut into one chunk of hidden units per core,
-    where numpy's BLAS is held to one thread (every dnnbind.torch op) and the cores are free
-    (:func:`_cores_to_spare`); else on this thread. Its tickets' counters (csrc/recurrent.c) live in a
-    fresh, zeroed buffer per call."""
+    where the cores are free: numpy's BLAS would take them all itself (the loop's products are the
+    kernel's own, csrc/recurrent.c), or :func:`_cores_to_spare`; else on this thread (numpy's BLAS held
+    to one thread beside torch's threads). Its tickets' counters live in a fresh, zeroed buffer per
+    call; each chunk's packed rows of the recurrent matrix (``rows_per_unit`` per hidden unit,
+    ``depth`` long) in one buffer, laid out as the kernel's CHUNK_SLACK_ROWS rule says."""
     team = workers()
     if (team < 2 or hidden < team or 4 * hidden * hidden * batch < LSTM_THREAD_MIN_MACS
-            or not blas_single_threaded() or not _cores_to_spare()):
+            or (blas_single_threaded() and not _cores_to_spare())):
         team = 1
     sync = np.zeros(16, np.int64)
     sync[1] = team
-    _launch(fn, args + (_data(sync),), split(team, team))
+    widest = rows_per_unit * -(-hidden // team)
+    packed = np.empty(team * (widest + _CHUNK_SLACK_ROWS) * depth, dtype)
+    _launch(fn, args + (_data(packed), _data(sync)), split(team, team))
+
+
+#: csrc/recurrent.c's CHUNK_SLACK_ROWS: the rows each chunk's part of a packed buffer holds beyond its own
+_CHUNK_SLACK_ROWS = 28
 
 
 #: vmath's functions (csrc/vmath_typed.h), by the number the kernel takes

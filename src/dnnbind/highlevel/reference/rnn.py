@@ -29,7 +29,8 @@ packed-sequence masks from ``dims.lengths``.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence, Self
+import functools
+from typing import Any, Callable, Sequence, Self
 
 import numpy as np
 
@@ -218,7 +219,7 @@ class _LSTM(_Direction):
 
     def _native(self, masks: Sequence[np.ndarray | None]) -> bool:
         """Whether the C time loop runs this cell: sequences of one length, no projection (native.py)."""
-        return self.w_hr is None and native.gemm_available(self.w_hh.dtype) and all(m is None for m in masks)
+        return self.w_hr is None and native.available(self.w_hh.dtype) and all(m is None for m in masks)
 
     def forward(self, x, h0, c0, steps, masks):
         H = self.hidden
@@ -231,7 +232,9 @@ class _LSTM(_Direction):
         hs[0], cs[0] = h0, c0
         self.acts, self.hs, self.cs, self.tcs = acts, hs, cs, tcs
         if self._native(masks):
-            native.lstm_forward(self.project(x, self.w_ih, bias), self.w_hh, steps, acts, hs, cs, tcs)
+            # the input products join the recurrent ones in the C loop: x feature-major per time step
+            native.lstm_forward(np.ascontiguousarray(x.transpose(0, 2, 1)), self.w_ih, bias, self.w_hh, steps,
+                                acts, hs, cs, tcs)
             return hs, cs[T]
         half = np.ones(4 * H, x.dtype)                    # the sigmoid gates' rows, pre-scaled by 1/2
         half[:2 * H] = half[3 * H:] = 0.5
@@ -440,7 +443,23 @@ def _step_masks(running: np.ndarray | None, orders: list[np.ndarray]) -> list[li
     return [[None] * len(order) if running is None else [running[t][None, :] for t in order] for order in orders]
 
 
+def _on_every_core(op: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``op`` (rnn_forward or rnn_backward, dims last) inside :func:`native.every_core` where its
+    LSTM cells take the C time loop (:meth:`_LSTM._native`), whose recurrent products are its own: the
+    loop and the input and weight products then share one team of threads."""
+    @functools.wraps(op)
+    def run(first: Any, *rest: Any) -> Any:
+        dims: RNNDims = rest[-1]
+        x = first[0] if isinstance(first, tuple) else first      # rnn_backward's residuals start with x
+        if dims.mode != "lstm" or dims.proj_size or dims.lengths is not None or not native.available(x.dtype):
+            return op(first, *rest)
+        with native.every_core():
+            return op(first, *rest)
+    return run
+
+
 @half_forward
+@_on_every_core
 def rnn_forward(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h0: np.ndarray | None,
                 c0: np.ndarray | None, dims: RNNDims) -> tuple[tuple, tuple[np.ndarray, ...]]:
     """Run the network; returns ((y, hy, cy), residuals) with cy None unless LSTM (residuals: see the
@@ -510,6 +529,7 @@ def _restore(saved: Sequence[np.ndarray], dims: RNNDims) -> tuple[list[np.ndarra
 
 
 @half_backward
+@_on_every_core
 def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, Any, Any, list]:
     """(dx, dh0, dc0, dweights) from cotangents (dy, dhy, dcy); dhy and dcy may be None or left out
     (zeros). dc0 is None unless LSTM; dweights[i] = (dw_ih, dw_hh, db_ih, db_hh), biases None without,

@@ -30,7 +30,7 @@
 #define SPIN_NS 100000
 #endif
 /* Most arguments a kernel takes before its range, and most workers. */
-#define MAX_ARGS 14
+#define MAX_ARGS 16
 #define MAX_THREADS 256
 /* Most ranges of one call (they count in 16 bits of the claim word below). */
 #define MAX_PARTS 0xffff
@@ -86,13 +86,15 @@ static int run_range(const job_t *j, int64_t i) {
     a[n] = j->bounds[i];
     a[n + 1] = j->bounds[i + 1];
     if (j->has_status) {
-        typedef int (*status_fn)(w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t);
+        typedef int (*status_fn)(w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t,
+                                 w_t, w_t);
         return ((status_fn)j->fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-                                  a[12], a[13], a[14], a[15]);
+                                  a[12], a[13], a[14], a[15], a[16], a[17]);
     }
-    typedef void (*plain_fn)(w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t);
+    typedef void (*plain_fn)(w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t, w_t,
+                             w_t);
     ((plain_fn)j->fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13],
-                      a[14], a[15]);
+                      a[14], a[15], a[16], a[17]);
     return 0;
 }
 

@@ -2,15 +2,29 @@
  *
  * numpy runs a step as a dozen small operations (the recurrent product, then the gates, the cell and the
  * state one array operation each), and at the sizes of a training batch their per-call cost and extra
- * passes are most of the step. Here a step is the recurrent product through the caller's BLAS (numpy's
- * own OpenBLAS: its CBLAS gemm, passed in by address) and one pass over the gates that computes
- * everything else, with the vector exp, tanh and sigmoid of vmath_typed.h. The layouts are rnn.py's
- * (feature-major, tapes in step order); only sequences of one length and no projection come here.
+ * passes are most of the step. Here a step is the recurrent product and one pass over the gates that
+ * computes everything else, with the vector exp, tanh and sigmoid of vmath_typed.h.
+ *
+ * The recurrent product is a narrow one (4H x H times H x B, B a batch) repeated every step with the
+ * same matrix. A BLAS gemm call packs that matrix again each time (a megabyte for H = 256) and splits
+ * a narrow product poorly; here each chunk's rows of it are packed once per call, in panels of
+ * PANEL_ROWS rows whose products with two vectors of columns stay in registers over the whole depth
+ * (recurrent_typed.h: tile): each sum is a plain one over the depth, in order, whatever the chunking.
+ * The layouts are rnn.py's (feature-major, tapes in step order); only sequences of one length and no
+ * projection come here.
  */
 #include <sched.h>
 #include <string.h>
 
 #include "dispatch.h"
+
+/* Rows of a panel of a packed matrix: twelve rows of sums with two vectors each fill 24 of AVX-512's 32
+ * registers; six rows (12 of 16 registers) for the narrower sets. */
+#define PANEL_ROWS (VECTOR_BYTES == 64 ? 12 : 6)
+/* Each chunk's part of the packed buffer holds (its most rows + CHUNK_SLACK_ROWS) x depth elements:
+ * its panels (up to PANEL_ROWS - 1 rows of padding) and a copy of b with 16 columns at most (a batch
+ * narrower than a vector, see recurrent_typed.h: narrow). native.py allocates by the same rule. */
+#define CHUNK_SLACK_ROWS 28
 
 /* Several threads through one time loop (every thread that runs a range of the call takes part; the
  * range itself says nothing): each step is cut into ``sync[1]`` chunks of hidden units, handed out as

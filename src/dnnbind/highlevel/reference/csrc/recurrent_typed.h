@@ -1,12 +1,154 @@
 /* The typed half of recurrent.c (instantiate.h: T, ITYPE, NAME(f), VECTOR_BYTES). */
 #include "vmath_typed.h"
 
-#include "cblas_typed.h"
+/* Elements [from, from + count) of row i of a packed A of depth ``depth`` (recurrent.c: panels of
+ * PANEL_ROWS rows, panel[q * PANEL_ROWS + i % PANEL_ROWS] = A(i, q)) from ``row`` (elements ``stride``
+ * apart), or zeros without one (past A's end). */
+INLINE void NAME(pack_row)(T *packed, int64_t i, int64_t depth, int64_t from, int64_t count, const T *row,
+                           int64_t stride) {
+    T *panel = packed + i / PANEL_ROWS * PANEL_ROWS * depth + (from * PANEL_ROWS + i % PANEL_ROWS);
+    for (int64_t q = 0; q < count; q++) panel[q * PANEL_ROWS] = row ? row[q * stride] : 0;
+}
 
-/* C (m x n) = op(A) B + beta C, B k x n and C without gaps between rows: the loops' products. */
-INLINE void NAME(gemm)(const void *fn, int64_t index_bytes, int trans_a, int64_t m, int64_t n, int64_t k,
-                       const T *a, int64_t lda, const T *b, T beta, T *c) {
-    NAME(cblas_gemm)(fn, index_bytes, trans_a, 0, m, n, k, a, lda, b, n, beta, c, n);
+/* How many rows a packed A of ``rows`` rows holds: whole panels. */
+INLINE int64_t NAME(padded_rows)(int64_t rows) { return (rows + PANEL_ROWS - 1) / PANEL_ROWS * PANEL_ROWS; }
+
+/* The two parts of the right-hand side of a packed product: b's rows [0, depth) are ``first``'s,
+ * [depth, depth + more) ``then``'s (``more`` may be 0), both with row pitch ldb: [h; x_t] for the
+ * forward's step, whose recurrent and input products are one. */
+typedef struct {
+    const T *first;
+    int64_t depth;
+    const T *then;
+    int64_t more, ldb;
+} NAME(rhs_t);
+
+/* Lanes [lo, hi) of a vector from p (p's element lo is lane lo), the others 0; and back. */
+INLINE NAME(v) NAME(load_lanes)(const T *p, int64_t lo, int64_t hi) {
+    if (lo == 0 && hi == VL) return *(const NAME(uv) *)p;
+    NAME(v) v = NAME(splat)(0);
+    if (hi > lo) memcpy((T *)&v + lo, p + lo, (size_t)(hi - lo) * sizeof(T));
+    return v;
+}
+
+INLINE void NAME(store_lanes)(T *p, NAME(v) v, int64_t lo, int64_t hi) {
+    if (lo == 0 && hi == VL)
+        *(NAME(uv) *)p = v;
+    else if (hi > lo)
+        memcpy(p + lo, (T *)&v + lo, (size_t)(hi - lo) * sizeof(T));
+}
+
+/* Depth a tile takes at a time: the rows of b it reads (DEPTH_BLOCK x two vectors: 16 KB of float32
+ * with AVX-512) stay in the first-level cache while every panel of the chunk reads them. */
+#define DEPTH_BLOCK 128
+
+/* One tile of a packed product over b's rows [q0, q0 + depth) (``bq``: row q0, row pitch ldb; ``panel``:
+ * its rows' elements at q0): for the ``rows`` (at most PANEL_ROWS) rows i, the columns [skip, cols) of
+ * the nv (1 or 2, a constant where it is inlined) vectors of columns from ``col`` on: out[i] = what it
+ * holds (``more``) or shift[i] (not), plus the block's sum over q of A(i, q) b[q][col...]. The vectors
+ * are read from b whole; lanes outside [skip, cols) are summed but neither read from out nor stored
+ * (columns another tile holds). The PANEL_ROWS x nv sums stay in registers over the block. */
+INLINE void NAME(tile)(const T *panel, const T *bq, int64_t ldb, int64_t depth, T *const *out, const T *shift,
+                       int more, int64_t col, const int nv, int64_t skip, int64_t cols, int64_t rows) {
+    NAME(v) acc[PANEL_ROWS][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < PANEL_ROWS; i++)
+        for (int j = 0; j < nv; j++) {
+            int64_t lo = skip - j * VL < 0 ? 0 : skip - j * VL, hi = cols - j * VL < VL ? cols - j * VL : VL;
+            acc[i][j] = more && i < rows ? NAME(load_lanes)(out[i] + col + j * VL, lo, hi) : NAME(splat)(shift[i]);
+        }
+    bq += col;
+    for (int64_t q = 0; q < depth; q++, panel += PANEL_ROWS, bq += ldb) {
+        NAME(v) b0 = *(const NAME(uv) *)bq, b1 = b0;
+        if (nv == 2) b1 = *(const NAME(uv) *)(bq + VL);
+#pragma GCC unroll 12
+        for (int i = 0; i < PANEL_ROWS; i++) {
+            acc[i][0] += panel[i] * b0;
+            if (nv == 2) acc[i][1] += panel[i] * b1;
+        }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < PANEL_ROWS; i++)
+        for (int j = 0; j < nv; j++) {
+            int64_t lo = skip - j * VL < 0 ? 0 : skip - j * VL, hi = cols - j * VL < VL ? cols - j * VL : VL;
+            if (i < rows) NAME(store_lanes)(out[i] + col + j * VL, acc[i][j], lo, hi);
+        }
+}
+
+/* Every column of one panel's rows over one block of b's rows: tiles of two vectors of columns, then
+ * one, then the last columns as a vector ending at n whose lanes the tile before holds are skipped.
+ * Fewer than VL columns: b must be a copy with row pitch VL (:func:`narrow`), read whole. */
+INLINE void NAME(panel_block)(const T *panel, const T *bq, int64_t ldb, int64_t depth, int64_t n, T *const *out,
+                              const T *shift, int more, int64_t rows) {
+    if (n < VL) {
+        NAME(tile)(panel, bq, ldb, depth, out, shift, more, 0, 1, 0, n, rows);
+        return;
+    }
+    int64_t col = 0;
+    for (; col + 2 * VL <= n; col += 2 * VL) NAME(tile)(panel, bq, ldb, depth, out, shift, more, col, 2, 0, 2 * VL, rows);
+    if (col + VL <= n) {
+        NAME(tile)(panel, bq, ldb, depth, out, shift, more, col, 1, 0, VL, rows);
+        col += VL;
+    }
+    if (col < n) NAME(tile)(panel, bq, ldb, depth, out, shift, more, n - VL, 1, col - (n - VL), VL, rows);
+}
+
+/* b (n < VL columns) copied to ``copy``, both parts one after the other, with row pitch VL and zeros
+ * after each row's n: what panel_block reads whole vectors of. Returns the copy's description. */
+INLINE NAME(rhs_t) NAME(narrow)(const NAME(rhs_t) *b, int64_t n, T *copy) {
+    for (int64_t q = 0; q < b->depth + b->more; q++) {
+        const T *row = q < b->depth ? b->first + q * b->ldb : b->then + (q - b->depth) * b->ldb;
+        memcpy(copy + q * VL, row, (size_t)n * sizeof(T));
+        memset(copy + q * VL + n, 0, (size_t)(VL - n) * sizeof(T));
+    }
+    NAME(rhs_t) narrowed = {copy, b->depth + b->more, copy, 0, VL};
+    return narrowed;
+}
+
+/* Chunk c's part of ``packed`` (recurrent.c: CHUNK_SLACK_ROWS), for chunks of at most ``widest`` rows. */
+INLINE T *NAME(chunk_part)(T *packed, int64_t c, int64_t widest, int64_t depth) {
+    return packed + c * (widest + CHUNK_SLACK_ROWS) * depth;
+}
+
+/* Where the rows of a chunk's product go: its row i is row r(i) = (i / m) hidden + u0 + i % m of
+ * ``out`` (row pitch out_pitch), which starts from shift[r(i)] (NULL: 0). The forward's chunk rows are
+ * its units' rows of each gate (m its units), the backward's its units (m its rows: r(i) = u0 + i). */
+typedef struct {
+    T *out;
+    int64_t out_pitch;
+    const T *shift;
+    int64_t m, hidden, u0;
+} NAME(rows_t);
+
+/* The product of a chunk's packed A (``part``: its panels, then room for the narrow copy of b) and b
+ * (n columns) into the rows ``to`` says: b's rows a block at a time (DEPTH_BLOCK), every panel over
+ * each block, the sums carried in ``out`` from one block to the next. */
+INLINE void NAME(chunk_product)(const T *part, int64_t rows, const NAME(rhs_t) *b, int64_t n, const NAME(rows_t) *to) {
+    const int64_t depth = b->depth + b->more;
+    NAME(rhs_t) narrowed;
+    if (n < VL) {
+        narrowed = NAME(narrow)(b, n, (T *)part + NAME(padded_rows)(rows) * depth);
+        b = &narrowed;
+    }
+    for (int64_t q0 = 0; q0 < depth; q0 += DEPTH_BLOCK) {
+        /* a block within one part of b: it ends where the first part does */
+        int64_t end = q0 < b->depth ? (q0 + DEPTH_BLOCK < b->depth ? q0 + DEPTH_BLOCK : b->depth)
+                                    : (q0 + DEPTH_BLOCK < depth ? q0 + DEPTH_BLOCK : depth);
+        const T *bq = q0 < b->depth ? b->first + q0 * b->ldb : b->then + (q0 - b->depth) * b->ldb;
+        for (int64_t r0 = 0; r0 < rows; r0 += PANEL_ROWS) {
+            int64_t count = rows - r0 < PANEL_ROWS ? rows - r0 : PANEL_ROWS;
+            T *outs[PANEL_ROWS];
+            T shift[PANEL_ROWS] = {0};
+            for (int64_t i = 0; i < count; i++) {
+                int64_t r = (r0 + i) / to->m * to->hidden + to->u0 + (r0 + i) % to->m;
+                outs[i] = to->out + r * to->out_pitch;
+                shift[i] = to->shift ? to->shift[r] : 0;
+            }
+            NAME(panel_block)(part + r0 * depth + q0 * PANEL_ROWS, bq, b->ldb, end - q0, n, outs, shift, q0 > 0,
+                              count);
+        }
+        q0 = end - DEPTH_BLOCK;           /* the next block starts at end */
+    }
 }
 
 /* One LSTM step's gates, cell and state for elements [j, j + count) of the (H, B) planes: the
@@ -26,45 +168,52 @@ INLINE void NAME(lstm_cell)(T *gates, int64_t plane, const T *c_prev, T *c, T *t
     NAME(store)(h + j, o * tcell, count);
 }
 
-/* The forward loop of one LSTM layer and direction over ``steps`` steps of ``batch`` sequences:
- * xp (4H, T, B): W_ih x_t + b_ih + b_hh for every time t; w_hh (4H, H); steps[k]: the time of step k.
- * Writes the tapes acts (T, 4H, B: activated gates), hs and cs (T + 1, H, B; hs[0], cs[0] given: the
- * initial state) and tcs (T, H, B: tanh of the cells). A chunk of step k (recurrent.c: the threads'
- * tickets) is its hidden units' four gate rows of the recurrent product and their cells; the next
- * step's product reads every unit's state. */
-KERNEL void NAME(dnnbind_lstm_forward)(const T *xp, const T *w_hh, const int64_t *steps, T *acts, T *hs, T *cs, T *tcs,
-                                       int64_t count, int64_t hidden, int64_t batch, const void *gemm,
-                                       int64_t index_bytes, int64_t *sync, int64_t lo, int64_t hi) {
+/* The forward loop of one LSTM layer and direction over ``count`` steps of ``batch`` sequences:
+ * x (T, I, B): each time's inputs, feature-major; w_ih (4H, I), w_hh (4H, H), bias (4H): b_ih + b_hh,
+ * or NULL; steps[k]: the time of step k. Writes the tapes acts (T, 4H, B: activated gates), hs and cs
+ * (T + 1, H, B; hs[0], cs[0] given: the initial state) and tcs (T, H, B: tanh of the cells). A step's
+ * gate pre-activations are one product: [w_hh w_ih] [h; x_t] + bias. The tickets (recurrent.c) of
+ * round 0 pack each chunk's rows of [w_hh w_ih] (its hidden units' four gate rows) into ``packed``;
+ * those of round k + 1 are step k's chunks: their rows of the product, and their cells (the next
+ * step's product reads every unit's state). */
+KERNEL void NAME(dnnbind_lstm_forward)(const T *x, const T *w_ih, const T *bias, const T *w_hh, const int64_t *steps,
+                                       T *acts, T *hs, T *cs, T *tcs, int64_t count, int64_t inputs, int64_t hidden,
+                                       int64_t batch, T *packed, int64_t *sync, int64_t lo, int64_t hi) {
     (void)lo; (void)hi;
-    const int64_t plane = hidden * batch, rows = 4 * hidden, parts = sync[1];
-    for (int64_t ticket; (ticket = next_ticket(sync)) < count * parts;) {
-        int64_t k = ticket / parts, u0, u1;
-        chunk_units(hidden, parts, ticket % parts, &u0, &u1);
-        wait_for_chunks(sync, k * parts);
-        T *a = acts + k * rows * batch;
-        const T *x_t = xp + steps[k] * batch;
-        /* the four gates' rows of these units: one product when they are every unit (one thread, whose
-         * BLAS may have threads of its own for one large product), else one per gate */
-        int64_t blocks = u1 - u0 == hidden ? 1 : 4, block_rows = u1 - u0 == hidden ? rows : u1 - u0;
-        for (int64_t gate = 0; gate < blocks; gate++) {
-            int64_t r0 = gate * hidden + u0;
-            for (int64_t r = r0; r < r0 + block_rows; r++)
-                memcpy(a + r * batch, x_t + r * count * batch, (size_t)batch * sizeof(T));
-            NAME(gemm)(gemm, index_bytes, 0, block_rows, batch, hidden, w_hh + r0 * hidden, hidden, hs + k * plane,
-                       1, a + r0 * batch);
+    const int64_t plane = hidden * batch, parts = sync[1], widest = 4 * ((hidden + parts - 1) / parts);
+    const int64_t depth = hidden + inputs;
+    for (int64_t ticket; (ticket = next_ticket(sync)) < (count + 1) * parts;) {
+        int64_t round = ticket / parts, c = ticket % parts, u0, u1;
+        chunk_units(hidden, parts, c, &u0, &u1);
+        const int64_t m = u1 - u0, rows = 4 * m;
+        T *part = NAME(chunk_part)(packed, c, widest, depth);
+        if (round == 0) {                 /* row i: gate i / m of unit u0 + i % m */
+            for (int64_t i = 0; i < NAME(padded_rows)(rows); i++) {
+                int64_t r = i < rows ? (i / m) * hidden + u0 + i % m : -1;
+                NAME(pack_row)(part, i, depth, 0, hidden, r < 0 ? NULL : w_hh + r * hidden, 1);
+                NAME(pack_row)(part, i, depth, hidden, inputs, r < 0 ? NULL : w_ih + r * inputs, 1);
+            }
+            chunk_done(sync);
+            continue;
         }
-        T *c = cs + (k + 1) * plane, *h = hs + (k + 1) * plane, *tc = tcs + k * plane;
+        const int64_t k = round - 1;
+        wait_for_chunks(sync, round * parts);
+        T *a = acts + k * 4 * plane;
+        NAME(rhs_t) b = {hs + k * plane, hidden, x + steps[k] * inputs * batch, inputs, batch};
+        NAME(rows_t) to = {a, batch, bias, m, hidden, u0};
+        NAME(chunk_product)(part, rows, &b, batch, &to);
+        T *c_new = cs + (k + 1) * plane, *h = hs + (k + 1) * plane, *tc = tcs + k * plane;
         const T *c_prev = cs + k * plane;
         int64_t j = u0 * batch, end = u1 * batch;
-        for (; j + VL <= end; j += VL) NAME(lstm_cell)(a, plane, c_prev, c, tc, h, j, VL);
-        if (j < end) NAME(lstm_cell)(a, plane, c_prev, c, tc, h, j, end - j);
+        for (; j + VL <= end; j += VL) NAME(lstm_cell)(a, plane, c_prev, c_new, tc, h, j, VL);
+        if (j < end) NAME(lstm_cell)(a, plane, c_prev, c_new, tc, h, j, end - j);
         chunk_done(sync);
     }
 }
 
-/* One backward step's gate gradients for elements [j, j + count): from the state gradient dh (the
- * carried one plus this step's output gradient dy) and the carried cell gradient dc (updated in place
- * to the one before the step). */
+/* One backward step's gate gradients for elements [j, j + count) of the (H, B) planes: from the state
+ * gradient dh (the carried one plus this step's output gradient dy) and the carried cell gradient dc
+ * (updated in place to the one before the step). */
 INLINE void NAME(lstm_cell_grad)(const T *gates, T *d, int64_t plane, const T *c_prev, const T *tc, const T *dh,
                                  const T *dy, T *dc, int64_t j, int64_t count) {
     const T *gi = gates + j, *gf = gi + plane, *gg = gf + plane, *go = gg + plane;
@@ -82,22 +231,30 @@ INLINE void NAME(lstm_cell_grad)(const T *gates, T *d, int64_t plane, const T *c
 
 /* The backward loop of :c:func:`dnnbind_lstm_forward`, steps in reverse: dy (T, H, B) the gradients of
  * the states after each step, dh and dc (H, B) those of the last state and cell, updated in place to the
- * initial ones. Writes dgates (T, 4H, B), the gradients of the pre-activations. Two rounds of chunks per
- * step (recurrent.c's tickets): the units' gate gradients, then their rows of dh = W_hh^T dgates, which
- * reads every unit's gate gradients. */
+ * initial ones. Writes dgates (T, 4H, B), the gradients of the pre-activations. Round 0 of the tickets
+ * (recurrent.c) packs each chunk's rows of W_hh^T (its hidden units' columns of w_hh); then two rounds
+ * per step: the units' gate gradients, then their rows of dh = W_hh^T dgates, which reads every unit's
+ * gate gradients. */
 KERNEL void NAME(dnnbind_lstm_backward)(const T *acts, const T *cs, const T *tcs, const T *w_hh, const T *dy, T *dh,
-                                        T *dc, T *dgates, int64_t count, int64_t hidden, int64_t batch,
-                                        const void *gemm, int64_t index_bytes, int64_t *sync, int64_t lo,
-                                        int64_t hi) {
+                                        T *dc, T *dgates, int64_t count, int64_t hidden, int64_t batch, T *packed,
+                                        int64_t *sync, int64_t lo, int64_t hi) {
     (void)lo; (void)hi;
-    const int64_t plane = hidden * batch, rows = 4 * hidden, parts = sync[1];
-    for (int64_t ticket; (ticket = next_ticket(sync)) < 2 * count * parts;) {
-        int64_t round = ticket / parts, k = count - 1 - round / 2, u0, u1;
-        chunk_units(hidden, parts, ticket % parts, &u0, &u1);
+    const int64_t plane = hidden * batch, rows = 4 * hidden, parts = sync[1], widest = (hidden + parts - 1) / parts;
+    for (int64_t ticket; (ticket = next_ticket(sync)) < (2 * count + 1) * parts;) {
+        int64_t round = ticket / parts, c = ticket % parts, u0, u1;
+        chunk_units(hidden, parts, c, &u0, &u1);
+        T *part = NAME(chunk_part)(packed, c, widest, rows);
+        if (round == 0) {                 /* row i: unit u0 + i's column of w_hh */
+            for (int64_t i = 0; i < NAME(padded_rows)(u1 - u0); i++)
+                NAME(pack_row)(part, i, rows, 0, rows, i < u1 - u0 ? w_hh + u0 + i : NULL, hidden);
+            chunk_done(sync);
+            continue;
+        }
         wait_for_chunks(sync, round * parts);
+        int64_t k = count - 1 - (round - 1) / 2;
         const T *a = acts + k * rows * batch;
         T *d = dgates + k * rows * batch;
-        if (round % 2 == 0) {
+        if (round % 2 == 1) {
             int64_t j = u0 * batch, end = u1 * batch;
             for (; j + VL <= end; j += VL)
                 NAME(lstm_cell_grad)(a, d, plane, cs + k * plane, tcs + k * plane, dh, dy + k * plane, dc, j, VL);
@@ -105,7 +262,9 @@ KERNEL void NAME(dnnbind_lstm_backward)(const T *acts, const T *cs, const T *tcs
                 NAME(lstm_cell_grad)(a, d, plane, cs + k * plane, tcs + k * plane, dh, dy + k * plane, dc, j,
                                      end - j);
         } else {                                                  /* dh[u0:u1] = W_hh[:, u0:u1]^T d */
-            NAME(gemm)(gemm, index_bytes, 1, u1 - u0, batch, rows, w_hh + u0, hidden, d, 0, dh + u0 * batch);
+            NAME(rhs_t) b = {d, rows, d, 0, batch};
+            NAME(rows_t) to = {dh, batch, NULL, u1 - u0, hidden, u0};
+            NAME(chunk_product)(part, u1 - u0, &b, batch, &to);
         }
         chunk_done(sync);
     }

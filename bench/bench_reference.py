@@ -271,6 +271,12 @@ def adapter_rows(repeats: int) -> list[Row]:
                                    3 * repeats, burst=4)
             rows.append(Row(f"{name} fwd+bwd via dnnbind.torch, {label}", ours / 1e3, theirs / 1e3,
                             "the ops on numpy", reference_training.ADAPTER_GOAL))
+    # the floor under the compiled rows: torch.compile's own machinery around a custom op pair that does
+    # nothing, against the CNN's ops on numpy (reported: a share of the step no adapter can win back)
+    ours, theirs = compare(reference_training.null_compiled_step(torch, features, cases[0][2]),
+                           reference_training.numpy_cnn_fwd_bwd(features, cases[0][2]), 3 * repeats, burst=4)
+    rows.append(Row("torch.compile alone: null op pair, CNN's params", ours / 1e3, theirs / 1e3,
+                    "the CNN's ops on numpy", float("inf")))
     return rows
 
 

@@ -141,3 +141,64 @@ def numpy_lstm_fwd_bwd(lstm: Any, x: Any) -> Callable[[], None]:
         y.sum()                                  # the loss torch_fwd_bwd's side computes
         pullback(np.ones_like(y))
     return run
+
+
+def null_compiled_step(torch: Any, like: Any, x: Any) -> Callable[[], None]:
+    """What torch.compile's machinery alone costs a step of :func:`torch_fwd_bwd` on a model like
+    ``like``: a compiled module with ``like``'s parameters whose forward is one custom op pair that
+    does nothing (copies x, returns empty residuals and zero gradients), saving as many residuals as
+    ``like``'s dnnbind::sequence op does. A lower bound: run beside real kernels, which leave the
+    caches cold, the same machinery costs more."""
+    op = _null_op(torch)
+    params = [torch.nn.Parameter(p.detach().clone()) for p in like.parameters()]
+
+    class Null(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.params = torch.nn.ParameterList(params)
+
+        def forward(self, h: Any) -> Any:
+            return op(h, list(self.params))[0]
+
+    return torch_fwd_bwd(torch, torch.compile(Null(), fullgraph=True), x)
+
+
+#: residuals the null op saves: as many as the small CNN's dnnbind::sequence op
+NULL_RESIDUALS = 12
+
+
+def _null_op(torch: Any) -> Any:
+    """The custom op pair of :func:`null_compiled_step`, registered once (namespace dnnbind_bench)."""
+    found = getattr(_null_op, "op", None)
+    if found is not None:
+        return found
+    def forward(x: Any, params: list) -> tuple:
+        return x.clone(), [x.new_empty(0) for _ in range(NULL_RESIDUALS)]
+
+    def fake_forward(x: Any, params: list) -> tuple:
+        return x.new_empty(x.shape), [x.new_empty(0) for _ in range(NULL_RESIDUALS)]
+
+    def backward_kernel(residuals: list, d: Any, params: list) -> list:
+        return [d.clone()] + [torch.zeros_like(p) for p in params]
+
+    def fake_backward(residuals: list, d: Any, params: list) -> list:
+        return [d.new_empty(d.shape)] + [p.new_empty(p.shape) for p in params]
+
+    null = torch.library.custom_op("dnnbind_bench::null", forward, mutates_args=(),
+                                   schema="(Tensor x, Tensor[] params) -> (Tensor, Tensor[])")
+    null.register_fake(fake_forward)
+    null_backward = torch.library.custom_op("dnnbind_bench::null_backward", backward_kernel, mutates_args=(),
+                                            schema="(Tensor[] residuals, Tensor d, Tensor[] params) -> Tensor[]")
+    null_backward.register_fake(fake_backward)
+
+    def setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+        ctx.save_for_backward(*output[1], *inputs[1])
+
+    def gradient(ctx: Any, d_y: Any, d_residuals: Any) -> tuple:
+        saved = ctx.saved_tensors
+        grads = null_backward(list(saved[:NULL_RESIDUALS]), d_y, list(saved[NULL_RESIDUALS:]))
+        return grads[0], grads[1:]
+
+    null.register_autograd(gradient, setup_context=setup)
+    _null_op.op = null            # type: ignore[attr-defined]
+    return null

@@ -19,6 +19,7 @@ import importlib.machinery
 import math
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -225,12 +226,14 @@ class _EveryCore:
         self.entered = not blas_single_threaded() or _cores_to_spare()
         if self.entered:
             one_blas_thread().__enter__()
-            _claimed += 1
+            with _claim_lock:
+                _claimed += 1
 
     def __exit__(self, *exc: object) -> None:
         global _claimed
         if self.entered:
-            _claimed -= 1
+            with _claim_lock:
+                _claimed -= 1
             one_blas_thread().__exit__(None, None, None)
 
 
@@ -244,8 +247,9 @@ def every_core() -> _EveryCore:
     return _EveryCore()
 
 
-#: how many every_core blocks are open
+#: how many every_core blocks are open (any thread's)
 _claimed = 0
+_claim_lock = threading.Lock()
 
 
 #: csrc/parallel.c's MAX_ARGS: the most arguments a kernel the pool runs takes before its range

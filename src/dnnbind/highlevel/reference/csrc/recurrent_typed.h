@@ -130,10 +130,10 @@ INLINE void NAME(chunk_product)(const T *part, int64_t rows, const NAME(rhs_t) *
         narrowed = NAME(narrow)(b, n, (T *)part + NAME(padded_rows)(rows) * depth);
         b = &narrowed;
     }
-    for (int64_t q0 = 0; q0 < depth; q0 += DEPTH_BLOCK) {
+    for (int64_t q0 = 0, end; q0 < depth; q0 = end) {
         /* a block within one part of b: it ends where the first part does */
-        int64_t end = q0 < b->depth ? (q0 + DEPTH_BLOCK < b->depth ? q0 + DEPTH_BLOCK : b->depth)
-                                    : (q0 + DEPTH_BLOCK < depth ? q0 + DEPTH_BLOCK : depth);
+        end = q0 < b->depth ? (q0 + DEPTH_BLOCK < b->depth ? q0 + DEPTH_BLOCK : b->depth)
+                            : (q0 + DEPTH_BLOCK < depth ? q0 + DEPTH_BLOCK : depth);
         const T *bq = q0 < b->depth ? b->first + q0 * b->ldb : b->then + (q0 - b->depth) * b->ldb;
         for (int64_t r0 = 0; r0 < rows; r0 += PANEL_ROWS) {
             int64_t count = rows - r0 < PANEL_ROWS ? rows - r0 : PANEL_ROWS;
@@ -147,7 +147,6 @@ INLINE void NAME(chunk_product)(const T *part, int64_t rows, const NAME(rhs_t) *
             NAME(panel_block)(part + r0 * depth + q0 * PANEL_ROWS, bq, b->ldb, end - q0, n, outs, shift, q0 > 0,
                               count);
         }
-        q0 = end - DEPTH_BLOCK;           /* the next block starts at end */
     }
 }
 

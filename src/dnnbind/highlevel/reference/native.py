@@ -566,7 +566,9 @@ def lstm_backward(acts: np.ndarray, cs: np.ndarray, tcs: np.ndarray, w_hh: np.nd
 
 
 #: Split the LSTM time loop over the cores from this many multiply-adds of a step's recurrent product on
-#: (a step's chunks wait for the step before: a few microseconds a step, against about 20 us of work here)
+#: (a step's chunks wait for the step before: a few microseconds a step; measured on 2 cores, forward and
+#: backward loop per step: H=64, B=16 (2^18) 20.7 us on one thread, 18.5 on two; H=32, B=16 10.3
+#: against 12.7)
 LSTM_THREAD_MIN_MACS = 1 << 18
 
 

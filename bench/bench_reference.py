@@ -18,6 +18,10 @@ Tables (each ratio against torch measured in the same run):
   shape-and-argument work of a repeated call alone (the public op with a do-nothing backend), in us;
 * a training step (forward, backward, Adam) of a small CNN and of an LSTM model built from
   ``dnnbind.torch`` layers against the same models built from torch's own layers;
+* the adapter's overhead: forward + backward of the CNN's dnnbind part and of a 2-layer LSTM through
+  ``dnnbind.torch``, eager and ``torch.compile``'d, against the same ops on numpy arrays (goal <= 1.1x),
+  and torch.compile's own cost per step (a compiled do-nothing custom op pair with the CNN's
+  parameters) against the CNN's ops on numpy, reported;
 * one problem of each other class (dilated, grouped, 1-d, 3-d and transposed convolution, pooling,
   batch norm, softmax, activations: bench/reference_classes.py) through the public ops, forward and
   forward + backward against torch's functional ops, reported without a goal;

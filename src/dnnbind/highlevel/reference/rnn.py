@@ -450,7 +450,7 @@ def _on_every_core(op: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(op)
     def run(first: Any, *rest: Any) -> Any:
         dims: RNNDims = rest[-1]
-        x = first[0] if isinstance(first, tuple) else first      # rnn_backward's residuals start with x
+        x = first[0] if isinstance(first, (tuple, list)) else first   # rnn_backward's residuals start with x
         if dims.mode != "lstm" or dims.proj_size or dims.lengths is not None or not native.available(x.dtype):
             return op(first, *rest)
         with native.every_core():

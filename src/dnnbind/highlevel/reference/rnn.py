@@ -218,8 +218,8 @@ class _LSTM(_Direction):
         self.w_hr = w_hr
 
     def _native(self, masks: Sequence[np.ndarray | None]) -> bool:
-        """Whether the C time loop runs this cell: sequences of one length, no projection (native.py)."""
-        return self.w_hr is None and native.available(self.w_hh.dtype) and all(m is None for m in masks)
+        """Whether the C time loop runs this cell (:func:`_time_loop_runs`)."""
+        return _time_loop_runs(self.w_hh.dtype, self.w_hr is not None, any(m is not None for m in masks))
 
     def forward(self, x, h0, c0, steps, masks):
         H = self.hidden
@@ -443,6 +443,12 @@ def _step_masks(running: np.ndarray | None, orders: list[np.ndarray]) -> list[li
     return [[None] * len(order) if running is None else [running[t][None, :] for t in order] for order in orders]
 
 
+def _time_loop_runs(dtype: np.dtype, projected: bool, lengths: bool) -> bool:
+    """Whether an LSTM cell of ``dtype`` runs the C time loop (native.py): no projection, sequences of
+    one length (no ``lengths``), the kernels built."""
+    return not projected and not lengths and native.available(dtype)
+
+
 def _on_every_core(op: Callable[..., Any]) -> Callable[..., Any]:
     """Run ``op`` (rnn_forward or rnn_backward, dims last) inside :func:`native.every_core` where its
     LSTM cells take the C time loop (:meth:`_LSTM._native`), whose recurrent products are its own: the
@@ -451,7 +457,7 @@ def _on_every_core(op: Callable[..., Any]) -> Callable[..., Any]:
     def run(first: Any, *rest: Any) -> Any:
         dims: RNNDims = rest[-1]
         x = first[0] if isinstance(first, (tuple, list)) else first   # rnn_backward's residuals start with x
-        if dims.mode != "lstm" or dims.proj_size or dims.lengths is not None or not native.available(x.dtype):
+        if dims.mode != "lstm" or not _time_loop_runs(x.dtype, bool(dims.proj_size), dims.lengths is not None):
             return op(first, *rest)
         with native.every_core():
             return op(first, *rest)

@@ -2,14 +2,16 @@
  *
  * numpy runs a step as a dozen small operations (the recurrent product, then the gates, the cell and the
  * state one array operation each), and at the sizes of a training batch their per-call cost and extra
- * passes are most of the step. Here a step is the recurrent product and one pass over the gates that
- * computes everything else, with the vector exp, tanh and sigmoid of vmath_typed.h.
+ * passes are most of the step. Here a step is one product (the forward's: its recurrent and input
+ * products together) and one pass over the gates that computes everything else, with the vector exp,
+ * tanh and sigmoid of vmath_typed.h.
  *
- * The recurrent product is a narrow one (4H x H times H x B, B a batch) repeated every step with the
+ * The product is a narrow one (4H x (H + I) times (H + I) x B, B a batch) repeated every step with the
  * same matrix. A BLAS gemm call packs that matrix again each time (a megabyte for H = 256) and splits
  * a narrow product poorly; here each chunk's rows of it are packed once per call, in panels of
- * PANEL_ROWS rows whose products with two vectors of columns stay in registers over the whole depth
- * (recurrent_typed.h: tile): each sum is a plain one over the depth, in order, whatever the chunking.
+ * PANEL_ROWS rows whose products with two vectors of columns stay in registers over each block of the
+ * depth (recurrent_typed.h: tile): each sum is a plain one over the depth, in order, whatever the
+ * chunking.
  * The layouts are rnn.py's (feature-major, tapes in step order); only sequences of one length and no
  * projection come here.
  */

@@ -111,11 +111,10 @@ INLINE T *NAME(chunk_part)(T *packed, int64_t c, int64_t widest, int64_t depth) 
 }
 
 /* Where the rows of a chunk's product go: its row i is row r(i) = (i / m) hidden + u0 + i % m of
- * ``out`` (row pitch out_pitch), which starts from shift[r(i)] (NULL: 0). The forward's chunk rows are
+ * ``out`` (rows of the product's n columns, no gaps), which starts from shift[r(i)] (NULL: 0). The forward's chunk rows are
  * its units' rows of each gate (m its units), the backward's its units (m its rows: r(i) = u0 + i). */
 typedef struct {
     T *out;
-    int64_t out_pitch;
     const T *shift;
     int64_t m, hidden, u0;
 } NAME(rows_t);
@@ -141,7 +140,7 @@ INLINE void NAME(chunk_product)(const T *part, int64_t rows, const NAME(rhs_t) *
             T shift[PANEL_ROWS] = {0};
             for (int64_t i = 0; i < count; i++) {
                 int64_t r = (r0 + i) / to->m * to->hidden + to->u0 + (r0 + i) % to->m;
-                outs[i] = to->out + r * to->out_pitch;
+                outs[i] = to->out + r * n;
                 shift[i] = to->shift ? to->shift[r] : 0;
             }
             NAME(panel_block)(part + r0 * depth + q0 * PANEL_ROWS, bq, b->ldb, end - q0, n, outs, shift, q0 > 0,
@@ -199,7 +198,7 @@ KERNEL void NAME(dnnbind_lstm_forward)(const T *x, const T *w_ih, const T *bias,
         wait_for_chunks(sync, round * parts);
         T *a = acts + k * 4 * plane;
         NAME(rhs_t) b = {hs + k * plane, hidden, x + steps[k] * inputs * batch, inputs, batch};
-        NAME(rows_t) to = {a, batch, bias, m, hidden, u0};
+        NAME(rows_t) to = {a, bias, m, hidden, u0};
         NAME(chunk_product)(part, rows, &b, batch, &to);
         T *c_new = cs + (k + 1) * plane, *h = hs + (k + 1) * plane, *tc = tcs + k * plane;
         const T *c_prev = cs + k * plane;
@@ -262,7 +261,7 @@ KERNEL void NAME(dnnbind_lstm_backward)(const T *acts, const T *cs, const T *tcs
                                      end - j);
         } else {                                                  /* dh[u0:u1] = W_hh[:, u0:u1]^T d */
             NAME(rhs_t) b = {d, rows, d, 0, batch};
-            NAME(rows_t) to = {dh, batch, NULL, u1 - u0, hidden, u0};
+            NAME(rows_t) to = {dh, NULL, u1 - u0, hidden, u0};
             NAME(chunk_product)(part, u1 - u0, &b, batch, &to);
         }
         chunk_done(sync);

@@ -564,7 +564,8 @@ def _activation_inputs(rng, dtype, alpha):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("mode, alpha", [("relu", None), ("sigmoid", None), ("tanh", None), ("leaky_relu", 0.01),
-                                         ("clipped_relu", 6.0), ("swish", 1.5), ("swish", -0.7)])
+                                         ("clipped_relu", 6.0), ("swish", 1.5), ("swish", -0.7), ("elu", 1.0),
+                                         ("elu", 0.7)])
 def test_activation_kernels_match_numpy_in_float64(rng, isa, dtype, mode, alpha):
     """y and f'(x) in one pass: the masks and the piecewise-linear modes bit for bit what the numpy
     path gives, the modes with exp within a few units in the last place of a float64 (float32) or
@@ -595,7 +596,8 @@ def test_activation_kernels_match_numpy_in_float64(rng, isa, dtype, mode, alpha)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("mode, alpha", [("relu", None), ("clipped_relu", 6.0), ("tanh", None), ("swish", 1.0)])
+@pytest.mark.parametrize("mode, alpha", [("relu", None), ("clipped_relu", 6.0), ("tanh", None), ("swish", 1.0),
+                                         ("elu", 1.0)])
 def test_activation_kernels_split_over_the_pool_equal_one_thread(rng, monkeypatch, dtype, mode, alpha):
     """Element ranges on several threads (more ranges than threads, ragged ends) give what one thread
     gives, forward and backward, bit for bit; without a backward to come nothing is saved."""

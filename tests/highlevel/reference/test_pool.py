@@ -1,6 +1,8 @@
 """maxpool and meanpool on the reference backend: hand-worked cases, ties, finite differences, PyTorch."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -427,3 +429,45 @@ def test_a_window_on_padding_only_gives_minus_infinity_and_no_gradient():
     (y, indices), pullback = dnnbind.maxpool(x, 2, stride=1, padding=1, dilation=2, return_indices=True)
     assert y.shape == (1, 1, 1, 4) and np.isneginf(y).all() and indices.dtype == np.int64
     np.testing.assert_array_equal(pullback(np.ones_like(y)), np.zeros_like(x))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("size", [(5,), (7, 7), (1, 1), (3, 4, 5), (37,)])
+def test_global_pooling_matches_torch(rng, dtype, size):
+    """A window that is the whole plane (global pooling) reduces each plane as one row: the values,
+    the first maximum's index and gradient on ties, NaN from the last NaN (its gradient too), a plane
+    of -inf, and the mean with and without a divisor override, against torch."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    x = np.round(rng.standard_normal((3, 4) + size) * 2).astype(dtype)     # many ties
+    flat = x.reshape(12, -1)
+    flat[1, :] = -np.inf
+    if flat.shape[1] > 2:
+        flat[2, [0, flat.shape[1] - 2]] = np.nan
+        flat[3, 1] = np.nan
+    rank = len(size)
+    dy = rng.standard_normal((3, 4) + (1,) * rank).astype(dtype)
+    wide = torch.float32 if dtype == np.float16 else None     # torch's CPU max-pool indices in half
+    xt = torch.tensor(x, dtype=wide, requires_grad=True)
+
+    y, pullback = dnnbind.maxpool(x, size)
+    (_, indices), _ = dnnbind.maxpool(x, size, return_indices=True)
+    yt, it = getattr(F, f"max_pool{rank}d")(xt, size, return_indices=True)
+    assert y.dtype == dtype and y.shape == yt.shape
+    np.testing.assert_array_equal(y, yt.detach().numpy().astype(dtype))
+    np.testing.assert_array_equal(indices, it.numpy())
+    dxt = torch.autograd.grad(yt, xt, torch.tensor(dy, dtype=wide))[0].numpy().astype(dtype)
+    np.testing.assert_array_equal(pullback(dy), dxt)
+
+    for override in (None, 3):
+        xt = torch.tensor(np.nan_to_num(x, posinf=0, neginf=0), dtype=torch.float64, requires_grad=True)
+        y, pullback = dnnbind.meanpool(np.nan_to_num(x, posinf=0, neginf=0), size, divisor_override=override)
+        kwargs = {} if rank == 1 or override is None else {"divisor_override": override}
+        yt = getattr(F, f"avg_pool{rank}d")(xt, size, **kwargs)
+        if rank == 1 and override is not None:     # avg_pool1d has no divisor_override
+            yt = yt * math.prod(size) / override
+        tol = {np.float16: 2e-3, np.float32: 1e-6, np.float64: 1e-14}[dtype]
+        assert y.dtype == dtype
+        np.testing.assert_allclose(y, yt.detach().numpy(), rtol=tol, atol=tol)
+        dxt = torch.autograd.grad(yt, xt, torch.tensor(dy, dtype=torch.float64))[0].numpy()
+        np.testing.assert_allclose(pullback(dy), dxt, rtol=tol, atol=tol)

@@ -113,6 +113,7 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "conv_data_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I], True),
     "maxpool_forward": ([_P, _P, _P, _I, _GEOMETRY, _I, _I], True),
     "maxpool_backward": ([_P, _P, _I, _P, _GEOMETRY, _I, _I], True),
+    "plane_max": ([_P, _P, _P, _I, _I, _I, _I], False),
     "channel_sums": ([_P, _P, _P, _P] + [_I] * 5, False),
     "channel_squares": ([_P, _P, _P] + [_I] * 5, False),
     "channel_affine": ([_P] * 4 + [_I] * 4, False),
@@ -148,15 +149,18 @@ def available(dtype: Any) -> bool:
 @functools.lru_cache(maxsize=256)
 def geometry(dims: ConvDims | PoolDims) -> Geometry:
     """``dims`` (1 to 3 spatial dims, as ConvDims and PoolDims allow) as the kernels' geometry: a pooling
-    window is a kernel."""
+    window is a kernel. A dim with one output has no stride (stride 1): the stride moves only outputs
+    after the first, and a stride of 1 keeps the kernels' plane layout in one phase (a global pooling
+    window or a kernel as large as its input would otherwise be split into a phase per position)."""
     lead = 3 - dims.spatial_rank
     kernel = dims.window if isinstance(dims, PoolDims) else dims.kernel_size
+    stride = tuple(1 if out == 1 else s for s, out in zip(dims.stride, dims.out_size))
 
     def triple(values: tuple[int, ...], fill: int) -> Any:
         return _Triple(*((fill,) * lead + tuple(values)))
 
     return Geometry(triple(dims.x_shape[2:], 1), triple(dims.out_size, 1), triple(kernel, 1),
-                    triple(dims.stride, 1), triple(dims.dilation, 1), triple(dims.pad_low, 0),
+                    triple(stride, 1), triple(dims.dilation, 1), triple(dims.pad_low, 0),
                     dims.x_shape[1])
 
 
@@ -416,6 +420,17 @@ def maxpool_forward(x: np.ndarray, dims: PoolDims, threaded: bool) -> tuple[np.n
     return y, winners
 
 
+def plane_max(x: np.ndarray, dims: PoolDims, threaded: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(y, winners) of global max pooling (one window, the whole unpadded plane): each plane's max and
+    the flat index that won, in ``dims.winner_dtype``."""
+    dtype, winner = x.dtype, _winner_dtype(dims)
+    y, winners = np.empty(dims.y_shape, dtype), np.empty(dims.y_shape, winner)
+    args = (_address(x, "x", dims.x_shape, dtype), _data(y), _data(winners), winner.itemsize,
+            math.prod(dims.x_shape[2:]))
+    _launch(_kernel("plane_max", dtype), args, _split_plane_count(dims, threaded))
+    return y, winners
+
+
 def maxpool_backward(dy: np.ndarray, winners: np.ndarray, dims: PoolDims, threaded: bool) -> np.ndarray:
     """dx of max pooling: every dy added to the input its window's winner read."""
     dtype, winner = dy.dtype, _winner_dtype(dims)
@@ -608,8 +623,8 @@ def vmath(x: np.ndarray, function: str) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------- pointwise activations
-#: the activation modes the kernels compute (csrc/pointwise.c numbers them so); elu and identity stay numpy
-ACTIVATIONS = {"relu": 0, "sigmoid": 1, "tanh": 2, "leaky_relu": 3, "clipped_relu": 4, "swish": 5}
+#: the activation modes the kernels compute (csrc/pointwise.c numbers them so); identity stays numpy
+ACTIVATIONS = {"relu": 0, "sigmoid": 1, "tanh": 2, "leaky_relu": 3, "clipped_relu": 4, "swish": 5, "elu": 6}
 #: the modes whose derivative is saved as a boolean mask
 MASKED_ACTIVATIONS = ("relu", "clipped_relu")
 #: Split a pointwise pass over the pool from this many elements on (one pass over memory each; below it

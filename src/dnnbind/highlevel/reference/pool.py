@@ -42,8 +42,33 @@ def _threaded(dims: PoolDims) -> bool:
     return math.prod(dims.y_shape) * len(dims.window_positions) >= THREAD_MIN_READS and workers() > 1
 
 
+def _whole_plane(dims: PoolDims) -> bool:
+    """Global pooling: one window, the whole unpadded, undilated input plane (each output reduces one
+    plane, whose winner's window position is its flat index). Reduced along each plane as a contiguous
+    row instead of window position by window position over outputs of one element each."""
+    return (dims.window == dims.x_shape[2:] and not any(dims.pad_low) and not any(dims.pad_high)
+            and all(d == 1 for d in dims.dilation) and all(o == 1 for o in dims.out_size))
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    """(N, C, ...) as one contiguous row per (sample, channel) plane."""
+    return np.ascontiguousarray(a).reshape(a.shape[0] * a.shape[1], -1)
+
+
 @half_forward
 def _maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, tuple[np.ndarray]]:
+    if _whole_plane(dims) and native.available(x.dtype):
+        threaded = x.size >= native.POINTWISE_THREAD_MIN_ELEMENTS and workers() > 1   # one pass over memory
+        y, winners = native.plane_max(np.ascontiguousarray(x), dims, threaded)
+        return y, (winners,)
+    if _whole_plane(dims):
+        rows = _rows(x)
+        y = rows.max(axis=1)
+        winners = rows.argmax(axis=1)           # the first maximum; NaN: numpy's first, torch's last
+        nan = np.flatnonzero(np.isnan(y))
+        if nan.size:
+            winners[nan] = rows.shape[1] - 1 - np.isnan(rows[nan, ::-1]).argmax(axis=1)
+        return y.reshape(dims.y_shape), (winners.astype(dims.winner_dtype).reshape(dims.y_shape),)
     if native.available(x.dtype):
         y, winners = native.maxpool_forward(np.ascontiguousarray(x), dims, _threaded(dims))
         return y, (winners,)
@@ -77,6 +102,10 @@ def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, return_ind
 def _maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims) -> np.ndarray:
     (argmax,), (dy,) = saved, cotangents
     dy = cotangent("dy", dy, dims.y_shape, dy.dtype)
+    if _whole_plane(dims):
+        rows = np.zeros((dy.shape[0] * dy.shape[1], math.prod(dims.window)), dy.dtype)
+        rows[np.arange(rows.shape[0]), argmax.ravel()] = dy.ravel()
+        return rows.reshape(dims.x_shape)
     if native.available(dy.dtype):
         return native.maxpool_backward(np.ascontiguousarray(dy), np.ascontiguousarray(argmax), dims, _threaded(dims))
     dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
@@ -118,6 +147,11 @@ def meanpool_forward(x: np.ndarray, dims: PoolDims, count_include_pad: bool = Tr
     """Mean pooling; padding counts towards the divisor when ``count_include_pad`` (PyTorch's default);
     a ``divisor_override`` divides every window's sum by itself instead. Saves nothing: the backward
     needs the geometry only."""
+    if _whole_plane(dims):      # each plane's sum in float64, divided once
+        rows = _rows(x)
+        sums = native.channel_sums(rows[None])[0] if native.available(x.dtype) else rows.sum(axis=1, dtype=float)
+        divisor = _divisor(dims, count_include_pad, divisor_override)
+        return (sums / divisor).astype(x.dtype).reshape(dims.y_shape), ()
     if native.available(x.dtype):
         y = native.depthwise_forward(np.ascontiguousarray(x), _unit_window(dims, x.dtype), dims, _threaded(dims))
     else:
@@ -142,6 +176,10 @@ def meanpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, count_inc
     (dy,) = cotangents
     dy = cotangent("dy", dy, dims.y_shape, dy.dtype)
     share = dy * _scale(dims, count_include_pad, divisor_override, dy.dtype)
+    if _whole_plane(dims):
+        dx = np.empty(dims.x_shape, dy.dtype)
+        np.copyto(dx, share)                 # (N, C, 1, ...) spread over each plane
+        return dx
     if native.available(share.dtype):
         return native.depthwise_data_grad(np.ascontiguousarray(share), _unit_window(dims, share.dtype), dims,
                                           _threaded(dims))

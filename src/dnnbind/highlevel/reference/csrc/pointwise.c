@@ -5,8 +5,7 @@
  * select, a division, then two more for the derivative), single-threaded; here each is one pass,
  * split over the caller's threads by element ranges. The modes compute what activation.py's numpy
  * code computes, in the same order of operations, with the vector exp and tanh of vmath_typed.h (a
- * few units in the last place; the tests compare both with float64). elu (expm1) and identity stay
- * in numpy.
+ * few units in the last place; the tests compare both with float64). identity stays in numpy.
  */
 #include <stdint.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #define ACT_LEAKY_RELU 3
 #define ACT_CLIPPED_RELU 4
 #define ACT_SWISH 5
+#define ACT_ELU 6
 
 /* Elements a range takes at a time: their values, then (while x is in the first-level cache) their
  * boolean masks. */

@@ -34,6 +34,12 @@ INLINE void NAME(activate)(const T *x, T *y, T *slope, T a, int64_t count, const
         out = NAME(pick)(v < 0, zero, v);
         out = NAME(pick)(out > a, NAME(splat)(a), out);
         break;
+    case ACT_ELU: {         /* em1 = expm1(min(x, 0)), np.where(x <= 0, a em1, x) and np.where(x <= 0, a (em1 + 1), 1) */
+        NAME(v) em1 = NAME(vexpm1)(NAME(pick)(v > 0, zero, v));
+        out = NAME(pick)(v <= 0, a * em1, v);
+        d = NAME(pick)(v <= 0, a * (em1 + 1), one);
+        break;
+    }
     default: {              /* swish: s = sigmoid(a x), x s and s (1 + a x (1 - s)) */
         NAME(v) ax = a * v, s = NAME(sigmoid_exact)(ax);
         out = v * s;
@@ -70,12 +76,13 @@ KERNEL void NAME(dnnbind_activation_forward)(const T *x, T *y, T *slope, uint8_t
         case ACT_TANH: NAME(activate_range)(x, y, slope, a, b, end, ACT_TANH); break;
         case ACT_LEAKY_RELU: NAME(activate_range)(x, y, slope, a, b, end, ACT_LEAKY_RELU); break;
         case ACT_CLIPPED_RELU: NAME(activate_range)(x, y, slope, a, b, end, ACT_CLIPPED_RELU); break;
+        case ACT_ELU: NAME(activate_range)(x, y, slope, a, b, end, ACT_ELU); break;
         default: NAME(activate_range)(x, y, slope, a, b, end, ACT_SWISH);
         }
         if (mask && mode == ACT_RELU)
             for (int64_t j = b; j < end; j++) mask[j] = x[j] > 0;
-        else if (mask)
-            for (int64_t j = b; j < end; j++) mask[j] = x[j] > 0 && x[j] < a;
+        else if (mask)      /* & rather than &&: no branch on the data */
+            for (int64_t j = b; j < end; j++) mask[j] = (x[j] > 0) & (x[j] < a);
     }
 }
 

@@ -5,9 +5,8 @@
  * them needs its own, as accurate: within a few units in the last place of T over the whole range,
  * NaN in giving NaN out. exp reduces x = n ln2 + r (|r| <= ln2 / 2, ln2 in two parts so n ln2 is exact)
  * and sums the Taylor series of e^r far enough for T (the error of the last term left out is below a
- * tenth of a unit in the last place); 2^n is built in the exponent bits. tanh(x) = e / (e + 2) with
- * e = e^(2|x|) - 1, from the series of expm1 near 0 (where e^(2|x|) - 1 would cancel); sigmoid(z) =
- * 1 / (1 + e^-z). */
+ * tenth of a unit in the last place); 2^n is built in the exponent bits. expm1 sums its series near 0
+ * (where e^x - 1 would cancel); tanh(x) = e / (e + 2) with e = expm1(2|x|); sigmoid(z) = 1 / (1 + e^-z). */
 
 typedef T NAME(v) __attribute__((vector_size(VECTOR_BYTES)));
 typedef ITYPE NAME(iv) __attribute__((vector_size(VECTOR_BYTES)));
@@ -74,17 +73,23 @@ INLINE NAME(v) NAME(vexp)(NAME(v) x) {
     return p * first * second;
 }
 
+/* e^x - 1 with full relative precision near 0: the series x (1 + x/2! + x^2/3! + ...) for |x| < 0.6
+ * (where e^x - 1 would cancel), e^x - 1 beyond (|e^x - 1| > 0.45 there: nothing cancels). */
+INLINE NAME(v) NAME(vexpm1)(NAME(v) x) {
+    const NAME(iv) sign = (NAME(iv))NAME(splat)((T)-0.0);
+    NAME(v) a = (NAME(v))((NAME(iv))x & ~sign);                            /* |x| */
+    const int degree = SINGLE ? 9 : 15;
+    NAME(v) s = NAME(splat)((T)NAME(inverse_factorial)[degree + 1]);
+    for (int k = degree; k >= 1; k--) s = s * x + (T)NAME(inverse_factorial)[k];
+    return NAME(pick)(a < (T)0.6, s * x, NAME(vexp)(x) - 1);
+}
+
 /* tanh(x), odd, exactly +-1 from |x| = 20 on (where T rounds it there) */
 INLINE NAME(v) NAME(vtanh)(NAME(v) x) {
     const NAME(iv) sign = (NAME(iv))NAME(splat)((T)-0.0);
     NAME(v) a = (NAME(v))((NAME(iv))x & ~sign);                            /* |x| */
     a = NAME(pick)(a > 20, NAME(splat)((T)20), a);
-    NAME(v) y = a + a;
-    /* e^y - 1 = y (1 + y/2! + y^2/3! + ...) for y < 0.6 */
-    const int degree = SINGLE ? 9 : 15;
-    NAME(v) s = NAME(splat)((T)NAME(inverse_factorial)[degree + 1]);
-    for (int k = degree; k >= 1; k--) s = s * y + (T)NAME(inverse_factorial)[k];
-    NAME(v) e = NAME(pick)(y < (T)0.6, s * y, NAME(vexp)(y) - 1);
+    NAME(v) e = NAME(vexpm1)(a + a);
     NAME(v) t = e / (e + 2);
     return (NAME(v))((NAME(iv))t | ((NAME(iv))x & sign));
 }

@@ -123,10 +123,13 @@ def test_native_off_runs_the_numpy_paths():
     np.testing.assert_allclose(results[0], results[1], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("shape", [(5, 3), (2, 3, 7), (3, 4, 5, 6), (2, 2, 3, 4, 5), (4, 8, 96, 96)])
-def test_channel_kernels_match_numpy_in_float64(rng, isa, shape):
+@pytest.mark.parametrize("row_mode_plane", [0, native.ROW_MODE_PLANE, 1 << 30])
+@pytest.mark.parametrize("shape", [(5, 3), (2, 3, 7), (3, 4, 5, 6), (2, 2, 3, 4, 5), (4, 8, 96, 96), (4100, 1030)])
+def test_channel_kernels_match_numpy_in_float64(rng, isa, shape, row_mode_plane, monkeypatch):
     """Sums (float64 whatever the data), squares about a centre, affine maps and batch norm's two passes,
-    on shapes of every rank and one large enough to be split over the pool."""
+    on shapes of every rank and ones large enough to be split over the pool; plane by plane, in row
+    mode (the data as rows, parameters per column: columns past a block of sums), and as chosen."""
+    monkeypatch.setattr(native, "ROW_MODE_PLANE", row_mode_plane)
     for dtype in (np.float64, np.float32):
         a, b = rng.standard_normal(shape).astype(dtype), rng.standard_normal(shape).astype(dtype)
         c = shape[1]

@@ -26,7 +26,7 @@ def _affine_call(rng, planes=13):
     scale, shift = rng.standard_normal(3), rng.standard_normal(3)
     out = np.full_like(a, np.nan)
     fn = native._kernel("channel_affine", a.dtype)
-    args = (native._data(a), native._data(scale), native._data(shift), native._data(out), 3, 50)
+    args = (native._data(a), native._data(scale), native._data(shift), native._data(out), 3, 50, 0)   # plane by plane
     _alive.extend((a, scale, shift))        # args hold bare addresses
     return fn, args, out, a * scale[:, None] + shift[:, None], planes * 3
 
@@ -120,7 +120,7 @@ def test_more_ranges_than_one_call_counts_are_refused(rng):
     a = rng.standard_normal((1 << 16, 1, 1))
     one, none, out = np.ones(1), np.zeros(1), np.full_like(a, np.nan)
     fn = native._kernel("channel_affine", a.dtype)
-    args = (native._data(a), native._data(one), native._data(none), native._data(out), 1, 1)
+    args = (native._data(a), native._data(one), native._data(none), native._data(out), 1, 1, 0)
     with pytest.raises(RuntimeError, match=r"refused the call \(status -2\)"):
         native._launch(fn, args, split(1 << 16, 1 << 16))
     assert np.isnan(out).all(), "nothing ran"
@@ -192,7 +192,7 @@ def test_a_team_past_the_most_workers_still_runs_every_range():
             "a = np.arange(600 * 7, dtype=np.float64).reshape(200, 3, 7)\n"
             "scale, shift, out = np.full(3, 2.0), np.full(3, 1.0), np.full_like(a, np.nan)\n"
             "fn = native._kernel('channel_affine', a.dtype)\n"
-            "args = (native._data(a), native._data(scale), native._data(shift), native._data(out), 3, 7)\n"
+            "args = (native._data(a), native._data(scale), native._data(shift), native._data(out), 3, 7, 0)\n"
             "native._launch(fn, args, split(600, 300), 300)\n"
             "raise SystemExit(0 if np.array_equal(out, a * 2 + 1) else 3)\n")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

@@ -33,12 +33,57 @@ KERNEL void NAME(dnnbind_channel_squares)(const T *a, const double *center, doub
     }
 }
 
+/* Columns j in [j0, j1) of a as (rows, width), for planes too small to sum one at a time (a batch norm
+ * of (N, C) data has planes of one element): sums[j] = the sum of column j (center: of (a - center[j])^2)
+ * and, when products, products[j] = the sum of a * b, in double, row by row over a block of columns. */
+KERNEL void NAME(dnnbind_column_sums)(const T *a, const T *b, const double *center, double *sums,
+                                      double *products, int64_t rows, int64_t width, int64_t j0, int64_t j1) {
+    double s[COLUMN_BLOCK], q[COLUMN_BLOCK];
+    for (int64_t jb = j0; jb < j1; jb += COLUMN_BLOCK) {
+        int64_t n = j1 - jb < COLUMN_BLOCK ? j1 - jb : COLUMN_BLOCK;
+        for (int64_t i = 0; i < n; i++) s[i] = q[i] = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const T *restrict ar = a + r * width + jb;
+            if (center) {
+                const double *restrict m = center + jb;
+                for (int64_t i = 0; i < n; i++) {
+                    double v = (double)ar[i] - m[i];
+                    s[i] += v * v;
+                }
+            } else if (b) {
+                const T *restrict br = b + r * width + jb;
+                for (int64_t i = 0; i < n; i++) {
+                    double v = (double)ar[i];
+                    s[i] += v;
+                    q[i] += v * (double)br[i];
+                }
+            } else {
+                for (int64_t i = 0; i < n; i++) s[i] += (double)ar[i];
+            }
+        }
+        for (int64_t i = 0; i < n; i++) sums[jb + i] = s[i];
+        if (products) for (int64_t i = 0; i < n; i++) products[jb + i] = q[i];
+    }
+}
+
+/* The maps below run on planes p in [p0, p1) with channel c = p mod channels, each parameter one value
+ * per channel; or, with per_column, on rows of plane elements whose parameters are one per element of
+ * the row (row mode: a plane too small to loop over, its channels' parameters spread along the row). */
+
 /* out = a * scale[c] + shift[c] (scale NULL: a + shift[c]) on planes p in [p0, p1), c = p mod channels. */
 KERNEL void NAME(dnnbind_channel_affine)(const T *a, const T *scale, const T *shift, T *out, int64_t channels,
-                                         int64_t plane, int64_t p0, int64_t p1) {
+                                         int64_t plane, int64_t per_column, int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; p++) {
         const T *restrict src = a + p * plane;
         T *restrict dst = out + p * plane;
+        if (per_column) {
+            const T *restrict k = scale, *restrict m = shift;
+            if (scale)
+                for (int64_t j = 0; j < plane; j++) dst[j] = src[j] * k[j] + m[j];
+            else
+                for (int64_t j = 0; j < plane; j++) dst[j] = src[j] + m[j];
+            continue;
+        }
         T k = scale ? scale[p % channels] : (T)1, m = shift[p % channels];
         if (scale)
             for (int64_t j = 0; j < plane; j++) dst[j] = src[j] * k + m;
@@ -50,12 +95,23 @@ KERNEL void NAME(dnnbind_channel_affine)(const T *a, const T *scale, const T *sh
 /* Batch normalisation on planes p in [p0, p1): xhat = (x - mean[c]) * invstd[c], y = xhat * gamma[c] + beta[c]. */
 KERNEL void NAME(dnnbind_batchnorm_normalize)(const T *x, const T *mean, const T *invstd, const T *gamma,
                                               const T *beta, T *xhat, T *y, int64_t channels, int64_t plane,
-                                              int64_t p0, int64_t p1) {
+                                              int64_t per_column, int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; p++) {
         int64_t c = p % channels;
         const T *restrict src = x + p * plane;
         T *restrict h = xhat + p * plane, *restrict out = y + p * plane;
+        if (per_column) {
+            const T *restrict m = mean, *restrict s = invstd, *restrict g = gamma, *restrict b = beta;
+#pragma GCC ivdep
+            for (int64_t j = 0; j < plane; j++) {
+                T v = (src[j] - m[j]) * s[j];
+                h[j] = v;
+                out[j] = v * g[j] + b[j];
+            }
+            continue;
+        }
         T m = mean[c], s = invstd[c], g = gamma[c], b = beta[c];
+#pragma GCC ivdep
         for (int64_t j = 0; j < plane; j++) {
             T v = (src[j] - m) * s;
             h[j] = v;
@@ -68,11 +124,17 @@ KERNEL void NAME(dnnbind_batchnorm_normalize)(const T *x, const T *mean, const T
  * dx = (dy - mean_dy[c] - xhat * mean_dy_xhat[c]) * scale[c]. */
 KERNEL void NAME(dnnbind_batchnorm_data_grad)(const T *dy, const T *xhat, const T *mean_dy, const T *mean_dy_xhat,
                                               const T *scale, T *dx, int64_t channels, int64_t plane,
-                                              int64_t p0, int64_t p1) {
+                                              int64_t per_column, int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; p++) {
         int64_t c = p % channels;
         const T *restrict g = dy + p * plane, *restrict h = xhat + p * plane;
         T *restrict out = dx + p * plane;
+        if (per_column) {
+            const T *restrict a = mean_dy, *restrict b = mean_dy_xhat, *restrict s = scale;
+#pragma GCC ivdep
+            for (int64_t j = 0; j < plane; j++) out[j] = (g[j] - a[j] - h[j] * b[j]) * s[j];
+            continue;
+        }
         T a = mean_dy[c], b = mean_dy_xhat[c], s = scale[c];
         for (int64_t j = 0; j < plane; j++) out[j] = (g[j] - a - h[j] * b) * s;
     }

@@ -30,6 +30,12 @@ INLINE double NAME(plane_sum)(const T *restrict a, const T *restrict b, double c
         }
         s0 += v0; s1 += v1; s2 += v2; s3 += v3;
     }
+    for (; j + DL <= n; j += DL) {             /* whole vectors left: into the first lanes (a short row's */
+        NAME(dvec) v0 = WIDE(*(const NAME(tvec) *)(a + j)) - center;      /* sum is no scalar chain) */
+        if (b) v0 *= WIDE(*(const NAME(tvec) *)(b + j));
+        else if (square) v0 *= v0;
+        s0 += v0;
+    }
     double tail = 0;
     for (; j < n; j++) {
         double v = (double)a[j] - center;
@@ -48,6 +54,11 @@ INLINE double NAME(plane_sum_product)(const T *restrict a, const T *restrict b, 
         NAME(dvec) v0 = WIDE(v[0]), v1 = WIDE(v[1]), v2 = WIDE(v[2]), v3 = WIDE(v[3]);
         s0 += v0; s1 += v1; s2 += v2; s3 += v3;
         p0 += v0 * WIDE(u[0]); p1 += v1 * WIDE(u[1]); p2 += v2 * WIDE(u[2]); p3 += v3 * WIDE(u[3]);
+    }
+    for (; j + DL <= n; j += DL) {
+        NAME(dvec) v0 = WIDE(*(const NAME(tvec) *)(a + j));
+        s0 += v0;
+        p0 += v0 * WIDE(*(const NAME(tvec) *)(b + j));
     }
     double tail = 0, tail_product = 0;
     for (; j < n; j++) {

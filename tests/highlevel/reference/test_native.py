@@ -261,6 +261,25 @@ def test_conv_filter_grad_split_over_outputs_of_every_group_equals_one_thread(rn
         np.testing.assert_array_equal(native.conv_filter_grad(dy, x, dims, True), alone)
 
 
+@pytest.mark.parametrize("team", [2, 3, 8])
+def test_conv_forward_split_over_output_channels_equals_one_thread(rng, monkeypatch, team):
+    """Fewer samples than threads (batch-1 inference): each sample's blocks of output channels split over
+    the pool (parts of several blocks, of one, empty parts past the last block, groups) give one thread's
+    bits, and the kept copy of x is whole."""
+    for batch, groups, outputs in ((1, 1, 64), (1, 2, 26), (2, 1, 13), (1, 1, 5), (3, 3, 36)):
+        dims = ConvDims((batch, 6, 13, 11), (outputs, 6 // groups, 3, 3), padding=1, groups=groups)
+        x, w = rng.standard_normal(dims.x_shape), rng.standard_normal(dims.w_shape)
+        monkeypatch.setattr(native, "workers", lambda: 1)
+        alone = native.conv_forward(x, w, dims, False)
+        monkeypatch.setattr(native, "workers", lambda: team)
+        keep = np.full_like(x, np.nan)
+        splits = native.conv_forward_splits(dims, True)
+        assert splits == (1 if batch >= team else min(-(-outputs // groups // native._tile_outputs()),
+                                                      -(-team // batch)))
+        np.testing.assert_array_equal(native.conv_forward(x, w, dims, True, keep), alone)
+        np.testing.assert_array_equal(keep, x)
+
+
 def test_forward_kernels_keep_an_exact_copy_of_x(rng):
     """``keep``: the forward's own copy of x, made by the kernel as it reads each plane, equals x, and a
     later change of x leaves it (and so the backward) alone; small planes (plain stores) and large ones

@@ -54,18 +54,22 @@ INLINE void NAME(tile)(const T *restrict buf, int64_t local, const int64_t *rest
 }
 
 /* y[n] = the convolution of x[n] with w (groups of inputs / groups input and outputs / groups output
- * channels; g->channels is x's channel count), for samples n in [n0, n1). Samples go through in chunks
- * whose input planes fit a budget (CONV_CHUNK_BYTES), so that each tile's weights, read once per
- * output-channel block, serve the whole chunk from cache rather than one sample. x's planes are also
- * copied to copy unless it is NULL (the forward's own copy of x, made while each plane is in cache). */
+ * channels; g->channels is x's channel count), for work units [u0, u1). With splits 1 a unit is a
+ * sample, and samples go through in chunks whose input planes fit a budget (CONV_CHUNK_BYTES), so that
+ * each tile's weights, read once per output-channel block, serve the whole chunk from cache rather than
+ * one sample. With splits > 1 (fewer samples than threads) unit u is part u mod splits of sample
+ * u / splits: that part of its blocks of output channels, so that one sample keeps every core busy. x's
+ * planes are also copied to copy unless it is NULL (the forward's own copy of x, made while each plane
+ * is in cache; by each sample's first part). */
 KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, T *copy, const geometry *g, int64_t outputs,
-                                     int64_t groups, int64_t n0, int64_t n1) {
+                                     int64_t groups, int64_t splits, int64_t u0, int64_t u1) {
     layout l;
     if (make_layout(g, &l, SLACK)) return -1;
     int64_t cg = g->channels / groups, kg = outputs / groups, blocks = (kg + MR - 1) / MR;
+    int64_t per_part = (blocks + splits - 1) / splits;       /* blocks of one part of a sample */
     int64_t chunk = CONV_CHUNK_BYTES / (int64_t)sizeof(T) / (cg * l.local);
-    chunk = chunk < 1 ? 1 : chunk;
-    chunk = chunk < n1 - n0 ? chunk : (n1 - n0 > 0 ? n1 - n0 : 1);
+    chunk = chunk < 1 || splits > 1 ? 1 : chunk;
+    chunk = chunk < u1 - u0 ? chunk : (u1 - u0 > 0 ? u1 - u0 : 1);
     int64_t span = chunk * l.local;                          /* a chunk's planes of one channel */
     int64_t rpitch = (l.run + NR - 1) / NR * NR;             /* one sample's tiled outputs */
     int64_t pitch = chunk * rpitch;                          /* the chunk's, per output channel */
@@ -76,22 +80,35 @@ KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, T *copy, con
     NAME(fill)(buf, cg * span, 0);
     for (int64_t gi = 0; gi < groups; gi++)
         NAME(pack_weights)(w + gi * kg * cg * l.taps, wp + gi * blocks * MR * cg * l.taps, kg, cg, l.taps);
-    for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
-        int64_t c1 = c0 + chunk < n1 ? c0 + chunk : n1;
+    for (int64_t u = u0; u < u1;) {
+        int64_t c0, c1, b0 = 0, b1 = blocks;                 /* samples [c0, c1), blocks [b0, b1) */
+        if (splits == 1) {
+            c0 = u;
+            c1 = u + chunk < u1 ? u + chunk : u1;
+            u = c1;
+        } else {
+            c0 = u / splits;
+            c1 = c0 + 1;
+            b0 = u % splits * per_part;
+            b1 = b0 + per_part < blocks ? b0 + per_part : blocks;
+            u++;
+            if (b0 >= b1) continue;
+        }
+        int64_t k1 = b1 * MR < kg ? b1 * MR : kg;
         for (int64_t gi = 0; gi < groups; gi++) {
             for (int64_t c = 0; c < cg; c++)
                 for (int64_t n = c0; n < c1; n++) {
                     int64_t plane = (n * g->channels + gi * cg + c) * l.in_plane;
                     NAME(load)(g, &l, x + plane, buf + c * span + (n - c0) * l.local);
-                    if (copy) keep_copy(copy + plane, x + plane, sizeof(T) * (size_t)l.in_plane);
+                    if (copy && b0 == 0) keep_copy(copy + plane, x + plane, sizeof(T) * (size_t)l.in_plane);
                 }
             const T *wg = wp + gi * blocks * MR * cg * l.taps;
-            for (int64_t b = 0; b < blocks; b++)
+            for (int64_t b = b0; b < b1; b++)
                 for (int64_t n = c0; n < c1; n++)
                     for (int64_t j = 0; j < l.run; j += NR)
                         NAME(tile)(buf + (n - c0) * l.local, span, l.tap, l.taps, cg, wg + b * cg * l.taps * MR,
                                    out + b * MR * pitch + (n - c0) * rpitch, pitch, j, 0);
-            for (int64_t k = 0; k < kg; k++)
+            for (int64_t k = b0 * MR; k < k1; k++)
                 for (int64_t n = c0; n < c1; n++)
                     NAME(gather)(g, &l, out + k * pitch + (n - c0) * rpitch, y + (n * outputs + gi * kg + k) * l.out_plane);
         }

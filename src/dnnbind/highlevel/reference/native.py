@@ -530,8 +530,8 @@ def channel_sums(a: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray
     """Per channel (axis 1) of C-contiguous (N, C, ...) ``a``: the sum of a and, with ``b`` (a's shape),
     the sum of a * b; in float64."""
     if _row_mode(a):
-        sums, products = _column_sums(a, b, None)
-        return sums, (products if b is not None else None)
+        by_column = _column_sums(a, b, None)
+        return by_column[0], (by_column[1] if b is not None else None)
     n, c, plane = _planes(a)
     sums, products = np.empty(c), (np.empty(c) if b is not None else None)
     args = (_address(a, "a", a.shape, a.dtype), 0 if b is None else _address(b, "b", a.shape, a.dtype),

@@ -55,20 +55,25 @@ def _rows(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(a.shape[0] * a.shape[1], -1)
 
 
+def _plane_max(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, np.ndarray]:
+    """Global max pooling's (y, winners): each plane's max and its flat index, by the windows' rule."""
+    if native.available(x.dtype):
+        threaded = x.size >= native.POINTWISE_THREAD_MIN_ELEMENTS and workers() > 1   # one pass over memory
+        return native.plane_max(np.ascontiguousarray(x), dims, threaded)
+    rows = _rows(x)
+    y = rows.max(axis=1)
+    winners = rows.argmax(axis=1)           # the first maximum; NaN: numpy's first, torch's last
+    nan = np.flatnonzero(np.isnan(y))
+    if nan.size:
+        winners[nan] = rows.shape[1] - 1 - np.isnan(rows[nan, ::-1]).argmax(axis=1)
+    return y.reshape(dims.y_shape), winners.astype(dims.winner_dtype).reshape(dims.y_shape)
+
+
 @half_forward
 def _maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, tuple[np.ndarray]]:
-    if _whole_plane(dims) and native.available(x.dtype):
-        threaded = x.size >= native.POINTWISE_THREAD_MIN_ELEMENTS and workers() > 1   # one pass over memory
-        y, winners = native.plane_max(np.ascontiguousarray(x), dims, threaded)
-        return y, (winners,)
     if _whole_plane(dims):
-        rows = _rows(x)
-        y = rows.max(axis=1)
-        winners = rows.argmax(axis=1)           # the first maximum; NaN: numpy's first, torch's last
-        nan = np.flatnonzero(np.isnan(y))
-        if nan.size:
-            winners[nan] = rows.shape[1] - 1 - np.isnan(rows[nan, ::-1]).argmax(axis=1)
-        return y.reshape(dims.y_shape), (winners.astype(dims.winner_dtype).reshape(dims.y_shape),)
+        y, winners = _plane_max(x, dims)
+        return y, (winners,)
     if native.available(x.dtype):
         y, winners = native.maxpool_forward(np.ascontiguousarray(x), dims, _threaded(dims))
         return y, (winners,)

@@ -19,6 +19,14 @@ INLINE int32_t NAME(get_winner)(const void *in, int64_t index, int64_t bytes) {
     return (int32_t)((const uint32_t *)in)[index];
 }
 
+/* One step of the rule over a vector of candidates v at positions at: where v is greater than the best
+ * so far or NaN, it becomes the best and its position the winner. */
+INLINE void NAME(max_step)(NAME(pool_v) v, NAME(pool_iv) at, NAME(pool_v) *b, NAME(pool_iv) *w) {
+    NAME(pool_iv) better = (v > *b) | (v != v);
+    *b = (NAME(pool_v))(((NAME(pool_iv))v & better) | ((NAME(pool_iv))*b & ~better));
+    *w = (*w & ~better) | (at & better);
+}
+
 /* best[j], won[j] = the max of window j and the position that won, for a run of at most VL outputs, kept
  * in registers over every tap (the general loop's best-so-far goes through memory once per tap: a
  * chain of loads and stores that a global window's 49 taps over one output wait on). The same rule,
@@ -27,12 +35,8 @@ INLINE void NAME(max_short_run)(const T *buf, const int64_t *tap, int64_t taps, 
                                 int32_t *won) {
     NAME(pool_v) b = *(const NAME(pool_uv) *)(buf + tap[0]);
     NAME(pool_iv) w = {0};
-    for (int64_t t = 1; t < taps; t++) {
-        NAME(pool_v) v = *(const NAME(pool_uv) *)(buf + tap[t]);
-        NAME(pool_iv) better = (v > b) | (v != v);
-        b = (NAME(pool_v))(((NAME(pool_iv))v & better) | ((NAME(pool_iv))b & ~better));
-        w = (w & ~better) | (((NAME(pool_iv)){0} + (ITYPE)t) & better);
-    }
+    for (int64_t t = 1; t < taps; t++)
+        NAME(max_step)(*(const NAME(pool_uv) *)(buf + tap[t]), (NAME(pool_iv)){0} + (ITYPE)t, &b, &w);
     memcpy(best, &b, sizeof(T) * (size_t)run);
     for (int64_t j = 0; j < run; j++) won[j] = (int32_t)w[j];
 }
@@ -95,9 +99,7 @@ KERNEL void NAME(dnnbind_plane_max)(const T *x, T *y, void *winners, int64_t win
             NAME(pool_v) v = lowest;
             if (j + VL <= plane) v = *(const NAME(pool_uv) *)(row + j);
             else memcpy(&v, row + j, sizeof(T) * (size_t)(plane - j));       /* the rest stays -inf */
-            NAME(pool_iv) better = (v > b) | (v != v);
-            b = (NAME(pool_v))(((NAME(pool_iv))v & better) | ((NAME(pool_iv))b & ~better));
-            w = (w & ~better) | ((lane + (ITYPE)j) & better);
+            NAME(max_step)(v, lane + (ITYPE)j, &b, &w);
         }
         T best = b[0];
         int32_t won = (int32_t)w[0];

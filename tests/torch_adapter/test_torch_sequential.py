@@ -53,7 +53,7 @@ def runs(monkeypatch) -> list[int]:
     """The number of layers of each fused run."""
     calls: list[int] = []
     original = fused.run
-    monkeypatch.setattr(fused, "run", lambda steps, x: calls.append(len(steps)) or original(steps, x))
+    monkeypatch.setattr(fused, "run", lambda planned, x: calls.append(len(planned)) or original(planned, x))
     return calls
 
 

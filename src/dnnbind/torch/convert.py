@@ -111,6 +111,8 @@ def to_array(t: torch.Tensor, *, inplace: bool = False, name: str = "tensor") ->
         a = t.numpy(force=True)       # (force: detached inside, without a tensor object for it)
         if a.flags.c_contiguous:
             return a
+        if not inplace:               # (autograd's gradient of a sum: stride 0) copied by numpy, see below
+            return np.ascontiguousarray(a)
     t = t.detach()
     cpu = t.device.type == "cpu"
     if cpu:

@@ -174,6 +174,8 @@ _increment_version = torch._C._increment_version
 
 def _shares_memory(t: Tensor, a: Any) -> bool:
     """Whether the array :func:`to_array` gave for ``t`` is a view of its memory, not a copy."""
+    if type(a) is np.ndarray and type(a.base) is Tensor:     # t.numpy()'s view of it (the usual case)
+        return True
     address = a.__array_interface__["data"][0] if type(a) is np.ndarray else a.data.ptr
     return bool(address == t.data_ptr())
 

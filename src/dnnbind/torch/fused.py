@@ -17,7 +17,7 @@ from torch.autograd.function import once_differentiable
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.residual import SKIPPABLE
 from dnnbind.torch import eager, library
-from dnnbind.torch.convert import to_array, to_tensor
+from dnnbind.torch.convert import device_scope, to_array, to_tensor
 
 Tensor = torch.Tensor
 
@@ -43,10 +43,10 @@ class Step(NamedTuple):
     counted: Tensor | None
 
 
-def plan_run(fusions: Sequence[Fusion], x: Tensor) -> list[Step] | None:
-    """The steps of a run of layers on ``x``, or None unless every layer's call was planned before (by a
-    call of the layers one by one, with inputs of the same shapes, dtypes and device: its checks passed)
-    and returns one floating-point result. Touches nothing."""
+def plan_run(fusions: Sequence[Fusion], x: Tensor) -> Run | None:
+    """The run of layers on ``x``, or None unless every layer's call was planned before (by a call of
+    the layers one by one, with inputs of the same shapes, dtypes and device: its checks passed) and
+    returns one floating-point result. Touches nothing."""
     meta: tuple = (x.shape, x.dtype, x.device, type(x))
     steps, first = [], 0
     for fusion in fusions:
@@ -61,7 +61,56 @@ def plan_run(fusions: Sequence[Fusion], x: Tensor) -> list[Step] | None:
         first += sum(t is not None for t in fusion.tensors)
         shape, dtype, device = plan.first
         meta = (shape, dtype, device, Tensor)
-    return steps
+    return Run(steps)
+
+
+class Run:
+    """A planned run's steps and what each call of it repeats, worked out once: its tensors, counters,
+    running statistics and device scope, and per set of wanted gradients its backward program."""
+
+    __slots__ = ("steps", "tensors", "counted", "statistics", "scope", "programs")
+
+    def __init__(self, steps: list[Step]) -> None:
+        self.steps = steps
+        self.tensors = [t for step in steps for t in step.tensors if t is not None]
+        self.counted = [step.counted for step in steps if step.counted is not None]
+        # (step index, its running statistics' tensors) of the batch norm steps that update them
+        self.statistics = [(i, step.tensors[2:4]) for i, step in enumerate(steps) if step.plan.statistics]
+        self.scope = next((s.plan.device for s in steps if s.plan.scoped), None)
+        self.programs: dict[tuple, list[tuple]] = {}
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def program(self, flags: tuple) -> list[tuple]:
+        """The backward steps for ``flags`` (ctx.needs_input_grad: the Function's (run, x, *tensors)),
+        last step first: (the step's index, its plan, its ``needs`` (None: the op takes none), (where each
+        wanted gradient goes among the tensors', its path among the results), the path of its dx or None
+        where nothing before it wants one). Steps before the first one anything wants a gradient of are
+        left out."""
+        found = self.programs.get(flags)
+        if found is not None:
+            return found
+        # below[i]: whether x or a tensor of a step before step i wants a gradient (then step i's dx is needed)
+        below, wanted = [], bool(flags[1])
+        for step in self.steps:
+            below.append(wanted)
+            wanted = wanted or any(flags[2 + step.first:2 + step.first + _given(step)])
+        program = []
+        for i in range(len(self.steps) - 1, -1, -1):
+            step, plan = self.steps[i], self.steps[i].plan
+            own = flags[2 + step.first:2 + step.first + _given(step)]
+            if not below[i] and not any(own):
+                break                            # nothing before this step wants a gradient
+            needs = None
+            if plan.op in SKIPPABLE:             # conv: x, w and b, each only when wanted
+                slots = iter(own)
+                needs = (below[i], *[t is not None and bool(next(slots)) for t in step.tensors])
+            picks = tuple((step.first + j, path) for j, (path, flag) in enumerate(zip(plan.gradients[1:], own))
+                          if path is not None and flag)
+            program.append((i, plan, needs, picks, plan.gradients[0] if below[i] else None))
+        self.programs[flags] = program
+        return program
 
 
 def count_batches(calls: Sequence[Fusion] | Sequence[Step]) -> None:
@@ -71,11 +120,11 @@ def count_batches(calls: Sequence[Fusion] | Sequence[Step]) -> None:
             call.counted.add_(1)
 
 
-def run(steps: list[Step], x: Tensor) -> Tensor:
+def run(planned: Run, x: Tensor) -> Tensor:
     """The run's result on ``x``: one autograd node over x and every layer's tensors."""
-    count_batches(steps)
-    inputs = [t for step in steps for t in step.tensors if t is not None]
-    result: Tensor = _SEQUENCE_APPLY(steps, x, *inputs)
+    for counter in planned.counted:
+        counter.add_(1)
+    result: Tensor = _SEQUENCE_APPLY(planned, x, *planned.tensors)
     return result
 
 
@@ -89,55 +138,42 @@ class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn 
     """
 
     @staticmethod
-    def forward(ctx: Any, steps: list[Step], x: Tensor, *inputs: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, planned: Run, x: Tensor, *inputs: Tensor) -> Tensor:  # type: ignore[override]
         keep = any(ctx.needs_input_grad)         # else no backward can come: the backends save nothing
         h = to_array(x)
-        arrays = _arrays(steps)
+        arrays = _arrays(planned.steps)
         saved = []
-        with _scope(steps), saving_residuals(keep):
-            for step, given in zip(steps, arrays):
+        with _scope(planned), saving_residuals(keep):
+            for step, given in zip(planned.steps, arrays):
                 plan = step.plan
                 result, residuals = plan.forward(h, *given, *plan.static)
                 h = result[0] if type(result) is tuple else result
                 saved.append(residuals)
-        for step, given in zip(steps, arrays):
-            if step.plan.statistics:             # updated in place, as the layer's own call does
-                eager._statistics_written(step.tensors[2:4], given[2:4])
+        if planned.statistics:                   # updated in place, as the layer's own call does
+            eager._statistics_written([t for _, ts in planned.statistics for t in ts],
+                                      [a for i, _ in planned.statistics for a in arrays[i][2:4]])
         if keep:
-            ctx.steps, ctx.residuals = steps, saved
+            ctx.run, ctx.residuals = planned, saved
         return to_tensor(h)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, dy: Tensor) -> tuple:  # type: ignore[override]
-        steps: list[Step] = ctx.steps
-        flags = ctx.needs_input_grad             # (steps, x, *inputs)
+        flags = ctx.needs_input_grad             # (run, x, *inputs)
         grads: list[Any] = [None] * (len(flags) - 2)
-        # below[i]: whether x or a tensor of a step before step i wants a gradient (then step i's dx is needed)
-        below, wanted = [], bool(flags[1])
-        for step in steps:
-            below.append(wanted)
-            wanted = wanted or any(flags[2 + step.first:2 + step.first + _given(step)])
+        residuals = ctx.residuals
         d: Any = to_array(dy)
-        with _scope(steps):
-            for i in range(len(steps) - 1, -1, -1):
-                step, plan = steps[i], steps[i].plan
-                own = flags[2 + step.first:2 + step.first + _given(step)]
-                if not below[i] and not any(own):
-                    break                        # nothing before this step wants a gradient
-                if plan.op in SKIPPABLE:         # conv: x, w and b, each only when wanted
-                    slots = iter(own)
-                    needs = (below[i], *[t is not None and bool(next(slots)) for t in step.tensors])
-                    results = plan.backward(ctx.residuals[i], (d,), *plan.static, needs=needs)
+        with _scope(ctx.run):
+            for i, plan, needs, picks, x_path in ctx.run.program(flags):
+                if needs is None:
+                    results = plan.backward(residuals[i], (d,), *plan.static)
                 else:
-                    results = plan.backward(ctx.residuals[i], (d,), *plan.static)
+                    results = plan.backward(residuals[i], (d,), *plan.static, needs=needs)
                 if type(results) is not tuple:
                     results = (results,)
-                for j, (path, flag) in enumerate(zip(plan.gradients[1:], own)):
-                    if path is not None and flag:
-                        grads[step.first + j] = eager._pick(results, path)
-                x_path = plan.gradients[0]
-                d = eager._pick(results, x_path) if below[i] and x_path is not None else None
+                for slot, path in picks:
+                    grads[slot] = eager._pick(results, path)
+                d = None if x_path is None else eager._pick(results, x_path)
         dx = to_tensor(d) if flags[1] and d is not None else None
         return (None, dx, *[eager._gradient(g) for g in grads])
 
@@ -162,9 +198,9 @@ def _arrays(steps: list[Step]) -> list[list[Any]]:
     return out
 
 
-def _scope(steps: list[Step]) -> Any:
+def _scope(planned: Run) -> Any:
     """The device scope of the run (convert.device_scope), entered once: where any step's call needs it."""
-    return library.once_scope([step.plan.device if step.plan.scoped else None for step in steps])
+    return library._NOTHING if planned.scope is None else device_scope(planned.scope)
 
 
 def _given(step: Step) -> int:

@@ -66,14 +66,15 @@ def arguments(fusions: Sequence[Fusion], device_type: str) -> tuple[list[Tensor]
     return others, encode(steps=steps), reals
 
 
-def _steps(params: str) -> list[tuple]:
+@functools.lru_cache(maxsize=library._SIGNATURES_MAX)
+def _steps(params: str) -> tuple[tuple, ...]:
     """Per step of either op's params: its fields (op, its params, its number of arrays (others or
     residuals), of reals, ...) and where its arrays and its reals start."""
     out, a, r = [], 0, 0
     for step in decode(params)["steps"]:
         out.append((*step, a, r))
         a, r = a + step[2], r + step[3]
-    return out
+    return tuple(out)
 
 
 def _chain(x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
@@ -191,11 +192,19 @@ def _fake_step(i: int, op: str, residuals: Sequence[Tensor], d: Tensor, params: 
 def _backward_chain(residuals: Sequence[Tensor], cotangents: Sequence[Tensor], params: str,
                     reals: Sequence[float]) -> list[Tensor]:
     """The backward op's real kernel: the backend's backward calls on arrays."""
-    calls = [library._backward_call(op, step_params, reals[r:r + n_reals])
-             for op, step_params, _, n_reals, _, _, _, r in _steps(params)]
+    calls = _backward_calls(params, tuple(map(float.hex, map(float, reals))))
     with library.off_cpu_scope(cotangents[0].device), library.once_scope([call[4] for call in calls]):
         return _walk_back(functools.partial(_real_step, calls), to_array, to_tensor, residuals, cotangents,
                           params, reals)
+
+
+@functools.lru_cache(maxsize=library._SIGNATURES_MAX)
+def _backward_calls(params: str, exact_reals: tuple[str, ...]) -> list[tuple]:
+    """Each step's library._backward_call, worked out once per params and reals (a compiled graph's
+    backward repeats them every step); the reals as float.hex, so that 0.0 and -0.0 are two keys."""
+    reals = [float.fromhex(r) for r in exact_reals]
+    return [library._backward_call(op, step_params, reals[r:r + n_reals])
+            for op, step_params, _, n_reals, _, _, _, r in _steps(params)]
 
 
 #: the backward op's fake kernel: the single ops' fakes

@@ -78,27 +78,27 @@ def _run(model: Sequential, start: int, layers: list[nn.Module], x: Any) -> Any:
     runs = _PLANNED.get(model)
     known = None if runs is None else runs.get(key)
     if known is not None and known.holds(layers):
-        return fused.run(known.steps, x)
+        return fused.run(known.run, x)
     fusions = _fusions(layers, x)
-    steps = None if fusions is None else fused.plan_run(fusions, x)
-    if steps is None:
+    planned = None if fusions is None else fused.plan_run(fusions, x)
+    if planned is None:
         return _one_by_one(layers, x)
     runs = _PLANNED.setdefault(model, {})
     if len(runs) >= _PLANNED_PER_MODEL:
         runs.clear()
-    runs[key] = _Planned(tuple(layers), tuple(map(_state, layers)), steps)
-    return fused.run(steps, x)
+    runs[key] = _Planned(tuple(layers), tuple(map(_state, layers)), planned)
+    return fused.run(planned, x)
 
 
 class _Planned(NamedTuple):
-    """A run's steps and what they were planned from: its layers and each one's :func:`_state`."""
+    """A planned run and what it was planned from: its layers and each one's :func:`_state`."""
 
     layers: tuple[nn.Module, ...]
     states: tuple[tuple, ...]
-    steps: list[fused.Step]
+    run: fused.Run
 
     def holds(self, layers: list[nn.Module]) -> bool:
-        """Whether ``layers`` are this run's, each as it was: then its steps are what planning gives."""
+        """Whether ``layers`` are this run's, each as it was: then its run is what planning gives."""
         return (len(layers) == len(self.layers) and all(map(operator.is_, layers, self.layers))
                 and all(map(_same_state, layers, self.states)))
 
@@ -155,10 +155,11 @@ def _one_by_one(layers: list[nn.Module], x: Any) -> Any:
 
 
 def _fusable_input(x: Any) -> bool:
-    """Whether a run may take x as one node: a plain CPU tensor, no tracer, transform, dispatch mode,
-    saved-tensor hook or global module hook active."""
-    return (type(x) in eager._PLAIN_TENSORS and not is_functorch_wrapped_tensor(x) and x.device.type == "cpu"
-            and not eager._tracing() and _saved_tensor_hooks(False) is None and not _global_hooks())
+    """Whether a run may take x as one node: a plain CPU tensor, no transform, dispatch mode, saved-tensor
+    hook or global module hook active (nor a compiler tracing: the caller asked)."""
+    return (type(x) in eager._PLAIN_TENSORS and x.is_cpu and not is_functorch_wrapped_tensor(x)
+            and not eager._dispatch_modes() and not eager._functorch_transforms()
+            and _saved_tensor_hooks(False) is None and not _global_hooks())
 
 
 def _global_hooks() -> bool:

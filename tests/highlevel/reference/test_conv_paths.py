@@ -28,6 +28,11 @@ CASES = [
     ("1x1 grouped", (3, 6, 4, 4), (9, 2, 1, 1), dict(groups=3), Pointwise),
     ("1x1 1-d", (2, 4, 9), (3, 4, 1), dict(stride=2), Pointwise),
     ("1x1 3-d", (1, 3, 3, 4, 5), (2, 3, 1, 1, 1), dict(), Pointwise),
+    # one input channel per group (a broadcast multiply forward), one output channel per group (its data
+    # gradient), both (depthwise 1x1)
+    ("1x1 depthwise", (3, 5, 4, 6), (5, 1, 1, 1), dict(groups=5), Pointwise),
+    ("1x1 channel multiplier strided", (2, 4, 7, 6), (12, 1, 1, 1), dict(groups=4, stride=2), Pointwise),
+    ("1x1 one output per group", (2, 6, 5, 5), (3, 2, 1, 1), dict(groups=3), Pointwise),
     ("depthwise 3x3", (2, 5, 9, 8), (5, 1, 3, 3), dict(padding=1, groups=5), Depthwise),
     ("depthwise strided", (2, 4, 9, 10), (4, 1, 3, 3), dict(padding=1, stride=2, groups=4), Depthwise),
     ("depthwise dilated", (1, 3, 9, 9), (3, 1, 3, 2), dict(padding=((2, 1), (0, 2)), dilation=(2, 3), groups=3),
@@ -99,8 +104,8 @@ def _expected(kernels, path, dims):
 
 
 @pytest.mark.parametrize("name, x_shape, w_shape, kwargs, path, flip",
-                         [c + (False,) for c in CASES] + [CASES[i] + (True,) for i in (1, 7, 18)],
-                         ids=IDS + [IDS[i] + " flip" for i in (1, 7, 18)])
+                         [c + (False,) for c in CASES] + [CASES[i] + (True,) for i in (1, 10, 21)],
+                         ids=IDS + [IDS[i] + " flip" for i in (1, 10, 21)])
 def test_paths_match_torch_in_float64(rng, kernels, name, x_shape, w_shape, kwargs, path, flip):
     x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(w_shape[0])
     y, pullback = dnnbind.conv(x, w, b, flip=flip, **kwargs)

@@ -55,6 +55,16 @@ THREAD_MIN_MACS = 1_000_000
 NATIVE_THREAD_MIN_MACS = 1_000_000
 
 
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """out = a @ b (stacks of matrices). Over an inner dimension of one (one input or output channel
+    per group) the product is a broadcast multiply: numpy's matmul takes its slow non-BLAS loop there
+    (measured, 2-core EPYC: a depthwise 1x1 forward, x(8, 64, 56, 56), 2.7 ms against 0.3)."""
+    if a.shape[-1] == 1:
+        np.multiply(a, b, out=out)
+    else:
+        np.matmul(a, b, out=out)
+
+
 def _sampled(x: np.ndarray, dims: ConvDims) -> np.ndarray:
     """The pixels a 1x1 kernel visits, contiguous (x itself at stride 1)."""
     if all(s == 1 for s in dims.stride):
@@ -106,7 +116,7 @@ class Pointwise:
         xs, yv, wg = xs.reshape(n, g, cg, p), y.reshape(n, g, kg, p), w.reshape(g, kg, cg)
 
         def samples(n0: int, n1: int) -> None:
-            np.matmul(wg, xs[n0:n1], out=yv[n0:n1])
+            _matmul(wg, xs[n0:n1], yv[n0:n1])
 
         run(samples, Pointwise._samples(dims, threaded))
         return y
@@ -118,7 +128,7 @@ class Pointwise:
         wt, dyg = w.reshape(g, kg, cg).swapaxes(-1, -2), dy.reshape(n, g, kg, p)
 
         def samples(n0: int, n1: int) -> None:
-            np.matmul(wt, dyg[n0:n1], out=dxs[n0:n1])
+            _matmul(wt, dyg[n0:n1], dxs[n0:n1])
 
         run(samples, Pointwise._samples(dims, threaded))
         dxs = dxs.reshape((n, dims.in_channels) + dims.out_size)

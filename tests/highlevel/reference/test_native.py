@@ -26,15 +26,21 @@ def test_kernels_are_built_and_say_for_which_instruction_set():
     assert not native.available(np.float16) and not native.available(np.int32)
 
 
-def _geometries(rng, count):
+def _geometries(rng, count, tall=False):
     """Random depthwise problems of rank 1 to 3: kernels, strides, dilations and paddings (asymmetric
-    ones included) of every kind, and planes long enough to cross the kernels' chunks."""
+    ones included) of every kind, and planes long enough to cross the kernels' chunks. ``tall``: rank 2
+    and 3 with kernels of 5 to 8 rows at stride and dilation 1 along them (the row-shared correlation of
+    csrc/depthwise_typed.h, on instruction sets with 64-byte vectors), rows of any width."""
     out = []
     while len(out) < count:
-        rank = int(rng.integers(1, 4))
+        rank = int(rng.integers(2 if tall else 1, 4))
         kernel = tuple(int(k) for k in rng.integers(1, 5, rank))
         stride = tuple(int(s) for s in rng.integers(1, 4, rank))
         dilation = tuple(int(d) for d in rng.integers(1, 3, rank))
+        if tall:
+            row = rank - 2
+            kernel, stride, dilation = (tuple(v if i != row else new for i, v in enumerate(t))
+                                        for t, new in ((kernel, int(rng.integers(5, 9))), (stride, 1), (dilation, 1)))
         padding = tuple((int(a), int(b)) for a, b in rng.integers(0, 4, (rank, 2)))
         longest = {1: 3000, 2: 48, 3: 12}[rank]
         size = tuple(int(z) for z in rng.integers(1, longest, rank))
@@ -64,8 +70,9 @@ def isa(request, monkeypatch):
     return request.param
 
 
-def test_depthwise_kernels_match_torch_in_float64(rng, isa):
-    for i, dims in enumerate(_geometries(rng, 60)):
+@pytest.mark.parametrize("tall", [False, True], ids=["any kernel", "tall kernel"])
+def test_depthwise_kernels_match_torch_in_float64(rng, isa, tall):
+    for i, dims in enumerate(_geometries(rng, 60, tall)):
         x, w = rng.standard_normal(dims.x_shape), rng.standard_normal(dims.w_shape)
         dy = rng.standard_normal(dims.y_shape)
         threaded = bool(i % 2)
@@ -75,9 +82,10 @@ def test_depthwise_kernels_match_torch_in_float64(rng, isa):
             np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11, err_msg=f"{name} of {dims}")
 
 
-def test_depthwise_kernels_in_float32_are_within_rounding_of_float64(rng, isa):
+@pytest.mark.parametrize("tall", [False, True], ids=["any kernel", "tall kernel"])
+def test_depthwise_kernels_in_float32_are_within_rounding_of_float64(rng, isa, tall):
     eps = np.finfo(np.float32).eps
-    for dims in _geometries(rng, 30):
+    for dims in _geometries(rng, 30, tall):
         x, w = rng.standard_normal(dims.x_shape), rng.standard_normal(dims.w_shape)
         dy = rng.standard_normal(dims.y_shape)
         x32, w32, dy32 = (a.astype(np.float32) for a in (x, w, dy))

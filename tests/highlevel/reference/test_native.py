@@ -342,7 +342,10 @@ def _check_vector_math(x, wide, dtype, function):
     (1, False, True, 3, 5, 6), (2, True, False, 1, 5, 6), (2, False, True, 17, 5, 6),
     # past the kernels' depth blocks (128 rows of [h; x]) in both parts, hidden units no multiple of a
     # panel's rows, batches of a vector and a half and of a vector less one column
-    (1, False, True, 21, 140, 150), (1, True, True, 15, 3, 131)])
+    (1, False, True, 21, 140, 150), (1, True, True, 15, 3, 131),
+    # batches narrower than a vector (products over rows, csrc/recurrent_typed.h: narrow_panel), with
+    # two and with seven columns, hidden units no multiple of a narrow panel's rows
+    (1, True, True, 2, 9, 19), (2, False, True, 7, 4, 23)])
 def test_lstm_time_loop_matches_the_numpy_loop(rng, isa, monkeypatch, dtype, rtol, layers, bidirectional, bias, batch,
                                                I, H):
     """The C time loop (one length, no projection) against the numpy loop, results and every gradient."""
@@ -374,7 +377,7 @@ def test_lstm_time_loop_matches_the_numpy_loop(rng, isa, monkeypatch, dtype, rto
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("I, H, batch", [(140, 150, 21), (3, 13, 1), (200, 12, 40), (1, 130, 16)])
+@pytest.mark.parametrize("I, H, batch", [(140, 150, 21), (3, 13, 1), (200, 12, 40), (1, 130, 16), (20, 37, 7)])
 def test_lstm_loop_kernels_give_the_same_sums_on_any_team(rng, isa, monkeypatch, dtype, I, H, batch):
     """Each sum of the loops' packed products runs over the depth in one order whatever the chunks of
     hidden units are: one thread and teams of two and three give the same bits (and split, inside

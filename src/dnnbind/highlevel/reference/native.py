@@ -665,12 +665,15 @@ def _run_time_loop(fn: Any, args: tuple, hidden: int, batch: int, rows_per_unit:
     sync = np.zeros(16, np.int64)
     sync[1] = team
     widest = rows_per_unit * -(-hidden // team)
-    packed = np.empty(team * (widest + _CHUNK_SLACK_ROWS) * depth, dtype)
+    part = -(-(widest + _CHUNK_SLACK_ROWS) * depth // _PART_ALIGN) * _PART_ALIGN
+    packed = np.empty(team * part + 64 // np.dtype(dtype).itemsize, dtype)   # from its first 64-byte boundary
     _launch(fn, args + (_data(packed), _data(sync)), split(team, team))
 
 
-#: csrc/recurrent.c's CHUNK_SLACK_ROWS: the rows each chunk's part of a packed buffer holds beyond its own
-_CHUNK_SLACK_ROWS = 28
+#: csrc/recurrent.c's CHUNK_SLACK_ROWS and PART_ALIGN: the rows each chunk's part of a packed buffer holds
+#: beyond its own, and the elements its size is a multiple of
+_CHUNK_SLACK_ROWS = 16
+_PART_ALIGN = 16
 
 
 #: vmath's functions (csrc/vmath_typed.h), by the number the kernel takes

@@ -23,10 +23,13 @@
 /* Rows of a panel of a packed matrix: twelve rows of sums with two vectors each fill 24 of AVX-512's 32
  * registers; six rows (12 of 16 registers) for the narrower sets. */
 #define PANEL_ROWS (VECTOR_BYTES == 64 ? 12 : 6)
-/* Each chunk's part of the packed buffer holds (its most rows + CHUNK_SLACK_ROWS) x depth elements:
- * its panels (up to PANEL_ROWS - 1 rows of padding) and a copy of b with 16 columns at most (a batch
- * narrower than a vector, see recurrent_typed.h: narrow). native.py allocates by the same rule. */
-#define CHUNK_SLACK_ROWS 28
+/* Each chunk's part of the packed buffer holds (its most rows + CHUNK_SLACK_ROWS) x depth elements,
+ * rounded up to PART_ALIGN elements: its panels, with up to 15 rows of padding (recurrent_typed.h:
+ * NARROW_ROWS, PANEL_ROWS). The parts start at the buffer's first 64-byte boundary, so that a narrow
+ * product's loads of whole vectors (64 bytes at most) never span two cache lines; native.py allocates
+ * by the same rule, with 64 bytes to spare for the boundary. */
+#define CHUNK_SLACK_ROWS 16
+#define PART_ALIGN 16
 
 /* Several threads through one time loop (every thread that runs a range of the call takes part; the
  * range itself says nothing): each step is cut into ``sync[1]`` chunks of hidden units, handed out as

@@ -1,17 +1,30 @@
 /* The typed half of recurrent.c (instantiate.h: T, ITYPE, NAME(f), VECTOR_BYTES). */
 #include "vmath_typed.h"
 
+/* Vectors that hold one element of each row of a panel for a narrow product (narrow_panel), and the
+ * rows of such a panel: whole vectors of them. */
+#define PANEL_VECTORS ((PANEL_ROWS + VL - 1) / VL)
+#define NARROW_ROWS (PANEL_VECTORS * VL)
+
+/* Whether a product with n columns takes narrow_panel: fewer columns than a vector's lanes, where a
+ * tile's vectors over the columns would be partly empty (one sequence: 1 lane of 16 used). */
+INLINE int NAME(narrow_product)(int64_t n) { return n < VL; }
+
+/* The rows of the panels a product with n columns is packed in: NARROW_ROWS for narrow_panel, else
+ * PANEL_ROWS for the tiles. */
+INLINE int64_t NAME(panel_height)(int64_t n) { return NAME(narrow_product)(n) ? NARROW_ROWS : PANEL_ROWS; }
+
 /* Elements [from, from + count) of row i of a packed A of depth ``depth`` (recurrent.c: panels of
- * PANEL_ROWS rows, panel[q * PANEL_ROWS + i % PANEL_ROWS] = A(i, q)) from ``row`` (elements ``stride``
- * apart), or zeros without one (past A's end). */
-INLINE void NAME(pack_row)(T *packed, int64_t i, int64_t depth, int64_t from, int64_t count, const T *row,
-                           int64_t stride) {
-    T *panel = packed + i / PANEL_ROWS * PANEL_ROWS * depth + (from * PANEL_ROWS + i % PANEL_ROWS);
-    for (int64_t q = 0; q < count; q++) panel[q * PANEL_ROWS] = row ? row[q * stride] : 0;
+ * ``height`` rows, panel[q * height + i % height] = A(i, q)) from ``row`` (elements ``stride`` apart),
+ * or zeros without one (past A's end). */
+INLINE void NAME(pack_row)(T *packed, int64_t height, int64_t i, int64_t depth, int64_t from, int64_t count,
+                           const T *row, int64_t stride) {
+    T *panel = packed + i / height * height * depth + (from * height + i % height);
+    for (int64_t q = 0; q < count; q++) panel[q * height] = row ? row[q * stride] : 0;
 }
 
-/* How many rows a packed A of ``rows`` rows holds: whole panels. */
-INLINE int64_t NAME(padded_rows)(int64_t rows) { return (rows + PANEL_ROWS - 1) / PANEL_ROWS * PANEL_ROWS; }
+/* How many rows a packed A of ``rows`` rows holds: whole panels of ``height`` rows. */
+INLINE int64_t NAME(padded_rows)(int64_t rows, int64_t height) { return (rows + height - 1) / height * height; }
 
 /* The two parts of the right-hand side of a packed product: b's rows [0, depth) are ``first``'s,
  * [depth, depth + more) ``then``'s (``more`` may be 0), both with row pitch ldb: [h; x_t] for the
@@ -75,15 +88,11 @@ INLINE void NAME(tile)(const T *panel, const T *bq, int64_t ldb, int64_t depth, 
         }
 }
 
-/* Every column of one panel's rows over one block of b's rows: tiles of two vectors of columns, then
- * one, then the last columns as a vector ending at n whose lanes the tile before holds are skipped.
- * Fewer than VL columns: b must be a copy with row pitch VL (:func:`narrow`), read whole. */
+/* Every column of one panel's rows over one block of b's rows (n >= VL columns: narrower products take
+ * narrow_panel): tiles of two vectors of columns, then one, then the last columns as a vector ending
+ * at n whose lanes the tile before holds are skipped. */
 INLINE void NAME(panel_block)(const T *panel, const T *bq, int64_t ldb, int64_t depth, int64_t n, T *const *out,
                               const T *shift, int more, int64_t rows) {
-    if (n < VL) {
-        NAME(tile)(panel, bq, ldb, depth, out, shift, more, 0, 1, 0, n, rows);
-        return;
-    }
     int64_t col = 0;
     for (; col + 2 * VL <= n; col += 2 * VL) NAME(tile)(panel, bq, ldb, depth, out, shift, more, col, 2, 0, 2 * VL, rows);
     if (col + VL <= n) {
@@ -93,21 +102,11 @@ INLINE void NAME(panel_block)(const T *panel, const T *bq, int64_t ldb, int64_t 
     if (col < n) NAME(tile)(panel, bq, ldb, depth, out, shift, more, n - VL, 1, col - (n - VL), VL, rows);
 }
 
-/* b (n < VL columns) copied to ``copy``, both parts one after the other, with row pitch VL and zeros
- * after each row's n: what panel_block reads whole vectors of. Returns the copy's description. */
-INLINE NAME(rhs_t) NAME(narrow)(const NAME(rhs_t) *b, int64_t n, T *copy) {
-    for (int64_t q = 0; q < b->depth + b->more; q++) {
-        const T *row = q < b->depth ? b->first + q * b->ldb : b->then + (q - b->depth) * b->ldb;
-        memcpy(copy + q * VL, row, (size_t)n * sizeof(T));
-        memset(copy + q * VL + n, 0, (size_t)(VL - n) * sizeof(T));
-    }
-    NAME(rhs_t) narrowed = {copy, b->depth + b->more, copy, 0, VL};
-    return narrowed;
-}
-
-/* Chunk c's part of ``packed`` (recurrent.c: CHUNK_SLACK_ROWS), for chunks of at most ``widest`` rows. */
+/* Chunk c's part of ``packed`` (recurrent.c: CHUNK_SLACK_ROWS, PART_ALIGN), for chunks of at most
+ * ``widest`` rows. */
 INLINE T *NAME(chunk_part)(T *packed, int64_t c, int64_t widest, int64_t depth) {
-    return packed + c * (widest + CHUNK_SLACK_ROWS) * depth;
+    T *first = (T *)(((uintptr_t)packed + 63) & ~(uintptr_t)63);
+    return first + c * (((widest + CHUNK_SLACK_ROWS) * depth + PART_ALIGN - 1) / PART_ALIGN * PART_ALIGN);
 }
 
 /* Where the rows of a chunk's product go: its row i is row r(i) = (i / m) hidden + u0 + i % m of
@@ -119,16 +118,84 @@ typedef struct {
     int64_t m, hidden, u0;
 } NAME(rows_t);
 
-/* The product of a chunk's packed A (``part``: its panels, then room for the narrow copy of b) and b
+/* One panel's rows (``rows`` of them) of the product with a narrow b (narrow_product: n columns, a
+ * constant where it is inlined), the whole depth at once. A panel's elements at depth q of all its
+ * NARROW_ROWS rows lie side by side, so the vectors run over rows, each times b[q][j] for every column:
+ * every lane useful, where a tile's vectors over the columns would hold n of VL. Each sum is over the
+ * depth in order, in ``chains`` interleaved parts (every chains-th q, added at the end) for one or two
+ * columns, which would otherwise wait on a multiply-add's latency at every q. */
+INLINE void NAME(narrow_panel)(const T *panel, const NAME(rhs_t) *b, T *const *out, const T *shift, int64_t rows,
+                               const int n) {
+    if (n >= VL) return;      /* never called so (narrow_product) */
+    const int chains = n >= 3 ? 1 : 4 / n;
+    NAME(v) acc[15][4][PANEL_VECTORS], x[PANEL_VECTORS];
+    for (int j = 0; j < n; j++)
+        for (int k = 0; k < chains; k++)
+            for (int r = 0; r < PANEL_VECTORS; r++) {
+                acc[j][k][r] = NAME(splat)(0);
+                if (k == 0)
+                    for (int lane = 0; lane < VL && r * VL + lane < rows; lane++) acc[j][k][r][lane] = shift[r * VL + lane];
+            }
+    const T *a = panel;
+    for (int half = 0; half < 2; half++) {          /* b's two parts, one after the other along the depth */
+        const T *bq = half ? b->then : b->first;
+        const int64_t len = half ? b->more : b->depth;
+        int64_t q = 0;
+        for (; q + chains <= len; q += chains)
+            for (int k = 0; k < chains; k++, a += NARROW_ROWS, bq += b->ldb) {
+                for (int r = 0; r < PANEL_VECTORS; r++) x[r] = *(const NAME(uv) *)(a + r * VL);
+                for (int j = 0; j < n; j++)
+                    for (int r = 0; r < PANEL_VECTORS; r++) acc[j][k][r] += x[r] * bq[j];
+            }
+        for (; q < len; q++, a += NARROW_ROWS, bq += b->ldb) {
+            for (int r = 0; r < PANEL_VECTORS; r++) x[r] = *(const NAME(uv) *)(a + r * VL);
+            for (int j = 0; j < n; j++)
+                for (int r = 0; r < PANEL_VECTORS; r++) acc[j][0][r] += x[r] * bq[j];
+        }
+    }
+    for (int j = 0; j < n; j++)
+        for (int r = 0; r < PANEL_VECTORS; r++) {
+            if (chains == 4) acc[j][0][r] = (acc[j][0][r] + acc[j][1][r]) + (acc[j][2][r] + acc[j][3][r]);
+            else if (chains == 2) acc[j][0][r] += acc[j][1][r];
+        }
+    for (int64_t i = 0; i < rows; i++)
+        for (int j = 0; j < n; j++) out[i][j] = acc[j][0][i / VL][i % VL];
+}
+
+/* Every panel of a chunk's product with a narrow b (narrow_product), the rows as ``to`` says. */
+INLINE void NAME(narrow_chunk_product)(const T *part, int64_t rows, const NAME(rhs_t) *b, int64_t n,
+                                       const NAME(rows_t) *to) {
+    const int64_t depth = b->depth + b->more;
+    for (int64_t r0 = 0; r0 < rows; r0 += NARROW_ROWS) {
+        int64_t count = rows - r0 < NARROW_ROWS ? rows - r0 : NARROW_ROWS;
+        T *outs[NARROW_ROWS];
+        T shift[NARROW_ROWS] = {0};
+        for (int64_t i = 0; i < count; i++) {
+            int64_t r = (r0 + i) / to->m * to->hidden + to->u0 + (r0 + i) % to->m;
+            outs[i] = to->out + r * n;
+            shift[i] = to->shift ? to->shift[r] : 0;
+        }
+        const T *panel = part + r0 * depth;
+#define NARROW_CASE(N) case N: NAME(narrow_panel)(panel, b, outs, shift, count, N); break;
+        switch (n) {             /* n < VL: the cases past it compile to nothing */
+        NARROW_CASE(1) NARROW_CASE(2) NARROW_CASE(3) NARROW_CASE(4) NARROW_CASE(5) NARROW_CASE(6) NARROW_CASE(7)
+        NARROW_CASE(8) NARROW_CASE(9) NARROW_CASE(10) NARROW_CASE(11) NARROW_CASE(12) NARROW_CASE(13)
+        NARROW_CASE(14) NARROW_CASE(15)
+        default: break;
+        }
+#undef NARROW_CASE
+    }
+}
+
+/* The product of a chunk's packed A (``part``: its panels) and b
  * (n columns) into the rows ``to`` says: b's rows a block at a time (DEPTH_BLOCK), every panel over
  * each block, the sums carried in ``out`` from one block to the next. */
 INLINE void NAME(chunk_product)(const T *part, int64_t rows, const NAME(rhs_t) *b, int64_t n, const NAME(rows_t) *to) {
-    const int64_t depth = b->depth + b->more;
-    NAME(rhs_t) narrowed;
-    if (n < VL) {
-        narrowed = NAME(narrow)(b, n, (T *)part + NAME(padded_rows)(rows) * depth);
-        b = &narrowed;
+    if (NAME(narrow_product)(n)) {
+        NAME(narrow_chunk_product)(part, rows, b, n, to);
+        return;
     }
+    const int64_t depth = b->depth + b->more;
     for (int64_t q0 = 0, end; q0 < depth; q0 = end) {
         /* a block within one part of b: it ends where the first part does */
         end = q0 < b->depth ? (q0 + DEPTH_BLOCK < b->depth ? q0 + DEPTH_BLOCK : b->depth)
@@ -186,10 +253,11 @@ KERNEL void NAME(dnnbind_lstm_forward)(const T *x, const T *w_ih, const T *bias,
         const int64_t m = u1 - u0, rows = 4 * m;
         T *part = NAME(chunk_part)(packed, c, widest, depth);
         if (round == 0) {                 /* row i: gate i / m of unit u0 + i % m */
-            for (int64_t i = 0; i < NAME(padded_rows)(rows); i++) {
+            const int64_t height = NAME(panel_height)(batch);
+            for (int64_t i = 0; i < NAME(padded_rows)(rows, height); i++) {
                 int64_t r = i < rows ? (i / m) * hidden + u0 + i % m : -1;
-                NAME(pack_row)(part, i, depth, 0, hidden, r < 0 ? NULL : w_hh + r * hidden, 1);
-                NAME(pack_row)(part, i, depth, hidden, inputs, r < 0 ? NULL : w_ih + r * inputs, 1);
+                NAME(pack_row)(part, height, i, depth, 0, hidden, r < 0 ? NULL : w_hh + r * hidden, 1);
+                NAME(pack_row)(part, height, i, depth, hidden, inputs, r < 0 ? NULL : w_ih + r * inputs, 1);
             }
             chunk_done(sync);
             continue;
@@ -243,8 +311,9 @@ KERNEL void NAME(dnnbind_lstm_backward)(const T *acts, const T *cs, const T *tcs
         chunk_units(hidden, parts, c, &u0, &u1);
         T *part = NAME(chunk_part)(packed, c, widest, rows);
         if (round == 0) {                 /* row i: unit u0 + i's column of w_hh */
-            for (int64_t i = 0; i < NAME(padded_rows)(u1 - u0); i++)
-                NAME(pack_row)(part, i, rows, 0, rows, i < u1 - u0 ? w_hh + u0 + i : NULL, hidden);
+            const int64_t height = NAME(panel_height)(batch);
+            for (int64_t i = 0; i < NAME(padded_rows)(u1 - u0, height); i++)
+                NAME(pack_row)(part, height, i, rows, 0, rows, i < u1 - u0 ? w_hh + u0 + i : NULL, hidden);
             chunk_done(sync);
             continue;
         }
@@ -280,3 +349,5 @@ KERNEL void NAME(dnnbind_vmath)(const T *x, T *y, int64_t n, int64_t which) {
 
 #undef VL
 #undef SINGLE
+#undef PANEL_VECTORS
+#undef NARROW_ROWS

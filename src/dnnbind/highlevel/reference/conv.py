@@ -132,6 +132,21 @@ class _Layout:
         channel = np.arange(dims.in_channels)[:, None, None] * plane.size
         return (channel + taps[None]).reshape(-1).astype(np.intp)
 
+    @functools.cached_property
+    def _scatter_index(self) -> np.ndarray:
+        """The gather index turned around: for each element of one padded sample, the positions of the
+        column entries that add into it (C * prod(kernel) * P of them), in column order, padded with
+        C * prod(kernel) * P (a zero appended to the columns) to the most any element takes."""
+        gather = self.gather
+        assert gather is not None
+        size = self.dims.in_channels * int(np.prod(self.dims.padded_size))
+        counts = np.bincount(gather, minlength=size)
+        order = np.argsort(gather, kind="stable")                 # column positions grouped by target
+        rank = np.arange(gather.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        index = np.full((size, max(1, int(counts.max()))), gather.size, np.intp)
+        index[gather[order], rank] = order
+        return index
+
     def blocks(self, n0: int, n1: int) -> list[tuple[int, int]]:
         return [(b, min(b + self.block, n1)) for b in range(n0, n1, self.block)]
 
@@ -161,6 +176,11 @@ class _Layout:
             src = dcols.reshape(nb, nc, len(self.offsets), self.cols)
             for k, start in enumerate(self.starts):
                 dst[:, :, start:start + self.cols] += src[:, :, k]
+        elif self.gather is not None and (c0, c1) == (0, self.dims.in_channels):
+            # a small problem: every element's column entries gathered and summed (in column order) at
+            # once, rather than one strided add per kernel offset
+            flat = np.concatenate([dcols.reshape(nb, -1), np.zeros((nb, 1), dcols.dtype)], axis=1)
+            dxp.reshape(dxp.shape[0], -1)[n0:n1] += flat[:, self._scatter_index].sum(axis=-1)
         else:
             dims = self.dims
             src = dcols.reshape((nb, nc) + dims.kernel_size + dims.out_size)

@@ -56,8 +56,10 @@ def windows(xp: np.ndarray, dims: ConvDims) -> np.ndarray:
     return view.transpose((0, 1) + tuple(range(2 + n, 2 + 2 * n)) + tuple(range(2, 2 + n)))
 
 
+@functools.lru_cache(maxsize=4096)
 def offset_index(dims: ConvDims, offset: tuple[int, ...]) -> tuple[slice, ...]:
-    """Index into a padded array of the inputs that kernel position ``offset`` touches, one per output."""
+    """Index into a padded array of the inputs that kernel position ``offset`` touches, one per output;
+    remembered (the loops over kernel offsets ask for every offset on every call)."""
     return window_slices(dims, offset)
 
 

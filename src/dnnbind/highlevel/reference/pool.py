@@ -9,6 +9,7 @@ holding NaN outputs NaN and routes its gradient to the last NaN.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -126,9 +127,11 @@ def maxpool_residuals(x: Any, dims: PoolDims, return_indices: bool = False) -> t
     return (ArraySpec(dims.y_shape, dims.winner_dtype),)
 
 
+@functools.lru_cache(maxsize=256)
 def _divisor(dims: PoolDims, count_include_pad: bool, divisor_override: int | None = None) -> np.ndarray | float:
     """What each output divides its window's sum by (:meth:`PoolDims.mean_divisor`, separable per dim): a
-    scalar where every output divides by the same number (full windows, or a ``divisor_override``)."""
+    scalar where every output divides by the same number (full windows, or a ``divisor_override``).
+    Remembered per problem, as :func:`_scale` and :func:`_unit_window` (read-only arrays)."""
     per_dim, constant = dims.mean_divisor(count_include_pad, divisor_override)
     if all(len(set(counts)) <= 1 for counts in per_dim):
         return float(constant * int(np.prod([counts[0] for counts in per_dim if counts])))
@@ -137,12 +140,18 @@ def _divisor(dims: PoolDims, count_include_pad: bool, divisor_override: int | No
         shape = [1] * counts.ndim
         shape[2 + axis] = len(inside)
         counts = counts * np.array(inside, float).reshape(shape)
-    return counts
+    return _read_only(counts)
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+@functools.lru_cache(maxsize=256)
 def _scale(dims: PoolDims, count_include_pad: bool, divisor_override: int | None, dtype: np.dtype) -> Any:
     scale = 1.0 / _divisor(dims, count_include_pad, divisor_override)
-    return scale.astype(dtype) if isinstance(scale, np.ndarray) else dtype.type(scale)
+    return _read_only(scale.astype(dtype)) if isinstance(scale, np.ndarray) else dtype.type(scale)
 
 
 @fits_in_memory
@@ -169,9 +178,10 @@ def meanpool_forward(x: np.ndarray, dims: PoolDims, count_include_pad: bool = Tr
     return y, ()
 
 
+@functools.lru_cache(maxsize=256)
 def _unit_window(dims: PoolDims, dtype: np.dtype) -> np.ndarray:
     """Mean pooling's window as a depthwise filter: weight one at every position."""
-    return np.ones(dims.x_shape[1:2] + (1,) + dims.window, dtype)
+    return _read_only(np.ones(dims.x_shape[1:2] + (1,) + dims.window, dtype))
 
 
 @half_backward

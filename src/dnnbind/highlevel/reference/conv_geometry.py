@@ -104,17 +104,25 @@ def data_grad_problem(dy: np.ndarray, w: np.ndarray, dims: ConvDims) -> tuple[np
     applies it (already flipped when ``dims.flip``), shaped dims.w_shape. Outputs that see only
     padding (padding wider than the kernel reaches) are cropped from dy first.
     """
+    crop, grouped, spatial, back = _data_grad_geometry(dims)
+    w_t = np.flip(w.reshape(grouped).swapaxes(1, 2), spatial)
+    return dy[crop], np.ascontiguousarray(w_t).reshape(back.w_shape), back
+
+
+@functools.lru_cache(maxsize=256)
+def _data_grad_geometry(dims: ConvDims) -> tuple[tuple[slice, ...], tuple[int, ...], tuple[int, ...], ConvDims]:
+    """What :func:`data_grad_problem` needs of the geometry alone, remembered per problem: dy's crop, the
+    filter's grouped shape, its spatial axes there, and the forward problem it becomes."""
     extent = [d * (k - 1) for d, k in zip(dims.dilation, dims.kernel_size)]
     lo = [e - p for e, p in zip(extent, dims.pad_low)]
     hi = [e - p for e, p in zip(extent, dims.pad_high)]
-    dy = dy[(slice(None), slice(None)) + tuple(slice(max(0, -a), o - max(0, -b))
-                                               for a, b, o in zip(lo, hi, dims.out_size))]
+    crop = (slice(None), slice(None)) + tuple(slice(max(0, -a), o - max(0, -b))
+                                              for a, b, o in zip(lo, hi, dims.out_size))
     g, kg, cg = dims.groups, dims.out_channels // dims.groups, dims.in_channels // dims.groups
-    spatial = tuple(range(3, 3 + dims.spatial_rank))
-    w_t = np.flip(w.reshape((g, kg, cg) + dims.kernel_size).swapaxes(1, 2), spatial)
-    back = _back_dims(dy.shape, (dims.in_channels, kg) + dims.kernel_size,
+    cropped = dims.y_shape[:2] + tuple(len(range(o)[c]) for o, c in zip(dims.out_size, crop[2:]))
+    back = _back_dims(cropped, (dims.in_channels, kg) + dims.kernel_size,
                       tuple((max(a, 0), max(b, 0)) for a, b in zip(lo, hi)), dims.dilation, g, dims.dtype)
-    return dy, np.ascontiguousarray(w_t).reshape(back.w_shape), back
+    return crop, (g, kg, cg) + dims.kernel_size, tuple(range(3, 3 + dims.spatial_rank)), back
 
 
 @functools.lru_cache(maxsize=256)

@@ -118,6 +118,16 @@ typedef struct {
     int64_t m, hidden, u0;
 } NAME(rows_t);
 
+/* Where the product's rows [r0, r0 + count) of a chunk go (``to``: out rows of n columns), and what
+ * each starts from. */
+INLINE void NAME(panel_targets)(const NAME(rows_t) *to, int64_t r0, int64_t count, int64_t n, T **outs, T *shift) {
+    for (int64_t i = 0; i < count; i++) {
+        int64_t r = (r0 + i) / to->m * to->hidden + to->u0 + (r0 + i) % to->m;
+        outs[i] = to->out + r * n;
+        shift[i] = to->shift ? to->shift[r] : 0;
+    }
+}
+
 /* One panel's rows (``rows`` of them) of the product with a narrow b (narrow_product: n columns, a
  * constant where it is inlined), the whole depth at once. A panel's elements at depth q of all its
  * NARROW_ROWS rows lie side by side, so the vectors run over rows, each times b[q][j] for every column:
@@ -170,11 +180,7 @@ INLINE void NAME(narrow_chunk_product)(const T *part, int64_t rows, const NAME(r
         int64_t count = rows - r0 < NARROW_ROWS ? rows - r0 : NARROW_ROWS;
         T *outs[NARROW_ROWS];
         T shift[NARROW_ROWS] = {0};
-        for (int64_t i = 0; i < count; i++) {
-            int64_t r = (r0 + i) / to->m * to->hidden + to->u0 + (r0 + i) % to->m;
-            outs[i] = to->out + r * n;
-            shift[i] = to->shift ? to->shift[r] : 0;
-        }
+        NAME(panel_targets)(to, r0, count, n, outs, shift);
         const T *panel = part + r0 * depth;
 #define NARROW_CASE(N) case N: NAME(narrow_panel)(panel, b, outs, shift, count, N); break;
         switch (n) {             /* n < VL: the cases past it compile to nothing */
@@ -205,11 +211,7 @@ INLINE void NAME(chunk_product)(const T *part, int64_t rows, const NAME(rhs_t) *
             int64_t count = rows - r0 < PANEL_ROWS ? rows - r0 : PANEL_ROWS;
             T *outs[PANEL_ROWS];
             T shift[PANEL_ROWS] = {0};
-            for (int64_t i = 0; i < count; i++) {
-                int64_t r = (r0 + i) / to->m * to->hidden + to->u0 + (r0 + i) % to->m;
-                outs[i] = to->out + r * n;
-                shift[i] = to->shift ? to->shift[r] : 0;
-            }
+            NAME(panel_targets)(to, r0, count, n, outs, shift);
             NAME(panel_block)(part + r0 * depth + q0 * PANEL_ROWS, bq, b->ldb, end - q0, n, outs, shift, q0 > 0,
                               count);
         }

@@ -4,6 +4,9 @@
 #define DNNBIND_DISPATCH_H
 
 #include <stdint.h>
+#if defined(__x86_64__)
+#include <immintrin.h>    /* masked loads and stores of partial vectors (vmath_typed.h: load, store) */
+#endif
 
 /* Kernels are exported; everything else stays inside the library (-fvisibility=hidden). */
 #define KERNEL __attribute__((visibility("default")))

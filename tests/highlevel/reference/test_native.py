@@ -161,6 +161,9 @@ def test_channel_kernels_match_numpy_in_float64(rng, isa, shape, row_mode_plane,
         xhat, y = native.batchnorm_normalize(a, m, k, g, h)
         np.testing.assert_allclose(xhat, (a - m.reshape(per)) * k.reshape(per), **tol)
         np.testing.assert_allclose(y, xhat * g.reshape(per) + h.reshape(per), **tol)
+        nothing, y_alone = native.batchnorm_normalize(a, m, k, g, h, keep_xhat=False)
+        assert nothing is None
+        np.testing.assert_array_equal(y_alone, y)       # the same y, whether xhat is written or not
         dx = native.batchnorm_data_grad(a, b, m, k, g)
         np.testing.assert_allclose(dx, (a - m.reshape(per) - b * k.reshape(per)) * g.reshape(per), **tol)
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dnnbind.highlevel.reference import native
+from dnnbind.highlevel.grad_mode import saving
 from dnnbind.highlevel.reference.channels import channel_sums
 from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward, half_residuals
 from dnnbind.highlevel.residual import ArraySpec
@@ -25,7 +26,7 @@ from dnnbind.highlevel.residual import ArraySpec
 @functools.partial(half_forward, inplace=(3, 4))   # the running statistics are updated in place
 def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, running_mean: np.ndarray | None,
                       running_var: np.ndarray | None, training: bool, momentum: float,
-                      eps: float) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+                      eps: float) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """y = (x - mean) / sqrt(var + eps) * gamma + beta, per channel; saves x normalised and gamma * invstd."""
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     dtype = x.dtype
@@ -51,7 +52,11 @@ def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, runnin
         var = running_var.astype(dtype)
     invstd = (1.0 / np.sqrt(var + eps)).astype(dtype)
     if fast:
-        xhat, y = native.batchnorm_normalize(x, mean.astype(dtype), invstd, _own(gamma, dtype), _own(beta, dtype))
+        keep = saving()                 # False under dnnbind.no_grad(): xhat is neither written nor kept
+        xhat, y = native.batchnorm_normalize(x, mean.astype(dtype), invstd, _own(gamma, dtype), _own(beta, dtype),
+                                             keep_xhat=keep)
+        if xhat is None:
+            return y, ()
     else:
         if centered is None:
             centered = x - mean.reshape(shape).astype(dtype)

@@ -566,12 +566,13 @@ def channel_affine(a: np.ndarray, scale: np.ndarray | None, shift: np.ndarray,
 
 
 def batchnorm_normalize(x: np.ndarray, mean: np.ndarray, invstd: np.ndarray, gamma: np.ndarray,
-                        beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(xhat, y): xhat = (x - mean[c]) * invstd[c], y = xhat * gamma[c] + beta[c], in one pass."""
-    xhat, y = np.empty_like(x), np.empty_like(x)
+                        beta: np.ndarray, keep_xhat: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+    """(xhat, y): xhat = (x - mean[c]) * invstd[c], y = xhat * gamma[c] + beta[c], in one pass; xhat None
+    (never written) unless ``keep_xhat``."""
+    xhat, y = (np.empty_like(x) if keep_xhat else None), np.empty_like(x)
     params = ((mean, "mean"), (invstd, "invstd"), (gamma, "gamma"), (beta, "beta"))
     addresses, layout, parts, _held = _map_layout(x, params, x.dtype)
-    args = (_address(x, "x", x.shape, x.dtype), *addresses, _data(xhat), _data(y)) + layout
+    args = (_address(x, "x", x.shape, x.dtype), *addresses, 0 if xhat is None else _data(xhat), _data(y)) + layout
     _launch(_kernel("batchnorm_normalize", x.dtype), args, parts)
     return xhat, y
 

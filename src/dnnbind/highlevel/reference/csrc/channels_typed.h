@@ -92,30 +92,41 @@ KERNEL void NAME(dnnbind_channel_affine)(const T *a, const T *scale, const T *sh
     }
 }
 
-/* Batch normalisation on planes p in [p0, p1): xhat = (x - mean[c]) * invstd[c], y = xhat * gamma[c] + beta[c]. */
+/* Batch normalisation on planes p in [p0, p1): xhat = (x - mean[c]) * invstd[c], y = xhat * gamma[c] + beta[c];
+ * xhat NULL: y alone (inference, or training under dnnbind.no_grad(): nothing keeps xhat). */
 KERNEL void NAME(dnnbind_batchnorm_normalize)(const T *x, const T *mean, const T *invstd, const T *gamma,
                                               const T *beta, T *xhat, T *y, int64_t channels, int64_t plane,
                                               int64_t per_column, int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; p++) {
         int64_t c = p % channels;
         const T *restrict src = x + p * plane;
-        T *restrict h = xhat + p * plane, *restrict out = y + p * plane;
+        T *restrict h = xhat ? xhat + p * plane : NULL, *restrict out = y + p * plane;
         if (per_column) {
             const T *restrict m = mean, *restrict s = invstd, *restrict g = gamma, *restrict b = beta;
+            if (h) {
 #pragma GCC ivdep
-            for (int64_t j = 0; j < plane; j++) {
-                T v = (src[j] - m[j]) * s[j];
-                h[j] = v;
-                out[j] = v * g[j] + b[j];
+                for (int64_t j = 0; j < plane; j++) {
+                    T v = (src[j] - m[j]) * s[j];
+                    h[j] = v;
+                    out[j] = v * g[j] + b[j];
+                }
+            } else {
+#pragma GCC ivdep
+                for (int64_t j = 0; j < plane; j++) out[j] = (src[j] - m[j]) * s[j] * g[j] + b[j];
             }
             continue;
         }
         T m = mean[c], s = invstd[c], g = gamma[c], b = beta[c];
+        if (h) {
 #pragma GCC ivdep
-        for (int64_t j = 0; j < plane; j++) {
-            T v = (src[j] - m) * s;
-            h[j] = v;
-            out[j] = v * g + b;
+            for (int64_t j = 0; j < plane; j++) {
+                T v = (src[j] - m) * s;
+                h[j] = v;
+                out[j] = v * g + b;
+            }
+        } else {
+#pragma GCC ivdep
+            for (int64_t j = 0; j < plane; j++) out[j] = (src[j] - m) * s * g + b;
         }
     }
 }

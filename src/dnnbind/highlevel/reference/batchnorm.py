@@ -18,7 +18,7 @@ import numpy as np
 
 from dnnbind.highlevel.reference import native
 from dnnbind.highlevel.grad_mode import saving
-from dnnbind.highlevel.reference.channels import channel_sums
+from dnnbind.highlevel.reference.channels import channel_sums, native_runs
 from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward, half_residuals
 from dnnbind.highlevel.residual import ArraySpec
 
@@ -30,7 +30,7 @@ def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, runnin
     """y = (x - mean) / sqrt(var + eps) * gamma + beta, per channel; saves x normalised and gamma * invstd."""
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     dtype = x.dtype
-    fast = native.available(dtype)
+    fast = native_runs(x)
     if fast:
         x = np.ascontiguousarray(x)
     centered = None
@@ -79,7 +79,7 @@ def batchnorm_backward(saved: tuple, cotangents: tuple, training: bool, momentum
     shape = (1, xhat.shape[1]) + (1,) * (xhat.ndim - 2)
     count = xhat.size // xhat.shape[1]
     dtype = xhat.dtype
-    if native.available(dtype):
+    if native_runs(xhat):
         dy = np.ascontiguousarray(dy)
         sums, products = native.channel_sums(dy, xhat)
         assert products is not None

@@ -197,7 +197,7 @@ static int NAME(correlate_planes)(const T *x, const T *w, T *y, T *copy, const g
     layout l;
     if (make_layout(g, &l, SLACK)) return -1;
     rows_plan rp = {0};
-    int64_t *starts = malloc(sizeof(int64_t) * (size_t)l.taps);
+    int64_t *starts = malloc(sizeof(int64_t) * (size_t)(2 * l.taps)), *order = starts + l.taps;
     int rows = starts && NAME(rows_plan_for)(g, &l, &rp, starts);
     int64_t extra = rows ? NAME(rows_extra)(&l) : 0;
     int64_t run_size = l.run + SLACK + extra;
@@ -205,17 +205,19 @@ static int NAME(correlate_planes)(const T *x, const T *w, T *y, T *copy, const g
     if (!buf || !starts) { free(buf); free(starts); free(l.tap); return -1; }
     T *run = buf + l.local + extra, *wc = run + run_size;
     NAME(fill)(buf, l.local + extra, 0);
+    /* wc[i] = w[order[i]] of each plane's channel: the taps in the order the correlation reads them (the
+     * row-shared one column by column (k0, k2), each top row first), reversed when flip */
+    for (int64_t i = 0; i < l.taps; i++) {
+        int64_t tap = i;
+        if (rows) {                                   /* i = ((k0, k2), k1) */
+            int64_t k1 = i % rp.m, column = i / rp.m, k0 = column / g->kernel[2], k2 = column % g->kernel[2];
+            tap = (k0 * rp.m + k1) * g->kernel[2] + k2;
+        }
+        order[i] = flip ? l.taps - 1 - tap : tap;
+    }
     for (int64_t p = p0; p < p1; p++) {
         const T *wp = w + (p % g->channels) * l.taps;
-        if (rows)             /* column by column (k0, k2), each top row first */
-            for (int64_t k0 = 0, i = 0; k0 < g->kernel[0]; k0++)
-                for (int64_t k2 = 0; k2 < g->kernel[2]; k2++)
-                    for (int64_t k1 = 0; k1 < rp.m; k1++, i++) {
-                        int64_t t = (k0 * rp.m + k1) * g->kernel[2] + k2;
-                        wc[i] = wp[flip ? l.taps - 1 - t : t];
-                    }
-        else
-            for (int64_t t = 0; t < l.taps; t++) wc[t] = wp[flip ? l.taps - 1 - t : t];
+        for (int64_t i = 0; i < l.taps; i++) wc[i] = wp[order[i]];
         NAME(load)(g, &l, x + p * l.in_plane, buf);
         if (copy) keep_copy(copy + p * l.in_plane, x + p * l.in_plane, sizeof(T) * (size_t)l.in_plane);
         if (rows)

@@ -9,7 +9,7 @@ import pytest
 
 import dnnbind
 from dnnbind.highlevel.dims import ConvDims
-from dnnbind.highlevel.reference import native
+from dnnbind.highlevel.reference import conv_paths, native
 from dnnbind.highlevel.reference.conv_paths import (Depthwise, Direct, Folded, Pointwise, Shifted, blas_path,
                                                     special_path)
 
@@ -206,10 +206,12 @@ def test_depthwise_threads_follow_the_blas_rule(monkeypatch, kernels):
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     assert Depthwise.use_threads(big) == (ref_conv.workers() > 1)
     assert not Depthwise.use_threads(small)
-    # 1x1: split over samples only when BLAS is single-threaded (else BLAS threads the products)
+    # 1x1: split over samples only when BLAS is single-threaded (else BLAS threads the products), or
+    # when dnnbind's own product runs them (kernels "native" turns it on)
     assert Pointwise.use_threads(ConvDims((8, 64, 56, 56), (128, 64, 1, 1))) == (ref_conv.workers() > 1)
     monkeypatch.delenv("OPENBLAS_NUM_THREADS")
-    assert not Pointwise.use_threads(ConvDims((8, 64, 56, 56), (128, 64, 1, 1)))
+    assert Pointwise.use_threads(ConvDims((8, 64, 56, 56), (128, 64, 1, 1))) == (
+        kernels == "native" and ref_conv.workers() > 1)
 
 
 @pytest.mark.parametrize("stride, kernel, padding, output_padding", [(2, 3, 1, 1), (3, 2, 0, 2), ((2, 3), (4, 3), 1, 0)])
@@ -234,7 +236,7 @@ def _conv_transpose_matches_torch(rng, x, w, b, kw):
 
 
 @pytest.mark.parametrize("threaded", [False, True])
-def test_shifted_threads_split_the_samples_alike(rng, threaded):
+def test_shifted_threads_split_the_samples_alike(rng, products, threaded):
     """Split over the pool or not, the shifted path computes every output the same way."""
     x, w = rng.standard_normal((3, 32, 6, 5)), rng.standard_normal((4, 32, 3, 3))
     dims = ConvDims(x.shape, w.shape, padding=1)
@@ -246,16 +248,50 @@ def test_shifted_threads_split_the_samples_alike(rng, threaded):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
 
 
-def test_gemm_refuses_operands_that_run_past_their_arrays():
-    """BLAS reads raw memory: the wrapper checks every operand's span first."""
-    from dnnbind.highlevel.reference._blas import gemm
+def test_gemm_refuses_operands_that_run_past_their_arrays(products):
+    """BLAS and the own product read raw memory: the wrappers check every operand's span first."""
     a, b, c = np.ones((4, 3)), np.ones((3, 5)), np.zeros((4, 5))
+    gemm = conv_paths._pitched_product
     gemm(a, 0, 3, b, 0, 5, c, 0, 5, 4, 5, 3)
     np.testing.assert_array_equal(c, np.full((4, 5), 3.0))
     with pytest.raises(ValueError, match="b's 3 x 5 matrix at offset 1"):
         gemm(a, 0, 3, b, 1, 5, c, 0, 5, 4, 5, 3)
     with pytest.raises(ValueError, match="c must be a C-contiguous float64 array"):
         gemm(a, 0, 3, b, 0, 5, c.T.copy().T, 0, 5, 4, 5, 3)
+
+
+@pytest.mark.parametrize("trans_b, accumulate", [(False, False), (True, False), (False, True), (True, True)])
+def test_pitched_products_read_and_write_rows_a_pitch_apart(rng, products, trans_b, accumulate):
+    """Operands as offsets and row pitches into flat arrays (the shifted path's form): the own product
+    and BLAS alike read only those rows and add to C when asked."""
+    m, n, k = 5, 7, 6
+    a, b, c = rng.standard_normal(200), rng.standard_normal(200), rng.standard_normal(200)
+    av = a[3:3 + m * 9].reshape(m, 9)[:, :k]
+    bv = b[5:5 + (n if trans_b else k) * 11].reshape(-1, 11)[:, :(k if trans_b else n)]
+    start = c.copy()
+    conv_paths._pitched_product(a, 3, 9, b, 5, 11, c, 2, 10, m, n, k, trans_b=trans_b, accumulate=accumulate)
+    written = c[2:2 + m * 10].reshape(m, 10)[:, :n]
+    expected = av @ (bv.T if trans_b else bv) + (start[2:2 + m * 10].reshape(m, 10)[:, :n] if accumulate else 0)
+    np.testing.assert_allclose(written, expected, rtol=1e-12, atol=1e-12)
+    untouched = np.ones(200, bool)
+    untouched[2:2 + m * 10] = np.tile(np.arange(10) >= n, m)
+    np.testing.assert_array_equal(c[untouched], start[untouched])
+
+
+@pytest.mark.parametrize("threaded, by_rows", [(False, False), (True, False), (True, True)])
+def test_stacked_products_broadcast_and_accumulate_like_matmul(rng, products, threaded, by_rows):
+    """conv_paths._product over stacks, broadcast as np.matmul does (one filter for every sample), with
+    an inner dimension of one, and accumulating."""
+    w, x = rng.standard_normal((3, 20, 30)), rng.standard_normal((4, 3, 30, 50))
+    out = np.empty((4, 3, 20, 50))
+    conv_paths._product(w, x, out, threaded, by_rows)
+    np.testing.assert_allclose(out, w @ x, rtol=1e-12, atol=1e-12)
+    before = out.copy()
+    conv_paths._product(w, x, out, threaded, by_rows, accumulate=True)
+    np.testing.assert_allclose(out, before + w @ x, rtol=1e-12, atol=1e-12)
+    narrow = np.empty((4, 3, 20, 50))
+    conv_paths._product(w[..., :1], x[:, :, :1], narrow, threaded, by_rows)
+    np.testing.assert_allclose(narrow, w[..., :1] @ x[:, :, :1], rtol=1e-15)
 
 
 @pytest.mark.parametrize("x_shape, w_shape, kw", [
@@ -270,7 +306,7 @@ def test_shifted_conv_transpose_matches_torch(rng, x_shape, w_shape, kw):
 
 
 @pytest.mark.parametrize("threaded", [False, True])
-def test_folded_blocks_and_threads_compute_the_same(monkeypatch, rng, threaded):
+def test_folded_blocks_and_threads_compute_the_same(monkeypatch, rng, products, threaded):
     """Cut into blocks of samples (here one sample each) and split over the pool or not, the folded path
     gives what one block on one thread gives."""
     conv_paths = importlib.import_module("dnnbind.highlevel.reference.conv_paths")

@@ -782,3 +782,81 @@ def test_folded_columns_refuse_what_does_not_fit():
         native.folded_columns(x.astype(np.float64), cols, dims, 0, 2)
     with pytest.raises(ValueError, match=r"argument x: .*contiguous: False"):
         native.folded_columns(np.asfortranarray(x), cols, dims, 0, 2)
+
+
+# -- dnnbind's own product -------------------------------------------------------------------------
+
+def _operand(rng, rows, cols, layout, dtype):
+    """A rows x cols matrix laid out as ``layout`` says: C-ordered, a transpose (F), every other row and
+    column of a larger one (S), or rows read backwards (N)."""
+    if layout == "C":
+        return rng.standard_normal((rows, cols)).astype(dtype)
+    if layout == "F":
+        return rng.standard_normal((cols, rows)).astype(dtype).T
+    if layout == "S":
+        return rng.standard_normal((2 * rows + 1, 2 * cols + 1)).astype(dtype)[1::2, 1::2]
+    return rng.standard_normal((rows, cols)).astype(dtype)[::-1]
+
+
+# the tile is 12 x 32 (float32, AVX-512), 12 x 16 (float64), 6 x 16 / 6 x 8 (AVX2), 6 x 8 / 6 x 4 (SSE2);
+# depth blocks of 256, 512 or 1024; rows in blocks of 20 tiles, columns of 64 tiles
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (5, 3, 7), (12, 32, 32), (13, 257, 33), (25, 513, 70), (6, 1025, 5),
+                                     (241, 20, 3), (2, 40, 2049), (0, 4, 5), (4, 0, 5), (4, 5, 0)])
+@pytest.mark.parametrize("layouts", ["CC", "FF", "SN", "NS", "CF"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_packed_product_matches_a_float64_product(rng, isa, m, k, n, layouts, dtype):
+    """native.packed_product against numpy in float64, for each instruction set's build: tiles cut at every
+    edge, depth and row blocks past one, operands in any strided layout; accumulating into what out holds;
+    split over the pool, by rows and by columns (the same sums as one thread, bit for bit)."""
+    a, b = _operand(rng, m, k, layouts[0], dtype), _operand(rng, k, n, layouts[1], dtype)
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    eps = np.finfo(dtype).eps
+    tol = 4 * eps * np.sqrt(max(k, 1)) * (np.abs(a).max(initial=0) * np.abs(b).max(initial=0) + 1)
+    out = np.full((m, n), np.nan, dtype)
+    native.packed_product(a, b, out)
+    np.testing.assert_allclose(out, expected, rtol=0, atol=tol)
+    start = rng.standard_normal((m, n)).astype(dtype)
+    summed = start.copy()
+    native.packed_product(a, b, summed, accumulate=True)
+    np.testing.assert_allclose(summed, start + expected, rtol=0, atol=2 * tol)
+    split = np.full((m, n), np.nan, dtype)
+    native.packed_product(a, b, split, threaded=True)
+    np.testing.assert_array_equal(split, out)
+
+
+def test_packed_product_writes_rows_with_a_pitch_and_nothing_else(rng):
+    a, b = rng.standard_normal((30, 40)).astype(np.float32), rng.standard_normal((40, 50)).astype(np.float32)
+    big = np.full((32, 70), 7.0, np.float32)
+    native.packed_product(a, b, big[1:31, 3:53], threaded=True)
+    np.testing.assert_allclose(big[1:31, 3:53], a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+    outside = np.ones(big.shape, bool)
+    outside[1:31, 3:53] = False
+    assert (big[outside] == 7.0).all()
+
+
+@pytest.mark.parametrize("out_shape, out_dtype", [((30, 49), np.float32), ((30, 50), np.float64), ((50, 30), np.float32)])
+def test_packed_product_refuses_what_does_not_fit(rng, out_shape, out_dtype):
+    a, b = rng.standard_normal((30, 40)).astype(np.float32), rng.standard_normal((40, 50)).astype(np.float32)
+    with pytest.raises(ValueError, match="argument out"):
+        native.packed_product(a, b, np.empty(out_shape, out_dtype))
+    with pytest.raises(ValueError, match="argument out"):
+        native.packed_product(a, b, np.empty((50, 30), np.float32).T)            # rows not contiguous
+    with pytest.raises(ValueError, match="argument out"):
+        native.packed_product(a, b[:30], np.empty((30, 50), np.float32))        # inner dimensions differ
+
+
+def test_packed_gemm_is_preferred_only_over_narrower_blas(monkeypatch):
+    """Own product where the kernels run AVX-512 and numpy's OpenBLAS does not; DNNBIND_PACKED_GEMM decides
+    instead when set."""
+    from dnnbind.highlevel.reference._blas import openblas
+    for forced, expected in (("0", False), ("1", True)):
+        monkeypatch.setenv("DNNBIND_PACKED_GEMM", forced)
+        native._packed_gemm_wins.cache_clear()
+        assert native.packed_gemm_preferred(np.float32) is expected
+    monkeypatch.delenv("DNNBIND_PACKED_GEMM")
+    native._packed_gemm_wins.cache_clear()
+    core = (openblas().core or "").lower()
+    assert native.packed_gemm_preferred(np.float32) == (native._best_suffix() == "v4"
+                                                          and core not in native.AVX512_BLAS_CORES)
+    assert not native.packed_gemm_preferred(np.int32)
+    native._packed_gemm_wins.cache_clear()

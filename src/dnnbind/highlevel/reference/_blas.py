@@ -89,12 +89,27 @@ def gemm(a: np.ndarray, a_offset: int, a_pitch: int, b: np.ndarray, b_offset: in
     b_rows, b_cols = (n, k) if trans_b else (k, n)
     for name, array, offset, pitch, rows, cols in (("a", a, a_offset, a_pitch, m, k), ("b", b, b_offset, b_pitch, b_rows,
                                                     b_cols), ("c", c, c_offset, c_pitch, m, n)):
-        if array.dtype != c.dtype or not array.flags.c_contiguous or (name == "c" and not array.flags.writeable):
-            raise ValueError(f"gemm: {name} must be a C-contiguous {c.dtype} array" + (", writable" if name == "c" else ""))
-        if min(rows, cols) > 0 and (offset < 0 or pitch < cols or offset + (rows - 1) * pitch + cols > array.size):
-            raise ValueError(f"gemm: {name}'s {rows} x {cols} matrix at offset {offset}, pitch {pitch} runs past its "
-                             f"{array.size} elements")
+        _check_matrix(name, array, offset, pitch, rows, cols, c.dtype)
     item = c.dtype.itemsize
     fn(_ROW_MAJOR, _NO_TRANS, _TRANS if trans_b else _NO_TRANS, m, n, k, 1.0,
        a.ctypes.data + a_offset * item, a_pitch, b.ctypes.data + b_offset * item, b_pitch,
        1.0 if accumulate else 0.0, c.ctypes.data + c_offset * item, c_pitch)
+
+
+def _check_matrix(name: str, array: np.ndarray, offset: int, pitch: int, rows: int, cols: int, dtype: np.dtype) -> None:
+    """That a rows x cols matrix at ``offset`` with row pitch ``pitch`` lies inside ``array``, a C-contiguous
+    array of ``dtype`` (writable for the result, ``c``)."""
+    if array.dtype != dtype or not array.flags.c_contiguous or (name == "c" and not array.flags.writeable):
+        raise ValueError(f"gemm: {name} must be a C-contiguous {dtype} array" + (", writable" if name == "c" else ""))
+    if min(rows, cols) > 0 and (offset < 0 or pitch < cols or offset + (rows - 1) * pitch + cols > array.size):
+        raise ValueError(f"gemm: {name}'s {rows} x {cols} matrix at offset {offset}, pitch {pitch} runs past its "
+                         f"{array.size} elements")
+
+
+def pitched_view(array: np.ndarray, offset: int, pitch: int, rows: int, cols: int, name: str) -> np.ndarray:
+    """The rows x cols matrix of :func:`gemm`'s operand form (an element offset and a row pitch into a
+    C-contiguous array) as a strided view of ``array``, checked to lie inside it."""
+    _check_matrix(name, array, offset, pitch, rows, cols, array.dtype)
+    item = array.itemsize
+    return np.lib.stride_tricks.as_strided(array.reshape(-1)[offset:], (rows, cols), (pitch * item, item),
+                                           writeable=name == "c")

@@ -34,13 +34,13 @@ from dnnbind.highlevel.reference.channels import add_channel_bias, channel_sums
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
                                                        kernel_offsets, offset_index, pad, unpad, windows)
 from dnnbind.highlevel.reference.conv_paths import (GEMM_THREAD_MIN_MACS, Depthwise, Direct, Path, Pointwise,
-                                                    blas_path, macs, special_path)
+                                                    _product, blas_path, macs, products_on_pool, special_path)
 from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._precision import (cotangent, half_backward, half_forward, half_residuals,
                                                     private)
 from dnnbind.highlevel.residual import ALL_NEEDED, ArraySpec, passes_when
 from dnnbind.highlevel.reference._scratch import scratch
-from dnnbind.highlevel.reference._threads import blas_single_threaded, one_blas_thread, run, split, workers
+from dnnbind.highlevel.reference._threads import one_blas_thread, run, split, workers
 from dnnbind.highlevel.reference import native
 
 #: Target size of one block's column buffer: a few samples' worth that stays in the CPU's caches.
@@ -58,7 +58,7 @@ def use_threads(dims: ConvDims) -> bool:
     (10-40% slower at groups=1 and groups=5); with BLAS limited to one thread they win 1.5-1.7x on
     problems of THREAD_MIN_MACS multiply-adds and more, and lose on smaller ones.
     """
-    return _big_enough(dims) and workers() >= 2 and blas_single_threaded()
+    return _big_enough(dims) and workers() >= 2 and products_on_pool(dims)
 
 
 @functools.lru_cache(maxsize=256)
@@ -242,19 +242,20 @@ def _sweep(lay: _Layout, wg: np.ndarray, *, xp: Any = None,
             if y is not None:
                 yb = y[b0:b1, g0 * lay.kg:g1 * lay.kg]
                 if lay.flat:
-                    prod = np.matmul(wg[g0:g1], cols, out=scratch("product", (nb, ng, lay.kg, lay.cols), wg.dtype))
+                    prod = scratch("product", (nb, ng, lay.kg, lay.cols), wg.dtype)
+                    _product(wg[g0:g1], cols, prod)
                     yb[...] = lay.output_view(prod.reshape(nb, -1, lay.cols))
                 else:
-                    np.matmul(wg[g0:g1], cols, out=yb.reshape(nb, ng, lay.kg, lay.p))
+                    _product(wg[g0:g1], cols, yb.reshape(nb, ng, lay.kg, lay.p))
             if dy is not None:
                 dyc = lay.to_columns(dy, b0, b1, g0, g1)
                 if dw_parts is not None:
                     part = dw_parts[ranges.index((n0, n1)), g0:g1]
                     for i in range(nb):
-                        part += np.matmul(dyc[i], cols[i].swapaxes(-1, -2))
+                        _product(dyc[i], cols[i].swapaxes(-1, -2), part, accumulate=True)
                 if dxp is not None:
-                    dcols = np.matmul(wg[g0:g1].swapaxes(-1, -2), dyc,
-                                      out=scratch("data columns", (nb, ng, lay.rows, lay.cols), wg.dtype))
+                    dcols = scratch("data columns", (nb, ng, lay.rows, lay.cols), wg.dtype)
+                    _product(wg[g0:g1].swapaxes(-1, -2), dyc, dcols)
                     lay.scatter(dxp, dcols, b0, b1, c0, c1)
 
     run(task, lay.chunks)
@@ -398,7 +399,9 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvD
         if lay.whole:                           # small: every column in one gather, one product
             columns = scratch("whole columns", lay.columns_shape, x.dtype)
             lay.fill(columns, xp, 0, dims.batch, 0, dims.in_channels)
-            y = np.matmul(wg, columns).reshape(lay.y_shape)
+            y = np.empty(lay.columns_shape[:2] + (lay.kg, lay.columns_shape[-1]), x.dtype)
+            _product(wg, columns, y)
+            y = y.reshape(lay.y_shape)
         else:
             y = np.empty(lay.y_shape, x.dtype)
             _sweep(lay, wg, xp=xp, y=y)

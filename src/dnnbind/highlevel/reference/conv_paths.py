@@ -39,7 +39,7 @@ import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.reference import native
-from dnnbind.highlevel.reference._blas import gemm, gemm_available
+from dnnbind.highlevel.reference._blas import gemm, gemm_available, pitched_view
 from dnnbind.highlevel.reference._precision import private
 from dnnbind.highlevel.reference._scratch import scratch
 from dnnbind.highlevel.reference._threads import blas_single_threaded, run, split, workers
@@ -55,14 +55,60 @@ THREAD_MIN_MACS = 1_000_000
 NATIVE_THREAD_MIN_MACS = 1_000_000
 
 
-def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """out = a @ b (stacks of matrices). Over an inner dimension of one (one input or output channel
-    per group) the product is a broadcast multiply: numpy's matmul takes its slow non-BLAS loop there
-    (measured, 2-core EPYC: a depthwise 1x1 forward, x(8, 64, 56, 56), 2.7 ms against 0.3)."""
-    if a.shape[-1] == 1:
+def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool = False, by_rows: bool = False,
+             accumulate: bool = False) -> None:
+    """out = a @ b (``accumulate``: out += a @ b) over stacks of matrices, broadcast as np.matmul does:
+    every product of the convolution paths comes here.
+
+    * By dnnbind's own product where it beats numpy's BLAS (:func:`native.packed_gemm_preferred`), each
+      matrix split over the pool when ``threaded``.
+    * Over an inner dimension of one (one input or output channel per group) as a broadcast multiply:
+      numpy's matmul takes its slow non-BLAS loop there (measured, 2-core EPYC: a depthwise 1x1
+      forward, x(8, 64, 56, 56), 2.7 ms against 0.3).
+    * Else np.matmul, split over the pool by columns of out (``by_rows``: by rows) when ``threaded``.
+    """
+    if a.shape[-1] == 1 and not accumulate:
         np.multiply(a, b, out=out)
-    else:
+        return
+    if native.packed_gemm_preferred(out.dtype):
+        lead = out.shape[:-2]
+        a, b = np.broadcast_to(a, lead + a.shape[-2:]), np.broadcast_to(b, lead + b.shape[-2:])
+        for i in np.ndindex(lead):
+            native.packed_product(a[i], b[i], out[i], accumulate=accumulate, threaded=threaded)
+        return
+    if accumulate:
+        out += np.matmul(a, b)
+        return
+    if not threaded:
         np.matmul(a, b, out=out)
+        return
+    def part(i0: int, i1: int) -> None:
+        if by_rows:
+            np.matmul(a[..., i0:i1, :], b, out=out[..., i0:i1, :])
+        else:
+            np.matmul(a, b[..., i0:i1], out=out[..., i0:i1])
+
+    run(part, split(out.shape[-2 if by_rows else -1], workers()))
+
+
+def _pitched_product(a: np.ndarray, a_offset: int, a_pitch: int, b: np.ndarray, b_offset: int, b_pitch: int,
+                     c: np.ndarray, c_offset: int, c_pitch: int, m: int, n: int, k: int, *, trans_b: bool = False,
+                     accumulate: bool = False) -> None:
+    """:func:`_blas.gemm` (operands as offsets and row pitches into flat arrays), by dnnbind's own product
+    where :func:`_product` would take it."""
+    if not native.packed_gemm_preferred(c.dtype):
+        gemm(a, a_offset, a_pitch, b, b_offset, b_pitch, c, c_offset, c_pitch, m, n, k, trans_b=trans_b,
+             accumulate=accumulate)
+        return
+    bv = pitched_view(b, b_offset, b_pitch, *((n, k) if trans_b else (k, n)), "b")
+    native.packed_product(pitched_view(a, a_offset, a_pitch, m, k, "a"), bv.T if trans_b else bv,
+                          pitched_view(c, c_offset, c_pitch, m, n, "c"), accumulate=accumulate)
+
+
+def products_on_pool(dims: ConvDims) -> bool:
+    """Whether a problem's products pay for the pool's threads: where numpy's BLAS is held to one thread,
+    or where dnnbind's own product runs them (a multi-threaded BLAS keeps every core busy itself)."""
+    return blas_single_threaded() or native.packed_gemm_preferred(_compute_dtype(dims))
 
 
 def _sampled(x: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -83,7 +129,7 @@ class Pointwise:
     def use_threads(dims: ConvDims) -> bool:
         """Split the samples over the pool when numpy's BLAS is single-threaded (else BLAS threads the
         products itself)."""
-        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
+        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and products_on_pool(dims)
 
     @staticmethod
     def _sizes(dims: ConvDims) -> tuple[int, int, int, int, int]:
@@ -116,7 +162,7 @@ class Pointwise:
         xs, yv, wg = xs.reshape(n, g, cg, p), y.reshape(n, g, kg, p), w.reshape(g, kg, cg)
 
         def samples(n0: int, n1: int) -> None:
-            _matmul(wg, xs[n0:n1], yv[n0:n1])
+            _product(wg, xs[n0:n1], yv[n0:n1])
 
         run(samples, Pointwise._samples(dims, threaded))
         return y
@@ -128,7 +174,7 @@ class Pointwise:
         wt, dyg = w.reshape(g, kg, cg).swapaxes(-1, -2), dy.reshape(n, g, kg, p)
 
         def samples(n0: int, n1: int) -> None:
-            _matmul(wt, dyg[n0:n1], dxs[n0:n1])
+            _product(wt, dyg[n0:n1], dxs[n0:n1])
 
         run(samples, Pointwise._samples(dims, threaded))
         dxs = dxs.reshape((n, dims.in_channels) + dims.out_size)
@@ -148,9 +194,8 @@ class Pointwise:
         parts = np.empty((len(ranges), g, kg, cg), dy.dtype)
 
         def samples(part: np.ndarray, n0: int, n1: int) -> None:
-            np.matmul(dyg[n0], xs[n0].swapaxes(-1, -2), out=part)
-            for i in range(n0 + 1, n1):
-                part += np.matmul(dyg[i], xs[i].swapaxes(-1, -2))
+            for i in range(n0, n1):
+                _product(dyg[i], xs[i].swapaxes(-1, -2), part, accumulate=i > n0)
 
         run(samples, [(part, n0, n1) for part, (n0, n1) in zip(parts, ranges)])
         dw = parts[0] if len(parts) == 1 else parts.sum(axis=0)
@@ -352,7 +397,7 @@ class Shifted:
     def use_threads(dims: ConvDims) -> bool:
         """Split the samples over the pool on large problems when numpy's BLAS is single-threaded (each
         product is a BLAS call: a multi-threaded BLAS already uses every core)."""
-        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
+        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and products_on_pool(dims)
 
     @staticmethod
     def _channel_major(x: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -385,7 +430,7 @@ class Shifted:
             width = (n1 - n0 - 1) * plane + rows.length
             for t, start in enumerate(rows.starts):
                 for gi in range(g):
-                    gemm(taps, (t * k + gi * kg) * cg, cg, xc, gi * cg * pitch + n0 * plane + start, pitch,
+                    _pitched_product(taps, (t * k + gi * kg) * cg, cg, xc, gi * cg * pitch + n0 * plane + start, pitch,
                          yc, gi * kg * pitch + n0 * plane, pitch, kg, width, cg, accumulate=t > 0)
 
         run(task, Shifted._parts(dims, threaded))
@@ -410,7 +455,7 @@ class Shifted:
             width = (n1 - n0 - 1) * plane + rows.length
             for t, start in enumerate(rows.starts):
                 for gi in range(g):
-                    gemm(dyc, gi * kg * pitch + n0 * plane, pitch, xc, gi * cg * pitch + n0 * plane + start, pitch,
+                    _pitched_product(dyc, gi * kg * pitch + n0 * plane, pitch, xc, gi * cg * pitch + n0 * plane + start, pitch,
                          sums[i], (t * k + gi * kg) * cg, cg, kg, cg, width, trans_b=True)
 
         run(task, [(i, n0, n1) for i, (n0, n1) in enumerate(parts)])
@@ -446,8 +491,8 @@ class Folded:
 
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:
-        """Split each product's columns over the pool when numpy's BLAS is single-threaded."""
-        return macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
+        """Split each product over the pool when numpy's BLAS is single-threaded, or not used (:func:`_product`)."""
+        return macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and products_on_pool(dims)
 
     @staticmethod
     def _blocks(dims: ConvDims, item: int) -> list[tuple[int, int]]:
@@ -476,17 +521,6 @@ class Folded:
         return np.ascontiguousarray(a.reshape(n, c, -1).swapaxes(0, 1)).reshape(groups, c // groups, -1)
 
     @staticmethod
-    def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool) -> None:
-        """out = a @ b (stacks over groups), the columns of b and out split over the pool when ``threaded``."""
-        if not threaded:
-            np.matmul(a, b, out=out)
-            return
-        def columns(c0: int, c1: int) -> None:
-            np.matmul(a, b[..., c0:c1], out=out[..., c0:c1])
-
-        run(columns, split(b.shape[-1], workers()))
-
-    @staticmethod
     def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
         g, k, p = dims.groups, dims.out_channels, int(np.prod(dims.out_size))
         wg = np.ascontiguousarray(w).reshape(g, k // g, -1)
@@ -494,7 +528,7 @@ class Folded:
         for n0, n1 in Folded._blocks(dims, x.itemsize):
             cols = Folded._columns(x, dims, n0, n1)
             yt = scratch("folded product", (g, k // g, (n1 - n0) * p), x.dtype)
-            Folded._product(wg, cols, yt, threaded)
+            _product(wg, cols, yt, threaded)
             y[n0:n1] = yt.reshape(k, n1 - n0, *dims.out_size).swapaxes(0, 1)
         return y
 
@@ -510,7 +544,7 @@ class Folded:
         for n0, n1 in Folded._blocks(dims, dy.itemsize):
             dyt = Folded._channel_major(dy[n0:n1], g)
             dcols = scratch("folded data columns", (g, wt.shape[1], dyt.shape[-1]), dy.dtype)
-            Folded._product(wt, dyt, dcols, threaded)
+            _product(wt, dyt, dcols, threaded)
             dcols_view = dcols.reshape((c,) + dims.kernel_size + (n1 - n0,) + dims.out_size)
             block = dxp[n0:n1]
             for offset in kernel_offsets(dims):
@@ -525,11 +559,7 @@ class Folded:
         for n0, n1 in Folded._blocks(dims, dy.itemsize):
             cols = Folded._columns(x, dims, n0, n1)
             dyt = Folded._channel_major(dy[n0:n1], g)
-            def channels(k0: int, k1: int) -> None:
-                np.matmul(dyt[:, k0:k1], cols.swapaxes(-1, -2), out=part[:, k0:k1])
-
-            # split over the pool: each thread one slice of the output channels
-            run(channels, split(k // g, workers()) if threaded else [(0, k // g)])
+            _product(dyt, cols.swapaxes(-1, -2), part, threaded, by_rows=True)
             dw += part
         return dw.reshape(dims.w_shape)
 

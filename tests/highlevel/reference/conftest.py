@@ -30,5 +30,6 @@ def products(request, monkeypatch):
 
 
 def use_packed_gemm(monkeypatch, packed: bool) -> None:
-    """Products on dnnbind's own (native.packed_product) or on numpy's BLAS, until the test ends."""
+    """Products on dnnbind's own (native.packed_product, however small) or on numpy's BLAS, until the test ends."""
     monkeypatch.setattr(native, "_packed_gemm_wins", lambda: packed)
+    monkeypatch.setattr(native, "PACKED_MIN_MACS", 0)

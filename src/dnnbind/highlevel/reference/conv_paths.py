@@ -60,7 +60,7 @@ def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool = Fal
     """out = a @ b (``accumulate``: out += a @ b) over stacks of matrices, broadcast as np.matmul does:
     every product of the convolution paths comes here.
 
-    * By dnnbind's own product where it beats numpy's BLAS (:func:`native.packed_gemm_preferred`), each
+    * By dnnbind's own product where it beats numpy's BLAS (:func:`native.packed_gemm_pays`), each
       matrix split over the pool when ``threaded``.
     * Over an inner dimension of one (one input or output channel per group) as a broadcast multiply:
       numpy's matmul takes its slow non-BLAS loop there (measured, 2-core EPYC: a depthwise 1x1
@@ -70,7 +70,7 @@ def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool = Fal
     if a.shape[-1] == 1 and not accumulate:
         np.multiply(a, b, out=out)
         return
-    if native.packed_gemm_preferred(out.dtype):
+    if native.packed_gemm_pays(out.dtype, a.shape[-2], a.shape[-1], b.shape[-1]):
         lead = out.shape[:-2]
         a, b = np.broadcast_to(a, lead + a.shape[-2:]), np.broadcast_to(b, lead + b.shape[-2:])
         for i in np.ndindex(lead):
@@ -96,7 +96,7 @@ def _pitched_product(a: np.ndarray, a_offset: int, a_pitch: int, b: np.ndarray, 
                      accumulate: bool = False) -> None:
     """:func:`_blas.gemm` (operands as offsets and row pitches into flat arrays), by dnnbind's own product
     where :func:`_product` would take it."""
-    if not native.packed_gemm_preferred(c.dtype):
+    if not native.packed_gemm_pays(c.dtype, m, k, n):
         gemm(a, a_offset, a_pitch, b, b_offset, b_pitch, c, c_offset, c_pitch, m, n, k, trans_b=trans_b,
              accumulate=accumulate)
         return
@@ -159,7 +159,24 @@ class Pointwise:
 
     @staticmethod
     def _samples(dims: ConvDims, threaded: bool) -> list[tuple[int, int]]:
-        return split(dims.batch, workers()) if threaded else [(0, dims.batch)]
+        """Ranges of samples, one per Python thread of the pool: a single one where dnnbind's own product
+        runs each sample's product (:meth:`_inner_threads`)."""
+        if threaded and not Pointwise._own_product(dims):
+            return split(dims.batch, workers())
+        return [(0, dims.batch)]
+
+    @staticmethod
+    def _own_product(dims: ConvDims) -> bool:
+        """Whether each sample's product (per group) goes to dnnbind's own product (native.packed_gemm_pays)."""
+        n, g, cg, kg, p = Pointwise._sizes(dims)
+        return native.packed_gemm_pays(_compute_dtype(dims), kg, cg, p)
+
+    @staticmethod
+    def _inner_threads(dims: ConvDims, threaded: bool) -> bool:
+        """Whether each sample's product splits over the kernels' pool: where the own product runs it, the
+        samples go one after another, each on every core (handing a product to the kernels' spinning
+        workers costs well under a microsecond; to Python's pool tens)."""
+        return threaded and Pointwise._own_product(dims)
 
     @staticmethod
     def _side_by_side(dims: ConvDims) -> bool:
@@ -167,8 +184,8 @@ class Pointwise:
         channel-major copies) instead of one product per sample: with dnnbind's own product on planes of
         at most :data:`SIDE_BY_SIDE_MAX_PLANE` outputs, whose per-sample products would pack the filter
         again for every few columns."""
-        return (dims.batch > 1 and int(np.prod(dims.out_size)) <= SIDE_BY_SIDE_MAX_PLANE
-                and native.packed_gemm_preferred(_compute_dtype(dims)))
+        n, g, cg, kg, p = Pointwise._sizes(dims)
+        return n > 1 and p <= SIDE_BY_SIDE_MAX_PLANE and native.packed_gemm_pays(_compute_dtype(dims), kg, cg, n * p)
 
     @staticmethod
     def sample(x: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -194,8 +211,10 @@ class Pointwise:
             return _sample_major(yc, dims.y_shape)
         xs, yv, wg = xs.reshape(n, g, cg, p), y.reshape(n, g, kg, p), w.reshape(g, kg, cg)
 
+        inner = Pointwise._inner_threads(dims, threaded)
+
         def samples(n0: int, n1: int) -> None:
-            _product(wg, xs[n0:n1], yv[n0:n1])
+            _product(wg, xs[n0:n1], yv[n0:n1], inner)
 
         run(samples, Pointwise._samples(dims, threaded))
         return y
@@ -212,8 +231,10 @@ class Pointwise:
             dxs = np.empty((n, g, cg, p), dy.dtype)
             dyg = dy.reshape(n, g, kg, p)
 
+            inner = Pointwise._inner_threads(dims, threaded)
+
             def samples(n0: int, n1: int) -> None:
-                _product(wt, dyg[n0:n1], dxs[n0:n1])
+                _product(wt, dyg[n0:n1], dxs[n0:n1], inner)
 
             run(samples, Pointwise._samples(dims, threaded))
             dxs = dxs.reshape((n, dims.in_channels) + dims.out_size)
@@ -236,9 +257,11 @@ class Pointwise:
         ranges = Pointwise._samples(dims, threaded)
         parts = np.empty((len(ranges), g, kg, cg), dy.dtype)
 
+        inner = Pointwise._inner_threads(dims, threaded)
+
         def samples(part: np.ndarray, n0: int, n1: int) -> None:
             for i in range(n0, n1):
-                _product(dyg[i], xs[i].swapaxes(-1, -2), part, accumulate=i > n0)
+                _product(dyg[i], xs[i].swapaxes(-1, -2), part, inner, by_rows=True, accumulate=i > n0)
 
         run(samples, [(part, n0, n1) for part, (n0, n1) in zip(parts, ranges)])
         dw = parts[0] if len(parts) == 1 else parts.sum(axis=0)

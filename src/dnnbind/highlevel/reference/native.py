@@ -822,7 +822,7 @@ def _operand(a: np.ndarray) -> tuple[np.ndarray, int, int]:
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b of 2-d arrays. By dnnbind's own product where it beats numpy's BLAS (:func:`packed_gemm_preferred`),
+    """a @ b of 2-d arrays. By dnnbind's own product where it beats numpy's BLAS (:func:`packed_gemm_pays`),
     split over the pool when large and the cores are free (:func:`_cores_to_spare`). Else, where numpy's BLAS is held to one thread (:func:`_threads.one_blas_thread`:
     every dnnbind.torch op on the CPU) and the product is large, its rows are split over the kernels'
     pool (torch's OpenMP team once dnnbind.torch is imported), each range one single-threaded call of
@@ -830,7 +830,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     dnnbind.torch, 15.4 -> 12.2 ms on 2 cores; torch's own layers 8.0). Not beside torch's threads without
     their team (the kernels' own workers would fight them). Else np.matmul."""
     if (a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype and a.shape[1] == b.shape[0]
-            and packed_gemm_preferred(a.dtype)):
+            and packed_gemm_pays(a.dtype, a.shape[0], a.shape[1], b.shape[1])):
         c = np.empty((a.shape[0], b.shape[1]), a.dtype)
         packed_product(a, b, c, threaded=(a.shape[0] * a.shape[1] * b.shape[1] >= MATMUL_THREAD_MIN_MACS
                                           and workers() > 1 and _cores_to_spare()))
@@ -876,6 +876,19 @@ def _packed_gemm_wins() -> bool:
     if forced in ("0", "1"):
         return forced == "1" and library() is not None
     return library() is not None and _best_suffix() == "v4" and (openblas().core or "").lower() not in AVX512_BLAS_CORES
+
+
+#: dnnbind's own product takes products of at least this many multiply-adds: below, its fixed cost (the
+#: job, the packing) outweighs its faster tiles. Measured (us, 2-core EPYC, Haswell-forced OpenBLAS on
+#: both cores against the own product on one and on both): 64 x 128 x 128 10.6 against 21.0 / 20.5;
+#: 128 x 128 x 128 20.5 against 25.2 / 30.0; 128 x 256 x 196 (6.4M) 60.8 against 72.4 / 46.5.
+PACKED_MIN_MACS = 2_000_000
+
+
+def packed_gemm_pays(dtype: Any, m: int, k: int, n: int) -> bool:
+    """Whether an m x k times k x n product of ``dtype`` goes to :func:`packed_product`: large enough
+    (:data:`PACKED_MIN_MACS`), where :func:`packed_gemm_preferred`."""
+    return m * k * n >= PACKED_MIN_MACS and packed_gemm_preferred(dtype)
 
 
 def _strides(a: np.ndarray) -> tuple[int, int]:

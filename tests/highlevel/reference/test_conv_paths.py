@@ -370,3 +370,15 @@ def test_a_tiny_problem_is_left_to_blas():
     assert special_path(tiny) is blas_path(tiny)
     big = ConvDims((8, 64, 56, 56), (64, 64, 3, 3), padding=1)
     assert special_path(big) is (Direct if native.library() is not None else blas_path(big))
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_filter_gradients_left_to_the_products_go_side_by_side_with_the_own_product(monkeypatch, packed):
+    """Where dnnbind's own product runs, a filter gradient of a small plane takes Folded's one product
+    over every sample; else (and on larger planes, or one sample) the BLAS path."""
+    from .conftest import use_packed_gemm
+    use_packed_gemm(monkeypatch, packed)
+    small = ConvDims((8, 128, 28, 28), (256, 128, 3, 3), stride=2, padding=1)      # 14 x 14 outputs
+    assert conv_paths.filter_grad_path(small) is (Folded if packed else blas_path(small))
+    for other in (ConvDims((8, 128, 28, 28), (128, 128, 3, 3), padding=1), ConvDims((1, 128, 28, 28), (256, 128, 3, 3), stride=2, padding=1)):
+        assert conv_paths.filter_grad_path(other) is blas_path(other)

@@ -34,7 +34,8 @@ from dnnbind.highlevel.reference.channels import add_channel_bias, channel_sums
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
                                                        kernel_offsets, offset_index, pad, unpad, windows)
 from dnnbind.highlevel.reference.conv_paths import (GEMM_THREAD_MIN_MACS, Depthwise, Direct, Path, Pointwise,
-                                                    _product, blas_path, macs, products_on_pool, special_path)
+                                                    _product, filter_grad_path, macs, products_on_pool,
+                                                    special_path)
 from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._precision import (cotangent, half_backward, half_forward, half_residuals,
                                                     private)
@@ -315,7 +316,7 @@ def _path_filter_grad(path: Path, dy: np.ndarray, x: np.ndarray, wf: np.ndarray,
         return path.filter_grad(dy, x, dims, threaded, sampled=saved)
     if path is not Direct or Direct.native_filter_grad(dims):
         return path.filter_grad(dy, x, dims, threaded)
-    base = blas_path(dims)
+    base = filter_grad_path(dims)
     if base is not None:
         return base.filter_grad(dy, x, dims, _threads(dims, base, None))
     return _im2col_filter_grad(dy, x, _grouped(wf, dims), dims, use_threads(dims))

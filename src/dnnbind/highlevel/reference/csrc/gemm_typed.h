@@ -128,7 +128,7 @@ INLINE int NAME(packed_gemm_block)(const packed_gemm_job *j, int64_t i0, int64_t
     const int64_t mc_max = i1 - i0 < GEMM_MC ? i1 - i0 : GEMM_MC;
     size_t a_size = (size_t)((mc_max + GEMM_MR - 1) / GEMM_MR * GEMM_MR * kc_max);
     size_t b_size = (size_t)((nc_max + GEMM_NR - 1) / GEMM_NR * GEMM_NR * kc_max);
-    T *buf = aligned_alloc(64, sizeof(T) * (a_size + b_size + 64));
+    T *buf = aligned_alloc(64, (sizeof(T) * (a_size + b_size + 64) + 63) / 64 * 64);   /* a multiple of 64 (C11) */
     if (!buf) return -1;
     T *ap = buf, *bp = buf + (a_size + 15) / 16 * 16;
     for (int64_t jc = j0; jc < j1; jc += GEMM_NC) {

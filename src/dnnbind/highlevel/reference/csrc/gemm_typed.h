@@ -22,57 +22,25 @@ KERNEL void NAME(dnnbind_gemm_rows)(const gemm_job *j, int64_t lo, int64_t hi) {
 #define GEMM_MC ((int64_t)GEMM_MR * 20)
 #define GEMM_NC ((int64_t)GEMM_NR * 64)
 
-/* The kc x GEMM_MR panels of rows [i0, i0 + mc) of A over depths [q0, q0 + kc): panel[q * MR + i] =
- * A(i0 + i, q0 + q), rows past m zero. Read along whichever of A's strides is 1. */
-INLINE void NAME(pack_a)(const packed_gemm_job *j, int64_t i0, int64_t mc, int64_t q0, int64_t kc, T *out) {
-    const T *a = (const T *)j->a;
-    for (int64_t p = 0; p < mc; p += GEMM_MR, out += kc * GEMM_MR) {
-        int64_t rows = mc - p < GEMM_MR ? mc - p : GEMM_MR;
-        const T *base = a + (i0 + p) * j->a_row + q0 * j->a_col;
-        if (j->a_col == 1 || rows < GEMM_MR) {
-            for (int64_t i = 0; i < GEMM_MR; i++) {
-                if (i >= rows) {
-                    for (int64_t q = 0; q < kc; q++) out[q * GEMM_MR + i] = 0;
-                    continue;
+/* Panels of ``width`` lanes (A: GEMM_MR rows, B: GEMM_NR columns) over depths [0, kc), for lanes
+ * [0, count) of an operand: panel[q * width + l] = src[l * lane + q * depth] for the panel's lanes l
+ * (lanes past ``count`` zero), one panel after another. Read along whichever stride is 1: a depth step's
+ * lanes as vectors where they lie side by side, else each lane's run along the depth. */
+INLINE void NAME(pack_panels)(const T *src, int64_t lane, int64_t depth, int64_t count, int64_t kc, int64_t width,
+                              T *out) {
+    for (int64_t p = 0; p < count; p += width, src += width * lane, out += kc * width) {
+        int64_t lanes = count - p < width ? count - p : width;
+        if (lane == 1) {
+            for (int64_t q = 0; q < kc; q++)
+                for (int64_t v = 0; v < width; v += VL) {
+                    int64_t part = width - v < VL ? width - v : VL, have = lanes - v < 0 ? 0 : lanes - v < part ? lanes - v : part;
+                    NAME(store)(out + q * width + v, have ? NAME(load)(src + q * depth + v, have) : NAME(splat)(0), part);
                 }
-                const T *row = base + i * j->a_row;
-                for (int64_t q = 0; q < kc; q++) out[q * GEMM_MR + i] = row[q * j->a_col];
-            }
-        } else {
-            for (int64_t q = 0; q < kc; q++) {
-                const T *col = base + q * j->a_col;
-#pragma GCC unroll 12
-                for (int64_t i = 0; i < GEMM_MR; i++) out[q * GEMM_MR + i] = col[i * j->a_row];
-            }
+            continue;
         }
-    }
-}
-
-/* The kc x GEMM_NR panels of columns [j0, j0 + nc) of B over depths [q0, q0 + kc): panel[q * NR + c] =
- * B(q0 + q, j0 + c), columns past n zero. */
-INLINE void NAME(pack_b)(const packed_gemm_job *j, int64_t j0, int64_t nc, int64_t q0, int64_t kc, T *out) {
-    const T *b = (const T *)j->b;
-    for (int64_t p = 0; p < nc; p += GEMM_NR, out += kc * GEMM_NR) {
-        int64_t cols = nc - p < GEMM_NR ? nc - p : GEMM_NR;
-        const T *base = b + q0 * j->b_row + (j0 + p) * j->b_col;
-        if (j->b_col == 1) {
-            for (int64_t q = 0; q < kc; q++) {
-                const T *row = base + q * j->b_row;
-                T *to = out + q * GEMM_NR;
-                for (int64_t v = 0; v < GEMM_NR; v += VL) {
-                    int64_t count = cols - v < 0 ? 0 : cols - v < VL ? cols - v : VL;
-                    *(NAME(uv) *)(to + v) = count ? NAME(load)(row + v, count) : NAME(splat)(0);
-                }
-            }
-        } else {
-            for (int64_t c = 0; c < GEMM_NR; c++) {
-                if (c >= cols) {
-                    for (int64_t q = 0; q < kc; q++) out[q * GEMM_NR + c] = 0;
-                    continue;
-                }
-                const T *col = base + c * j->b_col;
-                for (int64_t q = 0; q < kc; q++) out[q * GEMM_NR + c] = col[q * j->b_row];
-            }
+        for (int64_t l = 0; l < width; l++) {
+            const T *run = src + l * lane;
+            for (int64_t q = 0; q < kc; q++) out[q * width + l] = l < lanes ? run[q * depth] : 0;
         }
     }
 }
@@ -136,10 +104,11 @@ INLINE int NAME(packed_gemm_block)(const packed_gemm_job *j, int64_t i0, int64_t
         for (int64_t pc = 0; pc < j->k; pc += GEMM_KC) {
             int64_t kc = j->k - pc < GEMM_KC ? j->k - pc : GEMM_KC;
             int add = j->accumulate || pc > 0;
-            NAME(pack_b)(j, jc, nc, pc, kc, bp);
+            NAME(pack_panels)((const T *)j->b + pc * j->b_row + jc * j->b_col, j->b_col, j->b_row, nc, kc, GEMM_NR, bp);
             for (int64_t ic = i0; ic < i1; ic += GEMM_MC) {
                 int64_t mc = i1 - ic < GEMM_MC ? i1 - ic : GEMM_MC;
-                NAME(pack_a)(j, ic, mc, pc, kc, ap);
+                NAME(pack_panels)((const T *)j->a + ic * j->a_row + pc * j->a_col, j->a_row, j->a_col, mc, kc, GEMM_MR,
+                                  ap);
                 for (int64_t jr = 0; jr < nc; jr += GEMM_NR)
                     for (int64_t ir = 0; ir < mc; ir += GEMM_MR)
                         NAME(gemm_tile)(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * j->ldc + jc + jr, j->ldc,

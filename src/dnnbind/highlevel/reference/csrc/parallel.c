@@ -6,6 +6,11 @@
  * These workers spin for SPIN_NS after each job before they sleep, so that a run of kernel calls (a
  * network's layers) hands over in well under a microsecond, and a worker goes quiet soon after (so that
  * it does not take a core from the BLAS threads that may follow; OpenBLAS's own workers poll longer).
+ * Half a millisecond: an op's single-threaded parts between two split calls (copies of its operands, a
+ * strided gather) take 0.1-0.3 ms, and a worker that slept through them cost the next call its wakeup
+ * (measured in make bench's alternation, 1x1 convolutions of 8 samples at stride 2, forward: 0.6-0.7 ms
+ * with 0.1 ms of spinning, 0.39-0.41 ms with 0.5; the layers beside them, the thread-pool table and the
+ * ops on numpy's own AVX-512 BLAS unchanged).
  * In a process where PyTorch runs (dnnbind.torch), the ranges run on torch's own OpenMP team instead
  * (dnnbind_share_openmp): its threads spin after every torch op, and workers of ours beside them got
  * half a core each, so that a split call waited for its slowest half.
@@ -27,7 +32,7 @@
 
 /* How long an idle worker spins before it sleeps. */
 #ifndef SPIN_NS
-#define SPIN_NS 100000
+#define SPIN_NS 500000
 #endif
 /* Most arguments a kernel takes before its range, and most workers. */
 #define MAX_ARGS 16

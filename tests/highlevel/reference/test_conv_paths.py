@@ -380,5 +380,6 @@ def test_filter_gradients_left_to_the_products_go_side_by_side_with_the_own_prod
     use_packed_gemm(monkeypatch, packed)
     small = ConvDims((8, 128, 28, 28), (256, 128, 3, 3), stride=2, padding=1)      # 14 x 14 outputs
     assert conv_paths.filter_grad_path(small) is (Folded if packed else blas_path(small))
-    for other in (ConvDims((8, 128, 28, 28), (128, 128, 3, 3), padding=1), ConvDims((1, 128, 28, 28), (256, 128, 3, 3), stride=2, padding=1)):
+    for other in (ConvDims((8, 128, 28, 28), (128, 128, 3, 3), padding=1),                  # 784 outputs
+                  ConvDims((1, 128, 28, 28), (256, 128, 3, 3), stride=2, padding=1)):     # one sample
         assert conv_paths.filter_grad_path(other) is blas_path(other)

@@ -834,7 +834,8 @@ def test_packed_product_writes_rows_with_a_pitch_and_nothing_else(rng):
     assert (big[outside] == 7.0).all()
 
 
-@pytest.mark.parametrize("out_shape, out_dtype", [((30, 49), np.float32), ((30, 50), np.float64), ((50, 30), np.float32)])
+@pytest.mark.parametrize("out_shape, out_dtype", [((30, 49), np.float32), ((30, 50), np.float64),
+                                                  ((50, 30), np.float32)])
 def test_packed_product_refuses_what_does_not_fit(rng, out_shape, out_dtype):
     a, b = rng.standard_normal((30, 40)).astype(np.float32), rng.standard_normal((40, 50)).astype(np.float32)
     with pytest.raises(ValueError, match="argument out"):
@@ -843,6 +844,8 @@ def test_packed_product_refuses_what_does_not_fit(rng, out_shape, out_dtype):
         native.packed_product(a, b, np.empty((50, 30), np.float32).T)            # rows not contiguous
     with pytest.raises(ValueError, match="argument out"):
         native.packed_product(a, b[:30], np.empty((30, 50), np.float32))        # inner dimensions differ
+    with pytest.raises(ValueError, match="writable"):
+        native.packed_product(a, b, np.broadcast_to(np.float32(0), (30, 50)))    # read-only
 
 
 def test_packed_gemm_is_preferred_only_over_narrower_blas(monkeypatch):

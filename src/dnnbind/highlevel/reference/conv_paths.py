@@ -82,6 +82,7 @@ def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool = Fal
     if not threaded:
         np.matmul(a, b, out=out)
         return
+
     def part(i0: int, i1: int) -> None:
         if by_rows:
             np.matmul(a[..., i0:i1, :], b, out=out[..., i0:i1, :])
@@ -147,8 +148,8 @@ class Pointwise:
 
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:
-        """Split the samples over the pool when numpy's BLAS is single-threaded (else BLAS threads the
-        products itself)."""
+        """Use the pool where our threads pay for the products (:func:`products_on_pool`; else BLAS threads
+        them itself): the samples split over it, or each product split by the own product."""
         return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and products_on_pool(dims)
 
     @staticmethod
@@ -496,8 +497,8 @@ class Shifted:
             width = (n1 - n0 - 1) * plane + rows.length
             for t, start in enumerate(rows.starts):
                 for gi in range(g):
-                    _pitched_product(taps, (t * k + gi * kg) * cg, cg, xc, gi * cg * pitch + n0 * plane + start, pitch,
-                         yc, gi * kg * pitch + n0 * plane, pitch, kg, width, cg, accumulate=t > 0)
+                    _pitched_product(taps, (t * k + gi * kg) * cg, cg, xc, gi * cg * pitch + n0 * plane + start,
+                                     pitch, yc, gi * kg * pitch + n0 * plane, pitch, kg, width, cg, accumulate=t > 0)
 
         run(task, Shifted._parts(dims, threaded))
         return np.ascontiguousarray(rows.output_view(yc.reshape(k, dims.batch, plane).swapaxes(0, 1)))
@@ -521,8 +522,9 @@ class Shifted:
             width = (n1 - n0 - 1) * plane + rows.length
             for t, start in enumerate(rows.starts):
                 for gi in range(g):
-                    _pitched_product(dyc, gi * kg * pitch + n0 * plane, pitch, xc, gi * cg * pitch + n0 * plane + start, pitch,
-                         sums[i], (t * k + gi * kg) * cg, cg, kg, cg, width, trans_b=True)
+                    _pitched_product(dyc, gi * kg * pitch + n0 * plane, pitch, xc,
+                                     gi * cg * pitch + n0 * plane + start, pitch, sums[i], (t * k + gi * kg) * cg, cg,
+                                     kg, cg, width, trans_b=True)
 
         run(task, [(i, n0, n1) for i, (n0, n1) in enumerate(parts)])
         dw = sums.sum(axis=0) if len(parts) > 1 else sums[0]

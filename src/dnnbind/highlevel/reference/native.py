@@ -823,10 +823,10 @@ def _operand(a: np.ndarray) -> tuple[np.ndarray, int, int]:
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b of 2-d arrays. By dnnbind's own product where it beats numpy's BLAS (:func:`packed_gemm_pays`),
-    split over the pool when large and the cores are free (:func:`_cores_to_spare`). Else, where numpy's BLAS is held to one thread (:func:`_threads.one_blas_thread`:
-    every dnnbind.torch op on the CPU) and the product is large, its rows are split over the kernels'
-    pool (torch's OpenMP team once dnnbind.torch is imported), each range one single-threaded call of
-    numpy's OpenBLAS: the same sums, on every core (measured: a 2-layer LSTM's training step through
+    split over the pool when large and the cores are free (:func:`_cores_to_spare`). Else, where numpy's
+    BLAS is held to one thread (:func:`_threads.one_blas_thread`: every dnnbind.torch op on the CPU) and
+    the product is large, its rows are split over the kernels' pool (torch's OpenMP team once
+    dnnbind.torch is imported), each range one single-threaded call of numpy's OpenBLAS: the same sums, on every core (measured: a 2-layer LSTM's training step through
     dnnbind.torch, 15.4 -> 12.2 ms on 2 cores; torch's own layers 8.0). Not beside torch's threads without
     their team (the kernels' own workers would fight them). Else np.matmul."""
     if (a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype and a.shape[1] == b.shape[0]
@@ -849,7 +849,6 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     job = GemmJob(gemm, index_bytes, trans_a, trans_b, m, n, k, _data(a), lda, _data(b), ldb, _data(c), n)
     _launch(_kernel("gemm_rows", a.dtype), (job,), _parts(m, True))
     return c
-
 
 
 #: numpy's OpenBLAS kernels (its ``openblas_get_corename``) that use AVX-512's full width.
@@ -875,7 +874,8 @@ def _packed_gemm_wins() -> bool:
     forced = os.environ.get("DNNBIND_PACKED_GEMM", "").strip()
     if forced in ("0", "1"):
         return forced == "1" and library() is not None
-    return library() is not None and _best_suffix() == "v4" and (openblas().core or "").lower() not in AVX512_BLAS_CORES
+    core = (openblas().core or "").lower()
+    return library() is not None and _best_suffix() == "v4" and core not in AVX512_BLAS_CORES
 
 
 #: dnnbind's own product takes products of at least this many multiply-adds: below, its fixed cost (the
@@ -903,9 +903,10 @@ def packed_product(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, accumulate:
     (m, k), n = a.shape, b.shape[-1]
     dtype = out.dtype
     if (a.dtype != dtype or b.dtype != dtype or b.ndim != 2 or b.shape[0] != k or out.shape != (m, n)
-            or (m > 0 and n > 1 and out.strides[1] != out.itemsize) or not available(dtype)):
-        raise ValueError(f"native kernel argument out: expected a ({m}, {n}) {a.dtype} array with contiguous rows for "
-                         f"a {a.shape} {a.dtype} times {b.shape} {b.dtype}, got {out.dtype} {out.shape}")
+            or (m > 0 and n > 1 and out.strides[1] != out.itemsize) or not out.flags.writeable
+            or not available(dtype)):
+        raise ValueError(f"native kernel argument out: expected a writable ({m}, {n}) {a.dtype} array with contiguous "
+                         f"rows for a {a.shape} {a.dtype} times {b.shape} {b.dtype}, got {out.dtype} {out.shape}")
     if min(m, n) == 0:
         return
     if any(s % x.itemsize for x in (a, b, out) for s in x.strides):
@@ -915,6 +916,6 @@ def packed_product(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, accumulate:
     count, tile = (m, rows) if by_rows else (n, cols)
     parts = min(workers(), -(-count // tile)) if threaded else 1
     bounds = [count * i // parts // tile * tile for i in range(parts)] + [count]
-    job = PackedGemmJob(m, n, k, _data(a), *_strides(a), _data(b), *_strides(b), _data(out), out.strides[0] // out.itemsize,
-                        int(accumulate), int(by_rows))
+    job = PackedGemmJob(m, n, k, _data(a), *_strides(a), _data(b), *_strides(b), _data(out),
+                        out.strides[0] // out.itemsize, int(accumulate), int(by_rows))
     _launch(_kernel("packed_gemm", dtype), (job,), list(zip(bounds[:-1], bounds[1:])))

@@ -33,8 +33,10 @@ INLINE void NAME(pack_panels)(const T *src, int64_t lane, int64_t depth, int64_t
         if (lane == 1) {
             for (int64_t q = 0; q < kc; q++)
                 for (int64_t v = 0; v < width; v += VL) {
-                    int64_t part = width - v < VL ? width - v : VL, have = lanes - v < 0 ? 0 : lanes - v < part ? lanes - v : part;
-                    NAME(store)(out + q * width + v, have ? NAME(load)(src + q * depth + v, have) : NAME(splat)(0), part);
+                    int64_t part = width - v < VL ? width - v : VL;                   /* lanes of the panel */
+                    int64_t have = lanes - v < 0 ? 0 : lanes - v < part ? lanes - v : part;   /* ... in src */
+                    NAME(v) x = have ? NAME(load)(src + q * depth + v, have) : NAME(splat)(0);
+                    NAME(store)(out + q * width + v, x, part);
                 }
             continue;
         }

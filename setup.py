@@ -19,6 +19,13 @@ setup(ext_modules=[Extension(
     libraries=["m"],
     optional=True,
 ), Extension(
+    # the generated wrappers' fast check of their integer and enum arguments (dnnbind.runtime.checks);
+    # optional like the kernels
+    "dnnbind.runtime._values",
+    sources=["src/dnnbind/runtime/csrc/values.c"],
+    extra_compile_args=["-O2"],
+    optional=True,
+), Extension(
     # the plan key of a repeated call (dnnbind.highlevel.plans), built in C; optional like the kernels
     "dnnbind.highlevel._plankey",
     sources=["src/dnnbind/highlevel/csrc/plankey.c"],

@@ -52,10 +52,11 @@ class ValueCheck:
     slow: str                                # the tuple the slow path gets: (index, value, code, enum or None)
 
     @property
-    def fast(self) -> str:
-        parts = [f"_pack_{self.codes}({', '.join(self.names)})"]
-        parts += [f"(type({n}) is int or type({n}) is {e})" for n, e in self.enums]
-        return " and ".join(parts)
+    def spec(self) -> str:
+        """The spec runtime.checks.values_ok takes: (letters, per value its enum class or None, packer)."""
+        enum_of = dict(self.enums)
+        classes = ", ".join(enum_of.get(n, "None") for n in self.names)
+        return f"({self.codes.encode()!r}, ({classes},), _pack_{self.codes})"
 
 
 @dataclass(frozen=True)

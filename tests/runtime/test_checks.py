@@ -160,3 +160,48 @@ def test_clear_handle_sets_a_pointer_to_null():
     assert handle
     checks.clear_handle(handle)
     assert not handle
+
+
+# -- values_ok: the wrappers' fast check of integers and enums -----------------------------------------
+
+def _spec(codes: str, enums: tuple) -> tuple:
+    return codes.encode(), enums, struct.Struct(codes).pack
+
+
+def test_the_compiled_values_check_is_built():
+    """csrc/values.c is part of the development install (make setup builds it), like the kernels."""
+    assert checks.VALUES_OK_COMPILED, "dnnbind.runtime._values is not built: run make setup (pip install -e .)"
+
+
+_EDGES = [0, 1, -1, True, False, np.int32(7), np.int64(-3), np.uint64(2**64 - 1), 2**7 - 1, 2**7, -2**7, -2**7 - 1,
+          2**8 - 1, 2**8, 2**15 - 1, 2**15, -2**15 - 1, 2**16 - 1, 2**16, 2**31 - 1, 2**31, -2**31, -2**31 - 1,
+          2**32 - 1, 2**32, 2**63 - 1, 2**63, -2**63, -2**63 - 1, 2**64 - 1, 2**64, 10**30, -10**30, 1.0, "1",
+          None, Colour.RED, Shape.SQUARE, np.float32(1)]
+
+
+@pytest.mark.parametrize("code", list(checks.RANGES))
+@pytest.mark.parametrize("value", _EDGES, ids=repr)
+def test_compiled_and_python_values_checks_agree_on_each_type(code, value):
+    """The C check answers as the Python one (struct's ranges and __index__ rule) for every format letter
+    at and past every type's limits, for bools, numpy integers, floats, strings and None."""
+    spec = _spec(code, (None,))
+    expected = checks._values_ok_python(spec, value)
+    assert checks.values_ok(spec, value) is expected
+    lo, hi = checks.RANGES[code][1:]
+    if type(value) is int:
+        assert expected == (lo <= value <= hi)
+
+
+@pytest.mark.parametrize("value, enum, ok", [(0, Colour, True), (Colour.RED, Colour, True), (Shape.SQUARE, Colour, False),
+                                             (True, Colour, False), (np.int32(0), Colour, False), (2**40, Colour, False)])
+def test_enum_parameters_take_ints_and_their_own_members_only(value, enum, ok):
+    spec = _spec("ii", (None, enum))
+    assert checks.values_ok(spec, 5, value) is ok
+    assert checks._values_ok_python(spec, 5, value) is ok
+
+
+def test_the_compiled_check_refuses_a_spec_that_does_not_match():
+    from dnnbind.runtime._values import values_ok
+    for spec in ((b"ii", (None,)), ("ii", (None, None)), (b"i", (None,)), ()):
+        with pytest.raises(TypeError, match="spec"):
+            values_ok(spec, 1, 2)

@@ -14,13 +14,14 @@ from ctypes import (CFUNCTYPE, POINTER, ArgumentError as _ArgumentError, Structu
                     c_size_t, c_ssize_t, c_ubyte, c_uint, c_uint8, c_uint16, c_uint32, c_uint64,
                     c_ulong, c_ulonglong, c_ushort, c_void_p, create_string_buffer as _string_buffer)
 from enum import IntEnum as _IntEnum
-from struct import Struct as _Struct, error as _StructError
+from struct import Struct as _Struct
 
 from dnnbind.runtime import CudnnError as _Error
 from dnnbind.runtime.loader import Library as _Library, Unchecked as _Unchecked
 from dnnbind.runtime.checks import (check_values as _check_values, clear_handle as _clear_handle,
                                     host_array as _host_array, host_buffer as _host_buffer,
-                                    query_count as _query_count, sized_count as _sized_count)
+                                    query_count as _query_count, sized_count as _sized_count,
+                                    values_ok as _values_ok)
 from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
                                       address_handle as _address_handle)
 from dnnbind.runtime.versions import cudnn_version as _cudnn_version
@@ -2056,6 +2057,7 @@ def cudnnGetCudartVersion():
     return result
 
 _cudnnGetErrorString = _lazy('cudnnGetErrorString', (c_int,), c_char_p)
+_values_cudnnGetErrorString = (b'i', (cudnnStatus_t,), _pack_i)
 
 
 def cudnnGetErrorString(status):
@@ -2065,11 +2067,7 @@ def cudnnGetErrorString(status):
      @param[in] status The cuDNN status code to convert.
      @return Pointer to a static string describing the status code.
      @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(status) and (type(status) is int or type(status) is cudnnStatus_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetErrorString, status):
         _check_values('cudnnGetErrorString', ('status',), ((0, status, 'i', cudnnStatus_t),))
     try:
         result = _cudnnGetErrorString(status)
@@ -2078,6 +2076,7 @@ def cudnnGetErrorString(status):
     return _decode(result)
 
 _cudnnGetLastErrorString = _lazy('cudnnGetLastErrorString', (c_void_p, c_size_t,), None)
+_values_cudnnGetLastErrorString = (b'N', (None,), _pack_N)
 
 
 def cudnnGetLastErrorString(message, max_size):
@@ -2090,11 +2089,7 @@ def cudnnGetLastErrorString(message, max_size):
      @param[out] message   Buffer to receive the error message string.
      @param[in]  max_size  Maximum number of bytes to write into @p message.
      @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_N(max_size)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetLastErrorString, max_size):
         _check_values('cudnnGetLastErrorString', ('message', 'max_size'), ((1, max_size, 'N', None),))
     try:
         message = _arr_char(message, max_size, 0)
@@ -2103,6 +2098,7 @@ def cudnnGetLastErrorString(message, max_size):
         raise _lib.argument_error('cudnnGetLastErrorString', ('message', 'max_size'), exc) from None
 
 _cudnnQueryRuntimeError = _lazy('cudnnQueryRuntimeError', (cudnnHandle_t, c_void_p, c_int, c_void_p,), c_int, deprecated='Use cudnnGetLastErrorString instead')
+_values_cudnnQueryRuntimeError = (b'i', (cudnnErrQueryMode_t,), _pack_i)
 
 
 def cudnnQueryRuntimeError(handle, rstatus, mode, tag):
@@ -2124,11 +2120,7 @@ def cudnnQueryRuntimeError(handle, rstatus, mode, tag):
      @param[out] tag      Runtime tag (unused, may be NULL).
      @return cuDNN status code.
      @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnErrQueryMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnQueryRuntimeError, mode):
         _check_values('cudnnQueryRuntimeError', ('handle', 'rstatus', 'mode', 'tag'), ((2, mode, 'i', cudnnErrQueryMode_t),))
     try:
         rstatus = _arr_cudnnStatus_t(rstatus, 1, 1)
@@ -2140,6 +2132,7 @@ def cudnnQueryRuntimeError(handle, rstatus, mode, tag):
         raise _lib.status_error(status, 'cudnnQueryRuntimeError')
 
 _cudnnGetProperty = _lazy('cudnnGetProperty', (c_int, c_void_p,), c_int)
+_values_cudnnGetProperty = (b'i', (libraryPropertyType,), _pack_i)
 
 
 def cudnnGetProperty(type, value):
@@ -2155,11 +2148,7 @@ def cudnnGetProperty(type, value):
      @param[out] value  Pointer to receive the property value.
      @return cuDNN status code.
      @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(type) and (type(type) is int or type(type) is libraryPropertyType)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetProperty, type):
         _check_values('cudnnGetProperty', ('type', 'value'), ((0, type, 'i', libraryPropertyType),))
     try:
         value = _arr_int(value, 1, 1)
@@ -2264,6 +2253,7 @@ def cudnnGetStream(handle, streamId):
         raise _lib.status_error(status, 'cudnnGetStream')
 
 _cudnnSetCallback = _lazy('cudnnSetCallback', (c_uint, EitherPointer, cudnnCallback_t,), c_int)
+_values_cudnnSetCallback = (b'I', (None,), _pack_I)
 
 
 def cudnnSetCallback(mask, udata, fptr):
@@ -2280,11 +2270,7 @@ def cudnnSetCallback(mask, udata, fptr):
      @param[in] fptr   Callback function pointer.
      @return cuDNN status code.
      @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_I(mask)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetCallback, mask):
         _check_values('cudnnSetCallback', ('mask', 'udata', 'fptr'), ((0, mask, 'I', None),))
     try:
         status = _cudnnSetCallback(mask, udata, fptr)
@@ -2342,6 +2328,7 @@ def cudnnGraphVersionCheck():
         raise _lib.status_error(status, 'cudnnGraphVersionCheck')
 
 _cudnnBackendCreateDescriptor = _lazy('cudnnBackendCreateDescriptor', (c_int, c_void_p,), c_int)
+_values_cudnnBackendCreateDescriptor = (b'i', (cudnnBackendDescriptorType_t,), _pack_i)
 
 
 def cudnnBackendCreateDescriptor(descriptorType, descriptor):
@@ -2359,11 +2346,7 @@ def cudnnBackendCreateDescriptor(descriptorType, descriptor):
      @retval CUDNN_STATUS_NOT_SUPPORTED
      @retval CUDNN_STATUS_ALLOC_FAILED
      @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(descriptorType) and (type(descriptorType) is int or type(descriptorType) is cudnnBackendDescriptorType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnBackendCreateDescriptor, descriptorType):
         _check_values('cudnnBackendCreateDescriptor', ('descriptorType', 'descriptor'), ((0, descriptorType, 'i', cudnnBackendDescriptorType_t),))
     try:
         descriptor = _arr_cudnnBackendDescriptor_t(descriptor, 1, 1)
@@ -2441,6 +2424,7 @@ def cudnnBackendFinalize(descriptor):
         raise _lib.status_error(status, 'cudnnBackendFinalize')
 
 _cudnnBackendSetAttribute = _lazy('cudnnBackendSetAttribute', (cudnnBackendDescriptor_t, c_int, c_int, c_int64, c_void_p,), c_int)
+_values_cudnnBackendSetAttribute = (b'iiq', (cudnnBackendAttributeName_t, cudnnBackendAttributeType_t, None,), _pack_iiq)
 
 
 def cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCount, arrayOfElements):
@@ -2462,11 +2446,7 @@ def cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCo
      @retval CUDNN_STATUS_BAD_PARAM
      @retval CUDNN_STATUS_NOT_SUPPORTED
      @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iiq(attributeName, attributeType, elementCount) and (type(attributeName) is int or type(attributeName) is cudnnBackendAttributeName_t) and (type(attributeType) is int or type(attributeType) is cudnnBackendAttributeType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnBackendSetAttribute, attributeName, attributeType, elementCount):
         _check_values('cudnnBackendSetAttribute', ('descriptor', 'attributeName', 'attributeType', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', cudnnBackendAttributeName_t), (2, attributeType, 'i', cudnnBackendAttributeType_t), (3, elementCount, 'q', None),))
     try:
         arrayOfElements = _void_c(arrayOfElements, _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, elementCount, 'cudnnBackendSetAttribute', 'attributeType'), 4)
@@ -2477,6 +2457,7 @@ def cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCo
         raise _lib.status_error(status, 'cudnnBackendSetAttribute')
 
 _cudnnBackendGetAttribute = _lazy('cudnnBackendGetAttribute', (cudnnBackendDescriptor_t, c_int, c_int, c_int64, c_void_p, c_void_p,), c_int)
+_values_cudnnBackendGetAttribute = (b'iiq', (cudnnBackendAttributeName_t, cudnnBackendAttributeType_t, None,), _pack_iiq)
 
 
 def cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requestedElementCount, elementCount, arrayOfElements):
@@ -2499,11 +2480,7 @@ def cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requested
      @retval CUDNN_STATUS_BAD_PARAM
      @retval CUDNN_STATUS_NOT_INITIALIZED
      @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iiq(attributeName, attributeType, requestedElementCount) and (type(attributeName) is int or type(attributeName) is cudnnBackendAttributeName_t) and (type(attributeType) is int or type(attributeType) is cudnnBackendAttributeType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnBackendGetAttribute, attributeName, attributeType, requestedElementCount):
         _check_values('cudnnBackendGetAttribute', ('descriptor', 'attributeName', 'attributeType', 'requestedElementCount', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', cudnnBackendAttributeName_t), (2, attributeType, 'i', cudnnBackendAttributeType_t), (3, requestedElementCount, 'q', None),))
     try:
         elementCount = _arr_int64_t(elementCount, 1, 4)
@@ -2646,6 +2623,7 @@ def cudnnCreateTensorDescriptor(tensorDesc):
         raise _lib.status_error(status, 'cudnnCreateTensorDescriptor')
 
 _cudnnSetTensor4dDescriptor = _lazy('cudnnSetTensor4dDescriptor', (cudnnTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_cudnnSetTensor4dDescriptor = (b'iiiiii', (cudnnTensorFormat_t, cudnnDataType_t, None, None, None, None,), _pack_iiiiii)
 
 
 def cudnnSetTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w):
@@ -2671,11 +2649,7 @@ def cudnnSetTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w):
 
     @since cuDNN 9.0.0
     @see cudnnSetTensor4dDescriptorEx, cudnnGetTensor4dDescriptor"""
-    try:
-        _ok = _pack_iiiiii(format, dataType, n, c, h, w) and (type(format) is int or type(format) is cudnnTensorFormat_t) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetTensor4dDescriptor, format, dataType, n, c, h, w):
         _check_values('cudnnSetTensor4dDescriptor', ('tensorDesc', 'format', 'dataType', 'n', 'c', 'h', 'w'), ((1, format, 'i', cudnnTensorFormat_t), (2, dataType, 'i', cudnnDataType_t), (3, n, 'i', None), (4, c, 'i', None), (5, h, 'i', None), (6, w, 'i', None),))
     try:
         status = _cudnnSetTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w)
@@ -2685,6 +2659,7 @@ def cudnnSetTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w):
         raise _lib.status_error(status, 'cudnnSetTensor4dDescriptor')
 
 _cudnnSetTensor4dDescriptorEx = _lazy('cudnnSetTensor4dDescriptorEx', (cudnnTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_cudnnSetTensor4dDescriptorEx = (b'iiiiiiiii', (cudnnDataType_t, None, None, None, None, None, None, None, None,), _pack_iiiiiiiii)
 
 
 def cudnnSetTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
@@ -2713,11 +2688,7 @@ def cudnnSetTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStr
 
     @since cuDNN 9.0.0
     @see cudnnSetTensor4dDescriptor, cudnnGetTensor4dDescriptor"""
-    try:
-        _ok = _pack_iiiiiiiii(dataType, n, c, h, w, nStride, cStride, hStride, wStride) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetTensor4dDescriptorEx, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
         _check_values('cudnnSetTensor4dDescriptorEx', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w', 'nStride', 'cStride', 'hStride', 'wStride'), ((1, dataType, 'i', cudnnDataType_t), (2, n, 'i', None), (3, c, 'i', None), (4, h, 'i', None), (5, w, 'i', None), (6, nStride, 'i', None), (7, cStride, 'i', None), (8, hStride, 'i', None), (9, wStride, 'i', None),))
     try:
         status = _cudnnSetTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride)
@@ -2779,6 +2750,7 @@ def cudnnGetTensor4dDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStrid
         raise _lib.status_error(status, 'cudnnGetTensor4dDescriptor')
 
 _cudnnSetTensorNdDescriptor = _lazy('cudnnSetTensorNdDescriptor', (cudnnTensorDescriptor_t, c_int, c_int, c_void_p, c_void_p,), c_int)
+_values_cudnnSetTensorNdDescriptor = (b'ii', (cudnnDataType_t, None,), _pack_ii)
 
 
 def cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA):
@@ -2805,11 +2777,7 @@ def cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA):
 
     @since cuDNN 9.0.0
     @see cudnnGetTensorNdDescriptor"""
-    try:
-        _ok = _pack_ii(dataType, nbDims) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetTensorNdDescriptor, dataType, nbDims):
         _check_values('cudnnSetTensorNdDescriptor', ('tensorDesc', 'dataType', 'nbDims', 'dimA', 'strideA'), ((1, dataType, 'i', cudnnDataType_t), (2, nbDims, 'i', None),))
     try:
         dimA = _arr_int_c(dimA, nbDims, 3)
@@ -2821,6 +2789,7 @@ def cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA):
         raise _lib.status_error(status, 'cudnnSetTensorNdDescriptor')
 
 _cudnnSetTensorNdDescriptorEx = _lazy('cudnnSetTensorNdDescriptorEx', (cudnnTensorDescriptor_t, c_int, c_int, c_int, c_void_p,), c_int)
+_values_cudnnSetTensorNdDescriptorEx = (b'iii', (cudnnTensorFormat_t, cudnnDataType_t, None,), _pack_iii)
 
 
 def cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA):
@@ -2847,11 +2816,7 @@ def cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA):
 
     @since cuDNN 9.0.0
     @see cudnnSetTensorNdDescriptor"""
-    try:
-        _ok = _pack_iii(format, dataType, nbDims) and (type(format) is int or type(format) is cudnnTensorFormat_t) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetTensorNdDescriptorEx, format, dataType, nbDims):
         _check_values('cudnnSetTensorNdDescriptorEx', ('tensorDesc', 'format', 'dataType', 'nbDims', 'dimA'), ((1, format, 'i', cudnnTensorFormat_t), (2, dataType, 'i', cudnnDataType_t), (3, nbDims, 'i', None),))
     try:
         dimA = _arr_int_c(dimA, nbDims, 4)
@@ -2862,6 +2827,7 @@ def cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA):
         raise _lib.status_error(status, 'cudnnSetTensorNdDescriptorEx')
 
 _cudnnGetTensorNdDescriptor = _lazy('cudnnGetTensorNdDescriptor', (cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
+_values_cudnnGetTensorNdDescriptor = (b'i', (None,), _pack_i)
 
 
 def cudnnGetTensorNdDescriptor(tensorDesc, nbDimsRequested, dataType, nbDims, dimA, strideA):
@@ -2888,11 +2854,7 @@ def cudnnGetTensorNdDescriptor(tensorDesc, nbDimsRequested, dataType, nbDims, di
 
     @since cuDNN 9.0.0
     @see cudnnSetTensorNdDescriptor"""
-    try:
-        _ok = _pack_i(nbDimsRequested)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetTensorNdDescriptor, nbDimsRequested):
         _check_values('cudnnGetTensorNdDescriptor', ('tensorDesc', 'nbDimsRequested', 'dataType', 'nbDims', 'dimA', 'strideA'), ((1, nbDimsRequested, 'i', None),))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 2)
@@ -3030,6 +2992,7 @@ def cudnnCreateTensorTransformDescriptor(transformDesc):
         raise _lib.status_error(status, 'cudnnCreateTensorTransformDescriptor')
 
 _cudnnSetTensorTransformDescriptor = _lazy('cudnnSetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, c_int, c_void_p, c_void_p, c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetTensorTransformDescriptor = (b'Iii', (None, cudnnTensorFormat_t, cudnnFoldingDirection_t,), _pack_Iii)
 
 
 def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBeforeA, padAfterA, foldA, direction):
@@ -3063,11 +3026,7 @@ def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBefo
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetTensorTransformDescriptor"""
-    try:
-        _ok = _pack_Iii(nbDims, destFormat, direction) and (type(destFormat) is int or type(destFormat) is cudnnTensorFormat_t) and (type(direction) is int or type(direction) is cudnnFoldingDirection_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetTensorTransformDescriptor, nbDims, destFormat, direction):
         _check_values('cudnnSetTensorTransformDescriptor', ('transformDesc', 'nbDims', 'destFormat', 'padBeforeA', 'padAfterA', 'foldA', 'direction'), ((1, nbDims, 'I', None), (2, destFormat, 'i', cudnnTensorFormat_t), (6, direction, 'i', cudnnFoldingDirection_t),))
     try:
         padBeforeA = _arr_int32_t_c_n(padBeforeA, nbDims, 3)
@@ -3080,6 +3039,7 @@ def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBefo
         raise _lib.status_error(status, 'cudnnSetTensorTransformDescriptor')
 
 _cudnnGetTensorTransformDescriptor = _lazy('cudnnGetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetTensorTransformDescriptor = (b'I', (None,), _pack_I)
 
 
 def cudnnGetTensorTransformDescriptor(transformDesc, nbDimsRequested, destFormat, padBeforeA, padAfterA, foldA, direction):
@@ -3111,11 +3071,7 @@ def cudnnGetTensorTransformDescriptor(transformDesc, nbDimsRequested, destFormat
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetTensorTransformDescriptor"""
-    try:
-        _ok = _pack_I(nbDimsRequested)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetTensorTransformDescriptor, nbDimsRequested):
         _check_values('cudnnGetTensorTransformDescriptor', ('transformDesc', 'nbDimsRequested', 'destFormat', 'padBeforeA', 'padAfterA', 'foldA', 'direction'), ((1, nbDimsRequested, 'I', None),))
     try:
         destFormat = _arr_cudnnTensorFormat_t(destFormat, 1, 2)
@@ -3322,6 +3278,7 @@ def cudnnCreateOpTensorDescriptor(opTensorDesc):
         raise _lib.status_error(status, 'cudnnCreateOpTensorDescriptor')
 
 _cudnnSetOpTensorDescriptor = _lazy('cudnnSetOpTensorDescriptor', (cudnnOpTensorDescriptor_t, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetOpTensorDescriptor = (b'iii', (cudnnOpTensorOp_t, cudnnDataType_t, cudnnNanPropagation_t,), _pack_iii)
 
 
 def cudnnSetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTensorNanOpt):
@@ -3344,11 +3301,7 @@ def cudnnSetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetOpTensorDescriptor"""
-    try:
-        _ok = _pack_iii(opTensorOp, opTensorCompType, opTensorNanOpt) and (type(opTensorOp) is int or type(opTensorOp) is cudnnOpTensorOp_t) and (type(opTensorCompType) is int or type(opTensorCompType) is cudnnDataType_t) and (type(opTensorNanOpt) is int or type(opTensorNanOpt) is cudnnNanPropagation_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetOpTensorDescriptor, opTensorOp, opTensorCompType, opTensorNanOpt):
         _check_values('cudnnSetOpTensorDescriptor', ('opTensorDesc', 'opTensorOp', 'opTensorCompType', 'opTensorNanOpt'), ((1, opTensorOp, 'i', cudnnOpTensorOp_t), (2, opTensorCompType, 'i', cudnnDataType_t), (3, opTensorNanOpt, 'i', cudnnNanPropagation_t),))
     try:
         status = _cudnnSetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTensorNanOpt)
@@ -3506,6 +3459,7 @@ def cudnnCreateReduceTensorDescriptor(reduceTensorDesc):
         raise _lib.status_error(status, 'cudnnCreateReduceTensorDescriptor')
 
 _cudnnSetReduceTensorDescriptor = _lazy('cudnnSetReduceTensorDescriptor', (cudnnReduceTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetReduceTensorDescriptor = (b'iiiii', (cudnnReduceTensorOp_t, cudnnDataType_t, cudnnNanPropagation_t, cudnnReduceTensorIndices_t, cudnnIndicesType_t,), _pack_iiiii)
 
 
 def cudnnSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
@@ -3530,11 +3484,7 @@ def cudnnSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetReduceTensorDescriptor"""
-    try:
-        _ok = _pack_iiiii(reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType) and (type(reduceTensorOp) is int or type(reduceTensorOp) is cudnnReduceTensorOp_t) and (type(reduceTensorCompType) is int or type(reduceTensorCompType) is cudnnDataType_t) and (type(reduceTensorNanOpt) is int or type(reduceTensorNanOpt) is cudnnNanPropagation_t) and (type(reduceTensorIndices) is int or type(reduceTensorIndices) is cudnnReduceTensorIndices_t) and (type(reduceTensorIndicesType) is int or type(reduceTensorIndicesType) is cudnnIndicesType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetReduceTensorDescriptor, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
         _check_values('cudnnSetReduceTensorDescriptor', ('reduceTensorDesc', 'reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'), ((1, reduceTensorOp, 'i', cudnnReduceTensorOp_t), (2, reduceTensorCompType, 'i', cudnnDataType_t), (3, reduceTensorNanOpt, 'i', cudnnNanPropagation_t), (4, reduceTensorIndices, 'i', cudnnReduceTensorIndices_t), (5, reduceTensorIndicesType, 'i', cudnnIndicesType_t),))
     try:
         status = _cudnnSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType)
@@ -3684,6 +3634,7 @@ def cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeI
         raise _lib.status_error(status, 'cudnnGetReductionWorkspaceSize')
 
 _cudnnReduceTensor = _lazy('cudnnReduceTensor', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnReduceTensor = (b'NN', (None, None,), _pack_NN)
 
 
 def cudnnReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspace, workspaceSizeInBytes, alpha, aDesc, A, beta, cDesc, C):
@@ -3728,11 +3679,7 @@ def cudnnReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wor
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetReductionWorkspaceSize, cudnnGetReductionIndicesSize"""
-    try:
-        _ok = _pack_NN(indicesSizeInBytes, workspaceSizeInBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnReduceTensor, indicesSizeInBytes, workspaceSizeInBytes):
         _check_values('cudnnReduceTensor', ('handle', 'reduceTensorDesc', 'indices', 'indicesSizeInBytes', 'workspace', 'workspaceSizeInBytes', 'alpha', 'aDesc', 'A', 'beta', 'cDesc', 'C'), ((3, indicesSizeInBytes, 'N', None), (5, workspaceSizeInBytes, 'N', None),))
     try:
         alpha = _void_c(alpha, 4, 6)
@@ -3848,6 +3795,7 @@ def cudnnCreateFilterDescriptor(filterDesc):
         raise _lib.status_error(status, 'cudnnCreateFilterDescriptor')
 
 _cudnnSetFilter4dDescriptor = _lazy('cudnnSetFilter4dDescriptor', (cudnnFilterDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetFilter4dDescriptor = (b'iiiiii', (cudnnDataType_t, cudnnTensorFormat_t, None, None, None, None,), _pack_iiiiii)
 
 
 def cudnnSetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
@@ -3875,11 +3823,7 @@ def cudnnSetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetFilter4dDescriptor"""
-    try:
-        _ok = _pack_iiiiii(dataType, format, k, c, h, w) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(format) is int or type(format) is cudnnTensorFormat_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetFilter4dDescriptor, dataType, format, k, c, h, w):
         _check_values('cudnnSetFilter4dDescriptor', ('filterDesc', 'dataType', 'format', 'k', 'c', 'h', 'w'), ((1, dataType, 'i', cudnnDataType_t), (2, format, 'i', cudnnTensorFormat_t), (3, k, 'i', None), (4, c, 'i', None), (5, h, 'i', None), (6, w, 'i', None),))
     try:
         status = _cudnnSetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w)
@@ -3935,6 +3879,7 @@ def cudnnGetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
         raise _lib.status_error(status, 'cudnnGetFilter4dDescriptor')
 
 _cudnnSetFilterNdDescriptor = _lazy('cudnnSetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, c_int, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetFilterNdDescriptor = (b'iii', (cudnnDataType_t, cudnnTensorFormat_t, None,), _pack_iii)
 
 
 def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA):
@@ -3961,11 +3906,7 @@ def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetFilterNdDescriptor"""
-    try:
-        _ok = _pack_iii(dataType, format, nbDims) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(format) is int or type(format) is cudnnTensorFormat_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetFilterNdDescriptor, dataType, format, nbDims):
         _check_values('cudnnSetFilterNdDescriptor', ('filterDesc', 'dataType', 'format', 'nbDims', 'filterDimA'), ((1, dataType, 'i', cudnnDataType_t), (2, format, 'i', cudnnTensorFormat_t), (3, nbDims, 'i', None),))
     try:
         filterDimA = _arr_int_c(filterDimA, nbDims, 4)
@@ -3976,6 +3917,7 @@ def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
         raise _lib.status_error(status, 'cudnnSetFilterNdDescriptor')
 
 _cudnnGetFilterNdDescriptor = _lazy('cudnnGetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetFilterNdDescriptor = (b'i', (None,), _pack_i)
 
 
 def cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nbDims, filterDimA):
@@ -4005,11 +3947,7 @@ def cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nb
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetFilterNdDescriptor"""
-    try:
-        _ok = _pack_i(nbDimsRequested)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetFilterNdDescriptor, nbDimsRequested):
         _check_values('cudnnGetFilterNdDescriptor', ('filterDesc', 'nbDimsRequested', 'dataType', 'format', 'nbDims', 'filterDimA'), ((1, nbDimsRequested, 'i', None),))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 2)
@@ -4126,6 +4064,7 @@ def cudnnDestroyFilterDescriptor(filterDesc):
     _clear_handle(filterDesc)
 
 _cudnnSoftmaxForward = _lazy('cudnnSoftmaxForward', (cudnnHandle_t, c_int, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
+_values_cudnnSoftmaxForward = (b'ii', (cudnnSoftmaxAlgorithm_t, cudnnSoftmaxMode_t,), _pack_ii)
 
 
 def cudnnSoftmaxForward(handle, algo, mode, alpha, xDesc, x, beta, yDesc, y):
@@ -4158,11 +4097,7 @@ def cudnnSoftmaxForward(handle, algo, mode, alpha, xDesc, x, beta, yDesc, y):
 
     @since cuDNN 9.0.0
     @see cudnnSoftmaxBackward"""
-    try:
-        _ok = _pack_ii(algo, mode) and (type(algo) is int or type(algo) is cudnnSoftmaxAlgorithm_t) and (type(mode) is int or type(mode) is cudnnSoftmaxMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSoftmaxForward, algo, mode):
         _check_values('cudnnSoftmaxForward', ('handle', 'algo', 'mode', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), ((1, algo, 'i', cudnnSoftmaxAlgorithm_t), (2, mode, 'i', cudnnSoftmaxMode_t),))
     try:
         alpha = _void_c(alpha, 4, 3)
@@ -4205,6 +4140,7 @@ def cudnnCreatePoolingDescriptor(poolingDesc):
         raise _lib.status_error(status, 'cudnnCreatePoolingDescriptor')
 
 _cudnnSetPooling2dDescriptor = _lazy('cudnnSetPooling2dDescriptor', (cudnnPoolingDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetPooling2dDescriptor = (b'iiiiiiii', (cudnnPoolingMode_t, cudnnNanPropagation_t, None, None, None, None, None, None,), _pack_iiiiiiii)
 
 
 def cudnnSetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride):
@@ -4232,11 +4168,7 @@ def cudnnSetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetPooling2dDescriptor"""
-    try:
-        _ok = _pack_iiiiiiii(mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride) and (type(mode) is int or type(mode) is cudnnPoolingMode_t) and (type(maxpoolingNanOpt) is int or type(maxpoolingNanOpt) is cudnnNanPropagation_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetPooling2dDescriptor, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride):
         _check_values('cudnnSetPooling2dDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'windowHeight', 'windowWidth', 'verticalPadding', 'horizontalPadding', 'verticalStride', 'horizontalStride'), ((1, mode, 'i', cudnnPoolingMode_t), (2, maxpoolingNanOpt, 'i', cudnnNanPropagation_t), (3, windowHeight, 'i', None), (4, windowWidth, 'i', None), (5, verticalPadding, 'i', None), (6, horizontalPadding, 'i', None), (7, verticalStride, 'i', None), (8, horizontalStride, 'i', None),))
     try:
         status = _cudnnSetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride)
@@ -4298,6 +4230,7 @@ def cudnnGetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
         raise _lib.status_error(status, 'cudnnGetPooling2dDescriptor')
 
 _cudnnSetPoolingNdDescriptor = _lazy('cudnnSetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, c_int, c_int, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetPoolingNdDescriptor = (b'iii', (cudnnPoolingMode_t, cudnnNanPropagation_t, None,), _pack_iii)
 
 
 def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, windowDimA, paddingA, strideA):
@@ -4328,11 +4261,7 @@ def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, win
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetPoolingNdDescriptor"""
-    try:
-        _ok = _pack_iii(mode, maxpoolingNanOpt, nbDims) and (type(mode) is int or type(mode) is cudnnPoolingMode_t) and (type(maxpoolingNanOpt) is int or type(maxpoolingNanOpt) is cudnnNanPropagation_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetPoolingNdDescriptor, mode, maxpoolingNanOpt, nbDims):
         _check_values('cudnnSetPoolingNdDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'), ((1, mode, 'i', cudnnPoolingMode_t), (2, maxpoolingNanOpt, 'i', cudnnNanPropagation_t), (3, nbDims, 'i', None),))
     try:
         windowDimA = _arr_int_c(windowDimA, nbDims, 4)
@@ -4345,6 +4274,7 @@ def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, win
         raise _lib.status_error(status, 'cudnnSetPoolingNdDescriptor')
 
 _cudnnGetPoolingNdDescriptor = _lazy('cudnnGetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetPoolingNdDescriptor = (b'i', (None,), _pack_i)
 
 
 def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNanOpt, nbDims, windowDimA, paddingA, strideA):
@@ -4378,11 +4308,7 @@ def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNa
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetPoolingNdDescriptor"""
-    try:
-        _ok = _pack_i(nbDimsRequested)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetPoolingNdDescriptor, nbDimsRequested):
         _check_values('cudnnGetPoolingNdDescriptor', ('poolingDesc', 'nbDimsRequested', 'mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'), ((1, nbDimsRequested, 'i', None),))
     try:
         mode = _arr_cudnnPoolingMode_t(mode, 1, 2)
@@ -4398,6 +4324,7 @@ def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNa
         raise _lib.status_error(status, 'cudnnGetPoolingNdDescriptor')
 
 _cudnnGetPoolingNdForwardOutputDim = _lazy('cudnnGetPoolingNdForwardOutputDim', (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetPoolingNdForwardOutputDim = (b'i', (None,), _pack_i)
 
 
 def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outputTensorDimA):
@@ -4422,11 +4349,7 @@ def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outp
 
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead."""
-    try:
-        _ok = _pack_i(nbDims)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetPoolingNdForwardOutputDim, nbDims):
         _check_values('cudnnGetPoolingNdForwardOutputDim', ('poolingDesc', 'inputTensorDesc', 'nbDims', 'outputTensorDimA'), ((2, nbDims, 'i', None),))
     try:
         outputTensorDimA = _arr_int(outputTensorDimA, nbDims, 3)
@@ -4582,6 +4505,7 @@ def cudnnCreateActivationDescriptor(activationDesc):
         raise _lib.status_error(status, 'cudnnCreateActivationDescriptor')
 
 _cudnnSetActivationDescriptor = _lazy('cudnnSetActivationDescriptor', (cudnnActivationDescriptor_t, c_int, c_int, c_double,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetActivationDescriptor = (b'ii', (cudnnActivationMode_t, cudnnNanPropagation_t,), _pack_ii)
 
 
 def cudnnSetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
@@ -4604,11 +4528,7 @@ def cudnnSetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetActivationDescriptor"""
-    try:
-        _ok = _pack_ii(mode, reluNanOpt) and (type(mode) is int or type(mode) is cudnnActivationMode_t) and (type(reluNanOpt) is int or type(reluNanOpt) is cudnnNanPropagation_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetActivationDescriptor, mode, reluNanOpt):
         _check_values('cudnnSetActivationDescriptor', ('activationDesc', 'mode', 'reluNanOpt', 'coef'), ((1, mode, 'i', cudnnActivationMode_t), (2, reluNanOpt, 'i', cudnnNanPropagation_t),))
     try:
         status = _cudnnSetActivationDescriptor(activationDesc, mode, reluNanOpt, coef)
@@ -4818,6 +4738,7 @@ def cudnnCreateLRNDescriptor(normDesc):
         raise _lib.status_error(status, 'cudnnCreateLRNDescriptor')
 
 _cudnnSetLRNDescriptor = _lazy('cudnnSetLRNDescriptor', (cudnnLRNDescriptor_t, c_uint, c_double, c_double, c_double,), c_int)
+_values_cudnnSetLRNDescriptor = (b'I', (None,), _pack_I)
 
 
 def cudnnSetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
@@ -4842,11 +4763,7 @@ def cudnnSetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
 
     @since cuDNN 9.0.0
     @see cudnnGetLRNDescriptor"""
-    try:
-        _ok = _pack_I(lrnN)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetLRNDescriptor, lrnN):
         _check_values('cudnnSetLRNDescriptor', ('normDesc', 'lrnN', 'lrnAlpha', 'lrnBeta', 'lrnK'), ((1, lrnN, 'I', None),))
     try:
         status = _cudnnSetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK)
@@ -4921,6 +4838,7 @@ def cudnnDestroyLRNDescriptor(lrnDesc):
     _clear_handle(lrnDesc)
 
 _cudnnLRNCrossChannelForward = _lazy('cudnnLRNCrossChannelForward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
+_values_cudnnLRNCrossChannelForward = (b'i', (cudnnLRNMode_t,), _pack_i)
 
 
 def cudnnLRNCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta, yDesc, y):
@@ -4954,11 +4872,7 @@ def cudnnLRNCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta
 
     @since cuDNN 9.0.0
     @see cudnnLRNCrossChannelBackward"""
-    try:
-        _ok = _pack_i(lrnMode) and (type(lrnMode) is int or type(lrnMode) is cudnnLRNMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnLRNCrossChannelForward, lrnMode):
         _check_values('cudnnLRNCrossChannelForward', ('handle', 'normDesc', 'lrnMode', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), ((2, lrnMode, 'i', cudnnLRNMode_t),))
     try:
         alpha = _void_c(alpha, 4, 3)
@@ -4970,6 +4884,7 @@ def cudnnLRNCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta
         raise _lib.status_error(status, 'cudnnLRNCrossChannelForward')
 
 _cudnnDivisiveNormalizationForward = _lazy('cudnnDivisiveNormalizationForward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
+_values_cudnnDivisiveNormalizationForward = (b'i', (cudnnDivNormMode_t,), _pack_i)
 
 
 def cudnnDivisiveNormalizationForward(handle, normDesc, mode, alpha, xDesc, x, means, temp, temp2, beta, yDesc, y):
@@ -5009,11 +4924,7 @@ def cudnnDivisiveNormalizationForward(handle, normDesc, mode, alpha, xDesc, x, m
 
     @since cuDNN 9.0.0
     @see cudnnDivisiveNormalizationBackward"""
-    try:
-        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnDivNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnDivisiveNormalizationForward, mode):
         _check_values('cudnnDivisiveNormalizationForward', ('handle', 'normDesc', 'mode', 'alpha', 'xDesc', 'x', 'means', 'temp', 'temp2', 'beta', 'yDesc', 'y'), ((2, mode, 'i', cudnnDivNormMode_t),))
     try:
         alpha = _void_c(alpha, 4, 3)
@@ -5025,6 +4936,7 @@ def cudnnDivisiveNormalizationForward(handle, normDesc, mode, alpha, xDesc, x, m
         raise _lib.status_error(status, 'cudnnDivisiveNormalizationForward')
 
 _cudnnDeriveBNTensorDescriptor = _lazy('cudnnDeriveBNTensorDescriptor', (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnDeriveBNTensorDescriptor = (b'i', (cudnnBatchNormMode_t,), _pack_i)
 
 
 def cudnnDeriveBNTensorDescriptor(derivedBnDesc, xDesc, mode):
@@ -5050,11 +4962,7 @@ def cudnnDeriveBNTensorDescriptor(derivedBnDesc, xDesc, mode):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationForwardTraining"""
-    try:
-        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnDeriveBNTensorDescriptor, mode):
         _check_values('cudnnDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc', 'mode'), ((2, mode, 'i', cudnnBatchNormMode_t),))
     try:
         status = _cudnnDeriveBNTensorDescriptor(derivedBnDesc, xDesc, mode)
@@ -5064,6 +4972,7 @@ def cudnnDeriveBNTensorDescriptor(derivedBnDesc, xDesc, mode):
         raise _lib.status_error(status, 'cudnnDeriveBNTensorDescriptor')
 
 _cudnnBatchNormalizationForwardInference = _lazy('cudnnBatchNormalizationForwardInference', (cudnnHandle_t, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnBatchNormalizationForwardInference = (b'i', (cudnnBatchNormMode_t,), _pack_i)
 
 
 def cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, estimatedMean, estimatedVariance, epsilon):
@@ -5109,11 +5018,7 @@ def cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x,
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationForwardTraining, cudnnDeriveBNTensorDescriptor"""
-    try:
-        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnBatchNormalizationForwardInference, mode):
         _check_values('cudnnBatchNormalizationForwardInference', ('handle', 'mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), ((1, mode, 'i', cudnnBatchNormMode_t),))
     try:
         alpha = _void_c(alpha, 4, 2)
@@ -5125,6 +5030,7 @@ def cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x,
         raise _lib.status_error(status, 'cudnnBatchNormalizationForwardInference')
 
 _cudnnDeriveNormTensorDescriptor = _lazy('cudnnDeriveNormTensorDescriptor', (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnDeriveNormTensorDescriptor = (b'ii', (cudnnNormMode_t, None,), _pack_ii)
 
 
 def cudnnDeriveNormTensorDescriptor(derivedNormScaleBiasDesc, derivedNormMeanVarDesc, xDesc, mode, groupCnt):
@@ -5151,11 +5057,7 @@ def cudnnDeriveNormTensorDescriptor(derivedNormScaleBiasDesc, derivedNormMeanVar
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationForwardTraining"""
-    try:
-        _ok = _pack_ii(mode, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnDeriveNormTensorDescriptor, mode, groupCnt):
         _check_values('cudnnDeriveNormTensorDescriptor', ('derivedNormScaleBiasDesc', 'derivedNormMeanVarDesc', 'xDesc', 'mode', 'groupCnt'), ((3, mode, 'i', cudnnNormMode_t), (4, groupCnt, 'i', None),))
     try:
         status = _cudnnDeriveNormTensorDescriptor(derivedNormScaleBiasDesc, derivedNormMeanVarDesc, xDesc, mode, groupCnt)
@@ -5165,6 +5067,7 @@ def cudnnDeriveNormTensorDescriptor(derivedNormScaleBiasDesc, derivedNormMeanVar
         raise _lib.status_error(status, 'cudnnDeriveNormTensorDescriptor')
 
 _cudnnNormalizationForwardInference = _lazy('cudnnNormalizationForwardInference', (cudnnHandle_t, c_int, c_int, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_double, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnNormalizationForwardInference = (b'iiii', (cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, None,), _pack_iiii)
 
 
 def cudnnNormalizationForwardInference(handle, mode, normOps, algo, alpha, beta, xDesc, x, normScaleBiasDesc, normScale, normBias, normMeanVarDesc, estimatedMean, estimatedVariance, zDesc, z, activationDesc, yDesc, y, epsilon, groupCnt):
@@ -5218,11 +5121,7 @@ def cudnnNormalizationForwardInference(handle, mode, normOps, algo, alpha, beta,
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationForwardTraining, cudnnDeriveNormTensorDescriptor"""
-    try:
-        _ok = _pack_iiii(mode, normOps, algo, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t) and (type(normOps) is int or type(normOps) is cudnnNormOps_t) and (type(algo) is int or type(algo) is cudnnNormAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnNormalizationForwardInference, mode, normOps, algo, groupCnt):
         _check_values('cudnnNormalizationForwardInference', ('handle', 'mode', 'normOps', 'algo', 'alpha', 'beta', 'xDesc', 'x', 'normScaleBiasDesc', 'normScale', 'normBias', 'normMeanVarDesc', 'estimatedMean', 'estimatedVariance', 'zDesc', 'z', 'activationDesc', 'yDesc', 'y', 'epsilon', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (20, groupCnt, 'i', None),))
     try:
         alpha = _void_c(alpha, 4, 4)
@@ -5262,6 +5161,7 @@ def cudnnCreateSpatialTransformerDescriptor(stDesc):
         raise _lib.status_error(status, 'cudnnCreateSpatialTransformerDescriptor')
 
 _cudnnSetSpatialTransformerNdDescriptor = _lazy('cudnnSetSpatialTransformerNdDescriptor', (cudnnSpatialTransformerDescriptor_t, c_int, c_int, c_int, c_void_p,), c_int)
+_values_cudnnSetSpatialTransformerNdDescriptor = (b'iii', (cudnnSamplerType_t, cudnnDataType_t, None,), _pack_iii)
 
 
 def cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims, dimA):
@@ -5285,11 +5185,7 @@ def cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims
 
     @since cuDNN 9.0.0
     @see cudnnSpatialTfGridGeneratorForward, cudnnSpatialTfSamplerForward"""
-    try:
-        _ok = _pack_iii(samplerType, dataType, nbDims) and (type(samplerType) is int or type(samplerType) is cudnnSamplerType_t) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetSpatialTransformerNdDescriptor, samplerType, dataType, nbDims):
         _check_values('cudnnSetSpatialTransformerNdDescriptor', ('stDesc', 'samplerType', 'dataType', 'nbDims', 'dimA'), ((1, samplerType, 'i', cudnnSamplerType_t), (2, dataType, 'i', cudnnDataType_t), (3, nbDims, 'i', None),))
     try:
         dimA = _arr_int_c(dimA, nbDims, 4)
@@ -5512,6 +5408,7 @@ def cudnnDropoutGetReserveSpaceSize(xdesc, sizeInBytes):
         raise _lib.status_error(status, 'cudnnDropoutGetReserveSpaceSize')
 
 _cudnnSetDropoutDescriptor = _lazy('cudnnSetDropoutDescriptor', (cudnnDropoutDescriptor_t, cudnnHandle_t, c_float, DevicePointer, c_size_t, c_ulonglong,), c_int)
+_values_cudnnSetDropoutDescriptor = (b'NQ', (None, None,), _pack_NQ)
 
 
 def cudnnSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed):
@@ -5537,11 +5434,7 @@ def cudnnSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInB
 
     @since cuDNN 9.0.0
     @see cudnnGetDropoutDescriptor, cudnnRestoreDropoutDescriptor"""
-    try:
-        _ok = _pack_NQ(stateSizeInBytes, seed)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetDropoutDescriptor, stateSizeInBytes, seed):
         _check_values('cudnnSetDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None),))
     try:
         status = _cudnnSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed)
@@ -5551,6 +5444,7 @@ def cudnnSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInB
         raise _lib.status_error(status, 'cudnnSetDropoutDescriptor')
 
 _cudnnRestoreDropoutDescriptor = _lazy('cudnnRestoreDropoutDescriptor', (cudnnDropoutDescriptor_t, cudnnHandle_t, c_float, DevicePointer, c_size_t, c_ulonglong,), c_int)
+_values_cudnnRestoreDropoutDescriptor = (b'NQ', (None, None,), _pack_NQ)
 
 
 def cudnnRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed):
@@ -5576,11 +5470,7 @@ def cudnnRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSiz
 
     @since cuDNN 9.0.0
     @see cudnnSetDropoutDescriptor"""
-    try:
-        _ok = _pack_NQ(stateSizeInBytes, seed)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnRestoreDropoutDescriptor, stateSizeInBytes, seed):
         _check_values('cudnnRestoreDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None),))
     try:
         status = _cudnnRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed)
@@ -5625,6 +5515,7 @@ def cudnnGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed):
         raise _lib.status_error(status, 'cudnnGetDropoutDescriptor')
 
 _cudnnDropoutForward = _lazy('cudnnDropoutForward', (cudnnHandle_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
+_values_cudnnDropoutForward = (b'N', (None,), _pack_N)
 
 
 def cudnnDropoutForward(handle, dropoutDesc, xdesc, x, ydesc, y, reserveSpace, reserveSpaceSizeInBytes):
@@ -5657,11 +5548,7 @@ def cudnnDropoutForward(handle, dropoutDesc, xdesc, x, ydesc, y, reserveSpace, r
 
     @since cuDNN 9.0.0
     @see cudnnDropoutBackward, cudnnDropoutGetReserveSpaceSize"""
-    try:
-        _ok = _pack_N(reserveSpaceSizeInBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnDropoutForward, reserveSpaceSizeInBytes):
         _check_values('cudnnDropoutForward', ('handle', 'dropoutDesc', 'xdesc', 'x', 'ydesc', 'y', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((7, reserveSpaceSizeInBytes, 'N', None),))
     try:
         status = _cudnnDropoutForward(handle, dropoutDesc, xdesc, x, ydesc, y, reserveSpace, reserveSpaceSizeInBytes)
@@ -5692,6 +5579,7 @@ def cudnnOpsVersionCheck():
         raise _lib.status_error(status, 'cudnnOpsVersionCheck')
 
 _cudnnSoftmaxBackward = _lazy('cudnnSoftmaxBackward', (cudnnHandle_t, c_int, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
+_values_cudnnSoftmaxBackward = (b'ii', (cudnnSoftmaxAlgorithm_t, cudnnSoftmaxMode_t,), _pack_ii)
 
 
 def cudnnSoftmaxBackward(handle, algo, mode, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx):
@@ -5727,11 +5615,7 @@ def cudnnSoftmaxBackward(handle, algo, mode, alpha, yDesc, y, dyDesc, dy, beta, 
 
     @since cuDNN 9.0.0
     @see cudnnSoftmaxForward"""
-    try:
-        _ok = _pack_ii(algo, mode) and (type(algo) is int or type(algo) is cudnnSoftmaxAlgorithm_t) and (type(mode) is int or type(mode) is cudnnSoftmaxMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSoftmaxBackward, algo, mode):
         _check_values('cudnnSoftmaxBackward', ('handle', 'algo', 'mode', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'beta', 'dxDesc', 'dx'), ((1, algo, 'i', cudnnSoftmaxAlgorithm_t), (2, mode, 'i', cudnnSoftmaxMode_t),))
     try:
         alpha = _void_c(alpha, 4, 3)
@@ -5843,6 +5727,7 @@ def cudnnActivationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy,
         raise _lib.status_error(status, 'cudnnActivationBackward')
 
 _cudnnLRNCrossChannelBackward = _lazy('cudnnLRNCrossChannelBackward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
+_values_cudnnLRNCrossChannelBackward = (b'i', (cudnnLRNMode_t,), _pack_i)
 
 
 def cudnnLRNCrossChannelBackward(handle, normDesc, lrnMode, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx):
@@ -5882,11 +5767,7 @@ def cudnnLRNCrossChannelBackward(handle, normDesc, lrnMode, alpha, yDesc, y, dyD
 
     @since cuDNN 9.0.0
     @see cudnnLRNCrossChannelForward"""
-    try:
-        _ok = _pack_i(lrnMode) and (type(lrnMode) is int or type(lrnMode) is cudnnLRNMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnLRNCrossChannelBackward, lrnMode):
         _check_values('cudnnLRNCrossChannelBackward', ('handle', 'normDesc', 'lrnMode', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'xDesc', 'x', 'beta', 'dxDesc', 'dx'), ((2, lrnMode, 'i', cudnnLRNMode_t),))
     try:
         alpha = _void_c(alpha, 4, 3)
@@ -5898,6 +5779,7 @@ def cudnnLRNCrossChannelBackward(handle, normDesc, lrnMode, alpha, yDesc, y, dyD
         raise _lib.status_error(status, 'cudnnLRNCrossChannelBackward')
 
 _cudnnDivisiveNormalizationBackward = _lazy('cudnnDivisiveNormalizationBackward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer, DevicePointer,), c_int)
+_values_cudnnDivisiveNormalizationBackward = (b'i', (cudnnDivNormMode_t,), _pack_i)
 
 
 def cudnnDivisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, means, dy, temp, temp2, beta, dXdMeansDesc, dx, dMeans):
@@ -5941,11 +5823,7 @@ def cudnnDivisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, 
 
     @since cuDNN 9.0.0
     @see cudnnDivisiveNormalizationForward"""
-    try:
-        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnDivNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnDivisiveNormalizationBackward, mode):
         _check_values('cudnnDivisiveNormalizationBackward', ('handle', 'normDesc', 'mode', 'alpha', 'xDesc', 'x', 'means', 'dy', 'temp', 'temp2', 'beta', 'dXdMeansDesc', 'dx', 'dMeans'), ((2, mode, 'i', cudnnDivNormMode_t),))
     try:
         alpha = _void_c(alpha, 4, 3)
@@ -5957,6 +5835,7 @@ def cudnnDivisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, 
         raise _lib.status_error(status, 'cudnnDivisiveNormalizationBackward')
 
 _cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize = _lazy('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize = (b'ii', (cudnnBatchNormMode_t, cudnnBatchNormOps_t,), _pack_ii)
 
 
 def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps, xDesc, zDesc, yDesc, bnScaleBiasMeanVarDesc, activationDesc, sizeInBytes):
@@ -5986,11 +5865,7 @@ def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationForwardTrainingEx"""
-    try:
-        _ok = _pack_ii(mode, bnOps) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t) and (type(bnOps) is int or type(bnOps) is cudnnBatchNormOps_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize, mode, bnOps):
         _check_values('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', ('handle', 'mode', 'bnOps', 'xDesc', 'zDesc', 'yDesc', 'bnScaleBiasMeanVarDesc', 'activationDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 8)
@@ -6001,6 +5876,7 @@ def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps
         raise _lib.status_error(status, 'cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize')
 
 _cudnnGetBatchNormalizationBackwardExWorkspaceSize = _lazy('cudnnGetBatchNormalizationBackwardExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetBatchNormalizationBackwardExWorkspaceSize = (b'ii', (cudnnBatchNormMode_t, cudnnBatchNormOps_t,), _pack_ii)
 
 
 def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dBnScaleBiasDesc, activationDesc, sizeInBytes):
@@ -6032,11 +5908,7 @@ def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationBackwardEx"""
-    try:
-        _ok = _pack_ii(mode, bnOps) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t) and (type(bnOps) is int or type(bnOps) is cudnnBatchNormOps_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetBatchNormalizationBackwardExWorkspaceSize, mode, bnOps):
         _check_values('cudnnGetBatchNormalizationBackwardExWorkspaceSize', ('handle', 'mode', 'bnOps', 'xDesc', 'yDesc', 'dyDesc', 'dzDesc', 'dxDesc', 'dBnScaleBiasDesc', 'activationDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 10)
@@ -6047,6 +5919,7 @@ def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc
         raise _lib.status_error(status, 'cudnnGetBatchNormalizationBackwardExWorkspaceSize')
 
 _cudnnGetBatchNormalizationTrainingExReserveSpaceSize = _lazy('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', (cudnnHandle_t, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetBatchNormalizationTrainingExReserveSpaceSize = (b'ii', (cudnnBatchNormMode_t, cudnnBatchNormOps_t,), _pack_ii)
 
 
 def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, activationDesc, xDesc, sizeInBytes):
@@ -6073,11 +5946,7 @@ def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, ac
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationForwardTrainingEx"""
-    try:
-        _ok = _pack_ii(mode, bnOps) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t) and (type(bnOps) is int or type(bnOps) is cudnnBatchNormOps_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetBatchNormalizationTrainingExReserveSpaceSize, mode, bnOps):
         _check_values('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', ('handle', 'mode', 'bnOps', 'activationDesc', 'xDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
@@ -6088,6 +5957,7 @@ def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, ac
         raise _lib.status_error(status, 'cudnnGetBatchNormalizationTrainingExReserveSpaceSize')
 
 _cudnnBatchNormalizationForwardTraining = _lazy('cudnnBatchNormalizationForwardTraining', (cudnnHandle_t, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnBatchNormalizationForwardTraining = (b'i', (cudnnBatchNormMode_t,), _pack_i)
 
 
 def cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, exponentialAverageFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance):
@@ -6137,11 +6007,7 @@ def cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, 
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationBackward, cudnnDeriveBNTensorDescriptor"""
-    try:
-        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnBatchNormalizationForwardTraining, mode):
         _check_values('cudnnBatchNormalizationForwardTraining', ('handle', 'mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'exponentialAverageFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), ((1, mode, 'i', cudnnBatchNormMode_t),))
     try:
         alpha = _void_c(alpha, 4, 2)
@@ -6153,6 +6019,7 @@ def cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, 
         raise _lib.status_error(status, 'cudnnBatchNormalizationForwardTraining')
 
 _cudnnBatchNormalizationForwardTrainingEx = _lazy('cudnnBatchNormalizationForwardTrainingEx', (cudnnHandle_t, c_int, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnBatchNormalizationForwardTrainingEx = (b'iiNN', (cudnnBatchNormMode_t, cudnnBatchNormOps_t, None, None,), _pack_iiNN)
 
 
 def cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, xDesc, xData, zDesc, zData, yDesc, yData, bnScaleBiasMeanVarDesc, bnScale, bnBias, exponentialAverageFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance, activationDesc, workspace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes):
@@ -6216,11 +6083,7 @@ def cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, x
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationBackwardEx, cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize"""
-    try:
-        _ok = _pack_iiNN(mode, bnOps, workSpaceSizeInBytes, reserveSpaceSizeInBytes) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t) and (type(bnOps) is int or type(bnOps) is cudnnBatchNormOps_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnBatchNormalizationForwardTrainingEx, mode, bnOps, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnBatchNormalizationForwardTrainingEx', ('handle', 'mode', 'bnOps', 'alpha', 'beta', 'xDesc', 'xData', 'zDesc', 'zData', 'yDesc', 'yData', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'exponentialAverageFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance', 'activationDesc', 'workspace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t), (22, workSpaceSizeInBytes, 'N', None), (24, reserveSpaceSizeInBytes, 'N', None),))
     try:
         alpha = _void_c(alpha, 4, 3)
@@ -6232,6 +6095,7 @@ def cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, x
         raise _lib.status_error(status, 'cudnnBatchNormalizationForwardTrainingEx')
 
 _cudnnBatchNormalizationBackward = _lazy('cudnnBatchNormalizationBackward', (cudnnHandle_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnBatchNormalizationBackward = (b'i', (cudnnBatchNormMode_t,), _pack_i)
 
 
 def cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x, dyDesc, dy, dxDesc, dx, dBnScaleBiasDesc, bnScale, dBnScaleResult, dBnBiasResult, epsilon, savedMean, savedInvVariance):
@@ -6285,11 +6149,7 @@ def cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, a
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationForwardTraining"""
-    try:
-        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnBatchNormalizationBackward, mode):
         _check_values('cudnnBatchNormalizationBackward', ('handle', 'mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'dBnScaleBiasDesc', 'bnScale', 'dBnScaleResult', 'dBnBiasResult', 'epsilon', 'savedMean', 'savedInvVariance'), ((1, mode, 'i', cudnnBatchNormMode_t),))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 2)
@@ -6303,6 +6163,7 @@ def cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, a
         raise _lib.status_error(status, 'cudnnBatchNormalizationBackward')
 
 _cudnnBatchNormalizationBackwardEx = _lazy('cudnnBatchNormalizationBackwardEx', (cudnnHandle_t, c_int, c_int, c_void_p, c_void_p, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnBatchNormalizationBackwardEx = (b'iiNN', (cudnnBatchNormMode_t, cudnnBatchNormOps_t, None, None,), _pack_iiNN)
 
 
 def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, xData, yDesc, yData, dyDesc, dyData, dzDesc, dzData, dxDesc, dxData, dBnScaleBiasDesc, bnScaleData, bnBiasData, dBnScaleData, dBnBiasData, epsilon, savedMean, savedInvVariance, activationDesc, workSpace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes):
@@ -6374,11 +6235,7 @@ def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDa
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnBatchNormalizationForwardTrainingEx"""
-    try:
-        _ok = _pack_iiNN(mode, bnOps, workSpaceSizeInBytes, reserveSpaceSizeInBytes) and (type(mode) is int or type(mode) is cudnnBatchNormMode_t) and (type(bnOps) is int or type(bnOps) is cudnnBatchNormOps_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnBatchNormalizationBackwardEx, mode, bnOps, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnBatchNormalizationBackwardEx', ('handle', 'mode', 'bnOps', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'xData', 'yDesc', 'yData', 'dyDesc', 'dyData', 'dzDesc', 'dzData', 'dxDesc', 'dxData', 'dBnScaleBiasDesc', 'bnScaleData', 'bnBiasData', 'dBnScaleData', 'dBnBiasData', 'epsilon', 'savedMean', 'savedInvVariance', 'activationDesc', 'workSpace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t), (27, workSpaceSizeInBytes, 'N', None), (29, reserveSpaceSizeInBytes, 'N', None),))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 3)
@@ -6392,6 +6249,7 @@ def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDa
         raise _lib.status_error(status, 'cudnnBatchNormalizationBackwardEx')
 
 _cudnnGetNormalizationForwardTrainingWorkspaceSize = _lazy('cudnnGetNormalizationForwardTrainingWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetNormalizationForwardTrainingWorkspaceSize = (b'iiii', (cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, None,), _pack_iiii)
 
 
 def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, algo, xDesc, zDesc, yDesc, normScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt):
@@ -6424,11 +6282,7 @@ def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, alg
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationForwardTraining"""
-    try:
-        _ok = _pack_iiii(mode, normOps, algo, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t) and (type(normOps) is int or type(normOps) is cudnnNormOps_t) and (type(algo) is int or type(algo) is cudnnNormAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetNormalizationForwardTrainingWorkspaceSize, mode, normOps, algo, groupCnt):
         _check_values('cudnnGetNormalizationForwardTrainingWorkspaceSize', ('handle', 'mode', 'normOps', 'algo', 'xDesc', 'zDesc', 'yDesc', 'normScaleBiasDesc', 'activationDesc', 'normMeanVarDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (11, groupCnt, 'i', None),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 10)
@@ -6439,6 +6293,7 @@ def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, alg
         raise _lib.status_error(status, 'cudnnGetNormalizationForwardTrainingWorkspaceSize')
 
 _cudnnGetNormalizationBackwardWorkspaceSize = _lazy('cudnnGetNormalizationBackwardWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetNormalizationBackwardWorkspaceSize = (b'iiii', (cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, None,), _pack_iiii)
 
 
 def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dNormScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt):
@@ -6473,11 +6328,7 @@ def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDes
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationBackward"""
-    try:
-        _ok = _pack_iiii(mode, normOps, algo, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t) and (type(normOps) is int or type(normOps) is cudnnNormOps_t) and (type(algo) is int or type(algo) is cudnnNormAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetNormalizationBackwardWorkspaceSize, mode, normOps, algo, groupCnt):
         _check_values('cudnnGetNormalizationBackwardWorkspaceSize', ('handle', 'mode', 'normOps', 'algo', 'xDesc', 'yDesc', 'dyDesc', 'dzDesc', 'dxDesc', 'dNormScaleBiasDesc', 'activationDesc', 'normMeanVarDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (13, groupCnt, 'i', None),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 12)
@@ -6488,6 +6339,7 @@ def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDes
         raise _lib.status_error(status, 'cudnnGetNormalizationBackwardWorkspaceSize')
 
 _cudnnGetNormalizationTrainingReserveSpaceSize = _lazy('cudnnGetNormalizationTrainingReserveSpaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetNormalizationTrainingReserveSpaceSize = (b'iiii', (cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, None,), _pack_iiii)
 
 
 def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, activationDesc, xDesc, sizeInBytes, groupCnt):
@@ -6516,11 +6368,7 @@ def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, a
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationForwardTraining"""
-    try:
-        _ok = _pack_iiii(mode, normOps, algo, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t) and (type(normOps) is int or type(normOps) is cudnnNormOps_t) and (type(algo) is int or type(algo) is cudnnNormAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetNormalizationTrainingReserveSpaceSize, mode, normOps, algo, groupCnt):
         _check_values('cudnnGetNormalizationTrainingReserveSpaceSize', ('handle', 'mode', 'normOps', 'algo', 'activationDesc', 'xDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (7, groupCnt, 'i', None),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
@@ -6531,6 +6379,7 @@ def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, a
         raise _lib.status_error(status, 'cudnnGetNormalizationTrainingReserveSpaceSize')
 
 _cudnnNormalizationForwardTraining = _lazy('cudnnNormalizationForwardTraining', (cudnnHandle_t, c_int, c_int, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnNormalizationForwardTraining = (b'iiiNNi', (cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, None, None, None,), _pack_iiiNNi)
 
 
 def cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, xDesc, xData, normScaleBiasDesc, normScale, normBias, exponentialAverageFactor, normMeanVarDesc, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance, activationDesc, zDesc, zData, yDesc, yData, workspace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes, groupCnt):
@@ -6597,11 +6446,7 @@ def cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, 
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationBackward, cudnnGetNormalizationForwardTrainingWorkspaceSize"""
-    try:
-        _ok = _pack_iiiNNi(mode, normOps, algo, workSpaceSizeInBytes, reserveSpaceSizeInBytes, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t) and (type(normOps) is int or type(normOps) is cudnnNormOps_t) and (type(algo) is int or type(algo) is cudnnNormAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnNormalizationForwardTraining, mode, normOps, algo, workSpaceSizeInBytes, reserveSpaceSizeInBytes, groupCnt):
         _check_values('cudnnNormalizationForwardTraining', ('handle', 'mode', 'normOps', 'algo', 'alpha', 'beta', 'xDesc', 'xData', 'normScaleBiasDesc', 'normScale', 'normBias', 'exponentialAverageFactor', 'normMeanVarDesc', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance', 'activationDesc', 'zDesc', 'zData', 'yDesc', 'yData', 'workspace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (24, workSpaceSizeInBytes, 'N', None), (26, reserveSpaceSizeInBytes, 'N', None), (27, groupCnt, 'i', None),))
     try:
         alpha = _void_c(alpha, 4, 4)
@@ -6613,6 +6458,7 @@ def cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, 
         raise _lib.status_error(status, 'cudnnNormalizationForwardTraining')
 
 _cudnnNormalizationBackward = _lazy('cudnnNormalizationBackward', (cudnnHandle_t, c_int, c_int, c_int, c_void_p, c_void_p, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnNormalizationBackward = (b'iiiNNi', (cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, None, None, None,), _pack_iiiNNi)
 
 
 def cudnnNormalizationBackward(handle, mode, normOps, algo, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, xData, yDesc, yData, dyDesc, dyData, dzDesc, dzData, dxDesc, dxData, dNormScaleBiasDesc, normScaleData, normBiasData, dNormScaleData, dNormBiasData, epsilon, normMeanVarDesc, savedMean, savedInvVariance, activationDesc, workSpace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes, groupCnt):
@@ -6688,11 +6534,7 @@ def cudnnNormalizationBackward(handle, mode, normOps, algo, alphaDataDiff, betaD
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnNormalizationForwardTraining"""
-    try:
-        _ok = _pack_iiiNNi(mode, normOps, algo, workSpaceSizeInBytes, reserveSpaceSizeInBytes, groupCnt) and (type(mode) is int or type(mode) is cudnnNormMode_t) and (type(normOps) is int or type(normOps) is cudnnNormOps_t) and (type(algo) is int or type(algo) is cudnnNormAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnNormalizationBackward, mode, normOps, algo, workSpaceSizeInBytes, reserveSpaceSizeInBytes, groupCnt):
         _check_values('cudnnNormalizationBackward', ('handle', 'mode', 'normOps', 'algo', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'xData', 'yDesc', 'yData', 'dyDesc', 'dyData', 'dzDesc', 'dzData', 'dxDesc', 'dxData', 'dNormScaleBiasDesc', 'normScaleData', 'normBiasData', 'dNormScaleData', 'dNormBiasData', 'epsilon', 'normMeanVarDesc', 'savedMean', 'savedInvVariance', 'activationDesc', 'workSpace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (29, workSpaceSizeInBytes, 'N', None), (31, reserveSpaceSizeInBytes, 'N', None), (32, groupCnt, 'i', None),))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 4)
@@ -6791,6 +6633,7 @@ def cudnnSpatialTfSamplerBackward(handle, stDesc, alpha, xDesc, x, beta, dxDesc,
         raise _lib.status_error(status, 'cudnnSpatialTfSamplerBackward')
 
 _cudnnDropoutBackward = _lazy('cudnnDropoutBackward', (cudnnHandle_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
+_values_cudnnDropoutBackward = (b'N', (None,), _pack_N)
 
 
 def cudnnDropoutBackward(handle, dropoutDesc, dydesc, dy, dxdesc, dx, reserveSpace, reserveSpaceSizeInBytes):
@@ -6823,11 +6666,7 @@ def cudnnDropoutBackward(handle, dropoutDesc, dydesc, dy, dxdesc, dx, reserveSpa
 
     @since cuDNN 9.0.0
     @see cudnnDropoutForward"""
-    try:
-        _ok = _pack_N(reserveSpaceSizeInBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnDropoutBackward, reserveSpaceSizeInBytes):
         _check_values('cudnnDropoutBackward', ('handle', 'dropoutDesc', 'dydesc', 'dy', 'dxdesc', 'dx', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((7, reserveSpaceSizeInBytes, 'N', None),))
     try:
         status = _cudnnDropoutBackward(handle, dropoutDesc, dydesc, dy, dxdesc, dx, reserveSpace, reserveSpaceSizeInBytes)
@@ -6890,6 +6729,7 @@ def cudnnDestroyRNNDescriptor(rnnDesc):
     _clear_handle(rnnDesc)
 
 _cudnnSetRNNDescriptor_v8 = _lazy('cudnnSetRNNDescriptor_v8', (cudnnRNNDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int32, c_int32, c_int32, c_int32, cudnnDropoutDescriptor_t, c_uint32,), c_int)
+_values_cudnnSetRNNDescriptor_v8 = (b'iiiiiiiiiiiiI', (cudnnRNNAlgo_t, cudnnRNNMode_t, cudnnRNNBiasMode_t, cudnnDirectionMode_t, cudnnRNNInputMode_t, cudnnDataType_t, cudnnDataType_t, cudnnMathType_t, None, None, None, None, None,), _pack_iiiiiiiiiiiiI)
 
 
 def cudnnSetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, dropoutDesc, auxFlags):
@@ -6921,11 +6761,7 @@ def cudnnSetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMo
 
     @since cuDNN 9.0.0
     @see cudnnGetRNNDescriptor_v8"""
-    try:
-        _ok = _pack_iiiiiiiiiiiiI(algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, auxFlags) and (type(algo) is int or type(algo) is cudnnRNNAlgo_t) and (type(cellMode) is int or type(cellMode) is cudnnRNNMode_t) and (type(biasMode) is int or type(biasMode) is cudnnRNNBiasMode_t) and (type(dirMode) is int or type(dirMode) is cudnnDirectionMode_t) and (type(inputMode) is int or type(inputMode) is cudnnRNNInputMode_t) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(mathPrec) is int or type(mathPrec) is cudnnDataType_t) and (type(mathType) is int or type(mathType) is cudnnMathType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetRNNDescriptor_v8, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, auxFlags):
         _check_values('cudnnSetRNNDescriptor_v8', ('rnnDesc', 'algo', 'cellMode', 'biasMode', 'dirMode', 'inputMode', 'dataType', 'mathPrec', 'mathType', 'inputSize', 'hiddenSize', 'projSize', 'numLayers', 'dropoutDesc', 'auxFlags'), ((1, algo, 'i', cudnnRNNAlgo_t), (2, cellMode, 'i', cudnnRNNMode_t), (3, biasMode, 'i', cudnnRNNBiasMode_t), (4, dirMode, 'i', cudnnDirectionMode_t), (5, inputMode, 'i', cudnnRNNInputMode_t), (6, dataType, 'i', cudnnDataType_t), (7, mathPrec, 'i', cudnnDataType_t), (8, mathType, 'i', cudnnMathType_t), (9, inputSize, 'i', None), (10, hiddenSize, 'i', None), (11, projSize, 'i', None), (12, numLayers, 'i', None), (14, auxFlags, 'I', None),))
     try:
         status = _cudnnSetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, dropoutDesc, auxFlags)
@@ -7002,6 +6838,7 @@ def cudnnGetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMo
         raise _lib.status_error(status, 'cudnnGetRNNDescriptor_v8')
 
 _cudnnRNNSetClip_v8 = _lazy('cudnnRNNSetClip_v8', (cudnnRNNDescriptor_t, c_int, c_int, c_double, c_double,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnRNNSetClip_v9 instead')
+_values_cudnnRNNSetClip_v8 = (b'ii', (cudnnRNNClipMode_t, cudnnNanPropagation_t,), _pack_ii)
 
 
 def cudnnRNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
@@ -7015,11 +6852,7 @@ def cudnnRNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
 
     @deprecated Since cuDNN 9.0.0. Use cudnnRNNSetClip_v9 instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_ii(clipMode, clipNanOpt) and (type(clipMode) is int or type(clipMode) is cudnnRNNClipMode_t) and (type(clipNanOpt) is int or type(clipNanOpt) is cudnnNanPropagation_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnRNNSetClip_v8, clipMode, clipNanOpt):
         _check_values('cudnnRNNSetClip_v8', ('rnnDesc', 'clipMode', 'clipNanOpt', 'lclip', 'rclip'), ((1, clipMode, 'i', cudnnRNNClipMode_t), (2, clipNanOpt, 'i', cudnnNanPropagation_t),))
     try:
         status = _cudnnRNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip)
@@ -7029,6 +6862,7 @@ def cudnnRNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
         raise _lib.status_error(status, 'cudnnRNNSetClip_v8')
 
 _cudnnRNNSetClip_v9 = _lazy('cudnnRNNSetClip_v9', (cudnnRNNDescriptor_t, c_int, c_double, c_double,), c_int)
+_values_cudnnRNNSetClip_v9 = (b'i', (cudnnRNNClipMode_t,), _pack_i)
 
 
 def cudnnRNNSetClip_v9(rnnDesc, clipMode, lclip, rclip):
@@ -7047,11 +6881,7 @@ def cudnnRNNSetClip_v9(rnnDesc, clipMode, lclip, rclip):
 
     @since cuDNN 9.0.0
     @see cudnnRNNGetClip_v9"""
-    try:
-        _ok = _pack_i(clipMode) and (type(clipMode) is int or type(clipMode) is cudnnRNNClipMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnRNNSetClip_v9, clipMode):
         _check_values('cudnnRNNSetClip_v9', ('rnnDesc', 'clipMode', 'lclip', 'rclip'), ((1, clipMode, 'i', cudnnRNNClipMode_t),))
     try:
         status = _cudnnRNNSetClip_v9(rnnDesc, clipMode, lclip, rclip)
@@ -7126,6 +6956,7 @@ def cudnnRNNGetClip_v9(rnnDesc, clipMode, lclip, rclip):
         raise _lib.status_error(status, 'cudnnRNNGetClip_v9')
 
 _cudnnBuildRNNDynamic = _lazy('cudnnBuildRNNDynamic', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int,), c_int)
+_values_cudnnBuildRNNDynamic = (b'i', (None,), _pack_i)
 
 
 def cudnnBuildRNNDynamic(handle, rnnDesc, miniBatch):
@@ -7143,11 +6974,7 @@ def cudnnBuildRNNDynamic(handle, rnnDesc, miniBatch):
     @retval CUDNN_STATUS_NOT_SUPPORTED Unsupported configuration.
 
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(miniBatch)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnBuildRNNDynamic, miniBatch):
         _check_values('cudnnBuildRNNDynamic', ('handle', 'rnnDesc', 'miniBatch'), ((2, miniBatch, 'i', None),))
     try:
         status = _cudnnBuildRNNDynamic(handle, rnnDesc, miniBatch)
@@ -7157,6 +6984,7 @@ def cudnnBuildRNNDynamic(handle, rnnDesc, miniBatch):
         raise _lib.status_error(status, 'cudnnBuildRNNDynamic')
 
 _cudnnGetRNNTempSpaceSizes = _lazy('cudnnGetRNNTempSpaceSizes', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int, cudnnRNNDataDescriptor_t, c_void_p, c_void_p,), c_int)
+_values_cudnnGetRNNTempSpaceSizes = (b'i', (cudnnForwardMode_t,), _pack_i)
 
 
 def cudnnGetRNNTempSpaceSizes(handle, rnnDesc, fwdMode, xDesc, workSpaceSize, reserveSpaceSize):
@@ -7180,11 +7008,7 @@ def cudnnGetRNNTempSpaceSizes(handle, rnnDesc, fwdMode, xDesc, workSpaceSize, re
     @retval CUDNN_STATUS_SUCCESS  Sizes computed successfully.
 
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(fwdMode) and (type(fwdMode) is int or type(fwdMode) is cudnnForwardMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetRNNTempSpaceSizes, fwdMode):
         _check_values('cudnnGetRNNTempSpaceSizes', ('handle', 'rnnDesc', 'fwdMode', 'xDesc', 'workSpaceSize', 'reserveSpaceSize'), ((2, fwdMode, 'i', cudnnForwardMode_t),))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 4)
@@ -7224,6 +7048,7 @@ def cudnnGetRNNWeightSpaceSize(handle, rnnDesc, weightSpaceSize):
         raise _lib.status_error(status, 'cudnnGetRNNWeightSpaceSize')
 
 _cudnnGetRNNWeightParams = _lazy('cudnnGetRNNWeightParams', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int32, c_size_t, DevicePointer, c_int32, cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p,), c_int)
+_values_cudnnGetRNNWeightParams = (b'iNi', (None, None, None,), _pack_iNi)
 
 
 def cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weightSpace, linLayerID, mDesc, mAddr, bDesc, bAddr):
@@ -7253,11 +7078,7 @@ def cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weigh
     @retval CUDNN_STATUS_SUCCESS  Parameters retrieved.
 
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iNi(pseudoLayer, weightSpaceSize, linLayerID)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetRNNWeightParams, pseudoLayer, weightSpaceSize, linLayerID):
         _check_values('cudnnGetRNNWeightParams', ('handle', 'rnnDesc', 'pseudoLayer', 'weightSpaceSize', 'weightSpace', 'linLayerID', 'mDesc', 'mAddr', 'bDesc', 'bAddr'), ((2, pseudoLayer, 'i', None), (3, weightSpaceSize, 'N', None), (5, linLayerID, 'i', None),))
     try:
         mAddr = _arr_void(mAddr, 1, 7)
@@ -7314,6 +7135,7 @@ def cudnnDestroyRNNDataDescriptor(rnnDataDesc):
     _clear_handle(rnnDataDesc)
 
 _cudnnSetRNNDataDescriptor = _lazy('cudnnSetRNNDataDescriptor', (cudnnRNNDataDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_void_p, c_void_p,), c_int)
+_values_cudnnSetRNNDataDescriptor = (b'iiiii', (cudnnDataType_t, cudnnRNNDataLayout_t, None, None, None,), _pack_iiiii)
 
 
 def cudnnSetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batchSize, vectorSize, seqLengthArray, paddingFill):
@@ -7339,11 +7161,7 @@ def cudnnSetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
     @retval CUDNN_STATUS_SUCCESS  Descriptor configured.
 
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iiiii(dataType, layout, maxSeqLength, batchSize, vectorSize) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(layout) is int or type(layout) is cudnnRNNDataLayout_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetRNNDataDescriptor, dataType, layout, maxSeqLength, batchSize, vectorSize):
         _check_values('cudnnSetRNNDataDescriptor', ('rnnDataDesc', 'dataType', 'layout', 'maxSeqLength', 'batchSize', 'vectorSize', 'seqLengthArray', 'paddingFill'), ((1, dataType, 'i', cudnnDataType_t), (2, layout, 'i', cudnnRNNDataLayout_t), (3, maxSeqLength, 'i', None), (4, batchSize, 'i', None), (5, vectorSize, 'i', None),))
     try:
         seqLengthArray = _arr_int_c(seqLengthArray, batchSize, 6)
@@ -7355,6 +7173,7 @@ def cudnnSetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
         raise _lib.status_error(status, 'cudnnSetRNNDataDescriptor')
 
 _cudnnGetRNNDataDescriptor = _lazy('cudnnGetRNNDataDescriptor', (cudnnRNNDataDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_void_p, c_void_p,), c_int)
+_values_cudnnGetRNNDataDescriptor = (b'i', (None,), _pack_i)
 
 
 def cudnnGetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batchSize, vectorSize, arrayLengthRequested, seqLengthArray, paddingFill):
@@ -7373,11 +7192,7 @@ def cudnnGetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
 
     @brief Retrieves RNN data descriptor parameters.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(arrayLengthRequested)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetRNNDataDescriptor, arrayLengthRequested):
         _check_values('cudnnGetRNNDataDescriptor', ('rnnDataDesc', 'dataType', 'layout', 'maxSeqLength', 'batchSize', 'vectorSize', 'arrayLengthRequested', 'seqLengthArray', 'paddingFill'), ((6, arrayLengthRequested, 'i', None),))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 1)
@@ -7394,6 +7209,7 @@ def cudnnGetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
         raise _lib.status_error(status, 'cudnnGetRNNDataDescriptor')
 
 _cudnnRNNForward = _lazy('cudnnRNNForward', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int)
+_values_cudnnRNNForward = (b'iNNN', (cudnnForwardMode_t, None, None, None,), _pack_iNNN)
 
 
 def cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDesc, hx, hy, cDesc, cx, cy, weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace):
@@ -7445,11 +7261,7 @@ def cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y,
 
     @since cuDNN 9.0.0
     @see cudnnRNNBackwardData_v8, cudnnRNNBackwardWeights_v8"""
-    try:
-        _ok = _pack_iNNN(fwdMode, weightSpaceSize, workSpaceSize, reserveSpaceSize) and (type(fwdMode) is int or type(fwdMode) is cudnnForwardMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnRNNForward, fwdMode, weightSpaceSize, workSpaceSize, reserveSpaceSize):
         _check_values('cudnnRNNForward', ('handle', 'rnnDesc', 'fwdMode', 'devSeqLengths', 'xDesc', 'x', 'yDesc', 'y', 'hDesc', 'hx', 'hy', 'cDesc', 'cx', 'cy', 'weightSpaceSize', 'weightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((2, fwdMode, 'i', cudnnForwardMode_t), (14, weightSpaceSize, 'N', None), (16, workSpaceSize, 'N', None), (18, reserveSpaceSize, 'N', None),))
     try:
         status = _cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDesc, hx, hy, cDesc, cx, cy, weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
@@ -7506,6 +7318,7 @@ def cudnnDestroySeqDataDescriptor(seqDataDesc):
     _clear_handle(seqDataDesc)
 
 _cudnnSetSeqDataDescriptor = _lazy('cudnnSetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, c_int, c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
+_values_cudnnSetSeqDataDescriptor = (b'iiN', (cudnnDataType_t, None, None,), _pack_iiN)
 
 
 def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLengthArraySize, seqLengthArray, paddingFill):
@@ -7524,11 +7337,7 @@ def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLeng
     @brief Configures a sequence data descriptor.
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iiN(dataType, nbDims, seqLengthArraySize) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetSeqDataDescriptor, dataType, nbDims, seqLengthArraySize):
         _check_values('cudnnSetSeqDataDescriptor', ('seqDataDesc', 'dataType', 'nbDims', 'dimA', 'axes', 'seqLengthArraySize', 'seqLengthArray', 'paddingFill'), ((1, dataType, 'i', cudnnDataType_t), (2, nbDims, 'i', None), (5, seqLengthArraySize, 'N', None),))
     try:
         dimA = _arr_int_c(dimA, nbDims, 3)
@@ -7542,6 +7351,7 @@ def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLeng
         raise _lib.status_error(status, 'cudnnSetSeqDataDescriptor')
 
 _cudnnGetSeqDataDescriptor = _lazy('cudnnGetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, c_void_p, c_void_p, c_int, c_void_p, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
+_values_cudnnGetSeqDataDescriptor = (b'iN', (None, None,), _pack_iN)
 
 
 def cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, dimA, axes, seqLengthArraySize, seqLengthSizeRequested, seqLengthArray, paddingFill):
@@ -7563,11 +7373,7 @@ def cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, di
     @brief Retrieves sequence data descriptor parameters.
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iN(nbDimsRequested, seqLengthSizeRequested)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetSeqDataDescriptor, nbDimsRequested, seqLengthSizeRequested):
         _check_values('cudnnGetSeqDataDescriptor', ('seqDataDesc', 'dataType', 'nbDims', 'nbDimsRequested', 'dimA', 'axes', 'seqLengthArraySize', 'seqLengthSizeRequested', 'seqLengthArray', 'paddingFill'), ((3, nbDimsRequested, 'i', None), (7, seqLengthSizeRequested, 'N', None),))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 1)
@@ -7631,6 +7437,7 @@ def cudnnDestroyAttnDescriptor(attnDesc):
     _clear_handle(attnDesc)
 
 _cudnnSetAttnDescriptor = _lazy('cudnnSetAttnDescriptor', (cudnnAttnDescriptor_t, c_uint, c_int, c_double, c_int, c_int, c_int, cudnnDropoutDescriptor_t, cudnnDropoutDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_values_cudnnSetAttnDescriptor = (b'Iiiiiiiiiiiiiiii', (None, None, cudnnDataType_t, cudnnDataType_t, cudnnMathType_t, None, None, None, None, None, None, None, None, None, None, None,), _pack_Iiiiiiiiiiiiiiii)
 
 
 def cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, computePrec, mathType, attnDropoutDesc, postDropoutDesc, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize):
@@ -7643,11 +7450,7 @@ def cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     @brief Configures a multi-head attention descriptor.
     @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_Iiiiiiiiiiiiiiii(attnMode, nHeads, dataType, computePrec, mathType, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(computePrec) is int or type(computePrec) is cudnnDataType_t) and (type(mathType) is int or type(mathType) is cudnnMathType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetAttnDescriptor, attnMode, nHeads, dataType, computePrec, mathType, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize):
         _check_values('cudnnSetAttnDescriptor', ('attnDesc', 'attnMode', 'nHeads', 'smScaler', 'dataType', 'computePrec', 'mathType', 'attnDropoutDesc', 'postDropoutDesc', 'qSize', 'kSize', 'vSize', 'qProjSize', 'kProjSize', 'vProjSize', 'oProjSize', 'qoMaxSeqLength', 'kvMaxSeqLength', 'maxBatchSize', 'maxBeamSize'), ((1, attnMode, 'I', None), (2, nHeads, 'i', None), (4, dataType, 'i', cudnnDataType_t), (5, computePrec, 'i', cudnnDataType_t), (6, mathType, 'i', cudnnMathType_t), (9, qSize, 'i', None), (10, kSize, 'i', None), (11, vSize, 'i', None), (12, qProjSize, 'i', None), (13, kProjSize, 'i', None), (14, vProjSize, 'i', None), (15, oProjSize, 'i', None), (16, qoMaxSeqLength, 'i', None), (17, kvMaxSeqLength, 'i', None), (18, maxBatchSize, 'i', None), (19, maxBeamSize, 'i', None),))
     try:
         status = _cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, computePrec, mathType, attnDropoutDesc, postDropoutDesc, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize)
@@ -7745,6 +7548,7 @@ def cudnnGetMultiHeadAttnBuffers(handle, attnDesc, weightSizeInBytes, workSpaceS
         raise _lib.status_error(status, 'cudnnGetMultiHeadAttnBuffers')
 
 _cudnnGetMultiHeadAttnWeights = _lazy('cudnnGetMultiHeadAttnWeights', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, c_size_t, DevicePointer, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
+_values_cudnnGetMultiHeadAttnWeights = (b'iN', (cudnnMultiHeadAttnWeightKind_t, None,), _pack_iN)
 
 
 def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, weights, wDesc, wAddr):
@@ -7762,11 +7566,7 @@ def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, wei
     @brief Obtains shape and start address of attention weight/bias tensors.
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iN(wKind, weightSizeInBytes) and (type(wKind) is int or type(wKind) is cudnnMultiHeadAttnWeightKind_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetMultiHeadAttnWeights, wKind, weightSizeInBytes):
         _check_values('cudnnGetMultiHeadAttnWeights', ('handle', 'attnDesc', 'wKind', 'weightSizeInBytes', 'weights', 'wDesc', 'wAddr'), ((2, wKind, 'i', cudnnMultiHeadAttnWeightKind_t), (3, weightSizeInBytes, 'N', None),))
     try:
         wAddr = _arr_void(wAddr, 1, 6)
@@ -7777,6 +7577,7 @@ def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, wei
         raise _lib.status_error(status, 'cudnnGetMultiHeadAttnWeights')
 
 _cudnnMultiHeadAttnForward = _lazy('cudnnMultiHeadAttnForward', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, c_void_p, c_void_p, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_values_cudnnMultiHeadAttnForward = (b'iNNN', (None, None, None, None,), _pack_iNNN)
 
 
 def cudnnMultiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLengthsQO, devSeqLengthsKV, qDesc, queries, residuals, kDesc, keys, vDesc, values, oDesc, out, weightSizeInBytes, weights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace):
@@ -7806,11 +7607,7 @@ def cudnnMultiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, dev
     @brief Computes multi-head attention forward pass.
     @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iNNN(currIdx, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnMultiHeadAttnForward, currIdx, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnMultiHeadAttnForward', ('handle', 'attnDesc', 'currIdx', 'loWinIdx', 'hiWinIdx', 'devSeqLengthsQO', 'devSeqLengthsKV', 'qDesc', 'queries', 'residuals', 'kDesc', 'keys', 'vDesc', 'values', 'oDesc', 'out', 'weightSizeInBytes', 'weights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((2, currIdx, 'i', None), (16, weightSizeInBytes, 'N', None), (18, workSpaceSizeInBytes, 'N', None), (20, reserveSpaceSizeInBytes, 'N', None),))
     try:
         loWinIdx = _arr_int_c(loWinIdx, None, 3)
@@ -7833,6 +7630,7 @@ def cudnnAdvVersionCheck():
         raise _lib.status_error(status, 'cudnnAdvVersionCheck')
 
 _cudnnRNNBackwardData_v8 = _lazy('cudnnRNNBackwardData_v8', (cudnnHandle_t, cudnnRNNDescriptor_t, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int)
+_values_cudnnRNNBackwardData_v8 = (b'NNN', (None, None, None,), _pack_NNN)
 
 
 def cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc, dx, hDesc, hx, dhy, dhx, cDesc, cx, dcy, dcx, weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace):
@@ -7887,11 +7685,7 @@ def cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc,
 
     @since cuDNN 9.0.0
     @see cudnnRNNForward, cudnnRNNBackwardWeights_v8"""
-    try:
-        _ok = _pack_NNN(weightSpaceSize, workSpaceSize, reserveSpaceSize)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnRNNBackwardData_v8, weightSpaceSize, workSpaceSize, reserveSpaceSize):
         _check_values('cudnnRNNBackwardData_v8', ('handle', 'rnnDesc', 'devSeqLengths', 'yDesc', 'y', 'dy', 'xDesc', 'dx', 'hDesc', 'hx', 'dhy', 'dhx', 'cDesc', 'cx', 'dcy', 'dcx', 'weightSpaceSize', 'weightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((16, weightSpaceSize, 'N', None), (18, workSpaceSize, 'N', None), (20, reserveSpaceSize, 'N', None),))
     try:
         status = _cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc, dx, hDesc, hx, dhy, dhx, cDesc, cx, dcy, dcx, weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
@@ -7901,6 +7695,7 @@ def cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc,
         raise _lib.status_error(status, 'cudnnRNNBackwardData_v8')
 
 _cudnnRNNBackwardWeights_v8 = _lazy('cudnnRNNBackwardWeights_v8', (cudnnHandle_t, cudnnRNNDescriptor_t, c_int, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnRNNDataDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int)
+_values_cudnnRNNBackwardWeights_v8 = (b'iNNN', (cudnnWgradMode_t, None, None, None,), _pack_iNNN)
 
 
 def cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x, hDesc, hx, yDesc, y, weightSpaceSize, dweightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace):
@@ -7943,11 +7738,7 @@ def cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x
 
     @since cuDNN 9.0.0
     @see cudnnRNNForward, cudnnRNNBackwardData_v8"""
-    try:
-        _ok = _pack_iNNN(addGrad, weightSpaceSize, workSpaceSize, reserveSpaceSize) and (type(addGrad) is int or type(addGrad) is cudnnWgradMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnRNNBackwardWeights_v8, addGrad, weightSpaceSize, workSpaceSize, reserveSpaceSize):
         _check_values('cudnnRNNBackwardWeights_v8', ('handle', 'rnnDesc', 'addGrad', 'devSeqLengths', 'xDesc', 'x', 'hDesc', 'hx', 'yDesc', 'y', 'weightSpaceSize', 'dweightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((2, addGrad, 'i', cudnnWgradMode_t), (10, weightSpaceSize, 'N', None), (12, workSpaceSize, 'N', None), (14, reserveSpaceSize, 'N', None),))
     try:
         status = _cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x, hDesc, hx, yDesc, y, weightSpaceSize, dweightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
@@ -7957,6 +7748,7 @@ def cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x
         raise _lib.status_error(status, 'cudnnRNNBackwardWeights_v8')
 
 _cudnnMultiHeadAttnBackwardData = _lazy('cudnnMultiHeadAttnBackwardData', (cudnnHandle_t, cudnnAttnDescriptor_t, c_void_p, c_void_p, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_values_cudnnMultiHeadAttnBackwardData = (b'NNN', (None, None, None,), _pack_NNN)
 
 
 def cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqLengthsDQDO, devSeqLengthsDKDV, doDesc, dout, dqDesc, dqueries, queries, dkDesc, dkeys, keys, dvDesc, dvalues, values, weightSizeInBytes, weights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace):
@@ -7988,11 +7780,7 @@ def cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqL
     @brief Computes multi-head attention data gradients.
     @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_NNN(weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnMultiHeadAttnBackwardData, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnMultiHeadAttnBackwardData', ('handle', 'attnDesc', 'loWinIdx', 'hiWinIdx', 'devSeqLengthsDQDO', 'devSeqLengthsDKDV', 'doDesc', 'dout', 'dqDesc', 'dqueries', 'queries', 'dkDesc', 'dkeys', 'keys', 'dvDesc', 'dvalues', 'values', 'weightSizeInBytes', 'weights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((17, weightSizeInBytes, 'N', None), (19, workSpaceSizeInBytes, 'N', None), (21, reserveSpaceSizeInBytes, 'N', None),))
     try:
         loWinIdx = _arr_int_c(loWinIdx, None, 2)
@@ -8004,6 +7792,7 @@ def cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqL
         raise _lib.status_error(status, 'cudnnMultiHeadAttnBackwardData')
 
 _cudnnMultiHeadAttnBackwardWeights = _lazy('cudnnMultiHeadAttnBackwardWeights', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, c_size_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_values_cudnnMultiHeadAttnBackwardWeights = (b'iNNN', (cudnnWgradMode_t, None, None, None,), _pack_iNNN)
 
 
 def cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries, kDesc, keys, vDesc, values, doDesc, dout, weightSizeInBytes, weights, dweights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace):
@@ -8029,11 +7818,7 @@ def cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries,
     @brief Computes multi-head attention weight gradients.
     @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iNNN(addGrad, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes) and (type(addGrad) is int or type(addGrad) is cudnnWgradMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnMultiHeadAttnBackwardWeights, addGrad, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnMultiHeadAttnBackwardWeights', ('handle', 'attnDesc', 'addGrad', 'qDesc', 'queries', 'kDesc', 'keys', 'vDesc', 'values', 'doDesc', 'dout', 'weightSizeInBytes', 'weights', 'dweights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((2, addGrad, 'i', cudnnWgradMode_t), (11, weightSizeInBytes, 'N', None), (14, workSpaceSizeInBytes, 'N', None), (16, reserveSpaceSizeInBytes, 'N', None),))
     try:
         status = _cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries, kDesc, keys, vDesc, values, doDesc, dout, weightSizeInBytes, weights, dweights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace)
@@ -8066,6 +7851,7 @@ def cudnnCreateCTCLossDescriptor(ctcLossDesc):
         raise _lib.status_error(status, 'cudnnCreateCTCLossDescriptor')
 
 _cudnnSetCTCLossDescriptor = _lazy('cudnnSetCTCLossDescriptor', (cudnnCTCLossDescriptor_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead')
+_values_cudnnSetCTCLossDescriptor = (b'i', (cudnnDataType_t,), _pack_i)
 
 
 def cudnnSetCTCLossDescriptor(ctcLossDesc, compType):
@@ -8078,11 +7864,7 @@ def cudnnSetCTCLossDescriptor(ctcLossDesc, compType):
     @brief Configures a CTC loss descriptor with compute type.
     @deprecated Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(compType) and (type(compType) is int or type(compType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetCTCLossDescriptor, compType):
         _check_values('cudnnSetCTCLossDescriptor', ('ctcLossDesc', 'compType'), ((1, compType, 'i', cudnnDataType_t),))
     try:
         status = _cudnnSetCTCLossDescriptor(ctcLossDesc, compType)
@@ -8092,6 +7874,7 @@ def cudnnSetCTCLossDescriptor(ctcLossDesc, compType):
         raise _lib.status_error(status, 'cudnnSetCTCLossDescriptor')
 
 _cudnnSetCTCLossDescriptorEx = _lazy('cudnnSetCTCLossDescriptorEx', (cudnnCTCLossDescriptor_t, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead')
+_values_cudnnSetCTCLossDescriptorEx = (b'iii', (cudnnDataType_t, cudnnLossNormalizationMode_t, cudnnNanPropagation_t,), _pack_iii)
 
 
 def cudnnSetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
@@ -8104,11 +7887,7 @@ def cudnnSetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     @brief Configures CTC loss with normalization mode.
     @deprecated Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iii(compType, normMode, gradMode) and (type(compType) is int or type(compType) is cudnnDataType_t) and (type(normMode) is int or type(normMode) is cudnnLossNormalizationMode_t) and (type(gradMode) is int or type(gradMode) is cudnnNanPropagation_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetCTCLossDescriptorEx, compType, normMode, gradMode):
         _check_values('cudnnSetCTCLossDescriptorEx', ('ctcLossDesc', 'compType', 'normMode', 'gradMode'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, gradMode, 'i', cudnnNanPropagation_t),))
     try:
         status = _cudnnSetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode)
@@ -8118,6 +7897,7 @@ def cudnnSetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
         raise _lib.status_error(status, 'cudnnSetCTCLossDescriptorEx')
 
 _cudnnSetCTCLossDescriptor_v8 = _lazy('cudnnSetCTCLossDescriptor_v8', (cudnnCTCLossDescriptor_t, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead')
+_values_cudnnSetCTCLossDescriptor_v8 = (b'iiii', (cudnnDataType_t, cudnnLossNormalizationMode_t, cudnnNanPropagation_t, None,), _pack_iiii)
 
 
 def cudnnSetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxLabelLength):
@@ -8130,11 +7910,7 @@ def cudnnSetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxL
     @brief Configures CTC loss with normalization, gradient mode, and max label length.
     @deprecated Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iiii(compType, normMode, gradMode, maxLabelLength) and (type(compType) is int or type(compType) is cudnnDataType_t) and (type(normMode) is int or type(normMode) is cudnnLossNormalizationMode_t) and (type(gradMode) is int or type(gradMode) is cudnnNanPropagation_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetCTCLossDescriptor_v8, compType, normMode, gradMode, maxLabelLength):
         _check_values('cudnnSetCTCLossDescriptor_v8', ('ctcLossDesc', 'compType', 'normMode', 'gradMode', 'maxLabelLength'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, gradMode, 'i', cudnnNanPropagation_t), (4, maxLabelLength, 'i', None),))
     try:
         status = _cudnnSetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxLabelLength)
@@ -8144,6 +7920,7 @@ def cudnnSetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxL
         raise _lib.status_error(status, 'cudnnSetCTCLossDescriptor_v8')
 
 _cudnnSetCTCLossDescriptor_v9 = _lazy('cudnnSetCTCLossDescriptor_v9', (cudnnCTCLossDescriptor_t, c_int, c_int, c_int, c_int,), c_int)
+_values_cudnnSetCTCLossDescriptor_v9 = (b'iiii', (cudnnDataType_t, cudnnLossNormalizationMode_t, cudnnCTCGradMode_t, None,), _pack_iiii)
 
 
 def cudnnSetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, maxLabelLength):
@@ -8162,11 +7939,7 @@ def cudnnSetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, m
     @retval CUDNN_STATUS_SUCCESS  Descriptor configured.
 
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iiii(compType, normMode, ctcGradMode, maxLabelLength) and (type(compType) is int or type(compType) is cudnnDataType_t) and (type(normMode) is int or type(normMode) is cudnnLossNormalizationMode_t) and (type(ctcGradMode) is int or type(ctcGradMode) is cudnnCTCGradMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetCTCLossDescriptor_v9, compType, normMode, ctcGradMode, maxLabelLength):
         _check_values('cudnnSetCTCLossDescriptor_v9', ('ctcLossDesc', 'compType', 'normMode', 'ctcGradMode', 'maxLabelLength'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, ctcGradMode, 'i', cudnnCTCGradMode_t), (4, maxLabelLength, 'i', None),))
     try:
         status = _cudnnSetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, maxLabelLength)
@@ -8307,6 +8080,7 @@ def cudnnDestroyCTCLossDescriptor(ctcLossDesc):
     _clear_handle(ctcLossDesc)
 
 _cudnnCTCLoss = _lazy('cudnnCTCLoss', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, c_void_p, c_void_p, c_void_p, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_int, cudnnCTCLossDescriptor_t, DevicePointer, c_size_t,), c_int)
+_values_cudnnCTCLoss = (b'iN', (cudnnCTCLossAlgo_t, None,), _pack_iN)
 
 
 def cudnnCTCLoss(handle, probsDesc, probs, hostLabels, hostLabelLengths, hostInputLengths, costs, gradientsDesc, gradients, algo, ctcLossDesc, workspace, workSpaceSizeInBytes):
@@ -8348,11 +8122,7 @@ def cudnnCTCLoss(handle, probsDesc, probs, hostLabels, hostLabelLengths, hostInp
 
     @since cuDNN 9.0.0
     @see cudnnCTCLoss_v8, cudnnGetCTCLossWorkspaceSize"""
-    try:
-        _ok = _pack_iN(algo, workSpaceSizeInBytes) and (type(algo) is int or type(algo) is cudnnCTCLossAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnCTCLoss, algo, workSpaceSizeInBytes):
         _check_values('cudnnCTCLoss', ('handle', 'probsDesc', 'probs', 'hostLabels', 'hostLabelLengths', 'hostInputLengths', 'costs', 'gradientsDesc', 'gradients', 'algo', 'ctcLossDesc', 'workspace', 'workSpaceSizeInBytes'), ((9, algo, 'i', cudnnCTCLossAlgo_t), (12, workSpaceSizeInBytes, 'N', None),))
     try:
         hostLabels = _arr_int_c(hostLabels, None, 3)
@@ -8365,6 +8135,7 @@ def cudnnCTCLoss(handle, probsDesc, probs, hostLabels, hostLabelLengths, hostInp
         raise _lib.status_error(status, 'cudnnCTCLoss')
 
 _cudnnCTCLoss_v8 = _lazy('cudnnCTCLoss_v8', (cudnnHandle_t, c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_size_t, DevicePointer,), c_int)
+_values_cudnnCTCLoss_v8 = (b'iN', (cudnnCTCLossAlgo_t, None,), _pack_iN)
 
 
 def cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLengths, inputLengths, costs, gradientsDesc, gradients, workSpaceSizeInBytes, workspace):
@@ -8390,11 +8161,7 @@ def cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLe
 
     @since cuDNN 9.0.0
     @see cudnnCTCLoss, cudnnGetCTCLossWorkspaceSize_v8"""
-    try:
-        _ok = _pack_iN(algo, workSpaceSizeInBytes) and (type(algo) is int or type(algo) is cudnnCTCLossAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnCTCLoss_v8, algo, workSpaceSizeInBytes):
         _check_values('cudnnCTCLoss_v8', ('handle', 'algo', 'ctcLossDesc', 'probsDesc', 'probs', 'labels', 'labelLengths', 'inputLengths', 'costs', 'gradientsDesc', 'gradients', 'workSpaceSizeInBytes', 'workspace'), ((1, algo, 'i', cudnnCTCLossAlgo_t), (11, workSpaceSizeInBytes, 'N', None),))
     try:
         status = _cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLengths, inputLengths, costs, gradientsDesc, gradients, workSpaceSizeInBytes, workspace)
@@ -8404,6 +8171,7 @@ def cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLe
         raise _lib.status_error(status, 'cudnnCTCLoss_v8')
 
 _cudnnGetCTCLossWorkspaceSize = _lazy('cudnnGetCTCLossWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_int, cudnnCTCLossDescriptor_t, c_void_p,), c_int)
+_values_cudnnGetCTCLossWorkspaceSize = (b'i', (cudnnCTCLossAlgo_t,), _pack_i)
 
 
 def cudnnGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labelLengths, inputLengths, algo, ctcLossDesc, sizeInBytes):
@@ -8424,11 +8192,7 @@ def cudnnGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, label
 
     @since cuDNN 9.0.0
     @see cudnnCTCLoss"""
-    try:
-        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is cudnnCTCLossAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetCTCLossWorkspaceSize, algo):
         _check_values('cudnnGetCTCLossWorkspaceSize', ('handle', 'probsDesc', 'gradientsDesc', 'labels', 'labelLengths', 'inputLengths', 'algo', 'ctcLossDesc', 'sizeInBytes'), ((6, algo, 'i', cudnnCTCLossAlgo_t),))
     try:
         labels = _arr_int_c(labels, None, 3)
@@ -8442,6 +8206,7 @@ def cudnnGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, label
         raise _lib.status_error(status, 'cudnnGetCTCLossWorkspaceSize')
 
 _cudnnGetCTCLossWorkspaceSize_v8 = _lazy('cudnnGetCTCLossWorkspaceSize_v8', (cudnnHandle_t, c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int)
+_values_cudnnGetCTCLossWorkspaceSize_v8 = (b'i', (cudnnCTCLossAlgo_t,), _pack_i)
 
 
 def cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradientsDesc, sizeInBytes):
@@ -8455,11 +8220,7 @@ def cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradie
     @brief Returns the GPU workspace size required for CTC loss v8 computation.
     @since cuDNN 9.0.0
     @see cudnnCTCLoss_v8"""
-    try:
-        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is cudnnCTCLossAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetCTCLossWorkspaceSize_v8, algo):
         _check_values('cudnnGetCTCLossWorkspaceSize_v8', ('handle', 'algo', 'ctcLossDesc', 'probsDesc', 'gradientsDesc', 'sizeInBytes'), ((1, algo, 'i', cudnnCTCLossAlgo_t),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
@@ -8525,6 +8286,7 @@ def cudnnDestroyConvolutionDescriptor(convDesc):
     _clear_handle(convDesc)
 
 _cudnnSetConvolutionMathType = _lazy('cudnnSetConvolutionMathType', (cudnnConvolutionDescriptor_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetConvolutionMathType = (b'i', (cudnnMathType_t,), _pack_i)
 
 
 def cudnnSetConvolutionMathType(convDesc, mathType):
@@ -8542,11 +8304,7 @@ def cudnnSetConvolutionMathType(convDesc, mathType):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(mathType) and (type(mathType) is int or type(mathType) is cudnnMathType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetConvolutionMathType, mathType):
         _check_values('cudnnSetConvolutionMathType', ('convDesc', 'mathType'), ((1, mathType, 'i', cudnnMathType_t),))
     try:
         status = _cudnnSetConvolutionMathType(convDesc, mathType)
@@ -8585,6 +8343,7 @@ def cudnnGetConvolutionMathType(convDesc, mathType):
         raise _lib.status_error(status, 'cudnnGetConvolutionMathType')
 
 _cudnnSetConvolutionGroupCount = _lazy('cudnnSetConvolutionGroupCount', (cudnnConvolutionDescriptor_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetConvolutionGroupCount = (b'i', (None,), _pack_i)
 
 
 def cudnnSetConvolutionGroupCount(convDesc, groupCount):
@@ -8602,11 +8361,7 @@ def cudnnSetConvolutionGroupCount(convDesc, groupCount):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(groupCount)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetConvolutionGroupCount, groupCount):
         _check_values('cudnnSetConvolutionGroupCount', ('convDesc', 'groupCount'), ((1, groupCount, 'i', None),))
     try:
         status = _cudnnSetConvolutionGroupCount(convDesc, groupCount)
@@ -8645,6 +8400,7 @@ def cudnnGetConvolutionGroupCount(convDesc, groupCount):
         raise _lib.status_error(status, 'cudnnGetConvolutionGroupCount')
 
 _cudnnSetConvolutionReorderType = _lazy('cudnnSetConvolutionReorderType', (cudnnConvolutionDescriptor_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetConvolutionReorderType = (b'i', (cudnnReorderType_t,), _pack_i)
 
 
 def cudnnSetConvolutionReorderType(convDesc, reorderType):
@@ -8662,11 +8418,7 @@ def cudnnSetConvolutionReorderType(convDesc, reorderType):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(reorderType) and (type(reorderType) is int or type(reorderType) is cudnnReorderType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetConvolutionReorderType, reorderType):
         _check_values('cudnnSetConvolutionReorderType', ('convDesc', 'reorderType'), ((1, reorderType, 'i', cudnnReorderType_t),))
     try:
         status = _cudnnSetConvolutionReorderType(convDesc, reorderType)
@@ -8705,6 +8457,7 @@ def cudnnGetConvolutionReorderType(convDesc, reorderType):
         raise _lib.status_error(status, 'cudnnGetConvolutionReorderType')
 
 _cudnnSetConvolution2dDescriptor = _lazy('cudnnSetConvolution2dDescriptor', (cudnnConvolutionDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetConvolution2dDescriptor = (b'iiiiiiii', (None, None, None, None, None, None, cudnnConvolutionMode_t, cudnnDataType_t,), _pack_iiiiiiii)
 
 
 def cudnnSetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType):
@@ -8729,11 +8482,7 @@ def cudnnSetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iiiiiiii(pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType) and (type(mode) is int or type(mode) is cudnnConvolutionMode_t) and (type(computeType) is int or type(computeType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetConvolution2dDescriptor, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType):
         _check_values('cudnnSetConvolution2dDescriptor', ('convDesc', 'pad_h', 'pad_w', 'u', 'v', 'dilation_h', 'dilation_w', 'mode', 'computeType'), ((1, pad_h, 'i', None), (2, pad_w, 'i', None), (3, u, 'i', None), (4, v, 'i', None), (5, dilation_h, 'i', None), (6, dilation_w, 'i', None), (7, mode, 'i', cudnnConvolutionMode_t), (8, computeType, 'i', cudnnDataType_t),))
     try:
         status = _cudnnSetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType)
@@ -8793,6 +8542,7 @@ def cudnnGetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
         raise _lib.status_error(status, 'cudnnGetConvolution2dDescriptor')
 
 _cudnnSetConvolutionNdDescriptor = _lazy('cudnnSetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetConvolutionNdDescriptor = (b'iii', (None, cudnnConvolutionMode_t, cudnnDataType_t,), _pack_iii)
 
 
 def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, dilationA, mode, computeType):
@@ -8820,11 +8570,7 @@ def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, 
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iii(arrayLength, mode, computeType) and (type(mode) is int or type(mode) is cudnnConvolutionMode_t) and (type(computeType) is int or type(computeType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetConvolutionNdDescriptor, arrayLength, mode, computeType):
         _check_values('cudnnSetConvolutionNdDescriptor', ('convDesc', 'arrayLength', 'padA', 'filterStrideA', 'dilationA', 'mode', 'computeType'), ((1, arrayLength, 'i', None), (5, mode, 'i', cudnnConvolutionMode_t), (6, computeType, 'i', cudnnDataType_t),))
     try:
         padA = _arr_int_c(padA, arrayLength, 2)
@@ -8837,6 +8583,7 @@ def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, 
         raise _lib.status_error(status, 'cudnnSetConvolutionNdDescriptor')
 
 _cudnnGetConvolutionNdDescriptor = _lazy('cudnnGetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetConvolutionNdDescriptor = (b'i', (None,), _pack_i)
 
 
 def cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength, padA, strideA, dilationA, mode, computeType):
@@ -8868,11 +8615,7 @@ def cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength,
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(arrayLengthRequested)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetConvolutionNdDescriptor, arrayLengthRequested):
         _check_values('cudnnGetConvolutionNdDescriptor', ('convDesc', 'arrayLengthRequested', 'arrayLength', 'padA', 'strideA', 'dilationA', 'mode', 'computeType'), ((1, arrayLengthRequested, 'i', None),))
     try:
         arrayLength = _arr_int(arrayLength, 1, 2)
@@ -8928,6 +8671,7 @@ def cudnnGetConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
         raise _lib.status_error(status, 'cudnnGetConvolution2dForwardOutputDim')
 
 _cudnnGetConvolutionNdForwardOutputDim = _lazy('cudnnGetConvolutionNdForwardOutputDim', (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetConvolutionNdForwardOutputDim = (b'i', (None,), _pack_i)
 
 
 def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc, nbDims, tensorOuputDimA):
@@ -8951,11 +8695,7 @@ def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(nbDims)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetConvolutionNdForwardOutputDim, nbDims):
         _check_values('cudnnGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc', 'nbDims', 'tensorOuputDimA'), ((3, nbDims, 'i', None),))
     try:
         tensorOuputDimA = _arr_int(tensorOuputDimA, nbDims, 4)
@@ -8995,6 +8735,7 @@ def cudnnGetConvolutionForwardAlgorithmMaxCount(handle, count):
         raise _lib.status_error(status, 'cudnnGetConvolutionForwardAlgorithmMaxCount')
 
 _cudnnGetConvolutionForwardAlgorithm_v7 = _lazy('cudnnGetConvolutionForwardAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetConvolutionForwardAlgorithm_v7 = (b'i', (None,), _pack_i)
 
 
 def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc, destDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -9025,11 +8766,7 @@ def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(requestedAlgoCount)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetConvolutionForwardAlgorithm_v7, requestedAlgoCount):
         _check_values('cudnnGetConvolutionForwardAlgorithm_v7', ('handle', 'srcDesc', 'filterDesc', 'convDesc', 'destDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
@@ -9041,6 +8778,7 @@ def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc
         raise _lib.status_error(status, 'cudnnGetConvolutionForwardAlgorithm_v7')
 
 _cudnnFindConvolutionForwardAlgorithm = _lazy('cudnnFindConvolutionForwardAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnFindConvolutionForwardAlgorithm = (b'i', (None,), _pack_i)
 
 
 def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -9071,11 +8809,7 @@ def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, 
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(requestedAlgoCount)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnFindConvolutionForwardAlgorithm, requestedAlgoCount):
         _check_values('cudnnFindConvolutionForwardAlgorithm', ('handle', 'xDesc', 'wDesc', 'convDesc', 'yDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
@@ -9087,6 +8821,7 @@ def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, 
         raise _lib.status_error(status, 'cudnnFindConvolutionForwardAlgorithm')
 
 _cudnnFindConvolutionForwardAlgorithmEx = _lazy('cudnnFindConvolutionForwardAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnFindConvolutionForwardAlgorithmEx = (b'iN', (None, None,), _pack_iN)
 
 
 def cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc, yDesc, y, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes):
@@ -9127,11 +8862,7 @@ def cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc,
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iN(requestedAlgoCount, workSpaceSizeInBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnFindConvolutionForwardAlgorithmEx, requestedAlgoCount, workSpaceSizeInBytes):
         _check_values('cudnnFindConvolutionForwardAlgorithmEx', ('handle', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'yDesc', 'y', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
@@ -9179,6 +8910,7 @@ def cudnnIm2Col(handle, xDesc, x, wDesc, convDesc, colBuffer):
         raise _lib.status_error(status, 'cudnnIm2Col')
 
 _cudnnReorderFilterAndBias = _lazy('cudnnReorderFilterAndBias', (cudnnHandle_t, cudnnFilterDescriptor_t, c_int, DevicePointer, DevicePointer, c_int, DevicePointer, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnReorderFilterAndBias = (b'ii', (cudnnReorderType_t, None,), _pack_ii)
 
 
 def cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reorderedFilterData, reorderBias, biasData, reorderedBiasData):
@@ -9211,11 +8943,7 @@ def cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reord
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_ii(reorderType, reorderBias) and (type(reorderType) is int or type(reorderType) is cudnnReorderType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnReorderFilterAndBias, reorderType, reorderBias):
         _check_values('cudnnReorderFilterAndBias', ('handle', 'filterDesc', 'reorderType', 'filterData', 'reorderedFilterData', 'reorderBias', 'biasData', 'reorderedBiasData'), ((2, reorderType, 'i', cudnnReorderType_t), (5, reorderBias, 'i', None),))
     try:
         status = _cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reorderedFilterData, reorderBias, biasData, reorderedBiasData)
@@ -9225,6 +8953,7 @@ def cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reord
         raise _lib.status_error(status, 'cudnnReorderFilterAndBias')
 
 _cudnnGetConvolutionForwardWorkspaceSize = _lazy('cudnnGetConvolutionForwardWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetConvolutionForwardWorkspaceSize = (b'i', (cudnnConvolutionFwdAlgo_t,), _pack_i)
 
 
 def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDesc, algo, sizeInBytes):
@@ -9250,11 +8979,7 @@ def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDes
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is cudnnConvolutionFwdAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetConvolutionForwardWorkspaceSize, algo):
         _check_values('cudnnGetConvolutionForwardWorkspaceSize', ('handle', 'xDesc', 'wDesc', 'convDesc', 'yDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionFwdAlgo_t),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
@@ -9265,6 +8990,7 @@ def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDes
         raise _lib.status_error(status, 'cudnnGetConvolutionForwardWorkspaceSize')
 
 _cudnnConvolutionForward = _lazy('cudnnConvolutionForward', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnConvolutionForward = (b'iN', (cudnnConvolutionFwdAlgo_t, None,), _pack_iN)
 
 
 def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, workSpace, workSpaceSizeInBytes, beta, yDesc, y):
@@ -9304,11 +9030,7 @@ def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, w
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iN(algo, workSpaceSizeInBytes) and (type(algo) is int or type(algo) is cudnnConvolutionFwdAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnConvolutionForward, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionForward', ('handle', 'alpha', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'yDesc', 'y'), ((7, algo, 'i', cudnnConvolutionFwdAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
     try:
         alpha = _void_c(alpha, 4, 1)
@@ -9320,6 +9042,7 @@ def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, w
         raise _lib.status_error(status, 'cudnnConvolutionForward')
 
 _cudnnConvolutionBiasActivationForward = _lazy('cudnnConvolutionBiasActivationForward', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnConvolutionBiasActivationForward = (b'iN', (cudnnConvolutionFwdAlgo_t, None,), _pack_iN)
 
 
 def cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workSpace, workSpaceSizeInBytes, alpha2, zDesc, z, biasDesc, bias, activationDesc, yDesc, y):
@@ -9366,11 +9089,7 @@ def cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, co
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iN(algo, workSpaceSizeInBytes) and (type(algo) is int or type(algo) is cudnnConvolutionFwdAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnConvolutionBiasActivationForward, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionBiasActivationForward', ('handle', 'alpha1', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'alpha2', 'zDesc', 'z', 'biasDesc', 'bias', 'activationDesc', 'yDesc', 'y'), ((7, algo, 'i', cudnnConvolutionFwdAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
     try:
         alpha1 = _void_c(alpha1, 4, 1)
@@ -9411,6 +9130,7 @@ def cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, count):
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardDataAlgorithmMaxCount')
 
 _cudnnFindConvolutionBackwardDataAlgorithm = _lazy('cudnnFindConvolutionBackwardDataAlgorithm', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnFindConvolutionBackwardDataAlgorithm = (b'i', (None,), _pack_i)
 
 
 def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, dxDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -9438,11 +9158,7 @@ def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, d
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(requestedAlgoCount)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnFindConvolutionBackwardDataAlgorithm, requestedAlgoCount):
         _check_values('cudnnFindConvolutionBackwardDataAlgorithm', ('handle', 'wDesc', 'dyDesc', 'convDesc', 'dxDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
@@ -9454,6 +9170,7 @@ def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, d
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardDataAlgorithm')
 
 _cudnnFindConvolutionBackwardDataAlgorithmEx = _lazy('cudnnFindConvolutionBackwardDataAlgorithmEx', (cudnnHandle_t, cudnnFilterDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnFindConvolutionBackwardDataAlgorithmEx = (b'iN', (None, None,), _pack_iN)
 
 
 def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, convDesc, dxDesc, dx, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes):
@@ -9491,11 +9208,7 @@ def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, co
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iN(requestedAlgoCount, workSpaceSizeInBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnFindConvolutionBackwardDataAlgorithmEx, requestedAlgoCount, workSpaceSizeInBytes):
         _check_values('cudnnFindConvolutionBackwardDataAlgorithmEx', ('handle', 'wDesc', 'w', 'dyDesc', 'dy', 'convDesc', 'dxDesc', 'dx', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
@@ -9507,6 +9220,7 @@ def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, co
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardDataAlgorithmEx')
 
 _cudnnGetConvolutionBackwardDataAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardDataAlgorithm_v7', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetConvolutionBackwardDataAlgorithm_v7 = (b'i', (None,), _pack_i)
 
 
 def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, convDesc, gradDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -9534,11 +9248,7 @@ def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, co
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(requestedAlgoCount)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetConvolutionBackwardDataAlgorithm_v7, requestedAlgoCount):
         _check_values('cudnnGetConvolutionBackwardDataAlgorithm_v7', ('handle', 'filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
@@ -9550,6 +9260,7 @@ def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, co
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardDataAlgorithm_v7')
 
 _cudnnGetConvolutionBackwardDataWorkspaceSize = _lazy('cudnnGetConvolutionBackwardDataWorkspaceSize', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetConvolutionBackwardDataWorkspaceSize = (b'i', (cudnnConvolutionBwdDataAlgo_t,), _pack_i)
 
 
 def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc, dxDesc, algo, sizeInBytes):
@@ -9575,11 +9286,7 @@ def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is cudnnConvolutionBwdDataAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetConvolutionBackwardDataWorkspaceSize, algo):
         _check_values('cudnnGetConvolutionBackwardDataWorkspaceSize', ('handle', 'wDesc', 'dyDesc', 'convDesc', 'dxDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionBwdDataAlgo_t),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
@@ -9590,6 +9297,7 @@ def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardDataWorkspaceSize')
 
 _cudnnConvolutionBackwardData = _lazy('cudnnConvolutionBackwardData', (cudnnHandle_t, c_void_p, cudnnFilterDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnConvolutionBackwardData = (b'iN', (cudnnConvolutionBwdDataAlgo_t, None,), _pack_iN)
 
 
 def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes, beta, dxDesc, dx):
@@ -9629,11 +9337,7 @@ def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, 
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iN(algo, workSpaceSizeInBytes) and (type(algo) is int or type(algo) is cudnnConvolutionBwdDataAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnConvolutionBackwardData, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionBackwardData', ('handle', 'alpha', 'wDesc', 'w', 'dyDesc', 'dy', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'dxDesc', 'dx'), ((7, algo, 'i', cudnnConvolutionBwdDataAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
     try:
         alpha = _void_c(alpha, 4, 1)
@@ -9645,6 +9349,7 @@ def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, 
         raise _lib.status_error(status, 'cudnnConvolutionBackwardData')
 
 _cudnnGetFoldedConvBackwardDataDescriptors = _lazy('cudnnGetFoldedConvBackwardDataDescriptors', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetFoldedConvBackwardDataDescriptors = (b'i', (cudnnTensorFormat_t,), _pack_i)
 
 
 def cudnnGetFoldedConvBackwardDataDescriptors(handle, filterDesc, diffDesc, convDesc, gradDesc, transformFormat, foldedFilterDesc, paddedDiffDesc, foldedConvDesc, foldedGradDesc, filterFoldTransDesc, diffPadTransDesc, gradFoldTransDesc, gradUnfoldTransDesc):
@@ -9677,11 +9382,7 @@ def cudnnGetFoldedConvBackwardDataDescriptors(handle, filterDesc, diffDesc, conv
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(transformFormat) and (type(transformFormat) is int or type(transformFormat) is cudnnTensorFormat_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetFoldedConvBackwardDataDescriptors, transformFormat):
         _check_values('cudnnGetFoldedConvBackwardDataDescriptors', ('handle', 'filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'transformFormat', 'foldedFilterDesc', 'paddedDiffDesc', 'foldedConvDesc', 'foldedGradDesc', 'filterFoldTransDesc', 'diffPadTransDesc', 'gradFoldTransDesc', 'gradUnfoldTransDesc'), ((5, transformFormat, 'i', cudnnTensorFormat_t),))
     try:
         status = _cudnnGetFoldedConvBackwardDataDescriptors(handle, filterDesc, diffDesc, convDesc, gradDesc, transformFormat, foldedFilterDesc, paddedDiffDesc, foldedConvDesc, foldedGradDesc, filterFoldTransDesc, diffPadTransDesc, gradFoldTransDesc, gradUnfoldTransDesc)
@@ -9739,6 +9440,7 @@ def cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, count):
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardFilterAlgorithmMaxCount')
 
 _cudnnFindConvolutionBackwardFilterAlgorithm = _lazy('cudnnFindConvolutionBackwardFilterAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnFindConvolutionBackwardFilterAlgorithm = (b'i', (None,), _pack_i)
 
 
 def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc, dwDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -9766,11 +9468,7 @@ def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc,
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(requestedAlgoCount)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnFindConvolutionBackwardFilterAlgorithm, requestedAlgoCount):
         _check_values('cudnnFindConvolutionBackwardFilterAlgorithm', ('handle', 'xDesc', 'dyDesc', 'convDesc', 'dwDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
@@ -9782,6 +9480,7 @@ def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc,
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardFilterAlgorithm')
 
 _cudnnFindConvolutionBackwardFilterAlgorithmEx = _lazy('cudnnFindConvolutionBackwardFilterAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnFindConvolutionBackwardFilterAlgorithmEx = (b'iN', (None, None,), _pack_iN)
 
 
 def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, convDesc, dwDesc, dw, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes):
@@ -9819,11 +9518,7 @@ def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, c
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iN(requestedAlgoCount, workSpaceSizeInBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnFindConvolutionBackwardFilterAlgorithmEx, requestedAlgoCount, workSpaceSizeInBytes):
         _check_values('cudnnFindConvolutionBackwardFilterAlgorithmEx', ('handle', 'xDesc', 'x', 'dyDesc', 'y', 'convDesc', 'dwDesc', 'dw', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
@@ -9835,6 +9530,7 @@ def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, c
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardFilterAlgorithmEx')
 
 _cudnnGetConvolutionBackwardFilterAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardFilterAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetConvolutionBackwardFilterAlgorithm_v7 = (b'i', (None,), _pack_i)
 
 
 def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, convDesc, gradDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
@@ -9862,11 +9558,7 @@ def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, con
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(requestedAlgoCount)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetConvolutionBackwardFilterAlgorithm_v7, requestedAlgoCount):
         _check_values('cudnnGetConvolutionBackwardFilterAlgorithm_v7', ('handle', 'srcDesc', 'diffDesc', 'convDesc', 'gradDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
@@ -9878,6 +9570,7 @@ def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, con
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardFilterAlgorithm_v7')
 
 _cudnnGetConvolutionBackwardFilterWorkspaceSize = _lazy('cudnnGetConvolutionBackwardFilterWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetConvolutionBackwardFilterWorkspaceSize = (b'i', (cudnnConvolutionBwdFilterAlgo_t,), _pack_i)
 
 
 def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDesc, gradDesc, algo, sizeInBytes):
@@ -9903,11 +9596,7 @@ def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDe
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is cudnnConvolutionBwdFilterAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetConvolutionBackwardFilterWorkspaceSize, algo):
         _check_values('cudnnGetConvolutionBackwardFilterWorkspaceSize', ('handle', 'xDesc', 'dyDesc', 'convDesc', 'gradDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionBwdFilterAlgo_t),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
@@ -9918,6 +9607,7 @@ def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDe
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardFilterWorkspaceSize')
 
 _cudnnConvolutionBackwardFilter = _lazy('cudnnConvolutionBackwardFilter', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnFilterDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnConvolutionBackwardFilter = (b'iN', (cudnnConvolutionBwdFilterAlgo_t, None,), _pack_iN)
 
 
 def cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes, beta, dwDesc, dw):
@@ -9957,11 +9647,7 @@ def cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_iN(algo, workSpaceSizeInBytes) and (type(algo) is int or type(algo) is cudnnConvolutionBwdFilterAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnConvolutionBackwardFilter, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionBackwardFilter', ('handle', 'alpha', 'xDesc', 'x', 'dyDesc', 'dy', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'dwDesc', 'dw'), ((7, algo, 'i', cudnnConvolutionBwdFilterAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
     try:
         alpha = _void_c(alpha, 4, 1)
@@ -10013,6 +9699,7 @@ def cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
         raise _lib.status_error(status, 'cudnnConvolutionBackwardBias')
 
 _cudnnCreateFusedOpsConstParamPack = _lazy('cudnnCreateFusedOpsConstParamPack', (c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnCreateFusedOpsConstParamPack = (b'i', (cudnnFusedOps_t,), _pack_i)
 
 
 def cudnnCreateFusedOpsConstParamPack(constPack, ops):
@@ -10033,11 +9720,7 @@ def cudnnCreateFusedOpsConstParamPack(constPack, ops):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(ops) and (type(ops) is int or type(ops) is cudnnFusedOps_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnCreateFusedOpsConstParamPack, ops):
         _check_values('cudnnCreateFusedOpsConstParamPack', ('constPack', 'ops'), ((1, ops, 'i', cudnnFusedOps_t),))
     try:
         constPack = _arr_cudnnFusedOpsConstParamPack_t(constPack, 1, 0)
@@ -10075,6 +9758,7 @@ def cudnnDestroyFusedOpsConstParamPack(constPack):
     _clear_handle(constPack)
 
 _cudnnSetFusedOpsConstParamPackAttribute = _lazy('cudnnSetFusedOpsConstParamPackAttribute', (cudnnFusedOpsConstParamPack_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetFusedOpsConstParamPackAttribute = (b'i', (cudnnFusedOpsConstParamLabel_t,), _pack_i)
 
 
 def cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param):
@@ -10096,11 +9780,7 @@ def cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(paramLabel) and (type(paramLabel) is int or type(paramLabel) is cudnnFusedOpsConstParamLabel_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetFusedOpsConstParamPackAttribute, paramLabel):
         _check_values('cudnnSetFusedOpsConstParamPackAttribute', ('constPack', 'paramLabel', 'param'), ((1, paramLabel, 'i', cudnnFusedOpsConstParamLabel_t),))
     try:
         param = _void_c(param, None, 2)
@@ -10111,6 +9791,7 @@ def cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param):
         raise _lib.status_error(status, 'cudnnSetFusedOpsConstParamPackAttribute')
 
 _cudnnGetFusedOpsConstParamPackAttribute = _lazy('cudnnGetFusedOpsConstParamPackAttribute', (cudnnFusedOpsConstParamPack_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetFusedOpsConstParamPackAttribute = (b'i', (cudnnFusedOpsConstParamLabel_t,), _pack_i)
 
 
 def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL):
@@ -10134,11 +9815,7 @@ def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(paramLabel) and (type(paramLabel) is int or type(paramLabel) is cudnnFusedOpsConstParamLabel_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetFusedOpsConstParamPackAttribute, paramLabel):
         _check_values('cudnnGetFusedOpsConstParamPackAttribute', ('constPack', 'paramLabel', 'param', 'isNULL'), ((1, paramLabel, 'i', cudnnFusedOpsConstParamLabel_t),))
     try:
         param = _void(param, None, 2)
@@ -10150,6 +9827,7 @@ def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL
         raise _lib.status_error(status, 'cudnnGetFusedOpsConstParamPackAttribute')
 
 _cudnnCreateFusedOpsVariantParamPack = _lazy('cudnnCreateFusedOpsVariantParamPack', (c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnCreateFusedOpsVariantParamPack = (b'i', (cudnnFusedOps_t,), _pack_i)
 
 
 def cudnnCreateFusedOpsVariantParamPack(varPack, ops):
@@ -10170,11 +9848,7 @@ def cudnnCreateFusedOpsVariantParamPack(varPack, ops):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(ops) and (type(ops) is int or type(ops) is cudnnFusedOps_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnCreateFusedOpsVariantParamPack, ops):
         _check_values('cudnnCreateFusedOpsVariantParamPack', ('varPack', 'ops'), ((1, ops, 'i', cudnnFusedOps_t),))
     try:
         varPack = _arr_cudnnFusedOpsVariantParamPack_t(varPack, 1, 0)
@@ -10212,6 +9886,7 @@ def cudnnDestroyFusedOpsVariantParamPack(varPack):
     _clear_handle(varPack)
 
 _cudnnSetFusedOpsVariantParamPackAttribute = _lazy('cudnnSetFusedOpsVariantParamPackAttribute', (cudnnFusedOpsVariantParamPack_t, c_int, EitherPointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnSetFusedOpsVariantParamPackAttribute = (b'i', (cudnnFusedOpsVariantParamLabel_t,), _pack_i)
 
 
 def cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
@@ -10233,11 +9908,7 @@ def cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(paramLabel) and (type(paramLabel) is int or type(paramLabel) is cudnnFusedOpsVariantParamLabel_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnSetFusedOpsVariantParamPackAttribute, paramLabel):
         _check_values('cudnnSetFusedOpsVariantParamPackAttribute', ('varPack', 'paramLabel', 'ptr'), ((1, paramLabel, 'i', cudnnFusedOpsVariantParamLabel_t),))
     try:
         status = _cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr)
@@ -10247,6 +9918,7 @@ def cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
         raise _lib.status_error(status, 'cudnnSetFusedOpsVariantParamPackAttribute')
 
 _cudnnGetFusedOpsVariantParamPackAttribute = _lazy('cudnnGetFusedOpsVariantParamPackAttribute', (cudnnFusedOpsVariantParamPack_t, c_int, EitherPointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnGetFusedOpsVariantParamPackAttribute = (b'i', (cudnnFusedOpsVariantParamLabel_t,), _pack_i)
 
 
 def cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
@@ -10268,11 +9940,7 @@ def cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(paramLabel) and (type(paramLabel) is int or type(paramLabel) is cudnnFusedOpsVariantParamLabel_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGetFusedOpsVariantParamPackAttribute, paramLabel):
         _check_values('cudnnGetFusedOpsVariantParamPackAttribute', ('varPack', 'paramLabel', 'ptr'), ((1, paramLabel, 'i', cudnnFusedOpsVariantParamLabel_t),))
     try:
         status = _cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr)
@@ -10282,6 +9950,7 @@ def cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
         raise _lib.status_error(status, 'cudnnGetFusedOpsVariantParamPackAttribute')
 
 _cudnnCreateFusedOpsPlan = _lazy('cudnnCreateFusedOpsPlan', (c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_values_cudnnCreateFusedOpsPlan = (b'i', (cudnnFusedOps_t,), _pack_i)
 
 
 def cudnnCreateFusedOpsPlan(plan, ops):
@@ -10302,11 +9971,7 @@ def cudnnCreateFusedOpsPlan(plan, ops):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    try:
-        _ok = _pack_i(ops) and (type(ops) is int or type(ops) is cudnnFusedOps_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnCreateFusedOpsPlan, ops):
         _check_values('cudnnCreateFusedOpsPlan', ('plan', 'ops'), ((1, ops, 'i', cudnnFusedOps_t),))
     try:
         plan = _arr_cudnnFusedOpsPlan_t(plan, 1, 0)
@@ -10422,6 +10087,7 @@ def cudnnSubquadraticOpsVersionCheck():
         raise _lib.status_error(status, 'cudnnSubquadraticOpsVersionCheck')
 
 _cudnnCausalConv1dForward = _lazy('cudnnCausalConv1dForward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_cudnnCausalConv1dForward = (b'iiiiii', (None, None, None, None, cudnnDataType_t, cudnnCausalConv1dActivation_t,), _pack_iiiiii)
 
 
 def cudnnCausalConv1dForward(stream, x, weight, bias, y, batch, dim, seqLen, kernelSize, dataType, activation):
@@ -10466,11 +10132,7 @@ def cudnnCausalConv1dForward(stream, x, weight, bias, y, batch, dim, seqLen, ker
     @return cudnnStatus_t indicating success or failure.
 
     @since cuDNN 9.22.0"""
-    try:
-        _ok = _pack_iiiiii(batch, dim, seqLen, kernelSize, dataType, activation) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(activation) is int or type(activation) is cudnnCausalConv1dActivation_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnCausalConv1dForward, batch, dim, seqLen, kernelSize, dataType, activation):
         _check_values('cudnnCausalConv1dForward', ('stream', 'x', 'weight', 'bias', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'activation'), ((5, batch, 'i', None), (6, dim, 'i', None), (7, seqLen, 'i', None), (8, kernelSize, 'i', None), (9, dataType, 'i', cudnnDataType_t), (10, activation, 'i', cudnnCausalConv1dActivation_t),))
     try:
         status = _cudnnCausalConv1dForward(stream, x, weight, bias, y, batch, dim, seqLen, kernelSize, dataType, activation)
@@ -10480,6 +10142,7 @@ def cudnnCausalConv1dForward(stream, x, weight, bias, y, batch, dim, seqLen, ker
         raise _lib.status_error(status, 'cudnnCausalConv1dForward')
 
 _cudnnCausalConv1dBackward = _lazy('cudnnCausalConv1dBackward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_cudnnCausalConv1dBackward = (b'iiiiiii', (None, None, None, None, cudnnDataType_t, cudnnDataType_t, cudnnCausalConv1dActivation_t,), _pack_iiiiiii)
 
 
 def cudnnCausalConv1dBackward(stream, x, weight, bias, dy, dx, dweight, dbias, batch, dim, seqLen, kernelSize, dataType, dwDataType, activation):
@@ -10528,11 +10191,7 @@ def cudnnCausalConv1dBackward(stream, x, weight, bias, dy, dx, dweight, dbias, b
     @return cudnnStatus_t indicating success or failure.
 
     @since cuDNN 9.22.0"""
-    try:
-        _ok = _pack_iiiiiii(batch, dim, seqLen, kernelSize, dataType, dwDataType, activation) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(dwDataType) is int or type(dwDataType) is cudnnDataType_t) and (type(activation) is int or type(activation) is cudnnCausalConv1dActivation_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnCausalConv1dBackward, batch, dim, seqLen, kernelSize, dataType, dwDataType, activation):
         _check_values('cudnnCausalConv1dBackward', ('stream', 'x', 'weight', 'bias', 'dy', 'dx', 'dweight', 'dbias', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'dwDataType', 'activation'), ((8, batch, 'i', None), (9, dim, 'i', None), (10, seqLen, 'i', None), (11, kernelSize, 'i', None), (12, dataType, 'i', cudnnDataType_t), (13, dwDataType, 'i', cudnnDataType_t), (14, activation, 'i', cudnnCausalConv1dActivation_t),))
     try:
         status = _cudnnCausalConv1dBackward(stream, x, weight, bias, dy, dx, dweight, dbias, batch, dim, seqLen, kernelSize, dataType, dwDataType, activation)
@@ -10542,6 +10201,7 @@ def cudnnCausalConv1dBackward(stream, x, weight, bias, dy, dx, dweight, dbias, b
         raise _lib.status_error(status, 'cudnnCausalConv1dBackward')
 
 _cudnnCausalConv1dNwhForward = _lazy('cudnnCausalConv1dNwhForward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_cudnnCausalConv1dNwhForward = (b'iiiiii', (None, None, None, None, cudnnDataType_t, cudnnCausalConv1dActivation_t,), _pack_iiiiii)
 
 
 def cudnnCausalConv1dNwhForward(stream, x, weight, bias, y, batch, dim, seqLen, kernelSize, dataType, activation):
@@ -10554,11 +10214,7 @@ def cudnnCausalConv1dNwhForward(stream, x, weight, bias, y, batch, dim, seqLen, 
         y: device memory
 
     Raises CudnnError when the returned status is not success."""
-    try:
-        _ok = _pack_iiiiii(batch, dim, seqLen, kernelSize, dataType, activation) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(activation) is int or type(activation) is cudnnCausalConv1dActivation_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnCausalConv1dNwhForward, batch, dim, seqLen, kernelSize, dataType, activation):
         _check_values('cudnnCausalConv1dNwhForward', ('stream', 'x', 'weight', 'bias', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'activation'), ((5, batch, 'i', None), (6, dim, 'i', None), (7, seqLen, 'i', None), (8, kernelSize, 'i', None), (9, dataType, 'i', cudnnDataType_t), (10, activation, 'i', cudnnCausalConv1dActivation_t),))
     try:
         status = _cudnnCausalConv1dNwhForward(stream, x, weight, bias, y, batch, dim, seqLen, kernelSize, dataType, activation)
@@ -10568,6 +10224,7 @@ def cudnnCausalConv1dNwhForward(stream, x, weight, bias, y, batch, dim, seqLen, 
         raise _lib.status_error(status, 'cudnnCausalConv1dNwhForward')
 
 _cudnnCausalConv1dNwhBackward = _lazy('cudnnCausalConv1dNwhBackward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_cudnnCausalConv1dNwhBackward = (b'iiiiiii', (None, None, None, None, cudnnDataType_t, cudnnDataType_t, cudnnCausalConv1dActivation_t,), _pack_iiiiiii)
 
 
 def cudnnCausalConv1dNwhBackward(stream, x, weight, bias, dy, dx, dweight, dbias, batch, dim, seqLen, kernelSize, dataType, dwDataType, activation):
@@ -10583,11 +10240,7 @@ def cudnnCausalConv1dNwhBackward(stream, x, weight, bias, dy, dx, dweight, dbias
         dbias: device memory
 
     Raises CudnnError when the returned status is not success."""
-    try:
-        _ok = _pack_iiiiiii(batch, dim, seqLen, kernelSize, dataType, dwDataType, activation) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(dwDataType) is int or type(dwDataType) is cudnnDataType_t) and (type(activation) is int or type(activation) is cudnnCausalConv1dActivation_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnCausalConv1dNwhBackward, batch, dim, seqLen, kernelSize, dataType, dwDataType, activation):
         _check_values('cudnnCausalConv1dNwhBackward', ('stream', 'x', 'weight', 'bias', 'dy', 'dx', 'dweight', 'dbias', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'dwDataType', 'activation'), ((8, batch, 'i', None), (9, dim, 'i', None), (10, seqLen, 'i', None), (11, kernelSize, 'i', None), (12, dataType, 'i', cudnnDataType_t), (13, dwDataType, 'i', cudnnDataType_t), (14, activation, 'i', cudnnCausalConv1dActivation_t),))
     try:
         status = _cudnnCausalConv1dNwhBackward(stream, x, weight, bias, dy, dx, dweight, dbias, batch, dim, seqLen, kernelSize, dataType, dwDataType, activation)
@@ -10597,6 +10250,7 @@ def cudnnCausalConv1dNwhBackward(stream, x, weight, bias, dy, dx, dweight, dbias
         raise _lib.status_error(status, 'cudnnCausalConv1dNwhBackward')
 
 _cudnnB2BCausalConv1dForward = _lazy('cudnnB2BCausalConv1dForward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_cudnnB2BCausalConv1dForward = (b'iiiiii', (None, None, None, None, None, cudnnDataType_t,), _pack_iiiiii)
 
 
 def cudnnB2BCausalConv1dForward(stream, x, weightsProj, weightsMixer, skipBias, y, yGated, batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType):
@@ -10611,11 +10265,7 @@ def cudnnB2BCausalConv1dForward(stream, x, weightsProj, weightsMixer, skipBias, 
         yGated: device memory
 
     Raises CudnnError when the returned status is not success."""
-    try:
-        _ok = _pack_iiiiii(batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnB2BCausalConv1dForward, batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType):
         _check_values('cudnnB2BCausalConv1dForward', ('stream', 'x', 'weightsProj', 'weightsMixer', 'skipBias', 'y', 'yGated', 'batch', 'dim', 'seqLen', 'kernelSizeProj', 'kernelSizeMixer', 'dataType'), ((7, batch, 'i', None), (8, dim, 'i', None), (9, seqLen, 'i', None), (10, kernelSizeProj, 'i', None), (11, kernelSizeMixer, 'i', None), (12, dataType, 'i', cudnnDataType_t),))
     try:
         status = _cudnnB2BCausalConv1dForward(stream, x, weightsProj, weightsMixer, skipBias, y, yGated, batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType)
@@ -10625,6 +10275,7 @@ def cudnnB2BCausalConv1dForward(stream, x, weightsProj, weightsMixer, skipBias, 
         raise _lib.status_error(status, 'cudnnB2BCausalConv1dForward')
 
 _cudnnB2BCausalConv1dBackward = _lazy('cudnnB2BCausalConv1dBackward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_cudnnB2BCausalConv1dBackward = (b'iiiiiii', (None, None, None, None, None, cudnnDataType_t, cudnnDataType_t,), _pack_iiiiiii)
 
 
 def cudnnB2BCausalConv1dBackward(stream, x, weightsProj, weightsMixer, skipBias, y, dy, dx, dweightsProj, dweightsMixer, dskipBias, batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType, dwDataType):
@@ -10643,11 +10294,7 @@ def cudnnB2BCausalConv1dBackward(stream, x, weightsProj, weightsMixer, skipBias,
         dskipBias: device memory
 
     Raises CudnnError when the returned status is not success."""
-    try:
-        _ok = _pack_iiiiiii(batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType, dwDataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(dwDataType) is int or type(dwDataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnB2BCausalConv1dBackward, batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType, dwDataType):
         _check_values('cudnnB2BCausalConv1dBackward', ('stream', 'x', 'weightsProj', 'weightsMixer', 'skipBias', 'y', 'dy', 'dx', 'dweightsProj', 'dweightsMixer', 'dskipBias', 'batch', 'dim', 'seqLen', 'kernelSizeProj', 'kernelSizeMixer', 'dataType', 'dwDataType'), ((11, batch, 'i', None), (12, dim, 'i', None), (13, seqLen, 'i', None), (14, kernelSizeProj, 'i', None), (15, kernelSizeMixer, 'i', None), (16, dataType, 'i', cudnnDataType_t), (17, dwDataType, 'i', cudnnDataType_t),))
     try:
         status = _cudnnB2BCausalConv1dBackward(stream, x, weightsProj, weightsMixer, skipBias, y, dy, dx, dweightsProj, dweightsMixer, dskipBias, batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType, dwDataType)
@@ -10657,6 +10304,7 @@ def cudnnB2BCausalConv1dBackward(stream, x, weightsProj, weightsMixer, skipBias,
         raise _lib.status_error(status, 'cudnnB2BCausalConv1dBackward')
 
 _cudnnFFTCausalConv1dForward = _lazy('cudnnFFTCausalConv1dForward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_cudnnFFTCausalConv1dForward = (b'iiiii', (None, None, None, None, cudnnDataType_t,), _pack_iiiii)
 
 
 def cudnnFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, kernelSize, dataType):
@@ -10712,11 +10360,7 @@ def cudnnFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, kernel
     @return cudnnStatus_t indicating success or failure.
 
     @since cuDNN 9.26.0"""
-    try:
-        _ok = _pack_iiiii(batch, dim, seqLen, kernelSize, dataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnFFTCausalConv1dForward, batch, dim, seqLen, kernelSize, dataType):
         _check_values('cudnnFFTCausalConv1dForward', ('stream', 'x', 'weight', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType'), ((4, batch, 'i', None), (5, dim, 'i', None), (6, seqLen, 'i', None), (7, kernelSize, 'i', None), (8, dataType, 'i', cudnnDataType_t),))
     try:
         status = _cudnnFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, kernelSize, dataType)
@@ -10726,6 +10370,7 @@ def cudnnFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, kernel
         raise _lib.status_error(status, 'cudnnFFTCausalConv1dForward')
 
 _cudnnFFTCausalConv1dBackward = _lazy('cudnnFFTCausalConv1dBackward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_cudnnFFTCausalConv1dBackward = (b'iiiii', (None, None, None, None, cudnnDataType_t,), _pack_iiiii)
 
 
 def cudnnFFTCausalConv1dBackward(stream, x, weight, dy, dx, dweight, batch, dim, seqLen, kernelSize, dataType):
@@ -10779,11 +10424,7 @@ def cudnnFFTCausalConv1dBackward(stream, x, weight, dy, dx, dweight, batch, dim,
     @return cudnnStatus_t indicating success or failure.
 
     @since cuDNN 9.26.0"""
-    try:
-        _ok = _pack_iiiii(batch, dim, seqLen, kernelSize, dataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnFFTCausalConv1dBackward, batch, dim, seqLen, kernelSize, dataType):
         _check_values('cudnnFFTCausalConv1dBackward', ('stream', 'x', 'weight', 'dy', 'dx', 'dweight', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType'), ((6, batch, 'i', None), (7, dim, 'i', None), (8, seqLen, 'i', None), (9, kernelSize, 'i', None), (10, dataType, 'i', cudnnDataType_t),))
     try:
         status = _cudnnFFTCausalConv1dBackward(stream, x, weight, dy, dx, dweight, batch, dim, seqLen, kernelSize, dataType)
@@ -10793,6 +10434,7 @@ def cudnnFFTCausalConv1dBackward(stream, x, weight, dy, dx, dweight, batch, dim,
         raise _lib.status_error(status, 'cudnnFFTCausalConv1dBackward')
 
 _cudnnLongFFTCausalConv1dGetBufferSizes = _lazy('cudnnLongFFTCausalConv1dGetBufferSizes', (c_int, c_int, c_int, c_int, c_int, c_void_p, c_void_p,), c_int)
+_values_cudnnLongFFTCausalConv1dGetBufferSizes = (b'iiiii', (None, None, None, None, cudnnDataType_t,), _pack_iiiii)
 
 
 def cudnnLongFFTCausalConv1dGetBufferSizes(batch, dim, seqLen, kernelSize, dataType, workspaceSizeInBytes, reserveSpaceSizeInBytes):
@@ -10842,11 +10484,7 @@ def cudnnLongFFTCausalConv1dGetBufferSizes(batch, dim, seqLen, kernelSize, dataT
     @return cudnnStatus_t indicating success or failure.
 
     @since cuDNN 9.26.0"""
-    try:
-        _ok = _pack_iiiii(batch, dim, seqLen, kernelSize, dataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnLongFFTCausalConv1dGetBufferSizes, batch, dim, seqLen, kernelSize, dataType):
         _check_values('cudnnLongFFTCausalConv1dGetBufferSizes', ('batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'workspaceSizeInBytes', 'reserveSpaceSizeInBytes'), ((0, batch, 'i', None), (1, dim, 'i', None), (2, seqLen, 'i', None), (3, kernelSize, 'i', None), (4, dataType, 'i', cudnnDataType_t),))
     try:
         workspaceSizeInBytes = _arr_size_t(workspaceSizeInBytes, 1, 5)
@@ -10858,6 +10496,7 @@ def cudnnLongFFTCausalConv1dGetBufferSizes(batch, dim, seqLen, kernelSize, dataT
         raise _lib.status_error(status, 'cudnnLongFFTCausalConv1dGetBufferSizes')
 
 _cudnnLongFFTCausalConv1dForward = _lazy('cudnnLongFFTCausalConv1dForward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_values_cudnnLongFFTCausalConv1dForward = (b'iiiiiNN', (None, None, None, None, cudnnDataType_t, None, None,), _pack_iiiiiNN)
 
 
 def cudnnLongFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, kernelSize, dataType, workspace, workspaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes):
@@ -10929,11 +10568,7 @@ def cudnnLongFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, ke
     @return cudnnStatus_t indicating success or failure.
 
     @since cuDNN 9.26.0"""
-    try:
-        _ok = _pack_iiiiiNN(batch, dim, seqLen, kernelSize, dataType, workspaceSizeInBytes, reserveSpaceSizeInBytes) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnLongFFTCausalConv1dForward, batch, dim, seqLen, kernelSize, dataType, workspaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnLongFFTCausalConv1dForward', ('stream', 'x', 'weight', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'workspace', 'workspaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((4, batch, 'i', None), (5, dim, 'i', None), (6, seqLen, 'i', None), (7, kernelSize, 'i', None), (8, dataType, 'i', cudnnDataType_t), (10, workspaceSizeInBytes, 'N', None), (12, reserveSpaceSizeInBytes, 'N', None),))
     try:
         status = _cudnnLongFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, kernelSize, dataType, workspace, workspaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes)
@@ -10943,6 +10578,7 @@ def cudnnLongFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, ke
         raise _lib.status_error(status, 'cudnnLongFFTCausalConv1dForward')
 
 _cudnnLongFFTCausalConv1dBackward = _lazy('cudnnLongFFTCausalConv1dBackward', (cudaStream_t, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_values_cudnnLongFFTCausalConv1dBackward = (b'iiiiiNN', (None, None, None, None, cudnnDataType_t, None, None,), _pack_iiiiiNN)
 
 
 def cudnnLongFFTCausalConv1dBackward(stream, dy, dx, dweight, batch, dim, seqLen, kernelSize, dataType, workspace, workspaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes):
@@ -11008,11 +10644,7 @@ def cudnnLongFFTCausalConv1dBackward(stream, dy, dx, dweight, batch, dim, seqLen
     @return cudnnStatus_t indicating success or failure.
 
     @since cuDNN 9.26.0"""
-    try:
-        _ok = _pack_iiiiiNN(batch, dim, seqLen, kernelSize, dataType, workspaceSizeInBytes, reserveSpaceSizeInBytes) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnLongFFTCausalConv1dBackward, batch, dim, seqLen, kernelSize, dataType, workspaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnLongFFTCausalConv1dBackward', ('stream', 'dy', 'dx', 'dweight', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'workspace', 'workspaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((4, batch, 'i', None), (5, dim, 'i', None), (6, seqLen, 'i', None), (7, kernelSize, 'i', None), (8, dataType, 'i', cudnnDataType_t), (10, workspaceSizeInBytes, 'N', None), (12, reserveSpaceSizeInBytes, 'N', None),))
     try:
         status = _cudnnLongFFTCausalConv1dBackward(stream, dy, dx, dweight, batch, dim, seqLen, kernelSize, dataType, workspace, workspaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes)
@@ -11022,6 +10654,7 @@ def cudnnLongFFTCausalConv1dBackward(stream, dy, dx, dweight, batch, dim, seqLen
         raise _lib.status_error(status, 'cudnnLongFFTCausalConv1dBackward')
 
 _cudnnGnnAggSimpleForward = _lazy('cudnnGnnAggSimpleForward', (cudaStream_t, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_cudnnGnnAggSimpleForward = (b'iiiii', (None, None, None, cudnnDataType_t, cudnnGnnAggOp_t,), _pack_iiiii)
 
 
 def cudnnGnnAggSimpleForward(stream, graph, nodeFeatures, edgeFeatures, concatFeatures, output, outPositions, nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp):
@@ -11036,11 +10669,7 @@ def cudnnGnnAggSimpleForward(stream, graph, nodeFeatures, edgeFeatures, concatFe
         outPositions: device memory
 
     Raises CudnnError when the returned status is not success."""
-    try:
-        _ok = _pack_iiiii(nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(aggOp) is int or type(aggOp) is cudnnGnnAggOp_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGnnAggSimpleForward, nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp):
         _check_values('cudnnGnnAggSimpleForward', ('stream', 'graph', 'nodeFeatures', 'edgeFeatures', 'concatFeatures', 'output', 'outPositions', 'nodeFeatDim', 'edgeFeatDim', 'concatFeatDim', 'dataType', 'aggOp'), ((7, nodeFeatDim, 'i', None), (8, edgeFeatDim, 'i', None), (9, concatFeatDim, 'i', None), (10, dataType, 'i', cudnnDataType_t), (11, aggOp, 'i', cudnnGnnAggOp_t),))
     try:
         graph = _arr_cudnnGnnCscGraph_t_c(graph, 1, 1)
@@ -11051,6 +10680,7 @@ def cudnnGnnAggSimpleForward(stream, graph, nodeFeatures, edgeFeatures, concatFe
         raise _lib.status_error(status, 'cudnnGnnAggSimpleForward')
 
 _cudnnGnnAggSimpleBackward = _lazy('cudnnGnnAggSimpleBackward', (cudaStream_t, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_cudnnGnnAggSimpleBackward = (b'iiiii', (None, None, None, cudnnDataType_t, cudnnGnnAggOp_t,), _pack_iiiii)
 
 
 def cudnnGnnAggSimpleBackward(stream, graph, gradOutput, outPositions, gradNodeFeatures, gradEdgeFeatures, gradConcatFeatures, nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp):
@@ -11065,11 +10695,7 @@ def cudnnGnnAggSimpleBackward(stream, graph, gradOutput, outPositions, gradNodeF
         gradConcatFeatures: device memory
 
     Raises CudnnError when the returned status is not success."""
-    try:
-        _ok = _pack_iiiii(nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(aggOp) is int or type(aggOp) is cudnnGnnAggOp_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGnnAggSimpleBackward, nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp):
         _check_values('cudnnGnnAggSimpleBackward', ('stream', 'graph', 'gradOutput', 'outPositions', 'gradNodeFeatures', 'gradEdgeFeatures', 'gradConcatFeatures', 'nodeFeatDim', 'edgeFeatDim', 'concatFeatDim', 'dataType', 'aggOp'), ((7, nodeFeatDim, 'i', None), (8, edgeFeatDim, 'i', None), (9, concatFeatDim, 'i', None), (10, dataType, 'i', cudnnDataType_t), (11, aggOp, 'i', cudnnGnnAggOp_t),))
     try:
         graph = _arr_cudnnGnnCscGraph_t_c(graph, 1, 1)
@@ -11080,6 +10706,7 @@ def cudnnGnnAggSimpleBackward(stream, graph, gradOutput, outPositions, gradNodeF
         raise _lib.status_error(status, 'cudnnGnnAggSimpleBackward')
 
 _cudnnGnnMhaGatForward = _lazy('cudnnGnnMhaGatForward', (cudaStream_t, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_void_p, c_int,), c_int)
+_values_cudnnGnnMhaGatForward = (b'iii', (None, None, cudnnDataType_t,), _pack_iii)
 
 
 def cudnnGnnMhaGatForward(stream, graph, srcFeatures, dstFeatures, edgeFeatures, attnWeights, dropoutMask, output, smScores, dimNode, dimEdge, params, dataType):
@@ -11097,11 +10724,7 @@ def cudnnGnnMhaGatForward(stream, graph, srcFeatures, dstFeatures, edgeFeatures,
         params: host input, fixed 1 elements
 
     Raises CudnnError when the returned status is not success."""
-    try:
-        _ok = _pack_iii(dimNode, dimEdge, dataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGnnMhaGatForward, dimNode, dimEdge, dataType):
         _check_values('cudnnGnnMhaGatForward', ('stream', 'graph', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'dropoutMask', 'output', 'smScores', 'dimNode', 'dimEdge', 'params', 'dataType'), ((9, dimNode, 'i', None), (10, dimEdge, 'i', None), (12, dataType, 'i', cudnnDataType_t),))
     try:
         graph = _arr_cudnnGnnCscGraph_t_c(graph, 1, 1)
@@ -11113,6 +10736,7 @@ def cudnnGnnMhaGatForward(stream, graph, srcFeatures, dstFeatures, edgeFeatures,
         raise _lib.status_error(status, 'cudnnGnnMhaGatForward')
 
 _cudnnGnnMhaGatBackward = _lazy('cudnnGnnMhaGatBackward', (cudaStream_t, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_int, c_void_p, c_int, c_int, c_int,), c_int)
+_values_cudnnGnnMhaGatBackward = (b'iiiii', (None, None, cudnnDataType_t, cudnnDataType_t, cudnnDataType_t,), _pack_iiiii)
 
 
 def cudnnGnnMhaGatBackward(stream, graph, gradOut, srcFeatures, dstFeatures, edgeFeatures, attnWeights, smScores, dropoutMask, gradAttention, gradSrcFeatures, gradDstFeatures, gradEdgeFeatures, gradWeights, gradSmScores, gradWspaceFeat, gradWspaceWeights, dimNode, dimEdge, params, dataType, gradDataType, gradWeightType):
@@ -11138,11 +10762,7 @@ def cudnnGnnMhaGatBackward(stream, graph, gradOut, srcFeatures, dstFeatures, edg
         params: host input, fixed 1 elements
 
     Raises CudnnError when the returned status is not success."""
-    try:
-        _ok = _pack_iiiii(dimNode, dimEdge, dataType, gradDataType, gradWeightType) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(gradDataType) is int or type(gradDataType) is cudnnDataType_t) and (type(gradWeightType) is int or type(gradWeightType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGnnMhaGatBackward, dimNode, dimEdge, dataType, gradDataType, gradWeightType):
         _check_values('cudnnGnnMhaGatBackward', ('stream', 'graph', 'gradOut', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'smScores', 'dropoutMask', 'gradAttention', 'gradSrcFeatures', 'gradDstFeatures', 'gradEdgeFeatures', 'gradWeights', 'gradSmScores', 'gradWspaceFeat', 'gradWspaceWeights', 'dimNode', 'dimEdge', 'params', 'dataType', 'gradDataType', 'gradWeightType'), ((17, dimNode, 'i', None), (18, dimEdge, 'i', None), (20, dataType, 'i', cudnnDataType_t), (21, gradDataType, 'i', cudnnDataType_t), (22, gradWeightType, 'i', cudnnDataType_t),))
     try:
         graph = _arr_cudnnGnnCscGraph_t_c(graph, 1, 1)
@@ -11154,6 +10774,7 @@ def cudnnGnnMhaGatBackward(stream, graph, gradOut, srcFeatures, dstFeatures, edg
         raise _lib.status_error(status, 'cudnnGnnMhaGatBackward')
 
 _cudnnGnnMhaGatV2Forward = _lazy('cudnnGnnMhaGatV2Forward', (cudaStream_t, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_void_p, c_int,), c_int)
+_values_cudnnGnnMhaGatV2Forward = (b'ii', (None, cudnnDataType_t,), _pack_ii)
 
 
 def cudnnGnnMhaGatV2Forward(stream, graph, srcFeatures, dstFeatures, edgeFeatures, attnWeights, dropoutMask, output, smScores, actScores, dimNode, params, dataType):
@@ -11172,11 +10793,7 @@ def cudnnGnnMhaGatV2Forward(stream, graph, srcFeatures, dstFeatures, edgeFeature
         params: host input, fixed 1 elements
 
     Raises CudnnError when the returned status is not success."""
-    try:
-        _ok = _pack_ii(dimNode, dataType) and (type(dataType) is int or type(dataType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGnnMhaGatV2Forward, dimNode, dataType):
         _check_values('cudnnGnnMhaGatV2Forward', ('stream', 'graph', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'dropoutMask', 'output', 'smScores', 'actScores', 'dimNode', 'params', 'dataType'), ((10, dimNode, 'i', None), (12, dataType, 'i', cudnnDataType_t),))
     try:
         graph = _arr_cudnnGnnCscGraph_t_c(graph, 1, 1)
@@ -11188,6 +10805,7 @@ def cudnnGnnMhaGatV2Forward(stream, graph, srcFeatures, dstFeatures, edgeFeature
         raise _lib.status_error(status, 'cudnnGnnMhaGatV2Forward')
 
 _cudnnGnnMhaGatV2Backward = _lazy('cudnnGnnMhaGatV2Backward', (cudaStream_t, c_void_p, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_int, c_void_p, c_int, c_int,), c_int)
+_values_cudnnGnnMhaGatV2Backward = (b'iii', (None, cudnnDataType_t, cudnnDataType_t,), _pack_iii)
 
 
 def cudnnGnnMhaGatV2Backward(stream, graph, gradOut, srcFeatures, dstFeatures, edgeFeatures, attnWeights, smScores, actScores, dropoutMask, gradAttention, gradSrcFeatures, gradDstFeatures, gradEdgeFeatures, gradWeights, gradSmScores, gradWspaceFeat, gradWspaceWeights, dimNode, params, dataType, gradType):
@@ -11214,11 +10832,7 @@ def cudnnGnnMhaGatV2Backward(stream, graph, gradOut, srcFeatures, dstFeatures, e
         params: host input, fixed 1 elements
 
     Raises CudnnError when the returned status is not success."""
-    try:
-        _ok = _pack_iii(dimNode, dataType, gradType) and (type(dataType) is int or type(dataType) is cudnnDataType_t) and (type(gradType) is int or type(gradType) is cudnnDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_cudnnGnnMhaGatV2Backward, dimNode, dataType, gradType):
         _check_values('cudnnGnnMhaGatV2Backward', ('stream', 'graph', 'gradOut', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'smScores', 'actScores', 'dropoutMask', 'gradAttention', 'gradSrcFeatures', 'gradDstFeatures', 'gradEdgeFeatures', 'gradWeights', 'gradSmScores', 'gradWspaceFeat', 'gradWspaceWeights', 'dimNode', 'params', 'dataType', 'gradType'), ((18, dimNode, 'i', None), (20, dataType, 'i', cudnnDataType_t), (21, gradType, 'i', cudnnDataType_t),))
     try:
         graph = _arr_cudnnGnnCscGraph_t_c(graph, 1, 1)

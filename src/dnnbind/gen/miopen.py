@@ -14,13 +14,14 @@ from ctypes import (CFUNCTYPE, POINTER, ArgumentError as _ArgumentError, Structu
                     c_size_t, c_ssize_t, c_ubyte, c_uint, c_uint8, c_uint16, c_uint32, c_uint64,
                     c_ulong, c_ulonglong, c_ushort, c_void_p, create_string_buffer as _string_buffer)
 from enum import IntEnum as _IntEnum
-from struct import Struct as _Struct, error as _StructError
+from struct import Struct as _Struct
 
 from dnnbind.runtime import MiopenError as _Error
 from dnnbind.runtime.loader import Library as _Library, Unchecked as _Unchecked
 from dnnbind.runtime.checks import (check_values as _check_values, clear_handle as _clear_handle,
                                     host_array as _host_array, host_buffer as _host_buffer,
-                                    query_count as _query_count, sized_count as _sized_count)
+                                    query_count as _query_count, sized_count as _sized_count,
+                                    values_ok as _values_ok)
 from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
                                       address_handle as _address_handle)
 
@@ -1344,6 +1345,7 @@ _void_c = _host_buffer(True, False).convert
 # ------------------------------------------------------------------------------------------ functions
 
 _miopenGetErrorString = _lazy('miopenGetErrorString', (c_int,), c_char_p)
+_values_miopenGetErrorString = (b'i', (miopenStatus_t,), _pack_i)
 
 
 def miopenGetErrorString(error):
@@ -1355,11 +1357,7 @@ def miopenGetErrorString(error):
 
     @param error  miopenStatus_t type error status (input)
     @return       errorString"""
-    try:
-        _ok = _pack_i(error) and (type(error) is int or type(error) is miopenStatus_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetErrorString, error):
         _check_values('miopenGetErrorString', ('error',), ((0, error, 'i', miopenStatus_t),))
     try:
         result = _miopenGetErrorString(error)
@@ -1634,6 +1632,7 @@ def miopenCreateTensorDescriptor(tensorDesc):
         raise _lib.status_error(status, 'miopenCreateTensorDescriptor')
 
 _miopenSet4dTensorDescriptor = _lazy('miopenSet4dTensorDescriptor', (miopenTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_miopenSet4dTensorDescriptor = (b'iiiii', (miopenDataType_t, None, None, None, None,), _pack_iiiii)
 
 
 def miopenSet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w):
@@ -1652,11 +1651,7 @@ def miopenSet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w):
     @param h          Data height dimension size (input)
     @param w          Data width dimension size (input)
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_iiiii(dataType, n, c, h, w) and (type(dataType) is int or type(dataType) is miopenDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSet4dTensorDescriptor, dataType, n, c, h, w):
         _check_values('miopenSet4dTensorDescriptor', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w'), ((1, dataType, 'i', miopenDataType_t), (2, n, 'i', None), (3, c, 'i', None), (4, h, 'i', None), (5, w, 'i', None),))
     try:
         status = _miopenSet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w)
@@ -1666,6 +1661,7 @@ def miopenSet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w):
         raise _lib.status_error(status, 'miopenSet4dTensorDescriptor')
 
 _miopenSetNdTensorDescriptorWithLayout = _lazy('miopenSetNdTensorDescriptorWithLayout', (miopenTensorDescriptor_t, c_int, c_int, c_void_p, c_int,), c_int)
+_values_miopenSetNdTensorDescriptorWithLayout = (b'iii', (miopenDataType_t, miopenTensorLayout_t, None,), _pack_iii)
 
 
 def miopenSetNdTensorDescriptorWithLayout(tensorDesc, dataType, tensorLayout, lens, num_lens):
@@ -1685,11 +1681,7 @@ def miopenSetNdTensorDescriptorWithLayout(tensorDesc, dataType, tensorLayout, le
     @param lens         Tensor dimensions (input)
     @param num_lens     Tensor dimension size (input)
     @return             miopenStatus_t"""
-    try:
-        _ok = _pack_iii(dataType, tensorLayout, num_lens) and (type(dataType) is int or type(dataType) is miopenDataType_t) and (type(tensorLayout) is int or type(tensorLayout) is miopenTensorLayout_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetNdTensorDescriptorWithLayout, dataType, tensorLayout, num_lens):
         _check_values('miopenSetNdTensorDescriptorWithLayout', ('tensorDesc', 'dataType', 'tensorLayout', 'lens', 'num_lens'), ((1, dataType, 'i', miopenDataType_t), (2, tensorLayout, 'i', miopenTensorLayout_t), (4, num_lens, 'i', None),))
     try:
         lens = _arr_int_c(lens, num_lens, 3)
@@ -1700,6 +1692,7 @@ def miopenSetNdTensorDescriptorWithLayout(tensorDesc, dataType, tensorLayout, le
         raise _lib.status_error(status, 'miopenSetNdTensorDescriptorWithLayout')
 
 _miopenSet4dTensorDescriptorEx = _lazy('miopenSet4dTensorDescriptorEx', (miopenTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_miopenSet4dTensorDescriptorEx = (b'iiiiiiiii', (miopenDataType_t, None, None, None, None, None, None, None, None,), _pack_iiiiiiiii)
 
 
 def miopenSet4dTensorDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
@@ -1725,11 +1718,7 @@ def miopenSet4dTensorDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cSt
     @param hStride    Height dimension stride (input)
     @param wStride    Width dimension stride (input)
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_iiiiiiiii(dataType, n, c, h, w, nStride, cStride, hStride, wStride) and (type(dataType) is int or type(dataType) is miopenDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSet4dTensorDescriptorEx, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
         _check_values('miopenSet4dTensorDescriptorEx', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w', 'nStride', 'cStride', 'hStride', 'wStride'), ((1, dataType, 'i', miopenDataType_t), (2, n, 'i', None), (3, c, 'i', None), (4, h, 'i', None), (5, w, 'i', None), (6, nStride, 'i', None), (7, cStride, 'i', None), (8, hStride, 'i', None), (9, wStride, 'i', None),))
     try:
         status = _miopenSet4dTensorDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride)
@@ -1789,6 +1778,7 @@ def miopenGet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStri
         raise _lib.status_error(status, 'miopenGet4dTensorDescriptor')
 
 _miopenSetTensorDescriptor = _lazy('miopenSetTensorDescriptor', (miopenTensorDescriptor_t, c_int, c_int, c_void_p, c_void_p,), c_int)
+_values_miopenSetTensorDescriptor = (b'ii', (miopenDataType_t, None,), _pack_ii)
 
 
 def miopenSetTensorDescriptor(tensorDesc, dataType, nbDims, dimsA, stridesA):
@@ -1809,11 +1799,7 @@ def miopenSetTensorDescriptor(tensorDesc, dataType, nbDims, dimsA, stridesA):
     @param dimsA        Array containing the size of dimensions (input)
     @param stridesA     Array containing the size of stride (input)
     @return             miopenStatus_t"""
-    try:
-        _ok = _pack_ii(dataType, nbDims) and (type(dataType) is int or type(dataType) is miopenDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetTensorDescriptor, dataType, nbDims):
         _check_values('miopenSetTensorDescriptor', ('tensorDesc', 'dataType', 'nbDims', 'dimsA', 'stridesA'), ((1, dataType, 'i', miopenDataType_t), (2, nbDims, 'i', None),))
     try:
         dimsA = _arr_int_c(dimsA, nbDims, 3)
@@ -1825,6 +1811,7 @@ def miopenSetTensorDescriptor(tensorDesc, dataType, nbDims, dimsA, stridesA):
         raise _lib.status_error(status, 'miopenSetTensorDescriptor')
 
 _miopenSetTensorDescriptorV2 = _lazy('miopenSetTensorDescriptorV2', (miopenTensorDescriptor_t, c_int, c_int, c_void_p, c_void_p,), c_int)
+_values_miopenSetTensorDescriptorV2 = (b'ii', (miopenDataType_t, None,), _pack_ii)
 
 
 def miopenSetTensorDescriptorV2(tensorDesc, dataType, nbDims, dimsA, stridesA):
@@ -1839,11 +1826,7 @@ def miopenSetTensorDescriptorV2(tensorDesc, dataType, nbDims, dimsA, stridesA):
     Raises MiopenError when the returned status is not success.
 
     @copydoc miopenSetTensorDescriptor()"""
-    try:
-        _ok = _pack_ii(dataType, nbDims) and (type(dataType) is int or type(dataType) is miopenDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetTensorDescriptorV2, dataType, nbDims):
         _check_values('miopenSetTensorDescriptorV2', ('tensorDesc', 'dataType', 'nbDims', 'dimsA', 'stridesA'), ((1, dataType, 'i', miopenDataType_t), (2, nbDims, 'i', None),))
     try:
         dimsA = _arr_size_t_c(dimsA, nbDims, 3)
@@ -1855,6 +1838,7 @@ def miopenSetTensorDescriptorV2(tensorDesc, dataType, nbDims, dimsA, stridesA):
         raise _lib.status_error(status, 'miopenSetTensorDescriptorV2')
 
 _miopenSetTensorCastType = _lazy('miopenSetTensorCastType', (miopenTensorDescriptor_t, c_int,), c_int)
+_values_miopenSetTensorCastType = (b'i', (miopenDataType_t,), _pack_i)
 
 
 def miopenSetTensorCastType(tensorDesc, cast_type):
@@ -1872,11 +1856,7 @@ def miopenSetTensorCastType(tensorDesc, cast_type):
 
      @param tensorDesc Tensor descriptor type (input)
      @param cast_type  MIOpen datatype (input)"""
-    try:
-        _ok = _pack_i(cast_type) and (type(cast_type) is int or type(cast_type) is miopenDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetTensorCastType, cast_type):
         _check_values('miopenSetTensorCastType', ('tensorDesc', 'cast_type'), ((1, cast_type, 'i', miopenDataType_t),))
     try:
         status = _miopenSetTensorCastType(tensorDesc, cast_type)
@@ -2010,6 +1990,7 @@ def miopenDestroySeqTensorDescriptor(tensorDesc):
     _clear_handle(tensorDesc)
 
 _miopenOpTensor = _lazy('miopenOpTensor', (miopenHandle_t, c_int, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenOpTensor = (b'i', (miopenTensorOp_t,), _pack_i)
 
 
 def miopenOpTensor(handle, tensorOp, alpha1, aDesc, A, alpha2, bDesc, B, beta, cDesc, C):
@@ -2043,11 +2024,7 @@ def miopenOpTensor(handle, tensorOp, alpha1, aDesc, A, alpha2, bDesc, B, beta, c
     @param cDesc      Tensor descriptor for tensor C (input)
     @param C          Tensor C (input and output)
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_i(tensorOp) and (type(tensorOp) is int or type(tensorOp) is miopenTensorOp_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenOpTensor, tensorOp):
         _check_values('miopenOpTensor', ('handle', 'tensorOp', 'alpha1', 'aDesc', 'A', 'alpha2', 'bDesc', 'B', 'beta', 'cDesc', 'C'), ((1, tensorOp, 'i', miopenTensorOp_t),))
     try:
         alpha1 = _void_c(alpha1, 4, 2)
@@ -2204,6 +2181,7 @@ def miopenCreateConvolutionDescriptor(convDesc):
         raise _lib.status_error(status, 'miopenCreateConvolutionDescriptor')
 
 _miopenInitConvolutionDescriptor = _lazy('miopenInitConvolutionDescriptor', (miopenConvolutionDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_miopenInitConvolutionDescriptor = (b'iiiiiii', (miopenConvolutionMode_t, None, None, None, None, None, None,), _pack_iiiiiii)
 
 
 def miopenInitConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w):
@@ -2225,11 +2203,7 @@ def miopenInitConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, st
     @param dilation_h Dilation height (input)
     @param dilation_w Dilation width (input)
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_iiiiiii(c_mode, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w) and (type(c_mode) is int or type(c_mode) is miopenConvolutionMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenInitConvolutionDescriptor, c_mode, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w):
         _check_values('miopenInitConvolutionDescriptor', ('convDesc', 'c_mode', 'pad_h', 'pad_w', 'stride_h', 'stride_w', 'dilation_h', 'dilation_w'), ((1, c_mode, 'i', miopenConvolutionMode_t), (2, pad_h, 'i', None), (3, pad_w, 'i', None), (4, stride_h, 'i', None), (5, stride_w, 'i', None), (6, dilation_h, 'i', None), (7, dilation_w, 'i', None),))
     try:
         status = _miopenInitConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w)
@@ -2239,6 +2213,7 @@ def miopenInitConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, st
         raise _lib.status_error(status, 'miopenInitConvolutionDescriptor')
 
 _miopenInitConvolutionNdDescriptor = _lazy('miopenInitConvolutionNdDescriptor', (miopenConvolutionDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_int,), c_int)
+_values_miopenInitConvolutionNdDescriptor = (b'ii', (None, miopenConvolutionMode_t,), _pack_ii)
 
 
 def miopenInitConvolutionNdDescriptor(convDesc, spatialDim, padA, strideA, dilationA, c_mode):
@@ -2260,11 +2235,7 @@ def miopenInitConvolutionNdDescriptor(convDesc, spatialDim, padA, strideA, dilat
     @param dilationA     Array of convolution dilation (input)
     @param c_mode        Convolutional mode (input)
     @return              miopenStatus_t"""
-    try:
-        _ok = _pack_ii(spatialDim, c_mode) and (type(c_mode) is int or type(c_mode) is miopenConvolutionMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenInitConvolutionNdDescriptor, spatialDim, c_mode):
         _check_values('miopenInitConvolutionNdDescriptor', ('convDesc', 'spatialDim', 'padA', 'strideA', 'dilationA', 'c_mode'), ((1, spatialDim, 'i', None), (5, c_mode, 'i', miopenConvolutionMode_t),))
     try:
         padA = _arr_int_c(padA, spatialDim, 2)
@@ -2346,6 +2317,7 @@ def miopenGetConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, str
         raise _lib.status_error(status, 'miopenGetConvolutionDescriptor')
 
 _miopenGetConvolutionNdDescriptor = _lazy('miopenGetConvolutionNdDescriptor', (miopenConvolutionDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
+_values_miopenGetConvolutionNdDescriptor = (b'i', (None,), _pack_i)
 
 
 def miopenGetConvolutionNdDescriptor(convDesc, requestedSpatialDim, spatialDim, padA, strideA, dilationA, c_mode):
@@ -2370,11 +2342,7 @@ def miopenGetConvolutionNdDescriptor(convDesc, requestedSpatialDim, spatialDim, 
     @param dilationA              Array of convolution dilation (output)
     @param c_mode                 Convolutional mode (output)
     @return                       miopenStatus_t"""
-    try:
-        _ok = _pack_i(requestedSpatialDim)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetConvolutionNdDescriptor, requestedSpatialDim):
         _check_values('miopenGetConvolutionNdDescriptor', ('convDesc', 'requestedSpatialDim', 'spatialDim', 'padA', 'strideA', 'dilationA', 'c_mode'), ((1, requestedSpatialDim, 'i', None),))
     try:
         spatialDim = _arr_int(spatialDim, 1, 2)
@@ -2413,6 +2381,7 @@ def miopenGetConvolutionGroupCount(convDesc, groupCount):
         raise _lib.status_error(status, 'miopenGetConvolutionGroupCount')
 
 _miopenSetConvolutionGroupCount = _lazy('miopenSetConvolutionGroupCount', (miopenConvolutionDescriptor_t, c_int,), c_int)
+_values_miopenSetConvolutionGroupCount = (b'i', (None,), _pack_i)
 
 
 def miopenSetConvolutionGroupCount(convDesc, groupCount):
@@ -2432,11 +2401,7 @@ def miopenSetConvolutionGroupCount(convDesc, groupCount):
     @param groupCount      number of groups, in depthwise conv using filter_number/channel_multiplier
     (input)
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_i(groupCount)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetConvolutionGroupCount, groupCount):
         _check_values('miopenSetConvolutionGroupCount', ('convDesc', 'groupCount'), ((1, groupCount, 'i', None),))
     try:
         status = _miopenSetConvolutionGroupCount(convDesc, groupCount)
@@ -2446,6 +2411,7 @@ def miopenSetConvolutionGroupCount(convDesc, groupCount):
         raise _lib.status_error(status, 'miopenSetConvolutionGroupCount')
 
 _miopenSetTransposeConvOutputPadding = _lazy('miopenSetTransposeConvOutputPadding', (miopenConvolutionDescriptor_t, c_int, c_int,), c_int)
+_values_miopenSetTransposeConvOutputPadding = (b'ii', (None, None,), _pack_ii)
 
 
 def miopenSetTransposeConvOutputPadding(convDesc, adj_h, adj_w):
@@ -2464,11 +2430,7 @@ def miopenSetTransposeConvOutputPadding(convDesc, adj_h, adj_w):
     @param adj_h      output padding for the height of output data (input)
     @param adj_w      output padding for the width of output data (input)
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_ii(adj_h, adj_w)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetTransposeConvOutputPadding, adj_h, adj_w):
         _check_values('miopenSetTransposeConvOutputPadding', ('convDesc', 'adj_h', 'adj_w'), ((1, adj_h, 'i', None), (2, adj_w, 'i', None),))
     try:
         status = _miopenSetTransposeConvOutputPadding(convDesc, adj_h, adj_w)
@@ -2478,6 +2440,7 @@ def miopenSetTransposeConvOutputPadding(convDesc, adj_h, adj_w):
         raise _lib.status_error(status, 'miopenSetTransposeConvOutputPadding')
 
 _miopenSetTransposeConvNdOutputPadding = _lazy('miopenSetTransposeConvNdOutputPadding', (miopenConvolutionDescriptor_t, c_int, c_void_p,), c_int)
+_values_miopenSetTransposeConvNdOutputPadding = (b'i', (None,), _pack_i)
 
 
 def miopenSetTransposeConvNdOutputPadding(convDesc, spatialDim, adjA):
@@ -2499,11 +2462,7 @@ def miopenSetTransposeConvNdOutputPadding(convDesc, spatialDim, adjA):
     @param spatialDim    Convolutional spatial dimension (input)
     @param adjA          array of output padding for output data (input)
     @return              miopenStatus_t"""
-    try:
-        _ok = _pack_i(spatialDim)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetTransposeConvNdOutputPadding, spatialDim):
         _check_values('miopenSetTransposeConvNdOutputPadding', ('convDesc', 'spatialDim', 'adjA'), ((1, spatialDim, 'i', None),))
     try:
         adjA = _arr_int_c(adjA, spatialDim, 2)
@@ -2610,6 +2569,7 @@ def miopenDestroyConvolutionDescriptor(convDesc):
     _clear_handle(convDesc)
 
 _miopenSetConvolutionAttribute = _lazy('miopenSetConvolutionAttribute', (miopenConvolutionDescriptor_t, c_int, c_int,), c_int)
+_values_miopenSetConvolutionAttribute = (b'ii', (miopenConvolutionAttrib_t, None,), _pack_ii)
 
 
 def miopenSetConvolutionAttribute(convDesc, attr, value):
@@ -2622,11 +2582,7 @@ def miopenSetConvolutionAttribute(convDesc, attr, value):
     @param convDesc          Convolution layer descriptor (input)
     @param attr              Attribute of this convolution to set (input)
     @param value             Value of this attribute (input)"""
-    try:
-        _ok = _pack_ii(attr, value) and (type(attr) is int or type(attr) is miopenConvolutionAttrib_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetConvolutionAttribute, attr, value):
         _check_values('miopenSetConvolutionAttribute', ('convDesc', 'attr', 'value'), ((1, attr, 'i', miopenConvolutionAttrib_t), (2, value, 'i', None),))
     try:
         status = _miopenSetConvolutionAttribute(convDesc, attr, value)
@@ -2636,6 +2592,7 @@ def miopenSetConvolutionAttribute(convDesc, attr, value):
         raise _lib.status_error(status, 'miopenSetConvolutionAttribute')
 
 _miopenGetConvolutionAttribute = _lazy('miopenGetConvolutionAttribute', (miopenConvolutionDescriptor_t, c_int, c_void_p,), c_int)
+_values_miopenGetConvolutionAttribute = (b'i', (miopenConvolutionAttrib_t,), _pack_i)
 
 
 def miopenGetConvolutionAttribute(convDesc, attr, value):
@@ -2651,11 +2608,7 @@ def miopenGetConvolutionAttribute(convDesc, attr, value):
     @param convDesc          Convolution layer descriptor (input)
     @param attr              Attribute of this convolution to get (input)
     @param value             Value of this attribute (output)"""
-    try:
-        _ok = _pack_i(attr) and (type(attr) is int or type(attr) is miopenConvolutionAttrib_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetConvolutionAttribute, attr):
         _check_values('miopenGetConvolutionAttribute', ('convDesc', 'attr', 'value'), ((1, attr, 'i', miopenConvolutionAttrib_t),))
     try:
         value = _arr_int(value, 1, 2)
@@ -2666,6 +2619,7 @@ def miopenGetConvolutionAttribute(convDesc, attr, value):
         raise _lib.status_error(status, 'miopenGetConvolutionAttribute')
 
 _miopenSetConvolutionFindMode = _lazy('miopenSetConvolutionFindMode', (miopenConvolutionDescriptor_t, c_int,), c_int)
+_values_miopenSetConvolutionFindMode = (b'i', (miopenConvolutionFindMode_t,), _pack_i)
 
 
 def miopenSetConvolutionFindMode(convDesc, findMode):
@@ -2685,11 +2639,7 @@ def miopenSetConvolutionFindMode(convDesc, findMode):
     @param convDesc   Convolution layer descriptor (input)
     @param findMode   Find Mode of convDesc (input)
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_i(findMode) and (type(findMode) is int or type(findMode) is miopenConvolutionFindMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetConvolutionFindMode, findMode):
         _check_values('miopenSetConvolutionFindMode', ('convDesc', 'findMode'), ((1, findMode, 'i', miopenConvolutionFindMode_t),))
     try:
         status = _miopenSetConvolutionFindMode(convDesc, findMode)
@@ -2756,6 +2706,7 @@ def miopenConvolutionForwardGetSolutionCount(handle, wDesc, xDesc, convDesc, yDe
         raise _lib.status_error(status, 'miopenConvolutionForwardGetSolutionCount')
 
 _miopenConvolutionForwardGetSolution = _lazy('miopenConvolutionForwardGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, c_void_p, c_void_p,), c_int)
+_values_miopenConvolutionForwardGetSolution = (b'N', (None,), _pack_N)
 
 
 def miopenConvolutionForwardGetSolution(handle, wDesc, xDesc, convDesc, yDesc, maxSolutionCount, solutionCount, solutions):
@@ -2788,11 +2739,7 @@ def miopenConvolutionForwardGetSolution(handle, wDesc, xDesc, convDesc, yDesc, m
     @param solutions      A pointer to an array of type miopenConvSolution_t allocated by the user,
                          filled in by MIOpen with applicable solutions. (output)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_N(maxSolutionCount)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionForwardGetSolution, maxSolutionCount):
         _check_values('miopenConvolutionForwardGetSolution', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'maxSolutionCount', 'solutionCount', 'solutions'), ((5, maxSolutionCount, 'N', None),))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 6)
@@ -2804,6 +2751,7 @@ def miopenConvolutionForwardGetSolution(handle, wDesc, xDesc, convDesc, yDesc, m
         raise _lib.status_error(status, 'miopenConvolutionForwardGetSolution')
 
 _miopenConvolutionForwardGetSolutionWorkspaceSize = _lazy('miopenConvolutionForwardGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, c_void_p,), c_int)
+_values_miopenConvolutionForwardGetSolutionWorkspaceSize = (b'Q', (None,), _pack_Q)
 
 
 def miopenConvolutionForwardGetSolutionWorkspaceSize(handle, wDesc, xDesc, convDesc, yDesc, solution_id, workSpaceSize):
@@ -2830,11 +2778,7 @@ def miopenConvolutionForwardGetSolutionWorkspaceSize(handle, wDesc, xDesc, convD
     @param solution_id      ID of the solution for which workspace size is required (input)
     @param workSpaceSize  The size of the workspace (output)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_Q(solution_id)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionForwardGetSolutionWorkspaceSize, solution_id):
         _check_values('miopenConvolutionForwardGetSolutionWorkspaceSize', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'solution_id', 'workSpaceSize'), ((5, solution_id, 'Q', None),))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 6)
@@ -2845,6 +2789,7 @@ def miopenConvolutionForwardGetSolutionWorkspaceSize(handle, wDesc, xDesc, convD
         raise _lib.status_error(status, 'miopenConvolutionForwardGetSolutionWorkspaceSize')
 
 _miopenConvolutionForwardCompileSolution = _lazy('miopenConvolutionForwardCompileSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64,), c_int)
+_values_miopenConvolutionForwardCompileSolution = (b'Q', (None,), _pack_Q)
 
 
 def miopenConvolutionForwardCompileSolution(handle, wDesc, xDesc, convDesc, yDesc, solution_id):
@@ -2868,11 +2813,7 @@ def miopenConvolutionForwardCompileSolution(handle, wDesc, xDesc, convDesc, yDes
     @param yDesc          Tensor descriptor for output data tensor y (input)
     @param solution_id      ID of the solution to be compiled, as chosen by the user
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_Q(solution_id)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionForwardCompileSolution, solution_id):
         _check_values('miopenConvolutionForwardCompileSolution', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'solution_id'), ((5, solution_id, 'Q', None),))
     try:
         status = _miopenConvolutionForwardCompileSolution(handle, wDesc, xDesc, convDesc, yDesc, solution_id)
@@ -2882,6 +2823,7 @@ def miopenConvolutionForwardCompileSolution(handle, wDesc, xDesc, convDesc, yDes
         raise _lib.status_error(status, 'miopenConvolutionForwardCompileSolution')
 
 _miopenConvolutionForwardImmediate = _lazy('miopenConvolutionForwardImmediate', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, c_uint64,), c_int)
+_values_miopenConvolutionForwardImmediate = (b'NQ', (None, None,), _pack_NQ)
 
 
 def miopenConvolutionForwardImmediate(handle, wDesc, w, xDesc, x, convDesc, yDesc, y, workSpace, workSpaceSize, solution_id):
@@ -2912,11 +2854,7 @@ def miopenConvolutionForwardImmediate(handle, wDesc, w, xDesc, x, convDesc, yDes
     @param workSpaceSize  Size of the memory in bytes pointed to by workSpace above
     @param solution_id      ID of the solution to be compiled, as chosen by the user
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_NQ(workSpaceSize, solution_id)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionForwardImmediate, workSpaceSize, solution_id):
         _check_values('miopenConvolutionForwardImmediate', ('handle', 'wDesc', 'w', 'xDesc', 'x', 'convDesc', 'yDesc', 'y', 'workSpace', 'workSpaceSize', 'solution_id'), ((9, workSpaceSize, 'N', None), (10, solution_id, 'Q', None),))
     try:
         status = _miopenConvolutionForwardImmediate(handle, wDesc, w, xDesc, x, convDesc, yDesc, y, workSpace, workSpaceSize, solution_id)
@@ -2961,6 +2899,7 @@ def miopenConvolutionBackwardDataGetSolutionCount(handle, dyDesc, wDesc, convDes
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataGetSolutionCount')
 
 _miopenConvolutionBackwardDataGetSolution = _lazy('miopenConvolutionBackwardDataGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, c_void_p, c_void_p,), c_int)
+_values_miopenConvolutionBackwardDataGetSolution = (b'N', (None,), _pack_N)
 
 
 def miopenConvolutionBackwardDataGetSolution(handle, dyDesc, wDesc, convDesc, dxDesc, maxSolutionCount, solutionCount, solutions):
@@ -2994,11 +2933,7 @@ def miopenConvolutionBackwardDataGetSolution(handle, dyDesc, wDesc, convDesc, dx
     @param solutions        A pointer to an array of type miopenConvSolution_t allocated by the user,
                             filled in by MIOpen with applicable solutions. (output)
     @return                 miopenStatus_t"""
-    try:
-        _ok = _pack_N(maxSolutionCount)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionBackwardDataGetSolution, maxSolutionCount):
         _check_values('miopenConvolutionBackwardDataGetSolution', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'maxSolutionCount', 'solutionCount', 'solutions'), ((5, maxSolutionCount, 'N', None),))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 6)
@@ -3010,6 +2945,7 @@ def miopenConvolutionBackwardDataGetSolution(handle, dyDesc, wDesc, convDesc, dx
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataGetSolution')
 
 _miopenConvolutionBackwardDataGetSolutionWorkspaceSize = _lazy('miopenConvolutionBackwardDataGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, c_void_p,), c_int)
+_values_miopenConvolutionBackwardDataGetSolutionWorkspaceSize = (b'Q', (None,), _pack_Q)
 
 
 def miopenConvolutionBackwardDataGetSolutionWorkspaceSize(handle, dyDesc, wDesc, convDesc, dxDesc, solution_id, workSpaceSize):
@@ -3036,11 +2972,7 @@ def miopenConvolutionBackwardDataGetSolutionWorkspaceSize(handle, dyDesc, wDesc,
     @param solution_id      ID of the solution for which workspace size is required (input)
     @param workSpaceSize  The size of the workspace (output)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_Q(solution_id)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionBackwardDataGetSolutionWorkspaceSize, solution_id):
         _check_values('miopenConvolutionBackwardDataGetSolutionWorkspaceSize', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'solution_id', 'workSpaceSize'), ((5, solution_id, 'Q', None),))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 6)
@@ -3051,6 +2983,7 @@ def miopenConvolutionBackwardDataGetSolutionWorkspaceSize(handle, dyDesc, wDesc,
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataGetSolutionWorkspaceSize')
 
 _miopenConvolutionBackwardDataCompileSolution = _lazy('miopenConvolutionBackwardDataCompileSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64,), c_int)
+_values_miopenConvolutionBackwardDataCompileSolution = (b'Q', (None,), _pack_Q)
 
 
 def miopenConvolutionBackwardDataCompileSolution(handle, dyDesc, wDesc, convDesc, dxDesc, solution_id):
@@ -3075,11 +3008,7 @@ def miopenConvolutionBackwardDataCompileSolution(handle, dyDesc, wDesc, convDesc
     @param dxDesc         Tensor descriptor for output data tensor dx (input)
     @param solution_id      ID of the solution to be compiled, as chosen by the user
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_Q(solution_id)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionBackwardDataCompileSolution, solution_id):
         _check_values('miopenConvolutionBackwardDataCompileSolution', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'solution_id'), ((5, solution_id, 'Q', None),))
     try:
         status = _miopenConvolutionBackwardDataCompileSolution(handle, dyDesc, wDesc, convDesc, dxDesc, solution_id)
@@ -3089,6 +3018,7 @@ def miopenConvolutionBackwardDataCompileSolution(handle, dyDesc, wDesc, convDesc
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataCompileSolution')
 
 _miopenConvolutionBackwardDataImmediate = _lazy('miopenConvolutionBackwardDataImmediate', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, c_uint64,), c_int)
+_values_miopenConvolutionBackwardDataImmediate = (b'NQ', (None, None,), _pack_NQ)
 
 
 def miopenConvolutionBackwardDataImmediate(handle, dyDesc, dy, wDesc, w, convDesc, dxDesc, dx, workSpace, workSpaceSize, solution_id):
@@ -3119,11 +3049,7 @@ def miopenConvolutionBackwardDataImmediate(handle, dyDesc, dy, wDesc, w, convDes
     @param workSpaceSize  Size in bytes of the workspace memory pointed to by workSpace
     @param solution_id      ID of the solution to be compiled, as chosen by the user
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_NQ(workSpaceSize, solution_id)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionBackwardDataImmediate, workSpaceSize, solution_id):
         _check_values('miopenConvolutionBackwardDataImmediate', ('handle', 'dyDesc', 'dy', 'wDesc', 'w', 'convDesc', 'dxDesc', 'dx', 'workSpace', 'workSpaceSize', 'solution_id'), ((9, workSpaceSize, 'N', None), (10, solution_id, 'Q', None),))
     try:
         status = _miopenConvolutionBackwardDataImmediate(handle, dyDesc, dy, wDesc, w, convDesc, dxDesc, dx, workSpace, workSpaceSize, solution_id)
@@ -3168,6 +3094,7 @@ def miopenConvolutionBackwardWeightsGetSolutionCount(handle, dyDesc, xDesc, conv
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsGetSolutionCount')
 
 _miopenConvolutionBackwardWeightsGetSolution = _lazy('miopenConvolutionBackwardWeightsGetSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_size_t, c_void_p, c_void_p,), c_int)
+_values_miopenConvolutionBackwardWeightsGetSolution = (b'N', (None,), _pack_N)
 
 
 def miopenConvolutionBackwardWeightsGetSolution(handle, dyDesc, xDesc, convDesc, dwDesc, maxSolutionCount, solutionCount, solutions):
@@ -3200,11 +3127,7 @@ def miopenConvolutionBackwardWeightsGetSolution(handle, dyDesc, xDesc, convDesc,
     @param solutions        A pointer to an array of type miopenConvSolution_t allocated by the user,
                             filled in by MIOpen with applicable solutions. (output)
     @return                 miopenStatus_t"""
-    try:
-        _ok = _pack_N(maxSolutionCount)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionBackwardWeightsGetSolution, maxSolutionCount):
         _check_values('miopenConvolutionBackwardWeightsGetSolution', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'maxSolutionCount', 'solutionCount', 'solutions'), ((5, maxSolutionCount, 'N', None),))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 6)
@@ -3216,6 +3139,7 @@ def miopenConvolutionBackwardWeightsGetSolution(handle, dyDesc, xDesc, convDesc,
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsGetSolution')
 
 _miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize = _lazy('miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64, c_void_p,), c_int)
+_values_miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize = (b'Q', (None,), _pack_Q)
 
 
 def miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(handle, dyDesc, xDesc, convDesc, dwDesc, solution_id, workSpaceSize):
@@ -3242,11 +3166,7 @@ def miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(handle, dyDesc, xDe
     @param solution_id      ID of the solution for which workspace size is required (input)
     @param workSpaceSize  The size of the workspace (output)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_Q(solution_id)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize, solution_id):
         _check_values('miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'solution_id', 'workSpaceSize'), ((5, solution_id, 'Q', None),))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 6)
@@ -3257,6 +3177,7 @@ def miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(handle, dyDesc, xDe
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize')
 
 _miopenConvolutionBackwardWeightsCompileSolution = _lazy('miopenConvolutionBackwardWeightsCompileSolution', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, c_uint64,), c_int)
+_values_miopenConvolutionBackwardWeightsCompileSolution = (b'Q', (None,), _pack_Q)
 
 
 def miopenConvolutionBackwardWeightsCompileSolution(handle, dyDesc, xDesc, convDesc, dwDesc, solution_id):
@@ -3280,11 +3201,7 @@ def miopenConvolutionBackwardWeightsCompileSolution(handle, dyDesc, xDesc, convD
     @param dwDesc         Tensor descriptor for weight tensor dw (input)
     @param solution_id      ID of the solution to be compiled, as chosen by the user
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_Q(solution_id)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionBackwardWeightsCompileSolution, solution_id):
         _check_values('miopenConvolutionBackwardWeightsCompileSolution', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'solution_id'), ((5, solution_id, 'Q', None),))
     try:
         status = _miopenConvolutionBackwardWeightsCompileSolution(handle, dyDesc, xDesc, convDesc, dwDesc, solution_id)
@@ -3294,6 +3211,7 @@ def miopenConvolutionBackwardWeightsCompileSolution(handle, dyDesc, xDesc, convD
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsCompileSolution')
 
 _miopenConvolutionBackwardWeightsImmediate = _lazy('miopenConvolutionBackwardWeightsImmediate', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, c_uint64,), c_int)
+_values_miopenConvolutionBackwardWeightsImmediate = (b'NQ', (None, None,), _pack_NQ)
 
 
 def miopenConvolutionBackwardWeightsImmediate(handle, dyDesc, dy, xDesc, x, convDesc, dwDesc, dw, workSpace, workSpaceSize, solution_id):
@@ -3325,11 +3243,7 @@ def miopenConvolutionBackwardWeightsImmediate(handle, dyDesc, dy, xDesc, x, conv
     above
     @param solution_id      ID of the solution to be compiled, as chosen by the user
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_NQ(workSpaceSize, solution_id)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionBackwardWeightsImmediate, workSpaceSize, solution_id):
         _check_values('miopenConvolutionBackwardWeightsImmediate', ('handle', 'dyDesc', 'dy', 'xDesc', 'x', 'convDesc', 'dwDesc', 'dw', 'workSpace', 'workSpaceSize', 'solution_id'), ((9, workSpaceSize, 'N', None), (10, solution_id, 'Q', None),))
     try:
         status = _miopenConvolutionBackwardWeightsImmediate(handle, dyDesc, dy, xDesc, x, convDesc, dwDesc, dw, workSpace, workSpaceSize, solution_id)
@@ -3383,6 +3297,7 @@ def miopenConvolutionForwardGetWorkSpaceSize(handle, wDesc, xDesc, convDesc, yDe
         raise _lib.status_error(status, 'miopenConvolutionForwardGetWorkSpaceSize')
 
 _miopenFindConvolutionForwardAlgorithm = _lazy('miopenFindConvolutionForwardAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t, c_bool,), c_int)
+_values_miopenFindConvolutionForwardAlgorithm = (b'iN', (None, None,), _pack_iN)
 
 
 def miopenFindConvolutionForwardAlgorithm(handle, xDesc, x, wDesc, w, convDesc, yDesc, y, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch):
@@ -3441,11 +3356,7 @@ def miopenFindConvolutionForwardAlgorithm(handle, xDesc, x, wDesc, w, convDesc, 
     @param exhaustiveSearch   A boolean to toggle a full search of all algorithms
                               and configurations (input)
     @return                   miopenStatus_t"""
-    try:
-        _ok = _pack_iN(requestAlgoCount, workSpaceSize)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenFindConvolutionForwardAlgorithm, requestAlgoCount, workSpaceSize):
         _check_values('miopenFindConvolutionForwardAlgorithm', ('handle', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'yDesc', 'y', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), ((8, requestAlgoCount, 'i', None), (12, workSpaceSize, 'N', None),))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
@@ -3457,6 +3368,7 @@ def miopenFindConvolutionForwardAlgorithm(handle, xDesc, x, wDesc, w, convDesc, 
         raise _lib.status_error(status, 'miopenFindConvolutionForwardAlgorithm')
 
 _miopenConvolutionForward = _lazy('miopenConvolutionForward', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, c_int, c_void_p, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
+_values_miopenConvolutionForward = (b'iN', (miopenConvFwdAlgorithm_t, None,), _pack_iN)
 
 
 def miopenConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, beta, yDesc, y, workSpace, workSpaceSize):
@@ -3506,11 +3418,7 @@ def miopenConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, 
     @param workSpace      Pointer to workspace required (input)
     @param workSpaceSize  Size in bytes of the memory determined by the find step (input)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_iN(algo, workSpaceSize) and (type(algo) is int or type(algo) is miopenConvFwdAlgorithm_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionForward, algo, workSpaceSize):
         _check_values('miopenConvolutionForward', ('handle', 'alpha', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'beta', 'yDesc', 'y', 'workSpace', 'workSpaceSize'), ((7, algo, 'i', miopenConvFwdAlgorithm_t), (12, workSpaceSize, 'N', None),))
     try:
         alpha = _void_c(alpha, 4, 1)
@@ -3604,6 +3512,7 @@ def miopenConvolutionBackwardDataGetWorkSpaceSize(handle, dyDesc, wDesc, convDes
         raise _lib.status_error(status, 'miopenConvolutionBackwardDataGetWorkSpaceSize')
 
 _miopenFindConvolutionBackwardDataAlgorithm = _lazy('miopenFindConvolutionBackwardDataAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t, c_bool,), c_int)
+_values_miopenFindConvolutionBackwardDataAlgorithm = (b'iN', (None, None,), _pack_iN)
 
 
 def miopenFindConvolutionBackwardDataAlgorithm(handle, dyDesc, dy, wDesc, w, convDesc, dxDesc, dx, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch):
@@ -3662,11 +3571,7 @@ def miopenFindConvolutionBackwardDataAlgorithm(handle, dyDesc, dy, wDesc, w, con
     @param exhaustiveSearch   A boolean to toggle a full search of all algorithms
                               and configurations (input)
     @return                   miopenStatus_t"""
-    try:
-        _ok = _pack_iN(requestAlgoCount, workSpaceSize)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenFindConvolutionBackwardDataAlgorithm, requestAlgoCount, workSpaceSize):
         _check_values('miopenFindConvolutionBackwardDataAlgorithm', ('handle', 'dyDesc', 'dy', 'wDesc', 'w', 'convDesc', 'dxDesc', 'dx', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), ((8, requestAlgoCount, 'i', None), (12, workSpaceSize, 'N', None),))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
@@ -3678,6 +3583,7 @@ def miopenFindConvolutionBackwardDataAlgorithm(handle, dyDesc, dy, wDesc, w, con
         raise _lib.status_error(status, 'miopenFindConvolutionBackwardDataAlgorithm')
 
 _miopenConvolutionBackwardData = _lazy('miopenConvolutionBackwardData', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, c_int, c_void_p, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
+_values_miopenConvolutionBackwardData = (b'iN', (miopenConvBwdDataAlgorithm_t, None,), _pack_iN)
 
 
 def miopenConvolutionBackwardData(handle, alpha, dyDesc, dy, wDesc, w, convDesc, algo, beta, dxDesc, dx, workSpace, workSpaceSize):
@@ -3726,11 +3632,7 @@ def miopenConvolutionBackwardData(handle, alpha, dyDesc, dy, wDesc, w, convDesc,
     @param workSpace      Pointer to workspace required for the search (input)
     @param workSpaceSize  Size in bytes of the memory needed for find (input)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_iN(algo, workSpaceSize) and (type(algo) is int or type(algo) is miopenConvBwdDataAlgorithm_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionBackwardData, algo, workSpaceSize):
         _check_values('miopenConvolutionBackwardData', ('handle', 'alpha', 'dyDesc', 'dy', 'wDesc', 'w', 'convDesc', 'algo', 'beta', 'dxDesc', 'dx', 'workSpace', 'workSpaceSize'), ((7, algo, 'i', miopenConvBwdDataAlgorithm_t), (12, workSpaceSize, 'N', None),))
     try:
         alpha = _void_c(alpha, 4, 1)
@@ -3787,6 +3689,7 @@ def miopenConvolutionBackwardWeightsGetWorkSpaceSize(handle, dyDesc, xDesc, conv
         raise _lib.status_error(status, 'miopenConvolutionBackwardWeightsGetWorkSpaceSize')
 
 _miopenFindConvolutionBackwardWeightsAlgorithm = _lazy('miopenFindConvolutionBackwardWeightsAlgorithm', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t, c_bool,), c_int)
+_values_miopenFindConvolutionBackwardWeightsAlgorithm = (b'iN', (None, None,), _pack_iN)
 
 
 def miopenFindConvolutionBackwardWeightsAlgorithm(handle, dyDesc, dy, xDesc, x, convDesc, dwDesc, dw, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch):
@@ -3845,11 +3748,7 @@ def miopenFindConvolutionBackwardWeightsAlgorithm(handle, dyDesc, dy, xDesc, x, 
     @param exhaustiveSearch   A boolean to toggle a full search of all algorithms
                               and configurations (input)
     @return                   miopenStatus_t"""
-    try:
-        _ok = _pack_iN(requestAlgoCount, workSpaceSize)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenFindConvolutionBackwardWeightsAlgorithm, requestAlgoCount, workSpaceSize):
         _check_values('miopenFindConvolutionBackwardWeightsAlgorithm', ('handle', 'dyDesc', 'dy', 'xDesc', 'x', 'convDesc', 'dwDesc', 'dw', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), ((8, requestAlgoCount, 'i', None), (12, workSpaceSize, 'N', None),))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
@@ -3861,6 +3760,7 @@ def miopenFindConvolutionBackwardWeightsAlgorithm(handle, dyDesc, dy, xDesc, x, 
         raise _lib.status_error(status, 'miopenFindConvolutionBackwardWeightsAlgorithm')
 
 _miopenConvolutionBackwardWeights = _lazy('miopenConvolutionBackwardWeights', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, c_int, c_void_p, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
+_values_miopenConvolutionBackwardWeights = (b'iN', (miopenConvBwdWeightsAlgorithm_t, None,), _pack_iN)
 
 
 def miopenConvolutionBackwardWeights(handle, alpha, dyDesc, dy, xDesc, x, convDesc, algo, beta, dwDesc, dw, workSpace, workSpaceSize):
@@ -3909,11 +3809,7 @@ def miopenConvolutionBackwardWeights(handle, alpha, dyDesc, dy, xDesc, x, convDe
     @param workSpace      Pointer to workspace required for the search (input)
     @param workSpaceSize  Size in bytes of the memory needed for find (input)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_iN(algo, workSpaceSize) and (type(algo) is int or type(algo) is miopenConvBwdWeightsAlgorithm_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionBackwardWeights, algo, workSpaceSize):
         _check_values('miopenConvolutionBackwardWeights', ('handle', 'alpha', 'dyDesc', 'dy', 'xDesc', 'x', 'convDesc', 'algo', 'beta', 'dwDesc', 'dw', 'workSpace', 'workSpaceSize'), ((7, algo, 'i', miopenConvBwdWeightsAlgorithm_t), (12, workSpaceSize, 'N', None),))
     try:
         alpha = _void_c(alpha, 4, 1)
@@ -3985,6 +3881,7 @@ def miopenCreatePoolingDescriptor(poolDesc):
         raise _lib.status_error(status, 'miopenCreatePoolingDescriptor')
 
 _miopenSetPoolingIndexType = _lazy('miopenSetPoolingIndexType', (miopenPoolingDescriptor_t, c_int,), c_int)
+_values_miopenSetPoolingIndexType = (b'i', (miopenIndexType_t,), _pack_i)
 
 
 def miopenSetPoolingIndexType(poolDesc, index_type):
@@ -3999,11 +3896,7 @@ def miopenSetPoolingIndexType(poolDesc, index_type):
     @param poolDesc     Pointer to a pooling layer descriptor (input)
     @param index_type   Index type (input)
     @return             miopenStatus_t"""
-    try:
-        _ok = _pack_i(index_type) and (type(index_type) is int or type(index_type) is miopenIndexType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetPoolingIndexType, index_type):
         _check_values('miopenSetPoolingIndexType', ('poolDesc', 'index_type'), ((1, index_type, 'i', miopenIndexType_t),))
     try:
         status = _miopenSetPoolingIndexType(poolDesc, index_type)
@@ -4038,6 +3931,7 @@ def miopenGetPoolingIndexType(poolDesc, index_type):
         raise _lib.status_error(status, 'miopenGetPoolingIndexType')
 
 _miopenSetPoolingWorkSpaceIndexMode = _lazy('miopenSetPoolingWorkSpaceIndexMode', (miopenPoolingDescriptor_t, c_int,), c_int)
+_values_miopenSetPoolingWorkSpaceIndexMode = (b'i', (miopenPoolingWorkspaceIndexMode_t,), _pack_i)
 
 
 def miopenSetPoolingWorkSpaceIndexMode(poolDesc, workspace_index):
@@ -4051,11 +3945,7 @@ def miopenSetPoolingWorkSpaceIndexMode(poolDesc, workspace_index):
     @param poolDesc         Pointer to a pooling layer descriptor (input/output)
     @param workspace_index  Workspace index mode (input)
     @return                 miopenStatus_t"""
-    try:
-        _ok = _pack_i(workspace_index) and (type(workspace_index) is int or type(workspace_index) is miopenPoolingWorkspaceIndexMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetPoolingWorkSpaceIndexMode, workspace_index):
         _check_values('miopenSetPoolingWorkSpaceIndexMode', ('poolDesc', 'workspace_index'), ((1, workspace_index, 'i', miopenPoolingWorkspaceIndexMode_t),))
     try:
         status = _miopenSetPoolingWorkSpaceIndexMode(poolDesc, workspace_index)
@@ -4089,6 +3979,7 @@ def miopenGetPoolingWorkSpaceIndexMode(poolDesc, workspace_index):
         raise _lib.status_error(status, 'miopenGetPoolingWorkSpaceIndexMode')
 
 _miopenSet2dPoolingDescriptor = _lazy('miopenSet2dPoolingDescriptor', (miopenPoolingDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_miopenSet2dPoolingDescriptor = (b'iiiiiii', (miopenPoolingMode_t, None, None, None, None, None, None,), _pack_iiiiiii)
 
 
 def miopenSet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_h, pad_w, stride_h, stride_w):
@@ -4109,11 +4000,7 @@ def miopenSet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_
     @param stride_h       Vertical stride (input)
     @param stride_w       Horizontal stride (input)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_iiiiiii(mode, windowHeight, windowWidth, pad_h, pad_w, stride_h, stride_w) and (type(mode) is int or type(mode) is miopenPoolingMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSet2dPoolingDescriptor, mode, windowHeight, windowWidth, pad_h, pad_w, stride_h, stride_w):
         _check_values('miopenSet2dPoolingDescriptor', ('poolDesc', 'mode', 'windowHeight', 'windowWidth', 'pad_h', 'pad_w', 'stride_h', 'stride_w'), ((1, mode, 'i', miopenPoolingMode_t), (2, windowHeight, 'i', None), (3, windowWidth, 'i', None), (4, pad_h, 'i', None), (5, pad_w, 'i', None), (6, stride_h, 'i', None), (7, stride_w, 'i', None),))
     try:
         status = _miopenSet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_h, pad_w, stride_h, stride_w)
@@ -4205,6 +4092,7 @@ def miopenGetPoolingForwardOutputDim(poolDesc, tensorDesc, n, c, h, w):
         raise _lib.status_error(status, 'miopenGetPoolingForwardOutputDim')
 
 _miopenSetNdPoolingDescriptor = _lazy('miopenSetNdPoolingDescriptor', (miopenPoolingDescriptor_t, c_int, c_int, c_void_p, c_void_p, c_void_p,), c_int)
+_values_miopenSetNdPoolingDescriptor = (b'ii', (miopenPoolingMode_t, None,), _pack_ii)
 
 
 def miopenSetNdPoolingDescriptor(poolDesc, mode, nbDims, windowDimA, padA, stridesA):
@@ -4231,11 +4119,7 @@ def miopenSetNdPoolingDescriptor(poolDesc, mode, nbDims, windowDimA, padA, strid
     @param stridesA     Array of stride parameter with length equal to or larger than dimsRequested
     (input)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_ii(mode, nbDims) and (type(mode) is int or type(mode) is miopenPoolingMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetNdPoolingDescriptor, mode, nbDims):
         _check_values('miopenSetNdPoolingDescriptor', ('poolDesc', 'mode', 'nbDims', 'windowDimA', 'padA', 'stridesA'), ((1, mode, 'i', miopenPoolingMode_t), (2, nbDims, 'i', None),))
     try:
         windowDimA = _arr_int_c(windowDimA, nbDims, 3)
@@ -4248,6 +4132,7 @@ def miopenSetNdPoolingDescriptor(poolDesc, mode, nbDims, windowDimA, padA, strid
         raise _lib.status_error(status, 'miopenSetNdPoolingDescriptor')
 
 _miopenGetNdPoolingDescriptor = _lazy('miopenGetNdPoolingDescriptor', (miopenPoolingDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
+_values_miopenGetNdPoolingDescriptor = (b'i', (None,), _pack_i)
 
 
 def miopenGetNdPoolingDescriptor(poolDesc, nbDimsRequested, mode, nbDims, windowDimA, padA, stridesA):
@@ -4277,11 +4162,7 @@ def miopenGetNdPoolingDescriptor(poolDesc, nbDimsRequested, mode, nbDims, window
     @param stridesA         Array of stride parameter with length equal to or larger than
     dimsRequested (output)
     @return                 miopenStatus_t"""
-    try:
-        _ok = _pack_i(nbDimsRequested)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetNdPoolingDescriptor, nbDimsRequested):
         _check_values('miopenGetNdPoolingDescriptor', ('poolDesc', 'nbDimsRequested', 'mode', 'nbDims', 'windowDimA', 'padA', 'stridesA'), ((1, nbDimsRequested, 'i', None),))
     try:
         mode = _arr_miopenPoolingMode_t(mode, 1, 2)
@@ -4296,6 +4177,7 @@ def miopenGetNdPoolingDescriptor(poolDesc, nbDimsRequested, mode, nbDims, window
         raise _lib.status_error(status, 'miopenGetNdPoolingDescriptor')
 
 _miopenGetPoolingNdForwardOutputDim = _lazy('miopenGetPoolingNdForwardOutputDim', (miopenPoolingDescriptor_t, miopenTensorDescriptor_t, c_int, c_void_p,), c_int)
+_values_miopenGetPoolingNdForwardOutputDim = (b'i', (None,), _pack_i)
 
 
 def miopenGetPoolingNdForwardOutputDim(poolDesc, tensorDesc, dims, tensorDimArr):
@@ -4317,11 +4199,7 @@ def miopenGetPoolingNdForwardOutputDim(poolDesc, tensorDesc, dims, tensorDimArr)
     @param dims          Dimension of the pooling (input)
     @param tensorDimArr  Array of tensor dimension (output)
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_i(dims)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetPoolingNdForwardOutputDim, dims):
         _check_values('miopenGetPoolingNdForwardOutputDim', ('poolDesc', 'tensorDesc', 'dims', 'tensorDimArr'), ((2, dims, 'i', None),))
     try:
         tensorDimArr = _arr_int(tensorDimArr, dims, 3)
@@ -4392,6 +4270,7 @@ def miopenPoolingGetWorkSpaceSizeV2(poolDesc, yDesc, workSpaceSize):
         raise _lib.status_error(status, 'miopenPoolingGetWorkSpaceSizeV2')
 
 _miopenPoolingForward = _lazy('miopenPoolingForward', (miopenHandle_t, miopenPoolingDescriptor_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_bool, DevicePointer, c_size_t,), c_int)
+_values_miopenPoolingForward = (b'N', (None,), _pack_N)
 
 
 def miopenPoolingForward(handle, poolDesc, alpha, xDesc, x, beta, yDesc, y, do_backward, workSpace, workSpaceSize):
@@ -4426,11 +4305,7 @@ def miopenPoolingForward(handle, poolDesc, alpha, xDesc, x, beta, yDesc, y, do_b
     @param workSpace      Pointer user allocated memory (input)
     @param workSpaceSize  Size in bytes of the memory needed (input)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_N(workSpaceSize)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenPoolingForward, workSpaceSize):
         _check_values('miopenPoolingForward', ('handle', 'poolDesc', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y', 'do_backward', 'workSpace', 'workSpaceSize'), ((10, workSpaceSize, 'N', None),))
     try:
         alpha = _void_c(alpha, 4, 2)
@@ -4536,6 +4411,7 @@ def miopenCreateLRNDescriptor(lrnDesc):
         raise _lib.status_error(status, 'miopenCreateLRNDescriptor')
 
 _miopenSetLRNDescriptor = _lazy('miopenSetLRNDescriptor', (miopenLRNDescriptor_t, c_int, c_uint, c_double, c_double, c_double,), c_int)
+_values_miopenSetLRNDescriptor = (b'iI', (miopenLRNMode_t, None,), _pack_iI)
 
 
 def miopenSetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
@@ -4555,11 +4431,7 @@ def miopenSetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
     @param lrnBeta      Shift factor (input)
     @param lrnK         K factor (input)
     @return             miopenStatus_t"""
-    try:
-        _ok = _pack_iI(mode, lrnN) and (type(mode) is int or type(mode) is miopenLRNMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetLRNDescriptor, mode, lrnN):
         _check_values('miopenSetLRNDescriptor', ('lrnDesc', 'mode', 'lrnN', 'lrnAlpha', 'lrnBeta', 'lrnK'), ((1, mode, 'i', miopenLRNMode_t), (2, lrnN, 'I', None),))
     try:
         status = _miopenSetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK)
@@ -4739,6 +4611,7 @@ def miopenDestroyLRNDescriptor(lrnDesc):
     _clear_handle(lrnDesc)
 
 _miopenLayerNormForward = _lazy('miopenLayerNormForward', (miopenHandle_t, c_int, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_float, c_int32, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenLayerNormForward = (b'ii', (miopenNormMode_t, None,), _pack_ii)
 
 
 def miopenLayerNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc, bias, epsilon, normalized_dim, yDesc, y, meanDesc, mean, rstdDesc, rstd):
@@ -4779,11 +4652,7 @@ def miopenLayerNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc,
     @param rstdDesc       Tensor descriptor for output data tensor rstd (input)
     @param rstd           Data tensor rstd (output)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_ii(mode, normalized_dim) and (type(mode) is int or type(mode) is miopenNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenLayerNormForward, mode, normalized_dim):
         _check_values('miopenLayerNormForward', ('handle', 'mode', 'xDesc', 'x', 'weightDesc', 'weight', 'biasDesc', 'bias', 'epsilon', 'normalized_dim', 'yDesc', 'y', 'meanDesc', 'mean', 'rstdDesc', 'rstd'), ((1, mode, 'i', miopenNormMode_t), (9, normalized_dim, 'i', None),))
     try:
         status = _miopenLayerNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc, bias, epsilon, normalized_dim, yDesc, y, meanDesc, mean, rstdDesc, rstd)
@@ -4793,6 +4662,7 @@ def miopenLayerNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc,
         raise _lib.status_error(status, 'miopenLayerNormForward')
 
 _miopenCatForward = _lazy('miopenCatForward', (miopenHandle_t, c_int32, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_int32,), c_int)
+_values_miopenCatForward = (b'ii', (None, None,), _pack_ii)
 
 
 def miopenCatForward(handle, xCount, xDescs, xs, yDesc, y, dim):
@@ -4821,11 +4691,7 @@ def miopenCatForward(handle, xCount, xDescs, xs, yDesc, y, dim):
     @param y              Data tensor y (output)
     @param dim            Concatenation dimension (input)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_ii(xCount, dim)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCatForward, xCount, dim):
         _check_values('miopenCatForward', ('handle', 'xCount', 'xDescs', 'xs', 'yDesc', 'y', 'dim'), ((1, xCount, 'i', None), (6, dim, 'i', None),))
     try:
         xDescs = _arr_miopenTensorDescriptor_t_c(xDescs, xCount, 2)
@@ -4837,6 +4703,7 @@ def miopenCatForward(handle, xCount, xDescs, xs, yDesc, y, dim):
         raise _lib.status_error(status, 'miopenCatForward')
 
 _miopenDeriveBNTensorDescriptor = _lazy('miopenDeriveBNTensorDescriptor', (miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_int,), c_int)
+_values_miopenDeriveBNTensorDescriptor = (b'i', (miopenBatchNormMode_t,), _pack_i)
 
 
 def miopenDeriveBNTensorDescriptor(derivedBnDesc, xDesc, bn_mode):
@@ -4859,11 +4726,7 @@ def miopenDeriveBNTensorDescriptor(derivedBnDesc, xDesc, bn_mode):
     @param xDesc           Input tensor descriptor (input)
     @param bn_mode         Batch Normalization mode (input)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenDeriveBNTensorDescriptor, bn_mode):
         _check_values('miopenDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc', 'bn_mode'), ((2, bn_mode, 'i', miopenBatchNormMode_t),))
     try:
         status = _miopenDeriveBNTensorDescriptor(derivedBnDesc, xDesc, bn_mode)
@@ -4873,6 +4736,7 @@ def miopenDeriveBNTensorDescriptor(derivedBnDesc, xDesc, bn_mode):
         raise _lib.status_error(status, 'miopenDeriveBNTensorDescriptor')
 
 _miopenBatchNormalizationForwardTraining = _lazy('miopenBatchNormalizationForwardTraining', (miopenHandle_t, c_int, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int)
+_values_miopenBatchNormalizationForwardTraining = (b'i', (miopenBatchNormMode_t,), _pack_i)
 
 
 def miopenBatchNormalizationForwardTraining(handle, bn_mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, expAvgFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance):
@@ -4929,11 +4793,7 @@ def miopenBatchNormalizationForwardTraining(handle, bn_mode, alpha, beta, xDesc,
     @param resultSaveMean            Saved mini-batch mean for backwards pass (output)
     @param resultSaveInvVariance     Saved mini-batch inverse variance for backwards pass (output)
     @return                          miopenStatus_t"""
-    try:
-        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenBatchNormalizationForwardTraining, bn_mode):
         _check_values('miopenBatchNormalizationForwardTraining', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'expAvgFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
     try:
         alpha = _void(alpha, 4, 2)
@@ -4945,6 +4805,7 @@ def miopenBatchNormalizationForwardTraining(handle, bn_mode, alpha, beta, xDesc,
         raise _lib.status_error(status, 'miopenBatchNormalizationForwardTraining')
 
 _miopenBatchNormalizationForwardTraining_V2 = _lazy('miopenBatchNormalizationForwardTraining_V2', (miopenHandle_t, c_int, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int)
+_values_miopenBatchNormalizationForwardTraining_V2 = (b'i', (miopenBatchNormMode_t,), _pack_i)
 
 
 def miopenBatchNormalizationForwardTraining_V2(handle, bn_mode, alpha, beta, xDesc, x, yDesc, y, scaleDesc, biasVarDesc, savedMeanDesc, savedVarDesc, bnScale, bnBias, expAvgFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance):
@@ -5003,11 +4864,7 @@ def miopenBatchNormalizationForwardTraining_V2(handle, bn_mode, alpha, beta, xDe
     @param resultSaveMean            Saved mini-batch mean for backwards pass (output)
     @param resultSaveInvVariance     Saved mini-batch inverse variance for backwards pass (output)
     @return                          miopenStatus_t"""
-    try:
-        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenBatchNormalizationForwardTraining_V2, bn_mode):
         _check_values('miopenBatchNormalizationForwardTraining_V2', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'scaleDesc', 'biasVarDesc', 'savedMeanDesc', 'savedVarDesc', 'bnScale', 'bnBias', 'expAvgFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
     try:
         alpha = _void(alpha, 4, 2)
@@ -5019,6 +4876,7 @@ def miopenBatchNormalizationForwardTraining_V2(handle, bn_mode, alpha, beta, xDe
         raise _lib.status_error(status, 'miopenBatchNormalizationForwardTraining_V2')
 
 _miopenBatchNormalizationForwardInference = _lazy('miopenBatchNormalizationForwardInference', (miopenHandle_t, c_int, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double,), c_int)
+_values_miopenBatchNormalizationForwardInference = (b'i', (miopenBatchNormMode_t,), _pack_i)
 
 
 def miopenBatchNormalizationForwardInference(handle, bn_mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, estimatedMean, estimatedVariance, epsilon):
@@ -5064,11 +4922,7 @@ def miopenBatchNormalizationForwardInference(handle, bn_mode, alpha, beta, xDesc
     @param estimatedVariance         Running variance saved during forward training (input)
     @param epsilon                   Value to stabilize inverse variance calculation (input)
     @return                          miopenStatus_t"""
-    try:
-        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenBatchNormalizationForwardInference, bn_mode):
         _check_values('miopenBatchNormalizationForwardInference', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
     try:
         alpha = _void(alpha, 4, 2)
@@ -5080,6 +4934,7 @@ def miopenBatchNormalizationForwardInference(handle, bn_mode, alpha, beta, xDesc
         raise _lib.status_error(status, 'miopenBatchNormalizationForwardInference')
 
 _miopenBatchNormalizationForwardInference_V2 = _lazy('miopenBatchNormalizationForwardInference_V2', (miopenHandle_t, c_int, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double,), c_int)
+_values_miopenBatchNormalizationForwardInference_V2 = (b'i', (miopenBatchNormMode_t,), _pack_i)
 
 
 def miopenBatchNormalizationForwardInference_V2(handle, bn_mode, alpha, beta, xDesc, x, yDesc, y, scaleDesc, biasDesc, estMeanDesc, estVarianceDesc, bnScale, bnBias, estimatedMean, estimatedVariance, epsilon):
@@ -5127,11 +4982,7 @@ def miopenBatchNormalizationForwardInference_V2(handle, bn_mode, alpha, beta, xD
     @param estimatedVariance         Running variance saved during forward training (input)
     @param epsilon                   Value to stabilize inverse variance calculation (input)
     @return                          miopenStatus_t"""
-    try:
-        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenBatchNormalizationForwardInference_V2, bn_mode):
         _check_values('miopenBatchNormalizationForwardInference_V2', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'scaleDesc', 'biasDesc', 'estMeanDesc', 'estVarianceDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
     try:
         alpha = _void(alpha, 4, 2)
@@ -5143,6 +4994,7 @@ def miopenBatchNormalizationForwardInference_V2(handle, bn_mode, alpha, beta, xD
         raise _lib.status_error(status, 'miopenBatchNormalizationForwardInference_V2')
 
 _miopenBatchNormalizationBackward = _lazy('miopenBatchNormalizationBackward', (miopenHandle_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int)
+_values_miopenBatchNormalizationBackward = (b'i', (miopenBatchNormMode_t,), _pack_i)
 
 
 def miopenBatchNormalizationBackward(handle, bn_mode, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x, dyDesc, dy, dxDesc, dx, bnScaleBiasDiffDesc, bnScale, resultBnScaleDiff, resultBnBiasDiff, epsilon, savedMean, savedInvVariance):
@@ -5197,11 +5049,7 @@ def miopenBatchNormalizationBackward(handle, bn_mode, alphaDataDiff, betaDataDif
     @param savedMean                 Saved mini-batch mean for backwards pass (input)
     @param savedInvVariance          Saved mini-bathc inverse variance for backwards pass (input)
     @return                          miopenStatus_t"""
-    try:
-        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenBatchNormalizationBackward, bn_mode):
         _check_values('miopenBatchNormalizationBackward', ('handle', 'bn_mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'bnScaleBiasDiffDesc', 'bnScale', 'resultBnScaleDiff', 'resultBnBiasDiff', 'epsilon', 'savedMean', 'savedInvVariance'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 2)
@@ -5215,6 +5063,7 @@ def miopenBatchNormalizationBackward(handle, bn_mode, alphaDataDiff, betaDataDif
         raise _lib.status_error(status, 'miopenBatchNormalizationBackward')
 
 _miopenBatchNormalizationBackward_V2 = _lazy('miopenBatchNormalizationBackward_V2', (miopenHandle_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int)
+_values_miopenBatchNormalizationBackward_V2 = (b'i', (miopenBatchNormMode_t,), _pack_i)
 
 
 def miopenBatchNormalizationBackward_V2(handle, bn_mode, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x, dyDesc, dy, dxDesc, dx, scaleDesc, biasDesc, savedMeanDesc, savedVarDesc, bnScale, resultBnScaleDiff, resultBnBiasDiff, epsilon, savedMean, savedInvVariance):
@@ -5273,11 +5122,7 @@ def miopenBatchNormalizationBackward_V2(handle, bn_mode, alphaDataDiff, betaData
     @param savedMean                 Saved mini-batch mean for backwards pass (input)
     @param savedInvVariance          Saved mini-bathc inverse variance for backwards pass (input)
     @return                          miopenStatus_t"""
-    try:
-        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenBatchNormalizationBackward_V2, bn_mode):
         _check_values('miopenBatchNormalizationBackward_V2', ('handle', 'bn_mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'scaleDesc', 'biasDesc', 'savedMeanDesc', 'savedVarDesc', 'bnScale', 'resultBnScaleDiff', 'resultBnBiasDiff', 'epsilon', 'savedMean', 'savedInvVariance'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 2)
@@ -5318,6 +5163,7 @@ def miopenCreateActivationDescriptor(activDesc):
         raise _lib.status_error(status, 'miopenCreateActivationDescriptor')
 
 _miopenSetActivationDescriptor = _lazy('miopenSetActivationDescriptor', (miopenActivationDescriptor_t, c_int, c_double, c_double, c_double,), c_int)
+_values_miopenSetActivationDescriptor = (b'i', (miopenActivationMode_t,), _pack_i)
 
 
 def miopenSetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activGamma):
@@ -5335,11 +5181,7 @@ def miopenSetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activG
     @param activBeta    Beta value for some activation modes (input)
     @param activGamma   Gamma value for some activation modes (input)
     @return             miopenStatus_t"""
-    try:
-        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is miopenActivationMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetActivationDescriptor, mode):
         _check_values('miopenSetActivationDescriptor', ('activDesc', 'mode', 'activAlpha', 'activBeta', 'activGamma'), ((1, mode, 'i', miopenActivationMode_t),))
     try:
         status = _miopenSetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activGamma)
@@ -5480,6 +5322,7 @@ def miopenDestroyActivationDescriptor(activDesc):
     _clear_handle(activDesc)
 
 _miopenGLUForward = _lazy('miopenGLUForward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint32,), c_int)
+_values_miopenGLUForward = (b'I', (None,), _pack_I)
 
 
 def miopenGLUForward(handle, inputDesc, input, outputDesc, output, dim):
@@ -5502,11 +5345,7 @@ def miopenGLUForward(handle, inputDesc, input, outputDesc, output, dim):
     @param output                   Output tensor (output)
     @param dim                      Dimension to split the input (input)
     @return                         miopenStatus_t"""
-    try:
-        _ok = _pack_I(dim)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGLUForward, dim):
         _check_values('miopenGLUForward', ('handle', 'inputDesc', 'input', 'outputDesc', 'output', 'dim'), ((5, dim, 'I', None),))
     try:
         status = _miopenGLUForward(handle, inputDesc, input, outputDesc, output, dim)
@@ -5516,6 +5355,7 @@ def miopenGLUForward(handle, inputDesc, input, outputDesc, output, dim):
         raise _lib.status_error(status, 'miopenGLUForward')
 
 _miopenGLUBackward = _lazy('miopenGLUBackward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint32,), c_int)
+_values_miopenGLUBackward = (b'I', (None,), _pack_I)
 
 
 def miopenGLUBackward(handle, inputDesc, input, outputGradDesc, outputGrad, inputGradDesc, inputGrad, dim):
@@ -5541,11 +5381,7 @@ def miopenGLUBackward(handle, inputDesc, input, outputGradDesc, outputGrad, inpu
     @param inputGrad                Delta input tensor (output)
     @param dim                      Dimension to split the input (input)
     @return                         miopenStatus_t"""
-    try:
-        _ok = _pack_I(dim)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGLUBackward, dim):
         _check_values('miopenGLUBackward', ('handle', 'inputDesc', 'input', 'outputGradDesc', 'outputGrad', 'inputGradDesc', 'inputGrad', 'dim'), ((7, dim, 'I', None),))
     try:
         status = _miopenGLUBackward(handle, inputDesc, input, outputGradDesc, outputGrad, inputGradDesc, inputGrad, dim)
@@ -5632,6 +5468,7 @@ def miopenSoftmaxBackward(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx)
         raise _lib.status_error(status, 'miopenSoftmaxBackward')
 
 _miopenSoftmaxForward_V2 = _lazy('miopenSoftmaxForward_V2', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_int, c_int,), c_int)
+_values_miopenSoftmaxForward_V2 = (b'ii', (miopenSoftmaxAlgorithm_t, miopenSoftmaxMode_t,), _pack_ii)
 
 
 def miopenSoftmaxForward_V2(handle, alpha, xDesc, x, beta, yDesc, y, algorithm, mode):
@@ -5657,11 +5494,7 @@ def miopenSoftmaxForward_V2(handle, alpha, xDesc, x, beta, yDesc, y, algorithm, 
     @param algorithm      Softmax implementation algorithm (input)
     @param mode           Softmax mode (input)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_ii(algorithm, mode) and (type(algorithm) is int or type(algorithm) is miopenSoftmaxAlgorithm_t) and (type(mode) is int or type(mode) is miopenSoftmaxMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSoftmaxForward_V2, algorithm, mode):
         _check_values('miopenSoftmaxForward_V2', ('handle', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y', 'algorithm', 'mode'), ((7, algorithm, 'i', miopenSoftmaxAlgorithm_t), (8, mode, 'i', miopenSoftmaxMode_t),))
     try:
         alpha = _void_c(alpha, 4, 1)
@@ -5673,6 +5506,7 @@ def miopenSoftmaxForward_V2(handle, alpha, xDesc, x, beta, yDesc, y, algorithm, 
         raise _lib.status_error(status, 'miopenSoftmaxForward_V2')
 
 _miopenSoftmaxBackward_V2 = _lazy('miopenSoftmaxBackward_V2', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_int, c_int,), c_int)
+_values_miopenSoftmaxBackward_V2 = (b'ii', (miopenSoftmaxAlgorithm_t, miopenSoftmaxMode_t,), _pack_ii)
 
 
 def miopenSoftmaxBackward_V2(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx, algorithm, mode):
@@ -5701,11 +5535,7 @@ def miopenSoftmaxBackward_V2(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, 
     @param algorithm      Softmax implementation algorithm (input)
     @param mode           Softmax mode (input)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_ii(algorithm, mode) and (type(algorithm) is int or type(algorithm) is miopenSoftmaxAlgorithm_t) and (type(mode) is int or type(mode) is miopenSoftmaxMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSoftmaxBackward_V2, algorithm, mode):
         _check_values('miopenSoftmaxBackward_V2', ('handle', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'beta', 'dxDesc', 'dx', 'algorithm', 'mode'), ((9, algorithm, 'i', miopenSoftmaxAlgorithm_t), (10, mode, 'i', miopenSoftmaxMode_t),))
     try:
         alpha = _void_c(alpha, 4, 1)
@@ -5717,6 +5547,7 @@ def miopenSoftmaxBackward_V2(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, 
         raise _lib.status_error(status, 'miopenSoftmaxBackward_V2')
 
 _miopenCreateFusionPlan = _lazy('miopenCreateFusionPlan', (c_void_p, c_int, miopenTensorDescriptor_t,), c_int)
+_values_miopenCreateFusionPlan = (b'i', (miopenFusionDirection_t,), _pack_i)
 
 
 def miopenCreateFusionPlan(fusePlanDesc, fuseDirection, inputDesc):
@@ -5733,11 +5564,7 @@ def miopenCreateFusionPlan(fusePlanDesc, fuseDirection, inputDesc):
     @param fuseDirection Horizontal or Vertical fusion (input)
     @param inputDesc     Descriptor to tensor for the input (input)
     @return              miopenStatus_t"""
-    try:
-        _ok = _pack_i(fuseDirection) and (type(fuseDirection) is int or type(fuseDirection) is miopenFusionDirection_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCreateFusionPlan, fuseDirection):
         _check_values('miopenCreateFusionPlan', ('fusePlanDesc', 'fuseDirection', 'inputDesc'), ((1, fuseDirection, 'i', miopenFusionDirection_t),))
     try:
         fusePlanDesc = _arr_miopenFusionPlanDescriptor_t(fusePlanDesc, 1, 0)
@@ -5790,6 +5617,7 @@ def miopenCompileFusionPlan(handle, fusePlanDesc):
         raise _lib.status_error(status, 'miopenCompileFusionPlan')
 
 _miopenFusionPlanGetOp = _lazy('miopenFusionPlanGetOp', (miopenFusionPlanDescriptor_t, c_int, c_void_p,), c_int)
+_values_miopenFusionPlanGetOp = (b'i', (None,), _pack_i)
 
 
 def miopenFusionPlanGetOp(fusePlanDesc, op_idx, op):
@@ -5808,11 +5636,7 @@ def miopenFusionPlanGetOp(fusePlanDesc, op_idx, op):
     @param op_idx Index of the required operator in the fusion plan, in the order of insertion
     @param op returned pointer to the operator
     @return miopenStatus_t"""
-    try:
-        _ok = _pack_i(op_idx)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenFusionPlanGetOp, op_idx):
         _check_values('miopenFusionPlanGetOp', ('fusePlanDesc', 'op_idx', 'op'), ((1, op_idx, 'i', None),))
     try:
         op = _arr_miopenFusionOpDescriptor_t(op, 1, 2)
@@ -5823,6 +5647,7 @@ def miopenFusionPlanGetOp(fusePlanDesc, op_idx, op):
         raise _lib.status_error(status, 'miopenFusionPlanGetOp')
 
 _miopenFusionPlanGetWorkSpaceSize = _lazy('miopenFusionPlanGetWorkSpaceSize', (miopenHandle_t, miopenFusionPlanDescriptor_t, c_void_p, c_int,), c_int)
+_values_miopenFusionPlanGetWorkSpaceSize = (b'i', (miopenConvFwdAlgorithm_t,), _pack_i)
 
 
 def miopenFusionPlanGetWorkSpaceSize(handle, fusePlanDesc, workSpaceSize, algo):
@@ -5839,11 +5664,7 @@ def miopenFusionPlanGetWorkSpaceSize(handle, fusePlanDesc, workSpaceSize, algo):
     @param workSpaceSize  Pointer to memory to return size in bytes (output)
     @param algo           Algorithm selected (inputs)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is miopenConvFwdAlgorithm_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenFusionPlanGetWorkSpaceSize, algo):
         _check_values('miopenFusionPlanGetWorkSpaceSize', ('handle', 'fusePlanDesc', 'workSpaceSize', 'algo'), ((3, algo, 'i', miopenConvFwdAlgorithm_t),))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 2)
@@ -5854,6 +5675,7 @@ def miopenFusionPlanGetWorkSpaceSize(handle, fusePlanDesc, workSpaceSize, algo):
         raise _lib.status_error(status, 'miopenFusionPlanGetWorkSpaceSize')
 
 _miopenFusionPlanConvolutionGetAlgo = _lazy('miopenFusionPlanConvolutionGetAlgo', (miopenFusionPlanDescriptor_t, c_int, c_void_p, c_void_p,), c_int)
+_values_miopenFusionPlanConvolutionGetAlgo = (b'i', (None,), _pack_i)
 
 
 def miopenFusionPlanConvolutionGetAlgo(fusePlanDesc, requestAlgoCount, returnedAlgoCount, returnedAlgos):
@@ -5880,11 +5702,7 @@ def miopenFusionPlanConvolutionGetAlgo(fusePlanDesc, requestAlgoCount, returnedA
     equal to requestAlgoCount (output)
     @param returnedAlgos Pointer to the list of supported algorithms
     @return miopenStatus_t"""
-    try:
-        _ok = _pack_i(requestAlgoCount)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenFusionPlanConvolutionGetAlgo, requestAlgoCount):
         _check_values('miopenFusionPlanConvolutionGetAlgo', ('fusePlanDesc', 'requestAlgoCount', 'returnedAlgoCount', 'returnedAlgos'), ((1, requestAlgoCount, 'i', None),))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 2)
@@ -5896,6 +5714,7 @@ def miopenFusionPlanConvolutionGetAlgo(fusePlanDesc, requestAlgoCount, returnedA
         raise _lib.status_error(status, 'miopenFusionPlanConvolutionGetAlgo')
 
 _miopenFusionPlanConvolutionSetAlgo = _lazy('miopenFusionPlanConvolutionSetAlgo', (miopenFusionPlanDescriptor_t, c_int,), c_int)
+_values_miopenFusionPlanConvolutionSetAlgo = (b'i', (miopenConvFwdAlgorithm_t,), _pack_i)
 
 
 def miopenFusionPlanConvolutionSetAlgo(fusePlanDesc, algo):
@@ -5911,11 +5730,7 @@ def miopenFusionPlanConvolutionSetAlgo(fusePlanDesc, algo):
     @param fusePlanDesc A fusion plan descriptor (input)
     @param algo Requested algorithm for the convolution operator (input)
     @return miopenStatus_t"""
-    try:
-        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is miopenConvFwdAlgorithm_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenFusionPlanConvolutionSetAlgo, algo):
         _check_values('miopenFusionPlanConvolutionSetAlgo', ('fusePlanDesc', 'algo'), ((1, algo, 'i', miopenConvFwdAlgorithm_t),))
     try:
         status = _miopenFusionPlanConvolutionSetAlgo(fusePlanDesc, algo)
@@ -5951,6 +5766,7 @@ def miopenCreateOpConvForward(fusePlanDesc, convOp, convDesc, wDesc):
         raise _lib.status_error(status, 'miopenCreateOpConvForward')
 
 _miopenCreateOpActivationForward = _lazy('miopenCreateOpActivationForward', (miopenFusionPlanDescriptor_t, c_void_p, c_int,), c_int)
+_values_miopenCreateOpActivationForward = (b'i', (miopenActivationMode_t,), _pack_i)
 
 
 def miopenCreateOpActivationForward(fusePlanDesc, activFwdOp, mode):
@@ -5967,11 +5783,7 @@ def miopenCreateOpActivationForward(fusePlanDesc, activFwdOp, mode):
     @param activFwdOp         Pointer to an operator type (output)
     @param mode            Activation version (input)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is miopenActivationMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCreateOpActivationForward, mode):
         _check_values('miopenCreateOpActivationForward', ('fusePlanDesc', 'activFwdOp', 'mode'), ((2, mode, 'i', miopenActivationMode_t),))
     try:
         activFwdOp = _arr_miopenFusionOpDescriptor_t(activFwdOp, 1, 1)
@@ -5982,6 +5794,7 @@ def miopenCreateOpActivationForward(fusePlanDesc, activFwdOp, mode):
         raise _lib.status_error(status, 'miopenCreateOpActivationForward')
 
 _miopenCreateOpActivationBackward = _lazy('miopenCreateOpActivationBackward', (miopenFusionPlanDescriptor_t, c_void_p, c_int,), c_int)
+_values_miopenCreateOpActivationBackward = (b'i', (miopenActivationMode_t,), _pack_i)
 
 
 def miopenCreateOpActivationBackward(fusePlanDesc, activBwdOp, mode):
@@ -5998,11 +5811,7 @@ def miopenCreateOpActivationBackward(fusePlanDesc, activBwdOp, mode):
     @param activBwdOp         Pointer to an operator type (output)
     @param mode            Activation version (input)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is miopenActivationMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCreateOpActivationBackward, mode):
         _check_values('miopenCreateOpActivationBackward', ('fusePlanDesc', 'activBwdOp', 'mode'), ((2, mode, 'i', miopenActivationMode_t),))
     try:
         activBwdOp = _arr_miopenFusionOpDescriptor_t(activBwdOp, 1, 1)
@@ -6038,6 +5847,7 @@ def miopenCreateOpBiasForward(fusePlanDesc, biasOp, bDesc):
         raise _lib.status_error(status, 'miopenCreateOpBiasForward')
 
 _miopenCreateOpBatchNormInference = _lazy('miopenCreateOpBatchNormInference', (miopenFusionPlanDescriptor_t, c_void_p, c_int, miopenTensorDescriptor_t,), c_int)
+_values_miopenCreateOpBatchNormInference = (b'i', (miopenBatchNormMode_t,), _pack_i)
 
 
 def miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMeanVarDesc):
@@ -6055,11 +5865,7 @@ def miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMea
     @param bn_mode                Batch normalization layer mode (input)
     @param bnScaleBiasMeanVarDesc Gamma, beta, mean, variance tensor descriptor (input)
     @return                       miopenStatus_t"""
-    try:
-        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCreateOpBatchNormInference, bn_mode):
         _check_values('miopenCreateOpBatchNormInference', ('fusePlanDesc', 'bnOp', 'bn_mode', 'bnScaleBiasMeanVarDesc'), ((2, bn_mode, 'i', miopenBatchNormMode_t),))
     try:
         bnOp = _arr_miopenFusionOpDescriptor_t(bnOp, 1, 1)
@@ -6070,6 +5876,7 @@ def miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMea
         raise _lib.status_error(status, 'miopenCreateOpBatchNormInference')
 
 _miopenCreateOpBatchNormForward = _lazy('miopenCreateOpBatchNormForward', (miopenFusionPlanDescriptor_t, c_void_p, c_int, c_bool,), c_int)
+_values_miopenCreateOpBatchNormForward = (b'i', (miopenBatchNormMode_t,), _pack_i)
 
 
 def miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVariance):
@@ -6088,11 +5895,7 @@ def miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVa
     @param runningMeanVariance    Toggles whether or not to save population statistics for inference;
     batch statistic are required (input)
     @return                       miopenStatus_t"""
-    try:
-        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCreateOpBatchNormForward, bn_mode):
         _check_values('miopenCreateOpBatchNormForward', ('fusePlanDesc', 'bnFwdOp', 'bn_mode', 'runningMeanVariance'), ((2, bn_mode, 'i', miopenBatchNormMode_t),))
     try:
         bnFwdOp = _arr_miopenFusionOpDescriptor_t(bnFwdOp, 1, 1)
@@ -6103,6 +5906,7 @@ def miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVa
         raise _lib.status_error(status, 'miopenCreateOpBatchNormForward')
 
 _miopenCreateOpBatchNormBackward = _lazy('miopenCreateOpBatchNormBackward', (miopenFusionPlanDescriptor_t, c_void_p, c_int,), c_int)
+_values_miopenCreateOpBatchNormBackward = (b'i', (miopenBatchNormMode_t,), _pack_i)
 
 
 def miopenCreateOpBatchNormBackward(fusePlanDesc, bnBwdOp, bn_mode):
@@ -6119,11 +5923,7 @@ def miopenCreateOpBatchNormBackward(fusePlanDesc, bnBwdOp, bn_mode):
     @param bnBwdOp                   Pointer to an operator type (output)
     @param bn_mode                Batch normalization layer mode (input)
     @return                       miopenStatus_t"""
-    try:
-        _ok = _pack_i(bn_mode) and (type(bn_mode) is int or type(bn_mode) is miopenBatchNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCreateOpBatchNormBackward, bn_mode):
         _check_values('miopenCreateOpBatchNormBackward', ('fusePlanDesc', 'bnBwdOp', 'bn_mode'), ((2, bn_mode, 'i', miopenBatchNormMode_t),))
     try:
         bnBwdOp = _arr_miopenFusionOpDescriptor_t(bnBwdOp, 1, 1)
@@ -6456,6 +6256,7 @@ def miopenExecuteFusionPlan(handle, fusePlanDesc, inputDesc, input, outputDesc, 
         raise _lib.status_error(status, 'miopenExecuteFusionPlan')
 
 _miopenConvolutionBiasActivationForward = _lazy('miopenConvolutionBiasActivationForward', (miopenHandle_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenActivationDescriptor_t, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenConvolutionBiasActivationForward = (b'iN', (miopenConvFwdAlgorithm_t, None,), _pack_iN)
 
 
 def miopenConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workspace, workspaceSizeInBytes, alpha2, zDesc, z, biasDesc, bias, activationDesc, yDesc, y):
@@ -6495,11 +6296,7 @@ def miopenConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, c
     @param activationDesc       Activation descriptor that specifies the activation mode
     @param yDesc                Tensor descriptor for output data tensor y (input)
     @param y                    Output data tensor"""
-    try:
-        _ok = _pack_iN(algo, workspaceSizeInBytes) and (type(algo) is int or type(algo) is miopenConvFwdAlgorithm_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenConvolutionBiasActivationForward, algo, workspaceSizeInBytes):
         _check_values('miopenConvolutionBiasActivationForward', ('handle', 'alpha1', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workspace', 'workspaceSizeInBytes', 'alpha2', 'zDesc', 'z', 'biasDesc', 'bias', 'activationDesc', 'yDesc', 'y'), ((7, algo, 'i', miopenConvFwdAlgorithm_t), (9, workspaceSizeInBytes, 'N', None),))
     try:
         alpha1 = _void_c(alpha1, 4, 1)
@@ -6649,6 +6446,7 @@ def miopenDestroyRNNDescriptor(rnnDesc):
     _clear_handle(rnnDesc)
 
 _miopenSetRNNDescriptor = _lazy('miopenSetRNNDescriptor', (miopenRNNDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_miopenSetRNNDescriptor = (b'iiiiiiii', (None, None, miopenRNNInputMode_t, miopenRNNDirectionMode_t, miopenRNNMode_t, miopenRNNBiasMode_t, miopenRNNAlgo_t, miopenDataType_t,), _pack_iiiiiiii)
 
 
 def miopenSetRNNDescriptor(rnnDesc, hsize, nlayers, inMode, direction, rnnMode, biasMode, algo, dataType):
@@ -6670,11 +6468,7 @@ def miopenSetRNNDescriptor(rnnDesc, hsize, nlayers, inMode, direction, rnnMode, 
     @param algo         RNN algorithm selected (input)
     @param dataType     MIOpen datatype (input)
     @return             miopenStatus_t"""
-    try:
-        _ok = _pack_iiiiiiii(hsize, nlayers, inMode, direction, rnnMode, biasMode, algo, dataType) and (type(inMode) is int or type(inMode) is miopenRNNInputMode_t) and (type(direction) is int or type(direction) is miopenRNNDirectionMode_t) and (type(rnnMode) is int or type(rnnMode) is miopenRNNMode_t) and (type(biasMode) is int or type(biasMode) is miopenRNNBiasMode_t) and (type(algo) is int or type(algo) is miopenRNNAlgo_t) and (type(dataType) is int or type(dataType) is miopenDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetRNNDescriptor, hsize, nlayers, inMode, direction, rnnMode, biasMode, algo, dataType):
         _check_values('miopenSetRNNDescriptor', ('rnnDesc', 'hsize', 'nlayers', 'inMode', 'direction', 'rnnMode', 'biasMode', 'algo', 'dataType'), ((1, hsize, 'i', None), (2, nlayers, 'i', None), (3, inMode, 'i', miopenRNNInputMode_t), (4, direction, 'i', miopenRNNDirectionMode_t), (5, rnnMode, 'i', miopenRNNMode_t), (6, biasMode, 'i', miopenRNNBiasMode_t), (7, algo, 'i', miopenRNNAlgo_t), (8, dataType, 'i', miopenDataType_t),))
     try:
         status = _miopenSetRNNDescriptor(rnnDesc, hsize, nlayers, inMode, direction, rnnMode, biasMode, algo, dataType)
@@ -6684,6 +6478,7 @@ def miopenSetRNNDescriptor(rnnDesc, hsize, nlayers, inMode, direction, rnnMode, 
         raise _lib.status_error(status, 'miopenSetRNNDescriptor')
 
 _miopenSetRNNDescriptor_V2 = _lazy('miopenSetRNNDescriptor_V2', (miopenRNNDescriptor_t, c_int, c_int, miopenDropoutDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_miopenSetRNNDescriptor_V2 = (b'iiiiiiii', (None, None, miopenRNNInputMode_t, miopenRNNDirectionMode_t, miopenRNNMode_t, miopenRNNBiasMode_t, miopenRNNAlgo_t, miopenDataType_t,), _pack_iiiiiiii)
 
 
 def miopenSetRNNDescriptor_V2(rnnDesc, hsize, nlayers, dropoutDesc, inMode, direction, rnnMode, biasMode, algo, dataType):
@@ -6708,11 +6503,7 @@ def miopenSetRNNDescriptor_V2(rnnDesc, hsize, nlayers, dropoutDesc, inMode, dire
     @param algo         RNN algorithm selected (input)
     @param dataType     MIOpen datatype (input)
     @return             miopenStatus_t"""
-    try:
-        _ok = _pack_iiiiiiii(hsize, nlayers, inMode, direction, rnnMode, biasMode, algo, dataType) and (type(inMode) is int or type(inMode) is miopenRNNInputMode_t) and (type(direction) is int or type(direction) is miopenRNNDirectionMode_t) and (type(rnnMode) is int or type(rnnMode) is miopenRNNMode_t) and (type(biasMode) is int or type(biasMode) is miopenRNNBiasMode_t) and (type(algo) is int or type(algo) is miopenRNNAlgo_t) and (type(dataType) is int or type(dataType) is miopenDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetRNNDescriptor_V2, hsize, nlayers, inMode, direction, rnnMode, biasMode, algo, dataType):
         _check_values('miopenSetRNNDescriptor_V2', ('rnnDesc', 'hsize', 'nlayers', 'dropoutDesc', 'inMode', 'direction', 'rnnMode', 'biasMode', 'algo', 'dataType'), ((1, hsize, 'i', None), (2, nlayers, 'i', None), (4, inMode, 'i', miopenRNNInputMode_t), (5, direction, 'i', miopenRNNDirectionMode_t), (6, rnnMode, 'i', miopenRNNMode_t), (7, biasMode, 'i', miopenRNNBiasMode_t), (8, algo, 'i', miopenRNNAlgo_t), (9, dataType, 'i', miopenDataType_t),))
     try:
         status = _miopenSetRNNDescriptor_V2(rnnDesc, hsize, nlayers, dropoutDesc, inMode, direction, rnnMode, biasMode, algo, dataType)
@@ -6722,6 +6513,7 @@ def miopenSetRNNDescriptor_V2(rnnDesc, hsize, nlayers, dropoutDesc, inMode, dire
         raise _lib.status_error(status, 'miopenSetRNNDescriptor_V2')
 
 _miopenSetRNNDataSeqTensorDescriptor = _lazy('miopenSetRNNDataSeqTensorDescriptor', (miopenSeqTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_void_p, EitherPointer,), c_int)
+_values_miopenSetRNNDataSeqTensorDescriptor = (b'iiiii', (miopenDataType_t, miopenRNNBaseLayout_t, None, None, None,), _pack_iiiii)
 
 
 def miopenSetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequenceLen, batchSize, vectorSize, sequenceLenArray, paddingMarker):
@@ -6746,11 +6538,7 @@ def miopenSetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
     @param sequenceLenArray  Array containing the length of each sequence in the SeqTensor(input)
     @param paddingMarker     Not used, should be NULL (input)
     @return                  miopenStatus_t"""
-    try:
-        _ok = _pack_iiiii(dataType, layout, maxSequenceLen, batchSize, vectorSize) and (type(dataType) is int or type(dataType) is miopenDataType_t) and (type(layout) is int or type(layout) is miopenRNNBaseLayout_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetRNNDataSeqTensorDescriptor, dataType, layout, maxSequenceLen, batchSize, vectorSize):
         _check_values('miopenSetRNNDataSeqTensorDescriptor', ('seqTensorDesc', 'dataType', 'layout', 'maxSequenceLen', 'batchSize', 'vectorSize', 'sequenceLenArray', 'paddingMarker'), ((1, dataType, 'i', miopenDataType_t), (2, layout, 'i', miopenRNNBaseLayout_t), (3, maxSequenceLen, 'i', None), (4, batchSize, 'i', None), (5, vectorSize, 'i', None),))
     try:
         sequenceLenArray = _arr_int_c(sequenceLenArray, batchSize, 6)
@@ -6761,6 +6549,7 @@ def miopenSetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
         raise _lib.status_error(status, 'miopenSetRNNDataSeqTensorDescriptor')
 
 _miopenGetRNNDataSeqTensorDescriptor = _lazy('miopenGetRNNDataSeqTensorDescriptor', (miopenSeqTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_void_p, EitherPointer,), c_int)
+_values_miopenGetRNNDataSeqTensorDescriptor = (b'i', (None,), _pack_i)
 
 
 def miopenGetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequenceLen, batchSize, vectorSize, sequenceLenArrayLimit, sequenceLenArray, paddingMarker):
@@ -6793,11 +6582,7 @@ def miopenGetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
     SeqTensor. This is allowed to be a NULL pointer if sequenceLenArrayLimit is 0 (output)
     @param paddingMarker             Not used, should be NULL (input)
     @return                          miopenStatus_t"""
-    try:
-        _ok = _pack_i(sequenceLenArrayLimit)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNDataSeqTensorDescriptor, sequenceLenArrayLimit):
         _check_values('miopenGetRNNDataSeqTensorDescriptor', ('seqTensorDesc', 'dataType', 'layout', 'maxSequenceLen', 'batchSize', 'vectorSize', 'sequenceLenArrayLimit', 'sequenceLenArray', 'paddingMarker'), ((6, sequenceLenArrayLimit, 'i', None),))
     try:
         dataType = _arr_miopenDataType_t(dataType, 1, 1)
@@ -6813,6 +6598,7 @@ def miopenGetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
         raise _lib.status_error(status, 'miopenGetRNNDataSeqTensorDescriptor')
 
 _miopenGetRNNWorkspaceSize = _lazy('miopenGetRNNWorkspaceSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, c_void_p,), c_int)
+_values_miopenGetRNNWorkspaceSize = (b'i', (None,), _pack_i)
 
 
 def miopenGetRNNWorkspaceSize(handle, rnnDesc, sequenceLen, xDesc, numBytes):
@@ -6839,11 +6625,7 @@ def miopenGetRNNWorkspaceSize(handle, rnnDesc, sequenceLen, xDesc, numBytes):
     vector length. (input)
     @param numBytes        Number of bytes required for RNN layer execution (output)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_i(sequenceLen)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNWorkspaceSize, sequenceLen):
         _check_values('miopenGetRNNWorkspaceSize', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'numBytes'), ((2, sequenceLen, 'i', None),))
     try:
         xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
@@ -6855,6 +6637,7 @@ def miopenGetRNNWorkspaceSize(handle, rnnDesc, sequenceLen, xDesc, numBytes):
         raise _lib.status_error(status, 'miopenGetRNNWorkspaceSize')
 
 _miopenGetRNNTrainingReserveSize = _lazy('miopenGetRNNTrainingReserveSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, c_void_p,), c_int)
+_values_miopenGetRNNTrainingReserveSize = (b'i', (None,), _pack_i)
 
 
 def miopenGetRNNTrainingReserveSize(handle, rnnDesc, sequenceLen, xDesc, numBytes):
@@ -6881,11 +6664,7 @@ def miopenGetRNNTrainingReserveSize(handle, rnnDesc, sequenceLen, xDesc, numByte
     vector length. (input)
     @param numBytes        Number of bytes required for RNN layer execution (output)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_i(sequenceLen)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNTrainingReserveSize, sequenceLen):
         _check_values('miopenGetRNNTrainingReserveSize', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'numBytes'), ((2, sequenceLen, 'i', None),))
     try:
         xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
@@ -6897,6 +6676,7 @@ def miopenGetRNNTrainingReserveSize(handle, rnnDesc, sequenceLen, xDesc, numByte
         raise _lib.status_error(status, 'miopenGetRNNTrainingReserveSize')
 
 _miopenGetRNNTempSpaceSizes = _lazy('miopenGetRNNTempSpaceSizes', (miopenHandle_t, miopenRNNDescriptor_t, miopenSeqTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int)
+_values_miopenGetRNNTempSpaceSizes = (b'i', (miopenRNNFWDMode_t,), _pack_i)
 
 
 def miopenGetRNNTempSpaceSizes(handle, rnnDesc, xDesc, fwdMode, workSpaceSize, reserveSpaceSize):
@@ -6923,11 +6703,7 @@ def miopenGetRNNTempSpaceSizes(handle, rnnDesc, xDesc, fwdMode, workSpaceSize, r
     @param reserveSpaceSize Minimum ReserveSpaceSize buffer size required for RNN layer execution
     (output)
     @return                 miopenStatus_t"""
-    try:
-        _ok = _pack_i(fwdMode) and (type(fwdMode) is int or type(fwdMode) is miopenRNNFWDMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNTempSpaceSizes, fwdMode):
         _check_values('miopenGetRNNTempSpaceSizes', ('handle', 'rnnDesc', 'xDesc', 'fwdMode', 'workSpaceSize', 'reserveSpaceSize'), ((3, fwdMode, 'i', miopenRNNFWDMode_t),))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 4)
@@ -6939,6 +6715,7 @@ def miopenGetRNNTempSpaceSizes(handle, rnnDesc, xDesc, fwdMode, workSpaceSize, r
         raise _lib.status_error(status, 'miopenGetRNNTempSpaceSizes')
 
 _miopenGetRNNParamsSize = _lazy('miopenGetRNNParamsSize', (miopenHandle_t, miopenRNNDescriptor_t, miopenTensorDescriptor_t, c_void_p, c_int,), c_int)
+_values_miopenGetRNNParamsSize = (b'i', (miopenDataType_t,), _pack_i)
 
 
 def miopenGetRNNParamsSize(handle, rnnDesc, xDesc, numBytes, dtype):
@@ -6960,11 +6737,7 @@ def miopenGetRNNParamsSize(handle, rnnDesc, xDesc, numBytes, dtype):
     @param numBytes        Number of bytes required for RNN layer execution (output)
     @param dtype           MIOpen data type enum (input)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_i(dtype) and (type(dtype) is int or type(dtype) is miopenDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNParamsSize, dtype):
         _check_values('miopenGetRNNParamsSize', ('handle', 'rnnDesc', 'xDesc', 'numBytes', 'dtype'), ((4, dtype, 'i', miopenDataType_t),))
     try:
         numBytes = _arr_size_t(numBytes, 1, 3)
@@ -6975,6 +6748,7 @@ def miopenGetRNNParamsSize(handle, rnnDesc, xDesc, numBytes, dtype):
         raise _lib.status_error(status, 'miopenGetRNNParamsSize')
 
 _miopenGetRNNParamsDescriptor = _lazy('miopenGetRNNParamsDescriptor', (miopenHandle_t, miopenRNNDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_int,), c_int)
+_values_miopenGetRNNParamsDescriptor = (b'i', (miopenDataType_t,), _pack_i)
 
 
 def miopenGetRNNParamsDescriptor(handle, rnnDesc, xDesc, wDesc, dtype):
@@ -6993,11 +6767,7 @@ def miopenGetRNNParamsDescriptor(handle, rnnDesc, xDesc, wDesc, dtype):
     @param wDesc           A previously allocated tensor descriptor (output)
     @param dtype           MIOpen data type enum (input)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_i(dtype) and (type(dtype) is int or type(dtype) is miopenDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNParamsDescriptor, dtype):
         _check_values('miopenGetRNNParamsDescriptor', ('handle', 'rnnDesc', 'xDesc', 'wDesc', 'dtype'), ((4, dtype, 'i', miopenDataType_t),))
     try:
         status = _miopenGetRNNParamsDescriptor(handle, rnnDesc, xDesc, wDesc, dtype)
@@ -7007,6 +6777,7 @@ def miopenGetRNNParamsDescriptor(handle, rnnDesc, xDesc, wDesc, dtype):
         raise _lib.status_error(status, 'miopenGetRNNParamsDescriptor')
 
 _miopenGetRNNInputTensorSize = _lazy('miopenGetRNNInputTensorSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, c_void_p,), c_int)
+_values_miopenGetRNNInputTensorSize = (b'i', (None,), _pack_i)
 
 
 def miopenGetRNNInputTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
@@ -7034,11 +6805,7 @@ def miopenGetRNNInputTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
     vector length. (input)
     @param numBytes        Number of bytes required for input tensor (output)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_i(seqLen)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNInputTensorSize, seqLen):
         _check_values('miopenGetRNNInputTensorSize', ('handle', 'rnnDesc', 'seqLen', 'xDesc', 'numBytes'), ((2, seqLen, 'i', None),))
     try:
         xDesc = _arr_miopenTensorDescriptor_t(xDesc, 1, 3)
@@ -7050,6 +6817,7 @@ def miopenGetRNNInputTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
         raise _lib.status_error(status, 'miopenGetRNNInputTensorSize')
 
 _miopenGetRNNHiddenTensorSize = _lazy('miopenGetRNNHiddenTensorSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, c_void_p,), c_int)
+_values_miopenGetRNNHiddenTensorSize = (b'i', (None,), _pack_i)
 
 
 def miopenGetRNNHiddenTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
@@ -7072,11 +6840,7 @@ def miopenGetRNNHiddenTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
     @param xDesc           An array of previously populated tensor descriptors (input)
     @param numBytes        Number of bytes required for input tensor (output)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_i(seqLen)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNHiddenTensorSize, seqLen):
         _check_values('miopenGetRNNHiddenTensorSize', ('handle', 'rnnDesc', 'seqLen', 'xDesc', 'numBytes'), ((2, seqLen, 'i', None),))
     try:
         xDesc = _arr_miopenTensorDescriptor_t(xDesc, 1, 3)
@@ -7088,6 +6852,7 @@ def miopenGetRNNHiddenTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
         raise _lib.status_error(status, 'miopenGetRNNHiddenTensorSize')
 
 _miopenGetRNNLayerParamSize = _lazy('miopenGetRNNLayerParamSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, c_void_p,), c_int)
+_values_miopenGetRNNLayerParamSize = (b'ii', (None, None,), _pack_ii)
 
 
 def miopenGetRNNLayerParamSize(handle, rnnDesc, layer, xDesc, paramID, numBytes):
@@ -7137,11 +6902,7 @@ def miopenGetRNNLayerParamSize(handle, rnnDesc, layer, xDesc, paramID, numBytes)
     @param paramID         ID of the internal parameter tensor (input)
     @param numBytes        The number of bytes of the layer's parameter matrix (output)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_ii(layer, paramID)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNLayerParamSize, layer, paramID):
         _check_values('miopenGetRNNLayerParamSize', ('handle', 'rnnDesc', 'layer', 'xDesc', 'paramID', 'numBytes'), ((2, layer, 'i', None), (4, paramID, 'i', None),))
     try:
         numBytes = _arr_size_t(numBytes, 1, 5)
@@ -7152,6 +6913,7 @@ def miopenGetRNNLayerParamSize(handle, rnnDesc, layer, xDesc, paramID, numBytes)
         raise _lib.status_error(status, 'miopenGetRNNLayerParamSize')
 
 _miopenGetRNNLayerBiasSize = _lazy('miopenGetRNNLayerBiasSize', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_int, c_void_p,), c_int)
+_values_miopenGetRNNLayerBiasSize = (b'ii', (None, None,), _pack_ii)
 
 
 def miopenGetRNNLayerBiasSize(handle, rnnDesc, layer, biasID, numBytes):
@@ -7198,11 +6960,7 @@ def miopenGetRNNLayerBiasSize(handle, rnnDesc, layer, biasID, numBytes):
     @param biasID          ID of the internal parameter tensor (input)
     @param numBytes        The number of bytes of the layer's bias (output)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_ii(layer, biasID)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNLayerBiasSize, layer, biasID):
         _check_values('miopenGetRNNLayerBiasSize', ('handle', 'rnnDesc', 'layer', 'biasID', 'numBytes'), ((2, layer, 'i', None), (3, biasID, 'i', None),))
     try:
         numBytes = _arr_size_t(numBytes, 1, 4)
@@ -7213,6 +6971,7 @@ def miopenGetRNNLayerBiasSize(handle, rnnDesc, layer, biasID, numBytes):
         raise _lib.status_error(status, 'miopenGetRNNLayerBiasSize')
 
 _miopenGetRNNLayerParam = _lazy('miopenGetRNNLayerParam', (miopenHandle_t, miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenGetRNNLayerParam = (b'ii', (None, None,), _pack_ii)
 
 
 def miopenGetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, paramDesc, layerParam):
@@ -7281,11 +7040,7 @@ def miopenGetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, par
     @param paramDesc       Tensor descriptor for the fully packed output parameter tensor (output)
     @param layerParam      Pointer to the memory location of the parameter tensor (output)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_ii(layer, paramID)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNLayerParam, layer, paramID):
         _check_values('miopenGetRNNLayerParam', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'paramID', 'paramDesc', 'layerParam'), ((2, layer, 'i', None), (6, paramID, 'i', None),))
     try:
         status = _miopenGetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, paramDesc, layerParam)
@@ -7295,6 +7050,7 @@ def miopenGetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, par
         raise _lib.status_error(status, 'miopenGetRNNLayerParam')
 
 _miopenGetRNNLayerBias = _lazy('miopenGetRNNLayerBias', (miopenHandle_t, miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenGetRNNLayerBias = (b'ii', (None, None,), _pack_ii)
 
 
 def miopenGetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasDesc, layerBias):
@@ -7362,11 +7118,7 @@ def miopenGetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasD
     @param biasDesc        Descriptor of the parameter tensor (output)
     @param layerBias       Pointer to the memory location of the bias tensor (output)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_ii(layer, biasID)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNLayerBias, layer, biasID):
         _check_values('miopenGetRNNLayerBias', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'biasID', 'biasDesc', 'layerBias'), ((2, layer, 'i', None), (6, biasID, 'i', None),))
     try:
         status = _miopenGetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasDesc, layerBias)
@@ -7376,6 +7128,7 @@ def miopenGetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasD
         raise _lib.status_error(status, 'miopenGetRNNLayerBias')
 
 _miopenGetRNNLayerParamOffset = _lazy('miopenGetRNNLayerParamOffset', (miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, miopenTensorDescriptor_t, c_void_p,), c_int)
+_values_miopenGetRNNLayerParamOffset = (b'ii', (None, None,), _pack_ii)
 
 
 def miopenGetRNNLayerParamOffset(rnnDesc, layer, xDesc, paramID, paramDesc, layerParamOffset):
@@ -7439,11 +7192,7 @@ def miopenGetRNNLayerParamOffset(rnnDesc, layer, xDesc, paramID, paramDesc, laye
     @param paramDesc         Tensor descriptor for the fully packed output parameter tensor (output)
     @param layerParamOffset  Location for the parameter offset (output)
     @return                  miopenStatus_t"""
-    try:
-        _ok = _pack_ii(layer, paramID)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNLayerParamOffset, layer, paramID):
         _check_values('miopenGetRNNLayerParamOffset', ('rnnDesc', 'layer', 'xDesc', 'paramID', 'paramDesc', 'layerParamOffset'), ((1, layer, 'i', None), (3, paramID, 'i', None),))
     try:
         layerParamOffset = _arr_size_t_n(layerParamOffset, 1, 5)
@@ -7454,6 +7203,7 @@ def miopenGetRNNLayerParamOffset(rnnDesc, layer, xDesc, paramID, paramDesc, laye
         raise _lib.status_error(status, 'miopenGetRNNLayerParamOffset')
 
 _miopenGetRNNLayerBiasOffset = _lazy('miopenGetRNNLayerBiasOffset', (miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, c_int, miopenTensorDescriptor_t, c_void_p,), c_int)
+_values_miopenGetRNNLayerBiasOffset = (b'ii', (None, None,), _pack_ii)
 
 
 def miopenGetRNNLayerBiasOffset(rnnDesc, layer, xDesc, biasID, biasDesc, layerBiasOffset):
@@ -7513,11 +7263,7 @@ def miopenGetRNNLayerBiasOffset(rnnDesc, layer, xDesc, biasID, biasDesc, layerBi
     @param biasDesc        Descriptor of the parameter tensor (output)
     @param layerBiasOffset Pointer to the memory location of the bias tensor (output)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_ii(layer, biasID)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetRNNLayerBiasOffset, layer, biasID):
         _check_values('miopenGetRNNLayerBiasOffset', ('rnnDesc', 'layer', 'xDesc', 'biasID', 'biasDesc', 'layerBiasOffset'), ((1, layer, 'i', None), (3, biasID, 'i', None),))
     try:
         layerBiasOffset = _arr_size_t_n(layerBiasOffset, 1, 5)
@@ -7528,6 +7274,7 @@ def miopenGetRNNLayerBiasOffset(rnnDesc, layer, xDesc, biasID, biasDesc, layerBi
         raise _lib.status_error(status, 'miopenGetRNNLayerBiasOffset')
 
 _miopenSetRNNLayerParam = _lazy('miopenSetRNNLayerParam', (miopenHandle_t, miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenSetRNNLayerParam = (b'ii', (None, None,), _pack_ii)
 
 
 def miopenSetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, paramDesc, layerParam):
@@ -7590,11 +7337,7 @@ def miopenSetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, par
     @param paramDesc       Descriptor of the parameter tensor (input)
     @param layerParam      Pointer to the memory location of the parameter tensor (input)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_ii(layer, paramID)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetRNNLayerParam, layer, paramID):
         _check_values('miopenSetRNNLayerParam', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'paramID', 'paramDesc', 'layerParam'), ((2, layer, 'i', None), (6, paramID, 'i', None),))
     try:
         status = _miopenSetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, paramDesc, layerParam)
@@ -7604,6 +7347,7 @@ def miopenSetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, par
         raise _lib.status_error(status, 'miopenSetRNNLayerParam')
 
 _miopenSetRNNLayerBias = _lazy('miopenSetRNNLayerBias', (miopenHandle_t, miopenRNNDescriptor_t, c_int, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, c_int, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenSetRNNLayerBias = (b'ii', (None, None,), _pack_ii)
 
 
 def miopenSetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasDesc, layerBias):
@@ -7664,11 +7408,7 @@ def miopenSetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasD
     @param biasDesc        Descriptor of the bias tensor (output)
     @param layerBias       Pointer to the memory location of the bias tensor (output)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_ii(layer, biasID)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetRNNLayerBias, layer, biasID):
         _check_values('miopenSetRNNLayerBias', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'biasID', 'biasDesc', 'layerBias'), ((2, layer, 'i', None), (6, biasID, 'i', None),))
     try:
         status = _miopenSetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasDesc, layerBias)
@@ -7678,6 +7418,7 @@ def miopenSetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasD
         raise _lib.status_error(status, 'miopenSetRNNLayerBias')
 
 _miopenSetRNNPaddingMode = _lazy('miopenSetRNNPaddingMode', (miopenRNNDescriptor_t, c_int,), c_int)
+_values_miopenSetRNNPaddingMode = (b'i', (miopenRNNPaddingMode_t,), _pack_i)
 
 
 def miopenSetRNNPaddingMode(rnnDesc, paddingMode):
@@ -7695,11 +7436,7 @@ def miopenSetRNNPaddingMode(rnnDesc, paddingMode):
     @param rnnDesc         RNN layer descriptor type (input/output)
     @param paddingMode     RNN input/output data padding mode (input)
     @return                miopenStatus_t"""
-    try:
-        _ok = _pack_i(paddingMode) and (type(paddingMode) is int or type(paddingMode) is miopenRNNPaddingMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetRNNPaddingMode, paddingMode):
         _check_values('miopenSetRNNPaddingMode', ('rnnDesc', 'paddingMode'), ((1, paddingMode, 'i', miopenRNNPaddingMode_t),))
     try:
         status = _miopenSetRNNPaddingMode(rnnDesc, paddingMode)
@@ -7733,6 +7470,7 @@ def miopenGetRNNPaddingMode(rnnDesc, paddingMode):
         raise _lib.status_error(status, 'miopenGetRNNPaddingMode')
 
 _miopenRNNForward = _lazy('miopenRNNForward', (miopenHandle_t, miopenRNNDescriptor_t, c_int, miopenSeqTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, miopenSeqTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_values_miopenRNNForward = (b'iNNN', (miopenRNNFWDMode_t, None, None, None,), _pack_iNNN)
 
 
 def miopenRNNForward(handle, rnnDesc, fwdMode, xDesc, x, hDesc, hx, hy, cDesc, cx, cy, yDesc, y, w, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
@@ -7801,11 +7539,7 @@ def miopenRNNForward(handle, rnnDesc, fwdMode, xDesc, x, hDesc, hx, hy, cDesc, c
     (input / output)
     @param reserveSpaceNumBytes  Number of allocated bytes in memory for use in the forward  (input)
     @return                      miopenStatus_t"""
-    try:
-        _ok = _pack_iNNN(fwdMode, weightSpaceSize, workSpaceNumBytes, reserveSpaceNumBytes) and (type(fwdMode) is int or type(fwdMode) is miopenRNNFWDMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenRNNForward, fwdMode, weightSpaceSize, workSpaceNumBytes, reserveSpaceNumBytes):
         _check_values('miopenRNNForward', ('handle', 'rnnDesc', 'fwdMode', 'xDesc', 'x', 'hDesc', 'hx', 'hy', 'cDesc', 'cx', 'cy', 'yDesc', 'y', 'w', 'weightSpaceSize', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((2, fwdMode, 'i', miopenRNNFWDMode_t), (14, weightSpaceSize, 'N', None), (16, workSpaceNumBytes, 'N', None), (18, reserveSpaceNumBytes, 'N', None),))
     try:
         status = _miopenRNNForward(handle, rnnDesc, fwdMode, xDesc, x, hDesc, hx, hy, cDesc, cx, cy, yDesc, y, w, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
@@ -7815,6 +7549,7 @@ def miopenRNNForward(handle, rnnDesc, fwdMode, xDesc, x, hDesc, hx, hy, cDesc, c
         raise _lib.status_error(status, 'miopenRNNForward')
 
 _miopenRNNBackwardSeqData = _lazy('miopenRNNBackwardSeqData', (miopenHandle_t, miopenRNNDescriptor_t, miopenSeqTensorDescriptor_t, DevicePointer, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, miopenSeqTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_values_miopenRNNBackwardSeqData = (b'NNN', (None, None, None,), _pack_NNN)
 
 
 def miopenRNNBackwardSeqData(handle, rnnDesc, yDesc, y, dy, hDesc, hx, dhy, dhx, cDesc, cx, dcy, dcx, xDesc, dx, w, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
@@ -7885,11 +7620,7 @@ def miopenRNNBackwardSeqData(handle, rnnDesc, yDesc, y, dy, hDesc, hx, dhy, dhx,
     @param reserveSpace          Pointer to memory allocated for random states (input / output)
     @param reserveSpaceNumBytes  Number of allocated bytes in memory for use in the forward (input)
     @return                      miopenStatus_t"""
-    try:
-        _ok = _pack_NNN(weightSpaceSize, workSpaceNumBytes, reserveSpaceNumBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenRNNBackwardSeqData, weightSpaceSize, workSpaceNumBytes, reserveSpaceNumBytes):
         _check_values('miopenRNNBackwardSeqData', ('handle', 'rnnDesc', 'yDesc', 'y', 'dy', 'hDesc', 'hx', 'dhy', 'dhx', 'cDesc', 'cx', 'dcy', 'dcx', 'xDesc', 'dx', 'w', 'weightSpaceSize', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((16, weightSpaceSize, 'N', None), (18, workSpaceNumBytes, 'N', None), (20, reserveSpaceNumBytes, 'N', None),))
     try:
         status = _miopenRNNBackwardSeqData(handle, rnnDesc, yDesc, y, dy, hDesc, hx, dhy, dhx, cDesc, cx, dcy, dcx, xDesc, dx, w, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
@@ -7899,6 +7630,7 @@ def miopenRNNBackwardSeqData(handle, rnnDesc, yDesc, y, dy, hDesc, hx, dhy, dhx,
         raise _lib.status_error(status, 'miopenRNNBackwardSeqData')
 
 _miopenRNNBackwardWeightsSeqTensor = _lazy('miopenRNNBackwardWeightsSeqTensor', (miopenHandle_t, miopenRNNDescriptor_t, miopenSeqTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenSeqTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_values_miopenRNNBackwardWeightsSeqTensor = (b'NNN', (None, None, None,), _pack_NNN)
 
 
 def miopenRNNBackwardWeightsSeqTensor(handle, rnnDesc, xDesc, x, hDesc, hx, yDesc, y, dw, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
@@ -7947,11 +7679,7 @@ def miopenRNNBackwardWeightsSeqTensor(handle, rnnDesc, xDesc, x, hDesc, hx, yDes
     @param reserveSpace          Pointer to memory allocated for random states (input)
     @param reserveSpaceNumBytes  Number of allocated bytes in memory for use in the forward (input)
     @return                      miopenStatus_t"""
-    try:
-        _ok = _pack_NNN(weightSpaceSize, workSpaceNumBytes, reserveSpaceNumBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenRNNBackwardWeightsSeqTensor, weightSpaceSize, workSpaceNumBytes, reserveSpaceNumBytes):
         _check_values('miopenRNNBackwardWeightsSeqTensor', ('handle', 'rnnDesc', 'xDesc', 'x', 'hDesc', 'hx', 'yDesc', 'y', 'dw', 'weightSpaceSize', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((9, weightSpaceSize, 'N', None), (11, workSpaceNumBytes, 'N', None), (13, reserveSpaceNumBytes, 'N', None),))
     try:
         status = _miopenRNNBackwardWeightsSeqTensor(handle, rnnDesc, xDesc, x, hDesc, hx, yDesc, y, dw, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
@@ -7961,6 +7689,7 @@ def miopenRNNBackwardWeightsSeqTensor(handle, rnnDesc, xDesc, x, hDesc, hx, yDes
         raise _lib.status_error(status, 'miopenRNNBackwardWeightsSeqTensor')
 
 _miopenRNNForwardTraining = _lazy('miopenRNNForwardTraining', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_values_miopenRNNForwardTraining = (b'iNN', (None, None, None,), _pack_iNN)
 
 
 def miopenRNNForwardTraining(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
@@ -8037,11 +7766,7 @@ def miopenRNNForwardTraining(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
     @param reserveSpace          Pointer to memory allocated for random states (input / output)
     @param reserveSpaceNumBytes  Number of allocated bytes in memory for use in the forward  (input)
     @return                      miopenStatus_t"""
-    try:
-        _ok = _pack_iNN(sequenceLen, workSpaceNumBytes, reserveSpaceNumBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenRNNForwardTraining, sequenceLen, workSpaceNumBytes, reserveSpaceNumBytes):
         _check_values('miopenRNNForwardTraining', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'x', 'hxDesc', 'hx', 'cxDesc', 'cx', 'wDesc', 'w', 'yDesc', 'y', 'hyDesc', 'hy', 'cyDesc', 'cy', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((2, sequenceLen, 'i', None), (18, workSpaceNumBytes, 'N', None), (20, reserveSpaceNumBytes, 'N', None),))
     try:
         xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
@@ -8053,6 +7778,7 @@ def miopenRNNForwardTraining(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
         raise _lib.status_error(status, 'miopenRNNForwardTraining')
 
 _miopenRNNBackwardData = _lazy('miopenRNNBackwardData', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, DevicePointer, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_values_miopenRNNBackwardData = (b'iNN', (None, None, None,), _pack_iNN)
 
 
 def miopenRNNBackwardData(handle, rnnDesc, sequenceLen, yDesc, y, dyDesc, dy, dhyDesc, dhy, dcyDesc, dcy, wDesc, w, hxDesc, hx, cxDesc, cx, dxDesc, dx, dhxDesc, dhx, dcxDesc, dcx, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
@@ -8148,11 +7874,7 @@ def miopenRNNBackwardData(handle, rnnDesc, sequenceLen, yDesc, y, dyDesc, dy, dh
     @param reserveSpace          Pointer to memory allocated for random states (input / output)
     @param reserveSpaceNumBytes  Number of allocated bytes in memory for use in the forward (input)
     @return                      miopenStatus_t"""
-    try:
-        _ok = _pack_iNN(sequenceLen, workSpaceNumBytes, reserveSpaceNumBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenRNNBackwardData, sequenceLen, workSpaceNumBytes, reserveSpaceNumBytes):
         _check_values('miopenRNNBackwardData', ('handle', 'rnnDesc', 'sequenceLen', 'yDesc', 'y', 'dyDesc', 'dy', 'dhyDesc', 'dhy', 'dcyDesc', 'dcy', 'wDesc', 'w', 'hxDesc', 'hx', 'cxDesc', 'cx', 'dxDesc', 'dx', 'dhxDesc', 'dhx', 'dcxDesc', 'dcx', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((2, sequenceLen, 'i', None), (24, workSpaceNumBytes, 'N', None), (26, reserveSpaceNumBytes, 'N', None),))
     try:
         yDesc = _arr_miopenTensorDescriptor_t_c(yDesc, sequenceLen, 3)
@@ -8165,6 +7887,7 @@ def miopenRNNBackwardData(handle, rnnDesc, sequenceLen, yDesc, y, dyDesc, dy, dh
         raise _lib.status_error(status, 'miopenRNNBackwardData')
 
 _miopenRNNBackwardWeights = _lazy('miopenRNNBackwardWeights', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int)
+_values_miopenRNNBackwardWeights = (b'iNN', (None, None, None,), _pack_iNN)
 
 
 def miopenRNNBackwardWeights(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx, yDesc, y, dwDesc, dw, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes):
@@ -8217,11 +7940,7 @@ def miopenRNNBackwardWeights(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
     @param reserveSpace          Pointer to memory allocated for random states (input)
     @param reserveSpaceNumBytes  Number of allocated bytes in memory for use in the forward (input)
     @return                      miopenStatus_t"""
-    try:
-        _ok = _pack_iNN(sequenceLen, workSpaceNumBytes, reserveSpaceNumBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenRNNBackwardWeights, sequenceLen, workSpaceNumBytes, reserveSpaceNumBytes):
         _check_values('miopenRNNBackwardWeights', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'x', 'hxDesc', 'hx', 'yDesc', 'y', 'dwDesc', 'dw', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((2, sequenceLen, 'i', None), (12, workSpaceNumBytes, 'N', None), (14, reserveSpaceNumBytes, 'N', None),))
     try:
         xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
@@ -8233,6 +7952,7 @@ def miopenRNNBackwardWeights(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
         raise _lib.status_error(status, 'miopenRNNBackwardWeights')
 
 _miopenRNNForwardInference = _lazy('miopenRNNForwardInference', (miopenHandle_t, miopenRNNDescriptor_t, c_int, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
+_values_miopenRNNForwardInference = (b'iN', (None, None,), _pack_iN)
 
 
 def miopenRNNForwardInference(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx, cxDesc, cx, wDesc, w, yDesc, y, hyDesc, hy, cyDesc, cy, workSpace, workSpaceNumBytes):
@@ -8306,11 +8026,7 @@ def miopenRNNForwardInference(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx
     @param workSpace             Pointer to memory allocated for forward training (input)
     @param workSpaceNumBytes     Number of allocated bytes in memory for the workspace (input)
     @return                      miopenStatus_t"""
-    try:
-        _ok = _pack_iN(sequenceLen, workSpaceNumBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenRNNForwardInference, sequenceLen, workSpaceNumBytes):
         _check_values('miopenRNNForwardInference', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'x', 'hxDesc', 'hx', 'cxDesc', 'cx', 'wDesc', 'w', 'yDesc', 'y', 'hyDesc', 'hy', 'cyDesc', 'cy', 'workSpace', 'workSpaceNumBytes'), ((2, sequenceLen, 'i', None), (18, workSpaceNumBytes, 'N', None),))
     try:
         xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
@@ -8399,6 +8115,7 @@ def miopenDestroyCTCLossDescriptor(ctcLossDesc):
     _clear_handle(ctcLossDesc)
 
 _miopenSetCTCLossDescriptor = _lazy('miopenSetCTCLossDescriptor', (miopenCTCLossDescriptor_t, c_int, c_int, c_bool,), c_int)
+_values_miopenSetCTCLossDescriptor = (b'ii', (miopenDataType_t, None,), _pack_ii)
 
 
 def miopenSetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_softmax_layer):
@@ -8414,11 +8131,7 @@ def miopenSetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_soft
     @param blank_label_id       User defined index for blank label, default 0 (input)
     @param apply_softmax_layer  Boolean to toggle input layer property (input)
     @return             miopenStatus_t"""
-    try:
-        _ok = _pack_ii(dataType, blank_label_id) and (type(dataType) is int or type(dataType) is miopenDataType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetCTCLossDescriptor, dataType, blank_label_id):
         _check_values('miopenSetCTCLossDescriptor', ('ctcLossDesc', 'dataType', 'blank_label_id', 'apply_softmax_layer'), ((1, dataType, 'i', miopenDataType_t), (2, blank_label_id, 'i', None),))
     try:
         status = _miopenSetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_softmax_layer)
@@ -8428,6 +8141,7 @@ def miopenSetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_soft
         raise _lib.status_error(status, 'miopenSetCTCLossDescriptor')
 
 _miopenGetCTCLossWorkspaceSize = _lazy('miopenGetCTCLossWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_int, miopenCTCLossDescriptor_t, c_void_p,), c_int)
+_values_miopenGetCTCLossWorkspaceSize = (b'i', (miopenCTCLossAlgo_t,), _pack_i)
 
 
 def miopenGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labelLengths, inputLengths, algo, ctcLossDesc, workSpaceSize):
@@ -8456,11 +8170,7 @@ def miopenGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labe
     @param workSpaceSize  Number of bytes of workspace required for CTC loss operation with selected
     algorithm (output)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_i(algo) and (type(algo) is int or type(algo) is miopenCTCLossAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetCTCLossWorkspaceSize, algo):
         _check_values('miopenGetCTCLossWorkspaceSize', ('handle', 'probsDesc', 'gradientsDesc', 'labels', 'labelLengths', 'inputLengths', 'algo', 'ctcLossDesc', 'workSpaceSize'), ((6, algo, 'i', miopenCTCLossAlgo_t),))
     try:
         labels = _arr_int_c(labels, None, 3)
@@ -8474,6 +8184,7 @@ def miopenGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labe
         raise _lib.status_error(status, 'miopenGetCTCLossWorkspaceSize')
 
 _miopenCTCLoss = _lazy('miopenCTCLoss', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, c_void_p, c_void_p, c_void_p, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_int, miopenCTCLossDescriptor_t, DevicePointer, c_size_t,), c_int)
+_values_miopenCTCLoss = (b'iN', (miopenCTCLossAlgo_t, None,), _pack_iN)
 
 
 def miopenCTCLoss(handle, probsDesc, probs, labels, labelLengths, inputLengths, losses, gradientsDesc, gradients, algo, ctcLossDesc, workSpace, workSpaceSize):
@@ -8509,11 +8220,7 @@ def miopenCTCLoss(handle, probsDesc, probs, labels, labelLengths, inputLengths, 
     @param workSpaceSize  Number of bytes of workspace required for CTC loss operation with selected
     algorithm (input)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_iN(algo, workSpaceSize) and (type(algo) is int or type(algo) is miopenCTCLossAlgo_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCTCLoss, algo, workSpaceSize):
         _check_values('miopenCTCLoss', ('handle', 'probsDesc', 'probs', 'labels', 'labelLengths', 'inputLengths', 'losses', 'gradientsDesc', 'gradients', 'algo', 'ctcLossDesc', 'workSpace', 'workSpaceSize'), ((9, algo, 'i', miopenCTCLossAlgo_t), (12, workSpaceSize, 'N', None),))
     try:
         labels = _arr_int_c(labels, None, 3)
@@ -8667,6 +8374,7 @@ def miopenGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed, use_m
         raise _lib.status_error(status, 'miopenGetDropoutDescriptor')
 
 _miopenRestoreDropoutDescriptor = _lazy('miopenRestoreDropoutDescriptor', (miopenDropoutDescriptor_t, miopenHandle_t, c_float, DevicePointer, c_size_t, c_ulonglong, c_bool, c_bool, c_int,), c_int)
+_values_miopenRestoreDropoutDescriptor = (b'NQi', (None, None, miopenRNGType_t,), _pack_NQi)
 
 
 def miopenRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed, use_mask, state_evo, rng_mode):
@@ -8699,11 +8407,7 @@ def miopenRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSi
     @param rng_mode          Random number generator used to generate parallel random number
     sequences (input)
     @return                  miopenStatus_t"""
-    try:
-        _ok = _pack_NQi(stateSizeInBytes, seed, rng_mode) and (type(rng_mode) is int or type(rng_mode) is miopenRNGType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenRestoreDropoutDescriptor, stateSizeInBytes, seed, rng_mode):
         _check_values('miopenRestoreDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed', 'use_mask', 'state_evo', 'rng_mode'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None), (8, rng_mode, 'i', miopenRNGType_t),))
     try:
         status = _miopenRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed, use_mask, state_evo, rng_mode)
@@ -8713,6 +8417,7 @@ def miopenRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSi
         raise _lib.status_error(status, 'miopenRestoreDropoutDescriptor')
 
 _miopenSetDropoutDescriptor = _lazy('miopenSetDropoutDescriptor', (miopenDropoutDescriptor_t, miopenHandle_t, c_float, DevicePointer, c_size_t, c_ulonglong, c_bool, c_bool, c_int,), c_int)
+_values_miopenSetDropoutDescriptor = (b'NQi', (None, None, miopenRNGType_t,), _pack_NQi)
 
 
 def miopenSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed, use_mask, state_evo, rng_mode):
@@ -8742,11 +8447,7 @@ def miopenSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeIn
     @param rng_mode          Random number generator used to generate parallel random number
     sequences (input)
     @return                  miopenStatus_t"""
-    try:
-        _ok = _pack_NQi(stateSizeInBytes, seed, rng_mode) and (type(rng_mode) is int or type(rng_mode) is miopenRNGType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetDropoutDescriptor, stateSizeInBytes, seed, rng_mode):
         _check_values('miopenSetDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed', 'use_mask', 'state_evo', 'rng_mode'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None), (8, rng_mode, 'i', miopenRNGType_t),))
     try:
         status = _miopenSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed, use_mask, state_evo, rng_mode)
@@ -8756,6 +8457,7 @@ def miopenSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeIn
         raise _lib.status_error(status, 'miopenSetDropoutDescriptor')
 
 _miopenDropoutForward = _lazy('miopenDropoutForward', (miopenHandle_t, miopenDropoutDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
+_values_miopenDropoutForward = (b'N', (None,), _pack_N)
 
 
 def miopenDropoutForward(handle, dropoutDesc, noise_shape, xDesc, x, yDesc, y, reserveSpace, reserveSpaceSizeInBytes):
@@ -8785,11 +8487,7 @@ def miopenDropoutForward(handle, dropoutDesc, noise_shape, xDesc, x, yDesc, y, r
     @param reserveSpaceSizeInBytes  Number of bytes of reservespace required for executing forward
     dropout (input)
     @return                         miopenStatus_t"""
-    try:
-        _ok = _pack_N(reserveSpaceSizeInBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenDropoutForward, reserveSpaceSizeInBytes):
         _check_values('miopenDropoutForward', ('handle', 'dropoutDesc', 'noise_shape', 'xDesc', 'x', 'yDesc', 'y', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((8, reserveSpaceSizeInBytes, 'N', None),))
     try:
         status = _miopenDropoutForward(handle, dropoutDesc, noise_shape, xDesc, x, yDesc, y, reserveSpace, reserveSpaceSizeInBytes)
@@ -8799,6 +8497,7 @@ def miopenDropoutForward(handle, dropoutDesc, noise_shape, xDesc, x, yDesc, y, r
         raise _lib.status_error(status, 'miopenDropoutForward')
 
 _miopenDropoutBackward = _lazy('miopenDropoutBackward', (miopenHandle_t, miopenDropoutDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t,), c_int)
+_values_miopenDropoutBackward = (b'N', (None,), _pack_N)
 
 
 def miopenDropoutBackward(handle, dropoutDesc, noise_shape, dyDesc, dy, dxDesc, dx, reserveSpace, reserveSpaceSizeInBytes):
@@ -8828,11 +8527,7 @@ def miopenDropoutBackward(handle, dropoutDesc, noise_shape, dyDesc, dy, dxDesc, 
     @param reserveSpaceSizeInBytes  Number of bytes of reservespace required for executing backward
     dropout (input)
     @return                         miopenStatus_t"""
-    try:
-        _ok = _pack_N(reserveSpaceSizeInBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenDropoutBackward, reserveSpaceSizeInBytes):
         _check_values('miopenDropoutBackward', ('handle', 'dropoutDesc', 'noise_shape', 'dyDesc', 'dy', 'dxDesc', 'dx', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((8, reserveSpaceSizeInBytes, 'N', None),))
     try:
         status = _miopenDropoutBackward(handle, dropoutDesc, noise_shape, dyDesc, dy, dxDesc, dx, reserveSpace, reserveSpaceSizeInBytes)
@@ -8887,6 +8582,7 @@ def miopenDestroyReduceTensorDescriptor(reduceTensorDesc):
     _clear_handle(reduceTensorDesc)
 
 _miopenSetReduceTensorDescriptor = _lazy('miopenSetReduceTensorDescriptor', (miopenReduceTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int,), c_int)
+_values_miopenSetReduceTensorDescriptor = (b'iiiii', (miopenReduceTensorOp_t, miopenDataType_t, miopenNanPropagation_t, miopenReduceTensorIndices_t, miopenIndicesType_t,), _pack_iiiii)
 
 
 def miopenSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
@@ -8905,11 +8601,7 @@ def miopenSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTens
     (input)
     @param reduceTensorIndicesType  Enumerant specifying the data type of the indices (input)
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_iiiii(reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType) and (type(reduceTensorOp) is int or type(reduceTensorOp) is miopenReduceTensorOp_t) and (type(reduceTensorCompType) is int or type(reduceTensorCompType) is miopenDataType_t) and (type(reduceTensorNanOpt) is int or type(reduceTensorNanOpt) is miopenNanPropagation_t) and (type(reduceTensorIndices) is int or type(reduceTensorIndices) is miopenReduceTensorIndices_t) and (type(reduceTensorIndicesType) is int or type(reduceTensorIndicesType) is miopenIndicesType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetReduceTensorDescriptor, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
         _check_values('miopenSetReduceTensorDescriptor', ('reduceTensorDesc', 'reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'), ((1, reduceTensorOp, 'i', miopenReduceTensorOp_t), (2, reduceTensorCompType, 'i', miopenDataType_t), (3, reduceTensorNanOpt, 'i', miopenNanPropagation_t), (4, reduceTensorIndices, 'i', miopenReduceTensorIndices_t), (5, reduceTensorIndicesType, 'i', miopenIndicesType_t),))
     try:
         status = _miopenSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType)
@@ -9014,6 +8706,7 @@ def miopenGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, size
         raise _lib.status_error(status, 'miopenGetReductionWorkspaceSize')
 
 _miopenReduceTensor = _lazy('miopenReduceTensor', (miopenHandle_t, miopenReduceTensorDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenReduceTensor = (b'NN', (None, None,), _pack_NN)
 
 
 def miopenReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspace, workspaceSizeInBytes, alpha, aDesc, A, beta, cDesc, C):
@@ -9053,11 +8746,7 @@ def miopenReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wo
     @param cDesc                    Pointer to the tensor descriptor for output tensor C (input)
     @param C                        Pointer to the data of output tensor C (output)
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_NN(indicesSizeInBytes, workspaceSizeInBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenReduceTensor, indicesSizeInBytes, workspaceSizeInBytes):
         _check_values('miopenReduceTensor', ('handle', 'reduceTensorDesc', 'indices', 'indicesSizeInBytes', 'workspace', 'workspaceSizeInBytes', 'alpha', 'aDesc', 'A', 'beta', 'cDesc', 'C'), ((3, indicesSizeInBytes, 'N', None), (5, workspaceSizeInBytes, 'N', None),))
     try:
         alpha = _void_c(alpha, 4, 6)
@@ -9069,6 +8758,7 @@ def miopenReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wo
         raise _lib.status_error(status, 'miopenReduceTensor')
 
 _miopenCreateConvProblem = _lazy('miopenCreateConvProblem', (c_void_p, miopenConvolutionDescriptor_t, c_int,), c_int)
+_values_miopenCreateConvProblem = (b'i', (miopenProblemDirection_t,), _pack_i)
 
 
 def miopenCreateConvProblem(problem, operatorDesc, direction):
@@ -9085,11 +8775,7 @@ def miopenCreateConvProblem(problem, operatorDesc, direction):
     @param operatorDesc Descriptor of the operator to be used
     @param direction    Direction of the operation
     @return             miopenStatus_t"""
-    try:
-        _ok = _pack_i(direction) and (type(direction) is int or type(direction) is miopenProblemDirection_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCreateConvProblem, direction):
         _check_values('miopenCreateConvProblem', ('problem', 'operatorDesc', 'direction'), ((2, direction, 'i', miopenProblemDirection_t),))
     try:
         problem = _arr_miopenProblem_t(problem, 1, 0)
@@ -9100,6 +8786,7 @@ def miopenCreateConvProblem(problem, operatorDesc, direction):
         raise _lib.status_error(status, 'miopenCreateConvProblem')
 
 _miopenCreateMhaProblem = _lazy('miopenCreateMhaProblem', (c_void_p, miopenMhaDescriptor_t, c_int,), c_int)
+_values_miopenCreateMhaProblem = (b'i', (miopenProblemDirection_t,), _pack_i)
 
 
 def miopenCreateMhaProblem(problem, operatorDesc, direction):
@@ -9109,11 +8796,7 @@ def miopenCreateMhaProblem(problem, operatorDesc, direction):
         problem: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success."""
-    try:
-        _ok = _pack_i(direction) and (type(direction) is int or type(direction) is miopenProblemDirection_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCreateMhaProblem, direction):
         _check_values('miopenCreateMhaProblem', ('problem', 'operatorDesc', 'direction'), ((2, direction, 'i', miopenProblemDirection_t),))
     try:
         problem = _arr_miopenProblem_t(problem, 1, 0)
@@ -9218,6 +8901,7 @@ def miopenCreateSoftmaxDescriptor(softmaxDesc):
         raise _lib.status_error(status, 'miopenCreateSoftmaxDescriptor')
 
 _miopenSetSoftmaxDescriptor = _lazy('miopenSetSoftmaxDescriptor', (miopenSoftmaxDescriptor_t, c_float, c_float, c_int, c_int,), c_int)
+_values_miopenSetSoftmaxDescriptor = (b'ii', (miopenSoftmaxAlgorithm_t, miopenSoftmaxMode_t,), _pack_ii)
 
 
 def miopenSetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode):
@@ -9235,11 +8919,7 @@ def miopenSetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode):
     @param algorithm    Softmax algorithm
     @param mode         Softmax mode
     @return             miopenStatus_t"""
-    try:
-        _ok = _pack_ii(algorithm, mode) and (type(algorithm) is int or type(algorithm) is miopenSoftmaxAlgorithm_t) and (type(mode) is int or type(mode) is miopenSoftmaxMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetSoftmaxDescriptor, algorithm, mode):
         _check_values('miopenSetSoftmaxDescriptor', ('softmaxDesc', 'alpha', 'beta', 'algorithm', 'mode'), ((3, algorithm, 'i', miopenSoftmaxAlgorithm_t), (4, mode, 'i', miopenSoftmaxMode_t),))
     try:
         status = _miopenSetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode)
@@ -9306,6 +8986,7 @@ def miopenDestroyProblem(problem):
     _clear_handle(problem)
 
 _miopenSetProblemTensorDescriptor = _lazy('miopenSetProblemTensorDescriptor', (miopenProblem_t, c_uint, miopenTensorDescriptor_t,), c_int)
+_values_miopenSetProblemTensorDescriptor = (b'I', (miopenTensorArgumentId_t,), _pack_I)
 
 
 def miopenSetProblemTensorDescriptor(problem, id, descriptor):
@@ -9319,11 +9000,7 @@ def miopenSetProblemTensorDescriptor(problem, id, descriptor):
     @param id         Id of the argument for the descriptor
     @param descriptor Tensor descriptor to set
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_I(id) and (type(id) is int or type(id) is miopenTensorArgumentId_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetProblemTensorDescriptor, id):
         _check_values('miopenSetProblemTensorDescriptor', ('problem', 'id', 'descriptor'), ((1, id, 'I', miopenTensorArgumentId_t),))
     try:
         status = _miopenSetProblemTensorDescriptor(problem, id, descriptor)
@@ -9378,6 +9055,7 @@ def miopenDestroyFindOptions(options):
     _clear_handle(options)
 
 _miopenSetFindOptionTuning = _lazy('miopenSetFindOptionTuning', (miopenFindOptions_t, c_int,), c_int)
+_values_miopenSetFindOptionTuning = (b'i', (None,), _pack_i)
 
 
 def miopenSetFindOptionTuning(options, value):
@@ -9390,11 +9068,7 @@ def miopenSetFindOptionTuning(options, value):
     @param options    Options object to update
     @param value      Value of zero means no tuning, value of one means tuning enabled
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_i(value)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetFindOptionTuning, value):
         _check_values('miopenSetFindOptionTuning', ('options', 'value'), ((1, value, 'i', None),))
     try:
         status = _miopenSetFindOptionTuning(options, value)
@@ -9404,6 +9078,7 @@ def miopenSetFindOptionTuning(options, value):
         raise _lib.status_error(status, 'miopenSetFindOptionTuning')
 
 _miopenSetFindOptionResultsOrder = _lazy('miopenSetFindOptionResultsOrder', (miopenFindOptions_t, c_int,), c_int)
+_values_miopenSetFindOptionResultsOrder = (b'i', (miopenFindResultsOrder_t,), _pack_i)
 
 
 def miopenSetFindOptionResultsOrder(options, value):
@@ -9416,11 +9091,7 @@ def miopenSetFindOptionResultsOrder(options, value):
     @param options    Options object to update
     @param value      Specifies what order should find results have
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_i(value) and (type(value) is int or type(value) is miopenFindResultsOrder_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetFindOptionResultsOrder, value):
         _check_values('miopenSetFindOptionResultsOrder', ('options', 'value'), ((1, value, 'i', miopenFindResultsOrder_t),))
     try:
         status = _miopenSetFindOptionResultsOrder(options, value)
@@ -9430,6 +9101,7 @@ def miopenSetFindOptionResultsOrder(options, value):
         raise _lib.status_error(status, 'miopenSetFindOptionResultsOrder')
 
 _miopenSetFindOptionWorkspaceLimit = _lazy('miopenSetFindOptionWorkspaceLimit', (miopenFindOptions_t, c_size_t,), c_int)
+_values_miopenSetFindOptionWorkspaceLimit = (b'N', (None,), _pack_N)
 
 
 def miopenSetFindOptionWorkspaceLimit(options, value):
@@ -9443,11 +9115,7 @@ def miopenSetFindOptionWorkspaceLimit(options, value):
     @param value      Specifies the workspace limit for find call. All solvers exceeding the limit
     would be ignored.
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_N(value)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetFindOptionWorkspaceLimit, value):
         _check_values('miopenSetFindOptionWorkspaceLimit', ('options', 'value'), ((1, value, 'N', None),))
     try:
         status = _miopenSetFindOptionWorkspaceLimit(options, value)
@@ -9457,6 +9125,7 @@ def miopenSetFindOptionWorkspaceLimit(options, value):
         raise _lib.status_error(status, 'miopenSetFindOptionWorkspaceLimit')
 
 _miopenSetFindOptionPreallocatedWorkspace = _lazy('miopenSetFindOptionPreallocatedWorkspace', (miopenFindOptions_t, DevicePointer, c_size_t,), c_int)
+_values_miopenSetFindOptionPreallocatedWorkspace = (b'N', (None,), _pack_N)
 
 
 def miopenSetFindOptionPreallocatedWorkspace(options, buffer, size):
@@ -9473,11 +9142,7 @@ def miopenSetFindOptionPreallocatedWorkspace(options, buffer, size):
     @param buffer     Specifies the workspace for find call
     @param size       Specifies the size of the buffer passed
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_N(size)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetFindOptionPreallocatedWorkspace, size):
         _check_values('miopenSetFindOptionPreallocatedWorkspace', ('options', 'buffer', 'size'), ((2, size, 'N', None),))
     try:
         status = _miopenSetFindOptionPreallocatedWorkspace(options, buffer, size)
@@ -9487,6 +9152,7 @@ def miopenSetFindOptionPreallocatedWorkspace(options, buffer, size):
         raise _lib.status_error(status, 'miopenSetFindOptionPreallocatedWorkspace')
 
 _miopenSetFindOptionPreallocatedTensor = _lazy('miopenSetFindOptionPreallocatedTensor', (miopenFindOptions_t, c_uint, DevicePointer,), c_int)
+_values_miopenSetFindOptionPreallocatedTensor = (b'I', (miopenTensorArgumentId_t,), _pack_I)
 
 
 def miopenSetFindOptionPreallocatedTensor(options, id, buffer):
@@ -9504,11 +9170,7 @@ def miopenSetFindOptionPreallocatedTensor(options, id, buffer):
     @param id         Specifies the id of the tensor passed
     @param buffer     Specifies the tensor for find call
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_I(id) and (type(id) is int or type(id) is miopenTensorArgumentId_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetFindOptionPreallocatedTensor, id):
         _check_values('miopenSetFindOptionPreallocatedTensor', ('options', 'id', 'buffer'), ((1, id, 'I', miopenTensorArgumentId_t),))
     try:
         status = _miopenSetFindOptionPreallocatedTensor(options, id, buffer)
@@ -9518,6 +9180,7 @@ def miopenSetFindOptionPreallocatedTensor(options, id, buffer):
         raise _lib.status_error(status, 'miopenSetFindOptionPreallocatedTensor')
 
 _miopenSetFindOptionAttachBinaries = _lazy('miopenSetFindOptionAttachBinaries', (miopenFindOptions_t, c_uint,), c_int)
+_values_miopenSetFindOptionAttachBinaries = (b'I', (None,), _pack_I)
 
 
 def miopenSetFindOptionAttachBinaries(options, attach):
@@ -9531,11 +9194,7 @@ def miopenSetFindOptionAttachBinaries(options, attach):
     @param options    Options object to update
     @param attach     1 means attaching, 0 - skipping, any other value - reserved for future use
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_I(attach)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSetFindOptionAttachBinaries, attach):
         _check_values('miopenSetFindOptionAttachBinaries', ('options', 'attach'), ((1, attach, 'I', None),))
     try:
         status = _miopenSetFindOptionAttachBinaries(options, attach)
@@ -9545,6 +9204,7 @@ def miopenSetFindOptionAttachBinaries(options, attach):
         raise _lib.status_error(status, 'miopenSetFindOptionAttachBinaries')
 
 _miopenFindSolutions = _lazy('miopenFindSolutions', (miopenHandle_t, miopenProblem_t, miopenFindOptions_t, c_void_p, c_void_p, c_size_t,), c_int)
+_values_miopenFindSolutions = (b'N', (None,), _pack_N)
 
 
 def miopenFindSolutions(handle, problem, options, solutions, numSolutions, maxSolutions):
@@ -9566,11 +9226,7 @@ def miopenFindSolutions(handle, problem, options, solutions, numSolutions, maxSo
     @param numSolutions Pointer to the amount of results. Ignored if null
     @param maxSolutions Limits the amount of results
     @return             miopenStatus_t"""
-    try:
-        _ok = _pack_N(maxSolutions)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenFindSolutions, maxSolutions):
         _check_values('miopenFindSolutions', ('handle', 'problem', 'options', 'solutions', 'numSolutions', 'maxSolutions'), ((5, maxSolutions, 'N', None),))
     try:
         solutions = _arr_miopenSolution_t(solutions, maxSolutions, 3)
@@ -9582,6 +9238,7 @@ def miopenFindSolutions(handle, problem, options, solutions, numSolutions, maxSo
         raise _lib.status_error(status, 'miopenFindSolutions')
 
 _miopenRunSolution = _lazy('miopenRunSolution', (miopenHandle_t, miopenSolution_t, c_size_t, c_void_p, DevicePointer, c_size_t,), c_int)
+_values_miopenRunSolution = (b'NN', (None, None,), _pack_NN)
 
 
 def miopenRunSolution(handle, solution, nInputs, tensors, workspace, workspaceSize):
@@ -9604,11 +9261,7 @@ def miopenRunSolution(handle, solution, nInputs, tensors, workspace, workspaceSi
     Should not be less than expected
     @param workspaceSize Size of the workspace buffer
     @return              miopenStatus_t"""
-    try:
-        _ok = _pack_NN(nInputs, workspaceSize)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenRunSolution, nInputs, workspaceSize):
         _check_values('miopenRunSolution', ('handle', 'solution', 'nInputs', 'tensors', 'workspace', 'workspaceSize'), ((2, nInputs, 'N', None), (5, workspaceSize, 'N', None),))
     try:
         tensors = _arr_miopenTensorArgument_t_c(tensors, nInputs, 3)
@@ -9641,6 +9294,7 @@ def miopenDestroySolution(solution):
     _clear_handle(solution)
 
 _miopenLoadSolution = _lazy('miopenLoadSolution', (c_void_p, c_void_p, c_size_t,), c_int)
+_values_miopenLoadSolution = (b'N', (None,), _pack_N)
 
 
 def miopenLoadSolution(solution, data, size):
@@ -9658,11 +9312,7 @@ def miopenLoadSolution(solution, data, size):
     @param data       Data to load the solution from
     @param size       Size of the solution blob
     @return           miopenStatus_t"""
-    try:
-        _ok = _pack_N(size)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenLoadSolution, size):
         _check_values('miopenLoadSolution', ('solution', 'data', 'size'), ((2, size, 'N', None),))
     try:
         solution = _arr_miopenSolution_t(solution, 1, 0)
@@ -9794,6 +9444,7 @@ def miopenGetSolutionSolverId(solution, solverId):
         raise _lib.status_error(status, 'miopenGetSolutionSolverId')
 
 _miopenGetSolverIdConvAlgorithm = _lazy('miopenGetSolverIdConvAlgorithm', (c_uint64, c_void_p,), c_int)
+_values_miopenGetSolverIdConvAlgorithm = (b'Q', (None,), _pack_Q)
 
 
 def miopenGetSolverIdConvAlgorithm(solverId, result):
@@ -9809,11 +9460,7 @@ def miopenGetSolverIdConvAlgorithm(solverId, result):
     @param solverId Solver id to get convolution algorithm of
     @param result   Pointer to a location where to write the algorithm
     @return         miopenStatus_t"""
-    try:
-        _ok = _pack_Q(solverId)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetSolverIdConvAlgorithm, solverId):
         _check_values('miopenGetSolverIdConvAlgorithm', ('solverId', 'result'), ((0, solverId, 'Q', None),))
     try:
         result = _arr_miopenConvAlgorithm_t(result, 1, 1)
@@ -9824,6 +9471,7 @@ def miopenGetSolverIdConvAlgorithm(solverId, result):
         raise _lib.status_error(status, 'miopenGetSolverIdConvAlgorithm')
 
 _miopenCreateActivationProblem = _lazy('miopenCreateActivationProblem', (c_void_p, miopenActivationDescriptor_t, c_int,), c_int)
+_values_miopenCreateActivationProblem = (b'i', (miopenProblemDirection_t,), _pack_i)
 
 
 def miopenCreateActivationProblem(problem, operatorDesc, direction):
@@ -9843,11 +9491,7 @@ def miopenCreateActivationProblem(problem, operatorDesc, direction):
     @param operatorDesc Descriptor of the operator to be used
     @param direction    Direction of the operation
     @return             miopenStatus_t"""
-    try:
-        _ok = _pack_i(direction) and (type(direction) is int or type(direction) is miopenProblemDirection_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCreateActivationProblem, direction):
         _check_values('miopenCreateActivationProblem', ('problem', 'operatorDesc', 'direction'), ((2, direction, 'i', miopenProblemDirection_t),))
     try:
         problem = _arr_miopenProblem_t(problem, 1, 0)
@@ -9858,6 +9502,7 @@ def miopenCreateActivationProblem(problem, operatorDesc, direction):
         raise _lib.status_error(status, 'miopenCreateActivationProblem')
 
 _miopenCreateBatchnormProblem = _lazy('miopenCreateBatchnormProblem', (c_void_p, c_int, c_bool, c_int,), c_int)
+_values_miopenCreateBatchnormProblem = (b'ii', (miopenBatchNormMode_t, miopenProblemDirection_t,), _pack_ii)
 
 
 def miopenCreateBatchnormProblem(problem, mode, runningMeanVariance, direction):
@@ -9877,11 +9522,7 @@ def miopenCreateBatchnormProblem(problem, mode, runningMeanVariance, direction):
     @param mode      Batchnorm mode
     @param direction Direction of the operation
     @return          miopenStatus_t"""
-    try:
-        _ok = _pack_ii(mode, direction) and (type(mode) is int or type(mode) is miopenBatchNormMode_t) and (type(direction) is int or type(direction) is miopenProblemDirection_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCreateBatchnormProblem, mode, direction):
         _check_values('miopenCreateBatchnormProblem', ('problem', 'mode', 'runningMeanVariance', 'direction'), ((1, mode, 'i', miopenBatchNormMode_t), (3, direction, 'i', miopenProblemDirection_t),))
     try:
         problem = _arr_miopenProblem_t(problem, 1, 0)
@@ -9927,6 +9568,7 @@ def miopenFuseProblems(problem1, problem2):
         raise _lib.status_error(status, 'miopenFuseProblems')
 
 _miopenCreateBiasProblem = _lazy('miopenCreateBiasProblem', (c_void_p, c_int,), c_int)
+_values_miopenCreateBiasProblem = (b'i', (miopenProblemDirection_t,), _pack_i)
 
 
 def miopenCreateBiasProblem(problem, direction):
@@ -9945,11 +9587,7 @@ def miopenCreateBiasProblem(problem, direction):
     @param problem        Pointer to the problem to initialize
     @param direction      Direction of the operation
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_i(direction) and (type(direction) is int or type(direction) is miopenProblemDirection_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCreateBiasProblem, direction):
         _check_values('miopenCreateBiasProblem', ('problem', 'direction'), ((1, direction, 'i', miopenProblemDirection_t),))
     try:
         problem = _arr_miopenProblem_t(problem, 1, 0)
@@ -9960,6 +9598,7 @@ def miopenCreateBiasProblem(problem, direction):
         raise _lib.status_error(status, 'miopenCreateBiasProblem')
 
 _miopenCreateSoftmaxProblem = _lazy('miopenCreateSoftmaxProblem', (c_void_p, miopenSoftmaxDescriptor_t, c_int,), c_int)
+_values_miopenCreateSoftmaxProblem = (b'i', (miopenProblemDirection_t,), _pack_i)
 
 
 def miopenCreateSoftmaxProblem(problem, operatorDesc, direction):
@@ -9978,11 +9617,7 @@ def miopenCreateSoftmaxProblem(problem, operatorDesc, direction):
     @param operatorDesc Descriptor of the operator to be used
     @param direction    Direction of the operation
     @return             miopenStatus_t"""
-    try:
-        _ok = _pack_i(direction) and (type(direction) is int or type(direction) is miopenProblemDirection_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenCreateSoftmaxProblem, direction):
         _check_values('miopenCreateSoftmaxProblem', ('problem', 'operatorDesc', 'direction'), ((2, direction, 'i', miopenProblemDirection_t),))
     try:
         problem = _arr_miopenProblem_t(problem, 1, 0)
@@ -9993,6 +9628,7 @@ def miopenCreateSoftmaxProblem(problem, operatorDesc, direction):
         raise _lib.status_error(status, 'miopenCreateSoftmaxProblem')
 
 _miopenGetReduceCalculationWorkspaceSize = _lazy('miopenGetReduceCalculationWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, c_int32, c_int, miopenTensorDescriptor_t, c_void_p,), c_int)
+_values_miopenGetReduceCalculationWorkspaceSize = (b'ii', (None, miopenReduceCalculationOp_t,), _pack_ii)
 
 
 def miopenGetReduceCalculationWorkspaceSize(handle, xDesc, dim, reduceCalculationOp, reduceDesc, sizeInBytes):
@@ -10013,11 +9649,7 @@ def miopenGetReduceCalculationWorkspaceSize(handle, xDesc, dim, reduceCalculatio
     @param [in]   yDesc                    Tensor descriptor for output data tensor y
     @param [out]  sizeInBytes              Pointer to data to return the minimum workspace size
     @return                                miopenStatus_t"""
-    try:
-        _ok = _pack_ii(dim, reduceCalculationOp) and (type(reduceCalculationOp) is int or type(reduceCalculationOp) is miopenReduceCalculationOp_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetReduceCalculationWorkspaceSize, dim, reduceCalculationOp):
         _check_values('miopenGetReduceCalculationWorkspaceSize', ('handle', 'xDesc', 'dim', 'reduceCalculationOp', 'reduceDesc', 'sizeInBytes'), ((2, dim, 'i', None), (3, reduceCalculationOp, 'i', miopenReduceCalculationOp_t),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
@@ -10028,6 +9660,7 @@ def miopenGetReduceCalculationWorkspaceSize(handle, xDesc, dim, reduceCalculatio
         raise _lib.status_error(status, 'miopenGetReduceCalculationWorkspaceSize')
 
 _miopenReduceCalculationForward = _lazy('miopenReduceCalculationForward', (miopenHandle_t, c_int, DevicePointer, c_size_t, miopenTensorDescriptor_t, DevicePointer, c_int32, c_int, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenReduceCalculationForward = (b'iNii', (miopenReduceCalculationNanPropagation_t, None, None, miopenReduceCalculationOp_t,), _pack_iNii)
 
 
 def miopenReduceCalculationForward(handle, nanPropagation, workspace, workspaceSizeInBytes, xDesc, x, dim, reduceCalculationOp, reduceDesc, y):
@@ -10055,11 +9688,7 @@ def miopenReduceCalculationForward(handle, nanPropagation, workspace, workspaceS
     @param [in]   yDesc                    Tensor descriptor for output data tensor y
     @param [out]  y                        Data tensor y
     @return                                miopenStatus_t"""
-    try:
-        _ok = _pack_iNii(nanPropagation, workspaceSizeInBytes, dim, reduceCalculationOp) and (type(nanPropagation) is int or type(nanPropagation) is miopenReduceCalculationNanPropagation_t) and (type(reduceCalculationOp) is int or type(reduceCalculationOp) is miopenReduceCalculationOp_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenReduceCalculationForward, nanPropagation, workspaceSizeInBytes, dim, reduceCalculationOp):
         _check_values('miopenReduceCalculationForward', ('handle', 'nanPropagation', 'workspace', 'workspaceSizeInBytes', 'xDesc', 'x', 'dim', 'reduceCalculationOp', 'reduceDesc', 'y'), ((1, nanPropagation, 'i', miopenReduceCalculationNanPropagation_t), (3, workspaceSizeInBytes, 'N', None), (6, dim, 'i', None), (7, reduceCalculationOp, 'i', miopenReduceCalculationOp_t),))
     try:
         status = _miopenReduceCalculationForward(handle, nanPropagation, workspace, workspaceSizeInBytes, xDesc, x, dim, reduceCalculationOp, reduceDesc, y)
@@ -10069,6 +9698,7 @@ def miopenReduceCalculationForward(handle, nanPropagation, workspace, workspaceS
         raise _lib.status_error(status, 'miopenReduceCalculationForward')
 
 _miopenReduceExtremeForward = _lazy('miopenReduceExtremeForward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, c_int32, c_int, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenReduceExtremeForward = (b'ii', (None, miopenReduceExtremeOp_t,), _pack_ii)
 
 
 def miopenReduceExtremeForward(handle, xDesc, x, dim, reduceExtremeOp, yDesc, y, indiceDesc, indice):
@@ -10096,11 +9726,7 @@ def miopenReduceExtremeForward(handle, xDesc, x, dim, reduceExtremeOp, yDesc, y,
     (input)
     @param indice                   Data tensor indice (output)
     @return                         miopenStatus_t"""
-    try:
-        _ok = _pack_ii(dim, reduceExtremeOp) and (type(reduceExtremeOp) is int or type(reduceExtremeOp) is miopenReduceExtremeOp_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenReduceExtremeForward, dim, reduceExtremeOp):
         _check_values('miopenReduceExtremeForward', ('handle', 'xDesc', 'x', 'dim', 'reduceExtremeOp', 'yDesc', 'y', 'indiceDesc', 'indice'), ((3, dim, 'i', None), (4, reduceExtremeOp, 'i', miopenReduceExtremeOp_t),))
     try:
         status = _miopenReduceExtremeForward(handle, xDesc, x, dim, reduceExtremeOp, yDesc, y, indiceDesc, indice)
@@ -10110,6 +9736,7 @@ def miopenReduceExtremeForward(handle, xDesc, x, dim, reduceExtremeOp, yDesc, y,
         raise _lib.status_error(status, 'miopenReduceExtremeForward')
 
 _miopenGroupNormForward = _lazy('miopenGroupNormForward', (miopenHandle_t, c_int, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint64, c_float, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenGroupNormForward = (b'iQ', (miopenNormMode_t, None,), _pack_iQ)
 
 
 def miopenGroupNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc, bias, num_groups, epsilon, yDesc, y, meanDesc, mean, rstdDesc, rstd):
@@ -10150,11 +9777,7 @@ def miopenGroupNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc,
     @param rstdDesc       Tensor descriptor for output data tensor rstd (input)
     @param rstd           Data tensor rstd (output)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_iQ(mode, num_groups) and (type(mode) is int or type(mode) is miopenNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGroupNormForward, mode, num_groups):
         _check_values('miopenGroupNormForward', ('handle', 'mode', 'xDesc', 'x', 'weightDesc', 'weight', 'biasDesc', 'bias', 'num_groups', 'epsilon', 'yDesc', 'y', 'meanDesc', 'mean', 'rstdDesc', 'rstd'), ((1, mode, 'i', miopenNormMode_t), (8, num_groups, 'Q', None),))
     try:
         status = _miopenGroupNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc, bias, num_groups, epsilon, yDesc, y, meanDesc, mean, rstdDesc, rstd)
@@ -10164,6 +9787,7 @@ def miopenGroupNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc,
         raise _lib.status_error(status, 'miopenGroupNormForward')
 
 _miopenAddLayerNormForward = _lazy('miopenAddLayerNormForward', (miopenHandle_t, c_int, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_float, c_int32, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenAddLayerNormForward = (b'ii', (miopenNormMode_t, None,), _pack_ii)
 
 
 def miopenAddLayerNormForward(handle, mode, xDesc, x, x2Desc, x2, weightDesc, weight, biasDesc, bias, epsilon, normalized_dim, yDesc, y, meanDesc, mean, rstdDesc, rstd):
@@ -10207,11 +9831,7 @@ def miopenAddLayerNormForward(handle, mode, xDesc, x, x2Desc, x2, weightDesc, we
     @param rstdDesc       Tensor descriptor for output data tensor rstd (input)
     @param rstd           Data tensor rstd (output)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_ii(mode, normalized_dim) and (type(mode) is int or type(mode) is miopenNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenAddLayerNormForward, mode, normalized_dim):
         _check_values('miopenAddLayerNormForward', ('handle', 'mode', 'xDesc', 'x', 'x2Desc', 'x2', 'weightDesc', 'weight', 'biasDesc', 'bias', 'epsilon', 'normalized_dim', 'yDesc', 'y', 'meanDesc', 'mean', 'rstdDesc', 'rstd'), ((1, mode, 'i', miopenNormMode_t), (11, normalized_dim, 'i', None),))
     try:
         status = _miopenAddLayerNormForward(handle, mode, xDesc, x, x2Desc, x2, weightDesc, weight, biasDesc, bias, epsilon, normalized_dim, yDesc, y, meanDesc, mean, rstdDesc, rstd)
@@ -10221,6 +9841,7 @@ def miopenAddLayerNormForward(handle, mode, xDesc, x, x2Desc, x2, weightDesc, we
         raise _lib.status_error(status, 'miopenAddLayerNormForward')
 
 _miopenT5LayerNormForward = _lazy('miopenT5LayerNormForward', (miopenHandle_t, c_int, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_float, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenT5LayerNormForward = (b'i', (miopenNormMode_t,), _pack_i)
 
 
 def miopenT5LayerNormForward(handle, mode, xDesc, x, weightDesc, weight, epsilon, yDesc, y, rstdDesc, rstd):
@@ -10254,11 +9875,7 @@ def miopenT5LayerNormForward(handle, mode, xDesc, x, weightDesc, weight, epsilon
     @param rstdDesc       Tensor descriptor for output data tensor rstd (input)
     @param rstd           Data tensor rstd (output)
     @return               miopenStatus_t"""
-    try:
-        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is miopenNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenT5LayerNormForward, mode):
         _check_values('miopenT5LayerNormForward', ('handle', 'mode', 'xDesc', 'x', 'weightDesc', 'weight', 'epsilon', 'yDesc', 'y', 'rstdDesc', 'rstd'), ((1, mode, 'i', miopenNormMode_t),))
     try:
         status = _miopenT5LayerNormForward(handle, mode, xDesc, x, weightDesc, weight, epsilon, yDesc, y, rstdDesc, rstd)
@@ -10268,6 +9885,7 @@ def miopenT5LayerNormForward(handle, mode, xDesc, x, weightDesc, weight, epsilon
         raise _lib.status_error(status, 'miopenT5LayerNormForward')
 
 _miopenGetT5LayerNormBackwardWorkspaceSize = _lazy('miopenGetT5LayerNormBackwardWorkspaceSize', (miopenHandle_t, c_int, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_void_p,), c_int)
+_values_miopenGetT5LayerNormBackwardWorkspaceSize = (b'i', (miopenNormMode_t,), _pack_i)
 
 
 def miopenGetT5LayerNormBackwardWorkspaceSize(handle, mode, dyDesc, xDesc, weightDesc, rstdDesc, dxDesc, dwDesc, sizeInBytes):
@@ -10293,11 +9911,7 @@ def miopenGetT5LayerNormBackwardWorkspaceSize(handle, mode, dyDesc, xDesc, weigh
     @param dwDesc                   Tensor descriptor for output data tensor dw (input)
     @param sizeInBytes              Pointer to data to return the minimum workspace size
     @return                         miopenStatus_t"""
-    try:
-        _ok = _pack_i(mode) and (type(mode) is int or type(mode) is miopenNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetT5LayerNormBackwardWorkspaceSize, mode):
         _check_values('miopenGetT5LayerNormBackwardWorkspaceSize', ('handle', 'mode', 'dyDesc', 'xDesc', 'weightDesc', 'rstdDesc', 'dxDesc', 'dwDesc', 'sizeInBytes'), ((1, mode, 'i', miopenNormMode_t),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 8)
@@ -10308,6 +9922,7 @@ def miopenGetT5LayerNormBackwardWorkspaceSize(handle, mode, dyDesc, xDesc, weigh
         raise _lib.status_error(status, 'miopenGetT5LayerNormBackwardWorkspaceSize')
 
 _miopenT5LayerNormBackward = _lazy('miopenT5LayerNormBackward', (miopenHandle_t, c_int, DevicePointer, c_size_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenT5LayerNormBackward = (b'iN', (miopenNormMode_t, None,), _pack_iN)
 
 
 def miopenT5LayerNormBackward(handle, mode, workspace, workspaceSizeInBytes, dyDesc, dy, xDesc, x, weightDesc, weight, rstdDesc, rstd, dxDesc, dx, dwDesc, dw):
@@ -10346,11 +9961,7 @@ def miopenT5LayerNormBackward(handle, mode, workspace, workspaceSizeInBytes, dyD
     @param dwDesc                   Tensor descriptor for output data tensor dw (input)
     @param dw                       Data tensor dw (output)
     @return                         miopenStatus_t"""
-    try:
-        _ok = _pack_iN(mode, workspaceSizeInBytes) and (type(mode) is int or type(mode) is miopenNormMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenT5LayerNormBackward, mode, workspaceSizeInBytes):
         _check_values('miopenT5LayerNormBackward', ('handle', 'mode', 'workspace', 'workspaceSizeInBytes', 'dyDesc', 'dy', 'xDesc', 'x', 'weightDesc', 'weight', 'rstdDesc', 'rstd', 'dxDesc', 'dx', 'dwDesc', 'dw'), ((1, mode, 'i', miopenNormMode_t), (3, workspaceSizeInBytes, 'N', None),))
     try:
         status = _miopenT5LayerNormBackward(handle, mode, workspace, workspaceSizeInBytes, dyDesc, dy, xDesc, x, weightDesc, weight, rstdDesc, rstd, dxDesc, dx, dwDesc, dw)
@@ -10360,6 +9971,7 @@ def miopenT5LayerNormBackward(handle, mode, workspace, workspaceSizeInBytes, dyD
         raise _lib.status_error(status, 'miopenT5LayerNormBackward')
 
 _miopenBackendCreateDescriptor = _lazy('miopenBackendCreateDescriptor', (c_int, c_void_p,), c_int)
+_values_miopenBackendCreateDescriptor = (b'i', (miopenBackendDescriptorType_t,), _pack_i)
 
 
 def miopenBackendCreateDescriptor(descriptorType, descriptor):
@@ -10384,11 +9996,7 @@ def miopenBackendCreateDescriptor(descriptorType, descriptor):
     @retval  miopenStatusUnsupportedOp  Creating a descriptor of a given type is not supported
     @retval  miopenStatusAllocFailed    The memory allocation failed
     @retval  miopenStatusUnknownError   The error information was not gathered"""
-    try:
-        _ok = _pack_i(descriptorType) and (type(descriptorType) is int or type(descriptorType) is miopenBackendDescriptorType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenBackendCreateDescriptor, descriptorType):
         _check_values('miopenBackendCreateDescriptor', ('descriptorType', 'descriptor'), ((0, descriptorType, 'i', miopenBackendDescriptorType_t),))
     try:
         descriptor = _arr_miopenBackendDescriptor_t(descriptor, 1, 1)
@@ -10399,6 +10007,7 @@ def miopenBackendCreateDescriptor(descriptorType, descriptor):
         raise _lib.status_error(status, 'miopenBackendCreateDescriptor')
 
 _miopenBackendSetAttribute = _lazy('miopenBackendSetAttribute', (miopenBackendDescriptor_t, c_int, c_int, c_int64, c_void_p,), c_int)
+_values_miopenBackendSetAttribute = (b'iiq', (miopenBackendAttributeName_t, miopenBackendAttributeType_t, None,), _pack_iiq)
 
 
 def miopenBackendSetAttribute(descriptor, attributeName, attributeType, elementCount, arrayOfElements):
@@ -10439,11 +10048,7 @@ def miopenBackendSetAttribute(descriptor, attributeName, attributeType, elementC
     @retval  miopenStatusUnsupportedOp  The values to which the attributes are being set are not
                                         supported by the current version
     @retval  miopenStatusUnknownError   The error information was not gathered"""
-    try:
-        _ok = _pack_iiq(attributeName, attributeType, elementCount) and (type(attributeName) is int or type(attributeName) is miopenBackendAttributeName_t) and (type(attributeType) is int or type(attributeType) is miopenBackendAttributeType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenBackendSetAttribute, attributeName, attributeType, elementCount):
         _check_values('miopenBackendSetAttribute', ('descriptor', 'attributeName', 'attributeType', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', miopenBackendAttributeName_t), (2, attributeType, 'i', miopenBackendAttributeType_t), (3, elementCount, 'q', None),))
     try:
         arrayOfElements = _void(arrayOfElements, _sized_count(_SIZES_miopenBackendAttributeType_t, attributeType, elementCount, 'miopenBackendSetAttribute', 'attributeType'), 4)
@@ -10486,6 +10091,7 @@ def miopenBackendFinalize(descriptor):
         raise _lib.status_error(status, 'miopenBackendFinalize')
 
 _miopenBackendGetAttribute = _lazy('miopenBackendGetAttribute', (miopenBackendDescriptor_t, c_int, c_int, c_int64, c_void_p, c_void_p,), c_int)
+_values_miopenBackendGetAttribute = (b'iiq', (miopenBackendAttributeName_t, miopenBackendAttributeType_t, None,), _pack_iiq)
 
 
 def miopenBackendGetAttribute(descriptor, attributeName, attributeType, requestedElementCount, elementCount, arrayOfElements):
@@ -10532,11 +10138,7 @@ def miopenBackendGetAttribute(descriptor, attributeName, attributeType, requeste
     @retval  miopenStatusNotInitialized  The descriptor has not been successfully finalized using
                                          miopenBackendFinalize()
     @retval  miopenStatusUnknownError    The error information was not gathered"""
-    try:
-        _ok = _pack_iiq(attributeName, attributeType, requestedElementCount) and (type(attributeName) is int or type(attributeName) is miopenBackendAttributeName_t) and (type(attributeType) is int or type(attributeType) is miopenBackendAttributeType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenBackendGetAttribute, attributeName, attributeType, requestedElementCount):
         _check_values('miopenBackendGetAttribute', ('descriptor', 'attributeName', 'attributeType', 'requestedElementCount', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', miopenBackendAttributeName_t), (2, attributeType, 'i', miopenBackendAttributeType_t), (3, requestedElementCount, 'q', None),))
     try:
         elementCount = _arr_int64_t(elementCount, 1, 4)
@@ -10618,6 +10220,7 @@ def miopenBackendDestroyDescriptor(descriptor):
     _clear_handle(descriptor)
 
 _miopenBackendInitialize = _lazy('miopenBackendInitialize', (miopenBackendDescriptor_t, c_int, c_size_t,), c_int)
+_values_miopenBackendInitialize = (b'iN', (miopenBackendDescriptorType_t, None,), _pack_iN)
 
 
 def miopenBackendInitialize(descriptor, descriptorType, sizeInBytes):
@@ -10646,11 +10249,7 @@ def miopenBackendInitialize(descriptor, descriptorType, sizeInBytes):
                                        * sizeInBytes is less than the size required by the descriptor
                                          type
     @retval  miopenStatusUnknownError  The error information was not gathered"""
-    try:
-        _ok = _pack_iN(descriptorType, sizeInBytes) and (type(descriptorType) is int or type(descriptorType) is miopenBackendDescriptorType_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenBackendInitialize, descriptorType, sizeInBytes):
         _check_values('miopenBackendInitialize', ('descriptor', 'descriptorType', 'sizeInBytes'), ((1, descriptorType, 'i', miopenBackendDescriptorType_t), (2, sizeInBytes, 'N', None),))
     try:
         status = _miopenBackendInitialize(descriptor, descriptorType, sizeInBytes)
@@ -10660,6 +10259,7 @@ def miopenBackendInitialize(descriptor, descriptorType, sizeInBytes):
         raise _lib.status_error(status, 'miopenBackendInitialize')
 
 _miopenFusedAdam = _lazy('miopenFusedAdam', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint, c_float, c_float, c_float, c_float, c_float, c_bool, c_bool, c_bool, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenFusedAdam = (b'I', (None,), _pack_I)
 
 
 def miopenFusedAdam(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg, expAvgSqDesc, expAvgSq, maxExpAvgSqDesc, maxExpAvgSq, stateStepDesc, stateStep, state_step, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, adamw, gradScaleDesc, gradScale, foundInfDesc, foundInf):
@@ -10820,11 +10420,7 @@ def miopenFusedAdam(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg
     @param foundInf            Tensor indicating the presence of inf or NaN in gradients. If true,
                                skips operation and step update (input, optional)
     @return                    miopenStatus_t"""
-    try:
-        _ok = _pack_I(state_step)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenFusedAdam, state_step):
         _check_values('miopenFusedAdam', ('handle', 'paramDesc', 'param', 'gradDesc', 'grad', 'expAvgDesc', 'expAvg', 'expAvgSqDesc', 'expAvgSq', 'maxExpAvgSqDesc', 'maxExpAvgSq', 'stateStepDesc', 'stateStep', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'amsgrad', 'maximize', 'adamw', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), ((13, state_step, 'I', None),))
     try:
         status = _miopenFusedAdam(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg, expAvgSqDesc, expAvgSq, maxExpAvgSqDesc, maxExpAvgSq, stateStepDesc, stateStep, state_step, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, adamw, gradScaleDesc, gradScale, foundInfDesc, foundInf)
@@ -10834,6 +10430,7 @@ def miopenFusedAdam(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg
         raise _lib.status_error(status, 'miopenFusedAdam')
 
 _miopenFusedAdamWithOutput = _lazy('miopenFusedAdamWithOutput', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint, c_float, c_float, c_float, c_float, c_float, c_bool, c_bool, c_bool, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenFusedAdamWithOutput = (b'I', (None,), _pack_I)
 
 
 def miopenFusedAdamWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramOut, paramOutFloat16Desc, paramOutFloat16, gradInDesc, gradIn, expAvgInDesc, expAvgIn, expAvgOutDesc, expAvgOut, expAvgSqInDesc, expAvgSqIn, expAvgSqOutDesc, expAvgSqOut, maxExpAvgSqInDesc, maxExpAvgSqIn, maxExpAvgSqOutDesc, maxExpAvgSqOut, stateStepInDesc, stateStepIn, stateStepOutDesc, stateStepOut, state_step, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, adamw, gradScaleDesc, gradScale, foundInfDesc, foundInf):
@@ -10998,11 +10595,7 @@ def miopenFusedAdamWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramO
     @param foundInf            Tensor indicating presence of inf or nan in gradients. If true, skips
                                operation and step update. (input, optional)
     @return                    miopenStatus_t"""
-    try:
-        _ok = _pack_I(state_step)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenFusedAdamWithOutput, state_step):
         _check_values('miopenFusedAdamWithOutput', ('handle', 'paramInDesc', 'paramIn', 'paramOutDesc', 'paramOut', 'paramOutFloat16Desc', 'paramOutFloat16', 'gradInDesc', 'gradIn', 'expAvgInDesc', 'expAvgIn', 'expAvgOutDesc', 'expAvgOut', 'expAvgSqInDesc', 'expAvgSqIn', 'expAvgSqOutDesc', 'expAvgSqOut', 'maxExpAvgSqInDesc', 'maxExpAvgSqIn', 'maxExpAvgSqOutDesc', 'maxExpAvgSqOut', 'stateStepInDesc', 'stateStepIn', 'stateStepOutDesc', 'stateStepOut', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'amsgrad', 'maximize', 'adamw', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), ((25, state_step, 'I', None),))
     try:
         status = _miopenFusedAdamWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramOut, paramOutFloat16Desc, paramOutFloat16, gradInDesc, gradIn, expAvgInDesc, expAvgIn, expAvgOutDesc, expAvgOut, expAvgSqInDesc, expAvgSqIn, expAvgSqOutDesc, expAvgSqOut, maxExpAvgSqInDesc, maxExpAvgSqIn, maxExpAvgSqOutDesc, maxExpAvgSqOut, stateStepInDesc, stateStepIn, stateStepOutDesc, stateStepOut, state_step, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, adamw, gradScaleDesc, gradScale, foundInfDesc, foundInf)
@@ -11012,6 +10605,7 @@ def miopenFusedAdamWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramO
         raise _lib.status_error(status, 'miopenFusedAdamWithOutput')
 
 _miopenTransformersAdamW = _lazy('miopenTransformersAdamW', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint, c_float, c_float, c_float, c_float, c_float, c_bool, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenTransformersAdamW = (b'I', (None,), _pack_I)
 
 
 def miopenTransformersAdamW(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg, expAvgSqDesc, expAvgSq, stateStepDesc, stateStep, state_step, lr, beta1, beta2, weight_decay, eps, correct_bias, gradScaleDesc, gradScale, foundInfDesc, foundInf):
@@ -11119,11 +10713,7 @@ def miopenTransformersAdamW(handle, paramDesc, param, gradDesc, grad, expAvgDesc
     @param foundInf            Tensor indicating the presence of inf or NaN in gradients. If true,
                                skips operation and step update (input, optional)
     @return                    miopenStatus_t"""
-    try:
-        _ok = _pack_I(state_step)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenTransformersAdamW, state_step):
         _check_values('miopenTransformersAdamW', ('handle', 'paramDesc', 'param', 'gradDesc', 'grad', 'expAvgDesc', 'expAvg', 'expAvgSqDesc', 'expAvgSq', 'stateStepDesc', 'stateStep', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'correct_bias', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), ((11, state_step, 'I', None),))
     try:
         status = _miopenTransformersAdamW(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg, expAvgSqDesc, expAvgSq, stateStepDesc, stateStep, state_step, lr, beta1, beta2, weight_decay, eps, correct_bias, gradScaleDesc, gradScale, foundInfDesc, foundInf)
@@ -11133,6 +10723,7 @@ def miopenTransformersAdamW(handle, paramDesc, param, gradDesc, grad, expAvgDesc
         raise _lib.status_error(status, 'miopenTransformersAdamW')
 
 _miopenTransformersAdamWWithOutput = _lazy('miopenTransformersAdamWWithOutput', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint, c_float, c_float, c_float, c_float, c_float, c_float, c_bool, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenTransformersAdamWWithOutput = (b'I', (None,), _pack_I)
 
 
 def miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramOut, paramOutFloat16Desc, paramOutFloat16, gradInDesc, gradIn, expAvgInDesc, expAvgIn, expAvgOutDesc, expAvgOut, expAvgSqInDesc, expAvgSqIn, expAvgSqOutDesc, expAvgSqOut, stateStepInDesc, stateStepIn, stateStepOutDesc, stateStepOut, state_step, lr, beta1, beta2, weight_decay, eps, step_size, correct_bias, gradScaleDesc, gradScale, foundInfDesc, foundInf):
@@ -11281,11 +10872,7 @@ def miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc
     @param foundInf            Tensor indicating presence of inf or nan in gradients. If true, skips
                                operation and step update. (input, optional)
     @return                    miopenStatus_t"""
-    try:
-        _ok = _pack_I(state_step)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenTransformersAdamWWithOutput, state_step):
         _check_values('miopenTransformersAdamWWithOutput', ('handle', 'paramInDesc', 'paramIn', 'paramOutDesc', 'paramOut', 'paramOutFloat16Desc', 'paramOutFloat16', 'gradInDesc', 'gradIn', 'expAvgInDesc', 'expAvgIn', 'expAvgOutDesc', 'expAvgOut', 'expAvgSqInDesc', 'expAvgSqIn', 'expAvgSqOutDesc', 'expAvgSqOut', 'stateStepInDesc', 'stateStepIn', 'stateStepOutDesc', 'stateStepOut', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'step_size', 'correct_bias', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), ((21, state_step, 'I', None),))
     try:
         status = _miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramOut, paramOutFloat16Desc, paramOutFloat16, gradInDesc, gradIn, expAvgInDesc, expAvgIn, expAvgOutDesc, expAvgOut, expAvgSqInDesc, expAvgSqIn, expAvgSqOutDesc, expAvgSqOut, stateStepInDesc, stateStepIn, stateStepOutDesc, stateStepOut, state_step, lr, beta1, beta2, weight_decay, eps, step_size, correct_bias, gradScaleDesc, gradScale, foundInfDesc, foundInf)
@@ -11295,6 +10882,7 @@ def miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc
         raise _lib.status_error(status, 'miopenTransformersAdamWWithOutput')
 
 _miopenGetGetitemWorkspaceSize = _lazy('miopenGetGetitemWorkspaceSize', (miopenHandle_t, c_uint32, c_void_p, c_void_p,), c_int)
+_values_miopenGetGetitemWorkspaceSize = (b'I', (None,), _pack_I)
 
 
 def miopenGetGetitemWorkspaceSize(handle, indexCount, indexDescs, sizeInBytes):
@@ -11319,11 +10907,7 @@ def miopenGetGetitemWorkspaceSize(handle, indexCount, indexDescs, sizeInBytes):
     @param [in]   indexDescs              Tensor descriptor of input tensor indexs
     @param [out]  sizeInBytes             Pointer to data to return the minimum workspace size
     @return                        miopenStatus_t"""
-    try:
-        _ok = _pack_I(indexCount)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetGetitemWorkspaceSize, indexCount):
         _check_values('miopenGetGetitemWorkspaceSize', ('handle', 'indexCount', 'indexDescs', 'sizeInBytes'), ((1, indexCount, 'I', None),))
     try:
         indexDescs = _arr_miopenTensorDescriptor_t_c(indexDescs, indexCount, 2)
@@ -11335,6 +10919,7 @@ def miopenGetGetitemWorkspaceSize(handle, indexCount, indexDescs, sizeInBytes):
         raise _lib.status_error(status, 'miopenGetGetitemWorkspaceSize')
 
 _miopenGetitemBackward = _lazy('miopenGetitemBackward', (miopenHandle_t, DevicePointer, c_size_t, miopenTensorDescriptor_t, DevicePointer, c_uint32, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint32, c_void_p, c_uint32, c_void_p, c_uint32,), c_int)
+_values_miopenGetitemBackward = (b'NIIII', (None, None, None, None, None,), _pack_NIIII)
 
 
 def miopenGetitemBackward(handle, workspace, workspaceSizeInBytes, dyDesc, dy, indexCount, indexDescs, indexs, dxDesc, dx, errorDesc, error, dimCount, dims, sliceCount, slices, offset):
@@ -11378,11 +10963,7 @@ def miopenGetitemBackward(handle, workspace, workspaceSizeInBytes, dyDesc, dy, i
     @param [in]   slices                  Slices
     @param [in]   offset                  Offset of output tensor dx
     @return                               miopenStatus_t"""
-    try:
-        _ok = _pack_NIIII(workspaceSizeInBytes, indexCount, dimCount, sliceCount, offset)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetitemBackward, workspaceSizeInBytes, indexCount, dimCount, sliceCount, offset):
         _check_values('miopenGetitemBackward', ('handle', 'workspace', 'workspaceSizeInBytes', 'dyDesc', 'dy', 'indexCount', 'indexDescs', 'indexs', 'dxDesc', 'dx', 'errorDesc', 'error', 'dimCount', 'dims', 'sliceCount', 'slices', 'offset'), ((2, workspaceSizeInBytes, 'N', None), (5, indexCount, 'I', None), (12, dimCount, 'I', None), (14, sliceCount, 'I', None), (16, offset, 'I', None),))
     try:
         indexDescs = _arr_miopenTensorDescriptor_t_c(indexDescs, indexCount, 6)
@@ -11470,6 +11051,7 @@ def miopenRoPEBackward(handle, dyDesc, dy, cosDesc, cos, sinDesc, sin, dxDesc, d
         raise _lib.status_error(status, 'miopenRoPEBackward')
 
 _miopenKthvalueForward = _lazy('miopenKthvalueForward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_size_t, c_int32, c_bool,), c_int)
+_values_miopenKthvalueForward = (b'Ni', (None, None,), _pack_Ni)
 
 
 def miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesDesc, indices, k, dim, keepDim):
@@ -11498,11 +11080,7 @@ def miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesD
     @param keepDim                  Whether the output tensor has dim retained or not (Default =
     false)(input)
     @return                         miopenStatus_t"""
-    try:
-        _ok = _pack_Ni(k, dim)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenKthvalueForward, k, dim):
         _check_values('miopenKthvalueForward', ('handle', 'inputDesc', 'input', 'outputDesc', 'output', 'indicesDesc', 'indices', 'k', 'dim', 'keepDim'), ((7, k, 'N', None), (8, dim, 'i', None),))
     try:
         status = _miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesDesc, indices, k, dim, keepDim)
@@ -11540,6 +11118,7 @@ def miopenGetPReLUBackwardWorkspaceSize(handle, inputDesc, weightDesc, sizeInByt
         raise _lib.status_error(status, 'miopenGetPReLUBackwardWorkspaceSize')
 
 _miopenPReLUBackward = _lazy('miopenPReLUBackward', (miopenHandle_t, DevicePointer, c_size_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
+_values_miopenPReLUBackward = (b'N', (None,), _pack_N)
 
 
 def miopenPReLUBackward(handle, workspace, workspaceSizeInBytes, inputDesc, input, weightDesc, weight, doutputDesc, doutput, dinputDesc, dinput, dweightDesc, dweight):
@@ -11573,11 +11152,7 @@ def miopenPReLUBackward(handle, workspace, workspaceSizeInBytes, inputDesc, inpu
     @param dinput                   Gradient of input (output)
     @param dweightDesc              Tensor descriptor for weight gradient (input)
     @param dweight                  Gradient of weight (output)"""
-    try:
-        _ok = _pack_N(workspaceSizeInBytes)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenPReLUBackward, workspaceSizeInBytes):
         _check_values('miopenPReLUBackward', ('handle', 'workspace', 'workspaceSizeInBytes', 'inputDesc', 'input', 'weightDesc', 'weight', 'doutputDesc', 'doutput', 'dinputDesc', 'dinput', 'dweightDesc', 'dweight'), ((2, workspaceSizeInBytes, 'N', None),))
     try:
         status = _miopenPReLUBackward(handle, workspace, workspaceSizeInBytes, inputDesc, input, weightDesc, weight, doutputDesc, doutput, dinputDesc, dinput, dweightDesc, dweight)
@@ -11587,6 +11162,7 @@ def miopenPReLUBackward(handle, workspace, workspaceSizeInBytes, inputDesc, inpu
         raise _lib.status_error(status, 'miopenPReLUBackward')
 
 _miopenGetSoftMarginLossForwardWorkspaceSize = _lazy('miopenGetSoftMarginLossForwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_int, c_void_p,), c_int)
+_values_miopenGetSoftMarginLossForwardWorkspaceSize = (b'i', (miopenLossReductionMode_t,), _pack_i)
 
 
 def miopenGetSoftMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, outputDesc, reduction, sizeInBytes):
@@ -11610,11 +11186,7 @@ def miopenGetSoftMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, o
     use this function
     @param [out] sizeInBytes         Pointer to data to return the minimum workspace size
     @return                          miopenStatus_t"""
-    try:
-        _ok = _pack_i(reduction) and (type(reduction) is int or type(reduction) is miopenLossReductionMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetSoftMarginLossForwardWorkspaceSize, reduction):
         _check_values('miopenGetSoftMarginLossForwardWorkspaceSize', ('handle', 'inputDesc', 'targetDesc', 'outputDesc', 'reduction', 'sizeInBytes'), ((4, reduction, 'i', miopenLossReductionMode_t),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
@@ -11625,6 +11197,7 @@ def miopenGetSoftMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, o
         raise _lib.status_error(status, 'miopenGetSoftMarginLossForwardWorkspaceSize')
 
 _miopenSoftMarginLossForward = _lazy('miopenSoftMarginLossForward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_int, DevicePointer, c_size_t,), c_int)
+_values_miopenSoftMarginLossForward = (b'iN', (miopenLossReductionMode_t, None,), _pack_iN)
 
 
 def miopenSoftMarginLossForward(handle, inputDesc, input, targetDesc, target, outputDesc, output, reduction, workspace, workspaceSizeInBytes):
@@ -11656,11 +11229,7 @@ def miopenSoftMarginLossForward(handle, inputDesc, input, targetDesc, target, ou
     @param [in]  workspace               Address of the allocated workspace data (Default = null)
     @param [in]  workspaceSizeInBytes    Size in bytes of the allocated workspace data (Default = 0)
     @return                              miopenStatus_t"""
-    try:
-        _ok = _pack_iN(reduction, workspaceSizeInBytes) and (type(reduction) is int or type(reduction) is miopenLossReductionMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSoftMarginLossForward, reduction, workspaceSizeInBytes):
         _check_values('miopenSoftMarginLossForward', ('handle', 'inputDesc', 'input', 'targetDesc', 'target', 'outputDesc', 'output', 'reduction', 'workspace', 'workspaceSizeInBytes'), ((7, reduction, 'i', miopenLossReductionMode_t), (9, workspaceSizeInBytes, 'N', None),))
     try:
         status = _miopenSoftMarginLossForward(handle, inputDesc, input, targetDesc, target, outputDesc, output, reduction, workspace, workspaceSizeInBytes)
@@ -11670,6 +11239,7 @@ def miopenSoftMarginLossForward(handle, inputDesc, input, targetDesc, target, ou
         raise _lib.status_error(status, 'miopenSoftMarginLossForward')
 
 _miopenSoftMarginLossBackward = _lazy('miopenSoftMarginLossBackward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_int,), c_int)
+_values_miopenSoftMarginLossBackward = (b'i', (miopenLossReductionMode_t,), _pack_i)
 
 
 def miopenSoftMarginLossBackward(handle, inputDesc, input, targetDesc, target, doutputDesc, doutput, dinputDesc, dinput, reduction):
@@ -11698,11 +11268,7 @@ def miopenSoftMarginLossBackward(handle, inputDesc, input, targetDesc, target, d
     @param [out] dinput                  Input gradient
     @param [in]  reduction               Reduction mode (none, sum, mean)
     @return                              miopenStatus_t"""
-    try:
-        _ok = _pack_i(reduction) and (type(reduction) is int or type(reduction) is miopenLossReductionMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenSoftMarginLossBackward, reduction):
         _check_values('miopenSoftMarginLossBackward', ('handle', 'inputDesc', 'input', 'targetDesc', 'target', 'doutputDesc', 'doutput', 'dinputDesc', 'dinput', 'reduction'), ((9, reduction, 'i', miopenLossReductionMode_t),))
     try:
         status = _miopenSoftMarginLossBackward(handle, inputDesc, input, targetDesc, target, doutputDesc, doutput, dinputDesc, dinput, reduction)
@@ -11712,6 +11278,7 @@ def miopenSoftMarginLossBackward(handle, inputDesc, input, targetDesc, target, d
         raise _lib.status_error(status, 'miopenSoftMarginLossBackward')
 
 _miopenGetMultiMarginLossForwardWorkspaceSize = _lazy('miopenGetMultiMarginLossForwardWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, miopenTensorDescriptor_t, c_long, c_float, c_int, c_void_p,), c_int)
+_values_miopenGetMultiMarginLossForwardWorkspaceSize = (b'qi', (None, miopenLossReductionMode_t,), _pack_qi)
 
 
 def miopenGetMultiMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, weightDesc, outputDesc, p, margin, reduction, sizeInBytes):
@@ -11741,11 +11308,7 @@ def miopenGetMultiMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, 
     @param [in]  reduction           Reduction mode (sum, mean)
     @param [out] sizeInBytes         Pointer to data to return the minimum workspace size
     @return                          miopenStatus_t"""
-    try:
-        _ok = _pack_qi(p, reduction) and (type(reduction) is int or type(reduction) is miopenLossReductionMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenGetMultiMarginLossForwardWorkspaceSize, p, reduction):
         _check_values('miopenGetMultiMarginLossForwardWorkspaceSize', ('handle', 'inputDesc', 'targetDesc', 'weightDesc', 'outputDesc', 'p', 'margin', 'reduction', 'sizeInBytes'), ((5, p, 'q', None), (7, reduction, 'i', miopenLossReductionMode_t),))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 8)
@@ -11756,6 +11319,7 @@ def miopenGetMultiMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, 
         raise _lib.status_error(status, 'miopenGetMultiMarginLossForwardWorkspaceSize')
 
 _miopenMultiMarginLossForward = _lazy('miopenMultiMarginLossForward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_long, c_float, c_int, DevicePointer, c_size_t,), c_int)
+_values_miopenMultiMarginLossForward = (b'qiN', (None, miopenLossReductionMode_t, None,), _pack_qiN)
 
 
 def miopenMultiMarginLossForward(handle, inputDesc, input, targetDesc, target, weightDesc, weight, outputDesc, output, p, margin, reduction, workspace, workspaceSizeInBytes):
@@ -11799,11 +11363,7 @@ def miopenMultiMarginLossForward(handle, inputDesc, input, targetDesc, target, w
     @param [in]  workspaceSizeInBytes    Size in bytes of the allocated workspace data. Set = 0 if
     reduction = 'none
     @return                              miopenStatus_t"""
-    try:
-        _ok = _pack_qiN(p, reduction, workspaceSizeInBytes) and (type(reduction) is int or type(reduction) is miopenLossReductionMode_t)
-    except _StructError:
-        _ok = False
-    if not _ok:
+    if not _values_ok(_values_miopenMultiMarginLossForward, p, reduction, workspaceSizeInBytes):
         _check_values('miopenMultiMarginLossForward', ('handle', 'inputDesc', 'input', 'targetDesc', 'target', 'weightDesc', 'weight', 'outputDesc', 'output', 'p', 'margin', 'reduction', 'workspace', 'workspaceSizeInBytes'), ((9, p, 'q', None), (11, reduction, 'i', miopenLossReductionMode_t), (13, workspaceSizeInBytes, 'N', None),))
     try:
         status = _miopenMultiMarginLossForward(handle, inputDesc, input, targetDesc, target, weightDesc, weight, outputDesc, output, p, margin, reduction, workspace, workspaceSizeInBytes)

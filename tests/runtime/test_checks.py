@@ -205,3 +205,28 @@ def test_the_compiled_check_refuses_a_spec_that_does_not_match():
     for spec in ((b"ii", (None,)), ("ii", (None, None)), (b"i", (None,)), ()):
         with pytest.raises(TypeError, match="spec"):
             values_ok(spec, 1, 2)
+
+
+def test_generated_wrappers_check_alike_without_the_compiled_module():
+    """Where dnnbind.runtime._values was not built, the wrappers take the struct-pack check: a good call
+    passes, an out-of-range integer and another enum's member are refused, naming the parameter."""
+    from childproc import run_python
+    result = run_python("""
+        import sys
+        sys.modules["dnnbind.runtime._values"] = None         # as if the extension had not been built
+        from dnnbind.runtime import DnnArgumentError, DnnRangeError, checks
+        from dnnbind.gen import cudnn
+        assert not checks.VALUES_OK_COMPILED
+        spec = cudnn._values_cudnnSetTensor4dDescriptor
+        assert checks.values_ok(spec, cudnn.CUDNN_TENSOR_NCHW, cudnn.CUDNN_DATA_FLOAT, 1, 2, 3, 4)
+        for bad, error, param in (((0, 0, 2**31, 1, 1, 1), DnnRangeError, "'n'"),
+                                  ((cudnn.CUDNN_DATA_FLOAT, 0, 1, 1, 1, 1), DnnArgumentError, "'format'")):
+            assert not checks.values_ok(spec, *bad)
+            try:
+                cudnn.cudnnSetTensor4dDescriptor(None, *bad)
+            except error as exc:
+                assert param in str(exc), exc
+            else:
+                raise SystemExit("not refused")
+        """)
+    assert result.returncode == 0, result.stderr

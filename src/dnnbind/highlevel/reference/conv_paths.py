@@ -119,9 +119,21 @@ def _channel_major(a: np.ndarray, groups: int) -> np.ndarray:
     return np.ascontiguousarray(a.reshape(n, c, -1).swapaxes(0, 1)).reshape(groups, c // groups, -1)
 
 
-def _sample_major(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """:func:`_channel_major`'s layout (channels, samples * outputs) back as ``shape`` (samples, channels, *out)."""
-    return np.ascontiguousarray(a.reshape((shape[1], shape[0]) + shape[2:]).swapaxes(0, 1))
+def _side_by_side_product(w: np.ndarray, a: np.ndarray, shape: tuple[int, ...], threaded: bool) -> np.ndarray:
+    """``w`` (groups, rows, channels / groups) times every sample of ``a`` (samples, channels, *out) in one
+    product per group, the samples side by side (:func:`_channel_major`): the result as ``shape``
+    (samples, groups * rows, *out)."""
+    g, rows = w.shape[:2]
+    out = np.empty((g, rows, math.prod(a.shape) // a.shape[1]), a.dtype)
+    _product(w, _channel_major(a, g), out, threaded)
+    return np.ascontiguousarray(out.reshape((shape[1], shape[0]) + shape[2:]).swapaxes(0, 1))
+
+
+def _small_planes_side_by_side(dims: ConvDims) -> bool:
+    """Whether a problem's products put its samples side by side (one product over all of them): several
+    samples of at most :data:`SIDE_BY_SIDE_MAX_PLANE` outputs each, where dnnbind's own product runs."""
+    return (dims.batch > 1 and math.prod(dims.out_size) <= SIDE_BY_SIDE_MAX_PLANE
+            and native.packed_gemm_preferred(_compute_dtype(dims)))
 
 
 def _sampled(x: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -131,8 +143,9 @@ def _sampled(x: np.ndarray, dims: ConvDims) -> np.ndarray:
     return np.ascontiguousarray(x[offset_index(dims, (0,) * dims.spatial_rank)])
 
 
-#: Pointwise puts the samples side by side (one product per group over all of them) on planes of at
-#: most this many outputs, where dnnbind's own product runs its products. Measured (ms, 2-core EPYC,
+#: Pointwise, and the filter gradients Direct leaves to the products (:func:`filter_grad_path`), put the
+#: samples side by side (one product per group over all of them) on planes of at most this many outputs,
+#: where dnnbind's own product runs its products (:func:`_small_planes_side_by_side`). Measured for 1x1 (ms, 2-core EPYC,
 #: batch 8, forward / data gradient / filter gradient, side by side against per sample): 256 -> 512
 #: at 7x7 0.35/0.53/0.39 against 0.57/0.59/0.51; 128 -> 256 at 14x14 0.37/0.56/0.47 against
 #: 0.50/0.53/0.52; 64 -> 128 at 28x28 mixed (0.43-0.76 against 0.59-0.84 forward, noisy).
@@ -181,12 +194,11 @@ class Pointwise:
 
     @staticmethod
     def _side_by_side(dims: ConvDims) -> bool:
-        """Whether each group's product covers every sample at once (the samples side by side, through
-        channel-major copies) instead of one product per sample: with dnnbind's own product on planes of
-        at most :data:`SIDE_BY_SIDE_MAX_PLANE` outputs, whose per-sample products would pack the filter
-        again for every few columns."""
+        """Whether each group's product covers every sample at once (:func:`_small_planes_side_by_side`,
+        through channel-major copies) instead of one product per sample, whose products would pack the
+        filter again for every few columns."""
         n, g, cg, kg, p = Pointwise._sizes(dims)
-        return n > 1 and p <= SIDE_BY_SIDE_MAX_PLANE and native.packed_gemm_pays(_compute_dtype(dims), kg, cg, n * p)
+        return _small_planes_side_by_side(dims) and native.packed_gemm_pays(_compute_dtype(dims), kg, cg, n * p)
 
     @staticmethod
     def sample(x: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -204,12 +216,10 @@ class Pointwise:
     def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool, sampled: bool = False) -> np.ndarray:
         """y; ``sampled``: x is already :meth:`sample`'s result."""
         n, g, cg, kg, p = Pointwise._sizes(dims)
-        y = np.empty(dims.y_shape, x.dtype)
         xs = np.ascontiguousarray(x) if sampled else _sampled(x, dims)
         if Pointwise._side_by_side(dims):
-            yc = np.empty((g, kg, n * p), x.dtype)
-            _product(w.reshape(g, kg, cg), _channel_major(xs, g), yc, threaded)
-            return _sample_major(yc, dims.y_shape)
+            return _side_by_side_product(w.reshape(g, kg, cg), xs, dims.y_shape, threaded)
+        y = np.empty(dims.y_shape, x.dtype)
         xs, yv, wg = xs.reshape(n, g, cg, p), y.reshape(n, g, kg, p), w.reshape(g, kg, cg)
 
         inner = Pointwise._inner_threads(dims, threaded)
@@ -225,9 +235,7 @@ class Pointwise:
         n, g, cg, kg, p = Pointwise._sizes(dims)
         wt = w.reshape(g, kg, cg).swapaxes(-1, -2)
         if Pointwise._side_by_side(dims):
-            dxc = np.empty((g, cg, n * p), dy.dtype)
-            _product(wt, _channel_major(dy, g), dxc, threaded)
-            dxs = _sample_major(dxc, (n, dims.in_channels) + dims.out_size)
+            dxs = _side_by_side_product(wt, dy, (n, dims.in_channels) + dims.out_size, threaded)
         else:
             dxs = np.empty((n, g, cg, p), dy.dtype)
             dyg = dy.reshape(n, g, kg, p)
@@ -765,10 +773,7 @@ def filter_grad_path(dims: ConvDims) -> Path | None:
     2-core EPYC, batch 8, 3x3, Folded against the BLAS path): 256 channels at 14x14 5.8 against Shifted's
     7.4; 128 -> 256 at stride 2 to 14x14 2.8-3.1 against im2col's 3.1-3.5; 128 at 28x28 (784 outputs)
     7.2-7.6 against 7.1-7.2."""
-    if (dims.batch > 1 and math.prod(dims.out_size) <= SIDE_BY_SIDE_MAX_PLANE
-            and native.packed_gemm_preferred(_compute_dtype(dims))):
-        return Folded
-    return blas_path(dims)
+    return Folded if _small_planes_side_by_side(dims) else blas_path(dims)
 
 
 @functools.lru_cache(maxsize=256)

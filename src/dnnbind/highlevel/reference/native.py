@@ -826,9 +826,10 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     split over the pool when large and the cores are free (:func:`_cores_to_spare`). Else, where numpy's
     BLAS is held to one thread (:func:`_threads.one_blas_thread`: every dnnbind.torch op on the CPU) and
     the product is large, its rows are split over the kernels' pool (torch's OpenMP team once
-    dnnbind.torch is imported), each range one single-threaded call of numpy's OpenBLAS: the same sums, on every core (measured: a 2-layer LSTM's training step through
-    dnnbind.torch, 15.4 -> 12.2 ms on 2 cores; torch's own layers 8.0). Not beside torch's threads without
-    their team (the kernels' own workers would fight them). Else np.matmul."""
+    dnnbind.torch is imported), each range one single-threaded call of numpy's OpenBLAS: the same sums,
+    on every core (measured: a 2-layer LSTM's training step through dnnbind.torch, 15.4 -> 12.2 ms on 2
+    cores; torch's own layers 8.0). Not beside torch's threads without their team (the kernels' own
+    workers would fight them). Else np.matmul."""
     if (a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype and a.shape[1] == b.shape[0]
             and packed_gemm_pays(a.dtype, a.shape[0], a.shape[1], b.shape[1])):
         c = np.empty((a.shape[0], b.shape[1]), a.dtype)

@@ -147,8 +147,8 @@ def null_compiled_step(torch: Any, like: Any, x: Any) -> Callable[[], None]:
     """What torch.compile's machinery alone costs a step of :func:`torch_fwd_bwd` on a model like
     ``like``: a compiled module with ``like``'s parameters whose forward is one custom op pair that
     does nothing (copies x, returns empty residuals and zero gradients), saving as many residuals as
-    ``like``'s dnnbind::sequence op does. A lower bound: run beside real kernels, which leave the
-    caches cold, the same machinery costs more."""
+    ``like``'s dnnbind::sequence op does. Its kernels leave the caches as they found them; see
+    :func:`cold_null_compiled_step` for the machinery beside kernels that stream memory."""
     op = _null_op(torch)
     params = [torch.nn.Parameter(p.detach().clone()) for p in like.parameters()]
 
@@ -163,6 +163,39 @@ def null_compiled_step(torch: Any, like: Any, x: Any) -> Callable[[], None]:
     return torch_fwd_bwd(torch, torch.compile(Null(), fullgraph=True), x)
 
 
+def cold_null_compiled_step(torch: Any, like: Any, x: Any, nbytes: int) -> tuple[Callable[[], None],
+                                                                                  Callable[[], None]]:
+    """(a step of :func:`null_compiled_step` whose two kernels each write ``nbytes`` of memory, as the
+    real kernels stream their activations through the caches; the two writes alone). Their difference
+    is torch.compile's machinery on the caches the real kernels leave: the share of a compiled step that
+    no work inside the custom ops can win back."""
+    import numpy as np
+    buffer = np.zeros(max(1, nbytes // 4), np.float32)
+
+    def writes() -> None:
+        buffer.fill(1.0)
+        buffer.fill(2.0)
+
+    step = null_compiled_step(torch, like, x)
+
+    def run() -> None:
+        _TOUCHED[:] = [buffer]
+        try:
+            step()
+        finally:
+            _TOUCHED.clear()
+    return run, writes
+
+
+#: the buffer the null op's kernels write while :func:`cold_null_compiled_step` runs (else none)
+_TOUCHED: list[Any] = []
+
+
+def _touch() -> None:
+    for buffer in _TOUCHED:
+        buffer.fill(1.0)
+
+
 #: residuals the null op saves: as many as the small CNN's dnnbind::sequence op
 NULL_RESIDUALS = 12
 
@@ -173,12 +206,14 @@ def _null_op(torch: Any) -> Any:
     if found is not None:
         return found
     def forward(x: Any, params: list) -> tuple:
+        _touch()
         return x.clone(), [x.new_empty(0) for _ in range(NULL_RESIDUALS)]
 
     def fake_forward(x: Any, params: list) -> tuple:
         return x.new_empty(x.shape), [x.new_empty(0) for _ in range(NULL_RESIDUALS)]
 
     def backward_kernel(residuals: list, d: Any, params: list) -> list:
+        _touch()
         return [d.clone()] + [torch.zeros_like(p) for p in params]
 
     def fake_backward(residuals: list, d: Any, params: list) -> list:

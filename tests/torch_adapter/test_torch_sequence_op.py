@@ -141,3 +141,20 @@ def test_a_batch_norm_called_twice_in_a_run_reads_its_own_update():
     torch.testing.assert_close(ours.running_mean, theirs.running_mean)
     torch.testing.assert_close(ours.running_var, theirs.running_var)
     assert int(ours.num_batches_tracked) == int(theirs.num_batches_tracked) == 4
+
+
+def test_a_seeded_dropout_step_takes_each_calls_seed():
+    """A run's chain is remembered per call signature, but a dropout step's seed is a value, not a
+    shape: each call must use its own (as the single dropout op does)."""
+    from dnnbind.torch import functional as F
+    from dnnbind.torch.fused import Fusion
+    x = torch.randn(4, 64, dtype=torch.float64)
+    relu = Fusion("activation", (), F.activation_arguments("relu", None))
+    results = []
+    for seed in (1, 2, 1):
+        seed_tensor = torch.tensor(seed, dtype=torch.int64)
+        args = sequence_op.arguments([relu, Fusion("dropout", (seed_tensor,), {"p": 0.5})], "cpu")
+        outputs, _ = torch.ops.dnnbind.sequence(x, *args)
+        torch.testing.assert_close(outputs[0], F.dropout(torch.relu(x), 0.5, seed=seed), rtol=0, atol=0)
+        results.append(outputs[0])
+    assert not torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])

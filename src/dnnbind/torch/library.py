@@ -247,21 +247,14 @@ def forward_arrays(sig: _Signature, x: Any, others: Sequence[Tensor]) -> tuple[A
     """(the backend's results, batch norm's updated running statistics as new tensors, its residuals) of
     the op of ``sig`` on the array ``x`` and the tensors ``others``. Batch norm updates copies of the
     running statistics: the op mutates none of its inputs."""
-    arrays, statistics = forward_inputs(sig, others)
+    arrays = _map(to_array, sig.tensors(None, others)[1:])
+    statistics: list[Any] = []
+    if sig.op == "batchnorm":                    # (FORMS: x, gamma, beta, running_mean, running_var)
+        arrays[2:4] = [None if a is None else a.copy() for a in arrays[2:4]]
+        statistics = [a for a in arrays[2:4] if a is not None]
     with device_scope(sig.blas_scope) if sig.blas_scope is not None else _NOTHING:
         result, residuals = sig.forward(x, *arrays, *sig.static)
-    return result, statistics, residuals
-
-
-def forward_inputs(sig: _Signature, others: Sequence[Tensor]) -> tuple[list[Any], list[Tensor]]:
-    """(the FORMS arrays after x of a call of ``sig``'s op on ``others``, None where not given; batch
-    norm's copies of the running statistics, which the call updates, as tensors)."""
-    tensors = sig.tensors(None, others)
-    statistics: list[Tensor] = []
-    if sig.op == "batchnorm":
-        tensors[3:5] = [None if t is None else t.clone() for t in tensors[3:5]]
-        statistics = [t for t in tensors[3:5] if t is not None]
-    return _map(to_array, tensors[1:]), statistics
+    return result, [to_tensor(a) for a in statistics], residuals
 
 
 _NOTHING = contextlib.nullcontext()
@@ -328,8 +321,9 @@ class _Signature:
             self.positions = (0, *[next(counter) if s else None for s in slots])
         self.gradients = _gradient_paths(op, slots)
 
-    def tensors(self, x: Any, others: Sequence[Tensor]) -> list[Any]:
-        """x and others in FORMS order (None where not given; dropout's seed tensor left out)."""
+    def tensors(self, x: Any, others: Sequence[Any]) -> list[Any]:
+        """x and others in FORMS order (None where not given; dropout's seed tensor left out): the
+        tensors, or whatever stands for them (their indices)."""
         if self.positions is None:
             return _forms_arrays(self.op, x, others, self.p["slots"])[0]
         inputs = (x, *others)

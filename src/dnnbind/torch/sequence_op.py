@@ -80,64 +80,72 @@ def _steps(params: str) -> tuple[tuple, ...]:
 def _chain(x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
     """The real kernel: each step's backend forward on the array the step before returned. Nothing in
     between becomes a tensor: the tensors become arrays before the first call and the residuals tensors
-    after the last (see dnnbind.torch.fused: torch's code between two kernels runs on cold caches)."""
-    chain = _signatures(x, others, params, reals)
-    residuals: list[Any] = []
+    after the last (see dnnbind.torch.fused: torch's code between two kernels runs on cold caches).
+    Batch norm steps update copies of their running statistics (the op mutates none of its inputs); a
+    step given a statistic an earlier step of the run updated (one layer called twice) reads that
+    step's copy, as the layers' own calls do."""
+    chain = _Chain.of(x, others, params, reals)
     with library.off_cpu_scope(x.device), saving_residuals(True):
-        inputs = [library.forward_inputs(sig, others[o:o + n_others]) for sig, o, n_others in chain]
-        carried = _carried_statistics(chain, others, inputs)
+        arrays = [to_array(t) for t in others]
+        copies: dict[int, Any] = {}             # a running statistic's tensor (id) -> its latest copy
+        statistics: list[Any] = []
+        residuals: list[Any] = []
         h = to_array(x)
-        with library.once_scope([sig.blas_scope for sig, _, _ in chain]):
-            for (sig, _, _), (arrays, _), pairs in zip(chain, inputs, carried):
-                for mine, updated in pairs:
-                    mine[...] = updated
-                result, saved = sig.forward(h, *arrays, *sig.static)
+        with library.once_scope(chain.scopes):
+            for sig, places, updated in chain.steps:
+                given = ([None if i is None else arrays[i] for i in places] if type(places) is tuple
+                         else library._map(arrays.__getitem__, places))
+                for slot in updated:
+                    i = places[slot]
+                    key = id(others[i])
+                    given[slot] = copies[key] = copies.get(key, arrays[i]).copy()
+                    statistics.append(given[slot])
+                result, saved = sig.forward(h, *given, *sig.static)
                 h = result[0] if type(result) is tuple else result
                 residuals += saved
-        statistics = [t for _, step_statistics in inputs for t in step_statistics]
-        return [to_tensor(h), *statistics], [to_tensor(r) for r in residuals]
+        return [to_tensor(h), *[to_tensor(s) for s in statistics]], [to_tensor(r) for r in residuals]
 
 
-def _carried_statistics(chain: list[tuple], others: Sequence[Tensor],
-                        inputs: list[tuple[list[Any], list[Tensor]]]) -> list[list[tuple[Any, Any]]]:
-    """Per step, (its copy of a running statistic, the copy an earlier step updates) for each running
-    statistic an earlier batch norm step of the run is given too (one layer called twice): it reads
-    that step's update, as the layers' own calls do."""
-    latest: dict[int, Any] = {}
-    out = []
-    for (sig, o, n_others), (arrays, _) in zip(chain, inputs):
-        pairs = []
-        if sig.op == "batchnorm":
-            for t, a in zip(sig.tensors(None, others[o:o + n_others])[3:5], arrays[2:4]):
-                if t is not None:
-                    if id(t) in latest:
-                        pairs.append((a, latest[id(t)]))
-                    latest[id(t)] = a
-        out.append(pairs)
-    return out
+class _Chain:
+    """What every forward call of a run with the same params, reals and tensor shapes repeats, worked out
+    once (a compiled graph repeats the call every step): per step its library._Signature, where its
+    arrays are among ``others`` (FORMS order after x, None where not given; nested for rnn's weights)
+    and which of those are running statistics it updates; the scopes of the backend calls.
+    Remembered per call signature, like the single ops' (bounded the same way); a chain with a step
+    whose signature is not remembered (dropout with a seed) is not either."""
+
+    __slots__ = ("steps", "scopes")
+
+    def __init__(self, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> None:
+        self.steps: list[tuple[library._Signature, Any, tuple[int, ...]]] = []
+        h: Any = x
+        for op, step_params, n_others, n_reals, o, r in _steps(params):
+            step_others, step_reals = others[o:o + n_others], [float(v) for v in reals[r:r + n_reals]]
+            sig = library._signature(op, h, step_others, step_params, step_reals)
+            # the step's FORMS arrays after x as indices into others (its own others numbered from o)
+            places = sig.tensors(None, list(range(o, o + n_others)))[1:]
+            flat = not any(isinstance(p, list) for p in places)
+            updated = tuple(s for s in (2, 3) if places[s] is not None) if op == "batchnorm" else ()
+            self.steps.append((sig, tuple(places) if flat else places, updated))
+            shapes = library.result_specs(op, h, step_others, step_params, step_reals)[0]
+            h = SimpleNamespace(shape=tuple(shapes[0]), dtype=x.dtype, device=x.device)
+        self.scopes = [sig.blas_scope for sig, _, _ in self.steps]
+
+    @staticmethod
+    def of(x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> _Chain:
+        key = library.call_key("sequence", x, others, params, reals)
+        found = _CHAINS.get(key)
+        if found is not None:
+            return found
+        chain = _Chain(x, others, params, reals)
+        if all(sig.cached for sig, _, _ in chain.steps):
+            if len(_CHAINS) >= library._SIGNATURES_MAX:
+                _CHAINS.clear()
+            _CHAINS[key] = chain
+        return chain
 
 
-def _signatures(x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> list[tuple]:
-    """Per step (its library._Signature, where its others start, how many): remembered per call
-    signature, like the single ops' (bounded the same way)."""
-    key = library.call_key("sequence", x, others, params, reals)
-    found = _CHAINS.get(key)
-    if found is not None:
-        return found
-    chain = []
-    h: Any = x
-    for op, step_params, n_others, n_reals, o, r in _steps(params):
-        step_others, step_reals = others[o:o + n_others], [float(v) for v in reals[r:r + n_reals]]
-        chain.append((library._signature(op, h, step_others, step_params, step_reals), o, n_others))
-        shapes = library.result_specs(op, h, step_others, step_params, step_reals)[0]
-        h = SimpleNamespace(shape=tuple(shapes[0]), dtype=x.dtype, device=x.device)
-    if len(_CHAINS) >= library._SIGNATURES_MAX:
-        _CHAINS.clear()
-    _CHAINS[key] = chain
-    return chain
-
-
-_CHAINS: dict[tuple, list[tuple]] = {}
+_CHAINS: dict[tuple, _Chain] = {}
 
 
 def _fake_chain(x: Tensor, others: Sequence[Tensor], params: str,

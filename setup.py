@@ -11,8 +11,8 @@ CSRC = "src/dnnbind/highlevel/reference/csrc/"
 
 setup(ext_modules=[Extension(
     "dnnbind.highlevel.reference._kernels",
-    sources=[CSRC + name for name in ("isa.c", "depthwise.c", "channels.c", "pool.c", "conv.c", "recurrent.c", "parallel.c", "gemm.c", "pointwise.c", "softmax.c", "columns.c")],
-    depends=[CSRC + name for name in ("dispatch.h", "instantiate.h", "planes.h", "planes_typed.h", "depthwise_typed.h", "channels_typed.h", "pool_typed.h", "conv_typed.h", "vmath_typed.h", "recurrent_typed.h", "pointwise_typed.h", "softmax_typed.h", "cblas.h", "cblas_typed.h", "gemm_typed.h", "columns_typed.h")],
+    sources=[CSRC + name for name in ("isa.c", "depthwise.c", "channels.c", "pool.c", "conv.c", "recurrent.c", "parallel.c", "gemm.c", "pointwise.c", "softmax.c", "columns.c", "filters.c")],
+    depends=[CSRC + name for name in ("dispatch.h", "instantiate.h", "planes.h", "planes_typed.h", "depthwise_typed.h", "channels_typed.h", "pool_typed.h", "conv_typed.h", "vmath_typed.h", "recurrent_typed.h", "pointwise_typed.h", "softmax_typed.h", "cblas.h", "cblas_typed.h", "gemm_typed.h", "columns_typed.h", "filters_typed.h")],
     extra_compile_args=["-O3", "-std=c11", "-fvisibility=hidden", "-fno-math-errno", "-ffp-contract=fast",
                         "-fno-tree-loop-distribute-patterns", "-pthread"],
     extra_link_args=["-pthread"],

@@ -64,7 +64,9 @@ CASES = [
     ("folded 1-d strided", (3, 24, 15), (4, 24, 3), dict(stride=2), Folded),
     ("folded 3-d", (2, 8, 4, 5, 6), (3, 8, 2, 2, 3), dict(padding=(0, 1, 1), stride=(1, 2, 1)), Folded),
     ("folded asymmetric padding", (2, 12, 5, 7), (2, 12, 3, 2), dict(padding=((0, 2), (1, 0)), stride=(2, 1)), Folded),
-    ("one sample is not folded", (1, 32, 6, 7), (5, 32, 3, 3), dict(padding=1, stride=2), None),
+    ("one sample folds too", (1, 32, 6, 7), (5, 32, 3, 3), dict(padding=1, stride=2), Folded),
+    # stride 1, the filter outweighing the columns: the data gradient's product reads it transposed
+    ("one sample, filter outweighing its columns", (1, 16, 3, 3), (40, 16, 3, 3), dict(padding=1), Folded),
     # what Direct leaves to other paths or does itself: strided and dilated data gradients (col2im), the
     # filter gradient of a plane of DIRECT_FILTER_MIN_RUN outputs and more (in C)
     ("direct strided dilated", (2, 6, 13, 12), (4, 3, 3, 3), dict(stride=2, dilation=2, padding=1, groups=2), None),
@@ -375,11 +377,12 @@ def test_a_tiny_problem_is_left_to_blas():
 @pytest.mark.parametrize("packed", [False, True])
 def test_filter_gradients_left_to_the_products_go_side_by_side_with_the_own_product(monkeypatch, packed):
     """Where dnnbind's own product runs, a filter gradient of a small plane takes Folded's one product
-    over every sample; else (and on larger planes, or one sample) the BLAS path."""
+    over every sample (one sample too, at stride 1 as well); else (and on larger planes) the BLAS path."""
     from .conftest import use_packed_gemm
     use_packed_gemm(monkeypatch, packed)
-    small = ConvDims((8, 128, 28, 28), (256, 128, 3, 3), stride=2, padding=1)      # 14 x 14 outputs
-    assert conv_paths.filter_grad_path(small) is (Folded if packed else blas_path(small))
-    for other in (ConvDims((8, 128, 28, 28), (128, 128, 3, 3), padding=1),                  # 784 outputs
-                  ConvDims((1, 128, 28, 28), (256, 128, 3, 3), stride=2, padding=1)):     # one sample
-        assert conv_paths.filter_grad_path(other) is blas_path(other)
+    for small in (ConvDims((8, 128, 28, 28), (256, 128, 3, 3), stride=2, padding=1),       # 14 x 14 outputs
+                  ConvDims((1, 128, 28, 28), (256, 128, 3, 3), stride=2, padding=1),       # one sample
+                  ConvDims((1, 256, 14, 14), (256, 256, 3, 3), padding=1)):                # ... at stride 1
+        assert conv_paths.filter_grad_path(small) is (Folded if packed else blas_path(small))
+    other = ConvDims((8, 128, 28, 28), (128, 128, 3, 3), padding=1)                          # 784 outputs
+    assert conv_paths.filter_grad_path(other) is blas_path(other)

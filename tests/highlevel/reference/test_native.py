@@ -784,6 +784,37 @@ def test_folded_columns_refuse_what_does_not_fit():
         native.folded_columns(np.asfortranarray(x), cols, dims, 0, 2)
 
 
+def test_the_data_gradients_filter_from_c_equals_numpys_flipped_transpose(rng, isa, monkeypatch):
+    """The stride-1 data gradient's filter from C equals numpy's swapped, flipped view of the filter, to
+    the bit, for groups, kernel ranks 1 to 3 and group widths across the kernel's block of 16 input
+    channels, split over the pool and not."""
+    from dnnbind.highlevel.reference import conv_geometry
+    cases = [((5, 3, 4), 1), ((12, 2, 3, 3), 3), ((40, 37, 3, 3), 1), ((64, 17, 1, 2, 3), 2), ((4, 33, 2, 2), 4),
+             ((7, 1, 5), 7)]
+    for i, (shape, groups) in enumerate(cases):
+        for dtype in (np.float64, np.float32):
+            w = rng.standard_normal(shape).astype(dtype)
+            k, cg = shape[:2]
+            grouped = (groups, k // groups, cg) + shape[2:]
+            expected = np.flip(w.reshape(grouped).swapaxes(1, 2), tuple(range(3, len(grouped))))
+            monkeypatch.setattr(native, "POINTWISE_THREAD_MIN_ELEMENTS", 0 if i % 2 else w.size + 1)
+            got = native.filter_flip_transpose(w, groups)
+            assert got.shape == (groups * cg, k // groups) + shape[2:]
+            np.testing.assert_array_equal(got, expected.reshape(got.shape))
+            # and data_grad_problem gives the same filter with the kernels or without (numpy's view)
+            dims = ConvDims((1, groups * cg) + (6,) * (len(shape) - 2), shape, padding=1, groups=groups)
+            dy = rng.standard_normal(dims.y_shape).astype(dtype)
+            with_kernels = conv_geometry.data_grad_problem(dy, w, dims)[1]
+            np.testing.assert_array_equal(with_kernels, conv_geometry.data_grad_problem(dy, np.asfortranarray(w), dims)[1])
+
+
+def test_the_data_gradients_filter_refuses_what_does_not_fit():
+    with pytest.raises(ValueError, match="argument groups: 3 does not divide 4 output channels"):
+        native.filter_flip_transpose(np.zeros((4, 2, 3, 3), np.float32), 3)
+    with pytest.raises(ValueError, match=r"argument w: .*contiguous: False"):
+        native.filter_flip_transpose(np.asfortranarray(np.zeros((4, 2, 3, 3), np.float32)), 1)
+
+
 # -- dnnbind's own product -------------------------------------------------------------------------
 
 def _operand(rng, rows, cols, layout, dtype):

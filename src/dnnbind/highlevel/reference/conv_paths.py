@@ -129,11 +129,16 @@ def _side_by_side_product(w: np.ndarray, a: np.ndarray, shape: tuple[int, ...], 
     return np.ascontiguousarray(out.reshape((shape[1], shape[0]) + shape[2:]).swapaxes(0, 1))
 
 
+def _small_planes(dims: ConvDims) -> bool:
+    """Whether a problem's output planes have at most :data:`SIDE_BY_SIDE_MAX_PLANE` outputs, where
+    dnnbind's own product runs: one product over all its samples then beats one per sample."""
+    return math.prod(dims.out_size) <= SIDE_BY_SIDE_MAX_PLANE and native.packed_gemm_preferred(_compute_dtype(dims))
+
+
 def _small_planes_side_by_side(dims: ConvDims) -> bool:
     """Whether a problem's products put its samples side by side (one product over all of them): several
-    samples of at most :data:`SIDE_BY_SIDE_MAX_PLANE` outputs each, where dnnbind's own product runs."""
-    return (dims.batch > 1 and math.prod(dims.out_size) <= SIDE_BY_SIDE_MAX_PLANE
-            and native.packed_gemm_preferred(_compute_dtype(dims)))
+    samples of small planes (:func:`_small_planes`)."""
+    return dims.batch > 1 and _small_planes(dims)
 
 
 def _sampled(x: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -558,12 +563,15 @@ class Folded:
     """Small output planes: im2col into (groups, C/groups * prod(kernel), samples * outputs), the samples
     side by side, so that the forward, the filter gradient and the data gradient are each one product
     per group and block of samples. The output and dy pass through a transposed (channel-major) copy,
-    cheap next to products this deep."""
+    cheap next to products this deep. A single sample too: its one product per group, split over the
+    pool, beats Direct's register tiles on planes this small (batch 1, 3x3, ms, 2-core EPYC: 512
+    channels at 7x7, forward 1.0 against 1.5-1.7; 256 -> 512 at stride 2 to 7x7, forward + backward
+    1.8 against 3.2)."""
 
     @staticmethod
     def applies(dims: ConvDims) -> bool:
         depth = dims.in_channels // dims.groups * int(np.prod(dims.kernel_size))
-        return dims.batch > 1 and int(np.prod(dims.out_size)) <= FOLDED_MAX_OUTPUTS and depth >= FOLDED_MIN_DEPTH
+        return int(np.prod(dims.out_size)) <= FOLDED_MAX_OUTPUTS and depth >= FOLDED_MIN_DEPTH
 
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:
@@ -603,8 +611,19 @@ class Folded:
         return y
 
     @staticmethod
+    def _filter_outweighs_columns(dims: ConvDims) -> bool:
+        """Whether the products' columns (samples times outputs) number at most a quarter of a group's
+        output channels: the filter then outweighs the columns, and the data gradient reads it transposed
+        in its product rather than copying it into the data-gradient problem's filter (stride 1).
+        Measured (3x3, ms, 2-core EPYC, product and scatter against the forward convolution of dy):
+        batch 1, 512 channels at 7x7 1.27 against 1.67; 1024 at 7x7 5.9 against 12.3; but batch 8, 512
+        at 7x7 9.0 against 7.0, and batch 1, 256 at 14x14 1.5 against 1.0."""
+        return 4 * dims.batch * math.prod(dims.out_size) <= dims.out_channels // dims.groups
+
+    @staticmethod
     def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
-        if all(s == 1 for s in dims.stride):       # a forward convolution of dy (which may fold too)
+        if all(s == 1 for s in dims.stride) and not Folded._filter_outweighs_columns(dims):
+            # a forward convolution of dy (which may fold too)
             dy, w_back, back = data_grad_problem(dy, w, dims)
             path = special_path(back)
             return (path or Folded).forward(np.ascontiguousarray(dy), w_back, back, threaded)
@@ -772,8 +791,10 @@ def filter_grad_path(dims: ConvDims) -> Path | None:
     :data:`SIDE_BY_SIDE_MAX_PLANE` outputs where dnnbind's own product runs the products. Measured (ms,
     2-core EPYC, batch 8, 3x3, Folded against the BLAS path): 256 channels at 14x14 5.8 against Shifted's
     7.4; 128 -> 256 at stride 2 to 14x14 2.8-3.1 against im2col's 3.1-3.5; 128 at 28x28 (784 outputs)
-    7.2-7.6 against 7.1-7.2."""
-    return Folded if _small_planes_side_by_side(dims) else blas_path(dims)
+    7.2-7.6 against 7.1-7.2. Also for a single sample, whose one product the pool splits where the
+    BLAS path's per-offset products each run on one core: batch 1, 256 channels at 14x14 0.74 against
+    Shifted's 1.84."""
+    return Folded if _small_planes(dims) else blas_path(dims)
 
 
 @functools.lru_cache(maxsize=256)

@@ -139,6 +139,7 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "gemm_rows": ([ctypes.POINTER(GemmJob), _I, _I], False),
     "packed_gemm": ([ctypes.POINTER(PackedGemmJob), _I, _I], True),
     "folded_columns": ([_P, _P, _GEOMETRY, _I, _I, _I, _I], False),
+    "filter_flip_transpose": ([_P, _P, _I, _I, _I, _I, _I], False),
 }
 
 
@@ -802,6 +803,21 @@ def folded_columns(x: np.ndarray, cols: np.ndarray, dims: ConvDims, n0: int, n1:
     args = (_address(x, "x", dims.x_shape, dtype), _address(cols, "cols", folded_columns_shape(dims, n1 - n0), dtype),
             geometry(dims), n0, n1)
     _launch(_kernel("folded_columns", dtype), args, _parts(dims.in_channels, cols.size >= POINTWISE_THREAD_MIN_ELEMENTS))
+
+
+def filter_flip_transpose(w: np.ndarray, groups: int) -> np.ndarray:
+    """The filter of a stride-1 convolution's data gradient from C-contiguous ``w`` (K, C / groups,
+    *kernel): (C, K / groups, *kernel), its channel axes swapped within each group and its kernel flipped
+    (out[g * cg + c, k, t] = w[g * kg + k, c, taps - 1 - t], t the flat tap); rows split over the pool
+    from :data:`POINTWISE_THREAD_MIN_ELEMENTS` elements on."""
+    k, cg = w.shape[:2]
+    if groups < 1 or k % groups:
+        raise ValueError(f"native kernel argument groups: {groups} does not divide {k} output channels")
+    kg, taps = k // groups, math.prod(w.shape[2:])
+    out = np.empty((groups * cg, kg) + w.shape[2:], w.dtype)
+    args = (_address(w, "w", w.shape, w.dtype), _address(out, "out", out.shape, w.dtype), kg, cg, taps)
+    _launch(_kernel("filter_flip_transpose", w.dtype), args, _parts(groups * cg, w.size >= POINTWISE_THREAD_MIN_ELEMENTS))
+    return out
 
 
 # ------------------------------------------------------------------------------- products on the pool

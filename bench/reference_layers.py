@@ -28,10 +28,10 @@ GOAL_GEOMEAN = 1.25
 GOAL_WORST = 2.0
 
 
-def shapes(layer: tuple) -> tuple[tuple[int, ...], tuple[int, ...], dict]:
-    """x shape, w shape and conv keyword arguments of a layer."""
+def shapes(layer: tuple, batch: int = BATCH) -> tuple[tuple[int, ...], tuple[int, ...], dict]:
+    """x shape, w shape and conv keyword arguments of a layer (at ``batch`` samples)."""
     _, cin, size, cout, k, stride, pad, groups = layer
-    return (BATCH, cin, size, size), (cout, cin // groups, k, k), dict(stride=stride, padding=pad, groups=groups)
+    return (batch, cin, size, size), (cout, cin // groups, k, k), dict(stride=stride, padding=pad, groups=groups)
 
 
 def geomean(values: list[float]) -> float:

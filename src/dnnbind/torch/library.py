@@ -249,13 +249,17 @@ def forward_arrays(sig: _Signature, x: Any, others: Sequence[Tensor]) -> tuple[A
     running statistics: the op mutates none of its inputs."""
     arrays = _map(to_array, sig.tensors(None, others)[1:])
     statistics: list[Any] = []
-    if sig.op == "batchnorm":                    # (FORMS: x, gamma, beta, running_mean, running_var)
-        arrays[2:4] = [None if a is None else a.copy() for a in arrays[2:4]]
-        statistics = [a for a in arrays[2:4] if a is not None]
+    if sig.op == "batchnorm":
+        arrays[RUNNING_STATISTICS] = [None if a is None else a.copy() for a in arrays[RUNNING_STATISTICS]]
+        statistics = [a for a in arrays[RUNNING_STATISTICS] if a is not None]
     with device_scope(sig.blas_scope) if sig.blas_scope is not None else _NOTHING:
         result, residuals = sig.forward(x, *arrays, *sig.static)
     return result, [to_tensor(a) for a in statistics], residuals
 
+
+#: where batch norm's running statistics are among its FORMS arrays after x (gamma, beta, running_mean,
+#: running_var)
+RUNNING_STATISTICS = slice(2, 4)
 
 _NOTHING = contextlib.nullcontext()
 
@@ -528,7 +532,7 @@ def _flat_slots(slots: Sequence[Any]) -> list[int]:
 
 def _running_statistics(op: str, p: dict[str, Any]) -> int:
     """How many running statistics batch norm returns after y (those given); 0 for other ops."""
-    return sum(_flat_slots(p["slots"])[2:4]) if op == "batchnorm" else 0
+    return sum(_flat_slots(p["slots"])[RUNNING_STATISTICS]) if op == "batchnorm" else 0
 
 
 def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals: Any) -> tuple:

@@ -125,7 +125,8 @@ class _Chain:
             # the step's FORMS arrays after x as indices into others (its own others numbered from o)
             places = sig.tensors(None, list(range(o, o + n_others)))[1:]
             flat = not any(isinstance(p, list) for p in places)
-            updated = tuple(s for s in (2, 3) if places[s] is not None) if op == "batchnorm" else ()
+            statistics = range(len(places))[library.RUNNING_STATISTICS] if op == "batchnorm" else ()
+            updated = tuple(s for s in statistics if places[s] is not None)
             self.steps.append((sig, tuple(places) if flat else places, updated))
             shapes = library.result_specs(op, h, step_others, step_params, step_reals)[0]
             h = SimpleNamespace(shape=tuple(shapes[0]), dtype=x.dtype, device=x.device)

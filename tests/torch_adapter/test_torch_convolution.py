@@ -1,5 +1,5 @@
 """Conv{1,2,3}d and ConvTranspose{1,2,3}d are torch.nn's: same arguments, repr, state_dict, outputs and
-gradients; padding modes other than zeros are refused."""
+gradients, every padding mode included."""
 from __future__ import annotations
 
 import pytest
@@ -55,16 +55,37 @@ def test_conv_initialisation_is_torchs():
 
 
 @pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
-def test_padding_modes_other_than_zeros_are_refused_at_construction(mode):
-    with pytest.raises(NotImplementedError, match=f"Conv2d: padding_mode='{mode}' is not supported.*high-level op"):
-        dt.Conv2d(2, 2, 3, padding=1, padding_mode=mode)
+@pytest.mark.parametrize("name, x_shape, kwargs", [
+    ("Conv1d", (2, 4, 9), {"kernel_size": 3, "padding": 2, "stride": 2}),
+    ("Conv2d", (2, 4, 6, 7), {"kernel_size": (3, 2), "padding": (1, 2), "dilation": (2, 1), "groups": 2}),
+    ("Conv3d", (1, 4, 4, 5, 4), {"kernel_size": 3, "padding": (0, 1, 2)}),
+    ("Conv2d", (2, 4, 6, 7), {"kernel_size": (4, 3), "padding": "same"}),
+    ("Conv1d", (4, 9), {"kernel_size": 4, "padding": "same", "dilation": 2}),
+    ("Conv2d", (4, 6, 7), {"kernel_size": 3, "padding": 1}),
+], ids=["1d-stride", "2d-dilation-groups", "3d", "2d-same-even-kernel", "1d-unbatched-same", "2d-unbatched"])
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
+def test_padding_modes_pad_as_torch_does(mode, name, x_shape, kwargs):
+    torch.manual_seed(0)
+    theirs = getattr(nn, name)(4, 6, padding_mode=mode, **kwargs, **F64)
+    ours = getattr(dt, name)(4, 6, padding_mode=mode, **kwargs, **F64)
+    assert_layer_matches(ours, theirs, torch.randn(x_shape, **F64))
 
 
-def test_padding_mode_changed_after_construction_is_refused_in_forward():
-    layer = dt.Conv1d(2, 2, 3, padding=1)
-    layer.padding_mode = "reflect"
-    with pytest.raises(NotImplementedError, match="padding_mode='reflect'"):
-        layer(torch.randn(1, 2, 5))
+def test_padding_mode_set_after_construction_is_read_by_forward():
+    torch.manual_seed(0)
+    theirs, ours = nn.Conv1d(2, 2, 3, padding=1, **F64), dt.Conv1d(2, 2, 3, padding=1, **F64)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(1, 2, 5, **F64)
+    for layer in (theirs, ours):
+        layer.padding_mode = "circular"
+    torch.testing.assert_close(ours(x), theirs(x))
+
+
+def test_padding_mode_errors_are_torchs():
+    # reflect padding must be smaller than the input: torch's own pad says so, for dnnbind's layer too
+    layer = dt.Conv1d(1, 1, 3, padding=4, padding_mode="reflect")
+    with pytest.raises(RuntimeError, match="Padding size should be less than"):
+        layer(torch.randn(1, 1, 3))
 
 
 def test_conv_errors_name_torchs_tensors():

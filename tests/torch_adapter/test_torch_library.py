@@ -151,6 +151,19 @@ class SequentialCNN(torch.nn.Module):
         return self.head(self.features(x).flatten(1))
 
 
+class ReflectCNN(torch.nn.Module):
+    """A conv with padding_mode="reflect" (torch pads, dnnbind convolves) before a fused run."""
+
+    def __init__(self, nn) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 4, 3, padding=2, padding_mode="reflect"), nn.BatchNorm2d(4),
+                                      nn.ReLU())
+        self.head = torch.nn.Linear(4 * 8 * 8, 3)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
+
+
 def _step(model, x):
     model.zero_grad()
     out = model(x)
@@ -159,8 +172,9 @@ def _step(model, x):
 
 
 @pytest.mark.parametrize("make,shape", [(SmallCNN, (4, 3, 12, 12)), (SequentialCNN, (2, 3, 12, 12)),
-                                        (SmallLSTM, (3, 6, 4)), (SmallProjLSTM, (3, 5, 4))],
-                         ids=["cnn", "sequential-cnn", "lstm", "lstm-proj"])
+                                        (ReflectCNN, (2, 3, 6, 6)), (SmallLSTM, (3, 6, 4)),
+                                        (SmallProjLSTM, (3, 5, 4))],
+                         ids=["cnn", "sequential-cnn", "reflect-cnn", "lstm", "lstm-proj"])
 def test_compile_with_fullgraph_equals_eager(make, shape):
     torch.manual_seed(1)
     eager = make(dnn).double()

@@ -1,5 +1,9 @@
 """Conv{1,2,3}d and ConvTranspose{1,2,3}d: torch.nn's classes (arguments, parameters, initialisation,
-repr, state_dict) whose forward runs dnnbind's conv and conv_transpose ops."""
+repr, state_dict) whose forward runs dnnbind's conv and conv_transpose ops.
+
+A padding_mode other than "zeros" (reflect, replicate, circular) pads the input with torch's own
+``torch.nn.functional.pad`` and convolves without padding, as torch.nn.Conv{1,2,3}d does itself: the
+convolution is dnnbind's, the copy that pads is torch's."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,7 +14,7 @@ from torch import nn
 from dnnbind.torch import functional as F
 from dnnbind.torch.errors import torch_argument_names
 from dnnbind.torch.fused import Fusion
-from dnnbind.torch.layer_inputs import batched, not_supported, unbatch
+from dnnbind.torch.layer_inputs import batched, unbatch
 
 Tensor = torch.Tensor
 _NAMES = {"x": "input", "w": "weight", "b": "bias"}
@@ -29,39 +33,28 @@ def conv_padding(layer: nn.modules.conv._ConvNd) -> Any:
     return layer.padding
 
 
-def _check_padding_mode(layer: nn.modules.conv._ConvNd) -> None:
-    if layer.padding_mode != "zeros":
-        raise not_supported(type(layer).__name__, "padding_mode", layer.padding_mode,
-                            "dnnbind's conv pads with zeros only")
-
-
 class _Conv:
-    """forward and the padding_mode check shared by Conv1d, Conv2d and Conv3d."""
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1, padding: Any = 0,
-                 dilation: Any = 1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
-                 device: Any = None, dtype: Any = None) -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,  # type: ignore[call-arg]
-                         groups, bias, padding_mode, device, dtype)
-        _check_padding_mode(self)  # type: ignore[arg-type]
+    """forward shared by Conv1d, Conv2d and Conv3d."""
 
     def _settings(self) -> dict[str, Any]:
-        """The conv op's keyword arguments for this layer."""
+        """The conv op's keyword arguments for this layer (no padding where the input comes padded)."""
         layer: Any = self
-        return {"stride": layer.stride, "padding": conv_padding(layer), "dilation": layer.dilation,
-                "groups": layer.groups}
+        padding = conv_padding(layer) if layer.padding_mode == "zeros" else 0
+        return {"stride": layer.stride, "padding": padding, "dilation": layer.dilation, "groups": layer.groups}
 
     def forward(self, input: Tensor) -> Tensor:
         layer: Any = self
-        _check_padding_mode(layer)
         x, unbatched = batched(type(self).__name__, input, len(layer.kernel_size))
+        if layer.padding_mode != "zeros":       # torch's own padding (and its checks), as torch's layer
+            x = torch.nn.functional.pad(x, layer._reversed_padding_repeated_twice, mode=layer.padding_mode)
         with torch_argument_names(_NAMES):
             y = F.conv(x, layer.weight, layer.bias, **self._settings())
         return unbatch(y, unbatched)
 
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
         """This layer's op on a batched input of ``shape`` for :class:`~dnnbind.torch.sequential.Sequential`
-        (None: the layer's own forward must run: another padding mode, or unbatched input)."""
+        (None: the layer's own forward must run: a padding mode that pads through torch, or unbatched
+        input)."""
         layer: Any = self
         if layer.padding_mode != "zeros" or len(shape) != len(layer.kernel_size) + 2:
             return None
@@ -69,15 +62,15 @@ class _Conv:
 
 
 class Conv1d(_Conv, nn.Conv1d):
-    """torch.nn.Conv1d computed by dnnbind (padding_mode "zeros" only)."""
+    """torch.nn.Conv1d computed by dnnbind (other padding modes pad through torch, as torch's own)."""
 
 
 class Conv2d(_Conv, nn.Conv2d):
-    """torch.nn.Conv2d computed by dnnbind (padding_mode "zeros" only)."""
+    """torch.nn.Conv2d computed by dnnbind (other padding modes pad through torch, as torch's own)."""
 
 
 class Conv3d(_Conv, nn.Conv3d):
-    """torch.nn.Conv3d computed by dnnbind (padding_mode "zeros" only)."""
+    """torch.nn.Conv3d computed by dnnbind (other padding modes pad through torch, as torch's own)."""
 
 
 class _ConvTranspose:

@@ -99,15 +99,21 @@ def test_empty_batch_norm_leaves_the_running_statistics_alone():
     assert y.shape == (0, 3) and (mean == 0.5).all() and (var == 2.0).all()
 
 
-def test_rnn_over_an_empty_batch():
-    w = [(_a(8, 3), _a(8, 2), _a(8), _a(8))]
-    (y, hy, cy), pullback = dnnbind.rnn(_a(5, 0, 3), w, hidden_size=2)
-    ref, (h, c) = torch.nn.LSTM(3, 2)(torch.zeros(5, 0, 3))
-    assert y.shape == tuple(ref.shape) and hy.shape == tuple(h.shape) and cy.shape == tuple(c.shape)
-    dx, dh0, dc0, dweights = pullback(np.ones(y.shape), np.ones(hy.shape))
-    assert dx.shape == (5, 0, 3) and dh0.shape == dc0.shape == (1, 0, 2)
-    assert [tuple(g.shape) for g in dweights[0]] == [(8, 3), (8, 2), (8,), (8,)]
-    assert not any(g.any() for g in dweights[0])
+@pytest.mark.parametrize("bias, proj_size", [(True, 0), (False, 0), (True, 1), (False, 1)],
+                         ids=["bias", "no-bias", "projection", "projection-no-bias"])
+def test_rnn_over_an_empty_batch(bias, proj_size):
+    ref = torch.nn.LSTM(3, 2, num_layers=2, bidirectional=True, bias=bias, proj_size=proj_size).double()
+    w = [[None if p is None else p.detach().numpy() for p in entry] for entry in ref.all_weights]
+    w = [entry[:2] + (entry[2:4] if bias else [None, None]) + entry[4 if bias else 2:] for entry in w]
+    (y, hy, cy), pullback = dnnbind.rnn(_a(5, 0, 3), w, hidden_size=2, num_layers=2, bidirectional=True,
+                                        proj_size=proj_size)
+    out, (h, c) = ref(torch.zeros(5, 0, 3, dtype=torch.float64))
+    assert y.shape == tuple(out.shape) and hy.shape == tuple(h.shape) and cy.shape == tuple(c.shape)
+    dx, dh0, dc0, dweights = pullback(np.ones(y.shape), np.ones(hy.shape), np.ones(cy.shape))
+    assert dx.shape == (5, 0, 3) and dh0.shape == tuple(h.shape) and dc0.shape == tuple(c.shape)
+    for given, grads in zip(w, dweights):       # a zero gradient per array given, None per bias not given
+        assert [None if a is None else a.shape for a in given] == [None if g is None else g.shape for g in grads]
+        assert not any(g.any() for g in grads if g is not None)
 
 
 @pytest.mark.parametrize("call, message", [

@@ -190,6 +190,21 @@ def test_lstm_projection_packed_sequences_equal_torch(kwargs, enforce_sorted):
     torch.testing.assert_close((out.data, h, c), (out_ref.data, h_ref, c_ref))
 
 
+@pytest.mark.parametrize("kwargs", PROJ_CASES, ids=PROJ_IDS)
+def test_lstm_projection_over_an_empty_batch_equals_torch(kwargs):
+    """Batch 0: empty results and zero gradients for every parameter (weight_hr included)."""
+    ours, theirs = _pair("LSTM", kwargs)
+    x = torch.randn((0, 5, 3) if kwargs.get("batch_first") else (5, 0, 3), **F64)
+    results = []
+    for layer in (ours, theirs):
+        x_leaf = x.clone().requires_grad_()
+        y, (h, c) = layer(x_leaf)
+        _loss(y, (h, c)).backward()
+        results.append((y, h, c, x_leaf.grad))
+    torch.testing.assert_close(results[0], results[1])
+    assert_same_grads(ours, theirs, 0)
+
+
 @pytest.mark.parametrize("with_state", [False, True], ids=["zero-state", "given-state"])
 def test_lstm_projection_unbatched_input_equals_torch(with_state):
     kwargs = {"proj_size": 2, "num_layers": 2, "bidirectional": True}

@@ -121,8 +121,9 @@ def _regroup(op: str, zeros: list[Any], static: tuple) -> Any:
         dims = static[0]
         lstm = dims.mode == "lstm"
         rest = iter(zeros[3:] if lstm else zeros[2:])
-        per_entry = 4 if dims.has_bias else 2
-        dweights = [tuple(next(rest) for _ in range(per_entry)) + (None, None) * (not dims.has_bias)
+        # per entry (w_ih, w_hh, b_ih, b_hh[, w_hr]): a zero array each, None for the biases it has not
+        given = (True, True, dims.has_bias, dims.has_bias) + (True,) * bool(dims.proj_size)
+        dweights = [tuple(next(rest) if has else None for has in given)
                     for _ in range(dims.num_layers * dims.num_directions)]
         return zeros[0], zeros[1], zeros[2] if lstm else None, dweights
     return zeros[0]

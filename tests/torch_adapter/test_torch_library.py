@@ -207,6 +207,34 @@ def test_export_captures_the_cnn_with_dnnbind_ops():
     torch.testing.assert_close(exported.module()(other), model(other))
 
 
+META_MODELS = {
+    "conv": (lambda nn: nn.Conv2d(3, 4, 3, padding=1, padding_mode="circular"), (2, 3, 8, 8)),
+    "conv-transpose": (lambda nn: nn.ConvTranspose3d(3, 2, 3, stride=2, output_padding=1), (3, 4, 4, 4)),
+    "sequential": (lambda nn: nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+                                            nn.AvgPool2d(2, ceil_mode=True), nn.Dropout(0.3)), (2, 3, 9, 9)),
+    "softmax": (lambda nn: nn.Sequential(nn.Softmax(1), nn.LogSoftmax(-1), nn.ELU()), (2, 3, 5)),
+    "lstm-proj": (lambda nn: nn.LSTM(3, 5, num_layers=2, bidirectional=True, proj_size=2), (4, 2, 3)),
+    "gru-unbatched": (lambda nn: nn.GRU(3, 5), (4, 3)),
+}
+
+
+@pytest.mark.parametrize("name", list(META_MODELS))
+def test_meta_tensors_give_torchs_shapes(name):
+    """A model on the meta device (shapes only, as for deferred initialisation) runs the ops' fake
+    kernels: torch's result and gradient shapes, no computation."""
+    make, shape = META_MODELS[name]
+    found = []
+    for nn in (torch.nn, dnn):
+        model = make(nn).to("meta")
+        x = torch.empty(shape, device="meta", requires_grad=True)
+        out = model(x)
+        out = out[0] if isinstance(out, tuple) else out
+        out.sum().backward()
+        assert out.is_meta and x.grad.is_meta
+        found.append((out.shape, x.grad.shape, [p.grad.shape for p in model.parameters()]))
+    assert found[0] == found[1]
+
+
 def test_a_recompiled_layer_with_another_float_setting_runs():
     """Dynamo traces a float setting that changed between compilations as a symbolic value: it reaches the
     op as a float argument, not as part of the op's params text."""

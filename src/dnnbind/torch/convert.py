@@ -30,15 +30,15 @@ def _bfloat16() -> Any:
 
 
 def check_tensor(name: str, value: Any) -> None:
-    """TypeError naming ``name`` unless ``value`` is a float16/bfloat16/32/64 tensor on the CPU or a CUDA
-    device."""
+    """TypeError naming ``name`` unless ``value`` is a float16/bfloat16/32/64 tensor on the CPU, a CUDA
+    device or the meta device (which computes shapes only: the ops' fake kernels run)."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, not {type(value).__name__}")
     if value.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{name} has dtype {value.dtype}; dnnbind supports torch.float16, torch.bfloat16, "
                         f"torch.float32 and torch.float64")
-    if value.device.type not in ("cpu", "cuda"):
-        raise TypeError(f"{name} is on device {value.device}; dnnbind takes CPU and CUDA tensors")
+    if value.device.type not in ("cpu", "cuda", "meta"):
+        raise TypeError(f"{name} is on device {value.device}; dnnbind takes CPU, CUDA and meta tensors")
 
 
 def common_device(tensors: Mapping[str, torch.Tensor | None]) -> torch.device:

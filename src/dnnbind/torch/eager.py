@@ -204,8 +204,9 @@ _PLAIN_TENSORS = frozenset({Tensor, torch.nn.Parameter})
 
 
 def _plain_eager(x: Tensor, others: Sequence[Tensor]) -> bool:
-    """Whether this call runs eagerly on plain tensors. Everything else goes through the registered op."""
-    if _tracing():
+    """Whether this call runs eagerly on plain tensors. Everything else goes through the registered op
+    (meta tensors too: its fake kernel gives their shapes)."""
+    if _tracing() or x.is_meta:
         return False
     return all(type(t) in _PLAIN_TENSORS and not is_functorch_wrapped_tensor(t) for t in (x, *others))
 

@@ -183,7 +183,9 @@ def array_dtype(dtype: torch.dtype) -> Any:
 
 
 def _backend(device: torch.device) -> str:
-    if device.type == "cpu":
+    """The backend of a tensor's device; meta tensors (shapes only) take the reference backend's residual
+    specs, which need no device library."""
+    if device.type in ("cpu", "meta"):
         return "reference"
     return "miopen" if torch.version.hip else "cudnn"
 
@@ -599,6 +601,7 @@ def _saves_tag(device_type: str) -> str:
 
 
 _SAVES = {"cpu": _saves_tag("cpu")}
+_SAVES["meta"] = _SAVES["cpu"]          # meta tensors' residuals are the reference backend's (see _backend)
 _SAVES_ELSEWHERE = _saves_tag("cuda")
 
 

@@ -135,6 +135,38 @@ def test_pool_errors_name_torchs_arguments():
         dt.MaxPool3d(2)(torch.randn(4, 4))
 
 
+@pytest.mark.parametrize("make, x_shape", [
+    (lambda ns: ns.MaxPool2d(2, stride=0), (1, 1, 6, 6)),
+    (lambda ns: ns.AvgPool1d(2, stride=0), (1, 1, 6)),
+    (lambda ns: ns.MaxPool1d((2, 2)), (2, 3, 4)),
+    (lambda ns: ns.MaxPool2d((2, 2, 2)), (2, 3, 4, 4)),
+    (lambda ns: ns.AvgPool2d((2, 2, 2)), (2, 3, 4, 4)),
+    (lambda ns: ns.AvgPool3d(2, stride=(1, 1)), (1, 2, 4, 4, 4)),
+    (lambda ns: ns.MaxPool1d(2, stride=(2, 2)), (2, 3, 4)),
+    (lambda ns: ns.MaxPool2d(3, padding=(1, 1, 1)), (2, 3, 6, 6)),
+    (lambda ns: ns.MaxPool2d(2, dilation=(1, 2, 1)), (2, 3, 5, 5)),
+], ids=["max-stride-0", "avg-stride-0", "max1d-kernel-2", "max2d-kernel-3", "avg2d-kernel-3", "avg3d-stride-2",
+        "max1d-stride-2", "max2d-padding-3", "max2d-dilation-3"])
+def test_a_zero_stride_or_a_setting_for_other_dims_is_refused_as_torch_does(make, x_shape):
+    """Where torch refuses, so does dnnbind (before, a zero stride meant the kernel size and a tuple
+    one longer pooled the channels as a spatial axis)."""
+    x = torch.randn(x_shape)
+    with pytest.raises(RuntimeError):
+        make(nn)(x)
+    with pytest.raises(ValueError, match=r"stride=\[?0\]? must be positive|must be a single int or a tuple of \d ints"):
+        make(dt)(x)
+
+
+@pytest.mark.parametrize("make, x_shape", [
+    (lambda ns: ns.MaxPool2d((3,), stride=[], padding=(1,)), (2, 3, 7, 7)),
+    (lambda ns: ns.AvgPool3d((2,), stride=(1,)), (2, 3, 4, 4, 4)),
+    (lambda ns: ns.MaxPool3d([2, 1, 2], stride=[1, 1, 2], dilation=[1], return_indices=True), (3, 5, 4, 6)),
+], ids=["max2d-one-tuples", "avg3d-one-tuples", "max3d-lists-unbatched"])
+def test_one_tuples_and_lists_mean_what_they_mean_in_torch(make, x_shape):
+    x = torch.randn(x_shape, **F64)
+    torch.testing.assert_close(make(dt)(x), make(nn)(x))
+
+
 def test_pool_layers_refuse_what_torch_refuses():
     """Over the whole sweep (before filtering), dnnbind's layers raise exactly where torch's do."""
     for x_shape, k, s, p, d, ceil in _sweep():

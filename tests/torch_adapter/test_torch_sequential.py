@@ -297,17 +297,20 @@ def _changes() -> list:
     def hook(model):
         model[2].register_forward_hook(lambda m, i, o: o * 2)
 
+    def list_setting_in_place(model):                # the same list object, other contents
+        model[3].stride[1] = 1
+
     return [lambda m: setattr(m[0], "padding", (2, 2)), lambda m: m.eval(), lambda m: setattr(m[1], "momentum", 0.5),
             lambda m: setattr(m[1], "momentum", None), lambda m: m[1].reset_running_stats(), replace_weight,
             register_bias, new_weight_data, swap_layer, insert_layer, raw_setting, hook,
-            lambda m: m.double()]
+            lambda m: m.double(), list_setting_in_place]
 
 
 @pytest.mark.parametrize("change", range(len(_changes())))
 def test_a_planned_run_sees_every_change_to_its_layers(change, runs):
     torch.manual_seed(0)
     model = dnn.Sequential(dnn.Conv2d(2, 3, 3, padding=1, bias=False), dnn.BatchNorm2d(3), dnn.ReLU(),
-                           dnn.MaxPool2d(2))
+                           dnn.MaxPool2d(2, stride=[2, 2]))
     x = torch.randn(2, 2, 8, 8)
     for seed in range(3):                            # planned, then run fused from the remembered steps
         model(x)

@@ -20,20 +20,48 @@ Tensor = torch.Tensor
 _NAMES = {"x": "input", "window": "kernel_size"}
 
 
+def _per_dim(layer: Any, argument: str, value: Any) -> Any:
+    """A per-dimension setting of ``layer`` as the op takes it: an int, or a tuple of one int per spatial
+    dimension of the layer (a 1-tuple stands for all, as in torch); ValueError in torch's terms for any
+    other length (the op would read the length as the spatial rank)."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    spatial = layer._spatial
+    if len(value) == 1:
+        return tuple(value) * spatial
+    if len(value) != spatial:
+        raise ValueError(f"{type(layer).__name__}: {argument} must be a single int or a tuple of {spatial} ints, "
+                         f"got {value!r}")
+    return tuple(value)
+
+
+def _pool_settings(layer: Any) -> tuple[Any, dict[str, Any]]:
+    """(window, the settings both pooling ops share) of a pooling layer: a stride of None or () (torch's
+    "the kernel size") is the op's None; a stride of 0 reaches the op, which refuses it."""
+    stride = layer.stride
+    if stride is None or (isinstance(stride, (list, tuple)) and not stride):
+        stride = None
+    return _per_dim(layer, "kernel_size", layer.kernel_size), {
+        "stride": None if stride is None else _per_dim(layer, "stride", stride),
+        "padding": _per_dim(layer, "padding", layer.padding)}
+
+
 class _MaxPool:
     """forward shared by MaxPool1d, MaxPool2d and MaxPool3d."""
 
-    def _settings(self) -> dict[str, Any]:
-        """The maxpool op's keyword arguments for this layer."""
+    def _settings(self) -> tuple[Any, dict[str, Any]]:
+        """(window, the maxpool op's keyword arguments) for this layer."""
         layer: Any = self
-        return {"stride": layer.stride or None, "padding": layer.padding, "dilation": layer.dilation,
-                "ceil_mode": layer.ceil_mode, "return_indices": bool(layer.return_indices)}
+        window, shared = _pool_settings(layer)
+        return window, {**shared, "dilation": _per_dim(layer, "dilation", layer.dilation),
+                        "ceil_mode": layer.ceil_mode, "return_indices": bool(layer.return_indices)}
 
     def forward(self, input: Tensor) -> Any:
         layer: Any = self
+        window, settings = self._settings()
         x, unbatched = batched(type(self).__name__, input, layer._spatial)
         with torch_argument_names(_NAMES):
-            out = F.maxpool(x, layer.kernel_size, **self._settings())
+            out = F.maxpool(x, window, **settings)
         if layer.return_indices:
             return unbatch(out[0], unbatched), unbatch(out[1], unbatched)
         return unbatch(out, unbatched)
@@ -44,7 +72,8 @@ class _MaxPool:
         layer: Any = self
         if layer.return_indices or len(shape) != layer._spatial + 2:
             return None
-        return Fusion("maxpool", (), F.maxpool_arguments(layer.kernel_size, **self._settings()))
+        window, settings = self._settings()
+        return Fusion("maxpool", (), F.maxpool_arguments(window, **settings))
 
 
 class MaxPool1d(_MaxPool, nn.MaxPool1d):
@@ -65,18 +94,19 @@ class MaxPool3d(_MaxPool, nn.MaxPool3d):
 class _AvgPool:
     """forward shared by AvgPool1d, AvgPool2d and AvgPool3d."""
 
-    def _settings(self) -> dict[str, Any]:
-        """The meanpool op's keyword arguments for this layer."""
+    def _settings(self) -> tuple[Any, dict[str, Any]]:
+        """(window, the meanpool op's keyword arguments) for this layer."""
         layer: Any = self
-        return {"stride": layer.stride or None, "padding": layer.padding,
-                "count_include_pad": layer.count_include_pad, "ceil_mode": layer.ceil_mode,
-                "divisor_override": getattr(layer, "divisor_override", None)}    # AvgPool1d has none
+        window, shared = _pool_settings(layer)
+        return window, {**shared, "count_include_pad": layer.count_include_pad, "ceil_mode": layer.ceil_mode,
+                        "divisor_override": getattr(layer, "divisor_override", None)}    # AvgPool1d has none
 
     def forward(self, input: Tensor) -> Tensor:
         layer: Any = self
+        window, settings = self._settings()
         x, unbatched = batched(type(self).__name__, input, layer._spatial)
         with torch_argument_names(_NAMES):
-            y = F.meanpool(x, layer.kernel_size, **self._settings())
+            y = F.meanpool(x, window, **settings)
         return unbatch(y, unbatched)
 
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
@@ -84,7 +114,8 @@ class _AvgPool:
         layer: Any = self
         if len(shape) != layer._spatial + 2:
             return None
-        return Fusion("meanpool", (), F.meanpool_arguments(layer.kernel_size, **self._settings()))
+        window, settings = self._settings()
+        return Fusion("meanpool", (), F.meanpool_arguments(window, **settings))
 
 
 class AvgPool1d(_AvgPool, nn.AvgPool1d):

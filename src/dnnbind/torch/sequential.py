@@ -13,7 +13,8 @@ one ``dnnbind::sequence`` custom op (:mod:`dnnbind.torch.sequence_op`) instead o
 A planned run is remembered per input shape with a snapshot of its layers (:func:`_state`): a later
 call whose layers are the same objects, unchanged, takes the steps again without asking each layer
 for its call (a training loop's case); any change to a layer's settings, parameters or buffers (a
-value set again, a tensor replaced, its shape or dtype changed) plans the run again.
+value set again, a list setting edited in place, a tensor replaced, its shape or dtype changed) plans
+the run again.
 """
 from __future__ import annotations
 
@@ -105,18 +106,25 @@ class _Planned(NamedTuple):
 
 def _state(layer: nn.Module) -> tuple:
     """Everything a layer's call is planned from, kept for comparison by identity: its attributes'
-    names and values (settings, training, its parameter and buffer dicts), its parameters' and
-    buffers' tensors, and their shapes, dtypes and devices (``.data`` may be replaced in place). A
-    setting set again to an equal value, or any other change, makes the run plan again."""
+    names and values (settings, training, its parameter and buffer dicts), the contents of the settings
+    that are lists (``pool.kernel_size[0] = 1`` edits one in place), its parameters' and buffers'
+    tensors, and their shapes, dtypes and devices (``.data`` may be replaced in place). A setting set
+    again to an equal value, or any other change, makes the run plan again."""
     tensors = [*layer._parameters.values(), *layer._buffers.values()]
-    return list(layer.__dict__), list(layer.__dict__.values()), tensors, _metas(tensors)
+    values = list(layer.__dict__.values())
+    return list(layer.__dict__), values, _list_contents(values), tensors, _metas(tensors)
+
+
+def _list_contents(values: list[Any]) -> list[tuple]:
+    return [tuple(v) for v in values if type(v) is list]
 
 
 def _same_state(layer: nn.Module, state: tuple) -> bool:
-    keys, values, tensors, metas = state
+    keys, values, contents, tensors, metas = state
     attributes = layer.__dict__
     if (len(attributes) != len(keys) or not all(map(operator.is_, attributes, keys))
-            or not all(map(operator.is_, attributes.values(), values))):
+            or not all(map(operator.is_, attributes.values(), values))
+            or (contents and _list_contents(values) != contents)):
         return False
     now = [*layer._parameters.values(), *layer._buffers.values()]
     return len(now) == len(tensors) and all(map(operator.is_, now, tensors)) and _metas(now) == metas

@@ -88,6 +88,27 @@ def test_padding_mode_errors_are_torchs():
         layer(torch.randn(1, 1, 3))
 
 
+@pytest.mark.parametrize("make", [
+    lambda ns: ns.Conv2d(3, 4, (2, 2, 2)), lambda ns: ns.Conv2d(3, 4, 3, stride=(1, 1, 1)),
+    lambda ns: ns.Conv1d(3, 4, 3, dilation=(1, 2)), lambda ns: ns.ConvTranspose2d(3, 4, (3, 3, 3)),
+    lambda ns: ns.ConvTranspose2d(3, 4, 3, padding=(1, 1, 1)),
+], ids=["kernel-3-of-2d", "stride-3-of-2d", "dilation-2-of-1d", "t-kernel-3-of-2d", "t-padding-3-of-2d"])
+def test_a_setting_for_other_dims_is_refused_as_torch_does(make):
+    x = torch.randn(2, 3, 5, 5) if "2d" in type(make(nn)).__name__.lower() else torch.randn(2, 3, 9)
+    with pytest.raises(RuntimeError):
+        make(nn)(x)
+    with pytest.raises(ValueError, match=r"(Conv|ConvTranspose)\dd: \w+ must be a single int or a tuple of \d ints"):
+        make(dt)(x)
+
+
+@pytest.mark.parametrize("name", ["Conv2d", "ConvTranspose2d"])
+def test_one_tuples_stand_for_every_dim_as_in_torch(name):
+    torch.manual_seed(0)
+    kwargs = {"stride": (2,), "padding": (1,), "dilation": [2]}
+    assert_layer_matches(getattr(dt, name)(3, 4, 3, **kwargs, **F64), getattr(nn, name)(3, 4, 3, **kwargs, **F64),
+                         torch.randn(2, 3, 5, 5, **F64))
+
+
 def test_conv_errors_name_torchs_tensors():
     layer = dt.Conv2d(1, 2, 3)
     with pytest.raises(TypeError, match=r"weight has dtype torch.float32 but input has dtype torch.float64.*"

@@ -14,7 +14,7 @@ from torch import nn
 from dnnbind.torch import functional as F
 from dnnbind.torch.errors import torch_argument_names
 from dnnbind.torch.fused import Fusion
-from dnnbind.torch.layer_inputs import batched, unbatch
+from dnnbind.torch.layer_inputs import batched, per_dim, unbatch
 
 Tensor = torch.Tensor
 _NAMES = {"x": "input", "w": "weight", "b": "bias"}
@@ -39,12 +39,16 @@ class _Conv:
     def _settings(self) -> dict[str, Any]:
         """The conv op's keyword arguments for this layer (no padding where the input comes padded)."""
         layer: Any = self
-        padding = conv_padding(layer) if layer.padding_mode == "zeros" else 0
-        return {"stride": layer.stride, "padding": padding, "dilation": layer.dilation, "groups": layer.groups}
+        padding = 0 if layer.padding_mode != "zeros" else conv_padding(layer)
+        if not isinstance(layer.padding, str):
+            padding = per_dim(layer, "padding", padding)
+        return {"stride": per_dim(layer, "stride", layer.stride), "padding": padding,
+                "dilation": per_dim(layer, "dilation", layer.dilation), "groups": layer.groups}
 
     def forward(self, input: Tensor) -> Tensor:
         layer: Any = self
-        x, unbatched = batched(type(self).__name__, input, len(layer.kernel_size))
+        per_dim(layer, "kernel_size", layer.kernel_size)
+        x, unbatched = batched(type(self).__name__, input, layer._spatial)
         if layer.padding_mode != "zeros":       # torch's own padding (and its checks), as torch's layer
             x = torch.nn.functional.pad(x, layer._reversed_padding_repeated_twice, mode=layer.padding_mode)
         with torch_argument_names(_NAMES):
@@ -56,21 +60,25 @@ class _Conv:
         (None: the layer's own forward must run: a padding mode that pads through torch, or unbatched
         input)."""
         layer: Any = self
-        if layer.padding_mode != "zeros" or len(shape) != len(layer.kernel_size) + 2:
+        if layer.padding_mode != "zeros" or len(shape) != layer._spatial + 2:
             return None
+        per_dim(layer, "kernel_size", layer.kernel_size)
         return Fusion("conv", (layer.weight, layer.bias), F.conv_arguments(**self._settings()))
 
 
 class Conv1d(_Conv, nn.Conv1d):
     """torch.nn.Conv1d computed by dnnbind (other padding modes pad through torch, as torch's own)."""
+    _spatial = 1
 
 
 class Conv2d(_Conv, nn.Conv2d):
     """torch.nn.Conv2d computed by dnnbind (other padding modes pad through torch, as torch's own)."""
+    _spatial = 2
 
 
 class Conv3d(_Conv, nn.Conv3d):
     """torch.nn.Conv3d computed by dnnbind (other padding modes pad through torch, as torch's own)."""
+    _spatial = 3
 
 
 class _ConvTranspose:
@@ -79,12 +87,14 @@ class _ConvTranspose:
     def _settings(self, output_padding: Any) -> dict[str, Any]:
         """The conv_transpose op's keyword arguments for this layer."""
         layer: Any = self
-        return {"stride": layer.stride, "padding": layer.padding, "output_padding": output_padding,
-                "dilation": layer.dilation, "groups": layer.groups}
+        return {"stride": per_dim(layer, "stride", layer.stride), "padding": per_dim(layer, "padding", layer.padding),
+                "output_padding": per_dim(layer, "output_padding", output_padding),
+                "dilation": per_dim(layer, "dilation", layer.dilation), "groups": layer.groups}
 
     def forward(self, input: Tensor, output_size: list[int] | None = None) -> Tensor:
         layer: Any = self
-        spatial = len(layer.kernel_size)
+        spatial = layer._spatial
+        per_dim(layer, "kernel_size", layer.kernel_size)
         x, unbatched = batched(type(self).__name__, input, spatial)
         # torch's own arithmetic turns output_size into output_padding (and checks it)
         output_padding = layer._output_padding(input, output_size, layer.stride, layer.padding,
@@ -98,8 +108,9 @@ class _ConvTranspose:
         calls it) for :class:`~dnnbind.torch.sequential.Sequential` (None: unbatched input, or a
         padding_mode torch itself refuses)."""
         layer: Any = self
-        if layer.padding_mode != "zeros" or len(shape) != len(layer.kernel_size) + 2:
+        if layer.padding_mode != "zeros" or len(shape) != layer._spatial + 2:
             return None
+        per_dim(layer, "kernel_size", layer.kernel_size)
         # torch's own arithmetic, as forward's: without output_size it reads no input
         output_padding = layer._output_padding(None, None, layer.stride, layer.padding, layer.kernel_size,
                                                len(layer.kernel_size), layer.dilation)
@@ -109,11 +120,14 @@ class _ConvTranspose:
 
 class ConvTranspose1d(_ConvTranspose, nn.ConvTranspose1d):
     """torch.nn.ConvTranspose1d computed by dnnbind."""
+    _spatial = 1
 
 
 class ConvTranspose2d(_ConvTranspose, nn.ConvTranspose2d):
     """torch.nn.ConvTranspose2d computed by dnnbind."""
+    _spatial = 2
 
 
 class ConvTranspose3d(_ConvTranspose, nn.ConvTranspose3d):
     """torch.nn.ConvTranspose3d computed by dnnbind."""
+    _spatial = 3

@@ -19,6 +19,21 @@ def batched(layer: str, input: torch.Tensor, spatial: int) -> tuple[torch.Tensor
     return input, False
 
 
+def per_dim(layer: Any, argument: str, value: Any) -> Any:
+    """A per-dimension setting of ``layer`` as the op takes it: an int, or a tuple of one value per spatial
+    dimension of the layer (``layer._spatial``; a 1-tuple stands for all, as in torch); ValueError in
+    torch's terms for any other length (the op would take the length for the spatial rank)."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    spatial = layer._spatial
+    if len(value) == 1:
+        return tuple(value) * spatial
+    if len(value) != spatial:
+        raise ValueError(f"{type(layer).__name__}: {argument} must be a single int or a tuple of {spatial} ints, "
+                         f"got {value!r}")
+    return tuple(value)
+
+
 def unbatch(y: torch.Tensor, unbatched: bool) -> torch.Tensor:
     """Drop the batch axis :func:`batched` added."""
     return y.squeeze(0) if unbatched else y

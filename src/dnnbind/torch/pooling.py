@@ -14,25 +14,10 @@ from torch import nn
 from dnnbind.torch import functional as F
 from dnnbind.torch.errors import torch_argument_names
 from dnnbind.torch.fused import Fusion
-from dnnbind.torch.layer_inputs import batched, unbatch
+from dnnbind.torch.layer_inputs import batched, per_dim, unbatch
 
 Tensor = torch.Tensor
 _NAMES = {"x": "input", "window": "kernel_size"}
-
-
-def _per_dim(layer: Any, argument: str, value: Any) -> Any:
-    """A per-dimension setting of ``layer`` as the op takes it: an int, or a tuple of one int per spatial
-    dimension of the layer (a 1-tuple stands for all, as in torch); ValueError in torch's terms for any
-    other length (the op would read the length as the spatial rank)."""
-    if not isinstance(value, (list, tuple)):
-        return value
-    spatial = layer._spatial
-    if len(value) == 1:
-        return tuple(value) * spatial
-    if len(value) != spatial:
-        raise ValueError(f"{type(layer).__name__}: {argument} must be a single int or a tuple of {spatial} ints, "
-                         f"got {value!r}")
-    return tuple(value)
 
 
 def _pool_settings(layer: Any) -> tuple[Any, dict[str, Any]]:
@@ -41,9 +26,9 @@ def _pool_settings(layer: Any) -> tuple[Any, dict[str, Any]]:
     stride = layer.stride
     if stride is None or (isinstance(stride, (list, tuple)) and not stride):
         stride = None
-    return _per_dim(layer, "kernel_size", layer.kernel_size), {
-        "stride": None if stride is None else _per_dim(layer, "stride", stride),
-        "padding": _per_dim(layer, "padding", layer.padding)}
+    return per_dim(layer, "kernel_size", layer.kernel_size), {
+        "stride": None if stride is None else per_dim(layer, "stride", stride),
+        "padding": per_dim(layer, "padding", layer.padding)}
 
 
 class _MaxPool:
@@ -53,7 +38,7 @@ class _MaxPool:
         """(window, the maxpool op's keyword arguments) for this layer."""
         layer: Any = self
         window, shared = _pool_settings(layer)
-        return window, {**shared, "dilation": _per_dim(layer, "dilation", layer.dilation),
+        return window, {**shared, "dilation": per_dim(layer, "dilation", layer.dilation),
                         "ceil_mode": layer.ceil_mode, "return_indices": bool(layer.return_indices)}
 
     def forward(self, input: Tensor) -> Any:

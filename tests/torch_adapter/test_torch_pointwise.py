@@ -2,6 +2,8 @@
 and gradients equal torch's, including at the kinks."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -57,6 +59,16 @@ def test_softmax_without_dim_uses_torchs_legacy_choice_and_warns(shape, dim):
     with pytest.warns(UserWarning, match="Implicit dimension choice for softmax"):
         y = dt.Softmax()(x)
     torch.testing.assert_close(y, torch.softmax(x, dim))
+
+
+@pytest.mark.parametrize("name", ["Softmax", "LogSoftmax"])
+def test_softmax_without_dim_compiles_with_fullgraph(name):
+    x = torch.randn(2, 3, 4, dtype=torch.float64)
+    ours = torch.compile(dt.nn.Sequential(dt.ReLU(), getattr(dt, name)(), dt.Tanh()), fullgraph=True)
+    theirs = torch.nn.Sequential(torch.nn.ReLU(), getattr(torch.nn, name)(), torch.nn.Tanh())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        torch.testing.assert_close(ours(x), theirs(x))
 
 
 def test_dropout_is_identity_in_eval_and_inverted_dropout_in_training():

@@ -114,11 +114,13 @@ class ReLU6(_Activation, nn.ReLU6):
 
 
 def _softmax_dim(layer: str, dim: int | None, ndim: int) -> int:
-    """torch's rule for the deprecated implicit dim: 0 for 0-, 1- and 3-d input, else 1 (with its warning)."""
+    """torch's rule for the deprecated implicit dim: 0 for 0-, 1- and 3-d input, else 1 (with its warning,
+    except while torch.compile traces: dynamo cannot trace warnings.warn, and fullgraph must hold)."""
     if dim is not None:
         return dim
-    warnings.warn(f"Implicit dimension choice for {layer.lower()} has been deprecated. Change the call to "
-                  f"include dim=X as an argument.", stacklevel=3)
+    if not torch.compiler.is_compiling():
+        warnings.warn(f"Implicit dimension choice for {layer.lower()} has been deprecated. Change the call to "
+                      f"include dim=X as an argument.", stacklevel=3)
     return 0 if ndim in (0, 1, 3) else 1
 
 

@@ -117,3 +117,18 @@ def test_errors():
         dnnbind.activation(x, "leaky_relu", alpha=float("inf"))
     with pytest.raises(TypeError, match=r"x has dtype complex128"):
         dnnbind.activation(x.astype(complex), "tanh")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_keeps_minus_zero_and_passes_the_gradient_at_nan_as_torch(kernels, dtype):
+    """torch's relu: -0 stays -0, NaN stays NaN, and its threshold backward passes dy unless x <= 0.
+    Long enough for the C kernels' vector loops and their tails."""
+    import torch
+    x = np.tile(np.array([np.nan, -0.0, 0.0, -1.0, 1.0], dtype), 7)
+    y, pullback = dnnbind.activation(x, "relu")
+    t = torch.from_numpy(x.copy()).requires_grad_()
+    r = torch.relu(t)
+    r.backward(torch.full_like(r, 2.0))
+    np.testing.assert_array_equal(y, r.detach().numpy())
+    assert (np.signbit(y) == np.signbit(r.detach().numpy())).all()
+    np.testing.assert_array_equal(pullback(np.full_like(x, 2.0)), t.grad.numpy())

@@ -32,8 +32,9 @@ def _forward(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarray,
     computed here are saved, never x or y themselves."""
     if mode == "identity":
         return x.copy(), ()
+    # relu as torch's: -0 stays -0, and the gradient passes unless x <= 0 (a NaN passes it)
     if mode == "relu":
-        return np.maximum(x, 0), (x > 0,)
+        return np.where(x < 0, 0, x), (~(x <= 0),)
     if mode == "sigmoid":
         y = sigmoid(x)
         return y, (y * (1 - y),)

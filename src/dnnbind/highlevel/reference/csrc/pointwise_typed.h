@@ -15,8 +15,8 @@ INLINE void NAME(activate)(const T *x, T *y, T *slope, T a, int64_t count, const
     const NAME(v) zero = NAME(splat)((T)0), one = NAME(splat)((T)1);
     NAME(v) v = NAME(load)(x, count), out, d = zero;
     switch (mode) {
-    case ACT_RELU:          /* np.maximum(x, 0): NaN stays NaN, -0 becomes 0 */
-        out = NAME(pick)(v <= 0, zero, v);
+    case ACT_RELU:          /* np.where(x < 0, 0, x): NaN stays NaN, -0 stays -0 (torch's relu) */
+        out = NAME(pick)(v < 0, zero, v);
         break;
     case ACT_SIGMOID:
         out = NAME(sigmoid_exact)(v);
@@ -79,8 +79,10 @@ KERNEL void NAME(dnnbind_activation_forward)(const T *x, T *y, T *slope, uint8_t
         case ACT_ELU: NAME(activate_range)(x, y, slope, a, b, end, ACT_ELU); break;
         default: NAME(activate_range)(x, y, slope, a, b, end, ACT_SWISH);
         }
+        /* relu: torch's threshold backward, which passes the gradient unless x <= 0 (a NaN passes it);
+         * clipped_relu: 0 at NaN (torch's hardtanh backward differs by dtype there; float64's is this) */
         if (mask && mode == ACT_RELU)
-            for (int64_t j = b; j < end; j++) mask[j] = x[j] > 0;
+            for (int64_t j = b; j < end; j++) mask[j] = !(x[j] <= 0);
         else if (mask)      /* & rather than &&: no branch on the data */
             for (int64_t j = b; j < end; j++) mask[j] = (x[j] > 0) & (x[j] < a);
     }

@@ -235,6 +235,41 @@ def test_meta_tensors_give_torchs_shapes(name):
     assert found[0] == found[1]
 
 
+class _FirstOutput(torch.nn.Module):
+    def __init__(self, layer) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x):
+        return self.layer(x)[0]
+
+
+DYNAMIC_EXPORTS = {
+    "sequential-cnn": (lambda: dnn.Sequential(dnn.Conv2d(3, 4, 3, padding=1), dnn.BatchNorm2d(4), dnn.ReLU(),
+                                              dnn.MaxPool2d(2), dnn.Conv2d(4, 4, 3, stride=2),
+                                              dnn.AvgPool2d(2, ceil_mode=True)), (2, 3, 16, 16), 0),
+    "conv-transpose": (lambda: dnn.ConvTranspose2d(3, 2, 3, stride=2, output_padding=1), (2, 3, 5, 5), 0),
+    "lstm-proj-bidir": (lambda: _FirstOutput(dnn.LSTM(3, 5, num_layers=2, bidirectional=True, proj_size=2)),
+                        (4, 2, 3), 1),
+    "gru-batch-first": (lambda: _FirstOutput(dnn.GRU(3, 5, batch_first=True)), (2, 4, 3), 0),
+}
+
+
+@pytest.mark.parametrize("name", list(DYNAMIC_EXPORTS))
+def test_export_with_a_dynamic_batch_under_no_grad(name):
+    """torch.export with a dynamic batch (inference: the fake kernels keep the batch symbolic); the
+    exported program equals the model at other batch sizes."""
+    make, shape, axis = DYNAMIC_EXPORTS[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    with torch.no_grad():
+        exported = torch.export.export(model, (torch.randn(shape),),
+                                       dynamic_shapes=({axis: torch.export.Dim("batch", min=2, max=64)},))
+        for batch in (3, 9):
+            x = torch.randn(shape[:axis] + (batch,) + shape[axis + 1:])
+            torch.testing.assert_close(exported.module()(x), model(x))
+
+
 def test_a_recompiled_layer_with_another_float_setting_runs():
     """Dynamo traces a float setting that changed between compilations as a symbolic value: it reaches the
     op as a float argument, not as part of the op's params text."""

@@ -25,6 +25,7 @@ import contextlib
 import functools
 import itertools
 import json
+from types import SimpleNamespace
 from typing import Any, Sequence
 
 import numpy as np
@@ -38,6 +39,7 @@ from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.ops import residual_static
 from dnnbind.highlevel.reference.conv_paths import macs
 from dnnbind.highlevel.residual import FORMS, RESIDUAL_REVISION, SKIPPABLE, ArraySpec, innermost
+from dnnbind.torch import symbolic
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 
 NAMESPACE = "dnnbind"
@@ -370,12 +372,23 @@ _SIGNATURES_MAX = 1024
 
 def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
                   reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
-    shapes, saved, tensors = result_specs(op, x, others, params, reals)
+    """The fake kernel: results and residuals of the shapes the real kernel gives, symbolic sizes kept
+    symbolic (:mod:`dnnbind.torch.symbolic`)."""
+    found: list[Any] = []
+
+    def evaluate(size_of: Any) -> list[Any]:
+        def like(t: Any) -> Any:
+            return None if t is None else SimpleNamespace(shape=size_of(t), dtype=t.dtype, device=t.device)
+        found[:] = result_specs(op, like(x), [like(t) for t in others], params, reals)
+        return [*found[0], *[s.shape for s in found[1]]]
+
+    every = symbolic.shapes(evaluate, [x, *others])
+    shapes, saved = every[:len(found[0])], [(s, spec.dtype) for s, spec in zip(every[len(found[0]):], found[1])]
     outputs = [x.new_empty(shape, dtype=torch.int64 if output_dtype(op, i, None) is not None else x.dtype)
                for i, shape in enumerate(shapes) if shape is not None]
     if op == "batchnorm":
-        outputs += [t.new_empty(t.shape) for t in tensors[3:5] if t is not None]
-    return outputs, [x.new_empty(s.shape, dtype=torch_dtype(s.dtype)) for s in saved]
+        outputs += [x.new_empty(t.shape, dtype=t.dtype) for t in found[2][3:5] if t is not None]
+    return outputs, [x.new_empty(shape, dtype=torch_dtype(dtype)) for shape, dtype in saved]
 
 
 def result_specs(op: str, x: Any, others: Sequence[Any], params: str,

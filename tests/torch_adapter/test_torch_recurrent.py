@@ -266,6 +266,16 @@ def test_recurrent_errors_speak_torch():
         lstm(torch.randn(2, 2, 3), (torch.zeros(1, 3, 4), torch.zeros(1, 3, 4)))
     with pytest.raises(ValueError, match="LSTM: expected input to be 2D or 3D"):
         lstm(torch.randn(3))
+    with pytest.raises(RuntimeError, match=r"LSTM: hx must be the two hidden states \(h_0, c_0\), got a Tensor"):
+        lstm(torch.randn(2, 2, 3), torch.zeros(1, 2, 4))
+    with pytest.raises(RuntimeError, match=r"LSTM: hx must be the two hidden states \(h_0, c_0\), got 3 of them"):
+        lstm(torch.randn(2, 2, 3), (torch.zeros(1, 2, 4),) * 3)
+    for layer in (lstm, dt.GRU(3, 4, batch_first=True)):
+        shape = (2, 0, 3) if layer.batch_first else (0, 2, 3)
+        with pytest.raises(RuntimeError):
+            getattr(nn, type(layer).__name__)(3, 4, batch_first=layer.batch_first)(torch.randn(shape))
+        with pytest.raises(RuntimeError, match=r"expected sequence length to be larger than 0"):
+            layer(torch.randn(shape))
 
 
 def test_op_errors_name_torchs_parameters():

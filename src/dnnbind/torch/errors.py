@@ -9,11 +9,12 @@ Names = Union[Mapping[str, str], Callable[[], Mapping[str, str]]]
 
 
 def rename(message: str, names: Mapping[str, str]) -> str:
-    """``message`` with each whole-word occurrence of a key of ``names`` replaced by its value."""
+    """``message`` with each whole-word occurrence of a key of ``names`` replaced by its value, except
+    inside a quoted value (``dim='x'`` is what the user passed)."""
     if not names:
         return message
     keys = sorted(names, key=len, reverse=True)
-    pattern = re.compile(r"(?<![\w.\[])(" + "|".join(re.escape(k) for k in keys) + r")(?![\w\[])")
+    pattern = re.compile(r"(?<![\w.\['])(" + "|".join(re.escape(k) for k in keys) + r")(?![\w\['])")
     return pattern.sub(lambda m: names[m.group(1)], message)
 
 

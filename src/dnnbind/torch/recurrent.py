@@ -57,6 +57,9 @@ class _Recurrent:
         layer: Any = self
         lstm = layer.mode == "LSTM"
         packed = input if isinstance(input, PackedSequence) else None
+        if lstm and hx is not None and not (isinstance(hx, (tuple, list)) and len(hx) == 2):
+            got = f"{len(hx)} of them" if isinstance(hx, (tuple, list)) else f"a {type(hx).__name__}"
+            raise RuntimeError(f"LSTM: hx must be the two hidden states (h_0, c_0), got {got}")
         h0, c0 = (hx if lstm and hx is not None else (hx, None))
         if packed is not None:
             layer.check_forward_args(packed.data, hx if hx is not None else _zeros_like_state(layer, packed),
@@ -69,6 +72,9 @@ class _Recurrent:
                 raise ValueError(f"{type(self).__name__}: expected input to be 2D or 3D, got {shape}")
             unbatched, lengths = input.dim() == 2, None
             x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if layer.batch_first else input)
+            if x.shape[0] == 0:                 # torch's error (the op's would be a ValueError)
+                raise RuntimeError(f"{type(self).__name__}: expected sequence length to be larger than 0, got "
+                                   f"input of shape {tuple(input.shape)}")
             if unbatched and h0 is not None:
                 for name, state in (("h_0", h0), ("c_0", c0)):
                     if state is not None and state.dim() != 2:

@@ -1,0 +1,20 @@
+"""dnnbind.torch.errors: the ops' array names become the torch arguments' names, values stay as given."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dnnbind.torch as dt
+from dnnbind.torch.errors import rename
+
+
+def test_whole_names_are_renamed_and_quoted_values_are_not():
+    names = {"x": "input", "w": "weight", "axis": "dim"}
+    assert rename("x has 3 channels but w.shape[1] = 2", names) == "input has 3 channels but weight.shape[1] = 2"
+    assert rename("axis='x' must be an int, not str", names) == "dim='x' must be an int, not str"
+    assert rename("wx, x2 and x[0] stay", names) == "wx, x2 and x[0] stay"
+
+
+def test_a_layers_error_keeps_the_value_the_user_passed():
+    with pytest.raises(TypeError, match=r"^dim='x' must be an int, not str$"):
+        dt.Softmax(dim="x")(torch.randn(2, 3))

@@ -255,16 +255,19 @@ DYNAMIC_EXPORTS = {
 }
 
 
+@pytest.mark.parametrize("grad", [True, False], ids=["grad", "no-grad"])
 @pytest.mark.parametrize("name", list(DYNAMIC_EXPORTS))
-def test_export_with_a_dynamic_batch_under_no_grad(name):
-    """torch.export with a dynamic batch (inference: the fake kernels keep the batch symbolic); the
-    exported program equals the model at other batch sizes."""
+def test_export_with_a_dynamic_batch(name, grad):
+    """torch.export with a dynamic batch: the fake kernels keep the batch symbolic, and the sizes reach
+    the backward's params only when a backward runs (with grad enabled, exporting records autograd's
+    context); the exported program equals the model at other batch sizes."""
     make, shape, axis = DYNAMIC_EXPORTS[name]
     torch.manual_seed(0)
     model = make().eval()
-    with torch.no_grad():
+    with torch.set_grad_enabled(grad):
         exported = torch.export.export(model, (torch.randn(shape),),
                                        dynamic_shapes=({axis: torch.export.Dim("batch", min=2, max=64)},))
+    with torch.no_grad():
         for batch in (3, 9):
             x = torch.randn(shape[:axis] + (batch,) + shape[axis + 1:])
             torch.testing.assert_close(exported.module()(x), model(x))

@@ -516,12 +516,27 @@ def _setup_context(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
 def _remember_call(op: str, ctx: Any, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
                    outputs: Sequence[Tensor]) -> list[Tensor]:
     """Keep on ``ctx`` what the backward needs besides the residuals; returns the outputs that get no
-    gradient (batch norm's running statistics, maxpool's integer indices)."""
-    ctx.op, ctx.params, ctx.diff, stats = _call_record(op, x, others, decode(params), reals)
-    ctx.results = len(outputs) - stats
+    gradient (batch norm's running statistics, maxpool's integer indices). The tensors' sizes become
+    the backward's params only when a backward runs (:func:`_record_of`): a symbolic size stays
+    symbolic while a forward is traced alone (torch.export with a dynamic batch)."""
+    p = decode(params)
+    ctx.op, ctx.call, ctx.record = op, (metadata(x), [metadata(t) for t in others], p, list(reals)), None
+    ctx.results = len(outputs) - _running_statistics(op, p)
     ctx.reals = list(reals)
     ctx.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
     return list(outputs[ctx.results:]) + [o for o in outputs[:ctx.results] if not o.is_floating_point()]
+
+
+def metadata(t: Tensor) -> SimpleNamespace:
+    """What the shape logic reads of a tensor (its sizes, dtype and device), kept without the tensor."""
+    return SimpleNamespace(shape=tuple(t.shape), dtype=t.dtype, device=t.device)
+
+
+def _record_of(ctx: Any) -> tuple[str, dict[str, Any], list[bool], int]:
+    """:func:`_call_record` of the call ``ctx`` remembered, worked out once."""
+    if ctx.record is None:
+        ctx.record = _call_record(ctx.op, *ctx.call)
+    return ctx.record
 
 
 def _call_record(op: str, x: Tensor, others: Sequence[Tensor], p: dict[str, Any],
@@ -551,11 +566,11 @@ def _running_statistics(op: str, p: dict[str, Any]) -> int:
 
 
 def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals: Any) -> tuple:
-    op = ctx.op
+    op, call_params, diff, _ = _record_of(ctx)
     # integer results (maxpool's indices) take no cotangent; eager autograd may hand zeros for them
     d_results = [d if d is None or d.is_floating_point() else None for d in d_outputs[:ctx.results]]
     if not any(d is not None for d in d_results):
-        return None, [None] * len(ctx.diff), None, _no_gradient(ctx.reals)
+        return None, [None] * len(diff), None, _no_gradient(ctx.reals)
     if d_results[0] is None:                  # the first cotangent is required: zeros stand for "unused"
         shape, dtype, device = ctx.first
         d_results[0] = torch.zeros(shape, dtype=dtype, device=device)
@@ -565,14 +580,14 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
     needs = None
     if op in SKIPPABLE:      # x, w, b: whether autograd wants each (b's slot False when b was None)
         slots = iter(need_others)
-        needs = [need_x] + [bool(next(slots)) if slot else False for slot in ctx.params["slots"]]
+        needs = [need_x] + [bool(next(slots)) if slot else False for slot in call_params["slots"]]
     cotangents = [d for d in d_results if d is not None]
     extra: dict[str, Any] = {"given": given} if needs is None else {"given": given, "needs": needs}
-    params = _encode(tuple({**ctx.params, **extra}.items()))     # per call: not worth remembering
+    params = _encode(tuple({**call_params, **extra}.items()))     # per call: not worth remembering
     grads = getattr(torch.ops.dnnbind, f"{op}_backward")(list(ctx.saved_tensors), cotangents, params, ctx.reals)
     it = iter(grads)
     dx: Tensor | None = next(it)
-    d_others = [next(it) if diff else None for diff in ctx.diff]
+    d_others = [next(it) if has else None for has in diff]
     if op in SKIPPABLE:      # what was not needed came back empty
         dx = dx if need_x else None
         d_others = [d if need else None for d, need in zip(d_others, need_others)]

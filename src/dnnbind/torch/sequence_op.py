@@ -225,17 +225,23 @@ def _setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
     outputs, residuals = output
     ctx.save_for_backward(*residuals)
     ctx.mark_non_differentiable(*residuals, *outputs[1:])
-    # per step the backward op's params (library._call_record), from the shapes the steps pass on
-    h: Any = SimpleNamespace(shape=tuple(x.shape), dtype=x.dtype, device=x.device)
-    ctx.records = []
+    # the sizes become the backward's params only when a backward runs (see library._remember_call)
+    ctx.call = (library.metadata(x), [library.metadata(t) for t in others], params, list(reals))
+    ctx.reals = list(reals)
+    ctx.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
+
+
+def _records(x: Any, others: Sequence[Any], params: str, reals: Sequence[float]) -> list[tuple]:
+    """Per step the backward op's params (library._call_record), from the shapes the steps pass on."""
+    h: Any = x
+    records = []
     for op, step_params, n_others, n_reals, o, r in _steps(params):
         step_others, step_reals = others[o:o + n_others], list(reals[r:r + n_reals])
         _, record, diff, _ = library._call_record(op, h, step_others, decode(step_params), step_reals)
         shapes, saved, _ = library.result_specs(op, h, step_others, step_params, step_reals)
-        ctx.records.append((op, record, diff, o, n_others, r, n_reals, len(saved)))
+        records.append((op, record, diff, o, n_others, r, n_reals, len(saved)))
         h = SimpleNamespace(shape=tuple(shapes[0]), dtype=x.dtype, device=x.device)
-    ctx.reals = list(reals)
-    ctx.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
+    return records
 
 
 def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals: Any) -> tuple:
@@ -245,8 +251,9 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
         d_y = torch.zeros(shape, dtype=dtype, device=device)
     flags = ctx.needs_input_grad                 # (x, others, params, reals), others' one per tensor
     need_x, need_others = bool(flags[0]), [bool(f) for f in flags[1]]
+    records = _records(*ctx.call)
     steps, wanted = [], need_x
-    for op, record, diff, o, n_others, r, n_reals, n_residuals in ctx.records:
+    for op, record, diff, o, n_others, r, n_reals, n_residuals in records:
         own = need_others[o:o + n_others]
         extra: dict[str, Any] = {"given": [True]}
         if op in SKIPPABLE:                      # x, w, b: whether each is wanted (b False when not given)
@@ -259,7 +266,7 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
     it = iter(grads)
     dx = next(it)
     d_others: list[Tensor | None] = []
-    for op, record, diff, o, n_others, r, n_reals, n_residuals in ctx.records:
+    for op, record, diff, o, n_others, r, n_reals, n_residuals in records:
         for has_gradient, need in zip(diff, need_others[o:o + n_others]):
             grad = next(it) if has_gradient else None
             d_others.append(grad if need else None)

@@ -27,6 +27,7 @@ class Classification:
     per_rule: Counter = field(default_factory=Counter)
     unused_rules: list[str] = field(default_factory=list)
     byte_sizes: int = 0
+    optional_handles: int = 0     # handle parameters listed as nullable_handles (may be NULL)
     problems: list[str] = field(default_factory=list)   # filled instead of raising when not strict
 
 
@@ -59,6 +60,52 @@ def destroyed_handle(fn: ir.Function) -> str:
     if "Destroy" in fn.name and len(fn.params) == 1 and fn.params[0].type.kind == "handle":
         return fn.params[0].name
     return ""
+
+
+def _handle_is_owned(t: ir.CType, foreign: set[str]) -> bool:
+    return t.kind == "handle" and t.name not in foreign
+
+
+def classify_handles(functions: list[ir.Function], module: ir.Module, overrides: dict[str, Any],
+                     problems: list[str]) -> list[ir.Function]:
+    """Mark which handles passed by value may be NULL (``nullable``): only those the vendor documents as
+    optional, listed in the ``nullable_handles`` section. Every other one is refused as None in Python,
+    since several library functions dereference a NULL (or destroyed, hence cleared) descriptor without
+    checking it. Handles of other libraries stay nullable (``cudaStream_t``: NULL is the default stream), and so
+    do the section's ``types``: the library context, which every function checks itself (returning a bad-parameter
+    status), so that argument checks stay testable on a machine that cannot create one."""
+    section = overrides.get("nullable_handles", {})
+    listed: dict[str, list[str]] = section.get("exceptions", {})
+    checked_by_library = set(section.get("types", []))
+    foreign = {h.name for h in module.handles if h.foreign} | checked_by_library
+    problems += [f"stale nullable_handles type: {name} is not a handle the headers declare"
+                 for name in sorted(checked_by_library - {h.name for h in module.handles})]
+    by_name = {fn.name: fn for fn in functions}
+    for fn_name, names in sorted(listed.items()):
+        fn = by_name.get(fn_name)
+        if fn is None:
+            problems.append(f"stale nullable_handles exception: function {fn_name} is not declared by the headers")
+            continue
+        owned = {p.name for p in fn.params if _handle_is_owned(p.type, foreign)}
+        problems += [f"stale nullable_handles exception: {fn_name} has no handle parameter {n!r}"
+                     for n in names if n not in owned]
+    def decided(fn: ir.Function, p: ir.Param) -> ir.Param:
+        if p.name in listed.get(fn.name, ()):
+            return replace(p, nullable=True, rule=OPTIONAL_HANDLE)
+        return replace(p, nullable=not _handle_is_owned(p.type, foreign))
+
+    return [replace(fn, params=tuple(decided(fn, p) if p.type.kind == "handle" else p for p in fn.params))
+            for fn in functions]
+
+
+#: ``Param.rule`` of a handle parameter listed in ``nullable_handles.exceptions``
+OPTIONAL_HANDLE = "nullable_handles"
+
+
+def required_handles(fn: ir.Function) -> list[str]:
+    """The handle parameters the generated wrapper refuses as None (NULL), in order."""
+    return [p.name for p in fn.params if p.type.kind == "handle" and not p.nullable
+            and p.name != destroyed_handle(fn)]
 
 
 def classify(module: ir.Module, overrides: dict[str, Any], strict: bool = True) -> Classification:
@@ -120,6 +167,8 @@ def classify(module: ir.Module, overrides: dict[str, Any], strict: bool = True) 
             params.append(replace(p, kind=kind, rule=rule_id, byte_size=byte_size))
         result.functions.append(replace(fn, params=tuple(params)))
     result.functions = lengths.classify_lengths(result.functions, module, overrides, problems, used)
+    result.functions = classify_handles(result.functions, module, overrides, problems)
+    result.optional_handles = sum(map(len, overrides.get("nullable_handles", {}).get("exceptions", {}).values()))
     if problems and strict:
         raise ClassificationError(f"{len(problems)} problem(s) in pointer_overrides.json for "
                                   f"{module.library}:\n" + "\n".join(f"  {p}" for p in problems))

@@ -139,12 +139,14 @@ def checks_report(c: classify.Classification) -> list[str]:
     sources = Counter(p.length.kind for _, p in params if p.length is not None)
     unchecked = [(fn, p) for fn, p in params if p.length is not None and p.length.kind == "unchecked"]
     destroyers = sum(1 for fn in c.functions if classify.destroyed_handle(fn))
+    required = sum(len(classify.required_handles(fn)) for fn in c.functions)
     lines = [f"  integer parameters range-checked: {integers} (of which enums, class-checked too: {enums})",
              f"  output pointers: {len(outputs)}: nullable {sum(p.nullable for p in outputs)}, "
              f"refuse None {sum(not p.nullable for p in outputs)}",
              "  host arrays and buffers by length source: "
              + ", ".join(f"{kind} {sources[kind]}" for kind in ("fixed", "count", "sized", "query", "unchecked")),
              f"  destroy functions that clear their handle: {destroyers}",
+             f"  handles passed by value: refused when None {required}, documented optional {c.optional_handles}",
              f"  unchecked arrays: {len(unchecked)}"]
     lines += [f"    {fn.name}.{p.name}: {p.length.reason}" for fn, p in unchecked if p.length is not None]
     lines.append("  length and nullable rules:")

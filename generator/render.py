@@ -13,7 +13,7 @@ import jinja2
 
 from generator import config as cfg
 from generator import ir, lengths
-from generator.classify import Classification, destroyed_handle
+from generator.classify import OPTIONAL_HANDLE, Classification, destroyed_handle, required_handles
 
 
 def py_name(name: str) -> str:
@@ -71,6 +71,7 @@ class RenderedFunction:
     result_annotation: str = "None"
     values: ValueCheck | None = None
     destroys: str = ""         # the handle a successful Destroy* frees: cleared, refused when NULL
+    required: tuple[str, ...] = ()   # handles passed by value that are refused when None (NULL)
 
     @property
     def assign(self) -> str:
@@ -334,6 +335,9 @@ def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_no
     kinds = [f"    {p.name}: {p.note}" for p in params if p.note]
     if kinds:
         lines += ["", "Checked parameters:"] + kinds
+    optional = [p.name for p in fn.params if p.rule == OPTIONAL_HANDLE]
+    if optional:
+        lines += ["", f"Handles that may be None (NULL), as the vendor documents: {', '.join(optional)}."]
     if returns == "status":
         lines += ["", f"Raises {error_class} when the returned status is not success."]
     if fn.comment:
@@ -344,7 +348,8 @@ def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_no
         deprecated = _deprecation_text(fn.comment)
     return RenderedFunction(fn.name, tuple(params), argtypes, restype, returns, docstring("\n".join(lines)),
                             deprecated, names.result_annotation(fn.result, returns), _value_check(fn, names),
-                            py_name(destroyed_handle(fn)) if destroyed_handle(fn) else "")
+                            py_name(destroyed_handle(fn)) if destroyed_handle(fn) else "",
+                            tuple(py_name(name) for name in required_handles(fn)))
 
 
 def _deprecation_text(comment: str) -> str:

@@ -92,7 +92,8 @@ EXPECTED = {
     "tensor destroyed twice": ("DnnArgumentError", "miopenDestroyTensorDescriptor: parameter 'tensorDesc' is a NULL"),
     "convolution destroyed twice": ("DnnArgumentError", "parameter 'convDesc' is a NULL"),
     "pooling destroyed twice": ("DnnArgumentError", "parameter 'poolDesc' is a NULL"),
-    "set after destroy": ("MiopenError", "miopenSet4dTensorDescriptor failed"),
+    "set after destroy": ("DnnArgumentError", "miopenSet4dTensorDescriptor: parameter 'tensorDesc' is NULL; it "
+                                              "needs a created handle"),
     "numpy as device": ("DnnArgumentError", "parameter 'x' needs device memory, got numpy.ndarray"),
 }
 

@@ -154,6 +154,9 @@ def test_handles_round_trip_and_refuse_the_wrong_kind(fxlib: ModuleType) -> None
         fxlib.fxDestroyTensorDescriptor(tensor)
         fxlib.fxDestroy(handle)
     assert not handle and not tensor                         # a successful destroy clears the handle object
+    with pytest.raises(DnnArgumentError, match=r"^fxGetWorkspaceSize: parameter 'handle' is NULL; it needs a "
+                                               r"created handle"):
+        fxlib.fxGetWorkspaceSize(handle, byref(size))           # used after destroy: refused, never reaches C
     for call in (lambda: fxlib.fxDestroy(None), lambda: fxlib.fxDestroy(handle)):   # never reaches C again
         with pytest.raises(DnnArgumentError, match=r"^fxDestroy: parameter 'handle' is (None|a NULL \w+): the "
                                                    r"handle was destroyed already"):

@@ -100,3 +100,28 @@ def test_bad_kind_in_rule_or_exception(errors_module: ir.Module) -> None:
         classify.classify(errors_module, {"rules": [{"id": "odd", "kind": "gpu", "pointee": ["void"]}]})
     message = _problems(errors_module, exceptions={"fxOrphan": {"mystery": "gpu"}})
     assert "exception fxOrphan.mystery: kind 'gpu' is not one of" in message
+
+
+def _handle_params(overrides: dict[str, Any]) -> tuple[dict[str, list[str]], list[str]]:
+    """Per function of fixture.h: the handles refused as None; and the problems, without raising."""
+    module = fb.parse_fixture("fixture.h")
+    result = classify.classify(module, fb.fixture_overrides(**overrides), strict=False)
+    required = {fn.name: classify.required_handles(fn) for fn in result.functions if classify.required_handles(fn)}
+    return required, result.problems
+
+
+def test_handles_by_value_are_required_unless_listed() -> None:
+    """A handle passed by value refuses None unless its type or (function, parameter) is listed; a Destroy*'s
+    handle has its own check; the listed entries must exist."""
+    required, problems = _handle_params({})
+    assert required == {"fxGetWorkspaceSize": ["handle"]} and not problems
+    required, problems = _handle_params({"nullable_handles": {"exceptions": {"fxGetWorkspaceSize": ["handle"]}}})
+    assert required == {} and not problems
+    required, problems = _handle_params({"nullable_handles": {"types": ["fxHandle_t"]}})
+    assert required == {} and not problems
+    _, problems = _handle_params({"nullable_handles": {"types": ["fxGone_t"], "exceptions": {
+        "fxGone": ["handle"], "fxGetWorkspaceSize": ["workspaceSizeInBytes"]}}})
+    assert problems == ["stale nullable_handles type: fxGone_t is not a handle the headers declare",
+                        "stale nullable_handles exception: fxGetWorkspaceSize has no handle parameter "
+                        "'workspaceSizeInBytes'",
+                        "stale nullable_handles exception: function fxGone is not declared by the headers"]

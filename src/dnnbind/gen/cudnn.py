@@ -2394,6 +2394,8 @@ def cudnnBackendInitialize(descriptor):
      @param[in] descriptor  The descriptor to initialize.
      @return cuDNN status code.
      @since cuDNN 9.0.0"""
+    if not descriptor:
+        raise _lib.null_handles_error('cudnnBackendInitialize', ('descriptor',), (descriptor,))
     try:
         status = _cudnnBackendInitialize(descriptor)
     except _ArgumentError as exc:
@@ -2416,6 +2418,8 @@ def cudnnBackendFinalize(descriptor):
      @retval CUDNN_STATUS_NOT_SUPPORTED
      @retval CUDNN_STATUS_INTERNAL_ERROR
      @since cuDNN 9.0.0"""
+    if not descriptor:
+        raise _lib.null_handles_error('cudnnBackendFinalize', ('descriptor',), (descriptor,))
     try:
         status = _cudnnBackendFinalize(descriptor)
     except _ArgumentError as exc:
@@ -2448,6 +2452,8 @@ def cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCo
      @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnBackendSetAttribute, attributeName, attributeType, elementCount):
         _check_values('cudnnBackendSetAttribute', ('descriptor', 'attributeName', 'attributeType', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', cudnnBackendAttributeName_t), (2, attributeType, 'i', cudnnBackendAttributeType_t), (3, elementCount, 'q', None),))
+    if not descriptor:
+        raise _lib.null_handles_error('cudnnBackendSetAttribute', ('descriptor',), (descriptor,))
     try:
         arrayOfElements = _void_c(arrayOfElements, _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, elementCount, 'cudnnBackendSetAttribute', 'attributeType'), 4)
         status = _cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCount, arrayOfElements)
@@ -2482,6 +2488,8 @@ def cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requested
      @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnBackendGetAttribute, attributeName, attributeType, requestedElementCount):
         _check_values('cudnnBackendGetAttribute', ('descriptor', 'attributeName', 'attributeType', 'requestedElementCount', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', cudnnBackendAttributeName_t), (2, attributeType, 'i', cudnnBackendAttributeType_t), (3, requestedElementCount, 'q', None),))
+    if not descriptor:
+        raise _lib.null_handles_error('cudnnBackendGetAttribute', ('descriptor',), (descriptor,))
     try:
         elementCount = _arr_int64_t(elementCount, 1, 4)
         arrayOfElements = _void(arrayOfElements, _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, requestedElementCount, 'cudnnBackendGetAttribute', 'attributeType'), 5)
@@ -2508,6 +2516,8 @@ def cudnnGetExecutionPlanWorkspaceSize(handle, executionPlan, variantPack, works
      @param[in]  variantPack           Finalized variant pack descriptor.
      @param[out] workspaceSizeInBytes  Pointer to receive the required workspace size.
      @since cuDNN 9.23.0"""
+    if not (executionPlan and variantPack):
+        raise _lib.null_handles_error('cudnnGetExecutionPlanWorkspaceSize', ('executionPlan', 'variantPack'), (executionPlan, variantPack,))
     try:
         workspaceSizeInBytes = _arr_size_t(workspaceSizeInBytes, 1, 3)
         status = _cudnnGetExecutionPlanWorkspaceSize(handle, executionPlan, variantPack, workspaceSizeInBytes)
@@ -2533,6 +2543,8 @@ def cudnnBackendExecute(handle, executionPlan, variantPack):
      @retval CUDNN_STATUS_INTERNAL_ERROR
      @retval CUDNN_STATUS_EXECUTION_FAILED
      @since cuDNN 9.0.0"""
+    if not (executionPlan and variantPack):
+        raise _lib.null_handles_error('cudnnBackendExecute', ('executionPlan', 'variantPack'), (executionPlan, variantPack,))
     try:
         status = _cudnnBackendExecute(handle, executionPlan, variantPack)
     except _ArgumentError as exc:
@@ -2559,6 +2571,8 @@ def cudnnBackendPopulateCudaGraph(handle, executionPlan, variantPack, graph):
      @retval CUDNN_STATUS_EXECUTION_FAILED
      @retval CUDNN_STATUS_NOT_SUPPORTED
      @since cuDNN 9.5.0"""
+    if not (executionPlan and variantPack):
+        raise _lib.null_handles_error('cudnnBackendPopulateCudaGraph', ('executionPlan', 'variantPack'), (executionPlan, variantPack,))
     try:
         status = _cudnnBackendPopulateCudaGraph(handle, executionPlan, variantPack, graph)
     except _ArgumentError as exc:
@@ -2585,6 +2599,8 @@ def cudnnBackendUpdateCudaGraph(handle, executionPlan, variantPack, graph):
      @retval CUDNN_STATUS_EXECUTION_FAILED
      @retval CUDNN_STATUS_NOT_SUPPORTED
      @since cuDNN 9.5.0"""
+    if not (executionPlan and variantPack):
+        raise _lib.null_handles_error('cudnnBackendUpdateCudaGraph', ('executionPlan', 'variantPack'), (executionPlan, variantPack,))
     try:
         status = _cudnnBackendUpdateCudaGraph(handle, executionPlan, variantPack, graph)
     except _ArgumentError as exc:
@@ -2651,6 +2667,8 @@ def cudnnSetTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w):
     @see cudnnSetTensor4dDescriptorEx, cudnnGetTensor4dDescriptor"""
     if not _values_ok(_values_cudnnSetTensor4dDescriptor, format, dataType, n, c, h, w):
         _check_values('cudnnSetTensor4dDescriptor', ('tensorDesc', 'format', 'dataType', 'n', 'c', 'h', 'w'), ((1, format, 'i', cudnnTensorFormat_t), (2, dataType, 'i', cudnnDataType_t), (3, n, 'i', None), (4, c, 'i', None), (5, h, 'i', None), (6, w, 'i', None),))
+    if not tensorDesc:
+        raise _lib.null_handles_error('cudnnSetTensor4dDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         status = _cudnnSetTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w)
     except _ArgumentError as exc:
@@ -2690,6 +2708,8 @@ def cudnnSetTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStr
     @see cudnnSetTensor4dDescriptor, cudnnGetTensor4dDescriptor"""
     if not _values_ok(_values_cudnnSetTensor4dDescriptorEx, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
         _check_values('cudnnSetTensor4dDescriptorEx', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w', 'nStride', 'cStride', 'hStride', 'wStride'), ((1, dataType, 'i', cudnnDataType_t), (2, n, 'i', None), (3, c, 'i', None), (4, h, 'i', None), (5, w, 'i', None), (6, nStride, 'i', None), (7, cStride, 'i', None), (8, hStride, 'i', None), (9, wStride, 'i', None),))
+    if not tensorDesc:
+        raise _lib.null_handles_error('cudnnSetTensor4dDescriptorEx', ('tensorDesc',), (tensorDesc,))
     try:
         status = _cudnnSetTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride)
     except _ArgumentError as exc:
@@ -2733,6 +2753,8 @@ def cudnnGetTensor4dDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStrid
 
     @since cuDNN 9.0.0
     @see cudnnSetTensor4dDescriptor"""
+    if not tensorDesc:
+        raise _lib.null_handles_error('cudnnGetTensor4dDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 1)
         n = _arr_int(n, 1, 2)
@@ -2779,6 +2801,8 @@ def cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA):
     @see cudnnGetTensorNdDescriptor"""
     if not _values_ok(_values_cudnnSetTensorNdDescriptor, dataType, nbDims):
         _check_values('cudnnSetTensorNdDescriptor', ('tensorDesc', 'dataType', 'nbDims', 'dimA', 'strideA'), ((1, dataType, 'i', cudnnDataType_t), (2, nbDims, 'i', None),))
+    if not tensorDesc:
+        raise _lib.null_handles_error('cudnnSetTensorNdDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         dimA = _arr_int_c(dimA, nbDims, 3)
         strideA = _arr_int_c(strideA, nbDims, 4)
@@ -2818,6 +2842,8 @@ def cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA):
     @see cudnnSetTensorNdDescriptor"""
     if not _values_ok(_values_cudnnSetTensorNdDescriptorEx, format, dataType, nbDims):
         _check_values('cudnnSetTensorNdDescriptorEx', ('tensorDesc', 'format', 'dataType', 'nbDims', 'dimA'), ((1, format, 'i', cudnnTensorFormat_t), (2, dataType, 'i', cudnnDataType_t), (3, nbDims, 'i', None),))
+    if not tensorDesc:
+        raise _lib.null_handles_error('cudnnSetTensorNdDescriptorEx', ('tensorDesc',), (tensorDesc,))
     try:
         dimA = _arr_int_c(dimA, nbDims, 4)
         status = _cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA)
@@ -2856,6 +2882,8 @@ def cudnnGetTensorNdDescriptor(tensorDesc, nbDimsRequested, dataType, nbDims, di
     @see cudnnSetTensorNdDescriptor"""
     if not _values_ok(_values_cudnnGetTensorNdDescriptor, nbDimsRequested):
         _check_values('cudnnGetTensorNdDescriptor', ('tensorDesc', 'nbDimsRequested', 'dataType', 'nbDims', 'dimA', 'strideA'), ((1, nbDimsRequested, 'i', None),))
+    if not tensorDesc:
+        raise _lib.null_handles_error('cudnnGetTensorNdDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 2)
         nbDims = _arr_int(nbDims, 1, 3)
@@ -2886,6 +2914,8 @@ def cudnnGetTensorSizeInBytes(tensorDesc, size):
     @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
 
     @since cuDNN 9.0.0"""
+    if not tensorDesc:
+        raise _lib.null_handles_error('cudnnGetTensorSizeInBytes', ('tensorDesc',), (tensorDesc,))
     try:
         size = _arr_size_t(size, 1, 1)
         status = _cudnnGetTensorSizeInBytes(tensorDesc, size)
@@ -2950,6 +2980,8 @@ def cudnnInitTransformDest(transformDesc, srcDesc, destDesc, destSizeInBytes):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnTransformTensorEx"""
+    if not (transformDesc and srcDesc and destDesc):
+        raise _lib.null_handles_error('cudnnInitTransformDest', ('transformDesc', 'srcDesc', 'destDesc'), (transformDesc, srcDesc, destDesc,))
     try:
         destSizeInBytes = _arr_size_t(destSizeInBytes, 1, 3)
         status = _cudnnInitTransformDest(transformDesc, srcDesc, destDesc, destSizeInBytes)
@@ -3028,6 +3060,8 @@ def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBefo
     @see cudnnGetTensorTransformDescriptor"""
     if not _values_ok(_values_cudnnSetTensorTransformDescriptor, nbDims, destFormat, direction):
         _check_values('cudnnSetTensorTransformDescriptor', ('transformDesc', 'nbDims', 'destFormat', 'padBeforeA', 'padAfterA', 'foldA', 'direction'), ((1, nbDims, 'I', None), (2, destFormat, 'i', cudnnTensorFormat_t), (6, direction, 'i', cudnnFoldingDirection_t),))
+    if not transformDesc:
+        raise _lib.null_handles_error('cudnnSetTensorTransformDescriptor', ('transformDesc',), (transformDesc,))
     try:
         padBeforeA = _arr_int32_t_c_n(padBeforeA, nbDims, 3)
         padAfterA = _arr_int32_t_c_n(padAfterA, nbDims, 4)
@@ -3073,6 +3107,8 @@ def cudnnGetTensorTransformDescriptor(transformDesc, nbDimsRequested, destFormat
     @see cudnnSetTensorTransformDescriptor"""
     if not _values_ok(_values_cudnnGetTensorTransformDescriptor, nbDimsRequested):
         _check_values('cudnnGetTensorTransformDescriptor', ('transformDesc', 'nbDimsRequested', 'destFormat', 'padBeforeA', 'padAfterA', 'foldA', 'direction'), ((1, nbDimsRequested, 'I', None),))
+    if not transformDesc:
+        raise _lib.null_handles_error('cudnnGetTensorTransformDescriptor', ('transformDesc',), (transformDesc,))
     try:
         destFormat = _arr_cudnnTensorFormat_t(destFormat, 1, 2)
         padBeforeA = _arr_int32_t(padBeforeA, nbDimsRequested, 3)
@@ -3150,6 +3186,8 @@ def cudnnTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnTransformTensorEx"""
+    if not (xDesc and yDesc):
+        raise _lib.null_handles_error('cudnnTransformTensor', ('xDesc', 'yDesc'), (xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -3195,6 +3233,8 @@ def cudnnTransformTensorEx(handle, transDesc, alpha, srcDesc, srcData, beta, des
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnTransformTensor, cudnnSetTensorTransformDescriptor"""
+    if not (transDesc and srcDesc and destDesc):
+        raise _lib.null_handles_error('cudnnTransformTensorEx', ('transDesc', 'srcDesc', 'destDesc'), (transDesc, srcDesc, destDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -3237,6 +3277,8 @@ def cudnnAddTensor(handle, alpha, aDesc, A, beta, cDesc, C):
 
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead."""
+    if not (aDesc and cDesc):
+        raise _lib.null_handles_error('cudnnAddTensor', ('aDesc', 'cDesc'), (aDesc, cDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -3303,6 +3345,8 @@ def cudnnSetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
     @see cudnnGetOpTensorDescriptor"""
     if not _values_ok(_values_cudnnSetOpTensorDescriptor, opTensorOp, opTensorCompType, opTensorNanOpt):
         _check_values('cudnnSetOpTensorDescriptor', ('opTensorDesc', 'opTensorOp', 'opTensorCompType', 'opTensorNanOpt'), ((1, opTensorOp, 'i', cudnnOpTensorOp_t), (2, opTensorCompType, 'i', cudnnDataType_t), (3, opTensorNanOpt, 'i', cudnnNanPropagation_t),))
+    if not opTensorDesc:
+        raise _lib.null_handles_error('cudnnSetOpTensorDescriptor', ('opTensorDesc',), (opTensorDesc,))
     try:
         status = _cudnnSetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTensorNanOpt)
     except _ArgumentError as exc:
@@ -3337,6 +3381,8 @@ def cudnnGetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetOpTensorDescriptor"""
+    if not opTensorDesc:
+        raise _lib.null_handles_error('cudnnGetOpTensorDescriptor', ('opTensorDesc',), (opTensorDesc,))
     try:
         opTensorOp = _arr_cudnnOpTensorOp_t(opTensorOp, 1, 1)
         opTensorCompType = _arr_cudnnDataType_t(opTensorCompType, 1, 2)
@@ -3417,6 +3463,8 @@ def cudnnOpTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetOpTensorDescriptor"""
+    if not (opTensorDesc and aDesc and bDesc and cDesc):
+        raise _lib.null_handles_error('cudnnOpTensor', ('opTensorDesc', 'aDesc', 'bDesc', 'cDesc'), (opTensorDesc, aDesc, bDesc, cDesc,))
     try:
         alpha1 = _void_c(alpha1, 4, 2)
         alpha2 = _void_c(alpha2, 4, 5)
@@ -3486,6 +3534,8 @@ def cudnnSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
     @see cudnnGetReduceTensorDescriptor"""
     if not _values_ok(_values_cudnnSetReduceTensorDescriptor, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
         _check_values('cudnnSetReduceTensorDescriptor', ('reduceTensorDesc', 'reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'), ((1, reduceTensorOp, 'i', cudnnReduceTensorOp_t), (2, reduceTensorCompType, 'i', cudnnDataType_t), (3, reduceTensorNanOpt, 'i', cudnnNanPropagation_t), (4, reduceTensorIndices, 'i', cudnnReduceTensorIndices_t), (5, reduceTensorIndicesType, 'i', cudnnIndicesType_t),))
+    if not reduceTensorDesc:
+        raise _lib.null_handles_error('cudnnSetReduceTensorDescriptor', ('reduceTensorDesc',), (reduceTensorDesc,))
     try:
         status = _cudnnSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType)
     except _ArgumentError as exc:
@@ -3524,6 +3574,8 @@ def cudnnGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetReduceTensorDescriptor"""
+    if not reduceTensorDesc:
+        raise _lib.null_handles_error('cudnnGetReduceTensorDescriptor', ('reduceTensorDesc',), (reduceTensorDesc,))
     try:
         reduceTensorOp = _arr_cudnnReduceTensorOp_t(reduceTensorOp, 1, 1)
         reduceTensorCompType = _arr_cudnnDataType_t(reduceTensorCompType, 1, 2)
@@ -3591,6 +3643,8 @@ def cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInB
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnReduceTensor"""
+    if not (reduceTensorDesc and aDesc and cDesc):
+        raise _lib.null_handles_error('cudnnGetReductionIndicesSize', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 4)
         status = _cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes)
@@ -3625,6 +3679,8 @@ def cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeI
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnReduceTensor"""
+    if not (reduceTensorDesc and aDesc and cDesc):
+        raise _lib.null_handles_error('cudnnGetReductionWorkspaceSize', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 4)
         status = _cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes)
@@ -3681,6 +3737,8 @@ def cudnnReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wor
     @see cudnnGetReductionWorkspaceSize, cudnnGetReductionIndicesSize"""
     if not _values_ok(_values_cudnnReduceTensor, indicesSizeInBytes, workspaceSizeInBytes):
         _check_values('cudnnReduceTensor', ('handle', 'reduceTensorDesc', 'indices', 'indicesSizeInBytes', 'workspace', 'workspaceSizeInBytes', 'alpha', 'aDesc', 'A', 'beta', 'cDesc', 'C'), ((3, indicesSizeInBytes, 'N', None), (5, workspaceSizeInBytes, 'N', None),))
+    if not (reduceTensorDesc and aDesc and cDesc):
+        raise _lib.null_handles_error('cudnnReduceTensor', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
     try:
         alpha = _void_c(alpha, 4, 6)
         beta = _void_c(beta, 4, 9)
@@ -3716,6 +3774,8 @@ def cudnnSetTensor(handle, yDesc, y, valuePtr):
 
     @since cuDNN 9.0.0
     @see cudnnScaleTensor"""
+    if not yDesc:
+        raise _lib.null_handles_error('cudnnSetTensor', ('yDesc',), (yDesc,))
     try:
         valuePtr = _void_c(valuePtr, 1, 3)
         status = _cudnnSetTensor(handle, yDesc, y, valuePtr)
@@ -3753,6 +3813,8 @@ def cudnnScaleTensor(handle, yDesc, y, alpha):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetTensor"""
+    if not yDesc:
+        raise _lib.null_handles_error('cudnnScaleTensor', ('yDesc',), (yDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         status = _cudnnScaleTensor(handle, yDesc, y, alpha)
@@ -3825,6 +3887,8 @@ def cudnnSetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     @see cudnnGetFilter4dDescriptor"""
     if not _values_ok(_values_cudnnSetFilter4dDescriptor, dataType, format, k, c, h, w):
         _check_values('cudnnSetFilter4dDescriptor', ('filterDesc', 'dataType', 'format', 'k', 'c', 'h', 'w'), ((1, dataType, 'i', cudnnDataType_t), (2, format, 'i', cudnnTensorFormat_t), (3, k, 'i', None), (4, c, 'i', None), (5, h, 'i', None), (6, w, 'i', None),))
+    if not filterDesc:
+        raise _lib.null_handles_error('cudnnSetFilter4dDescriptor', ('filterDesc',), (filterDesc,))
     try:
         status = _cudnnSetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w)
     except _ArgumentError as exc:
@@ -3865,6 +3929,8 @@ def cudnnGetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetFilter4dDescriptor"""
+    if not filterDesc:
+        raise _lib.null_handles_error('cudnnGetFilter4dDescriptor', ('filterDesc',), (filterDesc,))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 1)
         format = _arr_cudnnTensorFormat_t(format, 1, 2)
@@ -3908,6 +3974,8 @@ def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
     @see cudnnGetFilterNdDescriptor"""
     if not _values_ok(_values_cudnnSetFilterNdDescriptor, dataType, format, nbDims):
         _check_values('cudnnSetFilterNdDescriptor', ('filterDesc', 'dataType', 'format', 'nbDims', 'filterDimA'), ((1, dataType, 'i', cudnnDataType_t), (2, format, 'i', cudnnTensorFormat_t), (3, nbDims, 'i', None),))
+    if not filterDesc:
+        raise _lib.null_handles_error('cudnnSetFilterNdDescriptor', ('filterDesc',), (filterDesc,))
     try:
         filterDimA = _arr_int_c(filterDimA, nbDims, 4)
         status = _cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
@@ -3949,6 +4017,8 @@ def cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nb
     @see cudnnSetFilterNdDescriptor"""
     if not _values_ok(_values_cudnnGetFilterNdDescriptor, nbDimsRequested):
         _check_values('cudnnGetFilterNdDescriptor', ('filterDesc', 'nbDimsRequested', 'dataType', 'format', 'nbDims', 'filterDimA'), ((1, nbDimsRequested, 'i', None),))
+    if not filterDesc:
+        raise _lib.null_handles_error('cudnnGetFilterNdDescriptor', ('filterDesc',), (filterDesc,))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 2)
         format = _arr_cudnnTensorFormat_t(format, 1, 3)
@@ -3982,6 +4052,8 @@ def cudnnGetFilterSizeInBytes(filterDesc, size):
 
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead."""
+    if not filterDesc:
+        raise _lib.null_handles_error('cudnnGetFilterSizeInBytes', ('filterDesc',), (filterDesc,))
     try:
         size = _arr_size_t(size, 1, 1)
         status = _cudnnGetFilterSizeInBytes(filterDesc, size)
@@ -4025,6 +4097,8 @@ def cudnnTransformFilter(handle, transDesc, alpha, srcDesc, srcData, beta, destD
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnTransformTensorEx"""
+    if not (transDesc and srcDesc and destDesc):
+        raise _lib.null_handles_error('cudnnTransformFilter', ('transDesc', 'srcDesc', 'destDesc'), (transDesc, srcDesc, destDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -4099,6 +4173,8 @@ def cudnnSoftmaxForward(handle, algo, mode, alpha, xDesc, x, beta, yDesc, y):
     @see cudnnSoftmaxBackward"""
     if not _values_ok(_values_cudnnSoftmaxForward, algo, mode):
         _check_values('cudnnSoftmaxForward', ('handle', 'algo', 'mode', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), ((1, algo, 'i', cudnnSoftmaxAlgorithm_t), (2, mode, 'i', cudnnSoftmaxMode_t),))
+    if not (xDesc and yDesc):
+        raise _lib.null_handles_error('cudnnSoftmaxForward', ('xDesc', 'yDesc'), (xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 6)
@@ -4170,6 +4246,8 @@ def cudnnSetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
     @see cudnnGetPooling2dDescriptor"""
     if not _values_ok(_values_cudnnSetPooling2dDescriptor, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride):
         _check_values('cudnnSetPooling2dDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'windowHeight', 'windowWidth', 'verticalPadding', 'horizontalPadding', 'verticalStride', 'horizontalStride'), ((1, mode, 'i', cudnnPoolingMode_t), (2, maxpoolingNanOpt, 'i', cudnnNanPropagation_t), (3, windowHeight, 'i', None), (4, windowWidth, 'i', None), (5, verticalPadding, 'i', None), (6, horizontalPadding, 'i', None), (7, verticalStride, 'i', None), (8, horizontalStride, 'i', None),))
+    if not poolingDesc:
+        raise _lib.null_handles_error('cudnnSetPooling2dDescriptor', ('poolingDesc',), (poolingDesc,))
     try:
         status = _cudnnSetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride)
     except _ArgumentError as exc:
@@ -4214,6 +4292,8 @@ def cudnnGetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetPooling2dDescriptor"""
+    if not poolingDesc:
+        raise _lib.null_handles_error('cudnnGetPooling2dDescriptor', ('poolingDesc',), (poolingDesc,))
     try:
         mode = _arr_cudnnPoolingMode_t(mode, 1, 1)
         maxpoolingNanOpt = _arr_cudnnNanPropagation_t(maxpoolingNanOpt, 1, 2)
@@ -4263,6 +4343,8 @@ def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, win
     @see cudnnGetPoolingNdDescriptor"""
     if not _values_ok(_values_cudnnSetPoolingNdDescriptor, mode, maxpoolingNanOpt, nbDims):
         _check_values('cudnnSetPoolingNdDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'), ((1, mode, 'i', cudnnPoolingMode_t), (2, maxpoolingNanOpt, 'i', cudnnNanPropagation_t), (3, nbDims, 'i', None),))
+    if not poolingDesc:
+        raise _lib.null_handles_error('cudnnSetPoolingNdDescriptor', ('poolingDesc',), (poolingDesc,))
     try:
         windowDimA = _arr_int_c(windowDimA, nbDims, 4)
         paddingA = _arr_int_c(paddingA, nbDims, 5)
@@ -4310,6 +4392,8 @@ def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNa
     @see cudnnSetPoolingNdDescriptor"""
     if not _values_ok(_values_cudnnGetPoolingNdDescriptor, nbDimsRequested):
         _check_values('cudnnGetPoolingNdDescriptor', ('poolingDesc', 'nbDimsRequested', 'mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'), ((1, nbDimsRequested, 'i', None),))
+    if not poolingDesc:
+        raise _lib.null_handles_error('cudnnGetPoolingNdDescriptor', ('poolingDesc',), (poolingDesc,))
     try:
         mode = _arr_cudnnPoolingMode_t(mode, 1, 2)
         maxpoolingNanOpt = _arr_cudnnNanPropagation_t(maxpoolingNanOpt, 1, 3)
@@ -4351,6 +4435,8 @@ def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outp
     @deprecated Since cuDNN 9.0.0. Use graph API instead."""
     if not _values_ok(_values_cudnnGetPoolingNdForwardOutputDim, nbDims):
         _check_values('cudnnGetPoolingNdForwardOutputDim', ('poolingDesc', 'inputTensorDesc', 'nbDims', 'outputTensorDimA'), ((2, nbDims, 'i', None),))
+    if not (poolingDesc and inputTensorDesc):
+        raise _lib.null_handles_error('cudnnGetPoolingNdForwardOutputDim', ('poolingDesc', 'inputTensorDesc'), (poolingDesc, inputTensorDesc,))
     try:
         outputTensorDimA = _arr_int(outputTensorDimA, nbDims, 3)
         status = _cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outputTensorDimA)
@@ -4389,6 +4475,8 @@ def cudnnGetPooling2dForwardOutputDim(poolingDesc, inputTensorDesc, n, c, h, w):
 
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead."""
+    if not (poolingDesc and inputTensorDesc):
+        raise _lib.null_handles_error('cudnnGetPooling2dForwardOutputDim', ('poolingDesc', 'inputTensorDesc'), (poolingDesc, inputTensorDesc,))
     try:
         n = _arr_int(n, 1, 2)
         c = _arr_int(c, 1, 3)
@@ -4464,6 +4552,8 @@ def cudnnPoolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnPoolingBackward"""
+    if not (poolingDesc and xDesc and yDesc):
+        raise _lib.null_handles_error('cudnnPoolingForward', ('poolingDesc', 'xDesc', 'yDesc'), (poolingDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -4530,6 +4620,8 @@ def cudnnSetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     @see cudnnGetActivationDescriptor"""
     if not _values_ok(_values_cudnnSetActivationDescriptor, mode, reluNanOpt):
         _check_values('cudnnSetActivationDescriptor', ('activationDesc', 'mode', 'reluNanOpt', 'coef'), ((1, mode, 'i', cudnnActivationMode_t), (2, reluNanOpt, 'i', cudnnNanPropagation_t),))
+    if not activationDesc:
+        raise _lib.null_handles_error('cudnnSetActivationDescriptor', ('activationDesc',), (activationDesc,))
     try:
         status = _cudnnSetActivationDescriptor(activationDesc, mode, reluNanOpt, coef)
     except _ArgumentError as exc:
@@ -4564,6 +4656,8 @@ def cudnnGetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetActivationDescriptor"""
+    if not activationDesc:
+        raise _lib.null_handles_error('cudnnGetActivationDescriptor', ('activationDesc',), (activationDesc,))
     try:
         mode = _arr_cudnnActivationMode_t(mode, 1, 1)
         reluNanOpt = _arr_cudnnNanPropagation_t(reluNanOpt, 1, 2)
@@ -4595,6 +4689,8 @@ def cudnnSetActivationDescriptorSwishBeta(activationDesc, swish_beta):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetActivationDescriptorSwishBeta"""
+    if not activationDesc:
+        raise _lib.null_handles_error('cudnnSetActivationDescriptorSwishBeta', ('activationDesc',), (activationDesc,))
     try:
         status = _cudnnSetActivationDescriptorSwishBeta(activationDesc, swish_beta)
     except _ArgumentError as exc:
@@ -4625,6 +4721,8 @@ def cudnnGetActivationDescriptorSwishBeta(activationDesc, swish_beta):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetActivationDescriptorSwishBeta"""
+    if not activationDesc:
+        raise _lib.null_handles_error('cudnnGetActivationDescriptorSwishBeta', ('activationDesc',), (activationDesc,))
     try:
         swish_beta = _arr_double(swish_beta, 1, 1)
         status = _cudnnGetActivationDescriptorSwishBeta(activationDesc, swish_beta)
@@ -4697,6 +4795,8 @@ def cudnnActivationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc,
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnActivationBackward"""
+    if not (activationDesc and xDesc and yDesc):
+        raise _lib.null_handles_error('cudnnActivationForward', ('activationDesc', 'xDesc', 'yDesc'), (activationDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -4765,6 +4865,8 @@ def cudnnSetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
     @see cudnnGetLRNDescriptor"""
     if not _values_ok(_values_cudnnSetLRNDescriptor, lrnN):
         _check_values('cudnnSetLRNDescriptor', ('normDesc', 'lrnN', 'lrnAlpha', 'lrnBeta', 'lrnK'), ((1, lrnN, 'I', None),))
+    if not normDesc:
+        raise _lib.null_handles_error('cudnnSetLRNDescriptor', ('normDesc',), (normDesc,))
     try:
         status = _cudnnSetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK)
     except _ArgumentError as exc:
@@ -4800,6 +4902,8 @@ def cudnnGetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
 
     @since cuDNN 9.0.0
     @see cudnnSetLRNDescriptor"""
+    if not normDesc:
+        raise _lib.null_handles_error('cudnnGetLRNDescriptor', ('normDesc',), (normDesc,))
     try:
         lrnN = _arr_unsigned_int_n(lrnN, 1, 1)
         lrnAlpha = _arr_double_n(lrnAlpha, 1, 2)
@@ -4874,6 +4978,8 @@ def cudnnLRNCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta
     @see cudnnLRNCrossChannelBackward"""
     if not _values_ok(_values_cudnnLRNCrossChannelForward, lrnMode):
         _check_values('cudnnLRNCrossChannelForward', ('handle', 'normDesc', 'lrnMode', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), ((2, lrnMode, 'i', cudnnLRNMode_t),))
+    if not (normDesc and xDesc and yDesc):
+        raise _lib.null_handles_error('cudnnLRNCrossChannelForward', ('normDesc', 'xDesc', 'yDesc'), (normDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 6)
@@ -4926,6 +5032,8 @@ def cudnnDivisiveNormalizationForward(handle, normDesc, mode, alpha, xDesc, x, m
     @see cudnnDivisiveNormalizationBackward"""
     if not _values_ok(_values_cudnnDivisiveNormalizationForward, mode):
         _check_values('cudnnDivisiveNormalizationForward', ('handle', 'normDesc', 'mode', 'alpha', 'xDesc', 'x', 'means', 'temp', 'temp2', 'beta', 'yDesc', 'y'), ((2, mode, 'i', cudnnDivNormMode_t),))
+    if not (normDesc and xDesc and yDesc):
+        raise _lib.null_handles_error('cudnnDivisiveNormalizationForward', ('normDesc', 'xDesc', 'yDesc'), (normDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 9)
@@ -4964,6 +5072,8 @@ def cudnnDeriveBNTensorDescriptor(derivedBnDesc, xDesc, mode):
     @see cudnnBatchNormalizationForwardTraining"""
     if not _values_ok(_values_cudnnDeriveBNTensorDescriptor, mode):
         _check_values('cudnnDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc', 'mode'), ((2, mode, 'i', cudnnBatchNormMode_t),))
+    if not (derivedBnDesc and xDesc):
+        raise _lib.null_handles_error('cudnnDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc'), (derivedBnDesc, xDesc,))
     try:
         status = _cudnnDeriveBNTensorDescriptor(derivedBnDesc, xDesc, mode)
     except _ArgumentError as exc:
@@ -5020,6 +5130,8 @@ def cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x,
     @see cudnnBatchNormalizationForwardTraining, cudnnDeriveBNTensorDescriptor"""
     if not _values_ok(_values_cudnnBatchNormalizationForwardInference, mode):
         _check_values('cudnnBatchNormalizationForwardInference', ('handle', 'mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), ((1, mode, 'i', cudnnBatchNormMode_t),))
+    if not (xDesc and yDesc and bnScaleBiasMeanVarDesc):
+        raise _lib.null_handles_error('cudnnBatchNormalizationForwardInference', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 3)
@@ -5059,6 +5171,8 @@ def cudnnDeriveNormTensorDescriptor(derivedNormScaleBiasDesc, derivedNormMeanVar
     @see cudnnNormalizationForwardTraining"""
     if not _values_ok(_values_cudnnDeriveNormTensorDescriptor, mode, groupCnt):
         _check_values('cudnnDeriveNormTensorDescriptor', ('derivedNormScaleBiasDesc', 'derivedNormMeanVarDesc', 'xDesc', 'mode', 'groupCnt'), ((3, mode, 'i', cudnnNormMode_t), (4, groupCnt, 'i', None),))
+    if not (derivedNormScaleBiasDesc and derivedNormMeanVarDesc and xDesc):
+        raise _lib.null_handles_error('cudnnDeriveNormTensorDescriptor', ('derivedNormScaleBiasDesc', 'derivedNormMeanVarDesc', 'xDesc'), (derivedNormScaleBiasDesc, derivedNormMeanVarDesc, xDesc,))
     try:
         status = _cudnnDeriveNormTensorDescriptor(derivedNormScaleBiasDesc, derivedNormMeanVarDesc, xDesc, mode, groupCnt)
     except _ArgumentError as exc:
@@ -5085,6 +5199,8 @@ def cudnnNormalizationForwardInference(handle, mode, normOps, algo, alpha, beta,
         estimatedVariance: device memory
         z: device memory
         y: device memory
+
+    Handles that may be None (NULL), as the vendor documents: zDesc, activationDesc.
 
     Raises CudnnError when the returned status is not success.
 
@@ -5123,6 +5239,8 @@ def cudnnNormalizationForwardInference(handle, mode, normOps, algo, alpha, beta,
     @see cudnnNormalizationForwardTraining, cudnnDeriveNormTensorDescriptor"""
     if not _values_ok(_values_cudnnNormalizationForwardInference, mode, normOps, algo, groupCnt):
         _check_values('cudnnNormalizationForwardInference', ('handle', 'mode', 'normOps', 'algo', 'alpha', 'beta', 'xDesc', 'x', 'normScaleBiasDesc', 'normScale', 'normBias', 'normMeanVarDesc', 'estimatedMean', 'estimatedVariance', 'zDesc', 'z', 'activationDesc', 'yDesc', 'y', 'epsilon', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (20, groupCnt, 'i', None),))
+    if not (xDesc and normScaleBiasDesc and normMeanVarDesc and yDesc):
+        raise _lib.null_handles_error('cudnnNormalizationForwardInference', ('xDesc', 'normScaleBiasDesc', 'normMeanVarDesc', 'yDesc'), (xDesc, normScaleBiasDesc, normMeanVarDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 4)
         beta = _void_c(beta, 4, 5)
@@ -5187,6 +5305,8 @@ def cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims
     @see cudnnSpatialTfGridGeneratorForward, cudnnSpatialTfSamplerForward"""
     if not _values_ok(_values_cudnnSetSpatialTransformerNdDescriptor, samplerType, dataType, nbDims):
         _check_values('cudnnSetSpatialTransformerNdDescriptor', ('stDesc', 'samplerType', 'dataType', 'nbDims', 'dimA'), ((1, samplerType, 'i', cudnnSamplerType_t), (2, dataType, 'i', cudnnDataType_t), (3, nbDims, 'i', None),))
+    if not stDesc:
+        raise _lib.null_handles_error('cudnnSetSpatialTransformerNdDescriptor', ('stDesc',), (stDesc,))
     try:
         dimA = _arr_int_c(dimA, nbDims, 4)
         status = _cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims, dimA)
@@ -5247,6 +5367,8 @@ def cudnnSpatialTfGridGeneratorForward(handle, stDesc, theta, grid):
 
     @since cuDNN 9.0.0
     @see cudnnSpatialTfGridGeneratorBackward"""
+    if not stDesc:
+        raise _lib.null_handles_error('cudnnSpatialTfGridGeneratorForward', ('stDesc',), (stDesc,))
     try:
         status = _cudnnSpatialTfGridGeneratorForward(handle, stDesc, theta, grid)
     except _ArgumentError as exc:
@@ -5288,6 +5410,8 @@ def cudnnSpatialTfSamplerForward(handle, stDesc, alpha, xDesc, x, grid, beta, yD
 
     @since cuDNN 9.0.0
     @see cudnnSpatialTfSamplerBackward"""
+    if not (stDesc and xDesc and yDesc):
+        raise _lib.null_handles_error('cudnnSpatialTfSamplerForward', ('stDesc', 'xDesc', 'yDesc'), (stDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 6)
@@ -5399,6 +5523,8 @@ def cudnnDropoutGetReserveSpaceSize(xdesc, sizeInBytes):
 
     @since cuDNN 9.0.0
     @see cudnnDropoutForward, cudnnDropoutBackward"""
+    if not xdesc:
+        raise _lib.null_handles_error('cudnnDropoutGetReserveSpaceSize', ('xdesc',), (xdesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 1)
         status = _cudnnDropoutGetReserveSpaceSize(xdesc, sizeInBytes)
@@ -5436,6 +5562,8 @@ def cudnnSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInB
     @see cudnnGetDropoutDescriptor, cudnnRestoreDropoutDescriptor"""
     if not _values_ok(_values_cudnnSetDropoutDescriptor, stateSizeInBytes, seed):
         _check_values('cudnnSetDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None),))
+    if not dropoutDesc:
+        raise _lib.null_handles_error('cudnnSetDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
     try:
         status = _cudnnSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed)
     except _ArgumentError as exc:
@@ -5472,6 +5600,8 @@ def cudnnRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSiz
     @see cudnnSetDropoutDescriptor"""
     if not _values_ok(_values_cudnnRestoreDropoutDescriptor, stateSizeInBytes, seed):
         _check_values('cudnnRestoreDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None),))
+    if not dropoutDesc:
+        raise _lib.null_handles_error('cudnnRestoreDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
     try:
         status = _cudnnRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed)
     except _ArgumentError as exc:
@@ -5504,6 +5634,8 @@ def cudnnGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed):
 
     @since cuDNN 9.0.0
     @see cudnnSetDropoutDescriptor"""
+    if not dropoutDesc:
+        raise _lib.null_handles_error('cudnnGetDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
     try:
         dropout = _arr_float(dropout, 1, 2)
         states = _arr_void(states, 1, 3)
@@ -5550,6 +5682,8 @@ def cudnnDropoutForward(handle, dropoutDesc, xdesc, x, ydesc, y, reserveSpace, r
     @see cudnnDropoutBackward, cudnnDropoutGetReserveSpaceSize"""
     if not _values_ok(_values_cudnnDropoutForward, reserveSpaceSizeInBytes):
         _check_values('cudnnDropoutForward', ('handle', 'dropoutDesc', 'xdesc', 'x', 'ydesc', 'y', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((7, reserveSpaceSizeInBytes, 'N', None),))
+    if not (dropoutDesc and xdesc and ydesc):
+        raise _lib.null_handles_error('cudnnDropoutForward', ('dropoutDesc', 'xdesc', 'ydesc'), (dropoutDesc, xdesc, ydesc,))
     try:
         status = _cudnnDropoutForward(handle, dropoutDesc, xdesc, x, ydesc, y, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
@@ -5617,6 +5751,8 @@ def cudnnSoftmaxBackward(handle, algo, mode, alpha, yDesc, y, dyDesc, dy, beta, 
     @see cudnnSoftmaxForward"""
     if not _values_ok(_values_cudnnSoftmaxBackward, algo, mode):
         _check_values('cudnnSoftmaxBackward', ('handle', 'algo', 'mode', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'beta', 'dxDesc', 'dx'), ((1, algo, 'i', cudnnSoftmaxAlgorithm_t), (2, mode, 'i', cudnnSoftmaxMode_t),))
+    if not (yDesc and dyDesc and dxDesc):
+        raise _lib.null_handles_error('cudnnSoftmaxBackward', ('yDesc', 'dyDesc', 'dxDesc'), (yDesc, dyDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 8)
@@ -5667,6 +5803,8 @@ def cudnnPoolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnPoolingForward"""
+    if not (poolingDesc and yDesc and dyDesc and xDesc and dxDesc):
+        raise _lib.null_handles_error('cudnnPoolingBackward', ('poolingDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (poolingDesc, yDesc, dyDesc, xDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 9)
@@ -5717,6 +5855,8 @@ def cudnnActivationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy,
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnActivationForward"""
+    if not (activationDesc and yDesc and dyDesc and xDesc and dxDesc):
+        raise _lib.null_handles_error('cudnnActivationBackward', ('activationDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (activationDesc, yDesc, dyDesc, xDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 9)
@@ -5769,6 +5909,8 @@ def cudnnLRNCrossChannelBackward(handle, normDesc, lrnMode, alpha, yDesc, y, dyD
     @see cudnnLRNCrossChannelForward"""
     if not _values_ok(_values_cudnnLRNCrossChannelBackward, lrnMode):
         _check_values('cudnnLRNCrossChannelBackward', ('handle', 'normDesc', 'lrnMode', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'xDesc', 'x', 'beta', 'dxDesc', 'dx'), ((2, lrnMode, 'i', cudnnLRNMode_t),))
+    if not (normDesc and yDesc and dyDesc and xDesc and dxDesc):
+        raise _lib.null_handles_error('cudnnLRNCrossChannelBackward', ('normDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (normDesc, yDesc, dyDesc, xDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 10)
@@ -5825,6 +5967,8 @@ def cudnnDivisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, 
     @see cudnnDivisiveNormalizationForward"""
     if not _values_ok(_values_cudnnDivisiveNormalizationBackward, mode):
         _check_values('cudnnDivisiveNormalizationBackward', ('handle', 'normDesc', 'mode', 'alpha', 'xDesc', 'x', 'means', 'dy', 'temp', 'temp2', 'beta', 'dXdMeansDesc', 'dx', 'dMeans'), ((2, mode, 'i', cudnnDivNormMode_t),))
+    if not (normDesc and xDesc and dXdMeansDesc):
+        raise _lib.null_handles_error('cudnnDivisiveNormalizationBackward', ('normDesc', 'xDesc', 'dXdMeansDesc'), (normDesc, xDesc, dXdMeansDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 10)
@@ -5845,6 +5989,8 @@ def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
+
+    Handles that may be None (NULL), as the vendor documents: zDesc, activationDesc.
 
     Raises CudnnError when the returned status is not success.
 
@@ -5867,6 +6013,8 @@ def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps
     @see cudnnBatchNormalizationForwardTrainingEx"""
     if not _values_ok(_values_cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize, mode, bnOps):
         _check_values('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', ('handle', 'mode', 'bnOps', 'xDesc', 'zDesc', 'yDesc', 'bnScaleBiasMeanVarDesc', 'activationDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
+    if not (xDesc and yDesc and bnScaleBiasMeanVarDesc):
+        raise _lib.null_handles_error('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 8)
         status = _cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps, xDesc, zDesc, yDesc, bnScaleBiasMeanVarDesc, activationDesc, sizeInBytes)
@@ -5886,6 +6034,8 @@ def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
+
+    Handles that may be None (NULL), as the vendor documents: yDesc, dzDesc, activationDesc.
 
     Raises CudnnError when the returned status is not success.
 
@@ -5910,6 +6060,8 @@ def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc
     @see cudnnBatchNormalizationBackwardEx"""
     if not _values_ok(_values_cudnnGetBatchNormalizationBackwardExWorkspaceSize, mode, bnOps):
         _check_values('cudnnGetBatchNormalizationBackwardExWorkspaceSize', ('handle', 'mode', 'bnOps', 'xDesc', 'yDesc', 'dyDesc', 'dzDesc', 'dxDesc', 'dBnScaleBiasDesc', 'activationDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
+    if not (xDesc and dyDesc and dxDesc and dBnScaleBiasDesc):
+        raise _lib.null_handles_error('cudnnGetBatchNormalizationBackwardExWorkspaceSize', ('xDesc', 'dyDesc', 'dxDesc', 'dBnScaleBiasDesc'), (xDesc, dyDesc, dxDesc, dBnScaleBiasDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 10)
         status = _cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dBnScaleBiasDesc, activationDesc, sizeInBytes)
@@ -5930,6 +6082,8 @@ def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, ac
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
 
+    Handles that may be None (NULL), as the vendor documents: activationDesc.
+
     Raises CudnnError when the returned status is not success.
 
     @brief Returns the reserve space size for extended batch normalization training.
@@ -5948,6 +6102,8 @@ def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, ac
     @see cudnnBatchNormalizationForwardTrainingEx"""
     if not _values_ok(_values_cudnnGetBatchNormalizationTrainingExReserveSpaceSize, mode, bnOps):
         _check_values('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', ('handle', 'mode', 'bnOps', 'activationDesc', 'xDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
+    if not xDesc:
+        raise _lib.null_handles_error('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', ('xDesc',), (xDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
         status = _cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, activationDesc, xDesc, sizeInBytes)
@@ -6009,6 +6165,8 @@ def cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, 
     @see cudnnBatchNormalizationBackward, cudnnDeriveBNTensorDescriptor"""
     if not _values_ok(_values_cudnnBatchNormalizationForwardTraining, mode):
         _check_values('cudnnBatchNormalizationForwardTraining', ('handle', 'mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'exponentialAverageFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), ((1, mode, 'i', cudnnBatchNormMode_t),))
+    if not (xDesc and yDesc and bnScaleBiasMeanVarDesc):
+        raise _lib.null_handles_error('cudnnBatchNormalizationForwardTraining', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 3)
@@ -6043,6 +6201,8 @@ def cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, x
         workSpaceSizeInBytes: byte count (size_t, non-negative)
         reserveSpace: device memory
         reserveSpaceSizeInBytes: byte count (size_t, non-negative)
+
+    Handles that may be None (NULL), as the vendor documents: zDesc, activationDesc.
 
     Raises CudnnError when the returned status is not success.
 
@@ -6085,6 +6245,8 @@ def cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, x
     @see cudnnBatchNormalizationBackwardEx, cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize"""
     if not _values_ok(_values_cudnnBatchNormalizationForwardTrainingEx, mode, bnOps, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnBatchNormalizationForwardTrainingEx', ('handle', 'mode', 'bnOps', 'alpha', 'beta', 'xDesc', 'xData', 'zDesc', 'zData', 'yDesc', 'yData', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'exponentialAverageFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance', 'activationDesc', 'workspace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t), (22, workSpaceSizeInBytes, 'N', None), (24, reserveSpaceSizeInBytes, 'N', None),))
+    if not (xDesc and yDesc and bnScaleBiasMeanVarDesc):
+        raise _lib.null_handles_error('cudnnBatchNormalizationForwardTrainingEx', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 4)
@@ -6151,6 +6313,8 @@ def cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, a
     @see cudnnBatchNormalizationForwardTraining"""
     if not _values_ok(_values_cudnnBatchNormalizationBackward, mode):
         _check_values('cudnnBatchNormalizationBackward', ('handle', 'mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'dBnScaleBiasDesc', 'bnScale', 'dBnScaleResult', 'dBnBiasResult', 'epsilon', 'savedMean', 'savedInvVariance'), ((1, mode, 'i', cudnnBatchNormMode_t),))
+    if not (xDesc and dyDesc and dxDesc and dBnScaleBiasDesc):
+        raise _lib.null_handles_error('cudnnBatchNormalizationBackward', ('xDesc', 'dyDesc', 'dxDesc', 'dBnScaleBiasDesc'), (xDesc, dyDesc, dxDesc, dBnScaleBiasDesc,))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 2)
         betaDataDiff = _void_c(betaDataDiff, 4, 3)
@@ -6191,6 +6355,8 @@ def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDa
         workSpaceSizeInBytes: byte count (size_t, non-negative)
         reserveSpace: device memory
         reserveSpaceSizeInBytes: byte count (size_t, non-negative)
+
+    Handles that may be None (NULL), as the vendor documents: yDesc, dzDesc, activationDesc.
 
     Raises CudnnError when the returned status is not success.
 
@@ -6237,6 +6403,8 @@ def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDa
     @see cudnnBatchNormalizationForwardTrainingEx"""
     if not _values_ok(_values_cudnnBatchNormalizationBackwardEx, mode, bnOps, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnBatchNormalizationBackwardEx', ('handle', 'mode', 'bnOps', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'xData', 'yDesc', 'yData', 'dyDesc', 'dyData', 'dzDesc', 'dzData', 'dxDesc', 'dxData', 'dBnScaleBiasDesc', 'bnScaleData', 'bnBiasData', 'dBnScaleData', 'dBnBiasData', 'epsilon', 'savedMean', 'savedInvVariance', 'activationDesc', 'workSpace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t), (27, workSpaceSizeInBytes, 'N', None), (29, reserveSpaceSizeInBytes, 'N', None),))
+    if not (xDesc and dyDesc and dxDesc and dBnScaleBiasDesc):
+        raise _lib.null_handles_error('cudnnBatchNormalizationBackwardEx', ('xDesc', 'dyDesc', 'dxDesc', 'dBnScaleBiasDesc'), (xDesc, dyDesc, dxDesc, dBnScaleBiasDesc,))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 3)
         betaDataDiff = _void_c(betaDataDiff, 4, 4)
@@ -6259,6 +6427,8 @@ def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, alg
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
+
+    Handles that may be None (NULL), as the vendor documents: zDesc, activationDesc.
 
     Raises CudnnError when the returned status is not success.
 
@@ -6284,6 +6454,8 @@ def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, alg
     @see cudnnNormalizationForwardTraining"""
     if not _values_ok(_values_cudnnGetNormalizationForwardTrainingWorkspaceSize, mode, normOps, algo, groupCnt):
         _check_values('cudnnGetNormalizationForwardTrainingWorkspaceSize', ('handle', 'mode', 'normOps', 'algo', 'xDesc', 'zDesc', 'yDesc', 'normScaleBiasDesc', 'activationDesc', 'normMeanVarDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (11, groupCnt, 'i', None),))
+    if not (xDesc and yDesc and normScaleBiasDesc and normMeanVarDesc):
+        raise _lib.null_handles_error('cudnnGetNormalizationForwardTrainingWorkspaceSize', ('xDesc', 'yDesc', 'normScaleBiasDesc', 'normMeanVarDesc'), (xDesc, yDesc, normScaleBiasDesc, normMeanVarDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 10)
         status = _cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, algo, xDesc, zDesc, yDesc, normScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt)
@@ -6303,6 +6475,8 @@ def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDes
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
+
+    Handles that may be None (NULL), as the vendor documents: yDesc, dzDesc, activationDesc.
 
     Raises CudnnError when the returned status is not success.
 
@@ -6330,6 +6504,8 @@ def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDes
     @see cudnnNormalizationBackward"""
     if not _values_ok(_values_cudnnGetNormalizationBackwardWorkspaceSize, mode, normOps, algo, groupCnt):
         _check_values('cudnnGetNormalizationBackwardWorkspaceSize', ('handle', 'mode', 'normOps', 'algo', 'xDesc', 'yDesc', 'dyDesc', 'dzDesc', 'dxDesc', 'dNormScaleBiasDesc', 'activationDesc', 'normMeanVarDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (13, groupCnt, 'i', None),))
+    if not (xDesc and dyDesc and dxDesc and dNormScaleBiasDesc and normMeanVarDesc):
+        raise _lib.null_handles_error('cudnnGetNormalizationBackwardWorkspaceSize', ('xDesc', 'dyDesc', 'dxDesc', 'dNormScaleBiasDesc', 'normMeanVarDesc'), (xDesc, dyDesc, dxDesc, dNormScaleBiasDesc, normMeanVarDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 12)
         status = _cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dNormScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt)
@@ -6349,6 +6525,8 @@ def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, a
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
+
+    Handles that may be None (NULL), as the vendor documents: activationDesc.
 
     Raises CudnnError when the returned status is not success.
 
@@ -6370,6 +6548,8 @@ def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, a
     @see cudnnNormalizationForwardTraining"""
     if not _values_ok(_values_cudnnGetNormalizationTrainingReserveSpaceSize, mode, normOps, algo, groupCnt):
         _check_values('cudnnGetNormalizationTrainingReserveSpaceSize', ('handle', 'mode', 'normOps', 'algo', 'activationDesc', 'xDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (7, groupCnt, 'i', None),))
+    if not xDesc:
+        raise _lib.null_handles_error('cudnnGetNormalizationTrainingReserveSpaceSize', ('xDesc',), (xDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
         status = _cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, activationDesc, xDesc, sizeInBytes, groupCnt)
@@ -6403,6 +6583,8 @@ def cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, 
         workSpaceSizeInBytes: byte count (size_t, non-negative)
         reserveSpace: device memory
         reserveSpaceSizeInBytes: byte count (size_t, non-negative)
+
+    Handles that may be None (NULL), as the vendor documents: activationDesc, zDesc.
 
     Raises CudnnError when the returned status is not success.
 
@@ -6448,6 +6630,8 @@ def cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, 
     @see cudnnNormalizationBackward, cudnnGetNormalizationForwardTrainingWorkspaceSize"""
     if not _values_ok(_values_cudnnNormalizationForwardTraining, mode, normOps, algo, workSpaceSizeInBytes, reserveSpaceSizeInBytes, groupCnt):
         _check_values('cudnnNormalizationForwardTraining', ('handle', 'mode', 'normOps', 'algo', 'alpha', 'beta', 'xDesc', 'xData', 'normScaleBiasDesc', 'normScale', 'normBias', 'exponentialAverageFactor', 'normMeanVarDesc', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance', 'activationDesc', 'zDesc', 'zData', 'yDesc', 'yData', 'workspace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (24, workSpaceSizeInBytes, 'N', None), (26, reserveSpaceSizeInBytes, 'N', None), (27, groupCnt, 'i', None),))
+    if not (xDesc and normScaleBiasDesc and normMeanVarDesc and yDesc):
+        raise _lib.null_handles_error('cudnnNormalizationForwardTraining', ('xDesc', 'normScaleBiasDesc', 'normMeanVarDesc', 'yDesc'), (xDesc, normScaleBiasDesc, normMeanVarDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 4)
         beta = _void_c(beta, 4, 5)
@@ -6486,6 +6670,8 @@ def cudnnNormalizationBackward(handle, mode, normOps, algo, alphaDataDiff, betaD
         workSpaceSizeInBytes: byte count (size_t, non-negative)
         reserveSpace: device memory
         reserveSpaceSizeInBytes: byte count (size_t, non-negative)
+
+    Handles that may be None (NULL), as the vendor documents: yDesc, dzDesc, activationDesc.
 
     Raises CudnnError when the returned status is not success.
 
@@ -6536,6 +6722,8 @@ def cudnnNormalizationBackward(handle, mode, normOps, algo, alphaDataDiff, betaD
     @see cudnnNormalizationForwardTraining"""
     if not _values_ok(_values_cudnnNormalizationBackward, mode, normOps, algo, workSpaceSizeInBytes, reserveSpaceSizeInBytes, groupCnt):
         _check_values('cudnnNormalizationBackward', ('handle', 'mode', 'normOps', 'algo', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'xData', 'yDesc', 'yData', 'dyDesc', 'dyData', 'dzDesc', 'dzData', 'dxDesc', 'dxData', 'dNormScaleBiasDesc', 'normScaleData', 'normBiasData', 'dNormScaleData', 'dNormBiasData', 'epsilon', 'normMeanVarDesc', 'savedMean', 'savedInvVariance', 'activationDesc', 'workSpace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (29, workSpaceSizeInBytes, 'N', None), (31, reserveSpaceSizeInBytes, 'N', None), (32, groupCnt, 'i', None),))
+    if not (xDesc and dyDesc and dxDesc and dNormScaleBiasDesc and normMeanVarDesc):
+        raise _lib.null_handles_error('cudnnNormalizationBackward', ('xDesc', 'dyDesc', 'dxDesc', 'dNormScaleBiasDesc', 'normMeanVarDesc'), (xDesc, dyDesc, dxDesc, dNormScaleBiasDesc, normMeanVarDesc,))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 4)
         betaDataDiff = _void_c(betaDataDiff, 4, 5)
@@ -6571,6 +6759,8 @@ def cudnnSpatialTfGridGeneratorBackward(handle, stDesc, dgrid, dtheta):
 
     @since cuDNN 9.0.0
     @see cudnnSpatialTfGridGeneratorForward"""
+    if not stDesc:
+        raise _lib.null_handles_error('cudnnSpatialTfGridGeneratorBackward', ('stDesc',), (stDesc,))
     try:
         status = _cudnnSpatialTfGridGeneratorBackward(handle, stDesc, dgrid, dtheta)
     except _ArgumentError as exc:
@@ -6621,6 +6811,8 @@ def cudnnSpatialTfSamplerBackward(handle, stDesc, alpha, xDesc, x, beta, dxDesc,
 
     @since cuDNN 9.0.0
     @see cudnnSpatialTfSamplerForward"""
+    if not (stDesc and xDesc and dxDesc and dyDesc):
+        raise _lib.null_handles_error('cudnnSpatialTfSamplerBackward', ('stDesc', 'xDesc', 'dxDesc', 'dyDesc'), (stDesc, xDesc, dxDesc, dyDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -6668,6 +6860,8 @@ def cudnnDropoutBackward(handle, dropoutDesc, dydesc, dy, dxdesc, dx, reserveSpa
     @see cudnnDropoutForward"""
     if not _values_ok(_values_cudnnDropoutBackward, reserveSpaceSizeInBytes):
         _check_values('cudnnDropoutBackward', ('handle', 'dropoutDesc', 'dydesc', 'dy', 'dxdesc', 'dx', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((7, reserveSpaceSizeInBytes, 'N', None),))
+    if not (dropoutDesc and dydesc and dxdesc):
+        raise _lib.null_handles_error('cudnnDropoutBackward', ('dropoutDesc', 'dydesc', 'dxdesc'), (dropoutDesc, dydesc, dxdesc,))
     try:
         status = _cudnnDropoutBackward(handle, dropoutDesc, dydesc, dy, dxdesc, dx, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
@@ -6735,6 +6929,8 @@ _values_cudnnSetRNNDescriptor_v8 = (b'iiiiiiiiiiiiI', (cudnnRNNAlgo_t, cudnnRNNM
 def cudnnSetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, dropoutDesc, auxFlags):
     """cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNAlgo_t algo, cudnnRNNMode_t cellMode, cudnnRNNBiasMode_t biasMode, cudnnDirectionMode_t dirMode, cudnnRNNInputMode_t inputMode, cudnnDataType_t dataType, cudnnDataType_t mathPrec, cudnnMathType_t mathType, int32_t inputSize, int32_t hiddenSize, int32_t projSize, int32_t numLayers, cudnnDropoutDescriptor_t dropoutDesc, uint32_t auxFlags)
 
+    Handles that may be None (NULL), as the vendor documents: dropoutDesc.
+
     Raises CudnnError when the returned status is not success.
 
     @brief Configures an RNN descriptor with network parameters.
@@ -6763,6 +6959,8 @@ def cudnnSetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMo
     @see cudnnGetRNNDescriptor_v8"""
     if not _values_ok(_values_cudnnSetRNNDescriptor_v8, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, auxFlags):
         _check_values('cudnnSetRNNDescriptor_v8', ('rnnDesc', 'algo', 'cellMode', 'biasMode', 'dirMode', 'inputMode', 'dataType', 'mathPrec', 'mathType', 'inputSize', 'hiddenSize', 'projSize', 'numLayers', 'dropoutDesc', 'auxFlags'), ((1, algo, 'i', cudnnRNNAlgo_t), (2, cellMode, 'i', cudnnRNNMode_t), (3, biasMode, 'i', cudnnRNNBiasMode_t), (4, dirMode, 'i', cudnnDirectionMode_t), (5, inputMode, 'i', cudnnRNNInputMode_t), (6, dataType, 'i', cudnnDataType_t), (7, mathPrec, 'i', cudnnDataType_t), (8, mathType, 'i', cudnnMathType_t), (9, inputSize, 'i', None), (10, hiddenSize, 'i', None), (11, projSize, 'i', None), (12, numLayers, 'i', None), (14, auxFlags, 'I', None),))
+    if not rnnDesc:
+        raise _lib.null_handles_error('cudnnSetRNNDescriptor_v8', ('rnnDesc',), (rnnDesc,))
     try:
         status = _cudnnSetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, dropoutDesc, auxFlags)
     except _ArgumentError as exc:
@@ -6816,6 +7014,8 @@ def cudnnGetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMo
 
     @since cuDNN 9.0.0
     @see cudnnSetRNNDescriptor_v8"""
+    if not rnnDesc:
+        raise _lib.null_handles_error('cudnnGetRNNDescriptor_v8', ('rnnDesc',), (rnnDesc,))
     try:
         algo = _arr_cudnnRNNAlgo_t(algo, 1, 1)
         cellMode = _arr_cudnnRNNMode_t(cellMode, 1, 2)
@@ -6854,6 +7054,8 @@ def cudnnRNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnRNNSetClip_v8, clipMode, clipNanOpt):
         _check_values('cudnnRNNSetClip_v8', ('rnnDesc', 'clipMode', 'clipNanOpt', 'lclip', 'rclip'), ((1, clipMode, 'i', cudnnRNNClipMode_t), (2, clipNanOpt, 'i', cudnnNanPropagation_t),))
+    if not rnnDesc:
+        raise _lib.null_handles_error('cudnnRNNSetClip_v8', ('rnnDesc',), (rnnDesc,))
     try:
         status = _cudnnRNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip)
     except _ArgumentError as exc:
@@ -6883,6 +7085,8 @@ def cudnnRNNSetClip_v9(rnnDesc, clipMode, lclip, rclip):
     @see cudnnRNNGetClip_v9"""
     if not _values_ok(_values_cudnnRNNSetClip_v9, clipMode):
         _check_values('cudnnRNNSetClip_v9', ('rnnDesc', 'clipMode', 'lclip', 'rclip'), ((1, clipMode, 'i', cudnnRNNClipMode_t),))
+    if not rnnDesc:
+        raise _lib.null_handles_error('cudnnRNNSetClip_v9', ('rnnDesc',), (rnnDesc,))
     try:
         status = _cudnnRNNSetClip_v9(rnnDesc, clipMode, lclip, rclip)
     except _ArgumentError as exc:
@@ -6910,6 +7114,8 @@ def cudnnRNNGetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
 
     @deprecated Since cuDNN 9.0.0. Use cudnnRNNGetClip_v9 instead.
     @since cuDNN 9.0.0"""
+    if not rnnDesc:
+        raise _lib.null_handles_error('cudnnRNNGetClip_v8', ('rnnDesc',), (rnnDesc,))
     try:
         clipMode = _arr_cudnnRNNClipMode_t(clipMode, 1, 1)
         clipNanOpt = _arr_cudnnNanPropagation_t(clipNanOpt, 1, 2)
@@ -6945,6 +7151,8 @@ def cudnnRNNGetClip_v9(rnnDesc, clipMode, lclip, rclip):
 
     @since cuDNN 9.0.0
     @see cudnnRNNSetClip_v9"""
+    if not rnnDesc:
+        raise _lib.null_handles_error('cudnnRNNGetClip_v9', ('rnnDesc',), (rnnDesc,))
     try:
         clipMode = _arr_cudnnRNNClipMode_t(clipMode, 1, 1)
         lclip = _arr_double(lclip, 1, 2)
@@ -6976,6 +7184,8 @@ def cudnnBuildRNNDynamic(handle, rnnDesc, miniBatch):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnBuildRNNDynamic, miniBatch):
         _check_values('cudnnBuildRNNDynamic', ('handle', 'rnnDesc', 'miniBatch'), ((2, miniBatch, 'i', None),))
+    if not rnnDesc:
+        raise _lib.null_handles_error('cudnnBuildRNNDynamic', ('rnnDesc',), (rnnDesc,))
     try:
         status = _cudnnBuildRNNDynamic(handle, rnnDesc, miniBatch)
     except _ArgumentError as exc:
@@ -7010,6 +7220,8 @@ def cudnnGetRNNTempSpaceSizes(handle, rnnDesc, fwdMode, xDesc, workSpaceSize, re
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetRNNTempSpaceSizes, fwdMode):
         _check_values('cudnnGetRNNTempSpaceSizes', ('handle', 'rnnDesc', 'fwdMode', 'xDesc', 'workSpaceSize', 'reserveSpaceSize'), ((2, fwdMode, 'i', cudnnForwardMode_t),))
+    if not (rnnDesc and xDesc):
+        raise _lib.null_handles_error('cudnnGetRNNTempSpaceSizes', ('rnnDesc', 'xDesc'), (rnnDesc, xDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 4)
         reserveSpaceSize = _arr_size_t(reserveSpaceSize, 1, 5)
@@ -7039,6 +7251,8 @@ def cudnnGetRNNWeightSpaceSize(handle, rnnDesc, weightSpaceSize):
     @retval CUDNN_STATUS_SUCCESS  Size computed.
 
     @since cuDNN 9.0.0"""
+    if not rnnDesc:
+        raise _lib.null_handles_error('cudnnGetRNNWeightSpaceSize', ('rnnDesc',), (rnnDesc,))
     try:
         weightSpaceSize = _arr_size_t(weightSpaceSize, 1, 2)
         status = _cudnnGetRNNWeightSpaceSize(handle, rnnDesc, weightSpaceSize)
@@ -7080,6 +7294,8 @@ def cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weigh
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetRNNWeightParams, pseudoLayer, weightSpaceSize, linLayerID):
         _check_values('cudnnGetRNNWeightParams', ('handle', 'rnnDesc', 'pseudoLayer', 'weightSpaceSize', 'weightSpace', 'linLayerID', 'mDesc', 'mAddr', 'bDesc', 'bAddr'), ((2, pseudoLayer, 'i', None), (3, weightSpaceSize, 'N', None), (5, linLayerID, 'i', None),))
+    if not (rnnDesc and mDesc and bDesc):
+        raise _lib.null_handles_error('cudnnGetRNNWeightParams', ('rnnDesc', 'mDesc', 'bDesc'), (rnnDesc, mDesc, bDesc,))
     try:
         mAddr = _arr_void(mAddr, 1, 7)
         bAddr = _arr_void(bAddr, 1, 9)
@@ -7163,6 +7379,8 @@ def cudnnSetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetRNNDataDescriptor, dataType, layout, maxSeqLength, batchSize, vectorSize):
         _check_values('cudnnSetRNNDataDescriptor', ('rnnDataDesc', 'dataType', 'layout', 'maxSeqLength', 'batchSize', 'vectorSize', 'seqLengthArray', 'paddingFill'), ((1, dataType, 'i', cudnnDataType_t), (2, layout, 'i', cudnnRNNDataLayout_t), (3, maxSeqLength, 'i', None), (4, batchSize, 'i', None), (5, vectorSize, 'i', None),))
+    if not rnnDataDesc:
+        raise _lib.null_handles_error('cudnnSetRNNDataDescriptor', ('rnnDataDesc',), (rnnDataDesc,))
     try:
         seqLengthArray = _arr_int_c(seqLengthArray, batchSize, 6)
         paddingFill = _void_n(paddingFill, 2, 7)
@@ -7194,6 +7412,8 @@ def cudnnGetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetRNNDataDescriptor, arrayLengthRequested):
         _check_values('cudnnGetRNNDataDescriptor', ('rnnDataDesc', 'dataType', 'layout', 'maxSeqLength', 'batchSize', 'vectorSize', 'arrayLengthRequested', 'seqLengthArray', 'paddingFill'), ((6, arrayLengthRequested, 'i', None),))
+    if not rnnDataDesc:
+        raise _lib.null_handles_error('cudnnGetRNNDataDescriptor', ('rnnDataDesc',), (rnnDataDesc,))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 1)
         layout = _arr_cudnnRNNDataLayout_t(layout, 1, 2)
@@ -7230,6 +7450,8 @@ def cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y,
         reserveSpaceSize: byte count (size_t, non-negative)
         reserveSpace: device memory
 
+    Handles that may be None (NULL), as the vendor documents: cDesc.
+
     Raises CudnnError when the returned status is not success.
 
     @brief Computes the forward pass of an RNN network.
@@ -7263,6 +7485,8 @@ def cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y,
     @see cudnnRNNBackwardData_v8, cudnnRNNBackwardWeights_v8"""
     if not _values_ok(_values_cudnnRNNForward, fwdMode, weightSpaceSize, workSpaceSize, reserveSpaceSize):
         _check_values('cudnnRNNForward', ('handle', 'rnnDesc', 'fwdMode', 'devSeqLengths', 'xDesc', 'x', 'yDesc', 'y', 'hDesc', 'hx', 'hy', 'cDesc', 'cx', 'cy', 'weightSpaceSize', 'weightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((2, fwdMode, 'i', cudnnForwardMode_t), (14, weightSpaceSize, 'N', None), (16, workSpaceSize, 'N', None), (18, reserveSpaceSize, 'N', None),))
+    if not (rnnDesc and xDesc and yDesc and hDesc):
+        raise _lib.null_handles_error('cudnnRNNForward', ('rnnDesc', 'xDesc', 'yDesc', 'hDesc'), (rnnDesc, xDesc, yDesc, hDesc,))
     try:
         status = _cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDesc, hx, hy, cDesc, cx, cy, weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
     except _ArgumentError as exc:
@@ -7339,6 +7563,8 @@ def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLeng
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetSeqDataDescriptor, dataType, nbDims, seqLengthArraySize):
         _check_values('cudnnSetSeqDataDescriptor', ('seqDataDesc', 'dataType', 'nbDims', 'dimA', 'axes', 'seqLengthArraySize', 'seqLengthArray', 'paddingFill'), ((1, dataType, 'i', cudnnDataType_t), (2, nbDims, 'i', None), (5, seqLengthArraySize, 'N', None),))
+    if not seqDataDesc:
+        raise _lib.null_handles_error('cudnnSetSeqDataDescriptor', ('seqDataDesc',), (seqDataDesc,))
     try:
         dimA = _arr_int_c(dimA, nbDims, 3)
         axes = _arr_cudnnSeqDataAxis_t_c(axes, nbDims, 4)
@@ -7375,6 +7601,8 @@ def cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, di
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetSeqDataDescriptor, nbDimsRequested, seqLengthSizeRequested):
         _check_values('cudnnGetSeqDataDescriptor', ('seqDataDesc', 'dataType', 'nbDims', 'nbDimsRequested', 'dimA', 'axes', 'seqLengthArraySize', 'seqLengthSizeRequested', 'seqLengthArray', 'paddingFill'), ((3, nbDimsRequested, 'i', None), (7, seqLengthSizeRequested, 'N', None),))
+    if not seqDataDesc:
+        raise _lib.null_handles_error('cudnnGetSeqDataDescriptor', ('seqDataDesc',), (seqDataDesc,))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 1)
         nbDims = _arr_int(nbDims, 1, 2)
@@ -7445,6 +7673,8 @@ def cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
 
     Deprecated by the vendor.
 
+    Handles that may be None (NULL), as the vendor documents: attnDropoutDesc, postDropoutDesc.
+
     Raises CudnnError when the returned status is not success.
 
     @brief Configures a multi-head attention descriptor.
@@ -7452,6 +7682,8 @@ def cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetAttnDescriptor, attnMode, nHeads, dataType, computePrec, mathType, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize):
         _check_values('cudnnSetAttnDescriptor', ('attnDesc', 'attnMode', 'nHeads', 'smScaler', 'dataType', 'computePrec', 'mathType', 'attnDropoutDesc', 'postDropoutDesc', 'qSize', 'kSize', 'vSize', 'qProjSize', 'kProjSize', 'vProjSize', 'oProjSize', 'qoMaxSeqLength', 'kvMaxSeqLength', 'maxBatchSize', 'maxBeamSize'), ((1, attnMode, 'I', None), (2, nHeads, 'i', None), (4, dataType, 'i', cudnnDataType_t), (5, computePrec, 'i', cudnnDataType_t), (6, mathType, 'i', cudnnMathType_t), (9, qSize, 'i', None), (10, kSize, 'i', None), (11, vSize, 'i', None), (12, qProjSize, 'i', None), (13, kProjSize, 'i', None), (14, vProjSize, 'i', None), (15, oProjSize, 'i', None), (16, qoMaxSeqLength, 'i', None), (17, kvMaxSeqLength, 'i', None), (18, maxBatchSize, 'i', None), (19, maxBeamSize, 'i', None),))
+    if not attnDesc:
+        raise _lib.null_handles_error('cudnnSetAttnDescriptor', ('attnDesc',), (attnDesc,))
     try:
         status = _cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, computePrec, mathType, attnDropoutDesc, postDropoutDesc, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize)
     except _ArgumentError as exc:
@@ -7493,6 +7725,8 @@ def cudnnGetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     @brief Retrieves multi-head attention descriptor parameters.
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
+    if not attnDesc:
+        raise _lib.null_handles_error('cudnnGetAttnDescriptor', ('attnDesc',), (attnDesc,))
     try:
         attnMode = _arr_unsigned_int(attnMode, 1, 1)
         nHeads = _arr_int(nHeads, 1, 2)
@@ -7537,6 +7771,8 @@ def cudnnGetMultiHeadAttnBuffers(handle, attnDesc, weightSizeInBytes, workSpaceS
     @brief Computes weight, workspace, and reserve space sizes for multi-head attention.
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
+    if not attnDesc:
+        raise _lib.null_handles_error('cudnnGetMultiHeadAttnBuffers', ('attnDesc',), (attnDesc,))
     try:
         weightSizeInBytes = _arr_size_t(weightSizeInBytes, 1, 2)
         workSpaceSizeInBytes = _arr_size_t(workSpaceSizeInBytes, 1, 3)
@@ -7568,6 +7804,8 @@ def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, wei
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetMultiHeadAttnWeights, wKind, weightSizeInBytes):
         _check_values('cudnnGetMultiHeadAttnWeights', ('handle', 'attnDesc', 'wKind', 'weightSizeInBytes', 'weights', 'wDesc', 'wAddr'), ((2, wKind, 'i', cudnnMultiHeadAttnWeightKind_t), (3, weightSizeInBytes, 'N', None),))
+    if not (attnDesc and wDesc):
+        raise _lib.null_handles_error('cudnnGetMultiHeadAttnWeights', ('attnDesc', 'wDesc'), (attnDesc, wDesc,))
     try:
         wAddr = _arr_void(wAddr, 1, 6)
         status = _cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, weights, wDesc, wAddr)
@@ -7609,6 +7847,8 @@ def cudnnMultiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, dev
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnMultiHeadAttnForward, currIdx, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnMultiHeadAttnForward', ('handle', 'attnDesc', 'currIdx', 'loWinIdx', 'hiWinIdx', 'devSeqLengthsQO', 'devSeqLengthsKV', 'qDesc', 'queries', 'residuals', 'kDesc', 'keys', 'vDesc', 'values', 'oDesc', 'out', 'weightSizeInBytes', 'weights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((2, currIdx, 'i', None), (16, weightSizeInBytes, 'N', None), (18, workSpaceSizeInBytes, 'N', None), (20, reserveSpaceSizeInBytes, 'N', None),))
+    if not (attnDesc and qDesc and kDesc and vDesc and oDesc):
+        raise _lib.null_handles_error('cudnnMultiHeadAttnForward', ('attnDesc', 'qDesc', 'kDesc', 'vDesc', 'oDesc'), (attnDesc, qDesc, kDesc, vDesc, oDesc,))
     try:
         loWinIdx = _arr_int_c(loWinIdx, None, 3)
         hiWinIdx = _arr_int_c(hiWinIdx, None, 4)
@@ -7654,6 +7894,8 @@ def cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc,
         reserveSpaceSize: byte count (size_t, non-negative)
         reserveSpace: device memory
 
+    Handles that may be None (NULL), as the vendor documents: cDesc.
+
     Raises CudnnError when the returned status is not success.
 
     @brief Computes RNN data gradients (backward pass with respect to inputs).
@@ -7687,6 +7929,8 @@ def cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc,
     @see cudnnRNNForward, cudnnRNNBackwardWeights_v8"""
     if not _values_ok(_values_cudnnRNNBackwardData_v8, weightSpaceSize, workSpaceSize, reserveSpaceSize):
         _check_values('cudnnRNNBackwardData_v8', ('handle', 'rnnDesc', 'devSeqLengths', 'yDesc', 'y', 'dy', 'xDesc', 'dx', 'hDesc', 'hx', 'dhy', 'dhx', 'cDesc', 'cx', 'dcy', 'dcx', 'weightSpaceSize', 'weightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((16, weightSpaceSize, 'N', None), (18, workSpaceSize, 'N', None), (20, reserveSpaceSize, 'N', None),))
+    if not (rnnDesc and yDesc and xDesc and hDesc):
+        raise _lib.null_handles_error('cudnnRNNBackwardData_v8', ('rnnDesc', 'yDesc', 'xDesc', 'hDesc'), (rnnDesc, yDesc, xDesc, hDesc,))
     try:
         status = _cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc, dx, hDesc, hx, dhy, dhx, cDesc, cx, dcy, dcx, weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
     except _ArgumentError as exc:
@@ -7740,6 +7984,8 @@ def cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x
     @see cudnnRNNForward, cudnnRNNBackwardData_v8"""
     if not _values_ok(_values_cudnnRNNBackwardWeights_v8, addGrad, weightSpaceSize, workSpaceSize, reserveSpaceSize):
         _check_values('cudnnRNNBackwardWeights_v8', ('handle', 'rnnDesc', 'addGrad', 'devSeqLengths', 'xDesc', 'x', 'hDesc', 'hx', 'yDesc', 'y', 'weightSpaceSize', 'dweightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((2, addGrad, 'i', cudnnWgradMode_t), (10, weightSpaceSize, 'N', None), (12, workSpaceSize, 'N', None), (14, reserveSpaceSize, 'N', None),))
+    if not (rnnDesc and xDesc and hDesc and yDesc):
+        raise _lib.null_handles_error('cudnnRNNBackwardWeights_v8', ('rnnDesc', 'xDesc', 'hDesc', 'yDesc'), (rnnDesc, xDesc, hDesc, yDesc,))
     try:
         status = _cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x, hDesc, hx, yDesc, y, weightSpaceSize, dweightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
     except _ArgumentError as exc:
@@ -7782,6 +8028,8 @@ def cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqL
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnMultiHeadAttnBackwardData, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnMultiHeadAttnBackwardData', ('handle', 'attnDesc', 'loWinIdx', 'hiWinIdx', 'devSeqLengthsDQDO', 'devSeqLengthsDKDV', 'doDesc', 'dout', 'dqDesc', 'dqueries', 'queries', 'dkDesc', 'dkeys', 'keys', 'dvDesc', 'dvalues', 'values', 'weightSizeInBytes', 'weights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((17, weightSizeInBytes, 'N', None), (19, workSpaceSizeInBytes, 'N', None), (21, reserveSpaceSizeInBytes, 'N', None),))
+    if not (attnDesc and doDesc and dqDesc and dkDesc and dvDesc):
+        raise _lib.null_handles_error('cudnnMultiHeadAttnBackwardData', ('attnDesc', 'doDesc', 'dqDesc', 'dkDesc', 'dvDesc'), (attnDesc, doDesc, dqDesc, dkDesc, dvDesc,))
     try:
         loWinIdx = _arr_int_c(loWinIdx, None, 2)
         hiWinIdx = _arr_int_c(hiWinIdx, None, 3)
@@ -7820,6 +8068,8 @@ def cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries,
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnMultiHeadAttnBackwardWeights, addGrad, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnMultiHeadAttnBackwardWeights', ('handle', 'attnDesc', 'addGrad', 'qDesc', 'queries', 'kDesc', 'keys', 'vDesc', 'values', 'doDesc', 'dout', 'weightSizeInBytes', 'weights', 'dweights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((2, addGrad, 'i', cudnnWgradMode_t), (11, weightSizeInBytes, 'N', None), (14, workSpaceSizeInBytes, 'N', None), (16, reserveSpaceSizeInBytes, 'N', None),))
+    if not (attnDesc and qDesc and kDesc and vDesc and doDesc):
+        raise _lib.null_handles_error('cudnnMultiHeadAttnBackwardWeights', ('attnDesc', 'qDesc', 'kDesc', 'vDesc', 'doDesc'), (attnDesc, qDesc, kDesc, vDesc, doDesc,))
     try:
         status = _cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries, kDesc, keys, vDesc, values, doDesc, dout, weightSizeInBytes, weights, dweights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace)
     except _ArgumentError as exc:
@@ -7866,6 +8116,8 @@ def cudnnSetCTCLossDescriptor(ctcLossDesc, compType):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetCTCLossDescriptor, compType):
         _check_values('cudnnSetCTCLossDescriptor', ('ctcLossDesc', 'compType'), ((1, compType, 'i', cudnnDataType_t),))
+    if not ctcLossDesc:
+        raise _lib.null_handles_error('cudnnSetCTCLossDescriptor', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         status = _cudnnSetCTCLossDescriptor(ctcLossDesc, compType)
     except _ArgumentError as exc:
@@ -7889,6 +8141,8 @@ def cudnnSetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetCTCLossDescriptorEx, compType, normMode, gradMode):
         _check_values('cudnnSetCTCLossDescriptorEx', ('ctcLossDesc', 'compType', 'normMode', 'gradMode'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, gradMode, 'i', cudnnNanPropagation_t),))
+    if not ctcLossDesc:
+        raise _lib.null_handles_error('cudnnSetCTCLossDescriptorEx', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         status = _cudnnSetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode)
     except _ArgumentError as exc:
@@ -7912,6 +8166,8 @@ def cudnnSetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxL
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetCTCLossDescriptor_v8, compType, normMode, gradMode, maxLabelLength):
         _check_values('cudnnSetCTCLossDescriptor_v8', ('ctcLossDesc', 'compType', 'normMode', 'gradMode', 'maxLabelLength'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, gradMode, 'i', cudnnNanPropagation_t), (4, maxLabelLength, 'i', None),))
+    if not ctcLossDesc:
+        raise _lib.null_handles_error('cudnnSetCTCLossDescriptor_v8', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         status = _cudnnSetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxLabelLength)
     except _ArgumentError as exc:
@@ -7941,6 +8197,8 @@ def cudnnSetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, m
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetCTCLossDescriptor_v9, compType, normMode, ctcGradMode, maxLabelLength):
         _check_values('cudnnSetCTCLossDescriptor_v9', ('ctcLossDesc', 'compType', 'normMode', 'ctcGradMode', 'maxLabelLength'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, ctcGradMode, 'i', cudnnCTCGradMode_t), (4, maxLabelLength, 'i', None),))
+    if not ctcLossDesc:
+        raise _lib.null_handles_error('cudnnSetCTCLossDescriptor_v9', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         status = _cudnnSetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, maxLabelLength)
     except _ArgumentError as exc:
@@ -7964,6 +8222,8 @@ def cudnnGetCTCLossDescriptor(ctcLossDesc, compType):
     @brief Retrieves CTC loss compute type.
     @deprecated Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
+    if not ctcLossDesc:
+        raise _lib.null_handles_error('cudnnGetCTCLossDescriptor', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         compType = _arr_cudnnDataType_t(compType, 1, 1)
         status = _cudnnGetCTCLossDescriptor(ctcLossDesc, compType)
@@ -7990,6 +8250,8 @@ def cudnnGetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     @brief Retrieves CTC loss extended parameters.
     @deprecated Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
+    if not ctcLossDesc:
+        raise _lib.null_handles_error('cudnnGetCTCLossDescriptorEx', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         compType = _arr_cudnnDataType_t(compType, 1, 1)
         normMode = _arr_cudnnLossNormalizationMode_t(normMode, 1, 2)
@@ -8019,6 +8281,8 @@ def cudnnGetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxL
     @brief Retrieves CTC loss v8 parameters.
     @deprecated Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
+    if not ctcLossDesc:
+        raise _lib.null_handles_error('cudnnGetCTCLossDescriptor_v8', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         compType = _arr_cudnnDataType_t(compType, 1, 1)
         normMode = _arr_cudnnLossNormalizationMode_t(normMode, 1, 2)
@@ -8046,6 +8310,8 @@ def cudnnGetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, m
 
     @brief Retrieves CTC loss v9 parameters.
     @since cuDNN 9.0.0"""
+    if not ctcLossDesc:
+        raise _lib.null_handles_error('cudnnGetCTCLossDescriptor_v9', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         compType = _arr_cudnnDataType_t(compType, 1, 1)
         normMode = _arr_cudnnLossNormalizationMode_t(normMode, 1, 2)
@@ -8124,6 +8390,8 @@ def cudnnCTCLoss(handle, probsDesc, probs, hostLabels, hostLabelLengths, hostInp
     @see cudnnCTCLoss_v8, cudnnGetCTCLossWorkspaceSize"""
     if not _values_ok(_values_cudnnCTCLoss, algo, workSpaceSizeInBytes):
         _check_values('cudnnCTCLoss', ('handle', 'probsDesc', 'probs', 'hostLabels', 'hostLabelLengths', 'hostInputLengths', 'costs', 'gradientsDesc', 'gradients', 'algo', 'ctcLossDesc', 'workspace', 'workSpaceSizeInBytes'), ((9, algo, 'i', cudnnCTCLossAlgo_t), (12, workSpaceSizeInBytes, 'N', None),))
+    if not (probsDesc and gradientsDesc and ctcLossDesc):
+        raise _lib.null_handles_error('cudnnCTCLoss', ('probsDesc', 'gradientsDesc', 'ctcLossDesc'), (probsDesc, gradientsDesc, ctcLossDesc,))
     try:
         hostLabels = _arr_int_c(hostLabels, None, 3)
         hostLabelLengths = _arr_int_c(hostLabelLengths, None, 4)
@@ -8163,6 +8431,8 @@ def cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLe
     @see cudnnCTCLoss, cudnnGetCTCLossWorkspaceSize_v8"""
     if not _values_ok(_values_cudnnCTCLoss_v8, algo, workSpaceSizeInBytes):
         _check_values('cudnnCTCLoss_v8', ('handle', 'algo', 'ctcLossDesc', 'probsDesc', 'probs', 'labels', 'labelLengths', 'inputLengths', 'costs', 'gradientsDesc', 'gradients', 'workSpaceSizeInBytes', 'workspace'), ((1, algo, 'i', cudnnCTCLossAlgo_t), (11, workSpaceSizeInBytes, 'N', None),))
+    if not (ctcLossDesc and probsDesc and gradientsDesc):
+        raise _lib.null_handles_error('cudnnCTCLoss_v8', ('ctcLossDesc', 'probsDesc', 'gradientsDesc'), (ctcLossDesc, probsDesc, gradientsDesc,))
     try:
         status = _cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLengths, inputLengths, costs, gradientsDesc, gradients, workSpaceSizeInBytes, workspace)
     except _ArgumentError as exc:
@@ -8194,6 +8464,8 @@ def cudnnGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, label
     @see cudnnCTCLoss"""
     if not _values_ok(_values_cudnnGetCTCLossWorkspaceSize, algo):
         _check_values('cudnnGetCTCLossWorkspaceSize', ('handle', 'probsDesc', 'gradientsDesc', 'labels', 'labelLengths', 'inputLengths', 'algo', 'ctcLossDesc', 'sizeInBytes'), ((6, algo, 'i', cudnnCTCLossAlgo_t),))
+    if not (probsDesc and gradientsDesc and ctcLossDesc):
+        raise _lib.null_handles_error('cudnnGetCTCLossWorkspaceSize', ('probsDesc', 'gradientsDesc', 'ctcLossDesc'), (probsDesc, gradientsDesc, ctcLossDesc,))
     try:
         labels = _arr_int_c(labels, None, 3)
         labelLengths = _arr_int_c(labelLengths, None, 4)
@@ -8222,6 +8494,8 @@ def cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradie
     @see cudnnCTCLoss_v8"""
     if not _values_ok(_values_cudnnGetCTCLossWorkspaceSize_v8, algo):
         _check_values('cudnnGetCTCLossWorkspaceSize_v8', ('handle', 'algo', 'ctcLossDesc', 'probsDesc', 'gradientsDesc', 'sizeInBytes'), ((1, algo, 'i', cudnnCTCLossAlgo_t),))
+    if not (ctcLossDesc and probsDesc and gradientsDesc):
+        raise _lib.null_handles_error('cudnnGetCTCLossWorkspaceSize_v8', ('ctcLossDesc', 'probsDesc', 'gradientsDesc'), (ctcLossDesc, probsDesc, gradientsDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
         status = _cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradientsDesc, sizeInBytes)
@@ -8306,6 +8580,8 @@ def cudnnSetConvolutionMathType(convDesc, mathType):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetConvolutionMathType, mathType):
         _check_values('cudnnSetConvolutionMathType', ('convDesc', 'mathType'), ((1, mathType, 'i', cudnnMathType_t),))
+    if not convDesc:
+        raise _lib.null_handles_error('cudnnSetConvolutionMathType', ('convDesc',), (convDesc,))
     try:
         status = _cudnnSetConvolutionMathType(convDesc, mathType)
     except _ArgumentError as exc:
@@ -8334,6 +8610,8 @@ def cudnnGetConvolutionMathType(convDesc, mathType):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    if not convDesc:
+        raise _lib.null_handles_error('cudnnGetConvolutionMathType', ('convDesc',), (convDesc,))
     try:
         mathType = _arr_cudnnMathType_t(mathType, 1, 1)
         status = _cudnnGetConvolutionMathType(convDesc, mathType)
@@ -8363,6 +8641,8 @@ def cudnnSetConvolutionGroupCount(convDesc, groupCount):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetConvolutionGroupCount, groupCount):
         _check_values('cudnnSetConvolutionGroupCount', ('convDesc', 'groupCount'), ((1, groupCount, 'i', None),))
+    if not convDesc:
+        raise _lib.null_handles_error('cudnnSetConvolutionGroupCount', ('convDesc',), (convDesc,))
     try:
         status = _cudnnSetConvolutionGroupCount(convDesc, groupCount)
     except _ArgumentError as exc:
@@ -8391,6 +8671,8 @@ def cudnnGetConvolutionGroupCount(convDesc, groupCount):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    if not convDesc:
+        raise _lib.null_handles_error('cudnnGetConvolutionGroupCount', ('convDesc',), (convDesc,))
     try:
         groupCount = _arr_int(groupCount, 1, 1)
         status = _cudnnGetConvolutionGroupCount(convDesc, groupCount)
@@ -8420,6 +8702,8 @@ def cudnnSetConvolutionReorderType(convDesc, reorderType):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetConvolutionReorderType, reorderType):
         _check_values('cudnnSetConvolutionReorderType', ('convDesc', 'reorderType'), ((1, reorderType, 'i', cudnnReorderType_t),))
+    if not convDesc:
+        raise _lib.null_handles_error('cudnnSetConvolutionReorderType', ('convDesc',), (convDesc,))
     try:
         status = _cudnnSetConvolutionReorderType(convDesc, reorderType)
     except _ArgumentError as exc:
@@ -8448,6 +8732,8 @@ def cudnnGetConvolutionReorderType(convDesc, reorderType):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    if not convDesc:
+        raise _lib.null_handles_error('cudnnGetConvolutionReorderType', ('convDesc',), (convDesc,))
     try:
         reorderType = _arr_cudnnReorderType_t(reorderType, 1, 1)
         status = _cudnnGetConvolutionReorderType(convDesc, reorderType)
@@ -8484,6 +8770,8 @@ def cudnnSetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetConvolution2dDescriptor, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType):
         _check_values('cudnnSetConvolution2dDescriptor', ('convDesc', 'pad_h', 'pad_w', 'u', 'v', 'dilation_h', 'dilation_w', 'mode', 'computeType'), ((1, pad_h, 'i', None), (2, pad_w, 'i', None), (3, u, 'i', None), (4, v, 'i', None), (5, dilation_h, 'i', None), (6, dilation_w, 'i', None), (7, mode, 'i', cudnnConvolutionMode_t), (8, computeType, 'i', cudnnDataType_t),))
+    if not convDesc:
+        raise _lib.null_handles_error('cudnnSetConvolution2dDescriptor', ('convDesc',), (convDesc,))
     try:
         status = _cudnnSetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType)
     except _ArgumentError as exc:
@@ -8526,6 +8814,8 @@ def cudnnGetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    if not convDesc:
+        raise _lib.null_handles_error('cudnnGetConvolution2dDescriptor', ('convDesc',), (convDesc,))
     try:
         pad_h = _arr_int(pad_h, 1, 1)
         pad_w = _arr_int(pad_w, 1, 2)
@@ -8572,6 +8862,8 @@ def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, 
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetConvolutionNdDescriptor, arrayLength, mode, computeType):
         _check_values('cudnnSetConvolutionNdDescriptor', ('convDesc', 'arrayLength', 'padA', 'filterStrideA', 'dilationA', 'mode', 'computeType'), ((1, arrayLength, 'i', None), (5, mode, 'i', cudnnConvolutionMode_t), (6, computeType, 'i', cudnnDataType_t),))
+    if not convDesc:
+        raise _lib.null_handles_error('cudnnSetConvolutionNdDescriptor', ('convDesc',), (convDesc,))
     try:
         padA = _arr_int_c(padA, arrayLength, 2)
         filterStrideA = _arr_int_c(filterStrideA, arrayLength, 3)
@@ -8617,6 +8909,8 @@ def cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength,
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionNdDescriptor, arrayLengthRequested):
         _check_values('cudnnGetConvolutionNdDescriptor', ('convDesc', 'arrayLengthRequested', 'arrayLength', 'padA', 'strideA', 'dilationA', 'mode', 'computeType'), ((1, arrayLengthRequested, 'i', None),))
+    if not convDesc:
+        raise _lib.null_handles_error('cudnnGetConvolutionNdDescriptor', ('convDesc',), (convDesc,))
     try:
         arrayLength = _arr_int(arrayLength, 1, 2)
         padA = _arr_int(padA, arrayLengthRequested, 3)
@@ -8659,6 +8953,8 @@ def cudnnGetConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    if not (convDesc and inputTensorDesc and filterDesc):
+        raise _lib.null_handles_error('cudnnGetConvolution2dForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc'), (convDesc, inputTensorDesc, filterDesc,))
     try:
         n = _arr_int(n, 1, 3)
         c = _arr_int(c, 1, 4)
@@ -8697,6 +8993,8 @@ def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionNdForwardOutputDim, nbDims):
         _check_values('cudnnGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc', 'nbDims', 'tensorOuputDimA'), ((3, nbDims, 'i', None),))
+    if not (convDesc and inputTensorDesc and filterDesc):
+        raise _lib.null_handles_error('cudnnGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc'), (convDesc, inputTensorDesc, filterDesc,))
     try:
         tensorOuputDimA = _arr_int(tensorOuputDimA, nbDims, 4)
         status = _cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc, nbDims, tensorOuputDimA)
@@ -8768,6 +9066,8 @@ def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionForwardAlgorithm_v7, requestedAlgoCount):
         _check_values('cudnnGetConvolutionForwardAlgorithm_v7', ('handle', 'srcDesc', 'filterDesc', 'convDesc', 'destDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
+    if not (srcDesc and filterDesc and convDesc and destDesc):
+        raise _lib.null_handles_error('cudnnGetConvolutionForwardAlgorithm_v7', ('srcDesc', 'filterDesc', 'convDesc', 'destDesc'), (srcDesc, filterDesc, convDesc, destDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
         perfResults = _arr_cudnnConvolutionFwdAlgoPerf_t(perfResults, requestedAlgoCount, 7)
@@ -8811,6 +9111,8 @@ def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, 
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnFindConvolutionForwardAlgorithm, requestedAlgoCount):
         _check_values('cudnnFindConvolutionForwardAlgorithm', ('handle', 'xDesc', 'wDesc', 'convDesc', 'yDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
+    if not (xDesc and wDesc and convDesc and yDesc):
+        raise _lib.null_handles_error('cudnnFindConvolutionForwardAlgorithm', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
         perfResults = _arr_cudnnConvolutionFwdAlgoPerf_t(perfResults, requestedAlgoCount, 7)
@@ -8864,6 +9166,8 @@ def cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc,
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnFindConvolutionForwardAlgorithmEx, requestedAlgoCount, workSpaceSizeInBytes):
         _check_values('cudnnFindConvolutionForwardAlgorithmEx', ('handle', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'yDesc', 'y', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
+    if not (xDesc and wDesc and convDesc and yDesc):
+        raise _lib.null_handles_error('cudnnFindConvolutionForwardAlgorithmEx', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_cudnnConvolutionFwdAlgoPerf_t(perfResults, requestedAlgoCount, 10)
@@ -8902,6 +9206,8 @@ def cudnnIm2Col(handle, xDesc, x, wDesc, convDesc, colBuffer):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    if not (xDesc and wDesc and convDesc):
+        raise _lib.null_handles_error('cudnnIm2Col', ('xDesc', 'wDesc', 'convDesc'), (xDesc, wDesc, convDesc,))
     try:
         status = _cudnnIm2Col(handle, xDesc, x, wDesc, convDesc, colBuffer)
     except _ArgumentError as exc:
@@ -8945,6 +9251,8 @@ def cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reord
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnReorderFilterAndBias, reorderType, reorderBias):
         _check_values('cudnnReorderFilterAndBias', ('handle', 'filterDesc', 'reorderType', 'filterData', 'reorderedFilterData', 'reorderBias', 'biasData', 'reorderedBiasData'), ((2, reorderType, 'i', cudnnReorderType_t), (5, reorderBias, 'i', None),))
+    if not filterDesc:
+        raise _lib.null_handles_error('cudnnReorderFilterAndBias', ('filterDesc',), (filterDesc,))
     try:
         status = _cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reorderedFilterData, reorderBias, biasData, reorderedBiasData)
     except _ArgumentError as exc:
@@ -8981,6 +9289,8 @@ def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDes
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionForwardWorkspaceSize, algo):
         _check_values('cudnnGetConvolutionForwardWorkspaceSize', ('handle', 'xDesc', 'wDesc', 'convDesc', 'yDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionFwdAlgo_t),))
+    if not (xDesc and wDesc and convDesc and yDesc):
+        raise _lib.null_handles_error('cudnnGetConvolutionForwardWorkspaceSize', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
         status = _cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDesc, algo, sizeInBytes)
@@ -9032,6 +9342,8 @@ def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, w
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnConvolutionForward, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionForward', ('handle', 'alpha', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'yDesc', 'y'), ((7, algo, 'i', cudnnConvolutionFwdAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
+    if not (xDesc and wDesc and convDesc and yDesc):
+        raise _lib.null_handles_error('cudnnConvolutionForward', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 10)
@@ -9091,6 +9403,8 @@ def cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, co
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnConvolutionBiasActivationForward, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionBiasActivationForward', ('handle', 'alpha1', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'alpha2', 'zDesc', 'z', 'biasDesc', 'bias', 'activationDesc', 'yDesc', 'y'), ((7, algo, 'i', cudnnConvolutionFwdAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
+    if not (xDesc and wDesc and convDesc and zDesc and biasDesc and activationDesc and yDesc):
+        raise _lib.null_handles_error('cudnnConvolutionBiasActivationForward', ('xDesc', 'wDesc', 'convDesc', 'zDesc', 'biasDesc', 'activationDesc', 'yDesc'), (xDesc, wDesc, convDesc, zDesc, biasDesc, activationDesc, yDesc,))
     try:
         alpha1 = _void_c(alpha1, 4, 1)
         alpha2 = _void_c(alpha2, 4, 10)
@@ -9160,6 +9474,8 @@ def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, d
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnFindConvolutionBackwardDataAlgorithm, requestedAlgoCount):
         _check_values('cudnnFindConvolutionBackwardDataAlgorithm', ('handle', 'wDesc', 'dyDesc', 'convDesc', 'dxDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
+    if not (wDesc and dyDesc and convDesc and dxDesc):
+        raise _lib.null_handles_error('cudnnFindConvolutionBackwardDataAlgorithm', ('wDesc', 'dyDesc', 'convDesc', 'dxDesc'), (wDesc, dyDesc, convDesc, dxDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
         perfResults = _arr_cudnnConvolutionBwdDataAlgoPerf_t(perfResults, requestedAlgoCount, 7)
@@ -9210,6 +9526,8 @@ def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, co
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnFindConvolutionBackwardDataAlgorithmEx, requestedAlgoCount, workSpaceSizeInBytes):
         _check_values('cudnnFindConvolutionBackwardDataAlgorithmEx', ('handle', 'wDesc', 'w', 'dyDesc', 'dy', 'convDesc', 'dxDesc', 'dx', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
+    if not (wDesc and dyDesc and convDesc and dxDesc):
+        raise _lib.null_handles_error('cudnnFindConvolutionBackwardDataAlgorithmEx', ('wDesc', 'dyDesc', 'convDesc', 'dxDesc'), (wDesc, dyDesc, convDesc, dxDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_cudnnConvolutionBwdDataAlgoPerf_t(perfResults, requestedAlgoCount, 10)
@@ -9250,6 +9568,8 @@ def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, co
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionBackwardDataAlgorithm_v7, requestedAlgoCount):
         _check_values('cudnnGetConvolutionBackwardDataAlgorithm_v7', ('handle', 'filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
+    if not (filterDesc and diffDesc and convDesc and gradDesc):
+        raise _lib.null_handles_error('cudnnGetConvolutionBackwardDataAlgorithm_v7', ('filterDesc', 'diffDesc', 'convDesc', 'gradDesc'), (filterDesc, diffDesc, convDesc, gradDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
         perfResults = _arr_cudnnConvolutionBwdDataAlgoPerf_t(perfResults, requestedAlgoCount, 7)
@@ -9288,6 +9608,8 @@ def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionBackwardDataWorkspaceSize, algo):
         _check_values('cudnnGetConvolutionBackwardDataWorkspaceSize', ('handle', 'wDesc', 'dyDesc', 'convDesc', 'dxDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionBwdDataAlgo_t),))
+    if not (wDesc and dyDesc and convDesc and dxDesc):
+        raise _lib.null_handles_error('cudnnGetConvolutionBackwardDataWorkspaceSize', ('wDesc', 'dyDesc', 'convDesc', 'dxDesc'), (wDesc, dyDesc, convDesc, dxDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
         status = _cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc, dxDesc, algo, sizeInBytes)
@@ -9339,6 +9661,8 @@ def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, 
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnConvolutionBackwardData, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionBackwardData', ('handle', 'alpha', 'wDesc', 'w', 'dyDesc', 'dy', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'dxDesc', 'dx'), ((7, algo, 'i', cudnnConvolutionBwdDataAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
+    if not (wDesc and dyDesc and convDesc and dxDesc):
+        raise _lib.null_handles_error('cudnnConvolutionBackwardData', ('wDesc', 'dyDesc', 'convDesc', 'dxDesc'), (wDesc, dyDesc, convDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 10)
@@ -9384,6 +9708,8 @@ def cudnnGetFoldedConvBackwardDataDescriptors(handle, filterDesc, diffDesc, conv
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetFoldedConvBackwardDataDescriptors, transformFormat):
         _check_values('cudnnGetFoldedConvBackwardDataDescriptors', ('handle', 'filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'transformFormat', 'foldedFilterDesc', 'paddedDiffDesc', 'foldedConvDesc', 'foldedGradDesc', 'filterFoldTransDesc', 'diffPadTransDesc', 'gradFoldTransDesc', 'gradUnfoldTransDesc'), ((5, transformFormat, 'i', cudnnTensorFormat_t),))
+    if not (filterDesc and diffDesc and convDesc and gradDesc and foldedFilterDesc and paddedDiffDesc and foldedConvDesc and foldedGradDesc and filterFoldTransDesc and diffPadTransDesc and gradFoldTransDesc and gradUnfoldTransDesc):
+        raise _lib.null_handles_error('cudnnGetFoldedConvBackwardDataDescriptors', ('filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'foldedFilterDesc', 'paddedDiffDesc', 'foldedConvDesc', 'foldedGradDesc', 'filterFoldTransDesc', 'diffPadTransDesc', 'gradFoldTransDesc', 'gradUnfoldTransDesc'), (filterDesc, diffDesc, convDesc, gradDesc, foldedFilterDesc, paddedDiffDesc, foldedConvDesc, foldedGradDesc, filterFoldTransDesc, diffPadTransDesc, gradFoldTransDesc, gradUnfoldTransDesc,))
     try:
         status = _cudnnGetFoldedConvBackwardDataDescriptors(handle, filterDesc, diffDesc, convDesc, gradDesc, transformFormat, foldedFilterDesc, paddedDiffDesc, foldedConvDesc, foldedGradDesc, filterFoldTransDesc, diffPadTransDesc, gradFoldTransDesc, gradUnfoldTransDesc)
     except _ArgumentError as exc:
@@ -9470,6 +9796,8 @@ def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc,
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnFindConvolutionBackwardFilterAlgorithm, requestedAlgoCount):
         _check_values('cudnnFindConvolutionBackwardFilterAlgorithm', ('handle', 'xDesc', 'dyDesc', 'convDesc', 'dwDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
+    if not (xDesc and dyDesc and convDesc and dwDesc):
+        raise _lib.null_handles_error('cudnnFindConvolutionBackwardFilterAlgorithm', ('xDesc', 'dyDesc', 'convDesc', 'dwDesc'), (xDesc, dyDesc, convDesc, dwDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
         perfResults = _arr_cudnnConvolutionBwdFilterAlgoPerf_t(perfResults, requestedAlgoCount, 7)
@@ -9520,6 +9848,8 @@ def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, c
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnFindConvolutionBackwardFilterAlgorithmEx, requestedAlgoCount, workSpaceSizeInBytes):
         _check_values('cudnnFindConvolutionBackwardFilterAlgorithmEx', ('handle', 'xDesc', 'x', 'dyDesc', 'y', 'convDesc', 'dwDesc', 'dw', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
+    if not (xDesc and dyDesc and convDesc and dwDesc):
+        raise _lib.null_handles_error('cudnnFindConvolutionBackwardFilterAlgorithmEx', ('xDesc', 'dyDesc', 'convDesc', 'dwDesc'), (xDesc, dyDesc, convDesc, dwDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_cudnnConvolutionBwdFilterAlgoPerf_t(perfResults, requestedAlgoCount, 10)
@@ -9560,6 +9890,8 @@ def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, con
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionBackwardFilterAlgorithm_v7, requestedAlgoCount):
         _check_values('cudnnGetConvolutionBackwardFilterAlgorithm_v7', ('handle', 'srcDesc', 'diffDesc', 'convDesc', 'gradDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
+    if not (srcDesc and diffDesc and convDesc and gradDesc):
+        raise _lib.null_handles_error('cudnnGetConvolutionBackwardFilterAlgorithm_v7', ('srcDesc', 'diffDesc', 'convDesc', 'gradDesc'), (srcDesc, diffDesc, convDesc, gradDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
         perfResults = _arr_cudnnConvolutionBwdFilterAlgoPerf_t(perfResults, requestedAlgoCount, 7)
@@ -9598,6 +9930,8 @@ def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDe
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionBackwardFilterWorkspaceSize, algo):
         _check_values('cudnnGetConvolutionBackwardFilterWorkspaceSize', ('handle', 'xDesc', 'dyDesc', 'convDesc', 'gradDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionBwdFilterAlgo_t),))
+    if not (xDesc and dyDesc and convDesc and gradDesc):
+        raise _lib.null_handles_error('cudnnGetConvolutionBackwardFilterWorkspaceSize', ('xDesc', 'dyDesc', 'convDesc', 'gradDesc'), (xDesc, dyDesc, convDesc, gradDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
         status = _cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDesc, gradDesc, algo, sizeInBytes)
@@ -9649,6 +9983,8 @@ def cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnConvolutionBackwardFilter, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionBackwardFilter', ('handle', 'alpha', 'xDesc', 'x', 'dyDesc', 'dy', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'dwDesc', 'dw'), ((7, algo, 'i', cudnnConvolutionBwdFilterAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
+    if not (xDesc and dyDesc and convDesc and dwDesc):
+        raise _lib.null_handles_error('cudnnConvolutionBackwardFilter', ('xDesc', 'dyDesc', 'convDesc', 'dwDesc'), (xDesc, dyDesc, convDesc, dwDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 10)
@@ -9689,6 +10025,8 @@ def cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    if not (dyDesc and dbDesc):
+        raise _lib.null_handles_error('cudnnConvolutionBackwardBias', ('dyDesc', 'dbDesc'), (dyDesc, dbDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -9782,6 +10120,8 @@ def cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetFusedOpsConstParamPackAttribute, paramLabel):
         _check_values('cudnnSetFusedOpsConstParamPackAttribute', ('constPack', 'paramLabel', 'param'), ((1, paramLabel, 'i', cudnnFusedOpsConstParamLabel_t),))
+    if not constPack:
+        raise _lib.null_handles_error('cudnnSetFusedOpsConstParamPackAttribute', ('constPack',), (constPack,))
     try:
         param = _void_c(param, None, 2)
         status = _cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param)
@@ -9817,6 +10157,8 @@ def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetFusedOpsConstParamPackAttribute, paramLabel):
         _check_values('cudnnGetFusedOpsConstParamPackAttribute', ('constPack', 'paramLabel', 'param', 'isNULL'), ((1, paramLabel, 'i', cudnnFusedOpsConstParamLabel_t),))
+    if not constPack:
+        raise _lib.null_handles_error('cudnnGetFusedOpsConstParamPackAttribute', ('constPack',), (constPack,))
     try:
         param = _void(param, None, 2)
         isNULL = _arr_int(isNULL, 1, 3)
@@ -9910,6 +10252,8 @@ def cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetFusedOpsVariantParamPackAttribute, paramLabel):
         _check_values('cudnnSetFusedOpsVariantParamPackAttribute', ('varPack', 'paramLabel', 'ptr'), ((1, paramLabel, 'i', cudnnFusedOpsVariantParamLabel_t),))
+    if not varPack:
+        raise _lib.null_handles_error('cudnnSetFusedOpsVariantParamPackAttribute', ('varPack',), (varPack,))
     try:
         status = _cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr)
     except _ArgumentError as exc:
@@ -9942,6 +10286,8 @@ def cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetFusedOpsVariantParamPackAttribute, paramLabel):
         _check_values('cudnnGetFusedOpsVariantParamPackAttribute', ('varPack', 'paramLabel', 'ptr'), ((1, paramLabel, 'i', cudnnFusedOpsVariantParamLabel_t),))
+    if not varPack:
+        raise _lib.null_handles_error('cudnnGetFusedOpsVariantParamPackAttribute', ('varPack',), (varPack,))
     try:
         status = _cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr)
     except _ArgumentError as exc:
@@ -10033,6 +10379,8 @@ def cudnnMakeFusedOpsPlan(handle, plan, constPack, workspaceSizeInBytes):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    if not (plan and constPack):
+        raise _lib.null_handles_error('cudnnMakeFusedOpsPlan', ('plan', 'constPack'), (plan, constPack,))
     try:
         workspaceSizeInBytes = _arr_size_t(workspaceSizeInBytes, 1, 3)
         status = _cudnnMakeFusedOpsPlan(handle, plan, constPack, workspaceSizeInBytes)
@@ -10060,6 +10408,8 @@ def cudnnFusedOpsExecute(handle, plan, varPack):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
+    if not (plan and varPack):
+        raise _lib.null_handles_error('cudnnFusedOpsExecute', ('plan', 'varPack'), (plan, varPack,))
     try:
         status = _cudnnFusedOpsExecute(handle, plan, varPack)
     except _ArgumentError as exc:

@@ -1653,6 +1653,8 @@ def miopenSet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w):
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenSet4dTensorDescriptor, dataType, n, c, h, w):
         _check_values('miopenSet4dTensorDescriptor', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w'), ((1, dataType, 'i', miopenDataType_t), (2, n, 'i', None), (3, c, 'i', None), (4, h, 'i', None), (5, w, 'i', None),))
+    if not tensorDesc:
+        raise _lib.null_handles_error('miopenSet4dTensorDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         status = _miopenSet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w)
     except _ArgumentError as exc:
@@ -1683,6 +1685,8 @@ def miopenSetNdTensorDescriptorWithLayout(tensorDesc, dataType, tensorLayout, le
     @return             miopenStatus_t"""
     if not _values_ok(_values_miopenSetNdTensorDescriptorWithLayout, dataType, tensorLayout, num_lens):
         _check_values('miopenSetNdTensorDescriptorWithLayout', ('tensorDesc', 'dataType', 'tensorLayout', 'lens', 'num_lens'), ((1, dataType, 'i', miopenDataType_t), (2, tensorLayout, 'i', miopenTensorLayout_t), (4, num_lens, 'i', None),))
+    if not tensorDesc:
+        raise _lib.null_handles_error('miopenSetNdTensorDescriptorWithLayout', ('tensorDesc',), (tensorDesc,))
     try:
         lens = _arr_int_c(lens, num_lens, 3)
         status = _miopenSetNdTensorDescriptorWithLayout(tensorDesc, dataType, tensorLayout, lens, num_lens)
@@ -1720,6 +1724,8 @@ def miopenSet4dTensorDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cSt
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenSet4dTensorDescriptorEx, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
         _check_values('miopenSet4dTensorDescriptorEx', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w', 'nStride', 'cStride', 'hStride', 'wStride'), ((1, dataType, 'i', miopenDataType_t), (2, n, 'i', None), (3, c, 'i', None), (4, h, 'i', None), (5, w, 'i', None), (6, nStride, 'i', None), (7, cStride, 'i', None), (8, hStride, 'i', None), (9, wStride, 'i', None),))
+    if not tensorDesc:
+        raise _lib.null_handles_error('miopenSet4dTensorDescriptorEx', ('tensorDesc',), (tensorDesc,))
     try:
         status = _miopenSet4dTensorDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride)
     except _ArgumentError as exc:
@@ -1761,6 +1767,8 @@ def miopenGet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStri
     @param hStride    Height dimension stride (output)
     @param wStride    Width dimension stride (output)
     @return           miopenStatus_t"""
+    if not tensorDesc:
+        raise _lib.null_handles_error('miopenGet4dTensorDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         dataType = _arr_miopenDataType_t(dataType, 1, 1)
         n = _arr_int(n, 1, 2)
@@ -1801,6 +1809,8 @@ def miopenSetTensorDescriptor(tensorDesc, dataType, nbDims, dimsA, stridesA):
     @return             miopenStatus_t"""
     if not _values_ok(_values_miopenSetTensorDescriptor, dataType, nbDims):
         _check_values('miopenSetTensorDescriptor', ('tensorDesc', 'dataType', 'nbDims', 'dimsA', 'stridesA'), ((1, dataType, 'i', miopenDataType_t), (2, nbDims, 'i', None),))
+    if not tensorDesc:
+        raise _lib.null_handles_error('miopenSetTensorDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         dimsA = _arr_int_c(dimsA, nbDims, 3)
         stridesA = _arr_int_c_n(stridesA, nbDims, 4)
@@ -1828,6 +1838,8 @@ def miopenSetTensorDescriptorV2(tensorDesc, dataType, nbDims, dimsA, stridesA):
     @copydoc miopenSetTensorDescriptor()"""
     if not _values_ok(_values_miopenSetTensorDescriptorV2, dataType, nbDims):
         _check_values('miopenSetTensorDescriptorV2', ('tensorDesc', 'dataType', 'nbDims', 'dimsA', 'stridesA'), ((1, dataType, 'i', miopenDataType_t), (2, nbDims, 'i', None),))
+    if not tensorDesc:
+        raise _lib.null_handles_error('miopenSetTensorDescriptorV2', ('tensorDesc',), (tensorDesc,))
     try:
         dimsA = _arr_size_t_c(dimsA, nbDims, 3)
         stridesA = _arr_size_t_c_n(stridesA, nbDims, 4)
@@ -1858,6 +1870,8 @@ def miopenSetTensorCastType(tensorDesc, cast_type):
      @param cast_type  MIOpen datatype (input)"""
     if not _values_ok(_values_miopenSetTensorCastType, cast_type):
         _check_values('miopenSetTensorCastType', ('tensorDesc', 'cast_type'), ((1, cast_type, 'i', miopenDataType_t),))
+    if not tensorDesc:
+        raise _lib.null_handles_error('miopenSetTensorCastType', ('tensorDesc',), (tensorDesc,))
     try:
         status = _miopenSetTensorCastType(tensorDesc, cast_type)
     except _ArgumentError as exc:
@@ -1883,6 +1897,8 @@ def miopenGetTensorDescriptorSize(tensorDesc, size):
     @param tensorDesc   Tensor descriptor (input)
     @param size         number of elements in tensor described by the descriptor (output)
     @return             miopenStatus_t"""
+    if not tensorDesc:
+        raise _lib.null_handles_error('miopenGetTensorDescriptorSize', ('tensorDesc',), (tensorDesc,))
     try:
         size = _arr_int(size, 1, 1)
         status = _miopenGetTensorDescriptorSize(tensorDesc, size)
@@ -1911,6 +1927,8 @@ def miopenGetTensorDescriptor(tensorDesc, dataType, dimsA, stridesA):
     @param dimsA      Array containing the size of dimensions (output)
     @param stridesA   Array containing the size of stride (output)
     @return           miopenStatus_t"""
+    if not tensorDesc:
+        raise _lib.null_handles_error('miopenGetTensorDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         dataType = _arr_miopenDataType_t(dataType, 1, 1)
         dimsA = _arr_int(dimsA, _query_count(miopenGetTensorDescriptorSize, (tensorDesc,), c_int), 2)
@@ -2026,6 +2044,8 @@ def miopenOpTensor(handle, tensorOp, alpha1, aDesc, A, alpha2, bDesc, B, beta, c
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenOpTensor, tensorOp):
         _check_values('miopenOpTensor', ('handle', 'tensorOp', 'alpha1', 'aDesc', 'A', 'alpha2', 'bDesc', 'B', 'beta', 'cDesc', 'C'), ((1, tensorOp, 'i', miopenTensorOp_t),))
+    if not (aDesc and bDesc and cDesc):
+        raise _lib.null_handles_error('miopenOpTensor', ('aDesc', 'bDesc', 'cDesc'), (aDesc, bDesc, cDesc,))
     try:
         alpha1 = _void_c(alpha1, 4, 2)
         alpha2 = _void_c(alpha2, 4, 5)
@@ -2057,6 +2077,8 @@ def miopenSetTensor(handle, yDesc, y, alpha):
     @param y          Tensor y (input)
     @param alpha      Pointer to fill value (input)
     @return           miopenStatus_t"""
+    if not yDesc:
+        raise _lib.null_handles_error('miopenSetTensor', ('yDesc',), (yDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         status = _miopenSetTensor(handle, yDesc, y, alpha)
@@ -2086,6 +2108,8 @@ def miopenScaleTensor(handle, yDesc, y, alpha):
     @param y          Tensor y (input and output)
     @param alpha      Floating point scaling factor, allocated on the host (input)
     @return           miopenStatus_t"""
+    if not yDesc:
+        raise _lib.null_handles_error('miopenScaleTensor', ('yDesc',), (yDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         status = _miopenScaleTensor(handle, yDesc, y, alpha)
@@ -2110,6 +2134,8 @@ def miopenGetTensorNumBytes(tensorDesc, numBytes):
     @param tensorDesc Tensor descriptor (input)
     @param numBytes   Number of bytes associated with tensor descriptor (output)
     @return           miopenStatus_t"""
+    if not tensorDesc:
+        raise _lib.null_handles_error('miopenGetTensorNumBytes', ('tensorDesc',), (tensorDesc,))
     try:
         numBytes = _arr_size_t(numBytes, 1, 1)
         status = _miopenGetTensorNumBytes(tensorDesc, numBytes)
@@ -2148,6 +2174,8 @@ def miopenTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
     @param yDesc      Destination Tensor descriptor for tensor y (input)
     @param y          Destination Tensor y (output)
     @return           miopenStatus_t"""
+    if not (xDesc and yDesc):
+        raise _lib.null_handles_error('miopenTransformTensor', ('xDesc', 'yDesc'), (xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -2205,6 +2233,8 @@ def miopenInitConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, st
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenInitConvolutionDescriptor, c_mode, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w):
         _check_values('miopenInitConvolutionDescriptor', ('convDesc', 'c_mode', 'pad_h', 'pad_w', 'stride_h', 'stride_w', 'dilation_h', 'dilation_w'), ((1, c_mode, 'i', miopenConvolutionMode_t), (2, pad_h, 'i', None), (3, pad_w, 'i', None), (4, stride_h, 'i', None), (5, stride_w, 'i', None), (6, dilation_h, 'i', None), (7, dilation_w, 'i', None),))
+    if not convDesc:
+        raise _lib.null_handles_error('miopenInitConvolutionDescriptor', ('convDesc',), (convDesc,))
     try:
         status = _miopenInitConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w)
     except _ArgumentError as exc:
@@ -2237,6 +2267,8 @@ def miopenInitConvolutionNdDescriptor(convDesc, spatialDim, padA, strideA, dilat
     @return              miopenStatus_t"""
     if not _values_ok(_values_miopenInitConvolutionNdDescriptor, spatialDim, c_mode):
         _check_values('miopenInitConvolutionNdDescriptor', ('convDesc', 'spatialDim', 'padA', 'strideA', 'dilationA', 'c_mode'), ((1, spatialDim, 'i', None), (5, c_mode, 'i', miopenConvolutionMode_t),))
+    if not convDesc:
+        raise _lib.null_handles_error('miopenInitConvolutionNdDescriptor', ('convDesc',), (convDesc,))
     try:
         padA = _arr_int_c(padA, spatialDim, 2)
         strideA = _arr_int_c(strideA, spatialDim, 3)
@@ -2263,6 +2295,8 @@ def miopenGetConvolutionSpatialDim(convDesc, spatialDim):
     @param convDesc              Convolution layer descriptor (input)
     @param spatialDim            Spatial dimension of convolution descriptor (output)
     @return                      miopenStatus_t"""
+    if not convDesc:
+        raise _lib.null_handles_error('miopenGetConvolutionSpatialDim', ('convDesc',), (convDesc,))
     try:
         spatialDim = _arr_int(spatialDim, 1, 1)
         status = _miopenGetConvolutionSpatialDim(convDesc, spatialDim)
@@ -2302,6 +2336,8 @@ def miopenGetConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, str
     @param dilation_h Dilation height (output)
     @param dilation_w Dilation width (output)
     @return           miopenStatus_t"""
+    if not convDesc:
+        raise _lib.null_handles_error('miopenGetConvolutionDescriptor', ('convDesc',), (convDesc,))
     try:
         c_mode = _arr_miopenConvolutionMode_t(c_mode, 1, 1)
         pad_h = _arr_int(pad_h, 1, 2)
@@ -2344,6 +2380,8 @@ def miopenGetConvolutionNdDescriptor(convDesc, requestedSpatialDim, spatialDim, 
     @return                       miopenStatus_t"""
     if not _values_ok(_values_miopenGetConvolutionNdDescriptor, requestedSpatialDim):
         _check_values('miopenGetConvolutionNdDescriptor', ('convDesc', 'requestedSpatialDim', 'spatialDim', 'padA', 'strideA', 'dilationA', 'c_mode'), ((1, requestedSpatialDim, 'i', None),))
+    if not convDesc:
+        raise _lib.null_handles_error('miopenGetConvolutionNdDescriptor', ('convDesc',), (convDesc,))
     try:
         spatialDim = _arr_int(spatialDim, 1, 2)
         padA = _arr_int(padA, requestedSpatialDim, 3)
@@ -2372,6 +2410,8 @@ def miopenGetConvolutionGroupCount(convDesc, groupCount):
     @param convDesc   Convolution layer descriptor (input)
     @param groupCount Pointer to number of groups in group/depthwise convolution (output)
     @return           miopenStatus_t"""
+    if not convDesc:
+        raise _lib.null_handles_error('miopenGetConvolutionGroupCount', ('convDesc',), (convDesc,))
     try:
         groupCount = _arr_int(groupCount, 1, 1)
         status = _miopenGetConvolutionGroupCount(convDesc, groupCount)
@@ -2403,6 +2443,8 @@ def miopenSetConvolutionGroupCount(convDesc, groupCount):
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenSetConvolutionGroupCount, groupCount):
         _check_values('miopenSetConvolutionGroupCount', ('convDesc', 'groupCount'), ((1, groupCount, 'i', None),))
+    if not convDesc:
+        raise _lib.null_handles_error('miopenSetConvolutionGroupCount', ('convDesc',), (convDesc,))
     try:
         status = _miopenSetConvolutionGroupCount(convDesc, groupCount)
     except _ArgumentError as exc:
@@ -2432,6 +2474,8 @@ def miopenSetTransposeConvOutputPadding(convDesc, adj_h, adj_w):
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenSetTransposeConvOutputPadding, adj_h, adj_w):
         _check_values('miopenSetTransposeConvOutputPadding', ('convDesc', 'adj_h', 'adj_w'), ((1, adj_h, 'i', None), (2, adj_w, 'i', None),))
+    if not convDesc:
+        raise _lib.null_handles_error('miopenSetTransposeConvOutputPadding', ('convDesc',), (convDesc,))
     try:
         status = _miopenSetTransposeConvOutputPadding(convDesc, adj_h, adj_w)
     except _ArgumentError as exc:
@@ -2464,6 +2508,8 @@ def miopenSetTransposeConvNdOutputPadding(convDesc, spatialDim, adjA):
     @return              miopenStatus_t"""
     if not _values_ok(_values_miopenSetTransposeConvNdOutputPadding, spatialDim):
         _check_values('miopenSetTransposeConvNdOutputPadding', ('convDesc', 'spatialDim', 'adjA'), ((1, spatialDim, 'i', None),))
+    if not convDesc:
+        raise _lib.null_handles_error('miopenSetTransposeConvNdOutputPadding', ('convDesc',), (convDesc,))
     try:
         adjA = _arr_int_c(adjA, spatialDim, 2)
         status = _miopenSetTransposeConvNdOutputPadding(convDesc, spatialDim, adjA)
@@ -2502,6 +2548,8 @@ def miopenGetConvolutionForwardOutputDim(convDesc, inputTensorDesc, filterDesc, 
     @param h                 Data height dimension size (output)
     @param w                 Data width dimension size (output)
     @return                  miopenStatus_t"""
+    if not (convDesc and inputTensorDesc and filterDesc):
+        raise _lib.null_handles_error('miopenGetConvolutionForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc'), (convDesc, inputTensorDesc, filterDesc,))
     try:
         n = _arr_int(n, 1, 3)
         c = _arr_int(c, 1, 4)
@@ -2537,6 +2585,8 @@ def miopenGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc
     @param filterDesc        Weight descriptor (input)
     @param nDim              Pointer to Output data tensor dimension (output)
     @param outputTensorDimA  Array of Output data tensor length (output)"""
+    if not (convDesc and inputTensorDesc and filterDesc):
+        raise _lib.null_handles_error('miopenGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc'), (convDesc, inputTensorDesc, filterDesc,))
     try:
         nDim = _arr_int(nDim, 1, 3)
         outputTensorDimA = _arr_int(outputTensorDimA, _query_count(miopenGetTensorDescriptorSize, (inputTensorDesc,), c_int), 4)
@@ -2584,6 +2634,8 @@ def miopenSetConvolutionAttribute(convDesc, attr, value):
     @param value             Value of this attribute (input)"""
     if not _values_ok(_values_miopenSetConvolutionAttribute, attr, value):
         _check_values('miopenSetConvolutionAttribute', ('convDesc', 'attr', 'value'), ((1, attr, 'i', miopenConvolutionAttrib_t), (2, value, 'i', None),))
+    if not convDesc:
+        raise _lib.null_handles_error('miopenSetConvolutionAttribute', ('convDesc',), (convDesc,))
     try:
         status = _miopenSetConvolutionAttribute(convDesc, attr, value)
     except _ArgumentError as exc:
@@ -2610,6 +2662,8 @@ def miopenGetConvolutionAttribute(convDesc, attr, value):
     @param value             Value of this attribute (output)"""
     if not _values_ok(_values_miopenGetConvolutionAttribute, attr):
         _check_values('miopenGetConvolutionAttribute', ('convDesc', 'attr', 'value'), ((1, attr, 'i', miopenConvolutionAttrib_t),))
+    if not convDesc:
+        raise _lib.null_handles_error('miopenGetConvolutionAttribute', ('convDesc',), (convDesc,))
     try:
         value = _arr_int(value, 1, 2)
         status = _miopenGetConvolutionAttribute(convDesc, attr, value)
@@ -2641,6 +2695,8 @@ def miopenSetConvolutionFindMode(convDesc, findMode):
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenSetConvolutionFindMode, findMode):
         _check_values('miopenSetConvolutionFindMode', ('convDesc', 'findMode'), ((1, findMode, 'i', miopenConvolutionFindMode_t),))
+    if not convDesc:
+        raise _lib.null_handles_error('miopenSetConvolutionFindMode', ('convDesc',), (convDesc,))
     try:
         status = _miopenSetConvolutionFindMode(convDesc, findMode)
     except _ArgumentError as exc:
@@ -2664,6 +2720,8 @@ def miopenGetConvolutionFindMode(convDesc, findMode):
     @param convDesc   Convolution layer descriptor (input)
     @param findMode   Find Mode of convDesc (output)
     @return           miopenStatus_t"""
+    if not convDesc:
+        raise _lib.null_handles_error('miopenGetConvolutionFindMode', ('convDesc',), (convDesc,))
     try:
         findMode = _arr_miopenConvolutionFindMode_t(findMode, 1, 1)
         status = _miopenGetConvolutionFindMode(convDesc, findMode)
@@ -2697,6 +2755,8 @@ def miopenConvolutionForwardGetSolutionCount(handle, wDesc, xDesc, convDesc, yDe
     @param yDesc          Tensor descriptor for output data tensor y (input)
     @param solutionCount  Pointer to memory to return number of applicable solutions (output)
     @return               miopenStatus_t"""
+    if not (wDesc and xDesc and convDesc and yDesc):
+        raise _lib.null_handles_error('miopenConvolutionForwardGetSolutionCount', ('wDesc', 'xDesc', 'convDesc', 'yDesc'), (wDesc, xDesc, convDesc, yDesc,))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 5)
         status = _miopenConvolutionForwardGetSolutionCount(handle, wDesc, xDesc, convDesc, yDesc, solutionCount)
@@ -2741,6 +2801,8 @@ def miopenConvolutionForwardGetSolution(handle, wDesc, xDesc, convDesc, yDesc, m
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionForwardGetSolution, maxSolutionCount):
         _check_values('miopenConvolutionForwardGetSolution', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'maxSolutionCount', 'solutionCount', 'solutions'), ((5, maxSolutionCount, 'N', None),))
+    if not (wDesc and xDesc and convDesc and yDesc):
+        raise _lib.null_handles_error('miopenConvolutionForwardGetSolution', ('wDesc', 'xDesc', 'convDesc', 'yDesc'), (wDesc, xDesc, convDesc, yDesc,))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 6)
         solutions = _arr_miopenConvSolution_t(solutions, maxSolutionCount, 7)
@@ -2780,6 +2842,8 @@ def miopenConvolutionForwardGetSolutionWorkspaceSize(handle, wDesc, xDesc, convD
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionForwardGetSolutionWorkspaceSize, solution_id):
         _check_values('miopenConvolutionForwardGetSolutionWorkspaceSize', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'solution_id', 'workSpaceSize'), ((5, solution_id, 'Q', None),))
+    if not (wDesc and xDesc and convDesc and yDesc):
+        raise _lib.null_handles_error('miopenConvolutionForwardGetSolutionWorkspaceSize', ('wDesc', 'xDesc', 'convDesc', 'yDesc'), (wDesc, xDesc, convDesc, yDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 6)
         status = _miopenConvolutionForwardGetSolutionWorkspaceSize(handle, wDesc, xDesc, convDesc, yDesc, solution_id, workSpaceSize)
@@ -2815,6 +2879,8 @@ def miopenConvolutionForwardCompileSolution(handle, wDesc, xDesc, convDesc, yDes
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionForwardCompileSolution, solution_id):
         _check_values('miopenConvolutionForwardCompileSolution', ('handle', 'wDesc', 'xDesc', 'convDesc', 'yDesc', 'solution_id'), ((5, solution_id, 'Q', None),))
+    if not (wDesc and xDesc and convDesc and yDesc):
+        raise _lib.null_handles_error('miopenConvolutionForwardCompileSolution', ('wDesc', 'xDesc', 'convDesc', 'yDesc'), (wDesc, xDesc, convDesc, yDesc,))
     try:
         status = _miopenConvolutionForwardCompileSolution(handle, wDesc, xDesc, convDesc, yDesc, solution_id)
     except _ArgumentError as exc:
@@ -2856,6 +2922,8 @@ def miopenConvolutionForwardImmediate(handle, wDesc, w, xDesc, x, convDesc, yDes
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionForwardImmediate, workSpaceSize, solution_id):
         _check_values('miopenConvolutionForwardImmediate', ('handle', 'wDesc', 'w', 'xDesc', 'x', 'convDesc', 'yDesc', 'y', 'workSpace', 'workSpaceSize', 'solution_id'), ((9, workSpaceSize, 'N', None), (10, solution_id, 'Q', None),))
+    if not (wDesc and xDesc and convDesc and yDesc):
+        raise _lib.null_handles_error('miopenConvolutionForwardImmediate', ('wDesc', 'xDesc', 'convDesc', 'yDesc'), (wDesc, xDesc, convDesc, yDesc,))
     try:
         status = _miopenConvolutionForwardImmediate(handle, wDesc, w, xDesc, x, convDesc, yDesc, y, workSpace, workSpaceSize, solution_id)
     except _ArgumentError as exc:
@@ -2890,6 +2958,8 @@ def miopenConvolutionBackwardDataGetSolutionCount(handle, dyDesc, wDesc, convDes
     @param dxDesc         Tensor descriptor for output data tensor dx (input)
     @param solutionCount  Pointer to memory to return number of applicable solutions (output)
     @return               miopenStatus_t"""
+    if not (dyDesc and wDesc and convDesc and dxDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardDataGetSolutionCount', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 5)
         status = _miopenConvolutionBackwardDataGetSolutionCount(handle, dyDesc, wDesc, convDesc, dxDesc, solutionCount)
@@ -2935,6 +3005,8 @@ def miopenConvolutionBackwardDataGetSolution(handle, dyDesc, wDesc, convDesc, dx
     @return                 miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionBackwardDataGetSolution, maxSolutionCount):
         _check_values('miopenConvolutionBackwardDataGetSolution', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'maxSolutionCount', 'solutionCount', 'solutions'), ((5, maxSolutionCount, 'N', None),))
+    if not (dyDesc and wDesc and convDesc and dxDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardDataGetSolution', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 6)
         solutions = _arr_miopenConvSolution_t(solutions, maxSolutionCount, 7)
@@ -2974,6 +3046,8 @@ def miopenConvolutionBackwardDataGetSolutionWorkspaceSize(handle, dyDesc, wDesc,
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionBackwardDataGetSolutionWorkspaceSize, solution_id):
         _check_values('miopenConvolutionBackwardDataGetSolutionWorkspaceSize', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'solution_id', 'workSpaceSize'), ((5, solution_id, 'Q', None),))
+    if not (dyDesc and wDesc and convDesc and dxDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardDataGetSolutionWorkspaceSize', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 6)
         status = _miopenConvolutionBackwardDataGetSolutionWorkspaceSize(handle, dyDesc, wDesc, convDesc, dxDesc, solution_id, workSpaceSize)
@@ -3010,6 +3084,8 @@ def miopenConvolutionBackwardDataCompileSolution(handle, dyDesc, wDesc, convDesc
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionBackwardDataCompileSolution, solution_id):
         _check_values('miopenConvolutionBackwardDataCompileSolution', ('handle', 'dyDesc', 'wDesc', 'convDesc', 'dxDesc', 'solution_id'), ((5, solution_id, 'Q', None),))
+    if not (dyDesc and wDesc and convDesc and dxDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardDataCompileSolution', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
     try:
         status = _miopenConvolutionBackwardDataCompileSolution(handle, dyDesc, wDesc, convDesc, dxDesc, solution_id)
     except _ArgumentError as exc:
@@ -3051,6 +3127,8 @@ def miopenConvolutionBackwardDataImmediate(handle, dyDesc, dy, wDesc, w, convDes
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionBackwardDataImmediate, workSpaceSize, solution_id):
         _check_values('miopenConvolutionBackwardDataImmediate', ('handle', 'dyDesc', 'dy', 'wDesc', 'w', 'convDesc', 'dxDesc', 'dx', 'workSpace', 'workSpaceSize', 'solution_id'), ((9, workSpaceSize, 'N', None), (10, solution_id, 'Q', None),))
+    if not (dyDesc and wDesc and convDesc and dxDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardDataImmediate', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
     try:
         status = _miopenConvolutionBackwardDataImmediate(handle, dyDesc, dy, wDesc, w, convDesc, dxDesc, dx, workSpace, workSpaceSize, solution_id)
     except _ArgumentError as exc:
@@ -3085,6 +3163,8 @@ def miopenConvolutionBackwardWeightsGetSolutionCount(handle, dyDesc, xDesc, conv
     @param dwDesc         Tensor descriptor for weight tensor dw (input)
     @param solutionCount  Pointer to memory to return number of applicable solutions (output)
     @return               miopenStatus_t"""
+    if not (dyDesc and xDesc and convDesc and dwDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardWeightsGetSolutionCount', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 5)
         status = _miopenConvolutionBackwardWeightsGetSolutionCount(handle, dyDesc, xDesc, convDesc, dwDesc, solutionCount)
@@ -3129,6 +3209,8 @@ def miopenConvolutionBackwardWeightsGetSolution(handle, dyDesc, xDesc, convDesc,
     @return                 miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionBackwardWeightsGetSolution, maxSolutionCount):
         _check_values('miopenConvolutionBackwardWeightsGetSolution', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'maxSolutionCount', 'solutionCount', 'solutions'), ((5, maxSolutionCount, 'N', None),))
+    if not (dyDesc and xDesc and convDesc and dwDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardWeightsGetSolution', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 6)
         solutions = _arr_miopenConvSolution_t(solutions, maxSolutionCount, 7)
@@ -3168,6 +3250,8 @@ def miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(handle, dyDesc, xDe
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize, solution_id):
         _check_values('miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'solution_id', 'workSpaceSize'), ((5, solution_id, 'Q', None),))
+    if not (dyDesc and xDesc and convDesc and dwDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 6)
         status = _miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(handle, dyDesc, xDesc, convDesc, dwDesc, solution_id, workSpaceSize)
@@ -3203,6 +3287,8 @@ def miopenConvolutionBackwardWeightsCompileSolution(handle, dyDesc, xDesc, convD
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionBackwardWeightsCompileSolution, solution_id):
         _check_values('miopenConvolutionBackwardWeightsCompileSolution', ('handle', 'dyDesc', 'xDesc', 'convDesc', 'dwDesc', 'solution_id'), ((5, solution_id, 'Q', None),))
+    if not (dyDesc and xDesc and convDesc and dwDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardWeightsCompileSolution', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
     try:
         status = _miopenConvolutionBackwardWeightsCompileSolution(handle, dyDesc, xDesc, convDesc, dwDesc, solution_id)
     except _ArgumentError as exc:
@@ -3245,6 +3331,8 @@ def miopenConvolutionBackwardWeightsImmediate(handle, dyDesc, dy, xDesc, x, conv
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionBackwardWeightsImmediate, workSpaceSize, solution_id):
         _check_values('miopenConvolutionBackwardWeightsImmediate', ('handle', 'dyDesc', 'dy', 'xDesc', 'x', 'convDesc', 'dwDesc', 'dw', 'workSpace', 'workSpaceSize', 'solution_id'), ((9, workSpaceSize, 'N', None), (10, solution_id, 'Q', None),))
+    if not (dyDesc and xDesc and convDesc and dwDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardWeightsImmediate', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
     try:
         status = _miopenConvolutionBackwardWeightsImmediate(handle, dyDesc, dy, xDesc, x, convDesc, dwDesc, dw, workSpace, workSpaceSize, solution_id)
     except _ArgumentError as exc:
@@ -3288,6 +3376,8 @@ def miopenConvolutionForwardGetWorkSpaceSize(handle, wDesc, xDesc, convDesc, yDe
     @param yDesc          Tensor descriptor for output data tensor y (input)
     @param workSpaceSize  Pointer to memory to return size in bytes (output)
     @return               miopenStatus_t"""
+    if not (wDesc and xDesc and convDesc and yDesc):
+        raise _lib.null_handles_error('miopenConvolutionForwardGetWorkSpaceSize', ('wDesc', 'xDesc', 'convDesc', 'yDesc'), (wDesc, xDesc, convDesc, yDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 5)
         status = _miopenConvolutionForwardGetWorkSpaceSize(handle, wDesc, xDesc, convDesc, yDesc, workSpaceSize)
@@ -3358,6 +3448,8 @@ def miopenFindConvolutionForwardAlgorithm(handle, xDesc, x, wDesc, w, convDesc, 
     @return                   miopenStatus_t"""
     if not _values_ok(_values_miopenFindConvolutionForwardAlgorithm, requestAlgoCount, workSpaceSize):
         _check_values('miopenFindConvolutionForwardAlgorithm', ('handle', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'yDesc', 'y', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), ((8, requestAlgoCount, 'i', None), (12, workSpaceSize, 'N', None),))
+    if not (xDesc and wDesc and convDesc and yDesc):
+        raise _lib.null_handles_error('miopenFindConvolutionForwardAlgorithm', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_miopenConvAlgoPerf_t(perfResults, requestAlgoCount, 10)
@@ -3420,6 +3512,8 @@ def miopenConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, 
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionForward, algo, workSpaceSize):
         _check_values('miopenConvolutionForward', ('handle', 'alpha', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'beta', 'yDesc', 'y', 'workSpace', 'workSpaceSize'), ((7, algo, 'i', miopenConvFwdAlgorithm_t), (12, workSpaceSize, 'N', None),))
+    if not (xDesc and wDesc and convDesc and yDesc):
+        raise _lib.null_handles_error('miopenConvolutionForward', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 8)
@@ -3457,6 +3551,8 @@ def miopenConvolutionForwardBias(handle, alpha, bDesc, b, beta, yDesc, y):
     @param yDesc          Tensor descriptor for data tensor y (input)
     @param y              Data tensor y (input and output)
     @return               miopenStatus_t"""
+    if not (bDesc and yDesc):
+        raise _lib.null_handles_error('miopenConvolutionForwardBias', ('bDesc', 'yDesc'), (bDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -3503,6 +3599,8 @@ def miopenConvolutionBackwardDataGetWorkSpaceSize(handle, dyDesc, wDesc, convDes
     @param dxDesc         Tensor descriptor for output data tensor dx (input)
     @param workSpaceSize  Size in bytes of the memory required (output)
     @return               miopenStatus_t"""
+    if not (dyDesc and wDesc and convDesc and dxDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardDataGetWorkSpaceSize', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 5)
         status = _miopenConvolutionBackwardDataGetWorkSpaceSize(handle, dyDesc, wDesc, convDesc, dxDesc, workSpaceSize)
@@ -3573,6 +3671,8 @@ def miopenFindConvolutionBackwardDataAlgorithm(handle, dyDesc, dy, wDesc, w, con
     @return                   miopenStatus_t"""
     if not _values_ok(_values_miopenFindConvolutionBackwardDataAlgorithm, requestAlgoCount, workSpaceSize):
         _check_values('miopenFindConvolutionBackwardDataAlgorithm', ('handle', 'dyDesc', 'dy', 'wDesc', 'w', 'convDesc', 'dxDesc', 'dx', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), ((8, requestAlgoCount, 'i', None), (12, workSpaceSize, 'N', None),))
+    if not (dyDesc and wDesc and convDesc and dxDesc):
+        raise _lib.null_handles_error('miopenFindConvolutionBackwardDataAlgorithm', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_miopenConvAlgoPerf_t(perfResults, requestAlgoCount, 10)
@@ -3634,6 +3734,8 @@ def miopenConvolutionBackwardData(handle, alpha, dyDesc, dy, wDesc, w, convDesc,
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionBackwardData, algo, workSpaceSize):
         _check_values('miopenConvolutionBackwardData', ('handle', 'alpha', 'dyDesc', 'dy', 'wDesc', 'w', 'convDesc', 'algo', 'beta', 'dxDesc', 'dx', 'workSpace', 'workSpaceSize'), ((7, algo, 'i', miopenConvBwdDataAlgorithm_t), (12, workSpaceSize, 'N', None),))
+    if not (dyDesc and wDesc and convDesc and dxDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardData', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 8)
@@ -3680,6 +3782,8 @@ def miopenConvolutionBackwardWeightsGetWorkSpaceSize(handle, dyDesc, xDesc, conv
     @param dwDesc         Tensor descriptor for output weights tensor dw (input)
     @param workSpaceSize  Size in bytes of the memory required (output)
     @return               miopenStatus_t"""
+    if not (dyDesc and xDesc and convDesc and dwDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardWeightsGetWorkSpaceSize', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 5)
         status = _miopenConvolutionBackwardWeightsGetWorkSpaceSize(handle, dyDesc, xDesc, convDesc, dwDesc, workSpaceSize)
@@ -3750,6 +3854,8 @@ def miopenFindConvolutionBackwardWeightsAlgorithm(handle, dyDesc, dy, xDesc, x, 
     @return                   miopenStatus_t"""
     if not _values_ok(_values_miopenFindConvolutionBackwardWeightsAlgorithm, requestAlgoCount, workSpaceSize):
         _check_values('miopenFindConvolutionBackwardWeightsAlgorithm', ('handle', 'dyDesc', 'dy', 'xDesc', 'x', 'convDesc', 'dwDesc', 'dw', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), ((8, requestAlgoCount, 'i', None), (12, workSpaceSize, 'N', None),))
+    if not (dyDesc and xDesc and convDesc and dwDesc):
+        raise _lib.null_handles_error('miopenFindConvolutionBackwardWeightsAlgorithm', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_miopenConvAlgoPerf_t(perfResults, requestAlgoCount, 10)
@@ -3811,6 +3917,8 @@ def miopenConvolutionBackwardWeights(handle, alpha, dyDesc, dy, xDesc, x, convDe
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenConvolutionBackwardWeights, algo, workSpaceSize):
         _check_values('miopenConvolutionBackwardWeights', ('handle', 'alpha', 'dyDesc', 'dy', 'xDesc', 'x', 'convDesc', 'algo', 'beta', 'dwDesc', 'dw', 'workSpace', 'workSpaceSize'), ((7, algo, 'i', miopenConvBwdWeightsAlgorithm_t), (12, workSpaceSize, 'N', None),))
+    if not (dyDesc and xDesc and convDesc and dwDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardWeights', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 8)
@@ -3848,6 +3956,8 @@ def miopenConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
     @param dbDesc         Tensor descriptor for input bias tensor db (input)
     @param db             Bias delta tensor db (output)
     @return               miopenStatus_t"""
+    if not (dyDesc and dbDesc):
+        raise _lib.null_handles_error('miopenConvolutionBackwardBias', ('dyDesc', 'dbDesc'), (dyDesc, dbDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -3898,6 +4008,8 @@ def miopenSetPoolingIndexType(poolDesc, index_type):
     @return             miopenStatus_t"""
     if not _values_ok(_values_miopenSetPoolingIndexType, index_type):
         _check_values('miopenSetPoolingIndexType', ('poolDesc', 'index_type'), ((1, index_type, 'i', miopenIndexType_t),))
+    if not poolDesc:
+        raise _lib.null_handles_error('miopenSetPoolingIndexType', ('poolDesc',), (poolDesc,))
     try:
         status = _miopenSetPoolingIndexType(poolDesc, index_type)
     except _ArgumentError as exc:
@@ -3922,6 +4034,8 @@ def miopenGetPoolingIndexType(poolDesc, index_type):
     @param poolDesc     Pointer to a pooling layer descriptor (input)
     @param index_type   Index type (output)
     @return             miopenStatus_t"""
+    if not poolDesc:
+        raise _lib.null_handles_error('miopenGetPoolingIndexType', ('poolDesc',), (poolDesc,))
     try:
         index_type = _arr_miopenIndexType_t(index_type, 1, 1)
         status = _miopenGetPoolingIndexType(poolDesc, index_type)
@@ -3947,6 +4061,8 @@ def miopenSetPoolingWorkSpaceIndexMode(poolDesc, workspace_index):
     @return                 miopenStatus_t"""
     if not _values_ok(_values_miopenSetPoolingWorkSpaceIndexMode, workspace_index):
         _check_values('miopenSetPoolingWorkSpaceIndexMode', ('poolDesc', 'workspace_index'), ((1, workspace_index, 'i', miopenPoolingWorkspaceIndexMode_t),))
+    if not poolDesc:
+        raise _lib.null_handles_error('miopenSetPoolingWorkSpaceIndexMode', ('poolDesc',), (poolDesc,))
     try:
         status = _miopenSetPoolingWorkSpaceIndexMode(poolDesc, workspace_index)
     except _ArgumentError as exc:
@@ -3970,6 +4086,8 @@ def miopenGetPoolingWorkSpaceIndexMode(poolDesc, workspace_index):
     @param poolDesc         Pointer to a pooling layer descriptor (input)
     @param workspace_index  Workspace index mode (output)
     @return                 miopenStatus_t"""
+    if not poolDesc:
+        raise _lib.null_handles_error('miopenGetPoolingWorkSpaceIndexMode', ('poolDesc',), (poolDesc,))
     try:
         workspace_index = _arr_miopenPoolingWorkspaceIndexMode_t(workspace_index, 1, 1)
         status = _miopenGetPoolingWorkSpaceIndexMode(poolDesc, workspace_index)
@@ -4002,6 +4120,8 @@ def miopenSet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenSet2dPoolingDescriptor, mode, windowHeight, windowWidth, pad_h, pad_w, stride_h, stride_w):
         _check_values('miopenSet2dPoolingDescriptor', ('poolDesc', 'mode', 'windowHeight', 'windowWidth', 'pad_h', 'pad_w', 'stride_h', 'stride_w'), ((1, mode, 'i', miopenPoolingMode_t), (2, windowHeight, 'i', None), (3, windowWidth, 'i', None), (4, pad_h, 'i', None), (5, pad_w, 'i', None), (6, stride_h, 'i', None), (7, stride_w, 'i', None),))
+    if not poolDesc:
+        raise _lib.null_handles_error('miopenSet2dPoolingDescriptor', ('poolDesc',), (poolDesc,))
     try:
         status = _miopenSet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_h, pad_w, stride_h, stride_w)
     except _ArgumentError as exc:
@@ -4039,6 +4159,8 @@ def miopenGet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_
     @param stride_h       Vertical stride (output)
     @param stride_w       Horizontal stride (output)
     @return               miopenStatus_t"""
+    if not poolDesc:
+        raise _lib.null_handles_error('miopenGet2dPoolingDescriptor', ('poolDesc',), (poolDesc,))
     try:
         mode = _arr_miopenPoolingMode_t(mode, 1, 1)
         windowHeight = _arr_int(windowHeight, 1, 2)
@@ -4080,6 +4202,8 @@ def miopenGetPoolingForwardOutputDim(poolDesc, tensorDesc, n, c, h, w):
     @param h          Heights of input map (output)
     @param w          Width of input map (output)
     @return           miopenStatus_t"""
+    if not (poolDesc and tensorDesc):
+        raise _lib.null_handles_error('miopenGetPoolingForwardOutputDim', ('poolDesc', 'tensorDesc'), (poolDesc, tensorDesc,))
     try:
         n = _arr_int(n, 1, 2)
         c = _arr_int(c, 1, 3)
@@ -4121,6 +4245,8 @@ def miopenSetNdPoolingDescriptor(poolDesc, mode, nbDims, windowDimA, padA, strid
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenSetNdPoolingDescriptor, mode, nbDims):
         _check_values('miopenSetNdPoolingDescriptor', ('poolDesc', 'mode', 'nbDims', 'windowDimA', 'padA', 'stridesA'), ((1, mode, 'i', miopenPoolingMode_t), (2, nbDims, 'i', None),))
+    if not poolDesc:
+        raise _lib.null_handles_error('miopenSetNdPoolingDescriptor', ('poolDesc',), (poolDesc,))
     try:
         windowDimA = _arr_int_c(windowDimA, nbDims, 3)
         padA = _arr_int_c(padA, nbDims, 4)
@@ -4164,6 +4290,8 @@ def miopenGetNdPoolingDescriptor(poolDesc, nbDimsRequested, mode, nbDims, window
     @return                 miopenStatus_t"""
     if not _values_ok(_values_miopenGetNdPoolingDescriptor, nbDimsRequested):
         _check_values('miopenGetNdPoolingDescriptor', ('poolDesc', 'nbDimsRequested', 'mode', 'nbDims', 'windowDimA', 'padA', 'stridesA'), ((1, nbDimsRequested, 'i', None),))
+    if not poolDesc:
+        raise _lib.null_handles_error('miopenGetNdPoolingDescriptor', ('poolDesc',), (poolDesc,))
     try:
         mode = _arr_miopenPoolingMode_t(mode, 1, 2)
         nbDims = _arr_int(nbDims, 1, 3)
@@ -4201,6 +4329,8 @@ def miopenGetPoolingNdForwardOutputDim(poolDesc, tensorDesc, dims, tensorDimArr)
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenGetPoolingNdForwardOutputDim, dims):
         _check_values('miopenGetPoolingNdForwardOutputDim', ('poolDesc', 'tensorDesc', 'dims', 'tensorDimArr'), ((2, dims, 'i', None),))
+    if not (poolDesc and tensorDesc):
+        raise _lib.null_handles_error('miopenGetPoolingNdForwardOutputDim', ('poolDesc', 'tensorDesc'), (poolDesc, tensorDesc,))
     try:
         tensorDimArr = _arr_int(tensorDimArr, dims, 3)
         status = _miopenGetPoolingNdForwardOutputDim(poolDesc, tensorDesc, dims, tensorDimArr)
@@ -4231,6 +4361,8 @@ def miopenPoolingGetWorkSpaceSize(yDesc, workSpaceSize):
     @param yDesc          Descriptor for pooling layer (input)
     @param workSpaceSize  Pointer to workSpaceSize (output)
     @return               miopenStatus_t"""
+    if not yDesc:
+        raise _lib.null_handles_error('miopenPoolingGetWorkSpaceSize', ('yDesc',), (yDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 1)
         status = _miopenPoolingGetWorkSpaceSize(yDesc, workSpaceSize)
@@ -4261,6 +4393,8 @@ def miopenPoolingGetWorkSpaceSizeV2(poolDesc, yDesc, workSpaceSize):
     @param yDesc          Descriptor for pooling layer (input)
     @param workSpaceSize  Pointer to workSpaceSize (output)
     @return               miopenStatus_t"""
+    if not (poolDesc and yDesc):
+        raise _lib.null_handles_error('miopenPoolingGetWorkSpaceSizeV2', ('poolDesc', 'yDesc'), (poolDesc, yDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 2)
         status = _miopenPoolingGetWorkSpaceSizeV2(poolDesc, yDesc, workSpaceSize)
@@ -4307,6 +4441,8 @@ def miopenPoolingForward(handle, poolDesc, alpha, xDesc, x, beta, yDesc, y, do_b
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenPoolingForward, workSpaceSize):
         _check_values('miopenPoolingForward', ('handle', 'poolDesc', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y', 'do_backward', 'workSpace', 'workSpaceSize'), ((10, workSpaceSize, 'N', None),))
+    if not (poolDesc and xDesc and yDesc):
+        raise _lib.null_handles_error('miopenPoolingForward', ('poolDesc', 'xDesc', 'yDesc'), (poolDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -4352,6 +4488,8 @@ def miopenPoolingBackward(handle, poolDesc, alpha, yDesc, y, dyDesc, dy, xDesc, 
     @param dx             Weights delta tensor dx (output)
     @param workSpace      Pointer to user allocated workspace (input)
     @return               miopenStatus_t"""
+    if not (poolDesc and yDesc and dyDesc and xDesc and dxDesc):
+        raise _lib.null_handles_error('miopenPoolingBackward', ('poolDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (poolDesc, yDesc, dyDesc, xDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 9)
@@ -4433,6 +4571,8 @@ def miopenSetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
     @return             miopenStatus_t"""
     if not _values_ok(_values_miopenSetLRNDescriptor, mode, lrnN):
         _check_values('miopenSetLRNDescriptor', ('lrnDesc', 'mode', 'lrnN', 'lrnAlpha', 'lrnBeta', 'lrnK'), ((1, mode, 'i', miopenLRNMode_t), (2, lrnN, 'I', None),))
+    if not lrnDesc:
+        raise _lib.null_handles_error('miopenSetLRNDescriptor', ('lrnDesc',), (lrnDesc,))
     try:
         status = _miopenSetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK)
     except _ArgumentError as exc:
@@ -4466,6 +4606,8 @@ def miopenGetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
     @param lrnBeta      Shift factor (output)
     @param lrnK         K factor (output)
     @return             miopenStatus_t"""
+    if not lrnDesc:
+        raise _lib.null_handles_error('miopenGetLRNDescriptor', ('lrnDesc',), (lrnDesc,))
     try:
         mode = _arr_miopenLRNMode_t(mode, 1, 1)
         lrnN = _arr_unsigned_int(lrnN, 1, 2)
@@ -4497,6 +4639,8 @@ def miopenLRNGetWorkSpaceSize(yDesc, workSpaceSize):
     @param yDesc           Pointer to a LRN layer descriptor (input)
     @param workSpaceSize   Output variable for workspace size (output)
     @return                miopenStatus_t"""
+    if not yDesc:
+        raise _lib.null_handles_error('miopenLRNGetWorkSpaceSize', ('yDesc',), (yDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 1)
         status = _miopenLRNGetWorkSpaceSize(yDesc, workSpaceSize)
@@ -4537,6 +4681,8 @@ def miopenLRNForward(handle, lrnDesc, alpha, xDesc, x, beta, yDesc, y, do_backwa
     @param do_backward    Boolean to toggle save data in workspace for backwards pass (input)
     @param workSpace      Pointer user allocated memory (input)
     @return               miopenStatus_t"""
+    if not (lrnDesc and xDesc and yDesc):
+        raise _lib.null_handles_error('miopenLRNForward', ('lrnDesc', 'xDesc', 'yDesc'), (lrnDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -4579,6 +4725,8 @@ def miopenLRNBackward(handle, lrnDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, be
     @param dx             Data delta tensor x (output)
     @param workSpace      Pointer user allocated memory (input)
     @return               miopenStatus_t"""
+    if not (lrnDesc and yDesc and dyDesc and xDesc and dxDesc):
+        raise _lib.null_handles_error('miopenLRNBackward', ('lrnDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (lrnDesc, yDesc, dyDesc, xDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 9)
@@ -4654,6 +4802,8 @@ def miopenLayerNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc,
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenLayerNormForward, mode, normalized_dim):
         _check_values('miopenLayerNormForward', ('handle', 'mode', 'xDesc', 'x', 'weightDesc', 'weight', 'biasDesc', 'bias', 'epsilon', 'normalized_dim', 'yDesc', 'y', 'meanDesc', 'mean', 'rstdDesc', 'rstd'), ((1, mode, 'i', miopenNormMode_t), (9, normalized_dim, 'i', None),))
+    if not (xDesc and weightDesc and biasDesc and yDesc and meanDesc and rstdDesc):
+        raise _lib.null_handles_error('miopenLayerNormForward', ('xDesc', 'weightDesc', 'biasDesc', 'yDesc', 'meanDesc', 'rstdDesc'), (xDesc, weightDesc, biasDesc, yDesc, meanDesc, rstdDesc,))
     try:
         status = _miopenLayerNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc, bias, epsilon, normalized_dim, yDesc, y, meanDesc, mean, rstdDesc, rstd)
     except _ArgumentError as exc:
@@ -4693,6 +4843,8 @@ def miopenCatForward(handle, xCount, xDescs, xs, yDesc, y, dim):
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenCatForward, xCount, dim):
         _check_values('miopenCatForward', ('handle', 'xCount', 'xDescs', 'xs', 'yDesc', 'y', 'dim'), ((1, xCount, 'i', None), (6, dim, 'i', None),))
+    if not yDesc:
+        raise _lib.null_handles_error('miopenCatForward', ('yDesc',), (yDesc,))
     try:
         xDescs = _arr_miopenTensorDescriptor_t_c(xDescs, xCount, 2)
         xs = _arr_void__const_c(xs, xCount, 3)
@@ -4728,6 +4880,8 @@ def miopenDeriveBNTensorDescriptor(derivedBnDesc, xDesc, bn_mode):
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenDeriveBNTensorDescriptor, bn_mode):
         _check_values('miopenDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc', 'bn_mode'), ((2, bn_mode, 'i', miopenBatchNormMode_t),))
+    if not (derivedBnDesc and xDesc):
+        raise _lib.null_handles_error('miopenDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc'), (derivedBnDesc, xDesc,))
     try:
         status = _miopenDeriveBNTensorDescriptor(derivedBnDesc, xDesc, bn_mode)
     except _ArgumentError as exc:
@@ -4795,6 +4949,8 @@ def miopenBatchNormalizationForwardTraining(handle, bn_mode, alpha, beta, xDesc,
     @return                          miopenStatus_t"""
     if not _values_ok(_values_miopenBatchNormalizationForwardTraining, bn_mode):
         _check_values('miopenBatchNormalizationForwardTraining', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'expAvgFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
+    if not (xDesc and yDesc and bnScaleBiasMeanVarDesc):
+        raise _lib.null_handles_error('miopenBatchNormalizationForwardTraining', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
     try:
         alpha = _void(alpha, 4, 2)
         beta = _void(beta, 4, 3)
@@ -4866,6 +5022,8 @@ def miopenBatchNormalizationForwardTraining_V2(handle, bn_mode, alpha, beta, xDe
     @return                          miopenStatus_t"""
     if not _values_ok(_values_miopenBatchNormalizationForwardTraining_V2, bn_mode):
         _check_values('miopenBatchNormalizationForwardTraining_V2', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'scaleDesc', 'biasVarDesc', 'savedMeanDesc', 'savedVarDesc', 'bnScale', 'bnBias', 'expAvgFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
+    if not (xDesc and yDesc and scaleDesc and biasVarDesc and savedMeanDesc and savedVarDesc):
+        raise _lib.null_handles_error('miopenBatchNormalizationForwardTraining_V2', ('xDesc', 'yDesc', 'scaleDesc', 'biasVarDesc', 'savedMeanDesc', 'savedVarDesc'), (xDesc, yDesc, scaleDesc, biasVarDesc, savedMeanDesc, savedVarDesc,))
     try:
         alpha = _void(alpha, 4, 2)
         beta = _void(beta, 4, 3)
@@ -4924,6 +5082,8 @@ def miopenBatchNormalizationForwardInference(handle, bn_mode, alpha, beta, xDesc
     @return                          miopenStatus_t"""
     if not _values_ok(_values_miopenBatchNormalizationForwardInference, bn_mode):
         _check_values('miopenBatchNormalizationForwardInference', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
+    if not (xDesc and yDesc and bnScaleBiasMeanVarDesc):
+        raise _lib.null_handles_error('miopenBatchNormalizationForwardInference', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
     try:
         alpha = _void(alpha, 4, 2)
         beta = _void(beta, 4, 3)
@@ -4984,6 +5144,8 @@ def miopenBatchNormalizationForwardInference_V2(handle, bn_mode, alpha, beta, xD
     @return                          miopenStatus_t"""
     if not _values_ok(_values_miopenBatchNormalizationForwardInference_V2, bn_mode):
         _check_values('miopenBatchNormalizationForwardInference_V2', ('handle', 'bn_mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'scaleDesc', 'biasDesc', 'estMeanDesc', 'estVarianceDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
+    if not (xDesc and yDesc and scaleDesc and biasDesc and estMeanDesc and estVarianceDesc):
+        raise _lib.null_handles_error('miopenBatchNormalizationForwardInference_V2', ('xDesc', 'yDesc', 'scaleDesc', 'biasDesc', 'estMeanDesc', 'estVarianceDesc'), (xDesc, yDesc, scaleDesc, biasDesc, estMeanDesc, estVarianceDesc,))
     try:
         alpha = _void(alpha, 4, 2)
         beta = _void(beta, 4, 3)
@@ -5051,6 +5213,8 @@ def miopenBatchNormalizationBackward(handle, bn_mode, alphaDataDiff, betaDataDif
     @return                          miopenStatus_t"""
     if not _values_ok(_values_miopenBatchNormalizationBackward, bn_mode):
         _check_values('miopenBatchNormalizationBackward', ('handle', 'bn_mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'bnScaleBiasDiffDesc', 'bnScale', 'resultBnScaleDiff', 'resultBnBiasDiff', 'epsilon', 'savedMean', 'savedInvVariance'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
+    if not (xDesc and dyDesc and dxDesc and bnScaleBiasDiffDesc):
+        raise _lib.null_handles_error('miopenBatchNormalizationBackward', ('xDesc', 'dyDesc', 'dxDesc', 'bnScaleBiasDiffDesc'), (xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc,))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 2)
         betaDataDiff = _void_c(betaDataDiff, 4, 3)
@@ -5124,6 +5288,8 @@ def miopenBatchNormalizationBackward_V2(handle, bn_mode, alphaDataDiff, betaData
     @return                          miopenStatus_t"""
     if not _values_ok(_values_miopenBatchNormalizationBackward_V2, bn_mode):
         _check_values('miopenBatchNormalizationBackward_V2', ('handle', 'bn_mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'scaleDesc', 'biasDesc', 'savedMeanDesc', 'savedVarDesc', 'bnScale', 'resultBnScaleDiff', 'resultBnBiasDiff', 'epsilon', 'savedMean', 'savedInvVariance'), ((1, bn_mode, 'i', miopenBatchNormMode_t),))
+    if not (xDesc and dyDesc and dxDesc and scaleDesc and biasDesc and savedMeanDesc and savedVarDesc):
+        raise _lib.null_handles_error('miopenBatchNormalizationBackward_V2', ('xDesc', 'dyDesc', 'dxDesc', 'scaleDesc', 'biasDesc', 'savedMeanDesc', 'savedVarDesc'), (xDesc, dyDesc, dxDesc, scaleDesc, biasDesc, savedMeanDesc, savedVarDesc,))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 2)
         betaDataDiff = _void_c(betaDataDiff, 4, 3)
@@ -5183,6 +5349,8 @@ def miopenSetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activG
     @return             miopenStatus_t"""
     if not _values_ok(_values_miopenSetActivationDescriptor, mode):
         _check_values('miopenSetActivationDescriptor', ('activDesc', 'mode', 'activAlpha', 'activBeta', 'activGamma'), ((1, mode, 'i', miopenActivationMode_t),))
+    if not activDesc:
+        raise _lib.null_handles_error('miopenSetActivationDescriptor', ('activDesc',), (activDesc,))
     try:
         status = _miopenSetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activGamma)
     except _ArgumentError as exc:
@@ -5214,6 +5382,8 @@ def miopenGetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activG
     @param activBeta    Beta value for some activation modes (output)
     @param activGamma   Gamma value for some activation modes (output)
     @return             miopenStatus_t"""
+    if not activDesc:
+        raise _lib.null_handles_error('miopenGetActivationDescriptor', ('activDesc',), (activDesc,))
     try:
         mode = _arr_miopenActivationMode_t(mode, 1, 1)
         activAlpha = _arr_double(activAlpha, 1, 2)
@@ -5250,6 +5420,8 @@ def miopenActivationForward(handle, activDesc, alpha, xDesc, x, beta, yDesc, y):
     @param yDesc          Tensor descriptor for output data tensor y (input)
     @param y              Data tensor y (output)
     @return               miopenStatus_t"""
+    if not (activDesc and xDesc and yDesc):
+        raise _lib.null_handles_error('miopenActivationForward', ('activDesc', 'xDesc', 'yDesc'), (activDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -5290,6 +5462,8 @@ def miopenActivationBackward(handle, activDesc, alpha, yDesc, y, dyDesc, dy, xDe
     @param dxDesc         Tensor descriptor for data output tensor dx (input)
     @param dx             Output data delta tensor dx (output)
     @return               miopenStatus_t"""
+    if not (activDesc and yDesc and dyDesc and xDesc and dxDesc):
+        raise _lib.null_handles_error('miopenActivationBackward', ('activDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (activDesc, yDesc, dyDesc, xDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 9)
@@ -5347,6 +5521,8 @@ def miopenGLUForward(handle, inputDesc, input, outputDesc, output, dim):
     @return                         miopenStatus_t"""
     if not _values_ok(_values_miopenGLUForward, dim):
         _check_values('miopenGLUForward', ('handle', 'inputDesc', 'input', 'outputDesc', 'output', 'dim'), ((5, dim, 'I', None),))
+    if not (inputDesc and outputDesc):
+        raise _lib.null_handles_error('miopenGLUForward', ('inputDesc', 'outputDesc'), (inputDesc, outputDesc,))
     try:
         status = _miopenGLUForward(handle, inputDesc, input, outputDesc, output, dim)
     except _ArgumentError as exc:
@@ -5383,6 +5559,8 @@ def miopenGLUBackward(handle, inputDesc, input, outputGradDesc, outputGrad, inpu
     @return                         miopenStatus_t"""
     if not _values_ok(_values_miopenGLUBackward, dim):
         _check_values('miopenGLUBackward', ('handle', 'inputDesc', 'input', 'outputGradDesc', 'outputGrad', 'inputGradDesc', 'inputGrad', 'dim'), ((7, dim, 'I', None),))
+    if not (inputDesc and outputGradDesc and inputGradDesc):
+        raise _lib.null_handles_error('miopenGLUBackward', ('inputDesc', 'outputGradDesc', 'inputGradDesc'), (inputDesc, outputGradDesc, inputGradDesc,))
     try:
         status = _miopenGLUBackward(handle, inputDesc, input, outputGradDesc, outputGrad, inputGradDesc, inputGrad, dim)
     except _ArgumentError as exc:
@@ -5420,6 +5598,8 @@ def miopenSoftmaxForward(handle, alpha, xDesc, x, beta, yDesc, y):
     @param yDesc          Tensor descriptor for output data tensor y (input)
     @param y              Data tensor y (output)
     @return               miopenStatus_t"""
+    if not (xDesc and yDesc):
+        raise _lib.null_handles_error('miopenSoftmaxForward', ('xDesc', 'yDesc'), (xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -5458,6 +5638,8 @@ def miopenSoftmaxBackward(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx)
     @param dxDesc         Tensor descriptor for data output tensor dx (input)
     @param dx             Output data delta tensor dx (output)
     @return               miopenStatus_t"""
+    if not (yDesc and dyDesc and dxDesc):
+        raise _lib.null_handles_error('miopenSoftmaxBackward', ('yDesc', 'dyDesc', 'dxDesc'), (yDesc, dyDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 6)
@@ -5496,6 +5678,8 @@ def miopenSoftmaxForward_V2(handle, alpha, xDesc, x, beta, yDesc, y, algorithm, 
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenSoftmaxForward_V2, algorithm, mode):
         _check_values('miopenSoftmaxForward_V2', ('handle', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y', 'algorithm', 'mode'), ((7, algorithm, 'i', miopenSoftmaxAlgorithm_t), (8, mode, 'i', miopenSoftmaxMode_t),))
+    if not (xDesc and yDesc):
+        raise _lib.null_handles_error('miopenSoftmaxForward_V2', ('xDesc', 'yDesc'), (xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -5537,6 +5721,8 @@ def miopenSoftmaxBackward_V2(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, 
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenSoftmaxBackward_V2, algorithm, mode):
         _check_values('miopenSoftmaxBackward_V2', ('handle', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'beta', 'dxDesc', 'dx', 'algorithm', 'mode'), ((9, algorithm, 'i', miopenSoftmaxAlgorithm_t), (10, mode, 'i', miopenSoftmaxMode_t),))
+    if not (yDesc and dyDesc and dxDesc):
+        raise _lib.null_handles_error('miopenSoftmaxBackward_V2', ('yDesc', 'dyDesc', 'dxDesc'), (yDesc, dyDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 6)
@@ -5566,6 +5752,8 @@ def miopenCreateFusionPlan(fusePlanDesc, fuseDirection, inputDesc):
     @return              miopenStatus_t"""
     if not _values_ok(_values_miopenCreateFusionPlan, fuseDirection):
         _check_values('miopenCreateFusionPlan', ('fusePlanDesc', 'fuseDirection', 'inputDesc'), ((1, fuseDirection, 'i', miopenFusionDirection_t),))
+    if not inputDesc:
+        raise _lib.null_handles_error('miopenCreateFusionPlan', ('inputDesc',), (inputDesc,))
     try:
         fusePlanDesc = _arr_miopenFusionPlanDescriptor_t(fusePlanDesc, 1, 0)
         status = _miopenCreateFusionPlan(fusePlanDesc, fuseDirection, inputDesc)
@@ -5609,6 +5797,8 @@ def miopenCompileFusionPlan(handle, fusePlanDesc):
     @param handle           MIOpen handle (input)
     @param fusePlanDesc A fusion plan descriptor (input)
     @return             miopenStatus_t"""
+    if not fusePlanDesc:
+        raise _lib.null_handles_error('miopenCompileFusionPlan', ('fusePlanDesc',), (fusePlanDesc,))
     try:
         status = _miopenCompileFusionPlan(handle, fusePlanDesc)
     except _ArgumentError as exc:
@@ -5638,6 +5828,8 @@ def miopenFusionPlanGetOp(fusePlanDesc, op_idx, op):
     @return miopenStatus_t"""
     if not _values_ok(_values_miopenFusionPlanGetOp, op_idx):
         _check_values('miopenFusionPlanGetOp', ('fusePlanDesc', 'op_idx', 'op'), ((1, op_idx, 'i', None),))
+    if not fusePlanDesc:
+        raise _lib.null_handles_error('miopenFusionPlanGetOp', ('fusePlanDesc',), (fusePlanDesc,))
     try:
         op = _arr_miopenFusionOpDescriptor_t(op, 1, 2)
         status = _miopenFusionPlanGetOp(fusePlanDesc, op_idx, op)
@@ -5666,6 +5858,8 @@ def miopenFusionPlanGetWorkSpaceSize(handle, fusePlanDesc, workSpaceSize, algo):
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenFusionPlanGetWorkSpaceSize, algo):
         _check_values('miopenFusionPlanGetWorkSpaceSize', ('handle', 'fusePlanDesc', 'workSpaceSize', 'algo'), ((3, algo, 'i', miopenConvFwdAlgorithm_t),))
+    if not fusePlanDesc:
+        raise _lib.null_handles_error('miopenFusionPlanGetWorkSpaceSize', ('fusePlanDesc',), (fusePlanDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 2)
         status = _miopenFusionPlanGetWorkSpaceSize(handle, fusePlanDesc, workSpaceSize, algo)
@@ -5704,6 +5898,8 @@ def miopenFusionPlanConvolutionGetAlgo(fusePlanDesc, requestAlgoCount, returnedA
     @return miopenStatus_t"""
     if not _values_ok(_values_miopenFusionPlanConvolutionGetAlgo, requestAlgoCount):
         _check_values('miopenFusionPlanConvolutionGetAlgo', ('fusePlanDesc', 'requestAlgoCount', 'returnedAlgoCount', 'returnedAlgos'), ((1, requestAlgoCount, 'i', None),))
+    if not fusePlanDesc:
+        raise _lib.null_handles_error('miopenFusionPlanConvolutionGetAlgo', ('fusePlanDesc',), (fusePlanDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 2)
         returnedAlgos = _arr_miopenConvFwdAlgorithm_t(returnedAlgos, requestAlgoCount, 3)
@@ -5732,6 +5928,8 @@ def miopenFusionPlanConvolutionSetAlgo(fusePlanDesc, algo):
     @return miopenStatus_t"""
     if not _values_ok(_values_miopenFusionPlanConvolutionSetAlgo, algo):
         _check_values('miopenFusionPlanConvolutionSetAlgo', ('fusePlanDesc', 'algo'), ((1, algo, 'i', miopenConvFwdAlgorithm_t),))
+    if not fusePlanDesc:
+        raise _lib.null_handles_error('miopenFusionPlanConvolutionSetAlgo', ('fusePlanDesc',), (fusePlanDesc,))
     try:
         status = _miopenFusionPlanConvolutionSetAlgo(fusePlanDesc, algo)
     except _ArgumentError as exc:
@@ -5757,6 +5955,8 @@ def miopenCreateOpConvForward(fusePlanDesc, convOp, convDesc, wDesc):
     @param convDesc       Convolution layer descriptor (input)
     @param wDesc          Descriptor for the weights tensor (input)
     @return               miopenStatus_t"""
+    if not (fusePlanDesc and convDesc and wDesc):
+        raise _lib.null_handles_error('miopenCreateOpConvForward', ('fusePlanDesc', 'convDesc', 'wDesc'), (fusePlanDesc, convDesc, wDesc,))
     try:
         convOp = _arr_miopenFusionOpDescriptor_t(convOp, 1, 1)
         status = _miopenCreateOpConvForward(fusePlanDesc, convOp, convDesc, wDesc)
@@ -5785,6 +5985,8 @@ def miopenCreateOpActivationForward(fusePlanDesc, activFwdOp, mode):
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenCreateOpActivationForward, mode):
         _check_values('miopenCreateOpActivationForward', ('fusePlanDesc', 'activFwdOp', 'mode'), ((2, mode, 'i', miopenActivationMode_t),))
+    if not fusePlanDesc:
+        raise _lib.null_handles_error('miopenCreateOpActivationForward', ('fusePlanDesc',), (fusePlanDesc,))
     try:
         activFwdOp = _arr_miopenFusionOpDescriptor_t(activFwdOp, 1, 1)
         status = _miopenCreateOpActivationForward(fusePlanDesc, activFwdOp, mode)
@@ -5813,6 +6015,8 @@ def miopenCreateOpActivationBackward(fusePlanDesc, activBwdOp, mode):
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenCreateOpActivationBackward, mode):
         _check_values('miopenCreateOpActivationBackward', ('fusePlanDesc', 'activBwdOp', 'mode'), ((2, mode, 'i', miopenActivationMode_t),))
+    if not fusePlanDesc:
+        raise _lib.null_handles_error('miopenCreateOpActivationBackward', ('fusePlanDesc',), (fusePlanDesc,))
     try:
         activBwdOp = _arr_miopenFusionOpDescriptor_t(activBwdOp, 1, 1)
         status = _miopenCreateOpActivationBackward(fusePlanDesc, activBwdOp, mode)
@@ -5838,6 +6042,8 @@ def miopenCreateOpBiasForward(fusePlanDesc, biasOp, bDesc):
     @param biasOp         Pointer to an operator type (output)
     @param bDesc          bias tensor descriptor (input)
     @return               miopenStatus_t"""
+    if not (fusePlanDesc and bDesc):
+        raise _lib.null_handles_error('miopenCreateOpBiasForward', ('fusePlanDesc', 'bDesc'), (fusePlanDesc, bDesc,))
     try:
         biasOp = _arr_miopenFusionOpDescriptor_t(biasOp, 1, 1)
         status = _miopenCreateOpBiasForward(fusePlanDesc, biasOp, bDesc)
@@ -5867,6 +6073,8 @@ def miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMea
     @return                       miopenStatus_t"""
     if not _values_ok(_values_miopenCreateOpBatchNormInference, bn_mode):
         _check_values('miopenCreateOpBatchNormInference', ('fusePlanDesc', 'bnOp', 'bn_mode', 'bnScaleBiasMeanVarDesc'), ((2, bn_mode, 'i', miopenBatchNormMode_t),))
+    if not (fusePlanDesc and bnScaleBiasMeanVarDesc):
+        raise _lib.null_handles_error('miopenCreateOpBatchNormInference', ('fusePlanDesc', 'bnScaleBiasMeanVarDesc'), (fusePlanDesc, bnScaleBiasMeanVarDesc,))
     try:
         bnOp = _arr_miopenFusionOpDescriptor_t(bnOp, 1, 1)
         status = _miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMeanVarDesc)
@@ -5897,6 +6105,8 @@ def miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVa
     @return                       miopenStatus_t"""
     if not _values_ok(_values_miopenCreateOpBatchNormForward, bn_mode):
         _check_values('miopenCreateOpBatchNormForward', ('fusePlanDesc', 'bnFwdOp', 'bn_mode', 'runningMeanVariance'), ((2, bn_mode, 'i', miopenBatchNormMode_t),))
+    if not fusePlanDesc:
+        raise _lib.null_handles_error('miopenCreateOpBatchNormForward', ('fusePlanDesc',), (fusePlanDesc,))
     try:
         bnFwdOp = _arr_miopenFusionOpDescriptor_t(bnFwdOp, 1, 1)
         status = _miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVariance)
@@ -5925,6 +6135,8 @@ def miopenCreateOpBatchNormBackward(fusePlanDesc, bnBwdOp, bn_mode):
     @return                       miopenStatus_t"""
     if not _values_ok(_values_miopenCreateOpBatchNormBackward, bn_mode):
         _check_values('miopenCreateOpBatchNormBackward', ('fusePlanDesc', 'bnBwdOp', 'bn_mode'), ((2, bn_mode, 'i', miopenBatchNormMode_t),))
+    if not fusePlanDesc:
+        raise _lib.null_handles_error('miopenCreateOpBatchNormBackward', ('fusePlanDesc',), (fusePlanDesc,))
     try:
         bnBwdOp = _arr_miopenFusionOpDescriptor_t(bnBwdOp, 1, 1)
         status = _miopenCreateOpBatchNormBackward(fusePlanDesc, bnBwdOp, bn_mode)
@@ -5999,6 +6211,8 @@ def miopenSetOpArgsConvForward(args, convOp, alpha, beta, w):
     @param beta    Floating point shift factor, allocated on the host (input)
     @param w       Pointer to tensor memory  (input)
     @return        miopenStatus_t"""
+    if not (args and convOp):
+        raise _lib.null_handles_error('miopenSetOpArgsConvForward', ('args', 'convOp'), (args, convOp,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 3)
@@ -6030,6 +6244,8 @@ def miopenSetOpArgsActivForward(args, activFwdOp, alpha, beta, activAlpha, activ
     @param activBeta   Double precision activation parameter which depends on activation mode (input)
     @param activGamma  Double precision activation parameter which depends on activation mode (input)
     @return        miopenStatus_t"""
+    if not (args and activFwdOp):
+        raise _lib.null_handles_error('miopenSetOpArgsActivForward', ('args', 'activFwdOp'), (args, activFwdOp,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 3)
@@ -6065,6 +6281,8 @@ def miopenSetOpArgsActivBackward(args, activBwdOp, alpha, beta, y, reserved, act
     @param activBeta   Double precision activation parameter which depends on activation mode (input)
     @param activGamma  Double precision activation parameter which depends on activation mode (input)
     @return        miopenStatus_t"""
+    if not (args and activBwdOp):
+        raise _lib.null_handles_error('miopenSetOpArgsActivBackward', ('args', 'activBwdOp'), (args, activBwdOp,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 3)
@@ -6102,6 +6320,8 @@ def miopenSetOpArgsBatchNormInference(args, bnOp, alpha, beta, bnScale, bnBias, 
     @param estimatedVariance  Pointer to population variance memory  (input)
     @param epsilon            Scalar value for numerical stability (input)
     @return                   miopenStatus_t"""
+    if not (args and bnOp):
+        raise _lib.null_handles_error('miopenSetOpArgsBatchNormInference', ('args', 'bnOp'), (args, bnOp,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 3)
@@ -6144,6 +6364,8 @@ def miopenSetOpArgsBatchNormForward(args, bnOp, alpha, beta, bnScale, bnBias, sa
     @param expAvgFactor       Scalar value for control of population statistics (input)
     @param epsilon            Scalar value for numerical stability (input)
     @return                   miopenStatus_t"""
+    if not (args and bnOp):
+        raise _lib.null_handles_error('miopenSetOpArgsBatchNormForward', ('args', 'bnOp'), (args, bnOp,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 3)
@@ -6186,6 +6408,8 @@ def miopenSetOpArgsBatchNormBackward(args, bnOp, alpha, beta, x, bnScale, bnBias
     @param savedMean          Pointer to batch mean memory  (input)
     @param savedInvVariance   Pointer to batch inverse variance memory  (input)
     @return                   miopenStatus_t"""
+    if not (args and bnOp):
+        raise _lib.null_handles_error('miopenSetOpArgsBatchNormBackward', ('args', 'bnOp'), (args, bnOp,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 3)
@@ -6216,6 +6440,8 @@ def miopenSetOpArgsBiasForward(args, biasOp, alpha, beta, bias):
     @param beta           Floating point shift factor, allocated on the host (input)
     @param bias           Pointer to the forward bias input tensor memory  (input)
     @return               miopenStatus_t"""
+    if not (args and biasOp):
+        raise _lib.null_handles_error('miopenSetOpArgsBiasForward', ('args', 'biasOp'), (args, biasOp,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 3)
@@ -6248,6 +6474,8 @@ def miopenExecuteFusionPlan(handle, fusePlanDesc, inputDesc, input, outputDesc, 
     @param output           Destination data tensor  (output)
     @param args             An argument object of the fused kernel (input)
     @return           miopenStatus_t"""
+    if not (fusePlanDesc and inputDesc and outputDesc and args):
+        raise _lib.null_handles_error('miopenExecuteFusionPlan', ('fusePlanDesc', 'inputDesc', 'outputDesc', 'args'), (fusePlanDesc, inputDesc, outputDesc, args,))
     try:
         status = _miopenExecuteFusionPlan(handle, fusePlanDesc, inputDesc, input, outputDesc, output, args)
     except _ArgumentError as exc:
@@ -6298,6 +6526,8 @@ def miopenConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, c
     @param y                    Output data tensor"""
     if not _values_ok(_values_miopenConvolutionBiasActivationForward, algo, workspaceSizeInBytes):
         _check_values('miopenConvolutionBiasActivationForward', ('handle', 'alpha1', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workspace', 'workspaceSizeInBytes', 'alpha2', 'zDesc', 'z', 'biasDesc', 'bias', 'activationDesc', 'yDesc', 'y'), ((7, algo, 'i', miopenConvFwdAlgorithm_t), (9, workspaceSizeInBytes, 'N', None),))
+    if not (xDesc and wDesc and convDesc and zDesc and biasDesc and activationDesc and yDesc):
+        raise _lib.null_handles_error('miopenConvolutionBiasActivationForward', ('xDesc', 'wDesc', 'convDesc', 'zDesc', 'biasDesc', 'activationDesc', 'yDesc'), (xDesc, wDesc, convDesc, zDesc, biasDesc, activationDesc, yDesc,))
     try:
         alpha1 = _void_c(alpha1, 4, 1)
         alpha2 = _void_c(alpha2, 4, 10)
@@ -6359,6 +6589,8 @@ def miopenGetRNNDescriptor(rnnDesc, rnnMode, algoMode, inputMode, dirMode, biasM
     @param hiddenSize Size of hidden state (output)
     @param layer      Number of stacked layers (output)
     @return           miopenStatus_t"""
+    if not rnnDesc:
+        raise _lib.null_handles_error('miopenGetRNNDescriptor', ('rnnDesc',), (rnnDesc,))
     try:
         rnnMode = _arr_miopenRNNMode_t(rnnMode, 1, 1)
         algoMode = _arr_miopenRNNAlgo_t(algoMode, 1, 2)
@@ -6407,6 +6639,8 @@ def miopenGetRNNDescriptor_V2(rnnDesc, hiddenSize, layer, dropoutDesc, inputMode
     @param algoMode    RNN algorithm mode (output)
     @param dataType    Data type of RNN (output)
     @return            miopenStatus_t"""
+    if not rnnDesc:
+        raise _lib.null_handles_error('miopenGetRNNDescriptor_V2', ('rnnDesc',), (rnnDesc,))
     try:
         hiddenSize = _arr_int(hiddenSize, 1, 1)
         layer = _arr_int(layer, 1, 2)
@@ -6470,6 +6704,8 @@ def miopenSetRNNDescriptor(rnnDesc, hsize, nlayers, inMode, direction, rnnMode, 
     @return             miopenStatus_t"""
     if not _values_ok(_values_miopenSetRNNDescriptor, hsize, nlayers, inMode, direction, rnnMode, biasMode, algo, dataType):
         _check_values('miopenSetRNNDescriptor', ('rnnDesc', 'hsize', 'nlayers', 'inMode', 'direction', 'rnnMode', 'biasMode', 'algo', 'dataType'), ((1, hsize, 'i', None), (2, nlayers, 'i', None), (3, inMode, 'i', miopenRNNInputMode_t), (4, direction, 'i', miopenRNNDirectionMode_t), (5, rnnMode, 'i', miopenRNNMode_t), (6, biasMode, 'i', miopenRNNBiasMode_t), (7, algo, 'i', miopenRNNAlgo_t), (8, dataType, 'i', miopenDataType_t),))
+    if not rnnDesc:
+        raise _lib.null_handles_error('miopenSetRNNDescriptor', ('rnnDesc',), (rnnDesc,))
     try:
         status = _miopenSetRNNDescriptor(rnnDesc, hsize, nlayers, inMode, direction, rnnMode, biasMode, algo, dataType)
     except _ArgumentError as exc:
@@ -6483,6 +6719,8 @@ _values_miopenSetRNNDescriptor_V2 = (b'iiiiiiii', (None, None, miopenRNNInputMod
 
 def miopenSetRNNDescriptor_V2(rnnDesc, hsize, nlayers, dropoutDesc, inMode, direction, rnnMode, biasMode, algo, dataType):
     """miopenStatus_t miopenSetRNNDescriptor_V2(miopenRNNDescriptor_t rnnDesc, const int hsize, const int nlayers, miopenDropoutDescriptor_t dropoutDesc, miopenRNNInputMode_t inMode, miopenRNNDirectionMode_t direction, miopenRNNMode_t rnnMode, miopenRNNBiasMode_t biasMode, miopenRNNAlgo_t algo, miopenDataType_t dataType)
+
+    Handles that may be None (NULL), as the vendor documents: dropoutDesc.
 
     Raises MiopenError when the returned status is not success.
 
@@ -6505,6 +6743,8 @@ def miopenSetRNNDescriptor_V2(rnnDesc, hsize, nlayers, dropoutDesc, inMode, dire
     @return             miopenStatus_t"""
     if not _values_ok(_values_miopenSetRNNDescriptor_V2, hsize, nlayers, inMode, direction, rnnMode, biasMode, algo, dataType):
         _check_values('miopenSetRNNDescriptor_V2', ('rnnDesc', 'hsize', 'nlayers', 'dropoutDesc', 'inMode', 'direction', 'rnnMode', 'biasMode', 'algo', 'dataType'), ((1, hsize, 'i', None), (2, nlayers, 'i', None), (4, inMode, 'i', miopenRNNInputMode_t), (5, direction, 'i', miopenRNNDirectionMode_t), (6, rnnMode, 'i', miopenRNNMode_t), (7, biasMode, 'i', miopenRNNBiasMode_t), (8, algo, 'i', miopenRNNAlgo_t), (9, dataType, 'i', miopenDataType_t),))
+    if not rnnDesc:
+        raise _lib.null_handles_error('miopenSetRNNDescriptor_V2', ('rnnDesc',), (rnnDesc,))
     try:
         status = _miopenSetRNNDescriptor_V2(rnnDesc, hsize, nlayers, dropoutDesc, inMode, direction, rnnMode, biasMode, algo, dataType)
     except _ArgumentError as exc:
@@ -6540,6 +6780,8 @@ def miopenSetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
     @return                  miopenStatus_t"""
     if not _values_ok(_values_miopenSetRNNDataSeqTensorDescriptor, dataType, layout, maxSequenceLen, batchSize, vectorSize):
         _check_values('miopenSetRNNDataSeqTensorDescriptor', ('seqTensorDesc', 'dataType', 'layout', 'maxSequenceLen', 'batchSize', 'vectorSize', 'sequenceLenArray', 'paddingMarker'), ((1, dataType, 'i', miopenDataType_t), (2, layout, 'i', miopenRNNBaseLayout_t), (3, maxSequenceLen, 'i', None), (4, batchSize, 'i', None), (5, vectorSize, 'i', None),))
+    if not seqTensorDesc:
+        raise _lib.null_handles_error('miopenSetRNNDataSeqTensorDescriptor', ('seqTensorDesc',), (seqTensorDesc,))
     try:
         sequenceLenArray = _arr_int_c(sequenceLenArray, batchSize, 6)
         status = _miopenSetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequenceLen, batchSize, vectorSize, sequenceLenArray, paddingMarker)
@@ -6584,6 +6826,8 @@ def miopenGetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
     @return                          miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNDataSeqTensorDescriptor, sequenceLenArrayLimit):
         _check_values('miopenGetRNNDataSeqTensorDescriptor', ('seqTensorDesc', 'dataType', 'layout', 'maxSequenceLen', 'batchSize', 'vectorSize', 'sequenceLenArrayLimit', 'sequenceLenArray', 'paddingMarker'), ((6, sequenceLenArrayLimit, 'i', None),))
+    if not seqTensorDesc:
+        raise _lib.null_handles_error('miopenGetRNNDataSeqTensorDescriptor', ('seqTensorDesc',), (seqTensorDesc,))
     try:
         dataType = _arr_miopenDataType_t(dataType, 1, 1)
         layout = _arr_miopenRNNBaseLayout_t(layout, 1, 2)
@@ -6627,6 +6871,8 @@ def miopenGetRNNWorkspaceSize(handle, rnnDesc, sequenceLen, xDesc, numBytes):
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNWorkspaceSize, sequenceLen):
         _check_values('miopenGetRNNWorkspaceSize', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'numBytes'), ((2, sequenceLen, 'i', None),))
+    if not rnnDesc:
+        raise _lib.null_handles_error('miopenGetRNNWorkspaceSize', ('rnnDesc',), (rnnDesc,))
     try:
         xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
         numBytes = _arr_size_t(numBytes, 1, 4)
@@ -6666,6 +6912,8 @@ def miopenGetRNNTrainingReserveSize(handle, rnnDesc, sequenceLen, xDesc, numByte
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNTrainingReserveSize, sequenceLen):
         _check_values('miopenGetRNNTrainingReserveSize', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'numBytes'), ((2, sequenceLen, 'i', None),))
+    if not rnnDesc:
+        raise _lib.null_handles_error('miopenGetRNNTrainingReserveSize', ('rnnDesc',), (rnnDesc,))
     try:
         xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
         numBytes = _arr_size_t(numBytes, 1, 4)
@@ -6705,6 +6953,8 @@ def miopenGetRNNTempSpaceSizes(handle, rnnDesc, xDesc, fwdMode, workSpaceSize, r
     @return                 miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNTempSpaceSizes, fwdMode):
         _check_values('miopenGetRNNTempSpaceSizes', ('handle', 'rnnDesc', 'xDesc', 'fwdMode', 'workSpaceSize', 'reserveSpaceSize'), ((3, fwdMode, 'i', miopenRNNFWDMode_t),))
+    if not (rnnDesc and xDesc):
+        raise _lib.null_handles_error('miopenGetRNNTempSpaceSizes', ('rnnDesc', 'xDesc'), (rnnDesc, xDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 4)
         reserveSpaceSize = _arr_size_t(reserveSpaceSize, 1, 5)
@@ -6739,6 +6989,8 @@ def miopenGetRNNParamsSize(handle, rnnDesc, xDesc, numBytes, dtype):
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNParamsSize, dtype):
         _check_values('miopenGetRNNParamsSize', ('handle', 'rnnDesc', 'xDesc', 'numBytes', 'dtype'), ((4, dtype, 'i', miopenDataType_t),))
+    if not (rnnDesc and xDesc):
+        raise _lib.null_handles_error('miopenGetRNNParamsSize', ('rnnDesc', 'xDesc'), (rnnDesc, xDesc,))
     try:
         numBytes = _arr_size_t(numBytes, 1, 3)
         status = _miopenGetRNNParamsSize(handle, rnnDesc, xDesc, numBytes, dtype)
@@ -6769,6 +7021,8 @@ def miopenGetRNNParamsDescriptor(handle, rnnDesc, xDesc, wDesc, dtype):
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNParamsDescriptor, dtype):
         _check_values('miopenGetRNNParamsDescriptor', ('handle', 'rnnDesc', 'xDesc', 'wDesc', 'dtype'), ((4, dtype, 'i', miopenDataType_t),))
+    if not (rnnDesc and xDesc and wDesc):
+        raise _lib.null_handles_error('miopenGetRNNParamsDescriptor', ('rnnDesc', 'xDesc', 'wDesc'), (rnnDesc, xDesc, wDesc,))
     try:
         status = _miopenGetRNNParamsDescriptor(handle, rnnDesc, xDesc, wDesc, dtype)
     except _ArgumentError as exc:
@@ -6807,6 +7061,8 @@ def miopenGetRNNInputTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNInputTensorSize, seqLen):
         _check_values('miopenGetRNNInputTensorSize', ('handle', 'rnnDesc', 'seqLen', 'xDesc', 'numBytes'), ((2, seqLen, 'i', None),))
+    if not rnnDesc:
+        raise _lib.null_handles_error('miopenGetRNNInputTensorSize', ('rnnDesc',), (rnnDesc,))
     try:
         xDesc = _arr_miopenTensorDescriptor_t(xDesc, 1, 3)
         numBytes = _arr_size_t(numBytes, 1, 4)
@@ -6842,6 +7098,8 @@ def miopenGetRNNHiddenTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNHiddenTensorSize, seqLen):
         _check_values('miopenGetRNNHiddenTensorSize', ('handle', 'rnnDesc', 'seqLen', 'xDesc', 'numBytes'), ((2, seqLen, 'i', None),))
+    if not rnnDesc:
+        raise _lib.null_handles_error('miopenGetRNNHiddenTensorSize', ('rnnDesc',), (rnnDesc,))
     try:
         xDesc = _arr_miopenTensorDescriptor_t(xDesc, 1, 3)
         numBytes = _arr_size_t(numBytes, 1, 4)
@@ -6904,6 +7162,8 @@ def miopenGetRNNLayerParamSize(handle, rnnDesc, layer, xDesc, paramID, numBytes)
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNLayerParamSize, layer, paramID):
         _check_values('miopenGetRNNLayerParamSize', ('handle', 'rnnDesc', 'layer', 'xDesc', 'paramID', 'numBytes'), ((2, layer, 'i', None), (4, paramID, 'i', None),))
+    if not (rnnDesc and xDesc):
+        raise _lib.null_handles_error('miopenGetRNNLayerParamSize', ('rnnDesc', 'xDesc'), (rnnDesc, xDesc,))
     try:
         numBytes = _arr_size_t(numBytes, 1, 5)
         status = _miopenGetRNNLayerParamSize(handle, rnnDesc, layer, xDesc, paramID, numBytes)
@@ -6962,6 +7222,8 @@ def miopenGetRNNLayerBiasSize(handle, rnnDesc, layer, biasID, numBytes):
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNLayerBiasSize, layer, biasID):
         _check_values('miopenGetRNNLayerBiasSize', ('handle', 'rnnDesc', 'layer', 'biasID', 'numBytes'), ((2, layer, 'i', None), (3, biasID, 'i', None),))
+    if not rnnDesc:
+        raise _lib.null_handles_error('miopenGetRNNLayerBiasSize', ('rnnDesc',), (rnnDesc,))
     try:
         numBytes = _arr_size_t(numBytes, 1, 4)
         status = _miopenGetRNNLayerBiasSize(handle, rnnDesc, layer, biasID, numBytes)
@@ -7042,6 +7304,8 @@ def miopenGetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, par
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNLayerParam, layer, paramID):
         _check_values('miopenGetRNNLayerParam', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'paramID', 'paramDesc', 'layerParam'), ((2, layer, 'i', None), (6, paramID, 'i', None),))
+    if not (rnnDesc and xDesc and wDesc and paramDesc):
+        raise _lib.null_handles_error('miopenGetRNNLayerParam', ('rnnDesc', 'xDesc', 'wDesc', 'paramDesc'), (rnnDesc, xDesc, wDesc, paramDesc,))
     try:
         status = _miopenGetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, paramDesc, layerParam)
     except _ArgumentError as exc:
@@ -7120,6 +7384,8 @@ def miopenGetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasD
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNLayerBias, layer, biasID):
         _check_values('miopenGetRNNLayerBias', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'biasID', 'biasDesc', 'layerBias'), ((2, layer, 'i', None), (6, biasID, 'i', None),))
+    if not (rnnDesc and xDesc and wDesc and biasDesc):
+        raise _lib.null_handles_error('miopenGetRNNLayerBias', ('rnnDesc', 'xDesc', 'wDesc', 'biasDesc'), (rnnDesc, xDesc, wDesc, biasDesc,))
     try:
         status = _miopenGetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasDesc, layerBias)
     except _ArgumentError as exc:
@@ -7194,6 +7460,8 @@ def miopenGetRNNLayerParamOffset(rnnDesc, layer, xDesc, paramID, paramDesc, laye
     @return                  miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNLayerParamOffset, layer, paramID):
         _check_values('miopenGetRNNLayerParamOffset', ('rnnDesc', 'layer', 'xDesc', 'paramID', 'paramDesc', 'layerParamOffset'), ((1, layer, 'i', None), (3, paramID, 'i', None),))
+    if not (rnnDesc and xDesc and paramDesc):
+        raise _lib.null_handles_error('miopenGetRNNLayerParamOffset', ('rnnDesc', 'xDesc', 'paramDesc'), (rnnDesc, xDesc, paramDesc,))
     try:
         layerParamOffset = _arr_size_t_n(layerParamOffset, 1, 5)
         status = _miopenGetRNNLayerParamOffset(rnnDesc, layer, xDesc, paramID, paramDesc, layerParamOffset)
@@ -7265,6 +7533,8 @@ def miopenGetRNNLayerBiasOffset(rnnDesc, layer, xDesc, biasID, biasDesc, layerBi
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenGetRNNLayerBiasOffset, layer, biasID):
         _check_values('miopenGetRNNLayerBiasOffset', ('rnnDesc', 'layer', 'xDesc', 'biasID', 'biasDesc', 'layerBiasOffset'), ((1, layer, 'i', None), (3, biasID, 'i', None),))
+    if not (rnnDesc and xDesc and biasDesc):
+        raise _lib.null_handles_error('miopenGetRNNLayerBiasOffset', ('rnnDesc', 'xDesc', 'biasDesc'), (rnnDesc, xDesc, biasDesc,))
     try:
         layerBiasOffset = _arr_size_t_n(layerBiasOffset, 1, 5)
         status = _miopenGetRNNLayerBiasOffset(rnnDesc, layer, xDesc, biasID, biasDesc, layerBiasOffset)
@@ -7339,6 +7609,8 @@ def miopenSetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, par
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenSetRNNLayerParam, layer, paramID):
         _check_values('miopenSetRNNLayerParam', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'paramID', 'paramDesc', 'layerParam'), ((2, layer, 'i', None), (6, paramID, 'i', None),))
+    if not (rnnDesc and xDesc and wDesc and paramDesc):
+        raise _lib.null_handles_error('miopenSetRNNLayerParam', ('rnnDesc', 'xDesc', 'wDesc', 'paramDesc'), (rnnDesc, xDesc, wDesc, paramDesc,))
     try:
         status = _miopenSetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, paramDesc, layerParam)
     except _ArgumentError as exc:
@@ -7410,6 +7682,8 @@ def miopenSetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasD
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenSetRNNLayerBias, layer, biasID):
         _check_values('miopenSetRNNLayerBias', ('handle', 'rnnDesc', 'layer', 'xDesc', 'wDesc', 'w', 'biasID', 'biasDesc', 'layerBias'), ((2, layer, 'i', None), (6, biasID, 'i', None),))
+    if not (rnnDesc and xDesc and wDesc and biasDesc):
+        raise _lib.null_handles_error('miopenSetRNNLayerBias', ('rnnDesc', 'xDesc', 'wDesc', 'biasDesc'), (rnnDesc, xDesc, wDesc, biasDesc,))
     try:
         status = _miopenSetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasDesc, layerBias)
     except _ArgumentError as exc:
@@ -7438,6 +7712,8 @@ def miopenSetRNNPaddingMode(rnnDesc, paddingMode):
     @return                miopenStatus_t"""
     if not _values_ok(_values_miopenSetRNNPaddingMode, paddingMode):
         _check_values('miopenSetRNNPaddingMode', ('rnnDesc', 'paddingMode'), ((1, paddingMode, 'i', miopenRNNPaddingMode_t),))
+    if not rnnDesc:
+        raise _lib.null_handles_error('miopenSetRNNPaddingMode', ('rnnDesc',), (rnnDesc,))
     try:
         status = _miopenSetRNNPaddingMode(rnnDesc, paddingMode)
     except _ArgumentError as exc:
@@ -7461,6 +7737,8 @@ def miopenGetRNNPaddingMode(rnnDesc, paddingMode):
     @param rnnDesc         RNN layer descriptor type (input)
     @param paddingMode     Pointer to the RNN padding mode (output)
     @return                miopenStatus_t"""
+    if not rnnDesc:
+        raise _lib.null_handles_error('miopenGetRNNPaddingMode', ('rnnDesc',), (rnnDesc,))
     try:
         paddingMode = _arr_miopenRNNPaddingMode_t(paddingMode, 1, 1)
         status = _miopenGetRNNPaddingMode(rnnDesc, paddingMode)
@@ -7541,6 +7819,8 @@ def miopenRNNForward(handle, rnnDesc, fwdMode, xDesc, x, hDesc, hx, hy, cDesc, c
     @return                      miopenStatus_t"""
     if not _values_ok(_values_miopenRNNForward, fwdMode, weightSpaceSize, workSpaceNumBytes, reserveSpaceNumBytes):
         _check_values('miopenRNNForward', ('handle', 'rnnDesc', 'fwdMode', 'xDesc', 'x', 'hDesc', 'hx', 'hy', 'cDesc', 'cx', 'cy', 'yDesc', 'y', 'w', 'weightSpaceSize', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((2, fwdMode, 'i', miopenRNNFWDMode_t), (14, weightSpaceSize, 'N', None), (16, workSpaceNumBytes, 'N', None), (18, reserveSpaceNumBytes, 'N', None),))
+    if not (rnnDesc and xDesc and hDesc and cDesc and yDesc):
+        raise _lib.null_handles_error('miopenRNNForward', ('rnnDesc', 'xDesc', 'hDesc', 'cDesc', 'yDesc'), (rnnDesc, xDesc, hDesc, cDesc, yDesc,))
     try:
         status = _miopenRNNForward(handle, rnnDesc, fwdMode, xDesc, x, hDesc, hx, hy, cDesc, cx, cy, yDesc, y, w, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
     except _ArgumentError as exc:
@@ -7622,6 +7902,8 @@ def miopenRNNBackwardSeqData(handle, rnnDesc, yDesc, y, dy, hDesc, hx, dhy, dhx,
     @return                      miopenStatus_t"""
     if not _values_ok(_values_miopenRNNBackwardSeqData, weightSpaceSize, workSpaceNumBytes, reserveSpaceNumBytes):
         _check_values('miopenRNNBackwardSeqData', ('handle', 'rnnDesc', 'yDesc', 'y', 'dy', 'hDesc', 'hx', 'dhy', 'dhx', 'cDesc', 'cx', 'dcy', 'dcx', 'xDesc', 'dx', 'w', 'weightSpaceSize', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((16, weightSpaceSize, 'N', None), (18, workSpaceNumBytes, 'N', None), (20, reserveSpaceNumBytes, 'N', None),))
+    if not (rnnDesc and yDesc and hDesc and cDesc and xDesc):
+        raise _lib.null_handles_error('miopenRNNBackwardSeqData', ('rnnDesc', 'yDesc', 'hDesc', 'cDesc', 'xDesc'), (rnnDesc, yDesc, hDesc, cDesc, xDesc,))
     try:
         status = _miopenRNNBackwardSeqData(handle, rnnDesc, yDesc, y, dy, hDesc, hx, dhy, dhx, cDesc, cx, dcy, dcx, xDesc, dx, w, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
     except _ArgumentError as exc:
@@ -7681,6 +7963,8 @@ def miopenRNNBackwardWeightsSeqTensor(handle, rnnDesc, xDesc, x, hDesc, hx, yDes
     @return                      miopenStatus_t"""
     if not _values_ok(_values_miopenRNNBackwardWeightsSeqTensor, weightSpaceSize, workSpaceNumBytes, reserveSpaceNumBytes):
         _check_values('miopenRNNBackwardWeightsSeqTensor', ('handle', 'rnnDesc', 'xDesc', 'x', 'hDesc', 'hx', 'yDesc', 'y', 'dw', 'weightSpaceSize', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((9, weightSpaceSize, 'N', None), (11, workSpaceNumBytes, 'N', None), (13, reserveSpaceNumBytes, 'N', None),))
+    if not (rnnDesc and xDesc and hDesc and yDesc):
+        raise _lib.null_handles_error('miopenRNNBackwardWeightsSeqTensor', ('rnnDesc', 'xDesc', 'hDesc', 'yDesc'), (rnnDesc, xDesc, hDesc, yDesc,))
     try:
         status = _miopenRNNBackwardWeightsSeqTensor(handle, rnnDesc, xDesc, x, hDesc, hx, yDesc, y, dw, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
     except _ArgumentError as exc:
@@ -7768,6 +8052,8 @@ def miopenRNNForwardTraining(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
     @return                      miopenStatus_t"""
     if not _values_ok(_values_miopenRNNForwardTraining, sequenceLen, workSpaceNumBytes, reserveSpaceNumBytes):
         _check_values('miopenRNNForwardTraining', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'x', 'hxDesc', 'hx', 'cxDesc', 'cx', 'wDesc', 'w', 'yDesc', 'y', 'hyDesc', 'hy', 'cyDesc', 'cy', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((2, sequenceLen, 'i', None), (18, workSpaceNumBytes, 'N', None), (20, reserveSpaceNumBytes, 'N', None),))
+    if not (rnnDesc and hxDesc and cxDesc and wDesc and hyDesc and cyDesc):
+        raise _lib.null_handles_error('miopenRNNForwardTraining', ('rnnDesc', 'hxDesc', 'cxDesc', 'wDesc', 'hyDesc', 'cyDesc'), (rnnDesc, hxDesc, cxDesc, wDesc, hyDesc, cyDesc,))
     try:
         xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
         yDesc = _arr_miopenTensorDescriptor_t_c(yDesc, sequenceLen, 11)
@@ -7876,6 +8162,8 @@ def miopenRNNBackwardData(handle, rnnDesc, sequenceLen, yDesc, y, dyDesc, dy, dh
     @return                      miopenStatus_t"""
     if not _values_ok(_values_miopenRNNBackwardData, sequenceLen, workSpaceNumBytes, reserveSpaceNumBytes):
         _check_values('miopenRNNBackwardData', ('handle', 'rnnDesc', 'sequenceLen', 'yDesc', 'y', 'dyDesc', 'dy', 'dhyDesc', 'dhy', 'dcyDesc', 'dcy', 'wDesc', 'w', 'hxDesc', 'hx', 'cxDesc', 'cx', 'dxDesc', 'dx', 'dhxDesc', 'dhx', 'dcxDesc', 'dcx', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((2, sequenceLen, 'i', None), (24, workSpaceNumBytes, 'N', None), (26, reserveSpaceNumBytes, 'N', None),))
+    if not (rnnDesc and dhyDesc and dcyDesc and wDesc and hxDesc and cxDesc and dhxDesc and dcxDesc):
+        raise _lib.null_handles_error('miopenRNNBackwardData', ('rnnDesc', 'dhyDesc', 'dcyDesc', 'wDesc', 'hxDesc', 'cxDesc', 'dhxDesc', 'dcxDesc'), (rnnDesc, dhyDesc, dcyDesc, wDesc, hxDesc, cxDesc, dhxDesc, dcxDesc,))
     try:
         yDesc = _arr_miopenTensorDescriptor_t_c(yDesc, sequenceLen, 3)
         dyDesc = _arr_miopenTensorDescriptor_t_c(dyDesc, sequenceLen, 5)
@@ -7942,6 +8230,8 @@ def miopenRNNBackwardWeights(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
     @return                      miopenStatus_t"""
     if not _values_ok(_values_miopenRNNBackwardWeights, sequenceLen, workSpaceNumBytes, reserveSpaceNumBytes):
         _check_values('miopenRNNBackwardWeights', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'x', 'hxDesc', 'hx', 'yDesc', 'y', 'dwDesc', 'dw', 'workSpace', 'workSpaceNumBytes', 'reserveSpace', 'reserveSpaceNumBytes'), ((2, sequenceLen, 'i', None), (12, workSpaceNumBytes, 'N', None), (14, reserveSpaceNumBytes, 'N', None),))
+    if not (rnnDesc and hxDesc and dwDesc):
+        raise _lib.null_handles_error('miopenRNNBackwardWeights', ('rnnDesc', 'hxDesc', 'dwDesc'), (rnnDesc, hxDesc, dwDesc,))
     try:
         xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
         yDesc = _arr_miopenTensorDescriptor_t_c(yDesc, sequenceLen, 7)
@@ -8028,6 +8318,8 @@ def miopenRNNForwardInference(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx
     @return                      miopenStatus_t"""
     if not _values_ok(_values_miopenRNNForwardInference, sequenceLen, workSpaceNumBytes):
         _check_values('miopenRNNForwardInference', ('handle', 'rnnDesc', 'sequenceLen', 'xDesc', 'x', 'hxDesc', 'hx', 'cxDesc', 'cx', 'wDesc', 'w', 'yDesc', 'y', 'hyDesc', 'hy', 'cyDesc', 'cy', 'workSpace', 'workSpaceNumBytes'), ((2, sequenceLen, 'i', None), (18, workSpaceNumBytes, 'N', None),))
+    if not (rnnDesc and hxDesc and cxDesc and wDesc and hyDesc and cyDesc):
+        raise _lib.null_handles_error('miopenRNNForwardInference', ('rnnDesc', 'hxDesc', 'cxDesc', 'wDesc', 'hyDesc', 'cyDesc'), (rnnDesc, hxDesc, cxDesc, wDesc, hyDesc, cyDesc,))
     try:
         xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
         yDesc = _arr_miopenTensorDescriptor_t_c(yDesc, sequenceLen, 11)
@@ -8082,6 +8374,8 @@ def miopenGetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_soft
     @param blank_label_id       User defined index for blank label (output)
     @param apply_softmax_layer  Boolean to toggle input layer property (output)
     @return                     miopenStatus_t"""
+    if not ctcLossDesc:
+        raise _lib.null_handles_error('miopenGetCTCLossDescriptor', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         dataType = _arr_miopenDataType_t(dataType, 1, 1)
         blank_label_id = _arr_int(blank_label_id, 1, 2)
@@ -8133,6 +8427,8 @@ def miopenSetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_soft
     @return             miopenStatus_t"""
     if not _values_ok(_values_miopenSetCTCLossDescriptor, dataType, blank_label_id):
         _check_values('miopenSetCTCLossDescriptor', ('ctcLossDesc', 'dataType', 'blank_label_id', 'apply_softmax_layer'), ((1, dataType, 'i', miopenDataType_t), (2, blank_label_id, 'i', None),))
+    if not ctcLossDesc:
+        raise _lib.null_handles_error('miopenSetCTCLossDescriptor', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         status = _miopenSetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_softmax_layer)
     except _ArgumentError as exc:
@@ -8172,6 +8468,8 @@ def miopenGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labe
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenGetCTCLossWorkspaceSize, algo):
         _check_values('miopenGetCTCLossWorkspaceSize', ('handle', 'probsDesc', 'gradientsDesc', 'labels', 'labelLengths', 'inputLengths', 'algo', 'ctcLossDesc', 'workSpaceSize'), ((6, algo, 'i', miopenCTCLossAlgo_t),))
+    if not (probsDesc and gradientsDesc and ctcLossDesc):
+        raise _lib.null_handles_error('miopenGetCTCLossWorkspaceSize', ('probsDesc', 'gradientsDesc', 'ctcLossDesc'), (probsDesc, gradientsDesc, ctcLossDesc,))
     try:
         labels = _arr_int_c(labels, None, 3)
         labelLengths = _arr_int_c(labelLengths, None, 4)
@@ -8222,6 +8520,8 @@ def miopenCTCLoss(handle, probsDesc, probs, labels, labelLengths, inputLengths, 
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenCTCLoss, algo, workSpaceSize):
         _check_values('miopenCTCLoss', ('handle', 'probsDesc', 'probs', 'labels', 'labelLengths', 'inputLengths', 'losses', 'gradientsDesc', 'gradients', 'algo', 'ctcLossDesc', 'workSpace', 'workSpaceSize'), ((9, algo, 'i', miopenCTCLossAlgo_t), (12, workSpaceSize, 'N', None),))
+    if not (probsDesc and gradientsDesc and ctcLossDesc):
+        raise _lib.null_handles_error('miopenCTCLoss', ('probsDesc', 'gradientsDesc', 'ctcLossDesc'), (probsDesc, gradientsDesc, ctcLossDesc,))
     try:
         labels = _arr_int_c(labels, None, 3)
         labelLengths = _arr_int_c(labelLengths, None, 4)
@@ -8295,6 +8595,8 @@ def miopenDropoutGetReserveSpaceSize(xDesc, reserveSpaceSizeInBytes):
     @param reserveSpaceSizeInBytes  Number of bytes of reservespace required for executing dropout
     (Output)
     @return                         miopenStatus_t"""
+    if not xDesc:
+        raise _lib.null_handles_error('miopenDropoutGetReserveSpaceSize', ('xDesc',), (xDesc,))
     try:
         reserveSpaceSizeInBytes = _arr_size_t(reserveSpaceSizeInBytes, 1, 1)
         status = _miopenDropoutGetReserveSpaceSize(xDesc, reserveSpaceSizeInBytes)
@@ -8360,6 +8662,8 @@ def miopenGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed, use_m
     @param rng_mode     Random number generator used to generate parallel random number sequences
     (Output)
     @return             miopenStatus_t"""
+    if not dropoutDesc:
+        raise _lib.null_handles_error('miopenGetDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
     try:
         dropout = _arr_float(dropout, 1, 2)
         states = _arr_void(states, 1, 3)
@@ -8409,6 +8713,8 @@ def miopenRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSi
     @return                  miopenStatus_t"""
     if not _values_ok(_values_miopenRestoreDropoutDescriptor, stateSizeInBytes, seed, rng_mode):
         _check_values('miopenRestoreDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed', 'use_mask', 'state_evo', 'rng_mode'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None), (8, rng_mode, 'i', miopenRNGType_t),))
+    if not dropoutDesc:
+        raise _lib.null_handles_error('miopenRestoreDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
     try:
         status = _miopenRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed, use_mask, state_evo, rng_mode)
     except _ArgumentError as exc:
@@ -8449,6 +8755,8 @@ def miopenSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeIn
     @return                  miopenStatus_t"""
     if not _values_ok(_values_miopenSetDropoutDescriptor, stateSizeInBytes, seed, rng_mode):
         _check_values('miopenSetDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed', 'use_mask', 'state_evo', 'rng_mode'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None), (8, rng_mode, 'i', miopenRNGType_t),))
+    if not dropoutDesc:
+        raise _lib.null_handles_error('miopenSetDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
     try:
         status = _miopenSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed, use_mask, state_evo, rng_mode)
     except _ArgumentError as exc:
@@ -8489,6 +8797,8 @@ def miopenDropoutForward(handle, dropoutDesc, noise_shape, xDesc, x, yDesc, y, r
     @return                         miopenStatus_t"""
     if not _values_ok(_values_miopenDropoutForward, reserveSpaceSizeInBytes):
         _check_values('miopenDropoutForward', ('handle', 'dropoutDesc', 'noise_shape', 'xDesc', 'x', 'yDesc', 'y', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((8, reserveSpaceSizeInBytes, 'N', None),))
+    if not (dropoutDesc and noise_shape and xDesc and yDesc):
+        raise _lib.null_handles_error('miopenDropoutForward', ('dropoutDesc', 'noise_shape', 'xDesc', 'yDesc'), (dropoutDesc, noise_shape, xDesc, yDesc,))
     try:
         status = _miopenDropoutForward(handle, dropoutDesc, noise_shape, xDesc, x, yDesc, y, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
@@ -8529,6 +8839,8 @@ def miopenDropoutBackward(handle, dropoutDesc, noise_shape, dyDesc, dy, dxDesc, 
     @return                         miopenStatus_t"""
     if not _values_ok(_values_miopenDropoutBackward, reserveSpaceSizeInBytes):
         _check_values('miopenDropoutBackward', ('handle', 'dropoutDesc', 'noise_shape', 'dyDesc', 'dy', 'dxDesc', 'dx', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((8, reserveSpaceSizeInBytes, 'N', None),))
+    if not (dropoutDesc and noise_shape and dyDesc and dxDesc):
+        raise _lib.null_handles_error('miopenDropoutBackward', ('dropoutDesc', 'noise_shape', 'dyDesc', 'dxDesc'), (dropoutDesc, noise_shape, dyDesc, dxDesc,))
     try:
         status = _miopenDropoutBackward(handle, dropoutDesc, noise_shape, dyDesc, dy, dxDesc, dx, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
@@ -8603,6 +8915,8 @@ def miopenSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTens
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenSetReduceTensorDescriptor, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
         _check_values('miopenSetReduceTensorDescriptor', ('reduceTensorDesc', 'reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'), ((1, reduceTensorOp, 'i', miopenReduceTensorOp_t), (2, reduceTensorCompType, 'i', miopenDataType_t), (3, reduceTensorNanOpt, 'i', miopenNanPropagation_t), (4, reduceTensorIndices, 'i', miopenReduceTensorIndices_t), (5, reduceTensorIndicesType, 'i', miopenIndicesType_t),))
+    if not reduceTensorDesc:
+        raise _lib.null_handles_error('miopenSetReduceTensorDescriptor', ('reduceTensorDesc',), (reduceTensorDesc,))
     try:
         status = _miopenSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType)
     except _ArgumentError as exc:
@@ -8639,6 +8953,8 @@ def miopenGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTens
     @param reduceTensorIndicesType  Pointer to enumerant specifying the data type of the indices
     (output)
     @return           miopenStatus_t"""
+    if not reduceTensorDesc:
+        raise _lib.null_handles_error('miopenGetReduceTensorDescriptor', ('reduceTensorDesc',), (reduceTensorDesc,))
     try:
         reduceTensorOp = _arr_miopenReduceTensorOp_t(reduceTensorOp, 1, 1)
         reduceTensorCompType = _arr_miopenDataType_t(reduceTensorCompType, 1, 2)
@@ -8670,6 +8986,8 @@ def miopenGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeIn
     @param cDesc                    Pointer to the output tensor descriptor (input)
     @param sizeInBytes              Pointer to data to return the minimum index space size
     @return           miopenStatus_t"""
+    if not (reduceTensorDesc and aDesc and cDesc):
+        raise _lib.null_handles_error('miopenGetReductionIndicesSize', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 4)
         status = _miopenGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes)
@@ -8697,6 +9015,8 @@ def miopenGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, size
     @param cDesc                    Pointer to the output tensor descriptor (input)
     @param sizeInBytes              Pointer to data to return the minimum workspace size
     @return           miopenStatus_t"""
+    if not (reduceTensorDesc and aDesc and cDesc):
+        raise _lib.null_handles_error('miopenGetReductionWorkspaceSize', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 4)
         status = _miopenGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes)
@@ -8748,6 +9068,8 @@ def miopenReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wo
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenReduceTensor, indicesSizeInBytes, workspaceSizeInBytes):
         _check_values('miopenReduceTensor', ('handle', 'reduceTensorDesc', 'indices', 'indicesSizeInBytes', 'workspace', 'workspaceSizeInBytes', 'alpha', 'aDesc', 'A', 'beta', 'cDesc', 'C'), ((3, indicesSizeInBytes, 'N', None), (5, workspaceSizeInBytes, 'N', None),))
+    if not (reduceTensorDesc and aDesc and cDesc):
+        raise _lib.null_handles_error('miopenReduceTensor', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
     try:
         alpha = _void_c(alpha, 4, 6)
         beta = _void_c(beta, 4, 9)
@@ -8777,6 +9099,8 @@ def miopenCreateConvProblem(problem, operatorDesc, direction):
     @return             miopenStatus_t"""
     if not _values_ok(_values_miopenCreateConvProblem, direction):
         _check_values('miopenCreateConvProblem', ('problem', 'operatorDesc', 'direction'), ((2, direction, 'i', miopenProblemDirection_t),))
+    if not operatorDesc:
+        raise _lib.null_handles_error('miopenCreateConvProblem', ('operatorDesc',), (operatorDesc,))
     try:
         problem = _arr_miopenProblem_t(problem, 1, 0)
         status = _miopenCreateConvProblem(problem, operatorDesc, direction)
@@ -8798,6 +9122,8 @@ def miopenCreateMhaProblem(problem, operatorDesc, direction):
     Raises MiopenError when the returned status is not success."""
     if not _values_ok(_values_miopenCreateMhaProblem, direction):
         _check_values('miopenCreateMhaProblem', ('problem', 'operatorDesc', 'direction'), ((2, direction, 'i', miopenProblemDirection_t),))
+    if not operatorDesc:
+        raise _lib.null_handles_error('miopenCreateMhaProblem', ('operatorDesc',), (operatorDesc,))
     try:
         problem = _arr_miopenProblem_t(problem, 1, 0)
         status = _miopenCreateMhaProblem(problem, operatorDesc, direction)
@@ -8844,6 +9170,8 @@ def miopenSetMhaDescriptor(mhaDesc, scale):
     @param mhaDesc               Pointer to a Mha descriptor
     @param scale                 Scale
     @return                      miopenStatus_t"""
+    if not mhaDesc:
+        raise _lib.null_handles_error('miopenSetMhaDescriptor', ('mhaDesc',), (mhaDesc,))
     try:
         status = _miopenSetMhaDescriptor(mhaDesc, scale)
     except _ArgumentError as exc:
@@ -8869,6 +9197,8 @@ def miopenGetMhaDescriptor(mhaDesc, scale):
     @param mhaDesc       Pointer to a Mha descriptor
     @param scale         Scale (output)
     @return              miopenStatus_t"""
+    if not mhaDesc:
+        raise _lib.null_handles_error('miopenGetMhaDescriptor', ('mhaDesc',), (mhaDesc,))
     try:
         scale = _arr_float(scale, 1, 1)
         status = _miopenGetMhaDescriptor(mhaDesc, scale)
@@ -8921,6 +9251,8 @@ def miopenSetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode):
     @return             miopenStatus_t"""
     if not _values_ok(_values_miopenSetSoftmaxDescriptor, algorithm, mode):
         _check_values('miopenSetSoftmaxDescriptor', ('softmaxDesc', 'alpha', 'beta', 'algorithm', 'mode'), ((3, algorithm, 'i', miopenSoftmaxAlgorithm_t), (4, mode, 'i', miopenSoftmaxMode_t),))
+    if not softmaxDesc:
+        raise _lib.null_handles_error('miopenSetSoftmaxDescriptor', ('softmaxDesc',), (softmaxDesc,))
     try:
         status = _miopenSetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode)
     except _ArgumentError as exc:
@@ -8952,6 +9284,8 @@ def miopenGetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode):
     @param algorithm     Softmax algorithm (output)
     @param mode          Softmax mode (output)
     @return              miopenStatus_t"""
+    if not softmaxDesc:
+        raise _lib.null_handles_error('miopenGetSoftmaxDescriptor', ('softmaxDesc',), (softmaxDesc,))
     try:
         alpha = _arr_float(alpha, 1, 1)
         beta = _arr_float(beta, 1, 2)
@@ -9002,6 +9336,8 @@ def miopenSetProblemTensorDescriptor(problem, id, descriptor):
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenSetProblemTensorDescriptor, id):
         _check_values('miopenSetProblemTensorDescriptor', ('problem', 'id', 'descriptor'), ((1, id, 'I', miopenTensorArgumentId_t),))
+    if not (problem and descriptor):
+        raise _lib.null_handles_error('miopenSetProblemTensorDescriptor', ('problem', 'descriptor'), (problem, descriptor,))
     try:
         status = _miopenSetProblemTensorDescriptor(problem, id, descriptor)
     except _ArgumentError as exc:
@@ -9070,6 +9406,8 @@ def miopenSetFindOptionTuning(options, value):
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenSetFindOptionTuning, value):
         _check_values('miopenSetFindOptionTuning', ('options', 'value'), ((1, value, 'i', None),))
+    if not options:
+        raise _lib.null_handles_error('miopenSetFindOptionTuning', ('options',), (options,))
     try:
         status = _miopenSetFindOptionTuning(options, value)
     except _ArgumentError as exc:
@@ -9093,6 +9431,8 @@ def miopenSetFindOptionResultsOrder(options, value):
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenSetFindOptionResultsOrder, value):
         _check_values('miopenSetFindOptionResultsOrder', ('options', 'value'), ((1, value, 'i', miopenFindResultsOrder_t),))
+    if not options:
+        raise _lib.null_handles_error('miopenSetFindOptionResultsOrder', ('options',), (options,))
     try:
         status = _miopenSetFindOptionResultsOrder(options, value)
     except _ArgumentError as exc:
@@ -9117,6 +9457,8 @@ def miopenSetFindOptionWorkspaceLimit(options, value):
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenSetFindOptionWorkspaceLimit, value):
         _check_values('miopenSetFindOptionWorkspaceLimit', ('options', 'value'), ((1, value, 'N', None),))
+    if not options:
+        raise _lib.null_handles_error('miopenSetFindOptionWorkspaceLimit', ('options',), (options,))
     try:
         status = _miopenSetFindOptionWorkspaceLimit(options, value)
     except _ArgumentError as exc:
@@ -9144,6 +9486,8 @@ def miopenSetFindOptionPreallocatedWorkspace(options, buffer, size):
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenSetFindOptionPreallocatedWorkspace, size):
         _check_values('miopenSetFindOptionPreallocatedWorkspace', ('options', 'buffer', 'size'), ((2, size, 'N', None),))
+    if not options:
+        raise _lib.null_handles_error('miopenSetFindOptionPreallocatedWorkspace', ('options',), (options,))
     try:
         status = _miopenSetFindOptionPreallocatedWorkspace(options, buffer, size)
     except _ArgumentError as exc:
@@ -9172,6 +9516,8 @@ def miopenSetFindOptionPreallocatedTensor(options, id, buffer):
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenSetFindOptionPreallocatedTensor, id):
         _check_values('miopenSetFindOptionPreallocatedTensor', ('options', 'id', 'buffer'), ((1, id, 'I', miopenTensorArgumentId_t),))
+    if not options:
+        raise _lib.null_handles_error('miopenSetFindOptionPreallocatedTensor', ('options',), (options,))
     try:
         status = _miopenSetFindOptionPreallocatedTensor(options, id, buffer)
     except _ArgumentError as exc:
@@ -9196,6 +9542,8 @@ def miopenSetFindOptionAttachBinaries(options, attach):
     @return           miopenStatus_t"""
     if not _values_ok(_values_miopenSetFindOptionAttachBinaries, attach):
         _check_values('miopenSetFindOptionAttachBinaries', ('options', 'attach'), ((1, attach, 'I', None),))
+    if not options:
+        raise _lib.null_handles_error('miopenSetFindOptionAttachBinaries', ('options',), (options,))
     try:
         status = _miopenSetFindOptionAttachBinaries(options, attach)
     except _ArgumentError as exc:
@@ -9214,6 +9562,8 @@ def miopenFindSolutions(handle, problem, options, solutions, numSolutions, maxSo
         solutions: host output, count maxSolutions
         numSolutions: host output, fixed 1 elements, may be None
 
+    Handles that may be None (NULL), as the vendor documents: options.
+
     Raises MiopenError when the returned status is not success.
 
     @brief Finds solutions to a problem by running different applicable solutions. Memory is
@@ -9228,6 +9578,8 @@ def miopenFindSolutions(handle, problem, options, solutions, numSolutions, maxSo
     @return             miopenStatus_t"""
     if not _values_ok(_values_miopenFindSolutions, maxSolutions):
         _check_values('miopenFindSolutions', ('handle', 'problem', 'options', 'solutions', 'numSolutions', 'maxSolutions'), ((5, maxSolutions, 'N', None),))
+    if not problem:
+        raise _lib.null_handles_error('miopenFindSolutions', ('problem',), (problem,))
     try:
         solutions = _arr_miopenSolution_t(solutions, maxSolutions, 3)
         numSolutions = _arr_size_t_n(numSolutions, 1, 4)
@@ -9263,6 +9615,8 @@ def miopenRunSolution(handle, solution, nInputs, tensors, workspace, workspaceSi
     @return              miopenStatus_t"""
     if not _values_ok(_values_miopenRunSolution, nInputs, workspaceSize):
         _check_values('miopenRunSolution', ('handle', 'solution', 'nInputs', 'tensors', 'workspace', 'workspaceSize'), ((2, nInputs, 'N', None), (5, workspaceSize, 'N', None),))
+    if not solution:
+        raise _lib.null_handles_error('miopenRunSolution', ('solution',), (solution,))
     try:
         tensors = _arr_miopenTensorArgument_t_c(tensors, nInputs, 3)
         status = _miopenRunSolution(handle, solution, nInputs, tensors, workspace, workspaceSize)
@@ -9339,6 +9693,8 @@ def miopenSaveSolution(solution, data):
     @param solution   Solution to save
     @param data       Pointer to a buffer to save soltuion to
     @return           miopenStatus_t"""
+    if not solution:
+        raise _lib.null_handles_error('miopenSaveSolution', ('solution',), (solution,))
     try:
         data = _arr_char(data, _query_count(miopenGetSolutionSize, (solution,), c_size_t), 1)
         status = _miopenSaveSolution(solution, data)
@@ -9363,6 +9719,8 @@ def miopenGetSolutionSize(solution, size):
     @param solution   Solution to get size
     @param size       Pointer to a location where to write the size of the solution blob
     @return           miopenStatus_t"""
+    if not solution:
+        raise _lib.null_handles_error('miopenGetSolutionSize', ('solution',), (solution,))
     try:
         size = _arr_size_t(size, 1, 1)
         status = _miopenGetSolutionSize(solution, size)
@@ -9387,6 +9745,8 @@ def miopenGetSolutionWorkspaceSize(solution, workspaceSize):
     @param solution      Solution to get required workspace size
     @param workspaceSize Pointer to a location where to write the workspace size
     @return              miopenStatus_t"""
+    if not solution:
+        raise _lib.null_handles_error('miopenGetSolutionWorkspaceSize', ('solution',), (solution,))
     try:
         workspaceSize = _arr_size_t(workspaceSize, 1, 1)
         status = _miopenGetSolutionWorkspaceSize(solution, workspaceSize)
@@ -9411,6 +9771,8 @@ def miopenGetSolutionTime(solution, time):
     @param solution Solution to get exection time
     @param time     Pointer to a location where to write the execution time
     @return         miopenStatus_t"""
+    if not solution:
+        raise _lib.null_handles_error('miopenGetSolutionTime', ('solution',), (solution,))
     try:
         time = _arr_float(time, 1, 1)
         status = _miopenGetSolutionTime(solution, time)
@@ -9435,6 +9797,8 @@ def miopenGetSolutionSolverId(solution, solverId):
     @param solution Solution to get solver id from
     @param solverId Pointer to a location where to write the solver id
     @return         miopenStatus_t"""
+    if not solution:
+        raise _lib.null_handles_error('miopenGetSolutionSolverId', ('solution',), (solution,))
     try:
         solverId = _arr_uint64_t(solverId, 1, 1)
         status = _miopenGetSolutionSolverId(solution, solverId)
@@ -9493,6 +9857,8 @@ def miopenCreateActivationProblem(problem, operatorDesc, direction):
     @return             miopenStatus_t"""
     if not _values_ok(_values_miopenCreateActivationProblem, direction):
         _check_values('miopenCreateActivationProblem', ('problem', 'operatorDesc', 'direction'), ((2, direction, 'i', miopenProblemDirection_t),))
+    if not operatorDesc:
+        raise _lib.null_handles_error('miopenCreateActivationProblem', ('operatorDesc',), (operatorDesc,))
     try:
         problem = _arr_miopenProblem_t(problem, 1, 0)
         status = _miopenCreateActivationProblem(problem, operatorDesc, direction)
@@ -9560,6 +9926,8 @@ def miopenFuseProblems(problem1, problem2):
     @param problem1     The first problem to fuse. The result would be stored here.
     @param problem2     The second problem to fuse.
     @return             miopenStatus_t"""
+    if not (problem1 and problem2):
+        raise _lib.null_handles_error('miopenFuseProblems', ('problem1', 'problem2'), (problem1, problem2,))
     try:
         status = _miopenFuseProblems(problem1, problem2)
     except _ArgumentError as exc:
@@ -9619,6 +9987,8 @@ def miopenCreateSoftmaxProblem(problem, operatorDesc, direction):
     @return             miopenStatus_t"""
     if not _values_ok(_values_miopenCreateSoftmaxProblem, direction):
         _check_values('miopenCreateSoftmaxProblem', ('problem', 'operatorDesc', 'direction'), ((2, direction, 'i', miopenProblemDirection_t),))
+    if not operatorDesc:
+        raise _lib.null_handles_error('miopenCreateSoftmaxProblem', ('operatorDesc',), (operatorDesc,))
     try:
         problem = _arr_miopenProblem_t(problem, 1, 0)
         status = _miopenCreateSoftmaxProblem(problem, operatorDesc, direction)
@@ -9651,6 +10021,8 @@ def miopenGetReduceCalculationWorkspaceSize(handle, xDesc, dim, reduceCalculatio
     @return                                miopenStatus_t"""
     if not _values_ok(_values_miopenGetReduceCalculationWorkspaceSize, dim, reduceCalculationOp):
         _check_values('miopenGetReduceCalculationWorkspaceSize', ('handle', 'xDesc', 'dim', 'reduceCalculationOp', 'reduceDesc', 'sizeInBytes'), ((2, dim, 'i', None), (3, reduceCalculationOp, 'i', miopenReduceCalculationOp_t),))
+    if not (xDesc and reduceDesc):
+        raise _lib.null_handles_error('miopenGetReduceCalculationWorkspaceSize', ('xDesc', 'reduceDesc'), (xDesc, reduceDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
         status = _miopenGetReduceCalculationWorkspaceSize(handle, xDesc, dim, reduceCalculationOp, reduceDesc, sizeInBytes)
@@ -9690,6 +10062,8 @@ def miopenReduceCalculationForward(handle, nanPropagation, workspace, workspaceS
     @return                                miopenStatus_t"""
     if not _values_ok(_values_miopenReduceCalculationForward, nanPropagation, workspaceSizeInBytes, dim, reduceCalculationOp):
         _check_values('miopenReduceCalculationForward', ('handle', 'nanPropagation', 'workspace', 'workspaceSizeInBytes', 'xDesc', 'x', 'dim', 'reduceCalculationOp', 'reduceDesc', 'y'), ((1, nanPropagation, 'i', miopenReduceCalculationNanPropagation_t), (3, workspaceSizeInBytes, 'N', None), (6, dim, 'i', None), (7, reduceCalculationOp, 'i', miopenReduceCalculationOp_t),))
+    if not (xDesc and reduceDesc):
+        raise _lib.null_handles_error('miopenReduceCalculationForward', ('xDesc', 'reduceDesc'), (xDesc, reduceDesc,))
     try:
         status = _miopenReduceCalculationForward(handle, nanPropagation, workspace, workspaceSizeInBytes, xDesc, x, dim, reduceCalculationOp, reduceDesc, y)
     except _ArgumentError as exc:
@@ -9728,6 +10102,8 @@ def miopenReduceExtremeForward(handle, xDesc, x, dim, reduceExtremeOp, yDesc, y,
     @return                         miopenStatus_t"""
     if not _values_ok(_values_miopenReduceExtremeForward, dim, reduceExtremeOp):
         _check_values('miopenReduceExtremeForward', ('handle', 'xDesc', 'x', 'dim', 'reduceExtremeOp', 'yDesc', 'y', 'indiceDesc', 'indice'), ((3, dim, 'i', None), (4, reduceExtremeOp, 'i', miopenReduceExtremeOp_t),))
+    if not (xDesc and yDesc and indiceDesc):
+        raise _lib.null_handles_error('miopenReduceExtremeForward', ('xDesc', 'yDesc', 'indiceDesc'), (xDesc, yDesc, indiceDesc,))
     try:
         status = _miopenReduceExtremeForward(handle, xDesc, x, dim, reduceExtremeOp, yDesc, y, indiceDesc, indice)
     except _ArgumentError as exc:
@@ -9779,6 +10155,8 @@ def miopenGroupNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc,
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenGroupNormForward, mode, num_groups):
         _check_values('miopenGroupNormForward', ('handle', 'mode', 'xDesc', 'x', 'weightDesc', 'weight', 'biasDesc', 'bias', 'num_groups', 'epsilon', 'yDesc', 'y', 'meanDesc', 'mean', 'rstdDesc', 'rstd'), ((1, mode, 'i', miopenNormMode_t), (8, num_groups, 'Q', None),))
+    if not (xDesc and weightDesc and biasDesc and yDesc and meanDesc and rstdDesc):
+        raise _lib.null_handles_error('miopenGroupNormForward', ('xDesc', 'weightDesc', 'biasDesc', 'yDesc', 'meanDesc', 'rstdDesc'), (xDesc, weightDesc, biasDesc, yDesc, meanDesc, rstdDesc,))
     try:
         status = _miopenGroupNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc, bias, num_groups, epsilon, yDesc, y, meanDesc, mean, rstdDesc, rstd)
     except _ArgumentError as exc:
@@ -9833,6 +10211,8 @@ def miopenAddLayerNormForward(handle, mode, xDesc, x, x2Desc, x2, weightDesc, we
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenAddLayerNormForward, mode, normalized_dim):
         _check_values('miopenAddLayerNormForward', ('handle', 'mode', 'xDesc', 'x', 'x2Desc', 'x2', 'weightDesc', 'weight', 'biasDesc', 'bias', 'epsilon', 'normalized_dim', 'yDesc', 'y', 'meanDesc', 'mean', 'rstdDesc', 'rstd'), ((1, mode, 'i', miopenNormMode_t), (11, normalized_dim, 'i', None),))
+    if not (xDesc and x2Desc and weightDesc and biasDesc and yDesc and meanDesc and rstdDesc):
+        raise _lib.null_handles_error('miopenAddLayerNormForward', ('xDesc', 'x2Desc', 'weightDesc', 'biasDesc', 'yDesc', 'meanDesc', 'rstdDesc'), (xDesc, x2Desc, weightDesc, biasDesc, yDesc, meanDesc, rstdDesc,))
     try:
         status = _miopenAddLayerNormForward(handle, mode, xDesc, x, x2Desc, x2, weightDesc, weight, biasDesc, bias, epsilon, normalized_dim, yDesc, y, meanDesc, mean, rstdDesc, rstd)
     except _ArgumentError as exc:
@@ -9877,6 +10257,8 @@ def miopenT5LayerNormForward(handle, mode, xDesc, x, weightDesc, weight, epsilon
     @return               miopenStatus_t"""
     if not _values_ok(_values_miopenT5LayerNormForward, mode):
         _check_values('miopenT5LayerNormForward', ('handle', 'mode', 'xDesc', 'x', 'weightDesc', 'weight', 'epsilon', 'yDesc', 'y', 'rstdDesc', 'rstd'), ((1, mode, 'i', miopenNormMode_t),))
+    if not (xDesc and weightDesc and yDesc and rstdDesc):
+        raise _lib.null_handles_error('miopenT5LayerNormForward', ('xDesc', 'weightDesc', 'yDesc', 'rstdDesc'), (xDesc, weightDesc, yDesc, rstdDesc,))
     try:
         status = _miopenT5LayerNormForward(handle, mode, xDesc, x, weightDesc, weight, epsilon, yDesc, y, rstdDesc, rstd)
     except _ArgumentError as exc:
@@ -9913,6 +10295,8 @@ def miopenGetT5LayerNormBackwardWorkspaceSize(handle, mode, dyDesc, xDesc, weigh
     @return                         miopenStatus_t"""
     if not _values_ok(_values_miopenGetT5LayerNormBackwardWorkspaceSize, mode):
         _check_values('miopenGetT5LayerNormBackwardWorkspaceSize', ('handle', 'mode', 'dyDesc', 'xDesc', 'weightDesc', 'rstdDesc', 'dxDesc', 'dwDesc', 'sizeInBytes'), ((1, mode, 'i', miopenNormMode_t),))
+    if not (dyDesc and xDesc and weightDesc and rstdDesc and dxDesc and dwDesc):
+        raise _lib.null_handles_error('miopenGetT5LayerNormBackwardWorkspaceSize', ('dyDesc', 'xDesc', 'weightDesc', 'rstdDesc', 'dxDesc', 'dwDesc'), (dyDesc, xDesc, weightDesc, rstdDesc, dxDesc, dwDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 8)
         status = _miopenGetT5LayerNormBackwardWorkspaceSize(handle, mode, dyDesc, xDesc, weightDesc, rstdDesc, dxDesc, dwDesc, sizeInBytes)
@@ -9963,6 +10347,8 @@ def miopenT5LayerNormBackward(handle, mode, workspace, workspaceSizeInBytes, dyD
     @return                         miopenStatus_t"""
     if not _values_ok(_values_miopenT5LayerNormBackward, mode, workspaceSizeInBytes):
         _check_values('miopenT5LayerNormBackward', ('handle', 'mode', 'workspace', 'workspaceSizeInBytes', 'dyDesc', 'dy', 'xDesc', 'x', 'weightDesc', 'weight', 'rstdDesc', 'rstd', 'dxDesc', 'dx', 'dwDesc', 'dw'), ((1, mode, 'i', miopenNormMode_t), (3, workspaceSizeInBytes, 'N', None),))
+    if not (dyDesc and xDesc and weightDesc and rstdDesc and dxDesc and dwDesc):
+        raise _lib.null_handles_error('miopenT5LayerNormBackward', ('dyDesc', 'xDesc', 'weightDesc', 'rstdDesc', 'dxDesc', 'dwDesc'), (dyDesc, xDesc, weightDesc, rstdDesc, dxDesc, dwDesc,))
     try:
         status = _miopenT5LayerNormBackward(handle, mode, workspace, workspaceSizeInBytes, dyDesc, dy, xDesc, x, weightDesc, weight, rstdDesc, rstd, dxDesc, dx, dwDesc, dw)
     except _ArgumentError as exc:
@@ -10050,6 +10436,8 @@ def miopenBackendSetAttribute(descriptor, attributeName, attributeType, elementC
     @retval  miopenStatusUnknownError   The error information was not gathered"""
     if not _values_ok(_values_miopenBackendSetAttribute, attributeName, attributeType, elementCount):
         _check_values('miopenBackendSetAttribute', ('descriptor', 'attributeName', 'attributeType', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', miopenBackendAttributeName_t), (2, attributeType, 'i', miopenBackendAttributeType_t), (3, elementCount, 'q', None),))
+    if not descriptor:
+        raise _lib.null_handles_error('miopenBackendSetAttribute', ('descriptor',), (descriptor,))
     try:
         arrayOfElements = _void(arrayOfElements, _sized_count(_SIZES_miopenBackendAttributeType_t, attributeType, elementCount, 'miopenBackendSetAttribute', 'attributeType'), 4)
         status = _miopenBackendSetAttribute(descriptor, attributeName, attributeType, elementCount, arrayOfElements)
@@ -10083,6 +10471,8 @@ def miopenBackendFinalize(descriptor):
                                         supported by the current version
     @retval  miopenStatusInternalError  Some internal errors are encountered
     @retval  miopenStatusUnknownError   The error information was not gathered"""
+    if not descriptor:
+        raise _lib.null_handles_error('miopenBackendFinalize', ('descriptor',), (descriptor,))
     try:
         status = _miopenBackendFinalize(descriptor)
     except _ArgumentError as exc:
@@ -10140,6 +10530,8 @@ def miopenBackendGetAttribute(descriptor, attributeName, attributeType, requeste
     @retval  miopenStatusUnknownError    The error information was not gathered"""
     if not _values_ok(_values_miopenBackendGetAttribute, attributeName, attributeType, requestedElementCount):
         _check_values('miopenBackendGetAttribute', ('descriptor', 'attributeName', 'attributeType', 'requestedElementCount', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', miopenBackendAttributeName_t), (2, attributeType, 'i', miopenBackendAttributeType_t), (3, requestedElementCount, 'q', None),))
+    if not descriptor:
+        raise _lib.null_handles_error('miopenBackendGetAttribute', ('descriptor',), (descriptor,))
     try:
         elementCount = _arr_int64_t(elementCount, 1, 4)
         arrayOfElements = _void(arrayOfElements, _sized_count(_SIZES_miopenBackendAttributeType_t, attributeType, requestedElementCount, 'miopenBackendGetAttribute', 'attributeType'), 5)
@@ -10177,6 +10569,8 @@ def miopenBackendExecute(handle, executionPlan, variantPack):
                                         example, a required data pointer is invalid
     @retval  miopenStatusInternalError  Some internal errors were encountered
     @retval  miopenStatusUnknownError   The error information was not gathered"""
+    if not (executionPlan and variantPack):
+        raise _lib.null_handles_error('miopenBackendExecute', ('executionPlan', 'variantPack'), (executionPlan, variantPack,))
     try:
         status = _miopenBackendExecute(handle, executionPlan, variantPack)
     except _ArgumentError as exc:
@@ -10251,6 +10645,8 @@ def miopenBackendInitialize(descriptor, descriptorType, sizeInBytes):
     @retval  miopenStatusUnknownError  The error information was not gathered"""
     if not _values_ok(_values_miopenBackendInitialize, descriptorType, sizeInBytes):
         _check_values('miopenBackendInitialize', ('descriptor', 'descriptorType', 'sizeInBytes'), ((1, descriptorType, 'i', miopenBackendDescriptorType_t), (2, sizeInBytes, 'N', None),))
+    if not descriptor:
+        raise _lib.null_handles_error('miopenBackendInitialize', ('descriptor',), (descriptor,))
     try:
         status = _miopenBackendInitialize(descriptor, descriptorType, sizeInBytes)
     except _ArgumentError as exc:
@@ -10422,6 +10818,8 @@ def miopenFusedAdam(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg
     @return                    miopenStatus_t"""
     if not _values_ok(_values_miopenFusedAdam, state_step):
         _check_values('miopenFusedAdam', ('handle', 'paramDesc', 'param', 'gradDesc', 'grad', 'expAvgDesc', 'expAvg', 'expAvgSqDesc', 'expAvgSq', 'maxExpAvgSqDesc', 'maxExpAvgSq', 'stateStepDesc', 'stateStep', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'amsgrad', 'maximize', 'adamw', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), ((13, state_step, 'I', None),))
+    if not (paramDesc and gradDesc and expAvgDesc and expAvgSqDesc and maxExpAvgSqDesc and stateStepDesc and gradScaleDesc and foundInfDesc):
+        raise _lib.null_handles_error('miopenFusedAdam', ('paramDesc', 'gradDesc', 'expAvgDesc', 'expAvgSqDesc', 'maxExpAvgSqDesc', 'stateStepDesc', 'gradScaleDesc', 'foundInfDesc'), (paramDesc, gradDesc, expAvgDesc, expAvgSqDesc, maxExpAvgSqDesc, stateStepDesc, gradScaleDesc, foundInfDesc,))
     try:
         status = _miopenFusedAdam(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg, expAvgSqDesc, expAvgSq, maxExpAvgSqDesc, maxExpAvgSq, stateStepDesc, stateStep, state_step, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, adamw, gradScaleDesc, gradScale, foundInfDesc, foundInf)
     except _ArgumentError as exc:
@@ -10597,6 +10995,8 @@ def miopenFusedAdamWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramO
     @return                    miopenStatus_t"""
     if not _values_ok(_values_miopenFusedAdamWithOutput, state_step):
         _check_values('miopenFusedAdamWithOutput', ('handle', 'paramInDesc', 'paramIn', 'paramOutDesc', 'paramOut', 'paramOutFloat16Desc', 'paramOutFloat16', 'gradInDesc', 'gradIn', 'expAvgInDesc', 'expAvgIn', 'expAvgOutDesc', 'expAvgOut', 'expAvgSqInDesc', 'expAvgSqIn', 'expAvgSqOutDesc', 'expAvgSqOut', 'maxExpAvgSqInDesc', 'maxExpAvgSqIn', 'maxExpAvgSqOutDesc', 'maxExpAvgSqOut', 'stateStepInDesc', 'stateStepIn', 'stateStepOutDesc', 'stateStepOut', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'amsgrad', 'maximize', 'adamw', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), ((25, state_step, 'I', None),))
+    if not (paramInDesc and paramOutDesc and paramOutFloat16Desc and gradInDesc and expAvgInDesc and expAvgOutDesc and expAvgSqInDesc and expAvgSqOutDesc and maxExpAvgSqInDesc and maxExpAvgSqOutDesc and stateStepInDesc and stateStepOutDesc and gradScaleDesc and foundInfDesc):
+        raise _lib.null_handles_error('miopenFusedAdamWithOutput', ('paramInDesc', 'paramOutDesc', 'paramOutFloat16Desc', 'gradInDesc', 'expAvgInDesc', 'expAvgOutDesc', 'expAvgSqInDesc', 'expAvgSqOutDesc', 'maxExpAvgSqInDesc', 'maxExpAvgSqOutDesc', 'stateStepInDesc', 'stateStepOutDesc', 'gradScaleDesc', 'foundInfDesc'), (paramInDesc, paramOutDesc, paramOutFloat16Desc, gradInDesc, expAvgInDesc, expAvgOutDesc, expAvgSqInDesc, expAvgSqOutDesc, maxExpAvgSqInDesc, maxExpAvgSqOutDesc, stateStepInDesc, stateStepOutDesc, gradScaleDesc, foundInfDesc,))
     try:
         status = _miopenFusedAdamWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramOut, paramOutFloat16Desc, paramOutFloat16, gradInDesc, gradIn, expAvgInDesc, expAvgIn, expAvgOutDesc, expAvgOut, expAvgSqInDesc, expAvgSqIn, expAvgSqOutDesc, expAvgSqOut, maxExpAvgSqInDesc, maxExpAvgSqIn, maxExpAvgSqOutDesc, maxExpAvgSqOut, stateStepInDesc, stateStepIn, stateStepOutDesc, stateStepOut, state_step, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, adamw, gradScaleDesc, gradScale, foundInfDesc, foundInf)
     except _ArgumentError as exc:
@@ -10715,6 +11115,8 @@ def miopenTransformersAdamW(handle, paramDesc, param, gradDesc, grad, expAvgDesc
     @return                    miopenStatus_t"""
     if not _values_ok(_values_miopenTransformersAdamW, state_step):
         _check_values('miopenTransformersAdamW', ('handle', 'paramDesc', 'param', 'gradDesc', 'grad', 'expAvgDesc', 'expAvg', 'expAvgSqDesc', 'expAvgSq', 'stateStepDesc', 'stateStep', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'correct_bias', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), ((11, state_step, 'I', None),))
+    if not (paramDesc and gradDesc and expAvgDesc and expAvgSqDesc and stateStepDesc and gradScaleDesc and foundInfDesc):
+        raise _lib.null_handles_error('miopenTransformersAdamW', ('paramDesc', 'gradDesc', 'expAvgDesc', 'expAvgSqDesc', 'stateStepDesc', 'gradScaleDesc', 'foundInfDesc'), (paramDesc, gradDesc, expAvgDesc, expAvgSqDesc, stateStepDesc, gradScaleDesc, foundInfDesc,))
     try:
         status = _miopenTransformersAdamW(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg, expAvgSqDesc, expAvgSq, stateStepDesc, stateStep, state_step, lr, beta1, beta2, weight_decay, eps, correct_bias, gradScaleDesc, gradScale, foundInfDesc, foundInf)
     except _ArgumentError as exc:
@@ -10874,6 +11276,8 @@ def miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc
     @return                    miopenStatus_t"""
     if not _values_ok(_values_miopenTransformersAdamWWithOutput, state_step):
         _check_values('miopenTransformersAdamWWithOutput', ('handle', 'paramInDesc', 'paramIn', 'paramOutDesc', 'paramOut', 'paramOutFloat16Desc', 'paramOutFloat16', 'gradInDesc', 'gradIn', 'expAvgInDesc', 'expAvgIn', 'expAvgOutDesc', 'expAvgOut', 'expAvgSqInDesc', 'expAvgSqIn', 'expAvgSqOutDesc', 'expAvgSqOut', 'stateStepInDesc', 'stateStepIn', 'stateStepOutDesc', 'stateStepOut', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'step_size', 'correct_bias', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), ((21, state_step, 'I', None),))
+    if not (paramInDesc and paramOutDesc and paramOutFloat16Desc and gradInDesc and expAvgInDesc and expAvgOutDesc and expAvgSqInDesc and expAvgSqOutDesc and stateStepInDesc and stateStepOutDesc and gradScaleDesc and foundInfDesc):
+        raise _lib.null_handles_error('miopenTransformersAdamWWithOutput', ('paramInDesc', 'paramOutDesc', 'paramOutFloat16Desc', 'gradInDesc', 'expAvgInDesc', 'expAvgOutDesc', 'expAvgSqInDesc', 'expAvgSqOutDesc', 'stateStepInDesc', 'stateStepOutDesc', 'gradScaleDesc', 'foundInfDesc'), (paramInDesc, paramOutDesc, paramOutFloat16Desc, gradInDesc, expAvgInDesc, expAvgOutDesc, expAvgSqInDesc, expAvgSqOutDesc, stateStepInDesc, stateStepOutDesc, gradScaleDesc, foundInfDesc,))
     try:
         status = _miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramOut, paramOutFloat16Desc, paramOutFloat16, gradInDesc, gradIn, expAvgInDesc, expAvgIn, expAvgOutDesc, expAvgOut, expAvgSqInDesc, expAvgSqIn, expAvgSqOutDesc, expAvgSqOut, stateStepInDesc, stateStepIn, stateStepOutDesc, stateStepOut, state_step, lr, beta1, beta2, weight_decay, eps, step_size, correct_bias, gradScaleDesc, gradScale, foundInfDesc, foundInf)
     except _ArgumentError as exc:
@@ -10965,6 +11369,8 @@ def miopenGetitemBackward(handle, workspace, workspaceSizeInBytes, dyDesc, dy, i
     @return                               miopenStatus_t"""
     if not _values_ok(_values_miopenGetitemBackward, workspaceSizeInBytes, indexCount, dimCount, sliceCount, offset):
         _check_values('miopenGetitemBackward', ('handle', 'workspace', 'workspaceSizeInBytes', 'dyDesc', 'dy', 'indexCount', 'indexDescs', 'indexs', 'dxDesc', 'dx', 'errorDesc', 'error', 'dimCount', 'dims', 'sliceCount', 'slices', 'offset'), ((2, workspaceSizeInBytes, 'N', None), (5, indexCount, 'I', None), (12, dimCount, 'I', None), (14, sliceCount, 'I', None), (16, offset, 'I', None),))
+    if not (dyDesc and dxDesc and errorDesc):
+        raise _lib.null_handles_error('miopenGetitemBackward', ('dyDesc', 'dxDesc', 'errorDesc'), (dyDesc, dxDesc, errorDesc,))
     try:
         indexDescs = _arr_miopenTensorDescriptor_t_c(indexDescs, indexCount, 6)
         indexs = _arr_void__const_c(indexs, indexCount, 7)
@@ -11008,6 +11414,8 @@ def miopenRoPEForward(handle, xDesc, x, cosDesc, cos, sinDesc, sin, yDesc, y):
     @param [in]   yDesc          Tensor descriptor for output data tensor y
     @param [out]  y              Data tensor y
     @return                      miopenStatus_t"""
+    if not (xDesc and cosDesc and sinDesc and yDesc):
+        raise _lib.null_handles_error('miopenRoPEForward', ('xDesc', 'cosDesc', 'sinDesc', 'yDesc'), (xDesc, cosDesc, sinDesc, yDesc,))
     try:
         status = _miopenRoPEForward(handle, xDesc, x, cosDesc, cos, sinDesc, sin, yDesc, y)
     except _ArgumentError as exc:
@@ -11043,6 +11451,8 @@ def miopenRoPEBackward(handle, dyDesc, dy, cosDesc, cos, sinDesc, sin, dxDesc, d
     @param [in]   dxDesc         Tensor descriptor for output data tensor dx
     @param [out]  dx             Data tensor dx
     @return                      miopenStatus_t"""
+    if not (dyDesc and cosDesc and sinDesc and dxDesc):
+        raise _lib.null_handles_error('miopenRoPEBackward', ('dyDesc', 'cosDesc', 'sinDesc', 'dxDesc'), (dyDesc, cosDesc, sinDesc, dxDesc,))
     try:
         status = _miopenRoPEBackward(handle, dyDesc, dy, cosDesc, cos, sinDesc, sin, dxDesc, dx)
     except _ArgumentError as exc:
@@ -11082,6 +11492,8 @@ def miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesD
     @return                         miopenStatus_t"""
     if not _values_ok(_values_miopenKthvalueForward, k, dim):
         _check_values('miopenKthvalueForward', ('handle', 'inputDesc', 'input', 'outputDesc', 'output', 'indicesDesc', 'indices', 'k', 'dim', 'keepDim'), ((7, k, 'N', None), (8, dim, 'i', None),))
+    if not (inputDesc and outputDesc and indicesDesc):
+        raise _lib.null_handles_error('miopenKthvalueForward', ('inputDesc', 'outputDesc', 'indicesDesc'), (inputDesc, outputDesc, indicesDesc,))
     try:
         status = _miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesDesc, indices, k, dim, keepDim)
     except _ArgumentError as exc:
@@ -11109,6 +11521,8 @@ def miopenGetPReLUBackwardWorkspaceSize(handle, inputDesc, weightDesc, sizeInByt
     @param weightDesc               Tensor descriptor for weight tensor (input)
     @param sizeInBytes              Pointer to data to return the minimum workspace size
     @return                         miopenStatus_t"""
+    if not (inputDesc and weightDesc):
+        raise _lib.null_handles_error('miopenGetPReLUBackwardWorkspaceSize', ('inputDesc', 'weightDesc'), (inputDesc, weightDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 3)
         status = _miopenGetPReLUBackwardWorkspaceSize(handle, inputDesc, weightDesc, sizeInBytes)
@@ -11154,6 +11568,8 @@ def miopenPReLUBackward(handle, workspace, workspaceSizeInBytes, inputDesc, inpu
     @param dweight                  Gradient of weight (output)"""
     if not _values_ok(_values_miopenPReLUBackward, workspaceSizeInBytes):
         _check_values('miopenPReLUBackward', ('handle', 'workspace', 'workspaceSizeInBytes', 'inputDesc', 'input', 'weightDesc', 'weight', 'doutputDesc', 'doutput', 'dinputDesc', 'dinput', 'dweightDesc', 'dweight'), ((2, workspaceSizeInBytes, 'N', None),))
+    if not (inputDesc and weightDesc and doutputDesc and dinputDesc and dweightDesc):
+        raise _lib.null_handles_error('miopenPReLUBackward', ('inputDesc', 'weightDesc', 'doutputDesc', 'dinputDesc', 'dweightDesc'), (inputDesc, weightDesc, doutputDesc, dinputDesc, dweightDesc,))
     try:
         status = _miopenPReLUBackward(handle, workspace, workspaceSizeInBytes, inputDesc, input, weightDesc, weight, doutputDesc, doutput, dinputDesc, dinput, dweightDesc, dweight)
     except _ArgumentError as exc:
@@ -11188,6 +11604,8 @@ def miopenGetSoftMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, o
     @return                          miopenStatus_t"""
     if not _values_ok(_values_miopenGetSoftMarginLossForwardWorkspaceSize, reduction):
         _check_values('miopenGetSoftMarginLossForwardWorkspaceSize', ('handle', 'inputDesc', 'targetDesc', 'outputDesc', 'reduction', 'sizeInBytes'), ((4, reduction, 'i', miopenLossReductionMode_t),))
+    if not (inputDesc and targetDesc and outputDesc):
+        raise _lib.null_handles_error('miopenGetSoftMarginLossForwardWorkspaceSize', ('inputDesc', 'targetDesc', 'outputDesc'), (inputDesc, targetDesc, outputDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
         status = _miopenGetSoftMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, outputDesc, reduction, sizeInBytes)
@@ -11231,6 +11649,8 @@ def miopenSoftMarginLossForward(handle, inputDesc, input, targetDesc, target, ou
     @return                              miopenStatus_t"""
     if not _values_ok(_values_miopenSoftMarginLossForward, reduction, workspaceSizeInBytes):
         _check_values('miopenSoftMarginLossForward', ('handle', 'inputDesc', 'input', 'targetDesc', 'target', 'outputDesc', 'output', 'reduction', 'workspace', 'workspaceSizeInBytes'), ((7, reduction, 'i', miopenLossReductionMode_t), (9, workspaceSizeInBytes, 'N', None),))
+    if not (inputDesc and targetDesc and outputDesc):
+        raise _lib.null_handles_error('miopenSoftMarginLossForward', ('inputDesc', 'targetDesc', 'outputDesc'), (inputDesc, targetDesc, outputDesc,))
     try:
         status = _miopenSoftMarginLossForward(handle, inputDesc, input, targetDesc, target, outputDesc, output, reduction, workspace, workspaceSizeInBytes)
     except _ArgumentError as exc:
@@ -11270,6 +11690,8 @@ def miopenSoftMarginLossBackward(handle, inputDesc, input, targetDesc, target, d
     @return                              miopenStatus_t"""
     if not _values_ok(_values_miopenSoftMarginLossBackward, reduction):
         _check_values('miopenSoftMarginLossBackward', ('handle', 'inputDesc', 'input', 'targetDesc', 'target', 'doutputDesc', 'doutput', 'dinputDesc', 'dinput', 'reduction'), ((9, reduction, 'i', miopenLossReductionMode_t),))
+    if not (inputDesc and targetDesc and doutputDesc and dinputDesc):
+        raise _lib.null_handles_error('miopenSoftMarginLossBackward', ('inputDesc', 'targetDesc', 'doutputDesc', 'dinputDesc'), (inputDesc, targetDesc, doutputDesc, dinputDesc,))
     try:
         status = _miopenSoftMarginLossBackward(handle, inputDesc, input, targetDesc, target, doutputDesc, doutput, dinputDesc, dinput, reduction)
     except _ArgumentError as exc:
@@ -11310,6 +11732,8 @@ def miopenGetMultiMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, 
     @return                          miopenStatus_t"""
     if not _values_ok(_values_miopenGetMultiMarginLossForwardWorkspaceSize, p, reduction):
         _check_values('miopenGetMultiMarginLossForwardWorkspaceSize', ('handle', 'inputDesc', 'targetDesc', 'weightDesc', 'outputDesc', 'p', 'margin', 'reduction', 'sizeInBytes'), ((5, p, 'q', None), (7, reduction, 'i', miopenLossReductionMode_t),))
+    if not (inputDesc and targetDesc and weightDesc and outputDesc):
+        raise _lib.null_handles_error('miopenGetMultiMarginLossForwardWorkspaceSize', ('inputDesc', 'targetDesc', 'weightDesc', 'outputDesc'), (inputDesc, targetDesc, weightDesc, outputDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 8)
         status = _miopenGetMultiMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, weightDesc, outputDesc, p, margin, reduction, sizeInBytes)
@@ -11365,6 +11789,8 @@ def miopenMultiMarginLossForward(handle, inputDesc, input, targetDesc, target, w
     @return                              miopenStatus_t"""
     if not _values_ok(_values_miopenMultiMarginLossForward, p, reduction, workspaceSizeInBytes):
         _check_values('miopenMultiMarginLossForward', ('handle', 'inputDesc', 'input', 'targetDesc', 'target', 'weightDesc', 'weight', 'outputDesc', 'output', 'p', 'margin', 'reduction', 'workspace', 'workspaceSizeInBytes'), ((9, p, 'q', None), (11, reduction, 'i', miopenLossReductionMode_t), (13, workspaceSizeInBytes, 'N', None),))
+    if not (inputDesc and targetDesc and weightDesc and outputDesc):
+        raise _lib.null_handles_error('miopenMultiMarginLossForward', ('inputDesc', 'targetDesc', 'weightDesc', 'outputDesc'), (inputDesc, targetDesc, weightDesc, outputDesc,))
     try:
         status = _miopenMultiMarginLossForward(handle, inputDesc, input, targetDesc, target, weightDesc, weight, outputDesc, output, p, margin, reduction, workspace, workspaceSizeInBytes)
     except _ArgumentError as exc:

@@ -194,6 +194,17 @@ class Library:
         return DnnArgumentError(f"{function}: parameter {param!r} is {what}: the handle was destroyed already (a "
                                 "successful destroy clears it) or never created; destroying it would free memory twice")
 
+    @staticmethod
+    def null_handles_error(function: str, params: Sequence[str], values: Sequence[Any]) -> DnnArgumentError:
+        """A handle argument that is None or NULL where the library needs a created one."""
+        index = next((i for i, value in enumerate(values) if not value), 0)
+        value = values[index]
+        what = "None" if value is None else "NULL" if isinstance(value, ctypes._Pointer) \
+            else f"{value!r}"
+        return DnnArgumentError(f"{function}: parameter {params[index]!r} is {what}; it needs a created handle (a "
+                                "successful destroy clears a handle to NULL, so this is also a handle used after "
+                                "destroying it)")
+
     # -- symbols ------------------------------------------------------------------------------
     def bind(self, name: str, argtypes: Sequence[type], restype: Any) -> Any:
         """Look one symbol up and give it its C signature."""

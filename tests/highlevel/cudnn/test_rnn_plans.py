@@ -3,6 +3,8 @@ without a GPU, pointer kinds of the sequence lengths, and the weight-packing map
 order checked with cuDNN's documented cell equations against torch.nn's cells)."""
 from __future__ import annotations
 
+import ctypes
+
 import itertools
 import math
 from ctypes import byref, c_size_t, c_void_p
@@ -151,8 +153,10 @@ class DeviceInts:
 def test_dev_seq_lengths_must_be_device_memory(function, position):
     """devSeqLengths is classified device: the host copy passed there fails in Python, before cuDNN."""
     argtypes = getattr(cudnn, "_" + function).argtypes
-    args = [0] * len(argtypes)
-    args[0] = args[1] = None
+    storage = (ctypes.c_char * 64)()          # non-NULL stand-ins for the descriptors: ctypes refuses the host
+    args = [ctypes.cast(storage, t) if isinstance(t, type) and issubclass(t, ctypes._Pointer) else 0
+            for t in argtypes]                # array while converting, so the call (and cuDNN) never happens
+    args[0] = None
     args[position] = np.array([3, 2], np.int32)
     with pytest.raises(TypeError, match=rf"{function}: parameter 'devSeqLengths' needs device memory, "
                                         rf"got numpy.ndarray \(host memory\)"):

@@ -57,8 +57,21 @@ def _is_size_t(t: ir.CType) -> bool:
 def destroyed_handle(fn: ir.Function) -> str:
     """The handle parameter a ``*Destroy*`` function frees ("" when it is not one): the generated wrapper
     refuses a NULL one and clears the handle object after success, so it cannot be freed twice."""
-    if "Destroy" in fn.name and len(fn.params) == 1 and fn.params[0].type.kind == "handle":
+    if "Destroy" in fn.name and len(fn.params) == 1 and fn.params[0].type.kind == "handle" \
+            and fn.result.kind == "enum":
         return fn.params[0].name
+    return ""
+
+
+def created_handle(fn: ir.Function) -> str:
+    """The output parameter through which a ``*Create*`` function returns a new handle ("" when it is not
+    one): the generated wrapper tells the runtime that this address is live again (see runtime/handles.py)."""
+    if "Create" not in fn.name:
+        return ""
+    for p in fn.params:
+        pointee = p.type.pointee
+        if p.type.kind == "pointer" and pointee is not None and pointee.kind == "handle" and not pointee.const:
+            return p.name
     return ""
 
 

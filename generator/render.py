@@ -13,7 +13,8 @@ import jinja2
 
 from generator import config as cfg
 from generator import ir, lengths
-from generator.classify import OPTIONAL_HANDLE, Classification, destroyed_handle, required_handles
+from generator.classify import (OPTIONAL_HANDLE, Classification, created_handle, destroyed_handle,
+                                 required_handles)
 
 
 def py_name(name: str) -> str:
@@ -72,6 +73,7 @@ class RenderedFunction:
     values: ValueCheck | None = None
     destroys: str = ""         # the handle a successful Destroy* frees: cleared, refused when NULL
     required: tuple[str, ...] = ()   # handles passed by value that are refused when None (NULL)
+    creates: str = ""          # the output through which a Create* returns a new handle
 
     @property
     def assign(self) -> str:
@@ -349,7 +351,8 @@ def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_no
     return RenderedFunction(fn.name, tuple(params), argtypes, restype, returns, docstring("\n".join(lines)),
                             deprecated, names.result_annotation(fn.result, returns), _value_check(fn, names),
                             py_name(destroyed_handle(fn)) if destroyed_handle(fn) else "",
-                            tuple(py_name(name) for name in required_handles(fn)))
+                            tuple(py_name(name) for name in required_handles(fn)),
+                            py_name(created_handle(fn)) if created_handle(fn) else "")
 
 
 def _deprecation_text(comment: str) -> str:

@@ -153,15 +153,6 @@ def test_sized_count_and_query_count():
     assert checks.query_count(query, (-5,), c_int64) == 5
 
 
-def test_clear_handle_sets_a_pointer_to_null():
-    class Opaque(ctypes.Structure):
-        pass
-    handle = POINTER(Opaque)(Opaque())
-    assert handle
-    checks.clear_handle(handle)
-    assert not handle
-
-
 # -- values_ok: the wrappers' fast check of integers and enums -----------------------------------------
 
 def _spec(codes: str, enums: tuple) -> tuple:

@@ -18,10 +18,11 @@ from struct import Struct as _Struct
 
 from dnnbind.runtime import CudnnError as _Error
 from dnnbind.runtime.loader import Library as _Library, Unchecked as _Unchecked
-from dnnbind.runtime.checks import (check_values as _check_values, clear_handle as _clear_handle,
-                                    host_array as _host_array, host_buffer as _host_buffer,
+from dnnbind.runtime.checks import (check_values as _check_values, host_array as _host_array,
+                                    host_buffer as _host_buffer,
                                     query_count as _query_count, sized_count as _sized_count,
                                     values_ok as _values_ok)
+from dnnbind.runtime.handles import created as _created, destroy_once as _destroy_once
 from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
                                       address_handle as _address_handle)
 from dnnbind.runtime.versions import cudnn_version as _cudnn_version
@@ -2183,6 +2184,7 @@ def cudnnCreate(handle):
         raise _lib.argument_error('cudnnCreate', ('handle',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreate')
+    _created(handle)
 
 _cudnnDestroy = _lazy('cudnnDestroy', (cudnnHandle_t,), c_int)
 
@@ -2196,15 +2198,7 @@ def cudnnDestroy(handle):
      @param[in] handle  The cuDNN handle to destroy.
      @return cuDNN status code.
      @since cuDNN 9.0.0"""
-    if not handle:
-        raise _lib.null_handle_error('cudnnDestroy', 'handle', handle)
-    try:
-        status = _cudnnDestroy(handle)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroy', ('handle',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroy')
-    _clear_handle(handle)
+    _destroy_once(_lib, 'cudnnDestroy', 'handle', _cudnnDestroy, handle)
 
 _cudnnSetStream = _lazy('cudnnSetStream', (cudnnHandle_t, cudaStream_t,), c_int)
 
@@ -2355,6 +2349,7 @@ def cudnnBackendCreateDescriptor(descriptorType, descriptor):
         raise _lib.argument_error('cudnnBackendCreateDescriptor', ('descriptorType', 'descriptor'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnBackendCreateDescriptor')
+    _created(descriptor)
 
 _cudnnBackendDestroyDescriptor = _lazy('cudnnBackendDestroyDescriptor', (cudnnBackendDescriptor_t,), c_int)
 
@@ -2369,15 +2364,7 @@ def cudnnBackendDestroyDescriptor(descriptor):
      @retval CUDNN_STATUS_SUCCESS
      @retval CUDNN_STATUS_ALLOC_FAILED
      @since cuDNN 9.0.0"""
-    if not descriptor:
-        raise _lib.null_handle_error('cudnnBackendDestroyDescriptor', 'descriptor', descriptor)
-    try:
-        status = _cudnnBackendDestroyDescriptor(descriptor)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnBackendDestroyDescriptor', ('descriptor',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnBackendDestroyDescriptor')
-    _clear_handle(descriptor)
+    _destroy_once(_lib, 'cudnnBackendDestroyDescriptor', 'descriptor', _cudnnBackendDestroyDescriptor, descriptor)
 
 _cudnnBackendInitialize = _lazy('cudnnBackendInitialize', (cudnnBackendDescriptor_t,), c_int, deprecated='Since cuDNN 9.2. Use cudnnBackendCreateDescriptor instead')
 
@@ -2637,6 +2624,7 @@ def cudnnCreateTensorDescriptor(tensorDesc):
         raise _lib.argument_error('cudnnCreateTensorDescriptor', ('tensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateTensorDescriptor')
+    _created(tensorDesc)
 
 _cudnnSetTensor4dDescriptor = _lazy('cudnnSetTensor4dDescriptor', (cudnnTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
 _values_cudnnSetTensor4dDescriptor = (b'iiiiii', (cudnnTensorFormat_t, cudnnDataType_t, None, None, None, None,), _pack_iiiiii)
@@ -2942,15 +2930,7 @@ def cudnnDestroyTensorDescriptor(tensorDesc):
 
     @since cuDNN 9.0.0
     @see cudnnCreateTensorDescriptor"""
-    if not tensorDesc:
-        raise _lib.null_handle_error('cudnnDestroyTensorDescriptor', 'tensorDesc', tensorDesc)
-    try:
-        status = _cudnnDestroyTensorDescriptor(tensorDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyTensorDescriptor', ('tensorDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyTensorDescriptor')
-    _clear_handle(tensorDesc)
+    _destroy_once(_lib, 'cudnnDestroyTensorDescriptor', 'tensorDesc', _cudnnDestroyTensorDescriptor, tensorDesc)
 
 _cudnnInitTransformDest = _lazy('cudnnInitTransformDest', (cudnnTensorTransformDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
@@ -3022,6 +3002,7 @@ def cudnnCreateTensorTransformDescriptor(transformDesc):
         raise _lib.argument_error('cudnnCreateTensorTransformDescriptor', ('transformDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateTensorTransformDescriptor')
+    _created(transformDesc)
 
 _cudnnSetTensorTransformDescriptor = _lazy('cudnnSetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, c_int, c_void_p, c_void_p, c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 _values_cudnnSetTensorTransformDescriptor = (b'Iii', (None, cudnnTensorFormat_t, cudnnFoldingDirection_t,), _pack_Iii)
@@ -3142,15 +3123,7 @@ def cudnnDestroyTensorTransformDescriptor(transformDesc):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnCreateTensorTransformDescriptor"""
-    if not transformDesc:
-        raise _lib.null_handle_error('cudnnDestroyTensorTransformDescriptor', 'transformDesc', transformDesc)
-    try:
-        status = _cudnnDestroyTensorTransformDescriptor(transformDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyTensorTransformDescriptor', ('transformDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyTensorTransformDescriptor')
-    _clear_handle(transformDesc)
+    _destroy_once(_lib, 'cudnnDestroyTensorTransformDescriptor', 'transformDesc', _cudnnDestroyTensorTransformDescriptor, transformDesc)
 
 _cudnnTransformTensor = _lazy('cudnnTransformTensor', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
@@ -3318,6 +3291,7 @@ def cudnnCreateOpTensorDescriptor(opTensorDesc):
         raise _lib.argument_error('cudnnCreateOpTensorDescriptor', ('opTensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateOpTensorDescriptor')
+    _created(opTensorDesc)
 
 _cudnnSetOpTensorDescriptor = _lazy('cudnnSetOpTensorDescriptor', (cudnnOpTensorDescriptor_t, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 _values_cudnnSetOpTensorDescriptor = (b'iii', (cudnnOpTensorOp_t, cudnnDataType_t, cudnnNanPropagation_t,), _pack_iii)
@@ -3412,15 +3386,7 @@ def cudnnDestroyOpTensorDescriptor(opTensorDesc):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnCreateOpTensorDescriptor"""
-    if not opTensorDesc:
-        raise _lib.null_handle_error('cudnnDestroyOpTensorDescriptor', 'opTensorDesc', opTensorDesc)
-    try:
-        status = _cudnnDestroyOpTensorDescriptor(opTensorDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyOpTensorDescriptor', ('opTensorDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyOpTensorDescriptor')
-    _clear_handle(opTensorDesc)
+    _destroy_once(_lib, 'cudnnDestroyOpTensorDescriptor', 'opTensorDesc', _cudnnDestroyOpTensorDescriptor, opTensorDesc)
 
 _cudnnOpTensor = _lazy('cudnnOpTensor', (cudnnHandle_t, cudnnOpTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
@@ -3505,6 +3471,7 @@ def cudnnCreateReduceTensorDescriptor(reduceTensorDesc):
         raise _lib.argument_error('cudnnCreateReduceTensorDescriptor', ('reduceTensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateReduceTensorDescriptor')
+    _created(reduceTensorDesc)
 
 _cudnnSetReduceTensorDescriptor = _lazy('cudnnSetReduceTensorDescriptor', (cudnnReduceTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 _values_cudnnSetReduceTensorDescriptor = (b'iiiii', (cudnnReduceTensorOp_t, cudnnDataType_t, cudnnNanPropagation_t, cudnnReduceTensorIndices_t, cudnnIndicesType_t,), _pack_iiiii)
@@ -3607,15 +3574,7 @@ def cudnnDestroyReduceTensorDescriptor(reduceTensorDesc):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnCreateReduceTensorDescriptor"""
-    if not reduceTensorDesc:
-        raise _lib.null_handle_error('cudnnDestroyReduceTensorDescriptor', 'reduceTensorDesc', reduceTensorDesc)
-    try:
-        status = _cudnnDestroyReduceTensorDescriptor(reduceTensorDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyReduceTensorDescriptor', ('reduceTensorDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyReduceTensorDescriptor')
-    _clear_handle(reduceTensorDesc)
+    _destroy_once(_lib, 'cudnnDestroyReduceTensorDescriptor', 'reduceTensorDesc', _cudnnDestroyReduceTensorDescriptor, reduceTensorDesc)
 
 _cudnnGetReductionIndicesSize = _lazy('cudnnGetReductionIndicesSize', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
@@ -3855,6 +3814,7 @@ def cudnnCreateFilterDescriptor(filterDesc):
         raise _lib.argument_error('cudnnCreateFilterDescriptor', ('filterDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateFilterDescriptor')
+    _created(filterDesc)
 
 _cudnnSetFilter4dDescriptor = _lazy('cudnnSetFilter4dDescriptor', (cudnnFilterDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 _values_cudnnSetFilter4dDescriptor = (b'iiiiii', (cudnnDataType_t, cudnnTensorFormat_t, None, None, None, None,), _pack_iiiiii)
@@ -4127,15 +4087,7 @@ def cudnnDestroyFilterDescriptor(filterDesc):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnCreateFilterDescriptor"""
-    if not filterDesc:
-        raise _lib.null_handle_error('cudnnDestroyFilterDescriptor', 'filterDesc', filterDesc)
-    try:
-        status = _cudnnDestroyFilterDescriptor(filterDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyFilterDescriptor', ('filterDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyFilterDescriptor')
-    _clear_handle(filterDesc)
+    _destroy_once(_lib, 'cudnnDestroyFilterDescriptor', 'filterDesc', _cudnnDestroyFilterDescriptor, filterDesc)
 
 _cudnnSoftmaxForward = _lazy('cudnnSoftmaxForward', (cudnnHandle_t, c_int, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
 _values_cudnnSoftmaxForward = (b'ii', (cudnnSoftmaxAlgorithm_t, cudnnSoftmaxMode_t,), _pack_ii)
@@ -4214,6 +4166,7 @@ def cudnnCreatePoolingDescriptor(poolingDesc):
         raise _lib.argument_error('cudnnCreatePoolingDescriptor', ('poolingDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreatePoolingDescriptor')
+    _created(poolingDesc)
 
 _cudnnSetPooling2dDescriptor = _lazy('cudnnSetPooling2dDescriptor', (cudnnPoolingDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 _values_cudnnSetPooling2dDescriptor = (b'iiiiiiii', (cudnnPoolingMode_t, cudnnNanPropagation_t, None, None, None, None, None, None,), _pack_iiiiiiii)
@@ -4507,15 +4460,7 @@ def cudnnDestroyPoolingDescriptor(poolingDesc):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnCreatePoolingDescriptor"""
-    if not poolingDesc:
-        raise _lib.null_handle_error('cudnnDestroyPoolingDescriptor', 'poolingDesc', poolingDesc)
-    try:
-        status = _cudnnDestroyPoolingDescriptor(poolingDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyPoolingDescriptor', ('poolingDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyPoolingDescriptor')
-    _clear_handle(poolingDesc)
+    _destroy_once(_lib, 'cudnnDestroyPoolingDescriptor', 'poolingDesc', _cudnnDestroyPoolingDescriptor, poolingDesc)
 
 _cudnnPoolingForward = _lazy('cudnnPoolingForward', (cudnnHandle_t, cudnnPoolingDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
@@ -4593,6 +4538,7 @@ def cudnnCreateActivationDescriptor(activationDesc):
         raise _lib.argument_error('cudnnCreateActivationDescriptor', ('activationDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateActivationDescriptor')
+    _created(activationDesc)
 
 _cudnnSetActivationDescriptor = _lazy('cudnnSetActivationDescriptor', (cudnnActivationDescriptor_t, c_int, c_int, c_double,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 _values_cudnnSetActivationDescriptor = (b'ii', (cudnnActivationMode_t, cudnnNanPropagation_t,), _pack_ii)
@@ -4750,15 +4696,7 @@ def cudnnDestroyActivationDescriptor(activationDesc):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnCreateActivationDescriptor"""
-    if not activationDesc:
-        raise _lib.null_handle_error('cudnnDestroyActivationDescriptor', 'activationDesc', activationDesc)
-    try:
-        status = _cudnnDestroyActivationDescriptor(activationDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyActivationDescriptor', ('activationDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyActivationDescriptor')
-    _clear_handle(activationDesc)
+    _destroy_once(_lib, 'cudnnDestroyActivationDescriptor', 'activationDesc', _cudnnDestroyActivationDescriptor, activationDesc)
 
 _cudnnActivationForward = _lazy('cudnnActivationForward', (cudnnHandle_t, cudnnActivationDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
@@ -4836,6 +4774,7 @@ def cudnnCreateLRNDescriptor(normDesc):
         raise _lib.argument_error('cudnnCreateLRNDescriptor', ('normDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateLRNDescriptor')
+    _created(normDesc)
 
 _cudnnSetLRNDescriptor = _lazy('cudnnSetLRNDescriptor', (cudnnLRNDescriptor_t, c_uint, c_double, c_double, c_double,), c_int)
 _values_cudnnSetLRNDescriptor = (b'I', (None,), _pack_I)
@@ -4931,15 +4870,7 @@ def cudnnDestroyLRNDescriptor(lrnDesc):
 
     @since cuDNN 9.0.0
     @see cudnnCreateLRNDescriptor"""
-    if not lrnDesc:
-        raise _lib.null_handle_error('cudnnDestroyLRNDescriptor', 'lrnDesc', lrnDesc)
-    try:
-        status = _cudnnDestroyLRNDescriptor(lrnDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyLRNDescriptor', ('lrnDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyLRNDescriptor')
-    _clear_handle(lrnDesc)
+    _destroy_once(_lib, 'cudnnDestroyLRNDescriptor', 'lrnDesc', _cudnnDestroyLRNDescriptor, lrnDesc)
 
 _cudnnLRNCrossChannelForward = _lazy('cudnnLRNCrossChannelForward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
 _values_cudnnLRNCrossChannelForward = (b'i', (cudnnLRNMode_t,), _pack_i)
@@ -5277,6 +5208,7 @@ def cudnnCreateSpatialTransformerDescriptor(stDesc):
         raise _lib.argument_error('cudnnCreateSpatialTransformerDescriptor', ('stDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateSpatialTransformerDescriptor')
+    _created(stDesc)
 
 _cudnnSetSpatialTransformerNdDescriptor = _lazy('cudnnSetSpatialTransformerNdDescriptor', (cudnnSpatialTransformerDescriptor_t, c_int, c_int, c_int, c_void_p,), c_int)
 _values_cudnnSetSpatialTransformerNdDescriptor = (b'iii', (cudnnSamplerType_t, cudnnDataType_t, None,), _pack_iii)
@@ -5331,15 +5263,7 @@ def cudnnDestroySpatialTransformerDescriptor(stDesc):
 
     @since cuDNN 9.0.0
     @see cudnnCreateSpatialTransformerDescriptor"""
-    if not stDesc:
-        raise _lib.null_handle_error('cudnnDestroySpatialTransformerDescriptor', 'stDesc', stDesc)
-    try:
-        status = _cudnnDestroySpatialTransformerDescriptor(stDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroySpatialTransformerDescriptor', ('stDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroySpatialTransformerDescriptor')
-    _clear_handle(stDesc)
+    _destroy_once(_lib, 'cudnnDestroySpatialTransformerDescriptor', 'stDesc', _cudnnDestroySpatialTransformerDescriptor, stDesc)
 
 _cudnnSpatialTfGridGeneratorForward = _lazy('cudnnSpatialTfGridGeneratorForward', (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, DevicePointer, DevicePointer,), c_int)
 
@@ -5448,6 +5372,7 @@ def cudnnCreateDropoutDescriptor(dropoutDesc):
         raise _lib.argument_error('cudnnCreateDropoutDescriptor', ('dropoutDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateDropoutDescriptor')
+    _created(dropoutDesc)
 
 _cudnnDestroyDropoutDescriptor = _lazy('cudnnDestroyDropoutDescriptor', (cudnnDropoutDescriptor_t,), c_int)
 
@@ -5465,15 +5390,7 @@ def cudnnDestroyDropoutDescriptor(dropoutDesc):
 
     @since cuDNN 9.0.0
     @see cudnnCreateDropoutDescriptor"""
-    if not dropoutDesc:
-        raise _lib.null_handle_error('cudnnDestroyDropoutDescriptor', 'dropoutDesc', dropoutDesc)
-    try:
-        status = _cudnnDestroyDropoutDescriptor(dropoutDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyDropoutDescriptor', ('dropoutDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyDropoutDescriptor')
-    _clear_handle(dropoutDesc)
+    _destroy_once(_lib, 'cudnnDestroyDropoutDescriptor', 'dropoutDesc', _cudnnDestroyDropoutDescriptor, dropoutDesc)
 
 _cudnnDropoutGetStatesSize = _lazy('cudnnDropoutGetStatesSize', (cudnnHandle_t, c_void_p,), c_int)
 
@@ -6895,6 +6812,7 @@ def cudnnCreateRNNDescriptor(rnnDesc):
         raise _lib.argument_error('cudnnCreateRNNDescriptor', ('rnnDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateRNNDescriptor')
+    _created(rnnDesc)
 
 _cudnnDestroyRNNDescriptor = _lazy('cudnnDestroyRNNDescriptor', (cudnnRNNDescriptor_t,), c_int)
 
@@ -6912,15 +6830,7 @@ def cudnnDestroyRNNDescriptor(rnnDesc):
 
     @since cuDNN 9.0.0
     @see cudnnCreateRNNDescriptor"""
-    if not rnnDesc:
-        raise _lib.null_handle_error('cudnnDestroyRNNDescriptor', 'rnnDesc', rnnDesc)
-    try:
-        status = _cudnnDestroyRNNDescriptor(rnnDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyRNNDescriptor', ('rnnDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyRNNDescriptor')
-    _clear_handle(rnnDesc)
+    _destroy_once(_lib, 'cudnnDestroyRNNDescriptor', 'rnnDesc', _cudnnDestroyRNNDescriptor, rnnDesc)
 
 _cudnnSetRNNDescriptor_v8 = _lazy('cudnnSetRNNDescriptor_v8', (cudnnRNNDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int32, c_int32, c_int32, c_int32, cudnnDropoutDescriptor_t, c_uint32,), c_int)
 _values_cudnnSetRNNDescriptor_v8 = (b'iiiiiiiiiiiiI', (cudnnRNNAlgo_t, cudnnRNNMode_t, cudnnRNNBiasMode_t, cudnnDirectionMode_t, cudnnRNNInputMode_t, cudnnDataType_t, cudnnDataType_t, cudnnMathType_t, None, None, None, None, None,), _pack_iiiiiiiiiiiiI)
@@ -7327,6 +7237,7 @@ def cudnnCreateRNNDataDescriptor(rnnDataDesc):
         raise _lib.argument_error('cudnnCreateRNNDataDescriptor', ('rnnDataDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateRNNDataDescriptor')
+    _created(rnnDataDesc)
 
 _cudnnDestroyRNNDataDescriptor = _lazy('cudnnDestroyRNNDataDescriptor', (cudnnRNNDataDescriptor_t,), c_int)
 
@@ -7340,15 +7251,7 @@ def cudnnDestroyRNNDataDescriptor(rnnDataDesc):
     @param[in] rnnDataDesc  Descriptor to destroy.
     @retval CUDNN_STATUS_SUCCESS  Descriptor destroyed.
     @since cuDNN 9.0.0"""
-    if not rnnDataDesc:
-        raise _lib.null_handle_error('cudnnDestroyRNNDataDescriptor', 'rnnDataDesc', rnnDataDesc)
-    try:
-        status = _cudnnDestroyRNNDataDescriptor(rnnDataDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyRNNDataDescriptor', ('rnnDataDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyRNNDataDescriptor')
-    _clear_handle(rnnDataDesc)
+    _destroy_once(_lib, 'cudnnDestroyRNNDataDescriptor', 'rnnDataDesc', _cudnnDestroyRNNDataDescriptor, rnnDataDesc)
 
 _cudnnSetRNNDataDescriptor = _lazy('cudnnSetRNNDataDescriptor', (cudnnRNNDataDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_void_p, c_void_p,), c_int)
 _values_cudnnSetRNNDataDescriptor = (b'iiiii', (cudnnDataType_t, cudnnRNNDataLayout_t, None, None, None,), _pack_iiiii)
@@ -7517,6 +7420,7 @@ def cudnnCreateSeqDataDescriptor(seqDataDesc):
         raise _lib.argument_error('cudnnCreateSeqDataDescriptor', ('seqDataDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateSeqDataDescriptor')
+    _created(seqDataDesc)
 
 _cudnnDestroySeqDataDescriptor = _lazy('cudnnDestroySeqDataDescriptor', (cudnnSeqDataDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0')
 
@@ -7531,15 +7435,7 @@ def cudnnDestroySeqDataDescriptor(seqDataDesc):
     @brief Destroys a sequence data descriptor.
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
-    if not seqDataDesc:
-        raise _lib.null_handle_error('cudnnDestroySeqDataDescriptor', 'seqDataDesc', seqDataDesc)
-    try:
-        status = _cudnnDestroySeqDataDescriptor(seqDataDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroySeqDataDescriptor', ('seqDataDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroySeqDataDescriptor')
-    _clear_handle(seqDataDesc)
+    _destroy_once(_lib, 'cudnnDestroySeqDataDescriptor', 'seqDataDesc', _cudnnDestroySeqDataDescriptor, seqDataDesc)
 
 _cudnnSetSeqDataDescriptor = _lazy('cudnnSetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, c_int, c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
 _values_cudnnSetSeqDataDescriptor = (b'iiN', (cudnnDataType_t, None, None,), _pack_iiN)
@@ -7640,6 +7536,7 @@ def cudnnCreateAttnDescriptor(attnDesc):
         raise _lib.argument_error('cudnnCreateAttnDescriptor', ('attnDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateAttnDescriptor')
+    _created(attnDesc)
 
 _cudnnDestroyAttnDescriptor = _lazy('cudnnDestroyAttnDescriptor', (cudnnAttnDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0')
 
@@ -7654,15 +7551,7 @@ def cudnnDestroyAttnDescriptor(attnDesc):
     @brief Destroys a multi-head attention descriptor.
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
-    if not attnDesc:
-        raise _lib.null_handle_error('cudnnDestroyAttnDescriptor', 'attnDesc', attnDesc)
-    try:
-        status = _cudnnDestroyAttnDescriptor(attnDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyAttnDescriptor', ('attnDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyAttnDescriptor')
-    _clear_handle(attnDesc)
+    _destroy_once(_lib, 'cudnnDestroyAttnDescriptor', 'attnDesc', _cudnnDestroyAttnDescriptor, attnDesc)
 
 _cudnnSetAttnDescriptor = _lazy('cudnnSetAttnDescriptor', (cudnnAttnDescriptor_t, c_uint, c_int, c_double, c_int, c_int, c_int, cudnnDropoutDescriptor_t, cudnnDropoutDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
 _values_cudnnSetAttnDescriptor = (b'Iiiiiiiiiiiiiiii', (None, None, cudnnDataType_t, cudnnDataType_t, cudnnMathType_t, None, None, None, None, None, None, None, None, None, None, None,), _pack_Iiiiiiiiiiiiiiii)
@@ -8099,6 +7988,7 @@ def cudnnCreateCTCLossDescriptor(ctcLossDesc):
         raise _lib.argument_error('cudnnCreateCTCLossDescriptor', ('ctcLossDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateCTCLossDescriptor')
+    _created(ctcLossDesc)
 
 _cudnnSetCTCLossDescriptor = _lazy('cudnnSetCTCLossDescriptor', (cudnnCTCLossDescriptor_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead')
 _values_cudnnSetCTCLossDescriptor = (b'i', (cudnnDataType_t,), _pack_i)
@@ -8335,15 +8225,7 @@ def cudnnDestroyCTCLossDescriptor(ctcLossDesc):
     @param[in] ctcLossDesc  Descriptor to destroy.
     @retval CUDNN_STATUS_SUCCESS  Descriptor destroyed.
     @since cuDNN 9.0.0"""
-    if not ctcLossDesc:
-        raise _lib.null_handle_error('cudnnDestroyCTCLossDescriptor', 'ctcLossDesc', ctcLossDesc)
-    try:
-        status = _cudnnDestroyCTCLossDescriptor(ctcLossDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyCTCLossDescriptor', ('ctcLossDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyCTCLossDescriptor')
-    _clear_handle(ctcLossDesc)
+    _destroy_once(_lib, 'cudnnDestroyCTCLossDescriptor', 'ctcLossDesc', _cudnnDestroyCTCLossDescriptor, ctcLossDesc)
 
 _cudnnCTCLoss = _lazy('cudnnCTCLoss', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, c_void_p, c_void_p, c_void_p, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_int, cudnnCTCLossDescriptor_t, DevicePointer, c_size_t,), c_int)
 _values_cudnnCTCLoss = (b'iN', (cudnnCTCLossAlgo_t, None,), _pack_iN)
@@ -8531,6 +8413,7 @@ def cudnnCreateConvolutionDescriptor(convDesc):
         raise _lib.argument_error('cudnnCreateConvolutionDescriptor', ('convDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateConvolutionDescriptor')
+    _created(convDesc)
 
 _cudnnDestroyConvolutionDescriptor = _lazy('cudnnDestroyConvolutionDescriptor', (cudnnConvolutionDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
@@ -8549,15 +8432,7 @@ def cudnnDestroyConvolutionDescriptor(convDesc):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    if not convDesc:
-        raise _lib.null_handle_error('cudnnDestroyConvolutionDescriptor', 'convDesc', convDesc)
-    try:
-        status = _cudnnDestroyConvolutionDescriptor(convDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyConvolutionDescriptor', ('convDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyConvolutionDescriptor')
-    _clear_handle(convDesc)
+    _destroy_once(_lib, 'cudnnDestroyConvolutionDescriptor', 'convDesc', _cudnnDestroyConvolutionDescriptor, convDesc)
 
 _cudnnSetConvolutionMathType = _lazy('cudnnSetConvolutionMathType', (cudnnConvolutionDescriptor_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 _values_cudnnSetConvolutionMathType = (b'i', (cudnnMathType_t,), _pack_i)
@@ -10067,6 +9942,7 @@ def cudnnCreateFusedOpsConstParamPack(constPack, ops):
         raise _lib.argument_error('cudnnCreateFusedOpsConstParamPack', ('constPack', 'ops'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateFusedOpsConstParamPack')
+    _created(constPack)
 
 _cudnnDestroyFusedOpsConstParamPack = _lazy('cudnnDestroyFusedOpsConstParamPack', (cudnnFusedOpsConstParamPack_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
@@ -10085,15 +9961,7 @@ def cudnnDestroyFusedOpsConstParamPack(constPack):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    if not constPack:
-        raise _lib.null_handle_error('cudnnDestroyFusedOpsConstParamPack', 'constPack', constPack)
-    try:
-        status = _cudnnDestroyFusedOpsConstParamPack(constPack)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyFusedOpsConstParamPack', ('constPack',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyFusedOpsConstParamPack')
-    _clear_handle(constPack)
+    _destroy_once(_lib, 'cudnnDestroyFusedOpsConstParamPack', 'constPack', _cudnnDestroyFusedOpsConstParamPack, constPack)
 
 _cudnnSetFusedOpsConstParamPackAttribute = _lazy('cudnnSetFusedOpsConstParamPackAttribute', (cudnnFusedOpsConstParamPack_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 _values_cudnnSetFusedOpsConstParamPackAttribute = (b'i', (cudnnFusedOpsConstParamLabel_t,), _pack_i)
@@ -10199,6 +10067,7 @@ def cudnnCreateFusedOpsVariantParamPack(varPack, ops):
         raise _lib.argument_error('cudnnCreateFusedOpsVariantParamPack', ('varPack', 'ops'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateFusedOpsVariantParamPack')
+    _created(varPack)
 
 _cudnnDestroyFusedOpsVariantParamPack = _lazy('cudnnDestroyFusedOpsVariantParamPack', (cudnnFusedOpsVariantParamPack_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
@@ -10217,15 +10086,7 @@ def cudnnDestroyFusedOpsVariantParamPack(varPack):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    if not varPack:
-        raise _lib.null_handle_error('cudnnDestroyFusedOpsVariantParamPack', 'varPack', varPack)
-    try:
-        status = _cudnnDestroyFusedOpsVariantParamPack(varPack)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyFusedOpsVariantParamPack', ('varPack',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyFusedOpsVariantParamPack')
-    _clear_handle(varPack)
+    _destroy_once(_lib, 'cudnnDestroyFusedOpsVariantParamPack', 'varPack', _cudnnDestroyFusedOpsVariantParamPack, varPack)
 
 _cudnnSetFusedOpsVariantParamPackAttribute = _lazy('cudnnSetFusedOpsVariantParamPackAttribute', (cudnnFusedOpsVariantParamPack_t, c_int, EitherPointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 _values_cudnnSetFusedOpsVariantParamPackAttribute = (b'i', (cudnnFusedOpsVariantParamLabel_t,), _pack_i)
@@ -10326,6 +10187,7 @@ def cudnnCreateFusedOpsPlan(plan, ops):
         raise _lib.argument_error('cudnnCreateFusedOpsPlan', ('plan', 'ops'), exc) from None
     if status:
         raise _lib.status_error(status, 'cudnnCreateFusedOpsPlan')
+    _created(plan)
 
 _cudnnDestroyFusedOpsPlan = _lazy('cudnnDestroyFusedOpsPlan', (cudnnFusedOpsPlan_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 
@@ -10344,15 +10206,7 @@ def cudnnDestroyFusedOpsPlan(plan):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    if not plan:
-        raise _lib.null_handle_error('cudnnDestroyFusedOpsPlan', 'plan', plan)
-    try:
-        status = _cudnnDestroyFusedOpsPlan(plan)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('cudnnDestroyFusedOpsPlan', ('plan',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'cudnnDestroyFusedOpsPlan')
-    _clear_handle(plan)
+    _destroy_once(_lib, 'cudnnDestroyFusedOpsPlan', 'plan', _cudnnDestroyFusedOpsPlan, plan)
 
 _cudnnMakeFusedOpsPlan = _lazy('cudnnMakeFusedOpsPlan', (cudnnHandle_t, cudnnFusedOpsPlan_t, cudnnFusedOpsConstParamPack_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 

@@ -18,10 +18,11 @@ from struct import Struct as _Struct
 
 from dnnbind.runtime import MiopenError as _Error
 from dnnbind.runtime.loader import Library as _Library, Unchecked as _Unchecked
-from dnnbind.runtime.checks import (check_values as _check_values, clear_handle as _clear_handle,
-                                    host_array as _host_array, host_buffer as _host_buffer,
+from dnnbind.runtime.checks import (check_values as _check_values, host_array as _host_array,
+                                    host_buffer as _host_buffer,
                                     query_count as _query_count, sized_count as _sized_count,
                                     values_ok as _values_ok)
+from dnnbind.runtime.handles import created as _created, destroy_once as _destroy_once
 from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
                                       address_handle as _address_handle)
 
@@ -1425,6 +1426,7 @@ def miopenCreate(handle):
         raise _lib.argument_error('miopenCreate', ('handle',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreate')
+    _created(handle)
 
 _miopenCreateWithStream = _lazy('miopenCreateWithStream', (c_void_p, miopenAcceleratorQueue_t,), c_int)
 
@@ -1454,6 +1456,7 @@ def miopenCreateWithStream(handle, stream):
         raise _lib.argument_error('miopenCreateWithStream', ('handle', 'stream'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateWithStream')
+    _created(handle)
 
 _miopenDestroy = _lazy('miopenDestroy', (miopenHandle_t,), c_int)
 
@@ -1468,15 +1471,7 @@ def miopenDestroy(handle):
     This is called when breaking down the MIOpen environment.
     @param handle     MIOpen handle (input)
     @return           miopenStatus_t"""
-    if not handle:
-        raise _lib.null_handle_error('miopenDestroy', 'handle', handle)
-    try:
-        status = _miopenDestroy(handle)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroy', ('handle',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroy')
-    _clear_handle(handle)
+    _destroy_once(_lib, 'miopenDestroy', 'handle', _miopenDestroy, handle)
 
 _miopenSetStream = _lazy('miopenSetStream', (miopenHandle_t, miopenAcceleratorQueue_t,), c_int)
 
@@ -1630,6 +1625,7 @@ def miopenCreateTensorDescriptor(tensorDesc):
         raise _lib.argument_error('miopenCreateTensorDescriptor', ('tensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateTensorDescriptor')
+    _created(tensorDesc)
 
 _miopenSet4dTensorDescriptor = _lazy('miopenSet4dTensorDescriptor', (miopenTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int,), c_int)
 _values_miopenSet4dTensorDescriptor = (b'iiiii', (miopenDataType_t, None, None, None, None,), _pack_iiiii)
@@ -1951,15 +1947,7 @@ def miopenDestroyTensorDescriptor(tensorDesc):
 
     @param tensorDesc Tensor descriptor (input)
     @return           miopenStatus_t"""
-    if not tensorDesc:
-        raise _lib.null_handle_error('miopenDestroyTensorDescriptor', 'tensorDesc', tensorDesc)
-    try:
-        status = _miopenDestroyTensorDescriptor(tensorDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroyTensorDescriptor', ('tensorDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroyTensorDescriptor')
-    _clear_handle(tensorDesc)
+    _destroy_once(_lib, 'miopenDestroyTensorDescriptor', 'tensorDesc', _miopenDestroyTensorDescriptor, tensorDesc)
 
 _miopenCreateSeqTensorDescriptor = _lazy('miopenCreateSeqTensorDescriptor', (c_void_p,), c_int)
 
@@ -1984,6 +1972,7 @@ def miopenCreateSeqTensorDescriptor(tensorDesc):
         raise _lib.argument_error('miopenCreateSeqTensorDescriptor', ('tensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateSeqTensorDescriptor')
+    _created(tensorDesc)
 
 _miopenDestroySeqTensorDescriptor = _lazy('miopenDestroySeqTensorDescriptor', (miopenSeqTensorDescriptor_t,), c_int)
 
@@ -1997,15 +1986,7 @@ def miopenDestroySeqTensorDescriptor(tensorDesc):
 
     @param tensorDesc Tensor descriptor (input)
     @return           miopenStatus_t"""
-    if not tensorDesc:
-        raise _lib.null_handle_error('miopenDestroySeqTensorDescriptor', 'tensorDesc', tensorDesc)
-    try:
-        status = _miopenDestroySeqTensorDescriptor(tensorDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroySeqTensorDescriptor', ('tensorDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroySeqTensorDescriptor')
-    _clear_handle(tensorDesc)
+    _destroy_once(_lib, 'miopenDestroySeqTensorDescriptor', 'tensorDesc', _miopenDestroySeqTensorDescriptor, tensorDesc)
 
 _miopenOpTensor = _lazy('miopenOpTensor', (miopenHandle_t, c_int, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer, c_void_p, miopenTensorDescriptor_t, DevicePointer,), c_int)
 _values_miopenOpTensor = (b'i', (miopenTensorOp_t,), _pack_i)
@@ -2207,6 +2188,7 @@ def miopenCreateConvolutionDescriptor(convDesc):
         raise _lib.argument_error('miopenCreateConvolutionDescriptor', ('convDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateConvolutionDescriptor')
+    _created(convDesc)
 
 _miopenInitConvolutionDescriptor = _lazy('miopenInitConvolutionDescriptor', (miopenConvolutionDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
 _values_miopenInitConvolutionDescriptor = (b'iiiiiii', (miopenConvolutionMode_t, None, None, None, None, None, None,), _pack_iiiiiii)
@@ -2608,15 +2590,7 @@ def miopenDestroyConvolutionDescriptor(convDesc):
 
     @param convDesc Convolution tensor descriptor type (input)
     @return           miopenStatus_t"""
-    if not convDesc:
-        raise _lib.null_handle_error('miopenDestroyConvolutionDescriptor', 'convDesc', convDesc)
-    try:
-        status = _miopenDestroyConvolutionDescriptor(convDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroyConvolutionDescriptor', ('convDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroyConvolutionDescriptor')
-    _clear_handle(convDesc)
+    _destroy_once(_lib, 'miopenDestroyConvolutionDescriptor', 'convDesc', _miopenDestroyConvolutionDescriptor, convDesc)
 
 _miopenSetConvolutionAttribute = _lazy('miopenSetConvolutionAttribute', (miopenConvolutionDescriptor_t, c_int, c_int,), c_int)
 _values_miopenSetConvolutionAttribute = (b'ii', (miopenConvolutionAttrib_t, None,), _pack_ii)
@@ -3989,6 +3963,7 @@ def miopenCreatePoolingDescriptor(poolDesc):
         raise _lib.argument_error('miopenCreatePoolingDescriptor', ('poolDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreatePoolingDescriptor')
+    _created(poolDesc)
 
 _miopenSetPoolingIndexType = _lazy('miopenSetPoolingIndexType', (miopenPoolingDescriptor_t, c_int,), c_int)
 _values_miopenSetPoolingIndexType = (b'i', (miopenIndexType_t,), _pack_i)
@@ -4511,15 +4486,7 @@ def miopenDestroyPoolingDescriptor(poolDesc):
 
     @param poolDesc Pooling tensor descriptor type (input)
     @return           miopenStatus_t"""
-    if not poolDesc:
-        raise _lib.null_handle_error('miopenDestroyPoolingDescriptor', 'poolDesc', poolDesc)
-    try:
-        status = _miopenDestroyPoolingDescriptor(poolDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroyPoolingDescriptor', ('poolDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroyPoolingDescriptor')
-    _clear_handle(poolDesc)
+    _destroy_once(_lib, 'miopenDestroyPoolingDescriptor', 'poolDesc', _miopenDestroyPoolingDescriptor, poolDesc)
 
 _miopenCreateLRNDescriptor = _lazy('miopenCreateLRNDescriptor', (c_void_p,), c_int)
 
@@ -4547,6 +4514,7 @@ def miopenCreateLRNDescriptor(lrnDesc):
         raise _lib.argument_error('miopenCreateLRNDescriptor', ('lrnDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateLRNDescriptor')
+    _created(lrnDesc)
 
 _miopenSetLRNDescriptor = _lazy('miopenSetLRNDescriptor', (miopenLRNDescriptor_t, c_int, c_uint, c_double, c_double, c_double,), c_int)
 _values_miopenSetLRNDescriptor = (b'iI', (miopenLRNMode_t, None,), _pack_iI)
@@ -4748,15 +4716,7 @@ def miopenDestroyLRNDescriptor(lrnDesc):
 
     @param lrnDesc   LRN tensor descriptor type (input)
     @return          miopenStatus_t"""
-    if not lrnDesc:
-        raise _lib.null_handle_error('miopenDestroyLRNDescriptor', 'lrnDesc', lrnDesc)
-    try:
-        status = _miopenDestroyLRNDescriptor(lrnDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroyLRNDescriptor', ('lrnDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroyLRNDescriptor')
-    _clear_handle(lrnDesc)
+    _destroy_once(_lib, 'miopenDestroyLRNDescriptor', 'lrnDesc', _miopenDestroyLRNDescriptor, lrnDesc)
 
 _miopenLayerNormForward = _lazy('miopenLayerNormForward', (miopenHandle_t, c_int, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_float, c_int32, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer,), c_int)
 _values_miopenLayerNormForward = (b'ii', (miopenNormMode_t, None,), _pack_ii)
@@ -5327,6 +5287,7 @@ def miopenCreateActivationDescriptor(activDesc):
         raise _lib.argument_error('miopenCreateActivationDescriptor', ('activDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateActivationDescriptor')
+    _created(activDesc)
 
 _miopenSetActivationDescriptor = _lazy('miopenSetActivationDescriptor', (miopenActivationDescriptor_t, c_int, c_double, c_double, c_double,), c_int)
 _values_miopenSetActivationDescriptor = (b'i', (miopenActivationMode_t,), _pack_i)
@@ -5485,15 +5446,7 @@ def miopenDestroyActivationDescriptor(activDesc):
 
     @param activDesc   Activation tensor descriptor type (input)
     @return            miopenStatus_t"""
-    if not activDesc:
-        raise _lib.null_handle_error('miopenDestroyActivationDescriptor', 'activDesc', activDesc)
-    try:
-        status = _miopenDestroyActivationDescriptor(activDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroyActivationDescriptor', ('activDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroyActivationDescriptor')
-    _clear_handle(activDesc)
+    _destroy_once(_lib, 'miopenDestroyActivationDescriptor', 'activDesc', _miopenDestroyActivationDescriptor, activDesc)
 
 _miopenGLUForward = _lazy('miopenGLUForward', (miopenHandle_t, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, c_uint32,), c_int)
 _values_miopenGLUForward = (b'I', (None,), _pack_I)
@@ -5761,6 +5714,7 @@ def miopenCreateFusionPlan(fusePlanDesc, fuseDirection, inputDesc):
         raise _lib.argument_error('miopenCreateFusionPlan', ('fusePlanDesc', 'fuseDirection', 'inputDesc'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateFusionPlan')
+    _created(fusePlanDesc)
 
 _miopenDestroyFusionPlan = _lazy('miopenDestroyFusionPlan', (miopenFusionPlanDescriptor_t,), c_int)
 
@@ -5774,15 +5728,7 @@ def miopenDestroyFusionPlan(fusePlanDesc):
 
     @param fusePlanDesc  A fusion plan descriptor type
     @return              miopenStatus_t"""
-    if not fusePlanDesc:
-        raise _lib.null_handle_error('miopenDestroyFusionPlan', 'fusePlanDesc', fusePlanDesc)
-    try:
-        status = _miopenDestroyFusionPlan(fusePlanDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroyFusionPlan', ('fusePlanDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroyFusionPlan')
-    _clear_handle(fusePlanDesc)
+    _destroy_once(_lib, 'miopenDestroyFusionPlan', 'fusePlanDesc', _miopenDestroyFusionPlan, fusePlanDesc)
 
 _miopenCompileFusionPlan = _lazy('miopenCompileFusionPlan', (miopenHandle_t, miopenFusionPlanDescriptor_t,), c_int)
 
@@ -5964,6 +5910,7 @@ def miopenCreateOpConvForward(fusePlanDesc, convOp, convDesc, wDesc):
         raise _lib.argument_error('miopenCreateOpConvForward', ('fusePlanDesc', 'convOp', 'convDesc', 'wDesc'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpConvForward')
+    _created(convOp)
 
 _miopenCreateOpActivationForward = _lazy('miopenCreateOpActivationForward', (miopenFusionPlanDescriptor_t, c_void_p, c_int,), c_int)
 _values_miopenCreateOpActivationForward = (b'i', (miopenActivationMode_t,), _pack_i)
@@ -5994,6 +5941,7 @@ def miopenCreateOpActivationForward(fusePlanDesc, activFwdOp, mode):
         raise _lib.argument_error('miopenCreateOpActivationForward', ('fusePlanDesc', 'activFwdOp', 'mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpActivationForward')
+    _created(activFwdOp)
 
 _miopenCreateOpActivationBackward = _lazy('miopenCreateOpActivationBackward', (miopenFusionPlanDescriptor_t, c_void_p, c_int,), c_int)
 _values_miopenCreateOpActivationBackward = (b'i', (miopenActivationMode_t,), _pack_i)
@@ -6024,6 +5972,7 @@ def miopenCreateOpActivationBackward(fusePlanDesc, activBwdOp, mode):
         raise _lib.argument_error('miopenCreateOpActivationBackward', ('fusePlanDesc', 'activBwdOp', 'mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpActivationBackward')
+    _created(activBwdOp)
 
 _miopenCreateOpBiasForward = _lazy('miopenCreateOpBiasForward', (miopenFusionPlanDescriptor_t, c_void_p, miopenTensorDescriptor_t,), c_int)
 
@@ -6051,6 +6000,7 @@ def miopenCreateOpBiasForward(fusePlanDesc, biasOp, bDesc):
         raise _lib.argument_error('miopenCreateOpBiasForward', ('fusePlanDesc', 'biasOp', 'bDesc'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpBiasForward')
+    _created(biasOp)
 
 _miopenCreateOpBatchNormInference = _lazy('miopenCreateOpBatchNormInference', (miopenFusionPlanDescriptor_t, c_void_p, c_int, miopenTensorDescriptor_t,), c_int)
 _values_miopenCreateOpBatchNormInference = (b'i', (miopenBatchNormMode_t,), _pack_i)
@@ -6082,6 +6032,7 @@ def miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMea
         raise _lib.argument_error('miopenCreateOpBatchNormInference', ('fusePlanDesc', 'bnOp', 'bn_mode', 'bnScaleBiasMeanVarDesc'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpBatchNormInference')
+    _created(bnOp)
 
 _miopenCreateOpBatchNormForward = _lazy('miopenCreateOpBatchNormForward', (miopenFusionPlanDescriptor_t, c_void_p, c_int, c_bool,), c_int)
 _values_miopenCreateOpBatchNormForward = (b'i', (miopenBatchNormMode_t,), _pack_i)
@@ -6114,6 +6065,7 @@ def miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVa
         raise _lib.argument_error('miopenCreateOpBatchNormForward', ('fusePlanDesc', 'bnFwdOp', 'bn_mode', 'runningMeanVariance'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpBatchNormForward')
+    _created(bnFwdOp)
 
 _miopenCreateOpBatchNormBackward = _lazy('miopenCreateOpBatchNormBackward', (miopenFusionPlanDescriptor_t, c_void_p, c_int,), c_int)
 _values_miopenCreateOpBatchNormBackward = (b'i', (miopenBatchNormMode_t,), _pack_i)
@@ -6144,6 +6096,7 @@ def miopenCreateOpBatchNormBackward(fusePlanDesc, bnBwdOp, bn_mode):
         raise _lib.argument_error('miopenCreateOpBatchNormBackward', ('fusePlanDesc', 'bnBwdOp', 'bn_mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOpBatchNormBackward')
+    _created(bnBwdOp)
 
 _miopenCreateOperatorArgs = _lazy('miopenCreateOperatorArgs', (c_void_p,), c_int)
 
@@ -6167,6 +6120,7 @@ def miopenCreateOperatorArgs(args):
         raise _lib.argument_error('miopenCreateOperatorArgs', ('args',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateOperatorArgs')
+    _created(args)
 
 _miopenDestroyOperatorArgs = _lazy('miopenDestroyOperatorArgs', (miopenOperatorArgs_t,), c_int)
 
@@ -6180,15 +6134,7 @@ def miopenDestroyOperatorArgs(args):
 
     @param args        An operator argument type (output)
     @return            miopenStatus_t"""
-    if not args:
-        raise _lib.null_handle_error('miopenDestroyOperatorArgs', 'args', args)
-    try:
-        status = _miopenDestroyOperatorArgs(args)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroyOperatorArgs', ('args',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroyOperatorArgs')
-    _clear_handle(args)
+    _destroy_once(_lib, 'miopenDestroyOperatorArgs', 'args', _miopenDestroyOperatorArgs, args)
 
 _miopenSetOpArgsConvForward = _lazy('miopenSetOpArgsConvForward', (miopenOperatorArgs_t, miopenFusionOpDescriptor_t, c_void_p, c_void_p, DevicePointer,), c_int)
 
@@ -6560,6 +6506,7 @@ def miopenCreateRNNDescriptor(rnnDesc):
         raise _lib.argument_error('miopenCreateRNNDescriptor', ('rnnDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateRNNDescriptor')
+    _created(rnnDesc)
 
 _miopenGetRNNDescriptor = _lazy('miopenGetRNNDescriptor', (miopenRNNDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
@@ -6669,15 +6616,7 @@ def miopenDestroyRNNDescriptor(rnnDesc):
 
     @param rnnDesc RNN tensor descriptor type (input)
     @return           miopenStatus_t"""
-    if not rnnDesc:
-        raise _lib.null_handle_error('miopenDestroyRNNDescriptor', 'rnnDesc', rnnDesc)
-    try:
-        status = _miopenDestroyRNNDescriptor(rnnDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroyRNNDescriptor', ('rnnDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroyRNNDescriptor')
-    _clear_handle(rnnDesc)
+    _destroy_once(_lib, 'miopenDestroyRNNDescriptor', 'rnnDesc', _miopenDestroyRNNDescriptor, rnnDesc)
 
 _miopenSetRNNDescriptor = _lazy('miopenSetRNNDescriptor', (miopenRNNDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
 _values_miopenSetRNNDescriptor = (b'iiiiiiii', (None, None, miopenRNNInputMode_t, miopenRNNDirectionMode_t, miopenRNNMode_t, miopenRNNBiasMode_t, miopenRNNAlgo_t, miopenDataType_t,), _pack_iiiiiiii)
@@ -8352,6 +8291,7 @@ def miopenCreateCTCLossDescriptor(ctcLossDesc):
         raise _lib.argument_error('miopenCreateCTCLossDescriptor', ('ctcLossDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateCTCLossDescriptor')
+    _created(ctcLossDesc)
 
 _miopenGetCTCLossDescriptor = _lazy('miopenGetCTCLossDescriptor', (miopenCTCLossDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int)
 
@@ -8398,15 +8338,7 @@ def miopenDestroyCTCLossDescriptor(ctcLossDesc):
 
     @param ctcLossDesc  CTC loss function descriptor type (input)
     @return             miopenStatus_t"""
-    if not ctcLossDesc:
-        raise _lib.null_handle_error('miopenDestroyCTCLossDescriptor', 'ctcLossDesc', ctcLossDesc)
-    try:
-        status = _miopenDestroyCTCLossDescriptor(ctcLossDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroyCTCLossDescriptor', ('ctcLossDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroyCTCLossDescriptor')
-    _clear_handle(ctcLossDesc)
+    _destroy_once(_lib, 'miopenDestroyCTCLossDescriptor', 'ctcLossDesc', _miopenDestroyCTCLossDescriptor, ctcLossDesc)
 
 _miopenSetCTCLossDescriptor = _lazy('miopenSetCTCLossDescriptor', (miopenCTCLossDescriptor_t, c_int, c_int, c_bool,), c_int)
 _values_miopenSetCTCLossDescriptor = (b'ii', (miopenDataType_t, None,), _pack_ii)
@@ -8554,6 +8486,7 @@ def miopenCreateDropoutDescriptor(dropoutDesc):
         raise _lib.argument_error('miopenCreateDropoutDescriptor', ('dropoutDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateDropoutDescriptor')
+    _created(dropoutDesc)
 
 _miopenDestroyDropoutDescriptor = _lazy('miopenDestroyDropoutDescriptor', (miopenDropoutDescriptor_t,), c_int)
 
@@ -8567,15 +8500,7 @@ def miopenDestroyDropoutDescriptor(dropoutDesc):
 
     @param dropoutDesc Dropout descriptor type (input)
     @return            miopenStatus_t"""
-    if not dropoutDesc:
-        raise _lib.null_handle_error('miopenDestroyDropoutDescriptor', 'dropoutDesc', dropoutDesc)
-    try:
-        status = _miopenDestroyDropoutDescriptor(dropoutDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroyDropoutDescriptor', ('dropoutDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroyDropoutDescriptor')
-    _clear_handle(dropoutDesc)
+    _destroy_once(_lib, 'miopenDestroyDropoutDescriptor', 'dropoutDesc', _miopenDestroyDropoutDescriptor, dropoutDesc)
 
 _miopenDropoutGetReserveSpaceSize = _lazy('miopenDropoutGetReserveSpaceSize', (miopenTensorDescriptor_t, c_void_p,), c_int)
 
@@ -8870,6 +8795,7 @@ def miopenCreateReduceTensorDescriptor(reduceTensorDesc):
         raise _lib.argument_error('miopenCreateReduceTensorDescriptor', ('reduceTensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateReduceTensorDescriptor')
+    _created(reduceTensorDesc)
 
 _miopenDestroyReduceTensorDescriptor = _lazy('miopenDestroyReduceTensorDescriptor', (miopenReduceTensorDescriptor_t,), c_int)
 
@@ -8883,15 +8809,7 @@ def miopenDestroyReduceTensorDescriptor(reduceTensorDesc):
 
     @param reduceTensorDesc  ReduceTensor descriptor type (input)
     @return            miopenStatus_t"""
-    if not reduceTensorDesc:
-        raise _lib.null_handle_error('miopenDestroyReduceTensorDescriptor', 'reduceTensorDesc', reduceTensorDesc)
-    try:
-        status = _miopenDestroyReduceTensorDescriptor(reduceTensorDesc)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroyReduceTensorDescriptor', ('reduceTensorDesc',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroyReduceTensorDescriptor')
-    _clear_handle(reduceTensorDesc)
+    _destroy_once(_lib, 'miopenDestroyReduceTensorDescriptor', 'reduceTensorDesc', _miopenDestroyReduceTensorDescriptor, reduceTensorDesc)
 
 _miopenSetReduceTensorDescriptor = _lazy('miopenSetReduceTensorDescriptor', (miopenReduceTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int,), c_int)
 _values_miopenSetReduceTensorDescriptor = (b'iiiii', (miopenReduceTensorOp_t, miopenDataType_t, miopenNanPropagation_t, miopenReduceTensorIndices_t, miopenIndicesType_t,), _pack_iiiii)
@@ -9108,6 +9026,7 @@ def miopenCreateConvProblem(problem, operatorDesc, direction):
         raise _lib.argument_error('miopenCreateConvProblem', ('problem', 'operatorDesc', 'direction'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateConvProblem')
+    _created(problem)
 
 _miopenCreateMhaProblem = _lazy('miopenCreateMhaProblem', (c_void_p, miopenMhaDescriptor_t, c_int,), c_int)
 _values_miopenCreateMhaProblem = (b'i', (miopenProblemDirection_t,), _pack_i)
@@ -9131,6 +9050,7 @@ def miopenCreateMhaProblem(problem, operatorDesc, direction):
         raise _lib.argument_error('miopenCreateMhaProblem', ('problem', 'operatorDesc', 'direction'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateMhaProblem')
+    _created(problem)
 
 _miopenCreateMhaDescriptor = _lazy('miopenCreateMhaDescriptor', (c_void_p,), c_int)
 
@@ -9154,6 +9074,7 @@ def miopenCreateMhaDescriptor(mhaDesc):
         raise _lib.argument_error('miopenCreateMhaDescriptor', ('mhaDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateMhaDescriptor')
+    _created(mhaDesc)
 
 _miopenSetMhaDescriptor = _lazy('miopenSetMhaDescriptor', (miopenMhaDescriptor_t, c_float,), c_int)
 
@@ -9229,6 +9150,7 @@ def miopenCreateSoftmaxDescriptor(softmaxDesc):
         raise _lib.argument_error('miopenCreateSoftmaxDescriptor', ('softmaxDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateSoftmaxDescriptor')
+    _created(softmaxDesc)
 
 _miopenSetSoftmaxDescriptor = _lazy('miopenSetSoftmaxDescriptor', (miopenSoftmaxDescriptor_t, c_float, c_float, c_int, c_int,), c_int)
 _values_miopenSetSoftmaxDescriptor = (b'ii', (miopenSoftmaxAlgorithm_t, miopenSoftmaxMode_t,), _pack_ii)
@@ -9309,15 +9231,7 @@ def miopenDestroyProblem(problem):
 
     @param problem Problem to destroy
     @return        miopenStatus_t"""
-    if not problem:
-        raise _lib.null_handle_error('miopenDestroyProblem', 'problem', problem)
-    try:
-        status = _miopenDestroyProblem(problem)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroyProblem', ('problem',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroyProblem')
-    _clear_handle(problem)
+    _destroy_once(_lib, 'miopenDestroyProblem', 'problem', _miopenDestroyProblem, problem)
 
 _miopenSetProblemTensorDescriptor = _lazy('miopenSetProblemTensorDescriptor', (miopenProblem_t, c_uint, miopenTensorDescriptor_t,), c_int)
 _values_miopenSetProblemTensorDescriptor = (b'I', (miopenTensorArgumentId_t,), _pack_I)
@@ -9367,6 +9281,7 @@ def miopenCreateFindOptions(options):
         raise _lib.argument_error('miopenCreateFindOptions', ('options',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateFindOptions')
+    _created(options)
 
 _miopenDestroyFindOptions = _lazy('miopenDestroyFindOptions', (miopenFindOptions_t,), c_int)
 
@@ -9380,15 +9295,7 @@ def miopenDestroyFindOptions(options):
 
     @param options    Options object to destroy
     @return           miopenStatus_t"""
-    if not options:
-        raise _lib.null_handle_error('miopenDestroyFindOptions', 'options', options)
-    try:
-        status = _miopenDestroyFindOptions(options)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroyFindOptions', ('options',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroyFindOptions')
-    _clear_handle(options)
+    _destroy_once(_lib, 'miopenDestroyFindOptions', 'options', _miopenDestroyFindOptions, options)
 
 _miopenSetFindOptionTuning = _lazy('miopenSetFindOptionTuning', (miopenFindOptions_t, c_int,), c_int)
 _values_miopenSetFindOptionTuning = (b'i', (None,), _pack_i)
@@ -9637,15 +9544,7 @@ def miopenDestroySolution(solution):
 
     @param solution   Solution to destroy
     @return           miopenStatus_t"""
-    if not solution:
-        raise _lib.null_handle_error('miopenDestroySolution', 'solution', solution)
-    try:
-        status = _miopenDestroySolution(solution)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenDestroySolution', ('solution',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenDestroySolution')
-    _clear_handle(solution)
+    _destroy_once(_lib, 'miopenDestroySolution', 'solution', _miopenDestroySolution, solution)
 
 _miopenLoadSolution = _lazy('miopenLoadSolution', (c_void_p, c_void_p, c_size_t,), c_int)
 _values_miopenLoadSolution = (b'N', (None,), _pack_N)
@@ -9866,6 +9765,7 @@ def miopenCreateActivationProblem(problem, operatorDesc, direction):
         raise _lib.argument_error('miopenCreateActivationProblem', ('problem', 'operatorDesc', 'direction'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateActivationProblem')
+    _created(problem)
 
 _miopenCreateBatchnormProblem = _lazy('miopenCreateBatchnormProblem', (c_void_p, c_int, c_bool, c_int,), c_int)
 _values_miopenCreateBatchnormProblem = (b'ii', (miopenBatchNormMode_t, miopenProblemDirection_t,), _pack_ii)
@@ -9897,6 +9797,7 @@ def miopenCreateBatchnormProblem(problem, mode, runningMeanVariance, direction):
         raise _lib.argument_error('miopenCreateBatchnormProblem', ('problem', 'mode', 'runningMeanVariance', 'direction'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateBatchnormProblem')
+    _created(problem)
 
 _miopenFuseProblems = _lazy('miopenFuseProblems', (miopenProblem_t, miopenProblem_t,), c_int)
 
@@ -9964,6 +9865,7 @@ def miopenCreateBiasProblem(problem, direction):
         raise _lib.argument_error('miopenCreateBiasProblem', ('problem', 'direction'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateBiasProblem')
+    _created(problem)
 
 _miopenCreateSoftmaxProblem = _lazy('miopenCreateSoftmaxProblem', (c_void_p, miopenSoftmaxDescriptor_t, c_int,), c_int)
 _values_miopenCreateSoftmaxProblem = (b'i', (miopenProblemDirection_t,), _pack_i)
@@ -9996,6 +9898,7 @@ def miopenCreateSoftmaxProblem(problem, operatorDesc, direction):
         raise _lib.argument_error('miopenCreateSoftmaxProblem', ('problem', 'operatorDesc', 'direction'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateSoftmaxProblem')
+    _created(problem)
 
 _miopenGetReduceCalculationWorkspaceSize = _lazy('miopenGetReduceCalculationWorkspaceSize', (miopenHandle_t, miopenTensorDescriptor_t, c_int32, c_int, miopenTensorDescriptor_t, c_void_p,), c_int)
 _values_miopenGetReduceCalculationWorkspaceSize = (b'ii', (None, miopenReduceCalculationOp_t,), _pack_ii)
@@ -10391,6 +10294,7 @@ def miopenBackendCreateDescriptor(descriptorType, descriptor):
         raise _lib.argument_error('miopenBackendCreateDescriptor', ('descriptorType', 'descriptor'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenBackendCreateDescriptor')
+    _created(descriptor)
 
 _miopenBackendSetAttribute = _lazy('miopenBackendSetAttribute', (miopenBackendDescriptor_t, c_int, c_int, c_int64, c_void_p,), c_int)
 _values_miopenBackendSetAttribute = (b'iiq', (miopenBackendAttributeName_t, miopenBackendAttributeType_t, None,), _pack_iiq)
@@ -10603,15 +10507,7 @@ def miopenBackendDestroyDescriptor(descriptor):
     @retval  miopenStatusSuccess       The memory was destroyed successfully
     @retval  miopenStatusAllocFailed   The destruction of memory failed
     @retval  miopenStatusUnknownError  The error information was not gathered"""
-    if not descriptor:
-        raise _lib.null_handle_error('miopenBackendDestroyDescriptor', 'descriptor', descriptor)
-    try:
-        status = _miopenBackendDestroyDescriptor(descriptor)
-    except _ArgumentError as exc:
-        raise _lib.argument_error('miopenBackendDestroyDescriptor', ('descriptor',), exc) from None
-    if status:
-        raise _lib.status_error(status, 'miopenBackendDestroyDescriptor')
-    _clear_handle(descriptor)
+    _destroy_once(_lib, 'miopenBackendDestroyDescriptor', 'descriptor', _miopenBackendDestroyDescriptor, descriptor)
 
 _miopenBackendInitialize = _lazy('miopenBackendInitialize', (miopenBackendDescriptor_t, c_int, c_size_t,), c_int)
 _values_miopenBackendInitialize = (b'iN', (miopenBackendDescriptorType_t, None,), _pack_iN)

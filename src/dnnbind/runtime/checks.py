@@ -339,10 +339,3 @@ def query_count(query: Any, args: tuple, ctype: Any) -> int:
     out = ctype()
     query(*args, ctypes.byref(out))
     return out.value
-
-
-def clear_handle(handle: Any) -> None:
-    """After a successful Destroy*: set the handle object to NULL, so a later use passes NULL (which the
-    library refuses cleanly) and a second destroy is refused in Python, instead of reaching freed memory."""
-    if isinstance(handle, ctypes._Pointer):
-        ctypes.memset(ctypes.addressof(handle), 0, ctypes.sizeof(handle))

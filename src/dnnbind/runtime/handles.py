@@ -1,0 +1,73 @@
+"""Handle lifetimes: each library object is destroyed once, whatever Python objects refer to it.
+
+A generated ``*Destroy*`` wrapper clears the handle object it was given, so that object cannot free the
+same memory again. Two things get past that alone: another Python object holding the same address (a
+``ctypes.cast`` of it, a handle rebuilt from its int value), and two threads destroying one handle at once
+(both see it set, both free it). So destroys run under one lock, and the addresses they freed are
+remembered until a ``*Create*`` wrapper hands the address out again: a destroy of a remembered address is
+refused. (A handle created around the bindings, by ``unchecked.<name>`` or by another library, at an
+address these wrappers freed before, is refused too: destroy such a handle with ``unchecked`` as well.)
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from ctypes import c_void_p
+
+from dnnbind.runtime.errors import DnnArgumentError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+_ByrefType = type(ctypes.byref(ctypes.c_int()))
+_lock = threading.Lock()
+#: addresses a generated destroy freed and no generated create has returned since
+_freed: set[int] = set()
+
+
+def _address(handle: Any) -> int | None:
+    if isinstance(handle, ctypes._Pointer):
+        return ctypes.cast(handle, c_void_p).value
+    if type(handle) is int:
+        return handle
+    return None
+
+
+def clear_handle(handle: Any) -> None:
+    """Set a handle object to NULL, so that a later use is refused in Python as a NULL handle."""
+    if isinstance(handle, ctypes._Pointer):
+        ctypes.memset(ctypes.addressof(handle), 0, ctypes.sizeof(handle))
+
+
+def destroy_once(library: Any, function: str, param: str, call: Callable[[Any], int], handle: Any) -> None:
+    """Destroy ``handle`` with the foreign ``call`` unless it is NULL or its address was freed already; on
+    success, remember the address and clear the handle object."""
+    with _lock:
+        if not handle:
+            raise library.null_handle_error(function, param, handle)
+        address = _address(handle)
+        if address in _freed:
+            raise DnnArgumentError(f"{function}: parameter {param!r} holds the address {address:#x}, which a "
+                                   "destroy freed already (through another handle object with the same address); "
+                                   "destroying it again would free memory twice")
+        try:
+            status = call(handle)
+        except ctypes.ArgumentError as exc:
+            raise library.argument_error(function, (param,), exc) from None
+        if status:
+            raise library.status_error(status, function)
+        if address is not None:
+            _freed.add(address)
+        clear_handle(handle)
+
+
+def created(out: Any) -> None:
+    """After a successful create: the address it wrote is live again (``out``: the converted output argument,
+    a byref, a ctypes array or a handle object)."""
+    if not _freed:
+        return
+    target = out._obj if isinstance(out, _ByrefType) else out
+    with _lock:
+        for item in target if isinstance(target, ctypes.Array) else (target,):
+            _freed.discard(_address(item))     # type: ignore[arg-type]

@@ -197,7 +197,7 @@ class TypeNames:
         if t.kind in ("struct", "union"):
             return t.name
         if t.kind == "function":
-            return f"{t.name}"
+            return f"{t.name} | CallbackLike"
         return "Any"
 
     def result_annotation(self, t: ir.CType, returns: str) -> str:
@@ -324,7 +324,12 @@ def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_no
             params.append(RenderedParam(py_name(p.name), argtype, note, annotation, convert))
             continue
         argtype, note = names.param(p)
-        params.append(RenderedParam(py_name(p.name), argtype, note, names.annotation(p.type, argtype)))
+        convert = ""
+        if p.type.kind == "function":           # a callback the library keeps: typed, and held while it may call
+            owner = next((py_name(q.name) for q in fn.params if q.type.kind == "handle"), "None")
+            name = py_name(p.name)
+            convert = (f"{name} = _callback({argtype}, {name}, {index}, {(fn.name, p.name)!r}, {owner})")
+        params.append(RenderedParam(py_name(p.name), argtype, note, names.annotation(p.type, argtype), convert))
     restype, returns = _result(fn.result, status_type, names)
     lines = [fn.prototype]
     flags = []

@@ -78,6 +78,18 @@ def callback_round_trip():
     c.cudnnSetCallback(0, None, c.cudnnCallback_t())
     assert ctypes.cast(fptr, ctypes.c_void_p).value == ctypes.cast(callback, ctypes.c_void_p).value
 
+def callback_outlives_its_argument():
+    """The library calls the callback after cudnnSetCallback returns: a temporary must stay alive."""
+    seen = []
+    c.cudnnSetCallback(c.CUDNN_SEV_ERROR_EN, None, c.cudnnCallback_t(lambda *args: seen.append(args[0])))
+    c.cudnnSetCallback(c.CUDNN_SEV_ERROR_EN, None, lambda *args: seen.append(args[0]))   # a plain function too
+    try:
+        c.cudnnSetTensor4dDescriptor(t, 0, 0, -1, 1, 1, 1)
+    except Exception:
+        pass
+    c.cudnnSetCallback(0, None, None)
+    assert seen, "the callback was not called"
+
 def lrn_outputs_are_optional():
     lrn = make(c.cudnnCreateLRNDescriptor, c.cudnnLRNDescriptor_t)
     n = ctypes.c_uint()
@@ -146,6 +158,9 @@ CASES = {
     "destroyed address reused": "reused_address()",
     # 5. a pointer to a callback typedef
     "callback read back": "callback_round_trip()",
+    "callback temporary": "callback_outlives_its_argument()",
+    "callback byref": "c.cudnnSetCallback(c.CUDNN_SEV_ERROR_EN, None, byref(c_int()))",
+    "callback address": "c.cudnnSetCallback(c.CUDNN_SEV_ERROR_EN, None, 0x1000)",
     # memory kinds (held before; kept as a regression guard)
     "numpy as device": "forward(x=np.zeros(4, np.float32))",
     "device as host": "forward(alpha=FakeDeviceArray())",
@@ -210,6 +225,11 @@ EXPECTED = {   # case -> (exception class, text the message must contain); None:
     "read after destroy": ("DnnArgumentError", "cudnnGetTensorSizeInBytes: parameter 'tensorDesc' is NULL"),
     "destroyed address reused": ("DnnArgumentError", "cudnnSetTensor4dDescriptor: parameter 'tensorDesc' is NULL"),
     "callback read back": None,
+    "callback temporary": None,
+    "callback byref": ("DnnArgumentError", "cudnnSetCallback: parameter 'fptr' needs a callback (an instance of "
+                                           "its CFUNCTYPE type, a Python function to wrap in one, or None), got "
+                                           "CArgObject"),
+    "callback address": ("DnnArgumentError", "cudnnSetCallback: parameter 'fptr' needs a callback"),
     "numpy as device": ("DnnArgumentError", "parameter 'x' needs device memory, got numpy.ndarray (host memory)"),
     "device as host": ("DnnArgumentError", "parameter 'alpha' cannot take the host address of a "
                                            "__main__.FakeDeviceArray"),

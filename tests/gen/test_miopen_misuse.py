@@ -66,6 +66,7 @@ CASES = {
     "pooling destroyed twice": "destroy_twice(m.miopenCreatePoolingDescriptor, m.miopenPoolingDescriptor_t, "
                                "m.miopenDestroyPoolingDescriptor)",
     "set after destroy": "after_destroy(lambda h: m.miopenSet4dTensorDescriptor(h, m.miopenFloat, 1, 1, 1, 1))",
+    "allocator byref": "m.miopenSetAllocator(None, byref(c_float(0)), None, None)",
     "numpy as device": "m.miopenConvolutionForward(None, byref(c_float(1)), x, np.zeros(4, np.float32), x, None, "
                        "conv, 0, byref(c_float(0)), x, None, None, 0)",
 }
@@ -94,6 +95,7 @@ EXPECTED = {
     "pooling destroyed twice": ("DnnArgumentError", "parameter 'poolDesc' is a NULL"),
     "set after destroy": ("DnnArgumentError", "miopenSet4dTensorDescriptor: parameter 'tensorDesc' is NULL; it "
                                               "needs a created handle"),
+    "allocator byref": ("DnnArgumentError", "miopenSetAllocator: parameter 'allocator' needs a callback"),
     "numpy as device": ("DnnArgumentError", "parameter 'x' needs device memory, got numpy.ndarray"),
 }
 

@@ -323,7 +323,8 @@ def test_deprecated_function_warns_once(fxlib: ModuleType) -> None:
 
 
 def test_callback(fxlib: ModuleType) -> None:
-    """A CFUNCTYPE callback is called by C; a plain Python function is refused by name."""
+    """A CFUNCTYPE callback is called by C, and so is a plain Python function (wrapped in one, and held); an
+    address or a byref is refused by name."""
     calls: list[tuple[int, int]] = []
 
     def reduce(acc: int, value: int) -> int:
@@ -334,8 +335,12 @@ def test_callback(fxlib: ModuleType) -> None:
     callback = fxlib.fxReduce_t(reduce)
     fxlib.fxApply(callback, 3, [1, 2, 3], byref(result))
     assert result.value == 123 and calls == [(0, 1), (1, 2), (12, 3)]
-    with pytest.raises(DnnArgumentError, match=r"^fxApply: parameter 'fn' "):
-        fxlib.fxApply(reduce, 3, [1, 2, 3], byref(result))
+    calls.clear()
+    fxlib.fxApply(reduce, 2, [4, 5], byref(result))
+    assert result.value == 45 and calls == [(0, 4), (4, 5)]
+    for wrong in (byref(c_int()), 0x1000):
+        with pytest.raises(DnnArgumentError, match=r"^fxApply: parameter 'fn' needs a callback"):
+            fxlib.fxApply(wrong, 3, [1, 2, 3], byref(result))
 
 
 def test_struct_by_value_and_nested(fxlib: ModuleType) -> None:

@@ -22,7 +22,8 @@ from dnnbind.runtime.checks import (check_values as _check_values, host_array as
                                     host_buffer as _host_buffer,
                                     query_count as _query_count, sized_count as _sized_count,
                                     values_ok as _values_ok)
-from dnnbind.runtime.handles import created as _created, destroy_once as _destroy_once
+from dnnbind.runtime.handles import (callback as _callback, created as _created,
+                                     destroy_once as _destroy_once)
 from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
                                       address_handle as _address_handle)
 from dnnbind.runtime.versions import cudnn_version as _cudnn_version
@@ -2267,6 +2268,7 @@ def cudnnSetCallback(mask, udata, fptr):
     if not _values_ok(_values_cudnnSetCallback, mask):
         _check_values('cudnnSetCallback', ('mask', 'udata', 'fptr'), ((0, mask, 'I', None),))
     try:
+        fptr = _callback(cudnnCallback_t, fptr, 2, ('cudnnSetCallback', 'fptr'), None)
         status = _cudnnSetCallback(mask, udata, fptr)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetCallback', ('mask', 'udata', 'fptr'), exc) from None

@@ -5,7 +5,7 @@ from ctypes import Structure, Union, _Pointer
 from enum import IntEnum
 from typing import Any
 
-from dnnbind.runtime.types import (DevicePointerLike, EitherPointerLike, HostArrayLike, HostPointerLike,
+from dnnbind.runtime.types import (CallbackLike, DevicePointerLike, EitherPointerLike, HostArrayLike, HostPointerLike,
                                    StringLike)
 
 HEADER_VERSION: str
@@ -2544,7 +2544,7 @@ def cudnnSetStream(handle: cudnnHandle_t | None, streamId: cudaStream_t | None) 
 def cudnnGetStream(handle: cudnnHandle_t | None, streamId: HostPointerLike) -> None: ...
 
 
-def cudnnSetCallback(mask: int, udata: EitherPointerLike, fptr: cudnnCallback_t) -> None: ...
+def cudnnSetCallback(mask: int, udata: EitherPointerLike, fptr: cudnnCallback_t | CallbackLike) -> None: ...
 
 
 def cudnnGetCallback(mask: HostPointerLike, udata: HostPointerLike, fptr: HostPointerLike) -> None: ...

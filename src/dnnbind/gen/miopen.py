@@ -22,7 +22,8 @@ from dnnbind.runtime.checks import (check_values as _check_values, host_array as
                                     host_buffer as _host_buffer,
                                     query_count as _query_count, sized_count as _sized_count,
                                     values_ok as _values_ok)
-from dnnbind.runtime.handles import created as _created, destroy_once as _destroy_once
+from dnnbind.runtime.handles import (callback as _callback, created as _created,
+                                     destroy_once as _destroy_once)
 from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
                                       address_handle as _address_handle)
 
@@ -1546,6 +1547,8 @@ def miopenSetAllocator(handle, allocator, deallocator, allocatorContext):
          for example a stateful heap allocator or a c++ class.
     @return           miopenStatus_t"""
     try:
+        allocator = _callback(miopenAllocatorFunction, allocator, 1, ('miopenSetAllocator', 'allocator'), handle)
+        deallocator = _callback(miopenDeallocatorFunction, deallocator, 2, ('miopenSetAllocator', 'deallocator'), handle)
         status = _miopenSetAllocator(handle, allocator, deallocator, allocatorContext)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetAllocator', ('handle', 'allocator', 'deallocator', 'allocatorContext'), exc) from None

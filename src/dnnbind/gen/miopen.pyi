@@ -5,7 +5,7 @@ from ctypes import Structure, Union, _Pointer
 from enum import IntEnum
 from typing import Any
 
-from dnnbind.runtime.types import (DevicePointerLike, EitherPointerLike, HostArrayLike, HostPointerLike,
+from dnnbind.runtime.types import (CallbackLike, DevicePointerLike, EitherPointerLike, HostArrayLike, HostPointerLike,
                                    StringLike)
 
 HEADER_VERSION: str
@@ -1575,7 +1575,7 @@ def miopenSetStream(handle: miopenHandle_t | None, streamID: miopenAcceleratorQu
 def miopenGetStream(handle: miopenHandle_t | None, streamID: HostPointerLike) -> None: ...
 
 
-def miopenSetAllocator(handle: miopenHandle_t | None, allocator: miopenAllocatorFunction, deallocator: miopenDeallocatorFunction, allocatorContext: EitherPointerLike) -> None: ...
+def miopenSetAllocator(handle: miopenHandle_t | None, allocator: miopenAllocatorFunction | CallbackLike, deallocator: miopenDeallocatorFunction | CallbackLike, allocatorContext: EitherPointerLike) -> None: ...
 
 
 def miopenGetKernelTime(handle: miopenHandle_t | None, time: HostPointerLike) -> None: ...

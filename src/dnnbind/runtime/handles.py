@@ -15,6 +15,7 @@ import threading
 from ctypes import c_void_p
 
 from dnnbind.runtime.errors import DnnArgumentError
+from dnnbind.runtime.pointers import _CData, type_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -67,7 +68,31 @@ def created(out: Any) -> None:
     a byref, a ctypes array or a handle object)."""
     if not _freed:
         return
-    target = out._obj if isinstance(out, _ByrefType) else out
+    target = getattr(out, "_obj") if isinstance(out, _ByrefType) else out
     with _lock:
         for item in target if isinstance(target, ctypes.Array) else (target,):
             _freed.discard(_address(item))     # type: ignore[arg-type]
+
+
+#: the callbacks libraries hold, by (function, parameter, owner handle's address): the library calls them
+#: after the registering call returns, so they must outlive the argument
+_callbacks: dict[tuple[str, str, int | None], Any] = {}
+
+
+def callback(kind: Any, obj: Any, index: int, where: tuple[str, str], owner: Any) -> Any:
+    """A callback argument as ``kind`` (a CFUNCTYPE): None, an instance of ``kind``, or a Python callable
+    wrapped in one; anything else (an address, ``byref`` of an int) is refused. The result is held until the
+    same function registers another for the same owner handle, since the library keeps the pointer."""
+    if obj is None:
+        value = kind()                       # NULL: what ctypes passes for a callback it is given none of
+    elif isinstance(obj, kind):
+        value = obj
+    elif callable(obj) and not isinstance(obj, _CData):
+        value = kind(obj)
+    else:
+        error = DnnArgumentError("needs a callback (an instance of its CFUNCTYPE type, a Python function "
+                                 f"to wrap in one, or None), got {type_name(obj)}")
+        error.index = index                 # type: ignore[attr-defined]
+        raise error
+    _callbacks[where + (_address(owner),)] = value
+    return value

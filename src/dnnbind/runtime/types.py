@@ -1,7 +1,7 @@
 """Type aliases for what the generated functions accept; the generated stubs (.pyi) use them."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, Union
 
 
 class SupportsCudaArrayInterface(Protocol):
@@ -41,3 +41,5 @@ EitherPointerLike = Union[DevicePointerLike, HostPointerLike]
 HostArrayLike = Union[Sequence[int], Sequence[float], Sequence[Any], HostPointerLike]
 #: A const char* input.
 StringLike = Union[str, bytes, None]
+#: A callback parameter (with its CFUNCTYPE type beside it in the stub): a plain function, or None for NULL.
+CallbackLike = Union[Callable[..., Any], None]

@@ -90,6 +90,10 @@ def callback_outlives_its_argument():
     c.cudnnSetCallback(0, None, None)
     assert seen, "the callback was not called"
 
+def rnn_data_fill(fill):
+    data = make(c.cudnnCreateRNNDataDescriptor, c.cudnnRNNDataDescriptor_t)
+    c.cudnnSetRNNDataDescriptor(data, c.CUDNN_DATA_FLOAT, 0, 4, 4, 4, [4] * 4, fill)
+
 def lrn_outputs_are_optional():
     lrn = make(c.cudnnCreateLRNDescriptor, c.cudnnLRNDescriptor_t)
     n = ctypes.c_uint()
@@ -157,6 +161,15 @@ CASES = {
     "read after destroy": "after_destroy(lambda h: c.cudnnGetTensorSizeInBytes(h, byref(c_size_t())))",
     "destroyed address reused": "reused_address()",
     # 5. a pointer to a callback typedef
+    "byref offset past an output": "c.cudnnGetTensorSizeInBytes(t, byref(c_size_t(), 1 << 40))",
+    "byref offset past an input": "c.cudnnSetTensorNdDescriptor(t, 0, 4, byref((c_int * 4)(2, 4, 8, 8), 1 << 40), "
+                                  "[256, 64, 8, 1])",
+    "byref offset leaves too few": "c.cudnnSetTensorNdDescriptor(t, 0, 4, byref((c_int * 4)(2, 4, 8, 8), 4), "
+                                   "[256, 64, 8, 1])",
+    "byref offset inside": "c.cudnnSetTensorNdDescriptor(t, 0, 4, byref((c_int * 6)(0, 0, 2, 4, 8, 8), 8), "
+                           "[256, 64, 8, 1])",
+    "numpy object array as host memory": "rnn_data_fill(np.array([None, None], dtype=object))",
+    "numpy scalar as host memory": "rnn_data_fill(np.float32(7.0))",
     "callback read back": "callback_round_trip()",
     "callback temporary": "callback_outlives_its_argument()",
     "callback byref": "c.cudnnSetCallback(c.CUDNN_SEV_ERROR_EN, None, byref(c_int()))",
@@ -224,6 +237,17 @@ EXPECTED = {   # case -> (exception class, text the message must contain); None:
                                               "needs a created handle"),
     "read after destroy": ("DnnArgumentError", "cudnnGetTensorSizeInBytes: parameter 'tensorDesc' is NULL"),
     "destroyed address reused": ("DnnArgumentError", "cudnnSetTensor4dDescriptor: parameter 'tensorDesc' is NULL"),
+    "byref offset past an output": ("DnnArgumentError", "cudnnGetTensorSizeInBytes: parameter 'size' is a byref "
+                                                        "with offset 1099511627776 into an object of 8 bytes"),
+    "byref offset past an input": ("DnnArgumentError", "parameter 'dimA' is a byref with offset 1099511627776"),
+    "byref offset leaves too few": ("DnnArgumentError", "parameter 'dimA' needs at least 4 int elements, got a "
+                                                        "CArgObject holding 3"),
+    "byref offset inside": None,
+    "numpy object array as host memory": ("DnnArgumentError", "cudnnSetRNNDataDescriptor: parameter "
+                                              "'paddingFill' needs an array of plain values, got a numpy.ndarray "
+                                              "of dtype object"),
+    "numpy scalar as host memory": ("DnnArgumentError", "parameter 'paddingFill' needs a numpy array or a ctypes "
+                                                        "object, got a numpy.float32 scalar"),
     "callback read back": None,
     "callback temporary": None,
     "callback byref": ("DnnArgumentError", "cudnnSetCallback: parameter 'fptr' needs a callback (an instance of "

@@ -16,7 +16,8 @@ from enum import IntEnum
 from functools import lru_cache
 
 from dnnbind.runtime.errors import DnnArgumentError, DnnRangeError
-from dnnbind.runtime.pointers import _buffer_address, _ByrefType, _CData, _host_refusal, device_address, type_name
+from dnnbind.runtime.pointers import (_buffer_address, _ByrefType, _CData, _host_refusal, byref_offset, device_address,
+                                      type_name)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -169,7 +170,8 @@ class HostArray:
             role = "an input the library reads" if self.const else "an output the library writes"
             raise _problem(DnnArgumentError, index, f"is {role} ({self.cname}*): None (NULL) is not allowed here")
         if kind is _ByrefType:
-            self._need(self._holding(obj._obj, obj, index), count, index, obj)
+            held = self._holding(obj._obj, obj, index) * self.itemsize
+            self._need(self._after_offset(held, byref_offset(obj), index), count, index, obj)
             return obj
         if isinstance(obj, _CData):
             if isinstance(obj, ctypes._Pointer) and obj._type_ is self.ctype:   # a bare T*: extent unknown
@@ -208,6 +210,17 @@ class HostArray:
         raise _problem(DnnArgumentError, index, f"needs {self.cname} elements ({self.ctype.__name__}: an array of "
                                                 f"them, one, or byref of either), got {type_name(obj)}"
                                                 + (f" of {type_name(target)}" if target is not obj else ""))
+
+    def _after_offset(self, held_bytes: int, offset: int, index: int) -> int:
+        """How many elements a ``byref(obj, offset)`` reaches: the bytes from the offset to the object's end."""
+        if offset:
+            if not 0 <= offset <= held_bytes:
+                raise _problem(DnnArgumentError, index, f"is a byref with offset {offset} into an object of "
+                                                        f"{held_bytes} bytes: it points outside the object")
+            if offset % ctypes.alignment(self.ctype):
+                raise _problem(DnnArgumentError, index, f"is a byref with offset {offset}, not aligned for "
+                                                        f"{self.cname} elements")
+        return (held_bytes - offset) // self.itemsize
 
     def _need(self, available: int, count: int | None, index: int, obj: Any) -> None:
         if count is not None and available < count:
@@ -283,7 +296,11 @@ class HostBuffer:
                 return None
             raise _problem(DnnArgumentError, index, "is dereferenced by the library: None (NULL) is not allowed here")
         if isinstance(obj, _ByrefType):
-            self._need(ctypes.sizeof(getattr(obj, "_obj")), nbytes, index, obj)
+            held, offset = ctypes.sizeof(getattr(obj, "_obj")), byref_offset(obj)
+            if not 0 <= offset <= held:
+                raise _problem(DnnArgumentError, index, f"is a byref with offset {offset} into an object of {held} "
+                                                        "bytes: it points outside the object")
+            self._need(held - offset, nbytes, index, obj)
             return obj
         if isinstance(obj, (c_void_p, ctypes._Pointer)):             # an explicit pointer value
             return obj

@@ -7,6 +7,7 @@ a ``TypeError`` that the generated wrapper extends with the function and paramet
 from __future__ import annotations
 
 import ctypes
+import sys
 from ctypes import c_char, c_char_p, c_void_p
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -15,6 +16,15 @@ if TYPE_CHECKING:
 _CData = ctypes.c_int.__mro__[-2]            # ctypes' common base class of every C data type
 _ByrefType = type(ctypes.byref(ctypes.c_int()))
 _DEVICE_FORMS = "None, an int address, an object with __cuda_array_interface__ or a CuPy MemoryPointer"
+
+
+#: the address a ``byref(obj, offset)`` passes (CPython's own pointer-to-int, called through ctypes)
+_arg_address = ctypes.PYFUNCTYPE(ctypes.py_object, c_void_p)(("PyLong_FromVoidPtr", ctypes.pythonapi))
+
+
+def byref_offset(arg: Any) -> int:
+    """The ``offset`` a ``ctypes.byref(obj, offset)`` was made with, in bytes (ctypes does not expose it)."""
+    return int(_arg_address(arg)) - ctypes.addressof(arg._obj)
 
 
 def type_name(obj: object) -> str:
@@ -43,6 +53,13 @@ def _buffer_address(obj: Any, writable: bool) -> Any:
     """A pointer to the data of a numpy array or Python buffer, or None if ``obj`` is neither."""
     array_iface = getattr(obj, "__array_interface__", None)
     if array_iface is not None:
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and isinstance(obj, numpy.generic):
+            raise TypeError(f"needs a numpy array or a ctypes object, got a {type_name(obj)} scalar: its "
+                            "__array_interface__ points at a temporary copy that is freed at once")
+        if getattr(getattr(obj, "dtype", None), "hasobject", False):
+            raise TypeError(f"needs an array of plain values, got a {type_name(obj)} of dtype {obj.dtype} "
+                            "(Python object pointers)")
         address, readonly = array_iface["data"]
         if writable and readonly:
             raise TypeError(f"needs writable host memory, got a read-only {type_name(obj)}")

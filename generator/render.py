@@ -325,6 +325,8 @@ def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_no
             continue
         argtype, note = names.param(p)
         convert = ""
+        if p.type.kind == "bool":               # ctypes' c_bool takes any object by its truth value
+            convert = f"{py_name(p.name)} = _flag({py_name(p.name)}, {index})"
         if p.type.kind == "function":           # a callback the library keeps: typed, and held while it may call
             owner = next((py_name(q.name) for q in fn.params if q.type.kind == "handle"), "None")
             name = py_name(p.name)

@@ -221,3 +221,26 @@ def test_generated_wrappers_check_alike_without_the_compiled_module():
                 raise SystemExit("not refused")
         """)
     assert result.returncode == 0, result.stderr
+
+
+def test_flag_takes_bools_and_refuses_other_objects():
+    assert checks.flag(True, 0) is True and checks.flag(0, 0) is False and checks.flag(np.bool_(True), 0) is True
+    for value, shown in (("no", "str"), (None, "NoneType"), (2, "2"), (1.0, "float")):
+        with pytest.raises(DnnArgumentError, match=rf"needs a bool \(True, False, 0 or 1\), got {shown}") as info:
+            checks.flag(value, 3)
+        assert info.value.index == 3
+
+
+def test_byref_offsets_count_against_the_length():
+    ints = checks.host_array(c_int, const=True, cname="int")
+    storage = (c_int * 6)()
+    assert ints.convert(ctypes.byref(storage, 8), 4, 0) is not None
+    with pytest.raises(DnnArgumentError, match=r"needs at least 4 int elements, got a CArgObject holding 3"):
+        ints.convert(ctypes.byref(storage, 12), 4, 0)
+    with pytest.raises(DnnArgumentError, match=r"is a byref with offset 2, not aligned for int elements"):
+        ints.convert(ctypes.byref(storage, 2), 1, 0)
+    buffer = checks.host_buffer(const=False)
+    with pytest.raises(DnnArgumentError, match=r"is a byref with offset 64 into an object of 24 bytes"):
+        buffer.convert(ctypes.byref(storage, 64), 1, 0)
+    with pytest.raises(DnnArgumentError, match=r"needs at least 24 bytes, got a CArgObject of 16 bytes"):
+        buffer.convert(ctypes.byref(storage, 8), 24, 0)

@@ -120,3 +120,25 @@ def test_device_pointer_accepts_cupy_arrays_and_memory_pointers():
     assert as_address(p.DevicePointer.from_param(array.data)) == array.data.ptr
     with pytest.raises(TypeError, match="cannot take the host address of a cupy.ndarray"):
         p.HostPointer.from_param(array)
+
+
+@pytest.mark.parametrize("convert", [p.DevicePointer.from_param, p.EitherPointer.from_param])
+@pytest.mark.parametrize("value", [1, 5, 4095])
+def test_ints_in_the_unmapped_first_page_are_not_addresses(convert, value):
+    with pytest.raises(TypeError, match=rf"needs an address, got {value}: nothing is ever mapped below 0x1000"):
+        convert(value)
+    assert convert(0).value is None and convert(4096).value == 4096
+
+
+def test_numpy_scalars_and_object_arrays_are_not_host_memory():
+    for convert in (p.HostPointer.from_param, p.ConstHostPointer.from_param, p.EitherPointer.from_param):
+        with pytest.raises(TypeError, match=r"got a numpy.float32 scalar: its __array_interface__ points at a "
+                                            r"temporary copy"):
+            convert(np.float32(1.0))
+        with pytest.raises(TypeError, match=r"needs an array of plain values, got a numpy.ndarray of dtype object"):
+            convert(np.array([None], dtype=object))
+
+
+@pytest.mark.parametrize("offset", [0, 4, 12])
+def test_byref_offset_is_read_back(offset):
+    assert p.byref_offset(byref((c_int * 4)(), offset)) == offset

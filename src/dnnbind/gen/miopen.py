@@ -18,7 +18,7 @@ from struct import Struct as _Struct
 
 from dnnbind.runtime import MiopenError as _Error
 from dnnbind.runtime.loader import Library as _Library, Unchecked as _Unchecked
-from dnnbind.runtime.checks import (check_values as _check_values, host_array as _host_array,
+from dnnbind.runtime.checks import (check_values as _check_values, flag as _flag, host_array as _host_array,
                                     host_buffer as _host_buffer,
                                     query_count as _query_count, sized_count as _sized_count,
                                     values_ok as _values_ok)
@@ -1599,6 +1599,7 @@ def miopenEnableProfiling(handle, enable):
     @param enable     Boolean to toggle profiling (input)
     @return           miopenStatus_t"""
     try:
+        enable = _flag(enable, 1)
         status = _miopenEnableProfiling(handle, enable)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenEnableProfiling', ('handle', 'enable'), exc) from None
@@ -3430,6 +3431,7 @@ def miopenFindConvolutionForwardAlgorithm(handle, xDesc, x, wDesc, w, convDesc, 
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_miopenConvAlgoPerf_t(perfResults, requestAlgoCount, 10)
+        exhaustiveSearch = _flag(exhaustiveSearch, 13)
         status = _miopenFindConvolutionForwardAlgorithm(handle, xDesc, x, wDesc, w, convDesc, yDesc, y, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFindConvolutionForwardAlgorithm', ('handle', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'yDesc', 'y', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), exc) from None
@@ -3653,6 +3655,7 @@ def miopenFindConvolutionBackwardDataAlgorithm(handle, dyDesc, dy, wDesc, w, con
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_miopenConvAlgoPerf_t(perfResults, requestAlgoCount, 10)
+        exhaustiveSearch = _flag(exhaustiveSearch, 13)
         status = _miopenFindConvolutionBackwardDataAlgorithm(handle, dyDesc, dy, wDesc, w, convDesc, dxDesc, dx, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFindConvolutionBackwardDataAlgorithm', ('handle', 'dyDesc', 'dy', 'wDesc', 'w', 'convDesc', 'dxDesc', 'dx', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), exc) from None
@@ -3836,6 +3839,7 @@ def miopenFindConvolutionBackwardWeightsAlgorithm(handle, dyDesc, dy, xDesc, x, 
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_miopenConvAlgoPerf_t(perfResults, requestAlgoCount, 10)
+        exhaustiveSearch = _flag(exhaustiveSearch, 13)
         status = _miopenFindConvolutionBackwardWeightsAlgorithm(handle, dyDesc, dy, xDesc, x, convDesc, dwDesc, dw, requestAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSize, exhaustiveSearch)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFindConvolutionBackwardWeightsAlgorithm', ('handle', 'dyDesc', 'dy', 'xDesc', 'x', 'convDesc', 'dwDesc', 'dw', 'requestAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSize', 'exhaustiveSearch'), exc) from None
@@ -4424,6 +4428,7 @@ def miopenPoolingForward(handle, poolDesc, alpha, xDesc, x, beta, yDesc, y, do_b
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
+        do_backward = _flag(do_backward, 8)
         status = _miopenPoolingForward(handle, poolDesc, alpha, xDesc, x, beta, yDesc, y, do_backward, workSpace, workSpaceSize)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenPoolingForward', ('handle', 'poolDesc', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y', 'do_backward', 'workSpace', 'workSpaceSize'), exc) from None
@@ -4657,6 +4662,7 @@ def miopenLRNForward(handle, lrnDesc, alpha, xDesc, x, beta, yDesc, y, do_backwa
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
+        do_backward = _flag(do_backward, 8)
         status = _miopenLRNForward(handle, lrnDesc, alpha, xDesc, x, beta, yDesc, y, do_backward, workSpace)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenLRNForward', ('handle', 'lrnDesc', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y', 'do_backward', 'workSpace'), exc) from None
@@ -6063,6 +6069,7 @@ def miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVa
         raise _lib.null_handles_error('miopenCreateOpBatchNormForward', ('fusePlanDesc',), (fusePlanDesc,))
     try:
         bnFwdOp = _arr_miopenFusionOpDescriptor_t(bnFwdOp, 1, 1)
+        runningMeanVariance = _flag(runningMeanVariance, 3)
         status = _miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVariance)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateOpBatchNormForward', ('fusePlanDesc', 'bnFwdOp', 'bn_mode', 'runningMeanVariance'), exc) from None
@@ -8365,6 +8372,7 @@ def miopenSetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_soft
     if not ctcLossDesc:
         raise _lib.null_handles_error('miopenSetCTCLossDescriptor', ('ctcLossDesc',), (ctcLossDesc,))
     try:
+        apply_softmax_layer = _flag(apply_softmax_layer, 3)
         status = _miopenSetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_softmax_layer)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetCTCLossDescriptor', ('ctcLossDesc', 'dataType', 'blank_label_id', 'apply_softmax_layer'), exc) from None
@@ -8644,6 +8652,8 @@ def miopenRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSi
     if not dropoutDesc:
         raise _lib.null_handles_error('miopenRestoreDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
     try:
+        use_mask = _flag(use_mask, 6)
+        state_evo = _flag(state_evo, 7)
         status = _miopenRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed, use_mask, state_evo, rng_mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenRestoreDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed', 'use_mask', 'state_evo', 'rng_mode'), exc) from None
@@ -8686,6 +8696,8 @@ def miopenSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeIn
     if not dropoutDesc:
         raise _lib.null_handles_error('miopenSetDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
     try:
+        use_mask = _flag(use_mask, 6)
+        state_evo = _flag(state_evo, 7)
         status = _miopenSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed, use_mask, state_evo, rng_mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenSetDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed', 'use_mask', 'state_evo', 'rng_mode'), exc) from None
@@ -9795,6 +9807,7 @@ def miopenCreateBatchnormProblem(problem, mode, runningMeanVariance, direction):
         _check_values('miopenCreateBatchnormProblem', ('problem', 'mode', 'runningMeanVariance', 'direction'), ((1, mode, 'i', miopenBatchNormMode_t), (3, direction, 'i', miopenProblemDirection_t),))
     try:
         problem = _arr_miopenProblem_t(problem, 1, 0)
+        runningMeanVariance = _flag(runningMeanVariance, 2)
         status = _miopenCreateBatchnormProblem(problem, mode, runningMeanVariance, direction)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCreateBatchnormProblem', ('problem', 'mode', 'runningMeanVariance', 'direction'), exc) from None
@@ -10720,6 +10733,9 @@ def miopenFusedAdam(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg
     if not (paramDesc and gradDesc and expAvgDesc and expAvgSqDesc and maxExpAvgSqDesc and stateStepDesc and gradScaleDesc and foundInfDesc):
         raise _lib.null_handles_error('miopenFusedAdam', ('paramDesc', 'gradDesc', 'expAvgDesc', 'expAvgSqDesc', 'maxExpAvgSqDesc', 'stateStepDesc', 'gradScaleDesc', 'foundInfDesc'), (paramDesc, gradDesc, expAvgDesc, expAvgSqDesc, maxExpAvgSqDesc, stateStepDesc, gradScaleDesc, foundInfDesc,))
     try:
+        amsgrad = _flag(amsgrad, 19)
+        maximize = _flag(maximize, 20)
+        adamw = _flag(adamw, 21)
         status = _miopenFusedAdam(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg, expAvgSqDesc, expAvgSq, maxExpAvgSqDesc, maxExpAvgSq, stateStepDesc, stateStep, state_step, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, adamw, gradScaleDesc, gradScale, foundInfDesc, foundInf)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFusedAdam', ('handle', 'paramDesc', 'param', 'gradDesc', 'grad', 'expAvgDesc', 'expAvg', 'expAvgSqDesc', 'expAvgSq', 'maxExpAvgSqDesc', 'maxExpAvgSq', 'stateStepDesc', 'stateStep', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'amsgrad', 'maximize', 'adamw', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), exc) from None
@@ -10897,6 +10913,9 @@ def miopenFusedAdamWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramO
     if not (paramInDesc and paramOutDesc and paramOutFloat16Desc and gradInDesc and expAvgInDesc and expAvgOutDesc and expAvgSqInDesc and expAvgSqOutDesc and maxExpAvgSqInDesc and maxExpAvgSqOutDesc and stateStepInDesc and stateStepOutDesc and gradScaleDesc and foundInfDesc):
         raise _lib.null_handles_error('miopenFusedAdamWithOutput', ('paramInDesc', 'paramOutDesc', 'paramOutFloat16Desc', 'gradInDesc', 'expAvgInDesc', 'expAvgOutDesc', 'expAvgSqInDesc', 'expAvgSqOutDesc', 'maxExpAvgSqInDesc', 'maxExpAvgSqOutDesc', 'stateStepInDesc', 'stateStepOutDesc', 'gradScaleDesc', 'foundInfDesc'), (paramInDesc, paramOutDesc, paramOutFloat16Desc, gradInDesc, expAvgInDesc, expAvgOutDesc, expAvgSqInDesc, expAvgSqOutDesc, maxExpAvgSqInDesc, maxExpAvgSqOutDesc, stateStepInDesc, stateStepOutDesc, gradScaleDesc, foundInfDesc,))
     try:
+        amsgrad = _flag(amsgrad, 31)
+        maximize = _flag(maximize, 32)
+        adamw = _flag(adamw, 33)
         status = _miopenFusedAdamWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramOut, paramOutFloat16Desc, paramOutFloat16, gradInDesc, gradIn, expAvgInDesc, expAvgIn, expAvgOutDesc, expAvgOut, expAvgSqInDesc, expAvgSqIn, expAvgSqOutDesc, expAvgSqOut, maxExpAvgSqInDesc, maxExpAvgSqIn, maxExpAvgSqOutDesc, maxExpAvgSqOut, stateStepInDesc, stateStepIn, stateStepOutDesc, stateStepOut, state_step, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, adamw, gradScaleDesc, gradScale, foundInfDesc, foundInf)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenFusedAdamWithOutput', ('handle', 'paramInDesc', 'paramIn', 'paramOutDesc', 'paramOut', 'paramOutFloat16Desc', 'paramOutFloat16', 'gradInDesc', 'gradIn', 'expAvgInDesc', 'expAvgIn', 'expAvgOutDesc', 'expAvgOut', 'expAvgSqInDesc', 'expAvgSqIn', 'expAvgSqOutDesc', 'expAvgSqOut', 'maxExpAvgSqInDesc', 'maxExpAvgSqIn', 'maxExpAvgSqOutDesc', 'maxExpAvgSqOut', 'stateStepInDesc', 'stateStepIn', 'stateStepOutDesc', 'stateStepOut', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'amsgrad', 'maximize', 'adamw', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), exc) from None
@@ -11017,6 +11036,7 @@ def miopenTransformersAdamW(handle, paramDesc, param, gradDesc, grad, expAvgDesc
     if not (paramDesc and gradDesc and expAvgDesc and expAvgSqDesc and stateStepDesc and gradScaleDesc and foundInfDesc):
         raise _lib.null_handles_error('miopenTransformersAdamW', ('paramDesc', 'gradDesc', 'expAvgDesc', 'expAvgSqDesc', 'stateStepDesc', 'gradScaleDesc', 'foundInfDesc'), (paramDesc, gradDesc, expAvgDesc, expAvgSqDesc, stateStepDesc, gradScaleDesc, foundInfDesc,))
     try:
+        correct_bias = _flag(correct_bias, 17)
         status = _miopenTransformersAdamW(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg, expAvgSqDesc, expAvgSq, stateStepDesc, stateStep, state_step, lr, beta1, beta2, weight_decay, eps, correct_bias, gradScaleDesc, gradScale, foundInfDesc, foundInf)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenTransformersAdamW', ('handle', 'paramDesc', 'param', 'gradDesc', 'grad', 'expAvgDesc', 'expAvg', 'expAvgSqDesc', 'expAvgSq', 'stateStepDesc', 'stateStep', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'correct_bias', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), exc) from None
@@ -11178,6 +11198,7 @@ def miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc
     if not (paramInDesc and paramOutDesc and paramOutFloat16Desc and gradInDesc and expAvgInDesc and expAvgOutDesc and expAvgSqInDesc and expAvgSqOutDesc and stateStepInDesc and stateStepOutDesc and gradScaleDesc and foundInfDesc):
         raise _lib.null_handles_error('miopenTransformersAdamWWithOutput', ('paramInDesc', 'paramOutDesc', 'paramOutFloat16Desc', 'gradInDesc', 'expAvgInDesc', 'expAvgOutDesc', 'expAvgSqInDesc', 'expAvgSqOutDesc', 'stateStepInDesc', 'stateStepOutDesc', 'gradScaleDesc', 'foundInfDesc'), (paramInDesc, paramOutDesc, paramOutFloat16Desc, gradInDesc, expAvgInDesc, expAvgOutDesc, expAvgSqInDesc, expAvgSqOutDesc, stateStepInDesc, stateStepOutDesc, gradScaleDesc, foundInfDesc,))
     try:
+        correct_bias = _flag(correct_bias, 28)
         status = _miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramOut, paramOutFloat16Desc, paramOutFloat16, gradInDesc, gradIn, expAvgInDesc, expAvgIn, expAvgOutDesc, expAvgOut, expAvgSqInDesc, expAvgSqIn, expAvgSqOutDesc, expAvgSqOut, stateStepInDesc, stateStepIn, stateStepOutDesc, stateStepOut, state_step, lr, beta1, beta2, weight_decay, eps, step_size, correct_bias, gradScaleDesc, gradScale, foundInfDesc, foundInf)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenTransformersAdamWWithOutput', ('handle', 'paramInDesc', 'paramIn', 'paramOutDesc', 'paramOut', 'paramOutFloat16Desc', 'paramOutFloat16', 'gradInDesc', 'gradIn', 'expAvgInDesc', 'expAvgIn', 'expAvgOutDesc', 'expAvgOut', 'expAvgSqInDesc', 'expAvgSqIn', 'expAvgSqOutDesc', 'expAvgSqOut', 'stateStepInDesc', 'stateStepIn', 'stateStepOutDesc', 'stateStepOut', 'state_step', 'lr', 'beta1', 'beta2', 'weight_decay', 'eps', 'step_size', 'correct_bias', 'gradScaleDesc', 'gradScale', 'foundInfDesc', 'foundInf'), exc) from None
@@ -11394,6 +11415,7 @@ def miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesD
     if not (inputDesc and outputDesc and indicesDesc):
         raise _lib.null_handles_error('miopenKthvalueForward', ('inputDesc', 'outputDesc', 'indicesDesc'), (inputDesc, outputDesc, indicesDesc,))
     try:
+        keepDim = _flag(keepDim, 9)
         status = _miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesDesc, indices, k, dim, keepDim)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenKthvalueForward', ('handle', 'inputDesc', 'input', 'outputDesc', 'output', 'indicesDesc', 'indices', 'k', 'dim', 'keepDim'), exc) from None

@@ -103,6 +103,18 @@ def check_values(function: str, params: Sequence[str], checked: Sequence[tuple])
             raise DnnRangeError(f"{function}: parameter {name!r} {_range_text(number, code)}")
 
 
+def flag(value: Any, index: int) -> bool:
+    """A C ``bool`` argument: True/False, 0/1 or a numpy bool; anything else is refused (ctypes' ``c_bool``
+    would take any object by its truth value, a string or None included)."""
+    if value is True or value is False:
+        return value
+    if type(value) is int and value in (0, 1) or type(value).__module__ == "numpy" \
+            and type(value).__name__ in ("bool", "bool_"):
+        return bool(value)
+    raise _problem(DnnArgumentError, index, f"needs a bool (True, False, 0 or 1), got {value!r}"
+                   if type(value) is int else f"needs a bool (True, False, 0 or 1), got {type_name(value)}")
+
+
 class HostArray:
     """Converts what a user passes for a typed host pointer ``T*`` into what the call's ``c_void_p`` takes,
     after checking that it holds at least ``count`` elements (None: nothing known) and, for integer inputs

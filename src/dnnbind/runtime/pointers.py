@@ -82,6 +82,8 @@ def _buffer_address(obj: Any, writable: bool) -> Any:
 
 
 _ADDRESS_LIMIT = 1 << (8 * ctypes.sizeof(c_void_p))
+#: the first page is never mapped, on the host or a GPU: an int below it is a count or a flag, not an address
+_LOWEST_ADDRESS = 4096
 
 
 def checked_address(value: int) -> int:
@@ -103,6 +105,9 @@ class DevicePointer:
         if type(obj) is int:
             if obj < 0:
                 raise TypeError(f"needs device memory, got the negative address {obj}")
+            if 0 < obj < _LOWEST_ADDRESS:
+                raise TypeError(f"needs an address, got {obj}: nothing is ever mapped below {_LOWEST_ADDRESS:#x} "
+                                "(0 or None is NULL)")
             return c_void_p(checked_address(obj))
         address = device_address(obj)
         if address is not None:

@@ -56,7 +56,9 @@ def _count_param(fn: ir.Function, pattern: str, skip: str) -> ir.Param | None:
 
 
 def _source(entry: dict[str, Any], fn: ir.Function, p: ir.Param, size_tables: dict[str, dict[str, int]],
-            enum_members: dict[str, list[str]], problems: list[str]) -> ir.Length | None:
+            enum_members: dict[str, list[str]], problems: list[str],
+            limits: dict[str, int | float] | None = None) -> ir.Length | None:
+    limits = limits or {}
     where = f"{fn.name}.{p.name}"
     if "fixed" in entry:
         return ir.Length("fixed", str(int(entry["fixed"])))
@@ -71,7 +73,13 @@ def _source(entry: dict[str, Any], fn: ir.Function, p: ir.Param, size_tables: di
         if count is None:
             return None
         if "size_by" not in entry:
-            return ir.Length("count", count.name, minus=int(entry.get("minus", 0)))
+            most, most_name = 0, ""
+            if "most" in entry and re.fullmatch(entry.get("most_for", ".*"), count.name):
+                most_name = entry["most"] if isinstance(entry["most"], str) else ""
+                most = int(limits.get(entry["most"], 0)) if most_name else int(entry["most"])
+                if not most:
+                    problems.append(f"length of {where}: 'most' {entry['most']!r} is no integer macro of the headers")
+            return ir.Length("count", count.name, minus=int(entry.get("minus", 0)), most=most, most_name=most_name)
         selector = next((q for q in fn.params if q.name == entry["size_by"]), None)
         table = size_tables.get(entry.get("sizes", ""))
         if selector is None or selector.type.kind != "enum" or table is None:
@@ -98,6 +106,7 @@ def classify_lengths(functions: list[ir.Function], module: ir.Module, overrides:
     nullable_exceptions: dict[str, list[str]] = null_section.get("exceptions", {})
     size_tables = {k: v for k, v in overrides.get("element_sizes", {}).items() if isinstance(v, dict)}
     enum_members = {e.name: [m.name for m in e.members] for e in module.enums}
+    limits = {m.name: m.value for m in module.macros}
     by_name = {fn.name: fn for fn in functions}
 
     for table_name, entries in (("lengths", exceptions), ("nullable", nullable_exceptions)):
@@ -122,12 +131,12 @@ def classify_lengths(functions: list[ir.Function], module: ir.Module, overrides:
             if p.type.length and p.name not in exceptions.get(fn.name, {}):     # const int dims[4]
                 length, rule_id = ir.Length("fixed", str(p.type.length)), "declared-size"
             elif p.name in exceptions.get(fn.name, {}):
-                length = _source(exceptions[fn.name][p.name], fn, p, size_tables, enum_members, problems)
+                length = _source(exceptions[fn.name][p.name], fn, p, size_tables, enum_members, problems, limits)
                 rule_id = f"exception:{fn.name}"
             else:
                 for rule in rules:
                     if _matches(rule, fn, p):
-                        length = _source(rule, fn, p, size_tables, enum_members, problems)
+                        length = _source(rule, fn, p, size_tables, enum_members, problems, limits)
                         if length is not None:
                             rule_id = rule["id"]
                             break

@@ -243,7 +243,10 @@ class TypeNames:
         if length.kind == "unchecked":
             return "None"
         if length.kind == "count":
-            return py_name(length.value) + (f" - {length.minus}" if length.minus else "")
+            count = py_name(length.value)
+            if length.most:
+                count = f"_at_most({count}, {length.most}, {fn.name!r}, {length.value!r}, {length.most_name!r})"
+            return count + (f" - {length.minus}" if length.minus else "")
         if length.kind == "sized":
             enum = next(q.type.name for q in fn.params if q.name == length.selector)
             table = f"_SIZES_{enum}"

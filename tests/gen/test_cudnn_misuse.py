@@ -170,6 +170,8 @@ CASES = {
                            "[256, 64, 8, 1])",
     "numpy object array as host memory": "rnn_data_fill(np.array([None, None], dtype=object))",
     "numpy scalar as host memory": "rnn_data_fill(np.float32(7.0))",
+    "2000 dimensions": "c.cudnnSetTensorNdDescriptorEx(t, 0, 0, 2000, [1] * 2000)",
+    "negative dimension count": "c.cudnnGetTensorNdDescriptor(t, -1, byref(c_int()), byref(c_int()), None, None)",
     "callback read back": "callback_round_trip()",
     "callback temporary": "callback_outlives_its_argument()",
     "callback byref": "c.cudnnSetCallback(c.CUDNN_SEV_ERROR_EN, None, byref(c_int()))",
@@ -248,6 +250,10 @@ EXPECTED = {   # case -> (exception class, text the message must contain); None:
                                               "of dtype object"),
     "numpy scalar as host memory": ("DnnArgumentError", "parameter 'paddingFill' needs a numpy array or a ctypes "
                                                         "object, got a numpy.float32 scalar"),
+    "2000 dimensions": ("DnnRangeError", "cudnnSetTensorNdDescriptorEx: parameter 'nbDims' is 2000, more than "
+                                         "CUDNN_DIM_MAX (8)"),
+    "negative dimension count": ("DnnRangeError", "cudnnGetTensorNdDescriptor: parameter 'dimA' has a negative "
+                                                  "element count (-1)"),
     "callback read back": None,
     "callback temporary": None,
     "callback byref": ("DnnArgumentError", "cudnnSetCallback: parameter 'fptr' needs a callback (an instance of "

@@ -67,6 +67,7 @@ CASES = {
                                "m.miopenDestroyPoolingDescriptor)",
     "set after destroy": "after_destroy(lambda h: m.miopenSet4dTensorDescriptor(h, m.miopenFloat, 1, 1, 1, 1))",
     "allocator byref": "m.miopenSetAllocator(None, byref(c_float(0)), None, None)",
+    "negative spatial dimensions": "m.miopenInitConvolutionNdDescriptor(conv, -1, [], [], [], 0)",
     "numpy as device": "m.miopenConvolutionForward(None, byref(c_float(1)), x, np.zeros(4, np.float32), x, None, "
                        "conv, 0, byref(c_float(0)), x, None, None, 0)",
 }
@@ -96,6 +97,8 @@ EXPECTED = {
     "set after destroy": ("DnnArgumentError", "miopenSet4dTensorDescriptor: parameter 'tensorDesc' is NULL; it "
                                               "needs a created handle"),
     "allocator byref": ("DnnArgumentError", "miopenSetAllocator: parameter 'allocator' needs a callback"),
+    "negative spatial dimensions": ("DnnRangeError", "miopenInitConvolutionNdDescriptor: parameter 'padA' has a "
+                                                     "negative element count (-1)"),
     "numpy as device": ("DnnArgumentError", "parameter 'x' needs device memory, got numpy.ndarray"),
 }
 

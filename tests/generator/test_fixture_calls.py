@@ -108,7 +108,7 @@ def test_last_error_preferred_when_configured(fixture_built: fb.Built, fixture_l
     module = fb.import_text(text, generated_dir)
     monkeypatch.setenv(fb.LIBRARY_ENV, str(fixture_library))
     with pytest.raises(CudnnError) as info:
-        module.fxSumDims(-1, [], byref(c_int64()))             # refused by C, which records a last error
+        module.fxSumDims(0, None, byref(c_int64()))            # refused by C, which records a last error
     assert info.value.message == "fxSumDims: last error 2000"
     assert info.value.status is module.FX_STATUS_BAD_PARAM
     with pytest.raises(CudnnError) as info:

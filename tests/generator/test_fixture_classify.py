@@ -125,3 +125,23 @@ def test_handles_by_value_are_required_unless_listed() -> None:
                         "stale nullable_handles exception: fxGetWorkspaceSize has no handle parameter "
                         "'workspaceSizeInBytes'",
                         "stale nullable_handles exception: function fxGone is not declared by the headers"]
+
+
+def _dims_length(most: Any) -> tuple[ir.Length | None, list[str]]:
+    rule = {"id": "counted-arrays", "pointee": ["int"], "name": r"\w*A|values", "count": "nbDims|nbValues",
+            "most": most, "most_for": "nbDims"}
+    overrides = fb.fixture_overrides()
+    overrides["lengths"]["rules"] = [rule] + overrides["lengths"]["rules"][1:]
+    result = classify.classify(fb.parse_fixture("fixture.h"), overrides, strict=False)
+    fn = next(fn for fn in result.functions if fn.name == "fxSumDims")
+    return next(p.length for p in fn.params if p.name == "dimA"), result.problems
+
+
+def test_count_limits_come_from_a_number_or_a_header_macro() -> None:
+    """A count source can carry the largest count the library takes; a macro that the headers do not define
+    as an integer is a problem, not a silent missing check."""
+    length, problems = _dims_length(3)
+    assert length is not None and (length.most, length.most_name) == (3, "") and not problems
+    assert length.describe() == "count nbDims, at most 3"
+    _, problems = _dims_length("FX_NO_SUCH_LIMIT")
+    assert problems == ["length of fxSumDims.dimA: 'most' 'FX_NO_SUCH_LIMIT' is no integer macro of the headers"]

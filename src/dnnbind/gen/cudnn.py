@@ -18,7 +18,8 @@ from struct import Struct as _Struct
 
 from dnnbind.runtime import CudnnError as _Error
 from dnnbind.runtime.loader import Library as _Library, Unchecked as _Unchecked
-from dnnbind.runtime.checks import (check_values as _check_values, flag as _flag, host_array as _host_array,
+from dnnbind.runtime.checks import (at_most as _at_most, check_values as _check_values, flag as _flag,
+                                    host_array as _host_array,
                                     host_buffer as _host_buffer,
                                     query_count as _query_count, sized_count as _sized_count,
                                     values_ok as _values_ok)
@@ -2769,8 +2770,8 @@ def cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA):
     """cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t dataType, int nbDims, const int[] dimA, const int[] strideA)
 
     Checked parameters:
-        dimA: host input, count nbDims
-        strideA: host input, count nbDims
+        dimA: host input, count nbDims, at most CUDNN_DIM_MAX
+        strideA: host input, count nbDims, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
 
@@ -2794,8 +2795,8 @@ def cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA):
     if not tensorDesc:
         raise _lib.null_handles_error('cudnnSetTensorNdDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
-        dimA = _arr_int_c(dimA, nbDims, 3)
-        strideA = _arr_int_c(strideA, nbDims, 4)
+        dimA = _arr_int_c(dimA, _at_most(nbDims, 8, 'cudnnSetTensorNdDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 3)
+        strideA = _arr_int_c(strideA, _at_most(nbDims, 8, 'cudnnSetTensorNdDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 4)
         status = _cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetTensorNdDescriptor', ('tensorDesc', 'dataType', 'nbDims', 'dimA', 'strideA'), exc) from None
@@ -2810,7 +2811,7 @@ def cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA):
     """cudnnStatus_t cudnnSetTensorNdDescriptorEx(cudnnTensorDescriptor_t tensorDesc, cudnnTensorFormat_t format, cudnnDataType_t dataType, int nbDims, const int[] dimA)
 
     Checked parameters:
-        dimA: host input, count nbDims
+        dimA: host input, count nbDims, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
 
@@ -2835,7 +2836,7 @@ def cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA):
     if not tensorDesc:
         raise _lib.null_handles_error('cudnnSetTensorNdDescriptorEx', ('tensorDesc',), (tensorDesc,))
     try:
-        dimA = _arr_int_c(dimA, nbDims, 4)
+        dimA = _arr_int_c(dimA, _at_most(nbDims, 8, 'cudnnSetTensorNdDescriptorEx', 'nbDims', 'CUDNN_DIM_MAX'), 4)
         status = _cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetTensorNdDescriptorEx', ('tensorDesc', 'format', 'dataType', 'nbDims', 'dimA'), exc) from None
@@ -3016,8 +3017,8 @@ def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBefo
     Deprecated by the vendor.
 
     Checked parameters:
-        padBeforeA: host input, count nbDims, may be None
-        padAfterA: host input, count nbDims, may be None
+        padBeforeA: host input, count nbDims, at most CUDNN_DIM_MAX, may be None
+        padAfterA: host input, count nbDims, at most CUDNN_DIM_MAX, may be None
         foldA: host input, count nbDims - 2, may be None
 
     Raises CudnnError when the returned status is not success.
@@ -3046,8 +3047,8 @@ def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBefo
     if not transformDesc:
         raise _lib.null_handles_error('cudnnSetTensorTransformDescriptor', ('transformDesc',), (transformDesc,))
     try:
-        padBeforeA = _arr_int32_t_c_n(padBeforeA, nbDims, 3)
-        padAfterA = _arr_int32_t_c_n(padAfterA, nbDims, 4)
+        padBeforeA = _arr_int32_t_c_n(padBeforeA, _at_most(nbDims, 8, 'cudnnSetTensorTransformDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 3)
+        padAfterA = _arr_int32_t_c_n(padAfterA, _at_most(nbDims, 8, 'cudnnSetTensorTransformDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 4)
         foldA = _arr_uint32_t_c_n(foldA, nbDims - 2, 5)
         status = _cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBeforeA, padAfterA, foldA, direction)
     except _ArgumentError as exc:
@@ -3916,7 +3917,7 @@ def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
     Deprecated by the vendor.
 
     Checked parameters:
-        filterDimA: host input, count nbDims
+        filterDimA: host input, count nbDims, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
 
@@ -3939,7 +3940,7 @@ def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
     if not filterDesc:
         raise _lib.null_handles_error('cudnnSetFilterNdDescriptor', ('filterDesc',), (filterDesc,))
     try:
-        filterDimA = _arr_int_c(filterDimA, nbDims, 4)
+        filterDimA = _arr_int_c(filterDimA, _at_most(nbDims, 8, 'cudnnSetFilterNdDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 4)
         status = _cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetFilterNdDescriptor', ('filterDesc', 'dataType', 'format', 'nbDims', 'filterDimA'), exc) from None
@@ -4274,9 +4275,9 @@ def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, win
     Deprecated by the vendor.
 
     Checked parameters:
-        windowDimA: host input, count nbDims
-        paddingA: host input, count nbDims
-        strideA: host input, count nbDims
+        windowDimA: host input, count nbDims, at most CUDNN_DIM_MAX
+        paddingA: host input, count nbDims, at most CUDNN_DIM_MAX
+        strideA: host input, count nbDims, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
 
@@ -4301,9 +4302,9 @@ def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, win
     if not poolingDesc:
         raise _lib.null_handles_error('cudnnSetPoolingNdDescriptor', ('poolingDesc',), (poolingDesc,))
     try:
-        windowDimA = _arr_int_c(windowDimA, nbDims, 4)
-        paddingA = _arr_int_c(paddingA, nbDims, 5)
-        strideA = _arr_int_c(strideA, nbDims, 6)
+        windowDimA = _arr_int_c(windowDimA, _at_most(nbDims, 8, 'cudnnSetPoolingNdDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 4)
+        paddingA = _arr_int_c(paddingA, _at_most(nbDims, 8, 'cudnnSetPoolingNdDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 5)
+        strideA = _arr_int_c(strideA, _at_most(nbDims, 8, 'cudnnSetPoolingNdDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 6)
         status = _cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, windowDimA, paddingA, strideA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetPoolingNdDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'), exc) from None
@@ -4372,7 +4373,7 @@ def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outp
     Deprecated by the vendor.
 
     Checked parameters:
-        outputTensorDimA: host output, count nbDims
+        outputTensorDimA: host output, count nbDims, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
 
@@ -4393,7 +4394,7 @@ def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outp
     if not (poolingDesc and inputTensorDesc):
         raise _lib.null_handles_error('cudnnGetPoolingNdForwardOutputDim', ('poolingDesc', 'inputTensorDesc'), (poolingDesc, inputTensorDesc,))
     try:
-        outputTensorDimA = _arr_int(outputTensorDimA, nbDims, 3)
+        outputTensorDimA = _arr_int(outputTensorDimA, _at_most(nbDims, 8, 'cudnnGetPoolingNdForwardOutputDim', 'nbDims', 'CUDNN_DIM_MAX'), 3)
         status = _cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outputTensorDimA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetPoolingNdForwardOutputDim', ('poolingDesc', 'inputTensorDesc', 'nbDims', 'outputTensorDimA'), exc) from None
@@ -5220,7 +5221,7 @@ def cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims
     """cudnnStatus_t cudnnSetSpatialTransformerNdDescriptor(cudnnSpatialTransformerDescriptor_t stDesc, cudnnSamplerType_t samplerType, cudnnDataType_t dataType, const int nbDims, const int[] dimA)
 
     Checked parameters:
-        dimA: host input, count nbDims
+        dimA: host input, count nbDims, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
 
@@ -5242,7 +5243,7 @@ def cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims
     if not stDesc:
         raise _lib.null_handles_error('cudnnSetSpatialTransformerNdDescriptor', ('stDesc',), (stDesc,))
     try:
-        dimA = _arr_int_c(dimA, nbDims, 4)
+        dimA = _arr_int_c(dimA, _at_most(nbDims, 8, 'cudnnSetSpatialTransformerNdDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 4)
         status = _cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims, dimA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetSpatialTransformerNdDescriptor', ('stDesc', 'samplerType', 'dataType', 'nbDims', 'dimA'), exc) from None
@@ -7449,8 +7450,8 @@ def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLeng
     Deprecated by the vendor.
 
     Checked parameters:
-        dimA: host input, count nbDims
-        axes: host input, count nbDims
+        dimA: host input, count nbDims, at most CUDNN_DIM_MAX
+        axes: host input, count nbDims, at most CUDNN_DIM_MAX
         seqLengthArray: host input, count seqLengthArraySize
         paddingFill: host output, fixed 2 bytes, may be None
 
@@ -7464,8 +7465,8 @@ def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLeng
     if not seqDataDesc:
         raise _lib.null_handles_error('cudnnSetSeqDataDescriptor', ('seqDataDesc',), (seqDataDesc,))
     try:
-        dimA = _arr_int_c(dimA, nbDims, 3)
-        axes = _arr_cudnnSeqDataAxis_t_c(axes, nbDims, 4)
+        dimA = _arr_int_c(dimA, _at_most(nbDims, 8, 'cudnnSetSeqDataDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 3)
+        axes = _arr_cudnnSeqDataAxis_t_c(axes, _at_most(nbDims, 8, 'cudnnSetSeqDataDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 4)
         seqLengthArray = _arr_int_c(seqLengthArray, seqLengthArraySize, 6)
         paddingFill = _void_n(paddingFill, 2, 7)
         status = _cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLengthArraySize, seqLengthArray, paddingFill)
@@ -8718,9 +8719,9 @@ def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, 
     Deprecated by the vendor.
 
     Checked parameters:
-        padA: host input, count arrayLength
-        filterStrideA: host input, count arrayLength
-        dilationA: host input, count arrayLength
+        padA: host input, count arrayLength, at most CUDNN_DIM_MAX
+        filterStrideA: host input, count arrayLength, at most CUDNN_DIM_MAX
+        dilationA: host input, count arrayLength, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
 
@@ -8742,9 +8743,9 @@ def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, 
     if not convDesc:
         raise _lib.null_handles_error('cudnnSetConvolutionNdDescriptor', ('convDesc',), (convDesc,))
     try:
-        padA = _arr_int_c(padA, arrayLength, 2)
-        filterStrideA = _arr_int_c(filterStrideA, arrayLength, 3)
-        dilationA = _arr_int_c(dilationA, arrayLength, 4)
+        padA = _arr_int_c(padA, _at_most(arrayLength, 8, 'cudnnSetConvolutionNdDescriptor', 'arrayLength', 'CUDNN_DIM_MAX'), 2)
+        filterStrideA = _arr_int_c(filterStrideA, _at_most(arrayLength, 8, 'cudnnSetConvolutionNdDescriptor', 'arrayLength', 'CUDNN_DIM_MAX'), 3)
+        dilationA = _arr_int_c(dilationA, _at_most(arrayLength, 8, 'cudnnSetConvolutionNdDescriptor', 'arrayLength', 'CUDNN_DIM_MAX'), 4)
         status = _cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, dilationA, mode, computeType)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnSetConvolutionNdDescriptor', ('convDesc', 'arrayLength', 'padA', 'filterStrideA', 'dilationA', 'mode', 'computeType'), exc) from None
@@ -8853,7 +8854,7 @@ def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     Deprecated by the vendor.
 
     Checked parameters:
-        tensorOuputDimA: host output, count nbDims
+        tensorOuputDimA: host output, count nbDims, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
 
@@ -8873,7 +8874,7 @@ def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     if not (convDesc and inputTensorDesc and filterDesc):
         raise _lib.null_handles_error('cudnnGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc'), (convDesc, inputTensorDesc, filterDesc,))
     try:
-        tensorOuputDimA = _arr_int(tensorOuputDimA, nbDims, 4)
+        tensorOuputDimA = _arr_int(tensorOuputDimA, _at_most(nbDims, 8, 'cudnnGetConvolutionNdForwardOutputDim', 'nbDims', 'CUDNN_DIM_MAX'), 4)
         status = _cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc, nbDims, tensorOuputDimA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc', 'nbDims', 'tensorOuputDimA'), exc) from None

@@ -18,7 +18,8 @@ from struct import Struct as _Struct
 
 from dnnbind.runtime import MiopenError as _Error
 from dnnbind.runtime.loader import Library as _Library, Unchecked as _Unchecked
-from dnnbind.runtime.checks import (check_values as _check_values, flag as _flag, host_array as _host_array,
+from dnnbind.runtime.checks import (at_most as _at_most, check_values as _check_values, flag as _flag,
+                                    host_array as _host_array,
                                     host_buffer as _host_buffer,
                                     query_count as _query_count, sized_count as _sized_count,
                                     values_ok as _values_ok)

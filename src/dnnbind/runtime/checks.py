@@ -103,6 +103,19 @@ def check_values(function: str, params: Sequence[str], checked: Sequence[tuple])
             raise DnnRangeError(f"{function}: parameter {name!r} {_range_text(number, code)}")
 
 
+def at_most(count: Any, most: int, function: str, param: str, limit: str) -> Any:
+    """A count parameter as is, or DnnRangeError above what the library takes (``limit``: the macro that says
+    so): cuDNN copies a tensor's dimensions onto its stack, so 2000 of them overflowed it."""
+    if type(count) is int and count > most:
+        raise DnnRangeError(f"{function}: parameter {param!r} is {count}, more than {limit or 'the limit'} ({most})")
+    return count
+
+
+def _negative_count(count: int, index: int) -> Exception:
+    return _problem(DnnRangeError, index, f"has a negative element count ({count}): the count parameter beside it "
+                                          "must not be negative")
+
+
 def flag(value: Any, index: int) -> bool:
     """A C ``bool`` argument: True/False, 0/1 or a numpy bool; anything else is refused (ctypes' ``c_bool``
     would take any object by its truth value, a string or None included)."""
@@ -153,6 +166,8 @@ class HostArray:
         """What the foreign call's ``c_void_p`` takes for ``obj`` (packed bytes, a ctypes array or byref, a view
         of a numpy array); raises naming parameter ``index`` when ``obj`` cannot serve. The element type is
         checked here, since ``c_void_p`` itself would take any pointer."""
+        if count is not None and count < 0:
+            raise _negative_count(count, index)
         kind = type(obj)
         if kind is _ndarray[0]:                                  # the hot forms first, inline
             if obj.dtype is self._dtype:                           # numpy's builtin dtypes are singletons
@@ -303,6 +318,8 @@ class HostBuffer:
 
     def convert(self, obj: Any, nbytes: int | None, index: int) -> Any:
         """What ``c_void_p`` takes for ``obj``, after checking it holds ``nbytes`` (None: unknown)."""
+        if nbytes is not None and nbytes < 0:
+            raise _negative_count(nbytes, index)
         if obj is None:
             if self.nullable or nbytes == 0:
                 return None

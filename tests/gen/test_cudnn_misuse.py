@@ -172,6 +172,9 @@ CASES = {
     "numpy scalar as host memory": "rnn_data_fill(np.float32(7.0))",
     "2000 dimensions": "c.cudnnSetTensorNdDescriptorEx(t, 0, 0, 2000, [1] * 2000)",
     "negative dimension count": "c.cudnnGetTensorNdDescriptor(t, -1, byref(c_int()), byref(c_int()), None, None)",
+    "numpy array for an int": "c.cudnnSetTensor4dDescriptor(t, 0, 0, np.array([2, 3]), 1, 1, 1)",
+    "numpy array for a descriptor": "c.cudnnSetTensor4dDescriptor(np.zeros(3), 0, 0, 2, 1, 1, 1)",
+    "numpy array destroyed": "c.cudnnDestroyTensorDescriptor(np.zeros(3))",
     "callback read back": "callback_round_trip()",
     "callback temporary": "callback_outlives_its_argument()",
     "callback byref": "c.cudnnSetCallback(c.CUDNN_SEV_ERROR_EN, None, byref(c_int()))",
@@ -254,6 +257,12 @@ EXPECTED = {   # case -> (exception class, text the message must contain); None:
                                          "CUDNN_DIM_MAX (8)"),
     "negative dimension count": ("DnnRangeError", "cudnnGetTensorNdDescriptor: parameter 'dimA' has a negative "
                                                   "element count (-1)"),
+    "numpy array for an int": ("DnnArgumentError", "cudnnSetTensor4dDescriptor: parameter 'n' needs an int, got "
+                                                   "numpy.ndarray"),
+    "numpy array for a descriptor": ("DnnArgumentError", "cudnnSetTensor4dDescriptor: parameter 'tensorDesc' needs "
+                                                         "a handle, got numpy.ndarray"),
+    "numpy array destroyed": ("DnnArgumentError", "cudnnDestroyTensorDescriptor: parameter 'tensorDesc' expected "
+                                                  "LP_cudnnTensorStruct instance instead of numpy.ndarray"),
     "callback read back": None,
     "callback temporary": None,
     "callback byref": ("DnnArgumentError", "cudnnSetCallback: parameter 'fptr' needs a callback (an instance of "

@@ -2384,8 +2384,12 @@ def cudnnBackendInitialize(descriptor):
      @param[in] descriptor  The descriptor to initialize.
      @return cuDNN status code.
      @since cuDNN 9.0.0"""
-    if not descriptor:
-        raise _lib.null_handles_error('cudnnBackendInitialize', ('descriptor',), (descriptor,))
+    try:
+        _handles_set = bool(descriptor)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnBackendInitialize', ('descriptor',), (descriptor,))
     try:
         status = _cudnnBackendInitialize(descriptor)
     except _ArgumentError as exc:
@@ -2408,8 +2412,12 @@ def cudnnBackendFinalize(descriptor):
      @retval CUDNN_STATUS_NOT_SUPPORTED
      @retval CUDNN_STATUS_INTERNAL_ERROR
      @since cuDNN 9.0.0"""
-    if not descriptor:
-        raise _lib.null_handles_error('cudnnBackendFinalize', ('descriptor',), (descriptor,))
+    try:
+        _handles_set = bool(descriptor)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnBackendFinalize', ('descriptor',), (descriptor,))
     try:
         status = _cudnnBackendFinalize(descriptor)
     except _ArgumentError as exc:
@@ -2442,8 +2450,12 @@ def cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCo
      @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnBackendSetAttribute, attributeName, attributeType, elementCount):
         _check_values('cudnnBackendSetAttribute', ('descriptor', 'attributeName', 'attributeType', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', cudnnBackendAttributeName_t), (2, attributeType, 'i', cudnnBackendAttributeType_t), (3, elementCount, 'q', None),))
-    if not descriptor:
-        raise _lib.null_handles_error('cudnnBackendSetAttribute', ('descriptor',), (descriptor,))
+    try:
+        _handles_set = bool(descriptor)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnBackendSetAttribute', ('descriptor',), (descriptor,))
     try:
         arrayOfElements = _void_c(arrayOfElements, _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, elementCount, 'cudnnBackendSetAttribute', 'attributeType'), 4)
         status = _cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCount, arrayOfElements)
@@ -2478,8 +2490,12 @@ def cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requested
      @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnBackendGetAttribute, attributeName, attributeType, requestedElementCount):
         _check_values('cudnnBackendGetAttribute', ('descriptor', 'attributeName', 'attributeType', 'requestedElementCount', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', cudnnBackendAttributeName_t), (2, attributeType, 'i', cudnnBackendAttributeType_t), (3, requestedElementCount, 'q', None),))
-    if not descriptor:
-        raise _lib.null_handles_error('cudnnBackendGetAttribute', ('descriptor',), (descriptor,))
+    try:
+        _handles_set = bool(descriptor)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnBackendGetAttribute', ('descriptor',), (descriptor,))
     try:
         elementCount = _arr_int64_t(elementCount, 1, 4)
         arrayOfElements = _void(arrayOfElements, _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, requestedElementCount, 'cudnnBackendGetAttribute', 'attributeType'), 5)
@@ -2506,8 +2522,12 @@ def cudnnGetExecutionPlanWorkspaceSize(handle, executionPlan, variantPack, works
      @param[in]  variantPack           Finalized variant pack descriptor.
      @param[out] workspaceSizeInBytes  Pointer to receive the required workspace size.
      @since cuDNN 9.23.0"""
-    if not (executionPlan and variantPack):
-        raise _lib.null_handles_error('cudnnGetExecutionPlanWorkspaceSize', ('executionPlan', 'variantPack'), (executionPlan, variantPack,))
+    try:
+        _handles_set = bool(executionPlan and variantPack)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetExecutionPlanWorkspaceSize', ('executionPlan', 'variantPack'), (executionPlan, variantPack,))
     try:
         workspaceSizeInBytes = _arr_size_t(workspaceSizeInBytes, 1, 3)
         status = _cudnnGetExecutionPlanWorkspaceSize(handle, executionPlan, variantPack, workspaceSizeInBytes)
@@ -2533,8 +2553,12 @@ def cudnnBackendExecute(handle, executionPlan, variantPack):
      @retval CUDNN_STATUS_INTERNAL_ERROR
      @retval CUDNN_STATUS_EXECUTION_FAILED
      @since cuDNN 9.0.0"""
-    if not (executionPlan and variantPack):
-        raise _lib.null_handles_error('cudnnBackendExecute', ('executionPlan', 'variantPack'), (executionPlan, variantPack,))
+    try:
+        _handles_set = bool(executionPlan and variantPack)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnBackendExecute', ('executionPlan', 'variantPack'), (executionPlan, variantPack,))
     try:
         status = _cudnnBackendExecute(handle, executionPlan, variantPack)
     except _ArgumentError as exc:
@@ -2561,8 +2585,12 @@ def cudnnBackendPopulateCudaGraph(handle, executionPlan, variantPack, graph):
      @retval CUDNN_STATUS_EXECUTION_FAILED
      @retval CUDNN_STATUS_NOT_SUPPORTED
      @since cuDNN 9.5.0"""
-    if not (executionPlan and variantPack):
-        raise _lib.null_handles_error('cudnnBackendPopulateCudaGraph', ('executionPlan', 'variantPack'), (executionPlan, variantPack,))
+    try:
+        _handles_set = bool(executionPlan and variantPack)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnBackendPopulateCudaGraph', ('executionPlan', 'variantPack'), (executionPlan, variantPack,))
     try:
         status = _cudnnBackendPopulateCudaGraph(handle, executionPlan, variantPack, graph)
     except _ArgumentError as exc:
@@ -2589,8 +2617,12 @@ def cudnnBackendUpdateCudaGraph(handle, executionPlan, variantPack, graph):
      @retval CUDNN_STATUS_EXECUTION_FAILED
      @retval CUDNN_STATUS_NOT_SUPPORTED
      @since cuDNN 9.5.0"""
-    if not (executionPlan and variantPack):
-        raise _lib.null_handles_error('cudnnBackendUpdateCudaGraph', ('executionPlan', 'variantPack'), (executionPlan, variantPack,))
+    try:
+        _handles_set = bool(executionPlan and variantPack)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnBackendUpdateCudaGraph', ('executionPlan', 'variantPack'), (executionPlan, variantPack,))
     try:
         status = _cudnnBackendUpdateCudaGraph(handle, executionPlan, variantPack, graph)
     except _ArgumentError as exc:
@@ -2658,8 +2690,12 @@ def cudnnSetTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w):
     @see cudnnSetTensor4dDescriptorEx, cudnnGetTensor4dDescriptor"""
     if not _values_ok(_values_cudnnSetTensor4dDescriptor, format, dataType, n, c, h, w):
         _check_values('cudnnSetTensor4dDescriptor', ('tensorDesc', 'format', 'dataType', 'n', 'c', 'h', 'w'), ((1, format, 'i', cudnnTensorFormat_t), (2, dataType, 'i', cudnnDataType_t), (3, n, 'i', None), (4, c, 'i', None), (5, h, 'i', None), (6, w, 'i', None),))
-    if not tensorDesc:
-        raise _lib.null_handles_error('cudnnSetTensor4dDescriptor', ('tensorDesc',), (tensorDesc,))
+    try:
+        _handles_set = bool(tensorDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetTensor4dDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         status = _cudnnSetTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w)
     except _ArgumentError as exc:
@@ -2699,8 +2735,12 @@ def cudnnSetTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStr
     @see cudnnSetTensor4dDescriptor, cudnnGetTensor4dDescriptor"""
     if not _values_ok(_values_cudnnSetTensor4dDescriptorEx, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
         _check_values('cudnnSetTensor4dDescriptorEx', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w', 'nStride', 'cStride', 'hStride', 'wStride'), ((1, dataType, 'i', cudnnDataType_t), (2, n, 'i', None), (3, c, 'i', None), (4, h, 'i', None), (5, w, 'i', None), (6, nStride, 'i', None), (7, cStride, 'i', None), (8, hStride, 'i', None), (9, wStride, 'i', None),))
-    if not tensorDesc:
-        raise _lib.null_handles_error('cudnnSetTensor4dDescriptorEx', ('tensorDesc',), (tensorDesc,))
+    try:
+        _handles_set = bool(tensorDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetTensor4dDescriptorEx', ('tensorDesc',), (tensorDesc,))
     try:
         status = _cudnnSetTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride)
     except _ArgumentError as exc:
@@ -2744,8 +2784,12 @@ def cudnnGetTensor4dDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStrid
 
     @since cuDNN 9.0.0
     @see cudnnSetTensor4dDescriptor"""
-    if not tensorDesc:
-        raise _lib.null_handles_error('cudnnGetTensor4dDescriptor', ('tensorDesc',), (tensorDesc,))
+    try:
+        _handles_set = bool(tensorDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetTensor4dDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 1)
         n = _arr_int(n, 1, 2)
@@ -2792,8 +2836,12 @@ def cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA):
     @see cudnnGetTensorNdDescriptor"""
     if not _values_ok(_values_cudnnSetTensorNdDescriptor, dataType, nbDims):
         _check_values('cudnnSetTensorNdDescriptor', ('tensorDesc', 'dataType', 'nbDims', 'dimA', 'strideA'), ((1, dataType, 'i', cudnnDataType_t), (2, nbDims, 'i', None),))
-    if not tensorDesc:
-        raise _lib.null_handles_error('cudnnSetTensorNdDescriptor', ('tensorDesc',), (tensorDesc,))
+    try:
+        _handles_set = bool(tensorDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetTensorNdDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         dimA = _arr_int_c(dimA, _at_most(nbDims, 8, 'cudnnSetTensorNdDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 3)
         strideA = _arr_int_c(strideA, _at_most(nbDims, 8, 'cudnnSetTensorNdDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 4)
@@ -2833,8 +2881,12 @@ def cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA):
     @see cudnnSetTensorNdDescriptor"""
     if not _values_ok(_values_cudnnSetTensorNdDescriptorEx, format, dataType, nbDims):
         _check_values('cudnnSetTensorNdDescriptorEx', ('tensorDesc', 'format', 'dataType', 'nbDims', 'dimA'), ((1, format, 'i', cudnnTensorFormat_t), (2, dataType, 'i', cudnnDataType_t), (3, nbDims, 'i', None),))
-    if not tensorDesc:
-        raise _lib.null_handles_error('cudnnSetTensorNdDescriptorEx', ('tensorDesc',), (tensorDesc,))
+    try:
+        _handles_set = bool(tensorDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetTensorNdDescriptorEx', ('tensorDesc',), (tensorDesc,))
     try:
         dimA = _arr_int_c(dimA, _at_most(nbDims, 8, 'cudnnSetTensorNdDescriptorEx', 'nbDims', 'CUDNN_DIM_MAX'), 4)
         status = _cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA)
@@ -2873,8 +2925,12 @@ def cudnnGetTensorNdDescriptor(tensorDesc, nbDimsRequested, dataType, nbDims, di
     @see cudnnSetTensorNdDescriptor"""
     if not _values_ok(_values_cudnnGetTensorNdDescriptor, nbDimsRequested):
         _check_values('cudnnGetTensorNdDescriptor', ('tensorDesc', 'nbDimsRequested', 'dataType', 'nbDims', 'dimA', 'strideA'), ((1, nbDimsRequested, 'i', None),))
-    if not tensorDesc:
-        raise _lib.null_handles_error('cudnnGetTensorNdDescriptor', ('tensorDesc',), (tensorDesc,))
+    try:
+        _handles_set = bool(tensorDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetTensorNdDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 2)
         nbDims = _arr_int(nbDims, 1, 3)
@@ -2905,8 +2961,12 @@ def cudnnGetTensorSizeInBytes(tensorDesc, size):
     @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
 
     @since cuDNN 9.0.0"""
-    if not tensorDesc:
-        raise _lib.null_handles_error('cudnnGetTensorSizeInBytes', ('tensorDesc',), (tensorDesc,))
+    try:
+        _handles_set = bool(tensorDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetTensorSizeInBytes', ('tensorDesc',), (tensorDesc,))
     try:
         size = _arr_size_t(size, 1, 1)
         status = _cudnnGetTensorSizeInBytes(tensorDesc, size)
@@ -2963,8 +3023,12 @@ def cudnnInitTransformDest(transformDesc, srcDesc, destDesc, destSizeInBytes):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnTransformTensorEx"""
-    if not (transformDesc and srcDesc and destDesc):
-        raise _lib.null_handles_error('cudnnInitTransformDest', ('transformDesc', 'srcDesc', 'destDesc'), (transformDesc, srcDesc, destDesc,))
+    try:
+        _handles_set = bool(transformDesc and srcDesc and destDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnInitTransformDest', ('transformDesc', 'srcDesc', 'destDesc'), (transformDesc, srcDesc, destDesc,))
     try:
         destSizeInBytes = _arr_size_t(destSizeInBytes, 1, 3)
         status = _cudnnInitTransformDest(transformDesc, srcDesc, destDesc, destSizeInBytes)
@@ -3044,8 +3108,12 @@ def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBefo
     @see cudnnGetTensorTransformDescriptor"""
     if not _values_ok(_values_cudnnSetTensorTransformDescriptor, nbDims, destFormat, direction):
         _check_values('cudnnSetTensorTransformDescriptor', ('transformDesc', 'nbDims', 'destFormat', 'padBeforeA', 'padAfterA', 'foldA', 'direction'), ((1, nbDims, 'I', None), (2, destFormat, 'i', cudnnTensorFormat_t), (6, direction, 'i', cudnnFoldingDirection_t),))
-    if not transformDesc:
-        raise _lib.null_handles_error('cudnnSetTensorTransformDescriptor', ('transformDesc',), (transformDesc,))
+    try:
+        _handles_set = bool(transformDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetTensorTransformDescriptor', ('transformDesc',), (transformDesc,))
     try:
         padBeforeA = _arr_int32_t_c_n(padBeforeA, _at_most(nbDims, 8, 'cudnnSetTensorTransformDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 3)
         padAfterA = _arr_int32_t_c_n(padAfterA, _at_most(nbDims, 8, 'cudnnSetTensorTransformDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 4)
@@ -3091,8 +3159,12 @@ def cudnnGetTensorTransformDescriptor(transformDesc, nbDimsRequested, destFormat
     @see cudnnSetTensorTransformDescriptor"""
     if not _values_ok(_values_cudnnGetTensorTransformDescriptor, nbDimsRequested):
         _check_values('cudnnGetTensorTransformDescriptor', ('transformDesc', 'nbDimsRequested', 'destFormat', 'padBeforeA', 'padAfterA', 'foldA', 'direction'), ((1, nbDimsRequested, 'I', None),))
-    if not transformDesc:
-        raise _lib.null_handles_error('cudnnGetTensorTransformDescriptor', ('transformDesc',), (transformDesc,))
+    try:
+        _handles_set = bool(transformDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetTensorTransformDescriptor', ('transformDesc',), (transformDesc,))
     try:
         destFormat = _arr_cudnnTensorFormat_t(destFormat, 1, 2)
         padBeforeA = _arr_int32_t(padBeforeA, nbDimsRequested, 3)
@@ -3162,8 +3234,12 @@ def cudnnTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnTransformTensorEx"""
-    if not (xDesc and yDesc):
-        raise _lib.null_handles_error('cudnnTransformTensor', ('xDesc', 'yDesc'), (xDesc, yDesc,))
+    try:
+        _handles_set = bool(xDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnTransformTensor', ('xDesc', 'yDesc'), (xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -3209,8 +3285,12 @@ def cudnnTransformTensorEx(handle, transDesc, alpha, srcDesc, srcData, beta, des
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnTransformTensor, cudnnSetTensorTransformDescriptor"""
-    if not (transDesc and srcDesc and destDesc):
-        raise _lib.null_handles_error('cudnnTransformTensorEx', ('transDesc', 'srcDesc', 'destDesc'), (transDesc, srcDesc, destDesc,))
+    try:
+        _handles_set = bool(transDesc and srcDesc and destDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnTransformTensorEx', ('transDesc', 'srcDesc', 'destDesc'), (transDesc, srcDesc, destDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -3253,8 +3333,12 @@ def cudnnAddTensor(handle, alpha, aDesc, A, beta, cDesc, C):
 
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead."""
-    if not (aDesc and cDesc):
-        raise _lib.null_handles_error('cudnnAddTensor', ('aDesc', 'cDesc'), (aDesc, cDesc,))
+    try:
+        _handles_set = bool(aDesc and cDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnAddTensor', ('aDesc', 'cDesc'), (aDesc, cDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -3322,8 +3406,12 @@ def cudnnSetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
     @see cudnnGetOpTensorDescriptor"""
     if not _values_ok(_values_cudnnSetOpTensorDescriptor, opTensorOp, opTensorCompType, opTensorNanOpt):
         _check_values('cudnnSetOpTensorDescriptor', ('opTensorDesc', 'opTensorOp', 'opTensorCompType', 'opTensorNanOpt'), ((1, opTensorOp, 'i', cudnnOpTensorOp_t), (2, opTensorCompType, 'i', cudnnDataType_t), (3, opTensorNanOpt, 'i', cudnnNanPropagation_t),))
-    if not opTensorDesc:
-        raise _lib.null_handles_error('cudnnSetOpTensorDescriptor', ('opTensorDesc',), (opTensorDesc,))
+    try:
+        _handles_set = bool(opTensorDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetOpTensorDescriptor', ('opTensorDesc',), (opTensorDesc,))
     try:
         status = _cudnnSetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTensorNanOpt)
     except _ArgumentError as exc:
@@ -3358,8 +3446,12 @@ def cudnnGetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetOpTensorDescriptor"""
-    if not opTensorDesc:
-        raise _lib.null_handles_error('cudnnGetOpTensorDescriptor', ('opTensorDesc',), (opTensorDesc,))
+    try:
+        _handles_set = bool(opTensorDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetOpTensorDescriptor', ('opTensorDesc',), (opTensorDesc,))
     try:
         opTensorOp = _arr_cudnnOpTensorOp_t(opTensorOp, 1, 1)
         opTensorCompType = _arr_cudnnDataType_t(opTensorCompType, 1, 2)
@@ -3432,8 +3524,12 @@ def cudnnOpTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetOpTensorDescriptor"""
-    if not (opTensorDesc and aDesc and bDesc and cDesc):
-        raise _lib.null_handles_error('cudnnOpTensor', ('opTensorDesc', 'aDesc', 'bDesc', 'cDesc'), (opTensorDesc, aDesc, bDesc, cDesc,))
+    try:
+        _handles_set = bool(opTensorDesc and aDesc and bDesc and cDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnOpTensor', ('opTensorDesc', 'aDesc', 'bDesc', 'cDesc'), (opTensorDesc, aDesc, bDesc, cDesc,))
     try:
         alpha1 = _void_c(alpha1, 4, 2)
         alpha2 = _void_c(alpha2, 4, 5)
@@ -3504,8 +3600,12 @@ def cudnnSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
     @see cudnnGetReduceTensorDescriptor"""
     if not _values_ok(_values_cudnnSetReduceTensorDescriptor, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
         _check_values('cudnnSetReduceTensorDescriptor', ('reduceTensorDesc', 'reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'), ((1, reduceTensorOp, 'i', cudnnReduceTensorOp_t), (2, reduceTensorCompType, 'i', cudnnDataType_t), (3, reduceTensorNanOpt, 'i', cudnnNanPropagation_t), (4, reduceTensorIndices, 'i', cudnnReduceTensorIndices_t), (5, reduceTensorIndicesType, 'i', cudnnIndicesType_t),))
-    if not reduceTensorDesc:
-        raise _lib.null_handles_error('cudnnSetReduceTensorDescriptor', ('reduceTensorDesc',), (reduceTensorDesc,))
+    try:
+        _handles_set = bool(reduceTensorDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetReduceTensorDescriptor', ('reduceTensorDesc',), (reduceTensorDesc,))
     try:
         status = _cudnnSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType)
     except _ArgumentError as exc:
@@ -3544,8 +3644,12 @@ def cudnnGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetReduceTensorDescriptor"""
-    if not reduceTensorDesc:
-        raise _lib.null_handles_error('cudnnGetReduceTensorDescriptor', ('reduceTensorDesc',), (reduceTensorDesc,))
+    try:
+        _handles_set = bool(reduceTensorDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetReduceTensorDescriptor', ('reduceTensorDesc',), (reduceTensorDesc,))
     try:
         reduceTensorOp = _arr_cudnnReduceTensorOp_t(reduceTensorOp, 1, 1)
         reduceTensorCompType = _arr_cudnnDataType_t(reduceTensorCompType, 1, 2)
@@ -3605,8 +3709,12 @@ def cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInB
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnReduceTensor"""
-    if not (reduceTensorDesc and aDesc and cDesc):
-        raise _lib.null_handles_error('cudnnGetReductionIndicesSize', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
+    try:
+        _handles_set = bool(reduceTensorDesc and aDesc and cDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetReductionIndicesSize', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 4)
         status = _cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes)
@@ -3641,8 +3749,12 @@ def cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeI
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnReduceTensor"""
-    if not (reduceTensorDesc and aDesc and cDesc):
-        raise _lib.null_handles_error('cudnnGetReductionWorkspaceSize', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
+    try:
+        _handles_set = bool(reduceTensorDesc and aDesc and cDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetReductionWorkspaceSize', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 4)
         status = _cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes)
@@ -3699,8 +3811,12 @@ def cudnnReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wor
     @see cudnnGetReductionWorkspaceSize, cudnnGetReductionIndicesSize"""
     if not _values_ok(_values_cudnnReduceTensor, indicesSizeInBytes, workspaceSizeInBytes):
         _check_values('cudnnReduceTensor', ('handle', 'reduceTensorDesc', 'indices', 'indicesSizeInBytes', 'workspace', 'workspaceSizeInBytes', 'alpha', 'aDesc', 'A', 'beta', 'cDesc', 'C'), ((3, indicesSizeInBytes, 'N', None), (5, workspaceSizeInBytes, 'N', None),))
-    if not (reduceTensorDesc and aDesc and cDesc):
-        raise _lib.null_handles_error('cudnnReduceTensor', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
+    try:
+        _handles_set = bool(reduceTensorDesc and aDesc and cDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnReduceTensor', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
     try:
         alpha = _void_c(alpha, 4, 6)
         beta = _void_c(beta, 4, 9)
@@ -3736,8 +3852,12 @@ def cudnnSetTensor(handle, yDesc, y, valuePtr):
 
     @since cuDNN 9.0.0
     @see cudnnScaleTensor"""
-    if not yDesc:
-        raise _lib.null_handles_error('cudnnSetTensor', ('yDesc',), (yDesc,))
+    try:
+        _handles_set = bool(yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetTensor', ('yDesc',), (yDesc,))
     try:
         valuePtr = _void_c(valuePtr, 1, 3)
         status = _cudnnSetTensor(handle, yDesc, y, valuePtr)
@@ -3775,8 +3895,12 @@ def cudnnScaleTensor(handle, yDesc, y, alpha):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetTensor"""
-    if not yDesc:
-        raise _lib.null_handles_error('cudnnScaleTensor', ('yDesc',), (yDesc,))
+    try:
+        _handles_set = bool(yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnScaleTensor', ('yDesc',), (yDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         status = _cudnnScaleTensor(handle, yDesc, y, alpha)
@@ -3850,8 +3974,12 @@ def cudnnSetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     @see cudnnGetFilter4dDescriptor"""
     if not _values_ok(_values_cudnnSetFilter4dDescriptor, dataType, format, k, c, h, w):
         _check_values('cudnnSetFilter4dDescriptor', ('filterDesc', 'dataType', 'format', 'k', 'c', 'h', 'w'), ((1, dataType, 'i', cudnnDataType_t), (2, format, 'i', cudnnTensorFormat_t), (3, k, 'i', None), (4, c, 'i', None), (5, h, 'i', None), (6, w, 'i', None),))
-    if not filterDesc:
-        raise _lib.null_handles_error('cudnnSetFilter4dDescriptor', ('filterDesc',), (filterDesc,))
+    try:
+        _handles_set = bool(filterDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetFilter4dDescriptor', ('filterDesc',), (filterDesc,))
     try:
         status = _cudnnSetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w)
     except _ArgumentError as exc:
@@ -3892,8 +4020,12 @@ def cudnnGetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetFilter4dDescriptor"""
-    if not filterDesc:
-        raise _lib.null_handles_error('cudnnGetFilter4dDescriptor', ('filterDesc',), (filterDesc,))
+    try:
+        _handles_set = bool(filterDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetFilter4dDescriptor', ('filterDesc',), (filterDesc,))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 1)
         format = _arr_cudnnTensorFormat_t(format, 1, 2)
@@ -3937,8 +4069,12 @@ def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
     @see cudnnGetFilterNdDescriptor"""
     if not _values_ok(_values_cudnnSetFilterNdDescriptor, dataType, format, nbDims):
         _check_values('cudnnSetFilterNdDescriptor', ('filterDesc', 'dataType', 'format', 'nbDims', 'filterDimA'), ((1, dataType, 'i', cudnnDataType_t), (2, format, 'i', cudnnTensorFormat_t), (3, nbDims, 'i', None),))
-    if not filterDesc:
-        raise _lib.null_handles_error('cudnnSetFilterNdDescriptor', ('filterDesc',), (filterDesc,))
+    try:
+        _handles_set = bool(filterDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetFilterNdDescriptor', ('filterDesc',), (filterDesc,))
     try:
         filterDimA = _arr_int_c(filterDimA, _at_most(nbDims, 8, 'cudnnSetFilterNdDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 4)
         status = _cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
@@ -3980,8 +4116,12 @@ def cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nb
     @see cudnnSetFilterNdDescriptor"""
     if not _values_ok(_values_cudnnGetFilterNdDescriptor, nbDimsRequested):
         _check_values('cudnnGetFilterNdDescriptor', ('filterDesc', 'nbDimsRequested', 'dataType', 'format', 'nbDims', 'filterDimA'), ((1, nbDimsRequested, 'i', None),))
-    if not filterDesc:
-        raise _lib.null_handles_error('cudnnGetFilterNdDescriptor', ('filterDesc',), (filterDesc,))
+    try:
+        _handles_set = bool(filterDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetFilterNdDescriptor', ('filterDesc',), (filterDesc,))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 2)
         format = _arr_cudnnTensorFormat_t(format, 1, 3)
@@ -4015,8 +4155,12 @@ def cudnnGetFilterSizeInBytes(filterDesc, size):
 
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead."""
-    if not filterDesc:
-        raise _lib.null_handles_error('cudnnGetFilterSizeInBytes', ('filterDesc',), (filterDesc,))
+    try:
+        _handles_set = bool(filterDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetFilterSizeInBytes', ('filterDesc',), (filterDesc,))
     try:
         size = _arr_size_t(size, 1, 1)
         status = _cudnnGetFilterSizeInBytes(filterDesc, size)
@@ -4060,8 +4204,12 @@ def cudnnTransformFilter(handle, transDesc, alpha, srcDesc, srcData, beta, destD
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnTransformTensorEx"""
-    if not (transDesc and srcDesc and destDesc):
-        raise _lib.null_handles_error('cudnnTransformFilter', ('transDesc', 'srcDesc', 'destDesc'), (transDesc, srcDesc, destDesc,))
+    try:
+        _handles_set = bool(transDesc and srcDesc and destDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnTransformFilter', ('transDesc', 'srcDesc', 'destDesc'), (transDesc, srcDesc, destDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -4128,8 +4276,12 @@ def cudnnSoftmaxForward(handle, algo, mode, alpha, xDesc, x, beta, yDesc, y):
     @see cudnnSoftmaxBackward"""
     if not _values_ok(_values_cudnnSoftmaxForward, algo, mode):
         _check_values('cudnnSoftmaxForward', ('handle', 'algo', 'mode', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), ((1, algo, 'i', cudnnSoftmaxAlgorithm_t), (2, mode, 'i', cudnnSoftmaxMode_t),))
-    if not (xDesc and yDesc):
-        raise _lib.null_handles_error('cudnnSoftmaxForward', ('xDesc', 'yDesc'), (xDesc, yDesc,))
+    try:
+        _handles_set = bool(xDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSoftmaxForward', ('xDesc', 'yDesc'), (xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 6)
@@ -4202,8 +4354,12 @@ def cudnnSetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
     @see cudnnGetPooling2dDescriptor"""
     if not _values_ok(_values_cudnnSetPooling2dDescriptor, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride):
         _check_values('cudnnSetPooling2dDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'windowHeight', 'windowWidth', 'verticalPadding', 'horizontalPadding', 'verticalStride', 'horizontalStride'), ((1, mode, 'i', cudnnPoolingMode_t), (2, maxpoolingNanOpt, 'i', cudnnNanPropagation_t), (3, windowHeight, 'i', None), (4, windowWidth, 'i', None), (5, verticalPadding, 'i', None), (6, horizontalPadding, 'i', None), (7, verticalStride, 'i', None), (8, horizontalStride, 'i', None),))
-    if not poolingDesc:
-        raise _lib.null_handles_error('cudnnSetPooling2dDescriptor', ('poolingDesc',), (poolingDesc,))
+    try:
+        _handles_set = bool(poolingDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetPooling2dDescriptor', ('poolingDesc',), (poolingDesc,))
     try:
         status = _cudnnSetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride)
     except _ArgumentError as exc:
@@ -4248,8 +4404,12 @@ def cudnnGetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetPooling2dDescriptor"""
-    if not poolingDesc:
-        raise _lib.null_handles_error('cudnnGetPooling2dDescriptor', ('poolingDesc',), (poolingDesc,))
+    try:
+        _handles_set = bool(poolingDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetPooling2dDescriptor', ('poolingDesc',), (poolingDesc,))
     try:
         mode = _arr_cudnnPoolingMode_t(mode, 1, 1)
         maxpoolingNanOpt = _arr_cudnnNanPropagation_t(maxpoolingNanOpt, 1, 2)
@@ -4299,8 +4459,12 @@ def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, win
     @see cudnnGetPoolingNdDescriptor"""
     if not _values_ok(_values_cudnnSetPoolingNdDescriptor, mode, maxpoolingNanOpt, nbDims):
         _check_values('cudnnSetPoolingNdDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'), ((1, mode, 'i', cudnnPoolingMode_t), (2, maxpoolingNanOpt, 'i', cudnnNanPropagation_t), (3, nbDims, 'i', None),))
-    if not poolingDesc:
-        raise _lib.null_handles_error('cudnnSetPoolingNdDescriptor', ('poolingDesc',), (poolingDesc,))
+    try:
+        _handles_set = bool(poolingDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetPoolingNdDescriptor', ('poolingDesc',), (poolingDesc,))
     try:
         windowDimA = _arr_int_c(windowDimA, _at_most(nbDims, 8, 'cudnnSetPoolingNdDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 4)
         paddingA = _arr_int_c(paddingA, _at_most(nbDims, 8, 'cudnnSetPoolingNdDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 5)
@@ -4348,8 +4512,12 @@ def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNa
     @see cudnnSetPoolingNdDescriptor"""
     if not _values_ok(_values_cudnnGetPoolingNdDescriptor, nbDimsRequested):
         _check_values('cudnnGetPoolingNdDescriptor', ('poolingDesc', 'nbDimsRequested', 'mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'), ((1, nbDimsRequested, 'i', None),))
-    if not poolingDesc:
-        raise _lib.null_handles_error('cudnnGetPoolingNdDescriptor', ('poolingDesc',), (poolingDesc,))
+    try:
+        _handles_set = bool(poolingDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetPoolingNdDescriptor', ('poolingDesc',), (poolingDesc,))
     try:
         mode = _arr_cudnnPoolingMode_t(mode, 1, 2)
         maxpoolingNanOpt = _arr_cudnnNanPropagation_t(maxpoolingNanOpt, 1, 3)
@@ -4391,8 +4559,12 @@ def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outp
     @deprecated Since cuDNN 9.0.0. Use graph API instead."""
     if not _values_ok(_values_cudnnGetPoolingNdForwardOutputDim, nbDims):
         _check_values('cudnnGetPoolingNdForwardOutputDim', ('poolingDesc', 'inputTensorDesc', 'nbDims', 'outputTensorDimA'), ((2, nbDims, 'i', None),))
-    if not (poolingDesc and inputTensorDesc):
-        raise _lib.null_handles_error('cudnnGetPoolingNdForwardOutputDim', ('poolingDesc', 'inputTensorDesc'), (poolingDesc, inputTensorDesc,))
+    try:
+        _handles_set = bool(poolingDesc and inputTensorDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetPoolingNdForwardOutputDim', ('poolingDesc', 'inputTensorDesc'), (poolingDesc, inputTensorDesc,))
     try:
         outputTensorDimA = _arr_int(outputTensorDimA, _at_most(nbDims, 8, 'cudnnGetPoolingNdForwardOutputDim', 'nbDims', 'CUDNN_DIM_MAX'), 3)
         status = _cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outputTensorDimA)
@@ -4431,8 +4603,12 @@ def cudnnGetPooling2dForwardOutputDim(poolingDesc, inputTensorDesc, n, c, h, w):
 
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead."""
-    if not (poolingDesc and inputTensorDesc):
-        raise _lib.null_handles_error('cudnnGetPooling2dForwardOutputDim', ('poolingDesc', 'inputTensorDesc'), (poolingDesc, inputTensorDesc,))
+    try:
+        _handles_set = bool(poolingDesc and inputTensorDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetPooling2dForwardOutputDim', ('poolingDesc', 'inputTensorDesc'), (poolingDesc, inputTensorDesc,))
     try:
         n = _arr_int(n, 1, 2)
         c = _arr_int(c, 1, 3)
@@ -4500,8 +4676,12 @@ def cudnnPoolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnPoolingBackward"""
-    if not (poolingDesc and xDesc and yDesc):
-        raise _lib.null_handles_error('cudnnPoolingForward', ('poolingDesc', 'xDesc', 'yDesc'), (poolingDesc, xDesc, yDesc,))
+    try:
+        _handles_set = bool(poolingDesc and xDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnPoolingForward', ('poolingDesc', 'xDesc', 'yDesc'), (poolingDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -4569,8 +4749,12 @@ def cudnnSetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     @see cudnnGetActivationDescriptor"""
     if not _values_ok(_values_cudnnSetActivationDescriptor, mode, reluNanOpt):
         _check_values('cudnnSetActivationDescriptor', ('activationDesc', 'mode', 'reluNanOpt', 'coef'), ((1, mode, 'i', cudnnActivationMode_t), (2, reluNanOpt, 'i', cudnnNanPropagation_t),))
-    if not activationDesc:
-        raise _lib.null_handles_error('cudnnSetActivationDescriptor', ('activationDesc',), (activationDesc,))
+    try:
+        _handles_set = bool(activationDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetActivationDescriptor', ('activationDesc',), (activationDesc,))
     try:
         status = _cudnnSetActivationDescriptor(activationDesc, mode, reluNanOpt, coef)
     except _ArgumentError as exc:
@@ -4605,8 +4789,12 @@ def cudnnGetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetActivationDescriptor"""
-    if not activationDesc:
-        raise _lib.null_handles_error('cudnnGetActivationDescriptor', ('activationDesc',), (activationDesc,))
+    try:
+        _handles_set = bool(activationDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetActivationDescriptor', ('activationDesc',), (activationDesc,))
     try:
         mode = _arr_cudnnActivationMode_t(mode, 1, 1)
         reluNanOpt = _arr_cudnnNanPropagation_t(reluNanOpt, 1, 2)
@@ -4638,8 +4826,12 @@ def cudnnSetActivationDescriptorSwishBeta(activationDesc, swish_beta):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnGetActivationDescriptorSwishBeta"""
-    if not activationDesc:
-        raise _lib.null_handles_error('cudnnSetActivationDescriptorSwishBeta', ('activationDesc',), (activationDesc,))
+    try:
+        _handles_set = bool(activationDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetActivationDescriptorSwishBeta', ('activationDesc',), (activationDesc,))
     try:
         status = _cudnnSetActivationDescriptorSwishBeta(activationDesc, swish_beta)
     except _ArgumentError as exc:
@@ -4670,8 +4862,12 @@ def cudnnGetActivationDescriptorSwishBeta(activationDesc, swish_beta):
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnSetActivationDescriptorSwishBeta"""
-    if not activationDesc:
-        raise _lib.null_handles_error('cudnnGetActivationDescriptorSwishBeta', ('activationDesc',), (activationDesc,))
+    try:
+        _handles_set = bool(activationDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetActivationDescriptorSwishBeta', ('activationDesc',), (activationDesc,))
     try:
         swish_beta = _arr_double(swish_beta, 1, 1)
         status = _cudnnGetActivationDescriptorSwishBeta(activationDesc, swish_beta)
@@ -4736,8 +4932,12 @@ def cudnnActivationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc,
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnActivationBackward"""
-    if not (activationDesc and xDesc and yDesc):
-        raise _lib.null_handles_error('cudnnActivationForward', ('activationDesc', 'xDesc', 'yDesc'), (activationDesc, xDesc, yDesc,))
+    try:
+        _handles_set = bool(activationDesc and xDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnActivationForward', ('activationDesc', 'xDesc', 'yDesc'), (activationDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -4807,8 +5007,12 @@ def cudnnSetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
     @see cudnnGetLRNDescriptor"""
     if not _values_ok(_values_cudnnSetLRNDescriptor, lrnN):
         _check_values('cudnnSetLRNDescriptor', ('normDesc', 'lrnN', 'lrnAlpha', 'lrnBeta', 'lrnK'), ((1, lrnN, 'I', None),))
-    if not normDesc:
-        raise _lib.null_handles_error('cudnnSetLRNDescriptor', ('normDesc',), (normDesc,))
+    try:
+        _handles_set = bool(normDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetLRNDescriptor', ('normDesc',), (normDesc,))
     try:
         status = _cudnnSetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK)
     except _ArgumentError as exc:
@@ -4844,8 +5048,12 @@ def cudnnGetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
 
     @since cuDNN 9.0.0
     @see cudnnSetLRNDescriptor"""
-    if not normDesc:
-        raise _lib.null_handles_error('cudnnGetLRNDescriptor', ('normDesc',), (normDesc,))
+    try:
+        _handles_set = bool(normDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetLRNDescriptor', ('normDesc',), (normDesc,))
     try:
         lrnN = _arr_unsigned_int_n(lrnN, 1, 1)
         lrnAlpha = _arr_double_n(lrnAlpha, 1, 2)
@@ -4912,8 +5120,12 @@ def cudnnLRNCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta
     @see cudnnLRNCrossChannelBackward"""
     if not _values_ok(_values_cudnnLRNCrossChannelForward, lrnMode):
         _check_values('cudnnLRNCrossChannelForward', ('handle', 'normDesc', 'lrnMode', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), ((2, lrnMode, 'i', cudnnLRNMode_t),))
-    if not (normDesc and xDesc and yDesc):
-        raise _lib.null_handles_error('cudnnLRNCrossChannelForward', ('normDesc', 'xDesc', 'yDesc'), (normDesc, xDesc, yDesc,))
+    try:
+        _handles_set = bool(normDesc and xDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnLRNCrossChannelForward', ('normDesc', 'xDesc', 'yDesc'), (normDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 6)
@@ -4966,8 +5178,12 @@ def cudnnDivisiveNormalizationForward(handle, normDesc, mode, alpha, xDesc, x, m
     @see cudnnDivisiveNormalizationBackward"""
     if not _values_ok(_values_cudnnDivisiveNormalizationForward, mode):
         _check_values('cudnnDivisiveNormalizationForward', ('handle', 'normDesc', 'mode', 'alpha', 'xDesc', 'x', 'means', 'temp', 'temp2', 'beta', 'yDesc', 'y'), ((2, mode, 'i', cudnnDivNormMode_t),))
-    if not (normDesc and xDesc and yDesc):
-        raise _lib.null_handles_error('cudnnDivisiveNormalizationForward', ('normDesc', 'xDesc', 'yDesc'), (normDesc, xDesc, yDesc,))
+    try:
+        _handles_set = bool(normDesc and xDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnDivisiveNormalizationForward', ('normDesc', 'xDesc', 'yDesc'), (normDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 9)
@@ -5006,8 +5222,12 @@ def cudnnDeriveBNTensorDescriptor(derivedBnDesc, xDesc, mode):
     @see cudnnBatchNormalizationForwardTraining"""
     if not _values_ok(_values_cudnnDeriveBNTensorDescriptor, mode):
         _check_values('cudnnDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc', 'mode'), ((2, mode, 'i', cudnnBatchNormMode_t),))
-    if not (derivedBnDesc and xDesc):
-        raise _lib.null_handles_error('cudnnDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc'), (derivedBnDesc, xDesc,))
+    try:
+        _handles_set = bool(derivedBnDesc and xDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc'), (derivedBnDesc, xDesc,))
     try:
         status = _cudnnDeriveBNTensorDescriptor(derivedBnDesc, xDesc, mode)
     except _ArgumentError as exc:
@@ -5064,8 +5284,12 @@ def cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x,
     @see cudnnBatchNormalizationForwardTraining, cudnnDeriveBNTensorDescriptor"""
     if not _values_ok(_values_cudnnBatchNormalizationForwardInference, mode):
         _check_values('cudnnBatchNormalizationForwardInference', ('handle', 'mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), ((1, mode, 'i', cudnnBatchNormMode_t),))
-    if not (xDesc and yDesc and bnScaleBiasMeanVarDesc):
-        raise _lib.null_handles_error('cudnnBatchNormalizationForwardInference', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
+    try:
+        _handles_set = bool(xDesc and yDesc and bnScaleBiasMeanVarDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnBatchNormalizationForwardInference', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 3)
@@ -5105,8 +5329,12 @@ def cudnnDeriveNormTensorDescriptor(derivedNormScaleBiasDesc, derivedNormMeanVar
     @see cudnnNormalizationForwardTraining"""
     if not _values_ok(_values_cudnnDeriveNormTensorDescriptor, mode, groupCnt):
         _check_values('cudnnDeriveNormTensorDescriptor', ('derivedNormScaleBiasDesc', 'derivedNormMeanVarDesc', 'xDesc', 'mode', 'groupCnt'), ((3, mode, 'i', cudnnNormMode_t), (4, groupCnt, 'i', None),))
-    if not (derivedNormScaleBiasDesc and derivedNormMeanVarDesc and xDesc):
-        raise _lib.null_handles_error('cudnnDeriveNormTensorDescriptor', ('derivedNormScaleBiasDesc', 'derivedNormMeanVarDesc', 'xDesc'), (derivedNormScaleBiasDesc, derivedNormMeanVarDesc, xDesc,))
+    try:
+        _handles_set = bool(derivedNormScaleBiasDesc and derivedNormMeanVarDesc and xDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnDeriveNormTensorDescriptor', ('derivedNormScaleBiasDesc', 'derivedNormMeanVarDesc', 'xDesc'), (derivedNormScaleBiasDesc, derivedNormMeanVarDesc, xDesc,))
     try:
         status = _cudnnDeriveNormTensorDescriptor(derivedNormScaleBiasDesc, derivedNormMeanVarDesc, xDesc, mode, groupCnt)
     except _ArgumentError as exc:
@@ -5173,8 +5401,12 @@ def cudnnNormalizationForwardInference(handle, mode, normOps, algo, alpha, beta,
     @see cudnnNormalizationForwardTraining, cudnnDeriveNormTensorDescriptor"""
     if not _values_ok(_values_cudnnNormalizationForwardInference, mode, normOps, algo, groupCnt):
         _check_values('cudnnNormalizationForwardInference', ('handle', 'mode', 'normOps', 'algo', 'alpha', 'beta', 'xDesc', 'x', 'normScaleBiasDesc', 'normScale', 'normBias', 'normMeanVarDesc', 'estimatedMean', 'estimatedVariance', 'zDesc', 'z', 'activationDesc', 'yDesc', 'y', 'epsilon', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (20, groupCnt, 'i', None),))
-    if not (xDesc and normScaleBiasDesc and normMeanVarDesc and yDesc):
-        raise _lib.null_handles_error('cudnnNormalizationForwardInference', ('xDesc', 'normScaleBiasDesc', 'normMeanVarDesc', 'yDesc'), (xDesc, normScaleBiasDesc, normMeanVarDesc, yDesc,))
+    try:
+        _handles_set = bool(xDesc and normScaleBiasDesc and normMeanVarDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnNormalizationForwardInference', ('xDesc', 'normScaleBiasDesc', 'normMeanVarDesc', 'yDesc'), (xDesc, normScaleBiasDesc, normMeanVarDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 4)
         beta = _void_c(beta, 4, 5)
@@ -5240,8 +5472,12 @@ def cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims
     @see cudnnSpatialTfGridGeneratorForward, cudnnSpatialTfSamplerForward"""
     if not _values_ok(_values_cudnnSetSpatialTransformerNdDescriptor, samplerType, dataType, nbDims):
         _check_values('cudnnSetSpatialTransformerNdDescriptor', ('stDesc', 'samplerType', 'dataType', 'nbDims', 'dimA'), ((1, samplerType, 'i', cudnnSamplerType_t), (2, dataType, 'i', cudnnDataType_t), (3, nbDims, 'i', None),))
-    if not stDesc:
-        raise _lib.null_handles_error('cudnnSetSpatialTransformerNdDescriptor', ('stDesc',), (stDesc,))
+    try:
+        _handles_set = bool(stDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetSpatialTransformerNdDescriptor', ('stDesc',), (stDesc,))
     try:
         dimA = _arr_int_c(dimA, _at_most(nbDims, 8, 'cudnnSetSpatialTransformerNdDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 4)
         status = _cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims, dimA)
@@ -5294,8 +5530,12 @@ def cudnnSpatialTfGridGeneratorForward(handle, stDesc, theta, grid):
 
     @since cuDNN 9.0.0
     @see cudnnSpatialTfGridGeneratorBackward"""
-    if not stDesc:
-        raise _lib.null_handles_error('cudnnSpatialTfGridGeneratorForward', ('stDesc',), (stDesc,))
+    try:
+        _handles_set = bool(stDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSpatialTfGridGeneratorForward', ('stDesc',), (stDesc,))
     try:
         status = _cudnnSpatialTfGridGeneratorForward(handle, stDesc, theta, grid)
     except _ArgumentError as exc:
@@ -5337,8 +5577,12 @@ def cudnnSpatialTfSamplerForward(handle, stDesc, alpha, xDesc, x, grid, beta, yD
 
     @since cuDNN 9.0.0
     @see cudnnSpatialTfSamplerBackward"""
-    if not (stDesc and xDesc and yDesc):
-        raise _lib.null_handles_error('cudnnSpatialTfSamplerForward', ('stDesc', 'xDesc', 'yDesc'), (stDesc, xDesc, yDesc,))
+    try:
+        _handles_set = bool(stDesc and xDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSpatialTfSamplerForward', ('stDesc', 'xDesc', 'yDesc'), (stDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 6)
@@ -5443,8 +5687,12 @@ def cudnnDropoutGetReserveSpaceSize(xdesc, sizeInBytes):
 
     @since cuDNN 9.0.0
     @see cudnnDropoutForward, cudnnDropoutBackward"""
-    if not xdesc:
-        raise _lib.null_handles_error('cudnnDropoutGetReserveSpaceSize', ('xdesc',), (xdesc,))
+    try:
+        _handles_set = bool(xdesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnDropoutGetReserveSpaceSize', ('xdesc',), (xdesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 1)
         status = _cudnnDropoutGetReserveSpaceSize(xdesc, sizeInBytes)
@@ -5482,8 +5730,12 @@ def cudnnSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInB
     @see cudnnGetDropoutDescriptor, cudnnRestoreDropoutDescriptor"""
     if not _values_ok(_values_cudnnSetDropoutDescriptor, stateSizeInBytes, seed):
         _check_values('cudnnSetDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None),))
-    if not dropoutDesc:
-        raise _lib.null_handles_error('cudnnSetDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
+    try:
+        _handles_set = bool(dropoutDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
     try:
         status = _cudnnSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed)
     except _ArgumentError as exc:
@@ -5520,8 +5772,12 @@ def cudnnRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSiz
     @see cudnnSetDropoutDescriptor"""
     if not _values_ok(_values_cudnnRestoreDropoutDescriptor, stateSizeInBytes, seed):
         _check_values('cudnnRestoreDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None),))
-    if not dropoutDesc:
-        raise _lib.null_handles_error('cudnnRestoreDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
+    try:
+        _handles_set = bool(dropoutDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnRestoreDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
     try:
         status = _cudnnRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInBytes, seed)
     except _ArgumentError as exc:
@@ -5554,8 +5810,12 @@ def cudnnGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed):
 
     @since cuDNN 9.0.0
     @see cudnnSetDropoutDescriptor"""
-    if not dropoutDesc:
-        raise _lib.null_handles_error('cudnnGetDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
+    try:
+        _handles_set = bool(dropoutDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
     try:
         dropout = _arr_float(dropout, 1, 2)
         states = _arr_void(states, 1, 3)
@@ -5602,8 +5862,12 @@ def cudnnDropoutForward(handle, dropoutDesc, xdesc, x, ydesc, y, reserveSpace, r
     @see cudnnDropoutBackward, cudnnDropoutGetReserveSpaceSize"""
     if not _values_ok(_values_cudnnDropoutForward, reserveSpaceSizeInBytes):
         _check_values('cudnnDropoutForward', ('handle', 'dropoutDesc', 'xdesc', 'x', 'ydesc', 'y', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((7, reserveSpaceSizeInBytes, 'N', None),))
-    if not (dropoutDesc and xdesc and ydesc):
-        raise _lib.null_handles_error('cudnnDropoutForward', ('dropoutDesc', 'xdesc', 'ydesc'), (dropoutDesc, xdesc, ydesc,))
+    try:
+        _handles_set = bool(dropoutDesc and xdesc and ydesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnDropoutForward', ('dropoutDesc', 'xdesc', 'ydesc'), (dropoutDesc, xdesc, ydesc,))
     try:
         status = _cudnnDropoutForward(handle, dropoutDesc, xdesc, x, ydesc, y, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
@@ -5671,8 +5935,12 @@ def cudnnSoftmaxBackward(handle, algo, mode, alpha, yDesc, y, dyDesc, dy, beta, 
     @see cudnnSoftmaxForward"""
     if not _values_ok(_values_cudnnSoftmaxBackward, algo, mode):
         _check_values('cudnnSoftmaxBackward', ('handle', 'algo', 'mode', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'beta', 'dxDesc', 'dx'), ((1, algo, 'i', cudnnSoftmaxAlgorithm_t), (2, mode, 'i', cudnnSoftmaxMode_t),))
-    if not (yDesc and dyDesc and dxDesc):
-        raise _lib.null_handles_error('cudnnSoftmaxBackward', ('yDesc', 'dyDesc', 'dxDesc'), (yDesc, dyDesc, dxDesc,))
+    try:
+        _handles_set = bool(yDesc and dyDesc and dxDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSoftmaxBackward', ('yDesc', 'dyDesc', 'dxDesc'), (yDesc, dyDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 8)
@@ -5723,8 +5991,12 @@ def cudnnPoolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnPoolingForward"""
-    if not (poolingDesc and yDesc and dyDesc and xDesc and dxDesc):
-        raise _lib.null_handles_error('cudnnPoolingBackward', ('poolingDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (poolingDesc, yDesc, dyDesc, xDesc, dxDesc,))
+    try:
+        _handles_set = bool(poolingDesc and yDesc and dyDesc and xDesc and dxDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnPoolingBackward', ('poolingDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (poolingDesc, yDesc, dyDesc, xDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 9)
@@ -5775,8 +6047,12 @@ def cudnnActivationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy,
     @since cuDNN 9.0.0
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @see cudnnActivationForward"""
-    if not (activationDesc and yDesc and dyDesc and xDesc and dxDesc):
-        raise _lib.null_handles_error('cudnnActivationBackward', ('activationDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (activationDesc, yDesc, dyDesc, xDesc, dxDesc,))
+    try:
+        _handles_set = bool(activationDesc and yDesc and dyDesc and xDesc and dxDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnActivationBackward', ('activationDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (activationDesc, yDesc, dyDesc, xDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 9)
@@ -5829,8 +6105,12 @@ def cudnnLRNCrossChannelBackward(handle, normDesc, lrnMode, alpha, yDesc, y, dyD
     @see cudnnLRNCrossChannelForward"""
     if not _values_ok(_values_cudnnLRNCrossChannelBackward, lrnMode):
         _check_values('cudnnLRNCrossChannelBackward', ('handle', 'normDesc', 'lrnMode', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'xDesc', 'x', 'beta', 'dxDesc', 'dx'), ((2, lrnMode, 'i', cudnnLRNMode_t),))
-    if not (normDesc and yDesc and dyDesc and xDesc and dxDesc):
-        raise _lib.null_handles_error('cudnnLRNCrossChannelBackward', ('normDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (normDesc, yDesc, dyDesc, xDesc, dxDesc,))
+    try:
+        _handles_set = bool(normDesc and yDesc and dyDesc and xDesc and dxDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnLRNCrossChannelBackward', ('normDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (normDesc, yDesc, dyDesc, xDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 10)
@@ -5887,8 +6167,12 @@ def cudnnDivisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, 
     @see cudnnDivisiveNormalizationForward"""
     if not _values_ok(_values_cudnnDivisiveNormalizationBackward, mode):
         _check_values('cudnnDivisiveNormalizationBackward', ('handle', 'normDesc', 'mode', 'alpha', 'xDesc', 'x', 'means', 'dy', 'temp', 'temp2', 'beta', 'dXdMeansDesc', 'dx', 'dMeans'), ((2, mode, 'i', cudnnDivNormMode_t),))
-    if not (normDesc and xDesc and dXdMeansDesc):
-        raise _lib.null_handles_error('cudnnDivisiveNormalizationBackward', ('normDesc', 'xDesc', 'dXdMeansDesc'), (normDesc, xDesc, dXdMeansDesc,))
+    try:
+        _handles_set = bool(normDesc and xDesc and dXdMeansDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnDivisiveNormalizationBackward', ('normDesc', 'xDesc', 'dXdMeansDesc'), (normDesc, xDesc, dXdMeansDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 10)
@@ -5933,8 +6217,12 @@ def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps
     @see cudnnBatchNormalizationForwardTrainingEx"""
     if not _values_ok(_values_cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize, mode, bnOps):
         _check_values('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', ('handle', 'mode', 'bnOps', 'xDesc', 'zDesc', 'yDesc', 'bnScaleBiasMeanVarDesc', 'activationDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
-    if not (xDesc and yDesc and bnScaleBiasMeanVarDesc):
-        raise _lib.null_handles_error('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
+    try:
+        _handles_set = bool(xDesc and yDesc and bnScaleBiasMeanVarDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 8)
         status = _cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps, xDesc, zDesc, yDesc, bnScaleBiasMeanVarDesc, activationDesc, sizeInBytes)
@@ -5980,8 +6268,12 @@ def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc
     @see cudnnBatchNormalizationBackwardEx"""
     if not _values_ok(_values_cudnnGetBatchNormalizationBackwardExWorkspaceSize, mode, bnOps):
         _check_values('cudnnGetBatchNormalizationBackwardExWorkspaceSize', ('handle', 'mode', 'bnOps', 'xDesc', 'yDesc', 'dyDesc', 'dzDesc', 'dxDesc', 'dBnScaleBiasDesc', 'activationDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
-    if not (xDesc and dyDesc and dxDesc and dBnScaleBiasDesc):
-        raise _lib.null_handles_error('cudnnGetBatchNormalizationBackwardExWorkspaceSize', ('xDesc', 'dyDesc', 'dxDesc', 'dBnScaleBiasDesc'), (xDesc, dyDesc, dxDesc, dBnScaleBiasDesc,))
+    try:
+        _handles_set = bool(xDesc and dyDesc and dxDesc and dBnScaleBiasDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetBatchNormalizationBackwardExWorkspaceSize', ('xDesc', 'dyDesc', 'dxDesc', 'dBnScaleBiasDesc'), (xDesc, dyDesc, dxDesc, dBnScaleBiasDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 10)
         status = _cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dBnScaleBiasDesc, activationDesc, sizeInBytes)
@@ -6022,8 +6314,12 @@ def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, ac
     @see cudnnBatchNormalizationForwardTrainingEx"""
     if not _values_ok(_values_cudnnGetBatchNormalizationTrainingExReserveSpaceSize, mode, bnOps):
         _check_values('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', ('handle', 'mode', 'bnOps', 'activationDesc', 'xDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
-    if not xDesc:
-        raise _lib.null_handles_error('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', ('xDesc',), (xDesc,))
+    try:
+        _handles_set = bool(xDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', ('xDesc',), (xDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
         status = _cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, activationDesc, xDesc, sizeInBytes)
@@ -6085,8 +6381,12 @@ def cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, 
     @see cudnnBatchNormalizationBackward, cudnnDeriveBNTensorDescriptor"""
     if not _values_ok(_values_cudnnBatchNormalizationForwardTraining, mode):
         _check_values('cudnnBatchNormalizationForwardTraining', ('handle', 'mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'exponentialAverageFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), ((1, mode, 'i', cudnnBatchNormMode_t),))
-    if not (xDesc and yDesc and bnScaleBiasMeanVarDesc):
-        raise _lib.null_handles_error('cudnnBatchNormalizationForwardTraining', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
+    try:
+        _handles_set = bool(xDesc and yDesc and bnScaleBiasMeanVarDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnBatchNormalizationForwardTraining', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 3)
@@ -6165,8 +6465,12 @@ def cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, x
     @see cudnnBatchNormalizationBackwardEx, cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize"""
     if not _values_ok(_values_cudnnBatchNormalizationForwardTrainingEx, mode, bnOps, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnBatchNormalizationForwardTrainingEx', ('handle', 'mode', 'bnOps', 'alpha', 'beta', 'xDesc', 'xData', 'zDesc', 'zData', 'yDesc', 'yData', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'exponentialAverageFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance', 'activationDesc', 'workspace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t), (22, workSpaceSizeInBytes, 'N', None), (24, reserveSpaceSizeInBytes, 'N', None),))
-    if not (xDesc and yDesc and bnScaleBiasMeanVarDesc):
-        raise _lib.null_handles_error('cudnnBatchNormalizationForwardTrainingEx', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
+    try:
+        _handles_set = bool(xDesc and yDesc and bnScaleBiasMeanVarDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnBatchNormalizationForwardTrainingEx', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         beta = _void_c(beta, 4, 4)
@@ -6233,8 +6537,12 @@ def cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, a
     @see cudnnBatchNormalizationForwardTraining"""
     if not _values_ok(_values_cudnnBatchNormalizationBackward, mode):
         _check_values('cudnnBatchNormalizationBackward', ('handle', 'mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'dBnScaleBiasDesc', 'bnScale', 'dBnScaleResult', 'dBnBiasResult', 'epsilon', 'savedMean', 'savedInvVariance'), ((1, mode, 'i', cudnnBatchNormMode_t),))
-    if not (xDesc and dyDesc and dxDesc and dBnScaleBiasDesc):
-        raise _lib.null_handles_error('cudnnBatchNormalizationBackward', ('xDesc', 'dyDesc', 'dxDesc', 'dBnScaleBiasDesc'), (xDesc, dyDesc, dxDesc, dBnScaleBiasDesc,))
+    try:
+        _handles_set = bool(xDesc and dyDesc and dxDesc and dBnScaleBiasDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnBatchNormalizationBackward', ('xDesc', 'dyDesc', 'dxDesc', 'dBnScaleBiasDesc'), (xDesc, dyDesc, dxDesc, dBnScaleBiasDesc,))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 2)
         betaDataDiff = _void_c(betaDataDiff, 4, 3)
@@ -6323,8 +6631,12 @@ def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDa
     @see cudnnBatchNormalizationForwardTrainingEx"""
     if not _values_ok(_values_cudnnBatchNormalizationBackwardEx, mode, bnOps, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnBatchNormalizationBackwardEx', ('handle', 'mode', 'bnOps', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'xData', 'yDesc', 'yData', 'dyDesc', 'dyData', 'dzDesc', 'dzData', 'dxDesc', 'dxData', 'dBnScaleBiasDesc', 'bnScaleData', 'bnBiasData', 'dBnScaleData', 'dBnBiasData', 'epsilon', 'savedMean', 'savedInvVariance', 'activationDesc', 'workSpace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t), (27, workSpaceSizeInBytes, 'N', None), (29, reserveSpaceSizeInBytes, 'N', None),))
-    if not (xDesc and dyDesc and dxDesc and dBnScaleBiasDesc):
-        raise _lib.null_handles_error('cudnnBatchNormalizationBackwardEx', ('xDesc', 'dyDesc', 'dxDesc', 'dBnScaleBiasDesc'), (xDesc, dyDesc, dxDesc, dBnScaleBiasDesc,))
+    try:
+        _handles_set = bool(xDesc and dyDesc and dxDesc and dBnScaleBiasDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnBatchNormalizationBackwardEx', ('xDesc', 'dyDesc', 'dxDesc', 'dBnScaleBiasDesc'), (xDesc, dyDesc, dxDesc, dBnScaleBiasDesc,))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 3)
         betaDataDiff = _void_c(betaDataDiff, 4, 4)
@@ -6374,8 +6686,12 @@ def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, alg
     @see cudnnNormalizationForwardTraining"""
     if not _values_ok(_values_cudnnGetNormalizationForwardTrainingWorkspaceSize, mode, normOps, algo, groupCnt):
         _check_values('cudnnGetNormalizationForwardTrainingWorkspaceSize', ('handle', 'mode', 'normOps', 'algo', 'xDesc', 'zDesc', 'yDesc', 'normScaleBiasDesc', 'activationDesc', 'normMeanVarDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (11, groupCnt, 'i', None),))
-    if not (xDesc and yDesc and normScaleBiasDesc and normMeanVarDesc):
-        raise _lib.null_handles_error('cudnnGetNormalizationForwardTrainingWorkspaceSize', ('xDesc', 'yDesc', 'normScaleBiasDesc', 'normMeanVarDesc'), (xDesc, yDesc, normScaleBiasDesc, normMeanVarDesc,))
+    try:
+        _handles_set = bool(xDesc and yDesc and normScaleBiasDesc and normMeanVarDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetNormalizationForwardTrainingWorkspaceSize', ('xDesc', 'yDesc', 'normScaleBiasDesc', 'normMeanVarDesc'), (xDesc, yDesc, normScaleBiasDesc, normMeanVarDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 10)
         status = _cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, algo, xDesc, zDesc, yDesc, normScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt)
@@ -6424,8 +6740,12 @@ def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDes
     @see cudnnNormalizationBackward"""
     if not _values_ok(_values_cudnnGetNormalizationBackwardWorkspaceSize, mode, normOps, algo, groupCnt):
         _check_values('cudnnGetNormalizationBackwardWorkspaceSize', ('handle', 'mode', 'normOps', 'algo', 'xDesc', 'yDesc', 'dyDesc', 'dzDesc', 'dxDesc', 'dNormScaleBiasDesc', 'activationDesc', 'normMeanVarDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (13, groupCnt, 'i', None),))
-    if not (xDesc and dyDesc and dxDesc and dNormScaleBiasDesc and normMeanVarDesc):
-        raise _lib.null_handles_error('cudnnGetNormalizationBackwardWorkspaceSize', ('xDesc', 'dyDesc', 'dxDesc', 'dNormScaleBiasDesc', 'normMeanVarDesc'), (xDesc, dyDesc, dxDesc, dNormScaleBiasDesc, normMeanVarDesc,))
+    try:
+        _handles_set = bool(xDesc and dyDesc and dxDesc and dNormScaleBiasDesc and normMeanVarDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetNormalizationBackwardWorkspaceSize', ('xDesc', 'dyDesc', 'dxDesc', 'dNormScaleBiasDesc', 'normMeanVarDesc'), (xDesc, dyDesc, dxDesc, dNormScaleBiasDesc, normMeanVarDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 12)
         status = _cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dNormScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt)
@@ -6468,8 +6788,12 @@ def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, a
     @see cudnnNormalizationForwardTraining"""
     if not _values_ok(_values_cudnnGetNormalizationTrainingReserveSpaceSize, mode, normOps, algo, groupCnt):
         _check_values('cudnnGetNormalizationTrainingReserveSpaceSize', ('handle', 'mode', 'normOps', 'algo', 'activationDesc', 'xDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (7, groupCnt, 'i', None),))
-    if not xDesc:
-        raise _lib.null_handles_error('cudnnGetNormalizationTrainingReserveSpaceSize', ('xDesc',), (xDesc,))
+    try:
+        _handles_set = bool(xDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetNormalizationTrainingReserveSpaceSize', ('xDesc',), (xDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
         status = _cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, activationDesc, xDesc, sizeInBytes, groupCnt)
@@ -6550,8 +6874,12 @@ def cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, 
     @see cudnnNormalizationBackward, cudnnGetNormalizationForwardTrainingWorkspaceSize"""
     if not _values_ok(_values_cudnnNormalizationForwardTraining, mode, normOps, algo, workSpaceSizeInBytes, reserveSpaceSizeInBytes, groupCnt):
         _check_values('cudnnNormalizationForwardTraining', ('handle', 'mode', 'normOps', 'algo', 'alpha', 'beta', 'xDesc', 'xData', 'normScaleBiasDesc', 'normScale', 'normBias', 'exponentialAverageFactor', 'normMeanVarDesc', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance', 'activationDesc', 'zDesc', 'zData', 'yDesc', 'yData', 'workspace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (24, workSpaceSizeInBytes, 'N', None), (26, reserveSpaceSizeInBytes, 'N', None), (27, groupCnt, 'i', None),))
-    if not (xDesc and normScaleBiasDesc and normMeanVarDesc and yDesc):
-        raise _lib.null_handles_error('cudnnNormalizationForwardTraining', ('xDesc', 'normScaleBiasDesc', 'normMeanVarDesc', 'yDesc'), (xDesc, normScaleBiasDesc, normMeanVarDesc, yDesc,))
+    try:
+        _handles_set = bool(xDesc and normScaleBiasDesc and normMeanVarDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnNormalizationForwardTraining', ('xDesc', 'normScaleBiasDesc', 'normMeanVarDesc', 'yDesc'), (xDesc, normScaleBiasDesc, normMeanVarDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 4)
         beta = _void_c(beta, 4, 5)
@@ -6642,8 +6970,12 @@ def cudnnNormalizationBackward(handle, mode, normOps, algo, alphaDataDiff, betaD
     @see cudnnNormalizationForwardTraining"""
     if not _values_ok(_values_cudnnNormalizationBackward, mode, normOps, algo, workSpaceSizeInBytes, reserveSpaceSizeInBytes, groupCnt):
         _check_values('cudnnNormalizationBackward', ('handle', 'mode', 'normOps', 'algo', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'xData', 'yDesc', 'yData', 'dyDesc', 'dyData', 'dzDesc', 'dzData', 'dxDesc', 'dxData', 'dNormScaleBiasDesc', 'normScaleData', 'normBiasData', 'dNormScaleData', 'dNormBiasData', 'epsilon', 'normMeanVarDesc', 'savedMean', 'savedInvVariance', 'activationDesc', 'workSpace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (29, workSpaceSizeInBytes, 'N', None), (31, reserveSpaceSizeInBytes, 'N', None), (32, groupCnt, 'i', None),))
-    if not (xDesc and dyDesc and dxDesc and dNormScaleBiasDesc and normMeanVarDesc):
-        raise _lib.null_handles_error('cudnnNormalizationBackward', ('xDesc', 'dyDesc', 'dxDesc', 'dNormScaleBiasDesc', 'normMeanVarDesc'), (xDesc, dyDesc, dxDesc, dNormScaleBiasDesc, normMeanVarDesc,))
+    try:
+        _handles_set = bool(xDesc and dyDesc and dxDesc and dNormScaleBiasDesc and normMeanVarDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnNormalizationBackward', ('xDesc', 'dyDesc', 'dxDesc', 'dNormScaleBiasDesc', 'normMeanVarDesc'), (xDesc, dyDesc, dxDesc, dNormScaleBiasDesc, normMeanVarDesc,))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 4)
         betaDataDiff = _void_c(betaDataDiff, 4, 5)
@@ -6679,8 +7011,12 @@ def cudnnSpatialTfGridGeneratorBackward(handle, stDesc, dgrid, dtheta):
 
     @since cuDNN 9.0.0
     @see cudnnSpatialTfGridGeneratorForward"""
-    if not stDesc:
-        raise _lib.null_handles_error('cudnnSpatialTfGridGeneratorBackward', ('stDesc',), (stDesc,))
+    try:
+        _handles_set = bool(stDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSpatialTfGridGeneratorBackward', ('stDesc',), (stDesc,))
     try:
         status = _cudnnSpatialTfGridGeneratorBackward(handle, stDesc, dgrid, dtheta)
     except _ArgumentError as exc:
@@ -6731,8 +7067,12 @@ def cudnnSpatialTfSamplerBackward(handle, stDesc, alpha, xDesc, x, beta, dxDesc,
 
     @since cuDNN 9.0.0
     @see cudnnSpatialTfSamplerForward"""
-    if not (stDesc and xDesc and dxDesc and dyDesc):
-        raise _lib.null_handles_error('cudnnSpatialTfSamplerBackward', ('stDesc', 'xDesc', 'dxDesc', 'dyDesc'), (stDesc, xDesc, dxDesc, dyDesc,))
+    try:
+        _handles_set = bool(stDesc and xDesc and dxDesc and dyDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSpatialTfSamplerBackward', ('stDesc', 'xDesc', 'dxDesc', 'dyDesc'), (stDesc, xDesc, dxDesc, dyDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -6780,8 +7120,12 @@ def cudnnDropoutBackward(handle, dropoutDesc, dydesc, dy, dxdesc, dx, reserveSpa
     @see cudnnDropoutForward"""
     if not _values_ok(_values_cudnnDropoutBackward, reserveSpaceSizeInBytes):
         _check_values('cudnnDropoutBackward', ('handle', 'dropoutDesc', 'dydesc', 'dy', 'dxdesc', 'dx', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((7, reserveSpaceSizeInBytes, 'N', None),))
-    if not (dropoutDesc and dydesc and dxdesc):
-        raise _lib.null_handles_error('cudnnDropoutBackward', ('dropoutDesc', 'dydesc', 'dxdesc'), (dropoutDesc, dydesc, dxdesc,))
+    try:
+        _handles_set = bool(dropoutDesc and dydesc and dxdesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnDropoutBackward', ('dropoutDesc', 'dydesc', 'dxdesc'), (dropoutDesc, dydesc, dxdesc,))
     try:
         status = _cudnnDropoutBackward(handle, dropoutDesc, dydesc, dy, dxdesc, dx, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
@@ -6872,8 +7216,12 @@ def cudnnSetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMo
     @see cudnnGetRNNDescriptor_v8"""
     if not _values_ok(_values_cudnnSetRNNDescriptor_v8, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, auxFlags):
         _check_values('cudnnSetRNNDescriptor_v8', ('rnnDesc', 'algo', 'cellMode', 'biasMode', 'dirMode', 'inputMode', 'dataType', 'mathPrec', 'mathType', 'inputSize', 'hiddenSize', 'projSize', 'numLayers', 'dropoutDesc', 'auxFlags'), ((1, algo, 'i', cudnnRNNAlgo_t), (2, cellMode, 'i', cudnnRNNMode_t), (3, biasMode, 'i', cudnnRNNBiasMode_t), (4, dirMode, 'i', cudnnDirectionMode_t), (5, inputMode, 'i', cudnnRNNInputMode_t), (6, dataType, 'i', cudnnDataType_t), (7, mathPrec, 'i', cudnnDataType_t), (8, mathType, 'i', cudnnMathType_t), (9, inputSize, 'i', None), (10, hiddenSize, 'i', None), (11, projSize, 'i', None), (12, numLayers, 'i', None), (14, auxFlags, 'I', None),))
-    if not rnnDesc:
-        raise _lib.null_handles_error('cudnnSetRNNDescriptor_v8', ('rnnDesc',), (rnnDesc,))
+    try:
+        _handles_set = bool(rnnDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetRNNDescriptor_v8', ('rnnDesc',), (rnnDesc,))
     try:
         status = _cudnnSetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, dropoutDesc, auxFlags)
     except _ArgumentError as exc:
@@ -6927,8 +7275,12 @@ def cudnnGetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMo
 
     @since cuDNN 9.0.0
     @see cudnnSetRNNDescriptor_v8"""
-    if not rnnDesc:
-        raise _lib.null_handles_error('cudnnGetRNNDescriptor_v8', ('rnnDesc',), (rnnDesc,))
+    try:
+        _handles_set = bool(rnnDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetRNNDescriptor_v8', ('rnnDesc',), (rnnDesc,))
     try:
         algo = _arr_cudnnRNNAlgo_t(algo, 1, 1)
         cellMode = _arr_cudnnRNNMode_t(cellMode, 1, 2)
@@ -6967,8 +7319,12 @@ def cudnnRNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnRNNSetClip_v8, clipMode, clipNanOpt):
         _check_values('cudnnRNNSetClip_v8', ('rnnDesc', 'clipMode', 'clipNanOpt', 'lclip', 'rclip'), ((1, clipMode, 'i', cudnnRNNClipMode_t), (2, clipNanOpt, 'i', cudnnNanPropagation_t),))
-    if not rnnDesc:
-        raise _lib.null_handles_error('cudnnRNNSetClip_v8', ('rnnDesc',), (rnnDesc,))
+    try:
+        _handles_set = bool(rnnDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnRNNSetClip_v8', ('rnnDesc',), (rnnDesc,))
     try:
         status = _cudnnRNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip)
     except _ArgumentError as exc:
@@ -6998,8 +7354,12 @@ def cudnnRNNSetClip_v9(rnnDesc, clipMode, lclip, rclip):
     @see cudnnRNNGetClip_v9"""
     if not _values_ok(_values_cudnnRNNSetClip_v9, clipMode):
         _check_values('cudnnRNNSetClip_v9', ('rnnDesc', 'clipMode', 'lclip', 'rclip'), ((1, clipMode, 'i', cudnnRNNClipMode_t),))
-    if not rnnDesc:
-        raise _lib.null_handles_error('cudnnRNNSetClip_v9', ('rnnDesc',), (rnnDesc,))
+    try:
+        _handles_set = bool(rnnDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnRNNSetClip_v9', ('rnnDesc',), (rnnDesc,))
     try:
         status = _cudnnRNNSetClip_v9(rnnDesc, clipMode, lclip, rclip)
     except _ArgumentError as exc:
@@ -7027,8 +7387,12 @@ def cudnnRNNGetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
 
     @deprecated Since cuDNN 9.0.0. Use cudnnRNNGetClip_v9 instead.
     @since cuDNN 9.0.0"""
-    if not rnnDesc:
-        raise _lib.null_handles_error('cudnnRNNGetClip_v8', ('rnnDesc',), (rnnDesc,))
+    try:
+        _handles_set = bool(rnnDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnRNNGetClip_v8', ('rnnDesc',), (rnnDesc,))
     try:
         clipMode = _arr_cudnnRNNClipMode_t(clipMode, 1, 1)
         clipNanOpt = _arr_cudnnNanPropagation_t(clipNanOpt, 1, 2)
@@ -7064,8 +7428,12 @@ def cudnnRNNGetClip_v9(rnnDesc, clipMode, lclip, rclip):
 
     @since cuDNN 9.0.0
     @see cudnnRNNSetClip_v9"""
-    if not rnnDesc:
-        raise _lib.null_handles_error('cudnnRNNGetClip_v9', ('rnnDesc',), (rnnDesc,))
+    try:
+        _handles_set = bool(rnnDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnRNNGetClip_v9', ('rnnDesc',), (rnnDesc,))
     try:
         clipMode = _arr_cudnnRNNClipMode_t(clipMode, 1, 1)
         lclip = _arr_double(lclip, 1, 2)
@@ -7097,8 +7465,12 @@ def cudnnBuildRNNDynamic(handle, rnnDesc, miniBatch):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnBuildRNNDynamic, miniBatch):
         _check_values('cudnnBuildRNNDynamic', ('handle', 'rnnDesc', 'miniBatch'), ((2, miniBatch, 'i', None),))
-    if not rnnDesc:
-        raise _lib.null_handles_error('cudnnBuildRNNDynamic', ('rnnDesc',), (rnnDesc,))
+    try:
+        _handles_set = bool(rnnDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnBuildRNNDynamic', ('rnnDesc',), (rnnDesc,))
     try:
         status = _cudnnBuildRNNDynamic(handle, rnnDesc, miniBatch)
     except _ArgumentError as exc:
@@ -7133,8 +7505,12 @@ def cudnnGetRNNTempSpaceSizes(handle, rnnDesc, fwdMode, xDesc, workSpaceSize, re
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetRNNTempSpaceSizes, fwdMode):
         _check_values('cudnnGetRNNTempSpaceSizes', ('handle', 'rnnDesc', 'fwdMode', 'xDesc', 'workSpaceSize', 'reserveSpaceSize'), ((2, fwdMode, 'i', cudnnForwardMode_t),))
-    if not (rnnDesc and xDesc):
-        raise _lib.null_handles_error('cudnnGetRNNTempSpaceSizes', ('rnnDesc', 'xDesc'), (rnnDesc, xDesc,))
+    try:
+        _handles_set = bool(rnnDesc and xDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetRNNTempSpaceSizes', ('rnnDesc', 'xDesc'), (rnnDesc, xDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 4)
         reserveSpaceSize = _arr_size_t(reserveSpaceSize, 1, 5)
@@ -7164,8 +7540,12 @@ def cudnnGetRNNWeightSpaceSize(handle, rnnDesc, weightSpaceSize):
     @retval CUDNN_STATUS_SUCCESS  Size computed.
 
     @since cuDNN 9.0.0"""
-    if not rnnDesc:
-        raise _lib.null_handles_error('cudnnGetRNNWeightSpaceSize', ('rnnDesc',), (rnnDesc,))
+    try:
+        _handles_set = bool(rnnDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetRNNWeightSpaceSize', ('rnnDesc',), (rnnDesc,))
     try:
         weightSpaceSize = _arr_size_t(weightSpaceSize, 1, 2)
         status = _cudnnGetRNNWeightSpaceSize(handle, rnnDesc, weightSpaceSize)
@@ -7207,8 +7587,12 @@ def cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weigh
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetRNNWeightParams, pseudoLayer, weightSpaceSize, linLayerID):
         _check_values('cudnnGetRNNWeightParams', ('handle', 'rnnDesc', 'pseudoLayer', 'weightSpaceSize', 'weightSpace', 'linLayerID', 'mDesc', 'mAddr', 'bDesc', 'bAddr'), ((2, pseudoLayer, 'i', None), (3, weightSpaceSize, 'N', None), (5, linLayerID, 'i', None),))
-    if not (rnnDesc and mDesc and bDesc):
-        raise _lib.null_handles_error('cudnnGetRNNWeightParams', ('rnnDesc', 'mDesc', 'bDesc'), (rnnDesc, mDesc, bDesc,))
+    try:
+        _handles_set = bool(rnnDesc and mDesc and bDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetRNNWeightParams', ('rnnDesc', 'mDesc', 'bDesc'), (rnnDesc, mDesc, bDesc,))
     try:
         mAddr = _arr_void(mAddr, 1, 7)
         bAddr = _arr_void(bAddr, 1, 9)
@@ -7285,8 +7669,12 @@ def cudnnSetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetRNNDataDescriptor, dataType, layout, maxSeqLength, batchSize, vectorSize):
         _check_values('cudnnSetRNNDataDescriptor', ('rnnDataDesc', 'dataType', 'layout', 'maxSeqLength', 'batchSize', 'vectorSize', 'seqLengthArray', 'paddingFill'), ((1, dataType, 'i', cudnnDataType_t), (2, layout, 'i', cudnnRNNDataLayout_t), (3, maxSeqLength, 'i', None), (4, batchSize, 'i', None), (5, vectorSize, 'i', None),))
-    if not rnnDataDesc:
-        raise _lib.null_handles_error('cudnnSetRNNDataDescriptor', ('rnnDataDesc',), (rnnDataDesc,))
+    try:
+        _handles_set = bool(rnnDataDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetRNNDataDescriptor', ('rnnDataDesc',), (rnnDataDesc,))
     try:
         seqLengthArray = _arr_int_c(seqLengthArray, batchSize, 6)
         paddingFill = _void_n(paddingFill, 2, 7)
@@ -7318,8 +7706,12 @@ def cudnnGetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetRNNDataDescriptor, arrayLengthRequested):
         _check_values('cudnnGetRNNDataDescriptor', ('rnnDataDesc', 'dataType', 'layout', 'maxSeqLength', 'batchSize', 'vectorSize', 'arrayLengthRequested', 'seqLengthArray', 'paddingFill'), ((6, arrayLengthRequested, 'i', None),))
-    if not rnnDataDesc:
-        raise _lib.null_handles_error('cudnnGetRNNDataDescriptor', ('rnnDataDesc',), (rnnDataDesc,))
+    try:
+        _handles_set = bool(rnnDataDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetRNNDataDescriptor', ('rnnDataDesc',), (rnnDataDesc,))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 1)
         layout = _arr_cudnnRNNDataLayout_t(layout, 1, 2)
@@ -7391,8 +7783,12 @@ def cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y,
     @see cudnnRNNBackwardData_v8, cudnnRNNBackwardWeights_v8"""
     if not _values_ok(_values_cudnnRNNForward, fwdMode, weightSpaceSize, workSpaceSize, reserveSpaceSize):
         _check_values('cudnnRNNForward', ('handle', 'rnnDesc', 'fwdMode', 'devSeqLengths', 'xDesc', 'x', 'yDesc', 'y', 'hDesc', 'hx', 'hy', 'cDesc', 'cx', 'cy', 'weightSpaceSize', 'weightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((2, fwdMode, 'i', cudnnForwardMode_t), (14, weightSpaceSize, 'N', None), (16, workSpaceSize, 'N', None), (18, reserveSpaceSize, 'N', None),))
-    if not (rnnDesc and xDesc and yDesc and hDesc):
-        raise _lib.null_handles_error('cudnnRNNForward', ('rnnDesc', 'xDesc', 'yDesc', 'hDesc'), (rnnDesc, xDesc, yDesc, hDesc,))
+    try:
+        _handles_set = bool(rnnDesc and xDesc and yDesc and hDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnRNNForward', ('rnnDesc', 'xDesc', 'yDesc', 'hDesc'), (rnnDesc, xDesc, yDesc, hDesc,))
     try:
         status = _cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDesc, hx, hy, cDesc, cx, cy, weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
     except _ArgumentError as exc:
@@ -7462,8 +7858,12 @@ def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLeng
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetSeqDataDescriptor, dataType, nbDims, seqLengthArraySize):
         _check_values('cudnnSetSeqDataDescriptor', ('seqDataDesc', 'dataType', 'nbDims', 'dimA', 'axes', 'seqLengthArraySize', 'seqLengthArray', 'paddingFill'), ((1, dataType, 'i', cudnnDataType_t), (2, nbDims, 'i', None), (5, seqLengthArraySize, 'N', None),))
-    if not seqDataDesc:
-        raise _lib.null_handles_error('cudnnSetSeqDataDescriptor', ('seqDataDesc',), (seqDataDesc,))
+    try:
+        _handles_set = bool(seqDataDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetSeqDataDescriptor', ('seqDataDesc',), (seqDataDesc,))
     try:
         dimA = _arr_int_c(dimA, _at_most(nbDims, 8, 'cudnnSetSeqDataDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 3)
         axes = _arr_cudnnSeqDataAxis_t_c(axes, _at_most(nbDims, 8, 'cudnnSetSeqDataDescriptor', 'nbDims', 'CUDNN_DIM_MAX'), 4)
@@ -7500,8 +7900,12 @@ def cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, di
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetSeqDataDescriptor, nbDimsRequested, seqLengthSizeRequested):
         _check_values('cudnnGetSeqDataDescriptor', ('seqDataDesc', 'dataType', 'nbDims', 'nbDimsRequested', 'dimA', 'axes', 'seqLengthArraySize', 'seqLengthSizeRequested', 'seqLengthArray', 'paddingFill'), ((3, nbDimsRequested, 'i', None), (7, seqLengthSizeRequested, 'N', None),))
-    if not seqDataDesc:
-        raise _lib.null_handles_error('cudnnGetSeqDataDescriptor', ('seqDataDesc',), (seqDataDesc,))
+    try:
+        _handles_set = bool(seqDataDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetSeqDataDescriptor', ('seqDataDesc',), (seqDataDesc,))
     try:
         dataType = _arr_cudnnDataType_t(dataType, 1, 1)
         nbDims = _arr_int(nbDims, 1, 2)
@@ -7574,8 +7978,12 @@ def cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetAttnDescriptor, attnMode, nHeads, dataType, computePrec, mathType, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize):
         _check_values('cudnnSetAttnDescriptor', ('attnDesc', 'attnMode', 'nHeads', 'smScaler', 'dataType', 'computePrec', 'mathType', 'attnDropoutDesc', 'postDropoutDesc', 'qSize', 'kSize', 'vSize', 'qProjSize', 'kProjSize', 'vProjSize', 'oProjSize', 'qoMaxSeqLength', 'kvMaxSeqLength', 'maxBatchSize', 'maxBeamSize'), ((1, attnMode, 'I', None), (2, nHeads, 'i', None), (4, dataType, 'i', cudnnDataType_t), (5, computePrec, 'i', cudnnDataType_t), (6, mathType, 'i', cudnnMathType_t), (9, qSize, 'i', None), (10, kSize, 'i', None), (11, vSize, 'i', None), (12, qProjSize, 'i', None), (13, kProjSize, 'i', None), (14, vProjSize, 'i', None), (15, oProjSize, 'i', None), (16, qoMaxSeqLength, 'i', None), (17, kvMaxSeqLength, 'i', None), (18, maxBatchSize, 'i', None), (19, maxBeamSize, 'i', None),))
-    if not attnDesc:
-        raise _lib.null_handles_error('cudnnSetAttnDescriptor', ('attnDesc',), (attnDesc,))
+    try:
+        _handles_set = bool(attnDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetAttnDescriptor', ('attnDesc',), (attnDesc,))
     try:
         status = _cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, computePrec, mathType, attnDropoutDesc, postDropoutDesc, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize)
     except _ArgumentError as exc:
@@ -7617,8 +8025,12 @@ def cudnnGetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     @brief Retrieves multi-head attention descriptor parameters.
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
-    if not attnDesc:
-        raise _lib.null_handles_error('cudnnGetAttnDescriptor', ('attnDesc',), (attnDesc,))
+    try:
+        _handles_set = bool(attnDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetAttnDescriptor', ('attnDesc',), (attnDesc,))
     try:
         attnMode = _arr_unsigned_int(attnMode, 1, 1)
         nHeads = _arr_int(nHeads, 1, 2)
@@ -7663,8 +8075,12 @@ def cudnnGetMultiHeadAttnBuffers(handle, attnDesc, weightSizeInBytes, workSpaceS
     @brief Computes weight, workspace, and reserve space sizes for multi-head attention.
     @deprecated Since cuDNN 9.0.0.
     @since cuDNN 9.0.0"""
-    if not attnDesc:
-        raise _lib.null_handles_error('cudnnGetMultiHeadAttnBuffers', ('attnDesc',), (attnDesc,))
+    try:
+        _handles_set = bool(attnDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetMultiHeadAttnBuffers', ('attnDesc',), (attnDesc,))
     try:
         weightSizeInBytes = _arr_size_t(weightSizeInBytes, 1, 2)
         workSpaceSizeInBytes = _arr_size_t(workSpaceSizeInBytes, 1, 3)
@@ -7696,8 +8112,12 @@ def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, wei
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetMultiHeadAttnWeights, wKind, weightSizeInBytes):
         _check_values('cudnnGetMultiHeadAttnWeights', ('handle', 'attnDesc', 'wKind', 'weightSizeInBytes', 'weights', 'wDesc', 'wAddr'), ((2, wKind, 'i', cudnnMultiHeadAttnWeightKind_t), (3, weightSizeInBytes, 'N', None),))
-    if not (attnDesc and wDesc):
-        raise _lib.null_handles_error('cudnnGetMultiHeadAttnWeights', ('attnDesc', 'wDesc'), (attnDesc, wDesc,))
+    try:
+        _handles_set = bool(attnDesc and wDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetMultiHeadAttnWeights', ('attnDesc', 'wDesc'), (attnDesc, wDesc,))
     try:
         wAddr = _arr_void(wAddr, 1, 6)
         status = _cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, weights, wDesc, wAddr)
@@ -7739,8 +8159,12 @@ def cudnnMultiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, dev
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnMultiHeadAttnForward, currIdx, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnMultiHeadAttnForward', ('handle', 'attnDesc', 'currIdx', 'loWinIdx', 'hiWinIdx', 'devSeqLengthsQO', 'devSeqLengthsKV', 'qDesc', 'queries', 'residuals', 'kDesc', 'keys', 'vDesc', 'values', 'oDesc', 'out', 'weightSizeInBytes', 'weights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((2, currIdx, 'i', None), (16, weightSizeInBytes, 'N', None), (18, workSpaceSizeInBytes, 'N', None), (20, reserveSpaceSizeInBytes, 'N', None),))
-    if not (attnDesc and qDesc and kDesc and vDesc and oDesc):
-        raise _lib.null_handles_error('cudnnMultiHeadAttnForward', ('attnDesc', 'qDesc', 'kDesc', 'vDesc', 'oDesc'), (attnDesc, qDesc, kDesc, vDesc, oDesc,))
+    try:
+        _handles_set = bool(attnDesc and qDesc and kDesc and vDesc and oDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnMultiHeadAttnForward', ('attnDesc', 'qDesc', 'kDesc', 'vDesc', 'oDesc'), (attnDesc, qDesc, kDesc, vDesc, oDesc,))
     try:
         loWinIdx = _arr_int_c(loWinIdx, None, 3)
         hiWinIdx = _arr_int_c(hiWinIdx, None, 4)
@@ -7821,8 +8245,12 @@ def cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc,
     @see cudnnRNNForward, cudnnRNNBackwardWeights_v8"""
     if not _values_ok(_values_cudnnRNNBackwardData_v8, weightSpaceSize, workSpaceSize, reserveSpaceSize):
         _check_values('cudnnRNNBackwardData_v8', ('handle', 'rnnDesc', 'devSeqLengths', 'yDesc', 'y', 'dy', 'xDesc', 'dx', 'hDesc', 'hx', 'dhy', 'dhx', 'cDesc', 'cx', 'dcy', 'dcx', 'weightSpaceSize', 'weightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((16, weightSpaceSize, 'N', None), (18, workSpaceSize, 'N', None), (20, reserveSpaceSize, 'N', None),))
-    if not (rnnDesc and yDesc and xDesc and hDesc):
-        raise _lib.null_handles_error('cudnnRNNBackwardData_v8', ('rnnDesc', 'yDesc', 'xDesc', 'hDesc'), (rnnDesc, yDesc, xDesc, hDesc,))
+    try:
+        _handles_set = bool(rnnDesc and yDesc and xDesc and hDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnRNNBackwardData_v8', ('rnnDesc', 'yDesc', 'xDesc', 'hDesc'), (rnnDesc, yDesc, xDesc, hDesc,))
     try:
         status = _cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc, dx, hDesc, hx, dhy, dhx, cDesc, cx, dcy, dcx, weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
     except _ArgumentError as exc:
@@ -7876,8 +8304,12 @@ def cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x
     @see cudnnRNNForward, cudnnRNNBackwardData_v8"""
     if not _values_ok(_values_cudnnRNNBackwardWeights_v8, addGrad, weightSpaceSize, workSpaceSize, reserveSpaceSize):
         _check_values('cudnnRNNBackwardWeights_v8', ('handle', 'rnnDesc', 'addGrad', 'devSeqLengths', 'xDesc', 'x', 'hDesc', 'hx', 'yDesc', 'y', 'weightSpaceSize', 'dweightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((2, addGrad, 'i', cudnnWgradMode_t), (10, weightSpaceSize, 'N', None), (12, workSpaceSize, 'N', None), (14, reserveSpaceSize, 'N', None),))
-    if not (rnnDesc and xDesc and hDesc and yDesc):
-        raise _lib.null_handles_error('cudnnRNNBackwardWeights_v8', ('rnnDesc', 'xDesc', 'hDesc', 'yDesc'), (rnnDesc, xDesc, hDesc, yDesc,))
+    try:
+        _handles_set = bool(rnnDesc and xDesc and hDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnRNNBackwardWeights_v8', ('rnnDesc', 'xDesc', 'hDesc', 'yDesc'), (rnnDesc, xDesc, hDesc, yDesc,))
     try:
         status = _cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x, hDesc, hx, yDesc, y, weightSpaceSize, dweightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
     except _ArgumentError as exc:
@@ -7920,8 +8352,12 @@ def cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqL
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnMultiHeadAttnBackwardData, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnMultiHeadAttnBackwardData', ('handle', 'attnDesc', 'loWinIdx', 'hiWinIdx', 'devSeqLengthsDQDO', 'devSeqLengthsDKDV', 'doDesc', 'dout', 'dqDesc', 'dqueries', 'queries', 'dkDesc', 'dkeys', 'keys', 'dvDesc', 'dvalues', 'values', 'weightSizeInBytes', 'weights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((17, weightSizeInBytes, 'N', None), (19, workSpaceSizeInBytes, 'N', None), (21, reserveSpaceSizeInBytes, 'N', None),))
-    if not (attnDesc and doDesc and dqDesc and dkDesc and dvDesc):
-        raise _lib.null_handles_error('cudnnMultiHeadAttnBackwardData', ('attnDesc', 'doDesc', 'dqDesc', 'dkDesc', 'dvDesc'), (attnDesc, doDesc, dqDesc, dkDesc, dvDesc,))
+    try:
+        _handles_set = bool(attnDesc and doDesc and dqDesc and dkDesc and dvDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnMultiHeadAttnBackwardData', ('attnDesc', 'doDesc', 'dqDesc', 'dkDesc', 'dvDesc'), (attnDesc, doDesc, dqDesc, dkDesc, dvDesc,))
     try:
         loWinIdx = _arr_int_c(loWinIdx, None, 2)
         hiWinIdx = _arr_int_c(hiWinIdx, None, 3)
@@ -7960,8 +8396,12 @@ def cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries,
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnMultiHeadAttnBackwardWeights, addGrad, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnMultiHeadAttnBackwardWeights', ('handle', 'attnDesc', 'addGrad', 'qDesc', 'queries', 'kDesc', 'keys', 'vDesc', 'values', 'doDesc', 'dout', 'weightSizeInBytes', 'weights', 'dweights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((2, addGrad, 'i', cudnnWgradMode_t), (11, weightSizeInBytes, 'N', None), (14, workSpaceSizeInBytes, 'N', None), (16, reserveSpaceSizeInBytes, 'N', None),))
-    if not (attnDesc and qDesc and kDesc and vDesc and doDesc):
-        raise _lib.null_handles_error('cudnnMultiHeadAttnBackwardWeights', ('attnDesc', 'qDesc', 'kDesc', 'vDesc', 'doDesc'), (attnDesc, qDesc, kDesc, vDesc, doDesc,))
+    try:
+        _handles_set = bool(attnDesc and qDesc and kDesc and vDesc and doDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnMultiHeadAttnBackwardWeights', ('attnDesc', 'qDesc', 'kDesc', 'vDesc', 'doDesc'), (attnDesc, qDesc, kDesc, vDesc, doDesc,))
     try:
         status = _cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries, kDesc, keys, vDesc, values, doDesc, dout, weightSizeInBytes, weights, dweights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace)
     except _ArgumentError as exc:
@@ -8009,8 +8449,12 @@ def cudnnSetCTCLossDescriptor(ctcLossDesc, compType):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetCTCLossDescriptor, compType):
         _check_values('cudnnSetCTCLossDescriptor', ('ctcLossDesc', 'compType'), ((1, compType, 'i', cudnnDataType_t),))
-    if not ctcLossDesc:
-        raise _lib.null_handles_error('cudnnSetCTCLossDescriptor', ('ctcLossDesc',), (ctcLossDesc,))
+    try:
+        _handles_set = bool(ctcLossDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetCTCLossDescriptor', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         status = _cudnnSetCTCLossDescriptor(ctcLossDesc, compType)
     except _ArgumentError as exc:
@@ -8034,8 +8478,12 @@ def cudnnSetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetCTCLossDescriptorEx, compType, normMode, gradMode):
         _check_values('cudnnSetCTCLossDescriptorEx', ('ctcLossDesc', 'compType', 'normMode', 'gradMode'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, gradMode, 'i', cudnnNanPropagation_t),))
-    if not ctcLossDesc:
-        raise _lib.null_handles_error('cudnnSetCTCLossDescriptorEx', ('ctcLossDesc',), (ctcLossDesc,))
+    try:
+        _handles_set = bool(ctcLossDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetCTCLossDescriptorEx', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         status = _cudnnSetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode)
     except _ArgumentError as exc:
@@ -8059,8 +8507,12 @@ def cudnnSetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxL
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetCTCLossDescriptor_v8, compType, normMode, gradMode, maxLabelLength):
         _check_values('cudnnSetCTCLossDescriptor_v8', ('ctcLossDesc', 'compType', 'normMode', 'gradMode', 'maxLabelLength'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, gradMode, 'i', cudnnNanPropagation_t), (4, maxLabelLength, 'i', None),))
-    if not ctcLossDesc:
-        raise _lib.null_handles_error('cudnnSetCTCLossDescriptor_v8', ('ctcLossDesc',), (ctcLossDesc,))
+    try:
+        _handles_set = bool(ctcLossDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetCTCLossDescriptor_v8', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         status = _cudnnSetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxLabelLength)
     except _ArgumentError as exc:
@@ -8090,8 +8542,12 @@ def cudnnSetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, m
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetCTCLossDescriptor_v9, compType, normMode, ctcGradMode, maxLabelLength):
         _check_values('cudnnSetCTCLossDescriptor_v9', ('ctcLossDesc', 'compType', 'normMode', 'ctcGradMode', 'maxLabelLength'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, ctcGradMode, 'i', cudnnCTCGradMode_t), (4, maxLabelLength, 'i', None),))
-    if not ctcLossDesc:
-        raise _lib.null_handles_error('cudnnSetCTCLossDescriptor_v9', ('ctcLossDesc',), (ctcLossDesc,))
+    try:
+        _handles_set = bool(ctcLossDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetCTCLossDescriptor_v9', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         status = _cudnnSetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, maxLabelLength)
     except _ArgumentError as exc:
@@ -8115,8 +8571,12 @@ def cudnnGetCTCLossDescriptor(ctcLossDesc, compType):
     @brief Retrieves CTC loss compute type.
     @deprecated Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
-    if not ctcLossDesc:
-        raise _lib.null_handles_error('cudnnGetCTCLossDescriptor', ('ctcLossDesc',), (ctcLossDesc,))
+    try:
+        _handles_set = bool(ctcLossDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetCTCLossDescriptor', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         compType = _arr_cudnnDataType_t(compType, 1, 1)
         status = _cudnnGetCTCLossDescriptor(ctcLossDesc, compType)
@@ -8143,8 +8603,12 @@ def cudnnGetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     @brief Retrieves CTC loss extended parameters.
     @deprecated Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
-    if not ctcLossDesc:
-        raise _lib.null_handles_error('cudnnGetCTCLossDescriptorEx', ('ctcLossDesc',), (ctcLossDesc,))
+    try:
+        _handles_set = bool(ctcLossDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetCTCLossDescriptorEx', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         compType = _arr_cudnnDataType_t(compType, 1, 1)
         normMode = _arr_cudnnLossNormalizationMode_t(normMode, 1, 2)
@@ -8174,8 +8638,12 @@ def cudnnGetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxL
     @brief Retrieves CTC loss v8 parameters.
     @deprecated Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.
     @since cuDNN 9.0.0"""
-    if not ctcLossDesc:
-        raise _lib.null_handles_error('cudnnGetCTCLossDescriptor_v8', ('ctcLossDesc',), (ctcLossDesc,))
+    try:
+        _handles_set = bool(ctcLossDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetCTCLossDescriptor_v8', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         compType = _arr_cudnnDataType_t(compType, 1, 1)
         normMode = _arr_cudnnLossNormalizationMode_t(normMode, 1, 2)
@@ -8203,8 +8671,12 @@ def cudnnGetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, m
 
     @brief Retrieves CTC loss v9 parameters.
     @since cuDNN 9.0.0"""
-    if not ctcLossDesc:
-        raise _lib.null_handles_error('cudnnGetCTCLossDescriptor_v9', ('ctcLossDesc',), (ctcLossDesc,))
+    try:
+        _handles_set = bool(ctcLossDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetCTCLossDescriptor_v9', ('ctcLossDesc',), (ctcLossDesc,))
     try:
         compType = _arr_cudnnDataType_t(compType, 1, 1)
         normMode = _arr_cudnnLossNormalizationMode_t(normMode, 1, 2)
@@ -8275,8 +8747,12 @@ def cudnnCTCLoss(handle, probsDesc, probs, hostLabels, hostLabelLengths, hostInp
     @see cudnnCTCLoss_v8, cudnnGetCTCLossWorkspaceSize"""
     if not _values_ok(_values_cudnnCTCLoss, algo, workSpaceSizeInBytes):
         _check_values('cudnnCTCLoss', ('handle', 'probsDesc', 'probs', 'hostLabels', 'hostLabelLengths', 'hostInputLengths', 'costs', 'gradientsDesc', 'gradients', 'algo', 'ctcLossDesc', 'workspace', 'workSpaceSizeInBytes'), ((9, algo, 'i', cudnnCTCLossAlgo_t), (12, workSpaceSizeInBytes, 'N', None),))
-    if not (probsDesc and gradientsDesc and ctcLossDesc):
-        raise _lib.null_handles_error('cudnnCTCLoss', ('probsDesc', 'gradientsDesc', 'ctcLossDesc'), (probsDesc, gradientsDesc, ctcLossDesc,))
+    try:
+        _handles_set = bool(probsDesc and gradientsDesc and ctcLossDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnCTCLoss', ('probsDesc', 'gradientsDesc', 'ctcLossDesc'), (probsDesc, gradientsDesc, ctcLossDesc,))
     try:
         hostLabels = _arr_int_c(hostLabels, None, 3)
         hostLabelLengths = _arr_int_c(hostLabelLengths, None, 4)
@@ -8316,8 +8792,12 @@ def cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLe
     @see cudnnCTCLoss, cudnnGetCTCLossWorkspaceSize_v8"""
     if not _values_ok(_values_cudnnCTCLoss_v8, algo, workSpaceSizeInBytes):
         _check_values('cudnnCTCLoss_v8', ('handle', 'algo', 'ctcLossDesc', 'probsDesc', 'probs', 'labels', 'labelLengths', 'inputLengths', 'costs', 'gradientsDesc', 'gradients', 'workSpaceSizeInBytes', 'workspace'), ((1, algo, 'i', cudnnCTCLossAlgo_t), (11, workSpaceSizeInBytes, 'N', None),))
-    if not (ctcLossDesc and probsDesc and gradientsDesc):
-        raise _lib.null_handles_error('cudnnCTCLoss_v8', ('ctcLossDesc', 'probsDesc', 'gradientsDesc'), (ctcLossDesc, probsDesc, gradientsDesc,))
+    try:
+        _handles_set = bool(ctcLossDesc and probsDesc and gradientsDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnCTCLoss_v8', ('ctcLossDesc', 'probsDesc', 'gradientsDesc'), (ctcLossDesc, probsDesc, gradientsDesc,))
     try:
         status = _cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLengths, inputLengths, costs, gradientsDesc, gradients, workSpaceSizeInBytes, workspace)
     except _ArgumentError as exc:
@@ -8349,8 +8829,12 @@ def cudnnGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, label
     @see cudnnCTCLoss"""
     if not _values_ok(_values_cudnnGetCTCLossWorkspaceSize, algo):
         _check_values('cudnnGetCTCLossWorkspaceSize', ('handle', 'probsDesc', 'gradientsDesc', 'labels', 'labelLengths', 'inputLengths', 'algo', 'ctcLossDesc', 'sizeInBytes'), ((6, algo, 'i', cudnnCTCLossAlgo_t),))
-    if not (probsDesc and gradientsDesc and ctcLossDesc):
-        raise _lib.null_handles_error('cudnnGetCTCLossWorkspaceSize', ('probsDesc', 'gradientsDesc', 'ctcLossDesc'), (probsDesc, gradientsDesc, ctcLossDesc,))
+    try:
+        _handles_set = bool(probsDesc and gradientsDesc and ctcLossDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetCTCLossWorkspaceSize', ('probsDesc', 'gradientsDesc', 'ctcLossDesc'), (probsDesc, gradientsDesc, ctcLossDesc,))
     try:
         labels = _arr_int_c(labels, None, 3)
         labelLengths = _arr_int_c(labelLengths, None, 4)
@@ -8379,8 +8863,12 @@ def cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradie
     @see cudnnCTCLoss_v8"""
     if not _values_ok(_values_cudnnGetCTCLossWorkspaceSize_v8, algo):
         _check_values('cudnnGetCTCLossWorkspaceSize_v8', ('handle', 'algo', 'ctcLossDesc', 'probsDesc', 'gradientsDesc', 'sizeInBytes'), ((1, algo, 'i', cudnnCTCLossAlgo_t),))
-    if not (ctcLossDesc and probsDesc and gradientsDesc):
-        raise _lib.null_handles_error('cudnnGetCTCLossWorkspaceSize_v8', ('ctcLossDesc', 'probsDesc', 'gradientsDesc'), (ctcLossDesc, probsDesc, gradientsDesc,))
+    try:
+        _handles_set = bool(ctcLossDesc and probsDesc and gradientsDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetCTCLossWorkspaceSize_v8', ('ctcLossDesc', 'probsDesc', 'gradientsDesc'), (ctcLossDesc, probsDesc, gradientsDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
         status = _cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradientsDesc, sizeInBytes)
@@ -8458,8 +8946,12 @@ def cudnnSetConvolutionMathType(convDesc, mathType):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetConvolutionMathType, mathType):
         _check_values('cudnnSetConvolutionMathType', ('convDesc', 'mathType'), ((1, mathType, 'i', cudnnMathType_t),))
-    if not convDesc:
-        raise _lib.null_handles_error('cudnnSetConvolutionMathType', ('convDesc',), (convDesc,))
+    try:
+        _handles_set = bool(convDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetConvolutionMathType', ('convDesc',), (convDesc,))
     try:
         status = _cudnnSetConvolutionMathType(convDesc, mathType)
     except _ArgumentError as exc:
@@ -8488,8 +8980,12 @@ def cudnnGetConvolutionMathType(convDesc, mathType):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    if not convDesc:
-        raise _lib.null_handles_error('cudnnGetConvolutionMathType', ('convDesc',), (convDesc,))
+    try:
+        _handles_set = bool(convDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetConvolutionMathType', ('convDesc',), (convDesc,))
     try:
         mathType = _arr_cudnnMathType_t(mathType, 1, 1)
         status = _cudnnGetConvolutionMathType(convDesc, mathType)
@@ -8519,8 +9015,12 @@ def cudnnSetConvolutionGroupCount(convDesc, groupCount):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetConvolutionGroupCount, groupCount):
         _check_values('cudnnSetConvolutionGroupCount', ('convDesc', 'groupCount'), ((1, groupCount, 'i', None),))
-    if not convDesc:
-        raise _lib.null_handles_error('cudnnSetConvolutionGroupCount', ('convDesc',), (convDesc,))
+    try:
+        _handles_set = bool(convDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetConvolutionGroupCount', ('convDesc',), (convDesc,))
     try:
         status = _cudnnSetConvolutionGroupCount(convDesc, groupCount)
     except _ArgumentError as exc:
@@ -8549,8 +9049,12 @@ def cudnnGetConvolutionGroupCount(convDesc, groupCount):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    if not convDesc:
-        raise _lib.null_handles_error('cudnnGetConvolutionGroupCount', ('convDesc',), (convDesc,))
+    try:
+        _handles_set = bool(convDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetConvolutionGroupCount', ('convDesc',), (convDesc,))
     try:
         groupCount = _arr_int(groupCount, 1, 1)
         status = _cudnnGetConvolutionGroupCount(convDesc, groupCount)
@@ -8580,8 +9084,12 @@ def cudnnSetConvolutionReorderType(convDesc, reorderType):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetConvolutionReorderType, reorderType):
         _check_values('cudnnSetConvolutionReorderType', ('convDesc', 'reorderType'), ((1, reorderType, 'i', cudnnReorderType_t),))
-    if not convDesc:
-        raise _lib.null_handles_error('cudnnSetConvolutionReorderType', ('convDesc',), (convDesc,))
+    try:
+        _handles_set = bool(convDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetConvolutionReorderType', ('convDesc',), (convDesc,))
     try:
         status = _cudnnSetConvolutionReorderType(convDesc, reorderType)
     except _ArgumentError as exc:
@@ -8610,8 +9118,12 @@ def cudnnGetConvolutionReorderType(convDesc, reorderType):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    if not convDesc:
-        raise _lib.null_handles_error('cudnnGetConvolutionReorderType', ('convDesc',), (convDesc,))
+    try:
+        _handles_set = bool(convDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetConvolutionReorderType', ('convDesc',), (convDesc,))
     try:
         reorderType = _arr_cudnnReorderType_t(reorderType, 1, 1)
         status = _cudnnGetConvolutionReorderType(convDesc, reorderType)
@@ -8648,8 +9160,12 @@ def cudnnSetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetConvolution2dDescriptor, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType):
         _check_values('cudnnSetConvolution2dDescriptor', ('convDesc', 'pad_h', 'pad_w', 'u', 'v', 'dilation_h', 'dilation_w', 'mode', 'computeType'), ((1, pad_h, 'i', None), (2, pad_w, 'i', None), (3, u, 'i', None), (4, v, 'i', None), (5, dilation_h, 'i', None), (6, dilation_w, 'i', None), (7, mode, 'i', cudnnConvolutionMode_t), (8, computeType, 'i', cudnnDataType_t),))
-    if not convDesc:
-        raise _lib.null_handles_error('cudnnSetConvolution2dDescriptor', ('convDesc',), (convDesc,))
+    try:
+        _handles_set = bool(convDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetConvolution2dDescriptor', ('convDesc',), (convDesc,))
     try:
         status = _cudnnSetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType)
     except _ArgumentError as exc:
@@ -8692,8 +9208,12 @@ def cudnnGetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    if not convDesc:
-        raise _lib.null_handles_error('cudnnGetConvolution2dDescriptor', ('convDesc',), (convDesc,))
+    try:
+        _handles_set = bool(convDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetConvolution2dDescriptor', ('convDesc',), (convDesc,))
     try:
         pad_h = _arr_int(pad_h, 1, 1)
         pad_w = _arr_int(pad_w, 1, 2)
@@ -8740,8 +9260,12 @@ def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, 
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetConvolutionNdDescriptor, arrayLength, mode, computeType):
         _check_values('cudnnSetConvolutionNdDescriptor', ('convDesc', 'arrayLength', 'padA', 'filterStrideA', 'dilationA', 'mode', 'computeType'), ((1, arrayLength, 'i', None), (5, mode, 'i', cudnnConvolutionMode_t), (6, computeType, 'i', cudnnDataType_t),))
-    if not convDesc:
-        raise _lib.null_handles_error('cudnnSetConvolutionNdDescriptor', ('convDesc',), (convDesc,))
+    try:
+        _handles_set = bool(convDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetConvolutionNdDescriptor', ('convDesc',), (convDesc,))
     try:
         padA = _arr_int_c(padA, _at_most(arrayLength, 8, 'cudnnSetConvolutionNdDescriptor', 'arrayLength', 'CUDNN_DIM_MAX'), 2)
         filterStrideA = _arr_int_c(filterStrideA, _at_most(arrayLength, 8, 'cudnnSetConvolutionNdDescriptor', 'arrayLength', 'CUDNN_DIM_MAX'), 3)
@@ -8787,8 +9311,12 @@ def cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength,
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionNdDescriptor, arrayLengthRequested):
         _check_values('cudnnGetConvolutionNdDescriptor', ('convDesc', 'arrayLengthRequested', 'arrayLength', 'padA', 'strideA', 'dilationA', 'mode', 'computeType'), ((1, arrayLengthRequested, 'i', None),))
-    if not convDesc:
-        raise _lib.null_handles_error('cudnnGetConvolutionNdDescriptor', ('convDesc',), (convDesc,))
+    try:
+        _handles_set = bool(convDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetConvolutionNdDescriptor', ('convDesc',), (convDesc,))
     try:
         arrayLength = _arr_int(arrayLength, 1, 2)
         padA = _arr_int(padA, arrayLengthRequested, 3)
@@ -8831,8 +9359,12 @@ def cudnnGetConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    if not (convDesc and inputTensorDesc and filterDesc):
-        raise _lib.null_handles_error('cudnnGetConvolution2dForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc'), (convDesc, inputTensorDesc, filterDesc,))
+    try:
+        _handles_set = bool(convDesc and inputTensorDesc and filterDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetConvolution2dForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc'), (convDesc, inputTensorDesc, filterDesc,))
     try:
         n = _arr_int(n, 1, 3)
         c = _arr_int(c, 1, 4)
@@ -8871,8 +9403,12 @@ def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionNdForwardOutputDim, nbDims):
         _check_values('cudnnGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc', 'nbDims', 'tensorOuputDimA'), ((3, nbDims, 'i', None),))
-    if not (convDesc and inputTensorDesc and filterDesc):
-        raise _lib.null_handles_error('cudnnGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc'), (convDesc, inputTensorDesc, filterDesc,))
+    try:
+        _handles_set = bool(convDesc and inputTensorDesc and filterDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc'), (convDesc, inputTensorDesc, filterDesc,))
     try:
         tensorOuputDimA = _arr_int(tensorOuputDimA, _at_most(nbDims, 8, 'cudnnGetConvolutionNdForwardOutputDim', 'nbDims', 'CUDNN_DIM_MAX'), 4)
         status = _cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc, nbDims, tensorOuputDimA)
@@ -8944,8 +9480,12 @@ def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionForwardAlgorithm_v7, requestedAlgoCount):
         _check_values('cudnnGetConvolutionForwardAlgorithm_v7', ('handle', 'srcDesc', 'filterDesc', 'convDesc', 'destDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
-    if not (srcDesc and filterDesc and convDesc and destDesc):
-        raise _lib.null_handles_error('cudnnGetConvolutionForwardAlgorithm_v7', ('srcDesc', 'filterDesc', 'convDesc', 'destDesc'), (srcDesc, filterDesc, convDesc, destDesc,))
+    try:
+        _handles_set = bool(srcDesc and filterDesc and convDesc and destDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetConvolutionForwardAlgorithm_v7', ('srcDesc', 'filterDesc', 'convDesc', 'destDesc'), (srcDesc, filterDesc, convDesc, destDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
         perfResults = _arr_cudnnConvolutionFwdAlgoPerf_t(perfResults, requestedAlgoCount, 7)
@@ -8989,8 +9529,12 @@ def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, 
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnFindConvolutionForwardAlgorithm, requestedAlgoCount):
         _check_values('cudnnFindConvolutionForwardAlgorithm', ('handle', 'xDesc', 'wDesc', 'convDesc', 'yDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
-    if not (xDesc and wDesc and convDesc and yDesc):
-        raise _lib.null_handles_error('cudnnFindConvolutionForwardAlgorithm', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
+    try:
+        _handles_set = bool(xDesc and wDesc and convDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnFindConvolutionForwardAlgorithm', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
         perfResults = _arr_cudnnConvolutionFwdAlgoPerf_t(perfResults, requestedAlgoCount, 7)
@@ -9044,8 +9588,12 @@ def cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc,
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnFindConvolutionForwardAlgorithmEx, requestedAlgoCount, workSpaceSizeInBytes):
         _check_values('cudnnFindConvolutionForwardAlgorithmEx', ('handle', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'yDesc', 'y', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
-    if not (xDesc and wDesc and convDesc and yDesc):
-        raise _lib.null_handles_error('cudnnFindConvolutionForwardAlgorithmEx', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
+    try:
+        _handles_set = bool(xDesc and wDesc and convDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnFindConvolutionForwardAlgorithmEx', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_cudnnConvolutionFwdAlgoPerf_t(perfResults, requestedAlgoCount, 10)
@@ -9084,8 +9632,12 @@ def cudnnIm2Col(handle, xDesc, x, wDesc, convDesc, colBuffer):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    if not (xDesc and wDesc and convDesc):
-        raise _lib.null_handles_error('cudnnIm2Col', ('xDesc', 'wDesc', 'convDesc'), (xDesc, wDesc, convDesc,))
+    try:
+        _handles_set = bool(xDesc and wDesc and convDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnIm2Col', ('xDesc', 'wDesc', 'convDesc'), (xDesc, wDesc, convDesc,))
     try:
         status = _cudnnIm2Col(handle, xDesc, x, wDesc, convDesc, colBuffer)
     except _ArgumentError as exc:
@@ -9129,8 +9681,12 @@ def cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reord
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnReorderFilterAndBias, reorderType, reorderBias):
         _check_values('cudnnReorderFilterAndBias', ('handle', 'filterDesc', 'reorderType', 'filterData', 'reorderedFilterData', 'reorderBias', 'biasData', 'reorderedBiasData'), ((2, reorderType, 'i', cudnnReorderType_t), (5, reorderBias, 'i', None),))
-    if not filterDesc:
-        raise _lib.null_handles_error('cudnnReorderFilterAndBias', ('filterDesc',), (filterDesc,))
+    try:
+        _handles_set = bool(filterDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnReorderFilterAndBias', ('filterDesc',), (filterDesc,))
     try:
         status = _cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reorderedFilterData, reorderBias, biasData, reorderedBiasData)
     except _ArgumentError as exc:
@@ -9167,8 +9723,12 @@ def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDes
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionForwardWorkspaceSize, algo):
         _check_values('cudnnGetConvolutionForwardWorkspaceSize', ('handle', 'xDesc', 'wDesc', 'convDesc', 'yDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionFwdAlgo_t),))
-    if not (xDesc and wDesc and convDesc and yDesc):
-        raise _lib.null_handles_error('cudnnGetConvolutionForwardWorkspaceSize', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
+    try:
+        _handles_set = bool(xDesc and wDesc and convDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetConvolutionForwardWorkspaceSize', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
         status = _cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDesc, algo, sizeInBytes)
@@ -9220,8 +9780,12 @@ def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, w
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnConvolutionForward, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionForward', ('handle', 'alpha', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'yDesc', 'y'), ((7, algo, 'i', cudnnConvolutionFwdAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
-    if not (xDesc and wDesc and convDesc and yDesc):
-        raise _lib.null_handles_error('cudnnConvolutionForward', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
+    try:
+        _handles_set = bool(xDesc and wDesc and convDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnConvolutionForward', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 10)
@@ -9281,8 +9845,12 @@ def cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, co
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnConvolutionBiasActivationForward, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionBiasActivationForward', ('handle', 'alpha1', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'alpha2', 'zDesc', 'z', 'biasDesc', 'bias', 'activationDesc', 'yDesc', 'y'), ((7, algo, 'i', cudnnConvolutionFwdAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
-    if not (xDesc and wDesc and convDesc and zDesc and biasDesc and activationDesc and yDesc):
-        raise _lib.null_handles_error('cudnnConvolutionBiasActivationForward', ('xDesc', 'wDesc', 'convDesc', 'zDesc', 'biasDesc', 'activationDesc', 'yDesc'), (xDesc, wDesc, convDesc, zDesc, biasDesc, activationDesc, yDesc,))
+    try:
+        _handles_set = bool(xDesc and wDesc and convDesc and zDesc and biasDesc and activationDesc and yDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnConvolutionBiasActivationForward', ('xDesc', 'wDesc', 'convDesc', 'zDesc', 'biasDesc', 'activationDesc', 'yDesc'), (xDesc, wDesc, convDesc, zDesc, biasDesc, activationDesc, yDesc,))
     try:
         alpha1 = _void_c(alpha1, 4, 1)
         alpha2 = _void_c(alpha2, 4, 10)
@@ -9352,8 +9920,12 @@ def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, d
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnFindConvolutionBackwardDataAlgorithm, requestedAlgoCount):
         _check_values('cudnnFindConvolutionBackwardDataAlgorithm', ('handle', 'wDesc', 'dyDesc', 'convDesc', 'dxDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
-    if not (wDesc and dyDesc and convDesc and dxDesc):
-        raise _lib.null_handles_error('cudnnFindConvolutionBackwardDataAlgorithm', ('wDesc', 'dyDesc', 'convDesc', 'dxDesc'), (wDesc, dyDesc, convDesc, dxDesc,))
+    try:
+        _handles_set = bool(wDesc and dyDesc and convDesc and dxDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnFindConvolutionBackwardDataAlgorithm', ('wDesc', 'dyDesc', 'convDesc', 'dxDesc'), (wDesc, dyDesc, convDesc, dxDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
         perfResults = _arr_cudnnConvolutionBwdDataAlgoPerf_t(perfResults, requestedAlgoCount, 7)
@@ -9404,8 +9976,12 @@ def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, co
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnFindConvolutionBackwardDataAlgorithmEx, requestedAlgoCount, workSpaceSizeInBytes):
         _check_values('cudnnFindConvolutionBackwardDataAlgorithmEx', ('handle', 'wDesc', 'w', 'dyDesc', 'dy', 'convDesc', 'dxDesc', 'dx', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
-    if not (wDesc and dyDesc and convDesc and dxDesc):
-        raise _lib.null_handles_error('cudnnFindConvolutionBackwardDataAlgorithmEx', ('wDesc', 'dyDesc', 'convDesc', 'dxDesc'), (wDesc, dyDesc, convDesc, dxDesc,))
+    try:
+        _handles_set = bool(wDesc and dyDesc and convDesc and dxDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnFindConvolutionBackwardDataAlgorithmEx', ('wDesc', 'dyDesc', 'convDesc', 'dxDesc'), (wDesc, dyDesc, convDesc, dxDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_cudnnConvolutionBwdDataAlgoPerf_t(perfResults, requestedAlgoCount, 10)
@@ -9446,8 +10022,12 @@ def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, co
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionBackwardDataAlgorithm_v7, requestedAlgoCount):
         _check_values('cudnnGetConvolutionBackwardDataAlgorithm_v7', ('handle', 'filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
-    if not (filterDesc and diffDesc and convDesc and gradDesc):
-        raise _lib.null_handles_error('cudnnGetConvolutionBackwardDataAlgorithm_v7', ('filterDesc', 'diffDesc', 'convDesc', 'gradDesc'), (filterDesc, diffDesc, convDesc, gradDesc,))
+    try:
+        _handles_set = bool(filterDesc and diffDesc and convDesc and gradDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetConvolutionBackwardDataAlgorithm_v7', ('filterDesc', 'diffDesc', 'convDesc', 'gradDesc'), (filterDesc, diffDesc, convDesc, gradDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
         perfResults = _arr_cudnnConvolutionBwdDataAlgoPerf_t(perfResults, requestedAlgoCount, 7)
@@ -9486,8 +10066,12 @@ def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionBackwardDataWorkspaceSize, algo):
         _check_values('cudnnGetConvolutionBackwardDataWorkspaceSize', ('handle', 'wDesc', 'dyDesc', 'convDesc', 'dxDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionBwdDataAlgo_t),))
-    if not (wDesc and dyDesc and convDesc and dxDesc):
-        raise _lib.null_handles_error('cudnnGetConvolutionBackwardDataWorkspaceSize', ('wDesc', 'dyDesc', 'convDesc', 'dxDesc'), (wDesc, dyDesc, convDesc, dxDesc,))
+    try:
+        _handles_set = bool(wDesc and dyDesc and convDesc and dxDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetConvolutionBackwardDataWorkspaceSize', ('wDesc', 'dyDesc', 'convDesc', 'dxDesc'), (wDesc, dyDesc, convDesc, dxDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
         status = _cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc, dxDesc, algo, sizeInBytes)
@@ -9539,8 +10123,12 @@ def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, 
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnConvolutionBackwardData, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionBackwardData', ('handle', 'alpha', 'wDesc', 'w', 'dyDesc', 'dy', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'dxDesc', 'dx'), ((7, algo, 'i', cudnnConvolutionBwdDataAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
-    if not (wDesc and dyDesc and convDesc and dxDesc):
-        raise _lib.null_handles_error('cudnnConvolutionBackwardData', ('wDesc', 'dyDesc', 'convDesc', 'dxDesc'), (wDesc, dyDesc, convDesc, dxDesc,))
+    try:
+        _handles_set = bool(wDesc and dyDesc and convDesc and dxDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnConvolutionBackwardData', ('wDesc', 'dyDesc', 'convDesc', 'dxDesc'), (wDesc, dyDesc, convDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 10)
@@ -9586,8 +10174,12 @@ def cudnnGetFoldedConvBackwardDataDescriptors(handle, filterDesc, diffDesc, conv
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetFoldedConvBackwardDataDescriptors, transformFormat):
         _check_values('cudnnGetFoldedConvBackwardDataDescriptors', ('handle', 'filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'transformFormat', 'foldedFilterDesc', 'paddedDiffDesc', 'foldedConvDesc', 'foldedGradDesc', 'filterFoldTransDesc', 'diffPadTransDesc', 'gradFoldTransDesc', 'gradUnfoldTransDesc'), ((5, transformFormat, 'i', cudnnTensorFormat_t),))
-    if not (filterDesc and diffDesc and convDesc and gradDesc and foldedFilterDesc and paddedDiffDesc and foldedConvDesc and foldedGradDesc and filterFoldTransDesc and diffPadTransDesc and gradFoldTransDesc and gradUnfoldTransDesc):
-        raise _lib.null_handles_error('cudnnGetFoldedConvBackwardDataDescriptors', ('filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'foldedFilterDesc', 'paddedDiffDesc', 'foldedConvDesc', 'foldedGradDesc', 'filterFoldTransDesc', 'diffPadTransDesc', 'gradFoldTransDesc', 'gradUnfoldTransDesc'), (filterDesc, diffDesc, convDesc, gradDesc, foldedFilterDesc, paddedDiffDesc, foldedConvDesc, foldedGradDesc, filterFoldTransDesc, diffPadTransDesc, gradFoldTransDesc, gradUnfoldTransDesc,))
+    try:
+        _handles_set = bool(filterDesc and diffDesc and convDesc and gradDesc and foldedFilterDesc and paddedDiffDesc and foldedConvDesc and foldedGradDesc and filterFoldTransDesc and diffPadTransDesc and gradFoldTransDesc and gradUnfoldTransDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetFoldedConvBackwardDataDescriptors', ('filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'foldedFilterDesc', 'paddedDiffDesc', 'foldedConvDesc', 'foldedGradDesc', 'filterFoldTransDesc', 'diffPadTransDesc', 'gradFoldTransDesc', 'gradUnfoldTransDesc'), (filterDesc, diffDesc, convDesc, gradDesc, foldedFilterDesc, paddedDiffDesc, foldedConvDesc, foldedGradDesc, filterFoldTransDesc, diffPadTransDesc, gradFoldTransDesc, gradUnfoldTransDesc,))
     try:
         status = _cudnnGetFoldedConvBackwardDataDescriptors(handle, filterDesc, diffDesc, convDesc, gradDesc, transformFormat, foldedFilterDesc, paddedDiffDesc, foldedConvDesc, foldedGradDesc, filterFoldTransDesc, diffPadTransDesc, gradFoldTransDesc, gradUnfoldTransDesc)
     except _ArgumentError as exc:
@@ -9674,8 +10266,12 @@ def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc,
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnFindConvolutionBackwardFilterAlgorithm, requestedAlgoCount):
         _check_values('cudnnFindConvolutionBackwardFilterAlgorithm', ('handle', 'xDesc', 'dyDesc', 'convDesc', 'dwDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
-    if not (xDesc and dyDesc and convDesc and dwDesc):
-        raise _lib.null_handles_error('cudnnFindConvolutionBackwardFilterAlgorithm', ('xDesc', 'dyDesc', 'convDesc', 'dwDesc'), (xDesc, dyDesc, convDesc, dwDesc,))
+    try:
+        _handles_set = bool(xDesc and dyDesc and convDesc and dwDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnFindConvolutionBackwardFilterAlgorithm', ('xDesc', 'dyDesc', 'convDesc', 'dwDesc'), (xDesc, dyDesc, convDesc, dwDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
         perfResults = _arr_cudnnConvolutionBwdFilterAlgoPerf_t(perfResults, requestedAlgoCount, 7)
@@ -9726,8 +10322,12 @@ def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, c
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnFindConvolutionBackwardFilterAlgorithmEx, requestedAlgoCount, workSpaceSizeInBytes):
         _check_values('cudnnFindConvolutionBackwardFilterAlgorithmEx', ('handle', 'xDesc', 'x', 'dyDesc', 'y', 'convDesc', 'dwDesc', 'dw', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
-    if not (xDesc and dyDesc and convDesc and dwDesc):
-        raise _lib.null_handles_error('cudnnFindConvolutionBackwardFilterAlgorithmEx', ('xDesc', 'dyDesc', 'convDesc', 'dwDesc'), (xDesc, dyDesc, convDesc, dwDesc,))
+    try:
+        _handles_set = bool(xDesc and dyDesc and convDesc and dwDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnFindConvolutionBackwardFilterAlgorithmEx', ('xDesc', 'dyDesc', 'convDesc', 'dwDesc'), (xDesc, dyDesc, convDesc, dwDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_cudnnConvolutionBwdFilterAlgoPerf_t(perfResults, requestedAlgoCount, 10)
@@ -9768,8 +10368,12 @@ def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, con
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionBackwardFilterAlgorithm_v7, requestedAlgoCount):
         _check_values('cudnnGetConvolutionBackwardFilterAlgorithm_v7', ('handle', 'srcDesc', 'diffDesc', 'convDesc', 'gradDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
-    if not (srcDesc and diffDesc and convDesc and gradDesc):
-        raise _lib.null_handles_error('cudnnGetConvolutionBackwardFilterAlgorithm_v7', ('srcDesc', 'diffDesc', 'convDesc', 'gradDesc'), (srcDesc, diffDesc, convDesc, gradDesc,))
+    try:
+        _handles_set = bool(srcDesc and diffDesc and convDesc and gradDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetConvolutionBackwardFilterAlgorithm_v7', ('srcDesc', 'diffDesc', 'convDesc', 'gradDesc'), (srcDesc, diffDesc, convDesc, gradDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 6)
         perfResults = _arr_cudnnConvolutionBwdFilterAlgoPerf_t(perfResults, requestedAlgoCount, 7)
@@ -9808,8 +10412,12 @@ def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDe
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetConvolutionBackwardFilterWorkspaceSize, algo):
         _check_values('cudnnGetConvolutionBackwardFilterWorkspaceSize', ('handle', 'xDesc', 'dyDesc', 'convDesc', 'gradDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionBwdFilterAlgo_t),))
-    if not (xDesc and dyDesc and convDesc and gradDesc):
-        raise _lib.null_handles_error('cudnnGetConvolutionBackwardFilterWorkspaceSize', ('xDesc', 'dyDesc', 'convDesc', 'gradDesc'), (xDesc, dyDesc, convDesc, gradDesc,))
+    try:
+        _handles_set = bool(xDesc and dyDesc and convDesc and gradDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetConvolutionBackwardFilterWorkspaceSize', ('xDesc', 'dyDesc', 'convDesc', 'gradDesc'), (xDesc, dyDesc, convDesc, gradDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 6)
         status = _cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDesc, gradDesc, algo, sizeInBytes)
@@ -9861,8 +10469,12 @@ def cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnConvolutionBackwardFilter, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionBackwardFilter', ('handle', 'alpha', 'xDesc', 'x', 'dyDesc', 'dy', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'dwDesc', 'dw'), ((7, algo, 'i', cudnnConvolutionBwdFilterAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
-    if not (xDesc and dyDesc and convDesc and dwDesc):
-        raise _lib.null_handles_error('cudnnConvolutionBackwardFilter', ('xDesc', 'dyDesc', 'convDesc', 'dwDesc'), (xDesc, dyDesc, convDesc, dwDesc,))
+    try:
+        _handles_set = bool(xDesc and dyDesc and convDesc and dwDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnConvolutionBackwardFilter', ('xDesc', 'dyDesc', 'convDesc', 'dwDesc'), (xDesc, dyDesc, convDesc, dwDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 10)
@@ -9903,8 +10515,12 @@ def cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    if not (dyDesc and dbDesc):
-        raise _lib.null_handles_error('cudnnConvolutionBackwardBias', ('dyDesc', 'dbDesc'), (dyDesc, dbDesc,))
+    try:
+        _handles_set = bool(dyDesc and dbDesc)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnConvolutionBackwardBias', ('dyDesc', 'dbDesc'), (dyDesc, dbDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -9991,8 +10607,12 @@ def cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetFusedOpsConstParamPackAttribute, paramLabel):
         _check_values('cudnnSetFusedOpsConstParamPackAttribute', ('constPack', 'paramLabel', 'param'), ((1, paramLabel, 'i', cudnnFusedOpsConstParamLabel_t),))
-    if not constPack:
-        raise _lib.null_handles_error('cudnnSetFusedOpsConstParamPackAttribute', ('constPack',), (constPack,))
+    try:
+        _handles_set = bool(constPack)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetFusedOpsConstParamPackAttribute', ('constPack',), (constPack,))
     try:
         param = _void_c(param, None, 2)
         status = _cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param)
@@ -10028,8 +10648,12 @@ def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetFusedOpsConstParamPackAttribute, paramLabel):
         _check_values('cudnnGetFusedOpsConstParamPackAttribute', ('constPack', 'paramLabel', 'param', 'isNULL'), ((1, paramLabel, 'i', cudnnFusedOpsConstParamLabel_t),))
-    if not constPack:
-        raise _lib.null_handles_error('cudnnGetFusedOpsConstParamPackAttribute', ('constPack',), (constPack,))
+    try:
+        _handles_set = bool(constPack)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetFusedOpsConstParamPackAttribute', ('constPack',), (constPack,))
     try:
         param = _void(param, None, 2)
         isNULL = _arr_int(isNULL, 1, 3)
@@ -10116,8 +10740,12 @@ def cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnSetFusedOpsVariantParamPackAttribute, paramLabel):
         _check_values('cudnnSetFusedOpsVariantParamPackAttribute', ('varPack', 'paramLabel', 'ptr'), ((1, paramLabel, 'i', cudnnFusedOpsVariantParamLabel_t),))
-    if not varPack:
-        raise _lib.null_handles_error('cudnnSetFusedOpsVariantParamPackAttribute', ('varPack',), (varPack,))
+    try:
+        _handles_set = bool(varPack)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnSetFusedOpsVariantParamPackAttribute', ('varPack',), (varPack,))
     try:
         status = _cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr)
     except _ArgumentError as exc:
@@ -10150,8 +10778,12 @@ def cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     @since cuDNN 9.0.0"""
     if not _values_ok(_values_cudnnGetFusedOpsVariantParamPackAttribute, paramLabel):
         _check_values('cudnnGetFusedOpsVariantParamPackAttribute', ('varPack', 'paramLabel', 'ptr'), ((1, paramLabel, 'i', cudnnFusedOpsVariantParamLabel_t),))
-    if not varPack:
-        raise _lib.null_handles_error('cudnnGetFusedOpsVariantParamPackAttribute', ('varPack',), (varPack,))
+    try:
+        _handles_set = bool(varPack)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnGetFusedOpsVariantParamPackAttribute', ('varPack',), (varPack,))
     try:
         status = _cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr)
     except _ArgumentError as exc:
@@ -10236,8 +10868,12 @@ def cudnnMakeFusedOpsPlan(handle, plan, constPack, workspaceSizeInBytes):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    if not (plan and constPack):
-        raise _lib.null_handles_error('cudnnMakeFusedOpsPlan', ('plan', 'constPack'), (plan, constPack,))
+    try:
+        _handles_set = bool(plan and constPack)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnMakeFusedOpsPlan', ('plan', 'constPack'), (plan, constPack,))
     try:
         workspaceSizeInBytes = _arr_size_t(workspaceSizeInBytes, 1, 3)
         status = _cudnnMakeFusedOpsPlan(handle, plan, constPack, workspaceSizeInBytes)
@@ -10265,8 +10901,12 @@ def cudnnFusedOpsExecute(handle, plan, varPack):
 
     @deprecated Since cuDNN 9.0.0. Use graph API instead.
     @since cuDNN 9.0.0"""
-    if not (plan and varPack):
-        raise _lib.null_handles_error('cudnnFusedOpsExecute', ('plan', 'varPack'), (plan, varPack,))
+    try:
+        _handles_set = bool(plan and varPack)
+    except Exception:                  # an object without one truth value (a numpy array): the slow path names it
+        _handles_set = False
+    if not _handles_set:
+        _lib.check_handles('cudnnFusedOpsExecute', ('plan', 'varPack'), (plan, varPack,))
     try:
         status = _cudnnFusedOpsExecute(handle, plan, varPack)
     except _ArgumentError as exc:

@@ -95,7 +95,12 @@ def check_values(function: str, params: Sequence[str], checked: Sequence[tuple])
         if enum is not None and isinstance(value, IntEnum) and not isinstance(value, enum):
             raise DnnArgumentError(f"{function}: parameter {name!r} needs a {enum.__name__}, got "
                                    f"{type(value).__name__}.{value.name} (a member of another enum)")
-        number = value.__index__()
+        try:
+            number = value.__index__()
+        except TypeError:                    # a numpy array of several elements, or of floats
+            raise DnnArgumentError(f"{function}: parameter {name!r} needs an int"
+                                   f"{f' or a {enum.__name__} member' if enum else ''}, got {type_name(value)}"
+                                   ) from None
         _, low, high = RANGES[code]
         if not low <= number <= high:
             if code == "N" and number < 0:

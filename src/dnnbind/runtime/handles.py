@@ -45,7 +45,7 @@ def destroy_once(library: Any, function: str, param: str, call: Callable[[Any], 
     """Destroy ``handle`` with the foreign ``call`` unless it is NULL or its address was freed already; on
     success, remember the address and clear the handle object."""
     with _lock:
-        if not handle:
+        if handle is None or isinstance(handle, ctypes._Pointer) and not handle:
             raise library.null_handle_error(function, param, handle)
         address = _address(handle)
         if address in _freed:

@@ -23,6 +23,7 @@ trace_hook: "Callable[[Library, str, Any], Any] | None" = None
 
 from dnnbind.runtime.errors import (DnnArgumentError, DnnRangeError, LibraryError, LibraryNotFoundError,
                                     LibraryVersionError, SymbolNotFoundError)
+from dnnbind.runtime.pointers import type_name
 
 #: Set to 1 to use a library whose major version differs from the headers' (enum values may mean other things).
 ALLOW_MISMATCH_ENV = "DNNBIND_ALLOW_VERSION_MISMATCH"
@@ -195,15 +196,16 @@ class Library:
                                 "successful destroy clears it) or never created; destroying it would free memory twice")
 
     @staticmethod
-    def null_handles_error(function: str, params: Sequence[str], values: Sequence[Any]) -> DnnArgumentError:
-        """A handle argument that is None or NULL where the library needs a created one."""
-        index = next((i for i, value in enumerate(values) if not value), 0)
-        value = values[index]
-        what = "None" if value is None else "NULL" if isinstance(value, ctypes._Pointer) \
-            else f"{value!r}"
-        return DnnArgumentError(f"{function}: parameter {params[index]!r} is {what}; it needs a created handle (a "
-                                "successful destroy clears a handle to NULL, so this is also a handle used after "
-                                "destroying it)")
+    def check_handles(function: str, params: Sequence[str], values: Sequence[Any]) -> None:
+        """The slow path of the wrappers' handle check: name the first handle argument that is None, NULL or
+        not a handle at all (a numpy array has no single truth value); return if there is none after all."""
+        for param, value in zip(params, values):
+            if value is None or isinstance(value, ctypes._Pointer) and not value:
+                raise DnnArgumentError(f"{function}: parameter {param!r} is {'None' if value is None else 'NULL'}; "
+                                       "it needs a created handle (a successful destroy clears a handle to NULL, "
+                                       "so this is also a handle used after destroying it)")
+            if not isinstance(value, ctypes._Pointer):
+                raise DnnArgumentError(f"{function}: parameter {param!r} needs a handle, got {type_name(value)}")
 
     # -- symbols ------------------------------------------------------------------------------
     def bind(self, name: str, argtypes: Sequence[type], restype: Any) -> Any:

@@ -28,6 +28,9 @@ class Classification:
     unused_rules: list[str] = field(default_factory=list)
     byte_sizes: int = 0
     optional_handles: int = 0     # handle parameters listed as nullable_handles (may be NULL)
+    unset_types: frozenset[str] = frozenset()   # handle types unusable between create and their first set
+    unset_setters: str = ""       # the functions (a regex) that set the handle they take first
+    unset_partial: str = ""       # setters (a regex) of one field, which leave the handle as unset as it was
     problems: list[str] = field(default_factory=list)   # filled instead of raising when not strict
 
 
@@ -73,6 +76,25 @@ def created_handle(fn: ir.Function) -> str:
         if p.type.kind == "pointer" and pointee is not None and pointee.kind == "handle" and not pointee.const:
             return p.name
     return ""
+
+
+def unset_roles(fn: ir.Function, types: frozenset[str], setters: str,
+                partial: str = "") -> tuple[bool, str, list[str]]:
+    """For handle types a library leaves unusable between create and the first set (``unset_handles``): whether
+    ``fn`` creates one, which parameter it sets ("" if none), and which handles it needs set already."""
+    if not types:
+        return False, "", []
+    out = created_handle(fn)
+    creates = bool(out) and any(p.name == out and p.type.pointee is not None and p.type.pointee.name in types
+                                for p in fn.params)
+    first = fn.params[0] if fn.params else None
+    sets = first.name if (first is not None and first.type.kind == "handle" and first.type.name in types
+                          and re.fullmatch(setters, fn.name)) else ""
+    needs = [p.name for p in fn.params if p.type.kind == "handle" and p.type.name in types and p.name != sets
+             and not destroyed_handle(fn)]
+    if sets and partial and re.fullmatch(partial, fn.name):
+        sets = ""                         # sets one field: neither needs the handle set nor makes it usable
+    return creates, sets, needs
 
 
 def _handle_is_owned(t: ir.CType, foreign: set[str]) -> bool:
@@ -182,6 +204,13 @@ def classify(module: ir.Module, overrides: dict[str, Any], strict: bool = True) 
     result.functions = lengths.classify_lengths(result.functions, module, overrides, problems, used)
     result.functions = classify_handles(result.functions, module, overrides, problems)
     result.optional_handles = sum(map(len, overrides.get("nullable_handles", {}).get("exceptions", {}).values()))
+    unset = overrides.get("unset_handles", {})
+    result.unset_types = frozenset(unset.get("types", []))
+    result.unset_setters = unset.get("setters", "")
+    result.unset_partial = unset.get("partial_setters", "")
+    declared = {h.name for h in module.handles}
+    problems += [f"stale unset_handles type: {name} is not a handle the headers declare"
+                 for name in sorted(result.unset_types - declared)]
     if problems and strict:
         raise ClassificationError(f"{len(problems)} problem(s) in pointer_overrides.json for "
                                   f"{module.library}:\n" + "\n".join(f"  {p}" for p in problems))

@@ -14,7 +14,7 @@ import jinja2
 from generator import config as cfg
 from generator import ir, lengths
 from generator.classify import (OPTIONAL_HANDLE, Classification, created_handle, destroyed_handle,
-                                 required_handles)
+                                 required_handles, unset_roles)
 
 
 def py_name(name: str) -> str:
@@ -74,6 +74,9 @@ class RenderedFunction:
     destroys: str = ""         # the handle a successful Destroy* frees: cleared, refused when NULL
     required: tuple[str, ...] = ()   # handles passed by value that are refused when None (NULL)
     creates: str = ""          # the output through which a Create* returns a new handle
+    creates_unset: bool = False      # ... a handle that is unusable until a setter sets it (unset_handles)
+    sets: str = ""             # the handle this setter sets
+    needs_set: tuple[str, ...] = ()  # handles that must have been set before this call
 
     @property
     def assign(self) -> str:
@@ -87,6 +90,9 @@ class TypeNames:
     def __init__(self, module: ir.Module):
         self.enums = {e.name: e for e in module.enums}
         self.handles = {h.name for h in module.handles}
+        self.unset_types: frozenset[str] = frozenset()        # set by render() from the classification
+        self.unset_setters = ""
+        self.unset_partial = ""
         self.struct_names = {s.name for s in module.structs}
         self.functions = {f.name: f for f in module.functions}
         self.converters: dict[str, str] = {}     # module-level name -> its definition
@@ -362,7 +368,13 @@ def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_no
                             deprecated, names.result_annotation(fn.result, returns), _value_check(fn, names),
                             py_name(destroyed_handle(fn)) if destroyed_handle(fn) else "",
                             tuple(py_name(name) for name in required_handles(fn)),
-                            py_name(created_handle(fn)) if created_handle(fn) else "")
+                            py_name(created_handle(fn)) if created_handle(fn) else "",
+                            *_unset_roles(fn, names))
+
+
+def _unset_roles(fn: ir.Function, names: TypeNames) -> tuple[bool, str, tuple[str, ...]]:
+    creates, sets, needs = unset_roles(fn, names.unset_types, names.unset_setters, names.unset_partial)
+    return creates, py_name(sets) if sets else "", tuple(py_name(n) for n in needs)
 
 
 def _deprecation_text(comment: str) -> str:
@@ -438,6 +450,8 @@ def render_stub(module: ir.Module, classification: Classification, config: dict[
 
 def _render_template(name: str, module: ir.Module, classification: Classification, config: dict[str, Any]) -> str:
     names = TypeNames(module)
+    names.unset_types, names.unset_setters = classification.unset_types, classification.unset_setters
+    names.unset_partial = classification.unset_partial
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(cfg.GENERATOR_DIR / "templates"),
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
                              undefined=jinja2.StrictUndefined)

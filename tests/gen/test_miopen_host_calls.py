@@ -105,6 +105,7 @@ def test_pointer_misuse_is_refused_before_the_call(miopen_run):
             __cuda_array_interface__ = {"data": (0x7F000000, False), "shape": (4,), "typestr": "<f4", "version": 3}
 
         desc = m.miopenTensorDescriptor_t(); m.miopenCreateTensorDescriptor(ctypes.byref(desc))
+        m.miopenSet4dTensorDescriptor(desc, m.miopenFloat, 1, 1, 2, 2)
         conv = m.miopenConvolutionDescriptor_t(); m.miopenCreateConvolutionDescriptor(ctypes.byref(conv))
         cases = {
             "host array as device x": lambda: m.miopenConvolutionForward(None, ctypes.byref(ctypes.c_float(1)), desc,

@@ -35,6 +35,21 @@ def dims_read_back():
     m.miopenGetTensorDescriptor(x, byref(dtype), dims, strides)
     assert dims.tolist() == [2, 8, 32, 30], dims
 
+def unset_then_set():
+    """Read back once set; the pooling index type (a one-field setter) neither needs it set nor sets it."""
+    pool = make(m.miopenCreatePoolingDescriptor, m.miopenPoolingDescriptor_t)
+    m.miopenSetPoolingIndexType(pool, m.miopenIndexUint32)
+    try:
+        m.miopenGet2dPoolingDescriptor(pool, *[byref(c_int()) for _ in range(7)])
+        raise AssertionError("an unset pooling descriptor was read")
+    except TypeError:
+        pass
+    m.miopenSet2dPoolingDescriptor(pool, m.miopenPoolingMax, 2, 2, 0, 0, 2, 2)
+    window = c_int()
+    m.miopenGet2dPoolingDescriptor(pool, byref(c_int()), byref(window), *[byref(c_int()) for _ in range(5)])
+    assert window.value == 2
+    m.miopenDestroyPoolingDescriptor(pool)
+
 def version_outputs_are_optional():
     major = c_size_t()
     m.miopenGetVersion(byref(major), None, None)        # documented: NULL pointers are ignored
@@ -68,6 +83,18 @@ CASES = {
     "set after destroy": "after_destroy(lambda h: m.miopenSet4dTensorDescriptor(h, m.miopenFloat, 1, 1, 1, 1))",
     "allocator byref": "m.miopenSetAllocator(None, byref(c_float(0)), None, None)",
     "negative spatial dimensions": "m.miopenInitConvolutionNdDescriptor(conv, -1, [], [], [], 0)",
+    "unset tensor read": "m.miopenGet4dTensorDescriptor(make(m.miopenCreateTensorDescriptor, "
+                         "m.miopenTensorDescriptor_t), *[byref(c_int()) for _ in range(9)])",
+    "unset activation read": "m.miopenGetActivationDescriptor(make(m.miopenCreateActivationDescriptor, "
+                             "m.miopenActivationDescriptor_t), byref(c_int()), *[byref(ctypes.c_double()) "
+                             "for _ in range(3)])",
+    "unset LRN read": "m.miopenGetLRNDescriptor(make(m.miopenCreateLRNDescriptor, m.miopenLRNDescriptor_t), "
+                      "byref(c_int()), byref(ctypes.c_uint()), *[byref(ctypes.c_double()) for _ in range(3)])",
+    "unset tensor as input": "m.miopenGetConvolutionNdForwardOutputDim(conv, make(m.miopenCreateTensorDescriptor, "
+                             "m.miopenTensorDescriptor_t), x, byref(c_int()), np.zeros(4, np.int32))",
+    "unset then set": "unset_then_set()",
+    "unset sequence read": "m.miopenGetRNNDataSeqTensorDescriptor(make(m.miopenCreateSeqTensorDescriptor, "
+                           "m.miopenSeqTensorDescriptor_t), *[byref(c_int()) for _ in range(5)], 0, None, None)",
     "numpy as device": "m.miopenConvolutionForward(None, byref(c_float(1)), x, np.zeros(4, np.float32), x, None, "
                        "conv, 0, byref(c_float(0)), x, None, None, 0)",
 }
@@ -97,6 +124,16 @@ EXPECTED = {
     "set after destroy": ("DnnArgumentError", "miopenSet4dTensorDescriptor: parameter 'tensorDesc' is NULL; it "
                                               "needs a created handle"),
     "allocator byref": ("DnnArgumentError", "miopenSetAllocator: parameter 'allocator' needs a callback"),
+    "unset tensor read": ("DnnArgumentError", "miopenGet4dTensorDescriptor: parameter 'tensorDesc' was created "
+                                              "but never set; set it first"),
+    "unset activation read": ("DnnArgumentError", "miopenGetActivationDescriptor: parameter 'activDesc' was "
+                                                  "created but never set"),
+    "unset LRN read": ("DnnArgumentError", "miopenGetLRNDescriptor: parameter 'lrnDesc' was created but never set"),
+    "unset tensor as input": ("DnnArgumentError", "miopenGetConvolutionNdForwardOutputDim: parameter "
+                                                  "'inputTensorDesc' was created but never set"),
+    "unset then set": None,
+    "unset sequence read": ("DnnArgumentError", "miopenGetRNNDataSeqTensorDescriptor: parameter 'seqTensorDesc' was "
+                                                "created but never set"),
     "negative spatial dimensions": ("DnnRangeError", "miopenInitConvolutionNdDescriptor: parameter 'padA' has a "
                                                      "negative element count (-1)"),
     "numpy as device": ("DnnArgumentError", "parameter 'x' needs device memory, got numpy.ndarray"),

@@ -145,3 +145,17 @@ def test_count_limits_come_from_a_number_or_a_header_macro() -> None:
     assert length.describe() == "count nbDims, at most 3"
     _, problems = _dims_length("FX_NO_SUCH_LIMIT")
     assert problems == ["length of fxSumDims.dimA: 'most' 'FX_NO_SUCH_LIMIT' is no integer macro of the headers"]
+
+
+def test_unset_roles_of_creates_setters_and_readers() -> None:
+    """With a handle type tracked as unusable until set: its Create* starts it unset, a setter sets its first
+    parameter, a one-field setter does neither, and every other function needs it set."""
+    module = fb.parse_fixture("fixture.h")
+    fns = {fn.name: fn for fn in classify.classify(module, fb.fixture_overrides()).functions}
+    types = frozenset({"fxHandle_t"})
+    assert classify.unset_roles(fns["fxCreate"], types, r"fxSet\w*") == (True, "", [])
+    assert classify.unset_roles(fns["fxGetWorkspaceSize"], types, r"fxGet\w*") == (False, "handle", [])
+    assert classify.unset_roles(fns["fxGetWorkspaceSize"], types, r"fxSet\w*") == (False, "", ["handle"])
+    assert classify.unset_roles(fns["fxGetWorkspaceSize"], types, r"fxGet\w*", r"fxGetWork\w*") == (False, "", [])
+    assert classify.unset_roles(fns["fxDestroy"], types, r"fxSet\w*") == (False, "", [])
+    assert classify.unset_roles(fns["fxCreate"], frozenset(), r"fxSet\w*") == (False, "", [])

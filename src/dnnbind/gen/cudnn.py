@@ -23,8 +23,8 @@ from dnnbind.runtime.checks import (at_most as _at_most, check_values as _check_
                                     host_buffer as _host_buffer,
                                     query_count as _query_count, sized_count as _sized_count,
                                     values_ok as _values_ok)
-from dnnbind.runtime.handles import (callback as _callback, created as _created,
-                                     destroy_once as _destroy_once)
+from dnnbind.runtime.handles import (UNSET as _unset, callback as _callback, check_set as _check_set,
+                                     created as _created, destroy_once as _destroy_once, was_set as _was_set)
 from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
                                       address_handle as _address_handle)
 from dnnbind.runtime.versions import cudnn_version as _cudnn_version

@@ -23,8 +23,8 @@ from dnnbind.runtime.checks import (at_most as _at_most, check_values as _check_
                                     host_buffer as _host_buffer,
                                     query_count as _query_count, sized_count as _sized_count,
                                     values_ok as _values_ok)
-from dnnbind.runtime.handles import (callback as _callback, created as _created,
-                                     destroy_once as _destroy_once)
+from dnnbind.runtime.handles import (UNSET as _unset, callback as _callback, check_set as _check_set,
+                                     created as _created, destroy_once as _destroy_once, was_set as _was_set)
 from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
                                       address_handle as _address_handle)
 
@@ -1630,7 +1630,7 @@ def miopenCreateTensorDescriptor(tensorDesc):
         raise _lib.argument_error('miopenCreateTensorDescriptor', ('tensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateTensorDescriptor')
-    _created(tensorDesc)
+    _created(tensorDesc, unset=True)
 
 _miopenSet4dTensorDescriptor = _lazy('miopenSet4dTensorDescriptor', (miopenTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int,), c_int)
 _values_miopenSet4dTensorDescriptor = (b'iiiii', (miopenDataType_t, None, None, None, None,), _pack_iiiii)
@@ -1666,6 +1666,7 @@ def miopenSet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w):
         raise _lib.argument_error('miopenSet4dTensorDescriptor', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSet4dTensorDescriptor')
+    _was_set(tensorDesc)
 
 _miopenSetNdTensorDescriptorWithLayout = _lazy('miopenSetNdTensorDescriptorWithLayout', (miopenTensorDescriptor_t, c_int, c_int, c_void_p, c_int,), c_int)
 _values_miopenSetNdTensorDescriptorWithLayout = (b'iii', (miopenDataType_t, miopenTensorLayout_t, None,), _pack_iii)
@@ -1703,6 +1704,7 @@ def miopenSetNdTensorDescriptorWithLayout(tensorDesc, dataType, tensorLayout, le
         raise _lib.argument_error('miopenSetNdTensorDescriptorWithLayout', ('tensorDesc', 'dataType', 'tensorLayout', 'lens', 'num_lens'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetNdTensorDescriptorWithLayout')
+    _was_set(tensorDesc)
 
 _miopenSet4dTensorDescriptorEx = _lazy('miopenSet4dTensorDescriptorEx', (miopenTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int)
 _values_miopenSet4dTensorDescriptorEx = (b'iiiiiiiii', (miopenDataType_t, None, None, None, None, None, None, None, None,), _pack_iiiiiiiii)
@@ -1745,6 +1747,7 @@ def miopenSet4dTensorDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cSt
         raise _lib.argument_error('miopenSet4dTensorDescriptorEx', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w', 'nStride', 'cStride', 'hStride', 'wStride'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSet4dTensorDescriptorEx')
+    _was_set(tensorDesc)
 
 _miopenGet4dTensorDescriptor = _lazy('miopenGet4dTensorDescriptor', (miopenTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
@@ -1786,6 +1789,8 @@ def miopenGet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStri
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGet4dTensorDescriptor', ('tensorDesc',), (tensorDesc,))
+    if _unset:
+        _check_set('miopenGet4dTensorDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         dataType = _arr_miopenDataType_t(dataType, 1, 1)
         n = _arr_int(n, 1, 2)
@@ -1840,6 +1845,7 @@ def miopenSetTensorDescriptor(tensorDesc, dataType, nbDims, dimsA, stridesA):
         raise _lib.argument_error('miopenSetTensorDescriptor', ('tensorDesc', 'dataType', 'nbDims', 'dimsA', 'stridesA'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetTensorDescriptor')
+    _was_set(tensorDesc)
 
 _miopenSetTensorDescriptorV2 = _lazy('miopenSetTensorDescriptorV2', (miopenTensorDescriptor_t, c_int, c_int, c_void_p, c_void_p,), c_int)
 _values_miopenSetTensorDescriptorV2 = (b'ii', (miopenDataType_t, None,), _pack_ii)
@@ -1873,6 +1879,7 @@ def miopenSetTensorDescriptorV2(tensorDesc, dataType, nbDims, dimsA, stridesA):
         raise _lib.argument_error('miopenSetTensorDescriptorV2', ('tensorDesc', 'dataType', 'nbDims', 'dimsA', 'stridesA'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetTensorDescriptorV2')
+    _was_set(tensorDesc)
 
 _miopenSetTensorCastType = _lazy('miopenSetTensorCastType', (miopenTensorDescriptor_t, c_int,), c_int)
 _values_miopenSetTensorCastType = (b'i', (miopenDataType_t,), _pack_i)
@@ -1932,6 +1939,8 @@ def miopenGetTensorDescriptorSize(tensorDesc, size):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetTensorDescriptorSize', ('tensorDesc',), (tensorDesc,))
+    if _unset:
+        _check_set('miopenGetTensorDescriptorSize', ('tensorDesc',), (tensorDesc,))
     try:
         size = _arr_int(size, 1, 1)
         status = _miopenGetTensorDescriptorSize(tensorDesc, size)
@@ -1966,6 +1975,8 @@ def miopenGetTensorDescriptor(tensorDesc, dataType, dimsA, stridesA):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetTensorDescriptor', ('tensorDesc',), (tensorDesc,))
+    if _unset:
+        _check_set('miopenGetTensorDescriptor', ('tensorDesc',), (tensorDesc,))
     try:
         dataType = _arr_miopenDataType_t(dataType, 1, 1)
         dimsA = _arr_int(dimsA, _query_count(miopenGetTensorDescriptorSize, (tensorDesc,), c_int), 2)
@@ -2013,7 +2024,7 @@ def miopenCreateSeqTensorDescriptor(tensorDesc):
         raise _lib.argument_error('miopenCreateSeqTensorDescriptor', ('tensorDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateSeqTensorDescriptor')
-    _created(tensorDesc)
+    _created(tensorDesc, unset=True)
 
 _miopenDestroySeqTensorDescriptor = _lazy('miopenDestroySeqTensorDescriptor', (miopenSeqTensorDescriptor_t,), c_int)
 
@@ -2072,6 +2083,8 @@ def miopenOpTensor(handle, tensorOp, alpha1, aDesc, A, alpha2, bDesc, B, beta, c
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenOpTensor', ('aDesc', 'bDesc', 'cDesc'), (aDesc, bDesc, cDesc,))
+    if _unset:
+        _check_set('miopenOpTensor', ('aDesc', 'bDesc', 'cDesc'), (aDesc, bDesc, cDesc,))
     try:
         alpha1 = _void_c(alpha1, 4, 2)
         alpha2 = _void_c(alpha2, 4, 5)
@@ -2109,6 +2122,8 @@ def miopenSetTensor(handle, yDesc, y, alpha):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenSetTensor', ('yDesc',), (yDesc,))
+    if _unset:
+        _check_set('miopenSetTensor', ('yDesc',), (yDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         status = _miopenSetTensor(handle, yDesc, y, alpha)
@@ -2144,6 +2159,8 @@ def miopenScaleTensor(handle, yDesc, y, alpha):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenScaleTensor', ('yDesc',), (yDesc,))
+    if _unset:
+        _check_set('miopenScaleTensor', ('yDesc',), (yDesc,))
     try:
         alpha = _void_c(alpha, 4, 3)
         status = _miopenScaleTensor(handle, yDesc, y, alpha)
@@ -2174,6 +2191,8 @@ def miopenGetTensorNumBytes(tensorDesc, numBytes):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetTensorNumBytes', ('tensorDesc',), (tensorDesc,))
+    if _unset:
+        _check_set('miopenGetTensorNumBytes', ('tensorDesc',), (tensorDesc,))
     try:
         numBytes = _arr_size_t(numBytes, 1, 1)
         status = _miopenGetTensorNumBytes(tensorDesc, numBytes)
@@ -2218,6 +2237,8 @@ def miopenTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenTransformTensor', ('xDesc', 'yDesc'), (xDesc, yDesc,))
+    if _unset:
+        _check_set('miopenTransformTensor', ('xDesc', 'yDesc'), (xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -2633,6 +2654,8 @@ def miopenGetConvolutionForwardOutputDim(convDesc, inputTensorDesc, filterDesc, 
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetConvolutionForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc'), (convDesc, inputTensorDesc, filterDesc,))
+    if _unset:
+        _check_set('miopenGetConvolutionForwardOutputDim', ('inputTensorDesc', 'filterDesc'), (inputTensorDesc, filterDesc,))
     try:
         n = _arr_int(n, 1, 3)
         c = _arr_int(c, 1, 4)
@@ -2674,6 +2697,8 @@ def miopenGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc'), (convDesc, inputTensorDesc, filterDesc,))
+    if _unset:
+        _check_set('miopenGetConvolutionNdForwardOutputDim', ('inputTensorDesc', 'filterDesc'), (inputTensorDesc, filterDesc,))
     try:
         nDim = _arr_int(nDim, 1, 3)
         outputTensorDimA = _arr_int(outputTensorDimA, _query_count(miopenGetTensorDescriptorSize, (inputTensorDesc,), c_int), 4)
@@ -2856,6 +2881,8 @@ def miopenConvolutionForwardGetSolutionCount(handle, wDesc, xDesc, convDesc, yDe
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionForwardGetSolutionCount', ('wDesc', 'xDesc', 'convDesc', 'yDesc'), (wDesc, xDesc, convDesc, yDesc,))
+    if _unset:
+        _check_set('miopenConvolutionForwardGetSolutionCount', ('wDesc', 'xDesc', 'yDesc'), (wDesc, xDesc, yDesc,))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 5)
         status = _miopenConvolutionForwardGetSolutionCount(handle, wDesc, xDesc, convDesc, yDesc, solutionCount)
@@ -2906,6 +2933,8 @@ def miopenConvolutionForwardGetSolution(handle, wDesc, xDesc, convDesc, yDesc, m
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionForwardGetSolution', ('wDesc', 'xDesc', 'convDesc', 'yDesc'), (wDesc, xDesc, convDesc, yDesc,))
+    if _unset:
+        _check_set('miopenConvolutionForwardGetSolution', ('wDesc', 'xDesc', 'yDesc'), (wDesc, xDesc, yDesc,))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 6)
         solutions = _arr_miopenConvSolution_t(solutions, maxSolutionCount, 7)
@@ -2951,6 +2980,8 @@ def miopenConvolutionForwardGetSolutionWorkspaceSize(handle, wDesc, xDesc, convD
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionForwardGetSolutionWorkspaceSize', ('wDesc', 'xDesc', 'convDesc', 'yDesc'), (wDesc, xDesc, convDesc, yDesc,))
+    if _unset:
+        _check_set('miopenConvolutionForwardGetSolutionWorkspaceSize', ('wDesc', 'xDesc', 'yDesc'), (wDesc, xDesc, yDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 6)
         status = _miopenConvolutionForwardGetSolutionWorkspaceSize(handle, wDesc, xDesc, convDesc, yDesc, solution_id, workSpaceSize)
@@ -2992,6 +3023,8 @@ def miopenConvolutionForwardCompileSolution(handle, wDesc, xDesc, convDesc, yDes
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionForwardCompileSolution', ('wDesc', 'xDesc', 'convDesc', 'yDesc'), (wDesc, xDesc, convDesc, yDesc,))
+    if _unset:
+        _check_set('miopenConvolutionForwardCompileSolution', ('wDesc', 'xDesc', 'yDesc'), (wDesc, xDesc, yDesc,))
     try:
         status = _miopenConvolutionForwardCompileSolution(handle, wDesc, xDesc, convDesc, yDesc, solution_id)
     except _ArgumentError as exc:
@@ -3039,6 +3072,8 @@ def miopenConvolutionForwardImmediate(handle, wDesc, w, xDesc, x, convDesc, yDes
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionForwardImmediate', ('wDesc', 'xDesc', 'convDesc', 'yDesc'), (wDesc, xDesc, convDesc, yDesc,))
+    if _unset:
+        _check_set('miopenConvolutionForwardImmediate', ('wDesc', 'xDesc', 'yDesc'), (wDesc, xDesc, yDesc,))
     try:
         status = _miopenConvolutionForwardImmediate(handle, wDesc, w, xDesc, x, convDesc, yDesc, y, workSpace, workSpaceSize, solution_id)
     except _ArgumentError as exc:
@@ -3079,6 +3114,8 @@ def miopenConvolutionBackwardDataGetSolutionCount(handle, dyDesc, wDesc, convDes
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardDataGetSolutionCount', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardDataGetSolutionCount', ('dyDesc', 'wDesc', 'dxDesc'), (dyDesc, wDesc, dxDesc,))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 5)
         status = _miopenConvolutionBackwardDataGetSolutionCount(handle, dyDesc, wDesc, convDesc, dxDesc, solutionCount)
@@ -3130,6 +3167,8 @@ def miopenConvolutionBackwardDataGetSolution(handle, dyDesc, wDesc, convDesc, dx
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardDataGetSolution', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardDataGetSolution', ('dyDesc', 'wDesc', 'dxDesc'), (dyDesc, wDesc, dxDesc,))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 6)
         solutions = _arr_miopenConvSolution_t(solutions, maxSolutionCount, 7)
@@ -3175,6 +3214,8 @@ def miopenConvolutionBackwardDataGetSolutionWorkspaceSize(handle, dyDesc, wDesc,
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardDataGetSolutionWorkspaceSize', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardDataGetSolutionWorkspaceSize', ('dyDesc', 'wDesc', 'dxDesc'), (dyDesc, wDesc, dxDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 6)
         status = _miopenConvolutionBackwardDataGetSolutionWorkspaceSize(handle, dyDesc, wDesc, convDesc, dxDesc, solution_id, workSpaceSize)
@@ -3217,6 +3258,8 @@ def miopenConvolutionBackwardDataCompileSolution(handle, dyDesc, wDesc, convDesc
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardDataCompileSolution', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardDataCompileSolution', ('dyDesc', 'wDesc', 'dxDesc'), (dyDesc, wDesc, dxDesc,))
     try:
         status = _miopenConvolutionBackwardDataCompileSolution(handle, dyDesc, wDesc, convDesc, dxDesc, solution_id)
     except _ArgumentError as exc:
@@ -3264,6 +3307,8 @@ def miopenConvolutionBackwardDataImmediate(handle, dyDesc, dy, wDesc, w, convDes
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardDataImmediate', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardDataImmediate', ('dyDesc', 'wDesc', 'dxDesc'), (dyDesc, wDesc, dxDesc,))
     try:
         status = _miopenConvolutionBackwardDataImmediate(handle, dyDesc, dy, wDesc, w, convDesc, dxDesc, dx, workSpace, workSpaceSize, solution_id)
     except _ArgumentError as exc:
@@ -3304,6 +3349,8 @@ def miopenConvolutionBackwardWeightsGetSolutionCount(handle, dyDesc, xDesc, conv
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardWeightsGetSolutionCount', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardWeightsGetSolutionCount', ('dyDesc', 'xDesc', 'dwDesc'), (dyDesc, xDesc, dwDesc,))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 5)
         status = _miopenConvolutionBackwardWeightsGetSolutionCount(handle, dyDesc, xDesc, convDesc, dwDesc, solutionCount)
@@ -3354,6 +3401,8 @@ def miopenConvolutionBackwardWeightsGetSolution(handle, dyDesc, xDesc, convDesc,
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardWeightsGetSolution', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardWeightsGetSolution', ('dyDesc', 'xDesc', 'dwDesc'), (dyDesc, xDesc, dwDesc,))
     try:
         solutionCount = _arr_size_t(solutionCount, 1, 6)
         solutions = _arr_miopenConvSolution_t(solutions, maxSolutionCount, 7)
@@ -3399,6 +3448,8 @@ def miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(handle, dyDesc, xDe
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize', ('dyDesc', 'xDesc', 'dwDesc'), (dyDesc, xDesc, dwDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 6)
         status = _miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(handle, dyDesc, xDesc, convDesc, dwDesc, solution_id, workSpaceSize)
@@ -3440,6 +3491,8 @@ def miopenConvolutionBackwardWeightsCompileSolution(handle, dyDesc, xDesc, convD
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardWeightsCompileSolution', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardWeightsCompileSolution', ('dyDesc', 'xDesc', 'dwDesc'), (dyDesc, xDesc, dwDesc,))
     try:
         status = _miopenConvolutionBackwardWeightsCompileSolution(handle, dyDesc, xDesc, convDesc, dwDesc, solution_id)
     except _ArgumentError as exc:
@@ -3488,6 +3541,8 @@ def miopenConvolutionBackwardWeightsImmediate(handle, dyDesc, dy, xDesc, x, conv
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardWeightsImmediate', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardWeightsImmediate', ('dyDesc', 'xDesc', 'dwDesc'), (dyDesc, xDesc, dwDesc,))
     try:
         status = _miopenConvolutionBackwardWeightsImmediate(handle, dyDesc, dy, xDesc, x, convDesc, dwDesc, dw, workSpace, workSpaceSize, solution_id)
     except _ArgumentError as exc:
@@ -3537,6 +3592,8 @@ def miopenConvolutionForwardGetWorkSpaceSize(handle, wDesc, xDesc, convDesc, yDe
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionForwardGetWorkSpaceSize', ('wDesc', 'xDesc', 'convDesc', 'yDesc'), (wDesc, xDesc, convDesc, yDesc,))
+    if _unset:
+        _check_set('miopenConvolutionForwardGetWorkSpaceSize', ('wDesc', 'xDesc', 'yDesc'), (wDesc, xDesc, yDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 5)
         status = _miopenConvolutionForwardGetWorkSpaceSize(handle, wDesc, xDesc, convDesc, yDesc, workSpaceSize)
@@ -3613,6 +3670,8 @@ def miopenFindConvolutionForwardAlgorithm(handle, xDesc, x, wDesc, w, convDesc, 
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenFindConvolutionForwardAlgorithm', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
+    if _unset:
+        _check_set('miopenFindConvolutionForwardAlgorithm', ('xDesc', 'wDesc', 'yDesc'), (xDesc, wDesc, yDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_miopenConvAlgoPerf_t(perfResults, requestAlgoCount, 10)
@@ -3682,6 +3741,8 @@ def miopenConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, 
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionForward', ('xDesc', 'wDesc', 'convDesc', 'yDesc'), (xDesc, wDesc, convDesc, yDesc,))
+    if _unset:
+        _check_set('miopenConvolutionForward', ('xDesc', 'wDesc', 'yDesc'), (xDesc, wDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 8)
@@ -3725,6 +3786,8 @@ def miopenConvolutionForwardBias(handle, alpha, bDesc, b, beta, yDesc, y):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionForwardBias', ('bDesc', 'yDesc'), (bDesc, yDesc,))
+    if _unset:
+        _check_set('miopenConvolutionForwardBias', ('bDesc', 'yDesc'), (bDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -3777,6 +3840,8 @@ def miopenConvolutionBackwardDataGetWorkSpaceSize(handle, dyDesc, wDesc, convDes
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardDataGetWorkSpaceSize', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardDataGetWorkSpaceSize', ('dyDesc', 'wDesc', 'dxDesc'), (dyDesc, wDesc, dxDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 5)
         status = _miopenConvolutionBackwardDataGetWorkSpaceSize(handle, dyDesc, wDesc, convDesc, dxDesc, workSpaceSize)
@@ -3853,6 +3918,8 @@ def miopenFindConvolutionBackwardDataAlgorithm(handle, dyDesc, dy, wDesc, w, con
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenFindConvolutionBackwardDataAlgorithm', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenFindConvolutionBackwardDataAlgorithm', ('dyDesc', 'wDesc', 'dxDesc'), (dyDesc, wDesc, dxDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_miopenConvAlgoPerf_t(perfResults, requestAlgoCount, 10)
@@ -3921,6 +3988,8 @@ def miopenConvolutionBackwardData(handle, alpha, dyDesc, dy, wDesc, w, convDesc,
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardData', ('dyDesc', 'wDesc', 'convDesc', 'dxDesc'), (dyDesc, wDesc, convDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardData', ('dyDesc', 'wDesc', 'dxDesc'), (dyDesc, wDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 8)
@@ -3973,6 +4042,8 @@ def miopenConvolutionBackwardWeightsGetWorkSpaceSize(handle, dyDesc, xDesc, conv
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardWeightsGetWorkSpaceSize', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardWeightsGetWorkSpaceSize', ('dyDesc', 'xDesc', 'dwDesc'), (dyDesc, xDesc, dwDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 5)
         status = _miopenConvolutionBackwardWeightsGetWorkSpaceSize(handle, dyDesc, xDesc, convDesc, dwDesc, workSpaceSize)
@@ -4049,6 +4120,8 @@ def miopenFindConvolutionBackwardWeightsAlgorithm(handle, dyDesc, dy, xDesc, x, 
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenFindConvolutionBackwardWeightsAlgorithm', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
+    if _unset:
+        _check_set('miopenFindConvolutionBackwardWeightsAlgorithm', ('dyDesc', 'xDesc', 'dwDesc'), (dyDesc, xDesc, dwDesc,))
     try:
         returnedAlgoCount = _arr_int(returnedAlgoCount, 1, 9)
         perfResults = _arr_miopenConvAlgoPerf_t(perfResults, requestAlgoCount, 10)
@@ -4117,6 +4190,8 @@ def miopenConvolutionBackwardWeights(handle, alpha, dyDesc, dy, xDesc, x, convDe
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardWeights', ('dyDesc', 'xDesc', 'convDesc', 'dwDesc'), (dyDesc, xDesc, convDesc, dwDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardWeights', ('dyDesc', 'xDesc', 'dwDesc'), (dyDesc, xDesc, dwDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 8)
@@ -4160,6 +4235,8 @@ def miopenConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBackwardBias', ('dyDesc', 'dbDesc'), (dyDesc, dbDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBackwardBias', ('dyDesc', 'dbDesc'), (dyDesc, dbDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -4191,7 +4268,7 @@ def miopenCreatePoolingDescriptor(poolDesc):
         raise _lib.argument_error('miopenCreatePoolingDescriptor', ('poolDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreatePoolingDescriptor')
-    _created(poolDesc)
+    _created(poolDesc, unset=True)
 
 _miopenSetPoolingIndexType = _lazy('miopenSetPoolingIndexType', (miopenPoolingDescriptor_t, c_int,), c_int)
 _values_miopenSetPoolingIndexType = (b'i', (miopenIndexType_t,), _pack_i)
@@ -4247,6 +4324,8 @@ def miopenGetPoolingIndexType(poolDesc, index_type):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetPoolingIndexType', ('poolDesc',), (poolDesc,))
+    if _unset:
+        _check_set('miopenGetPoolingIndexType', ('poolDesc',), (poolDesc,))
     try:
         index_type = _arr_miopenIndexType_t(index_type, 1, 1)
         status = _miopenGetPoolingIndexType(poolDesc, index_type)
@@ -4307,6 +4386,8 @@ def miopenGetPoolingWorkSpaceIndexMode(poolDesc, workspace_index):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetPoolingWorkSpaceIndexMode', ('poolDesc',), (poolDesc,))
+    if _unset:
+        _check_set('miopenGetPoolingWorkSpaceIndexMode', ('poolDesc',), (poolDesc,))
     try:
         workspace_index = _arr_miopenPoolingWorkspaceIndexMode_t(workspace_index, 1, 1)
         status = _miopenGetPoolingWorkSpaceIndexMode(poolDesc, workspace_index)
@@ -4351,6 +4432,7 @@ def miopenSet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_
         raise _lib.argument_error('miopenSet2dPoolingDescriptor', ('poolDesc', 'mode', 'windowHeight', 'windowWidth', 'pad_h', 'pad_w', 'stride_h', 'stride_w'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSet2dPoolingDescriptor')
+    _was_set(poolDesc)
 
 _miopenGet2dPoolingDescriptor = _lazy('miopenGet2dPoolingDescriptor', (miopenPoolingDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
@@ -4388,6 +4470,8 @@ def miopenGet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGet2dPoolingDescriptor', ('poolDesc',), (poolDesc,))
+    if _unset:
+        _check_set('miopenGet2dPoolingDescriptor', ('poolDesc',), (poolDesc,))
     try:
         mode = _arr_miopenPoolingMode_t(mode, 1, 1)
         windowHeight = _arr_int(windowHeight, 1, 2)
@@ -4435,6 +4519,8 @@ def miopenGetPoolingForwardOutputDim(poolDesc, tensorDesc, n, c, h, w):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetPoolingForwardOutputDim', ('poolDesc', 'tensorDesc'), (poolDesc, tensorDesc,))
+    if _unset:
+        _check_set('miopenGetPoolingForwardOutputDim', ('poolDesc', 'tensorDesc'), (poolDesc, tensorDesc,))
     try:
         n = _arr_int(n, 1, 2)
         c = _arr_int(c, 1, 3)
@@ -4491,6 +4577,7 @@ def miopenSetNdPoolingDescriptor(poolDesc, mode, nbDims, windowDimA, padA, strid
         raise _lib.argument_error('miopenSetNdPoolingDescriptor', ('poolDesc', 'mode', 'nbDims', 'windowDimA', 'padA', 'stridesA'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetNdPoolingDescriptor')
+    _was_set(poolDesc)
 
 _miopenGetNdPoolingDescriptor = _lazy('miopenGetNdPoolingDescriptor', (miopenPoolingDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 _values_miopenGetNdPoolingDescriptor = (b'i', (None,), _pack_i)
@@ -4531,6 +4618,8 @@ def miopenGetNdPoolingDescriptor(poolDesc, nbDimsRequested, mode, nbDims, window
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetNdPoolingDescriptor', ('poolDesc',), (poolDesc,))
+    if _unset:
+        _check_set('miopenGetNdPoolingDescriptor', ('poolDesc',), (poolDesc,))
     try:
         mode = _arr_miopenPoolingMode_t(mode, 1, 2)
         nbDims = _arr_int(nbDims, 1, 3)
@@ -4574,6 +4663,8 @@ def miopenGetPoolingNdForwardOutputDim(poolDesc, tensorDesc, dims, tensorDimArr)
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetPoolingNdForwardOutputDim', ('poolDesc', 'tensorDesc'), (poolDesc, tensorDesc,))
+    if _unset:
+        _check_set('miopenGetPoolingNdForwardOutputDim', ('poolDesc', 'tensorDesc'), (poolDesc, tensorDesc,))
     try:
         tensorDimArr = _arr_int(tensorDimArr, dims, 3)
         status = _miopenGetPoolingNdForwardOutputDim(poolDesc, tensorDesc, dims, tensorDimArr)
@@ -4610,6 +4701,8 @@ def miopenPoolingGetWorkSpaceSize(yDesc, workSpaceSize):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenPoolingGetWorkSpaceSize', ('yDesc',), (yDesc,))
+    if _unset:
+        _check_set('miopenPoolingGetWorkSpaceSize', ('yDesc',), (yDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 1)
         status = _miopenPoolingGetWorkSpaceSize(yDesc, workSpaceSize)
@@ -4646,6 +4739,8 @@ def miopenPoolingGetWorkSpaceSizeV2(poolDesc, yDesc, workSpaceSize):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenPoolingGetWorkSpaceSizeV2', ('poolDesc', 'yDesc'), (poolDesc, yDesc,))
+    if _unset:
+        _check_set('miopenPoolingGetWorkSpaceSizeV2', ('poolDesc', 'yDesc'), (poolDesc, yDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 2)
         status = _miopenPoolingGetWorkSpaceSizeV2(poolDesc, yDesc, workSpaceSize)
@@ -4698,6 +4793,8 @@ def miopenPoolingForward(handle, poolDesc, alpha, xDesc, x, beta, yDesc, y, do_b
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenPoolingForward', ('poolDesc', 'xDesc', 'yDesc'), (poolDesc, xDesc, yDesc,))
+    if _unset:
+        _check_set('miopenPoolingForward', ('poolDesc', 'xDesc', 'yDesc'), (poolDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -4750,6 +4847,8 @@ def miopenPoolingBackward(handle, poolDesc, alpha, yDesc, y, dyDesc, dy, xDesc, 
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenPoolingBackward', ('poolDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (poolDesc, yDesc, dyDesc, xDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenPoolingBackward', ('poolDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (poolDesc, yDesc, dyDesc, xDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 9)
@@ -4799,7 +4898,7 @@ def miopenCreateLRNDescriptor(lrnDesc):
         raise _lib.argument_error('miopenCreateLRNDescriptor', ('lrnDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateLRNDescriptor')
-    _created(lrnDesc)
+    _created(lrnDesc, unset=True)
 
 _miopenSetLRNDescriptor = _lazy('miopenSetLRNDescriptor', (miopenLRNDescriptor_t, c_int, c_uint, c_double, c_double, c_double,), c_int)
 _values_miopenSetLRNDescriptor = (b'iI', (miopenLRNMode_t, None,), _pack_iI)
@@ -4836,6 +4935,7 @@ def miopenSetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
         raise _lib.argument_error('miopenSetLRNDescriptor', ('lrnDesc', 'mode', 'lrnN', 'lrnAlpha', 'lrnBeta', 'lrnK'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetLRNDescriptor')
+    _was_set(lrnDesc)
 
 _miopenGetLRNDescriptor = _lazy('miopenGetLRNDescriptor', (miopenLRNDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
@@ -4869,6 +4969,8 @@ def miopenGetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetLRNDescriptor', ('lrnDesc',), (lrnDesc,))
+    if _unset:
+        _check_set('miopenGetLRNDescriptor', ('lrnDesc',), (lrnDesc,))
     try:
         mode = _arr_miopenLRNMode_t(mode, 1, 1)
         lrnN = _arr_unsigned_int(lrnN, 1, 2)
@@ -4906,6 +5008,8 @@ def miopenLRNGetWorkSpaceSize(yDesc, workSpaceSize):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenLRNGetWorkSpaceSize', ('yDesc',), (yDesc,))
+    if _unset:
+        _check_set('miopenLRNGetWorkSpaceSize', ('yDesc',), (yDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 1)
         status = _miopenLRNGetWorkSpaceSize(yDesc, workSpaceSize)
@@ -4952,6 +5056,8 @@ def miopenLRNForward(handle, lrnDesc, alpha, xDesc, x, beta, yDesc, y, do_backwa
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenLRNForward', ('lrnDesc', 'xDesc', 'yDesc'), (lrnDesc, xDesc, yDesc,))
+    if _unset:
+        _check_set('miopenLRNForward', ('lrnDesc', 'xDesc', 'yDesc'), (lrnDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -5001,6 +5107,8 @@ def miopenLRNBackward(handle, lrnDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, be
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenLRNBackward', ('lrnDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (lrnDesc, yDesc, dyDesc, xDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenLRNBackward', ('lrnDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (lrnDesc, yDesc, dyDesc, xDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 9)
@@ -5074,6 +5182,8 @@ def miopenLayerNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc,
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenLayerNormForward', ('xDesc', 'weightDesc', 'biasDesc', 'yDesc', 'meanDesc', 'rstdDesc'), (xDesc, weightDesc, biasDesc, yDesc, meanDesc, rstdDesc,))
+    if _unset:
+        _check_set('miopenLayerNormForward', ('xDesc', 'weightDesc', 'biasDesc', 'yDesc', 'meanDesc', 'rstdDesc'), (xDesc, weightDesc, biasDesc, yDesc, meanDesc, rstdDesc,))
     try:
         status = _miopenLayerNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc, bias, epsilon, normalized_dim, yDesc, y, meanDesc, mean, rstdDesc, rstd)
     except _ArgumentError as exc:
@@ -5119,6 +5229,8 @@ def miopenCatForward(handle, xCount, xDescs, xs, yDesc, y, dim):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenCatForward', ('yDesc',), (yDesc,))
+    if _unset:
+        _check_set('miopenCatForward', ('yDesc',), (yDesc,))
     try:
         xDescs = _arr_miopenTensorDescriptor_t_c(xDescs, xCount, 2)
         xs = _arr_void__const_c(xs, xCount, 3)
@@ -5160,12 +5272,15 @@ def miopenDeriveBNTensorDescriptor(derivedBnDesc, xDesc, bn_mode):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc'), (derivedBnDesc, xDesc,))
+    if _unset:
+        _check_set('miopenDeriveBNTensorDescriptor', ('xDesc',), (xDesc,))
     try:
         status = _miopenDeriveBNTensorDescriptor(derivedBnDesc, xDesc, bn_mode)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc', 'bn_mode'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenDeriveBNTensorDescriptor')
+    _was_set(derivedBnDesc)
 
 _miopenBatchNormalizationForwardTraining = _lazy('miopenBatchNormalizationForwardTraining', (miopenHandle_t, c_int, c_void_p, c_void_p, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, miopenTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int)
 _values_miopenBatchNormalizationForwardTraining = (b'i', (miopenBatchNormMode_t,), _pack_i)
@@ -5233,6 +5348,8 @@ def miopenBatchNormalizationForwardTraining(handle, bn_mode, alpha, beta, xDesc,
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenBatchNormalizationForwardTraining', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
+    if _unset:
+        _check_set('miopenBatchNormalizationForwardTraining', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
     try:
         alpha = _void(alpha, 4, 2)
         beta = _void(beta, 4, 3)
@@ -5310,6 +5427,8 @@ def miopenBatchNormalizationForwardTraining_V2(handle, bn_mode, alpha, beta, xDe
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenBatchNormalizationForwardTraining_V2', ('xDesc', 'yDesc', 'scaleDesc', 'biasVarDesc', 'savedMeanDesc', 'savedVarDesc'), (xDesc, yDesc, scaleDesc, biasVarDesc, savedMeanDesc, savedVarDesc,))
+    if _unset:
+        _check_set('miopenBatchNormalizationForwardTraining_V2', ('xDesc', 'yDesc', 'scaleDesc', 'biasVarDesc', 'savedMeanDesc', 'savedVarDesc'), (xDesc, yDesc, scaleDesc, biasVarDesc, savedMeanDesc, savedVarDesc,))
     try:
         alpha = _void(alpha, 4, 2)
         beta = _void(beta, 4, 3)
@@ -5374,6 +5493,8 @@ def miopenBatchNormalizationForwardInference(handle, bn_mode, alpha, beta, xDesc
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenBatchNormalizationForwardInference', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
+    if _unset:
+        _check_set('miopenBatchNormalizationForwardInference', ('xDesc', 'yDesc', 'bnScaleBiasMeanVarDesc'), (xDesc, yDesc, bnScaleBiasMeanVarDesc,))
     try:
         alpha = _void(alpha, 4, 2)
         beta = _void(beta, 4, 3)
@@ -5440,6 +5561,8 @@ def miopenBatchNormalizationForwardInference_V2(handle, bn_mode, alpha, beta, xD
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenBatchNormalizationForwardInference_V2', ('xDesc', 'yDesc', 'scaleDesc', 'biasDesc', 'estMeanDesc', 'estVarianceDesc'), (xDesc, yDesc, scaleDesc, biasDesc, estMeanDesc, estVarianceDesc,))
+    if _unset:
+        _check_set('miopenBatchNormalizationForwardInference_V2', ('xDesc', 'yDesc', 'scaleDesc', 'biasDesc', 'estMeanDesc', 'estVarianceDesc'), (xDesc, yDesc, scaleDesc, biasDesc, estMeanDesc, estVarianceDesc,))
     try:
         alpha = _void(alpha, 4, 2)
         beta = _void(beta, 4, 3)
@@ -5513,6 +5636,8 @@ def miopenBatchNormalizationBackward(handle, bn_mode, alphaDataDiff, betaDataDif
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenBatchNormalizationBackward', ('xDesc', 'dyDesc', 'dxDesc', 'bnScaleBiasDiffDesc'), (xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc,))
+    if _unset:
+        _check_set('miopenBatchNormalizationBackward', ('xDesc', 'dyDesc', 'dxDesc', 'bnScaleBiasDiffDesc'), (xDesc, dyDesc, dxDesc, bnScaleBiasDiffDesc,))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 2)
         betaDataDiff = _void_c(betaDataDiff, 4, 3)
@@ -5592,6 +5717,8 @@ def miopenBatchNormalizationBackward_V2(handle, bn_mode, alphaDataDiff, betaData
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenBatchNormalizationBackward_V2', ('xDesc', 'dyDesc', 'dxDesc', 'scaleDesc', 'biasDesc', 'savedMeanDesc', 'savedVarDesc'), (xDesc, dyDesc, dxDesc, scaleDesc, biasDesc, savedMeanDesc, savedVarDesc,))
+    if _unset:
+        _check_set('miopenBatchNormalizationBackward_V2', ('xDesc', 'dyDesc', 'dxDesc', 'scaleDesc', 'biasDesc', 'savedMeanDesc', 'savedVarDesc'), (xDesc, dyDesc, dxDesc, scaleDesc, biasDesc, savedMeanDesc, savedVarDesc,))
     try:
         alphaDataDiff = _void_c(alphaDataDiff, 4, 2)
         betaDataDiff = _void_c(betaDataDiff, 4, 3)
@@ -5629,7 +5756,7 @@ def miopenCreateActivationDescriptor(activDesc):
         raise _lib.argument_error('miopenCreateActivationDescriptor', ('activDesc',), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenCreateActivationDescriptor')
-    _created(activDesc)
+    _created(activDesc, unset=True)
 
 _miopenSetActivationDescriptor = _lazy('miopenSetActivationDescriptor', (miopenActivationDescriptor_t, c_int, c_double, c_double, c_double,), c_int)
 _values_miopenSetActivationDescriptor = (b'i', (miopenActivationMode_t,), _pack_i)
@@ -5664,6 +5791,7 @@ def miopenSetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activG
         raise _lib.argument_error('miopenSetActivationDescriptor', ('activDesc', 'mode', 'activAlpha', 'activBeta', 'activGamma'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetActivationDescriptor')
+    _was_set(activDesc)
 
 _miopenGetActivationDescriptor = _lazy('miopenGetActivationDescriptor', (miopenActivationDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int)
 
@@ -5695,6 +5823,8 @@ def miopenGetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activG
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetActivationDescriptor', ('activDesc',), (activDesc,))
+    if _unset:
+        _check_set('miopenGetActivationDescriptor', ('activDesc',), (activDesc,))
     try:
         mode = _arr_miopenActivationMode_t(mode, 1, 1)
         activAlpha = _arr_double(activAlpha, 1, 2)
@@ -5737,6 +5867,8 @@ def miopenActivationForward(handle, activDesc, alpha, xDesc, x, beta, yDesc, y):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenActivationForward', ('activDesc', 'xDesc', 'yDesc'), (activDesc, xDesc, yDesc,))
+    if _unset:
+        _check_set('miopenActivationForward', ('activDesc', 'xDesc', 'yDesc'), (activDesc, xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 5)
@@ -5783,6 +5915,8 @@ def miopenActivationBackward(handle, activDesc, alpha, yDesc, y, dyDesc, dy, xDe
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenActivationBackward', ('activDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (activDesc, yDesc, dyDesc, xDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenActivationBackward', ('activDesc', 'yDesc', 'dyDesc', 'xDesc', 'dxDesc'), (activDesc, yDesc, dyDesc, xDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 2)
         beta = _void_c(beta, 4, 9)
@@ -5838,6 +5972,8 @@ def miopenGLUForward(handle, inputDesc, input, outputDesc, output, dim):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGLUForward', ('inputDesc', 'outputDesc'), (inputDesc, outputDesc,))
+    if _unset:
+        _check_set('miopenGLUForward', ('inputDesc', 'outputDesc'), (inputDesc, outputDesc,))
     try:
         status = _miopenGLUForward(handle, inputDesc, input, outputDesc, output, dim)
     except _ArgumentError as exc:
@@ -5880,6 +6016,8 @@ def miopenGLUBackward(handle, inputDesc, input, outputGradDesc, outputGrad, inpu
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGLUBackward', ('inputDesc', 'outputGradDesc', 'inputGradDesc'), (inputDesc, outputGradDesc, inputGradDesc,))
+    if _unset:
+        _check_set('miopenGLUBackward', ('inputDesc', 'outputGradDesc', 'inputGradDesc'), (inputDesc, outputGradDesc, inputGradDesc,))
     try:
         status = _miopenGLUBackward(handle, inputDesc, input, outputGradDesc, outputGrad, inputGradDesc, inputGrad, dim)
     except _ArgumentError as exc:
@@ -5923,6 +6061,8 @@ def miopenSoftmaxForward(handle, alpha, xDesc, x, beta, yDesc, y):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenSoftmaxForward', ('xDesc', 'yDesc'), (xDesc, yDesc,))
+    if _unset:
+        _check_set('miopenSoftmaxForward', ('xDesc', 'yDesc'), (xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -5967,6 +6107,8 @@ def miopenSoftmaxBackward(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx)
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenSoftmaxBackward', ('yDesc', 'dyDesc', 'dxDesc'), (yDesc, dyDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenSoftmaxBackward', ('yDesc', 'dyDesc', 'dxDesc'), (yDesc, dyDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 6)
@@ -6011,6 +6153,8 @@ def miopenSoftmaxForward_V2(handle, alpha, xDesc, x, beta, yDesc, y, algorithm, 
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenSoftmaxForward_V2', ('xDesc', 'yDesc'), (xDesc, yDesc,))
+    if _unset:
+        _check_set('miopenSoftmaxForward_V2', ('xDesc', 'yDesc'), (xDesc, yDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 4)
@@ -6058,6 +6202,8 @@ def miopenSoftmaxBackward_V2(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, 
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenSoftmaxBackward_V2', ('yDesc', 'dyDesc', 'dxDesc'), (yDesc, dyDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenSoftmaxBackward_V2', ('yDesc', 'dyDesc', 'dxDesc'), (yDesc, dyDesc, dxDesc,))
     try:
         alpha = _void_c(alpha, 4, 1)
         beta = _void_c(beta, 4, 6)
@@ -6093,6 +6239,8 @@ def miopenCreateFusionPlan(fusePlanDesc, fuseDirection, inputDesc):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenCreateFusionPlan', ('inputDesc',), (inputDesc,))
+    if _unset:
+        _check_set('miopenCreateFusionPlan', ('inputDesc',), (inputDesc,))
     try:
         fusePlanDesc = _arr_miopenFusionPlanDescriptor_t(fusePlanDesc, 1, 0)
         status = _miopenCreateFusionPlan(fusePlanDesc, fuseDirection, inputDesc)
@@ -6313,6 +6461,8 @@ def miopenCreateOpConvForward(fusePlanDesc, convOp, convDesc, wDesc):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenCreateOpConvForward', ('fusePlanDesc', 'convDesc', 'wDesc'), (fusePlanDesc, convDesc, wDesc,))
+    if _unset:
+        _check_set('miopenCreateOpConvForward', ('wDesc',), (wDesc,))
     try:
         convOp = _arr_miopenFusionOpDescriptor_t(convOp, 1, 1)
         status = _miopenCreateOpConvForward(fusePlanDesc, convOp, convDesc, wDesc)
@@ -6415,6 +6565,8 @@ def miopenCreateOpBiasForward(fusePlanDesc, biasOp, bDesc):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenCreateOpBiasForward', ('fusePlanDesc', 'bDesc'), (fusePlanDesc, bDesc,))
+    if _unset:
+        _check_set('miopenCreateOpBiasForward', ('bDesc',), (bDesc,))
     try:
         biasOp = _arr_miopenFusionOpDescriptor_t(biasOp, 1, 1)
         status = _miopenCreateOpBiasForward(fusePlanDesc, biasOp, bDesc)
@@ -6451,6 +6603,8 @@ def miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMea
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenCreateOpBatchNormInference', ('fusePlanDesc', 'bnScaleBiasMeanVarDesc'), (fusePlanDesc, bnScaleBiasMeanVarDesc,))
+    if _unset:
+        _check_set('miopenCreateOpBatchNormInference', ('bnScaleBiasMeanVarDesc',), (bnScaleBiasMeanVarDesc,))
     try:
         bnOp = _arr_miopenFusionOpDescriptor_t(bnOp, 1, 1)
         status = _miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMeanVarDesc)
@@ -6889,6 +7043,8 @@ def miopenExecuteFusionPlan(handle, fusePlanDesc, inputDesc, input, outputDesc, 
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenExecuteFusionPlan', ('fusePlanDesc', 'inputDesc', 'outputDesc', 'args'), (fusePlanDesc, inputDesc, outputDesc, args,))
+    if _unset:
+        _check_set('miopenExecuteFusionPlan', ('inputDesc', 'outputDesc'), (inputDesc, outputDesc,))
     try:
         status = _miopenExecuteFusionPlan(handle, fusePlanDesc, inputDesc, input, outputDesc, output, args)
     except _ArgumentError as exc:
@@ -6945,6 +7101,8 @@ def miopenConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, c
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenConvolutionBiasActivationForward', ('xDesc', 'wDesc', 'convDesc', 'zDesc', 'biasDesc', 'activationDesc', 'yDesc'), (xDesc, wDesc, convDesc, zDesc, biasDesc, activationDesc, yDesc,))
+    if _unset:
+        _check_set('miopenConvolutionBiasActivationForward', ('xDesc', 'wDesc', 'zDesc', 'biasDesc', 'activationDesc', 'yDesc'), (xDesc, wDesc, zDesc, biasDesc, activationDesc, yDesc,))
     try:
         alpha1 = _void_c(alpha1, 4, 1)
         alpha2 = _void_c(alpha2, 4, 10)
@@ -7219,6 +7377,7 @@ def miopenSetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
         raise _lib.argument_error('miopenSetRNNDataSeqTensorDescriptor', ('seqTensorDesc', 'dataType', 'layout', 'maxSequenceLen', 'batchSize', 'vectorSize', 'sequenceLenArray', 'paddingMarker'), exc) from None
     if status:
         raise _lib.status_error(status, 'miopenSetRNNDataSeqTensorDescriptor')
+    _was_set(seqTensorDesc)
 
 _miopenGetRNNDataSeqTensorDescriptor = _lazy('miopenGetRNNDataSeqTensorDescriptor', (miopenSeqTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_void_p, EitherPointer,), c_int)
 _values_miopenGetRNNDataSeqTensorDescriptor = (b'i', (None,), _pack_i)
@@ -7262,6 +7421,8 @@ def miopenGetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetRNNDataSeqTensorDescriptor', ('seqTensorDesc',), (seqTensorDesc,))
+    if _unset:
+        _check_set('miopenGetRNNDataSeqTensorDescriptor', ('seqTensorDesc',), (seqTensorDesc,))
     try:
         dataType = _arr_miopenDataType_t(dataType, 1, 1)
         layout = _arr_miopenRNNBaseLayout_t(layout, 1, 2)
@@ -7401,6 +7562,8 @@ def miopenGetRNNTempSpaceSizes(handle, rnnDesc, xDesc, fwdMode, workSpaceSize, r
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetRNNTempSpaceSizes', ('rnnDesc', 'xDesc'), (rnnDesc, xDesc,))
+    if _unset:
+        _check_set('miopenGetRNNTempSpaceSizes', ('xDesc',), (xDesc,))
     try:
         workSpaceSize = _arr_size_t(workSpaceSize, 1, 4)
         reserveSpaceSize = _arr_size_t(reserveSpaceSize, 1, 5)
@@ -7441,6 +7604,8 @@ def miopenGetRNNParamsSize(handle, rnnDesc, xDesc, numBytes, dtype):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetRNNParamsSize', ('rnnDesc', 'xDesc'), (rnnDesc, xDesc,))
+    if _unset:
+        _check_set('miopenGetRNNParamsSize', ('xDesc',), (xDesc,))
     try:
         numBytes = _arr_size_t(numBytes, 1, 3)
         status = _miopenGetRNNParamsSize(handle, rnnDesc, xDesc, numBytes, dtype)
@@ -7477,6 +7642,8 @@ def miopenGetRNNParamsDescriptor(handle, rnnDesc, xDesc, wDesc, dtype):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetRNNParamsDescriptor', ('rnnDesc', 'xDesc', 'wDesc'), (rnnDesc, xDesc, wDesc,))
+    if _unset:
+        _check_set('miopenGetRNNParamsDescriptor', ('xDesc', 'wDesc'), (xDesc, wDesc,))
     try:
         status = _miopenGetRNNParamsDescriptor(handle, rnnDesc, xDesc, wDesc, dtype)
     except _ArgumentError as exc:
@@ -7630,6 +7797,8 @@ def miopenGetRNNLayerParamSize(handle, rnnDesc, layer, xDesc, paramID, numBytes)
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetRNNLayerParamSize', ('rnnDesc', 'xDesc'), (rnnDesc, xDesc,))
+    if _unset:
+        _check_set('miopenGetRNNLayerParamSize', ('xDesc',), (xDesc,))
     try:
         numBytes = _arr_size_t(numBytes, 1, 5)
         status = _miopenGetRNNLayerParamSize(handle, rnnDesc, layer, xDesc, paramID, numBytes)
@@ -7780,6 +7949,8 @@ def miopenGetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, par
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetRNNLayerParam', ('rnnDesc', 'xDesc', 'wDesc', 'paramDesc'), (rnnDesc, xDesc, wDesc, paramDesc,))
+    if _unset:
+        _check_set('miopenGetRNNLayerParam', ('xDesc', 'wDesc', 'paramDesc'), (xDesc, wDesc, paramDesc,))
     try:
         status = _miopenGetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, paramDesc, layerParam)
     except _ArgumentError as exc:
@@ -7864,6 +8035,8 @@ def miopenGetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasD
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetRNNLayerBias', ('rnnDesc', 'xDesc', 'wDesc', 'biasDesc'), (rnnDesc, xDesc, wDesc, biasDesc,))
+    if _unset:
+        _check_set('miopenGetRNNLayerBias', ('xDesc', 'wDesc', 'biasDesc'), (xDesc, wDesc, biasDesc,))
     try:
         status = _miopenGetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasDesc, layerBias)
     except _ArgumentError as exc:
@@ -7944,6 +8117,8 @@ def miopenGetRNNLayerParamOffset(rnnDesc, layer, xDesc, paramID, paramDesc, laye
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetRNNLayerParamOffset', ('rnnDesc', 'xDesc', 'paramDesc'), (rnnDesc, xDesc, paramDesc,))
+    if _unset:
+        _check_set('miopenGetRNNLayerParamOffset', ('xDesc', 'paramDesc'), (xDesc, paramDesc,))
     try:
         layerParamOffset = _arr_size_t_n(layerParamOffset, 1, 5)
         status = _miopenGetRNNLayerParamOffset(rnnDesc, layer, xDesc, paramID, paramDesc, layerParamOffset)
@@ -8021,6 +8196,8 @@ def miopenGetRNNLayerBiasOffset(rnnDesc, layer, xDesc, biasID, biasDesc, layerBi
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetRNNLayerBiasOffset', ('rnnDesc', 'xDesc', 'biasDesc'), (rnnDesc, xDesc, biasDesc,))
+    if _unset:
+        _check_set('miopenGetRNNLayerBiasOffset', ('xDesc', 'biasDesc'), (xDesc, biasDesc,))
     try:
         layerBiasOffset = _arr_size_t_n(layerBiasOffset, 1, 5)
         status = _miopenGetRNNLayerBiasOffset(rnnDesc, layer, xDesc, biasID, biasDesc, layerBiasOffset)
@@ -8101,6 +8278,8 @@ def miopenSetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, par
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenSetRNNLayerParam', ('rnnDesc', 'xDesc', 'wDesc', 'paramDesc'), (rnnDesc, xDesc, wDesc, paramDesc,))
+    if _unset:
+        _check_set('miopenSetRNNLayerParam', ('xDesc', 'wDesc', 'paramDesc'), (xDesc, wDesc, paramDesc,))
     try:
         status = _miopenSetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, paramDesc, layerParam)
     except _ArgumentError as exc:
@@ -8178,6 +8357,8 @@ def miopenSetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasD
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenSetRNNLayerBias', ('rnnDesc', 'xDesc', 'wDesc', 'biasDesc'), (rnnDesc, xDesc, wDesc, biasDesc,))
+    if _unset:
+        _check_set('miopenSetRNNLayerBias', ('xDesc', 'wDesc', 'biasDesc'), (xDesc, wDesc, biasDesc,))
     try:
         status = _miopenSetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasDesc, layerBias)
     except _ArgumentError as exc:
@@ -8327,6 +8508,8 @@ def miopenRNNForward(handle, rnnDesc, fwdMode, xDesc, x, hDesc, hx, hy, cDesc, c
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenRNNForward', ('rnnDesc', 'xDesc', 'hDesc', 'cDesc', 'yDesc'), (rnnDesc, xDesc, hDesc, cDesc, yDesc,))
+    if _unset:
+        _check_set('miopenRNNForward', ('xDesc', 'hDesc', 'cDesc', 'yDesc'), (xDesc, hDesc, cDesc, yDesc,))
     try:
         status = _miopenRNNForward(handle, rnnDesc, fwdMode, xDesc, x, hDesc, hx, hy, cDesc, cx, cy, yDesc, y, w, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
     except _ArgumentError as exc:
@@ -8414,6 +8597,8 @@ def miopenRNNBackwardSeqData(handle, rnnDesc, yDesc, y, dy, hDesc, hx, dhy, dhx,
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenRNNBackwardSeqData', ('rnnDesc', 'yDesc', 'hDesc', 'cDesc', 'xDesc'), (rnnDesc, yDesc, hDesc, cDesc, xDesc,))
+    if _unset:
+        _check_set('miopenRNNBackwardSeqData', ('yDesc', 'hDesc', 'cDesc', 'xDesc'), (yDesc, hDesc, cDesc, xDesc,))
     try:
         status = _miopenRNNBackwardSeqData(handle, rnnDesc, yDesc, y, dy, hDesc, hx, dhy, dhx, cDesc, cx, dcy, dcx, xDesc, dx, w, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
     except _ArgumentError as exc:
@@ -8479,6 +8664,8 @@ def miopenRNNBackwardWeightsSeqTensor(handle, rnnDesc, xDesc, x, hDesc, hx, yDes
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenRNNBackwardWeightsSeqTensor', ('rnnDesc', 'xDesc', 'hDesc', 'yDesc'), (rnnDesc, xDesc, hDesc, yDesc,))
+    if _unset:
+        _check_set('miopenRNNBackwardWeightsSeqTensor', ('xDesc', 'hDesc', 'yDesc'), (xDesc, hDesc, yDesc,))
     try:
         status = _miopenRNNBackwardWeightsSeqTensor(handle, rnnDesc, xDesc, x, hDesc, hx, yDesc, y, dw, weightSpaceSize, workSpace, workSpaceNumBytes, reserveSpace, reserveSpaceNumBytes)
     except _ArgumentError as exc:
@@ -8572,6 +8759,8 @@ def miopenRNNForwardTraining(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenRNNForwardTraining', ('rnnDesc', 'hxDesc', 'cxDesc', 'wDesc', 'hyDesc', 'cyDesc'), (rnnDesc, hxDesc, cxDesc, wDesc, hyDesc, cyDesc,))
+    if _unset:
+        _check_set('miopenRNNForwardTraining', ('hxDesc', 'cxDesc', 'wDesc', 'hyDesc', 'cyDesc'), (hxDesc, cxDesc, wDesc, hyDesc, cyDesc,))
     try:
         xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
         yDesc = _arr_miopenTensorDescriptor_t_c(yDesc, sequenceLen, 11)
@@ -8686,6 +8875,8 @@ def miopenRNNBackwardData(handle, rnnDesc, sequenceLen, yDesc, y, dyDesc, dy, dh
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenRNNBackwardData', ('rnnDesc', 'dhyDesc', 'dcyDesc', 'wDesc', 'hxDesc', 'cxDesc', 'dhxDesc', 'dcxDesc'), (rnnDesc, dhyDesc, dcyDesc, wDesc, hxDesc, cxDesc, dhxDesc, dcxDesc,))
+    if _unset:
+        _check_set('miopenRNNBackwardData', ('dhyDesc', 'dcyDesc', 'wDesc', 'hxDesc', 'cxDesc', 'dhxDesc', 'dcxDesc'), (dhyDesc, dcyDesc, wDesc, hxDesc, cxDesc, dhxDesc, dcxDesc,))
     try:
         yDesc = _arr_miopenTensorDescriptor_t_c(yDesc, sequenceLen, 3)
         dyDesc = _arr_miopenTensorDescriptor_t_c(dyDesc, sequenceLen, 5)
@@ -8758,6 +8949,8 @@ def miopenRNNBackwardWeights(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenRNNBackwardWeights', ('rnnDesc', 'hxDesc', 'dwDesc'), (rnnDesc, hxDesc, dwDesc,))
+    if _unset:
+        _check_set('miopenRNNBackwardWeights', ('hxDesc', 'dwDesc'), (hxDesc, dwDesc,))
     try:
         xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
         yDesc = _arr_miopenTensorDescriptor_t_c(yDesc, sequenceLen, 7)
@@ -8850,6 +9043,8 @@ def miopenRNNForwardInference(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenRNNForwardInference', ('rnnDesc', 'hxDesc', 'cxDesc', 'wDesc', 'hyDesc', 'cyDesc'), (rnnDesc, hxDesc, cxDesc, wDesc, hyDesc, cyDesc,))
+    if _unset:
+        _check_set('miopenRNNForwardInference', ('hxDesc', 'cxDesc', 'wDesc', 'hyDesc', 'cyDesc'), (hxDesc, cxDesc, wDesc, hyDesc, cyDesc,))
     try:
         xDesc = _arr_miopenTensorDescriptor_t_c(xDesc, sequenceLen, 3)
         yDesc = _arr_miopenTensorDescriptor_t_c(yDesc, sequenceLen, 11)
@@ -9006,6 +9201,8 @@ def miopenGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labe
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetCTCLossWorkspaceSize', ('probsDesc', 'gradientsDesc', 'ctcLossDesc'), (probsDesc, gradientsDesc, ctcLossDesc,))
+    if _unset:
+        _check_set('miopenGetCTCLossWorkspaceSize', ('probsDesc', 'gradientsDesc'), (probsDesc, gradientsDesc,))
     try:
         labels = _arr_int_c(labels, None, 3)
         labelLengths = _arr_int_c(labelLengths, None, 4)
@@ -9062,6 +9259,8 @@ def miopenCTCLoss(handle, probsDesc, probs, labels, labelLengths, inputLengths, 
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenCTCLoss', ('probsDesc', 'gradientsDesc', 'ctcLossDesc'), (probsDesc, gradientsDesc, ctcLossDesc,))
+    if _unset:
+        _check_set('miopenCTCLoss', ('probsDesc', 'gradientsDesc'), (probsDesc, gradientsDesc,))
     try:
         labels = _arr_int_c(labels, None, 3)
         labelLengths = _arr_int_c(labelLengths, None, 4)
@@ -9134,6 +9333,8 @@ def miopenDropoutGetReserveSpaceSize(xDesc, reserveSpaceSizeInBytes):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenDropoutGetReserveSpaceSize', ('xDesc',), (xDesc,))
+    if _unset:
+        _check_set('miopenDropoutGetReserveSpaceSize', ('xDesc',), (xDesc,))
     try:
         reserveSpaceSizeInBytes = _arr_size_t(reserveSpaceSizeInBytes, 1, 1)
         status = _miopenDropoutGetReserveSpaceSize(xDesc, reserveSpaceSizeInBytes)
@@ -9356,6 +9557,8 @@ def miopenDropoutForward(handle, dropoutDesc, noise_shape, xDesc, x, yDesc, y, r
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenDropoutForward', ('dropoutDesc', 'noise_shape', 'xDesc', 'yDesc'), (dropoutDesc, noise_shape, xDesc, yDesc,))
+    if _unset:
+        _check_set('miopenDropoutForward', ('noise_shape', 'xDesc', 'yDesc'), (noise_shape, xDesc, yDesc,))
     try:
         status = _miopenDropoutForward(handle, dropoutDesc, noise_shape, xDesc, x, yDesc, y, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
@@ -9402,6 +9605,8 @@ def miopenDropoutBackward(handle, dropoutDesc, noise_shape, dyDesc, dy, dxDesc, 
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenDropoutBackward', ('dropoutDesc', 'noise_shape', 'dyDesc', 'dxDesc'), (dropoutDesc, noise_shape, dyDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenDropoutBackward', ('noise_shape', 'dyDesc', 'dxDesc'), (noise_shape, dyDesc, dxDesc,))
     try:
         status = _miopenDropoutBackward(handle, dropoutDesc, noise_shape, dyDesc, dy, dxDesc, dx, reserveSpace, reserveSpaceSizeInBytes)
     except _ArgumentError as exc:
@@ -9554,6 +9759,8 @@ def miopenGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeIn
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetReductionIndicesSize', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
+    if _unset:
+        _check_set('miopenGetReductionIndicesSize', ('aDesc', 'cDesc'), (aDesc, cDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 4)
         status = _miopenGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes)
@@ -9587,6 +9794,8 @@ def miopenGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, size
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetReductionWorkspaceSize', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
+    if _unset:
+        _check_set('miopenGetReductionWorkspaceSize', ('aDesc', 'cDesc'), (aDesc, cDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 4)
         status = _miopenGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes)
@@ -9644,6 +9853,8 @@ def miopenReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wo
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenReduceTensor', ('reduceTensorDesc', 'aDesc', 'cDesc'), (reduceTensorDesc, aDesc, cDesc,))
+    if _unset:
+        _check_set('miopenReduceTensor', ('aDesc', 'cDesc'), (aDesc, cDesc,))
     try:
         alpha = _void_c(alpha, 4, 6)
         beta = _void_c(beta, 4, 9)
@@ -9936,6 +10147,8 @@ def miopenSetProblemTensorDescriptor(problem, id, descriptor):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenSetProblemTensorDescriptor', ('problem', 'descriptor'), (problem, descriptor,))
+    if _unset:
+        _check_set('miopenSetProblemTensorDescriptor', ('descriptor',), (descriptor,))
     try:
         status = _miopenSetProblemTensorDescriptor(problem, id, descriptor)
     except _ArgumentError as exc:
@@ -10498,6 +10711,8 @@ def miopenCreateActivationProblem(problem, operatorDesc, direction):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenCreateActivationProblem', ('operatorDesc',), (operatorDesc,))
+    if _unset:
+        _check_set('miopenCreateActivationProblem', ('operatorDesc',), (operatorDesc,))
     try:
         problem = _arr_miopenProblem_t(problem, 1, 0)
         status = _miopenCreateActivationProblem(problem, operatorDesc, direction)
@@ -10679,6 +10894,8 @@ def miopenGetReduceCalculationWorkspaceSize(handle, xDesc, dim, reduceCalculatio
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetReduceCalculationWorkspaceSize', ('xDesc', 'reduceDesc'), (xDesc, reduceDesc,))
+    if _unset:
+        _check_set('miopenGetReduceCalculationWorkspaceSize', ('xDesc', 'reduceDesc'), (xDesc, reduceDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
         status = _miopenGetReduceCalculationWorkspaceSize(handle, xDesc, dim, reduceCalculationOp, reduceDesc, sizeInBytes)
@@ -10724,6 +10941,8 @@ def miopenReduceCalculationForward(handle, nanPropagation, workspace, workspaceS
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenReduceCalculationForward', ('xDesc', 'reduceDesc'), (xDesc, reduceDesc,))
+    if _unset:
+        _check_set('miopenReduceCalculationForward', ('xDesc', 'reduceDesc'), (xDesc, reduceDesc,))
     try:
         status = _miopenReduceCalculationForward(handle, nanPropagation, workspace, workspaceSizeInBytes, xDesc, x, dim, reduceCalculationOp, reduceDesc, y)
     except _ArgumentError as exc:
@@ -10768,6 +10987,8 @@ def miopenReduceExtremeForward(handle, xDesc, x, dim, reduceExtremeOp, yDesc, y,
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenReduceExtremeForward', ('xDesc', 'yDesc', 'indiceDesc'), (xDesc, yDesc, indiceDesc,))
+    if _unset:
+        _check_set('miopenReduceExtremeForward', ('xDesc', 'yDesc', 'indiceDesc'), (xDesc, yDesc, indiceDesc,))
     try:
         status = _miopenReduceExtremeForward(handle, xDesc, x, dim, reduceExtremeOp, yDesc, y, indiceDesc, indice)
     except _ArgumentError as exc:
@@ -10825,6 +11046,8 @@ def miopenGroupNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc,
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGroupNormForward', ('xDesc', 'weightDesc', 'biasDesc', 'yDesc', 'meanDesc', 'rstdDesc'), (xDesc, weightDesc, biasDesc, yDesc, meanDesc, rstdDesc,))
+    if _unset:
+        _check_set('miopenGroupNormForward', ('xDesc', 'weightDesc', 'biasDesc', 'yDesc', 'meanDesc', 'rstdDesc'), (xDesc, weightDesc, biasDesc, yDesc, meanDesc, rstdDesc,))
     try:
         status = _miopenGroupNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc, bias, num_groups, epsilon, yDesc, y, meanDesc, mean, rstdDesc, rstd)
     except _ArgumentError as exc:
@@ -10885,6 +11108,8 @@ def miopenAddLayerNormForward(handle, mode, xDesc, x, x2Desc, x2, weightDesc, we
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenAddLayerNormForward', ('xDesc', 'x2Desc', 'weightDesc', 'biasDesc', 'yDesc', 'meanDesc', 'rstdDesc'), (xDesc, x2Desc, weightDesc, biasDesc, yDesc, meanDesc, rstdDesc,))
+    if _unset:
+        _check_set('miopenAddLayerNormForward', ('xDesc', 'x2Desc', 'weightDesc', 'biasDesc', 'yDesc', 'meanDesc', 'rstdDesc'), (xDesc, x2Desc, weightDesc, biasDesc, yDesc, meanDesc, rstdDesc,))
     try:
         status = _miopenAddLayerNormForward(handle, mode, xDesc, x, x2Desc, x2, weightDesc, weight, biasDesc, bias, epsilon, normalized_dim, yDesc, y, meanDesc, mean, rstdDesc, rstd)
     except _ArgumentError as exc:
@@ -10935,6 +11160,8 @@ def miopenT5LayerNormForward(handle, mode, xDesc, x, weightDesc, weight, epsilon
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenT5LayerNormForward', ('xDesc', 'weightDesc', 'yDesc', 'rstdDesc'), (xDesc, weightDesc, yDesc, rstdDesc,))
+    if _unset:
+        _check_set('miopenT5LayerNormForward', ('xDesc', 'weightDesc', 'yDesc', 'rstdDesc'), (xDesc, weightDesc, yDesc, rstdDesc,))
     try:
         status = _miopenT5LayerNormForward(handle, mode, xDesc, x, weightDesc, weight, epsilon, yDesc, y, rstdDesc, rstd)
     except _ArgumentError as exc:
@@ -10977,6 +11204,8 @@ def miopenGetT5LayerNormBackwardWorkspaceSize(handle, mode, dyDesc, xDesc, weigh
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetT5LayerNormBackwardWorkspaceSize', ('dyDesc', 'xDesc', 'weightDesc', 'rstdDesc', 'dxDesc', 'dwDesc'), (dyDesc, xDesc, weightDesc, rstdDesc, dxDesc, dwDesc,))
+    if _unset:
+        _check_set('miopenGetT5LayerNormBackwardWorkspaceSize', ('dyDesc', 'xDesc', 'weightDesc', 'rstdDesc', 'dxDesc', 'dwDesc'), (dyDesc, xDesc, weightDesc, rstdDesc, dxDesc, dwDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 8)
         status = _miopenGetT5LayerNormBackwardWorkspaceSize(handle, mode, dyDesc, xDesc, weightDesc, rstdDesc, dxDesc, dwDesc, sizeInBytes)
@@ -11033,6 +11262,8 @@ def miopenT5LayerNormBackward(handle, mode, workspace, workspaceSizeInBytes, dyD
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenT5LayerNormBackward', ('dyDesc', 'xDesc', 'weightDesc', 'rstdDesc', 'dxDesc', 'dwDesc'), (dyDesc, xDesc, weightDesc, rstdDesc, dxDesc, dwDesc,))
+    if _unset:
+        _check_set('miopenT5LayerNormBackward', ('dyDesc', 'xDesc', 'weightDesc', 'rstdDesc', 'dxDesc', 'dwDesc'), (dyDesc, xDesc, weightDesc, rstdDesc, dxDesc, dwDesc,))
     try:
         status = _miopenT5LayerNormBackward(handle, mode, workspace, workspaceSizeInBytes, dyDesc, dy, xDesc, x, weightDesc, weight, rstdDesc, rstd, dxDesc, dx, dwDesc, dw)
     except _ArgumentError as exc:
@@ -11521,6 +11752,8 @@ def miopenFusedAdam(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenFusedAdam', ('paramDesc', 'gradDesc', 'expAvgDesc', 'expAvgSqDesc', 'maxExpAvgSqDesc', 'stateStepDesc', 'gradScaleDesc', 'foundInfDesc'), (paramDesc, gradDesc, expAvgDesc, expAvgSqDesc, maxExpAvgSqDesc, stateStepDesc, gradScaleDesc, foundInfDesc,))
+    if _unset:
+        _check_set('miopenFusedAdam', ('paramDesc', 'gradDesc', 'expAvgDesc', 'expAvgSqDesc', 'maxExpAvgSqDesc', 'stateStepDesc', 'gradScaleDesc', 'foundInfDesc'), (paramDesc, gradDesc, expAvgDesc, expAvgSqDesc, maxExpAvgSqDesc, stateStepDesc, gradScaleDesc, foundInfDesc,))
     try:
         amsgrad = _flag(amsgrad, 19)
         maximize = _flag(maximize, 20)
@@ -11705,6 +11938,8 @@ def miopenFusedAdamWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramO
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenFusedAdamWithOutput', ('paramInDesc', 'paramOutDesc', 'paramOutFloat16Desc', 'gradInDesc', 'expAvgInDesc', 'expAvgOutDesc', 'expAvgSqInDesc', 'expAvgSqOutDesc', 'maxExpAvgSqInDesc', 'maxExpAvgSqOutDesc', 'stateStepInDesc', 'stateStepOutDesc', 'gradScaleDesc', 'foundInfDesc'), (paramInDesc, paramOutDesc, paramOutFloat16Desc, gradInDesc, expAvgInDesc, expAvgOutDesc, expAvgSqInDesc, expAvgSqOutDesc, maxExpAvgSqInDesc, maxExpAvgSqOutDesc, stateStepInDesc, stateStepOutDesc, gradScaleDesc, foundInfDesc,))
+    if _unset:
+        _check_set('miopenFusedAdamWithOutput', ('paramInDesc', 'paramOutDesc', 'paramOutFloat16Desc', 'gradInDesc', 'expAvgInDesc', 'expAvgOutDesc', 'expAvgSqInDesc', 'expAvgSqOutDesc', 'maxExpAvgSqInDesc', 'maxExpAvgSqOutDesc', 'stateStepInDesc', 'stateStepOutDesc', 'gradScaleDesc', 'foundInfDesc'), (paramInDesc, paramOutDesc, paramOutFloat16Desc, gradInDesc, expAvgInDesc, expAvgOutDesc, expAvgSqInDesc, expAvgSqOutDesc, maxExpAvgSqInDesc, maxExpAvgSqOutDesc, stateStepInDesc, stateStepOutDesc, gradScaleDesc, foundInfDesc,))
     try:
         amsgrad = _flag(amsgrad, 31)
         maximize = _flag(maximize, 32)
@@ -11832,6 +12067,8 @@ def miopenTransformersAdamW(handle, paramDesc, param, gradDesc, grad, expAvgDesc
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenTransformersAdamW', ('paramDesc', 'gradDesc', 'expAvgDesc', 'expAvgSqDesc', 'stateStepDesc', 'gradScaleDesc', 'foundInfDesc'), (paramDesc, gradDesc, expAvgDesc, expAvgSqDesc, stateStepDesc, gradScaleDesc, foundInfDesc,))
+    if _unset:
+        _check_set('miopenTransformersAdamW', ('paramDesc', 'gradDesc', 'expAvgDesc', 'expAvgSqDesc', 'stateStepDesc', 'gradScaleDesc', 'foundInfDesc'), (paramDesc, gradDesc, expAvgDesc, expAvgSqDesc, stateStepDesc, gradScaleDesc, foundInfDesc,))
     try:
         correct_bias = _flag(correct_bias, 17)
         status = _miopenTransformersAdamW(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg, expAvgSqDesc, expAvgSq, stateStepDesc, stateStep, state_step, lr, beta1, beta2, weight_decay, eps, correct_bias, gradScaleDesc, gradScale, foundInfDesc, foundInf)
@@ -11998,6 +12235,8 @@ def miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenTransformersAdamWWithOutput', ('paramInDesc', 'paramOutDesc', 'paramOutFloat16Desc', 'gradInDesc', 'expAvgInDesc', 'expAvgOutDesc', 'expAvgSqInDesc', 'expAvgSqOutDesc', 'stateStepInDesc', 'stateStepOutDesc', 'gradScaleDesc', 'foundInfDesc'), (paramInDesc, paramOutDesc, paramOutFloat16Desc, gradInDesc, expAvgInDesc, expAvgOutDesc, expAvgSqInDesc, expAvgSqOutDesc, stateStepInDesc, stateStepOutDesc, gradScaleDesc, foundInfDesc,))
+    if _unset:
+        _check_set('miopenTransformersAdamWWithOutput', ('paramInDesc', 'paramOutDesc', 'paramOutFloat16Desc', 'gradInDesc', 'expAvgInDesc', 'expAvgOutDesc', 'expAvgSqInDesc', 'expAvgSqOutDesc', 'stateStepInDesc', 'stateStepOutDesc', 'gradScaleDesc', 'foundInfDesc'), (paramInDesc, paramOutDesc, paramOutFloat16Desc, gradInDesc, expAvgInDesc, expAvgOutDesc, expAvgSqInDesc, expAvgSqOutDesc, stateStepInDesc, stateStepOutDesc, gradScaleDesc, foundInfDesc,))
     try:
         correct_bias = _flag(correct_bias, 28)
         status = _miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramOut, paramOutFloat16Desc, paramOutFloat16, gradInDesc, gradIn, expAvgInDesc, expAvgIn, expAvgOutDesc, expAvgOut, expAvgSqInDesc, expAvgSqIn, expAvgSqOutDesc, expAvgSqOut, stateStepInDesc, stateStepIn, stateStepOutDesc, stateStepOut, state_step, lr, beta1, beta2, weight_decay, eps, step_size, correct_bias, gradScaleDesc, gradScale, foundInfDesc, foundInf)
@@ -12096,6 +12335,8 @@ def miopenGetitemBackward(handle, workspace, workspaceSizeInBytes, dyDesc, dy, i
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetitemBackward', ('dyDesc', 'dxDesc', 'errorDesc'), (dyDesc, dxDesc, errorDesc,))
+    if _unset:
+        _check_set('miopenGetitemBackward', ('dyDesc', 'dxDesc', 'errorDesc'), (dyDesc, dxDesc, errorDesc,))
     try:
         indexDescs = _arr_miopenTensorDescriptor_t_c(indexDescs, indexCount, 6)
         indexs = _arr_void__const_c(indexs, indexCount, 7)
@@ -12145,6 +12386,8 @@ def miopenRoPEForward(handle, xDesc, x, cosDesc, cos, sinDesc, sin, yDesc, y):
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenRoPEForward', ('xDesc', 'cosDesc', 'sinDesc', 'yDesc'), (xDesc, cosDesc, sinDesc, yDesc,))
+    if _unset:
+        _check_set('miopenRoPEForward', ('xDesc', 'cosDesc', 'sinDesc', 'yDesc'), (xDesc, cosDesc, sinDesc, yDesc,))
     try:
         status = _miopenRoPEForward(handle, xDesc, x, cosDesc, cos, sinDesc, sin, yDesc, y)
     except _ArgumentError as exc:
@@ -12186,6 +12429,8 @@ def miopenRoPEBackward(handle, dyDesc, dy, cosDesc, cos, sinDesc, sin, dxDesc, d
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenRoPEBackward', ('dyDesc', 'cosDesc', 'sinDesc', 'dxDesc'), (dyDesc, cosDesc, sinDesc, dxDesc,))
+    if _unset:
+        _check_set('miopenRoPEBackward', ('dyDesc', 'cosDesc', 'sinDesc', 'dxDesc'), (dyDesc, cosDesc, sinDesc, dxDesc,))
     try:
         status = _miopenRoPEBackward(handle, dyDesc, dy, cosDesc, cos, sinDesc, sin, dxDesc, dx)
     except _ArgumentError as exc:
@@ -12231,6 +12476,8 @@ def miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesD
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenKthvalueForward', ('inputDesc', 'outputDesc', 'indicesDesc'), (inputDesc, outputDesc, indicesDesc,))
+    if _unset:
+        _check_set('miopenKthvalueForward', ('inputDesc', 'outputDesc', 'indicesDesc'), (inputDesc, outputDesc, indicesDesc,))
     try:
         keepDim = _flag(keepDim, 9)
         status = _miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesDesc, indices, k, dim, keepDim)
@@ -12265,6 +12512,8 @@ def miopenGetPReLUBackwardWorkspaceSize(handle, inputDesc, weightDesc, sizeInByt
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetPReLUBackwardWorkspaceSize', ('inputDesc', 'weightDesc'), (inputDesc, weightDesc,))
+    if _unset:
+        _check_set('miopenGetPReLUBackwardWorkspaceSize', ('inputDesc', 'weightDesc'), (inputDesc, weightDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 3)
         status = _miopenGetPReLUBackwardWorkspaceSize(handle, inputDesc, weightDesc, sizeInBytes)
@@ -12316,6 +12565,8 @@ def miopenPReLUBackward(handle, workspace, workspaceSizeInBytes, inputDesc, inpu
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenPReLUBackward', ('inputDesc', 'weightDesc', 'doutputDesc', 'dinputDesc', 'dweightDesc'), (inputDesc, weightDesc, doutputDesc, dinputDesc, dweightDesc,))
+    if _unset:
+        _check_set('miopenPReLUBackward', ('inputDesc', 'weightDesc', 'doutputDesc', 'dinputDesc', 'dweightDesc'), (inputDesc, weightDesc, doutputDesc, dinputDesc, dweightDesc,))
     try:
         status = _miopenPReLUBackward(handle, workspace, workspaceSizeInBytes, inputDesc, input, weightDesc, weight, doutputDesc, doutput, dinputDesc, dinput, dweightDesc, dweight)
     except _ArgumentError as exc:
@@ -12356,6 +12607,8 @@ def miopenGetSoftMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, o
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetSoftMarginLossForwardWorkspaceSize', ('inputDesc', 'targetDesc', 'outputDesc'), (inputDesc, targetDesc, outputDesc,))
+    if _unset:
+        _check_set('miopenGetSoftMarginLossForwardWorkspaceSize', ('inputDesc', 'targetDesc', 'outputDesc'), (inputDesc, targetDesc, outputDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 5)
         status = _miopenGetSoftMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, outputDesc, reduction, sizeInBytes)
@@ -12405,6 +12658,8 @@ def miopenSoftMarginLossForward(handle, inputDesc, input, targetDesc, target, ou
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenSoftMarginLossForward', ('inputDesc', 'targetDesc', 'outputDesc'), (inputDesc, targetDesc, outputDesc,))
+    if _unset:
+        _check_set('miopenSoftMarginLossForward', ('inputDesc', 'targetDesc', 'outputDesc'), (inputDesc, targetDesc, outputDesc,))
     try:
         status = _miopenSoftMarginLossForward(handle, inputDesc, input, targetDesc, target, outputDesc, output, reduction, workspace, workspaceSizeInBytes)
     except _ArgumentError as exc:
@@ -12450,6 +12705,8 @@ def miopenSoftMarginLossBackward(handle, inputDesc, input, targetDesc, target, d
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenSoftMarginLossBackward', ('inputDesc', 'targetDesc', 'doutputDesc', 'dinputDesc'), (inputDesc, targetDesc, doutputDesc, dinputDesc,))
+    if _unset:
+        _check_set('miopenSoftMarginLossBackward', ('inputDesc', 'targetDesc', 'doutputDesc', 'dinputDesc'), (inputDesc, targetDesc, doutputDesc, dinputDesc,))
     try:
         status = _miopenSoftMarginLossBackward(handle, inputDesc, input, targetDesc, target, doutputDesc, doutput, dinputDesc, dinput, reduction)
     except _ArgumentError as exc:
@@ -12496,6 +12753,8 @@ def miopenGetMultiMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, 
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenGetMultiMarginLossForwardWorkspaceSize', ('inputDesc', 'targetDesc', 'weightDesc', 'outputDesc'), (inputDesc, targetDesc, weightDesc, outputDesc,))
+    if _unset:
+        _check_set('miopenGetMultiMarginLossForwardWorkspaceSize', ('inputDesc', 'targetDesc', 'weightDesc', 'outputDesc'), (inputDesc, targetDesc, weightDesc, outputDesc,))
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 8)
         status = _miopenGetMultiMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, weightDesc, outputDesc, p, margin, reduction, sizeInBytes)
@@ -12557,6 +12816,8 @@ def miopenMultiMarginLossForward(handle, inputDesc, input, targetDesc, target, w
         _handles_set = False
     if not _handles_set:
         _lib.check_handles('miopenMultiMarginLossForward', ('inputDesc', 'targetDesc', 'weightDesc', 'outputDesc'), (inputDesc, targetDesc, weightDesc, outputDesc,))
+    if _unset:
+        _check_set('miopenMultiMarginLossForward', ('inputDesc', 'targetDesc', 'weightDesc', 'outputDesc'), (inputDesc, targetDesc, weightDesc, outputDesc,))
     try:
         status = _miopenMultiMarginLossForward(handle, inputDesc, input, targetDesc, target, weightDesc, weight, outputDesc, output, p, margin, reduction, workspace, workspaceSizeInBytes)
     except _ArgumentError as exc:

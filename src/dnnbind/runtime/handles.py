@@ -25,6 +25,9 @@ _ByrefType = type(ctypes.byref(ctypes.c_int()))
 _lock = threading.Lock()
 #: addresses a generated destroy freed and no generated create has returned since
 _freed: set[int] = set()
+#: handles created but not set yet, of the types a library cannot read in that state (``unset_handles`` in
+#: pointer_overrides.json: MIOpen's tensor, sequence, activation, pooling and LRN descriptors crash its Get* calls)
+UNSET: set[int] = set()
 
 
 def _address(handle: Any) -> int | None:
@@ -60,18 +63,36 @@ def destroy_once(library: Any, function: str, param: str, call: Callable[[Any], 
             raise library.status_error(status, function)
         if address is not None:
             _freed.add(address)
+            UNSET.discard(address)
         clear_handle(handle)
 
 
-def created(out: Any) -> None:
+def created(out: Any, unset: bool = False) -> None:
     """After a successful create: the address it wrote is live again (``out``: the converted output argument,
-    a byref, a ctypes array or a handle object)."""
-    if not _freed:
+    a byref, a ctypes array or a handle object); ``unset``: and unusable until a setter sets it."""
+    if not _freed and not unset:
         return
     target = getattr(out, "_obj") if isinstance(out, _ByrefType) else out
     with _lock:
         for item in target if isinstance(target, ctypes.Array) else (target,):
-            _freed.discard(_address(item))     # type: ignore[arg-type]
+            address = _address(item)
+            _freed.discard(address)         # type: ignore[arg-type]
+            if unset and address:
+                UNSET.add(address)
+
+
+def was_set(handle: Any) -> None:
+    """After a successful setter: the handle may be read now."""
+    if UNSET:
+        UNSET.discard(_address(handle))     # type: ignore[arg-type]
+
+
+def check_set(function: str, params: tuple[str, ...], values: tuple[Any, ...]) -> None:
+    """Refuse a handle that was created but never set (only called while some handle is in that state)."""
+    for param, value in zip(params, values):
+        if _address(value) in UNSET:
+            raise DnnArgumentError(f"{function}: parameter {param!r} was created but never set; set it first (the "
+                                   "library reads an unset descriptor's fields without checking them)")
 
 
 #: the callbacks libraries hold, by (function, parameter, owner handle's address): the library calls them

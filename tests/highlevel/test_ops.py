@@ -64,6 +64,25 @@ def test_every_op_refuses_integer_arrays(op):
         _calls(np.int32)[op]()
 
 
+@pytest.mark.parametrize("op", list(_calls(np.float64)))
+def test_every_op_refuses_arrays_in_non_native_byte_order(op):
+    """Big-endian float64 is still float64 by name: it passed the dtype checks and failed (or misread) deep in a
+    kernel; it is refused at the door, as torch.from_numpy refuses it."""
+    with pytest.raises(TypeError, match=r"has dtype >f8, float64 in non-native byte order, which the kernels cannot "
+                                        r"read; convert it first, for example \w+\.astype\('float64'\)"):
+        _calls(">f8")[op]()
+
+
+@pytest.mark.parametrize("op", list(_calls(np.float64)))
+def test_every_pullback_takes_cotangents_in_non_native_byte_order(op):
+    result, pullback = _calls(np.float64)[op]()
+    native = _arrays(pullback(*_cotangents(result)))
+    swapped = _arrays(pullback(*[None if c is None else c.astype(">f8") for c in _cotangents(result)]))
+    assert len(native) == len(swapped)
+    for a, b in zip(native, swapped):
+        np.testing.assert_array_equal(a, b)
+
+
 @st.composite
 def bad_pool_args(draw):
     size = draw(st.lists(st.integers(1, 5), min_size=1, max_size=3))

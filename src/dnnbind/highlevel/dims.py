@@ -39,11 +39,15 @@ def check_dtype(name: str, dtype: Any) -> str:
     if known is not None:
         return known
     try:
-        canonical = np.dtype(dtype).name
+        numpy_form = np.dtype(dtype)
+        canonical = numpy_form.name
     except TypeError:
-        canonical = str(dtype)
+        numpy_form, canonical = None, str(dtype)
     if canonical not in SUPPORTED_DTYPES:
         raise TypeError(f"{name} has dtype {canonical}; dnnbind supports float16, bfloat16, float32 and float64")
+    if numpy_form is not None and not numpy_form.isnative:
+        raise TypeError(f"{name} has dtype {numpy_form.str}, {canonical} in non-native byte order, which the kernels "
+                        f"cannot read; convert it first, for example {name}.astype({canonical!r})")
     return canonical
 
 

@@ -51,7 +51,34 @@ def forward(xp: Any, x: Any, dims: PoolDims) -> tuple[Any, Any]:
         better = xp.greater(v, y) | xp.isnan(v)
         xp.maximum(y, v, out=y)                              # NaN from either side: v wins when greater or NaN
         winners[better] = i
-    return y, winners
+    return y, first_in_x(xp, y, winners, dims)
+
+
+def first_in_x(xp: Any, y: Any, winners: Any, dims: PoolDims) -> Any:
+    """``winners`` with PyTorch's choice where padding won: a window whose every element in x is -inf ties with
+    its -inf padding, and the first position (padding) wins, which routes no gradient; PyTorch's winner there is
+    the window's first element at or past x's start in every dim, which gets the gradient. Only -inf outputs
+    can have lost to padding, so nothing else is computed unless there are some."""
+    if not any(dims.pad_low + dims.pad_high):
+        return winners
+    lost = y == -np.inf
+    if not bool(lost.any()):
+        return winners
+    pos = xp.asarray(np.array(dims.window_positions, np.int64).reshape(-1, dims.spatial_rank))
+    chosen = pos[winners.astype(np.int64)]                  # (*y_shape, rank)
+    in_x, first_fits = xp.ones(dims.y_shape, bool), xp.ones(dims.y_shape, bool)
+    code = xp.zeros(dims.y_shape, np.int64)
+    for axis, (k, d, s, lo, o, size) in enumerate(zip(dims.window, dims.dilation, dims.stride, dims.pad_low,
+                                                      dims.out_size, dims.x_shape[2:])):
+        shape = [1] * (2 + dims.spatial_rank)
+        shape[2 + axis] = o
+        start = np.arange(o, dtype=np.int64) * s - lo
+        first = -(-np.maximum(-start, 0) // d)                # the first window position at or past x's start
+        coord = xp.asarray(start.reshape(shape)) + chosen[..., axis] * d
+        in_x &= (coord >= 0) & (coord < size)
+        first_fits &= xp.asarray(((first < k) & (start + first * d < size)).reshape(shape))
+        code = code * k + xp.asarray(first.reshape(shape))
+    return xp.where(lost & ~in_x & first_fits, code, winners).astype(winners.dtype)
 
 
 def backward(xp: Any, winners: Any, dy: Any, dims: PoolDims) -> Any:

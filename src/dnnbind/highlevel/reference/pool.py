@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from dnnbind.highlevel.dims import PoolDims
-from dnnbind.highlevel.gpu.window_max import flat_indices, padded, unpadded
+from dnnbind.highlevel.gpu.window_max import first_in_x, flat_indices, padded, unpadded
 from dnnbind.highlevel.reference import native
 from dnnbind.highlevel.reference._memory import fits_in_memory
 from dnnbind.highlevel.reference._threads import workers
@@ -77,7 +77,7 @@ def _maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, tuple[np.ndarra
         return y, (winners,)
     if native.available(x.dtype):
         y, winners = native.maxpool_forward(np.ascontiguousarray(x), dims, _threaded(dims))
-        return y, (winners,)
+        return y, (first_in_x(np, y, winners, dims),)
     xp = padded(np, x, dims)
     offsets = dims.window_positions
     y = np.array(xp[dims.window_index(offsets[0])])
@@ -96,7 +96,7 @@ def _maxpool(x: np.ndarray, dims: PoolDims) -> tuple[np.ndarray, tuple[np.ndarra
         np.subtract(i, argmax, out=delta)
         delta *= better
         argmax += delta
-    return y, (argmax,)
+    return y, (first_in_x(np, y, argmax, dims),)
 
 
 def maxpool_backward(saved: tuple, cotangents: tuple, dims: PoolDims, return_indices: bool = False) -> np.ndarray:

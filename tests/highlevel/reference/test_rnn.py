@@ -576,3 +576,21 @@ def test_projection_matches_torch_on_random_configurations(case):
     assert len(ours) == len(grads)
     for a, b in zip(ours, grads):
         np.testing.assert_allclose(a, np.zeros(a.shape) if b is None else b.numpy(), rtol=1e-10, atol=1e-11)
+
+
+def test_relu_rnn_gradient_passes_through_nan_like_torch():
+    """torch's ReLU backward zeroes the gradient only where the output is <= 0: a NaN step passes it on."""
+    torch = pytest.importorskip("torch")
+    x = np.array([[[0.5], [np.nan]]])
+    w_ih, w_hh = np.array([[0.1], [-1.4]]), np.array([[0.8, 0.5], [0.1, 0.2]])
+    b_ih, b_hh = np.array([0.8, 0.7]), np.array([0.3, 0.7])
+    (y, _, _), pullback = dnnbind.rnn(x, [(w_ih, w_hh, b_ih, b_hh)], hidden_size=2, mode="rnn_relu")
+    dx, _, _, dw = pullback(np.ones_like(y))
+    m = torch.nn.RNN(1, 2, nonlinearity="relu", dtype=torch.float64)
+    with torch.no_grad():
+        for p, v in zip((m.weight_ih_l0, m.weight_hh_l0, m.bias_ih_l0, m.bias_hh_l0), (w_ih, w_hh, b_ih, b_hh)):
+            p.copy_(torch.tensor(v))
+    xt = torch.tensor(x, requires_grad=True)
+    m(xt)[0].backward(torch.ones(y.shape, dtype=torch.float64))
+    np.testing.assert_array_equal(dx, xt.grad.numpy())
+    np.testing.assert_array_equal(dw[0][2], m.bias_ih_l0.grad.numpy())

@@ -187,7 +187,7 @@ class _Plain(_Direction):
     def backward(self, dyk, dh, dc, masks):
         hs = self.hs[1:]
         # derivative of the activation for every step at once, outside the loop
-        slope = (hs > 0).astype(hs.dtype) if self.relu else 1 - hs * hs
+        slope = (~(hs <= 0)).astype(hs.dtype) if self.relu else 1 - hs * hs     # NaN passes, as in torch
         w_hh_t = self.w_hh.T
         for k in range(len(masks) - 1, -1, -1):
             m = masks[k]

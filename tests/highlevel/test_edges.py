@@ -183,6 +183,12 @@ def test_huge_problems_fail_at_once_saying_how_much_they_need(call):
     assert time.perf_counter() - start < 2.0
 
 
+def test_a_huge_transposed_convolution_names_its_own_input():
+    """Its dims describe the convolution it transposes, whose x is the transposed one's (huge) output."""
+    with pytest.raises(MemoryError, match=r"^conv_transpose_forward on x of shape \(1, 1, 4\) would need at least"):
+        dnnbind.conv_transpose(np.ones((1, 1, 4)), np.ones((1, 1, 2)), stride=2**40)
+
+
 def test_working_bytes_bounds_what_a_call_allocates():
     from dnnbind.highlevel.dims import ConvDims, PoolDims
     dims = ConvDims((2, 3, 10, 10), (4, 3, 3, 3), padding=1)

@@ -42,14 +42,17 @@ def _gib(n: int) -> str:
 CHECK_FROM_BYTES = 1 << 30
 
 
-def check_fits(op: str, dims: Any, itemsize: int) -> None:
-    """MemoryError saying how much ``op`` would need when ``dims.working_bytes`` exceeds what is available."""
+def check_fits(op: str, dims: Any, itemsize: int, x_shape: tuple[int, ...] | None = None) -> None:
+    """MemoryError saying how much ``op`` would need when ``dims.working_bytes`` exceeds what is available;
+    ``x_shape``: the shape of the op's own input (a transposed convolution's dims describe the convolution it
+    transposes, whose x is the transposed one's output)."""
     need = dims.working_bytes(itemsize)
     if need < CHECK_FROM_BYTES:
         return
     have = available_bytes()
     if need > have:
-        raise MemoryError(f"{op} on x of shape {dims.x_shape} would need at least {_gib(need)} of memory "
+        shape = dims.x_shape if x_shape is None else tuple(x_shape)
+        raise MemoryError(f"{op} on x of shape {shape} would need at least {_gib(need)} of memory "
                           f"({need} bytes) but {_gib(have)} is available")
 
 
@@ -63,7 +66,7 @@ def fits_in_memory(op: Callable[..., Any]) -> Callable[..., Any]:
     def checked(x: Any, *args: Any, **kwargs: Any) -> Any:
         dims = _dims_of(args)
         if dims is not None:
-            check_fits(op.__name__, dims, max(x.dtype.itemsize, 4))
+            check_fits(op.__name__, dims, max(x.dtype.itemsize, 4), x.shape)
         return op(x, *args, **kwargs)
     return checked
 

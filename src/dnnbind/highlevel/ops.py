@@ -415,10 +415,15 @@ def _batchnorm_static(x: Any, gamma: Any, beta: Any, running_mean: Any = None, r
         raise TypeError(f"training={training!r} must be a bool")
     check_batchnorm(x.shape, gamma.shape, beta.shape, None if running_mean is None else running_mean.shape,
                     None if running_var is None else running_var.shape, bool(training))
+    # as torch: any finite momentum (the update is an affine mix either way); eps > 0 in training and
+    # eps >= 0 in inference (cuDNN's CUDNN_BN_MIN_EPSILON is 0; a zero variance then gives inf, as in torch)
     momentum = check_real("momentum", momentum)
-    if not 0.0 <= momentum <= 1.0:
-        raise ValueError(f"momentum={momentum!r} must be in [0, 1]")
-    return bool(training), momentum, check_positive_float("eps", eps)
+    if training:
+        return True, momentum, check_positive_float("eps", eps)
+    eps_value = check_real("eps", eps)
+    if eps_value < 0:
+        raise ValueError(f"eps={eps!r} must not be negative")
+    return False, momentum, eps_value
 
 
 def _dropout_static(x: Any, *, p: float, seed: Any = None) -> tuple:

@@ -145,9 +145,30 @@ def test_errors(rng):
         dnnbind.batchnorm(x, g, g, training=False)
     with pytest.raises(TypeError, match=r"training=1 must be a bool"):
         dnnbind.batchnorm(x, g, g, training=1)
-    with pytest.raises(ValueError, match=r"momentum=1.5 must be in \[0, 1\]"):
-        dnnbind.batchnorm(x, g, g, momentum=1.5)
     with pytest.raises(ValueError, match=r"eps=0 must be positive"):
-        dnnbind.batchnorm(x, g, g, eps=0)
+        dnnbind.batchnorm(x, g, g, eps=0)                    # in training, as torch
+    with pytest.raises(ValueError, match=r"eps=-0.1 must not be negative"):
+        dnnbind.batchnorm(x, g, g, running_mean=g, running_var=g, training=False, eps=-0.1)
+    with pytest.raises(ValueError, match=r"momentum=nan"):
+        dnnbind.batchnorm(x, g, g, momentum=float("nan"))
     with pytest.raises(ValueError, match=r"more than one value per channel"):
         dnnbind.batchnorm(x[:1, :, :1], g, g)
+
+
+def test_eps_zero_in_inference_and_momentum_outside_the_unit_interval_as_torch(rng):
+    """torch takes eps=0 in inference (a zero running variance then gives inf/nan) and any momentum (an affine
+    mix of old and new statistics); so does dnnbind."""
+    torch = pytest.importorskip("torch")
+    x = rng.standard_normal((4, 3, 5))
+    for eps, momentum, training in ((0.0, 0.1, False), (1e-5, 1.5, True), (1e-5, -0.5, True)):
+        rm, rv = np.zeros(3), np.array([1.0, 0.0, 2.0])
+        y, _ = dnnbind.batchnorm(x, np.ones(3), np.zeros(3), running_mean=rm, running_var=rv, momentum=momentum,
+                                 eps=eps, training=training)
+        trm, trv = torch.zeros(3, dtype=torch.float64), torch.tensor([1.0, 0.0, 2.0], dtype=torch.float64)
+        yt = torch.nn.functional.batch_norm(torch.tensor(x), trm, trv, torch.ones(3, dtype=torch.float64),
+                                            torch.zeros(3, dtype=torch.float64), training, momentum, eps)
+        finite = np.isfinite(yt.numpy())     # eps = 0 on a zero variance: inf in dnnbind, nan (0 * inf) in torch
+        assert not np.isfinite(y[~finite]).any()
+        np.testing.assert_allclose(y[finite], yt.numpy()[finite], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(rm, trm.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(rv, trv.numpy(), rtol=1e-12)

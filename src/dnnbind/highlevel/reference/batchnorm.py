@@ -50,7 +50,8 @@ def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, runnin
         assert running_mean is not None and running_var is not None, "inference needs them (the op checks)"
         mean = running_mean.astype(dtype)  # a copy: the running stats may change after this call
         var = running_var.astype(dtype)
-    invstd = (1.0 / np.sqrt(var + eps)).astype(dtype)
+    with np.errstate(divide="ignore"):        # eps = 0 and a zero variance (inference): inf, as in torch
+        invstd = (1.0 / np.sqrt(var + eps)).astype(dtype)
     if fast:
         keep = saving()                 # False under dnnbind.no_grad(): xhat is neither written nor kept
         xhat, y = native.batchnorm_normalize(x, mean.astype(dtype), invstd, _own(gamma, dtype), _own(beta, dtype),

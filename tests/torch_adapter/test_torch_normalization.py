@@ -98,3 +98,36 @@ def test_eager_batchnorm_in_eval_mode_leaves_the_running_stats_alone():
                  training=False)
     assert (mean._version, var._version) == versions
     assert mean.eq(0).all() and var.eq(1).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("training", [True, False])
+def test_half_input_with_float32_parameters_like_torch(dtype, training):
+    """Mixed precision (autocast leaves batch norm's parameters in float32): a half or bfloat16 input is
+    normalised in float32, as torch's CPU kernel does; the result has the input's dtype, the parameters'
+    gradients float32, the running statistics stay float32. Inside a Sequential and compiled too."""
+    torch.manual_seed(0)
+    ours, theirs = dt.BatchNorm2d(3), nn.BatchNorm2d(3)
+    with torch.no_grad():
+        theirs.weight.uniform_(0.5, 1.5)
+        theirs.bias.uniform_(-0.5, 0.5)
+    ours.load_state_dict(theirs.state_dict())
+    ours.train(training), theirs.train(training)
+    x = (torch.randn(4, 3, 5, 5) * 2 + 1).to(dtype).requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    y, y_ref = ours(x), theirs(x_ref)
+    assert y.dtype == dtype
+    torch.testing.assert_close(y, y_ref)
+    dy = torch.randn_like(y)
+    y.backward(dy), y_ref.backward(dy)
+    assert x.grad.dtype == dtype and ours.weight.grad.dtype == torch.float32
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    torch.testing.assert_close(ours.weight.grad, theirs.weight.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours.bias.grad, theirs.bias.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours.running_var, theirs.running_var)
+    conv = dt.Conv2d(3, 3, 1).to(dtype)
+    model = dt.nn.Sequential(conv, ours, dt.ReLU()).train(training)
+    reference = nn.Sequential(nn.Conv2d(3, 3, 1).to(dtype), theirs, nn.ReLU()).train(training)
+    reference[0].load_state_dict(conv.state_dict())
+    for run in (model, torch.compile(model, fullgraph=True)):
+        torch.testing.assert_close(run(x.detach()), reference(x.detach()))

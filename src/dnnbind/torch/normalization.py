@@ -13,6 +13,8 @@ from dnnbind.torch.fused import Fusion
 
 Tensor = torch.Tensor
 _NAMES = {"x": "input", "gamma": "weight", "beta": "bias"}
+#: input dtypes that batch norm normalises in float32 when its parameters are float32 (mixed precision)
+_HALF = (torch.float16, torch.bfloat16)
 
 
 class _BatchNorm:
@@ -43,9 +45,13 @@ class _BatchNorm:
         channels = input.shape[1]
         gamma = layer.weight if layer.weight is not None else input.new_ones(channels)
         beta = layer.bias if layer.bias is not None else input.new_zeros(channels)
+        # a half or bfloat16 input with float32 parameters (mixed precision: autocast leaves batch norm's
+        # parameters in float32) is normalised in float32, as torch's own CPU kernel computes it
+        mixed = input.dtype in _HALF and gamma.dtype == torch.float32 and beta.dtype == torch.float32
         with torch_argument_names(_NAMES):
-            return F.batchnorm(input, gamma, beta, running_mean=running_mean, running_var=running_var,
-                               training=use_batch, momentum=momentum, eps=layer.eps)
+            y = F.batchnorm(input.float() if mixed else input, gamma, beta, running_mean=running_mean,
+                            running_var=running_var, training=use_batch, momentum=momentum, eps=layer.eps)
+        return y.to(input.dtype) if mixed else y
 
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
         """This layer's op for :class:`~dnnbind.torch.sequential.Sequential` (None: the layer's own forward

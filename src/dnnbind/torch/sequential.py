@@ -151,6 +151,8 @@ def _fusions(layers: list[nn.Module], x: Tensor) -> list[fused.Fusion] | None:
     """Each layer's op call on x's shape, or None when a layer must run its own forward. Every FUSABLE
     layer keeps its input's rank, the one thing of its input a layer's call depends on, so each is asked
     with x's shape."""
+    if any(p.dtype != x.dtype for layer in layers for p in layer.parameters(recurse=False)):
+        return None           # parameters in another dtype (mixed precision): each layer decides on its own
     shape = tuple(x.shape)
     fusions = [layer._fusion(shape) for layer in layers]      # type: ignore[operator]
     return None if any(f is None for f in fusions) else fusions

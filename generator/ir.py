@@ -56,11 +56,13 @@ class Length:
     minus: int = 0            # count sources: elements = the count parameter minus this
     most: int = 0             # count sources: the largest count the library takes (0: no limit known)
     most_name: str = ""       # the macro that limit comes from (CUDNN_DIM_MAX)
+    least: int = 0            # count sources: the library touches at least this many elements, whatever the count
 
 
     def describe(self) -> str:
         return {"fixed": f"fixed {self.value}", "count": f"count {self.value}" + (f" - {self.minus}" if self.minus else "")
-                + (f", at most {self.most_name or self.most}" if self.most else ""),
+                + (f", at most {self.most_name or self.most}" if self.most else "")
+                + (f", at least {self.least}" if self.least else ""),
                 "sized": f"{self.value} x size of {self.selector}",
                 "query": f"{self.value}({', '.join(self.args)})",
                 "unchecked": f"unchecked: {self.reason}"}[self.kind]

@@ -79,7 +79,8 @@ def _source(entry: dict[str, Any], fn: ir.Function, p: ir.Param, size_tables: di
                 most = int(limits.get(entry["most"], 0)) if most_name else int(entry["most"])
                 if not most:
                     problems.append(f"length of {where}: 'most' {entry['most']!r} is no integer macro of the headers")
-            return ir.Length("count", count.name, minus=int(entry.get("minus", 0)), most=most, most_name=most_name)
+            return ir.Length("count", count.name, minus=int(entry.get("minus", 0)), most=most, most_name=most_name,
+                             least=int(entry.get("least", 0)))
         selector = next((q for q in fn.params if q.name == entry["size_by"]), None)
         table = size_tables.get(entry.get("sizes", ""))
         if selector is None or selector.type.kind != "enum" or table is None:

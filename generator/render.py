@@ -252,7 +252,8 @@ class TypeNames:
             count = py_name(length.value)
             if length.most:
                 count = f"_at_most({count}, {length.most}, {fn.name!r}, {length.value!r}, {length.most_name!r})"
-            return count + (f" - {length.minus}" if length.minus else "")
+            count += f" - {length.minus}" if length.minus else ""
+            return f"max({count}, {length.least})" if length.least else count
         if length.kind == "sized":
             enum = next(q.type.name for q in fn.params if q.name == length.selector)
             table = f"_SIZES_{enum}"

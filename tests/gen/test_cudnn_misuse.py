@@ -132,6 +132,7 @@ CASES = {
                                          "(c_int * 1)(), (c_int * 8)())",
     "SetTensorNd from 3 of 4": "c.cudnnSetTensorNdDescriptor(t, 0, 4, [2, 4, 8], [256, 64, 8])",
     "Nd output dims into 1 element": "c.cudnnGetConvolutionNdForwardOutputDim(cv, t, f, 5, np.zeros(1, np.int32))",
+    "Nd output dims: 1 asked, 2 written": "c.cudnnGetConvolutionNdForwardOutputDim(cv, t, f, 1, np.zeros(1, np.int32))",
     "error string into 4 bytes": "c.cudnnGetLastErrorString(create_string_buffer(4), 4096)",
     "attribute values short": "c.cudnnBackendSetAttribute(pointwise, 0, c.CUDNN_TYPE_INT64, 4, "
                               "np.zeros(2, np.int64))",
@@ -221,6 +222,8 @@ EXPECTED = {   # case -> (exception class, text the message must contain); None:
     "SetTensorNd from 3 of 4": ("DnnArgumentError", "parameter 'dimA' needs at least 4 int elements, got a list "
                                                     "holding 3"),
     "Nd output dims into 1 element": ("DnnArgumentError", "parameter 'tensorOuputDimA' needs at least 5"),
+    "Nd output dims: 1 asked, 2 written": ("DnnArgumentError", "parameter 'tensorOuputDimA' needs at least 2 int "
+                                                               "elements, got a numpy.ndarray holding 1"),
     "error string into 4 bytes": ("DnnArgumentError", "parameter 'message' needs at least 4096 char elements"),
     "attribute values short": ("DnnArgumentError", "parameter 'arrayOfElements' needs at least 32 bytes, got a "
                                                    "numpy.ndarray of 16 bytes"),

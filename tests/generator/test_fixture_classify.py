@@ -159,3 +159,15 @@ def test_unset_roles_of_creates_setters_and_readers() -> None:
     assert classify.unset_roles(fns["fxGetWorkspaceSize"], types, r"fxGet\w*", r"fxGetWork\w*") == (False, "", [])
     assert classify.unset_roles(fns["fxDestroy"], types, r"fxSet\w*") == (False, "", [])
     assert classify.unset_roles(fns["fxCreate"], frozenset(), r"fxSet\w*") == (False, "", [])
+
+
+def test_count_sources_can_name_a_floor() -> None:
+    """``least``: the library writes at least that many elements whatever the count says."""
+    rule = {"id": "counted-arrays", "pointee": ["int"], "name": r"\w*A|values", "count": "nbDims|nbValues",
+            "least": 2}
+    overrides = fb.fixture_overrides()
+    overrides["lengths"]["rules"] = [rule] + overrides["lengths"]["rules"][1:]
+    result = classify.classify(fb.parse_fixture("fixture.h"), overrides)
+    fn = next(fn for fn in result.functions if fn.name == "fxSumDims")
+    length = next(p.length for p in fn.params if p.name == "dimA")
+    assert length is not None and length.least == 2 and length.describe() == "count nbDims, at least 2"

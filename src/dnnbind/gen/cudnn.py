@@ -9386,7 +9386,7 @@ def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     Deprecated by the vendor.
 
     Checked parameters:
-        tensorOuputDimA: host output, count nbDims, at most CUDNN_DIM_MAX
+        tensorOuputDimA: host output, count nbDims, at least 2
 
     Raises CudnnError when the returned status is not success.
 
@@ -9410,7 +9410,7 @@ def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     if not _handles_set:
         _lib.check_handles('cudnnGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc'), (convDesc, inputTensorDesc, filterDesc,))
     try:
-        tensorOuputDimA = _arr_int(tensorOuputDimA, _at_most(nbDims, 8, 'cudnnGetConvolutionNdForwardOutputDim', 'nbDims', 'CUDNN_DIM_MAX'), 4)
+        tensorOuputDimA = _arr_int(tensorOuputDimA, max(nbDims, 2), 4)
         status = _cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc, nbDims, tensorOuputDimA)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc', 'nbDims', 'tensorOuputDimA'), exc) from None

@@ -155,3 +155,39 @@ def test_errors_speak_of_tensors_not_arrays():
     with pytest.raises(TypeError) as info:
         layer(torch.randn(1, 2, 5))
     assert "astype" not in str(info.value) and ".to(" in str(info.value) and "torch.float32" in str(info.value)
+
+
+def _autocast_cnn(nn_module):
+    torch.manual_seed(1)
+    return nn_module.Sequential(nn_module.Conv2d(3, 4, 3), nn_module.BatchNorm2d(4), nn_module.ReLU(),
+                                nn_module.MaxPool2d(2), nn_module.ConvTranspose2d(4, 2, 2, stride=2))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_autocast_runs_convolutions_and_recurrences_in_its_dtype_like_torch(compiled):
+    """Under torch.autocast, torch runs its convolutions, transposed convolutions and recurrent layers in the
+    autocast dtype (batch norm then takes that input with float32 parameters); so do dnnbind's layers, and the
+    float32 parameters get float32 gradients equal to torch's."""
+    ours, theirs = _autocast_cnn(dnnbind_nn), _autocast_cnn(torch_nn)
+    torch._dynamo.reset()          # this test's compilation must not count towards later tests' recompile limits
+    run = torch.compile(ours, fullgraph=True) if compiled else ours
+    x = torch.randn(4, 3, 8, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, y_ref = run(x), theirs(x)
+    assert y.dtype == y_ref.dtype == torch.bfloat16
+    torch.testing.assert_close(y, y_ref)
+    y.float().square().sum().backward(), y_ref.float().square().sum().backward()
+    for p, q in zip(ours.parameters(), theirs.parameters()):
+        assert p.grad.dtype == torch.float32
+        torch.testing.assert_close(p.grad, q.grad, rtol=2e-2, atol=2e-2)
+    torch.manual_seed(2)
+    lstm, lstm_ref = dnnbind_nn.LSTM(3, 5, 2), torch_nn.LSTM(3, 5, 2)
+    lstm_ref.load_state_dict(lstm.state_dict())
+    xs = torch.randn(6, 2, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        (out, (h, c)), (out_ref, (h_ref, c_ref)) = lstm(xs), lstm_ref(xs)
+    assert out.dtype == h.dtype == out_ref.dtype == torch.bfloat16
+    torch.testing.assert_close(out, out_ref, rtol=2e-2, atol=1e-2)
+    with torch.autocast("cpu", enabled=False):
+        assert ours[0](x).dtype == torch.float32
+    torch._dynamo.reset()

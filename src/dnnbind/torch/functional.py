@@ -34,10 +34,29 @@ def _check(**tensors: Any) -> None:
     check_same_dtype(flat)
 
 
+def autocast_dtype(x: Tensor) -> torch.dtype | None:
+    """The dtype torch.autocast runs its lower-precision ops in on x's device (None: autocast is off there).
+    torch's own conv, conv_transpose and recurrent layers are such ops, so dnnbind's are too."""
+    if not torch._C._is_any_autocast_enabled():
+        return None
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+
+
+def _lower(dtype: torch.dtype | None, t: Any) -> Any:
+    if dtype is None or t is None or not t.is_floating_point() or t.dtype == dtype:
+        return t
+    return t.to(dtype)
+
+
 def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padding: Any = 0,
          dilation: Any = 1, groups: int = 1, flip: bool = False) -> Tensor:
     """N-d convolution (1 to 3 spatial dims) like ``torch.nn.functional.conv{1,2,3}d``; ``flip=True``:
-    true convolution. ``padding`` may also be one (low, high) pair per spatial dim."""
+    true convolution. ``padding`` may also be one (low, high) pair per spatial dim. Under torch.autocast
+    x, w and b are cast to its dtype first, as torch casts them for its convolutions."""
+    lower = autocast_dtype(x)
+    if lower is not None:
+        x, w, b = _lower(lower, x), _lower(lower, w), _lower(lower, b)
     arguments = conv_arguments(stride, padding, dilation, groups, flip)
     done = planned("conv", (x, w, b), arguments)
     if done is not None:
@@ -97,7 +116,11 @@ def _unbatch(y: Any, one: bool, axis: int = 0) -> Any:
 
 def conv_transpose(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padding: Any = 0,
                    output_padding: Any = 0, dilation: Any = 1, groups: int = 1, flip: bool = False) -> Tensor:
-    """Transposed convolution like ``torch.nn.functional.conv_transpose{1,2,3}d`` (w is (C_in, C_out/groups, ...))."""
+    """Transposed convolution like ``torch.nn.functional.conv_transpose{1,2,3}d`` (w is (C_in, C_out/groups, ...));
+    under torch.autocast in its dtype, as :func:`conv`."""
+    lower = autocast_dtype(x)
+    if lower is not None:
+        x, w, b = _lower(lower, x), _lower(lower, w), _lower(lower, b)
     arguments = conv_transpose_arguments(stride, padding, output_padding, dilation, groups, flip)
     done = planned("conv_transpose", (x, w, b), arguments)
     if done is not None:
@@ -202,8 +225,13 @@ def rnn(x: Tensor, weights: Sequence[Sequence[Tensor | None]], *, mode: str = "l
 
     ``weights[layer * num_directions + direction] = (w_ih, w_hh, b_ih, b_hh)``, with w_hr
     (torch's ``weight_hr_l{k}``) as a 5th tensor for an LSTM with ``proj_size`` > 0; ``lengths`` gives
-    packed-sequence semantics. Returns (y, hy, cy), cy None unless ``mode="lstm"``.
+    packed-sequence semantics. Returns (y, hy, cy), cy None unless ``mode="lstm"``. Under torch.autocast
+    in its dtype, as :func:`conv`.
     """
+    lower = autocast_dtype(x)
+    if lower is not None:
+        x, h0, c0 = _lower(lower, x), _lower(lower, h0), _lower(lower, c0)
+        weights = [[_lower(lower, t) for t in entry] for entry in weights]
     _check(x=x, h0=h0, c0=c0, weights=weights)
     if isinstance(lengths, torch.Tensor):
         lengths = lengths.tolist()

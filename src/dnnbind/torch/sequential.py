@@ -29,6 +29,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 from torch.nn.modules import module as _module
 
 from dnnbind.torch import eager, fused, sequence_op
+from dnnbind.torch import functional as F
 from dnnbind.torch.convolution import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from dnnbind.torch.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d
 from dnnbind.torch.pointwise import (ELU, Hardtanh, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, SiLU, Softmax,
@@ -151,8 +152,9 @@ def _fusions(layers: list[nn.Module], x: Tensor) -> list[fused.Fusion] | None:
     """Each layer's op call on x's shape, or None when a layer must run its own forward. Every FUSABLE
     layer keeps its input's rank, the one thing of its input a layer's call depends on, so each is asked
     with x's shape."""
-    if any(p.dtype != x.dtype for layer in layers for p in layer.parameters(recurse=False)):
-        return None           # parameters in another dtype (mixed precision): each layer decides on its own
+    if F.autocast_dtype(x) is not None or any(p.dtype != x.dtype for layer in layers
+                                              for p in layer.parameters(recurse=False)):
+        return None           # mixed precision (autocast, parameters in another dtype): each layer on its own
     shape = tuple(x.shape)
     fusions = [layer._fusion(shape) for layer in layers]      # type: ignore[operator]
     return None if any(f is None for f in fusions) else fusions

@@ -275,8 +275,8 @@ def test_pool_dims_errors(args, kwargs, error, pattern):
 def test_check_dtype():
     assert check_dtype("x", np.float16) == "float16"
     assert check_dtype("x", np.dtype("float64")) == "float64"
-    # the same names by the fast lookup and the long way (a byte-swapped float32 is float32 too)
-    for dtype in ("float16", "float32", "float64", ">f4", "<f8", np.float32, "bfloat16"):
+    # the same names by the fast lookup and the long way
+    for dtype in ("float16", "float32", "float64", "=f4", "<f8", np.float32, "bfloat16"):
         if dtype == "bfloat16":
             pytest.importorskip("ml_dtypes")
             import ml_dtypes
@@ -284,6 +284,8 @@ def test_check_dtype():
         assert check_dtype("x", dtype) == np.dtype(dtype).name
     with pytest.raises(TypeError, match=r"^x has dtype"):
         check_dtype("x", [np.float32])          # unhashable: the long way's error
+    with pytest.raises(TypeError, match=r"^x has dtype >f4, float32 in non-native byte order"):
+        check_dtype("x", ">f4")                 # float32 by name, but the kernels cannot read it
     for bad in (np.int64, np.complex64, bool, "float128" if hasattr(np, "float128") else np.uint8):
         with pytest.raises(TypeError, match=r"^x has dtype \w+; dnnbind supports"):
             check_dtype("x", bad)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from dnnbind.highlevel.dims import ConvDims, PoolDims
+from dnnbind.highlevel.gpu.window_max import first_in_x
 from dnnbind.highlevel.reference import native
 
 torch = pytest.importorskip("torch")
@@ -209,6 +210,7 @@ def test_maxpool_kernels_equal_the_numpy_path_bit_for_bit(rng, isa, monkeypatch)
             x.flat[rng.integers(0, x.size, 3)] = -np.inf
         dy = rng.standard_normal(dims.y_shape)
         y, winners = native.maxpool_forward(x, dims, bool(i % 2))
+        winners = first_in_x(np, y, winners, dims)             # the shared fix-up both paths run after
         dx = native.maxpool_backward(dy, winners, dims, bool(i % 2))
         with monkeypatch.context() as numpy_only:
             numpy_only.setattr(native, "available", lambda dtype: False)

@@ -176,6 +176,11 @@ CASES = {
     "numpy array for an int": "c.cudnnSetTensor4dDescriptor(t, 0, 0, np.array([2, 3]), 1, 1, 1)",
     "numpy array for a descriptor": "c.cudnnSetTensor4dDescriptor(np.zeros(3), 0, 0, 2, 1, 1, 1)",
     "numpy array destroyed": "c.cudnnDestroyTensorDescriptor(np.zeros(3))",
+    "numpy array for callbacks": "c.cudnnGetCallback(byref(ctypes.c_uint()), byref(ctypes.c_void_p()), "
+                                 "np.zeros(2, np.int32))",
+    "fused ops Get into an int address": "c.cudnnGetFusedOpsVariantParamPackAttribute(make(lambda p: "
+                                         "c.cudnnCreateFusedOpsVariantParamPack(p, 0), "
+                                         "c.cudnnFusedOpsVariantParamPack_t), 0, 1 << 31)",
     "callback read back": "callback_round_trip()",
     "callback temporary": "callback_outlives_its_argument()",
     "callback byref": "c.cudnnSetCallback(c.CUDNN_SEV_ERROR_EN, None, byref(c_int()))",
@@ -266,6 +271,10 @@ EXPECTED = {   # case -> (exception class, text the message must contain); None:
                                                          "a handle, got numpy.ndarray"),
     "numpy array destroyed": ("DnnArgumentError", "cudnnDestroyTensorDescriptor: parameter 'tensorDesc' expected "
                                                   "LP_cudnnTensorStruct instance instead of numpy.ndarray"),
+    "numpy array for callbacks": ("DnnArgumentError", "cudnnGetCallback: parameter 'fptr' needs cudnnCallback_t "
+                                                      "values, which no numpy dtype holds"),
+    "fused ops Get into an int address": ("DnnArgumentError", "cudnnGetFusedOpsVariantParamPackAttribute: parameter "
+                                                              "'ptr'"),
     "callback read back": None,
     "callback temporary": None,
     "callback byref": ("DnnArgumentError", "cudnnSetCallback: parameter 'fptr' needs a callback (an instance of "

@@ -10753,7 +10753,7 @@ def cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     if status:
         raise _lib.status_error(status, 'cudnnSetFusedOpsVariantParamPackAttribute')
 
-_cudnnGetFusedOpsVariantParamPackAttribute = _lazy('cudnnGetFusedOpsVariantParamPackAttribute', (cudnnFusedOpsVariantParamPack_t, c_int, EitherPointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFusedOpsVariantParamPackAttribute = _lazy('cudnnGetFusedOpsVariantParamPackAttribute', (cudnnFusedOpsVariantParamPack_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
 _values_cudnnGetFusedOpsVariantParamPackAttribute = (b'i', (cudnnFusedOpsVariantParamLabel_t,), _pack_i)
 
 
@@ -10763,7 +10763,7 @@ def cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     Deprecated by the vendor.
 
     Checked parameters:
-        ptr: host or device memory
+        ptr: host output, fixed 8 bytes
 
     Raises CudnnError when the returned status is not success.
 
@@ -10785,6 +10785,7 @@ def cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     if not _handles_set:
         _lib.check_handles('cudnnGetFusedOpsVariantParamPackAttribute', ('varPack',), (varPack,))
     try:
+        ptr = _void(ptr, 8, 2)
         status = _cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetFusedOpsVariantParamPackAttribute', ('varPack', 'paramLabel', 'ptr'), exc) from None

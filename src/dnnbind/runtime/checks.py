@@ -111,7 +111,7 @@ def check_values(function: str, params: Sequence[str], checked: Sequence[tuple])
 def at_most(count: Any, most: int, function: str, param: str, limit: str) -> Any:
     """A count parameter as is, or DnnRangeError above what the library takes (``limit``: the macro that says
     so): cuDNN copies a tensor's dimensions onto its stack, so 2000 of them overflowed it."""
-    if type(count) is int and count > most:
+    if isinstance(count, int) and count > most:          # an IntEnum member too (it passes as an int)
         raise DnnRangeError(f"{function}: parameter {param!r} is {count}, more than {limit or 'the limit'} ({most})")
     return count
 
@@ -163,7 +163,7 @@ class HostArray:
         if self._dtype is _NOTHING:
             try:
                 self._dtype = sys.modules["numpy"].dtype(self.ctype)
-            except TypeError:
+            except (TypeError, ValueError, AttributeError, NotImplementedError):   # opaque structs, callbacks
                 self._dtype = None
         return self._dtype
 
@@ -283,7 +283,10 @@ class HostArray:
 
     def _from_numpy(self, obj: Any, count: int | None, index: int) -> Any:
         dtype = self.dtype()
-        if dtype is None or (obj.dtype is not dtype and obj.dtype != dtype):
+        if dtype is None:
+            raise _problem(DnnArgumentError, index, f"needs {self.cname} values, which no numpy dtype holds: pass a "
+                                                    f"{self.cname} object (or a ctypes array of them, or byref)")
+        if obj.dtype is not dtype and obj.dtype != dtype:
             raise _problem(DnnArgumentError, index, f"needs a numpy array of dtype {dtype} ({self.cname}), "
                                                     f"got dtype {obj.dtype}")
         self._need(obj.size, count, index, obj)

@@ -57,6 +57,7 @@ class Length:
     most: int = 0             # count sources: the largest count the library takes (0: no limit known)
     most_name: str = ""       # the macro that limit comes from (CUDNN_DIM_MAX)
     least: int = 0            # count sources: the library touches at least this many elements, whatever the count
+    handles: tuple[tuple[str, str], ...] = ()   # sized sources: selector members whose elements are handles
 
 
     def describe(self) -> str:

@@ -57,8 +57,10 @@ def _count_param(fn: ir.Function, pattern: str, skip: str) -> ir.Param | None:
 
 def _source(entry: dict[str, Any], fn: ir.Function, p: ir.Param, size_tables: dict[str, dict[str, int]],
             enum_members: dict[str, list[str]], problems: list[str],
-            limits: dict[str, int | float] | None = None) -> ir.Length | None:
+            limits: dict[str, int | float] | None = None,
+            handle_tables: dict[tuple[str, str], dict[str, str]] | None = None) -> ir.Length | None:
     limits = limits or {}
+    handle_tables = handle_tables or {}
     where = f"{fn.name}.{p.name}"
     if "fixed" in entry:
         return ir.Length("fixed", str(int(entry["fixed"])))
@@ -91,7 +93,9 @@ def _source(entry: dict[str, Any], fn: ir.Function, p: ir.Param, size_tables: di
         if missing:
             problems.append(f"element size unknown for {selector.type.name} member(s) {', '.join(missing)} "
                             f"(element_sizes.{entry['sizes']}): {where} cannot be checked")
-        return ir.Length("sized", count.name, selector.name, tuple(sorted(table.items())))
+        direction = "inputs" if p.type.pointee is not None and p.type.pointee.const else "outputs"
+        handles = tuple(sorted(handle_tables.get((direction, entry.get("sizes", "")), {}).items()))
+        return ir.Length("sized", count.name, selector.name, tuple(sorted(table.items())), handles=handles)
     problems.append(f"length of {where}: entry {entry} names no source (one of {SOURCES})")
     return None
 
@@ -108,6 +112,15 @@ def classify_lengths(functions: list[ir.Function], module: ir.Module, overrides:
     size_tables = {k: v for k, v in overrides.get("element_sizes", {}).items() if isinstance(v, dict)}
     enum_members = {e.name: [m.name for m in e.members] for e in module.enums}
     limits = {m.name: m.value for m in module.macros}
+    handle_section = overrides.get("handle_values", {})
+    handle_tables = {(direction, enum): members for direction in ("inputs", "outputs")
+                     for enum, members in handle_section.get(direction, {}).items()}
+    declared_handles = {h.name for h in module.handles}
+    for (_, enum), members in handle_tables.items():
+        problems += [f"handle_values.{enum}: {member} is no member of the headers' {enum}"
+                     for member in members if member not in enum_members.get(enum, [])]
+        problems += [f"handle_values.{enum}: {handle} is not a handle the headers declare"
+                     for handle in members.values() if handle not in declared_handles]
     by_name = {fn.name: fn for fn in functions}
 
     for table_name, entries in (("lengths", exceptions), ("nullable", nullable_exceptions)):
@@ -132,12 +145,13 @@ def classify_lengths(functions: list[ir.Function], module: ir.Module, overrides:
             if p.type.length and p.name not in exceptions.get(fn.name, {}):     # const int dims[4]
                 length, rule_id = ir.Length("fixed", str(p.type.length)), "declared-size"
             elif p.name in exceptions.get(fn.name, {}):
-                length = _source(exceptions[fn.name][p.name], fn, p, size_tables, enum_members, problems, limits)
+                length = _source(exceptions[fn.name][p.name], fn, p, size_tables, enum_members, problems, limits,
+                                 handle_tables)
                 rule_id = f"exception:{fn.name}"
             else:
                 for rule in rules:
                     if _matches(rule, fn, p):
-                        length = _source(rule, fn, p, size_tables, enum_members, problems, limits)
+                        length = _source(rule, fn, p, size_tables, enum_members, problems, limits, handle_tables)
                         if length is not None:
                             rule_id = rule["id"]
                             break

@@ -237,10 +237,17 @@ class TypeNames:
             annotation = "HostArrayLike" if const else "HostPointerLike"
         count = self.count_expression(length, fn)
         name = py_name(p.name)
+        source = name
+        if length.kind == "sized" and length.handles:        # elements that are handles: typed and live
+            enum = next(q.type.name for q in fn.params if q.name == length.selector)
+            table = f"_HANDLES_{enum}" + ("" if const else "_out")
+            self.size_tables[table] = "{" + ", ".join(f"{member}: ({handle}, {handle!r})"
+                                                      for member, handle in length.handles) + "}"
+            source = f"_handle_values({name}, {py_name(length.selector)}, {table}, {index})"
         kind = "input" if const else "output"
         note = f"host {kind}, {length.describe()}" + (f" {unit}" if length.kind == "fixed" else "") \
             + (", may be None" if p.nullable else "")
-        return argtype, note, annotation, f"{name} = {conv}({name}, {count}, {index})"
+        return argtype, note, annotation, f"{name} = {conv}({source}, {count}, {index})"
 
     def count_expression(self, length: ir.Length, fn: ir.Function) -> str:
         """The Python expression for how many elements (bytes for void*) the library needs."""

@@ -94,6 +94,19 @@ def rnn_data_fill(fill):
     data = make(c.cudnnCreateRNNDataDescriptor, c.cudnnRNNDataDescriptor_t)
     c.cudnnSetRNNDataDescriptor(data, c.CUDNN_DATA_FLOAT, 0, 4, 4, 4, [4] * 4, fill)
 
+def backend_descriptor_values(values):
+    graph = make(lambda p: c.cudnnBackendCreateDescriptor(c.CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, p),
+                 c.cudnnBackendDescriptor_t)
+    count = len(values) if isinstance(values, ctypes.Array) else 1
+    c.cudnnBackendSetAttribute(graph, c.CUDNN_ATTR_OPERATIONGRAPH_OPS, c.CUDNN_TYPE_BACKEND_DESCRIPTOR, count, values)
+
+def destroyed_backend_descriptor():
+    dead = make(lambda p: c.cudnnBackendCreateDescriptor(c.CUDNN_BACKEND_POINTWISE_DESCRIPTOR, p),
+                c.cudnnBackendDescriptor_t)
+    alias = c.cudnnBackendDescriptor_t.from_buffer_copy(dead)
+    c.cudnnBackendDestroyDescriptor(dead)
+    backend_descriptor_values(byref(alias))
+
 def lrn_outputs_are_optional():
     lrn = make(c.cudnnCreateLRNDescriptor, c.cudnnLRNDescriptor_t)
     n = ctypes.c_uint()
@@ -181,6 +194,9 @@ CASES = {
     "fused ops Get into an int address": "c.cudnnGetFusedOpsVariantParamPackAttribute(make(lambda p: "
                                          "c.cudnnCreateFusedOpsVariantParamPack(p, 0), "
                                          "c.cudnnFusedOpsVariantParamPack_t), 0, 1 << 31)",
+    "backend descriptor as an int": "backend_descriptor_values(byref(ctypes.c_int64(12345)))",
+    "backend descriptor NULL": "backend_descriptor_values((c.cudnnBackendDescriptor_t * 2)(pointwise))",
+    "backend descriptor destroyed": "destroyed_backend_descriptor()",
     "callback read back": "callback_round_trip()",
     "callback temporary": "callback_outlives_its_argument()",
     "callback byref": "c.cudnnSetCallback(c.CUDNN_SEV_ERROR_EN, None, byref(c_int()))",
@@ -275,6 +291,11 @@ EXPECTED = {   # case -> (exception class, text the message must contain); None:
                                                       "values, which no numpy dtype holds"),
     "fused ops Get into an int address": ("DnnArgumentError", "cudnnGetFusedOpsVariantParamPackAttribute: parameter "
                                                               "'ptr'"),
+    "backend descriptor as an int": ("DnnArgumentError", "cudnnBackendSetAttribute: parameter 'arrayOfElements' "
+                                                         "holds cudnnBackendDescriptor_t values here"),
+    "backend descriptor NULL": ("DnnArgumentError", "parameter 'arrayOfElements' element [1] is NULL; every element "
+                                                    "must be a created cudnnBackendDescriptor_t"),
+    "backend descriptor destroyed": ("DnnArgumentError", "parameter 'arrayOfElements' element [0] was destroyed"),
     "callback read back": None,
     "callback temporary": None,
     "callback byref": ("DnnArgumentError", "cudnnSetCallback: parameter 'fptr' needs a callback (an instance of "

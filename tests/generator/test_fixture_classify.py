@@ -171,3 +171,11 @@ def test_count_sources_can_name_a_floor() -> None:
     fn = next(fn for fn in result.functions if fn.name == "fxSumDims")
     length = next(p.length for p in fn.params if p.name == "dimA")
     assert length is not None and length.least == 2 and length.describe() == "count nbDims, at least 2"
+
+
+def test_handle_values_must_name_declared_members_and_handles() -> None:
+    module = fb.parse_fixture("fixture.h")
+    overrides = fb.fixture_overrides(handle_values={"inputs": {"fxNoEnum_t": {"FX_GONE": "fxNoHandle_t"}}})
+    problems = classify.classify(module, overrides, strict=False).problems
+    assert problems == ["handle_values.fxNoEnum_t: FX_GONE is no member of the headers' fxNoEnum_t",
+                        "handle_values.fxNoEnum_t: fxNoHandle_t is not a handle the headers declare"]

@@ -24,7 +24,8 @@ from dnnbind.runtime.checks import (at_most as _at_most, check_values as _check_
                                     query_count as _query_count, sized_count as _sized_count,
                                     values_ok as _values_ok)
 from dnnbind.runtime.handles import (UNSET as _unset, callback as _callback, check_set as _check_set,
-                                     created as _created, destroy_once as _destroy_once, was_set as _was_set)
+                                     created as _created, destroy_once as _destroy_once,
+                                     handle_values as _handle_values, was_set as _was_set)
 from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
                                       address_handle as _address_handle)
 from dnnbind.runtime.versions import cudnn_version as _cudnn_version
@@ -2457,7 +2458,7 @@ def cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCo
     if not _handles_set:
         _lib.check_handles('cudnnBackendSetAttribute', ('descriptor',), (descriptor,))
     try:
-        arrayOfElements = _void_c(arrayOfElements, _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, elementCount, 'cudnnBackendSetAttribute', 'attributeType'), 4)
+        arrayOfElements = _void_c(_handle_values(arrayOfElements, attributeType, _HANDLES_cudnnBackendAttributeType_t, 4), _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, elementCount, 'cudnnBackendSetAttribute', 'attributeType'), 4)
         status = _cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCount, arrayOfElements)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBackendSetAttribute', ('descriptor', 'attributeName', 'attributeType', 'elementCount', 'arrayOfElements'), exc) from None
@@ -2498,7 +2499,7 @@ def cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requested
         _lib.check_handles('cudnnBackendGetAttribute', ('descriptor',), (descriptor,))
     try:
         elementCount = _arr_int64_t(elementCount, 1, 4)
-        arrayOfElements = _void(arrayOfElements, _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, requestedElementCount, 'cudnnBackendGetAttribute', 'attributeType'), 5)
+        arrayOfElements = _void(_handle_values(arrayOfElements, attributeType, _HANDLES_cudnnBackendAttributeType_t_out, 5), _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, requestedElementCount, 'cudnnBackendGetAttribute', 'attributeType'), 5)
         status = _cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requestedElementCount, elementCount, arrayOfElements)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBackendGetAttribute', ('descriptor', 'attributeName', 'attributeType', 'requestedElementCount', 'elementCount', 'arrayOfElements'), exc) from None
@@ -11708,4 +11709,6 @@ _lib.last_error = _last_error
 _lib.status_enum = cudnnStatus_t
 _lib.describe_status = cudnnGetErrorString
 _lib.read_version = _read_version
+_HANDLES_cudnnBackendAttributeType_t = {CUDNN_TYPE_BACKEND_DESCRIPTOR: (cudnnBackendDescriptor_t, 'cudnnBackendDescriptor_t'), CUDNN_TYPE_HANDLE: (cudnnHandle_t, 'cudnnHandle_t')}
+_HANDLES_cudnnBackendAttributeType_t_out = {CUDNN_TYPE_BACKEND_DESCRIPTOR: (cudnnBackendDescriptor_t, 'cudnnBackendDescriptor_t')}
 _SIZES_cudnnBackendAttributeType_t = {CUDNN_TYPE_ATTRIB_NAME: 4, CUDNN_TYPE_BACKEND_DESCRIPTOR: 8, CUDNN_TYPE_BEHAVIOR_NOTE: 4, CUDNN_TYPE_BN_FINALIZE_STATS_MODE: 4, CUDNN_TYPE_BOOLEAN: 1, CUDNN_TYPE_CHAR: 1, CUDNN_TYPE_CONVOLUTION_MODE: 4, CUDNN_TYPE_CUDA_GRAPH_RETENTION: 4, CUDNN_TYPE_DATA_TYPE: 4, CUDNN_TYPE_DOUBLE: 8, CUDNN_TYPE_FLOAT: 4, CUDNN_TYPE_FRACTION: 16, CUDNN_TYPE_GENSTATS_MODE: 4, CUDNN_TYPE_HANDLE: 8, CUDNN_TYPE_HEUR_MODE: 4, CUDNN_TYPE_INT32: 4, CUDNN_TYPE_INT64: 8, CUDNN_TYPE_KNOB_TYPE: 4, CUDNN_TYPE_LAYOUT_TYPE: 4, CUDNN_TYPE_MOE_GROUPED_MATMUL_MODE: 4, CUDNN_TYPE_NAN_PROPOGATION: 4, CUDNN_TYPE_NORM_FWD_PHASE: 4, CUDNN_TYPE_NORM_MODE: 4, CUDNN_TYPE_NUMERICAL_NOTE: 4, CUDNN_TYPE_OPERATIONGRAPH_MODE: 4, CUDNN_TYPE_PADDING_MODE: 4, CUDNN_TYPE_POINTWISE_MODE: 4, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE: 4, CUDNN_TYPE_RESAMPLE_MODE: 4, CUDNN_TYPE_RESHAPE_MODE: 4, CUDNN_TYPE_RNG_DISTRIBUTION: 4, CUDNN_TYPE_SIGNAL_MODE: 4, CUDNN_TYPE_TENSOR_REORDERING_MODE: 4, CUDNN_TYPE_VOID_PTR: 8}

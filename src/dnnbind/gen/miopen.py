@@ -24,7 +24,8 @@ from dnnbind.runtime.checks import (at_most as _at_most, check_values as _check_
                                     query_count as _query_count, sized_count as _sized_count,
                                     values_ok as _values_ok)
 from dnnbind.runtime.handles import (UNSET as _unset, callback as _callback, check_set as _check_set,
-                                     created as _created, destroy_once as _destroy_once, was_set as _was_set)
+                                     created as _created, destroy_once as _destroy_once,
+                                     handle_values as _handle_values, was_set as _was_set)
 from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
                                       address_handle as _address_handle)
 
@@ -11359,7 +11360,7 @@ def miopenBackendSetAttribute(descriptor, attributeName, attributeType, elementC
     if not _handles_set:
         _lib.check_handles('miopenBackendSetAttribute', ('descriptor',), (descriptor,))
     try:
-        arrayOfElements = _void(arrayOfElements, _sized_count(_SIZES_miopenBackendAttributeType_t, attributeType, elementCount, 'miopenBackendSetAttribute', 'attributeType'), 4)
+        arrayOfElements = _void(_handle_values(arrayOfElements, attributeType, _HANDLES_miopenBackendAttributeType_t_out, 4), _sized_count(_SIZES_miopenBackendAttributeType_t, attributeType, elementCount, 'miopenBackendSetAttribute', 'attributeType'), 4)
         status = _miopenBackendSetAttribute(descriptor, attributeName, attributeType, elementCount, arrayOfElements)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenBackendSetAttribute', ('descriptor', 'attributeName', 'attributeType', 'elementCount', 'arrayOfElements'), exc) from None
@@ -11462,7 +11463,7 @@ def miopenBackendGetAttribute(descriptor, attributeName, attributeType, requeste
         _lib.check_handles('miopenBackendGetAttribute', ('descriptor',), (descriptor,))
     try:
         elementCount = _arr_int64_t(elementCount, 1, 4)
-        arrayOfElements = _void(arrayOfElements, _sized_count(_SIZES_miopenBackendAttributeType_t, attributeType, requestedElementCount, 'miopenBackendGetAttribute', 'attributeType'), 5)
+        arrayOfElements = _void(_handle_values(arrayOfElements, attributeType, _HANDLES_miopenBackendAttributeType_t_out, 5), _sized_count(_SIZES_miopenBackendAttributeType_t, attributeType, requestedElementCount, 'miopenBackendGetAttribute', 'attributeType'), 5)
         status = _miopenBackendGetAttribute(descriptor, attributeName, attributeType, requestedElementCount, elementCount, arrayOfElements)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenBackendGetAttribute', ('descriptor', 'attributeName', 'attributeType', 'requestedElementCount', 'elementCount', 'arrayOfElements'), exc) from None
@@ -12835,4 +12836,5 @@ def _read_version():
 _lib.status_enum = miopenStatus_t
 _lib.describe_status = miopenGetErrorString
 _lib.read_version = _read_version
+_HANDLES_miopenBackendAttributeType_t_out = {MIOPEN_TYPE_BACKEND_DESCRIPTOR: (miopenBackendDescriptor_t, 'miopenBackendDescriptor_t')}
 _SIZES_miopenBackendAttributeType_t = {MIOPEN_TYPE_ATTRIB_NAME: 4, MIOPEN_TYPE_BACKEND_DESCRIPTOR: 8, MIOPEN_TYPE_BEHAVIOR_NOTE: 4, MIOPEN_TYPE_BN_FINALIZE_STATS_MODE: 4, MIOPEN_TYPE_BOOLEAN: 1, MIOPEN_TYPE_CHAR: 1, MIOPEN_TYPE_CONVOLUTION_MODE: 4, MIOPEN_TYPE_DATA_TYPE: 4, MIOPEN_TYPE_DOUBLE: 8, MIOPEN_TYPE_FLOAT: 4, MIOPEN_TYPE_FRACTION: 16, MIOPEN_TYPE_GENSTATS_MODE: 4, MIOPEN_TYPE_HANDLE: 8, MIOPEN_TYPE_HEUR_MODE: 4, MIOPEN_TYPE_INT32: 4, MIOPEN_TYPE_INT64: 8, MIOPEN_TYPE_KNOB_TYPE: 4, MIOPEN_TYPE_LAYOUT_TYPE: 4, MIOPEN_TYPE_NAN_PROPOGATION: 4, MIOPEN_TYPE_NORM_FWD_PHASE: 4, MIOPEN_TYPE_NORM_MODE: 4, MIOPEN_TYPE_NUMERICAL_NOTE: 4, MIOPEN_TYPE_PADDING_MODE: 4, MIOPEN_TYPE_POINTWISE_MODE: 4, MIOPEN_TYPE_REDUCTION_OPERATOR_TYPE: 4, MIOPEN_TYPE_RESAMPLE_MODE: 4, MIOPEN_TYPE_RNG_DISTRIBUTION: 4, MIOPEN_TYPE_SIGNAL_MODE: 4, MIOPEN_TYPE_TENSOR_REORDERING_MODE: 4, MIOPEN_TYPE_VOID_PTR: 8}

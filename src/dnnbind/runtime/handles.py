@@ -117,3 +117,31 @@ def callback(kind: Any, obj: Any, index: int, where: tuple[str, str], owner: Any
         raise error
     _callbacks[where + (_address(owner),)] = value
     return value
+
+
+def handle_values(values: Any, selector: Any, handle_types: dict[int, tuple[type, str]], index: int) -> Any:
+    """``values`` as is after checking, where ``selector`` (a backend attribute type) says its elements are
+    handles of ``handle_types[selector]`` (the type and its C name): a handle object of that type, a ctypes
+    array of them or byref of either, each created and not destroyed. The library dereferences every element,
+    so raw memory holding an int, a NULL or a destroyed handle would crash it."""
+    entry = handle_types.get(int(selector)) if isinstance(selector, int) else None
+    if entry is None or values is None:
+        return values
+    kind, name = entry
+    target = getattr(values, "_obj") if isinstance(values, _ByrefType) else values
+    if isinstance(target, kind):
+        items: Any = (target,)
+    elif isinstance(target, ctypes.Array) and target._type_ is kind:
+        items = target
+    else:
+        error = DnnArgumentError(f"holds {name} values here: pass a {name} (a ctypes array of them, or byref of "
+                                 f"either), got {type_name(values)}")
+        error.index = index                 # type: ignore[attr-defined]
+        raise error
+    for i, item in enumerate(items):
+        problem = "is NULL" if not item else "was destroyed" if _address(item) in _freed else ""
+        if problem:
+            error = DnnArgumentError(f"element [{i}] {problem}; every element must be a created {name}")
+            error.index = index             # type: ignore[attr-defined]
+            raise error
+    return values

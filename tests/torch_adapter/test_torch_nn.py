@@ -172,6 +172,9 @@ def test_autocast_runs_convolutions_and_recurrences_in_its_dtype_like_torch(comp
     torch._dynamo.reset()          # this test's compilation must not count towards later tests' recompile limits
     run = torch.compile(ours, fullgraph=True) if compiled else ours
     x = torch.randn(4, 3, 8, 8)
+    with torch.no_grad():
+        for _ in range(2):
+            run(x)                 # planned (eager: as one node) without autocast: autocast must not reuse that
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y, y_ref = run(x), theirs(x)
     assert y.dtype == y_ref.dtype == torch.bfloat16

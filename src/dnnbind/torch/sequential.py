@@ -168,10 +168,11 @@ def _one_by_one(layers: list[nn.Module], x: Any) -> Any:
 
 def _fusable_input(x: Any) -> bool:
     """Whether a run may take x as one node: a plain CPU tensor, no transform, dispatch mode, saved-tensor
-    hook or global module hook active (nor a compiler tracing: the caller asked)."""
+    hook, global module hook or autocast active (nor a compiler tracing: the caller asked)."""
     return (type(x) in eager._PLAIN_TENSORS and x.is_cpu and not is_functorch_wrapped_tensor(x)
             and not eager._dispatch_modes() and not eager._functorch_transforms()
-            and _saved_tensor_hooks(False) is None and not _global_hooks())
+            and _saved_tensor_hooks(False) is None and not _global_hooks()
+            and not torch._C._is_any_autocast_enabled())
 
 
 def _global_hooks() -> bool:

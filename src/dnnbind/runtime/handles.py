@@ -14,6 +14,7 @@ import ctypes
 import threading
 from ctypes import c_void_p
 
+from dnnbind.runtime.checks import _problem
 from dnnbind.runtime.errors import DnnArgumentError
 from dnnbind.runtime.pointers import _CData, type_name
 
@@ -111,10 +112,8 @@ def callback(kind: Any, obj: Any, index: int, where: tuple[str, str], owner: Any
     elif callable(obj) and not isinstance(obj, _CData):
         value = kind(obj)
     else:
-        error = DnnArgumentError("needs a callback (an instance of its CFUNCTYPE type, a Python function "
-                                 f"to wrap in one, or None), got {type_name(obj)}")
-        error.index = index                 # type: ignore[attr-defined]
-        raise error
+        raise _problem(DnnArgumentError, index, "needs a callback (an instance of its CFUNCTYPE type, a Python "
+                       f"function to wrap in one, or None), got {type_name(obj)}")
     _callbacks[where + (_address(owner),)] = value
     return value
 
@@ -134,14 +133,10 @@ def handle_values(values: Any, selector: Any, handle_types: dict[int, tuple[type
     elif isinstance(target, ctypes.Array) and target._type_ is kind:
         items = target
     else:
-        error = DnnArgumentError(f"holds {name} values here: pass a {name} (a ctypes array of them, or byref of "
-                                 f"either), got {type_name(values)}")
-        error.index = index                 # type: ignore[attr-defined]
-        raise error
+        raise _problem(DnnArgumentError, index, f"holds {name} values here: pass a {name} (a ctypes array of them, "
+                       f"or byref of either), got {type_name(values)}")
     for i, item in enumerate(items):
         problem = "is NULL" if not item else "was destroyed" if _address(item) in _freed else ""
         if problem:
-            error = DnnArgumentError(f"element [{i}] {problem}; every element must be a created {name}")
-            error.index = index             # type: ignore[attr-defined]
-            raise error
+            raise _problem(DnnArgumentError, index, f"element [{i}] {problem}; every element must be a created {name}")
     return values

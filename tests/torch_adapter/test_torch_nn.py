@@ -169,7 +169,6 @@ def test_autocast_runs_convolutions_and_recurrences_in_its_dtype_like_torch(comp
     autocast dtype (batch norm then takes that input with float32 parameters); so do dnnbind's layers, and the
     float32 parameters get float32 gradients equal to torch's."""
     ours, theirs = _autocast_cnn(dnnbind_nn), _autocast_cnn(torch_nn)
-    torch._dynamo.reset()          # this test's compilation must not count towards later tests' recompile limits
     run = torch.compile(ours, fullgraph=True) if compiled else ours
     x = torch.randn(4, 3, 8, 8)
     with torch.no_grad():
@@ -193,4 +192,3 @@ def test_autocast_runs_convolutions_and_recurrences_in_its_dtype_like_torch(comp
     torch.testing.assert_close(out, out_ref, rtol=2e-2, atol=1e-2)
     with torch.autocast("cpu", enabled=False):
         assert ours[0](x).dtype == torch.float32
-    torch._dynamo.reset()

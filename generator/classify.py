@@ -124,6 +124,7 @@ def classify_handles(functions: list[ir.Function], module: ir.Module, overrides:
         owned = {p.name for p in fn.params if _handle_is_owned(p.type, foreign)}
         problems += [f"stale nullable_handles exception: {fn_name} has no handle parameter {n!r}"
                      for n in names if n not in owned]
+
     def decided(fn: ir.Function, p: ir.Param) -> ir.Param:
         if p.name in listed.get(fn.name, ()):
             return replace(p, nullable=True, rule=OPTIONAL_HANDLE)

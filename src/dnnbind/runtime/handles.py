@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable
 
 _ByrefType = type(ctypes.byref(ctypes.c_int()))
-_lock = threading.Lock()
+_lock = threading.RLock()        # re-entrant: a library callback may destroy a handle during a destroy
 #: addresses a generated destroy freed and no generated create has returned since
 _freed: set[int] = set()
 #: handles created but not set yet, of the types a library cannot read in that state (``unset_handles`` in

@@ -239,8 +239,7 @@ class TypeNames:
         name = py_name(p.name)
         source = name
         if length.kind == "sized" and length.handles:        # elements that are handles: typed and live
-            enum = next(q.type.name for q in fn.params if q.name == length.selector)
-            table = f"_HANDLES_{enum}" + ("" if const else "_out")
+            table = f"_HANDLES_{_selector_enum(length, fn)}" + ("" if const else "_out")
             self.size_tables[table] = "{" + ", ".join(f"{member}: ({handle}, {handle!r})"
                                                       for member, handle in length.handles) + "}"
             source = f"_handle_values({name}, {py_name(length.selector)}, {table}, {index})"
@@ -262,7 +261,7 @@ class TypeNames:
             count += f" - {length.minus}" if length.minus else ""
             return f"max({count}, {length.least})" if length.least else count
         if length.kind == "sized":
-            enum = next(q.type.name for q in fn.params if q.name == length.selector)
+            enum = _selector_enum(length, fn)
             table = f"_SIZES_{enum}"
             declared = {m.name for m in self.enums[enum].members} if enum in self.enums else set()
             self.size_tables[table] = "{" + ", ".join(f"{member}: {size}" for member, size in length.sizes
@@ -383,6 +382,11 @@ def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_no
 def _unset_roles(fn: ir.Function, names: TypeNames) -> tuple[bool, str, tuple[str, ...]]:
     creates, sets, needs = unset_roles(fn, names.unset_types, names.unset_setters, names.unset_partial)
     return creates, py_name(sets) if sets else "", tuple(py_name(n) for n in needs)
+
+
+def _selector_enum(length: ir.Length, fn: ir.Function) -> str:
+    """The enum type of a sized length's selector parameter (a backend attribute type)."""
+    return next(q.type.name for q in fn.params if q.name == length.selector)
 
 
 def _deprecation_text(comment: str) -> str:

@@ -16,19 +16,23 @@ from ctypes import c_void_p
 
 from dnnbind.runtime.checks import _problem
 from dnnbind.runtime.errors import DnnArgumentError
-from dnnbind.runtime.pointers import _CData, type_name
+from dnnbind.runtime.pointers import _ByrefType, _CData, type_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-_ByrefType = type(ctypes.byref(ctypes.c_int()))
 _lock = threading.RLock()        # re-entrant: a library callback may destroy a handle during a destroy
 #: addresses a generated destroy freed and no generated create has returned since
 _freed: set[int] = set()
 #: handles created but not set yet, of the types a library cannot read in that state (``unset_handles`` in
 #: pointer_overrides.json: MIOpen's tensor, sequence, activation, pooling and LRN descriptors crash its Get* calls)
 UNSET: set[int] = set()
+
+
+def is_null(handle: Any) -> bool:
+    """Whether a handle argument is None or a NULL handle object (a destroyed one is cleared to NULL)."""
+    return handle is None or isinstance(handle, ctypes._Pointer) and not handle
 
 
 def _address(handle: Any) -> int | None:
@@ -49,7 +53,7 @@ def destroy_once(library: Any, function: str, param: str, call: Callable[[Any], 
     """Destroy ``handle`` with the foreign ``call`` unless it is NULL or its address was freed already; on
     success, remember the address and clear the handle object."""
     with _lock:
-        if handle is None or isinstance(handle, ctypes._Pointer) and not handle:
+        if is_null(handle):
             raise library.null_handle_error(function, param, handle)
         address = _address(handle)
         if address in _freed:
@@ -136,7 +140,7 @@ def handle_values(values: Any, selector: Any, handle_types: dict[int, tuple[type
         raise _problem(DnnArgumentError, index, f"holds {name} values here: pass a {name} (a ctypes array of them, "
                        f"or byref of either), got {type_name(values)}")
     for i, item in enumerate(items):
-        problem = "is NULL" if not item else "was destroyed" if _address(item) in _freed else ""
+        problem = "is NULL" if is_null(item) else "was destroyed" if _address(item) in _freed else ""
         if problem:
             raise _problem(DnnArgumentError, index, f"element [{i}] {problem}; every element must be a created {name}")
     return values

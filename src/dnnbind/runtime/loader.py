@@ -23,6 +23,7 @@ trace_hook: "Callable[[Library, str, Any], Any] | None" = None
 
 from dnnbind.runtime.errors import (DnnArgumentError, DnnRangeError, LibraryError, LibraryNotFoundError,
                                     LibraryVersionError, SymbolNotFoundError)
+from dnnbind.runtime.handles import is_null
 from dnnbind.runtime.pointers import type_name
 
 #: Set to 1 to use a library whose major version differs from the headers' (enum values may mean other things).
@@ -200,7 +201,7 @@ class Library:
         """The slow path of the wrappers' handle check: name the first handle argument that is None, NULL or
         not a handle at all (a numpy array has no single truth value); return if there is none after all."""
         for param, value in zip(params, values):
-            if value is None or isinstance(value, ctypes._Pointer) and not value:
+            if is_null(value):
                 raise DnnArgumentError(f"{function}: parameter {param!r} is {'None' if value is None else 'NULL'}; "
                                        "it needs a created handle (a successful destroy clears a handle to NULL, "
                                        "so this is also a handle used after destroying it)")

@@ -43,10 +43,18 @@ def autocast_dtype(x: Tensor) -> torch.dtype | None:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
 
 
-def _lower(dtype: torch.dtype | None, t: Any) -> Any:
-    if dtype is None or t is None or not t.is_floating_point() or t.dtype == dtype:
-        return t
-    return t.to(dtype)
+def _autocast(x: Tensor, *others: Any) -> tuple[Any, ...]:
+    """(x, *others) as torch.autocast's lower-precision ops take them: its floating-point tensors in the
+    autocast dtype of x's device (as they are when autocast is off); a list entry is a list of tensors."""
+    dtype = autocast_dtype(x)
+    if dtype is None:
+        return (x, *others)
+
+    def lower(t: Any) -> Any:
+        if isinstance(t, (list, tuple)):
+            return [lower(u) for u in t]
+        return t.to(dtype) if t is not None and t.is_floating_point() and t.dtype != dtype else t
+    return tuple(lower(t) for t in (x, *others))
 
 
 def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padding: Any = 0,
@@ -54,9 +62,7 @@ def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padd
     """N-d convolution (1 to 3 spatial dims) like ``torch.nn.functional.conv{1,2,3}d``; ``flip=True``:
     true convolution. ``padding`` may also be one (low, high) pair per spatial dim. Under torch.autocast
     x, w and b are cast to its dtype first, as torch casts them for its convolutions."""
-    lower = autocast_dtype(x)
-    if lower is not None:
-        x, w, b = _lower(lower, x), _lower(lower, w), _lower(lower, b)
+    x, w, b = _autocast(x, w, b)
     arguments = conv_arguments(stride, padding, dilation, groups, flip)
     done = planned("conv", (x, w, b), arguments)
     if done is not None:
@@ -118,9 +124,7 @@ def conv_transpose(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any
                    output_padding: Any = 0, dilation: Any = 1, groups: int = 1, flip: bool = False) -> Tensor:
     """Transposed convolution like ``torch.nn.functional.conv_transpose{1,2,3}d`` (w is (C_in, C_out/groups, ...));
     under torch.autocast in its dtype, as :func:`conv`."""
-    lower = autocast_dtype(x)
-    if lower is not None:
-        x, w, b = _lower(lower, x), _lower(lower, w), _lower(lower, b)
+    x, w, b = _autocast(x, w, b)
     arguments = conv_transpose_arguments(stride, padding, output_padding, dilation, groups, flip)
     done = planned("conv_transpose", (x, w, b), arguments)
     if done is not None:
@@ -228,10 +232,7 @@ def rnn(x: Tensor, weights: Sequence[Sequence[Tensor | None]], *, mode: str = "l
     packed-sequence semantics. Returns (y, hy, cy), cy None unless ``mode="lstm"``. Under torch.autocast
     in its dtype, as :func:`conv`.
     """
-    lower = autocast_dtype(x)
-    if lower is not None:
-        x, h0, c0 = _lower(lower, x), _lower(lower, h0), _lower(lower, c0)
-        weights = [[_lower(lower, t) for t in entry] for entry in weights]
+    x, h0, c0, weights = _autocast(x, h0, c0, weights)
     _check(x=x, h0=h0, c0=c0, weights=weights)
     if isinstance(lengths, torch.Tensor):
         lengths = lengths.tolist()

@@ -16,7 +16,7 @@ plane).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
@@ -54,6 +54,35 @@ def forward(xp: Any, x: Any, dims: PoolDims) -> tuple[Any, Any]:
     return y, first_in_x(xp, y, winners, dims)
 
 
+class _WindowAxis(NamedTuple):
+    """One spatial dim of a pooling's windows, per output (numpy arrays broadcastable against y)."""
+    window: int             # the window's size along this dim
+    size: int               # x's size along it
+    first: np.ndarray       # the first window position at or past x's start (PyTorch: start += d while start < 0)
+    first_coord: np.ndarray  # that position's coordinate in x (may lie past x's end)
+    coord: Any              # the coordinate in x of each output's winner (an xp array)
+
+
+def _window_axes(xp: Any, winners: Any, dims: PoolDims) -> Iterator[_WindowAxis]:
+    pos = xp.asarray(np.array(dims.window_positions, np.int64).reshape(-1, dims.spatial_rank))
+    chosen = pos[winners.astype(np.int64)]                  # (*y_shape, rank)
+    for axis, (k, d, s, lo, o, size) in enumerate(zip(dims.window, dims.dilation, dims.stride, dims.pad_low,
+                                                      dims.out_size, dims.x_shape[2:])):
+        shape = [1] * (2 + dims.spatial_rank)
+        shape[2 + axis] = o
+        start = (np.arange(o, dtype=np.int64) * s - lo).reshape(shape)
+        first = -(-np.maximum(-start, 0) // d)
+        yield _WindowAxis(k, size, first, start + first * d, xp.asarray(start) + chosen[..., axis] * d)
+
+
+def _winner_in_x(xp: Any, axes: list[_WindowAxis], dims: PoolDims) -> Any:
+    """Per output, whether its winner is an element of x (not padding)."""
+    inside = xp.ones(dims.y_shape, bool)
+    for axis in axes:
+        inside &= (axis.coord >= 0) & (axis.coord < axis.size)
+    return inside
+
+
 def first_in_x(xp: Any, y: Any, winners: Any, dims: PoolDims) -> Any:
     """``winners`` with PyTorch's choice where padding won: a window whose every element in x is -inf ties with
     its -inf padding, and the first position (padding) wins, which routes no gradient; PyTorch's winner there is
@@ -64,21 +93,13 @@ def first_in_x(xp: Any, y: Any, winners: Any, dims: PoolDims) -> Any:
     lost = y == -np.inf
     if not bool(lost.any()):
         return winners
-    pos = xp.asarray(np.array(dims.window_positions, np.int64).reshape(-1, dims.spatial_rank))
-    chosen = pos[winners.astype(np.int64)]                  # (*y_shape, rank)
-    in_x, first_fits = xp.ones(dims.y_shape, bool), xp.ones(dims.y_shape, bool)
+    axes = list(_window_axes(xp, winners, dims))
+    first_fits = xp.ones(dims.y_shape, bool)
     code = xp.zeros(dims.y_shape, np.int64)
-    for axis, (k, d, s, lo, o, size) in enumerate(zip(dims.window, dims.dilation, dims.stride, dims.pad_low,
-                                                      dims.out_size, dims.x_shape[2:])):
-        shape = [1] * (2 + dims.spatial_rank)
-        shape[2 + axis] = o
-        start = np.arange(o, dtype=np.int64) * s - lo
-        first = -(-np.maximum(-start, 0) // d)                # the first window position at or past x's start
-        coord = xp.asarray(start.reshape(shape)) + chosen[..., axis] * d
-        in_x &= (coord >= 0) & (coord < size)
-        first_fits &= xp.asarray(((first < k) & (start + first * d < size)).reshape(shape))
-        code = code * k + xp.asarray(first.reshape(shape))
-    return xp.where(lost & ~in_x & first_fits, code, winners).astype(winners.dtype)
+    for axis in axes:
+        first_fits &= xp.asarray((axis.first < axis.window) & (axis.first_coord < axis.size))
+        code = code * axis.window + xp.asarray(axis.first)
+    return xp.where(lost & ~_winner_in_x(xp, axes, dims) & first_fits, code, winners).astype(winners.dtype)
 
 
 def backward(xp: Any, winners: Any, dy: Any, dims: PoolDims) -> Any:
@@ -94,21 +115,9 @@ def flat_indices(xp: Any, winners: Any, dims: PoolDims) -> Any:
     of the unpadded input, int64. A window whose winner is padding (one that reads no element of x, or
     only -inf ones after padding) gets PyTorch's index there: that of its first position at or past x's
     start in every dim (which may lie past x's end, as in PyTorch)."""
-    pos = xp.asarray(np.array(dims.window_positions, np.int64).reshape(-1, dims.spatial_rank))
-    chosen = pos[winners.astype(np.int64)]                  # (*y_shape, rank)
-    coords, fallback = [], []
-    inside = xp.ones(dims.y_shape, bool)
-    for axis, (d, s, lo, o, size) in enumerate(zip(dims.dilation, dims.stride, dims.pad_low, dims.out_size,
-                                                   dims.x_shape[2:])):
-        shape = [1] * (2 + dims.spatial_rank)
-        shape[2 + axis] = o
-        start = np.arange(o, dtype=np.int64) * s - lo
-        first = start + (-(-np.maximum(-start, 0) // d)) * d          # PyTorch: start += d while start < 0
-        coord = xp.asarray(start.reshape(shape)) + chosen[..., axis] * d
-        inside &= (coord >= 0) & (coord < size)
-        coords.append(coord)
-        fallback.append(xp.asarray(first.reshape(shape)))
+    axes = list(_window_axes(xp, winners, dims))
+    inside = _winner_in_x(xp, axes, dims)
     flat = xp.zeros(dims.y_shape, np.int64)
-    for coord, first, size in zip(coords, fallback, dims.x_shape[2:]):
-        flat = flat * size + xp.where(inside, coord, first)
+    for axis in axes:
+        flat = flat * axis.size + xp.where(inside, axis.coord, xp.asarray(axis.first_coord))
     return flat

@@ -1,9 +1,20 @@
 """The generator's command line: ``python -m generator {headers,generate,check,report,diff} LIB``.
 
-A user's mistake (an unknown library, a headers directory that is not there, a version or Debian
-suite that does not exist) ends in one line on stderr saying what is wrong and what is valid, with
-exit status 2; a download that fails or is refused ends in one line with status 1. Anything else
-is a bug in the generator and keeps its traceback.
+Before anything else it checks generator/headers.json and generator/pointer_overrides.json against
+their JSON Schemas (generator/schemas/). Its known failures end in messages on stderr, each line
+starting ``python -m generator COMMAND: error:``, never in a traceback:
+
+exit status 0: done (``check``: the committed modules are fresh);
+exit status 1: a problem in the inputs, which a maintainer fixes there: an input file that is not
+    valid JSON (``FILE:LINE:COLUMN``) or breaks its schema (one line per problem: the file, the entry
+    and what is wrong), header diagnostics (file and line), classification problems (unclassified
+    or stale entries in pointer_overrides.json), a download that fails or whose sha256 differs from
+    its pin; ``check`` also exits 1 when a committed module is stale;
+exit status 2: a usage mistake: an unknown library, a --headers directory that is not there or lacks
+    the headers (or no headers fetched: run `make headers`), a version or Debian suite that does not
+    exist, or arguments argparse refuses.
+
+A traceback means a bug in the generator itself.
 """
 from __future__ import annotations
 
@@ -14,6 +25,8 @@ import time
 from pathlib import Path
 
 from generator import config as cfg, pipeline
+from generator.fetch import WheelHashError
+from generator.problems import InputProblem
 
 PROG = "python -m generator"
 DISTRO_INFO = Path("/usr/share/distro-info/debian.csv")
@@ -83,9 +96,13 @@ def one_line(exc: BaseException) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n", 1)[0],
+                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    libraries = ", ".join(sorted(cfg.load_all()))
+    try:
+        libraries = ", ".join(sorted(cfg.load_all()))
+    except InputProblem:                     # main() reports it, after parsing the command line
+        libraries = "a library of generator/headers.json"
     for name, help_text in [("headers", "download the pinned headers into .cache/"),
                             ("generate", "regenerate src/dnnbind/gen/LIB.py and show what changed"),
                             ("check", "fail when the committed module differs from a fresh generation"),
@@ -133,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.reconfigure(line_buffering=True)       # progress lines appear as they happen under make
     args = parser().parse_args(argv)
     from generator.debian import DebianFetchError
-    from generator.fetch import WheelHashError
     try:
+        cfg.validate()
         check_libraries(args.library)
         check_headers_dir(getattr(args, "headers", None))
         if args.command == "diff":
@@ -156,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (DebianFetchError, WheelHashError) as exc:          # the network or the index, not the user
         print(f"{PROG} {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        return 1
+    except InputProblem as exc:                                  # the inputs: JSON files, headers, overrides
+        for line in exc.lines():
+            print(f"{PROG} {args.command}: error: {line}", file=sys.stderr)
         return 1
 
 

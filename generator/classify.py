@@ -12,12 +12,23 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from generator import ir, lengths
+from generator.problems import InputProblem
 
 KINDS = ("device", "host", "either")
 
 
-class ClassificationError(RuntimeError):
+class ClassificationError(InputProblem):
     """The override file and the headers disagree; the message lists every problem."""
+
+    def __init__(self, message: str, library: str = "", problems: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.library, self.problems = library, problems
+
+    def lines(self) -> list[str]:
+        """The summary, then one self-contained line per problem (file, library, entry, what is wrong)."""
+        if not self.problems:
+            return super().lines()
+        return [str(self).splitlines()[0]] + [f"pointer_overrides.json: {self.library}: {p}" for p in self.problems]
 
 
 @dataclass
@@ -214,7 +225,8 @@ def classify(module: ir.Module, overrides: dict[str, Any], strict: bool = True) 
                  for name in sorted(result.unset_types - declared)]
     if problems and strict:
         raise ClassificationError(f"{len(problems)} problem(s) in pointer_overrides.json for "
-                                  f"{module.library}:\n" + "\n".join(f"  {p}" for p in problems))
+                                  f"{module.library}:\n" + "\n".join(f"  {p}" for p in problems),
+                                  module.library, tuple(problems))
     result.per_rule = used
     result.problems = problems
     result.unused_rules = [r for r in [r["id"] for r in rules] + lengths.rule_ids(overrides) if used[r] == 0]

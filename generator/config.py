@@ -1,23 +1,48 @@
 """Reading generator/headers.json and finding each library's headers on disk."""
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from generator import inputs
 
 GENERATOR_DIR = Path(__file__).resolve().parent
 REPO_ROOT = GENERATOR_DIR.parent
 CACHE_DIR = Path(os.environ.get("DNNBIND_CACHE_DIR", REPO_ROOT / ".cache"))
 
 
+HEADERS_FILE = GENERATOR_DIR / "headers.json"
+OVERRIDES_FILE = GENERATOR_DIR / "pointer_overrides.json"
+
+
+def shown(path: Path) -> str:
+    """How messages name one of the generator's files: relative to the repository when inside it."""
+    try:
+        return path.resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def load_all() -> dict[str, dict[str, Any]]:
-    return json.loads((GENERATOR_DIR / "headers.json").read_text())
+    """Every library's entry in headers.json, checked against its schema (InputError otherwise)."""
+    return inputs.load(HEADERS_FILE, "headers.schema.json", shown(HEADERS_FILE))
 
 
 def load_overrides(library: str) -> dict[str, Any]:
-    return json.loads((GENERATOR_DIR / "pointer_overrides.json").read_text())[library]
+    """One library's entry in pointer_overrides.json, checked against its schema (InputError otherwise)."""
+    overrides = inputs.load(OVERRIDES_FILE, "pointer_overrides.schema.json", shown(OVERRIDES_FILE))
+    if library not in overrides:
+        raise inputs.InputError(f"{shown(OVERRIDES_FILE)}: (top level): no entry for library {library!r} "
+                                f"(headers.json has one; libraries here: {', '.join(sorted(overrides)) or 'none'})")
+    return overrides[library]
+
+
+def validate() -> None:
+    """Check both input files against their schemas, and that every library has its overrides."""
+    for library in load_all():
+        load_overrides(library)
 
 
 @dataclass(frozen=True)

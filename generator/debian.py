@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from generator.problems import InputProblem
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path(os.environ.get("DNNBIND_CACHE_DIR", REPO_ROOT / ".cache"))   # the project's cache
 ARCH = "amd64"
@@ -31,7 +33,7 @@ LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu")
 Log = Callable[[str], None]
 
 
-class DebianFetchError(RuntimeError):
+class DebianFetchError(InputProblem):
     """apt could not give us what headers.json asks for."""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from generator import config as cfg
+from generator.problems import InputProblem
 
 
 def wheel_dir() -> Path:
@@ -30,7 +31,11 @@ def find_wheel(name: str, version: str) -> Path | None:
     return matches[0] if matches else None
 
 
-class WheelHashError(RuntimeError):
+class DownloadError(InputProblem):
+    """pip could not download a pinned wheel (pip's own output says why)."""
+
+
+class WheelHashError(InputProblem):
     """A downloaded wheel is not the file headers.json pins (or no hash is pinned for it)."""
 
 
@@ -80,11 +85,12 @@ def download_wheel(name: str, version: str) -> Path:
         return verify_wheel(found, name, version)
     wheel_dir().mkdir(parents=True, exist_ok=True)
     print(f"downloading {name}=={version} from PyPI into {wheel_dir()} ...", flush=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                    "--dest", str(wheel_dir()), f"{name}=={version}"], check=True)
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                           "--dest", str(wheel_dir()), f"{name}=={version}"])
     found = find_wheel(name, version)
-    if found is None:
-        raise RuntimeError(f"pip downloaded no wheel for {name}=={version}")
+    if proc.returncode or found is None:
+        raise DownloadError(f"pip download {name}=={version} failed (exit status {proc.returncode}; its output "
+                            f"above says why) or gave no wheel in {wheel_dir()}")
     return verify_wheel(found, name, version)
 
 

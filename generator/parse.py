@@ -17,6 +17,7 @@ from clang.cindex import AvailabilityKind, CursorKind, TypeKind
 
 from generator import ir, macros
 from generator.config import HeaderSet
+from generator.problems import InputProblem
 
 _BUILTIN = {
     TypeKind.INT: ("int", "c_int"), TypeKind.UINT: ("int", "c_uint"),
@@ -40,7 +41,7 @@ _UNDERLYING = {TypeKind.INT: "c_int", TypeKind.UINT: "c_uint", TypeKind.LONG: "c
                TypeKind.UCHAR: "c_ubyte", TypeKind.CHAR_S: "c_char"}
 
 
-class ParseError(RuntimeError):
+class ParseError(InputProblem):
     """The headers did not parse cleanly; the message lists every error diagnostic."""
 
 

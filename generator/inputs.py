@@ -106,15 +106,16 @@ def problems_of(data: Any, schema_name: str) -> Iterator[str]:
 
 def where(data: Any, path: list[Any]) -> str:
     """A path in the file as a maintainer names it: ``cudnn.lengths.rules[dimension-arrays].count``
-    (list items by their ``id`` or ``name`` where they have one, else by position)."""
+    (list items by their ``id``, packages by their ``name``, anything else by position)."""
     out, node = "", data
     for key in path:
         child = None
         if isinstance(key, int):
             if isinstance(node, list) and 0 <= key < len(node):
                 child = node[key]
-            label = next((child[k] for k in ("id", "name") if isinstance(child, dict)
-                          and isinstance(child.get(k), str)), key)
+            label = child.get("id") or child.get("name") if isinstance(child, dict) else None
+            if not isinstance(label, str) or ("name" in child and "id" not in child and "version" not in child):
+                label = key                     # a rule's "name" is a pattern, not what the rule is called
             out += f"[{label}]"
         else:
             if isinstance(node, dict):

@@ -96,6 +96,7 @@ class Enum:
     members: tuple[Enumerator, ...]
     comment: str = ""
     deprecated: bool = False
+    header: str = ""
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ class Struct:
     align: int
     comment: str = ""
     tag: str = ""               # C tag (struct X) when it differs from the typedef name
+    header: str = ""
 
 
 @dataclass(frozen=True)

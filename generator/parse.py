@@ -277,7 +277,7 @@ class Parser:
         underlying = _UNDERLYING.get(c.enum_type.get_canonical().kind, "c_int")
         name = self._enum_name(c)
         self.module.enums.append(ir.Enum(name, underlying, tuple(members), clean_comment(c.raw_comment),
-                                         c.availability == AvailabilityKind.DEPRECATED))
+                                         c.availability == AvailabilityKind.DEPRECATED, self.header_of(c) or ""))
 
     def _struct(self, c: cindex.Cursor, name: str | None = None) -> str:
         name = name or self._record_name(c)
@@ -317,7 +317,8 @@ class Parser:
         self._struct_names.add(name)
         tag = c.spelling if c.spelling != name and not c.is_anonymous() else ""
         self.module.structs.append(ir.Struct(name, self._record_kind(c), tuple(fields), c.type.get_size(),
-                                             c.type.get_align(), clean_comment(c.raw_comment), tag))
+                                             c.type.get_align(), clean_comment(c.raw_comment), tag,
+                                             self.header_of(c) or ""))
         return name
 
     def _anonymous_member(self, parent: cindex.Cursor, record: cindex.Cursor, parent_name: str,

@@ -6,6 +6,7 @@ Output is deterministic: header order, no paths, no timestamps.
 from __future__ import annotations
 
 import keyword
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +27,58 @@ def docstring(text: str) -> str:
     text = text.replace("\\", "\\\\")
     body = text.rstrip('"')             # trailing quotes would merge with the closing triple quote
     return body.replace('"""', '\\"\\"\\"') + '\\"' * (len(text) - len(body))
+
+
+@dataclass(frozen=True)
+class Prose:
+    """What docstrings take from the headers, as headers.json decides per library (``ship_comments``): the
+    header's comments where the vendor's license lets us ship them; otherwise facts only (the prototype and
+    what the generator derives) and a link into the vendor's online API reference (``api_reference``)."""
+    ship: bool
+    title: str = ""
+    reference: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> "Prose":
+        return cls(bool(config.get("ship_comments", False)), config.get("title", ""), config.get("api_reference"))
+
+    def link(self, name: str, header: str) -> str:
+        """The vendor's reference for a declaration of ``header``: its anchor on the header's page, else the
+        reference's front page ("" without a reference)."""
+        if not self.reference:
+            return ""
+        page = self.reference["pages"].get(header.rsplit("/", 1)[-1])
+        if page is None:
+            return self.reference["default"]
+        return self.reference["url"].format(page=page, anchor=name.lower().replace("_", "-"))
+
+    def tail(self, comment: str, name: str, header: str) -> list[str]:
+        """The lines a docstring ends with: the header's comment, or the link to the vendor's reference."""
+        if self.ship:
+            return [comment] if comment else []
+        link = self.link(name, header)
+        return [f"Reference: {link}"] if link else []
+
+    def type_doc(self, name: str, comment: str, header: str) -> str:
+        """An enum's or struct's docstring."""
+        if self.ship:
+            return comment or name
+        return "\n\n".join([f"{name} ({header})" if header else name] + self.tail(comment, name, header))
+
+
+_SINCE = re.compile(r"\b[Ss]ince\s+(?:[A-Za-z]+\s+)?v?(\d+(?:\.\d+)+)")
+
+
+def deprecation_facts(comment: str, functions: set[str] | dict[str, Any]) -> tuple[str, str]:
+    """(release, replacement) from a header's ``@deprecated`` note: the version the deprecation started in and
+    the declared function that replaces it ("" for what the note does not give)."""
+    for line in comment.splitlines():
+        if "@deprecated" in line:
+            text = line.split("@deprecated", 1)[1]
+            since = _SINCE.search(text)
+            replacement = next((w for w in re.findall(r"[A-Za-z_]\w*", text) if w in functions), "")
+            return (since.group(1) if since else "", replacement)
+    return "", ""
 
 
 @dataclass(frozen=True)
@@ -330,7 +383,7 @@ def _value_check(fn: ir.Function, names: TypeNames) -> ValueCheck | None:
 
 
 def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_note: str,
-                    error_class: str) -> RenderedFunction:
+                    error_class: str, prose: Prose = Prose(True)) -> RenderedFunction:
     params = []
     for index, p in enumerate(fn.params):
         if lengths.needs_length(p) or p.length is not None:
@@ -351,8 +404,11 @@ def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_no
     restype, returns = _result(fn.result, status_type, names)
     lines = [fn.prototype]
     flags = []
+    since, replacement = deprecation_facts(fn.comment, names.functions) if fn.deprecated else ("", "")
     if fn.deprecated:
         flags.append("Deprecated by the vendor.")
+        flags += [f"Deprecated since: {prose.title} {since}.".replace("  ", " ")] if since else []
+        flags += [f"Replacement: {replacement}."] if replacement else []
     if fn.beta:
         flags.append(beta_note)
     if flags:
@@ -365,12 +421,17 @@ def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_no
         lines += ["", f"Handles that may be None (NULL), as the vendor documents: {', '.join(optional)}."]
     if returns == "status":
         lines += ["", f"Raises {error_class} when the returned status is not success."]
-    if fn.comment:
-        lines += ["", fn.comment]
+    tail = prose.tail(fn.comment, fn.name, fn.header)
+    if tail:
+        lines += [""] + tail
     argtypes = "(" + "".join(f"{p.argtype}, " for p in params).rstrip(" ") + ")" if params else "()"
     deprecated = None
-    if fn.deprecated:
+    if fn.deprecated and prose.ship:
         deprecated = _deprecation_text(fn.comment)
+    elif fn.deprecated:
+        facts = [f"since {prose.title} {since}".replace("  ", " ")] if since else []
+        facts += [f"use {replacement}"] if replacement else [f"see {prose.link(fn.name, fn.header)}"]
+        deprecated = "; ".join(facts)
     return RenderedFunction(fn.name, tuple(params), argtypes, restype, returns, docstring("\n".join(lines)),
                             deprecated, names.result_annotation(fn.result, returns), _value_check(fn, names),
                             py_name(destroyed_handle(fn)) if destroyed_handle(fn) else "",
@@ -470,12 +531,16 @@ def _render_template(name: str, module: ir.Module, classification: Classificatio
     template = env.get_template(name)
     taken = {e.name for e in module.enums} | {s.name for s in module.structs} | {h.name for h in module.handles}
     beta_note = f"Beta API ({config.get('beta_macro', 'beta')}): may change between releases."
-    functions = [render_function(fn, names, config["status_type"], beta_note, config["error_class"])
+    prose = Prose.of(config)
+    functions = [render_function(fn, names, config["status_type"], beta_note, config["error_class"], prose)
                  for fn in classification.functions]
+    notice = (cfg.REPO_ROOT / config["license_file"]).read_text() if config.get("license_file") else ""
     version = tuple(int(x) for x in module.version.split("."))
     library_search = [tuple(step) for step in config.get("library_search", [["system"]])]
     text = template.render(
-        module=module, config=config, version=version, functions=functions,
+        module=module, config=config, version=version, functions=functions, license_notice=notice,
+        type_docs={t.name: prose.type_doc(t.name, t.comment, t.header) for t in [*module.enums, *module.structs]},
+        reference=(prose.reference or {}).get("default", "") if not prose.ship else "",
         enums=[(e, _enum_members(e)) for e in module.enums if e.name],
         anonymous_enums=[e for e in module.enums if not e.name],
         structs=[(s, _fields(s, names)) for s in module.structs],

@@ -72,3 +72,17 @@ def _field_names(t: cindex.Type):
             yield from _field_names(inner)
         elif f.spelling:
             yield f.spelling
+
+
+@lru_cache(maxsize=None)
+def comment_lines(library: str) -> frozenset[str]:
+    """Every line of every comment libclang attaches to a declaration of the library's headers (the text a
+    generator could ship), markers and Doxygen commands kept as written, surrounding whitespace and comment
+    punctuation stripped."""
+    lines = set()
+    for c in _cursors(library):
+        for line in (c.raw_comment or "").splitlines():
+            line = line.strip().lstrip("/*!<").rstrip("*/").strip()
+            if line:
+                lines.add(line)
+    return frozenset(lines)

@@ -4,12 +4,14 @@ from __future__ import annotations
 import ctypes
 import importlib
 import json
+import re
+from pathlib import Path
 
 import pytest
 
 from childproc import run_python
 from gen import clang_facts
-from generator import pipeline
+from generator import config as cfg, pipeline
 from header_state import skip_if_header_moved
 
 LIBRARIES = ["cudnn", "miopen"]
@@ -93,3 +95,65 @@ def test_import_loads_no_library(library):
         print("ok")
         """)
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def _long_comment_lines(library: str) -> list[str]:
+    """The headers' comment lines that are prose, not a lone word: three words or more."""
+    return sorted(line for line in clang_facts.comment_lines(library) if len(line.split()) >= 3)
+
+
+DOXYGEN = re.compile(r"[@\\](brief|param|retval|returns?|since|see|deprecated|note|details|ingroup|addtogroup)\b")
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_header_comments_ship_only_where_the_vendor_allows(library):
+    """headers.json decides per library: a library whose comments may not be shipped has none of their text in
+    its generated module or stub (checked line by line against what libclang reads); one whose comments may be
+    shipped carries them with the license notice that allows it."""
+    skip_if_header_moved(library)
+    config = cfg.load_all()[library]
+    path = Path(module(library).__file__)
+    texts = {p.name: p.read_text() for p in (path, path.with_suffix(".pyi"))}
+    comments = _long_comment_lines(library)
+    assert len(comments) > 1000
+    if not config["ship_comments"]:
+        for name, text in texts.items():
+            assert [line for line in comments if line in text] == [], name
+            assert DOXYGEN.search(text) is None, name
+        assert "Reference: https://" in texts[path.name]
+        return
+    text = texts[path.name]
+    assert len([line for line in comments if line in text]) > len(comments) // 2
+    notice = (cfg.REPO_ROOT / config["license_file"]).read_text()
+    assert "\n".join(("# " + line).rstrip() for line in notice.splitlines()) in text.split('"""', 1)[0]
+
+
+def test_miopen_license_file_carries_the_headers_own_notice():
+    """The notice shipped with MIOpen's comments is the one its header states (copyright line and terms)."""
+    skip_if_header_moved("miopen")
+    config = cfg.load_all()["miopen"]
+    header = cfg.header_set("miopen", config).entry.read_text()
+    notice_in_header = " ".join(re.sub(r"^[ /*]*", "", line) for line in header.split("#ifndef", 1)[0].splitlines()).split()
+    shipped = (cfg.REPO_ROOT / config["license_file"]).read_text().split()
+    start = shipped.index("MIT")
+    assert " ".join(shipped[start:]) == " ".join(w for w in notice_in_header if w)
+    assert f"LICENSES/{Path(config['license_file']).name}" == config["license_file"]
+    pyproject = (cfg.REPO_ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^license-files = \[.*"LICENSES/\*\.txt"', pyproject, re.M)
+
+
+def test_cudnn_docstrings_link_each_function_to_nvidias_reference():
+    """Facts only, and where to read the vendor's text: its page per header, the function's own anchor."""
+    mod = module("cudnn")
+    doc = mod.cudnnConvolutionForward.__doc__
+    assert doc.startswith("cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, ")
+    assert "    workSpace: device memory" in doc
+    assert doc.rstrip().endswith("Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/"
+                                 "cudnn-cnn-library.html#cudnnconvolutionforward")
+    assert mod.cudnnGetErrorString.__doc__.rstrip().endswith("cudnn-graph-library.html#cudnngeterrorstring")
+    assert "cudnn-ops-library.html#cudnnsettensor4ddescriptor" in mod.cudnnSetTensor4dDescriptor.__doc__
+    assert "cudnn-graph-library.html#cudnnmathtype-t" in mod.cudnnMathType_t.__doc__
+    deprecated = mod.cudnnSetCTCLossDescriptor.__doc__
+    assert "Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnSetCTCLossDescriptor_v9." \
+        in deprecated
+    assert mod._cudnnSetCTCLossDescriptor.deprecated == "since cuDNN 9.0.0; use cudnnSetCTCLossDescriptor_v9"

@@ -56,6 +56,7 @@ def fixture_config(entry: str = "fixture.h", **changes: Any) -> dict[str, Any]:
         "library_search": [["system"]],
         "install_hint": "Build the fixture library (tests/generator/fixtures/fixture.c).",
         "error_class": "CudnnError",
+        "ship_comments": True,
     }
     config.update(changes)
     return config

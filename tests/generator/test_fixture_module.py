@@ -154,3 +154,40 @@ def test_keyword_parameter_renamed(fx: ModuleType) -> None:
 def test_docstring_escaping_round_trips(text: str) -> None:
     """Any comment text survives as a triple-quoted docstring: quotes and backslashes included."""
     assert ast.literal_eval('"""' + render.docstring(text) + '"""') == text
+
+
+REFERENCE = {"url": "https://example.invalid/{page}.html#{anchor}", "pages": {"fixture.h": "fixture-api"},
+             "default": "https://example.invalid/index.html"}
+
+
+def test_comments_not_shipped_leave_facts_and_links(generated_dir: Path) -> None:
+    """``ship_comments: false``: no text of the header's comments, the facts, and a link per declaration."""
+    built = fb.build("fixture.h", fb.fixture_config(ship_comments=False, api_reference=REFERENCE))
+    m = built.module
+    comments = [c for c in [f.comment for f in m.functions] + [e.comment for e in m.enums]
+                + [s.comment for s in m.structs] + [h.comment for h in m.handles] + [c.comment for c in m.callbacks]
+                + [x.comment for e in m.enums for x in e.members] if c]
+    lines = {line.strip() for c in comments for line in c.splitlines() if len(line.split()) >= 2}
+    assert "Reports the address of device memory x." in lines and "A point." in lines
+    assert [line for line in lines if line in built.text] == []
+    fx = fb.import_text(built.text, generated_dir)
+    doc = fx.fxDeviceAddress.__doc__
+    assert doc.startswith("fxStatus_t fxDeviceAddress(const void * x, uintptr_t * address)")
+    assert "    x: device memory" in doc
+    assert doc.endswith("Reference: https://example.invalid/fixture-api.html#fxdeviceaddress")
+    assert inspect.cleandoc(fx.fxPoint_t.__doc__) == \
+        "fxPoint_t (fixture.h)\n\nReference: https://example.invalid/fixture-api.html#fxpoint-t"
+    assert "Deprecated by the vendor." in fx.fxDouble.__doc__
+    assert fx._fxDouble.deprecated == "see https://example.invalid/fixture-api.html#fxdouble"
+    assert "API reference (https://example.invalid/index.html)" in fx.__doc__
+
+
+def test_deprecation_facts_are_the_release_and_the_replacement() -> None:
+    names = {"cudnnSetCTCLossDescriptor_v9", "cudnnBackendCreateDescriptor"}
+    assert render.deprecation_facts("Sets it.\n@since cuDNN 8.0\n@deprecated Since cuDNN 9.0.0. Use "
+                                    "cudnnSetCTCLossDescriptor_v9 instead.", names) == \
+        ("9.0.0", "cudnnSetCTCLossDescriptor_v9")
+    assert render.deprecation_facts("@deprecated Since cuDNN 9.2. Use cudnnBackendCreateDescriptor instead",
+                                    names) == ("9.2", "cudnnBackendCreateDescriptor")
+    assert render.deprecation_facts("@deprecated Use graph API instead.", names) == ("", "")
+    assert render.deprecation_facts("@since cuDNN 9.0.0\nNot deprecated.", names) == ("", "")

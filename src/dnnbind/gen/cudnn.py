@@ -7,6 +7,10 @@ Importing this module loads no library: libcudnn.so.9 is found on the first call
 ($DNNBIND_CUDNN_LIBRARY, then nvidia/cudnn/lib in site-packages, $CONDA_PREFIX/lib, the system loader), and each function's symbol is bound
 on its own first call. Status-returning functions raise :class:`CudnnError`; the same
 functions without the check are reachable as ``unchecked.<name>``.
+
+Docstrings carry facts only: the C prototype and what the generator derives (pointer kinds, length
+sources, nullability, integer ranges, deprecation), with a link to the function in cuDNN's
+API reference (https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html).
 """
 from ctypes import (CFUNCTYPE, POINTER, ArgumentError as _ArgumentError, Structure, Union,
                     byref as _byref, c_bool, c_byte, c_char, c_char_p, c_double, c_float, c_int,
@@ -62,7 +66,9 @@ def _decode(value):
 # ---------------------------------------------------------------------------------------------- enums
 
 class libraryPropertyType(_IntEnum):
-    """libraryPropertyType"""
+    """libraryPropertyType
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     MAJOR_VERSION = 0
     MINOR_VERSION = 1
     PATCH_LEVEL = 2
@@ -71,11 +77,9 @@ class libraryPropertyType(_IntEnum):
 globals().update(libraryPropertyType.__members__)
 
 class cudnnStatus_t(_IntEnum):
-    """@brief Return status codes for cuDNN API calls.
+    """cudnnStatus_t (cudnn_graph.h)
 
-     Status codes are grouped by category: 0=success, 1xxx=initialization/version,
-     2xxx=bad parameter, 3xxx=not supported, 4xxx=internal error, 5xxx=execution failed.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnstatus-t"""
     CUDNN_STATUS_SUCCESS = 0
     CUDNN_STATUS_NOT_INITIALIZED = 1001
     CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH = 1002
@@ -135,9 +139,9 @@ class cudnnStatus_t(_IntEnum):
 globals().update(cudnnStatus_t.__members__)
 
 class cudnnErrQueryMode_t(_IntEnum):
-    """@brief Error query modes for cudnnQueryRuntimeError.
-     @deprecated
-     @since cuDNN 9.0.0"""
+    """cudnnErrQueryMode_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnerrquerymode-t"""
     CUDNN_ERRQUERY_RAWCODE = 0
     CUDNN_ERRQUERY_NONBLOCKING = 1
     CUDNN_ERRQUERY_BLOCKING = 2
@@ -146,8 +150,9 @@ class cudnnErrQueryMode_t(_IntEnum):
 globals().update(cudnnErrQueryMode_t.__members__)
 
 class cudnnDataType_t(_IntEnum):
-    """@brief Supported data types for cuDNN tensors and operations.
-     @since cuDNN 9.0.0"""
+    """cudnnDataType_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnndatatype-t"""
     CUDNN_DATA_FLOAT = 0
     CUDNN_DATA_DOUBLE = 1
     CUDNN_DATA_HALF = 2
@@ -177,8 +182,9 @@ class cudnnDataType_t(_IntEnum):
 globals().update(cudnnDataType_t.__members__)
 
 class cudnnMathType_t(_IntEnum):
-    """@brief Math precision modes for cuDNN operations.
-     @since cuDNN 9.0.0"""
+    """cudnnMathType_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnmathtype-t"""
     CUDNN_DEFAULT_MATH = 0
     CUDNN_TENSOR_OP_MATH = 1
     CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION = 2
@@ -188,9 +194,9 @@ class cudnnMathType_t(_IntEnum):
 globals().update(cudnnMathType_t.__members__)
 
 class cudnnNanPropagation_t(_IntEnum):
-    """@brief NaN propagation modes.
-     @deprecated
-     @since cuDNN 9.0.0"""
+    """cudnnNanPropagation_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnnanpropagation-t"""
     CUDNN_NOT_PROPAGATE_NAN = 0
     CUDNN_PROPAGATE_NAN = 1
 
@@ -198,8 +204,9 @@ class cudnnNanPropagation_t(_IntEnum):
 globals().update(cudnnNanPropagation_t.__members__)
 
 class cudnnCTCGradMode_t(_IntEnum):
-    """@brief CTC gradient modes controlling behavior for out-of-bounds (OOB) samples.
-     @since cuDNN 9.0.0"""
+    """cudnnCTCGradMode_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnctcgradmode-t"""
     CUDNN_CTC_ZERO_OOB_GRADIENTS = 0
     CUDNN_CTC_SKIP_OOB_GRADIENTS = 1
 
@@ -207,8 +214,9 @@ class cudnnCTCGradMode_t(_IntEnum):
 globals().update(cudnnCTCGradMode_t.__members__)
 
 class cudnnTensorFormat_t(_IntEnum):
-    """@brief Tensor memory layout formats.
-     @since cuDNN 9.0.0"""
+    """cudnnTensorFormat_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnntensorformat-t"""
     CUDNN_TENSOR_NCHW = 0
     CUDNN_TENSOR_NHWC = 1
     CUDNN_TENSOR_NCHW_VECT_C = 2
@@ -217,8 +225,9 @@ class cudnnTensorFormat_t(_IntEnum):
 globals().update(cudnnTensorFormat_t.__members__)
 
 class cudnnReduceTensorOp_t(_IntEnum):
-    """@brief Reduction operations for tensor reduction.
-     @since cuDNN 9.0.0"""
+    """cudnnReduceTensorOp_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnreducetensorop-t"""
     CUDNN_REDUCE_TENSOR_ADD = 0
     CUDNN_REDUCE_TENSOR_MUL = 1
     CUDNN_REDUCE_TENSOR_MIN = 2
@@ -233,9 +242,9 @@ class cudnnReduceTensorOp_t(_IntEnum):
 globals().update(cudnnReduceTensorOp_t.__members__)
 
 class cudnnActivationMode_t(_IntEnum):
-    """@brief Activation function modes.
-     @deprecated Use pointwise operations instead.
-     @since cuDNN 9.0.0"""
+    """cudnnActivationMode_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnactivationmode-t"""
     CUDNN_ACTIVATION_SIGMOID = 0
     CUDNN_ACTIVATION_RELU = 1
     CUDNN_ACTIVATION_TANH = 2
@@ -248,8 +257,9 @@ class cudnnActivationMode_t(_IntEnum):
 globals().update(cudnnActivationMode_t.__members__)
 
 class cudnnSeverity_t(_IntEnum):
-    """@brief Debug severity levels for cuDNN callback messages.
-     @since cuDNN 9.0.0"""
+    """cudnnSeverity_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnseverity-t"""
     CUDNN_SEV_FATAL = 0
     CUDNN_SEV_ERROR = 1
     CUDNN_SEV_WARNING = 2
@@ -259,8 +269,9 @@ class cudnnSeverity_t(_IntEnum):
 globals().update(cudnnSeverity_t.__members__)
 
 class cudnnConvolutionMode_t(_IntEnum):
-    """@brief Convolution operation modes.
-     @since cuDNN 9.0.0"""
+    """cudnnConvolutionMode_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnconvolutionmode-t"""
     CUDNN_CONVOLUTION = 0
     CUDNN_CROSS_CORRELATION = 1
 
@@ -268,9 +279,9 @@ class cudnnConvolutionMode_t(_IntEnum):
 globals().update(cudnnConvolutionMode_t.__members__)
 
 class cudnnReorderType_t(_IntEnum):
-    """@brief Tensor reorder type.
-     @deprecated
-     @since cuDNN 9.0.0"""
+    """cudnnReorderType_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnreordertype-t"""
     CUDNN_DEFAULT_REORDER = 0
     CUDNN_NO_REORDER = 1
 
@@ -278,9 +289,9 @@ class cudnnReorderType_t(_IntEnum):
 globals().update(cudnnReorderType_t.__members__)
 
 class cudnnPointwiseMode_t(_IntEnum):
-    """@brief Pointwise operation modes including binary, unary, activation forward/backward,
-     comparison, logical, and special operations.
-     @since cuDNN 9.0.0"""
+    """cudnnPointwiseMode_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnpointwisemode-t"""
     CUDNN_POINTWISE_ADD = 0
     CUDNN_POINTWISE_ADD_SQUARE = 5
     CUDNN_POINTWISE_DIV = 6
@@ -338,8 +349,9 @@ class cudnnPointwiseMode_t(_IntEnum):
 globals().update(cudnnPointwiseMode_t.__members__)
 
 class cudnnResampleMode_t(_IntEnum):
-    """@brief Resampling modes for pooling and interpolation.
-     @since cuDNN 9.0.0"""
+    """cudnnResampleMode_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnresamplemode-t"""
     CUDNN_RESAMPLE_NEAREST = 0
     CUDNN_RESAMPLE_BILINEAR = 1
     CUDNN_RESAMPLE_AVGPOOL = 2
@@ -351,8 +363,9 @@ class cudnnResampleMode_t(_IntEnum):
 globals().update(cudnnResampleMode_t.__members__)
 
 class cudnnSignalMode_t(_IntEnum):
-    """@brief Signal synchronization modes.
-     @since cuDNN 9.0.0"""
+    """cudnnSignalMode_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnsignalmode-t"""
     CUDNN_SIGNAL_SET = 0
     CUDNN_SIGNAL_WAIT = 1
 
@@ -360,16 +373,18 @@ class cudnnSignalMode_t(_IntEnum):
 globals().update(cudnnSignalMode_t.__members__)
 
 class cudnnGenStatsMode_t(_IntEnum):
-    """@brief Statistics generation mode.
-     @since cuDNN 9.0.0"""
+    """cudnnGenStatsMode_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngenstatsmode-t"""
     CUDNN_GENSTATS_SUM_SQSUM = 0
 
 
 globals().update(cudnnGenStatsMode_t.__members__)
 
 class cudnnBnFinalizeStatsMode_t(_IntEnum):
-    """@brief Batch normalization finalize statistics mode.
-     @since cuDNN 9.0.0"""
+    """cudnnBnFinalizeStatsMode_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbnfinalizestatsmode-t"""
     CUDNN_BN_FINALIZE_STATISTICS_TRAINING = 0
     CUDNN_BN_FINALIZE_STATISTICS_INFERENCE = 1
 
@@ -377,8 +392,9 @@ class cudnnBnFinalizeStatsMode_t(_IntEnum):
 globals().update(cudnnBnFinalizeStatsMode_t.__members__)
 
 class cudnnRngDistribution_t(_IntEnum):
-    """@brief Random number generator distribution types.
-     @since cuDNN 9.0.0"""
+    """cudnnRngDistribution_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnrngdistribution-t"""
     CUDNN_RNG_DISTRIBUTION_BERNOULLI = 0
     CUDNN_RNG_DISTRIBUTION_UNIFORM = 1
     CUDNN_RNG_DISTRIBUTION_NORMAL = 2
@@ -387,8 +403,9 @@ class cudnnRngDistribution_t(_IntEnum):
 globals().update(cudnnRngDistribution_t.__members__)
 
 class cudnnMoeGroupedMatmulMode_t(_IntEnum):
-    """@brief Mixture-of-Experts grouped matmul modes.
-     @since cuDNN 9.15.0"""
+    """cudnnMoeGroupedMatmulMode_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnmoegroupedmatmulmode-t"""
     CUDNN_MOE_GROUPED_MATMUL_MODE_NONE = 0
     CUDNN_MOE_GROUPED_MATMUL_MODE_GATHER = 1
     CUDNN_MOE_GROUPED_MATMUL_MODE_SCATTER = 2
@@ -397,24 +414,9 @@ class cudnnMoeGroupedMatmulMode_t(_IntEnum):
 globals().update(cudnnMoeGroupedMatmulMode_t.__members__)
 
 class cudnnBackendAttributeName_t(_IntEnum):
-    """@brief Backend attribute names for configuring and querying backend descriptors.
+    """cudnnBackendAttributeName_t (cudnn_graph.h)
 
-     Attribute names are grouped by descriptor type and numeric range:
-     - 0-9: Pointwise attributes
-     - 100-106: Convolution attributes
-     - 200-205: Engine heuristic attributes
-     - 300-304: Engine config attributes
-     - 400-407: Execution plan attributes
-     - 500-503: Intermediate info attributes
-     - 600-601: Knob choice attributes
-     - 700-717: Operation convolution attributes
-     - 750-758: Operation pointwise attributes
-     - 770-796: Operation gen-stats and BN finalize attributes
-     - 800-804: Operation graph attributes
-     - 900-913: Tensor attributes
-     - 1000-1012: Variant pack attributes
-     - 1100+: Layout info, knob info, engine, matmul, reduction, resample, etc.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendattributename-t"""
     CUDNN_ATTR_POINTWISE_MODE = 0
     CUDNN_ATTR_POINTWISE_MATH_PREC = 1
     CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP = 3
@@ -803,8 +805,9 @@ class cudnnBackendAttributeName_t(_IntEnum):
 globals().update(cudnnBackendAttributeName_t.__members__)
 
 class cudnnBackendAttributeType_t(_IntEnum):
-    """@brief Attribute data types used by the cuDNN backend API for get/set operations.
-     @since cuDNN 9.0.0"""
+    """cudnnBackendAttributeType_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendattributetype-t"""
     CUDNN_TYPE_HANDLE = 0
     CUDNN_TYPE_DATA_TYPE = 1
     CUDNN_TYPE_BOOLEAN = 2
@@ -844,8 +847,9 @@ class cudnnBackendAttributeType_t(_IntEnum):
 globals().update(cudnnBackendAttributeType_t.__members__)
 
 class cudnnBackendDescriptorType_t(_IntEnum):
-    """@brief Backend descriptor types identifying the kind of descriptor to create.
-     @since cuDNN 9.0.0"""
+    """cudnnBackendDescriptorType_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackenddescriptortype-t"""
     CUDNN_BACKEND_POINTWISE_DESCRIPTOR = 0
     CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR = 1
     CUDNN_BACKEND_ENGINE_DESCRIPTOR = 2
@@ -902,8 +906,9 @@ class cudnnBackendDescriptorType_t(_IntEnum):
 globals().update(cudnnBackendDescriptorType_t.__members__)
 
 class cudnnBackendNumericalNote_t(_IntEnum):
-    """@brief Numerical behavior notes describing properties of engine implementations.
-     @since cuDNN 9.0.0"""
+    """cudnnBackendNumericalNote_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendnumericalnote-t"""
     CUDNN_NUMERICAL_NOTE_TENSOR_CORE = 0
     CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS = 1
     CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION = 2
@@ -920,8 +925,9 @@ class cudnnBackendNumericalNote_t(_IntEnum):
 globals().update(cudnnBackendNumericalNote_t.__members__)
 
 class cudnnBackendBehaviorNote_t(_IntEnum):
-    """@brief Engine behavior notes describing runtime requirements and capabilities.
-     @since cuDNN 9.0.0"""
+    """cudnnBackendBehaviorNote_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendbehaviornote-t"""
     CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION = 0
     CUDNN_BEHAVIOR_NOTE_REQUIRES_FILTER_INT8x32_REORDER = 1
     CUDNN_BEHAVIOR_NOTE_REQUIRES_BIAS_INT8x32_REORDER = 2
@@ -933,8 +939,9 @@ class cudnnBackendBehaviorNote_t(_IntEnum):
 globals().update(cudnnBackendBehaviorNote_t.__members__)
 
 class cudnnBackendKnobType_t(_IntEnum):
-    """@brief Engine tuning knob types for fine-grained engine configuration.
-     @since cuDNN 9.0.0"""
+    """cudnnBackendKnobType_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendknobtype-t"""
     CUDNN_KNOB_TYPE_SWIZZLE = 1
     CUDNN_KNOB_TYPE_TILE_SIZE = 2
     CUDNN_KNOB_TYPE_EDGE = 4
@@ -987,8 +994,9 @@ class cudnnBackendKnobType_t(_IntEnum):
 globals().update(cudnnBackendKnobType_t.__members__)
 
 class cudnnBackendLayoutType_t(_IntEnum):
-    """@brief Preferred tensor layout types reported by engines.
-     @since cuDNN 9.0.0"""
+    """cudnnBackendLayoutType_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendlayouttype-t"""
     CUDNN_LAYOUT_TYPE_PREFERRED_NCHW = 0
     CUDNN_LAYOUT_TYPE_PREFERRED_NHWC = 1
     CUDNN_LAYOUT_TYPE_PREFERRED_PAD4CK = 2
@@ -999,11 +1007,9 @@ class cudnnBackendLayoutType_t(_IntEnum):
 globals().update(cudnnBackendLayoutType_t.__members__)
 
 class cudnnBackendHeurMode_t(_IntEnum):
-    """@brief Heuristic modes for engine selection.
+    """cudnnBackendHeurMode_t (cudnn_graph.h)
 
-     INSTANT provides fast heuristic lookup, B uses neural-net-based heuristics,
-     FALLBACK provides functional (non-optimized) results, A is an alias for INSTANT.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendheurmode-t"""
     CUDNN_HEUR_MODE_INSTANT = 0
     CUDNN_HEUR_MODE_B = 1
     CUDNN_HEUR_MODE_FALLBACK = 2
@@ -1014,8 +1020,9 @@ class cudnnBackendHeurMode_t(_IntEnum):
 globals().update(cudnnBackendHeurMode_t.__members__)
 
 class cudnnBackendTensorReordering_t(_IntEnum):
-    """@brief Tensor reordering modes for specialized memory layouts.
-     @since cuDNN 9.0.0"""
+    """cudnnBackendTensorReordering_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendtensorreordering-t"""
     CUDNN_TENSOR_REORDERING_NONE = 0
     CUDNN_TENSOR_REORDERING_INT8x32 = 1
     CUDNN_TENSOR_REORDERING_F16x16 = 2
@@ -1025,8 +1032,9 @@ class cudnnBackendTensorReordering_t(_IntEnum):
 globals().update(cudnnBackendTensorReordering_t.__members__)
 
 class cudnnPaddingMode_t(_IntEnum):
-    """@brief Padding modes for convolution and pooling operations.
-     @since cuDNN 9.0.0"""
+    """cudnnPaddingMode_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnpaddingmode-t"""
     CUDNN_ZERO_PAD = 0
     CUDNN_NEG_INF_PAD = 1
     CUDNN_EDGE_VAL_PAD = 2
@@ -1035,8 +1043,9 @@ class cudnnPaddingMode_t(_IntEnum):
 globals().update(cudnnPaddingMode_t.__members__)
 
 class cudnnBackendNormMode_t(_IntEnum):
-    """@brief Normalization modes supported by norm forward/backward operations.
-     @since cuDNN 9.0.0"""
+    """cudnnBackendNormMode_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendnormmode-t"""
     CUDNN_LAYER_NORM = 0
     CUDNN_INSTANCE_NORM = 1
     CUDNN_BATCH_NORM = 2
@@ -1048,8 +1057,9 @@ class cudnnBackendNormMode_t(_IntEnum):
 globals().update(cudnnBackendNormMode_t.__members__)
 
 class cudnnBackendNormFwdPhase_t(_IntEnum):
-    """@brief Normalization forward phase (inference or training).
-     @since cuDNN 9.0.0"""
+    """cudnnBackendNormFwdPhase_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendnormfwdphase-t"""
     CUDNN_NORM_FWD_INFERENCE = 0
     CUDNN_NORM_FWD_TRAINING = 1
 
@@ -1057,8 +1067,9 @@ class cudnnBackendNormFwdPhase_t(_IntEnum):
 globals().update(cudnnBackendNormFwdPhase_t.__members__)
 
 class cudnnBackendReshapeMode_t(_IntEnum):
-    """@brief Reshape operation mode.
-     @since cuDNN 9.22.0"""
+    """cudnnBackendReshapeMode_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendreshapemode-t"""
     CUDNN_RESHAPE_VIEW_ONLY = 0
     CUDNN_RESHAPE_LOGICAL = 1
 
@@ -1066,19 +1077,9 @@ class cudnnBackendReshapeMode_t(_IntEnum):
 globals().update(cudnnBackendReshapeMode_t.__members__)
 
 class cudnnBackendOperationGraphMode_t(_IntEnum):
-    """@brief Mode of an operation graph.
+    """cudnnBackendOperationGraphMode_t (cudnn_graph.h)
 
-     Optional. The default value (::CUDNN_OPERATIONGRAPH_MODE_AUTO) makes finalize
-     detect the mode automatically; this is the recommended setting and the only
-     safe choice for users constructing graphs by hand.
-
-     Setting an explicit mode via ::CUDNN_ATTR_OPERATIONGRAPH_MODE is an advanced
-     hint primarily intended for cudnn_frontend, which knows the canonical shape of
-     the graph it just built. Setting a wrong mode silently bypasses pattern
-     matching and causes failures during plan creation or execution. If you are
-     not going through cudnn_frontend, leave this on AUTO.
-
-     @since cuDNN 9.23.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendoperationgraphmode-t"""
     CUDNN_OPERATIONGRAPH_MODE_AUTO = -1
     CUDNN_OPERATIONGRAPH_MODE_CONV_FORWARD = 0
     CUDNN_OPERATIONGRAPH_MODE_CONV_BWD_DATA = 1
@@ -1101,18 +1102,9 @@ class cudnnBackendOperationGraphMode_t(_IntEnum):
 globals().update(cudnnBackendOperationGraphMode_t.__members__)
 
 class cudnnCudaGraphRetention_t(_IntEnum):
-    """@brief How the CUDA graphs recorded from an execution plan keep the plan's resources alive.
+    """cudnnCudaGraphRetention_t (cudnn_graph.h)
 
-     A CUDA graph recorded from an execution plan, by cudnnBackendPopulateCudaGraph() /
-     cudnnBackendUpdateCudaGraph() or by stream capture of cudnnBackendExecute(), keeps launching the
-     plan's kernels and reading data the plan owns for as long as the graph, any clone of it, or any
-     graph exec instantiated from it exists. Engines that compile their kernels at runtime release that
-     code together with the plan.
-
-     Set with ::CUDNN_ATTR_EXECUTION_PLAN_CUDA_GRAPH_RETENTION, or process-wide with the
-     CUDNN_CUDA_GRAPH_RETENTION environment variable ("per_graph" or "none").
-
-     @since cuDNN 9.28.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnncudagraphretention-t"""
     CUDNN_CUDA_GRAPH_RETENTION_PER_GRAPH = 0
     CUDNN_CUDA_GRAPH_RETENTION_NONE = 1
 
@@ -1120,8 +1112,9 @@ class cudnnCudaGraphRetention_t(_IntEnum):
 globals().update(cudnnCudaGraphRetention_t.__members__)
 
 class cudnnDeterminism_t(_IntEnum):
-    """@brief Indicates whether results are guaranteed to be reproducible across runs.
-    @since cuDNN 9.0.0"""
+    """cudnnDeterminism_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndeterminism-t"""
     CUDNN_NON_DETERMINISTIC = 0
     CUDNN_DETERMINISTIC = 1
 
@@ -1129,8 +1122,9 @@ class cudnnDeterminism_t(_IntEnum):
 globals().update(cudnnDeterminism_t.__members__)
 
 class cudnnFoldingDirection_t(_IntEnum):
-    """@brief Specifies the direction for tensor transform folding operations.
-    @since cuDNN 9.0.0"""
+    """cudnnFoldingDirection_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnfoldingdirection-t"""
     CUDNN_TRANSFORM_FOLD = 0
     CUDNN_TRANSFORM_UNFOLD = 1
 
@@ -1138,8 +1132,9 @@ class cudnnFoldingDirection_t(_IntEnum):
 globals().update(cudnnFoldingDirection_t.__members__)
 
 class cudnnOpTensorOp_t(_IntEnum):
-    """@brief Enumerates the element-wise tensor operations supported by cudnnOpTensor.
-    @since cuDNN 9.0.0"""
+    """cudnnOpTensorOp_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnoptensorop-t"""
     CUDNN_OP_TENSOR_ADD = 0
     CUDNN_OP_TENSOR_MUL = 1
     CUDNN_OP_TENSOR_MIN = 2
@@ -1151,8 +1146,9 @@ class cudnnOpTensorOp_t(_IntEnum):
 globals().update(cudnnOpTensorOp_t.__members__)
 
 class cudnnReduceTensorIndices_t(_IntEnum):
-    """@brief Specifies whether indices are computed during a reduction operation.
-    @since cuDNN 9.0.0"""
+    """cudnnReduceTensorIndices_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnreducetensorindices-t"""
     CUDNN_REDUCE_TENSOR_NO_INDICES = 0
     CUDNN_REDUCE_TENSOR_FLATTENED_INDICES = 1
 
@@ -1160,11 +1156,9 @@ class cudnnReduceTensorIndices_t(_IntEnum):
 globals().update(cudnnReduceTensorIndices_t.__members__)
 
 class cudnnIndicesType_t(_IntEnum):
-    """@brief Data type used for reduction indices (all unsigned).
+    """cudnnIndicesType_t (cudnn_ops.h)
 
-    Currently only 32-bit unsigned is fully supported; other sizes are reserved.
-
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnindicestype-t"""
     CUDNN_32BIT_INDICES = 0
     CUDNN_64BIT_INDICES = 1
     CUDNN_16BIT_INDICES = 2
@@ -1174,8 +1168,9 @@ class cudnnIndicesType_t(_IntEnum):
 globals().update(cudnnIndicesType_t.__members__)
 
 class cudnnSoftmaxAlgorithm_t(_IntEnum):
-    """@brief Selects the softmax implementation algorithm.
-    @since cuDNN 9.0.0"""
+    """cudnnSoftmaxAlgorithm_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsoftmaxalgorithm-t"""
     CUDNN_SOFTMAX_FAST = 0
     CUDNN_SOFTMAX_ACCURATE = 1
     CUDNN_SOFTMAX_LOG = 2
@@ -1184,8 +1179,9 @@ class cudnnSoftmaxAlgorithm_t(_IntEnum):
 globals().update(cudnnSoftmaxAlgorithm_t.__members__)
 
 class cudnnSoftmaxMode_t(_IntEnum):
-    """@brief Selects the scope over which the softmax computation is performed.
-    @since cuDNN 9.0.0"""
+    """cudnnSoftmaxMode_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsoftmaxmode-t"""
     CUDNN_SOFTMAX_MODE_INSTANCE = 0
     CUDNN_SOFTMAX_MODE_CHANNEL = 1
 
@@ -1193,8 +1189,9 @@ class cudnnSoftmaxMode_t(_IntEnum):
 globals().update(cudnnSoftmaxMode_t.__members__)
 
 class cudnnPoolingMode_t(_IntEnum):
-    """@brief Selects the pooling method used in pooling operations.
-    @since cuDNN 9.0.0"""
+    """cudnnPoolingMode_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnpoolingmode-t"""
     CUDNN_POOLING_MAX = 0
     CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING = 1
     CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING = 2
@@ -1204,24 +1201,27 @@ class cudnnPoolingMode_t(_IntEnum):
 globals().update(cudnnPoolingMode_t.__members__)
 
 class cudnnLRNMode_t(_IntEnum):
-    """@brief Selects the Local Response Normalization (LRN) mode.
-    @since cuDNN 9.0.0"""
+    """cudnnLRNMode_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnlrnmode-t"""
     CUDNN_LRN_CROSS_CHANNEL_DIM1 = 0
 
 
 globals().update(cudnnLRNMode_t.__members__)
 
 class cudnnDivNormMode_t(_IntEnum):
-    """@brief Selects the divisive normalization mode.
-    @since cuDNN 9.0.0"""
+    """cudnnDivNormMode_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndivnormmode-t"""
     CUDNN_DIVNORM_PRECOMPUTED_MEANS = 0
 
 
 globals().update(cudnnDivNormMode_t.__members__)
 
 class cudnnBatchNormMode_t(_IntEnum):
-    """@brief Selects the batch normalization mode.
-    @since cuDNN 9.0.0"""
+    """cudnnBatchNormMode_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnbatchnormmode-t"""
     CUDNN_BATCHNORM_PER_ACTIVATION = 0
     CUDNN_BATCHNORM_SPATIAL = 1
     CUDNN_BATCHNORM_SPATIAL_PERSISTENT = 2
@@ -1230,8 +1230,9 @@ class cudnnBatchNormMode_t(_IntEnum):
 globals().update(cudnnBatchNormMode_t.__members__)
 
 class cudnnBatchNormOps_t(_IntEnum):
-    """@brief Selects the extended batch normalization operation mode.
-    @since cuDNN 9.0.0"""
+    """cudnnBatchNormOps_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnbatchnormops-t"""
     CUDNN_BATCHNORM_OPS_BN = 0
     CUDNN_BATCHNORM_OPS_BN_ACTIVATION = 1
     CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION = 2
@@ -1240,8 +1241,9 @@ class cudnnBatchNormOps_t(_IntEnum):
 globals().update(cudnnBatchNormOps_t.__members__)
 
 class cudnnNormMode_t(_IntEnum):
-    """@brief Selects the normalization mode.
-    @since cuDNN 9.0.0"""
+    """cudnnNormMode_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnnormmode-t"""
     CUDNN_NORM_PER_ACTIVATION = 0
     CUDNN_NORM_PER_CHANNEL = 1
 
@@ -1249,8 +1251,9 @@ class cudnnNormMode_t(_IntEnum):
 globals().update(cudnnNormMode_t.__members__)
 
 class cudnnNormAlgo_t(_IntEnum):
-    """@brief Selects the normalization algorithm.
-    @since cuDNN 9.0.0"""
+    """cudnnNormAlgo_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnnormalgo-t"""
     CUDNN_NORM_ALGO_STANDARD = 0
     CUDNN_NORM_ALGO_PERSIST = 1
 
@@ -1258,8 +1261,9 @@ class cudnnNormAlgo_t(_IntEnum):
 globals().update(cudnnNormAlgo_t.__members__)
 
 class cudnnNormOps_t(_IntEnum):
-    """@brief Selects the extended normalization operation mode.
-    @since cuDNN 9.0.0"""
+    """cudnnNormOps_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnnormops-t"""
     CUDNN_NORM_OPS_NORM = 0
     CUDNN_NORM_OPS_NORM_ACTIVATION = 1
     CUDNN_NORM_OPS_NORM_ADD_ACTIVATION = 2
@@ -1268,16 +1272,18 @@ class cudnnNormOps_t(_IntEnum):
 globals().update(cudnnNormOps_t.__members__)
 
 class cudnnSamplerType_t(_IntEnum):
-    """@brief Selects the spatial sampler type for spatial transformer networks.
-    @since cuDNN 9.0.0"""
+    """cudnnSamplerType_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsamplertype-t"""
     CUDNN_SAMPLER_BILINEAR = 0
 
 
 globals().update(cudnnSamplerType_t.__members__)
 
 class cudnnConvolutionFwdAlgo_t(_IntEnum):
-    """@brief Enumerates convolution forward algorithms.
-    @since cuDNN 9.0.0"""
+    """cudnnConvolutionFwdAlgo_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnconvolutionfwdalgo-t"""
     CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM = 0
     CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM = 1
     CUDNN_CONVOLUTION_FWD_ALGO_GEMM = 2
@@ -1292,8 +1298,9 @@ class cudnnConvolutionFwdAlgo_t(_IntEnum):
 globals().update(cudnnConvolutionFwdAlgo_t.__members__)
 
 class cudnnConvolutionBwdFilterAlgo_t(_IntEnum):
-    """@brief Enumerates convolution backward filter algorithms.
-    @since cuDNN 9.0.0"""
+    """cudnnConvolutionBwdFilterAlgo_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnconvolutionbwdfilteralgo-t"""
     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 = 0
     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 = 1
     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT = 2
@@ -1307,8 +1314,9 @@ class cudnnConvolutionBwdFilterAlgo_t(_IntEnum):
 globals().update(cudnnConvolutionBwdFilterAlgo_t.__members__)
 
 class cudnnConvolutionBwdDataAlgo_t(_IntEnum):
-    """@brief Enumerates convolution backward data algorithms.
-    @since cuDNN 9.0.0"""
+    """cudnnConvolutionBwdDataAlgo_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnconvolutionbwddataalgo-t"""
     CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 = 0
     CUDNN_CONVOLUTION_BWD_DATA_ALGO_1 = 1
     CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT = 2
@@ -1321,8 +1329,9 @@ class cudnnConvolutionBwdDataAlgo_t(_IntEnum):
 globals().update(cudnnConvolutionBwdDataAlgo_t.__members__)
 
 class cudnnCTCLossAlgo_t(_IntEnum):
-    """@brief Enumerates CTC loss computation algorithms.
-    @since cuDNN 9.0.0"""
+    """cudnnCTCLossAlgo_t (cudnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnctclossalgo-t"""
     CUDNN_CTC_LOSS_ALGO_DETERMINISTIC = 0
     CUDNN_CTC_LOSS_ALGO_NON_DETERMINISTIC = 1
 
@@ -1330,8 +1339,9 @@ class cudnnCTCLossAlgo_t(_IntEnum):
 globals().update(cudnnCTCLossAlgo_t.__members__)
 
 class cudnnRNNAlgo_t(_IntEnum):
-    """@brief RNN computation algorithm selection.
-    @since cuDNN 9.0.0"""
+    """cudnnRNNAlgo_t (cudnn_adv.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnnalgo-t"""
     CUDNN_RNN_ALGO_STANDARD = 0
     CUDNN_RNN_ALGO_PERSIST_STATIC = 1
     CUDNN_RNN_ALGO_PERSIST_DYNAMIC = 2
@@ -1342,8 +1352,9 @@ class cudnnRNNAlgo_t(_IntEnum):
 globals().update(cudnnRNNAlgo_t.__members__)
 
 class cudnnForwardMode_t(_IntEnum):
-    """@brief Specifies inference or training mode for RNN forward pass.
-    @since cuDNN 9.0.0"""
+    """cudnnForwardMode_t (cudnn_adv.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnforwardmode-t"""
     CUDNN_FWD_MODE_INFERENCE = 0
     CUDNN_FWD_MODE_TRAINING = 1
 
@@ -1351,8 +1362,9 @@ class cudnnForwardMode_t(_IntEnum):
 globals().update(cudnnForwardMode_t.__members__)
 
 class cudnnRNNMode_t(_IntEnum):
-    """@brief RNN cell type selection.
-    @since cuDNN 9.0.0"""
+    """cudnnRNNMode_t (cudnn_adv.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnnmode-t"""
     CUDNN_RNN_RELU = 0
     CUDNN_RNN_TANH = 1
     CUDNN_LSTM = 2
@@ -1362,8 +1374,9 @@ class cudnnRNNMode_t(_IntEnum):
 globals().update(cudnnRNNMode_t.__members__)
 
 class cudnnRNNBiasMode_t(_IntEnum):
-    """@brief Number of bias vectors used in RNN cell formulas.
-    @since cuDNN 9.0.0"""
+    """cudnnRNNBiasMode_t (cudnn_adv.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnnbiasmode-t"""
     CUDNN_RNN_NO_BIAS = 0
     CUDNN_RNN_SINGLE_INP_BIAS = 1
     CUDNN_RNN_DOUBLE_BIAS = 2
@@ -1373,8 +1386,9 @@ class cudnnRNNBiasMode_t(_IntEnum):
 globals().update(cudnnRNNBiasMode_t.__members__)
 
 class cudnnDirectionMode_t(_IntEnum):
-    """@brief RNN recurrence direction mode.
-    @since cuDNN 9.0.0"""
+    """cudnnDirectionMode_t (cudnn_adv.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnndirectionmode-t"""
     CUDNN_UNIDIRECTIONAL = 0
     CUDNN_BIDIRECTIONAL = 1
 
@@ -1382,8 +1396,9 @@ class cudnnDirectionMode_t(_IntEnum):
 globals().update(cudnnDirectionMode_t.__members__)
 
 class cudnnRNNInputMode_t(_IntEnum):
-    """@brief RNN first layer input behavior.
-    @since cuDNN 9.0.0"""
+    """cudnnRNNInputMode_t (cudnn_adv.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnninputmode-t"""
     CUDNN_LINEAR_INPUT = 0
     CUDNN_SKIP_INPUT = 1
 
@@ -1391,8 +1406,9 @@ class cudnnRNNInputMode_t(_IntEnum):
 globals().update(cudnnRNNInputMode_t.__members__)
 
 class cudnnRNNClipMode_t(_IntEnum):
-    """@brief LSTM cell clipping mode.
-    @since cuDNN 9.0.0"""
+    """cudnnRNNClipMode_t (cudnn_adv.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnnclipmode-t"""
     CUDNN_RNN_CLIP_NONE = 0
     CUDNN_RNN_CLIP_MINMAX = 1
 
@@ -1400,8 +1416,9 @@ class cudnnRNNClipMode_t(_IntEnum):
 globals().update(cudnnRNNClipMode_t.__members__)
 
 class cudnnRNNDataLayout_t(_IntEnum):
-    """@brief RNN data memory layout.
-    @since cuDNN 9.0.0"""
+    """cudnnRNNDataLayout_t (cudnn_adv.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnndatalayout-t"""
     CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED = 0
     CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED = 1
     CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED = 2
@@ -1410,9 +1427,9 @@ class cudnnRNNDataLayout_t(_IntEnum):
 globals().update(cudnnRNNDataLayout_t.__members__)
 
 class cudnnSeqDataAxis_t(_IntEnum):
-    """@brief Sequence data dimension indices.
-    @deprecated Since cuDNN 9.0.0. Use RNN data descriptors instead.
-    @since cuDNN 9.0.0"""
+    """cudnnSeqDataAxis_t (cudnn_adv.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnseqdataaxis-t"""
     CUDNN_SEQDATA_TIME_DIM = 0
     CUDNN_SEQDATA_BATCH_DIM = 1
     CUDNN_SEQDATA_BEAM_DIM = 2
@@ -1422,9 +1439,9 @@ class cudnnSeqDataAxis_t(_IntEnum):
 globals().update(cudnnSeqDataAxis_t.__members__)
 
 class cudnnMultiHeadAttnWeightKind_t(_IntEnum):
-    """@brief Specifies weight/bias groups in multi-head attention layers.
-    @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
-    @since cuDNN 9.0.0"""
+    """cudnnMultiHeadAttnWeightKind_t (cudnn_adv.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnmultiheadattnweightkind-t"""
     CUDNN_MH_ATTN_Q_WEIGHTS = 0
     CUDNN_MH_ATTN_K_WEIGHTS = 1
     CUDNN_MH_ATTN_V_WEIGHTS = 2
@@ -1438,8 +1455,9 @@ class cudnnMultiHeadAttnWeightKind_t(_IntEnum):
 globals().update(cudnnMultiHeadAttnWeightKind_t.__members__)
 
 class cudnnWgradMode_t(_IntEnum):
-    """@brief Weight gradient accumulation mode.
-    @since cuDNN 9.0.0"""
+    """cudnnWgradMode_t (cudnn_adv.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnwgradmode-t"""
     CUDNN_WGRAD_MODE_ADD = 0
     CUDNN_WGRAD_MODE_SET = 1
 
@@ -1447,8 +1465,9 @@ class cudnnWgradMode_t(_IntEnum):
 globals().update(cudnnWgradMode_t.__members__)
 
 class cudnnLossNormalizationMode_t(_IntEnum):
-    """@brief Input normalization mode for loss functions.
-    @since cuDNN 9.0.0"""
+    """cudnnLossNormalizationMode_t (cudnn_adv.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnlossnormalizationmode-t"""
     CUDNN_LOSS_NORMALIZATION_NONE = 0
     CUDNN_LOSS_NORMALIZATION_SOFTMAX = 1
 
@@ -1456,12 +1475,9 @@ class cudnnLossNormalizationMode_t(_IntEnum):
 globals().update(cudnnLossNormalizationMode_t.__members__)
 
 class cudnnFusedOps_t(_IntEnum):
-    """@brief Enumeration of fused operation sequences.
+    """cudnnFusedOps_t (cudnn_cnn.h)
 
-    Specifies which sequence of operations to fuse together for optimized execution.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfusedops-t"""
     CUDNN_FUSED_SCALE_BIAS_ACTIVATION_CONV_BNSTATS = 0
     CUDNN_FUSED_SCALE_BIAS_ACTIVATION_WGRAD = 1
     CUDNN_FUSED_BN_FINALIZE_STATISTICS_TRAINING = 2
@@ -1474,13 +1490,9 @@ class cudnnFusedOps_t(_IntEnum):
 globals().update(cudnnFusedOps_t.__members__)
 
 class cudnnFusedOpsConstParamLabel_t(_IntEnum):
-    """@brief Labels for constant parameters in a fused operations parameter pack.
+    """cudnnFusedOpsConstParamLabel_t (cudnn_cnn.h)
 
-    Used to identify which constant parameter to set or get in a
-    cudnnFusedOpsConstParamPack_t.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfusedopsconstparamlabel-t"""
     CUDNN_PARAM_XDESC = 0
     CUDNN_PARAM_XDATA_PLACEHOLDER = 1
     CUDNN_PARAM_BN_MODE = 2
@@ -1525,13 +1537,9 @@ class cudnnFusedOpsConstParamLabel_t(_IntEnum):
 globals().update(cudnnFusedOpsConstParamLabel_t.__members__)
 
 class cudnnFusedOpsPointerPlaceHolder_t(_IntEnum):
-    """@brief Pointer alignment modes for fused operations.
+    """cudnnFusedOpsPointerPlaceHolder_t (cudnn_cnn.h)
 
-    Specifies the alignment guarantee of pointers passed to fused operations,
-    allowing the runtime to select optimized code paths.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfusedopspointerplaceholder-t"""
     CUDNN_PTR_NULL = 0
     CUDNN_PTR_ELEM_ALIGNED = 1
     CUDNN_PTR_16B_ALIGNED = 2
@@ -1540,14 +1548,9 @@ class cudnnFusedOpsPointerPlaceHolder_t(_IntEnum):
 globals().update(cudnnFusedOpsPointerPlaceHolder_t.__members__)
 
 class cudnnFusedOpsVariantParamLabel_t(_IntEnum):
-    """@brief Labels for variant (per-execution) parameters in a fused operations parameter pack.
+    """cudnnFusedOpsVariantParamLabel_t (cudnn_cnn.h)
 
-    Used to identify which variant parameter to set or get in a
-    cudnnFusedOpsVariantParamPack_t. These include device memory pointers
-    and scalar host-side values.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfusedopsvariantparamlabel-t"""
     CUDNN_PTR_XDATA = 0
     CUDNN_PTR_BN_EQSCALE = 1
     CUDNN_PTR_BN_EQBIAS = 2
@@ -1581,9 +1584,9 @@ class cudnnFusedOpsVariantParamLabel_t(_IntEnum):
 globals().update(cudnnFusedOpsVariantParamLabel_t.__members__)
 
 class cudnnCausalConv1dActivation_t(_IntEnum):
-    """@brief Activation mode for causal conv1d operations.
+    """cudnnCausalConv1dActivation_t (cudnn_subquadratic_ops.h)
 
-    @since cuDNN 9.22.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     CUDNN_CAUSAL_CONV1D_ACTIVATION_IDENTITY = 0
     CUDNN_CAUSAL_CONV1D_ACTIVATION_SILU = 1
 
@@ -1591,7 +1594,9 @@ class cudnnCausalConv1dActivation_t(_IntEnum):
 globals().update(cudnnCausalConv1dActivation_t.__members__)
 
 class cudnnGnnAggOp_t(_IntEnum):
-    """cudnnGnnAggOp_t"""
+    """cudnnGnnAggOp_t (cudnn_gnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     CUDNN_GNN_AGG_SUM = 0
     CUDNN_GNN_AGG_MEAN = 1
     CUDNN_GNN_AGG_MAX = 2
@@ -1601,7 +1606,9 @@ class cudnnGnnAggOp_t(_IntEnum):
 globals().update(cudnnGnnAggOp_t.__members__)
 
 class cudnnGnnActivationOp_t(_IntEnum):
-    """cudnnGnnActivationOp_t"""
+    """cudnnGnnActivationOp_t (cudnn_gnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     CUDNN_GNN_ACT_LINEAR = 0
     CUDNN_GNN_ACT_RELU = 1
     CUDNN_GNN_ACT_SIGMOID = 2
@@ -1806,55 +1813,51 @@ cudnnFusedOpsPlan_t = POINTER(cudnnFusedOpsPlanStruct)
 
 
 class cudnnRuntimeTag_t(Structure):
-    """cudnnRuntimeTag_t"""
+    """cudnnRuntimeTag_t
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
 
 
 class cudnnDebug_t(Structure):
-    """@brief Debug callback metadata containing version, status, timestamps, handle, stream, PID, TID, and device ID.
-     @since cuDNN 9.0.0"""
+    """cudnnDebug_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnndebug-t"""
 
 
 class cudnnFraction_t(Structure):
-    """@brief Integer fraction with numerator and denominator.
-     @since cuDNN 9.0.0"""
+    """cudnnFraction_t (cudnn_graph.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnfraction-t"""
 
 
 class cudnnConvolutionFwdAlgoPerf_t(Structure):
-    """@brief Performance results for forward convolution algorithm selection.
+    """cudnnConvolutionFwdAlgoPerf_t (cudnn_cnn.h)
 
-    Contains timing, memory usage, and determinism information for a given
-    forward convolution algorithm. Returned by algorithm search functions.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnconvolutionfwdalgoperf-t"""
 
 
 class cudnnConvolutionBwdDataAlgoPerf_t(Structure):
-    """@brief Performance results for backward data convolution algorithm selection.
+    """cudnnConvolutionBwdDataAlgoPerf_t (cudnn_cnn.h)
 
-    Contains timing, memory usage, and determinism information for a given
-    backward data convolution algorithm. Returned by algorithm search functions.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnconvolutionbwddataalgoperf-t"""
 
 
 class cudnnConvolutionBwdFilterAlgoPerf_t(Structure):
-    """@brief Performance results for backward filter convolution algorithm selection.
+    """cudnnConvolutionBwdFilterAlgoPerf_t (cudnn_cnn.h)
 
-    Contains timing, memory usage, and determinism information for a given
-    backward filter convolution algorithm. Returned by algorithm search functions.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnconvolutionbwdfilteralgoperf-t"""
 
 
 class cudnnGnnCscGraph_t(Structure):
-    """cudnnGnnCscGraph_t"""
+    """cudnnGnnCscGraph_t (cudnn_gnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
 
 
 class cudnnGnnMhaParams_t(Structure):
-    """cudnnGnnMhaParams_t"""
+    """cudnnGnnMhaParams_t (cudnn_gnn_ops.h)
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
 
 # ------------------------------------------------------------------------------------------ callbacks
 cudnnCallback_t = CFUNCTYPE(None, c_int, c_void_p, POINTER(cudnnDebug_t), c_char_p)
@@ -2030,9 +2033,7 @@ _cudnnGetVersion = _lazy('cudnnGetVersion', (), c_size_t)
 def cudnnGetVersion():
     """size_t cudnnGetVersion(void)
 
-    @brief Returns cuDNN library version (MAJOR*10000 + MINOR*100 + PATCH).
-     @return The cuDNN version as an encoded integer.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngetversion"""
     result = _cudnnGetVersion()
     return result
 
@@ -2042,9 +2043,7 @@ _cudnnGetMaxDeviceVersion = _lazy('cudnnGetMaxDeviceVersion', (), c_size_t)
 def cudnnGetMaxDeviceVersion():
     """size_t cudnnGetMaxDeviceVersion(void)
 
-    @brief Returns max supported GPU compute capability.
-     @return The maximum supported device version.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngetmaxdeviceversion"""
     result = _cudnnGetMaxDeviceVersion()
     return result
 
@@ -2054,9 +2053,7 @@ _cudnnGetCudartVersion = _lazy('cudnnGetCudartVersion', (), c_size_t)
 def cudnnGetCudartVersion():
     """size_t cudnnGetCudartVersion(void)
 
-    @brief Returns CUDA Runtime version linked against cuDNN.
-     @return The CUDA Runtime version.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngetcudartversion"""
     result = _cudnnGetCudartVersion()
     return result
 
@@ -2067,10 +2064,7 @@ _values_cudnnGetErrorString = (b'i', (cudnnStatus_t,), _pack_i)
 def cudnnGetErrorString(status):
     """const char * cudnnGetErrorString(cudnnStatus_t status)
 
-    @brief Converts status code to human-readable string.
-     @param[in] status The cuDNN status code to convert.
-     @return Pointer to a static string describing the status code.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngeterrorstring"""
     if not _values_ok(_values_cudnnGetErrorString, status):
         _check_values('cudnnGetErrorString', ('status',), ((0, status, 'i', cudnnStatus_t),))
     try:
@@ -2089,10 +2083,7 @@ def cudnnGetLastErrorString(message, max_size):
     Checked parameters:
         message: host output, count max_size
 
-    @brief Retrieves most recent error message. Thread-safe.
-     @param[out] message   Buffer to receive the error message string.
-     @param[in]  max_size  Maximum number of bytes to write into @p message.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngetlasterrorstring"""
     if not _values_ok(_values_cudnnGetLastErrorString, max_size):
         _check_values('cudnnGetLastErrorString', ('message', 'max_size'), ((1, max_size, 'N', None),))
     try:
@@ -2101,14 +2092,14 @@ def cudnnGetLastErrorString(message, max_size):
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetLastErrorString', ('message', 'max_size'), exc) from None
 
-_cudnnQueryRuntimeError = _lazy('cudnnQueryRuntimeError', (cudnnHandle_t, c_void_p, c_int, c_void_p,), c_int, deprecated='Use cudnnGetLastErrorString instead')
+_cudnnQueryRuntimeError = _lazy('cudnnQueryRuntimeError', (cudnnHandle_t, c_void_p, c_int, c_void_p,), c_int, deprecated='use cudnnGetLastErrorString')
 _values_cudnnQueryRuntimeError = (b'i', (cudnnErrQueryMode_t,), _pack_i)
 
 
 def cudnnQueryRuntimeError(handle, rstatus, mode, tag):
     """cudnnStatus_t cudnnQueryRuntimeError(cudnnHandle_t handle, cudnnStatus_t * rstatus, cudnnErrQueryMode_t mode, cudnnRuntimeTag_t * tag)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Replacement: cudnnGetLastErrorString.
 
     Checked parameters:
         rstatus: host output, fixed 1 elements
@@ -2116,14 +2107,7 @@ def cudnnQueryRuntimeError(handle, rstatus, mode, tag):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Queries remote kernel error state.
-     @deprecated Use cudnnGetLastErrorString instead.
-     @param[in]  handle   cuDNN handle.
-     @param[out] rstatus  Pointer to receive the runtime status.
-     @param[in]  mode     Error query mode.
-     @param[out] tag      Runtime tag (unused, may be NULL).
-     @return cuDNN status code.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnqueryruntimeerror"""
     if not _values_ok(_values_cudnnQueryRuntimeError, mode):
         _check_values('cudnnQueryRuntimeError', ('handle', 'rstatus', 'mode', 'tag'), ((2, mode, 'i', cudnnErrQueryMode_t),))
     try:
@@ -2147,11 +2131,7 @@ def cudnnGetProperty(type, value):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Queries library property (major, minor, or patch version).
-     @param[in]  type   The property type to query (MAJOR_VERSION, MINOR_VERSION, or PATCH_LEVEL).
-     @param[out] value  Pointer to receive the property value.
-     @return cuDNN status code.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngetproperty"""
     if not _values_ok(_values_cudnnGetProperty, type):
         _check_values('cudnnGetProperty', ('type', 'value'), ((0, type, 'i', libraryPropertyType),))
     try:
@@ -2173,13 +2153,7 @@ def cudnnCreate(handle):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates cuDNN context. Must precede all other cuDNN library calls.
-     @param[out] handle  Pointer to receive the newly created cuDNN handle.
-     @retval CUDNN_STATUS_SUCCESS
-     @retval CUDNN_STATUS_BAD_PARAM
-     @retval CUDNN_STATUS_NOT_INITIALIZED
-     @retval CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnncreate"""
     try:
         handle = _arr_cudnnHandle_t(handle, 1, 0)
         status = _cudnnCreate(handle)
@@ -2197,10 +2171,7 @@ def cudnnDestroy(handle):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys cuDNN context. Calls cudaDeviceSynchronize.
-     @param[in] handle  The cuDNN handle to destroy.
-     @return cuDNN status code.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnndestroy"""
     _destroy_once(_lib, 'cudnnDestroy', 'handle', _cudnnDestroy, handle)
 
 _cudnnSetStream = _lazy('cudnnSetStream', (cudnnHandle_t, cudaStream_t,), c_int)
@@ -2211,12 +2182,7 @@ def cudnnSetStream(handle, streamId):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Associates CUDA stream with cuDNN handle.
-     @param[in] handle    cuDNN handle.
-     @param[in] streamId  CUDA stream to associate.
-     @retval CUDNN_STATUS_SUCCESS
-     @retval CUDNN_STATUS_BAD_PARAM
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnsetstream"""
     try:
         status = _cudnnSetStream(handle, streamId)
     except _ArgumentError as exc:
@@ -2235,12 +2201,7 @@ def cudnnGetStream(handle, streamId):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves CUDA stream from cuDNN handle.
-     @param[in]  handle    cuDNN handle.
-     @param[out] streamId  Pointer to receive the associated CUDA stream.
-     @retval CUDNN_STATUS_SUCCESS
-     @retval CUDNN_STATUS_BAD_PARAM
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngetstream"""
     try:
         streamId = _arr_cudaStream_t(streamId, 1, 1)
         status = _cudnnGetStream(handle, streamId)
@@ -2261,12 +2222,7 @@ def cudnnSetCallback(mask, udata, fptr):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Registers debug callback with message mask.
-     @param[in] mask   Bitmask of severity levels to enable (see CUDNN_SEV_*_EN).
-     @param[in] udata  User data pointer passed to callback.
-     @param[in] fptr   Callback function pointer.
-     @return cuDNN status code.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnsetcallback"""
     if not _values_ok(_values_cudnnSetCallback, mask):
         _check_values('cudnnSetCallback', ('mask', 'udata', 'fptr'), ((0, mask, 'I', None),))
     try:
@@ -2290,12 +2246,7 @@ def cudnnGetCallback(mask, udata, fptr):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves registered debug callback and its configuration.
-     @param[out] mask   Pointer to receive the current severity mask.
-     @param[out] udata  Pointer to receive the user data pointer.
-     @param[out] fptr   Pointer to receive the callback function pointer.
-     @return cuDNN status code.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngetcallback"""
     try:
         mask = _arr_unsigned_int(mask, 1, 0)
         udata = _arr_void(udata, 1, 1)
@@ -2314,13 +2265,7 @@ def cudnnGraphVersionCheck():
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Cross-library version checker.
-
-     This function is implemented differently in each sub-library. Each sublib
-     checks whether its own version matches that of its dependencies.
-     @retval CUDNN_STATUS_SUCCESS if the version check passes.
-     @retval CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH if the versions are inconsistent.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngraphversioncheck"""
     status = _cudnnGraphVersionCheck()
     if status:
         raise _lib.status_error(status, 'cudnnGraphVersionCheck')
@@ -2337,13 +2282,7 @@ def cudnnBackendCreateDescriptor(descriptorType, descriptor):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Allocates memory for a backend descriptor of the specified type.
-     @param[in]  descriptorType  The type of descriptor to create.
-     @param[out] descriptor      Pointer to receive the newly created descriptor.
-     @retval CUDNN_STATUS_SUCCESS
-     @retval CUDNN_STATUS_NOT_SUPPORTED
-     @retval CUDNN_STATUS_ALLOC_FAILED
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendcreatedescriptor"""
     if not _values_ok(_values_cudnnBackendCreateDescriptor, descriptorType):
         _check_values('cudnnBackendCreateDescriptor', ('descriptorType', 'descriptor'), ((0, descriptorType, 'i', cudnnBackendDescriptorType_t),))
     try:
@@ -2363,28 +2302,20 @@ def cudnnBackendDestroyDescriptor(descriptor):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Deallocates a backend descriptor and frees associated memory.
-     @param[in] descriptor  The descriptor to destroy.
-     @retval CUDNN_STATUS_SUCCESS
-     @retval CUDNN_STATUS_ALLOC_FAILED
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackenddestroydescriptor"""
     _destroy_once(_lib, 'cudnnBackendDestroyDescriptor', 'descriptor', _cudnnBackendDestroyDescriptor, descriptor)
 
-_cudnnBackendInitialize = _lazy('cudnnBackendInitialize', (cudnnBackendDescriptor_t,), c_int, deprecated='Since cuDNN 9.2. Use cudnnBackendCreateDescriptor instead')
+_cudnnBackendInitialize = _lazy('cudnnBackendInitialize', (cudnnBackendDescriptor_t,), c_int, deprecated='since cuDNN 9.2; use cudnnBackendCreateDescriptor')
 
 
 def cudnnBackendInitialize(descriptor):
     """cudnnStatus_t cudnnBackendInitialize(cudnnBackendDescriptor_t descriptor)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.2. Replacement: cudnnBackendCreateDescriptor.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Repurposes pre-allocated memory for a backend descriptor.
-     @deprecated Since cuDNN 9.2. Use cudnnBackendCreateDescriptor instead.
-     @param[in] descriptor  The descriptor to initialize.
-     @return cuDNN status code.
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendinitialize"""
     try:
         _handles_set = bool(descriptor)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -2406,13 +2337,7 @@ def cudnnBackendFinalize(descriptor):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Validates and finalizes a descriptor. After finalization, attributes become read-only.
-     @param[in] descriptor  The descriptor to finalize.
-     @retval CUDNN_STATUS_SUCCESS
-     @retval CUDNN_STATUS_BAD_PARAM
-     @retval CUDNN_STATUS_NOT_SUPPORTED
-     @retval CUDNN_STATUS_INTERNAL_ERROR
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendfinalize"""
     try:
         _handles_set = bool(descriptor)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -2438,17 +2363,7 @@ def cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCo
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Sets an attribute on an unfinalized backend descriptor.
-     @param[in] descriptor       The target descriptor (must not be finalized).
-     @param[in] attributeName    The attribute to set.
-     @param[in] attributeType    The data type of the attribute values.
-     @param[in] elementCount     Number of elements in @p arrayOfElements.
-     @param[in] arrayOfElements  Pointer to the attribute value(s).
-     @retval CUDNN_STATUS_SUCCESS
-     @retval CUDNN_STATUS_NOT_INITIALIZED
-     @retval CUDNN_STATUS_BAD_PARAM
-     @retval CUDNN_STATUS_NOT_SUPPORTED
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendsetattribute"""
     if not _values_ok(_values_cudnnBackendSetAttribute, attributeName, attributeType, elementCount):
         _check_values('cudnnBackendSetAttribute', ('descriptor', 'attributeName', 'attributeType', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', cudnnBackendAttributeName_t), (2, attributeType, 'i', cudnnBackendAttributeType_t), (3, elementCount, 'q', None),))
     try:
@@ -2478,17 +2393,7 @@ def cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requested
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves an attribute from a finalized backend descriptor.
-     @param[in]  descriptor             The source descriptor (must be finalized).
-     @param[in]  attributeName          The attribute to query.
-     @param[in]  attributeType          The expected data type of the attribute.
-     @param[in]  requestedElementCount  Maximum number of elements to retrieve.
-     @param[out] elementCount           Pointer to receive the actual element count.
-     @param[out] arrayOfElements        Buffer to receive the attribute value(s).
-     @retval CUDNN_STATUS_SUCCESS
-     @retval CUDNN_STATUS_BAD_PARAM
-     @retval CUDNN_STATUS_NOT_INITIALIZED
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendgetattribute"""
     if not _values_ok(_values_cudnnBackendGetAttribute, attributeName, attributeType, requestedElementCount):
         _check_values('cudnnBackendGetAttribute', ('descriptor', 'attributeName', 'attributeType', 'requestedElementCount', 'elementCount', 'arrayOfElements'), ((1, attributeName, 'i', cudnnBackendAttributeName_t), (2, attributeType, 'i', cudnnBackendAttributeType_t), (3, requestedElementCount, 'q', None),))
     try:
@@ -2517,12 +2422,7 @@ def cudnnGetExecutionPlanWorkspaceSize(handle, executionPlan, variantPack, works
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Queries runtime workspace size for an execution plan using a variant pack.
-     @param[in]  handle                cuDNN handle.
-     @param[in]  executionPlan         Finalized execution plan descriptor.
-     @param[in]  variantPack           Finalized variant pack descriptor.
-     @param[out] workspaceSizeInBytes  Pointer to receive the required workspace size.
-     @since cuDNN 9.23.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngetexecutionplanworkspacesize"""
     try:
         _handles_set = bool(executionPlan and variantPack)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -2545,15 +2445,7 @@ def cudnnBackendExecute(handle, executionPlan, variantPack):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Runs an execution plan with the given variant pack containing data pointers.
-     @param[in] handle         cuDNN handle.
-     @param[in] executionPlan  Finalized execution plan descriptor.
-     @param[in] variantPack    Finalized variant pack descriptor with data pointers.
-     @retval CUDNN_STATUS_SUCCESS
-     @retval CUDNN_STATUS_BAD_PARAM
-     @retval CUDNN_STATUS_INTERNAL_ERROR
-     @retval CUDNN_STATUS_EXECUTION_FAILED
-     @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendexecute"""
     try:
         _handles_set = bool(executionPlan and variantPack)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -2575,17 +2467,7 @@ def cudnnBackendPopulateCudaGraph(handle, executionPlan, variantPack, graph):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Populates a CUDA graph with nodes from an execution plan.
-     @param[in]    handle         cuDNN handle.
-     @param[in]    executionPlan  Finalized execution plan descriptor.
-     @param[in]    variantPack    Finalized variant pack descriptor.
-     @param[inout] graph          CUDA graph to populate.
-     @retval CUDNN_STATUS_SUCCESS
-     @retval CUDNN_STATUS_BAD_PARAM
-     @retval CUDNN_STATUS_INTERNAL_ERROR
-     @retval CUDNN_STATUS_EXECUTION_FAILED
-     @retval CUDNN_STATUS_NOT_SUPPORTED
-     @since cuDNN 9.5.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendpopulatecudagraph"""
     try:
         _handles_set = bool(executionPlan and variantPack)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -2607,17 +2489,7 @@ def cudnnBackendUpdateCudaGraph(handle, executionPlan, variantPack, graph):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Updates an existing CUDA graph with new data pointers from a variant pack.
-     @param[in]    handle         cuDNN handle.
-     @param[in]    executionPlan  Finalized execution plan descriptor.
-     @param[in]    variantPack    Finalized variant pack with updated data pointers.
-     @param[inout] graph          CUDA graph to update.
-     @retval CUDNN_STATUS_SUCCESS
-     @retval CUDNN_STATUS_BAD_PARAM
-     @retval CUDNN_STATUS_INTERNAL_ERROR
-     @retval CUDNN_STATUS_EXECUTION_FAILED
-     @retval CUDNN_STATUS_NOT_SUPPORTED
-     @since cuDNN 9.5.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendupdatecudagraph"""
     try:
         _handles_set = bool(executionPlan and variantPack)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -2642,17 +2514,7 @@ def cudnnCreateTensorDescriptor(tensorDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates a tensor descriptor.
-
-    Allocates and initializes a new tensor descriptor object.
-
-    @param[out] tensorDesc  Pointer to the newly created tensor descriptor.
-
-    @retval CUDNN_STATUS_SUCCESS           The descriptor was created successfully.
-    @retval CUDNN_STATUS_ALLOC_FAILED      Memory allocation failed.
-
-    @since cuDNN 9.0.0
-    @see cudnnDestroyTensorDescriptor, cudnnSetTensor4dDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreatetensordescriptor"""
     try:
         tensorDesc = _arr_cudnnTensorDescriptor_t(tensorDesc, 1, 0)
         status = _cudnnCreateTensorDescriptor(tensorDesc)
@@ -2671,24 +2533,7 @@ def cudnnSetTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Sets a 4D tensor descriptor.
-
-    Initializes a previously created tensor descriptor with the specified format,
-    data type, and dimensions. Strides are computed automatically based on the format.
-
-    @param[in,out] tensorDesc  Tensor descriptor to initialize.
-    @param[in]     format      Memory layout format (e.g., NCHW or NHWC).
-    @param[in]     dataType    Data type of the tensor elements.
-    @param[in]     n           Number of images (batch size).
-    @param[in]     c           Number of feature maps (channels).
-    @param[in]     h           Height of each feature map.
-    @param[in]     w           Width of each feature map.
-
-    @retval CUDNN_STATUS_SUCCESS           The descriptor was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM         An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnSetTensor4dDescriptorEx, cudnnGetTensor4dDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsettensor4ddescriptor"""
     if not _values_ok(_values_cudnnSetTensor4dDescriptor, format, dataType, n, c, h, w):
         _check_values('cudnnSetTensor4dDescriptor', ('tensorDesc', 'format', 'dataType', 'n', 'c', 'h', 'w'), ((1, format, 'i', cudnnTensorFormat_t), (2, dataType, 'i', cudnnDataType_t), (3, n, 'i', None), (4, c, 'i', None), (5, h, 'i', None), (6, w, 'i', None),))
     try:
@@ -2713,27 +2558,7 @@ def cudnnSetTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStr
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Sets a 4D tensor descriptor with explicit strides.
-
-    Initializes a previously created tensor descriptor with the specified data type,
-    dimensions, and explicit stride values for each dimension.
-
-    @param[in,out] tensorDesc  Tensor descriptor to initialize.
-    @param[in]     dataType    Data type of the tensor elements.
-    @param[in]     n           Number of images (batch size).
-    @param[in]     c           Number of feature maps (channels).
-    @param[in]     h           Height of each feature map.
-    @param[in]     w           Width of each feature map.
-    @param[in]     nStride     Stride between images.
-    @param[in]     cStride     Stride between feature maps.
-    @param[in]     hStride     Stride between rows.
-    @param[in]     wStride     Stride between columns.
-
-    @retval CUDNN_STATUS_SUCCESS           The descriptor was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM         An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnSetTensor4dDescriptor, cudnnGetTensor4dDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsettensor4ddescriptorex"""
     if not _values_ok(_values_cudnnSetTensor4dDescriptorEx, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
         _check_values('cudnnSetTensor4dDescriptorEx', ('tensorDesc', 'dataType', 'n', 'c', 'h', 'w', 'nStride', 'cStride', 'hStride', 'wStride'), ((1, dataType, 'i', cudnnDataType_t), (2, n, 'i', None), (3, c, 'i', None), (4, h, 'i', None), (5, w, 'i', None), (6, nStride, 'i', None), (7, cStride, 'i', None), (8, hStride, 'i', None), (9, wStride, 'i', None),))
     try:
@@ -2768,23 +2593,7 @@ def cudnnGetTensor4dDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStrid
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves the settings of a previously initialized 4D tensor descriptor.
-
-    @param[in]  tensorDesc  Tensor descriptor to query.
-    @param[out] dataType    Data type of the tensor.
-    @param[out] n           Number of images (batch size).
-    @param[out] c           Number of feature maps (channels).
-    @param[out] h           Height of each feature map.
-    @param[out] w           Width of each feature map.
-    @param[out] nStride     Stride between images.
-    @param[out] cStride     Stride between feature maps.
-    @param[out] hStride     Stride between rows.
-    @param[out] wStride     Stride between columns.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was queried successfully.
-
-    @since cuDNN 9.0.0
-    @see cudnnSetTensor4dDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngettensor4ddescriptor"""
     try:
         _handles_set = bool(tensorDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -2820,21 +2629,7 @@ def cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Sets an N-dimensional tensor descriptor.
-
-    Initializes a tensor descriptor with arbitrary dimensionality, data type, dimensions, and strides.
-
-    @param[in,out] tensorDesc  Tensor descriptor to initialize.
-    @param[in]     dataType    Data type of the tensor elements.
-    @param[in]     nbDims      Number of dimensions.
-    @param[in]     dimA        Array of dimension sizes (length nbDims).
-    @param[in]     strideA     Array of strides (length nbDims).
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnGetTensorNdDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsettensornddescriptor"""
     if not _values_ok(_values_cudnnSetTensorNdDescriptor, dataType, nbDims):
         _check_values('cudnnSetTensorNdDescriptor', ('tensorDesc', 'dataType', 'nbDims', 'dimA', 'strideA'), ((1, dataType, 'i', cudnnDataType_t), (2, nbDims, 'i', None),))
     try:
@@ -2864,22 +2659,7 @@ def cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Sets an N-dimensional tensor descriptor with automatic stride computation.
-
-    Initializes a tensor descriptor with the specified format; strides are computed
-    automatically from the format and dimensions.
-
-    @param[in,out] tensorDesc  Tensor descriptor to initialize.
-    @param[in]     format      Memory layout format.
-    @param[in]     dataType    Data type of the tensor elements.
-    @param[in]     nbDims      Number of dimensions.
-    @param[in]     dimA        Array of dimension sizes (length nbDims).
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnSetTensorNdDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsettensornddescriptorex"""
     if not _values_ok(_values_cudnnSetTensorNdDescriptorEx, format, dataType, nbDims):
         _check_values('cudnnSetTensorNdDescriptorEx', ('tensorDesc', 'format', 'dataType', 'nbDims', 'dimA'), ((1, format, 'i', cudnnTensorFormat_t), (2, dataType, 'i', cudnnDataType_t), (3, nbDims, 'i', None),))
     try:
@@ -2911,19 +2691,7 @@ def cudnnGetTensorNdDescriptor(tensorDesc, nbDimsRequested, dataType, nbDims, di
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves the settings of a previously initialized N-dimensional tensor descriptor.
-
-    @param[in]  tensorDesc      Tensor descriptor to query.
-    @param[in]  nbDimsRequested Number of dimensions to retrieve.
-    @param[out] dataType        Data type of the tensor.
-    @param[out] nbDims          Actual number of dimensions in the descriptor.
-    @param[out] dimA            Array to receive dimension sizes (length nbDimsRequested).
-    @param[out] strideA         Array to receive strides (length nbDimsRequested).
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was queried successfully.
-
-    @since cuDNN 9.0.0
-    @see cudnnSetTensorNdDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngettensornddescriptor"""
     if not _values_ok(_values_cudnnGetTensorNdDescriptor, nbDimsRequested):
         _check_values('cudnnGetTensorNdDescriptor', ('tensorDesc', 'nbDimsRequested', 'dataType', 'nbDims', 'dimA', 'strideA'), ((1, nbDimsRequested, 'i', None),))
     try:
@@ -2954,14 +2722,7 @@ def cudnnGetTensorSizeInBytes(tensorDesc, size):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the memory size in bytes required by a tensor.
-
-    @param[in]  tensorDesc  Tensor descriptor to query.
-    @param[out] size        Memory size in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
-
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngettensorsizeinbytes"""
     try:
         _handles_set = bool(tensorDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -2984,46 +2745,23 @@ def cudnnDestroyTensorDescriptor(tensorDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys a tensor descriptor.
-
-    Releases the resources associated with a tensor descriptor object.
-
-    @param[in] tensorDesc  Tensor descriptor to destroy.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was destroyed successfully.
-
-    @since cuDNN 9.0.0
-    @see cudnnCreateTensorDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroytensordescriptor"""
     _destroy_once(_lib, 'cudnnDestroyTensorDescriptor', 'tensorDesc', _cudnnDestroyTensorDescriptor, tensorDesc)
 
-_cudnnInitTransformDest = _lazy('cudnnInitTransformDest', (cudnnTensorTransformDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnInitTransformDest = _lazy('cudnnInitTransformDest', (cudnnTensorTransformDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnninittransformdest')
 
 
 def cudnnInitTransformDest(transformDesc, srcDesc, destDesc, destSizeInBytes):
     """cudnnStatus_t cudnnInitTransformDest(const cudnnTensorTransformDescriptor_t transformDesc, const cudnnTensorDescriptor_t srcDesc, cudnnTensorDescriptor_t destDesc, size_t * destSizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         destSizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Initializes the destination tensor descriptor for a tensor transform.
-
-    Computes the destination tensor dimensions and size based on the transform and source descriptors.
-
-    @param[in]     transformDesc   Transform descriptor specifying the operation.
-    @param[in]     srcDesc         Source tensor descriptor.
-    @param[in,out] destDesc        Destination tensor descriptor to be initialized.
-    @param[out]    destSizeInBytes Memory size in bytes of the destination tensor.
-
-    @retval CUDNN_STATUS_SUCCESS     The destination descriptor was initialized successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnTransformTensorEx"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnninittransformdest"""
     try:
         _handles_set = bool(transformDesc and srcDesc and destDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -3038,31 +2776,20 @@ def cudnnInitTransformDest(transformDesc, srcDesc, destDesc, destSizeInBytes):
     if status:
         raise _lib.status_error(status, 'cudnnInitTransformDest')
 
-_cudnnCreateTensorTransformDescriptor = _lazy('cudnnCreateTensorTransformDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateTensorTransformDescriptor = _lazy('cudnnCreateTensorTransformDescriptor', (c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreatetensortransformdescriptor')
 
 
 def cudnnCreateTensorTransformDescriptor(transformDesc):
     """cudnnStatus_t cudnnCreateTensorTransformDescriptor(cudnnTensorTransformDescriptor_t * transformDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         transformDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates a tensor transform descriptor.
-
-    Allocates and initializes a new tensor transform descriptor object.
-
-    @param[out] transformDesc  Pointer to the newly created transform descriptor.
-
-    @retval CUDNN_STATUS_SUCCESS       The descriptor was created successfully.
-    @retval CUDNN_STATUS_ALLOC_FAILED  Memory allocation failed.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnDestroyTensorTransformDescriptor, cudnnSetTensorTransformDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreatetensortransformdescriptor"""
     try:
         transformDesc = _arr_cudnnTensorTransformDescriptor_t(transformDesc, 1, 0)
         status = _cudnnCreateTensorTransformDescriptor(transformDesc)
@@ -3072,14 +2799,14 @@ def cudnnCreateTensorTransformDescriptor(transformDesc):
         raise _lib.status_error(status, 'cudnnCreateTensorTransformDescriptor')
     _created(transformDesc)
 
-_cudnnSetTensorTransformDescriptor = _lazy('cudnnSetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, c_int, c_void_p, c_void_p, c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetTensorTransformDescriptor = _lazy('cudnnSetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, c_int, c_void_p, c_void_p, c_void_p, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsettensortransformdescriptor')
 _values_cudnnSetTensorTransformDescriptor = (b'Iii', (None, cudnnTensorFormat_t, cudnnFoldingDirection_t,), _pack_Iii)
 
 
 def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBeforeA, padAfterA, foldA, direction):
     """cudnnStatus_t cudnnSetTensorTransformDescriptor(cudnnTensorTransformDescriptor_t transformDesc, const uint32_t nbDims, const cudnnTensorFormat_t destFormat, const int32_t[] padBeforeA, const int32_t[] padAfterA, const uint32_t[] foldA, const cudnnFoldingDirection_t direction)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         padBeforeA: host input, count nbDims, at most CUDNN_DIM_MAX, may be None
@@ -3088,25 +2815,7 @@ def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBefo
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures a tensor transform descriptor.
-
-    Sets the parameters of a previously created tensor transform descriptor including
-    padding, folding, and destination format.
-
-    @param[in,out] transformDesc  Transform descriptor to configure.
-    @param[in]     nbDims         Number of dimensions.
-    @param[in]     destFormat     Destination tensor format.
-    @param[in]     padBeforeA     Array of padding values before each dimension.
-    @param[in]     padAfterA      Array of padding values after each dimension.
-    @param[in]     foldA          Array of fold parameters per dimension.
-    @param[in]     direction      Folding direction (fold or unfold).
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was configured successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnGetTensorTransformDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsettensortransformdescriptor"""
     if not _values_ok(_values_cudnnSetTensorTransformDescriptor, nbDims, destFormat, direction):
         _check_values('cudnnSetTensorTransformDescriptor', ('transformDesc', 'nbDims', 'destFormat', 'padBeforeA', 'padAfterA', 'foldA', 'direction'), ((1, nbDims, 'I', None), (2, destFormat, 'i', cudnnTensorFormat_t), (6, direction, 'i', cudnnFoldingDirection_t),))
     try:
@@ -3125,14 +2834,14 @@ def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBefo
     if status:
         raise _lib.status_error(status, 'cudnnSetTensorTransformDescriptor')
 
-_cudnnGetTensorTransformDescriptor = _lazy('cudnnGetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetTensorTransformDescriptor = _lazy('cudnnGetTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t, c_uint32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngettensortransformdescriptor')
 _values_cudnnGetTensorTransformDescriptor = (b'I', (None,), _pack_I)
 
 
 def cudnnGetTensorTransformDescriptor(transformDesc, nbDimsRequested, destFormat, padBeforeA, padAfterA, foldA, direction):
     """cudnnStatus_t cudnnGetTensorTransformDescriptor(cudnnTensorTransformDescriptor_t transformDesc, uint32_t nbDimsRequested, cudnnTensorFormat_t * destFormat, int32_t[] padBeforeA, int32_t[] padAfterA, uint32_t[] foldA, cudnnFoldingDirection_t * direction)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         destFormat: host output, fixed 1 elements
@@ -3143,21 +2852,7 @@ def cudnnGetTensorTransformDescriptor(transformDesc, nbDimsRequested, destFormat
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves the settings of a previously initialized tensor transform descriptor.
-
-    @param[in]  transformDesc   Transform descriptor to query.
-    @param[in]  nbDimsRequested Number of dimensions to retrieve.
-    @param[out] destFormat      Destination tensor format.
-    @param[out] padBeforeA      Array to receive pre-padding values.
-    @param[out] padAfterA       Array to receive post-padding values.
-    @param[out] foldA           Array to receive fold parameters.
-    @param[out] direction       Folding direction.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was queried successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnSetTensorTransformDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngettensortransformdescriptor"""
     if not _values_ok(_values_cudnnGetTensorTransformDescriptor, nbDimsRequested):
         _check_values('cudnnGetTensorTransformDescriptor', ('transformDesc', 'nbDimsRequested', 'destFormat', 'padBeforeA', 'padAfterA', 'foldA', 'direction'), ((1, nbDimsRequested, 'I', None),))
     try:
@@ -3178,36 +2873,26 @@ def cudnnGetTensorTransformDescriptor(transformDesc, nbDimsRequested, destFormat
     if status:
         raise _lib.status_error(status, 'cudnnGetTensorTransformDescriptor')
 
-_cudnnDestroyTensorTransformDescriptor = _lazy('cudnnDestroyTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnDestroyTensorTransformDescriptor = _lazy('cudnnDestroyTensorTransformDescriptor', (cudnnTensorTransformDescriptor_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroytensortransformdescriptor')
 
 
 def cudnnDestroyTensorTransformDescriptor(transformDesc):
     """cudnnStatus_t cudnnDestroyTensorTransformDescriptor(cudnnTensorTransformDescriptor_t transformDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys a tensor transform descriptor.
-
-    Releases the resources associated with a tensor transform descriptor.
-
-    @param[in] transformDesc  Transform descriptor to destroy.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was destroyed successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnCreateTensorTransformDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroytensortransformdescriptor"""
     _destroy_once(_lib, 'cudnnDestroyTensorTransformDescriptor', 'transformDesc', _cudnnDestroyTensorTransformDescriptor, transformDesc)
 
-_cudnnTransformTensor = _lazy('cudnnTransformTensor', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnTransformTensor = _lazy('cudnnTransformTensor', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnntransformtensor')
 
 
 def cudnnTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
     """cudnnStatus_t cudnnTransformTensor(cudnnHandle_t handle, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * beta, const cudnnTensorDescriptor_t yDesc, void * y)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -3217,24 +2902,7 @@ def cudnnTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Copies and converts tensor data between layouts with alpha/beta blending.
-
-    Performs y = alpha * x + beta * y, converting between tensor formats as needed.
-
-    @param[in]     handle  cuDNN library handle.
-    @param[in]     alpha   Scaling factor for the source tensor.
-    @param[in]     xDesc   Source tensor descriptor.
-    @param[in]     x       Pointer to source tensor data.
-    @param[in]     beta    Scaling factor for the destination tensor.
-    @param[in]     yDesc   Destination tensor descriptor.
-    @param[in,out] y       Pointer to destination tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnTransformTensorEx"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnntransformtensor"""
     try:
         _handles_set = bool(xDesc and yDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -3250,13 +2918,13 @@ def cudnnTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
     if status:
         raise _lib.status_error(status, 'cudnnTransformTensor')
 
-_cudnnTransformTensorEx = _lazy('cudnnTransformTensorEx', (cudnnHandle_t, cudnnTensorTransformDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnTransformTensorEx = _lazy('cudnnTransformTensorEx', (cudnnHandle_t, cudnnTensorTransformDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnntransformtensorex')
 
 
 def cudnnTransformTensorEx(handle, transDesc, alpha, srcDesc, srcData, beta, destDesc, destData):
     """cudnnStatus_t cudnnTransformTensorEx(cudnnHandle_t handle, const cudnnTensorTransformDescriptor_t transDesc, const void * alpha, const cudnnTensorDescriptor_t srcDesc, const void * srcData, const void * beta, const cudnnTensorDescriptor_t destDesc, void * destData)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -3266,26 +2934,7 @@ def cudnnTransformTensorEx(handle, transDesc, alpha, srcDesc, srcData, beta, des
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Extended tensor transform with folding/padding support.
-
-    Performs dest = alpha * transform(src) + beta * dest, using the specified
-    transform descriptor for padding and folding configuration.
-
-    @param[in]     handle    cuDNN library handle.
-    @param[in]     transDesc Transform descriptor specifying the operation.
-    @param[in]     alpha     Scaling factor for the source tensor.
-    @param[in]     srcDesc   Source tensor descriptor.
-    @param[in]     srcData   Pointer to source tensor data.
-    @param[in]     beta      Scaling factor for the destination tensor.
-    @param[in]     destDesc  Destination tensor descriptor.
-    @param[in,out] destData  Pointer to destination tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnTransformTensor, cudnnSetTensorTransformDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnntransformtensorex"""
     try:
         _handles_set = bool(transDesc and srcDesc and destDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -3301,13 +2950,13 @@ def cudnnTransformTensorEx(handle, transDesc, alpha, srcDesc, srcData, beta, des
     if status:
         raise _lib.status_error(status, 'cudnnTransformTensorEx')
 
-_cudnnAddTensor = _lazy('cudnnAddTensor', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnAddTensor = _lazy('cudnnAddTensor', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnaddtensor')
 
 
 def cudnnAddTensor(handle, alpha, aDesc, A, beta, cDesc, C):
     """cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void * alpha, const cudnnTensorDescriptor_t aDesc, const void * A, const void * beta, const cudnnTensorDescriptor_t cDesc, void * C)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -3317,23 +2966,7 @@ def cudnnAddTensor(handle, alpha, aDesc, A, beta, cDesc, C):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Adds a scaled bias tensor to a destination tensor with broadcasting.
-
-    Performs C = alpha * A + beta * C, where A is broadcast to match C dimensions.
-
-    @param[in]     handle  cuDNN library handle.
-    @param[in]     alpha   Scaling factor for the bias tensor A.
-    @param[in]     aDesc   Bias tensor descriptor.
-    @param[in]     A       Pointer to bias tensor data.
-    @param[in]     beta    Scaling factor for the destination tensor C.
-    @param[in]     cDesc   Destination tensor descriptor.
-    @param[in,out] C       Pointer to destination tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead."""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnaddtensor"""
     try:
         _handles_set = bool(aDesc and cDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -3349,29 +2982,20 @@ def cudnnAddTensor(handle, alpha, aDesc, A, beta, cDesc, C):
     if status:
         raise _lib.status_error(status, 'cudnnAddTensor')
 
-_cudnnCreateOpTensorDescriptor = _lazy('cudnnCreateOpTensorDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateOpTensorDescriptor = _lazy('cudnnCreateOpTensorDescriptor', (c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreateoptensordescriptor')
 
 
 def cudnnCreateOpTensorDescriptor(opTensorDesc):
     """cudnnStatus_t cudnnCreateOpTensorDescriptor(cudnnOpTensorDescriptor_t * opTensorDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         opTensorDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates an op tensor descriptor.
-
-    @param[out] opTensorDesc  Pointer to the newly created op tensor descriptor.
-
-    @retval CUDNN_STATUS_SUCCESS       The descriptor was created successfully.
-    @retval CUDNN_STATUS_ALLOC_FAILED  Memory allocation failed.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnDestroyOpTensorDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreateoptensordescriptor"""
     try:
         opTensorDesc = _arr_cudnnOpTensorDescriptor_t(opTensorDesc, 1, 0)
         status = _cudnnCreateOpTensorDescriptor(opTensorDesc)
@@ -3381,30 +3005,18 @@ def cudnnCreateOpTensorDescriptor(opTensorDesc):
         raise _lib.status_error(status, 'cudnnCreateOpTensorDescriptor')
     _created(opTensorDesc)
 
-_cudnnSetOpTensorDescriptor = _lazy('cudnnSetOpTensorDescriptor', (cudnnOpTensorDescriptor_t, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetOpTensorDescriptor = _lazy('cudnnSetOpTensorDescriptor', (cudnnOpTensorDescriptor_t, c_int, c_int, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetoptensordescriptor')
 _values_cudnnSetOpTensorDescriptor = (b'iii', (cudnnOpTensorOp_t, cudnnDataType_t, cudnnNanPropagation_t,), _pack_iii)
 
 
 def cudnnSetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTensorNanOpt):
     """cudnnStatus_t cudnnSetOpTensorDescriptor(cudnnOpTensorDescriptor_t opTensorDesc, cudnnOpTensorOp_t opTensorOp, cudnnDataType_t opTensorCompType, cudnnNanPropagation_t opTensorNanOpt)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures an op tensor descriptor.
-
-    @param[in,out] opTensorDesc     Op tensor descriptor to configure.
-    @param[in]     opTensorOp       Tensor operation to perform.
-    @param[in]     opTensorCompType Computation data type.
-    @param[in]     opTensorNanOpt   NaN propagation policy.
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnGetOpTensorDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetoptensordescriptor"""
     if not _values_ok(_values_cudnnSetOpTensorDescriptor, opTensorOp, opTensorCompType, opTensorNanOpt):
         _check_values('cudnnSetOpTensorDescriptor', ('opTensorDesc', 'opTensorOp', 'opTensorCompType', 'opTensorNanOpt'), ((1, opTensorOp, 'i', cudnnOpTensorOp_t), (2, opTensorCompType, 'i', cudnnDataType_t), (3, opTensorNanOpt, 'i', cudnnNanPropagation_t),))
     try:
@@ -3420,13 +3032,13 @@ def cudnnSetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
     if status:
         raise _lib.status_error(status, 'cudnnSetOpTensorDescriptor')
 
-_cudnnGetOpTensorDescriptor = _lazy('cudnnGetOpTensorDescriptor', (cudnnOpTensorDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetOpTensorDescriptor = _lazy('cudnnGetOpTensorDescriptor', (cudnnOpTensorDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetoptensordescriptor')
 
 
 def cudnnGetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTensorNanOpt):
     """cudnnStatus_t cudnnGetOpTensorDescriptor(const cudnnOpTensorDescriptor_t opTensorDesc, cudnnOpTensorOp_t * opTensorOp, cudnnDataType_t * opTensorCompType, cudnnNanPropagation_t * opTensorNanOpt)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         opTensorOp: host output, fixed 1 elements
@@ -3435,18 +3047,7 @@ def cudnnGetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves the settings of an op tensor descriptor.
-
-    @param[in]  opTensorDesc     Op tensor descriptor to query.
-    @param[out] opTensorOp       Tensor operation type.
-    @param[out] opTensorCompType Computation data type.
-    @param[out] opTensorNanOpt   NaN propagation policy.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was queried successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnSetOpTensorDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetoptensordescriptor"""
     try:
         _handles_set = bool(opTensorDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -3463,34 +3064,26 @@ def cudnnGetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
     if status:
         raise _lib.status_error(status, 'cudnnGetOpTensorDescriptor')
 
-_cudnnDestroyOpTensorDescriptor = _lazy('cudnnDestroyOpTensorDescriptor', (cudnnOpTensorDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnDestroyOpTensorDescriptor = _lazy('cudnnDestroyOpTensorDescriptor', (cudnnOpTensorDescriptor_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyoptensordescriptor')
 
 
 def cudnnDestroyOpTensorDescriptor(opTensorDesc):
     """cudnnStatus_t cudnnDestroyOpTensorDescriptor(cudnnOpTensorDescriptor_t opTensorDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys an op tensor descriptor.
-
-    @param[in] opTensorDesc  Op tensor descriptor to destroy.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was destroyed successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnCreateOpTensorDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyoptensordescriptor"""
     _destroy_once(_lib, 'cudnnDestroyOpTensorDescriptor', 'opTensorDesc', _cudnnDestroyOpTensorDescriptor, opTensorDesc)
 
-_cudnnOpTensor = _lazy('cudnnOpTensor', (cudnnHandle_t, cudnnOpTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnOpTensor = _lazy('cudnnOpTensor', (cudnnHandle_t, cudnnOpTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnoptensor')
 
 
 def cudnnOpTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta, cDesc, C):
     """cudnnStatus_t cudnnOpTensor(cudnnHandle_t handle, const cudnnOpTensorDescriptor_t opTensorDesc, const void * alpha1, const cudnnTensorDescriptor_t aDesc, const void * A, const void * alpha2, const cudnnTensorDescriptor_t bDesc, const void * B, const void * beta, const cudnnTensorDescriptor_t cDesc, void * C)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha1: host input, fixed 4 bytes
@@ -3502,29 +3095,7 @@ def cudnnOpTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs element-wise tensor operations.
-
-    Computes C = op(alpha1 * A, alpha2 * B) + beta * C. The B tensor is ignored
-    for CUDNN_OP_TENSOR_SQRT and CUDNN_OP_TENSOR_NOT (unary operations).
-
-    @param[in]     handle       cuDNN library handle.
-    @param[in]     opTensorDesc Op tensor descriptor specifying the operation.
-    @param[in]     alpha1       Scaling factor for tensor A.
-    @param[in]     aDesc        Descriptor for tensor A.
-    @param[in]     A            Pointer to tensor A data.
-    @param[in]     alpha2       Scaling factor for tensor B.
-    @param[in]     bDesc        Descriptor for tensor B.
-    @param[in]     B            Pointer to tensor B data.
-    @param[in]     beta         Scaling factor for tensor C.
-    @param[in]     cDesc        Descriptor for tensor C.
-    @param[in,out] C            Pointer to tensor C data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnSetOpTensorDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnoptensor"""
     try:
         _handles_set = bool(opTensorDesc and aDesc and bDesc and cDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -3541,29 +3112,20 @@ def cudnnOpTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta
     if status:
         raise _lib.status_error(status, 'cudnnOpTensor')
 
-_cudnnCreateReduceTensorDescriptor = _lazy('cudnnCreateReduceTensorDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateReduceTensorDescriptor = _lazy('cudnnCreateReduceTensorDescriptor', (c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreatereducetensordescriptor')
 
 
 def cudnnCreateReduceTensorDescriptor(reduceTensorDesc):
     """cudnnStatus_t cudnnCreateReduceTensorDescriptor(cudnnReduceTensorDescriptor_t * reduceTensorDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         reduceTensorDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates a reduce tensor descriptor.
-
-    @param[out] reduceTensorDesc  Pointer to the newly created reduce tensor descriptor.
-
-    @retval CUDNN_STATUS_SUCCESS       The descriptor was created successfully.
-    @retval CUDNN_STATUS_ALLOC_FAILED  Memory allocation failed.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnDestroyReduceTensorDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreatereducetensordescriptor"""
     try:
         reduceTensorDesc = _arr_cudnnReduceTensorDescriptor_t(reduceTensorDesc, 1, 0)
         status = _cudnnCreateReduceTensorDescriptor(reduceTensorDesc)
@@ -3573,32 +3135,18 @@ def cudnnCreateReduceTensorDescriptor(reduceTensorDesc):
         raise _lib.status_error(status, 'cudnnCreateReduceTensorDescriptor')
     _created(reduceTensorDesc)
 
-_cudnnSetReduceTensorDescriptor = _lazy('cudnnSetReduceTensorDescriptor', (cudnnReduceTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetReduceTensorDescriptor = _lazy('cudnnSetReduceTensorDescriptor', (cudnnReduceTensorDescriptor_t, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetreducetensordescriptor')
 _values_cudnnSetReduceTensorDescriptor = (b'iiiii', (cudnnReduceTensorOp_t, cudnnDataType_t, cudnnNanPropagation_t, cudnnReduceTensorIndices_t, cudnnIndicesType_t,), _pack_iiiii)
 
 
 def cudnnSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
     """cudnnStatus_t cudnnSetReduceTensorDescriptor(cudnnReduceTensorDescriptor_t reduceTensorDesc, cudnnReduceTensorOp_t reduceTensorOp, cudnnDataType_t reduceTensorCompType, cudnnNanPropagation_t reduceTensorNanOpt, cudnnReduceTensorIndices_t reduceTensorIndices, cudnnIndicesType_t reduceTensorIndicesType)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures a reduce tensor descriptor.
-
-    @param[in,out] reduceTensorDesc        Reduce tensor descriptor to configure.
-    @param[in]     reduceTensorOp          Reduction operation to perform.
-    @param[in]     reduceTensorCompType    Computation data type.
-    @param[in]     reduceTensorNanOpt      NaN propagation policy (applies to min/max only).
-    @param[in]     reduceTensorIndices     Whether to compute indices.
-    @param[in]     reduceTensorIndicesType Data type for computed indices.
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnGetReduceTensorDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetreducetensordescriptor"""
     if not _values_ok(_values_cudnnSetReduceTensorDescriptor, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
         _check_values('cudnnSetReduceTensorDescriptor', ('reduceTensorDesc', 'reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'), ((1, reduceTensorOp, 'i', cudnnReduceTensorOp_t), (2, reduceTensorCompType, 'i', cudnnDataType_t), (3, reduceTensorNanOpt, 'i', cudnnNanPropagation_t), (4, reduceTensorIndices, 'i', cudnnReduceTensorIndices_t), (5, reduceTensorIndicesType, 'i', cudnnIndicesType_t),))
     try:
@@ -3614,13 +3162,13 @@ def cudnnSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
     if status:
         raise _lib.status_error(status, 'cudnnSetReduceTensorDescriptor')
 
-_cudnnGetReduceTensorDescriptor = _lazy('cudnnGetReduceTensorDescriptor', (cudnnReduceTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetReduceTensorDescriptor = _lazy('cudnnGetReduceTensorDescriptor', (cudnnReduceTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetreducetensordescriptor')
 
 
 def cudnnGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
     """cudnnStatus_t cudnnGetReduceTensorDescriptor(const cudnnReduceTensorDescriptor_t reduceTensorDesc, cudnnReduceTensorOp_t * reduceTensorOp, cudnnDataType_t * reduceTensorCompType, cudnnNanPropagation_t * reduceTensorNanOpt, cudnnReduceTensorIndices_t * reduceTensorIndices, cudnnIndicesType_t * reduceTensorIndicesType)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         reduceTensorOp: host output, fixed 1 elements
@@ -3631,20 +3179,7 @@ def cudnnGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves the settings of a reduce tensor descriptor.
-
-    @param[in]  reduceTensorDesc        Reduce tensor descriptor to query.
-    @param[out] reduceTensorOp          Reduction operation type.
-    @param[out] reduceTensorCompType    Computation data type.
-    @param[out] reduceTensorNanOpt      NaN propagation policy.
-    @param[out] reduceTensorIndices     Whether indices are computed.
-    @param[out] reduceTensorIndicesType Data type for computed indices.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was queried successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnSetReduceTensorDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetreducetensordescriptor"""
     try:
         _handles_set = bool(reduceTensorDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -3663,53 +3198,33 @@ def cudnnGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
     if status:
         raise _lib.status_error(status, 'cudnnGetReduceTensorDescriptor')
 
-_cudnnDestroyReduceTensorDescriptor = _lazy('cudnnDestroyReduceTensorDescriptor', (cudnnReduceTensorDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnDestroyReduceTensorDescriptor = _lazy('cudnnDestroyReduceTensorDescriptor', (cudnnReduceTensorDescriptor_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyreducetensordescriptor')
 
 
 def cudnnDestroyReduceTensorDescriptor(reduceTensorDesc):
     """cudnnStatus_t cudnnDestroyReduceTensorDescriptor(cudnnReduceTensorDescriptor_t reduceTensorDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys a reduce tensor descriptor.
-
-    @param[in] reduceTensorDesc  Reduce tensor descriptor to destroy.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was destroyed successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnCreateReduceTensorDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyreducetensordescriptor"""
     _destroy_once(_lib, 'cudnnDestroyReduceTensorDescriptor', 'reduceTensorDesc', _cudnnDestroyReduceTensorDescriptor, reduceTensorDesc)
 
-_cudnnGetReductionIndicesSize = _lazy('cudnnGetReductionIndicesSize', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetReductionIndicesSize = _lazy('cudnnGetReductionIndicesSize', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetreductionindicessize')
 
 
 def cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes):
     """cudnnStatus_t cudnnGetReductionIndicesSize(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc, const cudnnTensorDescriptor_t aDesc, const cudnnTensorDescriptor_t cDesc, size_t * sizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the minimum size of the index space for a reduction operation.
-
-    @param[in]  handle           cuDNN library handle.
-    @param[in]  reduceTensorDesc Reduce tensor descriptor.
-    @param[in]  aDesc            Input tensor descriptor.
-    @param[in]  cDesc            Output tensor descriptor.
-    @param[out] sizeInBytes      Minimum index space size in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnReduceTensor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetreductionindicessize"""
     try:
         _handles_set = bool(reduceTensorDesc and aDesc and cDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -3724,32 +3239,20 @@ def cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInB
     if status:
         raise _lib.status_error(status, 'cudnnGetReductionIndicesSize')
 
-_cudnnGetReductionWorkspaceSize = _lazy('cudnnGetReductionWorkspaceSize', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetReductionWorkspaceSize = _lazy('cudnnGetReductionWorkspaceSize', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetreductionworkspacesize')
 
 
 def cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInBytes):
     """cudnnStatus_t cudnnGetReductionWorkspaceSize(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc, const cudnnTensorDescriptor_t aDesc, const cudnnTensorDescriptor_t cDesc, size_t * sizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the minimum workspace size required for a reduction operation.
-
-    @param[in]  handle           cuDNN library handle.
-    @param[in]  reduceTensorDesc Reduce tensor descriptor.
-    @param[in]  aDesc            Input tensor descriptor.
-    @param[in]  cDesc            Output tensor descriptor.
-    @param[out] sizeInBytes      Minimum workspace size in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnReduceTensor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetreductionworkspacesize"""
     try:
         _handles_set = bool(reduceTensorDesc and aDesc and cDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -3764,14 +3267,14 @@ def cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeI
     if status:
         raise _lib.status_error(status, 'cudnnGetReductionWorkspaceSize')
 
-_cudnnReduceTensor = _lazy('cudnnReduceTensor', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnReduceTensor = _lazy('cudnnReduceTensor', (cudnnHandle_t, cudnnReduceTensorDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnreducetensor')
 _values_cudnnReduceTensor = (b'NN', (None, None,), _pack_NN)
 
 
 def cudnnReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, workspace, workspaceSizeInBytes, alpha, aDesc, A, beta, cDesc, C):
     """cudnnStatus_t cudnnReduceTensor(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc, void * indices, size_t indicesSizeInBytes, void * workspace, size_t workspaceSizeInBytes, const void * alpha, const cudnnTensorDescriptor_t aDesc, const void * A, const void * beta, const cudnnTensorDescriptor_t cDesc, void * C)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         indices: device memory
@@ -3785,31 +3288,7 @@ def cudnnReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wor
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs a tensor reduction operation.
-
-    Computes C = reduce_op(alpha * A) + beta * C. NaN propagation applies only
-    to min and max operations. The indices space is ignored for operations other
-    than min or max.
-
-    @param[in]     handle              cuDNN library handle.
-    @param[in]     reduceTensorDesc    Reduce tensor descriptor.
-    @param[out]    indices             Pointer to index space (for min/max ops).
-    @param[in]     indicesSizeInBytes  Size of the index space in bytes.
-    @param[out]    workspace           Pointer to workspace memory.
-    @param[in]     workspaceSizeInBytes Size of the workspace in bytes.
-    @param[in]     alpha               Scaling factor for the input tensor.
-    @param[in]     aDesc               Input tensor descriptor.
-    @param[in]     A                   Pointer to input tensor data.
-    @param[in]     beta                Scaling factor for the output tensor.
-    @param[in]     cDesc               Output tensor descriptor.
-    @param[in,out] C                   Pointer to output tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnGetReductionWorkspaceSize, cudnnGetReductionIndicesSize"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnreducetensor"""
     if not _values_ok(_values_cudnnReduceTensor, indicesSizeInBytes, workspaceSizeInBytes):
         _check_values('cudnnReduceTensor', ('handle', 'reduceTensorDesc', 'indices', 'indicesSizeInBytes', 'workspace', 'workspaceSizeInBytes', 'alpha', 'aDesc', 'A', 'beta', 'cDesc', 'C'), ((3, indicesSizeInBytes, 'N', None), (5, workspaceSizeInBytes, 'N', None),))
     try:
@@ -3839,20 +3318,7 @@ def cudnnSetTensor(handle, yDesc, y, valuePtr):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Fills a tensor with a constant value.
-
-    Sets every element of the tensor to the specified value: y[i] = value[0].
-
-    @param[in]  handle    cuDNN library handle.
-    @param[in]  yDesc     Tensor descriptor.
-    @param[out] y         Pointer to tensor data.
-    @param[in]  valuePtr  Pointer to the fill value (type matches tensor data type).
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnScaleTensor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsettensor"""
     try:
         _handles_set = bool(yDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -3867,13 +3333,13 @@ def cudnnSetTensor(handle, yDesc, y, valuePtr):
     if status:
         raise _lib.status_error(status, 'cudnnSetTensor')
 
-_cudnnScaleTensor = _lazy('cudnnScaleTensor', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnScaleTensor = _lazy('cudnnScaleTensor', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnscaletensor')
 
 
 def cudnnScaleTensor(handle, yDesc, y, alpha):
     """cudnnStatus_t cudnnScaleTensor(cudnnHandle_t handle, const cudnnTensorDescriptor_t yDesc, void * y, const void * alpha)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         y: device memory
@@ -3881,21 +3347,7 @@ def cudnnScaleTensor(handle, yDesc, y, alpha):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Scales all elements of a tensor by a constant factor.
-
-    Performs y[i] = alpha * y[i] for every element.
-
-    @param[in]     handle  cuDNN library handle.
-    @param[in]     yDesc   Tensor descriptor.
-    @param[in,out] y       Pointer to tensor data.
-    @param[in]     alpha   Scaling factor (type matches tensor computation type).
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnSetTensor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnscaletensor"""
     try:
         _handles_set = bool(yDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -3910,31 +3362,20 @@ def cudnnScaleTensor(handle, yDesc, y, alpha):
     if status:
         raise _lib.status_error(status, 'cudnnScaleTensor')
 
-_cudnnCreateFilterDescriptor = _lazy('cudnnCreateFilterDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateFilterDescriptor = _lazy('cudnnCreateFilterDescriptor', (c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreatefilterdescriptor')
 
 
 def cudnnCreateFilterDescriptor(filterDesc):
     """cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t * filterDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         filterDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates a filter descriptor.
-
-    Allocates and initializes a new filter (convolution kernel) descriptor.
-
-    @param[out] filterDesc  Pointer to the newly created filter descriptor.
-
-    @retval CUDNN_STATUS_SUCCESS       The descriptor was created successfully.
-    @retval CUDNN_STATUS_ALLOC_FAILED  Memory allocation failed.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnDestroyFilterDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreatefilterdescriptor"""
     try:
         filterDesc = _arr_cudnnFilterDescriptor_t(filterDesc, 1, 0)
         status = _cudnnCreateFilterDescriptor(filterDesc)
@@ -3944,35 +3385,18 @@ def cudnnCreateFilterDescriptor(filterDesc):
         raise _lib.status_error(status, 'cudnnCreateFilterDescriptor')
     _created(filterDesc)
 
-_cudnnSetFilter4dDescriptor = _lazy('cudnnSetFilter4dDescriptor', (cudnnFilterDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetFilter4dDescriptor = _lazy('cudnnSetFilter4dDescriptor', (cudnnFilterDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetfilter4ddescriptor')
 _values_cudnnSetFilter4dDescriptor = (b'iiiiii', (cudnnDataType_t, cudnnTensorFormat_t, None, None, None, None,), _pack_iiiiii)
 
 
 def cudnnSetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     """cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t filterDesc, cudnnDataType_t dataType, cudnnTensorFormat_t format, int k, int c, int h, int w)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Sets a 4D filter descriptor.
-
-    Initializes a filter descriptor with the specified data type, format, and dimensions.
-
-    @param[in,out] filterDesc  Filter descriptor to initialize.
-    @param[in]     dataType    Data type of the filter elements.
-    @param[in]     format      Memory layout format.
-    @param[in]     k           Number of output feature maps.
-    @param[in]     c           Number of input feature maps.
-    @param[in]     h           Height of each filter.
-    @param[in]     w           Width of each filter.
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnGetFilter4dDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetfilter4ddescriptor"""
     if not _values_ok(_values_cudnnSetFilter4dDescriptor, dataType, format, k, c, h, w):
         _check_values('cudnnSetFilter4dDescriptor', ('filterDesc', 'dataType', 'format', 'k', 'c', 'h', 'w'), ((1, dataType, 'i', cudnnDataType_t), (2, format, 'i', cudnnTensorFormat_t), (3, k, 'i', None), (4, c, 'i', None), (5, h, 'i', None), (6, w, 'i', None),))
     try:
@@ -3988,13 +3412,13 @@ def cudnnSetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     if status:
         raise _lib.status_error(status, 'cudnnSetFilter4dDescriptor')
 
-_cudnnGetFilter4dDescriptor = _lazy('cudnnGetFilter4dDescriptor', (cudnnFilterDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFilter4dDescriptor = _lazy('cudnnGetFilter4dDescriptor', (cudnnFilterDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetfilter4ddescriptor')
 
 
 def cudnnGetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     """cudnnStatus_t cudnnGetFilter4dDescriptor(const cudnnFilterDescriptor_t filterDesc, cudnnDataType_t * dataType, cudnnTensorFormat_t * format, int * k, int * c, int * h, int * w)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         dataType: host output, fixed 1 elements
@@ -4006,21 +3430,7 @@ def cudnnGetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves the settings of a 4D filter descriptor.
-
-    @param[in]  filterDesc  Filter descriptor to query.
-    @param[out] dataType    Data type of the filter.
-    @param[out] format      Memory layout format.
-    @param[out] k           Number of output feature maps.
-    @param[out] c           Number of input feature maps.
-    @param[out] h           Height of each filter.
-    @param[out] w           Width of each filter.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was queried successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnSetFilter4dDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetfilter4ddescriptor"""
     try:
         _handles_set = bool(filterDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -4040,34 +3450,21 @@ def cudnnGetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     if status:
         raise _lib.status_error(status, 'cudnnGetFilter4dDescriptor')
 
-_cudnnSetFilterNdDescriptor = _lazy('cudnnSetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, c_int, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetFilterNdDescriptor = _lazy('cudnnSetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, c_int, c_int, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetfilternddescriptor')
 _values_cudnnSetFilterNdDescriptor = (b'iii', (cudnnDataType_t, cudnnTensorFormat_t, None,), _pack_iii)
 
 
 def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA):
     """cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t filterDesc, cudnnDataType_t dataType, cudnnTensorFormat_t format, int nbDims, const int[] filterDimA)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         filterDimA: host input, count nbDims, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Sets an N-dimensional filter descriptor.
-
-    @param[in,out] filterDesc  Filter descriptor to initialize.
-    @param[in]     dataType    Data type of the filter elements.
-    @param[in]     format      Memory layout format.
-    @param[in]     nbDims      Number of dimensions.
-    @param[in]     filterDimA  Array of filter dimension sizes (length nbDims).
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnGetFilterNdDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetfilternddescriptor"""
     if not _values_ok(_values_cudnnSetFilterNdDescriptor, dataType, format, nbDims):
         _check_values('cudnnSetFilterNdDescriptor', ('filterDesc', 'dataType', 'format', 'nbDims', 'filterDimA'), ((1, dataType, 'i', cudnnDataType_t), (2, format, 'i', cudnnTensorFormat_t), (3, nbDims, 'i', None),))
     try:
@@ -4084,14 +3481,14 @@ def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
     if status:
         raise _lib.status_error(status, 'cudnnSetFilterNdDescriptor')
 
-_cudnnGetFilterNdDescriptor = _lazy('cudnnGetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFilterNdDescriptor = _lazy('cudnnGetFilterNdDescriptor', (cudnnFilterDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetfilternddescriptor')
 _values_cudnnGetFilterNdDescriptor = (b'i', (None,), _pack_i)
 
 
 def cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nbDims, filterDimA):
     """cudnnStatus_t cudnnGetFilterNdDescriptor(const cudnnFilterDescriptor_t filterDesc, int nbDimsRequested, cudnnDataType_t * dataType, cudnnTensorFormat_t * format, int * nbDims, int[] filterDimA)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         dataType: host output, fixed 1 elements
@@ -4101,20 +3498,7 @@ def cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nb
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves the settings of an N-dimensional filter descriptor.
-
-    @param[in]  filterDesc      Filter descriptor to query.
-    @param[in]  nbDimsRequested Number of dimensions to retrieve.
-    @param[out] dataType        Data type of the filter.
-    @param[out] format          Memory layout format.
-    @param[out] nbDims          Actual number of dimensions.
-    @param[out] filterDimA      Array to receive dimension sizes.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was queried successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnSetFilterNdDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetfilternddescriptor"""
     if not _values_ok(_values_cudnnGetFilterNdDescriptor, nbDimsRequested):
         _check_values('cudnnGetFilterNdDescriptor', ('filterDesc', 'nbDimsRequested', 'dataType', 'format', 'nbDims', 'filterDimA'), ((1, nbDimsRequested, 'i', None),))
     try:
@@ -4134,28 +3518,20 @@ def cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nb
     if status:
         raise _lib.status_error(status, 'cudnnGetFilterNdDescriptor')
 
-_cudnnGetFilterSizeInBytes = _lazy('cudnnGetFilterSizeInBytes', (cudnnFilterDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFilterSizeInBytes = _lazy('cudnnGetFilterSizeInBytes', (cudnnFilterDescriptor_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetfiltersizeinbytes')
 
 
 def cudnnGetFilterSizeInBytes(filterDesc, size):
     """cudnnStatus_t cudnnGetFilterSizeInBytes(const cudnnFilterDescriptor_t filterDesc, size_t * size)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         size: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the memory size in bytes required by a filter.
-
-    @param[in]  filterDesc  Filter descriptor to query.
-    @param[out] size        Memory size in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead."""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetfiltersizeinbytes"""
     try:
         _handles_set = bool(filterDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -4170,13 +3546,13 @@ def cudnnGetFilterSizeInBytes(filterDesc, size):
     if status:
         raise _lib.status_error(status, 'cudnnGetFilterSizeInBytes')
 
-_cudnnTransformFilter = _lazy('cudnnTransformFilter', (cudnnHandle_t, cudnnTensorTransformDescriptor_t, c_void_p, cudnnFilterDescriptor_t, DevicePointer, c_void_p, cudnnFilterDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnTransformFilter = _lazy('cudnnTransformFilter', (cudnnHandle_t, cudnnTensorTransformDescriptor_t, c_void_p, cudnnFilterDescriptor_t, DevicePointer, c_void_p, cudnnFilterDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnntransformfilter')
 
 
 def cudnnTransformFilter(handle, transDesc, alpha, srcDesc, srcData, beta, destDesc, destData):
     """cudnnStatus_t cudnnTransformFilter(cudnnHandle_t handle, const cudnnTensorTransformDescriptor_t transDesc, const void * alpha, const cudnnFilterDescriptor_t srcDesc, const void * srcData, const void * beta, const cudnnFilterDescriptor_t destDesc, void * destData)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -4186,25 +3562,7 @@ def cudnnTransformFilter(handle, transDesc, alpha, srcDesc, srcData, beta, destD
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Transforms filter data between layouts.
-
-    Converts filter data from one format to another using the specified transform descriptor.
-
-    @param[in]     handle    cuDNN library handle.
-    @param[in]     transDesc Transform descriptor specifying the operation.
-    @param[in]     alpha     Scaling factor for the source filter.
-    @param[in]     srcDesc   Source filter descriptor.
-    @param[in]     srcData   Pointer to source filter data.
-    @param[in]     beta      Scaling factor for the destination filter.
-    @param[in]     destDesc  Destination filter descriptor.
-    @param[in,out] destData  Pointer to destination filter data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnTransformTensorEx"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnntransformfilter"""
     try:
         _handles_set = bool(transDesc and srcDesc and destDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -4220,25 +3578,17 @@ def cudnnTransformFilter(handle, transDesc, alpha, srcDesc, srcData, beta, destD
     if status:
         raise _lib.status_error(status, 'cudnnTransformFilter')
 
-_cudnnDestroyFilterDescriptor = _lazy('cudnnDestroyFilterDescriptor', (cudnnFilterDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnDestroyFilterDescriptor = _lazy('cudnnDestroyFilterDescriptor', (cudnnFilterDescriptor_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyfilterdescriptor')
 
 
 def cudnnDestroyFilterDescriptor(filterDesc):
     """cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t filterDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys a filter descriptor.
-
-    @param[in] filterDesc  Filter descriptor to destroy.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was destroyed successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnCreateFilterDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyfilterdescriptor"""
     _destroy_once(_lib, 'cudnnDestroyFilterDescriptor', 'filterDesc', _cudnnDestroyFilterDescriptor, filterDesc)
 
 _cudnnSoftmaxForward = _lazy('cudnnSoftmaxForward', (cudnnHandle_t, c_int, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
@@ -4256,25 +3606,7 @@ def cudnnSoftmaxForward(handle, algo, mode, alpha, xDesc, x, beta, yDesc, y):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs forward softmax computation.
-
-    Computes y = alpha * softmax(x) + beta * y.
-
-    @param[in]     handle  cuDNN library handle.
-    @param[in]     algo    Softmax algorithm to use.
-    @param[in]     mode    Softmax computation scope.
-    @param[in]     alpha   Scaling factor for the result.
-    @param[in]     xDesc   Input tensor descriptor.
-    @param[in]     x       Pointer to input tensor data.
-    @param[in]     beta    Scaling factor for the destination tensor.
-    @param[in]     yDesc   Output tensor descriptor.
-    @param[in,out] y       Pointer to output tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnSoftmaxBackward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsoftmaxforward"""
     if not _values_ok(_values_cudnnSoftmaxForward, algo, mode):
         _check_values('cudnnSoftmaxForward', ('handle', 'algo', 'mode', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), ((1, algo, 'i', cudnnSoftmaxAlgorithm_t), (2, mode, 'i', cudnnSoftmaxMode_t),))
     try:
@@ -4292,29 +3624,20 @@ def cudnnSoftmaxForward(handle, algo, mode, alpha, xDesc, x, beta, yDesc, y):
     if status:
         raise _lib.status_error(status, 'cudnnSoftmaxForward')
 
-_cudnnCreatePoolingDescriptor = _lazy('cudnnCreatePoolingDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreatePoolingDescriptor = _lazy('cudnnCreatePoolingDescriptor', (c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreatepoolingdescriptor')
 
 
 def cudnnCreatePoolingDescriptor(poolingDesc):
     """cudnnStatus_t cudnnCreatePoolingDescriptor(cudnnPoolingDescriptor_t * poolingDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         poolingDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates a pooling descriptor.
-
-    @param[out] poolingDesc  Pointer to the newly created pooling descriptor.
-
-    @retval CUDNN_STATUS_SUCCESS       The descriptor was created successfully.
-    @retval CUDNN_STATUS_ALLOC_FAILED  Memory allocation failed.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnDestroyPoolingDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreatepoolingdescriptor"""
     try:
         poolingDesc = _arr_cudnnPoolingDescriptor_t(poolingDesc, 1, 0)
         status = _cudnnCreatePoolingDescriptor(poolingDesc)
@@ -4324,35 +3647,18 @@ def cudnnCreatePoolingDescriptor(poolingDesc):
         raise _lib.status_error(status, 'cudnnCreatePoolingDescriptor')
     _created(poolingDesc)
 
-_cudnnSetPooling2dDescriptor = _lazy('cudnnSetPooling2dDescriptor', (cudnnPoolingDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetPooling2dDescriptor = _lazy('cudnnSetPooling2dDescriptor', (cudnnPoolingDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetpooling2ddescriptor')
 _values_cudnnSetPooling2dDescriptor = (b'iiiiiiii', (cudnnPoolingMode_t, cudnnNanPropagation_t, None, None, None, None, None, None,), _pack_iiiiiiii)
 
 
 def cudnnSetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride):
     """cudnnStatus_t cudnnSetPooling2dDescriptor(cudnnPoolingDescriptor_t poolingDesc, cudnnPoolingMode_t mode, cudnnNanPropagation_t maxpoolingNanOpt, int windowHeight, int windowWidth, int verticalPadding, int horizontalPadding, int verticalStride, int horizontalStride)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures a 2D pooling descriptor.
-
-    @param[in,out] poolingDesc       Pooling descriptor to configure.
-    @param[in]     mode              Pooling mode (max, average, etc.).
-    @param[in]     maxpoolingNanOpt  NaN propagation policy for max pooling.
-    @param[in]     windowHeight      Height of the pooling window.
-    @param[in]     windowWidth       Width of the pooling window.
-    @param[in]     verticalPadding   Vertical padding size.
-    @param[in]     horizontalPadding Horizontal padding size.
-    @param[in]     verticalStride    Vertical stride.
-    @param[in]     horizontalStride  Horizontal stride.
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnGetPooling2dDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetpooling2ddescriptor"""
     if not _values_ok(_values_cudnnSetPooling2dDescriptor, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride):
         _check_values('cudnnSetPooling2dDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'windowHeight', 'windowWidth', 'verticalPadding', 'horizontalPadding', 'verticalStride', 'horizontalStride'), ((1, mode, 'i', cudnnPoolingMode_t), (2, maxpoolingNanOpt, 'i', cudnnNanPropagation_t), (3, windowHeight, 'i', None), (4, windowWidth, 'i', None), (5, verticalPadding, 'i', None), (6, horizontalPadding, 'i', None), (7, verticalStride, 'i', None), (8, horizontalStride, 'i', None),))
     try:
@@ -4368,13 +3674,13 @@ def cudnnSetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
     if status:
         raise _lib.status_error(status, 'cudnnSetPooling2dDescriptor')
 
-_cudnnGetPooling2dDescriptor = _lazy('cudnnGetPooling2dDescriptor', (cudnnPoolingDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetPooling2dDescriptor = _lazy('cudnnGetPooling2dDescriptor', (cudnnPoolingDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetpooling2ddescriptor')
 
 
 def cudnnGetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeight, windowWidth, verticalPadding, horizontalPadding, verticalStride, horizontalStride):
     """cudnnStatus_t cudnnGetPooling2dDescriptor(const cudnnPoolingDescriptor_t poolingDesc, cudnnPoolingMode_t * mode, cudnnNanPropagation_t * maxpoolingNanOpt, int * windowHeight, int * windowWidth, int * verticalPadding, int * horizontalPadding, int * verticalStride, int * horizontalStride)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         mode: host output, fixed 1 elements
@@ -4388,23 +3694,7 @@ def cudnnGetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves the settings of a 2D pooling descriptor.
-
-    @param[in]  poolingDesc       Pooling descriptor to query.
-    @param[out] mode              Pooling mode.
-    @param[out] maxpoolingNanOpt  NaN propagation policy.
-    @param[out] windowHeight      Height of the pooling window.
-    @param[out] windowWidth       Width of the pooling window.
-    @param[out] verticalPadding   Vertical padding size.
-    @param[out] horizontalPadding Horizontal padding size.
-    @param[out] verticalStride    Vertical stride.
-    @param[out] horizontalStride  Horizontal stride.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was queried successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnSetPooling2dDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetpooling2ddescriptor"""
     try:
         _handles_set = bool(poolingDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -4426,14 +3716,14 @@ def cudnnGetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
     if status:
         raise _lib.status_error(status, 'cudnnGetPooling2dDescriptor')
 
-_cudnnSetPoolingNdDescriptor = _lazy('cudnnSetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, c_int, c_int, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetPoolingNdDescriptor = _lazy('cudnnSetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, c_int, c_int, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetpoolingnddescriptor')
 _values_cudnnSetPoolingNdDescriptor = (b'iii', (cudnnPoolingMode_t, cudnnNanPropagation_t, None,), _pack_iii)
 
 
 def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, windowDimA, paddingA, strideA):
     """cudnnStatus_t cudnnSetPoolingNdDescriptor(cudnnPoolingDescriptor_t poolingDesc, const cudnnPoolingMode_t mode, const cudnnNanPropagation_t maxpoolingNanOpt, int nbDims, const int[] windowDimA, const int[] paddingA, const int[] strideA)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         windowDimA: host input, count nbDims, at most CUDNN_DIM_MAX
@@ -4442,22 +3732,7 @@ def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, win
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures an N-dimensional pooling descriptor.
-
-    @param[in,out] poolingDesc     Pooling descriptor to configure.
-    @param[in]     mode            Pooling mode.
-    @param[in]     maxpoolingNanOpt NaN propagation policy for max pooling.
-    @param[in]     nbDims          Number of dimensions.
-    @param[in]     windowDimA      Array of pooling window sizes (length nbDims).
-    @param[in]     paddingA        Array of padding sizes (length nbDims).
-    @param[in]     strideA         Array of strides (length nbDims).
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnGetPoolingNdDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetpoolingnddescriptor"""
     if not _values_ok(_values_cudnnSetPoolingNdDescriptor, mode, maxpoolingNanOpt, nbDims):
         _check_values('cudnnSetPoolingNdDescriptor', ('poolingDesc', 'mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'), ((1, mode, 'i', cudnnPoolingMode_t), (2, maxpoolingNanOpt, 'i', cudnnNanPropagation_t), (3, nbDims, 'i', None),))
     try:
@@ -4476,14 +3751,14 @@ def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, win
     if status:
         raise _lib.status_error(status, 'cudnnSetPoolingNdDescriptor')
 
-_cudnnGetPoolingNdDescriptor = _lazy('cudnnGetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetPoolingNdDescriptor = _lazy('cudnnGetPoolingNdDescriptor', (cudnnPoolingDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetpoolingnddescriptor')
 _values_cudnnGetPoolingNdDescriptor = (b'i', (None,), _pack_i)
 
 
 def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNanOpt, nbDims, windowDimA, paddingA, strideA):
     """cudnnStatus_t cudnnGetPoolingNdDescriptor(const cudnnPoolingDescriptor_t poolingDesc, int nbDimsRequested, cudnnPoolingMode_t * mode, cudnnNanPropagation_t * maxpoolingNanOpt, int * nbDims, int[] windowDimA, int[] paddingA, int[] strideA)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         mode: host output, fixed 1 elements
@@ -4495,22 +3770,7 @@ def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNa
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves the settings of an N-dimensional pooling descriptor.
-
-    @param[in]  poolingDesc     Pooling descriptor to query.
-    @param[in]  nbDimsRequested Number of dimensions to retrieve.
-    @param[out] mode            Pooling mode.
-    @param[out] maxpoolingNanOpt NaN propagation policy.
-    @param[out] nbDims          Actual number of dimensions.
-    @param[out] windowDimA      Array to receive window sizes.
-    @param[out] paddingA        Array to receive padding sizes.
-    @param[out] strideA         Array to receive strides.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was queried successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnSetPoolingNdDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetpoolingnddescriptor"""
     if not _values_ok(_values_cudnnGetPoolingNdDescriptor, nbDimsRequested):
         _check_values('cudnnGetPoolingNdDescriptor', ('poolingDesc', 'nbDimsRequested', 'mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'), ((1, nbDimsRequested, 'i', None),))
     try:
@@ -4532,32 +3792,21 @@ def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNa
     if status:
         raise _lib.status_error(status, 'cudnnGetPoolingNdDescriptor')
 
-_cudnnGetPoolingNdForwardOutputDim = _lazy('cudnnGetPoolingNdForwardOutputDim', (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetPoolingNdForwardOutputDim = _lazy('cudnnGetPoolingNdForwardOutputDim', (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetpoolingndforwardoutputdim')
 _values_cudnnGetPoolingNdForwardOutputDim = (b'i', (None,), _pack_i)
 
 
 def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outputTensorDimA):
     """cudnnStatus_t cudnnGetPoolingNdForwardOutputDim(const cudnnPoolingDescriptor_t poolingDesc, const cudnnTensorDescriptor_t inputTensorDesc, int nbDims, int[] outputTensorDimA)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         outputTensorDimA: host output, count nbDims, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Computes the output dimensions of an N-dimensional pooling operation.
-
-    @param[in]  poolingDesc      Pooling descriptor.
-    @param[in]  inputTensorDesc  Input tensor descriptor.
-    @param[in]  nbDims           Number of dimensions.
-    @param[out] outputTensorDimA Array to receive output dimension sizes.
-
-    @retval CUDNN_STATUS_SUCCESS     The dimensions were computed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead."""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetpoolingndforwardoutputdim"""
     if not _values_ok(_values_cudnnGetPoolingNdForwardOutputDim, nbDims):
         _check_values('cudnnGetPoolingNdForwardOutputDim', ('poolingDesc', 'inputTensorDesc', 'nbDims', 'outputTensorDimA'), ((2, nbDims, 'i', None),))
     try:
@@ -4574,13 +3823,13 @@ def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outp
     if status:
         raise _lib.status_error(status, 'cudnnGetPoolingNdForwardOutputDim')
 
-_cudnnGetPooling2dForwardOutputDim = _lazy('cudnnGetPooling2dForwardOutputDim', (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetPooling2dForwardOutputDim = _lazy('cudnnGetPooling2dForwardOutputDim', (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetpooling2dforwardoutputdim')
 
 
 def cudnnGetPooling2dForwardOutputDim(poolingDesc, inputTensorDesc, n, c, h, w):
     """cudnnStatus_t cudnnGetPooling2dForwardOutputDim(const cudnnPoolingDescriptor_t poolingDesc, const cudnnTensorDescriptor_t inputTensorDesc, int * n, int * c, int * h, int * w)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         n: host output, fixed 1 elements
@@ -4590,20 +3839,7 @@ def cudnnGetPooling2dForwardOutputDim(poolingDesc, inputTensorDesc, n, c, h, w):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Computes the output dimensions of a 2D pooling operation.
-
-    @param[in]  poolingDesc     Pooling descriptor.
-    @param[in]  inputTensorDesc Input tensor descriptor.
-    @param[out] n               Output batch size.
-    @param[out] c               Output number of channels.
-    @param[out] h               Output height.
-    @param[out] w               Output width.
-
-    @retval CUDNN_STATUS_SUCCESS     The dimensions were computed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead."""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetpooling2dforwardoutputdim"""
     try:
         _handles_set = bool(poolingDesc and inputTensorDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -4621,34 +3857,26 @@ def cudnnGetPooling2dForwardOutputDim(poolingDesc, inputTensorDesc, n, c, h, w):
     if status:
         raise _lib.status_error(status, 'cudnnGetPooling2dForwardOutputDim')
 
-_cudnnDestroyPoolingDescriptor = _lazy('cudnnDestroyPoolingDescriptor', (cudnnPoolingDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnDestroyPoolingDescriptor = _lazy('cudnnDestroyPoolingDescriptor', (cudnnPoolingDescriptor_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroypoolingdescriptor')
 
 
 def cudnnDestroyPoolingDescriptor(poolingDesc):
     """cudnnStatus_t cudnnDestroyPoolingDescriptor(cudnnPoolingDescriptor_t poolingDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys a pooling descriptor.
-
-    @param[in] poolingDesc  Pooling descriptor to destroy.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was destroyed successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnCreatePoolingDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroypoolingdescriptor"""
     _destroy_once(_lib, 'cudnnDestroyPoolingDescriptor', 'poolingDesc', _cudnnDestroyPoolingDescriptor, poolingDesc)
 
-_cudnnPoolingForward = _lazy('cudnnPoolingForward', (cudnnHandle_t, cudnnPoolingDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnPoolingForward = _lazy('cudnnPoolingForward', (cudnnHandle_t, cudnnPoolingDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnpoolingforward')
 
 
 def cudnnPoolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y):
     """cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * beta, const cudnnTensorDescriptor_t yDesc, void * y)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -4658,25 +3886,7 @@ def cudnnPoolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs forward pooling.
-
-    Computes y = alpha * pool(x) + beta * y.
-
-    @param[in]     handle      cuDNN library handle.
-    @param[in]     poolingDesc Pooling descriptor.
-    @param[in]     alpha       Scaling factor for the pooling result.
-    @param[in]     xDesc       Input tensor descriptor.
-    @param[in]     x           Pointer to input tensor data.
-    @param[in]     beta        Scaling factor for the destination tensor.
-    @param[in]     yDesc       Output tensor descriptor.
-    @param[in,out] y           Pointer to output tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnPoolingBackward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnpoolingforward"""
     try:
         _handles_set = bool(poolingDesc and xDesc and yDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -4692,29 +3902,20 @@ def cudnnPoolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y):
     if status:
         raise _lib.status_error(status, 'cudnnPoolingForward')
 
-_cudnnCreateActivationDescriptor = _lazy('cudnnCreateActivationDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateActivationDescriptor = _lazy('cudnnCreateActivationDescriptor', (c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreateactivationdescriptor')
 
 
 def cudnnCreateActivationDescriptor(activationDesc):
     """cudnnStatus_t cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t * activationDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         activationDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates an activation descriptor.
-
-    @param[out] activationDesc  Pointer to the newly created activation descriptor.
-
-    @retval CUDNN_STATUS_SUCCESS       The descriptor was created successfully.
-    @retval CUDNN_STATUS_ALLOC_FAILED  Memory allocation failed.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnDestroyActivationDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreateactivationdescriptor"""
     try:
         activationDesc = _arr_cudnnActivationDescriptor_t(activationDesc, 1, 0)
         status = _cudnnCreateActivationDescriptor(activationDesc)
@@ -4724,30 +3925,18 @@ def cudnnCreateActivationDescriptor(activationDesc):
         raise _lib.status_error(status, 'cudnnCreateActivationDescriptor')
     _created(activationDesc)
 
-_cudnnSetActivationDescriptor = _lazy('cudnnSetActivationDescriptor', (cudnnActivationDescriptor_t, c_int, c_int, c_double,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetActivationDescriptor = _lazy('cudnnSetActivationDescriptor', (cudnnActivationDescriptor_t, c_int, c_int, c_double,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetactivationdescriptor')
 _values_cudnnSetActivationDescriptor = (b'ii', (cudnnActivationMode_t, cudnnNanPropagation_t,), _pack_ii)
 
 
 def cudnnSetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     """cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t activationDesc, cudnnActivationMode_t mode, cudnnNanPropagation_t reluNanOpt, double coef)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures an activation descriptor.
-
-    @param[in,out] activationDesc  Activation descriptor to configure.
-    @param[in]     mode            Activation function type.
-    @param[in]     reluNanOpt      NaN propagation policy for ReLU.
-    @param[in]     coef            Ceiling for clipped ReLU, or alpha for ELU.
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnGetActivationDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetactivationdescriptor"""
     if not _values_ok(_values_cudnnSetActivationDescriptor, mode, reluNanOpt):
         _check_values('cudnnSetActivationDescriptor', ('activationDesc', 'mode', 'reluNanOpt', 'coef'), ((1, mode, 'i', cudnnActivationMode_t), (2, reluNanOpt, 'i', cudnnNanPropagation_t),))
     try:
@@ -4763,13 +3952,13 @@ def cudnnSetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     if status:
         raise _lib.status_error(status, 'cudnnSetActivationDescriptor')
 
-_cudnnGetActivationDescriptor = _lazy('cudnnGetActivationDescriptor', (cudnnActivationDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetActivationDescriptor = _lazy('cudnnGetActivationDescriptor', (cudnnActivationDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetactivationdescriptor')
 
 
 def cudnnGetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     """cudnnStatus_t cudnnGetActivationDescriptor(const cudnnActivationDescriptor_t activationDesc, cudnnActivationMode_t * mode, cudnnNanPropagation_t * reluNanOpt, double * coef)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         mode: host output, fixed 1 elements
@@ -4778,18 +3967,7 @@ def cudnnGetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves the settings of an activation descriptor.
-
-    @param[in]  activationDesc  Activation descriptor to query.
-    @param[out] mode            Activation function type.
-    @param[out] reluNanOpt      NaN propagation policy.
-    @param[out] coef            Ceiling for clipped ReLU, or alpha for ELU.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was queried successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnSetActivationDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetactivationdescriptor"""
     try:
         _handles_set = bool(activationDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -4806,27 +3984,17 @@ def cudnnGetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     if status:
         raise _lib.status_error(status, 'cudnnGetActivationDescriptor')
 
-_cudnnSetActivationDescriptorSwishBeta = _lazy('cudnnSetActivationDescriptorSwishBeta', (cudnnActivationDescriptor_t, c_double,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetActivationDescriptorSwishBeta = _lazy('cudnnSetActivationDescriptorSwishBeta', (cudnnActivationDescriptor_t, c_double,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetactivationdescriptorswishbeta')
 
 
 def cudnnSetActivationDescriptorSwishBeta(activationDesc, swish_beta):
     """cudnnStatus_t cudnnSetActivationDescriptorSwishBeta(cudnnActivationDescriptor_t activationDesc, double swish_beta)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Sets the beta parameter for Swish activation.
-
-    @param[in,out] activationDesc  Activation descriptor to modify.
-    @param[in]     swish_beta      Beta value for the Swish activation function.
-
-    @retval CUDNN_STATUS_SUCCESS     The parameter was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnGetActivationDescriptorSwishBeta"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetactivationdescriptorswishbeta"""
     try:
         _handles_set = bool(activationDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -4840,29 +4008,20 @@ def cudnnSetActivationDescriptorSwishBeta(activationDesc, swish_beta):
     if status:
         raise _lib.status_error(status, 'cudnnSetActivationDescriptorSwishBeta')
 
-_cudnnGetActivationDescriptorSwishBeta = _lazy('cudnnGetActivationDescriptorSwishBeta', (cudnnActivationDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetActivationDescriptorSwishBeta = _lazy('cudnnGetActivationDescriptorSwishBeta', (cudnnActivationDescriptor_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetactivationdescriptorswishbeta')
 
 
 def cudnnGetActivationDescriptorSwishBeta(activationDesc, swish_beta):
     """cudnnStatus_t cudnnGetActivationDescriptorSwishBeta(cudnnActivationDescriptor_t activationDesc, double * swish_beta)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         swish_beta: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves the beta parameter for Swish activation.
-
-    @param[in]  activationDesc  Activation descriptor to query.
-    @param[out] swish_beta      Beta value for the Swish activation function.
-
-    @retval CUDNN_STATUS_SUCCESS  The parameter was retrieved successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnSetActivationDescriptorSwishBeta"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetactivationdescriptorswishbeta"""
     try:
         _handles_set = bool(activationDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -4877,34 +4036,26 @@ def cudnnGetActivationDescriptorSwishBeta(activationDesc, swish_beta):
     if status:
         raise _lib.status_error(status, 'cudnnGetActivationDescriptorSwishBeta')
 
-_cudnnDestroyActivationDescriptor = _lazy('cudnnDestroyActivationDescriptor', (cudnnActivationDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnDestroyActivationDescriptor = _lazy('cudnnDestroyActivationDescriptor', (cudnnActivationDescriptor_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyactivationdescriptor')
 
 
 def cudnnDestroyActivationDescriptor(activationDesc):
     """cudnnStatus_t cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t activationDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys an activation descriptor.
-
-    @param[in] activationDesc  Activation descriptor to destroy.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was destroyed successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnCreateActivationDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyactivationdescriptor"""
     _destroy_once(_lib, 'cudnnDestroyActivationDescriptor', 'activationDesc', _cudnnDestroyActivationDescriptor, activationDesc)
 
-_cudnnActivationForward = _lazy('cudnnActivationForward', (cudnnHandle_t, cudnnActivationDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnActivationForward = _lazy('cudnnActivationForward', (cudnnHandle_t, cudnnActivationDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnactivationforward')
 
 
 def cudnnActivationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc, y):
     """cudnnStatus_t cudnnActivationForward(cudnnHandle_t handle, cudnnActivationDescriptor_t activationDesc, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * beta, const cudnnTensorDescriptor_t yDesc, void * y)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -4914,25 +4065,7 @@ def cudnnActivationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc,
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs forward activation.
-
-    Computes y = alpha * activation(x) + beta * y.
-
-    @param[in]     handle          cuDNN library handle.
-    @param[in]     activationDesc  Activation descriptor.
-    @param[in]     alpha           Scaling factor for the activation result.
-    @param[in]     xDesc           Input tensor descriptor.
-    @param[in]     x               Pointer to input tensor data.
-    @param[in]     beta            Scaling factor for the destination tensor.
-    @param[in]     yDesc           Output tensor descriptor.
-    @param[in,out] y               Pointer to output tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnActivationBackward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnactivationforward"""
     try:
         _handles_set = bool(activationDesc and xDesc and yDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -4959,18 +4092,7 @@ def cudnnCreateLRNDescriptor(normDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates a Local Response Normalization (LRN) descriptor.
-
-    Uses lrnN=5, lrnAlpha=1e-4, lrnBeta=0.75, lrnK=2.0 as defaults from
-    Krizhevsky'12 ImageNet paper.
-
-    @param[out] normDesc  Pointer to the newly created LRN descriptor.
-
-    @retval CUDNN_STATUS_SUCCESS       The descriptor was created successfully.
-    @retval CUDNN_STATUS_ALLOC_FAILED  Memory allocation failed.
-
-    @since cuDNN 9.0.0
-    @see cudnnDestroyLRNDescriptor, cudnnSetLRNDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreatelrndescriptor"""
     try:
         normDesc = _arr_cudnnLRNDescriptor_t(normDesc, 1, 0)
         status = _cudnnCreateLRNDescriptor(normDesc)
@@ -4989,23 +4111,7 @@ def cudnnSetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures an LRN descriptor.
-
-    Uses a window [center-lookBehind, center+lookAhead], where
-    lookBehind = floor((lrnN-1)/2), lookAhead = lrnN-lookBehind-1.
-    Values of double parameters are cast to the tensor data type.
-
-    @param[in,out] normDesc  LRN descriptor to configure.
-    @param[in]     lrnN      Normalization window size (must be in [CUDNN_LRN_MIN_N, CUDNN_LRN_MAX_N]).
-    @param[in]     lrnAlpha  Alpha parameter (must be >= CUDNN_LRN_MIN_K).
-    @param[in]     lrnBeta   Beta parameter (must be >= CUDNN_LRN_MIN_BETA).
-    @param[in]     lrnK      K parameter.
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnGetLRNDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetlrndescriptor"""
     if not _values_ok(_values_cudnnSetLRNDescriptor, lrnN):
         _check_values('cudnnSetLRNDescriptor', ('normDesc', 'lrnN', 'lrnAlpha', 'lrnBeta', 'lrnK'), ((1, lrnN, 'I', None),))
     try:
@@ -5035,20 +4141,7 @@ def cudnnGetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves the settings of an LRN descriptor.
-
-    Any of the output pointers can be NULL (the corresponding value will not be returned).
-
-    @param[in]  normDesc  LRN descriptor to query.
-    @param[out] lrnN      Normalization window size.
-    @param[out] lrnAlpha  Alpha parameter.
-    @param[out] lrnBeta   Beta parameter.
-    @param[out] lrnK      K parameter.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was queried successfully.
-
-    @since cuDNN 9.0.0
-    @see cudnnSetLRNDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetlrndescriptor"""
     try:
         _handles_set = bool(normDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -5074,14 +4167,7 @@ def cudnnDestroyLRNDescriptor(lrnDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys an LRN descriptor.
-
-    @param[in] lrnDesc  LRN descriptor to destroy.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was destroyed successfully.
-
-    @since cuDNN 9.0.0
-    @see cudnnCreateLRNDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroylrndescriptor"""
     _destroy_once(_lib, 'cudnnDestroyLRNDescriptor', 'lrnDesc', _cudnnDestroyLRNDescriptor, lrnDesc)
 
 _cudnnLRNCrossChannelForward = _lazy('cudnnLRNCrossChannelForward', (cudnnHandle_t, cudnnLRNDescriptor_t, c_int, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int)
@@ -5099,26 +4185,7 @@ def cudnnLRNCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs forward LRN cross-channel normalization.
-
-    Computes y = alpha * normalize(x) + beta * y. Double parameters are cast
-    to the tensor data type.
-
-    @param[in]     handle    cuDNN library handle.
-    @param[in]     normDesc  LRN descriptor.
-    @param[in]     lrnMode   LRN mode.
-    @param[in]     alpha     Scaling factor for the normalization result.
-    @param[in]     xDesc     Input tensor descriptor.
-    @param[in]     x         Pointer to input tensor data.
-    @param[in]     beta      Scaling factor for the destination tensor.
-    @param[in]     yDesc     Output tensor descriptor.
-    @param[in,out] y         Pointer to output tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnLRNCrossChannelBackward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnlrncrosschannelforward"""
     if not _values_ok(_values_cudnnLRNCrossChannelForward, lrnMode):
         _check_values('cudnnLRNCrossChannelForward', ('handle', 'normDesc', 'lrnMode', 'alpha', 'xDesc', 'x', 'beta', 'yDesc', 'y'), ((2, lrnMode, 'i', cudnnLRNMode_t),))
     try:
@@ -5154,29 +4221,7 @@ def cudnnDivisiveNormalizationForward(handle, normDesc, mode, alpha, xDesc, x, m
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs forward divisive normalization.
-
-    Computes y = alpha * normalize(x) + beta * y. If means is NULL, means are
-    assumed to be zero. The xDesc is used for means, temp, and temp2 as well.
-
-    @param[in]     handle    cuDNN library handle.
-    @param[in]     normDesc  LRN descriptor (shared with LRN functions).
-    @param[in]     mode      Divisive normalization mode.
-    @param[in]     alpha     Scaling factor for the normalization result.
-    @param[in]     xDesc     Input tensor descriptor (also used for means, temp, temp2).
-    @param[in]     x         Pointer to input tensor data.
-    @param[in]     means     Pointer to means tensor data (NULL for zero means).
-    @param[out]    temp      Temporary workspace tensor.
-    @param[out]    temp2     Temporary workspace tensor.
-    @param[in]     beta      Scaling factor for the destination tensor.
-    @param[in]     yDesc     Output tensor descriptor.
-    @param[in,out] y         Pointer to output tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnDivisiveNormalizationBackward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndivisivenormalizationforward"""
     if not _values_ok(_values_cudnnDivisiveNormalizationForward, mode):
         _check_values('cudnnDivisiveNormalizationForward', ('handle', 'normDesc', 'mode', 'alpha', 'xDesc', 'x', 'means', 'temp', 'temp2', 'beta', 'yDesc', 'y'), ((2, mode, 'i', cudnnDivNormMode_t),))
     try:
@@ -5194,33 +4239,18 @@ def cudnnDivisiveNormalizationForward(handle, normDesc, mode, alpha, xDesc, x, m
     if status:
         raise _lib.status_error(status, 'cudnnDivisiveNormalizationForward')
 
-_cudnnDeriveBNTensorDescriptor = _lazy('cudnnDeriveBNTensorDescriptor', (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnDeriveBNTensorDescriptor = _lazy('cudnnDeriveBNTensorDescriptor', (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnderivebntensordescriptor')
 _values_cudnnDeriveBNTensorDescriptor = (b'i', (cudnnBatchNormMode_t,), _pack_i)
 
 
 def cudnnDeriveBNTensorDescriptor(derivedBnDesc, xDesc, mode):
     """cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t derivedBnDesc, const cudnnTensorDescriptor_t xDesc, cudnnBatchNormMode_t mode)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Derives a tensor descriptor for batch normalization parameters.
-
-    Computes the dimensions for bnScale, bnBias, mean, and variance tensors based
-    on the input tensor descriptor and batch normalization mode. Use this for
-    bnScaleBiasMeanVarDesc and bnScaleBiasDiffDesc parameters.
-
-    @param[in,out] derivedBnDesc  Tensor descriptor to be derived.
-    @param[in]     xDesc          Input tensor descriptor.
-    @param[in]     mode           Batch normalization mode.
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was derived successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnBatchNormalizationForwardTraining"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnderivebntensordescriptor"""
     if not _values_ok(_values_cudnnDeriveBNTensorDescriptor, mode):
         _check_values('cudnnDeriveBNTensorDescriptor', ('derivedBnDesc', 'xDesc', 'mode'), ((2, mode, 'i', cudnnBatchNormMode_t),))
     try:
@@ -5236,14 +4266,14 @@ def cudnnDeriveBNTensorDescriptor(derivedBnDesc, xDesc, mode):
     if status:
         raise _lib.status_error(status, 'cudnnDeriveBNTensorDescriptor')
 
-_cudnnBatchNormalizationForwardInference = _lazy('cudnnBatchNormalizationForwardInference', (cudnnHandle_t, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnBatchNormalizationForwardInference = _lazy('cudnnBatchNormalizationForwardInference', (cudnnHandle_t, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnbatchnormalizationforwardinference')
 _values_cudnnBatchNormalizationForwardInference = (b'i', (cudnnBatchNormMode_t,), _pack_i)
 
 
 def cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, estimatedMean, estimatedVariance, epsilon):
     """cudnnStatus_t cudnnBatchNormalizationForwardInference(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void * alpha, const void * beta, const cudnnTensorDescriptor_t xDesc, const void * x, const cudnnTensorDescriptor_t yDesc, void * y, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void * bnScale, const void * bnBias, const void * estimatedMean, const void * estimatedVariance, double epsilon)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -5257,32 +4287,7 @@ def cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x,
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs batch normalization during inference.
-
-    Computes y[i] = bnScale[k]*(x[i]-estimatedMean[k])/sqrt(epsilon+estimatedVariance[k]) + bnBias[k],
-    with tensors indexed according to spatial or per-activation mode.
-
-    @param[in]     handle                  cuDNN library handle.
-    @param[in]     mode                    Batch normalization mode.
-    @param[in]     alpha                   Result blend factor.
-    @param[in]     beta                    Destination layer blend factor.
-    @param[in]     xDesc                   Input tensor descriptor.
-    @param[in]     x                       Pointer to input tensor data (NxCxHxW).
-    @param[in]     yDesc                   Output tensor descriptor.
-    @param[in,out] y                       Pointer to output tensor data (NxCxHxW).
-    @param[in]     bnScaleBiasMeanVarDesc  Descriptor for scale, bias, mean, variance tensors.
-    @param[in]     bnScale                 Pointer to scale (gamma) tensor data.
-    @param[in]     bnBias                  Pointer to bias (beta) tensor data.
-    @param[in]     estimatedMean           Pointer to running mean tensor data.
-    @param[in]     estimatedVariance       Pointer to running variance tensor data.
-    @param[in]     epsilon                 Epsilon value (must be >= CUDNN_BN_MIN_EPSILON).
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnBatchNormalizationForwardTraining, cudnnDeriveBNTensorDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnbatchnormalizationforwardinference"""
     if not _values_ok(_values_cudnnBatchNormalizationForwardInference, mode):
         _check_values('cudnnBatchNormalizationForwardInference', ('handle', 'mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'estimatedMean', 'estimatedVariance', 'epsilon'), ((1, mode, 'i', cudnnBatchNormMode_t),))
     try:
@@ -5300,34 +4305,18 @@ def cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x,
     if status:
         raise _lib.status_error(status, 'cudnnBatchNormalizationForwardInference')
 
-_cudnnDeriveNormTensorDescriptor = _lazy('cudnnDeriveNormTensorDescriptor', (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnDeriveNormTensorDescriptor = _lazy('cudnnDeriveNormTensorDescriptor', (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, c_int, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnderivenormtensordescriptor')
 _values_cudnnDeriveNormTensorDescriptor = (b'ii', (cudnnNormMode_t, None,), _pack_ii)
 
 
 def cudnnDeriveNormTensorDescriptor(derivedNormScaleBiasDesc, derivedNormMeanVarDesc, xDesc, mode, groupCnt):
     """cudnnStatus_t cudnnDeriveNormTensorDescriptor(cudnnTensorDescriptor_t derivedNormScaleBiasDesc, cudnnTensorDescriptor_t derivedNormMeanVarDesc, const cudnnTensorDescriptor_t xDesc, cudnnNormMode_t mode, int groupCnt)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Derives tensor descriptors for normalization parameters.
-
-    Computes the dimensions for normScale, normBias, mean, and variance tensors based
-    on the input tensor descriptor and normalization mode.
-
-    @param[in,out] derivedNormScaleBiasDesc  Descriptor to be derived for scale/bias tensors.
-    @param[in,out] derivedNormMeanVarDesc    Descriptor to be derived for mean/variance tensors.
-    @param[in]     xDesc                     Input tensor descriptor.
-    @param[in]     mode                      Normalization mode.
-    @param[in]     groupCnt                  Group count (reserved, should be set to 1).
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptors were derived successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnNormalizationForwardTraining"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnderivenormtensordescriptor"""
     if not _values_ok(_values_cudnnDeriveNormTensorDescriptor, mode, groupCnt):
         _check_values('cudnnDeriveNormTensorDescriptor', ('derivedNormScaleBiasDesc', 'derivedNormMeanVarDesc', 'xDesc', 'mode', 'groupCnt'), ((3, mode, 'i', cudnnNormMode_t), (4, groupCnt, 'i', None),))
     try:
@@ -5343,14 +4332,14 @@ def cudnnDeriveNormTensorDescriptor(derivedNormScaleBiasDesc, derivedNormMeanVar
     if status:
         raise _lib.status_error(status, 'cudnnDeriveNormTensorDescriptor')
 
-_cudnnNormalizationForwardInference = _lazy('cudnnNormalizationForwardInference', (cudnnHandle_t, c_int, c_int, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_double, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnNormalizationForwardInference = _lazy('cudnnNormalizationForwardInference', (cudnnHandle_t, c_int, c_int, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_double, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnnormalizationforwardinference')
 _values_cudnnNormalizationForwardInference = (b'iiii', (cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, None,), _pack_iiii)
 
 
 def cudnnNormalizationForwardInference(handle, mode, normOps, algo, alpha, beta, xDesc, x, normScaleBiasDesc, normScale, normBias, normMeanVarDesc, estimatedMean, estimatedVariance, zDesc, z, activationDesc, yDesc, y, epsilon, groupCnt):
     """cudnnStatus_t cudnnNormalizationForwardInference(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const void * alpha, const void * beta, const cudnnTensorDescriptor_t xDesc, const void * x, const cudnnTensorDescriptor_t normScaleBiasDesc, const void * normScale, const void * normBias, const cudnnTensorDescriptor_t normMeanVarDesc, const void * estimatedMean, const void * estimatedVariance, const cudnnTensorDescriptor_t zDesc, const void * z, cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t yDesc, void * y, double epsilon, int groupCnt)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -5367,39 +4356,7 @@ def cudnnNormalizationForwardInference(handle, mode, normOps, algo, alpha, beta,
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs normalization during inference.
-
-    Computes y[i] = normScale[k]*(x[i]-estimatedMean[k])/sqrt(epsilon+estimatedVariance[k]) + normBias[k],
-    with tensors indexed according to per-channel or per-activation mode.
-
-    @param[in]     handle             cuDNN library handle.
-    @param[in]     mode               Normalization mode.
-    @param[in]     normOps            Extended normalization operation mode.
-    @param[in]     algo               Normalization algorithm.
-    @param[in]     alpha              Result blend factor.
-    @param[in]     beta               Destination layer blend factor.
-    @param[in]     xDesc              Input tensor descriptor.
-    @param[in]     x                  Pointer to input tensor data (NxCxHxW).
-    @param[in]     normScaleBiasDesc  Descriptor for normalization scale/bias tensors.
-    @param[in]     normScale          Pointer to normalization scale tensor data.
-    @param[in]     normBias           Pointer to normalization bias tensor data.
-    @param[in]     normMeanVarDesc    Descriptor for mean/variance tensors.
-    @param[in]     estimatedMean      Pointer to running mean tensor data.
-    @param[in]     estimatedVariance  Pointer to running variance tensor data.
-    @param[in]     zDesc              Descriptor for z tensor (used with add operations).
-    @param[in]     z                  Pointer to z tensor data.
-    @param[in]     activationDesc     Activation descriptor (used with activation operations).
-    @param[in]     yDesc              Output tensor descriptor.
-    @param[in,out] y                  Pointer to output tensor data (NxCxHxW).
-    @param[in]     epsilon            Epsilon value (must be >= 0).
-    @param[in]     groupCnt           Group count (reserved, should be set to 1).
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnNormalizationForwardTraining, cudnnDeriveNormTensorDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnnormalizationforwardinference"""
     if not _values_ok(_values_cudnnNormalizationForwardInference, mode, normOps, algo, groupCnt):
         _check_values('cudnnNormalizationForwardInference', ('handle', 'mode', 'normOps', 'algo', 'alpha', 'beta', 'xDesc', 'x', 'normScaleBiasDesc', 'normScale', 'normBias', 'normMeanVarDesc', 'estimatedMean', 'estimatedVariance', 'zDesc', 'z', 'activationDesc', 'yDesc', 'y', 'epsilon', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (20, groupCnt, 'i', None),))
     try:
@@ -5428,15 +4385,7 @@ def cudnnCreateSpatialTransformerDescriptor(stDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates a spatial transformer descriptor.
-
-    @param[out] stDesc  Pointer to the newly created spatial transformer descriptor.
-
-    @retval CUDNN_STATUS_SUCCESS       The descriptor was created successfully.
-    @retval CUDNN_STATUS_ALLOC_FAILED  Memory allocation failed.
-
-    @since cuDNN 9.0.0
-    @see cudnnDestroySpatialTransformerDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreatespatialtransformerdescriptor"""
     try:
         stDesc = _arr_cudnnSpatialTransformerDescriptor_t(stDesc, 1, 0)
         status = _cudnnCreateSpatialTransformerDescriptor(stDesc)
@@ -5458,19 +4407,7 @@ def cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures an N-dimensional spatial transformer descriptor.
-
-    @param[in,out] stDesc      Spatial transformer descriptor to configure.
-    @param[in]     samplerType Type of sampler to use.
-    @param[in]     dataType    Data type of the tensors.
-    @param[in]     nbDims      Number of dimensions.
-    @param[in]     dimA        Array of dimension sizes (length nbDims).
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was set successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnSpatialTfGridGeneratorForward, cudnnSpatialTfSamplerForward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetspatialtransformernddescriptor"""
     if not _values_ok(_values_cudnnSetSpatialTransformerNdDescriptor, samplerType, dataType, nbDims):
         _check_values('cudnnSetSpatialTransformerNdDescriptor', ('stDesc', 'samplerType', 'dataType', 'nbDims', 'dimA'), ((1, samplerType, 'i', cudnnSamplerType_t), (2, dataType, 'i', cudnnDataType_t), (3, nbDims, 'i', None),))
     try:
@@ -5495,14 +4432,7 @@ def cudnnDestroySpatialTransformerDescriptor(stDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys a spatial transformer descriptor.
-
-    @param[in] stDesc  Spatial transformer descriptor to destroy.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was destroyed successfully.
-
-    @since cuDNN 9.0.0
-    @see cudnnCreateSpatialTransformerDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyspatialtransformerdescriptor"""
     _destroy_once(_lib, 'cudnnDestroySpatialTransformerDescriptor', 'stDesc', _cudnnDestroySpatialTransformerDescriptor, stDesc)
 
 _cudnnSpatialTfGridGeneratorForward = _lazy('cudnnSpatialTfGridGeneratorForward', (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, DevicePointer, DevicePointer,), c_int)
@@ -5517,20 +4447,7 @@ def cudnnSpatialTfGridGeneratorForward(handle, stDesc, theta, grid):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Generates a sampling grid for a spatial transformer (forward).
-
-    Generates a grid of sampling coordinates from the affine transformation matrix theta.
-
-    @param[in]  handle  cuDNN library handle.
-    @param[in]  stDesc  Spatial transformer descriptor.
-    @param[in]  theta   Pointer to affine transformation matrices.
-    @param[out] grid    Pointer to output sampling grid data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnSpatialTfGridGeneratorBackward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnspatialtfgridgeneratorforward"""
     try:
         _handles_set = bool(stDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -5559,25 +4476,7 @@ def cudnnSpatialTfSamplerForward(handle, stDesc, alpha, xDesc, x, grid, beta, yD
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs spatial transformer sampling (forward).
-
-    Samples the input tensor at the grid coordinates to produce the output tensor.
-
-    @param[in]     handle  cuDNN library handle.
-    @param[in]     stDesc  Spatial transformer descriptor.
-    @param[in]     alpha   Scaling factor for the sampled result.
-    @param[in]     xDesc   Input tensor descriptor.
-    @param[in]     x       Pointer to input tensor data.
-    @param[in]     grid    Pointer to sampling grid data.
-    @param[in]     beta    Scaling factor for the destination tensor.
-    @param[in]     yDesc   Output tensor descriptor.
-    @param[in,out] y       Pointer to output tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnSpatialTfSamplerBackward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnspatialtfsamplerforward"""
     try:
         _handles_set = bool(stDesc and xDesc and yDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -5604,15 +4503,7 @@ def cudnnCreateDropoutDescriptor(dropoutDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates a dropout descriptor.
-
-    @param[out] dropoutDesc  Pointer to the newly created dropout descriptor.
-
-    @retval CUDNN_STATUS_SUCCESS       The descriptor was created successfully.
-    @retval CUDNN_STATUS_ALLOC_FAILED  Memory allocation failed.
-
-    @since cuDNN 9.0.0
-    @see cudnnDestroyDropoutDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnncreatedropoutdescriptor"""
     try:
         dropoutDesc = _arr_cudnnDropoutDescriptor_t(dropoutDesc, 1, 0)
         status = _cudnnCreateDropoutDescriptor(dropoutDesc)
@@ -5630,14 +4521,7 @@ def cudnnDestroyDropoutDescriptor(dropoutDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys a dropout descriptor.
-
-    @param[in] dropoutDesc  Dropout descriptor to destroy.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was destroyed successfully.
-
-    @since cuDNN 9.0.0
-    @see cudnnCreateDropoutDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroydropoutdescriptor"""
     _destroy_once(_lib, 'cudnnDestroyDropoutDescriptor', 'dropoutDesc', _cudnnDestroyDropoutDescriptor, dropoutDesc)
 
 _cudnnDropoutGetStatesSize = _lazy('cudnnDropoutGetStatesSize', (cudnnHandle_t, c_void_p,), c_int)
@@ -5651,15 +4535,7 @@ def cudnnDropoutGetStatesSize(handle, sizeInBytes):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the size of the states buffer required for dropout.
-
-    @param[in]  handle      cuDNN library handle.
-    @param[out] sizeInBytes Size of the required states buffer in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
-
-    @since cuDNN 9.0.0
-    @see cudnnSetDropoutDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndropoutgetstatessize"""
     try:
         sizeInBytes = _arr_size_t(sizeInBytes, 1, 1)
         status = _cudnnDropoutGetStatesSize(handle, sizeInBytes)
@@ -5679,15 +4555,7 @@ def cudnnDropoutGetReserveSpaceSize(xdesc, sizeInBytes):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the size of the reserve space required for dropout forward/backward.
-
-    @param[in]  xdesc       Input tensor descriptor.
-    @param[out] sizeInBytes Size of the required reserve space in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
-
-    @since cuDNN 9.0.0
-    @see cudnnDropoutForward, cudnnDropoutBackward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndropoutgetreservespacesize"""
     try:
         _handles_set = bool(xdesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -5715,20 +4583,7 @@ def cudnnSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInB
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures a dropout descriptor and initializes random state.
-
-    @param[in,out] dropoutDesc      Dropout descriptor to configure.
-    @param[in]     handle           cuDNN library handle.
-    @param[in]     dropout          Probability of dropping (0 = no dropout, 1 = all dropped).
-    @param[in,out] states           Pointer to device memory for RNG state storage.
-    @param[in]     stateSizeInBytes Size of the states buffer in bytes.
-    @param[in]     seed             Seed for the random number generator.
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was configured successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnGetDropoutDescriptor, cudnnRestoreDropoutDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetdropoutdescriptor"""
     if not _values_ok(_values_cudnnSetDropoutDescriptor, stateSizeInBytes, seed):
         _check_values('cudnnSetDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None),))
     try:
@@ -5757,20 +4612,7 @@ def cudnnRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSiz
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Restores a dropout descriptor to a previously saved state.
-
-    @param[in,out] dropoutDesc      Dropout descriptor to restore.
-    @param[in]     handle           cuDNN library handle.
-    @param[in]     dropout          Dropout probability.
-    @param[in]     states           Pointer to previously saved RNG state.
-    @param[in]     stateSizeInBytes Size of the states buffer in bytes.
-    @param[in]     seed             Seed used to initialize the original state.
-
-    @retval CUDNN_STATUS_SUCCESS     The descriptor was restored successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnSetDropoutDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnrestoredropoutdescriptor"""
     if not _values_ok(_values_cudnnRestoreDropoutDescriptor, stateSizeInBytes, seed):
         _check_values('cudnnRestoreDropoutDescriptor', ('dropoutDesc', 'handle', 'dropout', 'states', 'stateSizeInBytes', 'seed'), ((4, stateSizeInBytes, 'N', None), (5, seed, 'Q', None),))
     try:
@@ -5799,18 +4641,7 @@ def cudnnGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves the settings of a dropout descriptor.
-
-    @param[in]  dropoutDesc  Dropout descriptor to query.
-    @param[in]  handle       cuDNN library handle.
-    @param[out] dropout      Dropout probability.
-    @param[out] states       Pointer to RNG state memory.
-    @param[out] seed         Seed used for the RNG.
-
-    @retval CUDNN_STATUS_SUCCESS  The descriptor was queried successfully.
-
-    @since cuDNN 9.0.0
-    @see cudnnSetDropoutDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetdropoutdescriptor"""
     try:
         _handles_set = bool(dropoutDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -5842,25 +4673,7 @@ def cudnnDropoutForward(handle, dropoutDesc, xdesc, x, ydesc, y, reserveSpace, r
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs forward dropout.
-
-    Randomly sets elements to zero based on the dropout probability. The reserve
-    space stores the mask for use in the backward pass.
-
-    @param[in]     handle                  cuDNN library handle.
-    @param[in]     dropoutDesc             Dropout descriptor.
-    @param[in]     xdesc                   Input tensor descriptor.
-    @param[in]     x                       Pointer to input tensor data.
-    @param[in]     ydesc                   Output tensor descriptor.
-    @param[out]    y                       Pointer to output tensor data.
-    @param[out]    reserveSpace            Pointer to reserve space for the dropout mask.
-    @param[in]     reserveSpaceSizeInBytes Size of reserve space in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnDropoutBackward, cudnnDropoutGetReserveSpaceSize"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndropoutforward"""
     if not _values_ok(_values_cudnnDropoutForward, reserveSpaceSizeInBytes):
         _check_values('cudnnDropoutForward', ('handle', 'dropoutDesc', 'xdesc', 'x', 'ydesc', 'y', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((7, reserveSpaceSizeInBytes, 'N', None),))
     try:
@@ -5884,15 +4697,7 @@ def cudnnOpsVersionCheck():
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Cross-library version checker for the ops sub-library.
-
-    This function is implemented differently in each sub-library. Each sub-library
-    checks whether its own version matches that of its dependencies.
-
-    @retval CUDNN_STATUS_SUCCESS                       The version check passed.
-    @retval CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH   The versions are inconsistent.
-
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnopsversioncheck"""
     status = _cudnnOpsVersionCheck()
     if status:
         raise _lib.status_error(status, 'cudnnOpsVersionCheck')
@@ -5913,27 +4718,7 @@ def cudnnSoftmaxBackward(handle, algo, mode, alpha, yDesc, y, dyDesc, dy, beta, 
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs backward softmax computation.
-
-    Computes the gradient of the softmax function.
-
-    @param[in]     handle  cuDNN library handle.
-    @param[in]     algo    Softmax algorithm used in the forward pass.
-    @param[in]     mode    Softmax computation scope.
-    @param[in]     alpha   Scaling factor for the result.
-    @param[in]     yDesc   Output tensor descriptor (from forward pass).
-    @param[in]     y       Pointer to output tensor data (from forward pass).
-    @param[in]     dyDesc  Output gradient tensor descriptor.
-    @param[in]     dy      Pointer to output gradient tensor data.
-    @param[in]     beta    Scaling factor for the destination tensor.
-    @param[in]     dxDesc  Input gradient tensor descriptor.
-    @param[in,out] dx      Pointer to input gradient tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnSoftmaxForward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsoftmaxbackward"""
     if not _values_ok(_values_cudnnSoftmaxBackward, algo, mode):
         _check_values('cudnnSoftmaxBackward', ('handle', 'algo', 'mode', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'beta', 'dxDesc', 'dx'), ((1, algo, 'i', cudnnSoftmaxAlgorithm_t), (2, mode, 'i', cudnnSoftmaxMode_t),))
     try:
@@ -5951,13 +4736,13 @@ def cudnnSoftmaxBackward(handle, algo, mode, alpha, yDesc, y, dyDesc, dy, beta, 
     if status:
         raise _lib.status_error(status, 'cudnnSoftmaxBackward')
 
-_cudnnPoolingBackward = _lazy('cudnnPoolingBackward', (cudnnHandle_t, cudnnPoolingDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnPoolingBackward = _lazy('cudnnPoolingBackward', (cudnnHandle_t, cudnnPoolingDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnpoolingbackward')
 
 
 def cudnnPoolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx):
     """cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc, const void * alpha, const cudnnTensorDescriptor_t yDesc, const void * y, const cudnnTensorDescriptor_t dyDesc, const void * dy, const cudnnTensorDescriptor_t xDesc, const void * x, const void * beta, const cudnnTensorDescriptor_t dxDesc, void * dx)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -5969,29 +4754,7 @@ def cudnnPoolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs backward pooling.
-
-    Computes the gradient of the pooling operation.
-
-    @param[in]     handle      cuDNN library handle.
-    @param[in]     poolingDesc Pooling descriptor.
-    @param[in]     alpha       Scaling factor for the result.
-    @param[in]     yDesc       Output tensor descriptor (from forward pass).
-    @param[in]     y           Pointer to output tensor data (from forward pass).
-    @param[in]     dyDesc      Output gradient tensor descriptor.
-    @param[in]     dy          Pointer to output gradient tensor data.
-    @param[in]     xDesc       Input tensor descriptor (from forward pass).
-    @param[in]     x           Pointer to input tensor data (from forward pass).
-    @param[in]     beta        Scaling factor for the destination tensor.
-    @param[in]     dxDesc      Input gradient tensor descriptor.
-    @param[in,out] dx          Pointer to input gradient tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnPoolingForward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnpoolingbackward"""
     try:
         _handles_set = bool(poolingDesc and yDesc and dyDesc and xDesc and dxDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -6007,13 +4770,13 @@ def cudnnPoolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc
     if status:
         raise _lib.status_error(status, 'cudnnPoolingBackward')
 
-_cudnnActivationBackward = _lazy('cudnnActivationBackward', (cudnnHandle_t, cudnnActivationDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnActivationBackward = _lazy('cudnnActivationBackward', (cudnnHandle_t, cudnnActivationDescriptor_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnactivationbackward')
 
 
 def cudnnActivationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx):
     """cudnnStatus_t cudnnActivationBackward(cudnnHandle_t handle, cudnnActivationDescriptor_t activationDesc, const void * alpha, const cudnnTensorDescriptor_t yDesc, const void * y, const cudnnTensorDescriptor_t dyDesc, const void * dy, const cudnnTensorDescriptor_t xDesc, const void * x, const void * beta, const cudnnTensorDescriptor_t dxDesc, void * dx)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -6025,29 +4788,7 @@ def cudnnActivationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy,
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs backward activation.
-
-    Computes the gradient of the activation function.
-
-    @param[in]     handle          cuDNN library handle.
-    @param[in]     activationDesc  Activation descriptor.
-    @param[in]     alpha           Scaling factor for the result.
-    @param[in]     yDesc           Output tensor descriptor (from forward pass).
-    @param[in]     y               Pointer to output tensor data (from forward pass).
-    @param[in]     dyDesc          Output gradient tensor descriptor.
-    @param[in]     dy              Pointer to output gradient tensor data.
-    @param[in]     xDesc           Input tensor descriptor (from forward pass).
-    @param[in]     x               Pointer to input tensor data (from forward pass).
-    @param[in]     beta            Scaling factor for the destination tensor.
-    @param[in]     dxDesc          Input gradient tensor descriptor.
-    @param[in,out] dx              Pointer to input gradient tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnActivationForward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnactivationbackward"""
     try:
         _handles_set = bool(activationDesc and yDesc and dyDesc and xDesc and dxDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -6080,30 +4821,7 @@ def cudnnLRNCrossChannelBackward(handle, normDesc, lrnMode, alpha, yDesc, y, dyD
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs backward LRN cross-channel normalization.
-
-    Computes the gradient of the LRN cross-channel normalization. Double
-    parameters are cast to the tensor data type.
-
-    @param[in]     handle    cuDNN library handle.
-    @param[in]     normDesc  LRN descriptor.
-    @param[in]     lrnMode   LRN mode.
-    @param[in]     alpha     Scaling factor for the result.
-    @param[in]     yDesc     Output tensor descriptor (from forward pass).
-    @param[in]     y         Pointer to output tensor data (from forward pass).
-    @param[in]     dyDesc    Output gradient tensor descriptor.
-    @param[in]     dy        Pointer to output gradient tensor data.
-    @param[in]     xDesc     Input tensor descriptor (from forward pass).
-    @param[in]     x         Pointer to input tensor data (from forward pass).
-    @param[in]     beta      Scaling factor for the destination tensor.
-    @param[in]     dxDesc    Input gradient tensor descriptor.
-    @param[in,out] dx        Pointer to input gradient tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnLRNCrossChannelForward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnlrncrosschannelbackward"""
     if not _values_ok(_values_cudnnLRNCrossChannelBackward, lrnMode):
         _check_values('cudnnLRNCrossChannelBackward', ('handle', 'normDesc', 'lrnMode', 'alpha', 'yDesc', 'y', 'dyDesc', 'dy', 'xDesc', 'x', 'beta', 'dxDesc', 'dx'), ((2, lrnMode, 'i', cudnnLRNMode_t),))
     try:
@@ -6141,31 +4859,7 @@ def cudnnDivisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, 
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs backward divisive normalization.
-
-    Computes the gradients of the divisive normalization operation. If means is NULL,
-    means are assumed to be zero.
-
-    @param[in]     handle       cuDNN library handle.
-    @param[in]     normDesc     LRN descriptor (shared with LRN functions).
-    @param[in]     mode         Divisive normalization mode.
-    @param[in]     alpha        Scaling factor for the result.
-    @param[in]     xDesc        Input tensor descriptor (also used for means, dy, temp, temp2).
-    @param[in]     x            Pointer to input tensor data.
-    @param[in]     means        Pointer to means tensor data (NULL for zero means).
-    @param[in]     dy           Pointer to output gradient tensor data.
-    @param[out]    temp         Temporary workspace tensor.
-    @param[out]    temp2        Temporary workspace tensor.
-    @param[in]     beta         Scaling factor for the destination tensors.
-    @param[in]     dXdMeansDesc Descriptor for dx and dMeans tensors.
-    @param[in,out] dx           Pointer to input gradient tensor data.
-    @param[in,out] dMeans       Pointer to means gradient tensor data (can be NULL).
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnDivisiveNormalizationForward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndivisivenormalizationbackward"""
     if not _values_ok(_values_cudnnDivisiveNormalizationBackward, mode):
         _check_values('cudnnDivisiveNormalizationBackward', ('handle', 'normDesc', 'mode', 'alpha', 'xDesc', 'x', 'means', 'dy', 'temp', 'temp2', 'beta', 'dXdMeansDesc', 'dx', 'dMeans'), ((2, mode, 'i', cudnnDivNormMode_t),))
     try:
@@ -6183,14 +4877,14 @@ def cudnnDivisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, 
     if status:
         raise _lib.status_error(status, 'cudnnDivisiveNormalizationBackward')
 
-_cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize = _lazy('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize = _lazy('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetbatchnormalizationforwardtrainingexworkspacesize')
 _values_cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize = (b'ii', (cudnnBatchNormMode_t, cudnnBatchNormOps_t,), _pack_ii)
 
 
 def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps, xDesc, zDesc, yDesc, bnScaleBiasMeanVarDesc, activationDesc, sizeInBytes):
     """cudnnStatus_t cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t zDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const cudnnActivationDescriptor_t activationDesc, size_t * sizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
@@ -6199,23 +4893,7 @@ def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the workspace size for extended batch normalization forward training.
-
-    @param[in]  handle                  cuDNN library handle.
-    @param[in]  mode                    Batch normalization mode.
-    @param[in]  bnOps                   Extended batch normalization operation.
-    @param[in]  xDesc                   Input tensor descriptor.
-    @param[in]  zDesc                   Z tensor descriptor (for add operations).
-    @param[in]  yDesc                   Output tensor descriptor.
-    @param[in]  bnScaleBiasMeanVarDesc  Descriptor for BN parameter tensors.
-    @param[in]  activationDesc          Activation descriptor.
-    @param[out] sizeInBytes             Required workspace size in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnBatchNormalizationForwardTrainingEx"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetbatchnormalizationforwardtrainingexworkspacesize"""
     if not _values_ok(_values_cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize, mode, bnOps):
         _check_values('cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', ('handle', 'mode', 'bnOps', 'xDesc', 'zDesc', 'yDesc', 'bnScaleBiasMeanVarDesc', 'activationDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
     try:
@@ -6232,14 +4910,14 @@ def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps
     if status:
         raise _lib.status_error(status, 'cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize')
 
-_cudnnGetBatchNormalizationBackwardExWorkspaceSize = _lazy('cudnnGetBatchNormalizationBackwardExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetBatchNormalizationBackwardExWorkspaceSize = _lazy('cudnnGetBatchNormalizationBackwardExWorkspaceSize', (cudnnHandle_t, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetbatchnormalizationbackwardexworkspacesize')
 _values_cudnnGetBatchNormalizationBackwardExWorkspaceSize = (b'ii', (cudnnBatchNormMode_t, cudnnBatchNormOps_t,), _pack_ii)
 
 
 def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dBnScaleBiasDesc, activationDesc, sizeInBytes):
     """cudnnStatus_t cudnnGetBatchNormalizationBackwardExWorkspaceSize(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnTensorDescriptor_t dzDesc, const cudnnTensorDescriptor_t dxDesc, const cudnnTensorDescriptor_t dBnScaleBiasDesc, const cudnnActivationDescriptor_t activationDesc, size_t * sizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
@@ -6248,25 +4926,7 @@ def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the workspace size for extended batch normalization backward.
-
-    @param[in]  handle            cuDNN library handle.
-    @param[in]  mode              Batch normalization mode.
-    @param[in]  bnOps             Extended batch normalization operation.
-    @param[in]  xDesc             Input tensor descriptor.
-    @param[in]  yDesc             Output tensor descriptor.
-    @param[in]  dyDesc            Output gradient tensor descriptor.
-    @param[in]  dzDesc            Z gradient tensor descriptor.
-    @param[in]  dxDesc            Input gradient tensor descriptor.
-    @param[in]  dBnScaleBiasDesc  Descriptor for BN parameter gradient tensors.
-    @param[in]  activationDesc    Activation descriptor.
-    @param[out] sizeInBytes       Required workspace size in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnBatchNormalizationBackwardEx"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetbatchnormalizationbackwardexworkspacesize"""
     if not _values_ok(_values_cudnnGetBatchNormalizationBackwardExWorkspaceSize, mode, bnOps):
         _check_values('cudnnGetBatchNormalizationBackwardExWorkspaceSize', ('handle', 'mode', 'bnOps', 'xDesc', 'yDesc', 'dyDesc', 'dzDesc', 'dxDesc', 'dBnScaleBiasDesc', 'activationDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
     try:
@@ -6283,14 +4943,14 @@ def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc
     if status:
         raise _lib.status_error(status, 'cudnnGetBatchNormalizationBackwardExWorkspaceSize')
 
-_cudnnGetBatchNormalizationTrainingExReserveSpaceSize = _lazy('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', (cudnnHandle_t, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetBatchNormalizationTrainingExReserveSpaceSize = _lazy('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', (cudnnHandle_t, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetbatchnormalizationtrainingexreservespacesize')
 _values_cudnnGetBatchNormalizationTrainingExReserveSpaceSize = (b'ii', (cudnnBatchNormMode_t, cudnnBatchNormOps_t,), _pack_ii)
 
 
 def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, activationDesc, xDesc, sizeInBytes):
     """cudnnStatus_t cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t xDesc, size_t * sizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
@@ -6299,20 +4959,7 @@ def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, ac
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the reserve space size for extended batch normalization training.
-
-    @param[in]  handle          cuDNN library handle.
-    @param[in]  mode            Batch normalization mode.
-    @param[in]  bnOps           Extended batch normalization operation.
-    @param[in]  activationDesc  Activation descriptor.
-    @param[in]  xDesc           Input tensor descriptor.
-    @param[out] sizeInBytes     Required reserve space size in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnBatchNormalizationForwardTrainingEx"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetbatchnormalizationtrainingexreservespacesize"""
     if not _values_ok(_values_cudnnGetBatchNormalizationTrainingExReserveSpaceSize, mode, bnOps):
         _check_values('cudnnGetBatchNormalizationTrainingExReserveSpaceSize', ('handle', 'mode', 'bnOps', 'activationDesc', 'xDesc', 'sizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t),))
     try:
@@ -6329,14 +4976,14 @@ def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, ac
     if status:
         raise _lib.status_error(status, 'cudnnGetBatchNormalizationTrainingExReserveSpaceSize')
 
-_cudnnBatchNormalizationForwardTraining = _lazy('cudnnBatchNormalizationForwardTraining', (cudnnHandle_t, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnBatchNormalizationForwardTraining = _lazy('cudnnBatchNormalizationForwardTraining', (cudnnHandle_t, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnbatchnormalizationforwardtraining')
 _values_cudnnBatchNormalizationForwardTraining = (b'i', (cudnnBatchNormMode_t,), _pack_i)
 
 
 def cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale, bnBias, exponentialAverageFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance):
     """cudnnStatus_t cudnnBatchNormalizationForwardTraining(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void * alpha, const void * beta, const cudnnTensorDescriptor_t xDesc, const void * x, const cudnnTensorDescriptor_t yDesc, void * y, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void * bnScale, const void * bnBias, double exponentialAverageFactor, void * resultRunningMean, void * resultRunningVariance, double epsilon, void * resultSaveMean, void * resultSaveInvVariance)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -6352,34 +4999,7 @@ def cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, 
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs batch normalization forward training.
-
-    Computes y = BN(x). Also accumulates moving averages of mean and inverse variances.
-
-    @param[in]     handle                     cuDNN library handle.
-    @param[in]     mode                       Batch normalization mode.
-    @param[in]     alpha                      Result blend factor.
-    @param[in]     beta                       Destination layer blend factor.
-    @param[in]     xDesc                      Input tensor descriptor.
-    @param[in]     x                          Pointer to input tensor data (NxCxHxW).
-    @param[in]     yDesc                      Output tensor descriptor.
-    @param[out]    y                          Pointer to output tensor data (NxCxHxW).
-    @param[in]     bnScaleBiasMeanVarDesc     Descriptor for BN parameter tensors.
-    @param[in]     bnScale                    Pointer to scale (gamma) tensor data.
-    @param[in]     bnBias                     Pointer to bias (beta) tensor data.
-    @param[in]     exponentialAverageFactor   Factor for computing running averages.
-    @param[in,out] resultRunningMean          Running mean (updated with exponential average).
-    @param[in,out] resultRunningVariance      Running variance (updated with exponential average).
-    @param[in]     epsilon                    Epsilon value (must be >= CUDNN_BN_MIN_EPSILON).
-    @param[out]    resultSaveMean             Optionally cached mean for backward pass (NULL if unused).
-    @param[out]    resultSaveInvVariance      Optionally cached inverse variance for backward pass (NULL if unused).
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnBatchNormalizationBackward, cudnnDeriveBNTensorDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnbatchnormalizationforwardtraining"""
     if not _values_ok(_values_cudnnBatchNormalizationForwardTraining, mode):
         _check_values('cudnnBatchNormalizationForwardTraining', ('handle', 'mode', 'alpha', 'beta', 'xDesc', 'x', 'yDesc', 'y', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'exponentialAverageFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance'), ((1, mode, 'i', cudnnBatchNormMode_t),))
     try:
@@ -6397,14 +5017,14 @@ def cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, 
     if status:
         raise _lib.status_error(status, 'cudnnBatchNormalizationForwardTraining')
 
-_cudnnBatchNormalizationForwardTrainingEx = _lazy('cudnnBatchNormalizationForwardTrainingEx', (cudnnHandle_t, c_int, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnBatchNormalizationForwardTrainingEx = _lazy('cudnnBatchNormalizationForwardTrainingEx', (cudnnHandle_t, c_int, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnbatchnormalizationforwardtrainingex')
 _values_cudnnBatchNormalizationForwardTrainingEx = (b'iiNN', (cudnnBatchNormMode_t, cudnnBatchNormOps_t, None, None,), _pack_iiNN)
 
 
 def cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, xDesc, xData, zDesc, zData, yDesc, yData, bnScaleBiasMeanVarDesc, bnScale, bnBias, exponentialAverageFactor, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance, activationDesc, workspace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes):
     """cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const void * alpha, const void * beta, const cudnnTensorDescriptor_t xDesc, const void * xData, const cudnnTensorDescriptor_t zDesc, const void * zData, const cudnnTensorDescriptor_t yDesc, void * yData, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void * bnScale, const void * bnBias, double exponentialAverageFactor, void * resultRunningMean, void * resultRunningVariance, double epsilon, void * resultSaveMean, void * resultSaveInvVariance, cudnnActivationDescriptor_t activationDesc, void * workspace, size_t workSpaceSizeInBytes, void * reserveSpace, size_t reserveSpaceSizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -6427,43 +5047,7 @@ def cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, x
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs extended batch normalization forward training with optional activation.
-
-    Computes y = relu(BN(x) + z). Also accumulates moving averages of mean and inverse variances.
-    Supports fused batch normalization + activation and batch normalization + add + activation.
-
-    @param[in]     handle                     cuDNN library handle.
-    @param[in]     mode                       Batch normalization mode.
-    @param[in]     bnOps                      Extended batch normalization operation.
-    @param[in]     alpha                      Result blend factor.
-    @param[in]     beta                       Destination layer blend factor.
-    @param[in]     xDesc                      Input tensor descriptor.
-    @param[in]     xData                      Pointer to input tensor data.
-    @param[in]     zDesc                      Z tensor descriptor (for add operations).
-    @param[in]     zData                      Pointer to z tensor data.
-    @param[in]     yDesc                      Output tensor descriptor.
-    @param[out]    yData                      Pointer to output tensor data.
-    @param[in]     bnScaleBiasMeanVarDesc     Descriptor for BN parameter tensors.
-    @param[in]     bnScale                    Pointer to scale tensor data.
-    @param[in]     bnBias                     Pointer to bias tensor data.
-    @param[in]     exponentialAverageFactor   Factor for computing running averages.
-    @param[in,out] resultRunningMean          Running mean.
-    @param[in,out] resultRunningVariance      Running variance.
-    @param[in]     epsilon                    Epsilon value (must be >= CUDNN_BN_MIN_EPSILON).
-    @param[out]    resultSaveMean             Cached mean for backward pass (NULL if unused).
-    @param[out]    resultSaveInvVariance      Cached inverse variance for backward pass (NULL if unused).
-    @param[in]     activationDesc             Activation descriptor.
-    @param[in,out] workspace                  Pointer to workspace memory.
-    @param[in]     workSpaceSizeInBytes       Size of workspace in bytes.
-    @param[in,out] reserveSpace               Pointer to reserve space memory.
-    @param[in]     reserveSpaceSizeInBytes    Size of reserve space in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnBatchNormalizationBackwardEx, cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnbatchnormalizationforwardtrainingex"""
     if not _values_ok(_values_cudnnBatchNormalizationForwardTrainingEx, mode, bnOps, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnBatchNormalizationForwardTrainingEx', ('handle', 'mode', 'bnOps', 'alpha', 'beta', 'xDesc', 'xData', 'zDesc', 'zData', 'yDesc', 'yData', 'bnScaleBiasMeanVarDesc', 'bnScale', 'bnBias', 'exponentialAverageFactor', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance', 'activationDesc', 'workspace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t), (22, workSpaceSizeInBytes, 'N', None), (24, reserveSpaceSizeInBytes, 'N', None),))
     try:
@@ -6481,14 +5065,14 @@ def cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, x
     if status:
         raise _lib.status_error(status, 'cudnnBatchNormalizationForwardTrainingEx')
 
-_cudnnBatchNormalizationBackward = _lazy('cudnnBatchNormalizationBackward', (cudnnHandle_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnBatchNormalizationBackward = _lazy('cudnnBatchNormalizationBackward', (cudnnHandle_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnbatchnormalizationbackward')
 _values_cudnnBatchNormalizationBackward = (b'i', (cudnnBatchNormMode_t,), _pack_i)
 
 
 def cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x, dyDesc, dy, dxDesc, dx, dBnScaleBiasDesc, bnScale, dBnScaleResult, dBnBiasResult, epsilon, savedMean, savedInvVariance):
     """cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void * alphaDataDiff, const void * betaDataDiff, const void * alphaParamDiff, const void * betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void * x, const cudnnTensorDescriptor_t dyDesc, const void * dy, const cudnnTensorDescriptor_t dxDesc, void * dx, const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void * bnScale, void * dBnScaleResult, void * dBnBiasResult, double epsilon, const void * savedMean, const void * savedInvVariance)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alphaDataDiff: host input, fixed 4 bytes
@@ -6506,36 +5090,7 @@ def cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, a
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs backward batch normalization.
-
-    Computes gradients for x, bnScale, and bnBias.
-
-    @param[in]     handle              cuDNN library handle.
-    @param[in]     mode                Batch normalization mode.
-    @param[in]     alphaDataDiff       Scaling factor for dx result.
-    @param[in]     betaDataDiff        Scaling factor for dx destination.
-    @param[in]     alphaParamDiff      Scaling factor for parameter gradient results.
-    @param[in]     betaParamDiff       Scaling factor for parameter gradient destinations.
-    @param[in]     xDesc               Input tensor descriptor (same for x, dx, dy).
-    @param[in]     x                   Pointer to input tensor data.
-    @param[in]     dyDesc              Output gradient tensor descriptor.
-    @param[in]     dy                  Pointer to output gradient tensor data.
-    @param[in]     dxDesc              Input gradient tensor descriptor.
-    @param[in,out] dx                  Pointer to input gradient tensor data.
-    @param[in]     dBnScaleBiasDesc    Shared descriptor for parameter gradient tensors.
-    @param[in]     bnScale             Pointer to scale tensor data.
-    @param[out]    dBnScaleResult      Pointer to scale gradient result.
-    @param[out]    dBnBiasResult       Pointer to bias gradient result.
-    @param[in]     epsilon             Same epsilon as forward pass.
-    @param[in]     savedMean           Optionally cached mean from forward pass.
-    @param[in]     savedInvVariance    Optionally cached inverse variance from forward pass.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnBatchNormalizationForwardTraining"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnbatchnormalizationbackward"""
     if not _values_ok(_values_cudnnBatchNormalizationBackward, mode):
         _check_values('cudnnBatchNormalizationBackward', ('handle', 'mode', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'x', 'dyDesc', 'dy', 'dxDesc', 'dx', 'dBnScaleBiasDesc', 'bnScale', 'dBnScaleResult', 'dBnBiasResult', 'epsilon', 'savedMean', 'savedInvVariance'), ((1, mode, 'i', cudnnBatchNormMode_t),))
     try:
@@ -6555,14 +5110,14 @@ def cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, a
     if status:
         raise _lib.status_error(status, 'cudnnBatchNormalizationBackward')
 
-_cudnnBatchNormalizationBackwardEx = _lazy('cudnnBatchNormalizationBackwardEx', (cudnnHandle_t, c_int, c_int, c_void_p, c_void_p, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnBatchNormalizationBackwardEx = _lazy('cudnnBatchNormalizationBackwardEx', (cudnnHandle_t, c_int, c_int, c_void_p, c_void_p, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnbatchnormalizationbackwardex')
 _values_cudnnBatchNormalizationBackwardEx = (b'iiNN', (cudnnBatchNormMode_t, cudnnBatchNormOps_t, None, None,), _pack_iiNN)
 
 
 def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, xData, yDesc, yData, dyDesc, dyData, dzDesc, dzData, dxDesc, dxData, dBnScaleBiasDesc, bnScaleData, bnBiasData, dBnScaleData, dBnBiasData, epsilon, savedMean, savedInvVariance, activationDesc, workSpace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes):
     """cudnnStatus_t cudnnBatchNormalizationBackwardEx(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const void * alphaDataDiff, const void * betaDataDiff, const void * alphaParamDiff, const void * betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void * xData, const cudnnTensorDescriptor_t yDesc, const void * yData, const cudnnTensorDescriptor_t dyDesc, const void * dyData, const cudnnTensorDescriptor_t dzDesc, void * dzData, const cudnnTensorDescriptor_t dxDesc, void * dxData, const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void * bnScaleData, const void * bnBiasData, void * dBnScaleData, void * dBnBiasData, double epsilon, const void * savedMean, const void * savedInvVariance, cudnnActivationDescriptor_t activationDesc, void * workSpace, size_t workSpaceSizeInBytes, void * reserveSpace, size_t reserveSpaceSizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alphaDataDiff: host input, fixed 4 bytes
@@ -6589,47 +5144,7 @@ def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDa
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs extended backward batch normalization with optional activation.
-
-    Computes gradients for the fused batch normalization + activation operations.
-
-    @param[in]     handle                  cuDNN library handle.
-    @param[in]     mode                    Batch normalization mode.
-    @param[in]     bnOps                   Extended batch normalization operation.
-    @param[in]     alphaDataDiff           Scaling factor for data gradient results.
-    @param[in]     betaDataDiff            Scaling factor for data gradient destinations.
-    @param[in]     alphaParamDiff          Scaling factor for parameter gradient results.
-    @param[in]     betaParamDiff           Scaling factor for parameter gradient destinations.
-    @param[in]     xDesc                   Input tensor descriptor.
-    @param[in]     xData                   Pointer to input tensor data.
-    @param[in]     yDesc                   Output tensor descriptor.
-    @param[in]     yData                   Pointer to output tensor data.
-    @param[in]     dyDesc                  Output gradient tensor descriptor.
-    @param[in]     dyData                  Pointer to output gradient tensor data.
-    @param[in]     dzDesc                  Z gradient tensor descriptor.
-    @param[in,out] dzData                  Pointer to z gradient tensor data.
-    @param[in]     dxDesc                  Input gradient tensor descriptor.
-    @param[in,out] dxData                  Pointer to input gradient tensor data.
-    @param[in]     dBnScaleBiasDesc        Shared descriptor for parameter gradient tensors.
-    @param[in]     bnScaleData             Pointer to scale tensor data.
-    @param[in]     bnBiasData              Pointer to bias tensor data (needed for activation).
-    @param[out]    dBnScaleData            Pointer to scale gradient result.
-    @param[out]    dBnBiasData             Pointer to bias gradient result.
-    @param[in]     epsilon                 Same epsilon as forward pass.
-    @param[in]     savedMean               Optionally cached mean from forward pass.
-    @param[in]     savedInvVariance        Optionally cached inverse variance from forward pass.
-    @param[in]     activationDesc          Activation descriptor.
-    @param[in,out] workSpace               Pointer to workspace memory.
-    @param[in]     workSpaceSizeInBytes    Size of workspace in bytes.
-    @param[in,out] reserveSpace            Pointer to reserve space memory.
-    @param[in]     reserveSpaceSizeInBytes Size of reserve space in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnBatchNormalizationForwardTrainingEx"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnbatchnormalizationbackwardex"""
     if not _values_ok(_values_cudnnBatchNormalizationBackwardEx, mode, bnOps, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnBatchNormalizationBackwardEx', ('handle', 'mode', 'bnOps', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'xData', 'yDesc', 'yData', 'dyDesc', 'dyData', 'dzDesc', 'dzData', 'dxDesc', 'dxData', 'dBnScaleBiasDesc', 'bnScaleData', 'bnBiasData', 'dBnScaleData', 'dBnBiasData', 'epsilon', 'savedMean', 'savedInvVariance', 'activationDesc', 'workSpace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((1, mode, 'i', cudnnBatchNormMode_t), (2, bnOps, 'i', cudnnBatchNormOps_t), (27, workSpaceSizeInBytes, 'N', None), (29, reserveSpaceSizeInBytes, 'N', None),))
     try:
@@ -6649,14 +5164,14 @@ def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDa
     if status:
         raise _lib.status_error(status, 'cudnnBatchNormalizationBackwardEx')
 
-_cudnnGetNormalizationForwardTrainingWorkspaceSize = _lazy('cudnnGetNormalizationForwardTrainingWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetNormalizationForwardTrainingWorkspaceSize = _lazy('cudnnGetNormalizationForwardTrainingWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetnormalizationforwardtrainingworkspacesize')
 _values_cudnnGetNormalizationForwardTrainingWorkspaceSize = (b'iiii', (cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, None,), _pack_iiii)
 
 
 def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, algo, xDesc, zDesc, yDesc, normScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt):
     """cudnnStatus_t cudnnGetNormalizationForwardTrainingWorkspaceSize(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t zDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t normScaleBiasDesc, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t normMeanVarDesc, size_t * sizeInBytes, int groupCnt)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
@@ -6665,26 +5180,7 @@ def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, alg
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the workspace size for normalization forward training.
-
-    @param[in]  handle             cuDNN library handle.
-    @param[in]  mode               Normalization mode.
-    @param[in]  normOps            Extended normalization operation.
-    @param[in]  algo               Normalization algorithm.
-    @param[in]  xDesc              Input tensor descriptor.
-    @param[in]  zDesc              Z tensor descriptor (for add operations).
-    @param[in]  yDesc              Output tensor descriptor.
-    @param[in]  normScaleBiasDesc  Descriptor for normalization scale/bias tensors.
-    @param[in]  activationDesc     Activation descriptor.
-    @param[in]  normMeanVarDesc    Descriptor for mean/variance tensors.
-    @param[out] sizeInBytes        Required workspace size in bytes.
-    @param[in]  groupCnt           Group count (reserved, should be set to 1).
-
-    @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnNormalizationForwardTraining"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetnormalizationforwardtrainingworkspacesize"""
     if not _values_ok(_values_cudnnGetNormalizationForwardTrainingWorkspaceSize, mode, normOps, algo, groupCnt):
         _check_values('cudnnGetNormalizationForwardTrainingWorkspaceSize', ('handle', 'mode', 'normOps', 'algo', 'xDesc', 'zDesc', 'yDesc', 'normScaleBiasDesc', 'activationDesc', 'normMeanVarDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (11, groupCnt, 'i', None),))
     try:
@@ -6701,14 +5197,14 @@ def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, alg
     if status:
         raise _lib.status_error(status, 'cudnnGetNormalizationForwardTrainingWorkspaceSize')
 
-_cudnnGetNormalizationBackwardWorkspaceSize = _lazy('cudnnGetNormalizationBackwardWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetNormalizationBackwardWorkspaceSize = _lazy('cudnnGetNormalizationBackwardWorkspaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetnormalizationbackwardworkspacesize')
 _values_cudnnGetNormalizationBackwardWorkspaceSize = (b'iiii', (cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, None,), _pack_iiii)
 
 
 def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDesc, yDesc, dyDesc, dzDesc, dxDesc, dNormScaleBiasDesc, activationDesc, normMeanVarDesc, sizeInBytes, groupCnt):
     """cudnnStatus_t cudnnGetNormalizationBackwardWorkspaceSize(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnTensorDescriptor_t dzDesc, const cudnnTensorDescriptor_t dxDesc, const cudnnTensorDescriptor_t dNormScaleBiasDesc, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t normMeanVarDesc, size_t * sizeInBytes, int groupCnt)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
@@ -6717,28 +5213,7 @@ def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDes
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the workspace size for normalization backward.
-
-    @param[in]  handle              cuDNN library handle.
-    @param[in]  mode                Normalization mode.
-    @param[in]  normOps             Extended normalization operation.
-    @param[in]  algo                Normalization algorithm.
-    @param[in]  xDesc               Input tensor descriptor.
-    @param[in]  yDesc               Output tensor descriptor.
-    @param[in]  dyDesc              Output gradient tensor descriptor.
-    @param[in]  dzDesc              Z gradient tensor descriptor.
-    @param[in]  dxDesc              Input gradient tensor descriptor.
-    @param[in]  dNormScaleBiasDesc  Descriptor for normalization parameter gradient tensors.
-    @param[in]  activationDesc      Activation descriptor.
-    @param[in]  normMeanVarDesc     Descriptor for mean/variance tensors.
-    @param[out] sizeInBytes         Required workspace size in bytes.
-    @param[in]  groupCnt            Group count (reserved, should be set to 1).
-
-    @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnNormalizationBackward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetnormalizationbackwardworkspacesize"""
     if not _values_ok(_values_cudnnGetNormalizationBackwardWorkspaceSize, mode, normOps, algo, groupCnt):
         _check_values('cudnnGetNormalizationBackwardWorkspaceSize', ('handle', 'mode', 'normOps', 'algo', 'xDesc', 'yDesc', 'dyDesc', 'dzDesc', 'dxDesc', 'dNormScaleBiasDesc', 'activationDesc', 'normMeanVarDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (13, groupCnt, 'i', None),))
     try:
@@ -6755,14 +5230,14 @@ def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDes
     if status:
         raise _lib.status_error(status, 'cudnnGetNormalizationBackwardWorkspaceSize')
 
-_cudnnGetNormalizationTrainingReserveSpaceSize = _lazy('cudnnGetNormalizationTrainingReserveSpaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetNormalizationTrainingReserveSpaceSize = _lazy('cudnnGetNormalizationTrainingReserveSpaceSize', (cudnnHandle_t, c_int, c_int, c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetnormalizationtrainingreservespacesize')
 _values_cudnnGetNormalizationTrainingReserveSpaceSize = (b'iiii', (cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, None,), _pack_iiii)
 
 
 def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, activationDesc, xDesc, sizeInBytes, groupCnt):
     """cudnnStatus_t cudnnGetNormalizationTrainingReserveSpaceSize(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t xDesc, size_t * sizeInBytes, int groupCnt)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
@@ -6771,22 +5246,7 @@ def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, a
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the reserve space size for normalization training.
-
-    @param[in]  handle          cuDNN library handle.
-    @param[in]  mode            Normalization mode.
-    @param[in]  normOps         Extended normalization operation.
-    @param[in]  algo            Normalization algorithm.
-    @param[in]  activationDesc  Activation descriptor.
-    @param[in]  xDesc           Input tensor descriptor.
-    @param[out] sizeInBytes     Required reserve space size in bytes.
-    @param[in]  groupCnt        Group count (reserved, should be set to 1).
-
-    @retval CUDNN_STATUS_SUCCESS  The size was returned successfully.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnNormalizationForwardTraining"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnngetnormalizationtrainingreservespacesize"""
     if not _values_ok(_values_cudnnGetNormalizationTrainingReserveSpaceSize, mode, normOps, algo, groupCnt):
         _check_values('cudnnGetNormalizationTrainingReserveSpaceSize', ('handle', 'mode', 'normOps', 'algo', 'activationDesc', 'xDesc', 'sizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (7, groupCnt, 'i', None),))
     try:
@@ -6803,14 +5263,14 @@ def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, a
     if status:
         raise _lib.status_error(status, 'cudnnGetNormalizationTrainingReserveSpaceSize')
 
-_cudnnNormalizationForwardTraining = _lazy('cudnnNormalizationForwardTraining', (cudnnHandle_t, c_int, c_int, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnNormalizationForwardTraining = _lazy('cudnnNormalizationForwardTraining', (cudnnHandle_t, c_int, c_int, c_int, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_double, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnnormalizationforwardtraining')
 _values_cudnnNormalizationForwardTraining = (b'iiiNNi', (cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, None, None, None,), _pack_iiiNNi)
 
 
 def cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, xDesc, xData, normScaleBiasDesc, normScale, normBias, exponentialAverageFactor, normMeanVarDesc, resultRunningMean, resultRunningVariance, epsilon, resultSaveMean, resultSaveInvVariance, activationDesc, zDesc, zData, yDesc, yData, workspace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes, groupCnt):
     """cudnnStatus_t cudnnNormalizationForwardTraining(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const void * alpha, const void * beta, const cudnnTensorDescriptor_t xDesc, const void * xData, const cudnnTensorDescriptor_t normScaleBiasDesc, const void * normScale, const void * normBias, double exponentialAverageFactor, const cudnnTensorDescriptor_t normMeanVarDesc, void * resultRunningMean, void * resultRunningVariance, double epsilon, void * resultSaveMean, void * resultSaveInvVariance, cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t zDesc, const void * zData, const cudnnTensorDescriptor_t yDesc, void * yData, void * workspace, size_t workSpaceSizeInBytes, void * reserveSpace, size_t reserveSpaceSizeInBytes, int groupCnt)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -6833,46 +5293,7 @@ def cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, 
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs normalization forward training with optional activation.
-
-    Computes y = relu(Norm(x) + z). Also accumulates moving averages of mean
-    and inverse variances.
-
-    @param[in]     handle                     cuDNN library handle.
-    @param[in]     mode                       Normalization mode.
-    @param[in]     normOps                    Extended normalization operation.
-    @param[in]     algo                       Normalization algorithm.
-    @param[in]     alpha                      Result blend factor.
-    @param[in]     beta                       Destination layer blend factor.
-    @param[in]     xDesc                      Input tensor descriptor.
-    @param[in]     xData                      Pointer to input tensor data.
-    @param[in]     normScaleBiasDesc          Descriptor for normalization scale/bias tensors.
-    @param[in]     normScale                  Pointer to scale tensor data.
-    @param[in]     normBias                   Pointer to bias tensor data.
-    @param[in]     exponentialAverageFactor   Factor for computing running averages.
-    @param[in]     normMeanVarDesc            Descriptor for mean/variance tensors.
-    @param[in,out] resultRunningMean          Running mean.
-    @param[in,out] resultRunningVariance      Running variance.
-    @param[in]     epsilon                    Epsilon value (must be >= 0).
-    @param[out]    resultSaveMean             Cached mean for backward pass (NULL if unused).
-    @param[out]    resultSaveInvVariance      Cached inverse variance for backward pass (NULL if unused).
-    @param[in]     activationDesc             Activation descriptor.
-    @param[in]     zDesc                      Z tensor descriptor (for add operations).
-    @param[in]     zData                      Pointer to z tensor data.
-    @param[in]     yDesc                      Output tensor descriptor.
-    @param[out]    yData                      Pointer to output tensor data.
-    @param[in,out] workspace                  Pointer to workspace memory.
-    @param[in]     workSpaceSizeInBytes       Size of workspace in bytes.
-    @param[in,out] reserveSpace               Pointer to reserve space memory.
-    @param[in]     reserveSpaceSizeInBytes    Size of reserve space in bytes.
-    @param[in]     groupCnt                   Group count (reserved, should be set to 1).
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnNormalizationBackward, cudnnGetNormalizationForwardTrainingWorkspaceSize"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnnormalizationforwardtraining"""
     if not _values_ok(_values_cudnnNormalizationForwardTraining, mode, normOps, algo, workSpaceSizeInBytes, reserveSpaceSizeInBytes, groupCnt):
         _check_values('cudnnNormalizationForwardTraining', ('handle', 'mode', 'normOps', 'algo', 'alpha', 'beta', 'xDesc', 'xData', 'normScaleBiasDesc', 'normScale', 'normBias', 'exponentialAverageFactor', 'normMeanVarDesc', 'resultRunningMean', 'resultRunningVariance', 'epsilon', 'resultSaveMean', 'resultSaveInvVariance', 'activationDesc', 'zDesc', 'zData', 'yDesc', 'yData', 'workspace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (24, workSpaceSizeInBytes, 'N', None), (26, reserveSpaceSizeInBytes, 'N', None), (27, groupCnt, 'i', None),))
     try:
@@ -6890,14 +5311,14 @@ def cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, 
     if status:
         raise _lib.status_error(status, 'cudnnNormalizationForwardTraining')
 
-_cudnnNormalizationBackward = _lazy('cudnnNormalizationBackward', (cudnnHandle_t, c_int, c_int, c_int, c_void_p, c_void_p, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnNormalizationBackward = _lazy('cudnnNormalizationBackward', (cudnnHandle_t, c_int, c_int, c_int, c_void_p, c_void_p, c_void_p, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, DevicePointer, DevicePointer, c_double, cudnnTensorDescriptor_t, DevicePointer, DevicePointer, cudnnActivationDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnnormalizationbackward')
 _values_cudnnNormalizationBackward = (b'iiiNNi', (cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, None, None, None,), _pack_iiiNNi)
 
 
 def cudnnNormalizationBackward(handle, mode, normOps, algo, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, xData, yDesc, yData, dyDesc, dyData, dzDesc, dzData, dxDesc, dxData, dNormScaleBiasDesc, normScaleData, normBiasData, dNormScaleData, dNormBiasData, epsilon, normMeanVarDesc, savedMean, savedInvVariance, activationDesc, workSpace, workSpaceSizeInBytes, reserveSpace, reserveSpaceSizeInBytes, groupCnt):
     """cudnnStatus_t cudnnNormalizationBackward(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const void * alphaDataDiff, const void * betaDataDiff, const void * alphaParamDiff, const void * betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void * xData, const cudnnTensorDescriptor_t yDesc, const void * yData, const cudnnTensorDescriptor_t dyDesc, const void * dyData, const cudnnTensorDescriptor_t dzDesc, void * dzData, const cudnnTensorDescriptor_t dxDesc, void * dxData, const cudnnTensorDescriptor_t dNormScaleBiasDesc, const void * normScaleData, const void * normBiasData, void * dNormScaleData, void * dNormBiasData, double epsilon, const cudnnTensorDescriptor_t normMeanVarDesc, const void * savedMean, const void * savedInvVariance, cudnnActivationDescriptor_t activationDesc, void * workSpace, size_t workSpaceSizeInBytes, void * reserveSpace, size_t reserveSpaceSizeInBytes, int groupCnt)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alphaDataDiff: host input, fixed 4 bytes
@@ -6924,51 +5345,7 @@ def cudnnNormalizationBackward(handle, mode, normOps, algo, alphaDataDiff, betaD
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs backward normalization.
-
-    Computes gradients for the normalization operation, including optional activation
-    and element-wise add gradients.
-
-    @param[in]     handle                  cuDNN library handle.
-    @param[in]     mode                    Normalization mode.
-    @param[in]     normOps                 Extended normalization operation.
-    @param[in]     algo                    Normalization algorithm.
-    @param[in]     alphaDataDiff           Scaling factor for data gradient results.
-    @param[in]     betaDataDiff            Scaling factor for data gradient destinations.
-    @param[in]     alphaParamDiff          Scaling factor for parameter gradient results.
-    @param[in]     betaParamDiff           Scaling factor for parameter gradient destinations.
-    @param[in]     xDesc                   Input tensor descriptor.
-    @param[in]     xData                   Pointer to input tensor data.
-    @param[in]     yDesc                   Output tensor descriptor.
-    @param[in]     yData                   Pointer to output tensor data.
-    @param[in]     dyDesc                  Output gradient tensor descriptor.
-    @param[in]     dyData                  Pointer to output gradient tensor data.
-    @param[in]     dzDesc                  Z gradient tensor descriptor.
-    @param[in,out] dzData                  Pointer to z gradient tensor data.
-    @param[in]     dxDesc                  Input gradient tensor descriptor.
-    @param[in,out] dxData                  Pointer to input gradient tensor data.
-    @param[in]     dNormScaleBiasDesc      Shared descriptor for parameter gradient tensors.
-    @param[in]     normScaleData           Pointer to scale tensor data.
-    @param[in]     normBiasData            Pointer to bias tensor data (needed for activation).
-    @param[out]    dNormScaleData          Pointer to scale gradient result.
-    @param[out]    dNormBiasData           Pointer to bias gradient result.
-    @param[in]     epsilon                 Same epsilon as forward pass.
-    @param[in]     normMeanVarDesc         Descriptor for mean/variance tensors.
-    @param[in]     savedMean               Optionally cached mean from forward pass.
-    @param[in]     savedInvVariance        Optionally cached inverse variance from forward pass.
-    @param[in]     activationDesc          Activation descriptor.
-    @param[in,out] workSpace               Pointer to workspace memory.
-    @param[in]     workSpaceSizeInBytes    Size of workspace in bytes.
-    @param[in,out] reserveSpace            Pointer to reserve space memory.
-    @param[in]     reserveSpaceSizeInBytes Size of reserve space in bytes.
-    @param[in]     groupCnt                Group count (reserved, should be set to 1).
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @see cudnnNormalizationForwardTraining"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnnormalizationbackward"""
     if not _values_ok(_values_cudnnNormalizationBackward, mode, normOps, algo, workSpaceSizeInBytes, reserveSpaceSizeInBytes, groupCnt):
         _check_values('cudnnNormalizationBackward', ('handle', 'mode', 'normOps', 'algo', 'alphaDataDiff', 'betaDataDiff', 'alphaParamDiff', 'betaParamDiff', 'xDesc', 'xData', 'yDesc', 'yData', 'dyDesc', 'dyData', 'dzDesc', 'dzData', 'dxDesc', 'dxData', 'dNormScaleBiasDesc', 'normScaleData', 'normBiasData', 'dNormScaleData', 'dNormBiasData', 'epsilon', 'normMeanVarDesc', 'savedMean', 'savedInvVariance', 'activationDesc', 'workSpace', 'workSpaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes', 'groupCnt'), ((1, mode, 'i', cudnnNormMode_t), (2, normOps, 'i', cudnnNormOps_t), (3, algo, 'i', cudnnNormAlgo_t), (29, workSpaceSizeInBytes, 'N', None), (31, reserveSpaceSizeInBytes, 'N', None), (32, groupCnt, 'i', None),))
     try:
@@ -7000,18 +5377,7 @@ def cudnnSpatialTfGridGeneratorBackward(handle, stDesc, dgrid, dtheta):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Computes the gradient of the spatial transformer grid generator (backward).
-
-    @param[in]  handle  cuDNN library handle.
-    @param[in]  stDesc  Spatial transformer descriptor.
-    @param[in]  dgrid   Pointer to the grid gradient data.
-    @param[out] dtheta  Pointer to the theta gradient data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnSpatialTfGridGeneratorForward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnspatialtfgridgeneratorbackward"""
     try:
         _handles_set = bool(stDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -7044,30 +5410,7 @@ def cudnnSpatialTfSamplerBackward(handle, stDesc, alpha, xDesc, x, beta, dxDesc,
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs spatial transformer sampling backward.
-
-    Computes the gradients of the spatial transformer sampler.
-
-    @param[in]     handle     cuDNN library handle.
-    @param[in]     stDesc     Spatial transformer descriptor.
-    @param[in]     alpha      Scaling factor for the dx result.
-    @param[in]     xDesc      Input tensor descriptor.
-    @param[in]     x          Pointer to input tensor data.
-    @param[in]     beta       Scaling factor for the dx destination.
-    @param[in]     dxDesc     Input gradient tensor descriptor.
-    @param[in,out] dx         Pointer to input gradient tensor data.
-    @param[in]     alphaDgrid Scaling factor for the dgrid result.
-    @param[in]     dyDesc     Output gradient tensor descriptor.
-    @param[in]     dy         Pointer to output gradient tensor data.
-    @param[in]     grid       Pointer to sampling grid data.
-    @param[in]     betaDgrid  Scaling factor for the dgrid destination.
-    @param[in,out] dgrid      Pointer to grid gradient tensor data.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnSpatialTfSamplerForward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnspatialtfsamplerbackward"""
     try:
         _handles_set = bool(stDesc and xDesc and dxDesc and dyDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -7100,25 +5443,7 @@ def cudnnDropoutBackward(handle, dropoutDesc, dydesc, dy, dxdesc, dx, reserveSpa
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Performs backward dropout.
-
-    Applies the same dropout mask from the forward pass (stored in reserveSpace)
-    to the gradient tensor.
-
-    @param[in]     handle                  cuDNN library handle.
-    @param[in]     dropoutDesc             Dropout descriptor.
-    @param[in]     dydesc                  Output gradient tensor descriptor.
-    @param[in]     dy                      Pointer to output gradient tensor data.
-    @param[in]     dxdesc                  Input gradient tensor descriptor.
-    @param[out]    dx                      Pointer to input gradient tensor data.
-    @param[in]     reserveSpace            Pointer to reserve space from forward pass.
-    @param[in]     reserveSpaceSizeInBytes Size of reserve space in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS     The operation completed successfully.
-    @retval CUDNN_STATUS_BAD_PARAM   An invalid parameter was provided.
-
-    @since cuDNN 9.0.0
-    @see cudnnDropoutForward"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndropoutbackward"""
     if not _values_ok(_values_cudnnDropoutBackward, reserveSpaceSizeInBytes):
         _check_values('cudnnDropoutBackward', ('handle', 'dropoutDesc', 'dydesc', 'dy', 'dxdesc', 'dx', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((7, reserveSpaceSizeInBytes, 'N', None),))
     try:
@@ -7145,14 +5470,7 @@ def cudnnCreateRNNDescriptor(rnnDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates an RNN descriptor.
-
-    @param[out] rnnDesc  Pointer to the created RNN descriptor.
-
-    @retval CUDNN_STATUS_SUCCESS  Descriptor created successfully.
-
-    @since cuDNN 9.0.0
-    @see cudnnDestroyRNNDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnncreaternndescriptor"""
     try:
         rnnDesc = _arr_cudnnRNNDescriptor_t(rnnDesc, 1, 0)
         status = _cudnnCreateRNNDescriptor(rnnDesc)
@@ -7170,14 +5488,7 @@ def cudnnDestroyRNNDescriptor(rnnDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys an RNN descriptor.
-
-    @param[in] rnnDesc  RNN descriptor to destroy.
-
-    @retval CUDNN_STATUS_SUCCESS  Descriptor destroyed successfully.
-
-    @since cuDNN 9.0.0
-    @see cudnnCreateRNNDescriptor"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnndestroyrnndescriptor"""
     _destroy_once(_lib, 'cudnnDestroyRNNDescriptor', 'rnnDesc', _cudnnDestroyRNNDescriptor, rnnDesc)
 
 _cudnnSetRNNDescriptor_v8 = _lazy('cudnnSetRNNDescriptor_v8', (cudnnRNNDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int32, c_int32, c_int32, c_int32, cudnnDropoutDescriptor_t, c_uint32,), c_int)
@@ -7191,30 +5502,7 @@ def cudnnSetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMo
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures an RNN descriptor with network parameters.
-
-    @param[in,out] rnnDesc     RNN descriptor to configure.
-    @param[in]     algo        RNN computation algorithm.
-    @param[in]     cellMode    RNN cell type (RELU, TANH, LSTM, GRU).
-    @param[in]     biasMode    Bias configuration.
-    @param[in]     dirMode     Unidirectional or bidirectional.
-    @param[in]     inputMode   First layer input behavior.
-    @param[in]     dataType    Input/output and weight data type.
-    @param[in]     mathPrec    Compute precision.
-    @param[in]     mathType    Tensor Core usage preference.
-    @param[in]     inputSize   Input vector size.
-    @param[in]     hiddenSize  Hidden state size.
-    @param[in]     projSize    Recurrent projection size (0 to disable).
-    @param[in]     numLayers   Number of stacked RNN layers.
-    @param[in]     dropoutDesc Dropout descriptor for inter-layer dropout.
-    @param[in]     auxFlags    Auxiliary flags (e.g., CUDNN_RNN_PADDED_IO_ENABLED).
-
-    @retval CUDNN_STATUS_SUCCESS       Descriptor configured successfully.
-    @retval CUDNN_STATUS_BAD_PARAM     Invalid parameter.
-    @retval CUDNN_STATUS_NOT_SUPPORTED Unsupported configuration.
-
-    @since cuDNN 9.0.0
-    @see cudnnGetRNNDescriptor_v8"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnsetrnndescriptor-v8"""
     if not _values_ok(_values_cudnnSetRNNDescriptor_v8, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, auxFlags):
         _check_values('cudnnSetRNNDescriptor_v8', ('rnnDesc', 'algo', 'cellMode', 'biasMode', 'dirMode', 'inputMode', 'dataType', 'mathPrec', 'mathType', 'inputSize', 'hiddenSize', 'projSize', 'numLayers', 'dropoutDesc', 'auxFlags'), ((1, algo, 'i', cudnnRNNAlgo_t), (2, cellMode, 'i', cudnnRNNMode_t), (3, biasMode, 'i', cudnnRNNBiasMode_t), (4, dirMode, 'i', cudnnDirectionMode_t), (5, inputMode, 'i', cudnnRNNInputMode_t), (6, dataType, 'i', cudnnDataType_t), (7, mathPrec, 'i', cudnnDataType_t), (8, mathType, 'i', cudnnMathType_t), (9, inputSize, 'i', None), (10, hiddenSize, 'i', None), (11, projSize, 'i', None), (12, numLayers, 'i', None), (14, auxFlags, 'I', None),))
     try:
@@ -7254,28 +5542,7 @@ def cudnnGetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMo
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves RNN descriptor parameters.
-
-    @param[in]  rnnDesc     RNN descriptor to query.
-    @param[out] algo        RNN algorithm.
-    @param[out] cellMode    Cell type.
-    @param[out] biasMode    Bias configuration.
-    @param[out] dirMode     Direction mode.
-    @param[out] inputMode   Input mode.
-    @param[out] dataType    Data type.
-    @param[out] mathPrec    Math precision.
-    @param[out] mathType    Math type.
-    @param[out] inputSize   Input size.
-    @param[out] hiddenSize  Hidden size.
-    @param[out] projSize    Projection size.
-    @param[out] numLayers   Number of layers.
-    @param[out] dropoutDesc Dropout descriptor.
-    @param[out] auxFlags    Auxiliary flags.
-
-    @retval CUDNN_STATUS_SUCCESS  Query succeeded.
-
-    @since cuDNN 9.0.0
-    @see cudnnSetRNNDescriptor_v8"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetrnndescriptor-v8"""
     try:
         _handles_set = bool(rnnDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -7303,21 +5570,18 @@ def cudnnGetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMo
     if status:
         raise _lib.status_error(status, 'cudnnGetRNNDescriptor_v8')
 
-_cudnnRNNSetClip_v8 = _lazy('cudnnRNNSetClip_v8', (cudnnRNNDescriptor_t, c_int, c_int, c_double, c_double,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnRNNSetClip_v9 instead')
+_cudnnRNNSetClip_v8 = _lazy('cudnnRNNSetClip_v8', (cudnnRNNDescriptor_t, c_int, c_int, c_double, c_double,), c_int, deprecated='since cuDNN 9.0.0; use cudnnRNNSetClip_v9')
 _values_cudnnRNNSetClip_v8 = (b'ii', (cudnnRNNClipMode_t, cudnnNanPropagation_t,), _pack_ii)
 
 
 def cudnnRNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
     """cudnnStatus_t cudnnRNNSetClip_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNClipMode_t clipMode, cudnnNanPropagation_t clipNanOpt, double lclip, double rclip)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnRNNSetClip_v9.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures LSTM cell clipping parameters.
-
-    @deprecated Since cuDNN 9.0.0. Use cudnnRNNSetClip_v9 instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnnsetclip-v8"""
     if not _values_ok(_values_cudnnRNNSetClip_v8, clipMode, clipNanOpt):
         _check_values('cudnnRNNSetClip_v8', ('rnnDesc', 'clipMode', 'clipNanOpt', 'lclip', 'rclip'), ((1, clipMode, 'i', cudnnRNNClipMode_t), (2, clipNanOpt, 'i', cudnnNanPropagation_t),))
     try:
@@ -7342,17 +5606,7 @@ def cudnnRNNSetClip_v9(rnnDesc, clipMode, lclip, rclip):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures LSTM cell clipping parameters.
-
-    @param[in,out] rnnDesc   RNN descriptor.
-    @param[in]     clipMode  Clipping mode (NONE or MINMAX).
-    @param[in]     lclip     Left (minimum) clipping value.
-    @param[in]     rclip     Right (maximum) clipping value.
-
-    @retval CUDNN_STATUS_SUCCESS  Clipping configured.
-
-    @since cuDNN 9.0.0
-    @see cudnnRNNGetClip_v9"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnnsetclip-v9"""
     if not _values_ok(_values_cudnnRNNSetClip_v9, clipMode):
         _check_values('cudnnRNNSetClip_v9', ('rnnDesc', 'clipMode', 'lclip', 'rclip'), ((1, clipMode, 'i', cudnnRNNClipMode_t),))
     try:
@@ -7368,13 +5622,13 @@ def cudnnRNNSetClip_v9(rnnDesc, clipMode, lclip, rclip):
     if status:
         raise _lib.status_error(status, 'cudnnRNNSetClip_v9')
 
-_cudnnRNNGetClip_v8 = _lazy('cudnnRNNGetClip_v8', (cudnnRNNDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnRNNGetClip_v9 instead')
+_cudnnRNNGetClip_v8 = _lazy('cudnnRNNGetClip_v8', (cudnnRNNDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; use cudnnRNNGetClip_v9')
 
 
 def cudnnRNNGetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
     """cudnnStatus_t cudnnRNNGetClip_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNClipMode_t * clipMode, cudnnNanPropagation_t * clipNanOpt, double * lclip, double * rclip)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnRNNGetClip_v9.
 
     Checked parameters:
         clipMode: host output, fixed 1 elements
@@ -7384,10 +5638,7 @@ def cudnnRNNGetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves LSTM cell clipping settings.
-
-    @deprecated Since cuDNN 9.0.0. Use cudnnRNNGetClip_v9 instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnngetclip-v8"""
     try:
         _handles_set = bool(rnnDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -7418,17 +5669,7 @@ def cudnnRNNGetClip_v9(rnnDesc, clipMode, lclip, rclip):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves LSTM cell clipping settings.
-
-    @param[in]  rnnDesc   RNN descriptor.
-    @param[out] clipMode  Clipping mode.
-    @param[out] lclip     Left clipping value.
-    @param[out] rclip     Right clipping value.
-
-    @retval CUDNN_STATUS_SUCCESS  Query succeeded.
-
-    @since cuDNN 9.0.0
-    @see cudnnRNNSetClip_v9"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnngetclip-v9"""
     try:
         _handles_set = bool(rnnDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -7454,16 +5695,7 @@ def cudnnBuildRNNDynamic(handle, rnnDesc, miniBatch):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Compiles persistent RNN code using NVRTC for dynamic algorithm.
-
-    @param[in] handle     cuDNN handle.
-    @param[in] rnnDesc    RNN descriptor (must use PERSIST_DYNAMIC algorithm).
-    @param[in] miniBatch  Exact mini-batch size for compilation.
-
-    @retval CUDNN_STATUS_SUCCESS       Compilation succeeded.
-    @retval CUDNN_STATUS_NOT_SUPPORTED Unsupported configuration.
-
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnbuildrnndynamic"""
     if not _values_ok(_values_cudnnBuildRNNDynamic, miniBatch):
         _check_values('cudnnBuildRNNDynamic', ('handle', 'rnnDesc', 'miniBatch'), ((2, miniBatch, 'i', None),))
     try:
@@ -7492,18 +5724,7 @@ def cudnnGetRNNTempSpaceSizes(handle, rnnDesc, fwdMode, xDesc, workSpaceSize, re
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Computes workspace and reserve space buffer sizes for RNN.
-
-    @param[in]  handle          cuDNN handle.
-    @param[in]  rnnDesc         RNN descriptor.
-    @param[in]  fwdMode         Inference or training mode.
-    @param[in]  xDesc           Input data descriptor.
-    @param[out] workSpaceSize   Required workspace size in bytes.
-    @param[out] reserveSpaceSize Required reserve space size in bytes (training only).
-
-    @retval CUDNN_STATUS_SUCCESS  Sizes computed successfully.
-
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetrnntempspacesizes"""
     if not _values_ok(_values_cudnnGetRNNTempSpaceSizes, fwdMode):
         _check_values('cudnnGetRNNTempSpaceSizes', ('handle', 'rnnDesc', 'fwdMode', 'xDesc', 'workSpaceSize', 'reserveSpaceSize'), ((2, fwdMode, 'i', cudnnForwardMode_t),))
     try:
@@ -7532,15 +5753,7 @@ def cudnnGetRNNWeightSpaceSize(handle, rnnDesc, weightSpaceSize):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Reports required GPU memory for all RNN weight parameters.
-
-    @param[in]  handle          cuDNN handle.
-    @param[in]  rnnDesc         RNN descriptor.
-    @param[out] weightSpaceSize Required weight space size in bytes.
-
-    @retval CUDNN_STATUS_SUCCESS  Size computed.
-
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetrnnweightspacesize"""
     try:
         _handles_set = bool(rnnDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -7570,22 +5783,7 @@ def cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weigh
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Obtains start address and shape of RNN weight matrices and bias vectors.
-
-    @param[in]  handle          cuDNN handle.
-    @param[in]  rnnDesc         RNN descriptor.
-    @param[in]  pseudoLayer     Pseudo-layer index (physical layer and direction).
-    @param[in]  weightSpaceSize Total weight space size.
-    @param[in]  weightSpace     Pointer to weight space.
-    @param[in]  linLayerID      Linear layer ID within the RNN cell.
-    @param[out] mDesc           Tensor descriptor for the weight matrix.
-    @param[out] mAddr           Start address of the weight matrix.
-    @param[out] bDesc           Tensor descriptor for the bias vector.
-    @param[out] bAddr           Start address of the bias vector.
-
-    @retval CUDNN_STATUS_SUCCESS  Parameters retrieved.
-
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetrnnweightparams"""
     if not _values_ok(_values_cudnnGetRNNWeightParams, pseudoLayer, weightSpaceSize, linLayerID):
         _check_values('cudnnGetRNNWeightParams', ('handle', 'rnnDesc', 'pseudoLayer', 'weightSpaceSize', 'weightSpace', 'linLayerID', 'mDesc', 'mAddr', 'bDesc', 'bAddr'), ((2, pseudoLayer, 'i', None), (3, weightSpaceSize, 'N', None), (5, linLayerID, 'i', None),))
     try:
@@ -7614,10 +5812,7 @@ def cudnnCreateRNNDataDescriptor(rnnDataDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates an RNN data descriptor.
-    @param[out] rnnDataDesc  Pointer to created descriptor.
-    @retval CUDNN_STATUS_SUCCESS  Descriptor created.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnncreaternndatadescriptor"""
     try:
         rnnDataDesc = _arr_cudnnRNNDataDescriptor_t(rnnDataDesc, 1, 0)
         status = _cudnnCreateRNNDataDescriptor(rnnDataDesc)
@@ -7635,10 +5830,7 @@ def cudnnDestroyRNNDataDescriptor(rnnDataDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys an RNN data descriptor.
-    @param[in] rnnDataDesc  Descriptor to destroy.
-    @retval CUDNN_STATUS_SUCCESS  Descriptor destroyed.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnndestroyrnndatadescriptor"""
     _destroy_once(_lib, 'cudnnDestroyRNNDataDescriptor', 'rnnDataDesc', _cudnnDestroyRNNDataDescriptor, rnnDataDesc)
 
 _cudnnSetRNNDataDescriptor = _lazy('cudnnSetRNNDataDescriptor', (cudnnRNNDataDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_void_p, c_void_p,), c_int)
@@ -7654,20 +5846,7 @@ def cudnnSetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures an RNN data descriptor with layout and sequence information.
-
-    @param[in,out] rnnDataDesc     RNN data descriptor.
-    @param[in]     dataType        Data type.
-    @param[in]     layout          Data layout (sequence-major or batch-major).
-    @param[in]     maxSeqLength    Maximum sequence length.
-    @param[in]     batchSize       Batch size.
-    @param[in]     vectorSize      Input vector size.
-    @param[in]     seqLengthArray  Length of each sequence in the batch.
-    @param[in,out] paddingFill     Symbol for filling padding positions.
-
-    @retval CUDNN_STATUS_SUCCESS  Descriptor configured.
-
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnsetrnndatadescriptor"""
     if not _values_ok(_values_cudnnSetRNNDataDescriptor, dataType, layout, maxSeqLength, batchSize, vectorSize):
         _check_values('cudnnSetRNNDataDescriptor', ('rnnDataDesc', 'dataType', 'layout', 'maxSeqLength', 'batchSize', 'vectorSize', 'seqLengthArray', 'paddingFill'), ((1, dataType, 'i', cudnnDataType_t), (2, layout, 'i', cudnnRNNDataLayout_t), (3, maxSeqLength, 'i', None), (4, batchSize, 'i', None), (5, vectorSize, 'i', None),))
     try:
@@ -7703,8 +5882,7 @@ def cudnnGetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves RNN data descriptor parameters.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetrnndatadescriptor"""
     if not _values_ok(_values_cudnnGetRNNDataDescriptor, arrayLengthRequested):
         _check_values('cudnnGetRNNDataDescriptor', ('rnnDataDesc', 'dataType', 'layout', 'maxSeqLength', 'batchSize', 'vectorSize', 'arrayLengthRequested', 'seqLengthArray', 'paddingFill'), ((6, arrayLengthRequested, 'i', None),))
     try:
@@ -7753,35 +5931,7 @@ def cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y,
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Computes the forward pass of an RNN network.
-
-    @param[in]     handle           cuDNN handle.
-    @param[in]     rnnDesc          RNN descriptor.
-    @param[in]     fwdMode          Inference or training mode.
-    @param[in]     devSeqLengths    Per-batch sequence lengths (device memory).
-    @param[in]     xDesc            Input data descriptor.
-    @param[in]     x                Input data pointer.
-    @param[in]     yDesc            Output data descriptor.
-    @param[out]    y                Output data pointer.
-    @param[in]     hDesc            Hidden state descriptor.
-    @param[in]     hx               Initial hidden state (NULL for zero).
-    @param[out]    hy               Final hidden state (NULL to discard).
-    @param[in]     cDesc            Cell state descriptor (LSTM only).
-    @param[in]     cx               Initial cell state (NULL for zero).
-    @param[out]    cy               Final cell state (NULL to discard).
-    @param[in]     weightSpaceSize  Weight space size in bytes.
-    @param[in]     weightSpace      Weight space pointer.
-    @param[in]     workSpaceSize    Workspace size in bytes.
-    @param[in,out] workSpace        Workspace pointer.
-    @param[in]     reserveSpaceSize Reserve space size (training only).
-    @param[in,out] reserveSpace     Reserve space pointer (training only).
-
-    @retval CUDNN_STATUS_SUCCESS        Forward pass completed.
-    @retval CUDNN_STATUS_BAD_PARAM      Invalid parameter.
-    @retval CUDNN_STATUS_EXECUTION_FAILED  Execution failed.
-
-    @since cuDNN 9.0.0
-    @see cudnnRNNBackwardData_v8, cudnnRNNBackwardWeights_v8"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnnforward"""
     if not _values_ok(_values_cudnnRNNForward, fwdMode, weightSpaceSize, workSpaceSize, reserveSpaceSize):
         _check_values('cudnnRNNForward', ('handle', 'rnnDesc', 'fwdMode', 'devSeqLengths', 'xDesc', 'x', 'yDesc', 'y', 'hDesc', 'hx', 'hy', 'cDesc', 'cx', 'cy', 'weightSpaceSize', 'weightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((2, fwdMode, 'i', cudnnForwardMode_t), (14, weightSpaceSize, 'N', None), (16, workSpaceSize, 'N', None), (18, reserveSpaceSize, 'N', None),))
     try:
@@ -7797,22 +5947,20 @@ def cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y,
     if status:
         raise _lib.status_error(status, 'cudnnRNNForward')
 
-_cudnnCreateSeqDataDescriptor = _lazy('cudnnCreateSeqDataDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use RNN data descriptors instead')
+_cudnnCreateSeqDataDescriptor = _lazy('cudnnCreateSeqDataDescriptor', (c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnncreateseqdatadescriptor')
 
 
 def cudnnCreateSeqDataDescriptor(seqDataDesc):
     """cudnnStatus_t cudnnCreateSeqDataDescriptor(cudnnSeqDataDescriptor_t * seqDataDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         seqDataDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates a sequence data descriptor.
-    @deprecated Since cuDNN 9.0.0. Use RNN data descriptors instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnncreateseqdatadescriptor"""
     try:
         seqDataDesc = _arr_cudnnSeqDataDescriptor_t(seqDataDesc, 1, 0)
         status = _cudnnCreateSeqDataDescriptor(seqDataDesc)
@@ -7822,29 +5970,27 @@ def cudnnCreateSeqDataDescriptor(seqDataDesc):
         raise _lib.status_error(status, 'cudnnCreateSeqDataDescriptor')
     _created(seqDataDesc)
 
-_cudnnDestroySeqDataDescriptor = _lazy('cudnnDestroySeqDataDescriptor', (cudnnSeqDataDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnDestroySeqDataDescriptor = _lazy('cudnnDestroySeqDataDescriptor', (cudnnSeqDataDescriptor_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnndestroyseqdatadescriptor')
 
 
 def cudnnDestroySeqDataDescriptor(seqDataDesc):
     """cudnnStatus_t cudnnDestroySeqDataDescriptor(cudnnSeqDataDescriptor_t seqDataDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys a sequence data descriptor.
-    @deprecated Since cuDNN 9.0.0.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnndestroyseqdatadescriptor"""
     _destroy_once(_lib, 'cudnnDestroySeqDataDescriptor', 'seqDataDesc', _cudnnDestroySeqDataDescriptor, seqDataDesc)
 
-_cudnnSetSeqDataDescriptor = _lazy('cudnnSetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, c_int, c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnSetSeqDataDescriptor = _lazy('cudnnSetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, c_int, c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnsetseqdatadescriptor')
 _values_cudnnSetSeqDataDescriptor = (b'iiN', (cudnnDataType_t, None, None,), _pack_iiN)
 
 
 def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLengthArraySize, seqLengthArray, paddingFill):
     """cudnnStatus_t cudnnSetSeqDataDescriptor(cudnnSeqDataDescriptor_t seqDataDesc, cudnnDataType_t dataType, int nbDims, const int[] dimA, const cudnnSeqDataAxis_t[] axes, size_t seqLengthArraySize, const int[] seqLengthArray, void * paddingFill)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         dimA: host input, count nbDims, at most CUDNN_DIM_MAX
@@ -7854,9 +6000,7 @@ def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLeng
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures a sequence data descriptor.
-    @deprecated Since cuDNN 9.0.0.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnsetseqdatadescriptor"""
     if not _values_ok(_values_cudnnSetSeqDataDescriptor, dataType, nbDims, seqLengthArraySize):
         _check_values('cudnnSetSeqDataDescriptor', ('seqDataDesc', 'dataType', 'nbDims', 'dimA', 'axes', 'seqLengthArraySize', 'seqLengthArray', 'paddingFill'), ((1, dataType, 'i', cudnnDataType_t), (2, nbDims, 'i', None), (5, seqLengthArraySize, 'N', None),))
     try:
@@ -7876,14 +6020,14 @@ def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLeng
     if status:
         raise _lib.status_error(status, 'cudnnSetSeqDataDescriptor')
 
-_cudnnGetSeqDataDescriptor = _lazy('cudnnGetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, c_void_p, c_void_p, c_int, c_void_p, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnGetSeqDataDescriptor = _lazy('cudnnGetSeqDataDescriptor', (cudnnSeqDataDescriptor_t, c_void_p, c_void_p, c_int, c_void_p, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetseqdatadescriptor')
 _values_cudnnGetSeqDataDescriptor = (b'iN', (None, None,), _pack_iN)
 
 
 def cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, dimA, axes, seqLengthArraySize, seqLengthSizeRequested, seqLengthArray, paddingFill):
     """cudnnStatus_t cudnnGetSeqDataDescriptor(const cudnnSeqDataDescriptor_t seqDataDesc, cudnnDataType_t * dataType, int * nbDims, int nbDimsRequested, int[] dimA, cudnnSeqDataAxis_t[] axes, size_t * seqLengthArraySize, size_t seqLengthSizeRequested, int[] seqLengthArray, void * paddingFill)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         dataType: host output, fixed 1 elements
@@ -7896,9 +6040,7 @@ def cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, di
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves sequence data descriptor parameters.
-    @deprecated Since cuDNN 9.0.0.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetseqdatadescriptor"""
     if not _values_ok(_values_cudnnGetSeqDataDescriptor, nbDimsRequested, seqLengthSizeRequested):
         _check_values('cudnnGetSeqDataDescriptor', ('seqDataDesc', 'dataType', 'nbDims', 'nbDimsRequested', 'dimA', 'axes', 'seqLengthArraySize', 'seqLengthSizeRequested', 'seqLengthArray', 'paddingFill'), ((3, nbDimsRequested, 'i', None), (7, seqLengthSizeRequested, 'N', None),))
     try:
@@ -7921,22 +6063,20 @@ def cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, di
     if status:
         raise _lib.status_error(status, 'cudnnGetSeqDataDescriptor')
 
-_cudnnCreateAttnDescriptor = _lazy('cudnnCreateAttnDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_cudnnCreateAttnDescriptor = _lazy('cudnnCreateAttnDescriptor', (c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnncreateattndescriptor')
 
 
 def cudnnCreateAttnDescriptor(attnDesc):
     """cudnnStatus_t cudnnCreateAttnDescriptor(cudnnAttnDescriptor_t * attnDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         attnDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates a multi-head attention descriptor.
-    @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnncreateattndescriptor"""
     try:
         attnDesc = _arr_cudnnAttnDescriptor_t(attnDesc, 1, 0)
         status = _cudnnCreateAttnDescriptor(attnDesc)
@@ -7946,37 +6086,33 @@ def cudnnCreateAttnDescriptor(attnDesc):
         raise _lib.status_error(status, 'cudnnCreateAttnDescriptor')
     _created(attnDesc)
 
-_cudnnDestroyAttnDescriptor = _lazy('cudnnDestroyAttnDescriptor', (cudnnAttnDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnDestroyAttnDescriptor = _lazy('cudnnDestroyAttnDescriptor', (cudnnAttnDescriptor_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnndestroyattndescriptor')
 
 
 def cudnnDestroyAttnDescriptor(attnDesc):
     """cudnnStatus_t cudnnDestroyAttnDescriptor(cudnnAttnDescriptor_t attnDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys a multi-head attention descriptor.
-    @deprecated Since cuDNN 9.0.0.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnndestroyattndescriptor"""
     _destroy_once(_lib, 'cudnnDestroyAttnDescriptor', 'attnDesc', _cudnnDestroyAttnDescriptor, attnDesc)
 
-_cudnnSetAttnDescriptor = _lazy('cudnnSetAttnDescriptor', (cudnnAttnDescriptor_t, c_uint, c_int, c_double, c_int, c_int, c_int, cudnnDropoutDescriptor_t, cudnnDropoutDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_cudnnSetAttnDescriptor = _lazy('cudnnSetAttnDescriptor', (cudnnAttnDescriptor_t, c_uint, c_int, c_double, c_int, c_int, c_int, cudnnDropoutDescriptor_t, cudnnDropoutDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnsetattndescriptor')
 _values_cudnnSetAttnDescriptor = (b'Iiiiiiiiiiiiiiii', (None, None, cudnnDataType_t, cudnnDataType_t, cudnnMathType_t, None, None, None, None, None, None, None, None, None, None, None,), _pack_Iiiiiiiiiiiiiiii)
 
 
 def cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, computePrec, mathType, attnDropoutDesc, postDropoutDesc, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize):
     """cudnnStatus_t cudnnSetAttnDescriptor(cudnnAttnDescriptor_t attnDesc, unsigned int attnMode, int nHeads, double smScaler, cudnnDataType_t dataType, cudnnDataType_t computePrec, cudnnMathType_t mathType, cudnnDropoutDescriptor_t attnDropoutDesc, cudnnDropoutDescriptor_t postDropoutDesc, int qSize, int kSize, int vSize, int qProjSize, int kProjSize, int vProjSize, int oProjSize, int qoMaxSeqLength, int kvMaxSeqLength, int maxBatchSize, int maxBeamSize)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Handles that may be None (NULL), as the vendor documents: attnDropoutDesc, postDropoutDesc.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures a multi-head attention descriptor.
-    @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnsetattndescriptor"""
     if not _values_ok(_values_cudnnSetAttnDescriptor, attnMode, nHeads, dataType, computePrec, mathType, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize):
         _check_values('cudnnSetAttnDescriptor', ('attnDesc', 'attnMode', 'nHeads', 'smScaler', 'dataType', 'computePrec', 'mathType', 'attnDropoutDesc', 'postDropoutDesc', 'qSize', 'kSize', 'vSize', 'qProjSize', 'kProjSize', 'vProjSize', 'oProjSize', 'qoMaxSeqLength', 'kvMaxSeqLength', 'maxBatchSize', 'maxBeamSize'), ((1, attnMode, 'I', None), (2, nHeads, 'i', None), (4, dataType, 'i', cudnnDataType_t), (5, computePrec, 'i', cudnnDataType_t), (6, mathType, 'i', cudnnMathType_t), (9, qSize, 'i', None), (10, kSize, 'i', None), (11, vSize, 'i', None), (12, qProjSize, 'i', None), (13, kProjSize, 'i', None), (14, vProjSize, 'i', None), (15, oProjSize, 'i', None), (16, qoMaxSeqLength, 'i', None), (17, kvMaxSeqLength, 'i', None), (18, maxBatchSize, 'i', None), (19, maxBeamSize, 'i', None),))
     try:
@@ -7992,13 +6128,13 @@ def cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     if status:
         raise _lib.status_error(status, 'cudnnSetAttnDescriptor')
 
-_cudnnGetAttnDescriptor = _lazy('cudnnGetAttnDescriptor', (cudnnAttnDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnGetAttnDescriptor = _lazy('cudnnGetAttnDescriptor', (cudnnAttnDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetattndescriptor')
 
 
 def cudnnGetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, computePrec, mathType, attnDropoutDesc, postDropoutDesc, qSize, kSize, vSize, qProjSize, kProjSize, vProjSize, oProjSize, qoMaxSeqLength, kvMaxSeqLength, maxBatchSize, maxBeamSize):
     """cudnnStatus_t cudnnGetAttnDescriptor(cudnnAttnDescriptor_t attnDesc, unsigned int * attnMode, int * nHeads, double * smScaler, cudnnDataType_t * dataType, cudnnDataType_t * computePrec, cudnnMathType_t * mathType, cudnnDropoutDescriptor_t * attnDropoutDesc, cudnnDropoutDescriptor_t * postDropoutDesc, int * qSize, int * kSize, int * vSize, int * qProjSize, int * kProjSize, int * vProjSize, int * oProjSize, int * qoMaxSeqLength, int * kvMaxSeqLength, int * maxBatchSize, int * maxBeamSize)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         attnMode: host output, fixed 1 elements
@@ -8023,9 +6159,7 @@ def cudnnGetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves multi-head attention descriptor parameters.
-    @deprecated Since cuDNN 9.0.0.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetattndescriptor"""
     try:
         _handles_set = bool(attnDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -8058,13 +6192,13 @@ def cudnnGetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     if status:
         raise _lib.status_error(status, 'cudnnGetAttnDescriptor')
 
-_cudnnGetMultiHeadAttnBuffers = _lazy('cudnnGetMultiHeadAttnBuffers', (cudnnHandle_t, cudnnAttnDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnGetMultiHeadAttnBuffers = _lazy('cudnnGetMultiHeadAttnBuffers', (cudnnHandle_t, cudnnAttnDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetmultiheadattnbuffers')
 
 
 def cudnnGetMultiHeadAttnBuffers(handle, attnDesc, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
     """cudnnStatus_t cudnnGetMultiHeadAttnBuffers(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, size_t * weightSizeInBytes, size_t * workSpaceSizeInBytes, size_t * reserveSpaceSizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         weightSizeInBytes: host output, fixed 1 elements
@@ -8073,9 +6207,7 @@ def cudnnGetMultiHeadAttnBuffers(handle, attnDesc, weightSizeInBytes, workSpaceS
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Computes weight, workspace, and reserve space sizes for multi-head attention.
-    @deprecated Since cuDNN 9.0.0.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetmultiheadattnbuffers"""
     try:
         _handles_set = bool(attnDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -8092,14 +6224,14 @@ def cudnnGetMultiHeadAttnBuffers(handle, attnDesc, weightSizeInBytes, workSpaceS
     if status:
         raise _lib.status_error(status, 'cudnnGetMultiHeadAttnBuffers')
 
-_cudnnGetMultiHeadAttnWeights = _lazy('cudnnGetMultiHeadAttnWeights', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, c_size_t, DevicePointer, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0')
+_cudnnGetMultiHeadAttnWeights = _lazy('cudnnGetMultiHeadAttnWeights', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, c_size_t, DevicePointer, cudnnTensorDescriptor_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetmultiheadattnweights')
 _values_cudnnGetMultiHeadAttnWeights = (b'iN', (cudnnMultiHeadAttnWeightKind_t, None,), _pack_iN)
 
 
 def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, weights, wDesc, wAddr):
     """cudnnStatus_t cudnnGetMultiHeadAttnWeights(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, cudnnMultiHeadAttnWeightKind_t wKind, size_t weightSizeInBytes, const void * weights, cudnnTensorDescriptor_t wDesc, void ** wAddr)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         weightSizeInBytes: byte count (size_t, non-negative)
@@ -8108,9 +6240,7 @@ def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, wei
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Obtains shape and start address of attention weight/bias tensors.
-    @deprecated Since cuDNN 9.0.0.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetmultiheadattnweights"""
     if not _values_ok(_values_cudnnGetMultiHeadAttnWeights, wKind, weightSizeInBytes):
         _check_values('cudnnGetMultiHeadAttnWeights', ('handle', 'attnDesc', 'wKind', 'weightSizeInBytes', 'weights', 'wDesc', 'wAddr'), ((2, wKind, 'i', cudnnMultiHeadAttnWeightKind_t), (3, weightSizeInBytes, 'N', None),))
     try:
@@ -8127,14 +6257,14 @@ def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, wei
     if status:
         raise _lib.status_error(status, 'cudnnGetMultiHeadAttnWeights')
 
-_cudnnMultiHeadAttnForward = _lazy('cudnnMultiHeadAttnForward', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, c_void_p, c_void_p, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_cudnnMultiHeadAttnForward = _lazy('cudnnMultiHeadAttnForward', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, c_void_p, c_void_p, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnmultiheadattnforward')
 _values_cudnnMultiHeadAttnForward = (b'iNNN', (None, None, None, None,), _pack_iNNN)
 
 
 def cudnnMultiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, devSeqLengthsQO, devSeqLengthsKV, qDesc, queries, residuals, kDesc, keys, vDesc, values, oDesc, out, weightSizeInBytes, weights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace):
     """cudnnStatus_t cudnnMultiHeadAttnForward(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, int currIdx, const int[] loWinIdx, const int[] hiWinIdx, const int[] devSeqLengthsQO, const int[] devSeqLengthsKV, const cudnnSeqDataDescriptor_t qDesc, const void * queries, const void * residuals, const cudnnSeqDataDescriptor_t kDesc, const void * keys, const cudnnSeqDataDescriptor_t vDesc, const void * values, const cudnnSeqDataDescriptor_t oDesc, void * out, size_t weightSizeInBytes, const void * weights, size_t workSpaceSizeInBytes, void * workSpace, size_t reserveSpaceSizeInBytes, void * reserveSpace)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         loWinIdx: host input, unchecked: qoMaxSeqLength elements, a property of attnDesc that no single query returns
@@ -8155,9 +6285,7 @@ def cudnnMultiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, dev
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Computes multi-head attention forward pass.
-    @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnmultiheadattnforward"""
     if not _values_ok(_values_cudnnMultiHeadAttnForward, currIdx, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnMultiHeadAttnForward', ('handle', 'attnDesc', 'currIdx', 'loWinIdx', 'hiWinIdx', 'devSeqLengthsQO', 'devSeqLengthsKV', 'qDesc', 'queries', 'residuals', 'kDesc', 'keys', 'vDesc', 'values', 'oDesc', 'out', 'weightSizeInBytes', 'weights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((2, currIdx, 'i', None), (16, weightSizeInBytes, 'N', None), (18, workSpaceSizeInBytes, 'N', None), (20, reserveSpaceSizeInBytes, 'N', None),))
     try:
@@ -8181,7 +6309,9 @@ _cudnnAdvVersionCheck = _lazy('cudnnAdvVersionCheck', (), c_int)
 def cudnnAdvVersionCheck():
     """cudnnStatus_t cudnnAdvVersionCheck(void)
 
-    Raises CudnnError when the returned status is not success."""
+    Raises CudnnError when the returned status is not success.
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnadvversioncheck"""
     status = _cudnnAdvVersionCheck()
     if status:
         raise _lib.status_error(status, 'cudnnAdvVersionCheck')
@@ -8215,35 +6345,7 @@ def cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc,
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Computes RNN data gradients (backward pass with respect to inputs).
-
-    @param[in]     handle           cuDNN handle.
-    @param[in]     rnnDesc          RNN descriptor.
-    @param[in]     devSeqLengths    Per-batch sequence lengths (device memory).
-    @param[in]     yDesc            Output data descriptor.
-    @param[in]     y                Forward output data.
-    @param[in]     dy               Output gradient data.
-    @param[in]     xDesc            Input data descriptor.
-    @param[out]    dx               Computed input gradient.
-    @param[in]     hDesc            Hidden state descriptor.
-    @param[in]     hx               Initial hidden state from forward pass.
-    @param[in]     dhy              Hidden state gradient (from upstream).
-    @param[out]    dhx              Computed initial hidden state gradient.
-    @param[in]     cDesc            Cell state descriptor (LSTM only).
-    @param[in]     cx               Initial cell state from forward pass.
-    @param[in]     dcy              Cell state gradient (from upstream).
-    @param[out]    dcx              Computed initial cell state gradient.
-    @param[in]     weightSpaceSize  Weight space size.
-    @param[in]     weightSpace      Weight space pointer.
-    @param[in]     workSpaceSize    Workspace size.
-    @param[in,out] workSpace        Workspace pointer.
-    @param[in]     reserveSpaceSize Reserve space size.
-    @param[in,out] reserveSpace     Reserve space (from forward training pass).
-
-    @retval CUDNN_STATUS_SUCCESS  Backward data pass completed.
-
-    @since cuDNN 9.0.0
-    @see cudnnRNNForward, cudnnRNNBackwardWeights_v8"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnnbackwarddata-v8"""
     if not _values_ok(_values_cudnnRNNBackwardData_v8, weightSpaceSize, workSpaceSize, reserveSpaceSize):
         _check_values('cudnnRNNBackwardData_v8', ('handle', 'rnnDesc', 'devSeqLengths', 'yDesc', 'y', 'dy', 'xDesc', 'dx', 'hDesc', 'hx', 'dhy', 'dhx', 'cDesc', 'cx', 'dcy', 'dcx', 'weightSpaceSize', 'weightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((16, weightSpaceSize, 'N', None), (18, workSpaceSize, 'N', None), (20, reserveSpaceSize, 'N', None),))
     try:
@@ -8280,29 +6382,7 @@ def cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Computes RNN weight gradients (backward pass with respect to parameters).
-
-    @param[in]     handle           cuDNN handle.
-    @param[in]     rnnDesc          RNN descriptor.
-    @param[in]     addGrad          Accumulate (ADD) or overwrite (SET) gradients.
-    @param[in]     devSeqLengths    Per-batch sequence lengths (device memory).
-    @param[in]     xDesc            Input data descriptor.
-    @param[in]     x                Input data.
-    @param[in]     hDesc            Hidden state descriptor.
-    @param[in]     hx               Initial hidden state.
-    @param[in]     yDesc            Output data descriptor.
-    @param[in]     y                Forward output data.
-    @param[in]     weightSpaceSize  Weight space size.
-    @param[in,out] dweightSpace     Computed weight gradients.
-    @param[in]     workSpaceSize    Workspace size.
-    @param[in,out] workSpace        Workspace pointer.
-    @param[in]     reserveSpaceSize Reserve space size.
-    @param[in,out] reserveSpace     Reserve space (from forward training pass).
-
-    @retval CUDNN_STATUS_SUCCESS  Weight gradients computed.
-
-    @since cuDNN 9.0.0
-    @see cudnnRNNForward, cudnnRNNBackwardData_v8"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnnbackwardweights-v8"""
     if not _values_ok(_values_cudnnRNNBackwardWeights_v8, addGrad, weightSpaceSize, workSpaceSize, reserveSpaceSize):
         _check_values('cudnnRNNBackwardWeights_v8', ('handle', 'rnnDesc', 'addGrad', 'devSeqLengths', 'xDesc', 'x', 'hDesc', 'hx', 'yDesc', 'y', 'weightSpaceSize', 'dweightSpace', 'workSpaceSize', 'workSpace', 'reserveSpaceSize', 'reserveSpace'), ((2, addGrad, 'i', cudnnWgradMode_t), (10, weightSpaceSize, 'N', None), (12, workSpaceSize, 'N', None), (14, reserveSpaceSize, 'N', None),))
     try:
@@ -8318,14 +6398,14 @@ def cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x
     if status:
         raise _lib.status_error(status, 'cudnnRNNBackwardWeights_v8')
 
-_cudnnMultiHeadAttnBackwardData = _lazy('cudnnMultiHeadAttnBackwardData', (cudnnHandle_t, cudnnAttnDescriptor_t, c_void_p, c_void_p, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_cudnnMultiHeadAttnBackwardData = _lazy('cudnnMultiHeadAttnBackwardData', (cudnnHandle_t, cudnnAttnDescriptor_t, c_void_p, c_void_p, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnmultiheadattnbackwarddata')
 _values_cudnnMultiHeadAttnBackwardData = (b'NNN', (None, None, None,), _pack_NNN)
 
 
 def cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqLengthsDQDO, devSeqLengthsDKDV, doDesc, dout, dqDesc, dqueries, queries, dkDesc, dkeys, keys, dvDesc, dvalues, values, weightSizeInBytes, weights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace):
     """cudnnStatus_t cudnnMultiHeadAttnBackwardData(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, const int[] loWinIdx, const int[] hiWinIdx, const int[] devSeqLengthsDQDO, const int[] devSeqLengthsDKDV, const cudnnSeqDataDescriptor_t doDesc, const void * dout, const cudnnSeqDataDescriptor_t dqDesc, void * dqueries, const void * queries, const cudnnSeqDataDescriptor_t dkDesc, void * dkeys, const void * keys, const cudnnSeqDataDescriptor_t dvDesc, void * dvalues, const void * values, size_t weightSizeInBytes, const void * weights, size_t workSpaceSizeInBytes, void * workSpace, size_t reserveSpaceSizeInBytes, void * reserveSpace)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         loWinIdx: host input, unchecked: qoMaxSeqLength elements, a property of attnDesc that no single query returns
@@ -8348,9 +6428,7 @@ def cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqL
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Computes multi-head attention data gradients.
-    @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnmultiheadattnbackwarddata"""
     if not _values_ok(_values_cudnnMultiHeadAttnBackwardData, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnMultiHeadAttnBackwardData', ('handle', 'attnDesc', 'loWinIdx', 'hiWinIdx', 'devSeqLengthsDQDO', 'devSeqLengthsDKDV', 'doDesc', 'dout', 'dqDesc', 'dqueries', 'queries', 'dkDesc', 'dkeys', 'keys', 'dvDesc', 'dvalues', 'values', 'weightSizeInBytes', 'weights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((17, weightSizeInBytes, 'N', None), (19, workSpaceSizeInBytes, 'N', None), (21, reserveSpaceSizeInBytes, 'N', None),))
     try:
@@ -8368,14 +6446,14 @@ def cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqL
     if status:
         raise _lib.status_error(status, 'cudnnMultiHeadAttnBackwardData')
 
-_cudnnMultiHeadAttnBackwardWeights = _lazy('cudnnMultiHeadAttnBackwardWeights', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, c_size_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead')
+_cudnnMultiHeadAttnBackwardWeights = _lazy('cudnnMultiHeadAttnBackwardWeights', (cudnnHandle_t, cudnnAttnDescriptor_t, c_int, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, cudnnSeqDataDescriptor_t, DevicePointer, c_size_t, DevicePointer, DevicePointer, c_size_t, DevicePointer, c_size_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnmultiheadattnbackwardweights')
 _values_cudnnMultiHeadAttnBackwardWeights = (b'iNNN', (cudnnWgradMode_t, None, None, None,), _pack_iNNN)
 
 
 def cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries, kDesc, keys, vDesc, values, doDesc, dout, weightSizeInBytes, weights, dweights, workSpaceSizeInBytes, workSpace, reserveSpaceSizeInBytes, reserveSpace):
     """cudnnStatus_t cudnnMultiHeadAttnBackwardWeights(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, cudnnWgradMode_t addGrad, const cudnnSeqDataDescriptor_t qDesc, const void * queries, const cudnnSeqDataDescriptor_t kDesc, const void * keys, const cudnnSeqDataDescriptor_t vDesc, const void * values, const cudnnSeqDataDescriptor_t doDesc, const void * dout, size_t weightSizeInBytes, const void * weights, void * dweights, size_t workSpaceSizeInBytes, void * workSpace, size_t reserveSpaceSizeInBytes, void * reserveSpace)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         queries: device memory
@@ -8392,9 +6470,7 @@ def cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries,
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Computes multi-head attention weight gradients.
-    @deprecated Since cuDNN 9.0.0. Use graph API SDPA operations instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnmultiheadattnbackwardweights"""
     if not _values_ok(_values_cudnnMultiHeadAttnBackwardWeights, addGrad, weightSizeInBytes, workSpaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnMultiHeadAttnBackwardWeights', ('handle', 'attnDesc', 'addGrad', 'qDesc', 'queries', 'kDesc', 'keys', 'vDesc', 'values', 'doDesc', 'dout', 'weightSizeInBytes', 'weights', 'dweights', 'workSpaceSizeInBytes', 'workSpace', 'reserveSpaceSizeInBytes', 'reserveSpace'), ((2, addGrad, 'i', cudnnWgradMode_t), (11, weightSizeInBytes, 'N', None), (14, workSpaceSizeInBytes, 'N', None), (16, reserveSpaceSizeInBytes, 'N', None),))
     try:
@@ -8421,10 +6497,7 @@ def cudnnCreateCTCLossDescriptor(ctcLossDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Creates a CTC loss descriptor.
-    @param[out] ctcLossDesc  Pointer to created descriptor.
-    @retval CUDNN_STATUS_SUCCESS  Descriptor created.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnncreatectclossdescriptor"""
     try:
         ctcLossDesc = _arr_cudnnCTCLossDescriptor_t(ctcLossDesc, 1, 0)
         status = _cudnnCreateCTCLossDescriptor(ctcLossDesc)
@@ -8434,20 +6507,18 @@ def cudnnCreateCTCLossDescriptor(ctcLossDesc):
         raise _lib.status_error(status, 'cudnnCreateCTCLossDescriptor')
     _created(ctcLossDesc)
 
-_cudnnSetCTCLossDescriptor = _lazy('cudnnSetCTCLossDescriptor', (cudnnCTCLossDescriptor_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead')
+_cudnnSetCTCLossDescriptor = _lazy('cudnnSetCTCLossDescriptor', (cudnnCTCLossDescriptor_t, c_int,), c_int, deprecated='since cuDNN 9.0.0; use cudnnSetCTCLossDescriptor_v9')
 _values_cudnnSetCTCLossDescriptor = (b'i', (cudnnDataType_t,), _pack_i)
 
 
 def cudnnSetCTCLossDescriptor(ctcLossDesc, compType):
     """cudnnStatus_t cudnnSetCTCLossDescriptor(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t compType)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnSetCTCLossDescriptor_v9.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures a CTC loss descriptor with compute type.
-    @deprecated Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnsetctclossdescriptor"""
     if not _values_ok(_values_cudnnSetCTCLossDescriptor, compType):
         _check_values('cudnnSetCTCLossDescriptor', ('ctcLossDesc', 'compType'), ((1, compType, 'i', cudnnDataType_t),))
     try:
@@ -8463,20 +6534,18 @@ def cudnnSetCTCLossDescriptor(ctcLossDesc, compType):
     if status:
         raise _lib.status_error(status, 'cudnnSetCTCLossDescriptor')
 
-_cudnnSetCTCLossDescriptorEx = _lazy('cudnnSetCTCLossDescriptorEx', (cudnnCTCLossDescriptor_t, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead')
+_cudnnSetCTCLossDescriptorEx = _lazy('cudnnSetCTCLossDescriptorEx', (cudnnCTCLossDescriptor_t, c_int, c_int, c_int,), c_int, deprecated='since cuDNN 9.0.0; use cudnnSetCTCLossDescriptor_v9')
 _values_cudnnSetCTCLossDescriptorEx = (b'iii', (cudnnDataType_t, cudnnLossNormalizationMode_t, cudnnNanPropagation_t,), _pack_iii)
 
 
 def cudnnSetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     """cudnnStatus_t cudnnSetCTCLossDescriptorEx(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t compType, cudnnLossNormalizationMode_t normMode, cudnnNanPropagation_t gradMode)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnSetCTCLossDescriptor_v9.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures CTC loss with normalization mode.
-    @deprecated Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnsetctclossdescriptorex"""
     if not _values_ok(_values_cudnnSetCTCLossDescriptorEx, compType, normMode, gradMode):
         _check_values('cudnnSetCTCLossDescriptorEx', ('ctcLossDesc', 'compType', 'normMode', 'gradMode'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, gradMode, 'i', cudnnNanPropagation_t),))
     try:
@@ -8492,20 +6561,18 @@ def cudnnSetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     if status:
         raise _lib.status_error(status, 'cudnnSetCTCLossDescriptorEx')
 
-_cudnnSetCTCLossDescriptor_v8 = _lazy('cudnnSetCTCLossDescriptor_v8', (cudnnCTCLossDescriptor_t, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead')
+_cudnnSetCTCLossDescriptor_v8 = _lazy('cudnnSetCTCLossDescriptor_v8', (cudnnCTCLossDescriptor_t, c_int, c_int, c_int, c_int,), c_int, deprecated='since cuDNN 9.0.0; use cudnnSetCTCLossDescriptor_v9')
 _values_cudnnSetCTCLossDescriptor_v8 = (b'iiii', (cudnnDataType_t, cudnnLossNormalizationMode_t, cudnnNanPropagation_t, None,), _pack_iiii)
 
 
 def cudnnSetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxLabelLength):
     """cudnnStatus_t cudnnSetCTCLossDescriptor_v8(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t compType, cudnnLossNormalizationMode_t normMode, cudnnNanPropagation_t gradMode, int maxLabelLength)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnSetCTCLossDescriptor_v9.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures CTC loss with normalization, gradient mode, and max label length.
-    @deprecated Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnsetctclossdescriptor-v8"""
     if not _values_ok(_values_cudnnSetCTCLossDescriptor_v8, compType, normMode, gradMode, maxLabelLength):
         _check_values('cudnnSetCTCLossDescriptor_v8', ('ctcLossDesc', 'compType', 'normMode', 'gradMode', 'maxLabelLength'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, gradMode, 'i', cudnnNanPropagation_t), (4, maxLabelLength, 'i', None),))
     try:
@@ -8530,17 +6597,7 @@ def cudnnSetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, m
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Configures CTC loss with normalization, CTC gradient mode, and max label length.
-
-    @param[in,out] ctcLossDesc    CTC loss descriptor.
-    @param[in]     compType       Compute data type.
-    @param[in]     normMode       Loss normalization mode.
-    @param[in]     ctcGradMode    Gradient mode for out-of-bounds samples.
-    @param[in]     maxLabelLength Maximum label length.
-
-    @retval CUDNN_STATUS_SUCCESS  Descriptor configured.
-
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnsetctclossdescriptor-v9"""
     if not _values_ok(_values_cudnnSetCTCLossDescriptor_v9, compType, normMode, ctcGradMode, maxLabelLength):
         _check_values('cudnnSetCTCLossDescriptor_v9', ('ctcLossDesc', 'compType', 'normMode', 'ctcGradMode', 'maxLabelLength'), ((1, compType, 'i', cudnnDataType_t), (2, normMode, 'i', cudnnLossNormalizationMode_t), (3, ctcGradMode, 'i', cudnnCTCGradMode_t), (4, maxLabelLength, 'i', None),))
     try:
@@ -8556,22 +6613,20 @@ def cudnnSetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, m
     if status:
         raise _lib.status_error(status, 'cudnnSetCTCLossDescriptor_v9')
 
-_cudnnGetCTCLossDescriptor = _lazy('cudnnGetCTCLossDescriptor', (cudnnCTCLossDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
+_cudnnGetCTCLossDescriptor = _lazy('cudnnGetCTCLossDescriptor', (cudnnCTCLossDescriptor_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; use cudnnGetCTCLossDescriptor_v9')
 
 
 def cudnnGetCTCLossDescriptor(ctcLossDesc, compType):
     """cudnnStatus_t cudnnGetCTCLossDescriptor(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t * compType)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnGetCTCLossDescriptor_v9.
 
     Checked parameters:
         compType: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves CTC loss compute type.
-    @deprecated Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetctclossdescriptor"""
     try:
         _handles_set = bool(ctcLossDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -8586,13 +6641,13 @@ def cudnnGetCTCLossDescriptor(ctcLossDesc, compType):
     if status:
         raise _lib.status_error(status, 'cudnnGetCTCLossDescriptor')
 
-_cudnnGetCTCLossDescriptorEx = _lazy('cudnnGetCTCLossDescriptorEx', (cudnnCTCLossDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
+_cudnnGetCTCLossDescriptorEx = _lazy('cudnnGetCTCLossDescriptorEx', (cudnnCTCLossDescriptor_t, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; use cudnnGetCTCLossDescriptor_v9')
 
 
 def cudnnGetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     """cudnnStatus_t cudnnGetCTCLossDescriptorEx(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t * compType, cudnnLossNormalizationMode_t * normMode, cudnnNanPropagation_t * gradMode)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnGetCTCLossDescriptor_v9.
 
     Checked parameters:
         compType: host output, fixed 1 elements
@@ -8601,9 +6656,7 @@ def cudnnGetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves CTC loss extended parameters.
-    @deprecated Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetctclossdescriptorex"""
     try:
         _handles_set = bool(ctcLossDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -8620,13 +6673,13 @@ def cudnnGetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     if status:
         raise _lib.status_error(status, 'cudnnGetCTCLossDescriptorEx')
 
-_cudnnGetCTCLossDescriptor_v8 = _lazy('cudnnGetCTCLossDescriptor_v8', (cudnnCTCLossDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead')
+_cudnnGetCTCLossDescriptor_v8 = _lazy('cudnnGetCTCLossDescriptor_v8', (cudnnCTCLossDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; use cudnnGetCTCLossDescriptor_v9')
 
 
 def cudnnGetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxLabelLength):
     """cudnnStatus_t cudnnGetCTCLossDescriptor_v8(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t * compType, cudnnLossNormalizationMode_t * normMode, cudnnNanPropagation_t * gradMode, int * maxLabelLength)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnGetCTCLossDescriptor_v9.
 
     Checked parameters:
         compType: host output, fixed 1 elements
@@ -8636,9 +6689,7 @@ def cudnnGetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxL
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves CTC loss v8 parameters.
-    @deprecated Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetctclossdescriptor-v8"""
     try:
         _handles_set = bool(ctcLossDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -8670,8 +6721,7 @@ def cudnnGetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, m
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Retrieves CTC loss v9 parameters.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetctclossdescriptor-v9"""
     try:
         _handles_set = bool(ctcLossDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -8697,10 +6747,7 @@ def cudnnDestroyCTCLossDescriptor(ctcLossDesc):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroys a CTC loss descriptor.
-    @param[in] ctcLossDesc  Descriptor to destroy.
-    @retval CUDNN_STATUS_SUCCESS  Descriptor destroyed.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnndestroyctclossdescriptor"""
     _destroy_once(_lib, 'cudnnDestroyCTCLossDescriptor', 'ctcLossDesc', _cudnnDestroyCTCLossDescriptor, ctcLossDesc)
 
 _cudnnCTCLoss = _lazy('cudnnCTCLoss', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, c_void_p, c_void_p, c_void_p, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, c_int, cudnnCTCLossDescriptor_t, DevicePointer, c_size_t,), c_int)
@@ -8722,30 +6769,7 @@ def cudnnCTCLoss(handle, probsDesc, probs, hostLabels, hostLabelLengths, hostInp
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Computes CTC loss and gradients given probabilities and labels.
-
-    Labels and sequence lengths are in CPU memory. For GPU-memory variant, use cudnnCTCLoss_v8.
-    Target label values must be in [1, A - 1], where A is the alphabet size, including the CTC
-    blank label, from probsDesc. Label 0 is reserved for the CTC blank label.
-
-    @param[in]  handle              cuDNN handle.
-    @param[in]  probsDesc           Tensor descriptor for probabilities (T x N x A).
-    @param[in]  probs               Probabilities after softmax (GPU memory).
-    @param[in]  hostLabels           Labels (CPU memory).
-    @param[in]  hostLabelLengths     Length of each label (CPU memory).
-    @param[in]  hostInputLengths     Timing step lengths per batch (CPU memory).
-    @param[out] costs               CTC costs (GPU memory).
-    @param[in]  gradientsDesc       Tensor descriptor for gradients (T x N x A).
-    @param[out] gradients           CTC gradients (GPU memory, NULL for costs only).
-    @param[in]  algo                CTC loss algorithm.
-    @param[in]  ctcLossDesc         CTC loss descriptor.
-    @param[in]  workspace           Workspace (GPU memory).
-    @param[in]  workSpaceSizeInBytes Workspace size.
-
-    @retval CUDNN_STATUS_SUCCESS  CTC loss computed.
-
-    @since cuDNN 9.0.0
-    @see cudnnCTCLoss_v8, cudnnGetCTCLossWorkspaceSize"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnctcloss"""
     if not _values_ok(_values_cudnnCTCLoss, algo, workSpaceSizeInBytes):
         _check_values('cudnnCTCLoss', ('handle', 'probsDesc', 'probs', 'hostLabels', 'hostLabelLengths', 'hostInputLengths', 'costs', 'gradientsDesc', 'gradients', 'algo', 'ctcLossDesc', 'workspace', 'workSpaceSizeInBytes'), ((9, algo, 'i', cudnnCTCLossAlgo_t), (12, workSpaceSizeInBytes, 'N', None),))
     try:
@@ -8783,14 +6807,7 @@ def cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLe
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Computes CTC loss and gradients (v8, supports CUDA graphs with GPU memory labels).
-
-    Labels and sequence lengths are in GPU memory (unlike cudnnCTCLoss which uses CPU memory).
-    Target label values must be in [1, A - 1], where A is the alphabet size, including the CTC
-    blank label, from probsDesc. Label 0 is reserved for the CTC blank label.
-
-    @since cuDNN 9.0.0
-    @see cudnnCTCLoss, cudnnGetCTCLossWorkspaceSize_v8"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnctcloss-v8"""
     if not _values_ok(_values_cudnnCTCLoss_v8, algo, workSpaceSizeInBytes):
         _check_values('cudnnCTCLoss_v8', ('handle', 'algo', 'ctcLossDesc', 'probsDesc', 'probs', 'labels', 'labelLengths', 'inputLengths', 'costs', 'gradientsDesc', 'gradients', 'workSpaceSizeInBytes', 'workspace'), ((1, algo, 'i', cudnnCTCLossAlgo_t), (11, workSpaceSizeInBytes, 'N', None),))
     try:
@@ -8821,13 +6838,7 @@ def cudnnGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, label
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the GPU workspace size required for CTC loss computation.
-
-    Target label values must be in [1, A - 1], where A is the alphabet size, including the CTC
-    blank label, from probsDesc. Label 0 is reserved for the CTC blank label.
-
-    @since cuDNN 9.0.0
-    @see cudnnCTCLoss"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetctclossworkspacesize"""
     if not _values_ok(_values_cudnnGetCTCLossWorkspaceSize, algo):
         _check_values('cudnnGetCTCLossWorkspaceSize', ('handle', 'probsDesc', 'gradientsDesc', 'labels', 'labelLengths', 'inputLengths', 'algo', 'ctcLossDesc', 'sizeInBytes'), ((6, algo, 'i', cudnnCTCLossAlgo_t),))
     try:
@@ -8859,9 +6870,7 @@ def cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradie
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Returns the GPU workspace size required for CTC loss v8 computation.
-    @since cuDNN 9.0.0
-    @see cudnnCTCLoss_v8"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnngetctclossworkspacesize-v8"""
     if not _values_ok(_values_cudnnGetCTCLossWorkspaceSize_v8, algo):
         _check_values('cudnnGetCTCLossWorkspaceSize_v8', ('handle', 'algo', 'ctcLossDesc', 'probsDesc', 'gradientsDesc', 'sizeInBytes'), ((1, algo, 'i', cudnnCTCLossAlgo_t),))
     try:
@@ -8878,26 +6887,20 @@ def cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradie
     if status:
         raise _lib.status_error(status, 'cudnnGetCTCLossWorkspaceSize_v8')
 
-_cudnnCreateConvolutionDescriptor = _lazy('cudnnCreateConvolutionDescriptor', (c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateConvolutionDescriptor = _lazy('cudnnCreateConvolutionDescriptor', (c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnncreateconvolutiondescriptor')
 
 
 def cudnnCreateConvolutionDescriptor(convDesc):
     """cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t * convDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         convDesc: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Create an instance of convolution descriptor.
-
-    @param[out] convDesc Pointer to receive the newly created convolution descriptor.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnncreateconvolutiondescriptor"""
     try:
         convDesc = _arr_cudnnConvolutionDescriptor_t(convDesc, 1, 0)
         status = _cudnnCreateConvolutionDescriptor(convDesc)
@@ -8907,44 +6910,31 @@ def cudnnCreateConvolutionDescriptor(convDesc):
         raise _lib.status_error(status, 'cudnnCreateConvolutionDescriptor')
     _created(convDesc)
 
-_cudnnDestroyConvolutionDescriptor = _lazy('cudnnDestroyConvolutionDescriptor', (cudnnConvolutionDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnDestroyConvolutionDescriptor = _lazy('cudnnDestroyConvolutionDescriptor', (cudnnConvolutionDescriptor_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnndestroyconvolutiondescriptor')
 
 
 def cudnnDestroyConvolutionDescriptor(convDesc):
     """cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t convDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroy an instance of convolution descriptor.
-
-    @param[in] convDesc The convolution descriptor to destroy.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnndestroyconvolutiondescriptor"""
     _destroy_once(_lib, 'cudnnDestroyConvolutionDescriptor', 'convDesc', _cudnnDestroyConvolutionDescriptor, convDesc)
 
-_cudnnSetConvolutionMathType = _lazy('cudnnSetConvolutionMathType', (cudnnConvolutionDescriptor_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetConvolutionMathType = _lazy('cudnnSetConvolutionMathType', (cudnnConvolutionDescriptor_t, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetconvolutionmathtype')
 _values_cudnnSetConvolutionMathType = (b'i', (cudnnMathType_t,), _pack_i)
 
 
 def cudnnSetConvolutionMathType(convDesc, mathType):
     """cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t convDesc, cudnnMathType_t mathType)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Set the math type for a convolution descriptor.
-
-    @param[in,out] convDesc The convolution descriptor.
-    @param[in]     mathType The math type to set.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetconvolutionmathtype"""
     if not _values_ok(_values_cudnnSetConvolutionMathType, mathType):
         _check_values('cudnnSetConvolutionMathType', ('convDesc', 'mathType'), ((1, mathType, 'i', cudnnMathType_t),))
     try:
@@ -8960,27 +6950,20 @@ def cudnnSetConvolutionMathType(convDesc, mathType):
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolutionMathType')
 
-_cudnnGetConvolutionMathType = _lazy('cudnnGetConvolutionMathType', (cudnnConvolutionDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionMathType = _lazy('cudnnGetConvolutionMathType', (cudnnConvolutionDescriptor_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionmathtype')
 
 
 def cudnnGetConvolutionMathType(convDesc, mathType):
     """cudnnStatus_t cudnnGetConvolutionMathType(cudnnConvolutionDescriptor_t convDesc, cudnnMathType_t * mathType)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         mathType: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get the math type from a convolution descriptor.
-
-    @param[in]  convDesc The convolution descriptor.
-    @param[out] mathType Pointer to receive the math type.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionmathtype"""
     try:
         _handles_set = bool(convDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -8995,25 +6978,18 @@ def cudnnGetConvolutionMathType(convDesc, mathType):
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionMathType')
 
-_cudnnSetConvolutionGroupCount = _lazy('cudnnSetConvolutionGroupCount', (cudnnConvolutionDescriptor_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetConvolutionGroupCount = _lazy('cudnnSetConvolutionGroupCount', (cudnnConvolutionDescriptor_t, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetconvolutiongroupcount')
 _values_cudnnSetConvolutionGroupCount = (b'i', (None,), _pack_i)
 
 
 def cudnnSetConvolutionGroupCount(convDesc, groupCount):
     """cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t convDesc, int groupCount)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Set the group count for a convolution descriptor.
-
-    @param[in,out] convDesc   The convolution descriptor.
-    @param[in]     groupCount The number of groups for grouped convolution.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetconvolutiongroupcount"""
     if not _values_ok(_values_cudnnSetConvolutionGroupCount, groupCount):
         _check_values('cudnnSetConvolutionGroupCount', ('convDesc', 'groupCount'), ((1, groupCount, 'i', None),))
     try:
@@ -9029,27 +7005,20 @@ def cudnnSetConvolutionGroupCount(convDesc, groupCount):
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolutionGroupCount')
 
-_cudnnGetConvolutionGroupCount = _lazy('cudnnGetConvolutionGroupCount', (cudnnConvolutionDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionGroupCount = _lazy('cudnnGetConvolutionGroupCount', (cudnnConvolutionDescriptor_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutiongroupcount')
 
 
 def cudnnGetConvolutionGroupCount(convDesc, groupCount):
     """cudnnStatus_t cudnnGetConvolutionGroupCount(cudnnConvolutionDescriptor_t convDesc, int * groupCount)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         groupCount: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get the group count from a convolution descriptor.
-
-    @param[in]  convDesc   The convolution descriptor.
-    @param[out] groupCount Pointer to receive the group count.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutiongroupcount"""
     try:
         _handles_set = bool(convDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -9064,25 +7033,18 @@ def cudnnGetConvolutionGroupCount(convDesc, groupCount):
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionGroupCount')
 
-_cudnnSetConvolutionReorderType = _lazy('cudnnSetConvolutionReorderType', (cudnnConvolutionDescriptor_t, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetConvolutionReorderType = _lazy('cudnnSetConvolutionReorderType', (cudnnConvolutionDescriptor_t, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetconvolutionreordertype')
 _values_cudnnSetConvolutionReorderType = (b'i', (cudnnReorderType_t,), _pack_i)
 
 
 def cudnnSetConvolutionReorderType(convDesc, reorderType):
     """cudnnStatus_t cudnnSetConvolutionReorderType(cudnnConvolutionDescriptor_t convDesc, cudnnReorderType_t reorderType)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Set the reorder type for a convolution descriptor.
-
-    @param[in,out] convDesc    The convolution descriptor.
-    @param[in]     reorderType The reorder type to set.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetconvolutionreordertype"""
     if not _values_ok(_values_cudnnSetConvolutionReorderType, reorderType):
         _check_values('cudnnSetConvolutionReorderType', ('convDesc', 'reorderType'), ((1, reorderType, 'i', cudnnReorderType_t),))
     try:
@@ -9098,27 +7060,20 @@ def cudnnSetConvolutionReorderType(convDesc, reorderType):
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolutionReorderType')
 
-_cudnnGetConvolutionReorderType = _lazy('cudnnGetConvolutionReorderType', (cudnnConvolutionDescriptor_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionReorderType = _lazy('cudnnGetConvolutionReorderType', (cudnnConvolutionDescriptor_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionreordertype')
 
 
 def cudnnGetConvolutionReorderType(convDesc, reorderType):
     """cudnnStatus_t cudnnGetConvolutionReorderType(cudnnConvolutionDescriptor_t convDesc, cudnnReorderType_t * reorderType)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         reorderType: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get the reorder type from a convolution descriptor.
-
-    @param[in]  convDesc    The convolution descriptor.
-    @param[out] reorderType Pointer to receive the reorder type.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionreordertype"""
     try:
         _handles_set = bool(convDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -9133,32 +7088,18 @@ def cudnnGetConvolutionReorderType(convDesc, reorderType):
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionReorderType')
 
-_cudnnSetConvolution2dDescriptor = _lazy('cudnnSetConvolution2dDescriptor', (cudnnConvolutionDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetConvolution2dDescriptor = _lazy('cudnnSetConvolution2dDescriptor', (cudnnConvolutionDescriptor_t, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetconvolution2ddescriptor')
 _values_cudnnSetConvolution2dDescriptor = (b'iiiiiiii', (None, None, None, None, None, None, cudnnConvolutionMode_t, cudnnDataType_t,), _pack_iiiiiiii)
 
 
 def cudnnSetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType):
     """cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t convDesc, int pad_h, int pad_w, int u, int v, int dilation_h, int dilation_w, cudnnConvolutionMode_t mode, cudnnDataType_t computeType)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Set a 2D convolution descriptor with padding, stride, dilation, mode, and compute type.
-
-    @param[in,out] convDesc    The convolution descriptor to initialize.
-    @param[in]     pad_h       Zero-padding height.
-    @param[in]     pad_w       Zero-padding width.
-    @param[in]     u           Vertical filter stride.
-    @param[in]     v           Horizontal filter stride.
-    @param[in]     dilation_h  Filter dilation in the vertical dimension.
-    @param[in]     dilation_w  Filter dilation in the horizontal dimension.
-    @param[in]     mode        Convolution mode (cross-correlation or convolution).
-    @param[in]     computeType Data type for convolution computation.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetconvolution2ddescriptor"""
     if not _values_ok(_values_cudnnSetConvolution2dDescriptor, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType):
         _check_values('cudnnSetConvolution2dDescriptor', ('convDesc', 'pad_h', 'pad_w', 'u', 'v', 'dilation_h', 'dilation_w', 'mode', 'computeType'), ((1, pad_h, 'i', None), (2, pad_w, 'i', None), (3, u, 'i', None), (4, v, 'i', None), (5, dilation_h, 'i', None), (6, dilation_w, 'i', None), (7, mode, 'i', cudnnConvolutionMode_t), (8, computeType, 'i', cudnnDataType_t),))
     try:
@@ -9174,13 +7115,13 @@ def cudnnSetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolution2dDescriptor')
 
-_cudnnGetConvolution2dDescriptor = _lazy('cudnnGetConvolution2dDescriptor', (cudnnConvolutionDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolution2dDescriptor = _lazy('cudnnGetConvolution2dDescriptor', (cudnnConvolutionDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolution2ddescriptor')
 
 
 def cudnnGetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, computeType):
     """cudnnStatus_t cudnnGetConvolution2dDescriptor(const cudnnConvolutionDescriptor_t convDesc, int * pad_h, int * pad_w, int * u, int * v, int * dilation_h, int * dilation_w, cudnnConvolutionMode_t * mode, cudnnDataType_t * computeType)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         pad_h: host output, fixed 1 elements
@@ -9194,21 +7135,7 @@ def cudnnGetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get the parameters of a 2D convolution descriptor.
-
-    @param[in]  convDesc    The convolution descriptor to query.
-    @param[out] pad_h       Pointer to receive zero-padding height.
-    @param[out] pad_w       Pointer to receive zero-padding width.
-    @param[out] u           Pointer to receive vertical filter stride.
-    @param[out] v           Pointer to receive horizontal filter stride.
-    @param[out] dilation_h  Pointer to receive filter dilation in the vertical dimension.
-    @param[out] dilation_w  Pointer to receive filter dilation in the horizontal dimension.
-    @param[out] mode        Pointer to receive convolution mode.
-    @param[out] computeType Pointer to receive compute data type.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolution2ddescriptor"""
     try:
         _handles_set = bool(convDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -9230,14 +7157,14 @@ def cudnnGetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolution2dDescriptor')
 
-_cudnnSetConvolutionNdDescriptor = _lazy('cudnnSetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_int, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetConvolutionNdDescriptor = _lazy('cudnnSetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_int, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetconvolutionnddescriptor')
 _values_cudnnSetConvolutionNdDescriptor = (b'iii', (None, cudnnConvolutionMode_t, cudnnDataType_t,), _pack_iii)
 
 
 def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, dilationA, mode, computeType):
     """cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t convDesc, int arrayLength, const int[] padA, const int[] filterStrideA, const int[] dilationA, cudnnConvolutionMode_t mode, cudnnDataType_t computeType)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         padA: host input, count arrayLength, at most CUDNN_DIM_MAX
@@ -9246,19 +7173,7 @@ def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, 
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Set an N-dimensional convolution descriptor.
-
-    @param[in,out] convDesc      The convolution descriptor to initialize.
-    @param[in]     arrayLength   Number of dimensions (nbDims-2 size).
-    @param[in]     padA          Array of zero-padding values per dimension.
-    @param[in]     filterStrideA Array of filter strides per dimension.
-    @param[in]     dilationA     Array of dilation values per dimension.
-    @param[in]     mode          Convolution mode.
-    @param[in]     computeType   Data type for convolution computation.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetconvolutionnddescriptor"""
     if not _values_ok(_values_cudnnSetConvolutionNdDescriptor, arrayLength, mode, computeType):
         _check_values('cudnnSetConvolutionNdDescriptor', ('convDesc', 'arrayLength', 'padA', 'filterStrideA', 'dilationA', 'mode', 'computeType'), ((1, arrayLength, 'i', None), (5, mode, 'i', cudnnConvolutionMode_t), (6, computeType, 'i', cudnnDataType_t),))
     try:
@@ -9277,14 +7192,14 @@ def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, 
     if status:
         raise _lib.status_error(status, 'cudnnSetConvolutionNdDescriptor')
 
-_cudnnGetConvolutionNdDescriptor = _lazy('cudnnGetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionNdDescriptor = _lazy('cudnnGetConvolutionNdDescriptor', (cudnnConvolutionDescriptor_t, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionnddescriptor')
 _values_cudnnGetConvolutionNdDescriptor = (b'i', (None,), _pack_i)
 
 
 def cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength, padA, strideA, dilationA, mode, computeType):
     """cudnnStatus_t cudnnGetConvolutionNdDescriptor(const cudnnConvolutionDescriptor_t convDesc, int arrayLengthRequested, int * arrayLength, int[] padA, int[] strideA, int[] dilationA, cudnnConvolutionMode_t * mode, cudnnDataType_t * computeType)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         arrayLength: host output, fixed 1 elements
@@ -9296,20 +7211,7 @@ def cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength,
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get the parameters of an N-dimensional convolution descriptor.
-
-    @param[in]  convDesc             The convolution descriptor to query.
-    @param[in]  arrayLengthRequested Maximum number of dimensions to retrieve.
-    @param[out] arrayLength          Pointer to receive the actual number of dimensions.
-    @param[out] padA                 Array to receive zero-padding values.
-    @param[out] strideA              Array to receive stride values.
-    @param[out] dilationA            Array to receive dilation values.
-    @param[out] mode                 Pointer to receive convolution mode.
-    @param[out] computeType          Pointer to receive compute data type.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionnddescriptor"""
     if not _values_ok(_values_cudnnGetConvolutionNdDescriptor, arrayLengthRequested):
         _check_values('cudnnGetConvolutionNdDescriptor', ('convDesc', 'arrayLengthRequested', 'arrayLength', 'padA', 'strideA', 'dilationA', 'mode', 'computeType'), ((1, arrayLengthRequested, 'i', None),))
     try:
@@ -9331,13 +7233,13 @@ def cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength,
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionNdDescriptor')
 
-_cudnnGetConvolution2dForwardOutputDim = _lazy('cudnnGetConvolution2dForwardOutputDim', (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolution2dForwardOutputDim = _lazy('cudnnGetConvolution2dForwardOutputDim', (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, c_void_p, c_void_p, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolution2dforwardoutputdim')
 
 
 def cudnnGetConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc, n, c, h, w):
     """cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t inputTensorDesc, const cudnnFilterDescriptor_t filterDesc, int * n, int * c, int * h, int * w)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         n: host output, fixed 1 elements
@@ -9347,19 +7249,7 @@ def cudnnGetConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Compute the output dimensions of a 2D convolution.
-
-    @param[in]  convDesc        The convolution descriptor.
-    @param[in]  inputTensorDesc Descriptor for the input tensor.
-    @param[in]  filterDesc      Descriptor for the filter.
-    @param[out] n               Pointer to receive the output batch size.
-    @param[out] c               Pointer to receive the output channels.
-    @param[out] h               Pointer to receive the output height.
-    @param[out] w               Pointer to receive the output width.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolution2dforwardoutputdim"""
     try:
         _handles_set = bool(convDesc and inputTensorDesc and filterDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -9377,31 +7267,21 @@ def cudnnGetConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolution2dForwardOutputDim')
 
-_cudnnGetConvolutionNdForwardOutputDim = _lazy('cudnnGetConvolutionNdForwardOutputDim', (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionNdForwardOutputDim = _lazy('cudnnGetConvolutionNdForwardOutputDim', (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionndforwardoutputdim')
 _values_cudnnGetConvolutionNdForwardOutputDim = (b'i', (None,), _pack_i)
 
 
 def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc, nbDims, tensorOuputDimA):
     """cudnnStatus_t cudnnGetConvolutionNdForwardOutputDim(const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t inputTensorDesc, const cudnnFilterDescriptor_t filterDesc, int nbDims, int[] tensorOuputDimA)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         tensorOuputDimA: host output, count nbDims, at least 2
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Compute the output dimensions of an N-dimensional convolution.
-
-    @param[in]  convDesc         The convolution descriptor.
-    @param[in]  inputTensorDesc  Descriptor for the input tensor.
-    @param[in]  filterDesc       Descriptor for the filter.
-    @param[in]  nbDims           Number of dimensions.
-    @param[out] tensorOuputDimA  Array to receive the output dimensions.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionndforwardoutputdim"""
     if not _values_ok(_values_cudnnGetConvolutionNdForwardOutputDim, nbDims):
         _check_values('cudnnGetConvolutionNdForwardOutputDim', ('convDesc', 'inputTensorDesc', 'filterDesc', 'nbDims', 'tensorOuputDimA'), ((3, nbDims, 'i', None),))
     try:
@@ -9418,27 +7298,20 @@ def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionNdForwardOutputDim')
 
-_cudnnGetConvolutionForwardAlgorithmMaxCount = _lazy('cudnnGetConvolutionForwardAlgorithmMaxCount', (cudnnHandle_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionForwardAlgorithmMaxCount = _lazy('cudnnGetConvolutionForwardAlgorithmMaxCount', (cudnnHandle_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionforwardalgorithmmaxcount')
 
 
 def cudnnGetConvolutionForwardAlgorithmMaxCount(handle, count):
     """cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t handle, int * count)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         count: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get the maximum number of forward convolution algorithms available.
-
-    @param[in]  handle The cuDNN handle.
-    @param[out] count  Pointer to receive the maximum algorithm count.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionforwardalgorithmmaxcount"""
     try:
         count = _arr_int(count, 1, 1)
         status = _cudnnGetConvolutionForwardAlgorithmMaxCount(handle, count)
@@ -9447,14 +7320,14 @@ def cudnnGetConvolutionForwardAlgorithmMaxCount(handle, count):
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionForwardAlgorithmMaxCount')
 
-_cudnnGetConvolutionForwardAlgorithm_v7 = _lazy('cudnnGetConvolutionForwardAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionForwardAlgorithm_v7 = _lazy('cudnnGetConvolutionForwardAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionforwardalgorithm-v7')
 _values_cudnnGetConvolutionForwardAlgorithm_v7 = (b'i', (None,), _pack_i)
 
 
 def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc, destDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
     """cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc, const cudnnFilterDescriptor_t filterDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t destDesc, const int requestedAlgoCount, int * returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t * perfResults)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         returnedAlgoCount: host output, fixed 1 elements
@@ -9462,23 +7335,7 @@ def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get forward convolution algorithm recommendations without executing them.
-
-    Returns a list of algorithms sorted by expected performance. Does not
-    require a workspace or run actual convolutions.
-
-    @param[in]  handle              The cuDNN handle.
-    @param[in]  srcDesc             Descriptor for the input tensor.
-    @param[in]  filterDesc          Descriptor for the filter.
-    @param[in]  convDesc            The convolution descriptor.
-    @param[in]  destDesc            Descriptor for the output tensor.
-    @param[in]  requestedAlgoCount  Maximum number of algorithms to return.
-    @param[out] returnedAlgoCount   Pointer to receive the actual number returned.
-    @param[out] perfResults         Array to receive the algorithm performance results.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionforwardalgorithm-v7"""
     if not _values_ok(_values_cudnnGetConvolutionForwardAlgorithm_v7, requestedAlgoCount):
         _check_values('cudnnGetConvolutionForwardAlgorithm_v7', ('handle', 'srcDesc', 'filterDesc', 'convDesc', 'destDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
     try:
@@ -9496,14 +7353,14 @@ def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionForwardAlgorithm_v7')
 
-_cudnnFindConvolutionForwardAlgorithm = _lazy('cudnnFindConvolutionForwardAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionForwardAlgorithm = _lazy('cudnnFindConvolutionForwardAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfindconvolutionforwardalgorithm')
 _values_cudnnFindConvolutionForwardAlgorithm = (b'i', (None,), _pack_i)
 
 
 def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
     """cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnFilterDescriptor_t wDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc, const int requestedAlgoCount, int * returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t * perfResults)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         returnedAlgoCount: host output, fixed 1 elements
@@ -9511,23 +7368,7 @@ def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, 
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Find the best forward convolution algorithm by running benchmarks.
-
-    Executes all applicable algorithms and returns performance results
-    sorted by execution time. Does not require user-allocated workspace.
-
-    @param[in]  handle              The cuDNN handle.
-    @param[in]  xDesc               Descriptor for the input tensor.
-    @param[in]  wDesc               Descriptor for the filter.
-    @param[in]  convDesc            The convolution descriptor.
-    @param[in]  yDesc               Descriptor for the output tensor.
-    @param[in]  requestedAlgoCount  Maximum number of algorithms to test.
-    @param[out] returnedAlgoCount   Pointer to receive the actual number returned.
-    @param[out] perfResults         Array to receive the algorithm performance results.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfindconvolutionforwardalgorithm"""
     if not _values_ok(_values_cudnnFindConvolutionForwardAlgorithm, requestedAlgoCount):
         _check_values('cudnnFindConvolutionForwardAlgorithm', ('handle', 'xDesc', 'wDesc', 'convDesc', 'yDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
     try:
@@ -9545,14 +7386,14 @@ def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, 
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionForwardAlgorithm')
 
-_cudnnFindConvolutionForwardAlgorithmEx = _lazy('cudnnFindConvolutionForwardAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionForwardAlgorithmEx = _lazy('cudnnFindConvolutionForwardAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfindconvolutionforwardalgorithmex')
 _values_cudnnFindConvolutionForwardAlgorithmEx = (b'iN', (None, None,), _pack_iN)
 
 
 def cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc, yDesc, y, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes):
     """cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void * x, const cudnnFilterDescriptor_t wDesc, const void * w, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc, void * y, const int requestedAlgoCount, int * returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t * perfResults, void * workSpace, size_t workSpaceSizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         x: device memory
@@ -9565,28 +7406,7 @@ def cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc,
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Find the best forward convolution algorithm by running benchmarks with user-provided buffers.
-
-    Similar to cudnnFindConvolutionForwardAlgorithm but uses caller-provided
-    data buffers and workspace.
-
-    @param[in]  handle                The cuDNN handle.
-    @param[in]  xDesc                 Descriptor for the input tensor.
-    @param[in]  x                     Pointer to input data in device memory.
-    @param[in]  wDesc                 Descriptor for the filter.
-    @param[in]  w                     Pointer to filter data in device memory.
-    @param[in]  convDesc              The convolution descriptor.
-    @param[in]  yDesc                 Descriptor for the output tensor.
-    @param[out] y                     Pointer to output data in device memory.
-    @param[in]  requestedAlgoCount    Maximum number of algorithms to test.
-    @param[out] returnedAlgoCount     Pointer to receive the actual number returned.
-    @param[out] perfResults           Array to receive the algorithm performance results.
-    @param[in]  workSpace             Pointer to workspace in device memory.
-    @param[in]  workSpaceSizeInBytes  Size of the workspace in bytes.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfindconvolutionforwardalgorithmex"""
     if not _values_ok(_values_cudnnFindConvolutionForwardAlgorithmEx, requestedAlgoCount, workSpaceSizeInBytes):
         _check_values('cudnnFindConvolutionForwardAlgorithmEx', ('handle', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'yDesc', 'y', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
     try:
@@ -9604,13 +7424,13 @@ def cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc,
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionForwardAlgorithmEx')
 
-_cudnnIm2Col = _lazy('cudnnIm2Col', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnIm2Col = _lazy('cudnnIm2Col', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnim2col')
 
 
 def cudnnIm2Col(handle, xDesc, x, wDesc, convDesc, colBuffer):
     """cudnnStatus_t cudnnIm2Col(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void * x, const cudnnFilterDescriptor_t wDesc, const cudnnConvolutionDescriptor_t convDesc, void * colBuffer)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         x: device memory
@@ -9618,21 +7438,7 @@ def cudnnIm2Col(handle, xDesc, x, wDesc, convDesc, colBuffer):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Perform the Im2Col transform for convolution.
-
-    Rearranges image data into a column matrix suitable for matrix multiplication
-    based convolution.
-
-    @param[in]  handle   The cuDNN handle.
-    @param[in]  xDesc    Descriptor for the input tensor.
-    @param[in]  x        Pointer to input data in device memory.
-    @param[in]  wDesc    Descriptor for the filter.
-    @param[in]  convDesc The convolution descriptor.
-    @param[out] colBuffer Pointer to the output column buffer in device memory.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnim2col"""
     try:
         _handles_set = bool(xDesc and wDesc and convDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -9646,14 +7452,14 @@ def cudnnIm2Col(handle, xDesc, x, wDesc, convDesc, colBuffer):
     if status:
         raise _lib.status_error(status, 'cudnnIm2Col')
 
-_cudnnReorderFilterAndBias = _lazy('cudnnReorderFilterAndBias', (cudnnHandle_t, cudnnFilterDescriptor_t, c_int, DevicePointer, DevicePointer, c_int, DevicePointer, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnReorderFilterAndBias = _lazy('cudnnReorderFilterAndBias', (cudnnHandle_t, cudnnFilterDescriptor_t, c_int, DevicePointer, DevicePointer, c_int, DevicePointer, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnreorderfilterandbias')
 _values_cudnnReorderFilterAndBias = (b'ii', (cudnnReorderType_t, None,), _pack_ii)
 
 
 def cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reorderedFilterData, reorderBias, biasData, reorderedBiasData):
     """cudnnStatus_t cudnnReorderFilterAndBias(cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, cudnnReorderType_t reorderType, const void * filterData, void * reorderedFilterData, int reorderBias, const void * biasData, void * reorderedBiasData)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         filterData: device memory
@@ -9663,23 +7469,7 @@ def cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reord
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Reorder filter and bias data for optimized convolution execution.
-
-    Rearranges filter and optionally bias data into a layout optimized for
-    the specified reorder type.
-
-    @param[in]  handle              The cuDNN handle.
-    @param[in]  filterDesc          Descriptor for the filter.
-    @param[in]  reorderType         The reorder type to apply.
-    @param[in]  filterData          Pointer to source filter data in device memory.
-    @param[out] reorderedFilterData Pointer to destination filter data in device memory.
-    @param[in]  reorderBias         Non-zero to also reorder bias data.
-    @param[in]  biasData            Pointer to source bias data in device memory (may be NULL).
-    @param[out] reorderedBiasData   Pointer to destination bias data in device memory (may be NULL).
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnreorderfilterandbias"""
     if not _values_ok(_values_cudnnReorderFilterAndBias, reorderType, reorderBias):
         _check_values('cudnnReorderFilterAndBias', ('handle', 'filterDesc', 'reorderType', 'filterData', 'reorderedFilterData', 'reorderBias', 'biasData', 'reorderedBiasData'), ((2, reorderType, 'i', cudnnReorderType_t), (5, reorderBias, 'i', None),))
     try:
@@ -9695,33 +7485,21 @@ def cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reord
     if status:
         raise _lib.status_error(status, 'cudnnReorderFilterAndBias')
 
-_cudnnGetConvolutionForwardWorkspaceSize = _lazy('cudnnGetConvolutionForwardWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionForwardWorkspaceSize = _lazy('cudnnGetConvolutionForwardWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionforwardworkspacesize')
 _values_cudnnGetConvolutionForwardWorkspaceSize = (b'i', (cudnnConvolutionFwdAlgo_t,), _pack_i)
 
 
 def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDesc, algo, sizeInBytes):
     """cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnFilterDescriptor_t wDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc, cudnnConvolutionFwdAlgo_t algo, size_t * sizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get the minimum workspace size required for a forward convolution algorithm.
-
-    @param[in]  handle       The cuDNN handle.
-    @param[in]  xDesc        Descriptor for the input tensor.
-    @param[in]  wDesc        Descriptor for the filter.
-    @param[in]  convDesc     The convolution descriptor.
-    @param[in]  yDesc        Descriptor for the output tensor.
-    @param[in]  algo         The forward convolution algorithm.
-    @param[out] sizeInBytes  Pointer to receive the required workspace size.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionforwardworkspacesize"""
     if not _values_ok(_values_cudnnGetConvolutionForwardWorkspaceSize, algo):
         _check_values('cudnnGetConvolutionForwardWorkspaceSize', ('handle', 'xDesc', 'wDesc', 'convDesc', 'yDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionFwdAlgo_t),))
     try:
@@ -9738,14 +7516,14 @@ def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDes
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionForwardWorkspaceSize')
 
-_cudnnConvolutionForward = _lazy('cudnnConvolutionForward', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnConvolutionForward = _lazy('cudnnConvolutionForward', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnconvolutionforward')
 _values_cudnnConvolutionForward = (b'iN', (cudnnConvolutionFwdAlgo_t, None,), _pack_iN)
 
 
 def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, workSpace, workSpaceSizeInBytes, beta, yDesc, y):
     """cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const cudnnFilterDescriptor_t wDesc, const void * w, const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo, void * workSpace, size_t workSpaceSizeInBytes, const void * beta, const cudnnTensorDescriptor_t yDesc, void * y)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -9758,27 +7536,7 @@ def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, w
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Execute a forward convolution.
-
-    Computes: y = alpha * conv(x, w) + beta * y
-
-    @param[in]     handle                The cuDNN handle.
-    @param[in]     alpha                 Pointer to scaling factor for the convolution result.
-    @param[in]     xDesc                 Descriptor for the input tensor.
-    @param[in]     x                     Pointer to input data in device memory.
-    @param[in]     wDesc                 Descriptor for the filter.
-    @param[in]     w                     Pointer to filter data in device memory.
-    @param[in]     convDesc              The convolution descriptor.
-    @param[in]     algo                  The forward convolution algorithm to use.
-    @param[in]     workSpace             Pointer to workspace in device memory.
-    @param[in]     workSpaceSizeInBytes  Size of the workspace in bytes.
-    @param[in]     beta                  Pointer to scaling factor for the prior output.
-    @param[in]     yDesc                 Descriptor for the output tensor.
-    @param[in,out] y                     Pointer to output data in device memory.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnconvolutionforward"""
     if not _values_ok(_values_cudnnConvolutionForward, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionForward', ('handle', 'alpha', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'yDesc', 'y'), ((7, algo, 'i', cudnnConvolutionFwdAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
     try:
@@ -9796,14 +7554,14 @@ def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, w
     if status:
         raise _lib.status_error(status, 'cudnnConvolutionForward')
 
-_cudnnConvolutionBiasActivationForward = _lazy('cudnnConvolutionBiasActivationForward', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnConvolutionBiasActivationForward = _lazy('cudnnConvolutionBiasActivationForward', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnFilterDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnconvolutionbiasactivationforward')
 _values_cudnnConvolutionBiasActivationForward = (b'iN', (cudnnConvolutionFwdAlgo_t, None,), _pack_iN)
 
 
 def cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workSpace, workSpaceSizeInBytes, alpha2, zDesc, z, biasDesc, bias, activationDesc, yDesc, y):
     """cudnnStatus_t cudnnConvolutionBiasActivationForward(cudnnHandle_t handle, const void * alpha1, const cudnnTensorDescriptor_t xDesc, const void * x, const cudnnFilterDescriptor_t wDesc, const void * w, const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo, void * workSpace, size_t workSpaceSizeInBytes, const void * alpha2, const cudnnTensorDescriptor_t zDesc, const void * z, const cudnnTensorDescriptor_t biasDesc, const void * bias, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t yDesc, void * y)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha1: host input, fixed 4 bytes
@@ -9818,32 +7576,7 @@ def cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, co
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Execute a fused convolution with bias and activation.
-
-    Computes: y = Act( alpha1 * conv(x) + alpha2 * z + bias )
-
-    @param[in]     handle                The cuDNN handle.
-    @param[in]     alpha1                Pointer to scaling factor for the convolution result.
-    @param[in]     xDesc                 Descriptor for the input tensor.
-    @param[in]     x                     Pointer to input data in device memory.
-    @param[in]     wDesc                 Descriptor for the filter.
-    @param[in]     w                     Pointer to filter data in device memory.
-    @param[in]     convDesc              The convolution descriptor.
-    @param[in]     algo                  The forward convolution algorithm to use.
-    @param[in]     workSpace             Pointer to workspace in device memory.
-    @param[in]     workSpaceSizeInBytes  Size of the workspace in bytes.
-    @param[in]     alpha2                Pointer to scaling factor for the residual input z.
-    @param[in]     zDesc                 Descriptor for the residual input tensor.
-    @param[in]     z                     Pointer to residual data in device memory.
-    @param[in]     biasDesc              Descriptor for the bias tensor.
-    @param[in]     bias                  Pointer to bias data in device memory.
-    @param[in]     activationDesc        Descriptor for the activation operation.
-    @param[in]     yDesc                 Descriptor for the output tensor.
-    @param[in,out] y                     Pointer to output data in device memory.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnconvolutionbiasactivationforward"""
     if not _values_ok(_values_cudnnConvolutionBiasActivationForward, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionBiasActivationForward', ('handle', 'alpha1', 'xDesc', 'x', 'wDesc', 'w', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'alpha2', 'zDesc', 'z', 'biasDesc', 'bias', 'activationDesc', 'yDesc', 'y'), ((7, algo, 'i', cudnnConvolutionFwdAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
     try:
@@ -9861,27 +7594,20 @@ def cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, co
     if status:
         raise _lib.status_error(status, 'cudnnConvolutionBiasActivationForward')
 
-_cudnnGetConvolutionBackwardDataAlgorithmMaxCount = _lazy('cudnnGetConvolutionBackwardDataAlgorithmMaxCount', (cudnnHandle_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardDataAlgorithmMaxCount = _lazy('cudnnGetConvolutionBackwardDataAlgorithmMaxCount', (cudnnHandle_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionbackwarddataalgorithmmaxcount')
 
 
 def cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, count):
     """cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t handle, int * count)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         count: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get the maximum number of backward data convolution algorithms available.
-
-    @param[in]  handle The cuDNN handle.
-    @param[out] count  Pointer to receive the maximum algorithm count.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionbackwarddataalgorithmmaxcount"""
     try:
         count = _arr_int(count, 1, 1)
         status = _cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, count)
@@ -9890,14 +7616,14 @@ def cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, count):
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardDataAlgorithmMaxCount')
 
-_cudnnFindConvolutionBackwardDataAlgorithm = _lazy('cudnnFindConvolutionBackwardDataAlgorithm', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionBackwardDataAlgorithm = _lazy('cudnnFindConvolutionBackwardDataAlgorithm', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfindconvolutionbackwarddataalgorithm')
 _values_cudnnFindConvolutionBackwardDataAlgorithm = (b'i', (None,), _pack_i)
 
 
 def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, dxDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
     """cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, const int requestedAlgoCount, int * returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t * perfResults)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         returnedAlgoCount: host output, fixed 1 elements
@@ -9905,20 +7631,7 @@ def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, d
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Find the best backward data convolution algorithm by running benchmarks.
-
-    @param[in]  handle              The cuDNN handle.
-    @param[in]  wDesc               Descriptor for the filter.
-    @param[in]  dyDesc              Descriptor for the gradient output tensor.
-    @param[in]  convDesc            The convolution descriptor.
-    @param[in]  dxDesc              Descriptor for the gradient input tensor.
-    @param[in]  requestedAlgoCount  Maximum number of algorithms to test.
-    @param[out] returnedAlgoCount   Pointer to receive the actual number returned.
-    @param[out] perfResults         Array to receive the algorithm performance results.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfindconvolutionbackwarddataalgorithm"""
     if not _values_ok(_values_cudnnFindConvolutionBackwardDataAlgorithm, requestedAlgoCount):
         _check_values('cudnnFindConvolutionBackwardDataAlgorithm', ('handle', 'wDesc', 'dyDesc', 'convDesc', 'dxDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
     try:
@@ -9936,14 +7649,14 @@ def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, d
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardDataAlgorithm')
 
-_cudnnFindConvolutionBackwardDataAlgorithmEx = _lazy('cudnnFindConvolutionBackwardDataAlgorithmEx', (cudnnHandle_t, cudnnFilterDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionBackwardDataAlgorithmEx = _lazy('cudnnFindConvolutionBackwardDataAlgorithmEx', (cudnnHandle_t, cudnnFilterDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfindconvolutionbackwarddataalgorithmex')
 _values_cudnnFindConvolutionBackwardDataAlgorithmEx = (b'iN', (None, None,), _pack_iN)
 
 
 def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, convDesc, dxDesc, dx, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes):
     """cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const void * w, const cudnnTensorDescriptor_t dyDesc, const void * dy, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, void * dx, const int requestedAlgoCount, int * returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t * perfResults, void * workSpace, size_t workSpaceSizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         w: device memory
@@ -9956,25 +7669,7 @@ def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, co
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Find the best backward data convolution algorithm with user-provided buffers.
-
-    @param[in]  handle                The cuDNN handle.
-    @param[in]  wDesc                 Descriptor for the filter.
-    @param[in]  w                     Pointer to filter data in device memory.
-    @param[in]  dyDesc                Descriptor for the gradient output tensor.
-    @param[in]  dy                    Pointer to gradient output data in device memory.
-    @param[in]  convDesc              The convolution descriptor.
-    @param[in]  dxDesc                Descriptor for the gradient input tensor.
-    @param[out] dx                    Pointer to gradient input data in device memory.
-    @param[in]  requestedAlgoCount    Maximum number of algorithms to test.
-    @param[out] returnedAlgoCount     Pointer to receive the actual number returned.
-    @param[out] perfResults           Array to receive the algorithm performance results.
-    @param[in]  workSpace             Pointer to workspace in device memory.
-    @param[in]  workSpaceSizeInBytes  Size of the workspace in bytes.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfindconvolutionbackwarddataalgorithmex"""
     if not _values_ok(_values_cudnnFindConvolutionBackwardDataAlgorithmEx, requestedAlgoCount, workSpaceSizeInBytes):
         _check_values('cudnnFindConvolutionBackwardDataAlgorithmEx', ('handle', 'wDesc', 'w', 'dyDesc', 'dy', 'convDesc', 'dxDesc', 'dx', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
     try:
@@ -9992,14 +7687,14 @@ def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, co
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardDataAlgorithmEx')
 
-_cudnnGetConvolutionBackwardDataAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardDataAlgorithm_v7', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardDataAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardDataAlgorithm_v7', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionbackwarddataalgorithm-v7')
 _values_cudnnGetConvolutionBackwardDataAlgorithm_v7 = (b'i', (None,), _pack_i)
 
 
 def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, convDesc, gradDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
     """cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc, const int requestedAlgoCount, int * returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t * perfResults)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         returnedAlgoCount: host output, fixed 1 elements
@@ -10007,20 +7702,7 @@ def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, co
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get backward data convolution algorithm recommendations without executing them.
-
-    @param[in]  handle              The cuDNN handle.
-    @param[in]  filterDesc          Descriptor for the filter.
-    @param[in]  diffDesc            Descriptor for the gradient output tensor.
-    @param[in]  convDesc            The convolution descriptor.
-    @param[in]  gradDesc            Descriptor for the gradient input tensor.
-    @param[in]  requestedAlgoCount  Maximum number of algorithms to return.
-    @param[out] returnedAlgoCount   Pointer to receive the actual number returned.
-    @param[out] perfResults         Array to receive the algorithm performance results.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionbackwarddataalgorithm-v7"""
     if not _values_ok(_values_cudnnGetConvolutionBackwardDataAlgorithm_v7, requestedAlgoCount):
         _check_values('cudnnGetConvolutionBackwardDataAlgorithm_v7', ('handle', 'filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
     try:
@@ -10038,33 +7720,21 @@ def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, co
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardDataAlgorithm_v7')
 
-_cudnnGetConvolutionBackwardDataWorkspaceSize = _lazy('cudnnGetConvolutionBackwardDataWorkspaceSize', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardDataWorkspaceSize = _lazy('cudnnGetConvolutionBackwardDataWorkspaceSize', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionbackwarddataworkspacesize')
 _values_cudnnGetConvolutionBackwardDataWorkspaceSize = (b'i', (cudnnConvolutionBwdDataAlgo_t,), _pack_i)
 
 
 def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc, dxDesc, algo, sizeInBytes):
     """cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, cudnnConvolutionBwdDataAlgo_t algo, size_t * sizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get the minimum workspace size required for a backward data convolution algorithm.
-
-    @param[in]  handle       The cuDNN handle.
-    @param[in]  wDesc        Descriptor for the filter.
-    @param[in]  dyDesc       Descriptor for the gradient output tensor.
-    @param[in]  convDesc     The convolution descriptor.
-    @param[in]  dxDesc       Descriptor for the gradient input tensor.
-    @param[in]  algo         The backward data convolution algorithm.
-    @param[out] sizeInBytes  Pointer to receive the required workspace size.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionbackwarddataworkspacesize"""
     if not _values_ok(_values_cudnnGetConvolutionBackwardDataWorkspaceSize, algo):
         _check_values('cudnnGetConvolutionBackwardDataWorkspaceSize', ('handle', 'wDesc', 'dyDesc', 'convDesc', 'dxDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionBwdDataAlgo_t),))
     try:
@@ -10081,14 +7751,14 @@ def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardDataWorkspaceSize')
 
-_cudnnConvolutionBackwardData = _lazy('cudnnConvolutionBackwardData', (cudnnHandle_t, c_void_p, cudnnFilterDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnConvolutionBackwardData = _lazy('cudnnConvolutionBackwardData', (cudnnHandle_t, c_void_p, cudnnFilterDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnconvolutionbackwarddata')
 _values_cudnnConvolutionBackwardData = (b'iN', (cudnnConvolutionBwdDataAlgo_t, None,), _pack_iN)
 
 
 def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes, beta, dxDesc, dx):
     """cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void * alpha, const cudnnFilterDescriptor_t wDesc, const void * w, const cudnnTensorDescriptor_t dyDesc, const void * dy, const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionBwdDataAlgo_t algo, void * workSpace, size_t workSpaceSizeInBytes, const void * beta, const cudnnTensorDescriptor_t dxDesc, void * dx)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -10101,27 +7771,7 @@ def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, 
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Execute a backward data convolution (compute gradient with respect to input data).
-
-    Computes: dx = alpha * dconv(w, dy) + beta * dx
-
-    @param[in]     handle                The cuDNN handle.
-    @param[in]     alpha                 Pointer to scaling factor for the convolution result.
-    @param[in]     wDesc                 Descriptor for the filter.
-    @param[in]     w                     Pointer to filter data in device memory.
-    @param[in]     dyDesc                Descriptor for the gradient output tensor.
-    @param[in]     dy                    Pointer to gradient output data in device memory.
-    @param[in]     convDesc              The convolution descriptor.
-    @param[in]     algo                  The backward data convolution algorithm.
-    @param[in]     workSpace             Pointer to workspace in device memory.
-    @param[in]     workSpaceSizeInBytes  Size of the workspace in bytes.
-    @param[in]     beta                  Pointer to scaling factor for the prior gradient input.
-    @param[in]     dxDesc                Descriptor for the gradient input tensor.
-    @param[in,out] dx                    Pointer to gradient input data in device memory.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnconvolutionbackwarddata"""
     if not _values_ok(_values_cudnnConvolutionBackwardData, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionBackwardData', ('handle', 'alpha', 'wDesc', 'w', 'dyDesc', 'dy', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'dxDesc', 'dx'), ((7, algo, 'i', cudnnConvolutionBwdDataAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
     try:
@@ -10139,40 +7789,18 @@ def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, 
     if status:
         raise _lib.status_error(status, 'cudnnConvolutionBackwardData')
 
-_cudnnGetFoldedConvBackwardDataDescriptors = _lazy('cudnnGetFoldedConvBackwardDataDescriptors', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFoldedConvBackwardDataDescriptors = _lazy('cudnnGetFoldedConvBackwardDataDescriptors', (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetfoldedconvbackwarddatadescriptors')
 _values_cudnnGetFoldedConvBackwardDataDescriptors = (b'i', (cudnnTensorFormat_t,), _pack_i)
 
 
 def cudnnGetFoldedConvBackwardDataDescriptors(handle, filterDesc, diffDesc, convDesc, gradDesc, transformFormat, foldedFilterDesc, paddedDiffDesc, foldedConvDesc, foldedGradDesc, filterFoldTransDesc, diffPadTransDesc, gradFoldTransDesc, gradUnfoldTransDesc):
     """cudnnStatus_t cudnnGetFoldedConvBackwardDataDescriptors(const cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc, const cudnnTensorFormat_t transformFormat, cudnnFilterDescriptor_t foldedFilterDesc, cudnnTensorDescriptor_t paddedDiffDesc, cudnnConvolutionDescriptor_t foldedConvDesc, cudnnTensorDescriptor_t foldedGradDesc, cudnnTensorTransformDescriptor_t filterFoldTransDesc, cudnnTensorTransformDescriptor_t diffPadTransDesc, cudnnTensorTransformDescriptor_t gradFoldTransDesc, cudnnTensorTransformDescriptor_t gradUnfoldTransDesc)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Calculate folding descriptors for backward data convolution (dgrad).
-
-    Computes the folded descriptors needed for tensor transform operations
-    used in backward data gradient computation.
-
-    @param[in]  handle                 The cuDNN handle.
-    @param[in]  filterDesc             Descriptor for the filter.
-    @param[in]  diffDesc               Descriptor for the gradient output tensor.
-    @param[in]  convDesc               The convolution descriptor.
-    @param[in]  gradDesc               Descriptor for the gradient input tensor.
-    @param[in]  transformFormat         The tensor format for the transform.
-    @param[out] foldedFilterDesc       Descriptor for the folded filter.
-    @param[out] paddedDiffDesc         Descriptor for the padded gradient output.
-    @param[out] foldedConvDesc         Descriptor for the folded convolution.
-    @param[out] foldedGradDesc         Descriptor for the folded gradient input.
-    @param[out] filterFoldTransDesc    Transform descriptor for filter folding.
-    @param[out] diffPadTransDesc       Transform descriptor for diff padding.
-    @param[out] gradFoldTransDesc      Transform descriptor for gradient folding.
-    @param[out] gradUnfoldTransDesc    Transform descriptor for gradient unfolding.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetfoldedconvbackwarddatadescriptors"""
     if not _values_ok(_values_cudnnGetFoldedConvBackwardDataDescriptors, transformFormat):
         _check_values('cudnnGetFoldedConvBackwardDataDescriptors', ('handle', 'filterDesc', 'diffDesc', 'convDesc', 'gradDesc', 'transformFormat', 'foldedFilterDesc', 'paddedDiffDesc', 'foldedConvDesc', 'foldedGradDesc', 'filterFoldTransDesc', 'diffPadTransDesc', 'gradFoldTransDesc', 'gradUnfoldTransDesc'), ((5, transformFormat, 'i', cudnnTensorFormat_t),))
     try:
@@ -10196,38 +7824,25 @@ def cudnnCnnVersionCheck():
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Check the version of the cuDNN CNN library.
-
-    Verifies that the CNN sub-library version matches the core cuDNN version.
-
-    @return cudnnStatus_t indicating success or version mismatch.
-
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnncnnversioncheck"""
     status = _cudnnCnnVersionCheck()
     if status:
         raise _lib.status_error(status, 'cudnnCnnVersionCheck')
 
-_cudnnGetConvolutionBackwardFilterAlgorithmMaxCount = _lazy('cudnnGetConvolutionBackwardFilterAlgorithmMaxCount', (cudnnHandle_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardFilterAlgorithmMaxCount = _lazy('cudnnGetConvolutionBackwardFilterAlgorithmMaxCount', (cudnnHandle_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionbackwardfilteralgorithmmaxcount')
 
 
 def cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, count):
     """cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t handle, int * count)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         count: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get the maximum number of backward filter convolution algorithms available.
-
-    @param[in]  handle The cuDNN handle.
-    @param[out] count  Pointer to receive the maximum algorithm count.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionbackwardfilteralgorithmmaxcount"""
     try:
         count = _arr_int(count, 1, 1)
         status = _cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, count)
@@ -10236,14 +7851,14 @@ def cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, count):
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardFilterAlgorithmMaxCount')
 
-_cudnnFindConvolutionBackwardFilterAlgorithm = _lazy('cudnnFindConvolutionBackwardFilterAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionBackwardFilterAlgorithm = _lazy('cudnnFindConvolutionBackwardFilterAlgorithm', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfindconvolutionbackwardfilteralgorithm')
 _values_cudnnFindConvolutionBackwardFilterAlgorithm = (b'i', (None,), _pack_i)
 
 
 def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc, dwDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
     """cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t dwDesc, const int requestedAlgoCount, int * returnedAlgoCount, cudnnConvolutionBwdFilterAlgoPerf_t * perfResults)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         returnedAlgoCount: host output, fixed 1 elements
@@ -10251,20 +7866,7 @@ def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc,
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Find the best backward filter convolution algorithm by running benchmarks.
-
-    @param[in]  handle              The cuDNN handle.
-    @param[in]  xDesc               Descriptor for the input tensor.
-    @param[in]  dyDesc              Descriptor for the gradient output tensor.
-    @param[in]  convDesc            The convolution descriptor.
-    @param[in]  dwDesc              Descriptor for the filter gradient.
-    @param[in]  requestedAlgoCount  Maximum number of algorithms to test.
-    @param[out] returnedAlgoCount   Pointer to receive the actual number returned.
-    @param[out] perfResults         Array to receive the algorithm performance results.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfindconvolutionbackwardfilteralgorithm"""
     if not _values_ok(_values_cudnnFindConvolutionBackwardFilterAlgorithm, requestedAlgoCount):
         _check_values('cudnnFindConvolutionBackwardFilterAlgorithm', ('handle', 'xDesc', 'dyDesc', 'convDesc', 'dwDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
     try:
@@ -10282,14 +7884,14 @@ def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc,
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardFilterAlgorithm')
 
-_cudnnFindConvolutionBackwardFilterAlgorithmEx = _lazy('cudnnFindConvolutionBackwardFilterAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFindConvolutionBackwardFilterAlgorithmEx = _lazy('cudnnFindConvolutionBackwardFilterAlgorithmEx', (cudnnHandle_t, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, DevicePointer, c_int, c_void_p, c_void_p, DevicePointer, c_size_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfindconvolutionbackwardfilteralgorithmex')
 _values_cudnnFindConvolutionBackwardFilterAlgorithmEx = (b'iN', (None, None,), _pack_iN)
 
 
 def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, convDesc, dwDesc, dw, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes):
     """cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void * x, const cudnnTensorDescriptor_t dyDesc, const void * y, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t dwDesc, void * dw, const int requestedAlgoCount, int * returnedAlgoCount, cudnnConvolutionBwdFilterAlgoPerf_t * perfResults, void * workSpace, size_t workSpaceSizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         x: device memory
@@ -10302,25 +7904,7 @@ def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, c
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Find the best backward filter convolution algorithm with user-provided buffers.
-
-    @param[in]  handle                The cuDNN handle.
-    @param[in]  xDesc                 Descriptor for the input tensor.
-    @param[in]  x                     Pointer to input data in device memory.
-    @param[in]  dyDesc                Descriptor for the gradient output tensor.
-    @param[in]  y                     Pointer to gradient output data in device memory.
-    @param[in]  convDesc              The convolution descriptor.
-    @param[in]  dwDesc                Descriptor for the filter gradient.
-    @param[out] dw                    Pointer to filter gradient data in device memory.
-    @param[in]  requestedAlgoCount    Maximum number of algorithms to test.
-    @param[out] returnedAlgoCount     Pointer to receive the actual number returned.
-    @param[out] perfResults           Array to receive the algorithm performance results.
-    @param[in]  workSpace             Pointer to workspace in device memory.
-    @param[in]  workSpaceSizeInBytes  Size of the workspace in bytes.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfindconvolutionbackwardfilteralgorithmex"""
     if not _values_ok(_values_cudnnFindConvolutionBackwardFilterAlgorithmEx, requestedAlgoCount, workSpaceSizeInBytes):
         _check_values('cudnnFindConvolutionBackwardFilterAlgorithmEx', ('handle', 'xDesc', 'x', 'dyDesc', 'y', 'convDesc', 'dwDesc', 'dw', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults', 'workSpace', 'workSpaceSizeInBytes'), ((8, requestedAlgoCount, 'i', None), (12, workSpaceSizeInBytes, 'N', None),))
     try:
@@ -10338,14 +7922,14 @@ def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, c
     if status:
         raise _lib.status_error(status, 'cudnnFindConvolutionBackwardFilterAlgorithmEx')
 
-_cudnnGetConvolutionBackwardFilterAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardFilterAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardFilterAlgorithm_v7 = _lazy('cudnnGetConvolutionBackwardFilterAlgorithm_v7', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionbackwardfilteralgorithm-v7')
 _values_cudnnGetConvolutionBackwardFilterAlgorithm_v7 = (b'i', (None,), _pack_i)
 
 
 def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, convDesc, gradDesc, requestedAlgoCount, returnedAlgoCount, perfResults):
     """cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc, const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t gradDesc, const int requestedAlgoCount, int * returnedAlgoCount, cudnnConvolutionBwdFilterAlgoPerf_t * perfResults)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         returnedAlgoCount: host output, fixed 1 elements
@@ -10353,20 +7937,7 @@ def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, con
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get backward filter convolution algorithm recommendations without executing them.
-
-    @param[in]  handle              The cuDNN handle.
-    @param[in]  srcDesc             Descriptor for the input tensor.
-    @param[in]  diffDesc            Descriptor for the gradient output tensor.
-    @param[in]  convDesc            The convolution descriptor.
-    @param[in]  gradDesc            Descriptor for the filter gradient.
-    @param[in]  requestedAlgoCount  Maximum number of algorithms to return.
-    @param[out] returnedAlgoCount   Pointer to receive the actual number returned.
-    @param[out] perfResults         Array to receive the algorithm performance results.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionbackwardfilteralgorithm-v7"""
     if not _values_ok(_values_cudnnGetConvolutionBackwardFilterAlgorithm_v7, requestedAlgoCount):
         _check_values('cudnnGetConvolutionBackwardFilterAlgorithm_v7', ('handle', 'srcDesc', 'diffDesc', 'convDesc', 'gradDesc', 'requestedAlgoCount', 'returnedAlgoCount', 'perfResults'), ((5, requestedAlgoCount, 'i', None),))
     try:
@@ -10384,33 +7955,21 @@ def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, con
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardFilterAlgorithm_v7')
 
-_cudnnGetConvolutionBackwardFilterWorkspaceSize = _lazy('cudnnGetConvolutionBackwardFilterWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetConvolutionBackwardFilterWorkspaceSize = _lazy('cudnnGetConvolutionBackwardFilterWorkspaceSize', (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionbackwardfilterworkspacesize')
 _values_cudnnGetConvolutionBackwardFilterWorkspaceSize = (b'i', (cudnnConvolutionBwdFilterAlgo_t,), _pack_i)
 
 
 def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDesc, gradDesc, algo, sizeInBytes):
     """cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t gradDesc, cudnnConvolutionBwdFilterAlgo_t algo, size_t * sizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get the minimum workspace size required for a backward filter convolution algorithm.
-
-    @param[in]  handle       The cuDNN handle.
-    @param[in]  xDesc        Descriptor for the input tensor.
-    @param[in]  dyDesc       Descriptor for the gradient output tensor.
-    @param[in]  convDesc     The convolution descriptor.
-    @param[in]  gradDesc     Descriptor for the filter gradient.
-    @param[in]  algo         The backward filter convolution algorithm.
-    @param[out] sizeInBytes  Pointer to receive the required workspace size.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetconvolutionbackwardfilterworkspacesize"""
     if not _values_ok(_values_cudnnGetConvolutionBackwardFilterWorkspaceSize, algo):
         _check_values('cudnnGetConvolutionBackwardFilterWorkspaceSize', ('handle', 'xDesc', 'dyDesc', 'convDesc', 'gradDesc', 'algo', 'sizeInBytes'), ((5, algo, 'i', cudnnConvolutionBwdFilterAlgo_t),))
     try:
@@ -10427,14 +7986,14 @@ def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDe
     if status:
         raise _lib.status_error(status, 'cudnnGetConvolutionBackwardFilterWorkspaceSize')
 
-_cudnnConvolutionBackwardFilter = _lazy('cudnnConvolutionBackwardFilter', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnFilterDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnConvolutionBackwardFilter = _lazy('cudnnConvolutionBackwardFilter', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, cudnnTensorDescriptor_t, DevicePointer, cudnnConvolutionDescriptor_t, c_int, DevicePointer, c_size_t, c_void_p, cudnnFilterDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnconvolutionbackwardfilter')
 _values_cudnnConvolutionBackwardFilter = (b'iN', (cudnnConvolutionBwdFilterAlgo_t, None,), _pack_iN)
 
 
 def cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes, beta, dwDesc, dw):
     """cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const cudnnTensorDescriptor_t dyDesc, const void * dy, const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionBwdFilterAlgo_t algo, void * workSpace, size_t workSpaceSizeInBytes, const void * beta, const cudnnFilterDescriptor_t dwDesc, void * dw)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -10447,27 +8006,7 @@ def cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Execute a backward filter convolution (compute gradient with respect to filter weights).
-
-    Computes: dw = alpha * dconv(x, dy) + beta * dw
-
-    @param[in]     handle                The cuDNN handle.
-    @param[in]     alpha                 Pointer to scaling factor for the convolution result.
-    @param[in]     xDesc                 Descriptor for the input tensor.
-    @param[in]     x                     Pointer to input data in device memory.
-    @param[in]     dyDesc                Descriptor for the gradient output tensor.
-    @param[in]     dy                    Pointer to gradient output data in device memory.
-    @param[in]     convDesc              The convolution descriptor.
-    @param[in]     algo                  The backward filter convolution algorithm.
-    @param[in]     workSpace             Pointer to workspace in device memory.
-    @param[in]     workSpaceSizeInBytes  Size of the workspace in bytes.
-    @param[in]     beta                  Pointer to scaling factor for the prior filter gradient.
-    @param[in]     dwDesc                Descriptor for the filter gradient.
-    @param[in,out] dw                    Pointer to filter gradient data in device memory.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnconvolutionbackwardfilter"""
     if not _values_ok(_values_cudnnConvolutionBackwardFilter, algo, workSpaceSizeInBytes):
         _check_values('cudnnConvolutionBackwardFilter', ('handle', 'alpha', 'xDesc', 'x', 'dyDesc', 'dy', 'convDesc', 'algo', 'workSpace', 'workSpaceSizeInBytes', 'beta', 'dwDesc', 'dw'), ((7, algo, 'i', cudnnConvolutionBwdFilterAlgo_t), (9, workSpaceSizeInBytes, 'N', None),))
     try:
@@ -10485,13 +8024,13 @@ def cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc
     if status:
         raise _lib.status_error(status, 'cudnnConvolutionBackwardFilter')
 
-_cudnnConvolutionBackwardBias = _lazy('cudnnConvolutionBackwardBias', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnConvolutionBackwardBias = _lazy('cudnnConvolutionBackwardBias', (cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, DevicePointer, c_void_p, cudnnTensorDescriptor_t, DevicePointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnconvolutionbackwardbias')
 
 
 def cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
     """cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void * alpha, const cudnnTensorDescriptor_t dyDesc, const void * dy, const void * beta, const cudnnTensorDescriptor_t dbDesc, void * db)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         alpha: host input, fixed 4 bytes
@@ -10501,21 +8040,7 @@ def cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Compute the bias gradient for batch convolution.
-
-    Computes: db = alpha * sum(dy) + beta * db, where the sum is over spatial dimensions and batch.
-
-    @param[in]     handle The cuDNN handle.
-    @param[in]     alpha  Pointer to scaling factor for the bias gradient result.
-    @param[in]     dyDesc Descriptor for the gradient output tensor.
-    @param[in]     dy     Pointer to gradient output data in device memory.
-    @param[in]     beta   Pointer to scaling factor for the prior bias gradient.
-    @param[in]     dbDesc Descriptor for the bias gradient tensor.
-    @param[in,out] db     Pointer to bias gradient data in device memory.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnconvolutionbackwardbias"""
     try:
         _handles_set = bool(dyDesc and dbDesc)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -10531,28 +8056,21 @@ def cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
     if status:
         raise _lib.status_error(status, 'cudnnConvolutionBackwardBias')
 
-_cudnnCreateFusedOpsConstParamPack = _lazy('cudnnCreateFusedOpsConstParamPack', (c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateFusedOpsConstParamPack = _lazy('cudnnCreateFusedOpsConstParamPack', (c_void_p, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnncreatefusedopsconstparampack')
 _values_cudnnCreateFusedOpsConstParamPack = (b'i', (cudnnFusedOps_t,), _pack_i)
 
 
 def cudnnCreateFusedOpsConstParamPack(constPack, ops):
     """cudnnStatus_t cudnnCreateFusedOpsConstParamPack(cudnnFusedOpsConstParamPack_t * constPack, cudnnFusedOps_t ops)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         constPack: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Create a fused operations constant parameter pack.
-
-    @param[out] constPack Pointer to receive the newly created constant parameter pack.
-    @param[in]  ops       The fused operation type.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnncreatefusedopsconstparampack"""
     if not _values_ok(_values_cudnnCreateFusedOpsConstParamPack, ops):
         _check_values('cudnnCreateFusedOpsConstParamPack', ('constPack', 'ops'), ((1, ops, 'i', cudnnFusedOps_t),))
     try:
@@ -10564,48 +8082,34 @@ def cudnnCreateFusedOpsConstParamPack(constPack, ops):
         raise _lib.status_error(status, 'cudnnCreateFusedOpsConstParamPack')
     _created(constPack)
 
-_cudnnDestroyFusedOpsConstParamPack = _lazy('cudnnDestroyFusedOpsConstParamPack', (cudnnFusedOpsConstParamPack_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnDestroyFusedOpsConstParamPack = _lazy('cudnnDestroyFusedOpsConstParamPack', (cudnnFusedOpsConstParamPack_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnndestroyfusedopsconstparampack')
 
 
 def cudnnDestroyFusedOpsConstParamPack(constPack):
     """cudnnStatus_t cudnnDestroyFusedOpsConstParamPack(cudnnFusedOpsConstParamPack_t constPack)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroy a fused operations constant parameter pack.
-
-    @param[in] constPack The constant parameter pack to destroy.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnndestroyfusedopsconstparampack"""
     _destroy_once(_lib, 'cudnnDestroyFusedOpsConstParamPack', 'constPack', _cudnnDestroyFusedOpsConstParamPack, constPack)
 
-_cudnnSetFusedOpsConstParamPackAttribute = _lazy('cudnnSetFusedOpsConstParamPackAttribute', (cudnnFusedOpsConstParamPack_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetFusedOpsConstParamPackAttribute = _lazy('cudnnSetFusedOpsConstParamPackAttribute', (cudnnFusedOpsConstParamPack_t, c_int, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetfusedopsconstparampackattribute')
 _values_cudnnSetFusedOpsConstParamPackAttribute = (b'i', (cudnnFusedOpsConstParamLabel_t,), _pack_i)
 
 
 def cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param):
     """cudnnStatus_t cudnnSetFusedOpsConstParamPackAttribute(cudnnFusedOpsConstParamPack_t constPack, cudnnFusedOpsConstParamLabel_t paramLabel, const void * param)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         param: host input, unchecked: its type depends on paramLabel (a descriptor handle, an enum or a scalar)
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Set an attribute on a fused operations constant parameter pack.
-
-    @param[in,out] constPack  The constant parameter pack.
-    @param[in]     paramLabel The label identifying which parameter to set.
-    @param[in]     param      Pointer to the parameter value.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetfusedopsconstparampackattribute"""
     if not _values_ok(_values_cudnnSetFusedOpsConstParamPackAttribute, paramLabel):
         _check_values('cudnnSetFusedOpsConstParamPackAttribute', ('constPack', 'paramLabel', 'param'), ((1, paramLabel, 'i', cudnnFusedOpsConstParamLabel_t),))
     try:
@@ -10622,14 +8126,14 @@ def cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param):
     if status:
         raise _lib.status_error(status, 'cudnnSetFusedOpsConstParamPackAttribute')
 
-_cudnnGetFusedOpsConstParamPackAttribute = _lazy('cudnnGetFusedOpsConstParamPackAttribute', (cudnnFusedOpsConstParamPack_t, c_int, c_void_p, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFusedOpsConstParamPackAttribute = _lazy('cudnnGetFusedOpsConstParamPackAttribute', (cudnnFusedOpsConstParamPack_t, c_int, c_void_p, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetfusedopsconstparampackattribute')
 _values_cudnnGetFusedOpsConstParamPackAttribute = (b'i', (cudnnFusedOpsConstParamLabel_t,), _pack_i)
 
 
 def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL):
     """cudnnStatus_t cudnnGetFusedOpsConstParamPackAttribute(const cudnnFusedOpsConstParamPack_t constPack, cudnnFusedOpsConstParamLabel_t paramLabel, void * param, int * isNULL)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         param: host output, unchecked: its type depends on paramLabel (a descriptor handle, an enum or a scalar)
@@ -10637,16 +8141,7 @@ def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get an attribute from a fused operations constant parameter pack.
-
-    @param[in]  constPack  The constant parameter pack.
-    @param[in]  paramLabel The label identifying which parameter to get.
-    @param[out] param      Pointer to receive the parameter value.
-    @param[out] isNULL     Pointer to receive whether the parameter is NULL.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetfusedopsconstparampackattribute"""
     if not _values_ok(_values_cudnnGetFusedOpsConstParamPackAttribute, paramLabel):
         _check_values('cudnnGetFusedOpsConstParamPackAttribute', ('constPack', 'paramLabel', 'param', 'isNULL'), ((1, paramLabel, 'i', cudnnFusedOpsConstParamLabel_t),))
     try:
@@ -10664,28 +8159,21 @@ def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL
     if status:
         raise _lib.status_error(status, 'cudnnGetFusedOpsConstParamPackAttribute')
 
-_cudnnCreateFusedOpsVariantParamPack = _lazy('cudnnCreateFusedOpsVariantParamPack', (c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateFusedOpsVariantParamPack = _lazy('cudnnCreateFusedOpsVariantParamPack', (c_void_p, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnncreatefusedopsvariantparampack')
 _values_cudnnCreateFusedOpsVariantParamPack = (b'i', (cudnnFusedOps_t,), _pack_i)
 
 
 def cudnnCreateFusedOpsVariantParamPack(varPack, ops):
     """cudnnStatus_t cudnnCreateFusedOpsVariantParamPack(cudnnFusedOpsVariantParamPack_t * varPack, cudnnFusedOps_t ops)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         varPack: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Create a fused operations variant parameter pack.
-
-    @param[out] varPack Pointer to receive the newly created variant parameter pack.
-    @param[in]  ops     The fused operation type.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnncreatefusedopsvariantparampack"""
     if not _values_ok(_values_cudnnCreateFusedOpsVariantParamPack, ops):
         _check_values('cudnnCreateFusedOpsVariantParamPack', ('varPack', 'ops'), ((1, ops, 'i', cudnnFusedOps_t),))
     try:
@@ -10697,48 +8185,34 @@ def cudnnCreateFusedOpsVariantParamPack(varPack, ops):
         raise _lib.status_error(status, 'cudnnCreateFusedOpsVariantParamPack')
     _created(varPack)
 
-_cudnnDestroyFusedOpsVariantParamPack = _lazy('cudnnDestroyFusedOpsVariantParamPack', (cudnnFusedOpsVariantParamPack_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnDestroyFusedOpsVariantParamPack = _lazy('cudnnDestroyFusedOpsVariantParamPack', (cudnnFusedOpsVariantParamPack_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnndestroyfusedopsvariantparampack')
 
 
 def cudnnDestroyFusedOpsVariantParamPack(varPack):
     """cudnnStatus_t cudnnDestroyFusedOpsVariantParamPack(cudnnFusedOpsVariantParamPack_t varPack)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroy a fused operations variant parameter pack.
-
-    @param[in] varPack The variant parameter pack to destroy.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnndestroyfusedopsvariantparampack"""
     _destroy_once(_lib, 'cudnnDestroyFusedOpsVariantParamPack', 'varPack', _cudnnDestroyFusedOpsVariantParamPack, varPack)
 
-_cudnnSetFusedOpsVariantParamPackAttribute = _lazy('cudnnSetFusedOpsVariantParamPackAttribute', (cudnnFusedOpsVariantParamPack_t, c_int, EitherPointer,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnSetFusedOpsVariantParamPackAttribute = _lazy('cudnnSetFusedOpsVariantParamPackAttribute', (cudnnFusedOpsVariantParamPack_t, c_int, EitherPointer,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetfusedopsvariantparampackattribute')
 _values_cudnnSetFusedOpsVariantParamPackAttribute = (b'i', (cudnnFusedOpsVariantParamLabel_t,), _pack_i)
 
 
 def cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     """cudnnStatus_t cudnnSetFusedOpsVariantParamPackAttribute(cudnnFusedOpsVariantParamPack_t varPack, cudnnFusedOpsVariantParamLabel_t paramLabel, void * ptr)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         ptr: host or device memory
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Set an attribute on a fused operations variant parameter pack.
-
-    @param[in,out] varPack    The variant parameter pack.
-    @param[in]     paramLabel The label identifying which parameter to set.
-    @param[in]     ptr        Pointer to the parameter value.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetfusedopsvariantparampackattribute"""
     if not _values_ok(_values_cudnnSetFusedOpsVariantParamPackAttribute, paramLabel):
         _check_values('cudnnSetFusedOpsVariantParamPackAttribute', ('varPack', 'paramLabel', 'ptr'), ((1, paramLabel, 'i', cudnnFusedOpsVariantParamLabel_t),))
     try:
@@ -10754,29 +8228,21 @@ def cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     if status:
         raise _lib.status_error(status, 'cudnnSetFusedOpsVariantParamPackAttribute')
 
-_cudnnGetFusedOpsVariantParamPackAttribute = _lazy('cudnnGetFusedOpsVariantParamPackAttribute', (cudnnFusedOpsVariantParamPack_t, c_int, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnGetFusedOpsVariantParamPackAttribute = _lazy('cudnnGetFusedOpsVariantParamPackAttribute', (cudnnFusedOpsVariantParamPack_t, c_int, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetfusedopsvariantparampackattribute')
 _values_cudnnGetFusedOpsVariantParamPackAttribute = (b'i', (cudnnFusedOpsVariantParamLabel_t,), _pack_i)
 
 
 def cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     """cudnnStatus_t cudnnGetFusedOpsVariantParamPackAttribute(const cudnnFusedOpsVariantParamPack_t varPack, cudnnFusedOpsVariantParamLabel_t paramLabel, void * ptr)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         ptr: host output, fixed 8 bytes
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Get an attribute from a fused operations variant parameter pack.
-
-    @param[in]  varPack    The variant parameter pack.
-    @param[in]  paramLabel The label identifying which parameter to get.
-    @param[out] ptr        Pointer to receive the parameter value.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnngetfusedopsvariantparampackattribute"""
     if not _values_ok(_values_cudnnGetFusedOpsVariantParamPackAttribute, paramLabel):
         _check_values('cudnnGetFusedOpsVariantParamPackAttribute', ('varPack', 'paramLabel', 'ptr'), ((1, paramLabel, 'i', cudnnFusedOpsVariantParamLabel_t),))
     try:
@@ -10793,28 +8259,21 @@ def cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     if status:
         raise _lib.status_error(status, 'cudnnGetFusedOpsVariantParamPackAttribute')
 
-_cudnnCreateFusedOpsPlan = _lazy('cudnnCreateFusedOpsPlan', (c_void_p, c_int,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnCreateFusedOpsPlan = _lazy('cudnnCreateFusedOpsPlan', (c_void_p, c_int,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnncreatefusedopsplan')
 _values_cudnnCreateFusedOpsPlan = (b'i', (cudnnFusedOps_t,), _pack_i)
 
 
 def cudnnCreateFusedOpsPlan(plan, ops):
     """cudnnStatus_t cudnnCreateFusedOpsPlan(cudnnFusedOpsPlan_t * plan, cudnnFusedOps_t ops)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         plan: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Create a fused operations execution plan.
-
-    @param[out] plan Pointer to receive the newly created fused operations plan.
-    @param[in]  ops  The fused operation type.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnncreatefusedopsplan"""
     if not _values_ok(_values_cudnnCreateFusedOpsPlan, ops):
         _check_values('cudnnCreateFusedOpsPlan', ('plan', 'ops'), ((1, ops, 'i', cudnnFusedOps_t),))
     try:
@@ -10826,50 +8285,33 @@ def cudnnCreateFusedOpsPlan(plan, ops):
         raise _lib.status_error(status, 'cudnnCreateFusedOpsPlan')
     _created(plan)
 
-_cudnnDestroyFusedOpsPlan = _lazy('cudnnDestroyFusedOpsPlan', (cudnnFusedOpsPlan_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnDestroyFusedOpsPlan = _lazy('cudnnDestroyFusedOpsPlan', (cudnnFusedOpsPlan_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnndestroyfusedopsplan')
 
 
 def cudnnDestroyFusedOpsPlan(plan):
     """cudnnStatus_t cudnnDestroyFusedOpsPlan(cudnnFusedOpsPlan_t plan)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Destroy a fused operations execution plan.
-
-    @param[in] plan The fused operations plan to destroy.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnndestroyfusedopsplan"""
     _destroy_once(_lib, 'cudnnDestroyFusedOpsPlan', 'plan', _cudnnDestroyFusedOpsPlan, plan)
 
-_cudnnMakeFusedOpsPlan = _lazy('cudnnMakeFusedOpsPlan', (cudnnHandle_t, cudnnFusedOpsPlan_t, cudnnFusedOpsConstParamPack_t, c_void_p,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnMakeFusedOpsPlan = _lazy('cudnnMakeFusedOpsPlan', (cudnnHandle_t, cudnnFusedOpsPlan_t, cudnnFusedOpsConstParamPack_t, c_void_p,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnmakefusedopsplan')
 
 
 def cudnnMakeFusedOpsPlan(handle, plan, constPack, workspaceSizeInBytes):
     """cudnnStatus_t cudnnMakeFusedOpsPlan(cudnnHandle_t handle, cudnnFusedOpsPlan_t plan, const cudnnFusedOpsConstParamPack_t constPack, size_t * workspaceSizeInBytes)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
         workspaceSizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Build a fused operations execution plan from constant parameters.
-
-    Compiles the plan and returns the required workspace size.
-
-    @param[in]     handle               The cuDNN handle.
-    @param[in,out] plan                 The fused operations plan to build.
-    @param[in]     constPack            The constant parameter pack with descriptors.
-    @param[out]    workspaceSizeInBytes Pointer to receive the required workspace size.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnmakefusedopsplan"""
     try:
         _handles_set = bool(plan and constPack)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -10884,25 +8326,17 @@ def cudnnMakeFusedOpsPlan(handle, plan, constPack, workspaceSizeInBytes):
     if status:
         raise _lib.status_error(status, 'cudnnMakeFusedOpsPlan')
 
-_cudnnFusedOpsExecute = _lazy('cudnnFusedOpsExecute', (cudnnHandle_t, cudnnFusedOpsPlan_t, cudnnFusedOpsVariantParamPack_t,), c_int, deprecated='Since cuDNN 9.0.0. Use graph API instead')
+_cudnnFusedOpsExecute = _lazy('cudnnFusedOpsExecute', (cudnnHandle_t, cudnnFusedOpsPlan_t, cudnnFusedOpsVariantParamPack_t,), c_int, deprecated='since cuDNN 9.0.0; see https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfusedopsexecute')
 
 
 def cudnnFusedOpsExecute(handle, plan, varPack):
     """cudnnStatus_t cudnnFusedOpsExecute(cudnnHandle_t handle, const cudnnFusedOpsPlan_t plan, cudnnFusedOpsVariantParamPack_t varPack)
 
-    Deprecated by the vendor.
+    Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Execute a fused operations plan.
-
-    @param[in] handle  The cuDNN handle.
-    @param[in] plan    The fused operations plan to execute.
-    @param[in] varPack The variant parameter pack with data pointers and scalar values.
-    @return cudnnStatus_t indicating success or failure.
-
-    @deprecated Since cuDNN 9.0.0. Use graph API instead.
-    @since cuDNN 9.0.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnfusedopsexecute"""
     try:
         _handles_set = bool(plan and varPack)
     except Exception:                  # an object without one truth value (a numpy array): the slow path names it
@@ -10924,13 +8358,7 @@ def cudnnSubquadraticOpsVersionCheck():
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Check the version of the cuDNN SubquadraticOps library.
-
-    Verifies that the SubquadraticOps sub-library version matches the core cuDNN version.
-
-    @return cudnnStatus_t indicating success or version mismatch.
-
-    @since cuDNN 9.22.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     status = _cudnnSubquadraticOpsVersionCheck()
     if status:
         raise _lib.status_error(status, 'cudnnSubquadraticOpsVersionCheck')
@@ -10950,37 +8378,7 @@ def cudnnCausalConv1dForward(stream, x, weight, bias, y, batch, dim, seqLen, ker
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Compute a causal (left-padded) depthwise 1D convolution with optional SiLU activation.
-
-    Computes: y = Act( conv1d_causal(x, weight) + bias )
-
-    Causal padding inserts (kernel_size - 1) zeros on the left and 0 on the right.
-    The convolution is depthwise: each channel is convolved independently with its
-    own 1D filter.
-
-    For each batch and channel, the non-FFT causal conv1d weight layout is:
-      y[t] = Act(bias + sum_{j=0}^{kernelSize - 1} x[t - j] * weight[kernelSize - 1 - j])
-    where x[t - j] is treated as zero when t < j. For example, for
-    weight = [w0, w1, w2], the non-FFT operation is:
-      y[t] = Act(bias + x[t - 2] * w0 + x[t - 1] * w1 + x[t] * w2)
-
-    @param[in]  stream      CUDA stream for kernel launch.
-    @param[in]  x           Input tensor in device memory, layout (batch, dim, seq_len), contiguous.
-    @param[in]  weight      Filter tensor in device memory, layout (dim, kernel_size), contiguous.
-    @param[in]  bias        Bias tensor in device memory, layout (dim,), contiguous. Must be non-NULL.
-    @param[out] y           Output tensor in device memory, layout (batch, dim, seq_len), contiguous.
-    @param[in]  batch       Batch size.
-    @param[in]  dim         Number of channels (feature dimension).
-    @param[in]  seqLen      Sequence length.
-    @param[in]  kernelSize  Convolution kernel width. Supported: 2-8, 16, 32, 64, 128, 256.
-    @param[in]  dataType    Element type for x, weight, bias, y. Supported: DOUBLE, FLOAT, HALF, BFLOAT16.
-    @param[in]  activation  Activation to apply after convolution + bias.
-
-    @note Not supported on Windows.
-
-    @return cudnnStatus_t indicating success or failure.
-
-    @since cuDNN 9.22.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnCausalConv1dForward, batch, dim, seqLen, kernelSize, dataType, activation):
         _check_values('cudnnCausalConv1dForward', ('stream', 'x', 'weight', 'bias', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'activation'), ((5, batch, 'i', None), (6, dim, 'i', None), (7, seqLen, 'i', None), (8, kernelSize, 'i', None), (9, dataType, 'i', cudnnDataType_t), (10, activation, 'i', cudnnCausalConv1dActivation_t),))
     try:
@@ -11008,38 +8406,7 @@ def cudnnCausalConv1dBackward(stream, x, weight, bias, dy, dx, dweight, dbias, b
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Compute gradients for causal depthwise 1D convolution.
-
-    Computes:
-    - dx      = dL/dx       (batch, dim, seq_len)
-    - dweight = dL/dweight   (dim, kernel_size) — accumulated via atomicAdd
-    - dbias   = dL/dbias     (dim,)             — accumulated via atomicAdd
-
-    The caller must zero-initialize dweight and dbias before calling this function
-    if accumulation across multiple calls is not desired.
-
-    @param[in]     stream      CUDA stream for kernel launch.
-    @param[in]     x           Original input tensor (needed for activation backward), device memory.
-    @param[in]     weight      Original filter tensor in device memory.
-    @param[in]     bias        Original bias tensor in device memory. Must be non-NULL.
-    @param[in]     dy          Output gradient tensor in device memory, layout (batch, dim, seq_len).
-    @param[out]    dx          Input gradient tensor in device memory, layout (batch, dim, seq_len).
-    @param[in,out] dweight     Filter gradient tensor (accumulated) in device memory, layout (dim, kernel_size).
-    @param[in,out] dbias       Bias gradient tensor (accumulated) in device memory, layout (dim,). Must be non-NULL.
-    @param[in]     batch       Batch size.
-    @param[in]     dim         Number of channels.
-    @param[in]     seqLen      Sequence length.
-    @param[in]     kernelSize  Convolution kernel width.
-    @param[in]     dataType    Element type for x, weight, bias, dy, dx. Supported: DOUBLE, FLOAT, HALF, BFLOAT16.
-    @param[in]     dwDataType  Element type for dweight, dbias. Must be DOUBLE when dataType is DOUBLE; otherwise
-                               must be FLOAT.
-    @param[in]     activation  Activation that was applied in forward (needed for backward recompute).
-
-    @note Not supported on Windows.
-
-    @return cudnnStatus_t indicating success or failure.
-
-    @since cuDNN 9.22.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnCausalConv1dBackward, batch, dim, seqLen, kernelSize, dataType, dwDataType, activation):
         _check_values('cudnnCausalConv1dBackward', ('stream', 'x', 'weight', 'bias', 'dy', 'dx', 'dweight', 'dbias', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'dwDataType', 'activation'), ((8, batch, 'i', None), (9, dim, 'i', None), (10, seqLen, 'i', None), (11, kernelSize, 'i', None), (12, dataType, 'i', cudnnDataType_t), (13, dwDataType, 'i', cudnnDataType_t), (14, activation, 'i', cudnnCausalConv1dActivation_t),))
     try:
@@ -11062,7 +8429,9 @@ def cudnnCausalConv1dNwhForward(stream, x, weight, bias, y, batch, dim, seqLen, 
         bias: device memory
         y: device memory
 
-    Raises CudnnError when the returned status is not success."""
+    Raises CudnnError when the returned status is not success.
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnCausalConv1dNwhForward, batch, dim, seqLen, kernelSize, dataType, activation):
         _check_values('cudnnCausalConv1dNwhForward', ('stream', 'x', 'weight', 'bias', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'activation'), ((5, batch, 'i', None), (6, dim, 'i', None), (7, seqLen, 'i', None), (8, kernelSize, 'i', None), (9, dataType, 'i', cudnnDataType_t), (10, activation, 'i', cudnnCausalConv1dActivation_t),))
     try:
@@ -11088,7 +8457,9 @@ def cudnnCausalConv1dNwhBackward(stream, x, weight, bias, dy, dx, dweight, dbias
         dweight: device memory
         dbias: device memory
 
-    Raises CudnnError when the returned status is not success."""
+    Raises CudnnError when the returned status is not success.
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnCausalConv1dNwhBackward, batch, dim, seqLen, kernelSize, dataType, dwDataType, activation):
         _check_values('cudnnCausalConv1dNwhBackward', ('stream', 'x', 'weight', 'bias', 'dy', 'dx', 'dweight', 'dbias', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'dwDataType', 'activation'), ((8, batch, 'i', None), (9, dim, 'i', None), (10, seqLen, 'i', None), (11, kernelSize, 'i', None), (12, dataType, 'i', cudnnDataType_t), (13, dwDataType, 'i', cudnnDataType_t), (14, activation, 'i', cudnnCausalConv1dActivation_t),))
     try:
@@ -11113,7 +8484,9 @@ def cudnnB2BCausalConv1dForward(stream, x, weightsProj, weightsMixer, skipBias, 
         y: device memory
         yGated: device memory
 
-    Raises CudnnError when the returned status is not success."""
+    Raises CudnnError when the returned status is not success.
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnB2BCausalConv1dForward, batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType):
         _check_values('cudnnB2BCausalConv1dForward', ('stream', 'x', 'weightsProj', 'weightsMixer', 'skipBias', 'y', 'yGated', 'batch', 'dim', 'seqLen', 'kernelSizeProj', 'kernelSizeMixer', 'dataType'), ((7, batch, 'i', None), (8, dim, 'i', None), (9, seqLen, 'i', None), (10, kernelSizeProj, 'i', None), (11, kernelSizeMixer, 'i', None), (12, dataType, 'i', cudnnDataType_t),))
     try:
@@ -11142,7 +8515,9 @@ def cudnnB2BCausalConv1dBackward(stream, x, weightsProj, weightsMixer, skipBias,
         dweightsMixer: device memory
         dskipBias: device memory
 
-    Raises CudnnError when the returned status is not success."""
+    Raises CudnnError when the returned status is not success.
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnB2BCausalConv1dBackward, batch, dim, seqLen, kernelSizeProj, kernelSizeMixer, dataType, dwDataType):
         _check_values('cudnnB2BCausalConv1dBackward', ('stream', 'x', 'weightsProj', 'weightsMixer', 'skipBias', 'y', 'dy', 'dx', 'dweightsProj', 'dweightsMixer', 'dskipBias', 'batch', 'dim', 'seqLen', 'kernelSizeProj', 'kernelSizeMixer', 'dataType', 'dwDataType'), ((11, batch, 'i', None), (12, dim, 'i', None), (13, seqLen, 'i', None), (14, kernelSizeProj, 'i', None), (15, kernelSizeMixer, 'i', None), (16, dataType, 'i', cudnnDataType_t), (17, dwDataType, 'i', cudnnDataType_t),))
     try:
@@ -11166,49 +8541,7 @@ def cudnnFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, kernel
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Compute a causal depthwise 1D convolution using the medium FFT path.
-
-    Computes: y = conv1d_causal(x, weight)
-
-    For each batch and channel, the causal convolution is:
-      y[t] = sum_{j=0}^{kernelSize - 1} x[t - j] * weight[j]
-    where x[t - j] is treated as zero when t < j.
-
-    This FFT weight layout is reversed relative to the non-FFT causal conv1d
-    weight layout used by cudnnCausalConv1dForward. For example, for
-    weight = [w0, w1, w2], this FFT operation is:
-      y[t] = x[t] * w0 + x[t - 1] * w1 + x[t - 2] * w2
-    while cudnnCausalConv1dForward interprets the same weight tensor as:
-      y[t] = x[t - 2] * w0 + x[t - 1] * w1 + x[t] * w2
-
-    The implementation evaluates this convolution in the frequency domain. It
-    transforms zero-padded signal and filter tiles with real-to-complex FFTs,
-    multiplies the transformed signal and filter pointwise, and applies a
-    complex-to-real inverse FFT before writing the causal output samples.
-
-    @param[in]  stream      CUDA stream for kernel launch.
-    @param[in]  x           Input tensor in device memory, layout (batch, dim, seqLen), contiguous.
-    @param[in]  weight      Filter tensor in device memory, layout (dim, kernelSize), contiguous.
-    @param[out] y           Output tensor in device memory, layout (batch, dim, seqLen), contiguous.
-    @param[in]  batch       Batch size.
-    @param[in]  dim         Number of channels. Each channel is convolved independently.
-    @param[in]  seqLen      Sequence length.
-    @param[in]  kernelSize  Convolution kernel width. Must be a power of two in [128, 16384].
-    @param[in]  dataType    Element type for x, weight, and y. Supported: FLOAT, DOUBLE, HALF, BFLOAT16.
-
-    @note The medium FFT path requires seqLen >= kernelSize and seqLen % kernelSize == 0.
-    @note x, weight, and y must be at least 16-byte aligned.
-    @note DOUBLE supports kernelSize through 4096. For other supported data types,
-          kernelSize 16384 requires compute capability 9.0 or newer.
-    @note Requires NVRTC 12.4 or newer and CUDA Toolkit 12.4-or-newer headers.
-          Returns CUDNN_STATUS_NOT_SUPPORTED when the loaded NVRTC or selected
-          headers are known not to meet these requirements.
-    @note Thor GPUs are not supported with CUDA Toolkit 12.9.
-    @note Not supported on Windows.
-
-    @return cudnnStatus_t indicating success or failure.
-
-    @since cuDNN 9.26.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnFFTCausalConv1dForward, batch, dim, seqLen, kernelSize, dataType):
         _check_values('cudnnFFTCausalConv1dForward', ('stream', 'x', 'weight', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType'), ((4, batch, 'i', None), (5, dim, 'i', None), (6, seqLen, 'i', None), (7, kernelSize, 'i', None), (8, dataType, 'i', cudnnDataType_t),))
     try:
@@ -11234,45 +8567,7 @@ def cudnnFFTCausalConv1dBackward(stream, x, weight, dy, dx, dweight, batch, dim,
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Compute gradients for medium FFT causal depthwise 1D convolution.
-
-    Computes gradients for: y = conv1d_causal(x, weight)
-
-    The gradient kernels use the same FFT formulation as the forward path:
-    signal, filter, and output-gradient tiles are transformed to the frequency
-    domain, combined with pointwise products equivalent to convolution or
-    correlation, and inverse-transformed to produce dx and dweight.
-
-    The weight and dweight tensors use the FFT weight layout documented by
-    cudnnFFTCausalConv1dForward, which is reversed relative to the non-FFT
-    causal conv1d weight layout.
-
-    @param[in]  stream      CUDA stream for kernel launch.
-    @param[in]  x           Original input tensor in device memory, layout (batch, dim, seqLen), contiguous.
-    @param[in]  weight      Original filter tensor in device memory, layout (dim, kernelSize), contiguous.
-    @param[in]  dy          Output gradient tensor in device memory, layout (batch, dim, seqLen), contiguous.
-    @param[out] dx          Input gradient tensor in device memory, layout (batch, dim, seqLen), contiguous.
-    @param[out] dweight     Filter gradient tensor in device memory, layout (dim, kernelSize), contiguous.
-    @param[in]  batch       Batch size.
-    @param[in]  dim         Number of channels. Each channel is differentiated independently.
-    @param[in]  seqLen      Sequence length.
-    @param[in]  kernelSize  Convolution kernel width. Must be a power of two in [128, 16384].
-    @param[in]  dataType    Element type for x, weight, dy, dx, and dweight.
-                           Supported: FLOAT, DOUBLE, HALF, BFLOAT16.
-
-    @note The medium FFT path requires seqLen >= kernelSize and seqLen % kernelSize == 0.
-    @note x, weight, dy, dx, and dweight must be at least 16-byte aligned.
-    @note DOUBLE supports kernelSize through 4096. For other supported data types,
-          kernelSize 16384 requires compute capability 9.0 or newer.
-    @note Requires NVRTC 12.4 or newer and CUDA Toolkit 12.4-or-newer headers.
-          Returns CUDNN_STATUS_NOT_SUPPORTED when the loaded NVRTC or selected
-          headers are known not to meet these requirements.
-    @note Thor GPUs are not supported with CUDA Toolkit 12.9.
-    @note Not supported on Windows.
-
-    @return cudnnStatus_t indicating success or failure.
-
-    @since cuDNN 9.26.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnFFTCausalConv1dBackward, batch, dim, seqLen, kernelSize, dataType):
         _check_values('cudnnFFTCausalConv1dBackward', ('stream', 'x', 'weight', 'dy', 'dx', 'dweight', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType'), ((6, batch, 'i', None), (7, dim, 'i', None), (8, seqLen, 'i', None), (9, kernelSize, 'i', None), (10, dataType, 'i', cudnnDataType_t),))
     try:
@@ -11295,44 +8590,7 @@ def cudnnLongFFTCausalConv1dGetBufferSizes(batch, dim, seqLen, kernelSize, dataT
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Return workspace and reserve-space sizes for the long FFT causal conv1d path.
-
-    The long FFT path computes the same causal depthwise convolution as
-    cudnnLongFFTCausalConv1dForward, using a full-sequence FFT formulation. For
-    supported long shapes, kernelSize == seqLen and the forward path transforms
-    zero-padded x and weight with FFT length 2 * seqLen, multiplies their spectra
-    pointwise, and inverse-transforms the product to recover the causal output.
-    The long FFT path uses the FFT weight layout documented by
-    cudnnLongFFTCausalConv1dForward, which is reversed relative to the non-FFT
-    causal conv1d weight layout.
-
-    @param[in]  batch                    Batch size.
-    @param[in]  dim                      Number of channels.
-    @param[in]  seqLen                   Sequence length.
-    @param[in]  kernelSize               Convolution kernel width. Must equal seqLen.
-    @param[in]  dataType                 Element type. Supported: FLOAT, DOUBLE, HALF, BFLOAT16.
-    @param[out] workspaceSizeInBytes     Minimum workspace size, in bytes, required by forward and backward.
-    @param[out] reserveSpaceSizeInBytes  Minimum reserve-space size, in bytes, required by forward and backward.
-
-    @note The long FFT path requires power-of-two kernelSize == seqLen in [4096, 16777216].
-    @note DOUBLE supports kernelSize through 8388608. The kernelSize 16777216 case
-          requires compute capability 9.0 or newer for other supported data types.
-    @note Forward writes frequency-domain signal/filter state to reserveSpace, and backward consumes
-          reserveSpace from the matching forward call.
-    @note The opaque workspace and reserve-space buffers store FLOAT intermediates for
-          FLOAT, HALF, and BFLOAT16 data, and DOUBLE intermediates for DOUBLE data,
-          matching the upstream cuhyena MathT convention.
-    @note This size query is host-only and does not enforce the NVRTC/header
-          requirement. The corresponding execution APIs require NVRTC 12.4 or
-          newer and CUDA Toolkit 12.4-or-newer headers, and return
-          CUDNN_STATUS_NOT_SUPPORTED when the loaded NVRTC or selected headers
-          are known not to meet these requirements.
-    @note Thor GPUs are not supported with CUDA Toolkit 12.9.
-    @note Not supported on Windows.
-
-    @return cudnnStatus_t indicating success or failure.
-
-    @since cuDNN 9.26.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnLongFFTCausalConv1dGetBufferSizes, batch, dim, seqLen, kernelSize, dataType):
         _check_values('cudnnLongFFTCausalConv1dGetBufferSizes', ('batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'workspaceSizeInBytes', 'reserveSpaceSizeInBytes'), ((0, batch, 'i', None), (1, dim, 'i', None), (2, seqLen, 'i', None), (3, kernelSize, 'i', None), (4, dataType, 'i', cudnnDataType_t),))
     try:
@@ -11362,61 +8620,7 @@ def cudnnLongFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, ke
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Compute a causal depthwise 1D convolution using the long FFT path.
-
-    Computes: y = conv1d_causal(x, weight)
-
-    For each batch and channel, the causal convolution is:
-      y[t] = sum_{j=0}^{kernelSize - 1} x[t - j] * weight[j]
-    where x[t - j] is treated as zero when t < j.
-
-    This FFT weight layout is reversed relative to the non-FFT causal conv1d
-    weight layout used by cudnnCausalConv1dForward. For example, for
-    weight = [w0, w1, w2], this FFT operation is:
-      y[t] = x[t] * w0 + x[t - 1] * w1 + x[t - 2] * w2
-    while cudnnCausalConv1dForward interprets the same weight tensor as:
-      y[t] = x[t - 2] * w0 + x[t - 1] * w1 + x[t] * w2
-
-    The long path evaluates the convolution with a full-sequence FFT. It
-    zero-pads x and weight to FFT length 2 * seqLen, computes their frequency
-    transforms, multiplies the transformed signal and filter pointwise, and
-    applies an inverse transform to produce the causal output. It also stores
-    frequency-domain state in reserveSpace for the matching backward call.
-
-    @param[in]  stream                    CUDA stream for kernel launch.
-    @param[in]  x                         Input tensor in device memory, layout (batch, dim, seqLen), contiguous.
-    @param[in]  weight                    Filter tensor in device memory, layout (dim, kernelSize), contiguous.
-    @param[out] y                         Output tensor in device memory, layout (batch, dim, seqLen), contiguous.
-    @param[in]  batch                     Batch size. Must fit grid.z on the current device.
-    @param[in]  dim                       Number of channels. Each channel is convolved independently and must fit
-                                         grid.y on the current device.
-    @param[in]  seqLen                    Sequence length. Must equal kernelSize.
-    @param[in]  kernelSize                Convolution kernel width. Must equal seqLen.
-    @param[in]  dataType                  Element type for x, weight, and y.
-                                         Supported: FLOAT, DOUBLE, HALF, BFLOAT16.
-    @param[in]  workspace                 Device workspace buffer, at least 16-byte aligned.
-    @param[in]  workspaceSizeInBytes      Size of workspace, in bytes.
-    @param[out] reserveSpace              Device reserve-space buffer populated for the matching backward call,
-                                         at least 16-byte aligned.
-    @param[in]  reserveSpaceSizeInBytes   Size of reserveSpace, in bytes.
-
-    @note Query workspaceSizeInBytes and reserveSpaceSizeInBytes with
-          cudnnLongFFTCausalConv1dGetBufferSizes before calling this function.
-    @note x, weight, and y must be at least 16-byte aligned.
-    @note The opaque workspace and reserve-space buffers use FLOAT intermediates
-          for FLOAT, HALF, and BFLOAT16 data, and DOUBLE intermediates for DOUBLE data.
-    @note The long FFT path requires power-of-two kernelSize == seqLen in [4096, 16777216].
-    @note DOUBLE supports kernelSize through 8388608. The kernelSize 16777216 case
-          requires compute capability 9.0 or newer for other supported data types.
-    @note Requires NVRTC 12.4 or newer and CUDA Toolkit 12.4-or-newer headers.
-          Returns CUDNN_STATUS_NOT_SUPPORTED when the loaded NVRTC or selected
-          headers are known not to meet these requirements.
-    @note Thor GPUs are not supported with CUDA Toolkit 12.9.
-    @note Not supported on Windows.
-
-    @return cudnnStatus_t indicating success or failure.
-
-    @since cuDNN 9.26.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnLongFFTCausalConv1dForward, batch, dim, seqLen, kernelSize, dataType, workspaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnLongFFTCausalConv1dForward', ('stream', 'x', 'weight', 'y', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'workspace', 'workspaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((4, batch, 'i', None), (5, dim, 'i', None), (6, seqLen, 'i', None), (7, kernelSize, 'i', None), (8, dataType, 'i', cudnnDataType_t), (10, workspaceSizeInBytes, 'N', None), (12, reserveSpaceSizeInBytes, 'N', None),))
     try:
@@ -11444,55 +8648,7 @@ def cudnnLongFFTCausalConv1dBackward(stream, dy, dx, dweight, batch, dim, seqLen
 
     Raises CudnnError when the returned status is not success.
 
-    @brief Compute gradients for long FFT causal depthwise 1D convolution.
-
-    Computes gradients for: y = conv1d_causal(x, weight)
-
-    The long backward path consumes the frequency-domain state written by the
-    matching long forward call. It transforms dy to the frequency domain, applies
-    pointwise spectral products equivalent to the convolution gradients, and
-    inverse-transforms those products to produce dx and dweight.
-
-    The weight and dweight tensors use the FFT weight layout documented by
-    cudnnLongFFTCausalConv1dForward, which is reversed relative to the non-FFT
-    causal conv1d weight layout.
-
-    @param[in]  stream                    CUDA stream for kernel launch.
-    @param[in]  dy                        Output gradient tensor in device memory, layout (batch, dim,
-                                         seqLen), contiguous.
-    @param[out] dx                        Input gradient tensor in device memory, layout (batch, dim,
-                                         seqLen), contiguous.
-    @param[out] dweight                   Filter gradient tensor in device memory, layout (dim, kernelSize), contiguous.
-    @param[in]  batch                     Batch size. Must fit grid.z on the current device.
-    @param[in]  dim                       Number of channels. Each channel is differentiated independently and must fit
-                                         grid.y on the current device.
-    @param[in]  seqLen                    Sequence length. Must equal kernelSize.
-    @param[in]  kernelSize                Convolution kernel width. Must equal seqLen.
-    @param[in]  dataType                  Element type for dy, dx, and dweight.
-                                         Supported: FLOAT, DOUBLE, HALF, BFLOAT16.
-    @param[in]  workspace                 Device workspace buffer, at least 16-byte aligned.
-    @param[in]  workspaceSizeInBytes      Size of workspace, in bytes.
-    @param[in]  reserveSpace              Device reserve-space buffer from the matching long FFT forward call,
-                                         at least 16-byte aligned.
-    @param[in]  reserveSpaceSizeInBytes   Size of reserveSpace, in bytes.
-
-    @note Query workspaceSizeInBytes and reserveSpaceSizeInBytes with
-          cudnnLongFFTCausalConv1dGetBufferSizes before calling forward and backward.
-    @note dy, dx, and dweight must be at least 16-byte aligned.
-    @note The opaque workspace and reserve-space buffers use FLOAT intermediates
-          for FLOAT, HALF, and BFLOAT16 data, and DOUBLE intermediates for DOUBLE data.
-    @note The long FFT path requires power-of-two kernelSize == seqLen in [4096, 16777216].
-    @note DOUBLE supports kernelSize through 8388608. The kernelSize 16777216 case
-          requires compute capability 9.0 or newer for other supported data types.
-    @note Requires NVRTC 12.4 or newer and CUDA Toolkit 12.4-or-newer headers.
-          Returns CUDNN_STATUS_NOT_SUPPORTED when the loaded NVRTC or selected
-          headers are known not to meet these requirements.
-    @note Thor GPUs are not supported with CUDA Toolkit 12.9.
-    @note Not supported on Windows.
-
-    @return cudnnStatus_t indicating success or failure.
-
-    @since cuDNN 9.26.0"""
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnLongFFTCausalConv1dBackward, batch, dim, seqLen, kernelSize, dataType, workspaceSizeInBytes, reserveSpaceSizeInBytes):
         _check_values('cudnnLongFFTCausalConv1dBackward', ('stream', 'dy', 'dx', 'dweight', 'batch', 'dim', 'seqLen', 'kernelSize', 'dataType', 'workspace', 'workspaceSizeInBytes', 'reserveSpace', 'reserveSpaceSizeInBytes'), ((4, batch, 'i', None), (5, dim, 'i', None), (6, seqLen, 'i', None), (7, kernelSize, 'i', None), (8, dataType, 'i', cudnnDataType_t), (10, workspaceSizeInBytes, 'N', None), (12, reserveSpaceSizeInBytes, 'N', None),))
     try:
@@ -11517,7 +8673,9 @@ def cudnnGnnAggSimpleForward(stream, graph, nodeFeatures, edgeFeatures, concatFe
         output: device memory
         outPositions: device memory
 
-    Raises CudnnError when the returned status is not success."""
+    Raises CudnnError when the returned status is not success.
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnGnnAggSimpleForward, nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp):
         _check_values('cudnnGnnAggSimpleForward', ('stream', 'graph', 'nodeFeatures', 'edgeFeatures', 'concatFeatures', 'output', 'outPositions', 'nodeFeatDim', 'edgeFeatDim', 'concatFeatDim', 'dataType', 'aggOp'), ((7, nodeFeatDim, 'i', None), (8, edgeFeatDim, 'i', None), (9, concatFeatDim, 'i', None), (10, dataType, 'i', cudnnDataType_t), (11, aggOp, 'i', cudnnGnnAggOp_t),))
     try:
@@ -11543,7 +8701,9 @@ def cudnnGnnAggSimpleBackward(stream, graph, gradOutput, outPositions, gradNodeF
         gradEdgeFeatures: device memory
         gradConcatFeatures: device memory
 
-    Raises CudnnError when the returned status is not success."""
+    Raises CudnnError when the returned status is not success.
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnGnnAggSimpleBackward, nodeFeatDim, edgeFeatDim, concatFeatDim, dataType, aggOp):
         _check_values('cudnnGnnAggSimpleBackward', ('stream', 'graph', 'gradOutput', 'outPositions', 'gradNodeFeatures', 'gradEdgeFeatures', 'gradConcatFeatures', 'nodeFeatDim', 'edgeFeatDim', 'concatFeatDim', 'dataType', 'aggOp'), ((7, nodeFeatDim, 'i', None), (8, edgeFeatDim, 'i', None), (9, concatFeatDim, 'i', None), (10, dataType, 'i', cudnnDataType_t), (11, aggOp, 'i', cudnnGnnAggOp_t),))
     try:
@@ -11572,7 +8732,9 @@ def cudnnGnnMhaGatForward(stream, graph, srcFeatures, dstFeatures, edgeFeatures,
         smScores: device memory
         params: host input, fixed 1 elements
 
-    Raises CudnnError when the returned status is not success."""
+    Raises CudnnError when the returned status is not success.
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnGnnMhaGatForward, dimNode, dimEdge, dataType):
         _check_values('cudnnGnnMhaGatForward', ('stream', 'graph', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'dropoutMask', 'output', 'smScores', 'dimNode', 'dimEdge', 'params', 'dataType'), ((9, dimNode, 'i', None), (10, dimEdge, 'i', None), (12, dataType, 'i', cudnnDataType_t),))
     try:
@@ -11610,7 +8772,9 @@ def cudnnGnnMhaGatBackward(stream, graph, gradOut, srcFeatures, dstFeatures, edg
         gradWspaceWeights: device memory
         params: host input, fixed 1 elements
 
-    Raises CudnnError when the returned status is not success."""
+    Raises CudnnError when the returned status is not success.
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnGnnMhaGatBackward, dimNode, dimEdge, dataType, gradDataType, gradWeightType):
         _check_values('cudnnGnnMhaGatBackward', ('stream', 'graph', 'gradOut', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'smScores', 'dropoutMask', 'gradAttention', 'gradSrcFeatures', 'gradDstFeatures', 'gradEdgeFeatures', 'gradWeights', 'gradSmScores', 'gradWspaceFeat', 'gradWspaceWeights', 'dimNode', 'dimEdge', 'params', 'dataType', 'gradDataType', 'gradWeightType'), ((17, dimNode, 'i', None), (18, dimEdge, 'i', None), (20, dataType, 'i', cudnnDataType_t), (21, gradDataType, 'i', cudnnDataType_t), (22, gradWeightType, 'i', cudnnDataType_t),))
     try:
@@ -11641,7 +8805,9 @@ def cudnnGnnMhaGatV2Forward(stream, graph, srcFeatures, dstFeatures, edgeFeature
         actScores: device memory
         params: host input, fixed 1 elements
 
-    Raises CudnnError when the returned status is not success."""
+    Raises CudnnError when the returned status is not success.
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnGnnMhaGatV2Forward, dimNode, dataType):
         _check_values('cudnnGnnMhaGatV2Forward', ('stream', 'graph', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'dropoutMask', 'output', 'smScores', 'actScores', 'dimNode', 'params', 'dataType'), ((10, dimNode, 'i', None), (12, dataType, 'i', cudnnDataType_t),))
     try:
@@ -11680,7 +8846,9 @@ def cudnnGnnMhaGatV2Backward(stream, graph, gradOut, srcFeatures, dstFeatures, e
         gradWspaceWeights: device memory
         params: host input, fixed 1 elements
 
-    Raises CudnnError when the returned status is not success."""
+    Raises CudnnError when the returned status is not success.
+
+    Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/overview.html"""
     if not _values_ok(_values_cudnnGnnMhaGatV2Backward, dimNode, dataType, gradType):
         _check_values('cudnnGnnMhaGatV2Backward', ('stream', 'graph', 'gradOut', 'srcFeatures', 'dstFeatures', 'edgeFeatures', 'attnWeights', 'smScores', 'actScores', 'dropoutMask', 'gradAttention', 'gradSrcFeatures', 'gradDstFeatures', 'gradEdgeFeatures', 'gradWeights', 'gradSmScores', 'gradWspaceFeat', 'gradWspaceWeights', 'dimNode', 'params', 'dataType', 'gradType'), ((18, dimNode, 'i', None), (20, dataType, 'i', cudnnDataType_t), (21, gradType, 'i', cudnnDataType_t),))
     try:

@@ -148,8 +148,8 @@ def _kinds_from_doc(doc: str) -> tuple[tuple[str, str], ...]:
         if not line.startswith("    ") or ": " not in line:
             break
         name, note = line.strip().split(": ", 1)
-        if note.startswith("byte count"):
-            continue                                    # a size_t value, not a pointer
+        if note.startswith(("byte count", "integer (", "enum ", "handle ")):
+            continue                                    # a value (range-checked), not a pointer
         kinds.append((name, _KIND_NOTES.get(note, "host")))
     return tuple(kinds)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import struct
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -329,13 +330,26 @@ class TypeNames:
             return f"_query_count({length.value}, ({args},), {self.value(out)})"
         raise ValueError(f"unknown length source {length}")
 
+    def range_note(self, t: ir.CType) -> str:
+        """What the wrapper's range check accepts for an integer or enum value ("" for other values)."""
+        code = self.integer_code(t, False)
+        if code is None:
+            return ""
+        bits = 8 * struct.calcsize(code)
+        low, high = (-2 ** (bits - 1), 2 ** (bits - 1) - 1) if code.islower() else (0, 2 ** bits - 1)
+        if t.kind == "enum":
+            return f"enum {t.name}: a member, or an int from {low} to {high}"
+        return f"integer ({t.spelling.replace('const ', '')}): {low} to {high}"
+
     def param(self, p: ir.Param) -> tuple[str, str]:
         """(argtype expression, note for the docstring)."""
         t = p.type
         if t.kind != "pointer":
             if p.byte_size:
                 return "c_size_t", "byte count (size_t, non-negative)"
-            return self.value(t), ""
+            if t.kind == "handle":
+                return t.name, f"handle {t.name}, " + ("may be None" if p.nullable else "refused when None")
+            return self.value(t), self.range_note(t)
         pointee = t.pointee
         assert pointee is not None
         if p.kind == "device":

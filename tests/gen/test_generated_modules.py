@@ -157,3 +157,18 @@ def test_cudnn_docstrings_link_each_function_to_nvidias_reference():
     assert "Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnSetCTCLossDescriptor_v9." \
         in deprecated
     assert mod._cudnnSetCTCLossDescriptor.deprecated == "since cuDNN 9.0.0; use cudnnSetCTCLossDescriptor_v9"
+
+
+def test_docstrings_list_the_checks_per_parameter():
+    """What the wrapper checks, per parameter: handles (None refused or allowed), enum and integer ranges, kinds."""
+    mod = module("cudnn")
+    doc = mod.cudnnSetTensor4dDescriptor.__doc__
+    lines = [line.strip() for line in doc.splitlines()]
+    assert "tensorDesc: handle cudnnTensorDescriptor_t, refused when None" in lines
+    assert "dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647" in lines
+    assert "n: integer (int): -2147483648 to 2147483647" in lines
+    bn = [line.strip() for line in mod.cudnnBatchNormalizationForwardTrainingEx.__doc__.splitlines()]
+    assert "zDesc: handle cudnnTensorDescriptor_t, may be None" in bn
+    assert "workSpaceSizeInBytes: byte count (size_t, non-negative)" in bn
+    with pytest.raises(Exception, match="-2147483648 to 2147483647"):
+        mod.cudnnSetTensor4dDescriptor(None, 0, 0, 2**31, 1, 1, 1)

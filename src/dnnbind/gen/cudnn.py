@@ -2064,6 +2064,9 @@ _values_cudnnGetErrorString = (b'i', (cudnnStatus_t,), _pack_i)
 def cudnnGetErrorString(status):
     """const char * cudnnGetErrorString(cudnnStatus_t status)
 
+    Checked parameters:
+        status: enum cudnnStatus_t: a member, or an int from -2147483648 to 2147483647
+
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngeterrorstring"""
     if not _values_ok(_values_cudnnGetErrorString, status):
         _check_values('cudnnGetErrorString', ('status',), ((0, status, 'i', cudnnStatus_t),))
@@ -2082,6 +2085,7 @@ def cudnnGetLastErrorString(message, max_size):
 
     Checked parameters:
         message: host output, count max_size
+        max_size: integer (size_t): 0 to 18446744073709551615
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngetlasterrorstring"""
     if not _values_ok(_values_cudnnGetLastErrorString, max_size):
@@ -2102,7 +2106,9 @@ def cudnnQueryRuntimeError(handle, rstatus, mode, tag):
     Deprecated by the vendor. Replacement: cudnnGetLastErrorString.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
         rstatus: host output, fixed 1 elements
+        mode: enum cudnnErrQueryMode_t: a member, or an int from -2147483648 to 2147483647
         tag: host output, fixed 1 elements, may be None
 
     Raises CudnnError when the returned status is not success.
@@ -2127,6 +2133,7 @@ def cudnnGetProperty(type, value):
     """cudnnStatus_t cudnnGetProperty(libraryPropertyType type, int * value)
 
     Checked parameters:
+        type: enum libraryPropertyType: a member, or an int from -2147483648 to 2147483647
         value: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -2169,6 +2176,9 @@ _cudnnDestroy = _lazy('cudnnDestroy', (cudnnHandle_t,), c_int)
 def cudnnDestroy(handle):
     """cudnnStatus_t cudnnDestroy(cudnnHandle_t handle)
 
+    Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnndestroy"""
@@ -2179,6 +2189,10 @@ _cudnnSetStream = _lazy('cudnnSetStream', (cudnnHandle_t, cudaStream_t,), c_int)
 
 def cudnnSetStream(handle, streamId):
     """cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t streamId)
+
+    Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        streamId: handle cudaStream_t, may be None
 
     Raises CudnnError when the returned status is not success.
 
@@ -2197,6 +2211,7 @@ def cudnnGetStream(handle, streamId):
     """cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t * streamId)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
         streamId: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -2218,6 +2233,7 @@ def cudnnSetCallback(mask, udata, fptr):
     """cudnnStatus_t cudnnSetCallback(unsigned int mask, void * udata, cudnnCallback_t fptr)
 
     Checked parameters:
+        mask: integer (unsigned int): 0 to 4294967295
         udata: host or device memory
 
     Raises CudnnError when the returned status is not success.
@@ -2278,6 +2294,7 @@ def cudnnBackendCreateDescriptor(descriptorType, descriptor):
     """cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType, cudnnBackendDescriptor_t * descriptor)
 
     Checked parameters:
+        descriptorType: enum cudnnBackendDescriptorType_t: a member, or an int from -2147483648 to 2147483647
         descriptor: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -2300,6 +2317,9 @@ _cudnnBackendDestroyDescriptor = _lazy('cudnnBackendDestroyDescriptor', (cudnnBa
 def cudnnBackendDestroyDescriptor(descriptor):
     """cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor)
 
+    Checked parameters:
+        descriptor: handle cudnnBackendDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackenddestroydescriptor"""
@@ -2312,6 +2332,9 @@ def cudnnBackendInitialize(descriptor):
     """cudnnStatus_t cudnnBackendInitialize(cudnnBackendDescriptor_t descriptor)
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.2. Replacement: cudnnBackendCreateDescriptor.
+
+    Checked parameters:
+        descriptor: handle cudnnBackendDescriptor_t, refused when None
 
     Raises CudnnError when the returned status is not success.
 
@@ -2334,6 +2357,9 @@ _cudnnBackendFinalize = _lazy('cudnnBackendFinalize', (cudnnBackendDescriptor_t,
 
 def cudnnBackendFinalize(descriptor):
     """cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor)
+
+    Checked parameters:
+        descriptor: handle cudnnBackendDescriptor_t, refused when None
 
     Raises CudnnError when the returned status is not success.
 
@@ -2359,6 +2385,10 @@ def cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCo
     """cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName, cudnnBackendAttributeType_t attributeType, int64_t elementCount, const void * arrayOfElements)
 
     Checked parameters:
+        descriptor: handle cudnnBackendDescriptor_t, refused when None
+        attributeName: enum cudnnBackendAttributeName_t: a member, or an int from -2147483648 to 2147483647
+        attributeType: enum cudnnBackendAttributeType_t: a member, or an int from -2147483648 to 2147483647
+        elementCount: integer (int64_t): -9223372036854775808 to 9223372036854775807
         arrayOfElements: host input, elementCount x size of attributeType
 
     Raises CudnnError when the returned status is not success.
@@ -2388,6 +2418,10 @@ def cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requested
     """cudnnStatus_t cudnnBackendGetAttribute(const cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName, cudnnBackendAttributeType_t attributeType, int64_t requestedElementCount, int64_t * elementCount, void * arrayOfElements)
 
     Checked parameters:
+        descriptor: handle cudnnBackendDescriptor_t, refused when None
+        attributeName: enum cudnnBackendAttributeName_t: a member, or an int from -2147483648 to 2147483647
+        attributeType: enum cudnnBackendAttributeType_t: a member, or an int from -2147483648 to 2147483647
+        requestedElementCount: integer (int64_t): -9223372036854775808 to 9223372036854775807
         elementCount: host output, fixed 1 elements
         arrayOfElements: host output, requestedElementCount x size of attributeType
 
@@ -2418,6 +2452,9 @@ def cudnnGetExecutionPlanWorkspaceSize(handle, executionPlan, variantPack, works
     """cudnnStatus_t cudnnGetExecutionPlanWorkspaceSize(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan, cudnnBackendDescriptor_t variantPack, size_t * workspaceSizeInBytes)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        executionPlan: handle cudnnBackendDescriptor_t, refused when None
+        variantPack: handle cudnnBackendDescriptor_t, refused when None
         workspaceSizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -2443,6 +2480,11 @@ _cudnnBackendExecute = _lazy('cudnnBackendExecute', (cudnnHandle_t, cudnnBackend
 def cudnnBackendExecute(handle, executionPlan, variantPack):
     """cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan, cudnnBackendDescriptor_t variantPack)
 
+    Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        executionPlan: handle cudnnBackendDescriptor_t, refused when None
+        variantPack: handle cudnnBackendDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendexecute"""
@@ -2465,6 +2507,12 @@ _cudnnBackendPopulateCudaGraph = _lazy('cudnnBackendPopulateCudaGraph', (cudnnHa
 def cudnnBackendPopulateCudaGraph(handle, executionPlan, variantPack, graph):
     """cudnnStatus_t cudnnBackendPopulateCudaGraph(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan, cudnnBackendDescriptor_t variantPack, cudaGraph_t graph)
 
+    Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        executionPlan: handle cudnnBackendDescriptor_t, refused when None
+        variantPack: handle cudnnBackendDescriptor_t, refused when None
+        graph: handle cudaGraph_t, may be None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnnbackendpopulatecudagraph"""
@@ -2486,6 +2534,12 @@ _cudnnBackendUpdateCudaGraph = _lazy('cudnnBackendUpdateCudaGraph', (cudnnHandle
 
 def cudnnBackendUpdateCudaGraph(handle, executionPlan, variantPack, graph):
     """cudnnStatus_t cudnnBackendUpdateCudaGraph(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan, cudnnBackendDescriptor_t variantPack, cudaGraph_t graph)
+
+    Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        executionPlan: handle cudnnBackendDescriptor_t, refused when None
+        variantPack: handle cudnnBackendDescriptor_t, refused when None
+        graph: handle cudaGraph_t, may be None
 
     Raises CudnnError when the returned status is not success.
 
@@ -2531,6 +2585,15 @@ _values_cudnnSetTensor4dDescriptor = (b'iiiiii', (cudnnTensorFormat_t, cudnnData
 def cudnnSetTensor4dDescriptor(tensorDesc, format, dataType, n, c, h, w):
     """cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t tensorDesc, cudnnTensorFormat_t format, cudnnDataType_t dataType, int n, int c, int h, int w)
 
+    Checked parameters:
+        tensorDesc: handle cudnnTensorDescriptor_t, refused when None
+        format: enum cudnnTensorFormat_t: a member, or an int from -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        n: integer (int): -2147483648 to 2147483647
+        c: integer (int): -2147483648 to 2147483647
+        h: integer (int): -2147483648 to 2147483647
+        w: integer (int): -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsettensor4ddescriptor"""
@@ -2555,6 +2618,18 @@ _values_cudnnSetTensor4dDescriptorEx = (b'iiiiiiiii', (cudnnDataType_t, None, No
 
 def cudnnSetTensor4dDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
     """cudnnStatus_t cudnnSetTensor4dDescriptorEx(cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t dataType, int n, int c, int h, int w, int nStride, int cStride, int hStride, int wStride)
+
+    Checked parameters:
+        tensorDesc: handle cudnnTensorDescriptor_t, refused when None
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        n: integer (int): -2147483648 to 2147483647
+        c: integer (int): -2147483648 to 2147483647
+        h: integer (int): -2147483648 to 2147483647
+        w: integer (int): -2147483648 to 2147483647
+        nStride: integer (int): -2147483648 to 2147483647
+        cStride: integer (int): -2147483648 to 2147483647
+        hStride: integer (int): -2147483648 to 2147483647
+        wStride: integer (int): -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -2581,6 +2656,7 @@ def cudnnGetTensor4dDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStrid
     """cudnnStatus_t cudnnGetTensor4dDescriptor(const cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t * dataType, int * n, int * c, int * h, int * w, int * nStride, int * cStride, int * hStride, int * wStride)
 
     Checked parameters:
+        tensorDesc: handle cudnnTensorDescriptor_t, refused when None
         dataType: host output, fixed 1 elements
         n: host output, fixed 1 elements
         c: host output, fixed 1 elements
@@ -2624,6 +2700,9 @@ def cudnnSetTensorNdDescriptor(tensorDesc, dataType, nbDims, dimA, strideA):
     """cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t dataType, int nbDims, const int[] dimA, const int[] strideA)
 
     Checked parameters:
+        tensorDesc: handle cudnnTensorDescriptor_t, refused when None
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        nbDims: integer (int): -2147483648 to 2147483647
         dimA: host input, count nbDims, at most CUDNN_DIM_MAX
         strideA: host input, count nbDims, at most CUDNN_DIM_MAX
 
@@ -2655,6 +2734,10 @@ def cudnnSetTensorNdDescriptorEx(tensorDesc, format, dataType, nbDims, dimA):
     """cudnnStatus_t cudnnSetTensorNdDescriptorEx(cudnnTensorDescriptor_t tensorDesc, cudnnTensorFormat_t format, cudnnDataType_t dataType, int nbDims, const int[] dimA)
 
     Checked parameters:
+        tensorDesc: handle cudnnTensorDescriptor_t, refused when None
+        format: enum cudnnTensorFormat_t: a member, or an int from -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        nbDims: integer (int): -2147483648 to 2147483647
         dimA: host input, count nbDims, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
@@ -2684,6 +2767,8 @@ def cudnnGetTensorNdDescriptor(tensorDesc, nbDimsRequested, dataType, nbDims, di
     """cudnnStatus_t cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t tensorDesc, int nbDimsRequested, cudnnDataType_t * dataType, int * nbDims, int[] dimA, int[] strideA)
 
     Checked parameters:
+        tensorDesc: handle cudnnTensorDescriptor_t, refused when None
+        nbDimsRequested: integer (int): -2147483648 to 2147483647
         dataType: host output, fixed 1 elements
         nbDims: host output, fixed 1 elements
         dimA: host output, count nbDimsRequested
@@ -2718,6 +2803,7 @@ def cudnnGetTensorSizeInBytes(tensorDesc, size):
     """cudnnStatus_t cudnnGetTensorSizeInBytes(const cudnnTensorDescriptor_t tensorDesc, size_t * size)
 
     Checked parameters:
+        tensorDesc: handle cudnnTensorDescriptor_t, refused when None
         size: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -2743,6 +2829,9 @@ _cudnnDestroyTensorDescriptor = _lazy('cudnnDestroyTensorDescriptor', (cudnnTens
 def cudnnDestroyTensorDescriptor(tensorDesc):
     """cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t tensorDesc)
 
+    Checked parameters:
+        tensorDesc: handle cudnnTensorDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroytensordescriptor"""
@@ -2757,6 +2846,9 @@ def cudnnInitTransformDest(transformDesc, srcDesc, destDesc, destSizeInBytes):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        transformDesc: handle cudnnTensorTransformDescriptor_t, refused when None
+        srcDesc: handle cudnnTensorDescriptor_t, refused when None
+        destDesc: handle cudnnTensorDescriptor_t, refused when None
         destSizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -2809,9 +2901,13 @@ def cudnnSetTensorTransformDescriptor(transformDesc, nbDims, destFormat, padBefo
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        transformDesc: handle cudnnTensorTransformDescriptor_t, refused when None
+        nbDims: integer (uint32_t): 0 to 4294967295
+        destFormat: enum cudnnTensorFormat_t: a member, or an int from -2147483648 to 2147483647
         padBeforeA: host input, count nbDims, at most CUDNN_DIM_MAX, may be None
         padAfterA: host input, count nbDims, at most CUDNN_DIM_MAX, may be None
         foldA: host input, count nbDims - 2, may be None
+        direction: enum cudnnFoldingDirection_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -2844,6 +2940,8 @@ def cudnnGetTensorTransformDescriptor(transformDesc, nbDimsRequested, destFormat
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        transformDesc: handle cudnnTensorTransformDescriptor_t, refused when None
+        nbDimsRequested: integer (uint32_t): 0 to 4294967295
         destFormat: host output, fixed 1 elements
         padBeforeA: host output, count nbDimsRequested
         padAfterA: host output, count nbDimsRequested
@@ -2881,6 +2979,9 @@ def cudnnDestroyTensorTransformDescriptor(transformDesc):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        transformDesc: handle cudnnTensorTransformDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroytensortransformdescriptor"""
@@ -2895,9 +2996,12 @@ def cudnnTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -2927,9 +3031,13 @@ def cudnnTransformTensorEx(handle, transDesc, alpha, srcDesc, srcData, beta, des
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        transDesc: handle cudnnTensorTransformDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        srcDesc: handle cudnnTensorDescriptor_t, refused when None
         srcData: device memory
         beta: host input, fixed 4 bytes
+        destDesc: handle cudnnTensorDescriptor_t, refused when None
         destData: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -2959,9 +3067,12 @@ def cudnnAddTensor(handle, alpha, aDesc, A, beta, cDesc, C):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        aDesc: handle cudnnTensorDescriptor_t, refused when None
         A: device memory
         beta: host input, fixed 4 bytes
+        cDesc: handle cudnnTensorDescriptor_t, refused when None
         C: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -3014,6 +3125,12 @@ def cudnnSetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        opTensorDesc: handle cudnnOpTensorDescriptor_t, refused when None
+        opTensorOp: enum cudnnOpTensorOp_t: a member, or an int from -2147483648 to 2147483647
+        opTensorCompType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        opTensorNanOpt: enum cudnnNanPropagation_t: a member, or an int from -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetoptensordescriptor"""
@@ -3041,6 +3158,7 @@ def cudnnGetOpTensorDescriptor(opTensorDesc, opTensorOp, opTensorCompType, opTen
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        opTensorDesc: handle cudnnOpTensorDescriptor_t, refused when None
         opTensorOp: host output, fixed 1 elements
         opTensorCompType: host output, fixed 1 elements
         opTensorNanOpt: host output, fixed 1 elements
@@ -3072,6 +3190,9 @@ def cudnnDestroyOpTensorDescriptor(opTensorDesc):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        opTensorDesc: handle cudnnOpTensorDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyoptensordescriptor"""
@@ -3086,11 +3207,16 @@ def cudnnOpTensor(handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        opTensorDesc: handle cudnnOpTensorDescriptor_t, refused when None
         alpha1: host input, fixed 4 bytes
+        aDesc: handle cudnnTensorDescriptor_t, refused when None
         A: device memory
         alpha2: host input, fixed 4 bytes
+        bDesc: handle cudnnTensorDescriptor_t, refused when None
         B: device memory
         beta: host input, fixed 4 bytes
+        cDesc: handle cudnnTensorDescriptor_t, refused when None
         C: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -3144,6 +3270,14 @@ def cudnnSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        reduceTensorDesc: handle cudnnReduceTensorDescriptor_t, refused when None
+        reduceTensorOp: enum cudnnReduceTensorOp_t: a member, or an int from -2147483648 to 2147483647
+        reduceTensorCompType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        reduceTensorNanOpt: enum cudnnNanPropagation_t: a member, or an int from -2147483648 to 2147483647
+        reduceTensorIndices: enum cudnnReduceTensorIndices_t: a member, or an int from -2147483648 to 2147483647
+        reduceTensorIndicesType: enum cudnnIndicesType_t: a member, or an int from -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetreducetensordescriptor"""
@@ -3171,6 +3305,7 @@ def cudnnGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTenso
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        reduceTensorDesc: handle cudnnReduceTensorDescriptor_t, refused when None
         reduceTensorOp: host output, fixed 1 elements
         reduceTensorCompType: host output, fixed 1 elements
         reduceTensorNanOpt: host output, fixed 1 elements
@@ -3206,6 +3341,9 @@ def cudnnDestroyReduceTensorDescriptor(reduceTensorDesc):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        reduceTensorDesc: handle cudnnReduceTensorDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyreducetensordescriptor"""
@@ -3220,6 +3358,10 @@ def cudnnGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeInB
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        reduceTensorDesc: handle cudnnReduceTensorDescriptor_t, refused when None
+        aDesc: handle cudnnTensorDescriptor_t, refused when None
+        cDesc: handle cudnnTensorDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -3248,6 +3390,10 @@ def cudnnGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, sizeI
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        reduceTensorDesc: handle cudnnReduceTensorDescriptor_t, refused when None
+        aDesc: handle cudnnTensorDescriptor_t, refused when None
+        cDesc: handle cudnnTensorDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -3277,13 +3423,17 @@ def cudnnReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wor
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        reduceTensorDesc: handle cudnnReduceTensorDescriptor_t, refused when None
         indices: device memory
         indicesSizeInBytes: byte count (size_t, non-negative)
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
         alpha: host input, fixed 4 bytes
+        aDesc: handle cudnnTensorDescriptor_t, refused when None
         A: device memory
         beta: host input, fixed 4 bytes
+        cDesc: handle cudnnTensorDescriptor_t, refused when None
         C: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -3313,6 +3463,8 @@ def cudnnSetTensor(handle, yDesc, y, valuePtr):
     """cudnnStatus_t cudnnSetTensor(cudnnHandle_t handle, const cudnnTensorDescriptor_t yDesc, void * y, const void * valuePtr)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
         valuePtr: host input, fixed 1 bytes
 
@@ -3342,6 +3494,8 @@ def cudnnScaleTensor(handle, yDesc, y, alpha):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
         alpha: host input, fixed 4 bytes
 
@@ -3394,6 +3548,15 @@ def cudnnSetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        filterDesc: handle cudnnFilterDescriptor_t, refused when None
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        format: enum cudnnTensorFormat_t: a member, or an int from -2147483648 to 2147483647
+        k: integer (int): -2147483648 to 2147483647
+        c: integer (int): -2147483648 to 2147483647
+        h: integer (int): -2147483648 to 2147483647
+        w: integer (int): -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetfilter4ddescriptor"""
@@ -3421,6 +3584,7 @@ def cudnnGetFilter4dDescriptor(filterDesc, dataType, format, k, c, h, w):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        filterDesc: handle cudnnFilterDescriptor_t, refused when None
         dataType: host output, fixed 1 elements
         format: host output, fixed 1 elements
         k: host output, fixed 1 elements
@@ -3460,6 +3624,10 @@ def cudnnSetFilterNdDescriptor(filterDesc, dataType, format, nbDims, filterDimA)
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        filterDesc: handle cudnnFilterDescriptor_t, refused when None
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        format: enum cudnnTensorFormat_t: a member, or an int from -2147483648 to 2147483647
+        nbDims: integer (int): -2147483648 to 2147483647
         filterDimA: host input, count nbDims, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
@@ -3491,6 +3659,8 @@ def cudnnGetFilterNdDescriptor(filterDesc, nbDimsRequested, dataType, format, nb
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        filterDesc: handle cudnnFilterDescriptor_t, refused when None
+        nbDimsRequested: integer (int): -2147483648 to 2147483647
         dataType: host output, fixed 1 elements
         format: host output, fixed 1 elements
         nbDims: host output, fixed 1 elements
@@ -3527,6 +3697,7 @@ def cudnnGetFilterSizeInBytes(filterDesc, size):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        filterDesc: handle cudnnFilterDescriptor_t, refused when None
         size: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -3555,9 +3726,13 @@ def cudnnTransformFilter(handle, transDesc, alpha, srcDesc, srcData, beta, destD
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        transDesc: handle cudnnTensorTransformDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        srcDesc: handle cudnnFilterDescriptor_t, refused when None
         srcData: device memory
         beta: host input, fixed 4 bytes
+        destDesc: handle cudnnFilterDescriptor_t, refused when None
         destData: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -3586,6 +3761,9 @@ def cudnnDestroyFilterDescriptor(filterDesc):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        filterDesc: handle cudnnFilterDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyfilterdescriptor"""
@@ -3599,9 +3777,14 @@ def cudnnSoftmaxForward(handle, algo, mode, alpha, xDesc, x, beta, yDesc, y):
     """cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * beta, const cudnnTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        algo: enum cudnnSoftmaxAlgorithm_t: a member, or an int from -2147483648 to 2147483647
+        mode: enum cudnnSoftmaxMode_t: a member, or an int from -2147483648 to 2147483647
         alpha: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -3656,6 +3839,17 @@ def cudnnSetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        poolingDesc: handle cudnnPoolingDescriptor_t, refused when None
+        mode: enum cudnnPoolingMode_t: a member, or an int from -2147483648 to 2147483647
+        maxpoolingNanOpt: enum cudnnNanPropagation_t: a member, or an int from -2147483648 to 2147483647
+        windowHeight: integer (int): -2147483648 to 2147483647
+        windowWidth: integer (int): -2147483648 to 2147483647
+        verticalPadding: integer (int): -2147483648 to 2147483647
+        horizontalPadding: integer (int): -2147483648 to 2147483647
+        verticalStride: integer (int): -2147483648 to 2147483647
+        horizontalStride: integer (int): -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetpooling2ddescriptor"""
@@ -3683,6 +3877,7 @@ def cudnnGetPooling2dDescriptor(poolingDesc, mode, maxpoolingNanOpt, windowHeigh
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        poolingDesc: handle cudnnPoolingDescriptor_t, refused when None
         mode: host output, fixed 1 elements
         maxpoolingNanOpt: host output, fixed 1 elements
         windowHeight: host output, fixed 1 elements
@@ -3726,6 +3921,10 @@ def cudnnSetPoolingNdDescriptor(poolingDesc, mode, maxpoolingNanOpt, nbDims, win
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        poolingDesc: handle cudnnPoolingDescriptor_t, refused when None
+        mode: enum cudnnPoolingMode_t: a member, or an int from -2147483648 to 2147483647
+        maxpoolingNanOpt: enum cudnnNanPropagation_t: a member, or an int from -2147483648 to 2147483647
+        nbDims: integer (int): -2147483648 to 2147483647
         windowDimA: host input, count nbDims, at most CUDNN_DIM_MAX
         paddingA: host input, count nbDims, at most CUDNN_DIM_MAX
         strideA: host input, count nbDims, at most CUDNN_DIM_MAX
@@ -3761,6 +3960,8 @@ def cudnnGetPoolingNdDescriptor(poolingDesc, nbDimsRequested, mode, maxpoolingNa
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        poolingDesc: handle cudnnPoolingDescriptor_t, refused when None
+        nbDimsRequested: integer (int): -2147483648 to 2147483647
         mode: host output, fixed 1 elements
         maxpoolingNanOpt: host output, fixed 1 elements
         nbDims: host output, fixed 1 elements
@@ -3802,6 +4003,9 @@ def cudnnGetPoolingNdForwardOutputDim(poolingDesc, inputTensorDesc, nbDims, outp
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        poolingDesc: handle cudnnPoolingDescriptor_t, refused when None
+        inputTensorDesc: handle cudnnTensorDescriptor_t, refused when None
+        nbDims: integer (int): -2147483648 to 2147483647
         outputTensorDimA: host output, count nbDims, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
@@ -3832,6 +4036,8 @@ def cudnnGetPooling2dForwardOutputDim(poolingDesc, inputTensorDesc, n, c, h, w):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        poolingDesc: handle cudnnPoolingDescriptor_t, refused when None
+        inputTensorDesc: handle cudnnTensorDescriptor_t, refused when None
         n: host output, fixed 1 elements
         c: host output, fixed 1 elements
         h: host output, fixed 1 elements
@@ -3865,6 +4071,9 @@ def cudnnDestroyPoolingDescriptor(poolingDesc):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        poolingDesc: handle cudnnPoolingDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroypoolingdescriptor"""
@@ -3879,9 +4088,13 @@ def cudnnPoolingForward(handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        poolingDesc: handle cudnnPoolingDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -3934,6 +4147,11 @@ def cudnnSetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        activationDesc: handle cudnnActivationDescriptor_t, refused when None
+        mode: enum cudnnActivationMode_t: a member, or an int from -2147483648 to 2147483647
+        reluNanOpt: enum cudnnNanPropagation_t: a member, or an int from -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetactivationdescriptor"""
@@ -3961,6 +4179,7 @@ def cudnnGetActivationDescriptor(activationDesc, mode, reluNanOpt, coef):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        activationDesc: handle cudnnActivationDescriptor_t, refused when None
         mode: host output, fixed 1 elements
         reluNanOpt: host output, fixed 1 elements
         coef: host output, fixed 1 elements
@@ -3992,6 +4211,9 @@ def cudnnSetActivationDescriptorSwishBeta(activationDesc, swish_beta):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        activationDesc: handle cudnnActivationDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetactivationdescriptorswishbeta"""
@@ -4017,6 +4239,7 @@ def cudnnGetActivationDescriptorSwishBeta(activationDesc, swish_beta):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        activationDesc: handle cudnnActivationDescriptor_t, refused when None
         swish_beta: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -4044,6 +4267,9 @@ def cudnnDestroyActivationDescriptor(activationDesc):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        activationDesc: handle cudnnActivationDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyactivationdescriptor"""
@@ -4058,9 +4284,13 @@ def cudnnActivationForward(handle, activationDesc, alpha, xDesc, x, beta, yDesc,
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        activationDesc: handle cudnnActivationDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -4109,6 +4339,10 @@ _values_cudnnSetLRNDescriptor = (b'I', (None,), _pack_I)
 def cudnnSetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
     """cudnnStatus_t cudnnSetLRNDescriptor(cudnnLRNDescriptor_t normDesc, unsigned int lrnN, double lrnAlpha, double lrnBeta, double lrnK)
 
+    Checked parameters:
+        normDesc: handle cudnnLRNDescriptor_t, refused when None
+        lrnN: integer (unsigned int): 0 to 4294967295
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnsetlrndescriptor"""
@@ -4134,6 +4368,7 @@ def cudnnGetLRNDescriptor(normDesc, lrnN, lrnAlpha, lrnBeta, lrnK):
     """cudnnStatus_t cudnnGetLRNDescriptor(cudnnLRNDescriptor_t normDesc, unsigned int * lrnN, double * lrnAlpha, double * lrnBeta, double * lrnK)
 
     Checked parameters:
+        normDesc: handle cudnnLRNDescriptor_t, refused when None
         lrnN: host output, fixed 1 elements, may be None
         lrnAlpha: host output, fixed 1 elements, may be None
         lrnBeta: host output, fixed 1 elements, may be None
@@ -4165,6 +4400,9 @@ _cudnnDestroyLRNDescriptor = _lazy('cudnnDestroyLRNDescriptor', (cudnnLRNDescrip
 def cudnnDestroyLRNDescriptor(lrnDesc):
     """cudnnStatus_t cudnnDestroyLRNDescriptor(cudnnLRNDescriptor_t lrnDesc)
 
+    Checked parameters:
+        lrnDesc: handle cudnnLRNDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroylrndescriptor"""
@@ -4178,9 +4416,14 @@ def cudnnLRNCrossChannelForward(handle, normDesc, lrnMode, alpha, xDesc, x, beta
     """cudnnStatus_t cudnnLRNCrossChannelForward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnLRNMode_t lrnMode, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * beta, const cudnnTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        normDesc: handle cudnnLRNDescriptor_t, refused when None
+        lrnMode: enum cudnnLRNMode_t: a member, or an int from -2147483648 to 2147483647
         alpha: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -4211,12 +4454,17 @@ def cudnnDivisiveNormalizationForward(handle, normDesc, mode, alpha, xDesc, x, m
     """cudnnStatus_t cudnnDivisiveNormalizationForward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnDivNormMode_t mode, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * means, void * temp, void * temp2, const void * beta, const cudnnTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        normDesc: handle cudnnLRNDescriptor_t, refused when None
+        mode: enum cudnnDivNormMode_t: a member, or an int from -2147483648 to 2147483647
         alpha: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
         means: device memory
         temp: device memory
         temp2: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -4248,6 +4496,11 @@ def cudnnDeriveBNTensorDescriptor(derivedBnDesc, xDesc, mode):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        derivedBnDesc: handle cudnnTensorDescriptor_t, refused when None
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
+        mode: enum cudnnBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnderivebntensordescriptor"""
@@ -4276,10 +4529,15 @@ def cudnnBatchNormalizationForwardInference(handle, mode, alpha, beta, xDesc, x,
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
         alpha: host input, fixed 4 bytes
         beta: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
+        bnScaleBiasMeanVarDesc: handle cudnnTensorDescriptor_t, refused when None
         bnScale: device memory
         bnBias: device memory
         estimatedMean: device memory
@@ -4314,6 +4572,13 @@ def cudnnDeriveNormTensorDescriptor(derivedNormScaleBiasDesc, derivedNormMeanVar
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        derivedNormScaleBiasDesc: handle cudnnTensorDescriptor_t, refused when None
+        derivedNormMeanVarDesc: handle cudnnTensorDescriptor_t, refused when None
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
+        mode: enum cudnnNormMode_t: a member, or an int from -2147483648 to 2147483647
+        groupCnt: integer (int): -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnnderivenormtensordescriptor"""
@@ -4342,15 +4607,26 @@ def cudnnNormalizationForwardInference(handle, mode, normOps, algo, alpha, beta,
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnNormMode_t: a member, or an int from -2147483648 to 2147483647
+        normOps: enum cudnnNormOps_t: a member, or an int from -2147483648 to 2147483647
+        algo: enum cudnnNormAlgo_t: a member, or an int from -2147483648 to 2147483647
         alpha: host input, fixed 4 bytes
         beta: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
+        normScaleBiasDesc: handle cudnnTensorDescriptor_t, refused when None
         normScale: device memory
         normBias: device memory
+        normMeanVarDesc: handle cudnnTensorDescriptor_t, refused when None
         estimatedMean: device memory
         estimatedVariance: device memory
+        zDesc: handle cudnnTensorDescriptor_t, may be None
         z: device memory
+        activationDesc: handle cudnnActivationDescriptor_t, may be None
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
+        groupCnt: integer (int): -2147483648 to 2147483647
 
     Handles that may be None (NULL), as the vendor documents: zDesc, activationDesc.
 
@@ -4403,6 +4679,10 @@ def cudnnSetSpatialTransformerNdDescriptor(stDesc, samplerType, dataType, nbDims
     """cudnnStatus_t cudnnSetSpatialTransformerNdDescriptor(cudnnSpatialTransformerDescriptor_t stDesc, cudnnSamplerType_t samplerType, cudnnDataType_t dataType, const int nbDims, const int[] dimA)
 
     Checked parameters:
+        stDesc: handle cudnnSpatialTransformerDescriptor_t, refused when None
+        samplerType: enum cudnnSamplerType_t: a member, or an int from -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        nbDims: integer (int): -2147483648 to 2147483647
         dimA: host input, count nbDims, at most CUDNN_DIM_MAX
 
     Raises CudnnError when the returned status is not success.
@@ -4430,6 +4710,9 @@ _cudnnDestroySpatialTransformerDescriptor = _lazy('cudnnDestroySpatialTransforme
 def cudnnDestroySpatialTransformerDescriptor(stDesc):
     """cudnnStatus_t cudnnDestroySpatialTransformerDescriptor(cudnnSpatialTransformerDescriptor_t stDesc)
 
+    Checked parameters:
+        stDesc: handle cudnnSpatialTransformerDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroyspatialtransformerdescriptor"""
@@ -4442,6 +4725,8 @@ def cudnnSpatialTfGridGeneratorForward(handle, stDesc, theta, grid):
     """cudnnStatus_t cudnnSpatialTfGridGeneratorForward(cudnnHandle_t handle, const cudnnSpatialTransformerDescriptor_t stDesc, const void * theta, void * grid)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        stDesc: handle cudnnSpatialTransformerDescriptor_t, refused when None
         theta: device memory
         grid: device memory
 
@@ -4468,10 +4753,14 @@ def cudnnSpatialTfSamplerForward(handle, stDesc, alpha, xDesc, x, grid, beta, yD
     """cudnnStatus_t cudnnSpatialTfSamplerForward(cudnnHandle_t handle, cudnnSpatialTransformerDescriptor_t stDesc, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * grid, const void * beta, cudnnTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        stDesc: handle cudnnSpatialTransformerDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
         grid: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -4519,6 +4808,9 @@ _cudnnDestroyDropoutDescriptor = _lazy('cudnnDestroyDropoutDescriptor', (cudnnDr
 def cudnnDestroyDropoutDescriptor(dropoutDesc):
     """cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc)
 
+    Checked parameters:
+        dropoutDesc: handle cudnnDropoutDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-ops-library.html#cudnndestroydropoutdescriptor"""
@@ -4531,6 +4823,7 @@ def cudnnDropoutGetStatesSize(handle, sizeInBytes):
     """cudnnStatus_t cudnnDropoutGetStatesSize(cudnnHandle_t handle, size_t * sizeInBytes)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -4551,6 +4844,7 @@ def cudnnDropoutGetReserveSpaceSize(xdesc, sizeInBytes):
     """cudnnStatus_t cudnnDropoutGetReserveSpaceSize(cudnnTensorDescriptor_t xdesc, size_t * sizeInBytes)
 
     Checked parameters:
+        xdesc: handle cudnnTensorDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -4578,8 +4872,11 @@ def cudnnSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeInB
     """cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float dropout, void * states, size_t stateSizeInBytes, unsigned long long seed)
 
     Checked parameters:
+        dropoutDesc: handle cudnnDropoutDescriptor_t, refused when None
+        handle: handle cudnnHandle_t, may be None
         states: device memory
         stateSizeInBytes: byte count (size_t, non-negative)
+        seed: integer (unsigned long long): 0 to 18446744073709551615
 
     Raises CudnnError when the returned status is not success.
 
@@ -4607,8 +4904,11 @@ def cudnnRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSiz
     """cudnnStatus_t cudnnRestoreDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float dropout, void * states, size_t stateSizeInBytes, unsigned long long seed)
 
     Checked parameters:
+        dropoutDesc: handle cudnnDropoutDescriptor_t, refused when None
+        handle: handle cudnnHandle_t, may be None
         states: device memory
         stateSizeInBytes: byte count (size_t, non-negative)
+        seed: integer (unsigned long long): 0 to 18446744073709551615
 
     Raises CudnnError when the returned status is not success.
 
@@ -4635,6 +4935,8 @@ def cudnnGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed):
     """cudnnStatus_t cudnnGetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float * dropout, void ** states, unsigned long long * seed)
 
     Checked parameters:
+        dropoutDesc: handle cudnnDropoutDescriptor_t, refused when None
+        handle: handle cudnnHandle_t, may be None
         dropout: host output, fixed 1 elements
         states: host output, fixed 1 elements
         seed: host output, fixed 1 elements
@@ -4666,7 +4968,11 @@ def cudnnDropoutForward(handle, dropoutDesc, xdesc, x, ydesc, y, reserveSpace, r
     """cudnnStatus_t cudnnDropoutForward(cudnnHandle_t handle, const cudnnDropoutDescriptor_t dropoutDesc, const cudnnTensorDescriptor_t xdesc, const void * x, const cudnnTensorDescriptor_t ydesc, void * y, void * reserveSpace, size_t reserveSpaceSizeInBytes)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        dropoutDesc: handle cudnnDropoutDescriptor_t, refused when None
+        xdesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
+        ydesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
         reserveSpace: device memory
         reserveSpaceSizeInBytes: byte count (size_t, non-negative)
@@ -4710,10 +5016,16 @@ def cudnnSoftmaxBackward(handle, algo, mode, alpha, yDesc, y, dyDesc, dy, beta, 
     """cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode, const void * alpha, const cudnnTensorDescriptor_t yDesc, const void * y, const cudnnTensorDescriptor_t dyDesc, const void * dy, const void * beta, const cudnnTensorDescriptor_t dxDesc, void * dx)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        algo: enum cudnnSoftmaxAlgorithm_t: a member, or an int from -2147483648 to 2147483647
+        mode: enum cudnnSoftmaxMode_t: a member, or an int from -2147483648 to 2147483647
         alpha: host input, fixed 4 bytes
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
         dy: device memory
         beta: host input, fixed 4 bytes
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
         dx: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -4745,11 +5057,17 @@ def cudnnPoolingBackward(handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        poolingDesc: handle cudnnPoolingDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
         dy: device memory
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
         dx: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -4779,11 +5097,17 @@ def cudnnActivationBackward(handle, activationDesc, alpha, yDesc, y, dyDesc, dy,
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        activationDesc: handle cudnnActivationDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
         dy: device memory
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
         dx: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -4812,11 +5136,18 @@ def cudnnLRNCrossChannelBackward(handle, normDesc, lrnMode, alpha, yDesc, y, dyD
     """cudnnStatus_t cudnnLRNCrossChannelBackward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnLRNMode_t lrnMode, const void * alpha, const cudnnTensorDescriptor_t yDesc, const void * y, const cudnnTensorDescriptor_t dyDesc, const void * dy, const cudnnTensorDescriptor_t xDesc, const void * x, const void * beta, const cudnnTensorDescriptor_t dxDesc, void * dx)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        normDesc: handle cudnnLRNDescriptor_t, refused when None
+        lrnMode: enum cudnnLRNMode_t: a member, or an int from -2147483648 to 2147483647
         alpha: host input, fixed 4 bytes
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
         dy: device memory
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
         dx: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -4847,13 +5178,18 @@ def cudnnDivisiveNormalizationBackward(handle, normDesc, mode, alpha, xDesc, x, 
     """cudnnStatus_t cudnnDivisiveNormalizationBackward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnDivNormMode_t mode, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * means, const void * dy, void * temp, void * temp2, const void * beta, const cudnnTensorDescriptor_t dXdMeansDesc, void * dx, void * dMeans)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        normDesc: handle cudnnLRNDescriptor_t, refused when None
+        mode: enum cudnnDivNormMode_t: a member, or an int from -2147483648 to 2147483647
         alpha: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
         means: device memory
         dy: device memory
         temp: device memory
         temp2: device memory
         beta: host input, fixed 4 bytes
+        dXdMeansDesc: handle cudnnTensorDescriptor_t, refused when None
         dx: device memory
         dMeans: device memory
 
@@ -4887,6 +5223,14 @@ def cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, mode, bnOps
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
+        bnOps: enum cudnnBatchNormOps_t: a member, or an int from -2147483648 to 2147483647
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
+        zDesc: handle cudnnTensorDescriptor_t, may be None
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
+        bnScaleBiasMeanVarDesc: handle cudnnTensorDescriptor_t, refused when None
+        activationDesc: handle cudnnActivationDescriptor_t, may be None
         sizeInBytes: host output, fixed 1 elements
 
     Handles that may be None (NULL), as the vendor documents: zDesc, activationDesc.
@@ -4920,6 +5264,16 @@ def cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, bnOps, xDesc
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
+        bnOps: enum cudnnBatchNormOps_t: a member, or an int from -2147483648 to 2147483647
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
+        yDesc: handle cudnnTensorDescriptor_t, may be None
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
+        dzDesc: handle cudnnTensorDescriptor_t, may be None
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
+        dBnScaleBiasDesc: handle cudnnTensorDescriptor_t, refused when None
+        activationDesc: handle cudnnActivationDescriptor_t, may be None
         sizeInBytes: host output, fixed 1 elements
 
     Handles that may be None (NULL), as the vendor documents: yDesc, dzDesc, activationDesc.
@@ -4953,6 +5307,11 @@ def cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, bnOps, ac
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
+        bnOps: enum cudnnBatchNormOps_t: a member, or an int from -2147483648 to 2147483647
+        activationDesc: handle cudnnActivationDescriptor_t, may be None
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
 
     Handles that may be None (NULL), as the vendor documents: activationDesc.
@@ -4986,10 +5345,15 @@ def cudnnBatchNormalizationForwardTraining(handle, mode, alpha, beta, xDesc, x, 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
         alpha: host input, fixed 4 bytes
         beta: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
+        bnScaleBiasMeanVarDesc: handle cudnnTensorDescriptor_t, refused when None
         bnScale: device memory
         bnBias: device memory
         resultRunningMean: device memory
@@ -5027,17 +5391,25 @@ def cudnnBatchNormalizationForwardTrainingEx(handle, mode, bnOps, alpha, beta, x
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
+        bnOps: enum cudnnBatchNormOps_t: a member, or an int from -2147483648 to 2147483647
         alpha: host input, fixed 4 bytes
         beta: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         xData: device memory
+        zDesc: handle cudnnTensorDescriptor_t, may be None
         zData: device memory
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         yData: device memory
+        bnScaleBiasMeanVarDesc: handle cudnnTensorDescriptor_t, refused when None
         bnScale: device memory
         bnBias: device memory
         resultRunningMean: device memory
         resultRunningVariance: device memory
         resultSaveMean: device memory
         resultSaveInvVariance: device memory
+        activationDesc: handle cudnnActivationDescriptor_t, may be None
         workspace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
         reserveSpace: device memory
@@ -5075,13 +5447,19 @@ def cudnnBatchNormalizationBackward(handle, mode, alphaDataDiff, betaDataDiff, a
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
         alphaDataDiff: host input, fixed 4 bytes
         betaDataDiff: host input, fixed 4 bytes
         alphaParamDiff: host input, fixed 4 bytes
         betaParamDiff: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
         dy: device memory
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
         dx: device memory
+        dBnScaleBiasDesc: handle cudnnTensorDescriptor_t, refused when None
         bnScale: device memory
         dBnScaleResult: device memory
         dBnBiasResult: device memory
@@ -5120,21 +5498,31 @@ def cudnnBatchNormalizationBackwardEx(handle, mode, bnOps, alphaDataDiff, betaDa
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
+        bnOps: enum cudnnBatchNormOps_t: a member, or an int from -2147483648 to 2147483647
         alphaDataDiff: host input, fixed 4 bytes
         betaDataDiff: host input, fixed 4 bytes
         alphaParamDiff: host input, fixed 4 bytes
         betaParamDiff: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         xData: device memory
+        yDesc: handle cudnnTensorDescriptor_t, may be None
         yData: device memory
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
         dyData: device memory
+        dzDesc: handle cudnnTensorDescriptor_t, may be None
         dzData: device memory
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
         dxData: device memory
+        dBnScaleBiasDesc: handle cudnnTensorDescriptor_t, refused when None
         bnScaleData: device memory
         bnBiasData: device memory
         dBnScaleData: device memory
         dBnBiasData: device memory
         savedMean: device memory
         savedInvVariance: device memory
+        activationDesc: handle cudnnActivationDescriptor_t, may be None
         workSpace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
         reserveSpace: device memory
@@ -5174,7 +5562,18 @@ def cudnnGetNormalizationForwardTrainingWorkspaceSize(handle, mode, normOps, alg
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnNormMode_t: a member, or an int from -2147483648 to 2147483647
+        normOps: enum cudnnNormOps_t: a member, or an int from -2147483648 to 2147483647
+        algo: enum cudnnNormAlgo_t: a member, or an int from -2147483648 to 2147483647
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
+        zDesc: handle cudnnTensorDescriptor_t, may be None
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
+        normScaleBiasDesc: handle cudnnTensorDescriptor_t, refused when None
+        activationDesc: handle cudnnActivationDescriptor_t, may be None
+        normMeanVarDesc: handle cudnnTensorDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
+        groupCnt: integer (int): -2147483648 to 2147483647
 
     Handles that may be None (NULL), as the vendor documents: zDesc, activationDesc.
 
@@ -5207,7 +5606,20 @@ def cudnnGetNormalizationBackwardWorkspaceSize(handle, mode, normOps, algo, xDes
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnNormMode_t: a member, or an int from -2147483648 to 2147483647
+        normOps: enum cudnnNormOps_t: a member, or an int from -2147483648 to 2147483647
+        algo: enum cudnnNormAlgo_t: a member, or an int from -2147483648 to 2147483647
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
+        yDesc: handle cudnnTensorDescriptor_t, may be None
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
+        dzDesc: handle cudnnTensorDescriptor_t, may be None
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
+        dNormScaleBiasDesc: handle cudnnTensorDescriptor_t, refused when None
+        activationDesc: handle cudnnActivationDescriptor_t, may be None
+        normMeanVarDesc: handle cudnnTensorDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
+        groupCnt: integer (int): -2147483648 to 2147483647
 
     Handles that may be None (NULL), as the vendor documents: yDesc, dzDesc, activationDesc.
 
@@ -5240,7 +5652,14 @@ def cudnnGetNormalizationTrainingReserveSpaceSize(handle, mode, normOps, algo, a
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnNormMode_t: a member, or an int from -2147483648 to 2147483647
+        normOps: enum cudnnNormOps_t: a member, or an int from -2147483648 to 2147483647
+        algo: enum cudnnNormAlgo_t: a member, or an int from -2147483648 to 2147483647
+        activationDesc: handle cudnnActivationDescriptor_t, may be None
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
+        groupCnt: integer (int): -2147483648 to 2147483647
 
     Handles that may be None (NULL), as the vendor documents: activationDesc.
 
@@ -5273,21 +5692,32 @@ def cudnnNormalizationForwardTraining(handle, mode, normOps, algo, alpha, beta, 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnNormMode_t: a member, or an int from -2147483648 to 2147483647
+        normOps: enum cudnnNormOps_t: a member, or an int from -2147483648 to 2147483647
+        algo: enum cudnnNormAlgo_t: a member, or an int from -2147483648 to 2147483647
         alpha: host input, fixed 4 bytes
         beta: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         xData: device memory
+        normScaleBiasDesc: handle cudnnTensorDescriptor_t, refused when None
         normScale: device memory
         normBias: device memory
+        normMeanVarDesc: handle cudnnTensorDescriptor_t, refused when None
         resultRunningMean: device memory
         resultRunningVariance: device memory
         resultSaveMean: device memory
         resultSaveInvVariance: device memory
+        activationDesc: handle cudnnActivationDescriptor_t, may be None
+        zDesc: handle cudnnTensorDescriptor_t, may be None
         zData: device memory
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         yData: device memory
         workspace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
         reserveSpace: device memory
         reserveSpaceSizeInBytes: byte count (size_t, non-negative)
+        groupCnt: integer (int): -2147483648 to 2147483647
 
     Handles that may be None (NULL), as the vendor documents: activationDesc, zDesc.
 
@@ -5321,25 +5751,38 @@ def cudnnNormalizationBackward(handle, mode, normOps, algo, alphaDataDiff, betaD
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        mode: enum cudnnNormMode_t: a member, or an int from -2147483648 to 2147483647
+        normOps: enum cudnnNormOps_t: a member, or an int from -2147483648 to 2147483647
+        algo: enum cudnnNormAlgo_t: a member, or an int from -2147483648 to 2147483647
         alphaDataDiff: host input, fixed 4 bytes
         betaDataDiff: host input, fixed 4 bytes
         alphaParamDiff: host input, fixed 4 bytes
         betaParamDiff: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         xData: device memory
+        yDesc: handle cudnnTensorDescriptor_t, may be None
         yData: device memory
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
         dyData: device memory
+        dzDesc: handle cudnnTensorDescriptor_t, may be None
         dzData: device memory
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
         dxData: device memory
+        dNormScaleBiasDesc: handle cudnnTensorDescriptor_t, refused when None
         normScaleData: device memory
         normBiasData: device memory
         dNormScaleData: device memory
         dNormBiasData: device memory
+        normMeanVarDesc: handle cudnnTensorDescriptor_t, refused when None
         savedMean: device memory
         savedInvVariance: device memory
+        activationDesc: handle cudnnActivationDescriptor_t, may be None
         workSpace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
         reserveSpace: device memory
         reserveSpaceSizeInBytes: byte count (size_t, non-negative)
+        groupCnt: integer (int): -2147483648 to 2147483647
 
     Handles that may be None (NULL), as the vendor documents: yDesc, dzDesc, activationDesc.
 
@@ -5372,6 +5815,8 @@ def cudnnSpatialTfGridGeneratorBackward(handle, stDesc, dgrid, dtheta):
     """cudnnStatus_t cudnnSpatialTfGridGeneratorBackward(cudnnHandle_t handle, const cudnnSpatialTransformerDescriptor_t stDesc, const void * dgrid, void * dtheta)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        stDesc: handle cudnnSpatialTransformerDescriptor_t, refused when None
         dgrid: device memory
         dtheta: device memory
 
@@ -5398,11 +5843,16 @@ def cudnnSpatialTfSamplerBackward(handle, stDesc, alpha, xDesc, x, beta, dxDesc,
     """cudnnStatus_t cudnnSpatialTfSamplerBackward(cudnnHandle_t handle, cudnnSpatialTransformerDescriptor_t stDesc, const void * alpha, const cudnnTensorDescriptor_t xDesc, const void * x, const void * beta, const cudnnTensorDescriptor_t dxDesc, void * dx, const void * alphaDgrid, const cudnnTensorDescriptor_t dyDesc, const void * dy, const void * grid, const void * betaDgrid, void * dgrid)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        stDesc: handle cudnnSpatialTransformerDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
         dx: device memory
         alphaDgrid: host input, fixed 4 bytes
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
         dy: device memory
         grid: device memory
         betaDgrid: host input, fixed 4 bytes
@@ -5436,7 +5886,11 @@ def cudnnDropoutBackward(handle, dropoutDesc, dydesc, dy, dxdesc, dx, reserveSpa
     """cudnnStatus_t cudnnDropoutBackward(cudnnHandle_t handle, const cudnnDropoutDescriptor_t dropoutDesc, const cudnnTensorDescriptor_t dydesc, const void * dy, const cudnnTensorDescriptor_t dxdesc, void * dx, void * reserveSpace, size_t reserveSpaceSizeInBytes)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        dropoutDesc: handle cudnnDropoutDescriptor_t, refused when None
+        dydesc: handle cudnnTensorDescriptor_t, refused when None
         dy: device memory
+        dxdesc: handle cudnnTensorDescriptor_t, refused when None
         dx: device memory
         reserveSpace: device memory
         reserveSpaceSizeInBytes: byte count (size_t, non-negative)
@@ -5486,6 +5940,9 @@ _cudnnDestroyRNNDescriptor = _lazy('cudnnDestroyRNNDescriptor', (cudnnRNNDescrip
 def cudnnDestroyRNNDescriptor(rnnDesc):
     """cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t rnnDesc)
 
+    Checked parameters:
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnndestroyrnndescriptor"""
@@ -5497,6 +5954,23 @@ _values_cudnnSetRNNDescriptor_v8 = (b'iiiiiiiiiiiiI', (cudnnRNNAlgo_t, cudnnRNNM
 
 def cudnnSetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize, projSize, numLayers, dropoutDesc, auxFlags):
     """cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNAlgo_t algo, cudnnRNNMode_t cellMode, cudnnRNNBiasMode_t biasMode, cudnnDirectionMode_t dirMode, cudnnRNNInputMode_t inputMode, cudnnDataType_t dataType, cudnnDataType_t mathPrec, cudnnMathType_t mathType, int32_t inputSize, int32_t hiddenSize, int32_t projSize, int32_t numLayers, cudnnDropoutDescriptor_t dropoutDesc, uint32_t auxFlags)
+
+    Checked parameters:
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
+        algo: enum cudnnRNNAlgo_t: a member, or an int from -2147483648 to 2147483647
+        cellMode: enum cudnnRNNMode_t: a member, or an int from -2147483648 to 2147483647
+        biasMode: enum cudnnRNNBiasMode_t: a member, or an int from -2147483648 to 2147483647
+        dirMode: enum cudnnDirectionMode_t: a member, or an int from -2147483648 to 2147483647
+        inputMode: enum cudnnRNNInputMode_t: a member, or an int from -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        mathPrec: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        mathType: enum cudnnMathType_t: a member, or an int from -2147483648 to 2147483647
+        inputSize: integer (int32_t): -2147483648 to 2147483647
+        hiddenSize: integer (int32_t): -2147483648 to 2147483647
+        projSize: integer (int32_t): -2147483648 to 2147483647
+        numLayers: integer (int32_t): -2147483648 to 2147483647
+        dropoutDesc: handle cudnnDropoutDescriptor_t, may be None
+        auxFlags: integer (uint32_t): 0 to 4294967295
 
     Handles that may be None (NULL), as the vendor documents: dropoutDesc.
 
@@ -5525,6 +5999,7 @@ def cudnnGetRNNDescriptor_v8(rnnDesc, algo, cellMode, biasMode, dirMode, inputMo
     """cudnnStatus_t cudnnGetRNNDescriptor_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNAlgo_t * algo, cudnnRNNMode_t * cellMode, cudnnRNNBiasMode_t * biasMode, cudnnDirectionMode_t * dirMode, cudnnRNNInputMode_t * inputMode, cudnnDataType_t * dataType, cudnnDataType_t * mathPrec, cudnnMathType_t * mathType, int32_t * inputSize, int32_t * hiddenSize, int32_t * projSize, int32_t * numLayers, cudnnDropoutDescriptor_t * dropoutDesc, uint32_t * auxFlags)
 
     Checked parameters:
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
         algo: host output, fixed 1 elements
         cellMode: host output, fixed 1 elements
         biasMode: host output, fixed 1 elements
@@ -5579,6 +6054,11 @@ def cudnnRNNSetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnRNNSetClip_v9.
 
+    Checked parameters:
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
+        clipMode: enum cudnnRNNClipMode_t: a member, or an int from -2147483648 to 2147483647
+        clipNanOpt: enum cudnnNanPropagation_t: a member, or an int from -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnrnnsetclip-v8"""
@@ -5603,6 +6083,10 @@ _values_cudnnRNNSetClip_v9 = (b'i', (cudnnRNNClipMode_t,), _pack_i)
 
 def cudnnRNNSetClip_v9(rnnDesc, clipMode, lclip, rclip):
     """cudnnStatus_t cudnnRNNSetClip_v9(cudnnRNNDescriptor_t rnnDesc, cudnnRNNClipMode_t clipMode, double lclip, double rclip)
+
+    Checked parameters:
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
+        clipMode: enum cudnnRNNClipMode_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -5631,6 +6115,7 @@ def cudnnRNNGetClip_v8(rnnDesc, clipMode, clipNanOpt, lclip, rclip):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnRNNGetClip_v9.
 
     Checked parameters:
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
         clipMode: host output, fixed 1 elements
         clipNanOpt: host output, fixed 1 elements
         lclip: host output, fixed 1 elements
@@ -5663,6 +6148,7 @@ def cudnnRNNGetClip_v9(rnnDesc, clipMode, lclip, rclip):
     """cudnnStatus_t cudnnRNNGetClip_v9(cudnnRNNDescriptor_t rnnDesc, cudnnRNNClipMode_t * clipMode, double * lclip, double * rclip)
 
     Checked parameters:
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
         clipMode: host output, fixed 1 elements
         lclip: host output, fixed 1 elements
         rclip: host output, fixed 1 elements
@@ -5693,6 +6179,11 @@ _values_cudnnBuildRNNDynamic = (b'i', (None,), _pack_i)
 def cudnnBuildRNNDynamic(handle, rnnDesc, miniBatch):
     """cudnnStatus_t cudnnBuildRNNDynamic(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, int miniBatch)
 
+    Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
+        miniBatch: integer (int): -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnbuildrnndynamic"""
@@ -5719,6 +6210,10 @@ def cudnnGetRNNTempSpaceSizes(handle, rnnDesc, fwdMode, xDesc, workSpaceSize, re
     """cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnForwardMode_t fwdMode, cudnnRNNDataDescriptor_t xDesc, size_t * workSpaceSize, size_t * reserveSpaceSize)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
+        fwdMode: enum cudnnForwardMode_t: a member, or an int from -2147483648 to 2147483647
+        xDesc: handle cudnnRNNDataDescriptor_t, refused when None
         workSpaceSize: host output, fixed 1 elements
         reserveSpaceSize: host output, fixed 1 elements
 
@@ -5749,6 +6244,8 @@ def cudnnGetRNNWeightSpaceSize(handle, rnnDesc, weightSpaceSize):
     """cudnnStatus_t cudnnGetRNNWeightSpaceSize(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, size_t * weightSpaceSize)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
         weightSpaceSize: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -5776,9 +6273,15 @@ def cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weigh
     """cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, int32_t pseudoLayer, size_t weightSpaceSize, const void * weightSpace, int32_t linLayerID, cudnnTensorDescriptor_t mDesc, void ** mAddr, cudnnTensorDescriptor_t bDesc, void ** bAddr)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
+        pseudoLayer: integer (int32_t): -2147483648 to 2147483647
         weightSpaceSize: byte count (size_t, non-negative)
         weightSpace: device memory
+        linLayerID: integer (int32_t): -2147483648 to 2147483647
+        mDesc: handle cudnnTensorDescriptor_t, refused when None
         mAddr: host output, fixed 1 elements
+        bDesc: handle cudnnTensorDescriptor_t, refused when None
         bAddr: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -5828,6 +6331,9 @@ _cudnnDestroyRNNDataDescriptor = _lazy('cudnnDestroyRNNDataDescriptor', (cudnnRN
 def cudnnDestroyRNNDataDescriptor(rnnDataDesc):
     """cudnnStatus_t cudnnDestroyRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc)
 
+    Checked parameters:
+        rnnDataDesc: handle cudnnRNNDataDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnndestroyrnndatadescriptor"""
@@ -5841,6 +6347,12 @@ def cudnnSetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
     """cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc, cudnnDataType_t dataType, cudnnRNNDataLayout_t layout, int maxSeqLength, int batchSize, int vectorSize, const int[] seqLengthArray, void * paddingFill)
 
     Checked parameters:
+        rnnDataDesc: handle cudnnRNNDataDescriptor_t, refused when None
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        layout: enum cudnnRNNDataLayout_t: a member, or an int from -2147483648 to 2147483647
+        maxSeqLength: integer (int): -2147483648 to 2147483647
+        batchSize: integer (int): -2147483648 to 2147483647
+        vectorSize: integer (int): -2147483648 to 2147483647
         seqLengthArray: host input, count batchSize
         paddingFill: host output, fixed 2 bytes, may be None
 
@@ -5872,11 +6384,13 @@ def cudnnGetRNNDataDescriptor(rnnDataDesc, dataType, layout, maxSeqLength, batch
     """cudnnStatus_t cudnnGetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc, cudnnDataType_t * dataType, cudnnRNNDataLayout_t * layout, int * maxSeqLength, int * batchSize, int * vectorSize, int arrayLengthRequested, int[] seqLengthArray, void * paddingFill)
 
     Checked parameters:
+        rnnDataDesc: handle cudnnRNNDataDescriptor_t, refused when None
         dataType: host output, fixed 1 elements
         layout: host output, fixed 1 elements
         maxSeqLength: host output, fixed 1 elements
         batchSize: host output, fixed 1 elements
         vectorSize: host output, fixed 1 elements
+        arrayLengthRequested: integer (int): -2147483648 to 2147483647
         seqLengthArray: host output, count arrayLengthRequested
         paddingFill: host output, unchecked: written as the descriptor's data type (2, 4 or 8 bytes), itself an output of this call; pass 8 bytes
 
@@ -5913,11 +6427,18 @@ def cudnnRNNForward(handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y,
     """cudnnStatus_t cudnnRNNForward(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnForwardMode_t fwdMode, const int32_t[] devSeqLengths, cudnnRNNDataDescriptor_t xDesc, const void * x, cudnnRNNDataDescriptor_t yDesc, void * y, cudnnTensorDescriptor_t hDesc, const void * hx, void * hy, cudnnTensorDescriptor_t cDesc, const void * cx, void * cy, size_t weightSpaceSize, const void * weightSpace, size_t workSpaceSize, void * workSpace, size_t reserveSpaceSize, void * reserveSpace)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
+        fwdMode: enum cudnnForwardMode_t: a member, or an int from -2147483648 to 2147483647
         devSeqLengths: device memory
+        xDesc: handle cudnnRNNDataDescriptor_t, refused when None
         x: device memory
+        yDesc: handle cudnnRNNDataDescriptor_t, refused when None
         y: device memory
+        hDesc: handle cudnnTensorDescriptor_t, refused when None
         hx: device memory
         hy: device memory
+        cDesc: handle cudnnTensorDescriptor_t, may be None
         cx: device memory
         cy: device memory
         weightSpaceSize: byte count (size_t, non-negative)
@@ -5978,6 +6499,9 @@ def cudnnDestroySeqDataDescriptor(seqDataDesc):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        seqDataDesc: handle cudnnSeqDataDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnndestroyseqdatadescriptor"""
@@ -5993,8 +6517,12 @@ def cudnnSetSeqDataDescriptor(seqDataDesc, dataType, nbDims, dimA, axes, seqLeng
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        seqDataDesc: handle cudnnSeqDataDescriptor_t, refused when None
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        nbDims: integer (int): -2147483648 to 2147483647
         dimA: host input, count nbDims, at most CUDNN_DIM_MAX
         axes: host input, count nbDims, at most CUDNN_DIM_MAX
+        seqLengthArraySize: integer (size_t): 0 to 18446744073709551615
         seqLengthArray: host input, count seqLengthArraySize
         paddingFill: host output, fixed 2 bytes, may be None
 
@@ -6030,11 +6558,14 @@ def cudnnGetSeqDataDescriptor(seqDataDesc, dataType, nbDims, nbDimsRequested, di
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        seqDataDesc: handle cudnnSeqDataDescriptor_t, refused when None
         dataType: host output, fixed 1 elements
         nbDims: host output, fixed 1 elements
+        nbDimsRequested: integer (int): -2147483648 to 2147483647
         dimA: host output, count nbDimsRequested
         axes: host output, count nbDimsRequested
         seqLengthArraySize: host output, fixed 1 elements
+        seqLengthSizeRequested: integer (size_t): 0 to 18446744073709551615
         seqLengthArray: host output, count seqLengthSizeRequested
         paddingFill: host output, unchecked: written as the descriptor's data type (2, 4 or 8 bytes), itself an output of this call; pass 8 bytes
 
@@ -6094,6 +6625,9 @@ def cudnnDestroyAttnDescriptor(attnDesc):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        attnDesc: handle cudnnAttnDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnndestroyattndescriptor"""
@@ -6107,6 +6641,27 @@ def cudnnSetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     """cudnnStatus_t cudnnSetAttnDescriptor(cudnnAttnDescriptor_t attnDesc, unsigned int attnMode, int nHeads, double smScaler, cudnnDataType_t dataType, cudnnDataType_t computePrec, cudnnMathType_t mathType, cudnnDropoutDescriptor_t attnDropoutDesc, cudnnDropoutDescriptor_t postDropoutDesc, int qSize, int kSize, int vSize, int qProjSize, int kProjSize, int vProjSize, int oProjSize, int qoMaxSeqLength, int kvMaxSeqLength, int maxBatchSize, int maxBeamSize)
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
+
+    Checked parameters:
+        attnDesc: handle cudnnAttnDescriptor_t, refused when None
+        attnMode: integer (unsigned int): 0 to 4294967295
+        nHeads: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        computePrec: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        mathType: enum cudnnMathType_t: a member, or an int from -2147483648 to 2147483647
+        attnDropoutDesc: handle cudnnDropoutDescriptor_t, may be None
+        postDropoutDesc: handle cudnnDropoutDescriptor_t, may be None
+        qSize: integer (int): -2147483648 to 2147483647
+        kSize: integer (int): -2147483648 to 2147483647
+        vSize: integer (int): -2147483648 to 2147483647
+        qProjSize: integer (int): -2147483648 to 2147483647
+        kProjSize: integer (int): -2147483648 to 2147483647
+        vProjSize: integer (int): -2147483648 to 2147483647
+        oProjSize: integer (int): -2147483648 to 2147483647
+        qoMaxSeqLength: integer (int): -2147483648 to 2147483647
+        kvMaxSeqLength: integer (int): -2147483648 to 2147483647
+        maxBatchSize: integer (int): -2147483648 to 2147483647
+        maxBeamSize: integer (int): -2147483648 to 2147483647
 
     Handles that may be None (NULL), as the vendor documents: attnDropoutDesc, postDropoutDesc.
 
@@ -6137,6 +6692,7 @@ def cudnnGetAttnDescriptor(attnDesc, attnMode, nHeads, smScaler, dataType, compu
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        attnDesc: handle cudnnAttnDescriptor_t, refused when None
         attnMode: host output, fixed 1 elements
         nHeads: host output, fixed 1 elements
         smScaler: host output, fixed 1 elements
@@ -6201,6 +6757,8 @@ def cudnnGetMultiHeadAttnBuffers(handle, attnDesc, weightSizeInBytes, workSpaceS
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        attnDesc: handle cudnnAttnDescriptor_t, refused when None
         weightSizeInBytes: host output, fixed 1 elements
         workSpaceSizeInBytes: host output, fixed 1 elements
         reserveSpaceSizeInBytes: host output, fixed 1 elements
@@ -6234,8 +6792,12 @@ def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, wei
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        attnDesc: handle cudnnAttnDescriptor_t, refused when None
+        wKind: enum cudnnMultiHeadAttnWeightKind_t: a member, or an int from -2147483648 to 2147483647
         weightSizeInBytes: byte count (size_t, non-negative)
         weights: device memory
+        wDesc: handle cudnnTensorDescriptor_t, refused when None
         wAddr: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -6267,14 +6829,21 @@ def cudnnMultiHeadAttnForward(handle, attnDesc, currIdx, loWinIdx, hiWinIdx, dev
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        attnDesc: handle cudnnAttnDescriptor_t, refused when None
+        currIdx: integer (int): -2147483648 to 2147483647
         loWinIdx: host input, unchecked: qoMaxSeqLength elements, a property of attnDesc that no single query returns
         hiWinIdx: host input, unchecked: qoMaxSeqLength elements, a property of attnDesc that no single query returns
         devSeqLengthsQO: device memory
         devSeqLengthsKV: device memory
+        qDesc: handle cudnnSeqDataDescriptor_t, refused when None
         queries: device memory
         residuals: device memory
+        kDesc: handle cudnnSeqDataDescriptor_t, refused when None
         keys: device memory
+        vDesc: handle cudnnSeqDataDescriptor_t, refused when None
         values: device memory
+        oDesc: handle cudnnSeqDataDescriptor_t, refused when None
         out: device memory
         weightSizeInBytes: byte count (size_t, non-negative)
         weights: device memory
@@ -6324,13 +6893,19 @@ def cudnnRNNBackwardData_v8(handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc,
     """cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, const int32_t[] devSeqLengths, cudnnRNNDataDescriptor_t yDesc, const void * y, const void * dy, cudnnRNNDataDescriptor_t xDesc, void * dx, cudnnTensorDescriptor_t hDesc, const void * hx, const void * dhy, void * dhx, cudnnTensorDescriptor_t cDesc, const void * cx, const void * dcy, void * dcx, size_t weightSpaceSize, const void * weightSpace, size_t workSpaceSize, void * workSpace, size_t reserveSpaceSize, void * reserveSpace)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
         devSeqLengths: device memory
+        yDesc: handle cudnnRNNDataDescriptor_t, refused when None
         y: device memory
         dy: device memory
+        xDesc: handle cudnnRNNDataDescriptor_t, refused when None
         dx: device memory
+        hDesc: handle cudnnTensorDescriptor_t, refused when None
         hx: device memory
         dhy: device memory
         dhx: device memory
+        cDesc: handle cudnnTensorDescriptor_t, may be None
         cx: device memory
         dcy: device memory
         dcx: device memory
@@ -6369,9 +6944,15 @@ def cudnnRNNBackwardWeights_v8(handle, rnnDesc, addGrad, devSeqLengths, xDesc, x
     """cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnWgradMode_t addGrad, const int32_t[] devSeqLengths, cudnnRNNDataDescriptor_t xDesc, const void * x, cudnnTensorDescriptor_t hDesc, const void * hx, cudnnRNNDataDescriptor_t yDesc, const void * y, size_t weightSpaceSize, void * dweightSpace, size_t workSpaceSize, void * workSpace, size_t reserveSpaceSize, void * reserveSpace)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        rnnDesc: handle cudnnRNNDescriptor_t, refused when None
+        addGrad: enum cudnnWgradMode_t: a member, or an int from -2147483648 to 2147483647
         devSeqLengths: device memory
+        xDesc: handle cudnnRNNDataDescriptor_t, refused when None
         x: device memory
+        hDesc: handle cudnnTensorDescriptor_t, refused when None
         hx: device memory
+        yDesc: handle cudnnRNNDataDescriptor_t, refused when None
         y: device memory
         weightSpaceSize: byte count (size_t, non-negative)
         dweightSpace: device memory
@@ -6408,15 +6989,21 @@ def cudnnMultiHeadAttnBackwardData(handle, attnDesc, loWinIdx, hiWinIdx, devSeqL
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        attnDesc: handle cudnnAttnDescriptor_t, refused when None
         loWinIdx: host input, unchecked: qoMaxSeqLength elements, a property of attnDesc that no single query returns
         hiWinIdx: host input, unchecked: qoMaxSeqLength elements, a property of attnDesc that no single query returns
         devSeqLengthsDQDO: device memory
         devSeqLengthsDKDV: device memory
+        doDesc: handle cudnnSeqDataDescriptor_t, refused when None
         dout: device memory
+        dqDesc: handle cudnnSeqDataDescriptor_t, refused when None
         dqueries: device memory
         queries: device memory
+        dkDesc: handle cudnnSeqDataDescriptor_t, refused when None
         dkeys: device memory
         keys: device memory
+        dvDesc: handle cudnnSeqDataDescriptor_t, refused when None
         dvalues: device memory
         values: device memory
         weightSizeInBytes: byte count (size_t, non-negative)
@@ -6456,9 +7043,16 @@ def cudnnMultiHeadAttnBackwardWeights(handle, attnDesc, addGrad, qDesc, queries,
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        attnDesc: handle cudnnAttnDescriptor_t, refused when None
+        addGrad: enum cudnnWgradMode_t: a member, or an int from -2147483648 to 2147483647
+        qDesc: handle cudnnSeqDataDescriptor_t, refused when None
         queries: device memory
+        kDesc: handle cudnnSeqDataDescriptor_t, refused when None
         keys: device memory
+        vDesc: handle cudnnSeqDataDescriptor_t, refused when None
         values: device memory
+        doDesc: handle cudnnSeqDataDescriptor_t, refused when None
         dout: device memory
         weightSizeInBytes: byte count (size_t, non-negative)
         weights: device memory
@@ -6516,6 +7110,10 @@ def cudnnSetCTCLossDescriptor(ctcLossDesc, compType):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnSetCTCLossDescriptor_v9.
 
+    Checked parameters:
+        ctcLossDesc: handle cudnnCTCLossDescriptor_t, refused when None
+        compType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnsetctclossdescriptor"""
@@ -6542,6 +7140,12 @@ def cudnnSetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     """cudnnStatus_t cudnnSetCTCLossDescriptorEx(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t compType, cudnnLossNormalizationMode_t normMode, cudnnNanPropagation_t gradMode)
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnSetCTCLossDescriptor_v9.
+
+    Checked parameters:
+        ctcLossDesc: handle cudnnCTCLossDescriptor_t, refused when None
+        compType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        normMode: enum cudnnLossNormalizationMode_t: a member, or an int from -2147483648 to 2147483647
+        gradMode: enum cudnnNanPropagation_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -6570,6 +7174,13 @@ def cudnnSetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxL
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnSetCTCLossDescriptor_v9.
 
+    Checked parameters:
+        ctcLossDesc: handle cudnnCTCLossDescriptor_t, refused when None
+        compType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        normMode: enum cudnnLossNormalizationMode_t: a member, or an int from -2147483648 to 2147483647
+        gradMode: enum cudnnNanPropagation_t: a member, or an int from -2147483648 to 2147483647
+        maxLabelLength: integer (int): -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnnsetctclossdescriptor-v8"""
@@ -6594,6 +7205,13 @@ _values_cudnnSetCTCLossDescriptor_v9 = (b'iiii', (cudnnDataType_t, cudnnLossNorm
 
 def cudnnSetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, maxLabelLength):
     """cudnnStatus_t cudnnSetCTCLossDescriptor_v9(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t compType, cudnnLossNormalizationMode_t normMode, cudnnCTCGradMode_t ctcGradMode, int maxLabelLength)
+
+    Checked parameters:
+        ctcLossDesc: handle cudnnCTCLossDescriptor_t, refused when None
+        compType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        normMode: enum cudnnLossNormalizationMode_t: a member, or an int from -2147483648 to 2147483647
+        ctcGradMode: enum cudnnCTCGradMode_t: a member, or an int from -2147483648 to 2147483647
+        maxLabelLength: integer (int): -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -6622,6 +7240,7 @@ def cudnnGetCTCLossDescriptor(ctcLossDesc, compType):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnGetCTCLossDescriptor_v9.
 
     Checked parameters:
+        ctcLossDesc: handle cudnnCTCLossDescriptor_t, refused when None
         compType: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -6650,6 +7269,7 @@ def cudnnGetCTCLossDescriptorEx(ctcLossDesc, compType, normMode, gradMode):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnGetCTCLossDescriptor_v9.
 
     Checked parameters:
+        ctcLossDesc: handle cudnnCTCLossDescriptor_t, refused when None
         compType: host output, fixed 1 elements
         normMode: host output, fixed 1 elements
         gradMode: host output, fixed 1 elements
@@ -6682,6 +7302,7 @@ def cudnnGetCTCLossDescriptor_v8(ctcLossDesc, compType, normMode, gradMode, maxL
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0. Replacement: cudnnGetCTCLossDescriptor_v9.
 
     Checked parameters:
+        ctcLossDesc: handle cudnnCTCLossDescriptor_t, refused when None
         compType: host output, fixed 1 elements
         normMode: host output, fixed 1 elements
         gradMode: host output, fixed 1 elements
@@ -6714,6 +7335,7 @@ def cudnnGetCTCLossDescriptor_v9(ctcLossDesc, compType, normMode, ctcGradMode, m
     """cudnnStatus_t cudnnGetCTCLossDescriptor_v9(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t * compType, cudnnLossNormalizationMode_t * normMode, cudnnCTCGradMode_t * ctcGradMode, int * maxLabelLength)
 
     Checked parameters:
+        ctcLossDesc: handle cudnnCTCLossDescriptor_t, refused when None
         compType: host output, fixed 1 elements
         normMode: host output, fixed 1 elements
         ctcGradMode: host output, fixed 1 elements
@@ -6745,6 +7367,9 @@ _cudnnDestroyCTCLossDescriptor = _lazy('cudnnDestroyCTCLossDescriptor', (cudnnCT
 def cudnnDestroyCTCLossDescriptor(ctcLossDesc):
     """cudnnStatus_t cudnnDestroyCTCLossDescriptor(cudnnCTCLossDescriptor_t ctcLossDesc)
 
+    Checked parameters:
+        ctcLossDesc: handle cudnnCTCLossDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-adv-library.html#cudnndestroyctclossdescriptor"""
@@ -6758,12 +7383,17 @@ def cudnnCTCLoss(handle, probsDesc, probs, hostLabels, hostLabelLengths, hostInp
     """cudnnStatus_t cudnnCTCLoss(cudnnHandle_t handle, const cudnnTensorDescriptor_t probsDesc, const void * probs, const int[] hostLabels, const int[] hostLabelLengths, const int[] hostInputLengths, void * costs, const cudnnTensorDescriptor_t gradientsDesc, void * gradients, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, void * workspace, size_t workSpaceSizeInBytes)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        probsDesc: handle cudnnTensorDescriptor_t, refused when None
         probs: device memory
         hostLabels: host input, unchecked: the sum of hostLabelLengths, which is itself an unchecked array
         hostLabelLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
         hostInputLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
         costs: device memory
+        gradientsDesc: handle cudnnTensorDescriptor_t, refused when None
         gradients: device memory
+        algo: enum cudnnCTCLossAlgo_t: a member, or an int from -2147483648 to 2147483647
+        ctcLossDesc: handle cudnnCTCLossDescriptor_t, refused when None
         workspace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
 
@@ -6796,11 +7426,16 @@ def cudnnCTCLoss_v8(handle, algo, ctcLossDesc, probsDesc, probs, labels, labelLe
     """cudnnStatus_t cudnnCTCLoss_v8(cudnnHandle_t handle, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, const cudnnTensorDescriptor_t probsDesc, const void * probs, const int[] labels, const int[] labelLengths, const int[] inputLengths, void * costs, const cudnnTensorDescriptor_t gradientsDesc, void * gradients, size_t workSpaceSizeInBytes, void * workspace)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        algo: enum cudnnCTCLossAlgo_t: a member, or an int from -2147483648 to 2147483647
+        ctcLossDesc: handle cudnnCTCLossDescriptor_t, refused when None
+        probsDesc: handle cudnnTensorDescriptor_t, refused when None
         probs: device memory
         labels: device memory
         labelLengths: device memory
         inputLengths: device memory
         costs: device memory
+        gradientsDesc: handle cudnnTensorDescriptor_t, refused when None
         gradients: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
         workspace: device memory
@@ -6831,9 +7466,14 @@ def cudnnGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, label
     """cudnnStatus_t cudnnGetCTCLossWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t probsDesc, const cudnnTensorDescriptor_t gradientsDesc, const int * labels, const int * labelLengths, const int * inputLengths, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, size_t * sizeInBytes)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        probsDesc: handle cudnnTensorDescriptor_t, refused when None
+        gradientsDesc: handle cudnnTensorDescriptor_t, refused when None
         labels: host input, unchecked: the sum of labelLengths, which is itself an unchecked array
         labelLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
         inputLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
+        algo: enum cudnnCTCLossAlgo_t: a member, or an int from -2147483648 to 2147483647
+        ctcLossDesc: handle cudnnCTCLossDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -6866,6 +7506,11 @@ def cudnnGetCTCLossWorkspaceSize_v8(handle, algo, ctcLossDesc, probsDesc, gradie
     """cudnnStatus_t cudnnGetCTCLossWorkspaceSize_v8(cudnnHandle_t handle, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, const cudnnTensorDescriptor_t probsDesc, const cudnnTensorDescriptor_t gradientsDesc, size_t * sizeInBytes)
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        algo: enum cudnnCTCLossAlgo_t: a member, or an int from -2147483648 to 2147483647
+        ctcLossDesc: handle cudnnCTCLossDescriptor_t, refused when None
+        probsDesc: handle cudnnTensorDescriptor_t, refused when None
+        gradientsDesc: handle cudnnTensorDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -6918,6 +7563,9 @@ def cudnnDestroyConvolutionDescriptor(convDesc):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnndestroyconvolutiondescriptor"""
@@ -6931,6 +7579,10 @@ def cudnnSetConvolutionMathType(convDesc, mathType):
     """cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t convDesc, cudnnMathType_t mathType)
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
+
+    Checked parameters:
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        mathType: enum cudnnMathType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -6959,6 +7611,7 @@ def cudnnGetConvolutionMathType(convDesc, mathType):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
         mathType: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -6987,6 +7640,10 @@ def cudnnSetConvolutionGroupCount(convDesc, groupCount):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        groupCount: integer (int): -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetconvolutiongroupcount"""
@@ -7014,6 +7671,7 @@ def cudnnGetConvolutionGroupCount(convDesc, groupCount):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
         groupCount: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -7042,6 +7700,10 @@ def cudnnSetConvolutionReorderType(convDesc, reorderType):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        reorderType: enum cudnnReorderType_t: a member, or an int from -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetconvolutionreordertype"""
@@ -7069,6 +7731,7 @@ def cudnnGetConvolutionReorderType(convDesc, reorderType):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
         reorderType: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -7097,6 +7760,17 @@ def cudnnSetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        pad_h: integer (int): -2147483648 to 2147483647
+        pad_w: integer (int): -2147483648 to 2147483647
+        u: integer (int): -2147483648 to 2147483647
+        v: integer (int): -2147483648 to 2147483647
+        dilation_h: integer (int): -2147483648 to 2147483647
+        dilation_w: integer (int): -2147483648 to 2147483647
+        mode: enum cudnnConvolutionMode_t: a member, or an int from -2147483648 to 2147483647
+        computeType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnnsetconvolution2ddescriptor"""
@@ -7124,6 +7798,7 @@ def cudnnGetConvolution2dDescriptor(convDesc, pad_h, pad_w, u, v, dilation_h, di
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
         pad_h: host output, fixed 1 elements
         pad_w: host output, fixed 1 elements
         u: host output, fixed 1 elements
@@ -7167,9 +7842,13 @@ def cudnnSetConvolutionNdDescriptor(convDesc, arrayLength, padA, filterStrideA, 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        arrayLength: integer (int): -2147483648 to 2147483647
         padA: host input, count arrayLength, at most CUDNN_DIM_MAX
         filterStrideA: host input, count arrayLength, at most CUDNN_DIM_MAX
         dilationA: host input, count arrayLength, at most CUDNN_DIM_MAX
+        mode: enum cudnnConvolutionMode_t: a member, or an int from -2147483648 to 2147483647
+        computeType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -7202,6 +7881,8 @@ def cudnnGetConvolutionNdDescriptor(convDesc, arrayLengthRequested, arrayLength,
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        arrayLengthRequested: integer (int): -2147483648 to 2147483647
         arrayLength: host output, fixed 1 elements
         padA: host output, count arrayLengthRequested
         strideA: host output, count arrayLengthRequested
@@ -7242,6 +7923,9 @@ def cudnnGetConvolution2dForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        inputTensorDesc: handle cudnnTensorDescriptor_t, refused when None
+        filterDesc: handle cudnnFilterDescriptor_t, refused when None
         n: host output, fixed 1 elements
         c: host output, fixed 1 elements
         h: host output, fixed 1 elements
@@ -7277,6 +7961,10 @@ def cudnnGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc,
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        inputTensorDesc: handle cudnnTensorDescriptor_t, refused when None
+        filterDesc: handle cudnnFilterDescriptor_t, refused when None
+        nbDims: integer (int): -2147483648 to 2147483647
         tensorOuputDimA: host output, count nbDims, at least 2
 
     Raises CudnnError when the returned status is not success.
@@ -7307,6 +7995,7 @@ def cudnnGetConvolutionForwardAlgorithmMaxCount(handle, count):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
         count: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -7330,6 +8019,12 @@ def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        srcDesc: handle cudnnTensorDescriptor_t, refused when None
+        filterDesc: handle cudnnFilterDescriptor_t, refused when None
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        destDesc: handle cudnnTensorDescriptor_t, refused when None
+        requestedAlgoCount: integer (int): -2147483648 to 2147483647
         returnedAlgoCount: host output, fixed 1 elements
         perfResults: host output, count requestedAlgoCount
 
@@ -7363,6 +8058,12 @@ def cudnnFindConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
+        wDesc: handle cudnnFilterDescriptor_t, refused when None
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
+        requestedAlgoCount: integer (int): -2147483648 to 2147483647
         returnedAlgoCount: host output, fixed 1 elements
         perfResults: host output, count requestedAlgoCount
 
@@ -7396,9 +8097,15 @@ def cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc,
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
+        wDesc: handle cudnnFilterDescriptor_t, refused when None
         w: device memory
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
+        requestedAlgoCount: integer (int): -2147483648 to 2147483647
         returnedAlgoCount: host output, fixed 1 elements
         perfResults: host output, count requestedAlgoCount
         workSpace: device memory
@@ -7433,7 +8140,11 @@ def cudnnIm2Col(handle, xDesc, x, wDesc, convDesc, colBuffer):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
+        wDesc: handle cudnnFilterDescriptor_t, refused when None
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
         colBuffer: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -7462,8 +8173,12 @@ def cudnnReorderFilterAndBias(handle, filterDesc, reorderType, filterData, reord
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        filterDesc: handle cudnnFilterDescriptor_t, refused when None
+        reorderType: enum cudnnReorderType_t: a member, or an int from -2147483648 to 2147483647
         filterData: device memory
         reorderedFilterData: device memory
+        reorderBias: integer (int): -2147483648 to 2147483647
         biasData: device memory
         reorderedBiasData: device memory
 
@@ -7495,6 +8210,12 @@ def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDes
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
+        wDesc: handle cudnnFilterDescriptor_t, refused when None
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
+        algo: enum cudnnConvolutionFwdAlgo_t: a member, or an int from -2147483648 to 2147483647
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -7526,12 +8247,18 @@ def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, w
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
+        wDesc: handle cudnnFilterDescriptor_t, refused when None
         w: device memory
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        algo: enum cudnnConvolutionFwdAlgo_t: a member, or an int from -2147483648 to 2147483647
         workSpace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
         beta: host input, fixed 4 bytes
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -7564,14 +8291,23 @@ def cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, co
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
         alpha1: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
+        wDesc: handle cudnnFilterDescriptor_t, refused when None
         w: device memory
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        algo: enum cudnnConvolutionFwdAlgo_t: a member, or an int from -2147483648 to 2147483647
         workSpace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
         alpha2: host input, fixed 4 bytes
+        zDesc: handle cudnnTensorDescriptor_t, refused when None
         z: device memory
+        biasDesc: handle cudnnTensorDescriptor_t, refused when None
         bias: device memory
+        activationDesc: handle cudnnActivationDescriptor_t, refused when None
+        yDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -7603,6 +8339,7 @@ def cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, count):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
         count: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -7626,6 +8363,12 @@ def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, d
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        wDesc: handle cudnnFilterDescriptor_t, refused when None
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
+        requestedAlgoCount: integer (int): -2147483648 to 2147483647
         returnedAlgoCount: host output, fixed 1 elements
         perfResults: host output, count requestedAlgoCount
 
@@ -7659,9 +8402,15 @@ def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, co
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        wDesc: handle cudnnFilterDescriptor_t, refused when None
         w: device memory
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
         dy: device memory
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
         dx: device memory
+        requestedAlgoCount: integer (int): -2147483648 to 2147483647
         returnedAlgoCount: host output, fixed 1 elements
         perfResults: host output, count requestedAlgoCount
         workSpace: device memory
@@ -7697,6 +8446,12 @@ def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, co
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        filterDesc: handle cudnnFilterDescriptor_t, refused when None
+        diffDesc: handle cudnnTensorDescriptor_t, refused when None
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        gradDesc: handle cudnnTensorDescriptor_t, refused when None
+        requestedAlgoCount: integer (int): -2147483648 to 2147483647
         returnedAlgoCount: host output, fixed 1 elements
         perfResults: host output, count requestedAlgoCount
 
@@ -7730,6 +8485,12 @@ def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        wDesc: handle cudnnFilterDescriptor_t, refused when None
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
+        algo: enum cudnnConvolutionBwdDataAlgo_t: a member, or an int from -2147483648 to 2147483647
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -7761,12 +8522,18 @@ def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        wDesc: handle cudnnFilterDescriptor_t, refused when None
         w: device memory
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
         dy: device memory
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        algo: enum cudnnConvolutionBwdDataAlgo_t: a member, or an int from -2147483648 to 2147483647
         workSpace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
         beta: host input, fixed 4 bytes
+        dxDesc: handle cudnnTensorDescriptor_t, refused when None
         dx: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -7797,6 +8564,22 @@ def cudnnGetFoldedConvBackwardDataDescriptors(handle, filterDesc, diffDesc, conv
     """cudnnStatus_t cudnnGetFoldedConvBackwardDataDescriptors(const cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc, const cudnnTensorFormat_t transformFormat, cudnnFilterDescriptor_t foldedFilterDesc, cudnnTensorDescriptor_t paddedDiffDesc, cudnnConvolutionDescriptor_t foldedConvDesc, cudnnTensorDescriptor_t foldedGradDesc, cudnnTensorTransformDescriptor_t filterFoldTransDesc, cudnnTensorTransformDescriptor_t diffPadTransDesc, cudnnTensorTransformDescriptor_t gradFoldTransDesc, cudnnTensorTransformDescriptor_t gradUnfoldTransDesc)
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
+
+    Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        filterDesc: handle cudnnFilterDescriptor_t, refused when None
+        diffDesc: handle cudnnTensorDescriptor_t, refused when None
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        gradDesc: handle cudnnTensorDescriptor_t, refused when None
+        transformFormat: enum cudnnTensorFormat_t: a member, or an int from -2147483648 to 2147483647
+        foldedFilterDesc: handle cudnnFilterDescriptor_t, refused when None
+        paddedDiffDesc: handle cudnnTensorDescriptor_t, refused when None
+        foldedConvDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        foldedGradDesc: handle cudnnTensorDescriptor_t, refused when None
+        filterFoldTransDesc: handle cudnnTensorTransformDescriptor_t, refused when None
+        diffPadTransDesc: handle cudnnTensorTransformDescriptor_t, refused when None
+        gradFoldTransDesc: handle cudnnTensorTransformDescriptor_t, refused when None
+        gradUnfoldTransDesc: handle cudnnTensorTransformDescriptor_t, refused when None
 
     Raises CudnnError when the returned status is not success.
 
@@ -7838,6 +8621,7 @@ def cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, count):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
         count: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -7861,6 +8645,12 @@ def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc,
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        dwDesc: handle cudnnFilterDescriptor_t, refused when None
+        requestedAlgoCount: integer (int): -2147483648 to 2147483647
         returnedAlgoCount: host output, fixed 1 elements
         perfResults: host output, count requestedAlgoCount
 
@@ -7894,9 +8684,15 @@ def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, c
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
         y: device memory
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        dwDesc: handle cudnnFilterDescriptor_t, refused when None
         dw: device memory
+        requestedAlgoCount: integer (int): -2147483648 to 2147483647
         returnedAlgoCount: host output, fixed 1 elements
         perfResults: host output, count requestedAlgoCount
         workSpace: device memory
@@ -7932,6 +8728,12 @@ def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, con
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        srcDesc: handle cudnnTensorDescriptor_t, refused when None
+        diffDesc: handle cudnnTensorDescriptor_t, refused when None
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        gradDesc: handle cudnnFilterDescriptor_t, refused when None
+        requestedAlgoCount: integer (int): -2147483648 to 2147483647
         returnedAlgoCount: host output, fixed 1 elements
         perfResults: host output, count requestedAlgoCount
 
@@ -7965,6 +8767,12 @@ def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDe
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        gradDesc: handle cudnnFilterDescriptor_t, refused when None
+        algo: enum cudnnConvolutionBwdFilterAlgo_t: a member, or an int from -2147483648 to 2147483647
         sizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -7996,12 +8804,18 @@ def cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        xDesc: handle cudnnTensorDescriptor_t, refused when None
         x: device memory
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
         dy: device memory
+        convDesc: handle cudnnConvolutionDescriptor_t, refused when None
+        algo: enum cudnnConvolutionBwdFilterAlgo_t: a member, or an int from -2147483648 to 2147483647
         workSpace: device memory
         workSpaceSizeInBytes: byte count (size_t, non-negative)
         beta: host input, fixed 4 bytes
+        dwDesc: handle cudnnFilterDescriptor_t, refused when None
         dw: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -8033,9 +8847,12 @@ def cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        dyDesc: handle cudnnTensorDescriptor_t, refused when None
         dy: device memory
         beta: host input, fixed 4 bytes
+        dbDesc: handle cudnnTensorDescriptor_t, refused when None
         db: device memory
 
     Raises CudnnError when the returned status is not success.
@@ -8067,6 +8884,7 @@ def cudnnCreateFusedOpsConstParamPack(constPack, ops):
 
     Checked parameters:
         constPack: host output, fixed 1 elements
+        ops: enum cudnnFusedOps_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8090,6 +8908,9 @@ def cudnnDestroyFusedOpsConstParamPack(constPack):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        constPack: handle cudnnFusedOpsConstParamPack_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnndestroyfusedopsconstparampack"""
@@ -8105,6 +8926,8 @@ def cudnnSetFusedOpsConstParamPackAttribute(constPack, paramLabel, param):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        constPack: handle cudnnFusedOpsConstParamPack_t, refused when None
+        paramLabel: enum cudnnFusedOpsConstParamLabel_t: a member, or an int from -2147483648 to 2147483647
         param: host input, unchecked: its type depends on paramLabel (a descriptor handle, an enum or a scalar)
 
     Raises CudnnError when the returned status is not success.
@@ -8136,6 +8959,8 @@ def cudnnGetFusedOpsConstParamPackAttribute(constPack, paramLabel, param, isNULL
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        constPack: handle cudnnFusedOpsConstParamPack_t, refused when None
+        paramLabel: enum cudnnFusedOpsConstParamLabel_t: a member, or an int from -2147483648 to 2147483647
         param: host output, unchecked: its type depends on paramLabel (a descriptor handle, an enum or a scalar)
         isNULL: host output, fixed 1 elements
 
@@ -8170,6 +8995,7 @@ def cudnnCreateFusedOpsVariantParamPack(varPack, ops):
 
     Checked parameters:
         varPack: host output, fixed 1 elements
+        ops: enum cudnnFusedOps_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8193,6 +9019,9 @@ def cudnnDestroyFusedOpsVariantParamPack(varPack):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        varPack: handle cudnnFusedOpsVariantParamPack_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnndestroyfusedopsvariantparampack"""
@@ -8208,6 +9037,8 @@ def cudnnSetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        varPack: handle cudnnFusedOpsVariantParamPack_t, refused when None
+        paramLabel: enum cudnnFusedOpsVariantParamLabel_t: a member, or an int from -2147483648 to 2147483647
         ptr: host or device memory
 
     Raises CudnnError when the returned status is not success.
@@ -8238,6 +9069,8 @@ def cudnnGetFusedOpsVariantParamPackAttribute(varPack, paramLabel, ptr):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        varPack: handle cudnnFusedOpsVariantParamPack_t, refused when None
+        paramLabel: enum cudnnFusedOpsVariantParamLabel_t: a member, or an int from -2147483648 to 2147483647
         ptr: host output, fixed 8 bytes
 
     Raises CudnnError when the returned status is not success.
@@ -8270,6 +9103,7 @@ def cudnnCreateFusedOpsPlan(plan, ops):
 
     Checked parameters:
         plan: host output, fixed 1 elements
+        ops: enum cudnnFusedOps_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8293,6 +9127,9 @@ def cudnnDestroyFusedOpsPlan(plan):
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
+    Checked parameters:
+        plan: handle cudnnFusedOpsPlan_t, refused when None
+
     Raises CudnnError when the returned status is not success.
 
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-cnn-library.html#cudnndestroyfusedopsplan"""
@@ -8307,6 +9144,9 @@ def cudnnMakeFusedOpsPlan(handle, plan, constPack, workspaceSizeInBytes):
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
 
     Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        plan: handle cudnnFusedOpsPlan_t, refused when None
+        constPack: handle cudnnFusedOpsConstParamPack_t, refused when None
         workspaceSizeInBytes: host output, fixed 1 elements
 
     Raises CudnnError when the returned status is not success.
@@ -8333,6 +9173,11 @@ def cudnnFusedOpsExecute(handle, plan, varPack):
     """cudnnStatus_t cudnnFusedOpsExecute(cudnnHandle_t handle, const cudnnFusedOpsPlan_t plan, cudnnFusedOpsVariantParamPack_t varPack)
 
     Deprecated by the vendor. Deprecated since: cuDNN 9.0.0.
+
+    Checked parameters:
+        handle: handle cudnnHandle_t, may be None
+        plan: handle cudnnFusedOpsPlan_t, refused when None
+        varPack: handle cudnnFusedOpsVariantParamPack_t, refused when None
 
     Raises CudnnError when the returned status is not success.
 
@@ -8371,10 +9216,17 @@ def cudnnCausalConv1dForward(stream, x, weight, bias, y, batch, dim, seqLen, ker
     """cudnnStatus_t cudnnCausalConv1dForward(cudaStream_t stream, const void * x, const void * weight, const void * bias, void * y, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, cudnnCausalConv1dActivation_t activation)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         x: device memory
         weight: device memory
         bias: device memory
         y: device memory
+        batch: integer (int): -2147483648 to 2147483647
+        dim: integer (int): -2147483648 to 2147483647
+        seqLen: integer (int): -2147483648 to 2147483647
+        kernelSize: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        activation: enum cudnnCausalConv1dActivation_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8396,6 +9248,7 @@ def cudnnCausalConv1dBackward(stream, x, weight, bias, dy, dx, dweight, dbias, b
     """cudnnStatus_t cudnnCausalConv1dBackward(cudaStream_t stream, const void * x, const void * weight, const void * bias, const void * dy, void * dx, void * dweight, void * dbias, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, cudnnDataType_t dwDataType, cudnnCausalConv1dActivation_t activation)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         x: device memory
         weight: device memory
         bias: device memory
@@ -8403,6 +9256,13 @@ def cudnnCausalConv1dBackward(stream, x, weight, bias, dy, dx, dweight, dbias, b
         dx: device memory
         dweight: device memory
         dbias: device memory
+        batch: integer (int): -2147483648 to 2147483647
+        dim: integer (int): -2147483648 to 2147483647
+        seqLen: integer (int): -2147483648 to 2147483647
+        kernelSize: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        dwDataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        activation: enum cudnnCausalConv1dActivation_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8424,10 +9284,17 @@ def cudnnCausalConv1dNwhForward(stream, x, weight, bias, y, batch, dim, seqLen, 
     """cudnnStatus_t cudnnCausalConv1dNwhForward(cudaStream_t stream, const void * x, const void * weight, const void * bias, void * y, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, cudnnCausalConv1dActivation_t activation)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         x: device memory
         weight: device memory
         bias: device memory
         y: device memory
+        batch: integer (int): -2147483648 to 2147483647
+        dim: integer (int): -2147483648 to 2147483647
+        seqLen: integer (int): -2147483648 to 2147483647
+        kernelSize: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        activation: enum cudnnCausalConv1dActivation_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8449,6 +9316,7 @@ def cudnnCausalConv1dNwhBackward(stream, x, weight, bias, dy, dx, dweight, dbias
     """cudnnStatus_t cudnnCausalConv1dNwhBackward(cudaStream_t stream, const void * x, const void * weight, const void * bias, const void * dy, void * dx, void * dweight, void * dbias, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, cudnnDataType_t dwDataType, cudnnCausalConv1dActivation_t activation)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         x: device memory
         weight: device memory
         bias: device memory
@@ -8456,6 +9324,13 @@ def cudnnCausalConv1dNwhBackward(stream, x, weight, bias, dy, dx, dweight, dbias
         dx: device memory
         dweight: device memory
         dbias: device memory
+        batch: integer (int): -2147483648 to 2147483647
+        dim: integer (int): -2147483648 to 2147483647
+        seqLen: integer (int): -2147483648 to 2147483647
+        kernelSize: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        dwDataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        activation: enum cudnnCausalConv1dActivation_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8477,12 +9352,19 @@ def cudnnB2BCausalConv1dForward(stream, x, weightsProj, weightsMixer, skipBias, 
     """cudnnStatus_t cudnnB2BCausalConv1dForward(cudaStream_t stream, const void * x, const void * weightsProj, const void * weightsMixer, const void * skipBias, void * y, void * yGated, int batch, int dim, int seqLen, int kernelSizeProj, int kernelSizeMixer, cudnnDataType_t dataType)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         x: device memory
         weightsProj: device memory
         weightsMixer: device memory
         skipBias: device memory
         y: device memory
         yGated: device memory
+        batch: integer (int): -2147483648 to 2147483647
+        dim: integer (int): -2147483648 to 2147483647
+        seqLen: integer (int): -2147483648 to 2147483647
+        kernelSizeProj: integer (int): -2147483648 to 2147483647
+        kernelSizeMixer: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8504,6 +9386,7 @@ def cudnnB2BCausalConv1dBackward(stream, x, weightsProj, weightsMixer, skipBias,
     """cudnnStatus_t cudnnB2BCausalConv1dBackward(cudaStream_t stream, const void * x, const void * weightsProj, const void * weightsMixer, const void * skipBias, const void * y, const void * dy, void * dx, void * dweightsProj, void * dweightsMixer, void * dskipBias, int batch, int dim, int seqLen, int kernelSizeProj, int kernelSizeMixer, cudnnDataType_t dataType, cudnnDataType_t dwDataType)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         x: device memory
         weightsProj: device memory
         weightsMixer: device memory
@@ -8514,6 +9397,13 @@ def cudnnB2BCausalConv1dBackward(stream, x, weightsProj, weightsMixer, skipBias,
         dweightsProj: device memory
         dweightsMixer: device memory
         dskipBias: device memory
+        batch: integer (int): -2147483648 to 2147483647
+        dim: integer (int): -2147483648 to 2147483647
+        seqLen: integer (int): -2147483648 to 2147483647
+        kernelSizeProj: integer (int): -2147483648 to 2147483647
+        kernelSizeMixer: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        dwDataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8535,9 +9425,15 @@ def cudnnFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, kernel
     """cudnnStatus_t cudnnFFTCausalConv1dForward(cudaStream_t stream, const void * x, const void * weight, void * y, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         x: device memory
         weight: device memory
         y: device memory
+        batch: integer (int): -2147483648 to 2147483647
+        dim: integer (int): -2147483648 to 2147483647
+        seqLen: integer (int): -2147483648 to 2147483647
+        kernelSize: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8559,11 +9455,17 @@ def cudnnFFTCausalConv1dBackward(stream, x, weight, dy, dx, dweight, batch, dim,
     """cudnnStatus_t cudnnFFTCausalConv1dBackward(cudaStream_t stream, const void * x, const void * weight, const void * dy, void * dx, void * dweight, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         x: device memory
         weight: device memory
         dy: device memory
         dx: device memory
         dweight: device memory
+        batch: integer (int): -2147483648 to 2147483647
+        dim: integer (int): -2147483648 to 2147483647
+        seqLen: integer (int): -2147483648 to 2147483647
+        kernelSize: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8585,6 +9487,11 @@ def cudnnLongFFTCausalConv1dGetBufferSizes(batch, dim, seqLen, kernelSize, dataT
     """cudnnStatus_t cudnnLongFFTCausalConv1dGetBufferSizes(int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, size_t * workspaceSizeInBytes, size_t * reserveSpaceSizeInBytes)
 
     Checked parameters:
+        batch: integer (int): -2147483648 to 2147483647
+        dim: integer (int): -2147483648 to 2147483647
+        seqLen: integer (int): -2147483648 to 2147483647
+        kernelSize: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
         workspaceSizeInBytes: host output, fixed 1 elements
         reserveSpaceSizeInBytes: host output, fixed 1 elements
 
@@ -8610,9 +9517,15 @@ def cudnnLongFFTCausalConv1dForward(stream, x, weight, y, batch, dim, seqLen, ke
     """cudnnStatus_t cudnnLongFFTCausalConv1dForward(cudaStream_t stream, const void * x, const void * weight, void * y, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, void * workspace, size_t workspaceSizeInBytes, void * reserveSpace, size_t reserveSpaceSizeInBytes)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         x: device memory
         weight: device memory
         y: device memory
+        batch: integer (int): -2147483648 to 2147483647
+        dim: integer (int): -2147483648 to 2147483647
+        seqLen: integer (int): -2147483648 to 2147483647
+        kernelSize: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
         reserveSpace: device memory
@@ -8638,9 +9551,15 @@ def cudnnLongFFTCausalConv1dBackward(stream, dy, dx, dweight, batch, dim, seqLen
     """cudnnStatus_t cudnnLongFFTCausalConv1dBackward(cudaStream_t stream, const void * dy, void * dx, void * dweight, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, void * workspace, size_t workspaceSizeInBytes, void * reserveSpace, size_t reserveSpaceSizeInBytes)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         dy: device memory
         dx: device memory
         dweight: device memory
+        batch: integer (int): -2147483648 to 2147483647
+        dim: integer (int): -2147483648 to 2147483647
+        seqLen: integer (int): -2147483648 to 2147483647
+        kernelSize: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
         reserveSpace: device memory
@@ -8666,12 +9585,18 @@ def cudnnGnnAggSimpleForward(stream, graph, nodeFeatures, edgeFeatures, concatFe
     """cudnnStatus_t cudnnGnnAggSimpleForward(cudaStream_t stream, const cudnnGnnCscGraph_t * graph, const void * nodeFeatures, const void * edgeFeatures, const void * concatFeatures, void * output, void * outPositions, int nodeFeatDim, int edgeFeatDim, int concatFeatDim, cudnnDataType_t dataType, cudnnGnnAggOp_t aggOp)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         graph: host input, fixed 1 elements
         nodeFeatures: device memory
         edgeFeatures: device memory
         concatFeatures: device memory
         output: device memory
         outPositions: device memory
+        nodeFeatDim: integer (int): -2147483648 to 2147483647
+        edgeFeatDim: integer (int): -2147483648 to 2147483647
+        concatFeatDim: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        aggOp: enum cudnnGnnAggOp_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8694,12 +9619,18 @@ def cudnnGnnAggSimpleBackward(stream, graph, gradOutput, outPositions, gradNodeF
     """cudnnStatus_t cudnnGnnAggSimpleBackward(cudaStream_t stream, const cudnnGnnCscGraph_t * graph, const void * gradOutput, const void * outPositions, void * gradNodeFeatures, void * gradEdgeFeatures, void * gradConcatFeatures, int nodeFeatDim, int edgeFeatDim, int concatFeatDim, cudnnDataType_t dataType, cudnnGnnAggOp_t aggOp)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         graph: host input, fixed 1 elements
         gradOutput: device memory
         outPositions: device memory
         gradNodeFeatures: device memory
         gradEdgeFeatures: device memory
         gradConcatFeatures: device memory
+        nodeFeatDim: integer (int): -2147483648 to 2147483647
+        edgeFeatDim: integer (int): -2147483648 to 2147483647
+        concatFeatDim: integer (int): -2147483648 to 2147483647
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        aggOp: enum cudnnGnnAggOp_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8722,6 +9653,7 @@ def cudnnGnnMhaGatForward(stream, graph, srcFeatures, dstFeatures, edgeFeatures,
     """cudnnStatus_t cudnnGnnMhaGatForward(cudaStream_t stream, const cudnnGnnCscGraph_t * graph, const void * srcFeatures, const void * dstFeatures, const void * edgeFeatures, const void * attnWeights, const float * dropoutMask, void * output, void * smScores, int dimNode, int dimEdge, const cudnnGnnMhaParams_t * params, cudnnDataType_t dataType)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         graph: host input, fixed 1 elements
         srcFeatures: device memory
         dstFeatures: device memory
@@ -8730,7 +9662,10 @@ def cudnnGnnMhaGatForward(stream, graph, srcFeatures, dstFeatures, edgeFeatures,
         dropoutMask: device memory
         output: device memory
         smScores: device memory
+        dimNode: integer (int): -2147483648 to 2147483647
+        dimEdge: integer (int): -2147483648 to 2147483647
         params: host input, fixed 1 elements
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8754,6 +9689,7 @@ def cudnnGnnMhaGatBackward(stream, graph, gradOut, srcFeatures, dstFeatures, edg
     """cudnnStatus_t cudnnGnnMhaGatBackward(cudaStream_t stream, const cudnnGnnCscGraph_t * graph, const void * gradOut, const void * srcFeatures, const void * dstFeatures, const void * edgeFeatures, const void * attnWeights, const void * smScores, const float * dropoutMask, const float * gradAttention, void * gradSrcFeatures, void * gradDstFeatures, void * gradEdgeFeatures, void * gradWeights, void * gradSmScores, void * gradWspaceFeat, void * gradWspaceWeights, int dimNode, int dimEdge, const cudnnGnnMhaParams_t * params, cudnnDataType_t dataType, cudnnDataType_t gradDataType, cudnnDataType_t gradWeightType)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         graph: host input, fixed 1 elements
         gradOut: device memory
         srcFeatures: device memory
@@ -8770,7 +9706,12 @@ def cudnnGnnMhaGatBackward(stream, graph, gradOut, srcFeatures, dstFeatures, edg
         gradSmScores: device memory
         gradWspaceFeat: device memory
         gradWspaceWeights: device memory
+        dimNode: integer (int): -2147483648 to 2147483647
+        dimEdge: integer (int): -2147483648 to 2147483647
         params: host input, fixed 1 elements
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        gradDataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        gradWeightType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8794,6 +9735,7 @@ def cudnnGnnMhaGatV2Forward(stream, graph, srcFeatures, dstFeatures, edgeFeature
     """cudnnStatus_t cudnnGnnMhaGatV2Forward(cudaStream_t stream, const cudnnGnnCscGraph_t * graph, const void * srcFeatures, const void * dstFeatures, const void * edgeFeatures, const void * attnWeights, const float * dropoutMask, void * output, void * smScores, void * actScores, int dimNode, const cudnnGnnMhaParams_t * params, cudnnDataType_t dataType)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         graph: host input, fixed 1 elements
         srcFeatures: device memory
         dstFeatures: device memory
@@ -8803,7 +9745,9 @@ def cudnnGnnMhaGatV2Forward(stream, graph, srcFeatures, dstFeatures, edgeFeature
         output: device memory
         smScores: device memory
         actScores: device memory
+        dimNode: integer (int): -2147483648 to 2147483647
         params: host input, fixed 1 elements
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 
@@ -8827,6 +9771,7 @@ def cudnnGnnMhaGatV2Backward(stream, graph, gradOut, srcFeatures, dstFeatures, e
     """cudnnStatus_t cudnnGnnMhaGatV2Backward(cudaStream_t stream, const cudnnGnnCscGraph_t * graph, const void * gradOut, const void * srcFeatures, const void * dstFeatures, const void * edgeFeatures, const void * attnWeights, const void * smScores, const void * actScores, const float * dropoutMask, const float * gradAttention, void * gradSrcFeatures, void * gradDstFeatures, void * gradEdgeFeatures, void * gradWeights, void * gradSmScores, void * gradWspaceFeat, void * gradWspaceWeights, int dimNode, const cudnnGnnMhaParams_t * params, cudnnDataType_t dataType, cudnnDataType_t gradType)
 
     Checked parameters:
+        stream: handle cudaStream_t, may be None
         graph: host input, fixed 1 elements
         gradOut: device memory
         srcFeatures: device memory
@@ -8844,7 +9789,10 @@ def cudnnGnnMhaGatV2Backward(stream, graph, gradOut, srcFeatures, dstFeatures, e
         gradSmScores: device memory
         gradWspaceFeat: device memory
         gradWspaceWeights: device memory
+        dimNode: integer (int): -2147483648 to 2147483647
         params: host input, fixed 1 elements
+        dataType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
+        gradType: enum cudnnDataType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises CudnnError when the returned status is not success.
 

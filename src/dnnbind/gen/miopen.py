@@ -1380,6 +1380,9 @@ _values_miopenGetErrorString = (b'i', (miopenStatus_t,), _pack_i)
 def miopenGetErrorString(error):
     """const char * miopenGetErrorString(miopenStatus_t error)
 
+    Checked parameters:
+        error: enum miopenStatus_t: a member, or an int from -2147483648 to 2147483647
+
     @brief Get character string for an error code.
 
     A function which returns a NULL terminated character string of the error code.
@@ -1464,6 +1467,7 @@ def miopenCreateWithStream(handle, stream):
 
     Checked parameters:
         handle: host output, fixed 1 elements
+        stream: handle miopenAcceleratorQueue_t, may be None
 
     Raises MiopenError when the returned status is not success.
 
@@ -1492,6 +1496,9 @@ _miopenDestroy = _lazy('miopenDestroy', (miopenHandle_t,), c_int)
 def miopenDestroy(handle):
     """miopenStatus_t miopenDestroy(miopenHandle_t handle)
 
+    Checked parameters:
+        handle: handle miopenHandle_t, may be None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys the MIOpen handle.
@@ -1506,6 +1513,10 @@ _miopenSetStream = _lazy('miopenSetStream', (miopenHandle_t, miopenAcceleratorQu
 
 def miopenSetStream(handle, streamID):
     """miopenStatus_t miopenSetStream(miopenHandle_t handle, miopenAcceleratorQueue_t streamID)
+
+    Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        streamID: handle miopenAcceleratorQueue_t, may be None
 
     Raises MiopenError when the returned status is not success.
 
@@ -1529,6 +1540,7 @@ def miopenGetStream(handle, streamID):
     """miopenStatus_t miopenGetStream(miopenHandle_t handle, miopenAcceleratorQueue_t * streamID)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         streamID: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -1554,6 +1566,7 @@ def miopenSetAllocator(handle, allocator, deallocator, allocatorContext):
     """miopenStatus_t miopenSetAllocator(miopenHandle_t handle, miopenAllocatorFunction allocator, miopenDeallocatorFunction deallocator, void * allocatorContext)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         allocatorContext: host or device memory
 
     Raises MiopenError when the returned status is not success.
@@ -1589,6 +1602,7 @@ def miopenGetKernelTime(handle, time):
     """miopenStatus_t miopenGetKernelTime(miopenHandle_t handle, float * time)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         time: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -1616,6 +1630,9 @@ _miopenEnableProfiling = _lazy('miopenEnableProfiling', (miopenHandle_t, c_bool,
 
 def miopenEnableProfiling(handle, enable):
     """miopenStatus_t miopenEnableProfiling(miopenHandle_t handle, bool enable)
+
+    Checked parameters:
+        handle: handle miopenHandle_t, may be None
 
     Raises MiopenError when the returned status is not success.
 
@@ -1665,6 +1682,14 @@ _values_miopenSet4dTensorDescriptor = (b'iiiii', (miopenDataType_t, None, None, 
 def miopenSet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w):
     """miopenStatus_t miopenSet4dTensorDescriptor(miopenTensorDescriptor_t tensorDesc, miopenDataType_t dataType, int n, int c, int h, int w)
 
+    Checked parameters:
+        tensorDesc: handle miopenTensorDescriptor_t, refused when None
+        dataType: enum miopenDataType_t: a member, or an int from -2147483648 to 2147483647
+        n: integer (int): -2147483648 to 2147483647
+        c: integer (int): -2147483648 to 2147483647
+        h: integer (int): -2147483648 to 2147483647
+        w: integer (int): -2147483648 to 2147483647
+
     Raises MiopenError when the returned status is not success.
 
     @brief Set shape of 4D tensor
@@ -1702,7 +1727,11 @@ def miopenSetNdTensorDescriptorWithLayout(tensorDesc, dataType, tensorLayout, le
     """miopenStatus_t miopenSetNdTensorDescriptorWithLayout(miopenTensorDescriptor_t tensorDesc, miopenDataType_t dataType, miopenTensorLayout_t tensorLayout, const int * lens, int num_lens)
 
     Checked parameters:
+        tensorDesc: handle miopenTensorDescriptor_t, refused when None
+        dataType: enum miopenDataType_t: a member, or an int from -2147483648 to 2147483647
+        tensorLayout: enum miopenTensorLayout_t: a member, or an int from -2147483648 to 2147483647
         lens: host input, count num_lens
+        num_lens: integer (int): -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -1738,6 +1767,18 @@ _values_miopenSet4dTensorDescriptorEx = (b'iiiiiiiii', (miopenDataType_t, None, 
 
 def miopenSet4dTensorDescriptorEx(tensorDesc, dataType, n, c, h, w, nStride, cStride, hStride, wStride):
     """miopenStatus_t miopenSet4dTensorDescriptorEx(miopenTensorDescriptor_t tensorDesc, miopenDataType_t dataType, int n, int c, int h, int w, int nStride, int cStride, int hStride, int wStride)
+
+    Checked parameters:
+        tensorDesc: handle miopenTensorDescriptor_t, refused when None
+        dataType: enum miopenDataType_t: a member, or an int from -2147483648 to 2147483647
+        n: integer (int): -2147483648 to 2147483647
+        c: integer (int): -2147483648 to 2147483647
+        h: integer (int): -2147483648 to 2147483647
+        w: integer (int): -2147483648 to 2147483647
+        nStride: integer (int): -2147483648 to 2147483647
+        cStride: integer (int): -2147483648 to 2147483647
+        hStride: integer (int): -2147483648 to 2147483647
+        wStride: integer (int): -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -1782,6 +1823,7 @@ def miopenGet4dTensorDescriptor(tensorDesc, dataType, n, c, h, w, nStride, cStri
     """miopenStatus_t miopenGet4dTensorDescriptor(miopenTensorDescriptor_t tensorDesc, miopenDataType_t * dataType, int * n, int * c, int * h, int * w, int * nStride, int * cStride, int * hStride, int * wStride)
 
     Checked parameters:
+        tensorDesc: handle miopenTensorDescriptor_t, refused when None
         dataType: host output, fixed 1 elements
         n: host output, fixed 1 elements
         c: host output, fixed 1 elements
@@ -1841,6 +1883,9 @@ def miopenSetTensorDescriptor(tensorDesc, dataType, nbDims, dimsA, stridesA):
     """miopenStatus_t miopenSetTensorDescriptor(miopenTensorDescriptor_t tensorDesc, miopenDataType_t dataType, int nbDims, const int * dimsA, const int * stridesA)
 
     Checked parameters:
+        tensorDesc: handle miopenTensorDescriptor_t, refused when None
+        dataType: enum miopenDataType_t: a member, or an int from -2147483648 to 2147483647
+        nbDims: integer (int): -2147483648 to 2147483647
         dimsA: host input, count nbDims
         stridesA: host input, count nbDims, may be None
 
@@ -1883,6 +1928,9 @@ def miopenSetTensorDescriptorV2(tensorDesc, dataType, nbDims, dimsA, stridesA):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        tensorDesc: handle miopenTensorDescriptor_t, refused when None
+        dataType: enum miopenDataType_t: a member, or an int from -2147483648 to 2147483647
+        nbDims: integer (int): -2147483648 to 2147483647
         dimsA: host input, count nbDims
         stridesA: host input, count nbDims, may be None
 
@@ -1916,6 +1964,10 @@ def miopenSetTensorCastType(tensorDesc, cast_type):
 
     Beta API (MIOPEN_BETA_API): may change between releases.
 
+    Checked parameters:
+        tensorDesc: handle miopenTensorDescriptor_t, refused when None
+        cast_type: enum miopenDataType_t: a member, or an int from -2147483648 to 2147483647
+
     Raises MiopenError when the returned status is not success.
 
     @brief Set the tensor cast type
@@ -1948,6 +2000,7 @@ def miopenGetTensorDescriptorSize(tensorDesc, size):
     """miopenStatus_t miopenGetTensorDescriptorSize(miopenTensorDescriptor_t tensorDesc, int * size)
 
     Checked parameters:
+        tensorDesc: handle miopenTensorDescriptor_t, refused when None
         size: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -1982,6 +2035,7 @@ def miopenGetTensorDescriptor(tensorDesc, dataType, dimsA, stridesA):
     """miopenStatus_t miopenGetTensorDescriptor(miopenTensorDescriptor_t tensorDesc, miopenDataType_t * dataType, int * dimsA, int * stridesA)
 
     Checked parameters:
+        tensorDesc: handle miopenTensorDescriptor_t, refused when None
         dataType: host output, fixed 1 elements
         dimsA: host output, miopenGetTensorDescriptorSize(tensorDesc)
         stridesA: host output, miopenGetTensorDescriptorSize(tensorDesc)
@@ -2018,6 +2072,9 @@ _miopenDestroyTensorDescriptor = _lazy('miopenDestroyTensorDescriptor', (miopenT
 
 def miopenDestroyTensorDescriptor(tensorDesc):
     """miopenStatus_t miopenDestroyTensorDescriptor(miopenTensorDescriptor_t tensorDesc)
+
+    Checked parameters:
+        tensorDesc: handle miopenTensorDescriptor_t, refused when None
 
     Raises MiopenError when the returned status is not success.
 
@@ -2058,6 +2115,9 @@ _miopenDestroySeqTensorDescriptor = _lazy('miopenDestroySeqTensorDescriptor', (m
 def miopenDestroySeqTensorDescriptor(tensorDesc):
     """miopenStatus_t miopenDestroySeqTensorDescriptor(miopenSeqTensorDescriptor_t tensorDesc)
 
+    Checked parameters:
+        tensorDesc: handle miopenSeqTensorDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys the sequence data tensor descriptor
@@ -2074,11 +2134,16 @@ def miopenOpTensor(handle, tensorOp, alpha1, aDesc, A, alpha2, bDesc, B, beta, c
     """miopenStatus_t miopenOpTensor(miopenHandle_t handle, miopenTensorOp_t tensorOp, const void * alpha1, const miopenTensorDescriptor_t aDesc, const void * A, const void * alpha2, const miopenTensorDescriptor_t bDesc, const void * B, const void * beta, const miopenTensorDescriptor_t cDesc, void * C)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        tensorOp: enum miopenTensorOp_t: a member, or an int from -2147483648 to 2147483647
         alpha1: host input, fixed 4 bytes
+        aDesc: handle miopenTensorDescriptor_t, refused when None
         A: device memory
         alpha2: host input, fixed 4 bytes
+        bDesc: handle miopenTensorDescriptor_t, refused when None
         B: device memory
         beta: host input, fixed 4 bytes
+        cDesc: handle miopenTensorDescriptor_t, refused when None
         C: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -2128,6 +2193,8 @@ def miopenSetTensor(handle, yDesc, y, alpha):
     """miopenStatus_t miopenSetTensor(miopenHandle_t handle, const miopenTensorDescriptor_t yDesc, void * y, const void * alpha)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
         alpha: host input, fixed 4 bytes
 
@@ -2165,6 +2232,8 @@ def miopenScaleTensor(handle, yDesc, y, alpha):
     """miopenStatus_t miopenScaleTensor(miopenHandle_t handle, const miopenTensorDescriptor_t yDesc, void * y, const void * alpha)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
         alpha: host input, fixed 4 bytes
 
@@ -2202,6 +2271,7 @@ def miopenGetTensorNumBytes(tensorDesc, numBytes):
     """miopenStatus_t miopenGetTensorNumBytes(miopenTensorDescriptor_t tensorDesc, size_t * numBytes)
 
     Checked parameters:
+        tensorDesc: handle miopenTensorDescriptor_t, refused when None
         numBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -2234,9 +2304,12 @@ def miopenTransformTensor(handle, alpha, xDesc, x, beta, yDesc, y):
     """miopenStatus_t miopenTransformTensor(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -2305,6 +2378,16 @@ _values_miopenInitConvolutionDescriptor = (b'iiiiiii', (miopenConvolutionMode_t,
 def miopenInitConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w):
     """miopenStatus_t miopenInitConvolutionDescriptor(miopenConvolutionDescriptor_t convDesc, miopenConvolutionMode_t c_mode, int pad_h, int pad_w, int stride_h, int stride_w, int dilation_h, int dilation_w)
 
+    Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        c_mode: enum miopenConvolutionMode_t: a member, or an int from -2147483648 to 2147483647
+        pad_h: integer (int): -2147483648 to 2147483647
+        pad_w: integer (int): -2147483648 to 2147483647
+        stride_h: integer (int): -2147483648 to 2147483647
+        stride_w: integer (int): -2147483648 to 2147483647
+        dilation_h: integer (int): -2147483648 to 2147483647
+        dilation_w: integer (int): -2147483648 to 2147483647
+
     Raises MiopenError when the returned status is not success.
 
     @brief Creates a 2-D convolution layer descriptor
@@ -2344,9 +2427,12 @@ def miopenInitConvolutionNdDescriptor(convDesc, spatialDim, padA, strideA, dilat
     """miopenStatus_t miopenInitConvolutionNdDescriptor(miopenConvolutionDescriptor_t convDesc, int spatialDim, const int * padA, const int * strideA, const int * dilationA, miopenConvolutionMode_t c_mode)
 
     Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        spatialDim: integer (int): -2147483648 to 2147483647
         padA: host input, count spatialDim
         strideA: host input, count spatialDim
         dilationA: host input, count spatialDim
+        c_mode: enum miopenConvolutionMode_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -2384,6 +2470,7 @@ def miopenGetConvolutionSpatialDim(convDesc, spatialDim):
     """miopenStatus_t miopenGetConvolutionSpatialDim(miopenConvolutionDescriptor_t convDesc, int * spatialDim)
 
     Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
         spatialDim: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -2414,6 +2501,7 @@ def miopenGetConvolutionDescriptor(convDesc, c_mode, pad_h, pad_w, stride_h, str
     """miopenStatus_t miopenGetConvolutionDescriptor(miopenConvolutionDescriptor_t convDesc, miopenConvolutionMode_t * c_mode, int * pad_h, int * pad_w, int * stride_h, int * stride_w, int * dilation_h, int * dilation_w)
 
     Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
         c_mode: host output, fixed 1 elements
         pad_h: host output, fixed 1 elements
         pad_w: host output, fixed 1 elements
@@ -2466,6 +2554,8 @@ def miopenGetConvolutionNdDescriptor(convDesc, requestedSpatialDim, spatialDim, 
     """miopenStatus_t miopenGetConvolutionNdDescriptor(miopenConvolutionDescriptor_t convDesc, int requestedSpatialDim, int * spatialDim, int * padA, int * strideA, int * dilationA, miopenConvolutionMode_t * c_mode)
 
     Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        requestedSpatialDim: integer (int): -2147483648 to 2147483647
         spatialDim: host output, fixed 1 elements
         padA: host output, count requestedSpatialDim
         strideA: host output, count requestedSpatialDim
@@ -2511,6 +2601,7 @@ def miopenGetConvolutionGroupCount(convDesc, groupCount):
     """miopenStatus_t miopenGetConvolutionGroupCount(miopenConvolutionDescriptor_t convDesc, int * groupCount)
 
     Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
         groupCount: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -2540,6 +2631,10 @@ _values_miopenSetConvolutionGroupCount = (b'i', (None,), _pack_i)
 
 def miopenSetConvolutionGroupCount(convDesc, groupCount):
     """miopenStatus_t miopenSetConvolutionGroupCount(miopenConvolutionDescriptor_t convDesc, int groupCount)
+
+    Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        groupCount: integer (int): -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -2577,6 +2672,11 @@ _values_miopenSetTransposeConvOutputPadding = (b'ii', (None, None,), _pack_ii)
 def miopenSetTransposeConvOutputPadding(convDesc, adj_h, adj_w):
     """miopenStatus_t miopenSetTransposeConvOutputPadding(miopenConvolutionDescriptor_t convDesc, int adj_h, int adj_w)
 
+    Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        adj_h: integer (int): -2147483648 to 2147483647
+        adj_w: integer (int): -2147483648 to 2147483647
+
     Raises MiopenError when the returned status is not success.
 
     @brief Set the output padding to be used in 2-D Transpose convolution
@@ -2613,6 +2713,8 @@ def miopenSetTransposeConvNdOutputPadding(convDesc, spatialDim, adjA):
     """miopenStatus_t miopenSetTransposeConvNdOutputPadding(miopenConvolutionDescriptor_t convDesc, int spatialDim, const int * adjA)
 
     Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        spatialDim: integer (int): -2147483648 to 2147483647
         adjA: host input, count spatialDim
 
     Raises MiopenError when the returned status is not success.
@@ -2651,6 +2753,9 @@ def miopenGetConvolutionForwardOutputDim(convDesc, inputTensorDesc, filterDesc, 
     """miopenStatus_t miopenGetConvolutionForwardOutputDim(miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t inputTensorDesc, const miopenTensorDescriptor_t filterDesc, int * n, int * c, int * h, int * w)
 
     Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        inputTensorDesc: handle miopenTensorDescriptor_t, refused when None
+        filterDesc: handle miopenTensorDescriptor_t, refused when None
         n: host output, fixed 1 elements
         c: host output, fixed 1 elements
         h: host output, fixed 1 elements
@@ -2700,6 +2805,9 @@ def miopenGetConvolutionNdForwardOutputDim(convDesc, inputTensorDesc, filterDesc
     """miopenStatus_t miopenGetConvolutionNdForwardOutputDim(miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t inputTensorDesc, const miopenTensorDescriptor_t filterDesc, int * nDim, int * outputTensorDimA)
 
     Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        inputTensorDesc: handle miopenTensorDescriptor_t, refused when None
+        filterDesc: handle miopenTensorDescriptor_t, refused when None
         nDim: host output, fixed 1 elements
         outputTensorDimA: host output, miopenGetTensorDescriptorSize(inputTensorDesc)
 
@@ -2740,6 +2848,9 @@ _miopenDestroyConvolutionDescriptor = _lazy('miopenDestroyConvolutionDescriptor'
 def miopenDestroyConvolutionDescriptor(convDesc):
     """miopenStatus_t miopenDestroyConvolutionDescriptor(miopenConvolutionDescriptor_t convDesc)
 
+    Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys the tensor descriptor object
@@ -2754,6 +2865,11 @@ _values_miopenSetConvolutionAttribute = (b'ii', (miopenConvolutionAttrib_t, None
 
 def miopenSetConvolutionAttribute(convDesc, attr, value):
     """miopenStatus_t miopenSetConvolutionAttribute(miopenConvolutionDescriptor_t convDesc, const miopenConvolutionAttrib_t attr, int value)
+
+    Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        attr: enum miopenConvolutionAttrib_t: a member, or an int from -2147483648 to 2147483647
+        value: integer (int): -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -2785,6 +2901,8 @@ def miopenGetConvolutionAttribute(convDesc, attr, value):
     """miopenStatus_t miopenGetConvolutionAttribute(miopenConvolutionDescriptor_t convDesc, const miopenConvolutionAttrib_t attr, int * value)
 
     Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        attr: enum miopenConvolutionAttrib_t: a member, or an int from -2147483648 to 2147483647
         value: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -2816,6 +2934,10 @@ _values_miopenSetConvolutionFindMode = (b'i', (miopenConvolutionFindMode_t,), _p
 
 def miopenSetConvolutionFindMode(convDesc, findMode):
     """miopenStatus_t miopenSetConvolutionFindMode(miopenConvolutionDescriptor_t convDesc, miopenConvolutionFindMode_t findMode)
+
+    Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        findMode: enum miopenConvolutionFindMode_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -2853,6 +2975,7 @@ def miopenGetConvolutionFindMode(convDesc, findMode):
     """miopenStatus_t miopenGetConvolutionFindMode(const miopenConvolutionDescriptor_t convDesc, miopenConvolutionFindMode_t * findMode)
 
     Checked parameters:
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
         findMode: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -2883,6 +3006,11 @@ def miopenConvolutionForwardGetSolutionCount(handle, wDesc, xDesc, convDesc, yDe
     """miopenStatus_t miopenConvolutionForwardGetSolutionCount(miopenHandle_t handle, const miopenTensorDescriptor_t wDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t yDesc, size_t * solutionCount)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         solutionCount: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -2925,6 +3053,12 @@ def miopenConvolutionForwardGetSolution(handle, wDesc, xDesc, convDesc, yDesc, m
     """miopenStatus_t miopenConvolutionForwardGetSolution(miopenHandle_t handle, const miopenTensorDescriptor_t wDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t yDesc, const size_t maxSolutionCount, size_t * solutionCount, miopenConvSolution_t * solutions)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        yDesc: handle miopenTensorDescriptor_t, refused when None
+        maxSolutionCount: integer (size_t): 0 to 18446744073709551615
         solutionCount: host output, fixed 1 elements
         solutions: host output, count maxSolutionCount
 
@@ -2978,6 +3112,12 @@ def miopenConvolutionForwardGetSolutionWorkspaceSize(handle, wDesc, xDesc, convD
     """miopenStatus_t miopenConvolutionForwardGetSolutionWorkspaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t wDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t yDesc, const uint64_t solution_id, size_t * workSpaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        yDesc: handle miopenTensorDescriptor_t, refused when None
+        solution_id: integer (uint64_t): 0 to 18446744073709551615
         workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -3023,6 +3163,14 @@ _values_miopenConvolutionForwardCompileSolution = (b'Q', (None,), _pack_Q)
 def miopenConvolutionForwardCompileSolution(handle, wDesc, xDesc, convDesc, yDesc, solution_id):
     """miopenStatus_t miopenConvolutionForwardCompileSolution(miopenHandle_t handle, const miopenTensorDescriptor_t wDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t yDesc, const uint64_t solution_id)
 
+    Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        yDesc: handle miopenTensorDescriptor_t, refused when None
+        solution_id: integer (uint64_t): 0 to 18446744073709551615
+
     Raises MiopenError when the returned status is not success.
 
     @brief Compiles the solution provided by the user, this solution may be acquired by the
@@ -3066,11 +3214,17 @@ def miopenConvolutionForwardImmediate(handle, wDesc, w, xDesc, x, convDesc, yDes
     """miopenStatus_t miopenConvolutionForwardImmediate(miopenHandle_t handle, const miopenTensorDescriptor_t wDesc, const void * w, const miopenTensorDescriptor_t xDesc, const void * x, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t yDesc, void * y, void * workSpace, size_t workSpaceSize, const uint64_t solution_id)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
+        solution_id: integer (uint64_t): 0 to 18446744073709551615
 
     Raises MiopenError when the returned status is not success.
 
@@ -3114,6 +3268,11 @@ def miopenConvolutionBackwardDataGetSolutionCount(handle, dyDesc, wDesc, convDes
     """miopenStatus_t miopenConvolutionBackwardDataGetSolutionCount(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t wDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dxDesc, size_t * solutionCount)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         solutionCount: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -3158,6 +3317,12 @@ def miopenConvolutionBackwardDataGetSolution(handle, dyDesc, wDesc, convDesc, dx
     """miopenStatus_t miopenConvolutionBackwardDataGetSolution(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t wDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dxDesc, const size_t maxSolutionCount, size_t * solutionCount, miopenConvSolution_t * solutions)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
+        maxSolutionCount: integer (size_t): 0 to 18446744073709551615
         solutionCount: host output, fixed 1 elements
         solutions: host output, count maxSolutionCount
 
@@ -3212,6 +3377,12 @@ def miopenConvolutionBackwardDataGetSolutionWorkspaceSize(handle, dyDesc, wDesc,
     """miopenStatus_t miopenConvolutionBackwardDataGetSolutionWorkspaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t wDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dxDesc, const uint64_t solution_id, size_t * workSpaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
+        solution_id: integer (uint64_t): 0 to 18446744073709551615
         workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -3257,6 +3428,14 @@ _values_miopenConvolutionBackwardDataCompileSolution = (b'Q', (None,), _pack_Q)
 def miopenConvolutionBackwardDataCompileSolution(handle, dyDesc, wDesc, convDesc, dxDesc, solution_id):
     """miopenStatus_t miopenConvolutionBackwardDataCompileSolution(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t wDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dxDesc, const uint64_t solution_id)
 
+    Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
+        solution_id: integer (uint64_t): 0 to 18446744073709551615
+
     Raises MiopenError when the returned status is not success.
 
     @brief Compiles the solution provided by the user, this solution may be acquired by the
@@ -3301,11 +3480,17 @@ def miopenConvolutionBackwardDataImmediate(handle, dyDesc, dy, wDesc, w, convDes
     """miopenStatus_t miopenConvolutionBackwardDataImmediate(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t wDesc, const void * w, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dxDesc, void * dx, void * workSpace, size_t workSpaceSize, const uint64_t solution_id)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
+        solution_id: integer (uint64_t): 0 to 18446744073709551615
 
     Raises MiopenError when the returned status is not success.
 
@@ -3349,6 +3534,11 @@ def miopenConvolutionBackwardWeightsGetSolutionCount(handle, dyDesc, xDesc, conv
     """miopenStatus_t miopenConvolutionBackwardWeightsGetSolutionCount(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dwDesc, size_t * solutionCount)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dwDesc: handle miopenTensorDescriptor_t, refused when None
         solutionCount: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -3393,6 +3583,12 @@ def miopenConvolutionBackwardWeightsGetSolution(handle, dyDesc, xDesc, convDesc,
     """miopenStatus_t miopenConvolutionBackwardWeightsGetSolution(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dwDesc, const size_t maxSolutionCount, size_t * solutionCount, miopenConvSolution_t * solutions)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dwDesc: handle miopenTensorDescriptor_t, refused when None
+        maxSolutionCount: integer (size_t): 0 to 18446744073709551615
         solutionCount: host output, fixed 1 elements
         solutions: host output, count maxSolutionCount
 
@@ -3446,6 +3642,12 @@ def miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(handle, dyDesc, xDe
     """miopenStatus_t miopenConvolutionBackwardWeightsGetSolutionWorkspaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dwDesc, const uint64_t solution_id, size_t * workSpaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dwDesc: handle miopenTensorDescriptor_t, refused when None
+        solution_id: integer (uint64_t): 0 to 18446744073709551615
         workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -3491,6 +3693,14 @@ _values_miopenConvolutionBackwardWeightsCompileSolution = (b'Q', (None,), _pack_
 def miopenConvolutionBackwardWeightsCompileSolution(handle, dyDesc, xDesc, convDesc, dwDesc, solution_id):
     """miopenStatus_t miopenConvolutionBackwardWeightsCompileSolution(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dwDesc, const uint64_t solution_id)
 
+    Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dwDesc: handle miopenTensorDescriptor_t, refused when None
+        solution_id: integer (uint64_t): 0 to 18446744073709551615
+
     Raises MiopenError when the returned status is not success.
 
     @brief Compiles the solution provided by the user, this solution may be acquired by the
@@ -3534,11 +3744,17 @@ def miopenConvolutionBackwardWeightsImmediate(handle, dyDesc, dy, xDesc, x, conv
     """miopenStatus_t miopenConvolutionBackwardWeightsImmediate(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t xDesc, const void * x, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dwDesc, void * dw, void * workSpace, size_t workSpaceSize, const uint64_t solution_id)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dwDesc: handle miopenTensorDescriptor_t, refused when None
         dw: device memory
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
+        solution_id: integer (uint64_t): 0 to 18446744073709551615
 
     Raises MiopenError when the returned status is not success.
 
@@ -3583,6 +3799,11 @@ def miopenConvolutionForwardGetWorkSpaceSize(handle, wDesc, xDesc, convDesc, yDe
     """miopenStatus_t miopenConvolutionForwardGetWorkSpaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t wDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t yDesc, size_t * workSpaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -3636,9 +3857,15 @@ def miopenFindConvolutionForwardAlgorithm(handle, xDesc, x, wDesc, w, convDesc, 
     """miopenStatus_t miopenFindConvolutionForwardAlgorithm(miopenHandle_t handle, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t wDesc, const void * w, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t yDesc, void * y, const int requestAlgoCount, int * returnedAlgoCount, miopenConvAlgoPerf_t * perfResults, void * workSpace, size_t workSpaceSize, bool exhaustiveSearch)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        requestAlgoCount: integer (int): -2147483648 to 2147483647
         returnedAlgoCount: host output, fixed 1 elements
         perfResults: host output, count requestAlgoCount
         workSpace: device memory
@@ -3716,10 +3943,16 @@ def miopenConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, 
     """miopenStatus_t miopenConvolutionForward(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t wDesc, const void * w, const miopenConvolutionDescriptor_t convDesc, miopenConvFwdAlgorithm_t algo, const void * beta, const miopenTensorDescriptor_t yDesc, void * y, void * workSpace, size_t workSpaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        algo: enum miopenConvFwdAlgorithm_t: a member, or an int from -2147483648 to 2147483647
         beta: host input, fixed 4 bytes
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
@@ -3785,9 +4018,12 @@ def miopenConvolutionForwardBias(handle, alpha, bDesc, b, beta, yDesc, y):
     """miopenStatus_t miopenConvolutionForwardBias(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t bDesc, const void * b, const void * beta, const miopenTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        bDesc: handle miopenTensorDescriptor_t, refused when None
         b: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -3830,6 +4066,11 @@ def miopenConvolutionBackwardDataGetWorkSpaceSize(handle, dyDesc, wDesc, convDes
     """miopenStatus_t miopenConvolutionBackwardDataGetWorkSpaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t wDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dxDesc, size_t * workSpaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -3884,9 +4125,15 @@ def miopenFindConvolutionBackwardDataAlgorithm(handle, dyDesc, dy, wDesc, w, con
     """miopenStatus_t miopenFindConvolutionBackwardDataAlgorithm(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t wDesc, const void * w, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dxDesc, void * dx, const int requestAlgoCount, int * returnedAlgoCount, miopenConvAlgoPerf_t * perfResults, void * workSpace, size_t workSpaceSize, bool exhaustiveSearch)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
+        requestAlgoCount: integer (int): -2147483648 to 2147483647
         returnedAlgoCount: host output, fixed 1 elements
         perfResults: host output, count requestAlgoCount
         workSpace: device memory
@@ -3964,10 +4211,16 @@ def miopenConvolutionBackwardData(handle, alpha, dyDesc, dy, wDesc, w, convDesc,
     """miopenStatus_t miopenConvolutionBackwardData(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t wDesc, const void * w, const miopenConvolutionDescriptor_t convDesc, miopenConvBwdDataAlgorithm_t algo, const void * beta, const miopenTensorDescriptor_t dxDesc, void * dx, void * workSpace, size_t workSpaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        algo: enum miopenConvBwdDataAlgorithm_t: a member, or an int from -2147483648 to 2147483647
         beta: host input, fixed 4 bytes
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
@@ -4032,6 +4285,11 @@ def miopenConvolutionBackwardWeightsGetWorkSpaceSize(handle, dyDesc, xDesc, conv
     """miopenStatus_t miopenConvolutionBackwardWeightsGetWorkSpaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const miopenTensorDescriptor_t xDesc, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dwDesc, size_t * workSpaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dwDesc: handle miopenTensorDescriptor_t, refused when None
         workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -4086,9 +4344,15 @@ def miopenFindConvolutionBackwardWeightsAlgorithm(handle, dyDesc, dy, xDesc, x, 
     """miopenStatus_t miopenFindConvolutionBackwardWeightsAlgorithm(miopenHandle_t handle, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t xDesc, const void * x, const miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t dwDesc, void * dw, const int requestAlgoCount, int * returnedAlgoCount, miopenConvAlgoPerf_t * perfResults, void * workSpace, size_t workSpaceSize, bool exhaustiveSearch)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        dwDesc: handle miopenTensorDescriptor_t, refused when None
         dw: device memory
+        requestAlgoCount: integer (int): -2147483648 to 2147483647
         returnedAlgoCount: host output, fixed 1 elements
         perfResults: host output, count requestAlgoCount
         workSpace: device memory
@@ -4166,10 +4430,16 @@ def miopenConvolutionBackwardWeights(handle, alpha, dyDesc, dy, xDesc, x, convDe
     """miopenStatus_t miopenConvolutionBackwardWeights(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t xDesc, const void * x, const miopenConvolutionDescriptor_t convDesc, miopenConvBwdWeightsAlgorithm_t algo, const void * beta, const miopenTensorDescriptor_t dwDesc, void * dw, void * workSpace, size_t workSpaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        algo: enum miopenConvBwdWeightsAlgorithm_t: a member, or an int from -2147483648 to 2147483647
         beta: host input, fixed 4 bytes
+        dwDesc: handle miopenTensorDescriptor_t, refused when None
         dw: device memory
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
@@ -4234,9 +4504,12 @@ def miopenConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db):
     """miopenStatus_t miopenConvolutionBackwardBias(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t dyDesc, const void * dy, const void * beta, const miopenTensorDescriptor_t dbDesc, void * db)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
         beta: host input, fixed 4 bytes
+        dbDesc: handle miopenTensorDescriptor_t, refused when None
         db: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -4303,6 +4576,10 @@ _values_miopenSetPoolingIndexType = (b'i', (miopenIndexType_t,), _pack_i)
 def miopenSetPoolingIndexType(poolDesc, index_type):
     """miopenStatus_t miopenSetPoolingIndexType(miopenPoolingDescriptor_t poolDesc, miopenIndexType_t index_type)
 
+    Checked parameters:
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
+        index_type: enum miopenIndexType_t: a member, or an int from -2147483648 to 2147483647
+
     Raises MiopenError when the returned status is not success.
 
     @brief Set index data type for pooling layer. The default indexing type is uint8_t.
@@ -4334,6 +4611,7 @@ def miopenGetPoolingIndexType(poolDesc, index_type):
     """miopenStatus_t miopenGetPoolingIndexType(miopenPoolingDescriptor_t poolDesc, miopenIndexType_t * index_type)
 
     Checked parameters:
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
         index_type: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -4367,6 +4645,10 @@ _values_miopenSetPoolingWorkSpaceIndexMode = (b'i', (miopenPoolingWorkspaceIndex
 def miopenSetPoolingWorkSpaceIndexMode(poolDesc, workspace_index):
     """miopenStatus_t miopenSetPoolingWorkSpaceIndexMode(miopenPoolingDescriptor_t poolDesc, miopenPoolingWorkspaceIndexMode_t workspace_index)
 
+    Checked parameters:
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
+        workspace_index: enum miopenPoolingWorkspaceIndexMode_t: a member, or an int from -2147483648 to 2147483647
+
     Raises MiopenError when the returned status is not success.
 
     @brief Set workspace index mode for pooling layer. The default mode is
@@ -4397,6 +4679,7 @@ def miopenGetPoolingWorkSpaceIndexMode(poolDesc, workspace_index):
     """miopenStatus_t miopenGetPoolingWorkSpaceIndexMode(miopenPoolingDescriptor_t poolDesc, miopenPoolingWorkspaceIndexMode_t * workspace_index)
 
     Checked parameters:
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
         workspace_index: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -4428,6 +4711,16 @@ _values_miopenSet2dPoolingDescriptor = (b'iiiiiii', (miopenPoolingMode_t, None, 
 
 def miopenSet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_h, pad_w, stride_h, stride_w):
     """miopenStatus_t miopenSet2dPoolingDescriptor(miopenPoolingDescriptor_t poolDesc, miopenPoolingMode_t mode, int windowHeight, int windowWidth, int pad_h, int pad_w, int stride_h, int stride_w)
+
+    Checked parameters:
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
+        mode: enum miopenPoolingMode_t: a member, or an int from -2147483648 to 2147483647
+        windowHeight: integer (int): -2147483648 to 2147483647
+        windowWidth: integer (int): -2147483648 to 2147483647
+        pad_h: integer (int): -2147483648 to 2147483647
+        pad_w: integer (int): -2147483648 to 2147483647
+        stride_h: integer (int): -2147483648 to 2147483647
+        stride_w: integer (int): -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -4467,6 +4760,7 @@ def miopenGet2dPoolingDescriptor(poolDesc, mode, windowHeight, windowWidth, pad_
     """miopenStatus_t miopenGet2dPoolingDescriptor(const miopenPoolingDescriptor_t poolDesc, miopenPoolingMode_t * mode, int * windowHeight, int * windowWidth, int * pad_h, int * pad_w, int * stride_h, int * stride_w)
 
     Checked parameters:
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
         mode: host output, fixed 1 elements
         windowHeight: host output, fixed 1 elements
         windowWidth: host output, fixed 1 elements
@@ -4519,6 +4813,8 @@ def miopenGetPoolingForwardOutputDim(poolDesc, tensorDesc, n, c, h, w):
     """miopenStatus_t miopenGetPoolingForwardOutputDim(const miopenPoolingDescriptor_t poolDesc, const miopenTensorDescriptor_t tensorDesc, int * n, int * c, int * h, int * w)
 
     Checked parameters:
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
+        tensorDesc: handle miopenTensorDescriptor_t, refused when None
         n: host output, fixed 1 elements
         c: host output, fixed 1 elements
         h: host output, fixed 1 elements
@@ -4566,6 +4862,9 @@ def miopenSetNdPoolingDescriptor(poolDesc, mode, nbDims, windowDimA, padA, strid
     """miopenStatus_t miopenSetNdPoolingDescriptor(miopenPoolingDescriptor_t poolDesc, const miopenPoolingMode_t mode, int nbDims, const int * windowDimA, const int * padA, const int * stridesA)
 
     Checked parameters:
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
+        mode: enum miopenPoolingMode_t: a member, or an int from -2147483648 to 2147483647
+        nbDims: integer (int): -2147483648 to 2147483647
         windowDimA: host input, count nbDims
         padA: host input, count nbDims
         stridesA: host input, count nbDims
@@ -4613,6 +4912,8 @@ def miopenGetNdPoolingDescriptor(poolDesc, nbDimsRequested, mode, nbDims, window
     """miopenStatus_t miopenGetNdPoolingDescriptor(const miopenPoolingDescriptor_t poolDesc, int nbDimsRequested, miopenPoolingMode_t * mode, int * nbDims, int * windowDimA, int * padA, int * stridesA)
 
     Checked parameters:
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
+        nbDimsRequested: integer (int): -2147483648 to 2147483647
         mode: host output, fixed 1 elements
         nbDims: host output, fixed 1 elements
         windowDimA: host output, count nbDimsRequested
@@ -4666,6 +4967,9 @@ def miopenGetPoolingNdForwardOutputDim(poolDesc, tensorDesc, dims, tensorDimArr)
     """miopenStatus_t miopenGetPoolingNdForwardOutputDim(const miopenPoolingDescriptor_t poolDesc, const miopenTensorDescriptor_t tensorDesc, int dims, int * tensorDimArr)
 
     Checked parameters:
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
+        tensorDesc: handle miopenTensorDescriptor_t, refused when None
+        dims: integer (int): -2147483648 to 2147483647
         tensorDimArr: host output, count dims
 
     Raises MiopenError when the returned status is not success.
@@ -4706,6 +5010,7 @@ def miopenPoolingGetWorkSpaceSize(yDesc, workSpaceSize):
     """miopenStatus_t miopenPoolingGetWorkSpaceSize(const miopenTensorDescriptor_t yDesc, size_t * workSpaceSize)
 
     Checked parameters:
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -4744,6 +5049,8 @@ def miopenPoolingGetWorkSpaceSizeV2(poolDesc, yDesc, workSpaceSize):
     """miopenStatus_t miopenPoolingGetWorkSpaceSizeV2(const miopenPoolingDescriptor_t poolDesc, const miopenTensorDescriptor_t yDesc, size_t * workSpaceSize)
 
     Checked parameters:
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -4783,9 +5090,13 @@ def miopenPoolingForward(handle, poolDesc, alpha, xDesc, x, beta, yDesc, y, do_b
     """miopenStatus_t miopenPoolingForward(miopenHandle_t handle, const miopenPoolingDescriptor_t poolDesc, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t yDesc, void * y, bool do_backward, void * workSpace, size_t workSpaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
@@ -4838,11 +5149,17 @@ def miopenPoolingBackward(handle, poolDesc, alpha, yDesc, y, dyDesc, dy, xDesc, 
     """miopenStatus_t miopenPoolingBackward(miopenHandle_t handle, const miopenPoolingDescriptor_t poolDesc, const void * alpha, const miopenTensorDescriptor_t yDesc, const void * y, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t dxDesc, void * dx, void * workSpace)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
         workSpace: device memory
 
@@ -4890,6 +5207,9 @@ _miopenDestroyPoolingDescriptor = _lazy('miopenDestroyPoolingDescriptor', (miope
 def miopenDestroyPoolingDescriptor(poolDesc):
     """miopenStatus_t miopenDestroyPoolingDescriptor(miopenPoolingDescriptor_t poolDesc)
 
+    Checked parameters:
+        poolDesc: handle miopenPoolingDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys the pooling descriptor object
@@ -4933,6 +5253,11 @@ _values_miopenSetLRNDescriptor = (b'iI', (miopenLRNMode_t, None,), _pack_iI)
 def miopenSetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
     """miopenStatus_t miopenSetLRNDescriptor(const miopenLRNDescriptor_t lrnDesc, miopenLRNMode_t mode, unsigned int lrnN, double lrnAlpha, double lrnBeta, double lrnK)
 
+    Checked parameters:
+        lrnDesc: handle miopenLRNDescriptor_t, refused when None
+        mode: enum miopenLRNMode_t: a member, or an int from -2147483648 to 2147483647
+        lrnN: integer (unsigned int): 0 to 4294967295
+
     Raises MiopenError when the returned status is not success.
 
     @brief Sets a LRN layer descriptor details
@@ -4970,6 +5295,7 @@ def miopenGetLRNDescriptor(lrnDesc, mode, lrnN, lrnAlpha, lrnBeta, lrnK):
     """miopenStatus_t miopenGetLRNDescriptor(const miopenLRNDescriptor_t lrnDesc, miopenLRNMode_t * mode, unsigned int * lrnN, double * lrnAlpha, double * lrnBeta, double * lrnK)
 
     Checked parameters:
+        lrnDesc: handle miopenLRNDescriptor_t, refused when None
         mode: host output, fixed 1 elements
         lrnN: host output, fixed 1 elements
         lrnAlpha: host output, fixed 1 elements
@@ -5016,6 +5342,7 @@ def miopenLRNGetWorkSpaceSize(yDesc, workSpaceSize):
     """miopenStatus_t miopenLRNGetWorkSpaceSize(const miopenTensorDescriptor_t yDesc, size_t * workSpaceSize)
 
     Checked parameters:
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -5051,9 +5378,13 @@ def miopenLRNForward(handle, lrnDesc, alpha, xDesc, x, beta, yDesc, y, do_backwa
     """miopenStatus_t miopenLRNForward(miopenHandle_t handle, const miopenLRNDescriptor_t lrnDesc, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t yDesc, void * y, bool do_backward, void * workSpace)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        lrnDesc: handle miopenLRNDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
         workSpace: device memory
 
@@ -5101,11 +5432,17 @@ def miopenLRNBackward(handle, lrnDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, be
     """miopenStatus_t miopenLRNBackward(miopenHandle_t handle, const miopenLRNDescriptor_t lrnDesc, const void * alpha, const miopenTensorDescriptor_t yDesc, const void * y, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t dxDesc, void * dx, const void * workSpace)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        lrnDesc: handle miopenLRNDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
         workSpace: device memory
 
@@ -5150,6 +5487,9 @@ _miopenDestroyLRNDescriptor = _lazy('miopenDestroyLRNDescriptor', (miopenLRNDesc
 def miopenDestroyLRNDescriptor(lrnDesc):
     """miopenStatus_t miopenDestroyLRNDescriptor(miopenLRNDescriptor_t lrnDesc)
 
+    Checked parameters:
+        lrnDesc: handle miopenLRNDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys the LRN descriptor object
@@ -5168,11 +5508,20 @@ def miopenLayerNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc,
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        mode: enum miopenNormMode_t: a member, or an int from -2147483648 to 2147483647
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        weightDesc: handle miopenTensorDescriptor_t, refused when None
         weight: device memory
+        biasDesc: handle miopenTensorDescriptor_t, refused when None
         bias: device memory
+        normalized_dim: integer (int32_t): -2147483648 to 2147483647
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        meanDesc: handle miopenTensorDescriptor_t, refused when None
         mean: device memory
+        rstdDesc: handle miopenTensorDescriptor_t, refused when None
         rstd: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -5227,9 +5576,13 @@ def miopenCatForward(handle, xCount, xDescs, xs, yDesc, y, dim):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        xCount: integer (int32_t): -2147483648 to 2147483647
         xDescs: host input, count xCount
         xs: host input, count xCount
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        dim: integer (int32_t): -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -5272,6 +5625,11 @@ _values_miopenDeriveBNTensorDescriptor = (b'i', (miopenBatchNormMode_t,), _pack_
 
 def miopenDeriveBNTensorDescriptor(derivedBnDesc, xDesc, bn_mode):
     """miopenStatus_t miopenDeriveBNTensorDescriptor(miopenTensorDescriptor_t derivedBnDesc, const miopenTensorDescriptor_t xDesc, miopenBatchNormMode_t bn_mode)
+
+    Checked parameters:
+        derivedBnDesc: handle miopenTensorDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        bn_mode: enum miopenBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -5316,10 +5674,15 @@ def miopenBatchNormalizationForwardTraining(handle, bn_mode, alpha, beta, xDesc,
     """miopenStatus_t miopenBatchNormalizationForwardTraining(miopenHandle_t handle, miopenBatchNormMode_t bn_mode, void * alpha, void * beta, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t yDesc, void * y, const miopenTensorDescriptor_t bnScaleBiasMeanVarDesc, void * bnScale, void * bnBias, double expAvgFactor, void * resultRunningMean, void * resultRunningVariance, double epsilon, void * resultSaveMean, void * resultSaveInvVariance)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        bn_mode: enum miopenBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
         alpha: host output, fixed 4 bytes
         beta: host output, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        bnScaleBiasMeanVarDesc: handle miopenTensorDescriptor_t, refused when None
         bnScale: device memory
         bnBias: device memory
         resultRunningMean: device memory
@@ -5393,10 +5756,18 @@ def miopenBatchNormalizationForwardTraining_V2(handle, bn_mode, alpha, beta, xDe
     """miopenStatus_t miopenBatchNormalizationForwardTraining_V2(miopenHandle_t handle, miopenBatchNormMode_t bn_mode, void * alpha, void * beta, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t yDesc, void * y, const miopenTensorDescriptor_t scaleDesc, const miopenTensorDescriptor_t biasVarDesc, const miopenTensorDescriptor_t savedMeanDesc, const miopenTensorDescriptor_t savedVarDesc, void * bnScale, void * bnBias, double expAvgFactor, void * resultRunningMean, void * resultRunningVariance, double epsilon, void * resultSaveMean, void * resultSaveInvVariance)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        bn_mode: enum miopenBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
         alpha: host output, fixed 4 bytes
         beta: host output, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        scaleDesc: handle miopenTensorDescriptor_t, refused when None
+        biasVarDesc: handle miopenTensorDescriptor_t, refused when None
+        savedMeanDesc: handle miopenTensorDescriptor_t, refused when None
+        savedVarDesc: handle miopenTensorDescriptor_t, refused when None
         bnScale: device memory
         bnBias: device memory
         resultRunningMean: device memory
@@ -5472,10 +5843,15 @@ def miopenBatchNormalizationForwardInference(handle, bn_mode, alpha, beta, xDesc
     """miopenStatus_t miopenBatchNormalizationForwardInference(miopenHandle_t handle, miopenBatchNormMode_t bn_mode, void * alpha, void * beta, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t yDesc, void * y, const miopenTensorDescriptor_t bnScaleBiasMeanVarDesc, void * bnScale, void * bnBias, void * estimatedMean, void * estimatedVariance, double epsilon)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        bn_mode: enum miopenBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
         alpha: host output, fixed 4 bytes
         beta: host output, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        bnScaleBiasMeanVarDesc: handle miopenTensorDescriptor_t, refused when None
         bnScale: device memory
         bnBias: device memory
         estimatedMean: device memory
@@ -5538,10 +5914,18 @@ def miopenBatchNormalizationForwardInference_V2(handle, bn_mode, alpha, beta, xD
     """miopenStatus_t miopenBatchNormalizationForwardInference_V2(miopenHandle_t handle, miopenBatchNormMode_t bn_mode, void * alpha, void * beta, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t yDesc, void * y, const miopenTensorDescriptor_t scaleDesc, const miopenTensorDescriptor_t biasDesc, const miopenTensorDescriptor_t estMeanDesc, const miopenTensorDescriptor_t estVarianceDesc, void * bnScale, void * bnBias, void * estimatedMean, void * estimatedVariance, double epsilon)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        bn_mode: enum miopenBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
         alpha: host output, fixed 4 bytes
         beta: host output, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        scaleDesc: handle miopenTensorDescriptor_t, refused when None
+        biasDesc: handle miopenTensorDescriptor_t, refused when None
+        estMeanDesc: handle miopenTensorDescriptor_t, refused when None
+        estVarianceDesc: handle miopenTensorDescriptor_t, refused when None
         bnScale: device memory
         bnBias: device memory
         estimatedMean: device memory
@@ -5606,13 +5990,19 @@ def miopenBatchNormalizationBackward(handle, bn_mode, alphaDataDiff, betaDataDif
     """miopenStatus_t miopenBatchNormalizationBackward(miopenHandle_t handle, miopenBatchNormMode_t bn_mode, const void * alphaDataDiff, const void * betaDataDiff, const void * alphaParamDiff, const void * betaParamDiff, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t dxDesc, void * dx, const miopenTensorDescriptor_t bnScaleBiasDiffDesc, const void * bnScale, void * resultBnScaleDiff, void * resultBnBiasDiff, double epsilon, const void * savedMean, const void * savedInvVariance)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        bn_mode: enum miopenBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
         alphaDataDiff: host input, fixed 4 bytes
         betaDataDiff: host input, fixed 4 bytes
         alphaParamDiff: host input, fixed 4 bytes
         betaParamDiff: host input, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
+        bnScaleBiasDiffDesc: handle miopenTensorDescriptor_t, refused when None
         bnScale: device memory
         resultBnScaleDiff: device memory
         resultBnBiasDiff: device memory
@@ -5683,13 +6073,22 @@ def miopenBatchNormalizationBackward_V2(handle, bn_mode, alphaDataDiff, betaData
     """miopenStatus_t miopenBatchNormalizationBackward_V2(miopenHandle_t handle, miopenBatchNormMode_t bn_mode, const void * alphaDataDiff, const void * betaDataDiff, const void * alphaParamDiff, const void * betaParamDiff, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t dxDesc, void * dx, const miopenTensorDescriptor_t scaleDesc, const miopenTensorDescriptor_t biasDesc, const miopenTensorDescriptor_t savedMeanDesc, const miopenTensorDescriptor_t savedVarDesc, const void * bnScale, void * resultBnScaleDiff, void * resultBnBiasDiff, double epsilon, const void * savedMean, const void * savedInvVariance)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        bn_mode: enum miopenBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
         alphaDataDiff: host input, fixed 4 bytes
         betaDataDiff: host input, fixed 4 bytes
         alphaParamDiff: host input, fixed 4 bytes
         betaParamDiff: host input, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
+        scaleDesc: handle miopenTensorDescriptor_t, refused when None
+        biasDesc: handle miopenTensorDescriptor_t, refused when None
+        savedMeanDesc: handle miopenTensorDescriptor_t, refused when None
+        savedVarDesc: handle miopenTensorDescriptor_t, refused when None
         bnScale: device memory
         resultBnScaleDiff: device memory
         resultBnBiasDiff: device memory
@@ -5791,6 +6190,10 @@ _values_miopenSetActivationDescriptor = (b'i', (miopenActivationMode_t,), _pack_
 def miopenSetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activGamma):
     """miopenStatus_t miopenSetActivationDescriptor(const miopenActivationDescriptor_t activDesc, miopenActivationMode_t mode, double activAlpha, double activBeta, double activGamma)
 
+    Checked parameters:
+        activDesc: handle miopenActivationDescriptor_t, refused when None
+        mode: enum miopenActivationMode_t: a member, or an int from -2147483648 to 2147483647
+
     Raises MiopenError when the returned status is not success.
 
     @brief Sets the activation layer descriptor details
@@ -5826,6 +6229,7 @@ def miopenGetActivationDescriptor(activDesc, mode, activAlpha, activBeta, activG
     """miopenStatus_t miopenGetActivationDescriptor(const miopenActivationDescriptor_t activDesc, miopenActivationMode_t * mode, double * activAlpha, double * activBeta, double * activGamma)
 
     Checked parameters:
+        activDesc: handle miopenActivationDescriptor_t, refused when None
         mode: host output, fixed 1 elements
         activAlpha: host output, fixed 1 elements
         activBeta: host output, fixed 1 elements
@@ -5869,9 +6273,13 @@ def miopenActivationForward(handle, activDesc, alpha, xDesc, x, beta, yDesc, y):
     """miopenStatus_t miopenActivationForward(miopenHandle_t handle, const miopenActivationDescriptor_t activDesc, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        activDesc: handle miopenActivationDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -5911,11 +6319,17 @@ def miopenActivationBackward(handle, activDesc, alpha, yDesc, y, dyDesc, dy, xDe
     """miopenStatus_t miopenActivationBackward(miopenHandle_t handle, const miopenActivationDescriptor_t activDesc, const void * alpha, const miopenTensorDescriptor_t yDesc, const void * y, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t dxDesc, void * dx)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        activDesc: handle miopenActivationDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -5958,6 +6372,9 @@ _miopenDestroyActivationDescriptor = _lazy('miopenDestroyActivationDescriptor', 
 def miopenDestroyActivationDescriptor(activDesc):
     """miopenStatus_t miopenDestroyActivationDescriptor(miopenActivationDescriptor_t activDesc)
 
+    Checked parameters:
+        activDesc: handle miopenActivationDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys the activation descriptor object
@@ -5976,8 +6393,12 @@ def miopenGLUForward(handle, inputDesc, input, outputDesc, output, dim):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        inputDesc: handle miopenTensorDescriptor_t, refused when None
         input: device memory
+        outputDesc: handle miopenTensorDescriptor_t, refused when None
         output: device memory
+        dim: integer (uint32_t): 0 to 4294967295
 
     Raises MiopenError when the returned status is not success.
 
@@ -6017,9 +6438,14 @@ def miopenGLUBackward(handle, inputDesc, input, outputGradDesc, outputGrad, inpu
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        inputDesc: handle miopenTensorDescriptor_t, refused when None
         input: device memory
+        outputGradDesc: handle miopenTensorDescriptor_t, refused when None
         outputGrad: device memory
+        inputGradDesc: handle miopenTensorDescriptor_t, refused when None
         inputGrad: device memory
+        dim: integer (uint32_t): 0 to 4294967295
 
     Raises MiopenError when the returned status is not success.
 
@@ -6058,9 +6484,12 @@ def miopenSoftmaxForward(handle, alpha, xDesc, x, beta, yDesc, y):
     """miopenStatus_t miopenSoftmaxForward(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -6105,10 +6534,14 @@ def miopenSoftmaxBackward(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx)
     """miopenStatus_t miopenSoftmaxBackward(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t yDesc, const void * y, const miopenTensorDescriptor_t dyDesc, const void * dy, const void * beta, const miopenTensorDescriptor_t dxDesc, void * dx)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
         beta: host input, fixed 4 bytes
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -6152,10 +6585,15 @@ def miopenSoftmaxForward_V2(handle, alpha, xDesc, x, beta, yDesc, y, algorithm, 
     """miopenStatus_t miopenSoftmaxForward_V2(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t xDesc, const void * x, const void * beta, const miopenTensorDescriptor_t yDesc, void * y, miopenSoftmaxAlgorithm_t algorithm, miopenSoftmaxMode_t mode)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
         beta: host input, fixed 4 bytes
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        algorithm: enum miopenSoftmaxAlgorithm_t: a member, or an int from -2147483648 to 2147483647
+        mode: enum miopenSoftmaxMode_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -6198,11 +6636,17 @@ def miopenSoftmaxBackward_V2(handle, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, 
     """miopenStatus_t miopenSoftmaxBackward_V2(miopenHandle_t handle, const void * alpha, const miopenTensorDescriptor_t yDesc, const void * y, const miopenTensorDescriptor_t dyDesc, const void * dy, const void * beta, const miopenTensorDescriptor_t dxDesc, void * dx, miopenSoftmaxAlgorithm_t algorithm, miopenSoftmaxMode_t mode)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         alpha: host input, fixed 4 bytes
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
         beta: host input, fixed 4 bytes
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
+        algorithm: enum miopenSoftmaxAlgorithm_t: a member, or an int from -2147483648 to 2147483647
+        mode: enum miopenSoftmaxMode_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -6248,6 +6692,8 @@ def miopenCreateFusionPlan(fusePlanDesc, fuseDirection, inputDesc):
 
     Checked parameters:
         fusePlanDesc: host output, fixed 1 elements
+        fuseDirection: enum miopenFusionDirection_t: a member, or an int from -2147483648 to 2147483647
+        inputDesc: handle miopenTensorDescriptor_t, refused when None
 
     Raises MiopenError when the returned status is not success.
 
@@ -6282,6 +6728,9 @@ _miopenDestroyFusionPlan = _lazy('miopenDestroyFusionPlan', (miopenFusionPlanDes
 def miopenDestroyFusionPlan(fusePlanDesc):
     """miopenStatus_t miopenDestroyFusionPlan(miopenFusionPlanDescriptor_t fusePlanDesc)
 
+    Checked parameters:
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroy the fusion plan descriptor object
@@ -6295,6 +6744,10 @@ _miopenCompileFusionPlan = _lazy('miopenCompileFusionPlan', (miopenHandle_t, mio
 
 def miopenCompileFusionPlan(handle, fusePlanDesc):
     """miopenStatus_t miopenCompileFusionPlan(miopenHandle_t handle, miopenFusionPlanDescriptor_t fusePlanDesc)
+
+    Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
 
     Raises MiopenError when the returned status is not success.
 
@@ -6324,6 +6777,8 @@ def miopenFusionPlanGetOp(fusePlanDesc, op_idx, op):
     """miopenStatus_t miopenFusionPlanGetOp(miopenFusionPlanDescriptor_t fusePlanDesc, const int op_idx, miopenFusionOpDescriptor_t * op)
 
     Checked parameters:
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
+        op_idx: integer (int): -2147483648 to 2147483647
         op: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -6360,7 +6815,10 @@ def miopenFusionPlanGetWorkSpaceSize(handle, fusePlanDesc, workSpaceSize, algo):
     """miopenStatus_t miopenFusionPlanGetWorkSpaceSize(miopenHandle_t handle, miopenFusionPlanDescriptor_t fusePlanDesc, size_t * workSpaceSize, miopenConvFwdAlgorithm_t algo)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
         workSpaceSize: host output, fixed 1 elements
+        algo: enum miopenConvFwdAlgorithm_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -6394,6 +6852,8 @@ def miopenFusionPlanConvolutionGetAlgo(fusePlanDesc, requestAlgoCount, returnedA
     """miopenStatus_t miopenFusionPlanConvolutionGetAlgo(miopenFusionPlanDescriptor_t fusePlanDesc, const int requestAlgoCount, int * returnedAlgoCount, miopenConvFwdAlgorithm_t * returnedAlgos)
 
     Checked parameters:
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
+        requestAlgoCount: integer (int): -2147483648 to 2147483647
         returnedAlgoCount: host output, fixed 1 elements
         returnedAlgos: host output, count requestAlgoCount
 
@@ -6438,6 +6898,10 @@ _values_miopenFusionPlanConvolutionSetAlgo = (b'i', (miopenConvFwdAlgorithm_t,),
 def miopenFusionPlanConvolutionSetAlgo(fusePlanDesc, algo):
     """miopenStatus_t miopenFusionPlanConvolutionSetAlgo(miopenFusionPlanDescriptor_t fusePlanDesc, miopenConvFwdAlgorithm_t algo)
 
+    Checked parameters:
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
+        algo: enum miopenConvFwdAlgorithm_t: a member, or an int from -2147483648 to 2147483647
+
     Raises MiopenError when the returned status is not success.
 
     @brief Requests the fusion runtime to choose a particular algorithm for the added convolution
@@ -6470,7 +6934,10 @@ def miopenCreateOpConvForward(fusePlanDesc, convOp, convDesc, wDesc):
     """miopenStatus_t miopenCreateOpConvForward(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * convOp, miopenConvolutionDescriptor_t convDesc, const miopenTensorDescriptor_t wDesc)
 
     Checked parameters:
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
         convOp: host output, fixed 1 elements
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
 
     Raises MiopenError when the returned status is not success.
 
@@ -6506,7 +6973,9 @@ def miopenCreateOpActivationForward(fusePlanDesc, activFwdOp, mode):
     """miopenStatus_t miopenCreateOpActivationForward(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * activFwdOp, miopenActivationMode_t mode)
 
     Checked parameters:
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
         activFwdOp: host output, fixed 1 elements
+        mode: enum miopenActivationMode_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -6541,7 +7010,9 @@ def miopenCreateOpActivationBackward(fusePlanDesc, activBwdOp, mode):
     """miopenStatus_t miopenCreateOpActivationBackward(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * activBwdOp, miopenActivationMode_t mode)
 
     Checked parameters:
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
         activBwdOp: host output, fixed 1 elements
+        mode: enum miopenActivationMode_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -6575,7 +7046,9 @@ def miopenCreateOpBiasForward(fusePlanDesc, biasOp, bDesc):
     """miopenStatus_t miopenCreateOpBiasForward(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * biasOp, const miopenTensorDescriptor_t bDesc)
 
     Checked parameters:
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
         biasOp: host output, fixed 1 elements
+        bDesc: handle miopenTensorDescriptor_t, refused when None
 
     Raises MiopenError when the returned status is not success.
 
@@ -6610,7 +7083,10 @@ def miopenCreateOpBatchNormInference(fusePlanDesc, bnOp, bn_mode, bnScaleBiasMea
     """miopenStatus_t miopenCreateOpBatchNormInference(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * bnOp, const miopenBatchNormMode_t bn_mode, const miopenTensorDescriptor_t bnScaleBiasMeanVarDesc)
 
     Checked parameters:
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
         bnOp: host output, fixed 1 elements
+        bn_mode: enum miopenBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
+        bnScaleBiasMeanVarDesc: handle miopenTensorDescriptor_t, refused when None
 
     Raises MiopenError when the returned status is not success.
 
@@ -6648,7 +7124,9 @@ def miopenCreateOpBatchNormForward(fusePlanDesc, bnFwdOp, bn_mode, runningMeanVa
     """miopenStatus_t miopenCreateOpBatchNormForward(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * bnFwdOp, const miopenBatchNormMode_t bn_mode, bool runningMeanVariance)
 
     Checked parameters:
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
         bnFwdOp: host output, fixed 1 elements
+        bn_mode: enum miopenBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -6686,7 +7164,9 @@ def miopenCreateOpBatchNormBackward(fusePlanDesc, bnBwdOp, bn_mode):
     """miopenStatus_t miopenCreateOpBatchNormBackward(miopenFusionPlanDescriptor_t fusePlanDesc, miopenFusionOpDescriptor_t * bnBwdOp, const miopenBatchNormMode_t bn_mode)
 
     Checked parameters:
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
         bnBwdOp: host output, fixed 1 elements
+        bn_mode: enum miopenBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -6743,6 +7223,9 @@ _miopenDestroyOperatorArgs = _lazy('miopenDestroyOperatorArgs', (miopenOperatorA
 def miopenDestroyOperatorArgs(args):
     """miopenStatus_t miopenDestroyOperatorArgs(miopenOperatorArgs_t args)
 
+    Checked parameters:
+        args: handle miopenOperatorArgs_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys an operator argument object
@@ -6758,6 +7241,8 @@ def miopenSetOpArgsConvForward(args, convOp, alpha, beta, w):
     """miopenStatus_t miopenSetOpArgsConvForward(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t convOp, const void * alpha, const void * beta, const void * w)
 
     Checked parameters:
+        args: handle miopenOperatorArgs_t, refused when None
+        convOp: handle miopenFusionOpDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
         beta: host input, fixed 4 bytes
         w: device memory
@@ -6794,6 +7279,8 @@ def miopenSetOpArgsActivForward(args, activFwdOp, alpha, beta, activAlpha, activ
     """miopenStatus_t miopenSetOpArgsActivForward(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t activFwdOp, const void * alpha, const void * beta, double activAlpha, double activBeta, double activGamma)
 
     Checked parameters:
+        args: handle miopenOperatorArgs_t, refused when None
+        activFwdOp: handle miopenFusionOpDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
         beta: host input, fixed 4 bytes
 
@@ -6831,6 +7318,8 @@ def miopenSetOpArgsActivBackward(args, activBwdOp, alpha, beta, y, reserved, act
     """miopenStatus_t miopenSetOpArgsActivBackward(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t activBwdOp, const void * alpha, const void * beta, const void * y, const void * reserved, double activAlpha, double activBeta, double activGamma)
 
     Checked parameters:
+        args: handle miopenOperatorArgs_t, refused when None
+        activBwdOp: handle miopenFusionOpDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
         beta: host input, fixed 4 bytes
         y: device memory
@@ -6872,6 +7361,8 @@ def miopenSetOpArgsBatchNormInference(args, bnOp, alpha, beta, bnScale, bnBias, 
     """miopenStatus_t miopenSetOpArgsBatchNormInference(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t bnOp, const void * alpha, const void * beta, const void * bnScale, const void * bnBias, const void * estimatedMean, const void * estimatedVariance, double epsilon)
 
     Checked parameters:
+        args: handle miopenOperatorArgs_t, refused when None
+        bnOp: handle miopenFusionOpDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
         beta: host input, fixed 4 bytes
         bnScale: device memory
@@ -6915,6 +7406,8 @@ def miopenSetOpArgsBatchNormForward(args, bnOp, alpha, beta, bnScale, bnBias, sa
     """miopenStatus_t miopenSetOpArgsBatchNormForward(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t bnOp, const void * alpha, const void * beta, const void * bnScale, const void * bnBias, void * savedMean, void * savedInvVariance, void * runningMean, void * runningVariance, double expAvgFactor, double epsilon)
 
     Checked parameters:
+        args: handle miopenOperatorArgs_t, refused when None
+        bnOp: handle miopenFusionOpDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
         beta: host input, fixed 4 bytes
         bnScale: device memory
@@ -6963,6 +7456,8 @@ def miopenSetOpArgsBatchNormBackward(args, bnOp, alpha, beta, x, bnScale, bnBias
     """miopenStatus_t miopenSetOpArgsBatchNormBackward(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t bnOp, const void * alpha, const void * beta, const void * x, const void * bnScale, const void * bnBias, void * resultBnScaleDiff, void * resultBnBiasDiff, const void * savedMean, const void * savedInvVariance)
 
     Checked parameters:
+        args: handle miopenOperatorArgs_t, refused when None
+        bnOp: handle miopenFusionOpDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
         beta: host input, fixed 4 bytes
         x: device memory
@@ -7011,6 +7506,8 @@ def miopenSetOpArgsBiasForward(args, biasOp, alpha, beta, bias):
     """miopenStatus_t miopenSetOpArgsBiasForward(miopenOperatorArgs_t args, const miopenFusionOpDescriptor_t biasOp, const void * alpha, const void * beta, const void * bias)
 
     Checked parameters:
+        args: handle miopenOperatorArgs_t, refused when None
+        biasOp: handle miopenFusionOpDescriptor_t, refused when None
         alpha: host input, fixed 4 bytes
         beta: host input, fixed 4 bytes
         bias: device memory
@@ -7047,8 +7544,13 @@ def miopenExecuteFusionPlan(handle, fusePlanDesc, inputDesc, input, outputDesc, 
     """miopenStatus_t miopenExecuteFusionPlan(const miopenHandle_t handle, const miopenFusionPlanDescriptor_t fusePlanDesc, const miopenTensorDescriptor_t inputDesc, const void * input, const miopenTensorDescriptor_t outputDesc, void * output, miopenOperatorArgs_t args)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        fusePlanDesc: handle miopenFusionPlanDescriptor_t, refused when None
+        inputDesc: handle miopenTensorDescriptor_t, refused when None
         input: device memory
+        outputDesc: handle miopenTensorDescriptor_t, refused when None
         output: device memory
+        args: handle miopenOperatorArgs_t, refused when None
 
     Raises MiopenError when the returned status is not success.
 
@@ -7086,14 +7588,23 @@ def miopenConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, c
     """miopenStatus_t miopenConvolutionBiasActivationForward(miopenHandle_t handle, const void * alpha1, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t wDesc, const void * w, const miopenConvolutionDescriptor_t convDesc, miopenConvFwdAlgorithm_t algo, void * workspace, size_t workspaceSizeInBytes, const void * alpha2, const miopenTensorDescriptor_t zDesc, const void * z, const miopenTensorDescriptor_t biasDesc, const void * bias, const miopenActivationDescriptor_t activationDesc, const miopenTensorDescriptor_t yDesc, void * y)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         alpha1: host input, fixed 4 bytes
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
+        convDesc: handle miopenConvolutionDescriptor_t, refused when None
+        algo: enum miopenConvFwdAlgorithm_t: a member, or an int from -2147483648 to 2147483647
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
         alpha2: host input, fixed 4 bytes
+        zDesc: handle miopenTensorDescriptor_t, refused when None
         z: device memory
+        biasDesc: handle miopenTensorDescriptor_t, refused when None
         bias: device memory
+        activationDesc: handle miopenActivationDescriptor_t, refused when None
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -7170,6 +7681,7 @@ def miopenGetRNNDescriptor(rnnDesc, rnnMode, algoMode, inputMode, dirMode, biasM
     """miopenStatus_t miopenGetRNNDescriptor(miopenRNNDescriptor_t rnnDesc, miopenRNNMode_t * rnnMode, miopenRNNAlgo_t * algoMode, miopenRNNInputMode_t * inputMode, miopenRNNDirectionMode_t * dirMode, miopenRNNBiasMode_t * biasMode, int * hiddenSize, int * layer)
 
     Checked parameters:
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
         rnnMode: host output, fixed 1 elements
         algoMode: host output, fixed 1 elements
         inputMode: host output, fixed 1 elements
@@ -7218,6 +7730,7 @@ def miopenGetRNNDescriptor_V2(rnnDesc, hiddenSize, layer, dropoutDesc, inputMode
     """miopenStatus_t miopenGetRNNDescriptor_V2(miopenRNNDescriptor_t rnnDesc, int * hiddenSize, int * layer, miopenDropoutDescriptor_t * dropoutDesc, miopenRNNInputMode_t * inputMode, miopenRNNDirectionMode_t * dirMode, miopenRNNMode_t * rnnMode, miopenRNNBiasMode_t * biasMode, miopenRNNAlgo_t * algoMode, miopenDataType_t * dataType)
 
     Checked parameters:
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
         hiddenSize: host output, fixed 1 elements
         layer: host output, fixed 1 elements
         dropoutDesc: host output, fixed 1 elements
@@ -7273,6 +7786,9 @@ _miopenDestroyRNNDescriptor = _lazy('miopenDestroyRNNDescriptor', (miopenRNNDesc
 def miopenDestroyRNNDescriptor(rnnDesc):
     """miopenStatus_t miopenDestroyRNNDescriptor(miopenRNNDescriptor_t rnnDesc)
 
+    Checked parameters:
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys the tensor descriptor object
@@ -7287,6 +7803,17 @@ _values_miopenSetRNNDescriptor = (b'iiiiiiii', (None, None, miopenRNNInputMode_t
 
 def miopenSetRNNDescriptor(rnnDesc, hsize, nlayers, inMode, direction, rnnMode, biasMode, algo, dataType):
     """miopenStatus_t miopenSetRNNDescriptor(miopenRNNDescriptor_t rnnDesc, const int hsize, const int nlayers, miopenRNNInputMode_t inMode, miopenRNNDirectionMode_t direction, miopenRNNMode_t rnnMode, miopenRNNBiasMode_t biasMode, miopenRNNAlgo_t algo, miopenDataType_t dataType)
+
+    Checked parameters:
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        hsize: integer (int): -2147483648 to 2147483647
+        nlayers: integer (int): -2147483648 to 2147483647
+        inMode: enum miopenRNNInputMode_t: a member, or an int from -2147483648 to 2147483647
+        direction: enum miopenRNNDirectionMode_t: a member, or an int from -2147483648 to 2147483647
+        rnnMode: enum miopenRNNMode_t: a member, or an int from -2147483648 to 2147483647
+        biasMode: enum miopenRNNBiasMode_t: a member, or an int from -2147483648 to 2147483647
+        algo: enum miopenRNNAlgo_t: a member, or an int from -2147483648 to 2147483647
+        dataType: enum miopenDataType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -7325,6 +7852,18 @@ _values_miopenSetRNNDescriptor_V2 = (b'iiiiiiii', (None, None, miopenRNNInputMod
 
 def miopenSetRNNDescriptor_V2(rnnDesc, hsize, nlayers, dropoutDesc, inMode, direction, rnnMode, biasMode, algo, dataType):
     """miopenStatus_t miopenSetRNNDescriptor_V2(miopenRNNDescriptor_t rnnDesc, const int hsize, const int nlayers, miopenDropoutDescriptor_t dropoutDesc, miopenRNNInputMode_t inMode, miopenRNNDirectionMode_t direction, miopenRNNMode_t rnnMode, miopenRNNBiasMode_t biasMode, miopenRNNAlgo_t algo, miopenDataType_t dataType)
+
+    Checked parameters:
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        hsize: integer (int): -2147483648 to 2147483647
+        nlayers: integer (int): -2147483648 to 2147483647
+        dropoutDesc: handle miopenDropoutDescriptor_t, may be None
+        inMode: enum miopenRNNInputMode_t: a member, or an int from -2147483648 to 2147483647
+        direction: enum miopenRNNDirectionMode_t: a member, or an int from -2147483648 to 2147483647
+        rnnMode: enum miopenRNNMode_t: a member, or an int from -2147483648 to 2147483647
+        biasMode: enum miopenRNNBiasMode_t: a member, or an int from -2147483648 to 2147483647
+        algo: enum miopenRNNAlgo_t: a member, or an int from -2147483648 to 2147483647
+        dataType: enum miopenDataType_t: a member, or an int from -2147483648 to 2147483647
 
     Handles that may be None (NULL), as the vendor documents: dropoutDesc.
 
@@ -7370,6 +7909,12 @@ def miopenSetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
     """miopenStatus_t miopenSetRNNDataSeqTensorDescriptor(miopenSeqTensorDescriptor_t seqTensorDesc, miopenDataType_t dataType, miopenRNNBaseLayout_t layout, int maxSequenceLen, int batchSize, int vectorSize, const int * sequenceLenArray, void * paddingMarker)
 
     Checked parameters:
+        seqTensorDesc: handle miopenSeqTensorDescriptor_t, refused when None
+        dataType: enum miopenDataType_t: a member, or an int from -2147483648 to 2147483647
+        layout: enum miopenRNNBaseLayout_t: a member, or an int from -2147483648 to 2147483647
+        maxSequenceLen: integer (int): -2147483648 to 2147483647
+        batchSize: integer (int): -2147483648 to 2147483647
+        vectorSize: integer (int): -2147483648 to 2147483647
         sequenceLenArray: host input, count batchSize
         paddingMarker: host or device memory
 
@@ -7413,11 +7958,13 @@ def miopenGetRNNDataSeqTensorDescriptor(seqTensorDesc, dataType, layout, maxSequ
     """miopenStatus_t miopenGetRNNDataSeqTensorDescriptor(miopenSeqTensorDescriptor_t seqTensorDesc, miopenDataType_t * dataType, miopenRNNBaseLayout_t * layout, int * maxSequenceLen, int * batchSize, int * vectorSize, int sequenceLenArrayLimit, int * sequenceLenArray, void * paddingMarker)
 
     Checked parameters:
+        seqTensorDesc: handle miopenSeqTensorDescriptor_t, refused when None
         dataType: host output, fixed 1 elements
         layout: host output, fixed 1 elements
         maxSequenceLen: host output, fixed 1 elements
         batchSize: host output, fixed 1 elements
         vectorSize: host output, fixed 1 elements
+        sequenceLenArrayLimit: integer (int): -2147483648 to 2147483647
         sequenceLenArray: host output, count sequenceLenArrayLimit
         paddingMarker: host or device memory
 
@@ -7470,6 +8017,9 @@ def miopenGetRNNWorkspaceSize(handle, rnnDesc, sequenceLen, xDesc, numBytes):
     """miopenStatus_t miopenGetRNNWorkspaceSize(miopenHandle_t handle, const miopenRNNDescriptor_t rnnDesc, const int sequenceLen, const miopenTensorDescriptor_t * xDesc, size_t * numBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        sequenceLen: integer (int): -2147483648 to 2147483647
         xDesc: host input, count sequenceLen
         numBytes: host output, fixed 1 elements
 
@@ -7515,6 +8065,9 @@ def miopenGetRNNTrainingReserveSize(handle, rnnDesc, sequenceLen, xDesc, numByte
     """miopenStatus_t miopenGetRNNTrainingReserveSize(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int sequenceLen, const miopenTensorDescriptor_t * xDesc, size_t * numBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        sequenceLen: integer (int): -2147483648 to 2147483647
         xDesc: host input, count sequenceLen
         numBytes: host output, fixed 1 elements
 
@@ -7560,6 +8113,10 @@ def miopenGetRNNTempSpaceSizes(handle, rnnDesc, xDesc, fwdMode, workSpaceSize, r
     """miopenStatus_t miopenGetRNNTempSpaceSizes(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, miopenSeqTensorDescriptor_t xDesc, miopenRNNFWDMode_t fwdMode, size_t * workSpaceSize, size_t * reserveSpaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        xDesc: handle miopenSeqTensorDescriptor_t, refused when None
+        fwdMode: enum miopenRNNFWDMode_t: a member, or an int from -2147483648 to 2147483647
         workSpaceSize: host output, fixed 1 elements
         reserveSpaceSize: host output, fixed 1 elements
 
@@ -7607,7 +8164,11 @@ def miopenGetRNNParamsSize(handle, rnnDesc, xDesc, numBytes, dtype):
     """miopenStatus_t miopenGetRNNParamsSize(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, miopenTensorDescriptor_t xDesc, size_t * numBytes, miopenDataType_t dtype)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         numBytes: host output, fixed 1 elements
+        dtype: enum miopenDataType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -7647,6 +8208,13 @@ _values_miopenGetRNNParamsDescriptor = (b'i', (miopenDataType_t,), _pack_i)
 def miopenGetRNNParamsDescriptor(handle, rnnDesc, xDesc, wDesc, dtype):
     """miopenStatus_t miopenGetRNNParamsDescriptor(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, miopenTensorDescriptor_t xDesc, miopenTensorDescriptor_t wDesc, miopenDataType_t dtype)
 
+    Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
+        dtype: enum miopenDataType_t: a member, or an int from -2147483648 to 2147483647
+
     Raises MiopenError when the returned status is not success.
 
     @brief Obtain a weight tensor descriptor for RNNs
@@ -7685,6 +8253,9 @@ def miopenGetRNNInputTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
     """miopenStatus_t miopenGetRNNInputTensorSize(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int seqLen, miopenTensorDescriptor_t * xDesc, size_t * numBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        seqLen: integer (int): -2147483648 to 2147483647
         xDesc: host output, fixed 1 elements
         numBytes: host output, fixed 1 elements
 
@@ -7731,6 +8302,9 @@ def miopenGetRNNHiddenTensorSize(handle, rnnDesc, seqLen, xDesc, numBytes):
     """miopenStatus_t miopenGetRNNHiddenTensorSize(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int seqLen, miopenTensorDescriptor_t * xDesc, size_t * numBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        seqLen: integer (int): -2147483648 to 2147483647
         xDesc: host output, fixed 1 elements
         numBytes: host output, fixed 1 elements
 
@@ -7772,6 +8346,11 @@ def miopenGetRNNLayerParamSize(handle, rnnDesc, layer, xDesc, paramID, numBytes)
     """miopenStatus_t miopenGetRNNLayerParamSize(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int layer, miopenTensorDescriptor_t xDesc, const int paramID, size_t * numBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        layer: integer (int): -2147483648 to 2147483647
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        paramID: integer (int): -2147483648 to 2147483647
         numBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -7841,6 +8420,10 @@ def miopenGetRNNLayerBiasSize(handle, rnnDesc, layer, biasID, numBytes):
     """miopenStatus_t miopenGetRNNLayerBiasSize(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int layer, const int biasID, size_t * numBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        layer: integer (int): -2147483648 to 2147483647
+        biasID: integer (int): -2147483648 to 2147483647
         numBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -7905,7 +8488,14 @@ def miopenGetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, par
     """miopenStatus_t miopenGetRNNLayerParam(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int layer, miopenTensorDescriptor_t xDesc, miopenTensorDescriptor_t wDesc, const void * w, const int paramID, miopenTensorDescriptor_t paramDesc, void * layerParam)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        layer: integer (int): -2147483648 to 2147483647
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
+        paramID: integer (int): -2147483648 to 2147483647
+        paramDesc: handle miopenTensorDescriptor_t, refused when None
         layerParam: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -7992,7 +8582,14 @@ def miopenGetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasD
     """miopenStatus_t miopenGetRNNLayerBias(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int layer, miopenTensorDescriptor_t xDesc, miopenTensorDescriptor_t wDesc, const void * w, const int biasID, miopenTensorDescriptor_t biasDesc, void * layerBias)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        layer: integer (int): -2147483648 to 2147483647
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
+        biasID: integer (int): -2147483648 to 2147483647
+        biasDesc: handle miopenTensorDescriptor_t, refused when None
         layerBias: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -8078,6 +8675,11 @@ def miopenGetRNNLayerParamOffset(rnnDesc, layer, xDesc, paramID, paramDesc, laye
     """miopenStatus_t miopenGetRNNLayerParamOffset(miopenRNNDescriptor_t rnnDesc, const int layer, miopenTensorDescriptor_t xDesc, const int paramID, miopenTensorDescriptor_t paramDesc, size_t * layerParamOffset)
 
     Checked parameters:
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        layer: integer (int): -2147483648 to 2147483647
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        paramID: integer (int): -2147483648 to 2147483647
+        paramDesc: handle miopenTensorDescriptor_t, refused when None
         layerParamOffset: host output, fixed 1 elements, may be None
 
     Raises MiopenError when the returned status is not success.
@@ -8161,6 +8763,11 @@ def miopenGetRNNLayerBiasOffset(rnnDesc, layer, xDesc, biasID, biasDesc, layerBi
     """miopenStatus_t miopenGetRNNLayerBiasOffset(miopenRNNDescriptor_t rnnDesc, const int layer, miopenTensorDescriptor_t xDesc, const int biasID, miopenTensorDescriptor_t biasDesc, size_t * layerBiasOffset)
 
     Checked parameters:
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        layer: integer (int): -2147483648 to 2147483647
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        biasID: integer (int): -2147483648 to 2147483647
+        biasDesc: handle miopenTensorDescriptor_t, refused when None
         layerBiasOffset: host output, fixed 1 elements, may be None
 
     Raises MiopenError when the returned status is not success.
@@ -8240,7 +8847,14 @@ def miopenSetRNNLayerParam(handle, rnnDesc, layer, xDesc, wDesc, w, paramID, par
     """miopenStatus_t miopenSetRNNLayerParam(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int layer, miopenTensorDescriptor_t xDesc, miopenTensorDescriptor_t wDesc, void * w, const int paramID, miopenTensorDescriptor_t paramDesc, const void * layerParam)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        layer: integer (int): -2147483648 to 2147483647
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
+        paramID: integer (int): -2147483648 to 2147483647
+        paramDesc: handle miopenTensorDescriptor_t, refused when None
         layerParam: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -8321,7 +8935,14 @@ def miopenSetRNNLayerBias(handle, rnnDesc, layer, xDesc, wDesc, w, biasID, biasD
     """miopenStatus_t miopenSetRNNLayerBias(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int layer, miopenTensorDescriptor_t xDesc, miopenTensorDescriptor_t wDesc, void * w, const int biasID, miopenTensorDescriptor_t biasDesc, const void * layerBias)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        layer: integer (int): -2147483648 to 2147483647
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
+        biasID: integer (int): -2147483648 to 2147483647
+        biasDesc: handle miopenTensorDescriptor_t, refused when None
         layerBias: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -8399,6 +9020,10 @@ _values_miopenSetRNNPaddingMode = (b'i', (miopenRNNPaddingMode_t,), _pack_i)
 def miopenSetRNNPaddingMode(rnnDesc, paddingMode):
     """miopenStatus_t miopenSetRNNPaddingMode(miopenRNNDescriptor_t rnnDesc, miopenRNNPaddingMode_t paddingMode)
 
+    Checked parameters:
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        paddingMode: enum miopenRNNPaddingMode_t: a member, or an int from -2147483648 to 2147483647
+
     Raises MiopenError when the returned status is not success.
 
     @brief Sets a bias for a specific layer in an RNN stack
@@ -8433,6 +9058,7 @@ def miopenGetRNNPaddingMode(rnnDesc, paddingMode):
     """miopenStatus_t miopenGetRNNPaddingMode(miopenRNNDescriptor_t rnnDesc, miopenRNNPaddingMode_t * paddingMode)
 
     Checked parameters:
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
         paddingMode: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -8464,16 +9090,25 @@ def miopenRNNForward(handle, rnnDesc, fwdMode, xDesc, x, hDesc, hx, hy, cDesc, c
     """miopenStatus_t miopenRNNForward(miopenHandle_t handle, const miopenRNNDescriptor_t rnnDesc, miopenRNNFWDMode_t fwdMode, const miopenSeqTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t hDesc, const void * hx, void * hy, const miopenTensorDescriptor_t cDesc, const void * cx, void * cy, const miopenSeqTensorDescriptor_t yDesc, void * y, const void * w, size_t weightSpaceSize, void * workSpace, size_t workSpaceNumBytes, void * reserveSpace, size_t reserveSpaceNumBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        fwdMode: enum miopenRNNFWDMode_t: a member, or an int from -2147483648 to 2147483647
+        xDesc: handle miopenSeqTensorDescriptor_t, refused when None
         x: device memory
+        hDesc: handle miopenTensorDescriptor_t, refused when None
         hx: device memory
         hy: device memory
+        cDesc: handle miopenTensorDescriptor_t, refused when None
         cx: device memory
         cy: device memory
+        yDesc: handle miopenSeqTensorDescriptor_t, refused when None
         y: device memory
         w: device memory
         weightSpaceSize: byte count (size_t, non-negative)
         workSpace: device memory
+        workSpaceNumBytes: integer (size_t): 0 to 18446744073709551615
         reserveSpace: device memory
+        reserveSpaceNumBytes: integer (size_t): 0 to 18446744073709551615
 
     Raises MiopenError when the returned status is not success.
 
@@ -8551,19 +9186,27 @@ def miopenRNNBackwardSeqData(handle, rnnDesc, yDesc, y, dy, hDesc, hx, dhy, dhx,
     """miopenStatus_t miopenRNNBackwardSeqData(miopenHandle_t handle, const miopenRNNDescriptor_t rnnDesc, const miopenSeqTensorDescriptor_t yDesc, const void * y, const void * dy, const miopenTensorDescriptor_t hDesc, const void * hx, const void * dhy, void * dhx, const miopenTensorDescriptor_t cDesc, const void * cx, const void * dcy, void * dcx, const miopenSeqTensorDescriptor_t xDesc, void * dx, const void * w, size_t weightSpaceSize, void * workSpace, size_t workSpaceNumBytes, void * reserveSpace, size_t reserveSpaceNumBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        yDesc: handle miopenSeqTensorDescriptor_t, refused when None
         y: device memory
         dy: device memory
+        hDesc: handle miopenTensorDescriptor_t, refused when None
         hx: device memory
         dhy: device memory
         dhx: device memory
+        cDesc: handle miopenTensorDescriptor_t, refused when None
         cx: device memory
         dcy: device memory
         dcx: device memory
+        xDesc: handle miopenSeqTensorDescriptor_t, refused when None
         dx: device memory
         w: device memory
         weightSpaceSize: byte count (size_t, non-negative)
         workSpace: device memory
+        workSpaceNumBytes: integer (size_t): 0 to 18446744073709551615
         reserveSpace: device memory
+        reserveSpaceNumBytes: integer (size_t): 0 to 18446744073709551615
 
     Raises MiopenError when the returned status is not success.
 
@@ -8640,13 +9283,20 @@ def miopenRNNBackwardWeightsSeqTensor(handle, rnnDesc, xDesc, x, hDesc, hx, yDes
     """miopenStatus_t miopenRNNBackwardWeightsSeqTensor(miopenHandle_t handle, const miopenRNNDescriptor_t rnnDesc, const miopenSeqTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t hDesc, const void * hx, const miopenSeqTensorDescriptor_t yDesc, const void * y, void * dw, size_t weightSpaceSize, void * workSpace, size_t workSpaceNumBytes, const void * reserveSpace, size_t reserveSpaceNumBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        xDesc: handle miopenSeqTensorDescriptor_t, refused when None
         x: device memory
+        hDesc: handle miopenTensorDescriptor_t, refused when None
         hx: device memory
+        yDesc: handle miopenSeqTensorDescriptor_t, refused when None
         y: device memory
         dw: device memory
         weightSpaceSize: byte count (size_t, non-negative)
         workSpace: device memory
+        workSpaceNumBytes: integer (size_t): 0 to 18446744073709551615
         reserveSpace: device memory
+        reserveSpaceNumBytes: integer (size_t): 0 to 18446744073709551615
 
     Raises MiopenError when the returned status is not success.
 
@@ -8707,17 +9357,27 @@ def miopenRNNForwardTraining(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
     """miopenStatus_t miopenRNNForwardTraining(miopenHandle_t handle, const miopenRNNDescriptor_t rnnDesc, const int sequenceLen, const miopenTensorDescriptor_t * xDesc, const void * x, const miopenTensorDescriptor_t hxDesc, const void * hx, const miopenTensorDescriptor_t cxDesc, const void * cx, const miopenTensorDescriptor_t wDesc, const void * w, const miopenTensorDescriptor_t * yDesc, void * y, const miopenTensorDescriptor_t hyDesc, void * hy, const miopenTensorDescriptor_t cyDesc, void * cy, void * workSpace, size_t workSpaceNumBytes, void * reserveSpace, size_t reserveSpaceNumBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        sequenceLen: integer (int): -2147483648 to 2147483647
         xDesc: host input, count sequenceLen
         x: device memory
+        hxDesc: handle miopenTensorDescriptor_t, refused when None
         hx: device memory
+        cxDesc: handle miopenTensorDescriptor_t, refused when None
         cx: device memory
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
         yDesc: host input, count sequenceLen
         y: device memory
+        hyDesc: handle miopenTensorDescriptor_t, refused when None
         hy: device memory
+        cyDesc: handle miopenTensorDescriptor_t, refused when None
         cy: device memory
         workSpace: device memory
+        workSpaceNumBytes: integer (size_t): 0 to 18446744073709551615
         reserveSpace: device memory
+        reserveSpaceNumBytes: integer (size_t): 0 to 18446744073709551615
 
     Raises MiopenError when the returned status is not success.
 
@@ -8804,21 +9464,33 @@ def miopenRNNBackwardData(handle, rnnDesc, sequenceLen, yDesc, y, dyDesc, dy, dh
     """miopenStatus_t miopenRNNBackwardData(miopenHandle_t handle, const miopenRNNDescriptor_t rnnDesc, const int sequenceLen, const miopenTensorDescriptor_t * yDesc, const void * y, const miopenTensorDescriptor_t * dyDesc, const void * dy, const miopenTensorDescriptor_t dhyDesc, const void * dhy, const miopenTensorDescriptor_t dcyDesc, const void * dcy, const miopenTensorDescriptor_t wDesc, const void * w, const miopenTensorDescriptor_t hxDesc, const void * hx, const miopenTensorDescriptor_t cxDesc, const void * cx, const miopenTensorDescriptor_t * dxDesc, void * dx, const miopenTensorDescriptor_t dhxDesc, void * dhx, const miopenTensorDescriptor_t dcxDesc, void * dcx, void * workSpace, size_t workSpaceNumBytes, void * reserveSpace, size_t reserveSpaceNumBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        sequenceLen: integer (int): -2147483648 to 2147483647
         yDesc: host input, count sequenceLen
         y: device memory
         dyDesc: host input, count sequenceLen
         dy: device memory
+        dhyDesc: handle miopenTensorDescriptor_t, refused when None
         dhy: device memory
+        dcyDesc: handle miopenTensorDescriptor_t, refused when None
         dcy: device memory
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
+        hxDesc: handle miopenTensorDescriptor_t, refused when None
         hx: device memory
+        cxDesc: handle miopenTensorDescriptor_t, refused when None
         cx: device memory
         dxDesc: host input, count sequenceLen
         dx: device memory
+        dhxDesc: handle miopenTensorDescriptor_t, refused when None
         dhx: device memory
+        dcxDesc: handle miopenTensorDescriptor_t, refused when None
         dcx: device memory
         workSpace: device memory
+        workSpaceNumBytes: integer (size_t): 0 to 18446744073709551615
         reserveSpace: device memory
+        reserveSpaceNumBytes: integer (size_t): 0 to 18446744073709551615
 
     Raises MiopenError when the returned status is not success.
 
@@ -8921,14 +9593,21 @@ def miopenRNNBackwardWeights(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx,
     """miopenStatus_t miopenRNNBackwardWeights(miopenHandle_t handle, const miopenRNNDescriptor_t rnnDesc, const int sequenceLen, const miopenTensorDescriptor_t * xDesc, const void * x, const miopenTensorDescriptor_t hxDesc, const void * hx, const miopenTensorDescriptor_t * yDesc, const void * y, const miopenTensorDescriptor_t dwDesc, void * dw, void * workSpace, size_t workSpaceNumBytes, const void * reserveSpace, size_t reserveSpaceNumBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        sequenceLen: integer (int): -2147483648 to 2147483647
         xDesc: host input, count sequenceLen
         x: device memory
+        hxDesc: handle miopenTensorDescriptor_t, refused when None
         hx: device memory
         yDesc: host input, count sequenceLen
         y: device memory
+        dwDesc: handle miopenTensorDescriptor_t, refused when None
         dw: device memory
         workSpace: device memory
+        workSpaceNumBytes: integer (size_t): 0 to 18446744073709551615
         reserveSpace: device memory
+        reserveSpaceNumBytes: integer (size_t): 0 to 18446744073709551615
 
     Raises MiopenError when the returned status is not success.
 
@@ -8994,16 +9673,25 @@ def miopenRNNForwardInference(handle, rnnDesc, sequenceLen, xDesc, x, hxDesc, hx
     """miopenStatus_t miopenRNNForwardInference(miopenHandle_t handle, miopenRNNDescriptor_t rnnDesc, const int sequenceLen, const miopenTensorDescriptor_t * xDesc, const void * x, const miopenTensorDescriptor_t hxDesc, const void * hx, const miopenTensorDescriptor_t cxDesc, const void * cx, const miopenTensorDescriptor_t wDesc, const void * w, const miopenTensorDescriptor_t * yDesc, void * y, const miopenTensorDescriptor_t hyDesc, void * hy, const miopenTensorDescriptor_t cyDesc, void * cy, void * workSpace, size_t workSpaceNumBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        rnnDesc: handle miopenRNNDescriptor_t, refused when None
+        sequenceLen: integer (int): -2147483648 to 2147483647
         xDesc: host input, count sequenceLen
         x: device memory
+        hxDesc: handle miopenTensorDescriptor_t, refused when None
         hx: device memory
+        cxDesc: handle miopenTensorDescriptor_t, refused when None
         cx: device memory
+        wDesc: handle miopenTensorDescriptor_t, refused when None
         w: device memory
         yDesc: host input, count sequenceLen
         y: device memory
+        hyDesc: handle miopenTensorDescriptor_t, refused when None
         hy: device memory
+        cyDesc: handle miopenTensorDescriptor_t, refused when None
         cy: device memory
         workSpace: device memory
+        workSpaceNumBytes: integer (size_t): 0 to 18446744073709551615
 
     Raises MiopenError when the returned status is not success.
 
@@ -9112,6 +9800,7 @@ def miopenGetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_soft
     """miopenStatus_t miopenGetCTCLossDescriptor(miopenCTCLossDescriptor_t ctcLossDesc, miopenDataType_t * dataType, int * blank_label_id, bool * apply_softmax_layer)
 
     Checked parameters:
+        ctcLossDesc: handle miopenCTCLossDescriptor_t, refused when None
         dataType: host output, fixed 1 elements
         blank_label_id: host output, fixed 1 elements
         apply_softmax_layer: host output, fixed 1 elements
@@ -9148,6 +9837,9 @@ _miopenDestroyCTCLossDescriptor = _lazy('miopenDestroyCTCLossDescriptor', (miope
 def miopenDestroyCTCLossDescriptor(ctcLossDesc):
     """miopenStatus_t miopenDestroyCTCLossDescriptor(miopenCTCLossDescriptor_t ctcLossDesc)
 
+    Checked parameters:
+        ctcLossDesc: handle miopenCTCLossDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys a CTC loss function descriptor object
@@ -9162,6 +9854,11 @@ _values_miopenSetCTCLossDescriptor = (b'ii', (miopenDataType_t, None,), _pack_ii
 
 def miopenSetCTCLossDescriptor(ctcLossDesc, dataType, blank_label_id, apply_softmax_layer):
     """miopenStatus_t miopenSetCTCLossDescriptor(miopenCTCLossDescriptor_t ctcLossDesc, miopenDataType_t dataType, const int blank_label_id, bool apply_softmax_layer)
+
+    Checked parameters:
+        ctcLossDesc: handle miopenCTCLossDescriptor_t, refused when None
+        dataType: enum miopenDataType_t: a member, or an int from -2147483648 to 2147483647
+        blank_label_id: integer (int): -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -9197,9 +9894,14 @@ def miopenGetCTCLossWorkspaceSize(handle, probsDesc, gradientsDesc, labels, labe
     """miopenStatus_t miopenGetCTCLossWorkspaceSize(miopenHandle_t handle, const miopenTensorDescriptor_t probsDesc, const miopenTensorDescriptor_t gradientsDesc, const int * labels, const int * labelLengths, const int * inputLengths, miopenCTCLossAlgo_t algo, const miopenCTCLossDescriptor_t ctcLossDesc, size_t * workSpaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        probsDesc: handle miopenTensorDescriptor_t, refused when None
+        gradientsDesc: handle miopenTensorDescriptor_t, refused when None
         labels: host input, unchecked: the sum of labelLengths, which is itself an unchecked array
         labelLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
         inputLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
+        algo: enum miopenCTCLossAlgo_t: a member, or an int from -2147483648 to 2147483647
+        ctcLossDesc: handle miopenCTCLossDescriptor_t, refused when None
         workSpaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -9248,12 +9950,17 @@ def miopenCTCLoss(handle, probsDesc, probs, labels, labelLengths, inputLengths, 
     """miopenStatus_t miopenCTCLoss(miopenHandle_t handle, const miopenTensorDescriptor_t probsDesc, const void * probs, const int * labels, const int * labelLengths, const int * inputLengths, void * losses, const miopenTensorDescriptor_t gradientsDesc, void * gradients, miopenCTCLossAlgo_t algo, const miopenCTCLossDescriptor_t ctcLossDesc, void * workSpace, size_t workSpaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        probsDesc: handle miopenTensorDescriptor_t, refused when None
         probs: device memory
         labels: host input, unchecked: the sum of labelLengths, which is itself an unchecked array
         labelLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
         inputLengths: host input, unchecked: one per batch entry: the batch size of probsDesc
         losses: device memory
+        gradientsDesc: handle miopenTensorDescriptor_t, refused when None
         gradients: device memory
+        algo: enum miopenCTCLossAlgo_t: a member, or an int from -2147483648 to 2147483647
+        ctcLossDesc: handle miopenCTCLossDescriptor_t, refused when None
         workSpace: device memory
         workSpaceSize: byte count (size_t, non-negative)
 
@@ -9327,6 +10034,9 @@ _miopenDestroyDropoutDescriptor = _lazy('miopenDestroyDropoutDescriptor', (miope
 def miopenDestroyDropoutDescriptor(dropoutDesc):
     """miopenStatus_t miopenDestroyDropoutDescriptor(miopenDropoutDescriptor_t dropoutDesc)
 
+    Checked parameters:
+        dropoutDesc: handle miopenDropoutDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys the dropout descriptor object
@@ -9342,6 +10052,7 @@ def miopenDropoutGetReserveSpaceSize(xDesc, reserveSpaceSizeInBytes):
     """miopenStatus_t miopenDropoutGetReserveSpaceSize(const miopenTensorDescriptor_t xDesc, size_t * reserveSpaceSizeInBytes)
 
     Checked parameters:
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         reserveSpaceSizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -9376,6 +10087,7 @@ def miopenDropoutGetStatesSize(handle, stateSizeInBytes):
     """miopenStatus_t miopenDropoutGetStatesSize(miopenHandle_t handle, size_t * stateSizeInBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         stateSizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -9402,6 +10114,8 @@ def miopenGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed, use_m
     """miopenStatus_t miopenGetDropoutDescriptor(miopenDropoutDescriptor_t dropoutDesc, miopenHandle_t handle, float * dropout, void ** states, unsigned long long * seed, bool * use_mask, bool * state_evo, miopenRNGType_t * rng_mode)
 
     Checked parameters:
+        dropoutDesc: handle miopenDropoutDescriptor_t, refused when None
+        handle: handle miopenHandle_t, may be None
         dropout: host output, fixed 1 elements
         states: host output, fixed 1 elements
         seed: host output, fixed 1 elements
@@ -9453,8 +10167,12 @@ def miopenRestoreDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSi
     """miopenStatus_t miopenRestoreDropoutDescriptor(miopenDropoutDescriptor_t dropoutDesc, miopenHandle_t handle, float dropout, void * states, size_t stateSizeInBytes, unsigned long long seed, bool use_mask, bool state_evo, miopenRNGType_t rng_mode)
 
     Checked parameters:
+        dropoutDesc: handle miopenDropoutDescriptor_t, refused when None
+        handle: handle miopenHandle_t, may be None
         states: device memory
         stateSizeInBytes: byte count (size_t, non-negative)
+        seed: integer (unsigned long long): 0 to 18446744073709551615
+        rng_mode: enum miopenRNGType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -9504,8 +10222,12 @@ def miopenSetDropoutDescriptor(dropoutDesc, handle, dropout, states, stateSizeIn
     """miopenStatus_t miopenSetDropoutDescriptor(miopenDropoutDescriptor_t dropoutDesc, miopenHandle_t handle, float dropout, void * states, size_t stateSizeInBytes, unsigned long long seed, bool use_mask, bool state_evo, miopenRNGType_t rng_mode)
 
     Checked parameters:
+        dropoutDesc: handle miopenDropoutDescriptor_t, refused when None
+        handle: handle miopenHandle_t, may be None
         states: device memory
         stateSizeInBytes: byte count (size_t, non-negative)
+        seed: integer (unsigned long long): 0 to 18446744073709551615
+        rng_mode: enum miopenRNGType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -9552,7 +10274,12 @@ def miopenDropoutForward(handle, dropoutDesc, noise_shape, xDesc, x, yDesc, y, r
     """miopenStatus_t miopenDropoutForward(miopenHandle_t handle, const miopenDropoutDescriptor_t dropoutDesc, const miopenTensorDescriptor_t noise_shape, const miopenTensorDescriptor_t xDesc, const void * x, const miopenTensorDescriptor_t yDesc, void * y, void * reserveSpace, size_t reserveSpaceSizeInBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dropoutDesc: handle miopenDropoutDescriptor_t, refused when None
+        noise_shape: handle miopenTensorDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
         reserveSpace: device memory
         reserveSpaceSizeInBytes: byte count (size_t, non-negative)
@@ -9600,7 +10327,12 @@ def miopenDropoutBackward(handle, dropoutDesc, noise_shape, dyDesc, dy, dxDesc, 
     """miopenStatus_t miopenDropoutBackward(miopenHandle_t handle, const miopenDropoutDescriptor_t dropoutDesc, const miopenTensorDescriptor_t noise_shape, const miopenTensorDescriptor_t dyDesc, const void * dy, const miopenTensorDescriptor_t dxDesc, void * dx, void * reserveSpace, size_t reserveSpaceSizeInBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dropoutDesc: handle miopenDropoutDescriptor_t, refused when None
+        noise_shape: handle miopenTensorDescriptor_t, refused when None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
         reserveSpace: device memory
         reserveSpaceSizeInBytes: byte count (size_t, non-negative)
@@ -9670,6 +10402,9 @@ _miopenDestroyReduceTensorDescriptor = _lazy('miopenDestroyReduceTensorDescripto
 def miopenDestroyReduceTensorDescriptor(reduceTensorDesc):
     """miopenStatus_t miopenDestroyReduceTensorDescriptor(miopenReduceTensorDescriptor_t reduceTensorDesc)
 
+    Checked parameters:
+        reduceTensorDesc: handle miopenReduceTensorDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroy the ReduceTensor descriptor object
@@ -9684,6 +10419,14 @@ _values_miopenSetReduceTensorDescriptor = (b'iiiii', (miopenReduceTensorOp_t, mi
 
 def miopenSetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTensorCompType, reduceTensorNanOpt, reduceTensorIndices, reduceTensorIndicesType):
     """miopenStatus_t miopenSetReduceTensorDescriptor(miopenReduceTensorDescriptor_t reduceTensorDesc, miopenReduceTensorOp_t reduceTensorOp, miopenDataType_t reduceTensorCompType, miopenNanPropagation_t reduceTensorNanOpt, miopenReduceTensorIndices_t reduceTensorIndices, miopenIndicesType_t reduceTensorIndicesType)
+
+    Checked parameters:
+        reduceTensorDesc: handle miopenReduceTensorDescriptor_t, refused when None
+        reduceTensorOp: enum miopenReduceTensorOp_t: a member, or an int from -2147483648 to 2147483647
+        reduceTensorCompType: enum miopenDataType_t: a member, or an int from -2147483648 to 2147483647
+        reduceTensorNanOpt: enum miopenNanPropagation_t: a member, or an int from -2147483648 to 2147483647
+        reduceTensorIndices: enum miopenReduceTensorIndices_t: a member, or an int from -2147483648 to 2147483647
+        reduceTensorIndicesType: enum miopenIndicesType_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -9720,6 +10463,7 @@ def miopenGetReduceTensorDescriptor(reduceTensorDesc, reduceTensorOp, reduceTens
     """miopenStatus_t miopenGetReduceTensorDescriptor(const miopenReduceTensorDescriptor_t reduceTensorDesc, miopenReduceTensorOp_t * reduceTensorOp, miopenDataType_t * reduceTensorCompType, miopenNanPropagation_t * reduceTensorNanOpt, miopenReduceTensorIndices_t * reduceTensorIndices, miopenIndicesType_t * reduceTensorIndicesType)
 
     Checked parameters:
+        reduceTensorDesc: handle miopenReduceTensorDescriptor_t, refused when None
         reduceTensorOp: host output, fixed 1 elements
         reduceTensorCompType: host output, fixed 1 elements
         reduceTensorNanOpt: host output, fixed 1 elements
@@ -9767,6 +10511,10 @@ def miopenGetReductionIndicesSize(handle, reduceTensorDesc, aDesc, cDesc, sizeIn
     """miopenStatus_t miopenGetReductionIndicesSize(miopenHandle_t handle, const miopenReduceTensorDescriptor_t reduceTensorDesc, const miopenTensorDescriptor_t aDesc, const miopenTensorDescriptor_t cDesc, size_t * sizeInBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        reduceTensorDesc: handle miopenReduceTensorDescriptor_t, refused when None
+        aDesc: handle miopenTensorDescriptor_t, refused when None
+        cDesc: handle miopenTensorDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -9802,6 +10550,10 @@ def miopenGetReductionWorkspaceSize(handle, reduceTensorDesc, aDesc, cDesc, size
     """miopenStatus_t miopenGetReductionWorkspaceSize(miopenHandle_t handle, const miopenReduceTensorDescriptor_t reduceTensorDesc, const miopenTensorDescriptor_t aDesc, const miopenTensorDescriptor_t cDesc, size_t * sizeInBytes)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        reduceTensorDesc: handle miopenReduceTensorDescriptor_t, refused when None
+        aDesc: handle miopenTensorDescriptor_t, refused when None
+        cDesc: handle miopenTensorDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -9838,13 +10590,17 @@ def miopenReduceTensor(handle, reduceTensorDesc, indices, indicesSizeInBytes, wo
     """miopenStatus_t miopenReduceTensor(miopenHandle_t handle, const miopenReduceTensorDescriptor_t reduceTensorDesc, void * indices, size_t indicesSizeInBytes, void * workspace, size_t workspaceSizeInBytes, const void * alpha, const miopenTensorDescriptor_t aDesc, const void * A, const void * beta, const miopenTensorDescriptor_t cDesc, void * C)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        reduceTensorDesc: handle miopenReduceTensorDescriptor_t, refused when None
         indices: device memory
         indicesSizeInBytes: byte count (size_t, non-negative)
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
         alpha: host input, fixed 4 bytes
+        aDesc: handle miopenTensorDescriptor_t, refused when None
         A: device memory
         beta: host input, fixed 4 bytes
+        cDesc: handle miopenTensorDescriptor_t, refused when None
         C: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -9899,6 +10655,8 @@ def miopenCreateConvProblem(problem, operatorDesc, direction):
 
     Checked parameters:
         problem: host output, fixed 1 elements
+        operatorDesc: handle miopenConvolutionDescriptor_t, refused when None
+        direction: enum miopenProblemDirection_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -9934,6 +10692,8 @@ def miopenCreateMhaProblem(problem, operatorDesc, direction):
 
     Checked parameters:
         problem: host output, fixed 1 elements
+        operatorDesc: handle miopenMhaDescriptor_t, refused when None
+        direction: enum miopenProblemDirection_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success."""
     if not _values_ok(_values_miopenCreateMhaProblem, direction):
@@ -9983,6 +10743,9 @@ _miopenSetMhaDescriptor = _lazy('miopenSetMhaDescriptor', (miopenMhaDescriptor_t
 def miopenSetMhaDescriptor(mhaDesc, scale):
     """miopenStatus_t miopenSetMhaDescriptor(miopenMhaDescriptor_t mhaDesc, float scale)
 
+    Checked parameters:
+        mhaDesc: handle miopenMhaDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Sets the Mha descriptor details
@@ -10012,6 +10775,7 @@ def miopenGetMhaDescriptor(mhaDesc, scale):
     """miopenStatus_t miopenGetMhaDescriptor(miopenMhaDescriptor_t mhaDesc, float * scale)
 
     Checked parameters:
+        mhaDesc: handle miopenMhaDescriptor_t, refused when None
         scale: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -10068,6 +10832,11 @@ _values_miopenSetSoftmaxDescriptor = (b'ii', (miopenSoftmaxAlgorithm_t, miopenSo
 def miopenSetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode):
     """miopenStatus_t miopenSetSoftmaxDescriptor(miopenSoftmaxDescriptor_t softmaxDesc, float alpha, float beta, miopenSoftmaxAlgorithm_t algorithm, miopenSoftmaxMode_t mode)
 
+    Checked parameters:
+        softmaxDesc: handle miopenSoftmaxDescriptor_t, refused when None
+        algorithm: enum miopenSoftmaxAlgorithm_t: a member, or an int from -2147483648 to 2147483647
+        mode: enum miopenSoftmaxMode_t: a member, or an int from -2147483648 to 2147483647
+
     Raises MiopenError when the returned status is not success.
 
     @brief Sets the softmax descriptor details
@@ -10102,6 +10871,7 @@ def miopenGetSoftmaxDescriptor(softmaxDesc, alpha, beta, algorithm, mode):
     """miopenStatus_t miopenGetSoftmaxDescriptor(const miopenSoftmaxDescriptor_t softmaxDesc, float * alpha, float * beta, miopenSoftmaxAlgorithm_t * algorithm, miopenSoftmaxMode_t * mode)
 
     Checked parameters:
+        softmaxDesc: handle miopenSoftmaxDescriptor_t, refused when None
         alpha: host output, fixed 1 elements
         beta: host output, fixed 1 elements
         algorithm: host output, fixed 1 elements
@@ -10142,6 +10912,9 @@ _miopenDestroyProblem = _lazy('miopenDestroyProblem', (miopenProblem_t,), c_int)
 def miopenDestroyProblem(problem):
     """miopenStatus_t miopenDestroyProblem(miopenProblem_t problem)
 
+    Checked parameters:
+        problem: handle miopenProblem_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys a problem object.
@@ -10156,6 +10929,11 @@ _values_miopenSetProblemTensorDescriptor = (b'I', (miopenTensorArgumentId_t,), _
 
 def miopenSetProblemTensorDescriptor(problem, id, descriptor):
     """miopenStatus_t miopenSetProblemTensorDescriptor(miopenProblem_t problem, miopenTensorArgumentId_t id, const miopenTensorDescriptor_t descriptor)
+
+    Checked parameters:
+        problem: handle miopenProblem_t, refused when None
+        id: enum miopenTensorArgumentId_t: a member, or an int from 0 to 4294967295
+        descriptor: handle miopenTensorDescriptor_t, refused when None
 
     Raises MiopenError when the returned status is not success.
 
@@ -10212,6 +10990,9 @@ _miopenDestroyFindOptions = _lazy('miopenDestroyFindOptions', (miopenFindOptions
 def miopenDestroyFindOptions(options):
     """miopenStatus_t miopenDestroyFindOptions(miopenFindOptions_t options)
 
+    Checked parameters:
+        options: handle miopenFindOptions_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys miopenFindOptions object.
@@ -10226,6 +11007,10 @@ _values_miopenSetFindOptionTuning = (b'i', (None,), _pack_i)
 
 def miopenSetFindOptionTuning(options, value):
     """miopenStatus_t miopenSetFindOptionTuning(miopenFindOptions_t options, int value)
+
+    Checked parameters:
+        options: handle miopenFindOptions_t, refused when None
+        value: integer (int): -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -10256,6 +11041,10 @@ _values_miopenSetFindOptionResultsOrder = (b'i', (miopenFindResultsOrder_t,), _p
 def miopenSetFindOptionResultsOrder(options, value):
     """miopenStatus_t miopenSetFindOptionResultsOrder(miopenFindOptions_t options, miopenFindResultsOrder_t value)
 
+    Checked parameters:
+        options: handle miopenFindOptions_t, refused when None
+        value: enum miopenFindResultsOrder_t: a member, or an int from -2147483648 to 2147483647
+
     Raises MiopenError when the returned status is not success.
 
     @brief Sets the results order find option. Default value is miopenFindResultsOrderByTime.
@@ -10284,6 +11073,10 @@ _values_miopenSetFindOptionWorkspaceLimit = (b'N', (None,), _pack_N)
 
 def miopenSetFindOptionWorkspaceLimit(options, value):
     """miopenStatus_t miopenSetFindOptionWorkspaceLimit(miopenFindOptions_t options, size_t value)
+
+    Checked parameters:
+        options: handle miopenFindOptions_t, refused when None
+        value: integer (size_t): 0 to 18446744073709551615
 
     Raises MiopenError when the returned status is not success.
 
@@ -10316,7 +11109,9 @@ def miopenSetFindOptionPreallocatedWorkspace(options, buffer, size):
     """miopenStatus_t miopenSetFindOptionPreallocatedWorkspace(miopenFindOptions_t options, void * buffer, size_t size)
 
     Checked parameters:
+        options: handle miopenFindOptions_t, refused when None
         buffer: device memory
+        size: integer (size_t): 0 to 18446744073709551615
 
     Raises MiopenError when the returned status is not success.
 
@@ -10349,6 +11144,8 @@ def miopenSetFindOptionPreallocatedTensor(options, id, buffer):
     """miopenStatus_t miopenSetFindOptionPreallocatedTensor(miopenFindOptions_t options, miopenTensorArgumentId_t id, void * buffer)
 
     Checked parameters:
+        options: handle miopenFindOptions_t, refused when None
+        id: enum miopenTensorArgumentId_t: a member, or an int from 0 to 4294967295
         buffer: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -10382,6 +11179,10 @@ _values_miopenSetFindOptionAttachBinaries = (b'I', (None,), _pack_I)
 def miopenSetFindOptionAttachBinaries(options, attach):
     """miopenStatus_t miopenSetFindOptionAttachBinaries(miopenFindOptions_t options, unsigned int attach)
 
+    Checked parameters:
+        options: handle miopenFindOptions_t, refused when None
+        attach: integer (unsigned int): 0 to 4294967295
+
     Raises MiopenError when the returned status is not success.
 
     @brief Forces library to attach kernel binaries to solutions for later saving. This allows zero
@@ -10413,8 +11214,12 @@ def miopenFindSolutions(handle, problem, options, solutions, numSolutions, maxSo
     """miopenStatus_t miopenFindSolutions(miopenHandle_t handle, miopenProblem_t problem, miopenFindOptions_t options, miopenSolution_t * solutions, size_t * numSolutions, size_t maxSolutions)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        problem: handle miopenProblem_t, refused when None
+        options: handle miopenFindOptions_t, may be None
         solutions: host output, count maxSolutions
         numSolutions: host output, fixed 1 elements, may be None
+        maxSolutions: integer (size_t): 0 to 18446744073709551615
 
     Handles that may be None (NULL), as the vendor documents: options.
 
@@ -10455,6 +11260,9 @@ def miopenRunSolution(handle, solution, nInputs, tensors, workspace, workspaceSi
     """miopenStatus_t miopenRunSolution(miopenHandle_t handle, miopenSolution_t solution, size_t nInputs, const miopenTensorArgument_t * tensors, void * workspace, size_t workspaceSize)
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        solution: handle miopenSolution_t, refused when None
+        nInputs: integer (size_t): 0 to 18446744073709551615
         tensors: host input, count nInputs
         workspace: device memory
         workspaceSize: byte count (size_t, non-negative)
@@ -10493,6 +11301,9 @@ _miopenDestroySolution = _lazy('miopenDestroySolution', (miopenSolution_t,), c_i
 def miopenDestroySolution(solution):
     """miopenStatus_t miopenDestroySolution(miopenSolution_t solution)
 
+    Checked parameters:
+        solution: handle miopenSolution_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys solution object.
@@ -10511,6 +11322,7 @@ def miopenLoadSolution(solution, data, size):
     Checked parameters:
         solution: host output, fixed 1 elements
         data: host input, count size
+        size: integer (size_t): 0 to 18446744073709551615
 
     Raises MiopenError when the returned status is not success.
 
@@ -10538,6 +11350,7 @@ def miopenSaveSolution(solution, data):
     """miopenStatus_t miopenSaveSolution(miopenSolution_t solution, char * data)
 
     Checked parameters:
+        solution: handle miopenSolution_t, refused when None
         data: host output, miopenGetSolutionSize(solution)
 
     Raises MiopenError when the returned status is not success.
@@ -10568,6 +11381,7 @@ def miopenGetSolutionSize(solution, size):
     """miopenStatus_t miopenGetSolutionSize(miopenSolution_t solution, size_t * size)
 
     Checked parameters:
+        solution: handle miopenSolution_t, refused when None
         size: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -10598,6 +11412,7 @@ def miopenGetSolutionWorkspaceSize(solution, workspaceSize):
     """miopenStatus_t miopenGetSolutionWorkspaceSize(miopenSolution_t solution, size_t * workspaceSize)
 
     Checked parameters:
+        solution: handle miopenSolution_t, refused when None
         workspaceSize: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -10628,6 +11443,7 @@ def miopenGetSolutionTime(solution, time):
     """miopenStatus_t miopenGetSolutionTime(miopenSolution_t solution, float * time)
 
     Checked parameters:
+        solution: handle miopenSolution_t, refused when None
         time: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -10658,6 +11474,7 @@ def miopenGetSolutionSolverId(solution, solverId):
     """miopenStatus_t miopenGetSolutionSolverId(miopenSolution_t solution, uint64_t * solverId)
 
     Checked parameters:
+        solution: handle miopenSolution_t, refused when None
         solverId: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -10689,6 +11506,7 @@ def miopenGetSolverIdConvAlgorithm(solverId, result):
     """miopenStatus_t miopenGetSolverIdConvAlgorithm(uint64_t solverId, miopenConvAlgorithm_t * result)
 
     Checked parameters:
+        solverId: integer (uint64_t): 0 to 18446744073709551615
         result: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -10719,6 +11537,8 @@ def miopenCreateActivationProblem(problem, operatorDesc, direction):
 
     Checked parameters:
         problem: host output, fixed 1 elements
+        operatorDesc: handle miopenActivationDescriptor_t, refused when None
+        direction: enum miopenProblemDirection_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -10759,6 +11579,8 @@ def miopenCreateBatchnormProblem(problem, mode, runningMeanVariance, direction):
 
     Checked parameters:
         problem: host output, fixed 1 elements
+        mode: enum miopenBatchNormMode_t: a member, or an int from -2147483648 to 2147483647
+        direction: enum miopenProblemDirection_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -10788,6 +11610,10 @@ def miopenFuseProblems(problem1, problem2):
     """miopenStatus_t miopenFuseProblems(miopenProblem_t problem1, miopenProblem_t problem2)
 
     Beta API (MIOPEN_BETA_API): may change between releases.
+
+    Checked parameters:
+        problem1: handle miopenProblem_t, refused when None
+        problem2: handle miopenProblem_t, refused when None
 
     Raises MiopenError when the returned status is not success.
 
@@ -10833,6 +11659,7 @@ def miopenCreateBiasProblem(problem, direction):
 
     Checked parameters:
         problem: host output, fixed 1 elements
+        direction: enum miopenProblemDirection_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -10864,6 +11691,8 @@ def miopenCreateSoftmaxProblem(problem, operatorDesc, direction):
 
     Checked parameters:
         problem: host output, fixed 1 elements
+        operatorDesc: handle miopenSoftmaxDescriptor_t, refused when None
+        direction: enum miopenProblemDirection_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -10900,6 +11729,11 @@ def miopenGetReduceCalculationWorkspaceSize(handle, xDesc, dim, reduceCalculatio
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        dim: integer (int32_t): -2147483648 to 2147483647
+        reduceCalculationOp: enum miopenReduceCalculationOp_t: a member, or an int from -2147483648 to 2147483647
+        reduceDesc: handle miopenTensorDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -10940,9 +11774,15 @@ def miopenReduceCalculationForward(handle, nanPropagation, workspace, workspaceS
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        nanPropagation: enum miopenReduceCalculationNanPropagation_t: a member, or an int from -2147483648 to 2147483647
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        dim: integer (int32_t): -2147483648 to 2147483647
+        reduceCalculationOp: enum miopenReduceCalculationOp_t: a member, or an int from -2147483648 to 2147483647
+        reduceDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -10986,8 +11826,14 @@ def miopenReduceExtremeForward(handle, xDesc, x, dim, reduceExtremeOp, yDesc, y,
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        dim: integer (int32_t): -2147483648 to 2147483647
+        reduceExtremeOp: enum miopenReduceExtremeOp_t: a member, or an int from -2147483648 to 2147483647
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        indiceDesc: handle miopenTensorDescriptor_t, refused when None
         indice: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -11032,11 +11878,20 @@ def miopenGroupNormForward(handle, mode, xDesc, x, weightDesc, weight, biasDesc,
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        mode: enum miopenNormMode_t: a member, or an int from -2147483648 to 2147483647
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        weightDesc: handle miopenTensorDescriptor_t, refused when None
         weight: device memory
+        biasDesc: handle miopenTensorDescriptor_t, refused when None
         bias: device memory
+        num_groups: integer (uint64_t): 0 to 18446744073709551615
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        meanDesc: handle miopenTensorDescriptor_t, refused when None
         mean: device memory
+        rstdDesc: handle miopenTensorDescriptor_t, refused when None
         rstd: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -11091,12 +11946,22 @@ def miopenAddLayerNormForward(handle, mode, xDesc, x, x2Desc, x2, weightDesc, we
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        mode: enum miopenNormMode_t: a member, or an int from -2147483648 to 2147483647
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        x2Desc: handle miopenTensorDescriptor_t, refused when None
         x2: device memory
+        weightDesc: handle miopenTensorDescriptor_t, refused when None
         weight: device memory
+        biasDesc: handle miopenTensorDescriptor_t, refused when None
         bias: device memory
+        normalized_dim: integer (int32_t): -2147483648 to 2147483647
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        meanDesc: handle miopenTensorDescriptor_t, refused when None
         mean: device memory
+        rstdDesc: handle miopenTensorDescriptor_t, refused when None
         rstd: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -11153,9 +12018,15 @@ def miopenT5LayerNormForward(handle, mode, xDesc, x, weightDesc, weight, epsilon
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        mode: enum miopenNormMode_t: a member, or an int from -2147483648 to 2147483647
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        weightDesc: handle miopenTensorDescriptor_t, refused when None
         weight: device memory
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
+        rstdDesc: handle miopenTensorDescriptor_t, refused when None
         rstd: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -11205,6 +12076,14 @@ def miopenGetT5LayerNormBackwardWorkspaceSize(handle, mode, dyDesc, xDesc, weigh
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        mode: enum miopenNormMode_t: a member, or an int from -2147483648 to 2147483647
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
+        weightDesc: handle miopenTensorDescriptor_t, refused when None
+        rstdDesc: handle miopenTensorDescriptor_t, refused when None
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
+        dwDesc: handle miopenTensorDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -11250,13 +12129,21 @@ def miopenT5LayerNormBackward(handle, mode, workspace, workspaceSizeInBytes, dyD
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        mode: enum miopenNormMode_t: a member, or an int from -2147483648 to 2147483647
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        weightDesc: handle miopenTensorDescriptor_t, refused when None
         weight: device memory
+        rstdDesc: handle miopenTensorDescriptor_t, refused when None
         rstd: device memory
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
+        dwDesc: handle miopenTensorDescriptor_t, refused when None
         dw: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -11307,6 +12194,7 @@ def miopenBackendCreateDescriptor(descriptorType, descriptor):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        descriptorType: enum miopenBackendDescriptorType_t: a member, or an int from -2147483648 to 2147483647
         descriptor: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -11344,6 +12232,10 @@ def miopenBackendSetAttribute(descriptor, attributeName, attributeType, elementC
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        descriptor: handle miopenBackendDescriptor_t, refused when None
+        attributeName: enum miopenBackendAttributeName_t: a member, or an int from -2147483648 to 2147483647
+        attributeType: enum miopenBackendAttributeType_t: a member, or an int from -2147483648 to 2147483647
+        elementCount: integer (int64_t): -9223372036854775808 to 9223372036854775807
         arrayOfElements: host output, elementCount x size of attributeType
 
     Raises MiopenError when the returned status is not success.
@@ -11400,6 +12292,9 @@ def miopenBackendFinalize(descriptor):
 
     Beta API (MIOPEN_BETA_API): may change between releases.
 
+    Checked parameters:
+        descriptor: handle miopenBackendDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Finalizes a backend descriptor
@@ -11440,6 +12335,10 @@ def miopenBackendGetAttribute(descriptor, attributeName, attributeType, requeste
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        descriptor: handle miopenBackendDescriptor_t, refused when None
+        attributeName: enum miopenBackendAttributeName_t: a member, or an int from -2147483648 to 2147483647
+        attributeType: enum miopenBackendAttributeType_t: a member, or an int from -2147483648 to 2147483647
+        requestedElementCount: integer (int64_t): -9223372036854775808 to 9223372036854775807
         elementCount: host output, fixed 1 elements
         arrayOfElements: host output, requestedElementCount x size of attributeType
 
@@ -11503,6 +12402,11 @@ def miopenBackendExecute(handle, executionPlan, variantPack):
 
     Beta API (MIOPEN_BETA_API): may change between releases.
 
+    Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        executionPlan: handle miopenBackendDescriptor_t, refused when None
+        variantPack: handle miopenBackendDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Executes a graph
@@ -11544,6 +12448,9 @@ def miopenBackendDestroyDescriptor(descriptor):
 
     Beta API (MIOPEN_BETA_API): may change between releases.
 
+    Checked parameters:
+        descriptor: handle miopenBackendDescriptor_t, refused when None
+
     Raises MiopenError when the returned status is not success.
 
     @brief Destroys an instance of miopenBackendDescriptor_t
@@ -11573,6 +12480,8 @@ def miopenBackendInitialize(descriptor, descriptorType, sizeInBytes):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        descriptor: handle miopenBackendDescriptor_t, refused when None
+        descriptorType: enum miopenBackendDescriptorType_t: a member, or an int from -2147483648 to 2147483647
         sizeInBytes: byte count (size_t, non-negative)
 
     Raises MiopenError when the returned status is not success.
@@ -11618,13 +12527,23 @@ def miopenFusedAdam(handle, paramDesc, param, gradDesc, grad, expAvgDesc, expAvg
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        paramDesc: handle miopenTensorDescriptor_t, refused when None
         param: device memory
+        gradDesc: handle miopenTensorDescriptor_t, refused when None
         grad: device memory
+        expAvgDesc: handle miopenTensorDescriptor_t, refused when None
         expAvg: device memory
+        expAvgSqDesc: handle miopenTensorDescriptor_t, refused when None
         expAvgSq: device memory
+        maxExpAvgSqDesc: handle miopenTensorDescriptor_t, refused when None
         maxExpAvgSq: device memory
+        stateStepDesc: handle miopenTensorDescriptor_t, refused when None
         stateStep: device memory
+        state_step: integer (unsigned int): 0 to 4294967295
+        gradScaleDesc: handle miopenTensorDescriptor_t, refused when None
         gradScale: device memory
+        foundInfDesc: handle miopenTensorDescriptor_t, refused when None
         foundInf: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -11800,19 +12719,35 @@ def miopenFusedAdamWithOutput(handle, paramInDesc, paramIn, paramOutDesc, paramO
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        paramInDesc: handle miopenTensorDescriptor_t, refused when None
         paramIn: device memory
+        paramOutDesc: handle miopenTensorDescriptor_t, refused when None
         paramOut: device memory
+        paramOutFloat16Desc: handle miopenTensorDescriptor_t, refused when None
         paramOutFloat16: device memory
+        gradInDesc: handle miopenTensorDescriptor_t, refused when None
         gradIn: device memory
+        expAvgInDesc: handle miopenTensorDescriptor_t, refused when None
         expAvgIn: device memory
+        expAvgOutDesc: handle miopenTensorDescriptor_t, refused when None
         expAvgOut: device memory
+        expAvgSqInDesc: handle miopenTensorDescriptor_t, refused when None
         expAvgSqIn: device memory
+        expAvgSqOutDesc: handle miopenTensorDescriptor_t, refused when None
         expAvgSqOut: device memory
+        maxExpAvgSqInDesc: handle miopenTensorDescriptor_t, refused when None
         maxExpAvgSqIn: device memory
+        maxExpAvgSqOutDesc: handle miopenTensorDescriptor_t, refused when None
         maxExpAvgSqOut: device memory
+        stateStepInDesc: handle miopenTensorDescriptor_t, refused when None
         stateStepIn: device memory
+        stateStepOutDesc: handle miopenTensorDescriptor_t, refused when None
         stateStepOut: device memory
+        state_step: integer (unsigned int): 0 to 4294967295
+        gradScaleDesc: handle miopenTensorDescriptor_t, refused when None
         gradScale: device memory
+        foundInfDesc: handle miopenTensorDescriptor_t, refused when None
         foundInf: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -11986,12 +12921,21 @@ def miopenTransformersAdamW(handle, paramDesc, param, gradDesc, grad, expAvgDesc
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        paramDesc: handle miopenTensorDescriptor_t, refused when None
         param: device memory
+        gradDesc: handle miopenTensorDescriptor_t, refused when None
         grad: device memory
+        expAvgDesc: handle miopenTensorDescriptor_t, refused when None
         expAvg: device memory
+        expAvgSqDesc: handle miopenTensorDescriptor_t, refused when None
         expAvgSq: device memory
+        stateStepDesc: handle miopenTensorDescriptor_t, refused when None
         stateStep: device memory
+        state_step: integer (unsigned int): 0 to 4294967295
+        gradScaleDesc: handle miopenTensorDescriptor_t, refused when None
         gradScale: device memory
+        foundInfDesc: handle miopenTensorDescriptor_t, refused when None
         foundInf: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -12113,17 +13057,31 @@ def miopenTransformersAdamWWithOutput(handle, paramInDesc, paramIn, paramOutDesc
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        paramInDesc: handle miopenTensorDescriptor_t, refused when None
         paramIn: device memory
+        paramOutDesc: handle miopenTensorDescriptor_t, refused when None
         paramOut: device memory
+        paramOutFloat16Desc: handle miopenTensorDescriptor_t, refused when None
         paramOutFloat16: device memory
+        gradInDesc: handle miopenTensorDescriptor_t, refused when None
         gradIn: device memory
+        expAvgInDesc: handle miopenTensorDescriptor_t, refused when None
         expAvgIn: device memory
+        expAvgOutDesc: handle miopenTensorDescriptor_t, refused when None
         expAvgOut: device memory
+        expAvgSqInDesc: handle miopenTensorDescriptor_t, refused when None
         expAvgSqIn: device memory
+        expAvgSqOutDesc: handle miopenTensorDescriptor_t, refused when None
         expAvgSqOut: device memory
+        stateStepInDesc: handle miopenTensorDescriptor_t, refused when None
         stateStepIn: device memory
+        stateStepOutDesc: handle miopenTensorDescriptor_t, refused when None
         stateStepOut: device memory
+        state_step: integer (unsigned int): 0 to 4294967295
+        gradScaleDesc: handle miopenTensorDescriptor_t, refused when None
         gradScale: device memory
+        foundInfDesc: handle miopenTensorDescriptor_t, refused when None
         foundInf: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -12281,6 +13239,8 @@ def miopenGetGetitemWorkspaceSize(handle, indexCount, indexDescs, sizeInBytes):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        indexCount: integer (uint32_t): 0 to 4294967295
         indexDescs: host input, count indexCount
         sizeInBytes: host output, fixed 1 elements
 
@@ -12318,15 +13278,23 @@ def miopenGetitemBackward(handle, workspace, workspaceSizeInBytes, dyDesc, dy, i
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        indexCount: integer (uint32_t): 0 to 4294967295
         indexDescs: host input, count indexCount
         indexs: host input, count indexCount
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
+        errorDesc: handle miopenTensorDescriptor_t, refused when None
         error: device memory
+        dimCount: integer (uint32_t): 0 to 4294967295
         dims: host input, count dimCount
+        sliceCount: integer (uint32_t): 0 to 4294967295
         slices: host input, count sliceCount
+        offset: integer (uint32_t): 0 to 4294967295
 
     Raises MiopenError when the returned status is not success.
 
@@ -12383,9 +13351,14 @@ def miopenRoPEForward(handle, xDesc, x, cosDesc, cos, sinDesc, sin, yDesc, y):
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        xDesc: handle miopenTensorDescriptor_t, refused when None
         x: device memory
+        cosDesc: handle miopenTensorDescriptor_t, refused when None
         cos: device memory
+        sinDesc: handle miopenTensorDescriptor_t, refused when None
         sin: device memory
+        yDesc: handle miopenTensorDescriptor_t, refused when None
         y: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -12430,9 +13403,14 @@ def miopenRoPEBackward(handle, dyDesc, dy, cosDesc, cos, sinDesc, sin, dxDesc, d
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        dyDesc: handle miopenTensorDescriptor_t, refused when None
         dy: device memory
+        cosDesc: handle miopenTensorDescriptor_t, refused when None
         cos: device memory
+        sinDesc: handle miopenTensorDescriptor_t, refused when None
         sin: device memory
+        dxDesc: handle miopenTensorDescriptor_t, refused when None
         dx: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -12474,9 +13452,15 @@ def miopenKthvalueForward(handle, inputDesc, input, outputDesc, output, indicesD
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        inputDesc: handle miopenTensorDescriptor_t, refused when None
         input: device memory
+        outputDesc: handle miopenTensorDescriptor_t, refused when None
         output: device memory
+        indicesDesc: handle miopenTensorDescriptor_t, refused when None
         indices: device memory
+        k: integer (size_t): 0 to 18446744073709551615
+        dim: integer (int32_t): -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -12521,6 +13505,9 @@ def miopenGetPReLUBackwardWorkspaceSize(handle, inputDesc, weightDesc, sizeInByt
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        inputDesc: handle miopenTensorDescriptor_t, refused when None
+        weightDesc: handle miopenTensorDescriptor_t, refused when None
         sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -12558,12 +13545,18 @@ def miopenPReLUBackward(handle, workspace, workspaceSizeInBytes, inputDesc, inpu
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
+        inputDesc: handle miopenTensorDescriptor_t, refused when None
         input: device memory
+        weightDesc: handle miopenTensorDescriptor_t, refused when None
         weight: device memory
+        doutputDesc: handle miopenTensorDescriptor_t, refused when None
         doutput: device memory
+        dinputDesc: handle miopenTensorDescriptor_t, refused when None
         dinput: device memory
+        dweightDesc: handle miopenTensorDescriptor_t, refused when None
         dweight: device memory
 
     Raises MiopenError when the returned status is not success.
@@ -12610,6 +13603,11 @@ def miopenGetSoftMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, o
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        inputDesc: handle miopenTensorDescriptor_t, refused when None
+        targetDesc: handle miopenTensorDescriptor_t, refused when None
+        outputDesc: handle miopenTensorDescriptor_t, refused when None
+        reduction: enum miopenLossReductionMode_t: a member, or an int from -2147483648 to 2147483647
         sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -12653,9 +13651,14 @@ def miopenSoftMarginLossForward(handle, inputDesc, input, targetDesc, target, ou
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        inputDesc: handle miopenTensorDescriptor_t, refused when None
         input: device memory
+        targetDesc: handle miopenTensorDescriptor_t, refused when None
         target: device memory
+        outputDesc: handle miopenTensorDescriptor_t, refused when None
         output: device memory
+        reduction: enum miopenLossReductionMode_t: a member, or an int from -2147483648 to 2147483647
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
 
@@ -12703,10 +13706,16 @@ def miopenSoftMarginLossBackward(handle, inputDesc, input, targetDesc, target, d
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        inputDesc: handle miopenTensorDescriptor_t, refused when None
         input: device memory
+        targetDesc: handle miopenTensorDescriptor_t, refused when None
         target: device memory
+        doutputDesc: handle miopenTensorDescriptor_t, refused when None
         doutput: device memory
+        dinputDesc: handle miopenTensorDescriptor_t, refused when None
         dinput: device memory
+        reduction: enum miopenLossReductionMode_t: a member, or an int from -2147483648 to 2147483647
 
     Raises MiopenError when the returned status is not success.
 
@@ -12750,6 +13759,13 @@ def miopenGetMultiMarginLossForwardWorkspaceSize(handle, inputDesc, targetDesc, 
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        inputDesc: handle miopenTensorDescriptor_t, refused when None
+        targetDesc: handle miopenTensorDescriptor_t, refused when None
+        weightDesc: handle miopenTensorDescriptor_t, refused when None
+        outputDesc: handle miopenTensorDescriptor_t, refused when None
+        p: integer (long): -9223372036854775808 to 9223372036854775807
+        reduction: enum miopenLossReductionMode_t: a member, or an int from -2147483648 to 2147483647
         sizeInBytes: host output, fixed 1 elements
 
     Raises MiopenError when the returned status is not success.
@@ -12799,10 +13815,17 @@ def miopenMultiMarginLossForward(handle, inputDesc, input, targetDesc, target, w
     Beta API (MIOPEN_BETA_API): may change between releases.
 
     Checked parameters:
+        handle: handle miopenHandle_t, may be None
+        inputDesc: handle miopenTensorDescriptor_t, refused when None
         input: device memory
+        targetDesc: handle miopenTensorDescriptor_t, refused when None
         target: device memory
+        weightDesc: handle miopenTensorDescriptor_t, refused when None
         weight: device memory
+        outputDesc: handle miopenTensorDescriptor_t, refused when None
         output: device memory
+        p: integer (long): -9223372036854775808 to 9223372036854775807
+        reduction: enum miopenLossReductionMode_t: a member, or an int from -2147483648 to 2147483647
         workspace: device memory
         workspaceSizeInBytes: byte count (size_t, non-negative)
 

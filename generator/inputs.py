@@ -113,16 +113,24 @@ def where(data: Any, path: list[Any]) -> str:
         if isinstance(key, int):
             if isinstance(node, list) and 0 <= key < len(node):
                 child = node[key]
-            label = child.get("id") or child.get("name") if isinstance(child, dict) else None
-            if not isinstance(label, str) or ("name" in child and "id" not in child and "version" not in child):
-                label = key                     # a rule's "name" is a pattern, not what the rule is called
-            out += f"[{label}]"
+            out += f"[{_label(child, key)}]"
         else:
             if isinstance(node, dict):
                 child = node.get(key)
             out += f".{key}" if out else str(key)
         node = child
     return out or "(top level)"
+
+
+def _label(item: Any, index: int) -> str | int:
+    """A list item as a path names it: a rule by its id, a package by its name (a rule's "name" is a
+    pattern, not what the rule is called), anything else by its position."""
+    if isinstance(item, dict):
+        if isinstance(item.get("id"), str):
+            return item["id"]
+        if isinstance(item.get("name"), str) and "version" in item:
+            return item["name"]
+    return index
 
 
 def _duplicate_keys(node: Any, path: list[Any]) -> Iterator[str]:

@@ -553,7 +553,8 @@ def _render_template(name: str, module: ir.Module, classification: Classificatio
     library_search = [tuple(step) for step in config.get("library_search", [["system"]])]
     text = template.render(
         module=module, config=config, version=version, functions=functions, license_notice=notice,
-        type_docs={t.name: prose.type_doc(t.name, t.comment, t.header) for t in [*module.enums, *module.structs]},
+        type_docs={**{e.name: prose.type_doc(e.name, e.comment, e.header) for e in module.enums},
+                   **{s.name: prose.type_doc(s.name, s.comment, s.header) for s in module.structs}},
         reference=(prose.reference or {}).get("default", "") if not prose.ship else "",
         enums=[(e, _enum_members(e)) for e in module.enums if e.name],
         anonymous_enums=[e for e in module.enums if not e.name],

@@ -89,3 +89,15 @@ def test_a_refused_wheel_ends_headers_in_one_line_with_status_1(capsys, monkeypa
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("python -m generator headers: error: ")
     assert "does not match the pin" in err[0] and "refusing it" in err[0]
+
+
+def test_a_bug_in_the_generator_keeps_its_traceback(monkeypatch):
+    """Only the known failures (InputProblem, usage mistakes) become messages; anything else is a bug and
+    propagates with its traceback."""
+    from generator import pipeline
+
+    def broken(library, headers_dir=None):
+        raise KeyError("a bug")
+    monkeypatch.setattr(pipeline, "build", broken)
+    with pytest.raises(KeyError, match="a bug"):
+        cli.main(["report", "cudnn"])

@@ -81,7 +81,7 @@ def parse(text: str, schema_name: str, shown: str) -> dict[str, Any]:
 
 
 def problems_of(data: Any, schema_name: str) -> Iterator[str]:
-    """Each problem of a parsed file as ``ENTRY: PROBLEM``, in file order, none twice."""
+    """Each problem of a parsed file as ``ENTRY: PROBLEM``, ordered by entry, none twice."""
     seen: set[str] = set()
     found = []
     if not isinstance(data, dict):
@@ -90,7 +90,8 @@ def problems_of(data: Any, schema_name: str) -> Iterator[str]:
     if data.get("$schema") != schema_reference(schema_name):
         found.append(f'(top level): "$schema" must name the file\'s schema: "{schema_reference(schema_name)}"')
     validator = _validator(schema_name)
-    for error in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
+    for error in sorted(validator.iter_errors(data), key=lambda e: [f"{p:09d}" if isinstance(p, int) else p
+                                                                    for p in e.absolute_path]):
         problem = _problem(error, validator.schema)
         if problem:
             found.append(f"{where(data, list(error.absolute_path))}: {problem}")

@@ -10,10 +10,18 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
 def test_license_file_is_the_mit_license_the_metadata_names():
-    assert PROJECT["license"] == "MIT" and PROJECT["license-files"] == ["LICENSE"]
+    assert PROJECT["license"] == "MIT" and PROJECT["license-files"] == ["LICENSE", "LICENSES/*.txt"]
     text = (ROOT / "LICENSE").read_text()
     assert text.startswith("MIT License\n\nCopyright (c) ") and "the dnnbind developers" in text.splitlines()[2]
     assert not any(c.startswith("License ::") for c in PROJECT["classifiers"])     # PEP 639: the expression only
+
+
+def test_other_license_files_are_the_vendor_notices_the_generated_modules_carry():
+    """LICENSES/ holds exactly the notices headers.json names for vendor text shipped in generated modules."""
+    import json
+    configs = json.loads((ROOT / "generator" / "headers.json").read_text())
+    named = {c["license_file"] for c in configs.values() if isinstance(c, dict) and c.get("license_file")}
+    assert named and {p.relative_to(ROOT).as_posix() for p in (ROOT / "LICENSES").glob("*.txt")} == named
 
 
 def test_no_placeholder_urls():

@@ -82,7 +82,7 @@ def test_a_warning_would_show_in_the_output(tmp_path):
     unfiltered = "\n".join(line for line in raw.splitlines() if "filterwarnings" not in line)
     assert unfiltered != raw
     out = run_as_a_script(unfiltered, tmp_path).stdout
-    assert "DeprecationWarning: cudnnCreateFilterDescriptor is deprecated in cuDNN: Since cuDNN 9.0.0" in out
+    assert "DeprecationWarning: cudnnCreateFilterDescriptor is deprecated in cuDNN: since cuDNN 9.0.0" in out
 
 
 def test_readme_keeps_the_two_commands():

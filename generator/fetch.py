@@ -24,9 +24,9 @@ def wheel_dir() -> Path:
     return cfg.CACHE_DIR / "wheels"
 
 
-def find_wheel(name: str, version: str) -> Path | None:
+def find_wheel(name: str, version: str, dest: Path | None = None) -> Path | None:
     stem = f"{name.replace('-', '_')}-{version}-"
-    matches = sorted(wheel_dir().glob(stem + "*.whl"))
+    matches = sorted((dest or wheel_dir()).glob(stem + "*.whl"))
     return matches[0] if matches else None
 
 
@@ -38,7 +38,7 @@ def pinned_hashes(name: str, version: str) -> dict[str, str] | None:
     """``{file name: sha256}`` pinned in headers.json for ``name==version``; None when not pinned
     (``python -m generator diff`` reads other releases, which have no pins)."""
     for library in cfg.load_all().values():
-        for package in library.get("packages", []):
+        for package in library.get("packages", []) + library.get("deviceless", {}).get("packages", []):
             if package["name"] == name and package["version"] == version:
                 return dict(package.get("sha256", {}))
     return None
@@ -73,16 +73,18 @@ def verify_wheel(path: Path, name: str, version: str) -> Path:
     return path
 
 
-def download_wheel(name: str, version: str) -> Path:
-    """The wheel of ``name==version``, downloaded once into the cache and checked against its pin."""
-    found = find_wheel(name, version)
+def download_wheel(name: str, version: str, dest: Path | None = None) -> Path:
+    """The wheel of ``name==version``, downloaded once into the cache (``dest``, default
+    ``.cache/wheels``) and checked against its pin."""
+    dest = dest or wheel_dir()
+    found = find_wheel(name, version, dest)
     if found:
         return verify_wheel(found, name, version)
-    wheel_dir().mkdir(parents=True, exist_ok=True)
-    print(f"downloading {name}=={version} from PyPI into {wheel_dir()} ...", flush=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    print(f"downloading {name}=={version} from PyPI into {dest} ...", flush=True)
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                    "--dest", str(wheel_dir()), f"{name}=={version}"], check=True)
-    found = find_wheel(name, version)
+                    "--dest", str(dest), f"{name}=={version}"], check=True)
+    found = find_wheel(name, version, dest)
     if found is None:
         raise RuntimeError(f"pip downloaded no wheel for {name}=={version}")
     return verify_wheel(found, name, version)

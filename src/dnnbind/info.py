@@ -186,6 +186,23 @@ def kernel_lines() -> list[str]:
     return [f"built, running the {isa_name().decode()} kernels", f"  {spec.origin}"]
 
 
+def deviceless_lines(cudnn_loads: bool) -> list[str]:
+    """Whether cuDNN can build graph-API plans here without a GPU (cuDNN 9.8+, libcuda.so.1 and cuBLASLt
+    loadable), and if not, why. Loads the two libraries to find out (this process ends right after)."""
+    from dnnbind.runtime import deviceless
+    if not cudnn_loads:
+        return ["no: the cuDNN library does not load (see cuDNN above)"]
+    from dnnbind.gen import cudnn
+    version = tuple(cudnn.library_version())
+    found = deviceless.problems(cudnn_version=version)
+    if found:
+        return ["no (building cuDNN plans from a device-properties file needs cuDNN 9.8+, libcuda.so.1 and "
+                "cuBLASLt; no device)", *[f"  {p}" for p in found]]
+    files = [f"  {soname}: {deviceless.library_file(soname) or 'loaded'}" for soname in deviceless.LIBRARIES]
+    return [f"yes: cuDNN {'.'.join(map(str, version))} builds plans from device properties here (no device needed)",
+            *files]
+
+
 def environment_lines() -> list[str]:
     return [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("DNNBIND_")] or ["(no DNNBIND_* set)"]
 
@@ -208,6 +225,7 @@ def report() -> str:
     lines += _block("GPUs", devices.gpus)
     lines += _block("backends", _guarded(lambda: backend_lines(devices, loadable)))
     lines += _block("kernels", _guarded(kernel_lines))
+    lines += _block("deviceless", _guarded(lambda: deviceless_lines(loadable.get("cuDNN", False))))
     lines += _block("environment", environment_lines())
     return "\n".join(lines)
 

@@ -526,8 +526,8 @@ OperationConvolutionBackwardFilterDescriptor.attributes = {
     'dy': _A('dy', _api.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, _api.CUDNN_TYPE_BACKEND_DESCRIPTOR, 'descriptor', _api.cudnnBackendDescriptor_t, 'scalar', (TensorDescriptor,)),
 }
 OperationConvolutionBackwardDataDescriptor.attributes = {
-    'alpha': _A('alpha', _api.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, _api.CUDNN_TYPE_FLOAT, 'float', c_float, 'array'),
-    'beta': _A('beta', _api.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, _api.CUDNN_TYPE_FLOAT, 'float', c_float, 'array'),
+    'alpha': _A('alpha', _api.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, _api.CUDNN_TYPE_DOUBLE, 'float', c_double, 'array'),
+    'beta': _A('beta', _api.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, _api.CUDNN_TYPE_DOUBLE, 'float', c_double, 'array'),
     'conv_desc': _A('conv_desc', _api.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, _api.CUDNN_TYPE_BACKEND_DESCRIPTOR, 'descriptor', _api.cudnnBackendDescriptor_t, 'scalar', (ConvolutionDescriptor,)),
     'w': _A('w', _api.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, _api.CUDNN_TYPE_BACKEND_DESCRIPTOR, 'descriptor', _api.cudnnBackendDescriptor_t, 'scalar', (TensorDescriptor,)),
     'dx': _A('dx', _api.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, _api.CUDNN_TYPE_BACKEND_DESCRIPTOR, 'descriptor', _api.cudnnBackendDescriptor_t, 'scalar', (TensorDescriptor,)),
@@ -556,7 +556,7 @@ OperationGraphDescriptor.attributes = {
     'ops': _A('ops', _api.CUDNN_ATTR_OPERATIONGRAPH_OPS, _api.CUDNN_TYPE_BACKEND_DESCRIPTOR, 'descriptor', _api.cudnnBackendDescriptor_t, 'array', (OperationBNBwdWeightsDescriptor, OperationBNFinalizeStatisticsDescriptor, OperationBlockScaleDequantizeDescriptor, OperationBlockScaleQuantizeDescriptor, OperationConcatDescriptor, OperationContractBandMatrixDescriptor, OperationConvolutionBackwardDataDescriptor, OperationConvolutionBackwardFilterDescriptor, OperationConvolutionForwardDescriptor, OperationDiagonalBandMaskDescriptor, OperationExpandBandMatrixDescriptor, OperationGenStatsDescriptor, OperationMatmulDescriptor, OperationMoeGroupedMatmulBwdDescriptor, OperationMoeGroupedMatmulDescriptor, OperationNormBackwardDescriptor, OperationNormForwardDescriptor, OperationPagedCacheLoadDescriptor, OperationPointwiseDescriptor, OperationReductionDescriptor, OperationResampleBwdDescriptor, OperationResampleFwdDescriptor, OperationReshapeDescriptor, OperationRngDescriptor, OperationRopeBwdDescriptor, OperationRopeFwdDescriptor, OperationSdpaBwdDescriptor, OperationSdpaFwdDescriptor, OperationSignalDescriptor, OperationSliceDescriptor, OperationSoftmaxDescriptor, OperationTransposeDescriptor,)),
     'engine_global_count': _A('engine_global_count', _api.CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT, _api.CUDNN_TYPE_INT64, 'int', c_int64, 'scalar', settable=False),
     'is_dynamic_shape_enabled': _A('is_dynamic_shape_enabled', _api.CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED, _api.CUDNN_TYPE_BOOLEAN, 'bool', c_bool, 'scalar'),
-    'is_same_topology': _A('is_same_topology', _api.CUDNN_ATTR_OPERATIONGRAPH_IS_SAME_TOPOLOGY, _api.CUDNN_TYPE_BOOLEAN, 'bool', c_bool, 'scalar', settable=False),
+    'is_same_topology': _A('is_same_topology', _api.CUDNN_ATTR_OPERATIONGRAPH_IS_SAME_TOPOLOGY, _api.CUDNN_TYPE_BACKEND_DESCRIPTOR, 'descriptor', _api.cudnnBackendDescriptor_t, 'scalar', (OperationGraphDescriptor,), settable=False),
     'is_override_shape_enabled': _A('is_override_shape_enabled', _api.CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED, _api.CUDNN_TYPE_BOOLEAN, 'bool', c_bool, 'scalar'),
     'mode': _A('mode', _api.CUDNN_ATTR_OPERATIONGRAPH_MODE, _api.CUDNN_TYPE_OPERATIONGRAPH_MODE, 'enum', _api.cudnnBackendOperationGraphMode_t, 'scalar'),
 }
@@ -565,9 +565,9 @@ VariantPackDescriptor.attributes = {
     'data_pointers': _A('data_pointers', _api.CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, _api.CUDNN_TYPE_VOID_PTR, 'pointer', c_void_p, 'array'),
     'intermediates': _A('intermediates', _api.CUDNN_ATTR_VARIANT_PACK_INTERMEDIATES, _api.CUDNN_TYPE_VOID_PTR, 'pointer', c_void_p, 'array', settable=False),
     'workspace': _A('workspace', _api.CUDNN_ATTR_VARIANT_PACK_WORKSPACE, _api.CUDNN_TYPE_VOID_PTR, 'pointer', c_void_p, 'scalar'),
-    'override_unique_ids': _A('override_unique_ids', _api.CUDNN_ATTR_VARIANT_PACK_OVERRIDE_UNIQUE_IDS, _api.CUDNN_TYPE_CHAR, 'char', c_char, 'array'),
-    'override_shapes': _A('override_shapes', _api.CUDNN_ATTR_VARIANT_PACK_OVERRIDE_SHAPES, _api.CUDNN_TYPE_CHAR, 'char', c_char, 'array'),
-    'override_strides': _A('override_strides', _api.CUDNN_ATTR_VARIANT_PACK_OVERRIDE_STRIDES, _api.CUDNN_TYPE_CHAR, 'char', c_char, 'array'),
+    'override_unique_ids': _A('override_unique_ids', _api.CUDNN_ATTR_VARIANT_PACK_OVERRIDE_UNIQUE_IDS, _api.CUDNN_TYPE_INT64, 'int', c_int64, 'array'),
+    'override_shapes': _A('override_shapes', _api.CUDNN_ATTR_VARIANT_PACK_OVERRIDE_SHAPES, _api.CUDNN_TYPE_VOID_PTR, 'pointer', c_void_p, 'array'),
+    'override_strides': _A('override_strides', _api.CUDNN_ATTR_VARIANT_PACK_OVERRIDE_STRIDES, _api.CUDNN_TYPE_VOID_PTR, 'pointer', c_void_p, 'array'),
 }
 TensorDescriptor.attributes = {
     'byte_alignment': _A('byte_alignment', _api.CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, _api.CUDNN_TYPE_INT64, 'int', c_int64, 'scalar'),
@@ -580,7 +580,7 @@ TensorDescriptor.attributes = {
     'is_virtual': _A('is_virtual', _api.CUDNN_ATTR_TENSOR_IS_VIRTUAL, _api.CUDNN_TYPE_BOOLEAN, 'bool', c_bool, 'scalar'),
     'is_by_value': _A('is_by_value', _api.CUDNN_ATTR_TENSOR_IS_BY_VALUE, _api.CUDNN_TYPE_BOOLEAN, 'bool', c_bool, 'scalar'),
     'reordering_mode': _A('reordering_mode', _api.CUDNN_ATTR_TENSOR_REORDERING_MODE, _api.CUDNN_TYPE_TENSOR_REORDERING_MODE, 'enum', _api.cudnnBackendTensorReordering_t, 'scalar'),
-    'constant_value': _A('constant_value', _api.CUDNN_ATTR_TENSOR_CONSTANT_VALUE, _api.CUDNN_TYPE_DOUBLE, 'float', c_double, 'scalar'),
+    'constant_value': _A('constant_value', _api.CUDNN_ATTR_TENSOR_CONSTANT_VALUE, _api.CUDNN_TYPE_VOID_PTR, 'pointer', c_void_p, 'scalar'),
     'ragged_offset_desc': _A('ragged_offset_desc', _api.CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, _api.CUDNN_TYPE_BACKEND_DESCRIPTOR, 'descriptor', _api.cudnnBackendDescriptor_t, 'scalar', (TensorDescriptor,)),
     'ragged_offset_multiplier': _A('ragged_offset_multiplier', _api.CUDNN_ATTR_TENSOR_RAGGED_OFFSET_MULTIPLIER, _api.CUDNN_TYPE_INT64, 'int', c_int64, 'scalar'),
 }
@@ -806,7 +806,7 @@ OperationSdpaFwdDescriptor.attributes = {
     'subgraph': _A('subgraph', _api.CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH, _api.CUDNN_TYPE_BACKEND_DESCRIPTOR, 'descriptor', _api.cudnnBackendDescriptor_t, 'scalar', (OperationGraphDescriptor,)),
     'subgraph_input_uid': _A('subgraph_input_uid', _api.CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH_INPUT_UID, _api.CUDNN_TYPE_INT64, 'int', c_int64, 'scalar'),
     'subgraph_output_uid': _A('subgraph_output_uid', _api.CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH_OUTPUT_UID, _api.CUDNN_TYPE_INT64, 'int', c_int64, 'scalar'),
-    'softmax_desc': _A('softmax_desc', _api.CUDNN_ATTR_OPERATION_SDPA_FWD_SOFTMAX_DESC, _api.CUDNN_TYPE_BACKEND_DESCRIPTOR, 'descriptor', _api.cudnnBackendDescriptor_t, 'scalar', (TensorDescriptor,)),
+    'softmax_desc': _A('softmax_desc', _api.CUDNN_ATTR_OPERATION_SDPA_FWD_SOFTMAX_DESC, _api.CUDNN_TYPE_BACKEND_DESCRIPTOR, 'descriptor', _api.cudnnBackendDescriptor_t, 'scalar', (OperationSoftmaxDescriptor,)),
     'dropout_seed_desc': _A('dropout_seed_desc', _api.CUDNN_ATTR_OPERATION_SDPA_FWD_DROPOUT_SEED_DESC, _api.CUDNN_TYPE_BACKEND_DESCRIPTOR, 'descriptor', _api.cudnnBackendDescriptor_t, 'scalar', (TensorDescriptor,)),
     'dropout_offset_desc': _A('dropout_offset_desc', _api.CUDNN_ATTR_OPERATION_SDPA_FWD_DROPOUT_OFFSET_DESC, _api.CUDNN_TYPE_BACKEND_DESCRIPTOR, 'descriptor', _api.cudnnBackendDescriptor_t, 'scalar', (TensorDescriptor,)),
     'dropout_rng_dump_desc': _A('dropout_rng_dump_desc', _api.CUDNN_ATTR_OPERATION_SDPA_FWD_DROPOUT_RNG_DUMP_DESC, _api.CUDNN_TYPE_BACKEND_DESCRIPTOR, 'descriptor', _api.cudnnBackendDescriptor_t, 'scalar', (TensorDescriptor,)),

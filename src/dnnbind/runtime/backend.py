@@ -132,7 +132,8 @@ class Descriptor:
             raise self._problem(a, f"{where}is {type_name(item)} {item!r}")
         if a.kind == "descriptor":
             if not isinstance(item, a.elements):
-                raise self._problem(a, f"{where}is {type_name(item)}")
+                what = type(item).__name__ if isinstance(item, Descriptor) else type_name(item)
+                raise self._problem(a, f"{where}is {what}")
             if item.handle is None:
                 raise self._problem(a, f"{where}was closed")
             return item.handle
@@ -160,11 +161,18 @@ class Descriptor:
 
     # ------------------------------------------------------------------ finalize and attributes out
     def finalize(self) -> "Descriptor":
-        """cudnnBackendFinalize; first, when this type's finalize loads libcuda/cuBLASLt, a DevicelessError
-        if they cannot be loaded (cuDNN would abort the process). Returns self."""
+        """cudnnBackendFinalize; returns self. DevicelessError instead when a library it loads is missing:
+        checked first where cuDNN would abort the process (cuBLASLt for engine heuristics), and libcuda
+        named when the finalize failed to load a sub-library."""
+        what = f"finalizing a {type(self).__name__}"
         if self.finalize_needs:
-            deviceless.require(self.finalize_needs, f"finalizing a {type(self).__name__}")
-        self._api.cudnnBackendFinalize(self.handle)
+            deviceless.require(self.finalize_needs, what)
+        try:
+            self._api.cudnnBackendFinalize(self.handle)
+        except LibraryError as exc:     # every finalize fails this way without libcuda: say so
+            if getattr(exc.status, "name", "").endswith("SUBLIBRARY_LOADING_FAILED"):
+                deviceless.require((deviceless.LIBCUDA,), what)
+            raise
         self.finalized = True
         return self
 

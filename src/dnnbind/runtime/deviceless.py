@@ -49,10 +49,12 @@ def loaded(soname: str) -> bool:
 
 
 def candidates(soname: str) -> list[str]:
-    """Where :func:`enable` looks for ``soname``: its variable's file, the wheels' folders, then the loader."""
+    """Where :func:`enable` looks for ``soname``: only its variable's file when that is set, else the wheels'
+    folders in site-packages, then the system loader's search."""
     env = LIBRARIES[soname][0]
-    found = [os.environ[env]] if os.environ.get(env) else []
-    found += [os.path.join(d, sub, soname) for d in site_package_dirs() for sub in WHEEL_DIRS[soname]
+    if os.environ.get(env):
+        return [os.environ[env]]
+    found = [os.path.join(d, sub, soname) for d in site_package_dirs() for sub in WHEEL_DIRS[soname]
               if os.path.isfile(os.path.join(d, sub, soname))]
     return found + [soname]
 

@@ -41,7 +41,7 @@ class Descriptor:
     cls: str               # TensorDescriptor
     prefix: str            # CUDNN_ATTR_TENSOR_
     attributes: tuple[Attribute, ...]
-    finalize_needs: tuple[str, ...] = ()   # user-space libraries finalize loads (checked before the call)
+    needs: tuple[str, ...] = ()   # user-space libraries cuDNN loads for this type (checked on creation)
 
 
 @dataclass(frozen=True)
@@ -164,6 +164,6 @@ def build(module: ir.Module, overrides: dict[str, Any], problems: list[str]) -> 
                                         library_checks_type=entry.get("library_checks_type", True), also=also))
         if entry.get("access", "set") not in ("set", "get"):
             problems.append(f"{where}: access {entry.get('access')!r} is not 'set' or 'get'")
-    descriptors = tuple(Descriptor(d, e["class"], e["prefix"], tuple(per_desc[d]), tuple(e.get("finalize_needs", ())))
+    descriptors = tuple(Descriptor(d, e["class"], e["prefix"], tuple(per_desc[d]), tuple(e.get("needs", ())))
                         for d, e in desc_section.items() if d in enums[desc_enum])
     return Model(type_enum, name_enum, desc_enum, tuple(sorted(descriptors, key=lambda x: enums[desc_enum].index(x.name))))

@@ -140,11 +140,12 @@ def test_bad_values_are_refused_by_name_before_the_library(kwargs, error, match)
 
 
 def test_a_descriptor_of_the_wrong_class_is_refused():
-    """cuDNN aborts (std::bad_alloc) on an engine heuristics descriptor given a tensor as its operation graph."""
+    """cuDNN aborts (std::bad_alloc) on a descriptor of the wrong type where it expects an operation graph, an
+    engine configuration, a softmax operation..."""
     tensor = b.TensorDescriptor()
-    with pytest.raises(TypeError, match=r"EngineHeurDescriptor.operation_graph needs one OperationGraphDescriptor: "
+    with pytest.raises(TypeError, match=r"ExecutionPlanDescriptor.engine_config needs one EngineCfgDescriptor: "
                                         r"is TensorDescriptor"):
-        b.EngineHeurDescriptor(operation_graph=tensor)
+        b.ExecutionPlanDescriptor(engine_config=tensor)
     graph = b.OperationGraphDescriptor()
     with pytest.raises(TypeError, match=r"OperationGraphDescriptor.ops needs a sequence of .*OperationConvolution"
                                         r".*: element \[0\] is TensorDescriptor"):
@@ -152,7 +153,7 @@ def test_a_descriptor_of_the_wrong_class_is_refused():
     closed = b.OperationGraphDescriptor()
     closed.close()
     with pytest.raises(TypeError, match="was closed"):
-        b.EngineHeurDescriptor(operation_graph=closed)
+        b.EngineDescriptor(operation_graph=closed)
 
 
 def test_read_only_attributes_and_unset_descriptors():

@@ -55,12 +55,12 @@ class EngineCfgDescriptor(BackendDescriptor):
 
 
 class EngineHeurDescriptor(BackendDescriptor):
-    """CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR; finalize needs libcuda.so.1 and libcublasLt.so.13 (checked first).
+    """CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR; needs libcuda.so.1 and libcublasLt.so.13 (checked on creation).
 
     Attributes: mode, operation_graph, results (read-only), sm_count_target, deviceprop, shared_memory_limit.
     """
     descriptor_type = _api.CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR
-    finalize_needs = ('libcuda.so.1', 'libcublasLt.so.13')
+    needs = ('libcuda.so.1', 'libcublasLt.so.13')
 
 
 class ExecutionPlanDescriptor(BackendDescriptor):

@@ -49,9 +49,11 @@ class Descriptor:
     _api: ClassVar[Any]
     descriptor_type: ClassVar[int]
     attributes: ClassVar[dict[str, Attribute]] = {}
-    finalize_needs: ClassVar[tuple[str, ...]] = ()
+    needs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **values: Any) -> None:
+        if self.needs:          # cuDNN aborts the process setting attributes of this type without them
+            deviceless.require(self.needs, f"a {type(self).__name__}")
         api = self._api
         handle = api.cudnnBackendDescriptor_t()
         api.cudnnBackendCreateDescriptor(self.descriptor_type, handle)
@@ -161,12 +163,9 @@ class Descriptor:
 
     # ------------------------------------------------------------------ finalize and attributes out
     def finalize(self) -> "Descriptor":
-        """cudnnBackendFinalize; returns self. DevicelessError instead when a library it loads is missing:
-        checked first where cuDNN would abort the process (cuBLASLt for engine heuristics), and libcuda
-        named when the finalize failed to load a sub-library."""
+        """cudnnBackendFinalize; returns self. DevicelessError when it failed for want of libcuda (types whose
+        attributes make cuDNN load cuBLASLt, engine heuristics, are checked at creation: ``needs``)."""
         what = f"finalizing a {type(self).__name__}"
-        if self.finalize_needs:
-            deviceless.require(self.finalize_needs, what)
         try:
             self._api.cudnnBackendFinalize(self.handle)
         except LibraryError as exc:     # every finalize fails this way without libcuda: say so

@@ -98,7 +98,8 @@ def test_deviceless_convolution_plans(deviceprop):
 
 
 def test_committed_device_properties_have_the_keys_cudnn_needs():
-    """The 24 keys cuDNN 9.28's DEVICEPROP finalize asks for (it names each missing one with CUDNN_LOGERR_DBG=1)."""
+    """The 24 keys cuDNN 9.28's DEVICEPROP finalize asks for (it names each missing one with CUDNN_LOGERR_DBG=1);
+    a file written by `make gpu-check` on a real device may hold more (smCountOrigin, ...)."""
     keys = {"maxGridSize", "maxBlockSize", "regsPerBlock", "multiProcessorCount", "warpSize", "maxSharedMemoryPerBlock",
             "maxSharedMemoryPerBlockOptin", "reservedSharedMemoryPerBlock", "maxRegistersPerSM", "maxCtasPerSM",
             "maxThreadsPerBlock", "maxThreadsPerSM", "pciDeviceId", "isTccDriver", "supportCoopLaunch",
@@ -108,7 +109,7 @@ def test_committed_device_properties_have_the_keys_cudnn_needs():
     versions = set()
     for path in DEVICEPROPS:
         props = json.loads(path.read_text())
-        assert set(props) == keys, path.name
+        assert keys <= set(props), (path.name, keys - set(props))
         versions.add(props["deviceVer"])
     assert {800, 900, 1000} <= versions
 

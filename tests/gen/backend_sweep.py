@@ -85,11 +85,11 @@ def main() -> None:
                     d = cls()
                     if a.attr == c.CUDNN_ATTR_TENSOR_CONSTANT_VALUE:      # only a by-value tensor has one
                         d.set("is_by_value", True).set("data_type", c.CUDNN_DATA_FLOAT)
-                    declared = status(lambda: c.cudnnBackendSetAttribute(d.handle, a.attr, a.type, 1, array))
+                    declared = status(lambda: c.cudnnBackendSetAttribute(d.handle, a.attr, a.attr_type, 1, array))
                     d.close()
             wrong = {}
             for t in wrong_types:
-                if t == a.type:
+                if t == a.attr_type:
                     continue
                 d = cls()
                 buf = (ctypes.c_int64 * 4)()

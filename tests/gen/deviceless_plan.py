@@ -36,7 +36,7 @@ def read_back(objects: list[b.BackendDescriptor]) -> dict[str, str]:
             except dnnbind.CudnnError as exc:
                 out[key] = f"get failed: {exc.status.name}"
                 continue
-            other = c.CUDNN_TYPE_INT32 if a.type != c.CUDNN_TYPE_INT32 else c.CUDNN_TYPE_INT64
+            other = c.CUDNN_TYPE_INT32 if a.attr_type != c.CUDNN_TYPE_INT32 else c.CUDNN_TYPE_INT64
             try:
                 c.cudnnBackendGetAttribute(obj.handle, a.attr, other, 1, ctypes.c_int64(), (ctypes.c_int64 * 2)())
                 out[key] = f"{other.name} accepted"

@@ -25,7 +25,7 @@ class Attribute:
     """One attribute of a descriptor class, as the generator classified it."""
     name: str                  # the keyword: dimensions
     attr: int                  # CUDNN_ATTR_TENSOR_DIMENSIONS
-    type: int                  # CUDNN_TYPE_INT64
+    attr_type: int             # CUDNN_TYPE_INT64
     kind: str                  # int, float, bool, char, pointer, enum, struct, handle, descriptor
     ctype: Any                 # the element's ctypes type (enums: their IntEnum class; storage int32)
     count: str | int           # "scalar", "array" or a fixed number
@@ -46,7 +46,7 @@ class Attribute:
 class Descriptor:
     """A cuDNN backend descriptor of one type; subclasses are generated. ``close()`` (or ``with``) frees it."""
 
-    _api: ClassVar[Any]
+    _api: Any                  # the generated raw module
     descriptor_type: ClassVar[int]
     attributes: ClassVar[dict[str, Attribute]] = {}
     needs: ClassVar[tuple[str, ...]] = ()
@@ -133,7 +133,7 @@ class Descriptor:
                 return a.ctype(*item)
             raise self._problem(a, f"{where}is {type_name(item)} {item!r}")
         if a.kind == "descriptor":
-            if not isinstance(item, a.elements):
+            if not isinstance(item, a.elements) or not isinstance(item, Descriptor):
                 what = type(item).__name__ if isinstance(item, Descriptor) else type_name(item)
                 raise self._problem(a, f"{where}is {what}")
             if item.handle is None:
@@ -155,7 +155,7 @@ class Descriptor:
         items = [self._element(a, item, i) for i, item in enumerate(self._items(a, value))]
         element = self._api.cudnnBackendDescriptor_t if a.kind == "descriptor" else a.storage
         array = (element * len(items))(*items)
-        self._api.cudnnBackendSetAttribute(self.handle, a.attr, a.type, len(items), array)
+        self._api.cudnnBackendSetAttribute(self.handle, a.attr, a.attr_type, len(items), array)
         if a.kind == "descriptor":
             self._refs[name] = tuple(value if isinstance(value, (list, tuple)) else (value,))
         self._values[name] = value
@@ -179,7 +179,7 @@ class Descriptor:
         """How many elements attribute ``name`` holds (finalized descriptors)."""
         a = self._attribute(name)
         n = ctypes.c_int64()
-        self._api.cudnnBackendGetAttribute(self.handle, a.attr, a.type, 0, n, None)
+        self._api.cudnnBackendGetAttribute(self.handle, a.attr, a.attr_type, 0, n, None)
         return n.value
 
     def get(self, name: str) -> Any:
@@ -199,7 +199,7 @@ class Descriptor:
         else:
             array = (a.storage * max(n, 1))()
         got = ctypes.c_int64()
-        self._api.cudnnBackendGetAttribute(self.handle, a.attr, a.type, n, got, array)
+        self._api.cudnnBackendGetAttribute(self.handle, a.attr, a.attr_type, n, got, array)
         if a.kind == "descriptor":
             for d in out:
                 d.finalized = d.filled = True

@@ -140,6 +140,19 @@ def test_bad_values_are_refused_by_name_before_the_library(kwargs, error, match)
         b.TensorDescriptor(**kwargs)
 
 
+def test_pointer_values_are_addresses_or_device_arrays():
+    class DeviceArray:                  # the one allowed stand-in: an object exposing __cuda_array_interface__
+        __cuda_array_interface__ = {"data": (1 << 20, False), "shape": (4,), "typestr": "<f4", "version": 3}
+
+    pack = b.VariantPackDescriptor(unique_ids=[1, 2], data_pointers=[DeviceArray(), 1 << 21], workspace=None)
+    assert "unique_ids=[1, 2], data_pointers=[<" in repr(pack) and "workspace=None" in repr(pack)
+    with pytest.raises(TypeError, match=r"VariantPackDescriptor.data_pointers needs a sequence of c_void_p: "
+                                        r"element \[0\] is bytes, not an address"):
+        b.VariantPackDescriptor(data_pointers=[b"abc"])
+    with pytest.raises(OverflowError, match=r"element \[0\] is 36893488147419103232, which does not fit"):
+        b.VariantPackDescriptor(data_pointers=[1 << 65])
+
+
 def test_a_descriptor_of_the_wrong_class_is_refused():
     """cuDNN aborts (std::bad_alloc) on a descriptor of the wrong type where it expects an operation graph, an
     engine configuration, a softmax operation..."""

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from dnnbind.runtime import deviceless
 from dnnbind.runtime.errors import DnnRangeError, LibraryError
-from dnnbind.runtime.pointers import device_address, type_name
+from dnnbind.runtime.pointers import checked_address, device_address, type_name
 
 
 @dataclass(frozen=True)
@@ -117,13 +117,16 @@ class Descriptor:
                 return int(a.ctype(item))
             except (ValueError, TypeError):
                 raise self._problem(a, f"{where}{item!r} is no member of {a.ctype.__name__}", ValueError) from None
-        if a.kind == "pointer":
-            address = item if isinstance(item, int) and not isinstance(item, bool) else device_address(item)
+        if a.kind == "pointer":         # an address (device memory for a variant pack), an array, or None
             if item is None:
                 return None
-            if address is None or address < 0:
-                raise self._problem(a, f"{where}is {type_name(item)}, not a device address or array")
-            return address
+            address = item if isinstance(item, int) and not isinstance(item, bool) else device_address(item)
+            if address is None:
+                raise self._problem(a, f"{where}is {type_name(item)}, not an address or a device array")
+            try:
+                return checked_address(address)
+            except (TypeError, OverflowError) as exc:
+                raise self._problem(a, f"{where}{exc}", type(exc)) from None
         if a.kind == "struct":          # cudnnFraction_t: a Fraction, a (numerator, denominator) pair or the struct
             if isinstance(item, a.ctype):
                 return item

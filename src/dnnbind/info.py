@@ -191,16 +191,15 @@ def deviceless_lines(cudnn_loads: bool) -> list[str]:
     loadable), and if not, why. Loads the two libraries to find out (this process ends right after)."""
     from dnnbind.runtime import deviceless
     if not cudnn_loads:
-        return ["no: the cuDNN library does not load (see cuDNN above)"]
+        return ["deviceless plans: no (the cuDNN library does not load)"]
     from dnnbind.gen import cudnn
     version = tuple(cudnn.library_version())
     found = deviceless.problems(cudnn_version=version)
     if found:
-        return ["no (building cuDNN plans from a device-properties file needs cuDNN 9.8+, libcuda.so.1 and "
-                "cuBLASLt; no device)", *[f"  {p}" for p in found]]
-    files = [f"  {soname}: {deviceless.library_file(soname) or 'loaded'}" for soname in deviceless.LIBRARIES]
-    return [f"yes: cuDNN {'.'.join(map(str, version))} builds plans from device properties here (no device needed)",
-            *files]
+        return ["deviceless plans: no (plans from a device-properties file, without a GPU, need cuDNN 9.8+, "
+                "libcuda.so.1 and cuBLASLt)", *[f"  {p}" for p in found]]
+    return ["deviceless plans: yes (cuDNN builds graph-API plans from device properties here, no device needed)",
+            *[f"  {soname}: {deviceless.library_file(soname) or 'loaded'}" for soname in deviceless.LIBRARIES]]
 
 
 def environment_lines() -> list[str]:
@@ -216,6 +215,8 @@ def report() -> str:
     for title, module_name, env in _LIBRARIES:
         def probe(title: str = title, module_name: str = module_name, env: str = env) -> list[str]:
             found, loadable[title] = library_probe(title, module_name, env)
+            if module_name == "dnnbind.gen.cudnn":
+                found += _guarded(lambda: deviceless_lines(loadable[title]))
             return found
         lines += _block(title, _guarded(probe))
     lines += _block("numpy", _guarded(lambda: [_version("numpy") or "not installed"]))
@@ -225,7 +226,6 @@ def report() -> str:
     lines += _block("GPUs", devices.gpus)
     lines += _block("backends", _guarded(lambda: backend_lines(devices, loadable)))
     lines += _block("kernels", _guarded(kernel_lines))
-    lines += _block("deviceless", _guarded(lambda: deviceless_lines(loadable.get("cuDNN", False))))
     lines += _block("environment", environment_lines())
     return "\n".join(lines)
 

@@ -9,7 +9,7 @@ TORCH_ORACLE ?= torch==2.13.0
 # the cuDNN library wheel, pinned by version and sha256 in generator/headers.json (pip --require-hashes)
 CUDNN_REQUIREMENT := $(shell $(PYTHON) -c "import json; p=json.load(open('generator/headers.json'))['cudnn']['packages'][0]; print(p['name']+'=='+p['version'], *('--hash=sha256:'+h for h in p['sha256'].values()))")
 
-.PHONY: help setup venv headers generate check-generated report test test-all test-versions bench gpu-check demo clean
+.PHONY: help setup venv headers deviceless generate check-generated report test test-all test-versions bench gpu-check demo clean
 .DEFAULT_GOAL := help
 
 help:  ## list the targets (a bare `make` does only this)
@@ -17,19 +17,24 @@ help:  ## list the targets (a bare `make` does only this)
 	@awk -F ':.*## ' '/^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
 
 setup: venv headers  ## virtual environment, pinned dependencies, vendor headers and the cuDNN library
-	@echo "==> setup 3/3: install the cuDNN library from the checked wheel in .cache/wheels (900 MB in .venv)"
+	@echo "==> setup 3/4: install the cuDNN library from the checked wheel in .cache/wheels (900 MB in .venv)"
 	echo "$(CUDNN_REQUIREMENT)" > .cache/cudnn-requirement.txt
 	$(PY) -m pip install --no-deps --no-index --find-links .cache/wheels --require-hashes -r .cache/cudnn-requirement.txt
 	@$(PY) -c "import dnnbind.gen.cudnn as c; print('cuDNN library:', c.library_path(), c.library_version())"
+	@$(MAKE) --no-print-directory deviceless
+
+deviceless:  ## tests only: libcuda.so.1 (Debian non-free) and cuBLASLt into .cache/deviceless (part of setup)
+	@echo "==> setup 4/4: libcuda.so.1 and cuBLASLt for building cuDNN plans without a GPU, tests only (450 MB download)"
+	$(PY) -m generator deviceless cudnn
 
 venv:  ## create .venv and install dnnbind with its dev and torch extras (part of setup)
-	@echo "==> setup 1/3: .venv with dnnbind, its dev tools and CPU PyTorch (1.1 GB in .venv)"
+	@echo "==> setup 1/4: .venv with dnnbind, its dev tools and CPU PyTorch (1.1 GB in .venv)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar on -e ".[dev,torch]" "$(TORCH_ORACLE)"
 
 headers:  ## download the pinned vendor headers into .cache/ (git-ignored)
-	@echo "==> setup 2/3 (make headers): cuDNN wheels from PyPI (520 MB), MIOpen's Debian packages (290 MB, 1.1 GB unpacked)"
+	@echo "==> setup 2/4 (make headers): cuDNN wheels from PyPI (520 MB), MIOpen's Debian packages (290 MB, 1.1 GB unpacked)"
 	$(PY) -m generator headers $(LIBS)
 
 generate:  ## regenerate src/dnnbind/gen/*.py, print the report and what changed

@@ -6,6 +6,9 @@ budget (:data:`BUDGET` seconds, ``$DNNBIND_GPU_CHECK_BUDGET`` to change it), eac
 left of it:
 
 1. probe: is there an NVIDIA GPU CuPy can use (without one, the rest is skipped and the table says so);
+1b. deviceprop: the device's cuDNN device-properties JSON (read back from a CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR
+   finalized on a handle; from CuPy's CUDA device attributes if that fails) written to
+   $OUT/deviceprop-smNN-NAME.json, to replace the hand-built file in tests/data/deviceprop/;
 2. smoke: tests/highlevel/cudnn/test_gpu_smoke.py, one case of every op on every dtype, first, so that
    even a short run says which op works in which dtype;
 3. tests: ``pytest -m gpu`` over tests/highlevel/cudnn, tests/highlevel/gpu, tests/runtime and
@@ -32,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: seconds for the whole check: a 600 s call, less a margin for the interpreter, the copy back and a rerun
 BUDGET = 450.0
 #: most seconds each stage may take (the overall budget caps them further)
-STAGE_CAP = {"probe": 60.0, "smoke": 180.0, "tests": 330.0, "bench": 150.0}
+STAGE_CAP = {"probe": 60.0, "deviceprop": 60.0, "smoke": 180.0, "tests": 330.0, "bench": 150.0}
 #: a stage is not started with less than this left (the benchmarks need their warm-up)
 STAGE_MIN = {"smoke": 20.0, "tests": 20.0, "bench": 60.0}
 #: seconds the tests leave for the benchmarks (the speed goals are worth more than the sweeps' last cases)
@@ -48,6 +51,39 @@ if n < 1 or cupy.cuda.runtime.is_hip:
     raise SystemExit("CuPy sees no NVIDIA GPU")
 name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
 print(f"{n} x {name.decode() if isinstance(name, bytes) else name}, CuPy {cupy.__version__}")
+"""
+
+#: argv[1]: the output folder. cuDNN's own JSON when it gives one, else CUDA's device attributes under cuDNN's keys
+DEVICEPROP = """
+import json, os, sys
+try:
+    from dnnbind.gen import cudnn as c, cudnn_backend as b
+    handle = c.cudnnHandle_t()
+    c.cudnnCreate(handle)
+    props, source = json.loads(b.DevicePropDescriptor(handle=handle).finalize().get("json_representation")), "cuDNN"
+except Exception as exc:
+    print(f"cuDNN's JSON representation failed ({type(exc).__name__}: {exc}); using CUDA's device attributes")
+    import cupy
+    rt = cupy.cuda.runtime
+    p = rt.getDeviceProperties(0)
+    keys = dict(maxGridSize="maxGridSize", maxBlockSize="maxThreadsDim", regsPerBlock="regsPerBlock",
+                multiProcessorCount="multiProcessorCount", warpSize="warpSize",
+                maxSharedMemoryPerBlock="sharedMemPerBlock", maxSharedMemoryPerBlockOptin="sharedMemPerBlockOptin",
+                reservedSharedMemoryPerBlock="reservedSharedMemPerBlock", maxRegistersPerSM="regsPerMultiprocessor",
+                maxCtasPerSM="maxBlocksPerMultiProcessor", maxThreadsPerBlock="maxThreadsPerBlock",
+                maxThreadsPerSM="maxThreadsPerMultiProcessor", pciDeviceId="pciDeviceID", isTccDriver="tccDriver",
+                supportCoopLaunch="cooperativeLaunch", totalGlobalMem="totalGlobalMem", smClockRateKHz="clockRate",
+                memClockRateKHz="memoryClockRate", memoryBusWidth="memoryBusWidth", l2CacheSize="l2CacheSize")
+    props = {k: (list(p[v]) if isinstance(p.get(v), (list, tuple)) else p.get(v, 0)) for k, v in keys.items()}
+    name = p["name"].decode() if isinstance(p["name"], bytes) else p["name"]
+    props.update(cudaDeviceId=0, deviceVer=p["major"] * 100 + p["minor"] * 10, driverVer=rt.driverGetVersion(),
+                 deviceName=name)
+    source = "CUDA"
+path = os.path.join(sys.argv[1], f"deviceprop-sm{props['deviceVer'] // 10}-"
+                                 f"{props['deviceName'].replace(' ', '_').replace('/', '_')}.json")
+with open(path, "w") as f:
+    f.write(json.dumps(dict(sorted(props.items())), indent=2) + "\\n")
+print(f"wrote {path} from {source}")
 """
 
 
@@ -153,6 +189,11 @@ def main() -> int:
 
     bench_rows, bench_note = [], "no GPU"
     if gpu:
+        status, _ = run([sys.executable, "-c", DEVICEPROP, str(out)], out / "gpu-deviceprop.log", env,
+                        clock.allow("deviceprop"))
+        print(f"gpu-check: deviceprop: {last_line(out / 'gpu-deviceprop.log')}", flush=True)
+        if status != 0:
+            problems.append(f"deviceprop: failed with status {status} (see gpu-deviceprop.log)")
         counts.update(pytest_stage("smoke", [SMOKE_FILE], [], out, env, clock.allow("smoke"), problems))
         test_dirs = list(TEST_DIRS)
         if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, timeout=60).returncode == 0:

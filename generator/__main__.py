@@ -1,4 +1,4 @@
-"""The generator's command line: ``python -m generator {headers,generate,check,report,diff} LIB``.
+"""The generator's command line: ``python -m generator {headers,deviceless,generate,check,report,diff} LIB``.
 
 Before anything else it checks generator/headers.json and generator/pointer_overrides.json against
 their JSON Schemas (generator/schemas/). Its known failures end in messages on stderr, each line
@@ -104,6 +104,7 @@ def parser() -> argparse.ArgumentParser:
     except InputProblem:                     # main() reports it, after parsing the command line
         libraries = "a library of generator/headers.json"
     for name, help_text in [("headers", "download the pinned headers into .cache/"),
+                            ("deviceless", "download libcuda.so.1 and cuBLASLt into .cache/deviceless/ (tests only)"),
                             ("generate", "regenerate src/dnnbind/gen/LIB.py and show what changed"),
                             ("check", "fail when the committed module differs from a fresh generation"),
                             ("report", "print counts: functions, enums, structs, macros, pointer kinds")]:
@@ -125,6 +126,11 @@ def run(args: argparse.Namespace) -> int:
         if args.command == "headers":
             from generator import fetch
             fetch.fetch(library)
+        elif args.command == "deviceless":
+            from generator import deviceless
+            if "deviceless" not in cfg.load_all()[library]:
+                raise UsageError(f"{library} has no deviceless libraries (only cudnn has)")
+            deviceless.fetch_libraries(library)
         elif args.command == "generate":
             started = time.perf_counter()
             result = pipeline.build(library, args.headers)

@@ -228,11 +228,12 @@ def debian_mirror(etc: Path = Path("/etc/apt")) -> str:
 class PrivateApt:
     """apt-get/apt-cache with their own sources list, lists, cache and an empty dpkg status."""
 
-    def __init__(self, state: Path, mirror: str, suite: str) -> None:
+    def __init__(self, state: Path, mirror: str, suite: str, components: Iterable[str] = ("main",)) -> None:
         self.state, self.mirror, self.suite = state, mirror, suite
         for d in ("lists/partial", "cache/archives/partial"):
             (state / d).mkdir(parents=True, exist_ok=True)
-        (state / "sources.list").write_text(f"deb [arch={ARCH} signed-by={KEYRING}] {mirror} {suite} main\n")
+        (state / "sources.list").write_text(
+            f"deb [arch={ARCH} signed-by={KEYRING}] {mirror} {suite} {' '.join(components)}\n")
 
     def options(self) -> list[str]:
         opts = {"Dir::Etc::SourceList": self.state / "sources.list", "Dir::Etc::SourceParts": "/dev/null",
@@ -278,15 +279,16 @@ def unpack(deb: Path, root: Path, exclude: Iterable[str] = ()) -> None:
         raise DebianFetchError(f"dpkg-deb --fsys-tarfile {deb} failed")
 
 
-def find_library(root: Path, soname: str) -> Path | None:
-    for d in LIB_DIRS:
+def find_library(root: Path, soname: str, dirs: Iterable[str] = LIB_DIRS) -> Path | None:
+    for d in dirs:
         if (root / d / soname).exists():
             return root / d / soname
     return None
 
 
-def missing_sonames(root: Path, sonames: Iterable[str]) -> dict[str, str]:
+def missing_sonames(root: Path, sonames: Iterable[str], dirs: Iterable[str] = LIB_DIRS) -> dict[str, str]:
     """{soname: needed by} for the DT_NEEDED closure of sonames not found in root (needs readelf)."""
+    dirs = tuple(dirs)
     if not shutil.which("readelf"):
         return {}
     missing: dict[str, str] = {}
@@ -297,7 +299,7 @@ def missing_sonames(root: Path, sonames: Iterable[str]) -> dict[str, str]:
         if soname in seen:
             continue
         seen.add(soname)
-        path = find_library(root, soname)
+        path = find_library(root, soname, dirs)
         if path is None:
             missing[soname] = parent
             continue
@@ -334,7 +336,10 @@ def moves(manifest: Mapping[str, Any], role: str | None = None) -> list[str]:
 
 
 def _request(config: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: config.get(k) for k in ("suite", "header_packages", "runtime_packages", "extract_exclude")}
+    request = {k: config.get(k) for k in ("suite", "header_packages", "runtime_packages", "extract_exclude")}
+    if config.get("components", ["main"]) != ["main"]:          # non-free too (libcuda1)
+        request["components"] = config["components"]
+    return request
 
 
 def _pins(config: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
@@ -344,9 +349,10 @@ def _pins(config: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 def root_complete(config: Mapping[str, Any], root: Path) -> bool:
-    """True when root holds the entry header and every configured library."""
-    entry_ok = any((root / d / config["entry"]).is_file() for d in config.get("include_dirs", ["usr/include"]))
-    return entry_ok and all(find_library(root, s) for s in config.get("sonames", []))
+    """True when root holds the entry header (if the config names one) and every configured library."""
+    entry_ok = "entry" not in config or any((root / d / config["entry"]).is_file() for d in config.get("include_dirs", ["usr/include"]))
+    dirs = config.get("library_dirs", LIB_DIRS)
+    return entry_ok and all(find_library(root, s, dirs) for s in config.get("sonames", []))
 
 
 def is_current(config: Mapping[str, Any], manifest: Mapping[str, Any] | None, root: Path) -> bool:
@@ -409,14 +415,15 @@ def fetch(config: Mapping[str, Any], cache_dir: Path = DEFAULT_CACHE, *, refresh
     root, debs = base / "root", base / "debs"
     manifest = load_manifest(config, cache_dir)
     if not refresh and manifest and is_current(config, manifest, root):
-        got = ", ".join(f"{p['name']} {p['version']}" for p in manifest["packages"].values() if p["role"] == "header")
+        got = ", ".join(f"{p['name']} {p['version']}" for p in manifest["packages"].values()
+                        if p["role"] == "header" or not config.get("header_packages"))
         log(f"{config['title']} from Debian {suite}: up to date ({got}); {time.monotonic() - start:.2f} s")
         for line in manifest.get("messages", []):
             log(f"note: {line}")
         return root
 
     mirror = debian_mirror()
-    apt = PrivateApt(base / "apt", mirror, suite)
+    apt = PrivateApt(base / "apt", mirror, suite, config.get("components", ["main"]))
     log(f"{config['title']}: asking {mirror} {suite} ...")
     apt.update()
     pins = _pins(config)
@@ -428,8 +435,11 @@ def fetch(config: Mapping[str, Any], cache_dir: Path = DEFAULT_CACHE, *, refresh
     same_excludes = bool(manifest) and manifest.get("request", {}).get("extract_exclude") == config.get("extract_exclude")
     if unpacked != set(wanted) or not same_excludes or not root_complete(config, root):
         _unpack_all(wanted, debs, root, config.get("extract_exclude", {}), log)
-    for soname, parent in missing_sonames(root, config.get("sonames", [])).items():
-        log(f"WARNING: {soname} (needed by {parent}) is not in the unpacked root; the host's copy would be used")
+    host = set(config.get("host_sonames", []))              # the system's own libc and friends
+    dirs = config.get("library_dirs", LIB_DIRS)
+    for soname, parent in missing_sonames(root, config.get("sonames", []), dirs).items():
+        if soname not in host:
+            log(f"WARNING: {soname} (needed by {parent}) is not in the unpacked root; the host's copy would be used")
     packages = {c.pinned_name: {"role": pins[c.pinned_name][1], "pinned": c.pinned, "name": c.name,
                                 "version": c.version, "deb": deb_filename(c)} for c in choices}
     (base / MANIFEST).write_text(json.dumps(

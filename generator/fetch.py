@@ -25,9 +25,9 @@ def wheel_dir() -> Path:
     return cfg.CACHE_DIR / "wheels"
 
 
-def find_wheel(name: str, version: str) -> Path | None:
+def find_wheel(name: str, version: str, dest: Path | None = None) -> Path | None:
     stem = f"{name.replace('-', '_')}-{version}-"
-    matches = sorted(wheel_dir().glob(stem + "*.whl"))
+    matches = sorted((dest or wheel_dir()).glob(stem + "*.whl"))
     return matches[0] if matches else None
 
 
@@ -43,7 +43,7 @@ def pinned_hashes(name: str, version: str) -> dict[str, str] | None:
     """``{file name: sha256}`` pinned in headers.json for ``name==version``; None when not pinned
     (``python -m generator diff`` reads other releases, which have no pins)."""
     for library in cfg.load_all().values():
-        for package in library.get("packages", []):
+        for package in library.get("packages", []) + library.get("deviceless", {}).get("packages", []):
             if package["name"] == name and package["version"] == version:
                 return dict(package.get("sha256", {}))
     return None
@@ -78,19 +78,21 @@ def verify_wheel(path: Path, name: str, version: str) -> Path:
     return path
 
 
-def download_wheel(name: str, version: str) -> Path:
-    """The wheel of ``name==version``, downloaded once into the cache and checked against its pin."""
-    found = find_wheel(name, version)
+def download_wheel(name: str, version: str, dest: Path | None = None) -> Path:
+    """The wheel of ``name==version``, downloaded once into the cache (``dest``, default
+    ``.cache/wheels``) and checked against its pin."""
+    dest = dest or wheel_dir()
+    found = find_wheel(name, version, dest)
     if found:
         return verify_wheel(found, name, version)
-    wheel_dir().mkdir(parents=True, exist_ok=True)
-    print(f"downloading {name}=={version} from PyPI into {wheel_dir()} ...", flush=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    print(f"downloading {name}=={version} from PyPI into {dest} ...", flush=True)
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                           "--dest", str(wheel_dir()), f"{name}=={version}"])
-    found = find_wheel(name, version)
+                           "--dest", str(dest), f"{name}=={version}"])
+    found = find_wheel(name, version, dest)
     if proc.returncode or found is None:
         raise DownloadError(f"pip download {name}=={version} failed (exit status {proc.returncode}; its output "
-                            f"above says why) or gave no wheel in {wheel_dir()}")
+                            f"above says why) or gave no wheel in {dest}")
     return verify_wheel(found, name, version)
 
 

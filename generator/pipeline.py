@@ -4,11 +4,11 @@ from __future__ import annotations
 import difflib
 from collections import Counter
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from generator import classify, config as cfg, ir, parse, render
+from generator import backend, classify, config as cfg, ir, parse, render
 
 
 @dataclass
@@ -19,6 +19,7 @@ class Result:
     classification: classify.Classification
     text: str
     stub: str
+    extra: dict[Path, str] = field(default_factory=dict)   # further generated modules (typed backend descriptors)
 
     @property
     def path(self) -> Path:
@@ -30,7 +31,7 @@ class Result:
 
     def outputs(self) -> dict[Path, str]:
         """Every file one generation writes: the module and its type stub."""
-        return {self.path: self.text, self.stub_path: self.stub}
+        return {self.path: self.text, self.stub_path: self.stub, **self.extra}
 
 
 def build(library: str, headers_dir: Path | None = None) -> Result:
@@ -38,10 +39,19 @@ def build(library: str, headers_dir: Path | None = None) -> Result:
     config = cfg.load_all()[library]
     headers = cfg.header_set(library, config, headers_dir)
     module = parse.parse(headers, config)
-    classification = classify.classify(module, cfg.load_overrides(library))
+    overrides = cfg.load_overrides(library)
+    classification = classify.classify(module, overrides)
     text = render.render(module, classification, config)
     stub = render.render_stub(module, classification, config)
-    return Result(library, config, module, classification, text, stub)
+    problems: list[str] = []
+    model = backend.build(module, overrides, problems)
+    if problems:
+        raise classify.ClassificationError(f"{len(problems)} problem(s) in pointer_overrides.json for {library}:\n"
+                                           + "\n".join(f"  {p}" for p in problems))
+    extra = {}
+    if model is not None:
+        extra[cfg.REPO_ROOT / config["backend_module"]] = render.render_backend(module, model, config)
+    return Result(library, config, module, classification, text, stub, extra)
 
 
 _PROTOTYPE = re.compile(r'^def (\w+)\(.*\):\n    """(.*)$', re.M)
@@ -116,7 +126,8 @@ def check(library: str, headers_dir: Path | None = None) -> int:
     """
     result = build(library, headers_dir)
     committed = result.path.read_text() if result.path.exists() else ""
-    stale_stub = not result.stub_path.exists() or result.stub_path.read_text() != result.stub
+    stale_stub = any(not path.exists() or path.read_text() != text
+                     for path, text in result.outputs().items() if path != result.path)
     if committed == result.text and not stale_stub:
         print(f"{library}: {result.config['module']} is fresh ({result.module.title} {result.module.version})")
         return 0
@@ -125,7 +136,8 @@ def check(library: str, headers_dir: Path | None = None) -> int:
         print(f"{library}: header moved from {old_version} to {result.module.version}: run make generate "
               f"({header_move_note(library)})")
         return 0
-    print(f"{library}: {result.config['module']} (or its .pyi stub) is STALE; run `make generate`.\n"
+    print(f"{library}: {result.config['module']} (or its .pyi stub, or {result.config.get('backend_module', 'none')}) "
+          f"is STALE; run `make generate`.\n"
           + describe_changes(committed, result.text))
     return 1
 

@@ -535,14 +535,17 @@ def render_stub(module: ir.Module, classification: Classification, config: dict[
     return _render_template("module.pyi.j2", module, classification, config)
 
 
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(cfg.GENERATOR_DIR / "templates"),
+                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                              undefined=jinja2.StrictUndefined)
+
+
 def _render_template(name: str, module: ir.Module, classification: Classification, config: dict[str, Any]) -> str:
     names = TypeNames(module)
     names.unset_types, names.unset_setters = classification.unset_types, classification.unset_setters
     names.unset_partial = classification.unset_partial
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(cfg.GENERATOR_DIR / "templates"),
-                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
-                             undefined=jinja2.StrictUndefined)
-    template = env.get_template(name)
+    template = _environment().get_template(name)
     taken = {e.name for e in module.enums} | {s.name for s in module.structs} | {h.name for h in module.handles}
     beta_note = f"Beta API ({config.get('beta_macro', 'beta')}): may change between releases."
     prose = Prose.of(config)
@@ -571,3 +574,13 @@ def _render_template(name: str, module: ir.Module, classification: Classificatio
         search_text=", ".join(_describe_step(step) for step in library_search),
     )
     return text
+
+
+def render_backend(module: ir.Module, model: Any, config: dict[str, Any]) -> str:
+    """The typed backend-descriptor module (generator.backend's model) beside the raw module."""
+
+    def ctype(a: Any) -> str:
+        return a.ctype if a.ctype.startswith("c_") else f"_api.{a.ctype}"
+
+    return _environment().get_template("backend.py.j2").render(module=module, model=model, config=config, repr=repr,
+                                                    ctype=ctype)

@@ -142,3 +142,20 @@ def test_info_names_the_c_kernels_and_their_instruction_set():
     assert "_kernels" in result.stdout
     off, _ = _info("info", DNNBIND_NATIVE="0")
     assert "kernels     turned off by DNNBIND_NATIVE=0" in off.stdout
+
+
+def test_info_says_whether_plans_build_without_a_gpu_and_why_not():
+    import deviceless_libs
+    env = deviceless_libs.child_env()
+    result, _ = _info("info", **env)
+    assert ("            deviceless plans: yes (cuDNN builds graph-API plans from device properties here, no device "
+            "needed)") in result.stdout
+    assert "              libcublasLt.so.13: " in result.stdout and "              libcuda.so.1: " in result.stdout
+    result, _ = _info("info", **deviceless_libs.child_env(cublaslt=False))
+    out = result.stdout
+    assert ("deviceless plans: no (plans from a device-properties file, without a GPU, need cuDNN 9.8+, libcuda.so.1 "
+            "and cuBLASLt)") in out, out
+    assert "cuBLASLt (libcublasLt.so.13) cannot be loaded (tried /nonexistent/libcublasLt.so.13" in out
+    assert "Fix: pip install nvidia-cublas (CUDA 13)" in out
+    result, _ = _info("info", DNNBIND_CUDNN_LIBRARY="/nonexistent/libcudnn.so.9")
+    assert "deviceless plans: no (the cuDNN library does not load)" in result.stdout

@@ -186,6 +186,22 @@ def kernel_lines() -> list[str]:
     return [f"built, running the {isa_name().decode()} kernels", f"  {spec.origin}"]
 
 
+def deviceless_lines(cudnn_loads: bool) -> list[str]:
+    """Whether cuDNN can build graph-API plans here without a GPU (cuDNN 9.8+, libcuda.so.1 and cuBLASLt
+    loadable), and if not, why. Loads the two libraries to find out (this process ends right after)."""
+    from dnnbind.runtime import deviceless
+    if not cudnn_loads:
+        return ["deviceless plans: no (the cuDNN library does not load)"]
+    from dnnbind.gen import cudnn
+    version = tuple(cudnn.library_version())
+    found = deviceless.problems(cudnn_version=version)
+    if found:
+        return ["deviceless plans: no (plans from a device-properties file, without a GPU, need cuDNN 9.8+, "
+                "libcuda.so.1 and cuBLASLt)", *[f"  {p}" for p in found]]
+    return ["deviceless plans: yes (cuDNN builds graph-API plans from device properties here, no device needed)",
+            *[f"  {soname}: {deviceless.library_file(soname) or 'loaded'}" for soname in deviceless.LIBRARIES]]
+
+
 def environment_lines() -> list[str]:
     return [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("DNNBIND_")] or ["(no DNNBIND_* set)"]
 
@@ -199,6 +215,8 @@ def report() -> str:
     for title, module_name, env in _LIBRARIES:
         def probe(title: str = title, module_name: str = module_name, env: str = env) -> list[str]:
             found, loadable[title] = library_probe(title, module_name, env)
+            if module_name == "dnnbind.gen.cudnn":
+                found += _guarded(lambda: deviceless_lines(loadable[title]))
             return found
         lines += _block(title, _guarded(probe))
     lines += _block("numpy", _guarded(lambda: [_version("numpy") or "not installed"]))

@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-LIBS ?= cudnn miopen
+LIBS ?= cudnn miopen xla_ffi
 # the PyTorch the test suite runs against (the public torch extra allows the tested range)
 TORCH_ORACLE ?= torch==2.13.0
 # the cuDNN library wheel, pinned by version and sha256 in generator/headers.json (pip --require-hashes)

@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 LIBS ?= cudnn miopen xla_ffi
 # the PyTorch the test suite runs against (the public torch extra allows the tested range)
 TORCH_ORACLE ?= torch==2.13.0
+# the JAX the test suite runs against (the public jax extra allows the tested range)
+JAX_ORACLE ?= jax[cpu]==0.10.2
 # the cuDNN library wheel, pinned by version and sha256 in generator/headers.json (pip --require-hashes)
 CUDNN_REQUIREMENT := $(shell $(PYTHON) -c "import json; p=json.load(open('generator/headers.json'))['cudnn']['packages'][0]; print(p['name']+'=='+p['version'], *('--hash=sha256:'+h for h in p['sha256'].values()))")
 
@@ -22,11 +24,11 @@ setup: venv headers  ## virtual environment, pinned dependencies, vendor headers
 	$(PY) -m pip install --no-deps --no-index --find-links .cache/wheels --require-hashes -r .cache/cudnn-requirement.txt
 	@$(PY) -c "import dnnbind.gen.cudnn as c; print('cuDNN library:', c.library_path(), c.library_version())"
 
-venv:  ## create .venv and install dnnbind with its dev and torch extras (part of setup)
+venv:  ## create .venv and install dnnbind with its dev, torch and jax extras (part of setup)
 	@echo "==> setup 1/3: .venv with dnnbind, its dev tools and CPU PyTorch (1.1 GB in .venv)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --progress-bar on -e ".[dev,torch]" "$(TORCH_ORACLE)"
+	$(PY) -m pip install --progress-bar on -e ".[dev,torch,jax]" "$(TORCH_ORACLE)" "$(JAX_ORACLE)"
 
 headers:  ## download the pinned vendor headers into .cache/ (git-ignored)
 	@echo "==> setup 2/3 (make headers): cuDNN wheels from PyPI (520 MB), MIOpen's Debian packages (290 MB, 1.1 GB unpacked)"

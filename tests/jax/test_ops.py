@@ -214,3 +214,26 @@ def test_bad_arguments_fail_while_tracing_with_dnnbinds_errors():
         dj.activation(x, "nope")
     with pytest.raises(TypeError):
         dj.conv(x, rand(4, 3, 3, 3), stride="2")
+
+
+def _lowered(f, *args) -> str:
+    return jax.jit(f).lower(*args).as_text()
+
+
+def test_vmap_folds_pooling_into_one_call_and_runs_conv_per_element():
+    """Pooling and activations work on each position of x's leading axis apart: vmap's batch folds into it
+    (one FFI call, no loop); a convolution (its weights may be batched too) runs once per batch element."""
+    xs = rand(3, 2, 4, 6, 6)
+    pooled = lambda x: dj.meanpool(dj.maxpool(x, 2), 2, padding=1)
+    assert "while" not in _lowered(jax.vmap(pooled), xs)
+    assert "while" in _lowered(jax.vmap(lambda x: dj.conv(x, rand(3, 4, 3, 3))), xs)
+    theirs = lambda x: lax_meanpool(lax_maxpool(x, 2, 2, 0), 2, 2, 1)
+    close(jax.vmap(pooled)(xs), jax.vmap(theirs)(xs))
+    loss = lambda f: (lambda xs: jnp.sum(jnp.sin(jax.vmap(f)(xs))))
+    close(jax.jit(jax.grad(loss(pooled)))(xs), jax.grad(loss(theirs))(xs))
+    # nested vmaps fold the same way
+    nested = rand(2, 3, 2, 4, 6, 6)
+    close(jax.vmap(jax.vmap(lambda x: dj.maxpool(x, 2)))(nested),
+          jax.vmap(jax.vmap(lambda x: lax_maxpool(x, 2, 2, 0)))(nested))
+    g = jax.grad(lambda xs: jnp.sum(jax.vmap(jax.vmap(lambda x: dj.activation(x, "tanh")))(xs) ** 2))(xs)
+    close(g, 2 * jnp.tanh(xs) * (1 - jnp.tanh(xs) ** 2))

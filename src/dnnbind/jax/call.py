@@ -75,9 +75,13 @@ class Call:
         self.has_gradient = tuple(p is not None for p in paths)
         self.backward_types = tuple(jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)
                                     for leaf, p in zip(leaves, paths) if p is not None)
-        self.attrs = {**A.encode(kwargs), A.TREE: self.tree}
+        traced = [0] * len(r.traced)               # per-call values are 0-d
+        self.attrs = {**A.encode(kwargs), A.TREE: self.tree,
+                      T.RANKS: np.asarray([len(s.shape) for s in leaves] + traced, np.int64)}
+        cotangents = [len(o.shape) for o, f in zip(outputs, self.float_outputs) if f]
         self.backward_attrs = {**self.attrs, **T.encode_shapes(leaves), T.RESIDUALS: np.int64(len(saved)),
-                               T.GIVEN: np.asarray(self.float_outputs, np.int64)}
+                               T.GIVEN: np.asarray(self.float_outputs, np.int64),
+                               T.RANKS: np.asarray([len(s.shape) for s in saved] + cotangents + traced, np.int64)}
         self.key = (r.op, platform, self.tree, repr(sorted(kwargs.items())), repr(leaves))
         T.ensure_registered(r.op, platform)
 

@@ -4,8 +4,9 @@ Everything op-specific in dnnbind.jax is in :data:`TABLE`; the rest of the packa
 rows. Each row comes from the residual form's parameters (:data:`dnnbind.highlevel.residual.FORMS`) and
 the public op's signature, plus three facts a spec carries: which static arguments vary per call and
 travel as 0-d arrays instead of attributes (dropout's seed), which arrays the forward updates in place
-(batch norm's running statistics: here new arrays, the updated copies), and how ``jax.vmap`` runs the
-FFI call (elementwise ops take the batch as more leading axes; the others run once per batch element).
+(batch norm's running statistics: here new arrays, the updated copies), and whether ``jax.vmap`` may fold
+its batch axes into x's leading axis (ops that treat each position of it apart: one FFI call for the
+batch) or runs the FFI call once per batch element.
 """
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from dnnbind.highlevel.residual import FORMS
 _TRACED = {"dropout": ("seed",)}
 #: arrays the forward updates in place: aliased to extra outputs, returned as new arrays
 _UPDATED = {"batchnorm": ("running_mean", "running_var")}
-#: jax.ffi.ffi_call's vmap_method: elementwise ops take more leading axes as they are
-_VMAP = {"activation": "broadcast_all"}
+#: ops that work on each position of x's leading axis apart (every array, output and residual has it): under
+#: jax.vmap, the batch axes fold into that axis and one FFI call runs the whole batch; the others run once
+#: per batch element
+_FOLDS = frozenset({"activation", "maxpool", "meanpool"})
 
 
 class Row(NamedTuple):
@@ -32,7 +35,13 @@ class Row(NamedTuple):
     signature: inspect.Signature      # the public op's (its array and keyword arguments)
     traced: tuple[str, ...]
     updated: tuple[str, ...]
-    vmap_method: str
+    folds: bool                       # jax.vmap folds its batch axes into x's leading axis
+
+    @property
+    def vmap_method(self) -> str:
+        """jax.ffi.ffi_call's: batch axes as more leading axes of every buffer (folded by the handler), or
+        one call per batch element."""
+        return "broadcast_all" if self.folds else "sequential"
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,7 +50,7 @@ def row(op: str) -> Row:
     form = FORMS[op]
     return Row(op, form.arrays, tuple(f"d{a}" in form.gradients for a in form.arrays), form.gradients,
                inspect.signature(getattr(ops, op)), _TRACED.get(op, ()), _UPDATED.get(op, ()),
-               _VMAP.get(op, "sequential"))
+               op in _FOLDS)
 
 
 TABLE = tuple(FORMS)

@@ -29,7 +29,7 @@ from dnnbind.jax import frame as F
 from dnnbind.jax.table import Row, row
 
 #: the attributes dnnbind.jax adds beside the op's keyword arguments
-SHAPES, DTYPES, RESIDUALS, GIVEN = "__shapes", "__dtypes", "__residuals", "__given"
+SHAPES, DTYPES, RESIDUALS, GIVEN, RANKS = "__shapes", "__dtypes", "__residuals", "__given", "__ranks"
 
 #: XLA platform -> the dnnbind backend its handlers run
 PLATFORMS = {"cpu": "cpu" if "cpu" in BACKENDS else "reference", "CUDA": "cudnn"}
@@ -80,6 +80,20 @@ def _decode_shapes(attrs: dict[str, Any]) -> list[ArraySpec]:
     return specs
 
 
+def fold(frame: F.Frame) -> tuple[F.Frame, int]:
+    """The frame with jax.vmap's batch axes (the leading axes beyond the ranks the call was traced with,
+    ``__ranks``) folded into each buffer's next axis, and the batch size (1 when not batched)."""
+    ranks = [int(r) for r in frame.attrs.get(RANKS, ())]
+    extra = max((len(b.shape) - r for b, r in zip(frame.args, ranks)), default=0)
+    if extra <= 0:
+        return frame, 1
+    size = int(np.prod(frame.args[0].shape[:extra], dtype=np.int64))
+
+    def merge(b: F.Buffer) -> F.Buffer:
+        return b._replace(shape=(int(np.prod(b.shape[:extra + 1], dtype=np.int64)), *b.shape[extra + 1:]))
+    return frame._replace(args=[merge(b) for b in frame.args], rets=[merge(b) for b in frame.rets]), size
+
+
 class Memory:
     """How one platform's handlers see buffers: host views on the CPU, CuPy arrays on CUDA."""
 
@@ -119,7 +133,7 @@ _NOTHING = _Nothing()
 
 
 def _static_of(r: Row, frame: F.Frame, memory: Memory, arrays: list[Any], first_traced: int) -> tuple:
-    kwargs = A.decode({k: v for k, v in frame.attrs.items() if not k.startswith("__") or k.endswith(A.SHAPE)})
+    kwargs = A.decode({k: v for k, v in frame.attrs.items() if not k.startswith("__")})
     for i, name in enumerate(r.traced):
         kwargs[name] = memory.scalar(frame, frame.args[first_traced + i])
     return kwargs, residual_static(r.op, *arrays, **kwargs)
@@ -130,6 +144,7 @@ def forward_body(op: str, platform: str) -> Callable[[F.Frame], None]:
     forward = backend_function(PLATFORMS[platform], f"{op}_forward")
 
     def body(frame: F.Frame) -> None:
+        frame = fold(frame)[0]
         structure = frame.attrs[A.TREE]
         count = structure.count("1")
         leaves = [memory.array(frame, b, False) for b in frame.args[:count]]
@@ -166,7 +181,10 @@ def backward_body(op: str, platform: str) -> Callable[[F.Frame], None]:
     backward = backend_function(PLATFORMS[platform], f"{op}_backward")
 
     def body(frame: F.Frame) -> None:
-        specs = A.fill(frame.attrs[A.TREE], _decode_shapes(frame.attrs))
+        frame, size = fold(frame)
+        leaves = [s._replace(shape=(size * s.shape[0], *s.shape[1:])) if size > 1 and s.shape else s
+                  for s in _decode_shapes(frame.attrs)]
+        specs = A.fill(frame.attrs[A.TREE], leaves)
         saved = int(frame.attrs[RESIDUALS])
         given = [bool(g) for g in frame.attrs[GIVEN]]
         first_traced = saved + sum(given)

@@ -578,7 +578,8 @@ def _render_template(name: str, module: ir.Module, classification: Classificatio
         converters=sorted(names.converters.items()), size_tables=sorted(names.size_tables.items()),
         packers=sorted(names.packers),
         library_search=library_search, docstring=docstring, repr=repr, tuple=tuple,
-        types_only=bool(config.get("types_only")), source_pins=pins, sources=", ".join(f"{name} {version}" for name, version in pins.items()),
+        types_only=bool(config.get("types_only")), source_pins=pins,
+        sources=", ".join(f"{name} {version}" for name, version in pins.items()),
         search_text=", ".join(_describe_step(step) for step in library_search),
     )
     return text

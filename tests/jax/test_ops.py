@@ -120,7 +120,8 @@ def test_batchnorm_training_returns_new_running_statistics():
     def theirs(x, gamma, beta):
         mean, var = x.mean((0, 2, 3)), x.var((0, 2, 3))
         shape = (1, -1, 1, 1)
-        return (x - mean.reshape(shape)) / jnp.sqrt(var.reshape(shape) + 1e-5) * gamma.reshape(shape) + beta.reshape(shape)
+        normalized = (x - mean.reshape(shape)) / jnp.sqrt(var.reshape(shape) + 1e-5)
+        return normalized * gamma.reshape(shape) + beta.reshape(shape)
 
     y, mean1, var1 = jax.jit(lambda *a: dj.batchnorm(*a, running_mean=mean0, running_var=var0, momentum=0.1))(
         x, gamma, beta)

@@ -16,11 +16,12 @@ from dnnbind.gen import xla_ffi as X
 from dnnbind.highlevel.dims import numpy_dtype
 
 #: XLA_FFI_DataType -> numpy dtype name, for the types dnnbind's arrays and attributes use
-_DTYPES = {X.XLA_FFI_DataType_PRED: "bool", X.XLA_FFI_DataType_S8: "int8", X.XLA_FFI_DataType_S16: "int16",
-           X.XLA_FFI_DataType_S32: "int32", X.XLA_FFI_DataType_S64: "int64", X.XLA_FFI_DataType_U8: "uint8",
-           X.XLA_FFI_DataType_U16: "uint16", X.XLA_FFI_DataType_U32: "uint32", X.XLA_FFI_DataType_U64: "uint64",
-           X.XLA_FFI_DataType_F16: "float16", X.XLA_FFI_DataType_F32: "float32", X.XLA_FFI_DataType_F64: "float64",
-           X.XLA_FFI_DataType_BF16: "bfloat16"}
+_DTYPES: dict[int, str] = {
+    X.XLA_FFI_DataType_PRED: "bool", X.XLA_FFI_DataType_S8: "int8", X.XLA_FFI_DataType_S16: "int16",
+    X.XLA_FFI_DataType_S32: "int32", X.XLA_FFI_DataType_S64: "int64", X.XLA_FFI_DataType_U8: "uint8",
+    X.XLA_FFI_DataType_U16: "uint16", X.XLA_FFI_DataType_U32: "uint32", X.XLA_FFI_DataType_U64: "uint64",
+    X.XLA_FFI_DataType_F16: "float16", X.XLA_FFI_DataType_F32: "float32", X.XLA_FFI_DataType_F64: "float64",
+    X.XLA_FFI_DataType_BF16: "bfloat16"}
 
 
 def dtype_of(code: int) -> np.dtype:
@@ -44,7 +45,7 @@ def host_view(buffer: Buffer, writable: bool) -> np.ndarray:
     if count == 0 or not buffer.address:
         return np.empty(buffer.shape, buffer.dtype)          # empty work: XLA may give no memory at all
     raw = (ctypes.c_char * (count * buffer.dtype.itemsize)).from_address(buffer.address)
-    array = np.frombuffer(raw, buffer.dtype).reshape(buffer.shape)
+    array = np.frombuffer(memoryview(raw), buffer.dtype).reshape(buffer.shape)
     array.flags.writeable = writable
     return array
 
@@ -86,7 +87,8 @@ def read(pointer: Any) -> Frame:
     f = pointer.contents
     attrs = f.attrs
     names = [attrs.names[i].contents for i in range(attrs.size)]
-    return Frame(f.api.contents, ctypes.cast(f.ctx, ctypes.c_void_p).value or 0, _buffers(f.args.size, f.args.args), _buffers(f.rets.size, f.rets.rets),
+    context = ctypes.cast(f.ctx, ctypes.c_void_p).value or 0
+    return Frame(f.api.contents, context, _buffers(f.args.size, f.args.args), _buffers(f.rets.size, f.rets.rets),
                  {ctypes.string_at(n.ptr, n.len).decode(): _attribute(attrs.types[i], attrs.attrs[i])
                   for i, n in enumerate(names)})
 

@@ -153,7 +153,7 @@ def forward_body(op: str, platform: str) -> Callable[[F.Frame], None]:
         kwargs, static = _static_of(r, frame, memory, arrays, count)
         outputs = [s for s in _output_count(r, static, arrays)]
         # the arrays updated in place: their result buffers (aliased to the inputs), filled with the input
-        updated = []
+        updated: list[Any] = []
         for name in r.updated:
             index = r.arrays.index(name)
             if arrays[index] is not None:

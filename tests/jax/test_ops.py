@@ -238,3 +238,15 @@ def test_vmap_folds_pooling_into_one_call_and_runs_conv_per_element():
           jax.vmap(jax.vmap(lambda x: lax_maxpool(x, 2, 2, 0)))(nested))
     g = jax.grad(lambda xs: jnp.sum(jax.vmap(jax.vmap(lambda x: dj.activation(x, "tanh")))(xs) ** 2))(xs)
     close(g, 2 * jnp.tanh(xs) * (1 - jnp.tanh(xs) ** 2))
+
+
+def test_empty_and_0d_inputs_follow_dnnbinds_edge_policy():
+    """Empty in, empty out (zero gradients of the right shapes); 0-d arrays where the pointwise ops take them."""
+    x, w = jnp.ones((0, 3, 6, 6)), rand(4, 3, 3, 3)
+    assert dj.conv(x, w).shape == (0, 4, 4, 4)
+    dx, dw = jax.grad(lambda x, w: jnp.sum(dj.conv(x, w)), argnums=(0, 1))(x, w)
+    assert dx.shape == x.shape and dw.shape == w.shape and not np.any(np.asarray(dw))
+    assert float(dj.softmax(jnp.float32(3.0), axis=0)) == 1.0
+    close(jax.grad(lambda x: dj.activation(x, "sigmoid"))(jnp.float32(0.0)), 0.25)
+    with pytest.raises(ValueError, match="axis=1 is out of range for a 0-d array"):
+        dj.softmax(jnp.float32(3.0))

@@ -63,6 +63,11 @@ class Call:
                                    for o in outputs)
         updated = [specs[r.arrays.index(n)] for n in r.updated if specs[r.arrays.index(n)] is not None]
         saved = backend_function(backend, f"{r.op}_residuals")(*specs, *static)
+        for spec in saved:
+            if jax.dtypes.canonicalize_dtype(spec.dtype) != np.dtype(spec.dtype):
+                raise TypeError(f"{r.op} saves a {np.dtype(spec.dtype).name} array for its backward, which JAX "
+                                f"would narrow without jax_enable_x64: enable it (jax.config.update("
+                                f"'jax_enable_x64', True)) to run this op")
         self.row, self.platform, self.tree = r, platform, A.tree(specs)
         self.counts = (len(outputs), len(updated), len(saved))
         self.forward_types = tuple(outputs + [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in updated]

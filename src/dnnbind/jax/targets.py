@@ -22,6 +22,7 @@ import numpy as np
 
 from dnnbind.highlevel.dims import numpy_dtype
 from dnnbind.highlevel.dispatch import BACKENDS, backend_function
+from dnnbind.highlevel.edges import RULES
 from dnnbind.highlevel.ops import residual_static
 from dnnbind.highlevel.residual import ArraySpec
 from dnnbind.jax import attrs as A
@@ -133,10 +134,12 @@ _NOTHING = _Nothing()
 
 
 def _static_of(r: Row, frame: F.Frame, memory: Memory, arrays: list[Any], first_traced: int) -> tuple:
+    """The residual form's static arguments of this call: the public op's keyword arguments from the
+    attributes and the per-call values from their 0-d buffers, through the public op's checks."""
     kwargs = A.decode({k: v for k, v in frame.attrs.items() if not k.startswith("__")})
     for i, name in enumerate(r.traced):
         kwargs[name] = memory.scalar(frame, frame.args[first_traced + i])
-    return kwargs, residual_static(r.op, *arrays, **kwargs)
+    return residual_static(r.op, *arrays, **kwargs)
 
 
 def forward_body(op: str, platform: str) -> Callable[[F.Frame], None]:
@@ -150,14 +153,14 @@ def forward_body(op: str, platform: str) -> Callable[[F.Frame], None]:
         leaves = [memory.array(frame, b, False) for b in frame.args[:count]]
         arrays = A.fill(structure, leaves)
         rets = [memory.array(frame, b, True) for b in frame.rets]
-        kwargs, static = _static_of(r, frame, memory, arrays, count)
-        outputs = [s for s in _output_count(r, static, arrays)]
+        static = _static_of(r, frame, memory, arrays, count)
+        outputs = sum(s is not None for s in RULES[op]((*arrays, *static))[0])
         # the arrays updated in place: their result buffers (aliased to the inputs), filled with the input
         updated: list[Any] = []
         for name in r.updated:
             index = r.arrays.index(name)
             if arrays[index] is not None:
-                target = rets[len(outputs) + len(updated)]
+                target = rets[outputs + len(updated)]
                 memory.store(target, arrays[index])
                 arrays[index] = target
                 updated.append(target)
@@ -169,11 +172,6 @@ def forward_body(op: str, platform: str) -> Callable[[F.Frame], None]:
             if value is not target:
                 memory.store(target, value)
     return body
-
-
-def _output_count(r: Row, static: tuple, arrays: list[Any]) -> list[Any]:
-    from dnnbind.highlevel.edges import RULES
-    return [s for s in RULES[r.op]((*arrays, *static))[0] if s is not None]
 
 
 def backward_body(op: str, platform: str) -> Callable[[F.Frame], None]:
@@ -188,7 +186,7 @@ def backward_body(op: str, platform: str) -> Callable[[F.Frame], None]:
         saved = int(frame.attrs[RESIDUALS])
         given = [bool(g) for g in frame.attrs[GIVEN]]
         first_traced = saved + sum(given)
-        _, static = _static_of(r, frame, memory, specs, first_traced)
+        static = _static_of(r, frame, memory, specs, first_traced)
         residuals = tuple(memory.array(frame, b, False) for b in frame.args[:saved])
         it = iter(frame.args[saved:first_traced])
         cotangents = tuple(memory.array(frame, next(it), False) if g else None for g in given)

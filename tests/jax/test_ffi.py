@@ -110,3 +110,16 @@ def test_import_dnnbind_never_imports_jax_and_dnnbind_jax_changes_nothing_else()
         print("ok")
         """)
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_every_op_is_a_jax_function_with_the_public_ops_arguments():
+    import inspect
+
+    import dnnbind
+    import dnnbind.jax as dj
+    from dnnbind.highlevel.residual import FORMS
+    assert set(FORMS) <= set(dj.__all__)
+    for op in FORMS:
+        ours, public = inspect.signature(getattr(dj, op)), inspect.signature(getattr(dnnbind, op))
+        assert list(ours.parameters.values()) == list(public.parameters.values()), op
+        assert ours.return_annotation is inspect.Signature.empty

@@ -11,6 +11,7 @@ one :mod:`dnnbind.gen.xla_ffi` was generated for; ``import dnnbind`` alone never
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from dnnbind.jax.compat import check_jaxlib
@@ -28,9 +29,11 @@ def _make(op: str) -> Any:
 
     def run(*args: Any, **kwargs: Any) -> Any:
         return apply(op, *args, **kwargs)
+    # the public op's arguments; the result is the op's own (no pullback)
+    signature = row(op).signature.replace(return_annotation=inspect.Signature.empty)
     run.__name__ = run.__qualname__ = op
-    run.__doc__ = f"dnnbind's {op} on JAX arrays{row(op).signature}: see dnnbind.{op} and dnnbind.jax."
-    run.__signature__ = row(op).signature          # type: ignore[attr-defined]
+    run.__doc__ = f"dnnbind's {op} on JAX arrays{signature}: see dnnbind.{op} and dnnbind.jax."
+    run.__signature__ = signature                  # type: ignore[attr-defined]
     return run
 
 

@@ -83,7 +83,8 @@ def test_metadata_query_gets_the_generated_api_version():
 def test_version_check_names_both_versions():
     assert compat.installed_api_version() == (X.XLA_FFI_API_MAJOR, X.XLA_FFI_API_MINOR)
     assert compat.problem(compat.installed_api_version(), "0.10.2") is None
-    assert compat.problem((X.XLA_FFI_API_MAJOR, X.XLA_FFI_API_MINOR + 1), "0.11.0") is None
+    newer = compat.problem((X.XLA_FFI_API_MAJOR, X.XLA_FFI_API_MINOR + 1), "0.11.0")   # structs may differ
+    assert newer is not None and "jaxlib 0.11.0" in newer
     message = compat.problem((X.XLA_FFI_API_MAJOR + 1, 0), "9.9.9")
     assert message is not None and "jaxlib 9.9.9" in message and f"{X.XLA_FFI_API_MAJOR + 1}.0" in message
     assert f"{X.XLA_FFI_API_MAJOR}.{X.XLA_FFI_API_MINOR}" in message and X.SOURCES["jaxlib"] in message
@@ -123,3 +124,21 @@ def test_every_op_is_a_jax_function_with_the_public_ops_arguments():
         ours, public = inspect.signature(getattr(dj, op)), inspect.signature(getattr(dnnbind, op))
         assert list(ours.parameters.values()) == list(public.parameters.values()), op
         assert ours.return_annotation is inspect.Signature.empty
+
+
+def test_importing_against_another_ffi_api_fails_naming_both_versions():
+    """Bindings generated for FFI API 0.2 (jaxlib 0.8.1's header, whose XLA_FFI_State_*_Args differ) refuse the
+    installed jaxlib at import, before any handler could misread a struct."""
+    result = run_python("""
+        import dnnbind.gen.xla_ffi as X
+        X.XLA_FFI_API_MINOR, X.SOURCES = X.XLA_FFI_API_MINOR - 1, {"jaxlib": "0.8.1"}
+        try:
+            import dnnbind.jax
+        except ImportError as exc:
+            print(exc)
+        """)
+    import jaxlib
+    assert result.stdout.startswith(f"jaxlib {jaxlib.__version__} has XLA FFI API "
+                                    f"{X.XLA_FFI_API_MAJOR}.{X.XLA_FFI_API_MINOR}, but dnnbind.jax was generated for "
+                                    f"FFI API {X.XLA_FFI_API_MAJOR}.{X.XLA_FFI_API_MINOR - 1} (jaxlib 0.8.1)"), \
+        result.stdout + result.stderr

@@ -22,14 +22,15 @@ def installed_api_version() -> tuple[int, int] | None:
 
 
 def problem(installed: tuple[int, int] | None, jaxlib_version: str) -> str | None:
-    """Why dnnbind.jax cannot run with this jaxlib, or None. The API keeps a major version's structs
-    append-only, so a newer minor version runs; an older one or another major version does not."""
+    """Why dnnbind.jax cannot run with this jaxlib, or None. Only the API version the bindings were generated
+    for runs: a minor version may change a struct's layout (0.2 -> 0.3 inserted a field into
+    XLA_FFI_State_Get_Args, as ``python -m generator diff xla_ffi --old 0.8.1`` shows)."""
     ours = (X.XLA_FFI_API_MAJOR, X.XLA_FFI_API_MINOR)
-    if installed is None or (installed[0] == ours[0] and installed[1] >= ours[1]):
+    if installed is None or installed == ours:
         return None
     return (f"jaxlib {jaxlib_version} has XLA FFI API {installed[0]}.{installed[1]}, but dnnbind.jax was generated "
-            f"for FFI API {ours[0]}.{ours[1]} (jaxlib {X.SOURCES['jaxlib']}); install a jaxlib with FFI API "
-            f"{ours[0]}.{ours[1]} or newer within {ours[0]}.x: pip install \"dnnbind[jax]\"")
+            f"for FFI API {ours[0]}.{ours[1]} (jaxlib {X.SOURCES['jaxlib']}): install the jax extra's range, "
+            f"pip install \"dnnbind[jax]\", or regenerate dnnbind.gen.xla_ffi from this jaxlib's header")
 
 
 def check_jaxlib() -> None:

@@ -116,11 +116,11 @@ def error(api: Any, message: str, code: int = X.XLA_FFI_Error_Code_INVALID_ARGUM
 
 
 def version_problem(api: Any) -> str | None:
-    """Why the calling XLA's FFI API cannot run this handler (another major version, or an older minor one
-    than the bindings were generated for), or None."""
+    """Why the calling XLA's FFI API cannot run this handler (another version than the bindings were
+    generated for: structs may change between minor versions), or None."""
     v = api.api_version
     ours = (X.XLA_FFI_API_MAJOR, X.XLA_FFI_API_MINOR)
-    if v.major_version != ours[0] or v.minor_version < ours[1]:
+    if (v.major_version, v.minor_version) != ours:
         return (f"XLA's FFI API is {v.major_version}.{v.minor_version}; dnnbind.jax was generated for "
                 f"{ours[0]}.{ours[1]} (jaxlib {X.SOURCES['jaxlib']})")
     return None

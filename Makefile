@@ -3,9 +3,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-LIBS ?= cudnn miopen
+LIBS ?= cudnn miopen xla_ffi
 # the PyTorch the test suite runs against (the public torch extra allows the tested range)
 TORCH_ORACLE ?= torch==2.13.0
+# the JAX the test suite runs against (the public jax extra allows the tested range)
+JAX_ORACLE ?= jax[cpu]==0.10.2
 # the cuDNN library wheel, pinned by version and sha256 in generator/headers.json (pip --require-hashes)
 CUDNN_REQUIREMENT := $(shell $(PYTHON) -c "import json; p=json.load(open('generator/headers.json'))['cudnn']['packages'][0]; print(p['name']+'=='+p['version'], *('--hash=sha256:'+h for h in p['sha256'].values()))")
 
@@ -27,11 +29,11 @@ deviceless:  ## tests only: libcuda.so.1 (Debian non-free) and cuBLASLt into .ca
 	@echo "==> setup 4/4: libcuda.so.1 and cuBLASLt for building cuDNN plans without a GPU, tests only (450 MB download)"
 	$(PY) -m generator deviceless cudnn
 
-venv:  ## create .venv and install dnnbind with its dev and torch extras (part of setup)
-	@echo "==> setup 1/4: .venv with dnnbind, its dev tools and CPU PyTorch (1.1 GB in .venv)"
+venv:  ## create .venv and install dnnbind with its dev, torch and jax extras (part of setup)
+	@echo "==> setup 1/4: .venv with dnnbind, its dev tools, CPU PyTorch and JAX (1.3 GB in .venv)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --progress-bar on -e ".[dev,torch]" "$(TORCH_ORACLE)"
+	$(PY) -m pip install --progress-bar on -e ".[dev,torch,jax]" "$(TORCH_ORACLE)" "$(JAX_ORACLE)"
 
 headers:  ## download the pinned vendor headers into .cache/ (git-ignored)
 	@echo "==> setup 2/4 (make headers): cuDNN wheels from PyPI (520 MB), MIOpen's Debian packages (290 MB, 1.1 GB unpacked)"

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # this checkout's code first, before any installed copy (an editable install may point at another checkout)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-SUITES = ["bench_bindings", "bench_reference"]
+SUITES = ["bench_bindings", "bench_reference", "bench_jax"]
 
 
 def main() -> int:

@@ -33,6 +33,8 @@ def load_all() -> dict[str, dict[str, Any]]:
 def load_overrides(library: str) -> dict[str, Any]:
     """One library's entry in pointer_overrides.json, checked against its schema (InputError otherwise)."""
     overrides = inputs.load(OVERRIDES_FILE, "pointer_overrides.schema.json", shown(OVERRIDES_FILE))
+    if library not in overrides and load_all().get(library, {}).get("types_only"):
+        return {"rules": [], "exceptions": {}}     # no functions, so no pointer parameters to classify
     if library not in overrides:
         raise inputs.InputError(f"{shown(OVERRIDES_FILE)}: (top level): no entry for library {library!r} "
                                 f"(headers.json has one; libraries here: {', '.join(sorted(overrides)) or 'none'})")

@@ -137,6 +137,7 @@ class Callback:
     params: tuple[Param, ...]
     prototype: str
     comment: str = ""
+    pointer: bool = True        # typedef R (*name)(...); False: typedef R name(...), used as name*
 
 
 @dataclass(frozen=True)

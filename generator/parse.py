@@ -156,6 +156,8 @@ class Parser:
                     return ir.CType("handle", name, spelling, const=const)
                 if pointee.kind == TypeKind.FUNCTIONPROTO:
                     return ir.CType("function", name, spelling, const=const)
+            if canonical.kind == TypeKind.FUNCTIONPROTO:     # typedef R name(args): a function type
+                return ir.CType("function", name, spelling, const=const)
             if canonical.kind == TypeKind.ENUM:
                 decl = canonical.get_declaration()
                 self._referenced[self._enum_name(decl)] = decl
@@ -341,20 +343,26 @@ class Parser:
                 foreign = self.header_of(pointee.get_declaration()) is None
             self.module.handles.append(ir.Handle(c.spelling, tag, deprecated, clean_comment(c.raw_comment),
                                                  foreign))
-        elif canonical.kind == TypeKind.POINTER and canonical.get_pointee().kind == TypeKind.FUNCTIONPROTO:
-            proto = canonical.get_pointee()
+        elif canonical.kind == TypeKind.FUNCTIONPROTO or (
+                canonical.kind == TypeKind.POINTER and canonical.get_pointee().kind == TypeKind.FUNCTIONPROTO):
+            pointer = canonical.kind == TypeKind.POINTER    # typedef R (*name)(...) or typedef R name(...)
+            proto = canonical.get_pointee() if pointer else canonical
             names = [p.spelling for p in c.get_children() if p.kind == CursorKind.PARM_DECL]
             params = tuple(ir.Param(names[i] if i < len(names) and names[i] else f"arg{i}", self.ctype(a))
                            for i, a in enumerate(proto.argument_types()))
+            prototype = (f"typedef {underlying.spelling} {c.spelling}" if pointer else
+                         f"typedef {proto.get_result().spelling} {c.spelling}"
+                         f"({', '.join(a.spelling for a in proto.argument_types()) or 'void'})")
             self.module.callbacks.append(ir.Callback(c.spelling, self.ctype(proto.get_result()), params,
-                                                     f"typedef {underlying.spelling} {c.spelling}",
-                                                     clean_comment(c.raw_comment)))
+                                                     prototype, clean_comment(c.raw_comment), pointer))
         elif canonical.kind == TypeKind.RECORD and not canonical.get_declaration().is_definition():
             # typedef struct X X; without a body: an opaque type used only through pointers
             self.module.structs.append(ir.Struct(c.spelling, "struct", (), 0, 0, clean_comment(c.raw_comment)))
             self._struct_names.add(c.spelling)
 
     def _function(self, c: cindex.Cursor, header: str) -> None:
+        if self.config.get("types_only"):
+            return                  # no library to call: the API arrives at run time as function pointers
         if any(f.name == c.spelling for f in self.module.functions):
             return
         params = []

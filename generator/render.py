@@ -149,6 +149,7 @@ class TypeNames:
         self.unset_partial = ""
         self.struct_names = {s.name for s in module.structs}
         self.functions = {f.name: f for f in module.functions}
+        self.function_types = {c.name for c in module.callbacks if not c.pointer}   # typedef R name(...)
         self.converters: dict[str, str] = {}     # module-level name -> its definition
         self.size_tables: dict[str, str] = {}
         self.packers: set[str] = set()
@@ -201,6 +202,13 @@ class TypeNames:
         parts = [self.value(result)] + [self.plain_pointer(a) if a.kind == "pointer" else self.value(a) for a in args]
         return f"CFUNCTYPE({', '.join(parts)})"
 
+    def callback_type(self, c: ir.Callback) -> str:
+        """A callback typedef's CFUNCTYPE. A pointer result is a ``c_void_p``: ctypes refuses any other
+        pointer type as a Python callback's result (XLA_FFI_Handler returns XLA_FFI_Error*)."""
+        result = "c_void_p" if c.result.kind == "pointer" else self.value(c.result)
+        args = [self.plain_pointer(p.type) if p.type.kind == "pointer" else self.value(p.type) for p in c.params]
+        return f"CFUNCTYPE({', '.join([result] + args)})"
+
     def enum_ctype(self, name: str) -> str:
         """C leaves an enum's underlying type to the compiler (unsigned int when no value is negative);
         every 32-bit value fits a c_int, which is what users pass (``byref(c_int())``)."""
@@ -221,6 +229,8 @@ class TypeNames:
             return "c_char_p"
         if pointee.kind == "struct" and pointee.name not in self.struct_names:
             return "c_void_p"
+        if pointee.kind == "function" and pointee.name in self.function_types:
+            return pointee.name                     # name* for typedef R name(...): the CFUNCTYPE itself
         if pointee.kind == "function" and pointee.name:
             return f"POINTER({pointee.name})"        # a pointer to a callback typedef (itself a pointer)
         if pointee.kind == "function":
@@ -549,11 +559,13 @@ def _render_template(name: str, module: ir.Module, classification: Classificatio
     taken = {e.name for e in module.enums} | {s.name for s in module.structs} | {h.name for h in module.handles}
     beta_note = f"Beta API ({config.get('beta_macro', 'beta')}): may change between releases."
     prose = Prose.of(config)
-    functions = [render_function(fn, names, config["status_type"], beta_note, config["error_class"], prose)
+    functions = [render_function(fn, names, config.get("status_type", ""), beta_note, config.get("error_class", ""),
+                                 prose)
                  for fn in classification.functions]
     notice = (cfg.REPO_ROOT / config["license_file"]).read_text() if config.get("license_file") else ""
     version = tuple(int(x) for x in module.version.split("."))
     library_search = [tuple(step) for step in config.get("library_search", [["system"]])]
+    pins = {p["name"]: p["version"] for p in config.get("packages", [])}
     text = template.render(
         module=module, config=config, version=version, functions=functions, license_notice=notice,
         type_docs={**{e.name: prose.type_doc(e.name, e.comment, e.header) for e in module.enums},
@@ -565,12 +577,12 @@ def _render_template(name: str, module: ir.Module, classification: Classificatio
         stub_fields={s.name: _stub_fields(s, module, names) for s in module.structs},
         handles=module.handles, handle_targets=_handle_targets(module, taken),
         foreign_handles={h.name for h in module.handles if h.foreign},
-        callbacks=[(c, names.value(c.result), [names.value(p.type) if p.type.kind != "pointer"
-                                                else names.plain_pointer(p.type) for p in c.params])
-                   for c in module.callbacks],
+        callbacks=[(c, names.callback_type(c)) for c in module.callbacks],
         converters=sorted(names.converters.items()), size_tables=sorted(names.size_tables.items()),
         packers=sorted(names.packers),
         library_search=library_search, docstring=docstring, repr=repr, tuple=tuple,
+        types_only=bool(config.get("types_only")), source_pins=pins,
+        sources=", ".join(f"{name} {version}" for name, version in pins.items()),
         search_text=", ".join(_describe_step(step) for step in library_search),
     )
     return text

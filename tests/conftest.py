@@ -11,6 +11,8 @@ from miopen_runner import DebianRootMissing, find_root, run_under_debian_loader
 
 # The PyTorch adapter's tests need PyTorch (make setup installs it); elsewhere they are not collected.
 collect_ignore = [] if importlib.util.find_spec("torch") else ["torch_adapter"]
+# dnnbind.jax's tests need JAX (make setup installs it through the jax extra)
+collect_ignore += [] if importlib.util.find_spec("jax") else ["jax"]
 
 
 @pytest.fixture(scope="session")

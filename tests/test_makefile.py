@@ -38,11 +38,11 @@ def test_bare_make_runs_nothing_but_the_listing():
 
 def test_the_two_commands_and_ci_still_run_setup_and_test():
     setup = _make("-n", "setup").stdout
-    assert "-m venv .venv" in setup and "-m generator headers cudnn miopen" in setup and "--require-hashes" in setup
+    assert "-m venv .venv" in setup and "-m generator headers cudnn miopen xla_ffi" in setup and "--require-hashes" in setup
     assert "-m generator deviceless cudnn" in setup          # libcuda and cuBLASLt for the deviceless plan tests
     test = _make("-n", "test").stdout
-    assert "-m generator check cudnn miopen" in test and "-m pytest" in test
-    assert "-m generator generate cudnn miopen" in _make("-n", "generate").stdout
+    assert "-m generator check cudnn miopen xla_ffi" in test and "-m pytest" in test
+    assert "-m generator generate cudnn miopen xla_ffi" in _make("-n", "generate").stdout
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make setup" in ci and "make test" in ci
 
@@ -51,6 +51,6 @@ def test_setup_shows_progress_for_each_long_step():
     setup = _make("-n", "setup").stdout
     steps = re.findall(r"==> setup (\d)/4", setup)
     assert steps == ["1", "2", "3", "4"]
-    install = next(line for line in setup.splitlines() if '-e ".[dev,torch]"' in line)
-    assert "--progress-bar on" in install and '"torch==2.13.0"' in install
+    install = next(line for line in setup.splitlines() if '-e ".[dev,torch,jax]"' in line)
+    assert "--progress-bar on" in install and '"torch==2.13.0"' in install and '"jax[cpu]==0.10.2"' in install
     assert "--quiet" not in install

@@ -35,3 +35,14 @@ def test_the_torch_extra_is_the_tested_range_not_an_exact_pin():
 
 def test_the_demo_plotting_library_comes_with_the_dev_extra():
     assert any(r.startswith("matplotlib") for r in PROJECT["optional-dependencies"]["dev"])
+
+
+def test_the_jax_extra_is_the_tested_range_of_jax_and_jaxlib():
+    """dnnbind.gen.xla_ffi comes from the pinned jaxlib's header: the extra starts at that jaxlib and stays
+    within its minor series (the tested range), for jax and jaxlib alike."""
+    import json
+    pinned = json.loads((ROOT / "generator" / "headers.json").read_text())["xla_ffi"]["packages"][0]["version"]
+    jax, jaxlib = PROJECT["optional-dependencies"]["jax"]
+    for name, requirement in (("jax", jax), ("jaxlib", jaxlib)):
+        m = re.fullmatch(rf"{name}>=([\d.]+),<([\d.]+)", requirement)
+        assert m and m.group(1) == pinned, requirement

@@ -18,7 +18,7 @@ from generator.parse import clang_args
 def _cursors(library: str):
     config = cfg.load_all()[library]
     headers = cfg.header_set(library, config)
-    tu = cindex.Index.create().parse(str(headers.entry), args=clang_args(headers, config, config["defines"]))
+    tu = cindex.Index.create().parse(str(headers.entry), args=clang_args(headers, config, config.get("defines", [])))
     roots = [d.resolve() for d in headers.include_dirs]
 
     def kept(cursor: cindex.Cursor) -> bool:

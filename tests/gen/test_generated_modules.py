@@ -172,3 +172,26 @@ def test_docstrings_list_the_checks_per_parameter():
     assert "workSpaceSizeInBytes: byte count (size_t, non-negative)" in bn
     with pytest.raises(Exception, match="-2147483648 to 2147483647"):
         mod.cudnnSetTensor4dDescriptor(None, 0, 0, 2**31, 1, 1, 1)
+
+
+def test_xla_ffi_types_agree_with_libclang():
+    """XLA's FFI C API (types only): every enumerator, struct-size constant and struct layout as libclang
+    reads jaxlib's header; the API table's fields are the header's function types."""
+    skip_if_header_moved("xla_ffi")
+    mod = module("xla_ffi")
+    values = clang_facts.enum_values("xla_ffi")
+    assert len(values) > 80 and {n: getattr(mod, n, None) for n in values} == values
+    assert mod.XLA_FFI_CallFrame_STRUCT_SIZE == mod.XLA_FFI_CallFrame.attrs.offset + ctypes.sizeof(mod.XLA_FFI_Attrs)
+    layouts = clang_facts.record_layouts("xla_ffi")
+    assert len(layouts) > 30
+    for name, (size, offsets) in layouts.items():
+        cls = getattr(mod, name)
+        assert ctypes.sizeof(cls) == size, name
+        for field, offset in offsets.items():
+            assert getattr(cls, field).offset == offset, f"{name}.{field}"
+    table = dict(mod.XLA_FFI_Api._fields_)
+    assert table["XLA_FFI_Error_Create"] is mod.XLA_FFI_Error_Create
+    assert mod.XLA_FFI_Handler._restype_ is ctypes.c_void_p
+    assert mod.HEADER_VERSION == f"{mod.XLA_FFI_API_MAJOR}.{mod.XLA_FFI_API_MINOR}"
+    assert mod.SOURCES == {"jaxlib": cfg.load_all()["xla_ffi"]["packages"][0]["version"]}
+    assert not hasattr(mod, "_lib")

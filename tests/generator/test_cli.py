@@ -28,7 +28,7 @@ def test_unknown_library_in_a_fresh_process_is_one_line_and_status_2():
                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 2
     assert result.stdout == ""
-    assert result.stderr == "python -m generator generate: error: unknown library 'cudnnn'; valid: cudnn, miopen\n"
+    assert result.stderr == "python -m generator generate: error: unknown library 'cudnnn'; valid: cudnn, miopen, xla_ffi\n"
 
 
 @pytest.mark.parametrize("argv", [["report", "miopen", "cudnnn"], ["check", "CUDNN"], ["headers", "rocm"],

@@ -105,13 +105,14 @@ def test_rendered_fixture_reads_back_and_matches_libclang(version, tmp_path):
     assert all_layout_problems(header_set("dx.h", FIXTURES / version), CONFIG, generated) == []
 
 
-@pytest.mark.parametrize("library", ["cudnn", "miopen"])
+@pytest.mark.parametrize("library", ["cudnn", "miopen", "xla_ffi"])
 def test_committed_module_reads_back_as_its_ir(library):
     result = pipeline.build(library)
     from_ir = api.api_of_ir(result.module, result.classification)
     from_text = api.api_of_text(result.path.read_text(), library)
     assert from_ir.same_surface(from_text)
-    assert len(from_text.functions) == len(result.module.functions) > 200
+    assert len(from_text.functions) == len(result.module.functions)
+    assert len(from_text.functions) > 200 or result.config.get("types_only") and len(from_text.callbacks) >= 20
     assert from_text.structs and all(s.size for s in from_text.structs.values() if s.fields)
 
 

@@ -295,6 +295,16 @@ def test_library_without_overrides(monkeypatch, capsys, tmp_path):
         f"{path}: (top level): no entry for library 'miopen' (headers.json has one; libraries here: cudnn)"]
 
 
+def test_types_only_library_needs_no_loader_keys_and_no_overrides():
+    """A types-only API (XLA's FFI) names no library, status type or error class, and needs no entry in
+    pointer_overrides.json (it has no functions, so no pointer parameters)."""
+    data = _original(cfg.HEADERS_FILE)
+    assert data["xla_ffi"]["types_only"] is True and "sonames" not in data["xla_ffi"]
+    assert list(inputs.problems_of(data, "headers.schema.json")) == []
+    assert "xla_ffi" not in _original(cfg.OVERRIDES_FILE)
+    assert cfg.load_overrides("xla_ffi") == {"rules": [], "exceptions": {}}
+
+
 def test_same_rule_id_in_two_sections_is_allowed():
     """Rule ids are counted per section (``length:scaling-factors`` beside the kind rule ``scaling-factors``)."""
     data = _original(cfg.OVERRIDES_FILE)
@@ -335,6 +345,13 @@ HEADER_MISTAKES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
      'miopen.ship_comments: must be true or false, not a string ("yes")'),
     ("misspelled library search step", lambda d: d["miopen"]["library_search"].append(["dirr", "/opt/rocm/lib"]),
      'miopen.library_search[3]: ["dirr", "/opt/rocm/lib"] is none of the forms allowed here'),
+    ("a library that loads one names its sonames", lambda d: d["cudnn"].pop("sonames"),
+     "cudnn: missing required key 'sonames'"),
+    ("types_only as a string", lambda d: d["xla_ffi"].update(types_only="yes"),
+     'xla_ffi.types_only: must be true or false, not a string ("yes")'),
+    ("a library to load without what it loads", lambda d: d["xla_ffi"].update(types_only=False),
+     "xla_ffi: missing required key 'sonames', 'status_type', 'error_string', 'version_function', 'library_env', "
+     "'library_search', 'install_hint', 'error_class', 'version_reader'"),
 ]
 
 

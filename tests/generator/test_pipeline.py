@@ -8,7 +8,7 @@ from generator import pipeline
 from header_state import skip_if_header_moved
 
 
-@pytest.mark.parametrize("library", ["cudnn", "miopen"])
+@pytest.mark.parametrize("library", ["cudnn", "miopen", "xla_ffi"])
 def test_committed_module_is_fresh_and_deterministic(library):
     skip_if_header_moved(library)
     first = pipeline.build(library)

@@ -4,7 +4,8 @@ with `make test-versions`).
 
 cuDNN 8.9.7.29 and 9.1.1.17 (nvidia-cudnn-cu12) parse with the pinned CUDA 13.5 headers, render, and
 read back; their diffs against the pinned 9.28.1 are checked; the pinned module runs against the 9.1
-library. MIOpen: Debian experimental's release, against sid's pinned one, in both directions.
+library. MIOpen: Debian experimental's release, against sid's pinned one, in both directions. XLA's FFI C API:
+jaxlib 0.8.1's header against the pinned jaxlib's.
 """
 from __future__ import annotations
 
@@ -253,3 +254,13 @@ def test_experimental_miopen_module_against_the_pinned_library(miopen_next, tmp_
     first = facts["errors"][missing[0]]
     assert first.startswith(f"{missing[0]} is not in libMIOpen.so.1 3.4.0 (loaded from ")
     assert f"declared in the {result.module.version} headers" in first
+
+
+def test_xla_ffi_0_2_to_pinned_diff(tmp_path, capsys):
+    """XLA's FFI C API from jaxlib 0.8.1 (API 0.2) against the pinned jaxlib's (0.3): the diff shows the layout
+    change a minor version brought (why dnnbind.jax accepts only the API version it was generated for)."""
+    assert cli.main(["diff", "xla_ffi", "--old", "0.8.1", "--output", str(tmp_path / "diff.md")]) == 0
+    text = (tmp_path / "diff.md").read_text()
+    assert text in capsys.readouterr().out
+    assert text.startswith("## XLA FFI API diff: 0.2 -> 0.3") and "- `XLA_FFI_API_MINOR`: 2 -> 3" in text
+    assert "- `XLA_FFI_State_Get_Args`: size 40 -> 48; field `stage` added at offset 24 (c_int)" in text

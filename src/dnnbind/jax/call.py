@@ -1,0 +1,176 @@
+"""dnnbind's ops as JAX functions: one FFI call for the forward, one for the backward, joined by a
+``jax.custom_vjp``, generic over :mod:`dnnbind.jax.table`'s rows.
+
+Shapes and arguments are checked in Python while JAX traces, with dnnbind's own errors (the public op's
+checks, through :func:`dnnbind.highlevel.ops.residual_static`), so XLA never runs a call dnnbind would
+refuse; the results' shapes come from the same definitions (the edge rules' output shapes and the
+backend's ``NAME_residuals``).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+from dnnbind.highlevel.dispatch import backend_function
+from dnnbind.highlevel.edges import RULES, output_dtype
+from dnnbind.highlevel.ops import residual_static
+from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.jax import attrs as A
+from dnnbind.jax import targets as T
+from dnnbind.jax.table import Row, row
+
+_PLATFORMS = {"cpu": "cpu", "gpu": "CUDA", "cuda": "CUDA"}
+
+
+def _platform() -> str:
+    backend = jax.default_backend()
+    if backend not in _PLATFORMS:
+        raise NotImplementedError(f"dnnbind.jax runs on the CPU and on CUDA; JAX's default backend is {backend!r}")
+    return _PLATFORMS[backend]
+
+
+def _spec(a: Any) -> ArraySpec:
+    return ArraySpec(tuple(int(n) for n in a.shape), np.dtype(a.dtype))
+
+
+def _map(fn: Callable[[Any], Any], tree: Any) -> Any:
+    if A.is_node(tree):
+        return type(tree)(_map(fn, t) for t in tree)
+    return None if tree is None else fn(tree)
+
+
+class Call:
+    """One traced call of an op: everything static about it (hashable: custom_vjp's non-differentiable
+    argument), and the two FFI calls."""
+
+    def __init__(self, r: Row, arrays: list[Any], kwargs: dict[str, Any], platform: str) -> None:
+        specs = _map(_spec, arrays)
+        checked = {**kwargs, **{name: 0 for name in r.traced}}    # per-call values: checked when they run
+        static = residual_static(r.op, *specs, **checked)
+        backend = T.PLATFORMS[platform]
+        leaves = A.leaves(specs)
+        x_dtype = leaves[0].dtype
+        shapes = RULES[r.op]((*specs, *static))[0]
+        self.slots = tuple(s is not None for s in shapes)            # which outputs exist (rnn's cy may not)
+        outputs = [jax.ShapeDtypeStruct(s, output_dtype(r.op, i, x_dtype)) for i, s in enumerate(shapes)
+                   if s is not None]
+        self.float_outputs = tuple(np.dtype(o.dtype).kind == "f" or np.dtype(o.dtype).name == "bfloat16"
+                                   for o in outputs)
+        updated = [specs[r.arrays.index(n)] for n in r.updated if specs[r.arrays.index(n)] is not None]
+        saved = backend_function(backend, f"{r.op}_residuals")(*specs, *static)
+        for spec in saved:
+            if jax.dtypes.canonicalize_dtype(spec.dtype) != np.dtype(spec.dtype):
+                raise TypeError(f"{r.op} saves a {np.dtype(spec.dtype).name} array for its backward, which JAX "
+                                f"would narrow without jax_enable_x64: enable it (jax.config.update("
+                                f"'jax_enable_x64', True)) to run this op")
+        self.row, self.platform, self.tree = r, platform, A.tree(specs)
+        self.counts = (len(outputs), len(updated), len(saved))
+        self.forward_types = tuple(outputs + [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in updated]
+                                   + [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in saved])
+        aliases = {}
+        for k, name in enumerate(n for n in r.updated if specs[r.arrays.index(n)] is not None):
+            aliases[_leaf_index(r, specs, name)] = len(outputs) + k
+        self.aliases = aliases
+        paths = T.gradient_paths(r, specs)
+        self.has_gradient = tuple(p is not None for p in paths)
+        self.backward_types = tuple(jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)
+                                    for leaf, p in zip(leaves, paths) if p is not None)
+        traced = [0] * len(r.traced)               # per-call values are 0-d
+        self.attrs = {**A.encode(kwargs), A.TREE: self.tree,
+                      T.RANKS: np.asarray([len(s.shape) for s in leaves] + traced, np.int64)}
+        cotangents = [len(o.shape) for o, f in zip(outputs, self.float_outputs) if f]
+        self.backward_attrs = {**self.attrs, **T.encode_shapes(leaves), T.RESIDUALS: np.int64(len(saved)),
+                               T.GIVEN: np.asarray(self.float_outputs, np.int64),
+                               T.RANKS: np.asarray([len(s.shape) for s in saved] + cotangents + traced, np.int64)}
+        self.key = (r.op, platform, self.tree, repr(sorted(kwargs.items())), repr(leaves))
+        T.ensure_registered(r.op, platform)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Call) and other.key == self.key
+
+    def forward(self, *inputs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """(outputs and updated arrays, residuals) of the forward FFI call."""
+        results = jax.ffi.ffi_call(T.target_name(self.row.op, "forward"), self.forward_types,
+                                   vmap_method=self.row.vmap_method,
+                                   input_output_aliases=self.aliases or None)(*inputs, **self.attrs)
+        n = self.counts[0] + self.counts[1]
+        return tuple(results[:n]), tuple(results[n:])
+
+    def backward(self, residuals: tuple, cotangents: tuple, traced: tuple) -> tuple:
+        """One gradient per input (None where an input has none) from the backward FFI call."""
+        given = [c for c, f in zip(cotangents[:self.counts[0]], self.float_outputs) if f]
+        grads = iter(jax.ffi.ffi_call(T.target_name(self.row.op, "backward"), self.backward_types,
+                                      vmap_method=self.row.vmap_method)(*residuals, *given, *traced,
+                                                                        **self.backward_attrs)
+                     if self.backward_types else ())
+        return tuple(next(grads) if g else None for g in self.has_gradient) + (None,) * len(traced)
+
+
+def _leaf_index(r: Row, specs: list[Any], name: str) -> int:
+    index = r.arrays.index(name)
+    return len(A.leaves(specs[:index]))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _apply(call: Call, *inputs: Any) -> tuple:
+    return call.forward(*inputs)[0]
+
+
+def _apply_forward(call: Call, *inputs: Any) -> tuple:
+    outputs, residuals = call.forward(*inputs)
+    return outputs, (residuals, inputs[len(call.has_gradient):])
+
+
+def _apply_backward(call: Call, saved: tuple, cotangents: tuple) -> tuple:
+    residuals, traced = saved
+    return call.backward(residuals, tuple(cotangents), traced)
+
+
+_apply.defvjp(_apply_forward, _apply_backward)
+
+
+def _traced_value(name: str, value: Any) -> Any:
+    """A per-call static value (dropout's seed) as a 0-d uint32 array: an int, an integer array or a
+    jax.random key."""
+    if value is None:
+        raise ValueError(f"{name}=None: dnnbind.jax needs an explicit {name} (an int, a 0-d integer array or "
+                         f"a jax.random key): a JAX function has no hidden random state")
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        return jax.random.bits(value, (), jnp.uint32)
+    if isinstance(value, (bool, np.bool_)) or (dtype is not None and not jnp.issubdtype(dtype, jnp.integer)):
+        raise TypeError(f"{name}={value!r} must be an int, a 0-d integer array or a jax.random key")
+    if dtype is None and not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}={value!r} must be an int, a 0-d integer array or a jax.random key")
+    if dtype is None and not 0 <= int(value) < 2**32:
+        raise ValueError(f"{name}={value!r} must be in [0, 2**32)")
+    if getattr(value, "shape", ()) != ():
+        raise ValueError(f"{name} must be 0-d (got shape {value.shape})")
+    return jnp.asarray(value).astype(jnp.uint32)
+
+
+def apply(op: str, *args: Any, **kwargs: Any) -> Any:
+    """Run dnnbind's ``op`` on JAX arrays: the public op's arguments; returns its result (without the
+    pullback: JAX differentiates through the custom_vjp), then the updated copies of the arrays the op
+    updates in place, when given."""
+    r = row(op)
+    bound = r.signature.bind(*args, **kwargs)
+    arrays = [bound.arguments.get(name) for name in r.arrays]
+    rest = {k: v for k, v in bound.arguments.items() if k not in r.arrays and k not in r.traced}
+    traced = tuple(_traced_value(name, bound.arguments.get(name)) for name in r.traced)
+    arrays = _map(jnp.asarray, arrays)
+    call = Call(r, arrays, rest, _platform())
+    results = _apply(call, *A.leaves(arrays), *traced)
+    it = iter(results[:call.counts[0]])
+    outputs = [next(it) if slot else None for slot in call.slots]
+    main = outputs[0] if len(outputs) == 1 else tuple(outputs)
+    updated = tuple(results[call.counts[0]:])
+    return (main, *updated) if updated else main

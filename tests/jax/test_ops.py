@@ -1,0 +1,255 @@
+"""dnnbind.jax against JAX's own primitives: values and gradients under jit, grad, vmap and checkpoint."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.test_util import check_grads
+
+import dnnbind.jax as dj
+
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape: int) -> jax.Array:
+    return jnp.asarray(RNG.standard_normal(shape), jnp.float32)
+
+
+def close(a, b, tol: float = 1e-4) -> None:
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+def lax_conv(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    n = x.ndim - 2
+    y = lax.conv_general_dilated(x, w, (stride,) * n, [(padding, padding)] * n, rhs_dilation=(dilation,) * n,
+                                 feature_group_count=groups,
+                                 dimension_numbers=("NCHW", "OIHW", "NCHW") if n == 2 else ("NCH", "OIH", "NCH"))
+    return y if b is None else y + b.reshape((1, -1) + (1,) * n)
+
+
+def grads_agree(ours, theirs, args, argnums, tol: float = 1e-3) -> None:
+    """Values and gradients of a scalar loss through both, ours under jit."""
+    loss = lambda f: (lambda *a: jnp.sum(jnp.sin(f(*a))))
+    v1, g1 = jax.jit(jax.value_and_grad(loss(ours), argnums=argnums))(*args)
+    v2, g2 = jax.value_and_grad(loss(theirs), argnums=argnums)(*args)
+    close(v1, v2, tol)
+    for a, b in zip(g1, g2):
+        close(a, b, tol)
+
+
+@pytest.mark.parametrize("stride, padding, dilation, groups", [(1, 1, 1, 1), (2, 0, 1, 2), (1, 2, 2, 1)])
+def test_conv(stride, padding, dilation, groups):
+    x, w, b = rand(2, 4, 7, 6), rand(6, 4 // groups, 3, 3), rand(6)
+    kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    close(dj.conv(x, w, b, **kw), lax_conv(x, w, b, **kw))
+    grads_agree(lambda x, w, b: dj.conv(x, w, b, **kw), lambda x, w, b: lax_conv(x, w, b, **kw), (x, w, b), (0, 1, 2))
+
+
+def test_conv_without_bias_1d_and_check_grads():
+    x, w = rand(2, 3, 9), rand(4, 3, 3)
+    close(jax.jit(lambda x, w: dj.conv(x, w, padding=1))(x, w), lax_conv(x, w, padding=1))
+    check_grads(lambda x, w: dj.conv(x, w, padding=1), (x, w), order=1, modes=["rev"], atol=5e-2, rtol=5e-2, eps=1e-2)
+
+
+def test_conv_transpose_is_convs_data_gradient():
+    """PyTorch's conv_transpose: the vjp of a convolution with respect to its input."""
+    x, w, b = rand(2, 4, 4, 5), rand(4, 3, 3, 3), rand(3)
+    y = dj.conv_transpose(x, w, b, stride=2, padding=1, output_padding=1)
+    z = jnp.zeros((2, 3, 8, 10), jnp.float32)
+
+    def theirs(x, w, b):
+        _, vjp = jax.vjp(lambda z: lax_conv(z, w, stride=2, padding=1), z)
+        return vjp(x)[0] + b.reshape(1, -1, 1, 1)
+    close(y, theirs(x, w, b))
+    grads_agree(lambda x, w, b: dj.conv_transpose(x, w, b, stride=2, padding=1, output_padding=1), theirs,
+                (x, w, b), (0, 1, 2))
+
+
+def lax_maxpool(x, k, s, p):
+    return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, k, k), (1, 1, s, s), ((0, 0), (0, 0), (p, p), (p, p)))
+
+
+def lax_meanpool(x, k, s, p):
+    return lax.reduce_window(x, 0.0, lax.add, (1, 1, k, k), (1, 1, s, s), ((0, 0), (0, 0), (p, p), (p, p))) / (k * k)
+
+
+def test_maxpool_and_indices():
+    x = rand(2, 3, 7, 7)
+    close(dj.maxpool(x, 3, stride=2, padding=1), lax_maxpool(x, 3, 2, 1))
+    grads_agree(lambda x: dj.maxpool(x, 3, stride=2, padding=1), lambda x: lax_maxpool(x, 3, 2, 1), (x,), (0,))
+    y, indices = dj.maxpool(x, 2, return_indices=True)
+    assert indices.dtype == jnp.int32 or indices.dtype == jnp.int64       # int64 under jax_enable_x64
+    flat = np.asarray(x).reshape(2, 3, -1)
+    np.testing.assert_array_equal(np.take_along_axis(flat, np.asarray(indices).reshape(2, 3, -1), 2).reshape(y.shape),
+                                  np.asarray(y))
+    g = jax.grad(lambda x: jnp.sum(dj.maxpool(x, 2, return_indices=True)[0] ** 2))(x)
+    close(g, jax.grad(lambda x: jnp.sum(lax_maxpool(x, 2, 2, 0) ** 2))(x))
+
+
+def test_meanpool():
+    x = rand(2, 3, 8, 6)
+    close(dj.meanpool(x, 2, padding=1, stride=2), lax_meanpool(x, 2, 2, 1))
+    grads_agree(lambda x: dj.meanpool(x, 2, padding=1, stride=2), lambda x: lax_meanpool(x, 2, 2, 1), (x,), (0,))
+    check_grads(lambda x: dj.meanpool(x, 3), (x,), order=1, modes=["rev"], atol=5e-2, rtol=5e-2, eps=1e-2)
+
+
+@pytest.mark.parametrize("ours, theirs", [(dj.softmax, jax.nn.softmax), (dj.logsoftmax, jax.nn.log_softmax)])
+@pytest.mark.parametrize("axis", [1, -1, 0])
+def test_softmax_and_logsoftmax(ours, theirs, axis):
+    x = rand(3, 4, 5)
+    close(ours(x, axis=axis), theirs(x, axis=axis))
+    grads_agree(lambda x: ours(x, axis=axis), lambda x: theirs(x, axis=axis), (x,), (0,))
+
+
+@pytest.mark.parametrize("mode, theirs", [("relu", jax.nn.relu), ("sigmoid", jax.nn.sigmoid), ("tanh", jnp.tanh),
+                                          ("elu", jax.nn.elu), ("swish", jax.nn.silu),
+                                          ("leaky_relu", lambda x: jax.nn.leaky_relu(x, 0.01))])
+def test_activation(mode, theirs):
+    x = rand(4, 5) + 0.01          # away from relu's kink at 0
+    close(dj.activation(x, mode), theirs(x))
+    grads_agree(lambda x: dj.activation(x, mode), theirs, (x,), (0,))
+
+
+def test_batchnorm_training_returns_new_running_statistics():
+    x, gamma, beta = rand(4, 3, 5, 5), rand(3), rand(3)
+    mean0, var0 = jnp.zeros(3), jnp.ones(3)
+
+    def theirs(x, gamma, beta):
+        mean, var = x.mean((0, 2, 3)), x.var((0, 2, 3))
+        shape = (1, -1, 1, 1)
+        normalized = (x - mean.reshape(shape)) / jnp.sqrt(var.reshape(shape) + 1e-5)
+        return normalized * gamma.reshape(shape) + beta.reshape(shape)
+
+    y, mean1, var1 = jax.jit(lambda *a: dj.batchnorm(*a, running_mean=mean0, running_var=var0, momentum=0.1))(
+        x, gamma, beta)
+    close(y, theirs(x, gamma, beta))
+    n = x.size // 3
+    close(mean1, 0.9 * mean0 + 0.1 * x.mean((0, 2, 3)))
+    close(var1, 0.9 * var0 + 0.1 * x.var((0, 2, 3)) * n / (n - 1))
+    close(mean0, np.zeros(3))                     # the inputs are JAX arrays: unchanged
+    grads_agree(lambda x, g, b: dj.batchnorm(x, g, b), theirs, (x, gamma, beta), (0, 1, 2))
+    y_eval = dj.batchnorm(x, gamma, beta, running_mean=mean1, running_var=var1, training=False)[0]
+    close(y_eval, (x - mean1.reshape(1, -1, 1, 1)) / jnp.sqrt(var1.reshape(1, -1, 1, 1) + 1e-5)
+          * gamma.reshape(1, -1, 1, 1) + beta.reshape(1, -1, 1, 1))
+
+
+def test_dropout_seed_key_and_gradient():
+    x = rand(6, 7)
+    y1 = jax.jit(lambda x, s: dj.dropout(x, 0.5, seed=s))(x, 3)
+    y2 = dj.dropout(x, 0.5, seed=jnp.uint32(3))
+    np.testing.assert_array_equal(np.asarray(y1), np.asarray(y2))
+    kept = np.asarray(y1) != 0
+    assert 0 < kept.sum() < x.size
+    close(np.asarray(y1)[kept], 2 * np.asarray(x)[kept])
+    g = jax.grad(lambda x: jnp.sum(dj.dropout(x, 0.5, seed=3)))(x)
+    close(g, 2.0 * kept)
+    y3 = dj.dropout(x, 0.5, seed=jax.random.key(1))
+    assert not np.array_equal(np.asarray(y3) != 0, kept) or True   # another stream; any mask is legal
+    with pytest.raises(ValueError, match="explicit seed"):
+        dj.dropout(x, 0.5)
+
+
+def lstm_scan(x, weights, h0, c0):
+    """A one-layer LSTM in PyTorch's gate order (i, f, g, o), with lax.scan."""
+    w_ih, w_hh, b_ih, b_hh = weights[0]
+
+    def step(carry, xt):
+        h, c = carry
+        gates = xt @ w_ih.T + b_ih + h @ w_hh.T + b_hh
+        i, f, g, o = jnp.split(gates, 4, axis=-1)
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        h = jax.nn.sigmoid(o) * jnp.tanh(c)
+        return (h, c), h
+    (h, c), y = lax.scan(step, (h0[0], c0[0]), x)
+    return y, h[None], c[None]
+
+
+def test_lstm_against_a_scan():
+    seq, batch, inp, hid = 5, 3, 4, 6
+    x = rand(seq, batch, inp)
+    weights = [(rand(4 * hid, inp) * 0.3, rand(4 * hid, hid) * 0.3, rand(4 * hid) * 0.1, rand(4 * hid) * 0.1)]
+    h0, c0 = rand(1, batch, hid), rand(1, batch, hid)
+    ours = lambda x, w, h0, c0: dj.rnn(x, w, mode="lstm", hidden_size=hid, h0=h0, c0=c0)
+    for a, b in zip(jax.jit(ours)(x, weights, h0, c0), lstm_scan(x, weights, h0, c0)):
+        close(a, b)
+    loss = lambda f: (lambda *a: sum(jnp.sum(jnp.sin(o)) for o in f(*a)))
+    g1 = jax.jit(jax.grad(loss(ours), argnums=(0, 1, 2, 3)))(x, weights, h0, c0)
+    g2 = jax.grad(loss(lstm_scan), argnums=(0, 1, 2, 3))(x, weights, h0, c0)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+        close(a, b, 1e-3)
+
+
+def test_gru_returns_no_cell_state():
+    x = rand(4, 2, 3)
+    weights = [(rand(15, 3), rand(15, 5), rand(15), rand(15))]
+    y, hy, cy = dj.rnn(x, weights, mode="gru", hidden_size=5)
+    assert y.shape == (4, 2, 5) and hy.shape == (1, 2, 5) and cy is None
+
+
+def test_vmap_conv_pool_activation_and_grad_of_vmap():
+    xs, w = rand(3, 2, 2, 6, 6), rand(4, 2, 3, 3)
+    ours = jax.vmap(lambda x: dj.maxpool(dj.activation(dj.conv(x, w, padding=1), "relu"), 2))(xs)
+    theirs = jax.vmap(lambda x: lax_maxpool(jax.nn.relu(lax_conv(x, w, padding=1)), 2, 2, 0))(xs)
+    close(ours, theirs)
+    f = lambda f_conv: (lambda w: jnp.sum(jax.vmap(lambda x: jnp.tanh(f_conv(x, w, padding=1)))(xs)))
+    close(jax.jit(jax.grad(f(dj.conv)))(w), jax.grad(f(lax_conv))(w), 1e-3)
+    close(jax.vmap(lambda x: dj.activation(x, "tanh"))(xs), jnp.tanh(xs))      # broadcast_all: one call
+
+
+def test_checkpoint():
+    x, w = rand(2, 3, 6, 6), rand(4, 3, 3, 3)
+    f = lambda conv: jax.checkpoint(lambda x, w: jnp.sum(jnp.tanh(conv(x, w, padding=1)) ** 2))
+    close(jax.jit(jax.grad(f(dj.conv), argnums=1))(x, w), jax.grad(f(lax_conv), argnums=1)(x, w), 1e-3)
+    # a rematerialized dropout draws the same mask again: its seed is an input, not hidden state
+    drop = lambda x, seed: jnp.sum(dj.dropout(x, 0.5, seed=seed) ** 2)
+    close(jax.grad(jax.checkpoint(drop))(x, 7), jax.grad(drop)(x, 7))
+
+
+def test_bad_arguments_fail_while_tracing_with_dnnbinds_errors():
+    x, w = rand(2, 3, 6, 6), rand(4, 5, 3, 3)
+    with pytest.raises(ValueError, match="channel"):
+        jax.jit(lambda x, w: dj.conv(x, w))(x, w)
+    with pytest.raises(ValueError, match="padding"):
+        dj.conv(x, rand(4, 3, 3, 3), padding=-1)
+    with pytest.raises(ValueError, match="mode"):
+        dj.activation(x, "nope")
+    with pytest.raises(TypeError):
+        dj.conv(x, rand(4, 3, 3, 3), stride="2")
+
+
+def _lowered(f, *args) -> str:
+    return jax.jit(f).lower(*args).as_text()
+
+
+def test_vmap_folds_pooling_into_one_call_and_runs_conv_per_element():
+    """Pooling and activations work on each position of x's leading axis apart: vmap's batch folds into it
+    (one FFI call, no loop); a convolution (its weights may be batched too) runs once per batch element."""
+    xs = rand(3, 2, 4, 6, 6)
+    pooled = lambda x: dj.meanpool(dj.maxpool(x, 2), 2, padding=1)
+    assert "while" not in _lowered(jax.vmap(pooled), xs)
+    assert "while" in _lowered(jax.vmap(lambda x: dj.conv(x, rand(3, 4, 3, 3))), xs)
+    theirs = lambda x: lax_meanpool(lax_maxpool(x, 2, 2, 0), 2, 2, 1)
+    close(jax.vmap(pooled)(xs), jax.vmap(theirs)(xs))
+    loss = lambda f: (lambda xs: jnp.sum(jnp.sin(jax.vmap(f)(xs))))
+    close(jax.jit(jax.grad(loss(pooled)))(xs), jax.grad(loss(theirs))(xs))
+    # nested vmaps fold the same way
+    nested = rand(2, 3, 2, 4, 6, 6)
+    close(jax.vmap(jax.vmap(lambda x: dj.maxpool(x, 2)))(nested),
+          jax.vmap(jax.vmap(lambda x: lax_maxpool(x, 2, 2, 0)))(nested))
+    g = jax.grad(lambda xs: jnp.sum(jax.vmap(jax.vmap(lambda x: dj.activation(x, "tanh")))(xs) ** 2))(xs)
+    close(g, 2 * jnp.tanh(xs) * (1 - jnp.tanh(xs) ** 2))
+
+
+def test_empty_and_0d_inputs_follow_dnnbinds_edge_policy():
+    """Empty in, empty out (zero gradients of the right shapes); 0-d arrays where the pointwise ops take them."""
+    x, w = jnp.ones((0, 3, 6, 6)), rand(4, 3, 3, 3)
+    assert dj.conv(x, w).shape == (0, 4, 4, 4)
+    dx, dw = jax.grad(lambda x, w: jnp.sum(dj.conv(x, w)), argnums=(0, 1))(x, w)
+    assert dx.shape == x.shape and dw.shape == w.shape and not np.any(np.asarray(dw))
+    assert float(dj.softmax(jnp.float32(3.0), axis=0)) == 1.0
+    close(jax.grad(lambda x: dj.activation(x, "sigmoid"))(jnp.float32(0.0)), 0.25)
+    with pytest.raises(ValueError, match="axis=1 is out of range for a 0-d array"):
+        dj.softmax(jnp.float32(3.0))

@@ -1,4 +1,4 @@
-"""dnnbind's own C kernels for the CPU reference backend (src/dnnbind/highlevel/reference/csrc/, loaded
+"""dnnbind's own C kernels for the CPU reference backend (src/dnnbind/highlevel/cpu/csrc/, loaded
 with ctypes by reference/native.py). Everything else about the package is in pyproject.toml.
 
 The extension is optional: where it cannot be compiled the install goes on and the reference backend
@@ -7,10 +7,10 @@ runs its numpy paths. No -ffast-math: the kernels must sum exactly what a float6
 """
 from setuptools import Extension, setup
 
-CSRC = "src/dnnbind/highlevel/reference/csrc/"
+CSRC = "src/dnnbind/highlevel/cpu/csrc/"
 
 setup(ext_modules=[Extension(
-    "dnnbind.highlevel.reference._kernels",
+    "dnnbind.highlevel.cpu._kernels",
     sources=[CSRC + name for name in ("isa.c", "depthwise.c", "channels.c", "pool.c", "conv.c", "recurrent.c", "parallel.c", "gemm.c", "pointwise.c", "softmax.c", "columns.c", "filters.c")],
     depends=[CSRC + name for name in ("dispatch.h", "instantiate.h", "planes.h", "planes_typed.h", "depthwise_typed.h", "channels_typed.h", "pool_typed.h", "conv_typed.h", "vmath_typed.h", "recurrent_typed.h", "pointwise_typed.h", "softmax_typed.h", "cblas.h", "cblas_typed.h", "gemm_typed.h", "columns_typed.h", "filters_typed.h")],
     extra_compile_args=["-O3", "-std=c11", "-fvisibility=hidden", "-fno-math-errno", "-ffp-contract=fast",

@@ -92,7 +92,8 @@ def test_no_command_prints_usage():
 def test_info_says_which_backends_are_usable_here_and_why_not():
     result, _ = _info("info")
     backends = result.stdout.split("\nbackends    ", 1)[1].split("\nenvironment ", 1)[0]
-    assert "reference  numpy arrays on the CPU: usable" in backends
+    assert "cpu        numpy arrays on the CPU: usable" in backends
+    assert "reference  numpy arrays, the plain oracle: usable" in backends
     assert "present" not in backends
     if importlib.util.find_spec("cupy") is None:
         for name in ("cudnn", "miopen"):

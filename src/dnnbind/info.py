@@ -25,7 +25,8 @@ import dnnbind
 #: (title, generated module, the variable that names the library's path)
 _LIBRARIES = (("cuDNN", "dnnbind.gen.cudnn", "DNNBIND_CUDNN_LIBRARY"),
               ("MIOpen", "dnnbind.gen.miopen", "DNNBIND_MIOPEN_LIBRARY"))
-_BACKENDS = (("reference", "numpy arrays on the CPU"), ("cudnn", "CuPy arrays on CUDA"),
+_BACKENDS = (("cpu", "numpy arrays on the CPU"), ("reference", "numpy arrays, the plain oracle"),
+             ("cudnn", "CuPy arrays on CUDA"),
              ("miopen", "CuPy arrays on ROCm"))
 _WIDTH = 12
 
@@ -173,12 +174,12 @@ def backend_lines(devices: Devices | None = None, loadable: dict[str, bool] | No
 
 
 def kernel_lines() -> list[str]:
-    """dnnbind's own C kernels of the reference backend (reference/native.py): built or not, and for
+    """dnnbind's own C kernels of the cpu backend (cpu/native.py): built or not, and for
     which instruction set. Found and asked without importing numpy."""
-    directory = os.path.join(os.path.dirname(dnnbind.__file__), "highlevel", "reference")
+    directory = os.path.join(os.path.dirname(dnnbind.__file__), "highlevel", "cpu")
     spec = importlib.machinery.PathFinder.find_spec("_kernels", [directory])
     if spec is None or spec.origin is None:
-        return ["not built (the reference backend runs numpy alone; pip install dnnbind builds them with a C compiler)"]
+        return ["not built (the cpu backend runs numpy alone; pip install dnnbind builds them with a C compiler)"]
     if os.environ.get("DNNBIND_NATIVE", "").strip() == "0":
         return [f"turned off by DNNBIND_NATIVE=0 ({spec.origin})"]
     isa_name = ctypes.CDLL(spec.origin).dnnbind_isa_name

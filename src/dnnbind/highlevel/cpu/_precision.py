@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dnnbind.highlevel.dims import check_dtype, check_shape
+from dnnbind.highlevel.reference._arrays import cotangent  # noqa: F401  (the one check, re-exported)
 from dnnbind.highlevel.residual import passes_when
 
 _FLOAT32 = np.dtype(np.float32)
@@ -49,15 +49,6 @@ def private(array: np.ndarray, *sources: Any) -> np.ndarray:
     if any(s is not None and np.may_share_memory(array, s) for s in sources):
         return array.copy()
     return array
-
-
-def cotangent(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """Check a pullback argument (an array of the result's shape) and return it in ``dtype``."""
-    if not isinstance(value, np.ndarray):
-        raise TypeError(f"{name} must be a numpy array, not {type(value).__name__}")
-    check_dtype(name, value.dtype)
-    check_shape(name, value.shape, shape, "the shape of the forward result")
-    return value.astype(dtype, copy=False)
 
 
 def half_forward(forward: Callable[..., Any], inplace: tuple[int, ...] = ()) -> Callable[..., Any]:

@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 LIBS ?= cudnn miopen
+# the tests run a second time without the compiled parts (DNNBIND_NATIVE=0): those of the code with a
+# pure-Python path beside a compiled one (the cpu backend, the wrappers' value check, the plan key)
+NO_NATIVE_TESTS ?= tests/highlevel/cpu tests/runtime/test_checks.py tests/highlevel/test_plans.py
 # the PyTorch the test suite runs against (the public torch extra allows the tested range)
 TORCH_ORACLE ?= torch==2.13.0
 # the cuDNN library wheel, pinned by version and sha256 in generator/headers.json (pip --require-hashes)
@@ -22,11 +25,13 @@ setup: venv headers  ## virtual environment, pinned dependencies, vendor headers
 	$(PY) -m pip install --no-deps --no-index --find-links .cache/wheels --require-hashes -r .cache/cudnn-requirement.txt
 	@$(PY) -c "import dnnbind.gen.cudnn as c; print('cuDNN library:', c.library_path(), c.library_version())"
 
-venv:  ## create .venv and install dnnbind with its dev and torch extras (part of setup)
+venv:  ## create .venv; install dnnbind (editable) with its dev and torch extras, and dnnbind-native (part of setup)
 	@echo "==> setup 1/3: .venv with dnnbind, its dev tools and CPU PyTorch (1.1 GB in .venv)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar on -e ".[dev,torch]" "$(TORCH_ORACLE)"
+	@echo "==> setup 1/3: dnnbind-native, dnnbind's optional compiled parts (native/; needs a C compiler)"
+	$(PY) -m pip install --progress-bar on ./native
 
 headers:  ## download the pinned vendor headers into .cache/ (git-ignored)
 	@echo "==> setup 2/3 (make headers): cuDNN wheels from PyPI (520 MB), MIOpen's Debian packages (290 MB, 1.1 GB unpacked)"
@@ -41,11 +46,13 @@ check-generated:  ## fail when a committed generated module differs from a fresh
 report:  ## print the generator's counts without writing anything
 	$(PY) -m generator report $(LIBS)
 
-test: check-generated  ## the CPU test suite (no GPU needed)
+test: check-generated  ## the CPU test suite (no GPU needed), with and without the compiled parts
 	$(PY) -m pytest -q -m "not gpu and not slow"
+	DNNBIND_NATIVE=0 $(PY) -m pytest -q -m "not gpu and not slow" $(NO_NATIVE_TESTS)
 
-test-all: check-generated  ## the CPU test suite including the slow tests
+test-all: check-generated  ## the CPU test suite including the slow tests, with and without the compiled parts
 	$(PY) -m pytest -q -m "not gpu"
+	DNNBIND_NATIVE=0 $(PY) -m pytest -q -m "not gpu" $(NO_NATIVE_TESTS)
 
 test-versions:  ## slow: cuDNN 8.9/9.1 and Debian experimental's MIOpen vs the pins (first run downloads ~1.7 GB into .cache/)
 	$(PY) -m pytest -q -m slow tests/generator/test_versions.py tests/generator/test_header_moved.py
@@ -60,4 +67,4 @@ gpu-check:  ## GPU tests (pytest -m gpu) and GPU benchmarks on the machine's pyt
 	PYTHONPATH=src $(PYTHON) bench/gpu_check.py
 
 clean:  ## delete .cache/ and .venv (the next setup downloads everything again)
-	rm -rf .cache $(VENV) build *.egg-info
+	rm -rf .cache $(VENV) build *.egg-info native/build

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from dnnbind.highlevel.cpu import conv_paths, native
+from native_parts import require
 
 
 @pytest.fixture(params=["native", "numpy"])
@@ -12,9 +13,9 @@ def kernels(request, monkeypatch):
     tests' small problems too, which it leaves to BLAS in use; every product on dnnbind's own, whatever
     this machine's BLAS) and once on the numpy paths alone (products on numpy's BLAS). The C kernels are
     part of the development install (make setup builds them), so their absence fails here instead of
-    skipping."""
+    skipping, unless DNNBIND_NATIVE=0 turns them off (then the native runs skip)."""
     if request.param == "native":
-        assert native.library() is not None, "the C kernels are not built: run make setup (pip install -e .)"
+        require(native.library() is not None, "dnnbind_native._kernels (the C kernels)")
         monkeypatch.setattr(conv_paths, "DIRECT_MIN_MACS", 0)
         use_packed_gemm(monkeypatch, True)
     else:
@@ -25,6 +26,8 @@ def kernels(request, monkeypatch):
 @pytest.fixture(params=["packed", "blas"])
 def products(request, monkeypatch):
     """Run the test once with every product on dnnbind's own (native.packed_product) and once on numpy's BLAS."""
+    if request.param == "packed":
+        require(native.library() is not None, "dnnbind_native._kernels (the C kernels)")
     use_packed_gemm(monkeypatch, request.param == "packed")
     return request.param
 

@@ -17,6 +17,7 @@ from ..torch_oracle import torch_pad
 import dnnbind.highlevel.cpu as cpu_backend
 from dnnbind.highlevel.cpu import native as ref_native
 from .conftest import use_packed_gemm
+from native_parts import require
 ref_conv = importlib.import_module("dnnbind.highlevel.cpu.conv")
 
 X33 = np.arange(1.0, 10.0).reshape(1, 1, 3, 3)
@@ -166,6 +167,8 @@ def test_threaded_and_serial_agree(rng, x_shape, w_shape, groups, stride):
 @pytest.mark.parametrize("packed", [False, True])
 def test_thread_rule_follows_blas_threads(monkeypatch, packed):
     """im2col's products split over the pool where numpy's BLAS is single-threaded, or not used."""
+    if packed:
+        require(ref_native.library() is not None, "dnnbind_native._kernels (the C kernels)")
     use_packed_gemm(monkeypatch, packed)
     big = ConvDims((8, 64, 56, 56), (64, 64, 3, 3), padding=1)
     small = ConvDims((2, 20, 28, 28), (15, 20, 3, 3))

@@ -378,7 +378,11 @@ def test_a_tiny_problem_is_left_to_blas():
 def test_filter_gradients_left_to_the_products_go_side_by_side_with_the_own_product(monkeypatch, packed):
     """Where dnnbind's own product runs, a filter gradient of a small plane takes Folded's one product
     over every sample (one sample too, at stride 1 as well); else (and on larger planes) the BLAS path."""
+    from native_parts import require
+
     from .conftest import use_packed_gemm
+    if packed:
+        require(native.library() is not None, "dnnbind_native._kernels (the C kernels)")
     use_packed_gemm(monkeypatch, packed)
     for small in (ConvDims((8, 128, 28, 28), (256, 128, 3, 3), stride=2, padding=1),       # 14 x 14 outputs
                   ConvDims((1, 128, 28, 28), (256, 128, 3, 3), stride=2, padding=1),       # one sample

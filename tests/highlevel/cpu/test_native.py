@@ -10,12 +10,14 @@ import sys
 
 import numpy as np
 import pytest
+from native_parts import needs_native
 
 from dnnbind.highlevel.dims import ConvDims, PoolDims
 from dnnbind.highlevel.gpu.window_max import first_in_x
 from dnnbind.highlevel.cpu import native
 
 torch = pytest.importorskip("torch")
+pytestmark = needs_native          # the C kernels themselves: skipped when DNNBIND_NATIVE=0 turns them off
 F = torch.nn.functional
 
 

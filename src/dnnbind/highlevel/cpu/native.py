@@ -1,12 +1,13 @@
 """dnnbind's own C kernels (``csrc/``), for the problems numpy can only run at memory speed.
 
-They are compiled when dnnbind is installed, into the extension file ``_kernels`` next to this module
-(on x86-64 with GCC each kernel three times: for AVX-512, for AVX2 with FMA and for any x86-64; the
-library says which of them this CPU runs, :func:`isa`), and loaded here with ctypes. A call split over
-the cores runs on the kernels' own thread pool (csrc/parallel.c, through :func:`_launch`), whose
-workers spin briefly between calls instead of sleeping. The build is optional: without a compiler the
-install goes on, :func:`available` is False and the cpu backend runs its numpy paths, which
-compute the same sums. ``DNNBIND_NATIVE=0`` turns the kernels off (to compare the two).
+They ship in the optional, separately built package dnnbind-native (``native/``; ``csrc/`` below is its
+``src/dnnbind_native/csrc/kernels/``), as the library ``dnnbind_native._kernels`` (on x86-64 with GCC each
+kernel three times: for AVX-512, for AVX2 with FMA and for any x86-64; the library says which of them
+this CPU runs, :func:`isa`), found by :mod:`dnnbind.compiled` and loaded here with ctypes. A call split
+over the cores runs on the kernels' own thread pool (csrc/parallel.c, through :func:`_launch`), whose
+workers spin briefly between calls instead of sleeping. Without the package :func:`available` is False
+and the cpu backend runs its numpy paths, which compute the same sums. ``DNNBIND_NATIVE=0`` turns the
+kernels off (to compare the two).
 
 The kernels trust their arguments, so every array is checked here against the problem (dtype,
 C order, shape) before its address reaches C.
@@ -15,16 +16,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.machinery
 import math
 import os
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dnnbind import compiled
 from dnnbind.highlevel.dims import ConvDims, PoolDims
 from dnnbind.highlevel.cpu._blas import loaded_libraries, openblas
 from dnnbind.highlevel.cpu._threads import blas_single_threaded, one_blas_thread, split, workers
@@ -59,18 +59,16 @@ class PackedGemmJob(ctypes.Structure):
                 ("by_rows", ctypes.c_int64)]
 
 
-def library_path(directory: str | Path = Path(__file__).resolve().parent) -> str | None:
-    """Where the kernels' library lies (the extension file ``_kernels`` in ``directory``), or None.
-    Found as the import system would find it, without importing it (it is no Python module)."""
-    spec = importlib.machinery.PathFinder.find_spec("_kernels", [str(directory)])
-    return spec.origin if spec is not None else None
+def library_path() -> str | None:
+    """Where the kernels' library lies (``dnnbind_native._kernels``), or None: the package is absent or
+    DNNBIND_NATIVE=0. Found as the import system would find it, without importing it (it is no Python
+    module)."""
+    return compiled.library_path("_kernels")
 
 
 @functools.lru_cache(maxsize=1)
 def library() -> ctypes.CDLL | None:
-    """The kernels' library, or None (not built, or turned off by DNNBIND_NATIVE=0)."""
-    if os.environ.get("DNNBIND_NATIVE", "").strip() == "0":
-        return None
+    """The kernels' library, or None (dnnbind-native not installed, or turned off by DNNBIND_NATIVE=0)."""
     path = library_path()
     if path is None:
         return None

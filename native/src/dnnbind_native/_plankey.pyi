@@ -1,4 +1,4 @@
-"""Type stub of the optional C extension built from csrc/plankey.c (see plans.py)."""
+"""Type stub of dnnbind_native._plankey, built from csrc/plankey.c (used by dnnbind.highlevel.plans)."""
 from typing import Any, Callable
 
 def key(op: str, arrays: tuple, arguments: tuple) -> tuple: ...

@@ -60,7 +60,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import dnnbind
+import dnnbind.highlevel.cpu
 from dnnbind.highlevel.dims import ConvDims
+
+# the benchmarks measure the cpu backend as a training loop that opts in to glibc's heap padding would run it
+# (dnnbind never sets it by itself: see dnnbind/highlevel/cpu/_heap.py for its measured effect)
+dnnbind.highlevel.cpu.keep_heap_padding()
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402

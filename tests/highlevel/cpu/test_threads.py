@@ -91,3 +91,49 @@ def test_run_waits_for_every_chunk_and_raises_the_error(failing):
     with pytest.raises(ValueError, match=f"chunk {failing}"):
         _threads.run(task, [(0, 1), (1, 2), (2, 3)])
     assert sorted(done) == [i for i in range(3) if i != failing]      # nothing still running
+
+
+_SETTINGS_CHILD = """
+import json, os, sys
+import numpy as np
+if sys.argv[1] == "torch":
+    import torch
+    import torch._inductor.config    # torch's own compiler modules set their cache directory when imported
+    torch_threads = (torch.get_num_threads(), torch.get_num_interop_threads())
+environ = dict(os.environ)
+from dnnbind.highlevel.cpu._blas import openblas
+blas = openblas()
+before = blas.get_threads() if blas.get_threads is not None else None
+import dnnbind
+if sys.argv[1] == "torch":
+    import dnnbind.torch
+rng = np.random.default_rng(0)
+x, w = rng.standard_normal((8, 64, 28, 28), np.float32), rng.standard_normal((64, 64, 3, 3), np.float32)
+y, pullback = dnnbind.conv(x, w, padding=1)            # big enough for the kernels beside a one-thread BLAS
+pullback(y)
+seq = rng.standard_normal((20, 4, 32), np.float32)
+weights = [(rng.standard_normal((128, 32), np.float32), rng.standard_normal((128, 32), np.float32), None, None)]
+(out, _, _), pullback = dnnbind.rnn(seq, weights, hidden_size=32)    # the LSTM time loop on every core
+pullback(out)
+if sys.argv[1] == "torch":
+    t = torch.from_numpy(x)
+    dnnbind.torch.conv(t, torch.from_numpy(w), padding=1)
+    assert (torch.get_num_threads(), torch.get_num_interop_threads()) == torch_threads
+after = blas.get_threads() if blas.get_threads is not None else None
+print(json.dumps({"before": before, "after": after, "environ": dict(os.environ) == environ}))
+"""
+
+
+@pytest.mark.parametrize("host", ["numpy", "torch"])
+def test_importing_and_running_the_cpu_backend_leaves_other_libraries_thread_settings_alone(host):
+    """numpy's BLAS keeps its thread count (one_blas_thread restores it after each call), torch its thread
+    counts, and the environment is untouched, after dnnbind is imported and its threaded paths have run."""
+    import json
+    import subprocess
+    import sys
+    if host == "torch":
+        pytest.importorskip("torch")
+    done = subprocess.run([sys.executable, "-c", _SETTINGS_CHILD, host], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["before"] == result["after"] and result["environ"], result

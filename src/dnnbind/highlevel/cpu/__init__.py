@@ -29,8 +29,6 @@ from dnnbind.highlevel.cpu import softmax as _softmax
 from dnnbind.highlevel.cpu._heap import keep_heap_padding
 from dnnbind.highlevel.residual import forms
 
-keep_heap_padding()     # see _heap: fresh pages on every call would cost more than many ops' work
-
 # every op in both forms, with the edge policy (0-d and zero-size arrays) applied once
 activation_forward, activation_backward, activation_residuals, activation = forms(
     "activation", _activation.activation_forward, _activation.activation_backward, _activation.activation_residuals)
@@ -53,4 +51,4 @@ conv_transpose_forward, conv_transpose_backward, conv_transpose_residuals, conv_
 rnn_forward, rnn_backward, rnn_residuals, rnn = forms(
     "rnn", _rnn.rnn_forward, _rnn.rnn_backward, _rnn.rnn_residuals)
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
-           "batchnorm", "dropout", "rnn"]
+           "batchnorm", "dropout", "rnn", "keep_heap_padding"]

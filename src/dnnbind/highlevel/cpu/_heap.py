@@ -1,19 +1,20 @@
-"""glibc's heap, kept from handing every freed megabyte back to the kernel.
+"""glibc's heap, kept from handing every freed megabyte back to the kernel: an explicit opt-in.
 
 The cpu backend's ops return fresh arrays of megabytes and free as many a moment later. With
 glibc's defaults the top of the heap is trimmed as soon as it is free and grown again on the next
 call, so every call pays for new pages: measured on a 2-core VM, batch norm's forward and backward on
 a (32, 16, 32, 32) float32 array took 6.8 ms with the defaults and 0.74 ms with 64 MiB of top padding,
 of which 0.3 ms was the work itself; a small CNN's forward and backward went from 21-28 ms to 15.5.
+The settings are the whole process's (one allocator, every library's), so dnnbind never makes them by
+itself: a program that wants them calls ``dnnbind.highlevel.cpu.keep_heap_padding()`` once, early.
 
 Three settings, because setting any of them turns glibc's own adaptive mmap threshold off:
 ``M_TOP_PAD`` keeps (and grows each heap by) :data:`TOP_PAD` bytes of free memory at its top, so a
 workload's steady state reuses its pages; ``M_TRIM_THRESHOLD`` trims only beyond that;
 ``M_MMAP_THRESHOLD`` puts blocks up to :data:`MMAP_THRESHOLD` (the most glibc's adaptive threshold
 ever reaches by itself) on the heap instead of in fresh mappings. At most about TOP_PAD bytes of freed
-memory stay resident. Process-wide (it is one allocator), set once when the cpu backend is
-imported; ``DNNBIND_HEAP_PADDING=0``, or any ``MALLOC_*_`` tuning variable of the user's own, leaves
-glibc as it is, and other C libraries (musl, macOS) are left alone.
+memory stay resident. ``DNNBIND_HEAP_PADDING=0``, or any ``MALLOC_*_`` tuning variable of the user's
+own, makes the call leave glibc as it is, and other C libraries (musl, macOS) are left alone.
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ _applied: bool | None = None
 
 
 def keep_heap_padding() -> bool:
-    """Apply the three settings unless turned off or tuned by the user; whether they are in force."""
+    """Opt in: apply the three settings (process-wide) unless turned off or tuned by the user; whether
+    they are in force. Later calls change nothing and give the first one's answer."""
     global _applied
     if _applied is not None:
         return _applied

@@ -30,7 +30,7 @@ venv:  ## create .venv; install dnnbind (editable) with its dev and torch extras
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar on -e ".[dev,torch]" "$(TORCH_ORACLE)"
-	@echo "==> setup 1/3: dnnbind-native, dnnbind's optional compiled parts (native/; needs a C compiler)"
+	@echo "    and dnnbind-native, dnnbind's optional compiled parts (native/; needs a C compiler)"
 	$(PY) -m pip install --progress-bar on ./native
 
 headers:  ## download the pinned vendor headers into .cache/ (git-ignored)

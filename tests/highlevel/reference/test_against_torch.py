@@ -141,7 +141,8 @@ def _our_gradients(case, grads):
     return grads + [None] * (case.op.startswith("conv") and case.arrays[2] is None)     # no b, no db
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float16, ml_dtypes.bfloat16], ids=["float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, ml_dtypes.bfloat16],
+                         ids=["float64", "float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("case", [c for c in CASES if c.op != "dropout"], ids=[c.id for c in CASES if c.op != "dropout"])
 def test_reference_equals_torch(case, dtype):
     if dtype != np.float64 and case.op == "rnn" and case.kw["layers"] > 1:

@@ -12,8 +12,14 @@ import pytest
 from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.cpu import native
 from dnnbind.highlevel.cpu._threads import split
+from native_parts import require
 
-pytestmark = pytest.mark.skipif(native.library() is None, reason="needs the C kernels (make setup)")
+
+
+@pytest.fixture(autouse=True)
+def _kernels():
+    """The kernels' own thread pool needs the kernels: skipped when DNNBIND_NATIVE=0, missing fails."""
+    require(native.library() is not None, "dnnbind_native._kernels (the C kernels)")
 
 
 _alive: list[np.ndarray] = []

@@ -1,7 +1,9 @@
 """The cpu backend: the fast numpy backend, the default for numpy arrays (C kernels, threads, BLAS).
 
 Its semantics are those of :mod:`dnnbind.highlevel.reference` (the plain oracle), which the tests
-compare it against.
+compare it against. Its C kernels come from the optional package dnnbind-native (:mod:`dnnbind.compiled`);
+without it every op runs its numpy path. :func:`keep_heap_padding` is an opt-in that changes glibc's heap
+settings for the whole process (see ``_heap.py`` for its measured effect); dnnbind never calls it itself.
 
 Each function takes arguments already checked by :mod:`dnnbind.highlevel.ops` and returns
 ``(result, pullback)``. A GPU backend provides the same names with the same signatures:

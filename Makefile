@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 LIBS ?= cudnn miopen xla_ffi
+# the tests run a second time without the compiled parts (DNNBIND_NATIVE=0): those of the code with a
+# pure-Python path beside a compiled one (the cpu backend, the wrappers' value check, the plan key)
+NO_NATIVE_TESTS ?= tests/highlevel/cpu tests/runtime/test_checks.py tests/highlevel/test_plans.py
 # the PyTorch the test suite runs against (the public torch extra allows the tested range)
 TORCH_ORACLE ?= torch==2.13.0
 # the JAX the test suite runs against (the public jax extra allows the tested range)
@@ -29,11 +32,13 @@ deviceless:  ## tests only: libcuda.so.1 (Debian non-free) and cuBLASLt into .ca
 	@echo "==> setup 4/4: libcuda.so.1 and cuBLASLt for building cuDNN plans without a GPU, tests only (450 MB download)"
 	$(PY) -m generator deviceless cudnn
 
-venv:  ## create .venv and install dnnbind with its dev, torch and jax extras (part of setup)
+venv:  ## create .venv; install dnnbind (editable) with its dev, torch and jax extras, and dnnbind-native (part of setup)
 	@echo "==> setup 1/4: .venv with dnnbind, its dev tools, CPU PyTorch and JAX (1.3 GB in .venv)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar on -e ".[dev,torch,jax]" "$(TORCH_ORACLE)" "$(JAX_ORACLE)"
+	@echo "    and dnnbind-native, dnnbind's optional compiled parts (native/; needs a C compiler)"
+	$(PY) -m pip install --progress-bar on ./native
 
 headers:  ## download the pinned vendor headers into .cache/ (git-ignored)
 	@echo "==> setup 2/4 (make headers): cuDNN wheels from PyPI (520 MB), MIOpen's Debian packages (290 MB, 1.1 GB unpacked)"
@@ -48,11 +53,13 @@ check-generated:  ## fail when a committed generated module differs from a fresh
 report:  ## print the generator's counts without writing anything
 	$(PY) -m generator report $(LIBS)
 
-test: check-generated  ## the CPU test suite (no GPU needed)
+test: check-generated  ## the CPU test suite (no GPU needed), with and without the compiled parts
 	$(PY) -m pytest -q -m "not gpu and not slow"
+	DNNBIND_NATIVE=0 $(PY) -m pytest -q -m "not gpu and not slow" $(NO_NATIVE_TESTS)
 
-test-all: check-generated  ## the CPU test suite including the slow tests
+test-all: check-generated  ## the CPU test suite including the slow tests, with and without the compiled parts
 	$(PY) -m pytest -q -m "not gpu"
+	DNNBIND_NATIVE=0 $(PY) -m pytest -q -m "not gpu" $(NO_NATIVE_TESTS)
 
 test-versions:  ## slow: cuDNN 8.9/9.1 and Debian experimental's MIOpen vs the pins (first run downloads ~1.7 GB into .cache/)
 	$(PY) -m pytest -q -m slow tests/generator/test_versions.py tests/generator/test_header_moved.py
@@ -67,4 +74,4 @@ gpu-check:  ## GPU tests (pytest -m gpu) and GPU benchmarks on the machine's pyt
 	PYTHONPATH=src $(PYTHON) bench/gpu_check.py
 
 clean:  ## delete .cache/ and .venv (the next setup downloads everything again)
-	rm -rf .cache $(VENV) build *.egg-info
+	rm -rf .cache $(VENV) build *.egg-info native/build

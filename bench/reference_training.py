@@ -100,7 +100,7 @@ def numpy_cnn_fwd_bwd(features: Any, x: Any) -> Callable[[], None]:
     with ``needs`` (as autograd has dnnbind.torch do)."""
     import numpy as np
     import dnnbind
-    from dnnbind.highlevel import reference
+    from dnnbind.highlevel import cpu as reference  # the cpu backend (the benchmarked one)
     from dnnbind.highlevel.dims import ConvDims
     params = [(c.weight.detach().numpy().copy(), c.bias.detach().numpy().copy(), b.weight.detach().numpy().copy(),
                b.bias.detach().numpy().copy(), b.running_mean.numpy().copy(), b.running_var.numpy().copy())

@@ -2,7 +2,7 @@
 
 Every layer maps ``(x, train)`` to ``(y, pullback)`` like the ops themselves; a layer's pullback returns
 the gradient of its input and leaves its parameters' gradients in ``layer.grads``. Works on numpy
-arrays (reference backend) and CuPy arrays (GPU backends) alike: ``xp`` is numpy or cupy.
+arrays (cpu backend) and CuPy arrays (GPU backends) alike: ``xp`` is numpy or cupy.
 """
 from __future__ import annotations
 

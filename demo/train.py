@@ -1,7 +1,7 @@
 """dnnbind demo: train a small CNN and a small LSTM on synthetic data with dnnbind's high-level ops.
 
 Each model runs on a CUDA GPU when CuPy, a device and a dnnbind GPU backend with its ops are there, else
-on the CPU reference backend. At the end it writes a PNG of the loss curves and a few CNN inputs with
+on the CPU (numpy cpu backend). At the end it writes a PNG of the loss curves and a few CNN inputs with
 their predicted classes (matplotlib needed; without it, it says how to get it).
 Usage: python demo/train.py [--steps N] [--cpu] [--seed S] [--plot PATH | --no-plot]
 """
@@ -35,7 +35,7 @@ LSTM_OPS = ("rnn", "conv", "logsoftmax")
 
 def choose_backend(force_cpu: bool, ops: tuple[str, ...]) -> tuple[ModuleType, str]:
     """(numpy or cupy, where ``ops`` will run): the GPU when it can run them all, else the CPU and why."""
-    cpu = "CPU, numpy reference backend"
+    cpu = "CPU, numpy cpu backend"
     if force_cpu:
         return np, f"{cpu} (--cpu)"
     try:
@@ -117,7 +117,7 @@ def picture(path: Path, results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300, help="training steps per model (default 300)")
-    parser.add_argument("--cpu", action="store_true", help="use the CPU reference backend even with a GPU")
+    parser.add_argument("--cpu", action="store_true", help="use the CPU backend even with a GPU")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT, help=f"the PNG to write (default {DEFAULT_PLOT})")
     parser.add_argument("--no-plot", action="store_true", help="write no picture")

@@ -18,7 +18,7 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def _info(*args: str, **env: str) -> tuple[subprocess.CompletedProcess, float]:
-    child_env = {**os.environ, "PYTHONPATH": SRC, **env}
+    child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p), **env}
     start = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "dnnbind", *args], capture_output=True, text=True,
                             env=child_env, timeout=60)
@@ -92,7 +92,8 @@ def test_no_command_prints_usage():
 def test_info_says_which_backends_are_usable_here_and_why_not():
     result, _ = _info("info")
     backends = result.stdout.split("\nbackends    ", 1)[1].split("\nenvironment ", 1)[0]
-    assert "reference  numpy arrays on the CPU: usable" in backends
+    assert "cpu        numpy arrays on the CPU: usable" in backends
+    assert "reference  numpy arrays, the plain oracle: usable" in backends
     assert "present" not in backends
     if importlib.util.find_spec("cupy") is None:
         for name in ("cudnn", "miopen"):
@@ -133,15 +134,18 @@ def test_loader_errors_name_the_library_once():
     assert "libMIOpen.so.1: libMIOpen.so.1" not in result.stdout
 
 
-def test_info_names_the_c_kernels_and_their_instruction_set():
-    """The development install builds them; info says which instruction set's kernels run, or that
-    DNNBIND_NATIVE=0 turned them off, without importing numpy."""
+def test_info_names_the_compiled_parts_and_the_kernels_instruction_set():
+    """The development install builds dnnbind-native; info says which instruction set's kernels run and
+    which compiled parts are in use, or that DNNBIND_NATIVE=0 turned them off, without importing numpy."""
+    from native_parts import require
+    require(True, "")                                      # skips in the DNNBIND_NATIVE=0 pass
     result, _ = _info("info")
     assert re.search(r"kernels +built, running the (x86-64-v4 \(AVX-512\)|x86-64-v3 \(AVX2, FMA\)|baseline) kernels",
                      result.stdout), result.stdout
-    assert "_kernels" in result.stdout
+    for part in ("_kernels", "_values", "_plankey"):
+        assert re.search(rf"^ +{part}: .*: in use, \S*{part}", result.stdout, re.M), result.stdout
     off, _ = _info("info", DNNBIND_NATIVE="0")
-    assert "kernels     turned off by DNNBIND_NATIVE=0" in off.stdout
+    assert "kernels     turned off by DNNBIND_NATIVE=0 (dnnbind-native in " in off.stdout
 
 
 def test_info_says_whether_plans_build_without_a_gpu_and_why_not():
@@ -159,3 +163,18 @@ def test_info_says_whether_plans_build_without_a_gpu_and_why_not():
     assert "Fix: pip install nvidia-cublas (CUDA 13)" in out
     result, _ = _info("info", DNNBIND_CUDNN_LIBRARY="/nonexistent/libcudnn.so.9")
     assert "deviceless plans: no (the cuDNN library does not load)" in result.stdout
+
+
+def test_info_says_when_the_compiled_parts_are_not_installed():
+    from dnnbind.info import kernel_lines
+    import dnnbind.compiled as compiled
+    saved = sys.modules.get("dnnbind_native", False)
+    sys.modules["dnnbind_native"] = None                   # as if dnnbind-native were not installed
+    try:
+        assert compiled.package_directory() is None
+        assert kernel_lines()[0].startswith("not installed: the pure-Python paths run (pip install ./native")
+    finally:
+        if saved is False:
+            del sys.modules["dnnbind_native"]
+        else:
+            sys.modules["dnnbind_native"] = saved

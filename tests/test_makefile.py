@@ -54,3 +54,12 @@ def test_setup_shows_progress_for_each_long_step():
     install = next(line for line in setup.splitlines() if '-e ".[dev,torch,jax]"' in line)
     assert "--progress-bar on" in install and '"torch==2.13.0"' in install and '"jax[cpu]==0.10.2"' in install
     assert "--quiet" not in install
+
+
+def test_setup_installs_the_compiled_parts_and_test_runs_without_them_too():
+    """make setup installs dnnbind-native beside dnnbind; make test runs the tests of the code with a compiled
+    and a pure-Python path a second time with DNNBIND_NATIVE=0 (the cpu backend's among them)."""
+    assert "-m pip install --progress-bar on ./native" in _make("-n", "setup").stdout
+    runs = [line for line in _make("-n", "test").stdout.splitlines() if "-m pytest" in line]
+    assert len(runs) == 2 and "DNNBIND_NATIVE" not in runs[0]
+    assert runs[1].startswith("DNNBIND_NATIVE=0 ") and "tests/highlevel/cpu" in runs[1]

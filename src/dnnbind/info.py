@@ -21,11 +21,13 @@ from types import ModuleType
 from typing import Callable
 
 import dnnbind
+from dnnbind import compiled
 
 #: (title, generated module, the variable that names the library's path)
 _LIBRARIES = (("cuDNN", "dnnbind.gen.cudnn", "DNNBIND_CUDNN_LIBRARY"),
               ("MIOpen", "dnnbind.gen.miopen", "DNNBIND_MIOPEN_LIBRARY"))
-_BACKENDS = (("reference", "numpy arrays on the CPU"), ("cudnn", "CuPy arrays on CUDA"),
+_BACKENDS = (("cpu", "numpy arrays on the CPU"), ("reference", "numpy arrays, the plain oracle"),
+             ("cudnn", "CuPy arrays on CUDA"),
              ("miopen", "CuPy arrays on ROCm"))
 _WIDTH = 12
 
@@ -173,17 +175,27 @@ def backend_lines(devices: Devices | None = None, loadable: dict[str, bool] | No
 
 
 def kernel_lines() -> list[str]:
-    """dnnbind's own C kernels of the reference backend (reference/native.py): built or not, and for
-    which instruction set. Found and asked without importing numpy."""
-    directory = os.path.join(os.path.dirname(dnnbind.__file__), "highlevel", "reference")
-    spec = importlib.machinery.PathFinder.find_spec("_kernels", [directory])
-    if spec is None or spec.origin is None:
-        return ["not built (the reference backend runs numpy alone; pip install dnnbind builds them with a C compiler)"]
-    if os.environ.get("DNNBIND_NATIVE", "").strip() == "0":
-        return [f"turned off by DNNBIND_NATIVE=0 ({spec.origin})"]
-    isa_name = ctypes.CDLL(spec.origin).dnnbind_isa_name
-    isa_name.restype = ctypes.c_char_p
-    return [f"built, running the {isa_name().decode()} kernels", f"  {spec.origin}"]
+    """dnnbind's optional compiled parts (the package dnnbind-native, :mod:`dnnbind.compiled`): installed or
+    not, turned off or not, which instruction set's C kernels run, and each part's file. Found and asked
+    without importing numpy."""
+    directory = compiled.package_directory()
+    if directory is None:
+        return ["not installed: the pure-Python paths run (pip install ./native from a source checkout "
+                "builds dnnbind-native, see native/README.md)"]
+    if compiled.disabled():
+        return [f"turned off by DNNBIND_NATIVE=0 (dnnbind-native in {directory})"]
+    kernels = compiled.location("_kernels")
+    if kernels is None:
+        lines = ["dnnbind-native without its C kernels: the cpu backend runs numpy alone"]
+    else:
+        isa_name = ctypes.CDLL(kernels).dnnbind_isa_name
+        isa_name.restype = ctypes.c_char_p
+        lines = [f"built, running the {isa_name().decode()} kernels (dnnbind-native)"]
+    for part, what in compiled.PARTS.items():
+        path = compiled.location(part)
+        in_use = path is not None and (part == "_kernels" or compiled.module(part) is not None)
+        lines.append(f"  {part}: {what}: " + (f"in use, {path}" if in_use else "not usable here"))
+    return lines
 
 
 def deviceless_lines(cudnn_loads: bool) -> list[str]:

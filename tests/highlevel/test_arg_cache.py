@@ -10,8 +10,8 @@ import dnnbind
 from dnnbind.highlevel import arg_cache, dispatch
 from dnnbind.highlevel.dims import ConvDims
 
-import dnnbind.highlevel.reference as reference_backend
-ref_conv = importlib.import_module("dnnbind.highlevel.reference.conv")
+import dnnbind.highlevel.cpu as cpu_backend
+ref_conv = importlib.import_module("dnnbind.highlevel.cpu.conv")
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +90,7 @@ def test_the_cache_is_bounded(monkeypatch, rng):
 
 def test_dispatch_of_numpy_arrays_is_one_lookup():
     x = np.zeros((1, 1, 3, 3))
-    reference = importlib.import_module("dnnbind.highlevel.reference")
+    reference = importlib.import_module("dnnbind.highlevel.cpu")
     assert dispatch.backend_op("conv", x=x, w=x, b=None) is reference.conv
     sub = np.ma.masked_array(x)     # a subclass takes the full check
     assert dispatch.backend_op("conv", x=sub, w=x) is reference.conv
@@ -115,12 +115,12 @@ def test_gathered_columns_equal_strided_windows(monkeypatch, rng, x_shape, w_sha
     x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
     dims = ConvDims(x_shape, w_shape, **kwargs)
     assert ref_conv.layout(dims, x.dtype, False).gather is not None
-    y, pullback = reference_backend.conv(x, w, None, dims, threaded=False)
+    y, pullback = cpu_backend.conv(x, w, None, dims, threaded=False)
     grads = pullback(np.cos(y))
     monkeypatch.setattr(ref_conv, "GATHER_MAX_ELEMENTS", 0)
     ref_conv.layout.cache_clear()
     assert ref_conv.layout(dims, x.dtype, False).gather is None
-    y2, pullback2 = reference_backend.conv(x, w, None, dims, threaded=False)
+    y2, pullback2 = cpu_backend.conv(x, w, None, dims, threaded=False)
     np.testing.assert_array_equal(y, y2)
     for a, b in zip(grads, pullback2(np.cos(y2))):
         np.testing.assert_array_equal(a, b)
@@ -137,8 +137,8 @@ def test_cupy_arrays_take_the_type_fast_path_once_learnt(monkeypatch):
 
     FakeCupyArray.__module__ = "cupy._core.core"
     monkeypatch.setattr(dispatch, "_cupy_types", {})
-    monkeypatch.setitem(dispatch.BACKENDS, "cudnn", "dnnbind.highlevel.reference")   # any module with a conv
-    reference = importlib.import_module("dnnbind.highlevel.reference")
+    monkeypatch.setitem(dispatch.BACKENDS, "cudnn", "dnnbind.highlevel.cpu")   # any module with a conv
+    reference = importlib.import_module("dnnbind.highlevel.cpu")
     a = FakeCupyArray()
     assert dispatch.backend_op("conv", x=a, w=a, b=None) is reference.conv
     assert dispatch._cupy_types == {FakeCupyArray: "cudnn"}

@@ -39,21 +39,29 @@ class CupyLike(DeviceArray):
 CupyLike.__module__ = "cupy._core.core"
 
 
-def test_numpy_arrays_run_on_the_reference_backend():
+def test_numpy_arrays_run_on_the_cpu_backend():
     x = np.zeros((1, 1, 3, 3))
-    assert dispatch.select(x=x, w=x, b=None) == "reference"
+    assert dispatch.select(x=x, w=x, b=None) == "cpu"
+    cpu = importlib.import_module("dnnbind.highlevel.cpu")
+    assert dispatch.load_backend("cpu") is cpu
+    assert dispatch.backend_op("conv", x=x, w=x) is cpu.conv
+
+
+def test_the_reference_backend_runs_on_request():
     reference = importlib.import_module("dnnbind.highlevel.reference")
     assert dispatch.load_backend("reference") is reference
-    assert dispatch.backend_op("conv", x=x, w=x) is reference.conv
+    assert dispatch.backend_function("reference", "conv") is reference.conv
 
 
 def test_registry_names_the_backend_modules():
-    assert dispatch.BACKENDS == {"reference": "dnnbind.highlevel.reference", "cudnn": "dnnbind.highlevel.cudnn",
+    assert dispatch.BACKENDS == {"cpu": "dnnbind.highlevel.cpu", "reference": "dnnbind.highlevel.reference",
+                                 "cudnn": "dnnbind.highlevel.cudnn",
                                  "miopen": "dnnbind.highlevel.miopen"}
 
 
-def test_reference_backend_provides_every_op():
-    backend = dispatch.load_backend("reference")
+@pytest.mark.parametrize("name", ["cpu", "reference"])
+def test_numpy_backends_provide_every_op(name):
+    backend = dispatch.load_backend(name)
     for name in OPS:
         assert callable(getattr(backend, name)), name
 
@@ -177,6 +185,6 @@ def test_torch_tensors_get_advice():
 
 def test_none_arguments_are_ignored():
     x = np.zeros((1, 1, 3, 3))
-    assert dispatch.select(x=x, b=None, h0=None) == "reference"
+    assert dispatch.select(x=x, b=None, h0=None) == "cpu"
     with pytest.raises(TypeError, match="no array arguments"):
         dispatch.select(b=None)

@@ -208,7 +208,7 @@ def _ops_for_saving():
         "conv": (lambda: [_a(2, 3, 6, 6), _a(4, 3, 3, 3), _a(4)], lambda a: dnnbind.conv(*a)),
         "conv_big": (lambda: [_a(8, 16, 40, 40), _a(16, 16, 3, 3)], lambda a: dnnbind.conv(*a)),
         "conv_transpose": (lambda: [_a(2, 3, 5, 5), _a(3, 4, 3, 3)], lambda a: dnnbind.conv_transpose(*a)),
-        # the reference's special paths (1x1 as a plain product, depthwise by blocks) follow the rule too
+        # the cpu backend's special paths (1x1 as a plain product, depthwise by blocks) follow the rule too
         "conv_1x1": (lambda: [_a(2, 3, 6, 6), _a(4, 3, 1, 1)], lambda a: dnnbind.conv(*a)),
         "conv_depthwise": (lambda: [_a(2, 4, 6, 6), _a(4, 1, 3, 3)], lambda a: dnnbind.conv(*a, padding=1, groups=4)),
         "conv_transpose_1x1": (lambda: [_a(2, 3, 5, 5), _a(3, 4, 1, 1)], lambda a: dnnbind.conv_transpose(*a)),
@@ -251,7 +251,7 @@ def test_changing_inputs_or_results_after_the_forward_leaves_the_pullback_alone(
 # ---------------------------------------------------------------------------------------------- every backend
 
 
-@pytest.mark.parametrize("backend", ["reference", "cudnn", "miopen"])
+@pytest.mark.parametrize("backend", ["cpu", "reference", "cudnn", "miopen"])
 def test_every_backend_op_is_guarded_by_the_edge_policy(backend):
     """Direct backend calls follow the policy too: every op of every backend is wrapped by edges.guard."""
     from dnnbind.highlevel.dispatch import load_backend
@@ -260,8 +260,10 @@ def test_every_backend_op_is_guarded_by_the_edge_policy(backend):
     assert {op: getattr(getattr(module, op), "edge_policy", None) for op in RULES} == {op: op for op in RULES}
 
 
-def test_direct_reference_calls_follow_the_policy():
-    from dnnbind.highlevel import reference
+@pytest.mark.parametrize("name", ["cpu", "reference"])
+def test_direct_numpy_backend_calls_follow_the_policy(name):
+    from dnnbind.highlevel.dispatch import load_backend
+    reference = load_backend(name)
     from dnnbind.highlevel.dims import ConvDims, PoolDims
     x, w = np.zeros((0, 3, 5, 5)), np.ones((4, 3, 3, 3))
     y, pullback = reference.conv(x, w, None, ConvDims(x.shape, w.shape))
@@ -276,7 +278,7 @@ def test_direct_reference_calls_follow_the_policy():
 
 def test_the_memory_check_compares_with_what_is_available():
     from dnnbind.highlevel.dims import ConvDims
-    from dnnbind.highlevel.reference import _memory
+    from dnnbind.highlevel.cpu import _memory
     assert 0 < _memory.available_bytes()
     big = ConvDims((1, 1, 20000, 20000), (1, 1, 3, 3))          # about 4.5 GiB in float32
     need = big.working_bytes(4)

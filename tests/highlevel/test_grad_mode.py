@@ -11,7 +11,7 @@ import dnnbind
 from dnnbind.highlevel import grad_mode
 from dnnbind.highlevel.dims import ConvDims
 
-reference_conv = importlib.import_module("dnnbind.highlevel.reference.conv")
+reference_conv = importlib.import_module("dnnbind.highlevel.cpu.conv")
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((2, 6, 9, 9), dtype=np.float32)
 CASES = {
@@ -43,7 +43,7 @@ def test_results_equal_and_the_pullback_refuses(name):
     pullback(np.ones_like(first))                # outside the block the pullback runs
 
 
-def test_the_reference_convolution_keeps_no_copy_of_x():
+def test_the_cpu_convolution_keeps_no_copy_of_x():
     w = RNG.standard_normal((6, 1, 3, 3), dtype=np.float32)
     dims = ConvDims(X.shape, w.shape, padding=1, groups=6, dtype=X.dtype)
     _, saved = reference_conv.conv_forward(X, w, None, dims)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from dnnbind.highlevel import plans
+from native_parts import require
 
 
 class _DeviceArray:
@@ -29,7 +30,7 @@ CALLS = [
 
 
 def test_the_c_key_is_built():
-    assert plans._key is not plans._python_key, "the plan key extension is not built: run make setup"
+    require(plans._key is not plans._python_key, "dnnbind_native._plankey (the plan key)")
 
 
 @pytest.mark.parametrize("op, arrays, arguments", CALLS)
@@ -51,10 +52,14 @@ def test_what_is_not_an_array_fails_as_in_python():
             key("conv", ([1, 2], None), ())
         with pytest.raises(AttributeError):
             key("conv", (object(),), ())
-    with pytest.raises(TypeError, match="arrays and arguments are tuples"):
-        plans._key("conv", [np.zeros(1)], ())
     assert plans.find("conv", ([1, 2], None, None), (1, 0, 1, 1, False)) is None
     assert plans.find("conv", (np.zeros((1, 1, 3, 3)), np.zeros((1, 1, 1, 1)), None), ([1], 0, 1, 1, False)) is None
+
+
+def test_the_c_key_refuses_arrays_and_arguments_that_are_not_tuples():
+    require(plans._key is not plans._python_key, "dnnbind_native._plankey (the plan key)")
+    with pytest.raises(TypeError, match="arrays and arguments are tuples"):
+        plans._key("conv", [np.zeros(1)], ())
 
 
 def test_the_c_lookup_finds_what_the_python_lookup_finds(rng):
@@ -62,7 +67,7 @@ def test_the_c_lookup_finds_what_the_python_lookup_finds(rng):
     bools must not meet ints, zero floats of either sign (kept under their tagged key: both find None
     and the checked path finds the plan), non-arrays and unhashable arguments."""
     import dnnbind
-    assert plans.find is not plans._python_find
+    require(plans.find is not plans._python_find, "dnnbind_native._plankey (the plan key)")
     x, w = rng.standard_normal((1, 2, 5, 5)), rng.standard_normal((3, 2, 3, 3))
     dnnbind.conv(x, w, padding=(1, 1))
     dnnbind.activation(x, "leaky_relu", alpha=-0.0)

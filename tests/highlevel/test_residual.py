@@ -1,10 +1,11 @@
-"""The residual form on the reference backend: NAME_residuals describes exactly what NAME_forward saves,
+"""The residual form on the numpy backends (cpu and reference): NAME_residuals describes exactly what NAME_forward saves,
 the backward leaves the residuals alone and equals the pullback form, on ordinary, half, 0-d and empty calls."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import dnnbind.highlevel.cpu as cpu
 import dnnbind.highlevel.reference as reference
 from dnnbind.highlevel.dims import ConvDims, PoolDims
 from dnnbind.highlevel.residual import FORMS, ArraySpec
@@ -74,11 +75,12 @@ def _cases():
 CASES = list(_cases())
 
 
+@pytest.mark.parametrize("backend", [cpu, reference], ids=["cpu", "reference"])
 @pytest.mark.parametrize("op,arrays,static", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
-def test_residuals_describe_what_forward_saves_and_backward_leaves_them(op, arrays, static):
-    forward = getattr(reference, f"{op}_forward")
-    backward = getattr(reference, f"{op}_backward")
-    spec = getattr(reference, f"{op}_residuals")(*_spec(arrays), *static)
+def test_residuals_describe_what_forward_saves_and_backward_leaves_them(op, arrays, static, backend):
+    forward = getattr(backend, f"{op}_forward")
+    backward = getattr(backend, f"{op}_backward")
+    spec = getattr(backend, f"{op}_residuals")(*_spec(arrays), *static)
     result, saved = forward(*arrays, *static)
     assert all(isinstance(r, np.ndarray) for r in saved)
     assert [(tuple(r.shape), np.dtype(r.dtype)) for r in saved] == [(s.shape, np.dtype(s.dtype)) for s in spec]
@@ -92,7 +94,7 @@ def test_residuals_describe_what_forward_saves_and_backward_leaves_them(op, arra
     second = backward(saved, (dy,), *static)
     for r, b in zip(saved, before):
         np.testing.assert_array_equal(r, b)
-    _, pullback = getattr(reference, op)(*arrays, *static)
+    _, pullback = getattr(backend, op)(*arrays, *static)
     third = pullback(dy)
     flat = lambda g: [a for a in (g if isinstance(g, tuple) else (g,)) if a is not None]  # noqa: E731
     assert len(FORMS[op].gradients) == len(first if isinstance(first, tuple) else (first,))
@@ -102,29 +104,32 @@ def test_residuals_describe_what_forward_saves_and_backward_leaves_them(op, arra
         assert a.dtype == result.dtype
 
 
-def test_dropout_pullback_still_shows_its_mask():
+@pytest.mark.parametrize("backend", [cpu, reference], ids=["cpu", "reference"])
+def test_dropout_pullback_still_shows_its_mask(backend):
     x = rng.standard_normal((3, 4))
-    y, pullback = reference.dropout(x, 0.5, 3)
+    y, pullback = backend.dropout(x, 0.5, 3)
     np.testing.assert_array_equal(y != 0, pullback.mask)
 
 
-def test_conv_without_bias_gives_two_gradients_in_the_pullback_form_and_three_in_the_residual_form():
+@pytest.mark.parametrize("backend", [cpu, reference], ids=["cpu", "reference"])
+def test_conv_without_bias_gives_two_gradients_in_the_pullback_form_and_three_in_the_residual_form(backend):
     op, (x, w, _), static = _conv_case((1, 2, 5, 5), (3, 2, 3, 3))
-    y, saved = reference.conv_forward(x, w, None, *static)
-    assert len(reference.conv_backward(saved, (y,), *static)) == 3
-    assert len(reference.conv(x, w, None, *static)[1](y)) == 2
+    y, saved = backend.conv_forward(x, w, None, *static)
+    assert len(backend.conv_backward(saved, (y,), *static)) == 3
+    assert len(backend.conv(x, w, None, *static)[1](y)) == 2
 
 
 def test_a_strided_1x1_convolution_keeps_only_the_pixels_its_kernel_visits():
-    """Its backward reads nothing else of x: a quarter of x at stride 2, by geometry on every path."""
+    """Its backward reads nothing else of x: a quarter of x at stride 2, by geometry on every path of the cpu
+    backend."""
     x, w = rng.standard_normal((2, 8, 8, 8)).astype(np.float32), rng.standard_normal((4, 8, 1, 1)).astype(np.float32)
     dims = ConvDims(x.shape, w.shape, stride=2, dtype=x.dtype)
-    _, (wf, kept) = reference.conv_forward(x, w, None, dims)
-    assert kept.shape == (2, 8, 4, 4) and reference.conv_residuals(x, w, None, dims)[1].shape == (2, 8, 4, 4)
+    _, (wf, kept) = cpu.conv_forward(x, w, None, dims)
+    assert kept.shape == (2, 8, 4, 4) and cpu.conv_residuals(x, w, None, dims)[1].shape == (2, 8, 4, 4)
     np.testing.assert_array_equal(kept, x[:, :, ::2, ::2])
     x[:] = 0                                    # the kept pixels are the forward's own copy
     assert np.abs(kept).sum() > 0
     for shape in ((2, 3, 1, 1), (2, 3, 1, 5)):  # planes whose strided view is contiguous: still a copy
         x = rng.standard_normal(shape)
-        _, (_, kept) = reference.conv_forward(x, np.ones((4, 3, 1, 1)), None, ConvDims(shape, (4, 3, 1, 1), stride=2))
+        _, (_, kept) = cpu.conv_forward(x, np.ones((4, 3, 1, 1)), None, ConvDims(shape, (4, 3, 1, 1), stride=2))
         assert not np.shares_memory(kept, x)

@@ -12,6 +12,7 @@ import pytest
 
 from dnnbind.runtime import DnnArgumentError, DnnRangeError
 from dnnbind.runtime import checks
+from native_parts import require
 
 
 class FakeDeviceArray:
@@ -160,8 +161,8 @@ def _spec(codes: str, enums: tuple) -> tuple:
 
 
 def test_the_compiled_values_check_is_built():
-    """csrc/values.c is part of the development install (make setup builds it), like the kernels."""
-    assert checks.VALUES_OK_COMPILED, "dnnbind.runtime._values is not built: run make setup (pip install -e .)"
+    """dnnbind_native._values is part of the development install (make setup builds it), like the kernels."""
+    require(checks.VALUES_OK_COMPILED, "dnnbind_native._values")
 
 
 _EDGES = [0, 1, -1, True, False, np.int32(7), np.int64(-3), np.uint64(2**64 - 1), 2**7 - 1, 2**7, -2**7, -2**7 - 1,
@@ -192,19 +193,22 @@ def test_enum_parameters_take_ints_and_their_own_members_only(value, enum, ok):
 
 
 def test_the_compiled_check_refuses_a_spec_that_does_not_match():
-    from dnnbind.runtime._values import values_ok
+    from dnnbind import compiled
+    module = compiled.module("_values")
+    require(module is not None, "dnnbind_native._values")
+    values_ok = module.values_ok
     for spec in ((b"ii", (None,)), ("ii", (None, None)), (b"i", (None,)), ()):
         with pytest.raises(TypeError, match="spec"):
             values_ok(spec, 1, 2)
 
 
 def test_generated_wrappers_check_alike_without_the_compiled_module():
-    """Where dnnbind.runtime._values was not built, the wrappers take the struct-pack check: a good call
+    """Where dnnbind_native._values is not installed, the wrappers take the struct-pack check: a good call
     passes, an out-of-range integer and another enum's member are refused, naming the parameter."""
     from childproc import run_python
     result = run_python("""
         import sys
-        sys.modules["dnnbind.runtime._values"] = None         # as if the extension had not been built
+        sys.modules["dnnbind_native._values"] = None          # as if the package had not been installed
         from dnnbind.runtime import DnnArgumentError, DnnRangeError, checks
         from dnnbind.gen import cudnn
         assert not checks.VALUES_OK_COMPILED

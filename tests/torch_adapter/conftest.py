@@ -1,4 +1,4 @@
-"""Fixtures for the PyTorch adapter tests (CPU tensors; the reference backend)."""
+"""Fixtures for the PyTorch adapter tests (CPU tensors; the cpu backend)."""
 from __future__ import annotations
 
 from typing import Callable, Iterator

@@ -146,16 +146,16 @@ def test_frozen_weights_get_no_gradient_on_a_planned_call(checks):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_a_signature_runs_the_innermost_forward_its_tensors_allow(dtype):
-    """A float32 call's signature runs the reference conv_forward without the wrappers that only call
+    """A float32 call's signature runs the cpu conv_forward without the wrappers that only call
     through for it (edge policy, memory check, BLAS-thread scope, half precision); a float16 call's keeps
     the half-precision wrapper, which computes in float32 and returns float16."""
-    from dnnbind.highlevel import reference
+    from dnnbind.highlevel import cpu
     from dnnbind.torch import library
     x, w = torch.randn(2, 3, 6, 6, dtype=dtype), torch.randn(4, 3, 3, 3, dtype=dtype)
     y = dt.conv(x, w)
     sig = library._signature("conv", x, [w], *library.op_params("conv", "cpu", [w, None],
                                                                   functional.conv_arguments(1, 0, 1, 1))[1:])
-    chain, f = [], reference.conv_forward
+    chain, f = [], cpu.conv_forward
     while f is not None:
         chain.append(f)
         f = getattr(f, "__wrapped__", None)

@@ -216,31 +216,31 @@ def test_0d_and_empty_tensors_follow_the_edge_policy():
 
 
 def test_cpu_ops_run_numpys_blas_on_one_thread(monkeypatch):
-    """dnnbind.torch runs the reference backend's BLAS ops with OpenBLAS on one thread (torch's OpenMP
+    """dnnbind.torch runs the cpu backend's BLAS ops with OpenBLAS on one thread (torch's OpenMP
     threads spin between torch's ops), seen from inside a CPU op's backend call; the setting is restored.
     Ops that call no BLAS (library.BLAS_OPS says which do), and convolutions whose products OpenBLAS runs
     on one thread anyway, run without that scope."""
     from dnnbind.highlevel import dispatch
-    from dnnbind.highlevel.reference import _threads
-    from dnnbind.highlevel.reference._blas import openblas
-    import dnnbind.highlevel.reference as reference
+    from dnnbind.highlevel.cpu import _threads
+    from dnnbind.highlevel.cpu._blas import openblas
+    import dnnbind.highlevel.cpu as cpu
     get = openblas().get_threads
     assert get is not None
     before, seen = get(), []
-    real = reference.activation_forward
+    real = cpu.activation_forward
 
     def spy(*args, **kwargs):
         seen.append((get(), _threads.blas_single_threaded()))
         return real(*args, **kwargs)
 
-    monkeypatch.setitem(dispatch._functions, (dispatch.BACKENDS["reference"], "activation_forward"), spy)
-    real_conv = reference.conv_forward
+    monkeypatch.setitem(dispatch._functions, (dispatch.BACKENDS["cpu"], "activation_forward"), spy)
+    real_conv = cpu.conv_forward
 
     def conv_spy(*args, **kwargs):
         seen.append((get(), _threads.blas_single_threaded()))
         return real_conv(*args, **kwargs)
 
-    monkeypatch.setitem(dispatch._functions, (dispatch.BACKENDS["reference"], "conv_forward"), conv_spy)
+    monkeypatch.setitem(dispatch._functions, (dispatch.BACKENDS["cpu"], "conv_forward"), conv_spy)
     # no signature or plan of an earlier test's call of these shapes: they hold the unspied functions
     monkeypatch.setattr(library, "_SIGNATURES", {})
     monkeypatch.setattr(eager, "_PLANS", {})

@@ -339,9 +339,9 @@ def test_conv_backward_computes_only_the_gradients_autograd_needs(monkeypatch, c
     """A first layer's input needs no gradient, a frozen layer's weights none: the backend's backward is
     told (residual form's ``needs``) and skips them, in eager mode and in a compiled graph, and what it
     computes equals torch's."""
-    ref_conv = __import__("dnnbind.highlevel.reference.conv", fromlist=["conv"])
+    ref_conv = __import__("dnnbind.highlevel.cpu.conv", fromlist=["conv"])
     calls = []
-    paths = __import__("dnnbind.highlevel.reference.conv_paths", fromlist=["conv_paths"])
+    paths = __import__("dnnbind.highlevel.cpu.conv_paths", fromlist=["conv_paths"])
     original_dx = paths.Direct.data_grad
     monkeypatch.setattr(paths.Direct, "data_grad", staticmethod(lambda *a: calls.append("x") or original_dx(*a)))
     for name, label in (("_data_grad", "x"), ("_filter_grad", "w"), ("_path_filter_grad", "w"),

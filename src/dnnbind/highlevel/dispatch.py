@@ -1,8 +1,10 @@
 """Choose a backend from the types of an op's array arguments.
 
-numpy arrays run on the reference backend; CuPy arrays run on cuDNN (CUDA) or MIOpen (ROCm). Backends
+numpy arrays run on the cpu backend (the reference backend, the plain oracle, on request: call
+:mod:`dnnbind.highlevel.reference` or ``backend_function("reference", op)``); CuPy arrays run on cuDNN
+(CUDA) or MIOpen (ROCm). Backends
 are modules named in :data:`BACKENDS` and imported on first use, so a new backend plugs in by adding
-its package (for example ``dnnbind/highlevel/cudnn/``) with the reference backend's function names;
+its package (for example ``dnnbind/highlevel/cudnn/``) with the cpu backend's function names;
 an op it does not provide yet raises NotImplementedError naming the backend and the op.
 CuPy is never imported here: a CuPy array can only exist once CuPy has been imported.
 """
@@ -19,13 +21,15 @@ import numpy as np
 
 #: backend name -> module path (imported lazily)
 BACKENDS: dict[str, str] = {
+    "cpu": "dnnbind.highlevel.cpu",
     "reference": "dnnbind.highlevel.reference",
     "cudnn": "dnnbind.highlevel.cudnn",
     "miopen": "dnnbind.highlevel.miopen",
 }
 
 _DESCRIPTIONS = {
-    "reference": "the numpy reference backend",
+    "cpu": "the cpu backend for numpy arrays",
+    "reference": "the numpy reference backend (the oracle)",
     "cudnn": "the cuDNN backend for cupy arrays",
     "miopen": "the MIOpen backend for cupy arrays on ROCm",
 }
@@ -85,12 +89,12 @@ def backend_op(op: str, required: tuple[str, ...] = ("x",), **arrays: Any) -> Ca
             break
     else:
         if kind is np.ndarray:
-            return backend_function("reference", op)
+            return backend_function("cpu", op)
         learnt = _cupy_types.get(kind) if kind is not None else None
         if learnt is not None:
             return backend_function(learnt, op)
     backend = select(**arrays)
-    if kind is not None and backend != "reference" and _root_module_of(kind) == "cupy" \
+    if kind is not None and backend != "cpu" and _root_module_of(kind) == "cupy" \
             and all(v is None or type(v) is kind for v in arrays.values()):
         _cupy_types[kind] = backend      # CuPy's array type always selects the same backend in a process
     return backend_function(backend, op)
@@ -203,7 +207,7 @@ def _has_foreign(values: Any) -> bool:
 def array_backend(name: str, value: Any) -> str:
     """Backend name for one array argument; TypeError naming ``name`` for unsupported types."""
     if isinstance(value, np.ndarray):
-        return "reference"
+        return "cpu"
     root = _root_module(value)
     if root == "torch":
         raise TypeError(f"{name} is a {_type_name(value)}; dnnbind.highlevel takes numpy or cupy arrays: use "
@@ -228,8 +232,8 @@ def _chosen(**arrays: Any) -> tuple[str, str]:
             chosen = (name, backend)
             continue
         first_name, first = chosen
-        if (first == "reference") != (backend == "reference"):
-            host, device = (first_name, name) if first == "reference" else (name, first_name)
+        if (first == "cpu") != (backend == "cpu"):
+            host, device = (first_name, name) if first == "cpu" else (name, first_name)
             raise TypeError(f"mixed host and device inputs: {host} is a numpy array but {device} is a device "
                             f"array ({_type_name(arrays[device])}); move them to one device "
                             f"(cupy.asarray / cupy.asnumpy)")

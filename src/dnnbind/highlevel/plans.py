@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from dnnbind import compiled
 from dnnbind.highlevel import arg_cache
 from dnnbind.highlevel.dims import interned
 from dnnbind.highlevel.pullback import Cotangent, Pullback, _dtype, _shape
@@ -88,13 +89,12 @@ _ZERO = object()     # tags a zero float in a key, with its sign
 _SCALARS = frozenset({int, bool, float, str, type(None)})   # the key holds their types: 2.0 never meets 2
 _ENTRIES = arg_cache.entries()     # read directly: a repeated call pays one dictionary lookup
 
-# the key and the lookup in C (csrc/plankey.c), where the optional extension was built: the same results
-# in a third of the time
+# the key and the lookup in C (dnnbind_native._plankey, see dnnbind.compiled), where the optional package
+# is installed: the same results in a third of the time
 _key: Callable[[str, tuple, tuple], tuple]
 find: Callable[[str, tuple, tuple], "Plan | None"]
-try:
-    from dnnbind.highlevel import _plankey
-except ImportError:   # pragma: no cover - built by every development install
+_plankey = compiled.module("_plankey")
+if _plankey is None:
     _key, find = _python_key, _python_find
 else:
     _plankey.configure(_ENTRIES, _plain)

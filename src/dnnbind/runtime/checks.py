@@ -15,6 +15,7 @@ from ctypes import c_void_p
 from enum import IntEnum
 from functools import lru_cache
 
+from dnnbind import compiled
 from dnnbind.runtime.errors import DnnArgumentError, DnnRangeError
 from dnnbind.runtime.pointers import (_buffer_address, _ByrefType, _CData, _host_refusal, byref_offset, device_address,
                                       type_name)
@@ -50,15 +51,13 @@ def _values_ok_python(spec: tuple, *values: Any) -> bool:
     return all(e is None or type(v) is int or type(v) is e for v, e in zip(values, spec[1]))
 
 
-try:
-    from dnnbind.runtime._values import values_ok
-except ImportError:           # the optional C module was not built: the same answers, slower
-    values_ok = _values_ok_python
+_compiled = compiled.module("_values")     # the optional package dnnbind-native; else the same answers, slower
+values_ok = _values_ok_python if _compiled is None else _compiled.values_ok
 #: ``values_ok(spec, *values)``: whether every value fits its C integer type (spec[0]: a struct format
 #: letter per value, native sizes; anything with ``__index__`` counts, as for struct) and every enum
 #: parameter got an int or a member of its own class (spec[1]: per value its enum class or None); a
 #: generated wrapper's spec is (letters as bytes, enum classes, the letters' struct packer). False sends
-#: the wrapper to :func:`check_values`. In C (csrc/values.c) where built: 1.28x a bare ctypes call for
+#: the wrapper to :func:`check_values`. In C (dnnbind_native._values, see dnnbind.compiled) where installed: 1.28x a bare ctypes call for
 #: cudnnSetTensor4dDescriptor against 1.42x with the Python function (measured on the 2-core CI machine).
 VALUES_OK_COMPILED = values_ok is not _values_ok_python
 

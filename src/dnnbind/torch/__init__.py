@@ -1,6 +1,6 @@
 """PyTorch adapter: dnnbind's ops on torch tensors, differentiable through ``torch.autograd``.
 
-CPU tensors run on the numpy reference backend, CUDA tensors on the GPU backends (through CuPy, on
+CPU tensors run on the cpu backend (numpy), CUDA tensors on the GPU backends (through CuPy, on
 torch's current stream); both without copies. Gradients come from the ops' own pullbacks.
 
 Functions (``dnnbind.torch.conv`` ...) take and return tensors; layers with torch.nn's names and
@@ -25,9 +25,9 @@ from dnnbind.torch.nn import (ELU, GRU, LSTM, RNN, AvgPool1d, AvgPool2d, AvgPool
                               ConvTranspose3d, Dropout, Hardtanh, LeakyReLU, LogSoftmax, MaxPool1d, MaxPool2d,
                               MaxPool3d, ReLU, ReLU6, Sigmoid, SiLU, Softmax, Tanh)
 
-from dnnbind.highlevel.reference import native as _native
+from dnnbind.highlevel.cpu import native as _native
 
-# the reference backend's C kernels split their work over torch's own OpenMP threads from now on (which
+# the cpu backend's C kernels split their work over torch's own OpenMP threads from now on (which
 # spin after every torch op: threads of dnnbind's own beside them would fight them for the cores)
 _native.share_openmp_team()
 

@@ -1,6 +1,6 @@
 """Tensors to arrays and back without copies.
 
-CPU tensors become numpy arrays sharing their memory (the reference backend); CUDA tensors become CuPy
+CPU tensors become numpy arrays sharing their memory (the cpu backend); CUDA tensors become CuPy
 arrays through DLPack (the cuDNN / MIOpen backends), with CuPy running on torch's current stream.
 Results come back the same way: ``torch.from_numpy`` and ``torch.from_dlpack``. bfloat16 tensors, which
 numpy and DLPack in older CuPy releases do not know, cross as int16 views of the same memory and are
@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
-from dnnbind.highlevel.reference._threads import one_blas_thread
+from dnnbind.highlevel.cpu._threads import one_blas_thread
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -82,7 +82,7 @@ def cupy() -> ModuleType:
 
 def device_scope(device: torch.device) -> contextlib.AbstractContextManager[None]:
     """Make CuPy use ``device`` and torch's current stream on it; on the CPU, run numpy's BLAS on one
-    thread (:func:`~dnnbind.highlevel.reference._threads.one_blas_thread`): torch's OpenMP threads
+    thread (:func:`~dnnbind.highlevel.cpu._threads.one_blas_thread`): torch's OpenMP threads
     spin-wait between torch's ops and a multi-threaded BLAS loses to them."""
     kind = device.type
     if kind == "cpu":

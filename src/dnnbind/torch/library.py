@@ -37,7 +37,7 @@ from dnnbind.highlevel.dims import numpy_dtype
 from dnnbind.highlevel.edges import RULES, output_dtype
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.ops import residual_static
-from dnnbind.highlevel.reference.conv_paths import macs
+from dnnbind.highlevel.cpu.conv_paths import macs
 from dnnbind.highlevel.residual import FORMS, RESIDUAL_REVISION, SKIPPABLE, ArraySpec, innermost
 from dnnbind.torch import symbolic
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
@@ -185,10 +185,10 @@ def array_dtype(dtype: torch.dtype) -> Any:
 
 
 def _backend(device: torch.device) -> str:
-    """The backend of a tensor's device; meta tensors (shapes only) take the reference backend's residual
+    """The backend of a tensor's device; meta tensors (shapes only) take the cpu backend's residual
     specs, which need no device library."""
     if device.type in ("cpu", "meta"):
-        return "reference"
+        return "cpu"
     return "miopen" if torch.version.hip else "cudnn"
 
 
@@ -267,7 +267,7 @@ RUNNING_STATISTICS = slice(2, 4)
 
 _NOTHING = contextlib.nullcontext()
 
-#: ops whose reference backend calls numpy's BLAS, which dnnbind.torch holds to one thread around them
+#: ops whose cpu backend calls numpy's BLAS, which dnnbind.torch holds to one thread around them
 #: (see convert.device_scope); the others need no scope on the CPU
 BLAS_OPS = frozenset({"conv", "conv_transpose", "rnn"})
 
@@ -619,17 +619,17 @@ for _op in FORMS:
 
 def _saves_tag(device_type: str) -> str:
     """What decides the residuals' shapes besides the call's own arguments: dnnbind's version and residual
-    revision, and on the CPU whether the reference backend's C kernels run (they take other paths, which
+    revision, and on the CPU whether the cpu backend's C kernels run (they take other paths, which
     save other arrays). In the params text, so a graph torch.compile cached under other conditions is
     not reused. Computed when this module is imported (a compiled graph must not trace it)."""
     from dnnbind import __version__
-    from dnnbind.highlevel.reference import native
+    from dnnbind.highlevel.cpu import native
     kernels = "" if device_type != "cpu" else "/native" if native.library() is not None else "/numpy"
     return f"{__version__}/r{RESIDUAL_REVISION}{kernels}"
 
 
 _SAVES = {"cpu": _saves_tag("cpu")}
-_SAVES["meta"] = _SAVES["cpu"]          # meta tensors' residuals are the reference backend's (see _backend)
+_SAVES["meta"] = _SAVES["cpu"]          # meta tensors' residuals are the cpu backend's (see _backend)
 _SAVES_ELSEWHERE = _saves_tag("cuda")
 
 

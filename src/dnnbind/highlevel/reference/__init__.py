@@ -1,48 +1,37 @@
-"""The numpy reference backend: defines the ops' semantics and is the oracle for the GPU backends.
+"""The reference backend: plain numpy, small, obviously correct; the ops' semantics and the tests' oracle.
 
-Each function takes arguments already checked by :mod:`dnnbind.highlevel.ops` and returns
-``(result, pullback)``. A GPU backend provides the same names with the same signatures:
-
-    conv(x, w, b, dims: ConvDims)               b may be None
-    conv_transpose(x, w, b, dims: ConvDims)     dims from ConvDims.transposed (x_shape = the output's)
-    maxpool(x, dims: PoolDims)
-    meanpool(x, dims: PoolDims, count_include_pad: bool, divisor_override: int | None)
-    softmax(x, axis: int), logsoftmax(x, axis: int)       axis already non-negative
-    activation(x, mode: str, alpha: float | None)         alpha already resolved to the mode's default
-    batchnorm(x, gamma, beta, *, running_mean, running_var, training, momentum, eps)
-    dropout(x, p: float, seed)                            seed: None, an int or a numpy Generator
-    rnn(x, weights, h0, c0, dims: RNNDims)                weights: list of [w_ih, w_hh, b_ih, b_hh]
+Every op is computed in float64 from direct sums (results rounded once, to the input's dtype), with no
+fast paths: the cpu backend (:mod:`dnnbind.highlevel.cpu`, the default for numpy arrays) is checked against
+it, and so are the GPU backends. Run an op on it by name (``dispatch.backend_function("reference", op)``)
+or call this module's functions. Each op comes in both forms (:func:`dnnbind.highlevel.residual.forms`):
+``NAME_forward``, ``NAME_backward``, ``NAME_residuals`` and ``NAME`` -> (result, pullback), on arguments
+the public ops have checked (the dims objects), with the cpu backend's signatures.
 """
 from __future__ import annotations
 
-from dnnbind.highlevel.reference import activation as _activation
 from dnnbind.highlevel.reference import batchnorm as _batchnorm
 from dnnbind.highlevel.reference import conv as _conv
-from dnnbind.highlevel.reference import dropout as _dropout
+from dnnbind.highlevel.reference import pointwise as _pointwise
 from dnnbind.highlevel.reference import pool as _pool
 from dnnbind.highlevel.reference import rnn as _rnn
-from dnnbind.highlevel.reference import softmax as _softmax
-
-from dnnbind.highlevel.reference._heap import keep_heap_padding
 from dnnbind.highlevel.residual import forms
-
-keep_heap_padding()     # see _heap: fresh pages on every call would cost more than many ops' work
 
 # every op in both forms, with the edge policy (0-d and zero-size arrays) applied once
 activation_forward, activation_backward, activation_residuals, activation = forms(
-    "activation", _activation.activation_forward, _activation.activation_backward, _activation.activation_residuals)
+    "activation", _pointwise.activation_forward, _pointwise.activation_backward, _pointwise.activation_residuals)
 batchnorm_forward, batchnorm_backward, batchnorm_residuals, batchnorm = forms(
     "batchnorm", _batchnorm.batchnorm_forward, _batchnorm.batchnorm_backward, _batchnorm.batchnorm_residuals)
 dropout_forward, dropout_backward, dropout_residuals, dropout = forms(
-    "dropout", _dropout.dropout_forward, _dropout.dropout_backward, _dropout.dropout_residuals, names=("mask",))
+    "dropout", _pointwise.dropout_forward, _pointwise.dropout_backward, _pointwise.dropout_residuals,
+    names=("mask",))
 maxpool_forward, maxpool_backward, maxpool_residuals, maxpool = forms(
     "maxpool", _pool.maxpool_forward, _pool.maxpool_backward, _pool.maxpool_residuals)
 meanpool_forward, meanpool_backward, meanpool_residuals, meanpool = forms(
     "meanpool", _pool.meanpool_forward, _pool.meanpool_backward, _pool.meanpool_residuals)
 softmax_forward, softmax_backward, softmax_residuals, softmax = forms(
-    "softmax", _softmax.softmax_forward, _softmax.softmax_backward, _softmax.softmax_residuals)
+    "softmax", _pointwise.softmax_forward, _pointwise.softmax_backward, _pointwise.softmax_residuals)
 logsoftmax_forward, logsoftmax_backward, logsoftmax_residuals, logsoftmax = forms(
-    "logsoftmax", _softmax.logsoftmax_forward, _softmax.logsoftmax_backward, _softmax.logsoftmax_residuals)
+    "logsoftmax", _pointwise.logsoftmax_forward, _pointwise.logsoftmax_backward, _pointwise.logsoftmax_residuals)
 conv_forward, conv_backward, conv_residuals, conv = forms(
     "conv", _conv.conv_forward, _conv.conv_backward, _conv.conv_residuals)
 conv_transpose_forward, conv_transpose_backward, conv_transpose_residuals, conv_transpose = forms(

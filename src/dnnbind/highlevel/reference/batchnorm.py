@@ -1,112 +1,60 @@
-"""Batch normalisation per channel (axis 1), training and inference.
+"""Batch normalisation per channel (axis 1), training and inference, in float64.
 
-Training normalises with the batch statistics (biased variance) and, when running statistics are
-given, updates them in place: ``running = (1 - momentum) * running + momentum * batch`` with the
-UNBIASED batch variance, as PyTorch does. Inference normalises with the running statistics; its
-backward differentiates that affine formula. The residuals (x normalised, gamma * invstd) are the
-forward's own, so later updates of the running statistics or of gamma do not change them.
-
-Where dnnbind's C kernels are built (:mod:`native`), the statistics are summed in float64 and the
-normalisation and the data gradient are one pass each; numpy otherwise.
+Training normalises with the batch statistics (biased variance) and, when running statistics are given,
+updates them in place, in their own dtype: ``running = (1 - momentum) * running + momentum * batch`` with
+the UNBIASED batch variance, as PyTorch does. Inference normalises with the running statistics (as they
+are at the call) and its backward differentiates that affine map. Saves x normalised and gamma * invstd.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
 
-from dnnbind.highlevel.reference import native
-from dnnbind.highlevel.grad_mode import saving
-from dnnbind.highlevel.reference.channels import channel_sums, native_runs
-from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward, half_residuals
+from dnnbind.highlevel.reference._arrays import F64, as64, cast, channel_shape, channel_sum, cotangent
 from dnnbind.highlevel.residual import ArraySpec
 
 
-@functools.partial(half_forward, inplace=(3, 4))   # the running statistics are updated in place
 def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, running_mean: np.ndarray | None,
                       running_var: np.ndarray | None, training: bool, momentum: float,
-                      eps: float) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """y = (x - mean) / sqrt(var + eps) * gamma + beta, per channel; saves x normalised and gamma * invstd."""
-    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    dtype = x.dtype
-    fast = native_runs(x)
-    if fast:
-        x = np.ascontiguousarray(x)
-    centered = None
+                      eps: float) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta."""
+    x64, shape = as64(x), channel_shape(x)
     if training:
         count = x.size // x.shape[1]
-        if fast:
-            mean = native.channel_sums(x)[0] / count
-            var = native.channel_squares(x, mean) / count
-        else:
-            mean = channel_sums(x) / count
-            centered = x - mean.reshape(shape)
-            var = channel_sums(centered * centered) / count
+        mean = channel_sum(x64) / count
+        var = channel_sum((x64 - mean.reshape(shape)) ** 2) / count
         if running_mean is not None and running_var is not None:
             _update(running_mean, mean, momentum)
-            _update(running_var, var * (count / (count - 1)), momentum)
+            _update(running_var, var * count / (count - 1), momentum)
     else:
         assert running_mean is not None and running_var is not None, "inference needs them (the op checks)"
-        mean = running_mean.astype(dtype)  # a copy: the running stats may change after this call
-        var = running_var.astype(dtype)
-    with np.errstate(divide="ignore"):        # eps = 0 and a zero variance (inference): inf, as in torch
-        invstd = (1.0 / np.sqrt(var + eps)).astype(dtype)
-    if fast:
-        keep = saving()                 # False under dnnbind.no_grad(): xhat is neither written nor kept
-        xhat, y = native.batchnorm_normalize(x, mean.astype(dtype), invstd, _own(gamma, dtype), _own(beta, dtype),
-                                             keep_xhat=keep)
-        if xhat is None:
-            return y, ()
-    else:
-        if centered is None:
-            centered = x - mean.reshape(shape).astype(dtype)
-        xhat = centered * invstd.reshape(shape)
-        del centered
-        y = xhat * gamma.reshape(shape) + beta.reshape(shape)
-    return y, (xhat, gamma * invstd)      # gamma * invstd: the backward's own (gamma may change later)
-
-
-def _own(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """A per-channel parameter as the kernels take it: C-contiguous, of the data's dtype."""
-    return np.ascontiguousarray(a, dtype=dtype)
-
-
-@half_backward
-def batchnorm_backward(saved: tuple, cotangents: tuple, training: bool, momentum: float,
-                       eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    (xhat, scale), (dy,) = saved, cotangents
-    dy = cotangent("dy", dy, xhat.shape, xhat.dtype)
-    shape = (1, xhat.shape[1]) + (1,) * (xhat.ndim - 2)
-    count = xhat.size // xhat.shape[1]
-    dtype = xhat.dtype
-    if native_runs(xhat):
-        dy = np.ascontiguousarray(dy)
-        sums, products = native.channel_sums(dy, xhat)
-        assert products is not None
-        dbeta, dgamma = sums.astype(dtype), products.astype(dtype)
-        if not training:
-            return native.channel_affine(dy, _own(scale, dtype), np.zeros(dy.shape[1], dtype)), dgamma, dbeta
-        mean_dy, mean_dy_xhat = (sums / count).astype(dtype), (products / count).astype(dtype)
-        return native.batchnorm_data_grad(dy, xhat, mean_dy, mean_dy_xhat, _own(scale, dtype)), dgamma, dbeta
-    dbeta = channel_sums(dy)
-    dgamma = channel_sums(dy * xhat)
-    if training:
-        # d/dx of gamma * (x - mean(x)) * invstd(x): the batch statistics depend on x too.
-        dx = dy - (dbeta / count).reshape(shape) - xhat * (dgamma / count).reshape(shape)
-        dx *= scale.reshape(shape)
-    else:
-        dx = dy * scale.reshape(shape)
-    return dx, dgamma, dbeta
-
-
-@half_residuals
-def batchnorm_residuals(x: ArraySpec, gamma: ArraySpec, beta: ArraySpec, running_mean: Any, running_var: Any,
-                        training: bool, momentum: float, eps: float) -> tuple[ArraySpec, ArraySpec]:
-    """x normalised (x's shape) and gamma * invstd (one per channel)."""
-    return ArraySpec(tuple(x.shape), x.dtype), ArraySpec((x.shape[1],), x.dtype)
+        mean, var = as64(running_mean), as64(running_var)
+    with np.errstate(divide="ignore", invalid="ignore"):   # eps = 0 and a zero variance: inf, as in torch
+        invstd = 1.0 / np.sqrt(var + eps)
+        xhat = (x64 - mean.reshape(shape)) * invstd.reshape(shape)
+    y = xhat * as64(gamma).reshape(shape) + as64(beta).reshape(shape)
+    return cast(y, x.dtype), (xhat, as64(gamma) * invstd)
 
 
 def _update(running: np.ndarray, batch: np.ndarray, momentum: float) -> None:
-    """running <- (1 - momentum) * running + momentum * batch, in place, in running's own dtype."""
-    np.copyto(running, (1.0 - momentum) * running.astype(batch.dtype) + momentum * batch, casting="unsafe")
+    np.copyto(running, (1.0 - momentum) * as64(running) + momentum * batch, casting="unsafe")
+
+
+def batchnorm_backward(saved: tuple, cotangents: tuple, training: bool, momentum: float,
+                       eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dx, dgamma, dbeta); in training the batch statistics depend on x too."""
+    (xhat, scale), (dy,) = saved, cotangents
+    d, shape = cotangent("dy", dy, xhat.shape, F64), channel_shape(xhat)
+    count = xhat.size // xhat.shape[1]
+    dbeta, dgamma = channel_sum(d), channel_sum(d * xhat)
+    if training:
+        dx = (d - (dbeta / count).reshape(shape) - xhat * (dgamma / count).reshape(shape)) * scale.reshape(shape)
+    else:
+        dx = d * scale.reshape(shape)
+    return cast(dx, dy.dtype), cast(dgamma, dy.dtype), cast(dbeta, dy.dtype)
+
+
+def batchnorm_residuals(x: ArraySpec, gamma: ArraySpec, beta: ArraySpec, running_mean: Any, running_var: Any,
+                        training: bool, momentum: float, eps: float) -> tuple[ArraySpec, ArraySpec]:
+    return ArraySpec(tuple(x.shape), F64), ArraySpec((x.shape[1],), F64)

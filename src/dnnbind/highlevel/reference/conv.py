@@ -1,520 +1,147 @@
-"""Convolution and transposed convolution on numpy: im2col plus BLAS matrix products.
+"""Convolution from four primitives, in NNlib's manner, as direct sums in float64.
 
-For a block of samples and a range of groups, the padded input is copied into a column buffer
-(samples, groups, C/groups * prod(kernel), columns); the forward pass is then one batched matmul by
-the filter and the filter gradient a matmul of the output gradient by the columns. The data gradient
-of a stride-1 convolution is itself a stride-1 convolution (of dy with the flipped, transposed
-filter) and takes the forward path; strided ones multiply by the transposed filter and scatter the
-columns back (col2im, one add per kernel offset).
+On validated :class:`ConvDims` and the filter as applied (flipped beforehand for ``dims.flip``):
 
-Two column layouts:
+* :func:`conv_data` -- the forward, ``y[n, k, o] = sum_c sum_j x_pad[n, c, o * stride + j * dilation]
+  w[k, c, j]`` within each group;
+* :func:`conv_data_grad` -- its gradient with respect to x (the same sum, scattered);
+* :func:`conv_filter_grad` -- its gradient with respect to w;
+* :func:`bias_grad` -- the sum of dy over everything but the channels.
 
-* flat rows (every stride 1): column j is position j of the flattened padded image, so the columns
-  of kernel offset k are the contiguous range ``[offset(k), offset(k) + L)`` of each image plane.
-  im2col and col2im then move long contiguous rows. The few columns that fall between output rows
-  produce values nobody reads (forward) or receive zero gradient (backward).
-* windows (any stride): a strided ``sliding_window_view`` of the padded input, one column per output.
-
-Work is cut into blocks of samples whose columns fit in cache (``BLOCK_BYTES``); when the whole
-problem fits in one block the forward pass keeps its columns for the pullback, otherwise the
-pullback rebuilds them block by block (cheaper than writing and re-reading a large buffer).
-(groups x batch) chunks can run on the shared thread pool (numpy releases the GIL in BLAS and in
-copies); :func:`use_threads` holds the rule measured for when that pays.
+Each loops over the kernel positions j; one position's term is an ``einsum`` over the group's channels.
+A transposed convolution is the data gradient of the convolution its dims describe
+(:meth:`ConvDims.transposed`); its gradients are that convolution's forward and filter gradient. Both
+save the filter as applied and their input, as float64 copies.
 """
 from __future__ import annotations
 
-import functools
+import itertools
 from typing import Any
 
 import numpy as np
 
-from dnnbind.highlevel.dims import ConvDims
-from dnnbind.highlevel.grad_mode import saving
-from dnnbind.highlevel.reference.channels import add_channel_bias, channel_sums
-from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
-                                                       kernel_offsets, offset_index, pad, unpad, windows)
-from dnnbind.highlevel.reference.conv_paths import (GEMM_THREAD_MIN_MACS, Depthwise, Direct, Path, Pointwise,
-                                                    _product, filter_grad_path, macs, products_on_pool,
-                                                    special_path)
-from dnnbind.highlevel.reference._memory import fits_in_memory
-from dnnbind.highlevel.reference._precision import (cotangent, half_backward, half_forward, half_residuals,
-                                                    private)
-from dnnbind.highlevel.residual import ALL_NEEDED, ArraySpec, passes_when
-from dnnbind.highlevel.reference._scratch import scratch
-from dnnbind.highlevel.reference._threads import one_blas_thread, run, split, workers
-from dnnbind.highlevel.reference import native
-
-#: Target size of one block's column buffer: a few samples' worth that stays in the CPU's caches.
-BLOCK_BYTES = 8 << 20
-#: Split a problem over the thread pool from this many multiply-adds on (bench/bench_reference.py).
-THREAD_MIN_MACS = 16_000_000
-
-Chunk = tuple[int, int, int, int]   # groups [g0, g1) x samples [n0, n1)
-
-
-def use_threads(dims: ConvDims) -> bool:
-    """Whether to split this problem over the thread pool: the rule measured on a 2-core machine.
-
-    With a multi-threaded BLAS (numpy's default) our threads only compete with BLAS's and lose
-    (10-40% slower at groups=1 and groups=5); with BLAS limited to one thread they win 1.5-1.7x on
-    problems of THREAD_MIN_MACS multiply-adds and more, and lose on smaller ones.
-    """
-    return _big_enough(dims) and workers() >= 2 and products_on_pool(dims)
-
-
-@functools.lru_cache(maxsize=256)
-def _big_enough(dims: ConvDims) -> bool:
-    """Whether the problem splits (several groups or samples) into pieces worth a thread each."""
-    return (dims.groups > 1 or dims.batch > 1) and macs(dims) >= THREAD_MIN_MACS
-
-
-def plan_chunks(dims: ConvDims, threaded: bool) -> list[Chunk]:
-    """One chunk, or one per worker cut along the axis (samples or groups) that splits more evenly."""
-    g, n = dims.groups, dims.batch
-    if not threaded:
-        return [(0, g, 0, n)]
-    parts = workers()
-
-    def cost(count: int) -> float:   # largest piece relative to a perfect split
-        return -(-count // min(count, parts)) / (count / parts)
-
-    if cost(n) <= cost(g):
-        return [(0, g, n0, n1) for n0, n1 in split(n, parts)]
-    return [(g0, g1, 0, n) for g0, g1 in split(g, parts)]
-
-
-@functools.lru_cache(maxsize=256)
-def layout(dims: ConvDims, dtype: np.dtype, threaded: bool) -> "_Layout":
-    """The problem's im2col plan, built once per (problem, dtype, threading) and then reused: a repeated
-    call pays a dictionary lookup instead of the geometry."""
-    return _Layout(dims, np.dtype(dtype), threaded)
-
-
-#: Window layouts whose columns for one sample hold at most this many elements gather them through a
-#: precomputed index (one call) instead of a strided window view (fixed cost of a dozen calls).
-GATHER_MAX_ELEMENTS = 1 << 15
-
-
-class _Layout:
-    """Everything one problem's im2col needs: sizes, column layout, blocks. Immutable; see :func:`layout`."""
-
-    def __init__(self, dims: ConvDims, dtype: np.dtype, threaded: bool) -> None:
-        self.dims = dims
-        g = dims.groups
-        self.cg, self.kg = dims.in_channels // g, dims.out_channels // g
-        self.offsets = kernel_offsets(dims)
-        self.rows = self.cg * len(self.offsets)                   # column-matrix rows per group
-        self.rows_layout = FlatRows(dims)
-        self.p = self.rows_layout.outputs
-        self.flat = (dims.spatial_rank > 1 and all(s == 1 for s in dims.stride)
-                     and self.rows_layout.waste <= FLAT_MAX_WASTE)
-        self.cols = self.rows_layout.length if self.flat else self.p   # columns per sample
-        self.starts = self.rows_layout.starts
-        self.chunks = plan_chunks(dims, threaded)
-        self.item = np.dtype(dtype).itemsize
-        per_sample = max(g1 - g0 for g0, g1, _, _ in self.chunks) * self.rows * self.cols * self.item
-        self.block = max(1, BLOCK_BYTES // per_sample)
-        # all of the problem's columns, and whether they fit one block's budget
-        self.columns_shape = (dims.batch, g, self.rows, self.cols)
-        fits = int(np.prod(self.columns_shape)) * self.item <= BLOCK_BYTES
-        self.ranges = sorted({(n0, n1) for _, _, n0, n1 in self.chunks})
-        self.y_shape = dims.y_shape
-        self.gather = None
-        if not self.flat and dims.in_channels * self.rows // self.cg * self.cols <= GATHER_MAX_ELEMENTS:
-            self.gather = self._gather_index()
-        # a small problem: all columns gathered at once, one chunk (the forward skips the sweep)
-        self.whole = self.gather is not None and fits and len(self.chunks) == 1
-
-    def _gather_index(self) -> np.ndarray:
-        """Flat index into one padded sample of every column element, (C * prod(kernel) * P,) row-major."""
-        dims = self.dims
-        plane = np.arange(int(np.prod(dims.padded_size))).reshape(dims.padded_size)
-        taps = np.stack([plane[offset_index(dims, off)[2:]].reshape(-1) for off in self.offsets])   # (T, P)
-        channel = np.arange(dims.in_channels)[:, None, None] * plane.size
-        return (channel + taps[None]).reshape(-1).astype(np.intp)
-
-    @functools.cached_property
-    def _scatter_index(self) -> np.ndarray:
-        """The gather index turned around: for each element of one padded sample, the positions of the
-        column entries that add into it (C * prod(kernel) * P of them), in column order, padded with
-        C * prod(kernel) * P (a zero appended to the columns) to the most any element takes."""
-        gather = self.gather
-        assert gather is not None
-        size = self.dims.in_channels * int(np.prod(self.dims.padded_size))
-        counts = np.bincount(gather, minlength=size)
-        order = np.argsort(gather, kind="stable")                 # column positions grouped by target
-        rank = np.arange(gather.size) - np.repeat(np.cumsum(counts) - counts, counts)
-        index = np.full((size, max(1, int(counts.max()))), gather.size, np.intp)
-        index[gather[order], rank] = order
-        return index
-
-    def blocks(self, n0: int, n1: int) -> list[tuple[int, int]]:
-        return [(b, min(b + self.block, n1)) for b in range(n0, n1, self.block)]
-
-    # -- im2col and col2im ----------------------------------------------------------------------
-
-    def fill(self, buf: np.ndarray, xp: np.ndarray, n0: int, n1: int, c0: int, c1: int) -> None:
-        """buf (samples, groups, rows, cols) <- columns of xp[n0:n1, c0:c1]."""
-        nb, nc = n1 - n0, c1 - c0
-        if self.flat:
-            src = xp.reshape(xp.shape[0], xp.shape[1], -1)[n0:n1, c0:c1]
-            dst = buf.reshape(nb, nc, len(self.offsets), self.cols)
-            for k, start in enumerate(self.starts):
-                dst[:, :, k] = src[:, :, start:start + self.cols]
-        elif self.gather is not None:
-            per_channel = len(self.offsets) * self.p
-            xp.reshape(xp.shape[0], -1)[n0:n1].take(self.gather[c0 * per_channel:c1 * per_channel], axis=1,
-                                                    out=buf.reshape(nb, -1))
-        else:
-            dims = self.dims
-            np.copyto(buf.reshape((nb, nc) + dims.kernel_size + dims.out_size), windows(xp[n0:n1, c0:c1], dims))
-
-    def scatter(self, dxp: np.ndarray, dcols: np.ndarray, n0: int, n1: int, c0: int, c1: int) -> None:
-        """dxp[n0:n1, c0:c1] += col2im(dcols), dcols (samples, groups, rows, cols)."""
-        nb, nc = n1 - n0, c1 - c0
-        if self.flat:
-            dst = dxp.reshape(dxp.shape[0], dxp.shape[1], -1)[n0:n1, c0:c1]
-            src = dcols.reshape(nb, nc, len(self.offsets), self.cols)
-            for k, start in enumerate(self.starts):
-                dst[:, :, start:start + self.cols] += src[:, :, k]
-        elif self.gather is not None and (c0, c1) == (0, self.dims.in_channels):
-            # a small problem: every element's column entries gathered and summed (in column order) at
-            # once, rather than one strided add per kernel offset
-            flat = np.concatenate([dcols.reshape(nb, -1), np.zeros((nb, 1), dcols.dtype)], axis=1)
-            dxp.reshape(dxp.shape[0], -1)[n0:n1] += flat[:, self._scatter_index].sum(axis=-1)
-        else:
-            dims = self.dims
-            src = dcols.reshape((nb, nc) + dims.kernel_size + dims.out_size)
-            dst = dxp[n0:n1, c0:c1]
-            for offset in self.offsets:
-                dst[offset_index(dims, offset)] += src[(slice(None), slice(None)) + offset]
-
-    # -- output space <-> column space ------------------------------------------------------------
-
-    def output_view(self, a: np.ndarray) -> np.ndarray:
-        """(samples, channels, cols) in flat rows -> strided view (samples, channels, *out)."""
-        return self.rows_layout.output_view(a)
-
-    def to_columns(self, dy: np.ndarray, n0: int, n1: int, g0: int, g1: int) -> np.ndarray:
-        """Output-shaped dy[n0:n1, groups g0:g1] as (samples, groups, K/groups, cols)."""
-        block = dy[n0:n1, g0 * self.kg:g1 * self.kg]
-        shape = (n1 - n0, g1 - g0, self.kg, self.cols)
-        if not self.flat:
-            return block.reshape(shape)
-        ext = scratch("output columns", (n1 - n0, (g1 - g0) * self.kg, self.cols), dy.dtype)
-        ext.fill(0)                      # the columns between output rows take no gradient
-        self.output_view(ext)[...] = block
-        return ext.reshape(shape)
-
-
-def _group_filter(w: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """The filter as (groups, K/groups, C/groups * prod(kernel)), flipped first when ``dims.flip``."""
-    if dims.flip:
-        w = np.flip(w, tuple(range(2, w.ndim)))
-    return np.ascontiguousarray(w).reshape(dims.groups, dims.out_channels // dims.groups, -1)
-
-
-# ----------------------------------------------------------------------------------------------
-# one sweep over (chunks x blocks) does any combination of forward, filter and data gradient
-
-
-def _sweep(lay: _Layout, wg: np.ndarray, *, xp: Any = None,
-           y: np.ndarray | None = None,
-           dy: np.ndarray | None = None, dxp: np.ndarray | None = None,
-           dw_parts: np.ndarray | None = None) -> None:
-    """For every block of samples and chunk of groups:
-
-    * columns of the padded input ``xp``,
-    * ``y`` (output-shaped) = w * x,
-    * ``dw_parts[i]`` += dy * columns (i: the chunk's sample range), when given,
-    * ``dxp`` (padded-input-shaped) += col2im(w^T * dy), when given.
-    """
-    need_columns = y is not None or dw_parts is not None
-    ranges = lay.ranges
-
-    def task(g0: int, g1: int, n0: int, n1: int) -> None:
-        c0, c1 = g0 * lay.cg, g1 * lay.cg
-        for b0, b1 in (((n0, n1),) if n1 - n0 <= lay.block else lay.blocks(n0, n1)):
-            nb, ng = b1 - b0, g1 - g0
-            cols: Any = None
-            if need_columns:
-                cols = scratch("columns", (nb, ng, lay.rows, lay.cols), wg.dtype)
-                lay.fill(cols, xp, b0, b1, c0, c1)
-            if y is not None:
-                yb = y[b0:b1, g0 * lay.kg:g1 * lay.kg]
-                if lay.flat:
-                    prod = scratch("product", (nb, ng, lay.kg, lay.cols), wg.dtype)
-                    _product(wg[g0:g1], cols, prod)
-                    yb[...] = lay.output_view(prod.reshape(nb, -1, lay.cols))
-                else:
-                    _product(wg[g0:g1], cols, yb.reshape(nb, ng, lay.kg, lay.p))
-            if dy is not None:
-                dyc = lay.to_columns(dy, b0, b1, g0, g1)
-                if dw_parts is not None:
-                    part = dw_parts[ranges.index((n0, n1)), g0:g1]
-                    for i in range(nb):
-                        _product(dyc[i], cols[i].swapaxes(-1, -2), part, accumulate=True)
-                if dxp is not None:
-                    dcols = scratch("data columns", (nb, ng, lay.rows, lay.cols), wg.dtype)
-                    _product(wg[g0:g1].swapaxes(-1, -2), dyc, dcols)
-                    lay.scatter(dxp, dcols, b0, b1, c0, c1)
-
-    run(task, lay.chunks)
-
-
-def _filter_grad(dw_parts: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """The sweep's per-chunk filter gradients summed, in w's shape, for the filter as applied (callers
-    flip it back for ``dims.flip``)."""
-    return (dw_parts[0] if len(dw_parts) == 1 else dw_parts.sum(axis=0)).reshape(dims.w_shape)
-
-
-def _im2col_filter_grad(dy: np.ndarray, x: np.ndarray, wg: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
-    """dw by im2col columns and BLAS products (wg: the grouped filter as applied), unflipped."""
-    lay = layout(dims, dy.dtype, threaded)
-    dw_parts = _new_parts(lay, wg)
-    _sweep(lay, wg, xp=pad(x, dims, temporary=True), dy=dy, dw_parts=dw_parts)
-    return _filter_grad(dw_parts, dims)
-
-
-def _new_parts(lay: _Layout, wg: np.ndarray) -> np.ndarray:
-    return np.zeros((len(lay.ranges),) + wg.shape, wg.dtype)
-
-
-def _data_grad(dy: np.ndarray, wg: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
-    """Gradient with respect to the (unpadded) input, dims.x_shape, for output gradient ``dy``.
-
-    With every stride 1 this is itself a convolution (:func:`conv_geometry.data_grad_problem`), which
-    takes the path that suits it and, unlike col2im, moves data the size of dy rather than of x times
-    the kernel. Strided convolutions scatter the columns back (col2im).
-    """
-    if any(s != 1 for s in dims.stride):
-        lay = layout(dims, dy.dtype, threaded)
-        dxp = np.zeros(dims.x_shape[:2] + dims.padded_size, dy.dtype)
-        _sweep(lay, wg, dy=np.ascontiguousarray(dy), dxp=dxp)
-        return unpad(dxp, dims)
-    dy, w_back, back = data_grad_problem(dy, wg.reshape(dims.w_shape), dims)
-    return _forward(dy, w_back, back, threaded)
-
-
-def _forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
-    """The convolution's output alone (no flip, no bias), by the path that suits the problem."""
-    path = special_path(dims)
-    if path is not None:
-        return path.forward(x, w, dims, threaded)
-    lay = layout(dims, x.dtype, threaded)
-    y = np.empty(lay.y_shape, x.dtype)
-    _sweep(lay, _group_filter(w, dims), xp=pad(x, dims, temporary=True), y=y)
-    return y
-
-
-def _path_filter_grad(path: Path, dy: np.ndarray, x: np.ndarray, wf: np.ndarray, dims: ConvDims,
-                      threaded: bool, saved: bool = False) -> np.ndarray:
-    """A special path's filter gradient, unflipped (as the path applies the filter wf); Direct's C kernel
-    takes large planes, the BLAS paths the rest (:data:`conv_paths.DIRECT_FILTER_MIN_RUN`). ``saved``: x is
-    the forward's residual (for Pointwise its sample, see :func:`_kept_shape`)."""
-    if path is Pointwise:
-        return path.filter_grad(dy, x, dims, threaded, sampled=saved)
-    if path is not Direct or Direct.native_filter_grad(dims):
-        return path.filter_grad(dy, x, dims, threaded)
-    base = filter_grad_path(dims)
-    if base is not None:
-        return base.filter_grad(dy, x, dims, _threads(dims, base, None))
-    return _im2col_filter_grad(dy, x, _grouped(wf, dims), dims, use_threads(dims))
-
-
-def _grouped(wf: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """The filter as applied (w's shape, C-contiguous) as (groups, K/groups, C/groups * prod(kernel))."""
-    return wf.reshape(dims.groups, dims.out_channels // dims.groups, -1)
-
-
-# ----------------------------------------------------------------------------------------------
-# ops: the residual form (see dnnbind.highlevel.residual)
-
-def _threads(dims: ConvDims, path: Path | None, threaded: bool | None) -> bool:
-    if threaded is not None:
-        return threaded
-    return path.use_threads(dims) if path is not None else use_threads(dims)
-
-
-#: the paths that run dnnbind's C kernels
-_KERNEL_PATHS = (Direct, Depthwise)
-
-
-def _blas_beside_kernels(dims_at: int) -> Any:
-    """Run the op with numpy's BLAS on one thread where dnnbind's C kernels run the problem and it is
-    (its ConvDims is positional argument ``dims_at``) big enough for the pool, whose BLAS paths then
-    split over it instead (their use_threads rules). OpenBLAS's workers poll for about a tenth of a
-    second after each multi-threaded call, taking a core from the C kernels that follow on the pool:
-    measured on a 2-core EPYC, a strided 256 -> 512 layer's forward and backward (C forward and data
-    gradient, a BLAS filter gradient) took 47 ms with BLAS on two threads and 32 ms with this."""
-    def alone(*args: Any, **kwargs: Any) -> bool:
-        """Whether BLAS keeps its own threads for this call (a BLAS path's products are split best so)."""
-        dims = args[dims_at] if len(args) > dims_at else kwargs["dims"]
-        return macs(dims) < GEMM_THREAD_MIN_MACS or native.library() is None or special_path(dims) not in _KERNEL_PATHS
-
-    def decorate(op: Any) -> Any:
-        @passes_when(alone)
-        @functools.wraps(op)
-        def beside(*args: Any, **kwargs: Any) -> Any:
-            if alone(*args, **kwargs):
-                return op(*args, **kwargs)
-            with one_blas_thread():
-                return op(*args, **kwargs)
-        return beside
-    return decorate
-
-
-@_blas_beside_kernels(dims_at=3)
-@fits_in_memory
-@half_forward
-def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
-                 *, threaded: bool | None = None) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """Convolution (cross-correlation; true convolution when ``dims.flip``) with optional bias.
-
-    Saves (see :func:`conv_residuals`) the filter as applied (flipped when ``dims.flip``) and x (for a
-    1x1 kernel without padding, the pixels it visits: :func:`_kept_shape`). What a forward saves depends
-    on the problem's geometry alone, never on which path runs (the C kernels may be absent, a threshold
-    may move), so a framework's description of the residuals holds everywhere. ``threaded`` forces the
-    thread pool on or off (benchmarks); None applies the measured rule.
-    """
-    path = special_path(dims)
-    threaded = _threads(dims, path, threaded)
-    save = saving()                     # False under dnnbind.no_grad(): neither x nor w is kept
-    # the filter as applied, the forward's own (a copy, flipped or not) when the backward will read it
-    wf = np.array(_flipped(w, dims), order="C") if save else np.ascontiguousarray(_flipped(w, dims))
-    kept = None
-    if path is Direct or path is Depthwise:
-        # the forward's own copy of x, made by the kernel as it reads x (one pass over x fewer); an x
-        # that is not C-contiguous gets its copy from ascontiguousarray below
-        kept = np.empty_like(x) if x.flags.c_contiguous and save else None
-        y = path.forward(x, wf, dims, threaded, keep=kept)
-    elif path is Pointwise:
-        kept = Pointwise.sample(x, dims)
-        y = path.forward(kept, wf, dims, threaded, sampled=True)
-    elif path is not None:
-        y = path.forward(x, wf, dims, threaded)
-    else:
-        lay = layout(dims, x.dtype, threaded)
-        wg = _grouped(wf, dims)
-        xp = pad(x, dims, temporary=True)
-        if lay.whole:                           # small: every column in one gather, one product
-            columns = scratch("whole columns", lay.columns_shape, x.dtype)
-            lay.fill(columns, xp, 0, dims.batch, 0, dims.in_channels)
-            y = np.empty(lay.columns_shape[:2] + (lay.kg, lay.columns_shape[-1]), x.dtype)
-            _product(wg, columns, y)
-            y = y.reshape(lay.y_shape)
-        else:
-            y = np.empty(lay.y_shape, x.dtype)
-            _sweep(lay, wg, xp=xp, y=y)
-    if b is not None:
-        add_channel_bias(y, b)
-    if not save:
-        return y, ()
-    return y, (wf, kept if kept is not None else np.array(x, order="C"))
-
-
-@_blas_beside_kernels(dims_at=2)
-@half_backward
-def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, threaded: bool | None = None,
+from dnnbind.highlevel.dims import ConvDims, interior_slices, window_slices
+from dnnbind.highlevel.reference._arrays import F64, as64, cast, channel_shape, channel_sum, cotangent
+from dnnbind.highlevel.residual import ALL_NEEDED, ArraySpec
+
+
+def _positions(dims: ConvDims) -> Any:
+    return itertools.product(*(range(k) for k in dims.kernel_size))
+
+
+def _grouped(a: np.ndarray, groups: int) -> np.ndarray:
+    """(N, C, ...) -> (N, groups, C / groups, ...)."""
+    return a.reshape(a.shape[0], groups, a.shape[1] // groups, *a.shape[2:])
+
+
+def _window(dims: ConvDims, position: tuple[int, ...]) -> tuple[slice, ...]:
+    """Index into a grouped padded input of what kernel ``position`` reads for every output."""
+    return (slice(None),) + window_slices(dims, position)
+
+
+def _padded(x: np.ndarray, dims: ConvDims) -> np.ndarray:
+    return np.pad(x, [(0, 0), (0, 0)] + list(zip(dims.pad_low, dims.pad_high)))
+
+
+def conv_data(x: np.ndarray, w: np.ndarray, dims: ConvDims) -> np.ndarray:
+    """The convolution (cross-correlation) of x (dims.x_shape) with w (dims.w_shape): dims.y_shape."""
+    g = dims.groups
+    xg, wg = _grouped(_padded(x, dims), g), w.reshape(g, -1, *w.shape[1:])
+    y = np.zeros((dims.batch, g, dims.out_channels // g) + dims.out_size)
+    for j in _positions(dims):
+        y += np.einsum("ngc...,gkc->ngk...", xg[_window(dims, j)], wg[(Ellipsis,) + j])
+    return y.reshape(dims.y_shape)
+
+
+def conv_data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims) -> np.ndarray:
+    """dx (dims.x_shape) of :func:`conv_data` for its output gradient dy (dims.y_shape)."""
+    g = dims.groups
+    dyg, wg = _grouped(dy, g), w.reshape(g, -1, *w.shape[1:])
+    dxg = np.zeros((dims.batch, g, dims.in_channels // g) + dims.padded_size)
+    for j in _positions(dims):
+        dxg[_window(dims, j)] += np.einsum("ngk...,gkc->ngc...", dyg, wg[(Ellipsis,) + j])
+    return dxg.reshape(dims.x_shape[:2] + dims.padded_size)[interior_slices(dims)]
+
+
+def conv_filter_grad(x: np.ndarray, dy: np.ndarray, dims: ConvDims) -> np.ndarray:
+    """dw (dims.w_shape) of :func:`conv_data` at input x for its output gradient dy."""
+    g = dims.groups
+    xg, dyg = _grouped(_padded(x, dims), g), _grouped(dy, g)
+    dyg = dyg.reshape(dyg.shape[:3] + (-1,))                       # the outputs in one axis
+    dw = np.zeros((g, dims.out_channels // g, dims.in_channels // g) + dims.kernel_size)
+    for j in _positions(dims):
+        patch = xg[_window(dims, j)]
+        dw[(Ellipsis,) + j] = np.einsum("ngkp,ngcp->gkc", dyg, patch.reshape(patch.shape[:3] + (-1,)))
+    return dw.reshape(dims.w_shape)
+
+
+def bias_grad(dy: np.ndarray) -> np.ndarray:
+    return channel_sum(dy)
+
+
+def _applied(w: np.ndarray, dims: ConvDims) -> np.ndarray:
+    """The filter as applied: flipped in every spatial dim for a true convolution (``dims.flip``). Its own
+    inverse, so it also turns the applied filter's gradient into w's."""
+    return w[(Ellipsis,) + (slice(None, None, -1),) * dims.spatial_rank] if dims.flip else w
+
+
+def _with_bias(y: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    return y if b is None else y + as64(b).reshape(channel_shape(y))
+
+
+def _gradients(dx: Any, dw: Any, db: Any, dims: ConvDims, dtype: Any) -> tuple[Any, Any, Any]:
+    return cast(dx, dtype), cast(None if dw is None else _applied(dw, dims), dtype), cast(db, dtype)
+
+
+def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None,
+                 dims: ConvDims) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Convolution (cross-correlation; true convolution when ``dims.flip``) with optional bias."""
+    x64, w64 = as64(x), as64(_applied(w, dims))
+    return cast(_with_bias(conv_data(x64, w64, dims), b), x.dtype), (w64, x64)
+
+
+def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims,
                   needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
-    """(dx, dw, db) of :func:`conv_forward`; those ``needs`` marks False are None, not computed."""
-    (dy,), (wf, x) = cotangents, saved
-    need_dx, need_dw, need_db = needs
-    path = special_path(dims)
-    threaded = _threads(dims, path, threaded)
-    dy = np.ascontiguousarray(cotangent("dy", dy, dims.y_shape, wf.dtype))
-    db = channel_sums(dy) if need_db else None
-    dx = dw = None
-    if path is not None:
-        dx = path.data_grad(dy, wf, dims, threaded) if need_dx else None
-        if need_dw:
-            dw = _path_filter_grad(path, dy, x, wf, dims, threaded, saved=True)
-    else:
-        dx = _data_grad(dy, _grouped(wf, dims), dims, threaded) if need_dx else None
-        if need_dw:
-            dw = _im2col_filter_grad(dy, x, _grouped(wf, dims), dims, threaded)
-    return dx, None if dw is None else np.ascontiguousarray(_flipped(dw, dims)), db
+    """(dx, dw, db); a gradient ``needs`` marks False is None."""
+    (w64, x64), (dy,) = saved, cotangents
+    d = cotangent("dy", dy, dims.y_shape, F64)
+    return _gradients(conv_data_grad(d, w64, dims) if needs[0] else None,
+                      conv_filter_grad(x64, d, dims) if needs[1] else None,
+                      bias_grad(d) if needs[2] else None, dims, dy.dtype)
 
 
-@half_residuals
-def conv_residuals(x: Any, w: Any, b: Any, dims: ConvDims, *, threaded: bool | None = None) -> tuple[ArraySpec, ...]:
-    """The filter as applied and x (:func:`_kept_shape`), whatever the path."""
-    dtype = np.dtype(x.dtype)
-    return ArraySpec(dims.w_shape, dtype), ArraySpec(_kept_shape(dims), dtype)
+def conv_residuals(x: Any, w: Any, b: Any, dims: ConvDims) -> tuple[ArraySpec, ArraySpec]:
+    """The filter as applied and x, in float64."""
+    return ArraySpec(dims.w_shape, F64), ArraySpec(dims.x_shape, F64)
 
 
-def _kept_shape(dims: ConvDims) -> tuple[int, ...]:
-    """What the forward keeps of x: x, or for a 1x1 kernel without padding (the problem's geometry, not
-    a path's choice) the pixels the kernel visits, which is all its backward reads."""
-    return Pointwise.sample_shape(dims) if Pointwise.applies(dims) else dims.x_shape
-
-
-@_blas_beside_kernels(dims_at=3)
-@fits_in_memory
-@half_forward
-def conv_transpose_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
-                           *, threaded: bool | None = None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """Transposed convolution: the data gradient of the convolution that ``dims`` describes.
-
-    ``dims`` comes from :meth:`ConvDims.transposed`, so dims.x_shape is this op's output shape and x
-    plays the part of that convolution's output gradient. Saves the filter as used and x (extended to
-    the convolution's output shape when output_padding needs it).
-    """
-    path = special_path(dims)
-    threaded = _threads(dims, path, threaded)
-    xe = private(np.ascontiguousarray(_extend(x, dims)), x)
-    wf = np.array(_flipped(w, dims), order="C")
-    if path is not None:
-        y = path.data_grad(xe, wf, dims, threaded)
-    else:
-        y = _data_grad(xe, _grouped(wf, dims), dims, threaded)
-    if b is not None:
-        add_channel_bias(y, b)
-    return y, (wf, xe)
-
-
-@_blas_beside_kernels(dims_at=2)
-@half_backward
-def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, threaded: bool | None = None,
-                            needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
-    """(dx, dw, db) of :func:`conv_transpose_forward`; those ``needs`` marks False are None."""
-    (dy,), (wf, xe) = cotangents, saved
-    need_dx, need_dw, need_db = needs
-    path = special_path(dims)
-    threaded = _threads(dims, path, threaded)
-    dy = np.ascontiguousarray(cotangent("dy", dy, dims.x_shape, wf.dtype))
-    x_shape = dims.transpose_input_shape
-    dxe = dw = None
-    if path is not None:
-        dxe = path.forward(dy, wf, dims, threaded) if need_dx else None
-        dw = _path_filter_grad(path, xe, dy, wf, dims, threaded) if need_dw else None
-    elif need_dx or need_dw:
-        lay = layout(dims, dy.dtype, threaded)
-        wg = _grouped(wf, dims)
-        dxe = np.empty(dims.y_shape, dy.dtype) if need_dx else None
-        dw_parts = _new_parts(lay, wg) if need_dw else None
-        _sweep(lay, wg, xp=pad(dy, dims), y=dxe, dy=xe if need_dw else None, dw_parts=dw_parts)
-        dw = _filter_grad(dw_parts, dims) if dw_parts is not None else None
-    dx = dxe if dxe is None or dxe.shape == x_shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x_shape)])
-    return dx, None if dw is None else np.ascontiguousarray(_flipped(dw, dims)), channel_sums(dy) if need_db else None
-
-
-@half_residuals
-def conv_transpose_residuals(x: Any, w: Any, b: Any, dims: ConvDims,
-                             *, threaded: bool | None = None) -> tuple[ArraySpec, ArraySpec]:
-    """The filter as applied and x extended, whatever the path."""
-    dtype = np.dtype(x.dtype)
-    return ArraySpec(dims.w_shape, dtype), ArraySpec(dims.y_shape, dtype)
-
-
-def _extend(x: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """x zero-extended to the forward convolution's output shape (only when output_padding >= stride)."""
-    if x.shape == dims.y_shape:
-        return x
-    xe = np.zeros(dims.y_shape, x.dtype)
+def _extended(x: np.ndarray, dims: ConvDims) -> np.ndarray:
+    """conv_transpose's x zero-extended to the convolution's output shape (output_padding >= stride)."""
+    xe = np.zeros(dims.y_shape)
     xe[tuple(slice(0, s) for s in x.shape)] = x
     return xe
 
 
-def _flipped(w: np.ndarray, dims: ConvDims) -> np.ndarray:
-    return np.flip(w, tuple(range(2, w.ndim))) if dims.flip else w
+def conv_transpose_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None,
+                           dims: ConvDims) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Transposed convolution: the data gradient of the convolution ``dims`` describes (from
+    :meth:`ConvDims.transposed`: dims.x_shape is this op's output shape)."""
+    xe, w64 = _extended(x, dims), as64(_applied(w, dims))
+    return cast(_with_bias(conv_data_grad(xe, w64, dims), b), x.dtype), (w64, xe)
+
+
+def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims,
+                            needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
+    """(dx, dw, db): the convolution's forward, its filter gradient (with the roles of x and dy swapped)
+    and the bias gradient."""
+    (w64, xe), (dy,) = saved, cotangents
+    d = cotangent("dy", dy, dims.x_shape, F64)
+    crop = tuple(slice(0, s) for s in dims.transpose_input_shape)
+    return _gradients(conv_data(d, w64, dims)[crop] if needs[0] else None,
+                      conv_filter_grad(d, xe, dims) if needs[1] else None,
+                      bias_grad(d) if needs[2] else None, dims, dy.dtype)
+
+
+def conv_transpose_residuals(x: Any, w: Any, b: Any, dims: ConvDims) -> tuple[ArraySpec, ArraySpec]:
+    """The filter as applied and x extended, in float64."""
+    return ArraySpec(dims.w_shape, F64), ArraySpec(dims.y_shape, F64)

@@ -1,0 +1,936 @@
+"""dnnbind's own C kernels (``csrc/``), for the problems numpy can only run at memory speed.
+
+They ship in the optional, separately built package dnnbind-native (``native/``; ``csrc/`` below is its
+``src/dnnbind_native/csrc/kernels/``), as the library ``dnnbind_native._kernels`` (on x86-64 with GCC each
+kernel three times: for AVX-512, for AVX2 with FMA and for any x86-64; the library says which of them
+this CPU runs, :func:`isa`), found by :mod:`dnnbind.compiled` and loaded here with ctypes. A call split
+over the cores runs on the kernels' own thread pool (csrc/parallel.c, through :func:`_launch`), whose
+workers spin briefly between calls instead of sleeping. Without the package :func:`available` is False
+and the cpu backend runs its numpy paths, which compute the same sums. ``DNNBIND_NATIVE=0`` turns the
+kernels off (to compare the two).
+
+The kernels trust their arguments, so every array is checked here against the problem (dtype,
+C order, shape) before its address reaches C.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+import os
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+from dnnbind import compiled
+from dnnbind.highlevel.dims import ConvDims, PoolDims
+from dnnbind.highlevel.cpu._blas import loaded_libraries, openblas
+from dnnbind.highlevel.cpu._threads import blas_single_threaded, one_blas_thread, split, workers
+
+_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+#: dnnbind_isa()'s answers (csrc/dispatch.h) and the suffixes of the kernels compiled for them
+_ISA_SUFFIX = {0: "base", 3: "v3", 4: "v4"}
+_Triple = ctypes.c_int64 * 3
+
+
+class Geometry(ctypes.Structure):
+    """A convolution's geometry as the kernels read it (csrc/depthwise.c: ``geometry``); spatial ranks
+    below 3 have leading dims of size 1."""
+    _fields_ = [("in_", _Triple), ("out", _Triple), ("kernel", _Triple), ("stride", _Triple),
+                ("dilation", _Triple), ("pad", _Triple), ("channels", ctypes.c_int64)]
+
+
+class GemmJob(ctypes.Structure):
+    """One product for csrc/gemm.c: C = op(A) op(B), row-major, by numpy's own OpenBLAS gemm."""
+    _fields_ = [("gemm", ctypes.c_void_p), ("index_bytes", ctypes.c_int64), ("trans_a", ctypes.c_int64),
+                ("trans_b", ctypes.c_int64), ("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+                ("a", ctypes.c_void_p), ("lda", ctypes.c_int64), ("b", ctypes.c_void_p), ("ldb", ctypes.c_int64),
+                ("c", ctypes.c_void_p), ("ldc", ctypes.c_int64)]
+
+
+class PackedGemmJob(ctypes.Structure):
+    """One product for csrc/gemm.c's packed_gemm: C = A B (or C += A B), each operand by its element strides."""
+    _fields_ = [("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+                ("a", ctypes.c_void_p), ("a_row", ctypes.c_int64), ("a_col", ctypes.c_int64),
+                ("b", ctypes.c_void_p), ("b_row", ctypes.c_int64), ("b_col", ctypes.c_int64),
+                ("c", ctypes.c_void_p), ("ldc", ctypes.c_int64), ("accumulate", ctypes.c_int64),
+                ("by_rows", ctypes.c_int64)]
+
+
+def library_path() -> str | None:
+    """Where the kernels' library lies (``dnnbind_native._kernels``), or None: the package is absent or
+    DNNBIND_NATIVE=0. Found as the import system would find it, without importing it (it is no Python
+    module)."""
+    return compiled.library_path("_kernels")
+
+
+@functools.lru_cache(maxsize=1)
+def library() -> ctypes.CDLL | None:
+    """The kernels' library, or None (dnnbind-native not installed, or turned off by DNNBIND_NATIVE=0)."""
+    path = library_path()
+    if path is None:
+        return None
+    lib = ctypes.CDLL(path)
+    lib.dnnbind_isa.restype, lib.dnnbind_isa.argtypes = ctypes.c_int, []
+    lib.dnnbind_isa_name.restype, lib.dnnbind_isa_name.argtypes = ctypes.c_char_p, []
+    lib.dnnbind_share_openmp.restype = ctypes.c_int
+    lib.dnnbind_share_openmp.argtypes = [ctypes.c_void_p] * 2
+    lib.dnnbind_parallel.restype = ctypes.c_int
+    lib.dnnbind_parallel.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int64, ctypes.c_int64]
+    return lib
+
+
+def isa() -> str | None:
+    """The instruction set whose kernels run here, or None without the kernels."""
+    lib = library()
+    return None if lib is None else lib.dnnbind_isa_name().decode()
+
+
+def supported_isas() -> list[str]:
+    """Suffixes of the instruction sets this CPU runs and the library has, best first (tests run each)."""
+    lib = library()
+    if lib is None:
+        return []
+    best = lib.dnnbind_isa()
+    return [suffix for level, suffix in sorted(_ISA_SUFFIX.items(), reverse=True)
+            if level <= best and hasattr(lib, f"dnnbind_depthwise_forward_f32_{suffix}")]
+
+
+def _kernel(name: str, dtype: np.dtype) -> Any:
+    """The kernel ``dnnbind_<name>`` for ``dtype``, compiled for this CPU's best instruction set."""
+    return _typed_kernel(name, dtype, _best_suffix())
+
+
+@functools.lru_cache(maxsize=1)
+def _best_suffix() -> str:
+    return supported_isas()[0]
+
+
+_P, _I, _GEOMETRY = ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(Geometry)
+#: each kernel's parameters (csrc/*_typed.h) and whether it returns a status (0, or -1: no memory)
+_SIGNATURES: dict[str, tuple[list[Any], bool]] = {
+    "depthwise_forward": ([_P, _P, _P, _P, _GEOMETRY, _I, _I], True),
+    "depthwise_data_grad": ([_P, _P, _P, _GEOMETRY, _I, _I], True),
+    "depthwise_filter_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I], True),
+    "conv_forward": ([_P, _P, _P, _P, _GEOMETRY, _I, _I, _I, _I, _I], True),
+    "conv_filter_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I, _I], True),
+    "conv_data_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I], True),
+    "maxpool_forward": ([_P, _P, _P, _I, _GEOMETRY, _I, _I], True),
+    "maxpool_backward": ([_P, _P, _I, _P, _GEOMETRY, _I, _I], True),
+    "plane_max": ([_P, _P, _P, _I, _I, _I, _I], False),
+    "channel_sums": ([_P, _P, _P, _P] + [_I] * 5, False),
+    "channel_squares": ([_P, _P, _P] + [_I] * 5, False),
+    "column_sums": ([_P] * 5 + [_I] * 4, False),
+    "channel_affine": ([_P] * 4 + [_I] * 5, False),
+    "batchnorm_normalize": ([_P] * 7 + [_I] * 5, False),
+    "batchnorm_data_grad": ([_P] * 6 + [_I] * 5, False),
+    "lstm_forward": ([_P] * 9 + [_I] * 4 + [_P, _P, _I, _I], False),
+    "lstm_backward": ([_P] * 8 + [_I] * 3 + [_P, _P, _I, _I], False),
+    "vmath": ([_P, _P, _I, _I], False),
+    "activation_forward": ([_P] * 5 + [_I] * 3, False),
+    "activation_backward": ([_P] * 4 + [_I] * 2, False),
+    "softmax_forward": ([_P] * 2 + [_I] * 5, False),
+    "softmax_backward": ([_P] * 3 + [_I] * 5, False),
+    "gemm_rows": ([ctypes.POINTER(GemmJob), _I, _I], False),
+    "packed_gemm": ([ctypes.POINTER(PackedGemmJob), _I, _I], True),
+    "folded_columns": ([_P, _P, _GEOMETRY, _I, _I, _I, _I], False),
+    "filter_flip_transpose": ([_P, _P, _I, _I, _I, _I, _I], False),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _typed_kernel(name: str, dtype: np.dtype, suffix: str) -> Any:
+    lib = library()
+    assert lib is not None
+    fn = getattr(lib, f"dnnbind_{name}_{_SUFFIX[dtype]}_{suffix}")
+    fn.argtypes, status = _SIGNATURES[name]
+    fn.restype = ctypes.c_int if status else None
+    return fn
+
+
+def available(dtype: Any) -> bool:
+    """Whether the kernels are there for arrays of ``dtype`` (float32 and float64)."""
+    return np.dtype(dtype) in _SUFFIX and library() is not None
+
+
+@functools.lru_cache(maxsize=256)
+def geometry(dims: ConvDims | PoolDims) -> Geometry:
+    """``dims`` (1 to 3 spatial dims, as ConvDims and PoolDims allow) as the kernels' geometry: a pooling
+    window is a kernel. A dim with one output has no stride (stride 1): the stride moves only outputs
+    after the first, and a stride of 1 keeps the kernels' plane layout in one phase (a global pooling
+    window or a kernel as large as its input would otherwise be split into a phase per position)."""
+    lead = 3 - dims.spatial_rank
+    kernel = dims.window if isinstance(dims, PoolDims) else dims.kernel_size
+    stride = tuple(1 if out == 1 else s for s, out in zip(dims.stride, dims.out_size))
+
+    def triple(values: tuple[int, ...], fill: int) -> Any:
+        return _Triple(*((fill,) * lead + tuple(values)))
+
+    return Geometry(triple(dims.x_shape[2:], 1), triple(dims.out_size, 1), triple(kernel, 1),
+                    triple(stride, 1), triple(dims.dilation, 1), triple(dims.pad_low, 0),
+                    dims.x_shape[1])
+
+
+def _address(a: np.ndarray, name: str, shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """The address of ``a`` after checking it is what the kernel will read or write: C-ordered, of
+    ``dtype`` and ``shape``."""
+    if a.dtype != dtype or a.shape != tuple(shape) or not a.flags.c_contiguous:
+        raise ValueError(f"native kernel argument {name}: expected a C-contiguous {dtype} array of shape "
+                         f"{tuple(shape)}, got {a.dtype} {a.shape} (contiguous: {a.flags.c_contiguous})")
+    return _data(a)
+
+
+def _data(a: np.ndarray) -> int:
+    """The address of ``a``'s first element: through the buffer protocol (a quarter of the time
+    ``a.ctypes.data`` takes, paid per array per kernel call), or ``a.ctypes`` where that refuses (a
+    read-only or empty array)."""
+    try:
+        # ndarray has the buffer protocol; numpy's stubs do not say so
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))  # type: ignore[arg-type]
+    except (TypeError, ValueError, BufferError):
+        return int(a.ctypes.data)
+
+
+def share_openmp_team(enabled: bool = True) -> bool:
+    """Run the kernels' split calls on the OpenMP team of the libgomp already loaded in this process
+    (PyTorch's: dnnbind.torch asks for it when imported), instead of the kernels' own workers; whether
+    they now do. torch's OpenMP threads spin after every torch op: a worker of our own beside them gets
+    half a core, and a split call waits for its slowest part. On that team the kernels take the cores
+    torch's threads hold anyway, as many as torch.set_num_threads allows. ``enabled=False``: back to
+    the kernels' own workers."""
+    global _team_shared
+    lib = library()
+    _team_shared = False
+    if lib is None:
+        return False
+    if not enabled:
+        lib.dnnbind_share_openmp(None, None)
+        return False
+    for gomp in loaded_libraries("libgomp"):
+        names = ("GOMP_parallel", "omp_get_max_threads")
+        try:
+            addresses = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p).value for name in names]
+        except AttributeError:               # another OpenMP runtime, or not one at all
+            continue
+        _team_shared = lib.dnnbind_share_openmp(*addresses) == 0
+        return _team_shared
+    return False
+
+
+_team_shared = False
+
+
+def _cores_to_spare() -> bool:
+    """Whether a split call's other parts get cores nobody spins on: on torch's team, in a process
+    without torch (whose OpenMP threads would spin beside the kernels' own workers), or inside
+    :func:`every_core`."""
+    return _team_shared or _claimed > 0 or "torch" not in sys.modules
+
+
+class _EveryCore:
+    """The context manager :func:`every_core` returns."""
+
+    __slots__ = ("entered",)
+
+    def __enter__(self) -> None:
+        global _claimed
+        self.entered = not blas_single_threaded() or _cores_to_spare()
+        if self.entered:
+            one_blas_thread().__enter__()
+            with _claim_lock:
+                _claimed += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _claimed
+        if self.entered:
+            with _claim_lock:
+                _claimed -= 1
+            one_blas_thread().__exit__(None, None, None)
+
+
+def every_core() -> _EveryCore:
+    """Run a whole op's products and loops on the kernels' team, where the op may take every core:
+    numpy's BLAS would (it is not held to one thread), or the cores are to spare. Inside, numpy's BLAS
+    runs on one thread and the team splits the large products (:func:`matmul`): OpenBLAS's own workers,
+    which poll for a tenth of a second after each threaded call, then never run beside the team's
+    (measured: an LSTM layer's forward 10.6 ms median, 8.1 ms best, with them; 8.3 ms, 8.1 ms best, on
+    the team alone). Where numpy's BLAS is held to one thread beside torch's threads, nothing changes."""
+    return _EveryCore()
+
+
+#: how many every_core blocks are open (any thread's)
+_claimed = 0
+_claim_lock = threading.Lock()
+
+
+#: csrc/parallel.c's MAX_ARGS: the most arguments a kernel the pool runs takes before its range
+POOL_MAX_ARGS = 16
+
+#: each kernel's address, for dnnbind_parallel (csrc/parallel.c), under id(fn) with fn itself (ctypes
+#: functions cannot be hashed; holding fn keeps its id from passing to another kernel)
+_ADDRESSES: dict[int, tuple[Any, int]] = {}
+
+
+def _launch(fn: Any, args: tuple, chunks: list[tuple[int, int]], team: int | None = None) -> None:
+    """Run kernel ``fn(*args, lo, hi)`` over every chunk (contiguous, from :func:`split`): one directly,
+    several on the kernels' own thread pool (csrc/parallel.c: its workers spin briefly between calls,
+    where Python's pool would sleep and take 50-240 us to wake on a VM), ``team`` threads (default: the
+    cores, :func:`workers`) taking the chunks as they come. Raises MemoryError when a kernel could not
+    allocate its working buffer."""
+    if len(chunks) == 1:
+        status = fn(*args, *chunks[0])
+    else:
+        words = [ctypes.addressof(a) if isinstance(a, ctypes.Structure) else a for a in args]
+        bounds = [lo for lo, _ in chunks] + [chunks[-1][1]]
+        known = _ADDRESSES.get(id(fn))
+        if known is None or known[0] is not fn:
+            known = _ADDRESSES[id(fn)] = (fn, ctypes.cast(fn, ctypes.c_void_p).value or 0)
+        address = known[1]
+        lib = library()
+        assert lib is not None
+        status = lib.dnnbind_parallel(address, fn.restype is not None, len(words), (ctypes.c_int64 * len(words))(*words),
+                                      (ctypes.c_int64 * len(bounds))(*bounds), len(chunks),
+                                      workers() if team is None else team)
+    if status == -1:
+        raise MemoryError(f"{fn.__name__}: could not allocate its working buffer")
+    if status:
+        raise RuntimeError(f"{fn.__name__}: the kernels' thread pool refused the call (status {status})")
+
+
+#: Chunks per thread of a split kernel call: the pool's threads take them as they come, so that one
+#: thread starting late (a vCPU the hypervisor runs late, a core busy elsewhere) leaves the others its
+#: share instead of holding up the call. Four where a chunk's own setup is a plane's buffer; two for the
+#: convolution kernels, each chunk of which packs the whole filter.
+PIECES_PER_THREAD = 4
+CONV_PIECES_PER_THREAD = 2
+
+
+def _parts(count: int, threaded: bool, per_thread: int = PIECES_PER_THREAD) -> list[tuple[int, int]]:
+    return split(count, workers() * per_thread) if threaded else [(0, count)]
+
+
+def _kept(keep: np.ndarray | None, dims: ConvDims | PoolDims, dtype: np.dtype) -> int:
+    """The address for a forward's copy of x (0: none wanted), checked like every other argument."""
+    return 0 if keep is None else _address(keep, "keep", dims.x_shape, dtype)
+
+
+def _filter_shape(dims: ConvDims | PoolDims) -> tuple[int, ...]:
+    """The depthwise filter's shape: (C, 1, *kernel); a pooling window's weights for mean pooling."""
+    return dims.w_shape if isinstance(dims, ConvDims) else dims.x_shape[1:2] + (1,) + dims.window
+
+
+def depthwise_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims | PoolDims, threaded: bool,
+                      keep: np.ndarray | None = None) -> np.ndarray:
+    """y of a depthwise convolution (groups == in == out channels; or a pooling window, zero-padded,
+    weighted by ``w``); planes split over the pool. ``keep`` (x's shape) receives a copy of x, made
+    while each plane is in cache (the forward's own copy, for its backward)."""
+    dtype = x.dtype
+    y = np.empty(dims.y_shape, dtype)
+    args = (_address(x, "x", dims.x_shape, dtype), _address(w, "w", _filter_shape(dims), dtype),
+            _address(y, "y", dims.y_shape, dtype), _kept(keep, dims, dtype), geometry(dims))
+    fn = _kernel("depthwise_forward", dtype)
+    _launch(fn, args, _split_plane_count(dims, threaded))
+    return y
+
+
+def depthwise_data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims | PoolDims, threaded: bool) -> np.ndarray:
+    """dx of :func:`depthwise_forward` for output gradient ``dy``."""
+    dtype = dy.dtype
+    dx = np.empty(dims.x_shape, dtype)
+    args = (_address(dy, "dy", dims.y_shape, dtype), _address(w, "w", _filter_shape(dims), dtype),
+            _address(dx, "dx", dims.x_shape, dtype), geometry(dims))
+    fn = _kernel("depthwise_data_grad", dtype)
+    _launch(fn, args, _split_plane_count(dims, threaded))
+    return dx
+
+
+def depthwise_filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+    """dw of a depthwise convolution, summed over the batch; channels split over the pool."""
+    dtype = dy.dtype
+    dw = np.empty(dims.w_shape, dtype)
+    args = (_address(dy, "dy", dims.y_shape, dtype), _address(x, "x", dims.x_shape, dtype),
+            _address(dw, "dw", dims.w_shape, dtype), geometry(dims), dims.batch)
+    fn = _kernel("depthwise_filter_grad", dtype)
+    _launch(fn, args, _parts(dims.in_channels, threaded))
+    return dw
+
+
+def _split_plane_count(dims: ConvDims | PoolDims, threaded: bool) -> list[tuple[int, int]]:
+    return _parts(dims.x_shape[0] * dims.x_shape[1], threaded)
+
+
+@functools.lru_cache(maxsize=256)
+def run_length(dims: ConvDims) -> int:
+    """A sample's run of outputs in the kernels' plane layout (csrc/planes.h: ``layout.run``): its outputs
+    from the first to the last, rows a phase's width apart."""
+    g = geometry(dims)
+    width = [-(-((o - 1) * s + (k - 1) * d + 1) // s) for o, s, k, d in
+             zip(g.out, g.stride, g.kernel, g.dilation)]
+    return ((g.out[0] - 1) * width[1] + (g.out[1] - 1)) * width[2] + g.out[2]
+
+
+def conv_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool,
+                 keep: np.ndarray | None = None) -> np.ndarray:
+    """y of a convolution (any groups, stride, dilation, padding; w as the forward applies it), as a
+    direct convolution; samples split over the pool. ``keep`` as in :func:`depthwise_forward`."""
+    dtype = x.dtype
+    y = np.empty(dims.y_shape, dtype)
+    splits = conv_forward_splits(dims, threaded)
+    args = (_address(x, "x", dims.x_shape, dtype), _address(w, "w", dims.w_shape, dtype),
+            _address(y, "y", dims.y_shape, dtype), _kept(keep, dims, dtype), geometry(dims),
+            dims.out_channels, dims.groups, splits)
+    fn = _kernel("conv_forward", dtype)
+    _launch(fn, args, _parts(dims.batch * splits, threaded, CONV_PIECES_PER_THREAD))
+    return y
+
+
+#: Output channels per register tile of the convolution kernels on this CPU (csrc/conv_typed.h: MR).
+def _tile_outputs() -> int:
+    return 12 if _best_suffix() == "v4" else 6
+
+
+def conv_forward_splits(dims: ConvDims, threaded: bool) -> int:
+    """Parts of each sample's output channels the forward kernel's work units take: 1 (a unit per
+    sample) unless there are fewer samples than threads, as in batch-1 inference; then each sample's
+    blocks of output channels split so that every thread has a part (each part loads the sample's
+    planes itself: a copy, against the part's share of the products; measured, 2-core EPYC, batch 1,
+    3x3, 64 channels at 56x56: 2.44 ms on one thread, 1.73 in four parts, 1.4 in two)."""
+    if not threaded or dims.batch >= workers():
+        return 1
+    blocks = -(-(dims.out_channels // dims.groups) // _tile_outputs())
+    return max(1, min(blocks, -(-workers() // dims.batch)))
+
+
+def conv_data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+    """dx of a convolution for output gradient ``dy``, as a product of the transposed filter and dy per
+    kernel offset, added where the forward read (any stride); samples split over the pool."""
+    dtype = dy.dtype
+    dx = np.empty(dims.x_shape, dtype)
+    args = (_address(dy, "dy", dims.y_shape, dtype), _address(w, "w", dims.w_shape, dtype),
+            _address(dx, "dx", dims.x_shape, dtype), geometry(dims), dims.out_channels, dims.groups)
+    fn = _kernel("conv_data_grad", dtype)
+    _launch(fn, args, _parts(dims.batch, threaded, CONV_PIECES_PER_THREAD))
+    return dx
+
+
+def conv_filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+    """dw of a convolution, summed over the batch; the output channels (of every group: a part covers
+    whole groups where it can, whose planes it then loads once) split over the pool."""
+    dtype = dy.dtype
+    dw = np.empty(dims.w_shape, dtype)
+    args = (_address(dy, "dy", dims.y_shape, dtype), _address(x, "x", dims.x_shape, dtype),
+            _address(dw, "dw", dims.w_shape, dtype), geometry(dims), dims.out_channels, dims.groups,
+            dims.batch)
+    fn = _kernel("conv_filter_grad", dtype)
+    _launch(fn, args, _parts(dims.out_channels, threaded, CONV_PIECES_PER_THREAD))
+    return dw
+
+
+def _winner_dtype(dims: PoolDims) -> np.dtype:
+    winner = np.dtype(dims.winner_dtype)
+    if winner.itemsize not in (1, 2, 4):
+        raise ValueError(f"native max pooling counts windows of at most 2**32 positions, not {len(dims.window_positions)}")
+    return winner
+
+
+def maxpool_forward(x: np.ndarray, dims: PoolDims, threaded: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(y, winners) of max pooling: winners are the window positions (row-major) that won, in
+    ``dims.winner_dtype``."""
+    dtype, winner = x.dtype, _winner_dtype(dims)
+    y, winners = np.empty(dims.y_shape, dtype), np.empty(dims.y_shape, winner)
+    args = (_address(x, "x", dims.x_shape, dtype), _address(y, "y", dims.y_shape, dtype),
+            _address(winners, "winners", dims.y_shape, winner), winner.itemsize, geometry(dims))
+    fn = _kernel("maxpool_forward", dtype)
+    _launch(fn, args, _split_plane_count(dims, threaded))
+    return y, winners
+
+
+def plane_max(x: np.ndarray, dims: PoolDims, threaded: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(y, winners) of global max pooling (one window, the whole unpadded plane): each plane's max and
+    the flat index that won, in ``dims.winner_dtype``."""
+    dtype, winner = x.dtype, _winner_dtype(dims)
+    y, winners = np.empty(dims.y_shape, dtype), np.empty(dims.y_shape, winner)
+    args = (_address(x, "x", dims.x_shape, dtype), _data(y), _data(winners), winner.itemsize,
+            math.prod(dims.x_shape[2:]))
+    _launch(_kernel("plane_max", dtype), args, _split_plane_count(dims, threaded))
+    return y, winners
+
+
+def maxpool_backward(dy: np.ndarray, winners: np.ndarray, dims: PoolDims, threaded: bool) -> np.ndarray:
+    """dx of max pooling: every dy added to the input its window's winner read."""
+    dtype, winner = dy.dtype, _winner_dtype(dims)
+    dx = np.empty(dims.x_shape, dtype)
+    args = (_address(dy, "dy", dims.y_shape, dtype), _address(winners, "winners", dims.y_shape, winner),
+            winner.itemsize, _address(dx, "dx", dims.x_shape, dtype), geometry(dims))
+    fn = _kernel("maxpool_backward", dtype)
+    _launch(fn, args, _split_plane_count(dims, threaded))
+    return dx
+
+
+# ------------------------------------------------------------------------------- per-channel kernels
+#: Split a per-channel pass over the pool from this many elements on (one pass over memory each).
+CHANNEL_THREAD_MIN_ELEMENTS = 1 << 22
+#: Planes of fewer elements than this run in row mode (csrc/channels.c): the data as rows of channels
+#: times plane elements, summed by column and mapped with per-column parameters, instead of a loop too
+#: short to vectorize per plane. Measured (2-core EPYC, float32, batch norm forward + backward against
+#: torch): (256, 512) planes of 1 took 13x torch's time plane by plane, 64 channels at 4x4 2.1x.
+ROW_MODE_PLANE = 32
+
+
+def _planes(a: np.ndarray) -> tuple[int, int, int]:
+    """(batch, channels, plane) of an (N, C, ...) array."""
+    return a.shape[0], a.shape[1], math.prod(a.shape[2:])
+
+
+def _row_mode(a: np.ndarray) -> bool:
+    return math.prod(a.shape[2:]) < ROW_MODE_PLANE
+
+
+def _per_channel(a: np.ndarray, name: str, channels: int, dtype: Any) -> int:
+    return _address(a, name, (channels,), np.dtype(dtype))
+
+
+def _split_channels(a: np.ndarray) -> list[tuple[int, int]]:
+    return _parts(a.shape[1], a.size >= CHANNEL_THREAD_MIN_ELEMENTS)
+
+
+def _map_layout(a: np.ndarray, params: tuple[tuple[np.ndarray | None, str], ...], dtype: Any) -> tuple[
+        list[int], tuple[int, int, int], list[tuple[int, int]], tuple[np.ndarray | None, ...]]:
+    """How a per-channel map runs over (N, C, ...) ``a``: the parameters' addresses (0 for None), the
+    kernel's (channels, plane, per_column), its ranges, and the arrays behind those addresses where
+    they are new (the caller holds them through the call). Row mode spreads each channel's parameter
+    over its plane's elements along a row of the sample."""
+    n, c, plane = _planes(a)
+    addresses = [0 if v is None else _per_channel(v, name, c, dtype) for v, name in params]
+    if not _row_mode(a):
+        return addresses, (c, plane, 0), _parts(n * c, a.size >= CHANNEL_THREAD_MIN_ELEMENTS), ()
+    spread = tuple(None if v is None else _spread(v, plane) for v, _ in params)
+    return ([0 if v is None else _data(v) for v in spread], (1, c * plane, 1),
+            _parts(n, a.size >= CHANNEL_THREAD_MIN_ELEMENTS), spread)
+
+
+def _spread(v: np.ndarray, plane: int) -> np.ndarray:
+    """Each value of ``v`` ``plane`` times in a row (np.repeat, without its element-by-element loop)."""
+    if plane == 1:
+        return v
+    out = np.empty((v.size, plane), v.dtype)
+    out[...] = v[:, None]
+    return out.reshape(-1)
+
+
+def _column_sums(a: np.ndarray, b: np.ndarray | None, center: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Row mode's sums (see csrc/channels.c: column_sums), per channel: each column's sum in float64,
+    then each channel's columns added."""
+    n, c, plane = _planes(a)
+    sums, products = np.empty(c * plane), np.empty(c * plane)
+    spread = None if center is None else _spread(center.astype(np.float64), plane)
+    args = (_address(a, "a", a.shape, a.dtype), 0 if b is None else _address(b, "b", a.shape, a.dtype),
+            0 if spread is None else _data(spread), _data(sums), _data(products), n, c * plane)
+    _launch(_kernel("column_sums", a.dtype), args, _parts(c * plane, a.size >= CHANNEL_THREAD_MIN_ELEMENTS))
+    if plane > 1:
+        sums, products = sums.reshape(c, plane).sum(axis=1), products.reshape(c, plane).sum(axis=1)
+    return sums, products
+
+
+def channel_sums(a: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per channel (axis 1) of C-contiguous (N, C, ...) ``a``: the sum of a and, with ``b`` (a's shape),
+    the sum of a * b; in float64."""
+    if _row_mode(a):
+        by_column = _column_sums(a, b, None)
+        return by_column[0], (by_column[1] if b is not None else None)
+    n, c, plane = _planes(a)
+    sums, products = np.empty(c), (np.empty(c) if b is not None else None)
+    args = (_address(a, "a", a.shape, a.dtype), 0 if b is None else _address(b, "b", a.shape, a.dtype),
+            _data(sums), 0 if products is None else _data(products), n, c, plane)
+    fn = _kernel("channel_sums", a.dtype)
+    _launch(fn, args, _split_channels(a))
+    return sums, products
+
+
+def channel_squares(a: np.ndarray, center: np.ndarray) -> np.ndarray:
+    """Per channel of (N, C, ...) ``a``: the sum of (a - center[c])^2, ``center`` float64; in float64."""
+    n, c, plane = _planes(a)
+    if _row_mode(a):
+        _per_channel(center, "center", c, np.float64)
+        return _column_sums(a, None, center)[0]
+    squares = np.empty(c)
+    args = (_address(a, "a", a.shape, a.dtype), _per_channel(center, "center", c, np.float64), _data(squares),
+            n, c, plane)
+    fn = _kernel("channel_squares", a.dtype)
+    _launch(fn, args, _split_channels(a))
+    return squares
+
+
+def channel_affine(a: np.ndarray, scale: np.ndarray | None, shift: np.ndarray,
+                   out: np.ndarray | None = None) -> np.ndarray:
+    """a * scale[c] + shift[c] per channel (a + shift[c] without ``scale``), into ``out`` (may be ``a``)."""
+    out = np.empty_like(a) if out is None else out
+    (k, m), layout, parts, _held = _map_layout(a, ((scale, "scale"), (shift, "shift")), a.dtype)
+    args = (_address(a, "a", a.shape, a.dtype), k, m, _address(out, "out", a.shape, a.dtype)) + layout
+    _launch(_kernel("channel_affine", a.dtype), args, parts)
+    return out
+
+
+def batchnorm_normalize(x: np.ndarray, mean: np.ndarray, invstd: np.ndarray, gamma: np.ndarray,
+                        beta: np.ndarray, keep_xhat: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+    """(xhat, y): xhat = (x - mean[c]) * invstd[c], y = xhat * gamma[c] + beta[c], in one pass; xhat None
+    (never written) unless ``keep_xhat``."""
+    xhat, y = (np.empty_like(x) if keep_xhat else None), np.empty_like(x)
+    params = ((mean, "mean"), (invstd, "invstd"), (gamma, "gamma"), (beta, "beta"))
+    addresses, layout, parts, _held = _map_layout(x, params, x.dtype)
+    args = (_address(x, "x", x.shape, x.dtype), *addresses, 0 if xhat is None else _data(xhat), _data(y)) + layout
+    _launch(_kernel("batchnorm_normalize", x.dtype), args, parts)
+    return xhat, y
+
+
+def batchnorm_data_grad(dy: np.ndarray, xhat: np.ndarray, mean_dy: np.ndarray, mean_dy_xhat: np.ndarray,
+                        scale: np.ndarray) -> np.ndarray:
+    """Training's dx = (dy - mean_dy[c] - xhat * mean_dy_xhat[c]) * scale[c], in one pass."""
+    dx = np.empty_like(dy)
+    params = ((mean_dy, "mean_dy"), (mean_dy_xhat, "mean_dy_xhat"), (scale, "scale"))
+    addresses, layout, parts, _held = _map_layout(dy, params, dy.dtype)
+    args = (_address(dy, "dy", dy.shape, dy.dtype), _address(xhat, "xhat", dy.shape, dy.dtype), *addresses,
+            _data(dx)) + layout
+    _launch(_kernel("batchnorm_data_grad", dy.dtype), args, parts)
+    return dx
+
+
+# ------------------------------------------------------------------------------- the LSTM time loop
+def gemm_available(dtype: Any) -> bool:
+    """Whether the kernels that call numpy's OpenBLAS gemm run for ``dtype`` (:func:`matmul`'s split):
+    the kernels and that gemm are there."""
+    return available(dtype) and np.dtype(dtype) in openblas().gemm
+
+
+def _gemm(dtype: np.dtype) -> tuple[int, int]:
+    """(the address of numpy's OpenBLAS CBLAS gemm for ``dtype``, its integers' size in bytes)."""
+    fn = openblas().gemm[dtype]
+    return ctypes.cast(fn, ctypes.c_void_p).value or 0, ctypes.sizeof(fn.argtypes[3])
+
+
+def lstm_forward(x: np.ndarray, w_ih: np.ndarray, bias: np.ndarray | None, w_hh: np.ndarray, steps: np.ndarray,
+                 acts: np.ndarray, hs: np.ndarray, cs: np.ndarray, tcs: np.ndarray) -> None:
+    """Every step of one LSTM layer and direction (csrc/recurrent_typed.h): x (T, I, B) each time's
+    inputs, feature-major; w_ih (4H, I), ``bias`` (4H) both biases summed (None: none), w_hh (4H, H),
+    ``steps`` the time of each step; fills the tapes acts (T, 4H, B), hs and cs (T + 1, H, B; entry 0
+    the initial state, given) and tcs (T, H, B)."""
+    dtype = x.dtype
+    count, inputs, batch = x.shape
+    rows, hidden = w_hh.shape
+    steps = np.ascontiguousarray(steps, dtype=np.int64)
+    if rows != 4 * hidden or steps.shape != (count,) or (count and not 0 <= steps.min() <= steps.max() < count):
+        raise ValueError(f"lstm_forward: x {x.shape}, w_hh {w_hh.shape} and steps {steps.shape} do not fit an "
+                         f"LSTM's {count} steps")
+    plane = (hidden, batch)
+    args = (_address(x, "x", x.shape, dtype), _address(w_ih, "w_ih", (rows, inputs), dtype),
+            0 if bias is None else _address(bias, "bias", (rows,), dtype),
+            _address(w_hh, "w_hh", (rows, hidden), dtype), _data(steps),
+            _address(acts, "acts", (count, rows, batch), dtype), _address(hs, "hs", (count + 1, *plane), dtype),
+            _address(cs, "cs", (count + 1, *plane), dtype), _address(tcs, "tcs", (count, *plane), dtype),
+            count, inputs, hidden, batch)
+    _run_time_loop(_kernel("lstm_forward", dtype), args, hidden, batch, 4, hidden + inputs, dtype)
+
+
+def lstm_backward(acts: np.ndarray, cs: np.ndarray, tcs: np.ndarray, w_hh: np.ndarray, dy: np.ndarray,
+                  dh: np.ndarray, dc: np.ndarray) -> np.ndarray:
+    """The backward loop of :func:`lstm_forward`: dy (T, H, B) the gradients of the states after each
+    step; dh and dc (H, B) those of the last state and cell, updated in place to the initial state's.
+    Returns the gradients of the gates' pre-activations, (T, 4H, B)."""
+    dtype = acts.dtype
+    count, rows, batch = acts.shape
+    hidden = rows // 4
+    plane = (hidden, batch)
+    dgates = np.empty_like(acts)
+    args = (_address(acts, "acts", acts.shape, dtype), _address(cs, "cs", (count + 1, *plane), dtype),
+            _address(tcs, "tcs", (count, *plane), dtype), _address(w_hh, "w_hh", (rows, hidden), dtype),
+            _address(dy, "dy", (count, *plane), dtype), _address(dh, "dh", plane, dtype),
+            _address(dc, "dc", plane, dtype), _address(dgates, "dgates", acts.shape, dtype),
+            count, hidden, batch)
+    _run_time_loop(_kernel("lstm_backward", dtype), args, hidden, batch, 1, rows, dtype)
+    return dgates
+
+
+#: Split the LSTM time loop over the cores from this many multiply-adds of a step's recurrent product on
+#: (a step's chunks wait for the step before: a few microseconds a step; measured on 2 cores, forward and
+#: backward loop per step: H=64, B=16 (2^18) 20.7 us on one thread, 18.5 on two; H=32, B=16 10.3
+#: against 12.7)
+LSTM_THREAD_MIN_MACS = 1 << 18
+
+
+def _run_time_loop(fn: Any, args: tuple, hidden: int, batch: int, rows_per_unit: int, depth: int,
+                   dtype: np.dtype) -> None:
+    """Run an LSTM loop kernel: on every core, each step cut into one chunk of hidden units per core,
+    where the cores are free: numpy's BLAS would take them all itself (the loop's products are the
+    kernel's own, csrc/recurrent.c), or :func:`_cores_to_spare`; else on this thread (numpy's BLAS held
+    to one thread beside torch's threads). Its tickets' counters live in a fresh, zeroed buffer per
+    call; each chunk's packed rows of the recurrent matrix (``rows_per_unit`` per hidden unit,
+    ``depth`` long) in one buffer, laid out as the kernel's CHUNK_SLACK_ROWS rule says."""
+    team = workers()
+    if (team < 2 or hidden < team or 4 * hidden * hidden * batch < LSTM_THREAD_MIN_MACS
+            or (blas_single_threaded() and not _cores_to_spare())):
+        team = 1
+    sync = np.zeros(16, np.int64)
+    sync[1] = team
+    widest = rows_per_unit * -(-hidden // team)
+    part = -(-(widest + _CHUNK_SLACK_ROWS) * depth // _PART_ALIGN) * _PART_ALIGN
+    packed = np.empty(team * part + 64 // np.dtype(dtype).itemsize, dtype)   # from its first 64-byte boundary
+    _launch(fn, args + (_data(packed), _data(sync)), split(team, team))
+
+
+#: csrc/recurrent.c's CHUNK_SLACK_ROWS and PART_ALIGN: the rows each chunk's part of a packed buffer holds
+#: beyond its own, and the elements its size is a multiple of
+_CHUNK_SLACK_ROWS = 16
+_PART_ALIGN = 16
+
+
+#: vmath's functions (csrc/vmath_typed.h), by the number the kernel takes
+VMATH = {"exp": 0, "tanh": 1, "sigmoid": 2}
+
+
+def vmath(x: np.ndarray, function: str) -> np.ndarray:
+    """exp, tanh or sigmoid of C-contiguous ``x`` by the kernels' own vector code, which the LSTM loop
+    uses (the tests measure its accuracy against numpy's float64)."""
+    y = np.empty_like(x)
+    _kernel("vmath", x.dtype)(_address(x, "x", x.shape, x.dtype), _data(y), x.size, VMATH[function])
+    return y
+
+
+# ------------------------------------------------------------------------------- pointwise activations
+#: the activation modes the kernels compute (csrc/pointwise.c numbers them so); identity stays numpy
+ACTIVATIONS = {"relu": 0, "sigmoid": 1, "tanh": 2, "leaky_relu": 3, "clipped_relu": 4, "swish": 5, "elu": 6}
+#: the modes whose derivative is saved as a boolean mask
+MASKED_ACTIVATIONS = ("relu", "clipped_relu")
+#: Split a pointwise pass over the pool from this many elements on (one pass over memory each; below it
+#: the handoff costs more than the second core saves). The Folded path's column buffer too, measured (ms,
+#: one thread against two, 2-core EPYC): 1.8 M elements (512 channels at 7x7, batch 8) 0.84 against 0.50;
+#: 74 K (32 channels at 8x8, batch 4) 0.034 against 0.024.
+POINTWISE_THREAD_MIN_ELEMENTS = 1 << 16
+
+
+def _split_elements(a: np.ndarray) -> list[tuple[int, int]]:
+    return _parts(a.size, a.size >= POINTWISE_THREAD_MIN_ELEMENTS)
+
+
+def activation_forward(x: np.ndarray, mode: str, alpha: float | None,
+                       save: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """(y, f'(x)) of an activation in :data:`ACTIVATIONS`, in one pass; f'(x) is a bool mask for the
+    :data:`MASKED_ACTIVATIONS`, else in x's dtype, and None unless ``save``."""
+    dtype = x.dtype
+    y = np.empty(x.shape, dtype)
+    masked = mode in MASKED_ACTIVATIONS
+    saved = np.empty(x.shape, bool if masked else dtype) if save else None
+    if x.size == 0:
+        return y, saved
+    parameter = np.array([0.0 if alpha is None else alpha], dtype)
+    slope = 0 if saved is None or masked else _data(saved)
+    mask = 0 if saved is None or not masked else _data(saved)
+    args = (_address(x, "x", x.shape, dtype), _data(y), slope, mask, _data(parameter), ACTIVATIONS[mode])
+    _launch(_kernel("activation_forward", dtype), args, _split_elements(x))
+    return y, saved
+
+
+def activation_backward(dy: np.ndarray, saved: np.ndarray) -> np.ndarray:
+    """dx = dy * f'(x), f'(x) as :func:`activation_forward` saved it (a bool mask, or in dy's dtype)."""
+    dtype = dy.dtype
+    dx = np.empty(dy.shape, dtype)
+    if dy.size == 0:
+        return dx
+    masked = saved.dtype == np.bool_
+    address = _address(saved, "mask" if masked else "slope", dy.shape, saved.dtype if masked else dtype)
+    args = (_address(dy, "dy", dy.shape, dtype), 0 if masked else address, address if masked else 0, _data(dx))
+    _launch(_kernel("activation_backward", dtype), args, _split_elements(dy))
+    return dx
+
+
+# ------------------------------------------------------------------------------- softmax
+#: positions along the axes after the softmax axis that one line of the kernels takes (csrc/softmax.c)
+SOFTMAX_BLOCK = 256
+#: Split softmax over the pool from this many elements on: an exp and three passes per element, about
+#: four times a pointwise pass's work (measured, 2-core EPYC, float32 (64, 1000): 53 us on one thread,
+#: 30 us on two).
+SOFTMAX_THREAD_MIN_ELEMENTS = 1 << 14
+
+
+def _softmax_lines(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
+    """(n, inner, lines): the axis' length, the elements after it, and the kernels' units of work."""
+    n, inner = shape[axis], math.prod(shape[axis + 1:])
+    outer = math.prod(shape[:axis])
+    return n, inner, outer if inner == 1 else outer * -(-inner // SOFTMAX_BLOCK)
+
+
+def softmax_forward(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
+    """softmax (``log``: log-softmax) of C-contiguous ``x`` along ``axis`` (non-negative), in three passes
+    over each line."""
+    y = np.empty(x.shape, x.dtype)
+    if x.size == 0:
+        return y
+    n, inner, lines = _softmax_lines(x.shape, axis)
+    args = (_address(x, "x", x.shape, x.dtype), _data(y), n, inner, int(log))
+    _launch(_kernel("softmax_forward", x.dtype), args, _parts(lines, x.size >= SOFTMAX_THREAD_MIN_ELEMENTS))
+    return y
+
+
+def softmax_backward(y: np.ndarray, dy: np.ndarray, axis: int, log: bool) -> np.ndarray:
+    """dx of :func:`softmax_forward` from its result ``y`` and the output gradient ``dy``."""
+    dx = np.empty(y.shape, y.dtype)
+    if y.size == 0:
+        return dx
+    n, inner, lines = _softmax_lines(y.shape, axis)
+    args = (_address(y, "y", y.shape, y.dtype), _address(dy, "dy", y.shape, y.dtype), _data(dx), n, inner, int(log))
+    _launch(_kernel("softmax_backward", y.dtype), args, _parts(lines, y.size >= SOFTMAX_THREAD_MIN_ELEMENTS))
+    return dx
+
+
+# ------------------------------------------------------------------------------- column buffers
+def folded_columns_shape(dims: ConvDims, samples: int) -> tuple[int, ...]:
+    """The Folded path's columns of ``samples`` samples: (C, *kernel, samples, *out)."""
+    return (dims.in_channels,) + dims.kernel_size + (samples,) + dims.out_size
+
+
+def folded_columns(x: np.ndarray, cols: np.ndarray, dims: ConvDims, n0: int, n1: int) -> None:
+    """The Folded path's columns of samples [n0, n1) of C-contiguous, unpadded ``x`` into ``cols``
+    (:func:`folded_columns_shape`): cols[c, *k, n - n0, *o] = x[n, c, o * stride + k * dilation - pad],
+    zero where that falls in the padding; channels split over the pool from
+    :data:`POINTWISE_THREAD_MIN_ELEMENTS` elements of columns on (a pass over memory like those)."""
+    if not 0 <= n0 < n1 <= dims.batch:
+        raise ValueError(f"native kernel argument samples: [{n0}, {n1}) is not a range of {dims.batch} samples")
+    dtype = x.dtype
+    args = (_address(x, "x", dims.x_shape, dtype), _address(cols, "cols", folded_columns_shape(dims, n1 - n0), dtype),
+            geometry(dims), n0, n1)
+    _launch(_kernel("folded_columns", dtype), args, _parts(dims.in_channels, cols.size >= POINTWISE_THREAD_MIN_ELEMENTS))
+
+
+def filter_flip_transpose(w: np.ndarray, groups: int) -> np.ndarray:
+    """The filter of a stride-1 convolution's data gradient from C-contiguous ``w`` (K, C / groups,
+    *kernel): (C, K / groups, *kernel), its channel axes swapped within each group and its kernel flipped
+    (out[g * cg + c, k, t] = w[g * kg + k, c, taps - 1 - t], t the flat tap); rows split over the pool
+    from :data:`POINTWISE_THREAD_MIN_ELEMENTS` elements on."""
+    k, cg = w.shape[:2]
+    if groups < 1 or k % groups:
+        raise ValueError(f"native kernel argument groups: {groups} does not divide {k} output channels")
+    kg, taps = k // groups, math.prod(w.shape[2:])
+    out = np.empty((groups * cg, kg) + w.shape[2:], w.dtype)
+    args = (_address(w, "w", w.shape, w.dtype), _address(out, "out", out.shape, w.dtype), kg, cg, taps)
+    _launch(_kernel("filter_flip_transpose", w.dtype), args, _parts(groups * cg, w.size >= POINTWISE_THREAD_MIN_ELEMENTS))
+    return out
+
+
+# ------------------------------------------------------------------------------- products on the pool
+#: Split a product over the pool from this many multiply-adds on (only where numpy's BLAS is held to one
+#: thread): below it the handoff costs more than the second core saves.
+MATMUL_THREAD_MIN_MACS = 4_000_000
+
+
+def _operand(a: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """(the array, whether BLAS reads it transposed, its leading dimension): a C-ordered 2-d array as it
+    is, a Fortran-ordered one (a transpose) as the transpose of its C-ordered storage, else a copy."""
+    if a.flags.c_contiguous:
+        return a, 0, a.shape[1]
+    if a.flags.f_contiguous:
+        return a, 1, a.shape[0]
+    a = np.ascontiguousarray(a)
+    return a, 0, a.shape[1]
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b of 2-d arrays. By dnnbind's own product where it beats numpy's BLAS (:func:`packed_gemm_pays`),
+    split over the pool when large and the cores are free (:func:`_cores_to_spare`). Else, where numpy's
+    BLAS is held to one thread (:func:`_threads.one_blas_thread`: every dnnbind.torch op on the CPU) and
+    the product is large, its rows are split over the kernels' pool (torch's OpenMP team once
+    dnnbind.torch is imported), each range one single-threaded call of numpy's OpenBLAS: the same sums,
+    on every core (measured: a 2-layer LSTM's training step through dnnbind.torch, 15.4 -> 12.2 ms on 2
+    cores; torch's own layers 8.0). Not beside torch's threads without their team (the kernels' own
+    workers would fight them). Else np.matmul."""
+    if (a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype and a.shape[1] == b.shape[0]
+            and packed_gemm_pays(a.dtype, a.shape[0], a.shape[1], b.shape[1])):
+        c = np.empty((a.shape[0], b.shape[1]), a.dtype)
+        packed_product(a, b, c, threaded=(a.shape[0] * a.shape[1] * b.shape[1] >= MATMUL_THREAD_MIN_MACS
+                                          and workers() > 1 and _cores_to_spare()))
+        return c
+    parts = workers()
+    if (a.ndim != 2 or b.ndim != 2 or parts < 2 or not blas_single_threaded() or not _cores_to_spare()
+            or a.dtype != b.dtype
+            or not gemm_available(a.dtype) or a.shape[1] != b.shape[0] or min(a.shape + b.shape) == 0
+            or a.shape[0] * a.shape[1] * b.shape[1] < MATMUL_THREAD_MIN_MACS or a.shape[0] < 2 * parts):
+        return np.matmul(a, b)
+    (m, k), n = a.shape, b.shape[1]
+    a, trans_a, lda = _operand(a)
+    b, trans_b, ldb = _operand(b)
+    c = np.empty((m, n), a.dtype)
+    gemm, index_bytes = _gemm(a.dtype)
+    job = GemmJob(gemm, index_bytes, trans_a, trans_b, m, n, k, _data(a), lda, _data(b), ldb, _data(c), n)
+    _launch(_kernel("gemm_rows", a.dtype), (job,), _parts(m, True))
+    return c
+
+
+#: numpy's OpenBLAS kernels (its ``openblas_get_corename``) that use AVX-512's full width.
+AVX512_BLAS_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+#: The register tile of csrc/gemm_typed.h's packed product with AVX-512 (rows, columns of float32):
+#: a pool range of a split product covers whole tiles.
+_PACKED_TILE = {np.dtype(np.float32): (12, 32), np.dtype(np.float64): (12, 16)}
+
+
+def packed_gemm_preferred(dtype: Any) -> bool:
+    """Whether dnnbind's own product (:func:`packed_product`) runs ``dtype`` (float32, float64) here
+    instead of numpy's OpenBLAS: where the kernels run AVX-512 and numpy's OpenBLAS does not (a CPU it
+    does not know, or ``OPENBLAS_CORETYPE`` naming an older one: Haswell's AVX2 kernels do half the
+    multiply-adds per cycle). Measured on a 2-core Zen 5 EPYC with OPENBLAS_CORETYPE=Haswell, float32,
+    both cores, (m, k, n) = (512, 4608, 392): 5.3 ms against numpy's 7.8; (128, 1152, 6272): 4.9 against
+    8.1; with OpenBLAS's own AVX-512 kernels numpy is the faster. ``DNNBIND_PACKED_GEMM=0``/``1``
+    decides instead (read once: tests clear :func:`_packed_gemm_wins`)."""
+    return available(dtype) and _packed_gemm_wins()
+
+
+@functools.lru_cache(maxsize=1)
+def _packed_gemm_wins() -> bool:
+    forced = os.environ.get("DNNBIND_PACKED_GEMM", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1" and library() is not None
+    core = (openblas().core or "").lower()
+    return library() is not None and _best_suffix() == "v4" and core not in AVX512_BLAS_CORES
+
+
+#: dnnbind's own product takes products of at least this many multiply-adds: below, its fixed cost (the
+#: job, the packing) outweighs its faster tiles. Measured (us, 2-core EPYC, Haswell-forced OpenBLAS on
+#: both cores against the own product on one and on both): 64 x 128 x 128 10.6 against 21.0 / 20.5;
+#: 128 x 128 x 128 20.5 against 25.2 / 30.0; 128 x 256 x 196 (6.4M) 60.8 against 72.4 / 46.5.
+PACKED_MIN_MACS = 2_000_000
+
+
+def packed_gemm_pays(dtype: Any, m: int, k: int, n: int) -> bool:
+    """Whether an m x k times k x n product of ``dtype`` goes to :func:`packed_product`: large enough
+    (:data:`PACKED_MIN_MACS`), where :func:`packed_gemm_preferred`."""
+    return m * k * n >= PACKED_MIN_MACS and packed_gemm_preferred(dtype)
+
+
+def _strides(a: np.ndarray) -> tuple[int, int]:
+    return a.strides[0] // a.itemsize, a.strides[1] // a.itemsize
+
+
+def packed_product(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, accumulate: bool = False,
+                   threaded: bool = False) -> None:
+    """out = a @ b (``accumulate``: out += a @ b) of 2-d arrays by dnnbind's own product (csrc/gemm_typed.h),
+    either operand in any strided layout (a transposed one is packed alike), out with contiguous rows;
+    split over the pool's threads when ``threaded``, along the longer side of out in whole tiles."""
+    (m, k), n = a.shape, b.shape[-1]
+    dtype = out.dtype
+    if (a.dtype != dtype or b.dtype != dtype or b.ndim != 2 or b.shape[0] != k or out.shape != (m, n)
+            or (m > 0 and n > 1 and out.strides[1] != out.itemsize) or not out.flags.writeable
+            or not available(dtype)):
+        raise ValueError(f"native kernel argument out: expected a writable ({m}, {n}) {a.dtype} array with contiguous "
+                         f"rows for a {a.shape} {a.dtype} times {b.shape} {b.dtype}, got {out.dtype} {out.shape}")
+    if min(m, n) == 0:
+        return
+    if any(s % x.itemsize for x in (a, b, out) for s in x.strides):
+        raise ValueError("native kernel argument a, b or out: strides must be whole elements")
+    rows, cols = _PACKED_TILE[dtype]
+    by_rows = m // rows > n // cols
+    count, tile = (m, rows) if by_rows else (n, cols)
+    parts = min(workers(), -(-count // tile)) if threaded else 1
+    bounds = [count * i // parts // tile * tile for i in range(parts)] + [count]
+    job = PackedGemmJob(m, n, k, _data(a), *_strides(a), _data(b), *_strides(b), _data(out),
+                        out.strides[0] // out.itemsize, int(accumulate), int(by_rows))
+    _launch(_kernel("packed_gemm", dtype), (job,), list(zip(bounds[:-1], bounds[1:])))

@@ -1,0 +1,44 @@
+"""What every reference op does with its arrays: compute in float64, hand results back in the caller's dtype.
+
+float64 holds float16, bfloat16 and float32 values exactly, so an op computed on float64 copies and rounded
+once at the end is the most accurate answer the output dtype can hold; the copies are also the forward's
+own residuals (changing the caller's arrays later changes nothing).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dnnbind.highlevel.dims import check_dtype, check_shape
+
+F64 = np.dtype(np.float64)
+
+
+def as64(a: Any) -> Any:
+    """A float64 copy of ``a`` (always a new array), or None for None."""
+    return None if a is None else np.array(a, dtype=F64)
+
+
+def cast(a: Any, dtype: Any) -> Any:
+    """``a`` in ``dtype`` (None stays None)."""
+    return None if a is None else np.asarray(a).astype(dtype)
+
+
+def cotangent(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """Check a pullback argument (an array of the forward result's shape) and return it in ``dtype``."""
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, not {type(value).__name__}")
+    check_dtype(name, value.dtype)
+    check_shape(name, value.shape, shape, "the shape of the forward result")
+    return value.astype(dtype, copy=False)
+
+
+def channel_sum(a: np.ndarray) -> np.ndarray:
+    """The sum of ``a`` over every axis but 1 (the channels)."""
+    return a.sum(axis=(0,) + tuple(range(2, a.ndim)))
+
+
+def channel_shape(a: np.ndarray) -> tuple[int, ...]:
+    """(1, C, 1, ...): a per-channel vector broadcast against ``a``."""
+    return (1, a.shape[1]) + (1,) * (a.ndim - 2)

@@ -1,0 +1,85 @@
+"""The cpu backend against the reference backend (the oracle): every op over a spread of shapes and arguments,
+results and every gradient, float64 to 1e-12 of the largest magnitude, float32 and the half dtypes to
+their precision. Run with and without the C kernels (DNNBIND_NATIVE=0, see the Makefile's test target)."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import dnnbind.highlevel.cpu as cpu
+import dnnbind.highlevel.reference as reference
+
+from ..numpy_cases import all_cases, cast, copies, cotangents_for, flat, is_float
+
+CASES = all_cases(seed=11)
+#: relative tolerance (of the largest magnitude of the expected array) per dtype
+TOLERANCE = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 2e-5, np.dtype(np.float16): 4e-3,
+             np.dtype(ml_dtypes.bfloat16): 3e-2}
+
+
+def _close(ours: np.ndarray, theirs: np.ndarray, what: str) -> None:
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype, (what, ours.shape, theirs.shape)
+    a, b = ours.astype(np.float64), theirs.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=what)
+    finite = np.isfinite(b)
+    np.testing.assert_array_equal(a[~finite & ~np.isnan(b)], b[~finite & ~np.isnan(b)], err_msg=what)
+    scale = float(np.abs(b[finite]).max(initial=0.0)) or 1.0
+    error = float(np.abs(a[finite] - b[finite]).max(initial=0.0))
+    assert error <= TOLERANCE[theirs.dtype] * scale, f"{what}: max error {error:.3g} of scale {scale:.3g}"
+
+
+def _run(backend, case, dtype, rng_seed):
+    arrays = copies(cast(case.arrays, dtype))
+    result, pullback = getattr(backend, case.op)(*arrays, *case.static)
+    cotangents = cotangents_for(result, np.random.default_rng(rng_seed))
+    return result, pullback(*cotangents), arrays
+
+
+DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+#: every case in every dtype, but deep RNNs in float64 only (low precision: the one-layer cases)
+PAIRS = [(c, name) for c in CASES for name in DTYPES
+         if name == "float64" or not (c.op == "rnn" and c.kw.get("layers", 1) > 1)]
+
+
+@pytest.mark.parametrize("case, dtype_name", PAIRS, ids=[f"{c.id}-{name}" for c, name in PAIRS])
+def test_cpu_equals_the_reference(case, dtype_name):
+    dtype = DTYPES[dtype_name]
+    ours, our_grads, our_arrays = _run(cpu, case, dtype, 5)
+    theirs, their_grads, their_arrays = _run(reference, case, dtype, 5)
+    for i, (a, b) in enumerate(zip(flat(ours), flat(theirs), strict=True)):
+        if not is_float(b):                     # maxpool's indices, exactly
+            np.testing.assert_array_equal(a, b)
+            continue
+        _close(a, b, f"result {i}")
+    for i, (a, b) in enumerate(zip(flat(our_grads), flat(their_grads), strict=True)):
+        _close(a, b, f"gradient {i}")
+    if case.op == "batchnorm":                  # the running statistics, updated in place
+        for a, b in zip(our_arrays[3:], their_arrays[3:]):
+            if b is not None:
+                _close(a, b, "running statistics")
+
+
+@pytest.mark.parametrize("op", ["conv", "conv_transpose"])
+def test_skipped_gradients_are_none_on_both(op):
+    case = next(c for c in CASES if c.op == op and c.arrays[2] is not None)
+    for backend in (cpu, reference):
+        forward, backward = getattr(backend, f"{op}_forward"), getattr(backend, f"{op}_backward")
+        y, saved = forward(*case.arrays, *case.static)
+        full = backward(saved, (np.ones_like(y),), *case.static)
+        for needs in ((True, False, False), (False, True, False), (False, False, True)):
+            part = backward(saved, (np.ones_like(y),), *case.static, needs=needs)
+            for need, g, g_full in zip(needs, part, full):
+                if need:
+                    np.testing.assert_array_equal(g, g_full)
+                else:
+                    assert g is None
+
+
+def test_dropout_masks_are_the_same_on_both():
+    x = np.ones((64, 33), np.float32)
+    for seed in (0, 7, 123):
+        _, cpu_pullback = cpu.dropout(x, 0.4, seed)
+        _, ref_pullback = reference.dropout(x, 0.4, seed)
+        np.testing.assert_array_equal(cpu_pullback.mask, ref_pullback.mask)
+        assert 0 < cpu_pullback.mask.sum() < x.size

@@ -35,3 +35,10 @@ def test_the_torch_extra_is_the_tested_range_not_an_exact_pin():
 
 def test_the_demo_plotting_library_comes_with_the_dev_extra():
     assert any(r.startswith("matplotlib") for r in PROJECT["optional-dependencies"]["dev"])
+
+
+def test_the_docs_extra_pins_what_make_docs_runs():
+    """`make docs` fails on warnings: a new Sphinx or theme may warn where the pinned one did not."""
+    docs = PROJECT["optional-dependencies"]["docs"]
+    assert {r.split("==")[0] for r in docs} == {"sphinx", "myst-parser", "furo"}
+    assert all(re.fullmatch(r"[\w-]+==[\d.]+", r) for r in docs), docs

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import inspect
+import os
 import re
 from enum import IntEnum
 from typing import Any
@@ -20,6 +21,7 @@ from docutils import nodes
 from docutils.parsers.rst import directives
 from docutils.statemachine import StringList
 from sphinx.application import Sphinx
+from sphinx.errors import ExtensionError
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
 
@@ -178,6 +180,32 @@ class RawFunctions(SphinxDirective):
         return container.children
 
 
+#: the generated modules whose every function the built reference must have, and the page that has them
+REFERENCE_PAGES = {"dnnbind.gen.cudnn": "reference/cudnn", "dnnbind.gen.miopen": "reference/miopen"}
+
+
+def missing_anchors(html_dir: str) -> list[str]:
+    """The functions of the generated modules without an anchor on their reference page in ``html_dir``."""
+    missing = []
+    for module_name, page in REFERENCE_PAGES.items():
+        path = os.path.join(html_dir, page + ".html")
+        html = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+        module = importlib.import_module(module_name)
+        missing += [f"{module_name}.{name}" for name in function_names(module)
+                    if f'id="{module_name}.{name}"' not in html]
+    return missing
+
+
+def _check_built_reference(app: Sphinx, exception: Exception | None) -> None:
+    """`make docs` fails when the HTML it wrote lacks an anchor for a function of a generated module."""
+    if exception is None and app.builder.format == "html":
+        missing = missing_anchors(app.outdir)
+        if missing:
+            raise ExtensionError(f"{len(missing)} generated functions have no anchor in the reference: "
+                                 f"{', '.join(missing[:10])}")
+
+
 def setup(app: Sphinx) -> dict:
     app.add_directive("dnnbind-raw-functions", RawFunctions)
+    app.connect("build-finished", _check_built_reference)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import inspect
 import io
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -115,3 +117,15 @@ def test_a_name_the_code_does_not_have_fails_the_build_one_it_has_does_not(tmp_p
     assert "dnnbind.conv_3000" in warnings and "cudnnNoSuchThing_t" in warnings
     assert "ACTIVATION_DEFAULTS" not in warnings and "dnnbind.conv " not in warnings
     assert warnings.count("WARNING") == 2
+
+
+def test_building_the_reference_loads_no_vendor_library():
+    """The reference reads the generated modules, which bind lazily: no libcudnn or libMIOpen is loaded."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+            "import dnnbind_rawref as r, dnnbind.gen.cudnn as c, dnnbind.gen.miopen as m\n"
+            "n = sum(len(r.function_rst(mod, f)) for mod in (c, m) for f in r.function_names(mod))\n"
+            "n += sum(len(r.enum_rst(mod, e)) for mod in (c, m) for e in r.enum_names(mod))\n"
+            "print(n > 10000, c._lib.loaded, m._lib.loaded)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(DOCS / "_ext")], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert out.stdout.split() == ["True", "False", "False"], out.stderr

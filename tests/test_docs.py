@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import json
 import os
 import re
 import subprocess
@@ -95,19 +96,33 @@ def test_make_docs_fails_when_its_html_lacks_a_function(tmp_path):
     assert len(missing) == 1 + len(_c_functions(dnnbind.gen.miopen, "miopen"))     # no miopen page at all
 
 
+def _fresh(code: str) -> str:
+    """stdout of ``code`` run by a fresh interpreter with the docs' extensions importable, as `make docs` runs
+    them: in a process where nothing has loaded or bound a vendor library yet."""
+    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1])\n" + code,
+                          str(DOCS / "_ext")], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_reference_entry_carries_the_prototype_and_each_parameter_facts():
     """What a function's entry says comes from the module: prototype, kind, length, None, range, deprecation."""
-    from dnnbind_rawref import function_rst
-    rst = "\n".join(function_rst(dnnbind.gen.cudnn, "cudnnGetConvolutionNdForwardOutputDim"))
+    entries = json.loads(_fresh(
+        "import json, dnnbind_rawref as r, dnnbind.gen.cudnn as c, dnnbind.gen.miopen as m\n"
+        "print(json.dumps({f: '\\n'.join(r.function_rst(mod, f)) for mod, f in ((c, 'cudnnConvolutionForward'),"
+        " (c, 'cudnnGetConvolutionNdForwardOutputDim'), (m, 'miopenGetVersion'))}))\n"))
+    rst = entries["cudnnGetConvolutionNdForwardOutputDim"]
     assert "cudnnStatus_t cudnnGetConvolutionNdForwardOutputDim(const cudnnConvolutionDescriptor_t convDesc" in rst
     assert "host output, count nbDims" in rst                                   # kind and length source
     assert "int, -2147483648 to 2147483647 (int)" in rst                         # nbDims' range
     assert "**Deprecated** by the vendor: Since cuDNN 9.0.0" in rst
-    version = "\n".join(function_rst(dnnbind.gen.miopen, "miopenGetVersion"))
+    version = entries["miopenGetVersion"]
     assert version.count("may be None") == 3 and "Deprecated" not in version
-    forward = "\n".join(function_rst(dnnbind.gen.cudnn, "cudnnConvolutionForward"))
+    forward = entries["cudnnConvolutionForward"]
     assert "``x``\n        - ``const void *``\n        - device memory" in forward
     assert "a :class:`cudnnConvolutionFwdAlgo_t` member" in forward
+    assert "a ``cudnnTensorDescriptor_t`` object; a handle of another type is refused" in forward
 
 
 def test_a_name_the_code_does_not_have_fails_the_build_one_it_has_does_not(tmp_path):
@@ -121,11 +136,8 @@ def test_a_name_the_code_does_not_have_fails_the_build_one_it_has_does_not(tmp_p
 
 def test_building_the_reference_loads_no_vendor_library():
     """The reference reads the generated modules, which bind lazily: no libcudnn or libMIOpen is loaded."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
-            "import dnnbind_rawref as r, dnnbind.gen.cudnn as c, dnnbind.gen.miopen as m\n"
-            "n = sum(len(r.function_rst(mod, f)) for mod in (c, m) for f in r.function_names(mod))\n"
-            "n += sum(len(r.enum_rst(mod, e)) for mod in (c, m) for e in r.enum_names(mod))\n"
-            "print(n > 10000, c._lib.loaded, m._lib.loaded)\n")
-    out = subprocess.run([sys.executable, "-c", code, str(DOCS / "_ext")], capture_output=True, text=True,
-                         timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-    assert out.stdout.split() == ["True", "False", "False"], out.stderr
+    out = _fresh("import dnnbind_rawref as r, dnnbind.gen.cudnn as c, dnnbind.gen.miopen as m\n"
+                 "n = sum(len(r.function_rst(mod, f)) for mod in (c, m) for f in r.function_names(mod))\n"
+                 "n += sum(len(r.enum_rst(mod, e)) for mod in (c, m) for e in r.enum_names(mod))\n"
+                 "print(n > 10000, c._lib.loaded, m._lib.loaded)\n")
+    assert out.split() == ["True", "False", "False"]

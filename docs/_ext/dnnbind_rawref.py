@@ -87,7 +87,7 @@ def _sections(doc: str) -> tuple[str, bool, dict[str, str], list[str], list[str]
 
 def _value_facts(module: Any, name: str) -> dict[int, str]:
     """Per argument index: the range check the wrapper runs on an integer or enum argument."""
-    argtypes = getattr(module, "_" + name).argtypes
+    argtypes = getattr(getattr(module, "_" + name), "argtypes", None) or ()    # a traced symbol has none
     spec = getattr(module, "_values_" + name, None)
     enums = list(spec[1]) if spec is not None else []
     facts, k = {}, 0
@@ -121,7 +121,8 @@ def _cell(text: str) -> str:
 def function_rst(module: Any, name: str) -> list[str]:
     """The reStructuredText of one function's entry."""
     function = getattr(module, name)
-    symbol = getattr(module, "_" + name)
+    # the reason, while the symbol is unbound (as it is when the docs build: nothing loads the library)
+    reason = getattr(getattr(module, "_" + name), "deprecated", None)
     prototype, deprecated, checked, raises, other = _sections(inspect.getdoc(function) or name)
     params = list(inspect.signature(function).parameters)
     declarations = _split_parameters(prototype)
@@ -130,9 +131,9 @@ def function_rst(module: Any, name: str) -> list[str]:
     values = _value_facts(module, name)
     out = [f".. py:function:: {name}({', '.join(params)})", "", "   .. code-block:: c", "",
            f"      {prototype}", ""]
-    if deprecated or symbol.deprecated:
-        reason = f": {symbol.deprecated.rstrip('.')}" if symbol.deprecated else ""
-        out += [f"   **Deprecated** by the vendor{reason}. The first call warns (``DeprecationWarning``).", ""]
+    if deprecated or reason:
+        because = f": {reason.rstrip('.')}" if reason else ""
+        out += [f"   **Deprecated** by the vendor{because}. The first call warns (``DeprecationWarning``).", ""]
     if params:
         out += ["   .. list-table::", "      :header-rows: 1", "      :widths: 20 30 50", "",
                 "      * - parameter", "        - C type", "        - what the wrapper checks before the call"]

@@ -107,7 +107,8 @@ def _fresh(code: str) -> str:
 
 
 def test_reference_entry_carries_the_prototype_and_each_parameter_facts():
-    """What a function's entry says comes from the module: prototype, kind, length, None, range, deprecation."""
+    """What a function's entry says comes from its docstring: prototype, kind, length, None, range, deprecation,
+    the vendor's reference."""
     entries = json.loads(_fresh(
         "import json, dnnbind_rawref as r, dnnbind.gen.cudnn as c, dnnbind.gen.miopen as m\n"
         "print(json.dumps({f: '\\n'.join(r.function_rst(mod, f)) for mod, f in ((c, 'cudnnConvolutionForward'),"
@@ -115,14 +116,15 @@ def test_reference_entry_carries_the_prototype_and_each_parameter_facts():
     rst = entries["cudnnGetConvolutionNdForwardOutputDim"]
     assert "cudnnStatus_t cudnnGetConvolutionNdForwardOutputDim(const cudnnConvolutionDescriptor_t convDesc" in rst
     assert "host output, count nbDims" in rst                                   # kind and length source
-    assert "int, -2147483648 to 2147483647 (int)" in rst                         # nbDims' range
-    assert "**Deprecated** by the vendor: Since cuDNN 9.0.0" in rst
+    assert "integer (int): -2147483648 to 2147483647" in rst                     # nbDims' range
+    assert "**Deprecated** by the vendor. Deprecated since: cuDNN 9.0.0." in rst
+    assert "`cudnnGetConvolutionNdForwardOutputDim <https://docs.nvidia.com/" in rst   # the vendor's reference
     version = entries["miopenGetVersion"]
     assert version.count("may be None") == 3 and "Deprecated" not in version
     forward = entries["cudnnConvolutionForward"]
     assert "``x``\n        - ``const void *``\n        - device memory" in forward
-    assert "a :class:`cudnnConvolutionFwdAlgo_t` member" in forward
-    assert "a ``cudnnTensorDescriptor_t`` object; a handle of another type is refused" in forward
+    assert "enum :class:`cudnnConvolutionFwdAlgo_t`: a member" in forward
+    assert "handle cudnnTensorDescriptor\\_t, refused when None" in forward
 
 
 def test_a_name_the_code_does_not_have_fails_the_build_one_it_has_does_not(tmp_path):

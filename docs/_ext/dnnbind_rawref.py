@@ -1,15 +1,14 @@
 """Sphinx directive ``dnnbind-raw-functions``: the reference of every function of a generated module.
 
-The facts come from the generated module itself, read when the docs are built, so the reference cannot
-drift from the code: the C prototype and the checked-parameter facts of each docstring (pointer kind,
-length source, whether None is accepted), the integer type and enum class the wrapper range-checks each
-value parameter against, and the deprecation the wrapper warns with. Whatever else a docstring carries
-(the vendor's own text, where its license lets us ship it) is shown verbatim, never parsed as markup.
-Importing a generated module loads no vendor library, so building the docs needs none.
+Everything comes from the generated module itself, read when the docs are built, so the reference cannot
+drift from the code: each docstring's C prototype, its deprecation line, its checked-parameter facts (the
+generator writes one per parameter: pointer kind, length source, whether None is accepted, the integer
+range, the enum class, the handle type), its notes and its link to the vendor's reference. Whatever else
+a docstring carries (the vendor's own text, where its license lets us ship it) is shown verbatim, never
+parsed as markup. Importing a generated module loads no vendor library, so building the docs needs none.
 """
 from __future__ import annotations
 
-import ctypes
 import importlib
 import inspect
 import os
@@ -25,10 +24,9 @@ from sphinx.errors import ExtensionError
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
 
-from dnnbind.runtime.checks import RANGES, struct_code
-
 _CHECKED = "Checked parameters:"
 _DEPRECATED = "Deprecated by the vendor."
+_REFERENCE = "Reference: "
 
 
 def function_names(module: Any) -> list[str]:
@@ -56,97 +54,85 @@ def _c_type(declaration: str, name: str) -> str:
     return (match[1] + (match[2] or "")).strip() if match else declaration
 
 
-def _sections(doc: str) -> tuple[str, bool, dict[str, str], list[str], list[str]]:
-    """(prototype, deprecated, checked facts by parameter, the 'Raises ...' lines, the rest verbatim)."""
-    lines = doc.splitlines()
-    prototype, rest = lines[0], lines[1:]
-    deprecated, checked, raises, other = False, {}, [], []
-    i = 0
-    while i < len(rest):
-        line = rest[i]
-        if line.strip() == _DEPRECATED:
-            deprecated = True
-        elif line.strip() == _CHECKED:
-            i += 1
-            while i < len(rest) and rest[i].startswith((" ", "\t")) and ":" in rest[i]:
-                name, fact = rest[i].strip().split(":", 1)
-                checked[name.strip()] = fact.strip()
+class _Docstring:
+    """A generated function's docstring, split into what the generator states and the rest."""
+
+    def __init__(self, doc: str) -> None:
+        lines = doc.splitlines()
+        self.prototype = lines[0]
+        self.deprecation: str | None = None        # the deprecation line, when the vendor deprecates it
+        self.checked: dict[str, str] = {}          # parameter -> what the wrapper checks
+        self.notes: list[str] = []                 # the generator's other one-line statements
+        self.reference: str | None = None          # the vendor's online reference of this function
+        self.other: list[str] = []                 # anything else (the vendor's text), verbatim
+        rest, i = lines[1:], 0
+        while i < len(rest):
+            line = rest[i]
+            if line.startswith(_DEPRECATED):
+                self.deprecation = line
+            elif line.strip() == _CHECKED:
                 i += 1
-            continue
-        elif line.startswith("Raises ") and "status" in line:
-            raises.append(line.strip())
-        else:
-            other.append(line)
-        i += 1
-    while other and not other[0].strip():
-        other.pop(0)
-    while other and not other[-1].strip():
-        other.pop()
-    return prototype, deprecated, checked, raises, other
+                while i < len(rest) and rest[i].startswith((" ", "\t")) and ":" in rest[i]:
+                    name, fact = rest[i].strip().split(":", 1)
+                    self.checked[name.strip()] = fact.strip()
+                    i += 1
+                continue
+            elif line.startswith(_REFERENCE):
+                self.reference = line[len(_REFERENCE):].strip()
+            elif (line.startswith("Raises ") and "status" in line) or line.startswith("Handles that may be None"):
+                self.notes.append(line.strip())
+            else:
+                self.other.append(line)
+            i += 1
+        while self.other and not self.other[0].strip():
+            self.other.pop(0)
+        while self.other and not self.other[-1].strip():
+            self.other.pop()
 
 
-def _value_facts(module: Any, name: str) -> dict[int, str]:
-    """Per argument index: the range check the wrapper runs on an integer or enum argument."""
-    argtypes = getattr(getattr(module, "_" + name), "argtypes", None) or ()    # a traced symbol has none
-    spec = getattr(module, "_values_" + name, None)
-    enums = list(spec[1]) if spec is not None else []
-    facts, k = {}, 0
-    for index, argtype in enumerate(argtypes):
-        code = struct_code(argtype)
-        if code is None:
-            continue
-        enum = enums[k] if k < len(enums) else None
-        k += 1
-        c_name, low, high = RANGES[code]
-        if enum is not None:
-            facts[index] = f"a :class:`{enum.__name__}` member or an int in its range ({c_name})"
-        else:
-            facts[index] = f"int, {low} to {high} ({c_name})"
-    return facts
+def _fact(text: str, module: Any) -> str:
+    """One checked-parameter fact as table text: literal, with the enum class linked."""
+    if not text:
+        return "—"
+    enum = re.match(r"enum (\w+)(.*)", text)
+    if enum and isinstance(getattr(module, enum[1], None), type):
+        return f"enum :class:`{enum[1]}`{_escape(enum[2])}"
+    return _escape(text)
 
 
-def _handle_fact(module: Any, c_type: str) -> str:
-    """For a handle passed by value: its type (the generated pointer type refuses every other handle type)."""
-    name = c_type.replace("const ", "").strip()
-    typedef = getattr(module, name, None)
-    if isinstance(typedef, type) and issubclass(typedef, ctypes._Pointer):
-        return f"a ``{name}`` object; a handle of another type is refused"
-    return ""
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|") if text else "—"
+def _escape(text: str) -> str:
+    """Plain text in reStructuredText: no character of it starts markup."""
+    return re.sub(r"([\\`*_|\[\]<>])", r"\\\1", text)
 
 
 def function_rst(module: Any, name: str) -> list[str]:
     """The reStructuredText of one function's entry."""
     function = getattr(module, name)
-    # the reason, while the symbol is unbound (as it is when the docs build: nothing loads the library)
-    reason = getattr(getattr(module, "_" + name), "deprecated", None)
-    prototype, deprecated, checked, raises, other = _sections(inspect.getdoc(function) or name)
+    doc = _Docstring(inspect.getdoc(function) or name)
     params = list(inspect.signature(function).parameters)
-    declarations = _split_parameters(prototype)
+    declarations = _split_parameters(doc.prototype)
     if len(declarations) != len(params):
         declarations = ["" for _ in params]
-    values = _value_facts(module, name)
     out = [f".. py:function:: {name}({', '.join(params)})", "", "   .. code-block:: c", "",
-           f"      {prototype}", ""]
-    if deprecated or reason:
-        because = f": {reason.rstrip('.')}" if reason else ""
-        out += [f"   **Deprecated** by the vendor{because}. The first call warns (``DeprecationWarning``).", ""]
+           f"      {doc.prototype}", ""]
+    if doc.deprecation:
+        reason = doc.deprecation[len(_DEPRECATED):].strip()
+        out += [f"   **Deprecated** by the vendor. {_escape(reason)} The first call warns "
+                f"(``DeprecationWarning``).", ""]
     if params:
         out += ["   .. list-table::", "      :header-rows: 1", "      :widths: 20 30 50", "",
                 "      * - parameter", "        - C type", "        - what the wrapper checks before the call"]
-        for index, (param, declaration) in enumerate(zip(params, declarations)):
+        for param, declaration in zip(params, declarations):
             c_type = _c_type(declaration, param) if declaration else ""
-            fact = checked.get(param) or values.get(index, "") or _handle_fact(module, c_type)
             out += [f"      * - ``{param}``", f"        - {('``' + c_type + '``') if c_type else '—'}",
-                    f"        - {_cell(fact)}"]
+                    f"        - {_fact(doc.checked.get(param, ''), module)}"]
         out.append("")
-    for line in raises:
-        out += [f"   {line}", ""]
-    if any(line.strip() for line in other):
-        out += ["   ::", ""] + [f"      {line}" if line.strip() else "" for line in other] + [""]
+    for line in doc.notes:
+        out += [f"   {_escape(line)}", ""]
+    if doc.reference:
+        out += [f"   The vendor's reference: `{name} <{doc.reference}>`__", ""]
+    if any(line.strip() for line in doc.other):
+        out += ["   ::", ""] + [f"      {line}" if line.strip() else "" for line in doc.other] + [""]
     return out
 
 

@@ -26,7 +26,10 @@ import dnnbind.highlevel
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-PAGES = [README, *sorted(DOCS.rglob("*.md"))]
+DOC_PAGES = sorted(DOCS.rglob("*.md"))
+# README, every page of the docs site, and the files its pages include (```{include} ../generator/README.md)
+PAGES = [README, *DOC_PAGES, *sorted({(page.parent / included).resolve() for page in DOC_PAGES for included in
+                                      re.findall(r"^```\{include\} (\S+)$", page.read_text(), re.MULTILINE)})]
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 
 

@@ -1,4 +1,4 @@
-# dnnbind: see README.md. Two commands on a fresh machine: `make setup && make generate` (main job),
+# dnnbind: see README.md and docs/ (make docs). Two commands on a fresh machine: `make setup && make generate` (main job),
 # `make test` (the tests; CI runs exactly this through .ci/run).
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,7 +14,7 @@ JAX_ORACLE ?= jax[cpu]==0.10.2
 # the cuDNN library wheel, pinned by version and sha256 in generator/headers.json (pip --require-hashes)
 CUDNN_REQUIREMENT := $(shell $(PYTHON) -c "import json; p=json.load(open('generator/headers.json'))['cudnn']['packages'][0]; print(p['name']+'=='+p['version'], *('--hash=sha256:'+h for h in p['sha256'].values()))")
 
-.PHONY: help setup venv headers deviceless generate check-generated report test test-all test-versions bench gpu-check demo clean
+.PHONY: help setup venv headers deviceless generate check-generated report test test-all docs test-versions bench gpu-check demo clean
 .DEFAULT_GOAL := help
 
 help:  ## list the targets (a bare `make` does only this)
@@ -32,11 +32,11 @@ deviceless:  ## tests only: libcuda.so.1 (Debian non-free) and cuBLASLt into .ca
 	@echo "==> setup 4/4: libcuda.so.1 and cuBLASLt for building cuDNN plans without a GPU, tests only (450 MB download)"
 	$(PY) -m generator deviceless cudnn
 
-venv:  ## create .venv; install dnnbind (editable) with its dev, torch and jax extras, and dnnbind-native (part of setup)
+venv:  ## create .venv; install dnnbind (editable) with its dev, docs, torch and jax extras, and dnnbind-native (part of setup)
 	@echo "==> setup 1/4: .venv with dnnbind, its dev tools, CPU PyTorch and JAX (1.3 GB in .venv)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --progress-bar on -e ".[dev,torch,jax]" "$(TORCH_ORACLE)" "$(JAX_ORACLE)"
+	$(PY) -m pip install --progress-bar on -e ".[dev,docs,torch,jax]" "$(TORCH_ORACLE)" "$(JAX_ORACLE)"
 	@echo "    and dnnbind-native, dnnbind's optional compiled parts (native/; needs a C compiler)"
 	$(PY) -m pip install --progress-bar on ./native
 
@@ -60,6 +60,10 @@ test: check-generated  ## the CPU test suite (no GPU needed), with and without t
 test-all: check-generated  ## the CPU test suite including the slow tests, with and without the compiled parts
 	$(PY) -m pytest -q -m "not gpu"
 	DNNBIND_NATIVE=0 $(PY) -m pytest -q -m "not gpu" $(NO_NATIVE_TESTS)
+
+docs:  ## the documentation site, HTML in build/docs/ (Sphinx; warnings and unresolved names fail it)
+	$(PY) -m sphinx -b html -E -W --keep-going -n -q docs build/docs
+	@echo "docs: build/docs/index.html"
 
 test-versions:  ## slow: cuDNN 8.9/9.1 and Debian experimental's MIOpen vs the pins (first run downloads ~1.7 GB into .cache/)
 	$(PY) -m pytest -q -m slow tests/generator/test_versions.py tests/generator/test_header_moved.py

@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
         threads = 1
         print("timing: CPU time of the calling thread; process pinned to one CPU (no worker threads anywhere)")
     print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')} (torch's OpenMP threads spin after each "
-          f"parallel op unless PASSIVE; see README, PyTorch: CPU speed)")
+          f"parallel op unless PASSIVE; see docs/performance.md, CPU threads)")
     print(f"numpy {np.__version__}, BLAS {blas_name()}, BLAS threads {threads}, "
           f"CPUs {len(os.sched_getaffinity(0))}, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     grouped = ((2, 100, 28, 28), (15, 20, 3, 3), 5, 0)

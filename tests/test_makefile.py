@@ -47,11 +47,22 @@ def test_the_two_commands_and_ci_still_run_setup_and_test():
     assert "make setup" in ci and "make test" in ci
 
 
+def test_docs_builds_strictly_into_build_docs_and_ci_runs_it():
+    """`make docs`: HTML under build/docs/, warnings as errors, nitpicky, a fresh environment (so an
+    unchanged page that names something the code no longer has fails too); CI runs it after the tests."""
+    docs = _make("-n", "docs").stdout
+    sphinx = next(line for line in docs.splitlines() if "-m sphinx" in line)
+    assert sphinx.split()[-2:] == ["docs", "build/docs"]
+    assert {"-b", "html", "-W", "-n", "-E"} <= set(sphinx.split())
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("make test") < ci.index("make docs")
+
+
 def test_setup_shows_progress_for_each_long_step():
     setup = _make("-n", "setup").stdout
     steps = re.findall(r"==> setup (\d)/4", setup)
     assert steps == ["1", "2", "3", "4"]
-    install = next(line for line in setup.splitlines() if '-e ".[dev,torch,jax]"' in line)
+    install = next(line for line in setup.splitlines() if '-e ".[dev,docs,torch,jax]"' in line)
     assert "--progress-bar on" in install and '"torch==2.13.0"' in install and '"jax[cpu]==0.10.2"' in install
     assert "--quiet" not in install
 

@@ -46,3 +46,10 @@ def test_the_jax_extra_is_the_tested_range_of_jax_and_jaxlib():
     for name, requirement in (("jax", jax), ("jaxlib", jaxlib)):
         m = re.fullmatch(rf"{name}>=([\d.]+),<([\d.]+)", requirement)
         assert m and m.group(1) == pinned, requirement
+
+
+def test_the_docs_extra_pins_what_make_docs_runs():
+    """`make docs` fails on warnings: a new Sphinx or theme may warn where the pinned one did not."""
+    docs = PROJECT["optional-dependencies"]["docs"]
+    assert {r.split("==")[0] for r in docs} == {"sphinx", "myst-parser", "furo"}
+    assert all(re.fullmatch(r"[\w-]+==[\d.]+", r) for r in docs), docs

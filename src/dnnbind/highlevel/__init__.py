@@ -5,7 +5,8 @@ Every op returns ``(result, pullback)``; see :mod:`dnnbind.highlevel.ops` for th
 """
 from __future__ import annotations
 
-from dnnbind.highlevel.dims import ConvDims, PoolDims
+from dnnbind.highlevel.dims.conv import ConvDims
+from dnnbind.highlevel.dims.pool import PoolDims
 from dnnbind.highlevel.grad_mode import no_grad
 from dnnbind.highlevel.ops import (activation, batchnorm, conv, conv_transpose, dropout, logsoftmax, maxpool,
                                    meanpool, rnn, softmax)

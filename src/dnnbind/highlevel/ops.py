@@ -30,9 +30,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dnnbind.highlevel.dims import (ConvDims, PoolDims, RNNDims, check_batchnorm, check_divisor_override,
-                                    check_dtype, check_positive_float, check_probability, check_real,
-                                    check_same_dtype, check_shape, interned, normalize_axis, rnn_weight_entries)
+from dnnbind.highlevel.dims.batchnorm import check_batchnorm
+from dnnbind.highlevel.dims.checks import (check_divisor_override, check_dtype, check_positive_float,
+                                           check_probability, check_real, check_same_dtype, check_shape,
+                                           normalize_axis)
+from dnnbind.highlevel.dims.conv import ConvDims
+from dnnbind.highlevel.dims.pool import PoolDims
+from dnnbind.highlevel.dims.rnn import RNNDims, rnn_weight_entries
 from dnnbind.highlevel.dispatch import adopts_device_arrays, backend_op
 from dnnbind.highlevel.plans import Plan, build, find
 from dnnbind.highlevel.pullback import Pullback, named_rnn
@@ -455,4 +459,4 @@ STATIC: dict[str, Callable[..., tuple]] = {
 def residual_static(op: str, *arrays: Any, **kwargs: Any) -> tuple:
     """The static arguments of ``op``'s residual form (see :mod:`dnnbind.highlevel.residual`) for arrays
     (or ArraySpecs) in FORMS order and the public op's keyword arguments; errors as the public op gives."""
-    return interned(STATIC[op](*arrays, **kwargs))
+    return STATIC[op](*arrays, **kwargs)

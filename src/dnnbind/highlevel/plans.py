@@ -13,7 +13,7 @@ import math
 from typing import Any, Callable
 
 from dnnbind.highlevel import arg_cache
-from dnnbind.highlevel.dims import interned
+
 from dnnbind.highlevel.pullback import Cotangent, Pullback, _dtype, _shape
 
 
@@ -24,7 +24,7 @@ class Plan:
 
     def __init__(self, op: str, run: Callable[..., Any], static: tuple, gradients: tuple[str, ...],
                  first: bool = False) -> None:
-        self.op, self.run, self.static, self.gradients, self.first = op, run, interned(static), gradients, first
+        self.op, self.run, self.static, self.gradients, self.first = op, run, static, gradients, first
         self.cotangents: tuple[Cotangent, ...] | None = None   # from the first result: shape and dtype of y
         self.plain: tuple | None = None     # the arguments tagged by arg_cache.plain, when one is a tuple
 

@@ -33,7 +33,7 @@ import torch
 
 from dnnbind.highlevel.arg_cache import remember
 from dnnbind.highlevel.dispatch import backend_function
-from dnnbind.highlevel.dims import numpy_dtype
+from dnnbind.highlevel.dims.checks import numpy_dtype
 from dnnbind.highlevel.edges import RULES, output_dtype
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.ops import residual_static

@@ -17,7 +17,10 @@ from dnnbind.highlevel.cudnn.conv_plan import ConvPlan
 from dnnbind.highlevel.cudnn.dropout import reserve_bytes
 from dnnbind.highlevel.cudnn.pool import MAX, MEAN_EXCLUDE_PAD, PoolPlan
 from dnnbind.highlevel.cudnn.rnn_weights import canonical_params
-from dnnbind.highlevel.dims import ConvDims, PoolDims, RNNDims, numpy_dtype
+from dnnbind.highlevel.dims.checks import numpy_dtype
+from dnnbind.highlevel.dims.conv import ConvDims
+from dnnbind.highlevel.dims.pool import PoolDims
+from dnnbind.highlevel.dims.rnn import RNNDims
 from dnnbind.highlevel.gpu.chunks import CHUNK_ELEMENTS
 from dnnbind.highlevel.gpu.layout import lift
 from dnnbind.highlevel.gpu.settings import Settings

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dnnbind.highlevel.dims import check_dtype, check_shape
+from dnnbind.highlevel.dims.checks import check_dtype, check_shape
 from dnnbind.highlevel.residual import passes_when
 
 _FLOAT32 = np.dtype(np.float32)

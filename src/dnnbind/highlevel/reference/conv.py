@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.grad_mode import saving
 from dnnbind.highlevel.reference.channels import add_channel_bias, channel_sums
 from dnnbind.highlevel.reference.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,

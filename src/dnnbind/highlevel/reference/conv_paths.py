@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.reference import native
 from dnnbind.highlevel.reference._blas import gemm, gemm_available, pitched_view
 from dnnbind.highlevel.reference._precision import private

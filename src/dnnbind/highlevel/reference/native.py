@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from dnnbind.highlevel.dims import ConvDims, PoolDims
+from dnnbind.highlevel.dims.conv import ConvDims
+from dnnbind.highlevel.dims.pool import PoolDims
 from dnnbind.highlevel.reference._blas import loaded_libraries, openblas
 from dnnbind.highlevel.reference._threads import blas_single_threaded, one_blas_thread, split, workers
 

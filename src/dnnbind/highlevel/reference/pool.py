@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.dims.pool import PoolDims
 from dnnbind.highlevel.gpu.window_max import first_in_x, flat_indices, padded, unpadded
 from dnnbind.highlevel.reference import native
 from dnnbind.highlevel.reference._memory import fits_in_memory

@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence, Self
 
 import numpy as np
 
-from dnnbind.highlevel.dims import RNNDims
+from dnnbind.highlevel.dims.rnn import RNNDims
 from dnnbind.highlevel.reference import native
 from dnnbind.highlevel.reference._precision import cotangent, half_backward, half_forward, half_residuals
 from dnnbind.highlevel.residual import ArraySpec

@@ -25,10 +25,4 @@ setup(ext_modules=[Extension(
     sources=["src/dnnbind/runtime/csrc/values.c"],
     extra_compile_args=["-O2"],
     optional=True,
-), Extension(
-    # the plan key of a repeated call (dnnbind.highlevel.plans), built in C; optional like the kernels
-    "dnnbind.highlevel._plankey",
-    sources=["src/dnnbind/highlevel/csrc/plankey.c"],
-    extra_compile_args=["-O2"],
-    optional=True,
 )])

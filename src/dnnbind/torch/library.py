@@ -1,17 +1,17 @@
 """dnnbind's ops as ``torch.library`` custom ops (namespace ``dnnbind``), built on the residual form.
 
-For every op NAME (see :data:`dnnbind.highlevel.residual.FORMS`) two custom ops are registered:
+For every op NAME (see :data:`dnnbind.highlevel.specs.SPECS`) two custom ops are registered:
 
 ``dnnbind::NAME(Tensor x, Tensor[] others, str params, float[] reals) -> (Tensor[] outputs, Tensor[] residuals)``
     Runs the backend's ``NAME_forward``. ``others`` are the op's other array arguments that are not
-    None, in FORMS order (rnn's weights flattened); ``params`` is a JSON text (:func:`encode`) holding
+    None, in the spec's order (rnn's weights flattened); ``params`` is a JSON text (:func:`encode`) holding
     the public op's keyword arguments and which array slots are filled, except its float arguments,
     which are ``reals`` (named in params; a compiled graph may hold them as symbolic values). Outputs: the op's results that
     are not None; batch norm adds its updated running statistics (the op itself mutates nothing: the
     caller copies them back), dropout takes its seed as a 0-d int64 tensor in ``others``.
 ``dnnbind::NAME_backward(Tensor[] residuals, Tensor[] cotangents, str params, float[] reals) -> Tensor[]``
     Runs ``NAME_backward``: one gradient per differentiable array argument that was given. For conv and
-    conv_transpose (:data:`~dnnbind.highlevel.residual.SKIPPABLE`) ``params`` says which of them autograd
+    conv_transpose (their specs are ``skippable``) ``params`` says which of them autograd
     needs; the others are not computed and come back as empty tensors (autograd receives None).
 
 Both have fake kernels that compute shapes from ConvDims/PoolDims/RNNDims (through the public ops'
@@ -31,14 +31,15 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from dnnbind.highlevel.arg_cache import remember
 from dnnbind.highlevel.dispatch import backend_function
 from dnnbind.highlevel.dims.checks import numpy_dtype
-from dnnbind.highlevel.edges import RULES, output_dtype
+from dnnbind.highlevel.edges import output_dtype
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.ops import residual_static
+from dnnbind.highlevel.plans import remember
 from dnnbind.highlevel.reference.conv_paths import macs
-from dnnbind.highlevel.residual import FORMS, RESIDUAL_REVISION, SKIPPABLE, ArraySpec, innermost
+from dnnbind.highlevel.residual import RESIDUAL_REVISION, ArraySpec, innermost
+from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import symbolic
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 
@@ -134,15 +135,14 @@ def _map(fn: Any, tree: Any) -> Any:
 
 
 def _differentiable(op: str) -> list[bool]:
-    """Per FORMS array: whether it has a gradient (batch norm's running statistics have none)."""
-    form = FORMS[op]
-    return [f"d{name}" in form.gradients for name in form.arrays]
+    """Per spec array: whether it has a gradient (batch norm's running statistics have none)."""
+    return [a.gradient is not None for a in SPECS[op].arrays]
 
 
 def _gradient_paths(op: str, slots: Sequence[Any]) -> tuple[tuple[int, ...] | None, ...]:
     """Per input (x, then others in flatten order): where its gradient is among the backward's results (an
     index, then indices into a nested one: rnn's dweights), or None for an input without one."""
-    form = FORMS[op]
+    form = SPECS[op]
     paths: list[tuple[int, ...] | None] = []
 
     def walk(slot: Any, path: tuple[int, ...] | None) -> None:
@@ -152,7 +152,7 @@ def _gradient_paths(op: str, slots: Sequence[Any]) -> tuple[tuple[int, ...] | No
         elif slot:
             paths.append(path)
 
-    for name, slot in zip(form.arrays, (1, *slots)):
+    for name, slot in zip(form.array_names, (1, *slots)):
         gradient = f"d{name}"
         walk(slot, (form.gradients.index(gradient),) if gradient in form.gradients else None)
     if op == "dropout":                      # its seed tensor, the last of others, has no gradient
@@ -210,7 +210,7 @@ def _static(op: str, arrays: list[Any], kwargs: dict[str, Any], params: str, rea
 
 def _arguments(op: str, x: Any, others: Sequence[Any], p: dict[str, Any], reals: Sequence[float],
                read_seed: bool = False) -> tuple[list[Any], dict[str, Any]]:
-    """The FORMS arrays (x first) and the public op's keyword arguments of one call. Dropout's seed
+    """The spec's arrays (x first) and the public op's keyword arguments of one call. Dropout's seed
     tensor is no array of the op's: its value becomes the ``seed`` keyword when ``read_seed`` (the real
     kernel), else None (shapes do not depend on it)."""
     arrays, seed = _forms_arrays(op, x, others, p["slots"])
@@ -221,7 +221,7 @@ def _arguments(op: str, x: Any, others: Sequence[Any], p: dict[str, Any], reals:
 
 
 def _forms_arrays(op: str, x: Any, others: Sequence[Any], slots: Sequence[Any]) -> tuple[list[Any], Any]:
-    """(x and others in FORMS order, None where not given; dropout's seed tensor, which is none of the
+    """(x and others in the spec's order, None where not given; dropout's seed tensor, which is none of the
     op's arrays, or None)."""
     arrays = [x, *unflatten(others, slots)]
     seed = arrays.pop() if op == "dropout" and len(arrays) > 1 else None
@@ -261,7 +261,7 @@ def forward_arrays(sig: _Signature, x: Any, others: Sequence[Tensor]) -> tuple[A
     return result, [to_tensor(a) for a in statistics], residuals
 
 
-#: where batch norm's running statistics are among its FORMS arrays after x (gamma, beta, running_mean,
+#: where batch norm's running statistics are among its spec's arrays after x (gamma, beta, running_mean,
 #: running_var)
 RUNNING_STATISTICS = slice(2, 4)
 
@@ -297,7 +297,7 @@ BLAS_ONE_THREAD_MACS = 65536 * 4
 
 class _Signature:
     """What every call of one op with the same params, reals, and tensor shapes, dtypes and device has in
-    common: the tensors' places among the op's FORMS arrays, the backend's functions and static arguments
+    common: the tensors' places among the op's spec's arrays, the backend's functions and static arguments
     (checked once, as the public ops' plans are), and what the autograd setup records. Built by the first
     such call; a repeated call (a training loop's) finds it by one dictionary lookup."""
 
@@ -321,7 +321,7 @@ class _Signature:
         # whether a call needs a device scope at all: off the CPU always, on it the BLAS ops
         self.scoped = x.device.type != "cpu" or self.blas_scope is not None
         slots = self.p["slots"]
-        # FORMS array -> its index in (x, *others), None where not given; None for rnn's nested weights
+        # spec array -> its index in (x, *others), None where not given; None for rnn's nested weights
         # and dropout's seed tensor (no array of the op's), which take the general mapping
         self.positions: tuple[int | None, ...] | None = None
         if op != "dropout" and not any(isinstance(s, list) for s in slots):
@@ -330,7 +330,7 @@ class _Signature:
         self.gradients = _gradient_paths(op, slots)
 
     def tensors(self, x: Any, others: Sequence[Any]) -> list[Any]:
-        """x and others in FORMS order (None where not given; dropout's seed tensor left out): the
+        """x and others in the spec's order (None where not given; dropout's seed tensor left out): the
         tensors, or whatever stands for them (their indices)."""
         if self.positions is None:
             return _forms_arrays(self.op, x, others, self.p["slots"])[0]
@@ -384,7 +384,7 @@ def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
 
     every = symbolic.shapes(evaluate, [x, *others])
     shapes, saved = every[:len(found[0])], [(s, spec.dtype) for s, spec in zip(every[len(found[0]):], found[1])]
-    outputs = [x.new_empty(shape, dtype=torch.int64 if output_dtype(op, i, None) is not None else x.dtype)
+    outputs = [x.new_empty(shape, dtype=torch.int64 if output_dtype(SPECS[op], i, None) is not None else x.dtype)
                for i, shape in enumerate(shapes) if shape is not None]
     if op == "batchnorm":
         outputs += [x.new_empty(t.shape, dtype=t.dtype) for t in found[2][3:5] if t is not None]
@@ -394,12 +394,12 @@ def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
 def result_specs(op: str, x: Any, others: Sequence[Any], params: str,
                  reals: Sequence[float]) -> tuple[list[Any], tuple[ArraySpec, ...], list[Any]]:
     """(the op's result shapes, None where a result is not returned; its residuals as ArraySpecs; x and
-    others in FORMS order) for tensors or anything with their shape, dtype and device: computed, not run."""
+    others in the spec's order) for tensors or anything with their shape, dtype and device: computed, not run."""
     p = decode(params)
     tensors, kwargs = _arguments(op, x, list(others), p, [float(r) for r in reals])
     specs = _map(_spec, tensors)
     static = _static(op, specs, kwargs, params, reals)
-    shapes = RULES[op]((*specs, *static))[0]
+    shapes = SPECS[op].empty((*specs, *static)).outputs
     saved = backend_function(_backend(x.device), f"{op}_residuals")(*specs, *static)
     return list(shapes), tuple(saved), tensors
 
@@ -420,7 +420,7 @@ def op_params(op: str, device_type: str, arrays: Sequence[Any],
 # -- the backward op ------------------------------------------------------------------------------
 
 def _backward_arguments(op: str, p: dict[str, Any], reals: Sequence[float]) -> tuple[list[Any], dict[str, Any]]:
-    """The forward's FORMS arrays as ArraySpecs (from the shapes the autograd setup recorded)."""
+    """The forward's spec's arrays as ArraySpecs (from the shapes the autograd setup recorded)."""
     dtype = numpy_dtype(p["dtype"])
     specs = [ArraySpec(tuple(s), dtype) for s in p["shapes"]]
     return _arguments(op, specs[0], specs[1:], p, [float(r) for r in reals])
@@ -544,7 +544,7 @@ def _call_record(op: str, x: Tensor, others: Sequence[Tensor], p: dict[str, Any]
     """(op, the backward's params: the call's with the tensors' shapes, dtype and device, whether each tensor
     in others gets a gradient, how many running statistics follow the results)."""
     stats = _running_statistics(op, p)
-    # per tensor in others: whether it gets a gradient (slots past FORMS' arrays, dropout's seed, get none)
+    # per tensor in others: whether it gets a gradient (slots past the spec's arrays, dropout's seed, get none)
     diff = [d for d, slot in itertools.zip_longest(_differentiable(op)[1:], _flat_slots(p["slots"]),
                                                    fillvalue=False) for _ in range(slot)]
     shapes = [[int(s) for s in t.shape] for t in (x, *others)]
@@ -556,7 +556,7 @@ def _call_record(op: str, x: Tensor, others: Sequence[Tensor], p: dict[str, Any]
 
 
 def _flat_slots(slots: Sequence[Any]) -> list[int]:
-    """Per FORMS array after x: how many tensors it put into ``others``."""
+    """Per spec array after x: how many tensors it put into ``others``."""
     return [sum(_leaves(s)) if isinstance(s, list) else s for s in slots]
 
 
@@ -578,7 +578,7 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
     flags = ctx.needs_input_grad             # (x, others, params, reals), others' one per tensor
     need_x, need_others = bool(flags[0]), [bool(f) for f in flags[1]]
     needs = None
-    if op in SKIPPABLE:      # x, w, b: whether autograd wants each (b's slot False when b was None)
+    if SPECS[op].skippable:      # x, w, b: whether autograd wants each (b's slot False when b was None)
         slots = iter(need_others)
         needs = [need_x] + [bool(next(slots)) if slot else False for slot in call_params["slots"]]
     cotangents = [d for d in d_results if d is not None]
@@ -588,7 +588,7 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
     it = iter(grads)
     dx: Tensor | None = next(it)
     d_others = [next(it) if has else None for has in diff]
-    if op in SKIPPABLE:      # what was not needed came back empty
+    if SPECS[op].skippable:      # what was not needed came back empty
         dx = dx if need_x else None
         d_others = [d if need else None for d, need in zip(d_others, need_others)]
     return dx, d_others, None, _no_gradient(ctx.reals)
@@ -613,7 +613,7 @@ def _register(op: str) -> None:
     forward.register_autograd(_autograd_backward, setup_context=functools.partial(_setup_context, op))
 
 
-for _op in FORMS:
+for _op in SPECS:
     _register(_op)
 
 

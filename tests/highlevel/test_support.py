@@ -20,7 +20,7 @@ def test_every_op_and_backend_has_a_cell():
     assert list(table) == list(SPECS)
     for op, row in table.items():
         assert list(row) == list(dispatch.BACKENDS)
-        assert row["reference"] == support.Support(SUPPORTED_DTYPES, {}), op
+        assert row["reference"][:2] == (SUPPORTED_DTYPES, {}), op
 
 
 def test_the_matrix_reads_the_backends_list_not_names(monkeypatch):

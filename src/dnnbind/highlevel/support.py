@@ -15,9 +15,11 @@ from dnnbind.highlevel.dims.checks import SUPPORTED_DTYPES
 
 
 class Support(NamedTuple):
-    """One op on one backend: the dtypes it runs and the spec's features it lacks (with why)."""
+    """One op on one backend: the dtypes it runs and the spec's features it lacks (with why); ``blas``:
+    its CPU implementation calls numpy's BLAS (whose threads a framework may hold around the call)."""
     dtypes: tuple[str, ...] = SUPPORTED_DTYPES
     lacks: dict[str, str] = {}
+    blas: bool = False
 
 
 def backend_support(backend: str) -> dict[str, Support] | None:

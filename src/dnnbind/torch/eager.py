@@ -50,7 +50,7 @@ class Plan:
         self.gradients = sig.gradients
         # conv and conv_transpose: the inputs x, w, b (b None when not given) whose gradients are optional
         self.skip = (0, 1, 2 if slots[1] else None) if SPECS[op].skippable else None
-        self.statistics = op == "batchnorm" and bool(sig.static[0])
+        self.statistics = SPECS[op].updates_in_place(sig.p["args"])
         self.integers: tuple[int, ...] | None = None     # outputs without gradient (maxpool's indices)
         self.first: tuple | None = None                  # output 0's shape, dtype and device
 
@@ -215,7 +215,7 @@ def _plain_eager(x: Tensor, others: Sequence[Tensor]) -> bool:
 
 #: ops whose calls are planned: not dropout (its seed is drawn per call and is one of the static
 #: arguments) nor rnn (nested weights and sequence lengths); their calls run through :func:`call`
-PLANNED = frozenset(SPECS) - {"dropout", "rnn"}
+PLANNED = frozenset(op for op, spec in SPECS.items() if spec.planned)
 
 #: plans by :func:`_key` (bounded: cleared when full; a training loop has a few)
 _PLANS: dict[tuple, Plan] = {}
@@ -293,6 +293,6 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
                 _PLANS.clear()
             _PLANS[key] = plan
     outputs = list(_EAGER_APPLY[op](plan, x, *others))
-    if op == "batchnorm":          # updated in place (see _Eager.forward), returned as the op does
-        outputs += [t for t in arrays[2:4] if t is not None]
+    if SPECS[op].updated_in_place:        # updated in place (see _Eager.forward), returned as the op does
+        outputs += [t for t in arrays[SPECS[op].updated] if t is not None]
     return outputs

@@ -33,6 +33,7 @@ import torch
 
 from dnnbind.highlevel.dispatch import backend_function
 from dnnbind.highlevel.dims.checks import numpy_dtype
+from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.edges import output_dtype
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.ops import residual_static
@@ -40,6 +41,7 @@ from dnnbind.highlevel.plans import remember
 from dnnbind.highlevel.reference.conv_paths import macs
 from dnnbind.highlevel.residual import RESIDUAL_REVISION, ArraySpec, innermost
 from dnnbind.highlevel.specs import SPECS
+from dnnbind.highlevel.support import backend_support
 from dnnbind.torch import symbolic
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 
@@ -155,8 +157,7 @@ def _gradient_paths(op: str, slots: Sequence[Any]) -> tuple[tuple[int, ...] | No
     for name, slot in zip(form.array_names, (1, *slots)):
         gradient = f"d{name}"
         walk(slot, (form.gradients.index(gradient),) if gradient in form.gradients else None)
-    if op == "dropout":                      # its seed tensor, the last of others, has no gradient
-        paths.append(None)
+    paths += [None] * len(form.tensor_arguments)      # dropout's seed tensor, the last of others: no gradient
     return tuple(paths)
 
 
@@ -215,8 +216,8 @@ def _arguments(op: str, x: Any, others: Sequence[Any], p: dict[str, Any], reals:
     kernel), else None (shapes do not depend on it)."""
     arrays, seed = _forms_arrays(op, x, others, p["slots"])
     kwargs = {**p["args"], **dict(zip(p["reals"], reals))}
-    if op == "dropout":
-        kwargs["seed"] = int(seed.item()) if read_seed and seed is not None else None
+    for name in SPECS[op].tensor_arguments:   # (dropout's seed: one at most)
+        kwargs[name] = int(seed.item()) if read_seed and seed is not None else None
     return arrays, kwargs
 
 
@@ -224,7 +225,7 @@ def _forms_arrays(op: str, x: Any, others: Sequence[Any], slots: Sequence[Any]) 
     """(x and others in the spec's order, None where not given; dropout's seed tensor, which is none of the
     op's arrays, or None)."""
     arrays = [x, *unflatten(others, slots)]
-    seed = arrays.pop() if op == "dropout" and len(arrays) > 1 else None
+    seed = arrays.pop() if SPECS[op].tensor_arguments and len(arrays) > 1 else None
     return arrays, seed
 
 
@@ -253,23 +254,20 @@ def forward_arrays(sig: _Signature, x: Any, others: Sequence[Tensor]) -> tuple[A
     running statistics: the op mutates none of its inputs."""
     arrays = _map(to_array, sig.tensors(None, others)[1:])
     statistics: list[Any] = []
-    if sig.op == "batchnorm":
-        arrays[RUNNING_STATISTICS] = [None if a is None else a.copy() for a in arrays[RUNNING_STATISTICS]]
-        statistics = [a for a in arrays[RUNNING_STATISTICS] if a is not None]
+    updated = SPECS[sig.op].updated
+    if SPECS[sig.op].updated_in_place:
+        arrays[updated] = [None if a is None else a.copy() for a in arrays[updated]]
+        statistics = [a for a in arrays[updated] if a is not None]
     with device_scope(sig.blas_scope) if sig.blas_scope is not None else _NOTHING:
         result, residuals = sig.forward(x, *arrays, *sig.static)
     return result, [to_tensor(a) for a in statistics], residuals
 
 
-#: where batch norm's running statistics are among its spec's arrays after x (gamma, beta, running_mean,
-#: running_var)
-RUNNING_STATISTICS = slice(2, 4)
-
 _NOTHING = contextlib.nullcontext()
 
-#: ops whose reference backend calls numpy's BLAS, which dnnbind.torch holds to one thread around them
-#: (see convert.device_scope); the others need no scope on the CPU
-BLAS_OPS = frozenset({"conv", "conv_transpose", "rnn"})
+#: ops whose reference backend calls numpy's BLAS (its support data says so), which dnnbind.torch holds to
+#: one thread around them (see convert.device_scope); the others need no scope on the CPU
+BLAS_OPS = frozenset(op for op, s in (backend_support("reference") or {}).items() if s.blas)
 
 
 def once_scope(scopes: Sequence[torch.device | None]) -> contextlib.AbstractContextManager[None]:
@@ -285,7 +283,7 @@ def _blas_scope(op: str, device: torch.device, static: tuple) -> torch.device | 
     thread any of its products needs none: setting OpenBLAS's threads and back costs more than it."""
     if device.type != "cpu" or op not in BLAS_OPS:
         return None
-    if op != "rnn" and macs(static[0]) < BLAS_ONE_THREAD_MACS:
+    if isinstance(static[0], ConvDims) and macs(static[0]) < BLAS_ONE_THREAD_MACS:
         return None
     return device
 
@@ -324,7 +322,7 @@ class _Signature:
         # spec array -> its index in (x, *others), None where not given; None for rnn's nested weights
         # and dropout's seed tensor (no array of the op's), which take the general mapping
         self.positions: tuple[int | None, ...] | None = None
-        if op != "dropout" and not any(isinstance(s, list) for s in slots):
+        if not SPECS[op].tensor_arguments and not any(isinstance(s, list) for s in slots):
             counter = iter(range(1, 1 + len(others)))
             self.positions = (0, *[next(counter) if s else None for s in slots])
         self.gradients = _gradient_paths(op, slots)
@@ -341,7 +339,7 @@ class _Signature:
 def _signature(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> _Signature:
     """The :class:`_Signature` of this call: remembered, except for a dropout call with a seed tensor (whose
     value is one of the static arguments)."""
-    seeded = op == "dropout" and len(others) > 0
+    seeded = bool(SPECS[op].tensor_arguments) and len(others) > 0
     key = None
     if not seeded:
         key = call_key(op, x, others, params, reals)
@@ -386,8 +384,8 @@ def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
     shapes, saved = every[:len(found[0])], [(s, spec.dtype) for s, spec in zip(every[len(found[0]):], found[1])]
     outputs = [x.new_empty(shape, dtype=torch.int64 if output_dtype(SPECS[op], i, None) is not None else x.dtype)
                for i, shape in enumerate(shapes) if shape is not None]
-    if op == "batchnorm":
-        outputs += [x.new_empty(t.shape, dtype=t.dtype) for t in found[2][3:5] if t is not None]
+    if SPECS[op].updated_in_place:            # the updated copies (batch norm's running statistics)
+        outputs += [x.new_empty(t.shape, dtype=t.dtype) for t in found[2][1:][SPECS[op].updated] if t is not None]
     return outputs, [x.new_empty(shape, dtype=torch_dtype(dtype)) for shape, dtype in saved]
 
 
@@ -548,7 +546,7 @@ def _call_record(op: str, x: Tensor, others: Sequence[Tensor], p: dict[str, Any]
     diff = [d for d, slot in itertools.zip_longest(_differentiable(op)[1:], _flat_slots(p["slots"]),
                                                    fillvalue=False) for _ in range(slot)]
     shapes = [[int(s) for s in t.shape] for t in (x, *others)]
-    if op == "dropout":                       # the seed tensor is no array of the op's
+    if SPECS[op].tensor_arguments:            # the seed tensor is no array of the op's
         shapes = shapes[:1]
         p = {**p, "slots": []}
     params = {**p, "shapes": shapes, "dtype": array_dtype(x.dtype).name, "device": str(x.device)}
@@ -562,7 +560,7 @@ def _flat_slots(slots: Sequence[Any]) -> list[int]:
 
 def _running_statistics(op: str, p: dict[str, Any]) -> int:
     """How many running statistics batch norm returns after y (those given); 0 for other ops."""
-    return sum(_flat_slots(p["slots"])[RUNNING_STATISTICS]) if op == "batchnorm" else 0
+    return sum(_flat_slots(p["slots"])[SPECS[op].updated])
 
 
 def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals: Any) -> tuple:

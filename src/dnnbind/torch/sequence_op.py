@@ -43,11 +43,11 @@ def run(fusions: Sequence[Fusion], x: Tensor) -> Tensor:
     outputs, _ = torch.ops.dnnbind.sequence(x, *arguments(fusions, x.device.type))
     statistics = iter(outputs[1:])
     for fusion in fusions:
-        if fusion.op != "batchnorm":
+        if not SPECS[fusion.op].updated_in_place:
             continue
-        given = [t for t in fusion.tensors[2:4] if t is not None]
+        given = [t for t in fusion.tensors[SPECS[fusion.op].updated] if t is not None]
         updated = [next(statistics) for _ in given]
-        if fusion.arguments["training"]:
+        if SPECS[fusion.op].updates_in_place(fusion.arguments):
             with torch.no_grad():
                 for stat, new in zip(given, updated):
                     stat.copy_(new)
@@ -125,7 +125,7 @@ class _Chain:
             # the step's spec's arrays after x as indices into others (its own others numbered from o)
             places = sig.tensors(None, list(range(o, o + n_others)))[1:]
             flat = not any(isinstance(p, list) for p in places)
-            statistics = range(len(places))[library.RUNNING_STATISTICS] if op == "batchnorm" else ()
+            statistics = range(len(places))[SPECS[op].updated]
             updated = tuple(s for s in statistics if places[s] is not None)
             self.steps.append((sig, tuple(places) if flat else places, updated))
             shapes = library.result_specs(op, h, step_others, step_params, step_reals)[0]

@@ -10,6 +10,7 @@ edge policy, :mod:`~dnnbind.highlevel.plans` the plans, ``python -m dnnbind ops`
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
@@ -86,8 +87,10 @@ class OpSpec:
     features: tuple[str, ...] = ()
     #: arguments a framework passes as runtime tensors rather than constants (dropout's seed)
     tensor_arguments: tuple[str, ...] = ()
-    #: arrays the forward updates in place when training (batch norm's running statistics)
+    #: arrays the forward updates in place (batch norm's running statistics), for calls whose public
+    #: arguments ``updates(arguments)`` says so (batch norm: when training)
     updated_in_place: tuple[str, ...] = ()
+    updates: Callable[[dict[str, Any]], bool] | None = None
     #: the residual form's gradients when not in the arrays' order (rnn: dx, dh0, dc0, dweights)
     gradient_order: tuple[str, ...] = ()
 
@@ -95,6 +98,22 @@ class OpSpec:
     @property
     def array_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.arrays)
+
+    @property
+    def planned(self) -> bool:
+        """Whether a framework may keep a plan per call signature: not when a call passes a runtime
+        tensor argument (dropout's seed) or nested arrays (rnn's weights)."""
+        return not self.tensor_arguments and not any(a.nested for a in self.arrays)
+
+    @property
+    def updated(self) -> slice:
+        """Where the arrays updated in place are among the arrays after x (an empty slice: none)."""
+        places = [self.array_names.index(n) - 1 for n in self.updated_in_place]
+        return slice(min(places), max(places) + 1) if places else slice(0, 0)
+
+    def updates_in_place(self, arguments: dict[str, Any]) -> bool:
+        """Whether a call with these public arguments (by name) updates arrays in place."""
+        return bool(self.updated_in_place) and (self.updates is None or bool(self.updates(arguments)))
 
     @property
     def arguments(self) -> tuple[str, ...]:
@@ -149,6 +168,21 @@ class OpSpec:
                                    if p.name not in self.array_names]).bind(*args, **kwargs)
         bound.apply_defaults()
         return dict(bound.arguments)
+
+    @functools.cached_property
+    def arguments_function(self) -> Callable[..., dict[str, Any]]:
+        """``f(*arguments, **arguments) -> {name: value}``: the public arguments that are not arrays, in
+        order, with the spec's defaults, positional or by name (what a framework adapter keys and
+        encodes). Generated once per spec: a plain function, as cheap as writing the dict by hand."""
+        names = self.arguments
+        defaults = {p.name: p.default for p in self.params}
+        last_required = max((i for i, n in enumerate(names) if defaults[n] is REQUIRED), default=-1)
+        params = [n if i <= last_required or defaults[n] is REQUIRED else f"{n}=_d[{n!r}]"
+                  for i, n in enumerate(names)]
+        namespace: dict[str, Any] = {"_d": defaults}
+        body = ", ".join(f"{n!r}: {n}" for n in names)
+        exec(f"def {self.name}_arguments({', '.join(params)}):\n    return {{{body}}}\n", namespace)
+        return namespace[f"{self.name}_arguments"]
 
     def __repr__(self) -> str:
         return f"<op spec {self.name}>"

@@ -68,6 +68,6 @@ BATCHNORM = OpSpec(
             ArrayArg("running_mean", optional=True), ArrayArg("running_var", optional=True)),
     static=("training", "momentum", "eps"), outputs=(Output("y", "dy"),), check=_check, empty=_empty,
     regroup=lambda zeros, static: tuple(zeros), every_call=_every_call,
-    updated_in_place=("running_mean", "running_var"),
+    updated_in_place=("running_mean", "running_var"), updates=lambda arguments: arguments["training"],
     features=("training", "inference", "running statistics"),
 )

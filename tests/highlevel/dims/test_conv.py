@@ -84,8 +84,10 @@ def test_a_pickled_problem_hashes_anew_where_it_is_loaded():
             "d = pickle.loads(sys.stdin.buffer.read())\n"
             "fresh = ConvDims((1, 4, 8, 8), (2, 4, 3, 3), padding=1, dtype='float32')\n"
             "raise SystemExit(0 if d == fresh and hash(d) == hash(fresh) and {fresh: 1}[d] == 1 else 3)\n")
+    src = str(__import__("pathlib").Path(__file__).resolve().parents[3] / "src")       # this tree's dnnbind
     done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(d), env={"PYTHONHASHSEED": "123",
-                          **{k: v for k, v in __import__("os").environ.items() if k != "PYTHONHASHSEED"}})
+                          **{k: v for k, v in __import__("os").environ.items() if k != "PYTHONHASHSEED"},
+                          "PYTHONPATH": src})
     assert done.returncode == 0
 
 

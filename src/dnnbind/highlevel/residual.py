@@ -53,13 +53,14 @@ class ResidualPullback:
     ``names`` label residuals that callers may read as attributes (the reference dropout's ``mask``).
     """
 
-    __slots__ = ("backward", "residuals", "static", "options", "names", "dtype", "shape", "count")
+    __slots__ = ("backward", "residuals", "static", "options", "names", "dtype", "shape", "keep")
 
     def __init__(self, backward: Callable[..., Any], residuals: tuple, static: tuple, options: dict,
-                 names: tuple[str, ...] = (), dtype: Any = None, shape: Any = None, count: int | None = None) -> None:
+                 names: tuple[str, ...] = (), dtype: Any = None, shape: Any = None,
+                 keep: tuple[int, ...] | None = None) -> None:
         self.backward, self.residuals, self.static, self.options, self.names, self.dtype, self.shape = (
             backward, residuals, static, options, names, dtype, shape)
-        self.count = count       # gradients to return (conv without b: dx, dw); None: all
+        self.keep = keep         # the gradients to return, by index (conv without b: dx, dw); None: all
 
     def __call__(self, *cotangents: Any) -> Any:
         if self.residuals is None:
@@ -70,7 +71,7 @@ class ResidualPullback:
         if dtype is not None:        # float cotangents in the result's dtype, as the forward computed it
             cotangents = tuple(c.astype(dtype) if _other_float(c, dtype) else c for c in cotangents)
         grads = self.backward(self.residuals, cotangents, *self.static, **self.options)
-        return grads if self.count is None else grads[:self.count]
+        return grads if self.keep is None else tuple(grads[i] for i in self.keep)
 
     def __getattr__(self, name: str) -> Any:
         names = object.__getattribute__(self, "names")
@@ -124,8 +125,10 @@ def with_pullback(op: str, forward: Callable[..., Any], backward: Callable[..., 
     names = spec.array_names + spec.static
     arity, known, n_arrays = len(names), set(names), len(spec.arrays)
     signature = spec.residual_signature()
-    # arrays whose gradient the pullback form leaves out when they are None (conv's b: its db, the last)
-    droppable, every = [i for i, a in enumerate(spec.arrays) if a.dropped_when_none], len(spec.gradients)
+    # arrays whose gradient the pullback form leaves out when they are None (conv's b: its db), with the
+    # index of that gradient
+    droppable = [(i, spec.gradients.index(a.gradient)) for i, a in enumerate(spec.arrays) if a.dropped_when_none]
+    every = range(len(spec.gradients))
 
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> tuple[Any, ResidualPullback]:
@@ -136,8 +139,10 @@ def with_pullback(op: str, forward: Callable[..., Any], backward: Callable[..., 
             args = tuple(bound.arguments[n] for n in names)
         result, residuals = forward(*args, **options)
         main = result[0] if isinstance(result, tuple) else result
-        missing = sum(args[i] is None for i in droppable) if droppable else 0
-        keep = every - missing if missing else None                 # conv without b: no db
+        keep = None
+        if droppable:                                               # conv without b: no db
+            dropped = [g for i, g in droppable if args[i] is None]
+            keep = tuple(g for g in every if g not in dropped) if dropped else None
         if not saving():                                            # dnnbind.no_grad(): nothing to pull back
             residuals = None
         return result, ResidualPullback(backward, residuals, args[n_arrays:], options, labels,

@@ -94,8 +94,8 @@ class OpSpec:
     #: the residual form's gradients when not in the arrays' order (rnn: dx, dh0, dc0, dweights)
     gradient_order: tuple[str, ...] = ()
 
-    # -- derived ------------------------------------------------------------------------------------
-    @property
+    # -- derived (computed once per spec) ------------------------------------------------------------
+    @functools.cached_property
     def array_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.arrays)
 
@@ -105,7 +105,7 @@ class OpSpec:
         tensor argument (dropout's seed) or nested arrays (rnn's weights)."""
         return not self.tensor_arguments and not any(a.nested for a in self.arrays)
 
-    @property
+    @functools.cached_property
     def updated(self) -> slice:
         """Where the arrays updated in place are among the arrays after x (an empty slice: none)."""
         places = [self.array_names.index(n) - 1 for n in self.updated_in_place]
@@ -115,30 +115,21 @@ class OpSpec:
         """Whether a call with these public arguments (by name) updates arrays in place."""
         return bool(self.updated_in_place) and (self.updates is None or bool(self.updates(arguments)))
 
-    @property
+    @functools.cached_property
     def arguments(self) -> tuple[str, ...]:
         """The public parameters that are not arrays, in order: what a plan's key holds."""
         arrays = set(self.array_names)
         return tuple(p.name for p in self.params if p.name not in arrays)
 
-    @property
+    @functools.cached_property
     def gradients(self) -> tuple[str, ...]:
         """The residual form's gradients, in order."""
         return self.gradient_order or tuple(a.gradient for a in self.arrays if a.gradient is not None)
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        return tuple(o.name for o in self.outputs)
 
     def pullback_gradients(self, arrays: tuple) -> tuple[str, ...]:
         """The gradients the pullback form returns for these arrays (conv without b: dx, dw)."""
         dropped = {a.gradient for a, value in zip(self.arrays, arrays) if a.dropped_when_none and value is None}
         return tuple(g for g in self.gradients if g not in dropped)
-
-    def gradient_count(self, arrays: tuple) -> int | None:
-        """How many gradients the pullback form keeps (None: all)."""
-        n = len(self.pullback_gradients(arrays))
-        return None if n == len(self.gradients) else n
 
     def signature(self) -> inspect.Signature:
         """The public function's signature."""
@@ -160,14 +151,6 @@ class OpSpec:
         last_required = max((i for i, p in enumerate(params) if p.default is REQUIRED), default=-1)
         return inspect.Signature([p.replace(default=REQUIRED) if i < last_required else p
                                   for i, p in enumerate(params)])
-
-    def arguments_of(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """The public arguments that are not arrays, by name and in order, from those of a call (the
-        arrays left out): what a framework adapter keys and encodes."""
-        bound = inspect.Signature([p for p in self.signature().parameters.values()
-                                   if p.name not in self.array_names]).bind(*args, **kwargs)
-        bound.apply_defaults()
-        return dict(bound.arguments)
 
     @functools.cached_property
     def arguments_function(self) -> Callable[..., dict[str, Any]]:

@@ -429,6 +429,17 @@ def test_an_explicit_plan_checks_its_arguments_once_and_names_them(rng):
 
 # -- the public functions are made from the specs ----------------------------------------------------
 
+def test_the_specs_name_the_residual_forms_parameters():
+    """What the residual form takes and returns, as the spec derives it (what frameworks read)."""
+    conv, maxpool, rnn = SPECS["conv"], SPECS["maxpool"], SPECS["rnn"]
+    assert (conv.array_names, conv.static, conv.output_names, conv.gradients) == (
+        ("x", "w", "b"), ("dims",), ("y",), ("dx", "dw", "db"))
+    assert maxpool.output_names == ("y", "indices") and maxpool.static == ("dims", "return_indices")
+    assert rnn.gradients == ("dx", "dh0", "dc0", "dweights") and rnn.output_names == ("y", "hy", "cy")
+    assert SPECS["batchnorm"].updated == slice(2, 4) and SPECS["batchnorm"].gradients == ("dx", "dgamma", "dbeta")
+    assert [op for op, s in SPECS.items() if s.skippable] == ["conv", "conv_transpose"]
+
+
 @pytest.mark.parametrize("name", list(SPECS))
 def test_public_functions_have_their_specs_signature_and_docstring(name):
     fn = getattr(dnnbind, name)

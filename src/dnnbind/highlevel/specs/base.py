@@ -122,6 +122,11 @@ class OpSpec:
         return tuple(p.name for p in self.params if p.name not in arrays)
 
     @functools.cached_property
+    def output_names(self) -> tuple[str, ...]:
+        """The outputs' names, in order (maxpool: y, indices; rnn: y, hy, cy)."""
+        return tuple(o.name for o in self.outputs)
+
+    @functools.cached_property
     def gradients(self) -> tuple[str, ...]:
         """The residual form's gradients, in order."""
         return self.gradient_order or tuple(a.gradient for a in self.arrays if a.gradient is not None)

@@ -7,7 +7,6 @@ dnnbind itself is pure Python and picks each part up where it is importable (dnn
   library picks the best this CPU runs. No -ffast-math: the kernels must sum exactly what a float64
   computation sums (FMA contraction only rounds less).
 * ``_values``: the generated wrappers' fast check of their integer and enum arguments (dnnbind.runtime.checks).
-* ``_plankey``: the plan key of a repeated high-level call (dnnbind.highlevel.plans).
 """
 from setuptools import Extension, setup
 
@@ -30,9 +29,5 @@ setup(ext_modules=[Extension(
 ), Extension(
     "dnnbind_native._values",
     sources=["src/dnnbind_native/csrc/values.c"],
-    extra_compile_args=["-O2"],
-), Extension(
-    "dnnbind_native._plankey",
-    sources=["src/dnnbind_native/csrc/plankey.c"],
     extra_compile_args=["-O2"],
 )])

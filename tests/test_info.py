@@ -142,7 +142,7 @@ def test_info_names_the_compiled_parts_and_the_kernels_instruction_set():
     result, _ = _info("info")
     assert re.search(r"kernels +built, running the (x86-64-v4 \(AVX-512\)|x86-64-v3 \(AVX2, FMA\)|baseline) kernels",
                      result.stdout), result.stdout
-    for part in ("_kernels", "_values", "_plankey"):
+    for part in ("_kernels", "_values"):
         assert re.search(rf"^ +{part}: .*: in use, \S*{part}", result.stdout, re.M), result.stdout
     off, _ = _info("info", DNNBIND_NATIVE="0")
     assert "kernels     turned off by DNNBIND_NATIVE=0 (dnnbind-native in " in off.stdout

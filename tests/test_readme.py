@@ -136,7 +136,7 @@ OPS_PAGE = DOCS / "ops.md"
 
 def _documented_signatures() -> dict[str, inspect.Signature]:
     """The op signatures in docs/ops.md's ```text list, parsed as Python."""
-    names = [n for n in dnnbind.highlevel.__all__ if n[0].islower()]
+    names = list(dnnbind.highlevel.OP_NAMES)
     text = "".join(code for lang, code, _ in _blocks(OPS_PAGE) if lang == "text")
     found = dict(re.findall(rf"(?<![\w.])({'|'.join(names)})\(([^()]*)\)", text))
     sigs = {}
@@ -148,13 +148,13 @@ def _documented_signatures() -> dict[str, inspect.Signature]:
 
 def test_ops_page_has_a_section_documenting_each_op_from_its_docstring():
     text = OPS_PAGE.read_text()
-    for name in (n for n in dnnbind.highlevel.__all__ if n[0].islower()):
+    for name in dnnbind.highlevel.OP_NAMES:
         assert re.search(rf"^## {name}\n\n```{{eval-rst}}\n\.\. autofunction:: dnnbind\.{name}\n", text, re.MULTILINE), name
 
 
 def test_ops_page_op_signatures_match_the_code():
     documented = _documented_signatures()
-    assert set(documented) == {n for n in dnnbind.highlevel.__all__ if n[0].islower()}
+    assert set(documented) == set(dnnbind.highlevel.OP_NAMES)
     for name, args in documented.items():
         actual = inspect.signature(getattr(dnnbind, name)).parameters.values()
         positional = [p for p in actual if p.kind is p.POSITIONAL_OR_KEYWORD]

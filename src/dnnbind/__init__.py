@@ -14,16 +14,20 @@ TYPE_CHECKING = False   # importing typing costs milliseconds; type checkers tak
 if TYPE_CHECKING:       # what the lazy names below resolve to, for type checkers and IDEs
     from typing import Any
 
-    from dnnbind.highlevel import (ConvDims, PoolDims, activation, batchnorm, conv, conv_transpose, dropout,
-                                   logsoftmax, maxpool, meanpool, no_grad, rnn, softmax)
+    from dnnbind.highlevel.dims import ConvDims, PoolDims
+    from dnnbind.highlevel.grad_mode import no_grad
+    from dnnbind.highlevel.ops import BoundPlan, plan
+    from dnnbind.highlevel.plans import clear_plan_cache, plan_cache_info
+    from dnnbind.highlevel.public import (activation, batchnorm, conv, conv_transpose, dropout, logsoftmax, maxpool,
+                                          meanpool, rnn, softmax)
     from dnnbind.runtime.trace import trace
 
 __version__ = "0.1.0"
 
-_HIGHLEVEL_NAMES = frozenset({
-    "conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
-    "batchnorm", "dropout", "rnn", "ConvDims", "PoolDims", "no_grad",
-})
+from dnnbind.highlevel import EXTRAS as _EXTRAS         # (names only: nothing is imported for them yet)
+from dnnbind.highlevel.specs import OP_NAMES as _OP_NAMES
+
+_HIGHLEVEL_NAMES = frozenset({*_OP_NAMES, *_EXTRAS})
 
 __all__ = ["CudnnError", "DnnError", "LibraryNotFoundError", "MiopenError", "__version__", "trace",
            *sorted(_HIGHLEVEL_NAMES)]

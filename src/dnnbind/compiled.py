@@ -1,15 +1,14 @@
 """The optional compiled parts of dnnbind: which are there and in use.
 
 dnnbind is pure Python. The separately built distribution dnnbind-native (``native/`` in the source tree,
-``pip install ./native``) adds three compiled parts, each used where it is importable, each with a
+``pip install ./native``) adds two compiled parts, each used where it is importable, each with a
 pure-Python path that gives the same results otherwise:
 
 * ``_kernels``: the cpu backend's C kernels (a library loaded with ctypes by
   :mod:`dnnbind.highlevel.cpu.native`);
-* ``_values``: the generated wrappers' check of their integer and enum arguments (:mod:`dnnbind.runtime.checks`);
-* ``_plankey``: the plan key of a repeated high-level call (:mod:`dnnbind.highlevel.plans`).
+* ``_values``: the generated wrappers' check of their integer and enum arguments (:mod:`dnnbind.runtime.checks`).
 
-``DNNBIND_NATIVE=0`` turns all three off, as if the package were absent (to compare, and to test the
+``DNNBIND_NATIVE=0`` turns both off, as if the package were absent (to compare, and to test the
 pure-Python paths). Importing this module imports nothing but the standard library.
 """
 from __future__ import annotations
@@ -22,8 +21,7 @@ from types import ModuleType
 
 PACKAGE = "dnnbind_native"
 #: each compiled part and what it does
-PARTS = {"_kernels": "the cpu backend's C kernels", "_values": "the wrappers' integer and enum check",
-         "_plankey": "the plan key of a repeated call"}
+PARTS = {"_kernels": "the cpu backend's C kernels", "_values": "the wrappers' integer and enum check"}
 
 
 def disabled() -> bool:
@@ -53,7 +51,7 @@ def location(part: str) -> str | None:
 
 
 def module(part: str) -> ModuleType | None:
-    """The compiled extension module ``part`` (``_values`` or ``_plankey``), or None: absent, not importable
+    """The compiled extension module ``part`` (``_values``), or None: absent, not importable
     here, or turned off by DNNBIND_NATIVE=0."""
     if disabled():
         return None

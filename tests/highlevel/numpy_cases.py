@@ -9,7 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from dnnbind.highlevel.dims import ConvDims, PoolDims, RNNDims, TORCH_GATES
+from dnnbind.highlevel.dims.conv import ConvDims
+from dnnbind.highlevel.dims.pool import PoolDims
+from dnnbind.highlevel.dims.rnn import RNNDims, TORCH_GATES
 from dnnbind.highlevel.ops import ACTIVATION_DEFAULTS
 
 

@@ -68,7 +68,8 @@ def test_numpy_backends_provide_every_op(name):
 
 def test_public_names():
     import dnnbind.highlevel as hl
-    assert sorted(hl.__all__) == sorted(OPS + ["ConvDims", "PoolDims", "no_grad"])
+    assert sorted(hl.__all__) == sorted(OPS + ["ConvDims", "PoolDims", "no_grad", "plan", "BoundPlan",
+                                               "plan_cache_info", "clear_plan_cache"])
     for name in hl.__all__:
         assert getattr(dnnbind, name) is getattr(hl, name)
 

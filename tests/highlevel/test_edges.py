@@ -255,9 +255,9 @@ def test_changing_inputs_or_results_after_the_forward_leaves_the_pullback_alone(
 def test_every_backend_op_is_guarded_by_the_edge_policy(backend):
     """Direct backend calls follow the policy too: every op of every backend is wrapped by edges.guard."""
     from dnnbind.highlevel.dispatch import load_backend
-    from dnnbind.highlevel.edges import RULES
+    from dnnbind.highlevel.specs import SPECS
     module = load_backend(backend)
-    assert {op: getattr(getattr(module, op), "edge_policy", None) for op in RULES} == {op: op for op in RULES}
+    assert {op: getattr(getattr(module, op), "edge_policy", None) for op in SPECS} == {op: op for op in SPECS}
 
 
 @pytest.mark.parametrize("name", ["cpu", "reference"])

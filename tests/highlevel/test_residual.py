@@ -8,7 +8,8 @@ import pytest
 import dnnbind.highlevel.cpu as cpu
 import dnnbind.highlevel.reference as reference
 from dnnbind.highlevel.dims import ConvDims, PoolDims
-from dnnbind.highlevel.residual import FORMS, ArraySpec
+from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.specs import SPECS
 
 rng = np.random.default_rng(0)
 
@@ -97,7 +98,7 @@ def test_residuals_describe_what_forward_saves_and_backward_leaves_them(op, arra
     _, pullback = getattr(backend, op)(*arrays, *static)
     third = pullback(dy)
     flat = lambda g: [a for a in (g if isinstance(g, tuple) else (g,)) if a is not None]  # noqa: E731
-    assert len(FORMS[op].gradients) == len(first if isinstance(first, tuple) else (first,))
+    assert len(SPECS[op].gradients) == len(first if isinstance(first, tuple) else (first,))
     for a, b, c in zip(flat(first), flat(second), flat(third)):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(a, c)

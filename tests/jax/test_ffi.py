@@ -118,9 +118,9 @@ def test_every_op_is_a_jax_function_with_the_public_ops_arguments():
 
     import dnnbind
     import dnnbind.jax as dj
-    from dnnbind.highlevel.residual import FORMS
-    assert set(FORMS) <= set(dj.__all__)
-    for op in FORMS:
+    from dnnbind.highlevel.specs import OP_NAMES
+    assert set(OP_NAMES) <= set(dj.__all__)
+    for op in OP_NAMES:
         ours, public = inspect.signature(getattr(dj, op)), inspect.signature(getattr(dnnbind, op))
         assert list(ours.parameters.values()) == list(public.parameters.values()), op
         assert ours.return_annotation is inspect.Signature.empty

@@ -10,12 +10,10 @@ CuPy is never imported here: a CuPy array can only exist once CuPy has been impo
 """
 from __future__ import annotations
 
-import functools
 import importlib
-import inspect
 import sys
 from types import ModuleType
-from typing import Any, Callable, TypeVar, cast
+from typing import Any, Callable
 
 import numpy as np
 
@@ -148,31 +146,16 @@ def _adopt(name: str, value: Any) -> Any:
     return as_device_array(name, value)
 
 
-Op = TypeVar("Op", bound=Callable[..., Any])
-
-
-def adopts_device_arrays(*names: str) -> Callable[[Op], Op]:
-    """Decorate a public op so that the named array arguments may be any CUDA array, not only CuPy's.
-
-    PyTorch CUDA tensors and other ``__cuda_array_interface__`` / DLPack arrays are wrapped as CuPy arrays
-    without copying (results are CuPy arrays on the same device). Calls with numpy or CuPy arrays take a
-    fast path that inspects nothing but the arguments themselves.
-    """
-    def decorate(op: Op) -> Op:
-        signature = inspect.signature(op)
-
-        @functools.wraps(op)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            if _all_host(args) and _all_host(kwargs.values()):
-                return op(*args, **kwargs)
-            bound = signature.bind(*args, **kwargs)
-            _chosen(**_flatten({n: bound.arguments.get(n) for n in names}))     # mixed host/device first
-            for name in names:
-                if name in bound.arguments:
-                    bound.arguments[name] = _adopt(name, bound.arguments[name])
-            return op(*bound.args, **bound.kwargs)
-        return cast(Op, run)                  # the same signature: the op's own types stay visible
-    return decorate
+def adopted(spec: Any, arrays: tuple) -> tuple:
+    """An op's arrays (in its spec's order) with device arrays other than CuPy's -- PyTorch CUDA tensors,
+    other ``__cuda_array_interface__`` / DLPack arrays -- wrapped as CuPy arrays without copying (results
+    are CuPy arrays on the same device); a mix of host and device arrays is a TypeError first. Numpy and
+    CuPy arrays pass with a look at their types only."""
+    if _all_host(arrays):
+        return arrays
+    names = spec.array_names
+    _chosen(**_flatten(dict(zip(names, arrays))))
+    return tuple(_adopt(name, value) for name, value in zip(names, arrays))
 
 
 #: argument types that are never device arrays: the adoption wrapper skips them without a look
@@ -248,7 +231,7 @@ def select(**arrays: Any) -> str:
     """The backend name for an op called with these named arrays (None values are ignored).
 
     Raises TypeError for unsupported types and for a mix of host and device arrays. Device arrays other
-    than CuPy's reach here only when an op was called without :func:`adopts_device_arrays`.
+    than CuPy's reach here only when an op was called without :func:`adopted`.
     """
     name, backend = _chosen(**arrays)
     if backend == "device":

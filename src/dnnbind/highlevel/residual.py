@@ -8,17 +8,17 @@ every backend implements op ``NAME`` as three functions whose saved state is arr
     pass reads (saved statistics, pooling workspace, reserve space, dropout mask, private copies of the
     inputs). They are the forward's own: changing the inputs or the result later changes nothing.
 ``NAME_backward(residuals, cotangents, *static, **options) -> gradients``
-    ``cotangents`` is a tuple, one per output (None: zeros where :data:`FORMS` says the output is
+    ``cotangents`` is a tuple, one per output (None: zeros where the spec says the output is
     optional). Never changes ``residuals``, so it may be called any number of times.
 ``NAME_residuals(*specs, *static, **options) -> tuple[ArraySpec, ...]``
     The shapes and dtypes ``NAME_forward`` would save for arrays described by ``specs`` (an
     :class:`ArraySpec`, or None, per array argument; nested like them for rnn's weights), computed
     without running anything: what a framework's fake/meta kernel reports.
 
-``arrays`` and ``static`` are the parameters :data:`FORMS` lists, in that order; ``options`` are a
+``arrays`` and ``static`` are the parameters the op's spec lists (:mod:`dnnbind.highlevel.specs`), in that order; ``options`` are a
 backend's own keywords (``layout=`` on cuDNN, ``threaded=`` on the reference) and may be ignored. The
-gradients are :data:`FORMS`' ``gradients`` in order; conv's ``db`` is always computed (the pullback
-form drops it when b is None). The backward of the ops in :data:`SKIPPABLE` also takes ``needs=``, one
+gradients are the spec's ``gradients`` in order; conv's ``db`` is always computed (the pullback
+form drops it when b is None). The backward of the ops whose spec is ``skippable`` also takes ``needs=``, one
 bool per gradient (default all True): a gradient marked False is not computed and comes back as None
 (a framework's first layer needs no dx, a frozen layer no dw). The ``(result, pullback)`` form every backend also exports is built from the
 pair by :func:`with_pullback`, so there is one implementation per op and backend.
@@ -26,10 +26,10 @@ pair by :func:`with_pullback`, so there is one implementation per op and backend
 from __future__ import annotations
 
 import functools
-import inspect
 from typing import Any, Callable, NamedTuple
 
 from dnnbind.highlevel.grad_mode import saving
+from dnnbind.highlevel.specs import SPECS
 
 
 class ArraySpec(NamedTuple):
@@ -38,40 +38,11 @@ class ArraySpec(NamedTuple):
     dtype: Any
 
 
-class OpForm(NamedTuple):
-    """The parameters of one op's residual form (see the module doc)."""
-    arrays: tuple[str, ...]        # forward's array parameters, in order
-    static: tuple[str, ...]        # its other parameters, in order; the backward takes them too
-    outputs: tuple[str, ...]       # the result: one array, or a tuple of these (maxpool: y, or (y, indices)
-                                   # with return_indices; indices are int64 and get no cotangent)
-    gradients: tuple[str, ...]     # what the backward returns, in order
-
-
-_ONE = (("x",), ("y",), ("dx",))
-
-#: op -> its residual form's parameters
-FORMS: dict[str, OpForm] = {
-    "conv": OpForm(("x", "w", "b"), ("dims",), ("y",), ("dx", "dw", "db")),
-    "conv_transpose": OpForm(("x", "w", "b"), ("dims",), ("y",), ("dx", "dw", "db")),
-    "maxpool": OpForm(("x",), ("dims", "return_indices"), ("y", "indices"), ("dx",)),
-    "meanpool": OpForm(("x",), ("dims", "count_include_pad", "divisor_override"), ("y",), ("dx",)),
-    "softmax": OpForm(("x",), ("axis",), ("y",), ("dx",)),
-    "logsoftmax": OpForm(("x",), ("axis",), ("y",), ("dx",)),
-    "activation": OpForm(("x",), ("mode", "alpha"), ("y",), ("dx",)),
-    "batchnorm": OpForm(("x", "gamma", "beta", "running_mean", "running_var"), ("training", "momentum", "eps"),
-                        ("y",), ("dx", "dgamma", "dbeta")),
-    "dropout": OpForm(("x",), ("p", "seed"), ("y",), ("dx",)),
-    "rnn": OpForm(("x", "weights", "h0", "c0"), ("dims",), ("y", "hy", "cy"), ("dx", "dh0", "dc0", "dweights")),
-}
-
-
 #: The revision of what the forwards save (which arrays, their shapes): part of every custom op call's
 #: params (dnnbind.torch.library), so that a compiled graph cached on disk by torch.compile is never
 #: reused by a dnnbind that saves something else. Bump it whenever a backend's residuals change.
 RESIDUAL_REVISION = 4
 
-#: ops whose backward takes ``needs=`` (see the module doc): those whose gradients cost a pass each
-SKIPPABLE = frozenset({"conv", "conv_transpose"})
 #: every gradient of a three-gradient op
 ALL_NEEDED = (True, True, True)
 
@@ -82,13 +53,14 @@ class ResidualPullback:
     ``names`` label residuals that callers may read as attributes (the reference dropout's ``mask``).
     """
 
-    __slots__ = ("backward", "residuals", "static", "options", "names", "dtype", "shape", "count")
+    __slots__ = ("backward", "residuals", "static", "options", "names", "dtype", "shape", "keep")
 
     def __init__(self, backward: Callable[..., Any], residuals: tuple, static: tuple, options: dict,
-                 names: tuple[str, ...] = (), dtype: Any = None, shape: Any = None, count: int | None = None) -> None:
+                 names: tuple[str, ...] = (), dtype: Any = None, shape: Any = None,
+                 keep: tuple[int, ...] | None = None) -> None:
         self.backward, self.residuals, self.static, self.options, self.names, self.dtype, self.shape = (
             backward, residuals, static, options, names, dtype, shape)
-        self.count = count       # gradients to return (conv without b: dx, dw); None: all
+        self.keep = keep         # the gradients to return, by index (conv without b: dx, dw); None: all
 
     def __call__(self, *cotangents: Any) -> Any:
         if self.residuals is None:
@@ -99,7 +71,7 @@ class ResidualPullback:
         if dtype is not None:        # float cotangents in the result's dtype, as the forward computed it
             cotangents = tuple(c.astype(dtype) if _other_float(c, dtype) else c for c in cotangents)
         grads = self.backward(self.residuals, cotangents, *self.static, **self.options)
-        return grads if self.count is None else grads[:self.count]
+        return grads if self.keep is None else tuple(grads[i] for i in self.keep)
 
     def __getattr__(self, name: str) -> Any:
         names = object.__getattribute__(self, "names")
@@ -112,31 +84,11 @@ class ResidualPullback:
         raise AttributeError(name)
 
 
-#: parameters of the ``(result, pullback)`` form that may be left out
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "maxpool": {"return_indices": False},
-    "meanpool": {"count_include_pad": True, "divisor_override": None},
-    "batchnorm": {"running_mean": None, "running_var": None, "training": True, "momentum": 0.1, "eps": 1e-5},
-    "dropout": {"seed": None},
-    "rnn": {"h0": None, "c0": None},
-}
-
-
 def _other_float(value: Any, dtype: Any) -> bool:
     """Whether ``value`` is an array of a float dtype other than ``dtype`` (others are the backend's to refuse)."""
     other = getattr(value, "dtype", dtype)
     return other != dtype and hasattr(value, "astype") and (getattr(other, "kind", "") == "f"
                                                             or getattr(other, "name", "") == "bfloat16")
-
-
-@functools.lru_cache(maxsize=None)
-def signature_of(op: str) -> inspect.Signature:
-    """The ``(result, pullback)`` form's signature: FORMS' arrays then static, all positional-or-keyword."""
-    form, defaults = FORMS[op], DEFAULTS.get(op, {})
-    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                default=defaults.get(n, inspect.Parameter.empty))
-              for n in form.arrays + form.static]
-    return inspect.Signature(params)
 
 
 def passes_when(predicate: Callable[..., bool]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -163,30 +115,37 @@ def innermost(forward: Callable[..., Any], args: tuple, options: dict[str, Any])
 
 
 def with_pullback(op: str, forward: Callable[..., Any], backward: Callable[..., Any],
-                  names: tuple[str, ...] = ()) -> Callable[..., Any]:
+                  labels: tuple[str, ...] = ()) -> Callable[..., Any]:
     """The ``(result, pullback)`` form of a backend's op, built on its forward/backward pair.
 
     It takes the forward's parameters positionally or by name (plus the backend's options as keywords)
     and binds the pullback to the residuals and the static arguments.
     """
-    form = FORMS[op]
-    arity = len(form.arrays) + len(form.static)
-    known = set(form.arrays + form.static)
-    n_arrays, optional_bias = len(form.arrays), op in ("conv", "conv_transpose")
+    spec = SPECS[op]
+    names = spec.array_names + spec.static
+    arity, known, n_arrays = len(names), set(names), len(spec.arrays)
+    signature = spec.residual_signature()
+    # arrays whose gradient the pullback form leaves out when they are None (conv's b: its db), with the
+    # index of that gradient
+    droppable = [(i, spec.gradients.index(a.gradient)) for i, a in enumerate(spec.arrays) if a.dropped_when_none]
+    every = range(len(spec.gradients))
 
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> tuple[Any, ResidualPullback]:
         options = {k: kwargs.pop(k) for k in list(kwargs) if k not in known} if kwargs else kwargs
         if kwargs or len(args) != arity:
-            bound = signature_of(op).bind(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
-            args = tuple(bound.arguments[n] for n in form.arrays + form.static)
+            args = tuple(bound.arguments[n] for n in names)
         result, residuals = forward(*args, **options)
         main = result[0] if isinstance(result, tuple) else result
-        keep = 2 if optional_bias and args[2] is None else None    # no b, no db
+        keep = None
+        if droppable:                                               # conv without b: no db
+            dropped = [g for i, g in droppable if args[i] is None]
+            keep = tuple(g for g in every if g not in dropped) if dropped else None
         if not saving():                                            # dnnbind.no_grad(): nothing to pull back
             residuals = None
-        return result, ResidualPullback(backward, residuals, args[n_arrays:], options, names,
+        return result, ResidualPullback(backward, residuals, args[n_arrays:], options, labels,
                                         getattr(main, "dtype", None), getattr(main, "shape", None), keep)
 
     def for_call(*args: Any, **kwargs: Any) -> Callable[..., Any]:
@@ -195,7 +154,7 @@ def with_pullback(op: str, forward: Callable[..., Any], backward: Callable[..., 
         if len(args) != arity or kwargs.keys() & known:
             return run
         direct = innermost(forward, args, kwargs)
-        return run if direct is forward else with_pullback(op, direct, backward, names)
+        return run if direct is forward else with_pullback(op, direct, backward, labels)
 
     run.__name__ = op
     run.__qualname__ = op

@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 
 from dnnbind.highlevel.dispatch import backend_function
-from dnnbind.highlevel.edges import RULES, output_dtype
+from dnnbind.highlevel.edges import output_dtype
+from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.ops import residual_static
 from dnnbind.highlevel.residual import ArraySpec
 from dnnbind.jax import attrs as A
@@ -55,9 +56,9 @@ class Call:
         backend = T.PLATFORMS[platform]
         leaves = A.leaves(specs)
         x_dtype = leaves[0].dtype
-        shapes = RULES[r.op]((*specs, *static))[0]
+        shapes = SPECS[r.op].empty((*specs, *static)).outputs
         self.slots = tuple(s is not None for s in shapes)            # which outputs exist (rnn's cy may not)
-        outputs = [jax.ShapeDtypeStruct(s, output_dtype(r.op, i, x_dtype)) for i, s in enumerate(shapes)
+        outputs = [jax.ShapeDtypeStruct(s, output_dtype(SPECS[r.op], i, x_dtype)) for i, s in enumerate(shapes)
                    if s is not None]
         self.float_outputs = tuple(np.dtype(o.dtype).kind == "f" or np.dtype(o.dtype).name == "bfloat16"
                                    for o in outputs)

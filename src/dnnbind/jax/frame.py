@@ -13,7 +13,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from dnnbind.gen import xla_ffi as X
-from dnnbind.highlevel.dims import numpy_dtype
+from dnnbind.highlevel.dims.checks import numpy_dtype
 
 #: XLA_FFI_DataType -> numpy dtype name, for the types dnnbind's arrays and attributes use
 _DTYPES: dict[int, str] = {

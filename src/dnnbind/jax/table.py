@@ -1,12 +1,12 @@
 """What dnnbind.jax knows per op: one row each, read from the high-level layer's definitions.
 
 Everything op-specific in dnnbind.jax is in :data:`TABLE`; the rest of the package is generic over its
-rows. Each row comes from the residual form's parameters (:data:`dnnbind.highlevel.residual.FORMS`) and
-the public op's signature, plus three facts a spec carries: which static arguments vary per call and
-travel as 0-d arrays instead of attributes (dropout's seed), which arrays the forward updates in place
+rows. Each row comes from the op's spec (:data:`dnnbind.highlevel.specs.SPECS`): the residual form's
+parameters, the public op's signature, which static arguments vary per call and travel as 0-d arrays
+instead of attributes (dropout's seed: ``tensor_arguments``), which arrays the forward updates in place
 (batch norm's running statistics: here new arrays, the updated copies), and whether ``jax.vmap`` may fold
-its batch axes into x's leading axis (ops that treat each position of it apart: one FFI call for the
-batch) or runs the FFI call once per batch element.
+its batch axes into x's leading axis (``folds_leading_axis``: one FFI call for the batch) or runs the FFI
+call once per batch element.
 """
 from __future__ import annotations
 
@@ -14,17 +14,8 @@ import functools
 import inspect
 from typing import NamedTuple
 
-from dnnbind.highlevel import ops
-from dnnbind.highlevel.residual import FORMS
-
-#: static arguments whose value varies per call: a 0-d uint32 array input instead of an attribute
-_TRACED = {"dropout": ("seed",)}
-#: arrays the forward updates in place: aliased to extra outputs, returned as new arrays
-_UPDATED = {"batchnorm": ("running_mean", "running_var")}
-#: ops that work on each position of x's leading axis apart (every array, output and residual has it): under
-#: jax.vmap, the batch axes fold into that axis and one FFI call runs the whole batch; the others run once
-#: per batch element
-_FOLDS = frozenset({"activation", "maxpool", "meanpool"})
+from dnnbind.highlevel import public
+from dnnbind.highlevel.specs import OP_NAMES, SPECS
 
 
 class Row(NamedTuple):
@@ -47,10 +38,10 @@ class Row(NamedTuple):
 @functools.lru_cache(maxsize=None)
 def row(op: str) -> Row:
     """The row of ``op`` (KeyError for an op dnnbind does not have)."""
-    form = FORMS[op]
-    return Row(op, form.arrays, tuple(f"d{a}" in form.gradients for a in form.arrays), form.gradients,
-               inspect.signature(getattr(ops, op)), _TRACED.get(op, ()), _UPDATED.get(op, ()),
-               op in _FOLDS)
+    spec = SPECS[op]
+    return Row(op, spec.array_names, tuple(a.gradient is not None for a in spec.arrays), spec.gradients,
+               inspect.signature(getattr(public, op)), spec.tensor_arguments, spec.updated_in_place,
+               spec.folds_leading_axis)
 
 
-TABLE = tuple(FORMS)
+TABLE = OP_NAMES

@@ -20,9 +20,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dnnbind.highlevel.dims import numpy_dtype
+from dnnbind.highlevel.dims.checks import numpy_dtype
 from dnnbind.highlevel.dispatch import BACKENDS, backend_function
-from dnnbind.highlevel.edges import RULES
+from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.ops import residual_static
 from dnnbind.highlevel.residual import ArraySpec
 from dnnbind.jax import attrs as A
@@ -154,7 +154,7 @@ def forward_body(op: str, platform: str) -> Callable[[F.Frame], None]:
         arrays = A.fill(structure, leaves)
         rets = [memory.array(frame, b, True) for b in frame.rets]
         static = _static_of(r, frame, memory, arrays, count)
-        outputs = sum(s is not None for s in RULES[op]((*arrays, *static))[0])
+        outputs = sum(s is not None for s in SPECS[op].empty((*arrays, *static)).outputs)
         # the arrays updated in place: their result buffers (aliased to the inputs), filled with the input
         updated: list[Any] = []
         for name in r.updated:

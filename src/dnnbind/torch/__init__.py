@@ -17,6 +17,7 @@ except ImportError as exc:                              # pragma: no cover - exe
     raise ImportError("dnnbind.torch needs PyTorch (pip install torch); the rest of dnnbind works "
                       "without it") from exc
 
+from dnnbind.highlevel.specs import OP_NAMES
 from dnnbind.torch import nn
 from dnnbind.torch.functional import (activation, batchnorm, conv, conv_transpose, dropout, logsoftmax,
                                       maxpool, meanpool, rnn, softmax)
@@ -31,5 +32,4 @@ from dnnbind.highlevel.cpu import native as _native
 # spin after every torch op: threads of dnnbind's own beside them would fight them for the cores)
 _native.share_openmp_team()
 
-__all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
-           "batchnorm", "dropout", "rnn", "nn", *nn.PROVIDED]
+__all__ = [*OP_NAMES, "nn", *nn.PROVIDED]

@@ -20,9 +20,9 @@ import torch
 from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor_hooks
 from torch._C._functorch import is_functorch_wrapped_tensor
 
-from dnnbind.highlevel import arg_cache
+from dnnbind.highlevel import plans
 from dnnbind.highlevel.grad_mode import saving, saving_residuals
-from dnnbind.highlevel.residual import FORMS, SKIPPABLE
+from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import library
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 from dnnbind.torch.library import _NOTHING, _encode, _map, _pick
@@ -33,7 +33,7 @@ Tensor = torch.Tensor
 class Plan:
     """What every eager call of one op with the same tensors' metadata and arguments has in common: the
     backend's functions and static arguments (a :class:`library._Signature`), where the call's tensors go
-    among the op's FORMS arrays and where each one's gradient comes from among the backward's results."""
+    among the op's spec's arrays and where each one's gradient comes from among the backward's results."""
 
     __slots__ = ("op", "sig", "forward", "backward", "static", "device", "scoped", "params", "reals", "nested",
                  "tensors", "gradients", "skip", "statistics", "integers", "first")
@@ -46,11 +46,11 @@ class Plan:
         slots = sig.p["slots"]
         # rnn's nested weights and dropout's seed tensor (no array of the op's) take the general mapping
         self.nested = sig.positions is None
-        self.tensors = sig.tensors           # x and others in FORMS order (None where not given)
+        self.tensors = sig.tensors           # x and others in the spec's order (None where not given)
         self.gradients = sig.gradients
         # conv and conv_transpose: the inputs x, w, b (b None when not given) whose gradients are optional
-        self.skip = (0, 1, 2 if slots[1] else None) if op in SKIPPABLE else None
-        self.statistics = op == "batchnorm" and bool(sig.static[0])
+        self.skip = (0, 1, 2 if slots[1] else None) if SPECS[op].skippable else None
+        self.statistics = SPECS[op].updates_in_place(sig.p["args"])
         self.integers: tuple[int, ...] | None = None     # outputs without gradient (maxpool's indices)
         self.first: tuple | None = None                  # output 0's shape, dtype and device
 
@@ -181,7 +181,7 @@ def _shares_memory(t: Tensor, a: Any) -> bool:
 
 
 #: op -> its eager Function (grad_fn ``dnnbind_convBackward`` ...)
-_EAGER: dict[str, type[_Eager]] = {op: type(f"dnnbind_{op}", (_Eager,), {}) for op in FORMS}
+_EAGER: dict[str, type[_Eager]] = {op: type(f"dnnbind_{op}", (_Eager,), {}) for op in SPECS}
 #: op -> its eager Function's apply below torch.autograd.Function.apply, which adds only what a call
 #: :func:`_plain_eager` admits never needs (functorch transforms, dead functorch wrappers, setup_context)
 _EAGER_APPLY: dict[str, Any] = {op: super(torch.autograd.Function, cls).apply  # type: ignore[misc]
@@ -215,7 +215,7 @@ def _plain_eager(x: Tensor, others: Sequence[Tensor]) -> bool:
 
 #: ops whose calls are planned: not dropout (its seed is drawn per call and is one of the static
 #: arguments) nor rnn (nested weights and sequence lengths); their calls run through :func:`call`
-PLANNED = frozenset(FORMS) - {"dropout", "rnn"}
+PLANNED = frozenset(op for op, spec in SPECS.items() if spec.planned)
 
 #: plans by :func:`_key` (bounded: cleared when full; a training loop has a few)
 _PLANS: dict[tuple, Plan] = {}
@@ -224,8 +224,8 @@ _PLANS_MAX = 1024
 
 def _key(op: str, tensors: Sequence[Tensor | None], arguments: tuple) -> tuple:
     """The plan key of a call: each tensor's type, shape, dtype and device (None where not given) and
-    the arguments as exact values (floats by their hex text, types alongside; see arg_cache.key).
-    Raises arg_cache.NotPlain for anything that cannot be part of one (a non-plain tensor, a tensor or an
+    the arguments as exact values (floats by their hex text, types alongside; see plans.arguments_key).
+    Raises plans.NotPlain for anything that cannot be part of one (a non-plain tensor, a tensor or an
     object among the arguments)."""
     metas: list[tuple | None] = []
     for t in tensors:
@@ -234,7 +234,7 @@ def _key(op: str, tensors: Sequence[Tensor | None], arguments: tuple) -> tuple:
         elif type(t) in _PLAIN_TENSORS and not is_functorch_wrapped_tensor(t):
             metas.append((t.shape, t.dtype, t.device, type(t)))
         else:
-            raise arg_cache.NotPlain
+            raise plans.NotPlain
     return key_of_metas(op, metas, arguments)
 
 
@@ -244,19 +244,19 @@ def key_of_metas(op: str, metas: Sequence[tuple | None], arguments: tuple) -> tu
     types = tuple(map(type, arguments))
     if float in types:
         arguments = tuple([a.hex() if type(a) is float else a for a in arguments])
-    return (op, *metas, arg_cache.key(types, arguments))
+    return (op, *metas, (types, plans.arguments_key(arguments)))
 
 
 def planned(op: str, tensors: tuple, arguments: dict[str, Any]) -> tuple[Tensor, ...] | None:
     """The outputs of an eager call whose plan an earlier call (through :func:`call`) left, or None when
     there is none (first call, traced, not plain): the caller then takes its checked path. ``tensors``:
-    the op's FORMS arrays as :func:`call` is given them; ``arguments``: its keyword arguments, in the
+    the op's spec's arrays as :func:`call` is given them; ``arguments``: its keyword arguments, in the
     order :func:`call` is given them."""
     if _tracing():
         return None
     try:
         plan = _PLANS.get(_key(op, tensors, tuple(arguments.values())))
-    except (arg_cache.NotPlain, TypeError):
+    except (plans.NotPlain, TypeError):
         return None
     if plan is None:
         return None
@@ -275,7 +275,7 @@ def _plan(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: list
 
 
 def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
-    """Run op on x and the op's other FORMS arrays (tensors, None, or rnn's nested weights) with the public
+    """Run op on x and the op's other spec's arrays (tensors, None, or rnn's nested weights) with the public
     op's keyword arguments, eagerly or as the registered custom op; returns the op's non-None outputs.
     A plain eager call leaves its plan for :func:`planned` to find."""
     others, params, reals = library.op_params(op, x.device.type, arrays, kwargs)
@@ -286,13 +286,13 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
     if op in PLANNED and plan.sig.cached:
         try:
             key = _key(op, (x, *arrays), tuple(kwargs.values()))
-        except (arg_cache.NotPlain, TypeError):
+        except (plans.NotPlain, TypeError):
             key = None
         if key is not None:
             if len(_PLANS) >= _PLANS_MAX:
                 _PLANS.clear()
             _PLANS[key] = plan
     outputs = list(_EAGER_APPLY[op](plan, x, *others))
-    if op == "batchnorm":          # updated in place (see _Eager.forward), returned as the op does
-        outputs += [t for t in arrays[2:4] if t is not None]
+    if SPECS[op].updated_in_place:        # updated in place (see _Eager.forward), returned as the op does
+        outputs += [t for t in arrays[SPECS[op].updated] if t is not None]
     return outputs

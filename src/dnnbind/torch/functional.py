@@ -1,4 +1,4 @@
-"""dnnbind's ten ops on torch tensors; same arguments and semantics as :mod:`dnnbind.highlevel.ops`.
+"""dnnbind's ops on torch tensors; same arguments and semantics as :mod:`dnnbind.highlevel.ops`.
 
 Each runs as a ``torch.library`` custom op (:mod:`dnnbind.torch.library`), differentiable through
 ``torch.autograd`` and traceable by ``torch.compile`` and ``torch.export``. Unbatched input follows the
@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import torch
 
+from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.unbatched import conv_is_unbatched, pool_is_unbatched, rnn_is_unbatched
 from dnnbind.torch.convert import check_same_dtype, common_device
 from dnnbind.torch.eager import call, planned
@@ -72,42 +73,15 @@ def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padd
     return _unbatch(call("conv", _batch(x, one), w, b, **arguments)[0], one)
 
 
-# The ops' keyword arguments as their eager plans key them (values and order): built here for the
+# The ops' keyword arguments as their eager plans key them (values and order), from the specs: for the
 # functions below and for the layers that dnnbind.torch.nn.Sequential runs as one node (fused.py)
-
-def conv_arguments(stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
-                   flip: bool = False) -> dict[str, Any]:
-    return {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups, "flip": flip}
-
-
-def conv_transpose_arguments(stride: Any = 1, padding: Any = 0, output_padding: Any = 0, dilation: Any = 1,
-                             groups: int = 1, flip: bool = False) -> dict[str, Any]:
-    return {"stride": stride, "padding": padding, "output_padding": output_padding, "dilation": dilation,
-            "groups": groups, "flip": flip}
-
-
-def maxpool_arguments(window: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False,
-                      return_indices: bool = False) -> dict[str, Any]:
-    return {"window": window, "stride": stride, "padding": padding, "dilation": dilation, "ceil_mode": ceil_mode,
-            "return_indices": return_indices}
-
-
-def meanpool_arguments(window: Any, stride: Any = None, padding: Any = 0, count_include_pad: bool = True,
-                       ceil_mode: bool = False, divisor_override: int | None = None) -> dict[str, Any]:
-    return {"window": window, "stride": stride, "padding": padding, "count_include_pad": count_include_pad,
-            "ceil_mode": ceil_mode, "divisor_override": divisor_override}
-
-
-def batchnorm_arguments(training: bool = True, momentum: float = 0.1, eps: float = 1e-5) -> dict[str, Any]:
-    return {"training": training, "momentum": momentum, "eps": eps}
-
-
-def activation_arguments(mode: str, alpha: float | None = None) -> dict[str, Any]:
-    return {"mode": mode, "alpha": alpha}
-
-
-def softmax_arguments(axis: int = 1) -> dict[str, Any]:
-    return {"axis": axis}
+conv_arguments = SPECS["conv"].arguments_function
+conv_transpose_arguments = SPECS["conv_transpose"].arguments_function
+maxpool_arguments = SPECS["maxpool"].arguments_function
+meanpool_arguments = SPECS["meanpool"].arguments_function
+batchnorm_arguments = SPECS["batchnorm"].arguments_function
+activation_arguments = SPECS["activation"].arguments_function
+softmax_arguments = SPECS["softmax"].arguments_function
 
 
 def _batch(x: Tensor, one: bool, axis: int = 0) -> Tensor:

@@ -15,7 +15,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from dnnbind.highlevel.grad_mode import saving_residuals
-from dnnbind.highlevel.residual import SKIPPABLE
+from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import eager, library
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 
@@ -23,7 +23,7 @@ Tensor = torch.Tensor
 
 
 class Fusion(NamedTuple):
-    """A layer's op call as a fused run needs it: the op, its FORMS arrays after x (the layer's tensors,
+    """A layer's op call as a fused run needs it: the op, its spec's arrays after x (the layer's tensors,
     None where not given), its keyword arguments as the eager plans key them, and the counter the call
     increments (batch norm's num_batches_tracked, or None)."""
 
@@ -34,7 +34,7 @@ class Fusion(NamedTuple):
 
 
 class Step(NamedTuple):
-    """One layer of a fused run: its plan, its tensors (FORMS order after x), where its non-None tensors
+    """One layer of a fused run: its plan, its tensors (the spec's order after x), where its non-None tensors
     start among the run's inputs after x, and its counter."""
 
     plan: eager.Plan
@@ -53,7 +53,7 @@ def plan_run(fusions: Sequence[Fusion], x: Tensor) -> Run | None:
         try:
             metas = [meta] + [None if t is None else (t.shape, t.dtype, t.device, type(t)) for t in fusion.tensors]
             plan = eager._PLANS.get(eager.key_of_metas(fusion.op, metas, tuple(fusion.arguments.values())))
-        except (eager.arg_cache.NotPlain, TypeError):
+        except (eager.plans.NotPlain, TypeError):
             return None
         if plan is None or plan.first is None or plan.integers != () or plan.nested or plan.gradients[0] is None:
             return None
@@ -103,7 +103,7 @@ class Run:
             if not below[i] and not any(own):
                 break                            # nothing before this step wants a gradient
             needs = None
-            if plan.op in SKIPPABLE:             # conv: x, w and b, each only when wanted
+            if SPECS[plan.op].skippable:             # conv: x, w and b, each only when wanted
                 slots = iter(own)
                 needs = (below[i], *[t is not None and bool(next(slots)) for t in step.tensors])
             picks = tuple((step.first + j, path) for j, (path, flag) in enumerate(zip(plan.gradients[1:], own))

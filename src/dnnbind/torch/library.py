@@ -1,17 +1,17 @@
 """dnnbind's ops as ``torch.library`` custom ops (namespace ``dnnbind``), built on the residual form.
 
-For every op NAME (see :data:`dnnbind.highlevel.residual.FORMS`) two custom ops are registered:
+For every op NAME (see :data:`dnnbind.highlevel.specs.SPECS`) two custom ops are registered:
 
 ``dnnbind::NAME(Tensor x, Tensor[] others, str params, float[] reals) -> (Tensor[] outputs, Tensor[] residuals)``
     Runs the backend's ``NAME_forward``. ``others`` are the op's other array arguments that are not
-    None, in FORMS order (rnn's weights flattened); ``params`` is a JSON text (:func:`encode`) holding
+    None, in the spec's order (rnn's weights flattened); ``params`` is a JSON text (:func:`encode`) holding
     the public op's keyword arguments and which array slots are filled, except its float arguments,
     which are ``reals`` (named in params; a compiled graph may hold them as symbolic values). Outputs: the op's results that
     are not None; batch norm adds its updated running statistics (the op itself mutates nothing: the
     caller copies them back), dropout takes its seed as a 0-d int64 tensor in ``others``.
 ``dnnbind::NAME_backward(Tensor[] residuals, Tensor[] cotangents, str params, float[] reals) -> Tensor[]``
     Runs ``NAME_backward``: one gradient per differentiable array argument that was given. For conv and
-    conv_transpose (:data:`~dnnbind.highlevel.residual.SKIPPABLE`) ``params`` says which of them autograd
+    conv_transpose (their specs are ``skippable``) ``params`` says which of them autograd
     needs; the others are not computed and come back as empty tensors (autograd receives None).
 
 Both have fake kernels that compute shapes from ConvDims/PoolDims/RNNDims (through the public ops'
@@ -31,14 +31,17 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from dnnbind.highlevel.arg_cache import remember
 from dnnbind.highlevel.dispatch import backend_function
-from dnnbind.highlevel.dims import numpy_dtype
-from dnnbind.highlevel.edges import RULES, output_dtype
+from dnnbind.highlevel.dims.checks import numpy_dtype
+from dnnbind.highlevel.dims.conv import ConvDims
+from dnnbind.highlevel.edges import output_dtype
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.ops import residual_static
+from dnnbind.highlevel.plans import remember
 from dnnbind.highlevel.cpu.conv_paths import macs
-from dnnbind.highlevel.residual import FORMS, RESIDUAL_REVISION, SKIPPABLE, ArraySpec, innermost
+from dnnbind.highlevel.residual import RESIDUAL_REVISION, ArraySpec, innermost
+from dnnbind.highlevel.specs import SPECS
+from dnnbind.highlevel.support import backend_support
 from dnnbind.torch import symbolic
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 
@@ -134,15 +137,14 @@ def _map(fn: Any, tree: Any) -> Any:
 
 
 def _differentiable(op: str) -> list[bool]:
-    """Per FORMS array: whether it has a gradient (batch norm's running statistics have none)."""
-    form = FORMS[op]
-    return [f"d{name}" in form.gradients for name in form.arrays]
+    """Per spec array: whether it has a gradient (batch norm's running statistics have none)."""
+    return [a.gradient is not None for a in SPECS[op].arrays]
 
 
 def _gradient_paths(op: str, slots: Sequence[Any]) -> tuple[tuple[int, ...] | None, ...]:
     """Per input (x, then others in flatten order): where its gradient is among the backward's results (an
     index, then indices into a nested one: rnn's dweights), or None for an input without one."""
-    form = FORMS[op]
+    form = SPECS[op]
     paths: list[tuple[int, ...] | None] = []
 
     def walk(slot: Any, path: tuple[int, ...] | None) -> None:
@@ -152,11 +154,10 @@ def _gradient_paths(op: str, slots: Sequence[Any]) -> tuple[tuple[int, ...] | No
         elif slot:
             paths.append(path)
 
-    for name, slot in zip(form.arrays, (1, *slots)):
+    for name, slot in zip(form.array_names, (1, *slots)):
         gradient = f"d{name}"
         walk(slot, (form.gradients.index(gradient),) if gradient in form.gradients else None)
-    if op == "dropout":                      # its seed tensor, the last of others, has no gradient
-        paths.append(None)
+    paths += [None] * len(form.tensor_arguments)      # dropout's seed tensor, the last of others: no gradient
     return tuple(paths)
 
 
@@ -210,21 +211,21 @@ def _static(op: str, arrays: list[Any], kwargs: dict[str, Any], params: str, rea
 
 def _arguments(op: str, x: Any, others: Sequence[Any], p: dict[str, Any], reals: Sequence[float],
                read_seed: bool = False) -> tuple[list[Any], dict[str, Any]]:
-    """The FORMS arrays (x first) and the public op's keyword arguments of one call. Dropout's seed
+    """The spec's arrays (x first) and the public op's keyword arguments of one call. Dropout's seed
     tensor is no array of the op's: its value becomes the ``seed`` keyword when ``read_seed`` (the real
     kernel), else None (shapes do not depend on it)."""
     arrays, seed = _forms_arrays(op, x, others, p["slots"])
     kwargs = {**p["args"], **dict(zip(p["reals"], reals))}
-    if op == "dropout":
-        kwargs["seed"] = int(seed.item()) if read_seed and seed is not None else None
+    for name in SPECS[op].tensor_arguments:   # (dropout's seed: one at most)
+        kwargs[name] = int(seed.item()) if read_seed and seed is not None else None
     return arrays, kwargs
 
 
 def _forms_arrays(op: str, x: Any, others: Sequence[Any], slots: Sequence[Any]) -> tuple[list[Any], Any]:
-    """(x and others in FORMS order, None where not given; dropout's seed tensor, which is none of the
+    """(x and others in the spec's order, None where not given; dropout's seed tensor, which is none of the
     op's arrays, or None)."""
     arrays = [x, *unflatten(others, slots)]
-    seed = arrays.pop() if op == "dropout" and len(arrays) > 1 else None
+    seed = arrays.pop() if SPECS[op].tensor_arguments and len(arrays) > 1 else None
     return arrays, seed
 
 
@@ -253,23 +254,20 @@ def forward_arrays(sig: _Signature, x: Any, others: Sequence[Tensor]) -> tuple[A
     running statistics: the op mutates none of its inputs."""
     arrays = _map(to_array, sig.tensors(None, others)[1:])
     statistics: list[Any] = []
-    if sig.op == "batchnorm":
-        arrays[RUNNING_STATISTICS] = [None if a is None else a.copy() for a in arrays[RUNNING_STATISTICS]]
-        statistics = [a for a in arrays[RUNNING_STATISTICS] if a is not None]
+    updated = SPECS[sig.op].updated
+    if SPECS[sig.op].updated_in_place:
+        arrays[updated] = [None if a is None else a.copy() for a in arrays[updated]]
+        statistics = [a for a in arrays[updated] if a is not None]
     with device_scope(sig.blas_scope) if sig.blas_scope is not None else _NOTHING:
         result, residuals = sig.forward(x, *arrays, *sig.static)
     return result, [to_tensor(a) for a in statistics], residuals
 
 
-#: where batch norm's running statistics are among its FORMS arrays after x (gamma, beta, running_mean,
-#: running_var)
-RUNNING_STATISTICS = slice(2, 4)
-
 _NOTHING = contextlib.nullcontext()
 
-#: ops whose cpu backend calls numpy's BLAS, which dnnbind.torch holds to one thread around them
-#: (see convert.device_scope); the others need no scope on the CPU
-BLAS_OPS = frozenset({"conv", "conv_transpose", "rnn"})
+#: ops whose reference backend calls numpy's BLAS (its support data says so), which dnnbind.torch holds to
+#: one thread around them (see convert.device_scope); the others need no scope on the CPU
+BLAS_OPS = frozenset(op for op, s in (backend_support("cpu") or {}).items() if s.blas)
 
 
 def once_scope(scopes: Sequence[torch.device | None]) -> contextlib.AbstractContextManager[None]:
@@ -285,7 +283,7 @@ def _blas_scope(op: str, device: torch.device, static: tuple) -> torch.device | 
     thread any of its products needs none: setting OpenBLAS's threads and back costs more than it."""
     if device.type != "cpu" or op not in BLAS_OPS:
         return None
-    if op != "rnn" and macs(static[0]) < BLAS_ONE_THREAD_MACS:
+    if isinstance(static[0], ConvDims) and macs(static[0]) < BLAS_ONE_THREAD_MACS:
         return None
     return device
 
@@ -297,7 +295,7 @@ BLAS_ONE_THREAD_MACS = 65536 * 4
 
 class _Signature:
     """What every call of one op with the same params, reals, and tensor shapes, dtypes and device has in
-    common: the tensors' places among the op's FORMS arrays, the backend's functions and static arguments
+    common: the tensors' places among the op's spec's arrays, the backend's functions and static arguments
     (checked once, as the public ops' plans are), and what the autograd setup records. Built by the first
     such call; a repeated call (a training loop's) finds it by one dictionary lookup."""
 
@@ -321,16 +319,16 @@ class _Signature:
         # whether a call needs a device scope at all: off the CPU always, on it the BLAS ops
         self.scoped = x.device.type != "cpu" or self.blas_scope is not None
         slots = self.p["slots"]
-        # FORMS array -> its index in (x, *others), None where not given; None for rnn's nested weights
+        # spec array -> its index in (x, *others), None where not given; None for rnn's nested weights
         # and dropout's seed tensor (no array of the op's), which take the general mapping
         self.positions: tuple[int | None, ...] | None = None
-        if op != "dropout" and not any(isinstance(s, list) for s in slots):
+        if not SPECS[op].tensor_arguments and not any(isinstance(s, list) for s in slots):
             counter = iter(range(1, 1 + len(others)))
             self.positions = (0, *[next(counter) if s else None for s in slots])
         self.gradients = _gradient_paths(op, slots)
 
     def tensors(self, x: Any, others: Sequence[Any]) -> list[Any]:
-        """x and others in FORMS order (None where not given; dropout's seed tensor left out): the
+        """x and others in the spec's order (None where not given; dropout's seed tensor left out): the
         tensors, or whatever stands for them (their indices)."""
         if self.positions is None:
             return _forms_arrays(self.op, x, others, self.p["slots"])[0]
@@ -341,7 +339,7 @@ class _Signature:
 def _signature(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float]) -> _Signature:
     """The :class:`_Signature` of this call: remembered, except for a dropout call with a seed tensor (whose
     value is one of the static arguments)."""
-    seeded = op == "dropout" and len(others) > 0
+    seeded = bool(SPECS[op].tensor_arguments) and len(others) > 0
     key = None
     if not seeded:
         key = call_key(op, x, others, params, reals)
@@ -384,22 +382,22 @@ def _fake_forward(op: str, x: Tensor, others: Sequence[Tensor], params: str,
 
     every = symbolic.shapes(evaluate, [x, *others])
     shapes, saved = every[:len(found[0])], [(s, spec.dtype) for s, spec in zip(every[len(found[0]):], found[1])]
-    outputs = [x.new_empty(shape, dtype=torch.int64 if output_dtype(op, i, None) is not None else x.dtype)
+    outputs = [x.new_empty(shape, dtype=torch.int64 if output_dtype(SPECS[op], i, None) is not None else x.dtype)
                for i, shape in enumerate(shapes) if shape is not None]
-    if op == "batchnorm":
-        outputs += [x.new_empty(t.shape, dtype=t.dtype) for t in found[2][3:5] if t is not None]
+    if SPECS[op].updated_in_place:            # the updated copies (batch norm's running statistics)
+        outputs += [x.new_empty(t.shape, dtype=t.dtype) for t in found[2][1:][SPECS[op].updated] if t is not None]
     return outputs, [x.new_empty(shape, dtype=torch_dtype(dtype)) for shape, dtype in saved]
 
 
 def result_specs(op: str, x: Any, others: Sequence[Any], params: str,
                  reals: Sequence[float]) -> tuple[list[Any], tuple[ArraySpec, ...], list[Any]]:
     """(the op's result shapes, None where a result is not returned; its residuals as ArraySpecs; x and
-    others in FORMS order) for tensors or anything with their shape, dtype and device: computed, not run."""
+    others in the spec's order) for tensors or anything with their shape, dtype and device: computed, not run."""
     p = decode(params)
     tensors, kwargs = _arguments(op, x, list(others), p, [float(r) for r in reals])
     specs = _map(_spec, tensors)
     static = _static(op, specs, kwargs, params, reals)
-    shapes = RULES[op]((*specs, *static))[0]
+    shapes = SPECS[op].empty((*specs, *static)).outputs
     saved = backend_function(_backend(x.device), f"{op}_residuals")(*specs, *static)
     return list(shapes), tuple(saved), tensors
 
@@ -420,7 +418,7 @@ def op_params(op: str, device_type: str, arrays: Sequence[Any],
 # -- the backward op ------------------------------------------------------------------------------
 
 def _backward_arguments(op: str, p: dict[str, Any], reals: Sequence[float]) -> tuple[list[Any], dict[str, Any]]:
-    """The forward's FORMS arrays as ArraySpecs (from the shapes the autograd setup recorded)."""
+    """The forward's spec's arrays as ArraySpecs (from the shapes the autograd setup recorded)."""
     dtype = numpy_dtype(p["dtype"])
     specs = [ArraySpec(tuple(s), dtype) for s in p["shapes"]]
     return _arguments(op, specs[0], specs[1:], p, [float(r) for r in reals])
@@ -544,11 +542,11 @@ def _call_record(op: str, x: Tensor, others: Sequence[Tensor], p: dict[str, Any]
     """(op, the backward's params: the call's with the tensors' shapes, dtype and device, whether each tensor
     in others gets a gradient, how many running statistics follow the results)."""
     stats = _running_statistics(op, p)
-    # per tensor in others: whether it gets a gradient (slots past FORMS' arrays, dropout's seed, get none)
+    # per tensor in others: whether it gets a gradient (slots past the spec's arrays, dropout's seed, get none)
     diff = [d for d, slot in itertools.zip_longest(_differentiable(op)[1:], _flat_slots(p["slots"]),
                                                    fillvalue=False) for _ in range(slot)]
     shapes = [[int(s) for s in t.shape] for t in (x, *others)]
-    if op == "dropout":                       # the seed tensor is no array of the op's
+    if SPECS[op].tensor_arguments:            # the seed tensor is no array of the op's
         shapes = shapes[:1]
         p = {**p, "slots": []}
     params = {**p, "shapes": shapes, "dtype": array_dtype(x.dtype).name, "device": str(x.device)}
@@ -556,13 +554,13 @@ def _call_record(op: str, x: Tensor, others: Sequence[Tensor], p: dict[str, Any]
 
 
 def _flat_slots(slots: Sequence[Any]) -> list[int]:
-    """Per FORMS array after x: how many tensors it put into ``others``."""
+    """Per spec array after x: how many tensors it put into ``others``."""
     return [sum(_leaves(s)) if isinstance(s, list) else s for s in slots]
 
 
 def _running_statistics(op: str, p: dict[str, Any]) -> int:
     """How many running statistics batch norm returns after y (those given); 0 for other ops."""
-    return sum(_flat_slots(p["slots"])[RUNNING_STATISTICS]) if op == "batchnorm" else 0
+    return sum(_flat_slots(p["slots"])[SPECS[op].updated])
 
 
 def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals: Any) -> tuple:
@@ -578,7 +576,7 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
     flags = ctx.needs_input_grad             # (x, others, params, reals), others' one per tensor
     need_x, need_others = bool(flags[0]), [bool(f) for f in flags[1]]
     needs = None
-    if op in SKIPPABLE:      # x, w, b: whether autograd wants each (b's slot False when b was None)
+    if SPECS[op].skippable:      # x, w, b: whether autograd wants each (b's slot False when b was None)
         slots = iter(need_others)
         needs = [need_x] + [bool(next(slots)) if slot else False for slot in call_params["slots"]]
     cotangents = [d for d in d_results if d is not None]
@@ -588,7 +586,7 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
     it = iter(grads)
     dx: Tensor | None = next(it)
     d_others = [next(it) if has else None for has in diff]
-    if op in SKIPPABLE:      # what was not needed came back empty
+    if SPECS[op].skippable:      # what was not needed came back empty
         dx = dx if need_x else None
         d_others = [d if need else None for d, need in zip(d_others, need_others)]
     return dx, d_others, None, _no_gradient(ctx.reals)
@@ -613,7 +611,7 @@ def _register(op: str) -> None:
     forward.register_autograd(_autograd_backward, setup_context=functools.partial(_setup_context, op))
 
 
-for _op in FORMS:
+for _op in SPECS:
     _register(_op)
 
 

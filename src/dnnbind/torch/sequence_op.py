@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import torch
 
 from dnnbind.highlevel.grad_mode import saving_residuals
-from dnnbind.highlevel.residual import SKIPPABLE
+from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import library
 from dnnbind.torch.convert import to_array, to_tensor
 from dnnbind.torch.fused import Fusion, count_batches
@@ -43,11 +43,11 @@ def run(fusions: Sequence[Fusion], x: Tensor) -> Tensor:
     outputs, _ = torch.ops.dnnbind.sequence(x, *arguments(fusions, x.device.type))
     statistics = iter(outputs[1:])
     for fusion in fusions:
-        if fusion.op != "batchnorm":
+        if not SPECS[fusion.op].updated_in_place:
             continue
-        given = [t for t in fusion.tensors[2:4] if t is not None]
+        given = [t for t in fusion.tensors[SPECS[fusion.op].updated] if t is not None]
         updated = [next(statistics) for _ in given]
-        if fusion.arguments["training"]:
+        if SPECS[fusion.op].updates_in_place(fusion.arguments):
             with torch.no_grad():
                 for stat, new in zip(given, updated):
                     stat.copy_(new)
@@ -109,7 +109,7 @@ def _chain(x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[flo
 class _Chain:
     """What every forward call of a run with the same params, reals and tensor shapes repeats, worked out
     once (a compiled graph repeats the call every step): per step its library._Signature, where its
-    arrays are among ``others`` (FORMS order after x, None where not given; nested for rnn's weights)
+    arrays are among ``others`` (the spec's order after x, None where not given; nested for rnn's weights)
     and which of those are running statistics it updates; the scopes of the backend calls.
     Remembered per call signature, like the single ops' (bounded the same way); a chain with a step
     whose signature is not remembered (dropout with a seed) is not either."""
@@ -122,10 +122,10 @@ class _Chain:
         for op, step_params, n_others, n_reals, o, r in _steps(params):
             step_others, step_reals = others[o:o + n_others], [float(v) for v in reals[r:r + n_reals]]
             sig = library._signature(op, h, step_others, step_params, step_reals)
-            # the step's FORMS arrays after x as indices into others (its own others numbered from o)
+            # the step's spec's arrays after x as indices into others (its own others numbered from o)
             places = sig.tensors(None, list(range(o, o + n_others)))[1:]
             flat = not any(isinstance(p, list) for p in places)
-            statistics = range(len(places))[library.RUNNING_STATISTICS] if op == "batchnorm" else ()
+            statistics = range(len(places))[SPECS[op].updated]
             updated = tuple(s for s in statistics if places[s] is not None)
             self.steps.append((sig, tuple(places) if flat else places, updated))
             shapes = library.result_specs(op, h, step_others, step_params, step_reals)[0]
@@ -256,7 +256,7 @@ def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals
     for op, record, diff, o, n_others, r, n_reals, n_residuals in records:
         own = need_others[o:o + n_others]
         extra: dict[str, Any] = {"given": [True]}
-        if op in SKIPPABLE:                      # x, w, b: whether each is wanted (b False when not given)
+        if SPECS[op].skippable:                      # x, w, b: whether each is wanted (b False when not given)
             slots = iter(own)
             extra["needs"] = [wanted] + [bool(next(slots)) if slot else False for slot in record["slots"]]
         step_params = _encode(tuple({**record, **extra}.items()))

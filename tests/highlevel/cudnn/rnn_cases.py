@@ -9,7 +9,7 @@ import numpy as np
 import dnnbind
 from dnnbind.highlevel import reference
 from dnnbind.highlevel.cudnn import rnn
-from dnnbind.highlevel.dims import RNNDims
+from dnnbind.highlevel.dims.rnn import RNNDims
 
 GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
 

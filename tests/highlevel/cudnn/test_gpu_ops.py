@@ -17,7 +17,7 @@ import pytest
 import dnnbind
 from dnnbind.highlevel import cudnn as backend
 from dnnbind.highlevel import reference
-from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.gpu import layout
 
 from ..miopen.gpu_cases import CASES, run_case

@@ -9,7 +9,9 @@ import pytest
 
 import dnnbind
 from dnnbind.highlevel import cudnn as backend
-from dnnbind.highlevel.dims import ConvDims, PoolDims, RNNDims
+from dnnbind.highlevel.dims.conv import ConvDims
+from dnnbind.highlevel.dims.pool import PoolDims
+from dnnbind.highlevel.dims.rnn import RNNDims
 from dnnbind.highlevel.gpu import layout
 from dnnbind.highlevel.residual import ArraySpec
 

@@ -14,7 +14,7 @@ from dnnbind.highlevel.cudnn.activation import CUDNN_MODES, ActivationPlan
 from dnnbind.highlevel.cudnn.batchnorm import BatchNormPlan, epsilon
 from dnnbind.highlevel.cudnn.pool import MAX, MEAN_EXCLUDE_PAD, MEAN_INCLUDE_PAD, PoolPlan, _mean_kind, plan_for
 from dnnbind.highlevel.cudnn.softmax import SoftmaxPlan
-from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.dims.pool import PoolDims
 from dnnbind.highlevel.gpu import layout
 from dnnbind.highlevel.gpu.geometry import pad
 from dnnbind.highlevel.gpu.views import axis_view
@@ -166,7 +166,8 @@ def test_building_plans_raises_no_deprecation_warning():
         from dnnbind.highlevel.cudnn.activation import ActivationPlan
         from dnnbind.highlevel.cudnn.batchnorm import BatchNormPlan
         from dnnbind.highlevel.cudnn.settings import settings
-        from dnnbind.highlevel.dims import ConvDims, PoolDims
+        from dnnbind.highlevel.dims.conv import ConvDims
+        from dnnbind.highlevel.dims.pool import PoolDims
         plan = plan_for(ConvDims((2, 3, 8, 8), (4, 3, 3, 3)), "NCHW", settings.current(), 0)
         plan.conv.read(); plan.w.read()
         PoolPlan(PoolDims((2, 3, 8, 8), 2), MAX, True, "NCHW").pooling.read()
@@ -184,7 +185,8 @@ def test_bfloat16_plans_build_with_float32_accumulation():
     from dnnbind.highlevel.cudnn.conv_plan import ConvPlan
     from dnnbind.highlevel.cudnn.rnn import math_type
     from dnnbind.highlevel.cudnn.rnn_plan import NetworkPlan
-    from dnnbind.highlevel.dims import ConvDims, RNNDims
+    from dnnbind.highlevel.dims.conv import ConvDims
+    from dnnbind.highlevel.dims.rnn import RNNDims
     from dnnbind.highlevel.gpu.settings import Settings
     conv = ConvPlan(ConvDims((2, 4, 6, 6), (3, 4, 3, 3), padding=1, dtype="bfloat16"), "NHWC", Settings())
     assert conv.x.read()[0] == cudnn.CUDNN_DATA_BFLOAT16 and conv.dtype.compute == cudnn.CUDNN_DATA_FLOAT

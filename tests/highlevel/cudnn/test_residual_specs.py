@@ -1,6 +1,6 @@
 """The cuDNN backend's residual form on the host: every op's NAME_residuals (what a framework's fake
 kernel reports) from ArraySpec inputs, against the plans and the real libcudnn's host-side answers;
-the signatures of the three functions against :data:`dnnbind.highlevel.residual.FORMS`."""
+the signatures of the three functions against the op specs (:data:`dnnbind.highlevel.specs.SPECS`)."""
 from __future__ import annotations
 
 import importlib.util
@@ -17,11 +17,15 @@ from dnnbind.highlevel.cudnn.conv_plan import ConvPlan
 from dnnbind.highlevel.cudnn.dropout import reserve_bytes
 from dnnbind.highlevel.cudnn.pool import MAX, MEAN_EXCLUDE_PAD, PoolPlan
 from dnnbind.highlevel.cudnn.rnn_weights import canonical_params
-from dnnbind.highlevel.dims import ConvDims, PoolDims, RNNDims, numpy_dtype
+from dnnbind.highlevel.dims.checks import numpy_dtype
+from dnnbind.highlevel.dims.conv import ConvDims
+from dnnbind.highlevel.dims.pool import PoolDims
+from dnnbind.highlevel.dims.rnn import RNNDims
 from dnnbind.highlevel.gpu.chunks import CHUNK_ELEMENTS
 from dnnbind.highlevel.gpu.layout import lift
 from dnnbind.highlevel.gpu.settings import Settings
-from dnnbind.highlevel.residual import FORMS, ArraySpec
+from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.specs import SPECS
 
 HAVE_CUPY = importlib.util.find_spec("cupy") is not None
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
@@ -31,14 +35,14 @@ def spec(shape, dtype=F32):
     return ArraySpec(tuple(shape), np.dtype(dtype))
 
 
-@pytest.mark.parametrize("op", list(FORMS))
+@pytest.mark.parametrize("op", list(SPECS))
 def test_every_op_has_the_residual_form_of_its_forms_entry(op):
-    form = FORMS[op]
+    form = SPECS[op]
     forward = list(inspect.signature(getattr(backend, f"{op}_forward")).parameters)
     backward = list(inspect.signature(getattr(backend, f"{op}_backward")).parameters)
     residuals = list(inspect.signature(getattr(backend, f"{op}_residuals")).parameters)
-    assert forward[:len(form.arrays + form.static)] == list(form.arrays + form.static)
-    assert residuals[:len(form.arrays + form.static)] == list(form.arrays + form.static)
+    assert forward[:len(form.array_names + form.static)] == list(form.array_names + form.static)
+    assert residuals[:len(form.array_names + form.static)] == list(form.array_names + form.static)
     assert backward[:2 + len(form.static)] == ["residuals", "cotangents", *form.static]
     assert list(inspect.signature(getattr(backend, op)).parameters)[:len(forward)] == forward
 

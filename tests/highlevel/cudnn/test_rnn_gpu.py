@@ -16,7 +16,7 @@ from dnnbind.highlevel.cudnn.rnn import pack_rnn_weights
 from dnnbind.highlevel.cudnn.rnn_packing import math_type
 from dnnbind.highlevel.cudnn.rnn_plan import NetworkPlan, query_params
 from dnnbind.highlevel.cudnn.rnn_weights import canonical_params
-from dnnbind.highlevel.dims import RNNDims
+from dnnbind.highlevel.dims.rnn import RNNDims
 from dnnbind.highlevel.gpu.arrays import current_stream
 
 from . import rnn_cases

@@ -22,7 +22,7 @@ from dnnbind.highlevel.cudnn.rnn_weights import (CUDNN_GATES, TORCH_GATES, Layou
                                                  WeightLayout, canonical_params, linear_id, pack, region_view,
                                                  unpack)
 from dnnbind.highlevel.cudnn.settings import settings
-from dnnbind.highlevel.dims import RNNDims
+from dnnbind.highlevel.dims.rnn import RNNDims
 from dnnbind.runtime.errors import CudnnError
 
 GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}

@@ -15,7 +15,8 @@ import pytest
 
 import dnnbind.highlevel.reference as reference
 from dnnbind.highlevel.dims import ConvDims, PoolDims, RNNDims
-from dnnbind.highlevel.residual import FORMS, ArraySpec
+from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.specs import SPECS
 
 from .gpu_cases import TOLERANCE, assert_close, rnn_inputs, tree_map
 from .rocm import count_calls, missing
@@ -68,7 +69,7 @@ def _rnn(*args, h0=True, c0=True, **kw):
     return make
 
 
-#: (name, op, make(rng, dtype) -> (arrays in FORMS order, static arguments))
+#: (name, op, make(rng, dtype) -> (arrays in the spec's order, static arguments))
 CASES = [
     ("conv", "conv", _conv((2, 4, 9, 8), (6, 2, 3, 2), stride=(2, 1), padding=((1, 2), (0, 1)), groups=2)),
     ("conv_nobias_flip", "conv", _conv((2, 3, 7, 7), (4, 3, 3, 2), bias=False, dilation=2, padding=1, flip=True)),
@@ -161,7 +162,7 @@ def test_forward_saves_what_residuals_says_and_backward_leaves_it_alone(cp, name
     assert_close(_host(cp, backward(saved, dev_cotangents, *static)), first, 0.0, f"{name} second backward")
 
     grads = first if isinstance(first, tuple) else (first,)
-    assert len(grads) == len(FORMS[op].gradients)
+    assert len(grads) == len(SPECS[op].gradients)
     ref_result, ref_grads = _run_reference(op, arrays, static, cotangents)
     ref_grads = ref_grads if isinstance(ref_grads, tuple) else (ref_grads,)
     tol, grad_tol = TOLERANCE[dtype]

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from dnnbind.highlevel.dims import ConvDims, PoolDims, RNNDims
-from dnnbind.highlevel.edges import RULES
 from dnnbind.highlevel.gpu.geometry import padded_shape
 from dnnbind.highlevel.miopen import rnn_layout
-from dnnbind.highlevel.residual import FORMS, ArraySpec
+from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.specs import SPECS
 
 from .rnn_helpers import rnn_dims
 
@@ -38,17 +38,17 @@ def spec(shape, dtype=F32):
 # ------------------------------------------------------------------------------------------- exports
 
 
-@pytest.mark.parametrize("op", list(FORMS))
+@pytest.mark.parametrize("op", list(SPECS))
 def test_every_op_comes_in_both_forms_under_the_edge_policy(op):
     functions = [getattr(miopen, f"{op}{part}") for part in ("", "_forward", "_backward", "_residuals")]
     assert [getattr(f, "edge_policy", None) for f in functions] == [op] * 4
     assert all(f"{op}{part}" in miopen.__all__ for part in ("", "_forward", "_backward", "_residuals"))
-    assert miopen.__dict__[op].__name__ == op and op in RULES
+    assert miopen.__dict__[op].__name__ == op and op in SPECS
 
 
 def test_forward_and_residuals_take_the_same_parameters():
-    for op, form in FORMS.items():
-        names = form.arrays + form.static
+    for op, form in SPECS.items():
+        names = form.array_names + form.static
         for part in ("forward", "residuals"):
             params = list(inspect.signature(getattr(miopen, f"{op}_{part}")).parameters)
             assert params[:len(names)] == list(names), (op, part, params)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dnnbind.highlevel.reference as reference
-from dnnbind.highlevel.dims import TORCH_GATES
+from dnnbind.highlevel.dims.rnn import TORCH_GATES
 
 from ..numpy_cases import all_cases, cast, copies, cotangents_for, flat, is_float
 

@@ -12,7 +12,8 @@ import itertools
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from dnnbind.highlevel.dims import ConvDims, interior_slices, window_slices
+from dnnbind.highlevel.dims.conv import ConvDims
+from dnnbind.highlevel.dims.pool import interior_slices, window_slices
 from dnnbind.highlevel.cpu import native
 from dnnbind.highlevel.cpu._scratch import scratch
 

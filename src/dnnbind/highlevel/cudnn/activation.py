@@ -25,7 +25,7 @@ from dnnbind.highlevel.gpu.chunks import Chunk, chunk_plan
 from dnnbind.highlevel.gpu.pullback import cotangent, like
 from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.gpu.views import flat_dense
-from dnnbind.highlevel.ops import ACTIVATION_DEFAULTS
+from dnnbind.highlevel.specs.activation import ACTIVATION_DEFAULTS
 from dnnbind.highlevel.residual import ArraySpec
 
 PLANS: PlanCache["ActivationPlan"] = PlanCache("cudnn.activation", maxsize=256)

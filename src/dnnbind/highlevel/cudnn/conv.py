@@ -23,7 +23,7 @@ from dnnbind.highlevel.cudnn._lib import handle
 from dnnbind.highlevel.cudnn.algos import BACKWARD_DATA, BACKWARD_FILTER, FORWARD
 from dnnbind.highlevel.cudnn.conv_plan import ConvPlan, plan_for
 from dnnbind.highlevel.cudnn.settings import settings
-from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.gpu import layout as _layout
 from dnnbind.highlevel.gpu.arrays import cupy, current_stream
 from dnnbind.highlevel.gpu.call import Call

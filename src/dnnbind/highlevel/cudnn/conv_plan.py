@@ -13,7 +13,7 @@ from typing import Any
 from dnnbind.highlevel.cudnn import algos
 from dnnbind.highlevel.cudnn._lib import DTYPES, lib
 from dnnbind.highlevel.cudnn.descriptors import ConvolutionDescriptor, FilterDescriptor, TensorDescriptor
-from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.geometry import ConvGeometry, padded_shape
 from dnnbind.highlevel.gpu.layout import check_layout, lift

@@ -24,7 +24,8 @@ import numpy as np
 from dnnbind.highlevel.cudnn._lib import DTYPES, handle, lib
 from dnnbind.highlevel.cudnn.descriptors import PoolingDescriptor, TensorDescriptor
 from dnnbind.highlevel.cudnn.settings import settings
-from dnnbind.highlevel.dims import PoolDims, numpy_dtype
+from dnnbind.highlevel.dims.checks import numpy_dtype
+from dnnbind.highlevel.dims.pool import PoolDims
 from dnnbind.highlevel.gpu import layout as _layout
 from dnnbind.highlevel.gpu import window_max
 from dnnbind.highlevel.gpu.arrays import cupy, current_stream

@@ -43,7 +43,8 @@ from dnnbind.highlevel.cudnn.rnn_packing import PackedRNNWeights, math_type, pac
 from dnnbind.highlevel.cudnn.rnn_plan import NetworkPlan, SequencePlan, network_plan, sequence_plan
 from dnnbind.highlevel.cudnn.rnn_weights import unpack
 from dnnbind.highlevel.cudnn.settings import settings
-from dnnbind.highlevel.dims import RNNDims, numpy_dtype
+from dnnbind.highlevel.dims.checks import numpy_dtype
+from dnnbind.highlevel.dims.rnn import RNNDims
 from dnnbind.highlevel.gpu.arrays import cupy, current_stream
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.pullback import cotangent

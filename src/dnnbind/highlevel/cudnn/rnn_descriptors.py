@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from dnnbind.highlevel.cudnn._lib import DTYPES, lib
-from dnnbind.highlevel.dims import RNNDims
+from dnnbind.highlevel.dims.rnn import RNNDims
 from dnnbind.highlevel.gpu.descriptors import OwnedDescriptor
 
 #: public mode -> cudnnRNNMode_t name

@@ -19,7 +19,8 @@ from dnnbind.highlevel.cudnn.rnn_descriptors import rnn_math_type
 from dnnbind.highlevel.cudnn.rnn_plan import NetworkPlan, network_plan
 from dnnbind.highlevel.cudnn.rnn_weights import WeightLayout, pack, unpack
 from dnnbind.highlevel.cudnn.settings import settings
-from dnnbind.highlevel.dims import RNNDims, check_same_dtype, rnn_weight_entries
+from dnnbind.highlevel.dims.checks import check_same_dtype
+from dnnbind.highlevel.dims.rnn import RNNDims, rnn_weight_entries
 from dnnbind.highlevel.gpu.arrays import cupy, current_stream
 from dnnbind.highlevel.gpu.call import Call
 

@@ -20,7 +20,8 @@ from dnnbind.highlevel.cudnn._lib import DTYPES, lib
 from dnnbind.highlevel.cudnn.descriptors import TensorDescriptor
 from dnnbind.highlevel.cudnn.rnn_descriptors import RNNDataDescriptor, RNNDescriptor, RNNSettings
 from dnnbind.highlevel.cudnn.rnn_weights import LayoutError, LinearParams, WeightLayout, linear_layers
-from dnnbind.highlevel.dims import RNNDims, numpy_dtype
+from dnnbind.highlevel.dims.checks import numpy_dtype
+from dnnbind.highlevel.dims.rnn import RNNDims
 from dnnbind.highlevel.gpu.cache import PlanCache
 
 NETWORKS: PlanCache["NetworkPlan"] = PlanCache("cudnn.rnn", maxsize=64)

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from dnnbind.highlevel.dims import TORCH_GATES, RNNDims
+from dnnbind.highlevel.dims.rnn import RNNDims, TORCH_GATES
 
 SLOTS = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr")
 #: the slots that hold matrices (the rest are biases)

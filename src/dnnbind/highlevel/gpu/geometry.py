@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from typing import Any
 
-from dnnbind.highlevel.dims import ConvDims, PoolDims
+from dnnbind.highlevel.dims.conv import ConvDims
+from dnnbind.highlevel.dims.pool import PoolDims
 from dnnbind.highlevel.gpu.layout import empty, in_layout, lift, lift_spatial
 
 Shape = tuple[int, ...]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from dnnbind.highlevel.dims import check_dtype, check_shape
+from dnnbind.highlevel.dims.checks import check_dtype, check_shape
 from dnnbind.highlevel.gpu import layout as _layout
 from dnnbind.highlevel.gpu.arrays import DLPACK_CUDA, as_device_array, cupy
 

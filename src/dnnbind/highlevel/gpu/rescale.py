@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.dims.pool import PoolDims
 from dnnbind.highlevel.gpu.geometry import PoolGeometry, padded_shape, window_counts
 
 

@@ -20,7 +20,7 @@ from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
-from dnnbind.highlevel.dims import PoolDims
+from dnnbind.highlevel.dims.pool import PoolDims
 
 
 def padded(xp: Any, x: Any, dims: PoolDims, fill: float = -np.inf) -> Any:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, Callable
 
-from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.gpu import layout as _layout
 from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
 from dnnbind.highlevel.gpu.call import Call

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dnnbind.highlevel.dims import ConvDims
+from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.geometry import ConvGeometry
 from dnnbind.highlevel.gpu.layout import check_layout

@@ -25,7 +25,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dnnbind.highlevel.dims import PoolDims, numpy_dtype
+from dnnbind.highlevel.dims.checks import numpy_dtype
+from dnnbind.highlevel.dims.pool import PoolDims
 from dnnbind.highlevel.gpu import window_max
 from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
 from dnnbind.highlevel.gpu.cache import PlanCache

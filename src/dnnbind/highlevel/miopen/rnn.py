@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dnnbind.highlevel.dims import RNNDims
+from dnnbind.highlevel.dims.rnn import RNNDims
 from dnnbind.highlevel.gpu.arrays import DLPACK_ROCM, cupy, current_stream
 from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.pullback import cotangent

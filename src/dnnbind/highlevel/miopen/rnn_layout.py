@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dnnbind.highlevel.dims import TORCH_GATES, RNNDims
+from dnnbind.highlevel.dims.rnn import RNNDims, TORCH_GATES
 
 MIOPEN_GATES = {"rnn_relu": ("h",), "rnn_tanh": ("h",), "lstm": ("i", "f", "o", "g"), "gru": ("z", "r", "n")}
 

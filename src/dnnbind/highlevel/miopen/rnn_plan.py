@@ -17,7 +17,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dnnbind.highlevel.dims import RNNDims, numpy_dtype
+from dnnbind.highlevel.dims.checks import numpy_dtype
+from dnnbind.highlevel.dims.rnn import RNNDims
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.miopen import rnn_layout
 from dnnbind.highlevel.miopen._lib import Handle, lib

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from dnnbind.highlevel.dims import check_dtype, check_shape
+from dnnbind.highlevel.dims.checks import check_dtype, check_shape
 
 F64 = np.dtype(np.float64)
 

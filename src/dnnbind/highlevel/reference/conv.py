@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from dnnbind.highlevel.dims import ConvDims, interior_slices, window_slices
+from dnnbind.highlevel.dims.conv import ConvDims
+from dnnbind.highlevel.dims.pool import interior_slices, window_slices
 from dnnbind.highlevel.reference._arrays import F64, as64, cast, channel_shape, channel_sum, cotangent
 from dnnbind.highlevel.residual import ALL_NEEDED, ArraySpec
 

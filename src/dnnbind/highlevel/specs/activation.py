@@ -1,0 +1,53 @@
+"""Pointwise activations: one op, its mode a static argument."""
+from __future__ import annotations
+
+from typing import Any
+
+from dnnbind.highlevel.dims.checks import check_dtype, check_real
+from dnnbind.highlevel.specs.base import ArrayArg, OpSpec, Output, Param
+from dnnbind.highlevel.specs.softmax import like_x
+
+#: activation modes -> default alpha (None: the mode takes no alpha)
+ACTIVATION_DEFAULTS: dict[str, float | None] = {
+    "relu": None,
+    "sigmoid": None,
+    "tanh": None,
+    "identity": None,
+    "elu": 1.0,            # alpha * (exp(x) - 1) for x <= 0
+    "leaky_relu": 0.01,    # negative slope
+    "clipped_relu": 6.0,   # ceiling: min(max(x, 0), alpha), relu6 by default
+    "swish": 1.0,          # beta: x * sigmoid(beta * x), SiLU by default
+}
+
+
+def activation_alpha(mode: Any, alpha: Any) -> float | None:
+    """Check ``mode`` and return the coefficient the backend gets (its default when alpha is None)."""
+    if mode not in ACTIVATION_DEFAULTS:
+        raise ValueError(f"mode={mode!r} must be one of {', '.join(ACTIVATION_DEFAULTS)}")
+    default = ACTIVATION_DEFAULTS[mode]
+    if default is None:
+        if alpha is not None:
+            raise ValueError(f"alpha={alpha!r} is not used by mode={mode!r}; leave it None")
+        return None
+    return default if alpha is None else check_real("alpha", alpha)
+
+
+def _check(x: Any, *, mode: str, alpha: float | None = None) -> tuple:
+    check_dtype("x", x.dtype)
+    return mode, activation_alpha(mode, alpha)
+
+
+ACTIVATION = OpSpec(
+    folds_leading_axis=True,
+    name="activation",
+    doc="""Pointwise activation; see :data:`ACTIVATION_DEFAULTS` for each mode's alpha and its default.
+
+    relu, sigmoid, tanh, identity take no alpha; elu alpha=1.0; leaky_relu slope 0.01; clipped_relu
+    ceiling 6.0 (relu6); swish beta 1.0 (x * sigmoid(beta * x), SiLU). Derivatives at kinks follow
+    PyTorch (relu'(0) = 0, leaky_relu'(0) = slope, clipped_relu' = 0 at 0 and at the ceiling).
+    """,
+    params=(Param("x"), Param("mode", annotation="str"), Param("alpha", None, True, "float | None")),
+    arrays=(ArrayArg("x", gradient="dx"),), static=("mode", "alpha"), outputs=(Output("y", "dy"),),
+    check=_check, empty=like_x, pointwise=True, title=lambda arguments: f"activation({arguments['mode']!r})",
+    features=tuple(ACTIVATION_DEFAULTS),
+)

@@ -1,0 +1,179 @@
+"""What an op spec is: the one declaration of an op that everything else is derived from.
+
+An :class:`OpSpec` says what the op takes (its public parameters, which of them are arrays, in which
+order the residual form takes them), what it checks (:attr:`OpSpec.check`, built on the dims objects),
+what it returns (:class:`Output`), which inputs get gradients and which may be skipped, and its 0-d,
+zero-size and unbatched rules. :mod:`dnnbind.highlevel.ops` makes the public functions from it,
+:mod:`~dnnbind.highlevel.residual` the residual form's parameters, :mod:`~dnnbind.highlevel.edges` the
+edge policy, :mod:`~dnnbind.highlevel.plans` the plans, ``python -m dnnbind ops`` the support matrix and
+:mod:`dnnbind.torch` its custom ops.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+#: a parameter without a default
+REQUIRED = inspect.Parameter.empty
+
+
+class Param(NamedTuple):
+    """One parameter of the public function, in its order."""
+    name: str
+    default: Any = REQUIRED
+    keyword_only: bool = False
+    annotation: str = "Any"
+
+
+@dataclass(frozen=True)
+class ArrayArg:
+    """An array input of the op (the residual form takes them in the spec's order)."""
+    name: str
+    optional: bool = False          # may be None
+    gradient: str | None = None     # the name of its gradient ("dx"); None: it gets none
+    dropped_when_none: bool = False  # the pullback form leaves its gradient out when it is None (conv's db)
+    nested: bool = False            # a list of tuples of arrays (rnn's weights), parsed by OpSpec.parse
+    batched: bool = False           # carries the batch axis the unbatched rule adds and drops
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output of the op: its name, the name of its cotangent (None: it takes none, as maxpool's
+    indices), whether that cotangent may be None (zeros) and its dtype when it is not the input's."""
+    name: str
+    cotangent: str | None = None
+    optional: bool = False
+    dtype: str | None = None
+    why_none: str = ""               # when the output may be None: why (formatted with the call's arguments)
+
+
+class EmptyCall(NamedTuple):
+    """What an op's zero-size call returns, from the residual form's arguments (see :mod:`edges`)."""
+    outputs: list[Any]                          # the results' shapes (None where an output is None)
+    gradients: Callable[[Callable[..., Any]], Any]   # zeros -> the gradients, zeros(shape) called in order
+
+
+@dataclass(frozen=True)
+class Unbatching:
+    """The op's unbatched rule: ``test(arrays, arguments)`` (by name) says whether a call is one sample;
+    then the arrays marked ``batched`` get a batch axis of 1 at ``axis``."""
+    test: Callable[[dict[str, Any], dict[str, Any]], bool]
+    axis: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class OpSpec:
+    """One op, declared once."""
+    name: str
+    doc: str                                             # the public function's docstring
+    params: tuple[Param, ...]                            # the public function's parameters, in order
+    arrays: tuple[ArrayArg, ...]                         # its array inputs, in the residual form's order
+    static: tuple[str, ...]                              # the residual form's other parameters
+    outputs: tuple[Output, ...]
+    check: Callable[..., tuple]                          # (*arrays, **arguments) -> static values
+    empty: Callable[[tuple], EmptyCall]                  # the zero-size call's results and gradients
+    regroup: Callable[[list[Any], tuple], Any] | None = None   # an empty call's gradients from its zeros
+    pointwise: bool = False                              # takes 0-d arrays (run as shape (1,))
+    skippable: bool = False                              # its backward takes needs= (a pass per gradient)
+    unbatched: Unbatching | None = None
+    parse: Callable[[Any], Any] | None = None            # checks and normalizes a nested array argument
+    every_call: Callable[..., None] | None = None        # a check the plan cannot fix (arrays, arguments)
+    title: Callable[[dict[str, Any]], str] | None = None  # the pullback's name for a call (default: name)
+    mask_residuals: bool = False                         # an empty call saves bool zeros (dropout's mask)
+    #: the op's optional features (arguments beyond the plain call) a backend may or may not support:
+    #: the rows of the support matrix (python -m dnnbind ops) beside the dtypes
+    features: tuple[str, ...] = ()
+    #: arguments a framework passes as runtime tensors rather than constants (dropout's seed)
+    tensor_arguments: tuple[str, ...] = ()
+    #: arrays the forward updates in place (batch norm's running statistics), for calls whose public
+    #: arguments ``updates(arguments)`` says so (batch norm: when training)
+    updated_in_place: tuple[str, ...] = ()
+    updates: Callable[[dict[str, Any]], bool] | None = None
+    #: the residual form's gradients when not in the arrays' order (rnn: dx, dh0, dc0, dweights)
+    gradient_order: tuple[str, ...] = ()
+    #: every position of x's leading axis is computed apart and every array, output and residual has that
+    #: axis: a framework's vmap may fold its mapped axes into it (one call for the batch) instead of mapping
+    folds_leading_axis: bool = False
+
+    # -- derived (computed once per spec) ------------------------------------------------------------
+    @functools.cached_property
+    def array_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.arrays)
+
+    @property
+    def planned(self) -> bool:
+        """Whether a framework may keep a plan per call signature: not when a call passes a runtime
+        tensor argument (dropout's seed) or nested arrays (rnn's weights)."""
+        return not self.tensor_arguments and not any(a.nested for a in self.arrays)
+
+    @functools.cached_property
+    def updated(self) -> slice:
+        """Where the arrays updated in place are among the arrays after x (an empty slice: none)."""
+        places = [self.array_names.index(n) - 1 for n in self.updated_in_place]
+        return slice(min(places), max(places) + 1) if places else slice(0, 0)
+
+    def updates_in_place(self, arguments: dict[str, Any]) -> bool:
+        """Whether a call with these public arguments (by name) updates arrays in place."""
+        return bool(self.updated_in_place) and (self.updates is None or bool(self.updates(arguments)))
+
+    @functools.cached_property
+    def arguments(self) -> tuple[str, ...]:
+        """The public parameters that are not arrays, in order: what a plan's key holds."""
+        arrays = set(self.array_names)
+        return tuple(p.name for p in self.params if p.name not in arrays)
+
+    @functools.cached_property
+    def output_names(self) -> tuple[str, ...]:
+        """The outputs' names, in order (maxpool: y, indices; rnn: y, hy, cy)."""
+        return tuple(o.name for o in self.outputs)
+
+    @functools.cached_property
+    def gradients(self) -> tuple[str, ...]:
+        """The residual form's gradients, in order."""
+        return self.gradient_order or tuple(a.gradient for a in self.arrays if a.gradient is not None)
+
+    def pullback_gradients(self, arrays: tuple) -> tuple[str, ...]:
+        """The gradients the pullback form returns for these arrays (conv without b: dx, dw)."""
+        dropped = {a.gradient for a, value in zip(self.arrays, arrays) if a.dropped_when_none and value is None}
+        return tuple(g for g in self.gradients if g not in dropped)
+
+    def signature(self) -> inspect.Signature:
+        """The public function's signature."""
+        out = []
+        for p in self.params:
+            kind = inspect.Parameter.KEYWORD_ONLY if p.keyword_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+            out.append(inspect.Parameter(p.name, kind, default=p.default, annotation=p.annotation))
+        return inspect.Signature(out)
+
+    def residual_signature(self) -> inspect.Signature:
+        """The residual form's and the backends' ``(result, pullback)`` form's parameters: the arrays, then
+        the static arguments, all positional-or-keyword; from the last required one on, optional arrays default to
+        None and static arguments named like a public parameter take its default."""
+        defaults = {p.name: p.default for p in self.params}
+        params = [inspect.Parameter(a.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                    default=None if a.optional else REQUIRED) for a in self.arrays]
+        params += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=defaults.get(n, REQUIRED))
+                   for n in self.static]
+        last_required = max((i for i, p in enumerate(params) if p.default is REQUIRED), default=-1)
+        return inspect.Signature([p.replace(default=REQUIRED) if i < last_required else p
+                                  for i, p in enumerate(params)])
+
+    @functools.cached_property
+    def arguments_function(self) -> Callable[..., dict[str, Any]]:
+        """``f(*arguments, **arguments) -> {name: value}``: the public arguments that are not arrays, in
+        order, with the spec's defaults, positional or by name (what a framework adapter keys and
+        encodes). Generated once per spec: a plain function, as cheap as writing the dict by hand."""
+        names = self.arguments
+        defaults = {p.name: p.default for p in self.params}
+        last_required = max((i for i, n in enumerate(names) if defaults[n] is REQUIRED), default=-1)
+        params = [n if i <= last_required or defaults[n] is REQUIRED else f"{n}=_d[{n!r}]"
+                  for i, n in enumerate(names)]
+        namespace: dict[str, Any] = {"_d": defaults}
+        body = ", ".join(f"{n!r}: {n}" for n in names)
+        exec(f"def {self.name}_arguments({', '.join(params)}):\n    return {{{body}}}\n", namespace)
+        return namespace[f"{self.name}_arguments"]
+
+    def __repr__(self) -> str:
+        return f"<op spec {self.name}>"

@@ -1,0 +1,89 @@
+"""conv and conv_transpose: a transposed convolution is a convolution's data gradient (ConvDims.transposed)."""
+from __future__ import annotations
+
+from typing import Any
+
+from dnnbind.highlevel.dims.checks import check_same_dtype, check_shape
+from dnnbind.highlevel.dims.conv import ConvDims
+from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param, Unbatching
+from dnnbind.highlevel.unbatched import conv_is_unbatched
+
+ARRAYS = (ArrayArg("x", gradient="dx", batched=True), ArrayArg("w", gradient="dw"),
+          ArrayArg("b", optional=True, gradient="db", dropped_when_none=True))
+OUTPUTS = (Output("y", "dy"),)
+#: an x with one dimension fewer than w is one sample
+UNBATCHED = Unbatching(lambda arrays, arguments: conv_is_unbatched(arrays["x"].shape, arrays["w"].shape))
+
+
+def _check_conv(x: Any, w: Any, b: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
+                flip: bool = False) -> tuple:
+    check_same_dtype("x", x.dtype, w=w, b=b)
+    dims = ConvDims(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                    flip=flip, dtype=x.dtype)
+    if b is not None:
+        check_shape("b", b.shape, dims.bias_shape, "one value per output channel")
+    return (dims,)
+
+
+def _check_conv_transpose(x: Any, w: Any, b: Any, *, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
+                          dilation: Any = 1, groups: int = 1, flip: bool = False) -> tuple:
+    check_same_dtype("x", x.dtype, w=w, b=b)
+    dims = ConvDims.transposed(x.shape, w.shape, stride=stride, padding=padding, output_padding=output_padding,
+                               dilation=dilation, groups=groups, flip=flip, dtype=x.dtype)
+    if b is not None:
+        check_shape("b", b.shape, (dims.in_channels,), "one value per output channel")
+    return (dims,)
+
+
+def _gradients(x: Any, w: Any, b: Any) -> Any:
+    return lambda zeros: (zeros(x.shape), zeros(w.shape)) + (() if b is None else (zeros(b.shape),))
+
+
+def _empty_conv(args: tuple) -> EmptyCall:
+    x, w, b, dims = args[:4]
+    return EmptyCall([dims.y_shape], _gradients(x, w, b))
+
+
+def _empty_conv_transpose(args: tuple) -> EmptyCall:
+    x, w, b, dims = args[:4]
+    return EmptyCall([dims.x_shape], _gradients(x, w, b))
+
+
+def _regroup(zeros: list[Any], static: tuple) -> Any:
+    return zeros[0], zeros[1], zeros[2] if len(zeros) > 2 else None
+
+
+_FEATURES = ("stride", "dilation", "groups", "asymmetric padding", "flip")
+
+CONV = OpSpec(
+    name="conv",
+    doc="""N-d convolution of x (N, C, *spatial) with w (K, C/groups, *kernel), 1 to 3 spatial dims.
+
+    Cross-correlation like torch.nn.functional.conv{1,2,3}d; ``flip=True`` flips the kernel in every
+    spatial dim (true convolution). ``padding``: an int, one int per spatial dim, or one (low, high)
+    pair per spatial dim. An x with one dimension fewer than w, (C, *spatial), is one unbatched sample:
+    y and dx come back without the batch axis and dy has none. Returns (y, pullback) with pullback(dy)
+    -> (dx, dw), or (dx, dw, db) when b is given.
+    """,
+    params=(Param("x"), Param("w"), Param("b", None), Param("stride", 1, True), Param("padding", 0, True),
+            Param("dilation", 1, True), Param("groups", 1, True, "int"), Param("flip", False, True, "bool")),
+    arrays=ARRAYS, static=("dims",), outputs=OUTPUTS, check=_check_conv, empty=_empty_conv, regroup=_regroup,
+    skippable=True, unbatched=UNBATCHED, features=_FEATURES,
+)
+
+CONV_TRANSPOSE = OpSpec(
+    name="conv_transpose",
+    doc="""Transposed convolution (the data gradient of conv), like torch.nn.functional.conv_transpose{1,2,3}d.
+
+    w has PyTorch's transposed layout (C_in, C_out/groups, *kernel); b has C_out entries. ``padding``
+    crops the output (low, high per dim as for conv); ``output_padding`` adds to the high side and must
+    be smaller than stride or dilation. x (C_in, *spatial), one dimension fewer than w, is one unbatched
+    sample, as for :func:`conv`. Returns (y, pullback) like :func:`conv`.
+    """,
+    params=(Param("x"), Param("w"), Param("b", None), Param("stride", 1, True), Param("padding", 0, True),
+            Param("output_padding", 0, True), Param("dilation", 1, True), Param("groups", 1, True, "int"),
+            Param("flip", False, True, "bool")),
+    arrays=ARRAYS, static=("dims",), outputs=OUTPUTS, check=_check_conv_transpose, empty=_empty_conv_transpose,
+    regroup=_regroup, skippable=True, unbatched=UNBATCHED,
+    features=_FEATURES + ("output_padding",),
+)

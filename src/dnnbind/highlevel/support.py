@@ -1,0 +1,81 @@
+"""What each backend supports, as data, and the support matrix ``python -m dnnbind ops`` prints.
+
+Every backend package has a ``support`` module whose :data:`SUPPORTS` maps each op it implements to a
+:class:`Support`: the dtypes it runs and the op's features (from the op's spec, ``OpSpec.features``) it
+lacks. The matrix reads the specs (:mod:`dnnbind.highlevel.specs`) for the rows and
+:data:`dnnbind.highlevel.dispatch.BACKENDS` for the columns, and imports the backends' ``support``
+modules, which load no vendor library: no CuPy or GPU is needed to print it.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, NamedTuple
+
+from dnnbind.highlevel.dims.checks import SUPPORTED_DTYPES
+
+
+class Support(NamedTuple):
+    """One op on one backend: the dtypes it runs and the spec's features it lacks (with why); ``blas``:
+    its CPU implementation calls numpy's BLAS (whose threads a framework may hold around the call)."""
+    dtypes: tuple[str, ...] = SUPPORTED_DTYPES
+    lacks: dict[str, str] = {}
+    blas: bool = False
+
+
+def backend_support(backend: str) -> dict[str, Support] | None:
+    """The backend's SUPPORTS (op -> Support), or None when it declares none."""
+    from dnnbind.highlevel.dispatch import BACKENDS
+    try:
+        module = importlib.import_module(f"{BACKENDS[backend]}.support")
+    except ModuleNotFoundError:
+        return None
+    return module.SUPPORTS
+
+
+def matrix() -> dict[str, dict[str, Support | None]]:
+    """op -> backend -> its Support (None: the backend lacks the op), for every spec and backend."""
+    from dnnbind.highlevel.dispatch import BACKENDS
+    from dnnbind.highlevel.specs import SPECS
+    declared = {backend: backend_support(backend) or {} for backend in BACKENDS}
+    unknown = [(backend, op, feature) for backend, ops in declared.items() for op, s in ops.items()
+               for feature in s.lacks if op in SPECS and feature not in SPECS[op].features]
+    if unknown:
+        raise ValueError(f"backend support names features its op's spec does not have: {unknown}")
+    return {op: {backend: declared[backend].get(op) for backend in BACKENDS} for op in SPECS}
+
+
+def render(width: int = 100) -> str:
+    """The support matrix as text: per op, per backend, the dtypes and the features it lacks."""
+    from dnnbind.highlevel.dispatch import BACKENDS
+    from dnnbind.highlevel.specs import SPECS
+    table = matrix()
+    lines = [f"{'op':16s}" + "".join(f"{b:20s}" for b in BACKENDS), ""]
+    notes: list[str] = []
+    for op, row in table.items():
+        cells = []
+        for backend, support in row.items():
+            if support is None:
+                cells.append("-")
+                continue
+            dtypes = "all dtypes" if support.dtypes == SUPPORTED_DTYPES else "/".join(
+                d.replace("float", "f") for d in support.dtypes)
+            cells.append(dtypes + (f", lacks {len(support.lacks)}" if support.lacks else ""))
+            notes += [f"  {op} on {backend}: no {feature}: {why}" for feature, why in support.lacks.items()]
+        lines.append(f"{op:16s}" + "".join(f"{c:20s}" for c in cells))
+    lines += ["", "features per op (every backend has them unless listed below):"]
+    lines += [_wrap(f"  {op}: {', '.join(spec.features) or '-'}", width) for op, spec in SPECS.items()]
+    if notes:
+        lines += ["", "what a backend lacks:", *notes]
+    lines += ["", f"dtypes: {', '.join(SUPPORTED_DTYPES)} ('all dtypes' when a backend runs every one)"]
+    return "\n".join(lines) + "\n"
+
+
+def _wrap(text: str, width: int) -> str:
+    import textwrap
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="      "))
+
+
+def main(argv: Any = None) -> int:
+    """``python -m dnnbind ops``: print the matrix."""
+    print(render(), end="")
+    return 0

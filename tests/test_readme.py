@@ -94,6 +94,8 @@ def run_as_a_script(code: str, directory: Path) -> subprocess.CompletedProcess:
     script.write_text(code)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "PYTHONDEVMODE")}
     env.update(PYTHONPATH=str(ROOT / "src"), PYTHONUNBUFFERED="1")
+    # the examples run on the CPU; a jaxlib without CUDA would otherwise print that a GPU may be present
+    env.setdefault("JAX_PLATFORMS", "cpu")
     return subprocess.run([sys.executable, str(script)], cwd=directory, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=120, env=env)
 

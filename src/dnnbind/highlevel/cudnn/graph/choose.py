@@ -37,12 +37,16 @@ def device_of(handle: Any) -> Device:
     return device
 
 
+def cache_dir() -> str | None:
+    """The persistent plan cache the backend uses: $DNNBIND_PLAN_CACHE, or none (plans live in memory)."""
+    return os.environ.get("DNNBIND_PLAN_CACHE") or None
+
+
 def graph_or_legacy(spec: GraphSpec, device: Device, settings: Settings) -> PlanSet | None:
     """The plans of ``spec`` (persistent in $DNNBIND_PLAN_CACHE when set), or None: the legacy API runs
     it, and the trace says why."""
-    directory = os.environ.get("DNNBIND_PLAN_CACHE") or None
     try:
-        return cache.plans_for(spec, device, settings, directory)
+        return cache.plans_for(spec, device, settings, cache_dir())
     except GraphUnsupported as exc:
         reason = exc.reason
     except (DevicelessError, CudnnError) as exc:

@@ -13,8 +13,9 @@ import time
 from typing import Any, Callable
 
 from dnnbind.gen import cudnn as c, cudnn_backend as b
-from dnnbind.highlevel.cudnn.graph.graphs import UIDS
+from dnnbind.highlevel.cudnn.graph.graphs import UIDS, GraphSpec
 from dnnbind.highlevel.cudnn.graph.plans import Plan
+from dnnbind.highlevel.gpu.settings import Settings
 from dnnbind.highlevel.gpu.workspace import allocate
 
 
@@ -44,6 +45,21 @@ def run(handle: Any, plan: Plan, arrays: dict[str, Any], *, workspace_limit: int
     pack, keep = variant_pack(arrays, memory, epsilon)
     c.cudnnBackendExecute(handle, plan.descriptor.handle, pack.handle)
     del keep
+
+
+def run_graph(spec: GraphSpec, arrays: dict[str, Any], *, settings: Settings | None = None,
+              epsilon: float | None = None) -> None:
+    """Run the graph of ``spec`` on CuPy arrays of the current device and stream (laid out as
+    ``spec.layout`` says): this thread's handle, the device's plans (cached, persistent in
+    $DNNBIND_PLAN_CACHE when set), the first plan. GraphUnsupported when cuDNN has no plan."""
+    from dnnbind.highlevel.cudnn._lib import handle
+    from dnnbind.highlevel.cudnn.graph import cache, choose
+    from dnnbind.highlevel.cudnn.settings import settings as current
+    from dnnbind.highlevel.gpu.arrays import cupy, current_stream
+    settings = settings or current.current()
+    h = handle(cupy().cuda.Device().id, current_stream())
+    plans = cache.plans_for(spec, choose.device_of(h), settings, choose.cache_dir())
+    run(h, plans.plans[0], arrays, workspace_limit=settings.workspace_limit, epsilon=epsilon)
 
 
 def timer(handle: Any, arrays: dict[str, Any], repeats: int = 3, **kwargs: Any) -> Callable[[Plan], float]:

@@ -149,8 +149,7 @@ class ConvPlan:
         if choose.enabled():
             plans = self.graph_plans(direction, choose.device_of(handle))
             if plans is not None:
-                execute.run(handle, plans.plans[0], dict(zip(GRAPH_OPS[direction][1], (a, b, out))),
-                            workspace_limit=self.settings.workspace_limit)
+                execute.run_best(handle, plans, dict(zip(GRAPH_OPS[direction][1], (a, b, out))), self.settings)
                 return
         d = algos.direction(direction)
         pa, pb, pout = a.data.ptr, b.data.ptr, out.data.ptr

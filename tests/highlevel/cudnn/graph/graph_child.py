@@ -6,6 +6,8 @@ filters DEVICE          the settings' filters on one convolution's plans
 save DEVICE DIR         build the plans of SPECS and store them in the persistent cache DIR
 load DEVICE DIR         find SPECS' plans in DIR under a trace: were heuristics run?
 fallback DEVICE         ConvPlan.graph_plans and choose.graph_or_legacy on what cuDNN cannot plan
+autotune DEVICE DIR     plans.autotune with a measure given here (the plans' workspace, smallest first: no device
+                        times them), then the tuned order through the persistent cache in a fresh PlanSet
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from dnnbind.highlevel.cudnn.conv_plan import ConvPlan  # noqa: E402
 from dnnbind.highlevel.cudnn.graph import cache, choose  # noqa: E402
 from dnnbind.highlevel.cudnn.graph.device import Device  # noqa: E402
 from dnnbind.highlevel.cudnn.graph.graphs import BUILDERS, GraphSpec, NormDims  # noqa: E402
-from dnnbind.highlevel.cudnn.graph.plans import GraphUnsupported, build_plans  # noqa: E402
+from dnnbind.highlevel.cudnn.graph.plans import GraphUnsupported, autotune, build_plans  # noqa: E402
 from dnnbind.highlevel.dims import ConvDims, PoolDims  # noqa: E402
 from dnnbind.highlevel.gpu.settings import Settings  # noqa: E402
 
@@ -115,7 +117,20 @@ def fallback(device: Device) -> None:
     print(json.dumps({"what": "pool float64", "plans": len(found.plans) if found else 0, "notes": notes}), flush=True)
 
 
+def tune(device: Device, directory: str) -> None:
+    spec = GraphSpec("conv_backward_filter", ConvDims((8, 64, 28, 28), (64, 64, 3, 3), padding=1, dtype="float16"),
+                     "NHWC")
+    found = build_plans(spec, device, Settings())
+    before = [(p.engine, p.workspace) for p in found.plans]
+    autotune(found, lambda plan: float(plan.workspace), top=4)
+    cache.save(found, device, Settings(), directory)
+    loaded = cache.load(spec, device, Settings(), directory)
+    print(json.dumps({"before": before, "after": [(p.engine, p.workspace) for p in found.plans],
+                      "tuned": found.tuned, "loaded": [(p.engine, p.workspace) for p in loaded.plans],
+                      "loaded_tuned": loaded.tuned}))
+
+
 if __name__ == "__main__":
     command, path, *rest = sys.argv[1:]
-    {"sweep": sweep, "filters": filters, "save": save, "load": load, "fallback": fallback}[command](
+    {"sweep": sweep, "filters": filters, "save": save, "load": load, "fallback": fallback, "autotune": tune}[command](
         Device.from_file(path), *rest)

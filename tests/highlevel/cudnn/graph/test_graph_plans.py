@@ -87,6 +87,16 @@ def test_what_cudnn_cannot_plan_falls_back_to_legacy_with_the_reason_in_the_trac
                for d in ("forward", "backward_data", "backward_filter"))
 
 
+def test_autotune_reorders_the_first_plans_and_the_order_persists(tmp_path):
+    """autotune() with a given measure (here: smallest workspace first): the first
+    four are sorted by it (the heuristics put the largest workspace first here), the rest keep the heuristics' order, and a load from the cache keeps the tuned order."""
+    (out,) = run_child("autotune", str(DEVICEPROPS[1]), str(tmp_path))
+    before, after = [tuple(p) for p in out["before"]], [tuple(p) for p in out["after"]]
+    assert len(before) > 4 and sorted(after[:4]) == sorted(before[:4]) and after[4:] == before[4:]
+    assert [w for _, w in after[:4]] == sorted(w for _, w in before[:4]) and after[:4] != before[:4]
+    assert out["tuned"] and out["loaded_tuned"] and [tuple(p) for p in out["loaded"]] == after
+
+
 # ---------------------------------------------------------------- no library needed below
 
 def test_cache_key_holds_everything_that_defines_the_plans(tmp_path):

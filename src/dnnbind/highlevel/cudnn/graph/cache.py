@@ -58,6 +58,7 @@ def save(plan_set: PlanSet, device: Device, settings: Settings, directory: str |
     target = path(plan_set.spec, device, settings, directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     record = {"key": key(plan_set.spec, device, settings), "device_name": device.name, "configs": plan_set.configs,
+              "tuned": plan_set.tuned,
               "plans": [{"json": p.json(), "workspace": p.workspace, "engine": p.engine,
                          "numerical_notes": list(p.numerical_notes), "behavior_notes": list(p.behavior_notes)}
                         for p in plan_set.plans]}
@@ -94,7 +95,8 @@ def load(spec: GraphSpec, device: Device, settings: Settings,
             return None
         plans.append(Plan(descriptor, descriptor.get("workspace_size"), entry.get("engine", -1),
                           tuple(entry.get("numerical_notes", ())), tuple(entry.get("behavior_notes", ()))))
-    return PlanSet(spec, None, plans, record.get("configs", 0), source="cache") if plans else None
+    return PlanSet(spec, None, plans, record.get("configs", 0), source="cache",
+                   tuned=bool(record.get("tuned"))) if plans else None
 
 
 def plans_for(spec: GraphSpec, device: Device, settings: Settings,

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from dnnbind.gen import cudnn as c, cudnn_backend as b
 from dnnbind.highlevel.cudnn.graph.graphs import UIDS, GraphSpec
-from dnnbind.highlevel.cudnn.graph.plans import Plan
+from dnnbind.highlevel.cudnn.graph.plans import Plan, PlanSet, autotune
 from dnnbind.highlevel.gpu.settings import Settings
 from dnnbind.highlevel.gpu.workspace import allocate
 
@@ -58,8 +58,21 @@ def run_graph(spec: GraphSpec, arrays: dict[str, Any], *, settings: Settings | N
     from dnnbind.highlevel.gpu.arrays import cupy, current_stream
     settings = settings or current.current()
     h = handle(cupy().cuda.Device().id, current_stream())
-    plans = cache.plans_for(spec, choose.device_of(h), settings, choose.cache_dir())
-    run(h, plans.plans[0], arrays, workspace_limit=settings.workspace_limit, epsilon=epsilon)
+    device = choose.device_of(h)
+    run_best(h, cache.plans_for(spec, device, settings, choose.cache_dir()), arrays, settings, epsilon=epsilon)
+
+
+def run_best(handle: Any, plans: PlanSet, arrays: dict[str, Any], settings: Settings,
+             epsilon: float | None = None) -> None:
+    """Run the preferred plan of ``plans``; with ``algo="benchmark"`` the first few are timed on these
+    arrays once per plan set, and the order found is kept (and stored in $DNNBIND_PLAN_CACHE when set)."""
+    if settings.algo == "benchmark" and not plans.tuned:
+        from dnnbind.highlevel.cudnn.graph import cache, choose
+        autotune(plans, timer(handle, arrays, workspace_limit=settings.workspace_limit, epsilon=epsilon))
+        directory = choose.cache_dir()
+        if directory is not None:
+            cache.save(plans, choose.device_of(handle), settings, directory)
+    run(handle, plans.plans[0], arrays, workspace_limit=settings.workspace_limit, epsilon=epsilon)
 
 
 def timer(handle: Any, arrays: dict[str, Any], repeats: int = 3, **kwargs: Any) -> Callable[[Plan], float]:

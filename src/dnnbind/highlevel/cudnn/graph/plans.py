@@ -58,6 +58,7 @@ class PlanSet:
     configs: int = 0                                   # engine configs the heuristics returned
     rejected: list[str] = field(default_factory=list)  # why the other configs give no plan
     source: str = "heuristics"                         # or "cache": loaded from the persistent cache
+    tuned: bool = False                                # reordered by measured time (autotune)
 
     @property
     def workspace(self) -> int:
@@ -151,6 +152,7 @@ def autotune(plan_set: PlanSet, time_plan: Callable[[Plan], float], top: int = 4
         except CudnnError:
             times[id(plan)] = float("inf")
     plan_set.plans = sorted(head, key=lambda p: times[id(p)]) + tail
+    plan_set.tuned = True
     return plan_set
 
 

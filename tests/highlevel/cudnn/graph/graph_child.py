@@ -110,6 +110,13 @@ def fallback(device: Device) -> None:
         notes = [str(r) for r in calls if r.function == "graph API -> legacy API"]
         print(json.dumps({"what": f"conv {direction}", "plans": len(found.plans) if found else 0, "notes": notes}),
               flush=True)
+    with dnnbind.trace(file=None) as calls:         # again: the answer is remembered, the heuristics not asked
+        found = ConvPlan(dims, "NHWC", Settings()).graph_plans(FORWARD, device)
+    print(json.dumps({"what": "conv forward again", "plans": len(found.plans) if found else 0,
+                      "notes": [str(r) for r in calls if r.function == "graph API -> legacy API"],
+                      "heuristics": sum(1 for r in calls if r.function == "cudnnBackendCreateDescriptor"
+                                        and dict(r.arguments).get("descriptorType")
+                                        == "CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR")}), flush=True)
     with dnnbind.trace(file=None) as calls:
         found = choose.graph_or_legacy(GraphSpec("pool_forward", PoolDims((2, 8, 8, 8), 2, dtype="float64")),
                                        device, Settings())

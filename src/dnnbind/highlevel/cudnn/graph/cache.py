@@ -21,14 +21,15 @@ from typing import Any
 from dnnbind.gen import cudnn as c, cudnn_backend as b
 from dnnbind.highlevel.cudnn.graph.device import Device
 from dnnbind.highlevel.cudnn.graph.graphs import GraphSpec
-from dnnbind.highlevel.cudnn.graph.plans import Plan, PlanSet, build_plans
+from dnnbind.highlevel.cudnn.graph.plans import GraphUnsupported, Plan, PlanSet, build_plans
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.settings import Settings
 from dnnbind.runtime.backend import Descriptor
 from dnnbind.runtime.errors import CudnnError
 
 FORMAT = 1
-PLANS: PlanCache[PlanSet] = PlanCache("cudnn.graph", maxsize=256)
+#: this process's plan sets, and the graphs cuDNN has no plan for (so the heuristics are not asked again)
+PLANS: PlanCache[PlanSet | GraphUnsupported] = PlanCache("cudnn.graph", maxsize=256)
 
 
 def default_dir() -> Path:
@@ -102,14 +103,21 @@ def load(spec: GraphSpec, device: Device, settings: Settings,
 def plans_for(spec: GraphSpec, device: Device, settings: Settings,
               directory: str | os.PathLike[str] | None = None) -> PlanSet:
     """The plans of ``spec``: from this process's cache, else from ``directory`` (persistent), else built
-    by the heuristics (and then stored in ``directory``). GraphUnsupported when cuDNN has none."""
-    def find() -> PlanSet:
+    by the heuristics (and then stored in ``directory``). GraphUnsupported when cuDNN has none (remembered
+    in this process, like the plans)."""
+    def find() -> PlanSet | GraphUnsupported:
         found = load(spec, device, settings, directory) if directory is not None else None
         if found is None:
-            found = build_plans(spec, device, settings)
+            try:
+                found = build_plans(spec, device, settings)
+            except GraphUnsupported as exc:
+                return exc
             if directory is not None:
                 save(found, device, settings, directory)
         return found
     memory_key = (spec, device.fingerprint, settings.deterministic, settings.allow_tf32, settings.workspace_limit,
                   c.cudnnGetVersion(), None if directory is None else os.fspath(directory))
-    return PLANS.get(memory_key, find)
+    result = PLANS.get(memory_key, find)
+    if isinstance(result, GraphUnsupported):
+        raise result
+    return result

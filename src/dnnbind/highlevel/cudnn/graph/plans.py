@@ -120,11 +120,11 @@ def build_plans(spec: GraphSpec, device: Device, settings: Settings, *, graph: G
             continue
         configs_seen += len(configs)
         plans: list[Plan] = []
-        for config in configs:
+        for index, config in enumerate(configs):
             try:
                 plan = make_plan(config, device)
             except CudnnError as exc:
-                rejected.append(f"config {len(plans) + len(rejected)}: {_status(exc)}")
+                rejected.append(f"{c.cudnnBackendHeurMode_t(mode).name} config {index}: {_status(exc)}")
                 continue
             refusal = why_not(plan, spec, settings)
             if refusal:

@@ -122,6 +122,11 @@ def fallback(device: Device) -> None:
                                        device, Settings())
     notes = [str(r) for r in calls if r.function == "graph API -> legacy API"]
     print(json.dumps({"what": "pool float64", "plans": len(found.plans) if found else 0, "notes": notes}), flush=True)
+    with dnnbind.trace(file=None) as calls:
+        found = choose.graph_or_legacy(GraphSpec("pool_forward", PoolDims((2, 8, 8, 8), 2, dilation=2,
+                                                                          dtype="float16"), "NHWC"), device, Settings())
+    notes = [str(r) for r in calls if r.function == "graph API -> legacy API"]
+    print(json.dumps({"what": "pool dilated", "plans": len(found.plans) if found else 0, "notes": notes}), flush=True)
 
 
 def tune(device: Device, directory: str) -> None:

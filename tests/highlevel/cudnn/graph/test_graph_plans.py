@@ -84,6 +84,7 @@ def test_what_cudnn_cannot_plan_falls_back_to_legacy_with_the_reason_in_the_trac
     again = rows["conv forward again"]
     assert again["plans"] == 0 and again["heuristics"] == 0 and again["notes"] == rows["conv forward"]["notes"]
     assert rows["pool float64"]["plans"] == 0 and "none usable" in rows["pool float64"]["notes"][0]
+    assert rows["pool dilated"]["plans"] == 0 and "resample has no dilation" in rows["pool dilated"]["notes"][0]
     good = {r["what"]: r for r in run_child("fallback", str(DEVICEPROPS[0]))}
     assert good["conv forward again"]["plans"] >= 1 and good["conv forward again"]["heuristics"] == 0
     assert all(good[f"conv {d}"]["plans"] >= 1 and not good[f"conv {d}"]["notes"]

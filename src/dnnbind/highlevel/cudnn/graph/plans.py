@@ -110,6 +110,8 @@ def build_plans(spec: GraphSpec, device: Device, settings: Settings, *, graph: G
         graph = graph or build(spec)
     except CudnnError as exc:
         raise GraphUnsupported(spec, f"the operation graph does not finalize ({_status(exc)})") from None
+    except ValueError as exc:           # what the graph API cannot express (pooling with dilation)
+        raise GraphUnsupported(spec, str(exc)) from None
     rejected: list[str] = []
     configs_seen = 0
     for mode in HEURISTIC_MODES:

@@ -114,6 +114,16 @@ def _stop(tracer: Tracer) -> None:
                         library.namespace["_" + name] = original
 
 
+def note(library: str, event: str, detail: str) -> None:
+    """Record a decision that is no raw call (the cuDNN backend leaving the graph API for the legacy
+    one, and why) in every active trace; nothing when none is active."""
+    if not _active:
+        return
+    record = TraceRecord(library, event, [("reason", detail)], "noted", 0.0)
+    for tracer in list(_active):
+        tracer.emit(record)
+
+
 def wrap(library: "Library", name: str, fn: Any) -> Callable[..., Any]:
     """A traced stand-in for one bound ctypes function."""
     describe = _describers(library, name)

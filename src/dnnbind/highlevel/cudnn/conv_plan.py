@@ -13,6 +13,10 @@ from typing import Any
 from dnnbind.highlevel.cudnn import algos
 from dnnbind.highlevel.cudnn._lib import DTYPES, lib
 from dnnbind.highlevel.cudnn.descriptors import ConvolutionDescriptor, FilterDescriptor, TensorDescriptor
+from dnnbind.highlevel.cudnn.graph import choose, execute
+from dnnbind.highlevel.cudnn.graph.device import Device
+from dnnbind.highlevel.cudnn.graph.graphs import GraphSpec
+from dnnbind.highlevel.cudnn.graph.plans import PlanSet
 from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.gpu.cache import PlanCache
 from dnnbind.highlevel.gpu.geometry import ConvGeometry, padded_shape
@@ -22,6 +26,10 @@ from dnnbind.highlevel.gpu.workspace import WorkspaceTooLarge, allocate, is_out_
 from dnnbind.runtime.errors import CudnnError
 
 PLANS: PlanCache["ConvPlan"] = PlanCache("cudnn.conv", maxsize=512)
+#: direction -> (graph primitive, tensor roles of run()'s a, b, out)
+GRAPH_OPS = {algos.FORWARD: ("conv_forward", ("x", "w", "y")),
+             algos.BACKWARD_DATA: ("conv_backward_data", ("w", "dy", "dx")),
+             algos.BACKWARD_FILTER: ("conv_backward_filter", ("x", "dy", "dw"))}
 
 
 def plan_key(dims: ConvDims, layout: str, settings: Settings, device: int) -> tuple:
@@ -123,12 +131,26 @@ class ConvPlan:
                 f"(layout {self.layout}) with deterministic={s.deterministic}, workspace_limit={s.workspace_limit}, "
                 f"allow_tf32={s.allow_tf32}; it reported: {seen or 'nothing'}")
 
+    def graph_plans(self, direction: str, device: Device) -> PlanSet | None:
+        """The graph API's plans of ``direction`` for the problem as run() hands it to cuDNN (x explicitly
+        padded, lifted), or None: the legacy API runs it, and the trace says why."""
+        g = self.geometry
+        dims = ConvDims(g.x_shape, g.w_shape, stride=g.stride, padding=g.padding, dilation=g.dilation,
+                        groups=g.groups, flip=g.flip, dtype=self.dims.dtype)
+        return choose.graph_or_legacy(GraphSpec(GRAPH_OPS[direction][0], dims, self.layout), device, self.settings)
+
     def run(self, direction: str, handle: Any, a: Any, b: Any, out: Any) -> None:
         """out <- the convolution ``direction`` of CuPy arrays a and b (laid out as the descriptors say).
 
-        Tries the chosen candidates in order: the first whose workspace (asked for now) fits the limit
-        and the memory pool, and which cuDNN supports for this problem, runs.
+        With $DNNBIND_CUDNN_GRAPH=1 the graph API's first plan runs when cuDNN has one (see
+        :mod:`.graph.choose`). Otherwise, tries the chosen legacy candidates in order: the first whose
+        workspace (asked for now) fits the limit and the memory pool, and which cuDNN supports, runs.
         """
+        if choose.enabled():
+            plans = self.graph_plans(direction, choose.device_of(handle))
+            if plans is not None:
+                execute.run_best(handle, plans, dict(zip(GRAPH_OPS[direction][1], (a, b, out))), self.settings)
+                return
         d = algos.direction(direction)
         pa, pb, pout = a.data.ptr, b.data.ptr, out.data.ptr
         a_desc, b_desc, out_desc = self.descriptors(direction)

@@ -27,7 +27,7 @@ html_title = f"dnnbind {release}"
 nitpicky = True
 # names outside dnnbind that its signatures and docstrings mention: no intersphinx (the build is offline)
 nitpick_ignore_regex = [
-    (r"py:.*", r"(numpy|np|torch|ctypes|enum|typing|collections|contextlib|threading|cupy|pathlib|os)\..*"),
+    (r"py:.*", r"(numpy|np|torch|ctypes|enum|typing|types|collections|contextlib|threading|cupy|pathlib|os)\..*"),
     (r"py:.*", r"(Any|Callable|Iterator|Iterable|Sequence|Mapping|TextIO|IO|Self|ArrayLike|NDArray)"),
 ]
 

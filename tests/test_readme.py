@@ -94,8 +94,6 @@ def run_as_a_script(code: str, directory: Path) -> subprocess.CompletedProcess:
     script.write_text(code)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "PYTHONDEVMODE")}
     env.update(PYTHONPATH=str(ROOT / "src"), PYTHONUNBUFFERED="1")
-    # the examples run on the CPU; a jaxlib without CUDA would otherwise print that a GPU may be present
-    env.setdefault("JAX_PLATFORMS", "cpu")
     return subprocess.run([sys.executable, str(script)], cwd=directory, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=120, env=env)
 
@@ -177,6 +175,19 @@ def test_getting_started_info_sample_has_the_sections_info_prints():
     def labels(text: str) -> list[str]:
         return [line.split()[0] for line in text.splitlines() if line and not line[0].isspace() and line[0] != "$"]
     assert labels(sample) == labels(report())
+
+
+def test_ops_page_support_matrix_is_what_python_m_dnnbind_ops_prints():
+    """The sample in docs/ops.md is the command's real output (lines compared without trailing blanks)."""
+    sample = next(code for lang, code, _ in _blocks(OPS_PAGE) if lang == "console" and "python -m dnnbind ops" in code)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    result = subprocess.run([sys.executable, "-m", "dnnbind", "ops"], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+
+    def lines(text: str) -> list[str]:
+        return [line.rstrip() for line in text.rstrip().splitlines()]
+    assert lines(sample)[0] == "$ python -m dnnbind ops"
+    assert lines(sample)[1:] == lines(result.stdout)
 
 
 def test_readme_links_stay_inside_the_repository_and_exist():

@@ -32,7 +32,8 @@ def _make(op: str) -> Any:
     # the public op's arguments; the result is the op's own (no pullback)
     signature = row(op).signature.replace(return_annotation=inspect.Signature.empty)
     run.__name__ = run.__qualname__ = op
-    run.__doc__ = f"dnnbind's {op} on JAX arrays{signature}: see dnnbind.{op} and dnnbind.jax."
+    run.__doc__ = (f"dnnbind's {op} on JAX arrays (the public op's arguments, its result without a pullback): "
+                   f"see :func:`dnnbind.{op}` and :mod:`dnnbind.jax`.")
     run.__signature__ = signature                  # type: ignore[attr-defined]
     return run
 

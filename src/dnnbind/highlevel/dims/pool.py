@@ -152,7 +152,8 @@ class PoolDims(Problem):
         ...``. Without ``divisor_override``: (:meth:`mean_counts`, 1); with it, every output divides by the
         override alone, whatever ``count_include_pad`` says (torch's rule), so the counts are all 1. The one
         rule of the reference backend's ``_divisor`` and the GPU backends' rescale
-        (:mod:`dnnbind.highlevel.gpu.rescale`); the override is checked by :func:`check_divisor_override`."""
+        (:mod:`dnnbind.highlevel.gpu.rescale`); the override is checked by
+        :func:`~dnnbind.highlevel.dims.checks.check_divisor_override`."""
         if divisor_override is None:
             return self.mean_counts(count_include_pad), 1
         return tuple((1,) * o for o in self.out_size), int(divisor_override)

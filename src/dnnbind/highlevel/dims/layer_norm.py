@@ -13,7 +13,8 @@ Shape = tuple[int, ...]
 
 def check_normalized_shape(normalized_shape: Any) -> Shape:
     """``normalized_shape`` as a tuple of ints: an int, or a non-empty sequence of non-negative ints."""
-    given = normalized_shape
+    # a list shows as a tuple (framework adapters hand the value on through JSON, which keeps lists only)
+    given = tuple(normalized_shape) if isinstance(normalized_shape, list) else normalized_shape
     items = (given,) if isinstance(given, numbers.Integral) and not isinstance(given, bool) else given
     if not isinstance(items, Sequence) or isinstance(items, (str, bytes)):
         raise TypeError(f"normalized_shape={given!r} must be an int or a sequence of ints, "

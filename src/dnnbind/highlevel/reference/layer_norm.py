@@ -2,9 +2,9 @@
 
 ``y = (x - mean) * rstd * weight + bias`` with ``rstd = 1 / sqrt(var + eps)`` and the biased variance;
 weight and bias (of shape ``normalized_shape``) are optional. The reference computes in float64; the
-cpu backend runs the same code with float32 for float16 and bfloat16 (:mod:`dnnbind.highlevel.cpu.layer_norm`).
-Saves ``(x, mean, rstd)`` plus ``weight`` when given (private copies; mean and rstd of x's batch shape in
-the compute dtype). The gradients use array methods only, so a GPU backend without a layer-norm
+cpu backend runs the same code with its own dtypes (:mod:`dnnbind.highlevel.cpu.layer_norm`).
+Saves ``(x, mean, rstd)`` plus ``weight`` when given (private copies; mean and rstd of x's batch shape, in
+float64 here). The gradients are computed in the dtype of the saved statistics. The gradients use array methods only, so a GPU backend without a layer-norm
 backward (MIOpen) runs the same formulas on its CuPy residuals.
 """
 from __future__ import annotations
@@ -24,9 +24,11 @@ def _expand(stat: Any, n: int) -> Any:
 
 
 def normalize(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, normalized_ndim: int,
-              eps: float, work: np.dtype, save: bool = True) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """The forward, computed in ``work``: y in x's dtype and the residuals (see the module doc); none
-    when ``save`` is False (no backward can come: x is not copied)."""
+              eps: float, work: np.dtype, save: bool = True,
+              saved_dtype: Any = None) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """The forward, computed in ``work``: y in x's dtype and the residuals (see the module doc), mean and
+    rstd in ``saved_dtype`` (default ``work``); none when ``save`` is False (no backward can come: x is
+    not copied)."""
     n = normalized_ndim
     axes, batch = tuple(range(x.ndim - n, x.ndim)), x.shape[:x.ndim - n]
     xc = x.astype(work)
@@ -41,7 +43,8 @@ def normalize(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None,
         y += bias.astype(work)
     if not save:
         return y.astype(x.dtype), ()
-    saved = (x.copy(), mean.reshape(batch), rstd.reshape(batch))
+    stat = work if saved_dtype is None else np.dtype(saved_dtype)
+    saved = (x.copy(), mean.reshape(batch).astype(stat, copy=False), rstd.reshape(batch).astype(stat, copy=False))
     return y.astype(x.dtype), saved + (() if weight is None else (weight.copy(),))
 
 

@@ -16,8 +16,8 @@ import pytest
 import dnnbind
 from dnnbind.highlevel import dispatch
 
-OPS = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm", "layer_norm",
-       "dropout", "rnn"]
+OPS = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
+       "layer_norm", "dropout", "rnn"]
 
 
 class DeviceArray:

@@ -144,8 +144,9 @@ def jnp_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     return y if bias is None else y + bias
 
 
-@pytest.mark.parametrize("shape, normalized, affine", [((4, 6), (6,), (True, True)), ((2, 3, 5), (3, 5), (False, False)),
-                                                       ((2, 3, 4), (3, 4), (True, False)), ((5,), (5,), (False, True))])
+@pytest.mark.parametrize("shape, normalized, affine", [
+    ((4, 6), (6,), (True, True)), ((2, 3, 5), (3, 5), (False, False)), ((2, 3, 4), (3, 4), (True, False)),
+    ((5,), (5,), (False, True))])
 def test_layer_norm(shape, normalized, affine):
     """layer_norm comes from its spec like every op: values and the gradients of the given arrays under jit."""
     x = rand(*shape) * 3 + 1

@@ -1,7 +1,7 @@
-"""dnnbind's LayerNorm (dnnbind.torch.nn.LayerNorm, on the layer_norm custom op derived from its spec) as a drop-in for torch.nn.LayerNorm: same
-constructor, parameters, repr and state_dict; outputs and gradients equal torch's for every float dtype,
-normalized shapes of 1 to 3 dims, weight and bias present or not, unbatched and empty inputs; gradcheck
-in float64; bad arguments named in torch's words."""
+"""dnnbind's LayerNorm (dnnbind.torch.nn.LayerNorm, on the layer_norm custom op derived from its spec) as a
+drop-in for torch.nn.LayerNorm: same constructor, parameters, repr and state_dict; outputs and gradients
+equal torch's for every float dtype, normalized shapes of 1 to 3 dims, weight and bias present or not,
+unbatched and empty inputs; gradcheck in float64; bad arguments named in torch's words."""
 from __future__ import annotations
 
 import copy

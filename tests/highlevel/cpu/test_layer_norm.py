@@ -96,7 +96,8 @@ def test_residuals_spec_matches_forward(dtype: str) -> None:
     w = rng.standard_normal((3, 4)).astype(numpy_dtype(dtype))
     for weight in (w, None):
         _, saved = layer_norm_forward(x, weight, None, 2, 1e-5)
-        spec = layer_norm_residuals(ArraySpec(x.shape, x.dtype), None if weight is None else ArraySpec(w.shape, w.dtype),
+        spec = layer_norm_residuals(ArraySpec(x.shape, x.dtype),
+                                    None if weight is None else ArraySpec(w.shape, w.dtype),
                                     None, 2, 1e-5)
         assert tuple(ArraySpec(a.shape, a.dtype) for a in saved) == spec
     assert spec[1].dtype == (np.float64 if dtype == "float64" else np.float32)

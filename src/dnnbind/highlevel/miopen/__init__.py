@@ -19,7 +19,8 @@ Not verified on AMD hardware: no AMD GPU has run this code. The host-side plan b
 mappings are tested against the real libMIOpen 3.4 (see the README).
 
 bfloat16: MIOpen documents bfloat16 as partially supported, for its convolutions; conv, conv_transpose and
-layer_norm (whose kernels take miopenBFloat16) take it, and every other op refuses bfloat16 up front with a TypeError saying so (see
+layer_norm (whose kernels take miopenBFloat16) take it, and every other op refuses bfloat16 up front with
+a TypeError saying so (see
 :data:`BFLOAT16_OPS`), rather than failing inside the library.
 
 Options the public ops do not take are in :data:`settings`; plan caches report through
@@ -57,8 +58,8 @@ def _no_bfloat16(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     def checked(x: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(getattr(x, "dtype", None), "name", None) == "bfloat16":
             raise TypeError(f"the MIOpen backend has no bfloat16 kernel for {op} (MIOpen supports bfloat16 in "
-                            f"{', '.join(BFLOAT16_OPS[:-1])} and {BFLOAT16_OPS[-1]} only); convert x to float16 or float32, for example "
-                            f"x.astype(cupy.float32)")
+                            f"{', '.join(BFLOAT16_OPS[:-1])} and {BFLOAT16_OPS[-1]} only); convert x to float16 "
+                            f"or float32, for example x.astype(cupy.float32)")
         return fn(x, *args, **kwargs)
     return checked
 

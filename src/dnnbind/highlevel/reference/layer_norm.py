@@ -4,8 +4,8 @@
 weight and bias (of shape ``normalized_shape``) are optional. The reference computes in float64; the
 cpu backend runs the same code with its own dtypes (:mod:`dnnbind.highlevel.cpu.layer_norm`).
 Saves ``(x, mean, rstd)`` plus ``weight`` when given (private copies; mean and rstd of x's batch shape, in
-float64 here). The gradients are computed in the dtype of the saved statistics. The gradients use array methods only, so a GPU backend without a layer-norm
-backward (MIOpen) runs the same formulas on its CuPy residuals.
+float64 here). The gradients are computed in the dtype of the saved statistics, with array methods only,
+so a GPU backend without a layer-norm backward (MIOpen) runs the same formulas on its CuPy residuals.
 """
 from __future__ import annotations
 

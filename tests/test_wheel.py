@@ -34,6 +34,7 @@ runs = {
     "activation": lambda: dnnbind.activation(x.astype(np.float32), "swish"),
     "batchnorm": lambda: dnnbind.batchnorm(x, np.ones(3), np.zeros(3)),
     "dropout": lambda: dnnbind.dropout(x, 0.5, seed=1),
+    "layer_norm": lambda: dnnbind.layer_norm(x, (6, 6), np.ones((6, 6)), np.zeros((6, 6))),
     "rnn": lambda: dnnbind.rnn(rng.standard_normal((4, 2, 3)), [(rng.standard_normal((8, 3)),
                                rng.standard_normal((8, 2)), np.zeros(8), np.zeros(8))], hidden_size=2),
 }

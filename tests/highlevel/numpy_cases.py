@@ -148,6 +148,19 @@ def batchnorm_cases(rng: np.random.Generator) -> list[Case]:
     return cases
 
 
+def layer_norm_cases(rng: np.random.Generator) -> list[Case]:
+    """Layer norm over 1 to 3 trailing dims, unbatched included; weight and bias given or not; eps 0."""
+    cases = []
+    for shape, n, affine, eps in (((4, 6), 1, (True, True), 1e-5), ((2, 3, 5), 2, (False, False), 1e-5),
+                                  ((2, 3, 4, 5), 3, (True, False), 1e-3), ((3, 2, 7), 1, (False, True), 0.0),
+                                  ((5,), 1, (True, True), 1e-5)):
+        normalized = shape[len(shape) - n:]
+        w, b = (_a(rng, normalized) if given else None for given in affine)
+        cases.append(Case("layer_norm", [_a(rng, shape) * 3 + 1, w, b], (n, eps),
+                          dict(normalized_shape=normalized, eps=eps)))
+    return cases
+
+
 def dropout_cases(rng: np.random.Generator) -> list[Case]:
     return [Case("dropout", [_a(rng, shape)], (p, seed), dict(p=p))
             for shape, p, seed in (((4, 5), 0.3, 1), ((2, 3, 4), 0.0, 2), ((6,), 1.0, 3), ((3, 50), 0.8, 4))]
@@ -196,7 +209,7 @@ def all_cases(seed: int = 0, torch_padding: bool = False) -> list[Case]:
     rng = np.random.default_rng(seed)
     return (conv_cases(rng, torch_padding) + conv_transpose_cases(rng, torch_padding) + maxpool_cases(rng)
             + meanpool_cases(rng) + softmax_cases(rng) + activation_cases(rng) + batchnorm_cases(rng)
-            + dropout_cases(rng) + rnn_cases(rng))
+            + layer_norm_cases(rng) + dropout_cases(rng) + rnn_cases(rng))
 
 
 def is_float(a: np.ndarray) -> bool:

@@ -17,7 +17,7 @@ import dnnbind
 from dnnbind.highlevel import dispatch
 
 OPS = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
-       "dropout", "rnn"]
+       "layer_norm", "dropout", "rnn"]
 
 
 class DeviceArray:

@@ -287,3 +287,25 @@ def test_the_memory_check_compares_with_what_is_available():
         _memory.check_fits("conv", big, 4)                        # fits: no error
     with pytest.raises(MemoryError, match=r"conv on x of shape \(1, 1, 20000, 20000\) would need at least [\d.]+ GiB"):
         _memory.check_fits("conv", big, 4 * (_memory.available_bytes() // need + 1))
+
+
+@pytest.mark.parametrize("weight, bias", [(True, True), (False, False), (True, False), (False, True)])
+def test_an_empty_call_records_which_optional_arrays_it_was_given(weight, bias):
+    """An op whose spec has optional arrays with gradients and no regroup of its own (layer_norm): its empty
+    call saves a last zero-size residual whose shape says which were given, so its backward returns each
+    gradient in its place, on every backend and in the residual specs alike."""
+    from dnnbind.highlevel import cpu, reference
+    from dnnbind.highlevel.residual import ArraySpec
+    x = np.zeros((0, 3), np.float32)
+    w = np.ones(3, np.float32) if weight else None
+    b = np.ones(3, np.float32) if bias else None
+    for backend in (cpu, reference):
+        y, saved = backend.layer_norm_forward(x, w, b, 1, 1e-5)
+        assert y.shape == (0, 3) and saved[-1].shape == (0, int(weight), int(bias)) and saved[-1].size == 0
+        specs = backend.layer_norm_residuals(ArraySpec(x.shape, x.dtype), ArraySpec((3,), x.dtype) if weight else None,
+                                             ArraySpec((3,), x.dtype) if bias else None, 1, 1e-5)
+        assert tuple(ArraySpec(s.shape, s.dtype) for s in saved) == specs
+        dx, dw, db = backend.layer_norm_backward(saved, (np.zeros((0, 3), np.float32),), 1, 1e-5)
+        assert dx.shape == (0, 3)
+        for given, grad in ((weight, dw), (bias, db)):
+            assert (grad is None) if not given else (grad.shape == (3,) and not grad.any())

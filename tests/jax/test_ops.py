@@ -136,6 +136,34 @@ def test_batchnorm_training_returns_new_running_statistics():
           * gamma.reshape(1, -1, 1, 1) + beta.reshape(1, -1, 1, 1))
 
 
+def jnp_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    mean, var = x.mean(axes, keepdims=True), x.var(axes, keepdims=True)
+    y = (x - mean) / jnp.sqrt(var + eps)
+    y = y if weight is None else y * weight
+    return y if bias is None else y + bias
+
+
+@pytest.mark.parametrize("shape, normalized, affine", [
+    ((4, 6), (6,), (True, True)), ((2, 3, 5), (3, 5), (False, False)), ((2, 3, 4), (3, 4), (True, False)),
+    ((5,), (5,), (False, True))])
+def test_layer_norm(shape, normalized, affine):
+    """layer_norm comes from its spec like every op: values and the gradients of the given arrays under jit."""
+    x = rand(*shape) * 3 + 1
+    params = [rand(*normalized) if given else None for given in affine]
+    given = [p for p in params if p is not None]
+
+    def bind(f):
+        def call(x, *arrays):
+            it = iter(arrays)
+            weight, bias = (next(it) if p is not None else None for p in params)
+            return f(x, normalized, weight, bias, eps=1e-5)
+        return call
+
+    close(jax.jit(bind(dj.layer_norm))(x, *given), bind(jnp_layer_norm)(x, *given))
+    grads_agree(bind(dj.layer_norm), bind(jnp_layer_norm), (x, *given), tuple(range(1 + len(given))))
+
+
 def test_dropout_seed_key_and_gradient():
     x = rand(6, 7)
     y1 = jax.jit(lambda x, s: dj.dropout(x, 0.5, seed=s))(x, 3)

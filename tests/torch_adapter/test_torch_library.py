@@ -65,6 +65,9 @@ OPCHECK_CASES += [
     _case("batchnorm", _r(4, 3), _r(3), _r(3), torch.zeros(3, dtype=torch.float64),
           torch.ones(3, dtype=torch.float64), training=False, momentum=0.1, eps=1e-5),
     _case("batchnorm", _r(4, 3, 2, 2), _r(3), _r(3), None, None, training=True, momentum=0.1, eps=1e-5),
+    _case("layer_norm", _r(4, 3, 5), _r(3, 5), _r(3, 5), normalized_shape=[3, 5], eps=1e-5),
+    _case("layer_norm", _r(4, 6), None, _r(6), normalized_shape=[6], eps=0.0),
+    _case("layer_norm", _r(2, 3, 4), None, None, normalized_shape=[2, 3, 4], eps=1e-3),
     _case("dropout", _r(4, 5), torch.tensor(7), p=0.3),
     _case("rnn", _r(5, 3, 4), _lstm_weights(4, 6, layers=2, dirs=2), None, None, mode="lstm", hidden_size=6,
           num_layers=2, bidirectional=True, lengths=None),
@@ -164,6 +167,22 @@ class ReflectCNN(torch.nn.Module):
         return self.head(self.features(x).flatten(1))
 
 
+class SmallTransformerBlock(torch.nn.Module):
+    """Linear layers around LayerNorms, with and without their affine parameters."""
+
+    def __init__(self, nn) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(4, 8)
+        self.norm1 = nn.LayerNorm(8)
+        self.act = nn.ReLU()
+        self.norm2 = nn.LayerNorm((3, 8), bias=False)
+        self.norm3 = nn.LayerNorm(8, elementwise_affine=False)
+        self.out = torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.out(self.norm3(self.norm2(self.act(self.norm1(self.inp(x))))))
+
+
 def _step(model, x):
     model.zero_grad()
     out = model(x)
@@ -173,8 +192,8 @@ def _step(model, x):
 
 @pytest.mark.parametrize("make,shape", [(SmallCNN, (4, 3, 12, 12)), (SequentialCNN, (2, 3, 12, 12)),
                                         (ReflectCNN, (2, 3, 6, 6)), (SmallLSTM, (3, 6, 4)),
-                                        (SmallProjLSTM, (3, 5, 4))],
-                         ids=["cnn", "sequential-cnn", "reflect-cnn", "lstm", "lstm-proj"])
+                                        (SmallProjLSTM, (3, 5, 4)), (SmallTransformerBlock, (2, 3, 4))],
+                         ids=["cnn", "sequential-cnn", "reflect-cnn", "lstm", "lstm-proj", "layer-norm"])
 def test_compile_with_fullgraph_equals_eager(make, shape):
     torch.manual_seed(1)
     eager = make(dnn).double()
@@ -193,6 +212,15 @@ def test_compile_with_fullgraph_equals_eager(make, shape):
             torch.testing.assert_close(a, b)
     for (name, a), b in zip(eager.state_dict().items(), compiled_model.state_dict().values()):
         torch.testing.assert_close(b, a, msg=name)
+
+
+def test_export_captures_layer_norm_as_a_dnnbind_op():
+    model = SmallTransformerBlock(dnn).eval()
+    x = torch.randn(2, 3, 4)
+    exported = torch.export.export(model, (x,))
+    targets = [str(node.target) for node in exported.graph.nodes if node.op == "call_function"]
+    assert targets.count("dnnbind.layer_norm.default") == 3
+    torch.testing.assert_close(exported.module()(x), model(x))
 
 
 def test_export_captures_the_cnn_with_dnnbind_ops():
@@ -215,6 +243,7 @@ META_MODELS = {
     "softmax": (lambda nn: nn.Sequential(nn.Softmax(1), nn.LogSoftmax(-1), nn.ELU()), (2, 3, 5)),
     "lstm-proj": (lambda nn: nn.LSTM(3, 5, num_layers=2, bidirectional=True, proj_size=2), (4, 2, 3)),
     "gru-unbatched": (lambda nn: nn.GRU(3, 5), (4, 3)),
+    "layer-norm": (lambda nn: nn.Sequential(nn.LayerNorm((3, 5)), nn.LayerNorm(5, bias=False)), (2, 3, 5)),
 }
 
 
@@ -252,6 +281,8 @@ DYNAMIC_EXPORTS = {
     "lstm-proj-bidir": (lambda: _FirstOutput(dnn.LSTM(3, 5, num_layers=2, bidirectional=True, proj_size=2)),
                         (4, 2, 3), 1),
     "gru-batch-first": (lambda: _FirstOutput(dnn.GRU(3, 5, batch_first=True)), (2, 4, 3), 0),
+    "layer-norm": (lambda: dnn.Sequential(dnn.LayerNorm((4, 5)), dnn.LayerNorm(5, elementwise_affine=False)),
+                   (2, 4, 5), 0),
 }
 
 

@@ -52,9 +52,35 @@ def output_dtype(spec: OpSpec, index: int, x_dtype: Any) -> Any:
     return x_dtype if dtype is None else np.dtype(dtype)
 
 
+def _optional_gradients(spec: OpSpec) -> tuple[int, ...]:
+    """The places among the spec's arrays of the optional arrays that get a gradient, when the spec leaves
+    the regrouping of an empty call's gradients to the policy (``OpSpec.regroup`` None): the empty call
+    then records which of them were given (see :func:`_given`)."""
+    if spec.regroup is not None:
+        return ()
+    return tuple(i for i, a in enumerate(spec.arrays) if a.optional and a.gradient is not None)
+
+
+def _given(places: tuple[int, ...], args: tuple) -> tuple[int, ...]:
+    """The shape of the zero-size bool residual an empty call saves last when its op has optional arrays
+    with gradients: (0, then 1 or 0 per such array: given or None). Its shape alone says which gradients
+    the backward returns (which residual arrays are which), so it holds under every framework's tracing."""
+    return (0,) + tuple(int(args[i] is not None) for i in places)
+
+
 def _regroup(spec: OpSpec, zeros: list[Any], static: tuple) -> Any:
-    """The gradients of an empty call, from the zero arrays its forward saved, in the op's structure."""
-    return zeros[0] if spec.regroup is None else spec.regroup(zeros, static)
+    """The gradients of an empty call, from the zero arrays its forward saved, in the op's structure:
+    the spec's ``regroup``, or one per gradient in the arrays' order (None for an optional array that
+    was not given, as the last residual's shape records)."""
+    if spec.regroup is not None:
+        return spec.regroup(zeros, static)
+    places = _optional_gradients(spec)
+    if not places:
+        return zeros[0]
+    given = dict(zip(places, zeros[-1].shape[1:]))
+    present = iter(zeros[:-1])
+    out = tuple(next(present) if given.get(i, 1) else None for i, a in enumerate(spec.arrays) if a.gradient)
+    return out[0] if len(out) == 1 else out
 
 
 def _empty_shapes(spec: OpSpec, args: tuple) -> tuple[list[Any], list[tuple[int, ...]]]:
@@ -77,6 +103,7 @@ def guard(op: str, forward: Callable[..., Any], backward: Callable[..., Any],
     spec = SPECS[op]
     pointwise = spec.pointwise
     mask = np.dtype(bool) if spec.mask_residuals else None
+    optional = _optional_gradients(spec)
 
     @passes_when(lambda x, *args, **options: 0 not in tuple(x.shape) and (bool(x.shape) or not pointwise))
     @functools.wraps(forward)
@@ -88,6 +115,8 @@ def guard(op: str, forward: Callable[..., Any], backward: Callable[..., Any],
             results = tuple(None if s is None else xp.zeros(s, output_dtype(spec, i, x.dtype))
                             for i, s in enumerate(outputs))
             saved = tuple(xp.zeros(s, mask or x.dtype) for s in grad_shapes)
+            if optional:
+                saved += (xp.zeros(_given(optional, (x, *args)), bool),)
             return (results[0] if len(results) == 1 else results), saved
         if not shape and pointwise:
             y, saved = forward(x.reshape(1), *args, **options)
@@ -112,7 +141,8 @@ def guard(op: str, forward: Callable[..., Any], backward: Callable[..., Any],
         if 0 in shape:
             _, grad_shapes = _empty_shapes(spec, (x, *args))
             dtype = mask or x.dtype
-            return tuple(ArraySpec(s, dtype) for s in grad_shapes)
+            specs = tuple(ArraySpec(s, dtype) for s in grad_shapes)
+            return specs + ((ArraySpec(_given(optional, (x, *args)), np.dtype(bool)),) if optional else ())
         if not shape and pointwise:
             return residuals(ArraySpec((1,), x.dtype), *args, **options)
         return residuals(x, *args, **options)

@@ -16,10 +16,13 @@ from dnnbind.highlevel.dims.checks import SUPPORTED_DTYPES
 
 class Support(NamedTuple):
     """One op on one backend: the dtypes it runs and the spec's features it lacks (with why); ``blas``:
-    its CPU implementation calls numpy's BLAS (whose threads a framework may hold around the call)."""
+    its CPU implementation calls numpy's BLAS (whose threads a framework may hold around the call);
+    ``unavailable``: why the backend cannot run the op at all (its functions raise NotImplementedError
+    saying so), empty when it can."""
     dtypes: tuple[str, ...] = SUPPORTED_DTYPES
     lacks: dict[str, str] = {}
     blas: bool = False
+    unavailable: str = ""
 
 
 def backend_support(backend: str) -> dict[str, Support] | None:
@@ -54,8 +57,10 @@ def render(width: int = 100) -> str:
     for op, row in table.items():
         cells = []
         for backend, support in row.items():
-            if support is None:
+            if support is None or support.unavailable:
                 cells.append("-")
+                if support is not None:
+                    notes.append(f"  {op} on {backend}: not available: {support.unavailable}")
                 continue
             dtypes = "all dtypes" if support.dtypes == SUPPORTED_DTYPES else "/".join(
                 d.replace("float", "f") for d in support.dtypes)
@@ -65,7 +70,7 @@ def render(width: int = 100) -> str:
     lines += ["", "features per op (every backend has them unless listed below):"]
     lines += [_wrap(f"  {op}: {', '.join(spec.features) or '-'}", width) for op, spec in SPECS.items()]
     if notes:
-        lines += ["", "what a backend lacks:", *notes]
+        lines += ["", "what a backend lacks:", *(_wrap(note, width) for note in notes)]
     lines += ["", f"dtypes: {', '.join(SUPPORTED_DTYPES)} ('all dtypes' when a backend runs every one)"]
     return "\n".join(lines) + "\n"
 

@@ -48,11 +48,24 @@ class Plan:
         self.nested = sig.positions is None
         self.tensors = sig.tensors           # x and others in the spec's order (None where not given)
         self.gradients = sig.gradients
-        # conv and conv_transpose: the inputs x, w, b (b None when not given) whose gradients are optional
-        self.skip = (0, 1, 2 if slots[1] else None) if SPECS[op].skippable else None
+        # the ops whose gradients may be skipped (conv: x, w, b; layer_norm: x, weight, bias): per array with
+        # a gradient, its place among the call's tensors (None when not given)
+        self.skip = _skip_places(SPECS[op].arrays, slots) if SPECS[op].skippable else None
         self.statistics = SPECS[op].updates_in_place(sig.p["args"])
         self.integers: tuple[int, ...] | None = None     # outputs without gradient (maxpool's indices)
         self.first: tuple | None = None                  # output 0's shape, dtype and device
+
+
+def _skip_places(arrays: Sequence[Any], slots: Sequence[Any]) -> tuple[int | None, ...]:
+    """For each of the spec's arrays with a gradient, its place among the call's tensors (x is 0, the
+    given others follow), None for an optional one that was not given (``slots``: the others')."""
+    places: list[int | None] = [0]
+    given = 1
+    for array, slot in zip(arrays[1:], slots):
+        if array.gradient is not None:
+            places.append(given if slot else None)
+        given += bool(slot)
+    return tuple(places)
 
 
 class _Eager(torch.autograd.Function):      # subclassed once per op below, so grad_fn names the op

@@ -82,6 +82,7 @@ meanpool_arguments = SPECS["meanpool"].arguments_function
 batchnorm_arguments = SPECS["batchnorm"].arguments_function
 activation_arguments = SPECS["activation"].arguments_function
 softmax_arguments = SPECS["softmax"].arguments_function
+layer_norm_arguments = SPECS["layer_norm"].arguments_function
 
 
 def _batch(x: Tensor, one: bool, axis: int = 0) -> Tensor:
@@ -180,6 +181,20 @@ def batchnorm(x: Tensor, gamma: Tensor, beta: Tensor, *, running_mean: Tensor | 
                 for stat, new in copies:
                     stat.copy_(new)
     return outputs[0]
+
+
+def layer_norm(x: Tensor, normalized_shape: Any, weight: Tensor | None = None, bias: Tensor | None = None, *,
+               eps: float = 1e-5) -> Tensor:
+    """Layer normalization over the trailing dims ``normalized_shape`` like ``torch.nn.functional.layer_norm``;
+    weight and bias optional."""
+    if isinstance(normalized_shape, torch.Size):        # a plain tuple keys and encodes as the others do
+        normalized_shape = tuple(normalized_shape)
+    arguments = layer_norm_arguments(normalized_shape, eps)
+    done = planned("layer_norm", (x, weight, bias), arguments)
+    if done is not None:
+        return done[0]
+    _check(x=x, weight=weight, bias=bias)
+    return call("layer_norm", x, weight, bias, **arguments)[0]
 
 
 def dropout(x: Tensor, p: float, *, seed: int | None = None) -> Tensor:

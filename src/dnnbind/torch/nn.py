@@ -20,7 +20,7 @@ from torch import nn as _torch_nn
 
 from dnnbind.torch.convolution import (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d,
                                        ConvTranspose3d)
-from dnnbind.torch.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d
+from dnnbind.torch.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm
 from dnnbind.torch.pointwise import (ELU, Dropout, Hardtanh, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, SiLU,
                                      Softmax, Tanh)
 from dnnbind.torch.pooling import AvgPool1d, AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d, MaxPool3d
@@ -31,7 +31,7 @@ from dnnbind.torch.sequential import Sequential
 PROVIDED: tuple[str, ...] = (
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
     "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
-    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Dropout", "Softmax", "LogSoftmax",
+    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "Dropout", "Softmax", "LogSoftmax",
     "ReLU", "Sigmoid", "Tanh", "ELU", "LeakyReLU", "ReLU6", "Hardtanh", "SiLU",
     "RNN", "LSTM", "GRU",
 )
@@ -55,6 +55,6 @@ def __dir__() -> list[str]:
 
 
 _LAYERS = (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, MaxPool1d, MaxPool2d,
-           MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout, Softmax,
-           LogSoftmax, ReLU, Sigmoid, Tanh, ELU, LeakyReLU, ReLU6, Hardtanh, SiLU, RNN, LSTM, GRU)
+           MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm, Dropout,
+           Softmax, LogSoftmax, ReLU, Sigmoid, Tanh, ELU, LeakyReLU, ReLU6, Hardtanh, SiLU, RNN, LSTM, GRU)
 assert tuple(layer.__name__ for layer in _LAYERS) == PROVIDED

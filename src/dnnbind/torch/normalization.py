@@ -1,5 +1,5 @@
-"""BatchNorm{1,2,3}d: torch.nn's classes (parameters, buffers, momentum=None as the cumulative average,
-num_batches_tracked, state_dict, repr) whose forward runs dnnbind's batchnorm op."""
+"""BatchNorm{1,2,3}d and LayerNorm: torch.nn's classes (parameters, buffers, momentum=None as the cumulative
+average, num_batches_tracked, state_dict, repr) whose forward runs dnnbind's batchnorm and layer_norm ops."""
 from __future__ import annotations
 
 from typing import Any
@@ -13,6 +13,7 @@ from dnnbind.torch.fused import Fusion
 
 Tensor = torch.Tensor
 _NAMES = {"x": "input", "gamma": "weight", "beta": "bias"}
+_LAYER_NORM_NAMES = {"x": "input"}
 #: input dtypes that batch norm normalises in float32 when its parameters are float32 (mixed precision)
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -89,3 +90,23 @@ class BatchNorm2d(_BatchNorm, nn.BatchNorm2d):
 
 class BatchNorm3d(_BatchNorm, nn.BatchNorm3d):
     """torch.nn.BatchNorm3d computed by dnnbind."""
+
+
+class LayerNorm(nn.LayerNorm):
+    """torch.nn.LayerNorm computed by dnnbind: same arguments, parameters (weight, bias), repr and
+    state_dict. As torch's own kernels do, a float16 or bfloat16 input with float32 parameters (mixed
+    precision) is normalized in float32 and comes back in the input's dtype."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        weight, bias = self.weight, self.bias
+        mixed = (input.dtype in _HALF and (weight is not None or bias is not None)
+                 and all(p is None or p.dtype == torch.float32 for p in (weight, bias)))
+        with torch_argument_names(_LAYER_NORM_NAMES):
+            y = F.layer_norm(input.float() if mixed else input, self.normalized_shape, weight, bias, eps=self.eps)
+        return y.to(input.dtype) if mixed else y
+
+    def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
+        """This layer's op for :class:`~dnnbind.torch.sequential.Sequential`."""
+        layer: Any = self
+        return Fusion("layer_norm", (layer.weight, layer.bias),
+                      F.layer_norm_arguments(tuple(layer.normalized_shape), layer.eps))

@@ -59,6 +59,18 @@ def batchnorm_inputs(shape: tuple[int, ...], *, running: bool, training: bool, s
     return make
 
 
+def layer_norm_inputs(shape: tuple[int, ...], n: int, *, weight: bool, bias: bool, **kwargs: Any):
+    """x with an offset, normalized over its last ``n`` dims, and weight and bias when asked for."""
+    def make(rng: np.random.Generator, dtype: str) -> tuple[list, dict]:
+        normalized = shape[len(shape) - n:]
+        x = (rng.standard_normal(shape) * 2 + 1).astype(dtype)
+        kw = dict(kwargs, normalized_shape=normalized)
+        kw.update({name: rng.standard_normal(normalized).astype(dtype) for name, given in
+                   (("weight", weight), ("bias", bias)) if given})
+        return [x], kw
+    return make
+
+
 GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
 
 
@@ -150,6 +162,12 @@ CASES: list[Case] = [
     Case("batchnorm_float64_stats", "batchnorm", batchnorm_inputs((4, 3, 5), running=True, training=True,
                                                                    stats_dtype="float64", momentum=0.2),
          dtypes=("float32",)),
+    # layer norm: 1 to 3 normalized dims, weight and bias given or not, one slice (no batch dims)
+    Case("layer_norm_affine", "layer_norm", layer_norm_inputs((4, 6, 33), 1, weight=True, bias=True)),
+    Case("layer_norm_2d_plain", "layer_norm", layer_norm_inputs((3, 5, 4), 2, weight=False, bias=False)),
+    Case("layer_norm_3d_weight", "layer_norm", layer_norm_inputs((2, 3, 4, 5), 3, weight=True, bias=False,
+                                                                  eps=1e-3)),
+    Case("layer_norm_one_slice_bias", "layer_norm", layer_norm_inputs((40,), 1, weight=False, bias=True)),
     # recurrent networks, PyTorch's weights
     Case("lstm_2layer_bidirectional", "rnn", rnn_inputs("lstm", 6, 3, 4, 5, layers=2, bidirectional=True,
                                                           states=True)),

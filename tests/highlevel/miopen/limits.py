@@ -13,7 +13,7 @@ TOLERANCES = {("batchnorm", "float64"): TOLERANCE["float32"]}
 
 #: cases also run in float16 (float32 accumulation on both sides)
 HALF = ["conv2d", "conv_transpose2d", "maxpool2d", "meanpool3d_exclude_pad", "softmax_axis1", "activation_tanh",
-        "activation_swish", "batchnorm_training", "lstm_2layer_bidirectional"]
+        "activation_swish", "batchnorm_training", "lstm_2layer_bidirectional", "layer_norm_affine"]
 
 #: every (case, dtype) run on MIOpen: the shared cases in the dtypes MIOpen supports, plus HALF in float16
 RUNS = [(c, d) for c in CASES for d in c.dtypes if (c.op, d) not in UNSUPPORTED] + \

@@ -118,9 +118,9 @@ class _Bfloat16DeviceArray:
                                       ("meanpool", (None, True)), ("rnn", (None, None, None, None))])
 def test_ops_without_a_bfloat16_kernel_say_so(op, args):
     backend = importlib.import_module("dnnbind.highlevel.miopen")
-    assert backend.BFLOAT16_OPS == ("conv", "conv_transpose")
+    assert backend.BFLOAT16_OPS == ("conv", "conv_transpose", "layer_norm")
     kwargs = dict(running_mean=None, running_var=None, training=True, momentum=0.1, eps=1e-5) \
         if op == "batchnorm" else {}
     with pytest.raises(TypeError, match=rf"the MIOpen backend has no bfloat16 kernel for {op} \(MIOpen supports "
-                                        r"bfloat16 in conv and conv_transpose only\); convert x"):
+                                        r"bfloat16 in conv, conv_transpose and layer_norm only\); convert x"):
         getattr(backend, op)(_Bfloat16DeviceArray(), *args, **kwargs)

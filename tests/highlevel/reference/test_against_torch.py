@@ -97,6 +97,9 @@ def _torch(case, inputs):
     if op == "batchnorm":
         x, gamma, beta, mean, var = inputs
         return (F.batch_norm(x, mean, var, gamma, beta, *case.static),)
+    if op == "layer_norm":
+        x, weight, bias = inputs
+        return (F.layer_norm(x, kw["normalized_shape"], weight, bias, kw["eps"]),)
     if op == "rnn":
         return _rnn(case, inputs)
     raise AssertionError(op)
@@ -138,6 +141,9 @@ def _our_gradients(case, grads):
         dx, dh0, dc0, dweights = grads
         return [dx, dh0, dc0] + [g for e in dweights for g in e]
     grads = list(grads) if isinstance(grads, tuple) else [grads]
+    if case.op == "layer_norm":                 # no weight, no dweight; no bias, no dbias
+        given = iter(grads)
+        return [None if a is None else next(given) for a in case.arrays]
     return grads + [None] * (case.op.startswith("conv") and case.arrays[2] is None)     # no b, no db
 
 

@@ -24,6 +24,7 @@ from dnnbind.highlevel.cpu import activation as _activation
 from dnnbind.highlevel.cpu import batchnorm as _batchnorm
 from dnnbind.highlevel.cpu import conv as _conv
 from dnnbind.highlevel.cpu import dropout as _dropout
+from dnnbind.highlevel.cpu import layer_norm as _layer_norm
 from dnnbind.highlevel.cpu import pool as _pool
 from dnnbind.highlevel.cpu import rnn as _rnn
 from dnnbind.highlevel.cpu import softmax as _softmax
@@ -36,6 +37,8 @@ activation_forward, activation_backward, activation_residuals, activation = form
     "activation", _activation.activation_forward, _activation.activation_backward, _activation.activation_residuals)
 batchnorm_forward, batchnorm_backward, batchnorm_residuals, batchnorm = forms(
     "batchnorm", _batchnorm.batchnorm_forward, _batchnorm.batchnorm_backward, _batchnorm.batchnorm_residuals)
+layer_norm_forward, layer_norm_backward, layer_norm_residuals, layer_norm = forms(
+    "layer_norm", _layer_norm.layer_norm_forward, _layer_norm.layer_norm_backward, _layer_norm.layer_norm_residuals)
 dropout_forward, dropout_backward, dropout_residuals, dropout = forms(
     "dropout", _dropout.dropout_forward, _dropout.dropout_backward, _dropout.dropout_residuals, names=("mask",))
 maxpool_forward, maxpool_backward, maxpool_residuals, maxpool = forms(
@@ -53,4 +56,4 @@ conv_transpose_forward, conv_transpose_backward, conv_transpose_residuals, conv_
 rnn_forward, rnn_backward, rnn_residuals, rnn = forms(
     "rnn", _rnn.rnn_forward, _rnn.rnn_backward, _rnn.rnn_residuals)
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
-           "batchnorm", "dropout", "rnn", "keep_heap_padding"]
+           "batchnorm", "layer_norm", "dropout", "rnn", "keep_heap_padding"]

@@ -20,6 +20,7 @@ from dnnbind.highlevel.cudnn import activation as _activation
 from dnnbind.highlevel.cudnn import batchnorm as _batchnorm
 from dnnbind.highlevel.cudnn import conv as _conv
 from dnnbind.highlevel.cudnn import dropout as _dropout
+from dnnbind.highlevel.cudnn import layer_norm as _layer_norm
 from dnnbind.highlevel.cudnn import pool as _pool
 from dnnbind.highlevel.cudnn import rnn as _rnn
 from dnnbind.highlevel.cudnn import softmax as _softmax
@@ -47,6 +48,10 @@ activation_forward, activation_backward, activation_residuals, activation = form
     "activation", _activation.activation_forward, _activation.activation_backward, _activation.activation_residuals)
 batchnorm_forward, batchnorm_backward, batchnorm_residuals, batchnorm = forms(
     "batchnorm", _batchnorm.batchnorm_forward, _batchnorm.batchnorm_backward, _batchnorm.batchnorm_residuals)
+# not available (cuDNN's legacy API has none): every call raises NotImplementedError saying why, except an
+# empty one, which the edge policy answers without the backend, as for every op
+layer_norm_forward, layer_norm_backward, layer_norm_residuals, layer_norm = forms(
+    "layer_norm", _layer_norm.layer_norm_forward, _layer_norm.layer_norm_backward, _layer_norm.layer_norm_residuals)
 dropout_forward, dropout_backward, dropout_residuals, _dropout_pair = forms(
     "dropout", _dropout.dropout_forward, _dropout.dropout_backward, _dropout.dropout_residuals)
 dropout = with_mask(_dropout_pair)      # the residuals are reserve spaces: pullback.mask is computed
@@ -54,7 +59,7 @@ rnn_forward, rnn_backward, rnn_residuals, rnn = forms(
     "rnn", _rnn.rnn_forward, _rnn.rnn_backward, _rnn.rnn_residuals)
 
 OPS = ("conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
-       "dropout", "rnn")
+       "layer_norm", "dropout", "rnn")
 __all__ = [f"{op}{suffix}" for op in OPS for suffix in ("", "_forward", "_backward", "_residuals")] + [
     "pack_rnn_weights", "settings", "Settings", "cache_info", "clear_caches", "CacheInfo"]
 

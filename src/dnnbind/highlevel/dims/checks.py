@@ -109,6 +109,14 @@ def check_positive_float(name: str, value: Any) -> float:
     return v
 
 
+def check_non_negative_float(name: str, value: Any) -> float:
+    """A finite float >= 0 (batch norm's eps in inference, layer norm's eps: 0 is allowed, as in torch)."""
+    v = check_float(name, value)
+    if v < 0:
+        raise ValueError(f"{name}={value!r} must not be negative")
+    return v
+
+
 def check_real(name: str, value: Any) -> float:
     """A finite real number (activation coefficients)."""
     return check_float(name, value)

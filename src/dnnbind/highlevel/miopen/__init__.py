@@ -18,8 +18,9 @@ PyTorch's RNN gate order mapped onto MIOpen's. The module docstrings say how.
 Not verified on AMD hardware: no AMD GPU has run this code. The host-side plan building and the
 mappings are tested against the real libMIOpen 3.4 (see the README).
 
-bfloat16: MIOpen documents bfloat16 as partially supported, for its convolutions; conv and conv_transpose
-take it, and every other op refuses bfloat16 up front with a TypeError saying so (see
+bfloat16: MIOpen documents bfloat16 as partially supported, for its convolutions; conv, conv_transpose and
+layer_norm (whose kernels take miopenBFloat16) take it, and every other op refuses bfloat16 up front with
+a TypeError saying so (see
 :data:`BFLOAT16_OPS`), rather than failing inside the library.
 
 Options the public ops do not take are in :data:`settings`; plan caches report through
@@ -38,14 +39,16 @@ from dnnbind.highlevel.miopen import activation as _activation
 from dnnbind.highlevel.miopen import batchnorm as _batchnorm
 from dnnbind.highlevel.miopen import conv as _conv
 from dnnbind.highlevel.miopen import dropout as _dropout
+from dnnbind.highlevel.miopen import layer_norm as _layer_norm
 from dnnbind.highlevel.miopen import pool as _pool
 from dnnbind.highlevel.miopen import rnn as _rnn
 from dnnbind.highlevel.miopen import softmax as _softmax
 from dnnbind.highlevel.miopen.settings import MIOpenSettings, current, settings
 from dnnbind.highlevel.residual import forms
 
-#: the ops MIOpen has bfloat16 kernels for (MIOpen documents bfloat16 for its convolutions only)
-BFLOAT16_OPS = ("conv", "conv_transpose")
+#: the ops MIOpen has bfloat16 kernels for (MIOpen documents bfloat16 for its convolutions; its layer-norm
+#: kernels take miopenBFloat16 too)
+BFLOAT16_OPS = ("conv", "conv_transpose", "layer_norm")
 
 
 def _no_bfloat16(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -55,8 +58,8 @@ def _no_bfloat16(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     def checked(x: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(getattr(x, "dtype", None), "name", None) == "bfloat16":
             raise TypeError(f"the MIOpen backend has no bfloat16 kernel for {op} (MIOpen supports bfloat16 in "
-                            f"{' and '.join(BFLOAT16_OPS)} only); convert x to float16 or float32, for example "
-                            f"x.astype(cupy.float32)")
+                            f"{', '.join(BFLOAT16_OPS[:-1])} and {BFLOAT16_OPS[-1]} only); convert x to float16 "
+                            f"or float32, for example x.astype(cupy.float32)")
         return fn(x, *args, **kwargs)
     return checked
 
@@ -88,6 +91,7 @@ conv_forward, conv_backward, conv_residuals, _conv_pair = _forms("conv", _conv)
 conv_transpose_forward, conv_transpose_backward, conv_transpose_residuals, _conv_transpose_pair = _forms(
     "conv_transpose", _conv)
 dropout_forward, dropout_backward, dropout_residuals, dropout = _forms("dropout", _dropout, names=("mask",))
+layer_norm_forward, layer_norm_backward, layer_norm_residuals, layer_norm = _forms("layer_norm", _layer_norm)
 maxpool_forward, maxpool_backward, maxpool_residuals, maxpool = _forms("maxpool", _pool)
 meanpool_forward, meanpool_backward, meanpool_residuals, meanpool = _forms("meanpool", _pool)
 rnn_forward, rnn_backward, rnn_residuals, rnn = _forms("rnn", _rnn)
@@ -96,7 +100,7 @@ logsoftmax_forward, logsoftmax_backward, logsoftmax_residuals, logsoftmax = _for
 conv, conv_transpose = _forward_settings(_conv_pair), _forward_settings(_conv_transpose_pair)
 
 OPS = ("conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
-       "dropout", "rnn")
+       "layer_norm", "dropout", "rnn")
 __all__ = [*OPS, *(f"{op}_{part}" for op in OPS for part in ("forward", "backward", "residuals")), "settings",
            "BFLOAT16_OPS", "MIOpenSettings", "cache_info", "clear_caches", "CacheInfo"]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dnnbind.highlevel.reference import batchnorm as _batchnorm
 from dnnbind.highlevel.reference import conv as _conv
+from dnnbind.highlevel.reference import layer_norm as _layer_norm
 from dnnbind.highlevel.reference import pointwise as _pointwise
 from dnnbind.highlevel.reference import pool as _pool
 from dnnbind.highlevel.reference import rnn as _rnn
@@ -21,6 +22,8 @@ activation_forward, activation_backward, activation_residuals, activation = form
     "activation", _pointwise.activation_forward, _pointwise.activation_backward, _pointwise.activation_residuals)
 batchnorm_forward, batchnorm_backward, batchnorm_residuals, batchnorm = forms(
     "batchnorm", _batchnorm.batchnorm_forward, _batchnorm.batchnorm_backward, _batchnorm.batchnorm_residuals)
+layer_norm_forward, layer_norm_backward, layer_norm_residuals, layer_norm = forms(
+    "layer_norm", _layer_norm.layer_norm_forward, _layer_norm.layer_norm_backward, _layer_norm.layer_norm_residuals)
 dropout_forward, dropout_backward, dropout_residuals, dropout = forms(
     "dropout", _pointwise.dropout_forward, _pointwise.dropout_backward, _pointwise.dropout_residuals,
     names=("mask",))
@@ -39,4 +42,4 @@ conv_transpose_forward, conv_transpose_backward, conv_transpose_residuals, conv_
 rnn_forward, rnn_backward, rnn_residuals, rnn = forms(
     "rnn", _rnn.rnn_forward, _rnn.rnn_backward, _rnn.rnn_residuals)
 __all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
-           "batchnorm", "dropout", "rnn"]
+           "batchnorm", "layer_norm", "dropout", "rnn"]

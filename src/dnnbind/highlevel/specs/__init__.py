@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 OP_NAMES = ("conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
-            "dropout", "rnn")
+            "layer_norm", "dropout", "rnn")
 
 _LAZY = {"SPECS": "registry", "OpSpec": "base", "ArrayArg": "base", "EmptyCall": "base", "Output": "base",
          "Param": "base", "Unbatching": "base", "REQUIRED": "base"}

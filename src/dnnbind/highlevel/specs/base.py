@@ -74,7 +74,9 @@ class OpSpec:
     outputs: tuple[Output, ...]
     check: Callable[..., tuple]                          # (*arrays, **arguments) -> static values
     empty: Callable[[tuple], EmptyCall]                  # the zero-size call's results and gradients
-    regroup: Callable[[list[Any], tuple], Any] | None = None   # an empty call's gradients from its zeros
+    #: an empty call's gradients from its zeros; None: one per array with a gradient, None for an optional
+    #: array the call did not give (the edge policy records which in a zero-size residual's shape)
+    regroup: Callable[[list[Any], tuple], Any] | None = None
     pointwise: bool = False                              # takes 0-d arrays (run as shape (1,))
     skippable: bool = False                              # its backward takes needs= (a pass per gradient)
     unbatched: Unbatching | None = None

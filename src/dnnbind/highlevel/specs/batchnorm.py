@@ -6,7 +6,8 @@ from typing import Any
 import numpy as np
 
 from dnnbind.highlevel.dims.batchnorm import check_batchnorm
-from dnnbind.highlevel.dims.checks import check_dtype, check_positive_float, check_real, check_same_dtype
+from dnnbind.highlevel.dims.checks import (check_dtype, check_non_negative_float, check_positive_float,
+                                           check_real, check_same_dtype)
 from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param
 
 
@@ -25,10 +26,7 @@ def _check(x: Any, gamma: Any, beta: Any, running_mean: Any = None, running_var:
     momentum = check_real("momentum", momentum)
     if training:
         return True, momentum, check_positive_float("eps", eps)
-    eps_value = check_real("eps", eps)
-    if eps_value < 0:
-        raise ValueError(f"eps={eps!r} must not be negative")
-    return False, momentum, eps_value
+    return False, momentum, check_non_negative_float("eps", eps)
 
 
 def check_writable(**arrays: Any) -> None:

@@ -23,7 +23,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 from dnnbind.highlevel import plans
 from dnnbind.highlevel.grad_mode import saving, saving_residuals
 from dnnbind.highlevel.specs import SPECS
-from dnnbind.torch import library
+from dnnbind.torch import library, typed
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 from dnnbind.torch.library import _NOTHING, _encode, _map, _pick
 
@@ -144,7 +144,7 @@ def _recorded_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None],
     params = _encode(tuple({**record, **extra}.items()))      # per call: not worth remembering
     saved = (list(ctx.saved_tensors) if ctx.residual_arrays is None
              else [to_tensor(a) for a in ctx.residual_arrays])
-    grads = iter(getattr(torch.ops.dnnbind, f"{plan.op}_backward")(saved, [d for d in cotangents if d is not None],
+    grads = iter(getattr(torch.ops.dnnbind, f"{plan.op}_eager_backward")(saved, [d for d in cotangents if d is not None],
                                                                     params, plan.reals))
     flags = ctx.needs_input_grad[1:]
     out = [next(grads) if path is not None else None for path in plan.gradients]
@@ -280,8 +280,7 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
     A plain eager call leaves its plan for :func:`planned` to find."""
     others, params, reals = library.op_params(op, x.device.type, arrays, kwargs)
     if not _plain_eager(x, others):
-        outputs, _ = getattr(torch.ops.dnnbind, op)(x, others, params, list(reals.values()))
-        return outputs
+        return typed.call(op, x, arrays, kwargs)
     plan = _plan(op, x, others, params, [float(r) for r in reals.values()])
     if op in PLANNED and plan.sig.cached:
         try:

@@ -504,13 +504,6 @@ def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Te
 
 # -- autograd -------------------------------------------------------------------------------------
 
-def _setup_context(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
-    x, others, params, reals = inputs
-    outputs, residuals = output
-    ctx.save_for_backward(*residuals)
-    ctx.mark_non_differentiable(*residuals, *_remember_call(op, ctx, x, others, params, reals, outputs))
-
-
 def _remember_call(op: str, ctx: Any, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
                    outputs: Sequence[Tensor]) -> list[Tensor]:
     """Keep on ``ctx`` what the backward needs besides the residuals; returns the outputs that get no
@@ -563,33 +556,38 @@ def _running_statistics(op: str, p: dict[str, Any]) -> int:
     return sum(_flat_slots(p["slots"])[SPECS[op].updated])
 
 
-def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals: Any) -> tuple:
-    op, call_params, diff, _ = _record_of(ctx)
-    # integer results (maxpool's indices) take no cotangent; eager autograd may hand zeros for them
-    d_results = [d if d is None or d.is_floating_point() else None for d in d_outputs[:ctx.results]]
+def gradients(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
+              outputs: Sequence[Tensor], residuals: Sequence[Tensor], d_outputs: Sequence[Tensor | None],
+              need_x: bool, need_others: Sequence[bool]) -> tuple[Tensor | None, list[Tensor | None]]:
+    """(dx, one gradient per tensor in others, None where it has none or is not needed) of the forward
+    call (x, others, params, reals) that gave ``outputs`` (its results, then batch norm's running
+    statistics) and ``residuals``, for the results' cotangents ``d_outputs`` (None: not given)."""
+    ctx = SimpleNamespace()
+    _remember_call(op, ctx, x, others, params, reals, outputs)
+    _, call_params, diff, _ = _record_of(ctx)
+    # integer results (maxpool's indices) take no cotangent
+    d_results = [d if d is None or d.is_floating_point() else None for d in list(d_outputs)[:ctx.results]]
+    d_results += [None] * (ctx.results - len(d_results))
     if not any(d is not None for d in d_results):
-        return None, [None] * len(diff), None, _no_gradient(ctx.reals)
+        return None, [None] * len(diff)
     if d_results[0] is None:                  # the first cotangent is required: zeros stand for "unused"
         shape, dtype, device = ctx.first
         d_results[0] = torch.zeros(shape, dtype=dtype, device=device)
     given = [d is not None for d in d_results]
-    flags = ctx.needs_input_grad             # (x, others, params, reals), others' one per tensor
-    need_x, need_others = bool(flags[0]), [bool(f) for f in flags[1]]
+    need_others = [bool(f) for f in need_others]
     needs = None
     if SPECS[op].skippable:      # x, w, b: whether autograd wants each (b's slot False when b was None)
         slots = iter(need_others)
-        needs = [need_x] + [bool(next(slots)) if slot else False for slot in call_params["slots"]]
+        needs = [bool(need_x)] + [bool(next(slots)) if slot else False for slot in call_params["slots"]]
     cotangents = [d for d in d_results if d is not None]
     extra: dict[str, Any] = {"given": given} if needs is None else {"given": given, "needs": needs}
-    params = _encode(tuple({**call_params, **extra}.items()))     # per call: not worth remembering
-    grads = getattr(torch.ops.dnnbind, f"{op}_backward")(list(ctx.saved_tensors), cotangents, params, ctx.reals)
+    grads = _backward(op, list(residuals), cotangents, _encode(tuple({**call_params, **extra}.items())), reals)
     it = iter(grads)
     dx: Tensor | None = next(it)
     d_others = [next(it) if has else None for has in diff]
-    if SPECS[op].skippable:      # what was not needed came back empty
-        dx = dx if need_x else None
-        d_others = [d if need else None for d, need in zip(d_others, need_others)]
-    return dx, d_others, None, _no_gradient(ctx.reals)
+    dx = dx if need_x else None
+    d_others = [d if need else None for d, need in zip(d_others, need_others)]
+    return dx, d_others
 
 
 def _no_gradient(reals: list[float]) -> Any:
@@ -601,14 +599,12 @@ def _no_gradient(reals: list[float]) -> Any:
 # -- registration ---------------------------------------------------------------------------------
 
 def _register(op: str) -> None:
-    name = f"{NAMESPACE}::{op}"
-    forward = torch.library.custom_op(name, functools.partial(_forward, op), mutates_args=(),
-                                      schema=_FORWARD_SCHEMA)
-    forward.register_fake(functools.partial(_fake_forward, op))
-    backward = torch.library.custom_op(f"{name}_backward", functools.partial(_backward, op), mutates_args=(),
-                                       schema=_BACKWARD_SCHEMA)
+    """The residual form's backward as an op of its own, ``dnnbind::NAME_eager_backward``: what an eager
+    call's backward records when autograd builds a graph of it (create_graph), so that a second derivative
+    through it is refused by its missing formula instead of coming out wrong."""
+    backward = torch.library.custom_op(f"{NAMESPACE}::{op}_eager_backward", functools.partial(_backward, op),
+                                       mutates_args=(), schema=_BACKWARD_SCHEMA)
     backward.register_fake(functools.partial(_fake_backward, op))
-    forward.register_autograd(_autograd_backward, setup_context=functools.partial(_setup_context, op))
 
 
 for _op in SPECS:

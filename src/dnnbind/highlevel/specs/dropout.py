@@ -35,7 +35,7 @@ DROPOUT = OpSpec(
     mask reproducible; None draws fresh entropy. Returns (y, pullback) with pullback(dy) -> dx; the
     pullback keeps the mask (``pullback.mask``, read-only, on the reference backend).
     """,
-    params=(Param("x"), Param("p", annotation="float"), Param("seed", None, True)),
+    params=(Param("x"), Param("p", annotation="float"), Param("seed", None, True, kind="tensor?")),
     arrays=(ArrayArg("x", gradient="dx"),), static=("p", "seed"), outputs=(Output("y", "dy"),),
     check=_check, empty=like_x, pointwise=True, mask_residuals=True, tensor_arguments=("seed",),
     features=("seed",),

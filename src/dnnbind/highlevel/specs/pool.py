@@ -68,8 +68,8 @@ MAXPOOL = OpSpec(
     ``return_indices`` ((y, indices), pullback), indices (int64, y's shape) being torch's: the flat index
     of every window's maximum in its (N, C) plane of x.
     """ + _UNBATCHED_DOC,
-    params=(Param("x"), Param("window"), Param("stride", None, True), Param("padding", 0, True),
-            Param("dilation", 1, True), Param("ceil_mode", False, True, "bool"),
+    params=(Param("x"), Param("window", kind="per_dim"), Param("stride", None, True, kind="per_dim?"),
+            Param("padding", 0, True, kind="padding"), Param("dilation", 1, True, kind="per_dim"), Param("ceil_mode", False, True, "bool"),
             Param("return_indices", False, True, "bool")),
     arrays=ARRAYS, static=("dims", "return_indices"),
     outputs=(Output("y", "dy"), Output("indices", dtype="int64")),
@@ -91,8 +91,8 @@ MEANPOOL = OpSpec(
     list or tuple), x (C, *spatial) with one dimension more than their length is one sample (y, dy and
     dx without the batch axis); with ints only, x is a batch (N, C, *spatial) whatever its rank.
     """,
-    params=(Param("x"), Param("window"), Param("stride", None, True), Param("padding", 0, True),
-            Param("count_include_pad", True, True, "bool"), Param("ceil_mode", False, True, "bool"),
+    params=(Param("x"), Param("window", kind="per_dim"), Param("stride", None, True, kind="per_dim?"),
+            Param("padding", 0, True, kind="padding"), Param("count_include_pad", True, True, "bool"), Param("ceil_mode", False, True, "bool"),
             Param("divisor_override", None, True, "int | None")),
     arrays=ARRAYS, static=("dims", "count_include_pad", "divisor_override"), outputs=(Output("y", "dy"),),
     check=_check_meanpool, empty=_empty_meanpool, unbatched=UNBATCHED,

@@ -33,7 +33,7 @@ import torch
 
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.specs.base import Kind, OpSpec
-from dnnbind.torch import library
+from dnnbind.torch import batching, library
 
 Tensor = torch.Tensor
 NAMESPACE = library.NAMESPACE
@@ -435,6 +435,8 @@ def _register(op: str) -> None:
     backward.register_fake(functools.partial(_fake_backward, op))
     forward.register_autograd(functools.partial(_autograd_backward, op),
                               setup_context=functools.partial(_setup_context, op))
+    torch.library.register_vmap(forward, batching.forward_rule(op))
+    torch.library.register_vmap(backward, batching.backward_rule(op))
 
 
 for _op in SPECS:

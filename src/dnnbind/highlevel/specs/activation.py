@@ -48,5 +48,5 @@ ACTIVATION = OpSpec(
     params=(Param("x"), Param("mode", annotation="str"), Param("alpha", None, True, "float | None")),
     arrays=(ArrayArg("x", gradient="dx"),), static=("mode", "alpha"), outputs=(Output("y", "dy"),),
     check=_check, empty=like_x, pointwise=True, title=lambda arguments: f"activation({arguments['mode']!r})",
-    features=tuple(ACTIVATION_DEFAULTS),
+    features=tuple(ACTIVATION_DEFAULTS), samples_independent=True,
 )

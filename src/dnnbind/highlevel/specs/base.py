@@ -117,6 +117,9 @@ class OpSpec:
     #: arguments ``updates(arguments)`` says so (batch norm: when training)
     updated_in_place: tuple[str, ...] = ()
     updates: Callable[[dict[str, Any]], bool] | None = None
+    #: each sample along x's axis 0 is computed alone, with the same other arrays and arguments: a
+    #: framework may fold a mapped axis of x (torch.func.vmap's) into it; False: it maps over that axis
+    samples_independent: bool = False
     #: the residual form's gradients when not in the arrays' order (rnn: dx, dh0, dc0, dweights)
     gradient_order: tuple[str, ...] = ()
 

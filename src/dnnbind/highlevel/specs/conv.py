@@ -69,7 +69,7 @@ CONV = OpSpec(
             Param("padding", 0, True, kind="padding"), Param("dilation", 1, True, kind="per_dim"),
             Param("groups", 1, True, "int"), Param("flip", False, True, "bool")),
     arrays=ARRAYS, static=("dims",), outputs=OUTPUTS, check=_check_conv, empty=_empty_conv, regroup=_regroup,
-    skippable=True, unbatched=UNBATCHED, features=_FEATURES,
+    skippable=True, unbatched=UNBATCHED, features=_FEATURES, samples_independent=True,
 )
 
 CONV_TRANSPOSE = OpSpec(
@@ -87,5 +87,5 @@ CONV_TRANSPOSE = OpSpec(
             Param("flip", False, True, "bool")),
     arrays=ARRAYS, static=("dims",), outputs=OUTPUTS, check=_check_conv_transpose, empty=_empty_conv_transpose,
     regroup=_regroup, skippable=True, unbatched=UNBATCHED,
-    features=_FEATURES + ("output_padding",),
+    features=_FEATURES + ("output_padding",), samples_independent=True,
 )

@@ -74,7 +74,7 @@ MAXPOOL = OpSpec(
     arrays=ARRAYS, static=("dims", "return_indices"),
     outputs=(Output("y", "dy"), Output("indices", dtype="int64")),
     check=_check_maxpool, empty=_empty_maxpool, unbatched=UNBATCHED,
-    features=("padding", "dilation", "ceil_mode", "return_indices"),
+    features=("padding", "dilation", "ceil_mode", "return_indices"), samples_independent=True,
 )
 
 MEANPOOL = OpSpec(
@@ -96,5 +96,5 @@ MEANPOOL = OpSpec(
             Param("divisor_override", None, True, "int | None")),
     arrays=ARRAYS, static=("dims", "count_include_pad", "divisor_override"), outputs=(Output("y", "dy"),),
     check=_check_meanpool, empty=_empty_meanpool, unbatched=UNBATCHED,
-    features=("padding", "count_include_pad=False", "ceil_mode", "divisor_override"),
+    features=("padding", "count_include_pad=False", "ceil_mode", "divisor_override"), samples_independent=True,
 )

@@ -123,3 +123,27 @@ def test_an_exported_training_program_holds_no_residuals_and_its_gradients_equal
     grads = {k: v.grad for k, v in module.named_parameters()}
     for k, v in theirs.named_parameters():
         torch.testing.assert_close(grads[k], v.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cls,shape,axis", [(CNN, (2, 3, 8, 8), 0), (LSTMNet, (5, 2, 4), 1)], ids=["cnn", "lstm"])
+def test_compile_dynamic_runs_several_batch_sizes_without_recompiling(cls, shape, axis):
+    """torch.compile(dynamic=True): one graph for every batch size (the fake kernels keep it symbolic),
+    forward and backward equal to torch's layers."""
+    from torch._dynamo.testing import CompileCounter
+    torch._dynamo.reset()
+    ours, theirs = _twins(cls)
+    ours.train(), theirs.train()
+    counter = CompileCounter()
+    step = torch.compile(lambda m, x: m(x).sum(), backend=counter, dynamic=True, fullgraph=True)
+    for batch in (2, 3, 5, 7):
+        size = list(shape)
+        size[axis] = batch
+        x = torch.randn(*size)
+        for p in ours.parameters():
+            p.grad = None
+        step(ours, x).backward()
+        theirs.zero_grad()
+        theirs(x).sum().backward()
+        for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4, msg=name)
+    assert counter.frame_count == 1

@@ -73,6 +73,9 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             plan.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
         if keep:
             ctx.plan = plan
+            # an op whose backward is differentiable keeps its inputs for a create_graph backward, which
+            # runs the typed backward op on them (the backend keeps x and w as residuals too, unchecked)
+            ctx.inputs = (x, *others) if SPECS[plan.op].second_order is not None else None
             # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
             # want to see them as saved tensors
             if _saved_tensor_hooks(False) is None:
@@ -138,6 +141,8 @@ def _recorded_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None],
                        needs: tuple[bool, ...] | None) -> list[Tensor | None]:
     """The backward through the registered backward op (grad mode on: create_graph), which autograd
     records, so that a second derivative is refused by its missing formula instead of coming out wrong."""
+    if ctx.inputs is not None:
+        return _typed_backward(ctx, plan, cotangents)
     given = [d is not None for d in cotangents]
     record = plan.sig.record[1]
     extra: dict[str, Any] = {"given": given} if needs is None else {"given": given, "needs": list(needs)}
@@ -150,6 +155,20 @@ def _recorded_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None],
     out = [next(grads) if path is not None else None for path in plan.gradients]
     # what was not needed came back as an empty placeholder
     return [g if g is not None and flag else None for g, flag in zip(out, flags)]
+
+
+def _typed_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None]) -> list[Tensor | None]:
+    """The backward through the typed backward op (:mod:`dnnbind.torch.typed`), differentiable again
+    by the op's second-order rule: one gradient per input (x, *others), None where none is wanted."""
+    x, *others = ctx.inputs
+    kwargs = {**plan.sig.p["args"], **dict(zip(plan.sig.p["reals"], plan.reals))}
+    tensors = plan.tensors(x, others)
+    inputs = typed.typed_arguments(plan.op, tensors[0], tensors[1:], SPECS[plan.op].arguments_function(**kwargs))
+    flat = typed._flat_tensors(plan.op, inputs)
+    flags = ctx.needs_input_grad[1:]            # one per tensor in (x, *others), the given ones in order
+    needs = [bool(f) for f in flags]
+    results = typed.BACKWARDS[plan.op].apply(typed._statics(inputs), needs, len(cotangents), *cotangents, *flat)
+    return [g if flag else None for g, flag in zip(results, flags)]
 
 
 def _statistics_written(tensors: Sequence[Tensor | None], arrays: Sequence[Any]) -> None:

@@ -346,8 +346,9 @@ class _Function(torch.autograd.Function):      # subclassed once per op below, s
 
 
 class _BackwardFunction(torch.autograd.Function):
-    """One op's backward op for autograd and torch.func; a gradient of it (double backward) is refused,
-    naming the op, until the op's backward is differentiable."""
+    """One op's backward op for autograd and torch.func. Its own gradient (double backward) follows the
+    op spec's second-order rule (:mod:`dnnbind.highlevel.specs.second_order`), built from the op's typed
+    forward and backward, so it is differentiable again; an op without one refuses, naming itself."""
     generate_vmap_rule = True
     op: str = ""
 
@@ -360,16 +361,70 @@ class _BackwardFunction(torch.autograd.Function):
 
     @classmethod
     def setup_context(cls, ctx: Any, inputs: tuple, output: Any) -> None:  # type: ignore[override]
-        pass
+        if SPECS[cls.op].second_order is None:
+            return
+        statics, needs, count, *tensors = inputs
+        ctx.statics, ctx.needs, ctx.count = statics, needs, count
+        ctx.places = [t is not None for t in tensors]
+        ctx.save_for_backward(*[t for t in tensors if t is not None])
 
     @classmethod
     def backward(cls, ctx: Any, *grads: Any) -> tuple:  # type: ignore[override]
-        raise RuntimeError(f"dnnbind.{cls.op}: its backward is not differentiable (no double backward, no "
-                           f"gradient of a gradient through dnnbind.{cls.op} yet)")
+        rule = SPECS[cls.op].second_order
+        if rule is None:
+            raise RuntimeError(f"dnnbind.{cls.op}: its backward is not differentiable (no double backward, no "
+                               f"gradient of a gradient through dnnbind.{cls.op})")
+        saved = iter(ctx.saved_tensors)
+        tensors = [next(saved) if given else None for given in ctx.places]
+        cotangents, inputs = tensors[:ctx.count], tensors[ctx.count:]
+        ops = _Ops(cls.op, ctx.statics, inputs)
+        names = [n for n, t in zip(SPECS[cls.op].array_names, inputs) if t is not None]
+        gg = {f"d{n}": g if need and g is not None and g.numel() else None
+              for n, g, need in zip(names, grads, ctx.needs)}
+        d_cotangents, d_arrays = rule(ops, ops.arrays, cotangents, gg)
+        d_inputs = [d_arrays.get(n) if t is not None else None for n, t in zip(SPECS[cls.op].array_names, inputs)]
+        d_inputs += [None] * (len(inputs) - len(d_inputs))
+        return (None, None, None, *d_cotangents, *[None] * (ctx.count - len(d_cotangents)), *d_inputs)
 
     @classmethod
     def jvp(cls, ctx: Any, *tangents: Any) -> Any:
         raise RuntimeError(f"dnnbind.{cls.op}: forward-mode AD (jvp, jacfwd) of its backward is not supported")
+
+
+class _Ops:
+    """What a second-order rule calls (see :mod:`dnnbind.highlevel.specs.second_order`): the op's typed
+    forward and backward on other arrays, with the arguments of the call being differentiated."""
+
+    def __init__(self, op: str, statics: Sequence[Any], tensors: Sequence[Tensor | None]) -> None:
+        self.op = op
+        x, arrays, self.kwargs = public_arguments(op, _with_tensors(op, statics, tensors))
+        self.arrays = dict(zip(SPECS[op].array_names, [x, *arrays]))
+
+    def _typed(self, arrays: dict[str, Any], arguments: dict[str, Any]) -> list[Any]:
+        named = {**self.arrays, **arrays}
+        values = [named[n] for n in SPECS[self.op].array_names]
+        return typed_arguments(self.op, values[0], values[1:], {**self.kwargs, **arguments})
+
+    def forward(self, arrays: dict[str, Any], **arguments: Any) -> list[Tensor]:
+        named = {**self.arrays, **arrays}
+        values = [named[n] for n in SPECS[self.op].array_names]
+        return call(self.op, values[0], values[1:], {**self.kwargs, **arguments})
+
+    def backward(self, cotangents: list[Any], arrays: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+        inputs = self._typed(arrays, {})
+        tensors = _flat_tensors(self.op, inputs)
+        given = [(n, t) for n, t in zip(SPECS[self.op].array_names, tensors) if t is not None]
+        needs = [n in names for n, _ in given]
+        found = BACKWARDS[self.op].apply(_statics(inputs), needs, len(cotangents), *cotangents, *tensors)
+        return {n: g for (n, _), g in zip(given, found) if n in names}
+
+    @staticmethod
+    def zeros_like(a: Tensor) -> Tensor:
+        return torch.zeros_like(a)
+
+    @staticmethod
+    def gather(a: Tensor, indices: Tensor) -> Tensor:
+        return a.flatten(2).gather(2, indices.flatten(2)).view(indices.shape)
 
 
 #: op -> the autograd.Function of its backward op

@@ -120,6 +120,9 @@ class OpSpec:
     #: each sample along x's axis 0 is computed alone, with the same other arrays and arguments: a
     #: framework may fold a mapped axis of x (torch.func.vmap's) into it; False: it maps over that axis
     samples_independent: bool = False
+    #: how the op's backward is differentiated (double backward), from its own forward and backward
+    #: (:mod:`.second_order`); None: it is not, and a framework refuses a gradient of its gradient
+    second_order: Callable[..., tuple] | None = None
     #: the residual form's gradients when not in the arrays' order (rnn: dx, dh0, dc0, dweights)
     gradient_order: tuple[str, ...] = ()
 

@@ -6,6 +6,7 @@ from typing import Any
 from dnnbind.highlevel.dims.checks import check_same_dtype, check_shape
 from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param, Unbatching
+from dnnbind.highlevel.specs.second_order import bilinear
 from dnnbind.highlevel.unbatched import conv_is_unbatched
 
 ARRAYS = (ArrayArg("x", gradient="dx", batched=True), ArrayArg("w", gradient="dw"),
@@ -70,6 +71,7 @@ CONV = OpSpec(
             Param("groups", 1, True, "int"), Param("flip", False, True, "bool")),
     arrays=ARRAYS, static=("dims",), outputs=OUTPUTS, check=_check_conv, empty=_empty_conv, regroup=_regroup,
     skippable=True, unbatched=UNBATCHED, features=_FEATURES, samples_independent=True,
+    second_order=bilinear,
 )
 
 CONV_TRANSPOSE = OpSpec(
@@ -88,4 +90,5 @@ CONV_TRANSPOSE = OpSpec(
     arrays=ARRAYS, static=("dims",), outputs=OUTPUTS, check=_check_conv_transpose, empty=_empty_conv_transpose,
     regroup=_regroup, skippable=True, unbatched=UNBATCHED,
     features=_FEATURES + ("output_padding",), samples_independent=True,
+    second_order=bilinear,
 )

@@ -8,6 +8,7 @@ import numpy as np
 from dnnbind.highlevel.dims.checks import check_divisor_override
 from dnnbind.highlevel.dims.pool import PoolDims
 from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param, Unbatching
+from dnnbind.highlevel.specs.second_order import linear, selection
 from dnnbind.highlevel.unbatched import pool_is_unbatched
 
 ARRAYS = (ArrayArg("x", gradient="dx", batched=True),)
@@ -75,6 +76,7 @@ MAXPOOL = OpSpec(
     outputs=(Output("y", "dy"), Output("indices", dtype="int64")),
     check=_check_maxpool, empty=_empty_maxpool, unbatched=UNBATCHED,
     features=("padding", "dilation", "ceil_mode", "return_indices"), samples_independent=True,
+    second_order=selection,
 )
 
 MEANPOOL = OpSpec(
@@ -97,4 +99,5 @@ MEANPOOL = OpSpec(
     arrays=ARRAYS, static=("dims", "count_include_pad", "divisor_override"), outputs=(Output("y", "dy"),),
     check=_check_meanpool, empty=_empty_meanpool, unbatched=UNBATCHED,
     features=("padding", "count_include_pad=False", "ceil_mode", "divisor_override"), samples_independent=True,
+    second_order=linear,
 )

@@ -77,13 +77,71 @@ def test_a_hessian_by_torch_func_equals_torchs():
     torch.testing.assert_close(ours, theirs)
 
 
-@pytest.mark.parametrize("op", ["softmax", "batchnorm", "activation"])
-def test_ops_without_a_second_order_rule_refuse_naming_themselves(op):
-    x = _r(4, 3)
-    calls = {"softmax": lambda x: dt.softmax(x),
-             "batchnorm": lambda x: dt.batchnorm(x, torch.ones(3, dtype=DT), torch.zeros(3, dtype=DT)),
-             "activation": lambda x: dt.activation(x, "tanh")}
-    y = calls[op](x)
-    (g,) = torch.autograd.grad(y.pow(3).sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError, match=rf"dnnbind[.:]{op}"):
+POINTWISE = {
+    "softmax": (lambda x: dt.softmax(x, axis=1), lambda x: torch.softmax(x, 1)),
+    "logsoftmax": (lambda x: dt.logsoftmax(x, axis=-1), lambda x: torch.log_softmax(x, -1)),
+    "relu": (lambda x: dt.activation(x, "relu"), F.relu),
+    "sigmoid": (lambda x: dt.activation(x, "sigmoid"), torch.sigmoid),
+    "tanh": (lambda x: dt.activation(x, "tanh"), torch.tanh),
+    "elu": (lambda x: dt.activation(x, "elu", alpha=0.7), lambda x: F.elu(x, 0.7)),
+    "leaky_relu": (lambda x: dt.activation(x, "leaky_relu", alpha=0.2), lambda x: F.leaky_relu(x, 0.2)),
+    "relu6": (lambda x: dt.activation(x, "clipped_relu"), F.relu6),
+    "silu": (lambda x: dt.activation(x, "swish"), F.silu),
+    "batchnorm-training": (lambda x: dt.batchnorm(x, GAMMA, BETA),
+                           lambda x: F.batch_norm(x, None, None, GAMMA, BETA, training=True)),
+    "batchnorm-inference": (lambda x: dt.batchnorm(x, GAMMA, BETA, running_mean=MEAN, running_var=VAR, training=False),
+                            lambda x: F.batch_norm(x, MEAN, VAR, GAMMA, BETA, training=False)),
+    "dropout": (lambda x: dt.dropout(x, 0.3, seed=5), None),
+}
+torch.manual_seed(7)
+GAMMA, BETA = _r(4), _r(4)
+MEAN, VAR = torch.randn(4, dtype=DT), torch.rand(4, dtype=DT) + 0.5
+
+
+@pytest.mark.parametrize("name", list(POINTWISE))
+def test_gradgradcheck_passes_for_the_closed_form_rules(name):
+    """softmax's, the activations' and batch norm's backwards differentiated by their formulas (batch
+    norm's with respect to x, gamma and beta), dropout's as a linear map with its mask."""
+    ours, _ = POINTWISE[name]
+    x = _r(3, 4, 5)
+    if name.startswith("batchnorm"):
+        assert gradgradcheck(lambda x, g, b: dt.batchnorm(x, g, b, training=name.endswith("training"),
+                                                          running_mean=MEAN, running_var=VAR), (x, GAMMA, BETA))
+    else:
+        assert gradgradcheck(ours, (x,))
+
+
+@pytest.mark.parametrize("name", [n for n in POINTWISE if POINTWISE[n][1] is not None])
+def test_closed_form_gradient_penalties_equal_torchs(name):
+    ours, theirs = POINTWISE[name]
+    x0 = torch.randn(3, 4, 5, dtype=DT)
+    results = []
+    for f in (ours, theirs):
+        x = x0.clone().requires_grad_()
+        y = f(x)
+        (gx,) = torch.autograd.grad((y * torch.linspace(-1, 1, y.numel(), dtype=DT).view_as(y)).sum(), x,
+                                    create_graph=True)
+        # (piecewise-linear ones: zero, which torch gives as unused)
+        results.append(torch.autograd.grad((gx ** 3).sum(), x, allow_unused=True, materialize_grads=True))
+    torch.testing.assert_close(results[0], results[1])
+
+
+def test_a_hessian_of_softmax_and_batch_norm_by_torch_func_equals_torchs():
+    x = torch.randn(3, 4, dtype=DT)
+
+    def loss(softmax, norm):
+        return lambda x: softmax(norm(x)).pow(2).sum()
+    ours = jacrev(grad(loss(lambda x: dt.softmax(x, axis=1), lambda x: dt.batchnorm(x, GAMMA[:4], BETA[:4]))))(x)
+    theirs = jacrev(grad(loss(lambda x: torch.softmax(x, 1),
+                              lambda x: F.batch_norm(x, None, None, GAMMA[:4], BETA[:4], training=True))))(x)
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_an_rnn_refuses_a_second_derivative_naming_itself():
+    """As torch's cuDNN RNN does (dnnbind's RNN backward has no second-order rule)."""
+    x = _r(4, 2, 3)
+    weights = [[_r(8, 3), _r(8, 2), _r(8), _r(8)]]
+    y, _, _ = dt.rnn(x, weights, mode="lstm", hidden_size=2)
+    (g,) = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"dnnbind[.:]rnn"):
         g.sum().backward()

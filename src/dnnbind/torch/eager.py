@@ -163,6 +163,9 @@ def _typed_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None]) -> li
     x, *others = ctx.inputs
     kwargs = {**plan.sig.p["args"], **dict(zip(plan.sig.p["reals"], plan.reals))}
     tensors = plan.tensors(x, others)
+    k = len(SPECS[plan.op].tensor_arguments)      # dropout's seed tensor: the last of others, no array
+    if k and len(others) >= k:
+        kwargs.update(zip(SPECS[plan.op].tensor_arguments, others[len(others) - k:]))
     inputs = typed.typed_arguments(plan.op, tensors[0], tensors[1:], SPECS[plan.op].arguments_function(**kwargs))
     flat = typed._flat_tensors(plan.op, inputs)
     flags = ctx.needs_input_grad[1:]            # one per tensor in (x, *others), the given ones in order

@@ -225,7 +225,8 @@ def _backward(op: str, cotangents: Sequence[Tensor | None], *args: Any) -> list[
     wanted = [bool(n) and d for n, (_, d) in zip(needs, given)]
     dx, d_others = library.gradients(op, x, others, params, reals, outputs, residuals, list(cotangents),
                                      wanted[0], wanted[1:])
-    return [g if g is not None and w else t.new_empty((0,)) for g, w, (t, _) in zip([dx, *d_others], wanted, given)]
+    grads = [dx, *d_others] + [None] * (len(given) - 1 - len(d_others))     # (dropout's seed: none)
+    return [g if g is not None and w else t.new_empty((0,)) for g, w, (t, _) in zip(grads, wanted, given)]
 
 
 def _fake_backward(op: str, cotangents: Sequence[Tensor | None], *args: Any) -> list[Tensor]:
@@ -366,7 +367,9 @@ class _BackwardFunction(torch.autograd.Function):
         statics, needs, count, *tensors = inputs
         ctx.statics, ctx.needs, ctx.count = statics, needs, count
         ctx.places = [t is not None for t in tensors]
-        ctx.save_for_backward(*[t for t in tensors if t is not None])
+        kept = {count + i for i in _kept(cls.op)}      # batch norm's running statistics: by reference
+        ctx.kept = {i: tensors[i] for i in kept}
+        ctx.save_for_backward(*[t for i, t in enumerate(tensors) if t is not None and i not in kept])
 
     @classmethod
     def backward(cls, ctx: Any, *grads: Any) -> tuple:  # type: ignore[override]
@@ -375,7 +378,8 @@ class _BackwardFunction(torch.autograd.Function):
             raise RuntimeError(f"dnnbind.{cls.op}: its backward is not differentiable (no double backward, no "
                                f"gradient of a gradient through dnnbind.{cls.op})")
         saved = iter(ctx.saved_tensors)
-        tensors = [next(saved) if given else None for given in ctx.places]
+        tensors = [ctx.kept[i] if i in ctx.kept else next(saved) if given else None
+                   for i, given in enumerate(ctx.places)]
         cotangents, inputs = tensors[:ctx.count], tensors[ctx.count:]
         ops = _Ops(cls.op, ctx.statics, inputs)
         names = [n for n, t in zip(SPECS[cls.op].array_names, inputs) if t is not None]
@@ -399,6 +403,8 @@ class _Ops:
         self.op = op
         x, arrays, self.kwargs = public_arguments(op, _with_tensors(op, statics, tensors))
         self.arrays = dict(zip(SPECS[op].array_names, [x, *arrays]))
+        #: the call's public arguments, by name
+        self.arguments = self.kwargs
 
     def _typed(self, arrays: dict[str, Any], arguments: dict[str, Any]) -> list[Any]:
         named = {**self.arrays, **arrays}
@@ -421,6 +427,71 @@ class _Ops:
     @staticmethod
     def zeros_like(a: Tensor) -> Tensor:
         return torch.zeros_like(a)
+
+    @staticmethod
+    def sum(a: Tensor, axes: tuple[int, ...], keepdims: bool = True) -> Tensor:
+        return a.sum(dim=axes, keepdim=keepdims) if a.dim() else a
+
+    @staticmethod
+    def mean(a: Tensor, axes: tuple[int, ...]) -> Tensor:
+        return a.mean(dim=axes, keepdim=True)
+
+    exp = staticmethod(torch.exp)
+    sigmoid = staticmethod(torch.sigmoid)
+    where = staticmethod(torch.where)
+
+    @staticmethod
+    def channels(a: Tensor, like: Tensor) -> Tensor:
+        """A per-channel vector shaped to broadcast over like (N, C, *spatial), in like's dtype."""
+        return a.to(like.dtype).reshape(1, -1, *[1] * (like.dim() - 2))
+
+    @staticmethod
+    def vjp(gradients: Any, arrays: dict[str, Any], cotangents: list[Any],
+            gg: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """The gradients of ``gradients(arrays, cotangents)`` (by name) with respect to the arrays and the
+        cotangents, for their cotangents ``gg`` (by gradient name), through torch's autograd
+        (torch.func.vjp under torch.func's transforms)."""
+        if _functorch():
+            return _Ops._func_vjp(gradients, arrays, cotangents, gg)
+        with torch.enable_grad():
+            found = gradients(arrays, cotangents)
+        pairs = [(found[name[1:]], g) for name, g in gg.items() if g is not None and found.get(name[1:]) is not None]
+        wrt = [(("array", n), t) for n, t in arrays.items() if isinstance(t, Tensor) and t.requires_grad]
+        wrt += [(("cotangent", i), t) for i, t in enumerate(cotangents) if isinstance(t, Tensor) and t.requires_grad]
+        pairs = [(o, g) for o, g in pairs if o.requires_grad]
+        d_arrays: dict[str, Any] = {}
+        d_cotangents: list[Any] = [None] * len(cotangents)
+        if pairs and wrt:
+            results = torch.autograd.grad([o for o, _ in pairs], [t for _, t in wrt], [g for _, g in pairs],
+                                          create_graph=True, allow_unused=True)
+            for ((kind, key), _), r in zip(wrt, results):
+                if kind == "array":
+                    d_arrays[key] = r
+                else:
+                    d_cotangents[key] = r
+        return d_cotangents, d_arrays
+
+    @staticmethod
+    def _func_vjp(gradients: Any, arrays: dict[str, Any], cotangents: list[Any],
+                  gg: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        names = [n for n, t in arrays.items() if isinstance(t, Tensor)]
+        places = [i for i, t in enumerate(cotangents) if isinstance(t, Tensor)]
+        wanted = [name for name, g in gg.items() if g is not None]
+
+        def f(*tensors: Tensor) -> tuple:
+            a = {**arrays, **dict(zip(names, tensors[:len(names)]))}
+            c = list(cotangents)
+            for i, t in zip(places, tensors[len(names):]):
+                c[i] = t
+            found = gradients(a, c)
+            return tuple(found[name[1:]] for name in wanted)
+        primals = [arrays[n] for n in names] + [cotangents[i] for i in places]
+        _, pullback = torch.func.vjp(f, *primals)
+        results = pullback(tuple(gg[name] for name in wanted))
+        d_cotangents: list[Any] = [None] * len(cotangents)
+        for i, r in zip(places, results[len(names):]):
+            d_cotangents[i] = r
+        return d_cotangents, dict(zip(names, results[:len(names)]))
 
     @staticmethod
     def gather(a: Tensor, indices: Tensor) -> Tensor:

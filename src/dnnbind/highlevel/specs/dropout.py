@@ -8,6 +8,7 @@ import numpy as np
 
 from dnnbind.highlevel.dims.checks import check_dtype, check_probability
 from dnnbind.highlevel.specs.base import ArrayArg, OpSpec, Output, Param
+from dnnbind.highlevel.specs.second_order import linear
 from dnnbind.highlevel.specs.softmax import like_x
 
 
@@ -38,5 +39,5 @@ DROPOUT = OpSpec(
     params=(Param("x"), Param("p", annotation="float"), Param("seed", None, True, kind="tensor?")),
     arrays=(ArrayArg("x", gradient="dx"),), static=("p", "seed"), outputs=(Output("y", "dy"),),
     check=_check, empty=like_x, pointwise=True, mask_residuals=True, tensor_arguments=("seed",),
-    features=("seed",),
+    features=("seed",), second_order=linear,
 )

@@ -41,8 +41,8 @@ def bilinear(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[s
 
 
 def linear(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[str, Any]) -> tuple[list[Any], dict]:
-    """An op linear in x (meanpool): its backward is the transposed map, linear in dy and constant in x;
-    differentiated: d dy = f(ggx), d x = 0."""
+    """An op linear in x (meanpool; dropout, its mask fixed by its seed): its backward is the transposed
+    map, linear in dy and constant in x; differentiated: d dy = f(ggx), d x = 0."""
     ggx = gg.get("dx")
     return [None if ggx is None else ops.forward({**arrays, "x": ggx})[0]], {"x": None}
 
@@ -55,3 +55,63 @@ def selection(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[
         return [None] * len(cotangents), {"x": None}
     indices = ops.forward(arrays, return_indices=True)[1]
     return [ops.gather(ggx, indices)] + [None] * (len(cotangents) - 1), {"x": None}
+
+
+def from_backward(gradients: Any) -> Any:
+    """A rule from the op's backward written in differentiable operations, ``gradients(ops, arrays,
+    cotangents) -> {array name: gradient}``; differentiated by the framework's own autograd
+    (``ops.vjp``). For ops whose backward is closed-form in their forward's result (softmax) or in a
+    few reductions (batch norm)."""
+    def rule(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[str, Any]) -> tuple[list[Any], dict]:
+        return ops.vjp(lambda a, c: gradients(ops, a, c), arrays, cotangents, gg)
+    return rule
+
+
+def _softmax(ops: Any, arrays: dict[str, Any], cotangents: list[Any]) -> dict[str, Any]:
+    """softmax's backward: dx = y * (dy - sum(dy * y))."""
+    y, dy, axis = ops.forward(arrays)[0], cotangents[0], ops.arguments["axis"]
+    return {"x": y * (dy - ops.sum(dy * y, (axis,)))}
+
+
+def _logsoftmax(ops: Any, arrays: dict[str, Any], cotangents: list[Any]) -> dict[str, Any]:
+    """logsoftmax's backward: dx = dy - exp(y) * sum(dy)."""
+    y, dy, axis = ops.forward(arrays)[0], cotangents[0], ops.arguments["axis"]
+    return {"x": dy - ops.exp(y) * ops.sum(dy, (axis,))}
+
+
+softmax = from_backward(_softmax)
+logsoftmax = from_backward(_logsoftmax)
+
+
+def _batchnorm(ops: Any, arrays: dict[str, Any], cotangents: list[Any]) -> dict[str, Any]:
+    """batch norm's backward from its formula, over every axis but the channels (1): with the batch's
+    statistics when training, the running ones otherwise."""
+    x, gamma, dy = arrays["x"], arrays["gamma"], cotangents[0]
+    axes = tuple(a for a in range(len(x.shape)) if a != 1)
+    if ops.arguments["training"]:
+        mean = ops.mean(x, axes)
+        var = ops.mean((x - mean) * (x - mean), axes)
+    else:
+        mean, var = ops.channels(arrays["running_mean"], x), ops.channels(arrays["running_var"], x)
+    invstd = (var + ops.arguments["eps"]) ** -0.5
+    xhat = (x - mean) * invstd
+    scale = ops.channels(gamma, x) * invstd
+    if ops.arguments["training"]:
+        dx = scale * (dy - ops.mean(dy, axes) - xhat * ops.mean(dy * xhat, axes))
+    else:
+        dx = scale * dy
+    return {"x": dx, "gamma": ops.sum(dy * xhat, axes, keepdims=False), "beta": ops.sum(dy, axes, keepdims=False)}
+
+
+batchnorm = from_backward(_batchnorm)
+
+
+def activation(derivatives: dict[str, Any], defaults: dict[str, Any]) -> Any:
+    """The activations' rule: ``derivatives[mode](ops, x, y, dy, alpha) -> dx``, each mode's backward
+    in differentiable operations (alpha: the call's, or the mode's default)."""
+    def gradients(ops: Any, arrays: dict[str, Any], cotangents: list[Any]) -> dict[str, Any]:
+        mode, alpha = ops.arguments["mode"], ops.arguments["alpha"]
+        alpha = defaults[mode] if alpha is None else alpha
+        x = arrays["x"]
+        return {"x": derivatives[mode](ops, x, ops.forward(arrays)[0], cotangents[0], alpha)}
+    return from_backward(gradients)

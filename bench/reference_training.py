@@ -163,6 +163,22 @@ def null_compiled_step(torch: Any, like: Any, x: Any) -> Callable[[], None]:
     return torch_fwd_bwd(torch, torch.compile(Null(), fullgraph=True), x)
 
 
+def with_null_pair(torch: Any, model: Any) -> Any:
+    """``model`` followed by the do-nothing custom op pair of :func:`null_compiled_step` (without
+    parameters), as one module: compiled, the pair sits in the same graph as the model's own ops."""
+    op = _null_op(torch)
+
+    class Paired(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x: Any) -> Any:
+            return op(self.model(x), [])[0]
+
+    return Paired()
+
+
 def cold_null_compiled_step(torch: Any, like: Any, x: Any, nbytes: int) -> tuple[Callable[[], None],
                                                                                   Callable[[], None]]:
     """(a step of :func:`null_compiled_step` whose two kernels each write ``nbytes`` of memory, as the

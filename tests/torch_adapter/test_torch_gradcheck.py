@@ -92,11 +92,16 @@ def test_in_place_change_after_forward_does_not_change_the_gradient(randn):
     torch.testing.assert_close(grad, expected)
 
 
-def test_double_backward_is_refused_not_wrong(randn):
-    """Pullbacks are differentiated once; a second derivative raises instead of coming out zero."""
+def test_double_backward_is_right_not_zero(randn):
+    """A second derivative comes out right (tanh's, as torch's), never zero: the backward is differentiated
+    by the op's second-order rule (see test_torch_double_backward.py; an op without one refuses)."""
     x, v = randn(2, 3), randn(2, 3)
     (g,) = torch.autograd.grad(dt.activation(x, "tanh"), x, grad_outputs=v, create_graph=True)
-    with pytest.raises(RuntimeError, match="no autograd formula was registered"):
-        g.sum().backward()
+    (second,) = torch.autograd.grad(g.sum(), x)
+    xt = x.detach().clone().requires_grad_()
+    (gt,) = torch.autograd.grad(torch.tanh(xt), xt, grad_outputs=v, create_graph=True)
+    (expected,) = torch.autograd.grad(gt.sum(), xt)
+    assert expected.abs().sum() > 0
+    torch.testing.assert_close(second, expected)
 
 

@@ -9,7 +9,8 @@ import torch._inductor.config  # noqa: F401 - patched below
 import dnnbind
 import dnnbind.torch as dt
 from dnnbind.torch import nn as dnn
-from dnnbind.torch.library import encode, flatten
+from dnnbind.highlevel.specs import SPECS
+from dnnbind.torch.typed import typed_arguments
 
 torch.manual_seed(0)
 
@@ -32,11 +33,11 @@ def _lstm_weights(inp, hidden, layers=1, dirs=1, bias=True, gates=4, proj=0):
 
 
 def _case(op, x, *arrays, **kwargs):
-    others, slots = flatten(arrays)
-    reals = {k: v for k, v in kwargs.items() if isinstance(v, float)}
-    args = {k: v for k, v in kwargs.items() if k not in reals}
-    params = encode(args=args, reals=list(reals), slots=slots)
-    return pytest.param(op, (x, others, params, list(reals.values())), id=f"{op}-{len(OPCHECK_CASES)}")
+    """The typed op's inputs: the spec's arrays, then (after them here: dropout's seed) its tensor arguments."""
+    n = len(SPECS[op].arrays) - 1
+    kwargs.update(zip(SPECS[op].tensor_arguments, arrays[n:]))
+    args = typed_arguments(op, x, list(arrays[:n]), SPECS[op].arguments_function(**kwargs))
+    return pytest.param(op, tuple(args), id=f"{op}-{len(OPCHECK_CASES)}")
 
 
 OPCHECK_CASES: list = []
@@ -89,15 +90,17 @@ def test_opcheck_passes_for_every_op(op, args):
 
 @pytest.mark.parametrize("op,args", OPCHECK_CASES[:1] + OPCHECK_CASES[-4:])
 def test_opcheck_passes_for_the_backward_ops(op, args):
-    x, others, params, reals = args
-    outputs, residuals = getattr(torch.ops.dnnbind, op)(x, others, params, reals)
-    y = outputs[0]
-    from dnnbind.torch.library import decode
-    p = decode(params)
-    shapes = [list(t.shape) for t in (x, *others)]
-    back = encode(**{**p, "shapes": shapes, "dtype": "float64", "device": "cpu", "given": [True]})
-    torch.library.opcheck(getattr(torch.ops.dnnbind, f"{op}_backward"),
-                          ([r.detach() for r in residuals], [torch.randn_like(y)], back, reals))
+    """The backward op takes the forward's inputs and the results' cotangents (None: not given) and a
+    flag per tensor input; it returns one gradient per tensor input."""
+    args = [[t.detach() if isinstance(t, torch.Tensor) else t for t in a] if isinstance(a, list) else
+            a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    outputs = getattr(torch.ops.dnnbind, op)(*args)
+    outputs = [outputs] if isinstance(outputs, torch.Tensor) else outputs
+    cotangents = [torch.randn_like(outputs[0])] + [None] * (len(SPECS[op].outputs) - 1)
+    tensors = [t for a in args for t in (a if isinstance(a, list) else [a]) if isinstance(t, torch.Tensor)]
+    grads = getattr(torch.ops.dnnbind, f"{op}_backward")(cotangents, *args, [True] * len(tensors))
+    assert [g.shape for g in grads] == [t.shape for t in tensors]
+    torch.library.opcheck(getattr(torch.ops.dnnbind, f"{op}_backward"), (cotangents, *args, [True] * len(tensors)))
 
 
 class SmallCNN(torch.nn.Module):
@@ -316,22 +319,39 @@ def test_a_recompiled_layer_with_another_float_setting_runs():
 
 @pytest.mark.parametrize("op,args", OPCHECK_CASES, ids=[c.id for c in OPCHECK_CASES])
 def test_eager_calls_equal_the_registered_custom_op(op, args):
-    """Plain eager calls skip torch's dispatcher (dnnbind.torch.eager._Eager) but run the same forward and
-    backward op: results and gradients equal calling torch.ops.dnnbind directly. (Batch norm's eager call
-    updates the running statistics it was given in place, where the custom op returns new ones.)"""
-    from dnnbind.torch.eager import _EAGER, _plan
-    x, others, params, reals = args
-    fresh = lambda: [t.detach().clone().requires_grad_(t.requires_grad) for t in (x, *others)]  # noqa: E731
-    statistics = slice(3, 5) if op == "batchnorm" else slice(0, 0)
+    """Plain eager calls skip torch's dispatcher (dnnbind.torch.eager._Eager) but run the same backend
+    forward and backward: results and gradients equal calling the typed op torch.ops.dnnbind.NAME directly.
+    (Batch norm's eager call updates the running statistics it was given in place, where the custom op
+    returns new ones: both are compared.)"""
+    from dnnbind.torch import eager
+    from dnnbind.torch.typed import _flat_tensors, _statics, _with_tensors, public_arguments
+    spec = SPECS[op]
+
+    def fresh():
+        tensors = [None if t is None else t.detach().clone().requires_grad_(t.requires_grad)
+                   for t in _flat_tensors(op, args)]
+        return tensors, _with_tensors(op, _statics(args), tensors)
+
+    def eager_call(inputs):
+        x, arrays, kwargs = public_arguments(op, inputs)
+        tensors = [kwargs.pop(name) for name in spec.tensor_arguments]
+        assert eager._plain_eager(x, [t for t in tensors if t is not None])
+        outputs = eager.call(op, x, *arrays, *tensors, **kwargs)
+        return outputs
+
+    def custom_call(inputs):
+        outputs = getattr(torch.ops.dnnbind, op)(*inputs)
+        return [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+
     results = []
-    for run in (lambda t: [*_EAGER[op].apply(_plan(op, t[0], t[1:], params, reals), t[0], *t[1:]), *t[statistics]],
-                lambda t: getattr(torch.ops.dnnbind, op)(t[0], t[1:], params, reals)[0]):
-        tensors = fresh()
-        outputs = list(run(tensors))
+    for run in (eager_call, custom_call):
+        tensors, inputs = fresh()
+        outputs = run(inputs)
         sum(o.sum() for o in outputs if o.requires_grad).backward()
-        results.append((outputs, [t.grad for t in tensors]))
-    (eager, eager_grads), (custom, custom_grads) = results
-    for a, b in zip(eager + eager_grads, custom + custom_grads):
+        results.append((outputs, [None if t is None else t.grad for t in tensors]))
+    (eager_out, eager_grads), (custom, custom_grads) = results
+    assert len(eager_out) == len(custom) and len(eager_grads) == len(custom_grads)
+    for a, b in zip(eager_out + eager_grads, custom + custom_grads):
         if a is None or b is None:
             assert a is None and b is None
         else:
@@ -505,9 +525,8 @@ def test_repeated_backward_op_calls_with_other_float_settings_stay_apart():
     changes between calls (a float argument, not part of params) gets its own gradient every time."""
     x = torch.randn(5, 7, dtype=torch.float64)
     for alpha in (0.1, 0.3, 0.1, -0.0, 0.0):
-        params = encode(args={"mode": "leaky_relu"}, reals=["alpha"], slots=[])
         xr = x.clone().requires_grad_(True)
-        outputs, _ = torch.ops.dnnbind.activation(xr, [], params, [alpha])
-        (grad,) = torch.autograd.grad(outputs[0].sum(), xr)
+        y = torch.ops.dnnbind.activation(xr, "leaky_relu", alpha)
+        (grad,) = torch.autograd.grad(y.sum(), xr)
         expected = torch.where(x > 0, torch.ones_like(x), torch.full_like(x, alpha))
         torch.testing.assert_close(grad, expected, rtol=0, atol=0)

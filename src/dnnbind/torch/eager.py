@@ -23,7 +23,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 from dnnbind.highlevel import plans
 from dnnbind.highlevel.grad_mode import saving, saving_residuals
 from dnnbind.highlevel.specs import SPECS
-from dnnbind.torch import library
+from dnnbind.torch import library, typed
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 from dnnbind.torch.library import _NOTHING, _encode, _map, _pick
 
@@ -86,6 +86,9 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             plan.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
         if keep:
             ctx.plan = plan
+            # an op whose backward is differentiable keeps its inputs for a create_graph backward, which
+            # runs the typed backward op on them (the backend keeps x and w as residuals too, unchecked)
+            ctx.inputs = (x, *others) if SPECS[plan.op].second_order is not None else None
             # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
             # want to see them as saved tensors
             if _saved_tensor_hooks(False) is None:
@@ -151,18 +154,37 @@ def _recorded_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None],
                        needs: tuple[bool, ...] | None) -> list[Tensor | None]:
     """The backward through the registered backward op (grad mode on: create_graph), which autograd
     records, so that a second derivative is refused by its missing formula instead of coming out wrong."""
+    if ctx.inputs is not None:
+        return _typed_backward(ctx, plan, cotangents)
     given = [d is not None for d in cotangents]
     record = plan.sig.record[1]
     extra: dict[str, Any] = {"given": given} if needs is None else {"given": given, "needs": list(needs)}
     params = _encode(tuple({**record, **extra}.items()))      # per call: not worth remembering
     saved = (list(ctx.saved_tensors) if ctx.residual_arrays is None
              else [to_tensor(a) for a in ctx.residual_arrays])
-    grads = iter(getattr(torch.ops.dnnbind, f"{plan.op}_backward")(saved, [d for d in cotangents if d is not None],
+    grads = iter(getattr(torch.ops.dnnbind, f"{plan.op}_eager_backward")(saved, [d for d in cotangents if d is not None],
                                                                     params, plan.reals))
     flags = ctx.needs_input_grad[1:]
     out = [next(grads) if path is not None else None for path in plan.gradients]
     # what was not needed came back as an empty placeholder
     return [g if g is not None and flag else None for g, flag in zip(out, flags)]
+
+
+def _typed_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None]) -> list[Tensor | None]:
+    """The backward through the typed backward op (:mod:`dnnbind.torch.typed`), differentiable again
+    by the op's second-order rule: one gradient per input (x, *others), None where none is wanted."""
+    x, *others = ctx.inputs
+    kwargs = {**plan.sig.p["args"], **dict(zip(plan.sig.p["reals"], plan.reals))}
+    tensors = plan.tensors(x, others)
+    k = len(SPECS[plan.op].tensor_arguments)      # dropout's seed tensor: the last of others, no array
+    if k and len(others) >= k:
+        kwargs.update(zip(SPECS[plan.op].tensor_arguments, others[len(others) - k:]))
+    inputs = typed.typed_arguments(plan.op, tensors[0], tensors[1:], SPECS[plan.op].arguments_function(**kwargs))
+    flat = typed._flat_tensors(plan.op, inputs)
+    flags = ctx.needs_input_grad[1:]            # one per tensor in (x, *others), the given ones in order
+    needs = [bool(f) for f in flags]
+    results = typed.BACKWARDS[plan.op].apply(typed._statics(inputs), needs, len(cotangents), *cotangents, *flat)
+    return [g if flag else None for g, flag in zip(results, flags)]
 
 
 def _statistics_written(tensors: Sequence[Tensor | None], arrays: Sequence[Any]) -> None:
@@ -293,8 +315,7 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
     A plain eager call leaves its plan for :func:`planned` to find."""
     others, params, reals = library.op_params(op, x.device.type, arrays, kwargs)
     if not _plain_eager(x, others):
-        outputs, _ = getattr(torch.ops.dnnbind, op)(x, others, params, list(reals.values()))
-        return outputs
+        return typed.call(op, x, arrays, kwargs)
     plan = _plan(op, x, others, params, [float(r) for r in reals.values()])
     if op in PLANNED and plan.sig.cached:
         try:

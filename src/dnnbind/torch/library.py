@@ -1,23 +1,20 @@
-"""dnnbind's ops as ``torch.library`` custom ops (namespace ``dnnbind``), built on the residual form.
+"""The residual machinery behind dnnbind.torch's ops: a call's backend functions, static arguments and residuals.
 
-For every op NAME (see :data:`dnnbind.highlevel.specs.SPECS`) two custom ops are registered:
+The typed custom ops (:mod:`dnnbind.torch.typed`, what ``torch.compile``, ``torch.export`` and
+``torch.func`` see) and the eager path (:mod:`dnnbind.torch.eager`) run the backends through here. A
+call is described internally as (x, others, params, reals): ``others`` the op's other array arguments
+that are not None, in the spec's order (rnn's weights flattened), ``params`` a JSON text (:func:`encode`)
+of the public op's keyword arguments and which array slots are filled, ``reals`` its float arguments.
+That text never reaches a graph: the typed ops take typed arguments and build it in their kernels.
+:func:`_forward` gives the op's outputs and residuals, :func:`gradients` / :func:`_backward` the
+gradients from them, :func:`_fake_forward` the shapes (computed from ConvDims/PoolDims/RNNDims through the
+public ops' checks, symbolic sizes kept symbolic).
 
-``dnnbind::NAME(Tensor x, Tensor[] others, str params, float[] reals) -> (Tensor[] outputs, Tensor[] residuals)``
-    Runs the backend's ``NAME_forward``. ``others`` are the op's other array arguments that are not
-    None, in the spec's order (rnn's weights flattened); ``params`` is a JSON text (:func:`encode`) holding
-    the public op's keyword arguments and which array slots are filled, except its float arguments,
-    which are ``reals`` (named in params; a compiled graph may hold them as symbolic values). Outputs: the op's results that
-    are not None; batch norm adds its updated running statistics (the op itself mutates nothing: the
-    caller copies them back), dropout takes its seed as a 0-d int64 tensor in ``others``.
-``dnnbind::NAME_backward(Tensor[] residuals, Tensor[] cotangents, str params, float[] reals) -> Tensor[]``
-    Runs ``NAME_backward``: one gradient per differentiable array argument that was given. For conv and
-    conv_transpose (their specs are ``skippable``) ``params`` says which of them autograd
-    needs; the others are not computed and come back as empty tensors (autograd receives None).
-
-Both have fake kernels that compute shapes from ConvDims/PoolDims/RNNDims (through the public ops'
-checks) and the backend's ``NAME_residuals``, without running anything, and the forward has its
-gradient registered (``register_autograd``) through the backward op, so ``torch.compile`` and
-``torch.export`` see dnnbind ops instead of graph breaks.
+One op is registered here: ``dnnbind::NAME_eager_backward(Tensor[] residuals, Tensor[] cotangents, str
+params, float[] reals) -> Tensor[]``, what an eager call of an op without a second-order rule records
+when autograd builds a graph of its backward (create_graph), so that a second derivative through it is
+refused instead of coming out wrong. :mod:`dnnbind.torch.sequence_op` (a run of layers as one op under
+torch.compile) keeps this generic form.
 """
 from __future__ import annotations
 
@@ -504,13 +501,6 @@ def _fake_backward(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Te
 
 # -- autograd -------------------------------------------------------------------------------------
 
-def _setup_context(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
-    x, others, params, reals = inputs
-    outputs, residuals = output
-    ctx.save_for_backward(*residuals)
-    ctx.mark_non_differentiable(*residuals, *_remember_call(op, ctx, x, others, params, reals, outputs))
-
-
 def _remember_call(op: str, ctx: Any, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
                    outputs: Sequence[Tensor]) -> list[Tensor]:
     """Keep on ``ctx`` what the backward needs besides the residuals; returns the outputs that get no
@@ -563,33 +553,38 @@ def _running_statistics(op: str, p: dict[str, Any]) -> int:
     return sum(_flat_slots(p["slots"])[SPECS[op].updated])
 
 
-def _autograd_backward(ctx: Any, d_outputs: Sequence[Tensor | None], d_residuals: Any) -> tuple:
-    op, call_params, diff, _ = _record_of(ctx)
-    # integer results (maxpool's indices) take no cotangent; eager autograd may hand zeros for them
-    d_results = [d if d is None or d.is_floating_point() else None for d in d_outputs[:ctx.results]]
+def gradients(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: Sequence[float],
+              outputs: Sequence[Tensor], residuals: Sequence[Tensor], d_outputs: Sequence[Tensor | None],
+              need_x: bool, need_others: Sequence[bool]) -> tuple[Tensor | None, list[Tensor | None]]:
+    """(dx, one gradient per tensor in others, None where it has none or is not needed) of the forward
+    call (x, others, params, reals) that gave ``outputs`` (its results, then batch norm's running
+    statistics) and ``residuals``, for the results' cotangents ``d_outputs`` (None: not given)."""
+    ctx = SimpleNamespace()
+    _remember_call(op, ctx, x, others, params, reals, outputs)
+    _, call_params, diff, _ = _record_of(ctx)
+    # integer results (maxpool's indices) take no cotangent
+    d_results = [d if d is None or d.is_floating_point() else None for d in list(d_outputs)[:ctx.results]]
+    d_results += [None] * (ctx.results - len(d_results))
     if not any(d is not None for d in d_results):
-        return None, [None] * len(diff), None, _no_gradient(ctx.reals)
+        return None, [None] * len(diff)
     if d_results[0] is None:                  # the first cotangent is required: zeros stand for "unused"
         shape, dtype, device = ctx.first
         d_results[0] = torch.zeros(shape, dtype=dtype, device=device)
     given = [d is not None for d in d_results]
-    flags = ctx.needs_input_grad             # (x, others, params, reals), others' one per tensor
-    need_x, need_others = bool(flags[0]), [bool(f) for f in flags[1]]
+    need_others = [bool(f) for f in need_others]
     needs = None
     if SPECS[op].skippable:      # x, w, b: whether autograd wants each (b's slot False when b was None)
         slots = iter(need_others)
-        needs = [need_x] + [bool(next(slots)) if slot else False for slot in call_params["slots"]]
+        needs = [bool(need_x)] + [bool(next(slots)) if slot else False for slot in call_params["slots"]]
     cotangents = [d for d in d_results if d is not None]
     extra: dict[str, Any] = {"given": given} if needs is None else {"given": given, "needs": needs}
-    params = _encode(tuple({**call_params, **extra}.items()))     # per call: not worth remembering
-    grads = getattr(torch.ops.dnnbind, f"{op}_backward")(list(ctx.saved_tensors), cotangents, params, ctx.reals)
+    grads = _backward(op, list(residuals), cotangents, _encode(tuple({**call_params, **extra}.items())), reals)
     it = iter(grads)
     dx: Tensor | None = next(it)
     d_others = [next(it) if has else None for has in diff]
-    if SPECS[op].skippable:      # what was not needed came back empty
-        dx = dx if need_x else None
-        d_others = [d if need else None for d, need in zip(d_others, need_others)]
-    return dx, d_others, None, _no_gradient(ctx.reals)
+    dx = dx if need_x else None
+    d_others = [d if need else None for d, need in zip(d_others, need_others)]
+    return dx, d_others
 
 
 def _no_gradient(reals: list[float]) -> Any:
@@ -601,14 +596,12 @@ def _no_gradient(reals: list[float]) -> Any:
 # -- registration ---------------------------------------------------------------------------------
 
 def _register(op: str) -> None:
-    name = f"{NAMESPACE}::{op}"
-    forward = torch.library.custom_op(name, functools.partial(_forward, op), mutates_args=(),
-                                      schema=_FORWARD_SCHEMA)
-    forward.register_fake(functools.partial(_fake_forward, op))
-    backward = torch.library.custom_op(f"{name}_backward", functools.partial(_backward, op), mutates_args=(),
-                                       schema=_BACKWARD_SCHEMA)
+    """The residual form's backward as an op of its own, ``dnnbind::NAME_eager_backward``: what an eager
+    call's backward records when autograd builds a graph of it (create_graph), so that a second derivative
+    through it is refused by its missing formula instead of coming out wrong."""
+    backward = torch.library.custom_op(f"{NAMESPACE}::{op}_eager_backward", functools.partial(_backward, op),
+                                       mutates_args=(), schema=_BACKWARD_SCHEMA)
     backward.register_fake(functools.partial(_fake_backward, op))
-    forward.register_autograd(_autograd_backward, setup_context=functools.partial(_setup_context, op))
 
 
 for _op in SPECS:

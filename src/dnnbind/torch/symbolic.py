@@ -23,17 +23,34 @@ Evaluate = Callable[[Callable[[Any], tuple[int, ...]]], list[Any]]
 
 def shapes(evaluate: Evaluate, tensors: Sequence[Any]) -> list[Any]:
     """``evaluate(size_of)`` (a list of shapes or None, from each tensor's sizes as ``size_of(t)`` gives
-    them) with the symbolic sizes of ``tensors`` kept symbolic in the shapes it returns."""
+    them) with the symbolic sizes of ``tensors`` kept symbolic in the shapes it returns. Where the shapes
+    are not affine in every symbolic size (a pooled height, under torch.compile(dynamic=True)), the sizes
+    they are affine in alone (the batch) stay symbolic and the others are specialized."""
     symbols = _symbols(tensors)
     if not symbols or len(symbols) > MAX_SYMBOLS:
         return evaluate(_concrete)
+    found = _solve(evaluate, symbols)
+    if found is None and len(symbols) > 1:
+        kept = {k: v for k, v in symbols.items() if _solve(evaluate, {k: v}, trial=True) is not None}
+        if kept:
+            found = _solve(evaluate, kept)
+            if found is not None:
+                for k, (size, _) in symbols.items():
+                    if k not in kept:
+                        int(size)                   # specialized: torch guards it
+    return found if found is not None else evaluate(_concrete)
+
+
+def _solve(evaluate: Evaluate, symbols: dict[Any, tuple[torch.SymInt, int]], trial: bool = False) -> list[Any] | None:
+    """The shapes with ``symbols`` kept symbolic, or None where they are not multilinear in them (other
+    symbolic sizes read at their example values; ``trial``: as plain values only, nothing returned)."""
     hints = [hint for _, hint in symbols.values()]
     try:
         corners = {bits: evaluate(_at(symbols, [h + b for h, b in zip(hints, bits)]))
                    for bits in itertools.product((0, 1), repeat=len(symbols))}
         check = evaluate(_at(symbols, [h + 2 for h in hints]))
-    except Exception:               # the shape logic refuses a size besides the example's: specialize
-        return evaluate(_concrete)
+    except Exception:               # the shape logic refuses a size besides the example's
+        return None
     sizes = [size for size, _ in symbols.values()]
     result: list[Any] = []
     for i, found in enumerate(corners[(0,) * len(symbols)]):
@@ -44,8 +61,8 @@ def shapes(evaluate: Evaluate, tensors: Sequence[Any]) -> list[Any]:
         for d in range(len(found)):
             coefficients = _monomials(_coefficients({bits: shape[i][d] for bits, shape in corners.items()}), hints)
             if _value(coefficients, [h + 2 for h in hints]) != check[i][d]:
-                return evaluate(_concrete)
-            dims.append(_value(coefficients, sizes))
+                return None
+            dims.append(None if trial else _value(coefficients, sizes))
         result.append(tuple(dims))
     return result
 
@@ -74,9 +91,19 @@ def _at(symbols: dict[Any, tuple[torch.SymInt, int]], values: list[int]) -> Call
     by_expr = dict(zip(symbols, values))
 
     def size_of(t: Any) -> tuple[int, ...]:
-        return tuple(by_expr[s.node.expr] if isinstance(s, torch.SymInt) and s.node.expr in by_expr else int(s)
-                     for s in t.shape)
+        return tuple(_size(s, by_expr) for s in t.shape)
     return size_of
+
+
+def _size(s: Any, by_expr: dict[Any, int]) -> int:
+    """A size as ``size_of`` gives it: a solved-for symbol at its value, another symbolic size at its
+    example value (no guard: whether it is specialized is decided after), an int as it is."""
+    if not isinstance(s, torch.SymInt):
+        return int(s)
+    expr = s.node.expr
+    if expr in by_expr:
+        return by_expr[expr]
+    return int(expr) if expr.is_number else int(s.node.hint)
 
 
 def _coefficients(values: dict[tuple[int, ...], int]) -> dict[tuple[int, ...], int]:

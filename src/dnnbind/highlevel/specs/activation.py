@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from dnnbind.highlevel.dims.checks import check_dtype, check_real
+from dnnbind.highlevel.specs import second_order
 from dnnbind.highlevel.specs.base import ArrayArg, OpSpec, Output, Param
 from dnnbind.highlevel.specs.softmax import like_x
 
@@ -17,6 +18,20 @@ ACTIVATION_DEFAULTS: dict[str, float | None] = {
     "leaky_relu": 0.01,    # negative slope
     "clipped_relu": 6.0,   # ceiling: min(max(x, 0), alpha), relu6 by default
     "swish": 1.0,          # beta: x * sigmoid(beta * x), SiLU by default
+}
+
+
+#: each mode's backward in differentiable operations, (ops, x, y, dy, alpha) -> dx, with PyTorch's
+#: derivatives at the kinks (see the op's doc); what its second-order rule differentiates
+DERIVATIVES: dict[str, Any] = {
+    "relu": lambda ops, x, y, dy, alpha: ops.where(x > 0, dy, dy * 0),
+    "sigmoid": lambda ops, x, y, dy, alpha: dy * y * (1 - y),
+    "tanh": lambda ops, x, y, dy, alpha: dy * (1 - y * y),
+    "identity": lambda ops, x, y, dy, alpha: dy,
+    "elu": lambda ops, x, y, dy, alpha: ops.where(x > 0, dy, dy * (y + alpha)),
+    "leaky_relu": lambda ops, x, y, dy, alpha: ops.where(x > 0, dy, dy * alpha),
+    "clipped_relu": lambda ops, x, y, dy, alpha: ops.where((x > 0) & (x < alpha), dy, dy * 0),
+    "swish": lambda ops, x, y, dy, alpha: dy * (ops.sigmoid(alpha * x) * (1 + alpha * x * (1 - ops.sigmoid(alpha * x)))),
 }
 
 
@@ -38,7 +53,6 @@ def _check(x: Any, *, mode: str, alpha: float | None = None) -> tuple:
 
 
 ACTIVATION = OpSpec(
-    folds_leading_axis=True,
     name="activation",
     doc="""Pointwise activation; see :data:`ACTIVATION_DEFAULTS` for each mode's alpha and its default.
 
@@ -49,5 +63,6 @@ ACTIVATION = OpSpec(
     params=(Param("x"), Param("mode", annotation="str"), Param("alpha", None, True, "float | None")),
     arrays=(ArrayArg("x", gradient="dx"),), static=("mode", "alpha"), outputs=(Output("y", "dy"),),
     check=_check, empty=like_x, pointwise=True, title=lambda arguments: f"activation({arguments['mode']!r})",
-    features=tuple(ACTIVATION_DEFAULTS),
+    features=tuple(ACTIVATION_DEFAULTS), samples_independent=True,
+    second_order=second_order.activation(DERIVATIVES, ACTIVATION_DEFAULTS),
 )

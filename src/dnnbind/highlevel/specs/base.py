@@ -20,11 +20,37 @@ REQUIRED = inspect.Parameter.empty
 
 
 class Param(NamedTuple):
-    """One parameter of the public function, in its order."""
+    """One parameter of the public function, in its order. ``kind``: its value's type for a framework's
+    typed schema (a key of :data:`KINDS`); empty: read from ``annotation`` (:data:`ANNOTATION_KINDS`)."""
     name: str
     default: Any = REQUIRED
     keyword_only: bool = False
     annotation: str = "Any"
+    kind: str = ""
+
+
+class Kind(NamedTuple):
+    """A static argument's type, as a typed op schema (torch.library's) writes it, and how a value is
+    normalized to it: ``per_dim`` values are given once per spatial dimension (an int stands for all),
+    ``pairs`` ones as (low, high) per spatial dimension (one list of 2 * dims ints when any pair is
+    uneven, else one int per dimension)."""
+    schema: str
+    optional: bool = False
+    per_dim: bool = False
+    pairs: bool = False
+    tensor: bool = False
+
+
+#: every static argument type an op spec declares, once
+KINDS = {
+    "int": Kind("SymInt"), "int?": Kind("SymInt?", optional=True), "bool": Kind("bool"), "float": Kind("float"),
+    "float?": Kind("float?", optional=True), "str": Kind("str"), "ints": Kind("SymInt[]"), "ints?": Kind("SymInt[]?", optional=True),
+    "per_dim": Kind("SymInt[]", per_dim=True), "per_dim?": Kind("SymInt[]?", optional=True, per_dim=True),
+    "padding": Kind("SymInt[]", per_dim=True, pairs=True), "tensor?": Kind("Tensor?", optional=True, tensor=True),
+}
+#: the kind of a parameter declared by its annotation only
+ANNOTATION_KINDS = {"int": "int", "bool": "bool", "float": "float", "str": "str", "int | None": "int?",
+                    "float | None": "float?"}
 
 
 @dataclass(frozen=True)
@@ -93,13 +119,23 @@ class OpSpec:
     #: arguments ``updates(arguments)`` says so (batch norm: when training)
     updated_in_place: tuple[str, ...] = ()
     updates: Callable[[dict[str, Any]], bool] | None = None
+    #: each sample along x's axis 0 is computed alone, with the same other arrays and arguments: a
+    #: framework may fold a mapped axis of x (torch.func.vmap's) into it; False: it maps over that axis
+    samples_independent: bool = False
+    #: how the op's backward is differentiated (double backward), from its own forward and backward
+    #: (:mod:`.second_order`); None: it is not, and a framework refuses a gradient of its gradient
+    second_order: Callable[..., tuple] | None = None
     #: the residual form's gradients when not in the arrays' order (rnn: dx, dh0, dc0, dweights)
     gradient_order: tuple[str, ...] = ()
-    #: every position of x's leading axis is computed apart and every array, output and residual has that
-    #: axis: a framework's vmap may fold its mapped axes into it (one call for the batch) instead of mapping
-    folds_leading_axis: bool = False
 
     # -- derived (computed once per spec) ------------------------------------------------------------
+    @functools.cached_property
+    def folds_leading_axis(self) -> bool:
+        """Whether every array, output and residual has x's leading axis, each position computed apart
+        (samples independent, x the only array): a vmap may fold all its mapped axes into that axis, one
+        call for the whole batch (JAX's broadcast_all), where conv can fold only a mapped axis of x."""
+        return self.samples_independent and len(self.arrays) == 1
+
     @functools.cached_property
     def array_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.arrays)
@@ -176,6 +212,20 @@ class OpSpec:
         body = ", ".join(f"{n!r}: {n}" for n in names)
         exec(f"def {self.name}_arguments({', '.join(params)}):\n    return {{{body}}}\n", namespace)
         return namespace[f"{self.name}_arguments"]
+
+    @functools.cached_property
+    def kinds(self) -> dict[str, Kind]:
+        """The type (:class:`Kind`) of each of :attr:`arguments`, by name, from the params' declarations;
+        a parameter without one is a spec error."""
+        found = {}
+        for p in self.params:
+            if p.name in self.arguments:
+                kind = p.kind or ANNOTATION_KINDS.get(p.annotation, "")
+                if kind not in KINDS:
+                    raise TypeError(f"op spec {self.name}: parameter {p.name} declares no kind (annotation "
+                                    f"{p.annotation!r}); give Param(kind=...) one of {sorted(KINDS)}")
+                found[p.name] = KINDS[kind]
+        return found
 
     def __repr__(self) -> str:
         return f"<op spec {self.name}>"

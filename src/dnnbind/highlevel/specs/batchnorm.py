@@ -8,6 +8,7 @@ import numpy as np
 from dnnbind.highlevel.dims.batchnorm import check_batchnorm
 from dnnbind.highlevel.dims.checks import (check_dtype, check_non_negative_float, check_positive_float,
                                            check_real, check_same_dtype)
+from dnnbind.highlevel.specs import second_order
 from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param
 
 
@@ -67,5 +68,5 @@ BATCHNORM = OpSpec(
     static=("training", "momentum", "eps"), outputs=(Output("y", "dy"),), check=_check, empty=_empty,
     regroup=lambda zeros, static: tuple(zeros), every_call=_every_call,
     updated_in_place=("running_mean", "running_var"), updates=lambda arguments: arguments["training"],
-    features=("training", "inference", "running statistics"),
+    features=("training", "inference", "running statistics"), second_order=second_order.batchnorm,
 )

@@ -6,6 +6,7 @@ from typing import Any
 from dnnbind.highlevel.dims.checks import check_same_dtype, check_shape
 from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param, Unbatching
+from dnnbind.highlevel.specs.second_order import bilinear
 from dnnbind.highlevel.unbatched import conv_is_unbatched
 
 ARRAYS = (ArrayArg("x", gradient="dx", batched=True), ArrayArg("w", gradient="dw"),
@@ -65,10 +66,12 @@ CONV = OpSpec(
     y and dx come back without the batch axis and dy has none. Returns (y, pullback) with pullback(dy)
     -> (dx, dw), or (dx, dw, db) when b is given.
     """,
-    params=(Param("x"), Param("w"), Param("b", None), Param("stride", 1, True), Param("padding", 0, True),
-            Param("dilation", 1, True), Param("groups", 1, True, "int"), Param("flip", False, True, "bool")),
+    params=(Param("x"), Param("w"), Param("b", None), Param("stride", 1, True, kind="per_dim"),
+            Param("padding", 0, True, kind="padding"), Param("dilation", 1, True, kind="per_dim"),
+            Param("groups", 1, True, "int"), Param("flip", False, True, "bool")),
     arrays=ARRAYS, static=("dims",), outputs=OUTPUTS, check=_check_conv, empty=_empty_conv, regroup=_regroup,
-    skippable=True, unbatched=UNBATCHED, features=_FEATURES,
+    skippable=True, unbatched=UNBATCHED, features=_FEATURES, samples_independent=True,
+    second_order=bilinear,
 )
 
 CONV_TRANSPOSE = OpSpec(
@@ -80,10 +83,12 @@ CONV_TRANSPOSE = OpSpec(
     be smaller than stride or dilation. x (C_in, *spatial), one dimension fewer than w, is one unbatched
     sample, as for :func:`conv`. Returns (y, pullback) like :func:`conv`.
     """,
-    params=(Param("x"), Param("w"), Param("b", None), Param("stride", 1, True), Param("padding", 0, True),
-            Param("output_padding", 0, True), Param("dilation", 1, True), Param("groups", 1, True, "int"),
+    params=(Param("x"), Param("w"), Param("b", None), Param("stride", 1, True, kind="per_dim"),
+            Param("padding", 0, True, kind="padding"), Param("output_padding", 0, True, kind="per_dim"),
+            Param("dilation", 1, True, kind="per_dim"), Param("groups", 1, True, "int"),
             Param("flip", False, True, "bool")),
     arrays=ARRAYS, static=("dims",), outputs=OUTPUTS, check=_check_conv_transpose, empty=_empty_conv_transpose,
     regroup=_regroup, skippable=True, unbatched=UNBATCHED,
-    features=_FEATURES + ("output_padding",),
+    features=_FEATURES + ("output_padding",), samples_independent=True,
+    second_order=bilinear,
 )

@@ -8,6 +8,7 @@ import numpy as np
 
 from dnnbind.highlevel.dims.checks import check_dtype, check_probability
 from dnnbind.highlevel.specs.base import ArrayArg, OpSpec, Output, Param
+from dnnbind.highlevel.specs.second_order import linear
 from dnnbind.highlevel.specs.softmax import like_x
 
 
@@ -35,8 +36,8 @@ DROPOUT = OpSpec(
     mask reproducible; None draws fresh entropy. Returns (y, pullback) with pullback(dy) -> dx; the
     pullback keeps the mask (``pullback.mask``, read-only, on the reference backend).
     """,
-    params=(Param("x"), Param("p", annotation="float"), Param("seed", None, True)),
+    params=(Param("x"), Param("p", annotation="float"), Param("seed", None, True, kind="tensor?")),
     arrays=(ArrayArg("x", gradient="dx"),), static=("p", "seed"), outputs=(Output("y", "dy"),),
     check=_check, empty=like_x, pointwise=True, mask_residuals=True, tensor_arguments=("seed",),
-    features=("seed",),
+    features=("seed",), second_order=linear,
 )

@@ -31,7 +31,7 @@ LAYER_NORM = OpSpec(
     x's dtype) are optional; x of shape normalized_shape is one slice. Returns (y, pullback) with
     pullback(dy) -> (dx,), plus dweight when weight is given and dbias when bias is given, in that order.
     """,
-    params=(Param("x"), Param("normalized_shape"), Param("weight", None), Param("bias", None),
+    params=(Param("x"), Param("normalized_shape", kind="ints"), Param("weight", None), Param("bias", None),
             Param("eps", 1e-5, True, "float")),
     arrays=(ArrayArg("x", gradient="dx"),
             ArrayArg("weight", optional=True, gradient="dweight", dropped_when_none=True),

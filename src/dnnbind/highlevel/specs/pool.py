@@ -8,6 +8,7 @@ import numpy as np
 from dnnbind.highlevel.dims.checks import check_divisor_override
 from dnnbind.highlevel.dims.pool import PoolDims
 from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param, Unbatching
+from dnnbind.highlevel.specs.second_order import linear, selection
 from dnnbind.highlevel.unbatched import pool_is_unbatched
 
 ARRAYS = (ArrayArg("x", gradient="dx", batched=True),)
@@ -58,7 +59,6 @@ _UNBATCHED_DOC = """
     """
 
 MAXPOOL = OpSpec(
-    folds_leading_axis=True,
     name="maxpool",
     doc="""Max pooling over 1 to 3 spatial dims; stride defaults to the window, padding <= window/2.
 
@@ -69,17 +69,17 @@ MAXPOOL = OpSpec(
     ``return_indices`` ((y, indices), pullback), indices (int64, y's shape) being torch's: the flat index
     of every window's maximum in its (N, C) plane of x.
     """ + _UNBATCHED_DOC,
-    params=(Param("x"), Param("window"), Param("stride", None, True), Param("padding", 0, True),
-            Param("dilation", 1, True), Param("ceil_mode", False, True, "bool"),
+    params=(Param("x"), Param("window", kind="per_dim"), Param("stride", None, True, kind="per_dim?"),
+            Param("padding", 0, True, kind="padding"), Param("dilation", 1, True, kind="per_dim"), Param("ceil_mode", False, True, "bool"),
             Param("return_indices", False, True, "bool")),
     arrays=ARRAYS, static=("dims", "return_indices"),
     outputs=(Output("y", "dy"), Output("indices", dtype="int64")),
     check=_check_maxpool, empty=_empty_maxpool, unbatched=UNBATCHED,
-    features=("padding", "dilation", "ceil_mode", "return_indices"),
+    features=("padding", "dilation", "ceil_mode", "return_indices"), samples_independent=True,
+    second_order=selection,
 )
 
 MEANPOOL = OpSpec(
-    folds_leading_axis=True,
     name="meanpool",
     doc="""Average pooling (torch's avg_pool); with ``count_include_pad`` the padding counts in the divisor.
 
@@ -93,10 +93,11 @@ MEANPOOL = OpSpec(
     list or tuple), x (C, *spatial) with one dimension more than their length is one sample (y, dy and
     dx without the batch axis); with ints only, x is a batch (N, C, *spatial) whatever its rank.
     """,
-    params=(Param("x"), Param("window"), Param("stride", None, True), Param("padding", 0, True),
-            Param("count_include_pad", True, True, "bool"), Param("ceil_mode", False, True, "bool"),
+    params=(Param("x"), Param("window", kind="per_dim"), Param("stride", None, True, kind="per_dim?"),
+            Param("padding", 0, True, kind="padding"), Param("count_include_pad", True, True, "bool"), Param("ceil_mode", False, True, "bool"),
             Param("divisor_override", None, True, "int | None")),
     arrays=ARRAYS, static=("dims", "count_include_pad", "divisor_override"), outputs=(Output("y", "dy"),),
     check=_check_meanpool, empty=_empty_meanpool, unbatched=UNBATCHED,
-    features=("padding", "count_include_pad=False", "ceil_mode", "divisor_override"),
+    features=("padding", "count_include_pad=False", "ceil_mode", "divisor_override"), samples_independent=True,
+    second_order=linear,
 )

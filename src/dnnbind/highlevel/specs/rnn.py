@@ -75,7 +75,7 @@ RNN = OpSpec(
     params=(Param("x"), Param("weights", annotation="Sequence[Sequence[Any]]"), Param("mode", "lstm", True, "str"),
             Param("hidden_size", keyword_only=True, annotation="int"), Param("num_layers", 1, True, "int"),
             Param("bidirectional", False, True, "bool"), Param("h0", None, True), Param("c0", None, True),
-            Param("lengths", None, True), Param("proj_size", 0, True, "int")),
+            Param("lengths", None, True, kind="ints?"), Param("proj_size", 0, True, "int")),
     arrays=(ArrayArg("x", gradient="dx", batched=True), ArrayArg("weights", gradient="dweights", nested=True),
             ArrayArg("h0", optional=True, gradient="dh0", batched=True),
             ArrayArg("c0", optional=True, gradient="dc0", batched=True)),

@@ -5,6 +5,7 @@ import numbers
 from typing import Any
 
 from dnnbind.highlevel.dims.checks import check_dtype, normalize_axis
+from dnnbind.highlevel.specs import second_order
 from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param
 
 
@@ -22,14 +23,14 @@ def _check_axis(x: Any, *, axis: int = 1) -> tuple:
     return (normalize_axis(axis, max(ndim, 1)),)
 
 
-def _spec(name: str, what: str) -> OpSpec:
+def _spec(name: str, what: str, rule: Any) -> OpSpec:
     return OpSpec(
         name=name,
         doc=f"{what} along ``axis`` (any axis, negative allowed). Returns (y, pullback) with pullback(dy) -> dx.",
         params=(Param("x"), Param("axis", 1, True, "int")), arrays=(ArrayArg("x", gradient="dx"),),
         static=("axis",), outputs=(Output("y", "dy"),), check=_check_axis, empty=like_x, pointwise=True,
-        features=("any axis",))
+        features=("any axis",), second_order=rule)
 
 
-SOFTMAX = _spec("softmax", "Softmax")
-LOGSOFTMAX = _spec("logsoftmax", "Log-softmax")
+SOFTMAX = _spec("softmax", "Softmax", second_order.softmax)
+LOGSOFTMAX = _spec("logsoftmax", "Log-softmax", second_order.logsoftmax)

@@ -1,0 +1,117 @@
+"""Second-order rules: how an op's backward is differentiated, built from the op's own forward and backward.
+
+A rule is ``rule(ops, arrays, cotangents, gg) -> (d_cotangents, d_arrays)``: ``arrays`` the forward's
+arrays by name (None where not given), ``cotangents`` its results' cotangents in order (None where not
+given), ``gg`` the cotangents of the backward's gradients by array name (None: none). It returns the
+gradients of the backward with respect to its cotangents (a list) and to the forward's arrays (by name,
+None: zero). ``ops`` is the framework's, and everything it returns is differentiable again:
+
+``ops.forward(arrays, **arguments)``: the op's forward on these arrays (the call's arguments, updated by
+``arguments``), its results as a list; ``ops.backward(cotangents, arrays, needs)``: the op's backward,
+one gradient per array name in ``needs`` (a dict: name -> gradient); ``ops.zeros_like(a)``;
+``ops.gather(a, indices)``: each (N, C) plane of ``a`` flattened and read at ``indices`` (maxpool's).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def _add(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else a + b
+
+
+def bilinear(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[str, Any]) -> tuple[list[Any], dict]:
+    """An op bilinear in x and w plus a bias b (conv, conv_transpose): y = f(x, w) + b. Its backward is
+    dx = f_x(dy, w), dw = f_w(x, dy), db = sum(dy); differentiated: d dy = f(ggx, w) + f(x, ggw) + ggb,
+    d x = f_x(dy, ggw), d w = f_w(ggx, dy)."""
+    x, w, b = arrays["x"], arrays["w"], arrays.get("b")
+    ggx, ggw, ggb = gg.get("dx"), gg.get("dw"), gg.get("db")
+    dy = cotangents[0]
+    d_dy = None
+    if ggx is not None or ggb is not None:
+        d_dy = ops.forward({"x": ops.zeros_like(x) if ggx is None else ggx, "w": w, "b": ggb})[0]
+    if ggw is not None:
+        d_dy = _add(d_dy, ops.forward({"x": x, "w": ggw, "b": None})[0])
+    d_x = d_w = None
+    if ggw is not None:
+        d_x = ops.backward([dy], {"x": x, "w": ggw, "b": None}, ("x",))["x"]
+    if ggx is not None:
+        d_w = ops.backward([dy], {"x": ggx, "w": w, "b": None}, ("w",))["w"]
+    return [d_dy], {"x": d_x, "w": d_w, "b": None}
+
+
+def linear(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[str, Any]) -> tuple[list[Any], dict]:
+    """An op linear in x (meanpool; dropout, its mask fixed by its seed): its backward is the transposed
+    map, linear in dy and constant in x; differentiated: d dy = f(ggx), d x = 0."""
+    ggx = gg.get("dx")
+    return [None if ggx is None else ops.forward({**arrays, "x": ggx})[0]], {"x": None}
+
+
+def selection(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[str, Any]) -> tuple[list[Any], dict]:
+    """An op that selects entries of x (maxpool): its backward scatters dy to the winners, so
+    differentiated: d dy = ggx read at the winners (the forward's gather), d x = 0."""
+    ggx = gg.get("dx")
+    if ggx is None:
+        return [None] * len(cotangents), {"x": None}
+    indices = ops.forward(arrays, return_indices=True)[1]
+    return [ops.gather(ggx, indices)] + [None] * (len(cotangents) - 1), {"x": None}
+
+
+def from_backward(gradients: Any) -> Any:
+    """A rule from the op's backward written in differentiable operations, ``gradients(ops, arrays,
+    cotangents) -> {array name: gradient}``; differentiated by the framework's own autograd
+    (``ops.vjp``). For ops whose backward is closed-form in their forward's result (softmax) or in a
+    few reductions (batch norm)."""
+    def rule(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[str, Any]) -> tuple[list[Any], dict]:
+        return ops.vjp(lambda a, c: gradients(ops, a, c), arrays, cotangents, gg)
+    return rule
+
+
+def _softmax(ops: Any, arrays: dict[str, Any], cotangents: list[Any]) -> dict[str, Any]:
+    """softmax's backward: dx = y * (dy - sum(dy * y))."""
+    y, dy, axis = ops.forward(arrays)[0], cotangents[0], ops.arguments["axis"]
+    return {"x": y * (dy - ops.sum(dy * y, (axis,)))}
+
+
+def _logsoftmax(ops: Any, arrays: dict[str, Any], cotangents: list[Any]) -> dict[str, Any]:
+    """logsoftmax's backward: dx = dy - exp(y) * sum(dy)."""
+    y, dy, axis = ops.forward(arrays)[0], cotangents[0], ops.arguments["axis"]
+    return {"x": dy - ops.exp(y) * ops.sum(dy, (axis,))}
+
+
+softmax = from_backward(_softmax)
+logsoftmax = from_backward(_logsoftmax)
+
+
+def _batchnorm(ops: Any, arrays: dict[str, Any], cotangents: list[Any]) -> dict[str, Any]:
+    """batch norm's backward from its formula, over every axis but the channels (1): with the batch's
+    statistics when training, the running ones otherwise."""
+    x, gamma, dy = arrays["x"], arrays["gamma"], cotangents[0]
+    axes = tuple(a for a in range(len(x.shape)) if a != 1)
+    if ops.arguments["training"]:
+        mean = ops.mean(x, axes)
+        var = ops.mean((x - mean) * (x - mean), axes)
+    else:
+        mean, var = ops.channels(arrays["running_mean"], x), ops.channels(arrays["running_var"], x)
+    invstd = (var + ops.arguments["eps"]) ** -0.5
+    xhat = (x - mean) * invstd
+    scale = ops.channels(gamma, x) * invstd
+    if ops.arguments["training"]:
+        dx = scale * (dy - ops.mean(dy, axes) - xhat * ops.mean(dy * xhat, axes))
+    else:
+        dx = scale * dy
+    return {"x": dx, "gamma": ops.sum(dy * xhat, axes, keepdims=False), "beta": ops.sum(dy, axes, keepdims=False)}
+
+
+batchnorm = from_backward(_batchnorm)
+
+
+def activation(derivatives: dict[str, Any], defaults: dict[str, Any]) -> Any:
+    """The activations' rule: ``derivatives[mode](ops, x, y, dy, alpha) -> dx``, each mode's backward
+    in differentiable operations (alpha: the call's, or the mode's default)."""
+    def gradients(ops: Any, arrays: dict[str, Any], cotangents: list[Any]) -> dict[str, Any]:
+        mode, alpha = ops.arguments["mode"], ops.arguments["alpha"]
+        alpha = defaults[mode] if alpha is None else alpha
+        x = arrays["x"]
+        return {"x": derivatives[mode](ops, x, ops.forward(arrays)[0], cotangents[0], alpha)}
+    return from_backward(gradients)

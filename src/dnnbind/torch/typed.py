@@ -1,0 +1,587 @@
+"""dnnbind's ops as typed ``torch.library`` custom ops (namespace ``dnnbind``), their schemas derived from the specs.
+
+For every op NAME (:data:`dnnbind.highlevel.specs.SPECS`) two ops are registered, e.g. for conv::
+
+    dnnbind::conv(Tensor x, Tensor w, Tensor? b, SymInt[] stride, SymInt[] padding, SymInt[] dilation,
+                  SymInt groups, bool flip) -> Tensor
+    dnnbind::conv_backward(Tensor?[] cotangents, Tensor x, Tensor w, Tensor? b, SymInt[] stride, ...,
+                           bool[] needs) -> Tensor[]
+
+The inputs are the spec's arrays (``Tensor``, ``Tensor?`` when optional, a nested one as ``Tensor[]``, the
+tensors given, with ``SymInt[] NAME_sizes``, the length of each group, and ``bool[] NAME_given``, whether
+each entry is given (rnn's biases may be None)), then its public arguments typed by their
+:class:`~dnnbind.highlevel.specs.base.Kind` (a per-dimension argument as one int per spatial dimension,
+padding as (low, high) pairs only when uneven). The forward returns the op's results only (``Tensor``
+for one result, else ``Tensor[]``; batch norm adds its updated running statistics): no residuals, so a
+program exported for inference or training holds nothing a backend or a version of dnnbind decides.
+The backward op takes the cotangents of the results (None for those not given) and the forward's inputs
+and returns one gradient per tensor given (None entries left out), an empty tensor where ``needs`` (one
+flag per tensor given) asks for none or the tensor has no gradient (batch norm's running statistics);
+it runs the backend's forward again for the residuals its backward needs.
+
+Fake kernels compute shapes from the dims objects through the specs' checks (:func:`library._fake_forward`).
+Autograd is registered with ``register_autograd`` (``setup_context``), batching rules with
+``register_vmap`` (:mod:`dnnbind.torch.batching`), so ``torch.func`` transforms work in eager mode.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Any, Sequence
+
+import torch
+
+from dnnbind.highlevel.specs import SPECS
+from dnnbind.highlevel.specs.base import Kind, OpSpec
+from dnnbind.torch import batching, library
+
+Tensor = torch.Tensor
+NAMESPACE = library.NAMESPACE
+
+
+# -- schemas --------------------------------------------------------------------------------------
+
+def _inputs(spec: OpSpec) -> list[str]:
+    """The typed inputs of the op's forward: its arrays, then its public arguments."""
+    out = []
+    for a in spec.arrays:
+        if a.nested:
+            out += [f"Tensor[] {a.name}", f"SymInt[] {a.name}_sizes", f"bool[] {a.name}_given"]
+        else:
+            out.append(f"Tensor{'?' if a.optional else ''} {a.name}")
+    return out + [f"{kind.schema} {name}" for name, kind in spec.kinds.items()]
+
+
+def single_result(spec: OpSpec) -> bool:
+    """Whether the forward returns one ``Tensor`` (else ``Tensor[]``)."""
+    return len(spec.outputs) == 1 and not spec.updated_in_place
+
+
+def schemas(spec: OpSpec) -> tuple[str, str]:
+    """(the forward's schema, the backward's), without the op's name."""
+    inputs = ", ".join(_inputs(spec))
+    result = "Tensor" if single_result(spec) else "Tensor[]"
+    return f"({inputs}) -> {result}", f"(Tensor?[] cotangents, {inputs}, bool[] needs) -> Tensor[]"
+
+
+# -- typed arguments <-> the public op's ----------------------------------------------------------
+
+def _ints(name: str, value: Any) -> list[Any]:
+    if isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, (list, tuple, torch.Size)) and all(
+            isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool) for v in value):
+        return list(value)
+    raise TypeError(f"{name}={value!r} must be an int or a sequence of ints")
+
+
+def _to_kind(name: str, kind: Kind, value: Any, dims: int) -> Any:
+    """A public argument's value as its typed schema takes it (``dims``: the spatial rank)."""
+    if value is None and kind.optional:
+        return None
+    if kind.pairs and isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple)) for v in value):
+        if len(value) != dims or not all(not isinstance(v, (list, tuple)) or len(v) == 2 for v in value):
+            raise ValueError(f"{name}={value!r} must be an int, or one int or (low, high) pair for each of "
+                             f"{dims} spatial dimensions")
+        flat = [_ints(name, v) * (1 if isinstance(v, (list, tuple)) else 2) for v in value]
+        if all(low == high for low, high in flat):
+            return [low for low, _ in flat]
+        return [i for pair in flat for i in pair]
+    if kind.per_dim:
+        ints = _ints(name, value)
+        if len(ints) == 1 and dims != 1:
+            return ints * dims
+        if len(ints) != dims:
+            raise ValueError(f"{name}={value!r} must be an int or {dims} ints, one per spatial dimension")
+        return ints
+    if kind.schema.startswith("SymInt[]"):
+        return _ints(name, value)
+    return value
+
+
+def _from_kind(kind: Kind, value: Any, dims: int) -> Any:
+    """A typed schema's value as the public op takes it."""
+    if value is None or not isinstance(value, (list, tuple)):
+        return value
+    if kind.pairs and len(value) == 2 * dims and dims > 0 and len(value) != dims:
+        return tuple((value[2 * i], value[2 * i + 1]) for i in range(dims))
+    return tuple(value)
+
+
+def _spatial(spec: OpSpec, x: Tensor) -> int:
+    """The spatial rank per-dimension arguments have: x's rank past (N, C) (x is batched at the op)."""
+    return x.dim() - 2
+
+
+def typed_arguments(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
+    """The typed op's inputs for x, the spec's other arrays (rnn's weights nested) and the public
+    op's arguments by name (a tensor argument, dropout's seed, among them)."""
+    spec = SPECS[op]
+    out: list[Any] = [x]
+    for a, value in zip(spec.arrays[1:], arrays):
+        if a.nested:
+            groups = [list(g) for g in value]
+            entries = [t for g in groups for t in g]
+            out += [[t for t in entries if t is not None], [len(g) for g in groups], [t is not None for t in entries]]
+        else:
+            out.append(value)
+    dims = _spatial(spec, x)
+    return out + [_to_kind(name, kind, kwargs[name], dims) for name, kind in spec.kinds.items()]
+
+
+def public_arguments(op: str, args: Sequence[Any]) -> tuple[Tensor, list[Any], dict[str, Any]]:
+    """(x, the spec's other arrays, the public arguments by name) of a typed op call's inputs."""
+    spec = SPECS[op]
+    it = iter(args)
+    x = next(it)
+    arrays = []
+    for a in spec.arrays[1:]:
+        if a.nested:
+            given, sizes = next(it), list(next(it))
+            flat = _entries(given, next(it))
+            starts = [0, *itertools.accumulate(sizes)]
+            arrays.append([flat[s:e] for s, e in zip(starts, starts[1:])])
+        else:
+            arrays.append(next(it))
+    dims = _spatial(spec, x)
+    kwargs = {name: _from_kind(kind, next(it), dims) for name, kind in spec.kinds.items()}
+    return x, arrays, kwargs
+
+
+def _generic(op: str, args: Sequence[Any]) -> tuple[Tensor, list[Any], str, list[float]]:
+    """(x, others, params, reals) of the residual machinery (:mod:`library`) for a typed call; a tensor
+    argument (dropout's seed) goes after the arrays, as :func:`library.op_params` takes it."""
+    x, arrays, kwargs = public_arguments(op, args)
+    tensors = [kwargs.pop(name) for name in SPECS[op].tensor_arguments]
+    others, params, reals = library.op_params(op, x.device.type, [*arrays, *tensors], kwargs)
+    return x, others, params, [float(r) for r in reals.values()]
+
+
+def _flat_tensors(op: str, args: Sequence[Any]) -> list[Tensor | None]:
+    """The typed call's tensor inputs in order (nested ones flattened, None where not given): the
+    backward's gradients follow them."""
+    spec = SPECS[op]
+    out: list[Tensor | None] = []
+    it = iter(args)
+    for a in spec.arrays:
+        value = next(it)
+        if a.nested:
+            next(it)
+            out += _entries(value, next(it))
+        else:
+            out.append(value)
+    for name, kind in spec.kinds.items():
+        value = next(it)
+        if kind.tensor:
+            out.append(value)
+    return out
+
+
+def _entries(given: Sequence[Tensor], flags: Sequence[bool]) -> list[Tensor | None]:
+    """A nested array's entries (None where not given) from the tensors given and the flags."""
+    it = iter(given)
+    return [next(it) if flag else None for flag in flags]
+
+
+def _differentiable(op: str, args: Sequence[Any]) -> list[bool]:
+    """Per entry of :func:`_flat_tensors`: whether it is given and gets a gradient."""
+    spec = SPECS[op]
+    flags: list[bool] = []
+    it = iter(args)
+    for a in spec.arrays:
+        value = next(it)
+        if a.nested:
+            next(it)
+            flags += [bool(f) and a.gradient is not None for f in next(it)]
+        else:
+            flags.append(value is not None and a.gradient is not None)
+    flags += [False for kind in spec.kinds.values() if kind.tensor]
+    return flags
+
+
+# -- kernels --------------------------------------------------------------------------------------
+
+def _results(op: str, outputs: list[Tensor]) -> Any:
+    return outputs[0] if single_result(SPECS[op]) else outputs
+
+
+def _forward(op: str, *args: Any) -> Any:
+    x, others, params, reals = _generic(op, args)
+    outputs, _ = library._forward(op, x, others, params, reals)
+    return _results(op, [o.clone() if any(o is a for a in (x, *others)) else o for o in outputs])
+
+
+def _fake_forward(op: str, *args: Any) -> Any:
+    x, others, params, reals = _generic(op, args)
+    outputs, _ = library._fake_forward(op, x, others, params, reals)
+    return _results(op, outputs)
+
+
+def _backward(op: str, cotangents: Sequence[Tensor | None], *args: Any) -> list[Tensor]:
+    *args, needs = args
+    x, others, params, reals = _generic(op, args)
+    outputs, residuals = library._forward(op, x, others, params, reals)
+    given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
+    wanted = [bool(n) and d for n, (_, d) in zip(needs, given)]
+    dx, d_others = library.gradients(op, x, others, params, reals, outputs, residuals, list(cotangents),
+                                     wanted[0], wanted[1:])
+    grads = [dx, *d_others] + [None] * (len(given) - 1 - len(d_others))     # (dropout's seed: none)
+    return [g if g is not None and w else t.new_empty((0,)) for g, w, (t, _) in zip(grads, wanted, given)]
+
+
+def _fake_backward(op: str, cotangents: Sequence[Tensor | None], *args: Any) -> list[Tensor]:
+    *args, needs = args
+    given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
+    return [t.new_empty(t.shape if bool(n) and d else (0,)) for n, (t, d) in zip(needs, given)]
+
+
+# -- autograd -------------------------------------------------------------------------------------
+
+def _statics(inputs: Sequence[Any]) -> list[Any]:
+    """A typed call's inputs without their tensors (what the backward op repeats besides them)."""
+    return [None if isinstance(v, Tensor) or _is_tensor_list(v) else v for v in inputs]
+
+
+def _result_count(op: str, inputs: Sequence[Any], outputs: Sequence[Tensor]) -> int:
+    """How many of the forward's outputs are the op's results (batch norm's running statistics follow)."""
+    _, arrays, _ = public_arguments(op, inputs)
+    named = dict(zip(SPECS[op].array_names[1:], arrays))
+    return len(outputs) - sum(named[n] is not None for n in SPECS[op].updated_in_place)
+
+
+def _kept(op: str) -> frozenset[int]:
+    """The places among :func:`_flat_tensors` of the arrays the public op updates in place (batch norm's
+    running statistics): kept by reference, not saved (an update must not fail the backward's version
+    check; a training forward's results do not depend on them)."""
+    return frozenset(SPECS[op].array_names.index(n) for n in SPECS[op].updated_in_place)
+
+
+def _setup(op: str, ctx: Any, statics: Sequence[Any], tensors: Sequence[Tensor | None], output: Any) -> None:
+    kept = _kept(op)
+    ctx.save_for_backward(*[t for i, t in enumerate(tensors) if t is not None and i not in kept])
+    ctx.kept = {i: tensors[i] for i in kept}
+    ctx.places = [t is not None for t in tensors]
+    ctx.statics = list(statics)
+    outputs = [output] if isinstance(output, Tensor) else list(output)
+    ctx.results = _result_count(op, _with_tensors(op, statics, tensors), outputs)
+    ctx.mark_non_differentiable(*outputs[ctx.results:], *[o for o in outputs if not o.is_floating_point()])
+
+
+def _setup_context(op: str, ctx: Any, inputs: tuple, output: Any) -> None:
+    _setup(op, ctx, _statics(inputs), _flat_tensors(op, inputs), output)
+
+
+def _is_tensor_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and any(isinstance(v, Tensor) for v in value)
+
+
+def _with_tensors(op: str, statics: Sequence[Any], tensors: Sequence[Tensor | None]) -> list[Any]:
+    """The typed call's inputs again, its tensors put back in the places :func:`_flat_tensors` read."""
+    spec = SPECS[op]
+    it = iter(tensors)
+    out = list(statics)
+    i = 0
+    for a in spec.arrays:
+        if a.nested:
+            out[i] = [t for t in [next(it) for _ in statics[i + 2]] if t is not None]
+            i += 3
+        else:
+            out[i] = next(it)
+            i += 1
+    for kind in spec.kinds.values():
+        if kind.tensor:
+            out[i] = next(it)
+        i += 1
+    return out
+
+
+def _gradients(op: str, ctx: Any, grads: Sequence[Any], needs: list[bool]) -> tuple[list[Any], list[Any]]:
+    """(the typed call's inputs, one gradient per entry of :func:`_flat_tensors`, None where none)."""
+    saved = iter(ctx.saved_tensors)
+    tensors = [ctx.kept[i] if i in ctx.kept else next(saved) if given else None for i, given in enumerate(ctx.places)]
+    inputs = _with_tensors(op, ctx.statics, tensors)
+    d_outputs = list(grads[0]) if len(grads) == 1 and isinstance(grads[0], (list, tuple)) else list(grads)
+    cotangents = [d if d is not None and d.is_floating_point() else None for d in d_outputs[:ctx.results]]
+    gradients: list[Any] = [None] * len(tensors)
+    if any(needs) and any(d is not None for d in cotangents):
+        flags = [n for n, given in zip(needs, ctx.places) if given]      # one per tensor given
+        if torch.is_grad_enabled() or _functorch():        # a graph of the backward is built: refusable
+            found = iter(BACKWARDS[op].apply(_statics(inputs), flags, len(cotangents), *cotangents, *tensors))
+        else:
+            found = iter(getattr(torch.ops.dnnbind, f"{op}_backward")(cotangents, *inputs, flags))
+        gradients = [next(found) if given else None for given in ctx.places]
+        gradients = [g if n and g is not None else None for g, n in zip(gradients, needs)]
+    return inputs, gradients
+
+
+def _autograd_backward(op: str, ctx: Any, *grads: Any) -> tuple:
+    """The registered op's gradient formula (register_autograd): through its backward op."""
+    inputs, gradients = _gradients(op, ctx, grads, _needs(op, ctx.needs_input_grad, ctx.statics))
+    return _per_input(op, inputs, gradients)
+
+
+class _Function(torch.autograd.Function):      # subclassed once per op below, so grad_fn names the op
+    """One op's call for torch.func: setup_context and a generated vmap rule (which vmaps the op itself,
+    through its batching rule); its tensors are positional, so a nested array's get gradients too."""
+    generate_vmap_rule = True
+    op: str = ""
+
+    @classmethod
+    def forward(cls, statics: list[Any], *tensors: Tensor | None) -> Any:  # type: ignore[override]
+        result = getattr(torch.ops.dnnbind, cls.op)(*_with_tensors(cls.op, statics, tensors))
+        return result if isinstance(result, Tensor) else tuple(result)
+
+    @classmethod
+    def setup_context(cls, ctx: Any, inputs: tuple, output: Any) -> None:  # type: ignore[override]
+        _setup(cls.op, ctx, inputs[0], inputs[1:], output)
+
+    @classmethod
+    def jvp(cls, ctx: Any, *tangents: Any) -> Any:
+        raise RuntimeError(f"dnnbind.{cls.op}: forward-mode AD (torch.func.jvp, jacfwd) is not supported; "
+                           f"use reverse mode (torch.func.vjp, grad, jacrev)")
+
+    @classmethod
+    def backward(cls, ctx: Any, *grads: Any) -> tuple:  # type: ignore[override]
+        needs = [bool(n) and given for n, given in zip(ctx.needs_input_grad[1:], ctx.places)]
+        return (None, *_gradients(cls.op, ctx, grads, needs)[1])
+
+
+class _BackwardFunction(torch.autograd.Function):
+    """One op's backward op for autograd and torch.func. Its own gradient (double backward) follows the
+    op spec's second-order rule (:mod:`dnnbind.highlevel.specs.second_order`), built from the op's typed
+    forward and backward, so it is differentiable again; an op without one refuses, naming itself."""
+    generate_vmap_rule = True
+    op: str = ""
+
+    @classmethod
+    def forward(cls, statics: list[Any], needs: list[bool], count: int,  # type: ignore[override]
+                *tensors: Tensor | None) -> tuple:
+        cotangents, inputs = list(tensors[:count]), tensors[count:]
+        return tuple(getattr(torch.ops.dnnbind, f"{cls.op}_backward")(
+            cotangents, *_with_tensors(cls.op, statics, inputs), needs))
+
+    @classmethod
+    def setup_context(cls, ctx: Any, inputs: tuple, output: Any) -> None:  # type: ignore[override]
+        if SPECS[cls.op].second_order is None:
+            return
+        statics, needs, count, *tensors = inputs
+        ctx.statics, ctx.needs, ctx.count = statics, needs, count
+        ctx.places = [t is not None for t in tensors]
+        kept = {count + i for i in _kept(cls.op)}      # batch norm's running statistics: by reference
+        ctx.kept = {i: tensors[i] for i in kept}
+        ctx.save_for_backward(*[t for i, t in enumerate(tensors) if t is not None and i not in kept])
+
+    @classmethod
+    def backward(cls, ctx: Any, *grads: Any) -> tuple:  # type: ignore[override]
+        rule = SPECS[cls.op].second_order
+        if rule is None:
+            raise RuntimeError(f"dnnbind.{cls.op}: its backward is not differentiable (no double backward, no "
+                               f"gradient of a gradient through dnnbind.{cls.op})")
+        saved = iter(ctx.saved_tensors)
+        tensors = [ctx.kept[i] if i in ctx.kept else next(saved) if given else None
+                   for i, given in enumerate(ctx.places)]
+        cotangents, inputs = tensors[:ctx.count], tensors[ctx.count:]
+        ops = _Ops(cls.op, ctx.statics, inputs)
+        names = [n for n, t in zip(SPECS[cls.op].array_names, inputs) if t is not None]
+        gg = {f"d{n}": g if need and g is not None and g.numel() else None
+              for n, g, need in zip(names, grads, ctx.needs)}
+        d_cotangents, d_arrays = rule(ops, ops.arrays, cotangents, gg)
+        d_inputs = [d_arrays.get(n) if t is not None else None for n, t in zip(SPECS[cls.op].array_names, inputs)]
+        d_inputs += [None] * (len(inputs) - len(d_inputs))
+        return (None, None, None, *d_cotangents, *[None] * (ctx.count - len(d_cotangents)), *d_inputs)
+
+    @classmethod
+    def jvp(cls, ctx: Any, *tangents: Any) -> Any:
+        raise RuntimeError(f"dnnbind.{cls.op}: forward-mode AD (jvp, jacfwd) of its backward is not supported")
+
+
+class _Ops:
+    """What a second-order rule calls (see :mod:`dnnbind.highlevel.specs.second_order`): the op's typed
+    forward and backward on other arrays, with the arguments of the call being differentiated."""
+
+    def __init__(self, op: str, statics: Sequence[Any], tensors: Sequence[Tensor | None]) -> None:
+        self.op = op
+        x, arrays, self.kwargs = public_arguments(op, _with_tensors(op, statics, tensors))
+        self.arrays = dict(zip(SPECS[op].array_names, [x, *arrays]))
+        #: the call's public arguments, by name
+        self.arguments = self.kwargs
+
+    def _typed(self, arrays: dict[str, Any], arguments: dict[str, Any]) -> list[Any]:
+        named = {**self.arrays, **arrays}
+        values = [named[n] for n in SPECS[self.op].array_names]
+        return typed_arguments(self.op, values[0], values[1:], {**self.kwargs, **arguments})
+
+    def forward(self, arrays: dict[str, Any], **arguments: Any) -> list[Tensor]:
+        named = {**self.arrays, **arrays}
+        values = [named[n] for n in SPECS[self.op].array_names]
+        return call(self.op, values[0], values[1:], {**self.kwargs, **arguments})
+
+    def backward(self, cotangents: list[Any], arrays: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+        inputs = self._typed(arrays, {})
+        tensors = _flat_tensors(self.op, inputs)
+        given = [(n, t) for n, t in zip(SPECS[self.op].array_names, tensors) if t is not None]
+        needs = [n in names for n, _ in given]
+        found = BACKWARDS[self.op].apply(_statics(inputs), needs, len(cotangents), *cotangents, *tensors)
+        return {n: g for (n, _), g in zip(given, found) if n in names}
+
+    @staticmethod
+    def zeros_like(a: Tensor) -> Tensor:
+        return torch.zeros_like(a)
+
+    @staticmethod
+    def sum(a: Tensor, axes: tuple[int, ...], keepdims: bool = True) -> Tensor:
+        return a.sum(dim=axes, keepdim=keepdims) if a.dim() else a
+
+    @staticmethod
+    def mean(a: Tensor, axes: tuple[int, ...]) -> Tensor:
+        return a.mean(dim=axes, keepdim=True)
+
+    exp = staticmethod(torch.exp)
+    sigmoid = staticmethod(torch.sigmoid)
+    where = staticmethod(torch.where)
+
+    @staticmethod
+    def channels(a: Tensor, like: Tensor) -> Tensor:
+        """A per-channel vector shaped to broadcast over like (N, C, *spatial), in like's dtype."""
+        return a.to(like.dtype).reshape(1, -1, *[1] * (like.dim() - 2))
+
+    @staticmethod
+    def vjp(gradients: Any, arrays: dict[str, Any], cotangents: list[Any],
+            gg: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """The gradients of ``gradients(arrays, cotangents)`` (by name) with respect to the arrays and the
+        cotangents, for their cotangents ``gg`` (by gradient name), through torch's autograd
+        (torch.func.vjp under torch.func's transforms)."""
+        if _functorch():
+            return _Ops._func_vjp(gradients, arrays, cotangents, gg)
+        with torch.enable_grad():
+            found = gradients(arrays, cotangents)
+        pairs = [(found[name[1:]], g) for name, g in gg.items() if g is not None and found.get(name[1:]) is not None]
+        wrt = [(("array", n), t) for n, t in arrays.items() if isinstance(t, Tensor) and t.requires_grad]
+        wrt += [(("cotangent", i), t) for i, t in enumerate(cotangents) if isinstance(t, Tensor) and t.requires_grad]
+        pairs = [(o, g) for o, g in pairs if o.requires_grad]
+        d_arrays: dict[str, Any] = {}
+        d_cotangents: list[Any] = [None] * len(cotangents)
+        if pairs and wrt:
+            results = torch.autograd.grad([o for o, _ in pairs], [t for _, t in wrt], [g for _, g in pairs],
+                                          create_graph=True, allow_unused=True)
+            for ((kind, key), _), r in zip(wrt, results):
+                if kind == "array":
+                    d_arrays[key] = r
+                else:
+                    d_cotangents[key] = r
+        return d_cotangents, d_arrays
+
+    @staticmethod
+    def _func_vjp(gradients: Any, arrays: dict[str, Any], cotangents: list[Any],
+                  gg: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        names = [n for n, t in arrays.items() if isinstance(t, Tensor)]
+        places = [i for i, t in enumerate(cotangents) if isinstance(t, Tensor)]
+        wanted = [name for name, g in gg.items() if g is not None]
+
+        def f(*tensors: Tensor) -> tuple:
+            a = {**arrays, **dict(zip(names, tensors[:len(names)]))}
+            c = list(cotangents)
+            for i, t in zip(places, tensors[len(names):]):
+                c[i] = t
+            found = gradients(a, c)
+            return tuple(found[name[1:]] for name in wanted)
+        primals = [arrays[n] for n in names] + [cotangents[i] for i in places]
+        _, pullback = torch.func.vjp(f, *primals)
+        results = pullback(tuple(gg[name] for name in wanted))
+        d_cotangents: list[Any] = [None] * len(cotangents)
+        for i, r in zip(places, results[len(names):]):
+            d_cotangents[i] = r
+        return d_cotangents, dict(zip(names, results[:len(names)]))
+
+    @staticmethod
+    def gather(a: Tensor, indices: Tensor) -> Tensor:
+        return a.flatten(2).gather(2, indices.flatten(2)).view(indices.shape)
+
+
+#: op -> the autograd.Function of its backward op
+BACKWARDS: dict[str, type[_BackwardFunction]] = {
+    op: type(f"dnnbind_{op}_backward_typed", (_BackwardFunction,), {"op": op}) for op in SPECS}
+
+
+#: op -> its autograd.Function (grad_fn ``dnnbind_conv_typedBackward`` ...)
+FUNCTIONS: dict[str, type[_Function]] = {op: type(f"dnnbind_{op}_typed", (_Function,), {"op": op}) for op in SPECS}
+
+
+def _needs(op: str, flags: Sequence[Any], statics: Sequence[Any]) -> list[bool]:
+    """ctx.needs_input_grad as one flag per entry of :func:`_flat_tensors` (a nested array's: one for
+    all its entries, or one per tensor given; its entries' flags are the third input from it)."""
+    spec = SPECS[op]
+    out: list[bool] = []
+    i = 0
+    for a in spec.arrays:
+        flag = flags[i]
+        if a.nested:                 # flags for the tensors given: False for the entries not given
+            given = statics[i + 2]
+            found = iter(flag if isinstance(flag, (list, tuple)) else [flag] * sum(given))
+            out += [bool(next(found)) if g else False for g in given]
+            i += 3
+        else:
+            out.append(bool(flag))
+            i += 1
+    out += [False for kind in spec.kinds.values() if kind.tensor]
+    return out
+
+
+def _per_input(op: str, inputs: Sequence[Any], gradients: Sequence[Tensor | None]) -> tuple:
+    """The backward's gradients as autograd wants them: one per typed input (a list for a list)."""
+    spec = SPECS[op]
+    it = iter(gradients)
+    out: list[Any] = []
+    i = 0
+    for a in spec.arrays:
+        if a.nested:
+            entries = [next(it) for _ in inputs[i + 2]]
+            out += [[g for g, given in zip(entries, inputs[i + 2]) if given], None, None]
+            i += 3
+        else:
+            out.append(next(it))
+            i += 1
+    for kind in spec.kinds.values():
+        out.append(next(it) if kind.tensor else None)
+    return tuple(out)
+
+
+_functorch = torch._C._are_functorch_transforms_active
+
+
+# -- registration ---------------------------------------------------------------------------------
+
+def _register(op: str) -> None:
+    spec = SPECS[op]
+    # the spec's derived facts the calls read, worked out now: a traced call (Dynamo) cannot take the
+    # lock of a cached_property computed for the first time
+    spec.kinds, spec.arguments_function, spec.array_names, spec.arguments  # noqa: B018
+    forward_schema, backward_schema = schemas(spec)
+    name = f"{NAMESPACE}::{op}"
+    forward = torch.library.custom_op(name, functools.partial(_forward, op), mutates_args=(), schema=forward_schema)
+    forward.register_fake(functools.partial(_fake_forward, op))
+    backward = torch.library.custom_op(f"{name}_backward", functools.partial(_backward, op), mutates_args=(),
+                                       schema=backward_schema)
+    backward.register_fake(functools.partial(_fake_backward, op))
+    forward.register_autograd(functools.partial(_autograd_backward, op),
+                              setup_context=functools.partial(_setup_context, op))
+    torch.library.register_vmap(forward, batching.forward_rule(op))
+    torch.library.register_vmap(backward, batching.backward_rule(op))
+
+
+for _op in SPECS:
+    _register(_op)
+
+
+def call(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> list[Tensor]:
+    """The typed op's results (a list) for x, the spec's other arrays (then its tensor arguments) and the
+    public op's arguments by name (defaults filled in)."""
+    spec = SPECS[op]
+    n = len(spec.arrays) - 1         # arrays past the spec's: its tensor arguments (dropout's seed), in order
+    kwargs = spec.arguments_function(**{**kwargs, **dict(zip(spec.tensor_arguments, arrays[n:]))})
+    inputs = typed_arguments(op, x, arrays[:n], kwargs)
+    if _functorch():           # torch.func transforms take an autograd.Function with setup_context
+        result = FUNCTIONS[op].apply(_statics(inputs), *_flat_tensors(op, inputs))
+    else:
+        result = getattr(torch.ops.dnnbind, op)(*inputs)
+    return [result] if isinstance(result, Tensor) else list(result)

@@ -1,0 +1,147 @@
+"""Double backward: convolution, transposed convolution and pooling backwards are differentiable, built from
+the same ops (the specs' second-order rules), in eager mode, through the typed ops and under torch.func;
+float64 against torch's own layers and gradgradcheck. Ops without a rule refuse a second derivative with
+an error naming the op."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.autograd import gradgradcheck
+from torch.func import grad, jacrev
+
+import dnnbind.torch as dt
+
+DT = torch.float64
+F = torch.nn.functional
+
+
+def _r(*shape):
+    return torch.randn(*shape, dtype=DT, requires_grad=True)
+
+
+CASES = {
+    "conv2d": (lambda x, w, b: dt.conv(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2)),
+               lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2)),
+               lambda: (_r(2, 3, 7, 7), _r(4, 3, 3, 3), _r(4))),
+    "conv1d-groups": (lambda x, w, b: dt.conv(x, w, b, groups=2, padding=2),
+                      lambda x, w, b: F.conv1d(x, w, b, groups=2, padding=2),
+                      lambda: (_r(2, 4, 9), _r(6, 2, 3), _r(6))),
+    "conv3d": (lambda x, w, b: dt.conv(x, w, b, stride=2),
+               lambda x, w, b: F.conv3d(x, w, b, stride=2),
+               lambda: (_r(1, 2, 5, 5, 5), _r(3, 2, 2, 2, 2), _r(3))),
+    "conv_transpose2d": (lambda x, w, b: dt.conv_transpose(x, w, b, stride=2, padding=1, output_padding=1),
+                         lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+                         lambda: (_r(2, 3, 4, 4), _r(3, 2, 3, 3), _r(2))),
+    "maxpool2d": (lambda x: dt.maxpool(x, 3, stride=2, padding=1, dilation=(1, 2)),
+                  lambda x: F.max_pool2d(x, 3, stride=2, padding=1, dilation=(1, 2)),
+                  lambda: (_r(2, 3, 8, 9),)),
+    "meanpool2d": (lambda x: dt.meanpool(x, 3, stride=2, padding=1, count_include_pad=False, ceil_mode=True),
+                   lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False, ceil_mode=True),
+                   lambda: (_r(2, 3, 8, 9),)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gradgradcheck_passes(name):
+    ours, _, inputs = CASES[name]
+    torch.manual_seed(0)
+    assert gradgradcheck(ours, inputs())
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_gradient_penalty_equals_torchs(name):
+    """WGAN-GP's penalty: the squared norm of the input gradient, differentiated again."""
+    ours, theirs, inputs = CASES[name]
+    torch.manual_seed(1)
+    args = inputs()
+    results = []
+    for f in (ours, theirs):
+        tensors = [a.detach().clone().requires_grad_() for a in args]
+        y = f(*tensors)
+        (gx,) = torch.autograd.grad((y * torch.linspace(-1, 1, y.numel(), dtype=DT).view_as(y)).sum(),
+                                    tensors[0], create_graph=True)
+        penalty = (gx ** 2).sum()
+        results.append(torch.autograd.grad(penalty, tensors, allow_unused=True, materialize_grads=True))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_hessian_by_torch_func_equals_torchs():
+    w = torch.randn(2, 3, 3, 3, dtype=DT)
+    x = torch.randn(1, 3, 5, 5, dtype=DT)
+
+    def loss(conv, pool):
+        return lambda w: pool(conv(x, w, padding=1), 2).pow(3).sum()
+    ours = jacrev(grad(loss(dt.conv, dt.maxpool)))(w)
+    theirs = jacrev(grad(loss(lambda x, w, padding: F.conv2d(x, w, padding=padding), F.max_pool2d)))(w)
+    torch.testing.assert_close(ours, theirs)
+
+
+POINTWISE = {
+    "softmax": (lambda x: dt.softmax(x, axis=1), lambda x: torch.softmax(x, 1)),
+    "logsoftmax": (lambda x: dt.logsoftmax(x, axis=-1), lambda x: torch.log_softmax(x, -1)),
+    "relu": (lambda x: dt.activation(x, "relu"), F.relu),
+    "sigmoid": (lambda x: dt.activation(x, "sigmoid"), torch.sigmoid),
+    "tanh": (lambda x: dt.activation(x, "tanh"), torch.tanh),
+    "elu": (lambda x: dt.activation(x, "elu", alpha=0.7), lambda x: F.elu(x, 0.7)),
+    "leaky_relu": (lambda x: dt.activation(x, "leaky_relu", alpha=0.2), lambda x: F.leaky_relu(x, 0.2)),
+    "relu6": (lambda x: dt.activation(x, "clipped_relu"), F.relu6),
+    "silu": (lambda x: dt.activation(x, "swish"), F.silu),
+    "batchnorm-training": (lambda x: dt.batchnorm(x, GAMMA, BETA),
+                           lambda x: F.batch_norm(x, None, None, GAMMA, BETA, training=True)),
+    "batchnorm-inference": (lambda x: dt.batchnorm(x, GAMMA, BETA, running_mean=MEAN, running_var=VAR, training=False),
+                            lambda x: F.batch_norm(x, MEAN, VAR, GAMMA, BETA, training=False)),
+    "dropout": (lambda x: dt.dropout(x, 0.3, seed=5), None),
+}
+torch.manual_seed(7)
+GAMMA, BETA = _r(4), _r(4)
+MEAN, VAR = torch.randn(4, dtype=DT), torch.rand(4, dtype=DT) + 0.5
+
+
+@pytest.mark.parametrize("name", list(POINTWISE))
+def test_gradgradcheck_passes_for_the_closed_form_rules(name):
+    """softmax's, the activations' and batch norm's backwards differentiated by their formulas (batch
+    norm's with respect to x, gamma and beta), dropout's as a linear map with its mask."""
+    ours, _ = POINTWISE[name]
+    x = _r(3, 4, 5)
+    if name.startswith("batchnorm"):
+        assert gradgradcheck(lambda x, g, b: dt.batchnorm(x, g, b, training=name.endswith("training"),
+                                                          running_mean=MEAN, running_var=VAR), (x, GAMMA, BETA))
+    else:
+        assert gradgradcheck(ours, (x,))
+
+
+@pytest.mark.parametrize("name", [n for n in POINTWISE if POINTWISE[n][1] is not None])
+def test_closed_form_gradient_penalties_equal_torchs(name):
+    ours, theirs = POINTWISE[name]
+    x0 = torch.randn(3, 4, 5, dtype=DT)
+    results = []
+    for f in (ours, theirs):
+        x = x0.clone().requires_grad_()
+        y = f(x)
+        (gx,) = torch.autograd.grad((y * torch.linspace(-1, 1, y.numel(), dtype=DT).view_as(y)).sum(), x,
+                                    create_graph=True)
+        # (piecewise-linear ones: zero, which torch gives as unused)
+        results.append(torch.autograd.grad((gx ** 3).sum(), x, allow_unused=True, materialize_grads=True))
+    torch.testing.assert_close(results[0], results[1])
+
+
+def test_a_hessian_of_softmax_and_batch_norm_by_torch_func_equals_torchs():
+    x = torch.randn(3, 4, dtype=DT)
+
+    def loss(softmax, norm):
+        return lambda x: softmax(norm(x)).pow(2).sum()
+    ours = jacrev(grad(loss(lambda x: dt.softmax(x, axis=1), lambda x: dt.batchnorm(x, GAMMA[:4], BETA[:4]))))(x)
+    theirs = jacrev(grad(loss(lambda x: torch.softmax(x, 1),
+                              lambda x: F.batch_norm(x, None, None, GAMMA[:4], BETA[:4], training=True))))(x)
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_an_rnn_refuses_a_second_derivative_naming_itself():
+    """As torch's cuDNN RNN does (dnnbind's RNN backward has no second-order rule)."""
+    x = _r(4, 2, 3)
+    weights = [[_r(8, 3), _r(8, 2), _r(8), _r(8)]]
+    y, _, _ = dt.rnn(x, weights, mode="lstm", hidden_size=2)
+    (g,) = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"dnnbind[.:]rnn"):
+        g.sum().backward()

@@ -1,0 +1,141 @@
+"""torch.func on dnnbind's layers, against torch's own: grad, vjp, jacrev, functional_call, vmap (a mapped
+axis of x folded into the batch where the spec allows, mapped over otherwise), vmap(grad(...)) per-sample
+gradients, model ensembling, and forward mode refused naming the op. float64 throughout."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.func import functional_call, grad, jacrev, jvp, stack_module_state, vjp, vmap
+
+import dnnbind.torch as dt
+from dnnbind.torch import library
+from dnnbind.torch import nn as dnn
+
+DT = torch.float64
+
+
+def _cnn(nn):
+    return torch.nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                               nn.ConvTranspose2d(4, 4, 2, stride=2), nn.Tanh(), nn.Conv2d(4, 2, 3),
+                               nn.AvgPool2d(2)).to(DT)
+
+
+def _lstm(nn):
+    return nn.LSTM(3, 4, num_layers=2, bidirectional=True).to(DT)
+
+
+def _twins(make):
+    torch.manual_seed(3)
+    ours = make(dnn)
+    theirs = make(torch.nn)
+    theirs.load_state_dict(ours.state_dict())
+    return ours, theirs
+
+
+def _params(model):
+    return {k: v.detach() for k, v in model.named_parameters()}
+
+
+def test_grad_and_functional_call_equal_torchs():
+    ours, theirs = _twins(_cnn)
+    x = torch.randn(2, 3, 8, 8, dtype=DT)
+
+    def loss(model):
+        return lambda p, x: (functional_call(model, p, (x,)) ** 2).sum()
+    a, b = grad(loss(ours))(_params(ours), x), grad(loss(theirs))(_params(theirs), x)
+    for k in b:
+        torch.testing.assert_close(a[k], b[k])
+    torch.testing.assert_close(grad(loss(ours), argnums=1)(_params(ours), x),
+                               grad(loss(theirs), argnums=1)(_params(theirs), x))
+
+
+def test_vjp_and_jacrev_equal_torchs():
+    ours, theirs = _twins(_cnn)
+    x = torch.randn(1, 3, 8, 8, dtype=DT)
+    y, pullback = vjp(ours, x)
+    y_t, pullback_t = vjp(theirs, x)
+    torch.testing.assert_close(y, y_t)
+    ct = torch.randn_like(y)
+    torch.testing.assert_close(pullback(ct)[0], pullback_t(ct)[0])
+    torch.testing.assert_close(jacrev(ours)(x), jacrev(theirs)(x))
+
+
+def test_vmap_of_a_cnn_equals_torchs_and_folds_into_the_batch():
+    ours, theirs = _twins(_cnn)
+    xs = torch.randn(5, 2, 3, 8, 8, dtype=DT)
+    calls = []
+    original = library._forward
+    try:
+        library._forward = lambda op, x, *rest: calls.append((op, tuple(x.shape))) or original(op, x, *rest)
+        out = vmap(ours)(xs)
+    finally:
+        library._forward = original
+    torch.testing.assert_close(out, vmap(theirs)(xs))
+    # each layer ran once, on the 5 * 2 samples (folded), not five times
+    assert len(calls) == len(ours) and calls[0] == ("conv", (10, 3, 8, 8))
+
+
+def test_per_sample_gradients_equal_torchs():
+    """vmap(grad(...)) over single samples: the basis of DP-SGD."""
+    ours, theirs = _twins(_cnn)
+    xs, targets = torch.randn(4, 3, 8, 8, dtype=DT), torch.randn(4, 1, 2, 3, 3, dtype=DT)
+
+    def per_sample(model):
+        def loss(p, x, t):
+            return ((functional_call(model, p, (x.unsqueeze(0),)) - t) ** 2).sum()
+        return vmap(grad(loss), in_dims=(None, 0, 0))(_params(model), xs, targets)
+    a, b = per_sample(ours), per_sample(theirs)
+    for k in b:
+        assert a[k].shape == (4, *_params(theirs)[k].shape)
+        torch.testing.assert_close(a[k], b[k])
+
+
+def test_model_ensembling_maps_over_stacked_weights():
+    models = [_twins(_cnn) for _ in range(3)]
+    x = torch.randn(2, 3, 8, 8, dtype=DT)
+    results = []
+    for side in (0, 1):
+        params, buffers = stack_module_state([m[side] for m in models])
+        base = models[0][side]
+
+        def run(p, b):
+            return functional_call(base, (p, b), (x,))
+        results.append(vmap(run)(params, buffers))
+    torch.testing.assert_close(results[0], results[1])
+
+
+def test_vmap_and_per_sample_gradients_of_an_lstm_equal_torchs_loop():
+    """torch's own LSTM has no batching rule (aten::lstm): a loop over it is the oracle."""
+    ours, theirs = _twins(_lstm)
+    xs = torch.randn(3, 5, 2, 3, dtype=DT)          # 3 mapped entries of (seq 5, batch 2, input 3)
+    torch.testing.assert_close(vmap(lambda x: ours(x)[0])(xs), torch.stack([theirs(x)[0] for x in xs]))
+
+    def loss(model):
+        return lambda p, x: functional_call(model, p, (x,))[0].pow(2).sum()
+    a = vmap(grad(loss(ours)), in_dims=(None, 0))(_params(ours), xs)
+    b = [grad(loss(theirs))(_params(theirs), x) for x in xs]
+    for k in a:
+        torch.testing.assert_close(a[k], torch.stack([g[k] for g in b]))
+
+
+def test_vmap_maps_over_batch_norm_and_softmax():
+    """Batch norm's statistics run over its batch and softmax's axis may be any: no fold, one call per entry."""
+    xs = torch.randn(3, 4, 5, 2, dtype=DT)
+    gamma, beta = torch.randn(5, dtype=DT), torch.randn(5, dtype=DT)
+    torch.testing.assert_close(
+        vmap(lambda x: dt.batchnorm(x, gamma, beta, training=True))(xs),
+        vmap(lambda x: torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True))(xs))
+    torch.testing.assert_close(vmap(lambda x: dt.softmax(x, axis=0))(xs),
+                               vmap(lambda x: torch.softmax(x, 0))(xs))
+
+
+@pytest.mark.parametrize("transform", ["jvp", "jacfwd"])
+def test_forward_mode_is_refused_naming_the_op(transform):
+    w = torch.randn(2, 3, 3, 3, dtype=DT)
+    x = torch.randn(1, 3, 5, 5, dtype=DT)
+    f = lambda x: dt.conv(x, w)  # noqa: E731
+    with pytest.raises(RuntimeError, match=r"dnnbind\.conv: forward-mode AD"):
+        if transform == "jvp":
+            jvp(f, (x,), (torch.ones_like(x),))
+        else:
+            torch.func.jacfwd(f)(x)

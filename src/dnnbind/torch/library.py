@@ -1,23 +1,20 @@
-"""dnnbind's ops as ``torch.library`` custom ops (namespace ``dnnbind``), built on the residual form.
+"""The residual machinery behind dnnbind.torch's ops: a call's backend functions, static arguments and residuals.
 
-For every op NAME (see :data:`dnnbind.highlevel.specs.SPECS`) two custom ops are registered:
+The typed custom ops (:mod:`dnnbind.torch.typed`, what ``torch.compile``, ``torch.export`` and
+``torch.func`` see) and the eager path (:mod:`dnnbind.torch.eager`) run the backends through here. A
+call is described internally as (x, others, params, reals): ``others`` the op's other array arguments
+that are not None, in the spec's order (rnn's weights flattened), ``params`` a JSON text (:func:`encode`)
+of the public op's keyword arguments and which array slots are filled, ``reals`` its float arguments.
+That text never reaches a graph: the typed ops take typed arguments and build it in their kernels.
+:func:`_forward` gives the op's outputs and residuals, :func:`gradients` / :func:`_backward` the
+gradients from them, :func:`_fake_forward` the shapes (computed from ConvDims/PoolDims/RNNDims through the
+public ops' checks, symbolic sizes kept symbolic).
 
-``dnnbind::NAME(Tensor x, Tensor[] others, str params, float[] reals) -> (Tensor[] outputs, Tensor[] residuals)``
-    Runs the backend's ``NAME_forward``. ``others`` are the op's other array arguments that are not
-    None, in the spec's order (rnn's weights flattened); ``params`` is a JSON text (:func:`encode`) holding
-    the public op's keyword arguments and which array slots are filled, except its float arguments,
-    which are ``reals`` (named in params; a compiled graph may hold them as symbolic values). Outputs: the op's results that
-    are not None; batch norm adds its updated running statistics (the op itself mutates nothing: the
-    caller copies them back), dropout takes its seed as a 0-d int64 tensor in ``others``.
-``dnnbind::NAME_backward(Tensor[] residuals, Tensor[] cotangents, str params, float[] reals) -> Tensor[]``
-    Runs ``NAME_backward``: one gradient per differentiable array argument that was given. For conv and
-    conv_transpose (their specs are ``skippable``) ``params`` says which of them autograd
-    needs; the others are not computed and come back as empty tensors (autograd receives None).
-
-Both have fake kernels that compute shapes from ConvDims/PoolDims/RNNDims (through the public ops'
-checks) and the backend's ``NAME_residuals``, without running anything, and the forward has its
-gradient registered (``register_autograd``) through the backward op, so ``torch.compile`` and
-``torch.export`` see dnnbind ops instead of graph breaks.
+One op is registered here: ``dnnbind::NAME_eager_backward(Tensor[] residuals, Tensor[] cotangents, str
+params, float[] reals) -> Tensor[]``, what an eager call of an op without a second-order rule records
+when autograd builds a graph of its backward (create_graph), so that a second derivative through it is
+refused instead of coming out wrong. :mod:`dnnbind.torch.sequence_op` (a run of layers as one op under
+torch.compile) keeps this generic form.
 """
 from __future__ import annotations
 

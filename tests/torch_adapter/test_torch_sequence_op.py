@@ -67,12 +67,22 @@ def test_opcheck_passes_for_the_sequence_backward_op(monkeypatch, frozen):
     assert (x.grad is None) == ("x" in frozen)
 
 
-def test_export_captures_a_sequential_as_one_op_per_run():
+def _typed_only(exported, model) -> list[str]:
+    """The exported program's dnnbind ops: typed ones, one per layer, no sequence op, no params text."""
+    targets = [str(node.target) for node in exported.graph.nodes if node.op == "call_function"]
+    ours = [t for t in targets if t.startswith("dnnbind.")]
+    assert "dnnbind.sequence.default" not in targets and len(ours) == len(model)
+    assert "{" not in exported.graph_module.code
+    return ours
+
+
+def test_export_captures_a_sequential_as_typed_ops_one_per_layer():
+    """torch.export takes a Sequential's layers one by one, each a typed op (the sequence op's params text
+    names this install: torch.compile only)."""
     model = _layers("eval")
     x = torch.randn(SHAPES["eval"], dtype=torch.float64)
     exported = torch.export.export(model, (x,))
-    targets = [str(node.target) for node in exported.graph.nodes if node.op == "call_function"]
-    assert targets.count("dnnbind.sequence.default") == 1 and not any(".conv." in t for t in targets)
+    assert "dnnbind.conv.default" in _typed_only(exported, model)
     torch.testing.assert_close(exported.module()(x), model(x))
 
 
@@ -115,14 +125,13 @@ def test_a_global_module_hook_keeps_the_layers_apart_while_tracing():
     torch.testing.assert_close(exported.module()(x), expected)
 
 
-def test_a_decoder_of_transposed_convolutions_exports_as_one_op():
+def test_a_decoder_of_transposed_convolutions_exports_as_typed_ops():
     torch.manual_seed(0)
     model = dnn.Sequential(dnn.ConvTranspose2d(4, 3, 3, stride=2, output_padding=1), dnn.BatchNorm2d(3), dnn.ReLU(),
                            dnn.ConvTranspose2d(3, 1, 2, stride=2), dnn.Sigmoid()).double().eval()
     x = torch.randn(2, 4, 3, 3, dtype=torch.float64)
     exported = torch.export.export(model, (x,))
-    targets = [str(node.target) for node in exported.graph.nodes if node.op == "call_function"]
-    assert targets.count("dnnbind.sequence.default") == 1
+    assert _typed_only(exported, model).count("dnnbind.conv_transpose.default") == 2
     torch.testing.assert_close(exported.module()(x), model(x))
     model.__class__ = torch.nn.Sequential            # the same layers one by one
     torch.testing.assert_close(exported.module()(x), model(x), rtol=0, atol=0)

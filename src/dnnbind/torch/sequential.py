@@ -141,10 +141,13 @@ _PLANNED_PER_MODEL = 8
 
 
 def _traced_run(layers: list[nn.Module], x: Any) -> Any:
-    """``layers`` on x while torch.compile or torch.export traces: one ``dnnbind::sequence`` op
+    """``layers`` on x while torch.compile traces: one ``dnnbind::sequence`` op
     (:mod:`dnnbind.torch.sequence_op`) when every layer's call is one and no global module hook would
-    see the layers, else the layers one by one."""
-    fusions = _fusions(layers, x) if isinstance(x, torch.Tensor) and not _global_hooks() else None
+    see the layers, else the layers one by one. torch.export takes the layers one by one, each a typed
+    op: an exported program holds nothing of this install (the sequence op's params text does)."""
+    fusions = None
+    if isinstance(x, torch.Tensor) and not _global_hooks() and not torch.compiler.is_exporting():
+        fusions = _fusions(layers, x)
     return _one_by_one(layers, x) if fusions is None else sequence_op.run(fusions, x)
 
 

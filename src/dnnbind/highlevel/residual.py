@@ -170,3 +170,24 @@ def forms(op: str, forward: Callable[..., Any], backward: Callable[..., Any], re
     from dnnbind.highlevel.edges import guard
     forward, backward, residuals = guard(op, forward, backward, residuals)
     return forward, backward, residuals, with_pullback(op, forward, backward, names)
+
+
+def install_forms(namespace: dict[str, Any], modules: tuple[Any, ...],
+                  names: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+    """Install into a backend's ``namespace`` the four names of :func:`forms` for every op of the specs that
+    one of ``modules`` implements (its ``NAME_forward``, ``NAME_backward`` and ``NAME_residuals``), the
+    first module that has them winning; ``names`` maps an op to its residuals' attribute names. Returns the
+    ops installed, in the specs' order: a backend lists no op by hand."""
+    from dnnbind.highlevel.specs import OP_NAMES
+    installed = []
+    for op in OP_NAMES:
+        module = next((m for m in modules if hasattr(m, f"{op}_forward")), None)
+        if module is None:
+            continue
+        forward, backward, residuals = (getattr(module, f"{op}_{part}")
+                                        for part in ("forward", "backward", "residuals"))
+        built = forms(op, forward, backward, residuals, (names or {}).get(op, ()))
+        namespace.update(zip((f"{op}_forward", f"{op}_backward", f"{op}_residuals", op), built))
+        installed.append(op)
+    return installed
+

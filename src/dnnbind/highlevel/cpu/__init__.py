@@ -30,30 +30,9 @@ from dnnbind.highlevel.cpu import rnn as _rnn
 from dnnbind.highlevel.cpu import softmax as _softmax
 
 from dnnbind.highlevel.cpu._heap import keep_heap_padding
-from dnnbind.highlevel.residual import forms
+from dnnbind.highlevel.residual import install_forms
 
 # every op in both forms, with the edge policy (0-d and zero-size arrays) applied once
-activation_forward, activation_backward, activation_residuals, activation = forms(
-    "activation", _activation.activation_forward, _activation.activation_backward, _activation.activation_residuals)
-batchnorm_forward, batchnorm_backward, batchnorm_residuals, batchnorm = forms(
-    "batchnorm", _batchnorm.batchnorm_forward, _batchnorm.batchnorm_backward, _batchnorm.batchnorm_residuals)
-layer_norm_forward, layer_norm_backward, layer_norm_residuals, layer_norm = forms(
-    "layer_norm", _layer_norm.layer_norm_forward, _layer_norm.layer_norm_backward, _layer_norm.layer_norm_residuals)
-dropout_forward, dropout_backward, dropout_residuals, dropout = forms(
-    "dropout", _dropout.dropout_forward, _dropout.dropout_backward, _dropout.dropout_residuals, names=("mask",))
-maxpool_forward, maxpool_backward, maxpool_residuals, maxpool = forms(
-    "maxpool", _pool.maxpool_forward, _pool.maxpool_backward, _pool.maxpool_residuals)
-meanpool_forward, meanpool_backward, meanpool_residuals, meanpool = forms(
-    "meanpool", _pool.meanpool_forward, _pool.meanpool_backward, _pool.meanpool_residuals)
-softmax_forward, softmax_backward, softmax_residuals, softmax = forms(
-    "softmax", _softmax.softmax_forward, _softmax.softmax_backward, _softmax.softmax_residuals)
-logsoftmax_forward, logsoftmax_backward, logsoftmax_residuals, logsoftmax = forms(
-    "logsoftmax", _softmax.logsoftmax_forward, _softmax.logsoftmax_backward, _softmax.logsoftmax_residuals)
-conv_forward, conv_backward, conv_residuals, conv = forms(
-    "conv", _conv.conv_forward, _conv.conv_backward, _conv.conv_residuals)
-conv_transpose_forward, conv_transpose_backward, conv_transpose_residuals, conv_transpose = forms(
-    "conv_transpose", _conv.conv_transpose_forward, _conv.conv_transpose_backward, _conv.conv_transpose_residuals)
-rnn_forward, rnn_backward, rnn_residuals, rnn = forms(
-    "rnn", _rnn.rnn_forward, _rnn.rnn_backward, _rnn.rnn_residuals)
-__all__ = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
-           "batchnorm", "layer_norm", "dropout", "rnn", "keep_heap_padding"]
+OPS = install_forms(globals(), (_activation, _batchnorm, _conv, _dropout, _layer_norm, _pool, _rnn, _softmax),
+                    names={"dropout": ("mask",)})
+__all__ = [*OPS, "keep_heap_padding"]

@@ -217,8 +217,8 @@ def _fake_forward(op: str, *args: Any) -> Any:
     return _results(op, outputs)
 
 
-def _backward(op: str, cotangents: Sequence[Tensor | None], *args: Any) -> list[Tensor]:
-    *args, needs = args
+def _backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:
+    *args, needs = args_and_needs
     x, others, params, reals = _generic(op, args)
     outputs, residuals = library._forward(op, x, others, params, reals)
     given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
@@ -229,8 +229,8 @@ def _backward(op: str, cotangents: Sequence[Tensor | None], *args: Any) -> list[
     return [g if g is not None and w else t.new_empty((0,)) for g, w, (t, _) in zip(grads, wanted, given)]
 
 
-def _fake_backward(op: str, cotangents: Sequence[Tensor | None], *args: Any) -> list[Tensor]:
-    *args, needs = args
+def _fake_backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:
+    *args, needs = args_and_needs
     given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
     return [t.new_empty(t.shape if bool(n) and d else (0,)) for n, (t, d) in zip(needs, given)]
 
@@ -456,7 +456,8 @@ class _Ops:
         with torch.enable_grad():
             found = gradients(arrays, cotangents)
         pairs = [(found[name[1:]], g) for name, g in gg.items() if g is not None and found.get(name[1:]) is not None]
-        wrt = [(("array", n), t) for n, t in arrays.items() if isinstance(t, Tensor) and t.requires_grad]
+        wrt: list[tuple[tuple[str, Any], Tensor]] = [
+            (("array", n), t) for n, t in arrays.items() if isinstance(t, Tensor) and t.requires_grad]
         wrt += [(("cotangent", i), t) for i, t in enumerate(cotangents) if isinstance(t, Tensor) and t.requires_grad]
         pairs = [(o, g) for o, g in pairs if o.requires_grad]
         d_arrays: dict[str, Any] = {}
@@ -486,7 +487,7 @@ class _Ops:
             found = gradients(a, c)
             return tuple(found[name[1:]] for name in wanted)
         primals = [arrays[n] for n in names] + [cotangents[i] for i in places]
-        _, pullback = torch.func.vjp(f, *primals)
+        pullback = torch.func.vjp(f, *primals)[1]
         results = pullback(tuple(gg[name] for name in wanted))
         d_cotangents: list[Any] = [None] * len(cotangents)
         for i, r in zip(places, results[len(names):]):

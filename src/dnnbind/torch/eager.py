@@ -25,7 +25,7 @@ from dnnbind.highlevel.grad_mode import saving, saving_residuals
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import library, typed
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
-from dnnbind.torch.library import _NOTHING, _encode, _map, _pick
+from dnnbind.torch.library import _NOTHING, _map, _pick
 
 Tensor = torch.Tensor
 
@@ -86,9 +86,10 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             plan.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
         if keep:
             ctx.plan = plan
-            # an op whose backward is differentiable keeps its inputs for a create_graph backward, which
-            # runs the typed backward op on them (the backend keeps x and w as residuals too, unchecked)
-            ctx.inputs = (x, *others) if SPECS[plan.op].second_order is not None else None
+            # the inputs, for a create_graph backward, which runs the typed backward op on them: differentiable
+            # by the op's second-order rule, or refusing a second derivative naming the op where it has none
+            # (the backend keeps x and w as residuals too, unchecked)
+            ctx.inputs = (x, *others)
             # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
             # want to see them as saved tensors
             if _saved_tensor_hooks(False) is None:
@@ -114,7 +115,9 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             cotangents[0] = torch.zeros(shape, dtype=dtype, device=device)
         needs = None if plan.skip is None else tuple(i is not None and bool(flags[1 + i]) for i in plan.skip)
         if torch.is_grad_enabled():
-            return (None, *_recorded_backward(ctx, plan, cotangents, needs))
+            # autograd records this backward (create_graph): through the typed backward op, so that a second
+            # derivative follows the op's second-order rule, or is refused naming the op where it has none
+            return (None, *_typed_backward(ctx, plan, cotangents))
         if plan.scoped:
             with device_scope(plan.device):
                 return (None, *_backward_arrays(ctx, plan, cotangents, needs, flags))
@@ -148,26 +151,6 @@ def _backward_arrays(ctx: Any, plan: Plan, cotangents: list[Tensor | None], need
 
 def _gradient(value: Any) -> Tensor | None:
     return None if value is None else to_tensor(value)
-
-
-def _recorded_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None],
-                       needs: tuple[bool, ...] | None) -> list[Tensor | None]:
-    """The backward through the registered backward op (grad mode on: create_graph), which autograd
-    records, so that a second derivative is refused by its missing formula instead of coming out wrong."""
-    if ctx.inputs is not None:
-        return _typed_backward(ctx, plan, cotangents)
-    given = [d is not None for d in cotangents]
-    record = plan.sig.record[1]
-    extra: dict[str, Any] = {"given": given} if needs is None else {"given": given, "needs": list(needs)}
-    params = _encode(tuple({**record, **extra}.items()))      # per call: not worth remembering
-    saved = (list(ctx.saved_tensors) if ctx.residual_arrays is None
-             else [to_tensor(a) for a in ctx.residual_arrays])
-    grads = iter(getattr(torch.ops.dnnbind, f"{plan.op}_eager_backward")(saved, [d for d in cotangents if d is not None],
-                                                                    params, plan.reals))
-    flags = ctx.needs_input_grad[1:]
-    out = [next(grads) if path is not None else None for path in plan.gradients]
-    # what was not needed came back as an empty placeholder
-    return [g if g is not None and flag else None for g, flag in zip(out, flags)]
 
 
 def _typed_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None]) -> list[Tensor | None]:

@@ -29,7 +29,7 @@ from dnnbind.highlevel.cudnn.settings import Settings, settings
 from dnnbind.highlevel.gpu import cache as _cache
 from dnnbind.highlevel.gpu.cache import CacheInfo
 from dnnbind.highlevel.gpu.dropout_mask import with_mask
-from dnnbind.highlevel.residual import forms
+from dnnbind.highlevel.residual import forms, install_chains
 
 # every op in both forms, with the edge policy (0-d and zero-size arrays) applied once
 conv_forward, conv_backward, conv_residuals, conv = forms(
@@ -58,8 +58,8 @@ dropout = with_mask(_dropout_pair)      # the residuals are reserve spaces: pull
 rnn_forward, rnn_backward, rnn_residuals, rnn = forms(
     "rnn", _rnn.rnn_forward, _rnn.rnn_backward, _rnn.rnn_residuals)
 
-OPS = ("conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
-       "layer_norm", "dropout", "rnn")
+OPS = install_chains(globals(), (), ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
+       "layer_norm", "dropout", "rnn"])
 __all__ = [f"{op}{suffix}" for op in OPS for suffix in ("", "_forward", "_backward", "_residuals")] + [
     "pack_rnn_weights", "settings", "Settings", "cache_info", "clear_caches", "CacheInfo"]
 

@@ -44,7 +44,7 @@ from dnnbind.highlevel.miopen import pool as _pool
 from dnnbind.highlevel.miopen import rnn as _rnn
 from dnnbind.highlevel.miopen import softmax as _softmax
 from dnnbind.highlevel.miopen.settings import MIOpenSettings, current, settings
-from dnnbind.highlevel.residual import forms
+from dnnbind.highlevel.residual import forms, install_chains
 
 #: the ops MIOpen has bfloat16 kernels for (MIOpen documents bfloat16 for its convolutions; its layer-norm
 #: kernels take miopenBFloat16 too)
@@ -99,8 +99,8 @@ softmax_forward, softmax_backward, softmax_residuals, softmax = _forms("softmax"
 logsoftmax_forward, logsoftmax_backward, logsoftmax_residuals, logsoftmax = _forms("logsoftmax", _softmax)
 conv, conv_transpose = _forward_settings(_conv_pair), _forward_settings(_conv_transpose_pair)
 
-OPS = ("conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
-       "layer_norm", "dropout", "rnn")
+OPS = install_chains(globals(), (), ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
+       "layer_norm", "dropout", "rnn"])
 __all__ = [*OPS, *(f"{op}_{part}" for op in OPS for part in ("forward", "backward", "residuals")), "settings",
            "BFLOAT16_OPS", "MIOpenSettings", "cache_info", "clear_caches", "CacheInfo"]
 

@@ -34,6 +34,7 @@ applied) for conv_transpose, in the backend's :meth:`ConvCall.keep` form. db is 
 """
 from __future__ import annotations
 
+import inspect
 import types
 from typing import Any, Callable, ContextManager, Protocol
 
@@ -94,7 +95,7 @@ def conv_ops(prims: ConvPrimitives) -> types.SimpleNamespace:
     """The residual form of conv and conv_transpose on ``prims``: a namespace with the six functions,
     named as :func:`dnnbind.highlevel.residual.install_forms` looks them up."""
 
-    allowed = frozenset(getattr(prims, "OPTIONS", ()))
+    allowed = tuple(getattr(prims, "OPTIONS", ()))
 
     def check(name: str, options: dict[str, Any]) -> None:
         """Refuse a keyword that is not one of the backend's options, as a Python function would."""
@@ -119,14 +120,14 @@ def conv_ops(prims: ConvPrimitives) -> types.SimpleNamespace:
                 y = call.add_bias(y, call.b, False)
             return call.result(y), _residuals(call, xs, wf)
 
-    def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *,
+    def conv_backward(residuals: tuple, cotangents: tuple, dims: ConvDims, *,
                       needs: tuple[bool, bool, bool] = ALL_NEEDED, **options: Any) -> tuple[Any, Any, Any]:
         """(dx, dw, db): the data gradient, the filter gradient and the bias gradient; those ``needs``
         marks False are None, not computed."""
         if options:
             check("conv_backward", options)
         (dy,) = cotangents
-        with prims.backward_call("conv", dims, options, saved, dy, dims.y_shape) as call:
+        with prims.backward_call("conv", dims, options, residuals, dy, dims.y_shape) as call:
             (xs, wf), dy = call.saved, call.dy
             dx = call.result(call.data_grad(dy, wf)) if needs[0] else None
             dw = call.result(call.weight_grad(call.filter_grad(xs, dy, wf))) if needs[1] else None
@@ -152,7 +153,7 @@ def conv_ops(prims: ConvPrimitives) -> types.SimpleNamespace:
                 y = call.add_bias(y, call.b, True)
             return call.result(y), _residuals(call, xe, wf)
 
-    def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *,
+    def conv_transpose_backward(residuals: tuple, cotangents: tuple, dims: ConvDims, *,
                                 needs: tuple[bool, bool, bool] = ALL_NEEDED,
                                 **options: Any) -> tuple[Any, Any, Any]:
         """(dx, dw, db): the convolution's forward of dy, its filter gradient with dy as the input and the
@@ -160,7 +161,7 @@ def conv_ops(prims: ConvPrimitives) -> types.SimpleNamespace:
         if options:
             check("conv_transpose_backward", options)
         (dy,) = cotangents
-        with prims.backward_call("conv_transpose", dims, options, saved, dy, dims.x_shape) as call:
+        with prims.backward_call("conv_transpose", dims, options, residuals, dy, dims.x_shape) as call:
             (xe, wf), dy = call.saved, call.dy
             need_dx, need_dw = needs[0], needs[1]
             dxe = dwf = None
@@ -184,10 +185,18 @@ def conv_ops(prims: ConvPrimitives) -> types.SimpleNamespace:
             check("conv_transpose_residuals", options)
         return prims.residual(dims.y_shape, x.dtype), prims.residual(dims.w_shape, x.dtype)
 
+    def signed(fn: Callable[..., Any]) -> Callable[..., Any]:
+        """fn, its signature naming the backend's options (keyword-only, None by default) for ``**options``."""
+        signature = inspect.signature(fn)
+        params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in allowed]
+        fn.__signature__ = signature.replace(parameters=params)          # type: ignore[attr-defined]
+        return fn
+
     wrappers = {part: getattr(prims, f"wrap_{part}", None) for part in ("forward", "backward", "residuals")}
     functions: dict[str, Callable[..., Any]] = {}
     for fn in (conv_forward, conv_backward, conv_residuals, conv_transpose_forward, conv_transpose_backward,
                conv_transpose_residuals):
         wrap = wrappers[fn.__name__.rsplit("_", 1)[1]]
-        functions[fn.__name__] = fn if wrap is None else wrap(fn)
+        functions[fn.__name__] = signed(fn) if wrap is None else wrap(signed(fn))
     return types.SimpleNamespace(**functions)

@@ -28,6 +28,6 @@ from dnnbind.highlevel.residual import install_forms
 
 # every op in both forms, with the edge policy (0-d and zero-size arrays) applied once; the convolutions
 # composed from the conv primitives
-OPS = install_forms(globals(), (_activation, _batchnorm, conv_ops(_conv.PRIMITIVES), _dropout, _layer_norm, _pool, _rnn, _softmax),
-                    names={"dropout": ("mask",)})
+OPS = install_forms(globals(), (_activation, _batchnorm, conv_ops(_conv.PRIMITIVES), _dropout, _layer_norm, _pool,
+                                _rnn, _softmax))
 __all__ = [*OPS, "keep_heap_padding"]

@@ -20,6 +20,5 @@ from dnnbind.highlevel.residual import install_forms
 
 # every op in both forms, with the edge policy (0-d and zero-size arrays) applied once; the convolutions
 # composed from the conv primitives
-OPS = install_forms(globals(), (_batchnorm, conv_ops(_conv.PRIMITIVES), _layer_norm, _pointwise, _pool, _rnn),
-                    names={"dropout": ("mask",)})
+OPS = install_forms(globals(), (_batchnorm, conv_ops(_conv.PRIMITIVES), _layer_norm, _pointwise, _pool, _rnn))
 __all__ = list(OPS)

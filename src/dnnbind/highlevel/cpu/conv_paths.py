@@ -84,12 +84,6 @@ def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool = Fal
     run(part, split(out.shape[-2 if by_rows else -1], workers()))
 
 
-def products_on_pool(dims: ConvDims) -> bool:
-    """Whether a problem's products pay for the pool's threads: where numpy's BLAS is held to one thread
-    (a multi-threaded BLAS keeps every core busy itself)."""
-    return blas_single_threaded()
-
-
 def _channel_major(a: np.ndarray, groups: int) -> np.ndarray:
     """(samples, channels, *out) as (groups, channels / groups, samples * outputs), a copy: the samples
     side by side, so that one product per group covers all of them."""
@@ -113,9 +107,9 @@ class Pointwise:
 
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:
-        """Use the pool where our threads pay for the products (:func:`products_on_pool`; else BLAS threads
-        them itself): the samples split over it."""
-        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and products_on_pool(dims)
+        """Split the samples over the pool where numpy's BLAS is held to one thread (a multi-threaded BLAS
+        keeps every core busy itself)."""
+        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
     def _sizes(dims: ConvDims) -> tuple[int, int, int, int, int]:
@@ -385,7 +379,7 @@ class Shifted:
     def use_threads(dims: ConvDims) -> bool:
         """Split the samples over the pool on large problems when numpy's BLAS is single-threaded (each
         product is a BLAS call: a multi-threaded BLAS already uses every core)."""
-        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and products_on_pool(dims)
+        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
     def _channel_major(x: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -484,7 +478,7 @@ class Folded:
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:
         """Split each product over the pool when numpy's BLAS is single-threaded (:func:`_product`)."""
-        return macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and products_on_pool(dims)
+        return macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
     def _blocks(dims: ConvDims, item: int) -> list[tuple[int, int]]:
@@ -691,12 +685,6 @@ def special_path(dims: ConvDims) -> Path | None:
     if path in _BEFORE_DIRECT:
         return path
     return Direct
-
-
-def filter_grad_path(dims: ConvDims) -> Path | None:
-    """The path of a filter gradient that Direct's C kernel leaves to the products (None: im2col): the
-    BLAS path."""
-    return blas_path(dims)
 
 
 @functools.lru_cache(maxsize=256)

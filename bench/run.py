@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import blas_info  # noqa: E402  (bench/blas_info.py)
 
-SUITES = ["bench_bindings", "bench_reference", "bench_jax"]
+# bench_kernels before bench_reference, which imports torch (whose threads change the kernels' thread rules)
+SUITES = ["bench_bindings", "bench_kernels", "bench_reference", "bench_jax"]
 
 
 def main() -> int:

@@ -36,14 +36,13 @@ from dnnbind.highlevel.cpu.channels import add_channel_bias, channel_sums
 from dnnbind.highlevel.cpu.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
                                                        kernel_offsets, offset_index, pad, unpad, windows)
 from dnnbind.highlevel.cpu.conv_paths import (GEMM_THREAD_MIN_MACS, Depthwise, Direct, Path, Pointwise,
-                                                    _product, filter_grad_path, macs, products_on_pool,
-                                                    special_path)
+                                                    _product, blas_path, macs, special_path)
 from dnnbind.highlevel.cpu._memory import fits_in_memory
 from dnnbind.highlevel.cpu._precision import (cotangent, half_backward, half_forward, half_residuals,
                                                     private)
 from dnnbind.highlevel.residual import ArraySpec, passes_when
 from dnnbind.highlevel.cpu._scratch import scratch
-from dnnbind.highlevel.cpu._threads import one_blas_thread, run, split, workers
+from dnnbind.highlevel.cpu._threads import blas_single_threaded, one_blas_thread, run, split, workers
 from dnnbind.highlevel.cpu import native
 
 #: Target size of one block's column buffer: a few samples' worth that stays in the CPU's caches.
@@ -61,7 +60,7 @@ def use_threads(dims: ConvDims) -> bool:
     (10-40% slower at groups=1 and groups=5); with BLAS limited to one thread they win 1.5-1.7x on
     problems of THREAD_MIN_MACS multiply-adds and more, and lose on smaller ones.
     """
-    return _big_enough(dims) and workers() >= 2 and products_on_pool(dims)
+    return _big_enough(dims) and workers() >= 2 and blas_single_threaded()
 
 
 @functools.lru_cache(maxsize=256)
@@ -318,7 +317,7 @@ def _path_filter_grad(path: Path, dy: np.ndarray, x: np.ndarray, wf: np.ndarray,
         return path.filter_grad(dy, x, dims, threaded, sampled=saved)
     if path is not Direct or Direct.native_filter_grad(dims):
         return path.filter_grad(dy, x, dims, threaded)
-    base = filter_grad_path(dims)
+    base = blas_path(dims)
     if base is not None:
         return base.filter_grad(dy, x, dims, _threads(dims, base, None))
     return _im2col_filter_grad(dy, x, _grouped(wf, dims), dims, use_threads(dims))

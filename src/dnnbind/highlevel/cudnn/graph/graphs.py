@@ -145,7 +145,7 @@ class _Builder:
                by_value: bool = False) -> Descriptor:
         t = b.TensorDescriptor(unique_id=UIDS[role], dimensions=list(shape),
                                strides=list(strides(shape, self.spec.layout)),
-                               data_type=self.compute if virtual else (data_type or self.data_type),
+                               data_type=self.compute if virtual else (self.data_type if data_type is None else data_type),
                                byte_alignment=16, is_virtual=virtual, is_by_value=by_value).finalize()
         self.tensors[role] = t
         return t
@@ -269,6 +269,12 @@ def _pool_y_shape(dims: PoolDims) -> Shape:
     return lift(dims.x_shape[:2] + tuple(dims.out_size))
 
 
+def takes_index(spec: GraphSpec) -> bool:
+    """Whether the pooling graph of ``spec`` has the index tensor: max pooling in NHWC (see
+    :func:`pool_forward`)."""
+    return spec.op.startswith("pool") and spec.mode == "max" and spec.layout == "NHWC"
+
+
 def _index(g: _Builder, dims: PoolDims) -> Descriptor:
     """Max pooling's argmax within each window (int8, shaped like y)."""
     return g.tensor("index", _pool_y_shape(dims), data_type=c.CUDNN_DATA_INT8)
@@ -280,7 +286,7 @@ def pool_forward(g: _Builder, dims: PoolDims) -> None:
     and NCHW only through x and y: no NCHW engine takes the index)."""
     values: dict[str, Any] = dict(desc=_resample(g, dims), xdesc=g.tensor("x", lift(dims.x_shape)),
                                   ydesc=g.tensor("y", _pool_y_shape(dims)), alpha=1.0, beta=0.0)
-    if g.spec.mode == "max" and g.spec.layout == "NHWC":
+    if takes_index(g.spec):
         values["idxdesc"] = _index(g, dims)
     g.op(b.OperationResampleFwdDescriptor(**values))
 
@@ -290,7 +296,7 @@ def pool_backward(g: _Builder, dims: PoolDims) -> None:
     index (NHWC) or x and y (NCHW), see :func:`pool_forward`."""
     values: dict[str, Any] = dict(desc=_resample(g, dims), dxdesc=g.tensor("dx", lift(dims.x_shape)),
                                   dydesc=g.tensor("dy", _pool_y_shape(dims)), alpha=1.0, beta=0.0)
-    if g.spec.mode == "max" and g.spec.layout == "NHWC":
+    if takes_index(g.spec):
         values["idxdesc"] = _index(g, dims)
     elif g.spec.mode == "max":
         values.update(xdesc=g.tensor("x", lift(dims.x_shape)), ydesc=g.tensor("y", _pool_y_shape(dims)))

@@ -1,0 +1,76 @@
+"""The ops the cuDNN backend runs through the graph API, without a GPU: for their call signatures the plans
+build on every committed device in float16/bfloat16/float32, the operands the op hands to cuDNN match
+the graph's tensors, and what cuDNN cannot plan, or the graph path switched off, is said clearly. The
+library work runs in child processes (wired_child.py); execution needs a GPU (test_gpu_graph.py)."""
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import deviceless_libs
+from childproc import run_python
+from dnnbind.highlevel.cudnn.graph import choose
+from highlevel.cudnn.graph.child import DEVICEPROPS
+
+layer_norm = importlib.import_module("dnnbind.highlevel.cudnn.layer_norm")
+CHILD = Path(__file__).resolve().parent / "wired_child.py"
+
+
+def wired(*args: str, timeout: float = 600) -> list[dict]:
+    code = f"import runpy, sys; sys.argv = [{str(CHILD)!r}, *{list(args)!r}]; runpy.run_path({str(CHILD)!r}, run_name='__main__')"
+    result = run_python(code, env=deviceless_libs.child_env(), timeout=timeout)
+    assert result.returncode == 0, f"child failed ({result.returncode}):\n{result.stderr[-3000:]}"
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def _fit(row: dict) -> None:
+    """The plans exist and the op's operands are exactly the graph's tensors (a short one refused)."""
+    assert row["plans"] >= 1 and row["configs"] >= 1, row
+    assert row["roles"] == row["graph_roles"], row
+    assert f"arrays[{row['checked']!r}] has" in row["refused"] and "graph's tensor" in row["refused"], row
+
+
+@pytest.mark.parametrize("deviceprop", DEVICEPROPS, ids=[p.stem for p in DEVICEPROPS])
+def test_layer_norm_plans_for_its_call_signatures(deviceprop):
+    rows = wired("layer_norm", str(deviceprop))
+    graphs = [r for r in rows if r["graph"] in ("forward", "backward")]
+    assert {(r["dtype"], r["graph"]) for r in graphs} == {(d, g) for d in ("float16", "bfloat16", "float32")
+                                                          for g in ("forward", "backward")}
+    for r in graphs:
+        _fit(r)
+        assert r["dims"] == [int(np.prod(r["shape"][:len(r["shape"]) - r["ndim"]])),
+                             int(np.prod(r["shape"][len(r["shape"]) - r["ndim"]:])), 1, 1]
+    assert {tuple(r["graph_roles"]) for r in graphs if r["graph"] == "forward"} == {
+        ("bias", "inv_variance", "mean", "scale", "x", "y")}
+    assert {tuple(r["graph_roles"]) for r in graphs if r["graph"] == "backward"} == {
+        ("dbias", "dscale", "dx", "dy", "inv_variance", "mean", "scale", "x")}
+    (f64,) = [r for r in rows if r["graph"] == "float64"]
+    assert f64["error"].startswith("layer_norm is not available on the cuDNN backend for layer_norm_forward")
+    assert "cuDNN has no engine for this graph: the operation graph does not finalize" in f64["error"]
+
+
+def test_layer_norm_norm_dims_fold_any_normalized_shape():
+    assert layer_norm.norm_dims((2, 3, 4, 5), 2, "float32").x_shape == (6, 20, 1, 1)
+    assert layer_norm.norm_dims((7,), 1, "float16").x_shape == (1, 7, 1, 1)            # unbatched
+    assert layer_norm.norm_dims((2, 3, 4), 3, "bfloat16").x_shape == (1, 24, 1, 1)
+    forward, backward = layer_norm.specs((2, 3, 4), 1, "float32")
+    assert (forward.op, backward.op) == ("layer_norm_forward", "layer_norm_backward")
+    assert forward.dims == backward.dims and forward.dims.x_shape == (6, 4, 1, 1)
+
+
+def test_layer_norm_without_the_graph_path_says_so(monkeypatch):
+    monkeypatch.delenv(choose.ENV, raising=False)
+    x = np.ones((2, 3), np.float32)
+    for call in (lambda: layer_norm.layer_norm_forward(x, None, None, 1, 1e-5),
+                 lambda: layer_norm.layer_norm_backward((x,), (x,), 1, 1e-5),
+                 lambda: layer_norm.layer_norm_residuals(x, None, None, 1, 1e-5)):
+        with pytest.raises(NotImplementedError) as info:
+            call()
+        assert str(info.value) == layer_norm.OFF and "graph API path is off" in str(info.value)
+    assert layer_norm.supports(x.dtype, x.shape, 1) == layer_norm.OFF
+    monkeypatch.setenv(choose.ENV, "1")
+    assert layer_norm.supports(x.dtype, x.shape, 1) is None

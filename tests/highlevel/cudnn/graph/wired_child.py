@@ -1,0 +1,80 @@
+"""Run as a child process (see child.py): the ops wired to the graph path, without a GPU. For each call
+signature, the op's own graph specs get plans on the device, the op's operands match the graph's tensors
+(roles, element counts, element sizes) and make a variant pack that finalizes (device arrays stand in as
+objects with ``__cuda_array_interface__``). One JSON object per line on stdout.
+
+layer_norm DEVICE       layer norm forward and backward signatures x float16/bfloat16/float32, and float64
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import numpy as np
+
+from dnnbind.runtime import deviceless
+
+deviceless.enable()
+
+from dnnbind.highlevel.cudnn.graph import execute  # noqa: E402
+from dnnbind.highlevel.cudnn.graph.device import Device  # noqa: E402
+from dnnbind.highlevel.cudnn.graph.plans import PlanSet  # noqa: E402
+from dnnbind.highlevel.dims.checks import numpy_dtype  # noqa: E402
+
+layer_norm = importlib.import_module("dnnbind.highlevel.cudnn.layer_norm")
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+class DeviceArray:
+    """The one allowed test double: a device array's interface (shape, dtype, an address), no memory."""
+
+    def __init__(self, a: np.ndarray, address: int) -> None:
+        self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str, "data": (address, False),
+                                         "version": 3}
+
+
+def check(plans: PlanSet, arrays: dict, epsilon: float | None = None) -> dict:
+    """The plans and how the operands fit the graph: {plans, configs, roles, graph_roles, refused}."""
+    execute.check_arrays(plans.graph, arrays)
+    execute.variant_pack({r: DeviceArray(a, 256 * (i + 1)) for i, (r, a) in enumerate(arrays.items())}, None,
+                         epsilon)
+    role = sorted(arrays)[0]                 # one operand one element short must be refused, naming its role
+    try:
+        execute.check_arrays(plans.graph, {**arrays, role: arrays[role].reshape(-1)[1:]})
+        refused = ""
+    except ValueError as exc:
+        refused = str(exc)
+    return {"plans": len(plans.plans), "configs": plans.configs, "roles": sorted(arrays),
+            "graph_roles": sorted(plans.graph.uids()), "refused": refused, "checked": role}
+
+
+LAYER_NORM_CALLS = [((3, 4, 5), 2, True, True), ((8,), 1, False, False), ((2, 3, 16), 1, True, False)]
+
+
+def layer_norm_rows(device: Device) -> None:
+    for dtype in DTYPES:
+        for shape, ndim, weight, bias in LAYER_NORM_CALLS:
+            x = np.linspace(-1, 1, int(np.prod(shape))).reshape(shape).astype(numpy_dtype(dtype))
+            normalized = shape[len(shape) - ndim:]
+            w = np.ones(normalized, x.dtype) if weight else None
+            b = np.zeros(normalized, x.dtype) if bias else None
+            forward, backward = layer_norm.specs(shape, ndim, dtype)
+            fwd = layer_norm.forward_operands(np, x, w, b, forward.dims)
+            y, mean, inv = fwd["y"], fwd["mean"], fwd["inv_variance"]
+            batch = shape[:len(shape) - ndim]
+            saved = (x, mean.reshape(batch), inv.reshape(batch)) + ((w,) if weight else ())
+            bwd = layer_norm.backward_operands(np, saved, y, backward.dims)
+            call = {"dtype": dtype, "shape": list(shape), "ndim": ndim, "dims": list(forward.dims.x_shape)}
+            print(json.dumps({"graph": "forward", **call, **check(layer_norm.plans(forward, device), fwd, 1e-5)}))
+            print(json.dumps({"graph": "backward", **call, **check(layer_norm.plans(backward, device), bwd, 1e-5)}))
+    try:
+        layer_norm.plans(layer_norm.specs((4, 6), 1, "float64")[0], device)
+        print(json.dumps({"graph": "float64", "error": ""}))
+    except NotImplementedError as exc:
+        print(json.dumps({"graph": "float64", "error": str(exc)}))
+
+
+if __name__ == "__main__":
+    command, path = sys.argv[1:3]
+    {"layer_norm": layer_norm_rows}[command](Device.from_file(path))

@@ -74,3 +74,30 @@ def test_layer_norm_without_the_graph_path_says_so(monkeypatch):
     assert layer_norm.supports(x.dtype, x.shape, 1) == layer_norm.OFF
     monkeypatch.setenv(choose.ENV, "1")
     assert layer_norm.supports(x.dtype, x.shape, 1) is None
+
+
+@pytest.mark.parametrize("deviceprop", DEVICEPROPS, ids=[p.stem for p in DEVICEPROPS])
+def test_pooling_plans_through_resample_and_the_rest_falls_back_with_the_reason(deviceprop):
+    rows = wired("pool", str(deviceprop))
+    graphs = [r for r in rows if "fallback" not in r]
+    kinds = {"max", "mean_include_pad", "mean_exclude_pad"}
+    assert {(r["graph"], r["dtype"], r["layout"], r["kind"]) for r in graphs} == {
+        (g, d, lay, k) for g in ("pool_forward", "pool_backward") for d in ("float16", "bfloat16", "float32")
+        for lay in ("NCHW", "NHWC") for k in kinds}
+    nhwc_max_back = [r for r in graphs if (r["graph"], r["layout"], r["kind"]) == ("pool_backward", "NHWC", "max")]
+    for r in graphs:
+        if r in nhwc_max_back:
+            assert r["plans"] == 0 and len(r["notes"]) == 1 and "forward's index" in r["notes"][0], r
+            continue
+        _fit(r)
+        assert r["notes"] == [], r
+        want = {"pool_forward": ["index", "x", "y"] if (r["layout"], r["kind"]) == ("NHWC", "max") else ["x", "y"],
+                "pool_backward": ["dx", "dy", "x", "y"] if r["kind"] == "max" else ["dx", "dy"]}[r["graph"]]
+        assert r["roles"] == want, r
+    falls = {(r["fallback"], r["graph"]): r for r in rows if "fallback" in r}
+    for op in ("pool_forward", "pool_backward"):
+        assert "ceil_mode) is padded explicitly" in falls["ceil_mode", op]["notes"][0]
+        assert "divisor differs from cuDNN's" in falls["divisor_override", op]["notes"][0]
+        assert all(falls[what, op]["plans"] == 0 for what in ("ceil_mode", "divisor_override"))
+    assert falls["nhwc max", "pool_forward"]["plans"] >= 1 and not falls["nhwc max", "pool_forward"]["notes"]
+    assert falls["nhwc max", "pool_backward"]["plans"] == 0

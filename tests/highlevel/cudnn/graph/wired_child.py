@@ -4,6 +4,8 @@ signature, the op's own graph specs get plans on the device, the op's operands m
 objects with ``__cuda_array_interface__``). One JSON object per line on stdout.
 
 layer_norm DEVICE       layer norm forward and backward signatures x float16/bfloat16/float32, and float64
+pool DEVICE             max and mean pooling (count_include_pad both ways) x dtypes x NCHW/NHWC, and what
+                        falls back to the legacy path (with the trace's reason)
 """
 from __future__ import annotations
 
@@ -17,12 +19,18 @@ from dnnbind.runtime import deviceless
 
 deviceless.enable()
 
-from dnnbind.highlevel.cudnn.graph import execute  # noqa: E402
+import dnnbind  # noqa: E402
+from dnnbind.highlevel.cudnn import pool_graph  # noqa: E402
+from dnnbind.highlevel.cudnn.graph import choose, execute  # noqa: E402
 from dnnbind.highlevel.cudnn.graph.device import Device  # noqa: E402
 from dnnbind.highlevel.cudnn.graph.plans import PlanSet  # noqa: E402
+from dnnbind.highlevel.dims import PoolDims  # noqa: E402
 from dnnbind.highlevel.dims.checks import numpy_dtype  # noqa: E402
+from dnnbind.highlevel.gpu import layout as _layout  # noqa: E402
+from dnnbind.highlevel.gpu.settings import Settings  # noqa: E402
 
 layer_norm = importlib.import_module("dnnbind.highlevel.cudnn.layer_norm")
+pool = importlib.import_module("dnnbind.highlevel.cudnn.pool")
 DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -75,6 +83,48 @@ def layer_norm_rows(device: Device) -> None:
         print(json.dumps({"graph": "float64", "error": str(exc)}))
 
 
+def fallback_notes(make) -> tuple[object, list[str]]:
+    """make()'s result and the trace's "graph API -> legacy API" reasons while it ran."""
+    with dnnbind.trace(file=None) as calls:
+        result = make()
+    return result, [dict(r.arguments)["reason"] for r in calls if r.function == "graph API -> legacy API"]
+
+
+#: (kind, PoolDims arguments): max and both means, without and with (symmetric) padding
+POOL_CALLS = [("max", dict(window=3, stride=2, padding=1)),
+              ("mean_include_pad", dict(window=3, stride=1, padding=1)),
+              ("mean_exclude_pad", dict(window=3, stride=2, padding=1))]
+
+
+def pool_rows(device: Device) -> None:
+    for dtype in DTYPES:
+        for layout in ("NCHW", "NHWC"):
+            for kind, args in POOL_CALLS:
+                dims = PoolDims((2, 8, 12, 12), dtype=dtype, **args)
+                plan = pool.PoolPlan(dims, kind, False, layout)
+                x = _layout.empty(np, dims.x_shape, numpy_dtype(dtype), layout)
+                y = _layout.empty(np, dims.y_shape, x.dtype, layout)
+                call = {"dtype": dtype, "layout": layout, "kind": kind}
+                for op in (pool_graph.FORWARD, pool_graph.BACKWARD):
+                    found, notes = fallback_notes(lambda: pool_graph.graph_plans(plan, op, device))
+                    if found is None:
+                        print(json.dumps({"graph": op, **call, "plans": 0, "notes": notes}))
+                        continue
+                    spec, plans = found
+                    arrays = pool_graph.forward_operands(np, spec, x, y) if op == pool_graph.FORWARD else \
+                        pool_graph.backward_operands(spec, x, y, y.copy(), x.copy())
+                    print(json.dumps({"graph": op, **call, "notes": notes, **check(plans, arrays)}))
+    falls = {"ceil_mode": ("max", PoolDims((2, 8, 13, 13), 2, ceil_mode=True, dtype="float16"), "NCHW", None),
+             "divisor_override": ("mean_include_pad", PoolDims((2, 8, 12, 12), 2, dtype="float16"), "NCHW", 3),
+             "nhwc max": ("max", PoolDims((2, 8, 12, 12), 2, dtype="float16"), "NHWC", None)}
+    for what, (kind, dims, layout, divisor) in falls.items():
+        plan = pool.PoolPlan(dims, kind, False, layout, divisor)
+        for op in (pool_graph.FORWARD, pool_graph.BACKWARD):
+            found, notes = fallback_notes(lambda: pool_graph.graph_plans(plan, op, device))
+            print(json.dumps({"graph": op, "fallback": what, "plans": 0 if found is None else len(found[1].plans),
+                              "notes": notes}))
+
+
 if __name__ == "__main__":
     command, path = sys.argv[1:3]
-    {"layer_norm": layer_norm_rows}[command](Device.from_file(path))
+    {"layer_norm": layer_norm_rows, "pool": pool_rows}[command](Device.from_file(path))

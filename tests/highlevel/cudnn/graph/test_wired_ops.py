@@ -101,3 +101,44 @@ def test_pooling_plans_through_resample_and_the_rest_falls_back_with_the_reason(
         assert all(falls[what, op]["plans"] == 0 for what in ("ceil_mode", "divisor_override"))
     assert falls["nhwc max", "pool_forward"]["plans"] >= 1 and not falls["nhwc max", "pool_forward"]["notes"]
     assert falls["nhwc max", "pool_backward"]["plans"] == 0
+
+
+@pytest.mark.parametrize("deviceprop", DEVICEPROPS, ids=[p.stem for p in DEVICEPROPS])
+def test_fused_conv_bias_activation_plans_and_falls_back_with_the_reason(deviceprop):
+    rows = wired("fused", str(deviceprop))
+    calls = [r for r in rows if "case" not in r]
+    assert len(calls) == 3 * 2 * 3
+    assert {(r["dtype"], r["layout"]) for r in calls} == {(d, lay) for d in ("float16", "bfloat16", "float32")
+                                                          for lay in ("NCHW", "NHWC")}
+    for r in calls:
+        _fit(r)
+        assert r["notes"] == [] and r["roles"] == ["bias", "w", "x", "y"], r     # the sums stay virtual
+    cases = {r["case"]: r for r in rows if "case" in r}
+    _fit(cases["alpha"])
+    assert cases["alpha"]["key"][-4:] == ["activation", "clipped_relu", "alpha", "4.0"]
+    assert cases["no engine"]["plans"] == 0 and "none usable" in cases["no engine"]["notes"][0]
+    assert cases["no mode"]["plans"] == 0 and "no activation mode='mish'" in cases["no mode"]["notes"][0]
+
+
+def test_fused_conv_bias_activation_is_none_without_the_graph_path(monkeypatch):
+    import dnnbind
+    from dnnbind.highlevel.cudnn.fused import conv_bias_activation
+    from dnnbind.highlevel.dims import ConvDims
+    monkeypatch.delenv(choose.ENV, raising=False)
+    x, w = np.ones((1, 2, 5, 5), np.float32), np.ones((3, 2, 3, 3), np.float32)
+    with dnnbind.trace(file=None) as calls:
+        assert conv_bias_activation(x, w, None, ConvDims(x.shape, w.shape, dtype="float32"), "relu", None) is None
+    (note,) = [dict(r.arguments)["reason"] for r in calls if r.function == "graph API -> legacy API"]
+    assert note.startswith("conv_bias_activation[relu] ConvDims(") and "(NCHW): the graph path is off" in note
+
+
+def test_fused_alpha_is_part_of_the_graph():
+    from dnnbind.highlevel.cudnn.graph.graphs import GraphSpec
+    from dnnbind.highlevel.dims import ConvDims
+    dims = ConvDims((1, 2, 5, 5), (3, 2, 3, 3), dtype="float16")
+    default = GraphSpec("conv_bias_activation", dims, activation="leaky_relu")
+    assert default.activation_alpha == 0.01 and GraphSpec("conv_bias_activation", dims).activation_alpha is None
+    assert default.key() != GraphSpec("conv_bias_activation", dims, activation="leaky_relu", alpha=0.2).key()
+    assert default.key() == GraphSpec("conv_bias_activation", dims, activation="leaky_relu", alpha=0.01).key()
+    with pytest.raises(ValueError, match="alpha=0.5 is not used by activation='relu'"):
+        GraphSpec("conv_bias_activation", dims, activation="relu", alpha=0.5)

@@ -6,6 +6,7 @@ objects with ``__cuda_array_interface__``). One JSON object per line on stdout.
 layer_norm DEVICE       layer norm forward and backward signatures x float16/bfloat16/float32, and float64
 pool DEVICE             max and mean pooling (count_include_pad both ways) x dtypes x NCHW/NHWC, and what
                         falls back to the legacy path (with the trace's reason)
+fused DEVICE            conv + bias + activation signatures x dtypes x NCHW/NHWC, an alpha, what cuDNN cannot plan
 """
 from __future__ import annotations
 
@@ -20,14 +21,13 @@ from dnnbind.runtime import deviceless
 deviceless.enable()
 
 import dnnbind  # noqa: E402
-from dnnbind.highlevel.cudnn import pool_graph  # noqa: E402
-from dnnbind.highlevel.cudnn.graph import choose, execute  # noqa: E402
+from dnnbind.highlevel.cudnn import fused, pool_graph  # noqa: E402
+from dnnbind.highlevel.cudnn.graph import execute  # noqa: E402
 from dnnbind.highlevel.cudnn.graph.device import Device  # noqa: E402
 from dnnbind.highlevel.cudnn.graph.plans import PlanSet  # noqa: E402
-from dnnbind.highlevel.dims import PoolDims  # noqa: E402
+from dnnbind.highlevel.dims import ConvDims, PoolDims  # noqa: E402
 from dnnbind.highlevel.dims.checks import numpy_dtype  # noqa: E402
 from dnnbind.highlevel.gpu import layout as _layout  # noqa: E402
-from dnnbind.highlevel.gpu.settings import Settings  # noqa: E402
 
 layer_norm = importlib.import_module("dnnbind.highlevel.cudnn.layer_norm")
 pool = importlib.import_module("dnnbind.highlevel.cudnn.pool")
@@ -125,6 +125,37 @@ def pool_rows(device: Device) -> None:
                               "notes": notes}))
 
 
+#: (ConvDims arguments, activation, alpha): a 3x3 ReLU block, a strided 1x1 projection, asymmetric padding
+FUSED_CALLS = [(dict(x_shape=(2, 16, 12, 12), w_shape=(32, 16, 3, 3), padding=1), "relu", None),
+               (dict(x_shape=(2, 16, 12, 12), w_shape=(32, 16, 1, 1), stride=2), "identity", None),
+               (dict(x_shape=(2, 16, 12, 12), w_shape=(32, 16, 3, 3), padding=((1, 2), (0, 1))), "relu", None)]
+
+
+def fused_row(dims: ConvDims, mode: str, alpha, layout: str, device: Device) -> dict:
+    found, notes = fallback_notes(lambda: fused.fused_plans(dims, mode, alpha, layout, device))
+    call = {"dtype": dims.dtype, "layout": layout, "mode": mode, "alpha": alpha, "notes": notes}
+    if found is None:
+        return {**call, "plans": 0}
+    spec, plans = found
+    x = _layout.empty(np, dims.x_shape, numpy_dtype(dims.dtype), layout)
+    w = _layout.empty(np, dims.w_shape, x.dtype, layout)
+    y = _layout.empty(np, dims.y_shape, x.dtype, layout)
+    return {**call, "key": list(map(str, spec.key())), **check(plans, fused.operands(x, w, np.zeros(dims.out_channels,
+                                                                                                    x.dtype), y))}
+
+
+def fused_rows(device: Device) -> None:
+    for dtype in DTYPES:
+        for layout in ("NCHW", "NHWC"):
+            for args, mode, alpha in FUSED_CALLS:
+                print(json.dumps(fused_row(ConvDims(dtype=dtype, **args), mode, alpha, layout, device)))
+    dims = ConvDims((2, 16, 12, 12), (32, 16, 3, 3), padding=1, dtype="float16")
+    print(json.dumps({"case": "alpha", **fused_row(dims, "clipped_relu", 4.0, "NHWC", device)}))
+    print(json.dumps({"case": "no engine", **fused_row(ConvDims((2, 16, 12, 12), (32, 16, 3, 3), padding=1,
+                                                                dtype="float64"), "leaky_relu", 0.2, "NCHW", device)}))
+    print(json.dumps({"case": "no mode", **fused_row(dims, "mish", None, "NCHW", device)}))
+
+
 if __name__ == "__main__":
     command, path = sys.argv[1:3]
-    {"layer_norm": layer_norm_rows, "pool": pool_rows}[command](Device.from_file(path))
+    {"layer_norm": layer_norm_rows, "pool": pool_rows, "fused": fused_rows}[command](Device.from_file(path))

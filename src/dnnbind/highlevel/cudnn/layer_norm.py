@@ -125,18 +125,18 @@ def layer_norm_forward(x: Any, weight: Any, bias: Any, normalized_ndim: int, eps
         return arrays["y"], saved
 
 
-def layer_norm_backward(saved: tuple, cotangents: tuple, normalized_ndim: int, eps: float, *,
+def layer_norm_backward(residuals: tuple, cotangents: tuple, normalized_ndim: int, eps: float, *,
                         needs: tuple[bool, bool, bool] = ALL_NEEDED, **options: Any) -> tuple[Any, Any, Any]:
     """(dx, dweight, dbias) through the graph's layer-norm backward; None where ``needs`` is False."""
     _require_graph()
     cp = cupy()
-    x = saved[0]
+    x = residuals[0]
     with Call("layer_norm backward", {"normalized_ndim": normalized_ndim, "eps": eps}, device=x.device.id,
               dy=cotangents[0]) as back:
         dy = cp.ascontiguousarray(cotangent("dy", back["dy"], x.shape, x.dtype, None, x.device.id))
         spec = specs(tuple(x.shape), normalized_ndim, x.dtype.name)[1]
         h = handle(x.device.id, current_stream())
-        arrays = backward_operands(cp, tuple(cp.ascontiguousarray(s) for s in saved), dy, spec.dims)
+        arrays = backward_operands(cp, tuple(cp.ascontiguousarray(s) for s in residuals), dy, spec.dims)
         execute.run_best(h, plans(spec, choose.device_of(h)), arrays, settings.current(), epsilon=float(eps))
         shape = x.shape[x.ndim - normalized_ndim:]
         return (arrays["dx"] if needs[0] else None, arrays["dscale"].reshape(shape) if needs[1] else None,

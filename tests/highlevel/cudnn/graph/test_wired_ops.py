@@ -74,6 +74,11 @@ def test_layer_norm_without_the_graph_path_says_so(monkeypatch):
     assert layer_norm.supports(x.dtype, x.shape, 1) == layer_norm.OFF
     monkeypatch.setenv(choose.ENV, "1")
     assert layer_norm.supports(x.dtype, x.shape, 1) is None
+    from dnnbind.highlevel.residual import ArraySpec
+    f16 = np.dtype(np.float16)
+    saved = layer_norm.layer_norm_residuals(ArraySpec((4, 3, 5), f16), ArraySpec((5,), f16), None, 1, 1e-5)
+    assert [(s.shape, s.dtype) for s in saved] == [((4, 3, 5), f16), ((4, 3), np.float32), ((4, 3), np.float32),
+                                                   ((5,), f16)]
 
 
 @pytest.mark.parametrize("deviceprop", DEVICEPROPS, ids=[p.stem for p in DEVICEPROPS])

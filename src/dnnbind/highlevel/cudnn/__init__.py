@@ -43,9 +43,9 @@ def _adapt(op: str, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # every op in both forms, with the edge policy (0-d and zero-size arrays) applied once; the convolutions
-# composed from the conv primitives. layer_norm is not available (cuDNN's legacy API has none): every call
-# raises NotImplementedError saying why, except an empty one, which the edge policy answers without the
-# backend, as for every op
+# composed from the conv primitives. layer_norm runs only through the graph API (cuDNN's legacy API has
+# none; see layer_norm.py): otherwise every call raises NotImplementedError saying why, except an empty
+# one, which the edge policy answers without the backend, as for every op
 OPS = install_forms(globals(), (_activation, _batchnorm, conv_ops(_conv.PRIMITIVES), _dropout, _layer_norm, _pool,
                                 _rnn, _softmax), saves_masks=False, adapt=_adapt)
 __all__ = [f"{op}{suffix}" for op in OPS for suffix in ("", "_forward", "_backward", "_residuals")] + [

@@ -79,7 +79,7 @@ def _forward_settings(run: Callable[..., Any]) -> Callable[..., Any]:
 
 def _adapt(op: str, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """What MIOpen adds to an op (:func:`dnnbind.highlevel.residual.install_forms`): bfloat16 refused up front
-    where its support table has no bfloat16 (before the edge policy, so an empty call is refused too), and
+    where its support table has no bfloat16 (inside the edge policy), and
     the convolutions' pullbacks choosing algorithms with their forward's settings."""
     if part in ("forward", "residuals") and op not in BFLOAT16_OPS:
         return _no_bfloat16(op, fn)

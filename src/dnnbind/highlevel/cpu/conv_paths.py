@@ -26,8 +26,8 @@
   instead of a loop over samples.
 
 All are exact in the sense the GPU tests need: plain float sums of the same products, no transforms.
-Each path offers forward, data gradient and filter gradient as separate calls (conv.py combines them
-into conv and conv_transpose, whose forward is the data gradient of a convolution).
+Each path offers forward, data gradient and filter gradient as separate calls: conv.py's primitives,
+from which :mod:`dnnbind.highlevel.conv_composed` builds the convolution and the transposed one.
 """
 from __future__ import annotations
 

@@ -70,6 +70,7 @@ from dnnbind.highlevel.dims import ConvDims
 dnnbind.highlevel.cpu.keep_heap_padding()
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import blas_info  # noqa: E402
 import common  # noqa: E402
 from common import Row, compare, timeit  # noqa: E402  (bench/common.py: timing, the row type run.py summarises)
 import reference_classes  # noqa: E402
@@ -89,30 +90,11 @@ except ImportError:
     torch = None
 
 
-def blas_name() -> str:
-    """numpy's BLAS as np.show_config reports it, and the kernels OpenBLAS chose for this processor
-    (OPENBLAS_CORETYPE overrides the choice: some machines set it to an older core, which halves the
-    products' speed on a processor with AVX-512)."""
-    try:
-        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        name = f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
-    except Exception:  # older numpy: no dict mode
-        name = "unknown"
-    core = importlib.import_module("dnnbind.highlevel.cpu._blas").openblas().core
-    if core:
-        name += f" ({core} kernels)"
-    return name
-
-
 def blas_threads() -> int:
     """Threads numpy's BLAS uses (threadpoolctl when available, else the usual variables)."""
-    try:
-        from threadpoolctl import threadpool_info
-        for info in threadpool_info():
-            if info.get("user_api") == "blas":
-                return int(info["num_threads"])
-    except ImportError:
-        pass
+    blas = blas_info.numpy_blas()
+    if blas is not None:
+        return blas.threads
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])
@@ -434,8 +416,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
         print("timing: CPU time of the calling thread; process pinned to one CPU (no worker threads anywhere)")
     print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')} (torch's OpenMP threads spin after each "
           f"parallel op unless PASSIVE; see docs/performance.md, CPU threads)")
-    print(f"numpy {np.__version__}, BLAS {blas_name()}, BLAS threads {threads}, "
-          f"CPUs {len(os.sched_getaffinity(0))}, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
+    print("\n".join(blas_info.header_lines()))
+    print(f"BLAS threads in this run {threads}, CPUs {len(os.sched_getaffinity(0))}")
     grouped = ((2, 100, 28, 28), (15, 20, 3, 3), 5, 0)
     if not args.threads_only:
         if torch is None:

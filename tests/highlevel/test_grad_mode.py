@@ -11,7 +11,7 @@ import dnnbind
 from dnnbind.highlevel import grad_mode
 from dnnbind.highlevel.dims import ConvDims
 
-reference_conv = importlib.import_module("dnnbind.highlevel.cpu.conv")
+reference_conv = importlib.import_module("dnnbind.highlevel.cpu")
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((2, 6, 9, 9), dtype=np.float32)
 CASES = {

@@ -125,8 +125,8 @@ def test_a_strided_1x1_convolution_keeps_only_the_pixels_its_kernel_visits():
     backend."""
     x, w = rng.standard_normal((2, 8, 8, 8)).astype(np.float32), rng.standard_normal((4, 8, 1, 1)).astype(np.float32)
     dims = ConvDims(x.shape, w.shape, stride=2, dtype=x.dtype)
-    _, (wf, kept) = cpu.conv_forward(x, w, None, dims)
-    assert kept.shape == (2, 8, 4, 4) and cpu.conv_residuals(x, w, None, dims)[1].shape == (2, 8, 4, 4)
+    _, (kept, wf) = cpu.conv_forward(x, w, None, dims)
+    assert kept.shape == (2, 8, 4, 4) and cpu.conv_residuals(x, w, None, dims)[0].shape == (2, 8, 4, 4)
     np.testing.assert_array_equal(kept, x[:, :, ::2, ::2])
     x[:] = 0                                    # the kept pixels are the forward's own copy
     assert np.abs(kept).sum() > 0

@@ -430,8 +430,10 @@ def test_params_name_what_decides_the_residuals():
     from dnnbind.highlevel.residual import RESIDUAL_REVISION
     from dnnbind.torch import eager
     code = "from dnnbind.torch import library; print(library._saves('cpu'))"
+    src = os.path.dirname(os.path.dirname(dnnbind.__file__))        # the dnnbind under test, not the venv's
     tags = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "DNNBIND_NATIVE": value}).stdout.strip() for value in ("0", "1")]
+                           env={**os.environ, "DNNBIND_NATIVE": value, "PYTHONPATH": src}).stdout.strip()
+            for value in ("0", "1")]
     assert tags == [f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/numpy", f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/native"]
     seen = []
     original = eager._EAGER_APPLY["conv"]

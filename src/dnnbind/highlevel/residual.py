@@ -41,7 +41,7 @@ class ArraySpec(NamedTuple):
 #: The revision of what the forwards save (which arrays, their shapes): part of every custom op call's
 #: params (dnnbind.torch.library), so that a compiled graph cached on disk by torch.compile is never
 #: reused by a dnnbind that saves something else. Bump it whenever a backend's residuals change.
-RESIDUAL_REVISION = 4
+RESIDUAL_REVISION = 5
 
 #: every gradient of a three-gradient op
 ALL_NEEDED = (True, True, True)
@@ -172,21 +172,39 @@ def forms(op: str, forward: Callable[..., Any], backward: Callable[..., Any], re
     return forward, backward, residuals, with_pullback(op, forward, backward, names)
 
 
-def install_forms(namespace: dict[str, Any], modules: tuple[Any, ...],
-                  names: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+#: the parts of an op a backend's ``adapt`` hook sees (:func:`install_forms`)
+PARTS = ("forward", "backward", "residuals", "pair")
+
+
+def install_forms(namespace: dict[str, Any], modules: tuple[Any, ...], *, saves_masks: bool = True,
+                  adapt: Callable[[str, str, Callable[..., Any]], Callable[..., Any]] | None = None) -> list[str]:
     """Install into a backend's ``namespace`` the four names of :func:`forms` for every op of the specs that
     one of ``modules`` implements (its ``NAME_forward``, ``NAME_backward`` and ``NAME_residuals``), the
-    first module that has them winning; ``names`` maps an op to its residuals' attribute names. Returns the
-    ops installed, in the specs' order: a backend lists no op by hand."""
+    first module that has them winning. Returns the ops installed, in the specs' order: a backend lists no
+    op by hand.
+
+    ``saves_masks``: an op whose spec says its residual is a mask (dropout's, ``mask_residuals``) saves
+    the mask itself, which its pullback exposes as ``pullback.mask``; False where the backend saves
+    something else (cuDNN's reserve spaces), whose ``adapt`` then provides the attribute.
+    ``adapt(op, part, function)``, when given, is the backend's own adaptation of every op: it sees the
+    residual form's ``"forward"``, ``"backward"`` and ``"residuals"`` before the edge policy, and the
+    ``(result, pullback)`` form as ``"pair"``, and returns the function to install (the same one where
+    it has nothing to add).
+    """
     from dnnbind.highlevel.specs import OP_NAMES
     installed = []
     for op in OP_NAMES:
         module = next((m for m in modules if hasattr(m, f"{op}_forward")), None)
         if module is None:
             continue
-        forward, backward, residuals = (getattr(module, f"{op}_{part}")
-                                        for part in ("forward", "backward", "residuals"))
-        built = forms(op, forward, backward, residuals, (names or {}).get(op, ()))
+        forward, backward, residuals = (getattr(module, f"{op}_{part}") for part in PARTS[:3])
+        if adapt is not None:
+            forward, backward, residuals = (adapt(op, part, fn) for part, fn in zip(PARTS, (forward, backward,
+                                                                                           residuals)))
+        names = ("mask",) if saves_masks and SPECS[op].mask_residuals else ()
+        built = list(forms(op, forward, backward, residuals, names))
+        if adapt is not None:
+            built[3] = adapt(op, PARTS[3], built[3])
         namespace.update(zip((f"{op}_forward", f"{op}_backward", f"{op}_residuals", op), built))
         installed.append(op)
     return install_chains(namespace, modules, installed)

@@ -16,7 +16,6 @@ from ..torch_oracle import torch_pad
 
 import dnnbind.highlevel.cpu as cpu_backend
 from dnnbind.highlevel.cpu import native as ref_native
-from .conftest import use_packed_gemm
 from native_parts import require
 ref_conv = importlib.import_module("dnnbind.highlevel.cpu.conv")
 
@@ -164,22 +163,18 @@ def test_threaded_and_serial_agree(rng, x_shape, w_shape, groups, stride):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("packed", [False, True])
-def test_thread_rule_follows_blas_threads(monkeypatch, packed):
-    """im2col's products split over the pool where numpy's BLAS is single-threaded, or not used."""
-    if packed:
-        require(ref_native.library() is not None, "dnnbind_native._kernels (the C kernels)")
-    use_packed_gemm(monkeypatch, packed)
+def test_thread_rule_follows_blas_threads(monkeypatch):
+    """im2col's products split over the pool where numpy's BLAS is single-threaded."""
     big = ConvDims((8, 64, 56, 56), (64, 64, 3, 3), padding=1)
     small = ConvDims((2, 20, 28, 28), (15, 20, 3, 3))
     for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         monkeypatch.delenv(name, raising=False)
-    assert ref_conv.use_threads(big) == (packed and ref_conv.workers() > 1)   # numpy's default: BLAS threaded
+    assert not ref_conv.use_threads(big)                                     # numpy's default: BLAS threaded
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert ref_conv.use_threads(big) == (ref_conv.workers() > 1)
     assert not ref_conv.use_threads(small)
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")  # OpenBLAS reads its own variable first
-    assert ref_conv.use_threads(big) == (packed and ref_conv.workers() > 1)
+    assert not ref_conv.use_threads(big)
 
 
 def test_layout_choice():

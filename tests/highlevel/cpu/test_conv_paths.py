@@ -10,6 +10,7 @@ import pytest
 import dnnbind
 from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.cpu import conv_paths, native
+from dnnbind.highlevel.cpu._blas import gemm
 from dnnbind.highlevel.cpu.conv_paths import (Depthwise, Direct, Folded, Pointwise, Shifted, blas_path,
                                                     special_path)
 
@@ -208,12 +209,10 @@ def test_depthwise_threads_follow_the_blas_rule(monkeypatch, kernels):
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     assert Depthwise.use_threads(big) == (ref_conv.workers() > 1)
     assert not Depthwise.use_threads(small)
-    # 1x1: split over samples only when BLAS is single-threaded (else BLAS threads the products), or
-    # when dnnbind's own product runs them (kernels "native" turns it on)
+    # 1x1: split over samples only when BLAS is single-threaded (else BLAS threads the products)
     assert Pointwise.use_threads(ConvDims((8, 64, 56, 56), (128, 64, 1, 1))) == (ref_conv.workers() > 1)
     monkeypatch.delenv("OPENBLAS_NUM_THREADS")
-    assert Pointwise.use_threads(ConvDims((8, 64, 56, 56), (128, 64, 1, 1))) == (
-        kernels == "native" and ref_conv.workers() > 1)
+    assert not Pointwise.use_threads(ConvDims((8, 64, 56, 56), (128, 64, 1, 1)))
 
 
 @pytest.mark.parametrize("stride, kernel, padding, output_padding", [(2, 3, 1, 1), (3, 2, 0, 2), ((2, 3), (4, 3), 1, 0)])
@@ -238,7 +237,7 @@ def _conv_transpose_matches_torch(rng, x, w, b, kw):
 
 
 @pytest.mark.parametrize("threaded", [False, True])
-def test_shifted_threads_split_the_samples_alike(rng, products, threaded):
+def test_shifted_threads_split_the_samples_alike(rng, threaded):
     """Split over the pool or not, the shifted path computes every output the same way."""
     x, w = rng.standard_normal((3, 32, 6, 5)), rng.standard_normal((4, 32, 3, 3))
     dims = ConvDims(x.shape, w.shape, padding=1)
@@ -250,10 +249,9 @@ def test_shifted_threads_split_the_samples_alike(rng, products, threaded):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
 
 
-def test_gemm_refuses_operands_that_run_past_their_arrays(products):
-    """BLAS and the own product read raw memory: the wrappers check every operand's span first."""
+def test_gemm_refuses_operands_that_run_past_their_arrays():
+    """BLAS reads raw memory: the wrapper checks every operand's span first."""
     a, b, c = np.ones((4, 3)), np.ones((3, 5)), np.zeros((4, 5))
-    gemm = conv_paths._pitched_product
     gemm(a, 0, 3, b, 0, 5, c, 0, 5, 4, 5, 3)
     np.testing.assert_array_equal(c, np.full((4, 5), 3.0))
     with pytest.raises(ValueError, match="b's 3 x 5 matrix at offset 1"):
@@ -263,15 +261,15 @@ def test_gemm_refuses_operands_that_run_past_their_arrays(products):
 
 
 @pytest.mark.parametrize("trans_b, accumulate", [(False, False), (True, False), (False, True), (True, True)])
-def test_pitched_products_read_and_write_rows_a_pitch_apart(rng, products, trans_b, accumulate):
-    """Operands as offsets and row pitches into flat arrays (the shifted path's form): the own product
-    and BLAS alike read only those rows and add to C when asked."""
+def test_pitched_products_read_and_write_rows_a_pitch_apart(rng, trans_b, accumulate):
+    """Operands as offsets and row pitches into flat arrays (the shifted path's form): BLAS reads only
+    those rows and adds to C when asked."""
     m, n, k = 5, 7, 6
     a, b, c = rng.standard_normal(200), rng.standard_normal(200), rng.standard_normal(200)
     av = a[3:3 + m * 9].reshape(m, 9)[:, :k]
     bv = b[5:5 + (n if trans_b else k) * 11].reshape(-1, 11)[:, :(k if trans_b else n)]
     start = c.copy()
-    conv_paths._pitched_product(a, 3, 9, b, 5, 11, c, 2, 10, m, n, k, trans_b=trans_b, accumulate=accumulate)
+    gemm(a, 3, 9, b, 5, 11, c, 2, 10, m, n, k, trans_b=trans_b, accumulate=accumulate)
     written = c[2:2 + m * 10].reshape(m, 10)[:, :n]
     expected = av @ (bv.T if trans_b else bv) + (start[2:2 + m * 10].reshape(m, 10)[:, :n] if accumulate else 0)
     np.testing.assert_allclose(written, expected, rtol=1e-12, atol=1e-12)
@@ -281,7 +279,7 @@ def test_pitched_products_read_and_write_rows_a_pitch_apart(rng, products, trans
 
 
 @pytest.mark.parametrize("threaded, by_rows", [(False, False), (True, False), (True, True)])
-def test_stacked_products_broadcast_and_accumulate_like_matmul(rng, products, threaded, by_rows):
+def test_stacked_products_broadcast_and_accumulate_like_matmul(rng, threaded, by_rows):
     """conv_paths._product over stacks, broadcast as np.matmul does (one filter for every sample), with
     an inner dimension of one, and accumulating."""
     w, x = rng.standard_normal((3, 20, 30)), rng.standard_normal((4, 3, 30, 50))
@@ -308,7 +306,7 @@ def test_shifted_conv_transpose_matches_torch(rng, x_shape, w_shape, kw):
 
 
 @pytest.mark.parametrize("threaded", [False, True])
-def test_folded_blocks_and_threads_compute_the_same(monkeypatch, rng, products, threaded):
+def test_folded_blocks_and_threads_compute_the_same(monkeypatch, rng, threaded):
     """Cut into blocks of samples (here one sample each) and split over the pool or not, the folded path
     gives what one block on one thread gives."""
     conv_paths = importlib.import_module("dnnbind.highlevel.cpu.conv_paths")
@@ -374,19 +372,3 @@ def test_a_tiny_problem_is_left_to_blas():
     assert special_path(big) is (Direct if native.library() is not None else blas_path(big))
 
 
-@pytest.mark.parametrize("packed", [False, True])
-def test_filter_gradients_left_to_the_products_go_side_by_side_with_the_own_product(monkeypatch, packed):
-    """Where dnnbind's own product runs, a filter gradient of a small plane takes Folded's one product
-    over every sample (one sample too, at stride 1 as well); else (and on larger planes) the BLAS path."""
-    from native_parts import require
-
-    from .conftest import use_packed_gemm
-    if packed:
-        require(native.library() is not None, "dnnbind_native._kernels (the C kernels)")
-    use_packed_gemm(monkeypatch, packed)
-    for small in (ConvDims((8, 128, 28, 28), (256, 128, 3, 3), stride=2, padding=1),       # 14 x 14 outputs
-                  ConvDims((1, 128, 28, 28), (256, 128, 3, 3), stride=2, padding=1),       # one sample
-                  ConvDims((1, 256, 14, 14), (256, 256, 3, 3), padding=1)):                # ... at stride 1
-        assert conv_paths.filter_grad_path(small) is (Folded if packed else blas_path(small))
-    other = ConvDims((8, 128, 28, 28), (128, 128, 3, 3), padding=1)                          # 784 outputs
-    assert conv_paths.filter_grad_path(other) is blas_path(other)

@@ -5,18 +5,11 @@ compare it against. Its C kernels come from the optional package dnnbind-native 
 without it every op runs its numpy path. :func:`keep_heap_padding` is an opt-in that changes glibc's heap
 settings for the whole process (see ``_heap.py`` for its measured effect); dnnbind never calls it itself.
 
-Each function takes arguments already checked by :mod:`dnnbind.highlevel.ops` and returns
-``(result, pullback)``. A GPU backend provides the same names with the same signatures:
-
-    conv(x, w, b, dims: ConvDims)               b may be None
-    conv_transpose(x, w, b, dims: ConvDims)     dims from ConvDims.transposed (x_shape = the output's)
-    maxpool(x, dims: PoolDims)
-    meanpool(x, dims: PoolDims, count_include_pad: bool, divisor_override: int | None)
-    softmax(x, axis: int), logsoftmax(x, axis: int)       axis already non-negative
-    activation(x, mode: str, alpha: float | None)         alpha already resolved to the mode's default
-    batchnorm(x, gamma, beta, *, running_mean, running_var, training, momentum, eps)
-    dropout(x, p: float, seed)                            seed: None, an int or a numpy Generator
-    rnn(x, weights, h0, c0, dims: RNNDims)                weights: list of [w_ih, w_hh, b_ih, b_hh]
+Each op comes in the forms of :func:`dnnbind.highlevel.residual.forms` (``NAME_forward``, ``NAME_backward``,
+``NAME_residuals`` and ``NAME`` -> (result, pullback)), on the arguments its spec lists
+(:mod:`dnnbind.highlevel.specs`: the arrays, then the static arguments such as the dims objects), already
+checked by :mod:`dnnbind.highlevel.ops`; the GPU backends provide the same names. The convolutions are
+composed from this backend's conv primitives (:mod:`dnnbind.highlevel.conv_composed`).
 """
 from __future__ import annotations
 
@@ -30,9 +23,11 @@ from dnnbind.highlevel.cpu import rnn as _rnn
 from dnnbind.highlevel.cpu import softmax as _softmax
 
 from dnnbind.highlevel.cpu._heap import keep_heap_padding
+from dnnbind.highlevel.conv_composed import conv_ops
 from dnnbind.highlevel.residual import install_forms
 
-# every op in both forms, with the edge policy (0-d and zero-size arrays) applied once
-OPS = install_forms(globals(), (_activation, _batchnorm, _conv, _dropout, _layer_norm, _pool, _rnn, _softmax),
-                    names={"dropout": ("mask",)})
+# every op in both forms, with the edge policy (0-d and zero-size arrays) applied once; the convolutions
+# composed from the conv primitives
+OPS = install_forms(globals(), (_activation, _batchnorm, conv_ops(_conv.PRIMITIVES), _dropout, _layer_norm, _pool,
+                                _rnn, _softmax))
 __all__ = [*OPS, "keep_heap_padding"]

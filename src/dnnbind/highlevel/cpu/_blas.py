@@ -19,14 +19,13 @@ _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
 
 class OpenBLAS:
-    """The library's thread-count functions, its CBLAS sgemm/dgemm and the name of the kernels it chose
-    for this processor (``core``: "SkylakeX", "Haswell", ...; any of them None when absent)."""
+    """The library's thread-count functions and its CBLAS sgemm/dgemm (None, or absent from ``gemm``, where
+    it lacks them)."""
 
     def __init__(self) -> None:
         self.get_threads: Callable[[], int] | None = None
         self.set_threads: Callable[[int], None] | None = None
         self.gemm: dict[np.dtype, Any] = {}
-        self.core: str | None = None
         for lib in loaded_libraries("openblas"):
             for prefix, suffix, index in (("scipy_", "64_", ctypes.c_int64), ("", "64_", ctypes.c_int64),
                                           ("scipy_", "", ctypes.c_int), ("", "", ctypes.c_int)):
@@ -36,10 +35,6 @@ class OpenBLAS:
                     continue
                 get.restype, set_.argtypes = ctypes.c_int, [ctypes.c_int]
                 self.get_threads, self.set_threads = get, set_
-                core = getattr(lib, f"{prefix}openblas_get_corename{suffix}", None)
-                if core is not None:
-                    core.restype, core.argtypes = ctypes.c_char_p, []
-                    self.core = (core() or b"").decode(errors="replace") or None
                 for dtype, name, real in ((np.float32, "sgemm", ctypes.c_float), (np.float64, "dgemm", ctypes.c_double)):
                     fn = getattr(lib, f"{prefix}cblas_{name}{suffix}", None)
                     if fn is not None:
@@ -104,12 +99,3 @@ def _check_matrix(name: str, array: np.ndarray, offset: int, pitch: int, rows: i
     if min(rows, cols) > 0 and (offset < 0 or pitch < cols or offset + (rows - 1) * pitch + cols > array.size):
         raise ValueError(f"gemm: {name}'s {rows} x {cols} matrix at offset {offset}, pitch {pitch} runs past its "
                          f"{array.size} elements")
-
-
-def pitched_view(array: np.ndarray, offset: int, pitch: int, rows: int, cols: int, name: str) -> np.ndarray:
-    """The rows x cols matrix of :func:`gemm`'s operand form (an element offset and a row pitch into a
-    C-contiguous array) as a strided view of ``array``, checked to lie inside it."""
-    _check_matrix(name, array, offset, pitch, rows, cols, array.dtype)
-    item = array.itemsize
-    return np.lib.stride_tricks.as_strided(array.reshape(-1)[offset:], (rows, cols), (pitch * item, item),
-                                           writeable=name == "c")

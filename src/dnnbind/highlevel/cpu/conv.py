@@ -1,4 +1,6 @@
-"""Convolution and transposed convolution on numpy: im2col plus BLAS matrix products.
+"""The cpu backend's convolution primitives on numpy: im2col plus BLAS matrix products, and the special
+paths of :mod:`conv_paths`. :data:`PRIMITIVES` hands them to :mod:`dnnbind.highlevel.conv_composed`, which
+builds conv and the transposed convolution (the data gradient of a convolution) from them.
 
 For a block of samples and a range of groups, the padded input is copied into a column buffer
 (samples, groups, C/groups * prod(kernel), columns); the forward pass is then one batched matmul by
@@ -23,25 +25,24 @@ copies); :func:`use_threads` holds the rule measured for when that pays.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
 import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims
-from dnnbind.highlevel.grad_mode import saving
 from dnnbind.highlevel.cpu.channels import add_channel_bias, channel_sums
 from dnnbind.highlevel.cpu.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
                                                        kernel_offsets, offset_index, pad, unpad, windows)
 from dnnbind.highlevel.cpu.conv_paths import (GEMM_THREAD_MIN_MACS, Depthwise, Direct, Path, Pointwise,
-                                                    _product, filter_grad_path, macs, products_on_pool,
-                                                    special_path)
+                                                    _product, blas_path, macs, special_path)
 from dnnbind.highlevel.cpu._memory import fits_in_memory
 from dnnbind.highlevel.cpu._precision import (cotangent, half_backward, half_forward, half_residuals,
                                                     private)
-from dnnbind.highlevel.residual import ALL_NEEDED, ArraySpec, passes_when
+from dnnbind.highlevel.residual import ArraySpec, passes_when
 from dnnbind.highlevel.cpu._scratch import scratch
-from dnnbind.highlevel.cpu._threads import one_blas_thread, run, split, workers
+from dnnbind.highlevel.cpu._threads import blas_single_threaded, one_blas_thread, run, split, workers
 from dnnbind.highlevel.cpu import native
 
 #: Target size of one block's column buffer: a few samples' worth that stays in the CPU's caches.
@@ -59,7 +60,7 @@ def use_threads(dims: ConvDims) -> bool:
     (10-40% slower at groups=1 and groups=5); with BLAS limited to one thread they win 1.5-1.7x on
     problems of THREAD_MIN_MACS multiply-adds and more, and lose on smaller ones.
     """
-    return _big_enough(dims) and workers() >= 2 and products_on_pool(dims)
+    return _big_enough(dims) and workers() >= 2 and blas_single_threaded()
 
 
 @functools.lru_cache(maxsize=256)
@@ -316,7 +317,7 @@ def _path_filter_grad(path: Path, dy: np.ndarray, x: np.ndarray, wf: np.ndarray,
         return path.filter_grad(dy, x, dims, threaded, sampled=saved)
     if path is not Direct or Direct.native_filter_grad(dims):
         return path.filter_grad(dy, x, dims, threaded)
-    base = filter_grad_path(dims)
+    base = blas_path(dims)
     if base is not None:
         return base.filter_grad(dy, x, dims, _threads(dims, base, None))
     return _im2col_filter_grad(dy, x, _grouped(wf, dims), dims, use_threads(dims))
@@ -328,7 +329,7 @@ def _grouped(wf: np.ndarray, dims: ConvDims) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
-# ops: the residual form (see dnnbind.highlevel.residual)
+# primitives: the convolution and the transposed one are composed from them (dnnbind.highlevel.conv_composed)
 
 def _threads(dims: ConvDims, path: Path | None, threaded: bool | None) -> bool:
     if threaded is not None:
@@ -364,147 +365,149 @@ def _blas_beside_kernels(dims_at: int) -> Any:
     return decorate
 
 
-@_blas_beside_kernels(dims_at=3)
-@fits_in_memory
-@half_forward
-def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
-                 *, threaded: bool | None = None) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """Convolution (cross-correlation; true convolution when ``dims.flip``) with optional bias.
-
-    Saves (see :func:`conv_residuals`) the filter as applied (flipped when ``dims.flip``) and x (for a
-    1x1 kernel without padding, the pixels it visits: :func:`_kept_shape`). What a forward saves depends
-    on the problem's geometry alone, never on which path runs (the C kernels may be absent, a threshold
-    may move), so a framework's description of the residuals holds everywhere. ``threaded`` forces the
-    thread pool on or off (benchmarks); None applies the measured rule.
-    """
-    path = special_path(dims)
-    threaded = _threads(dims, path, threaded)
-    save = saving()                     # False under dnnbind.no_grad(): neither x nor w is kept
-    # the filter as applied, the forward's own (a copy, flipped or not) when the backward will read it
-    wf = np.array(_flipped(w, dims), order="C") if save else np.ascontiguousarray(_flipped(w, dims))
-    kept = None
-    if path is Direct or path is Depthwise:
-        # the forward's own copy of x, made by the kernel as it reads x (one pass over x fewer); an x
-        # that is not C-contiguous gets its copy from ascontiguousarray below
-        kept = np.empty_like(x) if x.flags.c_contiguous and save else None
-        y = path.forward(x, wf, dims, threaded, keep=kept)
-    elif path is Pointwise:
-        kept = Pointwise.sample(x, dims)
-        y = path.forward(kept, wf, dims, threaded, sampled=True)
-    elif path is not None:
-        y = path.forward(x, wf, dims, threaded)
-    else:
-        lay = layout(dims, x.dtype, threaded)
-        wg = _grouped(wf, dims)
-        xp = pad(x, dims, temporary=True)
-        if lay.whole:                           # small: every column in one gather, one product
-            columns = scratch("whole columns", lay.columns_shape, x.dtype)
-            lay.fill(columns, xp, 0, dims.batch, 0, dims.in_channels)
-            y = np.empty(lay.columns_shape[:2] + (lay.kg, lay.columns_shape[-1]), x.dtype)
-            _product(wg, columns, y)
-            y = y.reshape(lay.y_shape)
-        else:
-            y = np.empty(lay.y_shape, x.dtype)
-            _sweep(lay, wg, xp=xp, y=y)
-    if b is not None:
-        add_channel_bias(y, b)
-    if not save:
-        return y, ()
-    return y, (wf, kept if kept is not None else np.array(x, order="C"))
-
-
-@_blas_beside_kernels(dims_at=2)
-@half_backward
-def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, threaded: bool | None = None,
-                  needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
-    """(dx, dw, db) of :func:`conv_forward`; those ``needs`` marks False are None, not computed."""
-    (dy,), (wf, x) = cotangents, saved
-    need_dx, need_dw, need_db = needs
-    path = special_path(dims)
-    threaded = _threads(dims, path, threaded)
-    dy = np.ascontiguousarray(cotangent("dy", dy, dims.y_shape, wf.dtype))
-    db = channel_sums(dy) if need_db else None
-    dx = dw = None
-    if path is not None:
-        dx = path.data_grad(dy, wf, dims, threaded) if need_dx else None
-        if need_dw:
-            dw = _path_filter_grad(path, dy, x, wf, dims, threaded, saved=True)
-    else:
-        dx = _data_grad(dy, _grouped(wf, dims), dims, threaded) if need_dx else None
-        if need_dw:
-            dw = _im2col_filter_grad(dy, x, _grouped(wf, dims), dims, threaded)
-    return dx, None if dw is None else np.ascontiguousarray(_flipped(dw, dims)), db
-
-
-@half_residuals
-def conv_residuals(x: Any, w: Any, b: Any, dims: ConvDims, *, threaded: bool | None = None) -> tuple[ArraySpec, ...]:
-    """The filter as applied and x (:func:`_kept_shape`), whatever the path."""
-    dtype = np.dtype(x.dtype)
-    return ArraySpec(dims.w_shape, dtype), ArraySpec(_kept_shape(dims), dtype)
-
-
 def _kept_shape(dims: ConvDims) -> tuple[int, ...]:
     """What the forward keeps of x: x, or for a 1x1 kernel without padding (the problem's geometry, not
     a path's choice) the pixels the kernel visits, which is all its backward reads."""
     return Pointwise.sample_shape(dims) if Pointwise.applies(dims) else dims.x_shape
 
 
-@_blas_beside_kernels(dims_at=3)
-@fits_in_memory
-@half_forward
-def conv_transpose_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dims: ConvDims,
-                           *, threaded: bool | None = None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """Transposed convolution: the data gradient of the convolution that ``dims`` describes.
+class _Call:
+    """One call's primitives (:class:`dnnbind.highlevel.conv_composed.ConvCall`) on the path that suits
+    its problem (:func:`conv_paths.special_path`, None: im2col), threaded by the measured rule unless the
+    ``threaded`` option forces the pool on or off (benchmarks)."""
 
-    ``dims`` comes from :meth:`ConvDims.transposed`, so dims.x_shape is this op's output shape and x
-    plays the part of that convolution's output gradient. Saves the filter as used and x (extended to
-    the convolution's output shape when output_padding needs it).
-    """
-    path = special_path(dims)
-    threaded = _threads(dims, path, threaded)
-    xe = private(np.ascontiguousarray(_extend(x, dims)), x)
-    wf = np.array(_flipped(w, dims), order="C")
-    if path is not None:
-        y = path.data_grad(xe, wf, dims, threaded)
-    else:
-        y = _data_grad(xe, _grouped(wf, dims), dims, threaded)
-    if b is not None:
-        add_channel_bias(y, b)
-    return y, (wf, xe)
+    __slots__ = ("dims", "path", "threaded", "x", "w", "b", "saved", "dy")
 
+    def __init__(self, dims: ConvDims, options: dict[str, Any], x: Any = None, w: Any = None, b: Any = None,
+                 saved: tuple = (), dy: Any = None) -> None:
+        self.dims, self.x, self.w, self.b, self.saved, self.dy = dims, x, w, b, saved, dy
+        self.path = special_path(dims)
+        self.threaded = _threads(dims, self.path, options.get("threaded"))
 
-@_blas_beside_kernels(dims_at=2)
-@half_backward
-def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims, *, threaded: bool | None = None,
-                            needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
-    """(dx, dw, db) of :func:`conv_transpose_forward`; those ``needs`` marks False are None."""
-    (dy,), (wf, xe) = cotangents, saved
-    need_dx, need_dw, need_db = needs
-    path = special_path(dims)
-    threaded = _threads(dims, path, threaded)
-    dy = np.ascontiguousarray(cotangent("dy", dy, dims.x_shape, wf.dtype))
-    x_shape = dims.transpose_input_shape
-    dxe = dw = None
-    if path is not None:
-        dxe = path.forward(dy, wf, dims, threaded) if need_dx else None
-        dw = _path_filter_grad(path, xe, dy, wf, dims, threaded) if need_dw else None
-    elif need_dx or need_dw:
-        lay = layout(dims, dy.dtype, threaded)
+    def input(self, x: np.ndarray) -> np.ndarray:
+        """x as the path reads it (Pointwise: the pixels the kernel visits)."""
+        return Pointwise.sample(x, self.dims) if self.path is Pointwise else np.ascontiguousarray(x)
+
+    def extend(self, x: np.ndarray) -> np.ndarray:
+        return private(np.ascontiguousarray(_extend(x, self.dims)), x)
+
+    def filter(self, w: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(_flipped(w, self.dims))
+
+    def forward_keeping(self, x: np.ndarray, wf: np.ndarray, keep: bool) -> tuple[np.ndarray, Any]:
+        """y, and x as the backward reads it when ``keep``: Direct's and Depthwise's C kernels copy x as they
+        read it (one pass over x fewer), Pointwise keeps the pixels it samples. What is kept depends on the
+        problem's geometry alone, never on which path runs (:func:`_kept_shape`)."""
+        path, dims = self.path, self.dims
+        kept = None
+        if path is Direct or path is Depthwise:
+            # an x that is not C-contiguous gets its copy below
+            kept = np.empty_like(x) if x.flags.c_contiguous and keep else None
+            y = path.forward(x, wf, dims, self.threaded, keep=kept)
+        elif path is Pointwise:
+            kept = Pointwise.sample(x, dims)
+            y = path.forward(kept, wf, dims, self.threaded, sampled=True)
+        else:
+            y = self.forward(x, wf)
+        if kept is None and keep:
+            kept = np.array(x, order="C")
+        return y, kept
+
+    def forward(self, xi: np.ndarray, wf: np.ndarray) -> np.ndarray:
+        path, dims = self.path, self.dims
+        if path is Pointwise:
+            return path.forward(xi, wf, dims, self.threaded, sampled=True)
+        if path is not None:
+            return path.forward(xi, wf, dims, self.threaded)
+        lay = layout(dims, xi.dtype, self.threaded)
         wg = _grouped(wf, dims)
-        dxe = np.empty(dims.y_shape, dy.dtype) if need_dx else None
+        xp = pad(xi, dims, temporary=True)
+        if lay.whole:                           # small: every column in one gather, one product
+            columns = scratch("whole columns", lay.columns_shape, xi.dtype)
+            lay.fill(columns, xp, 0, dims.batch, 0, dims.in_channels)
+            y = np.empty(lay.columns_shape[:2] + (lay.kg, lay.columns_shape[-1]), xi.dtype)
+            _product(wg, columns, y)
+            return y.reshape(lay.y_shape)
+        y = np.empty(lay.y_shape, xi.dtype)
+        _sweep(lay, wg, xp=xp, y=y)
+        return y
+
+    def data_grad(self, dy: np.ndarray, wf: np.ndarray) -> np.ndarray:
+        if self.path is not None:
+            return self.path.data_grad(dy, wf, self.dims, self.threaded)
+        return _data_grad(dy, _grouped(wf, self.dims), self.dims, self.threaded)
+
+    def filter_grad(self, xi: np.ndarray, dy: np.ndarray, wf: np.ndarray) -> np.ndarray:
+        if self.path is not None:
+            return _path_filter_grad(self.path, dy, xi, wf, self.dims, self.threaded, saved=True)
+        return _im2col_filter_grad(dy, xi, _grouped(wf, self.dims), self.dims, self.threaded)
+
+    def forward_and_filter_grad(self, xi: np.ndarray, dy: np.ndarray, wf: np.ndarray, need_y: bool,
+                                need_dw: bool) -> tuple[Any, Any]:
+        """The forward of xi and the filter gradient at xi for dy: on the im2col path in one sweep over
+        xi's columns (a transposed convolution's backward), else one after the other."""
+        if self.path is not None:
+            return (self.forward(xi, wf) if need_y else None), (self.filter_grad(xi, dy, wf) if need_dw else None)
+        dims = self.dims
+        lay = layout(dims, xi.dtype, self.threaded)
+        wg = _grouped(wf, dims)
+        y = np.empty(dims.y_shape, xi.dtype) if need_y else None
         dw_parts = _new_parts(lay, wg) if need_dw else None
-        _sweep(lay, wg, xp=pad(dy, dims), y=dxe, dy=xe if need_dw else None, dw_parts=dw_parts)
-        dw = _filter_grad(dw_parts, dims) if dw_parts is not None else None
-    dx = dxe if dxe is None or dxe.shape == x_shape else np.ascontiguousarray(dxe[tuple(slice(0, s) for s in x_shape)])
-    return dx, None if dw is None else np.ascontiguousarray(_flipped(dw, dims)), channel_sums(dy) if need_db else None
+        _sweep(lay, wg, xp=pad(xi, dims), y=y, dy=dy if need_dw else None, dw_parts=dw_parts)
+        return y, None if dw_parts is None else _filter_grad(dw_parts, dims)
+
+    def weight_grad(self, dwf: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(_flipped(dwf, self.dims))
+
+    def add_bias(self, y: np.ndarray, b: np.ndarray, transposed: bool) -> np.ndarray:
+        add_channel_bias(y, b)
+        return y
+
+    def bias_grad(self, dy: np.ndarray, transposed: bool) -> np.ndarray:
+        return channel_sums(dy)
+
+    def result(self, a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a)
+
+    def keep(self, a: np.ndarray, source: Any, filter: bool = False) -> np.ndarray:
+        return private(a, source)
 
 
-@half_residuals
-def conv_transpose_residuals(x: Any, w: Any, b: Any, dims: ConvDims,
-                             *, threaded: bool | None = None) -> tuple[ArraySpec, ArraySpec]:
-    """The filter as applied and x extended, whatever the path."""
-    dtype = np.dtype(x.dtype)
-    return ArraySpec(dims.w_shape, dtype), ArraySpec(dims.y_shape, dtype)
+class Primitives:
+    """The cpu convolution's primitives (:class:`dnnbind.highlevel.conv_composed.ConvPrimitives`): half
+    precision computed in float32, a problem too big for the machine's memory refused at once, and numpy's
+    BLAS on one thread beside the C kernels (:func:`_blas_beside_kernels`)."""
+
+    OPTIONS = ("threaded",)
+
+    def forward_call(self, op: str, dims: ConvDims, options: dict[str, Any], x: Any, w: Any, b: Any) -> Any:
+        return contextlib.nullcontext(_Call(dims, options, x=x, w=w, b=b))
+
+    def backward_call(self, op: str, dims: ConvDims, options: dict[str, Any], saved: tuple, dy: Any,
+                      dy_shape: tuple[int, ...]) -> Any:
+        dy = np.ascontiguousarray(cotangent("dy", dy, dy_shape, saved[1].dtype))
+        return contextlib.nullcontext(_Call(dims, options, saved=saved, dy=dy))
+
+    def saved_input_shape(self, dims: ConvDims) -> tuple[int, ...]:
+        return _kept_shape(dims)
+
+    def residual(self, shape: tuple[int, ...], dtype: Any) -> ArraySpec:
+        return ArraySpec(shape, np.dtype(dtype))
+
+    @staticmethod
+    def wrap_forward(forward: Any) -> Any:
+        return _blas_beside_kernels(dims_at=3)(fits_in_memory(half_forward(forward)))
+
+    @staticmethod
+    def wrap_backward(backward: Any) -> Any:
+        return _blas_beside_kernels(dims_at=2)(half_backward(backward))
+
+    @staticmethod
+    def wrap_residuals(residuals: Any) -> Any:
+        return half_residuals(residuals)
+
+
+PRIMITIVES = Primitives()
 
 
 def _extend(x: np.ndarray, dims: ConvDims) -> np.ndarray:

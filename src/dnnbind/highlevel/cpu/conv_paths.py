@@ -26,8 +26,8 @@
   instead of a loop over samples.
 
 All are exact in the sense the GPU tests need: plain float sums of the same products, no transforms.
-Each path offers forward, data gradient and filter gradient as separate calls (conv.py combines them
-into conv and conv_transpose, whose forward is the data gradient of a convolution).
+Each path offers forward, data gradient and filter gradient as separate calls: conv.py's primitives,
+from which :mod:`dnnbind.highlevel.conv_composed` builds the convolution and the transposed one.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.cpu import native
-from dnnbind.highlevel.cpu._blas import gemm, gemm_available, pitched_view
+from dnnbind.highlevel.cpu._blas import gemm, gemm_available
 from dnnbind.highlevel.cpu._precision import private
 from dnnbind.highlevel.cpu._scratch import scratch
 from dnnbind.highlevel.cpu._threads import blas_single_threaded, run, split, workers
@@ -60,8 +60,6 @@ def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool = Fal
     """out = a @ b (``accumulate``: out += a @ b) over stacks of matrices, broadcast as np.matmul does:
     every product of the convolution paths comes here.
 
-    * By dnnbind's own product where it beats numpy's BLAS (:func:`native.packed_gemm_pays`), each
-      matrix split over the pool when ``threaded``.
     * Over an inner dimension of one (one input or output channel per group) as a broadcast multiply:
       numpy's matmul takes its slow non-BLAS loop there (measured, 2-core EPYC: a depthwise 1x1
       forward, x(8, 64, 56, 56), 2.7 ms against 0.3).
@@ -69,12 +67,6 @@ def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool = Fal
     """
     if a.shape[-1] == 1 and not accumulate:
         np.multiply(a, b, out=out)
-        return
-    if native.packed_gemm_pays(out.dtype, a.shape[-2], a.shape[-1], b.shape[-1]):
-        lead = out.shape[:-2]
-        a, b = np.broadcast_to(a, lead + a.shape[-2:]), np.broadcast_to(b, lead + b.shape[-2:])
-        for i in np.ndindex(lead):
-            native.packed_product(a[i], b[i], out[i], accumulate=accumulate, threaded=threaded)
         return
     if accumulate:
         out += np.matmul(a, b)
@@ -92,26 +84,6 @@ def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool = Fal
     run(part, split(out.shape[-2 if by_rows else -1], workers()))
 
 
-def _pitched_product(a: np.ndarray, a_offset: int, a_pitch: int, b: np.ndarray, b_offset: int, b_pitch: int,
-                     c: np.ndarray, c_offset: int, c_pitch: int, m: int, n: int, k: int, *, trans_b: bool = False,
-                     accumulate: bool = False) -> None:
-    """:func:`_blas.gemm` (operands as offsets and row pitches into flat arrays), by dnnbind's own product
-    where :func:`_product` would take it."""
-    if not native.packed_gemm_pays(c.dtype, m, k, n):
-        gemm(a, a_offset, a_pitch, b, b_offset, b_pitch, c, c_offset, c_pitch, m, n, k, trans_b=trans_b,
-             accumulate=accumulate)
-        return
-    bv = pitched_view(b, b_offset, b_pitch, *((n, k) if trans_b else (k, n)), "b")
-    native.packed_product(pitched_view(a, a_offset, a_pitch, m, k, "a"), bv.T if trans_b else bv,
-                          pitched_view(c, c_offset, c_pitch, m, n, "c"), accumulate=accumulate)
-
-
-def products_on_pool(dims: ConvDims) -> bool:
-    """Whether a problem's products pay for the pool's threads: where numpy's BLAS is held to one thread,
-    or where dnnbind's own product runs them (a multi-threaded BLAS keeps every core busy itself)."""
-    return blas_single_threaded() or native.packed_gemm_preferred(_compute_dtype(dims))
-
-
 def _channel_major(a: np.ndarray, groups: int) -> np.ndarray:
     """(samples, channels, *out) as (groups, channels / groups, samples * outputs), a copy: the samples
     side by side, so that one product per group covers all of them."""
@@ -119,42 +91,11 @@ def _channel_major(a: np.ndarray, groups: int) -> np.ndarray:
     return np.ascontiguousarray(a.reshape(n, c, -1).swapaxes(0, 1)).reshape(groups, c // groups, -1)
 
 
-def _side_by_side_product(w: np.ndarray, a: np.ndarray, shape: tuple[int, ...], threaded: bool) -> np.ndarray:
-    """``w`` (groups, rows, channels / groups) times every sample of ``a`` (samples, channels, *out) in one
-    product per group, the samples side by side (:func:`_channel_major`): the result as ``shape``
-    (samples, groups * rows, *out)."""
-    g, rows = w.shape[:2]
-    out = np.empty((g, rows, math.prod(a.shape) // a.shape[1]), a.dtype)
-    _product(w, _channel_major(a, g), out, threaded)
-    return np.ascontiguousarray(out.reshape((shape[1], shape[0]) + shape[2:]).swapaxes(0, 1))
-
-
-def _small_planes(dims: ConvDims) -> bool:
-    """Whether a problem's output planes have at most :data:`SIDE_BY_SIDE_MAX_PLANE` outputs, where
-    dnnbind's own product runs: one product over all its samples then beats one per sample."""
-    return math.prod(dims.out_size) <= SIDE_BY_SIDE_MAX_PLANE and native.packed_gemm_preferred(_compute_dtype(dims))
-
-
-def _small_planes_side_by_side(dims: ConvDims) -> bool:
-    """Whether a problem's products put its samples side by side (one product over all of them): several
-    samples of small planes (:func:`_small_planes`)."""
-    return dims.batch > 1 and _small_planes(dims)
-
-
 def _sampled(x: np.ndarray, dims: ConvDims) -> np.ndarray:
     """The pixels a 1x1 kernel visits, contiguous (x itself at stride 1)."""
     if all(s == 1 for s in dims.stride):
         return np.ascontiguousarray(x)
     return np.ascontiguousarray(x[offset_index(dims, (0,) * dims.spatial_rank)])
-
-
-#: Pointwise, and the filter gradients Direct leaves to the products (:func:`filter_grad_path`), put the
-#: samples side by side (one product per group over all of them) on planes of at most this many outputs,
-#: where dnnbind's own product runs its products (:func:`_small_planes_side_by_side`). Measured for 1x1 (ms, 2-core EPYC,
-#: batch 8, forward / data gradient / filter gradient, side by side against per sample): 256 -> 512
-#: at 7x7 0.35/0.53/0.39 against 0.57/0.59/0.51; 128 -> 256 at 14x14 0.37/0.56/0.47 against
-#: 0.50/0.53/0.52; 64 -> 128 at 28x28 mixed (0.43-0.76 against 0.59-0.84 forward, noisy).
-SIDE_BY_SIDE_MAX_PLANE = 256
 
 
 class Pointwise:
@@ -166,9 +107,9 @@ class Pointwise:
 
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:
-        """Use the pool where our threads pay for the products (:func:`products_on_pool`; else BLAS threads
-        them itself): the samples split over it, or each product split by the own product."""
-        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and products_on_pool(dims)
+        """Split the samples over the pool where numpy's BLAS is held to one thread (a multi-threaded BLAS
+        keeps every core busy itself)."""
+        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
     def _sizes(dims: ConvDims) -> tuple[int, int, int, int, int]:
@@ -178,32 +119,8 @@ class Pointwise:
 
     @staticmethod
     def _samples(dims: ConvDims, threaded: bool) -> list[tuple[int, int]]:
-        """Ranges of samples, one per Python thread of the pool: a single one where dnnbind's own product
-        runs each sample's product (:meth:`_inner_threads`)."""
-        if threaded and not Pointwise._own_product(dims):
-            return split(dims.batch, workers())
-        return [(0, dims.batch)]
-
-    @staticmethod
-    def _own_product(dims: ConvDims) -> bool:
-        """Whether each sample's product (per group) goes to dnnbind's own product (native.packed_gemm_pays)."""
-        n, g, cg, kg, p = Pointwise._sizes(dims)
-        return native.packed_gemm_pays(_compute_dtype(dims), kg, cg, p)
-
-    @staticmethod
-    def _inner_threads(dims: ConvDims, threaded: bool) -> bool:
-        """Whether each sample's product splits over the kernels' pool: where the own product runs it, the
-        samples go one after another, each on every core (handing a product to the kernels' spinning
-        workers costs well under a microsecond; to Python's pool tens)."""
-        return threaded and Pointwise._own_product(dims)
-
-    @staticmethod
-    def _side_by_side(dims: ConvDims) -> bool:
-        """Whether each group's product covers every sample at once (:func:`_small_planes_side_by_side`,
-        through channel-major copies) instead of one product per sample, whose products would pack the
-        filter again for every few columns."""
-        n, g, cg, kg, p = Pointwise._sizes(dims)
-        return _small_planes_side_by_side(dims) and native.packed_gemm_pays(_compute_dtype(dims), kg, cg, n * p)
+        """Ranges of samples, one per thread of the pool."""
+        return split(dims.batch, workers()) if threaded else [(0, dims.batch)]
 
     @staticmethod
     def sample(x: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -222,15 +139,11 @@ class Pointwise:
         """y; ``sampled``: x is already :meth:`sample`'s result."""
         n, g, cg, kg, p = Pointwise._sizes(dims)
         xs = np.ascontiguousarray(x) if sampled else _sampled(x, dims)
-        if Pointwise._side_by_side(dims):
-            return _side_by_side_product(w.reshape(g, kg, cg), xs, dims.y_shape, threaded)
         y = np.empty(dims.y_shape, x.dtype)
         xs, yv, wg = xs.reshape(n, g, cg, p), y.reshape(n, g, kg, p), w.reshape(g, kg, cg)
 
-        inner = Pointwise._inner_threads(dims, threaded)
-
         def samples(n0: int, n1: int) -> None:
-            _product(wg, xs[n0:n1], yv[n0:n1], inner)
+            _product(wg, xs[n0:n1], yv[n0:n1])
 
         run(samples, Pointwise._samples(dims, threaded))
         return y
@@ -239,19 +152,14 @@ class Pointwise:
     def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
         n, g, cg, kg, p = Pointwise._sizes(dims)
         wt = w.reshape(g, kg, cg).swapaxes(-1, -2)
-        if Pointwise._side_by_side(dims):
-            dxs = _side_by_side_product(wt, dy, (n, dims.in_channels) + dims.out_size, threaded)
-        else:
-            dxs = np.empty((n, g, cg, p), dy.dtype)
-            dyg = dy.reshape(n, g, kg, p)
+        dxs = np.empty((n, g, cg, p), dy.dtype)
+        dyg = dy.reshape(n, g, kg, p)
 
-            inner = Pointwise._inner_threads(dims, threaded)
+        def samples(n0: int, n1: int) -> None:
+            _product(wt, dyg[n0:n1], dxs[n0:n1])
 
-            def samples(n0: int, n1: int) -> None:
-                _product(wt, dyg[n0:n1], dxs[n0:n1], inner)
-
-            run(samples, Pointwise._samples(dims, threaded))
-            dxs = dxs.reshape((n, dims.in_channels) + dims.out_size)
+        run(samples, Pointwise._samples(dims, threaded))
+        dxs = dxs.reshape((n, dims.in_channels) + dims.out_size)
         if all(s == 1 for s in dims.stride):
             return dxs
         dx = np.zeros(dims.x_shape, dy.dtype)
@@ -263,19 +171,13 @@ class Pointwise:
         """dw; ``sampled``: x is already :meth:`sample`'s result (the forward's residual)."""
         n, g, cg, kg, p = Pointwise._sizes(dims)
         xs = np.ascontiguousarray(x) if sampled else _sampled(x, dims)
-        if Pointwise._side_by_side(dims):
-            dw = np.empty((g, kg, cg), dy.dtype)
-            _product(_channel_major(dy, g), _channel_major(xs, g).swapaxes(-1, -2), dw, threaded, by_rows=True)
-            return dw.reshape(dims.w_shape)
         xs, dyg = xs.reshape(n, g, cg, p), dy.reshape(n, g, kg, p)
         ranges = Pointwise._samples(dims, threaded)
         parts = np.empty((len(ranges), g, kg, cg), dy.dtype)
 
-        inner = Pointwise._inner_threads(dims, threaded)
-
         def samples(part: np.ndarray, n0: int, n1: int) -> None:
             for i in range(n0, n1):
-                _product(dyg[i], xs[i].swapaxes(-1, -2), part, inner, by_rows=True, accumulate=i > n0)
+                _product(dyg[i], xs[i].swapaxes(-1, -2), part, by_rows=True, accumulate=i > n0)
 
         run(samples, [(part, n0, n1) for part, (n0, n1) in zip(parts, ranges)])
         dw = parts[0] if len(parts) == 1 else parts.sum(axis=0)
@@ -477,7 +379,7 @@ class Shifted:
     def use_threads(dims: ConvDims) -> bool:
         """Split the samples over the pool on large problems when numpy's BLAS is single-threaded (each
         product is a BLAS call: a multi-threaded BLAS already uses every core)."""
-        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and products_on_pool(dims)
+        return dims.batch > 1 and macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
     def _channel_major(x: np.ndarray, dims: ConvDims) -> np.ndarray:
@@ -510,7 +412,7 @@ class Shifted:
             width = (n1 - n0 - 1) * plane + rows.length
             for t, start in enumerate(rows.starts):
                 for gi in range(g):
-                    _pitched_product(taps, (t * k + gi * kg) * cg, cg, xc, gi * cg * pitch + n0 * plane + start,
+                    gemm(taps, (t * k + gi * kg) * cg, cg, xc, gi * cg * pitch + n0 * plane + start,
                                      pitch, yc, gi * kg * pitch + n0 * plane, pitch, kg, width, cg, accumulate=t > 0)
 
         run(task, Shifted._parts(dims, threaded))
@@ -535,7 +437,7 @@ class Shifted:
             width = (n1 - n0 - 1) * plane + rows.length
             for t, start in enumerate(rows.starts):
                 for gi in range(g):
-                    _pitched_product(dyc, gi * kg * pitch + n0 * plane, pitch, xc,
+                    gemm(dyc, gi * kg * pitch + n0 * plane, pitch, xc,
                                      gi * cg * pitch + n0 * plane + start, pitch, sums[i], (t * k + gi * kg) * cg, cg,
                                      kg, cg, width, trans_b=True)
 
@@ -575,8 +477,8 @@ class Folded:
 
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:
-        """Split each product over the pool when numpy's BLAS is single-threaded, or not used (:func:`_product`)."""
-        return macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and products_on_pool(dims)
+        """Split each product over the pool when numpy's BLAS is single-threaded (:func:`_product`)."""
+        return macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
     def _blocks(dims: ConvDims, item: int) -> list[tuple[int, int]]:
@@ -783,18 +685,6 @@ def special_path(dims: ConvDims) -> Path | None:
     if path in _BEFORE_DIRECT:
         return path
     return Direct
-
-
-def filter_grad_path(dims: ConvDims) -> Path | None:
-    """The path of a filter gradient that Direct's C kernel leaves to the products (None: im2col): the
-    BLAS path, or Folded (the samples side by side, one product over all of them) on planes of up to
-    :data:`SIDE_BY_SIDE_MAX_PLANE` outputs where dnnbind's own product runs the products. Measured (ms,
-    2-core EPYC, batch 8, 3x3, Folded against the BLAS path): 256 channels at 14x14 5.8 against Shifted's
-    7.4; 128 -> 256 at stride 2 to 14x14 2.8-3.1 against im2col's 3.1-3.5; 128 at 28x28 (784 outputs)
-    7.2-7.6 against 7.1-7.2. Also for a single sample, whose one product the pool splits where the
-    BLAS path's per-offset products each run on one core: batch 1, 256 channels at 14x14 0.74 against
-    Shifted's 1.84."""
-    return Folded if _small_planes(dims) else blas_path(dims)
 
 
 @functools.lru_cache(maxsize=256)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import os
 import sys
 import threading
 from typing import Any
@@ -48,15 +47,6 @@ class GemmJob(ctypes.Structure):
                 ("trans_b", ctypes.c_int64), ("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
                 ("a", ctypes.c_void_p), ("lda", ctypes.c_int64), ("b", ctypes.c_void_p), ("ldb", ctypes.c_int64),
                 ("c", ctypes.c_void_p), ("ldc", ctypes.c_int64)]
-
-
-class PackedGemmJob(ctypes.Structure):
-    """One product for csrc/gemm.c's packed_gemm: C = A B (or C += A B), each operand by its element strides."""
-    _fields_ = [("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
-                ("a", ctypes.c_void_p), ("a_row", ctypes.c_int64), ("a_col", ctypes.c_int64),
-                ("b", ctypes.c_void_p), ("b_row", ctypes.c_int64), ("b_col", ctypes.c_int64),
-                ("c", ctypes.c_void_p), ("ldc", ctypes.c_int64), ("accumulate", ctypes.c_int64),
-                ("by_rows", ctypes.c_int64)]
 
 
 def library_path() -> str | None:
@@ -135,7 +125,6 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "softmax_forward": ([_P] * 2 + [_I] * 5, False),
     "softmax_backward": ([_P] * 3 + [_I] * 5, False),
     "gemm_rows": ([ctypes.POINTER(GemmJob), _I, _I], False),
-    "packed_gemm": ([ctypes.POINTER(PackedGemmJob), _I, _I], True),
     "folded_columns": ([_P, _P, _GEOMETRY, _I, _I, _I, _I], False),
     "filter_flip_transpose": ([_P, _P, _I, _I, _I, _I, _I], False),
 }
@@ -836,20 +825,12 @@ def _operand(a: np.ndarray) -> tuple[np.ndarray, int, int]:
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b of 2-d arrays. By dnnbind's own product where it beats numpy's BLAS (:func:`packed_gemm_pays`),
-    split over the pool when large and the cores are free (:func:`_cores_to_spare`). Else, where numpy's
-    BLAS is held to one thread (:func:`_threads.one_blas_thread`: every dnnbind.torch op on the CPU) and
-    the product is large, its rows are split over the kernels' pool (torch's OpenMP team once
-    dnnbind.torch is imported), each range one single-threaded call of numpy's OpenBLAS: the same sums,
-    on every core (measured: a 2-layer LSTM's training step through dnnbind.torch, 15.4 -> 12.2 ms on 2
-    cores; torch's own layers 8.0). Not beside torch's threads without their team (the kernels' own
-    workers would fight them). Else np.matmul."""
-    if (a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype and a.shape[1] == b.shape[0]
-            and packed_gemm_pays(a.dtype, a.shape[0], a.shape[1], b.shape[1])):
-        c = np.empty((a.shape[0], b.shape[1]), a.dtype)
-        packed_product(a, b, c, threaded=(a.shape[0] * a.shape[1] * b.shape[1] >= MATMUL_THREAD_MIN_MACS
-                                          and workers() > 1 and _cores_to_spare()))
-        return c
+    """a @ b of 2-d arrays. Where numpy's BLAS is held to one thread (:func:`_threads.one_blas_thread`:
+    every dnnbind.torch op on the CPU) and the product is large, its rows are split over the kernels' pool
+    (torch's OpenMP team once dnnbind.torch is imported), each range one single-threaded call of numpy's
+    OpenBLAS: the same sums, on every core (measured: a 2-layer LSTM's training step through
+    dnnbind.torch, 15.4 -> 12.2 ms on 2 cores; torch's own layers 8.0). Not beside torch's threads
+    without their team (the kernels' own workers would fight them). Else np.matmul."""
     parts = workers()
     if (a.ndim != 2 or b.ndim != 2 or parts < 2 or not blas_single_threaded() or not _cores_to_spare()
             or a.dtype != b.dtype
@@ -864,73 +845,3 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     job = GemmJob(gemm, index_bytes, trans_a, trans_b, m, n, k, _data(a), lda, _data(b), ldb, _data(c), n)
     _launch(_kernel("gemm_rows", a.dtype), (job,), _parts(m, True))
     return c
-
-
-#: numpy's OpenBLAS kernels (its ``openblas_get_corename``) that use AVX-512's full width.
-AVX512_BLAS_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
-#: The register tile of csrc/gemm_typed.h's packed product with AVX-512 (rows, columns of float32):
-#: a pool range of a split product covers whole tiles.
-_PACKED_TILE = {np.dtype(np.float32): (12, 32), np.dtype(np.float64): (12, 16)}
-
-
-def packed_gemm_preferred(dtype: Any) -> bool:
-    """Whether dnnbind's own product (:func:`packed_product`) runs ``dtype`` (float32, float64) here
-    instead of numpy's OpenBLAS: where the kernels run AVX-512 and numpy's OpenBLAS does not (a CPU it
-    does not know, or ``OPENBLAS_CORETYPE`` naming an older one: Haswell's AVX2 kernels do half the
-    multiply-adds per cycle). Measured on a 2-core Zen 5 EPYC with OPENBLAS_CORETYPE=Haswell, float32,
-    both cores, (m, k, n) = (512, 4608, 392): 5.3 ms against numpy's 7.8; (128, 1152, 6272): 4.9 against
-    8.1; with OpenBLAS's own AVX-512 kernels numpy is the faster. ``DNNBIND_PACKED_GEMM=0``/``1``
-    decides instead (read once: tests clear :func:`_packed_gemm_wins`)."""
-    return available(dtype) and _packed_gemm_wins()
-
-
-@functools.lru_cache(maxsize=1)
-def _packed_gemm_wins() -> bool:
-    forced = os.environ.get("DNNBIND_PACKED_GEMM", "").strip()
-    if forced in ("0", "1"):
-        return forced == "1" and library() is not None
-    core = (openblas().core or "").lower()
-    return library() is not None and _best_suffix() == "v4" and core not in AVX512_BLAS_CORES
-
-
-#: dnnbind's own product takes products of at least this many multiply-adds: below, its fixed cost (the
-#: job, the packing) outweighs its faster tiles. Measured (us, 2-core EPYC, Haswell-forced OpenBLAS on
-#: both cores against the own product on one and on both): 64 x 128 x 128 10.6 against 21.0 / 20.5;
-#: 128 x 128 x 128 20.5 against 25.2 / 30.0; 128 x 256 x 196 (6.4M) 60.8 against 72.4 / 46.5.
-PACKED_MIN_MACS = 2_000_000
-
-
-def packed_gemm_pays(dtype: Any, m: int, k: int, n: int) -> bool:
-    """Whether an m x k times k x n product of ``dtype`` goes to :func:`packed_product`: large enough
-    (:data:`PACKED_MIN_MACS`), where :func:`packed_gemm_preferred`."""
-    return m * k * n >= PACKED_MIN_MACS and packed_gemm_preferred(dtype)
-
-
-def _strides(a: np.ndarray) -> tuple[int, int]:
-    return a.strides[0] // a.itemsize, a.strides[1] // a.itemsize
-
-
-def packed_product(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, accumulate: bool = False,
-                   threaded: bool = False) -> None:
-    """out = a @ b (``accumulate``: out += a @ b) of 2-d arrays by dnnbind's own product (csrc/gemm_typed.h),
-    either operand in any strided layout (a transposed one is packed alike), out with contiguous rows;
-    split over the pool's threads when ``threaded``, along the longer side of out in whole tiles."""
-    (m, k), n = a.shape, b.shape[-1]
-    dtype = out.dtype
-    if (a.dtype != dtype or b.dtype != dtype or b.ndim != 2 or b.shape[0] != k or out.shape != (m, n)
-            or (m > 0 and n > 1 and out.strides[1] != out.itemsize) or not out.flags.writeable
-            or not available(dtype)):
-        raise ValueError(f"native kernel argument out: expected a writable ({m}, {n}) {a.dtype} array with contiguous "
-                         f"rows for a {a.shape} {a.dtype} times {b.shape} {b.dtype}, got {out.dtype} {out.shape}")
-    if min(m, n) == 0:
-        return
-    if any(s % x.itemsize for x in (a, b, out) for s in x.strides):
-        raise ValueError("native kernel argument a, b or out: strides must be whole elements")
-    rows, cols = _PACKED_TILE[dtype]
-    by_rows = m // rows > n // cols
-    count, tile = (m, rows) if by_rows else (n, cols)
-    parts = min(workers(), -(-count // tile)) if threaded else 1
-    bounds = [count * i // parts // tile * tile for i in range(parts)] + [count]
-    job = PackedGemmJob(m, n, k, _data(a), *_strides(a), _data(b), *_strides(b), _data(out),
-                        out.strides[0] // out.itemsize, int(accumulate), int(by_rows))
-    _launch(_kernel("packed_gemm", dtype), (job,), list(zip(bounds[:-1], bounds[1:])))

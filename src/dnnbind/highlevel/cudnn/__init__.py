@@ -16,10 +16,14 @@ A backward takes its plans from the caches by the forward's key, under the setti
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
+from dnnbind.highlevel.conv_composed import conv_ops
 from dnnbind.highlevel.cudnn import activation as _activation
 from dnnbind.highlevel.cudnn import batchnorm as _batchnorm
 from dnnbind.highlevel.cudnn import conv as _conv
 from dnnbind.highlevel.cudnn import dropout as _dropout
+from dnnbind.highlevel.cudnn import fused as _fused
 from dnnbind.highlevel.cudnn import layer_norm as _layer_norm
 from dnnbind.highlevel.cudnn import pool as _pool
 from dnnbind.highlevel.cudnn import rnn as _rnn
@@ -29,37 +33,23 @@ from dnnbind.highlevel.cudnn.settings import Settings, settings
 from dnnbind.highlevel.gpu import cache as _cache
 from dnnbind.highlevel.gpu.cache import CacheInfo
 from dnnbind.highlevel.gpu.dropout_mask import with_mask
-from dnnbind.highlevel.residual import forms, install_chains
+from dnnbind.highlevel.residual import install_forms
+from dnnbind.highlevel.specs import SPECS
 
-# every op in both forms, with the edge policy (0-d and zero-size arrays) applied once
-conv_forward, conv_backward, conv_residuals, conv = forms(
-    "conv", _conv.conv_forward, _conv.conv_backward, _conv.conv_residuals)
-conv_transpose_forward, conv_transpose_backward, conv_transpose_residuals, conv_transpose = forms(
-    "conv_transpose", _conv.conv_transpose_forward, _conv.conv_transpose_backward, _conv.conv_transpose_residuals)
-maxpool_forward, maxpool_backward, maxpool_residuals, maxpool = forms(
-    "maxpool", _pool.maxpool_forward, _pool.maxpool_backward, _pool.maxpool_residuals)
-meanpool_forward, meanpool_backward, meanpool_residuals, meanpool = forms(
-    "meanpool", _pool.meanpool_forward, _pool.meanpool_backward, _pool.meanpool_residuals)
-softmax_forward, softmax_backward, softmax_residuals, softmax = forms(
-    "softmax", _softmax.softmax_forward, _softmax.softmax_backward, _softmax.softmax_residuals)
-logsoftmax_forward, logsoftmax_backward, logsoftmax_residuals, logsoftmax = forms(
-    "logsoftmax", _softmax.logsoftmax_forward, _softmax.logsoftmax_backward, _softmax.logsoftmax_residuals)
-activation_forward, activation_backward, activation_residuals, activation = forms(
-    "activation", _activation.activation_forward, _activation.activation_backward, _activation.activation_residuals)
-batchnorm_forward, batchnorm_backward, batchnorm_residuals, batchnorm = forms(
-    "batchnorm", _batchnorm.batchnorm_forward, _batchnorm.batchnorm_backward, _batchnorm.batchnorm_residuals)
-# not available (cuDNN's legacy API has none): every call raises NotImplementedError saying why, except an
-# empty one, which the edge policy answers without the backend, as for every op
-layer_norm_forward, layer_norm_backward, layer_norm_residuals, layer_norm = forms(
-    "layer_norm", _layer_norm.layer_norm_forward, _layer_norm.layer_norm_backward, _layer_norm.layer_norm_residuals)
-dropout_forward, dropout_backward, dropout_residuals, _dropout_pair = forms(
-    "dropout", _dropout.dropout_forward, _dropout.dropout_backward, _dropout.dropout_residuals)
-dropout = with_mask(_dropout_pair)      # the residuals are reserve spaces: pullback.mask is computed
-rnn_forward, rnn_backward, rnn_residuals, rnn = forms(
-    "rnn", _rnn.rnn_forward, _rnn.rnn_backward, _rnn.rnn_residuals)
 
-OPS = install_chains(globals(), (), ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
-       "layer_norm", "dropout", "rnn"])
+def _adapt(op: str, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """What cuDNN adds to an op (:func:`dnnbind.highlevel.residual.install_forms`): where the spec's residual
+    is a mask (dropout), cuDNN saves its reserve space instead, so the pullback computes ``mask``."""
+    return with_mask(fn) if part == "pair" and SPECS[op].mask_residuals else fn
+
+
+# every op in both forms, with the edge policy (0-d and zero-size arrays) applied once; the convolutions
+# composed from the conv primitives, conv_bias_activation from conv and activation with the fused graph
+# (fused.py) where nothing is saved for a backward. layer_norm runs only through the graph API (cuDNN's legacy API has
+# none; see layer_norm.py): otherwise every call raises NotImplementedError saying why, except an empty
+# one, which the edge policy answers without the backend, as for every op
+OPS = install_forms(globals(), (_activation, _batchnorm, conv_ops(_conv.PRIMITIVES), _dropout, _fused, _layer_norm,
+                                _pool, _rnn, _softmax), saves_masks=False, adapt=_adapt)
 __all__ = [f"{op}{suffix}" for op in OPS for suffix in ("", "_forward", "_backward", "_residuals")] + [
     "pack_rnn_weights", "settings", "Settings", "cache_info", "clear_caches", "CacheInfo"]
 

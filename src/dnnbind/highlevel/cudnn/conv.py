@@ -1,23 +1,24 @@
-"""Convolution and transposed convolution on cuDNN, in residual form (see :mod:`dnnbind.highlevel.residual`).
+"""The cuDNN backend's convolution primitives, from which :mod:`dnnbind.highlevel.conv_composed` builds
+conv and the transposed convolution (the data gradient of a convolution).
 
-conv: cudnnConvolutionForward (+ cudnnAddTensor for the bias); its backward runs BackwardData,
-BackwardFilter and BackwardBias. conv_transpose is conv's data gradient: BackwardData forward, and
-Forward / BackwardFilter in its backward. Groups, dilation, flip (CUDNN_CONVOLUTION), 1 to 3 spatial
-dims (one as two), NCHW or NHWC memory, float16/bfloat16 (float32 accumulation), float32 (TF32 only
-with ``settings(allow_tf32=True)``) and float64. Asymmetric padding pads x explicitly (see
-:mod:`dnnbind.highlevel.gpu.geometry`). float64 is computed in NCHW memory whatever the caller's
-layout (:func:`compute_layout`), and its results come back in the caller's layout.
+The forward is cudnnConvolutionForward, the data gradient BackwardData, the filter gradient
+BackwardFilter, the bias cudnnAddTensor and its gradient BackwardBias. Groups, dilation, flip
+(CUDNN_CONVOLUTION), 1 to 3 spatial dims (one as two), NCHW or NHWC memory, float16/bfloat16 (float32
+accumulation), float32 (TF32 only with ``settings(allow_tf32=True)``) and float64. Asymmetric padding pads
+x explicitly (see :mod:`dnnbind.highlevel.gpu.geometry`). float64 is computed in NCHW memory whatever the
+caller's layout (:func:`compute_layout`), and its results come back in the caller's layout.
 
-Residuals: conv saves x explicitly padded and w; conv_transpose saves x zero-extended to the forward
-convolution's output shape and w (private copies where they would be the caller's). The saved x is
+Residuals: conv saves x explicitly padded and w; the transposed convolution saves x zero-extended to the
+forward convolution's output shape and w (private copies where they would be the caller's). The saved x is
 stored in the caller's layout (the ``layout=`` option, else x's own), so the backward reads that layout
 from its strides; w is stored in the layout cuDNN computes in. The backward takes its plan from the
-plan cache by the same key: dims, layout and the settings in force when it runs. db is always computed.
+plan cache by the same key: dims, layout and the settings in force when it runs.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import fields
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from dnnbind.highlevel.cudnn._lib import handle
 from dnnbind.highlevel.cudnn.algos import BACKWARD_DATA, BACKWARD_FILTER, FORWARD
@@ -25,13 +26,12 @@ from dnnbind.highlevel.cudnn.conv_plan import ConvPlan, plan_for
 from dnnbind.highlevel.cudnn.settings import settings
 from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.gpu import layout as _layout
-from dnnbind.highlevel.gpu.arrays import cupy, current_stream
+from dnnbind.highlevel.gpu.arrays import cupy
 from dnnbind.highlevel.gpu.call import Call
-from dnnbind.highlevel.gpu.geometry import ConvGeometry, crop, pad, padded_shape
+from dnnbind.highlevel.gpu.conv_call import GpuConvCall, GpuConvPrimitives
+from dnnbind.highlevel.gpu.geometry import crop
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.saved import private
-from dnnbind.highlevel.gpu.views import extend
-from dnnbind.highlevel.residual import ALL_NEEDED, ArraySpec
 
 Shape = tuple[int, ...]
 
@@ -70,126 +70,75 @@ def _plan(device: int, dims: ConvDims, layout: str) -> ConvPlan:
     return plan_for(dims, layout, settings.current(), device)
 
 
-def _saved(cp: Any, a: Any, source: Any, layout: str) -> Any:
-    """``a`` stored in ``layout``, never sharing memory with the caller's ``source``."""
-    return private(cp, _layout.in_layout(cp, a, layout), source)
+class _Call(GpuConvCall):
+    """One call's primitives (:class:`dnnbind.highlevel.conv_composed.ConvCall`) on its plan and handle, in
+    the layout cuDNN computes in (``run``); results in the caller's layout (``lay``)."""
+
+    def filter(self, w: Any) -> Any:
+        return _layout.in_layout(self.cp, w, self.run)
+
+    def forward(self, xi: Any, wf: Any) -> Any:
+        y = _layout.empty(self.cp, self.plan.y_shape, xi.dtype, self.run)
+        self.plan.run(FORWARD, self.handle, xi, wf, y)
+        return y
+
+    def data_grad(self, dy: Any, wf: Any) -> Any:
+        dxp = _layout.empty(self.cp, self.plan.padded_x_shape, dy.dtype, self.run)
+        self.plan.run(BACKWARD_DATA, self.handle, wf, dy, dxp)
+        return crop(self.cp, dxp, self.dims.x_shape, self.plan.geometry.extra_low, self.run)
+
+    def filter_grad(self, xi: Any, dy: Any, wf: Any) -> Any:
+        dw = _layout.empty(self.cp, self.dims.w_shape, xi.dtype, self.run)
+        self.plan.run(BACKWARD_FILTER, self.handle, xi, dy, dw)
+        return dw
+
+    def weight_grad(self, dwf: Any) -> Any:
+        return dwf
+
+    def add_bias(self, y: Any, b: Any, transposed: bool) -> Any:
+        self.plan.add_bias(self.handle, self.cp.ascontiguousarray(b), y, transposed=transposed)
+        return y
+
+    def bias_grad(self, dy: Any, transposed: bool) -> Any:
+        db = self.cp.empty((self.dims.in_channels,) if transposed else self.dims.bias_shape, dy.dtype)
+        self.plan.bias_grad(self.handle, dy, db, transposed=transposed)
+        return db
+
+    def keep(self, a: Any, source: Any, filter: bool = False) -> Any:
+        """``a`` never sharing memory with the caller's ``source``; an input stored in the caller's layout."""
+        return private(self.cp, a if filter else _layout.in_layout(self.cp, a, self.lay), source)
 
 
-# ------------------------------------------------------------------------------------------------ conv
+class Primitives(GpuConvPrimitives):
+    """cuDNN's convolution primitives (:class:`dnnbind.highlevel.conv_composed.ConvPrimitives`); the option
+    ``layout="NCHW"|"NHWC"`` picks the memory layout to run in, by default x's own."""
 
-def conv_forward(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None = None) -> tuple[Any, tuple]:
-    """y = conv(x, w) + b (see :func:`dnnbind.conv`); saves (x padded, w). ``layout`` ("NCHW"/"NHWC")
-    picks the memory layout to run in, by default x's own; arrays keep their NCHW-shaped indexing."""
-    cp = cupy()
-    lay = layout
-    with Call("conv", _params(dims, lambda: lay), x=x, w=w, b=b) as call:
-        x, w, b = call["x"], call["w"], call["b"]
-        lay, run = layouts(x, layout)
-        plan = _plan(call.device, dims, run)
-        g = plan.geometry
-        xp = pad(cp, x, g.extra_low, g.extra_high, run)
-        wl = _layout.in_layout(cp, w, run)
-        y = _layout.empty(cp, plan.y_shape, x.dtype, run)
-        h = handle(call.device, current_stream())
-        plan.run(FORWARD, h, xp, wl, y)
-        if b is not None:
-            plan.add_bias(h, cp.ascontiguousarray(b), y)
-        return _layout.in_layout(cp, y, lay), (_saved(cp, xp, x, lay), private(cp, wl, w))
+    OPTIONS = ("layout",)
 
+    @contextlib.contextmanager
+    def forward_call(self, op: str, dims: ConvDims, options: dict[str, Any], x: Any, w: Any,
+                     b: Any) -> Iterator[_Call]:
+        cp, layout = cupy(), options.get("layout")
+        lay = layout
+        with Call(op, _params(dims, lambda: lay), x=x, w=w, b=b) as call:
+            lay, run = layouts(call["x"], layout)
+            c = _Call(cp, dims, lay, run, _plan(call.device, dims, run), handle, call.device)
+            c.x, c.w, c.b = call["x"], call["w"], call["b"]
+            yield c
 
-def conv_backward(residuals: tuple, cotangents: tuple, dims: ConvDims, *, layout: str | None = None,
-                  needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
-    """(dx, dw, db) from the saved (x padded, w) and dy; results in the saved x's layout; those ``needs``
-    marks False are None, not computed."""
-    cp = cupy()
-    saved_x, saved_w = residuals
-    (dy,) = cotangents
-    lay, run = layouts(saved_x, layout)
-    device, dtype = saved_x.device.id, saved_x.dtype
-    with Call("conv pullback", _params(dims, lambda: lay), device=device, dy=dy) as back:
-        plan = _plan(device, dims, run)
-        g = plan.geometry
-        xp, wl = _layout.in_layout(cp, saved_x, run), _layout.in_layout(cp, saved_w, run)
-        dy = cotangent("dy", back["dy"], plan.y_shape, dtype, run, device)
-        h = handle(device, current_stream())
-        dx = dw = db = None
-        if needs[0]:
-            dxp = _layout.empty(cp, plan.padded_x_shape, dtype, run)
-            plan.run(BACKWARD_DATA, h, wl, dy, dxp)
-            dx = _layout.in_layout(cp, crop(cp, dxp, dims.x_shape, g.extra_low, run), lay)
-        if needs[1]:
-            dw = _layout.empty(cp, dims.w_shape, dtype, run)
-            plan.run(BACKWARD_FILTER, h, xp, dy, dw)
-            dw = _layout.in_layout(cp, dw, lay)
-        if needs[2]:
-            db = cp.empty(dims.bias_shape, dtype)
-            plan.bias_grad(h, dy, db)
-        return dx, dw, db
+    @contextlib.contextmanager
+    def backward_call(self, op: str, dims: ConvDims, options: dict[str, Any], saved: tuple, dy: Any,
+                      dy_shape: tuple[int, ...]) -> Iterator[_Call]:
+        """The saved arrays read in the layout cuDNN computes in; results in the saved x's layout."""
+        cp = cupy()
+        saved_x, saved_w = saved
+        lay, run = layouts(saved_x, options.get("layout"))
+        device, dtype = saved_x.device.id, saved_x.dtype
+        with Call(f"{op} pullback", _params(dims, lambda: lay), device=device, dy=dy) as back:
+            c = _Call(cp, dims, lay, run, _plan(device, dims, run), handle, device)
+            c.saved = (_layout.in_layout(cp, saved_x, run), _layout.in_layout(cp, saved_w, run))
+            c.dy = cotangent("dy", back["dy"], dy_shape, dtype, run, device)
+            yield c
 
 
-def conv_residuals(x: Any, w: Any, b: Any, dims: ConvDims, *, layout: str | None = None) -> tuple[ArraySpec, ...]:
-    """x explicitly padded (asymmetric padding's extra part) and w, in their dtypes."""
-    g = ConvGeometry.of(dims)
-    return (ArraySpec(padded_shape(dims.x_shape, g.extra_low, g.extra_high), x.dtype),
-            ArraySpec(dims.w_shape, w.dtype))
-
-
-# ------------------------------------------------------------------------------------------------ conv_transpose
-
-def conv_transpose_forward(x: Any, w: Any, b: Any, dims: ConvDims, *,
-                           layout: str | None = None) -> tuple[Any, tuple]:
-    """Transposed convolution (see :func:`dnnbind.conv_transpose`): the data gradient of the convolution
-    ``dims`` describes, whose input has this op's output shape (dims.x_shape). Saves (x extended, w)."""
-    cp = cupy()
-    lay = layout
-    with Call("conv_transpose", _params(dims, lambda: lay), x=x, w=w, b=b) as call:
-        x, w, b = call["x"], call["w"], call["b"]
-        lay, run = layouts(x, layout)
-        plan = _plan(call.device, dims, run)
-        g = plan.geometry
-        xe = extend(cp, x, plan.y_shape, run)
-        wl = _layout.in_layout(cp, w, run)
-        yp = _layout.empty(cp, plan.padded_x_shape, x.dtype, run)
-        h = handle(call.device, current_stream())
-        plan.run(BACKWARD_DATA, h, wl, xe, yp)
-        y = crop(cp, yp, dims.x_shape, g.extra_low, run)
-        if b is not None:
-            plan.add_bias(h, cp.ascontiguousarray(b), y, transposed=True)
-        return _layout.in_layout(cp, y, lay), (_saved(cp, xe, x, lay), private(cp, wl, w))
-
-
-def conv_transpose_backward(residuals: tuple, cotangents: tuple, dims: ConvDims, *, layout: str | None = None,
-                            needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
-    """(dx, dw, db) from the saved (x extended, w) and dy; results in the saved x's layout; those
-    ``needs`` marks False are None, not computed."""
-    cp = cupy()
-    saved_x, saved_w = residuals
-    (dy,) = cotangents
-    lay, run = layouts(saved_x, layout)
-    device, dtype = saved_x.device.id, saved_x.dtype
-    with Call("conv_transpose pullback", _params(dims, lambda: lay), device=device, dy=dy) as back:
-        plan = _plan(device, dims, run)
-        g = plan.geometry
-        xe, wl = _layout.in_layout(cp, saved_x, run), _layout.in_layout(cp, saved_w, run)
-        dy = cotangent("dy", back["dy"], dims.x_shape, dtype, run, device)
-        h = handle(device, current_stream())
-        dyp = pad(cp, dy, g.extra_low, g.extra_high, run)
-        dx = dw = db = None
-        if needs[0]:
-            dxe = _layout.empty(cp, plan.y_shape, dtype, run)
-            plan.run(FORWARD, h, dyp, wl, dxe)
-            dx = _layout.in_layout(cp, crop(cp, dxe, dims.transpose_input_shape, (0,) * len(g.extra_low), run), lay)
-        if needs[1]:
-            dw = _layout.empty(cp, dims.w_shape, dtype, run)
-            plan.run(BACKWARD_FILTER, h, dyp, xe, dw)
-            dw = _layout.in_layout(cp, dw, lay)
-        if needs[2]:
-            db = cp.empty((dims.in_channels,), dtype)
-            plan.bias_grad(h, dy, db, transposed=True)
-        return dx, dw, db
-
-
-def conv_transpose_residuals(x: Any, w: Any, b: Any, dims: ConvDims, *,
-                             layout: str | None = None) -> tuple[ArraySpec, ...]:
-    """x zero-extended to the forward convolution's output shape (dims.y_shape) and w, in their dtypes."""
-    return ArraySpec(dims.y_shape, x.dtype), ArraySpec(dims.w_shape, w.dtype)
+PRIMITIVES = Primitives()

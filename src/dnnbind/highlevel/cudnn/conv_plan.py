@@ -60,10 +60,10 @@ class ConvPlan:
         self.w = FilterDescriptor(g.w_shape, dims.dtype, layout)
         self.y = TensorDescriptor(g.y_shape, dims.dtype, layout=layout)
         self.bias = TensorDescriptor(g.bias_shape, dims.dtype)
-        # conv_transpose's output (and the gradient of conv's input) before explicit padding
+        # the transposed convolution's output (and the gradient of conv's input) before explicit padding
         self.x_user = self.x if not g.explicit_padding else TensorDescriptor(lift(dims.x_shape), dims.dtype,
                                                                               layout=layout)
-        # conv_transpose's bias has one value per output channel of the transposed convolution
+        # the transposed convolution's bias has one value per output channel
         self.bias_transposed = TensorDescriptor((1, dims.in_channels) + (1,) * (len(g.x_shape) - 2), dims.dtype)
         self.requested_math, self.allowed_math = algos.math_types(self.dtype, settings.allow_tf32)
         self._convs: dict[int, ConvolutionDescriptor] = {}
@@ -181,7 +181,7 @@ class ConvPlan:
                               "earlier call"))
 
     def add_bias(self, handle: Any, bias: Any, out: Any, transposed: bool = False) -> None:
-        """out += bias (one value per channel) through cudnnAddTensor; ``out`` is y, or conv_transpose's
+        """out += bias (one value per channel) through cudnnAddTensor; ``out`` is y, or the transposed convolution's
         output (shaped like x before explicit padding) when ``transposed``."""
         bias_desc, out_desc = (self.bias_transposed, self.x_user) if transposed else (self.bias, self.y)
         lib().cudnnAddTensor(handle, self.dtype.one, bias_desc.handle, bias.data.ptr, self.dtype.one,

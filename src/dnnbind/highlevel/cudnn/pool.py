@@ -10,6 +10,9 @@ as data where PyTorch's mean does not; the output and the gradient are rescaled 
 (:mod:`dnnbind.highlevel.gpu.rescale`, a factor computed on the host once per plan). ``divisor_override``,
 which cuDNN does not have, runs AVERAGE_COUNT_INCLUDE_PADDING and is the same kind of rescale.
 
+With the graph path on (``$DNNBIND_CUDNN_GRAPH=1``), problems cuDNN's resample operations plan run
+through them instead (:mod:`.pool_graph` says which; the trace says why the others stay here).
+
 Residual form (see :mod:`dnnbind.highlevel.residual`): both save x (explicitly padded) and y, in the
 layout they ran in; the backward reads that layout from the saved x's strides (or the ``layout=``
 option) and takes the plan from the cache by the same key, with the deterministic setting in force
@@ -21,8 +24,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dnnbind.highlevel.cudnn import pool_graph
 from dnnbind.highlevel.cudnn._lib import DTYPES, handle, lib
 from dnnbind.highlevel.cudnn.descriptors import PoolingDescriptor, TensorDescriptor
+from dnnbind.highlevel.cudnn.graph import choose, execute
 from dnnbind.highlevel.cudnn.settings import settings
 from dnnbind.highlevel.dims.checks import numpy_dtype
 from dnnbind.highlevel.dims.pool import PoolDims
@@ -107,8 +112,13 @@ def _forward(op: str, x: Any, dims: PoolDims, kind: str, layout: str | None,
         g, one, zero = plan.geometry, plan.dtype.one, plan.dtype.zero
         xp = pad(cp, x, g.extra_low, g.extra_high, lay, plan.fill)
         y = _layout.empty(cp, dims.y_shape, x.dtype, lay)
-        lib().cudnnPoolingForward(handle(call.device, current_stream()), plan.pooling.handle, one, plan.x.handle,
-                                  xp.data.ptr, zero, plan.y.handle, y.data.ptr)
+        h = handle(call.device, current_stream())
+        graph = pool_graph.graph_plans(plan, pool_graph.FORWARD, choose.device_of(h)) if choose.enabled() else None
+        if graph is not None:
+            execute.run_best(h, graph[1], pool_graph.forward_operands(cp, graph[0], xp, y), settings.current())
+        else:
+            lib().cudnnPoolingForward(h, plan.pooling.handle, one, plan.x.handle, xp.data.ptr, zero, plan.y.handle,
+                                      y.data.ptr)
         if plan.rescale is not None:
             y *= plan.rescale_on_device(cp)
         return y, (private(cp, xp, x), y.copy(order="K"))      # the backward's own
@@ -128,9 +138,14 @@ def _backward(op: str, residuals: tuple, cotangents: tuple, dims: PoolDims, kind
         if plan.rescale is not None:
             dy = _layout.in_layout(cp, dy * plan.rescale_on_device(cp), lay)
         dxp = _layout.empty(cp, xp.shape, dtype, lay)
-        lib().cudnnPoolingBackward(handle(device, current_stream()), plan.pooling.handle, plan.dtype.one,
-                                   plan.y.handle, y.data.ptr, plan.y.handle, dy.data.ptr, plan.x.handle, xp.data.ptr,
-                                   plan.dtype.zero, plan.x.handle, dxp.data.ptr)
+        h = handle(device, current_stream())
+        graph = pool_graph.graph_plans(plan, pool_graph.BACKWARD, choose.device_of(h)) if choose.enabled() else None
+        if graph is not None:
+            execute.run_best(h, graph[1], pool_graph.backward_operands(graph[0], xp, y, dy, dxp), settings.current())
+        else:
+            lib().cudnnPoolingBackward(h, plan.pooling.handle, plan.dtype.one, plan.y.handle, y.data.ptr,
+                                       plan.y.handle, dy.data.ptr, plan.x.handle, xp.data.ptr, plan.dtype.zero,
+                                       plan.x.handle, dxp.data.ptr)
         return crop(cp, dxp, dims.x_shape, plan.geometry.extra_low, lay)
 
 

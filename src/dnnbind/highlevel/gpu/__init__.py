@@ -9,7 +9,8 @@ pooling on CuPy), ``cache`` (bounded LRU plan caches with statistics),
 per-device library handles bound to the current stream), ``workspace`` (scratch memory from CuPy's
 pool), ``descriptors`` (owned library descriptors), ``dtypes`` (dtype -> library data types),
 ``call`` and ``errors`` (one op invocation, and library errors that name the op), ``pullback``
-(cotangent checks), ``batchnorm`` and ``elementwise`` (what no library call provides). A backend plugs
+(cotangent checks), ``conv_call`` (what both backends' convolution primitives share), ``batchnorm``
+and ``elementwise`` (what no library call provides). A backend plugs
 in its library calls.
 """
 from __future__ import annotations

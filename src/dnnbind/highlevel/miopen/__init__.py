@@ -18,13 +18,13 @@ PyTorch's RNN gate order mapped onto MIOpen's. The module docstrings say how.
 Not verified on AMD hardware: no AMD GPU has run this code. The host-side plan building and the
 mappings are tested against the real libMIOpen 3.4 (see the README).
 
-bfloat16: MIOpen documents bfloat16 as partially supported, for its convolutions; conv, conv_transpose and
+bfloat16: MIOpen documents bfloat16 as partially supported, for its convolutions; the convolutions and
 layer_norm (whose kernels take miopenBFloat16) take it, and every other op refuses bfloat16 up front with
-a TypeError saying so (see
-:data:`BFLOAT16_OPS`), rather than failing inside the library.
+a TypeError saying so (:data:`BFLOAT16_OPS`, read from the support table in ``support.py``), rather than
+failing inside the library.
 
 Options the public ops do not take are in :data:`settings`; plan caches report through
-:func:`cache_info` and empty with :func:`clear_caches`. conv and conv_transpose also take the options
+:func:`cache_info` and empty with :func:`clear_caches`. The convolutions also take the options
 ``layout="NCHW"|"NHWC"`` (NCHW by default) and ``settings=`` (a :class:`MIOpenSettings`; by default
 those in force at the call; their ``(result, pullback)`` form hands the forward's to the pullback).
 """
@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+from dnnbind.highlevel.conv_composed import COMPOSED, conv_ops
 from dnnbind.highlevel.gpu import cache as _cache
 from dnnbind.highlevel.gpu.cache import CacheInfo
 from dnnbind.highlevel.miopen import activation as _activation
@@ -44,11 +45,12 @@ from dnnbind.highlevel.miopen import pool as _pool
 from dnnbind.highlevel.miopen import rnn as _rnn
 from dnnbind.highlevel.miopen import softmax as _softmax
 from dnnbind.highlevel.miopen.settings import MIOpenSettings, current, settings
-from dnnbind.highlevel.residual import forms, install_chains
+from dnnbind.highlevel.miopen.support import SUPPORTS
+from dnnbind.highlevel.residual import install_forms
 
-#: the ops MIOpen has bfloat16 kernels for (MIOpen documents bfloat16 for its convolutions; its layer-norm
-#: kernels take miopenBFloat16 too)
-BFLOAT16_OPS = ("conv", "conv_transpose", "layer_norm")
+#: the ops MIOpen has bfloat16 kernels for, as its support table says (MIOpen documents bfloat16 for its
+#: convolutions; its layer-norm kernels take miopenBFloat16 too)
+BFLOAT16_OPS = tuple(op for op, support in SUPPORTS.items() if "bfloat16" in support.dtypes)
 
 
 def _no_bfloat16(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -64,16 +66,6 @@ def _no_bfloat16(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return checked
 
 
-def _forms(op: str, module: Any, names: tuple[str, ...] = ()) -> tuple[Callable[..., Any], ...]:
-    """op's (forward, backward, residuals, (result, pullback) form) from ``module``'s ``op_forward``,
-    ``op_backward`` and ``op_residuals``: bfloat16 refused where MIOpen has no kernel, then the edge policy
-    (0-d and zero-size arrays) applied by :func:`dnnbind.highlevel.residual.forms`."""
-    forward, backward, residuals = (getattr(module, f"{op}_{part}") for part in ("forward", "backward", "residuals"))
-    if op not in BFLOAT16_OPS:
-        forward, residuals = _no_bfloat16(op, forward), _no_bfloat16(op, residuals)
-    return forms(op, forward, backward, residuals, names)
-
-
 def _forward_settings(run: Callable[..., Any]) -> Callable[..., Any]:
     """A convolution's (result, pullback) form whose pullback chooses algorithms as its forward did:
     ``settings`` (a thread's or task's, see :mod:`settings`) fixed at the call unless given."""
@@ -85,22 +77,21 @@ def _forward_settings(run: Callable[..., Any]) -> Callable[..., Any]:
     return fixed
 
 
-activation_forward, activation_backward, activation_residuals, activation = _forms("activation", _activation)
-batchnorm_forward, batchnorm_backward, batchnorm_residuals, batchnorm = _forms("batchnorm", _batchnorm)
-conv_forward, conv_backward, conv_residuals, _conv_pair = _forms("conv", _conv)
-conv_transpose_forward, conv_transpose_backward, conv_transpose_residuals, _conv_transpose_pair = _forms(
-    "conv_transpose", _conv)
-dropout_forward, dropout_backward, dropout_residuals, dropout = _forms("dropout", _dropout, names=("mask",))
-layer_norm_forward, layer_norm_backward, layer_norm_residuals, layer_norm = _forms("layer_norm", _layer_norm)
-maxpool_forward, maxpool_backward, maxpool_residuals, maxpool = _forms("maxpool", _pool)
-meanpool_forward, meanpool_backward, meanpool_residuals, meanpool = _forms("meanpool", _pool)
-rnn_forward, rnn_backward, rnn_residuals, rnn = _forms("rnn", _rnn)
-softmax_forward, softmax_backward, softmax_residuals, softmax = _forms("softmax", _softmax)
-logsoftmax_forward, logsoftmax_backward, logsoftmax_residuals, logsoftmax = _forms("logsoftmax", _softmax)
-conv, conv_transpose = _forward_settings(_conv_pair), _forward_settings(_conv_transpose_pair)
+def _adapt(op: str, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """What MIOpen adds to an op (:func:`dnnbind.highlevel.residual.install_forms`): bfloat16 refused up front
+    where its support table has no bfloat16 (inside the edge policy), and
+    the convolutions' pullbacks choosing algorithms with their forward's settings."""
+    if part in ("forward", "residuals") and op not in BFLOAT16_OPS:
+        return _no_bfloat16(op, fn)
+    if part == "pair" and op in COMPOSED:
+        return _forward_settings(fn)
+    return fn
 
-OPS = install_chains(globals(), (), ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
-       "layer_norm", "dropout", "rnn"])
+
+# every op in both forms, with the edge policy (0-d and zero-size arrays) applied once; the convolutions
+# composed from the conv primitives
+OPS = install_forms(globals(), (_activation, _batchnorm, conv_ops(_conv.PRIMITIVES), _dropout, _layer_norm, _pool,
+                                _rnn, _softmax), adapt=_adapt)
 __all__ = [*OPS, *(f"{op}_{part}" for op in OPS for part in ("forward", "backward", "residuals")), "settings",
            "BFLOAT16_OPS", "MIOpenSettings", "cache_info", "clear_caches", "CacheInfo"]
 

@@ -9,6 +9,7 @@ the public ops have checked (the dims objects), with the cpu backend's signature
 """
 from __future__ import annotations
 
+from dnnbind.highlevel.conv_composed import conv_ops
 from dnnbind.highlevel.reference import batchnorm as _batchnorm
 from dnnbind.highlevel.reference import conv as _conv
 from dnnbind.highlevel.reference import layer_norm as _layer_norm
@@ -17,6 +18,7 @@ from dnnbind.highlevel.reference import pool as _pool
 from dnnbind.highlevel.reference import rnn as _rnn
 from dnnbind.highlevel.residual import install_forms
 
-# every op in both forms, with the edge policy (0-d and zero-size arrays) applied once
-OPS = install_forms(globals(), (_batchnorm, _conv, _layer_norm, _pointwise, _pool, _rnn), names={"dropout": ("mask",)})
+# every op in both forms, with the edge policy (0-d and zero-size arrays) applied once; the convolutions
+# composed from the conv primitives
+OPS = install_forms(globals(), (_batchnorm, conv_ops(_conv.PRIMITIVES), _layer_norm, _pointwise, _pool, _rnn))
 __all__ = list(OPS)

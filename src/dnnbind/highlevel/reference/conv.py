@@ -9,12 +9,13 @@ On validated :class:`ConvDims` and the filter as applied (flipped beforehand for
 * :func:`bias_grad` -- the sum of dy over everything but the channels.
 
 Each loops over the kernel positions j; one position's term is an ``einsum`` over the group's channels.
-A transposed convolution is the data gradient of the convolution its dims describe
-(:meth:`ConvDims.transposed`); its gradients are that convolution's forward and filter gradient. Both
-save the filter as applied and their input, as float64 copies.
+:data:`PRIMITIVES` hands them to :mod:`dnnbind.highlevel.conv_composed`, which builds conv and the
+transposed convolution from them; every array is computed in float64 and saved as a float64 copy, results
+are rounded once to the input's (the backward: the cotangent's) dtype.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.dims.pool import interior_slices, window_slices
 from dnnbind.highlevel.reference._arrays import F64, as64, cast, channel_shape, channel_sum, cotangent
-from dnnbind.highlevel.residual import ALL_NEEDED, ArraySpec
+from dnnbind.highlevel.residual import ArraySpec
 
 
 def _positions(dims: ConvDims) -> Any:
@@ -86,63 +87,67 @@ def _applied(w: np.ndarray, dims: ConvDims) -> np.ndarray:
     return w[(Ellipsis,) + (slice(None, None, -1),) * dims.spatial_rank] if dims.flip else w
 
 
-def _with_bias(y: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-    return y if b is None else y + as64(b).reshape(channel_shape(y))
+class _Call:
+    """One call's primitives (:class:`dnnbind.highlevel.conv_composed.ConvCall`) in float64; results in
+    ``dtype``."""
+
+    def __init__(self, dims: ConvDims, dtype: Any, x: Any = None, w: Any = None, b: Any = None,
+                 saved: tuple = (), dy: Any = None) -> None:
+        self.dims, self.dtype, self.x, self.w, self.b, self.saved, self.dy = dims, dtype, x, w, b, saved, dy
+
+    def input(self, x: np.ndarray) -> np.ndarray:
+        return as64(x)
+
+    def extend(self, x: np.ndarray) -> np.ndarray:
+        """x zero-extended to the convolution's output shape (output_padding >= stride)."""
+        xe = np.zeros(self.dims.y_shape)
+        xe[tuple(slice(0, s) for s in x.shape)] = x
+        return xe
+
+    def filter(self, w: np.ndarray) -> np.ndarray:
+        return as64(_applied(w, self.dims))
+
+    def forward(self, xi: np.ndarray, wf: np.ndarray) -> np.ndarray:
+        return conv_data(xi, wf, self.dims)
+
+    def data_grad(self, dy: np.ndarray, wf: np.ndarray) -> np.ndarray:
+        return conv_data_grad(dy, wf, self.dims)
+
+    def filter_grad(self, xi: np.ndarray, dy: np.ndarray, wf: np.ndarray) -> np.ndarray:
+        return conv_filter_grad(xi, dy, self.dims)
+
+    def weight_grad(self, dwf: np.ndarray) -> np.ndarray:
+        return _applied(dwf, self.dims)
+
+    def add_bias(self, y: np.ndarray, b: np.ndarray, transposed: bool) -> np.ndarray:
+        return y + as64(b).reshape(channel_shape(y))
+
+    def bias_grad(self, dy: np.ndarray, transposed: bool) -> np.ndarray:
+        return bias_grad(dy)
+
+    def result(self, a: np.ndarray) -> np.ndarray:
+        return cast(a, self.dtype)
+
+    def keep(self, a: np.ndarray, source: Any, filter: bool = False) -> np.ndarray:
+        return a                             # input, extend and filter made float64 copies
 
 
-def _gradients(dx: Any, dw: Any, db: Any, dims: ConvDims, dtype: Any) -> tuple[Any, Any, Any]:
-    return cast(dx, dtype), cast(None if dw is None else _applied(dw, dims), dtype), cast(db, dtype)
+class Primitives:
+    """The reference convolution's primitives (:class:`dnnbind.highlevel.conv_composed.ConvPrimitives`)."""
+
+    def forward_call(self, op: str, dims: ConvDims, options: dict, x: Any, w: Any, b: Any) -> Any:
+        return contextlib.nullcontext(_Call(dims, x.dtype, x=x, w=w, b=b))
+
+    def backward_call(self, op: str, dims: ConvDims, options: dict, saved: tuple, dy: Any,
+                      dy_shape: tuple[int, ...]) -> Any:
+        d = cotangent("dy", dy, dy_shape, F64)          # checks dy first
+        return contextlib.nullcontext(_Call(dims, dy.dtype, saved=saved, dy=d))
+
+    def saved_input_shape(self, dims: ConvDims) -> tuple[int, ...]:
+        return dims.x_shape
+
+    def residual(self, shape: tuple[int, ...], dtype: Any) -> ArraySpec:
+        return ArraySpec(shape, F64)
 
 
-def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None,
-                 dims: ConvDims) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """Convolution (cross-correlation; true convolution when ``dims.flip``) with optional bias."""
-    x64, w64 = as64(x), as64(_applied(w, dims))
-    return cast(_with_bias(conv_data(x64, w64, dims), b), x.dtype), (w64, x64)
-
-
-def conv_backward(saved: tuple, cotangents: tuple, dims: ConvDims,
-                  needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
-    """(dx, dw, db); a gradient ``needs`` marks False is None."""
-    (w64, x64), (dy,) = saved, cotangents
-    d = cotangent("dy", dy, dims.y_shape, F64)
-    return _gradients(conv_data_grad(d, w64, dims) if needs[0] else None,
-                      conv_filter_grad(x64, d, dims) if needs[1] else None,
-                      bias_grad(d) if needs[2] else None, dims, dy.dtype)
-
-
-def conv_residuals(x: Any, w: Any, b: Any, dims: ConvDims) -> tuple[ArraySpec, ArraySpec]:
-    """The filter as applied and x, in float64."""
-    return ArraySpec(dims.w_shape, F64), ArraySpec(dims.x_shape, F64)
-
-
-def _extended(x: np.ndarray, dims: ConvDims) -> np.ndarray:
-    """conv_transpose's x zero-extended to the convolution's output shape (output_padding >= stride)."""
-    xe = np.zeros(dims.y_shape)
-    xe[tuple(slice(0, s) for s in x.shape)] = x
-    return xe
-
-
-def conv_transpose_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None,
-                           dims: ConvDims) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """Transposed convolution: the data gradient of the convolution ``dims`` describes (from
-    :meth:`ConvDims.transposed`: dims.x_shape is this op's output shape)."""
-    xe, w64 = _extended(x, dims), as64(_applied(w, dims))
-    return cast(_with_bias(conv_data_grad(xe, w64, dims), b), x.dtype), (w64, xe)
-
-
-def conv_transpose_backward(saved: tuple, cotangents: tuple, dims: ConvDims,
-                            needs: tuple[bool, bool, bool] = ALL_NEEDED) -> tuple[Any, Any, Any]:
-    """(dx, dw, db): the convolution's forward, its filter gradient (with the roles of x and dy swapped)
-    and the bias gradient."""
-    (w64, xe), (dy,) = saved, cotangents
-    d = cotangent("dy", dy, dims.x_shape, F64)
-    crop = tuple(slice(0, s) for s in dims.transpose_input_shape)
-    return _gradients(conv_data(d, w64, dims)[crop] if needs[0] else None,
-                      conv_filter_grad(d, xe, dims) if needs[1] else None,
-                      bias_grad(d) if needs[2] else None, dims, dy.dtype)
-
-
-def conv_transpose_residuals(x: Any, w: Any, b: Any, dims: ConvDims) -> tuple[ArraySpec, ArraySpec]:
-    """The filter as applied and x extended, in float64."""
-    return ArraySpec(dims.w_shape, F64), ArraySpec(dims.y_shape, F64)
+PRIMITIVES = Primitives()

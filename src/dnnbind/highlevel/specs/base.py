@@ -137,6 +137,9 @@ class OpSpec:
     #: how the op's backward is differentiated (double backward), from its own forward and backward
     #: (:mod:`.second_order`); None: it is not, and a framework refuses a gradient of its gradient
     second_order: Callable[..., tuple] | None = None
+    #: the primitive family the op is composed from above the backends ("convolution":
+    #: :mod:`dnnbind.highlevel.conv_composed`); None: each backend implements the op itself
+    composed_from: str | None = None
     #: the residual form's gradients when not in the arrays' order (rnn: dx, dh0, dc0, dweights)
     gradient_order: tuple[str, ...] = ()
     #: the op is two ops in a row, composed on every backend that has both (:class:`Chain`)

@@ -73,7 +73,7 @@ CONV = OpSpec(
             Param("groups", 1, True, "int"), Param("flip", False, True, "bool")),
     arrays=ARRAYS, static=("dims",), outputs=OUTPUTS, check=_check_conv, empty=_empty_conv, regroup=_regroup,
     skippable=True, unbatched=UNBATCHED, features=_FEATURES, samples_independent=True,
-    second_order=bilinear,
+    second_order=bilinear, composed_from="convolution",
 )
 
 CONV_TRANSPOSE = OpSpec(
@@ -92,7 +92,7 @@ CONV_TRANSPOSE = OpSpec(
     arrays=ARRAYS, static=("dims",), outputs=OUTPUTS, check=_check_conv_transpose, empty=_empty_conv_transpose,
     regroup=_regroup, skippable=True, unbatched=UNBATCHED,
     features=_FEATURES + ("output_padding",), samples_independent=True,
-    second_order=bilinear,
+    second_order=bilinear, composed_from="convolution",
 )
 
 

@@ -138,3 +138,81 @@ def test_conv_plan_runs_the_graph_api_when_asked(cuda, monkeypatch):
     dx_ref, dw_ref = pb(np.ones(y_ref.shape))
     for got, want, what in ((y, y_ref, "y"), (dx, dx_ref, "dx"), (dw, dw_ref, "dw")):
         _close(cp.asnumpy(got).astype(np.float64), want, "float32", what)
+
+
+def _graph_ran(calls) -> bool:
+    return "cudnnBackendExecute" in {r.function for r in calls}
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE))
+def test_layer_norm_op_runs_the_graph(cuda, dtype, monkeypatch):
+    """dnnbind.layer_norm on CuPy arrays with the graph path on: forward and pullback through the graphs,
+    against the numpy backend; weight only (the bias's zeros stand in)."""
+    cp, rng = cuda, np.random.default_rng(4)
+    monkeypatch.setenv("DNNBIND_CUDNN_GRAPH", "1")
+    x, dy = (rng.standard_normal((3, 5, 8)).astype(dtype) for _ in range(2))
+    w = rng.standard_normal((5, 8)).astype(dtype)
+    with dnnbind.trace(file=None) as calls:
+        y, pullback = dnnbind.layer_norm(cp.asarray(x), (5, 8), cp.asarray(w), eps=EPS)
+        grads = pullback(cp.asarray(dy))
+    assert _graph_ran(calls)
+    y_ref, pb = dnnbind.layer_norm(x.astype(np.float64), (5, 8), w.astype(np.float64), eps=EPS)
+    for got, want, what in zip((y, *grads), (y_ref, *pb(dy.astype(np.float64))), ("y", "dx", "dweight")):
+        _close(cp.asnumpy(got).astype(np.float64), want, dtype, what)
+
+
+@pytest.mark.parametrize("count_include_pad", [True, False])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_pool_ops_run_the_graph(cuda, layout, count_include_pad, monkeypatch):
+    """maxpool / meanpool (3x3, stride 2, padding 1) with the graph path on, against the numpy backend;
+    NHWC max pooling's backward stays legacy (the trace says why)."""
+    cp, rng = cuda, np.random.default_rng(5)
+    monkeypatch.setenv("DNNBIND_CUDNN_GRAPH", "1")
+    x = rng.standard_normal((2, 8, 9, 9)).astype("float32")
+    xd = _device(cp, x, layout).transpose(0, 3, 1, 2) if layout == "NHWC" else _device(cp, x, layout)
+    for op, kw in ((dnnbind.maxpool, {}), (dnnbind.meanpool, {"count_include_pad": count_include_pad})):
+        with dnnbind.trace(file=None) as calls:
+            y, pullback = op(xd, 3, stride=2, padding=1, **kw)
+            dx = pullback(cp.ones(y.shape, "float32"))
+        assert _graph_ran(calls)
+        y_ref, pb = op(x.astype(np.float64), 3, stride=2, padding=1, **kw)
+        _close(cp.asnumpy(y).astype(np.float64), y_ref, "float32", f"{op.__name__} y")
+        _close(cp.asnumpy(dx).astype(np.float64), pb(np.ones(y_ref.shape)), "float32", f"{op.__name__} dx")
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_fused_conv_bias_activation_runs_the_graph(cuda, layout, monkeypatch):
+    from dnnbind.highlevel.cudnn.fused import conv_bias_activation
+    cp, rng = cuda, np.random.default_rng(6)
+    monkeypatch.setenv("DNNBIND_CUDNN_GRAPH", "1")
+    x = rng.standard_normal((2, 8, 9, 9)).astype("float16")
+    w = (rng.standard_normal((16, 8, 3, 3)) * 0.3).astype("float16")
+    b = rng.standard_normal(16).astype("float16")
+    dims = ConvDims(x.shape, w.shape, padding=PADDING, dtype="float16")
+    xd = _device(cp, x, layout).transpose(0, 3, 1, 2) if layout == "NHWC" else _device(cp, x, layout)
+    with dnnbind.trace(file=None) as calls:
+        y = conv_bias_activation(xd, cp.asarray(w), cp.asarray(b), dims, "clipped_relu", 2.0, layout=layout)
+    assert y is not None and _graph_ran(calls)
+    y_ref, _ = dnnbind.conv(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), padding=PADDING)
+    _close(cp.asnumpy(y).astype(np.float64), np.clip(y_ref, 0, 2.0), "float16", "conv_bias_activation")
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_the_public_op_runs_the_fused_graph_only_for_inference(cuda, flip, monkeypatch):
+    """dnnbind.conv_bias_activation on CuPy arrays: fused under no_grad (flip handled by flipping w), the two
+    ops otherwise (the pullback needs the convolution's result), the same values either way."""
+    cp, rng = cuda, np.random.default_rng(7)
+    monkeypatch.setenv("DNNBIND_CUDNN_GRAPH", "1")
+    x = rng.standard_normal((2, 8, 9, 9)).astype("float16")
+    w = (rng.standard_normal((16, 8, 3, 3)) * 0.3).astype("float16")
+    b = rng.standard_normal(16).astype("float16")
+    with dnnbind.trace(file=None) as calls, dnnbind.no_grad():
+        fused, _ = dnnbind.conv_bias_activation(cp.asarray(x), cp.asarray(w), cp.asarray(b), padding=1, flip=flip)
+    assert _graph_ran(calls)
+    trained, pullback = dnnbind.conv_bias_activation(cp.asarray(x), cp.asarray(w), cp.asarray(b), padding=1,
+                                                     flip=flip)
+    want, _ = dnnbind.conv_bias_activation(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
+                                           padding=1, flip=flip)
+    for got in (fused, trained):
+        _close(cp.asnumpy(got).astype(np.float64), want, "float16", "conv_bias_activation")
+    assert pullback(cp.ones_like(trained))[0].shape == x.shape

@@ -1,7 +1,11 @@
 """Plans built ahead of time, without a GPU, for a standard set of problems (``python -m dnnbind plans``).
 
 :func:`standard_specs` lists every graph primitive over a few common shapes (a ResNet-style 3x3 and 1x1
-convolution, a transformer-width layer norm, 2x2 pooling) in each dtype and layout; :func:`build_all`
+convolution, also fused with bias and ReLU; a transformer-width layer norm, forward and backward; 2x2
+max and mean pooling and a padded 3x3 mean without the padding, forward and backward) in each dtype and
+layout: every graph the cuDNN backend's ops run (conv_plan, fused, layer_norm, pool_graph). The
+settings (deterministic, workspace limit, TF32) filter the plans as they do at run time, so the plans
+stored are the ones the backend would pick; :func:`build_all`
 builds their plans for one device, optionally storing them in the persistent cache, and returns one row
 per graph for :func:`table`.
 """
@@ -34,7 +38,9 @@ def standard_specs(dtypes: Iterable[str] = DTYPES, layouts: Iterable[str] = LAYO
         convs = [ConvDims((8, 64, 56, 56), (64, 64, 3, 3), padding=1, dtype=dtype),
                  ConvDims((8, 256, 14, 14), (64, 256, 1, 1), dtype=dtype)]
         norms = [NormDims((2048, 768, 1, 1), dtype)]
-        pools = [PoolDims((8, 64, 56, 56), 2, dtype=dtype)]
+        # max and mean (count_include_pad=True) 2x2; mean without the padding's count on ResNet's padded 3x3
+        pools = [("max", PoolDims((8, 64, 56, 56), 2, dtype=dtype)), ("mean", PoolDims((8, 64, 56, 56), 2, dtype=dtype)),
+                 ("mean_exclude_pad", PoolDims((8, 64, 112, 112), 3, stride=2, padding=1, dtype=dtype))]
         for layout in layouts:
             for op in ops:
                 if op.startswith("conv"):
@@ -42,7 +48,7 @@ def standard_specs(dtypes: Iterable[str] = DTYPES, layouts: Iterable[str] = LAYO
                 elif op.startswith("layer_norm"):
                     yield from (GraphSpec(op, d, layout) for d in norms)
                 else:
-                    yield from (GraphSpec(op, d, layout, mode=m) for d in pools for m in ("max", "mean"))
+                    yield from (GraphSpec(op, d, layout, mode=m) for m, d in pools)
 
 
 def build_all(device: Device, specs: Iterable[GraphSpec], settings: Settings | None = None,

@@ -42,14 +42,27 @@ def cache_dir() -> str | None:
     return os.environ.get("DNNBIND_PLAN_CACHE") or None
 
 
-def graph_or_legacy(spec: GraphSpec, device: Device, settings: Settings) -> PlanSet | None:
-    """The plans of ``spec`` (persistent in $DNNBIND_PLAN_CACHE when set), or None: the legacy API runs
-    it, and the trace says why."""
+def plans_or_reason(spec: GraphSpec, device: Device, settings: Settings) -> PlanSet | str:
+    """The plans of ``spec`` (persistent in $DNNBIND_PLAN_CACHE when set), or why cuDNN builds none (the
+    op without a legacy path puts the reason in its error)."""
     try:
         return cache.plans_for(spec, device, settings, cache_dir())
     except GraphUnsupported as exc:
-        reason = exc.reason
+        return exc.reason
     except (DevicelessError, CudnnError) as exc:
-        reason = f"{type(exc).__name__}: {exc}"
-    note_fallback(f"{spec.op} {spec.dims} ({spec.layout})", reason)
-    return None
+        return f"{type(exc).__name__}: {exc}"
+
+
+def what(spec: GraphSpec) -> str:
+    """The graph in words, for the trace and errors."""
+    return f"{spec.op} {spec.dims} ({spec.layout})"
+
+
+def graph_or_legacy(spec: GraphSpec, device: Device, settings: Settings) -> PlanSet | None:
+    """The plans of ``spec`` (see :func:`plans_or_reason`), or None: the legacy API runs it, and the
+    trace says why."""
+    found = plans_or_reason(spec, device, settings)
+    if isinstance(found, str):
+        note_fallback(what(spec), found)
+        return None
+    return found

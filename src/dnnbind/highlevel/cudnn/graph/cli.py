@@ -19,6 +19,10 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--layout", action="append", help="only this layout (repeatable; NCHW, NHWC)")
     p.add_argument("--op", action="append", help="only this graph op (repeatable; conv_forward, ...)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON lines instead of a table")
+    p.add_argument("--deterministic", action="store_true", help="only engines with bitwise reproducible results")
+    p.add_argument("--workspace-limit", type=int, metavar="BYTES",
+                   help="only plans whose workspace fits (default: the backend's, 1 GiB)")
+    p.add_argument("--allow-tf32", action="store_true", help="float32 convolutions may run on TF32 tensor cores")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -36,17 +40,26 @@ def main(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as exc:
         print(f"error: --dtype/--layout/--op: {exc}", file=sys.stderr)
         return 2
+    from dnnbind.highlevel.gpu.settings import Settings
+    try:
+        limit = {} if args.workspace_limit is None else {"workspace_limit": args.workspace_limit}
+        settings = Settings(deterministic=args.deterministic, allow_tf32=args.allow_tf32, **limit)
+    except (TypeError, ValueError) as exc:
+        print(f"error: --workspace-limit: {exc}", file=sys.stderr)
+        return 2
     try:
         deviceless.enable()
     except deviceless.DevicelessError as exc:
         print(f"error: cannot build plans here: {exc}", file=sys.stderr)
         return 1
-    rows = ahead.build_all(device, specs, cache_dir=args.cache_dir)
+    rows = ahead.build_all(device, specs, settings, cache_dir=args.cache_dir)
     if args.json:
         for row in rows:
             print(json.dumps(row))
     else:
         print(f"device: {device.name} (sm {device.properties['deviceVer']}, fingerprint {device.fingerprint})")
+        print(f"settings: deterministic={settings.deterministic}, workspace_limit={settings.workspace_limit}, "
+              f"allow_tf32={settings.allow_tf32}")
         print(ahead.table(rows))
         if args.cache_dir:
             print(f"stored {sum(1 for r in rows if 'file' in r)} plan set(s) in {args.cache_dir}")

@@ -9,14 +9,44 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import math
 import time
 from typing import Any, Callable
 
+import numpy as np
+
 from dnnbind.gen import cudnn as c, cudnn_backend as b
-from dnnbind.highlevel.cudnn.graph.graphs import UIDS, GraphSpec
+from dnnbind.highlevel.cudnn.graph.graphs import UIDS, Graph, GraphSpec
 from dnnbind.highlevel.cudnn.graph.plans import Plan, PlanSet, autotune
 from dnnbind.highlevel.gpu.settings import Settings
 from dnnbind.highlevel.gpu.workspace import allocate
+
+
+#: bytes per element of the cuDNN data types the graphs use
+_ITEMSIZE = {c.CUDNN_DATA_HALF: 2, c.CUDNN_DATA_BFLOAT16: 2, c.CUDNN_DATA_FLOAT: 4, c.CUDNN_DATA_DOUBLE: 8,
+             c.CUDNN_DATA_INT8: 1}
+
+
+def _size_and_itemsize(a: Any) -> tuple[int, int]:
+    """(elements, bytes per element) of an array, or of an object with only ``__cuda_array_interface__``."""
+    face = getattr(a, "__cuda_array_interface__", None)
+    shape, dtype = (face["shape"], face["typestr"]) if face is not None else (a.shape, a.dtype)
+    return math.prod(shape), np.dtype(dtype).itemsize
+
+
+def check_arrays(graph: Graph, arrays: dict[str, Any]) -> None:
+    """ValueError naming the role unless ``arrays`` holds exactly the graph's non-virtual tensors, each with
+    the tensor's element count and element size (a mismatch would be read or written out of bounds)."""
+    wanted = {role: t for role, t in graph.tensors.items() if role in graph.uids()}
+    if set(arrays) != set(wanted):
+        raise ValueError(f"arrays has roles {sorted(arrays)} but the {graph.spec.op} graph's tensors are "
+                         f"{sorted(wanted)}")
+    for role, tensor in wanted.items():
+        dims = tuple(tensor.get("dimensions"))
+        size, itemsize = _size_and_itemsize(arrays[role])
+        if size != math.prod(dims) or itemsize != _ITEMSIZE[tensor.get("data_type")]:
+            raise ValueError(f"arrays[{role!r}] has {size} elements of {itemsize} bytes but the {graph.spec.op} "
+                             f"graph's tensor {role} has dims {dims} of {_ITEMSIZE[tensor.get('data_type')]} bytes")
 
 
 def variant_pack(arrays: dict[str, Any], workspace: Any, epsilon: float | None = None) -> tuple[Any, list]:
@@ -65,7 +95,10 @@ def run_graph(spec: GraphSpec, arrays: dict[str, Any], *, settings: Settings | N
 def run_best(handle: Any, plans: PlanSet, arrays: dict[str, Any], settings: Settings,
              epsilon: float | None = None) -> None:
     """Run the preferred plan of ``plans``; with ``algo="benchmark"`` the first few are timed on these
-    arrays once per plan set, and the order found is kept (and stored in $DNNBIND_PLAN_CACHE when set)."""
+    arrays once per plan set, and the order found is kept (and stored in $DNNBIND_PLAN_CACHE when set).
+    The arrays are checked against the graph when the plans were built here (not loaded from the cache)."""
+    if plans.graph is not None:
+        check_arrays(plans.graph, arrays)
     if settings.algo == "benchmark" and not plans.tuned:
         from dnnbind.highlevel.cudnn.graph import cache, choose
         autotune(plans, timer(handle, arrays, workspace_limit=settings.workspace_limit, epsilon=epsilon))

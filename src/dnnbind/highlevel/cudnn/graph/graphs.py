@@ -20,6 +20,7 @@ from dnnbind.highlevel.dims.checks import check_dtype
 from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.dims.pool import PoolDims
 from dnnbind.highlevel.gpu.layout import check_layout, lift, lift_spatial, strides
+from dnnbind.highlevel.specs.activation import ACTIVATION_DEFAULTS
 from dnnbind.runtime.backend import Descriptor
 
 Shape = tuple[int, ...]
@@ -31,17 +32,18 @@ DATA_TYPES = {
     "float32": (c.CUDNN_DATA_FLOAT, c.CUDNN_DATA_FLOAT),
     "float64": (c.CUDNN_DATA_DOUBLE, c.CUDNN_DATA_DOUBLE),
 }
-#: the fused convolution's activations: name -> (pointwise mode, extra PointwiseDescriptor attributes)
-ACTIVATIONS: dict[str, tuple[Any, dict[str, float]]] = {
-    "identity": (None, {}),
-    "relu": (c.CUDNN_POINTWISE_RELU_FWD, {}),
-    "sigmoid": (c.CUDNN_POINTWISE_SIGMOID_FWD, {}),
-    "tanh": (c.CUDNN_POINTWISE_TANH_FWD, {}),
-    "elu": (c.CUDNN_POINTWISE_ELU_FWD, {"elu_alpha": 1.0}),
-    "gelu": (c.CUDNN_POINTWISE_GELU_FWD, {}),
-    "swish": (c.CUDNN_POINTWISE_SWISH_FWD, {"swish_beta": 1.0}),
-    "leaky_relu": (c.CUDNN_POINTWISE_RELU_FWD, {"relu_lower_clip_slope": 0.01}),
-    "clipped_relu": (c.CUDNN_POINTWISE_RELU_FWD, {"relu_upper_clip": 6.0}),
+#: the fused convolution's activations: name -> (pointwise mode, the PointwiseDescriptor attribute that takes
+#: the activation op's alpha, None: the mode takes none); alpha's default is the activation spec's
+ACTIVATIONS: dict[str, tuple[Any, str | None]] = {
+    "identity": (None, None),
+    "relu": (c.CUDNN_POINTWISE_RELU_FWD, None),
+    "sigmoid": (c.CUDNN_POINTWISE_SIGMOID_FWD, None),
+    "tanh": (c.CUDNN_POINTWISE_TANH_FWD, None),
+    "elu": (c.CUDNN_POINTWISE_ELU_FWD, "elu_alpha"),
+    "gelu": (c.CUDNN_POINTWISE_GELU_FWD, None),
+    "swish": (c.CUDNN_POINTWISE_SWISH_FWD, "swish_beta"),
+    "leaky_relu": (c.CUDNN_POINTWISE_RELU_FWD, "relu_lower_clip_slope"),
+    "clipped_relu": (c.CUDNN_POINTWISE_RELU_FWD, "relu_upper_clip"),
 }
 #: pooling modes through resample: name -> (resample mode, padding mode)
 POOL_MODES = {
@@ -86,13 +88,15 @@ Problem = ConvDims | PoolDims | NormDims
 @dataclass(frozen=True)
 class GraphSpec:
     """Everything that defines one graph: the primitive, its problem, the layout and options
-    (``activation`` for ``conv_bias_activation``; ``mode`` for pooling: max, mean, mean_exclude_pad)."""
+    (``activation`` and its ``alpha`` for ``conv_bias_activation``, None: the activation spec's default;
+    ``mode`` for pooling: max, mean, mean_exclude_pad)."""
 
     op: str
     dims: Problem
     layout: str = "NCHW"
     activation: str = "relu"
     mode: str = "max"
+    alpha: float | None = None
 
     def __post_init__(self) -> None:
         if self.op not in BUILDERS:
@@ -100,6 +104,8 @@ class GraphSpec:
         object.__setattr__(self, "layout", check_layout(self.layout))
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation={self.activation!r} must be one of {', '.join(ACTIVATIONS)}")
+        if self.alpha is not None and ACTIVATIONS[self.activation][1] is None:
+            raise ValueError(f"alpha={self.alpha!r} is not used by activation={self.activation!r}; leave it None")
         if self.mode not in POOL_MODES:
             raise ValueError(f"mode={self.mode!r} must be one of {', '.join(POOL_MODES)}")
         kind = OP_DIMS[self.op]
@@ -110,9 +116,17 @@ class GraphSpec:
     def dtype(self) -> str:
         return self.dims.dtype
 
+    @property
+    def activation_alpha(self) -> float | None:
+        """The fused activation's coefficient: ``alpha``, else the activation spec's default (None: none)."""
+        if ACTIVATIONS[self.activation][1] is None:
+            return None
+        return float(ACTIVATION_DEFAULTS[self.activation] if self.alpha is None else self.alpha)
+
     def key(self) -> tuple:
         """A plain, repr-stable description of the graph (for the persistent cache's key)."""
-        options = {"conv_bias_activation": ("activation", self.activation)}.get(self.op) or \
+        options = {"conv_bias_activation": ("activation", self.activation, "alpha", self.activation_alpha)}.get(
+            self.op) or \
             (("mode", self.mode) if self.op.startswith("pool") else ())
         return (self.op, type(self.dims).__name__, repr(self.dims), self.layout) + tuple(options)
 
@@ -145,7 +159,7 @@ class _Builder:
                by_value: bool = False) -> Descriptor:
         t = b.TensorDescriptor(unique_id=UIDS[role], dimensions=list(shape),
                                strides=list(strides(shape, self.spec.layout)),
-                               data_type=self.compute if virtual else (data_type or self.data_type),
+                               data_type=self.compute if virtual else (self.data_type if data_type is None else data_type),
                                byte_alignment=16, is_virtual=virtual, is_by_value=by_value).finalize()
         self.tensors[role] = t
         return t
@@ -213,7 +227,8 @@ def conv_bias_activation(g: _Builder, dims: ConvDims) -> None:
     g.op(b.OperationConvolutionForwardDescriptor(conv_desc=_conv_descriptor(dims, g.compute), x=x, w=w,
                                                  y=conv_out, alpha=[1.0], beta=[0.0]))
     bias = g.tensor("bias", (1, y_shape[1]) + (1,) * (len(y_shape) - 2))
-    mode, extra = ACTIVATIONS[g.spec.activation]
+    mode, attribute = ACTIVATIONS[g.spec.activation]
+    extra = {} if attribute is None else {attribute: g.spec.activation_alpha}
     if mode is None:
         _pointwise(g, c.CUDNN_POINTWISE_ADD, conv_out, g.tensor("y", y_shape), bias)
         return
@@ -269,6 +284,12 @@ def _pool_y_shape(dims: PoolDims) -> Shape:
     return lift(dims.x_shape[:2] + tuple(dims.out_size))
 
 
+def takes_index(spec: GraphSpec) -> bool:
+    """Whether the pooling graph of ``spec`` has the index tensor: max pooling in NHWC (see
+    :func:`pool_forward`)."""
+    return spec.op.startswith("pool") and spec.mode == "max" and spec.layout == "NHWC"
+
+
 def _index(g: _Builder, dims: PoolDims) -> Descriptor:
     """Max pooling's argmax within each window (int8, shaped like y)."""
     return g.tensor("index", _pool_y_shape(dims), data_type=c.CUDNN_DATA_INT8)
@@ -280,7 +301,7 @@ def pool_forward(g: _Builder, dims: PoolDims) -> None:
     and NCHW only through x and y: no NCHW engine takes the index)."""
     values: dict[str, Any] = dict(desc=_resample(g, dims), xdesc=g.tensor("x", lift(dims.x_shape)),
                                   ydesc=g.tensor("y", _pool_y_shape(dims)), alpha=1.0, beta=0.0)
-    if g.spec.mode == "max" and g.spec.layout == "NHWC":
+    if takes_index(g.spec):
         values["idxdesc"] = _index(g, dims)
     g.op(b.OperationResampleFwdDescriptor(**values))
 
@@ -290,7 +311,7 @@ def pool_backward(g: _Builder, dims: PoolDims) -> None:
     index (NHWC) or x and y (NCHW), see :func:`pool_forward`."""
     values: dict[str, Any] = dict(desc=_resample(g, dims), dxdesc=g.tensor("dx", lift(dims.x_shape)),
                                   dydesc=g.tensor("dy", _pool_y_shape(dims)), alpha=1.0, beta=0.0)
-    if g.spec.mode == "max" and g.spec.layout == "NHWC":
+    if takes_index(g.spec):
         values["idxdesc"] = _index(g, dims)
     elif g.spec.mode == "max":
         values.update(xdesc=g.tensor("x", lift(dims.x_shape)), ydesc=g.tensor("y", _pool_y_shape(dims)))

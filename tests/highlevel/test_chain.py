@@ -5,6 +5,7 @@ import pytest
 
 import dnnbind
 from dnnbind.highlevel import reference
+from dnnbind.highlevel.conv_composed import conv_ops
 import importlib
 from dnnbind.highlevel.residual import install_forms
 from dnnbind.highlevel.specs import SPECS
@@ -50,14 +51,14 @@ def test_a_fused_primitive_runs_only_when_nothing_is_saved_and_may_decline():
         calls.append(mode)
         if mode == "tanh":
             return None                           # declines: the composed ops run
-        y, _ = ref_conv.conv_forward(x, w, b, dims)
+        y, _ = reference.conv_forward(x, w, b, dims)
         return ref_pointwise.activation_forward(y, mode, alpha)[0]
 
     class Fused:                                  # a backend module holding only the fused primitive
         pass
     Fused.conv_bias_activation_fused = staticmethod(conv_bias_activation_fused)
     namespace: dict = {}
-    installed = install_forms(namespace, (Fused, ref_conv, ref_pointwise))
+    installed = install_forms(namespace, (Fused, conv_ops(ref_conv.PRIMITIVES), ref_pointwise))
     assert "conv_bias_activation" in installed
     static = SPECS["conv_bias_activation"].check(X, W, B, mode="relu")
     y, pullback = namespace["conv_bias_activation"](X, W, B, *static)

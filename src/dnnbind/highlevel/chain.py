@@ -67,9 +67,8 @@ def chained(spec: OpSpec, parts: dict[str, Callable[..., Any]],
     taking = taking.replace(parameters=[*taking.parameters.values(),
                                         inspect.Parameter("options", inspect.Parameter.VAR_KEYWORD)])
     positional, var = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.VAR_KEYWORD
-    # the backward's: the first op's names for the saved state and the cotangents, the static arguments
-    saved_name, cotangents_name = list(inspect.signature(backward1).parameters)[:2]
-    pulling = inspect.Signature([inspect.Parameter(n, positional) for n in (saved_name, cotangents_name, *spec.static)]
+    # the backward's: the residual form's names for the saved state and the cotangents, the static arguments
+    pulling = inspect.Signature([inspect.Parameter(n, positional) for n in ("residuals", "cotangents", *spec.static)]
                                 + [inspect.Parameter("options", var)])
     for fn, part in ((forward, "forward"), (backward, "backward"), (residuals, "residuals")):
         fn.__name__ = fn.__qualname__ = f"{spec.name}_{part}"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import warnings
 from typing import Any, Sequence
 
 import torch
@@ -62,6 +63,14 @@ def schemas(spec: OpSpec) -> tuple[str, str]:
     inputs = ", ".join(_inputs(spec))
     result = "Tensor" if single_result(spec) else "Tensor[]"
     return f"({inputs}) -> {result}", f"(Tensor?[] cotangents, {inputs}, bool[] needs) -> Tensor[]"
+
+
+def training_schemas(spec: OpSpec) -> tuple[str, str]:
+    """(the training forward's schema: results and residuals, the pullback's: gradients from the
+    residuals), without the op's name."""
+    inputs = ", ".join(_inputs(spec))
+    return (f"({inputs}) -> (Tensor[] results, Tensor[] residuals)",
+            f"(Tensor[] residuals, Tensor?[] cotangents, {inputs}, bool[] needs) -> Tensor[]")
 
 
 # -- typed arguments <-> the public op's ----------------------------------------------------------
@@ -217,7 +226,51 @@ def _fake_forward(op: str, *args: Any) -> Any:
     return _results(op, outputs)
 
 
+def _own(tensors: Sequence[Tensor], inputs: Sequence[Any]) -> list[Tensor]:
+    """``tensors`` as a custom op may return them: a copy of any that shares memory with an input."""
+    taken = {t.data_ptr() for t in _input_tensors(inputs) if t.numel()}
+    return [t.clone() if t.numel() and t.data_ptr() in taken else t for t in tensors]
+
+
+def _input_tensors(inputs: Sequence[Any]) -> list[Tensor]:
+    return [t for v in inputs for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, Tensor)]
+
+
+def _training(op: str, *args: Any) -> tuple[list[Tensor], list[Tensor]]:
+    """The training forward's kernel: the results (as the forward's) and the backend's residuals."""
+    x, others, params, reals = _generic(op, args)
+    outputs, residuals = library._forward(op, x, others, params, reals)
+    return _own(outputs, args), _own(residuals, args)
+
+
+def _fake_training(op: str, *args: Any) -> tuple[list[Tensor], list[Tensor]]:
+    x, others, params, reals = _generic(op, args)
+    return library._fake_forward(op, x, others, params, reals)
+
+
+def _pullback(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None],
+              *args_and_needs: Any) -> list[Tensor]:
+    """The pullback's kernel: the backend's backward on the training forward's residuals; one gradient
+    per tensor given, an empty tensor where ``needs`` asks for none or the tensor has none."""
+    *args, needs = args_and_needs
+    x, others, params, reals = _generic(op, args)
+    given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
+    wanted = [bool(n) and d for n, (_, d) in zip(needs, given)]
+    first = next(c for c in cotangents if c is not None)
+    # what library.gradients reads of the results: their number, the first one's metadata, and which
+    # are floats (its cotangent's, given or not, stand for it); batch norm's running statistics follow
+    stand_ins = [first if c is None else c for c in cotangents]
+    stand_ins += [first] * library._running_statistics(op, library.decode(params))
+    dx, d_others = library.gradients(op, x, others, params, reals, stand_ins, list(residuals), list(cotangents),
+                                     wanted[0], wanted[1:])
+    grads = [dx, *d_others] + [None] * (len(given) - 1 - len(d_others))     # (dropout's seed: none)
+    return [g if g is not None and w else t.new_empty((0,)) for g, w, (t, _) in zip(grads, wanted, given)]
+
+
 def _backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:
+    """The input-based backward op's kernel: runs the forward again for its residuals (what a
+    differentiable backward, create_graph or torch.func, records; a plain backward reads the training
+    forward's residuals instead, :func:`_pullback`)."""
     *args, needs = args_and_needs
     x, others, params, reals = _generic(op, args)
     outputs, residuals = library._forward(op, x, others, params, reals)
@@ -233,6 +286,11 @@ def _fake_backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs
     *args, needs = args_and_needs
     given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
     return [t.new_empty(t.shape if bool(n) and d else (0,)) for n, (t, d) in zip(needs, given)]
+
+
+def _fake_pullback(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None],
+                   *args_and_needs: Any) -> list[Tensor]:
+    return _fake_backward(op, cotangents, *args_and_needs)
 
 
 # -- autograd -------------------------------------------------------------------------------------
@@ -256,15 +314,53 @@ def _kept(op: str) -> frozenset[int]:
     return frozenset(SPECS[op].array_names.index(n) for n in SPECS[op].updated_in_place)
 
 
-def _setup(op: str, ctx: Any, statics: Sequence[Any], tensors: Sequence[Tensor | None], output: Any) -> None:
+def _setup(op: str, ctx: Any, statics: Sequence[Any], tensors: Sequence[Tensor | None], output: Any,
+           residuals: Sequence[Tensor] | None = None) -> None:
+    """What the backward reads: the call's tensors (batch norm's running statistics by reference), its
+    static inputs and, from the training forward, the residuals (None: the backward op reruns the forward)."""
     kept = _kept(op)
-    ctx.save_for_backward(*[t for i, t in enumerate(tensors) if t is not None and i not in kept])
+    saved = [t for i, t in enumerate(tensors) if t is not None and i not in kept]
+    ctx.save_for_backward(*saved, *(residuals or ()))
+    ctx.residuals = None if residuals is None else len(residuals)
     ctx.kept = {i: tensors[i] for i in kept}
     ctx.places = [t is not None for t in tensors]
     ctx.statics = list(statics)
     outputs = [output] if isinstance(output, Tensor) else list(output)
     ctx.results = _result_count(op, _with_tensors(op, statics, tensors), outputs)
-    ctx.mark_non_differentiable(*outputs[ctx.results:], *[o for o in outputs if not o.is_floating_point()])
+    ctx.mark_non_differentiable(*outputs[ctx.results:], *[o for o in outputs if not o.is_floating_point()],
+                                *(residuals or ()))
+
+
+def _training_setup(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
+    results, residuals = output
+    _setup(op, ctx, _statics(inputs), _flat_tensors(op, inputs), list(results), list(residuals))
+
+
+def _training_backward(op: str, ctx: Any, d_results: Sequence[Tensor | None], d_residuals: Any) -> tuple:
+    """The training forward's gradient formula: the pullback on its residuals, or where a graph of the
+    backward is built (create_graph, torch.func), the differentiable input-based backward op."""
+    inputs, gradients = _gradients(op, ctx, (list(d_results),), _needs(op, ctx.needs_input_grad, ctx.statics))
+    return _per_input(op, inputs, gradients)
+
+
+def _autograd_kernel(op: str, keyset: Any, *args: Any) -> Any:
+    """The forward op's autograd kernel: where a gradient may be asked for, the training forward
+    (results and residuals, the residuals kept for the backward; under torch.func the op's
+    autograd.Function); else the op below autograd. So the op itself, what inference graphs and exported
+    programs hold, returns no residuals, and no backward runs the forward again."""
+    if torch.is_grad_enabled() and _any_requires_grad(*args):
+        if _functorch():
+            result = FUNCTIONS[op].apply(_statics(args), *_flat_tensors(op, args))
+            return result if isinstance(result, Tensor) else list(result)
+        results, _ = getattr(torch.ops.dnnbind, f"{op}_training")(*args)
+        return _results(op, list(results))
+    with _below_autograd():
+        return getattr(torch.ops.dnnbind, op).default.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+
+
+_any_requires_grad = torch._C._any_requires_grad
+_below_autograd = torch._C._AutoDispatchBelowAutograd
+_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
 
 
 def _setup_context(op: str, ctx: Any, inputs: tuple, output: Any) -> None:
@@ -299,6 +395,7 @@ def _gradients(op: str, ctx: Any, grads: Sequence[Any], needs: list[bool]) -> tu
     """(the typed call's inputs, one gradient per entry of :func:`_flat_tensors`, None where none)."""
     saved = iter(ctx.saved_tensors)
     tensors = [ctx.kept[i] if i in ctx.kept else next(saved) if given else None for i, given in enumerate(ctx.places)]
+    residuals = list(saved)
     inputs = _with_tensors(op, ctx.statics, tensors)
     d_outputs = list(grads[0]) if len(grads) == 1 and isinstance(grads[0], (list, tuple)) else list(grads)
     cotangents = [d if d is not None and d.is_floating_point() else None for d in d_outputs[:ctx.results]]
@@ -307,6 +404,8 @@ def _gradients(op: str, ctx: Any, grads: Sequence[Any], needs: list[bool]) -> tu
         flags = [n for n, given in zip(needs, ctx.places) if given]      # one per tensor given
         if torch.is_grad_enabled() or _functorch():        # a graph of the backward is built: refusable
             found = iter(BACKWARDS[op].apply(_statics(inputs), flags, len(cotangents), *cotangents, *tensors))
+        elif getattr(ctx, "residuals", None) is not None:
+            found = iter(getattr(torch.ops.dnnbind, f"{op}_pullback")(residuals, cotangents, *inputs, flags))
         else:
             found = iter(getattr(torch.ops.dnnbind, f"{op}_backward")(cotangents, *inputs, flags))
         gradients = [next(found) if given else None for given in ctx.places]
@@ -566,9 +665,25 @@ def _register(op: str) -> None:
     backward.register_fake(functools.partial(_fake_backward, op))
     forward.register_autograd(functools.partial(_autograd_backward, op),
                               setup_context=functools.partial(_setup_context, op))
+    # (register_autograd's formula is what opcheck and functorch read; the kernel below runs instead)
+    with warnings.catch_warnings():           # (torch warns that it replaces custom_op's own kernel)
+        warnings.simplefilter("ignore")
+        _LIB.impl(op, functools.partial(_autograd_kernel, op), "Autograd", with_keyset=True)
+    training_schema, pullback_schema = training_schemas(spec)
+    training = torch.library.custom_op(f"{name}_training", functools.partial(_training, op), mutates_args=(),
+                                       schema=training_schema)
+    training.register_fake(functools.partial(_fake_training, op))
+    training.register_autograd(functools.partial(_training_backward, op),
+                               setup_context=functools.partial(_training_setup, op))
+    pullback = torch.library.custom_op(f"{name}_pullback", functools.partial(_pullback, op), mutates_args=(),
+                                       schema=pullback_schema)
+    pullback.register_fake(functools.partial(_fake_pullback, op))
     torch.library.register_vmap(forward, batching.forward_rule(op))
     torch.library.register_vmap(backward, batching.backward_rule(op))
 
+
+#: where the forward ops' own autograd kernels are registered
+_LIB = torch.library.Library(NAMESPACE, "FRAGMENT")
 
 for _op in SPECS:
     _register(_op)

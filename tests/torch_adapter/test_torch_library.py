@@ -418,41 +418,33 @@ def test_conv_backward_computes_only_the_gradients_autograd_needs(monkeypatch, c
         assert leaves[name].grad is None
 
 
-def test_params_name_what_decides_the_residuals():
-    """A graph torch.compile caches on disk holds the custom ops' params text: it names dnnbind's version,
-    residual revision and (on the CPU) whether the C kernels run, which decide what the forward saves, so
-    a cache entry from other conditions is never reused with residuals of another shape."""
-    import json
-    import os
-    import subprocess
-    import sys
+def test_a_compiled_graph_holds_no_version_or_backend():
+    """What a graph torch.compile traces holds of a call: the typed op with the layer's own arguments, no
+    params text naming dnnbind's version, residual revision or backend (the params text is gone)."""
     import dnnbind
-    from dnnbind.highlevel.residual import RESIDUAL_REVISION
-    from dnnbind.torch import eager
-    code = "from dnnbind.torch import library; print(library._saves('cpu'))"
-    tags = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "DNNBIND_NATIVE": value}).stdout.strip() for value in ("0", "1")]
-    assert tags == [f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/numpy", f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/native"]
-    seen = []
-    original = eager._EAGER_APPLY["conv"]
-    try:
-        eager._EAGER_APPLY["conv"] = lambda plan, *rest: seen.append(plan.params) or original(plan, *rest)
-        dt.conv(torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3))
-    finally:
-        eager._EAGER_APPLY["conv"] = original
-    assert json.loads(seen[0])["saves"] == tags[1]
+    from torch._dynamo.testing import EagerAndRecordGraphs
+    backend = EagerAndRecordGraphs()
+    conv = dnn.Conv2d(2, 3, 3, padding=1)
+    torch.compile(conv, backend=backend, fullgraph=True)(torch.randn(1, 2, 5, 5))
+    code = backend.graphs[0].code
+    assert "torch.ops.dnnbind.conv.default" in code or "dnnbind.conv" in code
+    assert dnnbind.__version__ not in code and "native" not in code and "{" not in code
 
 
 def test_repeated_eager_calls_share_one_signature():
-    from dnnbind.torch import library
-    library._SIGNATURES.clear()
+    from dnnbind.highlevel import plans
+    from dnnbind.torch import calls
+
+    def signatures():
+        return [v for v in plans.CACHE.entries.values() if isinstance(v, calls.Call)]
+    plans.CACHE.clear()
     conv = dnn.Conv2d(2, 3, 3, padding=1).double()
     x = _r(2, 2, 5, 5)
     for _ in range(3):
         conv(x).sum().backward()
-    assert len(library._SIGNATURES) == 1
+    assert len(signatures()) == 1
     conv(_r(1, 2, 6, 6))                     # another shape: another signature
-    assert len(library._SIGNATURES) == 2
+    assert len(signatures()) == 2
 
 
 def test_a_changed_setting_or_a_zero_of_another_sign_is_another_signature():

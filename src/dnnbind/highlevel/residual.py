@@ -38,11 +38,6 @@ class ArraySpec(NamedTuple):
     dtype: Any
 
 
-#: The revision of what the forwards save (which arrays, their shapes): part of every custom op call's
-#: params (dnnbind.torch.library), so that a compiled graph cached on disk by torch.compile is never
-#: reused by a dnnbind that saves something else. Bump it whenever a backend's residuals change.
-RESIDUAL_REVISION = 4
-
 #: every gradient of a three-gradient op
 ALL_NEEDED = (True, True, True)
 

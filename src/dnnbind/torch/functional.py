@@ -1,6 +1,6 @@
 """dnnbind's ops on torch tensors; same arguments and semantics as :mod:`dnnbind.highlevel.ops`.
 
-Each runs as a ``torch.library`` custom op (:mod:`dnnbind.torch.library`), differentiable through
+Each runs as a typed ``torch.library`` custom op (:mod:`dnnbind.torch.typed`), differentiable through
 ``torch.autograd`` and traceable by ``torch.compile`` and ``torch.export``. Unbatched input follows the
 high-level ops' rules (:mod:`dnnbind.highlevel.unbatched`): the batch axis is added with ``unsqueeze``
 before the op and removed from its results, so autograd and the compilers see plain tensor views.

@@ -17,9 +17,15 @@ program exported for inference or training holds nothing a backend or a version 
 The backward op takes the cotangents of the results (None for those not given) and the forward's inputs
 and returns one gradient per tensor given (None entries left out), an empty tensor where ``needs`` (one
 flag per tensor given) asks for none or the tensor has no gradient (batch norm's running statistics);
-it runs the backend's forward again for the residuals its backward needs.
+it runs the backend's forward again for the residuals its backward needs, so it is what a differentiable
+backward (create_graph, torch.func) records. Where autograd records a call, the forward op's own
+autograd kernel runs ``dnnbind::NAME_training`` instead (``-> (Tensor[] results, Tensor[] residuals)``),
+whose gradient formula calls ``dnnbind::NAME_pullback(Tensor[] residuals, Tensor?[] cotangents, inputs,
+bool[] needs)`` on the residuals it saved: no forward runs twice, and a graph without autograd (inference,
+an exported program) holds the residual-free op. The kernels run the backends through
+:mod:`dnnbind.torch.calls`.
 
-Fake kernels compute shapes from the dims objects through the specs' checks (:func:`library._fake_forward`).
+Fake kernels compute shapes from the dims objects through the specs' checks (:func:`calls.fake`).
 Autograd is registered with ``register_autograd`` (``setup_context``), batching rules with
 ``register_vmap`` (:mod:`dnnbind.torch.batching`), so ``torch.func`` transforms work in eager mode.
 """
@@ -34,10 +40,10 @@ import torch
 
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.specs.base import Kind, OpSpec
-from dnnbind.torch import batching, library
+from dnnbind.torch import batching, calls
 
 Tensor = torch.Tensor
-NAMESPACE = library.NAMESPACE
+NAMESPACE = "dnnbind"
 
 
 # -- schemas --------------------------------------------------------------------------------------
@@ -157,15 +163,6 @@ def public_arguments(op: str, args: Sequence[Any]) -> tuple[Tensor, list[Any], d
     return x, arrays, kwargs
 
 
-def _generic(op: str, args: Sequence[Any]) -> tuple[Tensor, list[Any], str, list[float]]:
-    """(x, others, params, reals) of the residual machinery (:mod:`library`) for a typed call; a tensor
-    argument (dropout's seed) goes after the arrays, as :func:`library.op_params` takes it."""
-    x, arrays, kwargs = public_arguments(op, args)
-    tensors = [kwargs.pop(name) for name in SPECS[op].tensor_arguments]
-    others, params, reals = library.op_params(op, x.device.type, [*arrays, *tensors], kwargs)
-    return x, others, params, [float(r) for r in reals.values()]
-
-
 def _flat_tensors(op: str, args: Sequence[Any]) -> list[Tensor | None]:
     """The typed call's tensor inputs in order (nested ones flattened, None where not given): the
     backward's gradients follow them."""
@@ -215,55 +212,42 @@ def _results(op: str, outputs: list[Tensor]) -> Any:
 
 
 def _forward(op: str, *args: Any) -> Any:
-    x, others, params, reals = _generic(op, args)
-    outputs, _ = library._forward(op, x, others, params, reals)
-    return _results(op, [o.clone() if any(o is a for a in (x, *others)) else o for o in outputs])
+    x, arrays, kwargs = public_arguments(op, args)
+    outputs, _ = calls.forward(calls.call_of(op, x, arrays, kwargs), x, arrays)
+    return _results(op, _own(outputs, args))
 
 
 def _fake_forward(op: str, *args: Any) -> Any:
-    x, others, params, reals = _generic(op, args)
-    outputs, _ = library._fake_forward(op, x, others, params, reals)
-    return _results(op, outputs)
+    return _results(op, calls.fake(op, *public_arguments(op, args))[0])
 
 
 def _own(tensors: Sequence[Tensor], inputs: Sequence[Any]) -> list[Tensor]:
     """``tensors`` as a custom op may return them: a copy of any that shares memory with an input."""
-    taken = {t.data_ptr() for t in _input_tensors(inputs) if t.numel()}
+    taken = {t.data_ptr() for t in calls.leaves(list(inputs)) if isinstance(t, Tensor) and t.numel()}
     return [t.clone() if t.numel() and t.data_ptr() in taken else t for t in tensors]
-
-
-def _input_tensors(inputs: Sequence[Any]) -> list[Tensor]:
-    return [t for v in inputs for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, Tensor)]
 
 
 def _training(op: str, *args: Any) -> tuple[list[Tensor], list[Tensor]]:
     """The training forward's kernel: the results (as the forward's) and the backend's residuals."""
-    x, others, params, reals = _generic(op, args)
-    outputs, residuals = library._forward(op, x, others, params, reals)
+    outputs, residuals = calls.run(op, *public_arguments(op, args))
     return _own(outputs, args), _own(residuals, args)
 
 
 def _fake_training(op: str, *args: Any) -> tuple[list[Tensor], list[Tensor]]:
-    x, others, params, reals = _generic(op, args)
-    return library._fake_forward(op, x, others, params, reals)
+    return calls.fake(op, *public_arguments(op, args))
 
 
-def _pullback(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None],
+def _pullback(op: str, residuals: Sequence[Any], cotangents: Sequence[Tensor | None],
               *args_and_needs: Any) -> list[Tensor]:
     """The pullback's kernel: the backend's backward on the training forward's residuals; one gradient
     per tensor given, an empty tensor where ``needs`` asks for none or the tensor has none."""
     *args, needs = args_and_needs
-    x, others, params, reals = _generic(op, args)
+    x, arrays, kwargs = public_arguments(op, args)
+    call = calls.call_of(op, x, arrays, kwargs)
     given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
     wanted = [bool(n) and d for n, (_, d) in zip(needs, given)]
-    first = next(c for c in cotangents if c is not None)
-    # what library.gradients reads of the results: their number, the first one's metadata, and which
-    # are floats (its cotangent's, given or not, stand for it); batch norm's running statistics follow
-    stand_ins = [first if c is None else c for c in cotangents]
-    stand_ins += [first] * library._running_statistics(op, library.decode(params))
-    dx, d_others = library.gradients(op, x, others, params, reals, stand_ins, list(residuals), list(cotangents),
-                                     wanted[0], wanted[1:])
-    grads = [dx, *d_others] + [None] * (len(given) - 1 - len(d_others))     # (dropout's seed: none)
+    grads = calls.gradients(call, residuals, cotangents, wanted[:len(call.paths)])
+    grads += [None] * (len(given) - len(grads))           # (dropout's seed tensor: none)
     return [g if g is not None and w else t.new_empty((0,)) for g, w, (t, _) in zip(grads, wanted, given)]
 
 
@@ -271,15 +255,9 @@ def _backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any
     """The input-based backward op's kernel: runs the forward again for its residuals (what a
     differentiable backward, create_graph or torch.func, records; a plain backward reads the training
     forward's residuals instead, :func:`_pullback`)."""
-    *args, needs = args_and_needs
-    x, others, params, reals = _generic(op, args)
-    outputs, residuals = library._forward(op, x, others, params, reals)
-    given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
-    wanted = [bool(n) and d for n, (_, d) in zip(needs, given)]
-    dx, d_others = library.gradients(op, x, others, params, reals, outputs, residuals, list(cotangents),
-                                     wanted[0], wanted[1:])
-    grads = [dx, *d_others] + [None] * (len(given) - 1 - len(d_others))     # (dropout's seed: none)
-    return [g if g is not None and w else t.new_empty((0,)) for g, w, (t, _) in zip(grads, wanted, given)]
+    x, arrays, kwargs = public_arguments(op, args_and_needs[:-1])
+    _, residuals = calls.forward(calls.call_of(op, x, arrays, kwargs), x, arrays)
+    return _pullback(op, residuals, cotangents, *args_and_needs)
 
 
 def _fake_backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:

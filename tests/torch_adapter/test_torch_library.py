@@ -418,17 +418,33 @@ def test_conv_backward_computes_only_the_gradients_autograd_needs(monkeypatch, c
         assert leaves[name].grad is None
 
 
-def test_a_compiled_graph_holds_no_version_or_backend():
-    """What a graph torch.compile traces holds of a call: the typed op with the layer's own arguments, no
-    params text naming dnnbind's version, residual revision or backend (the params text is gone)."""
+def test_params_name_what_decides_the_residuals():
+    """A graph torch.compile caches on disk holds the training op's ``saves`` text: it names dnnbind's
+    version, residual revision and (on the CPU) whether the C kernels run, which decide what the forward
+    saves, so a cache entry from other conditions is never reused with residuals of another shape. An
+    inference graph holds the forward op, without it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
     import dnnbind
     from torch._dynamo.testing import EagerAndRecordGraphs
-    backend = EagerAndRecordGraphs()
+    from dnnbind.highlevel.residual import RESIDUAL_REVISION
+    code = "from dnnbind.torch import typed; print(typed.saves_tag('cpu'))"
+    source = str(Path(dnnbind.__file__).parents[1])          # this checkout's dnnbind in the subprocess too
+    tags = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "DNNBIND_NATIVE": value, "PYTHONPATH": source}).stdout.strip()
+            for value in ("0", "1")]
+    assert tags == [f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/numpy", f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/native"]
     conv = dnn.Conv2d(2, 3, 3, padding=1)
-    torch.compile(conv, backend=backend, fullgraph=True)(torch.randn(1, 2, 5, 5))
-    code = backend.graphs[0].code
-    assert "torch.ops.dnnbind.conv.default" in code or "dnnbind.conv" in code
-    assert dnnbind.__version__ not in code and "native" not in code and "{" not in code
+    x = torch.randn(1, 2, 5, 5)
+    training, inference = EagerAndRecordGraphs(), EagerAndRecordGraphs()
+    torch.compile(conv, backend=training, fullgraph=True)(x)
+    with torch.no_grad():
+        torch.compile(dnn.Conv2d(2, 3, 3, padding=1), backend=inference, fullgraph=True)(x)
+    assert "dnnbind.conv_training" in training.graphs[0].code and repr(tags[1]) in training.graphs[0].code
+    code = inference.graphs[0].code
+    assert "torch.ops.dnnbind.conv(" in code and dnnbind.__version__ not in code and "{" not in code
 
 
 def test_repeated_eager_calls_share_one_signature():

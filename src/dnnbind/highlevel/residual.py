@@ -38,6 +38,12 @@ class ArraySpec(NamedTuple):
     dtype: Any
 
 
+#: The revision of what the forwards save (which arrays, their shapes): part of the ``saves`` argument of
+#: dnnbind.torch's training ops (dnnbind.torch.typed.saves_tag), so that a compiled training graph cached on
+#: disk by torch.compile is never reused by a dnnbind that saves something else. Bump it whenever a
+#: backend's residuals change.
+RESIDUAL_REVISION = 4
+
 #: every gradient of a three-gradient op
 ALL_NEEDED = (True, True, True)
 

@@ -188,14 +188,17 @@ def call_of(op: str, x: Any, arrays: Sequence[Any], kwargs: dict[str, Any]) -> C
     the one plan cache, except a call given a tensor argument (dropout's seed tensor: its value is one of
     the static arguments)."""
     kwargs, seeded = _static_arguments(op, x, arrays, kwargs, True)
-    specs = tree_map(_spec, [x, *arrays])
     if seeded:
-        return Call(op, x.device, specs, kwargs)
-    metas = tuple(tree_map(lambda s: (s.shape, s.dtype), specs))
+        return Call(op, x.device, tree_map(_spec, [x, *arrays]), kwargs)
+    metas = tuple(tree_map(_meta, [x, *arrays]))
     values = tuple(kwargs.values())
     # the arguments' types, nested ones too (padding=1.0 is checked, and refused, apart from padding=1)
     return remember(("torch", op, x.device, _hashable(metas), _types(values)), values,
-                    lambda: Call(op, x.device, specs, kwargs))
+                    lambda: Call(op, x.device, tree_map(_spec, [x, *arrays]), kwargs))
+
+
+def _meta(t: Any) -> tuple:
+    return (tuple(t.shape), t.dtype)
 
 
 def _listed(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -18,11 +18,13 @@ The backward op takes the cotangents of the results (None for those not given) a
 and returns one gradient per tensor given (None entries left out), an empty tensor where ``needs`` (one
 flag per tensor given) asks for none or the tensor has no gradient (batch norm's running statistics);
 it runs the backend's forward again for the residuals its backward needs, so it is what a differentiable
-backward (create_graph, torch.func) records. Where autograd records a call, the forward op's own
-autograd kernel runs ``dnnbind::NAME_training`` instead (``-> (Tensor[] results, Tensor[] residuals)``),
-whose gradient formula calls ``dnnbind::NAME_pullback(Tensor[] residuals, Tensor?[] cotangents, inputs,
-bool[] needs)`` on the residuals it saved: no forward runs twice, and a graph without autograd (inference,
-an exported program) holds the residual-free op. The kernels run the backends through
+backward (create_graph, torch.func) records, and the forward op's own gradient formula. Where a call may
+be differentiated (grad mode on, a tensor requiring grad, not torch.export), :func:`call` runs
+``dnnbind::NAME_training`` instead (``(inputs, str saves) -> (Tensor[] results, Tensor[] residuals)``,
+``saves`` naming what decides the residuals' layout, :func:`saves_tag`), whose gradient formula calls
+``dnnbind::NAME_pullback(Tensor[] residuals, Tensor?[] cotangents, inputs, bool[] needs)`` on the
+residuals it saved: no forward runs twice, and an inference graph or an exported program holds the
+residual-free op. The kernels run the backends through
 :mod:`dnnbind.torch.calls`.
 
 Fake kernels compute shapes from the dims objects through the specs' checks (:func:`calls.fake`).
@@ -33,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import warnings
 from typing import Any, Sequence
 
 import torch
@@ -75,7 +76,7 @@ def training_schemas(spec: OpSpec) -> tuple[str, str]:
     """(the training forward's schema: results and residuals, the pullback's: gradients from the
     residuals), without the op's name."""
     inputs = ", ".join(_inputs(spec))
-    return (f"({inputs}) -> (Tensor[] results, Tensor[] residuals)",
+    return (f"({inputs}, str saves) -> (Tensor[] results, Tensor[] residuals)",
             f"(Tensor[] residuals, Tensor?[] cotangents, {inputs}, bool[] needs) -> Tensor[]")
 
 
@@ -227,14 +228,16 @@ def _own(tensors: Sequence[Tensor], inputs: Sequence[Any]) -> list[Tensor]:
     return [t.clone() if t.numel() and t.data_ptr() in taken else t for t in tensors]
 
 
-def _training(op: str, *args: Any) -> tuple[list[Tensor], list[Tensor]]:
-    """The training forward's kernel: the results (as the forward's) and the backend's residuals."""
+def _training(op: str, *args_and_saves: Any) -> tuple[list[Tensor], list[Tensor]]:
+    """The training forward's kernel: the results (as the forward's) and the backend's residuals (``saves``:
+    :func:`saves_tag`, the cache key's part)."""
+    args = args_and_saves[:-1]
     outputs, residuals = calls.run(op, *public_arguments(op, args))
     return _own(outputs, args), _own(residuals, args)
 
 
-def _fake_training(op: str, *args: Any) -> tuple[list[Tensor], list[Tensor]]:
-    return calls.fake(op, *public_arguments(op, args))
+def _fake_training(op: str, *args_and_saves: Any) -> tuple[list[Tensor], list[Tensor]]:
+    return calls.fake(op, *public_arguments(op, args_and_saves[:-1]))
 
 
 def _pullback(op: str, residuals: Sequence[Any], cotangents: Sequence[Tensor | None],
@@ -310,6 +313,7 @@ def _setup(op: str, ctx: Any, statics: Sequence[Any], tensors: Sequence[Tensor |
 
 
 def _training_setup(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
+    inputs = inputs[:-1]                       # (the saves tag)
     results, residuals = output
     _setup(op, ctx, _statics(inputs), _flat_tensors(op, inputs), list(results), list(residuals))
 
@@ -318,27 +322,30 @@ def _training_backward(op: str, ctx: Any, d_results: Sequence[Tensor | None], d_
     """The training forward's gradient formula: the pullback on its residuals, or where a graph of the
     backward is built (create_graph, torch.func), the differentiable input-based backward op."""
     inputs, gradients = _gradients(op, ctx, (list(d_results),), _needs(op, ctx.needs_input_grad, ctx.statics))
-    return _per_input(op, inputs, gradients)
+    return (*_per_input(op, inputs, gradients), None)
 
 
-def _autograd_kernel(op: str, keyset: Any, *args: Any) -> Any:
-    """The forward op's autograd kernel: where a gradient may be asked for, the training forward
-    (results and residuals, the residuals kept for the backward; under torch.func the op's
-    autograd.Function); else the op below autograd. So the op itself, what inference graphs and exported
-    programs hold, returns no residuals, and no backward runs the forward again."""
-    if torch.is_grad_enabled() and _any_requires_grad(*args):
-        if _functorch():
-            result = FUNCTIONS[op].apply(_statics(args), *_flat_tensors(op, args))
-            return result if isinstance(result, Tensor) else list(result)
-        results, _ = getattr(torch.ops.dnnbind, f"{op}_training")(*args)
-        return _results(op, list(results))
-    with _below_autograd():
-        return getattr(torch.ops.dnnbind, op).default.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+def saves_tag(device_type: str) -> str:
+    """What decides the residuals' layout besides a call's own arguments: dnnbind's version and residual
+    revision, and on the CPU whether the cpu backend's C kernels run (they take other paths, which save
+    other arrays). The training op takes it as an argument, so that a compiled training graph that
+    torch.compile caches on disk (keyed by the traced graph's text) is never reused by a dnnbind that
+    saves something else; the forward op, what inference graphs and exported programs hold, has none."""
+    return _SAVES.get(device_type, _SAVES_ELSEWHERE)
 
 
-_any_requires_grad = torch._C._any_requires_grad
-_below_autograd = torch._C._AutoDispatchBelowAutograd
-_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+def _saves_of(device_type: str) -> str:
+    from dnnbind import __version__
+    from dnnbind.highlevel.cpu import native
+    from dnnbind.highlevel.residual import RESIDUAL_REVISION
+    kernels = "" if device_type != "cpu" else "/native" if native.library() is not None else "/numpy"
+    return f"{__version__}/r{RESIDUAL_REVISION}{kernels}"
+
+
+# worked out when this module is imported (a compiled graph must not trace it)
+_SAVES = {"cpu": _saves_of("cpu")}
+_SAVES["meta"] = _SAVES["cpu"]          # meta tensors' residuals are the cpu backend's (see calls.backend)
+_SAVES_ELSEWHERE = _saves_of("cuda")
 
 
 def _setup_context(op: str, ctx: Any, inputs: tuple, output: Any) -> None:
@@ -643,10 +650,6 @@ def _register(op: str) -> None:
     backward.register_fake(functools.partial(_fake_backward, op))
     forward.register_autograd(functools.partial(_autograd_backward, op),
                               setup_context=functools.partial(_setup_context, op))
-    # (register_autograd's formula is what opcheck and functorch read; the kernel below runs instead)
-    with warnings.catch_warnings():           # (torch warns that it replaces custom_op's own kernel)
-        warnings.simplefilter("ignore")
-        _LIB.impl(op, functools.partial(_autograd_kernel, op), "Autograd", with_keyset=True)
     training_schema, pullback_schema = training_schemas(spec)
     training = torch.library.custom_op(f"{name}_training", functools.partial(_training, op), mutates_args=(),
                                        schema=training_schema)
@@ -659,9 +662,6 @@ def _register(op: str) -> None:
     torch.library.register_vmap(forward, batching.forward_rule(op))
     torch.library.register_vmap(backward, batching.backward_rule(op))
 
-
-#: where the forward ops' own autograd kernels are registered
-_LIB = torch.library.Library(NAMESPACE, "FRAGMENT")
 
 for _op in SPECS:
     _register(_op)
@@ -676,6 +676,12 @@ def call(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> l
     inputs = typed_arguments(op, x, arrays[:n], kwargs)
     if _functorch():           # torch.func transforms take an autograd.Function with setup_context
         result = FUNCTIONS[op].apply(_statics(inputs), *_flat_tensors(op, inputs))
+    elif torch.is_grad_enabled() and not torch.compiler.is_exporting() and any(
+            t is not None and t.requires_grad for t in _flat_tensors(op, inputs)):
+        # a gradient may be asked for: the training op, whose residuals the backward reads (an exported
+        # program keeps the residual-free op: torch.export traces above autograd)
+        result, _ = getattr(torch.ops.dnnbind, f"{op}_training")(*inputs, saves_tag(x.device.type))
+        result = result[0] if single_result(spec) else result
     else:
         result = getattr(torch.ops.dnnbind, op)(*inputs)
     return [result] if isinstance(result, Tensor) else list(result)

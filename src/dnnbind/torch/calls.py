@@ -25,7 +25,7 @@ from dnnbind.highlevel.dispatch import backend_function
 from dnnbind.highlevel.edges import output_dtype
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.ops import residual_static
-from dnnbind.highlevel.plans import remember
+from dnnbind.highlevel.plans import CACHE
 from dnnbind.highlevel.residual import ArraySpec, innermost
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.support import backend_support
@@ -186,19 +186,28 @@ class Call:
 def call_of(op: str, x: Any, arrays: Sequence[Any], kwargs: dict[str, Any]) -> Call:
     """The :class:`Call` of this call (tensors, or anything with their shape, dtype and device): kept in
     the one plan cache, except a call given a tensor argument (dropout's seed tensor: its value is one of
-    the static arguments)."""
+    the static arguments). The key holds each tensor's shape and dtype and the arguments' exact values
+    with their types (``padding=1.0`` is checked, and refused, apart from ``padding=1``)."""
     kwargs, seeded = _static_arguments(op, x, arrays, kwargs, True)
     if seeded:
         return Call(op, x.device, tree_map(_spec, [x, *arrays]), kwargs)
-    metas = tuple(tree_map(_meta, [x, *arrays]))
-    values = tuple(kwargs.values())
-    # the arguments' types, nested ones too (padding=1.0 is checked, and refused, apart from padding=1)
-    return remember(("torch", op, x.device, _hashable(metas), _types(values)), values,
-                    lambda: Call(op, x.device, tree_map(_spec, [x, *arrays]), kwargs))
+    key = ("torch", op, x.device, tuple([_meta(a) for a in arrays]), tuple(x.shape), x.dtype,
+           tuple([_exact(v) for v in kwargs.values()]))
+    return _kept(key, lambda: Call(op, x.device, tree_map(_spec, [x, *arrays]), kwargs))
 
 
-def _meta(t: Any) -> tuple:
-    return (tuple(t.shape), t.dtype)
+def _kept(key: tuple, build: Any) -> Any:
+    """``build()``'s result, kept in the one plan cache under ``key`` (built every time where the key does
+    not hash: an argument of a type no key holds)."""
+    try:
+        found = CACHE.entries.get(key)
+    except TypeError:
+        return build()
+    if found is None:
+        found = build()
+        CACHE.misses += 1
+        CACHE.store(key, found)
+    return found
 
 
 def _listed(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -211,12 +220,28 @@ def _as_list(value: Any) -> Any:
     return [_as_list(v) for v in value] if type(value) in (tuple, list) else value
 
 
-def _hashable(tree: Any) -> Any:
-    return tuple(_hashable(t) for t in tree) if isinstance(tree, list) else tree
+def _meta(a: Any) -> Any:
+    """An array's part of a call's key: None, (shape, dtype), or a nest of those (rnn's weights)."""
+    if a is None:
+        return None
+    if isinstance(a, (list, tuple)):
+        return tuple([_meta(v) for v in a])
+    return (tuple(a.shape), a.dtype)
 
 
-def _types(value: Any) -> Any:
-    return tuple(map(_types, value)) if type(value) in (tuple, list) else type(value)
+def _exact(value: Any) -> Any:
+    """An argument's part of a call's key: bools and floats with their type (True is not 1, 1.0 is not
+    1), a float by its exact text (0.0 is not -0.0), sequences as tuples of those."""
+    kind = type(value)
+    if kind is int or kind is str or value is None:
+        return value
+    if kind is float:
+        return (float, value.hex())
+    if kind is bool:
+        return (bool, value)
+    if kind is tuple or kind is list:
+        return tuple([_exact(v) for v in value])
+    return (kind, value)
 
 
 def forward(call: Call, x: Tensor, arrays: Sequence[Any]) -> tuple[list[Tensor], tuple]:
@@ -289,8 +314,9 @@ def result_specs(op: str, x: Any, arrays: Sequence[Any],
     kwargs, _ = _static_arguments(op, x, arrays, kwargs, False)
     kwargs = {k: _concrete(v) for k, v in kwargs.items()}
     specs = tree_map(_spec, [x, *arrays])
-    static = remember(("torch static", op, _hashable(tuple(tree_map(tuple, specs)))), tuple(kwargs.values()),
-                      lambda: residual_static(op, *specs, **_listed(kwargs)))
+    metas = (tuple(specs[0].shape), specs[0].dtype, tuple([_meta(a) for a in arrays]))
+    static = _kept(("torch static", op, metas, tuple([_exact(v) for v in kwargs.values()])),
+                   lambda: residual_static(op, *specs, **_listed(kwargs)))
     shapes = SPECS[op].empty((*specs, *static)).outputs
     saved = backend_function(backend(x.device), f"{op}_residuals")(*specs, *static)
     return list(shapes), tuple(saved), specs

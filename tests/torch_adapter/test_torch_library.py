@@ -103,6 +103,29 @@ def test_opcheck_passes_for_the_backward_ops(op, args):
     torch.library.opcheck(getattr(torch.ops.dnnbind, f"{op}_backward"), (cotangents, *args, [True] * len(tensors)))
 
 
+@pytest.mark.parametrize("op,args", OPCHECK_CASES)
+def test_opcheck_passes_for_the_training_and_pullback_ops(op, args):
+    """The training op returns the forward's results and the backend's residuals; the pullback on those
+    residuals gives the gradients the input-based backward op gives."""
+    from dnnbind.torch import typed
+    args = [[t.detach() if isinstance(t, torch.Tensor) else t for t in a] if isinstance(a, list) else
+            a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    saves = typed.saves_tag("cpu")
+    torch.library.opcheck(getattr(torch.ops.dnnbind, f"{op}_training"), (*args, saves))
+    results, residuals = getattr(torch.ops.dnnbind, f"{op}_training")(*args, saves)
+    expected = getattr(torch.ops.dnnbind, op)(*args)
+    expected = [expected] if isinstance(expected, torch.Tensor) else expected
+    for a, b in zip(results, expected):
+        if op != "dropout" or a.dtype != torch.bool:
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    cotangents = [torch.randn_like(results[0])] + [None] * (len(SPECS[op].outputs) - 1)
+    tensors = [t for a in args for t in (a if isinstance(a, list) else [a]) if isinstance(t, torch.Tensor)]
+    needs = [True] * len(tensors)
+    grads = getattr(torch.ops.dnnbind, f"{op}_pullback")(residuals, cotangents, *args, needs)
+    torch.testing.assert_close(grads, getattr(torch.ops.dnnbind, f"{op}_backward")(cotangents, *args, needs))
+    torch.library.opcheck(getattr(torch.ops.dnnbind, f"{op}_pullback"), (residuals, cotangents, *args, needs))
+
+
 class SmallCNN(torch.nn.Module):
     def __init__(self, nn) -> None:
         super().__init__()

@@ -147,7 +147,7 @@ def null_compiled_step(torch: Any, like: Any, x: Any) -> Callable[[], None]:
     """What torch.compile's machinery alone costs a step of :func:`torch_fwd_bwd` on a model like
     ``like``: a compiled module with ``like``'s parameters whose forward is one custom op pair that
     does nothing (copies x, returns empty residuals and zero gradients), saving as many residuals as
-    ``like``'s dnnbind::sequence op does. Its kernels leave the caches as they found them; see
+    ``like``'s layers save. Its kernels leave the caches as they found them; see
     :func:`cold_null_compiled_step` for the machinery beside kernels that stream memory."""
     op = _null_op(torch)
     params = [torch.nn.Parameter(p.detach().clone()) for p in like.parameters()]
@@ -212,7 +212,7 @@ def _touch() -> None:
         buffer.fill(1.0)
 
 
-#: residuals the null op saves: as many as the small CNN's dnnbind::sequence op
+#: residuals the null op saves: as many as the small CNN's layers
 NULL_RESIDUALS = 12
 
 

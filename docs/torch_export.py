@@ -22,8 +22,12 @@ schema its op spec declares (`python -c "import dnnbind.torch, torch; print(torc
 ```
 
 An exported program names these ops and their typed arguments only: no JSON text, no backend, no dnnbind
-version, no residuals (the backward op `NAME_backward` takes the forward's inputs and runs the backend's
-forward again for what its backward needs). A program exported and saved (`torch.export.save`) on one
+version, no residuals. Where a call may be differentiated outside torch.export (a training step under
+`torch.compile`), the layer runs `NAME_training` instead, which also returns the backend's residuals (and
+takes a text naming what decides their layout, so that torch.compile's disk cache never reuses a graph
+traced with another dnnbind), and the backward reads them through `NAME_pullback`; only a differentiable
+backward (`create_graph`, `torch.func`) runs the input-based `NAME_backward`, which runs the backend's
+forward again for them. A program exported and saved (`torch.export.save`) on one
 machine loads (`torch.export.load`, after `import dnnbind.torch`) and runs on any backend dnnbind has there.
 The programs below are written by `python docs/torch_export.py`; a test fails when they change.
 """

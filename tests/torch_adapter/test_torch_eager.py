@@ -42,7 +42,7 @@ def checks(monkeypatch):
     seen = []
     original = functional._check
     monkeypatch.setattr(functional, "_check", lambda **t: seen.append(sorted(t)) or original(**t))
-    eager._PLANS.clear()
+    eager._CACHE.clear()
     return seen
 
 
@@ -58,7 +58,7 @@ def test_a_repeated_call_is_planned_and_equals_the_first(checks, name, make, run
         (y * torch.arange(y.numel(), dtype=y.dtype).reshape(y.shape)).sum().backward()
         results.append((y.detach(), [t.grad for t in tensors]))
     assert len(checks) == 1                  # the first call only: the others found its plan
-    assert name in {key[0] for key in eager._PLANS}
+    assert name in {key[0] for key in eager._CACHE.entries}
     for y, grads in results[1:]:
         torch.testing.assert_close(y, results[0][0], rtol=0, atol=0)
         for g, first in zip(grads, results[0][1]):
@@ -150,11 +150,10 @@ def test_a_signature_runs_the_innermost_forward_its_tensors_allow(dtype):
     through for it (edge policy, memory check, BLAS-thread scope, half precision); a float16 call's keeps
     the half-precision wrapper, which computes in float32 and returns float16."""
     from dnnbind.highlevel import cpu
-    from dnnbind.torch import library
+    from dnnbind.torch import calls
     x, w = torch.randn(2, 3, 6, 6, dtype=dtype), torch.randn(4, 3, 3, 3, dtype=dtype)
     y = dt.conv(x, w)
-    sig = library._signature("conv", x, [w], *library.op_params("conv", "cpu", [w, None],
-                                                                  functional.conv_arguments(1, 0, 1, 1))[1:])
+    sig = calls.call_of("conv", x, [w, None], functional.conv_arguments(1, 0, 1, 1))
     chain, f = [], cpu.conv_forward
     while f is not None:
         chain.append(f)

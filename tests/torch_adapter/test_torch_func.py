@@ -8,7 +8,7 @@ import torch
 from torch.func import functional_call, grad, jacrev, jvp, stack_module_state, vjp, vmap
 
 import dnnbind.torch as dt
-from dnnbind.torch import library
+from dnnbind.torch import calls as dnnbind_calls
 from dnnbind.torch import nn as dnn
 
 DT = torch.float64
@@ -64,12 +64,13 @@ def test_vmap_of_a_cnn_equals_torchs_and_folds_into_the_batch():
     ours, theirs = _twins(_cnn)
     xs = torch.randn(5, 2, 3, 8, 8, dtype=DT)
     calls = []
-    original = library._forward
+    original = dnnbind_calls.forward
     try:
-        library._forward = lambda op, x, *rest: calls.append((op, tuple(x.shape))) or original(op, x, *rest)
+        dnnbind_calls.forward = lambda call, x, *rest: calls.append((call.op, tuple(x.shape))) or original(call, x,
+                                                                                                         *rest)
         out = vmap(ours)(xs)
     finally:
-        library._forward = original
+        dnnbind_calls.forward = original
     torch.testing.assert_close(out, vmap(theirs)(xs))
     # each layer ran once, on the 5 * 2 samples (folded), not five times
     assert len(calls) == len(ours) and calls[0] == ("conv", (10, 3, 8, 8))

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import dnnbind.torch as dt
-from dnnbind.torch import eager, library
+from dnnbind.highlevel import plans
 from dnnbind.torch.convert import to_array, to_tensor
 
 
@@ -218,7 +218,7 @@ def test_0d_and_empty_tensors_follow_the_edge_policy():
 def test_cpu_ops_run_numpys_blas_on_one_thread(monkeypatch):
     """dnnbind.torch runs the cpu backend's BLAS ops with OpenBLAS on one thread (torch's OpenMP
     threads spin between torch's ops), seen from inside a CPU op's backend call; the setting is restored.
-    Ops that call no BLAS (library.BLAS_OPS says which do), and convolutions whose products OpenBLAS runs
+    Ops that call no BLAS (calls.BLAS_OPS says which do), and convolutions whose products OpenBLAS runs
     on one thread anyway, run without that scope."""
     from dnnbind.highlevel import dispatch
     from dnnbind.highlevel.cpu import _threads
@@ -242,13 +242,12 @@ def test_cpu_ops_run_numpys_blas_on_one_thread(monkeypatch):
 
     monkeypatch.setitem(dispatch._functions, (dispatch.BACKENDS["cpu"], "conv_forward"), conv_spy)
     # no signature or plan of an earlier test's call of these shapes: they hold the unspied functions
-    monkeypatch.setattr(library, "_SIGNATURES", {})
-    monkeypatch.setattr(eager, "_PLANS", {})
+    monkeypatch.setattr(plans.CACHE, "entries", {})
     y = dt.conv(torch.randn(4, 16, 16, 16, requires_grad=True), torch.randn(16, 16, 3, 3))
     y.sum().backward()
     assert seen == [(1, True)] and get() == before
     seen.clear()
-    # a convolution too small for OpenBLAS to thread a product of (library.BLAS_ONE_THREAD_MACS) runs
+    # a convolution too small for OpenBLAS to thread a product of (calls.BLAS_ONE_THREAD_MACS) runs
     # without the scope, whose two thread settings would cost more than the call
     dt.conv(torch.randn(2, 3, 6, 6, requires_grad=True), torch.randn(4, 3, 3, 3)).sum().backward()
     assert seen == [(before, before == 1)] and get() == before

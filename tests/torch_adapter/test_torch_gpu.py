@@ -198,8 +198,8 @@ def test_a_model_from_the_dnnbind_namespace_on_cuda_equals_torch(backend):
     torch.testing.assert_close(ours.state_dict(), theirs.state_dict(), rtol=1e-4, atol=1e-4)
 
 
-def test_a_compiled_sequential_on_cuda_runs_one_sequence_op_and_equals_torch(backend):
-    """nn.Sequential while torch.compile traces: one dnnbind::sequence op per run of layers on CUDA
+def test_a_compiled_sequential_on_cuda_equals_torch(backend):
+    """nn.Sequential while torch.compile traces: each layer's typed op (training ops and pullbacks) on CUDA
     tensors (eager calls off the CPU take the layers one by one), against torch.nn's own layers."""
     backend("conv", "batchnorm", "activation", "maxpool")
 

@@ -103,6 +103,29 @@ def test_opcheck_passes_for_the_backward_ops(op, args):
     torch.library.opcheck(getattr(torch.ops.dnnbind, f"{op}_backward"), (cotangents, *args, [True] * len(tensors)))
 
 
+@pytest.mark.parametrize("op,args", OPCHECK_CASES)
+def test_opcheck_passes_for_the_training_and_pullback_ops(op, args):
+    """The training op returns the forward's results and the backend's residuals; the pullback on those
+    residuals gives the gradients the input-based backward op gives."""
+    from dnnbind.torch import typed
+    args = [[t.detach() if isinstance(t, torch.Tensor) else t for t in a] if isinstance(a, list) else
+            a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    saves = typed.saves_tag("cpu")
+    torch.library.opcheck(getattr(torch.ops.dnnbind, f"{op}_training"), (*args, saves))
+    results, residuals = getattr(torch.ops.dnnbind, f"{op}_training")(*args, saves)
+    expected = getattr(torch.ops.dnnbind, op)(*args)
+    expected = [expected] if isinstance(expected, torch.Tensor) else expected
+    for a, b in zip(results, expected):
+        if op != "dropout" or a.dtype != torch.bool:
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    cotangents = [torch.randn_like(results[0])] + [None] * (len(SPECS[op].outputs) - 1)
+    tensors = [t for a in args for t in (a if isinstance(a, list) else [a]) if isinstance(t, torch.Tensor)]
+    needs = [True] * len(tensors)
+    grads = getattr(torch.ops.dnnbind, f"{op}_pullback")(residuals, cotangents, *args, needs)
+    torch.testing.assert_close(grads, getattr(torch.ops.dnnbind, f"{op}_backward")(cotangents, *args, needs))
+    torch.library.opcheck(getattr(torch.ops.dnnbind, f"{op}_pullback"), (residuals, cotangents, *args, needs))
+
+
 class SmallCNN(torch.nn.Module):
     def __init__(self, nn) -> None:
         super().__init__()
@@ -419,42 +442,48 @@ def test_conv_backward_computes_only_the_gradients_autograd_needs(monkeypatch, c
 
 
 def test_params_name_what_decides_the_residuals():
-    """A graph torch.compile caches on disk holds the custom ops' params text: it names dnnbind's version,
-    residual revision and (on the CPU) whether the C kernels run, which decide what the forward saves, so
-    a cache entry from other conditions is never reused with residuals of another shape."""
-    import json
+    """A graph torch.compile caches on disk holds the training op's ``saves`` text: it names dnnbind's
+    version, residual revision and (on the CPU) whether the C kernels run, which decide what the forward
+    saves, so a cache entry from other conditions is never reused with residuals of another shape. An
+    inference graph holds the forward op, without it."""
     import os
     import subprocess
     import sys
+    from pathlib import Path
     import dnnbind
+    from torch._dynamo.testing import EagerAndRecordGraphs
     from dnnbind.highlevel.residual import RESIDUAL_REVISION
-    from dnnbind.torch import eager
-    code = "from dnnbind.torch import library; print(library._saves('cpu'))"
-    src = os.path.dirname(os.path.dirname(dnnbind.__file__))        # the dnnbind under test, not the venv's
+    code = "from dnnbind.torch import typed; print(typed.saves_tag('cpu'))"
+    source = str(Path(dnnbind.__file__).parents[1])          # this checkout's dnnbind in the subprocess too
     tags = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "DNNBIND_NATIVE": value, "PYTHONPATH": src}).stdout.strip()
+                           env={**os.environ, "DNNBIND_NATIVE": value, "PYTHONPATH": source}).stdout.strip()
             for value in ("0", "1")]
     assert tags == [f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/numpy", f"{dnnbind.__version__}/r{RESIDUAL_REVISION}/native"]
-    seen = []
-    original = eager._EAGER_APPLY["conv"]
-    try:
-        eager._EAGER_APPLY["conv"] = lambda plan, *rest: seen.append(plan.params) or original(plan, *rest)
-        dt.conv(torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3))
-    finally:
-        eager._EAGER_APPLY["conv"] = original
-    assert json.loads(seen[0])["saves"] == tags[1]
+    conv = dnn.Conv2d(2, 3, 3, padding=1)
+    x = torch.randn(1, 2, 5, 5)
+    training, inference = EagerAndRecordGraphs(), EagerAndRecordGraphs()
+    torch.compile(conv, backend=training, fullgraph=True)(x)
+    with torch.no_grad():
+        torch.compile(dnn.Conv2d(2, 3, 3, padding=1), backend=inference, fullgraph=True)(x)
+    assert "dnnbind.conv_training" in training.graphs[0].code and repr(tags[1]) in training.graphs[0].code
+    code = inference.graphs[0].code
+    assert "torch.ops.dnnbind.conv(" in code and dnnbind.__version__ not in code and "{" not in code
 
 
 def test_repeated_eager_calls_share_one_signature():
-    from dnnbind.torch import library
-    library._SIGNATURES.clear()
+    from dnnbind.highlevel import plans
+    from dnnbind.torch import calls
+
+    def signatures():
+        return [v for v in plans.CACHE.entries.values() if isinstance(v, calls.Call)]
+    plans.CACHE.clear()
     conv = dnn.Conv2d(2, 3, 3, padding=1).double()
     x = _r(2, 2, 5, 5)
     for _ in range(3):
         conv(x).sum().backward()
-    assert len(library._SIGNATURES) == 1
+    assert len(signatures()) == 1
     conv(_r(1, 2, 6, 6))                     # another shape: another signature
-    assert len(library._SIGNATURES) == 2
+    assert len(signatures()) == 2
 
 
 def test_a_changed_setting_or_a_zero_of_another_sign_is_another_signature():

@@ -193,3 +193,28 @@ def test_autocast_runs_convolutions_and_recurrences_in_its_dtype_like_torch(comp
     torch.testing.assert_close(out, out_ref, rtol=2e-2, atol=1e-2)
     with torch.autocast("cpu", enabled=False):
         assert ours[0](x).dtype == torch.float32
+
+
+def _outputs(result):
+    """A layer's tensors, flattened (an RNN's output and its states)."""
+    if isinstance(result, torch.Tensor):
+        return [result]
+    return [t for r in result for t in _outputs(r)] if isinstance(result, (tuple, list)) else []
+
+
+@pytest.mark.parametrize("input_dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_every_layer_returns_torchs_dtypes_under_autocast(name, input_dtype):
+    """Under torch.autocast (CPU, bfloat16) every layer returns its results in the dtypes torch's own
+    layer returns them in (lower precision for convolutions, float32 where torch keeps it), for a float32
+    input and for a bfloat16 one (the output of an earlier autocast layer)."""
+    arguments, shape = SAMPLES[name]
+    torch.manual_seed(0)
+    theirs = getattr(torch_nn, name)(*arguments)
+    ours = getattr(dnnbind_nn, name)(*arguments)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(shape).to(input_dtype)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        found, expected = _outputs(ours(x)), _outputs(theirs(x))
+    assert [t.dtype for t in found] == [t.dtype for t in expected]
+    assert [t.shape for t in found] == [t.shape for t in expected]

@@ -45,7 +45,7 @@ def _same_step(model: torch.nn.Module, twin: torch.nn.Module, x: torch.Tensor, s
 @pytest.fixture(autouse=True)
 def no_plans(monkeypatch) -> None:
     """Each test starts without the eager plans an earlier one left (a first call then plans)."""
-    monkeypatch.setattr(eager, "_PLANS", {})
+    monkeypatch.setattr(eager._CACHE, "entries", {})
 
 
 @pytest.fixture

@@ -172,16 +172,17 @@ class CacheInfo(NamedTuple):
 
 
 class PlanCache:
-    """The bounded map ``key -> Plan`` (see the module doc); readers use :attr:`entries` directly."""
+    """The bounded map ``key -> Plan`` (see the module doc); readers use :attr:`entries` directly. It also
+    holds what :func:`remember` keeps and the frameworks' own plans (dnnbind.torch's eager calls)."""
 
     def __init__(self, maxsize: int = 1024) -> None:
-        self.entries: dict[tuple, Plan] = {}
+        self.entries: dict[tuple, Any] = {}
         self.maxsize = maxsize
         self.misses = 0
         self._evicted_hits = 0
         self._lock = threading.Lock()
 
-    def store(self, key: tuple, plan: Plan) -> None:
+    def store(self, key: tuple, plan: Any) -> None:
         with self._lock:
             self.entries[key] = plan
             while len(self.entries) > self.maxsize:

@@ -38,9 +38,10 @@ class ArraySpec(NamedTuple):
     dtype: Any
 
 
-#: The revision of what the forwards save (which arrays, their shapes): part of every custom op call's
-#: params (dnnbind.torch.library), so that a compiled graph cached on disk by torch.compile is never
-#: reused by a dnnbind that saves something else. Bump it whenever a backend's residuals change.
+#: The revision of what the forwards save (which arrays, their shapes): part of the ``saves`` argument of
+#: dnnbind.torch's training ops (dnnbind.torch.typed.saves_tag), so that a compiled training graph cached on
+#: disk by torch.compile is never reused by a dnnbind that saves something else. Bump it whenever a
+#: backend's residuals change.
 RESIDUAL_REVISION = 5
 
 #: every gradient of a three-gradient op

@@ -1,14 +1,15 @@
 """dnnbind.torch's ops on plain tensors in eager mode: one ``torch.autograd.Function`` per op, no dispatcher.
 
-The registered custom ops (:mod:`dnnbind.torch.library`) are what ``torch.compile``, ``torch.export``,
+The registered custom ops (:mod:`dnnbind.torch.typed`) are what ``torch.compile``, ``torch.export``,
 tensor subclasses and dispatch modes see. A plain eager call (a training loop's) runs the same backend
 functions, static arguments and backward through :class:`_Eager` instead: the dispatcher's custom-op
 autograd costs about 0.2 ms per forward and again per backward, more than a small op itself.
 
 Everything such a call repeats (the checks, the static arguments, where each gradient goes) is a
-:class:`Plan`, built by the first call and found again by :func:`planned` in one dictionary lookup keyed
-by the tensors' types, shapes, dtypes and devices and the op's keyword arguments (exact values: 1, 1.0
-and True, 0.0 and -0.0 are different keys). Kept short on purpose: the Python that runs between two
+:class:`Plan` on the call's :class:`dnnbind.torch.calls.Call`, built by the first call and found again by
+:func:`planned` in one dictionary lookup of the one plan cache (``dnnbind.plan_cache_info()``), keyed by
+the tensors' types, shapes, dtypes and devices and the op's keyword arguments (exact values: 1, 1.0 and
+True, 0.0 and -0.0 are different keys). Kept short on purpose: the Python that runs between two
 kernels runs with caches the kernels just flushed, so each line there costs several times its usual time.
 """
 from __future__ import annotations
@@ -23,37 +24,74 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 from dnnbind.highlevel import plans
 from dnnbind.highlevel.grad_mode import saving, saving_residuals
 from dnnbind.highlevel.specs import SPECS
-from dnnbind.torch import library, typed
+from dnnbind.torch import calls, typed
+from dnnbind.torch.calls import NOTHING as _NOTHING
+from dnnbind.torch.calls import pick as _pick
+from dnnbind.torch.calls import tree_map as _map
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
-from dnnbind.torch.library import _NOTHING, _map, _pick
 
 Tensor = torch.Tensor
 
 
 class Plan:
     """What every eager call of one op with the same tensors' metadata and arguments has in common: the
-    backend's functions and static arguments (a :class:`library._Signature`), where the call's tensors go
-    among the op's spec's arrays and where each one's gradient comes from among the backward's results."""
+    backend's functions and static arguments (a :class:`calls.Call`), where the call's tensors go among
+    the op's spec's arrays and where each one's gradient comes from among the backward's results."""
 
-    __slots__ = ("op", "sig", "forward", "backward", "static", "device", "scoped", "params", "reals", "nested",
-                 "tensors", "gradients", "skip", "statistics", "integers", "first")
+    __slots__ = ("op", "call", "forward", "backward", "static", "device", "scoped", "kwargs", "nested", "slots",
+                 "positions", "gradients", "skip", "statistics", "integers", "first")
 
-    def __init__(self, op: str, sig: Any, params: str, reals: list[float]) -> None:
-        self.op, self.sig, self.params, self.reals = op, sig, params, reals
-        self.forward, self.backward, self.static, self.device = sig.forward, sig.backward, sig.static, sig.device
+    def __init__(self, op: str, call: calls.Call, slots: list[Any], kwargs: dict[str, Any]) -> None:
+        self.op, self.call, self.slots, self.kwargs = op, call, slots, kwargs
+        self.forward, self.backward, self.static, self.device = call.forward, call.backward, call.static, call.device
         # whether the call needs its device scope: on the CPU only the ops that call numpy's BLAS
-        self.scoped = sig.scoped
-        slots = sig.p["slots"]
+        self.scoped = call.scoped
         # rnn's nested weights and dropout's seed tensor (no array of the op's) take the general mapping
-        self.nested = sig.positions is None
-        self.tensors = sig.tensors           # x and others in the spec's order (None where not given)
-        self.gradients = sig.gradients
+        self.nested = bool(SPECS[op].tensor_arguments) or any(isinstance(s, list) for s in slots)
+        # spec array -> its index in (x, *others), None where not given
+        counter = iter(range(1, 1 + len(slots)))
+        self.positions = (0, *[next(counter) if s else None for s in slots])
+        # per tensor in (x, *others): where its gradient is among the backward's (dropout's seed: none)
+        self.gradients = (*call.paths, *[None] * (_count(slots) + 1 - len(call.paths)))
         # the ops whose gradients may be skipped (conv: x, w, b; layer_norm: x, weight, bias): per array with
         # a gradient, its place among the call's tensors (None when not given)
         self.skip = _skip_places(SPECS[op].arrays, slots) if SPECS[op].skippable else None
-        self.statistics = SPECS[op].updates_in_place(sig.p["args"])
+        self.statistics = SPECS[op].updates_in_place(kwargs)
         self.integers: tuple[int, ...] | None = None     # outputs without gradient (maxpool's indices)
         self.first: tuple | None = None                  # output 0's shape, dtype and device
+
+    def tensors(self, x: Any, others: Sequence[Any]) -> list[Any]:
+        """x and others in the spec's order (None where not given; dropout's seed tensor left out): the
+        tensors, or whatever stands for them (their indices)."""
+        if self.nested:
+            arrays = [x, *_unflatten(others, self.slots)]
+            return arrays[:len(SPECS[self.op].arrays)]
+        inputs = (x, *others)
+        return [None if i is None else inputs[i] for i in self.positions]
+
+
+def _slots(arrays: Sequence[Any]) -> list[Any]:
+    """Per array after x: 0 for None, 1 for a tensor, a list of those for a nest (rnn's weights)."""
+    def slot(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return [slot(v) for v in value]
+        return 0 if value is None else 1
+    return [slot(a) for a in arrays]
+
+
+def _count(slots: Any) -> int:
+    return sum(_count(s) for s in slots) if isinstance(slots, list) else int(slots)
+
+
+def _unflatten(leaves: Sequence[Any], slots: Sequence[Any]) -> list[Any]:
+    """The arrays :func:`_slots` described, from their non-None leaves in order."""
+    it = iter(leaves)
+
+    def take(slot: Any) -> Any:
+        if isinstance(slot, list):
+            return [take(s) for s in slot]
+        return next(it) if slot else None
+    return [take(s) for s in slots]
 
 
 def _skip_places(arrays: Sequence[Any], slots: Sequence[Any]) -> tuple[int | None, ...]:
@@ -157,12 +195,8 @@ def _typed_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None]) -> li
     """The backward through the typed backward op (:mod:`dnnbind.torch.typed`), differentiable again
     by the op's second-order rule: one gradient per input (x, *others), None where none is wanted."""
     x, *others = ctx.inputs
-    kwargs = {**plan.sig.p["args"], **dict(zip(plan.sig.p["reals"], plan.reals))}
     tensors = plan.tensors(x, others)
-    k = len(SPECS[plan.op].tensor_arguments)      # dropout's seed tensor: the last of others, no array
-    if k and len(others) >= k:
-        kwargs.update(zip(SPECS[plan.op].tensor_arguments, others[len(others) - k:]))
-    inputs = typed.typed_arguments(plan.op, tensors[0], tensors[1:], SPECS[plan.op].arguments_function(**kwargs))
+    inputs = typed.typed_arguments(plan.op, tensors[0], tensors[1:], SPECS[plan.op].arguments_function(**plan.kwargs))
     flat = typed._flat_tensors(plan.op, inputs)
     flags = ctx.needs_input_grad[1:]            # one per tensor in (x, *others), the given ones in order
     needs = [bool(f) for f in flags]
@@ -235,11 +269,6 @@ def _plain_eager(x: Tensor, others: Sequence[Tensor]) -> bool:
 #: arguments) nor rnn (nested weights and sequence lengths); their calls run through :func:`call`
 PLANNED = frozenset(op for op, spec in SPECS.items() if spec.planned)
 
-#: plans by :func:`_key` (bounded: cleared when full; a training loop has a few)
-_PLANS: dict[tuple, Plan] = {}
-_PLANS_MAX = 1024
-
-
 def _key(op: str, tensors: Sequence[Tensor | None], arguments: tuple) -> tuple:
     """The plan key of a call: each tensor's type, shape, dtype and device (None where not given) and
     the arguments as exact values (floats by their hex text, types alongside; see plans.arguments_key).
@@ -273,7 +302,7 @@ def planned(op: str, tensors: tuple, arguments: dict[str, Any]) -> tuple[Tensor,
     if _tracing():
         return None
     try:
-        plan = _PLANS.get(_key(op, tensors, tuple(arguments.values())))
+        plan = _CACHE.entries.get(_key(op, tensors, tuple(arguments.values())))
     except (plans.NotPlain, TypeError):
         return None
     if plan is None:
@@ -282,33 +311,46 @@ def planned(op: str, tensors: tuple, arguments: dict[str, Any]) -> tuple[Tensor,
     return result
 
 
-def _plan(op: str, x: Tensor, others: Sequence[Tensor], params: str, reals: list[float]) -> Plan:
-    sig = library._signature(op, x, others, params, reals)
-    plan = sig.plan
+def _plan(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> Plan:
+    """The plan of a call given x, the spec's other arrays then its tensor arguments (``arrays``), and the
+    public op's keyword arguments (the tensor arguments among them)."""
+    call = calls.call_of(op, x, arrays[:len(SPECS[op].arrays) - 1], kwargs)
+    plan = call.plan
     if plan is None:
-        plan = Plan(op, sig, params, reals)
-        if sig.cached:
-            sig.plan = plan
+        plan = Plan(op, call, _slots(arrays), kwargs)
+        if _remembered(op, kwargs):
+            call.plan = plan
     return plan
 
 
+def _remembered(op: str, kwargs: dict[str, Any]) -> bool:
+    """Whether :func:`calls.call_of` keeps this call's Call: not when given a tensor argument (dropout's
+    seed tensor, whose value is one of the static arguments)."""
+    return not any(isinstance(kwargs.get(name), Tensor) for name in SPECS[op].tensor_arguments)
+
+
+#: the one plan cache (dnnbind.highlevel.plans), which holds the eager plans by :func:`_key` too
+_CACHE = plans.CACHE
+
+
 def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
-    """Run op on x and the op's other spec's arrays (tensors, None, or rnn's nested weights) with the public
-    op's keyword arguments, eagerly or as the registered custom op; returns the op's non-None outputs.
-    A plain eager call leaves its plan for :func:`planned` to find."""
-    others, params, reals = library.op_params(op, x.device.type, arrays, kwargs)
+    """Run op on x and the op's other spec's arrays (tensors, None, or rnn's nested weights; then its tensor
+    arguments, dropout's seed) with the public op's keyword arguments, eagerly or as the registered custom
+    op; returns the op's non-None outputs. A plain eager call leaves its plan for :func:`planned` to find."""
+    others = calls.leaves(list(arrays))
     if not _plain_eager(x, others):
         return typed.call(op, x, arrays, kwargs)
-    plan = _plan(op, x, others, params, [float(r) for r in reals.values()])
-    if op in PLANNED and plan.sig.cached:
+    n = len(SPECS[op].arrays) - 1
+    spec_kwargs = {**kwargs, **dict(zip(SPECS[op].tensor_arguments, arrays[n:]))}
+    plan = _plan(op, x, arrays, spec_kwargs)
+    if op in PLANNED and _remembered(op, spec_kwargs):
         try:
             key = _key(op, (x, *arrays), tuple(kwargs.values()))
         except (plans.NotPlain, TypeError):
             key = None
-        if key is not None:
-            if len(_PLANS) >= _PLANS_MAX:
-                _PLANS.clear()
-            _PLANS[key] = plan
+        if key is not None and key not in _CACHE.entries:
+            _CACHE.misses += 1
+            _CACHE.store(key, plan)
     outputs = list(_EAGER_APPLY[op](plan, x, *others))
     if SPECS[op].updated_in_place:        # updated in place (see _Eager.forward), returned as the op does
         outputs += [t for t in arrays[SPECS[op].updated] if t is not None]

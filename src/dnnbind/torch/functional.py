@@ -1,6 +1,6 @@
 """dnnbind's ops on torch tensors; same arguments and semantics as :mod:`dnnbind.highlevel.ops`.
 
-Each runs as a ``torch.library`` custom op (:mod:`dnnbind.torch.library`), differentiable through
+Each runs as a typed ``torch.library`` custom op (:mod:`dnnbind.torch.typed`), differentiable through
 ``torch.autograd`` and traceable by ``torch.compile`` and ``torch.export``. Unbatched input follows the
 high-level ops' rules (:mod:`dnnbind.highlevel.unbatched`): the batch axis is added with ``unsqueeze``
 before the op and removed from its results, so autograd and the compilers see plain tensor views.
@@ -44,12 +44,21 @@ def autocast_dtype(x: Tensor) -> torch.dtype | None:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
 
 
-def _autocast(x: Tensor, *others: Any) -> tuple[Any, ...]:
+def autocast_float32(x: Tensor) -> Tensor:
+    """x as an op torch.autocast runs in float32 takes it (its CPU policy for max_pool3d and avg_pool3d):
+    a float16 or bfloat16 x in float32 while autocast is on for x's CPU device, else x as it is."""
+    if x.dtype in (torch.float16, torch.bfloat16) and x.device.type == "cpu" and autocast_dtype(x) is not None:
+        return x.float()
+    return x
+
+
+def _autocast(x: Tensor, *others: Any, dtype: torch.dtype | None = None) -> tuple[Any, ...]:
     """(x, *others) as torch.autocast's lower-precision ops take them: its floating-point tensors in the
-    autocast dtype of x's device (as they are when autocast is off); a list entry is a list of tensors."""
-    dtype = autocast_dtype(x)
-    if dtype is None:
+    autocast dtype of x's device, or ``dtype`` when given (as they are when autocast is off); a list entry
+    is a list of tensors."""
+    if autocast_dtype(x) is None:
         return (x, *others)
+    dtype = dtype or autocast_dtype(x)
 
     def lower(t: Any) -> Any:
         if isinstance(t, (list, tuple)):
@@ -237,7 +246,9 @@ def rnn(x: Tensor, weights: Sequence[Sequence[Tensor | None]], *, mode: str = "l
     packed-sequence semantics. Returns (y, hy, cy), cy None unless ``mode="lstm"``. Under torch.autocast
     in its dtype, as :func:`conv`.
     """
-    x, h0, c0, weights = _autocast(x, h0, c0, weights)
+    # torch's CPU GRU is no autocast op: it runs in the input's dtype (its LSTM and RNN run in autocast's)
+    x, h0, c0, weights = _autocast(x, h0, c0, weights,
+                                   dtype=x.dtype if mode == "gru" and x.device.type == "cpu" else None)
     _check(x=x, h0=h0, c0=c0, weights=weights)
     if isinstance(lengths, torch.Tensor):
         lengths = lengths.tolist()

@@ -16,7 +16,8 @@ from torch.autograd.function import once_differentiable
 
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.specs import SPECS
-from dnnbind.torch import eager, library
+from dnnbind.torch import eager
+from dnnbind.torch.calls import NOTHING
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 
 Tensor = torch.Tensor
@@ -52,7 +53,8 @@ def plan_run(fusions: Sequence[Fusion], x: Tensor) -> Run | None:
     for fusion in fusions:
         try:
             metas = [meta] + [None if t is None else (t.shape, t.dtype, t.device, type(t)) for t in fusion.tensors]
-            plan = eager._PLANS.get(eager.key_of_metas(fusion.op, metas, tuple(fusion.arguments.values())))
+            key = eager.key_of_metas(fusion.op, metas, tuple(fusion.arguments.values()))
+            plan: eager.Plan | None = eager._CACHE.entries.get(key)
         except (eager.plans.NotPlain, TypeError):
             return None
         if plan is None or plan.first is None or plan.integers != () or plan.nested or plan.gradients[0] is None:
@@ -200,7 +202,7 @@ def _arrays(steps: list[Step]) -> list[list[Any]]:
 
 def _scope(planned: Run) -> Any:
     """The device scope of the run (convert.device_scope), entered once: where any step's call needs it."""
-    return library._NOTHING if planned.scope is None else device_scope(planned.scope)
+    return NOTHING if planned.scope is None else device_scope(planned.scope)
 
 
 def _given(step: Step) -> int:

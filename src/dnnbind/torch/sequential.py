@@ -7,8 +7,8 @@ earlier call (the first call runs them one by one and leaves the plans) runs thr
 the difference takes the layers one by one: hooks on a layer (forward, pre-forward, backward) or
 global module hooks, saved-tensor hooks, a forward replaced on an instance, a subclass of a layer,
 torch.func transforms, dispatch modes, tensor subclasses, and tensors off the CPU (the GPU path is not
-verified on a device yet). While torch.compile or torch.export traces, such a run (planned or not) is
-one ``dnnbind::sequence`` custom op (:mod:`dnnbind.torch.sequence_op`) instead of two per layer.
+verified on a device yet). While torch.compile or torch.export traces, the layers run one by one: the
+graph holds each layer's typed op (:mod:`dnnbind.torch.typed`).
 
 A planned run is remembered per input shape with a snapshot of its layers (:func:`_state`): a later
 call whose layers are the same objects, unchanged, takes the steps again without asking each layer
@@ -28,7 +28,7 @@ from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 from torch.nn.modules import module as _module
 
-from dnnbind.torch import eager, fused, sequence_op
+from dnnbind.torch import eager, fused
 from dnnbind.torch import functional as F
 from dnnbind.torch.convolution import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from dnnbind.torch.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d
@@ -65,7 +65,7 @@ class Sequential(nn.Sequential):
                 x = modules[i](x)
                 i += 1
                 continue
-            x = _traced_run(modules[i:end], x) if compiling else _run(self, i, modules[i:end], x)
+            x = _one_by_one(modules[i:end], x) if compiling else _run(self, i, modules[i:end], x)
             i = end
         return x
 
@@ -138,17 +138,6 @@ def _metas(tensors: list[Tensor | None]) -> list[tuple | None]:
 #: per Sequential, its planned runs by (the first layer's index, x's shape, dtype, device and type)
 _PLANNED: weakref.WeakKeyDictionary[nn.Module, dict[tuple, _Planned]] = weakref.WeakKeyDictionary()
 _PLANNED_PER_MODEL = 8
-
-
-def _traced_run(layers: list[nn.Module], x: Any) -> Any:
-    """``layers`` on x while torch.compile traces: one ``dnnbind::sequence`` op
-    (:mod:`dnnbind.torch.sequence_op`) when every layer's call is one and no global module hook would
-    see the layers, else the layers one by one. torch.export takes the layers one by one, each a typed
-    op: an exported program holds nothing of this install (the sequence op's params text does)."""
-    fusions = None
-    if isinstance(x, torch.Tensor) and not _global_hooks() and not torch.compiler.is_exporting():
-        fusions = _fusions(layers, x)
-    return _one_by_one(layers, x) if fusions is None else sequence_op.run(fusions, x)
 
 
 def _fusions(layers: list[nn.Module], x: Tensor) -> list[fused.Fusion] | None:

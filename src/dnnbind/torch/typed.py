@@ -17,9 +17,17 @@ program exported for inference or training holds nothing a backend or a version 
 The backward op takes the cotangents of the results (None for those not given) and the forward's inputs
 and returns one gradient per tensor given (None entries left out), an empty tensor where ``needs`` (one
 flag per tensor given) asks for none or the tensor has no gradient (batch norm's running statistics);
-it runs the backend's forward again for the residuals its backward needs.
+it runs the backend's forward again for the residuals its backward needs, so it is what a differentiable
+backward (create_graph, torch.func) records, and the forward op's own gradient formula. Where a call may
+be differentiated (grad mode on, a tensor requiring grad, not torch.export), :func:`call` runs
+``dnnbind::NAME_training`` instead (``(inputs, str saves) -> (Tensor[] results, Tensor[] residuals)``,
+``saves`` naming what decides the residuals' layout, :func:`saves_tag`), whose gradient formula calls
+``dnnbind::NAME_pullback(Tensor[] residuals, Tensor?[] cotangents, inputs, bool[] needs)`` on the
+residuals it saved: no forward runs twice, and an inference graph or an exported program holds the
+residual-free op. The kernels run the backends through
+:mod:`dnnbind.torch.calls`.
 
-Fake kernels compute shapes from the dims objects through the specs' checks (:func:`library._fake_forward`).
+Fake kernels compute shapes from the dims objects through the specs' checks (:func:`calls.fake`).
 Autograd is registered with ``register_autograd`` (``setup_context``), batching rules with
 ``register_vmap`` (:mod:`dnnbind.torch.batching`), so ``torch.func`` transforms work in eager mode.
 """
@@ -33,10 +41,10 @@ import torch
 
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.specs.base import Kind, OpSpec
-from dnnbind.torch import batching, library
+from dnnbind.torch import batching, calls
 
 Tensor = torch.Tensor
-NAMESPACE = library.NAMESPACE
+NAMESPACE = "dnnbind"
 
 
 # -- schemas --------------------------------------------------------------------------------------
@@ -62,6 +70,14 @@ def schemas(spec: OpSpec) -> tuple[str, str]:
     inputs = ", ".join(_inputs(spec))
     result = "Tensor" if single_result(spec) else "Tensor[]"
     return f"({inputs}) -> {result}", f"(Tensor?[] cotangents, {inputs}, bool[] needs) -> Tensor[]"
+
+
+def training_schemas(spec: OpSpec) -> tuple[str, str]:
+    """(the training forward's schema: results and residuals, the pullback's: gradients from the
+    residuals), without the op's name."""
+    inputs = ", ".join(_inputs(spec))
+    return (f"({inputs}, str saves) -> (Tensor[] results, Tensor[] residuals)",
+            f"(Tensor[] residuals, Tensor?[] cotangents, {inputs}, bool[] needs) -> Tensor[]")
 
 
 # -- typed arguments <-> the public op's ----------------------------------------------------------
@@ -148,15 +164,6 @@ def public_arguments(op: str, args: Sequence[Any]) -> tuple[Tensor, list[Any], d
     return x, arrays, kwargs
 
 
-def _generic(op: str, args: Sequence[Any]) -> tuple[Tensor, list[Any], str, list[float]]:
-    """(x, others, params, reals) of the residual machinery (:mod:`library`) for a typed call; a tensor
-    argument (dropout's seed) goes after the arrays, as :func:`library.op_params` takes it."""
-    x, arrays, kwargs = public_arguments(op, args)
-    tensors = [kwargs.pop(name) for name in SPECS[op].tensor_arguments]
-    others, params, reals = library.op_params(op, x.device.type, [*arrays, *tensors], kwargs)
-    return x, others, params, [float(r) for r in reals.values()]
-
-
 def _flat_tensors(op: str, args: Sequence[Any]) -> list[Tensor | None]:
     """The typed call's tensor inputs in order (nested ones flattened, None where not given): the
     backward's gradients follow them."""
@@ -206,33 +213,65 @@ def _results(op: str, outputs: list[Tensor]) -> Any:
 
 
 def _forward(op: str, *args: Any) -> Any:
-    x, others, params, reals = _generic(op, args)
-    outputs, _ = library._forward(op, x, others, params, reals)
-    return _results(op, [o.clone() if any(o is a for a in (x, *others)) else o for o in outputs])
+    x, arrays, kwargs = public_arguments(op, args)
+    outputs, _ = calls.forward(calls.call_of(op, x, arrays, kwargs), x, arrays)
+    return _results(op, _own(outputs, args))
 
 
 def _fake_forward(op: str, *args: Any) -> Any:
-    x, others, params, reals = _generic(op, args)
-    outputs, _ = library._fake_forward(op, x, others, params, reals)
-    return _results(op, outputs)
+    return _results(op, calls.fake(op, *public_arguments(op, args))[0])
+
+
+def _own(tensors: Sequence[Tensor], inputs: Sequence[Any]) -> list[Tensor]:
+    """``tensors`` as a custom op may return them: a copy of any that shares memory with an input."""
+    taken = {t.data_ptr() for t in calls.leaves(list(inputs)) if isinstance(t, Tensor) and t.numel()}
+    return [t.clone() if t.numel() and t.data_ptr() in taken else t for t in tensors]
+
+
+def _training(op: str, *args_and_saves: Any) -> tuple[list[Tensor], list[Tensor]]:
+    """The training forward's kernel: the results (as the forward's) and the backend's residuals (``saves``:
+    :func:`saves_tag`, the cache key's part)."""
+    args = args_and_saves[:-1]
+    outputs, residuals = calls.run(op, *public_arguments(op, args))
+    return _own(outputs, args), _own(residuals, args)
+
+
+def _fake_training(op: str, *args_and_saves: Any) -> tuple[list[Tensor], list[Tensor]]:
+    return calls.fake(op, *public_arguments(op, args_and_saves[:-1]))
+
+
+def _pullback(op: str, residuals: Sequence[Any], cotangents: Sequence[Tensor | None],
+              *args_and_needs: Any) -> list[Tensor]:
+    """The pullback's kernel: the backend's backward on the training forward's residuals; one gradient
+    per tensor given, an empty tensor where ``needs`` asks for none or the tensor has none."""
+    *args, needs = args_and_needs
+    x, arrays, kwargs = public_arguments(op, args)
+    call = calls.call_of(op, x, arrays, kwargs)
+    given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
+    wanted = [bool(n) and d for n, (_, d) in zip(needs, given)]
+    grads = calls.gradients(call, residuals, cotangents, wanted[:len(call.paths)])
+    grads += [None] * (len(given) - len(grads))           # (dropout's seed tensor: none)
+    return [g if g is not None and w else t.new_empty((0,)) for g, w, (t, _) in zip(grads, wanted, given)]
 
 
 def _backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:
-    *args, needs = args_and_needs
-    x, others, params, reals = _generic(op, args)
-    outputs, residuals = library._forward(op, x, others, params, reals)
-    given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
-    wanted = [bool(n) and d for n, (_, d) in zip(needs, given)]
-    dx, d_others = library.gradients(op, x, others, params, reals, outputs, residuals, list(cotangents),
-                                     wanted[0], wanted[1:])
-    grads = [dx, *d_others] + [None] * (len(given) - 1 - len(d_others))     # (dropout's seed: none)
-    return [g if g is not None and w else t.new_empty((0,)) for g, w, (t, _) in zip(grads, wanted, given)]
+    """The input-based backward op's kernel: runs the forward again for its residuals (what a
+    differentiable backward, create_graph or torch.func, records; a plain backward reads the training
+    forward's residuals instead, :func:`_pullback`)."""
+    x, arrays, kwargs = public_arguments(op, args_and_needs[:-1])
+    _, residuals = calls.forward(calls.call_of(op, x, arrays, kwargs), x, arrays)
+    return _pullback(op, residuals, cotangents, *args_and_needs)
 
 
 def _fake_backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:
     *args, needs = args_and_needs
     given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
     return [t.new_empty(t.shape if bool(n) and d else (0,)) for n, (t, d) in zip(needs, given)]
+
+
+def _fake_pullback(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None],
+                   *args_and_needs: Any) -> list[Tensor]:
+    return _fake_backward(op, cotangents, *args_and_needs)
 
 
 # -- autograd -------------------------------------------------------------------------------------
@@ -256,15 +295,57 @@ def _kept(op: str) -> frozenset[int]:
     return frozenset(SPECS[op].array_names.index(n) for n in SPECS[op].updated_in_place)
 
 
-def _setup(op: str, ctx: Any, statics: Sequence[Any], tensors: Sequence[Tensor | None], output: Any) -> None:
+def _setup(op: str, ctx: Any, statics: Sequence[Any], tensors: Sequence[Tensor | None], output: Any,
+           residuals: Sequence[Tensor] | None = None) -> None:
+    """What the backward reads: the call's tensors (batch norm's running statistics by reference), its
+    static inputs and, from the training forward, the residuals (None: the backward op reruns the forward)."""
     kept = _kept(op)
-    ctx.save_for_backward(*[t for i, t in enumerate(tensors) if t is not None and i not in kept])
+    saved = [t for i, t in enumerate(tensors) if t is not None and i not in kept]
+    ctx.save_for_backward(*saved, *(residuals or ()))
+    ctx.residuals = None if residuals is None else len(residuals)
     ctx.kept = {i: tensors[i] for i in kept}
     ctx.places = [t is not None for t in tensors]
     ctx.statics = list(statics)
     outputs = [output] if isinstance(output, Tensor) else list(output)
     ctx.results = _result_count(op, _with_tensors(op, statics, tensors), outputs)
-    ctx.mark_non_differentiable(*outputs[ctx.results:], *[o for o in outputs if not o.is_floating_point()])
+    ctx.mark_non_differentiable(*outputs[ctx.results:], *[o for o in outputs if not o.is_floating_point()],
+                                *(residuals or ()))
+
+
+def _training_setup(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
+    inputs = inputs[:-1]                       # (the saves tag)
+    results, residuals = output
+    _setup(op, ctx, _statics(inputs), _flat_tensors(op, inputs), list(results), list(residuals))
+
+
+def _training_backward(op: str, ctx: Any, d_results: Sequence[Tensor | None], d_residuals: Any) -> tuple:
+    """The training forward's gradient formula: the pullback on its residuals, or where a graph of the
+    backward is built (create_graph, torch.func), the differentiable input-based backward op."""
+    inputs, gradients = _gradients(op, ctx, (list(d_results),), _needs(op, ctx.needs_input_grad, ctx.statics))
+    return (*_per_input(op, inputs, gradients), None)
+
+
+def saves_tag(device_type: str) -> str:
+    """What decides the residuals' layout besides a call's own arguments: dnnbind's version and residual
+    revision, and on the CPU whether the cpu backend's C kernels run (they take other paths, which save
+    other arrays). The training op takes it as an argument, so that a compiled training graph that
+    torch.compile caches on disk (keyed by the traced graph's text) is never reused by a dnnbind that
+    saves something else; the forward op, what inference graphs and exported programs hold, has none."""
+    return _SAVES.get(device_type, _SAVES_ELSEWHERE)
+
+
+def _saves_of(device_type: str) -> str:
+    from dnnbind import __version__
+    from dnnbind.highlevel.cpu import native
+    from dnnbind.highlevel.residual import RESIDUAL_REVISION
+    kernels = "" if device_type != "cpu" else "/native" if native.library() is not None else "/numpy"
+    return f"{__version__}/r{RESIDUAL_REVISION}{kernels}"
+
+
+# worked out when this module is imported (a compiled graph must not trace it)
+_SAVES = {"cpu": _saves_of("cpu")}
+_SAVES["meta"] = _SAVES["cpu"]          # meta tensors' residuals are the cpu backend's (see calls.backend)
+_SAVES_ELSEWHERE = _saves_of("cuda")
 
 
 def _setup_context(op: str, ctx: Any, inputs: tuple, output: Any) -> None:
@@ -299,6 +380,7 @@ def _gradients(op: str, ctx: Any, grads: Sequence[Any], needs: list[bool]) -> tu
     """(the typed call's inputs, one gradient per entry of :func:`_flat_tensors`, None where none)."""
     saved = iter(ctx.saved_tensors)
     tensors = [ctx.kept[i] if i in ctx.kept else next(saved) if given else None for i, given in enumerate(ctx.places)]
+    residuals = list(saved)
     inputs = _with_tensors(op, ctx.statics, tensors)
     d_outputs = list(grads[0]) if len(grads) == 1 and isinstance(grads[0], (list, tuple)) else list(grads)
     cotangents = [d if d is not None and d.is_floating_point() else None for d in d_outputs[:ctx.results]]
@@ -307,6 +389,8 @@ def _gradients(op: str, ctx: Any, grads: Sequence[Any], needs: list[bool]) -> tu
         flags = [n for n, given in zip(needs, ctx.places) if given]      # one per tensor given
         if torch.is_grad_enabled() or _functorch():        # a graph of the backward is built: refusable
             found = iter(BACKWARDS[op].apply(_statics(inputs), flags, len(cotangents), *cotangents, *tensors))
+        elif getattr(ctx, "residuals", None) is not None:
+            found = iter(getattr(torch.ops.dnnbind, f"{op}_pullback")(residuals, cotangents, *inputs, flags))
         else:
             found = iter(getattr(torch.ops.dnnbind, f"{op}_backward")(cotangents, *inputs, flags))
         gradients = [next(found) if given else None for given in ctx.places]
@@ -566,6 +650,15 @@ def _register(op: str) -> None:
     backward.register_fake(functools.partial(_fake_backward, op))
     forward.register_autograd(functools.partial(_autograd_backward, op),
                               setup_context=functools.partial(_setup_context, op))
+    training_schema, pullback_schema = training_schemas(spec)
+    training = torch.library.custom_op(f"{name}_training", functools.partial(_training, op), mutates_args=(),
+                                       schema=training_schema)
+    training.register_fake(functools.partial(_fake_training, op))
+    training.register_autograd(functools.partial(_training_backward, op),
+                               setup_context=functools.partial(_training_setup, op))
+    pullback = torch.library.custom_op(f"{name}_pullback", functools.partial(_pullback, op), mutates_args=(),
+                                       schema=pullback_schema)
+    pullback.register_fake(functools.partial(_fake_pullback, op))
     torch.library.register_vmap(forward, batching.forward_rule(op))
     torch.library.register_vmap(backward, batching.backward_rule(op))
 
@@ -583,6 +676,12 @@ def call(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> l
     inputs = typed_arguments(op, x, arrays[:n], kwargs)
     if _functorch():           # torch.func transforms take an autograd.Function with setup_context
         result = FUNCTIONS[op].apply(_statics(inputs), *_flat_tensors(op, inputs))
+    elif torch.is_grad_enabled() and not torch.compiler.is_exporting() and any(
+            t is not None and t.requires_grad for t in _flat_tensors(op, inputs)):
+        # a gradient may be asked for: the training op, whose residuals the backward reads (an exported
+        # program keeps the residual-free op: torch.export traces above autograd)
+        result, _ = getattr(torch.ops.dnnbind, f"{op}_training")(*inputs, saves_tag(x.device.type))
+        result = result[0] if single_result(spec) else result
     else:
         result = getattr(torch.ops.dnnbind, op)(*inputs)
     return [result] if isinstance(result, Tensor) else list(result)

@@ -1,12 +1,11 @@
-"""dnnbind::sequence and dnnbind::sequence_backward: a run of layers as one custom op pair, for
-torch.compile and torch.export (dnnbind.torch.nn.Sequential calls them while tracing)."""
+"""dnnbind.torch.nn.Sequential while torch.compile or torch.export traces: its layers' typed ops, one per
+layer (a run of layers was one ``dnnbind::sequence`` op with a params text before; it is gone)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from dnnbind.torch import nn as dnn
-from dnnbind.torch import sequence_op
 
 
 def _layers(name: str) -> torch.nn.Sequential:
@@ -19,52 +18,6 @@ def _layers(name: str) -> torch.nn.Sequential:
 
 
 SHAPES = {"train": (2, 3, 6, 6), "eval": (3, 2, 9)}
-
-
-def _call(name: str) -> tuple:
-    model = _layers(name)
-    x = torch.randn(SHAPES[name], dtype=torch.float64, requires_grad=True)
-    fusions = [layer._fusion(tuple(x.shape)) for layer in model]
-    return model, x, (x, *sequence_op.arguments(fusions, "cpu"))
-
-
-@pytest.mark.parametrize("name", sorted(SHAPES))
-def test_opcheck_passes_for_the_sequence_op_and_it_equals_the_layers(name):
-    model, x, args = _call(name)
-    torch.library.opcheck(torch.ops.dnnbind.sequence, args)
-    outputs, _ = torch.ops.dnnbind.sequence(*args)
-    twin = _layers(name)
-    twin.__class__ = torch.nn.Sequential            # the layers one by one
-    torch.testing.assert_close(outputs[0], twin(x), rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("frozen", [(), ("x",), ("x", "0.weight", "0.bias", "1.weight")])
-def test_opcheck_passes_for_the_sequence_backward_op(monkeypatch, frozen):
-    """The backward op as the autograd formula calls it: every gradient, none for x, or only the last
-    steps' (the steps before them do not run)."""
-    model, x, args = _call("train")
-    params = dict(model.named_parameters())
-    for name in frozen:
-        (x if name == "x" else params[name]).requires_grad_(False)
-    calls = []
-    original = sequence_op._backward_op
-    monkeypatch.setattr(sequence_op, "_backward_op", lambda *a: calls.append(a) or original(*a))
-    outputs, _ = torch.ops.dnnbind.sequence(*args)
-    outputs[0].square().sum().backward()
-    (residuals, cotangents, back_params, reals), = calls
-    torch.library.opcheck(torch.ops.dnnbind.sequence_backward, ([r.detach() for r in residuals],
-                                                                [c.detach() for c in cotangents], back_params, reals))
-    twin = _layers("train")
-    twin.__class__ = torch.nn.Sequential
-    for p, q in zip(twin.parameters(), model.parameters()):
-        p.requires_grad_(q.requires_grad)
-    xt = x.detach().requires_grad_(x.requires_grad)
-    twin(xt).square().sum().backward()
-    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
-        assert (p.grad is None) == (q.grad is None), name
-        if p.grad is not None:
-            torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
-    assert (x.grad is None) == ("x" in frozen)
 
 
 def _typed_only(exported, model) -> list[str]:
@@ -150,20 +103,3 @@ def test_a_batch_norm_called_twice_in_a_run_reads_its_own_update():
     torch.testing.assert_close(ours.running_mean, theirs.running_mean)
     torch.testing.assert_close(ours.running_var, theirs.running_var)
     assert int(ours.num_batches_tracked) == int(theirs.num_batches_tracked) == 4
-
-
-def test_a_seeded_dropout_step_takes_each_calls_seed():
-    """A run's chain is remembered per call signature, but a dropout step's seed is a value, not a
-    shape: each call must use its own (as the single dropout op does)."""
-    from dnnbind.torch import functional as F
-    from dnnbind.torch.fused import Fusion
-    x = torch.randn(4, 64, dtype=torch.float64)
-    relu = Fusion("activation", (), F.activation_arguments("relu", None))
-    results = []
-    for seed in (1, 2, 1):
-        seed_tensor = torch.tensor(seed, dtype=torch.int64)
-        args = sequence_op.arguments([relu, Fusion("dropout", (seed_tensor,), {"p": 0.5})], "cpu")
-        outputs, _ = torch.ops.dnnbind.sequence(x, *args)
-        torch.testing.assert_close(outputs[0], F.dropout(torch.relu(x), 0.5, seed=seed), rtol=0, atol=0)
-        results.append(outputs[0])
-    assert not torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])

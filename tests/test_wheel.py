@@ -27,6 +27,8 @@ x = rng.standard_normal((2, 3, 6, 6))
 runs = {
     "conv": lambda: dnnbind.conv(x, rng.standard_normal((4, 3, 3, 3)), np.ones(4), padding=1),
     "conv_transpose": lambda: dnnbind.conv_transpose(x, rng.standard_normal((3, 2, 3, 3)), stride=2),
+    "conv_bias_activation": lambda: dnnbind.conv_bias_activation(x, rng.standard_normal((4, 3, 3, 3)), np.ones(4),
+                                                                 padding=1, mode="swish"),
     "maxpool": lambda: dnnbind.maxpool(x, 2),
     "meanpool": lambda: dnnbind.meanpool(x, 3, padding=1, count_include_pad=False),
     "softmax": lambda: dnnbind.softmax(x),

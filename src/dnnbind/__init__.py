@@ -18,8 +18,8 @@ if TYPE_CHECKING:       # what the lazy names below resolve to, for type checker
     from dnnbind.highlevel.grad_mode import no_grad
     from dnnbind.highlevel.ops import BoundPlan, plan
     from dnnbind.highlevel.plans import clear_plan_cache, plan_cache_info
-    from dnnbind.highlevel.public import (activation, batchnorm, conv, conv_transpose, dropout, layer_norm,
-                                          logsoftmax, maxpool, meanpool, rnn, softmax)
+    from dnnbind.highlevel.public import (activation, batchnorm, conv, conv_bias_activation, conv_transpose, dropout,
+                                          layer_norm, logsoftmax, maxpool, meanpool, rnn, softmax)
     from dnnbind.runtime.trace import trace
 
 __version__ = "0.1.0"

@@ -72,6 +72,18 @@ def conv_transpose_cases(rng: np.random.Generator, torch_padding: bool = False) 
     return cases
 
 
+def conv_bias_activation_cases(rng: np.random.Generator, torch_padding: bool = False) -> list[Case]:
+    """Convolutions with an activation after them: every mode (its alpha default or given), bias or not."""
+    cases = []
+    for i, (mode, default) in enumerate(ACTIVATION_DEFAULTS.items()):
+        conv = conv_cases(rng, torch_padding)[i % 6]
+        alpha = None if default is None or i % 2 else 0.3
+        dims = conv.static[0]
+        cases.append(Case("conv_bias_activation", conv.arrays, (dims, mode, ACTIVATION_DEFAULTS[mode] if alpha is None
+                                                                 else alpha), {**conv.kw, "mode": mode, "alpha": alpha}))
+    return cases
+
+
 def maxpool_cases(rng: np.random.Generator) -> list[Case]:
     """Max pooling with padding, stride, dilation and ceil_mode, indices or not; small integers make ties,
     and a few -inf and NaN elements sit among them."""
@@ -207,7 +219,8 @@ def rnn_cases(rng: np.random.Generator) -> list[Case]:
 
 def all_cases(seed: int = 0, torch_padding: bool = False) -> list[Case]:
     rng = np.random.default_rng(seed)
-    return (conv_cases(rng, torch_padding) + conv_transpose_cases(rng, torch_padding) + maxpool_cases(rng)
+    return (conv_cases(rng, torch_padding) + conv_transpose_cases(rng, torch_padding)
+            + conv_bias_activation_cases(rng, torch_padding) + maxpool_cases(rng)
             + meanpool_cases(rng) + softmax_cases(rng) + activation_cases(rng) + batchnorm_cases(rng)
             + layer_norm_cases(rng) + dropout_cases(rng) + rnn_cases(rng))
 

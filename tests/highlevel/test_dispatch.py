@@ -16,7 +16,7 @@ import pytest
 import dnnbind
 from dnnbind.highlevel import dispatch
 
-OPS = ["conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
+OPS = ["conv", "conv_transpose", "conv_bias_activation", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
        "layer_norm", "dropout", "rnn"]
 
 

@@ -208,4 +208,19 @@ def install_forms(namespace: dict[str, Any], modules: tuple[Any, ...], *, saves_
             built[3] = adapt(op, PARTS[3], built[3])
         namespace.update(zip((f"{op}_forward", f"{op}_backward", f"{op}_residuals", op), built))
         installed.append(op)
-    return installed
+    return install_chains(namespace, modules, installed)
+
+
+def install_chains(namespace: dict[str, Any], modules: tuple[Any, ...], installed: list[str]) -> list[str]:
+    """Install the ops that are two installed ops in a row (a spec's ``chain``), composed by
+    :mod:`dnnbind.highlevel.chain` with a module's fused primitive ``NAME_fused`` where one has it;
+    returns ``installed`` with them, in the specs' order."""
+    from dnnbind.highlevel.chain import chained, chained_ops
+    from dnnbind.highlevel.specs import OP_NAMES
+    for op in chained_ops(namespace):
+        fused = next((getattr(m, f"{op}_fused") for m in modules if hasattr(m, f"{op}_fused")), None)
+        built = forms(op, *chained(SPECS[op], namespace, fused))
+        namespace.update(zip((f"{op}_forward", f"{op}_backward", f"{op}_residuals", op), built))
+        installed.append(op)
+    return [op for op in OP_NAMES if op in installed]
+

@@ -32,7 +32,27 @@ def backend_support(backend: str) -> dict[str, Support] | None:
         module = importlib.import_module(f"{BACKENDS[backend]}.support")
     except ModuleNotFoundError:
         return None
-    return module.SUPPORTS
+    return with_chains(module.SUPPORTS)
+
+
+def with_chains(supports: dict[str, Support]) -> dict[str, Support]:
+    """``supports`` with each op that is two ops in a row (a spec's ``chain``) supported as its two ops
+    are together: the dtypes both run, the features either lacks, BLAS if either calls it, unavailable
+    if either is. A backend declares only the ops it implements itself."""
+    from dnnbind.highlevel.specs import SPECS
+    out = dict(supports)
+    for op, spec in SPECS.items():
+        if spec.chain is None:
+            continue
+        parts = [supports.get(spec.chain.first), supports.get(spec.chain.second)]
+        if any(p is None for p in parts):
+            out.pop(op, None)
+            continue
+        first, second = parts
+        assert first is not None and second is not None
+        out[op] = Support(tuple(d for d in first.dtypes if d in second.dtypes), {**first.lacks, **second.lacks},
+                          first.blas or second.blas, first.unavailable or second.unavailable)
+    return out
 
 
 def matrix() -> dict[str, dict[str, Support | None]]:
@@ -52,7 +72,8 @@ def render(width: int = 100) -> str:
     from dnnbind.highlevel.dispatch import BACKENDS
     from dnnbind.highlevel.specs import SPECS
     table = matrix()
-    lines = [f"{'op':16s}" + "".join(f"{b:20s}" for b in BACKENDS), ""]
+    first = max(16, max(map(len, table)) + 2)        # the op column: the longest name and two spaces
+    lines = [(f"{'op':{first}s}" + "".join(f"{b:20s}" for b in BACKENDS)).rstrip(), ""]
     notes: list[str] = []
     for op, row in table.items():
         cells = []
@@ -66,7 +87,7 @@ def render(width: int = 100) -> str:
                 d.replace("float", "f") for d in support.dtypes)
             cells.append(dtypes + (f", lacks {len(support.lacks)}" if support.lacks else ""))
             notes += [f"  {op} on {backend}: no {feature}: {why}" for feature, why in support.lacks.items()]
-        lines.append(f"{op:16s}" + "".join(f"{c:20s}" for c in cells))
+        lines.append((f"{op:{first}s}" + "".join(f"{c:20s}" for c in cells)).rstrip())
     lines += ["", "features per op (every backend has them unless listed below):"]
     lines += [_wrap(f"  {op}: {', '.join(spec.features) or '-'}", width) for op, spec in SPECS.items()]
     if notes:

@@ -19,8 +19,8 @@ except ImportError as exc:                              # pragma: no cover - exe
 
 from dnnbind.highlevel.specs import OP_NAMES
 from dnnbind.torch import nn
-from dnnbind.torch.functional import (activation, batchnorm, conv, conv_transpose, dropout, layer_norm,
-                                      logsoftmax, maxpool, meanpool, rnn, softmax)
+from dnnbind.torch.functional import (activation, batchnorm, conv, conv_bias_activation, conv_transpose, dropout,
+                                      layer_norm, logsoftmax, maxpool, meanpool, rnn, softmax)
 from dnnbind.torch.nn import (ELU, GRU, LSTM, RNN, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d,
                               BatchNorm3d, Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d,
                               ConvTranspose3d, Dropout, Hardtanh, LayerNorm, LeakyReLU, LogSoftmax, MaxPool1d,

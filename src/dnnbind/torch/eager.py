@@ -124,9 +124,10 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             plan.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
         if keep:
             ctx.plan = plan
-            # an op whose backward is differentiable keeps its inputs for a create_graph backward, which
-            # runs the typed backward op on them (the backend keeps x and w as residuals too, unchecked)
-            ctx.inputs = (x, *others) if SPECS[plan.op].second_order is not None else None
+            # the inputs, for a create_graph backward, which runs the typed backward op on them: differentiable
+            # by the op's second-order rule, or refusing a second derivative naming the op where it has none
+            # (the backend keeps x and w as residuals too, unchecked)
+            ctx.inputs = (x, *others)
             # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
             # want to see them as saved tensors
             if _saved_tensor_hooks(False) is None:
@@ -152,7 +153,9 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             cotangents[0] = torch.zeros(shape, dtype=dtype, device=device)
         needs = None if plan.skip is None else tuple(i is not None and bool(flags[1 + i]) for i in plan.skip)
         if torch.is_grad_enabled():
-            return (None, *_recorded_backward(ctx, plan, cotangents, needs))
+            # autograd records this backward (create_graph): through the typed backward op, so that a second
+            # derivative follows the op's second-order rule, or is refused naming the op where it has none
+            return (None, *_typed_backward(ctx, plan, cotangents))
         if plan.scoped:
             with device_scope(plan.device):
                 return (None, *_backward_arrays(ctx, plan, cotangents, needs, flags))
@@ -186,42 +189,6 @@ def _backward_arrays(ctx: Any, plan: Plan, cotangents: list[Tensor | None], need
 
 def _gradient(value: Any) -> Tensor | None:
     return None if value is None else to_tensor(value)
-
-
-def _recorded_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None],
-                       needs: tuple[bool, ...] | None) -> list[Tensor | None]:
-    """The backward while autograd records it (grad mode on: create_graph): through the typed backward op
-    where the op's backward is differentiable, else the gradients from the residuals as the outputs of
-    a node that refuses a second derivative (instead of one coming out wrong)."""
-    if ctx.inputs is not None:
-        return _typed_backward(ctx, plan, cotangents)
-    with torch.no_grad(), device_scope(plan.device) if plan.scoped else _NOTHING:
-        found = _backward_arrays(ctx, plan, cotangents, needs, ctx.needs_input_grad)
-    places = [i for i, g in enumerate(found) if g is not None]
-    given = [d for d in cotangents if d is not None]
-    outputs = _REFUSING[plan.op].apply(len(given), *given, *[found[i] for i in places])
-    for i, g in zip(places, outputs):
-        found[i] = g
-    return found
-
-
-class _Refusing(torch.autograd.Function):      # subclassed once per op below, so grad_fn names the op
-    """Gradients that were computed without a graph, as the outputs of a node on the cotangents (what
-    they depend on in the recorded graph): their own gradient is refused, naming the op."""
-    op = ""
-
-    @staticmethod
-    def forward(ctx: Any, count: int, *tensors: Tensor) -> tuple:  # type: ignore[override]
-        return tuple(g.view_as(g) for g in tensors[count:])
-
-    @classmethod
-    def backward(cls, ctx: Any, *grads: Any) -> Any:  # type: ignore[override]
-        raise RuntimeError(f"Trying to backward through dnnbind.{cls.op}'s backward but no autograd formula was "
-                           f"registered: it is not differentiable (no double backward, no gradient of a gradient "
-                           f"through dnnbind.{cls.op})")
-
-
-_REFUSING: dict[str, type[_Refusing]] = {op: type(f"dnnbind_{op}_backward", (_Refusing,), {"op": op}) for op in SPECS}
 
 
 def _typed_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None]) -> list[Tensor | None]:

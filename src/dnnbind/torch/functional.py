@@ -82,10 +82,26 @@ def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padd
     return _unbatch(call("conv", _batch(x, one), w, b, **arguments)[0], one)
 
 
+def conv_bias_activation(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padding: Any = 0,
+                         dilation: Any = 1, groups: int = 1, flip: bool = False, mode: str = "relu",
+                         alpha: float | None = None) -> Tensor:
+    """:func:`conv`, then :func:`activation` (``F.relu(F.conv2d(x, w, b, ...))`` for the default mode): one op,
+    which the cuDNN backend may run as one fused kernel; under torch.autocast in its dtype, as :func:`conv`."""
+    x, w, b = _autocast(x, w, b)
+    arguments = conv_bias_activation_arguments(stride, padding, dilation, groups, flip, mode, alpha)
+    done = planned("conv_bias_activation", (x, w, b), arguments)
+    if done is not None:
+        return done[0]
+    _check(x=x, w=w, b=b)
+    one = conv_is_unbatched(x.shape, w.shape)
+    return _unbatch(call("conv_bias_activation", _batch(x, one), w, b, **arguments)[0], one)
+
+
 # The ops' keyword arguments as their eager plans key them (values and order), from the specs: for the
 # functions below and for the layers that dnnbind.torch.nn.Sequential runs as one node (fused.py)
 conv_arguments = SPECS["conv"].arguments_function
 conv_transpose_arguments = SPECS["conv_transpose"].arguments_function
+conv_bias_activation_arguments = SPECS["conv_bias_activation"].arguments_function
 maxpool_arguments = SPECS["maxpool"].arguments_function
 meanpool_arguments = SPECS["meanpool"].arguments_function
 batchnorm_arguments = SPECS["batchnorm"].arguments_function

@@ -104,6 +104,8 @@ CASES: list[Case] = [
                                   dilation=(1, 2), groups=2)),
     Case("conv1d", "conv", arrays((2, 3, 11), (4, 3, 3), padding=2)),
     Case("conv3d", "conv", arrays((1, 2, 5, 6, 5), (3, 2, 2, 3, 2), (3,), stride=2, padding=1)),
+    Case("conv2d_bias_relu", "conv_bias_activation", arrays((2, 3, 7, 7), (4, 3, 3, 3), (4,), padding=1)),
+    Case("conv1d_elu", "conv_bias_activation", arrays((2, 3, 9), (4, 3, 3), stride=2, mode="elu", alpha=0.5)),
     Case("conv2d_flip", "conv", arrays((2, 3, 7, 7), (4, 3, 3, 2), dilation=2, padding=1, flip=True)),
     Case("conv2d_depthwise", "conv", arrays((2, 6, 8, 8), (6, 1, 3, 3), (6,), padding=1, groups=6)),
     Case("conv_transpose2d", "conv_transpose", arrays((2, 4, 4, 5), (4, 3, 3, 3), (6,), stride=2, padding=1,

@@ -53,8 +53,8 @@ def test_forward_and_residuals_take_the_same_parameters():
             params = list(inspect.signature(getattr(miopen, f"{op}_{part}")).parameters)
             assert params[:len(names)] == list(names), (op, part, params)
         backward = list(inspect.signature(getattr(miopen, f"{op}_backward")).parameters)
-        # the convolutions are composed above the backends, with the residual form's own names
-        first = "residuals" if form.composed_from else "saved"
+        # the convolutions and the chains are composed above the backends, with the residual form's own names
+        first = "residuals" if form.composed_from or form.chain else "saved"
         assert backward[:2 + len(form.static)] == [first, "cotangents", *form.static], (op, backward)
 
 

@@ -74,6 +74,11 @@ def _torch(case, inputs):
         n = x.dim() - 2
         return (getattr(F, f"conv{n}d")(x, _flipped(w, kw), b, **_conv_kw(kw, "stride", "padding", "dilation",
                                                                            "groups")),)
+    if op == "conv_bias_activation":
+        x, w, b = inputs
+        n = x.dim() - 2
+        y = getattr(F, f"conv{n}d")(x, _flipped(w, kw), b, **_conv_kw(kw, "stride", "padding", "dilation", "groups"))
+        return (_activation(kw["mode"], y, case.static[2]),)
     if op == "conv_transpose":
         x, w, b = inputs
         n = x.dim() - 2

@@ -23,6 +23,7 @@ from dnnbind.highlevel.cudnn import activation as _activation
 from dnnbind.highlevel.cudnn import batchnorm as _batchnorm
 from dnnbind.highlevel.cudnn import conv as _conv
 from dnnbind.highlevel.cudnn import dropout as _dropout
+from dnnbind.highlevel.cudnn import fused as _fused
 from dnnbind.highlevel.cudnn import layer_norm as _layer_norm
 from dnnbind.highlevel.cudnn import pool as _pool
 from dnnbind.highlevel.cudnn import rnn as _rnn
@@ -43,11 +44,12 @@ def _adapt(op: str, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # every op in both forms, with the edge policy (0-d and zero-size arrays) applied once; the convolutions
-# composed from the conv primitives. layer_norm runs only through the graph API (cuDNN's legacy API has
+# composed from the conv primitives, conv_bias_activation from conv and activation with the fused graph
+# (fused.py) where nothing is saved for a backward. layer_norm runs only through the graph API (cuDNN's legacy API has
 # none; see layer_norm.py): otherwise every call raises NotImplementedError saying why, except an empty
 # one, which the edge policy answers without the backend, as for every op
-OPS = install_forms(globals(), (_activation, _batchnorm, conv_ops(_conv.PRIMITIVES), _dropout, _layer_norm, _pool,
-                                _rnn, _softmax), saves_masks=False, adapt=_adapt)
+OPS = install_forms(globals(), (_activation, _batchnorm, conv_ops(_conv.PRIMITIVES), _dropout, _fused, _layer_norm,
+                                _pool, _rnn, _softmax), saves_masks=False, adapt=_adapt)
 __all__ = [f"{op}{suffix}" for op in OPS for suffix in ("", "_forward", "_backward", "_residuals")] + [
     "pack_rnn_weights", "settings", "Settings", "cache_info", "clear_caches", "CacheInfo"]
 

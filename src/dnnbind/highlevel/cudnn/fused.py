@@ -68,3 +68,12 @@ def conv_bias_activation(x: Any, wf: Any, b: Any, dims: ConvDims, mode: str, alp
     y = _layout.empty(cp, dims.y_shape, x.dtype, lay)
     execute.run_best(h, found[1], operands(x, wf, bias, y), settings.current())
     return y
+
+
+def conv_bias_activation_fused(x: Any, w: Any, b: Any, dims: ConvDims, mode: str, alpha: float | None, *,
+                               layout: str | None = None) -> Any:
+    """The op conv_bias_activation's fused primitive (:mod:`dnnbind.highlevel.chain` runs it where nothing
+    is saved for a backward): :func:`conv_bias_activation` with the filter as given, flipped for
+    ``dims.flip``; None where it declines."""
+    wf = cupy().flip(w, axis=tuple(range(2, w.ndim))) if dims.flip else w
+    return conv_bias_activation(x, wf, b, dims, mode, alpha, layout=layout)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-OP_NAMES = ("conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
+OP_NAMES = ("conv", "conv_transpose", "conv_bias_activation", "maxpool", "meanpool", "softmax", "logsoftmax", "activation", "batchnorm",
             "layer_norm", "dropout", "rnn")
 
 _LAZY = {"SPECS": "registry", "OpSpec": "base", "ArrayArg": "base", "EmptyCall": "base", "Output": "base",
-         "Param": "base", "Unbatching": "base", "REQUIRED": "base"}
+         "Param": "base", "Unbatching": "base", "REQUIRED": "base", "Chain": "base"}
 
 
 def __getattr__(name: str) -> Any:

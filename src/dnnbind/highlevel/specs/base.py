@@ -89,6 +89,18 @@ class Unbatching:
     axis: int = 0
 
 
+@dataclass(frozen=True)
+class Chain:
+    """An op that is one op's result fed to another's (a convolution, then an activation): its forms on a
+    backend are composed from the two ops' forms there (:mod:`dnnbind.highlevel.chain`), unless the
+    backend has a fused primitive for it (``NAME_fused``). ``split(static)`` gives each op's static
+    arguments; ``between(static)`` the shape of the first op's result (what the second takes)."""
+    first: str
+    second: str
+    split: Callable[[tuple], tuple[tuple, tuple]]
+    between: Callable[[tuple], tuple[int, ...]]
+
+
 @dataclass(frozen=True, eq=False)
 class OpSpec:
     """One op, declared once."""
@@ -130,6 +142,8 @@ class OpSpec:
     composed_from: str | None = None
     #: the residual form's gradients when not in the arrays' order (rnn: dx, dh0, dc0, dweights)
     gradient_order: tuple[str, ...] = ()
+    #: the op is two ops in a row, composed on every backend that has both (:class:`Chain`)
+    chain: Chain | None = None
 
     # -- derived (computed once per spec) ------------------------------------------------------------
     @functools.cached_property

@@ -1,11 +1,13 @@
-"""conv and conv_transpose: a transposed convolution is a convolution's data gradient (ConvDims.transposed)."""
+"""conv and conv_transpose (a transposed convolution is a convolution's data gradient, ConvDims.transposed),
+and conv_bias_activation: a convolution whose result goes through an activation (cuDNN fuses the two)."""
 from __future__ import annotations
 
 from typing import Any
 
 from dnnbind.highlevel.dims.checks import check_same_dtype, check_shape
 from dnnbind.highlevel.dims.conv import ConvDims
-from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param, Unbatching
+from dnnbind.highlevel.specs.activation import ACTIVATION_DEFAULTS, activation_alpha
+from dnnbind.highlevel.specs.base import ArrayArg, Chain, EmptyCall, OpSpec, Output, Param, Unbatching
 from dnnbind.highlevel.specs.second_order import bilinear
 from dnnbind.highlevel.unbatched import conv_is_unbatched
 
@@ -91,4 +93,34 @@ CONV_TRANSPOSE = OpSpec(
     regroup=_regroup, skippable=True, unbatched=UNBATCHED,
     features=_FEATURES + ("output_padding",), samples_independent=True,
     second_order=bilinear, composed_from="convolution",
+)
+
+
+def _check_conv_bias_activation(x: Any, w: Any, b: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+                                groups: int = 1, flip: bool = False, mode: str = "relu",
+                                alpha: float | None = None) -> tuple:
+    (dims,) = _check_conv(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups, flip=flip)
+    return dims, mode, activation_alpha(mode, alpha)
+
+
+CONV_BIAS_ACTIVATION = OpSpec(
+    name="conv_bias_activation",
+    doc="""A convolution with bias, then an activation: ``activation(conv(x, w, b, ...), mode, alpha=alpha)``.
+
+    The arguments are :func:`conv`'s, then :func:`activation`'s ``mode`` (relu by default) and ``alpha``;
+    PyTorch writes it ``F.relu(F.conv2d(x, w, b, ...))``. The cuDNN backend runs it as one fused graph
+    (convolution, bias and activation in one kernel) when nothing is saved for a backward and its graph
+    path is on; every backend otherwise runs the two ops one after the other, with the same results.
+    Returns (y, pullback) like :func:`conv`.
+    """,
+    params=(Param("x"), Param("w"), Param("b", None), Param("stride", 1, True, kind="per_dim"),
+            Param("padding", 0, True, kind="padding"), Param("dilation", 1, True, kind="per_dim"),
+            Param("groups", 1, True, "int"), Param("flip", False, True, "bool"),
+            Param("mode", "relu", True, "str"), Param("alpha", None, True, "float | None")),
+    arrays=ARRAYS, static=("dims", "mode", "alpha"), outputs=OUTPUTS, check=_check_conv_bias_activation,
+    empty=_empty_conv, regroup=_regroup, skippable=True, unbatched=UNBATCHED,
+    features=_FEATURES + tuple(ACTIVATION_DEFAULTS), samples_independent=True,
+    title=lambda arguments: f"conv_bias_activation({arguments['mode']!r})",
+    chain=Chain("conv", "activation", split=lambda static: (static[:1], static[1:]),
+                between=lambda static: static[0].y_shape),
 )

@@ -195,3 +195,24 @@ def test_fused_conv_bias_activation_runs_the_graph(cuda, layout, monkeypatch):
     assert y is not None and _graph_ran(calls)
     y_ref, _ = dnnbind.conv(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), padding=PADDING)
     _close(cp.asnumpy(y).astype(np.float64), np.clip(y_ref, 0, 2.0), "float16", "conv_bias_activation")
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_the_public_op_runs_the_fused_graph_only_for_inference(cuda, flip, monkeypatch):
+    """dnnbind.conv_bias_activation on CuPy arrays: fused under no_grad (flip handled by flipping w), the two
+    ops otherwise (the pullback needs the convolution's result), the same values either way."""
+    cp, rng = cuda, np.random.default_rng(7)
+    monkeypatch.setenv("DNNBIND_CUDNN_GRAPH", "1")
+    x = rng.standard_normal((2, 8, 9, 9)).astype("float16")
+    w = (rng.standard_normal((16, 8, 3, 3)) * 0.3).astype("float16")
+    b = rng.standard_normal(16).astype("float16")
+    with dnnbind.trace(file=None) as calls, dnnbind.no_grad():
+        fused, _ = dnnbind.conv_bias_activation(cp.asarray(x), cp.asarray(w), cp.asarray(b), padding=1, flip=flip)
+    assert _graph_ran(calls)
+    trained, pullback = dnnbind.conv_bias_activation(cp.asarray(x), cp.asarray(w), cp.asarray(b), padding=1,
+                                                     flip=flip)
+    want, _ = dnnbind.conv_bias_activation(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
+                                           padding=1, flip=flip)
+    for got in (fused, trained):
+        _close(cp.asnumpy(got).astype(np.float64), want, "float16", "conv_bias_activation")
+    assert pullback(cp.ones_like(trained))[0].shape == x.shape

@@ -145,3 +145,25 @@ def test_an_rnn_refuses_a_second_derivative_naming_itself():
     (g,) = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match=r"dnnbind[.:]rnn"):
         g.sum().backward()
+
+
+def _cubed_penalty(f, args):
+    """The gradients of |d(sum y^3)/dx|^2: the first backward's cotangent (3 y^2) depends on x, so a rule
+    must count the path through the cotangent once (autograd sends its part back along y's history)."""
+    tensors = [a.detach().clone().requires_grad_() for a in args]
+    (gx,) = torch.autograd.grad(f(*tensors).pow(3).sum(), tensors[0], create_graph=True)
+    return torch.autograd.grad((gx ** 2).sum(), tensors, allow_unused=True, materialize_grads=True)
+
+
+@pytest.mark.parametrize("name", [*CASES, *(n for n, (_, theirs) in POINTWISE.items() if theirs is not None)])
+def test_a_penalty_whose_cotangent_depends_on_x_equals_torchs(name):
+    if name in CASES:
+        ours, theirs, inputs = CASES[name]
+        torch.manual_seed(2)
+        args = inputs()
+    else:
+        ours, theirs = POINTWISE[name]
+        torch.manual_seed(2)
+        args = (_r(3, 4, 5),)
+    for a, b in zip(_cubed_penalty(ours, args), _cubed_penalty(theirs, args)):
+        torch.testing.assert_close(a, b)

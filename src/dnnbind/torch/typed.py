@@ -537,6 +537,11 @@ class _Ops:
         (torch.func.vjp under torch.func's transforms)."""
         if _functorch():
             return _Ops._func_vjp(gradients, arrays, cotangents, gg)
+        # the cotangents as leaves of their own: a cotangent computed from the forward's inputs (the dy of
+        # y.pow(3).sum(), 3 y^2) must not carry the gradient with respect to the arrays a second time, through
+        # its own history, beside the d_cotangents that autograd sends back along that history
+        cotangents = [t.detach().requires_grad_() if isinstance(t, Tensor) and t.requires_grad else t
+                      for t in cotangents]
         with torch.enable_grad():
             found = gradients(arrays, cotangents)
         pairs = [(found[name[1:]], g) for name, g in gg.items() if g is not None and found.get(name[1:]) is not None]

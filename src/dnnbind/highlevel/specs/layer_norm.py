@@ -5,6 +5,7 @@ from typing import Any
 
 from dnnbind.highlevel.dims.checks import check_non_negative_float, check_same_dtype
 from dnnbind.highlevel.dims.layer_norm import check_layer_norm
+from dnnbind.highlevel.specs import second_order
 from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param
 
 
@@ -37,5 +38,5 @@ LAYER_NORM = OpSpec(
             ArrayArg("weight", optional=True, gradient="dweight", dropped_when_none=True),
             ArrayArg("bias", optional=True, gradient="dbias", dropped_when_none=True)),
     static=("normalized_ndim", "eps"), outputs=(Output("y", "dy"),), check=_check, empty=_empty,
-    skippable=True, features=("weight", "bias"),
+    skippable=True, features=("weight", "bias"), second_order=second_order.layer_norm,
 )

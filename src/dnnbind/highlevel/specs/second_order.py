@@ -106,6 +106,33 @@ def _batchnorm(ops: Any, arrays: dict[str, Any], cotangents: list[Any]) -> dict[
 batchnorm = from_backward(_batchnorm)
 
 
+def _layer_norm(ops: Any, arrays: dict[str, Any], cotangents: list[Any]) -> dict[str, Any]:
+    """layer norm's backward from its formula: statistics over the trailing ``normalized_shape`` axes,
+    weight and bias (when given) shaped like them; their gradients sum over the other (leading) axes."""
+    x, weight, dy = arrays["x"], arrays.get("weight"), cotangents[0]
+    shape = ops.arguments["normalized_shape"]
+    count = 1 if isinstance(shape, int) else len(shape)
+    rank = len(x.shape)
+    axes, leading = tuple(range(rank - count, rank)), tuple(range(rank - count))
+    mean = ops.mean(x, axes)
+    centred = x - mean
+    invstd = (ops.mean(centred * centred, axes) + ops.arguments["eps"]) ** -0.5
+    xhat = centred * invstd
+    g = dy if weight is None else dy * weight
+    found = {"x": invstd * (g - ops.mean(g, axes) - xhat * ops.mean(g * xhat, axes))}
+
+    def over_leading(a: Any) -> Any:
+        return ops.sum(a, leading, keepdims=False) if leading else a
+    if weight is not None:
+        found["weight"] = over_leading(dy * xhat)
+    if arrays.get("bias") is not None:
+        found["bias"] = over_leading(dy)
+    return found
+
+
+layer_norm = from_backward(_layer_norm)
+
+
 def activation(derivatives: dict[str, Any], defaults: dict[str, Any]) -> Any:
     """The activations' rule: ``derivatives[mode](ops, x, y, dy, alpha) -> dx``, each mode's backward
     in differentiable operations (alpha: the call's, or the mode's default)."""

@@ -26,6 +26,7 @@ pair by :func:`with_pullback`, so there is one implementation per op and backend
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any, Callable, NamedTuple
 
 from dnnbind.highlevel.grad_mode import saving
@@ -130,6 +131,10 @@ def with_pullback(op: str, forward: Callable[..., Any], backward: Callable[..., 
     # index of that gradient
     droppable = [(i, spec.gradients.index(a.gradient)) for i, a in enumerate(spec.arrays) if a.dropped_when_none]
     every = range(len(spec.gradients))
+    drop_at = tuple(i for i, _ in droppable)
+    # the gradients kept, per pattern of which droppable arrays are None (worked out once, not per call)
+    keeps = {pattern: tuple(g for g in every if g not in {g for (_, g), none in zip(droppable, pattern) if none})
+             if any(pattern) else None for pattern in itertools.product((False, True), repeat=len(droppable))}
 
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> tuple[Any, ResidualPullback]:
@@ -140,10 +145,8 @@ def with_pullback(op: str, forward: Callable[..., Any], backward: Callable[..., 
             args = tuple(bound.arguments[n] for n in names)
         result, residuals = forward(*args, **options)
         main = result[0] if isinstance(result, tuple) else result
-        keep = None
-        if droppable:                                               # conv without b: no db
-            dropped = [g for i, g in droppable if args[i] is None]
-            keep = tuple(g for g in every if g not in dropped) if dropped else None
+        # conv without b: no db
+        keep = keeps[tuple([args[i] is None for i in drop_at])] if drop_at else None
         if not saving():                                            # dnnbind.no_grad(): nothing to pull back
             residuals = None
         return result, ResidualPullback(backward, residuals, args[n_arrays:], options, labels,

@@ -470,7 +470,7 @@ class _Call:
         return np.ascontiguousarray(a)
 
     def keep(self, a: np.ndarray, source: Any, filter: bool = False) -> np.ndarray:
-        return private(a, source)
+        return a.copy() if a is source else private(a, source)      # the input itself: a copy, no check
 
 
 class Primitives:

@@ -48,9 +48,27 @@ def test_unbatched_compiled_and_exported_calls():
     assert "torch.ops.dnnbind.conv_bias_activation.default(" in text and "'elu'" in text and "{" not in text
 
 
-def test_gradient_of_a_gradient_is_refused_naming_the_op():
-    x, w, b = _inputs(2)
-    y = dt.conv_bias_activation(x, w, b, padding=1, mode="swish")
-    (dx,) = torch.autograd.grad(y.sum(), (x,), create_graph=True)
-    with pytest.raises(RuntimeError, match="conv_bias_activation"):
-        dx.sum().backward()
+@pytest.mark.parametrize("mode", list(TORCH))
+def test_second_derivatives_equal_torchs(mode):
+    """The chain's rule: conv's backward of the activation's backward, each differentiable by its own
+    rule; a penalty whose cotangent depends on x, against torch's conv then activation."""
+    x0, w0, b0 = (t.detach() for t in _inputs(2))
+    conv_then = TORCH[mode]
+    results = []
+    for f in (lambda x, w, b: dt.conv_bias_activation(x, w, b, padding=1, mode=mode),
+              lambda x, w, b: conv_then(F.conv2d(x, w, b, padding=1), DEFAULT_ALPHA.get(mode))):
+        x, w, b = (t.clone().requires_grad_() for t in (x0, w0, b0))
+        (dx,) = torch.autograd.grad(f(x, w, b).pow(3).sum(), x, create_graph=True)
+        results.append(torch.autograd.grad(dx.pow(2).sum(), (x, w, b)))
+    for a, c in zip(*results):
+        torch.testing.assert_close(a, c)
+
+
+def test_gradgradcheck_passes_and_torch_func_refuses_naming_the_op():
+    x, w, b = (t[..., :4, :4] if t.dim() == 4 and t.shape[0] == 2 else t for t in _inputs(2))
+    x = x.detach()[:1].requires_grad_()
+    assert torch.autograd.gradgradcheck(lambda x, w, b: dt.conv_bias_activation(x, w, b, padding=1, mode="swish"),
+                                        (x, w, b))
+    inner = torch.func.grad(lambda x: dt.conv_bias_activation(x, w.detach(), b.detach(), mode="tanh").pow(3).sum())
+    with pytest.raises(RuntimeError, match="dnnbind.conv_bias_activation: a second derivative under torch.func"):
+        torch.func.grad(lambda x: inner(x).pow(2).sum())(x.detach())

@@ -490,6 +490,21 @@ class _Ops:
         #: the call's public arguments, by name
         self.arguments = self.kwargs
 
+    @property
+    def transformed(self) -> bool:
+        """Whether a torch.func transform is differentiating (a rule that nests other ops' backwards
+        refuses there: torch.func cannot nest them)."""
+        return _functorch()
+
+    def part(self, op: str, arrays: dict[str, Any]) -> "_Ops":
+        """The same calls for another op (a chain's parts) on ``arrays``, with the public arguments of this
+        call that ``op``'s spec takes."""
+        ops = object.__new__(_Ops)
+        ops.op = op
+        ops.arrays = {n: arrays.get(n) for n in SPECS[op].array_names}
+        ops.kwargs = ops.arguments = {k: v for k, v in self.kwargs.items() if k in SPECS[op].arguments}
+        return ops
+
     def _typed(self, arrays: dict[str, Any], arguments: dict[str, Any]) -> list[Any]:
         named = {**self.arrays, **arrays}
         values = [named[n] for n in SPECS[self.op].array_names]

@@ -8,7 +8,7 @@ from dnnbind.highlevel.dims.checks import check_same_dtype, check_shape
 from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.specs.activation import ACTIVATION_DEFAULTS, activation_alpha
 from dnnbind.highlevel.specs.base import ArrayArg, Chain, EmptyCall, OpSpec, Output, Param, Unbatching
-from dnnbind.highlevel.specs.second_order import bilinear
+from dnnbind.highlevel.specs.second_order import bilinear, chain
 from dnnbind.highlevel.unbatched import conv_is_unbatched
 
 ARRAYS = (ArrayArg("x", gradient="dx", batched=True), ArrayArg("w", gradient="dw"),
@@ -123,4 +123,5 @@ CONV_BIAS_ACTIVATION = OpSpec(
     title=lambda arguments: f"conv_bias_activation({arguments['mode']!r})",
     chain=Chain("conv", "activation", split=lambda static: (static[:1], static[1:]),
                 between=lambda static: static[0].y_shape),
+    second_order=chain("conv", "activation"),
 )

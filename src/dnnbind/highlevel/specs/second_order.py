@@ -6,7 +6,8 @@ given), ``gg`` the cotangents of the backward's gradients by array name (None: n
 gradients of the backward with respect to its cotangents (a list) and to the forward's arrays (by name,
 None: zero). ``ops`` is the framework's, and everything it returns is differentiable again:
 
-``ops.forward(arrays, **arguments)``: the op's forward on these arrays (the call's arguments, updated by
+``ops.transformed``: whether a torch.func transform differentiates; ``ops.part(op, arrays)``: the same for another op on ``arrays`` (a chain's parts, with the call's
+arguments that op takes); ``ops.forward(arrays, **arguments)``: the op's forward on these arrays (the call's arguments, updated by
 ``arguments``), its results as a list; ``ops.backward(cotangents, arrays, needs)``: the op's backward,
 one gradient per array name in ``needs`` (a dict: name -> gradient); ``ops.zeros_like(a)``;
 ``ops.gather(a, indices)``: each (N, C) plane of ``a`` flattened and read at ``indices`` (maxpool's).
@@ -141,4 +142,21 @@ def activation(derivatives: dict[str, Any], defaults: dict[str, Any]) -> Any:
         alpha = defaults[mode] if alpha is None else alpha
         x = arrays["x"]
         return {"x": derivatives[mode](ops, x, ops.forward(arrays)[0], cotangents[0], alpha)}
+    return from_backward(gradients)
+
+
+def chain(first: str, second: str) -> Any:
+    """The rule of an op that is ``first`` then ``second`` (a spec's chain, with one-input ``second``):
+    its backward is the first op's backward of the second's backward, both differentiable by their own
+    rules, differentiated by the framework's autograd."""
+    def gradients(ops: Any, arrays: dict[str, Any], cotangents: list[Any]) -> dict[str, Any]:
+        if getattr(ops, "transformed", False):
+            raise RuntimeError(f"dnnbind.{ops.op}: a second derivative under torch.func transforms is not "
+                               f"supported (its rule nests {first}'s and {second}'s backwards); take it with "
+                               f"torch.autograd.grad(..., create_graph=True)")
+        inner = ops.part(first, arrays)
+        between = inner.forward(arrays)[0]
+        outer = ops.part(second, {"x": between})
+        d_between = outer.backward([cotangents[0]], {"x": between}, ("x",))["x"]
+        return inner.backward([d_between], arrays, tuple(n for n, a in arrays.items() if a is not None))
     return from_backward(gradients)

@@ -22,8 +22,8 @@ def _only(result: Any) -> Any:
     return result[0] if isinstance(result, tuple) else result
 
 
-def chained(spec: OpSpec, parts: dict[str, Callable[..., Any]],
-            fused: Callable[..., Any] | None = None) -> tuple[Callable[..., Any], ...]:
+def chained(spec: OpSpec, parts: dict[str, Callable[..., Any]], fused: Callable[..., Any] | None = None
+            ) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
     """(forward, backward, residuals) of ``spec``'s chain, from ``parts``: the backend's ``NAME_forward``,
     ``NAME_backward`` and ``NAME_residuals`` of both ops, by those names."""
     chain = spec.chain
@@ -70,9 +70,11 @@ def chained(spec: OpSpec, parts: dict[str, Callable[..., Any]],
     # the backward's: the residual form's names for the saved state and the cotangents, the static arguments
     pulling = inspect.Signature([inspect.Parameter(n, positional) for n in ("residuals", "cotangents", *spec.static)]
                                 + [inspect.Parameter("options", var)])
-    for fn, part in ((forward, "forward"), (backward, "backward"), (residuals, "residuals")):
+    functions: tuple[tuple[Callable[..., Any], str], ...] = (
+        (forward, "forward"), (backward, "backward"), (residuals, "residuals"))
+    for fn, part in functions:
         fn.__name__ = fn.__qualname__ = f"{spec.name}_{part}"
-        fn.__signature__ = pulling if part == "backward" else taking      # type: ignore[attr-defined]
+        setattr(fn, "__signature__", pulling if part == "backward" else taking)
     return forward, backward, residuals
 
 

@@ -222,7 +222,8 @@ def install_chains(namespace: dict[str, Any], modules: tuple[Any, ...], installe
     from dnnbind.highlevel.specs import OP_NAMES
     for op in chained_ops(namespace):
         fused = next((getattr(m, f"{op}_fused") for m in modules if hasattr(m, f"{op}_fused")), None)
-        built = forms(op, *chained(SPECS[op], namespace, fused))
+        forward, backward, residuals = chained(SPECS[op], namespace, fused)
+        built = forms(op, forward, backward, residuals)
         namespace.update(zip((f"{op}_forward", f"{op}_backward", f"{op}_residuals", op), built))
         installed.append(op)
     return [op for op in OP_NAMES if op in installed]

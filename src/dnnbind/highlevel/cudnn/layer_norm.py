@@ -113,6 +113,7 @@ def layer_norm_forward(x: Any, weight: Any, bias: Any, normalized_ndim: int, eps
         x = cp.ascontiguousarray(call["x"])
         spec = specs(tuple(x.shape), normalized_ndim, x.dtype.name)[0]
         h = handle(call.device, current_stream())
+        assert isinstance(spec.dims, NormDims)
         arrays = forward_operands(cp, x, call["weight"], call["bias"], spec.dims)
         execute.run_best(h, plans(spec, choose.device_of(h)), arrays, settings.current(), epsilon=float(eps))
         if not saving():
@@ -136,6 +137,7 @@ def layer_norm_backward(residuals: tuple, cotangents: tuple, normalized_ndim: in
         dy = cp.ascontiguousarray(cotangent("dy", back["dy"], x.shape, x.dtype, None, x.device.id))
         spec = specs(tuple(x.shape), normalized_ndim, x.dtype.name)[1]
         h = handle(x.device.id, current_stream())
+        assert isinstance(spec.dims, NormDims)
         arrays = backward_operands(cp, tuple(cp.ascontiguousarray(s) for s in residuals), dy, spec.dims)
         execute.run_best(h, plans(spec, choose.device_of(h)), arrays, settings.current(), epsilon=float(eps))
         shape = x.shape[x.ndim - normalized_ndim:]

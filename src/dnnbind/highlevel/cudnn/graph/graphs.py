@@ -121,7 +121,9 @@ class GraphSpec:
         """The fused activation's coefficient: ``alpha``, else the activation spec's default (None: none)."""
         if ACTIVATIONS[self.activation][1] is None:
             return None
-        return float(ACTIVATION_DEFAULTS[self.activation] if self.alpha is None else self.alpha)
+        value = ACTIVATION_DEFAULTS[self.activation] if self.alpha is None else self.alpha
+        assert value is not None, self.activation     # every mode with a coefficient has a default
+        return float(value)
 
     def key(self) -> tuple:
         """A plain, repr-stable description of the graph (for the persistent cache's key)."""
@@ -228,7 +230,8 @@ def conv_bias_activation(g: _Builder, dims: ConvDims) -> None:
                                                  y=conv_out, alpha=[1.0], beta=[0.0]))
     bias = g.tensor("bias", (1, y_shape[1]) + (1,) * (len(y_shape) - 2))
     mode, attribute = ACTIVATIONS[g.spec.activation]
-    extra = {} if attribute is None else {attribute: g.spec.activation_alpha}
+    alpha = g.spec.activation_alpha
+    extra = {} if attribute is None or alpha is None else {attribute: alpha}
     if mode is None:
         _pointwise(g, c.CUDNN_POINTWISE_ADD, conv_out, g.tensor("y", y_shape), bias)
         return

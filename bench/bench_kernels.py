@@ -202,9 +202,7 @@ def cases() -> list[Case]:
         *both("depthwise", "3x3/2 96 @56 b8", _conv(padding=1, stride=2, groups=96), [(8, 96, 56, 56), (96, 1, 3, 3)]),
         *both("depthwise", "3x3 32 @112 b1", _conv(padding=1, groups=32), [(1, 32, 112, 112), (32, 1, 3, 3)],
               quick=True),
-        # the folded path's im2col columns (columns.c) on small planes, against numpy's window copy
-        *both("columns", "3x3 512->512 @7 b8", _conv(padding=1), [(8, 512, 7, 7), (512, 512, 3, 3)], quick=True),
-        *both("columns", "3x3/2 256->512 @14 b1", _conv(padding=1, stride=2), [(1, 256, 14, 14), (512, 256, 3, 3)]),
+        # the folded path's im2col columns on small planes are numpy's window copy (a C copy was no faster)
         # the stride-1 data gradient's flipped, transposed filter (filters.c), against numpy's transpose copy
         call_case("filters", "flip-transpose w(512, 512, 3, 3)", _flipped_filter, quick=True),
         # 1x1 (pointwise) convolutions have no kernel: they are numpy's BLAS products either way

@@ -761,41 +761,6 @@ def test_softmax_kernels_refuse_arrays_that_do_not_fit():
     assert native.softmax_forward(np.zeros((0, 3)), 1, True).shape == (0, 3)
 
 
-def test_folded_columns_equal_the_padded_inputs_windows(rng, isa, monkeypatch):
-    """The Folded path's column buffer from C equals the windows of the zero-padded input, to the bit,
-    on random geometries of rank 1 to 3 (strides, dilations, asymmetric padding), for whole batches and
-    sample ranges, split over the pool and not."""
-    from dnnbind.highlevel.cpu.conv_geometry import windows
-    for i, dims in enumerate(_geometries(rng, 40)):
-        for dtype in (np.float64, np.float32):
-            x = rng.standard_normal(dims.x_shape).astype(dtype)
-            pads = [(0, 0), (0, 0)] + list(zip(dims.pad_low, dims.pad_high))
-            view = windows(np.pad(x, pads), dims)            # (N, C, *kernel, *out)
-            r = dims.spatial_rank
-            order = (1,) + tuple(range(2, 2 + r)) + (0,) + tuple(range(2 + r, 2 + 2 * r))
-            n0 = int(rng.integers(0, dims.batch))
-            n1 = int(rng.integers(n0 + 1, dims.batch + 1))
-            cols = np.full(native.folded_columns_shape(dims, n1 - n0), np.nan, dtype)
-            # every other problem split over the pool, the rest on one thread
-            monkeypatch.setattr(native, "POINTWISE_THREAD_MIN_ELEMENTS", 0 if i % 2 else cols.size + 1)
-            native.folded_columns(x, cols, dims, n0, n1)
-            np.testing.assert_array_equal(cols, view[n0:n1].transpose(order))
-
-
-def test_folded_columns_refuse_what_does_not_fit():
-    dims = ConvDims((2, 3, 5, 5), (4, 3, 3, 3), padding=1)
-    x = np.zeros(dims.x_shape, np.float32)
-    cols = np.zeros(native.folded_columns_shape(dims, 2), np.float32)
-    with pytest.raises(ValueError, match=r"argument samples: \[1, 3\) is not a range of 2 samples"):
-        native.folded_columns(x, cols, dims, 1, 3)
-    with pytest.raises(ValueError, match=r"argument cols: expected a C-contiguous float32 array of shape \(3, 3, 3, 1, 5, 5\)"):
-        native.folded_columns(x, cols, dims, 0, 1)
-    with pytest.raises(ValueError, match="argument cols: expected a C-contiguous float64 .*got float32"):
-        native.folded_columns(x.astype(np.float64), cols, dims, 0, 2)
-    with pytest.raises(ValueError, match=r"argument x: .*contiguous: False"):
-        native.folded_columns(np.asfortranarray(x), cols, dims, 0, 2)
-
-
 def test_the_data_gradients_filter_from_c_equals_numpys_flipped_transpose(rng, isa, monkeypatch):
     """The stride-1 data gradient's filter from C equals numpy's swapped, flipped view of the filter, to
     the bit, for groups, kernel ranks 1 to 3 and group widths across the kernel's block of 16 input

@@ -489,15 +489,11 @@ class Folded:
     @staticmethod
     def _columns(x: np.ndarray, dims: ConvDims, n0: int, n1: int) -> np.ndarray:
         """The columns of samples [n0, n1) of the (unpadded) input, (groups, C/groups * prod(kernel),
-        samples * outputs): by dnnbind's C kernel where it is built (numpy's strided copy of the windows
-        takes a loop step per output row), else from the padded block's windows."""
+        samples * outputs): one strided copy of the padded block's windows, (C, *kernel, samples, *out)."""
         n, r = n1 - n0, dims.spatial_rank
-        cols = scratch("folded columns", native.folded_columns_shape(dims, n), x.dtype)
-        if native.available(x.dtype) and x.flags.c_contiguous:
-            native.folded_columns(x, cols, dims, n0, n1)
-        else:
-            order = (1,) + tuple(range(2, 2 + r)) + (0,) + tuple(range(2 + r, 2 + 2 * r))
-            np.copyto(cols, windows(pad(x[n0:n1], dims, temporary=True), dims).transpose(order))
+        cols = scratch("folded columns", (dims.in_channels,) + dims.kernel_size + (n,) + dims.out_size, x.dtype)
+        order = (1,) + tuple(range(2, 2 + r)) + (0,) + tuple(range(2 + r, 2 + 2 * r))
+        np.copyto(cols, windows(pad(x[n0:n1], dims, temporary=True), dims).transpose(order))
         return cols.reshape(dims.groups, -1, n * int(np.prod(dims.out_size)))
 
     @staticmethod

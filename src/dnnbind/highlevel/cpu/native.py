@@ -125,7 +125,6 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "softmax_forward": ([_P] * 2 + [_I] * 5, False),
     "softmax_backward": ([_P] * 3 + [_I] * 5, False),
     "gemm_rows": ([ctypes.POINTER(GemmJob), _I, _I], False),
-    "folded_columns": ([_P, _P, _GEOMETRY, _I, _I, _I, _I], False),
     "filter_flip_transpose": ([_P, _P, _I, _I, _I, _I, _I], False),
 }
 
@@ -774,25 +773,7 @@ def softmax_backward(y: np.ndarray, dy: np.ndarray, axis: int, log: bool) -> np.
     return dx
 
 
-# ------------------------------------------------------------------------------- column buffers
-def folded_columns_shape(dims: ConvDims, samples: int) -> tuple[int, ...]:
-    """The Folded path's columns of ``samples`` samples: (C, *kernel, samples, *out)."""
-    return (dims.in_channels,) + dims.kernel_size + (samples,) + dims.out_size
-
-
-def folded_columns(x: np.ndarray, cols: np.ndarray, dims: ConvDims, n0: int, n1: int) -> None:
-    """The Folded path's columns of samples [n0, n1) of C-contiguous, unpadded ``x`` into ``cols``
-    (:func:`folded_columns_shape`): cols[c, *k, n - n0, *o] = x[n, c, o * stride + k * dilation - pad],
-    zero where that falls in the padding; channels split over the pool from
-    :data:`POINTWISE_THREAD_MIN_ELEMENTS` elements of columns on (a pass over memory like those)."""
-    if not 0 <= n0 < n1 <= dims.batch:
-        raise ValueError(f"native kernel argument samples: [{n0}, {n1}) is not a range of {dims.batch} samples")
-    dtype = x.dtype
-    args = (_address(x, "x", dims.x_shape, dtype), _address(cols, "cols", folded_columns_shape(dims, n1 - n0), dtype),
-            geometry(dims), n0, n1)
-    _launch(_kernel("folded_columns", dtype), args, _parts(dims.in_channels, cols.size >= POINTWISE_THREAD_MIN_ELEMENTS))
-
-
+# ------------------------------------------------------------------------------- filters
 def filter_flip_transpose(w: np.ndarray, groups: int) -> np.ndarray:
     """The filter of a stride-1 convolution's data gradient from C-contiguous ``w`` (K, C / groups,
     *kernel): (C, K / groups, *kernel), its channel axes swapped within each group and its kernel flipped

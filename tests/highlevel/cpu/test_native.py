@@ -552,52 +552,6 @@ def test_array_addresses_are_numpys_for_every_kind_of_array():
         assert native._data(v) == v.ctypes.data
 
 
-@pytest.mark.parametrize("dtype, rtol", [(np.float32, 2e-6), (np.float64, 1e-13)])
-@pytest.mark.parametrize("layout", ["CC", "CF", "FC", "FF"])
-def test_matmul_split_over_the_pool_equals_numpys(rng, dtype, rtol, layout):
-    """native.matmul with numpy's BLAS held to one thread (as in every dnnbind.torch op): the rows split
-    over torch's OpenMP team, each operand C-ordered or a transpose, an odd row count; equal to np.matmul.
-    (Without torch, on the kernels' own workers: the next test.)"""
-    import dnnbind.torch  # noqa: F401  (hands the kernels torch's team)
-    from dnnbind.highlevel.cpu._threads import one_blas_thread
-    assert native.share_openmp_team() and native._cores_to_spare()
-    m, k, n = 301, 160, 170                                  # 8.2M multiply-adds: past the split's threshold
-    a = rng.standard_normal((m, k) if layout[0] == "C" else (k, m)).astype(dtype)
-    b = rng.standard_normal((k, n) if layout[1] == "C" else (n, k)).astype(dtype)
-    a, b = (a if layout[0] == "C" else a.T), (b if layout[1] == "C" else b.T)
-    assert m * k * n >= native.MATMUL_THREAD_MIN_MACS
-    with one_blas_thread():
-        c = native.matmul(a, b)
-    assert c.dtype == dtype and c.shape == (m, n) and c.flags.c_contiguous
-    np.testing.assert_allclose(c, np.matmul(a.astype(np.float64), b.astype(np.float64)), rtol=rtol,
-                               atol=rtol * np.sqrt(k) * 4)
-
-
-def test_matmul_leaves_what_it_does_not_split_to_numpy(rng):
-    a, b = rng.standard_normal((40, 30)), rng.standard_normal((30, 20))
-    np.testing.assert_array_equal(native.matmul(a, b), a @ b)                    # small; BLAS's own threads
-    strided = rng.standard_normal((400, 300))[::2, ::2]                          # neither C nor F ordered
-    from dnnbind.highlevel.cpu._threads import one_blas_thread
-    with one_blas_thread():
-        np.testing.assert_allclose(native.matmul(strided, strided.T.copy()), strided @ strided.T, rtol=1e-12)
-        with pytest.raises(ValueError):
-            native.matmul(a, b.T)                                                # shapes that do not match
-
-
-def test_matmul_splits_over_the_own_workers_without_torch():
-    """A process without torch, numpy's BLAS on one thread by the environment: the split runs on the
-    kernels' own workers."""
-    code = ("import sys, numpy as np\n"
-            "from dnnbind.highlevel.cpu import native\n"
-            "assert 'torch' not in sys.modules and native._cores_to_spare()\n"
-            "rng = np.random.default_rng(0)\n"
-            "a, b = rng.standard_normal((301, 160)), rng.standard_normal((170, 160)).T\n"
-            "c = native.matmul(a, b)\n"
-            "raise SystemExit(0 if np.allclose(c, a @ b, rtol=1e-13, atol=1e-12) else 3)\n")
-    _runs_without_torch_on_one_blas_thread(code)
-
-
-
 # -- pointwise activations --------------------------------------------------------------------------
 
 def _activation_inputs(rng, dtype, alpha):

@@ -231,9 +231,9 @@ class _EveryCore:
 
 
 def every_core() -> _EveryCore:
-    """Run a whole op's products and loops on the kernels' team, where the op may take every core:
-    numpy's BLAS would (it is not held to one thread), or the cores are to spare. Inside, numpy's BLAS
-    runs on one thread and the team splits the large products (:func:`matmul`): OpenBLAS's own workers,
+    """Run a whole op's loops on the kernels' team, where the op may take every core: numpy's BLAS
+    would (it is not held to one thread), or the cores are to spare. Inside, numpy's BLAS runs on one
+    thread (the op's own products with it): OpenBLAS's own workers,
     which poll for a tenth of a second after each threaded call, then never run beside the team's
     (measured: an LSTM layer's forward 10.6 ms median, 8.1 ms best, with them; 8.3 ms, 8.1 ms best, on
     the team alone). Where numpy's BLAS is held to one thread beside torch's threads, nothing changes."""

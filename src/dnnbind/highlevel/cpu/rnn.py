@@ -452,7 +452,8 @@ def _time_loop_runs(dtype: np.dtype, projected: bool, lengths: bool) -> bool:
 def _on_every_core(op: Callable[..., Any]) -> Callable[..., Any]:
     """Run ``op`` (rnn_forward or rnn_backward, dims last) inside :func:`native.every_core` where its
     LSTM cells take the C time loop (:meth:`_LSTM._native`), whose recurrent products are its own: the
-    loop and the input and weight products then share one team of threads."""
+    loop runs on the team without OpenBLAS's polling workers beside it (the input and weight products
+    are np.matmul on one BLAS thread there)."""
     @functools.wraps(op)
     def run(first: Any, *rest: Any) -> Any:
         dims: RNNDims = rest[-1]

@@ -672,8 +672,8 @@ ACTIVATIONS = {"relu": 0, "sigmoid": 1, "tanh": 2, "leaky_relu": 3, "clipped_rel
 #: the modes whose derivative is saved as a boolean mask
 MASKED_ACTIVATIONS = ("relu", "clipped_relu")
 #: Split a pointwise pass over the pool from this many elements on (one pass over memory each; below it
-#: the handoff costs more than the second core saves). The Folded path's column buffer too, measured (ms,
-#: one thread against two, 2-core EPYC): 1.8 M elements (512 channels at 7x7, batch 8) 0.84 against 0.50;
+#: the handoff costs more than the second core saves). Measured on the Folded path's former C column fill
+#: (ms, one thread against two, 2-core EPYC): 1.8 M elements (512 channels at 7x7, batch 8) 0.84 against 0.50;
 #: 74 K (32 channels at 8x8, batch 4) 0.034 against 0.024.
 POINTWISE_THREAD_MIN_ELEMENTS = 1 << 16
 

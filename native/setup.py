@@ -15,12 +15,10 @@ KERNELS = "src/dnnbind_native/csrc/kernels/"
 setup(ext_modules=[Extension(
     "dnnbind_native._kernels",
     sources=[KERNELS + name for name in ("isa.c", "depthwise.c", "channels.c", "pool.c", "conv.c", "recurrent.c",
-                                         "parallel.c", "gemm.c", "pointwise.c", "softmax.c", "columns.c",
-                                         "filters.c")],
+                                         "parallel.c", "pointwise.c", "softmax.c", "filters.c")],
     depends=[KERNELS + name for name in ("dispatch.h", "instantiate.h", "planes.h", "planes_typed.h",
                                          "depthwise_typed.h", "channels_typed.h", "pool_typed.h", "conv_typed.h",
                                          "vmath_typed.h", "recurrent_typed.h", "pointwise_typed.h", "softmax_typed.h",
-                                         "cblas.h", "cblas_typed.h", "gemm_typed.h", "columns_typed.h",
                                          "filters_typed.h", "sums_typed.h")],
     extra_compile_args=["-O3", "-std=c11", "-fvisibility=hidden", "-fno-math-errno", "-ffp-contract=fast",
                         "-fno-tree-loop-distribute-patterns", "-pthread"],

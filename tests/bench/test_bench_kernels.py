@@ -52,7 +52,7 @@ def test_each_row_times_kernels_against_the_library_computing_the_same(case, ker
 
 def test_every_family_has_a_quick_row():
     families = {c.family for c in CASES}
-    assert families >= {"direct conv", "depthwise", "columns", "pooling", "softmax", "recurrent", "pointwise",
+    assert families >= {"direct conv", "depthwise", "pooling", "softmax", "recurrent", "pointwise",
                         "vmath", "channel sums"}
     assert families == {c.family for c in CASES if c.quick}
 
@@ -98,10 +98,3 @@ def test_cpu_time_runs_on_one_core_and_gives_the_process_back(capsys):
     assert "(1 thread)" in capsys.readouterr().out
     assert os.sched_getaffinity(0) == cpus and common.CLOCK is clock
     assert [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] == blas_threads
-
-
-def test_cpu_time_leaves_out_the_rows_whose_kernels_only_add_cores(capsys):
-    require(native.library() is not None, "dnnbind_native._kernels (the C kernels)")
-    assert [c.family for c in CASES if c.several_cores] == ["products"]
-    bench_kernels.main(["--quick", "--repeats", "1", "--family", "products", "--cpu-time"])
-    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("products: ")]

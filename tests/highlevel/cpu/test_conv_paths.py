@@ -10,6 +10,7 @@ import pytest
 import dnnbind
 from dnnbind.highlevel.dims import ConvDims
 from dnnbind.highlevel.cpu import conv_paths, native
+from native_parts import require
 from dnnbind.highlevel.cpu._blas import gemm
 from dnnbind.highlevel.cpu.conv_paths import (Depthwise, Direct, Folded, Pointwise, Shifted, blas_path,
                                                     special_path)
@@ -73,6 +74,8 @@ CASES = [
     ("direct strided dilated", (2, 6, 13, 12), (4, 3, 3, 3), dict(stride=2, dilation=2, padding=1, groups=2), None),
     ("direct large plane", (2, 4, 30, 30), (5, 4, 3, 3), dict(padding=1), None),
     ("direct large strided plane", (2, 3, 61, 60), (4, 3, 3, 2), dict(padding=(1, 0), stride=(2, 1)), None),
+    # a first layer (7x7/2 from 3 channels): its data gradient by col2im (DIRECT_DATA_MAX_GROUP_CHANNELS)
+    ("direct first layer", (2, 3, 30, 30), (4, 3, 7, 7), dict(padding=3, stride=2), None),
 ]
 IDS = [c[0] for c in CASES]
 
@@ -160,6 +163,31 @@ def test_conv_transpose_on_each_path_matches_torch(rng, kernels, name, x_shape, 
     dy = rng.standard_normal(y.shape)
     for ours, theirs in zip(pullback(dy), torch.autograd.grad(yt, (xt, wtt, bt), torch.tensor(dy))):
         np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-11, atol=1e-11)
+
+
+def test_direct_leaves_a_first_layers_data_gradient_to_col2im(rng, monkeypatch):
+    """Strided, at most DIRECT_DATA_MAX_GROUP_CHANNELS input channels per group and DIRECT_DATA_MIN_TAPS
+    taps: the data gradient skips the C kernel (the forward keeps it); narrower kernels, wider groups and
+    stride 1 keep it."""
+    require(native.library() is not None, "dnnbind_native._kernels (the C kernels)")
+    first = ConvDims((2, 3, 30, 30), (4, 3, 7, 7), padding=3, stride=2)
+    assert special_path(first) is Direct and not Direct.native_data_grad(first)
+    for x_shape, w_shape, kw in [((2, 3, 30, 30), (4, 3, 5, 5), dict(padding=2, stride=2)),
+                                 ((2, 4, 30, 30), (4, 4, 7, 7), dict(padding=3, stride=2)),
+                                 ((2, 8, 30, 30), (4, 4, 7, 7), dict(padding=3, stride=2, groups=2)),
+                                 ((2, 3, 30, 30), (4, 3, 7, 7), dict(padding=3))]:
+        assert Direct.native_data_grad(ConvDims(x_shape, w_shape, **kw)), (x_shape, w_shape, kw)
+    called = []
+    for name in ("conv_forward", "conv_data_grad", "conv_filter_grad"):
+        real = getattr(native, name)
+        monkeypatch.setattr(native, name, lambda *a, _real=real, _name=name: called.append(_name) or _real(*a))
+    for channels, data_grad_in_c in ((3, False), (4, True)):
+        called.clear()
+        x, w = rng.standard_normal((2, channels, 30, 30)), rng.standard_normal((4, channels, 7, 7))
+        y, pullback = dnnbind.conv(x, w, padding=3, stride=2)
+        dx, dw = pullback(rng.standard_normal(y.shape))
+        assert called[0] == "conv_forward" and ("conv_data_grad" in called) == data_grad_in_c, (channels, called)
+        assert dx.shape == x.shape and dw.shape == w.shape
 
 
 @pytest.mark.parametrize("index", [0, 1, 5, 6, 9])

@@ -319,7 +319,8 @@ def test_forward_kernels_keep_an_exact_copy_of_x(rng):
 @pytest.mark.parametrize("function", ["exp", "tanh", "sigmoid"])
 def test_vector_math_is_within_three_units_in_the_last_place(rng, isa, dtype, function):
     """The LSTM loop's exp, tanh and sigmoid against float64 (float32) or long double (float64) numpy,
-    over the whole range, with NaN in giving NaN out and the sign of zero kept."""
+    over the whole range, with NaN in giving NaN out and the sign of zero kept (tanh through the tanh
+    activation, the same vector code)."""
     limit = 110 if dtype == np.float32 else 750        # past where exp overflows and underflows
     special = [0.0, -0.0, 0.3, -0.3, 0.29999, 0.30001, 20, -20, 60, -60, 1e-30, -1e-30, 1e-300, 88.7, -87.3, -103]
     x = np.concatenate([rng.uniform(-1, 1, 20000), rng.uniform(-limit, limit, 20000),
@@ -330,11 +331,18 @@ def test_vector_math_is_within_three_units_in_the_last_place(rng, isa, dtype, fu
         _check_vector_math(x, wide, dtype, function)
     edges = np.array([np.nan, np.inf, -np.inf, 1000, -1000], dtype)
     expected = {"exp": [np.nan, np.inf, 0, np.inf, 0], "tanh": [np.nan, 1, -1, 1, -1], "sigmoid": [np.nan, 1, 0, 1, 0]}
-    np.testing.assert_array_equal(native.vmath(edges, function), np.array(expected[function], dtype))
+    np.testing.assert_array_equal(_vector_math(edges, function), np.array(expected[function], dtype))
+
+
+def _vector_math(x, function):
+    """vmath_typed.h's function of x: vmath's exp and sigmoid, vtanh through the tanh activation."""
+    if function == "tanh":
+        return native.activation_forward(x, "tanh", None, False)[0]
+    return native.vmath(x, function)
 
 
 def _check_vector_math(x, wide, dtype, function):
-    y = native.vmath(x, function)
+    y = _vector_math(x, function)
     exact = {"exp": np.exp, "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v))}[function](wide)
     assert np.array_equal(np.isinf(y), np.isinf(exact.astype(dtype)))
     finite = np.isfinite(exact.astype(dtype)) & (np.abs(exact) >= np.finfo(dtype).tiny)
@@ -544,52 +552,6 @@ def test_array_addresses_are_numpys_for_every_kind_of_array():
         assert native._data(v) == v.ctypes.data
 
 
-@pytest.mark.parametrize("dtype, rtol", [(np.float32, 2e-6), (np.float64, 1e-13)])
-@pytest.mark.parametrize("layout", ["CC", "CF", "FC", "FF"])
-def test_matmul_split_over_the_pool_equals_numpys(rng, dtype, rtol, layout):
-    """native.matmul with numpy's BLAS held to one thread (as in every dnnbind.torch op): the rows split
-    over torch's OpenMP team, each operand C-ordered or a transpose, an odd row count; equal to np.matmul.
-    (Without torch, on the kernels' own workers: the next test.)"""
-    import dnnbind.torch  # noqa: F401  (hands the kernels torch's team)
-    from dnnbind.highlevel.cpu._threads import one_blas_thread
-    assert native.share_openmp_team() and native._cores_to_spare()
-    m, k, n = 301, 160, 170                                  # 8.2M multiply-adds: past the split's threshold
-    a = rng.standard_normal((m, k) if layout[0] == "C" else (k, m)).astype(dtype)
-    b = rng.standard_normal((k, n) if layout[1] == "C" else (n, k)).astype(dtype)
-    a, b = (a if layout[0] == "C" else a.T), (b if layout[1] == "C" else b.T)
-    assert m * k * n >= native.MATMUL_THREAD_MIN_MACS
-    with one_blas_thread():
-        c = native.matmul(a, b)
-    assert c.dtype == dtype and c.shape == (m, n) and c.flags.c_contiguous
-    np.testing.assert_allclose(c, np.matmul(a.astype(np.float64), b.astype(np.float64)), rtol=rtol,
-                               atol=rtol * np.sqrt(k) * 4)
-
-
-def test_matmul_leaves_what_it_does_not_split_to_numpy(rng):
-    a, b = rng.standard_normal((40, 30)), rng.standard_normal((30, 20))
-    np.testing.assert_array_equal(native.matmul(a, b), a @ b)                    # small; BLAS's own threads
-    strided = rng.standard_normal((400, 300))[::2, ::2]                          # neither C nor F ordered
-    from dnnbind.highlevel.cpu._threads import one_blas_thread
-    with one_blas_thread():
-        np.testing.assert_allclose(native.matmul(strided, strided.T.copy()), strided @ strided.T, rtol=1e-12)
-        with pytest.raises(ValueError):
-            native.matmul(a, b.T)                                                # shapes that do not match
-
-
-def test_matmul_splits_over_the_own_workers_without_torch():
-    """A process without torch, numpy's BLAS on one thread by the environment: the split runs on the
-    kernels' own workers."""
-    code = ("import sys, numpy as np\n"
-            "from dnnbind.highlevel.cpu import native\n"
-            "assert 'torch' not in sys.modules and native._cores_to_spare()\n"
-            "rng = np.random.default_rng(0)\n"
-            "a, b = rng.standard_normal((301, 160)), rng.standard_normal((170, 160)).T\n"
-            "c = native.matmul(a, b)\n"
-            "raise SystemExit(0 if np.allclose(c, a @ b, rtol=1e-13, atol=1e-12) else 3)\n")
-    _runs_without_torch_on_one_blas_thread(code)
-
-
-
 # -- pointwise activations --------------------------------------------------------------------------
 
 def _activation_inputs(rng, dtype, alpha):
@@ -751,41 +713,6 @@ def test_softmax_kernels_refuse_arrays_that_do_not_fit():
     with pytest.raises(ValueError, match=r"argument dy: .*float32 array of shape \(4, 5\), got float64"):
         native.softmax_backward(y, np.zeros((4, 5)), 1, False)
     assert native.softmax_forward(np.zeros((0, 3)), 1, True).shape == (0, 3)
-
-
-def test_folded_columns_equal_the_padded_inputs_windows(rng, isa, monkeypatch):
-    """The Folded path's column buffer from C equals the windows of the zero-padded input, to the bit,
-    on random geometries of rank 1 to 3 (strides, dilations, asymmetric padding), for whole batches and
-    sample ranges, split over the pool and not."""
-    from dnnbind.highlevel.cpu.conv_geometry import windows
-    for i, dims in enumerate(_geometries(rng, 40)):
-        for dtype in (np.float64, np.float32):
-            x = rng.standard_normal(dims.x_shape).astype(dtype)
-            pads = [(0, 0), (0, 0)] + list(zip(dims.pad_low, dims.pad_high))
-            view = windows(np.pad(x, pads), dims)            # (N, C, *kernel, *out)
-            r = dims.spatial_rank
-            order = (1,) + tuple(range(2, 2 + r)) + (0,) + tuple(range(2 + r, 2 + 2 * r))
-            n0 = int(rng.integers(0, dims.batch))
-            n1 = int(rng.integers(n0 + 1, dims.batch + 1))
-            cols = np.full(native.folded_columns_shape(dims, n1 - n0), np.nan, dtype)
-            # every other problem split over the pool, the rest on one thread
-            monkeypatch.setattr(native, "POINTWISE_THREAD_MIN_ELEMENTS", 0 if i % 2 else cols.size + 1)
-            native.folded_columns(x, cols, dims, n0, n1)
-            np.testing.assert_array_equal(cols, view[n0:n1].transpose(order))
-
-
-def test_folded_columns_refuse_what_does_not_fit():
-    dims = ConvDims((2, 3, 5, 5), (4, 3, 3, 3), padding=1)
-    x = np.zeros(dims.x_shape, np.float32)
-    cols = np.zeros(native.folded_columns_shape(dims, 2), np.float32)
-    with pytest.raises(ValueError, match=r"argument samples: \[1, 3\) is not a range of 2 samples"):
-        native.folded_columns(x, cols, dims, 1, 3)
-    with pytest.raises(ValueError, match=r"argument cols: expected a C-contiguous float32 array of shape \(3, 3, 3, 1, 5, 5\)"):
-        native.folded_columns(x, cols, dims, 0, 1)
-    with pytest.raises(ValueError, match="argument cols: expected a C-contiguous float64 .*got float32"):
-        native.folded_columns(x.astype(np.float64), cols, dims, 0, 2)
-    with pytest.raises(ValueError, match=r"argument x: .*contiguous: False"):
-        native.folded_columns(np.asfortranarray(x), cols, dims, 0, 2)
 
 
 def test_the_data_gradients_filter_from_c_equals_numpys_flipped_transpose(rng, isa, monkeypatch):

@@ -433,6 +433,8 @@ class _Call:
         return y
 
     def data_grad(self, dy: np.ndarray, wf: np.ndarray) -> np.ndarray:
+        if self.path is Direct and not Direct.native_data_grad(self.dims):
+            return _data_grad(dy, _grouped(wf, self.dims), self.dims, use_threads(self.dims))
         if self.path is not None:
             return self.path.data_grad(dy, wf, self.dims, self.threaded)
         return _data_grad(dy, _grouped(wf, self.dims), self.dims, self.threaded)

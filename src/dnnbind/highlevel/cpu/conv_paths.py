@@ -489,15 +489,11 @@ class Folded:
     @staticmethod
     def _columns(x: np.ndarray, dims: ConvDims, n0: int, n1: int) -> np.ndarray:
         """The columns of samples [n0, n1) of the (unpadded) input, (groups, C/groups * prod(kernel),
-        samples * outputs): by dnnbind's C kernel where it is built (numpy's strided copy of the windows
-        takes a loop step per output row), else from the padded block's windows."""
+        samples * outputs): one strided copy of the padded block's windows, (C, *kernel, samples, *out)."""
         n, r = n1 - n0, dims.spatial_rank
-        cols = scratch("folded columns", native.folded_columns_shape(dims, n), x.dtype)
-        if native.available(x.dtype) and x.flags.c_contiguous:
-            native.folded_columns(x, cols, dims, n0, n1)
-        else:
-            order = (1,) + tuple(range(2, 2 + r)) + (0,) + tuple(range(2 + r, 2 + 2 * r))
-            np.copyto(cols, windows(pad(x[n0:n1], dims, temporary=True), dims).transpose(order))
+        cols = scratch("folded columns", (dims.in_channels,) + dims.kernel_size + (n,) + dims.out_size, x.dtype)
+        order = (1,) + tuple(range(2, 2 + r)) + (0,) + tuple(range(2 + r, 2 + 2 * r))
+        np.copyto(cols, windows(pad(x[n0:n1], dims, temporary=True), dims).transpose(order))
         return cols.reshape(dims.groups, -1, n * int(np.prod(dims.out_size)))
 
     @staticmethod
@@ -598,6 +594,16 @@ DIRECT_FILTER_MIN_SUM = 4096
 DIRECT_FILTER_MAX_GROUP_FILTER = 1 << 16
 
 
+#: Direct leaves a strided data gradient to the im2col path's col2im where a group has at most this many
+#: input channels and the kernel at least DIRECT_DATA_MIN_TAPS taps (a CNN's first layer on an image):
+#: each kernel offset's product then fills three rows. Measured (float32, 2-core EPYC, ms, C against
+#: col2im): 7x7/2 3 -> 64 at 224x224, batch 8 136 against 102, batch 1 14.7 against 8.7; but 3x3/2 3 ->
+#: 32 at 224x224 10.0 against 137, 5x5/2 4 -> 64 at 112x112 11.9 against 128, 7x7/2 8 -> 64 at 112x112
+#: 15.3 against 128.
+DIRECT_DATA_MAX_GROUP_CHANNELS = 3
+DIRECT_DATA_MIN_TAPS = 49
+
+
 #: Direct takes problems of at least this many multiply-adds: below, its fixed costs (arguments checked,
 #: buffers laid out, weights packed) exceed the BLAS paths' (a tiny convolution's one gather and product).
 DIRECT_MIN_MACS = 1 << 17
@@ -633,7 +639,8 @@ class Direct:
     @staticmethod
     def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
         """Stride 1: the forward of the data-gradient problem (a correlation, in registers); strided: per
-        kernel offset, the transposed filter times dy added where the forward read (in C as well)."""
+        kernel offset, the transposed filter times dy added where the forward read (in C as well). conv.py
+        calls it where :meth:`native_data_grad` says so, col2im elsewhere."""
         if all(s == 1 for s in dims.stride):
             dy, w_back, back = data_grad_problem(dy, w, dims)
             path = special_path(back) or Direct
@@ -644,6 +651,12 @@ class Direct:
     def filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
         """dw in C: conv.py calls it where :meth:`native_filter_grad` says so, a BLAS path elsewhere."""
         return native.conv_filter_grad(np.ascontiguousarray(dy), np.ascontiguousarray(x), dims, threaded)
+
+    @staticmethod
+    def native_data_grad(dims: ConvDims) -> bool:
+        """Whether the C kernels compute this problem's data gradient (see DIRECT_DATA_MAX_GROUP_CHANNELS)."""
+        return (all(s == 1 for s in dims.stride) or dims.in_channels // dims.groups > DIRECT_DATA_MAX_GROUP_CHANNELS
+                or math.prod(dims.kernel_size) < DIRECT_DATA_MIN_TAPS)
 
     @staticmethod
     def native_filter_grad(dims: ConvDims) -> bool:

@@ -25,7 +25,7 @@ import numpy as np
 
 from dnnbind import compiled
 from dnnbind.highlevel.dims import ConvDims, PoolDims
-from dnnbind.highlevel.cpu._blas import loaded_libraries, openblas
+from dnnbind.highlevel.cpu._blas import loaded_libraries
 from dnnbind.highlevel.cpu._threads import blas_single_threaded, one_blas_thread, split, workers
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -39,14 +39,6 @@ class Geometry(ctypes.Structure):
     below 3 have leading dims of size 1."""
     _fields_ = [("in_", _Triple), ("out", _Triple), ("kernel", _Triple), ("stride", _Triple),
                 ("dilation", _Triple), ("pad", _Triple), ("channels", ctypes.c_int64)]
-
-
-class GemmJob(ctypes.Structure):
-    """One product for csrc/gemm.c: C = op(A) op(B), row-major, by numpy's own OpenBLAS gemm."""
-    _fields_ = [("gemm", ctypes.c_void_p), ("index_bytes", ctypes.c_int64), ("trans_a", ctypes.c_int64),
-                ("trans_b", ctypes.c_int64), ("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
-                ("a", ctypes.c_void_p), ("lda", ctypes.c_int64), ("b", ctypes.c_void_p), ("ldb", ctypes.c_int64),
-                ("c", ctypes.c_void_p), ("ldc", ctypes.c_int64)]
 
 
 def library_path() -> str | None:
@@ -124,8 +116,6 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "activation_backward": ([_P] * 4 + [_I] * 2, False),
     "softmax_forward": ([_P] * 2 + [_I] * 5, False),
     "softmax_backward": ([_P] * 3 + [_I] * 5, False),
-    "gemm_rows": ([ctypes.POINTER(GemmJob), _I, _I], False),
-    "folded_columns": ([_P, _P, _GEOMETRY, _I, _I, _I, _I], False),
     "filter_flip_transpose": ([_P, _P, _I, _I, _I, _I, _I], False),
 }
 
@@ -241,9 +231,9 @@ class _EveryCore:
 
 
 def every_core() -> _EveryCore:
-    """Run a whole op's products and loops on the kernels' team, where the op may take every core:
-    numpy's BLAS would (it is not held to one thread), or the cores are to spare. Inside, numpy's BLAS
-    runs on one thread and the team splits the large products (:func:`matmul`): OpenBLAS's own workers,
+    """Run a whole op's loops on the kernels' team, where the op may take every core: numpy's BLAS
+    would (it is not held to one thread), or the cores are to spare. Inside, numpy's BLAS runs on one
+    thread (the op's own products with it): OpenBLAS's own workers,
     which poll for a tenth of a second after each threaded call, then never run beside the team's
     (measured: an LSTM layer's forward 10.6 ms median, 8.1 ms best, with them; 8.3 ms, 8.1 ms best, on
     the team alone). Where numpy's BLAS is held to one thread beside torch's threads, nothing changes."""
@@ -588,18 +578,6 @@ def batchnorm_data_grad(dy: np.ndarray, xhat: np.ndarray, mean_dy: np.ndarray, m
 
 
 # ------------------------------------------------------------------------------- the LSTM time loop
-def gemm_available(dtype: Any) -> bool:
-    """Whether the kernels that call numpy's OpenBLAS gemm run for ``dtype`` (:func:`matmul`'s split):
-    the kernels and that gemm are there."""
-    return available(dtype) and np.dtype(dtype) in openblas().gemm
-
-
-def _gemm(dtype: np.dtype) -> tuple[int, int]:
-    """(the address of numpy's OpenBLAS CBLAS gemm for ``dtype``, its integers' size in bytes)."""
-    fn = openblas().gemm[dtype]
-    return ctypes.cast(fn, ctypes.c_void_p).value or 0, ctypes.sizeof(fn.argtypes[3])
-
-
 def lstm_forward(x: np.ndarray, w_ih: np.ndarray, bias: np.ndarray | None, w_hh: np.ndarray, steps: np.ndarray,
                  acts: np.ndarray, hs: np.ndarray, cs: np.ndarray, tcs: np.ndarray) -> None:
     """Every step of one LSTM layer and direction (csrc/recurrent_typed.h): x (T, I, B) each time's
@@ -675,13 +653,14 @@ _CHUNK_SLACK_ROWS = 16
 _PART_ALIGN = 16
 
 
-#: vmath's functions (csrc/vmath_typed.h), by the number the kernel takes
-VMATH = {"exp": 0, "tanh": 1, "sigmoid": 2}
+#: vmath's functions (csrc/vmath_typed.h), by the number the kernel takes (its tanh is reached through
+#: the tanh activation, :func:`activation_forward`: alone, np.tanh is faster)
+VMATH = {"exp": 0, "sigmoid": 1}
 
 
 def vmath(x: np.ndarray, function: str) -> np.ndarray:
-    """exp, tanh or sigmoid of C-contiguous ``x`` by the kernels' own vector code, which the LSTM loop
-    uses (the tests measure its accuracy against numpy's float64)."""
+    """exp or sigmoid of C-contiguous ``x`` by the kernels' own vector code, which the LSTM loop uses
+    (the tests measure its accuracy against numpy's float64)."""
     y = np.empty_like(x)
     _kernel("vmath", x.dtype)(_address(x, "x", x.shape, x.dtype), _data(y), x.size, VMATH[function])
     return y
@@ -693,8 +672,8 @@ ACTIVATIONS = {"relu": 0, "sigmoid": 1, "tanh": 2, "leaky_relu": 3, "clipped_rel
 #: the modes whose derivative is saved as a boolean mask
 MASKED_ACTIVATIONS = ("relu", "clipped_relu")
 #: Split a pointwise pass over the pool from this many elements on (one pass over memory each; below it
-#: the handoff costs more than the second core saves). The Folded path's column buffer too, measured (ms,
-#: one thread against two, 2-core EPYC): 1.8 M elements (512 channels at 7x7, batch 8) 0.84 against 0.50;
+#: the handoff costs more than the second core saves). Measured on the Folded path's former C column fill
+#: (ms, one thread against two, 2-core EPYC): 1.8 M elements (512 channels at 7x7, batch 8) 0.84 against 0.50;
 #: 74 K (32 channels at 8x8, batch 4) 0.034 against 0.024.
 POINTWISE_THREAD_MIN_ELEMENTS = 1 << 16
 
@@ -773,25 +752,7 @@ def softmax_backward(y: np.ndarray, dy: np.ndarray, axis: int, log: bool) -> np.
     return dx
 
 
-# ------------------------------------------------------------------------------- column buffers
-def folded_columns_shape(dims: ConvDims, samples: int) -> tuple[int, ...]:
-    """The Folded path's columns of ``samples`` samples: (C, *kernel, samples, *out)."""
-    return (dims.in_channels,) + dims.kernel_size + (samples,) + dims.out_size
-
-
-def folded_columns(x: np.ndarray, cols: np.ndarray, dims: ConvDims, n0: int, n1: int) -> None:
-    """The Folded path's columns of samples [n0, n1) of C-contiguous, unpadded ``x`` into ``cols``
-    (:func:`folded_columns_shape`): cols[c, *k, n - n0, *o] = x[n, c, o * stride + k * dilation - pad],
-    zero where that falls in the padding; channels split over the pool from
-    :data:`POINTWISE_THREAD_MIN_ELEMENTS` elements of columns on (a pass over memory like those)."""
-    if not 0 <= n0 < n1 <= dims.batch:
-        raise ValueError(f"native kernel argument samples: [{n0}, {n1}) is not a range of {dims.batch} samples")
-    dtype = x.dtype
-    args = (_address(x, "x", dims.x_shape, dtype), _address(cols, "cols", folded_columns_shape(dims, n1 - n0), dtype),
-            geometry(dims), n0, n1)
-    _launch(_kernel("folded_columns", dtype), args, _parts(dims.in_channels, cols.size >= POINTWISE_THREAD_MIN_ELEMENTS))
-
-
+# ------------------------------------------------------------------------------- filters
 def filter_flip_transpose(w: np.ndarray, groups: int) -> np.ndarray:
     """The filter of a stride-1 convolution's data gradient from C-contiguous ``w`` (K, C / groups,
     *kernel): (C, K / groups, *kernel), its channel axes swapped within each group and its kernel flipped
@@ -805,43 +766,3 @@ def filter_flip_transpose(w: np.ndarray, groups: int) -> np.ndarray:
     args = (_address(w, "w", w.shape, w.dtype), _address(out, "out", out.shape, w.dtype), kg, cg, taps)
     _launch(_kernel("filter_flip_transpose", w.dtype), args, _parts(groups * cg, w.size >= POINTWISE_THREAD_MIN_ELEMENTS))
     return out
-
-
-# ------------------------------------------------------------------------------- products on the pool
-#: Split a product over the pool from this many multiply-adds on (only where numpy's BLAS is held to one
-#: thread): below it the handoff costs more than the second core saves.
-MATMUL_THREAD_MIN_MACS = 4_000_000
-
-
-def _operand(a: np.ndarray) -> tuple[np.ndarray, int, int]:
-    """(the array, whether BLAS reads it transposed, its leading dimension): a C-ordered 2-d array as it
-    is, a Fortran-ordered one (a transpose) as the transpose of its C-ordered storage, else a copy."""
-    if a.flags.c_contiguous:
-        return a, 0, a.shape[1]
-    if a.flags.f_contiguous:
-        return a, 1, a.shape[0]
-    a = np.ascontiguousarray(a)
-    return a, 0, a.shape[1]
-
-
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b of 2-d arrays. Where numpy's BLAS is held to one thread (:func:`_threads.one_blas_thread`:
-    every dnnbind.torch op on the CPU) and the product is large, its rows are split over the kernels' pool
-    (torch's OpenMP team once dnnbind.torch is imported), each range one single-threaded call of numpy's
-    OpenBLAS: the same sums, on every core (measured: a 2-layer LSTM's training step through
-    dnnbind.torch, 15.4 -> 12.2 ms on 2 cores; torch's own layers 8.0). Not beside torch's threads
-    without their team (the kernels' own workers would fight them). Else np.matmul."""
-    parts = workers()
-    if (a.ndim != 2 or b.ndim != 2 or parts < 2 or not blas_single_threaded() or not _cores_to_spare()
-            or a.dtype != b.dtype
-            or not gemm_available(a.dtype) or a.shape[1] != b.shape[0] or min(a.shape + b.shape) == 0
-            or a.shape[0] * a.shape[1] * b.shape[1] < MATMUL_THREAD_MIN_MACS or a.shape[0] < 2 * parts):
-        return np.matmul(a, b)
-    (m, k), n = a.shape, b.shape[1]
-    a, trans_a, lda = _operand(a)
-    b, trans_b, ldb = _operand(b)
-    c = np.empty((m, n), a.dtype)
-    gemm, index_bytes = _gemm(a.dtype)
-    job = GemmJob(gemm, index_bytes, trans_a, trans_b, m, n, k, _data(a), lda, _data(b), ldb, _data(c), n)
-    _launch(_kernel("gemm_rows", a.dtype), (job,), _parts(m, True))
-    return c

@@ -107,7 +107,7 @@ class _Direction:
         """W x_t (+ bias) for every step: (T, B, I) -> (G*H, T, B), one product over all T*B columns
         (a single large GEMM runs far faster than T thin ones); step t is the (G*H, B) view [:, t]."""
         steps, batch = x.shape[0], x.shape[1]
-        xp = native.matmul(w, np.ascontiguousarray(x).reshape(steps * batch, -1).T)
+        xp = np.matmul(w, np.ascontiguousarray(x).reshape(steps * batch, -1).T)
         if bias is not None:
             xp += bias[:, None]
         return xp.reshape(w.shape[0], steps, batch)
@@ -123,9 +123,9 @@ class _Direction:
         gx = np.ascontiguousarray(d_pre_x.transpose(1, 0, 2)).reshape(gh, -1)
         gh_mat = gx if d_pre_h is d_pre_x else np.ascontiguousarray(d_pre_h.transpose(1, 0, 2)).reshape(gh, -1)
         h_prev = np.ascontiguousarray(self.hs[:-1].transpose(1, 0, 2)).reshape(self.hs.shape[1], -1)
-        dw_ih = native.matmul(gx, x_steps.reshape(-1, x_steps.shape[-1]))    # (all on every core, also where
-        dw_hh = native.matmul(gh_mat, h_prev.T)                              # BLAS is held to one thread)
-        dx = native.matmul(gx.T, self.w_ih).reshape(x_steps.shape)
+        dw_ih = np.matmul(gx, x_steps.reshape(-1, x_steps.shape[-1]))
+        dw_hh = np.matmul(gh_mat, h_prev.T)
+        dx = np.matmul(gx.T, self.w_ih).reshape(x_steps.shape)
         db_ih = db_hh = None
         if self.has_bias:
             db_ih = gx.sum(axis=1)
@@ -452,7 +452,8 @@ def _time_loop_runs(dtype: np.dtype, projected: bool, lengths: bool) -> bool:
 def _on_every_core(op: Callable[..., Any]) -> Callable[..., Any]:
     """Run ``op`` (rnn_forward or rnn_backward, dims last) inside :func:`native.every_core` where its
     LSTM cells take the C time loop (:meth:`_LSTM._native`), whose recurrent products are its own: the
-    loop and the input and weight products then share one team of threads."""
+    loop runs on the team without OpenBLAS's polling workers beside it (the input and weight products
+    are np.matmul on one BLAS thread there)."""
     @functools.wraps(op)
     def run(first: Any, *rest: Any) -> Any:
         dims: RNNDims = rest[-1]

@@ -167,3 +167,21 @@ def test_a_penalty_whose_cotangent_depends_on_x_equals_torchs(name):
         args = (_r(3, 4, 5),)
     for a, b in zip(_cubed_penalty(ours, args), _cubed_penalty(theirs, args)):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("name", ["softmax", "silu", "batchnorm-training"])
+def test_third_derivatives_of_the_closed_form_rules_check_numerically(name):
+    """The rules' second derivatives are differentiable again (torch.func.vjp keeps them so): gradgradcheck
+    of the first derivative of a loss whose cotangent depends on x."""
+    ours, _ = POINTWISE[name]
+    torch.manual_seed(3)
+    x = _r(2, 4, 3)
+    assert gradgradcheck(lambda x: torch.autograd.grad(ours(x).pow(3).sum(), x, create_graph=True)[0], (x,))
+
+
+def test_a_third_derivative_through_a_chained_op_is_refused():
+    x, w = _r(1, 2, 4, 4), _r(3, 2, 3, 3)
+    (g1,) = torch.autograd.grad(dt.conv_bias_activation(x, w, mode="tanh").pow(3).sum(), x, create_graph=True)
+    (g2,) = torch.autograd.grad(g1.pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="third derivative through a chained op"):
+        torch.autograd.grad(g2.sum(), x)

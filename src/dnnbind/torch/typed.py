@@ -479,6 +479,20 @@ class _BackwardFunction(torch.autograd.Function):
         raise RuntimeError(f"dnnbind.{cls.op}: forward-mode AD (jvp, jacfwd) of its backward is not supported")
 
 
+class _Final(torch.autograd.Function):
+    """Second derivatives whose own derivative would miss a path (see :meth:`_Ops.vjp`): a third derivative
+    through them is refused instead of coming out wrong."""
+
+    @staticmethod
+    def forward(ctx: Any, *tensors: Tensor | None) -> tuple:  # type: ignore[override]
+        return tuple(None if t is None else t.view_as(t) for t in tensors)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:  # type: ignore[override]
+        raise RuntimeError("dnnbind: a third derivative through a chained op's (conv_bias_activation's) second "
+                           "derivative is not supported")
+
+
 class _Ops:
     """What a second-order rule calls (see :mod:`dnnbind.highlevel.specs.second_order`): the op's typed
     forward and backward on other arrays, with the arguments of the call being differentiated."""
@@ -546,15 +560,16 @@ class _Ops:
 
     @staticmethod
     def vjp(gradients: Any, arrays: dict[str, Any], cotangents: list[Any],
-            gg: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+            gg: dict[str, Any], nests: bool = False) -> tuple[list[Any], dict[str, Any]]:
         """The gradients of ``gradients(arrays, cotangents)`` (by name) with respect to the arrays and the
-        cotangents, for their cotangents ``gg`` (by gradient name), through torch's autograd
-        (torch.func.vjp under torch.func's transforms)."""
-        if _functorch():
+        cotangents, for their cotangents ``gg`` (by gradient name), by torch.func.vjp: it differentiates
+        with respect to the arrays and the cotangents as variables of its own, so a cotangent computed from
+        the forward's inputs (the dy of y.pow(3).sum(), 3 y^2) is not counted again through its history,
+        and the results stay differentiable (a third derivative). ``nests``: ``gradients`` calls other ops'
+        typed backwards, which torch.func.vjp cannot nest outside a transform: then torch.autograd.grad with
+        the cotangents as leaves of their own, whose results refuse a further derivative."""
+        if not nests or _functorch():
             return _Ops._func_vjp(gradients, arrays, cotangents, gg)
-        # the cotangents as leaves of their own: a cotangent computed from the forward's inputs (the dy of
-        # y.pow(3).sum(), 3 y^2) must not carry the gradient with respect to the arrays a second time, through
-        # its own history, beside the d_cotangents that autograd sends back along that history
         cotangents = [t.detach().requires_grad_() if isinstance(t, Tensor) and t.requires_grad else t
                       for t in cotangents]
         with torch.enable_grad():
@@ -569,6 +584,7 @@ class _Ops:
         if pairs and wrt:
             results = torch.autograd.grad([o for o, _ in pairs], [t for _, t in wrt], [g for _, g in pairs],
                                           create_graph=True, allow_unused=True)
+            results = _Final.apply(*results)
             for ((kind, key), _), r in zip(wrt, results):
                 if kind == "array":
                     d_arrays[key] = r

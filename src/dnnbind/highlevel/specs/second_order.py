@@ -58,13 +58,14 @@ def selection(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[
     return [ops.gather(ggx, indices)] + [None] * (len(cotangents) - 1), {"x": None}
 
 
-def from_backward(gradients: Any) -> Any:
+def from_backward(gradients: Any, nests: bool = False) -> Any:
     """A rule from the op's backward written in differentiable operations, ``gradients(ops, arrays,
     cotangents) -> {array name: gradient}``; differentiated by the framework's own autograd
     (``ops.vjp``). For ops whose backward is closed-form in their forward's result (softmax) or in a
-    few reductions (batch norm)."""
+    few reductions (batch norm). ``nests``: ``gradients`` calls other ops' backwards (a chain's), which
+    the framework's vjp may have to take another way (see ``ops.vjp``)."""
     def rule(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[str, Any]) -> tuple[list[Any], dict]:
-        return ops.vjp(lambda a, c: gradients(ops, a, c), arrays, cotangents, gg)
+        return ops.vjp(lambda a, c: gradients(ops, a, c), arrays, cotangents, gg, nests=nests)
     return rule
 
 
@@ -159,4 +160,4 @@ def chain(first: str, second: str) -> Any:
         outer = ops.part(second, {"x": between})
         d_between = outer.backward([cotangents[0]], {"x": between}, ("x",))["x"]
         return inner.backward([d_between], arrays, tuple(n for n, a in arrays.items() if a is not None))
-    return from_backward(gradients)
+    return from_backward(gradients, nests=True)

@@ -489,8 +489,8 @@ class _Final(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:  # type: ignore[override]
-        raise RuntimeError("dnnbind: a third derivative through a chained op's (conv_bias_activation's) second "
-                           "derivative is not supported")
+        raise RuntimeError("dnnbind: a third derivative through a chained op's second derivative (an op that is "
+                           "two ops in a row, its spec's chain) is not supported")
 
 
 class _Ops:

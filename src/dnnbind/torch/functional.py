@@ -72,14 +72,19 @@ def conv(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padd
     """N-d convolution (1 to 3 spatial dims) like ``torch.nn.functional.conv{1,2,3}d``; ``flip=True``:
     true convolution. ``padding`` may also be one (low, high) pair per spatial dim. Under torch.autocast
     x, w and b are cast to its dtype first, as torch casts them for its convolutions."""
+    return _convolution("conv", x, w, b, conv_arguments(stride, padding, dilation, groups, flip))
+
+
+def _convolution(op: str, x: Tensor, w: Tensor, b: Tensor | None, arguments: dict[str, Any]) -> Tensor:
+    """A convolution op (conv, conv_transpose, conv_bias_activation) on x, w and b: cast as torch.autocast
+    casts a convolution's, planned, or checked and called (x of one dimension fewer than w: one sample)."""
     x, w, b = _autocast(x, w, b)
-    arguments = conv_arguments(stride, padding, dilation, groups, flip)
-    done = planned("conv", (x, w, b), arguments)
+    done = planned(op, (x, w, b), arguments)
     if done is not None:
         return done[0]
     _check(x=x, w=w, b=b)
     one = conv_is_unbatched(x.shape, w.shape)
-    return _unbatch(call("conv", _batch(x, one), w, b, **arguments)[0], one)
+    return _unbatch(call(op, _batch(x, one), w, b, **arguments)[0], one)
 
 
 def conv_bias_activation(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any = 1, padding: Any = 0,
@@ -87,14 +92,8 @@ def conv_bias_activation(x: Tensor, w: Tensor, b: Tensor | None = None, *, strid
                          alpha: float | None = None) -> Tensor:
     """:func:`conv`, then :func:`activation` (``F.relu(F.conv2d(x, w, b, ...))`` for the default mode): one op,
     which the cuDNN backend may run as one fused kernel; under torch.autocast in its dtype, as :func:`conv`."""
-    x, w, b = _autocast(x, w, b)
-    arguments = conv_bias_activation_arguments(stride, padding, dilation, groups, flip, mode, alpha)
-    done = planned("conv_bias_activation", (x, w, b), arguments)
-    if done is not None:
-        return done[0]
-    _check(x=x, w=w, b=b)
-    one = conv_is_unbatched(x.shape, w.shape)
-    return _unbatch(call("conv_bias_activation", _batch(x, one), w, b, **arguments)[0], one)
+    return _convolution("conv_bias_activation", x, w, b,
+                        conv_bias_activation_arguments(stride, padding, dilation, groups, flip, mode, alpha))
 
 
 # The ops' keyword arguments as their eager plans key them (values and order), from the specs: for the
@@ -124,14 +123,8 @@ def conv_transpose(x: Tensor, w: Tensor, b: Tensor | None = None, *, stride: Any
                    output_padding: Any = 0, dilation: Any = 1, groups: int = 1, flip: bool = False) -> Tensor:
     """Transposed convolution like ``torch.nn.functional.conv_transpose{1,2,3}d`` (w is (C_in, C_out/groups, ...));
     under torch.autocast in its dtype, as :func:`conv`."""
-    x, w, b = _autocast(x, w, b)
-    arguments = conv_transpose_arguments(stride, padding, output_padding, dilation, groups, flip)
-    done = planned("conv_transpose", (x, w, b), arguments)
-    if done is not None:
-        return done[0]
-    _check(x=x, w=w, b=b)
-    one = conv_is_unbatched(x.shape, w.shape)
-    return _unbatch(call("conv_transpose", _batch(x, one), w, b, **arguments)[0], one)
+    return _convolution("conv_transpose", x, w, b,
+                        conv_transpose_arguments(stride, padding, output_padding, dilation, groups, flip))
 
 
 def maxpool(x: Tensor, window: Any, *, stride: Any = None, padding: Any = 0, dilation: Any = 1,

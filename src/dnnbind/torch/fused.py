@@ -12,11 +12,10 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Sequence
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.specs import SPECS
-from dnnbind.torch import eager
+from dnnbind.torch import eager, typed
 from dnnbind.torch.calls import NOTHING
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 
@@ -142,53 +141,82 @@ class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn 
     @staticmethod
     def forward(ctx: Any, planned: Run, x: Tensor, *inputs: Tensor) -> Tensor:  # type: ignore[override]
         keep = any(ctx.needs_input_grad)         # else no backward can come: the backends save nothing
-        h = to_array(x)
-        arrays = _arrays(planned.steps)
-        saved = []
-        with _scope(planned), saving_residuals(keep):
-            for step, given in zip(planned.steps, arrays):
-                plan = step.plan
-                result, residuals = plan.forward(h, *given, *plan.static)
-                h = result[0] if type(result) is tuple else result
-                saved.append(residuals)
+        arrays = _arrays([step.tensors for step in planned.steps])
+        h, saved = forward_arrays(planned, to_array(x), arrays, keep)
         if planned.statistics:                   # updated in place, as the layer's own call does
             eager._statistics_written([t for _, ts in planned.statistics for t in ts],
                                       [a for i, _ in planned.statistics for a in arrays[i][2:4]])
         if keep:
-            ctx.run, ctx.residuals = planned, saved
+            ctx.run, ctx.residuals, ctx.x = planned, saved, x
         return to_tensor(h)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, dy: Tensor) -> tuple:  # type: ignore[override]
         flags = ctx.needs_input_grad             # (run, x, *inputs)
-        grads: list[Any] = [None] * (len(flags) - 2)
-        residuals = ctx.residuals
-        d: Any = to_array(dy)
-        with _scope(ctx.run):
-            for i, plan, needs, picks, x_path in ctx.run.program(flags):
-                if needs is None:
-                    results = plan.backward(residuals[i], (d,), *plan.static)
-                else:
-                    results = plan.backward(residuals[i], (d,), *plan.static, needs=needs)
-                if type(results) is not tuple:
-                    results = (results,)
-                for slot, path in picks:
-                    grads[slot] = eager._pick(results, path)
-                d = None if x_path is None else eager._pick(results, x_path)
+        if torch.is_grad_enabled():              # create_graph: a backward autograd can differentiate again
+            return (None, *_recorded_backward(ctx.run, ctx.x, dy, flags))
+        d, grads = backward_arrays(ctx.run, ctx.residuals, to_array(dy), flags)
         dx = to_tensor(d) if flags[1] and d is not None else None
         return (None, dx, *[eager._gradient(g) for g in grads])
 
 
-def _arrays(steps: list[Step]) -> list[list[Any]]:
+def _recorded_backward(planned: Run, x: Tensor, dy: Tensor, flags: tuple) -> list[Tensor | None]:
+    """The gradients of (x, *the run's tensors) as a graph autograd records (a create_graph backward): the
+    layers' typed ops run again on x and the layers' tensors, each differentiable again by its op's
+    second-order rule (or refusing, naming the op), and differentiated by autograd. Batch norm's typed op
+    returns its running statistics' update rather than making it, so they are not updated twice."""
+    h = x
+    for step in planned.steps:
+        h = typed.call(step.plan.op, h, list(step.tensors), dict(step.plan.kwargs))[0]
+    wanted = [(i, t) for i, (t, flag) in enumerate(zip([x, *planned.tensors], flags[1:])) if flag]
+    found = torch.autograd.grad(h, [t for _, t in wanted], dy, create_graph=True, allow_unused=True)
+    grads: list[Tensor | None] = [None] * (len(flags) - 1)
+    for (i, _), g in zip(wanted, found):
+        grads[i] = g
+    return grads
+
+
+def forward_arrays(planned: Run, h: Any, arrays: list[list[Any]], keep: bool) -> tuple[Any, list[tuple]]:
+    """(the last step's result, each step's residuals) of the run's backend calls on the array h, each step
+    given its arrays (:func:`_arrays`); residuals saved only where ``keep``."""
+    saved = []
+    with _scope(planned), saving_residuals(keep):
+        for step, given in zip(planned.steps, arrays):
+            plan = step.plan
+            result, residuals = plan.forward(h, *given, *plan.static)
+            h = result[0] if type(result) is tuple else result
+            saved.append(residuals)
+    return h, saved
+
+
+def backward_arrays(planned: Run, residuals: Sequence[tuple], d: Any, flags: tuple) -> tuple[Any, list[Any]]:
+    """(x's gradient or None, one gradient per tensor of the run, None where none is wanted) of the run's
+    backward calls in reverse order, from each step's residuals and the result's cotangent ``d``;
+    ``flags``: whether each of (the run, x, *its tensors) wants a gradient (ctx.needs_input_grad)."""
+    grads: list[Any] = [None] * (len(flags) - 2)
+    with _scope(planned):
+        for i, plan, needs, picks, x_path in planned.program(flags):
+            if needs is None:
+                results = plan.backward(residuals[i], (d,), *plan.static)
+            else:
+                results = plan.backward(residuals[i], (d,), *plan.static, needs=needs)
+            if type(results) is not tuple:
+                results = (results,)
+            for slot, path in picks:
+                grads[slot] = eager._pick(results, path)
+            d = None if x_path is None else eager._pick(results, x_path)
+    return d, grads
+
+
+def _arrays(tensors: Sequence[Sequence[Tensor | None]]) -> list[list[Any]]:
     """Per step its tensors as arrays (None where not given); a tensor given to several steps is one
     array, so that what one step updates in place (running statistics) the next one reads, also where
     the array is a copy."""
     converted: dict[int, Any] = {}
     out = []
-    for step in steps:
+    for step in tensors:
         given: list[Any] = []
-        for t in step.tensors:
+        for t in step:
             if t is None:
                 given.append(None)
                 continue

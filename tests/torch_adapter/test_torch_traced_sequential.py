@@ -1,5 +1,6 @@
-"""dnnbind.torch.nn.Sequential while torch.compile or torch.export traces: its layers' typed ops, one per
-layer (a run of layers was one ``dnnbind::sequence`` op with a params text before; it is gone)."""
+"""dnnbind.torch.nn.Sequential while torch.compile or torch.export traces: torch.export keeps its layers'
+typed ops, one per layer; torch.compile runs a run of layers as one typed sequence op whose schema is its
+layers' (a run was one ``dnnbind::sequence`` op with a params text before; it is gone)."""
 from __future__ import annotations
 
 import pytest
@@ -103,3 +104,69 @@ def test_a_batch_norm_called_twice_in_a_run_reads_its_own_update():
     torch.testing.assert_close(ours.running_mean, theirs.running_mean)
     torch.testing.assert_close(ours.running_var, theirs.running_var)
     assert int(ours.num_batches_tracked) == int(theirs.num_batches_tracked) == 4
+
+
+def _graph_code(model: torch.nn.Module, x: torch.Tensor, **options) -> tuple[list[str], torch.Tensor]:
+    """(the code of each graph torch.compile hands its backend, the compiled model's result on x)."""
+    from torch._inductor.compile_fx import compile_fx
+    codes: list[str] = []
+
+    def backend(gm, inputs):
+        codes.append(gm.code)
+        return compile_fx(gm, inputs)
+    return codes, torch.compile(model, backend=backend, fullgraph=True, **options)(x)
+
+
+def test_compile_runs_a_run_of_layers_as_one_typed_sequence_op():
+    """While torch.compile traces, a run is one op named by its ops, with each layer's typed arguments;
+    its training forward saves residuals for its pullback, and its results equal the layers' own."""
+    model, twin = _layers("train"), _layers("train")
+    x = torch.randn(SHAPES["train"], dtype=torch.float64)
+    codes, out = _graph_code(model, x)
+    name = "sequence__conv__batchnorm__activation__maxpool__conv__activation"
+    assert f"torch.ops.dnnbind.{name}_training" in codes[0]
+    assert "torch.ops.dnnbind.conv" not in codes[0].replace(f"{name}", "")
+    expected = twin(x)
+    torch.testing.assert_close(out, expected)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    for (key, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=key)
+    for (key, a), b in zip(model.state_dict().items(), twin.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=key)
+
+
+def test_a_compiled_inference_run_saves_nothing_and_dynamic_shapes_keep_one_graph():
+    model = _layers("eval")
+    with torch.no_grad():
+        codes, out = _graph_code(model, torch.randn(SHAPES["eval"], dtype=torch.float64), dynamic=True)
+        compiled = torch.compile(model, fullgraph=True, dynamic=True)
+        for batch in (2, 5, 7):
+            x = torch.randn(batch, *SHAPES["eval"][1:], dtype=torch.float64)
+            torch.testing.assert_close(compiled(x), model.__class__.__mro__[1].forward(model, x))
+    name = "sequence__conv__batchnorm__activation__meanpool__softmax"
+    assert f"torch.ops.dnnbind.{name}(" in codes[0] and "_training" not in codes[0]
+
+
+def test_the_sequence_ops_schema_is_its_layers_typed_schemas_and_passes_opcheck():
+    from dnnbind.torch import typed_sequence
+    ops = ("conv", "batchnorm", "activation")
+    schema = typed_sequence.schemas(ops)[0]
+    assert schema.startswith("(Tensor x, Tensor w_0, Tensor? b_0, SymInt[] stride_0,")
+    assert "Tensor gamma_1" in schema and "str mode_2" in schema and schema.endswith("-> Tensor[]")
+    name = typed_sequence.register(ops)
+    assert name == "sequence__conv__batchnorm__activation" and typed_sequence.register(ops) == name
+    torch.manual_seed(0)
+    w, b = torch.randn(4, 3, 3, 3, dtype=torch.float64, requires_grad=True), torch.randn(4, dtype=torch.float64)
+    gamma = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    beta = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    mean, var = torch.zeros(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64)
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64, requires_grad=True)
+    inputs = (x, w, b, [1, 1], [1, 1], [1, 1], 1, False, gamma, beta, mean, var, True, 0.1, 1e-5, "tanh", None)
+    torch.library.opcheck(getattr(torch.ops.dnnbind, name), inputs)
+    results, residuals = getattr(torch.ops.dnnbind, f"{name}_training")(*inputs, "tag")
+    torch.library.opcheck(getattr(torch.ops.dnnbind, f"{name}_training"), (*inputs, "tag"))
+    expected = torch.tanh(torch.nn.functional.batch_norm(torch.nn.functional.conv2d(x, w, b, padding=1), mean.clone(),
+                                                         var.clone(), gamma, beta, training=True))
+    torch.testing.assert_close(results[0], expected)
+    assert len(results) == 3 and residuals

@@ -311,9 +311,10 @@ def planned(op: str, tensors: tuple, arguments: dict[str, Any]) -> tuple[Tensor,
     return result
 
 
-def _plan(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> Plan:
-    """The plan of a call given x, the spec's other arrays then its tensor arguments (``arrays``), and the
-    public op's keyword arguments (the tensor arguments among them)."""
+def _plan(op: str, x: Any, arrays: Sequence[Any], kwargs: dict[str, Any]) -> Plan:
+    """The plan of a call given x (a tensor, or anything with its shape, dtype and device), the spec's other
+    arrays then its tensor arguments (``arrays``), and the public op's keyword arguments (the tensor
+    arguments among them)."""
     call = calls.call_of(op, x, arrays[:len(SPECS[op].arrays) - 1], kwargs)
     plan = call.plan
     if plan is None:

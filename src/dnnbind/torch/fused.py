@@ -9,6 +9,7 @@ small layer). The results are the layers' own: the same backend calls on the sam
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, NamedTuple, Sequence
 
 import torch
@@ -62,6 +63,31 @@ def plan_run(fusions: Sequence[Fusion], x: Tensor) -> Run | None:
         first += sum(t is not None for t in fusion.tensors)
         shape, dtype, device = plan.first
         meta = (shape, dtype, device, Tensor)
+    return Run(steps)
+
+
+#: what a step of a run planned from its layers' calls alone (:func:`plan_layers`) holds for a tensor given:
+#: the typed sequence op's kernels take the tensors with each call
+PLACED: Any = object()
+
+
+def plan_layers(layers: Sequence[tuple[str, Sequence[Any], dict[str, Any]]], x: Any) -> Run:
+    """The run of ``layers`` (per layer: its op, its spec's arrays after x, its keyword arguments as the eager
+    plans key them) on an input with x's shape, dtype and device, planned from the calls alone: the specs'
+    checks run, nothing is computed (:mod:`dnnbind.torch.typed_sequence`). Each layer must return one
+    result, as a fusable layer's call does."""
+    like = SimpleNamespace(shape=tuple(x.shape), dtype=x.dtype, device=x.device)
+    steps, first = [], 0
+    for op, arrays, kwargs in layers:
+        plan = eager._plan(op, like, list(arrays), kwargs)
+        shapes = [s for s in plan.call.shapes if s is not None]
+        if len(shapes) != 1 or plan.nested:
+            raise ValueError(f"dnnbind.{op}: a call with {len(shapes)} results cannot be a step of a run")
+        if plan.first is None:                   # as the plan's first eager call sets them
+            plan.first, plan.integers = (torch.Size(shapes[0]), x.dtype, x.device), ()
+        steps.append(Step(plan, tuple(None if a is None else PLACED for a in arrays), first, None))
+        first += sum(a is not None for a in arrays)
+        like = SimpleNamespace(shape=tuple(shapes[0]), dtype=x.dtype, device=x.device)
     return Run(steps)
 
 

@@ -28,7 +28,8 @@ from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 from torch.nn.modules import module as _module
 
-from dnnbind.torch import eager, fused
+from dnnbind.highlevel.specs import SPECS
+from dnnbind.torch import eager, fused, typed_sequence
 from dnnbind.torch import functional as F
 from dnnbind.torch.convolution import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from dnnbind.torch.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d
@@ -65,9 +66,29 @@ class Sequential(nn.Sequential):
                 x = modules[i](x)
                 i += 1
                 continue
-            x = _one_by_one(modules[i:end], x) if compiling else _run(self, i, modules[i:end], x)
+            x = _traced_run(modules[i:end], x) if compiling else _run(self, i, modules[i:end], x)
             i = end
         return x
+
+
+def _traced_run(layers: list[nn.Module], x: Any) -> Any:
+    """``layers`` on x while torch.compile traces: one typed op for the run (:mod:`dnnbind.torch.typed_sequence`),
+    whose kernels run the layers' backend calls as a fused run does, and whose result's running statistics
+    are copied back as each batch norm layer's call does; one by one where a layer must run its own forward,
+    a global module hook or a torch.func transform must see each layer, or torch.export traces (its
+    programs keep one typed op per layer)."""
+    if torch.compiler.is_exporting() or eager._functorch_transforms() or _global_hooks():
+        return _one_by_one(layers, x)
+    fusions = _fusions(layers, x)
+    if fusions is None:
+        return _one_by_one(layers, x)
+    fused.count_batches(fusions)
+    outputs = typed_sequence.call(fusions, x)
+    statistics = [t for f in fusions for t in f.tensors[SPECS[f.op].updated] if t is not None]
+    with torch.no_grad():
+        for stat, new in zip(statistics, outputs[1:]):
+            stat.copy_(new)
+    return outputs[0]
 
 
 def _run(model: Sequential, start: int, layers: list[nn.Module], x: Any) -> Any:

@@ -676,7 +676,7 @@ def _register(op: str) -> None:
     spec = SPECS[op]
     # the spec's derived facts the calls read, worked out now: a traced call (Dynamo) cannot take the
     # lock of a cached_property computed for the first time
-    spec.kinds, spec.arguments_function, spec.array_names, spec.arguments  # noqa: B018
+    spec.kinds, spec.arguments_function, spec.array_names, spec.arguments, spec.updated  # noqa: B018
     forward_schema, backward_schema = schemas(spec)
     name = f"{NAMESPACE}::{op}"
     forward = torch.library.custom_op(name, functools.partial(_forward, op), mutates_args=(), schema=forward_schema)

@@ -46,8 +46,9 @@ def private(array: np.ndarray, *sources: Any) -> np.ndarray:
     The rule every forward pass follows: what a pullback reads is the forward's own, so changing x, the
     parameters or the returned result after the forward never changes what the pullback returns.
     """
-    if any(s is not None and np.may_share_memory(array, s) for s in sources):
-        return array.copy()
+    for source in sources:                       # (a loop: a repeated small call's cost is in its frames)
+        if source is not None and np.may_share_memory(array, source):
+            return array.copy()
     return array
 
 

@@ -25,7 +25,6 @@ copies); :func:`use_threads` holds the rule measured for when that pays.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Any
 
@@ -384,6 +383,12 @@ class _Call:
         self.path = special_path(dims)
         self.threaded = _threads(dims, self.path, options.get("threaded"))
 
+    def __enter__(self) -> "_Call":              # its own scope: on the CPU a call needs none
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
     def input(self, x: np.ndarray) -> np.ndarray:
         """x as the path reads it (Pointwise: the pixels the kernel visits)."""
         return Pointwise.sample(x, self.dims) if self.path is Pointwise else np.ascontiguousarray(x)
@@ -483,12 +488,12 @@ class Primitives:
     OPTIONS = ("threaded",)
 
     def forward_call(self, op: str, dims: ConvDims, options: dict[str, Any], x: Any, w: Any, b: Any) -> Any:
-        return contextlib.nullcontext(_Call(dims, options, x=x, w=w, b=b))
+        return _Call(dims, options, x=x, w=w, b=b)
 
     def backward_call(self, op: str, dims: ConvDims, options: dict[str, Any], saved: tuple, dy: Any,
                       dy_shape: tuple[int, ...]) -> Any:
         dy = np.ascontiguousarray(cotangent("dy", dy, dy_shape, saved[1].dtype))
-        return contextlib.nullcontext(_Call(dims, options, saved=saved, dy=dy))
+        return _Call(dims, options, saved=saved, dy=dy)
 
     def saved_input_shape(self, dims: ConvDims) -> tuple[int, ...]:
         return _kept_shape(dims)

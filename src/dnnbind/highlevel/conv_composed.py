@@ -25,8 +25,8 @@ for ``dims.flip``, in the compute layout), ``forward``, ``data_grad``, ``filter_
 applied), ``weight_grad`` (w's gradient from it), ``add_bias``/``bias_grad`` (``transposed``: the
 channels are x's), ``result`` (an output in the caller's layout and dtype) and ``keep`` (an array the
 backward reads, the forward's own). Two optional fused primitives, used when present:
-``forward_keeping(x, wf, keep)`` -> (y, x as saved or None), the forward that copies x while reading
-it; ``forward_and_filter_grad(xi, dy, wf, need_y, need_dw)`` -> (y, dw), both in one sweep.
+``forward_keeping(x, wf, keep)`` -> (y, x as saved, the forward's own, or None), the forward that copies
+x while reading it; ``forward_and_filter_grad(xi, dy, wf, need_y, need_dw)`` -> (y, dw), both in one sweep.
 
 Residuals: (x as the convolution read it, the filter as applied) for conv; (x extended, the filter as
 applied) for conv_transpose, in the backend's :meth:`ConvCall.keep` form. db is always computed unless
@@ -86,9 +86,10 @@ def _crop(a: Any, shape: tuple[int, ...]) -> Any:
     return a if tuple(a.shape) == tuple(shape) else a[tuple(slice(0, s) for s in shape)]
 
 
-def _residuals(call: ConvCall, xs: Any, wf: Any) -> tuple:
-    """The forward's residuals: its own copies of the saved input and filter; none under no_grad()."""
-    return (call.keep(xs, call.x), call.keep(wf, call.w, filter=True)) if saving() else ()
+def _residuals(call: ConvCall, xs: Any, wf: Any, keep: bool) -> tuple:
+    """The forward's residuals: its own copies of the saved input and filter; none unless ``keep`` (none
+    under no_grad())."""
+    return (call.keep(xs, call.x), call.keep(wf, call.w, filter=True)) if keep else ()
 
 
 def conv_ops(prims: ConvPrimitives) -> types.SimpleNamespace:
@@ -108,17 +109,20 @@ def conv_ops(prims: ConvPrimitives) -> types.SimpleNamespace:
         convolution read it and the filter as applied."""
         if options:
             check("conv_forward", options)
+        keep = saving()
         with prims.forward_call("conv", dims, options, x, w, b) as call:
             wf = call.filter(call.w)
             fused = getattr(call, "forward_keeping", None)
-            if fused is not None:
-                y, xs = fused(call.x, wf, saving())
+            if fused is not None:                # x as saved comes back as the forward's own
+                y, xs = fused(call.x, wf, keep)
+                residuals = (xs, call.keep(wf, call.w, filter=True)) if keep else ()
             else:
                 xs = call.input(call.x)
                 y = call.forward(xs, wf)
+                residuals = _residuals(call, xs, wf, keep)
             if call.b is not None:
                 y = call.add_bias(y, call.b, False)
-            return call.result(y), _residuals(call, xs, wf)
+            return call.result(y), residuals
 
     def conv_backward(residuals: tuple, cotangents: tuple, dims: ConvDims, *,
                       needs: tuple[bool, bool, bool] = ALL_NEEDED, **options: Any) -> tuple[Any, Any, Any]:
@@ -151,7 +155,7 @@ def conv_ops(prims: ConvPrimitives) -> types.SimpleNamespace:
             y = call.data_grad(xe, wf)
             if call.b is not None:
                 y = call.add_bias(y, call.b, True)
-            return call.result(y), _residuals(call, xe, wf)
+            return call.result(y), _residuals(call, xe, wf, saving())
 
     def conv_transpose_backward(residuals: tuple, cotangents: tuple, dims: ConvDims, *,
                                 needs: tuple[bool, bool, bool] = ALL_NEEDED,

@@ -146,7 +146,12 @@ def with_pullback(op: str, forward: Callable[..., Any], backward: Callable[..., 
         result, residuals = forward(*args, **options)
         main = result[0] if isinstance(result, tuple) else result
         # conv without b: no db
-        keep = keeps[tuple([args[i] is None for i in drop_at])] if drop_at else None
+        if not drop_at:
+            keep = None
+        elif len(drop_at) == 1:                                     # (conv's b: no comprehension's frame)
+            keep = keeps[(args[drop_at[0]] is None,)]
+        else:
+            keep = keeps[tuple([args[i] is None for i in drop_at])]
         if not saving():                                            # dnnbind.no_grad(): nothing to pull back
             residuals = None
         return result, ResidualPullback(backward, residuals, args[n_arrays:], options, labels,

@@ -397,12 +397,12 @@ class _Call:
         return private(np.ascontiguousarray(_extend(x, self.dims)), x)
 
     def filter(self, w: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(_flipped(w, self.dims))
+        return np.ascontiguousarray(_flipped(w, self.dims) if self.dims.flip else w)
 
     def forward_keeping(self, x: np.ndarray, wf: np.ndarray, keep: bool) -> tuple[np.ndarray, Any]:
-        """y, and x as the backward reads it when ``keep``: Direct's and Depthwise's C kernels copy x as they
-        read it (one pass over x fewer), Pointwise keeps the pixels it samples. What is kept depends on the
-        problem's geometry alone, never on which path runs (:func:`_kept_shape`)."""
+        """y, and x as the backward reads it when ``keep``, the forward's own: Direct's and Depthwise's C
+        kernels copy x as they read it (one pass over x fewer), Pointwise keeps the pixels it samples. What
+        is kept depends on the problem's geometry alone, never on which path runs (:func:`_kept_shape`)."""
         path, dims = self.path, self.dims
         kept = None
         if path is Direct or path is Depthwise:
@@ -410,8 +410,9 @@ class _Call:
             kept = np.empty_like(x) if x.flags.c_contiguous and keep else None
             y = path.forward(x, wf, dims, self.threaded, keep=kept)
         elif path is Pointwise:
-            kept = Pointwise.sample(x, dims)
-            y = path.forward(kept, wf, dims, self.threaded, sampled=True)
+            sampled = Pointwise.sample(x, dims)
+            y = path.forward(sampled, wf, dims, self.threaded, sampled=True)
+            kept = private(sampled, x) if keep else None      # (the sample may be x itself)
         else:
             y = self.forward(x, wf)
         if kept is None and keep:

@@ -686,10 +686,26 @@ FOLDED_MIN_GROUP_CHANNELS = 96
 def special_path(dims: ConvDims) -> Path | None:
     """The path class for this problem, or None for the general im2col path: 1x1, depthwise and small
     output planes take their BLAS paths; the rest Direct wherever the C kernels are built (asked on every
-    call: tests turn them off), else the BLAS paths (remembered). Folded before Direct: its one wide
+    call: tests turn them off), else the BLAS paths. Folded before Direct: its one wide
     product per group, on BLAS's own threads, measured 0.72x Direct's time (geometric mean, forward and
     forward + backward alike) over eleven small-plane layers (7x7 to 11x11, 64 to 512 channels) on a
     2-core EPYC; for grouped problems only from :data:`FOLDED_MIN_GROUP_CHANNELS` channels per group."""
+    # remembered per problem with what decides Direct besides it (tests lower its threshold and turn the
+    # kernels off in place): a repeated call looks it up instead of asking both
+    key = (dims, DIRECT_MIN_MACS, native.available)
+    try:
+        return _SPECIAL_PATHS[key]
+    except KeyError:
+        if len(_SPECIAL_PATHS) >= 256:
+            _SPECIAL_PATHS.clear()
+        path = _SPECIAL_PATHS[key] = _special_path(dims)
+        return path
+
+
+_SPECIAL_PATHS: dict[tuple, "Path | None"] = {}
+
+
+def _special_path(dims: ConvDims) -> Path | None:
     path = blas_path(dims)
     if not Direct.applies(dims):
         return path

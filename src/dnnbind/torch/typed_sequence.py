@@ -32,7 +32,6 @@ from dnnbind.torch.convert import to_array, to_tensor
 
 Tensor = torch.Tensor
 
-_LIBRARY = torch.library.Library(typed.NAMESPACE, "FRAGMENT")
 #: registered sequences: op name -> its ops
 _REGISTERED: dict[str, tuple[str, ...]] = {}
 
@@ -65,15 +64,13 @@ def register(ops: tuple[str, ...]) -> str:
     if name in _REGISTERED:
         return name
     run, training, pullback = schemas(ops)
-    qualified = f"{typed.NAMESPACE}::{name}"
-    for suffix, schema, kernel, fake in (("", run, _run_kernel, _fake_run),
-                                         ("_training", training, _training_kernel, _fake_training),
-                                         ("_pullback", pullback, _pullback_kernel, _fake_pullback)):
-        _LIBRARY.define(f"{name}{suffix}{schema}", tags=(torch.Tag.pt2_compliant_tag,))
-        _LIBRARY.impl(f"{name}{suffix}", functools.partial(kernel, ops), "CompositeExplicitAutograd")
-        torch.library.register_fake(f"{qualified}{suffix}", functools.partial(fake, ops), lib=_LIBRARY)
-    torch.library.register_autograd(f"{qualified}_training", functools.partial(_backward, ops),
-                                    setup_context=functools.partial(_setup_context, ops), lib=_LIBRARY)
+    for suffix, schema, kernel, fake, differentiable in (("", run, _run_kernel, _fake_run, False),
+                                                         ("_training", training, _training_kernel, _fake_training, True),
+                                                         ("_pullback", pullback, _pullback_kernel, _fake_pullback, False)):
+        typed.define(f"{name}{suffix}", schema, functools.partial(kernel, ops), functools.partial(fake, ops),
+                     differentiable)
+    torch.library.register_autograd(f"{typed.NAMESPACE}::{name}_training", functools.partial(_backward, ops),
+                                    setup_context=functools.partial(_setup_context, ops), lib=typed.LIBRARY)
     _REGISTERED[name] = tuple(ops)
     return name
 

@@ -649,9 +649,10 @@ class _Ops:
         with respect to the arrays and the cotangents as variables of its own, so a cotangent computed from
         the forward's inputs (the dy of y.pow(3).sum(), 3 y^2) is not counted again through its history,
         and the results stay differentiable (a third derivative); a nested array (rnn's weights, a list of
-        groups) entry by entry, its gradients and ``gg``'s likewise (None: none). ``nests``: ``gradients`` calls other ops'
-        typed backwards, which torch.func.vjp cannot nest outside a transform: then torch.autograd.grad with
-        the cotangents as leaves of their own, whose results refuse a further derivative."""
+        groups) entry by entry, its gradients and ``gg``'s likewise (None: none). ``nests``: ``gradients``
+        calls other ops' typed backwards, which torch.func.vjp cannot nest outside a transform: then
+        torch.autograd.grad with the cotangents as leaves of their own, whose results refuse a further
+        derivative."""
         if not nests or _functorch():
             return _Ops._func_vjp(gradients, arrays, cotangents, gg)
         cotangents = [t.detach().requires_grad_() if isinstance(t, Tensor) and t.requires_grad else t

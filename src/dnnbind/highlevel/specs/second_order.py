@@ -72,8 +72,9 @@ def from_backward(gradients: Any, nests: bool = False) -> Any:
     """A rule from the op's backward written in differentiable operations, ``gradients(ops, arrays,
     cotangents) -> {array name: gradient}``; differentiated by the framework's own autograd
     (``ops.vjp``). For ops whose backward is closed-form in their forward's result (softmax) or in a
-    few reductions (batch norm), or is the vjp of their forward written in differentiable operations (rnn). ``nests``: ``gradients`` calls other ops' backwards (a chain's), which
-    the framework's vjp may have to take another way (see ``ops.vjp``)."""
+    few reductions (batch norm), or is the vjp of their forward written in differentiable operations
+    (rnn). ``nests``: ``gradients`` calls other ops' backwards (a chain's), which the framework's vjp may
+    have to take another way (see ``ops.vjp``)."""
     def rule(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[str, Any]) -> tuple[list[Any], dict]:
         return ops.vjp(lambda a, c: gradients(ops, a, c), arrays, cotangents, gg, nests=nests)
     return rule

@@ -1,7 +1,6 @@
 """Double backward: convolution, transposed convolution and pooling backwards are differentiable, built from
 the same ops (the specs' second-order rules), in eager mode, through the typed ops and under torch.func;
-float64 against torch's own layers and gradgradcheck. Ops without a rule refuse a second derivative with
-an error naming the op."""
+float64 against torch's own layers and gradgradcheck. The rnn op's: test_torch_rnn_double_backward.py."""
 from __future__ import annotations
 
 import pytest
@@ -135,16 +134,6 @@ def test_a_hessian_of_softmax_and_batch_norm_by_torch_func_equals_torchs():
     theirs = jacrev(grad(loss(lambda x: torch.softmax(x, 1),
                               lambda x: F.batch_norm(x, None, None, GAMMA[:4], BETA[:4], training=True))))(x)
     torch.testing.assert_close(ours, theirs)
-
-
-def test_an_rnn_refuses_a_second_derivative_naming_itself():
-    """As torch's cuDNN RNN does (dnnbind's RNN backward has no second-order rule)."""
-    x = _r(4, 2, 3)
-    weights = [[_r(8, 3), _r(8, 2), _r(8), _r(8)]]
-    y, _, _ = dt.rnn(x, weights, mode="lstm", hidden_size=2)
-    (g,) = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError, match=r"dnnbind[.:]rnn"):
-        g.sum().backward()
 
 
 def _cubed_penalty(f, args):

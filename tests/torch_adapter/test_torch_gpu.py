@@ -145,6 +145,26 @@ def test_lstm_module_on_cuda_equals_torch(backend):
         torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-3, atol=1e-3)
 
 
+def test_a_second_derivative_through_an_lstm_on_cuda_is_refused_as_torchs(backend):
+    """torch's cuDNN LSTM refuses a double backward; dnnbind's on the GPU backend does too, naming
+    dnnbind.rnn, at the second backward (its first derivative with create_graph runs)."""
+    backend("rnn")
+    torch.manual_seed(0)
+    theirs = torch.nn.LSTM(3, 4).cuda()
+    ours = dt.LSTM(3, 4).cuda()
+    ours.load_state_dict(theirs.state_dict())
+
+    def second(layer):
+        x = torch.randn(5, 2, 3, device="cuda", requires_grad=True)
+        (gx,) = torch.autograd.grad(layer(x)[0].pow(2).sum(), x, create_graph=True)
+        return lambda: gx.pow(2).sum().backward()
+    with pytest.raises(RuntimeError, match="(?i)double backward"):
+        second(theirs)()
+    backward = second(ours)
+    with pytest.raises(RuntimeError, match=r"dnnbind\.rnn: double backward is not supported on the (cudnn|miopen)"):
+        backward()
+
+
 def test_batchnorm_module_updates_cuda_buffers_in_place(backend):
     backend("batchnorm")
     bn = dt.BatchNorm2d(3).cuda()

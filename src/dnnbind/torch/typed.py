@@ -376,6 +376,58 @@ def _with_tensors(op: str, statics: Sequence[Any], tensors: Sequence[Tensor | No
     return out
 
 
+def _by_name(op: str, statics: Sequence[Any], entries: Sequence[Any]) -> dict[str, Any]:
+    """One value per entry of :func:`_flat_tensors` (its arrays' part) by the spec's array names, a
+    nested array's as a list per group (None where an entry is not given)."""
+    it = iter(entries)
+    out: dict[str, Any] = {}
+    i = 0
+    for a in SPECS[op].arrays:
+        if a.nested:
+            out[a.name] = [[next(it) for _ in range(size)] for size in statics[i + 1]]
+            i += 3
+        else:
+            out[a.name] = next(it)
+            i += 1
+    return out
+
+
+def _entries_of(op: str, statics: Sequence[Any], named: dict[str, Any]) -> list[Any]:
+    """The inverse of :func:`_by_name`: values by array name as one per entry of the arrays' part of
+    :func:`_flat_tensors` (None where ``named`` has none)."""
+    out: list[Any] = []
+    i = 0
+    for a in SPECS[op].arrays:
+        value = named.get(a.name)
+        if a.nested:
+            out += [None if value is None or value[g] is None else value[g][j]
+                    for g, size in enumerate(statics[i + 1]) for j in range(size)]
+            i += 3
+        else:
+            out.append(value)
+            i += 1
+    return out
+
+
+def _leaves(named: dict[str, Any]) -> list[tuple[tuple, Any]]:
+    """(key, entry) for every entry of values by name: key (name,), or (name, group, index) in a nested
+    array (a list of groups)."""
+    out: list[tuple[tuple, Any]] = []
+    for name, value in named.items():
+        if isinstance(value, (list, tuple)):
+            out += [((name, g, j), t) for g, group in enumerate(value) for j, t in enumerate(group or ())]
+        else:
+            out.append(((name,), value))
+    return out
+
+
+def _regrouped(like: dict[str, Any], entries: dict[tuple, Any]) -> dict[str, Any]:
+    """Values by name shaped as ``like`` (nested arrays as lists of lists), each entry from ``entries``
+    by :func:`_leaves`'s key (None where it has none)."""
+    return {name: [[entries.get((name, g, j)) for j in range(len(group or ()))] for g, group in enumerate(value)]
+            if isinstance(value, (list, tuple)) else entries.get((name,)) for name, value in like.items()}
+
+
 def _gradients(op: str, ctx: Any, grads: Sequence[Any], needs: list[bool]) -> tuple[list[Any], list[Any]]:
     """(the typed call's inputs, one gradient per entry of :func:`_flat_tensors`, None where none)."""
     saved = iter(ctx.saved_tensors)
@@ -466,11 +518,13 @@ class _BackwardFunction(torch.autograd.Function):
                    for i, given in enumerate(ctx.places)]
         cotangents, inputs = tensors[:ctx.count], tensors[ctx.count:]
         ops = _Ops(cls.op, ctx.statics, inputs)
-        names = [n for n, t in zip(SPECS[cls.op].array_names, inputs) if t is not None]
-        gg = {f"d{n}": g if need and g is not None and g.numel() else None
-              for n, g, need in zip(names, grads, ctx.needs)}
+        given = iter(zip(grads, ctx.needs))               # one per tensor given
+        per_entry = [next(given) if t is not None else (None, False) for t in inputs]
+        gg = {f"d{n}": g for n, g in _by_name(cls.op, ctx.statics, [
+            g if need and g is not None and g.numel() else None for g, need in per_entry]).items()}
         d_cotangents, d_arrays = rule(ops, ops.arrays, cotangents, gg)
-        d_inputs = [d_arrays.get(n) if t is not None else None for n, t in zip(SPECS[cls.op].array_names, inputs)]
+        d_inputs = _entries_of(cls.op, ctx.statics, d_arrays)
+        d_inputs = [d if t is not None else None for d, t in zip(d_inputs, inputs)]
         d_inputs += [None] * (len(inputs) - len(d_inputs))
         return (None, None, None, *d_cotangents, *[None] * (ctx.count - len(d_cotangents)), *d_inputs)
 
@@ -552,6 +606,35 @@ class _Ops:
     exp = staticmethod(torch.exp)
     sigmoid = staticmethod(torch.sigmoid)
     where = staticmethod(torch.where)
+    tanh = staticmethod(torch.tanh)
+    relu = staticmethod(torch.relu)
+
+    @staticmethod
+    def matmul(a: Tensor, b: Tensor) -> Tensor:
+        return torch.matmul(a, b)
+
+    @staticmethod
+    def zeros(shape: Sequence[int], like: Tensor) -> Tensor:
+        """Zeros of ``shape`` in like's dtype, on like's device."""
+        return like.new_zeros(tuple(shape))
+
+    @staticmethod
+    def constant(values: Any, like: Tensor) -> Tensor:
+        """``values`` (nested lists of numbers or bools) as a tensor on like's device (bools stay bools)."""
+        return torch.tensor(values, device=like.device)
+
+    @staticmethod
+    def backend(a: Tensor) -> str:
+        """The dnnbind backend that computes on a's device (cpu, cudnn, miopen)."""
+        return calls.backend(a.device)
+
+    @staticmethod
+    def stack(arrays: Sequence[Tensor], axis: int = 0) -> Tensor:
+        return torch.stack(list(arrays), axis)
+
+    @staticmethod
+    def concat(arrays: Sequence[Tensor], axis: int = 0) -> Tensor:
+        return torch.cat(list(arrays), axis)
 
     @staticmethod
     def channels(a: Tensor, like: Tensor) -> Tensor:
@@ -565,9 +648,11 @@ class _Ops:
         cotangents, for their cotangents ``gg`` (by gradient name), by torch.func.vjp: it differentiates
         with respect to the arrays and the cotangents as variables of its own, so a cotangent computed from
         the forward's inputs (the dy of y.pow(3).sum(), 3 y^2) is not counted again through its history,
-        and the results stay differentiable (a third derivative). ``nests``: ``gradients`` calls other ops'
-        typed backwards, which torch.func.vjp cannot nest outside a transform: then torch.autograd.grad with
-        the cotangents as leaves of their own, whose results refuse a further derivative."""
+        and the results stay differentiable (a third derivative); a nested array (rnn's weights, a list of
+        groups) entry by entry, its gradients and ``gg``'s likewise (None: none). ``nests``: ``gradients``
+        calls other ops' typed backwards, which torch.func.vjp cannot nest outside a transform: then
+        torch.autograd.grad with the cotangents as leaves of their own, whose results refuse a further
+        derivative."""
         if not nests or _functorch():
             return _Ops._func_vjp(gradients, arrays, cotangents, gg)
         cotangents = [t.detach().requires_grad_() if isinstance(t, Tensor) and t.requires_grad else t
@@ -595,24 +680,26 @@ class _Ops:
     @staticmethod
     def _func_vjp(gradients: Any, arrays: dict[str, Any], cotangents: list[Any],
                   gg: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        names = [n for n, t in arrays.items() if isinstance(t, Tensor)]
+        keys = [k for k, t in _leaves(arrays) if isinstance(t, Tensor)]
         places = [i for i, t in enumerate(cotangents) if isinstance(t, Tensor)]
-        wanted = [name for name, g in gg.items() if g is not None]
+        wanted = {k: g for k, g in _leaves({name[1:]: g for name, g in gg.items()}) if g is not None}
+        used: list[tuple] = []          # the wanted gradients that ``gradients`` gives (rnn's absent biases: not)
 
         def f(*tensors: Tensor) -> tuple:
-            a = {**arrays, **dict(zip(names, tensors[:len(names)]))}
+            a = _regrouped(arrays, {**dict(_leaves(arrays)), **dict(zip(keys, tensors[:len(keys)]))})
             c = list(cotangents)
-            for i, t in zip(places, tensors[len(names):]):
+            for i, t in zip(places, tensors[len(keys):]):
                 c[i] = t
-            found = gradients(a, c)
-            return tuple(found[name[1:]] for name in wanted)
-        primals = [arrays[n] for n in names] + [cotangents[i] for i in places]
+            found = dict(_leaves(gradients(a, c)))
+            used[:] = [k for k in wanted if found.get(k) is not None]
+            return tuple(found[k] for k in used)
+        primals = [t for k, t in _leaves(arrays) if isinstance(t, Tensor)] + [cotangents[i] for i in places]
         pullback = torch.func.vjp(f, *primals)[1]
-        results = pullback(tuple(gg[name] for name in wanted))
+        results = pullback(tuple(wanted[k] for k in used))
         d_cotangents: list[Any] = [None] * len(cotangents)
-        for i, r in zip(places, results[len(names):]):
+        for i, r in zip(places, results[len(keys):]):
             d_cotangents[i] = r
-        return d_cotangents, dict(zip(names, results[:len(names)]))
+        return d_cotangents, _regrouped(arrays, dict(zip(keys, results[:len(keys)])))
 
     @staticmethod
     def gather(a: Tensor, indices: Tensor) -> Tensor:

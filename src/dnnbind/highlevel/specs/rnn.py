@@ -5,6 +5,7 @@ from typing import Any
 
 from dnnbind.highlevel.dims.checks import check_same_dtype
 from dnnbind.highlevel.dims.rnn import RNNDims, rnn_weight_entries
+from dnnbind.highlevel.specs import second_order
 from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param, Unbatching
 from dnnbind.highlevel.unbatched import rnn_is_unbatched
 
@@ -86,4 +87,5 @@ RNN = OpSpec(
     unbatched=Unbatching(lambda arrays, arguments: rnn_is_unbatched(arrays["x"].shape, arrays["h0"], arrays["c0"]),
                          axis=1),
     features=("rnn_relu", "rnn_tanh", "lstm", "gru", "bidirectional", "lengths", "proj_size", "no bias"),
+    second_order=second_order.rnn,
 )

@@ -2,19 +2,29 @@
 
 A rule is ``rule(ops, arrays, cotangents, gg) -> (d_cotangents, d_arrays)``: ``arrays`` the forward's
 arrays by name (None where not given), ``cotangents`` its results' cotangents in order (None where not
-given), ``gg`` the cotangents of the backward's gradients by array name (None: none). It returns the
+given), ``gg`` the cotangents of the backward's gradients by gradient name (None: none). It returns the
 gradients of the backward with respect to its cotangents (a list) and to the forward's arrays (by name,
-None: zero). ``ops`` is the framework's, and everything it returns is differentiable again:
+None: zero). A nested array (rnn's weights) is a list of groups in all three, None for an entry not
+given or without a cotangent. ``ops`` is the framework's, and everything it returns is differentiable again:
 
 ``ops.transformed``: whether a torch.func transform differentiates; ``ops.part(op, arrays)``: the same for another op on ``arrays`` (a chain's parts, with the call's
 arguments that op takes); ``ops.forward(arrays, **arguments)``: the op's forward on these arrays (the call's arguments, updated by
 ``arguments``), its results as a list; ``ops.backward(cotangents, arrays, needs)``: the op's backward,
 one gradient per array name in ``needs`` (a dict: name -> gradient); ``ops.zeros_like(a)``;
-``ops.gather(a, indices)``: each (N, C) plane of ``a`` flattened and read at ``indices`` (maxpool's).
+``ops.gather(a, indices)``: each (N, C) plane of ``a`` flattened and read at ``indices`` (maxpool's);
+``ops.vjp(gradients, arrays, cotangents, gg)``: the gradients of ``gradients(arrays, cotangents) -> {name:
+array}`` for the cotangents ``gg`` (by ``d`` + name) with respect to the arrays and the cotangents, as
+(d_cotangents, d_arrays);
+``ops.arguments``: the call's public arguments; ``ops.backend(a)``: the dnnbind backend computing on a's
+device (cpu, cudnn, miopen); elementwise ``exp``, ``sigmoid``, ``tanh``, ``relu``, ``where``, reductions
+``sum``, ``mean``, and ``matmul``, ``stack``, ``concat``, ``zeros(shape, like)``, ``constant(values, like)``.
+Arrays take the operators (+, -, *, **), indexing and slicing, and ``.T``.
 """
 from __future__ import annotations
 
 from typing import Any
+
+from dnnbind.highlevel.specs import recurrence
 
 
 def _add(a: Any, b: Any) -> Any:
@@ -62,8 +72,9 @@ def from_backward(gradients: Any, nests: bool = False) -> Any:
     """A rule from the op's backward written in differentiable operations, ``gradients(ops, arrays,
     cotangents) -> {array name: gradient}``; differentiated by the framework's own autograd
     (``ops.vjp``). For ops whose backward is closed-form in their forward's result (softmax) or in a
-    few reductions (batch norm). ``nests``: ``gradients`` calls other ops' backwards (a chain's), which
-    the framework's vjp may have to take another way (see ``ops.vjp``)."""
+    few reductions (batch norm), or is the vjp of their forward written in differentiable operations
+    (rnn). ``nests``: ``gradients`` calls other ops' backwards (a chain's), which the framework's vjp may
+    have to take another way (see ``ops.vjp``)."""
     def rule(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[str, Any]) -> tuple[list[Any], dict]:
         return ops.vjp(lambda a, c: gradients(ops, a, c), arrays, cotangents, gg, nests=nests)
     return rule
@@ -161,3 +172,24 @@ def chain(first: str, second: str) -> Any:
         d_between = outer.backward([cotangents[0]], {"x": between}, ("x",))["x"]
         return inner.backward([d_between], arrays, tuple(n for n, a in arrays.items() if a is not None))
     return from_backward(gradients, nests=True)
+
+
+def _rnn(ops: Any, arrays: dict[str, Any], cotangents: list[Any]) -> dict[str, Any]:
+    """rnn's backward: the vjp of its forward written in differentiable operations (the recurrence,
+    :mod:`.recurrence`), for the cotangents of y, hy and cy given."""
+    given = {f"d{name}": c for name, c in zip(("y", "hy", "cy"), cotangents)}
+    return ops.vjp(lambda a, _: recurrence.forward(ops, a), arrays, [], given)[1]
+
+
+def rnn(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[str, Any]) -> tuple[list[Any], dict]:
+    """rnn's rule (its backward differentiated through the recurrence), refused where a vendor library
+    (cuDNN, MIOpen) computes the op, as torch refuses a double backward through its cuDNN RNN."""
+    backend = ops.backend(arrays["x"])
+    if backend != "cpu":
+        raise RuntimeError(f"dnnbind.rnn: double backward is not supported on the {backend} backend (device arrays), "
+                           f"as torch does not support it for its cuDNN RNNs; to take a gradient of a gradient, "
+                           f"run the RNN's forward on CPU arrays")
+    return _rnn_rule(ops, arrays, cotangents, gg)
+
+
+_rnn_rule = from_backward(_rnn)

@@ -147,3 +147,23 @@ def test_compile_dynamic_runs_several_batch_sizes_without_recompiling(cls, shape
         for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
             torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4, msg=name)
     assert counter.frame_count == 1
+
+
+def test_a_repeated_kernel_call_finds_its_call_and_a_changed_argument_makes_another():
+    """A typed kernel keeps its checked call in the one plan cache by the typed inputs (a compiled graph's
+    repeated calls skip the checks); an input whose value differs is another call; dropout's seed tensor,
+    whose value is a static argument, is read each call."""
+    x, gamma, beta = torch.randn(2, 3, 4, 4), torch.rand(3), torch.randn(3)
+    run = torch.ops.dnnbind.batchnorm.default
+    first = run(x, gamma, beta, None, None, True, 0.1, 1e-5)
+    misses = dnnbind.plan_cache_info().misses
+    torch.testing.assert_close(run(x, gamma, beta, None, None, True, 0.1, 1e-5), first)
+    assert dnnbind.plan_cache_info().misses == misses
+    other = run(x, gamma, beta, None, None, True, 0.1, 1.0)
+    assert dnnbind.plan_cache_info().misses > misses
+    assert not torch.allclose(other, first)
+    expected = torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True, eps=1.0)
+    torch.testing.assert_close(other, expected)
+    ones = torch.ones(64, 64)
+    masks = [torch.ops.dnnbind.dropout.default(ones, 0.5, torch.tensor(seed)) for seed in (1, 2, 1)]
+    assert not torch.equal(masks[0], masks[1]) and torch.equal(masks[0], masks[2])

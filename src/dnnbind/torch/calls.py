@@ -192,7 +192,7 @@ def call_of(op: str, x: Any, arrays: Sequence[Any], kwargs: dict[str, Any]) -> C
     if seeded:
         return Call(op, x.device, tree_map(_spec, [x, *arrays]), kwargs)
     key = ("torch", op, x.device, tuple([_meta(a) for a in arrays]), tuple(x.shape), x.dtype,
-           tuple([_exact(v) for v in kwargs.values()]))
+           tuple([exact(v) for v in kwargs.values()]))
     return _kept(key, lambda: Call(op, x.device, tree_map(_spec, [x, *arrays]), kwargs))
 
 
@@ -229,7 +229,7 @@ def _meta(a: Any) -> Any:
     return (tuple(a.shape), a.dtype)
 
 
-def _exact(value: Any) -> Any:
+def exact(value: Any) -> Any:
     """An argument's part of a call's key: bools and floats with their type (True is not 1, 1.0 is not
     1), a float by its exact text (0.0 is not -0.0), sequences as tuples of those."""
     kind = type(value)
@@ -240,7 +240,7 @@ def _exact(value: Any) -> Any:
     if kind is bool:
         return (bool, value)
     if kind is tuple or kind is list:
-        return tuple([_exact(v) for v in value])
+        return tuple([exact(v) for v in value])
     return (kind, value)
 
 
@@ -262,9 +262,9 @@ def forward(call: Call, x: Tensor, arrays: Sequence[Any]) -> tuple[list[Tensor],
         return outputs + [to_tensor(a) for a in statistics], residuals
 
 
-def run(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Tensor], list[Tensor]]:
-    """(the op's results and updated running statistics, its residuals) as tensors."""
-    outputs, residuals = forward(call_of(op, x, arrays, kwargs), x, arrays)
+def run_call(call: Call, x: Tensor, arrays: Sequence[Any]) -> tuple[list[Tensor], list[Tensor]]:
+    """(the call's results and updated running statistics, its residuals) as tensors."""
+    outputs, residuals = forward(call, x, arrays)
     with off_cpu_scope(x.device):
         return outputs, [to_tensor(r) for r in residuals]
 
@@ -315,7 +315,7 @@ def result_specs(op: str, x: Any, arrays: Sequence[Any],
     kwargs = {k: _concrete(v) for k, v in kwargs.items()}
     specs = tree_map(_spec, [x, *arrays])
     metas = (tuple(specs[0].shape), specs[0].dtype, tuple([_meta(a) for a in arrays]))
-    static = _kept(("torch static", op, metas, tuple([_exact(v) for v in kwargs.values()])),
+    static = _kept(("torch static", op, metas, tuple([exact(v) for v in kwargs.values()])),
                    lambda: residual_static(op, *specs, **_listed(kwargs)))
     shapes = SPECS[op].empty((*specs, *static)).outputs
     saved = backend_function(backend(x.device), f"{op}_residuals")(*specs, *static)

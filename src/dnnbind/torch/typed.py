@@ -39,6 +39,7 @@ from typing import Any, Sequence
 
 import torch
 
+from dnnbind.highlevel.plans import CACHE
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.specs.base import Kind, OpSpec
 from dnnbind.torch import batching, calls
@@ -212,9 +213,46 @@ def _results(op: str, outputs: list[Tensor]) -> Any:
     return outputs[0] if single_result(SPECS[op]) else outputs
 
 
+def _kept_call(op: str, args: Sequence[Any]) -> calls.Call:
+    """The :class:`calls.Call` of a typed call: kept in the one plan cache by the typed inputs' metadata and
+    values, so that a repeated kernel call (a compiled graph's) skips reading the public arguments back and
+    the checks. A call given a tensor argument (dropout's seed, whose value is one of the static arguments)
+    is built every time."""
+    if SPECS[op].tensor_arguments:
+        return calls.call_of(op, *public_arguments(op, args))
+    key = ("torch typed", op, *[key_part(a) for a in args])
+    found: calls.Call | None = CACHE.entries.get(key)
+    if found is None:
+        found = calls.call_of(op, *public_arguments(op, args))
+        CACHE.misses += 1
+        CACHE.store(key, found)
+    return found
+
+
+def key_part(value: Any) -> Any:
+    """A typed input's part of a kernel call's key: a tensor's shape, dtype and device, a list's parts, any
+    other value exactly (calls' rule: True is not 1, 1.0 is not 1, 0.0 is not -0.0)."""
+    if isinstance(value, Tensor):
+        return (value.shape, value.dtype, value.device)
+    if isinstance(value, (list, tuple)):
+        return tuple([key_part(v) for v in value])
+    return calls.exact(value)
+
+
+def _tensors(op: str, args: Sequence[Any]) -> tuple[Tensor, list[Any]]:
+    """(x, the spec's other arrays) of a typed call: its first inputs, or regrouped (rnn's nested weights)."""
+    if op in _NESTED:
+        x, arrays, _ = public_arguments(op, args)
+        return x, arrays
+    return args[0], list(args[1:len(SPECS[op].arrays)])
+
+
+#: the ops with a nested array (rnn's weights), which typed calls take flattened
+_NESTED = frozenset(op for op, spec in SPECS.items() if any(a.nested for a in spec.arrays))
+
+
 def _forward(op: str, *args: Any) -> Any:
-    x, arrays, kwargs = public_arguments(op, args)
-    outputs, _ = calls.forward(calls.call_of(op, x, arrays, kwargs), x, arrays)
+    outputs, _ = calls.forward(_kept_call(op, args), *_tensors(op, args))
     return _results(op, _own(outputs, args))
 
 
@@ -223,8 +261,13 @@ def _fake_forward(op: str, *args: Any) -> Any:
 
 
 def _own(tensors: Sequence[Tensor], inputs: Sequence[Any]) -> list[Tensor]:
-    """``tensors`` as a custom op may return them: a copy of any that shares memory with an input."""
-    taken = {t.data_ptr() for t in calls.leaves(list(inputs)) if isinstance(t, Tensor) and t.numel()}
+    """``tensors`` as a custom op may return them: a copy of any that shares memory with an input (a tensor,
+    or one in a list of them)."""
+    taken = set()
+    for a in inputs:
+        for t in (a,) if isinstance(a, Tensor) else a if type(a) is list or type(a) is tuple else ():
+            if isinstance(t, Tensor) and t.numel():
+                taken.add(t.data_ptr())
     return [t.clone() if t.numel() and t.data_ptr() in taken else t for t in tensors]
 
 
@@ -232,7 +275,7 @@ def _training(op: str, *args_and_saves: Any) -> tuple[list[Tensor], list[Tensor]
     """The training forward's kernel: the results (as the forward's) and the backend's residuals (``saves``:
     :func:`saves_tag`, the cache key's part)."""
     args = args_and_saves[:-1]
-    outputs, residuals = calls.run(op, *public_arguments(op, args))
+    outputs, residuals = calls.run_call(_kept_call(op, args), *_tensors(op, args))
     return _own(outputs, args), _own(residuals, args)
 
 
@@ -245,8 +288,7 @@ def _pullback(op: str, residuals: Sequence[Any], cotangents: Sequence[Tensor | N
     """The pullback's kernel: the backend's backward on the training forward's residuals; one gradient
     per tensor given, an empty tensor where ``needs`` asks for none or the tensor has none."""
     *args, needs = args_and_needs
-    x, arrays, kwargs = public_arguments(op, args)
-    call = calls.call_of(op, x, arrays, kwargs)
+    call = _kept_call(op, args)
     given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
     wanted = [bool(n) and d for n, (_, d) in zip(needs, given)]
     grads = calls.gradients(call, residuals, cotangents, wanted[:len(call.paths)])
@@ -258,8 +300,8 @@ def _backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any
     """The input-based backward op's kernel: runs the forward again for its residuals (what a
     differentiable backward, create_graph or torch.func, records; a plain backward reads the training
     forward's residuals instead, :func:`_pullback`)."""
-    x, arrays, kwargs = public_arguments(op, args_and_needs[:-1])
-    _, residuals = calls.forward(calls.call_of(op, x, arrays, kwargs), x, arrays)
+    args = args_and_needs[:-1]
+    _, residuals = calls.forward(_kept_call(op, args), *_tensors(op, args))
     return _pullback(op, residuals, cotangents, *args_and_needs)
 
 

@@ -136,21 +136,13 @@ class _Planned:
 
 def _planned(ops: Sequence[str], inputs: Sequence[Any]) -> _Planned:
     """The run of these inputs, kept in the one plan cache by its ops and the inputs' metadata and values."""
-    key = ("torch sequence", tuple(ops), *[_key_part(v) for v in inputs])
+    key = ("torch sequence", tuple(ops), *[typed.key_part(v) for v in inputs])
     found = CACHE.entries.get(key)
     if found is None:
         found = _Planned(ops, inputs)
         CACHE.misses += 1
         CACHE.store(key, found)
     return found
-
-
-def _key_part(value: Any) -> Any:
-    if isinstance(value, Tensor):
-        return (value.shape, value.dtype, value.device)
-    if isinstance(value, (list, tuple)):
-        return tuple([_key_part(v) for v in value])
-    return calls._exact(value)
 
 
 # -- kernels --------------------------------------------------------------------------------------

@@ -319,6 +319,8 @@ def test_each_function_is_made_from_its_spec(name):
     assert [(p.name, p.kind, p.default) for p in ours.values()] == \
            [(p.name, p.kind, p.default) for p in theirs.values()]
     assert ours["x"].annotation == "Tensor"
+    import typing
+    assert typing.get_type_hints(fn)["x"] is torch.Tensor       # the annotations resolve (sphinx's autodoc)
 
 
 def test_ints_given_as_a_torch_size_or_a_tensor_are_taken_as_a_tuple():

@@ -118,15 +118,13 @@ def checked_call(spec: OpSpec, arrays: list[Any], arguments: dict[str, Any]) -> 
     seeds = [_seed(name, arguments[name]) for name in spec.tensor_arguments]
     keywords = {n: v for n, v in arguments.items() if n not in spec.tensor_arguments} if seeds else arguments
     arrays = [[list(entry) for entry in v] if a.nested and v is not None else v for a, v in zip(spec.arrays, arrays)]
-    rule = spec.unbatched
-    one = rule is not None and rule.test(dict(zip(spec.array_names, arrays)), arguments)
-    if one:
-        assert rule is not None
-        arrays = [v.unsqueeze(rule.axis) if a.batched and v is not None else v for a, v in zip(spec.arrays, arrays)]
+    rule = spec.unbatched        # one sample: the batch axis added to the batched arrays, dropped from the outputs
+    axis = rule.axis if rule is not None and rule.test(dict(zip(spec.array_names, arrays)), arguments) else None
+    if axis is not None:
+        arrays = [v.unsqueeze(axis) if a.batched and v is not None else v for a, v in zip(spec.arrays, arrays)]
     outputs = call(spec.name, *arrays, *seeds, **keywords)
-    if one:
-        assert rule is not None
-        outputs = [o.squeeze(rule.axis) if o is not None else o for o in outputs]
+    if axis is not None:
+        outputs = [o.squeeze(axis) if i < len(spec.outputs) else o for i, o in enumerate(outputs)]
     if spec.updates_in_place(arguments):
         _copy_back(spec, arrays, outputs[len(spec.outputs):])
     return result(spec, outputs, arguments)
@@ -179,14 +177,16 @@ def torch_function(spec: OpSpec) -> Callable[..., Any]:
     """The function of ``spec`` on tensors, with its signature and docstring (see the module doc)."""
     namespace: dict[str, Any] = {"_spec": spec, "_op": spec.name, "_planned": planned, "_checked": checked_call,
                                  "_result": result, "_autocast": _autocast, "_ints": _ints,
-                                 "_autocast_on": torch._C._is_any_autocast_enabled, "_Tensor": Tensor,
+                                 "_autocast_on": torch._C._is_any_autocast_enabled,
+                                 # the annotations' names, for typing.get_type_hints (sphinx's autodoc)
+                                 "Tensor": Tensor, "Any": Any, "Sequence": Sequence,
                                  "_Size": torch.Size}
     namespace.update({f"_default_{p.name}": p.default for p in spec.params if p.default is not REQUIRED})
     arrays = ", ".join(spec.array_names) + ("," if len(spec.arrays) == 1 else "")
     lines = [f"def {spec.name}({_parameters(spec, _with_default)}):"]
     for p in spec.params:
         if p.kind in _INTS:
-            lines.append(f"    if isinstance({p.name}, (_Size, _Tensor)):")
+            lines.append(f"    if isinstance({p.name}, (_Size, Tensor)):")
             lines.append(f"        {p.name} = _ints({p.name})")
     lines.append(f"    arguments = {{{', '.join(f'{n!r}: {n}' for n in spec.arguments)}}}")
     if spec.autocast is not None:

@@ -6,7 +6,7 @@ what it returns (:class:`Output`), which inputs get gradients and which may be s
 zero-size and unbatched rules. :mod:`dnnbind.highlevel.ops` makes the public functions from it,
 :mod:`~dnnbind.highlevel.residual` the residual form's parameters, :mod:`~dnnbind.highlevel.edges` the
 edge policy, :mod:`~dnnbind.highlevel.plans` the plans, ``python -m dnnbind ops`` the support matrix and
-:mod:`dnnbind.torch` its custom ops.
+:mod:`dnnbind.torch` its custom ops and its functions on tensors.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """An op is declared once, in its spec: outside the specs and the backends, no source file branches on
 an op's name (``op == "conv"``, ``op in ("conv", ...)``) or keeps a registry keyed or listed by op names
-(``{"conv": ...}``, ``frozenset({"conv", "rnn"})``). Such facts belong in the op's spec."""
+(``{"conv": ...}``, ``frozenset({"conv", "rnn"})``). Such facts belong in the op's spec. The functions and
+layers on torch tensors, made from the specs or calling those functions, write no op name at all."""
 from __future__ import annotations
 
 import ast
@@ -14,6 +15,10 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "dnnbind"
 #: where op names may be written: the specs, the backends' primitives, and the generated bindings
 ALLOWED = ("gen", "highlevel/specs", "highlevel/reference", "highlevel/cpu", "highlevel/cudnn",
            "highlevel/miopen", "highlevel/gpu")
+#: where no op name is written, not even as the op a call runs: dnnbind.torch's functions (made from the
+#: specs) and its layers (which call those functions)
+NO_OP_NAMES = ("torch/functional.py", "torch/spec_functions.py", "torch/convolution.py", "torch/pooling.py",
+               "torch/normalization.py", "torch/pointwise.py", "torch/recurrent.py", "torch/layer_inputs.py")
 
 
 def _sources() -> list[Path]:
@@ -56,3 +61,22 @@ def test_no_source_outside_the_specs_and_backends_branches_on_an_op_name(path):
     uses = op_name_uses(path.read_text())
     assert not uses, f"{path.relative_to(SRC)}: " + "; ".join(f"line {line} {what}" for line, what in uses) + \
         " (put the fact in the op's spec, dnnbind/highlevel/specs)"
+
+
+def op_name_strings(source: str) -> list[tuple[int, str]]:
+    """(line, name) of every string constant that is an op's name (prose, such as a docstring, never is)."""
+    return sorted({(node.lineno, node.value) for node in ast.walk(ast.parse(source))
+                   if isinstance(node, ast.Constant) and node.value in OP_NAMES})
+
+
+def test_the_string_scan_finds_what_it_is_for():
+    assert op_name_strings('call("conv", x)\nF = {1: "rnn"}') == [(1, "conv"), (2, "rnn")]
+    assert op_name_strings('"""Runs conv, then rnn."""\nmode = "relu"\nf(conv, "lstm")') == []
+
+
+@pytest.mark.parametrize("name", NO_OP_NAMES)
+def test_the_torch_functions_and_layers_write_no_op_name(name):
+    path = SRC / name
+    found = op_name_strings(path.read_text())
+    assert not found, f"{name}: " + "; ".join(f"line {line} writes {op!r}" for line, op in found) + \
+        " (read it from the op's spec, or from the dnnbind.torch.functional function the code calls)"

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import dnnbind.torch as dt  # noqa: E402
-from dnnbind.torch import eager, functional  # noqa: E402
+from dnnbind.torch import eager, spec_functions  # noqa: E402
 from dnnbind.torch import nn as dnn  # noqa: E402
 
 
@@ -38,10 +38,10 @@ CALLS = [
 
 @pytest.fixture
 def checks(monkeypatch):
-    """The checked path's calls of functional._check, counted."""
+    """The checked path's calls of spec_functions._check (dnnbind.torch.functional's), counted."""
     seen = []
-    original = functional._check
-    monkeypatch.setattr(functional, "_check", lambda **t: seen.append(sorted(t)) or original(**t))
+    original = spec_functions._check
+    monkeypatch.setattr(spec_functions, "_check", lambda **t: seen.append(sorted(t)) or original(**t))
     eager._CACHE.clear()
     return seen
 
@@ -153,7 +153,7 @@ def test_a_signature_runs_the_innermost_forward_its_tensors_allow(dtype):
     from dnnbind.torch import calls
     x, w = torch.randn(2, 3, 6, 6, dtype=dtype), torch.randn(4, 3, 3, 3, dtype=dtype)
     y = dt.conv(x, w)
-    sig = calls.call_of("conv", x, [w, None], functional.conv_arguments(1, 0, 1, 1))
+    sig = calls.call_of("conv", x, [w, None], dt.conv.__dnnbind_spec__.arguments_function(1, 0, 1, 1))
     chain, f = [], cpu.conv_forward
     while f is not None:
         chain.append(f)

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import dnnbind.torch as dt
 from dnnbind.highlevel import plans
+from dnnbind.highlevel.specs import OP_NAMES
 from dnnbind.torch.convert import to_array, to_tensor
 
 
@@ -293,3 +294,41 @@ def test_unbatched_lstm_and_maxpool_indices_equal_torch(randn):
     assert y.shape == yt.shape == (6, 2) and torch.equal(idx, idxt)
     with pytest.raises(ValueError, match="x has shape"):
         dt.conv(randn(3, 4, dtype=torch.float64), randn(2, 3, 3, 3, dtype=torch.float64))
+
+
+def test_the_committed_stub_is_the_specs():
+    from pathlib import Path
+
+    from dnnbind.torch import functional, spec_functions
+    stub = Path(functional.__file__).with_suffix(".pyi")
+    assert stub.read_text() == spec_functions.stub_source(), \
+        "regenerate functional.pyi from dnnbind.torch.spec_functions.stub_source()"
+
+
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_each_function_is_made_from_its_spec(name):
+    """Name, module and docstring from the spec; its parameters the public op's, arrays annotated as tensors."""
+    import inspect
+
+    import dnnbind
+    from dnnbind.highlevel.specs import SPECS
+    fn = getattr(dt, name)
+    assert fn.__name__ == name and fn.__module__ == "dnnbind.torch.functional"
+    assert fn.__doc__ == SPECS[name].tensor_doc and fn.__doc__.strip()
+    ours, theirs = inspect.signature(fn).parameters, inspect.signature(getattr(dnnbind, name)).parameters
+    assert [(p.name, p.kind, p.default) for p in ours.values()] == \
+           [(p.name, p.kind, p.default) for p in theirs.values()]
+    assert ours["x"].annotation == "Tensor"
+    import typing
+    assert typing.get_type_hints(fn)["x"] is torch.Tensor       # the annotations resolve (sphinx's autodoc)
+
+
+def test_ints_given_as_a_torch_size_or_a_tensor_are_taken_as_a_tuple():
+    """layer_norm's normalized_shape as torch.nn.LayerNorm's torch.Size: the same result, and one plan for both."""
+    x = torch.randn(2, 3, 4, dtype=torch.float64)
+    expected = F.layer_norm(x, (3, 4))
+    plans.CACHE.clear()
+    for shape in (x.shape[1:], (3, 4), torch.Size([3, 4])):
+        torch.testing.assert_close(dt.layer_norm(x, shape), expected)
+    assert len([k for k in plans.CACHE.entries if k[0] == "layer_norm"]) == 1
+    torch.testing.assert_close(dt.layer_norm(x, torch.tensor([3, 4])), expected)

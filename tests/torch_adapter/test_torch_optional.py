@@ -47,8 +47,8 @@ def test_torch_functions_take_the_highlevel_ops_arguments():
 
     import dnnbind
     import dnnbind.torch as dt
-    for name in ("conv", "conv_transpose", "maxpool", "meanpool", "softmax", "logsoftmax", "activation",
-                 "batchnorm", "dropout", "rnn"):
+    from dnnbind.highlevel.specs import OP_NAMES
+    for name in OP_NAMES:
         ours = inspect.signature(getattr(dt, name)).parameters
         theirs = inspect.signature(getattr(dnnbind, name)).parameters
         assert [(p.name, p.kind, p.default) for p in ours.values()] == \

@@ -14,7 +14,7 @@ from torch import nn
 from dnnbind.torch import functional as F
 from dnnbind.torch.errors import torch_argument_names
 from dnnbind.torch.fused import Fusion
-from dnnbind.torch.layer_inputs import batched, per_dim, unbatch
+from dnnbind.torch.layer_inputs import batched, fusion, per_dim, unbatch
 
 Tensor = torch.Tensor
 _NAMES = {"x": "input", "w": "weight", "b": "bias"}
@@ -63,7 +63,7 @@ class _Conv:
         if layer.padding_mode != "zeros" or len(shape) != layer._spatial + 2:
             return None
         per_dim(layer, "kernel_size", layer.kernel_size)
-        return Fusion("conv", (layer.weight, layer.bias), F.conv_arguments(**self._settings()))
+        return fusion(F.conv, (layer.weight, layer.bias), **self._settings())
 
 
 class Conv1d(_Conv, nn.Conv1d):
@@ -114,8 +114,7 @@ class _ConvTranspose:
         # torch's own arithmetic, as forward's: without output_size it reads no input
         output_padding = layer._output_padding(None, None, layer.stride, layer.padding, layer.kernel_size,
                                                len(layer.kernel_size), layer.dilation)
-        return Fusion("conv_transpose", (layer.weight, layer.bias),
-                      F.conv_transpose_arguments(**self._settings(output_padding)))
+        return fusion(F.conv_transpose, (layer.weight, layer.bias), **self._settings(output_padding))
 
 
 class ConvTranspose1d(_ConvTranspose, nn.ConvTranspose1d):

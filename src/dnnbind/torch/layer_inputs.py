@@ -2,9 +2,11 @@
 that torch.nn has but dnnbind's ops cannot compute exactly yet."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
+
+from dnnbind.torch.fused import Fusion
 
 
 def batched(layer: str, input: torch.Tensor, spatial: int) -> tuple[torch.Tensor, bool]:
@@ -37,6 +39,16 @@ def per_dim(layer: Any, argument: str, value: Any) -> Any:
 def unbatch(y: torch.Tensor, unbatched: bool) -> torch.Tensor:
     """Drop the batch axis :func:`batched` added."""
     return y.squeeze(0) if unbatched else y
+
+
+def fusion(function: Callable[..., Any], tensors: tuple[torch.Tensor | None, ...], *args: Any,
+           counted: torch.Tensor | None = None, **kwargs: Any) -> Fusion:
+    """A layer's call of ``function`` (one of :mod:`dnnbind.torch.functional`'s) with its op's arrays
+    after x (``tensors``) and arguments (``args``, ``kwargs``), as a fused run of
+    :class:`~dnnbind.torch.sequential.Sequential` needs it: the op is the function's spec's, the arguments
+    as its spec's arguments function gives them (as the eager plans key them)."""
+    spec = getattr(function, "__dnnbind_spec__")
+    return Fusion(spec.name, tensors, spec.arguments_function(*args, **kwargs), counted)
 
 
 def not_supported(layer: str, argument: str, value: Any, why: str = "") -> NotImplementedError:

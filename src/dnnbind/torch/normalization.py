@@ -10,6 +10,7 @@ from torch import nn
 from dnnbind.torch import functional as F
 from dnnbind.torch.errors import torch_argument_names
 from dnnbind.torch.fused import Fusion
+from dnnbind.torch.layer_inputs import fusion
 
 Tensor = torch.Tensor
 _NAMES = {"x": "input", "gamma": "weight", "beta": "bias"}
@@ -66,8 +67,8 @@ class _BatchNorm:
         except ValueError:
             return None
         running_mean, running_var, use_batch, counted = self._settings()
-        return Fusion("batchnorm", (layer.weight, layer.bias, running_mean, running_var),
-                      F.batchnorm_arguments(use_batch, layer.momentum, layer.eps), counted)
+        return fusion(F.batchnorm, (layer.weight, layer.bias, running_mean, running_var), training=use_batch,
+                      momentum=layer.momentum, eps=layer.eps, counted=counted)
 
 
 class _Rank:
@@ -108,5 +109,4 @@ class LayerNorm(nn.LayerNorm):
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
         """This layer's op for :class:`~dnnbind.torch.sequential.Sequential`."""
         layer: Any = self
-        return Fusion("layer_norm", (layer.weight, layer.bias),
-                      F.layer_norm_arguments(tuple(layer.normalized_shape), layer.eps))
+        return fusion(F.layer_norm, (layer.weight, layer.bias), tuple(layer.normalized_shape), layer.eps)

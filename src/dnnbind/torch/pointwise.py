@@ -16,7 +16,7 @@ from torch import nn
 from dnnbind.torch import functional as F
 from dnnbind.torch.errors import torch_argument_names
 from dnnbind.torch.fused import Fusion
-from dnnbind.torch.layer_inputs import not_supported
+from dnnbind.torch.layer_inputs import fusion, not_supported
 
 Tensor = torch.Tensor
 _NAMES = {"x": "input"}
@@ -39,7 +39,7 @@ class _Activation:
 
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
         """This layer's op for :class:`~dnnbind.torch.sequential.Sequential`."""
-        return Fusion("activation", (), F.activation_arguments(*self._mode()))
+        return fusion(F.activation, (), *self._mode())
 
 
 class ReLU(_Activation, nn.ReLU):
@@ -125,15 +125,14 @@ def _softmax_dim(layer: str, dim: int | None, ndim: int) -> int:
 
 
 class _Softmax:
-    """forward shared by Softmax (``_OP`` softmax) and LogSoftmax (logsoftmax)."""
+    """forward shared by Softmax (``_function`` softmax) and LogSoftmax (logsoftmax)."""
 
-    _OP = "softmax"
+    _function = staticmethod(F.softmax)
 
     def forward(self, input: Tensor) -> Tensor:
         layer: Any = self
-        op = getattr(F, self._OP)
         with torch_argument_names({**_NAMES, "axis": "dim"}):
-            return op(input, axis=_softmax_dim(type(self).__name__, layer.dim, input.dim()))
+            return self._function(input, axis=_softmax_dim(type(self).__name__, layer.dim, input.dim()))
 
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
         """This layer's op for :class:`~dnnbind.torch.sequential.Sequential` (None: the implicit dim, whose
@@ -141,7 +140,7 @@ class _Softmax:
         layer: Any = self
         if layer.dim is None:
             return None
-        return Fusion(self._OP, (), F.softmax_arguments(layer.dim))
+        return fusion(self._function, (), layer.dim)
 
 
 class Softmax(_Softmax, nn.Softmax):
@@ -151,7 +150,7 @@ class Softmax(_Softmax, nn.Softmax):
 class LogSoftmax(_Softmax, nn.LogSoftmax):
     """torch.nn.LogSoftmax computed by dnnbind."""
 
-    _OP = "logsoftmax"
+    _function = staticmethod(F.logsoftmax)
 
 
 class Dropout(nn.Dropout):

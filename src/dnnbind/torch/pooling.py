@@ -14,7 +14,7 @@ from torch import nn
 from dnnbind.torch import functional as F
 from dnnbind.torch.errors import torch_argument_names
 from dnnbind.torch.fused import Fusion
-from dnnbind.torch.layer_inputs import batched, per_dim, unbatch
+from dnnbind.torch.layer_inputs import batched, fusion, per_dim, unbatch
 
 Tensor = torch.Tensor
 _NAMES = {"x": "input", "window": "kernel_size"}
@@ -63,7 +63,7 @@ class _MaxPool:
         if layer.return_indices or len(shape) != layer._spatial + 2:
             return None
         window, settings = self._settings()
-        return Fusion("maxpool", (), F.maxpool_arguments(window, **settings))
+        return fusion(F.maxpool, (), window, **settings)
 
 
 class MaxPool1d(_MaxPool, nn.MaxPool1d):
@@ -105,7 +105,7 @@ class _AvgPool:
         if len(shape) != layer._spatial + 2:
             return None
         window, settings = self._settings()
-        return Fusion("meanpool", (), F.meanpool_arguments(window, **settings))
+        return fusion(F.meanpool, (), window, **settings)
 
 
 class AvgPool1d(_AvgPool, nn.AvgPool1d):

@@ -14,7 +14,7 @@ OP_NAMES = ("conv", "conv_transpose", "conv_bias_activation", "maxpool", "meanpo
             "layer_norm", "dropout", "rnn")
 
 _LAZY = {"SPECS": "registry", "OpSpec": "base", "ArrayArg": "base", "EmptyCall": "base", "Output": "base",
-         "Param": "base", "Unbatching": "base", "REQUIRED": "base", "Chain": "base"}
+         "Param": "base", "Unbatching": "base", "REQUIRED": "base", "Chain": "base", "Autocast": "base"}
 
 
 def __getattr__(name: str) -> Any:

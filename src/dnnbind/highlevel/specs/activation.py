@@ -65,4 +65,5 @@ ACTIVATION = OpSpec(
     check=_check, empty=like_x, pointwise=True, title=lambda arguments: f"activation({arguments['mode']!r})",
     features=tuple(ACTIVATION_DEFAULTS), samples_independent=True,
     second_order=second_order.activation(DERIVATIVES, ACTIVATION_DEFAULTS),
+    tensor_doc="Pointwise activation: relu, sigmoid, tanh, elu, leaky_relu, clipped_relu, swish or identity.",
 )

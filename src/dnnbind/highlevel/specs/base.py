@@ -6,7 +6,7 @@ what it returns (:class:`Output`), which inputs get gradients and which may be s
 zero-size and unbatched rules. :mod:`dnnbind.highlevel.ops` makes the public functions from it,
 :mod:`~dnnbind.highlevel.residual` the residual form's parameters, :mod:`~dnnbind.highlevel.edges` the
 edge policy, :mod:`~dnnbind.highlevel.plans` the plans, ``python -m dnnbind ops`` the support matrix and
-:mod:`dnnbind.torch` its custom ops.
+:mod:`dnnbind.torch` its custom ops and its functions on tensors.
 """
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ class ArrayArg:
     dropped_when_none: bool = False  # the pullback form leaves its gradient out when it is None (conv's db)
     nested: bool = False            # a list of tuples of arrays (rnn's weights), parsed by OpSpec.parse
     batched: bool = False           # carries the batch axis the unbatched rule adds and drops
+    own_dtype: bool = False         # may have a floating dtype other than x's (batch norm's running statistics)
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class Output:
     optional: bool = False
     dtype: str | None = None
     why_none: str = ""               # when the output may be None: why (formatted with the call's arguments)
+    when: str | None = None          # the bool argument that asks for it (maxpool's indices: return_indices)
 
 
 class EmptyCall(NamedTuple):
@@ -87,6 +89,15 @@ class Unbatching:
     then the arrays marked ``batched`` get a batch axis of 1 at ``axis``."""
     test: Callable[[dict[str, Any], dict[str, Any]], bool]
     axis: int = 0
+
+
+@dataclass(frozen=True)
+class Autocast:
+    """The op under a framework's automatic mixed precision (torch.autocast): its floating-point arrays
+    in the lower-precision dtype, as torch casts them for its own convolutions and recurrent layers;
+    where ``exempt(arguments, device_type)`` (the call's public arguments by name) says so, in x's dtype
+    instead (torch's CPU GRU is no autocast op)."""
+    exempt: Callable[[dict[str, Any], str], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +155,11 @@ class OpSpec:
     gradient_order: tuple[str, ...] = ()
     #: the op is two ops in a row, composed on every backend that has both (:class:`Chain`)
     chain: Chain | None = None
+    #: the docstring of the op's function on a framework's tensors (``dnnbind.torch.functional``'s), which
+    #: returns the result without a pullback
+    tensor_doc: str = ""
+    #: how the op runs under a framework's automatic mixed precision; None: in its inputs' dtypes
+    autocast: Autocast | None = None
 
     # -- derived (computed once per spec) ------------------------------------------------------------
     @functools.cached_property

@@ -64,9 +64,12 @@ BATCHNORM = OpSpec(
             Param("running_var", None, True), Param("training", True, True, "bool"),
             Param("momentum", 0.1, True, "float"), Param("eps", 1e-5, True, "float")),
     arrays=(ArrayArg("x", gradient="dx"), ArrayArg("gamma", gradient="dgamma"), ArrayArg("beta", gradient="dbeta"),
-            ArrayArg("running_mean", optional=True), ArrayArg("running_var", optional=True)),
+            ArrayArg("running_mean", optional=True, own_dtype=True), ArrayArg("running_var", optional=True, own_dtype=True)),
     static=("training", "momentum", "eps"), outputs=(Output("y", "dy"),), check=_check, empty=_empty,
     regroup=lambda zeros, static: tuple(zeros), every_call=_every_call,
     updated_in_place=("running_mean", "running_var"), updates=lambda arguments: arguments["training"],
     features=("training", "inference", "running statistics"), second_order=second_order.batchnorm,
+    tensor_doc="""Batch normalisation over axis 1 like ``torch.nn.functional.batch_norm``; the running statistics
+    are updated in place when training (the op returns the new values; they are copied back here, which
+    torch.compile and torch.export trace as buffer updates).""",
 )

@@ -40,4 +40,6 @@ DROPOUT = OpSpec(
     arrays=(ArrayArg("x", gradient="dx"),), static=("p", "seed"), outputs=(Output("y", "dy"),),
     check=_check, empty=like_x, pointwise=True, mask_residuals=True, tensor_arguments=("seed",),
     features=("seed",), second_order=linear,
+    tensor_doc="""Inverted dropout with probability ``p``. Without a seed one is drawn from torch's default
+    generator, so ``torch.manual_seed`` makes it reproducible.""",
 )

@@ -73,10 +73,12 @@ MAXPOOL = OpSpec(
             Param("padding", 0, True, kind="padding"), Param("dilation", 1, True, kind="per_dim"), Param("ceil_mode", False, True, "bool"),
             Param("return_indices", False, True, "bool")),
     arrays=ARRAYS, static=("dims", "return_indices"),
-    outputs=(Output("y", "dy"), Output("indices", dtype="int64")),
+    outputs=(Output("y", "dy"), Output("indices", dtype="int64", when="return_indices")),
     check=_check_maxpool, empty=_empty_maxpool, unbatched=UNBATCHED,
     features=("padding", "dilation", "ceil_mode", "return_indices"), samples_independent=True,
     second_order=selection,
+    tensor_doc="""Max pooling like ``torch.nn.functional.max_pool{1,2,3}d`` (stride defaults to the window); with
+    ``return_indices`` (y, indices), indices int64 and without gradient, as torch's.""",
 )
 
 MEANPOOL = OpSpec(
@@ -100,4 +102,6 @@ MEANPOOL = OpSpec(
     check=_check_meanpool, empty=_empty_meanpool, unbatched=UNBATCHED,
     features=("padding", "count_include_pad=False", "ceil_mode", "divisor_override"), samples_independent=True,
     second_order=linear,
+    tensor_doc="""Average pooling like ``torch.nn.functional.avg_pool{1,2,3}d``; ``divisor_override`` (a non-zero int)
+    divides every window's sum by itself, as avg_pool2d/3d's does (here also in 1-d).""",
 )

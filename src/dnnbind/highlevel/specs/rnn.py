@@ -6,7 +6,7 @@ from typing import Any
 from dnnbind.highlevel.dims.checks import check_same_dtype
 from dnnbind.highlevel.dims.rnn import RNNDims, rnn_weight_entries
 from dnnbind.highlevel.specs import second_order
-from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param, Unbatching
+from dnnbind.highlevel.specs.base import ArrayArg, Autocast, EmptyCall, OpSpec, Output, Param, Unbatching
 from dnnbind.highlevel.unbatched import rnn_is_unbatched
 
 
@@ -88,4 +88,14 @@ RNN = OpSpec(
                          axis=1),
     features=("rnn_relu", "rnn_tanh", "lstm", "gru", "bidirectional", "lengths", "proj_size", "no bias"),
     second_order=second_order.rnn,
+    # torch's CPU GRU is no autocast op: it runs in the input's dtype (its LSTM and RNN run in autocast's)
+    autocast=Autocast(exempt=lambda arguments, device: arguments["mode"] == "gru" and device == "cpu"),
+    tensor_doc="""Multi-layer RNN over x (seq, batch, input), or one sequence x (seq, input) with h0/c0 (layers *
+    directions, size), with torch.nn.LSTM/GRU/RNN's weights and semantics.
+
+    ``weights[layer * num_directions + direction] = (w_ih, w_hh, b_ih, b_hh)``, with w_hr
+    (torch's ``weight_hr_l{k}``) as a 5th tensor for an LSTM with ``proj_size`` > 0; ``lengths`` gives
+    packed-sequence semantics. Returns (y, hy, cy), cy None unless ``mode="lstm"``. Under torch.autocast
+    in its dtype, as :func:`conv`.
+    """,
 )

@@ -23,14 +23,15 @@ def _check_axis(x: Any, *, axis: int = 1) -> tuple:
     return (normalize_axis(axis, max(ndim, 1)),)
 
 
-def _spec(name: str, what: str, rule: Any) -> OpSpec:
+def _spec(name: str, what: str, rule: Any, torch_name: str) -> OpSpec:
     return OpSpec(
         name=name,
         doc=f"{what} along ``axis`` (any axis, negative allowed). Returns (y, pullback) with pullback(dy) -> dx.",
         params=(Param("x"), Param("axis", 1, True, "int")), arrays=(ArrayArg("x", gradient="dx"),),
         static=("axis",), outputs=(Output("y", "dy"),), check=_check_axis, empty=like_x, pointwise=True,
-        features=("any axis",), second_order=rule)
+        features=("any axis",), second_order=rule,
+        tensor_doc=f"{what} along ``axis`` (``torch.{torch_name}(x, dim=axis)``).")
 
 
-SOFTMAX = _spec("softmax", "Softmax", second_order.softmax)
-LOGSOFTMAX = _spec("logsoftmax", "Log-softmax", second_order.logsoftmax)
+SOFTMAX = _spec("softmax", "Softmax", second_order.softmax, "softmax")
+LOGSOFTMAX = _spec("logsoftmax", "Log-softmax", second_order.logsoftmax, "log_softmax")

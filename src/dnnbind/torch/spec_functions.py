@@ -1,0 +1,230 @@
+"""The functions of :mod:`dnnbind.torch.functional`, made from the op specs (as
+:mod:`dnnbind.highlevel.ops` makes the public numpy-level ones): one per spec, with the spec's parameters
+(its arrays as tensors), its ``tensor_doc`` and one body for every op, specialised per spec when the
+function is made, so that a repeated call does only what its op needs.
+
+A call takes the arguments that are not arrays as the eager plans key them (ints given as a torch.Size
+as a tuple, as a tensor as a list); under torch.autocast, for an op whose spec says so
+(:attr:`~dnnbind.highlevel.specs.base.OpSpec.autocast`), its floating-point tensors in autocast's dtype;
+then the plan an earlier call left (:func:`~dnnbind.torch.eager.planned`), else the checked path
+(:func:`checked_call`): the tensors' device and dtype checks, a seed tensor for each tensor argument, the
+unbatched rule (the batch axis added with ``unsqueeze`` and removed from the results, so autograd and the
+compilers see plain views), the call (:func:`~dnnbind.torch.eager.call`) and the statistics an op updates
+in place copied back (which torch.compile and torch.export trace as buffer updates).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import torch
+
+from dnnbind.highlevel.specs import SPECS
+from dnnbind.highlevel.specs.base import REQUIRED, OpSpec, Param
+from dnnbind.torch.convert import check_same_dtype, common_device
+from dnnbind.torch.eager import call, planned
+
+Tensor = torch.Tensor
+#: the static argument kinds that are a list of ints: a torch.Size or an integer tensor is taken for one
+_INTS = ("ints", "ints?")
+
+
+def _check(**tensors: Any) -> None:
+    """TypeError in torch's terms for a non-tensor, an unsupported dtype or device, or a mix of them."""
+    flat: dict[str, Any] = {}
+    for name, value in tensors.items():
+        if isinstance(value, (list, tuple)):
+            for i, entry in enumerate(value):
+                for j, a in enumerate(entry if isinstance(entry, (list, tuple)) else (entry,)):
+                    flat[f"{name}[{i}][{j}]"] = a
+        else:
+            flat[name] = value
+    if flat.get("x") is None:
+        raise TypeError("x must be a torch.Tensor, not None")
+    common_device(flat)
+    check_same_dtype(flat)
+
+
+def autocast_dtype(x: Tensor) -> torch.dtype | None:
+    """The dtype torch.autocast runs its lower-precision ops in on x's device (None: autocast is off there).
+    torch's own conv, conv_transpose and recurrent layers are such ops, so dnnbind's are too."""
+    if not torch._C._is_any_autocast_enabled():
+        return None
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+
+
+def autocast_float32(x: Tensor) -> Tensor:
+    """x as an op torch.autocast runs in float32 takes it (its CPU policy for max_pool3d and avg_pool3d):
+    a float16 or bfloat16 x in float32 while autocast is on for x's CPU device, else x as it is."""
+    if x.dtype in (torch.float16, torch.bfloat16) and x.device.type == "cpu" and autocast_dtype(x) is not None:
+        return x.float()
+    return x
+
+
+def _autocast(spec: OpSpec, arguments: dict[str, Any], *arrays: Any) -> tuple[Any, ...]:
+    """The op's arrays (x first) as torch.autocast's lower-precision ops take them: the floating-point
+    tensors in the autocast dtype of x's device, or x's where the spec's autocast exempts the call (as
+    they are when autocast is off there); a nested array is a list of lists of tensors."""
+    x = arrays[0]
+    dtype = autocast_dtype(x)
+    if dtype is None:
+        return arrays
+    exempt = spec.autocast.exempt if spec.autocast is not None else None
+    if exempt is not None and exempt(arguments, x.device.type):
+        dtype = x.dtype
+
+    def lower(t: Any) -> Any:
+        if isinstance(t, (list, tuple)):
+            return [lower(u) for u in t]
+        return t.to(dtype) if t is not None and t.is_floating_point() and t.dtype != dtype else t
+    return tuple(lower(t) for t in arrays)
+
+
+def _ints(value: Any) -> Any:
+    """A list of ints given as a torch.Size (a tuple) or a tensor (a list), as the plans key and the
+    typed ops encode the other sequences."""
+    return value.tolist() if isinstance(value, Tensor) else tuple(value)
+
+
+def _seed(name: str, value: Any) -> Tensor:
+    """The tensor a tensor argument (a seed: dropout's) passes: drawn from torch's default generator when
+    None (``torch.manual_seed`` makes it reproducible), else the non-negative int given."""
+    if value is None:
+        return torch.randint(0, 2**62, (), dtype=torch.int64)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"{name}={value!r} must be None or a non-negative int")
+    return torch.tensor(value, dtype=torch.int64)
+
+
+def result(spec: OpSpec, outputs: Sequence[Any], arguments: dict[str, Any]) -> Any:
+    """What the function returns from the op's outputs: the one output the call asks for, else a tuple of
+    them (None for an output the op did not return, as rnn's cy without an LSTM)."""
+    shown = [o for o in spec.outputs if o.when is None or arguments[o.when]]
+    if len(shown) == 1:
+        return outputs[0]
+    return tuple(outputs[i] if i < len(outputs) else None for i in range(len(shown)))
+
+
+def checked_call(spec: OpSpec, arrays: list[Any], arguments: dict[str, Any]) -> Any:
+    """A call without a plan (the first of its kind, traced, or of an op that is not planned): checked,
+    run on the batched problem (:attr:`OpSpec.unbatched`) and returned as :func:`result` says."""
+    flat = [(a, v) for a, v in zip(spec.arrays, arrays) if not a.nested]
+    nested = [(a, v) for a, v in zip(spec.arrays, arrays) if a.nested]
+    _check(**{a.name: v for a, v in flat + nested if not a.own_dtype})    # the states before the weights
+    own = {a.name: v for a, v in flat if a.own_dtype}
+    if own:
+        common_device({"x": arrays[0], **own})
+    seeds = [_seed(name, arguments[name]) for name in spec.tensor_arguments]
+    keywords = {n: v for n, v in arguments.items() if n not in spec.tensor_arguments} if seeds else arguments
+    arrays = [[list(entry) for entry in v] if a.nested and v is not None else v for a, v in zip(spec.arrays, arrays)]
+    rule = spec.unbatched        # one sample: the batch axis added to the batched arrays, dropped from the outputs
+    axis = rule.axis if rule is not None and rule.test(dict(zip(spec.array_names, arrays)), arguments) else None
+    if axis is not None:
+        arrays = [v.unsqueeze(axis) if a.batched and v is not None else v for a, v in zip(spec.arrays, arrays)]
+    outputs = call(spec.name, *arrays, *seeds, **keywords)
+    if axis is not None:
+        outputs = [o.squeeze(axis) if i < len(spec.outputs) else o for i, o in enumerate(outputs)]
+    if spec.updates_in_place(arguments):
+        _copy_back(spec, arrays, outputs[len(spec.outputs):])
+    return result(spec, outputs, arguments)
+
+
+def _copy_back(spec: OpSpec, arrays: Sequence[Any], new: Sequence[Tensor]) -> None:
+    """The arrays the op updates in place (batch norm's running statistics) set to the values it returned
+    for them, where those are new tensors (a traced call's; an eager call updated them in place and
+    returns them as they are)."""
+    updated = [arrays[spec.array_names.index(n)] for n in spec.updated_in_place]
+    copies = [(old, value) for old, value in zip([u for u in updated if u is not None], new) if value is not old]
+    if copies:
+        with torch.no_grad():
+            for old, value in copies:
+                old.copy_(value)
+
+
+def _annotation(spec: OpSpec, name: str, annotation: str) -> str:
+    """A parameter's annotation on tensors: an array's is Tensor (or a nest of them), a seed's an int."""
+    array = next((a for a in spec.arrays if a.name == name), None)
+    params = {p.name: p for p in spec.params}
+    if array is not None:
+        if array.nested:
+            return "Sequence[Sequence[Tensor | None]]"
+        return "Tensor | None" if array.optional or params[name].default is None else "Tensor"
+    return "int | None" if name in spec.tensor_arguments else annotation
+
+
+def _returns(spec: OpSpec) -> str:
+    """The function's return annotation (Any where an argument decides how many results it has)."""
+    if any(o.when for o in spec.outputs):
+        return "Any"
+    if len(spec.outputs) == 1:
+        return "Tensor"
+    return f"tuple[{', '.join('Tensor | None' if o.why_none else 'Tensor' for o in spec.outputs)}]"
+
+
+def _parameters(spec: OpSpec, entry: Callable[[Param], str]) -> str:
+    """The parameter list, each parameter as ``entry(param)`` writes it, ``*`` before the keyword-only ones."""
+    params, keyword = [], False
+    for p in spec.params:
+        if p.keyword_only and not keyword:
+            params.append("*")
+            keyword = True
+        params.append(entry(p))
+    return ", ".join(params)
+
+
+def torch_function(spec: OpSpec) -> Callable[..., Any]:
+    """The function of ``spec`` on tensors, with its signature and docstring (see the module doc)."""
+    namespace: dict[str, Any] = {"_spec": spec, "_op": spec.name, "_planned": planned, "_checked": checked_call,
+                                 "_result": result, "_autocast": _autocast, "_ints": _ints,
+                                 "_autocast_on": torch._C._is_any_autocast_enabled,
+                                 # the annotations' names, for typing.get_type_hints (sphinx's autodoc)
+                                 "Tensor": Tensor, "Any": Any, "Sequence": Sequence,
+                                 "_Size": torch.Size}
+    namespace.update({f"_default_{p.name}": p.default for p in spec.params if p.default is not REQUIRED})
+    arrays = ", ".join(spec.array_names) + ("," if len(spec.arrays) == 1 else "")
+    lines = [f"def {spec.name}({_parameters(spec, _with_default)}):"]
+    for p in spec.params:
+        if p.kind in _INTS:
+            lines.append(f"    if isinstance({p.name}, (_Size, Tensor)):")
+            lines.append(f"        {p.name} = _ints({p.name})")
+    lines.append(f"    arguments = {{{', '.join(f'{n!r}: {n}' for n in spec.arguments)}}}")
+    if spec.autocast is not None:
+        lines.append("    if _autocast_on():")
+        lines.append(f"        {arrays} = _autocast(_spec, arguments, {arrays})")
+    if spec.planned:
+        first = "done[0]" if len(spec.outputs) == 1 else "_result(_spec, done, arguments)"
+        lines += [f"    done = _planned(_op, ({arrays}), arguments)",
+                  "    if done is not None:",
+                  f"        return {first}"]
+    lines.append(f"    return _checked(_spec, [{arrays}], arguments)")
+    exec(compile("\n".join(lines) + "\n", f"<dnnbind.torch {spec.name}>", "exec"), namespace)
+    function = namespace[spec.name]
+    function.__doc__ = spec.tensor_doc
+    function.__module__ = "dnnbind.torch.functional"
+    function.__annotations__ = {p.name: _annotation(spec, p.name, p.annotation) for p in spec.params}
+    function.__annotations__["return"] = _returns(spec)
+    function.__dnnbind_spec__ = spec
+    return function
+
+
+def stub_source() -> str:
+    """The text of ``functional.pyi``: the functions' signatures for type checkers, from the specs
+    (tests/torch_adapter/test_torch_functional.py checks that the committed file equals it)."""
+    lines = ['"""GENERATED from the op specs by dnnbind.torch.spec_functions.stub_source(); do not edit."""',
+             "from typing import Any, Sequence", "", "from torch import Tensor", "",
+             "from dnnbind.torch.spec_functions import autocast_dtype as autocast_dtype",
+             "from dnnbind.torch.spec_functions import autocast_float32 as autocast_float32", ""]
+    for spec in SPECS.values():
+        lines.append(f"def {spec.name}({_parameters(spec, functools.partial(_typed, spec))}) -> {_returns(spec)}: ...")
+    return "\n".join(lines) + "\n"
+
+
+def _with_default(p: Param) -> str:
+    """A parameter of the made function, its default (if any) read from the function's namespace."""
+    return p.name if p.default is REQUIRED else f"{p.name}=_default_{p.name}"
+
+
+def _typed(spec: OpSpec, p: Param) -> str:
+    """A parameter of the stub: ``name: annotation`` (``= ...`` when it has a default)."""
+    return f"{p.name}: {_annotation(spec, p.name, p.annotation)}" + ("" if p.default is REQUIRED else " = ...")

@@ -690,9 +690,9 @@ def special_path(dims: ConvDims) -> Path | None:
     product per group, on BLAS's own threads, measured 0.72x Direct's time (geometric mean, forward and
     forward + backward alike) over eleven small-plane layers (7x7 to 11x11, 64 to 512 channels) on a
     2-core EPYC; for grouped problems only from :data:`FOLDED_MIN_GROUP_CHANNELS` channels per group."""
-    # remembered per problem with what decides Direct besides it (tests lower its threshold and turn the
-    # kernels off in place): a repeated call looks it up instead of asking both
-    key = (dims, DIRECT_MIN_MACS, native.available)
+    # remembered per problem with what decides Direct besides it (tests lower its threshold, tests and the
+    # kernels' bench turn the kernels off in place): a repeated call looks it up instead of asking
+    key = (dims, DIRECT_MIN_MACS, native.available, native.library)
     try:
         return _SPECIAL_PATHS[key]
     except KeyError:

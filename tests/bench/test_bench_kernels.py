@@ -31,7 +31,7 @@ def kernels_called(monkeypatch):
     found = native._kernel
     monkeypatch.setattr(native, "_kernel", lambda name, dtype: called.append(name) or found(name, dtype))
     # the products row splits over the pool where the cores are free (no torch threads beside them)
-    monkeypatch.setattr(native, "_cores_to_spare", lambda: True)
+    monkeypatch.setattr(native, "cores_to_spare", lambda: True)
     monkeypatch.setattr(native, "workers", lambda: 2)
     return called
 

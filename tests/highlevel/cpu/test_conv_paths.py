@@ -308,17 +308,17 @@ def test_pitched_products_read_and_write_rows_a_pitch_apart(rng, trans_b, accumu
 
 @pytest.mark.parametrize("threaded, by_rows", [(False, False), (True, False), (True, True)])
 def test_stacked_products_broadcast_and_accumulate_like_matmul(rng, threaded, by_rows):
-    """conv_paths._product over stacks, broadcast as np.matmul does (one filter for every sample), with
+    """conv_paths.product over stacks, broadcast as np.matmul does (one filter for every sample), with
     an inner dimension of one, and accumulating."""
     w, x = rng.standard_normal((3, 20, 30)), rng.standard_normal((4, 3, 30, 50))
     out = np.empty((4, 3, 20, 50))
-    conv_paths._product(w, x, out, threaded, by_rows)
+    conv_paths.product(w, x, out, threaded, by_rows)
     np.testing.assert_allclose(out, w @ x, rtol=1e-12, atol=1e-12)
     before = out.copy()
-    conv_paths._product(w, x, out, threaded, by_rows, accumulate=True)
+    conv_paths.product(w, x, out, threaded, by_rows, accumulate=True)
     np.testing.assert_allclose(out, before + w @ x, rtol=1e-12, atol=1e-12)
     narrow = np.empty((4, 3, 20, 50))
-    conv_paths._product(w[..., :1], x[:, :, :1], narrow, threaded, by_rows)
+    conv_paths.product(w[..., :1], x[:, :, :1], narrow, threaded, by_rows)
     np.testing.assert_allclose(narrow, w[..., :1] @ x[:, :, :1], rtol=1e-15)
 
 

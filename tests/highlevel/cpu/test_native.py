@@ -445,16 +445,16 @@ def test_every_core_holds_blas_to_one_thread_and_lets_the_kernels_split(monkeypa
     from dnnbind.highlevel.cpu import _threads
     monkeypatch.setattr(native, "_team_shared", False)
     monkeypatch.setitem(sys.modules, "torch", torch)
-    assert not native._cores_to_spare()
+    assert not native.cores_to_spare()
     with native.every_core():
-        assert _threads.blas_single_threaded() and native._cores_to_spare()
+        assert _threads.blas_single_threaded() and native.cores_to_spare()
         with native.every_core():
-            assert native._cores_to_spare()
-        assert native._cores_to_spare()
-    assert not native._cores_to_spare()
+            assert native.cores_to_spare()
+        assert native.cores_to_spare()
+    assert not native.cores_to_spare()
     with _threads.one_blas_thread():
         with native.every_core():
-            assert not native._cores_to_spare()
+            assert not native.cores_to_spare()
 
 
 def _runs_without_torch_on_one_blas_thread(code: str) -> None:
@@ -489,7 +489,7 @@ def test_lstm_time_loop_split_over_the_cores_equals_one_thread(rng, monkeypatch,
     by rows over the team, are GEMMs of other shapes, which some of OpenBLAS's kernels sum in another
     order (Haswell's, which a machine may force through OPENBLAS_CORETYPE)."""
     import dnnbind.torch  # noqa: F401  (hands the kernels torch's team)
-    assert native.share_openmp_team() and native._cores_to_spare()
+    assert native.share_openmp_team() and native.cores_to_spare()
     seeds = np.random.SeedSequence(7)
     monkeypatch.setattr(native, "workers", lambda: 1)
     alone = _lstm_results(np.random.default_rng(seeds), dtype)
@@ -508,7 +508,7 @@ def test_lstm_time_loop_splits_over_the_own_workers_without_torch():
     the kernels' own workers equal one thread's."""
     code = ("import sys, numpy as np, dnnbind\n"
             "from dnnbind.highlevel.cpu import native\n"
-            "assert 'torch' not in sys.modules and native._cores_to_spare()\n"
+            "assert 'torch' not in sys.modules and native.cores_to_spare()\n"
             "chunks, launch = [], native._launch\n"
             "native._launch = lambda fn, args, c, team=None: chunks.append(len(c)) or launch(fn, args, c, team)\n"
             "def run(team):\n"

@@ -35,7 +35,7 @@ from dnnbind.highlevel.cpu.channels import add_channel_bias, channel_sums
 from dnnbind.highlevel.cpu.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
                                                        kernel_offsets, offset_index, pad, unpad, windows)
 from dnnbind.highlevel.cpu.conv_paths import (GEMM_THREAD_MIN_MACS, Depthwise, Direct, Path, Pointwise,
-                                                    _product, blas_path, macs, special_path)
+                                                    product, blas_path, macs, special_path)
 from dnnbind.highlevel.cpu._memory import fits_in_memory
 from dnnbind.highlevel.cpu._precision import (cotangent, half_backward, half_forward, half_residuals,
                                                     private)
@@ -244,19 +244,19 @@ def _sweep(lay: _Layout, wg: np.ndarray, *, xp: Any = None,
                 yb = y[b0:b1, g0 * lay.kg:g1 * lay.kg]
                 if lay.flat:
                     prod = scratch("product", (nb, ng, lay.kg, lay.cols), wg.dtype)
-                    _product(wg[g0:g1], cols, prod)
+                    product(wg[g0:g1], cols, prod)
                     yb[...] = lay.output_view(prod.reshape(nb, -1, lay.cols))
                 else:
-                    _product(wg[g0:g1], cols, yb.reshape(nb, ng, lay.kg, lay.p))
+                    product(wg[g0:g1], cols, yb.reshape(nb, ng, lay.kg, lay.p))
             if dy is not None:
                 dyc = lay.to_columns(dy, b0, b1, g0, g1)
                 if dw_parts is not None:
                     part = dw_parts[ranges.index((n0, n1)), g0:g1]
                     for i in range(nb):
-                        _product(dyc[i], cols[i].swapaxes(-1, -2), part, accumulate=True)
+                        product(dyc[i], cols[i].swapaxes(-1, -2), part, accumulate=True)
                 if dxp is not None:
                     dcols = scratch("data columns", (nb, ng, lay.rows, lay.cols), wg.dtype)
-                    _product(wg[g0:g1].swapaxes(-1, -2), dyc, dcols)
+                    product(wg[g0:g1].swapaxes(-1, -2), dyc, dcols)
                     lay.scatter(dxp, dcols, b0, b1, c0, c1)
 
     run(task, lay.chunks)
@@ -432,7 +432,7 @@ class _Call:
             columns = scratch("whole columns", lay.columns_shape, xi.dtype)
             lay.fill(columns, xp, 0, dims.batch, 0, dims.in_channels)
             y = np.empty(lay.columns_shape[:2] + (lay.kg, lay.columns_shape[-1]), xi.dtype)
-            _product(wg, columns, y)
+            product(wg, columns, y)
             return y.reshape(lay.y_shape)
         y = np.empty(lay.y_shape, xi.dtype)
         _sweep(lay, wg, xp=xp, y=y)

@@ -55,7 +55,7 @@ THREAD_MIN_MACS = 1_000_000
 NATIVE_THREAD_MIN_MACS = 1_000_000
 
 
-def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool = False, by_rows: bool = False,
+def product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool = False, by_rows: bool = False,
              accumulate: bool = False) -> None:
     """out = a @ b (``accumulate``: out += a @ b) over stacks of matrices, broadcast as np.matmul does:
     every product of the convolution paths comes here.
@@ -143,7 +143,7 @@ class Pointwise:
         xs, yv, wg = xs.reshape(n, g, cg, p), y.reshape(n, g, kg, p), w.reshape(g, kg, cg)
 
         def samples(n0: int, n1: int) -> None:
-            _product(wg, xs[n0:n1], yv[n0:n1])
+            product(wg, xs[n0:n1], yv[n0:n1])
 
         run(samples, Pointwise._samples(dims, threaded))
         return y
@@ -156,7 +156,7 @@ class Pointwise:
         dyg = dy.reshape(n, g, kg, p)
 
         def samples(n0: int, n1: int) -> None:
-            _product(wt, dyg[n0:n1], dxs[n0:n1])
+            product(wt, dyg[n0:n1], dxs[n0:n1])
 
         run(samples, Pointwise._samples(dims, threaded))
         dxs = dxs.reshape((n, dims.in_channels) + dims.out_size)
@@ -177,7 +177,7 @@ class Pointwise:
 
         def samples(part: np.ndarray, n0: int, n1: int) -> None:
             for i in range(n0, n1):
-                _product(dyg[i], xs[i].swapaxes(-1, -2), part, by_rows=True, accumulate=i > n0)
+                product(dyg[i], xs[i].swapaxes(-1, -2), part, by_rows=True, accumulate=i > n0)
 
         run(samples, [(part, n0, n1) for part, (n0, n1) in zip(parts, ranges)])
         dw = parts[0] if len(parts) == 1 else parts.sum(axis=0)
@@ -477,7 +477,7 @@ class Folded:
 
     @staticmethod
     def use_threads(dims: ConvDims) -> bool:
-        """Split each product over the pool when numpy's BLAS is single-threaded (:func:`_product`)."""
+        """Split each product over the pool when numpy's BLAS is single-threaded (:func:`product`)."""
         return macs(dims) >= GEMM_THREAD_MIN_MACS and workers() > 1 and blas_single_threaded()
 
     @staticmethod
@@ -504,7 +504,7 @@ class Folded:
         for n0, n1 in Folded._blocks(dims, x.itemsize):
             cols = Folded._columns(x, dims, n0, n1)
             yt = scratch("folded product", (g, k // g, (n1 - n0) * p), x.dtype)
-            _product(wg, cols, yt, threaded)
+            product(wg, cols, yt, threaded)
             y[n0:n1] = yt.reshape(k, n1 - n0, *dims.out_size).swapaxes(0, 1)
         return y
 
@@ -531,7 +531,7 @@ class Folded:
         for n0, n1 in Folded._blocks(dims, dy.itemsize):
             dyt = _channel_major(dy[n0:n1], g)
             dcols = scratch("folded data columns", (g, wt.shape[1], dyt.shape[-1]), dy.dtype)
-            _product(wt, dyt, dcols, threaded)
+            product(wt, dyt, dcols, threaded)
             dcols_view = dcols.reshape((c,) + dims.kernel_size + (n1 - n0,) + dims.out_size)
             block = dxp[n0:n1]
             for offset in kernel_offsets(dims):
@@ -546,7 +546,7 @@ class Folded:
         for n0, n1 in Folded._blocks(dims, dy.itemsize):
             cols = Folded._columns(x, dims, n0, n1)
             dyt = _channel_major(dy[n0:n1], g)
-            _product(dyt, cols.swapaxes(-1, -2), part, threaded, by_rows=True)
+            product(dyt, cols.swapaxes(-1, -2), part, threaded, by_rows=True)
             dw += part
         return dw.reshape(dims.w_shape)
 

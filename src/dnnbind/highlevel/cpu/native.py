@@ -202,7 +202,7 @@ def share_openmp_team(enabled: bool = True) -> bool:
 _team_shared = False
 
 
-def _cores_to_spare() -> bool:
+def cores_to_spare() -> bool:
     """Whether a split call's other parts get cores nobody spins on: on torch's team, in a process
     without torch (whose OpenMP threads would spin beside the kernels' own workers), or inside
     :func:`every_core`."""
@@ -216,7 +216,7 @@ class _EveryCore:
 
     def __enter__(self) -> None:
         global _claimed
-        self.entered = not blas_single_threaded() or _cores_to_spare()
+        self.entered = not blas_single_threaded() or cores_to_spare()
         if self.entered:
             one_blas_thread().__enter__()
             with _claim_lock:
@@ -631,13 +631,13 @@ def _run_time_loop(fn: Any, args: tuple, hidden: int, batch: int, rows_per_unit:
                    dtype: np.dtype) -> None:
     """Run an LSTM loop kernel: on every core, each step cut into one chunk of hidden units per core,
     where the cores are free: numpy's BLAS would take them all itself (the loop's products are the
-    kernel's own, csrc/recurrent.c), or :func:`_cores_to_spare`; else on this thread (numpy's BLAS held
+    kernel's own, csrc/recurrent.c), or :func:`cores_to_spare`; else on this thread (numpy's BLAS held
     to one thread beside torch's threads). Its tickets' counters live in a fresh, zeroed buffer per
     call; each chunk's packed rows of the recurrent matrix (``rows_per_unit`` per hidden unit,
     ``depth`` long) in one buffer, laid out as the kernel's CHUNK_SLACK_ROWS rule says."""
     team = workers()
     if (team < 2 or hidden < team or 4 * hidden * hidden * batch < LSTM_THREAD_MIN_MACS
-            or (blas_single_threaded() and not _cores_to_spare())):
+            or (blas_single_threaded() and not cores_to_spare())):
         team = 1
     sync = np.zeros(16, np.int64)
     sync[1] = team

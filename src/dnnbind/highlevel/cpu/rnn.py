@@ -37,6 +37,8 @@ import numpy as np
 from dnnbind.highlevel.dims import RNNDims
 from dnnbind.highlevel.cpu import native
 from dnnbind.highlevel.cpu._precision import cotangent, half_backward, half_forward, half_residuals
+from dnnbind.highlevel.cpu._threads import blas_single_threaded, workers
+from dnnbind.highlevel.cpu.conv_paths import GEMM_THREAD_MIN_MACS, product
 from dnnbind.highlevel.residual import ArraySpec
 
 Shape = tuple[int, ...]
@@ -123,14 +125,26 @@ class _Direction:
         gx = np.ascontiguousarray(d_pre_x.transpose(1, 0, 2)).reshape(gh, -1)
         gh_mat = gx if d_pre_h is d_pre_x else np.ascontiguousarray(d_pre_h.transpose(1, 0, 2)).reshape(gh, -1)
         h_prev = np.ascontiguousarray(self.hs[:-1].transpose(1, 0, 2)).reshape(self.hs.shape[1], -1)
-        dw_ih = np.matmul(gx, x_steps.reshape(-1, x_steps.shape[-1]))
-        dw_hh = np.matmul(gh_mat, h_prev.T)
-        dx = np.matmul(gx.T, self.w_ih).reshape(x_steps.shape)
+        x_mat = x_steps.reshape(-1, x_steps.shape[-1])
+        dw_ih = _split_product(gx, x_mat)
+        dw_hh = _split_product(gh_mat, h_prev.T)
+        dx = _split_product(gx.T, self.w_ih).reshape(x_steps.shape)
         db_ih = db_hh = None
         if self.has_bias:
             db_ih = gx.sum(axis=1)
             db_hh = db_ih.copy() if gh_mat is gx else gh_mat.sum(axis=1)
         return dw_ih, dw_hh, db_ih, db_hh, dx
+
+
+def _split_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b, its rows split over the shared pool where numpy's BLAS is held to one thread with cores to
+    spare (inside :func:`native.every_core`, around the LSTM's C time loop, where a weight gradient's
+    product would otherwise run on one core), else np.matmul."""
+    out = np.empty((a.shape[0], b.shape[1]), np.result_type(a, b))
+    threaded = (a.shape[0] * a.shape[1] * b.shape[1] >= GEMM_THREAD_MIN_MACS and a.shape[0] >= 2 * workers()
+                and blas_single_threaded() and native.cores_to_spare())
+    product(a, b, out, threaded=threaded, by_rows=True)
+    return out
 
 
 def _padded_zero(m: np.ndarray | None, grads: np.ndarray) -> None:

@@ -457,6 +457,24 @@ def test_every_core_holds_blas_to_one_thread_and_lets_the_kernels_split(monkeypa
             assert not native.cores_to_spare()
 
 
+def test_blas_taken_only_where_every_core_held_a_free_blas_to_one_thread(monkeypatch):
+    """The LSTM's weight products split over the pool only where every_core took BLAS down to one thread
+    (a call on numpy arrays), not where the caller held it there itself (dnnbind.torch)."""
+    from dnnbind.highlevel.cpu import _threads
+    monkeypatch.setattr(native, "_team_shared", True)
+    free = not _threads.blas_single_threaded()       # (an OPENBLAS_NUM_THREADS=1 environment holds it)
+    assert not native.blas_taken()
+    with native.every_core():
+        assert native.blas_taken() == free
+        with native.every_core():          # nested: BLAS was one thread already, still taken outside
+            assert native.blas_taken() == free
+        assert native.blas_taken() == free
+    assert not native.blas_taken()
+    with _threads.one_blas_thread():
+        with native.every_core():
+            assert not native.blas_taken()
+
+
 def _runs_without_torch_on_one_blas_thread(code: str) -> None:
     """Run ``code`` in a fresh process (no torch) with numpy's BLAS on one thread by the environment;
     it exits 0 when its checks hold."""

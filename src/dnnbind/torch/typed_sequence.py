@@ -93,12 +93,18 @@ def call(fusions: Sequence[fused.Fusion], x: Tensor) -> list[Tensor]:
 
 def _layers(ops: Sequence[str], inputs: Sequence[Any]) -> list[tuple[str, list[Any]]]:
     """Per layer: its op and its typed inputs, x (the run's) first."""
-    out, at = [], 1
+    return [(op, [inputs[0], *inputs[start:stop]]) for op, (start, stop) in zip(ops, _spans(tuple(ops)))]
+
+
+@functools.lru_cache(maxsize=256)
+def _spans(ops: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+    """Per layer: where its typed inputs after x are among the run's inputs (start, stop)."""
+    spans, at = [], 1
     for op in ops:
         count = len(typed._inputs(SPECS[op])) - 1
-        out.append((op, [inputs[0], *inputs[at:at + count]]))
+        spans.append((at, at + count))
         at += count
-    return out
+    return tuple(spans)
 
 
 def _tensors(ops: Sequence[str], inputs: Sequence[Any]) -> list[Tensor | None]:
@@ -234,20 +240,18 @@ def _fake_pullback(ops: Sequence[str], residuals: Sequence[Tensor], cotangents: 
 
 # -- autograd -------------------------------------------------------------------------------------
 
-def _places(ops: Sequence[str], inputs: Sequence[Any]) -> list[int]:
+def _places(ops: Sequence[str]) -> list[int]:
     """The places among the inputs of x and each layer's tensors (as :func:`_tensors` lists them)."""
-    places, at = [0], 1
-    for op in ops:
-        spec = SPECS[op]
-        places += [at + i for i in range(len(spec.arrays) - 1)]
-        at += len(typed._inputs(spec)) - 1
+    places = [0]
+    for op, (start, _) in zip(ops, _spans(tuple(ops))):
+        places += [start + i for i in range(len(SPECS[op].arrays) - 1)]
     return places
 
 
 def _setup_context(ops: Sequence[str], ctx: Any, inputs: tuple, output: Any) -> None:
     inputs = inputs[:-1]                     # (the saves tag)
     results, residuals = output
-    places = _places(ops, inputs)
+    places = _places(ops)
     kept = set(_kept_places(ops, places))
     ctx.statics = [None if i in places else v for i, v in enumerate(inputs)]
     ctx.tensor_places = [i for i in places if inputs[i] is not None]

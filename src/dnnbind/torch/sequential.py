@@ -84,10 +84,14 @@ def _traced_run(layers: list[nn.Module], x: Any) -> Any:
         return _one_by_one(layers, x)
     fused.count_batches(fusions)
     outputs = typed_sequence.call(fusions, x)
-    statistics = [t for f in fusions for t in f.tensors[SPECS[f.op].updated] if t is not None]
+    # the op returns every given statistic, as each layer's typed op does; those of the layers that update
+    # them (batch norm training) are copied back
+    statistics = [(t, SPECS[f.op].updates_in_place(f.arguments)) for f in fusions
+                  for t in f.tensors[SPECS[f.op].updated] if t is not None]
     with torch.no_grad():
-        for stat, new in zip(statistics, outputs[1:]):
-            stat.copy_(new)
+        for (stat, updated), new in zip(statistics, outputs[1:]):
+            if updated:
+                stat.copy_(new)
     return outputs[0]
 
 

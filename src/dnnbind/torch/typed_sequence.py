@@ -64,9 +64,10 @@ def register(ops: tuple[str, ...]) -> str:
     if name in _REGISTERED:
         return name
     run, training, pullback = schemas(ops)
-    for suffix, schema, kernel, fake, differentiable in (("", run, _run_kernel, _fake_run, False),
-                                                         ("_training", training, _training_kernel, _fake_training, True),
-                                                         ("_pullback", pullback, _pullback_kernel, _fake_pullback, False)):
+    for suffix, schema, kernel, fake, differentiable in (
+            ("", run, _run_kernel, _fake_run, False),
+            ("_training", training, _training_kernel, _fake_training, True),
+            ("_pullback", pullback, _pullback_kernel, _fake_pullback, False)):
         typed.define(f"{name}{suffix}", schema, functools.partial(kernel, ops), functools.partial(fake, ops),
                      differentiable)
     torch.library.register_autograd(f"{typed.NAMESPACE}::{name}_training", functools.partial(_backward, ops),

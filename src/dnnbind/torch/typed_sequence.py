@@ -84,7 +84,9 @@ def call(fusions: Sequence[fused.Fusion], x: Tensor) -> list[Tensor]:
     inputs = [x]
     for fusion in fusions:
         inputs += typed.typed_arguments(fusion.op, x, fusion.tensors, fusion.arguments)[1:]
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in _tensors(ops, inputs)):
+    # (the layers' tensors as the fusions hold them: what runs here is traced, the kernels' helpers are not)
+    tensors = [x, *[t for fusion in fusions for t in fusion.tensors]]
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         results, _ = getattr(torch.ops.dnnbind, f"{name}_training")(*inputs, typed.saves_tag(x.device.type))
         return list(results)
     return list(getattr(torch.ops.dnnbind, name)(*inputs))

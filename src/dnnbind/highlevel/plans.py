@@ -234,8 +234,17 @@ def remember(parts: tuple, arguments: tuple, build: Callable[[], Any]) -> Any:
     no key holds call ``build()`` every time."""
     try:
         key = (parts, arguments_key(arguments))
-        value = CACHE.entries.get(key)
     except (NotPlain, TypeError):
+        return build()
+    return kept(key, build)
+
+
+def kept(key: tuple, build: Callable[[], Any]) -> Any:
+    """``build()``'s result, kept in the one cache under ``key``: found there, or built, counted as a miss
+    and stored. A key that does not hash (an argument of a type no key holds) builds every time."""
+    try:
+        value = CACHE.entries.get(key)
+    except TypeError:
         return build()
     if value is None:
         value = build()

@@ -25,7 +25,7 @@ from dnnbind.highlevel.dispatch import backend_function
 from dnnbind.highlevel.edges import output_dtype
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.ops import residual_static
-from dnnbind.highlevel.plans import CACHE
+from dnnbind.highlevel.plans import kept
 from dnnbind.highlevel.residual import ArraySpec, innermost
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.support import backend_support
@@ -193,21 +193,7 @@ def call_of(op: str, x: Any, arrays: Sequence[Any], kwargs: dict[str, Any]) -> C
         return Call(op, x.device, tree_map(_spec, [x, *arrays]), kwargs)
     key = ("torch", op, x.device, tuple([_meta(a) for a in arrays]), tuple(x.shape), x.dtype,
            tuple([exact(v) for v in kwargs.values()]))
-    return _kept(key, lambda: Call(op, x.device, tree_map(_spec, [x, *arrays]), kwargs))
-
-
-def _kept(key: tuple, build: Any) -> Any:
-    """``build()``'s result, kept in the one plan cache under ``key`` (built every time where the key does
-    not hash: an argument of a type no key holds)."""
-    try:
-        found = CACHE.entries.get(key)
-    except TypeError:
-        return build()
-    if found is None:
-        found = build()
-        CACHE.misses += 1
-        CACHE.store(key, found)
-    return found
+    return kept(key, lambda: Call(op, x.device, tree_map(_spec, [x, *arrays]), kwargs))
 
 
 def _listed(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -315,7 +301,7 @@ def result_specs(op: str, x: Any, arrays: Sequence[Any],
     kwargs = {k: _concrete(v) for k, v in kwargs.items()}
     specs = tree_map(_spec, [x, *arrays])
     metas = (tuple(specs[0].shape), specs[0].dtype, tuple([_meta(a) for a in arrays]))
-    static = _kept(("torch static", op, metas, tuple([exact(v) for v in kwargs.values()])),
+    static = kept(("torch static", op, metas, tuple([exact(v) for v in kwargs.values()])),
                    lambda: residual_static(op, *specs, **_listed(kwargs)))
     shapes = SPECS[op].empty((*specs, *static)).outputs
     saved = backend_function(backend(x.device), f"{op}_residuals")(*specs, *static)

@@ -168,7 +168,8 @@ def _forward_arrays(plan: Plan, x: Tensor, others: Sequence[Tensor]) -> tuple[tu
     arrays = _map(to_array, tensors) if plan.nested else [None if t is None else to_array(t) for t in tensors]
     result, residuals = plan.forward(*arrays, *plan.static)
     if plan.statistics:                  # updated in place, as torch's own batch norm does
-        _statistics_written(tensors[3:5], arrays[3:5])
+        updated = SPECS[plan.op].updated        # (among the arrays after x)
+        _statistics_written(tensors[1:][updated], arrays[1:][updated])
     return tuple([to_tensor(r) for r in (result if type(result) is tuple else (result,)) if r is not None]), residuals
 
 

@@ -101,8 +101,10 @@ class Run:
         self.steps = steps
         self.tensors = [t for step in steps for t in step.tensors if t is not None]
         self.counted = [step.counted for step in steps if step.counted is not None]
-        # (step index, its running statistics' tensors) of the batch norm steps that update them
-        self.statistics = [(i, step.tensors[2:4]) for i, step in enumerate(steps) if step.plan.statistics]
+        # (step index, where its arrays updated in place are among its arrays, those tensors) of the steps
+        # that update them (batch norm's running statistics, training)
+        self.statistics = [(i, SPECS[step.plan.op].updated, step.tensors[SPECS[step.plan.op].updated])
+                           for i, step in enumerate(steps) if step.plan.statistics]
         self.scope = next((s.plan.device for s in steps if s.plan.scoped), None)
         self.programs: dict[tuple, list[tuple]] = {}
 
@@ -170,8 +172,8 @@ class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn 
         arrays = _arrays([step.tensors for step in planned.steps])
         h, saved = forward_arrays(planned, to_array(x), arrays, keep)
         if planned.statistics:                   # updated in place, as the layer's own call does
-            eager._statistics_written([t for _, ts in planned.statistics for t in ts],
-                                      [a for i, _ in planned.statistics for a in arrays[i][2:4]])
+            eager._statistics_written([t for _, _, ts in planned.statistics for t in ts],
+                                      [a for i, places, _ in planned.statistics for a in arrays[i][places]])
         if keep:
             ctx.run, ctx.residuals, ctx.x = planned, saved, x
         return to_tensor(h)

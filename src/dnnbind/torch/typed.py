@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 import torch
 
-from dnnbind.highlevel.plans import CACHE
+from dnnbind.highlevel.plans import kept
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.specs.base import Kind, OpSpec
 from dnnbind.torch import batching, calls
@@ -220,13 +220,9 @@ def _kept_call(op: str, args: Sequence[Any]) -> calls.Call:
     is built every time."""
     if SPECS[op].tensor_arguments:
         return calls.call_of(op, *public_arguments(op, args))
-    key = ("torch typed", op, *[key_part(a) for a in args])
-    found: calls.Call | None = CACHE.entries.get(key)
-    if found is None:
-        found = calls.call_of(op, *public_arguments(op, args))
-        CACHE.misses += 1
-        CACHE.store(key, found)
-    return found
+    call: calls.Call = kept(("torch typed", op, *[key_part(a) for a in args]),
+                            lambda: calls.call_of(op, *public_arguments(op, args)))
+    return call
 
 
 def key_part(value: Any) -> Any:

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import torch
 
-from dnnbind.highlevel.plans import CACHE
+from dnnbind.highlevel.plans import kept
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import calls, fused, typed
 from dnnbind.torch.convert import to_array, to_tensor
@@ -145,13 +145,9 @@ class _Planned:
 
 def _planned(ops: Sequence[str], inputs: Sequence[Any]) -> _Planned:
     """The run of these inputs, kept in the one plan cache by its ops and the inputs' metadata and values."""
-    key = ("torch sequence", tuple(ops), *[typed.key_part(v) for v in inputs])
-    found = CACHE.entries.get(key)
-    if found is None:
-        found = _Planned(ops, inputs)
-        CACHE.misses += 1
-        CACHE.store(key, found)
-    return found
+    planned: _Planned = kept(("torch sequence", tuple(ops), *[typed.key_part(v) for v in inputs]),
+                             lambda: _Planned(ops, inputs))
+    return planned
 
 
 # -- kernels --------------------------------------------------------------------------------------
@@ -161,7 +157,7 @@ def _forward(ops: Sequence[str], inputs: Sequence[Any], keep: bool) -> tuple[lis
     statistics are updated on copies (the op mutates none of its inputs), one per tensor, so that a layer
     given a tensor an earlier layer updated reads the update."""
     planned = _planned(ops, inputs)
-    tensors = [[t for t in typed._flat_tensors(op, args)[1:]] for op, args in _layers(ops, inputs)]
+    tensors = [typed._flat_tensors(op, args)[1:] for op, args in _layers(ops, inputs)]
     arrays = fused._arrays(tensors)
     copies: dict[int, Any] = {}
     updated = []
@@ -245,34 +241,28 @@ def _fake_pullback(ops: Sequence[str], residuals: Sequence[Tensor], cotangents: 
 
 def _places(ops: Sequence[str]) -> list[int]:
     """The places among the inputs of x and each layer's tensors (as :func:`_tensors` lists them)."""
-    places = [0]
-    for op, (start, _) in zip(ops, _spans(tuple(ops))):
-        places += [start + i for i in range(len(SPECS[op].arrays) - 1)]
-    return places
+    return [0, *[start + i for op, (start, _) in zip(ops, _spans(tuple(ops)))
+                 for i in range(len(SPECS[op].arrays) - 1)]]
+
+
+def _kept_places(ops: Sequence[str]) -> list[int]:
+    """The places of the arrays updated in place (batch norm's running statistics): kept by reference,
+    as typed ops keep them (their update after the forward must not fail the backward's version check)."""
+    return [start + i for op, (start, _) in zip(ops, _spans(tuple(ops)))
+            for i in range(len(SPECS[op].arrays) - 1)[SPECS[op].updated]]
 
 
 def _setup_context(ops: Sequence[str], ctx: Any, inputs: tuple, output: Any) -> None:
     inputs = inputs[:-1]                     # (the saves tag)
     results, residuals = output
     places = _places(ops)
-    kept = set(_kept_places(ops, places))
+    kept = set(_kept_places(ops))
     ctx.statics = [None if i in places else v for i, v in enumerate(inputs)]
     ctx.tensor_places = [i for i in places if inputs[i] is not None]
     ctx.kept = {i: inputs[i] for i in ctx.tensor_places if i in kept}
     ctx.save_for_backward(*[inputs[i] for i in ctx.tensor_places if i not in kept], *residuals)
     ctx.saved_count = len(ctx.tensor_places) - len(ctx.kept)
     ctx.mark_non_differentiable(*results[1:], *residuals)
-
-
-def _kept_places(ops: Sequence[str], places: list[int]) -> list[int]:
-    """The places of the arrays updated in place (batch norm's running statistics): kept by reference,
-    as typed ops keep them (their update after the forward must not fail the backward's version check)."""
-    out, at = [], 1
-    for op in ops:
-        spec = SPECS[op]
-        out += list(places[at:at + len(spec.arrays) - 1][spec.updated])
-        at += len(spec.arrays) - 1
-    return out
 
 
 def _backward(ops: Sequence[str], ctx: Any, d_results: Sequence[Tensor | None], d_residuals: Any) -> tuple:

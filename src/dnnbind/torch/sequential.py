@@ -31,6 +31,7 @@ from torch.nn.modules import module as _module
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import eager, fused, typed_sequence
 from dnnbind.torch import functional as F
+from dnnbind.torch.spec_functions import copy_back
 from dnnbind.torch.convolution import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from dnnbind.torch.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d
 from dnnbind.torch.pointwise import (ELU, Hardtanh, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, SiLU, Softmax,
@@ -85,13 +86,14 @@ def _traced_run(layers: list[nn.Module], x: Any) -> Any:
     fused.count_batches(fusions)
     outputs = typed_sequence.call(fusions, x)
     # the op returns every given statistic, as each layer's typed op does; those of the layers that update
-    # them (batch norm training) are copied back
-    statistics = [(t, SPECS[f.op].updates_in_place(f.arguments)) for f in fusions
-                  for t in f.tensors[SPECS[f.op].updated] if t is not None]
-    with torch.no_grad():
-        for (stat, updated), new in zip(statistics, outputs[1:]):
-            if updated:
-                stat.copy_(new)
+    # them (batch norm training) are copied back, as each layer's function does
+    at = 1
+    for f in fusions:
+        spec = SPECS[f.op]
+        count = sum(t is not None for t in f.tensors[spec.updated])
+        if spec.updates_in_place(f.arguments):
+            copy_back(spec, [x, *f.tensors], outputs[at:at + count])
+        at += count
     return outputs[0]
 
 

@@ -126,11 +126,11 @@ def checked_call(spec: OpSpec, arrays: list[Any], arguments: dict[str, Any]) -> 
     if axis is not None:
         outputs = [o.squeeze(axis) if i < len(spec.outputs) else o for i, o in enumerate(outputs)]
     if spec.updates_in_place(arguments):
-        _copy_back(spec, arrays, outputs[len(spec.outputs):])
+        copy_back(spec, arrays, outputs[len(spec.outputs):])
     return result(spec, outputs, arguments)
 
 
-def _copy_back(spec: OpSpec, arrays: Sequence[Any], new: Sequence[Tensor]) -> None:
+def copy_back(spec: OpSpec, arrays: Sequence[Any], new: Sequence[Tensor]) -> None:
     """The arrays the op updates in place (batch norm's running statistics) set to the values it returned
     for them, where those are new tensors (a traced call's; an eager call updated them in place and
     returns them as they are)."""

@@ -35,8 +35,10 @@ def maxpool_forward(x: np.ndarray, dims: PoolDims, return_indices: bool = False)
     return y, (argmax,)
 
 
-#: Split pooling's C kernels over the thread pool from this many window reads on.
-THREAD_MIN_READS = 1 << 20
+#: Split pooling's C kernels over the thread pool from this many window reads on. Measured (2x2 max
+#: pooling, float32, us, one thread against two, 2-core Xeon with AVX-512): forward and backward 63/44
+#: and 59/41 at 131 K reads, 26/24 and 21/22 at 33 K.
+THREAD_MIN_READS = 1 << 16
 
 
 def _threaded(dims: PoolDims) -> bool:

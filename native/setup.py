@@ -15,7 +15,7 @@ KERNELS = "src/dnnbind_native/csrc/kernels/"
 setup(ext_modules=[Extension(
     "dnnbind_native._kernels",
     sources=[KERNELS + name for name in ("isa.c", "depthwise.c", "channels.c", "pool.c", "conv.c", "recurrent.c",
-                                         "parallel.c", "pointwise.c", "softmax.c", "filters.c")],
+                                         "parallel.c", "pointwise.c", "softmax.c", "filters.c", "products.c")],
     depends=[KERNELS + name for name in ("dispatch.h", "instantiate.h", "planes.h", "planes_typed.h",
                                          "depthwise_typed.h", "channels_typed.h", "pool_typed.h", "conv_typed.h",
                                          "vmath_typed.h", "recurrent_typed.h", "pointwise_typed.h", "softmax_typed.h",

@@ -457,22 +457,81 @@ def test_every_core_holds_blas_to_one_thread_and_lets_the_kernels_split(monkeypa
             assert not native.cores_to_spare()
 
 
-def test_blas_taken_only_where_every_core_held_a_free_blas_to_one_thread(monkeypatch):
-    """The LSTM's weight products split over the pool only where every_core took BLAS down to one thread
-    (a call on numpy arrays), not where the caller held it there itself (dnnbind.torch)."""
-    from dnnbind.highlevel.cpu import _threads
-    monkeypatch.setattr(native, "_team_shared", True)
-    free = not _threads.blas_single_threaded()       # (an OPENBLAS_NUM_THREADS=1 environment holds it)
-    assert not native.blas_taken()
-    with native.every_core():
-        assert native.blas_taken() == free
-        with native.every_core():          # nested: BLAS was one thread already, still taken outside
-            assert native.blas_taken() == free
-        assert native.blas_taken() == free
-    assert not native.blas_taken()
-    with _threads.one_blas_thread():
-        with native.every_core():
-            assert not native.blas_taken()
+def _operands(rng, dtype, m, k, n, layout):
+    """a (m, k) and b (k, n) as ``layout`` says: C-ordered, transposed views (BLAS reads them transposed),
+    rows a pitch apart (every other row of a larger array), or strided both ways (copied first)."""
+    def one(rows, cols):
+        if layout == "c":
+            return rng.standard_normal((rows, cols)).astype(dtype)
+        if layout == "transposed":
+            return rng.standard_normal((cols, rows)).astype(dtype).T
+        if layout == "pitch":
+            return rng.standard_normal((2 * rows, cols + 3)).astype(dtype)[::2, 1:cols + 1]
+        return rng.standard_normal((2 * rows, 2 * cols)).astype(dtype)[::2, ::2]
+    return one(m, k), one(k, n)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["c", "transposed", "pitch", "strided"])
+@pytest.mark.parametrize("m, k, n", [(64, 48, 40), (7, 3, 5), (1, 9, 1), (3, 1, 4), (33, 17, 1)])
+@pytest.mark.parametrize("team", [1, 2, 3])
+def test_a_product_split_by_rows_over_the_team_equals_numpys(rng, monkeypatch, dtype, layout, m, k, n, team):
+    """native.split_product: each range of rows one call of numpy's CBLAS gemm on the kernels' team gives
+    numpy's product, for operands read in place (rows or columns contiguous) and copied (neither)."""
+    from dnnbind.highlevel.cpu._threads import one_blas_thread
+    monkeypatch.setattr(native, "workers", lambda: team)
+    a, b = _operands(rng, dtype, m, k, n, layout)
+    out = np.full((m, n), np.nan, dtype)
+    chunks = []
+    original = native._launch
+    monkeypatch.setattr(native, "_launch", lambda fn, args, parts, t=None: chunks.append(len(parts))
+                        or original(fn, args, parts, t))
+    with one_blas_thread():
+        native.split_product(a, b, out, threaded=True)
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b.astype(np.float64), rtol=rtol, atol=rtol * k)
+    assert chunks == [min(team, m)]
+
+
+def test_a_product_with_nothing_to_sum_is_zero_and_an_empty_one_is_left_alone():
+    a, b = np.ones((4, 0), np.float32), np.ones((0, 3), np.float32)
+    out = np.full((4, 3), np.nan, np.float32)
+    native.split_product(a, b, out, threaded=True)
+    assert (out == 0).all()
+    native.split_product(np.ones((0, 2)), np.ones((2, 3)), np.empty((0, 3)), threaded=True)
+
+
+def test_a_split_product_refuses_what_does_not_fit():
+    a, b = np.ones((4, 5), np.float32), np.ones((5, 3), np.float32)
+    for bad_b, out, words in ((np.ones((4, 3), np.float32), np.empty((4, 3), np.float32), "a (4, 5) @ b (4, 3)"),
+                              (b, np.empty((3, 4), np.float32), "not (3, 4)"),
+                              (b, np.empty((3, 4), np.float32).T, "C-contiguous"),
+                              (b.astype(np.float64), np.empty((4, 3), np.float32), "one dtype")):
+        with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            native.split_product(a, bad_b, out, threaded=True)
+
+
+def test_an_lstms_weight_products_split_over_torchs_team(rng, monkeypatch):
+    """Under dnnbind.torch (numpy's BLAS held to one thread, the kernels on torch's team) an LSTM's
+    products, the input projection and the weight gradients, run split by rows over the team instead of
+    on one core."""
+    import dnnbind.torch  # noqa: F401  (hands the kernels torch's team)
+    assert native.share_openmp_team() and native.cores_to_spare()
+    monkeypatch.setattr(native, "workers", lambda: 2)
+    products = []
+    original = native._launch
+
+    def launch(fn, args, parts, team=None):
+        if fn is native._gemm_rows():
+            products.append(len(parts))
+        return original(fn, args, parts, team)
+
+    monkeypatch.setattr(native, "_launch", launch)
+    split = _lstm_results(np.random.default_rng(3), np.float64)
+    assert products and all(count == 2 for count in products), products
+    monkeypatch.setattr(native, "workers", lambda: 1)
+    for a, b in zip(split, _lstm_results(np.random.default_rng(3), np.float64), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * max(1.0, float(np.abs(b).max())))
 
 
 def _runs_without_torch_on_one_blas_thread(code: str) -> None:

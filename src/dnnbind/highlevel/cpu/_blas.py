@@ -26,6 +26,8 @@ class OpenBLAS:
         self.get_threads: Callable[[], int] | None = None
         self.set_threads: Callable[[int], None] | None = None
         self.gemm: dict[np.dtype, Any] = {}
+        #: whether the library's integers are 64-bit (OpenBLAS's ILP64 build, numpy's own)
+        self.index64 = False
         for lib in loaded_libraries("openblas"):
             for prefix, suffix, index in (("scipy_", "64_", ctypes.c_int64), ("", "64_", ctypes.c_int64),
                                           ("scipy_", "", ctypes.c_int), ("", "", ctypes.c_int)):
@@ -35,6 +37,7 @@ class OpenBLAS:
                     continue
                 get.restype, set_.argtypes = ctypes.c_int, [ctypes.c_int]
                 self.get_threads, self.set_threads = get, set_
+                self.index64 = index is ctypes.c_int64
                 for dtype, name, real in ((np.float32, "sgemm", ctypes.c_float), (np.float64, "dgemm", ctypes.c_double)):
                     fn = getattr(lib, f"{prefix}cblas_{name}{suffix}", None)
                     if fn is not None:
@@ -99,3 +102,18 @@ def _check_matrix(name: str, array: np.ndarray, offset: int, pitch: int, rows: i
     if min(rows, cols) > 0 and (offset < 0 or pitch < cols or offset + (rows - 1) * pitch + cols > array.size):
         raise ValueError(f"gemm: {name}'s {rows} x {cols} matrix at offset {offset}, pitch {pitch} runs past its "
                          f"{array.size} elements")
+
+
+def operand(m: np.ndarray) -> tuple[np.ndarray, bool, int]:
+    """2-D ``m`` as a row-major BLAS operand: (an array whose data pointer starts it, whether BLAS reads it
+    transposed, its leading dimension in elements). ``m`` itself where its rows or its columns are
+    contiguous with a pitch BLAS can take (a transposed view is read in place), else a C-ordered copy."""
+    item = m.itemsize
+    rows, cols = m.shape
+    s0, s1 = m.strides
+    if (s1 == item or cols == 1) and s0 % item == 0 and s0 // item >= max(cols, 1):
+        return m, False, s0 // item
+    if (s0 == item or rows == 1) and s1 % item == 0 and s1 // item >= max(rows, 1):
+        return m, True, s1 // item
+    copy = np.ascontiguousarray(m)
+    return copy, False, max(cols, 1)

@@ -66,7 +66,8 @@ def product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool = Fals
     * Over an inner dimension of one (one input or output channel per group) as a broadcast multiply:
       numpy's matmul takes its slow non-BLAS loop there (measured, 2-core EPYC: a depthwise 1x1
       forward, x(8, 64, 56, 56), 2.7 ms against 0.3).
-    * Else np.matmul, split over the pool by columns of out (``by_rows``: by rows) when ``threaded``.
+    * Else np.matmul, split over the pool by columns of out (``by_rows``: by rows) when ``threaded``; a
+      2-D product split by rows runs on the C kernels' team where they are built (:func:`native.split_product`).
     """
     if a.shape[-1] == 1 and not accumulate:
         np.multiply(a, b, out=out)
@@ -76,6 +77,9 @@ def product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool = Fals
         return
     if not threaded:
         np.matmul(a, b, out=out)
+        return
+    if by_rows and a.ndim == b.ndim == 2 and a.dtype == b.dtype == out.dtype and native.gemm_available(out.dtype):
+        native.split_product(a, b, out, threaded=True)
         return
 
     def part(i0: int, i1: int) -> None:

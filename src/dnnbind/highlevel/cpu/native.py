@@ -25,6 +25,7 @@ import numpy as np
 
 from dnnbind import compiled
 from dnnbind.highlevel.dims import ConvDims, PoolDims
+from dnnbind.highlevel.cpu import _blas
 from dnnbind.highlevel.cpu._blas import loaded_libraries
 from dnnbind.highlevel.cpu._threads import blas_single_threaded, one_blas_thread, split, workers
 
@@ -212,37 +213,22 @@ def cores_to_spare() -> bool:
 class _EveryCore:
     """The context manager :func:`every_core` returns."""
 
-    __slots__ = ("entered", "took_blas")
+    __slots__ = ("entered",)
 
     def __enter__(self) -> None:
-        global _claimed, _blas_taken
-        self.took_blas = not blas_single_threaded()
-        self.entered = self.took_blas or cores_to_spare()
+        global _claimed
+        self.entered = not blas_single_threaded() or cores_to_spare()
         if self.entered:
             one_blas_thread().__enter__()
             with _claim_lock:
                 _claimed += 1
-                _blas_taken += self.took_blas
 
     def __exit__(self, *exc: object) -> None:
-        global _claimed, _blas_taken
+        global _claimed
         if self.entered:
             with _claim_lock:
                 _claimed -= 1
-                _blas_taken -= self.took_blas
             one_blas_thread().__exit__(None, None, None)
-
-
-_blas_taken = 0
-
-
-def blas_taken() -> bool:
-    """Whether an :func:`every_core` block holds numpy's BLAS to one thread that was free before it (a
-    call on numpy arrays): its large products may then take every core through the shared pool. Not
-    where the caller held BLAS to one thread itself (dnnbind.torch, beside torch's threads, whose
-    spinning OpenMP threads a pool's threads would fight: measured, a 2-layer LSTM's training step
-    through dnnbind.torch 7.8 ms with its products split so, 7.2 ms without)."""
-    return _blas_taken > 0
 
 
 def every_core() -> _EveryCore:
@@ -768,6 +754,48 @@ def softmax_backward(y: np.ndarray, dy: np.ndarray, axis: int, log: bool) -> np.
     args = (_address(y, "y", y.shape, y.dtype), _address(dy, "dy", y.shape, y.dtype), _data(dx), n, inner, int(log))
     _launch(_kernel("softmax_backward", y.dtype), args, _parts(lines, y.size >= SOFTMAX_THREAD_MIN_ELEMENTS))
     return dx
+
+
+# ------------------------------------------------------------------------------- products
+def gemm_available(dtype: Any) -> bool:
+    """Whether :func:`split_product` runs for ``dtype``: the kernels and numpy's CBLAS gemm are there."""
+    return library() is not None and _blas.gemm_available(dtype)
+
+
+def split_product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool) -> None:
+    """out = a @ b (2-D; out C-contiguous), its rows split over the kernels' team, each range one call of
+    numpy's CBLAS gemm (csrc/products.c), which the caller holds to one thread: under dnnbind.torch the
+    team is torch's own OpenMP team, where BLAS's threads of its own would compete with it for the cores.
+    a and b are read in place where their rows or columns are contiguous."""
+    m, k = a.shape
+    n = b.shape[1]
+    if b.shape[0] != k or out.shape != (m, n) or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(f"split_product: a {a.shape} @ b {b.shape} into a C-contiguous writable {(m, n)} out, "
+                         f"not {out.shape}")
+    dtype = out.dtype
+    if a.dtype != dtype or b.dtype != dtype:
+        raise ValueError(f"split_product: a, b and out must share one dtype, not {a.dtype}, {b.dtype}, {dtype}")
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        out.fill(0)
+        return
+    blas = _blas.openblas()
+    (a_op, trans_a, lda), (b_op, trans_b, ldb) = _blas.operand(a), _blas.operand(b)
+    kind = (1 if dtype == np.float64 else 0) | (2 if blas.index64 else 0)
+    gemm = ctypes.cast(blas.gemm[dtype], ctypes.c_void_p).value
+    args = (gemm, kind, int(trans_a), int(trans_b), n, k, a_op.ctypes.data, lda, b_op.ctypes.data, ldb,
+            out.ctypes.data, n)
+    _launch(_gemm_rows(), args, _parts(m, threaded and m >= 2, 1))
+
+
+@functools.lru_cache(maxsize=1)
+def _gemm_rows() -> Any:
+    lib = library()
+    assert lib is not None
+    fn = lib.dnnbind_gemm_rows
+    fn.argtypes, fn.restype = [_P, _I, _I, _I, _I, _I, _P, _I, _P, _I, _P, _I, _I, _I], None
+    return fn
 
 
 # ------------------------------------------------------------------------------- filters

@@ -37,8 +37,8 @@ import numpy as np
 from dnnbind.highlevel.dims import RNNDims
 from dnnbind.highlevel.cpu import native
 from dnnbind.highlevel.cpu._precision import cotangent, half_backward, half_forward, half_residuals
-from dnnbind.highlevel.cpu._threads import workers
-from dnnbind.highlevel.cpu.conv_paths import GEMM_THREAD_MIN_MACS, product
+from dnnbind.highlevel.cpu._threads import blas_single_threaded, workers
+from dnnbind.highlevel.cpu.conv_paths import GEMM_THREAD_MIN_MACS, NATIVE_THREAD_MIN_MACS, product
 from dnnbind.highlevel.residual import ArraySpec
 
 Shape = tuple[int, ...]
@@ -109,7 +109,7 @@ class _Direction:
         """W x_t (+ bias) for every step: (T, B, I) -> (G*H, T, B), one product over all T*B columns
         (a single large GEMM runs far faster than T thin ones); step t is the (G*H, B) view [:, t]."""
         steps, batch = x.shape[0], x.shape[1]
-        xp = np.matmul(w, np.ascontiguousarray(x).reshape(steps * batch, -1).T)
+        xp = _split_product(w, np.ascontiguousarray(x).reshape(steps * batch, -1).T)
         if bias is not None:
             xp += bias[:, None]
         return xp.reshape(w.shape[0], steps, batch)
@@ -137,13 +137,16 @@ class _Direction:
 
 
 def _split_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b, its rows split over the shared pool where :func:`native.every_core` took numpy's BLAS down to
-    one thread around the LSTM's C time loop (a call on numpy arrays: a weight gradient's product would
-    otherwise run on one core; measured, a (50, 32, 128 -> 256) layer's backward 22.9-23.9 ms so, 17.8-18.5
-    split), else np.matmul."""
+    """a @ b, its rows split over the kernels' team where numpy's BLAS is held to one thread and the cores
+    are to spare (:func:`native.cores_to_spare`): inside :func:`native.every_core` around the LSTM's C
+    time loop, and under dnnbind.torch, whose team is torch's (a weight gradient's product would otherwise
+    run on one core; measured, a (50, 32, 128 -> 256) layer's backward 22.9-23.9 ms so, 17.8-18.5 split;
+    a 2-layer LSTM's training step through dnnbind.torch 7.3 ms so, 6.2 split), else np.matmul."""
     out = np.empty((a.shape[0], b.shape[1]), np.result_type(a, b))
-    threaded = (a.shape[0] * a.shape[1] * b.shape[1] >= GEMM_THREAD_MIN_MACS and a.shape[0] >= 2 * workers()
-                and native.blas_taken())
+    # the C team's split pays from the kernels' threshold on, Python threads' from the BLAS paths'
+    least = NATIVE_THREAD_MIN_MACS if native.gemm_available(out.dtype) else GEMM_THREAD_MIN_MACS
+    threaded = (a.shape[0] * a.shape[1] * b.shape[1] >= least and a.shape[0] >= 2 * workers()
+                and blas_single_threaded() and native.cores_to_spare())
     product(a, b, out, threaded=threaded, by_rows=True)
     return out
 

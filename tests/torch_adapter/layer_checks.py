@@ -8,6 +8,22 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 
+# layer name -> (constructor arguments, input shape) for one forward each
+SAMPLES = {
+    "Conv1d": ((2, 3, 3), (2, 2, 7)), "Conv2d": ((2, 3, 3), (2, 2, 5, 5)), "Conv3d": ((2, 3, 2), (1, 2, 3, 3, 3)),
+    "ConvTranspose1d": ((2, 3, 3), (2, 2, 4)), "ConvTranspose2d": ((2, 3, 3), (2, 2, 4, 4)),
+    "ConvTranspose3d": ((2, 3, 2), (1, 2, 2, 2, 2)),
+    "MaxPool1d": ((2,), (2, 2, 6)), "MaxPool2d": ((2,), (2, 2, 4, 4)), "MaxPool3d": ((2,), (1, 2, 2, 2, 4)),
+    "AvgPool1d": ((2,), (2, 2, 6)), "AvgPool2d": ((2,), (2, 2, 4, 4)), "AvgPool3d": ((2,), (1, 2, 2, 2, 4)),
+    "BatchNorm1d": ((2,), (4, 2)), "BatchNorm2d": ((2,), (2, 2, 3, 3)), "BatchNorm3d": ((2,), (2, 2, 2, 2, 2)),
+    "LayerNorm": (((3, 4),), (2, 3, 4)),
+    "Dropout": ((0.5,), (3, 4)), "Softmax": ((1,), (3, 4)), "LogSoftmax": ((1,), (3, 4)),
+    "ReLU": ((), (3, 4)), "Sigmoid": ((), (3, 4)), "Tanh": ((), (3, 4)), "ELU": ((), (3, 4)),
+    "LeakyReLU": ((), (3, 4)), "ReLU6": ((), (3, 4)), "Hardtanh": ((0.0, 2.0), (3, 4)), "SiLU": ((), (3, 4)),
+    "RNN": ((4, 3), (5, 2, 4)), "LSTM": ((4, 3), (5, 2, 4)), "GRU": ((4, 3), (5, 2, 4)),
+}
+
+
 def assert_same_grads(ours: nn.Module, theirs: nn.Module, tol: float) -> None:
     ours_params, theirs_params = dict(ours.named_parameters()), dict(theirs.named_parameters())
     assert list(ours_params) == list(theirs_params)

@@ -13,6 +13,7 @@ import dnnbind.torch  # noqa: F401 - registers the ops
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import nn as dnn
 from dnnbind.torch.typed import schemas
+from layer_checks import SAMPLES
 
 torch.manual_seed(0)
 
@@ -108,6 +109,34 @@ def test_an_exported_program_is_typed_and_saved_and_loaded_runs(cls, shape):
     loaded = torch.export.load(buffer)
     with torch.no_grad():
         torch.testing.assert_close(loaded.module()(x), theirs(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_every_layer_exports_saves_loads_and_runs_as_torchs(name, training):
+    """Each drop-in layer, in eval and in training mode: its exported program survives torch.export.save
+    and load, and the loaded program gives torch's layer's output and (batch norm in training) updates its
+    running statistics as torch's layer does."""
+    args, shape = SAMPLES[name]
+    torch.manual_seed(0)
+    ours, theirs = getattr(dnn, name)(*args).train(training), getattr(torch.nn, name)(*args).train(training)
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(shape)
+    program = torch.export.export(ours, (x,))
+    if name != "Dropout" or training:             # (eval dropout is the identity: no op at all)
+        assert "torch.ops.dnnbind." in program.graph_module.code
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    buffer.seek(0)
+    loaded = torch.export.load(buffer).module()
+    y, expected = loaded(x), theirs(x)
+    y, expected = (y[0], expected[0]) if isinstance(y, tuple) else (y, expected)
+    if name == "Dropout" and training:            # its own random mask: zeros or the input scaled by 2
+        assert ((y == 0) | torch.isclose(y, 2 * x)).all()
+    else:
+        torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-5)
+    for buffer_name, value in theirs.named_buffers():
+        torch.testing.assert_close(loaded.get_buffer(buffer_name), value, msg=buffer_name)
 
 
 def test_an_exported_training_program_holds_no_residuals_and_its_gradients_equal_torchs():

@@ -135,11 +135,11 @@ def copy_back(spec: OpSpec, arrays: Sequence[Any], new: Sequence[Tensor]) -> Non
     for them, where those are new tensors (a traced call's; an eager call updated them in place and
     returns them as they are)."""
     updated = [arrays[spec.array_names.index(n)] for n in spec.updated_in_place]
-    copies = [(old, value) for old, value in zip([u for u in updated if u is not None], new) if value is not old]
-    if copies:
-        with torch.no_grad():
-            for old, value in copies:
-                old.copy_(value)
+    for old, value in zip([u for u in updated if u is not None], new):
+        if value is not old:
+            # detached rather than under no_grad: torch.export then records a plain buffer mutation (a
+            # no_grad block becomes a higher-order op whose missing result torch.export.save refuses)
+            old.copy_(value.detach())
 
 
 def _annotation(spec: OpSpec, name: str, annotation: str) -> str:

@@ -14,7 +14,7 @@ from native_parts import needs_native
 
 from dnnbind.highlevel.dims import ConvDims, PoolDims
 from dnnbind.highlevel.gpu.window_max import first_in_x
-from dnnbind.highlevel.cpu import native
+from dnnbind.highlevel.cpu import conv_paths, native
 
 torch = pytest.importorskip("torch")
 pytestmark = needs_native          # the C kernels themselves: skipped when DNNBIND_NATIVE=0 turns them off
@@ -261,6 +261,26 @@ def test_conv_kernels_match_torch_in_float64(rng, isa):
                                    atol=1e-10, err_msg=str(dims))
         np.testing.assert_allclose(native.conv_data_grad(dy, w, dims, threaded), xt.grad.numpy(), rtol=1e-11,
                                    atol=1e-11, err_msg=str(dims))
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25])
+def test_conv_kernels_cover_every_last_block_of_channels_exactly(rng, isa, channels):
+    """The register tiles' last block of channels, short of a whole tile, runs as a tile of a third, two
+    thirds or all of its rows (conv_typed.h: tile_fit): every count of channels left over, for output
+    channels (the forward, and the stride-1 data gradient as a forward) and input channels (the strided
+    data gradient's tiles), every instruction set's build, equals torch in float64."""
+    for dims in (ConvDims((2, 3, 7, 6), (channels, 3, 3, 3), padding=1),
+                 ConvDims((2, channels, 7, 6), (5, channels, 3, 3), padding=1),
+                 ConvDims((2, channels, 9, 8), (4, channels, 3, 2), stride=2, padding=1)):
+        x, w = rng.standard_normal(dims.x_shape), rng.standard_normal(dims.w_shape)
+        dy = rng.standard_normal(dims.y_shape)
+        xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+        yt = F.conv2d(xt, wt, stride=dims.stride, padding=dims.pad_low)
+        yt.backward(torch.tensor(dy))
+        np.testing.assert_allclose(native.conv_forward(x, w, dims, False), yt.detach().numpy(), rtol=1e-11,
+                                   atol=1e-11, err_msg=str(dims))
+        data_grad = conv_paths.Direct.data_grad(dy, w, dims, False)
+        np.testing.assert_allclose(data_grad, xt.grad.numpy(), rtol=1e-11, atol=1e-11, err_msg=str(dims))
 
 
 @pytest.mark.parametrize("team", [2, 3, 7])

@@ -22,26 +22,27 @@ INLINE void NAME(pack_weights)(const T *restrict w, T *restrict wp, int64_t outp
                 }
 }
 
-/* out[m * pitch + j + i], m < MR, i < NR = (or += when accumulate) the tile's sums over input
+/* out[m * pitch + j + i], m < rows, i < NR = (or += when accumulate) the tile's sums over input
  * channels c < inputs (planes ``local`` apart in buf) and kernel offsets t (at tap[t] in each plane),
- * weights wp as packed. */
+ * weights wp as packed (MR per offset, of which the first ``rows``: a constant where it is inlined, so
+ * that its sums stay in registers). */
 INLINE void NAME(tile)(const T *restrict buf, int64_t local, const int64_t *restrict tap, int64_t taps,
                        int64_t inputs, const T *restrict wp, T *restrict out, int64_t pitch, int64_t j,
-                       int accumulate) {
+                       int accumulate, const int rows) {
     NAME(cvec) acc[MR][2];
-    for (int m = 0; m < MR; m++) acc[m][0] = acc[m][1] = (NAME(cvec)){0};
+    for (int m = 0; m < rows; m++) acc[m][0] = acc[m][1] = (NAME(cvec)){0};
     for (int64_t c = 0; c < inputs; c++) {
         const T *plane = buf + c * local + j;
         for (int64_t t = 0; t < taps; t++, wp += MR) {
             const NAME(cvec) *src = (const NAME(cvec) *)(plane + tap[t]);
             NAME(cvec) b0 = src[0], b1 = src[1];
-            for (int m = 0; m < MR; m++) {
+            for (int m = 0; m < rows; m++) {
                 acc[m][0] += wp[m] * b0;
                 acc[m][1] += wp[m] * b1;
             }
         }
     }
-    for (int m = 0; m < MR; m++) {
+    for (int m = 0; m < rows; m++) {
         NAME(cvec) *dst = (NAME(cvec) *)(out + m * pitch + j);
         if (accumulate) {
             dst[0] += acc[m][0];
@@ -51,6 +52,21 @@ INLINE void NAME(tile)(const T *restrict buf, int64_t local, const int64_t *rest
             dst[1] = acc[m][1];
         }
     }
+}
+
+/* :func:`tile` for a block of ``wanted`` rows (at most MR): the whole tile, or where the block is the last
+ * and short, a tile of two thirds or one third of MR rows that covers it. The rows past ``wanted`` in a
+ * tile are zero weights (pack_weights, pack_transposed) whose sums nobody reads: a 16-channel layer's
+ * second block of 12 rows computed 8 of them for nothing, a third of its work. */
+INLINE void NAME(tile_fit)(const T *restrict buf, int64_t local, const int64_t *restrict tap, int64_t taps,
+                           int64_t inputs, const T *restrict wp, T *restrict out, int64_t pitch, int64_t j,
+                           int accumulate, int64_t wanted) {
+    if (wanted > 2 * MR / 3)
+        NAME(tile)(buf, local, tap, taps, inputs, wp, out, pitch, j, accumulate, MR);
+    else if (wanted > MR / 3)
+        NAME(tile)(buf, local, tap, taps, inputs, wp, out, pitch, j, accumulate, 2 * MR / 3);
+    else
+        NAME(tile)(buf, local, tap, taps, inputs, wp, out, pitch, j, accumulate, MR / 3);
 }
 
 /* y[n] = the convolution of x[n] with w (groups of inputs / groups input and outputs / groups output
@@ -106,8 +122,8 @@ KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, T *copy, con
             for (int64_t b = b0; b < b1; b++)
                 for (int64_t n = c0; n < c1; n++)
                     for (int64_t j = 0; j < l.run; j += NR)
-                        NAME(tile)(buf + (n - c0) * l.local, span, l.tap, l.taps, cg, wg + b * cg * l.taps * MR,
-                                   out + b * MR * pitch + (n - c0) * rpitch, pitch, j, 0);
+                        NAME(tile_fit)(buf + (n - c0) * l.local, span, l.tap, l.taps, cg, wg + b * cg * l.taps * MR,
+                                       out + b * MR * pitch + (n - c0) * rpitch, pitch, j, 0, kg - b * MR);
             for (int64_t k = b0 * MR; k < k1; k++)
                 for (int64_t n = c0; n < c1; n++)
                     NAME(gather)(g, &l, out + k * pitch + (n - c0) * rpitch, y + (n * outputs + gi * kg + k) * l.out_plane);
@@ -167,8 +183,9 @@ KERNEL int NAME(dnnbind_conv_data_grad)(const T *dy, const T *w, T *dx, const ge
                 for (int64_t b = 0; b < blocks; b++)
                     for (int64_t n = c0; n < c1; n++)
                         for (int64_t j = 0; j < l.run; j += NR)
-                            NAME(tile)(runs + (n - c0) * rpitch, rspan, &zero, 1, kg, wg + (t * blocks + b) * kg * MR,
-                                       buf + b * MR * span + (n - c0) * l.local + l.tap[t], span, j, 1);
+                            NAME(tile_fit)(runs + (n - c0) * rpitch, rspan, &zero, 1, kg, wg + (t * blocks + b) * kg * MR,
+                                           buf + b * MR * span + (n - c0) * l.local + l.tap[t], span, j, 1,
+                                           cg - b * MR);
             for (int64_t c = 0; c < cg; c++)
                 for (int64_t n = c0; n < c1; n++)
                     NAME(store)(g, &l, buf + c * span + (n - c0) * l.local, dx + (n * g->channels + gi * cg + c) * l.in_plane);

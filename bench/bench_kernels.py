@@ -232,7 +232,7 @@ def one_core() -> Iterator[None]:
     numpy's BLAS on one thread, and compare() reading the calling thread's CPU time."""
     from threadpoolctl import threadpool_limits
     cpus, clock = os.sched_getaffinity(0), common.CLOCK
-    os.sched_setaffinity(0, {min(cpus)})
+    common.set_cpus({min(cpus)})
     common.CLOCK = time.thread_time
     print("\ntiming: CPU time of the calling thread; one CPU, numpy's BLAS on one thread")
     try:
@@ -240,7 +240,7 @@ def one_core() -> Iterator[None]:
             yield
     finally:
         common.CLOCK = clock
-        os.sched_setaffinity(0, cpus)
+        common.set_cpus(cpus)
 
 
 def _number(fn: Call) -> int:

@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
             return []
         common.CLOCK = time.thread_time
         args.skip_threads = True
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})   # one CPU: no thread of ours, BLAS's or torch's
+        common.set_cpus({min(os.sched_getaffinity(0))})   # one CPU: no thread of ours, BLAS's or torch's
         threads = 1
         print("timing: CPU time of the calling thread; process pinned to one CPU (no worker threads anywhere)")
     print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')} (torch's OpenMP threads spin after each "

@@ -1,6 +1,7 @@
 """Timing and reporting shared by the benchmarks: medians of repeats, and one table format."""
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -110,3 +111,10 @@ def warm(fn: Callable[[], object]) -> None:
     while calls < WARM_CALLS or time.perf_counter() - start < WARM_S:
         fn()
         calls += 1
+
+
+def set_cpus(cpus: set[int]) -> None:
+    """Run this process on ``cpus`` from now on, the cpu backend's pool counting them at once."""
+    from dnnbind.highlevel.cpu._threads import forget_workers
+    os.sched_setaffinity(0, cpus)
+    forget_workers()

@@ -1,6 +1,7 @@
 """The cpu backend's thread policy: numpy's BLAS limited to one thread inside one_blas_thread; the pool's run."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -137,3 +138,23 @@ def test_importing_and_running_the_cpu_backend_leaves_other_libraries_thread_set
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["before"] == result["after"] and result["environ"], result
+
+
+def test_workers_counts_the_processs_cpus_and_sees_a_change_after_forget_workers(monkeypatch):
+    """workers() is the number of CPUs this process may run on, kept for WORKERS_REFRESH seconds (it is
+    asked dozens of times an op) and read again at once after forget_workers()."""
+    cpus = os.sched_getaffinity(0)
+    _threads.forget_workers()
+    assert _threads.workers() == len(cpus)
+    monkeypatch.setattr(_threads, "WORKERS_REFRESH", 3600.0)
+    _threads.forget_workers()
+    _threads.workers()
+    try:
+        os.sched_setaffinity(0, {min(cpus)})
+        assert _threads.workers() == len(cpus)          # kept
+        _threads.forget_workers()
+        assert _threads.workers() == 1
+    finally:
+        os.sched_setaffinity(0, cpus)
+        _threads.forget_workers()
+    assert _threads.workers() == len(cpus)

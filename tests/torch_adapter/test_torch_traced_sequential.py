@@ -170,3 +170,60 @@ def test_the_sequence_ops_schema_is_its_layers_typed_schemas_and_passes_opcheck(
                                                          var.clone(), gamma, beta, training=True))
     torch.testing.assert_close(results[0], expected)
     assert len(results) == 3 and residuals
+
+
+#: Sequentials of every layer family a run fuses, with the settings that change its plan
+RUNS = {
+    "conv-bn-pool": lambda nn: nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
+        nn.Conv2d(4, 2, 3, stride=2, padding=1, bias=False), nn.AvgPool2d(2, divisor_override=3), nn.ELU()),
+    "transposed-grouped": lambda nn: nn.Sequential(
+        nn.ConvTranspose2d(3, 4, 3, stride=2, output_padding=1), nn.BatchNorm2d(4, eps=1e-3),
+        nn.LeakyReLU(0.2), nn.Conv2d(4, 4, 3, groups=2, dilation=2)),
+    "1d": lambda nn: nn.Sequential(nn.Conv1d(3, 4, 3, padding="same"), nn.BatchNorm1d(4, momentum=0.3), nn.Tanh(),
+                                   nn.MaxPool1d(3, 2, 1), nn.Softmax(dim=1)),
+    "3d": lambda nn: nn.Sequential(nn.Conv3d(2, 3, 2), nn.BatchNorm3d(3, track_running_stats=False), nn.SiLU(),
+                                   nn.AvgPool3d(2, ceil_mode=True, count_include_pad=False)),
+    "layer-norm": lambda nn: nn.Sequential(nn.Conv2d(2, 3, 1), nn.LayerNorm([3, 4, 4]), nn.Sigmoid(),
+                                           nn.LogSoftmax(dim=1)),
+    "eval": lambda nn: nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU6(),
+                                     nn.Hardtanh(0.0, 0.5)).eval(),
+    "shared-bn": lambda nn: (lambda bn: nn.Sequential(nn.Conv2d(2, 2, 3, padding=1), bn, nn.ReLU(),
+                                                      nn.Conv2d(2, 2, 3, padding=1), bn))(nn.BatchNorm2d(2)),
+}
+RUN_SHAPES = {"conv-bn-pool": (3, 9, 9), "transposed-grouped": (3, 5, 5), "1d": (3, 10), "3d": (2, 5, 5, 5),
+              "layer-norm": (2, 4, 4), "eval": (2, 6, 6), "shared-bn": (2, 5, 5)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_a_compiled_run_of_every_layer_family_equals_torchs_layers(name, dynamic):
+    """A compiled Sequential (one typed sequence op per run) over several batch sizes: results, input and
+    parameter gradients, running statistics, and its inference under no_grad equal torch's own layers."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ours = RUNS[name](dnn).double()
+    theirs = RUNS[name](torch.nn).double()
+    theirs.load_state_dict(ours.state_dict())
+    graphs = []
+    aot_eager = torch._dynamo.lookup_backend("aot_eager")
+    compiled = torch.compile(ours, backend=lambda gm, inputs: graphs.append(gm.code) or aot_eager(gm, inputs),
+                             dynamic=dynamic, fullgraph=True)
+    for batch in (2, 3, 4):
+        x = torch.randn(batch, *RUN_SHAPES[name], dtype=torch.float64, requires_grad=True)
+        x_theirs = x.detach().clone().requires_grad_()
+        y, expected = compiled(x), theirs(x_theirs)
+        torch.testing.assert_close(y, expected)
+        weights = torch.randn_like(y)
+        (y * weights).sum().backward()
+        (expected * weights).sum().backward()
+        torch.testing.assert_close(x.grad, x_theirs.grad)
+        for (key, p), q in zip(ours.named_parameters(), theirs.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, msg=key)
+            p.grad = q.grad = None
+        for (key, a), b in zip(ours.named_buffers(), theirs.buffers()):
+            torch.testing.assert_close(a, b, msg=key)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), theirs(x))
+    assert graphs and all("torch.ops.dnnbind.sequence__" in code for code in graphs)

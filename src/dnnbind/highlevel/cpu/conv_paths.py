@@ -78,7 +78,8 @@ def product(a: np.ndarray, b: np.ndarray, out: np.ndarray, threaded: bool = Fals
     if not threaded:
         np.matmul(a, b, out=out)
         return
-    if by_rows and a.ndim == b.ndim == 2 and a.dtype == b.dtype == out.dtype and native.gemm_available(out.dtype):
+    if (by_rows and a.ndim == b.ndim == 2 and a.dtype == b.dtype == out.dtype
+            and native.split_product_available(out.dtype)):
         native.split_product(a, b, out, threaded=True)
         return
 

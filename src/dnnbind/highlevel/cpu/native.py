@@ -757,7 +757,7 @@ def softmax_backward(y: np.ndarray, dy: np.ndarray, axis: int, log: bool) -> np.
 
 
 # ------------------------------------------------------------------------------- products
-def gemm_available(dtype: Any) -> bool:
+def split_product_available(dtype: Any) -> bool:
     """Whether :func:`split_product` runs for ``dtype``: the kernels and numpy's CBLAS gemm are there."""
     return library() is not None and _blas.gemm_available(dtype)
 

@@ -155,7 +155,7 @@ def _split_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a 2-layer LSTM's training step through dnnbind.torch 7.3 ms so, 6.2 split), else np.matmul."""
     out = np.empty((a.shape[0], b.shape[1]), np.result_type(a, b))
     # the C team's split pays from the kernels' threshold on, Python threads' from the BLAS paths'
-    least = NATIVE_THREAD_MIN_MACS if native.gemm_available(out.dtype) else GEMM_THREAD_MIN_MACS
+    least = NATIVE_THREAD_MIN_MACS if native.split_product_available(out.dtype) else GEMM_THREAD_MIN_MACS
     threaded = (a.shape[0] * a.shape[1] * b.shape[1] >= least and a.shape[0] >= 2 * workers()
                 and blas_single_threaded() and native.cores_to_spare())
     product(a, b, out, threaded=threaded, by_rows=True)

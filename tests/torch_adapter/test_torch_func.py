@@ -194,3 +194,20 @@ def test_vmap_over_an_empty_axis_gives_the_entries_shapes():
         assert out.shape == (0, *entry) and out.dtype == f(torch.randn(1, 3, 5, 5, dtype=DT)).dtype
     assert vmap(grad(lambda x: dt.conv(x, w).sum()))(torch.randn(0, 3, 5, 5, dtype=DT)).shape == (0, 3, 5, 5)
     assert vmap(lambda x: dt.conv(x, w))(torch.randn(2, 0, 3, 5, 5, dtype=DT)).shape == (2, 0, 2, 3, 3)
+
+
+def test_an_ensemble_of_lstms_maps_over_stacked_weights_as_torchs_loop():
+    """stack_module_state over LSTMs (torch's own LSTM has no batching rule: a loop over it is the oracle),
+    and vmap(grad(...)) over the ensemble's weights."""
+    pairs = [_twins(_lstm) for _ in range(3)]
+    x = torch.randn(4, 2, 3, dtype=DT)
+    params, buffers = stack_module_state([p[0] for p in pairs])
+    base = pairs[0][0]
+    torch.testing.assert_close(vmap(lambda p, b: functional_call(base, (p, b), (x,))[0])(params, buffers),
+                               torch.stack([theirs(x)[0] for _, theirs in pairs]))
+
+    def loss(model):
+        return lambda p, b: functional_call(model, (p, b), (x,))[0].pow(2).sum()
+    found = vmap(grad(loss(base)))(params, buffers)
+    for k, g in found.items():
+        torch.testing.assert_close(g, torch.stack([grad(loss(theirs))(_params(theirs), {})[k] for _, theirs in pairs]))

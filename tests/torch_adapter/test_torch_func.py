@@ -211,3 +211,19 @@ def test_an_ensemble_of_lstms_maps_over_stacked_weights_as_torchs_loop():
     found = vmap(grad(loss(base)))(params, buffers)
     for k, g in found.items():
         torch.testing.assert_close(g, torch.stack([grad(loss(theirs))(_params(theirs), {})[k] for _, theirs in pairs]))
+
+
+
+@pytest.mark.slow
+def test_compiled_torch_func_transforms_equal_torchs():
+    """torch.compile of grad and of vmap(grad) (per-sample gradients): Dynamo runs the ops' autograd.Function
+    outside the graph (a graph break, so not fullgraph=True), with torch's numbers."""
+    w, b = torch.randn(2, 3, 3, 3, dtype=DT), torch.randn(2, dtype=DT)
+    xs = torch.randn(3, 3, 5, 5, dtype=DT)
+
+    def loss(conv):
+        return lambda w, x: conv(x.unsqueeze(0), w, b).pow(2).sum()
+    torch.testing.assert_close(torch.compile(vmap(grad(loss(dt.conv)), in_dims=(None, 0)))(w, xs),
+                               vmap(grad(loss(torch.nn.functional.conv2d)), in_dims=(None, 0))(w, xs))
+    torch.testing.assert_close(torch.compile(grad(loss(dt.conv), argnums=1))(w, xs[0]),
+                               grad(loss(torch.nn.functional.conv2d), argnums=1)(w, xs[0]))

@@ -91,17 +91,21 @@ def test_per_sample_gradients_equal_torchs():
         torch.testing.assert_close(a[k], b[k])
 
 
-def test_model_ensembling_maps_over_stacked_weights():
-    models = [_twins(_cnn) for _ in range(3)]
-    x = torch.randn(2, 3, 8, 8, dtype=DT)
+def _ensembled(make, x: torch.Tensor) -> list[tuple[torch.Tensor, dict]]:
+    """For dnnbind's and torch's layers: three models of ``make`` (the same weights on both sides) run on x
+    by stack_module_state and vmap: (outputs, the stacked buffers after the call)."""
+    pairs = [_twins(make) for _ in range(3)]
     results = []
     for side in (0, 1):
-        params, buffers = stack_module_state([m[side] for m in models])
-        base = models[0][side]
+        params, buffers = stack_module_state([p[side] for p in pairs])
+        base = pairs[0][side]
+        out = vmap(lambda p, b: functional_call(base, (p, b), (x,)))(params, buffers)
+        results.append((out, buffers))
+    return results
 
-        def run(p, b):
-            return functional_call(base, (p, b), (x,))
-        results.append(vmap(run)(params, buffers))
+
+def test_model_ensembling_maps_over_stacked_weights():
+    results = _ensembled(_cnn, torch.randn(2, 3, 8, 8, dtype=DT))
     torch.testing.assert_close(results[0], results[1])
 
 
@@ -167,14 +171,7 @@ def test_vmap_of_batch_norm_updating_unmapped_running_statistics_is_refused_nami
 def test_ensembles_of_batch_norm_in_training_update_their_stacked_statistics_as_torchs():
     """Model ensembling with stack_module_state maps the buffers too: each model's running statistics
     updated from its own batch; and replace_all_batch_norm_modules_ (no running statistics) vmaps."""
-    pairs = [_twins(_bn_cnn) for _ in range(3)]
-    x = torch.randn(2, 3, 6, 6, dtype=DT)
-    results = []
-    for side in (0, 1):
-        params, buffers = stack_module_state([p[side] for p in pairs])
-        base = pairs[0][side]
-        out = vmap(lambda p, b: functional_call(base, (p, b), (x,)))(params, buffers)
-        results.append((out, buffers))
+    results = _ensembled(_bn_cnn, torch.randn(2, 3, 6, 6, dtype=DT))
     torch.testing.assert_close(results[0], results[1])
     assert not torch.equal(results[0][1]["1.running_mean"][0], torch.zeros(4, dtype=DT))
     ours, theirs = _twins(_bn_cnn)

@@ -20,26 +20,25 @@ from dnnbind.highlevel.specs.base import OpSpec
 Tensor = torch.Tensor
 
 
-def _pick(value: Any, dim: Any, i: int) -> Any:
-    """Entry i of the mapped axis ``dim`` of an input (a list input: per element)."""
+def _entry(value: Any, dim: Any, take: Callable[[Tensor, int], Tensor]) -> Any:
+    """``take(tensor, dim)`` of an input mapped along ``dim`` (a list input: per element; an unmapped one
+    as it is)."""
     if dim is None or value is None:
         return value
     if isinstance(value, (list, tuple)):
         dims = dim if isinstance(dim, (list, tuple)) else [dim] * len(value)
-        return [_pick(v, d, i) for v, d in zip(value, dims)]
-    return value.select(dim, i)
+        return [_entry(v, d, take) for v, d in zip(value, dims)]
+    return take(value, dim)
+
+
+def _pick(value: Any, dim: Any, i: int) -> Any:
+    """Entry i of the mapped axis ``dim`` of an input."""
+    return _entry(value, dim, lambda t, d: t.select(d, i))
 
 
 def _meta_entry(value: Any, dim: Any) -> Any:
-    """A meta tensor shaped as one entry of the mapped axis ``dim`` of an input (a list input: per element)."""
-    if dim is None or value is None:
-        return value
-    if isinstance(value, (list, tuple)):
-        dims = dim if isinstance(dim, (list, tuple)) else [dim] * len(value)
-        return [_meta_entry(v, d) for v, d in zip(value, dims)]
-    shape = list(value.shape)
-    del shape[dim]
-    return value.new_empty(shape, device="meta")
+    """A meta tensor shaped as one entry of the mapped axis ``dim`` of an input."""
+    return _entry(value, dim, lambda t, d: t.new_empty([n for a, n in enumerate(t.shape) if a != d], device="meta"))
 
 
 def _no_entries(op: Callable[..., Any], in_dims: Sequence[Any], args: Sequence[Any]) -> Any:

@@ -174,3 +174,23 @@ def test_a_third_derivative_through_a_chained_op_is_refused():
     (g2,) = torch.autograd.grad(g1.pow(2).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="third derivative through a chained op"):
         torch.autograd.grad(g2.sum(), x)
+
+
+@pytest.mark.parametrize("name", [*CASES, *POINTWISE])
+def test_an_empty_batch_is_differentiated_twice_as_torchs(name):
+    """N = 0: the second derivatives are empty (the rules written in differentiable operations got no
+    cotangent there, an empty one being taken for none, and raised from torch.func.vjp)."""
+    if name in CASES:
+        ours, theirs, inputs = CASES[name]
+        args = [a.detach()[:0] if i == 0 else a.detach() for i, a in enumerate(inputs())]
+    else:
+        ours, theirs = POINTWISE[name]
+        args = [torch.zeros(0, 4, 5, dtype=DT)]
+    results = []
+    for f in (ours, theirs) if theirs is not None else (ours,):
+        tensors = [a.clone().requires_grad_() for a in args]
+        (gx,) = torch.autograd.grad(f(*tensors).pow(3).sum(), tensors[0], create_graph=True)
+        results.append(torch.autograd.grad((gx ** 2).sum(), tensors, allow_unused=True, materialize_grads=True))
+    assert [g.shape for g in results[0]] == [a.shape for a in args]
+    for a, b in zip(results[0], results[-1]):
+        torch.testing.assert_close(a, b)

@@ -91,17 +91,21 @@ def test_per_sample_gradients_equal_torchs():
         torch.testing.assert_close(a[k], b[k])
 
 
-def test_model_ensembling_maps_over_stacked_weights():
-    models = [_twins(_cnn) for _ in range(3)]
-    x = torch.randn(2, 3, 8, 8, dtype=DT)
+def _ensembled(make, x: torch.Tensor) -> list[tuple[torch.Tensor, dict]]:
+    """For dnnbind's and torch's layers: three models of ``make`` (the same weights on both sides) run on x
+    by stack_module_state and vmap: (outputs, the stacked buffers after the call)."""
+    pairs = [_twins(make) for _ in range(3)]
     results = []
     for side in (0, 1):
-        params, buffers = stack_module_state([m[side] for m in models])
-        base = models[0][side]
+        params, buffers = stack_module_state([p[side] for p in pairs])
+        base = pairs[0][side]
+        out = vmap(lambda p, b: functional_call(base, (p, b), (x,)))(params, buffers)
+        results.append((out, buffers))
+    return results
 
-        def run(p, b):
-            return functional_call(base, (p, b), (x,))
-        results.append(vmap(run)(params, buffers))
+
+def test_model_ensembling_maps_over_stacked_weights():
+    results = _ensembled(_cnn, torch.randn(2, 3, 8, 8, dtype=DT))
     torch.testing.assert_close(results[0], results[1])
 
 
@@ -140,3 +144,83 @@ def test_forward_mode_is_refused_naming_the_op(transform):
             jvp(f, (x,), (torch.ones_like(x),))
         else:
             torch.func.jacfwd(f)(x)
+
+
+def _bn_cnn(nn):
+    return torch.nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).to(DT)
+
+
+def test_vmap_of_batch_norm_updating_unmapped_running_statistics_is_refused_naming_them():
+    """torch refuses too ("Batch norm got a batched tensor as input while the running_mean or running_var
+    ... were not batched"); the op's error names itself and the statistics."""
+    ours, _ = _twins(_bn_cnn)
+    with pytest.raises(RuntimeError, match=r"dnnbind\.batchnorm: under vmap, running_mean, running_var, which this "
+                                           r"call updates in place, are not mapped"):
+        vmap(ours)(torch.randn(2, 3, 3, 5, 5, dtype=DT))
+    x = torch.randn(4, 2, dtype=DT)
+    with pytest.raises(RuntimeError, match=r"dnnbind\.batchnorm: .*running_var, which"):
+        vmap(lambda g: dt.batchnorm(x, g, torch.zeros(2, dtype=DT),
+                                    running_mean=torch.zeros(2, dtype=DT), running_var=torch.ones(2, dtype=DT)))(
+            torch.randn(3, 2, dtype=DT))
+    # inference reads them only: mapped x, shared statistics
+    ours.eval()
+    xs = torch.randn(2, 3, 3, 5, 5, dtype=DT)
+    torch.testing.assert_close(vmap(ours)(xs), torch.stack([ours(x) for x in xs]))
+
+
+def test_ensembles_of_batch_norm_in_training_update_their_stacked_statistics_as_torchs():
+    """Model ensembling with stack_module_state maps the buffers too: each model's running statistics
+    updated from its own batch; and replace_all_batch_norm_modules_ (no running statistics) vmaps."""
+    results = _ensembled(_bn_cnn, torch.randn(2, 3, 6, 6, dtype=DT))
+    torch.testing.assert_close(results[0], results[1])
+    assert not torch.equal(results[0][1]["1.running_mean"][0], torch.zeros(4, dtype=DT))
+    ours, theirs = _twins(_bn_cnn)
+    for m in (ours, theirs):
+        torch.func.replace_all_batch_norm_modules_(m)
+    xs = torch.randn(3, 2, 3, 6, 6, dtype=DT)
+    torch.testing.assert_close(vmap(ours)(xs), vmap(theirs)(xs))
+
+
+def test_vmap_over_an_empty_axis_gives_the_entries_shapes():
+    """No entries: the results are shaped by the ops' fake kernels (folded and mapped ops, and the
+    backward's rule), nothing runs. (torch 2.13's own conv2d under vmap loses an axis there.)"""
+    w = torch.randn(2, 3, 3, 3, dtype=DT)
+    for f, entry in ((lambda x: dt.conv(x, w), (1, 2, 3, 3)), (lambda x: dt.softmax(x, axis=1), (1, 3, 5, 5)),
+                     (lambda x: dt.maxpool(x, 2, return_indices=True)[1], (1, 3, 2, 2))):
+        out = vmap(f)(torch.randn(0, 1, 3, 5, 5, dtype=DT))
+        assert out.shape == (0, *entry) and out.dtype == f(torch.randn(1, 3, 5, 5, dtype=DT)).dtype
+    assert vmap(grad(lambda x: dt.conv(x, w).sum()))(torch.randn(0, 3, 5, 5, dtype=DT)).shape == (0, 3, 5, 5)
+    assert vmap(lambda x: dt.conv(x, w))(torch.randn(2, 0, 3, 5, 5, dtype=DT)).shape == (2, 0, 2, 3, 3)
+
+
+def test_an_ensemble_of_lstms_maps_over_stacked_weights_as_torchs_loop():
+    """stack_module_state over LSTMs (torch's own LSTM has no batching rule: a loop over it is the oracle),
+    and vmap(grad(...)) over the ensemble's weights."""
+    pairs = [_twins(_lstm) for _ in range(3)]
+    x = torch.randn(4, 2, 3, dtype=DT)
+    params, buffers = stack_module_state([p[0] for p in pairs])
+    base = pairs[0][0]
+    torch.testing.assert_close(vmap(lambda p, b: functional_call(base, (p, b), (x,))[0])(params, buffers),
+                               torch.stack([theirs(x)[0] for _, theirs in pairs]))
+
+    def loss(model):
+        return lambda p, b: functional_call(model, (p, b), (x,))[0].pow(2).sum()
+    found = vmap(grad(loss(base)))(params, buffers)
+    for k, g in found.items():
+        torch.testing.assert_close(g, torch.stack([grad(loss(theirs))(_params(theirs), {})[k] for _, theirs in pairs]))
+
+
+
+@pytest.mark.slow
+def test_compiled_torch_func_transforms_equal_torchs():
+    """torch.compile of grad and of vmap(grad) (per-sample gradients): Dynamo runs the ops' autograd.Function
+    outside the graph (a graph break, so not fullgraph=True), with torch's numbers."""
+    w, b = torch.randn(2, 3, 3, 3, dtype=DT), torch.randn(2, dtype=DT)
+    xs = torch.randn(3, 3, 5, 5, dtype=DT)
+
+    def loss(conv):
+        return lambda w, x: conv(x.unsqueeze(0), w, b).pow(2).sum()
+    torch.testing.assert_close(torch.compile(vmap(grad(loss(dt.conv)), in_dims=(None, 0)))(w, xs),
+                               vmap(grad(loss(torch.nn.functional.conv2d)), in_dims=(None, 0))(w, xs))
+    torch.testing.assert_close(torch.compile(grad(loss(dt.conv), argnums=1))(w, xs[0]),
+                               grad(loss(torch.nn.functional.conv2d), argnums=1)(w, xs[0]))

@@ -332,3 +332,28 @@ def test_ints_given_as_a_torch_size_or_a_tensor_are_taken_as_a_tuple():
         torch.testing.assert_close(dt.layer_norm(x, shape), expected)
     assert len([k for k in plans.CACHE.entries if k[0] == "layer_norm"]) == 1
     torch.testing.assert_close(dt.layer_norm(x, torch.tensor([3, 4])), expected)
+
+
+def test_integer_tensors_are_taken_where_ints_are():
+    """A 0-d integer tensor for an int argument (torch's own functions and layers take one, by __index__),
+    an integer tensor or a torch.Size for per-dimension ints; the same plan as the ints; a float tensor
+    is refused naming the argument."""
+    x = torch.randn(2, 4, 7, 6, dtype=torch.float64)
+    w = torch.randn(6, 2, 3, 3, dtype=torch.float64)
+    i = torch.tensor
+    plans.CACHE.clear()
+    torch.testing.assert_close(dt.conv(x, w, stride=i(2), groups=i(2), dilation=i([1, 2]), padding=i([1, 0])),
+                               F.conv2d(x, w, stride=2, groups=2, dilation=(1, 2), padding=(1, 0)))
+    torch.testing.assert_close(dt.conv(x, w, stride=2, groups=2, dilation=(1, 2), padding=(1, 0)),
+                               F.conv2d(x, w, stride=2, groups=2, dilation=(1, 2), padding=(1, 0)))
+    assert len([k for k in plans.CACHE.entries if k[0] == "conv"]) == 1
+    torch.testing.assert_close(dt.maxpool(x, i(3), stride=torch.Size([2, 1])), F.max_pool2d(x, 3, (2, 1)))
+    torch.testing.assert_close(dt.meanpool(x, i([3, 2]), divisor_override=i(4)), F.avg_pool2d(x, (3, 2),
+                                                                                              divisor_override=4))
+    torch.testing.assert_close(dt.softmax(x, axis=i(-1)), torch.softmax(x, -1))
+    for layer, theirs in ((dt.MaxPool2d(i(2), stride=i(1)), torch.nn.MaxPool2d(2, stride=1)),
+                          (dt.AvgPool2d(i(3), divisor_override=i(2)), torch.nn.AvgPool2d(3, divisor_override=2)),
+                          (dt.Softmax(i(1)), torch.nn.Softmax(1))):
+        torch.testing.assert_close(layer(x), theirs(x))
+    with pytest.raises(TypeError, match=r"stride=2\.0 must be an int"):
+        dt.conv(x, w, stride=i(2.0), groups=2)

@@ -4,7 +4,9 @@ A mapped axis of x alone (every other tensor input the same for all) folds into 
 the op's spec says its samples are computed independently (:attr:`OpSpec.samples_independent`): one
 call on (B * N, ...) instead of B calls. Everything else (a mapped weight, batch norm's statistics over
 the batch, the backward ops' per-sample parameter gradients) maps over the axis: one call per entry,
-results stacked.
+results stacked; over an empty axis, the op's fake kernel gives the entries' shapes (nothing runs). An
+op that updates inputs in place (batch norm's running statistics) refuses, naming them, a call whose other
+inputs are mapped and those not: one entry's update cannot be written to a tensor shared by all.
 """
 from __future__ import annotations
 
@@ -13,27 +15,50 @@ from typing import Any, Callable, Sequence
 import torch
 
 from dnnbind.highlevel.specs import SPECS
+from dnnbind.highlevel.specs.base import OpSpec
 
 Tensor = torch.Tensor
 
 
-def _pick(value: Any, dim: Any, i: int) -> Any:
-    """Entry i of the mapped axis ``dim`` of an input (a list input: per element)."""
+def _entry(value: Any, dim: Any, take: Callable[[Tensor, int], Tensor]) -> Any:
+    """``take(tensor, dim)`` of an input mapped along ``dim`` (a list input: per element; an unmapped one
+    as it is)."""
     if dim is None or value is None:
         return value
     if isinstance(value, (list, tuple)):
         dims = dim if isinstance(dim, (list, tuple)) else [dim] * len(value)
-        return [_pick(v, d, i) for v, d in zip(value, dims)]
-    return value.select(dim, i)
+        return [_entry(v, d, take) for v, d in zip(value, dims)]
+    return take(value, dim)
+
+
+def _pick(value: Any, dim: Any, i: int) -> Any:
+    """Entry i of the mapped axis ``dim`` of an input."""
+    return _entry(value, dim, lambda t, d: t.select(d, i))
+
+
+def _meta_entry(value: Any, dim: Any) -> Any:
+    """A meta tensor shaped as one entry of the mapped axis ``dim`` of an input."""
+    return _entry(value, dim, lambda t, d: t.new_empty([n for a, n in enumerate(t.shape) if a != d], device="meta"))
+
+
+def _no_entries(op: Callable[..., Any], in_dims: Sequence[Any], args: Sequence[Any]) -> Any:
+    """The op's results over an empty mapped axis: shaped by its fake kernel on one entry's shapes."""
+    device = next(a.device for a, d in zip(args, in_dims) if isinstance(a, Tensor) and d is not None)
+    found = op(*[_meta_entry(a, d) for a, d in zip(args, in_dims)])
+    return [torch.empty((0, *t.shape), dtype=t.dtype, device=device)
+            for t in ([found] if isinstance(found, Tensor) else found)], isinstance(found, Tensor)
 
 
 def map_over(op: Callable[..., Any], info: Any, in_dims: Sequence[Any], args: Sequence[Any]) -> tuple[Any, Any]:
     """The op called once per entry of the mapped axis, results stacked along a new axis 0."""
-    results = [op(*[_pick(a, d, i) for a, d in zip(args, in_dims)]) for i in range(info.batch_size)]
-    if isinstance(results[0], Tensor):
-        return torch.stack(results), 0
-    stacked = [torch.stack([r[j] for r in results]) for j in range(len(results[0]))]
-    return stacked, [0] * len(stacked)
+    if info.batch_size == 0:
+        stacked, single = _no_entries(op, in_dims, args)
+    else:
+        results = [op(*[_pick(a, d, i) for a, d in zip(args, in_dims)]) for i in range(info.batch_size)]
+        single = isinstance(results[0], Tensor)
+        stacked = [torch.stack(results)] if single else [torch.stack([r[j] for r in results])
+                                                          for j in range(len(results[0]))]
+    return (stacked[0], 0) if single else (stacked, [0] * len(stacked))
 
 
 def _only_x(in_dims: Sequence[Any]) -> bool:
@@ -46,14 +71,35 @@ def _only_x(in_dims: Sequence[Any]) -> bool:
 def _fold(op: Callable[..., Any], info: Any, in_dims: Sequence[Any], args: Sequence[Any]) -> tuple[Any, Any]:
     """The op called once with the mapped axis of x folded into x's batch axis (axis 0)."""
     x = args[0].movedim(in_dims[0], 0)
-    size = info.batch_size
-    result = op(x.reshape(size * x.shape[1], *x.shape[2:]), *args[1:])
+    size, batch = info.batch_size, x.shape[1]
+    result = op(x.reshape(size * batch, *x.shape[2:]), *args[1:])
 
-    def unfold(t: Tensor) -> Tensor:
-        return t.reshape(size, t.shape[0] // size, *t.shape[1:])
+    def unfold(t: Tensor) -> Tensor:          # (the op keeps x's batch axis: its samples are independent)
+        return t.reshape(size, batch, *t.shape[1:])
     if isinstance(result, Tensor):
         return unfold(result), 0
     return [unfold(t) for t in result], [0] * len(result)
+
+
+def _refuse_unmapped_updates(spec: OpSpec, in_dims: Sequence[Any], args: Sequence[Any]) -> None:
+    """RuntimeError naming the op and the arrays it would update in place (given, the call's arguments
+    asking for the update) that the vmap leaves unmapped while it maps another input."""
+    if not spec.updated_in_place:
+        return
+    names = [n for a in spec.arrays for n in ([a.name, "", ""] if a.nested else [a.name])] + list(spec.kinds)
+    given = dict(zip(names, zip(args, in_dims)))
+    if not spec.updates_in_place({n: given[n][0] for n in spec.kinds}):
+        return
+    unmapped = [n for n in spec.updated_in_place if given[n][0] is not None and given[n][1] is None]
+    if unmapped:
+        one = len(unmapped) == 1
+        raise RuntimeError(
+            f"dnnbind.{spec.name}: under vmap, {', '.join(unmapped)}, which this call updates in place, "
+            f"{'is' if one else 'are'} not mapped while other inputs are: each entry's update cannot be written "
+            f"to one tensor shared by all entries. Map {'it' if one else 'them'} too (for a module: "
+            f"torch.func.functional_call with its buffers stacked, as torch.func.stack_module_state gives them), "
+            f"or call without {'it' if one else 'them'} (None; a layer's track_running_stats=False, as "
+            f"torch.func.replace_all_batch_norm_modules_ sets)")
 
 
 def forward_rule(name: str) -> Callable[..., tuple[Any, Any]]:
@@ -62,6 +108,7 @@ def forward_rule(name: str) -> Callable[..., tuple[Any, Any]]:
     op = getattr(torch.ops.dnnbind, name).default
 
     def rule(info: Any, in_dims: Sequence[Any], *args: Any) -> tuple[Any, Any]:
+        _refuse_unmapped_updates(spec, in_dims, args)
         # x's own rank (the mapped axis not counted) must have a batch axis to fold into
         if spec.samples_independent and _only_x(in_dims) and args[0].dim() >= 2:
             return _fold(op, info, in_dims, args)

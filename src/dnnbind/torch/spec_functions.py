@@ -25,8 +25,6 @@ from dnnbind.torch.convert import check_same_dtype, common_device
 from dnnbind.torch.eager import call, planned
 
 Tensor = torch.Tensor
-#: the static argument kinds that are a list of ints: a torch.Size or an integer tensor is taken for one
-_INTS = ("ints", "ints?")
 
 
 def _check(**tensors: Any) -> None:
@@ -81,10 +79,21 @@ def _autocast(spec: OpSpec, arguments: dict[str, Any], *arrays: Any) -> tuple[An
     return tuple(lower(t) for t in arrays)
 
 
+def _takes_ints(spec: OpSpec, name: str) -> bool:
+    """Whether the argument ``name`` takes an int or ints (its typed schema's SymInt or SymInt[]): a torch.Size
+    or an integer tensor is taken for them, as torch's own functions take them."""
+    kind = spec.kinds.get(name)
+    return kind is not None and kind.schema.startswith("SymInt")
+
+
 def _ints(value: Any) -> Any:
-    """A list of ints given as a torch.Size (a tuple) or a tensor (a list), as the plans key and the
-    typed ops encode the other sequences."""
-    return value.tolist() if isinstance(value, Tensor) else tuple(value)
+    """Ints given as a torch.Size or a tensor as a tuple (a 0-d tensor: an int), as the plans key the same
+    ints given as a tuple."""
+    if isinstance(value, Tensor):
+        value = value.tolist()
+        if not isinstance(value, list):
+            return value
+    return tuple(value)
 
 
 def _seed(name: str, value: Any) -> Tensor:
@@ -185,7 +194,7 @@ def torch_function(spec: OpSpec) -> Callable[..., Any]:
     arrays = ", ".join(spec.array_names) + ("," if len(spec.arrays) == 1 else "")
     lines = [f"def {spec.name}({_parameters(spec, _with_default)}):"]
     for p in spec.params:
-        if p.kind in _INTS:
+        if _takes_ints(spec, p.name):
             lines.append(f"    if isinstance({p.name}, (_Size, Tensor)):")
             lines.append(f"        {p.name} = _ints({p.name})")
     lines.append(f"    arguments = {{{', '.join(f'{n!r}: {n}' for n in spec.arguments)}}}")

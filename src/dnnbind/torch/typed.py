@@ -721,6 +721,8 @@ class _Ops:
         keys = [k for k, t in _leaves(arrays) if isinstance(t, Tensor)]
         places = [i for i, t in enumerate(cotangents) if isinstance(t, Tensor)]
         wanted = {k: g for k, g in _leaves({name[1:]: g for name, g in gg.items()}) if g is not None}
+        if not wanted:                  # no cotangent (an empty batch's are taken for none): no gradient
+            return [None] * len(cotangents), _regrouped(arrays, {})
         used: list[tuple] = []          # the wanted gradients that ``gradients`` gives (rnn's absent biases: not)
 
         def f(*tensors: Tensor) -> tuple:

@@ -254,6 +254,34 @@ def test_the_cumulative_average_runs_one_by_one_and_counts(runs):
     assert torch.equal(model[1].running_mean, twin[1].running_mean)
 
 
+def test_a_layer_whose_settings_do_not_fuse_splits_the_run_around_it(runs):
+    """A batch norm without affine parameters or with the cumulative average, a convolution padding through
+    torch, max pooling with indices: each runs on its own, and the layers before and after it still run
+    fused, in eager mode and as sequence ops in a compiled graph."""
+    torch.manual_seed(0)
+    model = dnn.Sequential(dnn.Conv2d(1, 2, 3), dnn.ReLU(), dnn.BatchNorm2d(2, affine=False),
+                           dnn.Conv2d(2, 2, 3, padding=1, padding_mode="reflect"), dnn.Conv2d(2, 2, 1),
+                           dnn.BatchNorm2d(2, momentum=None), dnn.ReLU(), dnn.MaxPool2d(2),
+                           dnn.MaxPool2d(1, return_indices=True)).double()
+    twin = _per_layer(model)
+    x = torch.randn(2, 1, 8, 8, dtype=torch.float64)
+    for _ in range(3):                                 # planned, then fused
+        y, indices = model(x)
+        expected, expected_indices = twin(x)
+        torch.testing.assert_close(y, expected, rtol=0, atol=0)
+        assert torch.equal(indices, expected_indices)
+    assert runs[-2:] == [2, 2]                         # conv-relu, relu-maxpool
+    del model[5]                                       # (the cumulative average does not compile, as torch's)
+    twin = _per_layer(model)
+    graphs = []
+    aot_eager = torch._dynamo.lookup_backend("aot_eager")
+    compiled = torch.compile(model, backend=lambda gm, inputs: graphs.append(gm.code) or aot_eager(gm, inputs),
+                             fullgraph=True)
+    torch.testing.assert_close(compiled(x)[0], twin(x)[0])
+    assert [line.count("torch.ops.dnnbind.sequence__") for line in graphs[0].splitlines()
+            if "torch.ops.dnnbind.sequence__" in line] == [1, 1]    # conv-relu, conv-relu-maxpool
+
+
 def test_it_is_torchs_container_with_the_same_state_dict_and_repr():
     ours = dnn.Sequential(dnn.Conv2d(1, 2, 3), dnn.ReLU())
     theirs = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU())

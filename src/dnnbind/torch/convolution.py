@@ -55,12 +55,16 @@ class _Conv:
             y = F.conv(x, layer.weight, layer.bias, **self._settings())
         return unbatch(y, unbatched)
 
+    def _fuses(self) -> bool:
+        """Whether its settings let the layer join a Sequential's run (a padding mode other than zeros pads
+        through torch)."""
+        return self.padding_mode == "zeros"  # type: ignore[attr-defined]
+
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
         """This layer's op on a batched input of ``shape`` for :class:`~dnnbind.torch.sequential.Sequential`
-        (None: the layer's own forward must run: a padding mode that pads through torch, or unbatched
-        input)."""
+        (None: the layer's own forward must run: settings :meth:`_fuses` refuses, or unbatched input)."""
         layer: Any = self
-        if layer.padding_mode != "zeros" or len(shape) != layer._spatial + 2:
+        if not self._fuses() or len(shape) != layer._spatial + 2:
             return None
         per_dim(layer, "kernel_size", layer.kernel_size)
         return fusion(F.conv, (layer.weight, layer.bias), **self._settings())
@@ -103,12 +107,16 @@ class _ConvTranspose:
             y = F.conv_transpose(x, layer.weight, layer.bias, **self._settings(output_padding))
         return unbatch(y, unbatched)
 
+    def _fuses(self) -> bool:
+        """Whether its settings let the layer join a Sequential's run (not a padding_mode torch refuses)."""
+        return self.padding_mode == "zeros"  # type: ignore[attr-defined]
+
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
         """This layer's op on a batched input of ``shape`` (called without output_size, as a Sequential
-        calls it) for :class:`~dnnbind.torch.sequential.Sequential` (None: unbatched input, or a
-        padding_mode torch itself refuses)."""
+        calls it) for :class:`~dnnbind.torch.sequential.Sequential` (None: unbatched input, or settings
+        :meth:`_fuses` refuses)."""
         layer: Any = self
-        if layer.padding_mode != "zeros" or len(shape) != layer._spatial + 2:
+        if not self._fuses() or len(shape) != layer._spatial + 2:
             return None
         per_dim(layer, "kernel_size", layer.kernel_size)
         # torch's own arithmetic, as forward's: without output_size it reads no input

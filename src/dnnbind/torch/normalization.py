@@ -55,12 +55,17 @@ class _BatchNorm:
                             running_var=running_var, training=use_batch, momentum=momentum, eps=layer.eps)
         return y.to(input.dtype) if mixed else y
 
+    def _fuses(self) -> bool:
+        """Whether its settings let the layer join a Sequential's run (not without affine parameters, nor
+        with the cumulative average: momentum None, a new value each call)."""
+        layer: Any = self
+        return layer.momentum is not None and layer.weight is not None and layer.bias is not None
+
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
         """This layer's op for :class:`~dnnbind.torch.sequential.Sequential` (None: the layer's own forward
-        must run: no affine parameters, the cumulative average (momentum None, a new value each call), or
-        an input its class refuses)."""
+        must run: settings :meth:`_fuses` refuses, or an input its class refuses)."""
         layer: Any = self
-        if layer.momentum is None or layer.weight is None or layer.bias is None:
+        if not self._fuses():
             return None
         try:
             layer._check_input_dim(_Rank(len(shape)))

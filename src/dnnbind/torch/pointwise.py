@@ -134,11 +134,16 @@ class _Softmax:
         with torch_argument_names({**_NAMES, "axis": "dim"}):
             return self._function(input, axis=_softmax_dim(type(self).__name__, layer.dim, input.dim()))
 
+    def _fuses(self) -> bool:
+        """Whether its settings let the layer join a Sequential's run (not the implicit dim, whose warning
+        the layer's own forward gives)."""
+        return self.dim is not None  # type: ignore[attr-defined]
+
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
-        """This layer's op for :class:`~dnnbind.torch.sequential.Sequential` (None: the implicit dim, whose
-        warning the layer's own forward gives)."""
+        """This layer's op for :class:`~dnnbind.torch.sequential.Sequential` (None: settings :meth:`_fuses`
+        refuses)."""
         layer: Any = self
-        if layer.dim is None:
+        if not self._fuses():
             return None
         return fusion(self._function, (), layer.dim)
 

@@ -56,11 +56,16 @@ class _MaxPool:
             return unbatch(out[0], unbatched), unbatch(out[1], unbatched)
         return unbatch(out, unbatched)
 
+    def _fuses(self) -> bool:
+        """Whether its settings let the layer join a Sequential's run (not with indices asked for: a run's
+        layers have one result each)."""
+        return not self.return_indices  # type: ignore[attr-defined]
+
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
         """This layer's op for :class:`~dnnbind.torch.sequential.Sequential` (None: unbatched input, or
-        indices asked for)."""
+        settings :meth:`_fuses` refuses)."""
         layer: Any = self
-        if layer.return_indices or len(shape) != layer._spatial + 2:
+        if not self._fuses() or len(shape) != layer._spatial + 2:
             return None
         window, settings = self._settings()
         return fusion(F.maxpool, (), window, **settings)

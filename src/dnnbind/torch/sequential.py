@@ -1,7 +1,8 @@
 """Sequential: torch.nn.Sequential whose runs of consecutive dnnbind layers are one autograd node each.
 
 The module is torch's own container (the same constructor, indexing, state_dict, repr); only forward
-differs. A run of two or more consecutive layers in :data:`FUSABLE` whose calls were all planned by an
+differs. A run of two or more consecutive layers in :data:`FUSABLE` (with settings their class lets
+fuse: a batch norm without affine parameters, for one, splits the run) whose calls were all planned by an
 earlier call (the first call runs them one by one and leaves the plans) runs through
 :mod:`dnnbind.torch.fused`, with the results and gradients of the layers' own calls. Whatever could see
 the difference takes the layers one by one: hooks on a layer (forward, pre-forward, backward) or
@@ -200,7 +201,10 @@ def _global_hooks() -> bool:
 
 
 def _fusable_layer(layer: nn.Module) -> bool:
-    """Whether ``layer`` may be part of a run: one of FUSABLE exactly, without hooks or an own forward."""
+    """Whether ``layer`` may be part of a run: one of FUSABLE exactly, without hooks or an own forward,
+    with settings its class lets fuse (its ``_fuses``, where it has one): a layer that may not splits the
+    run around it, so the layers before and after it still run fused."""
+    fuses = getattr(type(layer), "_fuses", None)
     return (type(layer) in FUSABLE and not layer._forward_hooks and not layer._forward_pre_hooks
             and not layer._backward_hooks and not getattr(layer, "_backward_pre_hooks", None)
-            and "forward" not in layer.__dict__)
+            and "forward" not in layer.__dict__ and (fuses is None or fuses(layer)))

@@ -438,7 +438,8 @@ def test_the_specs_name_the_residual_forms_parameters():
     assert rnn.gradients == ("dx", "dh0", "dc0", "dweights") and rnn.output_names == ("y", "hy", "cy")
     assert SPECS["batchnorm"].updated == slice(2, 4) and SPECS["batchnorm"].gradients == ("dx", "dgamma", "dbeta")
     assert [op for op, s in SPECS.items() if s.skippable] == ["conv", "conv_transpose", "conv_bias_activation",
-                                                               "layer_norm"]
+                                                               "layer_norm", "rnn"]
+    assert rnn.needs((False, True, True, False)) == (False, True, False, True)     # per array -> per gradient
 
 
 @pytest.mark.parametrize("name", list(SPECS))

@@ -284,3 +284,33 @@ def test_op_errors_name_torchs_parameters():
         lstm.weight_hh_l1 = nn.Parameter(torch.zeros(16, 5))    # a wrong shape torch's own checks miss
     with pytest.raises(ValueError, match=r"weight_hh_l1 has shape \(16, 5\) but must have shape \(16, 4\)"):
         lstm(torch.randn(2, 1, 3))
+
+
+@pytest.mark.parametrize("wants", ["x", "h0", "weights", "x h0"])
+@pytest.mark.parametrize("name, kwargs", RNN_CASES[:3], ids=RNN_IDS[:3])
+def test_gradients_of_only_some_inputs_equal_torchs(name, kwargs, wants):
+    """The backward computes only the gradients autograd wants (rnn's ``needs``: without x's, the first
+    layer's input product is skipped; without the weights', every weight product): those equal torch's,
+    eager and compiled, the others stay None."""
+    layers = kwargs.get("num_layers", 1) * (2 if kwargs.get("bidirectional") else 1)
+    x0 = torch.randn((2, 5, 3) if kwargs.get("batch_first") else (5, 2, 3), **F64)
+    h0 = _state(name, layers, 2)
+    grads = []
+    for compiled in (False, True):
+        ours, theirs = _pair(name, kwargs)
+        torch._dynamo.reset()               # (one compile per case: more than the recompile limit per module)
+        for model in (ours, theirs):
+            model.requires_grad_("weights" in wants)
+        runs = []
+        for model in (torch.compile(ours, fullgraph=True) if compiled else ours, theirs):
+            x = x0.clone().requires_grad_("x" in wants)
+            hx = tuple(s.clone().requires_grad_("h0" in wants) for s in (h0 if isinstance(h0, tuple) else (h0,)))
+            y, state = model(x, hx if name == "LSTM" else hx[0])
+            _loss(y, state).backward()
+            runs.append([x.grad, *[s.grad for s in hx], *[p.grad for p in model.parameters()]])
+        for a, b in zip(*runs, strict=True):
+            assert (a is None) == (b is None)
+            if b is not None:
+                torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+        grads.append(runs[0])
+    assert sum(g is not None for g in grads[0]) == sum(g is not None for g in grads[1]) > 0

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dnnbind.highlevel.residual import passes_when
+from dnnbind.highlevel.residual import only_needed, passes_when
 from dnnbind.highlevel.specs import SPECS, OpSpec
 
 
@@ -129,7 +129,8 @@ def guard(op: str, forward: Callable[..., Any], backward: Callable[..., Any],
         shape = getattr(dy, "shape", None)
         if shape is not None and 0 in tuple(shape):
             xp = _module(dy)
-            return _regroup(spec, [xp.zeros(r.shape, dy.dtype) for r in saved], static)
+            zeros = _regroup(spec, [xp.zeros(r.shape, dy.dtype) for r in saved], static)
+            return only_needed(tuple(zeros), options.get("needs")) if spec.skippable else zeros
         if shape is not None and not tuple(shape) and pointwise:
             return _reshape(backward(saved, (dy.reshape(1),) + tuple(cotangents[1:]), *static, **options), ())
         return backward(saved, cotangents, *static, **options)

@@ -19,8 +19,9 @@ every backend implements op ``NAME`` as three functions whose saved state is arr
 backend's own keywords (``layout=`` on cuDNN, ``threaded=`` on the reference) and may be ignored. The
 gradients are the spec's ``gradients`` in order; conv's ``db`` is always computed (the pullback
 form drops it when b is None). The backward of the ops whose spec is ``skippable`` also takes ``needs=``, one
-bool per gradient (default all True): a gradient marked False is not computed and comes back as None
-(a framework's first layer needs no dx, a frozen layer no dw). The ``(result, pullback)`` form every backend also exports is built from the
+bool per gradient in the spec's ``gradients`` order (default all True): a gradient marked False comes back as
+None, and is not computed where the backend can skip it (a framework's first layer needs no dx, a frozen
+layer no dw). The ``(result, pullback)`` form every backend also exports is built from the
 pair by :func:`with_pullback`, so there is one implementation per op and backend.
 """
 from __future__ import annotations
@@ -47,6 +48,14 @@ RESIDUAL_REVISION = 5
 
 #: every gradient of a three-gradient op
 ALL_NEEDED = (True, True, True)
+
+
+def only_needed(gradients: tuple, needs: Any) -> tuple:
+    """``gradients`` with None for those ``needs`` marks False (None: all needed): the residual form's
+    contract for a backend that computes a skippable op's gradients together."""
+    if needs is None:
+        return gradients
+    return tuple([g if need else None for g, need in zip(gradients, needs, strict=True)])
 
 
 class ResidualPullback:

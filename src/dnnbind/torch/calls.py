@@ -157,7 +157,7 @@ class Call:
     results. Built by the first such call (:func:`call_of`)."""
 
     __slots__ = ("op", "device", "dtype", "static", "forward", "backward", "blas_scope", "scoped", "paths",
-                 "given", "shapes", "kwargs", "plan")
+                 "counts", "shapes", "kwargs", "plan")
 
     def __init__(self, op: str, device: torch.device, specs: list[Any], kwargs: dict[str, Any]) -> None:
         self.op, self.device, self.kwargs = op, device, kwargs
@@ -172,7 +172,7 @@ class Call:
         # whether a call needs a device scope at all: off the CPU always, on it the BLAS ops
         self.scoped = device.type != "cpu" or self.blas_scope is not None
         self.paths = _gradient_paths(op, specs)
-        self.given = tuple(a is not None for a in specs)     # per spec array: whether the call gave it
+        self.counts = tuple(_leaves(a) for a in specs)     # per spec array: its tensors (0: not given)
         #: the results' shapes (None where the op returns none: maxpool's indices unless asked for)
         self.shapes = list(SPECS[op].empty((*specs, *self.static)).outputs)
         self.plan: Any = None          # the eager path's plan on it (dnnbind.torch.eager)
@@ -273,9 +273,8 @@ def gradients(call: Call, residuals: Sequence[Any], cotangents: Sequence[Tensor 
         saved = tuple([to_array(r) if isinstance(r, Tensor) else r for r in residuals])
         scope = device_scope(call.blas_scope) if call.blas_scope is not None else NOTHING
         with scope:
-            if SPECS[op].skippable:           # one flag per spec array: x, w, b (False where not given)
-                needs = _needs_per_array(op, call, wanted)
-                grads = call.backward(saved, cts, *call.static, needs=needs)
+            if SPECS[op].skippable:           # one flag per gradient: whether any of its tensors wants it
+                grads = call.backward(saved, cts, *call.static, needs=needs_of(op, call.counts, wanted))
             else:
                 grads = call.backward(saved, cts, *call.static)
         if type(grads) is not tuple:
@@ -284,10 +283,23 @@ def gradients(call: Call, residuals: Sequence[Any], cotangents: Sequence[Tensor 
         return [None if g is None else to_tensor(g) for g in out]
 
 
-def _needs_per_array(op: str, call: Call, wanted: Sequence[bool]) -> tuple[bool, ...]:
-    """A skippable op's ``needs``: per spec array whether its gradient is wanted (False where not given)."""
-    it = iter(wanted)
-    return tuple(bool(next(it)) if given else False for given in call.given)
+def needs_of(op: str, counts: Sequence[int], wanted: Sequence[bool]) -> tuple[bool, ...]:
+    """A skippable op's ``needs`` from ``wanted``, one flag per tensor of the call (x and the spec's other
+    arrays in order, nested ones flattened, those not given left out), ``counts`` the tensors of each
+    spec array (0: not given): a gradient is needed when any of its array's tensors wants it (rnn's
+    weights: any of them)."""
+    per_array, at = [], 0
+    for count in counts:
+        per_array.append(any(wanted[at:at + count]))
+        at += count
+    return SPECS[op].needs(per_array)
+
+
+def _leaves(a: Any) -> int:
+    """The tensors in a spec array's value: 0 for None, 1, or those of a nest (rnn's weights)."""
+    if a is None:
+        return 0
+    return sum(_leaves(v) for v in a) if type(a) is list or type(a) is tuple else 1     # (an ArraySpec: one)
 
 
 # -- shapes without running -----------------------------------------------------------------------

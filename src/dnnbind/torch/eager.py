@@ -53,9 +53,9 @@ class Plan:
         self.positions = (0, *[next(counter) if s else None for s in slots])
         # per tensor in (x, *others): where its gradient is among the backward's (dropout's seed: none)
         self.gradients = (*call.paths, *[None] * (_count(slots) + 1 - len(call.paths)))
-        # the ops whose gradients may be skipped (conv: x, w, b; layer_norm: x, weight, bias): per array with
-        # a gradient, its place among the call's tensors (None when not given)
-        self.skip = _skip_places(SPECS[op].arrays, slots) if SPECS[op].skippable else None
+        # the ops whose gradients may be skipped (conv: x, w, b; rnn: x, weights, h0, c0): the tensors of
+        # each spec array among the call's (calls.needs_of)
+        self.skip = (1, *[_count(s) for s in slots]) if SPECS[op].skippable else None
         self.statistics = SPECS[op].updates_in_place(kwargs)
         self.integers: tuple[int, ...] | None = None     # outputs without gradient (maxpool's indices)
         self.first: tuple | None = None                  # output 0's shape, dtype and device
@@ -92,18 +92,6 @@ def _unflatten(leaves: Sequence[Any], slots: Sequence[Any]) -> list[Any]:
             return [take(s) for s in slot]
         return next(it) if slot else None
     return [take(s) for s in slots]
-
-
-def _skip_places(arrays: Sequence[Any], slots: Sequence[Any]) -> tuple[int | None, ...]:
-    """For each of the spec's arrays with a gradient, its place among the call's tensors (x is 0, the
-    given others follow), None for an optional one that was not given (``slots``: the others')."""
-    places: list[int | None] = [0]
-    given = 1
-    for array, slot in zip(arrays[1:], slots):
-        if array.gradient is not None:
-            places.append(given if slot else None)
-        given += bool(slot)
-    return tuple(places)
 
 
 class _Eager(torch.autograd.Function):      # subclassed once per op below, so grad_fn names the op
@@ -151,7 +139,7 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
         if cotangents[0] is None:                # the first cotangent is required: zeros stand for "unused"
             shape, dtype, device = plan.first    # type: ignore[misc]
             cotangents[0] = torch.zeros(shape, dtype=dtype, device=device)
-        needs = None if plan.skip is None else tuple(i is not None and bool(flags[1 + i]) for i in plan.skip)
+        needs = None if plan.skip is None else calls.needs_of(plan.op, plan.skip, flags[1:])
         if torch.is_grad_enabled():
             # autograd records this backward (create_graph): through the typed backward op, so that a second
             # derivative follows the op's second-order rule, or is refused naming the op where it has none

@@ -134,7 +134,7 @@ class Run:
             needs = None
             if SPECS[plan.op].skippable:             # conv: x, w and b, each only when wanted
                 slots = iter(own)
-                needs = (below[i], *[t is not None and bool(next(slots)) for t in step.tensors])
+                needs = SPECS[plan.op].needs((below[i], *[t is not None and bool(next(slots)) for t in step.tensors]))
             picks = tuple((step.first + j, path) for j, (path, flag) in enumerate(zip(plan.gradients[1:], own))
                           if path is not None and flag)
             program.append((i, plan, needs, picks, plan.gradients[0] if below[i] else None))

@@ -3,12 +3,15 @@ results and every gradient, float64 to 1e-12 of the largest magnitude, float32 a
 their precision. Run with and without the C kernels (DNNBIND_NATIVE=0, see the Makefile's test target)."""
 from __future__ import annotations
 
+import itertools
+
 import ml_dtypes
 import numpy as np
 import pytest
 
 import dnnbind.highlevel.cpu as cpu
 import dnnbind.highlevel.reference as reference
+from dnnbind.highlevel.specs import SPECS
 
 from ..numpy_cases import all_cases, cast, copies, cotangents_for, flat, is_float
 
@@ -60,20 +63,29 @@ def test_cpu_equals_the_reference(case, dtype_name):
                 _close(a, b, "running statistics")
 
 
-@pytest.mark.parametrize("op", ["conv", "conv_transpose"])
-def test_skipped_gradients_are_none_on_both(op):
-    case = next(c for c in CASES if c.op == op and c.arrays[2] is not None)
+SKIPPABLE = [c for c in CASES if SPECS[c.op].skippable]
+
+
+@pytest.mark.parametrize("case", SKIPPABLE, ids=[c.id for c in SKIPPABLE])
+def test_skipped_gradients_are_none_on_both(case):
+    """A skippable op's ``needs``: each gradient asked for equals the full backward's, bit for bit (rnn
+    without dx skips the first layer's input product, without dweights every weight product), the others
+    are None."""
+    count = len(SPECS[case.op].gradients)
     for backend in (cpu, reference):
-        forward, backward = getattr(backend, f"{op}_forward"), getattr(backend, f"{op}_backward")
+        forward, backward = getattr(backend, f"{case.op}_forward"), getattr(backend, f"{case.op}_backward")
         y, saved = forward(*case.arrays, *case.static)
-        full = backward(saved, (np.ones_like(y),), *case.static)
-        for needs in ((True, False, False), (False, True, False), (False, False, True)):
-            part = backward(saved, (np.ones_like(y),), *case.static, needs=needs)
+        cts = cotangents_for(y, np.random.default_rng(3))
+        full = backward(saved, cts, *case.static)
+        for needs in itertools.product((False, True), repeat=count):
+            part = backward(saved, cts, *case.static, needs=needs)
+            assert len(part) == count
             for need, g, g_full in zip(needs, part, full):
-                if need:
-                    np.testing.assert_array_equal(g, g_full)
-                else:
+                if not need:
                     assert g is None
+                    continue
+                for a, b in zip(flat(g), flat(g_full), strict=True):
+                    np.testing.assert_array_equal(a, b)
 
 
 def test_dropout_masks_are_the_same_on_both():

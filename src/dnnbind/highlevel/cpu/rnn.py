@@ -39,7 +39,7 @@ from dnnbind.highlevel.cpu import native
 from dnnbind.highlevel.cpu._precision import cotangent, half_backward, half_forward, half_residuals
 from dnnbind.highlevel.cpu._threads import blas_single_threaded, workers
 from dnnbind.highlevel.cpu.conv_paths import GEMM_THREAD_MIN_MACS, NATIVE_THREAD_MIN_MACS, product
-from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.residual import ArraySpec, only_needed
 
 Shape = tuple[int, ...]
 
@@ -114,9 +114,11 @@ class _Direction:
             xp += bias[:, None]
         return xp.reshape(w.shape[0], steps, batch)
 
-    def param_grads(self, d_pre_x: np.ndarray, d_pre_h: np.ndarray, x_steps: np.ndarray) -> tuple:
+    def param_grads(self, d_pre_x: np.ndarray, d_pre_h: np.ndarray, x_steps: np.ndarray, weights: bool = True,
+                    dx: bool = True) -> tuple:
         """(dW_ih, dW_hh, db_ih, db_hh, dx) from the pre-activation gradients (T, G*H, B) of the input
-        and recurrent products (the same array except for GRU), with x (T, B, I) in step order.
+        and recurrent products (the same array except for GRU), with x (T, B, I) in step order; the
+        weights' gradients None unless ``weights``, dx None unless ``dx``.
 
         Each becomes one (G*H, T*B) matrix, columns ordered like x's rows, so that every weight gradient
         is a single product; where both are one array (LSTM, RNN), both weight gradients are one product
@@ -124,27 +126,38 @@ class _Direction:
         64 and by 128 columns: 423 us as two products, 362 as one). The bias gradients are products by a
         vector of ones (13 us against numpy's sum's 52 there).
         """
+        if not (weights or dx):
+            return None, None, None, None, None
         gh = d_pre_x.shape[1]
         gx = np.ascontiguousarray(d_pre_x.transpose(1, 0, 2)).reshape(gh, -1)
-        gh_mat = gx if d_pre_h is d_pre_x else np.ascontiguousarray(d_pre_h.transpose(1, 0, 2)).reshape(gh, -1)
+        dw_ih = dw_hh = db_ih = db_hh = None
+        if weights:
+            dw_ih, dw_hh, db_ih, db_hh = self._weight_grads(gx, d_pre_h, d_pre_h is d_pre_x, x_steps)
+        x_grad = _split_product(gx.T, self.w_ih).reshape(x_steps.shape) if dx else None
+        return dw_ih, dw_hh, db_ih, db_hh, x_grad
+
+    def _weight_grads(self, gx: np.ndarray, d_pre_h: np.ndarray, shared: bool, x_steps: np.ndarray) -> tuple:
+        """(dW_ih, dW_hh, db_ih, db_hh) of :meth:`param_grads` from gx, d_pre_x as one matrix, and
+        d_pre_h (the same array where ``shared``)."""
         inputs = x_steps.shape[-1]
-        if gh_mat is gx:
+        if shared:
+            gh_mat = gx
             beside = np.empty(x_steps.shape[:2] + (inputs + self.hs.shape[1],), gx.dtype)
             beside[..., :inputs] = x_steps
             beside[..., inputs:] = self.hs[:-1].transpose(0, 2, 1)
             both = _split_product(gx, beside.reshape(gx.shape[1], -1))
             dw_ih, dw_hh = np.ascontiguousarray(both[:, :inputs]), np.ascontiguousarray(both[:, inputs:])
         else:
+            gh_mat = np.ascontiguousarray(d_pre_h.transpose(1, 0, 2)).reshape(gx.shape[0], -1)
             h_prev = np.ascontiguousarray(self.hs[:-1].transpose(1, 0, 2)).reshape(self.hs.shape[1], -1)
             dw_ih = _split_product(gx, x_steps.reshape(-1, inputs))
             dw_hh = _split_product(gh_mat, h_prev.T)
-        dx = _split_product(gx.T, self.w_ih).reshape(x_steps.shape)
         db_ih = db_hh = None
         if self.has_bias:
             ones = np.ones(gx.shape[1], gx.dtype)
             db_ih = gx @ ones
             db_hh = db_ih.copy() if gh_mat is gx else gh_mat @ ones
-        return dw_ih, dw_hh, db_ih, db_hh, dx
+        return dw_ih, dw_hh, db_ih, db_hh
 
 
 def _split_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -484,13 +497,13 @@ def _on_every_core(op: Callable[..., Any]) -> Callable[..., Any]:
     loop runs on the team without OpenBLAS's polling workers beside it (the input and weight products
     are np.matmul on one BLAS thread there)."""
     @functools.wraps(op)
-    def run(first: Any, *rest: Any) -> Any:
+    def run(first: Any, *rest: Any, **options: Any) -> Any:
         dims: RNNDims = rest[-1]
         x = first[0] if isinstance(first, (tuple, list)) else first   # rnn_backward's residuals start with x
         if dims.mode != "lstm" or not _time_loop_runs(x.dtype, bool(dims.proj_size), dims.lengths is not None):
-            return op(first, *rest)
+            return op(first, *rest, **options)
         with native.every_core():
-            return op(first, *rest)
+            return op(first, *rest, **options)
     return run
 
 
@@ -566,10 +579,13 @@ def _restore(saved: Sequence[np.ndarray], dims: RNNDims) -> tuple[list[np.ndarra
 
 @half_backward
 @_on_every_core
-def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, Any, Any, list]:
+def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims, *,
+                 needs: tuple[bool, ...] | None = None) -> tuple[Any, Any, Any, list]:
     """(dx, dh0, dc0, dweights) from cotangents (dy, dhy, dcy); dhy and dcy may be None or left out
     (zeros). dc0 is None unless LSTM; dweights[i] = (dw_ih, dw_hh, db_ih, db_hh), biases None without,
-    and dw_hr as a 5th array with a projection."""
+    and dw_hr as a 5th array with a projection. ``needs`` (dx, dh0, dc0, dweights): the first layer's
+    input product is skipped without dx, every weight product without dweights; what it marks False
+    comes back as None."""
     if not 1 <= len(cotangents) <= 3:
         raise TypeError(f"rnn takes the cotangents (dy, dhy, dcy), got {len(cotangents)}")
     dy, dhy, dcy = tuple(cotangents) + (None,) * (3 - len(cotangents))
@@ -590,6 +606,7 @@ def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, A
     dh0 = np.empty(dims.h_shape, dtype)
     dc0 = np.empty(dims.c_shape, dtype) if lstm else None
     dweights: list[tuple] = [()] * len(cells)
+    need_dx, need_weights = (True, True) if needs is None else (needs[0], needs[3])
     d_out: Any = dy
     for layer in range(dims.num_layers - 1, -1, -1):
         d_in = None
@@ -603,15 +620,19 @@ def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, A
                 dyk, _feature_major(dhy[idx]), None if dcy is None else _feature_major(dcy[idx]),
                 step_masks[d])
             x_steps = inputs[layer] if d == 0 else inputs[layer][::-1]
-            dw_ih, dw_hh, db_ih, db_hh, dx_steps = cell.param_grads(d_pre_x, d_pre_h, x_steps)
-            dx_part = dx_steps if d == 0 else dx_steps[::-1]
-            d_in = dx_part if d_in is None else d_in + dx_part
+            dw_ih, dw_hh, db_ih, db_hh, dx_steps = cell.param_grads(d_pre_x, d_pre_h, x_steps, need_weights,
+                                                                    layer > 0 or need_dx)
+            if dx_steps is not None:
+                dx_part = dx_steps if d == 0 else dx_steps[::-1]
+                d_in = dx_part if d_in is None else d_in + dx_part
             dh0[idx] = dh.T
             if dc0 is not None and dc is not None:
                 dc0[idx] = dc.T
-            dweights[idx] = (dw_ih, dw_hh, db_ih, db_hh) + ((cell.dw_hr,) if dims.proj_size else ())
+            if need_weights:
+                dweights[idx] = (dw_ih, dw_hh, db_ih, db_hh) + ((cell.dw_hr,) if dims.proj_size else ())
         d_out = d_in
-    return np.ascontiguousarray(d_out), dh0, dc0, dweights
+    dx = None if d_out is None else np.ascontiguousarray(d_out)
+    return only_needed((dx, dh0, dc0, dweights), needs)
 
 
 @half_residuals

@@ -50,7 +50,7 @@ from dnnbind.highlevel.gpu.call import Call
 from dnnbind.highlevel.gpu.pullback import cotangent
 from dnnbind.highlevel.gpu.workspace import address, allocate
 from dnnbind.highlevel.gpu.saved import private
-from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.residual import ArraySpec, only_needed
 
 __all__ = ["rnn_forward", "rnn_backward", "rnn_residuals", "pack_rnn_weights", "PackedRNNWeights"]
 
@@ -130,11 +130,12 @@ def rnn_forward(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any, dims
         return (y, hy, cy), (private(cp, x, call["x"]),) + states + (y.copy(), weights_saved, reserve)
 
 
-def rnn_backward(residuals: tuple, cotangents: tuple, dims: RNNDims, *,
-                 training: bool = True) -> tuple[Any, Any, Any, list]:
+def rnn_backward(residuals: tuple, cotangents: tuple, dims: RNNDims, *, training: bool = True,
+                 needs: tuple[bool, ...] | None = None) -> tuple[Any, Any, Any, list]:
     """(dy, dhy=None, dcy=None) -> (dx, dh0, dc0, dweights) from the saved arrays; dc0 None unless LSTM,
     dweights (w_ih, w_hh, b_ih, b_hh) per layer and direction (biases None without biases; dw_hr as a
-    5th array with a projection)."""
+    5th array with a projection). The weights' pass runs only where ``needs`` asks for dweights (the
+    data pass gives dx, dh0 and dc0 together); what ``needs`` marks False comes back as None."""
     if not residuals:
         raise RuntimeError("this rnn forward ran in inference mode (training=False) and kept no reserve space; "
                            "run it with training=True to take gradients")
@@ -166,13 +167,16 @@ def rnn_backward(residuals: tuple, cotangents: tuple, dims: RNNDims, *,
         c.cudnnRNNBackwardData_v8(h, net.desc.handle, lengths, seq.y.handle, y, dy, seq.x.handle, dx,
                                   seq.h.handle, hx, dhy, dhx, seq.c.handle if lstm else None, cx,
                                   dcy, dcx, space.nbytes, space, work_bytes, address(work), reserve.nbytes, reserve)
-        layout = net.layout(h, cp)
-        dspace = cp.zeros(layout.size, dtype)   # CUDNN_WGRAD_MODE_ADD accumulates into it
-        c.cudnnRNNBackwardWeights_v8(h, net.desc.handle, c.CUDNN_WGRAD_MODE_ADD, lengths, seq.x.handle, x,
-                                     seq.h.handle, hx, seq.y.handle, y, space.nbytes, dspace,
-                                     work_bytes, address(work), reserve.nbytes, reserve)
+        dweights = None
+        if needs is None or needs[3]:
+            layout = net.layout(h, cp)
+            dspace = cp.zeros(layout.size, dtype)   # CUDNN_WGRAD_MODE_ADD accumulates into it
+            c.cudnnRNNBackwardWeights_v8(h, net.desc.handle, c.CUDNN_WGRAD_MODE_ADD, lengths, seq.x.handle, x,
+                                         seq.h.handle, hx, seq.y.handle, y, space.nbytes, dspace,
+                                         work_bytes, address(work), reserve.nbytes, reserve)
+            dweights = unpack(layout, dspace, cp)
         dx = _zero_padding(cp, dx, valid)
-        return dx, dhx, dcx, unpack(layout, dspace, cp)
+        return only_needed((dx, dhx, dcx, dweights), needs)
 
 
 def _cotangent(cp: Any, name: str, value: Any, shape: tuple[int, ...], dtype: Any, device: int) -> Any:

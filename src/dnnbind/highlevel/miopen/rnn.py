@@ -32,7 +32,7 @@ from dnnbind.highlevel.gpu.saved import private
 from dnnbind.highlevel.miopen._lib import handle, lib
 from dnnbind.highlevel.miopen.rnn_layout import weight_space_size
 from dnnbind.highlevel.miopen.rnn_plan import RNNPlan, check_dtype, plan_for
-from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.residual import ArraySpec, only_needed
 
 
 def _params(dims: RNNDims) -> dict[str, Any]:
@@ -93,9 +93,11 @@ def rnn_forward(x: Any, weights: Sequence[Sequence[Any]], h0: Any, c0: Any,
     return (y.copy() if y is y_raw else y, hy, cy), saved         # y_raw is the backward's own
 
 
-def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, Any, Any, list]:
+def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims, *,
+                 needs: tuple[bool, ...] | None = None) -> tuple[Any, Any, Any, list]:
     """(dx, dh0, dc0, dweights) from the residuals and (dy, dhy=None, dcy=None); dh0 always an array,
-    dc0 None unless LSTM, dweights a list of (w_ih, w_hh, b_ih, b_hh) with None for absent biases."""
+    dc0 None unless LSTM, dweights a list of (w_ih, w_hh, b_ih, b_hh) with None for absent biases. The
+    weights' pass runs only where ``needs`` asks for dweights; what it marks False comes back as None."""
     x, y_raw, w, reserve, h0, c0 = saved
     h0, c0 = (None if s.size == 0 else s for s in (h0, c0))
     dy, dhy, dcy = (tuple(cotangents) + (None, None))[:3]
@@ -126,12 +128,14 @@ def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, A
                                      _ptr(h0), dhy.data.ptr, dh0.data.ptr, hd, _ptr(c0), _ptr(dcy), _ptr(dc0),
                                      plan.x.handle, dx.data.ptr, w.data.ptr, w.nbytes, address(work), work_size,
                                      scratch.data.ptr, scratch.size)
-        dw = cp.zeros(plan.weight_elements, dtype)
-        lib.miopenRNNBackwardWeightsSeqTensor(h.ptr, plan.desc.handle, plan.x.handle, x.data.ptr, hd, _ptr(h0),
-                                              plan.y.handle, y_raw.data.ptr, dw.data.ptr, dw.nbytes, address(work),
-                                              work_size, scratch.data.ptr, scratch.size)
-        dweights = plan.unpack(cp, dw, device)
-        return _masked(cp, plan, dx, device), dh0, dc0, dweights
+        dweights = None
+        if needs is None or needs[3]:
+            dw = cp.zeros(plan.weight_elements, dtype)
+            lib.miopenRNNBackwardWeightsSeqTensor(h.ptr, plan.desc.handle, plan.x.handle, x.data.ptr, hd,
+                                                  _ptr(h0), plan.y.handle, y_raw.data.ptr, dw.data.ptr, dw.nbytes,
+                                                  address(work), work_size, scratch.data.ptr, scratch.size)
+            dweights = plan.unpack(cp, dw, device)
+        return only_needed((_masked(cp, plan, dx, device), dh0, dc0, dweights), needs)
 
 
 def residual_specs(dims: RNNDims, dtype: Any, reserve_size: int, has_h0: bool,

@@ -18,7 +18,7 @@ import numpy as np
 from dnnbind.highlevel.dims import RNNDims
 from dnnbind.highlevel.reference._arrays import F64, as64, cast, cotangent
 from dnnbind.highlevel.reference.pointwise import sigmoid
-from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.residual import ArraySpec, only_needed
 
 _NAMES = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr")
 
@@ -174,10 +174,12 @@ def rnn_forward(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h
     return (cast(y, x.dtype), cast(hy, x.dtype), cast(cy, x.dtype)), tuple(saved)
 
 
-def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, Any, Any, list]:
+def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims, *,
+                 needs: tuple[bool, ...] | None = None) -> tuple[Any, Any, Any, list]:
     """(dx, dh0, dc0, dweights) from the cotangents (dy, dhy, dcy); dhy and dcy may be None or left out
     (zeros). dc0 is None unless LSTM; dweights[i] = (dw_ih, dw_hh, db_ih, db_hh) (biases None without
-    them), with dw_hr as a 5th array with a projection."""
+    them), with dw_hr as a 5th array with a projection. All are computed; those ``needs`` marks False
+    come back as None."""
     if not 1 <= len(cotangents) <= 3:
         raise TypeError(f"rnn takes the cotangents (dy, dhy, dcy), got {len(cotangents)}")
     dy, dhy, dcy = tuple(cotangents) + (None,) * (3 - len(cotangents))
@@ -205,7 +207,7 @@ def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims) -> tuple[Any, A
             names = _NAMES[:4] + (_NAMES[4:] if dims.proj_size else ())
             dweights[idx] = tuple(cast(grads.get(name), dtype) for name in names)
         d_out = d_in
-    return cast(d_out, dtype), cast(dh0, dtype), cast(dc0, dtype), dweights
+    return only_needed((cast(d_out, dtype), cast(dh0, dtype), cast(dc0, dtype), dweights), needs)
 
 
 def rnn_residuals(x: ArraySpec, weights: Sequence[Sequence[ArraySpec | None]], h0: ArraySpec | None,

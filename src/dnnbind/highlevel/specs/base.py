@@ -127,7 +127,7 @@ class OpSpec:
     #: array the call did not give (the edge policy records which in a zero-size residual's shape)
     regroup: Callable[[list[Any], tuple], Any] | None = None
     pointwise: bool = False                              # takes 0-d arrays (run as shape (1,))
-    skippable: bool = False                              # its backward takes needs= (a pass per gradient)
+    skippable: bool = False                              # its backward takes needs= (a flag per gradient)
     unbatched: Unbatching | None = None
     parse: Callable[[Any], Any] | None = None            # checks and normalizes a nested array argument
     every_call: Callable[..., None] | None = None        # a check the plan cannot fix (arrays, arguments)
@@ -204,6 +204,12 @@ class OpSpec:
     def gradients(self) -> tuple[str, ...]:
         """The residual form's gradients, in order."""
         return self.gradient_order or tuple(a.gradient for a in self.arrays if a.gradient is not None)
+
+    def needs(self, wanted: Any) -> tuple[bool, ...]:
+        """A skippable op's ``needs=`` (one flag per gradient, in :attr:`gradients` order) from whether each
+        of its arrays' gradient is wanted (``wanted``: one flag per array, in the arrays' order)."""
+        by_gradient = {a.gradient: bool(w) for a, w in zip(self.arrays, wanted, strict=True) if a.gradient}
+        return tuple([by_gradient[g] for g in self.gradients])
 
     def pullback_gradients(self, arrays: tuple) -> tuple[str, ...]:
         """The gradients the pullback form returns for these arrays (conv without b: dx, dw)."""

@@ -300,15 +300,17 @@ INLINE void NAME(lstm_cell_grad)(const T *gates, T *d, int64_t plane, const T *c
 /* The backward loop of :c:func:`dnnbind_lstm_forward`, steps in reverse: dy (T, H, B) the gradients of
  * the states after each step, dh and dc (H, B) those of the last state and cell, updated in place to the
  * initial ones. Writes dgates (T, 4H, B), the gradients of the pre-activations. Round 0 of the tickets
- * (recurrent.c) packs each chunk's rows of W_hh^T (its hidden units' columns of w_hh); then two rounds
- * per step: the units' gate gradients, then their rows of dh = W_hh^T dgates, which reads every unit's
- * gate gradients. */
+ * (recurrent.c) packs each chunk's rows of W_hh^T (its hidden units' columns of w_hh); round 1 is the
+ * last step's gate gradients; each round after it is one step's product dh = W_hh^T dgates for the
+ * chunk's units (which reads every unit's gate gradients of that step), then the step before's gate
+ * gradients of the same units (which read only those units' dh and dc): one wait per step. */
 KERNEL void NAME(dnnbind_lstm_backward)(const T *acts, const T *cs, const T *tcs, const T *w_hh, const T *dy, T *dh,
                                         T *dc, T *dgates, int64_t count, int64_t hidden, int64_t batch, T *packed,
                                         int64_t *sync, int64_t lo, int64_t hi) {
     (void)lo; (void)hi;
     const int64_t plane = hidden * batch, rows = 4 * hidden, parts = sync[1], widest = (hidden + parts - 1) / parts;
-    for (int64_t ticket; (ticket = next_ticket(sync)) < (2 * count + 1) * parts;) {
+    const int64_t rounds = count ? count + 2 : 1;
+    for (int64_t ticket; (ticket = next_ticket(sync)) < rounds * parts;) {
         int64_t round = ticket / parts, c = ticket % parts, u0, u1;
         chunk_units(hidden, parts, c, &u0, &u1);
         T *part = NAME(chunk_part)(packed, c, widest, rows);
@@ -320,20 +322,21 @@ KERNEL void NAME(dnnbind_lstm_backward)(const T *acts, const T *cs, const T *tcs
             continue;
         }
         wait_for_chunks(sync, round * parts);
-        int64_t k = count - 1 - (round - 1) / 2;
-        const T *a = acts + k * rows * batch;
-        T *d = dgates + k * rows * batch;
-        if (round % 2 == 1) {
+        int64_t k = count - round;        /* the step whose gate gradients this round gives (-1: none) */
+        if (round > 1) {                                          /* dh[u0:u1] = W_hh[:, u0:u1]^T d, step k + 1 */
+            NAME(rhs_t) b = {dgates + (k + 1) * rows * batch, rows, dgates, 0, batch};
+            NAME(rows_t) to = {dh, NULL, u1 - u0, hidden, u0};
+            NAME(chunk_product)(part, u1 - u0, &b, batch, &to);
+        }
+        if (k >= 0) {
+            const T *a = acts + k * rows * batch;
+            T *d = dgates + k * rows * batch;
             int64_t j = u0 * batch, end = u1 * batch;
             for (; j + VL <= end; j += VL)
                 NAME(lstm_cell_grad)(a, d, plane, cs + k * plane, tcs + k * plane, dh, dy + k * plane, dc, j, VL);
             if (j < end)
                 NAME(lstm_cell_grad)(a, d, plane, cs + k * plane, tcs + k * plane, dh, dy + k * plane, dc, j,
                                      end - j);
-        } else {                                                  /* dh[u0:u1] = W_hh[:, u0:u1]^T d */
-            NAME(rhs_t) b = {d, rows, d, 0, batch};
-            NAME(rows_t) to = {dh, NULL, u1 - u0, hidden, u0};
-            NAME(chunk_product)(part, u1 - u0, &b, batch, &to);
         }
         chunk_done(sync);
     }

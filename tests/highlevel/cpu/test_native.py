@@ -836,6 +836,30 @@ def test_the_data_gradients_filter_from_c_equals_numpys_flipped_transpose(rng, i
             np.testing.assert_array_equal(with_kernels, conv_geometry.data_grad_problem(dy, np.asfortranarray(w), dims)[1])
 
 
+def test_swapped_axes_from_c_equal_numpys_to_the_bit(rng, isa, monkeypatch):
+    """swap_axes equals numpy's swapped copy, for runs of one element and of several, leading axes or none,
+    both dtypes, across the kernel's block of 16 rows, split over the pool and not, into a new array or a
+    given one; a view that is not C-contiguous (in or out) takes numpy's copy, with the same result."""
+    cases = [((30, 512, 16), 0), ((30, 16, 128), 1), ((3, 5, 17, 2), 1), ((33, 1), 0), ((2, 7, 40), 1),
+             ((1, 3, 4, 5), 2), ((0, 4, 3), 1)]
+    for i, (shape, first) in enumerate(cases):
+        for dtype in (np.float64, np.float32):
+            a = rng.standard_normal(shape).astype(dtype)
+            expected = np.swapaxes(a, first, first + 1)
+            monkeypatch.setattr(native, "POINTWISE_THREAD_MIN_ELEMENTS", 0 if i % 2 else a.size + 1)
+            got = native.swap_axes(a, first)
+            assert got.flags.c_contiguous and got.shape == expected.shape
+            np.testing.assert_array_equal(got, expected)
+            into = np.full(expected.shape, np.nan, dtype)
+            assert native.swap_axes(a, first, out=into) is into
+            np.testing.assert_array_equal(into, expected)
+    a = rng.standard_normal((6, 4, 5))
+    wide = np.zeros((6, 5, 9))
+    native.swap_axes(a[:, ::-1], 1, out=wide[:, :, 2:6])           # neither contiguous: numpy's copy
+    np.testing.assert_array_equal(wide[:, :, 2:6], np.swapaxes(a[:, ::-1], 1, 2))
+    assert not wide[:, :, :2].any() and not wide[:, :, 6:].any()
+
+
 def test_the_data_gradients_filter_refuses_what_does_not_fit():
     with pytest.raises(ValueError, match="argument groups: 3 does not divide 4 output channels"):
         native.filter_flip_transpose(np.zeros((4, 2, 3, 3), np.float32), 3)

@@ -118,6 +118,7 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "softmax_forward": ([_P] * 2 + [_I] * 5, False),
     "softmax_backward": ([_P] * 3 + [_I] * 5, False),
     "filter_flip_transpose": ([_P, _P, _I, _I, _I, _I, _I], False),
+    "swap_axes": ([_P, _P, _I, _I, _I, _I, _I], False),
 }
 
 
@@ -796,6 +797,25 @@ def _gemm_rows() -> Any:
     fn = lib.dnnbind_gemm_rows
     fn.argtypes, fn.restype = [_P, _I, _I, _I, _I, _I, _P, _I, _P, _I, _P, _I, _I, _I], None
     return fn
+
+
+# ------------------------------------------------------------------------------- layouts
+def swap_axes(a: np.ndarray, first: int, out: np.ndarray | None = None) -> np.ndarray:
+    """``a`` with axes ``first`` and ``first + 1`` swapped, as a new C-contiguous array or into ``out`` (any
+    view of the swapped shape), in one pass (csrc/swaps.c): ``np.ascontiguousarray(np.swapaxes(a, first,
+    first + 1))``. numpy's own copy where a or out is not C-contiguous or the kernels do not take the
+    dtype; rows split over the pool from :data:`POINTWISE_THREAD_MIN_ELEMENTS` elements on."""
+    shape = a.shape
+    swapped = shape[:first] + (shape[first + 1], shape[first]) + shape[first + 2:]
+    if out is None:
+        out = np.empty(swapped, a.dtype)
+    if not (a.flags.c_contiguous and out.flags.c_contiguous) or not available(a.dtype) or a.size == 0:
+        np.copyto(out, np.swapaxes(a, first, first + 1))
+        return out
+    n, na, nb = math.prod(shape[:first]), shape[first], shape[first + 1]
+    args = (_data(a), _address(out, "out", swapped, a.dtype), na, nb, math.prod(shape[first + 2:]))
+    _launch(_kernel("swap_axes", a.dtype), args, _parts(n * nb, a.size >= POINTWISE_THREAD_MIN_ELEMENTS))
+    return out
 
 
 # ------------------------------------------------------------------------------- filters

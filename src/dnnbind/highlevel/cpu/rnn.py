@@ -129,7 +129,7 @@ class _Direction:
         if not (weights or dx):
             return None, None, None, None, None
         gh = d_pre_x.shape[1]
-        gx = np.ascontiguousarray(d_pre_x.transpose(1, 0, 2)).reshape(gh, -1)
+        gx = native.swap_axes(d_pre_x, 0).reshape(gh, -1)
         dw_ih = dw_hh = db_ih = db_hh = None
         if weights:
             dw_ih, dw_hh, db_ih, db_hh = self._weight_grads(gx, d_pre_h, d_pre_h is d_pre_x, x_steps)
@@ -148,8 +148,8 @@ class _Direction:
             both = _split_product(gx, beside.reshape(gx.shape[1], -1))
             dw_ih, dw_hh = np.ascontiguousarray(both[:, :inputs]), np.ascontiguousarray(both[:, inputs:])
         else:
-            gh_mat = np.ascontiguousarray(d_pre_h.transpose(1, 0, 2)).reshape(gx.shape[0], -1)
-            h_prev = np.ascontiguousarray(self.hs[:-1].transpose(1, 0, 2)).reshape(self.hs.shape[1], -1)
+            gh_mat = native.swap_axes(d_pre_h, 0).reshape(gx.shape[0], -1)
+            h_prev = native.swap_axes(self.hs[:-1], 0).reshape(self.hs.shape[1], -1)
             dw_ih = _split_product(gx, x_steps.reshape(-1, inputs))
             dw_hh = _split_product(gh_mat, h_prev.T)
         db_ih = db_hh = None
@@ -275,8 +275,7 @@ class _LSTM(_Direction):
         self.acts, self.hs, self.cs, self.tcs = acts, hs, cs, tcs
         if self._native(masks):
             # the input products join the recurrent ones in the C loop: x feature-major per time step
-            native.lstm_forward(np.ascontiguousarray(x.transpose(0, 2, 1)), self.w_ih, bias, self.w_hh, steps,
-                                acts, hs, cs, tcs)
+            native.lstm_forward(native.swap_axes(x, 1), self.w_ih, bias, self.w_hh, steps, acts, hs, cs, tcs)
             return hs, cs[T]
         half = np.ones(4 * H, x.dtype)                    # the sigmoid gates' rows, pre-scaled by 1/2
         half[:2 * H] = half[3 * H:] = 0.5
@@ -544,7 +543,7 @@ def rnn_forward(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h
             # hs[k + 1] is the state after step k, i.e. the output at time orders[d][k]
             states = hs[1:] if d == 0 else hs[:0:-1]
             view = out[:, :, d * P:(d + 1) * P]
-            np.copyto(view, states.transpose(0, 2, 1))
+            native.swap_axes(states, 1, out=view)
             if running is not None:
                 np.copyto(view, 0, where=~running[:, :, None])
             hy[idx] = hs[T].T
@@ -615,7 +614,7 @@ def rnn_backward(saved: tuple, cotangents: tuple, dims: RNNDims, *,
             cell = cells[idx]
             # output gradients per step, feature-major: (T, H, B) in step order
             dyk = d_out[:, :, d * P:(d + 1) * P]
-            dyk = np.ascontiguousarray((dyk if d == 0 else dyk[::-1]).transpose(0, 2, 1))
+            dyk = native.swap_axes(dyk if d == 0 else dyk[::-1], 1)
             d_pre_x, d_pre_h, dh, dc = cell.backward(
                 dyk, _feature_major(dhy[idx]), None if dcy is None else _feature_major(dcy[idx]),
                 step_masks[d])

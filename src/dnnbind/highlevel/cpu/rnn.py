@@ -121,10 +121,12 @@ class _Direction:
         weights' gradients None unless ``weights``, dx None unless ``dx``.
 
         Each becomes one (G*H, T*B) matrix, columns ordered like x's rows, so that every weight gradient
-        is a single product; where both are one array (LSTM, RNN), both weight gradients are one product
-        by x and the previous states side by side, which packs that matrix once (measured, (512, 480) by
-        64 and by 128 columns: 423 us as two products, 362 as one). The bias gradients are products by a
-        vector of ones (13 us against numpy's sum's 52 there).
+        is a single product; where both are one array (LSTM, RNN), both weight gradients and the bias
+        gradient are one product by x, the previous states and a column of ones side by side, which packs
+        that matrix once (measured, (512, 480) by 64 and by 128 columns: 423 us as two products, 362 as
+        one) and reads it once more than the weights' products alone (inside an LSTM's training step
+        the bias gradient's own pass over it, a product by ones, took 70 us a layer). Elsewhere (GRU)
+        the bias gradients are products by a vector of ones (13 us against numpy's sum's 52 there).
         """
         if not (weights or dx):
             return None, None, None, None, None
@@ -139,24 +141,27 @@ class _Direction:
     def _weight_grads(self, gx: np.ndarray, d_pre_h: np.ndarray, shared: bool, x_steps: np.ndarray) -> tuple:
         """(dW_ih, dW_hh, db_ih, db_hh) of :meth:`param_grads` from gx, d_pre_x as one matrix, and
         d_pre_h (the same array where ``shared``)."""
-        inputs = x_steps.shape[-1]
-        if shared:
-            gh_mat = gx
-            beside = np.empty(x_steps.shape[:2] + (inputs + self.hs.shape[1],), gx.dtype)
-            beside[..., :inputs] = x_steps
-            beside[..., inputs:] = self.hs[:-1].transpose(0, 2, 1)
-            both = _split_product(gx, beside.reshape(gx.shape[1], -1))
-            dw_ih, dw_hh = np.ascontiguousarray(both[:, :inputs]), np.ascontiguousarray(both[:, inputs:])
-        else:
-            gh_mat = native.swap_axes(d_pre_h, 0).reshape(gx.shape[0], -1)
-            h_prev = native.swap_axes(self.hs[:-1], 0).reshape(self.hs.shape[1], -1)
-            dw_ih = _split_product(gx, x_steps.reshape(-1, inputs))
-            dw_hh = _split_product(gh_mat, h_prev.T)
+        inputs, hidden = x_steps.shape[-1], self.hs.shape[1]
         db_ih = db_hh = None
+        if shared:
+            # [x | h_prev | 1]: both weight gradients and the bias gradient in one product
+            beside = np.empty(x_steps.shape[:2] + (inputs + hidden + self.has_bias,), gx.dtype)
+            beside[..., :inputs] = x_steps
+            beside[..., inputs:inputs + hidden] = self.hs[:-1].transpose(0, 2, 1)
+            if self.has_bias:
+                beside[..., -1] = 1
+            both = _split_product(gx, beside.reshape(gx.shape[1], -1))
+            dw_ih, dw_hh = np.ascontiguousarray(both[:, :inputs]), np.ascontiguousarray(both[:, inputs:inputs + hidden])
+            if self.has_bias:
+                db_ih, db_hh = both[:, -1].copy(), both[:, -1].copy()
+            return dw_ih, dw_hh, db_ih, db_hh
+        gh_mat = native.swap_axes(d_pre_h, 0).reshape(gx.shape[0], -1)
+        h_prev = native.swap_axes(self.hs[:-1], 0).reshape(hidden, -1)
+        dw_ih = _split_product(gx, x_steps.reshape(-1, inputs))
+        dw_hh = _split_product(gh_mat, h_prev.T)
         if self.has_bias:
             ones = np.ones(gx.shape[1], gx.dtype)
-            db_ih = gx @ ones
-            db_hh = db_ih.copy() if gh_mat is gx else gh_mat @ ones
+            db_ih, db_hh = gx @ ones, gh_mat @ ones
         return dw_ih, dw_hh, db_ih, db_hh
 
 

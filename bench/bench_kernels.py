@@ -188,7 +188,7 @@ def cases() -> list[Case]:
         *both("depthwise", "3x3 32 @112 b1", _conv(padding=1, groups=32), [(1, 32, 112, 112), (32, 1, 3, 3)],
               quick=True),
         # the folded path's im2col columns on small planes are numpy's window copy (a C copy was no faster)
-        # the stride-1 data gradient's flipped, transposed filter (filters.c), against numpy's transpose copy
+        # the stride-1 data gradient's flipped, transposed filter (swaps.c), against numpy's transpose copy
         call_case("filters", "flip-transpose w(512, 512, 3, 3)", _flipped_filter, quick=True),
         # 1x1 (pointwise) convolutions have no kernel: they are numpy's BLAS products either way
         # pooling (pool.c; mean pooling on depthwise.c's kernels), against numpy's window views

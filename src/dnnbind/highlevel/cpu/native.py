@@ -117,8 +117,7 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "activation_backward": ([_P] * 4 + [_I] * 2, False),
     "softmax_forward": ([_P] * 2 + [_I] * 5, False),
     "softmax_backward": ([_P] * 3 + [_I] * 5, False),
-    "filter_flip_transpose": ([_P, _P, _I, _I, _I, _I, _I], False),
-    "swap_axes": ([_P, _P, _I, _I, _I, _I, _I], False),
+    "swap_axes": ([_P, _P, _I, _I, _I, _I, _I, _I], False),
 }
 
 
@@ -813,22 +812,22 @@ def swap_axes(a: np.ndarray, first: int, out: np.ndarray | None = None) -> np.nd
         np.copyto(out, np.swapaxes(a, first, first + 1))
         return out
     n, na, nb = math.prod(shape[:first]), shape[first], shape[first + 1]
-    args = (_data(a), _address(out, "out", swapped, a.dtype), na, nb, math.prod(shape[first + 2:]))
+    args = (_data(a), _address(out, "out", swapped, a.dtype), na, nb, math.prod(shape[first + 2:]), 0)
     _launch(_kernel("swap_axes", a.dtype), args, _parts(n * nb, a.size >= POINTWISE_THREAD_MIN_ELEMENTS))
     return out
 
 
-# ------------------------------------------------------------------------------- filters
 def filter_flip_transpose(w: np.ndarray, groups: int) -> np.ndarray:
     """The filter of a stride-1 convolution's data gradient from C-contiguous ``w`` (K, C / groups,
     *kernel): (C, K / groups, *kernel), its channel axes swapped within each group and its kernel flipped
-    (out[g * cg + c, k, t] = w[g * kg + k, c, taps - 1 - t], t the flat tap); rows split over the pool
-    from :data:`POINTWISE_THREAD_MIN_ELEMENTS` elements on."""
+    (out[g * cg + c, k, t] = w[g * kg + k, c, taps - 1 - t], t the flat tap): the swap kernel of
+    :func:`swap_axes` with its runs of taps reversed; rows split over the pool from
+    :data:`POINTWISE_THREAD_MIN_ELEMENTS` elements on."""
     k, cg = w.shape[:2]
     if groups < 1 or k % groups:
         raise ValueError(f"native kernel argument groups: {groups} does not divide {k} output channels")
     kg, taps = k // groups, math.prod(w.shape[2:])
     out = np.empty((groups * cg, kg) + w.shape[2:], w.dtype)
-    args = (_address(w, "w", w.shape, w.dtype), _address(out, "out", out.shape, w.dtype), kg, cg, taps)
-    _launch(_kernel("filter_flip_transpose", w.dtype), args, _parts(groups * cg, w.size >= POINTWISE_THREAD_MIN_ELEMENTS))
+    args = (_address(w, "w", w.shape, w.dtype), _address(out, "out", out.shape, w.dtype), kg, cg, taps, 1)
+    _launch(_kernel("swap_axes", w.dtype), args, _parts(groups * cg, w.size >= POINTWISE_THREAD_MIN_ELEMENTS))
     return out

@@ -247,3 +247,23 @@ def test_conv_backward_computes_only_what_needs_asks_for(poisoned, name):
                     cp.testing.assert_array_equal(g, f)
                 else:
                     assert g is None
+
+
+def test_rnn_backward_computes_only_what_needs_asks_for(poisoned):
+    """rnn's ``needs`` (dx, dh0, dc0, dweights): the weights' pass runs only for dweights; every gradient
+    asked for equals the full backward's (the data pass is the same call either way), the others None."""
+    import itertools
+    cp, case, rng = poisoned, CASES["rnn"], np.random.default_rng(79)
+    (y, hy, cy), residuals = backend.rnn_forward(*case.device(cp), *case.static)
+    cotangents = tuple(cp.asarray(random(rng, a.shape, a.dtype)) for a in (y, hy, cy))
+    full = backend.rnn_backward(residuals, cotangents, *case.static)
+    for needs in itertools.product((False, True), repeat=4):
+        got = backend.rnn_backward(residuals, cotangents, *case.static, needs=needs)
+        for i, (need, g, f) in enumerate(zip(needs, got, full, strict=True)):
+            if not need:
+                assert g is None
+            elif i == 3:
+                assert_close([[host(a) for a in entry if a is not None] for entry in g],
+                             [[host(a) for a in entry if a is not None] for entry in f], "float32", "dweights")
+            else:
+                cp.testing.assert_array_equal(g, f)

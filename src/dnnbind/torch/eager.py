@@ -53,9 +53,9 @@ class Plan:
         self.positions = (0, *[next(counter) if s else None for s in slots])
         # per tensor in (x, *others): where its gradient is among the backward's (dropout's seed: none)
         self.gradients = (*call.paths, *[None] * (_count(slots) + 1 - len(call.paths)))
-        # the ops whose gradients may be skipped (conv: x, w, b; rnn: x, weights, h0, c0): the tensors of
-        # each spec array among the call's (calls.needs_of)
-        self.skip = (1, *[_count(s) for s in slots]) if SPECS[op].skippable else None
+        # the ops whose gradients may be skipped (conv: x, w, b; rnn: x, weights, h0, c0): the call's tensors
+        # per spec array, which calls.needs_of reads the wanted gradients by
+        self.skip = call.counts if SPECS[op].skippable else None
         self.statistics = SPECS[op].updates_in_place(kwargs)
         self.integers: tuple[int, ...] | None = None     # outputs without gradient (maxpool's indices)
         self.first: tuple | None = None                  # output 0's shape, dtype and device

@@ -213,8 +213,9 @@ def test_an_ensemble_of_lstms_maps_over_stacked_weights_as_torchs_loop():
 
 @pytest.mark.slow
 def test_compiled_torch_func_transforms_equal_torchs():
-    """torch.compile of grad and of vmap(grad) (per-sample gradients): Dynamo runs the ops' autograd.Function
-    outside the graph (a graph break, so not fullgraph=True), with torch's numbers."""
+    """torch.compile of grad and of vmap(grad) (per-sample gradients) of the functional op, with torch's
+    numbers (the tensors of a grad do not require a gradient in Dynamo's view: the call runs outside the
+    graph)."""
     w, b = torch.randn(2, 3, 3, 3, dtype=DT), torch.randn(2, dtype=DT)
     xs = torch.randn(3, 3, 5, 5, dtype=DT)
 
@@ -224,3 +225,42 @@ def test_compiled_torch_func_transforms_equal_torchs():
                                vmap(grad(loss(torch.nn.functional.conv2d)), in_dims=(None, 0))(w, xs))
     torch.testing.assert_close(torch.compile(grad(loss(dt.conv), argnums=1))(w, xs[0]),
                                grad(loss(torch.nn.functional.conv2d), argnums=1)(w, xs[0]))
+
+
+def _compiled_cases():
+    """(name, transform of a model, its arguments from (model, x), whether fullgraph=True traces it)."""
+    def loss(model):
+        return lambda p, x: functional_call(model, p, (x,)).pow(2).sum()
+    return [
+        ("grad of x", lambda m: grad(lambda x: m(x).pow(2).sum()), lambda m, x: (x,), True),
+        ("vmap", lambda m: vmap(lambda x: m(x)), lambda m, x: (x[:, None],), True),
+        ("vmap of vmap", lambda m: vmap(vmap(lambda x: m(x[None]))), lambda m, x: (x[:, None],), False),
+        ("jacrev", lambda m: jacrev(lambda x: m(x).sum(0)), lambda m, x: (x[:1],), True),
+        ("grad of the parameters", lambda m: grad(loss(m)), lambda m, x: (_params(m), x), False),
+        ("per-sample gradients", lambda m: vmap(grad(lambda p, x: loss(m)(p, x[None])), in_dims=(None, 0)),
+         lambda m, x: (_params(m), x), False),
+        ("grad of vmap", lambda m: grad(lambda x: vmap(lambda y: m(y[None]))(x).pow(2).sum()),
+         lambda m, x: (x,), False),
+        ("vmap of grad of x", lambda m: vmap(grad(lambda x: m(x[None]).pow(2).sum())), lambda m, x: (x,), False),
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fullgraph", [False, True])
+@pytest.mark.parametrize("case", range(len(_compiled_cases())))
+def test_compiled_transforms_of_layers_equal_torchs_or_leave_the_graph(case, fullgraph):
+    """torch.compile of torch.func transforms of a layer: torch's numbers. Under one grad (a tensor requiring
+    a gradient) or one vmap the op goes into the graph (fullgraph=True traces it); elsewhere the call runs
+    outside the graph: a graph break, which fullgraph=True refuses rather than lose a gradient."""
+    name, transform, arguments, traced = _compiled_cases()[case]
+    ours, theirs = _twins(lambda nn: nn.Conv2d(2, 3, 3, padding=1).to(DT))
+    x = torch.randn(4, 2, 5, 5, dtype=DT)
+    expected = transform(theirs)(*arguments(theirs, x))
+    torch._dynamo.reset()
+    compiled = torch.compile(transform(ours), fullgraph=fullgraph)
+    if fullgraph and not traced:
+        with pytest.raises(torch._dynamo.exc.Unsupported, match="disable"):
+            compiled(*arguments(ours, x))
+        return
+    found = compiled(*arguments(ours, x))
+    torch.testing.assert_close(found, expected, msg=name)

@@ -189,7 +189,7 @@ def _typed_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None]) -> li
     flat = typed._flat_tensors(plan.op, inputs)
     flags = ctx.needs_input_grad[1:]            # one per tensor in (x, *others), the given ones in order
     needs = [bool(f) for f in flags]
-    results = typed.BACKWARDS[plan.op].apply(typed._statics(inputs), needs, len(cotangents), *cotangents, *flat)
+    results = typed.backward_function(plan.op).apply(typed._statics(inputs), needs, len(cotangents), *cotangents, *flat)
     return [g if flag else None for g, flag in zip(results, flags)]
 
 

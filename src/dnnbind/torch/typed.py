@@ -346,8 +346,9 @@ def _setup(op: str, ctx: Any, statics: Sequence[Any], tensors: Sequence[Tensor |
     ctx.statics = list(statics)
     outputs = [output] if isinstance(output, Tensor) else list(output)
     ctx.results = _result_count(op, _with_tensors(op, statics, tensors), outputs)
-    ctx.mark_non_differentiable(*outputs[ctx.results:], *[o for o in outputs if not o.is_floating_point()],
-                                *(residuals or ()))
+    constant = [*outputs[ctx.results:], *[o for o in outputs if not o.is_floating_point()], *(residuals or ())]
+    if constant:        # (Dynamo's trace of a single-tensor output fails on an empty mark)
+        ctx.mark_non_differentiable(*constant)
 
 
 def _training_setup(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
@@ -478,7 +479,7 @@ def _gradients(op: str, ctx: Any, grads: Sequence[Any], needs: list[bool]) -> tu
     if any(needs) and any(d is not None for d in cotangents):
         flags = [n for n, given in zip(needs, ctx.places) if given]      # one per tensor given
         if torch.is_grad_enabled() or _functorch():        # a graph of the backward is built: refusable
-            found = iter(BACKWARDS[op].apply(_statics(inputs), flags, len(cotangents), *cotangents, *tensors))
+            found = iter(backward_function(op).apply(_statics(inputs), flags, len(cotangents), *cotangents, *tensors))
         elif getattr(ctx, "residuals", None) is not None:
             found = iter(getattr(torch.ops.dnnbind, f"{op}_pullback")(residuals, cotangents, *inputs, flags))
         else:
@@ -494,81 +495,100 @@ def _autograd_backward(op: str, ctx: Any, *grads: Any) -> tuple:
     return _per_input(op, inputs, gradients)
 
 
-class _Function(torch.autograd.Function):      # subclassed once per op below, so grad_fn names the op
-    """One op's call for torch.func: setup_context and a generated vmap rule (which vmaps the op itself,
-    through its batching rule); its tensors are positional, so a nested array's get gradients too."""
-    generate_vmap_rule = True
-    op: str = ""
-
-    @classmethod
-    def forward(cls, statics: list[Any], *tensors: Tensor | None) -> Any:  # type: ignore[override]
-        result = getattr(torch.ops.dnnbind, cls.op)(*_with_tensors(cls.op, statics, tensors))
-        return result if isinstance(result, Tensor) else tuple(result)
-
-    @classmethod
-    def setup_context(cls, ctx: Any, inputs: tuple, output: Any) -> None:  # type: ignore[override]
-        _setup(cls.op, ctx, inputs[0], inputs[1:], output)
-
-    @classmethod
-    def jvp(cls, ctx: Any, *tangents: Any) -> Any:
-        raise RuntimeError(f"dnnbind.{cls.op}: forward-mode AD (torch.func.jvp, jacfwd) is not supported; "
-                           f"use reverse mode (torch.func.vjp, grad, jacrev)")
-
-    @classmethod
-    def backward(cls, ctx: Any, *grads: Any) -> tuple:  # type: ignore[override]
-        needs = [bool(n) and given for n, given in zip(ctx.needs_input_grad[1:], ctx.places)]
-        return (None, *_gradients(cls.op, ctx, grads, needs)[1])
+def _call_forward(op: str, statics: list[Any], *tensors: Tensor | None) -> Any:
+    """One op's call for torch.func (the forward of :func:`function`): its tensors are positional, so a
+    nested array's get gradients too."""
+    result = getattr(torch.ops.dnnbind, op)(*_with_tensors(op, statics, tensors))
+    return result if isinstance(result, Tensor) else tuple(result)
 
 
-class _BackwardFunction(torch.autograd.Function):
-    """One op's backward op for autograd and torch.func. Its own gradient (double backward) follows the
-    op spec's second-order rule (:mod:`dnnbind.highlevel.specs.second_order`), built from the op's typed
-    forward and backward, so it is differentiable again; an op without one refuses, naming itself."""
-    generate_vmap_rule = True
-    op: str = ""
+def _call_setup(op: str, ctx: Any, inputs: tuple, output: Any) -> None:
+    _setup(op, ctx, inputs[0], inputs[1:], output)
 
-    @classmethod
-    def forward(cls, statics: list[Any], needs: list[bool], count: int,  # type: ignore[override]
-                *tensors: Tensor | None) -> tuple:
-        cotangents, inputs = list(tensors[:count]), tensors[count:]
-        return tuple(getattr(torch.ops.dnnbind, f"{cls.op}_backward")(
-            cotangents, *_with_tensors(cls.op, statics, inputs), needs))
 
-    @classmethod
-    def setup_context(cls, ctx: Any, inputs: tuple, output: Any) -> None:  # type: ignore[override]
-        if SPECS[cls.op].second_order is None:
-            return
-        statics, needs, count, *tensors = inputs
-        ctx.statics, ctx.needs, ctx.count = statics, needs, count
-        ctx.places = [t is not None for t in tensors]
-        kept = {count + i for i in _kept(cls.op)}      # batch norm's running statistics: by reference
-        ctx.kept = {i: tensors[i] for i in kept}
-        ctx.save_for_backward(*[t for i, t in enumerate(tensors) if t is not None and i not in kept])
+def _call_backward(op: str, ctx: Any, *grads: Any) -> tuple:
+    # Dynamo's ctx knows needs_input_grad only from its own view of the arguments (a torch.func
+    # transform's tensors look constant there): while compiling, every gradient is computed
+    flags = [True] * (len(ctx.places) + 1) if torch.compiler.is_compiling() else ctx.needs_input_grad
+    needs = [bool(n) and given for n, given in zip(flags[1:], ctx.places)]
+    return (None, *_gradients(op, ctx, grads, needs)[1])
 
-    @classmethod
-    def backward(cls, ctx: Any, *grads: Any) -> tuple:  # type: ignore[override]
-        rule = SPECS[cls.op].second_order
-        if rule is None:
-            raise RuntimeError(f"dnnbind.{cls.op}: its backward is not differentiable (no double backward, no "
-                               f"gradient of a gradient through dnnbind.{cls.op})")
-        saved = iter(ctx.saved_tensors)
-        tensors = [ctx.kept[i] if i in ctx.kept else next(saved) if given else None
-                   for i, given in enumerate(ctx.places)]
-        cotangents, inputs = tensors[:ctx.count], tensors[ctx.count:]
-        ops = _Ops(cls.op, ctx.statics, inputs)
-        given = iter(zip(grads, ctx.needs))               # one per tensor given
-        per_entry = [next(given) if t is not None else (None, False) for t in inputs]
-        gg = {f"d{n}": g for n, g in _by_name(cls.op, ctx.statics, [
-            g if need and g is not None and g.numel() else None for g, need in per_entry]).items()}
-        d_cotangents, d_arrays = rule(ops, ops.arrays, cotangents, gg)
-        d_inputs = _entries_of(cls.op, ctx.statics, d_arrays)
-        d_inputs = [d if t is not None else None for d, t in zip(d_inputs, inputs)]
-        d_inputs += [None] * (len(inputs) - len(d_inputs))
-        return (None, None, None, *d_cotangents, *[None] * (ctx.count - len(d_cotangents)), *d_inputs)
 
-    @classmethod
-    def jvp(cls, ctx: Any, *tangents: Any) -> Any:
-        raise RuntimeError(f"dnnbind.{cls.op}: forward-mode AD (jvp, jacfwd) of its backward is not supported")
+def _backward_forward(op: str, statics: list[Any], needs: list[bool], count: int, *tensors: Tensor | None) -> tuple:
+    """One op's backward op (the forward of :func:`backward_function`). Its own gradient (double
+    backward) follows the op spec's second-order rule (:mod:`dnnbind.highlevel.specs.second_order`),
+    built from the op's typed forward and backward, so it is differentiable again; an op without one
+    refuses, naming itself."""
+    cotangents, inputs = list(tensors[:count]), tensors[count:]
+    return tuple(getattr(torch.ops.dnnbind, f"{op}_backward")(
+        cotangents, *_with_tensors(op, statics, inputs), needs))
+
+
+def _backward_setup(op: str, ctx: Any, inputs: tuple, output: Any) -> None:
+    if SPECS[op].second_order is None:
+        return
+    statics, needs, count, *tensors = inputs
+    ctx.statics, ctx.needs, ctx.count = statics, needs, count
+    ctx.places = [t is not None for t in tensors]
+    kept = {count + i for i in _kept(op)}      # batch norm's running statistics: by reference
+    ctx.kept = {i: tensors[i] for i in kept}
+    ctx.save_for_backward(*[t for i, t in enumerate(tensors) if t is not None and i not in kept])
+
+
+def _backward_backward(op: str, ctx: Any, *grads: Any) -> tuple:
+    rule = SPECS[op].second_order
+    if rule is None:
+        raise RuntimeError(f"dnnbind.{op}: its backward is not differentiable (no double backward, no "
+                           f"gradient of a gradient through dnnbind.{op})")
+    saved = iter(ctx.saved_tensors)
+    tensors = [ctx.kept[i] if i in ctx.kept else next(saved) if given else None
+               for i, given in enumerate(ctx.places)]
+    cotangents, inputs = tensors[:ctx.count], tensors[ctx.count:]
+    ops = _Ops(op, ctx.statics, inputs)
+    given = iter(zip(grads, ctx.needs))               # one per tensor given
+    per_entry = [next(given) if t is not None else (None, False) for t in inputs]
+    gg = {f"d{n}": g for n, g in _by_name(op, ctx.statics, [
+        g if need and g is not None and g.numel() else None for g, need in per_entry]).items()}
+    d_cotangents, d_arrays = rule(ops, ops.arrays, cotangents, gg)
+    d_inputs = _entries_of(op, ctx.statics, d_arrays)
+    d_inputs = [d if t is not None else None for d, t in zip(d_inputs, inputs)]
+    d_inputs += [None] * (len(inputs) - len(d_inputs))
+    return (None, None, None, *d_cotangents, *[None] * (ctx.count - len(d_cotangents)), *d_inputs)
+
+
+def _refuse_jvp(op: str) -> None:
+    raise RuntimeError(f"dnnbind.{op}: forward-mode AD (torch.func.jvp, jacfwd) is not supported; "
+                       f"use reverse mode (torch.func.vjp, grad, jacrev)")
+
+
+def _per_op(name: str, forward: Any, setup: Any, backward: Any) -> tuple[dict[str, type], dict[str, type]]:
+    """op -> an autograd.Function named for it (so grad_fn names the op) with setup_context and a
+    generated vmap rule (which vmaps the op itself, through its batching rule), as (eager, traced). Its
+    methods are static, closed over the op: Dynamo binds an autograd.Function's ctx by position. The
+    eager one refuses forward mode (torch.func.jvp, jacfwd) with an error naming the op; Dynamo cannot
+    trace an autograd.Function that defines jvp, so the one it traces has none (torch's own error for a
+    missing jvp stands there)."""
+    def made(op: str, jvp: bool) -> type:
+        def op_forward(*inputs: Any) -> Any:
+            if inputs and isinstance(inputs[0], torch.autograd.function.FunctionCtx):
+                inputs = inputs[1:]       # Dynamo passes a ctx to a forward of varying arity it traces alone
+            return forward(op, *inputs)
+
+        def op_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+            setup(op, ctx, inputs, output)
+
+        def op_backward(ctx: Any, *grads: Any) -> tuple:
+            return backward(op, ctx, *grads)
+
+        def op_jvp(ctx: Any, *tangents: Any) -> Any:
+            _refuse_jvp(op)
+
+        body: dict[str, Any] = {"generate_vmap_rule": True, "op": op, "forward": staticmethod(op_forward),
+                                "setup_context": staticmethod(op_setup), "backward": staticmethod(op_backward)}
+        if jvp:
+            body["jvp"] = staticmethod(op_jvp)
+        return type(name.format(op), (torch.autograd.Function,), body)
+    return {op: made(op, True) for op in SPECS}, {op: made(op, False) for op in SPECS}
 
 
 class _Final(torch.autograd.Function):
@@ -626,7 +646,7 @@ class _Ops:
         tensors = _flat_tensors(self.op, inputs)
         given = [(n, t) for n, t in zip(SPECS[self.op].array_names, tensors) if t is not None]
         needs = [n in names for n, _ in given]
-        found = BACKWARDS[self.op].apply(_statics(inputs), needs, len(cotangents), *cotangents, *tensors)
+        found = backward_function(self.op).apply(_statics(inputs), needs, len(cotangents), *cotangents, *tensors)
         return {n: g for (n, _), g in zip(given, found) if n in names}
 
     @staticmethod
@@ -746,13 +766,21 @@ class _Ops:
         return a.flatten(2).gather(2, indices.flatten(2)).view(indices.shape)
 
 
-#: op -> the autograd.Function of its backward op
-BACKWARDS: dict[str, type[_BackwardFunction]] = {
-    op: type(f"dnnbind_{op}_backward_typed", (_BackwardFunction,), {"op": op}) for op in SPECS}
+#: op -> the autograd.Function of its backward op (eager; traced)
+_BACKWARDS, _TRACED_BACKWARDS = _per_op("dnnbind_{}_backward_typed", _backward_forward, _backward_setup,
+                                        _backward_backward)
+#: op -> its autograd.Function (grad_fn ``dnnbind_conv_typedBackward`` ...) (eager; traced)
+_FUNCTIONS, _TRACED_FUNCTIONS = _per_op("dnnbind_{}_typed", _call_forward, _call_setup, _call_backward)
 
 
-#: op -> its autograd.Function (grad_fn ``dnnbind_conv_typedBackward`` ...)
-FUNCTIONS: dict[str, type[_Function]] = {op: type(f"dnnbind_{op}_typed", (_Function,), {"op": op}) for op in SPECS}
+def backward_function(op: str) -> type[torch.autograd.Function]:
+    """The autograd.Function of ``op``'s backward op, for eager calls or for Dynamo's trace."""
+    return (_TRACED_BACKWARDS if torch.compiler.is_compiling() else _BACKWARDS)[op]
+
+
+def function(op: str) -> type[torch.autograd.Function]:
+    """``op``'s autograd.Function for torch.func, for eager calls or for Dynamo's trace."""
+    return (_TRACED_FUNCTIONS if torch.compiler.is_compiling() else _FUNCTIONS)[op]
 
 
 def _needs(op: str, flags: Sequence[Any], statics: Sequence[Any]) -> list[bool]:
@@ -797,6 +825,30 @@ def _per_input(op: str, inputs: Sequence[Any], gradients: Sequence[Tensor | None
 _functorch = torch._C._are_functorch_transforms_active
 
 
+@torch.compiler.disable(recursive=True)
+def _untraced_function(op: str, statics: list[Any], tensors: Sequence[Tensor | None]) -> Any:
+    """The torch.func call run eagerly, outside Dynamo's graph: a graph break (fullgraph=True refuses)."""
+    return _FUNCTIONS[op].apply(statics, *tensors)
+
+
+def _traced_transform(tensors: Sequence[Tensor | None]) -> str:
+    """How a call under torch.func goes into a graph Dynamo traces. Under one vmap: "op", the op itself,
+    vmapped by its batching rule and differentiated by its registered formula (Dynamo turns an
+    autograd.Function into a template that cannot be vmapped). Under one grad, vjp or jacrev with a
+    tensor that requires a gradient in Dynamo's view: "function", the autograd.Function. Otherwise
+    "eager", outside the graph: Dynamo would inline the Function's forward (the tensors of a
+    torch.func.grad do not require a gradient in its view) and lose its backward, or vmap its template."""
+    interpreter = torch._functorch.pyfunctorch.retrieve_current_functorch_interpreter()
+    if interpreter.level() != 1:        # (a transform's level is its depth in the stack)
+        return "eager"
+    if interpreter.key() == torch._C._functorch.TransformType.Vmap:
+        return "op"
+    if interpreter.key() == torch._C._functorch.TransformType.Grad and any(
+            t is not None and t.requires_grad for t in tensors):
+        return "function"
+    return "eager"
+
+
 # -- registration ---------------------------------------------------------------------------------
 
 #: the namespace's registrations (dnnbind.torch.typed_sequence adds its ops here too)
@@ -808,7 +860,7 @@ def define(name: str, schema: str, kernel: Any, fake: Any, differentiable: bool)
     kernel, straight with the dispatcher rather than through ``torch.library.custom_op``, whose Python
     wrappers around each call cost more than a small op's kernel in a compiled graph (measured, same
     process: a do-nothing op 4 us this way, 14-24 us as a custom_op). An op that is not ``differentiable``
-    (the backward ops: autograd differentiates them through :class:`_BackwardFunction`) falls through
+    (the backward ops: autograd differentiates them through :func:`backward_function`) falls through
     autograd, its results never requiring a gradient; a differentiable one gets its formula from the
     caller (``torch.library.register_autograd``)."""
     LIBRARY.define(f"{name}{schema}", tags=(torch.Tag.pt2_compliant_tag,))
@@ -851,10 +903,15 @@ def call(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> l
     n = len(spec.arrays) - 1         # arrays past the spec's: its tensor arguments (dropout's seed), in order
     kwargs = spec.arguments_function(**{**kwargs, **dict(zip(spec.tensor_arguments, arrays[n:]))})
     inputs = typed_arguments(op, x, arrays[:n], kwargs)
-    if _functorch():           # torch.func transforms take an autograd.Function with setup_context
-        result = FUNCTIONS[op].apply(_statics(inputs), *_flat_tensors(op, inputs))
-    elif torch.is_grad_enabled() and not torch.compiler.is_exporting() and any(
-            t is not None and t.requires_grad for t in _flat_tensors(op, inputs)):
+    tensors = _flat_tensors(op, inputs)
+    route = _traced_transform(tensors) if _functorch() and torch.compiler.is_compiling() else ""
+    if route == "eager":
+        result = _untraced_function(op, _statics(inputs), tensors)
+    elif _functorch() and route != "op":
+        # torch.func transforms take an autograd.Function with setup_context
+        result = function(op).apply(_statics(inputs), *tensors)
+    elif not _functorch() and torch.is_grad_enabled() and not torch.compiler.is_exporting() and any(
+            t is not None and t.requires_grad for t in tensors):
         # a gradient may be asked for: the training op, whose residuals the backward reads (an exported
         # program keeps the residual-free op: torch.export traces above autograd)
         result, _ = getattr(torch.ops.dnnbind, f"{op}_training")(*inputs, saves_tag(x.device.type))

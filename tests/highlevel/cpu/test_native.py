@@ -137,7 +137,7 @@ def test_native_off_runs_the_numpy_paths():
 @pytest.mark.parametrize("row_mode_plane", [0, native.ROW_MODE_PLANE, 1 << 30])
 @pytest.mark.parametrize("shape", [(5, 3), (2, 3, 7), (3, 4, 5, 6), (2, 2, 3, 4, 5), (4, 8, 96, 96), (4100, 1030)])
 def test_channel_kernels_match_numpy_in_float64(rng, isa, shape, row_mode_plane, monkeypatch):
-    """Sums (float64 whatever the data), squares about a centre, affine maps and batch norm's two passes,
+    """Sums (float64 whatever the data), means and variances in one pass, affine maps and batch norm's two passes,
     on shapes of every rank and ones large enough to be split over the pool; plane by plane, in row
     mode (the data as rows, parameters per column: columns past a block of sums), and as chosen."""
     monkeypatch.setattr(native, "ROW_MODE_PLANE", row_mode_plane)
@@ -153,10 +153,13 @@ def test_channel_kernels_match_numpy_in_float64(rng, isa, shape, row_mode_plane,
         alone, none = native.channel_sums(a)
         assert none is None
         np.testing.assert_array_equal(alone, sums)      # the sum is the same with or without the products
-        center = rng.standard_normal(c)
         per = (1, c) + (1,) * (len(shape) - 2)
-        np.testing.assert_allclose(native.channel_squares(a, center), ((a64 - center.reshape(per)) ** 2).sum(axis=axes),
-                                   rtol=1e-12)
+        for offset in (0.0, 1e4):          # one pass, shifted: an offset far above the spread keeps precision
+            data = (a64 + offset).astype(dtype)
+            mean, var = native.channel_moments(data)
+            exact = data.astype(np.float64)
+            np.testing.assert_allclose(mean, exact.mean(axis=axes), rtol=1e-12, atol=1e-12 * (1 + offset))
+            np.testing.assert_allclose(var, exact.var(axis=axes), rtol=1e-9)
         k, m, g, h = (rng.standard_normal(c).astype(dtype) for _ in range(4))
         tol = dict(rtol=1e-6, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-13)
         np.testing.assert_allclose(native.channel_affine(a, k, m), a * k.reshape(per) + m.reshape(per), **tol)
@@ -171,10 +174,24 @@ def test_channel_kernels_match_numpy_in_float64(rng, isa, shape, row_mode_plane,
         np.testing.assert_allclose(dx, (a - m.reshape(per) - b * k.reshape(per)) * g.reshape(per), **tol)
 
 
+@pytest.mark.parametrize("first", [np.inf, -np.inf, np.nan, 1.0])
+def test_channel_moments_propagate_infinities_and_nans_as_numpy(first):
+    """The shift is a channel's first value: an infinite or NaN one is not used as a shift, and the mean and
+    variance are numpy's (inf and nan, nan and nan), whichever element holds it."""
+    for where in ((0, 0, 0), (1, 0, 5)):
+        a = np.ones((2, 3, 40))
+        a[where] = first
+        a[1, 1, 7] = -np.inf
+        mean, var = native.channel_moments(a)
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(mean, a.mean(axis=(0, 2)))
+            np.testing.assert_array_equal(var, a.var(axis=(0, 2)))
+
+
 def test_channel_kernels_refuse_what_does_not_fit():
     a = np.zeros((2, 3, 4))
-    with pytest.raises(ValueError, match=r"argument center: expected a C-contiguous float64 array of shape \(3,\)"):
-        native.channel_squares(a, np.zeros(4))
+    with pytest.raises(ValueError, match=r"argument a: expected a C-contiguous"):
+        native.channel_moments(a[:, :, ::2])
     with pytest.raises(ValueError, match="argument b: .*got float32"):
         native.channel_sums(a, np.zeros((2, 3, 4), np.float32))
     with pytest.raises(ValueError, match="argument shift"):

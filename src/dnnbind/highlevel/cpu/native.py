@@ -105,7 +105,7 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "maxpool_backward": ([_P, _P, _I, _P, _GEOMETRY, _I, _I], True),
     "plane_max": ([_P, _P, _P, _I, _I, _I, _I], False),
     "channel_sums": ([_P, _P, _P, _P] + [_I] * 5, False),
-    "channel_squares": ([_P, _P, _P] + [_I] * 5, False),
+    "channel_moments": ([_P, _P, _P] + [_I] * 5, False),
     "column_sums": ([_P] * 5 + [_I] * 4, False),
     "channel_affine": ([_P] * 4 + [_I] * 5, False),
     "batchnorm_normalize": ([_P] * 7 + [_I] * 5, False),
@@ -533,18 +533,17 @@ def channel_sums(a: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray
     return sums, products
 
 
-def channel_squares(a: np.ndarray, center: np.ndarray) -> np.ndarray:
-    """Per channel of (N, C, ...) ``a``: the sum of (a - center[c])^2, ``center`` float64; in float64."""
+def channel_moments(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per channel of C-contiguous (N, C, ...) ``a`` with N * plane > 0: (mean, biased variance) in float64,
+    one pass over the data (row mode: two, the sums and then the squares about the mean)."""
     n, c, plane = _planes(a)
     if _row_mode(a):
-        _per_channel(center, "center", c, np.float64)
-        return _column_sums(a, None, center)[0]
-    squares = np.empty(c)
-    args = (_address(a, "a", a.shape, a.dtype), _per_channel(center, "center", c, np.float64), _data(squares),
-            n, c, plane)
-    fn = _kernel("channel_squares", a.dtype)
-    _launch(fn, args, _split_channels(a))
-    return squares
+        mean = _column_sums(a, None, None)[0] / (n * plane)
+        return mean, _column_sums(a, None, mean)[0] / (n * plane)
+    mean, var = np.empty(c), np.empty(c)
+    args = (_address(a, "a", a.shape, a.dtype), _data(mean), _data(var), n, c, plane)
+    _launch(_kernel("channel_moments", a.dtype), args, _split_channels(a))
+    return mean, var
 
 
 def channel_affine(a: np.ndarray, scale: np.ndarray | None, shift: np.ndarray,

@@ -23,13 +23,26 @@ KERNEL void NAME(dnnbind_channel_sums)(const T *a, const T *b, double *sums, dou
     }
 }
 
-/* squares[c] = the sum of (a - center[c])^2 over channel c's samples and plane, c in [c0, c1). */
-KERNEL void NAME(dnnbind_channel_squares)(const T *a, const double *center, double *squares, int64_t batch,
-                                          int64_t channels, int64_t plane, int64_t c0, int64_t c1) {
+/* For channels c in [c0, c1) of a (batch, channels, plane), batch * plane > 0: mean[c] and var[c] (the
+ * biased variance) of a over its samples and plane, in one pass over the data: the sums of a - shift and
+ * of its squares in double, shift being the channel's first value (finite; else 0), so that an offset
+ * far above the spread costs no precision (var = E[(a - shift)^2] - E[a - shift]^2, both terms of the
+ * spread's size). */
+KERNEL void NAME(dnnbind_channel_moments)(const T *a, double *mean, double *var, int64_t batch, int64_t channels,
+                                          int64_t plane, int64_t c0, int64_t c1) {
+    double count = (double)batch * (double)plane;
     for (int64_t c = c0; c < c1; c++) {
-        double s = 0;
-        for (int64_t n = 0; n < batch; n++) s += NAME(plane_sum)(a + (n * channels + c) * plane, 0, center[c], 1, plane);
-        squares[c] = s;
+        double shift = (double)a[c * plane];
+        if (!(shift - shift == 0)) shift = 0;           /* inf or NaN: no shift */
+        double s = 0, q = 0;
+        for (int64_t n = 0; n < batch; n++) {
+            double squares;
+            s += NAME(plane_moments)(a + (n * channels + c) * plane, shift, plane, &squares);
+            q += squares;
+        }
+        double m = s / count, v = q / count - m * m;
+        mean[c] = shift + m;
+        var[c] = v > 0 || v != v ? v : 0;                /* (rounding below zero: none; NaN stays) */
     }
 }
 

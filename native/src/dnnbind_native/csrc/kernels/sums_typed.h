@@ -70,3 +70,30 @@ INLINE double NAME(plane_sum_product)(const T *restrict a, const T *restrict b, 
     return NAME(lanes_total)(s0, s1, s2, s3, tail);
 }
 
+
+/* The sum of a[j] - shift (returned) and of its squares (into *squares) in one pass, each in the lanes
+ * plane_sum would sum it in (batch norm's statistics read x once for both). */
+INLINE double NAME(plane_moments)(const T *restrict a, double shift, int64_t n, double *squares) {
+    NAME(dvec) s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, q0 = {0}, q1 = {0}, q2 = {0}, q3 = {0};
+    int64_t j = 0;
+    for (; j + 4 * DL <= n; j += 4 * DL) {
+        const NAME(tvec) *v = (const NAME(tvec) *)(a + j);
+        NAME(dvec) v0 = WIDE(v[0]) - shift, v1 = WIDE(v[1]) - shift, v2 = WIDE(v[2]) - shift,
+                   v3 = WIDE(v[3]) - shift;
+        s0 += v0; s1 += v1; s2 += v2; s3 += v3;
+        q0 += v0 * v0; q1 += v1 * v1; q2 += v2 * v2; q3 += v3 * v3;
+    }
+    for (; j + DL <= n; j += DL) {
+        NAME(dvec) v0 = WIDE(*(const NAME(tvec) *)(a + j)) - shift;
+        s0 += v0;
+        q0 += v0 * v0;
+    }
+    double tail = 0, tail_squares = 0;
+    for (; j < n; j++) {
+        double v = (double)a[j] - shift;
+        tail += v;
+        tail_squares += v * v;
+    }
+    *squares = NAME(lanes_total)(q0, q1, q2, q3, tail_squares);
+    return NAME(lanes_total)(s0, s1, s2, s3, tail);
+}

@@ -25,8 +25,8 @@ for ``dims.flip``, in the compute layout), ``forward``, ``data_grad``, ``filter_
 applied), ``weight_grad`` (w's gradient from it), ``add_bias``/``bias_grad`` (``transposed``: the
 channels are x's), ``result`` (an output in the caller's layout and dtype) and ``keep`` (an array the
 backward reads, the forward's own). Two optional fused primitives, used when present:
-``forward_keeping(x, wf, keep)`` -> (y, x as saved, the forward's own, or None), the forward that copies
-x while reading it; ``forward_and_filter_grad(xi, dy, wf, need_y, need_dw)`` -> (y, dw), both in one sweep.
+``forward_keeping(x, wf, keep, b)`` -> (y plus b where given, x as saved, the forward's own, or None), the
+forward that copies x while reading it; ``forward_and_filter_grad(xi, dy, wf, need_y, need_dw)`` -> (y, dw), both in one sweep.
 
 Residuals: (x as the convolution read it, the filter as applied) for conv; (x extended, the filter as
 applied) for conv_transpose, in the backend's :meth:`ConvCall.keep` form. db is always computed unless
@@ -113,15 +113,15 @@ def conv_ops(prims: ConvPrimitives) -> types.SimpleNamespace:
         with prims.forward_call("conv", dims, options, x, w, b) as call:
             wf = call.filter(call.w)
             fused = getattr(call, "forward_keeping", None)
-            if fused is not None:                # x as saved comes back as the forward's own
-                y, xs = fused(call.x, wf, keep)
+            if fused is not None:                # x as saved comes back as the forward's own, b added
+                y, xs = fused(call.x, wf, keep, call.b)
                 residuals = (xs, call.keep(wf, call.w, filter=True)) if keep else ()
             else:
                 xs = call.input(call.x)
                 y = call.forward(xs, wf)
                 residuals = _residuals(call, xs, wf, keep)
-            if call.b is not None:
-                y = call.add_bias(y, call.b, False)
+                if call.b is not None:
+                    y = call.add_bias(y, call.b, False)
             return call.result(y), residuals
 
     def conv_backward(residuals: tuple, cotangents: tuple, dims: ConvDims, *,

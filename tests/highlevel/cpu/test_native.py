@@ -332,6 +332,21 @@ def test_conv_forward_split_over_output_channels_equals_one_thread(rng, monkeypa
         np.testing.assert_array_equal(keep, x)
 
 
+@pytest.mark.parametrize("team", [1, 2, 3])
+def test_conv_forward_adds_the_bias_as_adding_it_after(rng, monkeypatch, team):
+    """The bias the forward kernel adds as it writes y gives the bits of adding it to y afterwards, for
+    every output channel of every group and part (split samples, strides, float32 and float64)."""
+    monkeypatch.setattr(native, "workers", lambda: team)
+    for dtype in (np.float64, np.float32):
+        for batch, groups, outputs, stride in ((1, 1, 64, 1), (4, 2, 26, 2), (3, 3, 36, 1), (2, 1, 5, 3)):
+            dims = ConvDims((batch, 6, 13, 11), (outputs, 6 // groups, 3, 3), padding=1, stride=stride,
+                            groups=groups)
+            x, w = rng.standard_normal(dims.x_shape).astype(dtype), rng.standard_normal(dims.w_shape).astype(dtype)
+            b = rng.standard_normal(outputs).astype(dtype)
+            after = native.conv_forward(x, w, dims, True) + b.reshape(1, -1, 1, 1)
+            np.testing.assert_array_equal(native.conv_forward(x, w, dims, True, bias=b), after)
+
+
 def test_forward_kernels_keep_an_exact_copy_of_x(rng):
     """``keep``: the forward's own copy of x, made by the kernel as it reads each plane, equals x, and a
     later change of x leaves it (and so the backward) alone; small planes (plain stores) and large ones

@@ -399,13 +399,19 @@ class _Call:
     def filter(self, w: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(_flipped(w, self.dims) if self.dims.flip else w)
 
-    def forward_keeping(self, x: np.ndarray, wf: np.ndarray, keep: bool) -> tuple[np.ndarray, Any]:
-        """y, and x as the backward reads it when ``keep``, the forward's own: Direct's and Depthwise's C
-        kernels copy x as they read it (one pass over x fewer), Pointwise keeps the pixels it samples. What
-        is kept depends on the problem's geometry alone, never on which path runs (:func:`_kept_shape`)."""
+    def forward_keeping(self, x: np.ndarray, wf: np.ndarray, keep: bool,
+                        b: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
+        """y (plus the bias ``b``), and x as the backward reads it when ``keep``, the forward's own:
+        Direct's and Depthwise's C kernels copy x as they read it (one pass over x fewer), Pointwise keeps
+        the pixels it samples; Direct's adds the bias as it writes y (one pass over y fewer). What is kept
+        depends on the problem's geometry alone, never on which path runs (:func:`_kept_shape`)."""
         path, dims = self.path, self.dims
         kept = None
-        if path is Direct or path is Depthwise:
+        if path is Direct:
+            kept = np.empty_like(x) if x.flags.c_contiguous and keep else None
+            y = path.forward(x, wf, dims, self.threaded, keep=kept, bias=b)
+            b = None
+        elif path is Depthwise:
             # an x that is not C-contiguous gets its copy below
             kept = np.empty_like(x) if x.flags.c_contiguous and keep else None
             y = path.forward(x, wf, dims, self.threaded, keep=kept)
@@ -417,6 +423,8 @@ class _Call:
             y = self.forward(x, wf)
         if kept is None and keep:
             kept = np.array(x, order="C")
+        if b is not None:
+            y = self.add_bias(y, b, False)
         return y, kept
 
     def forward(self, xi: np.ndarray, wf: np.ndarray) -> np.ndarray:

@@ -641,9 +641,11 @@ class Direct:
 
     @staticmethod
     def forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool,
-                keep: np.ndarray | None = None) -> np.ndarray:
-        """y; ``keep`` as in :meth:`Depthwise.forward`."""
-        return native.conv_forward(np.ascontiguousarray(x), np.ascontiguousarray(w), dims, threaded, keep)
+                keep: np.ndarray | None = None, bias: np.ndarray | None = None) -> np.ndarray:
+        """y (plus ``bias`` per output channel, added as y is written); ``keep`` as in
+        :meth:`Depthwise.forward`."""
+        return native.conv_forward(np.ascontiguousarray(x), np.ascontiguousarray(w), dims, threaded, keep,
+                                   None if bias is None else np.ascontiguousarray(bias, dtype=x.dtype))
 
     @staticmethod
     def data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:

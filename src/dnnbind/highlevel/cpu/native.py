@@ -98,7 +98,7 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "depthwise_forward": ([_P, _P, _P, _P, _GEOMETRY, _I, _I], True),
     "depthwise_data_grad": ([_P, _P, _P, _GEOMETRY, _I, _I], True),
     "depthwise_filter_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I], True),
-    "conv_forward": ([_P, _P, _P, _P, _GEOMETRY, _I, _I, _I, _I, _I], True),
+    "conv_forward": ([_P, _P, _P, _P, _P, _GEOMETRY, _I, _I, _I, _I, _I], True),
     "conv_filter_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I, _I], True),
     "conv_data_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I], True),
     "maxpool_forward": ([_P, _P, _P, _I, _GEOMETRY, _I, _I], True),
@@ -353,13 +353,15 @@ def run_length(dims: ConvDims) -> int:
 
 
 def conv_forward(x: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool,
-                 keep: np.ndarray | None = None) -> np.ndarray:
+                 keep: np.ndarray | None = None, bias: np.ndarray | None = None) -> np.ndarray:
     """y of a convolution (any groups, stride, dilation, padding; w as the forward applies it), as a
-    direct convolution; samples split over the pool. ``keep`` as in :func:`depthwise_forward`."""
+    direct convolution, plus ``bias`` per output channel (x's dtype) where given, added as y is written;
+    samples split over the pool. ``keep`` as in :func:`depthwise_forward`."""
     dtype = x.dtype
     y = np.empty(dims.y_shape, dtype)
     splits = conv_forward_splits(dims, threaded)
     args = (_address(x, "x", dims.x_shape, dtype), _address(w, "w", dims.w_shape, dtype),
+            0 if bias is None else _address(bias, "bias", (dims.out_channels,), dtype),
             _address(y, "y", dims.y_shape, dtype), _kept(keep, dims, dtype), geometry(dims),
             dims.out_channels, dims.groups, splits)
     fn = _kernel("conv_forward", dtype)

@@ -76,9 +76,10 @@ INLINE void NAME(tile_fit)(const T *restrict buf, int64_t local, const int64_t *
  * one sample. With splits > 1 (fewer samples than threads) unit u is part u mod splits of sample
  * u / splits: that part of its blocks of output channels, so that one sample keeps every core busy. x's
  * planes are also copied to copy unless it is NULL (the forward's own copy of x, made while each plane
- * is in cache; by each sample's first part). */
-KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, T *copy, const geometry *g, int64_t outputs,
-                                     int64_t groups, int64_t splits, int64_t u0, int64_t u1) {
+ * is in cache; by each sample's first part). bias (per output channel) is added as the outputs are
+ * written, unless NULL. */
+KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, const T *bias, T *y, T *copy, const geometry *g,
+                                     int64_t outputs, int64_t groups, int64_t splits, int64_t u0, int64_t u1) {
     layout l;
     if (make_layout(g, &l, SLACK)) return -1;
     int64_t cg = g->channels / groups, kg = outputs / groups, blocks = (kg + MR - 1) / MR;
@@ -125,8 +126,12 @@ KERNEL int NAME(dnnbind_conv_forward)(const T *x, const T *w, T *y, T *copy, con
                         NAME(tile_fit)(buf + (n - c0) * l.local, span, l.tap, l.taps, cg, wg + b * cg * l.taps * MR,
                                        out + b * MR * pitch + (n - c0) * rpitch, pitch, j, 0, kg - b * MR);
             for (int64_t k = b0 * MR; k < k1; k++)
-                for (int64_t n = c0; n < c1; n++)
-                    NAME(gather)(g, &l, out + k * pitch + (n - c0) * rpitch, y + (n * outputs + gi * kg + k) * l.out_plane);
+                for (int64_t n = c0; n < c1; n++) {
+                    const T *run = out + k * pitch + (n - c0) * rpitch;
+                    T *plane = y + (n * outputs + gi * kg + k) * l.out_plane;
+                    if (bias) NAME(gather_shifted)(g, &l, run, plane, bias[gi * kg + k]);
+                    else NAME(gather)(g, &l, run, plane);
+                }
         }
     }
     if (copy) keep_copies_done();

@@ -88,5 +88,15 @@ INLINE void NAME(gather)(const geometry *g, const layout *l, const T *restrict r
             NAME(copy_row)(y + (d * g->out[1] + h) * g->out[2], run + run_row(l, d, h), g->out[2]);
 }
 
+/* gather, with ``shift`` added to every value (a convolution's bias: the one rounding of adding it after). */
+INLINE void NAME(gather_shifted)(const geometry *g, const layout *l, const T *restrict run, T *restrict y, T shift) {
+    for (int64_t d = 0; d < g->out[0]; d++)
+        for (int64_t h = 0; h < g->out[1]; h++) {
+            T *restrict dst = y + (d * g->out[1] + h) * g->out[2];
+            const T *restrict src = run + run_row(l, d, h);
+            for (int64_t j = 0; j < g->out[2]; j++) dst[j] = src[j] + shift;
+        }
+}
+
 #undef ROW_VL
 

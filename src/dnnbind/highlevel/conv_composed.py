@@ -24,9 +24,11 @@ A call's primitives: ``input`` (x as the convolution reads it: padded, converted
 for ``dims.flip``, in the compute layout), ``forward``, ``data_grad``, ``filter_grad`` (of the filter as
 applied), ``weight_grad`` (w's gradient from it), ``add_bias``/``bias_grad`` (``transposed``: the
 channels are x's), ``result`` (an output in the caller's layout and dtype) and ``keep`` (an array the
-backward reads, the forward's own). Two optional fused primitives, used when present:
+backward reads, the forward's own). Three optional fused primitives, used when present:
 ``forward_keeping(x, wf, keep, b)`` -> (y plus b where given, x as saved, the forward's own, or None), the
-forward that copies x while reading it; ``forward_and_filter_grad(xi, dy, wf, need_y, need_dw)`` -> (y, dw), both in one sweep.
+forward that copies x while reading it; ``forward_and_filter_grad(xi, dy, wf, need_y, need_dw)`` -> (y,
+dw), both in one sweep; ``filter_and_bias_grad(xi, dy, wf)`` -> (the filter gradient, db), both from one
+pass over dy.
 
 Residuals: (x as the convolution read it, the filter as applied) for conv; (x extended, the filter as
 applied) for conv_transpose, in the backend's :meth:`ConvCall.keep` form. db is always computed unless
@@ -134,6 +136,10 @@ def conv_ops(prims: ConvPrimitives) -> types.SimpleNamespace:
         with prims.backward_call("conv", dims, options, residuals, dy, dims.y_shape) as call:
             (xs, wf), dy = call.saved, call.dy
             dx = call.result(call.data_grad(dy, wf)) if needs[0] else None
+            both = getattr(call, "filter_and_bias_grad", None) if needs[1] and needs[2] else None
+            if both is not None:                 # one pass over dy for both
+                dwf, db = both(xs, dy, wf)
+                return dx, call.result(call.weight_grad(dwf)), call.result(db)
             dw = call.result(call.weight_grad(call.filter_grad(xs, dy, wf))) if needs[1] else None
             db = call.result(call.bias_grad(dy, False)) if needs[2] else None
             return dx, dw, db

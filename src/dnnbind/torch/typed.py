@@ -561,7 +561,7 @@ def _refuse_jvp(op: str) -> None:
                        f"use reverse mode (torch.func.vjp, grad, jacrev)")
 
 
-def _per_op(name: str, forward: Any, setup: Any, backward: Any) -> tuple[dict[str, type], dict[str, type]]:
+def _per_op(name: str, forward: Any, setup: Any, backward: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """op -> an autograd.Function named for it (so grad_fn names the op) with setup_context and a
     generated vmap rule (which vmaps the op itself, through its batching rule), as (eager, traced). Its
     methods are static, closed over the op: Dynamo binds an autograd.Function's ctx by position. The

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from dnnbind.highlevel.dims import ConvDims
-from dnnbind.highlevel.cpu.channels import add_channel_bias, channel_sums
+from dnnbind.highlevel.cpu.channels import add_channel_bias, channel_sums, native_runs
 from dnnbind.highlevel.cpu.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padding, data_grad_problem,
                                                        kernel_offsets, offset_index, pad, unpad, windows)
 from dnnbind.highlevel.cpu.conv_paths import (GEMM_THREAD_MIN_MACS, Depthwise, Direct, Path, Pointwise,
@@ -457,6 +457,15 @@ class _Call:
         if self.path is not None:
             return _path_filter_grad(self.path, dy, xi, wf, self.dims, self.threaded, saved=True)
         return _im2col_filter_grad(dy, xi, _grouped(wf, self.dims), self.dims, self.threaded)
+
+    def filter_and_bias_grad(self, xi: np.ndarray, dy: np.ndarray, wf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The filter gradient and db: Direct's C kernel sums db from the dy planes it reads anyway (the
+        bits of :func:`channel_sums`, where that sums plane by plane), the other paths one after the other."""
+        if (self.path is Direct and Direct.native_filter_grad(self.dims) and native_runs(dy)
+                and not native._row_mode(dy)):
+            dwf, db = Direct.filter_grad(dy, xi, self.dims, self.threaded, bias_grad=True)
+            return dwf, db.astype(dy.dtype)
+        return self.filter_grad(xi, dy, wf), self.bias_grad(dy, False)
 
     def forward_and_filter_grad(self, xi: np.ndarray, dy: np.ndarray, wf: np.ndarray, need_y: bool,
                                 need_dw: bool) -> tuple[Any, Any]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -659,9 +660,10 @@ class Direct:
         return native.conv_data_grad(np.ascontiguousarray(dy), np.ascontiguousarray(w), dims, threaded)
 
     @staticmethod
-    def filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
-        """dw in C: conv.py calls it where :meth:`native_filter_grad` says so, a BLAS path elsewhere."""
-        return native.conv_filter_grad(np.ascontiguousarray(dy), np.ascontiguousarray(x), dims, threaded)
+    def filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool, bias_grad: bool = False) -> Any:
+        """dw in C (with ``bias_grad``: (dw, db in float64), from the same pass over dy): conv.py calls it
+        where :meth:`native_filter_grad` says so, a BLAS path elsewhere."""
+        return native.conv_filter_grad(np.ascontiguousarray(dy), np.ascontiguousarray(x), dims, threaded, bias_grad)
 
     @staticmethod
     def native_data_grad(dims: ConvDims) -> bool:

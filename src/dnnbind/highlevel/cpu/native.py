@@ -99,7 +99,7 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "depthwise_data_grad": ([_P, _P, _P, _GEOMETRY, _I, _I], True),
     "depthwise_filter_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I], True),
     "conv_forward": ([_P, _P, _P, _P, _P, _GEOMETRY, _I, _I, _I, _I, _I], True),
-    "conv_filter_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I, _I], True),
+    "conv_filter_grad": ([_P, _P, _P, _P, _GEOMETRY, _I, _I, _I, _I, _I], True),
     "conv_data_grad": ([_P, _P, _P, _GEOMETRY, _I, _I, _I, _I], True),
     "maxpool_forward": ([_P, _P, _P, _I, _GEOMETRY, _I, _I], True),
     "maxpool_backward": ([_P, _P, _I, _P, _GEOMETRY, _I, _I], True),
@@ -398,17 +398,21 @@ def conv_data_grad(dy: np.ndarray, w: np.ndarray, dims: ConvDims, threaded: bool
     return dx
 
 
-def conv_filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool) -> np.ndarray:
+def conv_filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bool,
+                     bias_grad: bool = False) -> Any:
     """dw of a convolution, summed over the batch; the output channels (of every group: a part covers
-    whole groups where it can, whose planes it then loads once) split over the pool."""
+    whole groups where it can, whose planes it then loads once) split over the pool. With ``bias_grad``:
+    (dw, db), db the sums of dy per output channel in float64 (:func:`channel_sums`'s, from the same
+    pass over dy)."""
     dtype = dy.dtype
     dw = np.empty(dims.w_shape, dtype)
+    db = np.empty(dims.out_channels) if bias_grad else None
     args = (_address(dy, "dy", dims.y_shape, dtype), _address(x, "x", dims.x_shape, dtype),
-            _address(dw, "dw", dims.w_shape, dtype), geometry(dims), dims.out_channels, dims.groups,
-            dims.batch)
+            _address(dw, "dw", dims.w_shape, dtype), 0 if db is None else _data(db), geometry(dims),
+            dims.out_channels, dims.groups, dims.batch)
     fn = _kernel("conv_filter_grad", dtype)
     _launch(fn, args, _parts(dims.out_channels, threaded, CONV_PIECES_PER_THREAD))
-    return dw
+    return (dw, db) if bias_grad else dw
 
 
 def _winner_dtype(dims: PoolDims) -> np.dtype:

@@ -1,5 +1,6 @@
 /* The typed half of conv.c (instantiate.h: T, NAME(f), VECTOR_BYTES). */
 #include "planes_typed.h"
+#include "sums_typed.h"
 
 typedef T NAME(cvec) __attribute__((vector_size(VECTOR_BYTES), aligned(sizeof(T)), may_alias));
 #define CVL ((int64_t)(VECTOR_BYTES / sizeof(T)))
@@ -239,9 +240,10 @@ INLINE void NAME(filter_tile)(const T *restrict dy, int64_t dy_pitch, int64_t dy
  * several groups, or parts of them), summed over every sample of x and dy. Tiles of FK output channels
  * by FC (input channel, offset) pairs sum about FILTER_CHUNK outputs at a time in registers (a chunk of
  * one sample's, or several samples' whole planes), then add their vector partial sums up in a fixed
- * order, accumulated in double. */
-KERNEL int NAME(dnnbind_conv_filter_grad)(const T *dy, const T *x, T *dw, const geometry *g, int64_t outputs,
-                                         int64_t groups, int64_t batch, int64_t o0, int64_t o1) {
+ * order, accumulated in double. Unless db is NULL, db[o] = the sum of dy's planes of channel o (the
+ * bias gradient) in double, as channel_sums sums them, from each plane as it is spread. */
+KERNEL int NAME(dnnbind_conv_filter_grad)(const T *dy, const T *x, T *dw, double *db, const geometry *g,
+                                         int64_t outputs, int64_t groups, int64_t batch, int64_t o0, int64_t o1) {
     layout l;
     if (make_layout(g, &l, SLACK)) return -1;
     int64_t cg = g->channels / groups, kg = outputs / groups, pairs = cg * l.taps;
@@ -267,15 +269,18 @@ KERNEL int NAME(dnnbind_conv_filter_grad)(const T *dy, const T *x, T *dw, const 
         int64_t k0 = o0 > gi * kg ? o0 - gi * kg : 0, k1 = o1 < (gi + 1) * kg ? o1 - gi * kg : kg;
         int64_t krows = (k1 - k0 + FK - 1) / FK * FK;     /* rows past k1 - k0 only feed sums dropped below */
         memset(sums, 0, sizeof(double) * (size_t)(kpad * ppad));
+        if (db) for (int64_t k = k0; k < k1; k++) db[gi * kg + k] = 0;
         for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
             int64_t samples = n0 + chunk < batch ? chunk : batch - n0;
             for (int64_t s = 0; s < samples; s++) {
                 for (int64_t c = 0; c < cg; c++)
                     NAME(load)(g, &l, x + ((n0 + s) * g->channels + gi * cg + c) * l.in_plane,
                                buf + s * buf_sample + c * l.local);
-                for (int64_t k = k0; k < k1; k++)
-                    NAME(spread)(g, &l, dy + ((n0 + s) * outputs + gi * kg + k) * l.out_plane,
-                                 runs + s * dy_sample + (k - k0) * rpitch);
+                for (int64_t k = k0; k < k1; k++) {
+                    const T *plane = dy + ((n0 + s) * outputs + gi * kg + k) * l.out_plane;
+                    NAME(spread)(g, &l, plane, runs + s * dy_sample + (k - k0) * rpitch);
+                    if (db) db[gi * kg + k] += NAME(plane_sum)(plane, 0, 0.0, 0, l.out_plane);
+                }
             }
             for (int64_t j = 0; j < l.run; j += FILTER_CHUNK) {
                 int64_t m = l.run - j < FILTER_CHUNK ? l.run - j : FILTER_CHUNK;
@@ -297,3 +302,5 @@ KERNEL int NAME(dnnbind_conv_filter_grad)(const T *dy, const T *x, T *dw, const 
 #undef NR
 #undef FK
 #undef FC
+#undef DL
+#undef WIDE

@@ -452,10 +452,13 @@ def test_lstm_time_loop_matches_the_numpy_loop(rng, isa, monkeypatch, dtype, rto
         return [y, hy, cy, dx, dh0, dc0] + [w for entry in dweights for w in entry if w is not None]
 
     calls = []
-    original = native.lstm_forward
-    monkeypatch.setattr(native, "lstm_forward", lambda *a: calls.append(1) or original(*a))
+    original, stack = native.lstm_forward, native.lstm_forward_stack
+    monkeypatch.setattr(native, "lstm_forward", lambda *a: calls.append("layer") or original(*a))
+    monkeypatch.setattr(native, "lstm_forward_stack", lambda x, layers: calls.extend(["stacked"] * len(layers))
+                        or stack(x, layers))
     ours = run()
-    assert len(calls) == layers * dirs                  # the C loop ran, once per layer and direction
+    # the C loop ran for every layer and direction: a unidirectional stack's layers in one wavefront
+    assert calls == ["stacked" if layers > 1 and not bidirectional else "layer"] * (layers * dirs)
     monkeypatch.setattr(native, "available", lambda dtype: False)
     for a, b in zip(ours, run(), strict=True):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
@@ -506,6 +509,53 @@ def test_lstm_loop_kernels_give_the_same_sums_on_any_team(rng, isa, monkeypatch,
     expect = np.concatenate([sig[:2 * H], np.tanh(pre[2 * H:3 * H]), sig[3 * H:]])
     bound = (H + I + 1) * np.finfo(dtype).eps * magnitude + 4 * np.finfo(dtype).eps
     assert np.all(np.abs(alone[0][0] - expect) <= bound)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layers, I, H, batch", [(2, 140, 150, 21), (3, 3, 13, 1), (2, 20, 37, 7), (4, 16, 32, 16)])
+def test_lstm_stack_wavefront_gives_the_layer_by_layer_bits_on_any_team(rng, isa, monkeypatch, dtype, layers, I, H,
+                                                                         batch):
+    """The wavefront over a stack of layers (every layer's step of a round side by side) gives each layer's
+    tapes as its own loop does, layer after layer, on its input the states of the layer below: the same
+    bits, on one thread and teams of two and three, with one or two chunks a layer."""
+    T = 6
+    x = rng.standard_normal((T, I, batch)).astype(dtype)
+    params = []
+    for layer in range(layers):
+        n = I if layer == 0 else H
+        params.append(((rng.standard_normal((4 * H, n)) / np.sqrt(n)).astype(dtype),
+                       None if layer == 1 else rng.standard_normal(4 * H).astype(dtype),
+                       (rng.standard_normal((4 * H, H)) / np.sqrt(H)).astype(dtype)))
+    starts = rng.standard_normal((layers, 2, H, batch)).astype(dtype)
+    monkeypatch.setattr(native, "LSTM_THREAD_MIN_MACS", 0)
+
+    def tapes(layer):
+        hs, cs = np.empty((T + 1, H, batch), dtype), np.empty((T + 1, H, batch), dtype)
+        hs[0], cs[0] = starts[layer]
+        return np.empty((T, 4 * H, batch), dtype), hs, cs, np.empty((T, H, batch), dtype)
+
+    expected, below = [], x
+    for layer, (w_ih, bias, w_hh) in enumerate(params):
+        expected.append(tapes(layer))
+        native.lstm_forward(below, w_ih, bias, w_hh, np.arange(T), *expected[-1])
+        below = np.ascontiguousarray(expected[-1][1][1:])
+    for team, chunks in ((1, 1), (2, 1), (2, 2), (3, 1), (3, 2)):
+        monkeypatch.setattr(native, "workers", lambda: team)
+        monkeypatch.setattr(native, "STACK_CHUNKS", chunks)
+        found = [tapes(layer) for layer in range(layers)]
+        with native.every_core():
+            native.lstm_forward_stack(x, [(*p, *t) for p, t in zip(params, found)])
+        for mine, theirs in zip(found, expected):
+            for a, b in zip(mine, theirs, strict=True):
+                assert np.array_equal(a, b), (team, chunks)
+
+
+def test_lstm_stack_refuses_layers_that_do_not_stack(rng):
+    x = np.zeros((3, 4, 2))
+    layer = lambda n: (np.zeros((20, n)), None, np.zeros((20, 5)), np.empty((3, 20, 2)), np.zeros((4, 5, 2)),
+                       np.zeros((4, 5, 2)), np.empty((3, 5, 2)))
+    with pytest.raises(ValueError, match="layer 1's w_ih"):
+        native.lstm_forward_stack(x, [layer(4), layer(4)])
 
 
 def test_every_core_holds_blas_to_one_thread_and_lets_the_kernels_split(monkeypatch):

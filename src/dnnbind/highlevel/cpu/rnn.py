@@ -268,16 +268,22 @@ class _LSTM(_Direction):
         """Whether the C time loop runs this cell (:func:`_time_loop_runs`)."""
         return _time_loop_runs(self.w_hh.dtype, self.w_hr is not None, any(m is not None for m in masks))
 
+    def start(self, steps: int, batch: int, h0: np.ndarray, c0: np.ndarray) -> np.ndarray | None:
+        """The tapes of a forward loop of ``steps`` steps, allocated (the initial state and cell in place);
+        the summed biases (None: none)."""
+        H = self.hidden
+        self.acts = np.empty((steps, 4 * H, batch), h0.dtype)    # activated gates i, f, g, o per step
+        self.hs = np.empty((steps + 1,) + h0.shape, h0.dtype)    # hs[k]: state before step k
+        self.cs = np.empty((steps + 1,) + c0.shape, c0.dtype)
+        self.tcs = np.empty((steps,) + c0.shape, c0.dtype)       # tanh of the new cell
+        self.hs[0], self.cs[0] = h0, c0
+        return self.b_ih + self.b_hh if self.has_bias else None
+
     def forward(self, x, h0, c0, steps, masks):
         H = self.hidden
         T = len(steps)
-        bias = self.b_ih + self.b_hh if self.has_bias else None
-        acts = np.empty((T, 4 * H, x.shape[1]), x.dtype)    # activated gates i, f, g, o per step
-        hs = np.empty((T + 1,) + h0.shape, h0.dtype)      # hs[k]: state before step k
-        cs = np.empty((T + 1,) + c0.shape, c0.dtype)
-        tcs = np.empty((T,) + c0.shape, c0.dtype)         # tanh of the new cell
-        hs[0], cs[0] = h0, c0
-        self.acts, self.hs, self.cs, self.tcs = acts, hs, cs, tcs
+        bias = self.start(T, x.shape[1], h0, c0)
+        acts, hs, cs, tcs = self.tapes()
         if self._native(masks):
             # the input products join the recurrent ones in the C loop: x feature-major per time step
             native.lstm_forward(native.swap_axes(x, 1), self.w_ih, bias, self.w_hh, steps, acts, hs, cs, tcs)
@@ -531,20 +537,29 @@ def rnn_forward(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h
     saved: list[np.ndarray] = []
     hy = np.empty(dims.h_shape, dtype)
     cy = np.empty(dims.c_shape, dtype) if lstm else None
+    cells = [_cell(dims, weights[idx]) for idx in range(dims.num_layers * D)]
+    stacked = _stacked(dims, running, dtype)
+    if stacked:             # every layer's loop in one wavefront: their steps side by side
+        assert c0 is not None
+        layers = []
+        for idx, (cell, _) in enumerate(cells):
+            assert isinstance(cell, _LSTM)
+            bias = cell.start(T, B, _feature_major(h0[idx]), _feature_major(c0[idx]))
+            layers.append((cell.w_ih, bias, cell.w_hh, *cell.tapes()))
+        native.lstm_forward_stack(native.swap_axes(x, 1), layers)
     layer_in = x
     for layer in range(dims.num_layers):
         saved.append(layer_in)
         out = np.empty((T, B, D * P), dtype)
         for d in range(D):
             idx = layer * D + d
-            w_ih, w_hh, b_ih, b_hh = weights[idx][:4]
-            assert w_ih is not None and w_hh is not None, "the op checks the weights"
-            # the backward's own copies (the caller may change the weights after the forward)
-            w_ih, w_hh = w_ih.copy(), w_hh.copy()
-            w_hr = [np.array(weights[idx][4])] if dims.proj_size else []
-            cell = _make(dims, (w_ih, w_hh, b_ih, b_hh, *w_hr))
-            hs, c_last = cell.forward(layer_in, _feature_major(h0[idx]),
-                                      None if c0 is None else _feature_major(c0[idx]), orders[d], step_masks[d])
+            cell, w_hr = cells[idx]
+            w_ih, w_hh = cell.w_ih, cell.w_hh
+            if stacked:
+                hs, c_last = cell.hs, cell.cs[T]
+            else:
+                hs, c_last = cell.forward(layer_in, _feature_major(h0[idx]),
+                                          None if c0 is None else _feature_major(c0[idx]), orders[d], step_masks[d])
             # hs[k + 1] is the state after step k, i.e. the output at time orders[d][k]
             states = hs[1:] if d == 0 else hs[:0:-1]
             view = out[:, :, d * P:(d + 1) * P]
@@ -557,6 +572,22 @@ def rnn_forward(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h
             saved += (w_ih, w_hh, *w_hr, *cell.tapes())
         layer_in = out
     return (layer_in, hy, cy), tuple(saved)
+
+
+def _cell(dims: RNNDims, entry: Sequence[Any]) -> tuple[_Direction, list[np.ndarray]]:
+    """(a layer and direction's cell, [its projection] or []) with the backward's own copies of the
+    weights (the caller may change them after the forward)."""
+    w_ih, w_hh, b_ih, b_hh = entry[:4]
+    assert w_ih is not None and w_hh is not None, "the op checks the weights"
+    w_hr = [np.array(entry[4])] if dims.proj_size else []
+    return _make(dims, (w_ih.copy(), w_hh.copy(), b_ih, b_hh, *w_hr)), w_hr
+
+
+def _stacked(dims: RNNDims, running: np.ndarray | None, dtype: np.dtype) -> bool:
+    """Whether the forward runs every layer's C time loop in one wavefront (native.lstm_forward_stack):
+    a unidirectional LSTM of several layers whose cells each take the C loop."""
+    return (dims.mode == "lstm" and dims.num_directions == 1 and dims.num_layers > 1
+            and _time_loop_runs(dtype, bool(dims.proj_size), running is not None))
 
 
 def _restore(saved: Sequence[np.ndarray], dims: RNNDims) -> tuple[list[np.ndarray], list[_Direction]]:

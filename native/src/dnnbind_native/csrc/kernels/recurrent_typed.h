@@ -235,6 +235,34 @@ INLINE void NAME(lstm_cell)(T *gates, int64_t plane, const T *c_prev, T *c, T *t
     NAME(store)(h + j, o * tcell, count);
 }
 
+/* Round 0 of an LSTM forward loop for chunk [u0, u1) of the hidden units: its rows of [w_hh w_ih]
+ * (row i: gate i / m of unit u0 + i % m) packed into ``part``. */
+INLINE void NAME(lstm_pack)(T *part, const T *w_ih, const T *w_hh, int64_t inputs, int64_t hidden, int64_t batch,
+                            int64_t u0, int64_t u1) {
+    const int64_t m = u1 - u0, rows = 4 * m, height = NAME(panel_height)(batch), depth = hidden + inputs;
+    for (int64_t i = 0; i < NAME(padded_rows)(rows, height); i++) {
+        int64_t r = i < rows ? (i / m) * hidden + u0 + i % m : -1;
+        NAME(pack_row)(part, height, i, depth, 0, hidden, r < 0 ? NULL : w_hh + r * hidden, 1);
+        NAME(pack_row)(part, height, i, depth, hidden, inputs, r < 0 ? NULL : w_ih + r * inputs, 1);
+    }
+}
+
+/* Step k of an LSTM forward loop for chunk [u0, u1) of the hidden units (``part``: its packed rows): their
+ * rows of the gates' pre-activations [w_hh w_ih] [h_k; xk] + bias, then their cells and states. */
+INLINE void NAME(lstm_step)(const T *part, const T *xk, const T *bias, T *acts, T *hs, T *cs, T *tcs, int64_t k,
+                            int64_t inputs, int64_t hidden, int64_t batch, int64_t u0, int64_t u1) {
+    const int64_t plane = hidden * batch, m = u1 - u0;
+    T *a = acts + k * 4 * plane;
+    NAME(rhs_t) b = {hs + k * plane, hidden, xk, inputs, batch};
+    NAME(rows_t) to = {a, bias, m, hidden, u0};
+    NAME(chunk_product)(part, 4 * m, &b, batch, &to);
+    T *c_new = cs + (k + 1) * plane, *h = hs + (k + 1) * plane, *tc = tcs + k * plane;
+    const T *c_prev = cs + k * plane;
+    int64_t j = u0 * batch, end = u1 * batch;
+    for (; j + VL <= end; j += VL) NAME(lstm_cell)(a, plane, c_prev, c_new, tc, h, j, VL);
+    if (j < end) NAME(lstm_cell)(a, plane, c_prev, c_new, tc, h, j, end - j);
+}
+
 /* The forward loop of one LSTM layer and direction over ``count`` steps of ``batch`` sequences:
  * x (T, I, B): each time's inputs, feature-major; w_ih (4H, I), w_hh (4H, H), bias (4H): b_ih + b_hh,
  * or NULL; steps[k]: the time of step k. Writes the tapes acts (T, 4H, B: activated gates), hs and cs
@@ -247,34 +275,56 @@ KERNEL void NAME(dnnbind_lstm_forward)(const T *x, const T *w_ih, const T *bias,
                                        T *acts, T *hs, T *cs, T *tcs, int64_t count, int64_t inputs, int64_t hidden,
                                        int64_t batch, T *packed, int64_t *sync, int64_t lo, int64_t hi) {
     (void)lo; (void)hi;
-    const int64_t plane = hidden * batch, parts = sync[1], widest = 4 * ((hidden + parts - 1) / parts);
-    const int64_t depth = hidden + inputs;
+    const int64_t parts = sync[1], widest = 4 * ((hidden + parts - 1) / parts), depth = hidden + inputs;
     for (int64_t ticket; (ticket = next_ticket(sync)) < (count + 1) * parts;) {
         int64_t round = ticket / parts, c = ticket % parts, u0, u1;
         chunk_units(hidden, parts, c, &u0, &u1);
-        const int64_t m = u1 - u0, rows = 4 * m;
         T *part = NAME(chunk_part)(packed, c, widest, depth);
-        if (round == 0) {                 /* row i: gate i / m of unit u0 + i % m */
-            const int64_t height = NAME(panel_height)(batch);
-            for (int64_t i = 0; i < NAME(padded_rows)(rows, height); i++) {
-                int64_t r = i < rows ? (i / m) * hidden + u0 + i % m : -1;
-                NAME(pack_row)(part, height, i, depth, 0, hidden, r < 0 ? NULL : w_hh + r * hidden, 1);
-                NAME(pack_row)(part, height, i, depth, hidden, inputs, r < 0 ? NULL : w_ih + r * inputs, 1);
-            }
-            chunk_done(sync);
-            continue;
+        if (round == 0) {
+            NAME(lstm_pack)(part, w_ih, w_hh, inputs, hidden, batch, u0, u1);
+        } else {
+            const int64_t k = round - 1;
+            wait_for_chunks(sync, round * parts);
+            NAME(lstm_step)(part, x + steps[k] * inputs * batch, bias, acts, hs, cs, tcs, k, inputs, hidden, batch,
+                            u0, u1);
         }
-        const int64_t k = round - 1;
-        wait_for_chunks(sync, round * parts);
-        T *a = acts + k * 4 * plane;
-        NAME(rhs_t) b = {hs + k * plane, hidden, x + steps[k] * inputs * batch, inputs, batch};
-        NAME(rows_t) to = {a, bias, m, hidden, u0};
-        NAME(chunk_product)(part, rows, &b, batch, &to);
-        T *c_new = cs + (k + 1) * plane, *h = hs + (k + 1) * plane, *tc = tcs + k * plane;
-        const T *c_prev = cs + k * plane;
-        int64_t j = u0 * batch, end = u1 * batch;
-        for (; j + VL <= end; j += VL) NAME(lstm_cell)(a, plane, c_prev, c_new, tc, h, j, VL);
-        if (j < end) NAME(lstm_cell)(a, plane, c_prev, c_new, tc, h, j, end - j);
+        chunk_done(sync);
+    }
+}
+
+/* The forward loops of a stack of ``layers`` unidirectional LSTM layers of ``hidden`` units over the same
+ * ``count`` steps (times in order), each layer's input at step k the state the layer below reached
+ * there, as one wavefront: round r + 1 runs step r - l of every layer l, so that the layers' steps of
+ * one round run side by side and one wait separates the rounds (a layer's step k needs its own step
+ * k - 1 and the layer below's step k, both of the round before). ``layer``: per layer, ten words: x
+ * (the first layer's, as dnnbind_lstm_forward's; ignored above it), w_ih, bias (or 0), w_hh, acts, hs,
+ * cs, tcs (as dnnbind_lstm_forward's), packed (its own buffer, sized as that kernel's) and its inputs.
+ * Tickets: sync[1] chunks per layer and round, in round order; every ticket of a round waits for the
+ * rounds before it, also one with no step to run (so that the count of chunks done never runs ahead).
+ * Each step's sums are those of dnnbind_lstm_forward, in the same order. */
+KERNEL void NAME(dnnbind_lstm_forward_stack)(const int64_t *layer, int64_t layers, int64_t count, int64_t hidden,
+                                             int64_t batch, int64_t *sync, int64_t lo, int64_t hi) {
+    (void)lo; (void)hi;
+    const int64_t parts = sync[1], per_round = layers * parts, widest = 4 * ((hidden + parts - 1) / parts);
+    const int64_t plane = hidden * batch;
+    for (int64_t ticket; (ticket = next_ticket(sync)) < (count + layers) * per_round;) {
+        int64_t round = ticket / per_round, l = ticket % per_round / parts, c = ticket % parts, u0, u1;
+        const int64_t *d = layer + 10 * l;
+        const int64_t inputs = d[9];
+        chunk_units(hidden, parts, c, &u0, &u1);
+        T *part = NAME(chunk_part)((T *)(intptr_t)d[8], c, widest, hidden + inputs);
+        if (round == 0) {
+            NAME(lstm_pack)(part, (const T *)(intptr_t)d[1], (const T *)(intptr_t)d[3], inputs, hidden, batch, u0, u1);
+        } else {
+            const int64_t k = round - 1 - l;
+            wait_for_chunks(sync, round * per_round);
+            if (k >= 0 && k < count) {
+                const T *xk = l == 0 ? (const T *)(intptr_t)d[0] + k * inputs * batch
+                                     : (const T *)(intptr_t)d[5 - 10] + (k + 1) * plane;   /* hs below */
+                NAME(lstm_step)(part, xk, (const T *)(intptr_t)d[2], (T *)(intptr_t)d[4], (T *)(intptr_t)d[5],
+                                (T *)(intptr_t)d[6], (T *)(intptr_t)d[7], k, inputs, hidden, batch, u0, u1);
+            }
+        }
         chunk_done(sync);
     }
 }

@@ -946,7 +946,7 @@ def test_swapped_axes_from_c_equal_numpys_to_the_bit(rng, isa, monkeypatch):
         for dtype in (np.float64, np.float32):
             a = rng.standard_normal(shape).astype(dtype)
             expected = np.swapaxes(a, first, first + 1)
-            monkeypatch.setattr(native, "POINTWISE_THREAD_MIN_ELEMENTS", 0 if i % 2 else a.size + 1)
+            monkeypatch.setattr(native, "SWAP_THREAD_MIN_ELEMENTS", 0 if i % 2 else a.size + 1)
             got = native.swap_axes(a, first)
             assert got.flags.c_contiguous and got.shape == expected.shape
             np.testing.assert_array_equal(got, expected)

@@ -430,7 +430,9 @@ def _check_vector_math(x, wide, dtype, function):
     (1, False, True, 21, 140, 150), (1, True, True, 15, 3, 131),
     # batches narrower than a vector (products over rows, csrc/recurrent_typed.h: narrow_panel), with
     # two and with seven columns, hidden units no multiple of a narrow panel's rows
-    (1, True, True, 2, 9, 19), (2, False, True, 7, 4, 23)])
+    (1, True, True, 2, 9, 19), (2, False, True, 7, 4, 23),
+    # a stack of three (the forward's wavefront), without biases
+    (3, False, False, 16, 8, 16)])
 def test_lstm_time_loop_matches_the_numpy_loop(rng, isa, monkeypatch, dtype, rtol, layers, bidirectional, bias, batch,
                                                I, H):
     """The C time loop (one length, no projection) against the numpy loop, results and every gradient."""

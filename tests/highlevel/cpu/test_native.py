@@ -558,6 +558,10 @@ def test_lstm_stack_refuses_layers_that_do_not_stack(rng):
                        np.zeros((4, 5, 2)), np.empty((3, 5, 2)))
     with pytest.raises(ValueError, match="layer 1's w_ih"):
         native.lstm_forward_stack(x, [layer(4), layer(4)])
+    with pytest.raises(ValueError, match="layer 0's w_ih"):        # the first layer's inputs are x's
+        native.lstm_forward_stack(x, [layer(7), layer(5)])
+    with pytest.raises(ValueError, match="no layers"):
+        native.lstm_forward_stack(x, [])
 
 
 def test_every_core_holds_blas_to_one_thread_and_lets_the_kernels_split(monkeypatch):

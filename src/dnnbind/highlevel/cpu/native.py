@@ -620,6 +620,8 @@ def lstm_forward_stack(x: np.ndarray, layers: Sequence[tuple[np.ndarray, np.ndar
     layer."""
     dtype = x.dtype
     count, inputs, batch = x.shape
+    if not layers:
+        raise ValueError("lstm_forward_stack: no layers")
     hidden = layers[0][2].shape[1]
     plane = (hidden, batch)
     team = _loop_team(hidden, batch)
@@ -627,7 +629,7 @@ def lstm_forward_stack(x: np.ndarray, layers: Sequence[tuple[np.ndarray, np.ndar
     words, held = [], []
     for i, (w_ih, bias, w_hh, acts, hs, cs, tcs) in enumerate(layers):
         rows = 4 * hidden
-        if w_hh.shape != (rows, hidden) or w_ih.shape[0] != rows or (i and w_ih.shape[1] != hidden):
+        if w_hh.shape != (rows, hidden) or w_ih.shape != (rows, hidden if i else inputs):
             raise ValueError(f"lstm_forward_stack: layer {i}'s w_ih {w_ih.shape} and w_hh {w_hh.shape} do not "
                              f"fit a stack of {hidden} units over {inputs} inputs")
         depth = hidden + w_ih.shape[1]

@@ -350,14 +350,15 @@ def test_conv_forward_adds_the_bias_as_adding_it_after(rng, monkeypatch, team):
 @pytest.mark.parametrize("team", [1, 2, 3])
 def test_conv_filter_grad_sums_the_bias_gradient_as_channel_sums(rng, monkeypatch, team):
     """The bias gradient the filter gradient's kernel sums from the dy planes it reads gives channel_sums'
-    bits (planes it sums one at a time, not in row mode), and the same dw, for every output channel of
-    every group and part."""
+    bits, and the same dw, for every output channel of every group and part; planes small enough for
+    channel_sums' row mode (the last two) take channel_sums itself."""
     monkeypatch.setattr(native, "workers", lambda: team)
     for dtype in (np.float64, np.float32):
-        for batch, groups, outputs, stride in ((1, 1, 64, 1), (4, 2, 26, 2), (3, 3, 36, 1), (5, 1, 5, 3)):
-            dims = ConvDims((batch, 6, 19, 17), (outputs, 6 // groups, 3, 3), padding=1, stride=stride,
+        for batch, groups, outputs, stride, size in ((1, 1, 64, 1, 19), (4, 2, 26, 2, 19), (3, 3, 36, 1, 19),
+                                                     (5, 1, 5, 3, 19), (5, 1, 5, 3, 11), (2, 2, 8, 1, 4)):
+            dims = ConvDims((batch, 6, size, size - 2), (outputs, 6 // groups, 3, 3), padding=1, stride=stride,
                             groups=groups)
-            assert not native._row_mode(np.empty(dims.y_shape))
+            assert native._row_mode(np.empty(dims.y_shape)) == (size < 19)
             x, dy = rng.standard_normal(dims.x_shape).astype(dtype), rng.standard_normal(dims.y_shape).astype(dtype)
             dw, db = native.conv_filter_grad(dy, x, dims, True, bias_grad=True)
             assert db.dtype == np.float64

@@ -407,14 +407,13 @@ class _Call:
         depends on the problem's geometry alone, never on which path runs (:func:`_kept_shape`)."""
         path, dims = self.path, self.dims
         kept = None
-        if path is Direct:
-            kept = np.empty_like(x) if x.flags.c_contiguous and keep else None
-            y = path.forward(x, wf, dims, self.threaded, keep=kept, bias=b)
-            b = None
-        elif path is Depthwise:
+        if path is Direct or path is Depthwise:
             # an x that is not C-contiguous gets its copy below
             kept = np.empty_like(x) if x.flags.c_contiguous and keep else None
-            y = path.forward(x, wf, dims, self.threaded, keep=kept)
+            if path is Direct:
+                y, b = path.forward(x, wf, dims, self.threaded, keep=kept, bias=b), None
+            else:
+                y = path.forward(x, wf, dims, self.threaded, keep=kept)
         elif path is Pointwise:
             sampled = Pointwise.sample(x, dims)
             y = path.forward(sampled, wf, dims, self.threaded, sampled=True)
@@ -460,9 +459,8 @@ class _Call:
 
     def filter_and_bias_grad(self, xi: np.ndarray, dy: np.ndarray, wf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The filter gradient and db: Direct's C kernel sums db from the dy planes it reads anyway (the
-        bits of :func:`channel_sums`, where that sums plane by plane), the other paths one after the other."""
-        if (self.path is Direct and Direct.native_filter_grad(self.dims) and native_runs(dy)
-                and not native._row_mode(dy)):
+        bits of :func:`channel_sums`), the other paths one after the other."""
+        if self.path is Direct and Direct.native_filter_grad(self.dims) and native_runs(dy):
             dwf, db = Direct.filter_grad(dy, xi, self.dims, self.threaded, bias_grad=True)
             return dwf, db.astype(dy.dtype)
         return self.filter_grad(xi, dy, wf), self.bias_grad(dy, False)

@@ -403,17 +403,20 @@ def conv_filter_grad(dy: np.ndarray, x: np.ndarray, dims: ConvDims, threaded: bo
                      bias_grad: bool = False) -> Any:
     """dw of a convolution, summed over the batch; the output channels (of every group: a part covers
     whole groups where it can, whose planes it then loads once) split over the pool. With ``bias_grad``:
-    (dw, db), db the sums of dy per output channel in float64 (:func:`channel_sums`'s, from the same
-    pass over dy)."""
+    (dw, db), db :func:`channel_sums` of dy (float64, its bits): from the same pass over dy where that
+    sums plane by plane, else by it (row mode)."""
     dtype = dy.dtype
     dw = np.empty(dims.w_shape, dtype)
-    db = np.empty(dims.out_channels) if bias_grad else None
+    together = bias_grad and not _row_mode(dy)
+    db = np.empty(dims.out_channels) if together else None
     args = (_address(dy, "dy", dims.y_shape, dtype), _address(x, "x", dims.x_shape, dtype),
             _address(dw, "dw", dims.w_shape, dtype), 0 if db is None else _data(db), geometry(dims),
             dims.out_channels, dims.groups, dims.batch)
     fn = _kernel("conv_filter_grad", dtype)
     _launch(fn, args, _parts(dims.out_channels, threaded, CONV_PIECES_PER_THREAD))
-    return (dw, db) if bias_grad else dw
+    if bias_grad:
+        return dw, db if together else channel_sums(dy)[0]
+    return dw
 
 
 def _winner_dtype(dims: PoolDims) -> np.dtype:

@@ -12,7 +12,7 @@ KERNEL void NAME(dnnbind_channel_sums)(const T *a, const T *b, double *sums, dou
             const T *ap = a + (n * channels + c) * plane;
             if (products) {
                 double q;
-                s += NAME(plane_sum_product)(ap, b + (n * channels + c) * plane, plane, &q);
+                s += NAME(plane_sum_product)(ap, b + (n * channels + c) * plane, 0.0, plane, &q);
                 p += q;
             } else {
                 s += NAME(plane_sum)(ap, 0, 0.0, 0, plane);
@@ -37,7 +37,7 @@ KERNEL void NAME(dnnbind_channel_moments)(const T *a, double *mean, double *var,
         double s = 0, q = 0;
         for (int64_t n = 0; n < batch; n++) {
             double squares;
-            s += NAME(plane_moments)(a + (n * channels + c) * plane, shift, plane, &squares);
+            s += NAME(plane_sum_product)(a + (n * channels + c) * plane, NULL, shift, plane, &squares);
             q += squares;
         }
         double m = s / count, v = q / count - m * m;

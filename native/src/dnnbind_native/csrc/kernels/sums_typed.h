@@ -44,56 +44,35 @@ INLINE double NAME(plane_sum)(const T *restrict a, const T *restrict b, double c
     return NAME(lanes_total)(s0, s1, s2, s3, tail);
 }
 
-/* The sum of a[j] (returned) and of a[j] * b[j] (into *product) in one pass over both runs, each in
- * the lanes plane_sum would sum it in (batch norm's backward reads dy once for both of its sums). */
-INLINE double NAME(plane_sum_product)(const T *restrict a, const T *restrict b, int64_t n, double *product) {
+/* The sum of a[j] - shift (returned) and of (a[j] - shift) * b[j] (into *product; the square of
+ * a[j] - shift where b is NULL) in one pass, each in the lanes plane_sum would sum it in: batch norm's
+ * backward reads dy once for both of its sums, its forward x once for its mean and variance. */
+INLINE double NAME(plane_sum_product)(const T *restrict a, const T *restrict b, double shift, int64_t n,
+                                      double *product) {
     NAME(dvec) s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, p0 = {0}, p1 = {0}, p2 = {0}, p3 = {0};
     int64_t j = 0;
     for (; j + 4 * DL <= n; j += 4 * DL) {
-        const NAME(tvec) *v = (const NAME(tvec) *)(a + j), *u = (const NAME(tvec) *)(b + j);
-        NAME(dvec) v0 = WIDE(v[0]), v1 = WIDE(v[1]), v2 = WIDE(v[2]), v3 = WIDE(v[3]);
-        s0 += v0; s1 += v1; s2 += v2; s3 += v3;
-        p0 += v0 * WIDE(u[0]); p1 += v1 * WIDE(u[1]); p2 += v2 * WIDE(u[2]); p3 += v3 * WIDE(u[3]);
-    }
-    for (; j + DL <= n; j += DL) {
-        NAME(dvec) v0 = WIDE(*(const NAME(tvec) *)(a + j));
-        s0 += v0;
-        p0 += v0 * WIDE(*(const NAME(tvec) *)(b + j));
-    }
-    double tail = 0, tail_product = 0;
-    for (; j < n; j++) {
-        double v = (double)a[j];
-        tail += v;
-        tail_product += v * (double)b[j];
-    }
-    *product = NAME(lanes_total)(p0, p1, p2, p3, tail_product);
-    return NAME(lanes_total)(s0, s1, s2, s3, tail);
-}
-
-
-/* The sum of a[j] - shift (returned) and of its squares (into *squares) in one pass, each in the lanes
- * plane_sum would sum it in (batch norm's statistics read x once for both). */
-INLINE double NAME(plane_moments)(const T *restrict a, double shift, int64_t n, double *squares) {
-    NAME(dvec) s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, q0 = {0}, q1 = {0}, q2 = {0}, q3 = {0};
-    int64_t j = 0;
-    for (; j + 4 * DL <= n; j += 4 * DL) {
-        const NAME(tvec) *v = (const NAME(tvec) *)(a + j);
+        const NAME(tvec) *v = (const NAME(tvec) *)(a + j), *u = (const NAME(tvec) *)(b ? b + j : a + j);
         NAME(dvec) v0 = WIDE(v[0]) - shift, v1 = WIDE(v[1]) - shift, v2 = WIDE(v[2]) - shift,
                    v3 = WIDE(v[3]) - shift;
         s0 += v0; s1 += v1; s2 += v2; s3 += v3;
-        q0 += v0 * v0; q1 += v1 * v1; q2 += v2 * v2; q3 += v3 * v3;
+        if (b) {
+            p0 += v0 * WIDE(u[0]); p1 += v1 * WIDE(u[1]); p2 += v2 * WIDE(u[2]); p3 += v3 * WIDE(u[3]);
+        } else {
+            p0 += v0 * v0; p1 += v1 * v1; p2 += v2 * v2; p3 += v3 * v3;
+        }
     }
     for (; j + DL <= n; j += DL) {
         NAME(dvec) v0 = WIDE(*(const NAME(tvec) *)(a + j)) - shift;
         s0 += v0;
-        q0 += v0 * v0;
+        p0 += v0 * (b ? WIDE(*(const NAME(tvec) *)(b + j)) : v0);
     }
-    double tail = 0, tail_squares = 0;
+    double tail = 0, tail_product = 0;
     for (; j < n; j++) {
         double v = (double)a[j] - shift;
         tail += v;
-        tail_squares += v * v;
+        tail_product += v * (b ? (double)b[j] : v);
     }
-    *squares = NAME(lanes_total)(q0, q1, q2, q3, tail_squares);
+    *product = NAME(lanes_total)(p0, p1, p2, p3, tail_product);
     return NAME(lanes_total)(s0, s1, s2, s3, tail);
 }

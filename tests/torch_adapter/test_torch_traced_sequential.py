@@ -1,6 +1,6 @@
 """dnnbind.torch.nn.Sequential while torch.compile or torch.export traces: torch.export keeps its layers'
-typed ops, one per layer; torch.compile runs a run of layers as one typed sequence op whose schema is its
-layers' (a run was one ``dnnbind::sequence`` op with a params text before; it is gone)."""
+typed ops, one per layer; torch.compile runs a run of layers as one ``dnnbind::sequence`` op, given the
+layers' tensors and a description of the layers with their typed arguments."""
 from __future__ import annotations
 
 import pytest
@@ -117,15 +117,18 @@ def _graph_code(model: torch.nn.Module, x: torch.Tensor, **options) -> tuple[lis
     return codes, torch.compile(model, backend=backend, fullgraph=True, **options)(x)
 
 
-def test_compile_runs_a_run_of_layers_as_one_typed_sequence_op():
-    """While torch.compile traces, a run is one op named by its ops, with each layer's typed arguments;
-    its training forward saves residuals for its pullback, and its results equal the layers' own."""
+def test_compile_runs_a_run_of_layers_as_one_sequence_op():
+    """While torch.compile traces, a run is one op given the layers' tensors and their description (each
+    layer's op, given arrays and typed arguments); its training forward saves residuals for its pullback,
+    and its results equal the layers' own."""
     model, twin = _layers("train"), _layers("train")
     x = torch.randn(SHAPES["train"], dtype=torch.float64)
     codes, out = _graph_code(model, x)
-    name = "sequence__conv__batchnorm__activation__maxpool__conv__activation"
-    assert f"torch.ops.dnnbind.{name}_training" in codes[0]
-    assert "torch.ops.dnnbind.conv" not in codes[0].replace(f"{name}", "")
+    assert "torch.ops.dnnbind.sequence_training" in codes[0]
+    assert "torch.ops.dnnbind.conv" not in codes[0]
+    assert '{"op": "conv", "given": ["w", "b"], "stride": [1, 1], "padding": [1, 1]' in codes[0]
+    assert '{"op": "conv", "given": ["w"], ' in codes[0]          # the second convolution has no bias
+    assert '"momentum": "reals[0]", "eps": "reals[1]"}' in codes[0] and "[0.1, 1e-05, 0.1]" in codes[0]
     expected = twin(x)
     torch.testing.assert_close(out, expected)
     out.square().sum().backward()
@@ -144,32 +147,54 @@ def test_a_compiled_inference_run_saves_nothing_and_dynamic_shapes_keep_one_grap
         for batch in (2, 5, 7):
             x = torch.randn(batch, *SHAPES["eval"][1:], dtype=torch.float64)
             torch.testing.assert_close(compiled(x), model.__class__.__mro__[1].forward(model, x))
-    name = "sequence__conv__batchnorm__activation__meanpool__softmax"
-    assert f"torch.ops.dnnbind.{name}(" in codes[0] and "_training" not in codes[0]
+    assert "torch.ops.dnnbind.sequence(" in codes[0] and "_training" not in codes[0]
+    for op in ("conv", "batchnorm", "activation", "meanpool", "softmax"):
+        assert f'{{"op": "{op}", ' in codes[0]
 
 
-def test_the_sequence_ops_schema_is_its_layers_typed_schemas_and_passes_opcheck():
+def _described(*layers: tuple) -> str:
     from dnnbind.torch import typed_sequence
-    ops = ("conv", "batchnorm", "activation")
-    schema = typed_sequence.schemas(ops)[0]
-    assert schema.startswith("(Tensor x, Tensor w_0, Tensor? b_0, SymInt[] stride_0,")
-    assert "Tensor gamma_1" in schema and "str mode_2" in schema and schema.endswith("-> Tensor[]")
-    name = typed_sequence.register(ops)
-    assert name == "sequence__conv__batchnorm__activation" and typed_sequence.register(ops) == name
+    return typed_sequence.describe(layers)
+
+
+def test_the_sequence_ops_pass_opcheck_and_equal_the_layers():
+    from dnnbind.torch import typed_sequence
+    assert typed_sequence.schemas()[0] == "(Tensor x, Tensor[] tensors, str layers, float[] reals) -> Tensor[]"
+    layers = _described(("conv", ("w", "b"), ([1, 1], [1, 1], [1, 1], 1, False)),
+                        ("batchnorm", ("gamma", "beta", "running_mean", "running_var"), (True, "reals[0]", "reals[1]")),
+                        ("activation", (), ("tanh", None)))
     torch.manual_seed(0)
     w, b = torch.randn(4, 3, 3, 3, dtype=torch.float64, requires_grad=True), torch.randn(4, dtype=torch.float64)
     gamma = torch.rand(4, dtype=torch.float64, requires_grad=True)
     beta = torch.randn(4, dtype=torch.float64, requires_grad=True)
     mean, var = torch.zeros(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64)
     x = torch.randn(2, 3, 6, 6, dtype=torch.float64, requires_grad=True)
-    inputs = (x, w, b, [1, 1], [1, 1], [1, 1], 1, False, gamma, beta, mean, var, True, 0.1, 1e-5, "tanh", None)
-    torch.library.opcheck(getattr(torch.ops.dnnbind, name), inputs)
-    results, residuals = getattr(torch.ops.dnnbind, f"{name}_training")(*inputs, "tag")
-    torch.library.opcheck(getattr(torch.ops.dnnbind, f"{name}_training"), (*inputs, "tag"))
+    inputs = (x, [w, b, gamma, beta, mean, var], layers, [0.1, 1e-5])
+    torch.library.opcheck(torch.ops.dnnbind.sequence, inputs)
+    results, residuals = torch.ops.dnnbind.sequence_training(*inputs, "tag")
+    torch.library.opcheck(torch.ops.dnnbind.sequence_training, (*inputs, "tag"))
     expected = torch.tanh(torch.nn.functional.batch_norm(torch.nn.functional.conv2d(x, w, b, padding=1), mean.clone(),
                                                          var.clone(), gamma, beta, training=True))
     torch.testing.assert_close(results[0], expected)
     assert len(results) == 3 and residuals
+    (dx, dw, dgamma), (ex, ew, egamma) = [torch.autograd.grad(y.sum(), (x, w, gamma)) for y in (results[0], expected)]
+    torch.testing.assert_close((dx, dw, dgamma), (ex, ew, egamma))
+
+
+@pytest.mark.parametrize("layers, reals, message", [
+    ("not json", [], "does not describe a run of layers"),
+    ('[{"op": "nosuch", "given": []}]', [], "does not describe a run of layers"),
+    ('[{"op": "activation", "given": ["w"], "mode": "relu", "alpha": null}]', [], "does not describe a run of layers"),
+    ('[{"op": "activation", "given": [], "mode": "relu"}]', [], "does not describe a run of layers"),
+    ('[{"op": "activation", "given": [], "mode": "elu", "alpha": 1.0}]', [1.0], "not a place among the reals"),
+    ('[{"op": "activation", "given": [], "mode": "elu", "alpha": "reals[1]"}]', [1.0], "are not the described"),
+    ('[{"op": "activation", "given": [], "mode": "elu", "alpha": "reals[0]"}]', [], "are not the described"),
+    ('[{"op": "conv", "given": ["w"], "stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": 1, '
+     '"flip": false}]', [], "0 tensors for layers that give 1"),
+])
+def test_a_sequence_op_given_a_wrong_description_names_it(layers, reals, message):
+    with pytest.raises(ValueError, match=message):
+        torch.ops.dnnbind.sequence(torch.randn(1, 3, 4, 4), [], layers, reals)
 
 
 #: Sequentials of every layer family a run fuses, with the settings that change its plan
@@ -226,4 +251,4 @@ def test_a_compiled_run_of_every_layer_family_equals_torchs_layers(name, dynamic
             torch.testing.assert_close(a, b, msg=key)
         with torch.no_grad():
             torch.testing.assert_close(compiled(x), theirs(x))
-    assert graphs and all("torch.ops.dnnbind.sequence__" in code for code in graphs)
+    assert graphs and all("torch.ops.dnnbind.sequence" in code for code in graphs)

@@ -1,27 +1,37 @@
-"""A run of consecutive dnnbind layers as one typed custom op, for the graphs torch.compile builds.
+"""A run of consecutive dnnbind layers as one custom op, for the graphs torch.compile builds.
 
 Eager mode runs such a run as one autograd node (:mod:`dnnbind.torch.fused`). A compiled graph holding one
 typed op per layer pays the dispatcher, the custom op's wrappers and a tensor per result for each layer,
 between kernels that leave the caches cold: the compiled small CNN of ``make bench`` took about 45% longer
 than the same run fused. So while torch.compile traces (not torch.export, whose programs keep one typed op
-per layer), :class:`~dnnbind.torch.sequential.Sequential` calls one op per run, whose schema is its layers'
-typed schemas (:mod:`dnnbind.torch.typed`) one after the other, each argument named with its layer's index::
+per layer), :class:`~dnnbind.torch.sequential.Sequential` calls one op for the run::
 
-    dnnbind::sequence__conv__batchnorm__activation(Tensor x, Tensor w_0, Tensor? b_0, SymInt[] stride_0, ...,
-        Tensor gamma_1, ..., str mode_2, float? alpha_2) -> Tensor[]
+    dnnbind::sequence(Tensor x, Tensor[] tensors, str layers, float[] reals) -> Tensor[]
 
-(the result, then the updated running statistics of each batch norm that has them), with ``_training``
-(results and every layer's residuals) and ``_pullback`` (gradients from them) beside it, as each op has.
-An op is registered the first time a compiled model traces a run of its sequence of ops: its name is
-the sequence, so a graph torch.compile cached on disk calls the same op in the next process. The kernels
-run the fused run's loops on arrays (:func:`dnnbind.torch.fused.forward_arrays`, ``backward_arrays``) on a
-run planned from the layers' calls alone, kept in the one plan cache.
+``tensors`` are the layers' tensors in order (each layer's given arrays after x, in its spec's order),
+``layers`` names each layer's op, its given arrays and its typed arguments (as its own typed op takes
+them), as JSON, and ``reals`` are the values of its float arguments, which torch.compile may trace as
+symbolic ones (``dynamic=True``), where ``layers`` names their places::
+
+    sequence_training(x, [w_0, b_0, gamma_1, ...], '[{"op": "conv", "given": ["w", "b"], "stride": [1, 1], ...},
+        {"op": "batchnorm", ..., "momentum": "reals[0]", "eps": "reals[1]"}, ...]', [0.1, 1e-05, ...], saves)
+
+It returns the result, then the updated running statistics of each batch norm that has them, and has
+``sequence_training`` (results and every layer's residuals; with ``str saves``) and ``sequence_pullback``
+(gradients from them) beside it, as each op has. The layers travel as one string rather than as typed
+arguments: the dispatcher converts every argument of a call, 45 of them for the small CNN of ``make
+bench`` (measured, a do-nothing kernel: 21-24 us a call with the layers' typed arguments, 5-8 us so),
+and the string, a constant of the graph, keys the run's plan without reading them. The kernels run the
+fused run's loops on arrays (:func:`dnnbind.torch.fused.forward_arrays`, ``backward_arrays``) on a run
+planned from the layers' calls alone, kept in the one plan cache.
 """
 from __future__ import annotations
 
 import functools
+import json
+import re
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import torch
 
@@ -32,253 +42,304 @@ from dnnbind.torch.convert import to_array, to_tensor
 
 Tensor = torch.Tensor
 
-#: registered sequences: op name -> its ops
-_REGISTERED: dict[str, tuple[str, ...]] = {}
+NAME = "sequence"
 
 
-def name_of(ops: Sequence[str]) -> str:
-    """The op of a run of these ops: ``sequence__`` and the ops' names, two underscores between."""
-    return "sequence__" + "__".join(ops)
-
-
-def _inputs(ops: Sequence[str]) -> str:
-    """x, then each layer's typed inputs after its x, named with the layer's index."""
-    parts = ["Tensor x"]
-    for i, op in enumerate(ops):
-        parts += [f"{declaration}_{i}" for declaration in typed._inputs(SPECS[op])[1:]]
-    return ", ".join(parts)
-
-
-def schemas(ops: Sequence[str]) -> tuple[str, str, str]:
+def schemas() -> tuple[str, str, str]:
     """(the run's schema, its training forward's, its pullback's), without the op's name."""
-    inputs = _inputs(ops)
+    inputs = "Tensor x, Tensor[] tensors, str layers, float[] reals"
     return (f"({inputs}) -> Tensor[]", f"({inputs}, str saves) -> (Tensor[] results, Tensor[] residuals)",
             f"(Tensor[] residuals, Tensor?[] cotangents, {inputs}, bool[] needs) -> Tensor[]")
 
 
+# -- the layers' description ----------------------------------------------------------------------
+
 @torch.compiler.assume_constant_result
-def register(ops: tuple[str, ...]) -> str:
-    """The name of the run's op, registered (with its training forward and pullback) on first use; run
-    while torch.compile traces, as a constant of the graph."""
-    name = name_of(ops)
-    if name in _REGISTERED:
-        return name
-    run, training, pullback = schemas(ops)
-    for suffix, schema, kernel, fake, differentiable in (
-            ("", run, _run_kernel, _fake_run, False),
-            ("_training", training, _training_kernel, _fake_training, True),
-            ("_pullback", pullback, _pullback_kernel, _fake_pullback, False)):
-        typed.define(f"{name}{suffix}", schema, functools.partial(kernel, ops), functools.partial(fake, ops),
-                     differentiable)
-    torch.library.register_autograd(f"{typed.NAMESPACE}::{name}_training", functools.partial(_backward, ops),
-                                    setup_context=functools.partial(_setup_context, ops), lib=typed.LIBRARY)
-    _REGISTERED[name] = tuple(ops)
-    return name
+def describe(layers: tuple[tuple[str, tuple[str, ...], tuple[Any, ...]], ...]) -> str:
+    """The ``layers`` argument for layers given as (op, the names of its given arrays after x, its typed
+    arguments in its spec's order, ``"reals[i]"`` for a float's); run while torch.compile traces, as a
+    constant of the graph."""
+    return json.dumps([{"op": op, "given": list(given), **dict(zip(SPECS[op].kinds, arguments))}
+                       for op, given, arguments in layers])
+
+
+def _float(kind: Any) -> bool:
+    return kind.schema in ("float", "float?")
+
+
+_REAL = re.compile(r"reals\[(\d+)\]")
+
+
+class _Layer(NamedTuple):
+    """A layer of a described run: its op, whether each of its spec's arrays after x is given, its typed
+    arguments in its spec's order (a float's as its place among the reals)."""
+
+    op: str
+    given: tuple[bool, ...]
+    arguments: tuple[Any, ...]
+
+    def typed(self, reals: Sequence[float]) -> list[Any]:
+        """Its typed arguments, the floats' values read from ``reals``."""
+        kinds = SPECS[self.op].kinds.values()
+        return [reals[v] if _float(kind) and v is not None else v for kind, v in zip(kinds, self.arguments)]
+
+
+@functools.lru_cache(maxsize=256)
+def _layers(layers: str) -> tuple[_Layer, ...]:
+    """The layers a ``layers`` argument describes (:func:`describe`), checked."""
+    try:
+        found = json.loads(layers)
+        out = []
+        for entry in found:
+            spec = SPECS[entry["op"]]
+            names = [a.name for a in spec.arrays[1:]]
+            if not set(entry["given"]) <= set(names) or set(entry) != {"op", "given", *spec.kinds}:
+                raise ValueError(entry)
+            if any(kind.tensor for kind in spec.kinds.values()) or any(a.nested for a in spec.arrays):
+                raise ValueError(f"{entry['op']} cannot be a layer of a run")
+            arguments = []
+            for name, kind in spec.kinds.items():
+                value = entry[name]
+                if _float(kind) and value is not None:
+                    place = _REAL.fullmatch(value) if isinstance(value, str) else None
+                    if place is None:
+                        raise ValueError(f"{name}={value!r} is not a place among the reals ('reals[0]')")
+                    value = int(place.group(1))
+                arguments.append(value)
+            out.append(_Layer(entry["op"], tuple(n in entry["given"] for n in names), tuple(arguments)))
+    except (TypeError, KeyError, ValueError) as e:
+        raise ValueError(f"dnnbind.sequence: layers={layers!r} does not describe a run of layers ({e})") from None
+    return tuple(out)
+
+
+def _split(layers: Sequence[_Layer], tensors: Sequence[Tensor]) -> list[list[Tensor | None]]:
+    """Per layer its spec's arrays after x: the next of ``tensors`` where given, else None."""
+    if len(tensors) != sum(sum(layer.given) for layer in layers):
+        raise ValueError(f"dnnbind.sequence: {len(tensors)} tensors for layers that give "
+                         f"{sum(sum(layer.given) for layer in layers)}")
+    it = iter(tensors)
+    return [[next(it) if g else None for g in layer.given] for layer in layers]
+
+
+def _public(layer: _Layer, x: Any, arrays: Sequence[Any], reals: Sequence[float]) -> dict[str, Any]:
+    """The layer's public arguments by name for an input of x's rank (every layer of a run keeps it)."""
+    return typed.public_arguments(layer.op, [x, *arrays, *layer.typed(reals)])[2]
+
+
+def _checked(layers: Sequence[_Layer], reals: Sequence[float]) -> None:
+    """Refuse ``reals`` whose count is not the layers' floats'."""
+    places = sorted(v for layer in layers for kind, v in zip(SPECS[layer.op].kinds.values(), layer.arguments)
+                    if _float(kind) and v is not None)
+    if places != list(range(len(reals))):
+        raise ValueError(f"dnnbind.sequence: reals={list(reals)!r} are not the described layers' floats "
+                         f"(places {places})")
+
+
+def _updated(layers: Sequence[_Layer]) -> list[int]:
+    """The places among the tensors of the arrays updated in place (batch norm's running statistics)."""
+    places, at = [], 0
+    for layer in layers:
+        updated = range(len(layer.given))[SPECS[layer.op].updated]
+        for i, given in enumerate(layer.given):
+            if given:
+                if i in updated:
+                    places.append(at)
+                at += 1
+    return places
 
 
 def call(fusions: Sequence[fused.Fusion], x: Tensor) -> list[Tensor]:
     """The run's result, then the updated running statistics of each layer whose op has them (in the
     layers' order), computed by the run's op: its training forward where a gradient may be asked for."""
-    ops = tuple(f.op for f in fusions)
-    name = register(ops)
-    inputs = [x]
+    described, tensors, reals = [], [], []
     for fusion in fusions:
-        inputs += typed.typed_arguments(fusion.op, x, fusion.tensors, fusion.arguments)[1:]
-    # (the layers' tensors as the fusions hold them: what runs here is traced, the kernels' helpers are not)
-    tensors = [x, *[t for fusion in fusions for t in fusion.tensors]]
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        results, _ = getattr(torch.ops.dnnbind, f"{name}_training")(*inputs, typed.saves_tag(x.device.type))
+        spec = SPECS[fusion.op]
+        typed_inputs = typed.typed_arguments(fusion.op, x, fusion.tensors, fusion.arguments)
+        arguments = []
+        for kind, value in zip(spec.kinds.values(), typed_inputs[len(spec.arrays):]):
+            if _float(kind) and value is not None:
+                arguments.append(f"reals[{len(reals)}]")
+                reals.append(value)
+            else:
+                arguments.append(value)
+        given = tuple(a.name for a, t in zip(spec.arrays[1:], fusion.tensors) if t is not None)
+        described.append((fusion.op, given, tuple(arguments)))
+        tensors += [t for t in fusion.tensors if t is not None]
+    layers = describe(tuple(described))
+    if torch.is_grad_enabled() and any(t.requires_grad for t in [x, *tensors]):
+        results, _ = torch.ops.dnnbind.sequence_training(x, tensors, layers, reals, typed.saves_tag(x.device.type))
         return list(results)
-    return list(getattr(torch.ops.dnnbind, name)(*inputs))
+    return list(torch.ops.dnnbind.sequence(x, tensors, layers, reals))
 
 
-# -- the run's layers among the inputs ------------------------------------------------------------
-
-def _layers(ops: Sequence[str], inputs: Sequence[Any]) -> list[tuple[str, list[Any]]]:
-    """Per layer: its op and its typed inputs, x (the run's) first."""
-    return [(op, [inputs[0], *inputs[start:stop]]) for op, (start, stop) in zip(ops, _spans(tuple(ops)))]
-
-
-@functools.lru_cache(maxsize=256)
-def _spans(ops: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
-    """Per layer: where its typed inputs after x are among the run's inputs (start, stop)."""
-    spans, at = [], 1
-    for op in ops:
-        count = len(typed._inputs(SPECS[op])) - 1
-        spans.append((at, at + count))
-        at += count
-    return tuple(spans)
-
-
-def _tensors(ops: Sequence[str], inputs: Sequence[Any]) -> list[Tensor | None]:
-    """x and each layer's tensors (the spec's arrays after x, None where not given), in order."""
-    return [inputs[0], *[t for op, args in _layers(ops, inputs) for t in typed._flat_tensors(op, args)[1:]]]
-
-
-def _calls(ops: Sequence[str], inputs: Sequence[Any]) -> list[tuple[str, list[Any], dict[str, Any]]]:
-    """Per layer: (its op, its spec's arrays after x, its keyword arguments as the eager plans key them)."""
-    out = []
-    for op, args in _layers(ops, inputs):
-        _, arrays, kwargs = typed.public_arguments(op, args)
-        out.append((op, arrays, SPECS[op].arguments_function(**kwargs)))
-    return out
-
+# -- the planned run ------------------------------------------------------------------------------
 
 class _Planned:
     """A run planned from its layers' calls (:func:`fused.plan_layers`), the number of residuals each
-    step saves, and per step the places of its arrays updated in place (batch norm's statistics)."""
+    step saves, per step the places of its arrays among the tensors (None where not given) and the places
+    among them of its arrays updated in place (batch norm's statistics)."""
 
-    __slots__ = ("run", "counts", "updated")
+    __slots__ = ("run", "counts", "places", "updated")
 
-    def __init__(self, ops: Sequence[str], inputs: Sequence[Any]) -> None:
-        x = inputs[0]
-        layers = _calls(ops, inputs)
-        self.run = fused.plan_layers([(op, arrays, kwargs) for op, arrays, kwargs in layers], x)
+    def __init__(self, layers: Sequence[_Layer], x: Tensor, tensors: Sequence[Tensor], reals: Sequence[float]) -> None:
+        _checked(layers, reals)
+        arrays = _split(layers, tensors)
+        layer_calls = [(layer.op, given, SPECS[layer.op].arguments_function(**_public(layer, x, given, reals)))
+                       for layer, given in zip(layers, arrays)]
+        self.run = fused.plan_layers(layer_calls, x)
         self.counts = []
         like = SimpleNamespace(shape=tuple(x.shape), dtype=x.dtype, device=x.device)
-        for (op, arrays, kwargs), step in zip(layers, self.run.steps):
-            self.counts.append(len(calls.result_specs(op, like, arrays, kwargs)[1]))
+        for (op, given, kwargs), step in zip(layer_calls, self.run.steps):
+            self.counts.append(len(calls.result_specs(op, like, given, kwargs)[1]))
             assert step.plan.first is not None          # (plan_layers sets it)
             like = SimpleNamespace(shape=step.plan.first[0], dtype=x.dtype, device=x.device)
-        self.updated = [range(len(SPECS[op].arrays) - 1)[SPECS[op].updated] for op in ops]
+        self.places = _split(layers, range(len(tensors)))          # type: ignore[arg-type]
+        self.updated = [range(len(layer.given))[SPECS[layer.op].updated] for layer in layers]
 
 
-def _planned(ops: Sequence[str], inputs: Sequence[Any]) -> _Planned:
-    """The run of these inputs, kept in the one plan cache by its ops and the inputs' metadata and values."""
-    planned: _Planned = kept(("torch sequence", tuple(ops), *[typed.key_part(v) for v in inputs]),
-                             lambda: _Planned(ops, inputs))
+def _planned(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[float]) -> _Planned:
+    """The run of these inputs, kept in the one plan cache by its layers, their floats and the tensors'
+    metadata."""
+    key = ("torch sequence", layers, *[calls.exact(r) for r in reals], x.shape, x.dtype, x.device,
+           *[(t.shape, t.dtype, t.device) for t in tensors])
+    planned: _Planned = kept(key, lambda: _Planned(_layers(layers), x, tensors, reals))
     return planned
 
 
 # -- kernels --------------------------------------------------------------------------------------
 
-def _forward(ops: Sequence[str], inputs: Sequence[Any], keep: bool) -> tuple[list[Tensor], list[Tensor]]:
+def _forward(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[float],
+             keep: bool) -> tuple[list[Tensor], list[Tensor]]:
     """(the result and the updated running statistics, the residuals) of the run on the inputs; the
     statistics are updated on copies (the op mutates none of its inputs), one per tensor, so that a layer
     given a tensor an earlier layer updated reads the update."""
-    planned = _planned(ops, inputs)
-    tensors = [typed._flat_tensors(op, args)[1:] for op, args in _layers(ops, inputs)]
-    arrays = fused._arrays(tensors)
+    planned = _planned(x, tensors, layers, reals)
+    given = fused._arrays([tensors])[0]      # (a tensor given twice is one array)
+    arrays = [[None if i is None else given[i] for i in places] for places in planned.places]
     copies: dict[int, Any] = {}
     updated = []
-    for given, places in zip(arrays, planned.updated):
+    for step, places in zip(arrays, planned.updated):
         for j in places:
-            if given[j] is not None:
-                original = id(given[j])
+            if step[j] is not None:
+                original = id(step[j])
                 if original not in copies:
-                    copies[original] = given[j].copy()
-                given[j] = copies[original]
-                updated.append(given[j])
-    h, saved = fused.forward_arrays(planned.run, to_array(inputs[0]), arrays, keep)
+                    copies[original] = step[j].copy()
+                step[j] = copies[original]
+                updated.append(step[j])
+    h, saved = fused.forward_arrays(planned.run, to_array(x), arrays, keep)
     seen: set[int] = set()
     statistics = []
     for a in updated:                        # one tensor per place: a repeated one as a copy
         statistics.append(to_tensor(a if id(a) not in seen else a.copy()))
         seen.add(id(a))
-    residuals = [to_tensor(r) for step in saved for r in step]
-    return typed._own([to_tensor(h), *statistics], inputs), typed._own(residuals, inputs)
+    outputs = typed._own([to_tensor(h), *statistics, *[to_tensor(r) for step in saved for r in step]], (x, tensors))
+    return outputs[:1 + len(statistics)], outputs[1 + len(statistics):]
 
 
-def _run_kernel(ops: Sequence[str], *inputs: Any) -> list[Tensor]:
-    return _forward(ops, inputs, False)[0]
+def _run_kernel(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[float]) -> list[Tensor]:
+    return _forward(x, tensors, layers, reals, False)[0]
 
 
-def _training_kernel(ops: Sequence[str], *inputs_and_saves: Any) -> tuple[list[Tensor], list[Tensor]]:
-    return _forward(ops, inputs_and_saves[:-1], True)
+def _training_kernel(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[float],
+                     saves: str) -> tuple[list[Tensor], list[Tensor]]:
+    return _forward(x, tensors, layers, reals, True)
 
 
-def _pullback_kernel(ops: Sequence[str], residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None],
-                     *inputs_and_needs: Any) -> list[Tensor]:
+def _pullback_kernel(residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None], x: Tensor,
+                     tensors: Sequence[Tensor], layers: str, reals: Sequence[float],
+                     needs: Sequence[bool]) -> list[Tensor]:
     """One gradient per tensor given (x's first), an empty tensor where ``needs`` asks for none or the tensor
     has none (running statistics)."""
-    *inputs, needs = inputs_and_needs
-    planned = _planned(ops, inputs)
+    planned = _planned(x, tensors, layers, reals)
     saved, at = [], 0
     for count in planned.counts:
         saved.append(tuple(to_array(r) for r in residuals[at:at + count]))
         at += count
-    given = [t for t in _tensors(ops, inputs) if t is not None]
     d = cotangents[0]
     if d is None:                            # the result's cotangent is required: zeros stand for "unused"
         last = planned.run.steps[-1].plan.first
         assert last is not None
-        d = torch.zeros(last[0], dtype=inputs[0].dtype, device=inputs[0].device)
+        d = torch.zeros(last[0], dtype=x.dtype, device=x.device)
     dx, grads = fused.backward_arrays(planned.run, saved, to_array(d), (False, *[bool(n) for n in needs]))
-    found = [dx, *grads]
-    return [to_tensor(g) if g is not None and n else t.new_empty((0,)) for g, n, t in zip(found, needs, given)]
+    return [to_tensor(g) if g is not None and n else t.new_empty((0,))
+            for g, n, t in zip([dx, *grads], needs, [x, *tensors])]
 
 
-def _fake_forward(ops: Sequence[str], inputs: Sequence[Any]) -> tuple[list[Tensor], list[Tensor]]:
+def _fake_forward(x: Tensor, tensors: Sequence[Tensor], layers: str,
+                  reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
     """The fake kernels' results: each layer's fake results in turn (calls.fake), symbolic sizes kept."""
-    h: Tensor = inputs[0]
+    described = _layers(layers)
+    _checked(described, reals)
+    h = x
     statistics: list[Tensor] = []
     residuals: list[Tensor] = []
-    for op, args in _layers(ops, inputs):
-        _, arrays, kwargs = typed.public_arguments(op, [h, *args[1:]])
-        outputs, saved = calls.fake(op, h, arrays, kwargs)
+    for layer, arrays in zip(described, _split(described, tensors)):
+        outputs, saved = calls.fake(layer.op, h, arrays, _public(layer, h, arrays, reals))
         h = outputs[0]
         statistics += outputs[1:]            # (a run's layers have one result each: plan_layers)
         residuals += saved
     return [h, *statistics], residuals
 
 
-def _fake_run(ops: Sequence[str], *inputs: Any) -> list[Tensor]:
-    return _fake_forward(ops, inputs)[0]
+def _fake_run(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[float]) -> list[Tensor]:
+    return _fake_forward(x, tensors, layers, reals)[0]
 
 
-def _fake_training(ops: Sequence[str], *inputs_and_saves: Any) -> tuple[list[Tensor], list[Tensor]]:
-    return _fake_forward(ops, inputs_and_saves[:-1])
+def _fake_training(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[float],
+                   saves: str) -> tuple[list[Tensor], list[Tensor]]:
+    return _fake_forward(x, tensors, layers, reals)
 
 
-def _fake_pullback(ops: Sequence[str], residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None],
-                   *inputs_and_needs: Any) -> list[Tensor]:
-    *inputs, needs = inputs_and_needs
-    given = [t for t in _tensors(ops, inputs) if t is not None]
-    return [t.new_empty(t.shape if n else (0,)) for n, t in zip(needs, given)]
+def _fake_pullback(residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None], x: Tensor,
+                   tensors: Sequence[Tensor], layers: str, reals: Sequence[float],
+                   needs: Sequence[bool]) -> list[Tensor]:
+    return [t.new_empty(t.shape if n else (0,)) for n, t in zip(needs, [x, *tensors])]
 
 
 # -- autograd -------------------------------------------------------------------------------------
 
-def _places(ops: Sequence[str]) -> list[int]:
-    """The places among the inputs of x and each layer's tensors (as :func:`_tensors` lists them)."""
-    return [0, *[start + i for op, (start, _) in zip(ops, _spans(tuple(ops)))
-                 for i in range(len(SPECS[op].arrays) - 1)]]
-
-
-def _kept_places(ops: Sequence[str]) -> list[int]:
-    """The places of the arrays updated in place (batch norm's running statistics): kept by reference,
-    as typed ops keep them (their update after the forward must not fail the backward's version check)."""
-    return [start + i for op, (start, _) in zip(ops, _spans(tuple(ops)))
-            for i in range(len(SPECS[op].arrays) - 1)[SPECS[op].updated]]
-
-
-def _setup_context(ops: Sequence[str], ctx: Any, inputs: tuple, output: Any) -> None:
-    inputs = inputs[:-1]                     # (the saves tag)
+def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+    x, tensors, layers, reals, _ = inputs
     results, residuals = output
-    places = _places(ops)
-    kept = set(_kept_places(ops))
-    ctx.statics = [None if i in places else v for i, v in enumerate(inputs)]
-    ctx.tensor_places = [i for i in places if inputs[i] is not None]
-    ctx.kept = {i: inputs[i] for i in ctx.tensor_places if i in kept}
-    ctx.save_for_backward(*[inputs[i] for i in ctx.tensor_places if i not in kept], *residuals)
-    ctx.saved_count = len(ctx.tensor_places) - len(ctx.kept)
+    # the arrays updated in place (running statistics) are kept by reference, as typed ops keep them:
+    # their update after the forward must not fail the backward's version check
+    kept_places = set(_updated(_layers(layers)))
+    ctx.layers, ctx.reals, ctx.count = layers, reals, len(tensors)
+    ctx.kept = {i: tensors[i] for i in kept_places}
+    saved = [t for i, t in enumerate(tensors) if i not in kept_places]
+    ctx.save_for_backward(x, *saved, *residuals)
+    ctx.saved_count = 1 + len(saved)
     ctx.mark_non_differentiable(*results[1:], *residuals)
 
 
-def _backward(ops: Sequence[str], ctx: Any, d_results: Sequence[Tensor | None], d_residuals: Any) -> tuple:
+def _backward(ctx: Any, d_results: Sequence[Tensor | None], d_residuals: Any) -> tuple:
     if torch.is_grad_enabled():
         raise RuntimeError("dnnbind: a second derivative through a compiled Sequential run is not supported "
                            "(compile the layers without the Sequential, or differentiate twice in eager mode)")
     saved = list(ctx.saved_tensors)
-    tensors, residuals = iter(saved[:ctx.saved_count]), saved[ctx.saved_count:]
-    inputs = list(ctx.statics)
-    for i in ctx.tensor_places:
-        inputs[i] = ctx.kept[i] if i in ctx.kept else next(tensors)
-    needs = [bool(ctx.needs_input_grad[i]) for i in ctx.tensor_places]
-    grads: list[Any] = [None] * (len(inputs) + 1)
+    x, others, residuals = saved[0], iter(saved[1:ctx.saved_count]), saved[ctx.saved_count:]
+    tensors = [ctx.kept[i] if i in ctx.kept else next(others) for i in range(ctx.count)]
+    x_needs, tensor_needs = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    needs = [bool(x_needs), *[bool(n) for n in tensor_needs]]
+    grads: list[Any] = [None] * len(needs)
     if any(needs) and d_results[0] is not None:
-        name = name_of(ops)
-        found = getattr(torch.ops.dnnbind, f"{name}_pullback")(residuals, [d_results[0]], *inputs, needs)
-        for i, g, n in zip(ctx.tensor_places, found, needs):
-            grads[i] = g if n else None
-    return tuple(grads)
+        found = torch.ops.dnnbind.sequence_pullback(residuals, [d_results[0]], x, tensors, ctx.layers, ctx.reals,
+                                                    needs)
+        grads = [g if n else None for g, n in zip(found, needs)]
+    # (torch.library matches the gradients' structure to the inputs', where an empty list of reals is
+    # one of tensors)
+    return grads[0], grads[1:], None, None if ctx.reals else [], None
+
+
+def _register() -> None:
+    run, training, pullback = schemas()
+    for suffix, schema, kernel, fake, differentiable in (
+            ("", run, _run_kernel, _fake_run, False),
+            ("_training", training, _training_kernel, _fake_training, True),
+            ("_pullback", pullback, _pullback_kernel, _fake_pullback, False)):
+        typed.define(f"{NAME}{suffix}", schema, kernel, fake, differentiable)
+    torch.library.register_autograd(f"{typed.NAMESPACE}::{NAME}_training", _backward, setup_context=_setup_context,
+                                    lib=typed.LIBRARY)
+
+
+_register()

@@ -128,7 +128,8 @@ def test_compile_runs_a_run_of_layers_as_one_sequence_op():
     assert "torch.ops.dnnbind.conv" not in codes[0]
     assert '{"op": "conv", "given": ["w", "b"], "stride": [1, 1], "padding": [1, 1]' in codes[0]
     assert '{"op": "conv", "given": ["w"], ' in codes[0]          # the second convolution has no bias
-    assert '"momentum": "reals[0]", "eps": "reals[1]"}' in codes[0] and "[0.1, 1e-05, 0.1]" in codes[0]
+    assert '"training": true, "momentum": "reals[0]", "eps": "reals[1]"}' in codes[0]
+    assert "[0.1, 1e-05, 0.1]" in codes[0]                           # (the leaky ReLU's slope last)
     expected = twin(x)
     torch.testing.assert_close(out, expected)
     out.square().sum().backward()
@@ -154,22 +155,24 @@ def test_a_compiled_inference_run_saves_nothing_and_dynamic_shapes_keep_one_grap
 
 def _described(*layers: tuple) -> str:
     from dnnbind.torch import typed_sequence
-    return typed_sequence.describe(layers)
+    return typed_sequence.describe(layers)[0]
 
 
 def test_the_sequence_ops_pass_opcheck_and_equal_the_layers():
     from dnnbind.torch import typed_sequence
     assert typed_sequence.schemas()[0] == "(Tensor x, Tensor[] tensors, str layers, float[] reals) -> Tensor[]"
-    layers = _described(("conv", ("w", "b"), ([1, 1], [1, 1], [1, 1], 1, False)),
-                        ("batchnorm", ("gamma", "beta", "running_mean", "running_var"), (True, "reals[0]", "reals[1]")),
-                        ("activation", (), ("tanh", None)))
+    layers = _described(("conv", 2, (True, True), (("stride", 1), ("padding", 1), ("dilation", 1), ("groups", 1),
+                                                   ("flip", False))),
+                        ("batchnorm", 2, (True,) * 4, (("training", True), ("momentum", "reals[0]"), ("eps", 1e-5))),
+                        ("activation", 2, (), (("mode", "tanh"), ("alpha", None))))
+    assert '"stride": [1, 1], "padding": [1, 1]' in layers and '"momentum": "reals[0]", "eps": 1e-05' in layers
     torch.manual_seed(0)
     w, b = torch.randn(4, 3, 3, 3, dtype=torch.float64, requires_grad=True), torch.randn(4, dtype=torch.float64)
     gamma = torch.rand(4, dtype=torch.float64, requires_grad=True)
     beta = torch.randn(4, dtype=torch.float64, requires_grad=True)
     mean, var = torch.zeros(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64)
     x = torch.randn(2, 3, 6, 6, dtype=torch.float64, requires_grad=True)
-    inputs = (x, [w, b, gamma, beta, mean, var], layers, [0.1, 1e-5])
+    inputs = (x, [w, b, gamma, beta, mean, var], layers, [0.1])
     torch.library.opcheck(torch.ops.dnnbind.sequence, inputs)
     results, residuals = torch.ops.dnnbind.sequence_training(*inputs, "tag")
     torch.library.opcheck(torch.ops.dnnbind.sequence_training, (*inputs, "tag"))
@@ -186,7 +189,8 @@ def test_the_sequence_ops_pass_opcheck_and_equal_the_layers():
     ('[{"op": "nosuch", "given": []}]', [], "does not describe a run of layers"),
     ('[{"op": "activation", "given": ["w"], "mode": "relu", "alpha": null}]', [], "does not describe a run of layers"),
     ('[{"op": "activation", "given": [], "mode": "relu"}]', [], "does not describe a run of layers"),
-    ('[{"op": "activation", "given": [], "mode": "elu", "alpha": 1.0}]', [1.0], "not a place among the reals"),
+    ('[{"op": "activation", "given": [], "mode": "elu", "alpha": "1.0"}]', [1.0], "nor a place among the reals"),
+    ('[{"op": "activation", "given": [], "mode": "elu", "alpha": 1.0}]', [1.0], "are not the described"),
     ('[{"op": "activation", "given": [], "mode": "elu", "alpha": "reals[1]"}]', [1.0], "are not the described"),
     ('[{"op": "activation", "given": [], "mode": "elu", "alpha": "reals[0]"}]', [], "are not the described"),
     ('[{"op": "conv", "given": ["w"], "stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": 1, '

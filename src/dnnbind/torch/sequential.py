@@ -29,10 +29,8 @@ from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 from torch.nn.modules import module as _module
 
-from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import eager, fused, typed_sequence
 from dnnbind.torch import functional as F
-from dnnbind.torch.spec_functions import copy_back
 from dnnbind.torch.convolution import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from dnnbind.torch.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d
 from dnnbind.torch.pointwise import (ELU, Hardtanh, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, SiLU, Softmax,
@@ -85,17 +83,7 @@ def _traced_run(layers: list[nn.Module], x: Any) -> Any:
     if fusions is None:
         return _one_by_one(layers, x)
     fused.count_batches(fusions)
-    outputs = typed_sequence.call(fusions, x)
-    # the op returns every given statistic, as each layer's typed op does; those of the layers that update
-    # them (batch norm training) are copied back, as each layer's function does
-    at = 1
-    for f in fusions:
-        spec = SPECS[f.op]
-        count = sum(t is not None for t in f.tensors[spec.updated])
-        if spec.updates_in_place(f.arguments):
-            copy_back(spec, [x, *f.tensors], outputs[at:at + count])
-        at += count
-    return outputs[0]
+    return typed_sequence.call(fusions, x)
 
 
 def _run(model: Sequential, start: int, layers: list[nn.Module], x: Any) -> Any:
@@ -172,8 +160,10 @@ def _fusions(layers: list[nn.Module], x: Tensor) -> list[fused.Fusion] | None:
     """Each layer's op call on x's shape, or None when a layer must run its own forward. Every FUSABLE
     layer keeps its input's rank, the one thing of its input a layer's call depends on, so each is asked
     with x's shape."""
-    if F.autocast_dtype(x) is not None or any(p.dtype != x.dtype for layer in layers
-                                              for p in layer.parameters(recurse=False)):
+    # (the parameter dicts read directly: layer.parameters() would be guarded against being overridden, per
+    # layer and class, on every call of a compiled model)
+    if F.autocast_dtype(x) is not None or any(p is not None and p.dtype != x.dtype for layer in layers
+                                              for p in layer._parameters.values()):
         return None           # mixed precision (autocast, parameters in another dtype): each layer on its own
     shape = tuple(x.shape)
     fusions = [layer._fusion(shape) for layer in layers]      # type: ignore[operator]

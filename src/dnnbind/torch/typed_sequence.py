@@ -10,11 +10,11 @@ per layer), :class:`~dnnbind.torch.sequential.Sequential` calls one op for the r
 
 ``tensors`` are the layers' tensors in order (each layer's given arrays after x, in its spec's order),
 ``layers`` names each layer's op, its given arrays and its typed arguments (as its own typed op takes
-them), as JSON, and ``reals`` are the values of its float arguments, which torch.compile may trace as
-symbolic ones (``dynamic=True``), where ``layers`` names their places::
+them), as JSON, and ``reals`` are the values of their float arguments, which torch.compile may trace as
+symbolic ones (``dynamic=True`` makes a batch norm's momentum one), whose places ``layers`` names::
 
     sequence_training(x, [w_0, b_0, gamma_1, ...], '[{"op": "conv", "given": ["w", "b"], "stride": [1, 1], ...},
-        {"op": "batchnorm", ..., "momentum": "reals[0]", "eps": "reals[1]"}, ...]', [0.1, 1e-05, ...], saves)
+        {"op": "batchnorm", ..., "momentum": "reals[0]", "eps": "reals[1]"}, ...]', [0.1, 1e-05], saves)
 
 It returns the result, then the updated running statistics of each batch norm that has them, and has
 ``sequence_training`` (results and every layer's residuals; with ``str saves``) and ``sequence_pullback``
@@ -54,20 +54,46 @@ def schemas() -> tuple[str, str, str]:
 
 # -- the layers' description ----------------------------------------------------------------------
 
+#: per layer that copies back: (its index, where its updated values start among the run's outputs, the
+#: places among its arrays after x of the arrays it updates)
+CopiedBack = tuple[tuple[int, int, tuple[int, ...]], ...]
+
+
 @torch.compiler.assume_constant_result
-def describe(layers: tuple[tuple[str, tuple[str, ...], tuple[Any, ...]], ...]) -> str:
-    """The ``layers`` argument for layers given as (op, the names of its given arrays after x, its typed
-    arguments in its spec's order, ``"reals[i]"`` for a float's); run while torch.compile traces, as a
-    constant of the graph."""
-    return json.dumps([{"op": op, "given": list(given), **dict(zip(SPECS[op].kinds, arguments))}
-                       for op, given, arguments in layers])
+def describe(layers: tuple[tuple[str, int, tuple[bool, ...], tuple[tuple[str, Any], ...]], ...]) -> tuple[str,
+                                                                                                        CopiedBack]:
+    """(the ``layers`` argument, per layer whose call updates arrays in place (batch norm's running statistics,
+    training) where the values are among the run's outputs and which of its arrays take them) for layers
+    given as (op, the input's spatial rank, whether each of its spec's arrays after x is given, its public
+    arguments by name, ``"reals[i]"`` for a float argument's). Run while torch.compile traces, as a constant of the
+    graph: what it reads of the specs is guarded by nothing (a traced read of each kind and array would be a
+    guard the compiled model checks on every call)."""
+    out: list[dict[str, Any]] = []
+    copied, at = [], 1
+    for i, (op, dims, given, arguments) in enumerate(layers):
+        spec, kwargs = SPECS[op], dict(arguments)
+        out.append({"op": op, "given": [a.name for a, g in zip(spec.arrays[1:], given) if g],
+                    **{name: typed._to_kind(name, kind, kwargs[name], dims) for name, kind in spec.kinds.items()}})
+        places = tuple(j for j in range(len(given))[spec.updated] if given[j])
+        if places and spec.updates_in_place(kwargs):
+            copied.append((i, at, places))
+        at += len(places)
+    return json.dumps(out), tuple(copied)
 
 
-def _float(kind: Any) -> bool:
-    return kind.schema in ("float", "float?")
+@torch.compiler.assume_constant_result
+def _floats(op: str) -> tuple[str, ...]:
+    """The op's float arguments (a constant while torch.compile traces, its read of the spec unguarded)."""
+    return tuple(name for name, kind in SPECS[op].kinds.items() if kind.schema in ("float", "float?"))
 
 
 _REAL = re.compile(r"reals\[(\d+)\]")
+
+
+class _Real(NamedTuple):
+    """A float argument given among the reals, at this place."""
+
+    place: int
 
 
 class _Layer(NamedTuple):
@@ -80,8 +106,7 @@ class _Layer(NamedTuple):
 
     def typed(self, reals: Sequence[float]) -> list[Any]:
         """Its typed arguments, the floats' values read from ``reals``."""
-        kinds = SPECS[self.op].kinds.values()
-        return [reals[v] if _float(kind) and v is not None else v for kind, v in zip(kinds, self.arguments)]
+        return [reals[v.place] if type(v) is _Real else v for v in self.arguments]
 
 
 @functools.lru_cache(maxsize=256)
@@ -100,11 +125,11 @@ def _layers(layers: str) -> tuple[_Layer, ...]:
             arguments = []
             for name, kind in spec.kinds.items():
                 value = entry[name]
-                if _float(kind) and value is not None:
-                    place = _REAL.fullmatch(value) if isinstance(value, str) else None
+                if kind.schema in ("float", "float?") and isinstance(value, str):
+                    place = _REAL.fullmatch(value)
                     if place is None:
-                        raise ValueError(f"{name}={value!r} is not a place among the reals ('reals[0]')")
-                    value = int(place.group(1))
+                        raise ValueError(f"{name}={value!r} is not a number, nor a place among the reals ('reals[0]')")
+                    value = _Real(int(place.group(1)))
                 arguments.append(value)
             out.append(_Layer(entry["op"], tuple(n in entry["given"] for n in names), tuple(arguments)))
     except (TypeError, KeyError, ValueError) as e:
@@ -128,8 +153,7 @@ def _public(layer: _Layer, x: Any, arrays: Sequence[Any], reals: Sequence[float]
 
 def _checked(layers: Sequence[_Layer], reals: Sequence[float]) -> None:
     """Refuse ``reals`` whose count is not the layers' floats'."""
-    places = sorted(v for layer in layers for kind, v in zip(SPECS[layer.op].kinds.values(), layer.arguments)
-                    if _float(kind) and v is not None)
+    places = sorted(v.place for layer in layers for v in layer.arguments if type(v) is _Real)
     if places != list(range(len(reals))):
         raise ValueError(f"dnnbind.sequence: reals={list(reals)!r} are not the described layers' floats "
                          f"(places {places})")
@@ -148,28 +172,31 @@ def _updated(layers: Sequence[_Layer]) -> list[int]:
     return places
 
 
-def call(fusions: Sequence[fused.Fusion], x: Tensor) -> list[Tensor]:
-    """The run's result, then the updated running statistics of each layer whose op has them (in the
-    layers' order), computed by the run's op: its training forward where a gradient may be asked for."""
+def call(fusions: Sequence[fused.Fusion], x: Tensor) -> Tensor:
+    """The run's result, computed by the run's op (its training forward where a gradient may be asked for),
+    and each layer's running statistics copied back where its call updates them, as its own call does."""
     described, tensors, reals = [], [], []
     for fusion in fusions:
-        spec = SPECS[fusion.op]
-        typed_inputs = typed.typed_arguments(fusion.op, x, fusion.tensors, fusion.arguments)
         arguments = []
-        for kind, value in zip(spec.kinds.values(), typed_inputs[len(spec.arrays):]):
-            if _float(kind) and value is not None:
-                arguments.append(f"reals[{len(reals)}]")
+        floats = _floats(fusion.op)
+        for name, value in fusion.arguments.items():
+            if name in floats and value is not None:
+                arguments.append((name, f"reals[{len(reals)}]"))
                 reals.append(value)
             else:
-                arguments.append(value)
-        given = tuple(a.name for a, t in zip(spec.arrays[1:], fusion.tensors) if t is not None)
-        described.append((fusion.op, given, tuple(arguments)))
+                arguments.append((name, value))
+        described.append((fusion.op, x.dim() - 2, tuple(t is not None for t in fusion.tensors), tuple(arguments)))
         tensors += [t for t in fusion.tensors if t is not None]
-    layers = describe(tuple(described))
+    layers, copied = describe(tuple(described))
     if torch.is_grad_enabled() and any(t.requires_grad for t in [x, *tensors]):
-        results, _ = torch.ops.dnnbind.sequence_training(x, tensors, layers, reals, typed.saves_tag(x.device.type))
-        return list(results)
-    return list(torch.ops.dnnbind.sequence(x, tensors, layers, reals))
+        outputs, _ = torch.ops.dnnbind.sequence_training(x, tensors, layers, reals, typed.saves_tag(x.device.type))
+    else:
+        outputs = torch.ops.dnnbind.sequence(x, tensors, layers, reals)
+    for i, at, places in copied:
+        for k, j in enumerate(places):
+            # detached rather than under no_grad, as spec_functions.copy_back
+            fusions[i].tensors[j].copy_(outputs[at + k].detach())
+    return outputs[0]
 
 
 # -- the planned run ------------------------------------------------------------------------------

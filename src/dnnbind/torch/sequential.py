@@ -190,11 +190,18 @@ def _global_hooks() -> bool:
     return any(getattr(_module, name, None) for name in _GLOBAL_HOOKS)
 
 
+@torch.compiler.assume_constant_result
+def _fusable_type(cls: type) -> bool:
+    """Whether ``cls`` is one of FUSABLE: a constant while torch.compile traces (a traced membership test
+    is a guard on each of the set's classes, checked on every call of the compiled model)."""
+    return cls in FUSABLE
+
+
 def _fusable_layer(layer: nn.Module) -> bool:
     """Whether ``layer`` may be part of a run: one of FUSABLE exactly, without hooks or an own forward,
     with settings its class lets fuse (its ``_fuses``, where it has one): a layer that may not splits the
     run around it, so the layers before and after it still run fused."""
     fuses = getattr(type(layer), "_fuses", None)
-    return (type(layer) in FUSABLE and not layer._forward_hooks and not layer._forward_pre_hooks
+    return (_fusable_type(type(layer)) and not layer._forward_hooks and not layer._forward_pre_hooks
             and not layer._backward_hooks and not getattr(layer, "_backward_pre_hooks", None)
             and "forward" not in layer.__dict__ and (fuses is None or fuses(layer)))

@@ -62,12 +62,12 @@ CopiedBack = tuple[tuple[int, int, tuple[int, ...]], ...]
 @torch.compiler.assume_constant_result
 def describe(layers: tuple[tuple[str, int, tuple[bool, ...], tuple[tuple[str, Any], ...]], ...]) -> tuple[str,
                                                                                                         CopiedBack]:
-    """(the ``layers`` argument, per layer whose call updates arrays in place (batch norm's running statistics,
-    training) where the values are among the run's outputs and which of its arrays take them) for layers
-    given as (op, the input's spatial rank, whether each of its spec's arrays after x is given, its public
-    arguments by name, ``"reals[i]"`` for a float argument's). Run while torch.compile traces, as a constant of the
-    graph: what it reads of the specs is guarded by nothing (a traced read of each kind and array would be a
-    guard the compiled model checks on every call)."""
+    """(the ``layers`` argument, per layer whose call updates arrays in place (batch norm's running
+    statistics, training) where the values are among the run's outputs and which of its arrays take them)
+    for layers given as (op, the input's spatial rank, whether each of its spec's arrays after x is given,
+    its public arguments by name, ``"reals[i]"`` for a float argument's). Run while torch.compile traces,
+    as a constant of the graph: what it reads of the specs is guarded by nothing (a traced read of each
+    kind and array would be a guard the compiled model checks on every call)."""
     out: list[dict[str, Any]] = []
     copied, at = [], 1
     for i, (op, dims, given, arguments) in enumerate(layers):
@@ -84,7 +84,11 @@ def describe(layers: tuple[tuple[str, int, tuple[bool, ...], tuple[tuple[str, An
 @torch.compiler.assume_constant_result
 def _floats(op: str) -> tuple[str, ...]:
     """The op's float arguments (a constant while torch.compile traces, its read of the spec unguarded)."""
-    return tuple(name for name, kind in SPECS[op].kinds.items() if kind.schema in ("float", "float?"))
+    return tuple(name for name, kind in SPECS[op].kinds.items() if _is_float(kind))
+
+
+def _is_float(kind: Any) -> bool:
+    return kind.schema in ("float", "float?")
 
 
 _REAL = re.compile(r"reals\[(\d+)\]")
@@ -125,7 +129,7 @@ def _layers(layers: str) -> tuple[_Layer, ...]:
             arguments = []
             for name, kind in spec.kinds.items():
                 value = entry[name]
-                if kind.schema in ("float", "float?") and isinstance(value, str):
+                if _is_float(kind) and isinstance(value, str):
                     place = _REAL.fullmatch(value)
                     if place is None:
                         raise ValueError(f"{name}={value!r} is not a number, nor a place among the reals ('reals[0]')")
@@ -175,7 +179,9 @@ def _updated(layers: Sequence[_Layer]) -> list[int]:
 def call(fusions: Sequence[fused.Fusion], x: Tensor) -> Tensor:
     """The run's result, computed by the run's op (its training forward where a gradient may be asked for),
     and each layer's running statistics copied back where its call updates them, as its own call does."""
-    described, tensors, reals = [], [], []
+    described: list[tuple] = []
+    tensors: list[Tensor] = []
+    reals: list[Any] = []
     for fusion in fusions:
         arguments = []
         floats = _floats(fusion.op)

@@ -42,9 +42,6 @@ from dnnbind.torch.convert import to_array, to_tensor
 
 Tensor = torch.Tensor
 
-NAME = "sequence"
-
-
 def schemas() -> tuple[str, str, str]:
     """(the run's schema, its training forward's, its pullback's), without the op's name."""
     inputs = "Tensor x, Tensor[] tensors, str layers, float[] reals"
@@ -74,11 +71,17 @@ def describe(layers: tuple[tuple[str, int, tuple[bool, ...], tuple[tuple[str, An
         spec, kwargs = SPECS[op], dict(arguments)
         out.append({"op": op, "given": [a.name for a, g in zip(spec.arrays[1:], given) if g],
                     **{name: typed._to_kind(name, kind, kwargs[name], dims) for name, kind in spec.kinds.items()}})
-        places = tuple(j for j in range(len(given))[spec.updated] if given[j])
+        places = _updated_places(op, given)
         if places and spec.updates_in_place(kwargs):
             copied.append((i, at, places))
         at += len(places)
     return json.dumps(out), tuple(copied)
+
+
+def _updated_places(op: str, given: Sequence[bool]) -> tuple[int, ...]:
+    """The places among the op's arrays after x of the given ones it updates in place (batch norm's
+    running statistics)."""
+    return tuple(j for j in range(len(given))[SPECS[op].updated] if given[j])
 
 
 @torch.compiler.assume_constant_result
@@ -165,15 +168,8 @@ def _checked(layers: Sequence[_Layer], reals: Sequence[float]) -> None:
 
 def _updated(layers: Sequence[_Layer]) -> list[int]:
     """The places among the tensors of the arrays updated in place (batch norm's running statistics)."""
-    places, at = [], 0
-    for layer in layers:
-        updated = range(len(layer.given))[SPECS[layer.op].updated]
-        for i, given in enumerate(layer.given):
-            if given:
-                if i in updated:
-                    places.append(at)
-                at += 1
-    return places
+    places: list[list[Any]] = _split(layers, range(sum(sum(layer.given) for layer in layers)))  # type: ignore[arg-type]
+    return [at[j] for layer, at in zip(layers, places) for j in _updated_places(layer.op, layer.given)]
 
 
 def call(fusions: Sequence[fused.Fusion], x: Tensor) -> Tensor:
@@ -210,7 +206,7 @@ def call(fusions: Sequence[fused.Fusion], x: Tensor) -> Tensor:
 class _Planned:
     """A run planned from its layers' calls (:func:`fused.plan_layers`), the number of residuals each
     step saves, per step the places of its arrays among the tensors (None where not given) and the places
-    among them of its arrays updated in place (batch norm's statistics)."""
+    among them of its given arrays updated in place (batch norm's statistics)."""
 
     __slots__ = ("run", "counts", "places", "updated")
 
@@ -227,7 +223,7 @@ class _Planned:
             assert step.plan.first is not None          # (plan_layers sets it)
             like = SimpleNamespace(shape=step.plan.first[0], dtype=x.dtype, device=x.device)
         self.places = _split(layers, range(len(tensors)))          # type: ignore[arg-type]
-        self.updated = [range(len(layer.given))[SPECS[layer.op].updated] for layer in layers]
+        self.updated = [_updated_places(layer.op, layer.given) for layer in layers]
 
 
 def _planned(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[float]) -> _Planned:
@@ -248,17 +244,16 @@ def _forward(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[
     given a tensor an earlier layer updated reads the update."""
     planned = _planned(x, tensors, layers, reals)
     given = fused._arrays([tensors])[0]      # (a tensor given twice is one array)
-    arrays = [[None if i is None else given[i] for i in places] for places in planned.places]
+    arrays: list[list[Any]] = [[None if i is None else given[i] for i in places] for places in planned.places]
     copies: dict[int, Any] = {}
     updated = []
     for step, places in zip(arrays, planned.updated):
         for j in places:
-            if step[j] is not None:
-                original = id(step[j])
-                if original not in copies:
-                    copies[original] = step[j].copy()
-                step[j] = copies[original]
-                updated.append(step[j])
+            original = id(step[j])
+            if original not in copies:
+                copies[original] = step[j].copy()
+            step[j] = copies[original]
+            updated.append(step[j])
     h, saved = fused.forward_arrays(planned.run, to_array(x), arrays, keep)
     seen: set[int] = set()
     statistics = []
@@ -370,8 +365,8 @@ def _register() -> None:
             ("", run, _run_kernel, _fake_run, False),
             ("_training", training, _training_kernel, _fake_training, True),
             ("_pullback", pullback, _pullback_kernel, _fake_pullback, False)):
-        typed.define(f"{NAME}{suffix}", schema, kernel, fake, differentiable)
-    torch.library.register_autograd(f"{typed.NAMESPACE}::{NAME}_training", _backward, setup_context=_setup_context,
+        typed.define(f"sequence{suffix}", schema, kernel, fake, differentiable)
+    torch.library.register_autograd(f"{typed.NAMESPACE}::sequence_training", _backward, setup_context=_setup_context,
                                     lib=typed.LIBRARY)
 
 

@@ -468,11 +468,14 @@ def test_lstm_time_loop_matches_the_numpy_loop(rng, isa, monkeypatch, dtype, rto
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("I, H, batch", [(140, 150, 21), (3, 13, 1), (200, 12, 40), (1, 130, 16), (20, 37, 7)])
-def test_lstm_loop_kernels_give_the_same_sums_on_any_team(rng, isa, monkeypatch, dtype, I, H, batch):
+@pytest.mark.parametrize("I, H, batch", [(140, 150, 21), (3, 13, 1), (200, 12, 40), (1, 130, 16), (20, 37, 7),
+                                         (9, 20, 6)])
+@pytest.mark.parametrize("group_columns", [3, 8, 1 << 30])
+def test_lstm_loop_kernels_give_the_same_sums_on_any_team(rng, isa, monkeypatch, dtype, I, H, batch, group_columns):
     """Each sum of the loops' packed products runs over the depth in one order whatever the chunks of
-    hidden units are: one thread and teams of two and three give the same bits (and split, inside
-    every_core, also beside torch's threads)."""
+    hidden units or the backward's groups of columns are (``group_columns``: the fewest a group takes):
+    one thread and teams of two and three give the same bits (and split, inside every_core, also beside
+    torch's threads)."""
     T = 5
     x = rng.standard_normal((T, I, batch)).astype(dtype)
     w_ih, w_hh = ((rng.standard_normal((4 * H, n)) / np.sqrt(n)).astype(dtype) for n in (I, H))
@@ -483,6 +486,10 @@ def test_lstm_loop_kernels_give_the_same_sums_on_any_team(rng, isa, monkeypatch,
     monkeypatch.setattr(native, "_launch", lambda fn, args, chunks, t=None: splits.append(len(chunks))
                         or launch(fn, args, chunks, t))
     monkeypatch.setattr(native, "LSTM_THREAD_MIN_MACS", 0)
+    monkeypatch.setattr(native, "LSTM_GROUP_MIN_COLUMNS", group_columns)
+    grouped = []
+    column_groups = native._column_groups
+    monkeypatch.setattr(native, "_column_groups", lambda *a: grouped.append(column_groups(*a)) or grouped[-1])
 
     def run(team):
         monkeypatch.setattr(native, "workers", lambda: team)
@@ -503,6 +510,8 @@ def test_lstm_loop_kernels_give_the_same_sums_on_any_team(rng, isa, monkeypatch,
         for a, b in zip(run(team), alone, strict=True):
             assert np.array_equal(a, b)
     assert 2 in splits and 3 in splits, "the loops did not split"
+    assert (max(grouped) > 1) == (batch % 2 == 0 and batch // 2 >= group_columns or
+                                  batch % 3 == 0 and batch // 3 >= group_columns), grouped
     # and what they sum is the LSTM's: the first step's gates against a float64 product, within the
     # rounding of a sum over the depth (the activations' slopes are at most 1)
     h0, x0 = alone[1][0].astype(np.float64), x[T - 1].astype(np.float64)

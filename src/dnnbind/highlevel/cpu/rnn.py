@@ -117,7 +117,8 @@ class _Direction:
     def param_grads(self, d_pre_x: np.ndarray, d_pre_h: np.ndarray, x_steps: np.ndarray, weights: bool = True,
                     dx: bool = True) -> tuple:
         """(dW_ih, dW_hh, db_ih, db_hh, dx) from the pre-activation gradients (T, G*H, B) of the input
-        and recurrent products (the same array except for GRU), with x (T, B, I) in step order; the
+        and recurrent products (the same array except for GRU; d_pre_x may come as the (G*H, T*B) matrix
+        below already), with x (T, B, I) in step order; the
         weights' gradients None unless ``weights``, dx None unless ``dx``.
 
         Each becomes one (G*H, T*B) matrix, columns ordered like x's rows, so that every weight gradient
@@ -130,8 +131,8 @@ class _Direction:
         """
         if not (weights or dx):
             return None, None, None, None, None
-        gh = d_pre_x.shape[1]
-        gx = native.swap_axes(d_pre_x, 0).reshape(gh, -1)
+        # (T, G*H, B) step by step, or already the (G*H, T*B) matrix (native.lstm_backward's)
+        gx = d_pre_x if d_pre_x.ndim == 2 else native.swap_axes(d_pre_x, 0).reshape(d_pre_x.shape[1], -1)
         dw_ih = dw_hh = db_ih = db_hh = None
         if weights:
             dw_ih, dw_hh, db_ih, db_hh = self._weight_grads(gx, d_pre_h, d_pre_h is d_pre_x, x_steps)
@@ -327,8 +328,8 @@ class _LSTM(_Direction):
         acts, cs, tcs = self.acts, self.cs, self.tcs
         if self._native(masks):
             dh, dc = np.array(dh, order="C"), np.array(dc, order="C")     # updated in place: our own
-            dgates = native.lstm_backward(acts, cs, tcs, self.w_hh, dyk, dh, dc)
-            return dgates, dgates, dh, dc
+            gates = native.lstm_backward(acts, cs, tcs, self.w_hh, dyk, dh, dc)    # (4H, T*B)
+            return gates, gates, dh, dc
         # derivatives that depend on the forward pass only, for every step at once:
         # sigmoid' = s (1 - s) on every row first, then tanh' = 1 - g^2 over the g rows
         slope = np.subtract(1, acts)

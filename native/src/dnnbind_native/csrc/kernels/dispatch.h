@@ -4,6 +4,7 @@
 #define DNNBIND_DISPATCH_H
 
 #include <stdint.h>
+#include <time.h>
 #if defined(__x86_64__)
 #include <immintrin.h>    /* masked loads and stores of partial vectors (vmath_typed.h: load, store) */
 #endif
@@ -20,6 +21,13 @@ static inline void spin_pause(void) {
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
+}
+
+/* The monotonic clock in nanoseconds (the spin-waits' time limits). */
+static inline int64_t clock_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 /* The most bytes a correlation, dot product or tile handles at a time (eight vectors of the widest

@@ -71,16 +71,10 @@ static atomic_int sleepers, caller_sleeping, first_error;
 static uint64_t generation;                 /* the caller's, under submit */
 static int threads;                         /* workers started (in this process) */
 
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 /* Spin until done() or SPIN_NS have passed; whether done() held. */
 #define SPIN_UNTIL(done) ({                                                        \
-    int64_t start_ = now_ns(), polls_ = 0;                                         \
-    while (!(done) && (++polls_ % 64 != 0 || now_ns() - start_ <= SPIN_NS)) spin_pause(); \
+    int64_t start_ = clock_ns(), polls_ = 0;                                         \
+    while (!(done) && (++polls_ % 64 != 0 || clock_ns() - start_ <= SPIN_NS)) spin_pause(); \
     (done); })
 
 /* Run range i of the job: the kernel's status (0 for kernels without one). */

@@ -31,24 +31,88 @@
 #define CHUNK_SLACK_ROWS 16
 #define PART_ALIGN 16
 
-/* Several threads through one time loop (every thread that runs a range of the call takes part; the
- * range itself says nothing): each step is cut into ``sync[1]`` chunks of hidden units, handed out as
- * tickets in step order, and a ticket's chunk starts once every chunk of the steps before it is done
- * (sync[0]: the next ticket, sync[8]: the chunks done; the caller zeroes both). Whoever is there takes
- * the next ticket, so one thread alone runs every step in order, and a thread that starts late only
- * joins later: never a wait for a thread that is not running. */
-static inline int64_t next_ticket(int64_t *sync) { return __atomic_fetch_add(&sync[0], 1, __ATOMIC_SEQ_CST); }
+/* Several threads through one time loop (every thread that runs a range of the call takes part): each
+ * round (a step, or the packing before the first) is cut into chunks: ``groups`` groups of the batch's
+ * columns (each its own recurrence), each cut into ``parts`` chunks of hidden units, and a chunk
+ * starts once every chunk of its group in the rounds before it is done. sync (int64 words, zeroed by
+ * the caller but for the sizes):
+ *   sync[1]  parts (chunks of hidden units per group, layer and round)
+ *   sync[2]  homes (the call's ranges: split(team, team), one per thread that may come)
+ *   sync[3]  groups (0 reads as 1)
+ *   sync[SYNC_DONE + 8 g]  chunks of group g done, all rounds together (a cache line per group)
+ *   then per chunk q of a round: the rounds of it claimed so far; then per range h: nonzero once a
+ *   thread runs it.
+ * Chunk q belongs to range q % homes: the thread that runs that range takes it every round first, so
+ * that the chunk's packed rows and its units' states stay in that core's cache (taken as they came,
+ * the chunks changed cores every few steps). Then it takes any chunk of the same round that is still
+ * unclaimed: at once where the range it belongs to has no thread yet (one thread alone runs every
+ * chunk in order), else after GRACE_NS of waiting for that range's thread (one the system runs late):
+ * never a wait for a thread that is not running. */
+#define SYNC_DONE 16
+#define GRACE_NS 20000
 
-/* Spin until `chunks` are done; past a few microseconds yield the core now and then, in case the
- * thread with the chunk waited for has none (more threads than free cores). */
-static inline void wait_for_chunks(const int64_t *sync, int64_t chunks) {
-    for (int64_t polls = 1; __atomic_load_n(&sync[8], __ATOMIC_ACQUIRE) < chunks; polls++) {
+static inline int64_t sync_groups(const int64_t *sync) { return sync[3] > 1 ? sync[3] : 1; }
+
+typedef struct {
+    int64_t *sync, *claims;
+    const int64_t *present;
+    int64_t per_round, rounds, homes, home, round, scan;
+} turns_t;
+
+/* This thread's turns through ``rounds`` rounds of ``per_round`` chunks, as the range starting at lo. */
+static inline turns_t turns_start(int64_t *sync, int64_t per_round, int64_t rounds, int64_t lo) {
+    int64_t *claims = sync + SYNC_DONE + 8 * sync_groups(sync);
+    turns_t t = {sync, claims, claims + per_round, per_round, rounds, sync[2] > 1 ? sync[2] : 1, 0, 0, 0};
+    t.home = lo % t.homes;
+    __atomic_store_n(&claims[per_round + t.home], 1, __ATOMIC_RELEASE);
+    return t;
+}
+
+/* Whether chunk q of round r is already someone's, after waiting up to GRACE_NS for its own range's
+ * thread where that one runs. */
+static inline int taken_by_owner(const turns_t *t, int64_t q, int64_t r) {
+    if (__atomic_load_n(&t->claims[q], __ATOMIC_ACQUIRE) > r) return 1;
+    if (!__atomic_load_n(&t->present[q % t->homes], __ATOMIC_ACQUIRE)) return 0;
+    int64_t start = clock_ns();
+    for (int64_t polls = 1; __atomic_load_n(&t->claims[q], __ATOMIC_ACQUIRE) <= r; polls++) {
+        if (polls % 64 == 0 && clock_ns() - start > GRACE_NS) return 0;
+        spin_pause();
+    }
+    return 1;
+}
+
+/* The next chunk this thread runs: its round and index among the round's chunks; 0 when none is left.
+ * The caller waits for the rounds before (wait_for_chunks) and marks it done (chunk_done). */
+static inline int next_turn(turns_t *t, int64_t *round, int64_t *q) {
+    for (; t->round < t->rounds; t->round++, t->scan = 0) {
+        const int64_t r = t->round;
+        while (t->scan < 2 * t->per_round) {     /* its own chunks, then the others */
+            const int64_t i = t->scan++, c = i % t->per_round;
+            const int own = c % t->homes == t->home;
+            if (own != (i < t->per_round)) continue;
+            if (!own && taken_by_owner(t, c, r)) continue;
+            int64_t expected = r;
+            if (__atomic_compare_exchange_n(&t->claims[c], &expected, r + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                *round = r;
+                *q = c;
+
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Spin until `chunks` of group g are done; past a few microseconds yield the core now and then, in case
+ * the thread with the chunk waited for has none (more threads than free cores). */
+static inline void wait_for_chunks(const int64_t *sync, int64_t g, int64_t chunks) {
+    for (int64_t polls = 1; __atomic_load_n(&sync[SYNC_DONE + 8 * g], __ATOMIC_ACQUIRE) < chunks; polls++) {
         if (polls % 4096 == 0) sched_yield();
         spin_pause();
     }
 }
 
-static inline void chunk_done(int64_t *sync) { __atomic_fetch_add(&sync[8], 1, __ATOMIC_RELEASE); }
+static inline void chunk_done(int64_t *sync, int64_t g) { __atomic_fetch_add(&sync[SYNC_DONE + 8 * g], 1, __ATOMIC_RELEASE); }
 
 /* Hidden units [*u0, *u1) of chunk c of parts. */
 static inline void chunk_units(int64_t hidden, int64_t parts, int64_t c, int64_t *u0, int64_t *u1) {

@@ -267,28 +267,29 @@ INLINE void NAME(lstm_step)(const T *part, const T *xk, const T *bias, T *acts, 
  * x (T, I, B): each time's inputs, feature-major; w_ih (4H, I), w_hh (4H, H), bias (4H): b_ih + b_hh,
  * or NULL; steps[k]: the time of step k. Writes the tapes acts (T, 4H, B: activated gates), hs and cs
  * (T + 1, H, B; hs[0], cs[0] given: the initial state) and tcs (T, H, B: tanh of the cells). A step's
- * gate pre-activations are one product: [w_hh w_ih] [h; x_t] + bias. The tickets (recurrent.c) of
+ * gate pre-activations are one product: [w_hh w_ih] [h; x_t] + bias. The chunks (recurrent.c) of
  * round 0 pack each chunk's rows of [w_hh w_ih] (its hidden units' four gate rows) into ``packed``;
  * those of round k + 1 are step k's chunks: their rows of the product, and their cells (the next
  * step's product reads every unit's state). */
 KERNEL void NAME(dnnbind_lstm_forward)(const T *x, const T *w_ih, const T *bias, const T *w_hh, const int64_t *steps,
                                        T *acts, T *hs, T *cs, T *tcs, int64_t count, int64_t inputs, int64_t hidden,
                                        int64_t batch, T *packed, int64_t *sync, int64_t lo, int64_t hi) {
-    (void)lo; (void)hi;
+    (void)hi;
     const int64_t parts = sync[1], widest = 4 * ((hidden + parts - 1) / parts), depth = hidden + inputs;
-    for (int64_t ticket; (ticket = next_ticket(sync)) < (count + 1) * parts;) {
-        int64_t round = ticket / parts, c = ticket % parts, u0, u1;
+    turns_t turns = turns_start(sync, parts, count + 1, lo);
+    for (int64_t round, c; next_turn(&turns, &round, &c);) {
+        int64_t u0, u1;
         chunk_units(hidden, parts, c, &u0, &u1);
         T *part = NAME(chunk_part)(packed, c, widest, depth);
         if (round == 0) {
             NAME(lstm_pack)(part, w_ih, w_hh, inputs, hidden, batch, u0, u1);
         } else {
             const int64_t k = round - 1;
-            wait_for_chunks(sync, round * parts);
+            wait_for_chunks(sync, 0, round * parts);
             NAME(lstm_step)(part, x + steps[k] * inputs * batch, bias, acts, hs, cs, tcs, k, inputs, hidden, batch,
                             u0, u1);
         }
-        chunk_done(sync);
+        chunk_done(sync, 0);
     }
 }
 
@@ -299,16 +300,18 @@ KERNEL void NAME(dnnbind_lstm_forward)(const T *x, const T *w_ih, const T *bias,
  * k - 1 and the layer below's step k, both of the round before). ``layer``: per layer, ten words: x
  * (the first layer's, as dnnbind_lstm_forward's; ignored above it), w_ih, bias (or 0), w_hh, acts, hs,
  * cs, tcs (as dnnbind_lstm_forward's), packed (its own buffer, sized as that kernel's) and its inputs.
- * Tickets: sync[1] chunks per layer and round, in round order; every ticket of a round waits for the
- * rounds before it, also one with no step to run (so that the count of chunks done never runs ahead).
+ * Chunks (recurrent.c): sync[1] per layer and round, chunk l * sync[1] + c of a round layer l's; every
+ * chunk of a round waits for the rounds before it, also one with no step to run (so that the count of
+ * chunks done never runs ahead).
  * Each step's sums are those of dnnbind_lstm_forward, in the same order. */
 KERNEL void NAME(dnnbind_lstm_forward_stack)(const int64_t *layer, int64_t layers, int64_t count, int64_t hidden,
                                              int64_t batch, int64_t *sync, int64_t lo, int64_t hi) {
-    (void)lo; (void)hi;
+    (void)hi;
     const int64_t parts = sync[1], per_round = layers * parts, widest = 4 * ((hidden + parts - 1) / parts);
     const int64_t plane = hidden * batch;
-    for (int64_t ticket; (ticket = next_ticket(sync)) < (count + layers) * per_round;) {
-        int64_t round = ticket / per_round, l = ticket % per_round / parts, c = ticket % parts, u0, u1;
+    turns_t turns = turns_start(sync, per_round, count + layers, lo);
+    for (int64_t round, q; next_turn(&turns, &round, &q);) {
+        int64_t l = q / parts, c = q % parts, u0, u1;
         const int64_t *d = layer + 10 * l;
         const int64_t inputs = d[9];
         chunk_units(hidden, parts, c, &u0, &u1);
@@ -317,7 +320,7 @@ KERNEL void NAME(dnnbind_lstm_forward_stack)(const int64_t *layer, int64_t layer
             NAME(lstm_pack)(part, (const T *)(intptr_t)d[1], (const T *)(intptr_t)d[3], inputs, hidden, batch, u0, u1);
         } else {
             const int64_t k = round - 1 - l;
-            wait_for_chunks(sync, round * per_round);
+            wait_for_chunks(sync, 0, round * per_round);
             if (k >= 0 && k < count) {
                 const T *xk = l == 0 ? (const T *)(intptr_t)d[0] + k * inputs * batch
                                      : (const T *)(intptr_t)d[5 - 10] + (k + 1) * plane;   /* hs below */
@@ -325,70 +328,85 @@ KERNEL void NAME(dnnbind_lstm_forward_stack)(const int64_t *layer, int64_t layer
                                 (T *)(intptr_t)d[6], (T *)(intptr_t)d[7], k, inputs, hidden, batch, u0, u1);
             }
         }
-        chunk_done(sync);
+        chunk_done(sync, 0);
     }
 }
 
-/* One backward step's gate gradients for elements [j, j + count) of the (H, B) planes: from the state
- * gradient dh (the carried one plus this step's output gradient dy) and the carried cell gradient dc
- * (updated in place to the one before the step). */
-INLINE void NAME(lstm_cell_grad)(const T *gates, T *d, int64_t plane, const T *c_prev, const T *tc, const T *dh,
-                                 const T *dy, T *dc, int64_t j, int64_t count) {
+/* One backward step's gate gradients for ``count`` elements of the (H, B) planes: from the state gradient
+ * dh (the carried one plus this step's output gradient dy) and the carried cell gradient dc (updated in
+ * place to the one before the step). The step's tapes (gates: rows i, f, g, o ``plane`` apart; c_prev,
+ * tc) and dy at element j; the gate gradients d (rows ``dplane`` apart), dh and dc at element jd. */
+INLINE void NAME(lstm_cell_grad)(const T *gates, int64_t plane, const T *c_prev, const T *tc, const T *dy, int64_t j,
+                                 T *d, int64_t dplane, const T *dh, T *dc, int64_t jd, int64_t count) {
     const T *gi = gates + j, *gf = gi + plane, *gg = gf + plane, *go = gg + plane;
     NAME(v) i = NAME(load)(gi, count), f = NAME(load)(gf, count), g = NAME(load)(gg, count), o = NAME(load)(go, count);
     NAME(v) t = NAME(load)(tc + j, count);
-    NAME(v) dh_t = NAME(load)(dh + j, count) + NAME(load)(dy + j, count);
-    NAME(v) dc_t = dh_t * (o * (1 - t * t)) + NAME(load)(dc + j, count);
-    T *di = d + j, *df = di + plane, *dg = df + plane, *d_o = dg + plane;
+    NAME(v) dh_t = NAME(load)(dh + jd, count) + NAME(load)(dy + j, count);
+    NAME(v) dc_t = dh_t * (o * (1 - t * t)) + NAME(load)(dc + jd, count);
+    T *di = d + jd, *df = di + dplane, *dg = df + dplane, *d_o = dg + dplane;
     NAME(store)(di, dc_t * g * (i * (1 - i)), count);
     NAME(store)(df, dc_t * NAME(load)(c_prev + j, count) * (f * (1 - f)), count);
     NAME(store)(dg, dc_t * i * (1 - g * g), count);
     NAME(store)(d_o, dh_t * t * (o * (1 - o)), count);
-    NAME(store)(dc + j, dc_t * f, count);
+    NAME(store)(dc + jd, dc_t * f, count);
+}
+
+/* lstm_cell_grad over elements [j, end) of contiguous rows, a vector at a time. */
+INLINE void NAME(lstm_cell_grads)(const T *gates, int64_t plane, const T *c_prev, const T *tc, const T *dy, int64_t j,
+                                  T *d, int64_t dplane, const T *dh, T *dc, int64_t jd, int64_t end) {
+    for (; j + VL <= end; j += VL, jd += VL)
+        NAME(lstm_cell_grad)(gates, plane, c_prev, tc, dy, j, d, dplane, dh, dc, jd, VL);
+    if (j < end) NAME(lstm_cell_grad)(gates, plane, c_prev, tc, dy, j, d, dplane, dh, dc, jd, end - j);
 }
 
 /* The backward loop of :c:func:`dnnbind_lstm_forward`, steps in reverse: dy (T, H, B) the gradients of
- * the states after each step, dh and dc (H, B) those of the last state and cell, updated in place to the
- * initial ones. Writes dgates (T, 4H, B), the gradients of the pre-activations. Round 0 of the tickets
- * (recurrent.c) packs each chunk's rows of W_hh^T (its hidden units' columns of w_hh); round 1 is the
- * last step's gate gradients; each round after it is one step's product dh = W_hh^T dgates for the
- * chunk's units (which reads every unit's gate gradients of that step), then the step before's gate
- * gradients of the same units (which read only those units' dh and dc): one wait per step. */
+ * the states after each step. Every group of the batch's columns (recurrent.c: sync[3] groups of
+ * B / groups columns, each its own recurrence) runs in its own arrays, so that no two cores write one
+ * cache line: dh and dc (groups, H, B / groups) the gradients of the last state and cell, updated in
+ * place to the initial ones; dgates (T, groups, 4H, B / groups) the gradients of the pre-activations
+ * (one group: (T, 4H, B)). Round 0 of the chunks (recurrent.c) packs each chunk's rows of W_hh^T (its
+ * hidden units' columns of w_hh); round 1 is the last step's gate gradients; each round after it is one
+ * step's product dh = W_hh^T dgates for the chunk's units (which reads every unit's gate gradients of
+ * that step and group), then the step before's gate gradients of the same units (which read only those
+ * units' dh and dc): one wait per step. */
 KERNEL void NAME(dnnbind_lstm_backward)(const T *acts, const T *cs, const T *tcs, const T *w_hh, const T *dy, T *dh,
                                         T *dc, T *dgates, int64_t count, int64_t hidden, int64_t batch, T *packed,
                                         int64_t *sync, int64_t lo, int64_t hi) {
-    (void)lo; (void)hi;
-    const int64_t plane = hidden * batch, rows = 4 * hidden, parts = sync[1], widest = (hidden + parts - 1) / parts;
-    const int64_t rounds = count ? count + 2 : 1;
-    for (int64_t ticket; (ticket = next_ticket(sync)) < rounds * parts;) {
-        int64_t round = ticket / parts, c = ticket % parts, u0, u1;
+    (void)hi;
+    const int64_t plane = hidden * batch, rows = 4 * hidden, parts = sync[1], groups = sync_groups(sync);
+    const int64_t widest = (hidden + parts - 1) / parts, n = batch / groups, gplane = hidden * n;
+    turns_t turns = turns_start(sync, groups * parts, count ? count + 2 : 1, lo);
+    for (int64_t round, q; next_turn(&turns, &round, &q);) {
+        const int64_t g = q / parts, c = q % parts, b0 = g * n;
+        int64_t u0, u1;
         chunk_units(hidden, parts, c, &u0, &u1);
-        T *part = NAME(chunk_part)(packed, c, widest, rows);
+        T *part = NAME(chunk_part)(packed, q, widest, rows);
+        T *dh_g = dh + g * gplane, *dc_g = dc + g * gplane;
         if (round == 0) {                 /* row i: unit u0 + i's column of w_hh */
-            const int64_t height = NAME(panel_height)(batch);
+            const int64_t height = NAME(panel_height)(n);
             for (int64_t i = 0; i < NAME(padded_rows)(u1 - u0, height); i++)
                 NAME(pack_row)(part, height, i, rows, 0, rows, i < u1 - u0 ? w_hh + u0 + i : NULL, hidden);
-            chunk_done(sync);
+            chunk_done(sync, g);
             continue;
         }
-        wait_for_chunks(sync, round * parts);
+        wait_for_chunks(sync, g, round * parts);
         int64_t k = count - round;        /* the step whose gate gradients this round gives (-1: none) */
         if (round > 1) {                                          /* dh[u0:u1] = W_hh[:, u0:u1]^T d, step k + 1 */
-            NAME(rhs_t) b = {dgates + (k + 1) * rows * batch, rows, dgates, 0, batch};
-            NAME(rows_t) to = {dh, NULL, u1 - u0, hidden, u0};
-            NAME(chunk_product)(part, u1 - u0, &b, batch, &to);
+            NAME(rhs_t) b = {dgates + ((k + 1) * groups + g) * rows * n, rows, dgates, 0, n};
+            NAME(rows_t) to = {dh_g, NULL, u1 - u0, hidden, u0};
+            NAME(chunk_product)(part, u1 - u0, &b, n, &to);
         }
         if (k >= 0) {
-            const T *a = acts + k * rows * batch;
-            T *d = dgates + k * rows * batch;
-            int64_t j = u0 * batch, end = u1 * batch;
-            for (; j + VL <= end; j += VL)
-                NAME(lstm_cell_grad)(a, d, plane, cs + k * plane, tcs + k * plane, dh, dy + k * plane, dc, j, VL);
-            if (j < end)
-                NAME(lstm_cell_grad)(a, d, plane, cs + k * plane, tcs + k * plane, dh, dy + k * plane, dc, j,
-                                     end - j);
+            const T *a = acts + k * rows * batch, *cp = cs + k * plane, *tc = tcs + k * plane, *dyk = dy + k * plane;
+            T *d = dgates + (k * groups + g) * rows * n;
+            if (groups == 1)              /* the units' rows side by side */
+                NAME(lstm_cell_grads)(a, plane, cp, tc, dyk, u0 * batch, d, plane, dh, dc, u0 * batch, u1 * batch);
+            else
+                for (int64_t u = u0; u < u1; u++)
+                    NAME(lstm_cell_grads)(a, plane, cp, tc, dyk, u * batch + b0, d, gplane, dh_g, dc_g, u * n,
+                                          u * batch + b0 + n);
         }
-        chunk_done(sync);
+        chunk_done(sync, g);
     }
 }
 

@@ -145,10 +145,15 @@ def copy_back(spec: OpSpec, arrays: Sequence[Any], new: Sequence[Tensor]) -> Non
     returns them as they are)."""
     updated = [arrays[spec.array_names.index(n)] for n in spec.updated_in_place]
     for old, value in zip([u for u in updated if u is not None], new):
-        if value is not old:
-            # detached rather than under no_grad: torch.export then records a plain buffer mutation (a
-            # no_grad block becomes a higher-order op whose missing result torch.export.save refuses)
-            old.copy_(value.detach())
+        set_in_place(old, value)
+
+
+def set_in_place(old: Tensor, value: Tensor) -> None:
+    """``old`` (a running statistic) given ``value``'s values, unless it is ``value`` itself. Detached
+    rather than under no_grad: torch.export then records a plain buffer mutation (a no_grad block
+    becomes a higher-order op whose missing result torch.export.save refuses)."""
+    if value is not old:
+        old.copy_(value.detach())
 
 
 def _annotation(spec: OpSpec, name: str, annotation: str) -> str:

@@ -39,6 +39,7 @@ from dnnbind.highlevel.plans import kept
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import calls, fused, typed
 from dnnbind.torch.convert import to_array, to_tensor
+from dnnbind.torch.spec_functions import set_in_place
 
 Tensor = torch.Tensor
 
@@ -196,8 +197,7 @@ def call(fusions: Sequence[fused.Fusion], x: Tensor) -> Tensor:
         outputs = torch.ops.dnnbind.sequence(x, tensors, layers, reals)
     for i, at, places in copied:
         for k, j in enumerate(places):
-            # detached rather than under no_grad, as spec_functions.copy_back
-            fusions[i].tensors[j].copy_(outputs[at + k].detach())
+            set_in_place(fusions[i].tensors[j], outputs[at + k])
     return outputs[0]
 
 

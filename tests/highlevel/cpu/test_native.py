@@ -500,9 +500,7 @@ def test_lstm_loop_kernels_give_the_same_sums_on_any_team(rng, isa, monkeypatch,
         with native.every_core():
             native.lstm_forward(x, w_ih, bias, w_hh, np.arange(T)[::-1], acts, hs, cs, tcs)
             dh, dc = np.ones((H, batch), dtype), np.zeros((H, batch), dtype)
-            gates, groups = native.lstm_backward(acts, cs, tcs, w_hh, dy, dh, dc)
-        # its columns in (step, sequence) order
-        dgates = gates.reshape(4 * H, groups, T, batch // groups).transpose(0, 2, 1, 3).reshape(4 * H, T * batch)
+            dgates = native.lstm_backward(acts, cs, tcs, w_hh, dy, dh, dc)
         return acts, hs, cs, tcs, dgates, dh, dc
 
     state = rng.bit_generator.state
@@ -716,31 +714,6 @@ def test_lstm_time_loop_split_over_the_cores_equals_one_thread(rng, monkeypatch,
     for a, b in zip(_lstm_results(np.random.default_rng(seeds), dtype), alone, strict=True):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * max(1.0, float(np.abs(b).max())))
     assert team in split_runs, "the time loop did not split"
-
-
-@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
-def test_lstm_backward_in_groups_of_columns_equals_one_group(monkeypatch, dtype, rtol):
-    """The backward loop in groups of the batch's columns (each group its own recurrence on its own
-    core, the gate gradients' columns in (group, step, sequence) order) gives what the loop split by
-    hidden units gives: dh0 and dc0 the same bits (the loop's sums run in one order), dx and the weight
-    gradients within rounding (their products take the columns in another order)."""
-    monkeypatch.setattr(native, "workers", lambda: 2)
-    monkeypatch.setattr(native, "cores_to_spare", lambda: True)
-    groups = []
-    column_groups = native._column_groups
-    monkeypatch.setattr(native, "_column_groups", lambda *a: groups.append(column_groups(*a)) or groups[-1])
-    seeds = np.random.SeedSequence(11)
-    monkeypatch.setattr(native, "LSTM_GROUP_MIN_COLUMNS", 1 << 30)
-    units = _lstm_results(np.random.default_rng(seeds), dtype, batch=24)
-    assert set(groups) == {1}
-    monkeypatch.setattr(native, "LSTM_GROUP_MIN_COLUMNS", 4)
-    grouped = _lstm_results(np.random.default_rng(seeds), dtype, batch=24)
-    assert set(groups) == {1, 2}
-    for i, (a, b) in enumerate(zip(grouped, units, strict=True)):
-        if i in (0, 1, 2, 4, 5):                 # y, hy, cy, dh0, dc0
-            assert np.array_equal(a, b), i
-        else:
-            np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * max(1.0, float(np.abs(b).max())))
 
 
 def test_lstm_time_loop_splits_over_the_own_workers_without_torch():

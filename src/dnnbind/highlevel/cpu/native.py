@@ -658,12 +658,11 @@ STACK_CHUNKS = 1
 
 
 def lstm_backward(acts: np.ndarray, cs: np.ndarray, tcs: np.ndarray, w_hh: np.ndarray, dy: np.ndarray,
-                  dh: np.ndarray, dc: np.ndarray) -> tuple[np.ndarray, int]:
+                  dh: np.ndarray, dc: np.ndarray) -> np.ndarray:
     """The backward loop of :func:`lstm_forward`: dy (T, H, B) the gradients of the states after each
     step; dh and dc (H, B) those of the last state and cell, updated in place to the initial state's.
-    Returns the gradients of the gates' pre-activations as one (4H, T B) matrix, the weight gradients'
-    left factor, and the G of its columns' order: (group, step, sequence within the group) for G groups
-    of B / G sequences (:func:`_column_groups`; G = 1: x's (step, sequence) order)."""
+    Returns the gradients of the gates' pre-activations as one (4H, T B) matrix, its columns in the
+    (step, sequence) order of x's rows: the weight gradients' left factor."""
     dtype = acts.dtype
     count, rows, batch = acts.shape
     hidden = rows // 4
@@ -673,11 +672,11 @@ def lstm_backward(acts: np.ndarray, cs: np.ndarray, tcs: np.ndarray, w_hh: np.nd
     team = _loop_team(hidden, batch)
     groups = _column_groups(team, batch)
     n = batch // groups
-    # each group of columns runs in arrays of its own (see the kernel): dh, dc (groups, H, n) and its
-    # rows of the gate gradients, (4H, groups, T, n); one group's step by step, (T, 4H, B)
+    # each group of columns runs in arrays of its own (see the kernel): dh, dc (groups, H, n) and the
+    # gate gradients (T, groups, 4H, n)
     columns = (hidden, groups, n)
     dh_g, dc_g = (np.ascontiguousarray(a.reshape(columns).transpose(1, 0, 2)) for a in (dh, dc))
-    dgates = np.empty_like(acts) if groups == 1 else np.empty((rows, groups * count * n), dtype)
+    dgates = np.empty((count, groups, rows, n), dtype)
     args = (_address(acts, "acts", acts.shape, dtype), _address(cs, "cs", (count + 1, *plane), dtype),
             _address(tcs, "tcs", (count, *plane), dtype), _address(w_hh, "w_hh", (rows, hidden), dtype),
             _address(dy, "dy", (count, *plane), dtype), _data(dh_g), _data(dc_g), _data(dgates), count, hidden,
@@ -685,9 +684,7 @@ def lstm_backward(acts: np.ndarray, cs: np.ndarray, tcs: np.ndarray, w_hh: np.nd
     _run_time_loop(_kernel("lstm_backward", dtype), args, team, groups, hidden, n, 1, rows, dtype)
     for a, grouped in ((dh, dh_g), (dc, dc_g)):
         np.copyto(a.reshape(columns), grouped.transpose(1, 0, 2))
-    if groups == 1:
-        return swap_axes(dgates, 0).reshape(rows, count * batch), 1
-    return dgates, groups
+    return swap_axes(dgates.reshape(count * groups, rows, n), 0).reshape(rows, count * batch)
 
 
 def _column_groups(team: int, batch: int) -> int:

@@ -67,9 +67,6 @@ class _Direction:
     hs: np.ndarray          # the states the forward pass recorded, (T + 1, H, B) (LSTM projection: P rows)
     w_hr: np.ndarray | None = None      # LSTM projection (P, H)
     dw_hr: np.ndarray | None = None     # its gradient, set by the backward loop
-    #: G of the gate gradients' columns in the backward loop's matrix: (group, step, sequence within the
-    #: group) for G groups of the batch (the LSTM's C loop sets it; 1: x's (step, sequence) order)
-    column_groups = 1
 
     def __init__(self, w_ih: np.ndarray, w_hh: np.ndarray, b_ih: np.ndarray | None,
                  b_hh: np.ndarray | None, hidden: int) -> None:
@@ -121,7 +118,7 @@ class _Direction:
                     dx: bool = True) -> tuple:
         """(dW_ih, dW_hh, db_ih, db_hh, dx) from the pre-activation gradients (T, G*H, B) of the input
         and recurrent products (the same array except for GRU; d_pre_x may come as the (G*H, T*B) matrix
-        below already, its columns in :attr:`column_groups`' order), with x (T, B, I) in step order; the
+        below already), with x (T, B, I) in step order; the
         weights' gradients None unless ``weights``, dx None unless ``dx``.
 
         Each becomes one (G*H, T*B) matrix, columns ordered like x's rows, so that every weight gradient
@@ -139,9 +136,7 @@ class _Direction:
         dw_ih = dw_hh = db_ih = db_hh = None
         if weights:
             dw_ih, dw_hh, db_ih, db_hh = self._weight_grads(gx, d_pre_h, d_pre_h is d_pre_x, x_steps)
-        x_grad = None
-        if dx:      # rows in the columns' order: back to x's
-            x_grad = _grouped(_split_product(gx.T, self.w_ih).reshape(x_steps.shape), self.column_groups, back=True)
+        x_grad = _split_product(gx.T, self.w_ih).reshape(x_steps.shape) if dx else None
         return dw_ih, dw_hh, db_ih, db_hh, x_grad
 
     def _weight_grads(self, gx: np.ndarray, d_pre_h: np.ndarray, shared: bool, x_steps: np.ndarray) -> tuple:
@@ -150,13 +145,10 @@ class _Direction:
         inputs, hidden = x_steps.shape[-1], self.hs.shape[1]
         db_ih = db_hh = None
         if shared:
-            # [x | h_prev | 1]: both weight gradients and the bias gradient in one product, its rows in
-            # gx's columns' order
-            groups = self.column_groups
-            steps, batch = x_steps.shape[:2]
-            beside = np.empty((groups, steps, batch // groups, inputs + hidden + self.has_bias), gx.dtype)
-            beside[..., :inputs] = _grouped(x_steps, groups)
-            beside[..., inputs:inputs + hidden] = _grouped(self.hs[:-1].transpose(0, 2, 1), groups)
+            # [x | h_prev | 1]: both weight gradients and the bias gradient in one product
+            beside = np.empty(x_steps.shape[:2] + (inputs + hidden + self.has_bias,), gx.dtype)
+            beside[..., :inputs] = x_steps
+            beside[..., inputs:inputs + hidden] = self.hs[:-1].transpose(0, 2, 1)
             if self.has_bias:
                 beside[..., -1] = 1
             both = _split_product(gx, beside.reshape(gx.shape[1], -1))
@@ -164,7 +156,6 @@ class _Direction:
             if self.has_bias:
                 db_ih, db_hh = both[:, -1].copy(), both[:, -1].copy()
             return dw_ih, dw_hh, db_ih, db_hh
-        assert self.column_groups == 1, "only the LSTM's C loop groups columns"
         gh_mat = native.swap_axes(d_pre_h, 0).reshape(gx.shape[0], -1)
         h_prev = native.swap_axes(self.hs[:-1], 0).reshape(hidden, -1)
         dw_ih = _split_product(gx, x_steps.reshape(-1, inputs))
@@ -173,17 +164,6 @@ class _Direction:
             ones = np.ones(gx.shape[1], gx.dtype)
             db_ih, db_hh = gx @ ones, gh_mat @ ones
         return dw_ih, dw_hh, db_ih, db_hh
-
-
-def _grouped(a: np.ndarray, groups: int, back: bool = False) -> np.ndarray:
-    """(T, B, K) ``a`` as (groups, T, B / groups, K), a view (:attr:`_Direction.column_groups`); ``back``:
-    ``a``'s elements in that order, as (T, B, K) again (a copy, unless one group)."""
-    steps, batch, k = a.shape
-    if groups == 1:
-        return a[None] if not back else a
-    if back:
-        return np.ascontiguousarray(a.reshape(groups, steps, batch // groups, k).transpose(1, 0, 2, 3)).reshape(a.shape)
-    return a.reshape(steps, groups, batch // groups, k).transpose(1, 0, 2, 3)
 
 
 def _split_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -348,7 +328,7 @@ class _LSTM(_Direction):
         acts, cs, tcs = self.acts, self.cs, self.tcs
         if self._native(masks):
             dh, dc = np.array(dh, order="C"), np.array(dc, order="C")     # updated in place: our own
-            gates, self.column_groups = native.lstm_backward(acts, cs, tcs, self.w_hh, dyk, dh, dc)  # (4H, T*B)
+            gates = native.lstm_backward(acts, cs, tcs, self.w_hh, dyk, dh, dc)    # (4H, T*B)
             return gates, gates, dh, dc
         # derivatives that depend on the forward pass only, for every step at once:
         # sigmoid' = s (1 - s) on every row first, then tanh' = 1 - g^2 over the g rows

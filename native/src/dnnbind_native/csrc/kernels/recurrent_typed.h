@@ -335,15 +335,15 @@ KERNEL void NAME(dnnbind_lstm_forward_stack)(const int64_t *layer, int64_t layer
 /* One backward step's gate gradients for ``count`` elements of the (H, B) planes: from the state gradient
  * dh (the carried one plus this step's output gradient dy) and the carried cell gradient dc (updated in
  * place to the one before the step). The step's tapes (gates: rows i, f, g, o ``plane`` apart; c_prev,
- * tc) and dy at element j; the gate gradients d (rows ``dplane`` apart) at element jg; dh and dc at jd. */
+ * tc) and dy at element j; the gate gradients d (rows ``dplane`` apart), dh and dc at element jd. */
 INLINE void NAME(lstm_cell_grad)(const T *gates, int64_t plane, const T *c_prev, const T *tc, const T *dy, int64_t j,
-                                 T *d, int64_t dplane, int64_t jg, const T *dh, T *dc, int64_t jd, int64_t count) {
+                                 T *d, int64_t dplane, const T *dh, T *dc, int64_t jd, int64_t count) {
     const T *gi = gates + j, *gf = gi + plane, *gg = gf + plane, *go = gg + plane;
     NAME(v) i = NAME(load)(gi, count), f = NAME(load)(gf, count), g = NAME(load)(gg, count), o = NAME(load)(go, count);
     NAME(v) t = NAME(load)(tc + j, count);
     NAME(v) dh_t = NAME(load)(dh + jd, count) + NAME(load)(dy + j, count);
     NAME(v) dc_t = dh_t * (o * (1 - t * t)) + NAME(load)(dc + jd, count);
-    T *di = d + jg, *df = di + dplane, *dg = df + dplane, *d_o = dg + dplane;
+    T *di = d + jd, *df = di + dplane, *dg = df + dplane, *d_o = dg + dplane;
     NAME(store)(di, dc_t * g * (i * (1 - i)), count);
     NAME(store)(df, dc_t * NAME(load)(c_prev + j, count) * (f * (1 - f)), count);
     NAME(store)(dg, dc_t * i * (1 - g * g), count);
@@ -351,43 +351,37 @@ INLINE void NAME(lstm_cell_grad)(const T *gates, int64_t plane, const T *c_prev,
     NAME(store)(dc + jd, dc_t * f, count);
 }
 
-/* lstm_cell_grad over ``count`` elements from j, jg and jd on (contiguous in each array), a vector at a
- * time. */
+/* lstm_cell_grad over elements [j, end) of contiguous rows, a vector at a time. */
 INLINE void NAME(lstm_cell_grads)(const T *gates, int64_t plane, const T *c_prev, const T *tc, const T *dy, int64_t j,
-                                  T *d, int64_t dplane, int64_t jg, const T *dh, T *dc, int64_t jd, int64_t count) {
-    int64_t e = 0;
-    for (; e + VL <= count; e += VL)
-        NAME(lstm_cell_grad)(gates, plane, c_prev, tc, dy, j + e, d, dplane, jg + e, dh, dc, jd + e, VL);
-    if (e < count) NAME(lstm_cell_grad)(gates, plane, c_prev, tc, dy, j + e, d, dplane, jg + e, dh, dc, jd + e, count - e);
+                                  T *d, int64_t dplane, const T *dh, T *dc, int64_t jd, int64_t end) {
+    for (; j + VL <= end; j += VL, jd += VL)
+        NAME(lstm_cell_grad)(gates, plane, c_prev, tc, dy, j, d, dplane, dh, dc, jd, VL);
+    if (j < end) NAME(lstm_cell_grad)(gates, plane, c_prev, tc, dy, j, d, dplane, dh, dc, jd, end - j);
 }
 
 /* The backward loop of :c:func:`dnnbind_lstm_forward`, steps in reverse: dy (T, H, B) the gradients of
  * the states after each step. Every group of the batch's columns (recurrent.c: sync[3] groups of
- * n = B / groups columns, each its own recurrence) runs in its own arrays, so that no two cores write
- * one cache line: dh and dc (groups, H, n) the gradients of the last state and cell, updated in place
- * to the initial ones. The gradients of the pre-activations go to dgates: one group, (T, 4H, B) step by
- * step; several, the (4H, groups, T, n) matrix the weight gradients take (each group's rows its own).
- * Round 0 of the chunks (recurrent.c) packs each chunk's rows of W_hh^T (its hidden units' columns of
- * w_hh); round 1 is the last step's gate gradients; each round after it is one step's product
- * dh = W_hh^T dgates for the chunk's units (which reads every unit's gate gradients of that step and
- * group), then the step before's gate gradients of the same units (which read only those units' dh and
- * dc): one wait per step. */
+ * B / groups columns, each its own recurrence) runs in its own arrays, so that no two cores write one
+ * cache line: dh and dc (groups, H, B / groups) the gradients of the last state and cell, updated in
+ * place to the initial ones; dgates (T, groups, 4H, B / groups) the gradients of the pre-activations
+ * (one group: (T, 4H, B)). Round 0 of the chunks (recurrent.c) packs each chunk's rows of W_hh^T (its
+ * hidden units' columns of w_hh); round 1 is the last step's gate gradients; each round after it is one
+ * step's product dh = W_hh^T dgates for the chunk's units (which reads every unit's gate gradients of
+ * that step and group), then the step before's gate gradients of the same units (which read only those
+ * units' dh and dc): one wait per step. */
 KERNEL void NAME(dnnbind_lstm_backward)(const T *acts, const T *cs, const T *tcs, const T *w_hh, const T *dy, T *dh,
                                         T *dc, T *dgates, int64_t count, int64_t hidden, int64_t batch, T *packed,
                                         int64_t *sync, int64_t lo, int64_t hi) {
     (void)hi;
     const int64_t plane = hidden * batch, rows = 4 * hidden, parts = sync[1], groups = sync_groups(sync);
-    const int64_t widest = (hidden + parts - 1) / parts, n = batch / groups;
-    /* one unit's gate gradients to the next's, and step k's of group g */
-    const int64_t pitch = groups == 1 ? n : groups * count * n;
-#define STEP_GRADIENTS(k) (groups == 1 ? dgates + (k) * rows * n : dgates + (g * count + (k)) * n)
+    const int64_t widest = (hidden + parts - 1) / parts, n = batch / groups, gplane = hidden * n;
     turns_t turns = turns_start(sync, groups * parts, count ? count + 2 : 1, lo);
     for (int64_t round, q; next_turn(&turns, &round, &q);) {
         const int64_t g = q / parts, c = q % parts, b0 = g * n;
         int64_t u0, u1;
         chunk_units(hidden, parts, c, &u0, &u1);
         T *part = NAME(chunk_part)(packed, q, widest, rows);
-        T *dh_g = dh + g * hidden * n, *dc_g = dc + g * hidden * n;
+        T *dh_g = dh + g * gplane, *dc_g = dc + g * gplane;
         if (round == 0) {                 /* row i: unit u0 + i's column of w_hh */
             const int64_t height = NAME(panel_height)(n);
             for (int64_t i = 0; i < NAME(padded_rows)(u1 - u0, height); i++)
@@ -398,24 +392,22 @@ KERNEL void NAME(dnnbind_lstm_backward)(const T *acts, const T *cs, const T *tcs
         wait_for_chunks(sync, g, round * parts);
         int64_t k = count - round;        /* the step whose gate gradients this round gives (-1: none) */
         if (round > 1) {                                          /* dh[u0:u1] = W_hh[:, u0:u1]^T d, step k + 1 */
-            NAME(rhs_t) b = {STEP_GRADIENTS(k + 1), rows, dgates, 0, pitch};
+            NAME(rhs_t) b = {dgates + ((k + 1) * groups + g) * rows * n, rows, dgates, 0, n};
             NAME(rows_t) to = {dh_g, NULL, u1 - u0, hidden, u0};
             NAME(chunk_product)(part, u1 - u0, &b, n, &to);
         }
         if (k >= 0) {
             const T *a = acts + k * rows * batch, *cp = cs + k * plane, *tc = tcs + k * plane, *dyk = dy + k * plane;
-            T *d = STEP_GRADIENTS(k);
-            if (groups == 1)              /* the units' rows side by side in every array */
-                NAME(lstm_cell_grads)(a, plane, cp, tc, dyk, u0 * batch, d, hidden * pitch, u0 * batch, dh, dc,
-                                      u0 * batch, (u1 - u0) * batch);
+            T *d = dgates + (k * groups + g) * rows * n;
+            if (groups == 1)              /* the units' rows side by side */
+                NAME(lstm_cell_grads)(a, plane, cp, tc, dyk, u0 * batch, d, plane, dh, dc, u0 * batch, u1 * batch);
             else
                 for (int64_t u = u0; u < u1; u++)
-                    NAME(lstm_cell_grads)(a, plane, cp, tc, dyk, u * batch + b0, d, hidden * pitch, u * pitch, dh_g,
-                                          dc_g, u * n, n);
+                    NAME(lstm_cell_grads)(a, plane, cp, tc, dyk, u * batch + b0, d, gplane, dh_g, dc_g, u * n,
+                                          u * batch + b0 + n);
         }
         chunk_done(sync, g);
     }
-#undef STEP_GRADIENTS
 }
 
 /* y = exp or sigmoid (which: 0, 1) of x, n elements (the tests measure their accuracy; vtanh's through

@@ -716,6 +716,27 @@ def test_lstm_time_loop_split_over_the_cores_equals_one_thread(rng, monkeypatch,
     assert team in split_runs, "the time loop did not split"
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lstm_backward_in_groups_of_columns_equals_one_group(monkeypatch, dtype):
+    """The backward loop in groups of the batch's columns (each group its own recurrence on its own
+    core, in arrays of its own) gives what the loop split by hidden units gives, bit for bit: its sums
+    run over the depth in one order, and its gate gradients come back in the same order."""
+    monkeypatch.setattr(native, "workers", lambda: 2)
+    monkeypatch.setattr(native, "cores_to_spare", lambda: True)
+    groups = []
+    column_groups = native._column_groups
+    monkeypatch.setattr(native, "_column_groups", lambda *a: groups.append(column_groups(*a)) or groups[-1])
+    seeds = np.random.SeedSequence(11)
+    monkeypatch.setattr(native, "LSTM_GROUP_MIN_COLUMNS", 1 << 30)
+    units = _lstm_results(np.random.default_rng(seeds), dtype, batch=24)
+    assert set(groups) == {1}
+    monkeypatch.setattr(native, "LSTM_GROUP_MIN_COLUMNS", 4)
+    grouped = _lstm_results(np.random.default_rng(seeds), dtype, batch=24)
+    assert set(groups) == {1, 2}
+    for a, b in zip(grouped, units, strict=True):
+        assert np.array_equal(a, b)
+
+
 def test_lstm_time_loop_splits_over_the_own_workers_without_torch():
     """A process without torch, numpy's BLAS on one thread by the environment: the time loop's steps on
     the kernels' own workers equal one thread's."""

@@ -46,8 +46,9 @@
  * that the chunk's packed rows and its units' states stay in that core's cache (taken as they came,
  * the chunks changed cores every few steps). Then it takes any chunk of the same round that is still
  * unclaimed: at once where the range it belongs to has no thread yet (one thread alone runs every
- * chunk in order), else after GRACE_NS of waiting for that range's thread (one the system runs late):
- * never a wait for a thread that is not running. */
+ * chunk in order), else, in its own group, after GRACE_NS of waiting for that range's thread (one the
+ * system runs late): never a wait for a thread that is not running. Another group's chunk it leaves to
+ * a thread that runs: waiting for it would tie the groups together. */
 #define SYNC_DONE 16
 #define GRACE_NS 20000
 
@@ -56,23 +57,34 @@ static inline int64_t sync_groups(const int64_t *sync) { return sync[3] > 1 ? sy
 typedef struct {
     int64_t *sync, *claims;
     const int64_t *present;
-    int64_t per_round, rounds, homes, home, round, scan;
+    int64_t per_round, rounds, homes, home, per_group, round, scan;
 } turns_t;
 
 /* This thread's turns through ``rounds`` rounds of ``per_round`` chunks, as the range starting at lo. */
 static inline turns_t turns_start(int64_t *sync, int64_t per_round, int64_t rounds, int64_t lo) {
     int64_t *claims = sync + SYNC_DONE + 8 * sync_groups(sync);
-    turns_t t = {sync, claims, claims + per_round, per_round, rounds, sync[2] > 1 ? sync[2] : 1, 0, 0, 0};
+    turns_t t = {sync, claims, claims + per_round, per_round, rounds, sync[2] > 1 ? sync[2] : 1, 0,
+                 per_round / sync_groups(sync), 0, 0};
     t.home = lo % t.homes;
     __atomic_store_n(&claims[per_round + t.home], 1, __ATOMIC_RELEASE);
     return t;
 }
 
-/* Whether chunk q of round r is already someone's, after waiting up to GRACE_NS for its own range's
- * thread where that one runs. */
+/* Whether this thread has a chunk in chunk q's group (whose chunks wait for each other). */
+static inline int same_group(const turns_t *t, int64_t q) {
+    const int64_t first = q - q % t->per_group;
+    for (int64_t c = first; c < first + t->per_group; c++)
+        if (c % t->homes == t->home) return 1;
+    return 0;
+}
+
+/* Whether chunk q of round r is someone else's to run: claimed already; or its own range's thread runs,
+ * and either nothing of this thread's waits on it (another group's) or that thread claims it within
+ * GRACE_NS. */
 static inline int taken_by_owner(const turns_t *t, int64_t q, int64_t r) {
     if (__atomic_load_n(&t->claims[q], __ATOMIC_ACQUIRE) > r) return 1;
     if (!__atomic_load_n(&t->present[q % t->homes], __ATOMIC_ACQUIRE)) return 0;
+    if (!same_group(t, q)) return 1;
     int64_t start = clock_ns();
     for (int64_t polls = 1; __atomic_load_n(&t->claims[q], __ATOMIC_ACQUIRE) <= r; polls++) {
         if (polls % 64 == 0 && clock_ns() - start > GRACE_NS) return 0;
@@ -95,7 +107,6 @@ static inline int next_turn(turns_t *t, int64_t *round, int64_t *q) {
             if (__atomic_compare_exchange_n(&t->claims[c], &expected, r + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
                 *round = r;
                 *q = c;
-
                 return 1;
             }
         }

@@ -487,6 +487,7 @@ def test_lstm_loop_kernels_give_the_same_sums_on_any_team(rng, isa, monkeypatch,
                         or launch(fn, args, chunks, t))
     monkeypatch.setattr(native, "LSTM_THREAD_MIN_MACS", 0)
     monkeypatch.setattr(native, "LSTM_GROUP_MIN_COLUMNS", group_columns)
+    monkeypatch.setattr(native, "LSTM_GROUP_MAX_HIDDEN", 1 << 30)
     grouped = []
     column_groups = native._column_groups
     monkeypatch.setattr(native, "_column_groups", lambda *a: grouped.append(column_groups(*a)) or grouped[-1])
@@ -714,6 +715,16 @@ def test_lstm_time_loop_split_over_the_cores_equals_one_thread(rng, monkeypatch,
     for a, b in zip(_lstm_results(np.random.default_rng(seeds), dtype), alone, strict=True):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * max(1.0, float(np.abs(b).max())))
     assert team in split_runs, "the time loop did not split"
+
+
+@pytest.mark.parametrize("team, hidden, batch, groups", [
+    (2, 128, 16, 2), (3, 64, 24, 3), (2, 129, 16, 1), (2, 256, 32, 1), (2, 128, 15, 1), (2, 128, 14, 1),
+    (1, 128, 16, 1)])
+def test_lstm_backward_groups_where_they_pay(team, hidden, batch, groups):
+    """Groups of sequences for a layer of at most LSTM_GROUP_MAX_HIDDEN units whose batch splits evenly
+    into groups of at least LSTM_GROUP_MIN_COLUMNS, on a team; else the split by hidden units."""
+    assert (native.LSTM_GROUP_MAX_HIDDEN, native.LSTM_GROUP_MIN_COLUMNS) == (128, 8)
+    assert native._column_groups(team, hidden, batch) == groups
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

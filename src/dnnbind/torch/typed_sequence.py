@@ -43,6 +43,7 @@ from dnnbind.torch.spec_functions import set_in_place
 
 Tensor = torch.Tensor
 
+
 def schemas() -> tuple[str, str, str]:
     """(the run's schema, its training forward's, its pullback's), without the op's name."""
     inputs = "Tensor x, Tensor[] tensors, str layers, float[] reals"

@@ -118,8 +118,8 @@ class _Direction:
                     dx: bool = True) -> tuple:
         """(dW_ih, dW_hh, db_ih, db_hh, dx) from the pre-activation gradients (T, G*H, B) of the input
         and recurrent products (the same array except for GRU; d_pre_x may come as the (G*H, T*B) matrix
-        below already), with x (T, B, I) in step order; the
-        weights' gradients None unless ``weights``, dx None unless ``dx``.
+        below already), with x (T, B, I) in step order; the weights' gradients None unless ``weights``,
+        dx None unless ``dx``.
 
         Each becomes one (G*H, T*B) matrix, columns ordered like x's rows, so that every weight gradient
         is a single product; where both are one array (LSTM, RNN), both weight gradients and the bias

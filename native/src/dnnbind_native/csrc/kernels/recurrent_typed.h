@@ -399,8 +399,9 @@ KERNEL void NAME(dnnbind_lstm_backward)(const T *acts, const T *cs, const T *tcs
         if (k >= 0) {
             const T *a = acts + k * rows * batch, *cp = cs + k * plane, *tc = tcs + k * plane, *dyk = dy + k * plane;
             T *d = dgates + (k * groups + g) * rows * n;
-            if (groups == 1)              /* the units' rows side by side */
-                NAME(lstm_cell_grads)(a, plane, cp, tc, dyk, u0 * batch, d, plane, dh, dc, u0 * batch, u1 * batch);
+            if (n == batch)               /* one group: the units' rows side by side in every array */
+                NAME(lstm_cell_grads)(a, plane, cp, tc, dyk, u0 * batch, d, gplane, dh_g, dc_g, u0 * batch,
+                                      u1 * batch);
             else
                 for (int64_t u = u0; u < u1; u++)
                     NAME(lstm_cell_grads)(a, plane, cp, tc, dyk, u * batch + b0, d, gplane, dh_g, dc_g, u * n,

@@ -278,7 +278,7 @@ class _LSTM(_Direction):
         self.cs = np.empty((steps + 1,) + c0.shape, c0.dtype)
         self.tcs = np.empty((steps,) + c0.shape, c0.dtype)       # tanh of the new cell
         self.hs[0], self.cs[0] = h0, c0
-        return self.b_ih + self.b_hh if self.has_bias else None
+        return None if self.b_ih is None or self.b_hh is None else self.b_ih + self.b_hh
 
     def forward(self, x, h0, c0, steps, masks):
         H = self.hidden
@@ -542,11 +542,12 @@ def rnn_forward(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h
     stacked = _stacked(dims, running, dtype)
     if stacked:             # every layer's loop in one wavefront: their steps side by side
         assert c0 is not None
-        layers = []
+        layers: list[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                           np.ndarray]] = []
         for idx, (cell, _) in enumerate(cells):
             assert isinstance(cell, _LSTM)
             bias = cell.start(T, B, _feature_major(h0[idx]), _feature_major(c0[idx]))
-            layers.append((cell.w_ih, bias, cell.w_hh, *cell.tapes()))
+            layers.append((cell.w_ih, bias, cell.w_hh, cell.acts, cell.hs, cell.cs, cell.tcs))
         native.lstm_forward_stack(native.swap_axes(x, 1), layers)
     layer_in = x
     for layer in range(dims.num_layers):
@@ -557,6 +558,7 @@ def rnn_forward(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h
             cell, w_hr = cells[idx]
             w_ih, w_hh = cell.w_ih, cell.w_hh
             if stacked:
+                assert isinstance(cell, _LSTM)
                 hs, c_last = cell.hs, cell.cs[T]
             else:
                 hs, c_last = cell.forward(layer_in, _feature_major(h0[idx]),

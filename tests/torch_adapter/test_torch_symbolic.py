@@ -1,6 +1,7 @@
 """dnnbind.torch.symbolic: shapes computed with ints, kept symbolic where the input sizes are."""
 from __future__ import annotations
 
+import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
@@ -44,3 +45,81 @@ def test_concrete_sizes_are_evaluated_once():
     calls = []
     assert symbolic.shapes(lambda size_of: calls.append(1) or [size_of(torch.empty(2, 3))], [None]) == [(2, 3)]
     assert calls == [1]
+
+
+def test_a_floor_divided_size_stays_symbolic_without_a_guard():
+    """A strided output length, (h + 2p - k) // s + 1, is quasi-affine in h: kept symbolic (torch's floor
+    division), found from a run of sizes, and checked where every symbol moves at once."""
+    x, env = _fake((4, 3, 9, 11), (True, False, True, True))
+    n, h, w = x.shape[0], x.shape[2], x.shape[3]
+
+    def evaluate(size_of):
+        a, c, b, d = size_of(x)
+        return [(a, c, (b + 2 - 3) // 2 + 1, -(-(d - 2) // 3) + 1), (a * c, 5)]
+
+    (batch, channels, height, width), (rows, five) = symbolic.shapes(evaluate, [x])
+    assert channels == 3 and five == 5 and batch.node.expr == n.node.expr
+    assert rows.node.expr == (3 * n).node.expr
+    for size, symbol, formula in ((height, h, lambda v: (v - 1) // 2 + 1), (width, w, lambda v: -(-(v - 2) // 3) + 1)):
+        assert size.node.expr.free_symbols == {symbol.node.expr}
+        assert all(size.node.expr.subs(symbol.node.expr, v) == formula(v) for v in range(3, 60))
+    assert (int(height.node.hint), int(width.node.hint)) == (5, 4)
+    assert not env.guards
+
+
+def test_a_size_moving_with_two_symbols_not_multilinearly_is_specialized():
+    x, env = _fake((4, 6), (True, True))
+    shape = symbolic.shapes(lambda size_of: [((size_of(x)[0] + size_of(x)[1]) // 2,)], [x])
+    assert shape == [(5,)] and env.guards
+
+
+SPATIAL = {
+    "maxpool": lambda nn: nn.MaxPool2d(2),
+    "maxpool_ceil_indices": lambda nn: nn.MaxPool2d(3, 2, 1, ceil_mode=True, return_indices=True),
+    "avgpool": lambda nn: nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False),
+    "conv_strided": lambda nn: nn.Conv2d(3, 4, 3, stride=2, padding=1, dilation=2),
+    "conv1d_pool": lambda nn: nn.Sequential(nn.Conv1d(3, 4, 5, stride=3), nn.ReLU(), nn.MaxPool1d(3)),
+}
+
+
+def _spatial_twins(name):
+    from dnnbind.torch import nn as dnn
+    torch.manual_seed(0)
+    ours, theirs = SPATIAL[name](dnn).double(), SPATIAL[name](torch.nn).double()
+    ours.load_state_dict(theirs.state_dict())
+    return ours, theirs, 1 if name == "conv1d_pool" else 2
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+@pytest.mark.parametrize("name", sorted(SPATIAL))
+def test_exported_pooling_and_strided_layers_keep_spatial_sizes_dynamic(name):
+    """torch.export with dynamic heights and widths: one program for every size, equal to torch's layer."""
+    from torch.export import Dim
+    ours, theirs, rank = _spatial_twins(name)
+    sizes = {0: Dim("batch")} | {2 + k: Dim(f"size{k}", min=16, max=64) for k in range(rank)}
+    program = torch.export.export(ours, (torch.randn(2, 3, *[20] * rank, dtype=torch.float64),),
+                                  dynamic_shapes=(sizes,))
+    for shape in ((3, 3, *[23, 17][:rank]), (1, 3, *[40, 31][:rank])):
+        x = torch.randn(*shape, dtype=torch.float64)
+        torch.testing.assert_close(_first(program.module()(x)), _first(theirs(x)))
+
+
+@pytest.mark.parametrize("name", sorted(SPATIAL))
+def test_compile_dynamic_runs_several_spatial_sizes_without_recompiling(name):
+    """torch.compile(dynamic=True) over images of several sizes: one graph, forward and backward equal to
+    torch's layer."""
+    from torch._dynamo.testing import CompileCounter
+    torch._dynamo.reset()
+    ours, theirs, rank = _spatial_twins(name)
+    counter = CompileCounter()
+    step = torch.compile(lambda m, x: _first(m(x)).sum(), backend=counter, dynamic=True, fullgraph=True)
+    for size in (16, 19, 24, 33):
+        x = torch.randn(2, 3, *[size, size + 5][:rank], dtype=torch.float64, requires_grad=True)
+        x_theirs = x.detach().clone().requires_grad_(True)
+        step(ours, x).backward()
+        _first(theirs(x_theirs)).sum().backward()
+        torch.testing.assert_close(x.grad, x_theirs.grad)
+    assert counter.frame_count == 1

@@ -2,11 +2,14 @@
 
 dnnbind's shape logic (ConvDims, PoolDims, RNNDims, the residual specs) computes with ints. A symbolic
 size turned into an int would make torch specialize it to the example's value (and torch.export with a
-dynamic batch refuses that). Every size dnnbind computes is affine in each input size (a batch passes
+dynamic batch refuses that). Most sizes dnnbind computes are affine in each input size (a batch passes
 through, a residual holds N or T*N rows), so the shapes are computed at the example's sizes and at each
 symbolic size plus one, solved for their multilinear coefficients, checked at a further point, and
-written as expressions in the symbolic sizes. Where that does not hold, the sizes are specialized as
-before (the caller's torch then reports which constraint broke).
+written as expressions in the symbolic sizes. A size that is not (a strided convolution's or a pooling's
+output length, ``(h + 2p - k) // s + 1``) is affine in ``(h + b) // q`` for one symbolic size h: found
+from a run of sizes after the example's (:func:`_quasi_affine`, periods up to :data:`MAX_PERIOD`) and
+written with torch's floor division. Where neither holds, the sizes are specialized as before (the
+caller's torch then reports which constraint broke).
 """
 from __future__ import annotations
 
@@ -17,6 +20,10 @@ import torch
 
 #: at most this many distinct symbolic sizes are solved for (2**n + 1 evaluations of the shape logic)
 MAX_SYMBOLS = 4
+
+#: the longest period (a stride, a pooling window's step) a size that is not affine may have: such a size
+#: costs 2 * MAX_PERIOD + 2 evaluations of the shape logic per symbolic size, once per traced call
+MAX_PERIOD = 16
 
 Evaluate = Callable[[Callable[[Any], tuple[int, ...]]], list[Any]]
 
@@ -42,8 +49,9 @@ def shapes(evaluate: Evaluate, tensors: Sequence[Any]) -> list[Any]:
 
 
 def _solve(evaluate: Evaluate, symbols: dict[Any, tuple[torch.SymInt, int]], trial: bool = False) -> list[Any] | None:
-    """The shapes with ``symbols`` kept symbolic, or None where they are not multilinear in them (other
-    symbolic sizes read at their example values; ``trial``: as plain values only, nothing returned)."""
+    """The shapes with ``symbols`` kept symbolic, or None where a size is neither multilinear in them nor
+    quasi-affine in one of them (other symbolic sizes read at their example values; ``trial``: as plain
+    values only, nothing returned)."""
     hints = [hint for _, hint in symbols.values()]
     try:
         corners = {bits: evaluate(_at(symbols, [h + b for h, b in zip(hints, bits)]))
@@ -52,6 +60,7 @@ def _solve(evaluate: Evaluate, symbols: dict[Any, tuple[torch.SymInt, int]], tri
     except Exception:               # the shape logic refuses a size besides the example's
         return None
     sizes = [size for size, _ in symbols.values()]
+    runs: list[list[list[Any]]] = []          # per symbol, the shapes at its hint + 0 .. 2 * MAX_PERIOD + 1
     result: list[Any] = []
     for i, found in enumerate(corners[(0,) * len(symbols)]):
         if found is None:
@@ -60,11 +69,68 @@ def _solve(evaluate: Evaluate, symbols: dict[Any, tuple[torch.SymInt, int]], tri
         dims = []
         for d in range(len(found)):
             coefficients = _monomials(_coefficients({bits: shape[i][d] for bits, shape in corners.items()}), hints)
-            if _value(coefficients, [h + 2 for h in hints]) != check[i][d]:
+            if _value(coefficients, [h + 2 for h in hints]) == check[i][d]:
+                dims.append(None if trial else _value(coefficients, sizes))
+                continue
+            if not runs and not _run_each(evaluate, symbols, runs):
                 return None
-            dims.append(None if trial else _value(coefficients, sizes))
+            size = _periodic(runs, i, d, check[i][d], sizes)
+            if size is None:
+                return None
+            dims.append(None if trial else size)
         result.append(tuple(dims))
     return result
+
+
+def _run_each(evaluate: Evaluate, symbols: dict[Any, tuple[torch.SymInt, int]], runs: list[list[list[Any]]]) -> bool:
+    """Fill ``runs``: per symbol, the shapes at its hint plus 0 .. 2 * MAX_PERIOD + 1, the others at their
+    hints; False where the shape logic refuses one of those sizes."""
+    hints = [hint for _, hint in symbols.values()]
+    try:
+        for j in range(len(symbols)):
+            runs.append([evaluate(_at(symbols, [h + (k if n == j else 0) for n, h in enumerate(hints)]))
+                         for k in range(2 * MAX_PERIOD + 2)])
+    except Exception:
+        return False
+    return True
+
+
+def _periodic(runs: list[list[list[Any]]], i: int, d: int, checked: int, sizes: list[Any]) -> Any:
+    """Dimension d of shape i where it changes with one symbolic size alone, quasi-affine in it
+    (:func:`_quasi_affine`) and right at the check point too (every symbol at its hint + 2): its
+    expression in that size; else None."""
+    moving = [j for j, run in enumerate(runs) if len({shape[i][d] for shape in run}) > 1]
+    if len(moving) != 1:
+        return None
+    j = moving[0]
+    hint = int(sizes[j].node.hint)
+    form = _quasi_affine([shape[i][d] for shape in runs[j]], hint)
+    if form is None or _floor_form(form, hint + 2) != checked:
+        return None
+    return _floor_form(form, sizes[j])
+
+
+def _quasi_affine(values: list[int], hint: int) -> tuple[int, int, int, int] | None:
+    """(q, b, a, c) with values[k] == a * ((hint + k + b) // q) + c for every k, q at most MAX_PERIOD and
+    the smallest such (then b in 0 .. q - 1 the smallest), or None."""
+    for q in range(1, MAX_PERIOD + 1):
+        for b in range(q):
+            steps = [(hint + k + b) // q for k in range(len(values))]
+            k = next(k for k in range(len(values)) if steps[k] != steps[0])     # (at least two steps apart)
+            a, rest = divmod(values[k] - values[0], steps[k] - steps[0])
+            c = values[0] - a * steps[0]
+            if not rest and all(a * step + c == v for step, v in zip(steps, values)):
+                return q, b, a, c
+    return None
+
+
+def _floor_form(form: tuple[int, int, int, int], size: Any) -> Any:
+    """a * ((size + b) // q) + c for form (q, b, a, c), at an int or a SymInt."""
+    q, b, a, c = form
+    inner = size + b if b else size
+    step = inner // q if q != 1 else inner
+    value = step * a if a != 1 else step
+    return value + c if c else value
 
 
 def _symbols(tensors: Sequence[Any]) -> dict[Any, tuple[torch.SymInt, int]]:

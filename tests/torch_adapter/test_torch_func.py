@@ -158,14 +158,39 @@ def test_vmap_of_batch_norm_updating_unmapped_running_statistics_is_refused_nami
                                            r"call updates in place, are not mapped"):
         vmap(ours)(torch.randn(2, 3, 3, 5, 5, dtype=DT))
     x = torch.randn(4, 2, dtype=DT)
-    with pytest.raises(RuntimeError, match=r"dnnbind\.batchnorm: .*running_var, which"):
-        vmap(lambda g: dt.batchnorm(x, g, torch.zeros(2, dtype=DT),
-                                    running_mean=torch.zeros(2, dtype=DT), running_var=torch.ones(2, dtype=DT)))(
-            torch.randn(3, 2, dtype=DT))
+    with pytest.raises(RuntimeError, match=r"dnnbind\.batchnorm: under vmap, running_var, which .* is not mapped"):
+        vmap(lambda g, mean: dt.batchnorm(x, g, torch.zeros(2, dtype=DT), running_mean=mean,
+                                          running_var=torch.ones(2, dtype=DT)))(torch.randn(3, 2, dtype=DT),
+                                                                                torch.zeros(3, 2, dtype=DT))
     # inference reads them only: mapped x, shared statistics
     ours.eval()
     xs = torch.randn(2, 3, 3, 5, 5, dtype=DT)
     torch.testing.assert_close(vmap(ours)(xs), torch.stack([ours(x) for x in xs]))
+
+
+@pytest.mark.parametrize("entries", [3, 0])
+def test_vmap_over_batch_norms_parameters_alone_updates_the_shared_statistics_once_as_torchs(entries):
+    """x and the running statistics unmapped, gamma and beta mapped (an ensemble of affine parameters over
+    one batch): every entry's update is the same, made once, as torch's own batch norm makes it (also
+    over an empty axis); the results per entry equal torch's."""
+    ours, theirs = _twins(lambda nn: nn.BatchNorm2d(3).to(DT))
+    x = torch.randn(4, 3, 5, 5, dtype=DT)
+    stacked = {k: torch.stack([v.detach() * (1 + i) + i for i in range(entries)]) if entries else v.detach()[None][:0]
+               for k, v in theirs.named_parameters()}
+    results = [vmap(lambda p: torch.func.functional_call(m, (p, dict(m.named_buffers())), (x,)))(stacked)
+               for m in (ours, theirs)]
+    torch.testing.assert_close(results[0], results[1])
+    assert results[0].shape == (entries, 4, 3, 5, 5)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(ours, name), getattr(theirs, name))
+    assert not torch.equal(ours.running_var, torch.ones(3, dtype=DT))
+    mean, var = torch.zeros(3, dtype=DT), torch.ones(3, dtype=DT)
+    gammas = torch.rand(entries, 3, dtype=DT)
+    y = vmap(lambda g: dt.batchnorm(x, g, torch.zeros(3, dtype=DT), running_mean=mean, running_var=var,
+                                    momentum=0.5))(gammas)
+    expected = [torch.nn.functional.batch_norm(x, None, None, g, training=True) for g in gammas]
+    torch.testing.assert_close(y, torch.stack(expected) if expected else x.new_empty((0, *x.shape)))
+    torch.testing.assert_close(mean, 0.5 * x.mean((0, 2, 3)))
 
 
 def test_ensembles_of_batch_norm_in_training_update_their_stacked_statistics_as_torchs():

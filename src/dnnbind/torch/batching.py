@@ -5,8 +5,11 @@ the op's spec says its samples are computed independently (:attr:`OpSpec.samples
 call on (B * N, ...) instead of B calls. Everything else (a mapped weight, batch norm's statistics over
 the batch, the backward ops' per-sample parameter gradients) maps over the axis: one call per entry,
 results stacked; over an empty axis, the op's fake kernel gives the entries' shapes (nothing runs). An
-op that updates inputs in place (batch norm's running statistics) refuses, naming them, a call whose other
-inputs are mapped and those not: one entry's update cannot be written to a tensor shared by all.
+op that updates inputs in place (batch norm's running statistics) maps over the axis when they are mapped
+too (each entry its own); when they are not, and neither is what the update reads (the spec's
+``update_reads``: batch norm's x), every entry's update is the same and the first entry alone makes it
+(a vmap over batch norm's parameters only, as torch's own batch norm allows); else it refuses, naming
+them: one entry's update cannot be written to a tensor shared by all.
 """
 from __future__ import annotations
 
@@ -63,9 +66,7 @@ def map_over(op: Callable[..., Any], info: Any, in_dims: Sequence[Any], args: Se
 
 def _only_x(in_dims: Sequence[Any]) -> bool:
     """Whether x (the first input) alone is mapped."""
-    def mapped(d: Any) -> bool:
-        return any(mapped(e) for e in d) if isinstance(d, (list, tuple)) else d is not None
-    return in_dims[0] is not None and not any(mapped(d) for d in in_dims[1:])
+    return in_dims[0] is not None and not any(_mapped(d) for d in in_dims[1:])
 
 
 def _fold(op: Callable[..., Any], info: Any, in_dims: Sequence[Any], args: Sequence[Any]) -> tuple[Any, Any]:
@@ -81,25 +82,55 @@ def _fold(op: Callable[..., Any], info: Any, in_dims: Sequence[Any], args: Seque
     return [unfold(t) for t in result], [0] * len(result)
 
 
-def _refuse_unmapped_updates(spec: OpSpec, in_dims: Sequence[Any], args: Sequence[Any]) -> None:
-    """RuntimeError naming the op and the arrays it would update in place (given, the call's arguments
-    asking for the update) that the vmap leaves unmapped while it maps another input."""
+def _mapped(d: Any) -> bool:
+    return any(_mapped(e) for e in d) if isinstance(d, (list, tuple)) else d is not None
+
+
+def _unmapped_updates(spec: OpSpec, in_dims: Sequence[Any], args: Sequence[Any]) -> list[int]:
+    """The places among the inputs of the arrays this call updates in place (given, the call's arguments
+    asking for the update) when the vmap maps none of them while it maps another input; RuntimeError
+    naming the op and those arrays where the entries' updates would differ (another updated array, or
+    one the update reads, is mapped); else []."""
     if not spec.updated_in_place:
-        return
+        return []
     names = [n for a in spec.arrays for n in ([a.name, "", ""] if a.nested else [a.name])] + list(spec.kinds)
     given = dict(zip(names, zip(args, in_dims)))
     if not spec.updates_in_place({n: given[n][0] for n in spec.kinds}):
-        return
+        return []
     unmapped = [n for n in spec.updated_in_place if given[n][0] is not None and given[n][1] is None]
-    if unmapped:
-        one = len(unmapped) == 1
-        raise RuntimeError(
-            f"dnnbind.{spec.name}: under vmap, {', '.join(unmapped)}, which this call updates in place, "
-            f"{'is' if one else 'are'} not mapped while other inputs are: each entry's update cannot be written "
-            f"to one tensor shared by all entries. Map {'it' if one else 'them'} too (for a module: "
-            f"torch.func.functional_call with its buffers stacked, as torch.func.stack_module_state gives them), "
-            f"or call without {'it' if one else 'them'} (None; a layer's track_running_stats=False, as "
-            f"torch.func.replace_all_batch_norm_modules_ sets)")
+    if not unmapped:
+        return []
+    shared = [*spec.updated_in_place, *spec.update_reads]
+    if not any(_mapped(given[n][1]) for n in shared):
+        return [names.index(n) for n in unmapped]
+    one = len(unmapped) == 1
+    raise RuntimeError(
+        f"dnnbind.{spec.name}: under vmap, {', '.join(unmapped)}, which this call updates in place, "
+        f"{'is' if one else 'are'} not mapped while other inputs are: each entry's update cannot be written "
+        f"to one tensor shared by all entries. Map {'it' if one else 'them'} too (for a module: "
+        f"torch.func.functional_call with its buffers stacked, as torch.func.stack_module_state gives them), "
+        f"or call without {'it' if one else 'them'} (None; a layer's track_running_stats=False, as "
+        f"torch.func.replace_all_batch_norm_modules_ sets)")
+
+
+def _map_updating_once(op: Callable[..., Any], info: Any, in_dims: Sequence[Any], args: Sequence[Any],
+                       updated: list[int]) -> tuple[Any, Any]:
+    """:func:`map_over` where every entry's in-place update is the same (:func:`_unmapped_updates`): the
+    first entry makes it (its updated arrays come back unmapped), the others run without the arrays at
+    ``updated``. Over an empty axis the update is made all the same (it reads none of the mapped inputs),
+    by one call whose mapped inputs are zeros shaped as an entry, as torch's own batch norm makes it."""
+    if info.batch_size == 0:
+        stacked, _ = _no_entries(op, in_dims, args)
+        count = len(stacked) - len(updated)
+        zeros = [_entry(a, d, lambda t, n: t.new_zeros([m for k, m in enumerate(t.shape) if k != n]))
+                 for a, d in zip(args, in_dims)]
+        return [*stacked[:count], *op(*zeros)[count:]], [0] * count + [None] * len(updated)
+    first = op(*[_pick(a, d, 0) for a, d in zip(args, in_dims)])
+    bare = [None if k in updated else a for k, a in enumerate(args)]
+    rest = [op(*[_pick(a, d, i) for a, d in zip(bare, in_dims)]) for i in range(1, info.batch_size)]
+    count = len(first) - len(updated)             # the results, before the updated arrays' new values
+    stacked = [torch.stack([first[j], *[r[j] for r in rest]]) for j in range(count)]
+    return [*stacked, *first[count:]], [0] * count + [None] * len(updated)
 
 
 def forward_rule(name: str) -> Callable[..., tuple[Any, Any]]:
@@ -108,7 +139,9 @@ def forward_rule(name: str) -> Callable[..., tuple[Any, Any]]:
     op = getattr(torch.ops.dnnbind, name).default
 
     def rule(info: Any, in_dims: Sequence[Any], *args: Any) -> tuple[Any, Any]:
-        _refuse_unmapped_updates(spec, in_dims, args)
+        updated = _unmapped_updates(spec, in_dims, args)
+        if updated:
+            return _map_updating_once(op, info, in_dims, args, updated)
         # x's own rank (the mapped axis not counted) must have a batch axis to fold into
         if spec.samples_independent and _only_x(in_dims) and args[0].dim() >= 2:
             return _fold(op, info, in_dims, args)

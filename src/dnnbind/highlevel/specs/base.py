@@ -142,6 +142,10 @@ class OpSpec:
     #: arguments ``updates(arguments)`` says so (batch norm: when training)
     updated_in_place: tuple[str, ...] = ()
     updates: Callable[[dict[str, Any]], bool] | None = None
+    #: the other arrays the in-place update reads (batch norm: x, whose batch statistics it takes in); the
+    #: update is the same for every call that shares them, and a call without the updated arrays (None)
+    #: gives the same results without updating: a vmap that maps neither runs the update once
+    update_reads: tuple[str, ...] = ()
     #: each sample along x's axis 0 is computed alone, with the same other arrays and arguments: a
     #: framework may fold a mapped axis of x (torch.func.vmap's) into it; False: it maps over that axis
     samples_independent: bool = False

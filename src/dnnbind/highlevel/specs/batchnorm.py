@@ -68,6 +68,7 @@ BATCHNORM = OpSpec(
     static=("training", "momentum", "eps"), outputs=(Output("y", "dy"),), check=_check, empty=_empty,
     regroup=lambda zeros, static: tuple(zeros), every_call=_every_call,
     updated_in_place=("running_mean", "running_var"), updates=lambda arguments: arguments["training"],
+    update_reads=("x",),
     features=("training", "inference", "running statistics"), second_order=second_order.batchnorm,
     tensor_doc="""Batch normalisation over axis 1 like ``torch.nn.functional.batch_norm``; the running statistics
     are updated in place when training (the op returns the new values; they are copied back here, which

@@ -18,3 +18,11 @@ def test_whole_names_are_renamed_and_quoted_values_are_not():
 def test_a_layers_error_keeps_the_value_the_user_passed():
     with pytest.raises(TypeError, match=r"^dim='x' must be an int, not str$"):
         dt.Softmax(dim="x")(torch.randn(2, 3))
+
+
+def test_a_dim_out_of_range_is_an_index_error_as_torchs_and_names_dim():
+    for layer in (dt.Softmax(dim=3), dt.LogSoftmax(dim=-3)):
+        with pytest.raises(IndexError, match=r"^dim=-?3 is out of range for an array with 2 dimensions$"):
+            layer(torch.randn(2, 3))
+        with pytest.raises(IndexError):
+            getattr(torch.nn, type(layer).__name__)(dim=layer.dim)(torch.randn(2, 3))

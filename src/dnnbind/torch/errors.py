@@ -5,7 +5,12 @@ from __future__ import annotations
 import re
 from typing import Callable, Mapping, Union
 
+from dnnbind.highlevel.dims.checks import AxisError
+
 Names = Union[Mapping[str, str], Callable[[], Mapping[str, str]]]
+
+#: the errors renamed (re-raised as the same class with the renamed message)
+_RENAMED = (ValueError, TypeError, AxisError)
 
 
 def rename(message: str, names: Mapping[str, str]) -> str:
@@ -19,9 +24,10 @@ def rename(message: str, names: Mapping[str, str]) -> str:
 
 
 class torch_argument_names:
-    """Re-raise a ValueError or TypeError from an op with its array names replaced by ``names`` (a
-    mapping, or a function returning one, called only when there is an error to rename). A class: every
-    layer call enters one, and a generator-based context manager costs several times as much."""
+    """Re-raise a ValueError or TypeError (or one of their subclasses taking a message alone: an axis out
+    of range, numpy's AxisError) from an op with its array names replaced by ``names`` (a mapping, or a
+    function returning one, called only when there is an error to rename). A class: every layer call
+    enters one, and a generator-based context manager costs several times as much."""
 
     __slots__ = ("names",)
 
@@ -32,7 +38,7 @@ class torch_argument_names:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: object) -> None:
-        if kind not in (ValueError, TypeError) or exc is None:
+        if kind not in _RENAMED or exc is None:
             return
         names = self.names
         message = rename(str(exc), names() if callable(names) else names)

@@ -44,3 +44,13 @@ def test_check_probability():
         check_probability("p", float("nan"))
     with pytest.raises(TypeError, match=r"p='0.5' must be a real number"):
         check_probability("p", "0.5")
+
+
+def test_an_axis_out_of_range_is_both_a_value_error_and_an_index_error():
+    """numpy's AxisError: code written for torch (IndexError) and for dnnbind's other checks (ValueError)
+    both catch it."""
+    from dnnbind.highlevel.dims.checks import normalize_axis
+    with pytest.raises(IndexError, match=r"dim=2 is out of range"):
+        normalize_axis(2, 2, "dim")
+    with pytest.raises(ValueError):
+        normalize_axis(-3, 2)

@@ -71,11 +71,16 @@ def check_shape(name: str, shape: Sequence[int], expected: Sequence[int], why: s
         raise ValueError(f"{name} has shape {tuple(shape)} but must have shape {tuple(expected)}{suffix}")
 
 
+#: numpy's error for an axis out of range: a ValueError and an IndexError (torch raises IndexError there)
+AxisError = getattr(getattr(np, "exceptions", np), "AxisError")
+
+
 def normalize_axis(axis: Any, ndim: int, name: str = "axis") -> int:
-    """Return ``axis`` as a non-negative int for an array of ``ndim`` dimensions."""
+    """Return ``axis`` as a non-negative int for an array of ``ndim`` dimensions (:data:`AxisError` when it
+    is out of range)."""
     axis = check_int(name, axis)
     if not -ndim <= axis < ndim:
-        raise ValueError(f"{name}={axis} is out of range for an array with {ndim} dimensions")
+        raise AxisError(f"{name}={axis} is out of range for an array with {ndim} dimensions")
     return axis % ndim
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from dnnbind.highlevel.dims.checks import check_dtype, normalize_axis
+from dnnbind.highlevel.dims.checks import AxisError, check_dtype, normalize_axis
 from dnnbind.highlevel.specs import second_order
 from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param
 
@@ -19,7 +19,7 @@ def _check_axis(x: Any, *, axis: int = 1) -> tuple:
     check_dtype("x", x.dtype)
     ndim = len(x.shape)
     if ndim == 0 and isinstance(axis, numbers.Integral) and axis not in (0, -1):
-        raise ValueError(f"axis={axis!r} is out of range for a 0-d array x (it takes axis 0 or -1, as in PyTorch)")
+        raise AxisError(f"axis={axis!r} is out of range for a 0-d array x (it takes axis 0 or -1, as in PyTorch)")
     return (normalize_axis(axis, max(ndim, 1)),)
 
 

@@ -24,14 +24,53 @@ def test_activations_equal_torch_with_gradients(name, args):
     assert_layer_matches(getattr(dt, name)(*args), getattr(nn, name)(*args), X)
 
 
-@pytest.mark.parametrize("name", ["ReLU", "ELU", "LeakyReLU", "ReLU6", "SiLU"])
-def test_inplace_activations_are_computed_out_of_place(name):
-    ours, theirs = getattr(dt, name)(inplace=True), getattr(nn, name)(inplace=True)
+INPLACE = [("ReLU", ()), ("ELU", ()), ("LeakyReLU", ()), ("ReLU6", ()), ("SiLU", ()), ("Hardtanh", (0.0, 2.0)),
+           ("Dropout", (0.4,))]
+
+
+def _inplace_twins(name, args):
+    ours, theirs = getattr(dt, name)(*args, inplace=True), getattr(nn, name)(*args, inplace=True)
     assert repr(ours) == repr(theirs)
-    x = X.clone()
-    y = ours(x)
-    assert torch.equal(x, X)
-    torch.testing.assert_close(y, theirs(X.clone()))
+    return ours, theirs
+
+
+@pytest.mark.parametrize("name,args", INPLACE, ids=[n for n, _ in INPLACE])
+def test_inplace_layers_write_into_their_input_as_torchs(name, args):
+    """inplace=True: the input holds the result and is returned; through autograd the gradient is torch's
+    (the in-place change recorded on a non-leaf), and a leaf that requires grad is refused as torch refuses."""
+    ours, theirs = _inplace_twins(name, args)
+    results = []
+    for layer in (ours, theirs):
+        torch.manual_seed(0)
+        leaf = X.clone().requires_grad_(True)
+        x = leaf * 1.5 + 0.1                      # a non-leaf (no zeros), written in place
+        y = layer(x)
+        assert y is x
+        (y * torch.arange(1, y.numel() + 1, dtype=y.dtype).reshape(y.shape)).sum().backward()
+        results.append((y.detach(), leaf.grad))
+        with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+            layer(X.clone().requires_grad_(True))
+    if name == "Dropout":                          # (its own masks: the same kept entries, scaled alike)
+        (ours_y, ours_grad), (theirs_y, theirs_grad) = results
+        assert torch.equal((ours_y != 0), (ours_grad != 0)) and torch.equal((theirs_y != 0), (theirs_grad != 0))
+        return
+    torch.testing.assert_close(results[0], results[1])
+
+
+def test_an_inplace_layer_first_in_a_sequential_writes_into_its_input_as_torchs():
+    """A run of fused layers does not start with an in-place layer (it would not write into the run's input)."""
+    torch.manual_seed(0)
+    make = lambda nn: nn.Sequential(nn.ReLU(inplace=True), nn.Conv2d(3, 2, 3), nn.ReLU(inplace=True),   # noqa: E731
+                                    nn.MaxPool2d(2))
+    ours, theirs = make(dt.nn).double(), make(nn).double()
+    ours.load_state_dict(theirs.state_dict())
+    base = torch.randn(2, 3, 7, 7, dtype=torch.float64)
+    for _ in range(2):                             # (the second call runs the planned, fused path)
+        xs = [base.clone() for _ in range(2)]
+        outs = [ours(xs[0]), theirs(xs[1])]
+        torch.testing.assert_close(outs[0], outs[1])
+        torch.testing.assert_close(xs[0], xs[1])
+        assert torch.equal(xs[0], base.clamp(min=0))
 
 
 @pytest.mark.parametrize("args", [(), (-0.5, 1.0), (-1.0, 6.0, False)], ids=["default", "negative-min", "relu-like"])

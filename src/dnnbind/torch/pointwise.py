@@ -2,8 +2,9 @@
 forward runs dnnbind's ops.
 
 Each activation maps to one mode of the activation op, exactly (ReLU6 and Hardtanh(0, v) are the
-clipped relu, SiLU is swish with beta 1). ``inplace=True`` is accepted and computed out of place: the
-result is the same, the input is left unchanged.
+clipped relu, SiLU is swish with beta 1). ``inplace=True`` (activations, Dropout) writes the result into
+the input and returns the input, as torch's layers do (autograd then sees the same in-place change); the
+op itself runs out of place, so the layer costs a copy more than without it.
 """
 from __future__ import annotations
 
@@ -22,6 +23,16 @@ Tensor = torch.Tensor
 _NAMES = {"x": "input"}
 
 
+def in_place(layer: nn.Module) -> bool:
+    """Whether ``layer`` was made with ``inplace=True``."""
+    return bool(getattr(layer, "inplace", False))
+
+
+def written_back(layer: nn.Module, input: Tensor, result: Tensor) -> Tensor:
+    """``result``, or for a layer made with ``inplace=True`` the input with the result written into it."""
+    return input.copy_(result) if in_place(layer) else result
+
+
 class _Activation:
     """forward shared by the activation layers: one mode of the activation op (``_mode``), its errors
     naming ``_ARGUMENT``, the layer's own name for the coefficient."""
@@ -35,7 +46,7 @@ class _Activation:
     def forward(self, input: Tensor) -> Tensor:
         mode, alpha = self._mode()
         with torch_argument_names({**_NAMES, "alpha": self._ARGUMENT}):
-            return F.activation(input, mode, alpha=alpha)
+            return written_back(self, input, F.activation(input, mode, alpha=alpha))
 
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
         """This layer's op for :class:`~dnnbind.torch.sequential.Sequential`."""
@@ -166,4 +177,4 @@ class Dropout(nn.Dropout):
         if not self.training or self.p == 0:
             return input
         with torch_argument_names(_NAMES):
-            return F.dropout(input, self.p)
+            return written_back(self, input, F.dropout(input, self.p))

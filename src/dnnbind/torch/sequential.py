@@ -34,7 +34,7 @@ from dnnbind.torch import functional as F
 from dnnbind.torch.convolution import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from dnnbind.torch.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d
 from dnnbind.torch.pointwise import (ELU, Hardtanh, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, SiLU, Softmax,
-                                     Tanh)
+                                     Tanh, in_place)
 from dnnbind.torch.pooling import AvgPool1d, AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d, MaxPool3d
 
 Tensor = torch.Tensor
@@ -60,7 +60,8 @@ class Sequential(nn.Sequential):
         x, i = input, 0
         while i < len(modules):
             end = i
-            while end < len(modules) and _fusable_layer(modules[end]):
+            # (a layer made with inplace=True does not start a run: it writes into the run's input)
+            while end < len(modules) and _fusable_layer(modules[end]) and not (end == i and in_place(modules[i])):
                 end += 1
             if end - i < 2:
                 x = modules[i](x)

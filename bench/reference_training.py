@@ -147,13 +147,22 @@ def numpy_lstm_fwd_bwd(lstm: Any, x: Any) -> Callable[[], None]:
     return run
 
 
+def saved_tensors(torch: Any, model: Any, x: Any) -> list[Any]:
+    """The tensors a forward of ``model`` on ``x`` saves for its backward (its layers' residuals), as
+    saved-tensor hooks see them."""
+    saved: list[Any] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        model(x)
+    return saved
+
+
 def null_compiled_step(torch: Any, like: Any, x: Any) -> Callable[[], None]:
     """What torch.compile's machinery alone costs a step of :func:`torch_fwd_bwd` on a model like
     ``like``: a compiled module with ``like``'s parameters whose forward is one custom op pair that
     does nothing (copies x, returns empty residuals and zero gradients), saving as many residuals as
-    ``like``'s layers save. Its kernels leave the caches as they found them; see
+    ``like``'s layers save (:func:`saved_tensors`). Its kernels leave the caches as they found them; see
     :func:`cold_null_compiled_step` for the machinery beside kernels that stream memory."""
-    op = _null_op(torch)
+    op = _null_op(torch, len(saved_tensors(torch, like, x)))
     params = [torch.nn.Parameter(p.detach().clone()) for p in like.parameters()]
 
     class Null(torch.nn.Module):
@@ -167,10 +176,11 @@ def null_compiled_step(torch: Any, like: Any, x: Any) -> Callable[[], None]:
     return torch_fwd_bwd(torch, torch.compile(Null(), fullgraph=True), x)
 
 
-def with_null_pair(torch: Any, model: Any) -> Any:
+def with_null_pair(torch: Any, model: Any, residuals: int) -> Any:
     """``model`` followed by the do-nothing custom op pair of :func:`null_compiled_step` (without
-    parameters), as one module: compiled, the pair sits in the same graph as the model's own ops."""
-    op = _null_op(torch)
+    parameters, saving ``residuals`` empty tensors), as one module: compiled, the pair sits in the same
+    graph as the model's own ops."""
+    op = _null_op(torch, residuals)
 
     class Paired(torch.nn.Module):
         def __init__(self) -> None:
@@ -216,34 +226,33 @@ def _touch() -> None:
         buffer.fill(1.0)
 
 
-#: residuals the null op saves: as many as the small CNN's layers
-NULL_RESIDUALS = 12
-
-
-def _null_op(torch: Any) -> Any:
-    """The custom op pair of :func:`null_compiled_step`, registered once (namespace dnnbind_bench)."""
-    found = getattr(_null_op, "op", None)
+def _null_op(torch: Any, residuals: int) -> Any:
+    """The custom op pair of :func:`null_compiled_step` saving ``residuals`` empty tensors, registered once
+    per count (namespace dnnbind_bench)."""
+    found = _NULL_OPS.get(residuals)
     if found is not None:
         return found
+
     def forward(x: Any, params: list) -> tuple:
         _touch()
-        return x.clone(), [x.new_empty(0) for _ in range(NULL_RESIDUALS)]
+        return x.clone(), [x.new_empty(0) for _ in range(residuals)]
 
     def fake_forward(x: Any, params: list) -> tuple:
-        return x.new_empty(x.shape), [x.new_empty(0) for _ in range(NULL_RESIDUALS)]
+        return x.new_empty(x.shape), [x.new_empty(0) for _ in range(residuals)]
 
-    def backward_kernel(residuals: list, d: Any, params: list) -> list:
+    def backward_kernel(saved: list, d: Any, params: list) -> list:
         _touch()
         return [d.clone()] + [torch.zeros_like(p) for p in params]
 
-    def fake_backward(residuals: list, d: Any, params: list) -> list:
+    def fake_backward(saved: list, d: Any, params: list) -> list:
         return [d.new_empty(d.shape)] + [p.new_empty(p.shape) for p in params]
 
-    null = torch.library.custom_op("dnnbind_bench::null", forward, mutates_args=(),
+    null = torch.library.custom_op(f"dnnbind_bench::null{residuals}", forward, mutates_args=(),
                                    schema="(Tensor x, Tensor[] params) -> (Tensor, Tensor[])")
     null.register_fake(fake_forward)
-    null_backward = torch.library.custom_op("dnnbind_bench::null_backward", backward_kernel, mutates_args=(),
-                                            schema="(Tensor[] residuals, Tensor d, Tensor[] params) -> Tensor[]")
+    null_backward = torch.library.custom_op(f"dnnbind_bench::null{residuals}_backward", backward_kernel,
+                                            mutates_args=(),
+                                            schema="(Tensor[] saved, Tensor d, Tensor[] params) -> Tensor[]")
     null_backward.register_fake(fake_backward)
 
     def setup(ctx: Any, inputs: tuple, output: tuple) -> None:
@@ -251,9 +260,13 @@ def _null_op(torch: Any) -> Any:
 
     def gradient(ctx: Any, d_y: Any, d_residuals: Any) -> tuple:
         saved = ctx.saved_tensors
-        grads = null_backward(list(saved[:NULL_RESIDUALS]), d_y, list(saved[NULL_RESIDUALS:]))
+        grads = null_backward(list(saved[:residuals]), d_y, list(saved[residuals:]))
         return grads[0], grads[1:]
 
     null.register_autograd(gradient, setup_context=setup)
-    _null_op.op = null            # type: ignore[attr-defined]
+    _NULL_OPS[residuals] = null
     return null
+
+
+#: the null op pairs registered so far, by the count of residuals they save
+_NULL_OPS: dict[int, Any] = {}

@@ -231,7 +231,7 @@ _EAGER_APPLY: dict[str, Any] = {op: super(torch.autograd.Function, cls).apply  #
 
 def _tracing() -> bool:
     """Whether a compiler, exporter or other tracer, a torch.func transform or a dispatch mode is active."""
-    return (torch.compiler.is_compiling() or _dispatch_modes() > 0 or _functorch_transforms())
+    return (torch.compiler.is_compiling() or _dispatch_modes() > 0 or _functorch_transforms() or torch.jit.is_tracing())
 
 
 _dispatch_modes = torch._C._len_torch_dispatch_stack             # (what _get_current_dispatch_mode reads)

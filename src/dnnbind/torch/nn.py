@@ -26,6 +26,7 @@ from dnnbind.torch.pointwise import (ELU, Dropout, Hardtanh, LeakyReLU, LogSoftm
 from dnnbind.torch.pooling import AvgPool1d, AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d, MaxPool3d
 from dnnbind.torch.recurrent import GRU, LSTM, RNN
 from dnnbind.torch.sequential import Sequential
+from dnnbind.torch import tracers as _tracers
 
 #: the torch.nn layers dnnbind computes; every other name is torch.nn's own
 PROVIDED: tuple[str, ...] = (
@@ -58,3 +59,10 @@ _LAYERS = (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspo
            MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm, Dropout,
            Softmax, LogSoftmax, ReLU, Sigmoid, Tanh, ELU, LeakyReLU, ReLU6, Hardtanh, SiLU, RNN, LSTM, GRU)
 assert tuple(layer.__name__ for layer in _LAYERS) == PROVIDED
+
+# torch.fx records each layer as one node and torch.jit.script refuses it by name (dnnbind.torch.tracers)
+for _layer in (*_LAYERS, Sequential):
+    if _layer is not Sequential:
+        _layer.forward = _tracers.leaf_forward(_layer.forward)   # type: ignore[method-assign]
+    _layer.__prepare_scriptable__ = _tracers.refuse_script       # type: ignore[attr-defined]
+del _layer

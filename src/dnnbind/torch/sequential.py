@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor_hooks
 from torch._C._functorch import is_functorch_wrapped_tensor
+from torch.fx import Proxy
 from torch.nn.modules import module as _module
 
 from dnnbind.torch import eager, fused, typed_sequence
@@ -55,6 +56,8 @@ class Sequential(nn.Sequential):
     """torch.nn.Sequential; consecutive dnnbind layers run as one autograd node (see the module's doc)."""
 
     def forward(self, input: Any) -> Any:
+        if isinstance(input, Proxy):          # torch.fx traces it: each layer one node (dnnbind.torch.tracers)
+            return nn.Sequential.forward(self, input)
         compiling = torch.compiler.is_compiling()
         modules = list(self._modules.values())
         x, i = input, 0

@@ -904,16 +904,22 @@ def call(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> l
     kwargs = spec.arguments_function(**{**kwargs, **dict(zip(spec.tensor_arguments, arrays[n:]))})
     inputs = typed_arguments(op, x, arrays[:n], kwargs)
     tensors = _flat_tensors(op, inputs)
+    jit_tracing = torch.jit.is_tracing()
+    if jit_tracing and op in _NESTED:
+        raise RuntimeError(f"dnnbind.{op}: torch.jit.trace cannot record this op (its typed op takes a bool "
+                           f"list, which TorchScript's tracer does not support); use torch.export or "
+                           f"torch.compile instead")
     route = _traced_transform(tensors) if _functorch() and torch.compiler.is_compiling() else ""
     if route == "eager":
         result = _untraced_function(op, _statics(inputs), tensors)
     elif _functorch() and route != "op":
         # torch.func transforms take an autograd.Function with setup_context
         result = function(op).apply(_statics(inputs), *tensors)
-    elif not _functorch() and torch.is_grad_enabled() and not torch.compiler.is_exporting() and any(
-            t is not None and t.requires_grad for t in tensors):
+    elif not _functorch() and torch.is_grad_enabled() and not torch.compiler.is_exporting() and not jit_tracing \
+            and any(t is not None and t.requires_grad for t in tensors):
         # a gradient may be asked for: the training op, whose residuals the backward reads (an exported
-        # program keeps the residual-free op: torch.export traces above autograd)
+        # program keeps the residual-free op: torch.export traces above autograd; so does a TorchScript
+        # trace, which must not hold this install's residual tag and is replayed through autograd)
         result, _ = getattr(torch.ops.dnnbind, f"{op}_training")(*inputs, saves_tag(x.device.type))
         result = result[0] if single_result(spec) else result
     else:

@@ -1,0 +1,35 @@
+"""What torch's older tracers see of dnnbind's layers: torch.fx records each as one ``call_module`` node,
+as it records torch.nn's own layers, and torch.jit.script refuses them by name.
+
+``torch.fx.symbolic_trace`` treats the classes of the ``torch.nn`` namespace as leaf modules and traces
+through every other module's forward with proxies, which dnnbind's checks refuse: :func:`leaf_forward`
+makes a layer's forward record the layer itself instead. TorchScript cannot compile a forward that calls
+Python, so :func:`refuse_script` (a layer's ``__prepare_scriptable__``, which torch.jit.script calls on
+every module it is given) says so and names what traces them (torch.jit.trace records the typed ops).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+from torch.fx import Proxy
+
+
+def leaf_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``forward`` of a layer, recording the layer as one ``call_module`` node when torch.fx traces it
+    (its input a Proxy)."""
+    @functools.wraps(forward)
+    def recorded(self: torch.nn.Module, input: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(input, Proxy):
+            tracer = input.tracer
+            return tracer.create_proxy("call_module", tracer.path_of_module(self), (input, *args), kwargs)
+        return forward(self, input, *args, **kwargs)
+    return recorded
+
+
+def refuse_script(self: torch.nn.Module) -> torch.nn.Module:
+    """RuntimeError naming the layer: torch.jit.script cannot compile it."""
+    raise RuntimeError(f"{type(self).__name__} (dnnbind.torch) cannot be compiled by torch.jit.script: its forward "
+                       f"runs Python. Use torch.compile or torch.export, or torch.jit.trace (which records "
+                       f"dnnbind's typed ops; not the recurrent layers)")

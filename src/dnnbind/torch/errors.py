@@ -38,7 +38,7 @@ class torch_argument_names:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: object) -> None:
-        if kind not in _RENAMED or exc is None:
+        if kind is None or kind not in _RENAMED or exc is None:
             return
         names = self.names
         message = rename(str(exc), names() if callable(names) else names)

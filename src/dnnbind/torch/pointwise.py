@@ -23,12 +23,12 @@ Tensor = torch.Tensor
 _NAMES = {"x": "input"}
 
 
-def in_place(layer: nn.Module) -> bool:
+def in_place(layer: Any) -> bool:
     """Whether ``layer`` was made with ``inplace=True``."""
     return bool(getattr(layer, "inplace", False))
 
 
-def written_back(layer: nn.Module, input: Tensor, result: Tensor) -> Tensor:
+def written_back(layer: Any, input: Tensor, result: Tensor) -> Tensor:
     """``result``, or for a layer made with ``inplace=True`` the input with the result written into it."""
     return input.copy_(result) if in_place(layer) else result
 

@@ -22,7 +22,7 @@ def leaf_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(forward)
     def recorded(self: torch.nn.Module, input: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(input, Proxy):
-            tracer = input.tracer
+            tracer: Any = input.tracer            # (a torch.fx.Tracer, which knows the module's path)
             return tracer.create_proxy("call_module", tracer.path_of_module(self), (input, *args), kwargs)
         return forward(self, input, *args, **kwargs)
     return recorded

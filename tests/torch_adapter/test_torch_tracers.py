@@ -59,6 +59,12 @@ def test_fx_records_each_layer_as_one_node_as_torchs_own(name):
         torch.testing.assert_close(outs[0], outs[1])
 
 
+def test_fx_refuses_a_layer_traced_on_its_own_naming_it():
+    with pytest.raises(RuntimeError, match=r"torch\.fx cannot trace a dnnbind\.torch Conv2d on its own .* trace a "
+                                           r"module that holds it"):
+        torch.fx.symbolic_trace(dt.nn.Conv2d(3, 4, 3))
+
+
 def test_jit_trace_records_the_typed_ops_for_any_batch_and_saves():
     """The trace passes torch's own check (the same graph twice), runs another batch size, takes
     gradients through the recorded ops, and an inference trace saves and loads."""

@@ -23,7 +23,11 @@ def leaf_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
     def recorded(self: torch.nn.Module, input: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(input, Proxy):
             tracer: Any = input.tracer            # (a torch.fx.Tracer, which knows the module's path)
-            return tracer.create_proxy("call_module", tracer.path_of_module(self), (input, *args), kwargs)
+            path = tracer.path_of_module(self)
+            if not path:                          # the traced root itself: no node can call it
+                raise RuntimeError(f"torch.fx cannot trace a dnnbind.torch {type(self).__name__} on its own (its "
+                                   f"forward runs Python); trace a module that holds it, where it is one node")
+            return tracer.create_proxy("call_module", path, (input, *args), kwargs)
         return forward(self, input, *args, **kwargs)
     return recorded
 

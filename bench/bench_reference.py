@@ -303,7 +303,7 @@ def null_pair_row(features: Any, x: Any, repeats: int) -> Row:
     """The compiled CNN with a do-nothing custom op pair after it, in the same compiled model, against the
     compiled CNN alone: what one custom op pair adds to a compiled step (reported), the measure the
     adapter's compiled rows are read against."""
-    residuals = len(reference_training.saved_tensors(torch, features, x))
+    residuals = len(reference_training.saved_tensors(torch, features, x)[0])
     paired = torch.compile(reference_training.with_null_pair(torch, features, residuals), fullgraph=True)
     alone = torch.compile(features, fullgraph=True)
     ours, theirs = compare(reference_training.torch_fwd_bwd(torch, paired, x),
@@ -315,9 +315,9 @@ def null_pair_row(features: Any, x: Any, repeats: int) -> Row:
 def _streamed_bytes(model: Any, x: Any) -> int:
     """Bytes of x, of the model's result and of every tensor its forward saves for the backward: what its
     kernels write in a forward, and read back in the backward."""
-    out = model(x)
+    saved, out = reference_training.saved_tensors(torch, model, x)
     first = out[0] if isinstance(out, tuple) else out
-    return x.nbytes + first.nbytes + sum(t.nbytes for t in reference_training.saved_tensors(torch, model, x))
+    return x.nbytes + first.nbytes + sum(t.nbytes for t in saved)
 
 
 def class_rows(repeats: int) -> list[Row]:

@@ -147,13 +147,13 @@ def numpy_lstm_fwd_bwd(lstm: Any, x: Any) -> Callable[[], None]:
     return run
 
 
-def saved_tensors(torch: Any, model: Any, x: Any) -> list[Any]:
-    """The tensors a forward of ``model`` on ``x`` saves for its backward (its layers' residuals), as
-    saved-tensor hooks see them."""
+def saved_tensors(torch: Any, model: Any, x: Any) -> tuple[list[Any], Any]:
+    """(the tensors a forward of ``model`` on ``x`` saves for its backward (its layers' residuals), as
+    saved-tensor hooks see them; the forward's result)."""
     saved: list[Any] = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        model(x)
-    return saved
+        out = model(x)
+    return saved, out
 
 
 def null_compiled_step(torch: Any, like: Any, x: Any) -> Callable[[], None]:
@@ -162,7 +162,7 @@ def null_compiled_step(torch: Any, like: Any, x: Any) -> Callable[[], None]:
     does nothing (copies x, returns empty residuals and zero gradients), saving as many residuals as
     ``like``'s layers save (:func:`saved_tensors`). Its kernels leave the caches as they found them; see
     :func:`cold_null_compiled_step` for the machinery beside kernels that stream memory."""
-    op = _null_op(torch, len(saved_tensors(torch, like, x)))
+    op = _null_op(torch, len(saved_tensors(torch, like, x)[0]))
     params = [torch.nn.Parameter(p.detach().clone()) for p in like.parameters()]
 
     class Null(torch.nn.Module):

@@ -62,8 +62,8 @@ assert tuple(layer.__name__ for layer in _LAYERS) == PROVIDED
 
 # torch.fx records each layer as one node and torch.jit.script refuses it by name (dnnbind.torch.tracers)
 _layer: Any
+for _layer in _LAYERS:
+    _layer.forward = _tracers.leaf_forward(_layer.forward)
 for _layer in (*_LAYERS, Sequential):
-    if _layer is not Sequential:
-        _layer.forward = _tracers.leaf_forward(_layer.forward)
     _layer.__prepare_scriptable__ = _tracers.refuse_script
 del _layer

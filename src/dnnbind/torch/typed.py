@@ -915,8 +915,8 @@ def call(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> l
     elif _functorch() and route != "op":
         # torch.func transforms take an autograd.Function with setup_context
         result = function(op).apply(_statics(inputs), *tensors)
-    elif not _functorch() and torch.is_grad_enabled() and not torch.compiler.is_exporting() and not jit_tracing \
-            and any(t is not None and t.requires_grad for t in tensors):
+    elif (not _functorch() and torch.is_grad_enabled() and not torch.compiler.is_exporting() and not jit_tracing
+          and any(t is not None and t.requires_grad for t in tensors)):
         # a gradient may be asked for: the training op, whose residuals the backward reads (an exported
         # program keeps the residual-free op: torch.export traces above autograd; so does a TorchScript
         # trace, which must not hold this install's residual tag and is replayed through autograd)

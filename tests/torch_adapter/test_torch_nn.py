@@ -148,6 +148,19 @@ def _autocast_cnn(nn_module):
                                 nn_module.MaxPool2d(2), nn_module.ConvTranspose2d(4, 2, 2, stride=2))
 
 
+def _torch_under_autocast(layer, *inputs):
+    """torch's own layer's result under CPU autocast (bfloat16); a skip where this CPU cannot run it:
+    torch's LSTM takes oneDNN's bfloat16 LSTM there, which CPUs without bfloat16 instructions lack
+    ("could not create a primitive descriptor"), so there is no dtype of torch's to compare with."""
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return layer(*inputs)
+    except RuntimeError as e:
+        if "could not create a primitive descriptor" not in str(e):
+            raise
+        pytest.skip(f"torch's own {type(layer).__name__} does not run under CPU autocast on this CPU: {e}")
+
+
 @pytest.mark.parametrize("compiled", [False, True])
 def test_autocast_runs_convolutions_and_recurrences_in_its_dtype_like_torch(compiled):
     """Under torch.autocast, torch runs its convolutions, transposed convolutions and recurrent layers in the
@@ -166,17 +179,21 @@ def test_autocast_runs_convolutions_and_recurrences_in_its_dtype_like_torch(comp
     y.float().square().sum().backward(), y_ref.float().square().sum().backward()
     for p, q in zip(ours.parameters(), theirs.parameters()):
         assert p.grad.dtype == torch.float32
-        torch.testing.assert_close(p.grad, q.grad, rtol=2e-2, atol=2e-2)
+        # (a bfloat16 backward's rounding scales with the gradient's largest entries, its sums of products:
+        # the absolute tolerance does too; ours and torch's differ by accumulation order, on some CPUs by
+        # a few bfloat16 steps of such an entry)
+        torch.testing.assert_close(p.grad, q.grad, rtol=2e-2, atol=2e-2 * max(1.0, q.grad.abs().max().item()))
+    with torch.autocast("cpu", enabled=False):
+        assert ours[0](x).dtype == torch.float32
     torch.manual_seed(2)
     lstm, lstm_ref = dnnbind_nn.LSTM(3, 5, 2), torch_nn.LSTM(3, 5, 2)
     lstm_ref.load_state_dict(lstm.state_dict())
     xs = torch.randn(6, 2, 3)
+    out_ref, (h_ref, c_ref) = _torch_under_autocast(lstm_ref, xs)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        (out, (h, c)), (out_ref, (h_ref, c_ref)) = lstm(xs), lstm_ref(xs)
+        out, (h, c) = lstm(xs)
     assert out.dtype == h.dtype == out_ref.dtype == torch.bfloat16
     torch.testing.assert_close(out, out_ref, rtol=2e-2, atol=1e-2)
-    with torch.autocast("cpu", enabled=False):
-        assert ours[0](x).dtype == torch.float32
 
 
 def _outputs(result):
@@ -198,7 +215,8 @@ def test_every_layer_returns_torchs_dtypes_under_autocast(name, input_dtype):
     ours = getattr(dnnbind_nn, name)(*arguments)
     ours.load_state_dict(theirs.state_dict())
     x = torch.randn(shape).to(input_dtype)
+    expected = _outputs(_torch_under_autocast(theirs, x))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        found, expected = _outputs(ours(x)), _outputs(theirs(x))
+        found = _outputs(ours(x))
     assert [t.dtype for t in found] == [t.dtype for t in expected]
     assert [t.shape for t in found] == [t.shape for t in expected]

@@ -23,7 +23,7 @@ F = torch.nn.functional
 
 def test_kernels_are_built_and_say_for_which_instruction_set():
     assert native.library() is not None, "the C kernels are not built: run make setup (pip install -e .)"
-    assert native.isa() in ("baseline", "x86-64-v3 (AVX2)", "x86-64-v4 (AVX-512)")
+    assert native.isa() in ("baseline", "x86-64-v3 (AVX2, FMA)", "x86-64-v4 (AVX-512)")
     assert native.supported_isas()[-1] == "base"
     assert native.available(np.float32) and native.available(np.float64)
     assert not native.available(np.float16) and not native.available(np.int32)

@@ -194,3 +194,33 @@ def test_an_empty_batch_is_differentiated_twice_as_torchs(name):
     assert [g.shape for g in results[0]] == [a.shape for a in args]
     for a, b in zip(results[0], results[-1]):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("make", [lambda nn: nn.Tanh(), lambda nn: nn.BatchNorm1d(3), lambda nn: nn.LayerNorm(4),
+                                  lambda nn: nn.Softmax(1), lambda nn: nn.LSTM(4, 2), lambda nn: nn.Conv1d(3, 2, 2)],
+                         ids=["tanh", "batchnorm", "layer_norm", "softmax", "lstm", "conv"])
+def test_a_double_backward_under_saved_tensor_hooks_equals_torchs(make):
+    """save_on_cpu (saved-tensor hooks) around the forward and the create_graph backward too: the second-order
+    rules differentiate without torch.func.vjp there, which refuses saved-tensor hooks."""
+    from dnnbind.torch import nn as dnn
+    results = []
+    for nn in (torch.nn, dnn):
+        torch.manual_seed(0)
+        layer = make(nn).double()
+        x = torch.randn(2, 3, 4, dtype=DT, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        with torch.autograd.graph.save_on_cpu():
+            y = layer(x)
+            y = y[0] if isinstance(y, tuple) else y
+            (gx,) = torch.autograd.grad(y.pow(3).sum(), x, create_graph=True)
+            gx.pow(2).sum().backward()
+        results.append(x.grad)
+    torch.testing.assert_close(results[1], results[0])
+
+
+def test_elus_second_derivative_at_zero_is_torchs():
+    """At x = 0 (and -0) ELU's derivative is alpha and its second derivative 0, as torch's."""
+    z = torch.tensor([-0.0, 0.0, 0.5, -1.0, -1e-300], dtype=DT)
+    for alpha in (1.0, 0.4):
+        second = [grad(lambda z: grad(lambda z: m(z).sum())(z).sum())(z)
+                  for m in (torch.nn.ELU(alpha), dt.ELU(alpha))]
+        torch.testing.assert_close(second[1], second[0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch import nn as torch_nn
 from torch.autograd import gradgradcheck
 from torch.func import functional_call, grad, jacrev, jvp, vmap
@@ -113,6 +114,37 @@ def test_forward_mode_is_refused_naming_the_op(name):
         jvp(ours, (x,), (torch.ones_like(x),))
     with pytest.raises(RuntimeError, match=r"dnnbind\.\w+: forward-mode AD"):
         torch.func.hessian(lambda x: ours(x).sum())(x)      # forward over reverse
+    # torch.func.linearize traces forward mode through make_fx (the registered ops, which the dispatcher
+    # would give zero tangents), torch.autograd.forward_ad runs the eager Function
+    with pytest.raises(RuntimeError, match=r"dnnbind\.\w+: forward-mode AD"):
+        torch.func.linearize(ours, x)
+    with pytest.raises(RuntimeError, match=r"dnnbind\.\w+: forward-mode AD"), fwAD.dual_level():
+        ours(fwAD.make_dual(x, torch.ones_like(x)))
+
+
+def test_forward_mode_through_a_fused_run_is_refused_naming_an_op():
+    model = dnn.Sequential(dnn.Conv1d(2, 3, 1), dnn.ReLU()).double()
+    x = torch.randn(2, 2, 4, dtype=DT)
+    model(x), model(x)                       # (the second call runs fused)
+    with pytest.raises(RuntimeError, match=r"dnnbind\.\w+: forward-mode AD"), fwAD.dual_level():
+        model(fwAD.make_dual(x, torch.ones_like(x)))
+
+
+@pytest.mark.parametrize("name", ["conv2d-reflect-nobias", "maxpool1d-ceil-dilated", "batchnorm1d-eval",
+                                  "softmax-dim0", "elu", "hardtanh"])
+def test_batched_gradients_are_refused_naming_the_op(name):
+    """torch.autograd's own vmap over cotangents (is_grads_batched, jacobian(vectorize=True)) is refused
+    naming the op; torch.func.jacrev gives torch's Jacobian."""
+    ours, theirs, x = _pair(name)
+    x = x.requires_grad_()
+    first = (lambda out: out[0] if isinstance(out, tuple) else out)
+    y = first(ours(x))
+    with pytest.raises(RuntimeError, match=r"dnnbind\.\w+: batched gradients .*torch.func.jacrev"):
+        torch.autograd.grad(y, x, torch.eye(y.numel(), dtype=DT).view(-1, *y.shape), is_grads_batched=True)
+    with pytest.raises(RuntimeError, match=r"dnnbind\.\w+: batched gradients"):
+        torch.autograd.functional.jacobian(lambda x: first(ours(x)), x, vectorize=True)
+    torch.testing.assert_close(jacrev(lambda x: first(ours(x)))(x.detach()),
+                               jacrev(lambda x: first(theirs(x)))(x.detach()))
 
 
 @pytest.mark.parametrize("op", ["layer_norm", "batchnorm"])

@@ -157,7 +157,7 @@ class Call:
     results. Built by the first such call (:func:`call_of`)."""
 
     __slots__ = ("op", "device", "dtype", "static", "forward", "backward", "blas_scope", "scoped", "paths",
-                 "counts", "shapes", "kwargs", "plan")
+                 "counts", "shapes", "kwargs", "plan", "reads")
 
     def __init__(self, op: str, device: torch.device, specs: list[Any], kwargs: dict[str, Any]) -> None:
         self.op, self.device, self.kwargs = op, device, kwargs
@@ -175,12 +175,31 @@ class Call:
         self.counts = tuple(_leaves(a) for a in specs)     # per spec array: its tensors (0: not given)
         #: the results' shapes (None where the op returns none: maxpool's indices unless asked for)
         self.shapes = list(SPECS[op].empty((*specs, *self.static)).outputs)
+        self.reads = _reads(op, self.counts, self.shapes, kwargs)
         self.plan: Any = None          # the eager path's plan on it (dnnbind.torch.eager)
 
     @property
     def results(self) -> int:
         """How many results the op returns (batch norm's updated running statistics follow them)."""
         return sum(s is not None for s in self.shapes)
+
+
+def _reads(op: str, counts: Sequence[int], shapes: Sequence[Any],
+           kwargs: dict[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the places among a call's tensors (x and the spec's arrays, nested ones flattened, None left out),
+    the places among its results (those it returns)) of what the op's backward reads
+    (:meth:`~dnnbind.highlevel.specs.base.OpSpec.reads`): what autograd saves, so that an in-place change
+    to one of them before the backward is refused, as for torch's own layers."""
+    spec = SPECS[op]
+    names = spec.reads(kwargs)
+    inputs: list[int] = []
+    at = 0
+    for name, count in zip(spec.array_names, counts):
+        if name in names:
+            inputs += range(at, at + count)
+        at += count
+    returned = [name for name, shape in zip(spec.output_names, shapes) if shape is not None]
+    return tuple(inputs), tuple(i for i, name in enumerate(returned) if name in names)
 
 
 def call_of(op: str, x: Any, arrays: Sequence[Any], kwargs: dict[str, Any]) -> Call:

@@ -14,7 +14,10 @@ kernels runs with caches the kernels just flushed, so each line there costs seve
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+import contextvars
+import functools
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -39,7 +42,7 @@ class Plan:
     the op's spec's arrays and where each one's gradient comes from among the backward's results."""
 
     __slots__ = ("op", "call", "forward", "backward", "static", "device", "scoped", "kwargs", "nested", "slots",
-                 "positions", "gradients", "skip", "statistics", "integers", "first")
+                 "positions", "gradients", "skip", "statistics", "integers", "first", "reads")
 
     def __init__(self, op: str, call: calls.Call, slots: list[Any], kwargs: dict[str, Any]) -> None:
         self.op, self.call, self.slots, self.kwargs = op, call, slots, kwargs
@@ -57,6 +60,9 @@ class Plan:
         # per spec array, which calls.needs_of reads the wanted gradients by
         self.skip = call.counts if SPECS[op].skippable else None
         self.statistics = SPECS[op].updates_in_place(kwargs)
+        # the tensors among (x, *others) and the outputs the op's backward reads: saved for autograd's
+        # version check (the backend reads its own copies)
+        self.reads = call.reads
         self.integers: tuple[int, ...] | None = None     # outputs without gradient (maxpool's indices)
         self.first: tuple | None = None                  # output 0's shape, dtype and device
 
@@ -68,6 +74,24 @@ class Plan:
             return arrays[:len(SPECS[self.op].arrays)]
         inputs = (x, *others)
         return [None if i is None else inputs[i] for i in self.positions]
+
+
+#: whether the call runs for a layer that writes its result into x (see :func:`overwriting`)
+_OVERWRITING = contextvars.ContextVar("dnnbind_overwriting", default=False)
+
+
+@contextlib.contextmanager
+def overwriting() -> Iterator[None]:
+    """Calls inside the block are a layer's made with ``inplace=True``, whose result is then written into x:
+    an eager call saves nothing of x for autograd's version check (the write would fail it; the backend
+    reads its own copy), a call through the typed op (which saves x and may run again on it) takes a copy
+    of x. Where torch's own in-place functions save their result instead, a later in-place change of it
+    goes unrefused here, but the gradient is the forward's, never computed from the changed values."""
+    token = _OVERWRITING.set(True)
+    try:
+        yield
+    finally:
+        _OVERWRITING.reset(token)
 
 
 def _slots(arrays: Sequence[Any]) -> list[Any]:
@@ -116,13 +140,21 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             # by the op's second-order rule, or refusing a second derivative naming the op where it has none
             # (the backend keeps x and w as residuals too, unchecked)
             ctx.inputs = (x, *others)
+            # what the op's backward reads, saved so that autograd refuses the backward after an in-place
+            # change to one of them, as for torch's own layers (none where the call overwrites x: a layer
+            # made with inplace=True, see overwriting)
+            inputs, results = plan.reads
+            read = [] if _OVERWRITING.get() else [ctx.inputs[i] for i in inputs] + [outputs[i] for i in results]
+            ctx.reads = len(read)
             # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
             # want to see them as saved tensors
             if _saved_tensor_hooks(False) is None:
                 ctx.residual_arrays = residuals
+                if read:
+                    ctx.save_for_backward(*read)
             else:
                 ctx.residual_arrays = None
-                ctx.save_for_backward(*[to_tensor(r) for r in residuals])
+                ctx.save_for_backward(*read, *[to_tensor(r) for r in residuals])
             if plan.integers:
                 ctx.mark_non_differentiable(*[outputs[i] for i in plan.integers])
         return outputs
@@ -134,12 +166,15 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
         for i in plan.integers or ():            # integer results take no cotangent (eager may hand zeros)
             cotangents[i] = None
         flags = ctx.needs_input_grad             # (plan, x, *others)
+        if ctx.reads and ctx.residual_arrays is not None:
+            ctx.saved_tensors                    # autograd's version check of what the backward reads
         if all(d is None for d in cotangents):
             return (None,) * len(flags)
         if cotangents[0] is None:                # the first cotangent is required: zeros stand for "unused"
             shape, dtype, device = plan.first    # type: ignore[misc]
             cotangents[0] = torch.zeros(shape, dtype=dtype, device=device)
         needs = None if plan.skip is None else calls.needs_of(plan.op, plan.skip, flags[1:])
+        refuse_batched(plan.op, cotangents[0])
         if torch.is_grad_enabled():
             # autograd records this backward (create_graph): through the typed backward op, so that a second
             # derivative follows the op's second-order rule, or is refused naming the op where it has none
@@ -148,6 +183,19 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             with device_scope(plan.device):
                 return (None, *_backward_arrays(ctx, plan, cotangents, needs, flags))
         return (None, *_backward_arrays(ctx, plan, cotangents, needs, flags))
+
+
+def refuse_batched(op: str, cotangent: Tensor | None) -> None:
+    """Refuse a cotangent batched by torch.autograd's own vmap (``is_grads_batched=True``, what
+    ``torch.autograd.functional.jacobian(vectorize=True)`` uses), naming the op: the backends take plain
+    arrays, and that vmap has no fallback for the backward ops' lists of results."""
+    if cotangent is not None and _legacy_batched(cotangent):
+        raise RuntimeError(f"dnnbind.{op}: batched gradients (torch.autograd.grad(is_grads_batched=True), "
+                           f"torch.autograd.functional.jacobian or hessian with vectorize=True) are not "
+                           f"supported; use torch.func.jacrev, or torch.func.vmap over torch.func.vjp")
+
+
+_legacy_batched = torch._C._functorch.is_legacy_batchedtensor
 
 
 def _forward_arrays(plan: Plan, x: Tensor, others: Sequence[Tensor]) -> tuple[tuple[Tensor, ...], tuple]:
@@ -167,7 +215,7 @@ def _backward_arrays(ctx: Any, plan: Plan, cotangents: list[Tensor | None], need
     cts = tuple([None if d is None else to_array(d) for d in cotangents])
     saved = ctx.residual_arrays
     if saved is None:
-        saved = tuple(to_array(r) for r in ctx.saved_tensors)
+        saved = tuple(to_array(r) for r in ctx.saved_tensors[ctx.reads:])
     results = (plan.backward(saved, cts, *plan.static) if needs is None
                else plan.backward(saved, cts, *plan.static, needs=needs))
     if type(results) is not tuple:
@@ -194,23 +242,13 @@ def _typed_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None]) -> li
 
 
 def _statistics_written(tensors: Sequence[Tensor | None], arrays: Sequence[Any]) -> None:
-    """After batch norm's forward updated the running statistics' arrays: a tensor the array shares
-    memory with gets its version counter bumped (autograd sees the change, as after torch's in-place
-    update), one that was copied (not contiguous) gets the new values copied back."""
-    shared = []
+    """After batch norm's forward updated the running statistics' arrays: a tensor the array was a copy of
+    (not contiguous) gets the new values copied back. Their version counters stay as they were, as
+    after torch's own batch norm, which saves them for its backward: a second forward before the first
+    one's backward must not fail it."""
     for t, a in zip(tensors, arrays):
-        if t is None:
-            continue
-        if _shares_memory(t, a):
-            shared.append(t)
-        else:
-            with torch.no_grad():
-                t.copy_(to_tensor(a))
-    if shared:
-        _increment_version(tuple(shared))      # (torch.autograd.graph.increment_version, for a tuple)
-
-
-_increment_version = torch._C._increment_version
+        if t is not None and not _shares_memory(t, a):
+            t.data.copy_(to_tensor(a))         # (.data: without a version bump)
 
 
 def _shares_memory(t: Tensor, a: Any) -> bool:
@@ -221,8 +259,9 @@ def _shares_memory(t: Tensor, a: Any) -> bool:
     return bool(address == t.data_ptr())
 
 
-#: op -> its eager Function (grad_fn ``dnnbind_convBackward`` ...)
-_EAGER: dict[str, type[_Eager]] = {op: type(f"dnnbind_{op}", (_Eager,), {}) for op in SPECS}
+#: op -> its eager Function (grad_fn ``dnnbind_convBackward`` ...), refusing forward mode naming the op
+_EAGER: dict[str, type[_Eager]] = {op: type(f"dnnbind_{op}", (_Eager,), {"jvp": staticmethod(functools.partial(
+    typed.refuse_jvp, op))}) for op in SPECS}
 #: op -> its eager Function's apply below torch.autograd.Function.apply, which adds only what a call
 #: :func:`_plain_eager` admits never needs (functorch transforms, dead functorch wrappers, setup_context)
 _EAGER_APPLY: dict[str, Any] = {op: super(torch.autograd.Function, cls).apply  # type: ignore[misc]
@@ -329,6 +368,8 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
     op; returns the op's non-None outputs. A plain eager call leaves its plan for :func:`planned` to find."""
     others = calls.leaves(list(arrays))
     if not _plain_eager(x, others):
+        if not torch.compiler.is_compiling() and _OVERWRITING.get():
+            x = x.clone()            # (a compiled graph has no version counters: nothing to fail)
         return typed.call(op, x, arrays, kwargs)
     n = len(SPECS[op].arrays) - 1
     spec_kwargs = {**kwargs, **dict(zip(SPECS[op].tensor_arguments, arrays[n:]))}

@@ -95,7 +95,7 @@ class Run:
     """A planned run's steps and what each call of it repeats, worked out once: its tensors, counters,
     running statistics and device scope, and per set of wanted gradients its backward program."""
 
-    __slots__ = ("steps", "tensors", "counted", "statistics", "scope", "programs")
+    __slots__ = ("steps", "tensors", "counted", "statistics", "scope", "programs", "reads")
 
     def __init__(self, steps: list[Step]) -> None:
         self.steps = steps
@@ -107,6 +107,7 @@ class Run:
                            for i, step in enumerate(steps) if step.plan.statistics]
         self.scope = next((s.plan.device for s in steps if s.plan.scoped), None)
         self.programs: dict[tuple, list[tuple]] = {}
+        self.reads = _reads(steps)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -142,6 +143,17 @@ class Run:
         return program
 
 
+def _reads(steps: Sequence[Step]) -> tuple[bool, tuple[int, ...], bool]:
+    """What the run's backward reads of its tensors (its steps' ops' ``backward_reads``): (whether the
+    run's input, the places among the run's tensors after x, whether its result); what lies between two
+    steps is arrays no caller holds."""
+    places = []
+    for step in steps:
+        inputs, _ = step.plan.reads
+        places += [step.first + i - 1 for i in inputs if i > 0]      # (i: among the step's x and tensors)
+    return 0 in steps[0].plan.reads[0], tuple(places), 0 in steps[-1].plan.reads[1]
+
+
 def count_batches(calls: Sequence[Fusion] | Sequence[Step]) -> None:
     """Count the batch of each batch norm call among ``calls``, as its layer's own call does."""
     for call in calls:
@@ -174,13 +186,29 @@ class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn 
         if planned.statistics:                   # updated in place, as the layer's own call does
             eager._statistics_written([t for _, _, ts in planned.statistics for t in ts],
                                       [a for i, places, _ in planned.statistics for a in arrays[i][places]])
+        result = to_tensor(h)
+        ctx.run = planned
         if keep:
-            ctx.run, ctx.residuals, ctx.x = planned, saved, x
-        return to_tensor(h)
+            ctx.residuals, ctx.x = saved, x
+            # what the layers' backwards read of the run's tensors, for autograd's version check (see eager)
+            first, places, last = planned.reads
+            read = [x] if first else []
+            read += [inputs[i] for i in places] + ([result] if last else [])
+            ctx.reads = bool(read)
+            if read:
+                ctx.save_for_backward(*read)
+        return result
+
+    @staticmethod
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        typed.refuse_jvp(ctx.run.steps[0].plan.op)       # (naming the run's first op)
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple:  # type: ignore[override]
         flags = ctx.needs_input_grad             # (run, x, *inputs)
+        eager.refuse_batched(ctx.run.steps[-1].plan.op, dy)
+        if ctx.reads:
+            ctx.saved_tensors                    # autograd's version check of what the backwards read
         if torch.is_grad_enabled():              # create_graph: a backward autograd can differentiate again
             return (None, *_recorded_backward(ctx.run, ctx.x, dy, flags))
         d, grads = backward_arrays(ctx.run, ctx.residuals, to_array(dy), flags)

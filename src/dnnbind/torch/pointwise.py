@@ -9,12 +9,13 @@ op itself runs out of place, so the layer costs a copy more than without it.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from dnnbind.torch import functional as F
+from dnnbind.torch.eager import overwriting
 from dnnbind.torch.errors import torch_argument_names
 from dnnbind.torch.fused import Fusion
 from dnnbind.torch.layer_inputs import fusion, not_supported
@@ -28,9 +29,16 @@ def in_place(layer: Any) -> bool:
     return bool(getattr(layer, "inplace", False))
 
 
-def written_back(layer: Any, input: Tensor, result: Tensor) -> Tensor:
-    """``result``, or for a layer made with ``inplace=True`` the input with the result written into it."""
-    return input.copy_(result) if in_place(layer) else result
+def written_back(layer: Any, input: Tensor, op: Callable[[Tensor], Tensor]) -> Tensor:
+    """``op(input)``, or for a layer made with ``inplace=True`` the input with that result written into it
+    (the op then runs :func:`~dnnbind.torch.eager.overwriting` it)."""
+    if not in_place(layer):
+        return op(input)
+    if torch.compiler.is_compiling():         # (a compiled graph has no version counters to fail)
+        return input.copy_(op(input))
+    with overwriting():
+        result = op(input)
+    return input.copy_(result)
 
 
 class _Activation:
@@ -46,7 +54,7 @@ class _Activation:
     def forward(self, input: Tensor) -> Tensor:
         mode, alpha = self._mode()
         with torch_argument_names({**_NAMES, "alpha": self._ARGUMENT}):
-            return written_back(self, input, F.activation(input, mode, alpha=alpha))
+            return written_back(self, input, lambda x: F.activation(x, mode, alpha=alpha))
 
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
         """This layer's op for :class:`~dnnbind.torch.sequential.Sequential`."""
@@ -177,4 +185,4 @@ class Dropout(nn.Dropout):
         if not self.training or self.p == 0:
             return input
         with torch_argument_names(_NAMES):
-            return written_back(self, input, F.dropout(input, self.p))
+            return written_back(self, input, lambda x: F.dropout(x, self.p))

@@ -33,11 +33,13 @@ Autograd is registered with ``register_autograd`` (``setup_context``), batching 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
+from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor_hooks
 
 from dnnbind.highlevel.plans import kept
 from dnnbind.highlevel.specs import SPECS
@@ -556,9 +558,27 @@ def _backward_backward(op: str, ctx: Any, *grads: Any) -> tuple:
     return (None, None, None, *d_cotangents, *[None] * (ctx.count - len(d_cotangents)), *d_inputs)
 
 
-def _refuse_jvp(op: str) -> None:
-    raise RuntimeError(f"dnnbind.{op}: forward-mode AD (torch.func.jvp, jacfwd) is not supported; "
-                       f"use reverse mode (torch.func.vjp, grad, jacrev)")
+def refuse_jvp(op: str, *_: Any) -> None:
+    """Forward-mode AD is refused, naming the op (what an autograd.Function's jvp does)."""
+    raise RuntimeError(f"dnnbind.{op}: forward-mode AD (torch.func.jvp, jacfwd, linearize, "
+                       f"torch.autograd.forward_ad) is not supported; use reverse mode (torch.func.vjp, grad, "
+                       f"jacrev)")
+
+
+def _forward_ad(tensors: Sequence[Tensor | None]) -> bool:
+    """Whether a tensor carries a forward-mode tangent (torch.autograd.forward_ad's dual tensors, what
+    torch.func.linearize traces with): the registered ops have no forward-mode formula, and the
+    dispatcher would drop the tangents rather than refuse."""
+    if _forward_ad_level() < 0:
+        return False
+    return any(t is not None and _unpack_dual(t).tangent is not None for t in tensors)
+
+
+def _forward_ad_level() -> int:
+    return torch.autograd.forward_ad._current_level
+
+
+_unpack_dual = torch.autograd.forward_ad.unpack_dual
 
 
 def _per_op(name: str, forward: Any, setup: Any, backward: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -581,7 +601,7 @@ def _per_op(name: str, forward: Any, setup: Any, backward: Any) -> tuple[dict[st
             return backward(op, ctx, *grads)
 
         def op_jvp(ctx: Any, *tangents: Any) -> Any:
-            _refuse_jvp(op)
+            refuse_jvp(op)
 
         body: dict[str, Any] = {"generate_vmap_rule": True, "op": op, "forward": staticmethod(op_forward),
                                 "setup_context": staticmethod(op_setup), "backward": staticmethod(op_backward)}
@@ -589,6 +609,22 @@ def _per_op(name: str, forward: Any, setup: Any, backward: Any) -> tuple[dict[st
             body["jvp"] = staticmethod(op_jvp)
         return type(name.format(op), (torch.autograd.Function,), body)
     return {op: made(op, True) for op in SPECS}, {op: made(op, False) for op in SPECS}
+
+
+@contextlib.contextmanager
+def _no_saved_tensor_hooks() -> Iterator[None]:
+    """The saved-tensor hooks in force (torch.autograd.graph.save_on_cpu around a create_graph backward) set
+    aside: torch.func.vjp refuses to run under them, and what the second-order rules save inside it lives
+    only as long as their results' graph."""
+    popped = []
+    while (top := _saved_tensor_hooks(False)) is not None:
+        popped.append(top)
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+    try:
+        yield
+    finally:
+        for pack, unpack in reversed(popped):
+            torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
 
 
 class _Final(torch.autograd.Function):
@@ -754,8 +790,9 @@ class _Ops:
             used[:] = [k for k in wanted if found.get(k) is not None]
             return tuple(found[k] for k in used)
         primals = [t for k, t in _leaves(arrays) if isinstance(t, Tensor)] + [cotangents[i] for i in places]
-        pullback = torch.func.vjp(f, *primals)[1]
-        results = pullback(tuple(wanted[k] for k in used))
+        with _no_saved_tensor_hooks():
+            pullback = torch.func.vjp(f, *primals)[1]
+            results = pullback(tuple(wanted[k] for k in used))
         d_cotangents: list[Any] = [None] * len(cotangents)
         for i, r in zip(places, results[len(keys):]):
             d_cotangents[i] = r
@@ -904,6 +941,8 @@ def call(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> l
     kwargs = spec.arguments_function(**{**kwargs, **dict(zip(spec.tensor_arguments, arrays[n:]))})
     inputs = typed_arguments(op, x, arrays[:n], kwargs)
     tensors = _flat_tensors(op, inputs)
+    if not torch.compiler.is_compiling() and _forward_ad(tensors):
+        refuse_jvp(op)
     jit_tracing = torch.jit.is_tracing()
     if jit_tracing and op in _NESTED:
         raise RuntimeError(f"dnnbind.{op}: torch.jit.trace cannot record this op (its typed op takes a bool "

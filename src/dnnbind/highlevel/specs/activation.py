@@ -28,10 +28,19 @@ DERIVATIVES: dict[str, Any] = {
     "sigmoid": lambda ops, x, y, dy, alpha: dy * y * (1 - y),
     "tanh": lambda ops, x, y, dy, alpha: dy * (1 - y * y),
     "identity": lambda ops, x, y, dy, alpha: dy,
-    "elu": lambda ops, x, y, dy, alpha: ops.where(x > 0, dy, dy * (y + alpha)),
+    # (at x = 0 the derivative is alpha, its own derivative 0: torch's elu_double_backward masks x < 0)
+    "elu": lambda ops, x, y, dy, alpha: ops.where(x > 0, dy, ops.where(x < 0, dy * (y + alpha), dy * alpha)),
     "leaky_relu": lambda ops, x, y, dy, alpha: ops.where(x > 0, dy, dy * alpha),
     "clipped_relu": lambda ops, x, y, dy, alpha: ops.where((x > 0) & (x < alpha), dy, dy * 0),
     "swish": lambda ops, x, y, dy, alpha: dy * (ops.sigmoid(alpha * x) * (1 + alpha * x * (1 - ops.sigmoid(alpha * x)))),
+}
+
+
+#: per mode, what its backward reads as PyTorch's own function saves it: its result y (relu, sigmoid,
+#: tanh), its input x, or nothing (identity)
+BACKWARD_READS: dict[str, tuple[str, ...]] = {
+    "relu": ("y",), "sigmoid": ("y",), "tanh": ("y",), "identity": (),
+    "elu": ("x",), "leaky_relu": ("x",), "clipped_relu": ("x",), "swish": ("x",),
 }
 
 
@@ -63,6 +72,7 @@ ACTIVATION = OpSpec(
     params=(Param("x"), Param("mode", annotation="str"), Param("alpha", None, True, "float | None")),
     arrays=(ArrayArg("x", gradient="dx"),), static=("mode", "alpha"), outputs=(Output("y", "dy"),),
     check=_check, empty=like_x, pointwise=True, title=lambda arguments: f"activation({arguments['mode']!r})",
+    backward_reads=lambda arguments: BACKWARD_READS.get(arguments["mode"], ()),
     features=tuple(ACTIVATION_DEFAULTS), samples_independent=True,
     second_order=second_order.activation(DERIVATIVES, ACTIVATION_DEFAULTS),
     tensor_doc="Pointwise activation: relu, sigmoid, tanh, elu, leaky_relu, clipped_relu, swish or identity.",

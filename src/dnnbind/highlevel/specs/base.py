@@ -146,6 +146,12 @@ class OpSpec:
     #: update is the same for every call that shares them, and a call without the updated arrays (None)
     #: gives the same results without updating: a vmap that maps neither runs the update once
     update_reads: tuple[str, ...] = ()
+    #: the arrays and outputs (by name) whose values the op's backward reads, as PyTorch's own op saves
+    #: them; a function of the public arguments where they decide it (an activation's mode). A framework
+    #: with version counters refuses a backward after an in-place change to one of them between the
+    #: forward and the backward, as torch refuses it for its own layers. (The backends keep their own
+    #: copies of what they read: the raw pullbacks need no such rule.)
+    backward_reads: tuple[str, ...] | Callable[[dict[str, Any]], tuple[str, ...]] = ()
     #: each sample along x's axis 0 is computed alone, with the same other arrays and arguments: a
     #: framework may fold a mapped axis of x (torch.func.vmap's) into it; False: it maps over that axis
     samples_independent: bool = False
@@ -188,6 +194,11 @@ class OpSpec:
         """Where the arrays updated in place are among the arrays after x (an empty slice: none)."""
         places = [self.array_names.index(n) - 1 for n in self.updated_in_place]
         return slice(min(places), max(places) + 1) if places else slice(0, 0)
+
+    def reads(self, arguments: dict[str, Any]) -> tuple[str, ...]:
+        """:attr:`backward_reads` for a call with these public arguments (by name)."""
+        reads = self.backward_reads
+        return reads(arguments) if callable(reads) else reads
 
     def updates_in_place(self, arguments: dict[str, Any]) -> bool:
         """Whether a call with these public arguments (by name) updates arrays in place."""

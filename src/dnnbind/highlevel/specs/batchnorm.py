@@ -69,6 +69,9 @@ BATCHNORM = OpSpec(
     regroup=lambda zeros, static: tuple(zeros), every_call=_every_call,
     updated_in_place=("running_mean", "running_var"), updates=lambda arguments: arguments["training"],
     update_reads=("x",),
+    # (torch's batch norm saves its running statistics in training too, and its own update of them, like
+    # this op's, leaves their version counters alone: two forwards before one backward are fine)
+    backward_reads=("x", "gamma", "running_mean", "running_var"),
     features=("training", "inference", "running statistics"), second_order=second_order.batchnorm,
     tensor_doc="""Batch normalisation over axis 1 like ``torch.nn.functional.batch_norm``; the running statistics
     are updated in place when training (the op returns the new values; they are copied back here, which

@@ -6,7 +6,7 @@ from typing import Any
 
 from dnnbind.highlevel.dims.checks import check_same_dtype, check_shape
 from dnnbind.highlevel.dims.conv import ConvDims
-from dnnbind.highlevel.specs.activation import ACTIVATION_DEFAULTS, activation_alpha
+from dnnbind.highlevel.specs.activation import ACTIVATION_DEFAULTS, BACKWARD_READS, activation_alpha
 from dnnbind.highlevel.specs.base import ArrayArg, Autocast, Chain, EmptyCall, OpSpec, Output, Param, Unbatching
 from dnnbind.highlevel.specs.second_order import bilinear, chain
 from dnnbind.highlevel.unbatched import conv_is_unbatched
@@ -75,7 +75,7 @@ CONV = OpSpec(
             Param("groups", 1, True, "int"), Param("flip", False, True, "bool")),
     arrays=ARRAYS, static=("dims",), outputs=OUTPUTS, check=_check_conv, empty=_empty_conv, regroup=_regroup,
     skippable=True, unbatched=UNBATCHED, features=_FEATURES, samples_independent=True,
-    second_order=bilinear, composed_from="convolution", autocast=AUTOCAST,
+    second_order=bilinear, composed_from="convolution", autocast=AUTOCAST, backward_reads=("x", "w"),
     tensor_doc="""N-d convolution (1 to 3 spatial dims) like ``torch.nn.functional.conv{1,2,3}d``; ``flip=True``:
     true convolution. ``padding`` may also be one (low, high) pair per spatial dim. Under torch.autocast
     x, w and b are cast to its dtype first, as torch casts them for its convolutions.""",
@@ -97,7 +97,7 @@ CONV_TRANSPOSE = OpSpec(
     arrays=ARRAYS, static=("dims",), outputs=OUTPUTS, check=_check_conv_transpose, empty=_empty_conv_transpose,
     regroup=_regroup, skippable=True, unbatched=UNBATCHED,
     features=_FEATURES + ("output_padding",), samples_independent=True,
-    second_order=bilinear, composed_from="convolution", autocast=AUTOCAST,
+    second_order=bilinear, composed_from="convolution", autocast=AUTOCAST, backward_reads=("x", "w"),
     tensor_doc="""Transposed convolution like ``torch.nn.functional.conv_transpose{1,2,3}d`` (w is (C_in, C_out/groups, ...));
     under torch.autocast in its dtype, as :func:`conv`.""",
 )
@@ -131,6 +131,9 @@ CONV_BIAS_ACTIVATION = OpSpec(
     chain=Chain("conv", "activation", split=lambda static: (static[:1], static[1:]),
                 between=lambda static: static[0].y_shape),
     second_order=chain("conv", "activation"), autocast=AUTOCAST,
+    # the convolution's x and w, and the activation's result where its mode reads that (its input is the
+    # convolution's result, which no caller holds)
+    backward_reads=lambda arguments: ("x", "w", *[n for n in BACKWARD_READS.get(arguments["mode"], ()) if n == "y"]),
     tensor_doc=""":func:`conv`, then :func:`activation` (``F.relu(F.conv2d(x, w, b, ...))`` for the default mode): one op,
     which the cuDNN backend may run as one fused kernel; under torch.autocast in its dtype, as :func:`conv`.""",
 )

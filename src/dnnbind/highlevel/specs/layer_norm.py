@@ -39,6 +39,7 @@ LAYER_NORM = OpSpec(
             ArrayArg("bias", optional=True, gradient="dbias", dropped_when_none=True)),
     static=("normalized_ndim", "eps"), outputs=(Output("y", "dy"),), check=_check, empty=_empty,
     skippable=True, features=("weight", "bias"), second_order=second_order.layer_norm,
+    backward_reads=("x", "weight", "bias"),
     tensor_doc="""Layer normalization over the trailing dims ``normalized_shape`` like ``torch.nn.functional.layer_norm``;
     weight and bias optional.""",
 )

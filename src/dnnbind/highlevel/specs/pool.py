@@ -76,7 +76,7 @@ MAXPOOL = OpSpec(
     outputs=(Output("y", "dy"), Output("indices", dtype="int64", when="return_indices")),
     check=_check_maxpool, empty=_empty_maxpool, unbatched=UNBATCHED,
     features=("padding", "dilation", "ceil_mode", "return_indices"), samples_independent=True,
-    second_order=selection,
+    second_order=selection, backward_reads=("x", "indices"),
     tensor_doc="""Max pooling like ``torch.nn.functional.max_pool{1,2,3}d`` (stride defaults to the window); with
     ``return_indices`` (y, indices), indices int64 and without gradient, as torch's.""",
 )
@@ -101,7 +101,7 @@ MEANPOOL = OpSpec(
     arrays=ARRAYS, static=("dims", "count_include_pad", "divisor_override"), outputs=(Output("y", "dy"),),
     check=_check_meanpool, empty=_empty_meanpool, unbatched=UNBATCHED,
     features=("padding", "count_include_pad=False", "ceil_mode", "divisor_override"), samples_independent=True,
-    second_order=linear,
+    second_order=linear, backward_reads=("x",),
     tensor_doc="""Average pooling like ``torch.nn.functional.avg_pool{1,2,3}d``; ``divisor_override`` (a non-zero int)
     divides every window's sum by itself, as avg_pool2d/3d's does (here also in 1-d).""",
 )

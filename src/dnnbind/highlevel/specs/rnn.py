@@ -85,6 +85,8 @@ RNN = OpSpec(
              Output("cy", "dcy", optional=True, why_none="dcy is only used by mode='lstm', not mode={mode!r}")),
     gradient_order=("dx", "dh0", "dc0", "dweights"), check=_check, empty=_empty, regroup=_regroup, parse=_lists,
     skippable=True,
+    # as cuDNN's RNN saves them for torch (its CPU LSTM too; its CPU GRU and RNN read no bias nor y)
+    backward_reads=("x", "weights", "h0", "c0", "y"),
     unbatched=Unbatching(lambda arrays, arguments: rnn_is_unbatched(arrays["x"].shape, arrays["h0"], arrays["c0"]),
                          axis=1),
     features=("rnn_relu", "rnn_tanh", "lstm", "gru", "bidirectional", "lengths", "proj_size", "no bias"),

@@ -29,7 +29,7 @@ def _spec(name: str, what: str, rule: Any, torch_name: str) -> OpSpec:
         doc=f"{what} along ``axis`` (any axis, negative allowed). Returns (y, pullback) with pullback(dy) -> dx.",
         params=(Param("x"), Param("axis", 1, True, "int")), arrays=(ArrayArg("x", gradient="dx"),),
         static=("axis",), outputs=(Output("y", "dy"),), check=_check_axis, empty=like_x, pointwise=True,
-        features=("any axis",), second_order=rule,
+        features=("any axis",), second_order=rule, backward_reads=("y",),
         tensor_doc=f"{what} along ``axis`` (``torch.{torch_name}(x, dim=axis)``).")
 
 

@@ -1,0 +1,218 @@
+"""What autograd saves of a dnnbind.torch call: the inputs and results its backward reads (the spec's
+``backward_reads``), so that an in-place change to one of them between the forward and the backward is
+refused as torch refuses it for its own layers, and a change to anything else leaves the gradient the
+forward's."""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import dnnbind.torch as dt
+from dnnbind.torch import nn as dnn
+
+IMAGE, SEQUENCE = (2, 3, 6, 6), (5, 2, 3)
+
+#: name -> (a layer from a torch.nn-like namespace, its input's shape)
+LAYERS: dict[str, tuple[Callable[[Any], Any], tuple[int, ...]]] = {
+    "Conv2d": (lambda nn: nn.Conv2d(3, 4, 3), IMAGE),
+    "Conv1d-no-bias": (lambda nn: nn.Conv1d(3, 4, 3, bias=False), (2, 3, 7)),
+    "ConvTranspose2d": (lambda nn: nn.ConvTranspose2d(3, 4, 3, stride=2), IMAGE),
+    "MaxPool2d": (lambda nn: nn.MaxPool2d(2), IMAGE),
+    "MaxPool2d-indices": (lambda nn: nn.MaxPool2d(2, return_indices=True), IMAGE),
+    "AvgPool2d": (lambda nn: nn.AvgPool2d(2), IMAGE),
+    "BatchNorm2d": (lambda nn: nn.BatchNorm2d(3), IMAGE),
+    "BatchNorm2d-eval": (lambda nn: nn.BatchNorm2d(3).eval(), IMAGE),
+    "BatchNorm1d-no-statistics": (lambda nn: nn.BatchNorm1d(3, track_running_stats=False), (4, 3)),
+    "LayerNorm": (lambda nn: nn.LayerNorm(6), IMAGE),
+    "Dropout": (lambda nn: nn.Dropout(0.5), IMAGE),
+    "Softmax": (lambda nn: nn.Softmax(1), IMAGE),
+    "LogSoftmax": (lambda nn: nn.LogSoftmax(-1), IMAGE),
+    "ReLU": (lambda nn: nn.ReLU(), IMAGE),
+    "ReLU6": (lambda nn: nn.ReLU6(), IMAGE),
+    "ELU": (lambda nn: nn.ELU(), IMAGE),
+    "LeakyReLU": (lambda nn: nn.LeakyReLU(0.2), IMAGE),
+    "Hardtanh": (lambda nn: nn.Hardtanh(0.0, 2.0), IMAGE),
+    "SiLU": (lambda nn: nn.SiLU(), IMAGE),
+    "Sigmoid": (lambda nn: nn.Sigmoid(), IMAGE),
+    "Tanh": (lambda nn: nn.Tanh(), IMAGE),
+    **{f"{name}-inplace": (lambda nn, name=name: getattr(nn, name)(inplace=True), IMAGE)
+       for name in ("ReLU", "ReLU6", "ELU", "LeakyReLU", "SiLU")},
+    "LSTM": (lambda nn: nn.LSTM(3, 4), SEQUENCE),
+    "LSTM-projection": (lambda nn: nn.LSTM(3, 4, proj_size=2), SEQUENCE),
+    "GRU": (lambda nn: nn.GRU(3, 4), SEQUENCE),
+    "RNN": (lambda nn: nn.RNN(3, 4, nonlinearity="relu"), SEQUENCE),
+}
+
+#: where dnnbind refuses what torch's CPU layer allows: its RNNs save what cuDNN's RNN saves for torch
+#: (all weights, y), as torch's CPU LSTM does, where its CPU GRU, RNN and projected LSTM read no bias nor y
+STRICTER = {("GRU", "bias_ih_l0"), ("GRU", "bias_hh_l0"), ("GRU", "output 0"),
+            ("RNN", "bias_ih_l0"), ("RNN", "bias_hh_l0"), ("RNN", "output 0"),
+            ("LSTM-projection", "bias_ih_l0"), ("LSTM-projection", "bias_hh_l0"), ("LSTM-projection", "output 0")}
+#: where torch refuses what dnnbind allows: torch's in-place relu_, elu_ and leaky_relu_ save their
+#: result, the input they overwrote; dnnbind's layer writes a copy into it (see eager.overwriting), so
+#: its backward reads its own copy, and the gradient is the forward's
+LAXER = {(f"{name}-inplace", target) for name in ("ReLU", "ELU", "LeakyReLU") for target in ("x", "output 0")}
+
+
+def _outputs(out: Any) -> list[torch.Tensor]:
+    flat: list[torch.Tensor] = []
+    for o in out if isinstance(out, tuple) else (out,):
+        flat += list(o) if isinstance(o, tuple) else [o]
+    return flat
+
+
+def _targets(name: str) -> list[str]:
+    make, shape = LAYERS[name]
+    layer = make(torch.nn)
+    out = _outputs(layer(torch.randn(shape)))
+    return (["x"] + [n for n, _ in layer.named_parameters()]
+            + [n for n, b in layer.named_buffers() if b.is_floating_point()] + [f"output {i}" for i in range(len(out))])
+
+
+def _step(nn: Any, name: str, target: str) -> tuple[str, Any]:
+    """("raised" or "ran", the gradients of x and the parameters) of a forward, an in-place change of
+    ``target``, and a backward."""
+    make, shape = LAYERS[name]
+    torch.manual_seed(0)
+    layer = make(nn)
+    if nn is dnn:
+        layer.load_state_dict(_REFERENCE[name].state_dict())
+    source = torch.randn(shape, dtype=torch.float32, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    x = source * 1
+    torch.manual_seed(2)
+    outputs = _outputs(layer(x))
+    with torch.no_grad():
+        if target == "x":
+            x.add_(0.5)
+        elif target == "none":
+            pass
+        elif target.startswith("output"):
+            outputs[int(target.split()[1])].add_(1)
+        else:
+            getattr(layer, target).add_(0.5)
+    first = outputs[0]
+    weights = torch.linspace(-1, 1, first.numel()).reshape(first.shape)
+    try:
+        (first * weights).sum().backward()
+    except RuntimeError as e:
+        assert "modified by an inplace operation" in str(e)
+        return "raised", None
+    return "ran", [source.grad, *[p.grad for p in layer.parameters()]]
+
+
+_REFERENCE: dict[str, Any] = {}
+
+
+def _cases() -> list[tuple[str, str]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # (torch's LSTM with a projection: not with oneDNN)
+        return [(name, target) for name in LAYERS for target in _targets(name)]
+
+
+@pytest.mark.parametrize("name,target", _cases())
+def test_an_in_place_change_is_refused_where_torch_refuses_it(name, target):
+    """Changed between the forward and the backward: refused where torch's own layer refuses it (apart
+    from STRICTER and LAXER), otherwise the gradients are those of the forward's values."""
+    torch.manual_seed(0)
+    _REFERENCE[name] = LAYERS[name][0](torch.nn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs, _ = _step(torch.nn, name, target)
+        ours, gradients = _step(dnn, name, target)
+        unchanged, forward_gradients = _step(dnn, name, "none")
+    assert unchanged == "ran"
+    if (name, target) in STRICTER:
+        assert (theirs, ours) == ("ran", "raised")
+    elif (name, target) in LAXER:
+        assert (theirs, ours) == ("raised", "ran")
+    else:
+        assert ours == theirs
+    if ours == "ran":
+        for g, e in zip(gradients, forward_gradients):
+            assert (g is None) == (e is None)
+            if g is not None:
+                torch.testing.assert_close(g, e)
+
+
+def test_a_fused_run_saves_its_input_its_weights_and_its_result_where_its_layers_read_them():
+    """A Sequential run (one autograd node) saves what its layers' backwards read of the run's tensors:
+    its input for the first convolution, the weights, a final ReLU's result; not a bias."""
+    def run(target: str) -> str:
+        torch.manual_seed(0)
+        model = dnn.Sequential(dnn.Conv2d(3, 4, 3), dnn.BatchNorm2d(4), dnn.ReLU())
+        x = torch.randn(IMAGE, requires_grad=True) * 1
+        for _ in range(2):                   # the second call runs fused
+            y = model(x)
+        assert y.grad_fn.name() == "dnnbind_sequenceBackward"
+        with torch.no_grad():
+            {"x": x, "y": y, "weight": model[0].weight, "bias": model[0].bias, "gamma": model[1].weight,
+             "beta": model[1].bias}[target].add_(1)
+        try:
+            y.sum().backward()
+        except RuntimeError as e:
+            assert "modified by an inplace operation" in str(e)
+            return "raised"
+        return "ran"
+    assert {t: run(t) for t in ("x", "y", "weight", "bias", "gamma", "beta")} == {
+        "x": "raised", "y": "raised", "weight": "raised", "bias": "ran", "gamma": "raised", "beta": "ran"}
+
+
+def test_an_inference_tensor_is_refused_where_torch_saves_it():
+    """An inference tensor cannot be saved for a backward: a convolution whose weight takes a gradient
+    refuses it as x, as torch's does."""
+    with torch.inference_mode():
+        x = torch.randn(IMAGE)
+    for nn in (torch.nn, dnn):
+        for layer in (nn.Conv2d(3, 4, 3), nn.LayerNorm(6)):
+            with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+                layer(x)
+
+
+def test_two_batch_norm_forwards_then_one_backward_as_torch():
+    """Batch norm's own update of its running statistics (saved for the backward, as torch's are) does not
+    fail an earlier call's backward: the update leaves their version counters alone, as torch's does."""
+    for nn in (torch.nn, dnn):
+        torch.manual_seed(0)
+        layer = nn.BatchNorm2d(3)
+        versions = (layer.running_mean._version, layer.running_var._version)
+        x = torch.randn(IMAGE, requires_grad=True)
+        (layer(x).sum() + layer(x * 2).sum()).backward()
+        assert (layer.running_mean._version, layer.running_var._version) == versions
+        assert x.grad is not None
+
+
+@pytest.mark.parametrize("make", [lambda nn: nn.ReLU(inplace=True), lambda nn: nn.ELU(inplace=True),
+                                  lambda nn: nn.Dropout(0.5, inplace=True)], ids=["ReLU", "ELU", "Dropout"])
+def test_in_place_layers_under_a_dispatch_mode(make):
+    """Under a dispatch mode the call goes through the typed op, which saves x: a layer made with
+    inplace=True runs it on a copy of x (its write into x would fail the version check), with torch's
+    gradient."""
+    grads = []
+    for nn in (torch.nn, dnn):
+        x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        with FlopCounterMode(display=False):
+            torch.manual_seed(0)
+            h = x * 1
+            y = make(nn)(h)
+            assert y is h
+            y.sum().backward()
+        grads.append(x.grad)
+    if isinstance(make(torch.nn), torch.nn.Dropout):    # (the masks differ: where x passes, 2; else 0)
+        assert set(grads[1].unique().tolist()) <= {0.0, 2.0}
+    else:
+        torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_a_typed_call_refuses_a_changed_weight():
+    """Through the typed op (a dispatch mode) every input is saved: a weight changed in place is refused."""
+    layer = dt.Conv2d(3, 4, 3)
+    with FlopCounterMode(display=False):
+        y = layer(torch.randn(IMAGE))
+        with torch.no_grad():
+            layer.weight.add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()

@@ -26,3 +26,20 @@ def test_a_dim_out_of_range_is_an_index_error_as_torchs_and_names_dim():
             layer(torch.randn(2, 3))
         with pytest.raises(IndexError):
             getattr(torch.nn, type(layer).__name__)(dim=layer.dim)(torch.randn(2, 3))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: dt.Conv2d(3, 2, 3)(torch.randn(1, 3, 2, 2)),                  # the output would be empty
+    lambda: dt.Conv2d(3, 2, 3)(torch.randn(1, 4, 5, 5)),                  # channels
+    lambda: dt.Conv2d(3, 2, 3)(torch.randn(1, 3, 5, 5, dtype=torch.float64)),    # dtypes differ
+    lambda: dt.Conv2d(3, 2, 3)(torch.ones(1, 3, 5, 5, dtype=torch.int64)),  # an integer input
+    lambda: dt.MaxPool2d(4)(torch.randn(1, 1, 2, 2)),                      # window past the input
+    lambda: dt.conv(torch.randn(1, 3, 5, 5), torch.randn(2, 4, 3, 3)),     # the functional form
+], ids=["empty", "channels", "dtypes", "integer", "window", "functional"])
+def test_an_ops_value_or_type_error_is_also_a_runtime_error_as_torchs(call):
+    """torch raises RuntimeError for these mistakes: code written for its layers (``except RuntimeError``)
+    catches dnnbind's too, and code catching ValueError or TypeError still does."""
+    with pytest.raises(RuntimeError) as found:
+        call()
+    assert isinstance(found.value, (ValueError, TypeError))
+    assert type(found.value).__name__ in ("TorchValueError", "TorchTypeError")

@@ -216,3 +216,26 @@ def test_a_typed_call_refuses_a_changed_weight():
             layer.weight.add_(1)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y.sum().backward()
+
+
+@pytest.mark.parametrize("make", [lambda: dnn.Dropout(0.5), lambda: dnn.Sequential(dnn.Dropout(0.5), dnn.Dropout(0.2)),
+                                  lambda: dnn.Softmax(1), lambda: dnn.Conv1d(2, 2, 1)],
+                         ids=["dropout", "fused-dropouts", "softmax", "conv"])
+def test_a_second_backward_without_retain_graph_is_refused_as_torchs(make):
+    """Autograd frees what a node saved after its backward: a second one through it is refused, also where
+    the op's backward reads none of the call's tensors (dropout's mask is a residual array: it saves a
+    placeholder); with retain_graph the gradients add up."""
+    model = make()
+    x = torch.randn(3, 2, 4, requires_grad=True)
+    model(x)                                  # (a Sequential's second call runs fused)
+    torch.manual_seed(0)
+    loss = (model(x) * torch.linspace(0, 1, 24).view(3, 2, 4)).sum()
+    loss.backward(retain_graph=True)
+    once = x.grad.clone()
+    loss.backward()
+    torch.testing.assert_close(x.grad, 2 * once)
+    torch.manual_seed(0)
+    loss = (model(x) * 2).sum()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()

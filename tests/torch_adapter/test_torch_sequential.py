@@ -206,6 +206,22 @@ def test_hooks_on_a_layer_or_global_ones_run_the_layers_one_by_one():
     assert _fused_twice(model, x)
 
 
+def test_anomaly_mode_runs_the_layers_one_by_one_and_names_the_layer():
+    """torch.autograd.detect_anomaly names the node whose backward returned a NaN: the layer's, as for
+    torch's own layers, not the run's."""
+    model = dnn.Sequential(dnn.Conv2d(3, 3, 1), dnn.ReLU(), dnn.LogSoftmax(dim=1))
+    model(torch.randn(2, 3, 4, 4))
+    x = torch.randn(2, 3, 4, 4)
+    x[0, 0, 0, 0] = float("inf")
+    x.requires_grad_()
+    with torch.autograd.detect_anomaly(check_nan=True):
+        y = model(x)
+        assert type(y.grad_fn).__name__ != SEQUENCE
+        with pytest.raises(RuntimeError, match="Function 'dnnbind_logsoftmaxBackward' returned nan"):
+            y.sum().backward()
+    assert _fused_twice(model, torch.randn(2, 3, 4, 4, requires_grad=True))
+
+
 def test_subclasses_replaced_forwards_and_other_modules_split_the_runs(runs):
     class MyReLU(dnn.ReLU):
         def forward(self, input):

@@ -76,6 +76,11 @@ class Plan:
         return [None if i is None else inputs[i] for i in self.positions]
 
 
+#: what a call whose backward reads none of its tensors saves: autograd frees a node's saved tensors after
+#: its backward unless asked to retain the graph, so the next backward through it is refused (dropout's
+#: mask, a residual array, would otherwise give a second, added gradient)
+UNREAD = torch.empty(0)
+
 #: whether the call runs for a layer that writes its result into x (see :func:`overwriting`)
 _OVERWRITING = contextvars.ContextVar("dnnbind_overwriting", default=False)
 
@@ -145,13 +150,13 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             # made with inplace=True, see overwriting)
             inputs, results = plan.reads
             read = [] if _OVERWRITING.get() else [ctx.inputs[i] for i in inputs] + [outputs[i] for i in results]
+            read = read or [UNREAD]
             ctx.reads = len(read)
             # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
             # want to see them as saved tensors
             if _saved_tensor_hooks(False) is None:
                 ctx.residual_arrays = residuals
-                if read:
-                    ctx.save_for_backward(*read)
+                ctx.save_for_backward(*read)
             else:
                 ctx.residual_arrays = None
                 ctx.save_for_backward(*read, *[to_tensor(r) for r in residuals])
@@ -166,8 +171,10 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
         for i in plan.integers or ():            # integer results take no cotangent (eager may hand zeros)
             cotangents[i] = None
         flags = ctx.needs_input_grad             # (plan, x, *others)
-        if ctx.reads and ctx.residual_arrays is not None:
-            ctx.saved_tensors                    # autograd's version check of what the backward reads
+        if ctx.residual_arrays is not None:
+            # autograd's version check of what the backward reads, and its refusal of a second backward
+            # without retain_graph (it freed them after the first)
+            ctx.saved_tensors
         if all(d is None for d in cotangents):
             return (None,) * len(flags)
         if cotangents[0] is None:                # the first cotangent is required: zeros stand for "unused"

@@ -13,6 +13,30 @@ Names = Union[Mapping[str, str], Callable[[], Mapping[str, str]]]
 _RENAMED = (ValueError, TypeError, AxisError)
 
 
+class TorchValueError(ValueError, RuntimeError):
+    """A dnnbind op's ValueError on tensors (a shape its checks refuse): also a RuntimeError, which torch
+    raises for the same mistakes, so that code written for torch's layers catches it too."""
+
+
+class TorchTypeError(TypeError, RuntimeError):
+    """A dnnbind op's TypeError on tensors (a dtype or device its checks refuse): also a RuntimeError, as
+    :class:`TorchValueError`."""
+
+
+_AS_TORCHS = {ValueError: TorchValueError, TypeError: TorchTypeError}
+
+
+def as_torchs(error: BaseException) -> BaseException:
+    """A plain ValueError or TypeError as one of the classes above (its message, traceback and cause
+    kept); any other error as it is (numpy's AxisError is an IndexError, as torch's is)."""
+    kind = _AS_TORCHS.get(type(error))
+    if kind is None:
+        return error
+    found = kind(*error.args).with_traceback(error.__traceback__)
+    found.__cause__, found.__suppress_context__ = error.__cause__, True
+    return found
+
+
 def rename(message: str, names: Mapping[str, str]) -> str:
     """``message`` with each whole-word occurrence of a key of ``names`` replaced by its value, except
     inside a quoted value (``dim='x'`` is what the user passed)."""
@@ -38,7 +62,7 @@ class torch_argument_names:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: object) -> None:
-        if kind is None or kind not in _RENAMED or exc is None:
+        if kind is None or not issubclass(kind, _RENAMED) or exc is None:
             return
         names = self.names
         message = rename(str(exc), names() if callable(names) else names)

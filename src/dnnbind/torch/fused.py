@@ -194,9 +194,7 @@ class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn 
             first, places, last = planned.reads
             read = [x] if first else []
             read += [inputs[i] for i in places] + ([result] if last else [])
-            ctx.reads = bool(read)
-            if read:
-                ctx.save_for_backward(*read)
+            ctx.save_for_backward(*(read or [eager.UNREAD]))     # (see eager.UNREAD)
         return result
 
     @staticmethod
@@ -207,8 +205,7 @@ class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn 
     def backward(ctx: Any, dy: Tensor) -> tuple:  # type: ignore[override]
         flags = ctx.needs_input_grad             # (run, x, *inputs)
         eager.refuse_batched(ctx.run.steps[-1].plan.op, dy)
-        if ctx.reads:
-            ctx.saved_tensors                    # autograd's version check of what the backwards read
+        ctx.saved_tensors                        # autograd's version check, and a second backward refused
         if torch.is_grad_enabled():              # create_graph: a backward autograd can differentiate again
             return (None, *_recorded_backward(ctx.run, ctx.x, dy, flags))
         d, grads = backward_arrays(ctx.run, ctx.residuals, to_array(dy), flags)

@@ -6,7 +6,7 @@ fuse: a batch norm without affine parameters, for one, splits the run) whose cal
 earlier call (the first call runs them one by one and leaves the plans) runs through
 :mod:`dnnbind.torch.fused`, with the results and gradients of the layers' own calls. Whatever could see
 the difference takes the layers one by one: hooks on a layer (forward, pre-forward, backward) or
-global module hooks, saved-tensor hooks, a forward replaced on an instance, a subclass of a layer,
+global module hooks, saved-tensor hooks, anomaly mode, a forward replaced on an instance, a subclass of a layer,
 torch.func transforms, dispatch modes, tensor subclasses, and tensors off the CPU (the GPU path is not
 verified on a device yet). While torch.compile or torch.export traces, the layers run one by one: the
 graph holds each layer's typed op (:mod:`dnnbind.torch.typed`).
@@ -182,11 +182,12 @@ def _one_by_one(layers: list[nn.Module], x: Any) -> Any:
 
 def _fusable_input(x: Any) -> bool:
     """Whether a run may take x as one node: a plain CPU tensor, no transform, dispatch mode, saved-tensor
-    hook, global module hook or autocast active (nor a compiler tracing: the caller asked)."""
+    hook, global module hook, autocast or anomaly mode active (its report names the layer whose backward
+    returned a NaN: one node per layer; nor a compiler tracing: the caller asked)."""
     return (type(x) in eager._PLAIN_TENSORS and x.is_cpu and not is_functorch_wrapped_tensor(x)
             and not eager._dispatch_modes() and not eager._functorch_transforms()
             and _saved_tensor_hooks(False) is None and not _global_hooks()
-            and not torch._C._is_any_autocast_enabled())
+            and not torch._C._is_any_autocast_enabled() and not torch.is_anomaly_enabled())
 
 
 def _global_hooks() -> bool:

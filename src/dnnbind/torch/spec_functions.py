@@ -22,6 +22,7 @@ import torch
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.specs.base import REQUIRED, OpSpec, Param
 from dnnbind.torch.convert import check_same_dtype, common_device
+from dnnbind.torch.errors import as_torchs
 from dnnbind.torch.eager import call, planned
 
 Tensor = torch.Tensor
@@ -117,7 +118,15 @@ def result(spec: OpSpec, outputs: Sequence[Any], arguments: dict[str, Any]) -> A
 
 def checked_call(spec: OpSpec, arrays: list[Any], arguments: dict[str, Any]) -> Any:
     """A call without a plan (the first of its kind, traced, or of an op that is not planned): checked,
-    run on the batched problem (:attr:`OpSpec.unbatched`) and returned as :func:`result` says."""
+    run on the batched problem (:attr:`OpSpec.unbatched`) and returned as :func:`result` says. A
+    ValueError or TypeError of its checks is also a RuntimeError, as torch's are (errors.as_torchs)."""
+    try:
+        return _checked_call(spec, arrays, arguments)
+    except (ValueError, TypeError) as error:
+        raise as_torchs(error)
+
+
+def _checked_call(spec: OpSpec, arrays: list[Any], arguments: dict[str, Any]) -> Any:
     flat = [(a, v) for a, v in zip(spec.arrays, arrays) if not a.nested]
     nested = [(a, v) for a, v in zip(spec.arrays, arrays) if a.nested]
     _check(**{a.name: v for a, v in flat + nested if not a.own_dtype})    # the states before the weights

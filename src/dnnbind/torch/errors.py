@@ -23,7 +23,7 @@ class TorchTypeError(TypeError, RuntimeError):
     :class:`TorchValueError`."""
 
 
-_AS_TORCHS = {ValueError: TorchValueError, TypeError: TorchTypeError}
+_AS_TORCHS: dict[type[BaseException], type[BaseException]] = {ValueError: TorchValueError, TypeError: TorchTypeError}
 
 
 def as_torchs(error: BaseException) -> BaseException:

@@ -133,7 +133,8 @@ CONV_BIAS_ACTIVATION = OpSpec(
     second_order=chain("conv", "activation"), autocast=AUTOCAST,
     # the convolution's x and w, and the activation's result where its mode reads that (its input is the
     # convolution's result, which no caller holds)
-    backward_reads=lambda arguments: ("x", "w", *[n for n in BACKWARD_READS.get(arguments["mode"], ()) if n == "y"]),
+    backward_reads=lambda arguments: ("x", "w", *[n for n in BACKWARD_READS.get(arguments["mode"], ())
+                                                  if n == "y"]),
     tensor_doc=""":func:`conv`, then :func:`activation` (``F.relu(F.conv2d(x, w, b, ...))`` for the default mode): one op,
     which the cuDNN backend may run as one fused kernel; under torch.autocast in its dtype, as :func:`conv`.""",
 )

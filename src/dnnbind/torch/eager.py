@@ -81,6 +81,14 @@ class Plan:
 #: mask, a residual array, would otherwise give a second, added gradient)
 UNREAD = torch.empty(0)
 
+def save_reads(ctx: Any, read: Sequence[Tensor], after: Sequence[Tensor] = ()) -> int:
+    """Save what a call's backward reads (then ``after``) for autograd's version check; :data:`UNREAD` where
+    it reads none of the call's tensors. Returns how many of the saved tensors stand for ``read``."""
+    read = list(read) or [UNREAD]
+    ctx.save_for_backward(*read, *after)
+    return len(read)
+
+
 #: whether the call runs for a layer that writes its result into x (see :func:`overwriting`)
 _OVERWRITING = contextvars.ContextVar("dnnbind_overwriting", default=False)
 
@@ -150,16 +158,14 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             # made with inplace=True, see overwriting)
             inputs, results = plan.reads
             read = [] if _OVERWRITING.get() else [ctx.inputs[i] for i in inputs] + [outputs[i] for i in results]
-            read = read or [UNREAD]
-            ctx.reads = len(read)
             # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
             # want to see them as saved tensors
             if _saved_tensor_hooks(False) is None:
                 ctx.residual_arrays = residuals
-                ctx.save_for_backward(*read)
+                ctx.reads = save_reads(ctx, read)
             else:
                 ctx.residual_arrays = None
-                ctx.save_for_backward(*read, *[to_tensor(r) for r in residuals])
+                ctx.reads = save_reads(ctx, read, [to_tensor(r) for r in residuals])
             if plan.integers:
                 ctx.mark_non_differentiable(*[outputs[i] for i in plan.integers])
         return outputs

@@ -194,7 +194,7 @@ class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn 
             first, places, last = planned.reads
             read = [x] if first else []
             read += [inputs[i] for i in places] + ([result] if last else [])
-            ctx.save_for_backward(*(read or [eager.UNREAD]))     # (see eager.UNREAD)
+            eager.save_reads(ctx, read)
         return result
 
     @staticmethod

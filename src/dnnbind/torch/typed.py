@@ -569,13 +569,9 @@ def _forward_ad(tensors: Sequence[Tensor | None]) -> bool:
     """Whether a tensor carries a forward-mode tangent (torch.autograd.forward_ad's dual tensors, what
     torch.func.linearize traces with): the registered ops have no forward-mode formula, and the
     dispatcher would drop the tangents rather than refuse."""
-    if _forward_ad_level() < 0:
+    if torch.autograd.forward_ad._current_level < 0:       # (outside every dual_level)
         return False
     return any(t is not None and _unpack_dual(t).tangent is not None for t in tensors)
-
-
-def _forward_ad_level() -> int:
-    return torch.autograd.forward_ad._current_level
 
 
 _unpack_dual = torch.autograd.forward_ad.unpack_dual

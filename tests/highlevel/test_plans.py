@@ -199,6 +199,32 @@ def test_innermost_skips_the_marked_wrappers_that_pass_and_stops_at_any_other():
     assert innermost(wrap(lambda x, k: True, small, marked=False), (1, 2), {}).__wrapped__ is small
 
 
+def test_innermost_keeps_a_wrapper_every_call_runs_in_around_what_is_left():
+    """kept_around (the numpy backends' quiet floating-point scope): stripped, the rest stripped as far
+    as it passes, then wrapped again."""
+    import functools
+
+    from dnnbind.highlevel.residual import innermost, kept_around, passes_when
+
+    def op(x, k):
+        return x + k
+
+    def times(factor):
+        def around(inner):
+            @functools.wraps(inner)
+            def wrapper(*args, **kwargs):
+                return inner(*args, **kwargs) * factor
+            return wrapper
+        return around
+
+    small = passes_when(lambda x, k: k < 5)(times(10)(op))
+    kept = kept_around(times(100), small)
+    outer = passes_when(lambda x, k: True)(times(1000)(kept))
+    direct = innermost(outer, (1, 2), {})
+    assert direct.__wrapped__ is op and direct(1, 2) == 300
+    assert innermost(outer, (1, 7), {}).__wrapped__ is small and innermost(outer, (1, 7), {})(1, 7) == 8000
+
+
 def test_a_plan_runs_the_innermost_forward_from_its_second_call(rng):
     """The cpu conv's wrappers (edge policy, half precision, memory check, BLAS threads) all pass
     for a small float32 problem: the plan's run is rebuilt on conv_forward itself, with equal results."""

@@ -148,8 +148,10 @@ def test_frozen_weights_get_no_gradient_on_a_planned_call(checks):
 def test_a_signature_runs_the_innermost_forward_its_tensors_allow(dtype):
     """A float32 call's signature runs the cpu conv_forward without the wrappers that only call
     through for it (edge policy, memory check, BLAS-thread scope, half precision); a float16 call's keeps
-    the half-precision wrapper, which computes in float32 and returns float16."""
+    the half-precision wrapper, which computes in float32 and returns float16. Both run inside numpy's
+    quiet floating-point scope, which every call keeps (residual.kept_around)."""
     from dnnbind.highlevel import cpu
+    from dnnbind.highlevel.reference._arrays import quiet
     from dnnbind.torch import calls
     x, w = torch.randn(2, 3, 6, 6, dtype=dtype), torch.randn(4, 3, 3, 3, dtype=dtype)
     y = dt.conv(x, w)
@@ -158,6 +160,7 @@ def test_a_signature_runs_the_innermost_forward_its_tensors_allow(dtype):
     while f is not None:
         chain.append(f)
         f = getattr(f, "__wrapped__", None)
-    assert sig.forward is (chain[-1] if dtype == torch.float32 else chain[-2])
+    assert sig.forward.__wrapped__ is (chain[-1] if dtype == torch.float32 else chain[-2])
+    assert chain[1].__dnnbind_around__[1] is quiet
     assert y.dtype == dtype
     torch.testing.assert_close(y.float(), torch.nn.functional.conv2d(x.float(), w.float()), rtol=2e-3, atol=2e-3)

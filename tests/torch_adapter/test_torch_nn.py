@@ -76,6 +76,50 @@ def test_reprs_are_torchs(make):
     assert repr(make(dnnbind_nn)) == repr(make(torch_nn))
 
 
+def _with_special_values(shape: tuple[int, ...]) -> torch.Tensor:
+    x = torch.randn(shape, dtype=torch.float64).flatten()
+    x[0], x[1], x[x.numel() // 2], x[-1] = float("inf"), 1e300, float("nan"), float("-inf")
+    return x.reshape(shape)
+
+
+RECURRENT = {"RNN", "LSTM", "GRU"}
+SPECIAL_CASES = [(name, how) for name in sorted(set(SAMPLES) - {"Dropout"}) for how in ("eager", "sequential", "compiled")
+                 if not (how == "sequential" and name in RECURRENT)]      # (a recurrent layer's result is a tuple)
+
+
+@pytest.mark.parametrize("name, how", SPECIAL_CASES, ids=[f"{n}-{h}" for n, h in SPECIAL_CASES])
+def test_inf_and_nan_inputs_give_torchs_results_without_numpy_warnings(name, how):
+    """inf, NaN and huge values in the input: the forward's inf and NaN where torch's layer has them, and
+    a backward, with no warning (numpy warns for inf * 0 unless told not to; torch never does). Eager,
+    in a fused Sequential run (its second call) and compiled."""
+    import warnings
+    args, shape = SAMPLES[name]
+    theirs = getattr(torch_nn, name)(*args).double()
+    ours = getattr(dnnbind_nn, name)(*args).double()
+    ours.load_state_dict(theirs.state_dict())
+    model = ours
+    if how == "compiled":
+        torch._dynamo.reset()                    # (a fresh cache: every case compiles a new layer)
+        model = torch.compile(ours, backend="aot_eager", fullgraph=True)
+    if how == "sequential":
+        model = dnnbind_nn.Sequential(ours, dnnbind_nn.ReLU())
+        theirs = torch_nn.Sequential(theirs, torch_nn.ReLU())
+    x = _with_special_values(shape)
+    expected = theirs(x)
+    expected = expected[0] if isinstance(expected, tuple) else expected
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):                       # a Sequential's second call runs fused
+            xg = x.clone().requires_grad_()
+            y = model(xg)
+            y = y[0] if isinstance(y, tuple) else y
+            y.sum().backward()
+    assert torch.equal(y.isnan(), expected.isnan()) and torch.equal(y.isinf(), expected.isinf())
+    finite = expected.isfinite()
+    torch.testing.assert_close(y[finite], expected[finite].detach())
+    assert xg.grad is not None and xg.grad.shape == x.shape
+
+
 def _torch_ops_in_graph(output: torch.Tensor) -> set[str]:
     """Names of torch's own backward nodes for the layers dnnbind provides, anywhere in output's graph."""
     seen, stack, found = set(), [output.grad_fn], set()

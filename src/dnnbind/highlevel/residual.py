@@ -115,10 +115,23 @@ def passes_when(predicate: Callable[..., bool]) -> Callable[[Callable[..., Any]]
     return mark
 
 
+def kept_around(around: Callable[[Callable[..., Any]], Callable[..., Any]],
+                function: Callable[..., Any]) -> Callable[..., Any]:
+    """``around(function)`` (a wrapper made with functools.wraps), marked as one that every call runs in:
+    :func:`innermost` strips what it wraps and wraps the rest again."""
+    wrapper = around(function)
+    wrapper.__dnnbind_around__ = (wrapper, around)            # type: ignore[attr-defined]
+    return wrapper
+
+
 def innermost(forward: Callable[..., Any], args: tuple, options: dict[str, Any]) -> Callable[..., Any]:
     """``forward`` without the wrappers that only call through for calls like this one (see
-    :func:`passes_when`): what a plan's later calls run, a Python frame and its checks fewer per wrapper."""
+    :func:`passes_when`): what a plan's later calls run, a Python frame and its checks fewer per wrapper.
+    A wrapper that every call runs in (:func:`kept_around`) stays, around what is left of the rest."""
     while True:
+        around = getattr(forward, "__dnnbind_around__", None)
+        if around is not None and around[0] is forward:
+            return around[1](innermost(forward.__wrapped__, args, options))   # type: ignore[attr-defined]
         mark = getattr(forward, "__dnnbind_passes__", None)
         if mark is None or mark[0] is not forward or not mark[1](*args, **options):
             return forward
@@ -195,7 +208,8 @@ PARTS = ("forward", "backward", "residuals", "pair")
 
 
 def install_forms(namespace: dict[str, Any], modules: tuple[Any, ...], *, saves_masks: bool = True,
-                  adapt: Callable[[str, str, Callable[..., Any]], Callable[..., Any]] | None = None) -> list[str]:
+                  adapt: Callable[[str, str, Callable[..., Any]], Callable[..., Any]] | None = None,
+                  around: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None) -> list[str]:
     """Install into a backend's ``namespace`` the four names of :func:`forms` for every op of the specs that
     one of ``modules`` implements (its ``NAME_forward``, ``NAME_backward`` and ``NAME_residuals``), the
     first module that has them winning. Returns the ops installed, in the specs' order: a backend lists no
@@ -207,7 +221,8 @@ def install_forms(namespace: dict[str, Any], modules: tuple[Any, ...], *, saves_
     ``adapt(op, part, function)``, when given, is the backend's own adaptation of every op: it sees the
     residual form's ``"forward"``, ``"backward"`` and ``"residuals"`` before the edge policy, and the
     ``(result, pullback)`` form as ``"pair"``, and returns the function to install (the same one where
-    it has nothing to add).
+    it has nothing to add). ``around``, when given, wraps every op's forward and backward inside the edge
+    policy (the numpy backends': :func:`dnnbind.highlevel.reference._arrays.quiet`); plans keep it.
     """
     from dnnbind.highlevel.specs import OP_NAMES
     installed = []
@@ -219,23 +234,29 @@ def install_forms(namespace: dict[str, Any], modules: tuple[Any, ...], *, saves_
         if adapt is not None:
             forward, backward, residuals = (adapt(op, part, fn) for part, fn in zip(PARTS, (forward, backward,
                                                                                            residuals)))
+        if around is not None:
+            forward, backward = kept_around(around, forward), around(backward)
         names = ("mask",) if saves_masks and SPECS[op].mask_residuals else ()
         built = list(forms(op, forward, backward, residuals, names))
         if adapt is not None:
             built[3] = adapt(op, PARTS[3], built[3])
         namespace.update(zip((f"{op}_forward", f"{op}_backward", f"{op}_residuals", op), built))
         installed.append(op)
-    return install_chains(namespace, modules, installed)
+    return install_chains(namespace, modules, installed, around)
 
 
-def install_chains(namespace: dict[str, Any], modules: tuple[Any, ...], installed: list[str]) -> list[str]:
+def install_chains(namespace: dict[str, Any], modules: tuple[Any, ...], installed: list[str],
+                   around: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None) -> list[str]:
     """Install the ops that are two installed ops in a row (a spec's ``chain``), composed by
-    :mod:`dnnbind.highlevel.chain` with a module's fused primitive ``NAME_fused`` where one has it;
-    returns ``installed`` with them, in the specs' order."""
+    :mod:`dnnbind.highlevel.chain` with a module's fused primitive ``NAME_fused`` where one has it (run
+    inside ``around`` where given, as the installed ops run); returns ``installed`` with them, in the
+    specs' order."""
     from dnnbind.highlevel.chain import chained, chained_ops
     from dnnbind.highlevel.specs import OP_NAMES
     for op in chained_ops(namespace):
         fused = next((getattr(m, f"{op}_fused") for m in modules if hasattr(m, f"{op}_fused")), None)
+        if fused is not None and around is not None:
+            fused = around(fused)
         forward, backward, residuals = chained(SPECS[op], namespace, fused)
         built = forms(op, forward, backward, residuals)
         namespace.update(zip((f"{op}_forward", f"{op}_backward", f"{op}_residuals", op), built))

@@ -24,10 +24,11 @@ from dnnbind.highlevel.cpu import softmax as _softmax
 
 from dnnbind.highlevel.cpu._heap import keep_heap_padding
 from dnnbind.highlevel.conv_composed import conv_ops
+from dnnbind.highlevel.reference._arrays import quiet
 from dnnbind.highlevel.residual import install_forms
 
 # every op in both forms, with the edge policy (0-d and zero-size arrays) applied once; the convolutions
 # composed from the conv primitives
 OPS = install_forms(globals(), (_activation, _batchnorm, conv_ops(_conv.PRIMITIVES), _dropout, _layer_norm, _pool,
-                                _rnn, _softmax))
+                                _rnn, _softmax), around=quiet)
 __all__ = [*OPS, "keep_heap_padding"]

@@ -6,7 +6,8 @@ own residuals (changing the caller's arrays later changes nothing).
 """
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Callable
 
 import numpy as np
 
@@ -42,3 +43,21 @@ def channel_sum(a: np.ndarray) -> np.ndarray:
 def channel_shape(a: np.ndarray) -> tuple[int, ...]:
     """(1, C, 1, ...): a per-channel vector broadcast against ``a``."""
     return (1, a.shape[1]) + (1,) * (a.ndim - 2)
+
+
+def ieee_quiet() -> np.errstate:
+    """numpy's floating-point warnings off. An op meeting an inf or a NaN gives its IEEE result
+    (inf * 0 and inf - inf are NaN, a sum past the largest float inf), as torch's and the vendors'
+    kernels do, silently; numpy would also warn ("invalid value encountered in matmul")."""
+    return np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore")
+
+
+def quiet(op: Callable[..., Any]) -> Callable[..., Any]:
+    """``op`` run under :func:`ieee_quiet`: what the numpy backends run every op's forward and backward
+    in (:func:`dnnbind.highlevel.residual.install_forms`'s ``around``), once per call (entering it costs
+    about a microsecond) rather than around each numpy call that could warn."""
+    @functools.wraps(op)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with ieee_quiet():
+            return op(*args, **kwargs)
+    return run

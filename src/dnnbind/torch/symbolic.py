@@ -4,12 +4,15 @@ dnnbind's shape logic (ConvDims, PoolDims, RNNDims, the residual specs) computes
 size turned into an int would make torch specialize it to the example's value (and torch.export with a
 dynamic batch refuses that). Most sizes dnnbind computes are affine in each input size (a batch passes
 through, a residual holds N or T*N rows), so the shapes are computed at the example's sizes and at each
-symbolic size plus one, solved for their multilinear coefficients, checked at a further point, and
-written as expressions in the symbolic sizes. A size that is not (a strided convolution's or a pooling's
-output length, ``(h + 2p - k) // s + 1``) is affine in ``(h + b) // q`` for one symbolic size h: found
-from a run of sizes after the example's (:func:`_quasi_affine`, periods up to :data:`MAX_PERIOD`) and
-written with torch's floor division. Where neither holds, the sizes are specialized as before (the
-caller's torch then reports which constraint broke).
+symbolic size plus one, solved for their multilinear coefficients, checked at a further point and at
+far ones (:data:`FAR`), and written as expressions in the symbolic sizes. A size that is not (a strided
+convolution's or a pooling's output length, ``(h + 2p - k) // s + 1``) is affine in ``(h + b) // q``
+for one symbolic size h: found from where it steps after the example's size and where it steps next
+(:func:`_quasi_affine`, by bisection: periods up to the last far offset), checked at the far points too,
+and written with torch's floor division.
+Where neither holds, the sizes are specialized as before (the caller's torch then reports which
+constraint broke). The far points keep a size that steps only every s sizes from passing for a
+constant: a stride-16 convolution's output length is the same at h, h + 1 and h + 2.
 """
 from __future__ import annotations
 
@@ -21,9 +24,9 @@ import torch
 #: at most this many distinct symbolic sizes are solved for (2**n + 1 evaluations of the shape logic)
 MAX_SYMBOLS = 4
 
-#: the longest period (a stride, a pooling window's step) a size that is not affine may have: such a size
-#: costs 2 * MAX_PERIOD + 2 evaluations of the shape logic per symbolic size, once per traced call
-MAX_PERIOD = 16
+#: offsets from the example's sizes of the points every expression found is checked at: a stride (or a
+#: pooling step) up to the largest steps at least once between the example and them
+FAR = (37, 1031)
 
 Evaluate = Callable[[Callable[[Any], tuple[int, ...]]], list[Any]]
 
@@ -57,10 +60,12 @@ def _solve(evaluate: Evaluate, symbols: dict[Any, tuple[torch.SymInt, int]], tri
         corners = {bits: evaluate(_at(symbols, [h + b for h, b in zip(hints, bits)]))
                    for bits in itertools.product((0, 1), repeat=len(symbols))}
         check = evaluate(_at(symbols, [h + 2 for h in hints]))
+        far_points = [[h + offset + 7 * j for j, h in enumerate(hints)] for offset in FAR]
+        far = [evaluate(_at(symbols, point)) for point in far_points]
     except Exception:               # the shape logic refuses a size besides the example's
         return None
     sizes = [size for size, _ in symbols.values()]
-    runs: list[list[list[Any]]] = []          # per symbol, the shapes at its hint + 0 .. 2 * MAX_PERIOD + 1
+    alone = _Alone(evaluate, symbols)
     result: list[Any] = []
     for i, found in enumerate(corners[(0,) * len(symbols)]):
         if found is None:
@@ -69,12 +74,11 @@ def _solve(evaluate: Evaluate, symbols: dict[Any, tuple[torch.SymInt, int]], tri
         dims = []
         for d in range(len(found)):
             coefficients = _monomials(_coefficients({bits: shape[i][d] for bits, shape in corners.items()}), hints)
-            if _value(coefficients, [h + 2 for h in hints]) == check[i][d]:
+            checks = [([h + 2 for h in hints], check[i][d]), *((point, at[i][d]) for point, at in zip(far_points, far))]
+            if all(_value(coefficients, point) == value for point, value in checks):
                 dims.append(None if trial else _value(coefficients, sizes))
                 continue
-            if not runs and not _run_each(evaluate, symbols, runs):
-                return None
-            size = _periodic(runs, i, d, check[i][d], sizes)
+            size = _periodic(alone, i, d, checks, sizes)
             if size is None:
                 return None
             dims.append(None if trial else size)
@@ -82,46 +86,83 @@ def _solve(evaluate: Evaluate, symbols: dict[Any, tuple[torch.SymInt, int]], tri
     return result
 
 
-def _run_each(evaluate: Evaluate, symbols: dict[Any, tuple[torch.SymInt, int]], runs: list[list[list[Any]]]) -> bool:
-    """Fill ``runs``: per symbol, the shapes at its hint plus 0 .. 2 * MAX_PERIOD + 1, the others at their
-    hints; False where the shape logic refuses one of those sizes."""
-    hints = [hint for _, hint in symbols.values()]
-    try:
-        for j in range(len(symbols)):
-            runs.append([evaluate(_at(symbols, [h + (k if n == j else 0) for n, h in enumerate(hints)]))
-                         for k in range(2 * MAX_PERIOD + 2)])
-    except Exception:
-        return False
-    return True
+class _Alone:
+    """The shapes with one symbolic size moved from its example value, the others at theirs: each
+    evaluated once (None where the shape logic refuses that size)."""
+
+    def __init__(self, evaluate: Evaluate, symbols: dict[Any, tuple[torch.SymInt, int]]) -> None:
+        self.evaluate, self.symbols = evaluate, symbols
+        self.hints = [hint for _, hint in symbols.values()]
+        self.cache: dict[tuple[int, int], Any] = {}
+
+    def __call__(self, j: int, k: int) -> Any:
+        """The shapes with symbol j at its hint + k."""
+        if (j, k) not in self.cache:
+            try:
+                self.cache[j, k] = self.evaluate(_at(self.symbols, [h + (k if n == j else 0)
+                                                                   for n, h in enumerate(self.hints)]))
+            except Exception:
+                self.cache[j, k] = None
+        return self.cache[j, k]
 
 
-def _periodic(runs: list[list[list[Any]]], i: int, d: int, checked: int, sizes: list[Any]) -> Any:
+def _periodic(alone: _Alone, i: int, d: int, checks: list[tuple[list[int], int]], sizes: list[Any]) -> Any:
     """Dimension d of shape i where it changes with one symbolic size alone, quasi-affine in it
-    (:func:`_quasi_affine`) and right at the check point too (every symbol at its hint + 2): its
-    expression in that size; else None."""
-    moving = [j for j, run in enumerate(runs) if len({shape[i][d] for shape in run}) > 1]
-    if len(moving) != 1:
+    (:func:`_quasi_affine`) and right at the check points too (each a size per symbol and the value
+    there): its expression in that size; else None."""
+    def value(j: int, k: int) -> int | None:
+        shapes = alone(j, k)
+        return None if shapes is None or shapes[i] is None else shapes[i][d]
+
+    base = value(0, 0)
+    moving = [j for j in range(len(sizes)) if any(value(j, k) != base for k in (1, 2, FAR[-1]))]
+    if base is None or len(moving) != 1:
         return None
     j = moving[0]
     hint = int(sizes[j].node.hint)
-    form = _quasi_affine([shape[i][d] for shape in runs[j]], hint)
-    if form is None or _floor_form(form, hint + 2) != checked:
+    form = _quasi_affine(lambda k: value(j, k), hint)
+    if form is None or any(_floor_form(form, point[j]) != v for point, v in checks):
         return None
     return _floor_form(form, sizes[j])
 
 
-def _quasi_affine(values: list[int], hint: int) -> tuple[int, int, int, int] | None:
-    """(q, b, a, c) with values[k] == a * ((hint + k + b) // q) + c for every k, q at most MAX_PERIOD and
-    the smallest such (then b in 0 .. q - 1 the smallest), or None."""
-    for q in range(1, MAX_PERIOD + 1):
-        for b in range(q):
-            steps = [(hint + k + b) // q for k in range(len(values))]
-            k = next(k for k in range(len(values)) if steps[k] != steps[0])     # (at least two steps apart)
-            a, rest = divmod(values[k] - values[0], steps[k] - steps[0])
-            c = values[0] - a * steps[0]
-            if not rest and all(a * step + c == v for step, v in zip(steps, values)):
-                return q, b, a, c
+def _quasi_affine(at: Callable[[int], int | None], hint: int) -> tuple[int, int, int, int] | None:
+    """(q, b, a, c) with at(k) == a * ((hint + k + b) // q) + c, where ``at`` is a size at hint + k: read
+    from where it first steps after the example and where it steps next (found by bisection, as a
+    stride's output length never steps back), q at most the last far offset (:data:`FAR`), then checked
+    around both steps and at a run of sizes; or None."""
+    limit = FAR[-1]
+    first = _next_step(at, 0, limit)
+    second = None if first is None else _next_step(at, first, first + limit)
+    if second is None:
+        return None
+    start, jump = at(0), at(first)
+    assert start is not None and jump is not None
+    q, a = second - first, jump - start
+    b = -(hint + first) % q
+    c = start - a * ((hint + b) // q)
+    ks = {*range(2 * min(q, 8) + 2), first - 1, first, first + 1, second - 1, second, second + 1,
+          second + q, 3 * q + second // 2}
+    if all(at(k) == a * ((hint + k + b) // q) + c for k in ks):
+        return q, b, a, c
     return None
+
+
+def _next_step(at: Callable[[int], int | None], k0: int, limit: int) -> int | None:
+    """The smallest k in (k0, limit] where at(k) differs from at(k0), by bisection (assuming it stays
+    different once it has changed), or None where at(limit) does not differ (or is refused)."""
+    start = at(k0)
+    end = at(limit)
+    if start is None or end is None or end == start:
+        return None
+    low, high = k0, limit               # at(low) == start != at(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if at(middle) == start:
+            low = middle
+        else:
+            high = middle
+    return high
 
 
 def _floor_form(form: tuple[int, int, int, int], size: Any) -> Any:

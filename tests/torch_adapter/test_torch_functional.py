@@ -116,6 +116,24 @@ def test_dropout_masks_scales_and_follows_torch_seed(randn):
     assert not torch.equal(dt.dropout(x, 0.5), first)
 
 
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0])
+def test_dropout_draws_random_numbers_only_where_its_mask_is_random(p):
+    """p = 0 and p = 1 need no mask, as in torch: the layer and the function run under vmap's
+    randomness="error", which refuses any random draw, and give torch's results there; p = 0.5 is
+    refused as torch's layer is."""
+    from torch.func import vmap
+
+    from dnnbind.torch import nn as dnnbind_nn
+    x = torch.randn(3, 4)
+    for run in (torch.nn.Dropout(p), dnnbind_nn.Dropout(p), lambda x: dt.dropout(x, p)):
+        batched = vmap(run, randomness="error")
+        if p == 0.5:
+            with pytest.raises(RuntimeError, match="randomness"):
+                batched(x)
+        else:
+            torch.testing.assert_close(batched(x), x * (1 - p))
+
+
 def test_rnn_lengths_equal_torch_packed_sequences(randn):
     lstm = torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True, dtype=torch.float64)
     x = randn(5, 3, 3)

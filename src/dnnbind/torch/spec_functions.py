@@ -97,11 +97,12 @@ def _ints(value: Any) -> Any:
     return tuple(value)
 
 
-def _seed(name: str, value: Any) -> Tensor:
+def _seed(name: str, value: Any, random: bool) -> Tensor:
     """The tensor a tensor argument (a seed: dropout's) passes: drawn from torch's default generator when
-    None (``torch.manual_seed`` makes it reproducible), else the non-negative int given."""
+    None and the call is ``random`` (``torch.manual_seed`` makes it reproducible), else the non-negative
+    int given (0 for None where nothing is random)."""
     if value is None:
-        return torch.randint(0, 2**62, (), dtype=torch.int64)
+        return torch.randint(0, 2**62, (), dtype=torch.int64) if random else torch.zeros((), dtype=torch.int64)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise TypeError(f"{name}={value!r} must be None or a non-negative int")
     return torch.tensor(value, dtype=torch.int64)
@@ -133,7 +134,8 @@ def _checked_call(spec: OpSpec, arrays: list[Any], arguments: dict[str, Any]) ->
     own = {a.name: v for a, v in flat if a.own_dtype}
     if own:
         common_device({"x": arrays[0], **own})
-    seeds = [_seed(name, arguments[name]) for name in spec.tensor_arguments]
+    random = spec.random is None or spec.random(arguments)
+    seeds = [_seed(name, arguments[name], random) for name in spec.tensor_arguments]
     keywords = {n: v for n, v in arguments.items() if n not in spec.tensor_arguments} if seeds else arguments
     arrays = [[list(entry) for entry in v] if a.nested and v is not None else v for a, v in zip(spec.arrays, arrays)]
     rule = spec.unbatched        # one sample: the batch axis added to the batched arrays, dropped from the outputs

@@ -138,6 +138,10 @@ class OpSpec:
     features: tuple[str, ...] = ()
     #: arguments a framework passes as runtime tensors rather than constants (dropout's seed)
     tensor_arguments: tuple[str, ...] = ()
+    #: whether a call with these public arguments is random, drawing the tensor arguments the caller left
+    #: None from the framework's generator (dropout: 0 < p < 1; p = 1 needs no mask, as in PyTorch, and
+    #: runs where random numbers are refused, vmap's randomness="error"); None: always
+    random: Callable[[dict[str, Any]], bool] | None = None
     #: arrays the forward updates in place (batch norm's running statistics), for calls whose public
     #: arguments ``updates(arguments)`` says so (batch norm: when training)
     updated_in_place: tuple[str, ...] = ()

@@ -39,7 +39,7 @@ DROPOUT = OpSpec(
     params=(Param("x"), Param("p", annotation="float"), Param("seed", None, True, kind="tensor?")),
     arrays=(ArrayArg("x", gradient="dx"),), static=("p", "seed"), outputs=(Output("y", "dy"),),
     check=_check, empty=like_x, pointwise=True, mask_residuals=True, tensor_arguments=("seed",),
-    features=("seed",), second_order=linear,
+    features=("seed",), second_order=linear, random=lambda arguments: 0 < arguments["p"] < 1,
     tensor_doc="""Inverted dropout with probability ``p``. Without a seed one is drawn from torch's default
     generator, so ``torch.manual_seed`` makes it reproducible.""",
 )

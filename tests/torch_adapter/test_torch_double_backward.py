@@ -224,3 +224,27 @@ def test_elus_second_derivative_at_zero_is_torchs():
         second = [grad(lambda z: grad(lambda z: m(z).sum())(z).sum())(z)
                   for m in (torch.nn.ELU(alpha), dt.ELU(alpha))]
         torch.testing.assert_close(second[1], second[0])
+
+
+@pytest.mark.parametrize("make", [lambda nn: nn.MaxPool2d(2), lambda nn: nn.AvgPool1d(3, 2, padding=1),
+                                  lambda nn: nn.Sequential(nn.MaxPool2d(2), nn.ReLU(), nn.AvgPool2d(2)),
+                                  lambda nn: nn.Conv2d(2, 2, 3), lambda nn: nn.Dropout(0.5)],
+                         ids=["maxpool", "avgpool", "fused_pools", "conv", "dropout"])
+def test_a_second_derivative_that_is_zero_is_a_zero_tensor(make):
+    """The second derivative of a pooling by its input is zero everywhere: torch's layers give zeros (their
+    backward is connected to x) for autograd.grad, with and without allow_unused, and for a penalty's
+    backward into x.grad; so do dnnbind's, for every op whose rule says zero (torch's conv and dropout
+    refuse x there as unused: no gradient at all)."""
+    from dnnbind.torch import nn as dnn
+    torch.manual_seed(0)
+    ours = make(dnn).double()
+    shape = (2, 2, 4, 4) if "Pool1d" not in type(ours).__name__ else (2, 2, 7)
+    for allow in (False, True):
+        x = torch.randn(shape, dtype=DT, requires_grad=True)
+        y = ours(x)
+        g, = torch.autograd.grad((y * torch.linspace(-1, 1, y.numel(), dtype=DT).view_as(y)).sum(), x,
+                                 create_graph=True)
+        second, = torch.autograd.grad(g.pow(2).sum(), x, allow_unused=allow, retain_graph=True)
+        assert second is not None and second.shape == x.shape and not second.any()
+        g.pow(2).sum().backward()
+        assert x.grad is not None and not x.grad.any()

@@ -130,11 +130,10 @@ def test_forward_mode_through_a_fused_run_is_refused_naming_an_op():
         model(fwAD.make_dual(x, torch.ones_like(x)))
 
 
-@pytest.mark.parametrize("name", ["conv2d-reflect-nobias", "maxpool1d-ceil-dilated", "batchnorm1d-eval",
-                                  "softmax-dim0", "elu", "hardtanh"])
+@pytest.mark.parametrize("name", list(LAYERS))
 def test_batched_gradients_are_refused_naming_the_op(name):
-    """torch.autograd's own vmap over cotangents (is_grads_batched, jacobian(vectorize=True)) is refused
-    naming the op; torch.func.jacrev gives torch's Jacobian."""
+    """torch.autograd's own vmap over cotangents (is_grads_batched, jacobian and hessian with
+    vectorize=True) is refused naming the op; torch.func.jacrev gives torch's Jacobian."""
     ours, theirs, x = _pair(name)
     x = x.requires_grad_()
     first = (lambda out: out[0] if isinstance(out, tuple) else out)
@@ -143,6 +142,8 @@ def test_batched_gradients_are_refused_naming_the_op(name):
         torch.autograd.grad(y, x, torch.eye(y.numel(), dtype=DT).view(-1, *y.shape), is_grads_batched=True)
     with pytest.raises(RuntimeError, match=r"dnnbind\.\w+: batched gradients"):
         torch.autograd.functional.jacobian(lambda x: first(ours(x)), x, vectorize=True)
+    with pytest.raises(RuntimeError, match=r"dnnbind\.\w+: batched gradients"):   # (through the backward ops)
+        torch.autograd.functional.hessian(lambda x: first(ours(x)).sin().sum(), x.detach(), vectorize=True)
     torch.testing.assert_close(jacrev(lambda x: first(ours(x)))(x.detach()),
                                jacrev(lambda x: first(theirs(x)))(x.detach()))
 

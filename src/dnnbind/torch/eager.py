@@ -187,7 +187,7 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             shape, dtype, device = plan.first    # type: ignore[misc]
             cotangents[0] = torch.zeros(shape, dtype=dtype, device=device)
         needs = None if plan.skip is None else calls.needs_of(plan.op, plan.skip, flags[1:])
-        refuse_batched(plan.op, cotangents[0])
+        typed.refuse_batched(plan.op, cotangents[0])
         if torch.is_grad_enabled():
             # autograd records this backward (create_graph): through the typed backward op, so that a second
             # derivative follows the op's second-order rule, or is refused naming the op where it has none
@@ -196,19 +196,6 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             with device_scope(plan.device):
                 return (None, *_backward_arrays(ctx, plan, cotangents, needs, flags))
         return (None, *_backward_arrays(ctx, plan, cotangents, needs, flags))
-
-
-def refuse_batched(op: str, cotangent: Tensor | None) -> None:
-    """Refuse a cotangent batched by torch.autograd's own vmap (``is_grads_batched=True``, what
-    ``torch.autograd.functional.jacobian(vectorize=True)`` uses), naming the op: the backends take plain
-    arrays, and that vmap has no fallback for the backward ops' lists of results."""
-    if cotangent is not None and _legacy_batched(cotangent):
-        raise RuntimeError(f"dnnbind.{op}: batched gradients (torch.autograd.grad(is_grads_batched=True), "
-                           f"torch.autograd.functional.jacobian or hessian with vectorize=True) are not "
-                           f"supported; use torch.func.jacrev, or torch.func.vmap over torch.func.vjp")
-
-
-_legacy_batched = torch._C._functorch.is_legacy_batchedtensor
 
 
 def _forward_arrays(plan: Plan, x: Tensor, others: Sequence[Tensor]) -> tuple[tuple[Tensor, ...], tuple]:

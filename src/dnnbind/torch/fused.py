@@ -204,7 +204,7 @@ class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple:  # type: ignore[override]
         flags = ctx.needs_input_grad             # (run, x, *inputs)
-        eager.refuse_batched(ctx.run.steps[-1].plan.op, dy)
+        typed.refuse_batched(ctx.run.steps[-1].plan.op, dy)
         ctx.saved_tensors                        # autograd's version check, and a second backward refused
         if torch.is_grad_enabled():              # create_graph: a backward autograd can differentiate again
             return (None, *_recorded_backward(ctx.run, ctx.x, dy, flags))

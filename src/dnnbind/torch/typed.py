@@ -477,6 +477,8 @@ def _gradients(op: str, ctx: Any, grads: Sequence[Any], needs: list[bool]) -> tu
     inputs = _with_tensors(op, ctx.statics, tensors)
     d_outputs = list(grads[0]) if len(grads) == 1 and isinstance(grads[0], (list, tuple)) else list(grads)
     cotangents = [d if d is not None and d.is_floating_point() else None for d in d_outputs[:ctx.results]]
+    for d in cotangents:
+        refuse_batched(op, d)
     gradients: list[Any] = [None] * len(tensors)
     if any(needs) and any(d is not None for d in cotangents):
         flags = [n for n, given in zip(needs, ctx.places) if given]      # one per tensor given
@@ -538,6 +540,8 @@ def _backward_setup(op: str, ctx: Any, inputs: tuple, output: Any) -> None:
 
 
 def _backward_backward(op: str, ctx: Any, *grads: Any) -> tuple:
+    for g in grads:
+        refuse_batched(op, g)
     rule = SPECS[op].second_order
     if rule is None:
         raise RuntimeError(f"dnnbind.{op}: its backward is not differentiable (no double backward, no "
@@ -553,9 +557,27 @@ def _backward_backward(op: str, ctx: Any, *grads: Any) -> tuple:
         g if need and g is not None and g.numel() else None for g, need in per_entry]).items()}
     d_cotangents, d_arrays = rule(ops, ops.arrays, cotangents, gg)
     d_inputs = _entries_of(op, ctx.statics, d_arrays)
-    d_inputs = [d if t is not None else None for d, t in zip(d_inputs, inputs)]
     d_inputs += [None] * (len(inputs) - len(d_inputs))
+    # a zero the rule leaves out (None) is a zero tensor for an input that asks for a gradient: torch's
+    # pooling backward is connected to its x with a zero derivative, and autograd.grad(..., x) then gives
+    # zeros rather than refusing x as unused
+    wanted = ctx.needs_input_grad[3 + ctx.count:]
+    d_inputs = [None if t is None else torch.zeros_like(t) if d is None and want else d
+                for d, t, want in zip(d_inputs, inputs, wanted)]
     return (None, None, None, *d_cotangents, *[None] * (ctx.count - len(d_cotangents)), *d_inputs)
+
+
+def refuse_batched(op: str, cotangent: Tensor | None) -> None:
+    """Refuse a cotangent batched by torch.autograd's own vmap (``is_grads_batched=True``, what
+    ``torch.autograd.functional.jacobian(vectorize=True)`` uses), naming the op: the backends take plain
+    arrays, and that vmap has no fallback for the backward ops' lists of results."""
+    if cotangent is not None and _legacy_batched(cotangent):
+        raise RuntimeError(f"dnnbind.{op}: batched gradients (torch.autograd.grad(is_grads_batched=True), "
+                           f"torch.autograd.functional.jacobian or hessian with vectorize=True) are not "
+                           f"supported; use torch.func.jacrev, or torch.func.vmap over torch.func.vjp")
+
+
+_legacy_batched = torch._C._functorch.is_legacy_batchedtensor
 
 
 def refuse_jvp(op: str, *_: Any) -> None:

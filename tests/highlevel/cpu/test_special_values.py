@@ -45,3 +45,29 @@ def test_special_values_give_results_without_numpy_warnings(case, dtype_name, ba
     x = arrays[0]
     assert flat(result)[0].dtype == x.dtype
     assert all(g.dtype == x.dtype for g in flat(grads) if is_float(g) and g.shape == x.shape)
+
+
+@pytest.mark.parametrize("context_variable", [True, False], ids=["numpy-2-state", "np.errstate"])
+def test_quiet_silences_numpy_inside_the_call_only(context_variable, monkeypatch):
+    """quiet: through numpy 2's error-state context variable, or np.errstate where numpy has none; the
+    caller's own error state stands before and after (here: raise on invalid), also when the call raises."""
+    from dnnbind.highlevel.reference import _arrays
+    if not context_variable:
+        monkeypatch.setattr(_arrays, "_STATE", None)
+    elif _arrays._STATE is None:
+        pytest.skip("this numpy keeps no error-state context variable")   # (numpy 1.x)
+    inf = np.array([np.inf])
+
+    def product():
+        return inf * 0
+
+    def failing():
+        inf * 0
+        raise KeyError("inside")
+
+    with np.errstate(invalid="raise"):
+        assert np.isnan(_arrays.quiet(product)()[0])
+        with pytest.raises(KeyError):
+            _arrays.quiet(failing)()
+        with pytest.raises(FloatingPointError):
+            product()

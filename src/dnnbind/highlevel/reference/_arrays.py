@@ -52,12 +52,41 @@ def ieee_quiet() -> np.errstate:
     return np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore")
 
 
+def _error_state() -> Any:
+    """numpy's context variable of the floating-point error state (numpy 2: what np.errstate sets), or
+    None where this numpy keeps it elsewhere."""
+    try:
+        from numpy._core.umath import _extobj_contextvar
+    except ImportError:
+        return None
+    return _extobj_contextvar
+
+
+_STATE = _error_state()
+if _STATE is not None:
+    with ieee_quiet():
+        _QUIET = _STATE.get()
+
+
 def quiet(op: Callable[..., Any]) -> Callable[..., Any]:
     """``op`` run under :func:`ieee_quiet`: what the numpy backends run every op's forward and backward
-    in (:func:`dnnbind.highlevel.residual.install_forms`'s ``around``), once per call (entering it costs
-    about a microsecond) rather than around each numpy call that could warn."""
+    in (:func:`dnnbind.highlevel.residual.install_forms`'s ``around``), once per call rather than around
+    each numpy call that could warn. Where numpy keeps its error state in a context variable (numpy 2)
+    the call sets it to the quiet state np.errstate made once, and back: 0.3 us, where entering a new
+    np.errstate costs 1.4 (2-core EPYC), on every forward and backward of every op."""
+    if _STATE is None:
+        @functools.wraps(op)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with ieee_quiet():
+                return op(*args, **kwargs)
+        return run
+    state, quiet_state = _STATE, _QUIET
+
     @functools.wraps(op)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with ieee_quiet():
+    def run_quiet(*args: Any, **kwargs: Any) -> Any:
+        token = state.set(quiet_state)
+        try:
             return op(*args, **kwargs)
-    return run
+        finally:
+            state.reset(token)
+    return run_quiet

@@ -70,6 +70,22 @@ OPCHECK_CASES += [
     _case("layer_norm", _r(4, 6), None, _r(6), normalized_shape=[6], eps=0.0),
     _case("layer_norm", _r(2, 3, 4), None, None, normalized_shape=[2, 3, 4], eps=1e-3),
     _case("dropout", _r(4, 5), torch.tensor(7), p=0.3),
+]
+# channels-last and other strides, which the results and gradients follow as torch's (dnnbind.torch.layout)
+LAYOUT_CASES = [
+    _case("conv", _r(2, 4, 6, 6).to(memory_format=torch.channels_last), _r(6, 2, 3, 3), _r(6), groups=2),
+    _case("conv", _r(2, 4, 6, 6), _r(6, 4, 3, 3).to(memory_format=torch.channels_last), None, padding=1),
+    _case("conv_transpose", _r(2, 4, 3, 3, 3).to(memory_format=torch.channels_last_3d), _r(4, 3, 2, 2, 2), _r(3),
+          stride=2),
+    _case("maxpool", _r(2, 3, 6, 6).to(memory_format=torch.channels_last), window=2, return_indices=True),
+    _case("meanpool", _r(2, 3, 6, 6).to(memory_format=torch.channels_last), window=3, stride=2, padding=1),
+    _case("batchnorm", _r(4, 3, 2, 2).to(memory_format=torch.channels_last), _r(3), _r(3),
+          torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64), training=True, momentum=0.1,
+          eps=1e-5),
+    _case("activation", _r(3, 4, 5).transpose(0, 2), mode="swish", alpha=None),
+]
+OPCHECK_CASES += LAYOUT_CASES
+OPCHECK_CASES += [
     _case("rnn", _r(5, 3, 4), _lstm_weights(4, 6, layers=2, dirs=2), None, None, mode="lstm", hidden_size=6,
           num_layers=2, bidirectional=True, lengths=None),
     _case("rnn", _r(5, 3, 4), _lstm_weights(4, 6, bias=False, gates=3), _r(1, 3, 6), None, mode="gru",
@@ -88,7 +104,8 @@ def test_opcheck_passes_for_every_op(op, args):
     torch.library.opcheck(getattr(torch.ops.dnnbind, op), args)
 
 
-@pytest.mark.parametrize("op,args", OPCHECK_CASES[:1] + OPCHECK_CASES[-4:])
+@pytest.mark.parametrize("op,args", OPCHECK_CASES[:1] + OPCHECK_CASES[-4:]
+                         + [c for c in LAYOUT_CASES if c.values[0] != "batchnorm"])   # (no running statistics)
 def test_opcheck_passes_for_the_backward_ops(op, args):
     """The backward op takes the forward's inputs and the results' cotangents (None: not given) and a
     flag per tensor input; it returns one gradient per tensor input."""

@@ -29,7 +29,7 @@ from dnnbind.highlevel.plans import kept
 from dnnbind.highlevel.residual import ArraySpec, innermost
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.support import backend_support
-from dnnbind.torch import symbolic
+from dnnbind.torch import layout, symbolic
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
 
 Tensor = torch.Tensor
@@ -264,7 +264,15 @@ def forward(call: Call, x: Tensor, arrays: Sequence[Any]) -> tuple[list[Tensor],
         with device_scope(call.blas_scope) if call.blas_scope is not None else NOTHING:
             result, residuals = call.forward(to_array(x), *inputs, *call.static)
         outputs = [to_tensor(r) for r in (result if type(result) is tuple else (result,)) if r is not None]
+        outputs = layout.lay_out(outputs, layout.of(call.op, x, named_array(call.op, arrays)))
         return outputs + [to_tensor(a) for a in statistics], residuals
+
+
+def named_array(op: str, arrays: Sequence[Any]) -> Any:
+    """named(name) for :func:`layout.of`: the op's array of that name among the spec's arrays after x
+    (``arrays``)."""
+    order = SPECS[op].array_names
+    return lambda name: arrays[order.index(name) - 1]
 
 
 def run_call(call: Call, x: Tensor, arrays: Sequence[Any]) -> tuple[list[Tensor], list[Tensor]]:
@@ -367,6 +375,7 @@ def fake(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> t
     shapes, saved = every[:len(found[0])], [(s, spec.dtype) for s, spec in zip(every[len(found[0]):], found[1])]
     outputs = [x.new_empty(shape, dtype=torch.int64 if output_dtype(SPECS[op], i, None) is not None else x.dtype)
                for i, shape in enumerate(shapes) if shape is not None]
+    outputs = layout.lay_out(outputs, layout.of(op, x, named_array(op, list(arrays))))
     if SPECS[op].updated_in_place:            # the updated copies (batch norm's running statistics)
         outputs += [x.new_empty(t.shape, dtype=t.dtype) for t in list(arrays)[SPECS[op].updated] if t is not None]
     return outputs, [x.new_empty(shape, dtype=torch_dtype(dtype)) for shape, dtype in saved]

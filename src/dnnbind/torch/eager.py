@@ -27,7 +27,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 from dnnbind.highlevel import plans
 from dnnbind.highlevel.grad_mode import saving, saving_residuals
 from dnnbind.highlevel.specs import SPECS
-from dnnbind.torch import calls, typed
+from dnnbind.torch import calls, layout, typed
 from dnnbind.torch.calls import NOTHING as _NOTHING
 from dnnbind.torch.calls import pick as _pick
 from dnnbind.torch.calls import tree_map as _map
@@ -42,7 +42,7 @@ class Plan:
     the op's spec's arrays and where each one's gradient comes from among the backward's results."""
 
     __slots__ = ("op", "call", "forward", "backward", "static", "device", "scoped", "kwargs", "nested", "slots",
-                 "positions", "gradients", "skip", "statistics", "integers", "first", "reads")
+                 "positions", "gradients", "skip", "statistics", "integers", "first", "reads", "layout")
 
     def __init__(self, op: str, call: calls.Call, slots: list[Any], kwargs: dict[str, Any]) -> None:
         self.op, self.call, self.slots, self.kwargs = op, call, slots, kwargs
@@ -63,6 +63,8 @@ class Plan:
         # the tensors among (x, *others) and the outputs the op's backward reads: saved for autograd's
         # version check (the backend reads its own copies)
         self.reads = call.reads
+        # whether the results' layout may follow the inputs' (dnnbind.torch.layout)
+        self.layout = SPECS[op].results_layout is not None
         self.integers: tuple[int, ...] | None = None     # outputs without gradient (maxpool's indices)
         self.first: tuple | None = None                  # output 0's shape, dtype and device
 
@@ -139,9 +141,9 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
         keep = any(ctx.needs_input_grad)         # else no backward can come: the backend saves nothing
         if plan.scoped or keep != saving():
             with device_scope(plan.device) if plan.scoped else _NOTHING, saving_residuals(keep):
-                outputs, residuals = _forward_arrays(plan, x, others)
+                outputs, residuals, laid = _forward_arrays(plan, x, others)
         else:
-            outputs, residuals = _forward_arrays(plan, x, others)
+            outputs, residuals, laid = _forward_arrays(plan, x, others)
         if len(outputs) > 1:
             ctx.set_materialize_grads(False)     # no zeros for outputs without a gradient (see backward)
         if plan.integers is None:
@@ -149,6 +151,7 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             plan.first = (outputs[0].shape, outputs[0].dtype, outputs[0].device)
         if keep:
             ctx.plan = plan
+            ctx.layout = laid                    # the gradients' too
             # the inputs, for a create_graph backward, which runs the typed backward op on them: differentiable
             # by the op's second-order rule, or refusing a second derivative naming the op where it has none
             # (the backend keeps x and w as residuals too, unchecked)
@@ -194,19 +197,27 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             return (None, *_typed_backward(ctx, plan, cotangents))
         if plan.scoped:
             with device_scope(plan.device):
-                return (None, *_backward_arrays(ctx, plan, cotangents, needs, flags))
-        return (None, *_backward_arrays(ctx, plan, cotangents, needs, flags))
+                grads = _backward_arrays(ctx, plan, cotangents, needs, flags)
+        else:
+            grads = _backward_arrays(ctx, plan, cotangents, needs, flags)
+        return (None, *(grads if ctx.layout is None else layout.lay_out(grads, ctx.layout)))
 
 
-def _forward_arrays(plan: Plan, x: Tensor, others: Sequence[Tensor]) -> tuple[tuple[Tensor, ...], tuple]:
-    """(outputs, the backend's residuals) of the backend's forward on the tensors' memory."""
+def _forward_arrays(plan: Plan, x: Tensor, others: Sequence[Tensor]) -> tuple[tuple[Tensor, ...], tuple, Any]:
+    """(outputs, the backend's residuals, the outputs' layout: :func:`layout.of`) of the backend's forward
+    on the tensors' memory."""
     tensors = plan.tensors(x, others)
     arrays = _map(to_array, tensors) if plan.nested else [None if t is None else to_array(t) for t in tensors]
     result, residuals = plan.forward(*arrays, *plan.static)
     if plan.statistics:                  # updated in place, as torch's own batch norm does
         updated = SPECS[plan.op].updated        # (among the arrays after x)
         _statistics_written(tensors[1:][updated], arrays[1:][updated])
-    return tuple([to_tensor(r) for r in (result if type(result) is tuple else (result,)) if r is not None]), residuals
+    outputs = [to_tensor(r) for r in (result if type(result) is tuple else (result,)) if r is not None]
+    laid = None
+    if plan.layout:                      # (a call of an op whose results' layout follows its inputs')
+        laid = layout.of(plan.op, x, calls.named_array(plan.op, tensors[1:]))
+        outputs = layout.lay_out(outputs, laid)
+    return tuple(outputs), residuals, laid
 
 
 def _backward_arrays(ctx: Any, plan: Plan, cotangents: list[Tensor | None], needs: tuple[bool, ...] | None,

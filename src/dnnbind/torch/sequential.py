@@ -7,7 +7,8 @@ earlier call (the first call runs them one by one and leaves the plans) runs thr
 :mod:`dnnbind.torch.fused`, with the results and gradients of the layers' own calls. Whatever could see
 the difference takes the layers one by one: hooks on a layer (forward, pre-forward, backward) or
 global module hooks, saved-tensor hooks, anomaly mode, a forward replaced on an instance, a subclass of a layer,
-torch.func transforms, dispatch modes, tensor subclasses, and tensors off the CPU (the GPU path is not
+torch.func transforms, dispatch modes, tensor subclasses, inputs and filters not in C order (channels
+last, whose results follow their layout: :mod:`dnnbind.torch.layout`), and tensors off the CPU (the GPU path is not
 verified on a device yet). While torch.compile or torch.export traces, the layers run one by one: the
 graph holds each layer's typed op (:mod:`dnnbind.torch.typed`).
 
@@ -129,7 +130,8 @@ def _state(layer: nn.Module) -> tuple:
     """Everything a layer's call is planned from, kept for comparison by identity: its attributes'
     names and values (settings, training, its parameter and buffer dicts), the contents of the settings
     that are lists (``pool.kernel_size[0] = 1`` edits one in place), its parameters' and buffers'
-    tensors, and their shapes, dtypes and devices (``.data`` may be replaced in place). A setting set
+    tensors, and their shapes, dtypes, devices and whether they are C-ordered (``.data`` may be replaced
+    in place: ``model.to(memory_format=torch.channels_last)``). A setting set
     again to an equal value, or any other change, makes the run plan again."""
     tensors = [*layer._parameters.values(), *layer._buffers.values()]
     values = list(layer.__dict__.values())
@@ -152,7 +154,7 @@ def _same_state(layer: nn.Module, state: tuple) -> bool:
 
 
 def _metas(tensors: list[Tensor | None]) -> list[tuple | None]:
-    return [None if t is None else (t.shape, t.dtype, t.device) for t in tensors]
+    return [None if t is None else (t.shape, t.dtype, t.device, t.is_contiguous()) for t in tensors]
 
 
 #: per Sequential, its planned runs by (the first layer's index, x's shape, dtype, device and type)
@@ -169,6 +171,9 @@ def _fusions(layers: list[nn.Module], x: Tensor) -> list[fused.Fusion] | None:
     if F.autocast_dtype(x) is not None or any(p is not None and p.dtype != x.dtype for layer in layers
                                               for p in layer._parameters.values()):
         return None           # mixed precision (autocast, parameters in another dtype): each layer on its own
+    if not x.is_contiguous() or any(p is not None and not p.is_contiguous() for layer in layers
+                                    for p in layer._parameters.values()):
+        return None           # channels last (or other strides), which each layer's results follow as torch's do
     shape = tuple(x.shape)
     fusions = [layer._fusion(shape) for layer in layers]      # type: ignore[operator]
     return None if any(f is None for f in fusions) else fusions
@@ -181,10 +186,11 @@ def _one_by_one(layers: list[nn.Module], x: Any) -> Any:
 
 
 def _fusable_input(x: Any) -> bool:
-    """Whether a run may take x as one node: a plain CPU tensor, no transform, dispatch mode, saved-tensor
+    """Whether a run may take x as one node: a plain C-ordered CPU tensor (the layers' results follow
+    a channels-last input's layout, dnnbind.torch.layout), no transform, dispatch mode, saved-tensor
     hook, global module hook, autocast or anomaly mode active (its report names the layer whose backward
     returned a NaN: one node per layer; nor a compiler tracing: the caller asked)."""
-    return (type(x) in eager._PLAIN_TENSORS and x.is_cpu and not is_functorch_wrapped_tensor(x)
+    return (type(x) in eager._PLAIN_TENSORS and x.is_cpu and x.is_contiguous() and not is_functorch_wrapped_tensor(x)
             and not eager._dispatch_modes() and not eager._functorch_transforms()
             and _saved_tensor_hooks(False) is None and not _global_hooks()
             and not torch._C._is_any_autocast_enabled() and not torch.is_anomaly_enabled())

@@ -133,7 +133,9 @@ def _quasi_affine(at: Callable[[int], int | None], hint: int) -> tuple[int, int,
     around both steps and at a run of sizes; or None."""
     limit = FAR[-1]
     first = _next_step(at, 0, limit)
-    second = None if first is None else _next_step(at, first, first + limit)
+    if first is None:
+        return None
+    second = _next_step(at, first, first + limit)
     if second is None:
         return None
     start, jump = at(0), at(first)

@@ -44,7 +44,7 @@ from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor
 from dnnbind.highlevel.plans import kept
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.specs.base import Kind, OpSpec
-from dnnbind.torch import batching, calls
+from dnnbind.torch import batching, calls, layout
 
 Tensor = torch.Tensor
 NAMESPACE = "dnnbind"
@@ -291,7 +291,14 @@ def _pullback(op: str, residuals: Sequence[Any], cotangents: Sequence[Tensor | N
     wanted = [bool(n) and d for n, (_, d) in zip(needs, given)]
     grads = calls.gradients(call, residuals, cotangents, wanted[:len(call.paths)])
     grads += [None] * (len(given) - len(grads))           # (dropout's seed tensor: none)
-    return [g if g is not None and w else t.new_empty((0,)) for g, w, (t, _) in zip(grads, wanted, given)]
+    return _laid_out(op, args, [g if g is not None and w else t.new_empty((0,))
+                                for g, w, (t, _) in zip(grads, wanted, given)])
+
+
+def _laid_out(op: str, args: Sequence[Any], grads: list[Tensor]) -> list[Tensor]:
+    """A backward op's gradients laid out as the call's results are (dnnbind.torch.layout), as torch's are."""
+    x, arrays = _tensors(op, args)
+    return layout.lay_out(grads, layout.of(op, x, calls.named_array(op, arrays)))
 
 
 def _backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:
@@ -306,7 +313,7 @@ def _backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any
 def _fake_backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:
     *args, needs = args_and_needs
     given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
-    return [t.new_empty(t.shape if bool(n) and d else (0,)) for n, (t, d) in zip(needs, given)]
+    return _laid_out(op, args, [t.new_empty(t.shape if bool(n) and d else (0,)) for n, (t, d) in zip(needs, given)])
 
 
 def _fake_pullback(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None],

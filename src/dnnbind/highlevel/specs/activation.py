@@ -5,7 +5,7 @@ from typing import Any
 
 from dnnbind.highlevel.dims.checks import check_dtype, check_real
 from dnnbind.highlevel.specs import second_order
-from dnnbind.highlevel.specs.base import ArrayArg, OpSpec, Output, Param
+from dnnbind.highlevel.specs.base import LIKE_X, ArrayArg, OpSpec, Output, Param
 from dnnbind.highlevel.specs.softmax import like_x
 
 #: activation modes -> default alpha (None: the mode takes no alpha)
@@ -73,7 +73,7 @@ ACTIVATION = OpSpec(
     arrays=(ArrayArg("x", gradient="dx"),), static=("mode", "alpha"), outputs=(Output("y", "dy"),),
     check=_check, empty=like_x, pointwise=True, title=lambda arguments: f"activation({arguments['mode']!r})",
     backward_reads=lambda arguments: BACKWARD_READS.get(arguments["mode"], ()),
-    features=tuple(ACTIVATION_DEFAULTS), samples_independent=True,
+    features=tuple(ACTIVATION_DEFAULTS), samples_independent=True, results_layout=LIKE_X,
     second_order=second_order.activation(DERIVATIVES, ACTIVATION_DEFAULTS),
     tensor_doc="Pointwise activation: relu, sigmoid, tanh, elu, leaky_relu, clipped_relu, swish or identity.",
 )

@@ -112,6 +112,22 @@ class Chain:
     between: Callable[[tuple], tuple[int, ...]]
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How an op lays out its results of x's rank. ``like_x``: as x is laid out (an elementwise op: x's
+    own strides, whatever they are); else channels last (NHWC, NDHWC) where one of the arrays named in
+    ``channels_last_from`` is, for x of the ranks in ``ranks`` (4: 2-d images, 5: volumes), volumes
+    only of the dtypes in ``volume_dtypes`` where given (by name)."""
+    like_x: bool = False
+    channels_last_from: tuple[str, ...] = ()
+    ranks: tuple[int, ...] = (4, 5)
+    volume_dtypes: tuple[str, ...] | None = None
+
+
+#: an elementwise op's results: laid out as x is
+LIKE_X = Layout(like_x=True)
+
+
 @dataclass(frozen=True, eq=False)
 class OpSpec:
     """One op, declared once."""
@@ -174,6 +190,10 @@ class OpSpec:
     tensor_doc: str = ""
     #: how the op runs under a framework's automatic mixed precision; None: in its inputs' dtypes
     autocast: Autocast | None = None
+    #: the memory layout of the results of x's rank, as PyTorch's CPU kernels lay them out (a framework
+    #: with strided tensors follows it; the backends compute on C-ordered arrays), :class:`Layout`;
+    #: None: C order (softmax, layer norm, rnn)
+    results_layout: Layout | None = None
 
     # -- derived (computed once per spec) ------------------------------------------------------------
     @functools.cached_property

@@ -9,7 +9,7 @@ from dnnbind.highlevel.dims.batchnorm import check_batchnorm
 from dnnbind.highlevel.dims.checks import (check_dtype, check_non_negative_float, check_positive_float,
                                            check_real, check_same_dtype)
 from dnnbind.highlevel.specs import second_order
-from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param
+from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, Layout, OpSpec, Output, Param
 
 
 def _check(x: Any, gamma: Any, beta: Any, running_mean: Any = None, running_var: Any = None, *,
@@ -73,6 +73,7 @@ BATCHNORM = OpSpec(
     # this op's, leaves their version counters alone: two forwards before one backward are fine)
     backward_reads=("x", "gamma", "running_mean", "running_var"),
     features=("training", "inference", "running statistics"), second_order=second_order.batchnorm,
+    results_layout=Layout(channels_last_from=("x",)),
     tensor_doc="""Batch normalisation over axis 1 like ``torch.nn.functional.batch_norm``; the running statistics
     are updated in place when training (the op returns the new values; they are copied back here, which
     torch.compile and torch.export trace as buffer updates).""",

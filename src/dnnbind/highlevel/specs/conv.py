@@ -7,7 +7,7 @@ from typing import Any
 from dnnbind.highlevel.dims.checks import check_same_dtype, check_shape
 from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.specs.activation import ACTIVATION_DEFAULTS, BACKWARD_READS, activation_alpha
-from dnnbind.highlevel.specs.base import ArrayArg, Autocast, Chain, EmptyCall, OpSpec, Output, Param, Unbatching
+from dnnbind.highlevel.specs.base import ArrayArg, Autocast, Chain, EmptyCall, Layout, OpSpec, Output, Param, Unbatching
 from dnnbind.highlevel.specs.second_order import bilinear, chain
 from dnnbind.highlevel.unbatched import conv_is_unbatched
 
@@ -58,6 +58,10 @@ def _regroup(zeros: list[Any], static: tuple) -> Any:
     return zeros[0], zeros[1], zeros[2] if len(zeros) > 2 else None
 
 
+#: channels last where x or w is, as torch's convolutions (its CPU 3-d ones for float32 alone, the dtype
+#: they run through oneDNN's channels-last kernels; the others return C order)
+CONV_LAYOUT = Layout(channels_last_from=("x", "w"), volume_dtypes=("float32",))
+
 _FEATURES = ("stride", "dilation", "groups", "asymmetric padding", "flip")
 
 CONV = OpSpec(
@@ -76,6 +80,7 @@ CONV = OpSpec(
     arrays=ARRAYS, static=("dims",), outputs=OUTPUTS, check=_check_conv, empty=_empty_conv, regroup=_regroup,
     skippable=True, unbatched=UNBATCHED, features=_FEATURES, samples_independent=True,
     second_order=bilinear, composed_from="convolution", autocast=AUTOCAST, backward_reads=("x", "w"),
+    results_layout=CONV_LAYOUT,
     tensor_doc="""N-d convolution (1 to 3 spatial dims) like ``torch.nn.functional.conv{1,2,3}d``; ``flip=True``:
     true convolution. ``padding`` may also be one (low, high) pair per spatial dim. Under torch.autocast
     x, w and b are cast to its dtype first, as torch casts them for its convolutions.""",
@@ -98,6 +103,7 @@ CONV_TRANSPOSE = OpSpec(
     regroup=_regroup, skippable=True, unbatched=UNBATCHED,
     features=_FEATURES + ("output_padding",), samples_independent=True,
     second_order=bilinear, composed_from="convolution", autocast=AUTOCAST, backward_reads=("x", "w"),
+    results_layout=CONV_LAYOUT,
     tensor_doc="""Transposed convolution like ``torch.nn.functional.conv_transpose{1,2,3}d`` (w is (C_in, C_out/groups, ...));
     under torch.autocast in its dtype, as :func:`conv`.""",
 )
@@ -130,7 +136,7 @@ CONV_BIAS_ACTIVATION = OpSpec(
     title=lambda arguments: f"conv_bias_activation({arguments['mode']!r})",
     chain=Chain("conv", "activation", split=lambda static: (static[:1], static[1:]),
                 between=lambda static: static[0].y_shape),
-    second_order=chain("conv", "activation"), autocast=AUTOCAST,
+    second_order=chain("conv", "activation"), autocast=AUTOCAST, results_layout=CONV_LAYOUT,
     # the convolution's x and w, and the activation's result where its mode reads that (its input is the
     # convolution's result, which no caller holds)
     backward_reads=lambda arguments: ("x", "w", *[n for n in BACKWARD_READS.get(arguments["mode"], ())

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from dnnbind.highlevel.dims.checks import check_dtype, check_probability
-from dnnbind.highlevel.specs.base import ArrayArg, OpSpec, Output, Param
+from dnnbind.highlevel.specs.base import LIKE_X, ArrayArg, OpSpec, Output, Param
 from dnnbind.highlevel.specs.second_order import linear
 from dnnbind.highlevel.specs.softmax import like_x
 
@@ -39,7 +39,7 @@ DROPOUT = OpSpec(
     params=(Param("x"), Param("p", annotation="float"), Param("seed", None, True, kind="tensor?")),
     arrays=(ArrayArg("x", gradient="dx"),), static=("p", "seed"), outputs=(Output("y", "dy"),),
     check=_check, empty=like_x, pointwise=True, mask_residuals=True, tensor_arguments=("seed",),
-    features=("seed",), second_order=linear, random=lambda arguments: 0 < arguments["p"] < 1,
+    features=("seed",), second_order=linear, results_layout=LIKE_X, random=lambda arguments: 0 < arguments["p"] < 1,
     tensor_doc="""Inverted dropout with probability ``p``. Without a seed one is drawn from torch's default
     generator, so ``torch.manual_seed`` makes it reproducible.""",
 )

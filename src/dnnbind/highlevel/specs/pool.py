@@ -7,7 +7,7 @@ import numpy as np
 
 from dnnbind.highlevel.dims.checks import check_divisor_override
 from dnnbind.highlevel.dims.pool import PoolDims
-from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, OpSpec, Output, Param, Unbatching
+from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, Layout, OpSpec, Output, Param, Unbatching
 from dnnbind.highlevel.specs.second_order import linear, selection
 from dnnbind.highlevel.unbatched import pool_is_unbatched
 
@@ -76,7 +76,7 @@ MAXPOOL = OpSpec(
     outputs=(Output("y", "dy"), Output("indices", dtype="int64", when="return_indices")),
     check=_check_maxpool, empty=_empty_maxpool, unbatched=UNBATCHED,
     features=("padding", "dilation", "ceil_mode", "return_indices"), samples_independent=True,
-    second_order=selection, backward_reads=("x", "indices"),
+    second_order=selection, backward_reads=("x", "indices"), results_layout=Layout(channels_last_from=("x",)),
     tensor_doc="""Max pooling like ``torch.nn.functional.max_pool{1,2,3}d`` (stride defaults to the window); with
     ``return_indices`` (y, indices), indices int64 and without gradient, as torch's.""",
 )
@@ -102,6 +102,7 @@ MEANPOOL = OpSpec(
     check=_check_meanpool, empty=_empty_meanpool, unbatched=UNBATCHED,
     features=("padding", "count_include_pad=False", "ceil_mode", "divisor_override"), samples_independent=True,
     second_order=linear, backward_reads=("x",),
+    results_layout=Layout(channels_last_from=("x",), ranks=(4,)),      # (torch's 3-d average pooling: C order)
     tensor_doc="""Average pooling like ``torch.nn.functional.avg_pool{1,2,3}d``; ``divisor_override`` (a non-zero int)
     divides every window's sum by itself, as avg_pool2d/3d's does (here also in 1-d).""",
 )

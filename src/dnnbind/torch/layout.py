@@ -1,0 +1,56 @@
+"""Results laid out as torch's CPU kernels lay them out (an op spec's ``results_layout``): channels last
+where a convolution's input or filter, a pooling's or a batch norm's input is, an elementwise op's like
+its input. The backends compute on C-ordered arrays: a result is copied into its layout only where that
+differs (never for C-ordered inputs, the common case). The eager calls, the registered ops' kernels and
+their fake kernels all lay out through :func:`lay_out`, so that a compiled graph's strides are the real ones.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from torch._prims_common import suggest_memory_format
+
+from dnnbind.highlevel.specs import SPECS
+
+Tensor = torch.Tensor
+
+_RANKS = {torch.channels_last: 4, torch.channels_last_3d: 5}
+
+
+def of(op: str, x: Tensor, named: Callable[[str], Tensor | None]) -> Any:
+    """How a call's results of x's rank, and the gradients of its inputs of that rank, are laid out (as
+    torch's are: a channels-last convolution's dx and dw are channels last too): None (C order, as the
+    backends give them), torch.channels_last or channels_last_3d, or a tensor on the meta device laid
+    out as x (an elementwise op on x that is not C-ordered). ``named(name)``: the call's array of that
+    name (None where not given)."""
+    layout = SPECS[op].results_layout
+    if layout is None:
+        return None
+    if layout.like_x:
+        return None if x.is_contiguous() else torch.empty_like(x, device="meta")
+    if x.dim() not in layout.ranks or (x.dim() == 5 and layout.volume_dtypes is not None
+                                       and str(x.dtype).removeprefix("torch.") not in layout.volume_dtypes):
+        return None
+    for name in layout.channels_last_from:
+        t = x if name == "x" else named(name)
+        if t is not None and t.dim() == x.dim() and not t.is_contiguous():
+            found = suggest_memory_format(t)
+            if found in _RANKS:
+                return found
+    return None
+
+
+def lay_out(tensors: Sequence[Any], layout: Any) -> list[Any]:
+    """``tensors`` (C-ordered; None or placeholders among them) laid out as :func:`of`'s ``layout`` says,
+    those it concerns copied: of its rank for a memory format, of the template's shape for a template."""
+    if layout is None:
+        return list(tensors)
+    if isinstance(layout, Tensor):
+        return [_like(t, layout) if isinstance(t, Tensor) and t.shape == layout.shape else t for t in tensors]
+    rank = _RANKS[layout]
+    return [t.contiguous(memory_format=layout) if isinstance(t, Tensor) and t.dim() == rank else t for t in tensors]
+
+
+def _like(t: Tensor, template: Tensor) -> Tensor:
+    return torch.empty_strided(template.shape, template.stride(), dtype=t.dtype, device=t.device).copy_(t)

@@ -1,0 +1,100 @@
+"""dnnbind.torch.layout: results and gradients laid out as torch's layers lay them out. A channels-last
+input or filter gives channels-last results and gradients (convolutions, pooling, batch norm, the
+elementwise ops), an elementwise op keeps any strides of its input, softmax and layer norm return C
+order; eagerly, compiled, in a fused Sequential run, and after model.to(memory_format=...)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dnnbind.torch import nn as dnn
+
+CL, CL3 = torch.channels_last, torch.channels_last_3d
+
+# layer -> (constructor arguments, input shape)
+LAYERS = {
+    "Conv2d": ((4, 3, 3), (2, 4, 6, 6)), "Conv3d": ((4, 3, 2), (2, 4, 3, 4, 3)),
+    "ConvTranspose3d": ((4, 3, 2), (2, 4, 3, 3, 3)),
+    "ConvTranspose2d": ((4, 3, 3), (2, 4, 5, 5)), "MaxPool2d": ((2,), (2, 4, 6, 6)),
+    "MaxPool3d": ((2,), (2, 4, 4, 4, 4)), "AvgPool2d": ((3, 2, 1), (2, 4, 6, 6)),
+    "AvgPool3d": ((2,), (2, 4, 4, 4, 4)), "BatchNorm2d": ((4,), (2, 4, 6, 6)), "ReLU": ((), (2, 4, 6, 6)),
+    "SiLU": ((), (2, 4, 3, 3, 3)), "LeakyReLU": ((0.2,), (2, 4, 6, 6)), "Dropout": ((0.0,), (2, 4, 6, 6)),
+    "Softmax": ((1,), (2, 4, 6, 6)), "LayerNorm": ((6,), (2, 4, 6, 6)),
+}
+
+
+def _laid_out(x, how):
+    if how == "channels_last":
+        return x.to(memory_format=CL if x.dim() == 4 else CL3)
+    if how == "permuted":                        # strides in no named format
+        return x.transpose(2, 3).contiguous().transpose(2, 3)
+    return x
+
+
+def _twins(name):
+    args, shape = LAYERS[name]
+    torch.manual_seed(0)
+    theirs = getattr(torch.nn, name)(*args).double()
+    ours = getattr(dnn, name)(*args).double()
+    ours.load_state_dict(theirs.state_dict())
+    return ours, theirs, shape
+
+
+def _strides_and_values(model, x):
+    x = x.detach().clone().requires_grad_()   # (clone keeps the strides)
+    y = model(x)
+    wanted = [x, *model.parameters()]
+    grads = torch.autograd.grad((y * y).sum(), wanted)
+    return y.stride(), [g.stride() for g in grads], y, grads
+
+
+@pytest.mark.parametrize("how", ["eager", "compiled", "sequential"])
+@pytest.mark.parametrize("layout", ["channels_last", "permuted", "contiguous"])
+@pytest.mark.parametrize("name", list(LAYERS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+def test_results_and_gradients_are_laid_out_as_torchs(name, layout, how, dtype):
+    """(torch's 3-d convolutions give channels-last results for float32 only: both dtypes.)"""
+    ours, theirs, shape = _twins(name)
+    ours, theirs = ours.to(dtype), theirs.to(dtype)
+    x = _laid_out(torch.randn(shape, dtype=dtype), layout)
+    if how == "compiled":
+        torch._dynamo.reset()
+        ours = torch.compile(ours, backend="aot_eager", fullgraph=True)
+    elif how == "sequential":                     # its second call runs fused where the layers allow
+        ours, theirs = dnn.Sequential(ours, dnn.Tanh()), torch.nn.Sequential(theirs, torch.nn.Tanh())
+        _strides_and_values(ours, x)
+    y_strides, grad_strides, y, grads = _strides_and_values(ours, x)
+    y_expected, grad_expected, y_ref, grads_ref = _strides_and_values(theirs, x)
+    assert y_strides == y_expected and grad_strides == grad_expected
+    torch.testing.assert_close(y, y_ref)
+    for g, g_ref in zip(grads, grads_ref):
+        torch.testing.assert_close(g, g_ref)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_channels_last_filter_alone_makes_a_convolution_channels_last(transposed):
+    """model.to(memory_format=torch.channels_last) on a C-ordered input: the filter decides, as in torch;
+    also after a fused Sequential run was planned with the filters in C order."""
+    def make(nn):
+        torch.manual_seed(0)
+        conv = (nn.ConvTranspose2d if transposed else nn.Conv2d)(3, 4, 3, padding=1)
+        return nn.Sequential(conv, nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2)).double()
+    ours, theirs = make(dnn), make(torch.nn)
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    for _ in range(2):
+        assert ours(x).stride() == theirs(x).stride() == ours(x).contiguous().stride()
+    ours.to(memory_format=CL), theirs.to(memory_format=CL)
+    for _ in range(2):
+        y, y_ref = ours(x), theirs(x)
+        assert y.stride() == y_ref.stride() and y.is_contiguous(memory_format=CL)
+        torch.testing.assert_close(y, y_ref)
+
+
+def test_a_channels_last_result_views_as_torchs_does():
+    """The reason it matters: NHWC code viewing the permuted result (which a C-ordered result refuses)."""
+    ours, theirs, shape = _twins("Conv2d")
+    x = torch.randn(shape, dtype=torch.float64).to(memory_format=CL)
+    for model in (ours, theirs):
+        y = model(x)
+        flat = y.permute(0, 2, 3, 1).view(-1, y.shape[1])
+        assert flat.shape == (y.numel() // y.shape[1], y.shape[1])

@@ -98,3 +98,39 @@ def test_a_channels_last_result_views_as_torchs_does():
         y = model(x)
         flat = y.permute(0, 2, 3, 1).view(-1, y.shape[1])
         assert flat.shape == (y.numel() // y.shape[1], y.shape[1])
+
+
+AMBIGUOUS = {    # a size-1 dimension: C order and channels last agree, the strides tell them apart
+    "1x1 filter channels last": (lambda nn: nn.Conv2d(3, 4, 1).to(memory_format=CL), (2, 3, 6, 6), False),
+    "1x1 filter C order": (lambda nn: nn.Conv2d(3, 4, 1), (2, 3, 6, 6), False),
+    "1x1 filter, input channels last": (lambda nn: nn.Conv2d(3, 4, 1), (2, 3, 6, 6), True),
+    "one input channel": (lambda nn: nn.Conv2d(1, 4, 3).to(memory_format=CL), (2, 1, 6, 6), True),
+    "one output channel": (lambda nn: nn.Conv2d(4, 1, 3), (2, 4, 6, 6), True),
+    "depthwise": (lambda nn: nn.Conv2d(4, 4, 3, groups=4), (2, 4, 6, 6), True),
+    "1x1 images, pooled": (lambda nn: nn.MaxPool2d(1), (2, 4, 1, 1), True),
+    "1x1 images, batch norm": (lambda nn: nn.BatchNorm2d(4), (2, 4, 1, 1), True),
+}
+
+
+def _meaningful(t):
+    """t's strides but those of its size-1 dimensions, which address nothing (torch's own differ there
+    between its float32 and float64 kernels)."""
+    return tuple(None if size == 1 else stride for size, stride in zip(t.shape, t.stride()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("name", list(AMBIGUOUS))
+def test_layouts_that_a_size_one_dimension_makes_ambiguous_are_torchs(name, dtype):
+    make, shape, channels_last = AMBIGUOUS[name]
+    torch.manual_seed(0)
+    theirs, ours = make(torch.nn).to(dtype), make(dnn).to(dtype)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(shape, dtype=dtype)
+    x = x.to(memory_format=CL) if channels_last else x
+    found = []
+    for model in (ours, theirs):
+        xx = x.detach().clone().requires_grad_()
+        y = model(xx)
+        grads = torch.autograd.grad((y * y).sum(), [xx, *model.parameters()])
+        found.append([_meaningful(t) for t in (y, *grads)])
+    assert found[0] == found[1]

@@ -289,3 +289,32 @@ def test_compiled_transforms_of_layers_equal_torchs_or_leave_the_graph(case, ful
         return
     found = compiled(*arguments(ours, x))
     torch.testing.assert_close(found, expected, msg=name)
+
+
+@pytest.mark.parametrize("transform", ["grad", "jacrev", "vjp", "grad_of_grad"])
+def test_batch_norm_updates_captured_running_statistics_under_transforms_as_torchs(transform):
+    """Running statistics the transformed function captures (not its inputs) are updated as torch's
+    batch norm updates them: once per forward, with the batch's statistics; the gradients equal torch's."""
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    x, gamma, beta = torch.randn(4, 2, 3), torch.rand(2) + 0.5, torch.randn(2)
+    found = []
+    for norm in (lambda x, m, v: F.batch_norm(x, m, v, gamma, beta, training=True),
+                 lambda x, m, v: dt.batchnorm(x, gamma, beta, running_mean=m, running_var=v, training=True)):
+        mean, var = torch.zeros(2), torch.ones(2)
+
+        def loss(x):
+            return norm(x, mean, var).pow(3).sum()
+        result = {"grad": lambda: grad(loss)(x),
+                  "jacrev": lambda: jacrev(lambda x: norm(x, mean, var))(x),
+                  "vjp": lambda: vjp(loss, x)[1](torch.tensor(1.0))[0],
+                  "grad_of_grad": lambda: grad(lambda x: grad(loss)(x).sum())(x)}[transform]()
+        found.append((result, mean, var))
+    for ours, theirs in zip(found[1], found[0]):
+        torch.testing.assert_close(ours, theirs)
+    layers = [cls(2) for cls in (torch.nn.BatchNorm1d, dnn.BatchNorm1d)]
+    for layer in layers:                         # a layer without a batch counter: captured as well
+        layer.num_batches_tracked = None
+        grad(lambda x: layer(x).sum())(x)
+    torch.testing.assert_close(layers[1].running_mean, layers[0].running_mean)
+    torch.testing.assert_close(layers[1].running_var, layers[0].running_var)

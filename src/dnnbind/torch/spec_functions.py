@@ -162,9 +162,28 @@ def copy_back(spec: OpSpec, arrays: Sequence[Any], new: Sequence[Tensor]) -> Non
 def set_in_place(old: Tensor, value: Tensor) -> None:
     """``old`` (a running statistic) given ``value``'s values, unless it is ``value`` itself. Detached
     rather than under no_grad: torch.export then records a plain buffer mutation (a no_grad block
-    becomes a higher-order op whose missing result torch.export.save refuses)."""
-    if value is not old:
-        old.copy_(value.detach())
+    becomes a higher-order op whose missing result torch.export.save refuses). Under a torch.func
+    transform that ``old`` comes from outside of (captured), ``value`` is unwrapped to old's level
+    first, as torch's own batch norm updates captured statistics inside its kernel (the transform
+    refuses an in-place copy from its own level into a captured tensor)."""
+    if value is old:
+        return
+    value = value.detach()
+    if torch.compiler.is_compiling():            # (Dynamo cannot trace the levels: a plain copy)
+        old.copy_(value)
+        return
+    level = _level(old)
+    if _level(value) <= level:
+        old.copy_(value)
+        return
+    while _level(value) > level:
+        value = _unwrapped(value)
+    with torch._C._DisableFuncTorch():
+        old.copy_(value)
+
+
+_level = torch._C._functorch.maybe_get_level
+_unwrapped = torch._C._functorch.get_unwrapped
 
 
 def _annotation(spec: OpSpec, name: str, annotation: str) -> str:

@@ -577,8 +577,9 @@ def _backward_backward(op: str, ctx: Any, *grads: Any) -> tuple:
 def refuse_batched(op: str, cotangent: Tensor | None) -> None:
     """Refuse a cotangent batched by torch.autograd's own vmap (``is_grads_batched=True``, what
     ``torch.autograd.functional.jacobian(vectorize=True)`` uses), naming the op: the backends take plain
-    arrays, and that vmap has no fallback for the backward ops' lists of results."""
-    if cotangent is not None and _legacy_batched(cotangent):
+    arrays, and that vmap has no fallback for the backward ops' lists of results. (Not while a compiler
+    traces, which cannot trace the check: torch.autograd's vmap does not run under one.)"""
+    if cotangent is not None and not torch.compiler.is_compiling() and _legacy_batched(cotangent):
         raise RuntimeError(f"dnnbind.{op}: batched gradients (torch.autograd.grad(is_grads_batched=True), "
                            f"torch.autograd.functional.jacobian or hessian with vectorize=True) are not "
                            f"supported; use torch.func.jacrev, or torch.func.vmap over torch.func.vjp")

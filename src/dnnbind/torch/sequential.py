@@ -8,8 +8,8 @@ earlier call (the first call runs them one by one and leaves the plans) runs thr
 the difference takes the layers one by one: hooks on a layer (forward, pre-forward, backward) or
 global module hooks, saved-tensor hooks, anomaly mode, a forward replaced on an instance, a subclass of a layer,
 torch.func transforms, dispatch modes, tensor subclasses, inputs and filters not in C order (channels
-last, whose results follow their layout: :mod:`dnnbind.torch.layout`), and tensors off the CPU (the GPU path is not
-verified on a device yet). While torch.compile or torch.export traces, the layers run one by one: the
+last, whose results follow their layout: :mod:`dnnbind.torch.layout`), and tensors off the CPU (the GPU
+path is not verified on a device yet). While torch.compile or torch.export traces, the layers run one by one: the
 graph holds each layer's typed op (:mod:`dnnbind.torch.typed`).
 
 A planned run is remembered per input shape with a snapshot of its layers (:func:`_state`): a later
@@ -173,7 +173,7 @@ def _fusions(layers: list[nn.Module], x: Tensor) -> list[fused.Fusion] | None:
         return None           # mixed precision (autocast, parameters in another dtype): each layer on its own
     if not x.is_contiguous() or any(p is not None and not p.is_contiguous() for layer in layers
                                     for p in layer._parameters.values()):
-        return None           # channels last (or other strides), which each layer's results follow as torch's do
+        return None           # channels last (or other strides): each layer's results follow it, as torch's
     shape = tuple(x.shape)
     fusions = [layer._fusion(shape) for layer in layers]      # type: ignore[operator]
     return None if any(f is None for f in fusions) else fusions
@@ -190,8 +190,8 @@ def _fusable_input(x: Any) -> bool:
     a channels-last input's layout, dnnbind.torch.layout), no transform, dispatch mode, saved-tensor
     hook, global module hook, autocast or anomaly mode active (its report names the layer whose backward
     returned a NaN: one node per layer; nor a compiler tracing: the caller asked)."""
-    return (type(x) in eager._PLAIN_TENSORS and x.is_cpu and x.is_contiguous() and not is_functorch_wrapped_tensor(x)
-            and not eager._dispatch_modes() and not eager._functorch_transforms()
+    return (type(x) in eager._PLAIN_TENSORS and x.is_cpu and x.is_contiguous()
+            and not is_functorch_wrapped_tensor(x) and not eager._dispatch_modes() and not eager._functorch_transforms()
             and _saved_tensor_hooks(False) is None and not _global_hooks()
             and not torch._C._is_any_autocast_enabled() and not torch.is_anomaly_enabled())
 

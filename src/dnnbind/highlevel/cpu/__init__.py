@@ -27,8 +27,9 @@ from dnnbind.highlevel.conv_composed import conv_ops
 from dnnbind.highlevel.reference._arrays import quiet
 from dnnbind.highlevel.residual import install_forms
 
-# every op in both forms, with the edge policy (0-d and zero-size arrays) applied once; the convolutions
-# composed from the conv primitives
+# every op in both forms, with the edge policy (0-d and zero-size arrays) applied once, run with numpy's
+# floating-point warnings off (inf and NaN give their IEEE results silently); the convolutions composed
+# from the conv primitives
 OPS = install_forms(globals(), (_activation, _batchnorm, conv_ops(_conv.PRIMITIVES), _dropout, _layer_norm, _pool,
                                 _rnn, _softmax), around=quiet)
 __all__ = [*OPS, "keep_heap_padding"]

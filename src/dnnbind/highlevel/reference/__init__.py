@@ -19,7 +19,9 @@ from dnnbind.highlevel.reference import rnn as _rnn
 from dnnbind.highlevel.reference._arrays import quiet
 from dnnbind.highlevel.residual import install_forms
 
-# every op in both forms, with the edge policy (0-d and zero-size arrays) applied once; the convolutions
-# composed from the conv primitives
-OPS = install_forms(globals(), (_batchnorm, conv_ops(_conv.PRIMITIVES), _layer_norm, _pointwise, _pool, _rnn), around=quiet)
+# every op in both forms, with the edge policy (0-d and zero-size arrays) applied once, run with numpy's
+# floating-point warnings off (inf and NaN give their IEEE results silently); the convolutions composed
+# from the conv primitives
+OPS = install_forms(globals(), (_batchnorm, conv_ops(_conv.PRIMITIVES), _layer_norm, _pointwise, _pool, _rnn),
+                    around=quiet)
 __all__ = list(OPS)

@@ -71,3 +71,4 @@ def test_quiet_silences_numpy_inside_the_call_only(context_variable, monkeypatch
             _arrays.quiet(failing)()
         with pytest.raises(FloatingPointError):
             product()
+

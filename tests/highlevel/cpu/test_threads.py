@@ -79,6 +79,32 @@ def test_run_calls_every_chunk_once_the_first_on_the_calling_thread():
     assert [t for a, b, t in seen if (a, b) == chunks[0]] == [threading.get_ident()]
 
 
+def test_the_pools_chunks_run_in_the_callers_context():
+    """numpy's floating-point state (the backends' quiet one) reaches the chunks run on the pool: an inf
+    times 0 there warns no more than on the calling thread; a context variable set by the caller is seen."""
+    import contextvars
+    import warnings
+
+    from dnnbind.highlevel.reference._arrays import quiet
+    marker = contextvars.ContextVar("marker", default="unset")
+    seen = []
+
+    def task(a):
+        seen.append(marker.get())
+        np.array([np.inf]) * 0
+
+    def caller():
+        token = marker.set("caller's")
+        try:
+            _threads.run(task, [(0,), (1,), (2,)])
+        finally:
+            marker.reset(token)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet(caller)()
+    assert seen == ["caller's"] * 3
+
+
 @pytest.mark.parametrize("failing", [0, 2])
 def test_run_waits_for_every_chunk_and_raises_the_error(failing):
     done = []

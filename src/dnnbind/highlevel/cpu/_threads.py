@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import threading
 import time
@@ -122,12 +123,13 @@ def split(count: int, parts: int) -> list[tuple[int, int]]:
 
 def run(task: Callable[..., None], chunks: Sequence[tuple]) -> None:
     """Call ``task(*chunk)`` for every chunk: the first on the calling thread (which would only wait
-    otherwise), the others on the pool. Returns once every chunk is done, also when one raised (the
-    first error is raised then)."""
+    otherwise), the others on the pool, each in a copy of the caller's context (numpy's floating-point
+    state: the backends' quiet one). Returns once every chunk is done, also when one raised (the first
+    error is raised then)."""
     if len(chunks) == 1:
         task(*chunks[0])
         return
-    futures = [_get_pool().submit(task, *chunk) for chunk in chunks[1:]]
+    futures = [_get_pool().submit(contextvars.copy_context().run, task, *chunk) for chunk in chunks[1:]]
     try:
         task(*chunks[0])
     finally:

@@ -168,12 +168,12 @@ def _fusions(layers: list[nn.Module], x: Tensor) -> list[fused.Fusion] | None:
     with x's shape."""
     # (the parameter dicts read directly: layer.parameters() would be guarded against being overridden, per
     # layer and class, on every call of a compiled model)
-    if F.autocast_dtype(x) is not None or any(p is not None and p.dtype != x.dtype for layer in layers
-                                              for p in layer._parameters.values()):
-        return None           # mixed precision (autocast, parameters in another dtype): each layer on its own
-    if not x.is_contiguous() or any(p is not None and not p.is_contiguous() for layer in layers
-                                    for p in layer._parameters.values()):
-        return None           # channels last (or other strides): each layer's results follow it, as torch's
+    # each layer on its own: mixed precision (autocast, parameters in another dtype), and channels last
+    # (or other strides), which each layer's results follow, as torch's
+    if F.autocast_dtype(x) is not None or not x.is_contiguous() or any(
+            p is not None and (p.dtype != x.dtype or not p.is_contiguous())
+            for layer in layers for p in layer._parameters.values()):
+        return None
     shape = tuple(x.shape)
     fusions = [layer._fusion(shape) for layer in layers]      # type: ignore[operator]
     return None if any(f is None for f in fusions) else fusions

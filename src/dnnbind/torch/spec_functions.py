@@ -169,17 +169,14 @@ def set_in_place(old: Tensor, value: Tensor) -> None:
     if value is old:
         return
     value = value.detach()
-    if torch.compiler.is_compiling():            # (Dynamo cannot trace the levels: a plain copy)
-        old.copy_(value)
+    # (Dynamo cannot trace the levels: a plain copy while a compiler traces)
+    if not torch.compiler.is_compiling() and _level(value) > _level(old):
+        while _level(value) > _level(old):
+            value = _unwrapped(value)
+        with torch._C._DisableFuncTorch():
+            old.copy_(value)
         return
-    level = _level(old)
-    if _level(value) <= level:
-        old.copy_(value)
-        return
-    while _level(value) > level:
-        value = _unwrapped(value)
-    with torch._C._DisableFuncTorch():
-        old.copy_(value)
+    old.copy_(value)
 
 
 _level = torch._C._functorch.maybe_get_level

@@ -65,7 +65,7 @@ def _solve(evaluate: Evaluate, symbols: dict[Any, tuple[torch.SymInt, int]], tri
     except Exception:               # the shape logic refuses a size besides the example's
         return None
     sizes = [size for size, _ in symbols.values()]
-    alone = _Alone(evaluate, symbols)
+    alone = _Alone(evaluate, symbols, corners)
     result: list[Any] = []
     for i, found in enumerate(corners[(0,) * len(symbols)]):
         if found is None:
@@ -90,10 +90,14 @@ class _Alone:
     """The shapes with one symbolic size moved from its example value, the others at theirs: each
     evaluated once (None where the shape logic refuses that size)."""
 
-    def __init__(self, evaluate: Evaluate, symbols: dict[Any, tuple[torch.SymInt, int]]) -> None:
+    def __init__(self, evaluate: Evaluate, symbols: dict[Any, tuple[torch.SymInt, int]],
+                 corners: dict[tuple[int, ...], Any]) -> None:
         self.evaluate, self.symbols = evaluate, symbols
         self.hints = [hint for _, hint in symbols.values()]
-        self.cache: dict[tuple[int, int], Any] = {}
+        # the corners already evaluated: every symbol at its hint, and one of them at its hint + 1
+        n = len(symbols)
+        self.cache: dict[tuple[int, int], Any] = {(j, 0): corners[(0,) * n] for j in range(n)}
+        self.cache.update({(j, 1): corners[tuple(int(m == j) for m in range(n))] for j in range(n)})
 
     def __call__(self, j: int, k: int) -> Any:
         """The shapes with symbol j at its hint + k."""

@@ -97,8 +97,9 @@ def test_a_setting_for_other_dims_is_refused_as_torch_does(make):
     x = torch.randn(2, 3, 5, 5) if "2d" in type(make(nn)).__name__.lower() else torch.randn(2, 3, 9)
     with pytest.raises(RuntimeError):
         make(nn)(x)
-    with pytest.raises(ValueError, match=r"(Conv|ConvTranspose)\dd: \w+ must be a single int or a tuple of \d ints"):
+    with pytest.raises(ValueError, match=r"(Conv|ConvTranspose)\dd: \w+ must be a single int or a tuple of \d ints") as error:
         make(dt)(x)
+    assert isinstance(error.value, RuntimeError)           # (caught by code written for torch's layers too)
 
 
 @pytest.mark.parametrize("name", ["Conv2d", "ConvTranspose2d"])

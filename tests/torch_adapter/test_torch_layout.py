@@ -134,3 +134,49 @@ def test_layouts_that_a_size_one_dimension_makes_ambiguous_are_torchs(name, dtyp
         grads = torch.autograd.grad((y * y).sum(), [xx, *model.parameters()])
         found.append([_meaningful(t) for t in (y, *grads)])
     assert found[0] == found[1]
+
+
+ELEMENTWISE = {
+    "ReLU": lambda nn: nn.ReLU(), "LeakyReLU": lambda nn: nn.LeakyReLU(0.2), "ReLU6": lambda nn: nn.ReLU6(),
+    "Hardtanh": lambda nn: nn.Hardtanh(0.0, 1.0), "Sigmoid": lambda nn: nn.Sigmoid(), "Tanh": lambda nn: nn.Tanh(),
+    "ELU": lambda nn: nn.ELU(0.5), "SiLU": lambda nn: nn.SiLU(), "Dropout(0)": lambda nn: nn.Dropout(0.0),
+    "Dropout(1)": lambda nn: nn.Dropout(1.0), "Sigmoid, ReLU": lambda nn: nn.Sequential(nn.Sigmoid(), nn.ReLU()),
+    "ReLU, Tanh": lambda nn: nn.Sequential(nn.ReLU(), nn.Tanh()),
+    "ReLU(inplace)": lambda nn: nn.ReLU(inplace=True), "SiLU(inplace)": lambda nn: nn.SiLU(inplace=True),
+    "LeakyReLU(inplace)": lambda nn: nn.LeakyReLU(0.2, inplace=True),
+    "Hardtanh(inplace)": lambda nn: nn.Hardtanh(0.0, 1.0, inplace=True),
+    "Dropout(1, inplace)": lambda nn: nn.Dropout(1.0, inplace=True),
+}
+
+
+# not compiled: torch's Dropout(0), which then clones x while eagerly it returns x itself, as dnnbind's
+# does both ways; torch's SiLU(inplace=True), whose compiled backward fails its own version check
+NOT_COMPILED = ("Dropout(0)", "SiLU(inplace)")
+
+
+@pytest.mark.parametrize("name, how", [(name, how) for name in ELEMENTWISE for how in ("eager", "compiled", "create_graph")
+                                       if how != "compiled" or name not in NOT_COMPILED])
+@pytest.mark.parametrize("layouts", [("channels_last", "contiguous"), ("contiguous", "channels_last"),
+                                     ("permuted", "channels_last"), ("channels_last", "permuted")],
+                         ids=lambda pair: "x %s, cotangent %s" % pair)
+def test_an_elementwise_gradient_follows_x_and_the_cotangent_as_torchs(name, layouts, how):
+    """Where x and the cotangent are laid out differently, torch's backward kernel lays the gradient out
+    as the first of its two operands: x for relu and leaky relu, the cotangent for the others (their
+    gradients' values are the same either way); also for layers made with inplace=True, on a tensor that
+    is no leaf. Compiled, against torch's layers compiled alike (AOT autograd hands the backward the
+    cotangent laid out as the forward's result was)."""
+    ours, theirs = ELEMENTWISE[name](dnn).double(), ELEMENTWISE[name](torch.nn).double()
+    if how == "compiled":
+        torch._dynamo.reset()
+        ours = torch.compile(ours, backend="aot_eager", fullgraph=True)
+        theirs = torch.compile(theirs, backend="aot_eager", fullgraph=True)
+    x = _laid_out(torch.randn(2, 4, 5, 6, dtype=torch.float64), layouts[0])
+    dy = _laid_out(torch.randn(2, 4, 5, 6, dtype=torch.float64), layouts[1])
+    found = []
+    for model in (ours, ours, theirs):        # (a fused Sequential runs fused from its second call)
+        leaf = x.detach().clone().requires_grad_()
+        y = model(leaf * 1)
+        dx, = torch.autograd.grad(y, leaf, dy, create_graph=how == "create_graph")
+        found.append((y.stride(), dx.stride(), dx.detach()))
+    assert found[0][:2] == found[1][:2] == found[2][:2]
+    torch.testing.assert_close(found[1][2], found[2][2])

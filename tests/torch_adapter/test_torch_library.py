@@ -375,7 +375,7 @@ def test_eager_calls_equal_the_registered_custom_op(op, args):
     def eager_call(inputs):
         x, arrays, kwargs = public_arguments(op, inputs)
         tensors = [kwargs.pop(name) for name in spec.tensor_arguments]
-        assert eager._plain_eager(x, [t for t in tensors if t is not None])
+        assert eager.plain_eager(x, [t for t in tensors if t is not None])
         outputs = eager.call(op, x, *arrays, *tensors, **kwargs)
         return outputs
 

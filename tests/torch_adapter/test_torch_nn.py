@@ -186,6 +186,20 @@ def test_errors_speak_of_tensors_not_arrays():
     assert "astype" not in str(info.value) and ".to(" in str(info.value) and "torch.float32" in str(info.value)
 
 
+@pytest.mark.parametrize("name", [name for name in sorted(SAMPLES) if name.startswith(
+    ("Conv", "MaxPool", "AvgPool", "BatchNorm", "RNN", "LSTM", "GRU"))])
+def test_an_input_of_a_rank_no_layer_takes_is_refused_with_torchs_error_class(name):
+    """Where torch's layer raises a RuntimeError (or a ValueError: its RNNs) for an input of a rank it
+    does not take (two dims more than its sample), dnnbind's raises an error of that class too."""
+    args, shape = SAMPLES[name]
+    x = torch.randn(1, 1, *shape)
+    with pytest.raises((RuntimeError, ValueError)) as theirs:
+        getattr(torch_nn, name)(*args)(x)
+    with pytest.raises(type(theirs.value)) as ours:
+        getattr(dnnbind_nn, name)(*args)(x)
+    assert "input" in str(ours.value)
+
+
 def _autocast_cnn(nn_module):
     torch.manual_seed(1)
     return nn_module.Sequential(nn_module.Conv2d(3, 4, 3), nn_module.BatchNorm2d(4), nn_module.ReLU(),

@@ -57,6 +57,34 @@ def test_inplace_layers_write_into_their_input_as_torchs(name, args):
     torch.testing.assert_close(results[0], results[1])
 
 
+# (Dropout with p = 1: no random mask, the same as torch's)
+EXACT_INPLACE = [*INPLACE[:-1], ("Dropout", (1.0,))]
+
+
+@pytest.mark.parametrize("name,args", EXACT_INPLACE, ids=[n for n, _ in EXACT_INPLACE])
+def test_inplace_layers_on_views_without_grad_and_differentiated_twice_as_torchs(name, args):
+    """inplace=True on a view (the base's other elements keep their gradient), under no_grad (the input
+    itself is returned, a leaf still requiring grad), one version counted, and a gradient of the gradient
+    (which reads x's own values, not the result written over them)."""
+    ours, theirs = _inplace_twins(name, args)
+    found = []
+    for layer in (ours, theirs):
+        leaf = X.clone().requires_grad_(True)
+        base = leaf * 1.5 + 0.1
+        layer(base[:, 2:7])
+        view_grad, = torch.autograd.grad((base * base).sum(), leaf)
+        leaf = X.clone().requires_grad_(True)
+        version = leaf._version
+        with torch.no_grad():
+            kept = layer(leaf)
+        assert kept is leaf and kept.requires_grad and leaf._version == version + 1
+        leaf = X.clone().requires_grad_(True)
+        grad, = torch.autograd.grad(layer(leaf * 1.5 + 0.1).pow(3).sum(), leaf, create_graph=True)
+        second, = torch.autograd.grad((grad * grad).sum(), leaf)
+        found.append((view_grad, kept.detach(), grad.detach(), second))
+    torch.testing.assert_close(found[0], found[1])
+
+
 def test_an_inplace_layer_first_in_a_sequential_writes_into_its_input_as_torchs():
     """A run of fused layers does not start with an in-place layer (it would not write into the run's input)."""
     torch.manual_seed(0)
@@ -92,12 +120,17 @@ def test_softmax_layers_equal_torch(name, dim, shape):
     assert_layer_matches(getattr(dt, name)(dim), getattr(nn, name)(dim), torch.randn(shape, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("shape, dim", [((5,), 0), ((2, 3, 4), 0), ((2, 3), 1), ((2, 3, 4, 5), 1)])
-def test_softmax_without_dim_uses_torchs_legacy_choice_and_warns(shape, dim):
+@pytest.mark.parametrize("name", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape", [(5,), (2, 3, 4), (2, 3), (2, 3, 4, 5)])
+def test_softmax_without_dim_uses_torchs_legacy_choice_and_warns_in_its_words(shape, name):
     x = torch.randn(shape, dtype=torch.float64)
-    with pytest.warns(UserWarning, match="Implicit dimension choice for softmax"):
-        y = dt.Softmax()(x)
-    torch.testing.assert_close(y, torch.softmax(x, dim))
+    found = []
+    for layer in (getattr(dt, name)(), getattr(nn, name)()):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            found.append((layer(x), [str(w.message) for w in caught if "Implicit dimension" in str(w.message)]))
+    torch.testing.assert_close(found[0][0], found[1][0])
+    assert found[0][1] == found[1][1] and len(found[0][1]) == 1
 
 
 @pytest.mark.parametrize("name", ["Softmax", "LogSoftmax"])

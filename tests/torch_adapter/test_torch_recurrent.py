@@ -99,8 +99,14 @@ def test_unbatched_input_equals_torch(name, with_state):
 
 
 def test_unbatched_input_with_batched_state_is_refused():
-    with pytest.raises(ValueError, match="for unbatched 2-D input, h_0 should also be 2-D"):
-        dt.GRU(3, 4)(torch.randn(6, 3), torch.randn(1, 1, 4))
+    """(as torch's RuntimeError too)"""
+    for state in (torch.randn(1, 1, 4), (torch.randn(1, 4), torch.randn(1, 1, 4))):
+        layer = dt.GRU(3, 4) if isinstance(state, torch.Tensor) else dt.LSTM(3, 4)
+        with pytest.raises(RuntimeError):
+            getattr(nn, type(layer).__name__)(3, 4)(torch.randn(6, 3), state)
+        with pytest.raises(RuntimeError, match="for unbatched 2-D input, [hc]_0 should also be 2-D") as error:
+            layer(torch.randn(6, 3), state)
+        assert isinstance(error.value, ValueError)
 
 
 def test_dropout_between_layers_only_in_training():
@@ -266,10 +272,17 @@ def test_recurrent_errors_speak_torch():
         lstm(torch.randn(2, 2, 3), (torch.zeros(1, 3, 4), torch.zeros(1, 3, 4)))
     with pytest.raises(ValueError, match="LSTM: expected input to be 2D or 3D"):
         lstm(torch.randn(3))
-    with pytest.raises(RuntimeError, match=r"LSTM: hx must be the two hidden states \(h_0, c_0\), got a Tensor"):
+    with pytest.raises(RuntimeError, match=r"LSTM: hx must be the two hidden states \(h_0, c_0\) as tensors, got a Tensor"):
         lstm(torch.randn(2, 2, 3), torch.zeros(1, 2, 4))
-    with pytest.raises(RuntimeError, match=r"LSTM: hx must be the two hidden states \(h_0, c_0\), got 3 of them"):
+    with pytest.raises(RuntimeError, match=r"LSTM: hx must be the two hidden states \(h_0, c_0\) as tensors, got 3 of"):
         lstm(torch.randn(2, 2, 3), (torch.zeros(1, 2, 4),) * 3)
+    for state in ((None, torch.zeros(1, 2, 4)), (torch.zeros(1, 2, 4), None), (None, None)):
+        with pytest.raises(AttributeError):                 # (torch's error, by accident)
+            nn.LSTM(3, 4)(torch.randn(2, 2, 3), state)
+        with pytest.raises(RuntimeError, match=r"hidden states \(h_0, c_0\) as tensors, got \(\w+, \w+\)"):
+            lstm(torch.randn(2, 2, 3), state)
+    with pytest.raises(TypeError):                          # the nonlinearity given twice, as torch refuses it
+        dt.RNN(3, 4, 2, "relu", nonlinearity="tanh")
     for layer in (lstm, dt.GRU(3, 4, batch_first=True)):
         shape = (2, 0, 3) if layer.batch_first else (0, 2, 3)
         with pytest.raises(RuntimeError):
@@ -284,6 +297,10 @@ def test_op_errors_name_torchs_parameters():
         lstm.weight_hh_l1 = nn.Parameter(torch.zeros(16, 5))    # a wrong shape torch's own checks miss
     with pytest.raises(ValueError, match=r"weight_hh_l1 has shape \(16, 5\) but must have shape \(16, 4\)"):
         lstm(torch.randn(2, 1, 3))
+    gru = dt.GRU(3, 4)
+    gru.bias_hh_l0 = None                                       # (torch's own layer: a TypeError too)
+    with pytest.raises(TypeError, match=r"^bias_hh_l0 is None but bias_ih_l0 is not"):
+        gru(torch.randn(2, 1, 3))
 
 
 @pytest.mark.parametrize("wants", ["x", "h0", "weights", "x h0"])

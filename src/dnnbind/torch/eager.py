@@ -42,7 +42,8 @@ class Plan:
     the op's spec's arrays and where each one's gradient comes from among the backward's results."""
 
     __slots__ = ("op", "call", "forward", "backward", "static", "device", "scoped", "kwargs", "nested", "slots",
-                 "positions", "gradients", "skip", "statistics", "integers", "first", "reads", "layout")
+                 "positions", "gradients", "skip", "statistics", "integers", "first", "reads", "layout",
+                 "elementwise")
 
     def __init__(self, op: str, call: calls.Call, slots: list[Any], kwargs: dict[str, Any]) -> None:
         self.op, self.call, self.slots, self.kwargs = op, call, slots, kwargs
@@ -65,6 +66,8 @@ class Plan:
         self.reads = call.reads
         # whether the results' layout may follow the inputs' (dnnbind.torch.layout)
         self.layout = SPECS[op].results_layout is not None
+        # whether the gradients' layout also follows the cotangent's (an elementwise op's, as torch's)
+        self.elementwise = op in layout.ELEMENTWISE
         self.integers: tuple[int, ...] | None = None     # outputs without gradient (maxpool's indices)
         self.first: tuple | None = None                  # output 0's shape, dtype and device
 
@@ -200,7 +203,10 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
                 grads = _backward_arrays(ctx, plan, cotangents, needs, flags)
         else:
             grads = _backward_arrays(ctx, plan, cotangents, needs, flags)
-        return (None, *(grads if ctx.layout is None else layout.lay_out(grads, ctx.layout)))
+        laid = ctx.layout
+        if plan.elementwise:
+            laid = layout.of_gradients(plan.op, laid, ctx.inputs[0], cotangents[0], plan.kwargs)
+        return (None, *(grads if laid is None else layout.lay_out(grads, laid)))
 
 
 def _forward_arrays(plan: Plan, x: Tensor, others: Sequence[Tensor]) -> tuple[tuple[Tensor, ...], tuple, Any]:
@@ -274,7 +280,7 @@ def _shares_memory(t: Tensor, a: Any) -> bool:
 _EAGER: dict[str, type[_Eager]] = {op: type(f"dnnbind_{op}", (_Eager,), {"jvp": staticmethod(functools.partial(
     typed.refuse_jvp, op))}) for op in SPECS}
 #: op -> its eager Function's apply below torch.autograd.Function.apply, which adds only what a call
-#: :func:`_plain_eager` admits never needs (functorch transforms, dead functorch wrappers, setup_context)
+#: :func:`plain_eager` admits never needs (functorch transforms, dead functorch wrappers, setup_context)
 _EAGER_APPLY: dict[str, Any] = {op: super(torch.autograd.Function, cls).apply  # type: ignore[misc]
                                  for op, cls in _EAGER.items()}
 
@@ -294,7 +300,7 @@ _functorch_transforms = torch._C._are_functorch_transforms_active
 _PLAIN_TENSORS = frozenset({Tensor, torch.nn.Parameter})
 
 
-def _plain_eager(x: Tensor, others: Sequence[Tensor]) -> bool:
+def plain_eager(x: Tensor, others: Sequence[Tensor]) -> bool:
     """Whether this call runs eagerly on plain tensors. Everything else goes through the registered op
     (meta tensors too: its fake kernel gives their shapes)."""
     if _tracing() or x.is_meta:
@@ -378,9 +384,9 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
     arguments, dropout's seed) with the public op's keyword arguments, eagerly or as the registered custom
     op; returns the op's non-None outputs. A plain eager call leaves its plan for :func:`planned` to find."""
     others = calls.leaves(list(arrays))
-    if not _plain_eager(x, others):
+    if not plain_eager(x, others):
         if not torch.compiler.is_compiling() and _OVERWRITING.get():
-            x = x.clone()            # (a compiled graph has no version counters: nothing to fail)
+            x = x.clone()            # (compiling, the layer clones x: see pointwise.written_back)
         return typed.call(op, x, arrays, kwargs)
     n = len(SPECS[op].arrays) - 1
     spec_kwargs = {**kwargs, **dict(zip(SPECS[op].tensor_arguments, arrays[n:]))}

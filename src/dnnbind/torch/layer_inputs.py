@@ -6,32 +6,34 @@ from typing import Any, Callable
 
 import torch
 
+from dnnbind.torch.errors import TorchValueError
 from dnnbind.torch.fused import Fusion
 
 
 def batched(layer: str, input: torch.Tensor, spatial: int) -> tuple[torch.Tensor, bool]:
-    """(input with a batch axis, whether one was added): torch.nn's layers take (C, *spatial) as one sample."""
+    """(input with a batch axis, whether one was added): torch.nn's layers take (C, *spatial) as one sample;
+    any other rank is refused with a ValueError that is also torch's RuntimeError."""
     if not isinstance(input, torch.Tensor):
         raise TypeError(f"{layer}: input must be a torch.Tensor, not {type(input).__name__}")
     if input.dim() == spatial + 1:
         return input.unsqueeze(0), True
     if input.dim() != spatial + 2:
-        raise ValueError(f"{layer}: expected {spatial + 1}D (unbatched) or {spatial + 2}D (batched) input, got "
+        raise TorchValueError(f"{layer}: expected {spatial + 1}D (unbatched) or {spatial + 2}D (batched) input, got "
                          f"input of shape {tuple(input.shape)}")
     return input, False
 
 
 def per_dim(layer: Any, argument: str, value: Any) -> Any:
     """A per-dimension setting of ``layer`` as the op takes it: an int, or a tuple of one value per spatial
-    dimension of the layer (``layer._spatial``; a 1-tuple stands for all, as in torch); ValueError in
-    torch's terms for any other length (the op would take the length for the spatial rank)."""
+    dimension of the layer (``layer._spatial``; a 1-tuple stands for all, as in torch); a ValueError that
+    is also torch's RuntimeError for any other length (the op would take the length for the spatial rank)."""
     if not isinstance(value, (list, tuple)):
         return value
     spatial = layer._spatial
     if len(value) == 1:
         return tuple(value) * spatial
     if len(value) != spatial:
-        raise ValueError(f"{type(layer).__name__}: {argument} must be a single int or a tuple of {spatial} ints, "
+        raise TorchValueError(f"{type(layer).__name__}: {argument} must be a single int or a tuple of {spatial} ints, "
                          f"got {value!r}")
     return tuple(value)
 

@@ -18,6 +18,9 @@ Tensor = torch.Tensor
 _RANKS = {torch.channels_last: 4, torch.channels_last_3d: 5}
 _FORMATS = {rank: layout for layout, rank in _RANKS.items()}
 
+#: the elementwise ops, whose gradients' layout follows the cotangent's too (:func:`of_gradients`)
+ELEMENTWISE = frozenset(op for op, spec in SPECS.items() if spec.results_layout is not None and spec.results_layout.like_x)
+
 
 def of(op: str, x: Tensor, named: Callable[[str], Tensor | None]) -> Any:
     """How a call's results of x's rank, and the gradients of its inputs of that rank, are laid out (as
@@ -40,6 +43,21 @@ def of(op: str, x: Tensor, named: Callable[[str], Tensor | None]) -> Any:
             if found in _RANKS:
                 return found
     return None
+
+
+def of_gradients(op: str, laid: Any, x: Tensor, dy: Tensor | None, arguments: dict[str, Any]) -> Any:
+    """How a call's gradients are laid out (as :func:`of` says), given the results' layout ``laid`` and
+    the first cotangent: as the results, except an elementwise op's, which follow x and the cotangent as
+    torch's backward kernel orders them (its spec's ``x_first``): two C-ordered ones give C order."""
+    if op not in ELEMENTWISE or dy is None or dy.shape != x.shape:
+        return laid
+    if laid is None and dy.is_contiguous():
+        return None
+    x_first = SPECS[op].results_layout.x_first
+    first, second = (x, dy) if x_first is not None and x_first(arguments) else (dy, x)
+    # torch's own rule for an elementwise op's two operands, on their strides alone (the meta device)
+    found = torch.empty_like(first, device="meta") + torch.empty_like(second, device="meta")
+    return None if found.is_contiguous() else found
 
 
 def _maybe_channels_last(t: Tensor) -> bool:

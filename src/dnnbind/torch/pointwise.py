@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from dnnbind.torch import functional as F
-from dnnbind.torch.eager import overwriting
+from dnnbind.torch.eager import overwriting, plain_eager
 from dnnbind.torch.errors import torch_argument_names
 from dnnbind.torch.fused import Fusion
 from dnnbind.torch.layer_inputs import fusion, not_supported
@@ -29,16 +29,48 @@ def in_place(layer: Any) -> bool:
     return bool(getattr(layer, "inplace", False))
 
 
-def written_back(layer: Any, input: Tensor, op: Callable[[Tensor], Tensor]) -> Tensor:
-    """``op(input)``, or for a layer made with ``inplace=True`` the input with that result written into it
-    (the op then runs :func:`~dnnbind.torch.eager.overwriting` it)."""
+def written_back(layer: Any, input: Tensor, function: Callable[..., Tensor], *args: Any, **kwargs: Any) -> Tensor:
+    """``function(input, *args, **kwargs)`` (one of :mod:`dnnbind.torch.functional`'s), or for a layer made
+    with ``inplace=True`` the input with that result written into it: the op runs
+    :func:`~dnnbind.torch.eager.overwriting` x where the result stands for x in its backward (its spec's
+    ``result_stands_for_x``), else on a copy of x where a gradient may be asked for (a gradient of the
+    gradient reads x's own values; torch's silu_ keeps a copy of x too)."""
     if not in_place(layer):
-        return op(input)
-    if torch.compiler.is_compiling():         # (a compiled graph has no version counters to fail)
-        return input.copy_(op(input))
-    with overwriting():
-        result = op(input)
+        return function(input, *args, **kwargs)
+    if torch.compiler.is_compiling():
+        # (the registered op saves what it is given, which the write must not change; Dynamo traces no
+        # context variable: overwriting's effect without it)
+        return input.copy_(function(input.clone(), *args, **kwargs))
+    recorded = torch.is_grad_enabled() and input.requires_grad
+    spec = getattr(function, "__dnnbind_spec__")
+    stands_for_x = spec.result_stands_for_x
+    if recorded and not (stands_for_x and stands_for_x(spec.arguments_function(*args, **kwargs))):
+        result = function(input.clone(), *args, **kwargs)
+    else:
+        with overwriting():
+            result = function(input, *args, **kwargs)
+    if recorded and not input._is_view() and plain_eager(input, ()):
+        return _WrittenBack.apply(input, result)
+    # (no graph to record; a view, whose base's other elements keep their gradient through copy_'s
+    # CopySlices; torch.func's wrapped tensors)
     return input.copy_(result)
+
+
+class _WrittenBack(torch.autograd.Function):
+    """input with result written into it, whose gradient autograd hands the result alone, as to torch's own
+    in-place functions' result: ``input.copy_(result)`` would also hand input's former value zeros of its
+    own (C-ordered: added to the op's gradient of input, they would decide its layout)."""
+
+    @staticmethod
+    def forward(ctx: Any, input: Tensor, result: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.mark_dirty(input)               # (which counts input's one change: .data's copy_ counts none)
+        ctx.dtype = result.dtype
+        input.data.copy_(result)
+        return input
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor]:  # type: ignore[override]
+        return None, grad.to(ctx.dtype)
 
 
 class _Activation:
@@ -54,7 +86,7 @@ class _Activation:
     def forward(self, input: Tensor) -> Tensor:
         mode, alpha = self._mode()
         with torch_argument_names({**_NAMES, "alpha": self._ARGUMENT}):
-            return written_back(self, input, lambda x: F.activation(x, mode, alpha=alpha))
+            return written_back(self, input, F.activation, mode, alpha=alpha)
 
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:
         """This layer's op for :class:`~dnnbind.torch.sequential.Sequential`."""
@@ -132,13 +164,14 @@ class ReLU6(_Activation, nn.ReLU6):
         return "clipped_relu", 6.0
 
 
-def _softmax_dim(layer: str, dim: int | None, ndim: int) -> int:
+def _softmax_dim(function: str, dim: int | None, ndim: int) -> int:
     """torch's rule for the deprecated implicit dim: 0 for 0-, 1- and 3-d input, else 1 (with its warning,
-    except while torch.compile traces: dynamo cannot trace warnings.warn, and fullgraph must hold)."""
+    naming torch's function, except while torch.compile traces: dynamo cannot trace warnings.warn, and
+    fullgraph must hold)."""
     if dim is not None:
         return dim
     if not torch.compiler.is_compiling():
-        warnings.warn(f"Implicit dimension choice for {layer.lower()} has been deprecated. Change the call to "
+        warnings.warn(f"Implicit dimension choice for {function} has been deprecated. Change the call to "
                       f"include dim=X as an argument.", stacklevel=3)
     return 0 if ndim in (0, 1, 3) else 1
 
@@ -147,11 +180,12 @@ class _Softmax:
     """forward shared by Softmax (``_function`` softmax) and LogSoftmax (logsoftmax)."""
 
     _function = staticmethod(F.softmax)
+    _torch_function = nn.functional.softmax.__name__        # (which torch's warning names)
 
     def forward(self, input: Tensor) -> Tensor:
         layer: Any = self
         with torch_argument_names({**_NAMES, "axis": "dim"}):
-            return self._function(input, axis=_softmax_dim(type(self).__name__, layer.dim, input.dim()))
+            return self._function(input, axis=_softmax_dim(self._torch_function, layer.dim, input.dim()))
 
     def _fuses(self) -> bool:
         """Whether its settings let the layer join a Sequential's run (not the implicit dim, whose warning
@@ -175,6 +209,7 @@ class LogSoftmax(_Softmax, nn.LogSoftmax):
     """torch.nn.LogSoftmax computed by dnnbind."""
 
     _function = staticmethod(F.logsoftmax)
+    _torch_function = nn.functional.log_softmax.__name__
 
 
 class Dropout(nn.Dropout):
@@ -185,4 +220,4 @@ class Dropout(nn.Dropout):
         if not self.training or self.p == 0:
             return input
         with torch_argument_names(_NAMES):
-            return written_back(self, input, lambda x: F.dropout(x, self.p))
+            return written_back(self, input, F.dropout, self.p)

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from dnnbind.torch import functional as F
-from dnnbind.torch.errors import torch_argument_names
+from dnnbind.torch.errors import TorchValueError, torch_argument_names
 
 Tensor = torch.Tensor
 _MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
@@ -57,9 +57,12 @@ class _Recurrent:
         layer: Any = self
         lstm = layer.mode == "LSTM"
         packed = input if isinstance(input, PackedSequence) else None
-        if lstm and hx is not None and not (isinstance(hx, (tuple, list)) and len(hx) == 2):
-            got = f"{len(hx)} of them" if isinstance(hx, (tuple, list)) else f"a {type(hx).__name__}"
-            raise RuntimeError(f"LSTM: hx must be the two hidden states (h_0, c_0), got {got}")
+        if lstm and hx is not None and not (isinstance(hx, (tuple, list)) and len(hx) == 2
+                                            and all(isinstance(t, Tensor) for t in hx)):
+            got = (f"{len(hx)} of them" if isinstance(hx, (tuple, list)) and len(hx) != 2
+                   else f"({', '.join(type(t).__name__ for t in hx)})" if isinstance(hx, (tuple, list))
+                   else f"a {type(hx).__name__}")
+            raise RuntimeError(f"LSTM: hx must be the two hidden states (h_0, c_0) as tensors, got {got}")
         h0, c0 = (hx if lstm and hx is not None else (hx, None))
         if packed is not None:
             layer.check_forward_args(packed.data, hx if hx is not None else _zeros_like_state(layer, packed),
@@ -78,7 +81,7 @@ class _Recurrent:
             if unbatched and h0 is not None:
                 for name, state in (("h_0", h0), ("c_0", c0)):
                     if state is not None and state.dim() != 2:
-                        raise ValueError(f"{type(self).__name__}: for unbatched 2-D input, {name} should also "
+                        raise TorchValueError(f"{type(self).__name__}: for unbatched 2-D input, {name} should also "
                                          f"be 2-D but got {state.dim()}-D")
                 h0, c0 = h0.unsqueeze(1), None if c0 is None else c0.unsqueeze(1)
             if h0 is not None:
@@ -149,10 +152,11 @@ class RNN(_Recurrent, nn.RNNBase):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if "proj_size" in kwargs:
             raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
-        if len(args) > 3:
-            kwargs["nonlinearity"] = args[3]
+        if len(args) > 3:                  # (given by keyword too, it reaches RNNBase, which refuses it)
+            self.nonlinearity = args[3]
             args = args[:3] + args[4:]
-        self.nonlinearity = kwargs.pop("nonlinearity", "tanh")
+        else:
+            self.nonlinearity = kwargs.pop("nonlinearity", "tanh")
         if self.nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"Unknown nonlinearity '{self.nonlinearity}'. Select from 'tanh' or 'relu'.")
         super().__init__("RNN_TANH" if self.nonlinearity == "tanh" else "RNN_RELU", *args, **kwargs)

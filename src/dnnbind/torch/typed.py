@@ -291,14 +291,18 @@ def _pullback(op: str, residuals: Sequence[Any], cotangents: Sequence[Tensor | N
     wanted = [bool(n) and d for n, (_, d) in zip(needs, given)]
     grads = calls.gradients(call, residuals, cotangents, wanted[:len(call.paths)])
     grads += [None] * (len(given) - len(grads))           # (dropout's seed tensor: none)
-    return _laid_out(op, args, [g if g is not None and w else t.new_empty((0,))
-                                for g, w, (t, _) in zip(grads, wanted, given)])
+    return _laid_out(op, args, cotangents, [g if g is not None and w else t.new_empty((0,))
+                                            for g, w, (t, _) in zip(grads, wanted, given)])
 
 
-def _laid_out(op: str, args: Sequence[Any], grads: list[Tensor]) -> list[Tensor]:
-    """A backward op's gradients laid out as the call's results are (dnnbind.torch.layout), as torch's are."""
+def _laid_out(op: str, args: Sequence[Any], cotangents: Sequence[Tensor | None], grads: list[Tensor]) -> list[Tensor]:
+    """A backward op's gradients laid out as torch's are (dnnbind.torch.layout): as the call's results,
+    an elementwise op's as its cotangent and x."""
     x, arrays = _tensors(op, args)
-    return layout.lay_out(grads, layout.of(op, x, calls.named_array(op, arrays)))
+    laid = layout.of(op, x, calls.named_array(op, arrays))
+    if op in layout.ELEMENTWISE:
+        laid = layout.of_gradients(op, laid, x, cotangents[0], public_arguments(op, args)[2])
+    return layout.lay_out(grads, laid)
 
 
 def _backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:
@@ -313,7 +317,7 @@ def _backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any
 def _fake_backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:
     *args, needs = args_and_needs
     given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
-    return _laid_out(op, args, [t.new_empty(t.shape if bool(n) and d else (0,)) for n, (t, d) in zip(needs, given)])
+    return _laid_out(op, args, cotangents, [t.new_empty(t.shape if bool(n) and d else (0,)) for n, (t, d) in zip(needs, given)])
 
 
 def _fake_pullback(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None],

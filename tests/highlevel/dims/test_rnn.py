@@ -79,9 +79,9 @@ def test_rnn_weight_entries():
         rnn_weight_entries([(a, a, None, None, None)])
     with pytest.raises(ValueError, match=r"weights\[1\] has 4 arrays but weights\[0\] has 5"):
         rnn_weight_entries([(a, a, None, None, a), (a, a, None, None)])
-    with pytest.raises(TypeError, match=r"weights\[0\]: w_ih and w_hh must be arrays"):
+    with pytest.raises(TypeError, match=r"weights\[0\]\[0\] \(w_ih\) must be an array, not None"):
         rnn_weight_entries([(None, a, a, a)])
-    with pytest.raises(ValueError, match=r"weights\[0\]: b_ih and b_hh must both be arrays or both be None"):
+    with pytest.raises(TypeError, match=r"weights\[0\]\[3\] \(b_hh\) is None but weights\[0\]\[2\] \(b_ih\) is not"):
         rnn_weight_entries([(a, a, a, None)])
 
 

@@ -30,10 +30,13 @@ def rnn_weight_entries(weights: Any) -> tuple[tuple[Any, Any, Any, Any], ...]:
             raise TypeError(f"weights[{i}] must be a (w_ih, w_hh, b_ih, b_hh) tuple (with w_hr as a 5th array "
                             f"for an LSTM with proj_size), got {type(entry).__name__}"
                             + (f" of length {len(entry)}" if isinstance(entry, (list, tuple)) else ""))
-        if entry[0] is None or entry[1] is None:
-            raise TypeError(f"weights[{i}]: w_ih and w_hh must be arrays, not None")
+        for j, label in enumerate(("w_ih", "w_hh")):
+            if entry[j] is None:
+                raise TypeError(f"weights[{i}][{j}] ({label}) must be an array, not None")
         if (entry[2] is None) != (entry[3] is None):
-            raise ValueError(f"weights[{i}]: b_ih and b_hh must both be arrays or both be None")
+            none = 2 if entry[2] is None else 3
+            raise TypeError(f"weights[{i}][{none}] ({_BIASES[none]}) is None but weights[{i}][{5 - none}] "
+                            f"({_BIASES[5 - none]}) is not: the two biases are both arrays or both None")
         if len(entry) == 5 and entry[4] is None:
             raise TypeError(f"weights[{i}]: w_hr (the 5th entry) must be an array, not None; leave it out "
                             f"without a projection")
@@ -42,6 +45,9 @@ def rnn_weight_entries(weights: Any) -> tuple[tuple[Any, Any, Any, Any], ...]:
                              f"entry has w_hr (proj_size > 0) or none does")
         entries.append(tuple(entry))
     return tuple(entries)
+
+
+_BIASES = {2: "b_ih", 3: "b_hh"}
 
 
 @dataclass(frozen=True, init=False, eq=False)

@@ -5,7 +5,7 @@ from typing import Any
 
 from dnnbind.highlevel.dims.checks import check_dtype, check_real
 from dnnbind.highlevel.specs import second_order
-from dnnbind.highlevel.specs.base import LIKE_X, ArrayArg, OpSpec, Output, Param
+from dnnbind.highlevel.specs.base import ArrayArg, Layout, OpSpec, Output, Param
 from dnnbind.highlevel.specs.softmax import like_x
 
 #: activation modes -> default alpha (None: the mode takes no alpha)
@@ -43,6 +43,21 @@ BACKWARD_READS: dict[str, tuple[str, ...]] = {
     "elu": ("x",), "leaky_relu": ("x",), "clipped_relu": ("x",), "swish": ("x",),
 }
 
+#: the modes whose torch backward kernel takes x before the cotangent, so that x's layout decides the
+#: gradient's where the two differ (threshold_backward, leaky_relu_backward); the others' take the
+#: cotangent first
+X_FIRST = frozenset({"relu", "leaky_relu"})
+
+
+def result_stands_for_x(arguments: dict[str, Any]) -> bool:
+    """Whether a mode's derivative reads the same from y as from x (OpSpec.result_stands_for_x): where it
+    depends on x's sign or range alone, which y keeps (relu, clipped_relu, leaky_relu with a slope >= 0),
+    or not on x at all (identity)."""
+    mode = arguments["mode"]
+    if mode == "leaky_relu":
+        return activation_alpha(mode, arguments.get("alpha")) >= 0      # type: ignore[operator]
+    return mode in ("relu", "clipped_relu", "identity")
+
 
 def activation_alpha(mode: Any, alpha: Any) -> float | None:
     """Check ``mode`` and return the coefficient the backend gets (its default when alpha is None)."""
@@ -73,7 +88,9 @@ ACTIVATION = OpSpec(
     arrays=(ArrayArg("x", gradient="dx"),), static=("mode", "alpha"), outputs=(Output("y", "dy"),),
     check=_check, empty=like_x, pointwise=True, title=lambda arguments: f"activation({arguments['mode']!r})",
     backward_reads=lambda arguments: BACKWARD_READS.get(arguments["mode"], ()),
-    features=tuple(ACTIVATION_DEFAULTS), samples_independent=True, results_layout=LIKE_X,
+    result_stands_for_x=result_stands_for_x,
+    features=tuple(ACTIVATION_DEFAULTS), samples_independent=True,
+    results_layout=Layout(like_x=True, x_first=lambda arguments: arguments["mode"] in X_FIRST),
     second_order=second_order.activation(DERIVATIVES, ACTIVATION_DEFAULTS),
     tensor_doc="Pointwise activation: relu, sigmoid, tanh, elu, leaky_relu, clipped_relu, swish or identity.",
 )

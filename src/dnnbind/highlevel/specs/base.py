@@ -115,10 +115,14 @@ class Chain:
 @dataclass(frozen=True)
 class Layout:
     """How an op lays out its results of x's rank. ``like_x``: as x is laid out (an elementwise op: x's
-    own strides, whatever they are); else channels last (NHWC, NDHWC) where one of the arrays named in
-    ``channels_last_from`` is, for x of the ranks in ``ranks`` (4: 2-d images, 5: volumes), volumes
-    only of the dtypes in ``volume_dtypes`` where given (by name)."""
+    own strides, whatever they are), its gradient as torch's elementwise backward kernel lays out its two
+    operands, the cotangent and x, where they differ: the first one's order decides, x first where
+    ``x_first(arguments)`` says so (torch's relu reads x first, its sigmoid the cotangent); else channels
+    last (NHWC, NDHWC) where one of the arrays named in ``channels_last_from`` is, for x of the ranks in
+    ``ranks`` (4: 2-d images, 5: volumes), volumes only of the dtypes in ``volume_dtypes`` where given (by
+    name), their gradients likewise."""
     like_x: bool = False
+    x_first: Callable[[dict[str, Any]], bool] | None = None
     channels_last_from: tuple[str, ...] = ()
     ranks: tuple[int, ...] = (4, 5)
     volume_dtypes: tuple[str, ...] | None = None
@@ -172,6 +176,11 @@ class OpSpec:
     #: forward and the backward, as torch refuses it for its own layers. (The backends keep their own
     #: copies of what they read: the raw pullbacks need no such rule.)
     backward_reads: tuple[str, ...] | Callable[[dict[str, Any]], tuple[str, ...]] = ()
+    #: whether the op's gradients, and their own (``second_order``), come out the same computed from its
+    #: result in x's place, for these public arguments (relu's: the result's sign is x's): a framework's
+    #: layer that overwrites x with the result (torch's inplace=True) then keeps no copy of x, as torch's
+    #: relu_ keeps none; None: never (a copy of x is kept where a gradient may be asked for)
+    result_stands_for_x: Callable[[dict[str, Any]], bool] | None = None
     #: each sample along x's axis 0 is computed alone, with the same other arrays and arguments: a
     #: framework may fold a mapped axis of x (torch.func.vmap's) into it; False: it maps over that axis
     samples_independent: bool = False

@@ -40,6 +40,7 @@ DROPOUT = OpSpec(
     arrays=(ArrayArg("x", gradient="dx"),), static=("p", "seed"), outputs=(Output("y", "dy"),),
     check=_check, empty=like_x, pointwise=True, mask_residuals=True, tensor_arguments=("seed",),
     features=("seed",), second_order=linear, results_layout=LIKE_X, random=lambda arguments: 0 < arguments["p"] < 1,
+    result_stands_for_x=lambda arguments: True,           # (its mask comes from the seed alone)
     tensor_doc="""Inverted dropout with probability ``p``. Without a seed one is drawn from torch's default
     generator, so ``torch.manual_seed`` makes it reproducible.""",
 )

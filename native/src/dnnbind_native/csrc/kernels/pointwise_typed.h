@@ -80,7 +80,8 @@ KERNEL void NAME(dnnbind_activation_forward)(const T *x, T *y, T *slope, uint8_t
         default: NAME(activate_range)(x, y, slope, a, b, end, ACT_SWISH);
         }
         /* relu: torch's threshold backward, which passes the gradient unless x <= 0 (a NaN passes it);
-         * clipped_relu: 0 at NaN (torch's hardtanh backward differs by dtype there; float64's is this) */
+         * clipped_relu: 0 at NaN, as torch's hardtanh backward gives in its vectorized loop (its scalar
+         * loop, which takes the elements past the last full vector, passes the gradient there) */
         if (mask && mode == ACT_RELU)
             for (int64_t j = b; j < end; j++) mask[j] = !(x[j] <= 0);
         else if (mask)      /* & rather than &&: no branch on the data */

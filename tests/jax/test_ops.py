@@ -81,7 +81,7 @@ def test_maxpool_and_indices():
     close(dj.maxpool(x, 3, stride=2, padding=1), lax_maxpool(x, 3, 2, 1))
     grads_agree(lambda x: dj.maxpool(x, 3, stride=2, padding=1), lambda x: lax_maxpool(x, 3, 2, 1), (x,), (0,))
     y, indices = dj.maxpool(x, 2, return_indices=True)
-    assert indices.dtype == jnp.int32 or indices.dtype == jnp.int64       # int64 under jax_enable_x64
+    assert indices.dtype == jax.dtypes.canonicalize_dtype(jnp.int64)       # int32 unless jax_enable_x64
     flat = np.asarray(x).reshape(2, 3, -1)
     np.testing.assert_array_equal(np.take_along_axis(flat, np.asarray(indices).reshape(2, 3, -1), 2).reshape(y.shape),
                                   np.asarray(y))
@@ -281,3 +281,84 @@ def test_empty_and_0d_inputs_follow_dnnbinds_edge_policy():
     close(jax.grad(lambda x: dj.activation(x, "sigmoid"))(jnp.float32(0.0)), 0.25)
     with pytest.raises(ValueError, match="axis=1 is out of range for a 0-d array"):
         dj.softmax(jnp.float32(3.0))
+
+
+def test_one_sample_without_its_batch_axis_runs_as_the_numpy_ops_take_it():
+    """conv's (C, *spatial), pooling's (C, *spatial) with a per-dimension window, rnn's (seq, input): the
+    batch axis of one added and dropped again, gradients included; so vmap over samples works."""
+    x, w = rand(3, 7, 6), rand(4, 3, 3, 2)
+    close(dj.conv(x, w, padding=1), dj.conv(x[None], w, padding=1)[0])
+    close(jax.grad(lambda x: jnp.sum(jnp.sin(dj.conv(x, w, padding=1))))(x),
+          jax.grad(lambda x: jnp.sum(jnp.sin(dj.conv(x[None], w, padding=1))))(x))
+    images = rand(5, 3, 7, 6)
+    close(jax.vmap(lambda x: dj.conv(x, w, padding=1))(images), dj.conv(images, w, padding=1))
+    sample = rand(3, 8, 8)
+    close(dj.maxpool(sample, (2, 2)), lax_maxpool(sample[None], 2, 2, 0)[0])
+    weights = [(rand(18, 4), rand(18, 6), rand(18), rand(18))]
+    sequence, h0 = rand(5, 4), rand(1, 6)
+    y, hy, _ = dj.rnn(sequence, weights, mode="gru", hidden_size=6, h0=h0)
+    y_batch, hy_batch, _ = dj.rnn(sequence[:, None], weights, mode="gru", hidden_size=6, h0=h0[:, None])
+    close(y, y_batch[:, 0])
+    close(hy, hy_batch[:, 0])
+
+
+def test_array_arguments_that_are_no_arrays_are_refused_naming_them():
+    with pytest.raises(TypeError, match="x must be a JAX or numpy array, not list"):
+        dj.softmax([[1.0, 2.0]])
+    with pytest.raises(TypeError, match="w must be a JAX or numpy array, not None"):
+        dj.conv(rand(1, 1, 3, 3), None)
+    with pytest.raises(TypeError, match="x must be a JAX or numpy array, not str"):
+        dj.activation("x", "relu")
+    assert float(dj.activation(-1.0, "relu")) == 0.0            # (a Python number is an array, as in jax.numpy)
+
+
+def test_sizes_no_machine_holds_are_refused_while_tracing():
+    """XLA aborts the process on a size beyond 64 bits: the call is refused before it sees one."""
+    x, w = jnp.zeros((1, 1, 2, 2)), jnp.ones((1, 1, 1, 1))
+    with pytest.raises(MemoryError, match="more than any machine has"):
+        dj.conv(x, w, padding=2**40)
+    with pytest.raises(MemoryError, match="more than any machine has"):
+        jax.eval_shape(lambda x: dj.conv_transpose(x, w, stride=2**40), x)
+    with pytest.raises(ValueError, match="stride=18446744073709551616 does not fit in 64 bits"):
+        dj.conv(x, w, stride=2**64)
+
+
+def test_rnn_lengths_may_be_numpy_or_concrete_arrays_never_traced_ones():
+    x = rand(5, 3, 4)
+    weights = [(rand(18, 4), rand(18, 6), rand(18), rand(18))]
+    run = lambda lengths: dj.rnn(x, weights, mode="gru", hidden_size=6, lengths=lengths)[0]   # noqa: E731
+    expected = run([5, 3, 2])
+    close(run(np.array([5, 3, 2])), expected)
+    close(run(jnp.array([5, 3, 2])), expected)
+    with pytest.raises(TypeError, match="lengths must be known while JAX traces"):
+        jax.jit(run)(jnp.array([5, 3, 2]))
+
+
+def test_dropout_takes_a_raw_prng_key_as_its_typed_key():
+    x = jnp.ones((2, 3, 8))
+    close(dj.dropout(x, 0.5, seed=jax.random.PRNGKey(7)), dj.dropout(x, 0.5, seed=jax.random.key(7)))
+    assert not np.array_equal(np.asarray(dj.dropout(x, 0.5, seed=jax.random.PRNGKey(7))),
+                              np.asarray(dj.dropout(x, 0.5, seed=jax.random.PRNGKey(8))))
+
+
+def test_an_exported_program_runs_in_a_fresh_process_after_register_targets(tmp_path):
+    """jax.export with dnnbind's custom calls allowed by name, serialized, then deserialized and run in a
+    process that never traced dnnbind's ops (dj.register_targets() registers them)."""
+    import subprocess
+    import sys
+    from jax import export
+    x, w = rand(2, 3, 8, 8), rand(4, 3, 3, 3)
+    f = jax.jit(jax.grad(lambda x, w: jnp.sum(dj.activation(dj.conv(x, w, padding=1), "tanh")), argnums=1))
+    allowed = [export.DisabledSafetyCheck.custom_call(dj.targets.target_name(op, phase))
+               for op in ("conv", "activation") for phase in ("forward", "backward")]
+    (tmp_path / "program.bin").write_bytes(export.export(f, disabled_checks=allowed)(x, w).serialize())
+    np.save(tmp_path / "x.npy", np.asarray(x))
+    np.save(tmp_path / "w.npy", np.asarray(w))
+    code = ("import numpy as np, jax.numpy as jnp\nfrom jax import export\nimport dnnbind.jax as dj\n"
+            "dj.register_targets()\n"
+            f"p = export.deserialize(bytearray(open({str(tmp_path / 'program.bin')!r}, 'rb').read()))\n"
+            f"x, w = (jnp.asarray(np.load({str(tmp_path / 'x.npy')!r})), jnp.asarray(np.load({str(tmp_path / 'w.npy')!r})))\n"
+            f"np.save({str(tmp_path / 'out.npy')!r}, np.asarray(p.call(x, w)))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    close(np.load(tmp_path / "out.npy"), f(x, w))

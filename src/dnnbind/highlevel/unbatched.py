@@ -97,6 +97,16 @@ def rnn_is_unbatched(x_shape: Sequence[int], h0: Any, c0: Any) -> bool:
     return True
 
 
+def batch_axis(spec: Any, arrays: Sequence[Any], arguments: dict[str, Any]) -> int | None:
+    """Where a framework adds the batch axis of 1 to a call's batched arrays (``arrays`` in the spec's
+    order, ``arguments`` the public ones by name, defaults included), and drops it from the op's results:
+    the spec's unbatched rule's axis for one sample, None for a batch."""
+    rule = spec.unbatched
+    if rule is None or not rule.test(dict(zip(spec.array_names, arrays)), arguments):
+        return None
+    return int(rule.axis)
+
+
 def with_batch(shape: Sequence[int], axis: int = 0) -> tuple[int, ...]:
     """``shape`` with a batch axis of 1 inserted at ``axis``."""
     shape = tuple(shape)

@@ -20,8 +20,9 @@ check_jaxlib()
 
 from dnnbind.jax.call import apply  # noqa: E402
 from dnnbind.jax.table import TABLE  # noqa: E402
+from dnnbind.jax.targets import register_targets  # noqa: E402
 
-__all__ = ["apply", *TABLE]
+__all__ = ["apply", "register_targets", *TABLE]
 
 
 def _make(op: str) -> Any:

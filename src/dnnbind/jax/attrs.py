@@ -19,10 +19,25 @@ SHAPE = "__shape"
 TREE = "__tree"
 
 
+#: the range of an int64 attribute
+_LOW, _HIGH = -2**63, 2**63 - 1
+
+
+def _int64(name: str, value: Any, number: int) -> np.int64:
+    if not _LOW <= number <= _HIGH:
+        raise ValueError(f"{name}={value!r} does not fit in 64 bits")
+    return np.int64(number)
+
+
 def _ints(name: str, value: Any) -> np.ndarray:
     array = np.asarray(value)
+    if array.dtype == object and all(isinstance(v, numbers.Integral) for v in array.reshape(-1)):
+        for v in array.reshape(-1):                   # (Python ints beyond 64 bits)
+            _int64(name, value, int(v))
     if array.dtype == object or (array.size and array.dtype.kind not in "iub"):
         raise TypeError(f"{name}={value!r} must be an int, float, bool, str, None or a (nested) sequence of ints")
+    if array.dtype.kind == "u" and array.size and int(array.max()) > _HIGH:
+        _int64(name, value, int(array.max()))
     return array.astype(np.int64)
 
 
@@ -35,7 +50,7 @@ def encode(kwargs: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, (bool, np.bool_)):
             out[name] = np.bool_(value)
         elif isinstance(value, numbers.Integral):
-            out[name] = np.int64(value)
+            out[name] = _int64(name, value, int(value))
         elif isinstance(value, numbers.Real):
             out[name] = np.float64(value)
         elif isinstance(value, str):

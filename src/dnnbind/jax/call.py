@@ -9,6 +9,7 @@ backend's ``NAME_residuals``).
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -16,11 +17,13 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
+from dnnbind.highlevel.cpu._memory import CHECK_FROM_BYTES, available_bytes
 from dnnbind.highlevel.dispatch import backend_function
 from dnnbind.highlevel.edges import output_dtype
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.ops import residual_static
 from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.unbatched import batch_axis
 from dnnbind.jax import attrs as A
 from dnnbind.jax import targets as T
 from dnnbind.jax.table import Row, row
@@ -69,6 +72,7 @@ class Call:
                 raise TypeError(f"{r.op} saves a {np.dtype(spec.dtype).name} array for its backward, which JAX "
                                 f"would narrow without jax_enable_x64: enable it (jax.config.update("
                                 f"'jax_enable_x64', True)) to run this op")
+        _check_sizes(r.op, [*outputs, *saved], platform)
         self.row, self.platform, self.tree = r, platform, A.tree(specs)
         self.counts = (len(outputs), len(updated), len(saved))
         self.forward_types = tuple(outputs + [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in updated]
@@ -115,6 +119,19 @@ class Call:
         return tuple(next(grads) if g else None for g in self.has_gradient) + (None,) * len(traced)
 
 
+def _check_sizes(op: str, arrays: list[Any], platform: str) -> None:
+    """MemoryError, while JAX traces, for results and residuals that no machine (or, on the CPU, not
+    this one) could hold: XLA would abort the process on a size beyond 64 bits, and fail to allocate
+    the others only when it runs."""
+    need = sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in arrays)
+    if need >= 2**62:
+        raise MemoryError(f"{op}'s results and residuals would need {need / 2**30:.3g} GiB of memory ({need} "
+                          f"bytes): more than any machine has")
+    if platform == "cpu" and need >= CHECK_FROM_BYTES and need > available_bytes():
+        raise MemoryError(f"{op}'s results and residuals would need {need / 2**30:.1f} GiB of memory ({need} "
+                          f"bytes) but {available_bytes() / 2**30:.1f} GiB is available")
+
+
 def _leaf_index(r: Row, specs: list[Any], name: str) -> int:
     index = r.arrays.index(name)
     return len(A.leaves(specs[:index]))
@@ -139,14 +156,16 @@ _apply.defvjp(_apply_forward, _apply_backward)
 
 
 def _traced_value(name: str, value: Any) -> Any:
-    """A per-call static value (dropout's seed) as a 0-d uint32 array: an int, an integer array or a
-    jax.random key."""
+    """A per-call static value (dropout's seed) as a 0-d uint32 array: an int, a 0-d integer array (taken
+    modulo 2**32) or a jax.random key (a typed key, or jax.random.PRNGKey's raw uint32 pair)."""
     if value is None:
         raise ValueError(f"{name}=None: dnnbind.jax needs an explicit {name} (an int, a 0-d integer array or "
                          f"a jax.random key): a JAX function has no hidden random state")
     dtype = getattr(value, "dtype", None)
     if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         return jax.random.bits(value, (), jnp.uint32)
+    if dtype == np.uint32 and getattr(value, "shape", ()) == (2,):        # a raw key (jax.random.PRNGKey's)
+        return jax.random.bits(jax.random.wrap_key_data(value), (), jnp.uint32)
     if isinstance(value, (bool, np.bool_)) or (dtype is not None and not jnp.issubdtype(dtype, jnp.integer)):
         raise TypeError(f"{name}={value!r} must be an int, a 0-d integer array or a jax.random key")
     if dtype is None and not isinstance(value, (int, np.integer)):
@@ -158,20 +177,61 @@ def _traced_value(name: str, value: Any) -> Any:
     return jnp.asarray(value).astype(jnp.uint32)
 
 
+def _arrays(name: str, value: Any, optional: bool, nested: bool) -> Any:
+    """An array argument as a JAX array: a JAX or numpy array or a Python number (as jax.numpy takes
+    them), a nest of them for a nested argument (rnn's weights, None among them where its spec allows);
+    anything else refused naming the argument (a list is no array here, as in jax.numpy)."""
+    if nested and A.is_node(value):
+        return type(value)(_arrays(f"{name}[{i}]", v, True, True) for i, v in enumerate(value))
+    if value is None:
+        if optional:
+            return None
+        raise TypeError(f"{name} must be a JAX or numpy array, not None")
+    if not isinstance(value, (jax.Array, np.ndarray, np.generic, int, float)):
+        raise TypeError(f"{name} must be a JAX or numpy array, not {type(value).__name__}")
+    return jnp.asarray(value)
+
+
+def _static(name: str, value: Any) -> Any:
+    """A keyword argument as the op's checks and the FFI attributes take it: an array of values known
+    while JAX traces (numpy's, or a concrete JAX array: rnn's lengths) as a (nested) list; a traced one
+    refused, as every keyword argument decides the call's shapes or its attributes."""
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"{name} must be known while JAX traces (an int, a sequence of ints or a numpy "
+                        f"array), not a traced array: pass it as a static argument")
+    if isinstance(value, (np.ndarray, jax.Array)):
+        return np.asarray(value).tolist()
+    return value
+
+
+#: per op, its public arguments' defaults (what its unbatched rule reads beside the arguments given)
+_DEFAULTS = {op: {p.name: p.default for p in spec.params if p.name not in spec.array_names}
+             for op, spec in SPECS.items()}
+
+
 def apply(op: str, *args: Any, **kwargs: Any) -> Any:
     """Run dnnbind's ``op`` on JAX arrays: the public op's arguments; returns its result (without the
     pullback: JAX differentiates through the custom_vjp), then the updated copies of the arrays the op
     updates in place, when given."""
-    r = row(op)
+    r, spec = row(op), SPECS[op]
     bound = r.signature.bind(*args, **kwargs)
     arrays = [bound.arguments.get(name) for name in r.arrays]
-    rest = {k: v for k, v in bound.arguments.items() if k not in r.arrays and k not in r.traced}
+    rest = {k: _static(k, v) for k, v in bound.arguments.items() if k not in r.arrays and k not in r.traced}
     traced = tuple(_traced_value(name, bound.arguments.get(name)) for name in r.traced)
-    arrays = _map(jnp.asarray, arrays)
+    arrays = [_arrays(arg.name, a, arg.optional, arg.nested) for arg, a in zip(spec.arrays, arrays)]
+    # one sample (the spec's unbatched rule): run as a batch of one, the batch axis dropped from the results
+    axis = batch_axis(spec, arrays, {**_DEFAULTS[op], **bound.arguments})
+    if axis is not None:
+        arrays = [jnp.expand_dims(a, axis) if arg.batched and a is not None else a for arg, a in zip(spec.arrays, arrays)]
     call = Call(r, arrays, rest, _platform())
     results = _apply(call, *A.leaves(arrays), *traced)
     it = iter(results[:call.counts[0]])
     outputs = [next(it) if slot else None for slot in call.slots]
+    if axis is not None:
+        outputs = [None if o is None else jnp.squeeze(o, axis) for o in outputs]
+    # integer results (maxpool's indices) in JAX's integer dtype: int32 without jax_enable_x64
+    outputs = [o if o is None or jax.dtypes.canonicalize_dtype(o.dtype) == o.dtype
+               else o.astype(jax.dtypes.canonicalize_dtype(o.dtype)) for o in outputs]
     main = outputs[0] if len(outputs) == 1 else tuple(outputs)
     updated = tuple(results[call.counts[0]:])
     return (main, *updated) if updated else main

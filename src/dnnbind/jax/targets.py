@@ -218,3 +218,13 @@ def ensure_registered(op: str, platform: str) -> None:
             jax.ffi.register_ffi_target(target_name(op, phase), jax.ffi.pycapsule(address), platform=platform,
                                         api_version=1)
             _REGISTERED[key] = handler
+
+
+def register_targets(platform: str = "cpu") -> None:
+    """Register every op's targets with XLA for ``platform`` ("cpu" or "CUDA"). A traced call registers
+    its own op's; a program that runs dnnbind's ops without tracing them in this process (one loaded
+    with ``jax.export.deserialize``) needs this first."""
+    from dnnbind.highlevel.specs import OP_NAMES
+    for op in OP_NAMES:
+        ensure_registered(op, platform)
+

@@ -21,6 +21,7 @@ import torch
 
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.specs.base import REQUIRED, OpSpec, Param
+from dnnbind.highlevel.unbatched import batch_axis
 from dnnbind.torch.convert import check_same_dtype, common_device
 from dnnbind.torch.errors import as_torchs
 from dnnbind.torch.eager import call, planned
@@ -138,8 +139,7 @@ def _checked_call(spec: OpSpec, arrays: list[Any], arguments: dict[str, Any]) ->
     seeds = [_seed(name, arguments[name], random) for name in spec.tensor_arguments]
     keywords = {n: v for n, v in arguments.items() if n not in spec.tensor_arguments} if seeds else arguments
     arrays = [[list(entry) for entry in v] if a.nested and v is not None else v for a, v in zip(spec.arrays, arrays)]
-    rule = spec.unbatched        # one sample: the batch axis added to the batched arrays, dropped from the outputs
-    axis = rule.axis if rule is not None and rule.test(dict(zip(spec.array_names, arrays)), arguments) else None
+    axis = batch_axis(spec, arrays, arguments)   # one sample: added to the batched arrays, dropped from the outputs
     if axis is not None:
         arrays = [v.unsqueeze(axis) if a.batched and v is not None else v for a, v in zip(spec.arrays, arrays)]
     outputs = call(spec.name, *arrays, *seeds, **keywords)

@@ -28,6 +28,8 @@ def _laid_out(x, how):
         return x.to(memory_format=CL if x.dim() == 4 else CL3)
     if how == "permuted":                        # strides in no named format
         return x.transpose(2, 3).contiguous().transpose(2, 3)
+    if how == "expanded":                        # one value for all (a sum's cotangent): zero strides
+        return x.flatten()[:1].reshape((1,) * x.dim()).expand(x.shape)
     return x
 
 
@@ -157,7 +159,8 @@ NOT_COMPILED = ("Dropout(0)", "SiLU(inplace)")
 @pytest.mark.parametrize("name, how", [(name, how) for name in ELEMENTWISE for how in ("eager", "compiled", "create_graph")
                                        if how != "compiled" or name not in NOT_COMPILED])
 @pytest.mark.parametrize("layouts", [("channels_last", "contiguous"), ("contiguous", "channels_last"),
-                                     ("permuted", "channels_last"), ("channels_last", "permuted")],
+                                     ("permuted", "channels_last"), ("channels_last", "permuted"),
+                                     ("channels_last", "expanded")],
                          ids=lambda pair: "x %s, cotangent %s" % pair)
 def test_an_elementwise_gradient_follows_x_and_the_cotangent_as_torchs(name, layouts, how):
     """Where x and the cotangent are laid out differently, torch's backward kernel lays the gradient out
@@ -180,3 +183,23 @@ def test_an_elementwise_gradient_follows_x_and_the_cotangent_as_torchs(name, lay
         found.append((y.stride(), dx.stride(), dx.detach()))
     assert found[0][:2] == found[1][:2] == found[2][:2]
     torch.testing.assert_close(found[1][2], found[2][2])
+
+
+@pytest.mark.parametrize("name", ["Sigmoid", "ReLU", "Hardtanh(inplace)"])
+def test_an_elementwise_gradients_layout_under_dynamic_shapes_is_torchs(name):
+    """compile(dynamic=True): the fake kernels lay gradients out from symbolic strides (two batch sizes),
+    as torch's layer compiled alike."""
+    ours, theirs = ELEMENTWISE[name](dnn).double(), ELEMENTWISE[name](torch.nn).double()
+    torch._dynamo.reset()
+    compiled = [torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=True) for model in (ours, theirs)]
+    for batch in (2, 3):
+        x = _laid_out(torch.randn(batch, 4, 5, 6, dtype=torch.float64), "channels_last")
+        found = []
+        for model in compiled:
+            leaf = x.detach().clone().requires_grad_()
+            y = model(leaf * 1)
+            dx, = torch.autograd.grad(y.sum(), leaf)
+            found.append((y.stride(), dx.stride(), dx))
+        assert found[0][:2] == found[1][:2]
+        torch.testing.assert_close(found[0][2], found[1][2])
+

@@ -47,17 +47,23 @@ def of(op: str, x: Tensor, named: Callable[[str], Tensor | None]) -> Any:
 
 def of_gradients(op: str, laid: Any, x: Tensor, dy: Tensor | None, arguments: dict[str, Any]) -> Any:
     """How a call's gradients are laid out (as :func:`of` says), given the results' layout ``laid`` and
-    the first cotangent: as the results, except an elementwise op's, which follow x and the cotangent as
-    torch's backward kernel orders them (its spec's ``x_first``): two C-ordered ones give C order."""
+    the first cotangent: as the results, except an elementwise op's, which follow the operands of torch's
+    backward kernel, x and the cotangent, in its order (the spec's ``gradient_from``): C-ordered ones
+    give C order."""
     if op not in ELEMENTWISE or dy is None or dy.shape != x.shape:
         return laid
     if laid is None and dy.is_contiguous():
         return None
-    x_first = SPECS[op].results_layout.x_first
-    first, second = (x, dy) if x_first is not None and x_first(arguments) else (dy, x)
-    # torch's own rule for an elementwise op's two operands, on their strides alone (the meta device)
-    found = torch.empty_like(first, device="meta") + torch.empty_like(second, device="meta")
+    rule = SPECS[op].results_layout.gradient_from
+    operands = [x if name == "x" else dy for name in (("dy", "x") if rule is None else rule(arguments))]
+    # torch's own rule for an elementwise op's operands, on their strides alone (the meta device; an
+    # expanded cotangent, a sum's, keeps its zero strides, which decide nothing)
+    found = -_meta(operands[0]) if len(operands) == 1 else _meta(operands[0]) + _meta(operands[1])
     return None if found.is_contiguous() else found
+
+
+def _meta(t: Tensor) -> Tensor:
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
 
 def _maybe_channels_last(t: Tensor) -> bool:

@@ -8,6 +8,7 @@ op itself runs out of place, so the layer costs a copy more than without it.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, Callable
 
@@ -50,10 +51,17 @@ def written_back(layer: Any, input: Tensor, function: Callable[..., Tensor], *ar
         with overwriting():
             result = function(input, *args, **kwargs)
     if recorded and not input._is_view() and plain_eager(input, ()):
-        return _WrittenBack.apply(input, result)
+        return _written_back(spec.name).apply(input, result)
     # (no graph to record; a view, whose base's other elements keep their gradient through copy_'s
     # CopySlices; torch.func's wrapped tensors)
     return input.copy_(result)
+
+
+@functools.cache
+def _written_back(op: str) -> Any:
+    """:class:`_WrittenBack` named for the op (``dnnbind_activation_inplace``), as autograd's errors and
+    grad_fn name it."""
+    return type(f"dnnbind_{op}_inplace", (_WrittenBack,), {"__doc__": _WrittenBack.__doc__})
 
 
 class _WrittenBack(torch.autograd.Function):

@@ -49,6 +49,11 @@ BACKWARD_READS: dict[str, tuple[str, ...]] = {
 X_FIRST = frozenset({"relu", "leaky_relu"})
 
 
+def gradient_from(arguments: dict[str, Any]) -> tuple[str, ...]:
+    """Layout.gradient_from: the operands of torch's backward kernel for the mode, in its order."""
+    return ("x", "dy") if arguments["mode"] in X_FIRST else ("dy", "x")
+
+
 def result_stands_for_x(arguments: dict[str, Any]) -> bool:
     """Whether a mode's derivative reads the same from y as from x (OpSpec.result_stands_for_x): where it
     depends on x's sign or range alone, which y keeps (relu, clipped_relu, leaky_relu with a slope >= 0),
@@ -90,7 +95,7 @@ ACTIVATION = OpSpec(
     backward_reads=lambda arguments: BACKWARD_READS.get(arguments["mode"], ()),
     result_stands_for_x=result_stands_for_x,
     features=tuple(ACTIVATION_DEFAULTS), samples_independent=True,
-    results_layout=Layout(like_x=True, x_first=lambda arguments: arguments["mode"] in X_FIRST),
+    results_layout=Layout(like_x=True, gradient_from=gradient_from),
     second_order=second_order.activation(DERIVATIVES, ACTIVATION_DEFAULTS),
     tensor_doc="Pointwise activation: relu, sigmoid, tanh, elu, leaky_relu, clipped_relu, swish or identity.",
 )

@@ -115,21 +115,18 @@ class Chain:
 @dataclass(frozen=True)
 class Layout:
     """How an op lays out its results of x's rank. ``like_x``: as x is laid out (an elementwise op: x's
-    own strides, whatever they are), its gradient as torch's elementwise backward kernel lays out its two
-    operands, the cotangent and x, where they differ: the first one's order decides, x first where
-    ``x_first(arguments)`` says so (torch's relu reads x first, its sigmoid the cotangent); else channels
-    last (NHWC, NDHWC) where one of the arrays named in ``channels_last_from`` is, for x of the ranks in
-    ``ranks`` (4: 2-d images, 5: volumes), volumes only of the dtypes in ``volume_dtypes`` where given (by
-    name), their gradients likewise."""
+    own strides, whatever they are), its gradient as torch's elementwise backward kernel lays out its
+    operands: ``gradient_from(arguments)`` names them in its order ("dy", "x"; default: the cotangent,
+    then x), the first one's order deciding where they differ (torch's relu reads x first, its sigmoid
+    the cotangent, its dropout with p = 1 the cotangent alone); else channels last (NHWC, NDHWC) where one
+    of the arrays named in ``channels_last_from`` is, for x of the ranks in ``ranks`` (4: 2-d images, 5:
+    volumes), volumes only of the dtypes in ``volume_dtypes`` where given (by name), their gradients
+    likewise."""
     like_x: bool = False
-    x_first: Callable[[dict[str, Any]], bool] | None = None
+    gradient_from: Callable[[dict[str, Any]], tuple[str, ...]] | None = None
     channels_last_from: tuple[str, ...] = ()
     ranks: tuple[int, ...] = (4, 5)
     volume_dtypes: tuple[str, ...] | None = None
-
-
-#: an elementwise op's results: laid out as x is
-LIKE_X = Layout(like_x=True)
 
 
 @dataclass(frozen=True, eq=False)

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from dnnbind.highlevel.dims.checks import check_dtype, check_probability
-from dnnbind.highlevel.specs.base import LIKE_X, ArrayArg, OpSpec, Output, Param
+from dnnbind.highlevel.specs.base import ArrayArg, Layout, OpSpec, Output, Param
 from dnnbind.highlevel.specs.second_order import linear
 from dnnbind.highlevel.specs.softmax import like_x
 
@@ -39,7 +39,9 @@ DROPOUT = OpSpec(
     params=(Param("x"), Param("p", annotation="float"), Param("seed", None, True, kind="tensor?")),
     arrays=(ArrayArg("x", gradient="dx"),), static=("p", "seed"), outputs=(Output("y", "dy"),),
     check=_check, empty=like_x, pointwise=True, mask_residuals=True, tensor_arguments=("seed",),
-    features=("seed",), second_order=linear, results_layout=LIKE_X, random=lambda arguments: 0 < arguments["p"] < 1,
+    features=("seed",), second_order=linear, random=lambda arguments: 0 < arguments["p"] < 1,
+    # (torch's p = 1 multiplies by a 0-d zero: its backward reads the cotangent alone)
+    results_layout=Layout(like_x=True, gradient_from=lambda arguments: ("dy",) if arguments["p"] == 1 else ("dy", "x")),
     result_stands_for_x=lambda arguments: True,           # (its mask comes from the seed alone)
     tensor_doc="""Inverted dropout with probability ``p``. Without a seed one is drawn from torch's default
     generator, so ``torch.manual_seed`` makes it reproducible.""",

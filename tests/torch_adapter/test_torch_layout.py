@@ -203,3 +203,17 @@ def test_an_elementwise_gradients_layout_under_dynamic_shapes_is_torchs(name):
         assert found[0][:2] == found[1][:2]
         torch.testing.assert_close(found[0][2], found[1][2])
 
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "permuted"])
+@pytest.mark.parametrize("name", ["ReLU", "Sigmoid", "ELU", "LeakyReLU", "Hardtanh"])
+def test_an_elementwise_layer_under_vmap_keeps_the_strides_as_torchs(name, layout):
+    """vmap of an elementwise layer: one call on x as it is (any entry shape, 0-d too), laid out as
+    torch's."""
+    ours, theirs = ELEMENTWISE[name](dnn).double(), ELEMENTWISE[name](torch.nn).double()
+    x = _laid_out(torch.randn(2, 4, 5, 6, dtype=torch.float64), layout)
+    y, y_ref = torch.func.vmap(ours)(x), torch.func.vmap(theirs)(x)
+    assert y.stride() == y_ref.stride()
+    torch.testing.assert_close(y, y_ref)
+    flat = torch.randn(7, dtype=torch.float64)                # entries of 0 dimensions
+    torch.testing.assert_close(torch.func.vmap(ours)(flat), torch.func.vmap(theirs)(flat))

@@ -2,7 +2,8 @@
 
 A mapped axis of x alone (every other tensor input the same for all) folds into x's batch axis where
 the op's spec says its samples are computed independently (:attr:`OpSpec.samples_independent`): one
-call on (B * N, ...) instead of B calls. Everything else (a mapped weight, batch norm's statistics over
+call on (B * N, ...) instead of B calls; an elementwise op (results laid out like x) takes x as it is,
+the mapped axis moved first. Everything else (a mapped weight, batch norm's statistics over
 the batch, the backward ops' per-sample parameter gradients) maps over the axis: one call per entry,
 results stacked; over an empty axis, the op's fake kernel gives the entries' shapes (nothing runs). An
 op that updates inputs in place (batch norm's running statistics) maps over the axis when they are mapped
@@ -137,11 +138,16 @@ def forward_rule(name: str) -> Callable[..., tuple[Any, Any]]:
     """The batching rule of the typed forward op ``name``."""
     spec = SPECS[name]
     op = getattr(torch.ops.dnnbind, name).default
+    elementwise = spec.results_layout is not None and spec.results_layout.like_x
 
     def rule(info: Any, in_dims: Sequence[Any], *args: Any) -> tuple[Any, Any]:
         updated = _unmapped_updates(spec, in_dims, args)
         if updated:
             return _map_updating_once(op, info, in_dims, args, updated)
+        if spec.samples_independent and _only_x(in_dims) and elementwise:
+            # any shape: one call on x with the mapped axis first, its strides kept (a channels-last x's)
+            result = op(args[0].movedim(in_dims[0], 0), *args[1:])
+            return (result, 0) if isinstance(result, Tensor) else (list(result), [0] * len(result))
         # x's own rank (the mapped axis not counted) must have a batch axis to fold into
         if spec.samples_independent and _only_x(in_dims) and args[0].dim() >= 2:
             return _fold(op, info, in_dims, args)

@@ -4,7 +4,8 @@ forward runs dnnbind's ops.
 Each activation maps to one mode of the activation op, exactly (ReLU6 and Hardtanh(0, v) are the
 clipped relu, SiLU is swish with beta 1). ``inplace=True`` (activations, Dropout) writes the result into
 the input and returns the input, as torch's layers do (autograd then sees the same in-place change); the
-op itself runs out of place, so the layer costs a copy more than without it.
+op itself runs out of place, so the layer costs a copy more than without it, two in training where the
+op's gradient reads x itself (SiLU, ELU: see :func:`written_back`).
 """
 from __future__ import annotations
 

@@ -74,6 +74,10 @@ def test_rnn_weight_entries():
     with pytest.raises(TypeError, match=r"weights\[0\] must be a \(w_ih, w_hh, b_ih, b_hh\) tuple \(with w_hr as "
                                         r"a 5th array for an LSTM with proj_size\), got tuple of length 3"):
         rnn_weight_entries([(a, a, a)])
+    from dnnbind.highlevel.residual import ArraySpec       # (one entry where a list of them belongs)
+    for one in (a, ArraySpec((4, 2), np.dtype("float32"))):
+        with pytest.raises(TypeError, match=r"weights\[0\] must be a .* tuple .*, got an array of shape \(4, 2\)"):
+            rnn_weight_entries((one, one, None, None))
     assert rnn_weight_entries([[a, a, None, None, a]]) == ((a, a, None, None, a),)
     with pytest.raises(TypeError, match=r"weights\[0\]: w_hr \(the 5th entry\) must be an array, not None"):
         rnn_weight_entries([(a, a, None, None, None)])

@@ -26,10 +26,12 @@ def rnn_weight_entries(weights: Any) -> tuple[tuple[Any, Any, Any, Any], ...]:
         raise TypeError(f"weights must be a list of (w_ih, w_hh, b_ih, b_hh) tuples, not {type(weights).__name__}")
     entries: list[tuple[Any, ...]] = []
     for i, entry in enumerate(weights):
-        if not isinstance(entry, (list, tuple)) or len(entry) not in (4, 5):
+        if hasattr(entry, "shape") or not isinstance(entry, (list, tuple)) or len(entry) not in (4, 5):
+            got = (f"an array of shape {tuple(entry.shape)}" if hasattr(entry, "shape")      # (a framework's spec too)
+                   else f"{type(entry).__name__} of length {len(entry)}" if isinstance(entry, (list, tuple))
+                   else type(entry).__name__)
             raise TypeError(f"weights[{i}] must be a (w_ih, w_hh, b_ih, b_hh) tuple (with w_hr as a 5th array "
-                            f"for an LSTM with proj_size), got {type(entry).__name__}"
-                            + (f" of length {len(entry)}" if isinstance(entry, (list, tuple)) else ""))
+                            f"for an LSTM with proj_size), got {got}")
         for j, label in enumerate(("w_ih", "w_hh")):
             if entry[j] is None:
                 raise TypeError(f"weights[{i}][{j}] ({label}) must be an array, not None")

@@ -36,7 +36,7 @@ def written_back(layer: Any, input: Tensor, function: Callable[..., Tensor], *ar
     with ``inplace=True`` the input with that result written into it: the op runs
     :func:`~dnnbind.torch.eager.overwriting` x where the result stands for x in its backward (its spec's
     ``result_stands_for_x``), else on a copy of x where a gradient may be asked for (a gradient of the
-    gradient reads x's own values; torch's silu_ keeps a copy of x too)."""
+    gradient reads x's own values; torch's ``silu_`` keeps a copy of x too)."""
     if not in_place(layer):
         return function(input, *args, **kwargs)
     if torch.compiler.is_compiling():

@@ -176,7 +176,7 @@ class OpSpec:
     #: whether the op's gradients, and their own (``second_order``), come out the same computed from its
     #: result in x's place, for these public arguments (relu's: the result's sign is x's): a framework's
     #: layer that overwrites x with the result (torch's inplace=True) then keeps no copy of x, as torch's
-    #: relu_ keeps none; None: never (a copy of x is kept where a gradient may be asked for)
+    #: ``relu_`` keeps none; None: never (a copy of x is kept where a gradient may be asked for)
     result_stands_for_x: Callable[[dict[str, Any]], bool] | None = None
     #: each sample along x's axis 0 is computed alone, with the same other arrays and arguments: a
     #: framework may fold a mapped axis of x (torch.func.vmap's) into it; False: it maps over that axis

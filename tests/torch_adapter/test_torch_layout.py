@@ -217,3 +217,33 @@ def test_an_elementwise_layer_under_vmap_keeps_the_strides_as_torchs(name, layou
     torch.testing.assert_close(y, y_ref)
     flat = torch.randn(7, dtype=torch.float64)                # entries of 0 dimensions
     torch.testing.assert_close(torch.func.vmap(ours)(flat), torch.func.vmap(theirs)(flat))
+
+
+def _strided(shape, order, expanded, rng):
+    """A tensor of ``shape`` laid out in dimension order ``order`` (slowest first), the dimensions in
+    ``expanded`` broadcast (zero strides)."""
+    base = torch.randn([shape[d] for d in order], dtype=torch.float64).permute(*[order.index(d) for d in range(len(shape))])
+    for d in expanded:
+        base = base.narrow(d, 0, 1).expand(*[shape[k] if k == d else base.shape[k] for k in range(len(shape))])
+    return base
+
+
+def test_the_elementwise_stride_rule_is_torchs_tensoriterators():
+    """layout.iterator_strides against torch's own add on real tensors: random orders of 2 to 5 dims of
+    sizes 1 to 3 for each operand, some dims expanded."""
+    import itertools
+    import random
+    from dnnbind.torch.layout import iterator_strides
+    rng = random.Random(0)
+    for _ in range(6000):
+        ndim = rng.randint(2, 5)
+        shape = [rng.choice((1, 2, 3)) for _ in range(ndim)]
+        operands = []
+        for _ in range(2):
+            order = list(range(ndim))
+            rng.shuffle(order)
+            expanded = [d for d in range(ndim) if rng.random() < 0.2]
+            operands.append(_strided(shape, order, expanded, rng))
+        a, b = operands
+        assert iterator_strides(shape, [a.stride(), b.stride()]) == (a + b).stride(), (shape, a.stride(), b.stride())
+        assert iterator_strides(shape, [a.stride()]) == (-a).stride(), (shape, a.stride())

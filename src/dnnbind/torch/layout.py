@@ -56,14 +56,87 @@ def of_gradients(op: str, laid: Any, x: Tensor, dy: Tensor | None, arguments: di
         return None
     rule = SPECS[op].results_layout.gradient_from
     operands = [x if name == "x" else dy for name in (("dy", "x") if rule is None else rule(arguments))]
-    # torch's own rule for an elementwise op's operands, on their strides alone (the meta device; an
-    # expanded cotangent, a sum's, keeps its zero strides, which decide nothing)
-    found = -_meta(operands[0]) if len(operands) == 1 else _meta(operands[0]) + _meta(operands[1])
-    return None if found.is_contiguous() else found
+    strides = iterator_strides(x.shape, [t.stride() for t in operands])
+    if strides == _c_strides(x.shape):
+        return None
+    return torch.empty_strided(x.shape, strides, dtype=x.dtype, device="meta")
 
 
-def _meta(t: Tensor) -> Tensor:
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+def iterator_strides(shape: Sequence[Any], operands: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
+    """The strides of the result torch's TensorIterator gives an elementwise op on operands of ``shape``
+    with these strides, in its order (its ``reorder_dimensions``; a meta tensor's op runs the same rule
+    through Python references, 100 us a call): operands that agree on dense strides give those; else
+    its dimensions sorted from fastest to slowest, each pair by the first operand whose strides tell
+    them apart (a zero stride, an expanded dimension, tells nothing; equal strides put the smaller size
+    first), the result dense in that order."""
+    ndim = len(shape)
+    # its fast set-ups first: all C order, all channels last (2-d images), all the same dense strides
+    for order in ([*range(ndim)], *_CHANNELS_LAST_ORDERS.get(ndim, ())):
+        if all(_in_order(shape, strides, order) for strides in operands):
+            return _dense_in(shape, order)
+    first = tuple(operands[0])
+    if all(tuple(o) == first for o in operands[1:]) and _dense(shape, first):
+        return first
+
+    def swap(d0: int, d1: int) -> int:
+        for strides in operands:
+            s0, s1 = strides[d0], strides[d1]
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 != s1:
+                return -1 if s0 < s1 else 1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+
+    order = list(range(ndim - 1, -1, -1))          # fastest first
+    for i in range(1, ndim):
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            found = swap(order[d0], order[d1])
+            if found > 0:
+                order[d0], order[d1] = order[d1], order[d0]
+                d1 = d0
+            elif found < 0:
+                break
+    return _dense_in(shape, order[::-1])
+
+
+#: the channels-last orders (slowest first) of TensorIterator's fast set-up: NHWC only (a 5-d tensor dense
+#: in NDHWC order takes its set-up for any one dense order, its strides kept)
+_CHANNELS_LAST_ORDERS = {4: ([0, 2, 3, 1],)}
+
+
+def _dense_in(shape: Sequence[Any], order: Sequence[int]) -> tuple[Any, ...]:
+    """Dense strides with the dimensions in ``order``, slowest first."""
+    result: list[Any] = [0] * len(shape)
+    step: Any = 1
+    for d in reversed(order):
+        result[d] = step
+        step = step * shape[d]
+    return tuple(result)
+
+
+def _in_order(shape: Sequence[Any], strides: Sequence[Any], order: Sequence[int]) -> bool:
+    """Whether strides are dense in ``order`` but for size-1 dimensions (torch's is_contiguous, for that
+    memory format)."""
+    step: Any = 1
+    for d in reversed(order):
+        if shape[d] != 1:
+            if strides[d] != step:
+                return False
+            step = step * shape[d]
+    return True
+
+
+def _dense(shape: Sequence[Any], strides: Sequence[Any]) -> bool:
+    """Whether strides address every element of shape once, without gaps (some order of C's)."""
+    step = 1
+    for size, stride in sorted(zip(shape, strides), key=lambda pair: pair[1]):
+        if size != 1 and stride != step:
+            return False
+        step = step * size
+    return True
 
 
 def _maybe_channels_last(t: Tensor) -> bool:

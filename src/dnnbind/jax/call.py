@@ -222,7 +222,8 @@ def apply(op: str, *args: Any, **kwargs: Any) -> Any:
     # one sample (the spec's unbatched rule): run as a batch of one, the batch axis dropped from the results
     axis = batch_axis(spec, arrays, {**_DEFAULTS[op], **bound.arguments})
     if axis is not None:
-        arrays = [jnp.expand_dims(a, axis) if arg.batched and a is not None else a for arg, a in zip(spec.arrays, arrays)]
+        arrays = [jnp.expand_dims(a, axis) if arg.batched and a is not None else a
+                  for arg, a in zip(spec.arrays, arrays)]
     call = Call(r, arrays, rest, _platform())
     results = _apply(call, *A.leaves(arrays), *traced)
     it = iter(results[:call.counts[0]])

@@ -20,6 +20,7 @@ import torch
 
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.specs.base import OpSpec
+from dnnbind.torch import layout
 
 Tensor = torch.Tensor
 
@@ -138,7 +139,7 @@ def forward_rule(name: str) -> Callable[..., tuple[Any, Any]]:
     """The batching rule of the typed forward op ``name``."""
     spec = SPECS[name]
     op = getattr(torch.ops.dnnbind, name).default
-    elementwise = spec.results_layout is not None and spec.results_layout.like_x
+    elementwise = name in layout.ELEMENTWISE
 
     def rule(info: Any, in_dims: Sequence[Any], *args: Any) -> tuple[Any, Any]:
         updated = _unmapped_updates(spec, in_dims, args)

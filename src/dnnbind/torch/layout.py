@@ -19,7 +19,8 @@ _RANKS = {torch.channels_last: 4, torch.channels_last_3d: 5}
 _FORMATS = {rank: layout for layout, rank in _RANKS.items()}
 
 #: the elementwise ops, whose gradients' layout follows the cotangent's too (:func:`of_gradients`)
-ELEMENTWISE = frozenset(op for op, spec in SPECS.items() if spec.results_layout is not None and spec.results_layout.like_x)
+ELEMENTWISE = frozenset(op for op, spec in SPECS.items()
+                        if spec.results_layout is not None and spec.results_layout.like_x)
 
 
 def of(op: str, x: Tensor, named: Callable[[str], Tensor | None]) -> Any:

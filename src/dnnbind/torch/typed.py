@@ -317,7 +317,8 @@ def _backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any
 def _fake_backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:
     *args, needs = args_and_needs
     given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
-    return _laid_out(op, args, cotangents, [t.new_empty(t.shape if bool(n) and d else (0,)) for n, (t, d) in zip(needs, given)])
+    return _laid_out(op, args, cotangents,
+                     [t.new_empty(t.shape if bool(n) and d else (0,)) for n, (t, d) in zip(needs, given)])
 
 
 def _fake_pullback(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None],

@@ -220,7 +220,7 @@ def apply(op: str, *args: Any, **kwargs: Any) -> Any:
     traced = tuple(_traced_value(name, bound.arguments.get(name)) for name in r.traced)
     arrays = [_arrays(arg.name, a, arg.optional, arg.nested) for arg, a in zip(spec.arrays, arrays)]
     # one sample (the spec's unbatched rule): run as a batch of one, the batch axis dropped from the results
-    axis = batch_axis(spec, arrays, {**_DEFAULTS[op], **bound.arguments})
+    axis = batch_axis(spec, arrays, {**_DEFAULTS[op], **rest})
     if axis is not None:
         arrays = [jnp.expand_dims(a, axis) if arg.batched and a is not None else a
                   for arg, a in zip(spec.arrays, arrays)]

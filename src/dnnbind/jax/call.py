@@ -17,7 +17,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from dnnbind.highlevel.cpu._memory import CHECK_FROM_BYTES, available_bytes
+from dnnbind.highlevel.cpu._memory import CHECK_FROM_BYTES, available_bytes, gib
 from dnnbind.highlevel.dispatch import backend_function
 from dnnbind.highlevel.edges import output_dtype
 from dnnbind.highlevel.specs import SPECS
@@ -125,11 +125,12 @@ def _check_sizes(op: str, arrays: list[Any], platform: str) -> None:
     the others only when it runs."""
     need = sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in arrays)
     if need >= 2**62:
-        raise MemoryError(f"{op}'s results and residuals would need {need / 2**30:.3g} GiB of memory ({need} "
-                          f"bytes): more than any machine has")
-    if platform == "cpu" and need >= CHECK_FROM_BYTES and need > available_bytes():
-        raise MemoryError(f"{op}'s results and residuals would need {need / 2**30:.1f} GiB of memory ({need} "
-                          f"bytes) but {available_bytes() / 2**30:.1f} GiB is available")
+        raise MemoryError(f"{op}'s results and residuals would need {gib(need)} of memory ({need} bytes): more "
+                          f"than any machine has")
+    have = available_bytes() if platform == "cpu" and need >= CHECK_FROM_BYTES else need
+    if need > have:
+        raise MemoryError(f"{op}'s results and residuals would need {gib(need)} of memory ({need} bytes) but "
+                          f"{gib(have)} is available")
 
 
 def _leaf_index(r: Row, specs: list[Any], name: str) -> int:
@@ -204,11 +205,6 @@ def _static(name: str, value: Any) -> Any:
     return value
 
 
-#: per op, its public arguments' defaults (what its unbatched rule reads beside the arguments given)
-_DEFAULTS = {op: {p.name: p.default for p in spec.params if p.name not in spec.array_names}
-             for op, spec in SPECS.items()}
-
-
 def apply(op: str, *args: Any, **kwargs: Any) -> Any:
     """Run dnnbind's ``op`` on JAX arrays: the public op's arguments; returns its result (without the
     pullback: JAX differentiates through the custom_vjp), then the updated copies of the arrays the op
@@ -220,7 +216,7 @@ def apply(op: str, *args: Any, **kwargs: Any) -> Any:
     traced = tuple(_traced_value(name, bound.arguments.get(name)) for name in r.traced)
     arrays = [_arrays(arg.name, a, arg.optional, arg.nested) for arg, a in zip(spec.arrays, arrays)]
     # one sample (the spec's unbatched rule): run as a batch of one, the batch axis dropped from the results
-    axis = batch_axis(spec, arrays, {**_DEFAULTS[op], **rest})
+    axis = batch_axis(spec, arrays, spec.arguments_function(**rest))      # (the defaults filled in)
     if axis is not None:
         arrays = [jnp.expand_dims(a, axis) if arg.batched and a is not None else a
                   for arg, a in zip(spec.arrays, arrays)]

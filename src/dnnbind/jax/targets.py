@@ -227,4 +227,3 @@ def register_targets(platform: str = "cpu") -> None:
     from dnnbind.highlevel.specs import OP_NAMES
     for op in OP_NAMES:
         ensure_registered(op, platform)
-

@@ -34,7 +34,8 @@ def available_bytes() -> int:
     return available
 
 
-def _gib(n: int) -> str:
+def gib(n: int) -> str:
+    """n bytes in GiB, as the memory errors give them."""
     return f"{n / 2**30:.1f} GiB"
 
 
@@ -52,8 +53,8 @@ def check_fits(op: str, dims: Any, itemsize: int, x_shape: tuple[int, ...] | Non
     have = available_bytes()
     if need > have:
         shape = dims.x_shape if x_shape is None else tuple(x_shape)
-        raise MemoryError(f"{op} on x of shape {shape} would need at least {_gib(need)} of memory "
-                          f"({need} bytes) but {_gib(have)} is available")
+        raise MemoryError(f"{op} on x of shape {shape} would need at least {gib(need)} of memory "
+                          f"({need} bytes) but {gib(have)} is available")
 
 
 def fits_in_memory(op: Callable[..., Any]) -> Callable[..., Any]:

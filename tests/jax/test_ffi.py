@@ -56,6 +56,20 @@ def test_an_exception_comes_back_as_xlas_error_with_its_message():
     del keep
 
 
+def test_an_interrupt_comes_back_as_a_cancelled_error_and_the_process_goes_on():
+    """Ctrl-C while a handler runs (a KeyboardInterrupt raised in it) is XLA's CANCELLED error, not an
+    exception escaping the callback, which left XLA an unset result and aborted the process."""
+    def body(frame: F.Frame) -> None:
+        raise KeyboardInterrupt
+
+    keep = _register("dnnbind_test_interrupted", body)
+    call = jax.ffi.ffi_call("dnnbind_test_interrupted", jax.ShapeDtypeStruct((2,), jnp.float32))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="CANCELLED: KeyboardInterrupt"):
+        jax.block_until_ready(call(jnp.ones(2)))
+    np.testing.assert_array_equal(np.asarray(jnp.ones(2) + 1), [2.0, 2.0])
+    del keep
+
+
 def test_host_view_is_no_copy():
     memory = (ctypes.c_float * 6)(*range(6))
     buffer = F.Buffer(ctypes.addressof(memory), (2, 3), np.dtype(np.float32))

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.test_util import check_grads
 
+from childproc import run_python
 import dnnbind.jax as dj
 
 RNG = np.random.default_rng(0)
@@ -362,3 +363,37 @@ def test_an_exported_program_runs_in_a_fresh_process_after_register_targets(tmp_
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     close(np.load(tmp_path / "out.npy"), f(x, w))
+
+
+def test_inside_shard_map_results_vary_over_the_devices_and_gradients_equal_lax():
+    """Inside jax.shard_map an op's results vary over the mesh axes its inputs vary over, as jax.lax's do:
+    an out_specs that claims a replicated result is refused (not one device's shard returned for the whole),
+    and a gradient with respect to a replicated filter is summed over the devices, equal to lax's."""
+    result = run_python("""
+        import numpy as np, jax, jax.numpy as jnp
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        import dnnbind.jax as dj
+        mesh = Mesh(np.array(jax.devices()), ("b",))
+        x = jax.device_put(jnp.arange(24.0).reshape(4, 6) - 9, NamedSharding(mesh, P("b")))
+        relu = lambda v: dj.activation(v, "relu")
+        try:
+            jax.jit(jax.shard_map(relu, mesh=mesh, in_specs=P("b"), out_specs=P()))(x)
+            raise SystemExit("a per-device result was taken for a replicated one")
+        except ValueError as e:
+            assert "out_specs" in str(e), e
+        y = jax.jit(jax.shard_map(relu, mesh=mesh, in_specs=P("b"), out_specs=P("b")))(x)
+        np.testing.assert_array_equal(np.asarray(y), np.maximum(np.asarray(x), 0))
+        rng = np.random.default_rng(0)
+        w = jnp.asarray(rng.standard_normal((2, 3, 3, 3)), jnp.float32)
+        xi = jax.device_put(jnp.asarray(rng.standard_normal((4, 3, 5, 5)), jnp.float32), NamedSharding(mesh, P("b")))
+        lax = lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)),
+                                                      dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        grads = []
+        for conv in (lax, lambda x, w: dj.conv(x, w, padding=1)):
+            loss = lambda x, w: jnp.sum(jax.shard_map(conv, mesh=mesh, in_specs=(P("b"), P()), out_specs=P("b"))(x, w) ** 2)
+            grads.append(jax.jit(jax.grad(loss, argnums=(0, 1)))(xi, w))
+        for ours, theirs in zip(grads[1], grads[0]):
+            np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-4, atol=1e-4)
+        print("ok")
+    """, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"})
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]

@@ -103,7 +103,7 @@ class Call:
 
     def forward(self, *inputs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """(outputs and updated arrays, residuals) of the forward FFI call."""
-        results = jax.ffi.ffi_call(T.target_name(self.row.op, "forward"), self.forward_types,
+        results = jax.ffi.ffi_call(T.target_name(self.row.op, "forward"), _varying_like(self.forward_types, inputs),
                                    vmap_method=self.row.vmap_method,
                                    input_output_aliases=self.aliases or None)(*inputs, **self.attrs)
         n = self.counts[0] + self.counts[1]
@@ -112,11 +112,53 @@ class Call:
     def backward(self, residuals: tuple, cotangents: tuple, traced: tuple) -> tuple:
         """One gradient per input (None where an input has none) from the backward FFI call."""
         given = [c for c, f in zip(cotangents[:self.counts[0]], self.float_outputs) if f]
-        grads = iter(jax.ffi.ffi_call(T.target_name(self.row.op, "backward"), self.backward_types,
+        grads = iter(jax.ffi.ffi_call(T.target_name(self.row.op, "backward"),
+                                      _varying_like(self.backward_types, [*residuals, *given]),
                                       vmap_method=self.row.vmap_method)(*residuals, *given, *traced,
                                                                         **self.backward_attrs)
                      if self.backward_types else ())
         return tuple(next(grads) if g else None for g in self.has_gradient) + (None,) * len(traced)
+
+
+def _manual_type(arrays: Any) -> Any:
+    """Inside jax.shard_map: the manual-axis type of the arrays that vary over the most mesh axes (after
+    :func:`_vary_alike`, all of them), whose varying axes the FFI call's results share; None elsewhere."""
+    found = None
+    for a in arrays:
+        kind = getattr(jax.typeof(a), "manual_axis_type", None)
+        if kind is not None and kind.varying and (found is None or len(kind.varying) > len(found.varying)):
+            found = kind
+    return found
+
+
+def _varying_like(types: tuple, inputs: Any) -> tuple:
+    """``types`` as results of a call on ``inputs``: varying over the inputs' mesh axes inside
+    jax.shard_map (an FFI call's results are typed as given, and without the axes JAX would take a
+    per-device value for a replicated one), unchanged elsewhere."""
+    kind = _manual_type(inputs)
+    if kind is None:
+        return types
+    mesh = next(jax.typeof(a).sharding.mesh for a in inputs
+                if getattr(jax.typeof(a), "manual_axis_type", None) == kind)
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return tuple(jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=sharding, manual_axis_type=kind) for t in types)
+
+
+def _vary_alike(arrays: list[Any]) -> list[Any]:
+    """Inside jax.shard_map, every array cast to vary over all the mesh axes any of them varies over (one
+    FFI call computes all its results from all its inputs; the cast's transpose sums a replicated
+    array's gradient over the devices); the arrays themselves elsewhere."""
+    axes: set[Any] = set()
+    for a in arrays:
+        kind = getattr(jax.typeof(a), "manual_axis_type", None)
+        axes |= set(kind.varying) if kind is not None else set()
+    if not axes:
+        return arrays
+    cast = []
+    for a in arrays:
+        missing = axes - set(jax.typeof(a).manual_axis_type.varying)
+        cast.append(jax.lax.pcast(a, tuple(sorted(missing, key=str)), to="varying") if missing else a)
+    return cast
 
 
 def _check_sizes(op: str, arrays: list[Any], platform: str) -> None:
@@ -221,7 +263,7 @@ def apply(op: str, *args: Any, **kwargs: Any) -> Any:
         arrays = [jnp.expand_dims(a, axis) if arg.batched and a is not None else a
                   for arg, a in zip(spec.arrays, arrays)]
     call = Call(r, arrays, rest, _platform())
-    results = _apply(call, *A.leaves(arrays), *traced)
+    results = _apply(call, *_vary_alike([*A.leaves(arrays), *traced]))
     it = iter(results[:call.counts[0]])
     outputs = [next(it) if slot else None for slot in call.slots]
     if axis is not None:

@@ -128,8 +128,10 @@ def version_problem(api: Any) -> str | None:
 
 def handler(body: Callable[[Frame], None]) -> Any:
     """An ``XLA_FFI_Handler`` (a CFUNCTYPE) that answers the metadata query and runs ``body`` on each call's
-    frame; an exception becomes an XLA error carrying its message (ValueError/TypeError: INVALID_ARGUMENT).
-    Keep the returned object alive as long as XLA may call it."""
+    frame; an exception becomes an XLA error carrying its message (ValueError/TypeError: INVALID_ARGUMENT),
+    a KeyboardInterrupt (Ctrl-C while the op runs) a CANCELLED one: whatever escaped the callback would
+    leave XLA reading an unset result as an error and abort the process. Keep the returned object alive
+    as long as XLA may call it."""
     def call(pointer: Any) -> int | None:
         api = None
         try:
@@ -141,10 +143,11 @@ def handler(body: Callable[[Frame], None]) -> Any:
                 return error(api, problem, X.XLA_FFI_Error_Code_FAILED_PRECONDITION)
             body(read(pointer))
             return None
-        except Exception as exc:                 # noqa: BLE001 -- every error goes back to XLA, as XLA's
+        except BaseException as exc:             # noqa: BLE001 -- every error goes back to XLA, as XLA's
             if api is None:
                 raise
             code = (X.XLA_FFI_Error_Code_INVALID_ARGUMENT if isinstance(exc, (ValueError, TypeError))
+                    else X.XLA_FFI_Error_Code_CANCELLED if isinstance(exc, KeyboardInterrupt)
                     else X.XLA_FFI_Error_Code_INTERNAL)
             return error(api, f"{type(exc).__name__}: {exc}", code)
     return X.XLA_FFI_Handler(call)

@@ -394,6 +394,17 @@ def test_tuple_arguments_with_bools_never_find_the_ints_plan(rng):
     assert plans.find(CONV, (x, w, None), (1, (1, 2), 1, 1, False)) is None
 
 
+def test_tuple_arguments_with_floats_never_find_the_ints_plan(rng):
+    """A float in a tuple (2.0, hash-equal to 2) is refused by the op's checks, however many calls with
+    the int came before (the key tags it)."""
+    x, w = rng.standard_normal((1, 2, 5, 5)), rng.standard_normal((3, 2, 3, 3))
+    dnnbind.conv(x, w, padding=(1, 1))
+    assert plans.find(CONV, (x, w, None), (1, (1.0, 1), 1, 1, False)) is None
+    assert plans.plain((2.0, -0.0)) != plans.plain((2, 0))
+    with pytest.raises(TypeError, match="must be an int"):
+        dnnbind.conv(x, w, padding=(1.0, 1))
+
+
 @pytest.mark.parametrize("alpha, padding", [(0.0, 1), (-0.0, (1, 1)), (0.0, [1, 1])])
 def test_calls_with_tagged_arguments_take_the_per_call_path_too(rng, alpha, padding):
     """A zero float is tagged with its sign in the plan's key; the plan is kept under the call's own key

@@ -38,19 +38,21 @@ _PLAIN = frozenset({int, str, type(None)})
 _SCALARS = frozenset({int, bool, float, str, type(None)})   # the key holds their types: 2.0 never meets 2
 _BOOL = object()    # tags bools, which compare and hash equal to the ints 0 and 1
 _ZERO = object()    # tags a zero float, with its sign
+_FLOAT = object()   # tags another float inside a tuple (the key's types tell only the top level's)
 
 
 def plain(value: Any) -> Any:
-    """``value`` as a key part: exact ints, strings, None and dtypes as they are, bools tagged (so that
-    True never meets 1), zero floats tagged with their sign, tuples and lists of those as tuples.
+    """``value`` as a key part: exact ints, strings, None and dtypes as they are, bools and floats tagged
+    (so that True never meets 1, nor 2.0 meets 2), zero floats with their sign, tuples and lists of
+    those as tuples.
     Raises NotPlain for anything else."""
     kind = type(value)
     if kind in _PLAIN or isinstance(value, np.dtype):
         return value
     if kind is bool:
         return (_BOOL, value)
-    if kind is float:
-        return (_ZERO, math.copysign(1.0, value)) if value == 0.0 else value
+    if kind is float:                   # (tagged: 2.0 in a tuple never meets 2)
+        return (_ZERO, math.copysign(1.0, value)) if value == 0.0 else (_FLOAT, value)
     if kind is tuple and _PLAIN.issuperset(map(type, value)):
         return value                    # the common case (a stride, a padding): ints only, as it is
     if kind is tuple or kind is list:

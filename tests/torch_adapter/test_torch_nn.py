@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn as torch_nn
 
+import dnnbind.torch as dt
 from dnnbind.torch import nn as dnnbind_nn
 from layer_checks import SAMPLES, Net
 
@@ -278,3 +279,20 @@ def test_every_layer_returns_torchs_dtypes_under_autocast(name, input_dtype):
         found = _outputs(ours(x))
     assert [t.dtype for t in found] == [t.dtype for t in expected]
     assert [t.shape for t in found] == [t.shape for t in expected]
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+@pytest.mark.parametrize("unbatched", [False, True], ids=["batched", "unbatched"])
+def test_pooling_functions_return_torchs_dtypes_under_autocast(rank, unbatched):
+    """The pooling functions under torch.autocast (CPU, bfloat16) as torch's max_pool{1,2,3}d and
+    avg_pool{1,2,3}d: 3-d pooling in float32 (torch's CPU autocast policy, the op's spec's rule), the
+    others in x's dtype; the spatial rank told by x's rank or, unbatched, by a per-dimension window."""
+    import torch.nn.functional as F
+    shape = (2,) * (not unbatched) + (3,) + (4,) * rank
+    window = (2,) * rank if unbatched else 2
+    x = torch.randn(shape, dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        theirs = [getattr(F, f"max_pool{rank}d")(x, window), getattr(F, f"avg_pool{rank}d")(x, window)]
+        ours = [dt.maxpool(x, window), dt.meanpool(x, window)]
+    assert [t.dtype for t in ours] == [t.dtype for t in theirs]
+    assert [t.shape for t in ours] == [t.shape for t in theirs]

@@ -12,8 +12,8 @@ before the op and removed from its results, so autograd and the compilers see pl
 from __future__ import annotations
 
 from dnnbind.highlevel.specs import SPECS
-from dnnbind.torch.spec_functions import autocast_dtype, autocast_float32, torch_function
+from dnnbind.torch.spec_functions import autocast_dtype, torch_function
 
 globals().update({name: torch_function(spec) for name, spec in SPECS.items()})
 
-__all__ = [*SPECS, "autocast_dtype", "autocast_float32"]
+__all__ = [*SPECS, "autocast_dtype"]

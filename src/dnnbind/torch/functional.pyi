@@ -4,7 +4,6 @@ from typing import Any, Sequence
 from torch import Tensor
 
 from dnnbind.torch.spec_functions import autocast_dtype as autocast_dtype
-from dnnbind.torch.spec_functions import autocast_float32 as autocast_float32
 
 def conv(x: Tensor, w: Tensor, b: Tensor | None = ..., *, stride: Any = ..., padding: Any = ..., dilation: Any = ..., groups: int = ..., flip: bool = ...) -> Tensor: ...
 def conv_transpose(x: Tensor, w: Tensor, b: Tensor | None = ..., *, stride: Any = ..., padding: Any = ..., output_padding: Any = ..., dilation: Any = ..., groups: int = ..., flip: bool = ...) -> Tensor: ...

@@ -31,11 +31,6 @@ def _pool_settings(layer: Any) -> tuple[Any, dict[str, Any]]:
         "padding": per_dim(layer, "padding", layer.padding)}
 
 
-def _autocast(layer: Any, x: Tensor) -> Tensor:
-    """x as torch's pooling of the layer's rank takes it under torch.autocast (3-d: in float32)."""
-    return F.autocast_float32(x) if layer._spatial == 3 else x
-
-
 class _MaxPool:
     """forward shared by MaxPool1d, MaxPool2d and MaxPool3d."""
 
@@ -51,7 +46,7 @@ class _MaxPool:
         window, settings = self._settings()
         x, unbatched = batched(type(self).__name__, input, layer._spatial)
         with torch_argument_names(_NAMES):
-            out = F.maxpool(_autocast(layer, x), window, **settings)
+            out = F.maxpool(x, window, **settings)
         if layer.return_indices:
             return unbatch(out[0], unbatched), unbatch(out[1], unbatched)
         return unbatch(out, unbatched)
@@ -101,7 +96,7 @@ class _AvgPool:
         window, settings = self._settings()
         x, unbatched = batched(type(self).__name__, input, layer._spatial)
         with torch_argument_names(_NAMES):
-            y = F.meanpool(_autocast(layer, x), window, **settings)
+            y = F.meanpool(x, window, **settings)
         return unbatch(y, unbatched)
 
     def _fusion(self, shape: tuple[int, ...]) -> Fusion | None:

@@ -54,14 +54,6 @@ def autocast_dtype(x: Tensor) -> torch.dtype | None:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
 
 
-def autocast_float32(x: Tensor) -> Tensor:
-    """x as an op torch.autocast runs in float32 takes it (its CPU policy for max_pool3d and avg_pool3d):
-    a float16 or bfloat16 x in float32 while autocast is on for x's CPU device, else x as it is."""
-    if x.dtype in (torch.float16, torch.bfloat16) and x.device.type == "cpu" and autocast_dtype(x) is not None:
-        return x.float()
-    return x
-
-
 def _autocast(spec: OpSpec, arguments: dict[str, Any], *arrays: Any) -> tuple[Any, ...]:
     """The op's arrays (x first) as torch.autocast's lower-precision ops take them: the floating-point
     tensors in the autocast dtype of x's device, or x's where the spec's autocast exempts the call (as
@@ -70,6 +62,9 @@ def _autocast(spec: OpSpec, arguments: dict[str, Any], *arrays: Any) -> tuple[An
     dtype = autocast_dtype(x)
     if dtype is None:
         return arrays
+    widen = spec.autocast.float32 if spec.autocast is not None else None
+    if widen is not None:
+        dtype = torch.float32 if widen(arguments, tuple(x.shape), x.device.type) else x.dtype
     exempt = spec.autocast.exempt if spec.autocast is not None else None
     if exempt is not None and exempt(arguments, x.device.type):
         dtype = x.dtype
@@ -254,8 +249,7 @@ def stub_source() -> str:
     (tests/torch_adapter/test_torch_functional.py checks that the committed file equals it)."""
     lines = ['"""GENERATED from the op specs by dnnbind.torch.spec_functions.stub_source(); do not edit."""',
              "from typing import Any, Sequence", "", "from torch import Tensor", "",
-             "from dnnbind.torch.spec_functions import autocast_dtype as autocast_dtype",
-             "from dnnbind.torch.spec_functions import autocast_float32 as autocast_float32", ""]
+             "from dnnbind.torch.spec_functions import autocast_dtype as autocast_dtype", ""]
     for spec in SPECS.values():
         lines.append(f"def {spec.name}({_parameters(spec, functools.partial(_typed, spec))}) -> {_returns(spec)}: ...")
     return "\n".join(lines) + "\n"

@@ -96,8 +96,11 @@ class Autocast:
     """The op under a framework's automatic mixed precision (torch.autocast): its floating-point arrays
     in the lower-precision dtype, as torch casts them for its own convolutions and recurrent layers;
     where ``exempt(arguments, device_type)`` (the call's public arguments by name) says so, in x's dtype
-    instead (torch's CPU GRU is no autocast op)."""
+    instead (torch's CPU GRU is no autocast op). With ``float32(arguments, x_shape, device_type)``
+    instead, the op is one torch.autocast runs in float32 where that says so (torch's CPU policy for
+    3-d pooling) and in x's dtype elsewhere."""
     exempt: Callable[[dict[str, Any], str], bool] | None = None
+    float32: Callable[[dict[str, Any], tuple[int, ...], str], bool] | None = None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import numpy as np
 
 from dnnbind.highlevel.dims.checks import check_divisor_override
 from dnnbind.highlevel.dims.pool import PoolDims
-from dnnbind.highlevel.specs.base import ArrayArg, EmptyCall, Layout, OpSpec, Output, Param, Unbatching
+from dnnbind.highlevel.specs.base import ArrayArg, Autocast, EmptyCall, Layout, OpSpec, Output, Param, Unbatching
 from dnnbind.highlevel.specs.second_order import linear, selection
 from dnnbind.highlevel.unbatched import pool_is_unbatched
 
@@ -16,6 +16,10 @@ _PER_DIM = ("window", "stride", "padding", "dilation")
 #: x (C, *spatial) is one sample when an argument given per spatial dimension says the spatial rank
 UNBATCHED = Unbatching(lambda arrays, arguments: pool_is_unbatched(
     arrays["x"].shape, **{k: arguments[k] for k in _PER_DIM if k in arguments}))
+
+#: torch.autocast runs CPU max_pool3d and avg_pool3d in float32, every other pooling in x's dtype
+AUTOCAST = Autocast(float32=lambda arguments, x_shape, device: device == "cpu" and len(x_shape) - 1 - (
+    not pool_is_unbatched(x_shape, **{k: arguments[k] for k in _PER_DIM if k in arguments})) == 3)
 
 
 def _check_bool(name: str, value: Any) -> bool:
@@ -77,6 +81,7 @@ MAXPOOL = OpSpec(
     check=_check_maxpool, empty=_empty_maxpool, unbatched=UNBATCHED,
     features=("padding", "dilation", "ceil_mode", "return_indices"), samples_independent=True,
     second_order=selection, backward_reads=("x", "indices"), results_layout=Layout(channels_last_from=("x",)),
+    autocast=AUTOCAST,
     tensor_doc="""Max pooling like ``torch.nn.functional.max_pool{1,2,3}d`` (stride defaults to the window); with
     ``return_indices`` (y, indices), indices int64 and without gradient, as torch's.""",
 )
@@ -101,7 +106,7 @@ MEANPOOL = OpSpec(
     arrays=ARRAYS, static=("dims", "count_include_pad", "divisor_override"), outputs=(Output("y", "dy"),),
     check=_check_meanpool, empty=_empty_meanpool, unbatched=UNBATCHED,
     features=("padding", "count_include_pad=False", "ceil_mode", "divisor_override"), samples_independent=True,
-    second_order=linear, backward_reads=("x",),
+    second_order=linear, backward_reads=("x",), autocast=AUTOCAST,
     results_layout=Layout(channels_last_from=("x",), ranks=(4,)),      # (torch's 3-d average pooling: C order)
     tensor_doc="""Average pooling like ``torch.nn.functional.avg_pool{1,2,3}d``; ``divisor_override`` (a non-zero int)
     divides every window's sum by itself, as avg_pool2d/3d's does (here also in 1-d).""",

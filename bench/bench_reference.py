@@ -352,6 +352,10 @@ def memory_rows() -> list[Row]:
     rows = [Row(f"memory {name} fwd+bwd", ours, theirs, "torch peak RSS", reference_memory.GOAL, "MB")
             for name, ours, theirs, _ in report["rows"]]
     print_rows("extra memory of conv forward + backward (peak RSS above the start of the call)", rows)
+    held = [Row(f"memory held by a training forward, {name}", ours, theirs, "torch's layers",
+                reference_training.MEMORY_GOAL, "MB") for name, ours, theirs in report["training"]]
+    print_rows("memory a training forward keeps for its backward (RSS with the loss alive above before)", held)
+    rows += held
     for name, _, _, numpy_peak in report["rows"]:
         print(f"  numpy allocations (tracemalloc peak) {name}: {numpy_peak / 1e6:.1f} MB")
     print(f"  plus the reference backend's reused scratch buffers, held between calls (not in the peaks "
@@ -385,7 +389,17 @@ def memory_child() -> None:
         ours(), theirs()
         out.append((layer[0], reference_memory.peak_extra_bytes(ours), reference_memory.peak_extra_bytes(theirs),
                     reference_memory.numpy_peak_bytes(ours)))
-    print(json.dumps({"rows": out, "scratch": scratch_held()}))
+    training = []
+    for name, models in (("small CNN", reference_training.cnn_models), ("2-layer LSTM", reference_training.lstm_models)):
+        ours_model, theirs_model, (inputs, labels) = models(torch)
+        held = []
+        for model in (ours_model, theirs_model):
+            def forward(model: Any = model) -> Any:
+                return F.cross_entropy(model(inputs), labels)
+            forward().backward()             # (warm: the plans, the first call's allocations)
+            held.append(reference_memory.held_bytes(forward))
+        training.append((name, *held))
+    print(json.dumps({"rows": out, "scratch": scratch_held(), "training": training}))
 
 
 def scratch_held() -> int:

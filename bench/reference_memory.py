@@ -56,6 +56,20 @@ def peak_extra_bytes(fn: Callable[[], object], repeats: int = 3) -> int:
     return best
 
 
+def held_bytes(fn: Callable[[], object], repeats: int = 3) -> int:
+    """Smallest over ``repeats`` of the resident memory fn()'s result holds (RSS with it alive - RSS before
+    the call), in bytes: a training forward's, the activations autograd keeps for the backward."""
+    best = None
+    for _ in range(repeats):
+        gc.collect()
+        before = _status_kib("VmRSS")
+        kept = fn()
+        extra = (_status_kib("VmRSS") - before) * 1024
+        del kept
+        best = extra if best is None else min(best, extra)
+    return best
+
+
 def numpy_peak_bytes(fn: Callable[[], object]) -> int:
     """Peak of the memory numpy (and Python) allocated during fn() above what was live before, by tracemalloc."""
     gc.collect()

@@ -75,6 +75,11 @@ def step(torch: Any, model: Any, batch: tuple) -> Callable[[], None]:
     return run
 
 
+#: the memory a training forward keeps for its backward, against the same model on torch's layers: each
+#: activation kept once, as torch keeps it, beside the arrays of dnnbind's own (an LSTM's four tapes per
+#: layer, where torch's CPU LSTM keeps fewer)
+MEMORY_GOAL = 1.5
+
 #: the adapter's overhead goal: dnnbind.torch layers against the same ops called on numpy arrays
 ADAPTER_GOAL = 1.1
 #: issue 43's compiled goal: a compiled model within 5% of its ops on numpy plus torch.compile's own cost

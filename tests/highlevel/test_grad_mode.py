@@ -11,7 +11,7 @@ import dnnbind
 from dnnbind.highlevel import grad_mode
 from dnnbind.highlevel.dims import ConvDims
 
-reference_conv = importlib.import_module("dnnbind.highlevel.cpu")
+reference_conv = importlib.import_module("dnnbind.highlevel.cpu")    # (the cpu backend)
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((2, 6, 9, 9), dtype=np.float32)
 CASES = {
@@ -73,3 +73,33 @@ def test_another_thread_keeps_saving():
         thread.start()
         thread.join()
     assert seen == [True]
+
+
+def test_forwards_own_their_residuals_unless_lent_the_arrays():
+    """By default a forward's residuals are its own; a caller that lends its arrays (an adapter whose
+    framework guards them) lets it keep them instead, inside the block only; no_grad keeps nothing."""
+    assert (grad_mode.residual_mode(), grad_mode.borrowing()) == (grad_mode.OWN, False)
+    with grad_mode.saving_residuals(True, borrowed=True):
+        assert grad_mode.saving() and grad_mode.borrowing()
+        with dnnbind.no_grad():
+            assert (grad_mode.residual_mode(), grad_mode.borrowing()) == (grad_mode.NOTHING, False)
+        assert grad_mode.borrowing()
+    assert (grad_mode.residual_mode(), grad_mode.borrowing()) == (grad_mode.OWN, False)
+    a = np.arange(12.0).reshape(3, 4)
+    owned = grad_mode.own(a)
+    assert not np.shares_memory(owned, a) and np.array_equal(owned, a)
+    with grad_mode.saving_residuals(True, borrowed=True):
+        assert grad_mode.own(a) is a
+        strided = grad_mode.own(a.T)            # a residual is C-contiguous: a copy where the array is not
+        assert strided.flags.c_contiguous and not np.shares_memory(strided, a) and np.array_equal(strided, a.T)
+
+
+def test_a_lent_softmax_keeps_its_result_and_its_gradient_is_the_owning_ones():
+    """softmax's backward reads y: lent, the forward keeps the result it returns, not a copy."""
+    x = np.random.default_rng(0).standard_normal((4, 5))
+    y, pullback = dnnbind.softmax(x, axis=1)
+    with grad_mode.saving_residuals(True, borrowed=True):
+        y_lent, saved = reference_conv.softmax_forward(x, 1)
+    assert saved[0] is y_lent
+    dy = np.arange(20.0).reshape(4, 5)
+    np.testing.assert_array_equal(reference_conv.softmax_backward(saved, (dy,), 1), pullback(dy))

@@ -109,6 +109,40 @@ def test_hardtanh_with_a_nonzero_min_is_refused(args):
         dt.Hardtanh(*args)
 
 
+def test_relu6_is_a_hardtanh_reading_its_range_at_each_call_as_torchs():
+    """torch's ReLU6 is a Hardtanh whose min_val and max_val a user may change: the call reads them, also
+    in a fused Sequential run; a min_val other than 0 is refused as Hardtanh's."""
+    from dnnbind.torch import nn as dnn
+    x = torch.linspace(-3, 8, 24).reshape(2, 1, 3, 4)
+    ours, theirs = dt.ReLU6(), nn.ReLU6()
+    assert isinstance(ours, nn.ReLU6) and isinstance(ours, nn.Hardtanh) and isinstance(ours, dt.Hardtanh)
+    assert repr(ours) == repr(theirs) and repr(dt.ReLU6(inplace=True)) == repr(nn.ReLU6(inplace=True))
+    for layer in (ours, theirs):
+        layer.max_val = 2.5
+    torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=0)
+    model = dnn.Sequential(dt.Conv2d(1, 1, 1), dt.ReLU6())
+    model(x)
+    model[1].max_val = 0.5
+    assert float(model(x * 10).max()) == 0.5                 # (the second call runs fused)
+    ours.min_val = -1.0
+    with pytest.raises(NotImplementedError, match="ReLU6: min_val=-1.0 is not supported"):
+        ours(x)
+
+
+def test_elu_gradient_keeps_its_precision_far_below_zero_and_is_nan_at_nan():
+    """ELU's derivative alpha e^x is computed as such (not alpha (expm1(x) + 1), which cancels to 0 below
+    x = -17 in float32), and is NaN at NaN, as torch's."""
+    x = torch.tensor([-90.0, -40.0, -20.0, -17.0, -10.0, -1.0, -0.0, 0.0, 1.0, float("nan")] * 4)
+    for dtype in (torch.float32, torch.float64):
+        grads = []
+        for layer in (dt.ELU(0.7), nn.ELU(0.7)):
+            xg = x.to(dtype).requires_grad_()
+            layer(xg).sum().backward()
+            grads.append(xg.grad)
+        torch.testing.assert_close(grads[0], grads[1], equal_nan=True, rtol=4e-7 if dtype == torch.float32 else 1e-15,
+                                   atol=0)
+
+
 def test_activation_errors_name_the_layers_argument():
     with pytest.raises(ValueError, match="negative_slope=nan"):
         dt.LeakyReLU(float("nan"))(X)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -239,3 +240,52 @@ def test_a_second_backward_without_retain_graph_is_refused_as_torchs(make):
     loss.backward()
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
         loss.backward()
+
+
+def _residuals_of(node: Any) -> list[Any]:
+    """The backend's residual arrays a dnnbind node keeps (an eager call's, or a fused run's steps')."""
+    if hasattr(node, "residual_arrays"):
+        return list(node.residual_arrays)
+    return [r for step in node.residuals for r in step]
+
+
+def _own_bytes(node: Any, kept: list[torch.Tensor]) -> int:
+    """The bytes of the node's residual arrays that are not views of a tensor autograd keeps anyway."""
+    views = [t.detach().numpy() for t in kept]
+    return sum(r.nbytes for r in _residuals_of(node) if not any(np.shares_memory(r, v) for v in views))
+
+
+#: layers whose backward reads x, a parameter or the result, as torch's own layer does: a training forward
+#: keeps those tensors themselves (guarded by autograd's version check), no copy of them
+KEEPING = [name for name in LAYERS if not name.endswith("-inplace") and LAYERS[name][1] == IMAGE
+           and not name.startswith(("MaxPool", "AvgPool", "Dropout"))]
+
+
+@pytest.mark.parametrize("name", KEEPING)
+def test_a_training_forward_keeps_no_copy_of_its_tensors(name):
+    """What the backend keeps for the backward of a layer's training call: the tensors autograd keeps
+    anyway (x, the parameters, the result), never a copy of them, as torch's own layers keep theirs; at
+    most per-channel or per-row statistics of its own (batch norm's, layer norm's), far smaller than x."""
+    make, _ = LAYERS[name]
+    layer = make(dnn)
+    x = torch.randn(8, 3, 32, 6, requires_grad=True) * 1       # (LayerNorm(6): its last dim)
+    y = layer(x)
+    node = y.grad_fn
+    assert _own_bytes(node, [x, y, *layer.parameters()]) < x.numel() * x.element_size() // 2
+
+
+def test_a_fused_run_keeps_no_copy_of_its_layers_arrays():
+    """A Sequential run keeps each layer's input and result once, as the layers' own calls do."""
+    model = dnn.Sequential(dnn.Conv2d(3, 8, 3, padding=1), dnn.BatchNorm2d(8), dnn.ReLU(), dnn.Conv2d(8, 8, 3, padding=1),
+                           dnn.Tanh())
+    x = torch.randn(8, 3, 16, 16, requires_grad=True) * 1
+    for _ in range(2):                   # the second call runs fused
+        y = model(x)
+    assert y.grad_fn.name() == "dnnbind_sequenceBackward"
+    # the run's arrays between its layers are its own: each kept once (a convolution's input, batch norm's
+    # input, relu's and tanh's results), plus batch norm's per-channel statistics
+    residuals = _residuals_of(y.grad_fn)
+    distinct = {(r.__array_interface__["data"][0], r.shape) for r in residuals}
+    assert len(distinct) == len(residuals) - 1       # the second convolution's input is relu's result
+    big = [r for r in residuals if r.size >= x.numel()]
+    assert sum(r.nbytes for r in big) <= 5 * y.numel() * y.element_size()

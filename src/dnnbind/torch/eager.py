@@ -25,7 +25,7 @@ from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 
 from dnnbind.highlevel import plans
-from dnnbind.highlevel.grad_mode import saving, saving_residuals
+from dnnbind.highlevel.grad_mode import BORROWED, NOTHING, OWN, residual_mode, saving_residuals
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import calls, layout, typed
 from dnnbind.torch.calls import NOTHING as _NOTHING
@@ -43,7 +43,7 @@ class Plan:
 
     __slots__ = ("op", "call", "forward", "backward", "static", "device", "scoped", "kwargs", "nested", "slots",
                  "positions", "gradients", "skip", "statistics", "integers", "first", "reads", "layout",
-                 "elementwise")
+                 "elementwise", "result_for_x")
 
     def __init__(self, op: str, call: calls.Call, slots: list[Any], kwargs: dict[str, Any]) -> None:
         self.op, self.call, self.slots, self.kwargs = op, call, slots, kwargs
@@ -68,6 +68,10 @@ class Plan:
         self.layout = SPECS[op].results_layout is not None
         # whether the gradients' layout also follows the cotangent's (an elementwise op's, as torch's)
         self.elementwise = op in layout.ELEMENTWISE
+        # whether the result stands for x in the backward and in a second one (relu, dropout): then a call
+        # keeps its result, not x, as torch's relu does, so x's memory goes once nothing else holds x
+        stands = SPECS[op].result_stands_for_x
+        self.result_for_x = stands is not None and stands(SPECS[op].arguments_function(**kwargs))
         self.integers: tuple[int, ...] | None = None     # outputs without gradient (maxpool's indices)
         self.first: tuple | None = None                  # output 0's shape, dtype and device
 
@@ -142,8 +146,11 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
     @staticmethod
     def forward(ctx: Any, plan: Plan, x: Tensor, *others: Tensor) -> tuple[Tensor, ...]:  # type: ignore[override]
         keep = any(ctx.needs_input_grad)         # else no backward can come: the backend saves nothing
-        if plan.scoped or keep != saving():
-            with device_scope(plan.device) if plan.scoped else _NOTHING, saving_residuals(keep):
+        # the backend may save the call's tensors themselves (autograd's version check of what the backward
+        # reads guards them), as torch's layers do; not where the result is then written into x
+        mode = (OWN if _OVERWRITING.get() else BORROWED) if keep else NOTHING
+        if plan.scoped or mode != residual_mode():
+            with device_scope(plan.device) if plan.scoped else _NOTHING, saving_residuals(keep, mode == BORROWED):
                 outputs, residuals, laid = _forward_arrays(plan, x, others)
         else:
             outputs, residuals, laid = _forward_arrays(plan, x, others)
@@ -164,6 +171,10 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             # made with inplace=True, see overwriting)
             inputs, results = plan.reads
             read = [] if _OVERWRITING.get() else [ctx.inputs[i] for i in inputs] + [outputs[i] for i in results]
+            if plan.elementwise:                 # x's layout decides the gradients' (layout.of_gradients)
+                ctx.x_layout = layout.Described(x.shape, x.stride(), x.dtype)
+            if plan.result_for_x:
+                ctx.inputs = (outputs[0], *others)
             # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
             # want to see them as saved tensors
             if _saved_tensor_hooks(False) is None:
@@ -205,7 +216,7 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             grads = _backward_arrays(ctx, plan, cotangents, needs, flags)
         laid = ctx.layout
         if plan.elementwise:
-            laid = layout.of_gradients(plan.op, laid, ctx.inputs[0], cotangents[0], plan.kwargs)
+            laid = layout.of_gradients(plan.op, laid, ctx.x_layout, cotangents[0], plan.kwargs)
         return (None, *(grads if laid is None else layout.lay_out(grads, laid)))
 
 

@@ -182,7 +182,7 @@ class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn 
     def forward(ctx: Any, planned: Run, x: Tensor, *inputs: Tensor) -> Tensor:  # type: ignore[override]
         keep = any(ctx.needs_input_grad)         # else no backward can come: the backends save nothing
         arrays = _arrays([step.tensors for step in planned.steps])
-        h, saved = forward_arrays(planned, to_array(x), arrays, keep)
+        h, saved = forward_arrays(planned, to_array(x), arrays, keep, lent=True)
         if planned.statistics:                   # updated in place, as the layer's own call does
             eager._statistics_written([t for _, _, ts in planned.statistics for t in ts],
                                       [a for i, places, _ in planned.statistics for a in arrays[i][places]])
@@ -229,11 +229,14 @@ def _recorded_backward(planned: Run, x: Tensor, dy: Tensor, flags: tuple) -> lis
     return grads
 
 
-def forward_arrays(planned: Run, h: Any, arrays: list[list[Any]], keep: bool) -> tuple[Any, list[tuple]]:
+def forward_arrays(planned: Run, h: Any, arrays: list[list[Any]], keep: bool,
+                   lent: bool = False) -> tuple[Any, list[tuple]]:
     """(the last step's result, each step's residuals) of the run's backend calls on the array h, each step
-    given its arrays (:func:`_arrays`); residuals saved only where ``keep``."""
+    given its arrays (:func:`_arrays`); residuals saved only where ``keep``, and where ``lent`` they may be
+    the run's arrays themselves (autograd guards the run's tensors as it guards an eager call's; the
+    arrays between the steps are the run's own), not where they are a typed op's results."""
     saved = []
-    with _scope(planned), saving_residuals(keep):
+    with _scope(planned), saving_residuals(keep, borrowed=lent):
         for step, given in zip(planned.steps, arrays):
             plan = step.plan
             result, residuals = plan.forward(h, *given, *plan.static)

@@ -6,7 +6,7 @@ their fake kernels all lay out through :func:`lay_out`, so that a compiled graph
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 from torch._prims_common import suggest_memory_format
@@ -46,7 +46,18 @@ def of(op: str, x: Tensor, named: Callable[[str], Tensor | None]) -> Any:
     return None
 
 
-def of_gradients(op: str, laid: Any, x: Tensor, dy: Tensor | None, arguments: dict[str, Any]) -> Any:
+class Described(NamedTuple):
+    """What :func:`of_gradients` reads of x (a tensor's shape, strides and dtype), kept where x is not."""
+
+    shape: torch.Size
+    strides: tuple[int, ...]
+    dtype: torch.dtype
+
+    def stride(self) -> tuple[int, ...]:
+        return self.strides
+
+
+def of_gradients(op: str, laid: Any, x: Tensor | Described, dy: Tensor | None, arguments: dict[str, Any]) -> Any:
     """How a call's gradients are laid out (as :func:`of` says), given the results' layout ``laid`` and
     the first cotangent: as the results, except an elementwise op's, which follow the operands of torch's
     backward kernel, x and the cotangent, in its order (the spec's ``gradient_from``): C-ordered ones

@@ -166,11 +166,12 @@ class Hardtanh(_Activation, nn.Hardtanh):
         return "clipped_relu", self.max_val
 
 
-class ReLU6(_Activation, nn.ReLU6):
-    """torch.nn.ReLU6 computed by dnnbind (the clipped relu with ceiling 6)."""
+class ReLU6(Hardtanh, nn.ReLU6):
+    """torch.nn.ReLU6 computed by dnnbind: a Hardtanh (as torch's is) from 0 to 6, its clip range read
+    at each call as torch's reads min_val and max_val."""
 
-    def _mode(self) -> tuple[str, float | None]:
-        return "clipped_relu", 6.0
+    def __init__(self, inplace: bool = False) -> None:
+        nn.ReLU6.__init__(self, inplace)
 
 
 def _softmax_dim(function: str, dim: int | None, ndim: int) -> int:

@@ -11,6 +11,7 @@ import pytest
 
 import dnnbind.highlevel.cpu as cpu
 import dnnbind.highlevel.reference as reference
+from dnnbind.highlevel import grad_mode
 from dnnbind.highlevel.specs import SPECS
 
 from ..numpy_cases import all_cases, cast, copies, cotangents_for, flat, is_float
@@ -61,6 +62,50 @@ def test_cpu_equals_the_reference(case, dtype_name):
         for a, b in zip(our_arrays[3:], their_arrays[3:]):
             if b is not None:
                 _close(a, b, "running statistics")
+
+
+#: the ops whose backward reads an array torch's own layer keeps anyway, so that a lent forward keeps it
+#: rather than an array of its own (maxpool keeps its winners' indices, smaller than x; meanpool nothing)
+KEEPS_A_LENT_ARRAY = {"conv", "conv_transpose", "conv_bias_activation", "softmax", "logsoftmax", "activation",
+                      "batchnorm", "layer_norm", "rnn"}
+LENT = [(c, name) for c in CASES for name in ("float64", "float32")]
+
+
+def _residual_form(case, arrays, borrowed):
+    forward, backward = getattr(cpu, f"{case.op}_forward"), getattr(cpu, f"{case.op}_backward")
+    with grad_mode.saving_residuals(True, borrowed=borrowed):
+        result, saved = forward(*arrays, *case.static)
+    return result, saved, backward(saved, cotangents_for(result, np.random.default_rng(5)), *case.static)
+
+
+@pytest.mark.parametrize("case, dtype_name", LENT, ids=[f"{c.id}-{name}" for c, name in LENT])
+def test_a_lent_forward_keeps_only_what_its_backward_reads(case, dtype_name):
+    """Where the caller lends its arrays (grad_mode.borrowing: the torch adapter, whose autograd guards what
+    the spec's ``backward_reads`` names), a residual may be an input or a result itself, but only one the
+    spec names (anything else could change unguarded), and what it keeps of its own is never more than
+    an owning forward keeps; results and gradients are an owning forward's."""
+    dtype = DTYPES[dtype_name]
+    spec = SPECS[case.op]
+    owned = _residual_form(case, copies(cast(case.arrays, dtype)), False)
+    arrays = copies(cast(case.arrays, dtype))
+    result, saved, grads = _residual_form(case, arrays, True)
+    results = result if isinstance(result, tuple) else (result,)
+    named = {**{n: flat(a) for n, a in zip(spec.array_names, arrays)},
+             **{n: flat(r) for n, r in zip(spec.output_names, results)}}
+    reads = set(spec.reads(case.kw))
+    borrowed = 0
+    for residual in flat(saved):
+        lenders = [n for n, lent in named.items() if any(np.shares_memory(residual, a) for a in lent)]
+        assert set(lenders) <= reads, (lenders, reads)
+        borrowed += bool(lenders)
+    if case.op in KEEPS_A_LENT_ARRAY and not (case.op == "activation" and case.kw["mode"] == "identity"):
+        assert borrowed
+    lent_bytes = sum(r.nbytes for r in flat(saved) if any(np.shares_memory(r, a) for v in named.values() for a in v))
+    assert sum(r.nbytes for r in flat(saved)) - lent_bytes <= sum(r.nbytes for r in flat(owned[1]))
+    for i, (a, b) in enumerate(zip(flat(result), flat(owned[0]), strict=True)):
+        np.testing.assert_array_equal(a, b, err_msg=f"result {i}")
+    for i, (a, b) in enumerate(zip(flat(grads), flat(owned[2]), strict=True)):
+        _close(a, b, f"gradient {i}")
 
 
 SKIPPABLE = [c for c in CASES if SPECS[c.op].skippable]

@@ -170,8 +170,9 @@ def test_channel_kernels_match_numpy_in_float64(rng, isa, shape, row_mode_plane,
         nothing, y_alone = native.batchnorm_normalize(a, m, k, g, h, keep_xhat=False)
         assert nothing is None
         np.testing.assert_array_equal(y_alone, y)       # the same y, whether xhat is written or not
-        dx = native.batchnorm_data_grad(a, b, m, k, g)
-        np.testing.assert_allclose(dx, (a - m.reshape(per) - b * k.reshape(per)) * g.reshape(per), **tol)
+        dx = native.batchnorm_data_grad(a, b, h, m, k, g)
+        np.testing.assert_allclose(dx, (a - m.reshape(per) - (b - h.reshape(per)) * k.reshape(per)) * g.reshape(per),
+                                   **tol)
 
 
 @pytest.mark.parametrize("first", [np.inf, -np.inf, np.nan, 1.0])
@@ -814,22 +815,30 @@ def _activation_inputs(rng, dtype, alpha):
                                          ("clipped_relu", 6.0), ("swish", 1.5), ("swish", -0.7), ("elu", 1.0),
                                          ("elu", 0.7)])
 def test_activation_kernels_match_numpy_in_float64(rng, isa, dtype, mode, alpha):
-    """y and f'(x) in one pass: the masks and the piecewise-linear modes bit for bit what the numpy
-    path gives, the modes with exp within a few units in the last place of a float64 (float32) or
-    long double (float64) computation; NaN where numpy has NaN."""
+    """y in one pass, and f' recomputed from what the backward reads (x, or y for relu, sigmoid and tanh):
+    the masks and the piecewise-linear modes bit for bit what the numpy path gives, the modes with exp
+    within a few units in the last place of a float64 (float32) or long double (float64) computation;
+    NaN where numpy has NaN."""
     activation = importlib.import_module("dnnbind.highlevel.cpu.activation")   # the module, not the op
     x = _activation_inputs(rng, dtype, 6.0 if alpha is None else alpha)
     wide = np.longdouble if dtype == np.float64 else np.float64
+    from_y = activation.BACKWARD_READS[mode] == ("y",)
     with np.errstate(all="ignore"):
-        y, saved = native.activation_forward(x, mode, alpha, True)
-        numpy_y, (numpy_saved,) = activation._forward(x, mode, alpha)
-        exact_y, (exact_saved,) = activation._forward(x.astype(wide), mode, alpha)
-    assert y.dtype == dtype and saved.dtype == (bool if mode in native.MASKED_ACTIVATIONS else dtype)
+        y, mask = native.activation_forward(x, mode, alpha, True)
+        numpy_y = activation._apply(x, mode, alpha)
+        exact_y = activation._apply(x.astype(wide), mode, alpha)
+        slope = native.activation_backward_from(np.ones_like(x), y if from_y else x, mode, alpha)
+        exact_slope = activation._slope(exact_y if from_y else x.astype(wide), mode, alpha)
+    assert y.dtype == dtype and (mask is None) == (mode not in native.MASKED_ACTIVATIONS)
     np.testing.assert_array_equal(np.isnan(y), np.isnan(numpy_y))
     if mode in ("relu", "leaky_relu", "clipped_relu"):
         np.testing.assert_array_equal(y, numpy_y.astype(dtype))
         np.testing.assert_array_equal(np.signbit(y), np.signbit(numpy_y))
-        np.testing.assert_array_equal(saved, numpy_saved.astype(saved.dtype))
+        numpy_slope = activation._slope(y if from_y else x, mode, alpha)
+        np.testing.assert_array_equal(slope, numpy_slope.astype(dtype))
+        if mask is not None:            # the forward's mask: the same derivative, read from x
+            np.testing.assert_array_equal(mask, activation._slope(x, mode, alpha))
+            np.testing.assert_array_equal(mask, numpy_slope)
         return
     eps = np.finfo(dtype).eps
     finite = np.isfinite(exact_y)
@@ -839,7 +848,7 @@ def test_activation_kernels_match_numpy_in_float64(rng, isa, dtype, mode, alpha)
     scale = np.maximum(np.abs(exact_y[finite]), np.finfo(dtype).tiny)
     assert bool(np.all(np.abs(y[finite] - exact_y[finite]) / scale <= 4 * eps * reach))
     # the derivative (1 - y and the like): within a few units of y's last place, as far as y is
-    assert bool(np.all(np.abs(saved[finite] - exact_saved[finite]) <= 8 * eps * reach))
+    assert bool(np.all(np.abs(slope[finite] - exact_slope[finite]) <= 8 * eps * reach))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -847,33 +856,39 @@ def test_activation_kernels_match_numpy_in_float64(rng, isa, dtype, mode, alpha)
                                          ("elu", 1.0)])
 def test_activation_kernels_split_over_the_pool_equal_one_thread(rng, monkeypatch, dtype, mode, alpha):
     """Element ranges on several threads (more ranges than threads, ragged ends) give what one thread
-    gives, forward and backward, bit for bit; without a backward to come nothing is saved."""
+    gives, forward and both backwards, bit for bit; without a backward to come no mask is written."""
     x = (rng.standard_normal(native.POINTWISE_THREAD_MIN_ELEMENTS * 3 + 7) * 4).astype(dtype)
     dy = rng.standard_normal(x.shape).astype(dtype)
     runs = []
     for team in (1, 3):
         monkeypatch.setattr(native, "workers", lambda: team)
-        y, saved = native.activation_forward(x, mode, alpha, True)
-        runs.append((y, saved, native.activation_backward(dy, saved)))
+        y, mask = native.activation_forward(x, mode, alpha, True)
+        runs.append((y, native.activation_backward_from(dy, x, mode, alpha))
+                    + (() if mask is None else (mask, native.activation_backward(dy, mask))))
     for a, b in zip(*runs, strict=True):
         np.testing.assert_array_equal(a, b)
-    y, saved = native.activation_forward(x, mode, alpha, False)
-    assert saved is None and np.array_equal(y, runs[0][0])
-    np.testing.assert_array_equal(runs[0][2], dy * runs[0][1])
+    y, mask = native.activation_forward(x, mode, alpha, False)
+    assert mask is None and np.array_equal(y, runs[0][0])
+    if len(runs[0]) > 2:                # the mask's gradient is the one recomputed from x
+        np.testing.assert_array_equal(runs[0][3], dy * runs[0][2])
+        np.testing.assert_array_equal(runs[0][3], runs[0][1])
 
 
 def test_activation_kernels_refuse_arrays_that_do_not_fit():
     x = np.zeros((4, 5), np.float32)
     with pytest.raises(ValueError, match="argument x: .*contiguous: False"):
         native.activation_forward(np.zeros((4, 10), np.float32)[:, ::2], "relu", None, True)
-    with pytest.raises(ValueError, match=r"argument slope: .*float32 array of shape \(4, 5\), got float64"):
-        native.activation_backward(x, np.zeros((4, 5)))
     with pytest.raises(ValueError, match=r"argument mask: .*shape \(4, 5\), got bool \(5, 4\)"):
         native.activation_backward(x, np.zeros((5, 4), bool))
     with pytest.raises(ValueError, match="argument dy: .*contiguous: False"):
         native.activation_backward(np.zeros((4, 10), np.float32)[:, ::2], np.zeros((4, 5), bool))
+    with pytest.raises(ValueError, match=r"argument source: .*float32 array of shape \(4, 5\), got float64"):
+        native.activation_backward_from(x, np.zeros((4, 5)), "tanh", None)
+    with pytest.raises(ValueError, match="argument source: .*contiguous: False"):
+        native.activation_backward_from(x, np.zeros((4, 10), np.float32)[:, ::2], "tanh", None)
     y, mask = native.activation_forward(np.zeros((0, 3)), "relu", None, True)
     assert y.shape == mask.shape == (0, 3) and native.activation_backward(np.zeros((0, 3)), mask).shape == (0, 3)
+    assert native.activation_backward_from(np.zeros((0, 3)), y, "relu", None).shape == (0, 3)
 
 
 # -- softmax ------------------------------------------------------------------------------------------
@@ -1013,3 +1028,21 @@ def test_the_data_gradients_filter_refuses_what_does_not_fit():
         native.filter_flip_transpose(np.zeros((4, 2, 3, 3), np.float32), 3)
     with pytest.raises(ValueError, match=r"argument w: .*contiguous: False"):
         native.filter_flip_transpose(np.asfortranarray(np.zeros((4, 2, 3, 3), np.float32)), 1)
+
+
+def test_kernels_built_for_other_parameters_are_not_called(monkeypatch):
+    """A dnnbind-native built from another source tree (its kernels' parameters another revision) is not
+    called, with a warning naming both revisions, rather than called with the wrong arguments (which
+    would crash the process); the numpy paths run instead."""
+    assert native.library() is not None and native.library().dnnbind_kernels_interface() == native.INTERFACE
+    native.library.cache_clear()
+    monkeypatch.setattr(native, "INTERFACE", native.INTERFACE + 1)
+    try:
+        with pytest.warns(RuntimeWarning, match=f"interface {native.INTERFACE - 1}, this dnnbind calls interface "
+                                                f"{native.INTERFACE}"):
+            assert native.library() is None
+        assert not native.available(np.float32)
+    finally:
+        native.library.cache_clear()
+        monkeypatch.undo()
+    assert native.available(np.float32)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dnnbind.highlevel.grad_mode import borrowing
 from dnnbind.highlevel.reference._arrays import cotangent  # noqa: F401  (the one check, re-exported)
 from dnnbind.highlevel.residual import passes_when
 
@@ -44,8 +45,11 @@ def private(array: np.ndarray, *sources: Any) -> np.ndarray:
     """``array``, or a copy of it when it may share memory with one of ``sources`` (None skipped).
 
     The rule every forward pass follows: what a pullback reads is the forward's own, so changing x, the
-    parameters or the returned result after the forward never changes what the pullback returns.
+    parameters or the returned result after the forward never changes what the pullback returns; unless
+    the caller lends them (:func:`dnnbind.highlevel.grad_mode.borrowing`): then ``array`` as it is.
     """
+    if borrowing():
+        return array
     for source in sources:                       # (a loop: a repeated small call's cost is in its frames)
         if source is not None and np.may_share_memory(array, source):
             return array.copy()

@@ -4,7 +4,9 @@ Training normalises with the batch statistics (biased variance) and, when runnin
 given, updates them in place: ``running = (1 - momentum) * running + momentum * batch`` with the
 UNBIASED batch variance, as PyTorch does. Inference normalises with the running statistics; its
 backward differentiates that affine formula. The residuals (x normalised, gamma * invstd) are the
-forward's own, so later updates of the running statistics or of gamma do not change them.
+forward's own, so later updates of the running statistics or of gamma do not change them; where the
+caller lends x (:func:`dnnbind.highlevel.grad_mode.borrowing`), x itself and the statistics that
+normalise it instead of x normalised, so that the forward writes and keeps no second array of x's size.
 
 Where dnnbind's C kernels are built (:mod:`native`), the statistics are summed in float64 and the
 normalisation and the data gradient are one pass each; numpy otherwise.
@@ -17,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from dnnbind.highlevel.cpu import native
-from dnnbind.highlevel.grad_mode import saving
+from dnnbind.highlevel.grad_mode import borrowing, saving
 from dnnbind.highlevel.cpu.channels import channel_sums, native_runs
 from dnnbind.highlevel.cpu._precision import cotangent, half_backward, half_forward, half_residuals
 from dnnbind.highlevel.residual import ArraySpec
@@ -51,19 +53,24 @@ def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, runnin
         var = running_var.astype(dtype)
     with np.errstate(divide="ignore"):        # eps = 0 and a zero variance (inference): inf, as in torch
         invstd = (1.0 / np.sqrt(var + eps)).astype(dtype)
+    mean = mean.astype(dtype)
+    lent = borrowing()                    # x itself is saved (the backward normalises it again), not xhat
     if fast:
-        keep = saving()                 # False under dnnbind.no_grad(): xhat is neither written nor kept
-        xhat, y = native.batchnorm_normalize(x, mean.astype(dtype), invstd, _own(gamma, dtype), _own(beta, dtype),
-                                             keep_xhat=keep)
-        if xhat is None:
-            return y, ()
+        keep = saving() and not lent      # xhat is written only where it is saved
+        xhat, y = native.batchnorm_normalize(x, mean, invstd, _own(gamma, dtype), _own(beta, dtype), keep_xhat=keep)
     else:
         if centered is None:
-            centered = x - mean.reshape(shape).astype(dtype)
+            centered = x - mean.reshape(shape)
         xhat = centered * invstd.reshape(shape)
         del centered
         y = xhat * gamma.reshape(shape) + beta.reshape(shape)
-    return y, (xhat, gamma * invstd)      # gamma * invstd: the backward's own (gamma may change later)
+    if not saving():
+        return y, ()
+    # gamma * invstd: the backward's own (gamma may change later)
+    if lent:
+        return y, (x, mean, invstd, gamma * invstd)
+    assert xhat is not None, "written where saved"
+    return y, (xhat, np.zeros_like(mean), np.ones_like(invstd), gamma * invstd)
 
 
 def _own(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -74,20 +81,24 @@ def _own(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
 @half_backward
 def batchnorm_backward(saved: tuple, cotangents: tuple, training: bool, momentum: float,
                        eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    (xhat, scale), (dy,) = saved, cotangents
-    dy = cotangent("dy", dy, xhat.shape, xhat.dtype)
-    shape = (1, xhat.shape[1]) + (1,) * (xhat.ndim - 2)
-    count = xhat.size // xhat.shape[1]
-    dtype = xhat.dtype
-    if native_runs(xhat):
+    # xhat = (a - shift) * invstd: a is x normalised (shift 0, invstd 1) or x itself (see the forward)
+    (a, shift, invstd, scale), (dy,) = saved, cotangents
+    dy = cotangent("dy", dy, a.shape, a.dtype)
+    shape = (1, a.shape[1]) + (1,) * (a.ndim - 2)
+    count = a.size // a.shape[1]
+    dtype = a.dtype
+    if native_runs(a):
         dy = np.ascontiguousarray(dy)
-        sums, products = native.channel_sums(dy, xhat)
+        sums, products = native.channel_sums(dy, a)
         assert products is not None
-        dbeta, dgamma = sums.astype(dtype), products.astype(dtype)
+        # sum(dy * xhat), in float64: the products' sum about the shift
+        dot = (products - shift.astype(np.float64) * sums) * invstd.astype(np.float64)
+        dbeta, dgamma = sums.astype(dtype), dot.astype(dtype)
         if not training:
             return native.channel_affine(dy, _own(scale, dtype), np.zeros(dy.shape[1], dtype)), dgamma, dbeta
-        mean_dy, mean_dy_xhat = (sums / count).astype(dtype), (products / count).astype(dtype)
-        return native.batchnorm_data_grad(dy, xhat, mean_dy, mean_dy_xhat, _own(scale, dtype)), dgamma, dbeta
+        mean_dy, k = (sums / count).astype(dtype), (dot / count * invstd).astype(dtype)
+        return native.batchnorm_data_grad(dy, a, _own(shift, dtype), mean_dy, k, _own(scale, dtype)), dgamma, dbeta
+    xhat = (a - shift.reshape(shape)) * invstd.reshape(shape)
     dbeta = channel_sums(dy)
     dgamma = channel_sums(dy * xhat)
     if training:
@@ -101,9 +112,11 @@ def batchnorm_backward(saved: tuple, cotangents: tuple, training: bool, momentum
 
 @half_residuals
 def batchnorm_residuals(x: ArraySpec, gamma: ArraySpec, beta: ArraySpec, running_mean: Any, running_var: Any,
-                        training: bool, momentum: float, eps: float) -> tuple[ArraySpec, ArraySpec]:
-    """x normalised (x's shape) and gamma * invstd (one per channel)."""
-    return ArraySpec(tuple(x.shape), x.dtype), ArraySpec((x.shape[1],), x.dtype)
+                        training: bool, momentum: float, eps: float) -> tuple[ArraySpec, ...]:
+    """x normalised, or x itself where lent (x's shape); the shift and invstd that normalise it and
+    gamma * invstd (one per channel each)."""
+    channel = ArraySpec((x.shape[1],), x.dtype)
+    return ArraySpec(tuple(x.shape), x.dtype), channel, channel, channel
 
 
 def _update(running: np.ndarray, batch: np.ndarray, momentum: float) -> None:

@@ -37,6 +37,7 @@ from dnnbind.highlevel.cpu.conv_geometry import (FLAT_MAX_WASTE, FlatRows, _padd
 from dnnbind.highlevel.cpu.conv_paths import (GEMM_THREAD_MIN_MACS, Depthwise, Direct, Path, Pointwise,
                                                     product, blas_path, macs, special_path)
 from dnnbind.highlevel.cpu._memory import fits_in_memory
+from dnnbind.highlevel.grad_mode import borrowing
 from dnnbind.highlevel.cpu._precision import (cotangent, half_backward, half_forward, half_residuals,
                                                     private)
 from dnnbind.highlevel.residual import ArraySpec, passes_when
@@ -407,9 +408,10 @@ class _Call:
         depends on the problem's geometry alone, never on which path runs (:func:`_kept_shape`)."""
         path, dims = self.path, self.dims
         kept = None
+        lent = keep and borrowing() and x.flags.c_contiguous       # a lent x is kept as it is
         if path is Direct or path is Depthwise:
             # an x that is not C-contiguous gets its copy below
-            kept = np.empty_like(x) if x.flags.c_contiguous and keep else None
+            kept = np.empty_like(x) if x.flags.c_contiguous and keep and not lent else None
             if path is Direct:
                 y, b = path.forward(x, wf, dims, self.threaded, keep=kept, bias=b), None
             else:
@@ -421,7 +423,7 @@ class _Call:
         else:
             y = self.forward(x, wf)
         if kept is None and keep:
-            kept = np.array(x, order="C")
+            kept = x if lent else np.array(x, order="C")
         if b is not None:
             y = self.add_bias(y, b, False)
         return y, kept
@@ -493,7 +495,7 @@ class _Call:
         return np.ascontiguousarray(a)
 
     def keep(self, a: np.ndarray, source: Any, filter: bool = False) -> np.ndarray:
-        return a.copy() if a is source else private(a, source)      # the input itself: a copy, no check
+        return a.copy() if a is source and not borrowing() else private(a, source)  # the input: a copy
 
 
 class Primitives:

@@ -19,6 +19,7 @@ import functools
 import math
 import sys
 import threading
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -49,13 +50,29 @@ def library_path() -> str | None:
     return compiled.library_path("_kernels")
 
 
+#: the revision of the kernels' parameters this module calls them with (:data:`_SIGNATURES`): the library's
+#: ``dnnbind_kernels_interface()`` must give it (csrc/kernels/isa.c), or its kernels are not used. Bump
+#: both with every change to a kernel's parameters.
+INTERFACE = 2
+
+
 @functools.lru_cache(maxsize=1)
 def library() -> ctypes.CDLL | None:
-    """The kernels' library, or None (dnnbind-native not installed, or turned off by DNNBIND_NATIVE=0)."""
+    """The kernels' library, or None: dnnbind-native not installed, turned off by DNNBIND_NATIVE=0, or
+    built for other kernel parameters than this dnnbind calls them with (a warning says so: calling
+    them would crash the process)."""
     path = library_path()
     if path is None:
         return None
     lib = ctypes.CDLL(path)
+    interface = getattr(lib, "dnnbind_kernels_interface", None)
+    found = None if interface is None else interface()
+    if found != INTERFACE:
+        warnings.warn(f"dnnbind-native's C kernels ({path}) take the parameters of interface {found or 1}, this "
+                      f"dnnbind calls interface {INTERFACE}: the cpu backend runs without them (numpy alone) "
+                      f"until dnnbind-native of the same version is installed (pip install ./native from the "
+                      f"same source tree)", RuntimeWarning, stacklevel=2)
+        return None
     lib.dnnbind_isa.restype, lib.dnnbind_isa.argtypes = ctypes.c_int, []
     lib.dnnbind_isa_name.restype, lib.dnnbind_isa_name.argtypes = ctypes.c_char_p, []
     lib.dnnbind_share_openmp.restype = ctypes.c_int
@@ -109,13 +126,14 @@ _SIGNATURES: dict[str, tuple[list[Any], bool]] = {
     "column_sums": ([_P] * 5 + [_I] * 4, False),
     "channel_affine": ([_P] * 4 + [_I] * 5, False),
     "batchnorm_normalize": ([_P] * 7 + [_I] * 5, False),
-    "batchnorm_data_grad": ([_P] * 6 + [_I] * 5, False),
+    "batchnorm_data_grad": ([_P] * 7 + [_I] * 5, False),
     "lstm_forward": ([_P] * 9 + [_I] * 4 + [_P, _P, _I, _I], False),
     "lstm_forward_stack": ([_P] + [_I] * 4 + [_P, _I, _I], False),
     "lstm_backward": ([_P] * 8 + [_I] * 3 + [_P, _P, _I, _I], False),
     "vmath": ([_P, _P, _I, _I], False),
-    "activation_forward": ([_P] * 5 + [_I] * 3, False),
-    "activation_backward": ([_P] * 4 + [_I] * 2, False),
+    "activation_forward": ([_P] * 4 + [_I] * 3, False),
+    "activation_backward": ([_P] * 3 + [_I] * 2, False),
+    "activation_backward_from": ([_P] * 4 + [_I] * 3, False),
     "softmax_forward": ([_P] * 2 + [_I] * 5, False),
     "softmax_backward": ([_P] * 3 + [_I] * 5, False),
     "swap_axes": ([_P, _P, _I, _I, _I, _I, _I, _I], False),
@@ -578,13 +596,14 @@ def batchnorm_normalize(x: np.ndarray, mean: np.ndarray, invstd: np.ndarray, gam
     return xhat, y
 
 
-def batchnorm_data_grad(dy: np.ndarray, xhat: np.ndarray, mean_dy: np.ndarray, mean_dy_xhat: np.ndarray,
+def batchnorm_data_grad(dy: np.ndarray, saved: np.ndarray, shift: np.ndarray, mean_dy: np.ndarray, k: np.ndarray,
                         scale: np.ndarray) -> np.ndarray:
-    """Training's dx = (dy - mean_dy[c] - xhat * mean_dy_xhat[c]) * scale[c], in one pass."""
+    """Training's dx = (dy - mean_dy[c] - (saved - shift[c]) * k[c]) * scale[c], in one pass: ``saved`` is x
+    (shift its mean, k = invstd * mean(dy * xhat)) or x normalised (shift 0, k = mean(dy * xhat))."""
     dx = np.empty_like(dy)
-    params = ((mean_dy, "mean_dy"), (mean_dy_xhat, "mean_dy_xhat"), (scale, "scale"))
+    params = ((shift, "shift"), (mean_dy, "mean_dy"), (k, "k"), (scale, "scale"))
     addresses, layout, parts, _held = _map_layout(dy, params, dy.dtype)
-    args = (_address(dy, "dy", dy.shape, dy.dtype), _address(xhat, "xhat", dy.shape, dy.dtype), *addresses,
+    args = (_address(dy, "dy", dy.shape, dy.dtype), _address(saved, "saved", dy.shape, dy.dtype), *addresses,
             _data(dx)) + layout
     _launch(_kernel("batchnorm_data_grad", dy.dtype), args, parts)
     return dx
@@ -798,35 +817,47 @@ def _split_elements(a: np.ndarray) -> list[tuple[int, int]]:
     return _parts(a.size, a.size >= POINTWISE_THREAD_MIN_ELEMENTS)
 
 
-def activation_forward(x: np.ndarray, mode: str, alpha: float | None,
-                       save: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """(y, f'(x)) of an activation in :data:`ACTIVATIONS`, in one pass; f'(x) is a bool mask for the
-    :data:`MASKED_ACTIVATIONS`, else in x's dtype, and None unless ``save``."""
+def activation_forward(x: np.ndarray, mode: str, alpha: float | None, mask: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """(y, the bool mask of where f'(x) is 1, or None unless ``mask``) of an activation in
+    :data:`ACTIVATIONS`, in one pass; the mask only for the :data:`MASKED_ACTIVATIONS`."""
     dtype = x.dtype
     y = np.empty(x.shape, dtype)
-    masked = mode in MASKED_ACTIVATIONS
-    saved = np.empty(x.shape, bool if masked else dtype) if save else None
+    saved = np.empty(x.shape, bool) if mask and mode in MASKED_ACTIVATIONS else None
     if x.size == 0:
         return y, saved
-    parameter = np.array([0.0 if alpha is None else alpha], dtype)
-    slope = 0 if saved is None or masked else _data(saved)
-    mask = 0 if saved is None or not masked else _data(saved)
-    args = (_address(x, "x", x.shape, dtype), _data(y), slope, mask, _data(parameter), ACTIVATIONS[mode])
+    args = (_address(x, "x", x.shape, dtype), _data(y), 0 if saved is None else _data(saved),
+            _data(_parameter(alpha, dtype)), ACTIVATIONS[mode])
     _launch(_kernel("activation_forward", dtype), args, _split_elements(x))
     return y, saved
 
 
-def activation_backward(dy: np.ndarray, saved: np.ndarray) -> np.ndarray:
-    """dx = dy * f'(x), f'(x) as :func:`activation_forward` saved it (a bool mask, or in dy's dtype)."""
+def activation_backward(dy: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """dx = dy * f'(x), f'(x) as :func:`activation_forward`'s bool mask."""
     dtype = dy.dtype
     dx = np.empty(dy.shape, dtype)
     if dy.size == 0:
         return dx
-    masked = saved.dtype == np.bool_
-    address = _address(saved, "mask" if masked else "slope", dy.shape, saved.dtype if masked else dtype)
-    args = (_address(dy, "dy", dy.shape, dtype), 0 if masked else address, address if masked else 0, _data(dx))
+    args = (_address(dy, "dy", dy.shape, dtype), _address(mask, "mask", dy.shape, mask.dtype), _data(dx))
     _launch(_kernel("activation_backward", dtype), args, _split_elements(dy))
     return dx
+
+
+def activation_backward_from(dy: np.ndarray, source: np.ndarray, mode: str, alpha: float | None) -> np.ndarray:
+    """dx = dy * f'(.), f' recomputed from what the mode's backward reads (``source``: y for relu, sigmoid
+    and tanh, else x), in one pass."""
+    dtype = dy.dtype
+    dx = np.empty(dy.shape, dtype)
+    if dy.size == 0:
+        return dx
+    args = (_address(dy, "dy", dy.shape, dtype), _address(source, "source", dy.shape, dtype), _data(dx),
+            _data(_parameter(alpha, dtype)), ACTIVATIONS[mode])
+    _launch(_kernel("activation_backward_from", dtype), args, _split_elements(dy))
+    return dx
+
+
+def _parameter(alpha: float | None, dtype: Any) -> np.ndarray:
+    """An activation's coefficient as the kernels read it (one value of the data's dtype)."""
+    return np.array([0.0 if alpha is None else alpha], dtype)
 
 
 # ------------------------------------------------------------------------------- softmax

@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence, Self
 import numpy as np
 
 from dnnbind.highlevel.dims import RNNDims
+from dnnbind.highlevel.grad_mode import own
 from dnnbind.highlevel.cpu import native
 from dnnbind.highlevel.cpu._precision import cotangent, half_backward, half_forward, half_residuals
 from dnnbind.highlevel.cpu._threads import blas_single_threaded, workers
@@ -531,7 +532,7 @@ def rnn_forward(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h
     c0 = (np.zeros(dims.c_shape, dtype) if c0 is None else c0) if lstm else None
     running = _running(dims)
     # padded steps of x never matter: zero them so that no NaN there reaches a weight gradient
-    x = x.copy() if running is None else np.where(running[:, :, None], x, 0).astype(dtype, copy=False)
+    x = own(x) if running is None else np.where(running[:, :, None], x, 0).astype(dtype, copy=False)
     orders = _orders(T)
     step_masks = _step_masks(running, orders)
 
@@ -579,11 +580,11 @@ def rnn_forward(x: np.ndarray, weights: Sequence[Sequence[np.ndarray | None]], h
 
 def _cell(dims: RNNDims, entry: Sequence[Any]) -> tuple[_Direction, list[np.ndarray]]:
     """(a layer and direction's cell, [its projection] or []) with the backward's own copies of the
-    weights (the caller may change them after the forward)."""
+    weights (the caller may change them after the forward), or the weights themselves where lent."""
     w_ih, w_hh, b_ih, b_hh = entry[:4]
     assert w_ih is not None and w_hh is not None, "the op checks the weights"
     w_hr = [np.array(entry[4])] if dims.proj_size else []
-    return _make(dims, (w_ih.copy(), w_hh.copy(), b_ih, b_hh, *w_hr)), w_hr
+    return _make(dims, (own(w_ih), own(w_hh), b_ih, b_hh, *w_hr)), w_hr
 
 
 def _stacked(dims: RNNDims, running: np.ndarray | None, dtype: np.dtype) -> bool:

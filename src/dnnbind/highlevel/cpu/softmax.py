@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dnnbind.highlevel.grad_mode import saving
+from dnnbind.highlevel.grad_mode import own, saving
 from dnnbind.highlevel.cpu import native
 from dnnbind.highlevel.cpu._precision import cotangent, half_backward, half_forward, half_residuals
 from dnnbind.highlevel.residual import ArraySpec
@@ -21,7 +21,7 @@ def softmax_forward(x: np.ndarray, axis: int) -> tuple[np.ndarray, tuple[np.ndar
     y = x - x.max(axis=axis, keepdims=True)
     np.exp(y, out=y)
     y /= y.sum(axis=axis, keepdims=True)
-    return y.copy(), (y,)
+    return _saved(y)
 
 
 @half_backward
@@ -42,7 +42,7 @@ def logsoftmax_forward(x: np.ndarray, axis: int) -> tuple[np.ndarray, tuple[np.n
         return _saved(native.softmax_forward(np.ascontiguousarray(x), axis, True))
     shifted = x - x.max(axis=axis, keepdims=True)
     y = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
-    return y.copy(), (y,)
+    return _saved(y)
 
 
 @half_backward
@@ -55,8 +55,9 @@ def logsoftmax_backward(saved: tuple, cotangents: tuple, axis: int) -> np.ndarra
 
 
 def _saved(y: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """(y, its private copy for the backward), or (y, ()) inside dnnbind.no_grad()."""
-    return (y, (y.copy(),)) if saving() else (y, ())
+    """(y, its private copy for the backward, or y itself where the caller lends its result), or (y, ())
+    inside dnnbind.no_grad()."""
+    return (y, (own(y),)) if saving() else (y, ())
 
 
 @half_residuals

@@ -3,7 +3,8 @@
 ``y = (x - mean) * rstd * weight + bias`` with ``rstd = 1 / sqrt(var + eps)`` and the biased variance;
 weight and bias (of shape ``normalized_shape``) are optional. The reference computes in float64; the
 cpu backend runs the same code with its own dtypes (:mod:`dnnbind.highlevel.cpu.layer_norm`).
-Saves ``(x, mean, rstd)`` plus ``weight`` when given (private copies; mean and rstd of x's batch shape, in
+Saves ``(x, mean, rstd)`` plus ``weight`` when given (private copies, or x and weight themselves where
+the caller lends them; mean and rstd of x's batch shape, in
 float64 here). The gradients are computed in the dtype of the saved statistics, with array methods only,
 so a GPU backend without a layer-norm backward (MIOpen) runs the same formulas on its CuPy residuals.
 """
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnbind.highlevel.grad_mode import own
 from dnnbind.highlevel.reference._arrays import F64, cotangent
 from dnnbind.highlevel.residual import ALL_NEEDED, ArraySpec
 
@@ -44,8 +46,8 @@ def normalize(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None,
     if not save:
         return y.astype(x.dtype), ()
     stat = work if saved_dtype is None else np.dtype(saved_dtype)
-    saved = (x.copy(), mean.reshape(batch).astype(stat, copy=False), rstd.reshape(batch).astype(stat, copy=False))
-    return y.astype(x.dtype), saved + (() if weight is None else (weight.copy(),))
+    saved = (own(x), mean.reshape(batch).astype(stat, copy=False), rstd.reshape(batch).astype(stat, copy=False))
+    return y.astype(x.dtype), saved + (() if weight is None else (own(weight),))
 
 
 def gradients(saved: tuple, dy: Any, normalized_ndim: int,

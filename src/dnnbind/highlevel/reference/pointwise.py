@@ -37,8 +37,9 @@ def _activation(x: np.ndarray, mode: str, alpha: float | None) -> tuple[np.ndarr
         y = np.tanh(x)
         return y, 1 - y * y
     if mode == "elu":
-        e = np.expm1(np.where(x <= 0, x, 0.0))       # elu(-0) = -0, as in torch
-        return np.where(x <= 0, alpha * e, x), np.where(x <= 0, alpha * (e + 1), 1.0)
+        negative = np.where(x <= 0, x, 0.0)             # elu(-0) = -0, as in torch
+        # f' = alpha e^x, not alpha (expm1(x) + 1), which cancels; NaN at NaN, as torch's vectorized loop
+        return np.where(x <= 0, alpha * np.expm1(negative), x), np.where(x > 0, 1.0, alpha * np.exp(negative))
     if mode == "leaky_relu":
         slope = 0.0 if alpha is None else float(alpha)
         return np.where(x > 0, x, slope * x), np.where(x > 0, 1.0, slope)

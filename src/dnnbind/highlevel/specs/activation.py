@@ -28,8 +28,9 @@ DERIVATIVES: dict[str, Any] = {
     "sigmoid": lambda ops, x, y, dy, alpha: dy * y * (1 - y),
     "tanh": lambda ops, x, y, dy, alpha: dy * (1 - y * y),
     "identity": lambda ops, x, y, dy, alpha: dy,
-    # (at x = 0 the derivative is alpha, its own derivative 0: torch's elu_double_backward masks x < 0)
-    "elu": lambda ops, x, y, dy, alpha: ops.where(x > 0, dy, ops.where(x < 0, dy * (y + alpha), dy * alpha)),
+    # alpha e^x for x <= 0 (alpha (y + alpha) cancels), its own derivative 0 at x = 0 (torch's
+    # elu_double_backward masks x < 0), NaN at NaN
+    "elu": lambda ops, x, y, dy, alpha: ops.where(x > 0, dy, dy * alpha * ops.exp(ops.where(x < 0, x, x * 0))),
     "leaky_relu": lambda ops, x, y, dy, alpha: ops.where(x > 0, dy, dy * alpha),
     "clipped_relu": lambda ops, x, y, dy, alpha: ops.where((x > 0) & (x < alpha), dy, dy * 0),
     "swish": lambda ops, x, y, dy, alpha: dy * (ops.sigmoid(alpha * x) * (1 + alpha * x * (1 - ops.sigmoid(alpha * x)))),

@@ -144,23 +144,24 @@ KERNEL void NAME(dnnbind_batchnorm_normalize)(const T *x, const T *mean, const T
     }
 }
 
-/* Batch normalisation's data gradient in training on planes p in [p0, p1):
- * dx = (dy - mean_dy[c] - xhat * mean_dy_xhat[c]) * scale[c]. */
-KERNEL void NAME(dnnbind_batchnorm_data_grad)(const T *dy, const T *xhat, const T *mean_dy, const T *mean_dy_xhat,
-                                              const T *scale, T *dx, int64_t channels, int64_t plane,
-                                              int64_t per_column, int64_t p0, int64_t p1) {
+/* Batch normalisation's data gradient in training on planes p in [p0, p1), from what the forward saved of
+ * x (x itself, or x normalised: then shift 0) and xhat = (saved - shift[c]) * invstd[c]:
+ * dx = (dy - mean_dy[c] - (saved - shift[c]) * k[c]) * scale[c], k = invstd * mean(dy * xhat). */
+KERNEL void NAME(dnnbind_batchnorm_data_grad)(const T *dy, const T *saved, const T *shift, const T *mean_dy,
+                                              const T *k, const T *scale, T *dx, int64_t channels,
+                                              int64_t plane, int64_t per_column, int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; p++) {
         int64_t c = p % channels;
-        const T *restrict g = dy + p * plane, *restrict h = xhat + p * plane;
+        const T *restrict g = dy + p * plane, *restrict h = saved + p * plane;
         T *restrict out = dx + p * plane;
         if (per_column) {
-            const T *restrict a = mean_dy, *restrict b = mean_dy_xhat, *restrict s = scale;
+            const T *restrict m = shift, *restrict a = mean_dy, *restrict b = k, *restrict s = scale;
 #pragma GCC ivdep
-            for (int64_t j = 0; j < plane; j++) out[j] = (g[j] - a[j] - h[j] * b[j]) * s[j];
+            for (int64_t j = 0; j < plane; j++) out[j] = (g[j] - a[j] - (h[j] - m[j]) * b[j]) * s[j];
             continue;
         }
-        T a = mean_dy[c], b = mean_dy_xhat[c], s = scale[c];
-        for (int64_t j = 0; j < plane; j++) out[j] = (g[j] - a - h[j] * b) * s;
+        T m = shift[c], a = mean_dy[c], b = k[c], s = scale[c];
+        for (int64_t j = 0; j < plane; j++) out[j] = (g[j] - a - (h[j] - m) * b) * s;
     }
 }
 

@@ -10,6 +10,11 @@ KERNEL int dnnbind_isa(void) {
     return ISA_BASELINE;
 }
 
+/* The revision of the kernels' parameters (dnnbind.highlevel.cpu.native._SIGNATURES): dnnbind runs the
+ * kernels only where it was written for the same one, since ctypes calls through whatever it is told.
+ * Bump it with every change to a kernel's parameters, here and in native.py's INTERFACE. */
+KERNEL int dnnbind_kernels_interface(void) { return 2; }
+
 /* dnnbind_isa() in words, for reports. */
 KERNEL const char *dnnbind_isa_name(void) {
     switch (dnnbind_isa()) {

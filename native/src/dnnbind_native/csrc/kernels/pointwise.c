@@ -1,5 +1,6 @@
-/* Pointwise activations for dnnbind's reference backend: y = f(x) and f'(x) in one pass, and the
- * data gradient dy * f'(x).
+/* Pointwise activations for dnnbind's cpu backend: y = f(x) (with relu's and clipped_relu's masks) in
+ * one pass, and the data gradient dy * f'(.) in one pass, f' from the mask or recomputed from what the
+ * backward reads (x, or y for relu, sigmoid and tanh: what torch's own functions save).
  *
  * numpy runs an activation as several passes over memory (sigmoid: an absolute value, an exp, a
  * select, a division, then two more for the derivative), single-threaded; here each is one pass,

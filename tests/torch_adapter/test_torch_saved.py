@@ -4,7 +4,9 @@ refused as torch refuses it for its own layers, and a change to anything else le
 forward's."""
 from __future__ import annotations
 
+import gc
 import warnings
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -289,3 +291,32 @@ def test_a_fused_run_keeps_no_copy_of_its_layers_arrays():
     assert len(distinct) == len(residuals) - 1       # the second convolution's input is relu's result
     big = [r for r in residuals if r.size >= x.numel()]
     assert sum(r.nbytes for r in big) <= 5 * y.numel() * y.element_size()
+
+
+def _keeps_input(nn: Any, name: str) -> bool:
+    """Whether a training call of the layer keeps its input alive (nothing else holds it)."""
+    make, shape = LAYERS[name]
+    torch.manual_seed(0)
+    layer = make(nn)
+    x = torch.randn(shape, requires_grad=True)
+    h = x * 2                              # (MulBackward0 of a constant keeps nothing of h)
+    out = layer(h)
+    held = weakref.ref(h)
+    del h
+    gc.collect()
+    kept = held() is not None
+    del out
+    return kept
+
+
+NOT_INPLACE = [name for name in LAYERS if not name.endswith("-inplace")]
+
+
+@pytest.mark.parametrize("name", NOT_INPLACE)
+def test_a_training_call_keeps_its_input_alive_where_torchs_layer_does(name):
+    """A layer whose backward reads its result alone (ReLU, Sigmoid, Tanh, Softmax, Dropout) lets its
+    input go, as torch's does: a create_graph backward then differentiates through the result; the
+    others keep it, as torch's do."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert _keeps_input(dnn, name) == _keeps_input(torch.nn, name)

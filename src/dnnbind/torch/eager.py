@@ -26,7 +26,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 
 from dnnbind.highlevel import plans
 from dnnbind.highlevel.grad_mode import BORROWED, NOTHING, OWN, residual_mode, saving_residuals
-from dnnbind.highlevel.specs import SPECS
+from dnnbind.highlevel.specs import SPECS, second_order
 from dnnbind.torch import calls, layout, typed
 from dnnbind.torch.calls import NOTHING as _NOTHING
 from dnnbind.torch.calls import pick as _pick
@@ -43,7 +43,7 @@ class Plan:
 
     __slots__ = ("op", "call", "forward", "backward", "static", "device", "scoped", "kwargs", "nested", "slots",
                  "positions", "gradients", "skip", "statistics", "integers", "first", "reads", "layout",
-                 "elementwise", "result_for_x")
+                 "elementwise", "result_for_x", "from_result")
 
     def __init__(self, op: str, call: calls.Call, slots: list[Any], kwargs: dict[str, Any]) -> None:
         self.op, self.call, self.slots, self.kwargs = op, call, slots, kwargs
@@ -70,8 +70,12 @@ class Plan:
         self.elementwise = op in layout.ELEMENTWISE
         # whether the result stands for x in the backward and in a second one (relu, dropout): then a call
         # keeps its result, not x, as torch's relu does, so x's memory goes once nothing else holds x
+        arguments = SPECS[op].arguments_function(**kwargs)
         stands = SPECS[op].result_stands_for_x
-        self.result_for_x = stands is not None and stands(SPECS[op].arguments_function(**kwargs))
+        self.result_for_x = stands is not None and stands(arguments)
+        # the backward as a function of the result alone, where it reads nothing else (sigmoid, softmax):
+        # then a call keeps no x either, and a create_graph backward differentiates it through the result
+        self.from_result = second_order.from_result(SPECS[op], arguments)
         self.integers: tuple[int, ...] | None = None     # outputs without gradient (maxpool's indices)
         self.first: tuple | None = None                  # output 0's shape, dtype and device
 
@@ -175,6 +179,8 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
                 ctx.x_layout = layout.Described(x.shape, x.stride(), x.dtype)
             if plan.result_for_x:
                 ctx.inputs = (outputs[0], *others)
+            elif plan.from_result is not None and not _OVERWRITING.get():
+                ctx.inputs = (None, *others)
             # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
             # want to see them as saved tensors
             if _saved_tensor_hooks(False) is None:
@@ -258,8 +264,12 @@ def _gradient(value: Any) -> Tensor | None:
 
 def _typed_backward(ctx: Any, plan: Plan, cotangents: list[Tensor | None]) -> list[Tensor | None]:
     """The backward through the typed backward op (:mod:`dnnbind.torch.typed`), differentiable again
-    by the op's second-order rule: one gradient per input (x, *others), None where none is wanted."""
+    by the op's second-order rule: one gradient per input (x, *others), None where none is wanted; for a
+    call that kept no x, its backward on its result (:func:`typed.from_result`)."""
     x, *others = ctx.inputs
+    if x is None:
+        return [typed.from_result(plan.op, plan.from_result, ctx.saved_tensors[0], cotangents,
+                                  SPECS[plan.op].arguments_function(**plan.kwargs))]
     tensors = plan.tensors(x, others)
     inputs = typed.typed_arguments(plan.op, tensors[0], tensors[1:], SPECS[plan.op].arguments_function(**plan.kwargs))
     flat = typed._flat_tensors(plan.op, inputs)

@@ -672,6 +672,22 @@ class _Final(torch.autograd.Function):
                            "two ops in a row, its spec's chain) is not supported")
 
 
+def from_result(op: str, gradients: Any, y: Tensor, cotangents: Sequence[Tensor | None],
+                arguments: dict[str, Any]) -> Tensor:
+    """dx of a call whose backward reads its result y alone (``gradients``: the spec's backward in
+    differentiable operations, :func:`dnnbind.highlevel.specs.second_order.from_result`), in torch's
+    operations on y, so that autograd differentiates it further through y's own history, as torch's
+    sigmoid_backward; half precision computed in float32."""
+    ops = object.__new__(_Ops)
+    ops.op, ops.arrays, ops.kwargs = op, {"x": None}, arguments
+    ops.arguments = arguments
+    half = y.dtype in (torch.float16, torch.bfloat16)
+    result = y.float() if half else y
+    ops.forward = lambda arrays, **_: [result]          # type: ignore[method-assign]
+    dx = gradients(ops, {"x": None}, [c.float() if half and c is not None else c for c in cotangents])["x"]
+    return dx.to(y.dtype) if half else dx
+
+
 class _Ops:
     """What a second-order rule calls (see :mod:`dnnbind.highlevel.specs.second_order`): the op's typed
     forward and backward on other arrays, with the arguments of the call being differentiated."""

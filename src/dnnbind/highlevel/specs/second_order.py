@@ -77,7 +77,22 @@ def from_backward(gradients: Any, nests: bool = False) -> Any:
     have to take another way (see ``ops.vjp``)."""
     def rule(ops: Any, arrays: dict[str, Any], cotangents: list[Any], gg: dict[str, Any]) -> tuple[list[Any], dict]:
         return ops.vjp(lambda a, c: gradients(ops, a, c), arrays, cotangents, gg, nests=nests)
-    return rule
+    rule.gradients = gradients          # type: ignore[attr-defined]
+    return rule                         # (gradients: the backward itself, which from_result gives)
+
+
+def from_result(spec: Any, arguments: dict[str, Any]) -> Any:
+    """The backward in differentiable operations of a call whose backward reads its result alone (the
+    spec's ``backward_reads``: sigmoid's, tanh's, softmax's), ``gradients(ops, arrays, cotangents)`` with
+    ``ops.forward`` giving that result: a framework differentiates it further through the result's own
+    history, as torch does its sigmoid_backward, and need not keep x. None for any other call."""
+    gradients = getattr(spec.second_order, "gradients", None)
+    if gradients is None or tuple(spec.reads(arguments)) != (spec.outputs[0].name,):
+        return None
+    stands = spec.result_stands_for_x
+    if stands is not None and stands(arguments):
+        return None                     # (its result stands for x itself: relu's rule reads x)
+    return gradients
 
 
 def _softmax(ops: Any, arrays: dict[str, Any], cotangents: list[Any]) -> dict[str, Any]:

@@ -247,3 +247,19 @@ def test_the_elementwise_stride_rule_is_torchs_tensoriterators():
         a, b = operands
         assert iterator_strides(shape, [a.stride(), b.stride()]) == (a + b).stride(), (shape, a.stride(), b.stride())
         assert iterator_strides(shape, [a.stride()]) == (-a).stride(), (shape, a.stride())
+
+
+@pytest.mark.parametrize("make", [lambda nn: nn.Conv2d(3, 4, 3), lambda nn: nn.ConvTranspose2d(3, 2, 3),
+                                  lambda nn: nn.ReLU(), lambda nn: nn.BatchNorm2d(3).eval(),
+                                  lambda nn: nn.MaxPool2d(2), lambda nn: nn.Softmax(1)],
+                         ids=["Conv2d", "ConvTranspose2d", "ReLU", "BatchNorm2d-eval", "MaxPool2d", "Softmax"])
+def test_an_empty_batch_gives_torchs_strides(make):
+    """A batch of 0: results and gradients C-ordered as torch's (numpy's empty arrays have all-zero
+    strides, which the conversion to tensors does not pass on)."""
+    found = []
+    for nn in (torch.nn, dnn):
+        x = torch.randn(0, 3, 8, 8, requires_grad=True)
+        y = make(nn)(x)
+        y.sum().backward()
+        found.append((y.shape, y.stride(), x.grad.stride()))
+    assert found[1] == found[0]

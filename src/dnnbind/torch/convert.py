@@ -139,8 +139,9 @@ _SHARED_AS_IS = frozenset({torch.float16, torch.float32, torch.float64})
 
 
 def to_tensor(a: Any) -> torch.Tensor:
-    """A tensor on the memory of a numpy or CuPy array (numpy arrays torch cannot share are copied)."""
-    if type(a) is np.ndarray and a.dtype.kind == "f" and a.flags.writeable and a.flags.c_contiguous:
+    """A tensor on the memory of a numpy or CuPy array (numpy arrays torch cannot share are copied); an
+    empty one C-ordered, as torch makes them (numpy's have all-zero strides)."""
+    if type(a) is np.ndarray and a.dtype.kind == "f" and a.flags.writeable and a.flags.c_contiguous and a.size:
         return torch.from_numpy(a)                                    # the usual case, on every op call
     dtype = getattr(a, "dtype", None)
     bfloat16 = dtype is not None and dtype.kind == "V" and dtype.name == "bfloat16"   # .name is slow: kind first
@@ -154,4 +155,6 @@ def to_tensor(a: Any) -> torch.Tensor:
         t = torch.from_numpy(a)
     else:
         t = torch.from_dlpack(a)
+    if t.numel() == 0:
+        t = torch.empty(t.shape, dtype=t.dtype, device=t.device)
     return t.view(torch.bfloat16) if bfloat16 else t

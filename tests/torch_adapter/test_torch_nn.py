@@ -296,3 +296,23 @@ def test_pooling_functions_return_torchs_dtypes_under_autocast(rank, unbatched):
         ours = [dt.maxpool(x, window), dt.meanpool(x, window)]
     assert [t.dtype for t in ours] == [t.dtype for t in theirs]
     assert [t.shape for t in ours] == [t.shape for t in theirs]
+
+
+def test_numbers_given_as_0d_tensors_are_taken_as_torchs_layers_take_them():
+    """An int or float setting given as a 0-d tensor (alone or in a list: torch's ConvTranspose turns
+    tensors in output_size into tensors in output_padding) runs as the number, as torch's layers do."""
+    t = torch.tensor
+    x = torch.randn(2, 4, 7, 7)
+    cases = [(lambda nn: nn.ConvTranspose2d(4, 4, 3, stride=2), {"output_size": [t(16), t(16)]}),
+             (lambda nn: nn.MaxPool2d((t(2), t(2))), {}), (lambda nn: nn.BatchNorm2d(4, momentum=t(0.3)), {}),
+             (lambda nn: nn.ELU(alpha=t(0.5)), {}), (lambda nn: nn.LeakyReLU(t(0.2)), {}),
+             (lambda nn: nn.Dropout(t(0.0)), {})]
+    for make, kwargs in cases:
+        outs = []
+        for nn in (torch_nn, dnnbind_nn):
+            torch.manual_seed(0)
+            outs.append(make(nn)(x, **kwargs))
+        torch.testing.assert_close(outs[1], outs[0])
+    w = torch.randn(4, 4, 3, 3)
+    torch.testing.assert_close(dt.conv_transpose(x, w, stride=[t(2), t(2)]),
+                               torch.nn.functional.conv_transpose2d(x, w, stride=2))

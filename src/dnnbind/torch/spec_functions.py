@@ -123,7 +123,23 @@ def checked_call(spec: OpSpec, arrays: list[Any], arguments: dict[str, Any]) -> 
         raise as_torchs(error)
 
 
+def _numbers(spec: OpSpec, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments with a 0-d tensor given for an int or a float (alone or in a list or tuple: torch's
+    ConvTranspose computes its output_padding as tensors from tensors in output_size) as that number, as
+    torch's own functions take them. (Only here, on the checked path: a plan's key holds no tensor.)"""
+    def number(value: Any) -> Any:
+        if isinstance(value, Tensor) and value.dim() == 0 and not value.is_complex():
+            return value.item()
+        if isinstance(value, (list, tuple)) and any(isinstance(v, Tensor) for v in value):
+            return type(value)(number(v) for v in value)
+        return value
+    kinds = spec.kinds
+    return {name: number(value) if name in kinds and kinds[name].schema.startswith(("SymInt", "float")) else value
+            for name, value in arguments.items()}
+
+
 def _checked_call(spec: OpSpec, arrays: list[Any], arguments: dict[str, Any]) -> Any:
+    arguments = _numbers(spec, arguments)
     flat = [(a, v) for a, v in zip(spec.arrays, arrays) if not a.nested]
     nested = [(a, v) for a, v in zip(spec.arrays, arrays) if a.nested]
     _check(**{a.name: v for a, v in flat + nested if not a.own_dtype})    # the states before the weights

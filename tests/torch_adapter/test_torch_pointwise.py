@@ -196,3 +196,20 @@ def test_dropout_follows_torchs_seed():
     a = dt.Dropout(0.3)(x)
     torch.manual_seed(3)
     assert torch.equal(dt.Dropout(0.3)(x), a)
+
+
+@pytest.mark.parametrize("name,args", [("ReLU", ()), ("LeakyReLU", (0.1,)), ("Hardtanh", (0.0, 1.0))])
+def test_a_compiled_inplace_layer_on_an_input_that_takes_a_gradient_as_torchs(name, args):
+    """Compiled, an in-place layer whose result stands for x (its spec's result_stands_for_x) writes into
+    the graph's input, which takes a gradient: its op keeps the result rather than x (as torch's relu_
+    does), so the write fails no backward, and the gradient is torch's."""
+    grads = []
+    for nn_ in (nn, dt):
+        torch._dynamo.reset()
+        layer = torch.compile(getattr(nn_, name)(*args, inplace=True), fullgraph=True)
+        x = torch.randn(6, 5, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        h = x * 1
+        y = layer(h)
+        (y * torch.arange(30.0).reshape(6, 5)).sum().backward()
+        grads.append((y.detach(), x.grad))
+    torch.testing.assert_close(grads[1], grads[0])

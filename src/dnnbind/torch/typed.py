@@ -352,13 +352,18 @@ def _setup(op: str, ctx: Any, statics: Sequence[Any], tensors: Sequence[Tensor |
     """What the backward reads: the call's tensors (batch norm's running statistics by reference), its
     static inputs and, from the training forward, the residuals (None: the backward op reruns the forward)."""
     kept = _kept(op)
+    outputs = [output] if isinstance(output, Tensor) else list(output)
+    stands = SPECS[op].result_stands_for_x
+    if stands is not None and stands(public_arguments(op, _with_tensors(op, statics, tensors))[2]):
+        # its result stands for x (relu, dropout): kept instead of x, as torch's relu keeps its result, so
+        # that a compiled in-place layer's write into x (x's version bumped) fails no backward
+        tensors = [outputs[0], *tensors[1:]]
     saved = [t for i, t in enumerate(tensors) if t is not None and i not in kept]
     ctx.save_for_backward(*saved, *(residuals or ()))
     ctx.residuals = None if residuals is None else len(residuals)
     ctx.kept = {i: tensors[i] for i in kept}
     ctx.places = [t is not None for t in tensors]
     ctx.statics = list(statics)
-    outputs = [output] if isinstance(output, Tensor) else list(output)
     ctx.results = _result_count(op, _with_tensors(op, statics, tensors), outputs)
     constant = [*outputs[ctx.results:], *[o for o in outputs if not o.is_floating_point()], *(residuals or ())]
     if constant:        # (Dynamo's trace of a single-tensor output fails on an empty mark)

@@ -397,3 +397,30 @@ def test_inside_shard_map_results_vary_over_the_devices_and_gradients_equal_lax(
         print("ok")
     """, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"})
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("argnums", [(0,), (1,), (2,), (1, 2), (0, 1, 2)])
+def test_a_gradient_of_some_arrays_computes_those_alone_and_equals_lax(argnums):
+    """JAX differentiating with respect to some of a convolution's arrays (the data needs no dx, a frozen
+    filter no dw): the backward is told which (its needs=, one flag per gradient, from JAX's symbolic
+    zeros) and computes those alone; the values are jax.lax's."""
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((2, 3, 8, 8)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((4, 3, 3, 3)), jnp.float32)
+    b = jnp.asarray(rng.standard_normal((4,)), jnp.float32)
+
+    def reference(x, w, b):
+        return lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)),
+                                        dimension_numbers=("NCHW", "OIHW", "NCHW")) + b[None, :, None, None]
+
+    def ours(x, w, b):
+        return dj.conv(x, w, b, padding=1)
+
+    loss = lambda conv: (lambda *a: jnp.sum(conv(*a) ** 2))
+    found = jax.jit(jax.grad(loss(ours), argnums=argnums))(x, w, b)
+    expected = jax.grad(loss(reference), argnums=argnums)(x, w, b)
+    for a, e in zip(found, expected):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-4, atol=1e-3)
+    text = str(jax.make_jaxpr(jax.grad(loss(ours), argnums=argnums))(x, w, b))
+    flags = [int(i in argnums) for i in range(3)]
+    assert f"('__needs', HashableArray(array({flags})))" in text, text[-600:]

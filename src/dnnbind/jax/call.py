@@ -8,6 +8,7 @@ backend's ``NAME_residuals``).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Any, Callable
@@ -16,6 +17,7 @@ import numpy as np
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 
 from dnnbind.highlevel.cpu._memory import CHECK_FROM_BYTES, available_bytes, gib
 from dnnbind.highlevel.dispatch import backend_function
@@ -83,8 +85,11 @@ class Call:
         self.aliases = aliases
         paths = T.gradient_paths(r, specs)
         self.has_gradient = tuple(p is not None for p in paths)
-        self.backward_types = tuple(jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)
-                                    for leaf, p in zip(leaves, paths) if p is not None)
+        # per leaf: its gradient's place among the backward's (None: none), its array's place among the spec's
+        self.gradient_of = tuple(None if p is None else p[0] for p in paths)
+        self.array_of = tuple(k for k, value in enumerate(specs) for _ in A.leaves([value]))
+        self.leaf_types = tuple(jax.ShapeDtypeStruct(leaf.shape, leaf.dtype) for leaf in leaves)
+        self.skippable = SPECS[r.op].skippable
         traced = [0] * len(r.traced)               # per-call values are 0-d
         self.attrs = {**A.encode(kwargs), A.TREE: self.tree,
                       T.RANKS: np.asarray([len(s.shape) for s in leaves] + traced, np.int64)}
@@ -109,15 +114,27 @@ class Call:
         n = self.counts[0] + self.counts[1]
         return tuple(results[:n]), tuple(results[n:])
 
-    def backward(self, residuals: tuple, cotangents: tuple, traced: tuple) -> tuple:
-        """One gradient per input (None where an input has none) from the backward FFI call."""
+    def needs(self, perturbed: tuple[bool, ...]) -> tuple[bool, ...] | None:
+        """A skippable op's ``needs=`` (one flag per gradient) from which array leaves JAX differentiates
+        with respect to (``perturbed``, per leaf); None (every gradient) for the other ops."""
+        if not self.skippable:
+            return None
+        wanted = [False] * len(self.row.arrays)
+        for k, p in zip(self.array_of, perturbed):
+            wanted[k] = wanted[k] or p
+        return SPECS[self.row.op].needs(wanted)
+
+    def backward(self, residuals: tuple, cotangents: tuple, traced: tuple, needs: tuple[bool, ...] | None) -> tuple:
+        """One gradient per input (None where an input has none or none is needed) from the backward FFI
+        call."""
         given = [c for c, f in zip(cotangents[:self.counts[0]], self.float_outputs) if f]
-        grads = iter(jax.ffi.ffi_call(T.target_name(self.row.op, "backward"),
-                                      _varying_like(self.backward_types, [*residuals, *given]),
-                                      vmap_method=self.row.vmap_method)(*residuals, *given, *traced,
-                                                                        **self.backward_attrs)
-                     if self.backward_types else ())
-        return tuple(next(grads) if g else None for g in self.has_gradient) + (None,) * len(traced)
+        computed = [g is not None and (needs is None or needs[g]) for g in self.gradient_of]
+        types = tuple(t for t, c in zip(self.leaf_types, computed) if c)
+        attrs = self.backward_attrs if needs is None else {**self.backward_attrs, T.NEEDS: np.asarray(needs, np.int64)}
+        grads = iter(jax.ffi.ffi_call(T.target_name(self.row.op, "backward"), _varying_like(types, [*residuals, *given]),
+                                      vmap_method=self.row.vmap_method)(*residuals, *given, *traced, **attrs)
+                     if types else ())
+        return tuple(next(grads) if c else None for c in computed) + (None,) * len(traced)
 
 
 def _manual_type(arrays: Any) -> Any:
@@ -180,22 +197,37 @@ def _leaf_index(r: Row, specs: list[Any], name: str) -> int:
     return len(A.leaves(specs[:index]))
 
 
+@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True)
+class _Needs:
+    """A skippable op's needs= among the residuals, as static data (not an array)."""
+    flags: tuple[bool, ...] | None
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _apply(call: Call, *inputs: Any) -> tuple:
     return call.forward(*inputs)[0]
 
 
-def _apply_forward(call: Call, *inputs: Any) -> tuple:
+def _apply_forward(call: Call, *primals: Any) -> tuple:
+    """The forward, and which gradients the backward computes: those of the arrays JAX differentiates
+    with respect to (symbolic zeros: a convolution of data needs no dx, a frozen filter no dw)."""
+    inputs = [p.value for p in primals]
+    needs = call.needs(tuple(bool(p.perturbed) for p in primals[:len(call.has_gradient)]))
     outputs, residuals = call.forward(*inputs)
-    return outputs, (residuals, inputs[len(call.has_gradient):])
+    return outputs, (residuals, tuple(inputs[len(call.has_gradient):]), _Needs(needs))
 
 
 def _apply_backward(call: Call, saved: tuple, cotangents: tuple) -> tuple:
-    residuals, traced = saved
-    return call.backward(residuals, tuple(cotangents), traced)
+    residuals, traced, needs = saved
+    present = [c for c in cotangents if not isinstance(c, SymbolicZero)]
+    if not present:                         # nothing flows back: no gradient to compute
+        return (None,) * (len(call.has_gradient) + len(traced))
+    cotangents = tuple(jnp.zeros(c.shape, c.dtype) if isinstance(c, SymbolicZero) else c for c in cotangents)
+    return call.backward(residuals, cotangents, traced, needs.flags)
 
 
-_apply.defvjp(_apply_forward, _apply_backward)
+_apply.defvjp(_apply_forward, _apply_backward, symbolic_zeros=True)
 
 
 def _traced_value(name: str, value: Any) -> Any:

@@ -30,7 +30,7 @@ from dnnbind.jax import frame as F
 from dnnbind.jax.table import Row, row
 
 #: the attributes dnnbind.jax adds beside the op's keyword arguments
-SHAPES, DTYPES, RESIDUALS, GIVEN, RANKS = "__shapes", "__dtypes", "__residuals", "__given", "__ranks"
+SHAPES, DTYPES, RESIDUALS, GIVEN, RANKS, NEEDS = "__shapes", "__dtypes", "__residuals", "__given", "__ranks", "__needs"
 
 #: XLA platform -> the dnnbind backend its handlers run
 PLATFORMS = {"cpu": "cpu" if "cpu" in BACKENDS else "reference", "CUDA": "cudnn"}
@@ -190,11 +190,13 @@ def backward_body(op: str, platform: str) -> Callable[[F.Frame], None]:
         residuals = tuple(memory.array(frame, b, False) for b in frame.args[:saved])
         it = iter(frame.args[saved:first_traced])
         cotangents = tuple(memory.array(frame, next(it), False) if g else None for g in given)
+        needs = tuple(bool(n) for n in frame.attrs[NEEDS]) if NEEDS in frame.attrs else None
         with memory.scope(frame):
-            grads = backward(residuals, cotangents, *static)
+            grads = (backward(residuals, cotangents, *static) if needs is None
+                     else backward(residuals, cotangents, *static, needs=needs))
         if not isinstance(grads, tuple):
             grads = (grads,)
-        picked = [_pick(grads, p) for p in gradient_paths(r, specs) if p is not None]
+        picked = [_pick(grads, p) for p in gradient_paths(r, specs) if p is not None and (needs is None or needs[p[0]])]
         for target, value in zip((memory.array(frame, b, True) for b in frame.rets), picked):
             memory.store(target, value)
     return body

@@ -296,6 +296,8 @@ def test_pooling_functions_return_torchs_dtypes_under_autocast(rank, unbatched):
         ours = [dt.maxpool(x, window), dt.meanpool(x, window)]
     assert [t.dtype for t in ours] == [t.dtype for t in theirs]
     assert [t.shape for t in ours] == [t.shape for t in theirs]
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(RuntimeError, match="x has shape"):
+        dt.maxpool(torch.randn(2, 2), 2)           # (refused by the op's checks, as without autocast)
 
 
 def test_numbers_given_as_0d_tensors_are_taken_as_torchs_layers_take_them():

@@ -17,9 +17,19 @@ _PER_DIM = ("window", "stride", "padding", "dilation")
 UNBATCHED = Unbatching(lambda arrays, arguments: pool_is_unbatched(
     arrays["x"].shape, **{k: arguments[k] for k in _PER_DIM if k in arguments}))
 
-#: torch.autocast runs CPU max_pool3d and avg_pool3d in float32, every other pooling in x's dtype
-AUTOCAST = Autocast(float32=lambda arguments, x_shape, device: device == "cpu" and len(x_shape) - 1 - (
-    not pool_is_unbatched(x_shape, **{k: arguments[k] for k in _PER_DIM if k in arguments})) == 3)
+def _runs_in_float32(arguments: dict[str, Any], x_shape: tuple[int, ...], device: str) -> bool:
+    """Whether torch.autocast runs the call in float32: CPU max_pool3d and avg_pool3d; every other pooling
+    in x's dtype, and a call whose x fits no rank too (the op's checks refuse it, naming x)."""
+    if device != "cpu":
+        return False
+    try:
+        unbatched = pool_is_unbatched(x_shape, **{k: arguments[k] for k in _PER_DIM if k in arguments})
+    except ValueError:
+        return False
+    return len(x_shape) - (1 if unbatched else 2) == 3
+
+
+AUTOCAST = Autocast(float32=_runs_in_float32)
 
 
 def _check_bool(name: str, value: Any) -> bool:

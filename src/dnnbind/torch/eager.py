@@ -152,7 +152,8 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
         keep = any(ctx.needs_input_grad)         # else no backward can come: the backend saves nothing
         # the backend may save the call's tensors themselves (autograd's version check of what the backward
         # reads guards them), as torch's layers do; not where the result is then written into x
-        mode = (OWN if _OVERWRITING.get() else BORROWED) if keep else NOTHING
+        overwriting = _OVERWRITING.get()
+        mode = (OWN if overwriting else BORROWED) if keep else NOTHING
         if plan.scoped or mode != residual_mode():
             with device_scope(plan.device) if plan.scoped else _NOTHING, saving_residuals(keep, mode == BORROWED):
                 outputs, residuals, laid = _forward_arrays(plan, x, others)
@@ -166,21 +167,19 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
         if keep:
             ctx.plan = plan
             ctx.layout = laid                    # the gradients' too
-            # the inputs, for a create_graph backward, which runs the typed backward op on them: differentiable
-            # by the op's second-order rule, or refusing a second derivative naming the op where it has none
-            # (the backend keeps x and w as residuals too, unchecked)
-            ctx.inputs = (x, *others)
             # what the op's backward reads, saved so that autograd refuses the backward after an in-place
             # change to one of them, as for torch's own layers (none where the call overwrites x: a layer
-            # made with inplace=True, see overwriting)
+            # made with inplace=True, see overwriting); the backend's residuals may be those tensors themselves
+            tensors = (x, *others)
             inputs, results = plan.reads
-            read = [] if _OVERWRITING.get() else [ctx.inputs[i] for i in inputs] + [outputs[i] for i in results]
-            if plan.elementwise:                 # x's layout decides the gradients' (layout.of_gradients)
-                ctx.x_layout = layout.Described(x.shape, x.stride(), x.dtype)
-            if plan.result_for_x:
-                ctx.inputs = (outputs[0], *others)
-            elif plan.from_result is not None and not _OVERWRITING.get():
-                ctx.inputs = (None, *others)
+            read = [] if overwriting else [tensors[i] for i in inputs] + [outputs[i] for i in results]
+            # the inputs, for a create_graph backward, which runs the typed backward op on them: differentiable
+            # by the op's second-order rule, or refusing a second derivative naming the op where it has none;
+            # the result in x's place where it stands for x, no x where the backward reads the result alone
+            ctx.inputs = ((outputs[0], *others) if plan.result_for_x
+                          else (None, *others) if plan.from_result is not None and not overwriting else tensors)
+            if plan.elementwise:                 # x's strides decide the gradients' (layout.of_gradients)
+                ctx.x_strides = None if laid is None else x.stride()
             # residuals stay the backend's arrays, unless saved-tensor hooks (checkpointing, offloading)
             # want to see them as saved tensors
             if _saved_tensor_hooks(False) is None:
@@ -222,7 +221,7 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
             grads = _backward_arrays(ctx, plan, cotangents, needs, flags)
         laid = ctx.layout
         if plan.elementwise:
-            laid = layout.of_gradients(plan.op, laid, ctx.x_layout, cotangents[0], plan.kwargs)
+            laid = layout.of_gradients(plan.op, laid, ctx.x_strides, cotangents[0], plan.kwargs)
         return (None, *(grads if laid is None else layout.lay_out(grads, laid)))
 
 

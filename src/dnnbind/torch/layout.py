@@ -6,7 +6,7 @@ their fake kernels all lay out through :func:`lay_out`, so that a compiled graph
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch._prims_common import suggest_memory_format
@@ -46,32 +46,25 @@ def of(op: str, x: Tensor, named: Callable[[str], Tensor | None]) -> Any:
     return None
 
 
-class Described(NamedTuple):
-    """What :func:`of_gradients` reads of x (a tensor's shape, strides and dtype), kept where x is not."""
-
-    shape: torch.Size
-    strides: tuple[int, ...]
-    dtype: torch.dtype
-
-    def stride(self) -> tuple[int, ...]:
-        return self.strides
-
-
-def of_gradients(op: str, laid: Any, x: Tensor | Described, dy: Tensor | None, arguments: dict[str, Any]) -> Any:
+def of_gradients(op: str, laid: Any, x_strides: tuple[int, ...] | None, dy: Tensor | None,
+                 arguments: dict[str, Any]) -> Any:
     """How a call's gradients are laid out (as :func:`of` says), given the results' layout ``laid`` and
     the first cotangent: as the results, except an elementwise op's, which follow the operands of torch's
     backward kernel, x and the cotangent, in its order (the spec's ``gradient_from``): C-ordered ones
-    give C order."""
-    if op not in ELEMENTWISE or dy is None or dy.shape != x.shape:
+    give C order. ``x_strides``: x's, None for a C-ordered x (whose ``laid`` is None: an elementwise op's
+    results are laid out as x), so that a call keeps nothing of x for this in the usual case."""
+    if op not in ELEMENTWISE or dy is None or (laid is not None and dy.shape != laid.shape):
         return laid
     if laid is None and (dy.is_contiguous() or not any(dy.stride())):   # (a sum's cotangent decides nothing)
         return None
+    shape = dy.shape                           # (the cotangent of a result of x's shape)
+    x_strides = _c_strides(shape) if x_strides is None else tuple(x_strides)
     rule = SPECS[op].results_layout.gradient_from
-    operands = [x if name == "x" else dy for name in (("dy", "x") if rule is None else rule(arguments))]
-    strides = iterator_strides(x.shape, [t.stride() for t in operands])
-    if strides == _c_strides(x.shape):
+    operands = [x_strides if name == "x" else dy.stride() for name in (("dy", "x") if rule is None else rule(arguments))]
+    strides = iterator_strides(shape, operands)
+    if strides == _c_strides(shape):
         return None
-    return torch.empty_strided(x.shape, strides, dtype=x.dtype, device="meta")
+    return torch.empty_strided(shape, strides, dtype=dy.dtype, device="meta")
 
 
 def iterator_strides(shape: Sequence[Any], operands: Sequence[Sequence[Any]]) -> tuple[Any, ...]:

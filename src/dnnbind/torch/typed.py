@@ -301,7 +301,8 @@ def _laid_out(op: str, args: Sequence[Any], cotangents: Sequence[Tensor | None],
     x, arrays = _tensors(op, args)
     laid = layout.of(op, x, calls.named_array(op, arrays))
     if op in layout.ELEMENTWISE:
-        laid = layout.of_gradients(op, laid, x, cotangents[0], public_arguments(op, args)[2])
+        laid = layout.of_gradients(op, laid, None if laid is None else x.stride(), cotangents[0],
+                                   public_arguments(op, args)[2])
     return layout.lay_out(grads, laid)
 
 
@@ -683,12 +684,8 @@ def from_result(op: str, gradients: Any, y: Tensor, cotangents: Sequence[Tensor 
     differentiable operations, :func:`dnnbind.highlevel.specs.second_order.from_result`), in torch's
     operations on y, so that autograd differentiates it further through y's own history, as torch's
     sigmoid_backward; half precision computed in float32."""
-    ops = object.__new__(_Ops)
-    ops.op, ops.arrays, ops.kwargs = op, {"x": None}, arguments
-    ops.arguments = arguments
     half = y.dtype in (torch.float16, torch.bfloat16)
-    result = y.float() if half else y
-    ops.forward = lambda arrays, **_: [result]          # type: ignore[method-assign]
+    ops = _ResultOps(op, y.float() if half else y, arguments)
     dx = gradients(ops, {"x": None}, [c.float() if half and c is not None else c for c in cotangents])["x"]
     return dx.to(y.dtype) if half else dx
 
@@ -853,6 +850,17 @@ class _Ops:
     @staticmethod
     def gather(a: Tensor, indices: Tensor) -> Tensor:
         return a.flatten(2).gather(2, indices.flatten(2)).view(indices.shape)
+
+class _ResultOps(_Ops):
+    """What :func:`from_result`'s backward calls: :class:`_Ops` whose forward is the call's result (its x
+    is not kept)."""
+
+    def __init__(self, op: str, result: Tensor, arguments: dict[str, Any]) -> None:
+        self.op, self.arrays, self.kwargs, self.arguments = op, {"x": None}, arguments, arguments
+        self.result = result
+
+    def forward(self, arrays: dict[str, Any], **arguments: Any) -> list[Tensor]:
+        return [self.result]
 
 
 #: op -> the autograd.Function of its backward op (eager; traced)

@@ -84,7 +84,6 @@ class Call:
             aliases[_leaf_index(r, specs, name)] = len(outputs) + k
         self.aliases = aliases
         paths = T.gradient_paths(r, specs)
-        self.has_gradient = tuple(p is not None for p in paths)
         # per leaf: its gradient's place among the backward's (None: none), its array's place among the spec's
         self.gradient_of = tuple(None if p is None else p[0] for p in paths)
         self.array_of = tuple(k for k, value in enumerate(specs) for _ in A.leaves([value]))
@@ -137,28 +136,22 @@ class Call:
         return tuple(next(grads) if c else None for c in computed) + (None,) * len(traced)
 
 
-def _manual_type(arrays: Any) -> Any:
-    """Inside jax.shard_map: the manual-axis type of the arrays that vary over the most mesh axes (after
-    :func:`_vary_alike`, all of them), whose varying axes the FFI call's results share; None elsewhere."""
-    found = None
-    for a in arrays:
-        kind = getattr(jax.typeof(a), "manual_axis_type", None)
-        if kind is not None and kind.varying and (found is None or len(kind.varying) > len(found.varying)):
-            found = kind
-    return found
-
-
 def _varying_like(types: tuple, inputs: Any) -> tuple:
-    """``types`` as results of a call on ``inputs``: varying over the inputs' mesh axes inside
-    jax.shard_map (an FFI call's results are typed as given, and without the axes JAX would take a
-    per-device value for a replicated one), unchanged elsewhere."""
-    kind = _manual_type(inputs)
-    if kind is None:
+    """``types`` as results of a call on ``inputs``: inside jax.shard_map varying over the mesh axes of the
+    input that varies over the most (after :func:`_vary_alike`, all of them: an FFI call's results are
+    typed as given, and without the axes JAX would take a per-device value for a replicated one),
+    unchanged elsewhere."""
+    found = None
+    for a in inputs:
+        aval = jax.typeof(a)
+        kind = getattr(aval, "manual_axis_type", None)
+        if kind is not None and kind.varying and (found is None or len(kind.varying) > len(found[1].varying)):
+            found = (aval, kind)
+    if found is None:
         return types
-    mesh = next(jax.typeof(a).sharding.mesh for a in inputs
-                if getattr(jax.typeof(a), "manual_axis_type", None) == kind)
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    return tuple(jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=sharding, manual_axis_type=kind) for t in types)
+    sharding = jax.sharding.NamedSharding(found[0].sharding.mesh, jax.sharding.PartitionSpec())
+    return tuple(jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=sharding, manual_axis_type=found[1])
+                 for t in types)
 
 
 def _vary_alike(arrays: list[Any]) -> list[Any]:
@@ -213,16 +206,16 @@ def _apply_forward(call: Call, *primals: Any) -> tuple:
     """The forward, and which gradients the backward computes: those of the arrays JAX differentiates
     with respect to (symbolic zeros: a convolution of data needs no dx, a frozen filter no dw)."""
     inputs = [p.value for p in primals]
-    needs = call.needs(tuple(bool(p.perturbed) for p in primals[:len(call.has_gradient)]))
+    needs = call.needs(tuple(bool(p.perturbed) for p in primals[:len(call.gradient_of)]))
     outputs, residuals = call.forward(*inputs)
-    return outputs, (residuals, tuple(inputs[len(call.has_gradient):]), _Needs(needs))
+    return outputs, (residuals, tuple(inputs[len(call.gradient_of):]), _Needs(needs))
 
 
 def _apply_backward(call: Call, saved: tuple, cotangents: tuple) -> tuple:
     residuals, traced, needs = saved
     present = [c for c in cotangents if not isinstance(c, SymbolicZero)]
     if not present:                         # nothing flows back: no gradient to compute
-        return (None,) * (len(call.has_gradient) + len(traced))
+        return (None,) * (len(call.gradient_of) + len(traced))
     cotangents = tuple(jnp.zeros(c.shape, c.dtype) if isinstance(c, SymbolicZero) else c for c in cotangents)
     return call.backward(residuals, cotangents, traced, needs.flags)
 

@@ -134,3 +134,81 @@ def test_a_strided_1x1_convolution_keeps_only_the_pixels_its_kernel_visits():
         x = rng.standard_normal(shape)
         _, (_, kept) = cpu.conv_forward(x, np.ones((4, 3, 1, 1)), None, ConvDims(shape, (4, 3, 1, 1), stride=2))
         assert not np.shares_memory(kept, x)
+
+
+def _declaring_cases():
+    """CASES and the ops they lack: layer norm, rnn (lengths, a projection), a chain."""
+    yield from CASES
+    x, w, b = rng.standard_normal((3, 4, 5)), rng.standard_normal(5), rng.standard_normal(5)
+    yield "layer_norm", (x, w, b), SPECS["layer_norm"].check(x, w, b, normalized_shape=(5,))
+    yield "layer_norm", (x.astype(np.float16), None, None), SPECS["layer_norm"].check(
+        x.astype(np.float16), None, None, normalized_shape=(4, 5))
+    for lengths, proj in ((None, 0), ([4, 2, 3], 0), (None, 2)):
+        x = rng.standard_normal((4, 3, 3))
+        shapes = ((12, 3), (12, proj or 3), (12,), (12,)) + (((proj, 3),) if proj else ())
+        weights = [tuple(rng.standard_normal(s) for s in shapes) for _ in range(2)]     # (two directions)
+        static = SPECS["rnn"].check(x, weights, hidden_size=3, bidirectional=True, lengths=lengths,
+                                    proj_size=proj)
+        yield "rnn", (x, weights, None, None), static
+    x, w = rng.standard_normal((2, 3, 5, 5)), rng.standard_normal((4, 3, 3, 3))
+    for mode in ("relu", "sigmoid", "elu"):
+        yield "conv_bias_activation", (x, w, None), SPECS["conv_bias_activation"].check(x, w, None, padding=1,
+                                                                                        mode=mode)
+
+
+DECLARING = list(_declaring_cases())
+
+
+def _source(op, arrays, result, key):
+    """The array or result a residual declares itself the value of (ArraySpec.same_as)."""
+    spec = SPECS[op]
+    named = dict(zip(spec.array_names, arrays))
+    named.update(zip(spec.output_names, result if isinstance(result, tuple) else (result,)))
+    value = named[key[0]]
+    for i in key[1:]:
+        value = value[i]
+    return value
+
+
+@pytest.mark.parametrize("borrowed", [False, True], ids=["own", "lent"])
+@pytest.mark.parametrize("backend", [cpu, reference], ids=["cpu", "reference"])
+@pytest.mark.parametrize("op,arrays,static", DECLARING, ids=[f"{c[0]}-{i}" for i, c in enumerate(DECLARING)])
+def test_a_residual_declared_the_value_of_an_array_or_a_result_is_that_value(op, arrays, static, backend, borrowed):
+    """What a framework passes in place of a declared residual (dnnbind.torch's training ops leave them out)
+    is what the forward saved there, in the residual's shape and dtype, whether it owns or borrows."""
+    from dnnbind.highlevel.grad_mode import saving_residuals
+    from dnnbind.highlevel.residual import declared
+    with saving_residuals(True, borrowed):
+        specs = getattr(backend, f"{op}_residuals")(*_spec(arrays), *static)
+        result, saved = getattr(backend, f"{op}_forward")(*arrays, *static)
+    assert [(tuple(r.shape), np.dtype(r.dtype)) for r in saved] == [(s.shape, np.dtype(s.dtype)) for s in specs]
+    for place, key, s in declared(specs):
+        source = np.asarray(_source(op, arrays, result, key))
+        assert source.size == saved[place].size
+        np.testing.assert_array_equal(saved[place], source.reshape(s.shape).astype(s.dtype))
+
+
+def test_the_cpu_backend_declares_the_arrays_it_saves_as_given():
+    """Without these declarations a training op returns copies of its inputs (twice the memory of torch's)."""
+    from dnnbind.highlevel.grad_mode import saving_residuals
+    from dnnbind.highlevel.residual import declared
+    keys = {}
+    for i, (op, arrays, static) in enumerate(DECLARING):
+        with saving_residuals(True, True):
+            keys[i] = [key for _, key, _ in declared(getattr(cpu, f"{op}_residuals")(*_spec(arrays), *static))]
+    assert keys[1] == [("x",), ("w",)] and keys[2] == [("x",), ("w",)]     # im2col; 1x1 at stride 1
+    assert keys[3] == [("w",)] and keys[7] == [("x",)]                    # strided 1x1: its sample; flipped
+    assert keys[4] == [] and keys[8] == []                                # half: computed in float32
+    assert [keys[i] for i, c in enumerate(DECLARING) if c[0] == "batchnorm"] == [[("x",)]] * 2
+    modes = {c[2][0]: keys[i] for i, c in enumerate(DECLARING) if c[0] == "activation" and c[1][0].dtype != np.float16}
+    assert modes == {"relu": []}                                          # (an empty call)
+    assert [keys[i] for i, c in enumerate(DECLARING) if c[0] == "softmax"] == [[("y",)]] * 2
+    rnn = [keys[i] for i, c in enumerate(DECLARING) if c[0] == "rnn"]
+    assert rnn[0][0] == ("x",) and ("weights", 1, 1) in rnn[0] and ("x",) not in rnn[1]
+    assert ("weights", 0, 4) in rnn[2]
+    chain = [keys[i] for i, c in enumerate(DECLARING) if c[0] == "conv_bias_activation"]
+    assert chain == [[("x",), ("w",), ("y",)], [("x",), ("w",), ("y",)], [("x",), ("w",)]]
+    with saving_residuals(True, False):                  # owning, batch norm saves x normalised, relu a mask
+        for i, (op, arrays, static) in enumerate(DECLARING):
+            if op == "batchnorm" or (op == "activation" and static[0] == "relu"):
+                assert declared(getattr(cpu, f"{op}_residuals")(*_spec(arrays), *static)) == ()

@@ -255,11 +255,14 @@ def _lowered(f, *args) -> str:
 
 def test_vmap_folds_pooling_into_one_call_and_runs_conv_per_element():
     """Pooling and activations work on each position of x's leading axis apart: vmap's batch folds into it
-    (one FFI call, no loop); a convolution (its weights may be batched too) runs once per batch element."""
+    (one FFI call, no loop); a convolution's forward too where x alone is mapped; with its weights mapped
+    it runs once per batch element, as does its backward (a per-sample filter gradient is each sample's)."""
     xs = rand(3, 2, 4, 6, 6)
     pooled = lambda x: dj.meanpool(dj.maxpool(x, 2), 2, padding=1)
     assert "while" not in _lowered(jax.vmap(pooled), xs)
-    assert "while" in _lowered(jax.vmap(lambda x: dj.conv(x, rand(3, 4, 3, 3))), xs)
+    w = rand(3, 4, 3, 3)
+    assert "while" not in _lowered(jax.vmap(lambda x: dj.conv(x, w)), xs)
+    assert "while" in _lowered(jax.vmap(lambda w: dj.conv(xs[0], w)), jnp.stack([w, w]))
     theirs = lambda x: lax_meanpool(lax_maxpool(x, 2, 2, 0), 2, 2, 1)
     close(jax.vmap(pooled)(xs), jax.vmap(theirs)(xs))
     loss = lambda f: (lambda xs: jnp.sum(jnp.sin(jax.vmap(f)(xs))))
@@ -270,6 +273,32 @@ def test_vmap_folds_pooling_into_one_call_and_runs_conv_per_element():
           jax.vmap(jax.vmap(lambda x: lax_maxpool(x, 2, 2, 0)))(nested))
     g = jax.grad(lambda xs: jnp.sum(jax.vmap(jax.vmap(lambda x: dj.activation(x, "tanh")))(xs) ** 2))(xs)
     close(g, 2 * jnp.tanh(xs) * (1 - jnp.tanh(xs) ** 2))
+
+
+@pytest.mark.parametrize("op", ["conv", "conv_transpose", "conv_bias_activation"])
+def test_a_vmap_of_x_alone_folds_a_convolution_into_one_call_with_lax_values_and_gradients(op):
+    """Folded (one call on the batch of batches), also nested and under grad; per-sample gradients (vmap
+    of grad) and mapped weights as lax's."""
+    xs, b = rand(2, 3, 4, 5, 5), rand(6)
+    w = rand(4, 6, 3, 3) if op == "conv_transpose" else rand(6, 4, 3, 3)
+    kw = {"mode": "tanh"} if op == "conv_bias_activation" else {}
+    ours = lambda x, w: getattr(dj, op)(x, w, b, padding=1, stride=2, **kw)
+
+    def theirs(x, w):
+        if op == "conv_transpose":            # (a convolution's data gradient)
+            _, vjp = jax.vjp(lambda z: lax_conv(z, w, stride=2, padding=1), jnp.zeros((x.shape[0], 6, 9, 9)))
+            return vjp(x)[0] + b.reshape(1, -1, 1, 1)
+        y = lax_conv(x, w, b, stride=2, padding=1)
+        return jnp.tanh(y) if kw else y
+    close(jax.jit(jax.vmap(ours, (0, None)))(xs, w), jax.vmap(theirs, (0, None))(xs, w))
+    close(jax.vmap(jax.vmap(ours, (0, None)), (0, None))(xs[None], w), jax.vmap(theirs, (0, None))(xs, w)[None])
+    loss = lambda f: (lambda w, x: jnp.sum(jnp.sin(f(x, w))))
+    close(jax.jit(jax.vmap(jax.grad(loss(ours)), (None, 0)))(w, xs), jax.vmap(jax.grad(loss(theirs)), (None, 0))(w, xs),
+          1e-3)
+    close(jax.jit(jax.grad(lambda w: jnp.sum(jnp.sin(jax.vmap(ours, (0, None))(xs, w)))))(w),
+          jax.grad(lambda w: jnp.sum(jnp.sin(jax.vmap(theirs, (0, None))(xs, w))))(w), 1e-3)
+    ws = jnp.stack([w, -w])
+    close(jax.vmap(ours, (None, 0))(xs[0], ws), jax.vmap(theirs, (None, 0))(xs[0], ws))
 
 
 def test_empty_and_0d_inputs_follow_dnnbinds_edge_policy():
@@ -424,3 +453,24 @@ def test_a_gradient_of_some_arrays_computes_those_alone_and_equals_lax(argnums):
     text = str(jax.make_jaxpr(jax.grad(loss(ours), argnums=argnums))(x, w, b))
     flags = [int(i in argnums) for i in range(3)]
     assert f"('__needs', HashableArray(array({flags})))" in text, text[-600:]
+
+
+def _forward_results(f, *args):
+    """Per forward FFI call of f's vjp: (its target, how many results it returns)."""
+    jaxpr = jax.make_jaxpr(lambda *a: jax.vjp(f, *a))(*args)
+    return [(e.params["target_name"], len(e.outvars)) for e in jaxpr.jaxpr.eqns
+            if e.primitive.name == "ffi_call" and e.params["target_name"].endswith("_forward")]
+
+
+def test_a_forward_returns_no_copy_of_an_array_its_backward_reads_as_given():
+    """What the backend declares the value of an input or a result (x, w, softmax's y) is not a result of
+    the forward call: JAX keeps those arrays for the backward, which gets them in the residuals' places."""
+    x, w, b = rand(2, 3, 6, 6), rand(4, 3, 3, 3), rand(4)
+    assert _forward_results(lambda x, w, b: dj.conv(x, w, b, padding=1), x, w, b) == [("dnnbind_conv_forward", 1)]
+    assert _forward_results(lambda x: dj.softmax(x, axis=1), x) == [("dnnbind_softmax_forward", 1)]
+    assert _forward_results(lambda x: dj.activation(x, "sigmoid"), x) == [("dnnbind_activation_forward", 1)]
+    # strided 1x1: its sample of x is saved, w is not
+    assert _forward_results(lambda x, w: dj.conv(x, w, stride=2), x, rand(4, 3, 1, 1)) == [("dnnbind_conv_forward", 2)]
+    grads_agree(lambda x, w, b: jax.nn.sigmoid(dj.softmax(dj.conv(x, w, b, padding=1), axis=1)),
+                lambda x, w, b: jax.nn.sigmoid(jax.nn.softmax(lax_conv(x, w, b, padding=1), axis=1)), (x, w, b),
+                (0, 1, 2))

@@ -138,9 +138,10 @@ def test_opcheck_passes_for_the_training_and_pullback_ops(op, args):
     cotangents = [torch.randn_like(results[0])] + [None] * (len(SPECS[op].outputs) - 1)
     tensors = [t for a in args for t in (a if isinstance(a, list) else [a]) if isinstance(t, torch.Tensor)]
     needs = [True] * len(tensors)
-    grads = getattr(torch.ops.dnnbind, f"{op}_pullback")(residuals, cotangents, *args, needs)
+    grads = getattr(torch.ops.dnnbind, f"{op}_pullback")(residuals, list(results), cotangents, *args, needs)
     torch.testing.assert_close(grads, getattr(torch.ops.dnnbind, f"{op}_backward")(cotangents, *args, needs))
-    torch.library.opcheck(getattr(torch.ops.dnnbind, f"{op}_pullback"), (residuals, cotangents, *args, needs))
+    torch.library.opcheck(getattr(torch.ops.dnnbind, f"{op}_pullback"),
+                          (residuals, list(results), cotangents, *args, needs))
 
 
 class SmallCNN(torch.nn.Module):

@@ -4,6 +4,7 @@ refused as torch refuses it for its own layers, and a change to anything else le
 forward's."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import warnings
 import weakref
@@ -12,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 import dnnbind.torch as dt
@@ -274,6 +276,44 @@ def test_a_training_forward_keeps_no_copy_of_its_tensors(name):
     y = layer(x)
     node = y.grad_fn
     assert _own_bytes(node, [x, y, *layer.parameters()]) < x.numel() * x.element_size() // 2
+
+
+class _TrainingOps(TorchDispatchMode):
+    """Records the residuals every typed training op returns (what a compiled graph keeps of them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.residuals: list[torch.Tensor] = []
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.namespace == "dnnbind" and func._opname.endswith("_training"):
+            self.ops.append(func._opname)
+            self.residuals += out[1]
+        return out
+
+
+@pytest.mark.parametrize("name", KEEPING)
+def test_a_typed_training_op_returns_no_copy_of_its_tensors(name):
+    """A typed training op (what torch.compile's graphs and a dispatch mode run) returns no residual that is
+    the value of x, a parameter or the result: autograd keeps those and its pullback takes them in their
+    places. At most per-channel or per-row statistics of its own, and the gradients the eager call gives."""
+    make, _ = LAYERS[name]
+    grads = []
+    for recorded in (False, True):
+        torch.manual_seed(0)
+        layer = make(dnn)
+        x = torch.randn(8, 3, 32, 6, requires_grad=True)
+        mode = _TrainingOps()
+        with mode if recorded else contextlib.nullcontext():
+            y = layer(x * 1)
+        y.square().sum().backward()
+        grads.append([x.grad, *[p.grad for p in layer.parameters()]])
+    assert len(mode.ops) == 1
+    assert sum(r.numel() * r.element_size() for r in mode.residuals) < x.numel() * x.element_size() // 2
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
 
 
 def test_a_fused_run_keeps_no_copy_of_its_layers_arrays():

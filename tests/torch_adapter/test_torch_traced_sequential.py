@@ -182,6 +182,15 @@ def test_the_sequence_ops_pass_opcheck_and_equal_the_layers():
     assert len(results) == 3 and residuals
     (dx, dw, dgamma), (ex, ew, egamma) = [torch.autograd.grad(y.sum(), (x, w, gamma)) for y in (results[0], expected)]
     torch.testing.assert_close((dx, dw, dgamma), (ex, ew, egamma))
+    # of the arrays the layers' backwards read, the training forward returns the one between them (the
+    # convolution's result, batch norm's x) once, and no copy of x, w or the result (tanh's): the pullback
+    # takes those in their places
+    assert [tuple(r.shape) for r in residuals if r.numel() >= 4 * 9] == [(2, 4, 6, 6)]
+    pullback = (residuals, results[0].detach(), [torch.ones_like(results[0])], x.detach(),
+                [t.detach() for t in inputs[1]], layers, [0.1], [True] * 7)
+    torch.library.opcheck(torch.ops.dnnbind.sequence_pullback, pullback)
+    found = torch.ops.dnnbind.sequence_pullback(*pullback)
+    torch.testing.assert_close((found[0], found[1], found[3]), (ex, ew, egamma))
 
 
 @pytest.mark.parametrize("layers, reals, message", [

@@ -13,7 +13,7 @@ import inspect
 from typing import Any, Callable
 
 from dnnbind.highlevel.grad_mode import saving
-from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.residual import ArraySpec, undeclared
 from dnnbind.highlevel.specs import SPECS, OpSpec
 
 
@@ -56,11 +56,14 @@ def chained(spec: OpSpec, parts: dict[str, Callable[..., Any]], fused: Callable[
         return backward1(saved1, (d_between,), *static1, **options)
 
     def residuals(*args: Any, **options: Any) -> tuple:
+        """The two ops' residuals; what they declare the value of (ArraySpec.same_as) where it is the
+        chain's own: the first op's arrays, the second op's results, not the result between them."""
         arrays, static = args[:n_arrays], args[n_arrays:]
         static1, static2 = chain.split(static)
         x = arrays[0]
-        return (*residuals1(*arrays, *static1, **options),
-                *residuals2(ArraySpec(chain.between(static), x.dtype), *static2))
+        return (*_declaring(residuals1(*arrays, *static1, **options), SPECS[first].array_names),
+                *_declaring(residuals2(ArraySpec(chain.between(static), x.dtype), *static2),
+                            SPECS[second].output_names))
 
     # the residual form's parameters (what frameworks and the tests read), then the backend's options
     taking = spec.residual_signature()
@@ -76,6 +79,11 @@ def chained(spec: OpSpec, parts: dict[str, Callable[..., Any]], fused: Callable[
         fn.__name__ = fn.__qualname__ = f"{spec.name}_{part}"
         setattr(fn, "__signature__", pulling if part == "backward" else taking)
     return forward, backward, residuals
+
+
+def _declaring(specs: tuple, names: tuple[str, ...]) -> tuple:
+    """``specs`` declaring a source (ArraySpec.same_as) only where it is one of ``names``."""
+    return tuple(s if s.same_as is None or s.same_as[0] in names else undeclared((s,))[0] for s in specs)
 
 
 def chained_ops(namespace: dict[str, Any]) -> list[str]:

@@ -13,8 +13,10 @@ What a backend provides (:class:`ConvPrimitives`) is an object with
   context managers giving one call's primitives (:class:`ConvCall`), bound to its dims, its options
   and whatever the backend chose for it (a plan, a handle, a memory layout, a code path); ``op`` names
   the op for error messages;
-* ``saved_input_shape(dims)`` and ``residual(shape, dtype)``: what conv saves of x and the
-  :class:`ArraySpec` a saved array of that shape gets (the reference saves float64);
+* ``saved_input_shape(dims)`` and ``residual(shape, dtype, same_as)``: what conv saves of x and the
+  :class:`ArraySpec` a saved array of that shape gets (the reference saves float64); ``same_as`` names
+  the array it is the value of where it is one (x kept as given, w not flipped), for the backend to
+  declare (:attr:`ArraySpec.same_as`) where it saves that array as given, C-ordered;
 * optionally ``OPTIONS``, the backend's keywords (others raise TypeError; none by default), and
   ``wrap_forward(fn)``, ``wrap_backward(fn)``, ``wrap_residuals(fn)``: decorators applied to
   the composed functions (the cpu backend's half-precision and memory checks).
@@ -80,7 +82,7 @@ class ConvPrimitives(Protocol):
     def backward_call(self, op: str, dims: ConvDims, options: dict[str, Any], saved: tuple, dy: Any,
                       dy_shape: tuple[int, ...]) -> ContextManager[ConvCall]: ...
     def saved_input_shape(self, dims: ConvDims) -> tuple[int, ...]: ...
-    def residual(self, shape: tuple[int, ...], dtype: Any) -> ArraySpec: ...
+    def residual(self, shape: tuple[int, ...], dtype: Any, same_as: tuple | None) -> ArraySpec: ...
 
 
 def _crop(a: Any, shape: tuple[int, ...]) -> Any:
@@ -92,6 +94,13 @@ def _residuals(call: ConvCall, xs: Any, wf: Any, keep: bool) -> tuple:
     """The forward's residuals: its own copies of the saved input and filter; none unless ``keep`` (none
     under no_grad())."""
     return (call.keep(xs, call.x), call.keep(wf, call.w, filter=True)) if keep else ()
+
+
+def _saved_specs(prims: ConvPrimitives, x: Any, kept: tuple[int, ...], dims: ConvDims) -> tuple[ArraySpec, ArraySpec]:
+    """The residuals' specs: x as kept (``kept``: its shape; x itself where it is x's), the filter as
+    applied (w itself unless flipped)."""
+    return (prims.residual(kept, x.dtype, ("x",) if tuple(kept) == tuple(x.shape) else None),
+            prims.residual(dims.w_shape, x.dtype, None if dims.flip else ("w",)))
 
 
 def conv_ops(prims: ConvPrimitives) -> types.SimpleNamespace:
@@ -148,7 +157,7 @@ def conv_ops(prims: ConvPrimitives) -> types.SimpleNamespace:
         """What conv_forward saves, computed without running it."""
         if options:
             check("conv_residuals", options)
-        return prims.residual(prims.saved_input_shape(dims), x.dtype), prims.residual(dims.w_shape, x.dtype)
+        return _saved_specs(prims, x, prims.saved_input_shape(dims), dims)
 
     def conv_transpose_forward(x: Any, w: Any, b: Any, dims: ConvDims, **options: Any) -> tuple[Any, tuple]:
         """Transposed convolution: the data gradient of the convolution ``dims`` describes (dims.x_shape
@@ -193,7 +202,7 @@ def conv_ops(prims: ConvPrimitives) -> types.SimpleNamespace:
         """What conv_transpose_forward saves, computed without running it."""
         if options:
             check("conv_transpose_residuals", options)
-        return prims.residual(dims.y_shape, x.dtype), prims.residual(dims.w_shape, x.dtype)
+        return _saved_specs(prims, x, dims.y_shape, dims)
 
     def signed(fn: Callable[..., Any]) -> Callable[..., Any]:
         """fn, its signature naming the backend's options (keyword-only, None by default) for ``**options``."""

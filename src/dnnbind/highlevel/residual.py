@@ -35,16 +35,36 @@ from dnnbind.highlevel.specs import SPECS
 
 
 class ArraySpec(NamedTuple):
-    """An array described by shape and dtype only (numpy dtype object)."""
+    """An array described by shape and dtype only (numpy dtype object).
+
+    ``same_as``, which a backend's ``NAME_residuals`` may declare for a residual: the forward saves, in
+    this shape and dtype, C-ordered, the value of one of the op's arrays or results, named as a key:
+    ``(name,)`` (an array or a result of the spec) or ``(name, group, index)`` (an entry of a nested
+    array, rnn's weights). A framework that keeps that array unchanged until the backward (torch's
+    autograd) need not keep the residual too: it passes the array in its place (:func:`declared`).
+    """
     shape: tuple[int, ...]
     dtype: Any
+    same_as: tuple | None = None
+
+
+def declared(specs: Any) -> tuple[tuple[int, tuple, ArraySpec], ...]:
+    """(place, source key, spec) of each residual among ``specs`` that declares itself the value of an
+    array or a result (:attr:`ArraySpec.same_as`)."""
+    return tuple((i, s.same_as, s) for i, s in enumerate(specs) if getattr(s, "same_as", None) is not None)
+
+
+def undeclared(specs: Any) -> tuple:
+    """``specs`` with no residual declaring a source (where what a backend declares no longer holds: a
+    half-precision op computed in float32, a chain's intermediate)."""
+    return tuple(s._replace(same_as=None) if getattr(s, "same_as", None) is not None else s for s in specs)
 
 
 #: The revision of what the forwards save (which arrays, their shapes): part of the ``saves`` argument of
 #: dnnbind.torch's training ops (dnnbind.torch.typed.saves_tag), so that a compiled training graph cached on
 #: disk by torch.compile is never reused by a dnnbind that saves something else. Bump it whenever a
 #: backend's residuals change.
-RESIDUAL_REVISION = 6
+RESIDUAL_REVISION = 8
 
 #: every gradient of a three-gradient op
 ALL_NEEDED = (True, True, True)

@@ -24,7 +24,8 @@ from dnnbind.highlevel.dispatch import backend_function
 from dnnbind.highlevel.edges import output_dtype
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.ops import residual_static
-from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.grad_mode import saving_residuals
+from dnnbind.highlevel.residual import ArraySpec, declared
 from dnnbind.highlevel.unbatched import batch_axis
 from dnnbind.jax import attrs as A
 from dnnbind.jax import targets as T
@@ -68,17 +69,20 @@ class Call:
         self.float_outputs = tuple(np.dtype(o.dtype).kind == "f" or np.dtype(o.dtype).name == "bfloat16"
                                    for o in outputs)
         updated = [specs[r.arrays.index(n)] for n in r.updated if specs[r.arrays.index(n)] is not None]
-        saved = backend_function(backend, f"{r.op}_residuals")(*specs, *static)
+        with saving_residuals(True, borrowed=True):       # (what the forward target's backend call saves)
+            saved = backend_function(backend, f"{r.op}_residuals")(*specs, *static)
+        self.lent = _lent(r, specs, self.slots, saved)
+        kept = [s for i, s in enumerate(saved) if i not in {place for place, *_ in self.lent}]
         for spec in saved:
             if jax.dtypes.canonicalize_dtype(spec.dtype) != np.dtype(spec.dtype):
                 raise TypeError(f"{r.op} saves a {np.dtype(spec.dtype).name} array for its backward, which JAX "
                                 f"would narrow without jax_enable_x64: enable it (jax.config.update("
                                 f"'jax_enable_x64', True)) to run this op")
-        _check_sizes(r.op, [*outputs, *saved], platform)
-        self.row, self.platform, self.tree = r, platform, A.tree(specs)
-        self.counts = (len(outputs), len(updated), len(saved))
+        _check_sizes(r.op, [*outputs, *kept], platform)
+        self.row, self.platform, self.tree, self.kwargs = r, platform, A.tree(specs), kwargs
+        self.counts = (len(outputs), len(updated), len(kept))
         self.forward_types = tuple(outputs + [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in updated]
-                                   + [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in saved])
+                                   + [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in kept])
         aliases = {}
         for k, name in enumerate(n for n in r.updated if specs[r.arrays.index(n)] is not None):
             aliases[_leaf_index(r, specs, name)] = len(outputs) + k
@@ -92,11 +96,19 @@ class Call:
         traced = [0] * len(r.traced)               # per-call values are 0-d
         self.attrs = {**A.encode(kwargs), A.TREE: self.tree,
                       T.RANKS: np.asarray([len(s.shape) for s in leaves] + traced, np.int64)}
+        if self.lent:
+            self.attrs[T.LENT] = np.asarray([place for place, *_ in self.lent], np.int64)
         cotangents = [len(o.shape) for o, f in zip(outputs, self.float_outputs) if f]
         self.backward_attrs = {**self.attrs, **T.encode_shapes(leaves), T.RESIDUALS: np.int64(len(saved)),
                                T.GIVEN: np.asarray(self.float_outputs, np.int64),
                                T.RANKS: np.asarray([len(s.shape) for s in saved] + cotangents + traced, np.int64)}
         self.key = (r.op, platform, self.tree, repr(sorted(kwargs.items())), repr(leaves))
+        # where the samples are independent but the op has other arrays (conv's weights): which of the
+        # forward call's results have x's leading axis, for a vmap of x alone to fold into it (None: no
+        # fold here; x-only ops fold in their handlers, table.Row.folds)
+        self.x_axis = None if r.folds or not SPECS[r.op].samples_independent or r.traced else _x_axis(
+            r, specs, kwargs, backend, self.lent, len(outputs) + len(updated), kept)
+        self.forward = self._ffi_forward if self.x_axis is None else _folding(self)
         T.ensure_registered(r.op, platform)
 
     def __hash__(self) -> int:
@@ -105,13 +117,26 @@ class Call:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Call) and other.key == self.key
 
-    def forward(self, *inputs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        """(outputs and updated arrays, residuals) of the forward FFI call."""
+    def _ffi_forward(self, *inputs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """(outputs and updated arrays, residuals) of the forward FFI call (:attr:`forward` runs it, folding
+        a vmap of x alone into x's leading axis where it can)."""
         results = jax.ffi.ffi_call(T.target_name(self.row.op, "forward"), _varying_like(self.forward_types, inputs),
                                    vmap_method=self.row.vmap_method,
                                    input_output_aliases=self.aliases or None)(*inputs, **self.attrs)
         n = self.counts[0] + self.counts[1]
         return tuple(results[:n]), tuple(results[n:])
+
+    def restored(self, residuals: tuple, inputs: tuple, outputs: tuple) -> tuple:
+        """All the backend's residuals: the forward target's, and in their places the inputs or outputs the
+        backend declares them the values of (:attr:`lent`), in the residual's shape and dtype (no copy:
+        JAX keeps those arrays for the backward)."""
+        if not self.lent:
+            return residuals
+        full = list(residuals)
+        for place, is_input, index, shape, dtype in self.lent:
+            a = (inputs if is_input else outputs)[index].reshape(shape)
+            full.insert(place, a if a.dtype == dtype else a.astype(dtype))
+        return tuple(full)
 
     def needs(self, perturbed: tuple[bool, ...]) -> tuple[bool, ...] | None:
         """A skippable op's ``needs=`` (one flag per gradient) from which array leaves JAX differentiates
@@ -185,6 +210,70 @@ def _check_sizes(op: str, arrays: list[Any], platform: str) -> None:
                           f"{gib(have)} is available")
 
 
+def _lent(r: Row, specs: list[Any], slots: tuple[bool, ...], saved: Any) -> tuple[tuple[Any, ...], ...]:
+    """(place, whether an input, its index among the inputs (array leaves, depth first) or the outputs,
+    shape, dtype) of each residual the backend declares the value of an array or a result (ArraySpec.same_as)."""
+    places: dict[tuple, tuple[bool, int]] = {}
+    for name, value in zip(r.arrays, specs):
+        if A.is_node(value):
+            for g, group in enumerate(value):
+                for j, leaf in enumerate(group):
+                    if leaf is not None:
+                        places[(name, g, j)] = (True, len(places))
+        elif value is not None:
+            places[(name,)] = (True, len(places))
+    returned = [name for name, slot in zip(SPECS[r.op].output_names, slots) if slot]
+    places.update(((name,), (False, i)) for i, name in enumerate(returned))
+    return tuple((place, *places[key], tuple(s.shape), np.dtype(s.dtype)) for place, key, s in declared(saved))
+
+
+def _x_axis(r: Row, specs: list[Any], kwargs: dict[str, Any], backend: str, lent: tuple, returned: int,
+            kept: list[ArraySpec]) -> tuple[bool, ...] | None:
+    """Per result of the forward FFI call (outputs, then the residuals it returns): whether it has x's
+    leading axis, found as the results whose leading size follows x's (the results of a call on one more
+    sample); None where some other size changes too."""
+    one_more = [ArraySpec((specs[0].shape[0] + 1, *specs[0].shape[1:]), specs[0].dtype), *specs[1:]]
+    static = residual_static(r.op, *one_more, **kwargs)
+    with saving_residuals(True, borrowed=True):
+        saved = backend_function(backend, f"{r.op}_residuals")(*one_more, *static)
+    places = {place for place, *_ in lent}
+    grown = [s for i, s in enumerate(saved) if i not in places]
+    axis = [True] * returned         # (the outputs: every one has x's leading axis)
+    for before, after in zip(kept, grown):
+        if tuple(after.shape) == tuple(before.shape):
+            axis.append(False)
+        elif tuple(after.shape) == (before.shape[0] + 1, *before.shape[1:]):
+            axis.append(True)
+        else:
+            return None
+    return tuple(axis)
+
+
+def _folding(call: Call) -> Callable[..., Any]:
+    """The forward FFI call, a jax.vmap of x alone folded into x's leading axis: one call on (B * N, ...)
+    (the op's samples are independent); a vmap of anything else runs it once per batch element."""
+    @jax.custom_batching.custom_vmap
+    def forward(*inputs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        return call._ffi_forward(*inputs)
+
+    @forward.def_vmap
+    def rule(axis_size: int, in_batched: list[bool], *inputs: Any) -> tuple[Any, Any]:
+        assert call.x_axis is not None
+        outputs_batched = (tuple([True] * call.counts[0] + [True] * call.counts[1]),
+                           tuple([True] * call.counts[2]))
+        if not in_batched[0] or any(in_batched[1:]):
+            mapped = jax.vmap(call._ffi_forward, in_axes=[0 if b else None for b in in_batched])(*inputs)
+            return mapped, outputs_batched
+        x = inputs[0].reshape((axis_size * inputs[0].shape[1], *inputs[0].shape[2:]))
+        folded = Call(call.row, A.fill(call.tree, [x, *inputs[1:]]), call.kwargs, call.platform)
+        outputs, residuals = folded.forward(x, *inputs[1:])
+        results = [r.reshape((axis_size, r.shape[0] // axis_size, *r.shape[1:])) if axis else r
+                   for r, axis in zip([*outputs, *residuals], call.x_axis)]
+        n = len(outputs)
+        return (tuple(results[:n]), tuple(results[n:])), (tuple(call.x_axis[:n]), tuple(call.x_axis[n:]))
+    return forward
+
+
 def _leaf_index(r: Row, specs: list[Any], name: str) -> int:
     index = r.arrays.index(name)
     return len(A.leaves(specs[:index]))
@@ -208,7 +297,8 @@ def _apply_forward(call: Call, *primals: Any) -> tuple:
     inputs = [p.value for p in primals]
     needs = call.needs(tuple(bool(p.perturbed) for p in primals[:len(call.gradient_of)]))
     outputs, residuals = call.forward(*inputs)
-    return outputs, (residuals, tuple(inputs[len(call.gradient_of):]), _Needs(needs))
+    return outputs, (call.restored(residuals, tuple(inputs), outputs), tuple(inputs[len(call.gradient_of):]),
+                     _Needs(needs))
 
 
 def _apply_backward(call: Call, saved: tuple, cotangents: tuple) -> tuple:

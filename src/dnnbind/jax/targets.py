@@ -6,7 +6,9 @@ adopted as CuPy arrays on XLA's stream, and the cuDNN backend runs (this half ha
 
 Forward target ``dnnbind_NAME_forward``: arguments are the op's arrays (depth first, missing ones left
 out), then the per-call static values (:mod:`dnnbind.jax.table`); results are the op's outputs, the
-updated copies of the arrays it updates in place (aliased to those inputs), then the residuals.
+updated copies of the arrays it updates in place (aliased to those inputs), then the residuals but those
+the backend declares the values of the op's arrays or results (``__lent``): the forward borrows the arrays
+(:func:`dnnbind.highlevel.grad_mode.borrowing`), and those are passed to the backward instead.
 Backward target ``dnnbind_NAME_backward``: arguments are the residuals, the cotangents of the float
 outputs, then the per-call static values; results are the gradients of the differentiable arrays given.
 Attributes: the public op's keyword arguments (:mod:`dnnbind.jax.attrs`), the arrays' nesting, and for
@@ -22,6 +24,7 @@ import numpy as np
 
 from dnnbind.highlevel.dims.checks import numpy_dtype
 from dnnbind.highlevel.dispatch import BACKENDS, backend_function
+from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.ops import residual_static
 from dnnbind.highlevel.residual import ArraySpec
@@ -31,6 +34,9 @@ from dnnbind.jax.table import Row, row
 
 #: the attributes dnnbind.jax adds beside the op's keyword arguments
 SHAPES, DTYPES, RESIDUALS, GIVEN, RANKS, NEEDS = "__shapes", "__dtypes", "__residuals", "__given", "__ranks", "__needs"
+#: the places among the forward's residuals of those it declares the values of its arrays or results
+#: (ArraySpec.same_as): not among the forward target's results (the JAX arrays themselves stand for them)
+LENT = "__lent"
 
 #: XLA platform -> the dnnbind backend its handlers run
 PLATFORMS = {"cpu": "cpu" if "cpu" in BACKENDS else "reference", "CUDA": "cudnn"}
@@ -164,8 +170,11 @@ def forward_body(op: str, platform: str) -> Callable[[F.Frame], None]:
                 memory.store(target, arrays[index])
                 arrays[index] = target
                 updated.append(target)
-        with memory.scope(frame):
+        with memory.scope(frame), saving_residuals(True, borrowed=True):
             result, residuals = forward(*arrays, *static)
+        if LENT in frame.attrs:
+            lent = {int(i) for i in frame.attrs[LENT]}
+            residuals = tuple(a for i, a in enumerate(residuals) if i not in lent)
         results = result if isinstance(result, tuple) else (result,)
         given = [v for v in results if v is not None]
         for target, value in zip(rets, [*given, *updated, *residuals]):

@@ -26,7 +26,7 @@ from dnnbind.highlevel.edges import output_dtype
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.ops import residual_static
 from dnnbind.highlevel.plans import kept
-from dnnbind.highlevel.residual import ArraySpec, innermost
+from dnnbind.highlevel.residual import ArraySpec, declared, innermost
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.support import backend_support
 from dnnbind.torch import layout, symbolic
@@ -157,7 +157,7 @@ class Call:
     results. Built by the first such call (:func:`call_of`)."""
 
     __slots__ = ("op", "device", "dtype", "static", "forward", "backward", "blas_scope", "scoped", "paths",
-                 "counts", "shapes", "kwargs", "plan", "reads")
+                 "counts", "shapes", "kwargs", "plan", "reads", "specs", "_lent")
 
     def __init__(self, op: str, device: torch.device, specs: list[Any], kwargs: dict[str, Any]) -> None:
         self.op, self.device, self.kwargs = op, device, kwargs
@@ -177,6 +177,17 @@ class Call:
         self.shapes = list(SPECS[op].empty((*specs, *self.static)).outputs)
         self.reads = _reads(op, self.counts, self.shapes, kwargs)
         self.plan: Any = None          # the eager path's plan on it (dnnbind.torch.eager)
+        self.specs = specs
+        self._lent: Any = None
+
+    def lent(self) -> tuple[tuple[int, tuple, ArraySpec], ...]:
+        """The residuals a forward that borrows (:func:`forward` with ``borrowed``) declares the values of
+        the call's arrays or results (:func:`dnnbind.highlevel.residual.declared`): worked out once."""
+        if self._lent is None:
+            with saving_residuals(True, True):
+                specs = backend_function(backend(self.device), f"{self.op}_residuals")(*self.specs, *self.static)
+            self._lent = declared(specs)
+        return self._lent
 
     @property
     def results(self) -> int:
@@ -249,12 +260,12 @@ def exact(value: Any) -> Any:
     return (kind, value)
 
 
-def forward(call: Call, x: Tensor, arrays: Sequence[Any]) -> tuple[list[Tensor], tuple]:
+def forward(call: Call, x: Tensor, arrays: Sequence[Any], borrowed: bool = False) -> tuple[list[Tensor], tuple]:
     """(the results, then batch norm's updated running statistics as new tensors; the backend's residuals
     as arrays) of ``call`` on x and the spec's other arrays. Residuals are always saved (also inside
-    dnnbind.no_grad()). Batch norm updates copies of the running statistics: the op mutates none of its
-    inputs."""
-    with off_cpu_scope(x.device), saving_residuals(True):
+    dnnbind.no_grad()), borrowing the call's arrays where ``borrowed`` (grad_mode.borrowing). Batch norm
+    updates copies of the running statistics: the op mutates none of its inputs."""
+    with off_cpu_scope(x.device), saving_residuals(True, borrowed):
         inputs = tree_map(to_array, list(arrays))
         statistics: list[Any] = []
         if SPECS[call.op].updated_in_place:
@@ -275,9 +286,10 @@ def named_array(op: str, arrays: Sequence[Any]) -> Any:
     return lambda name: arrays[order.index(name) - 1]
 
 
-def run_call(call: Call, x: Tensor, arrays: Sequence[Any]) -> tuple[list[Tensor], list[Tensor]]:
-    """(the call's results and updated running statistics, its residuals) as tensors."""
-    outputs, residuals = forward(call, x, arrays)
+def run_call(call: Call, x: Tensor, arrays: Sequence[Any], borrowed: bool = False) -> tuple[list[Tensor], list[Tensor]]:
+    """(the call's results and updated running statistics, its residuals) as tensors (``borrowed``: see
+    :func:`forward`)."""
+    outputs, residuals = forward(call, x, arrays, borrowed)
     with off_cpu_scope(x.device):
         return outputs, [to_tensor(r) for r in residuals]
 
@@ -331,11 +343,11 @@ def _leaves(a: Any) -> int:
 
 # -- shapes without running -----------------------------------------------------------------------
 
-def result_specs(op: str, x: Any, arrays: Sequence[Any],
-                 kwargs: dict[str, Any]) -> tuple[list[Any], tuple[ArraySpec, ...], list[Any]]:
-    """(the op's result shapes, None where a result is not returned; its residuals as ArraySpecs; x and
-    the spec's arrays as ArraySpecs) for tensors or anything with their shape, dtype and device:
-    computed, not run."""
+def result_specs(op: str, x: Any, arrays: Sequence[Any], kwargs: dict[str, Any],
+                 borrowed: bool = False) -> tuple[list[Any], tuple[ArraySpec, ...], list[Any]]:
+    """(the op's result shapes, None where a result is not returned; its residuals as ArraySpecs, of a
+    forward that borrows where ``borrowed``; x and the spec's arrays as ArraySpecs) for tensors or anything
+    with their shape, dtype and device: computed, not run."""
     kwargs, _ = _static_arguments(op, x, arrays, kwargs, False)
     kwargs = {k: _concrete(v) for k, v in kwargs.items()}
     specs = tree_map(_spec, [x, *arrays])
@@ -343,7 +355,8 @@ def result_specs(op: str, x: Any, arrays: Sequence[Any],
     static = kept(("torch static", op, metas, tuple([exact(v) for v in kwargs.values()])),
                    lambda: residual_static(op, *specs, **_listed(kwargs)))
     shapes = SPECS[op].empty((*specs, *static)).outputs
-    saved = backend_function(backend(x.device), f"{op}_residuals")(*specs, *static)
+    with saving_residuals(True, borrowed):
+        saved = backend_function(backend(x.device), f"{op}_residuals")(*specs, *static)
     return list(shapes), tuple(saved), specs
 
 
@@ -358,17 +371,20 @@ def _concrete(value: Any) -> Any:
     return value
 
 
-def fake(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Tensor], list[Tensor]]:
+def fake(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any],
+         borrowed: bool = False) -> tuple[list[Tensor], list[Tensor], tuple[tuple, ...]]:
     """The fake kernels' results: the results (then batch norm's updated running statistics) and the
     residuals, empty tensors of the shapes the real kernel gives, symbolic sizes kept symbolic
-    (:mod:`dnnbind.torch.symbolic`)."""
+    (:mod:`dnnbind.torch.symbolic`); where ``borrowed``, those of a forward that borrows, without the
+    residuals it declares the values of arrays or results (what a typed training op returns), whose
+    (place, source key) come third (``Call.lent``'s)."""
     found: list[Any] = []
     tensors = leaves(list(arrays))
 
     def evaluate(size_of: Any) -> list[Any]:
         def like(t: Any) -> Any:
             return SimpleNamespace(shape=size_of(t), dtype=t.dtype, device=t.device)
-        found[:] = result_specs(op, like(x), tree_map(like, list(arrays)), kwargs)
+        found[:] = result_specs(op, like(x), tree_map(like, list(arrays)), kwargs, borrowed)
         return [*found[0], *[s.shape for s in found[1]]]
 
     every = symbolic.shapes(evaluate, [x, *tensors])
@@ -378,4 +394,7 @@ def fake(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> t
     outputs = layout.lay_out(outputs, layout.of(op, x, named_array(op, list(arrays))))
     if SPECS[op].updated_in_place:            # the updated copies (batch norm's running statistics)
         outputs += [x.new_empty(t.shape, dtype=t.dtype) for t in list(arrays)[SPECS[op].updated] if t is not None]
-    return outputs, [x.new_empty(shape, dtype=torch_dtype(dtype)) for shape, dtype in saved]
+    lent = tuple((place, key) for place, key, _ in declared(found[1])) if borrowed else ()
+    dropped = {place for place, _ in lent}
+    return outputs, [x.new_empty(shape, dtype=torch_dtype(dtype)) for i, (shape, dtype) in enumerate(saved)
+                     if i not in dropped], lent

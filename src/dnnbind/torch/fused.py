@@ -229,12 +229,12 @@ def _recorded_backward(planned: Run, x: Tensor, dy: Tensor, flags: tuple) -> lis
     return grads
 
 
-def forward_arrays(planned: Run, h: Any, arrays: list[list[Any]], keep: bool,
-                   lent: bool = False) -> tuple[Any, list[tuple]]:
+def forward_arrays(planned: Run, h: Any, arrays: list[list[Any]], keep: bool, lent: bool = False,
+                   between: list[Any] | None = None) -> tuple[Any, list[tuple]]:
     """(the last step's result, each step's residuals) of the run's backend calls on the array h, each step
     given its arrays (:func:`_arrays`); residuals saved only where ``keep``, and where ``lent`` they may be
     the run's arrays themselves (autograd guards the run's tensors as it guards an eager call's; the
-    arrays between the steps are the run's own), not where they are a typed op's results."""
+    arrays between the steps are the run's own). ``between``, where given, gets each step's result."""
     saved = []
     with _scope(planned), saving_residuals(keep, borrowed=lent):
         for step, given in zip(planned.steps, arrays):
@@ -242,6 +242,8 @@ def forward_arrays(planned: Run, h: Any, arrays: list[list[Any]], keep: bool,
             result, residuals = plan.forward(h, *given, *plan.static)
             h = result[0] if type(result) is tuple else result
             saved.append(residuals)
+            if between is not None:
+                between.append(h)
     return h, saved
 
 

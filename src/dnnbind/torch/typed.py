@@ -80,7 +80,7 @@ def training_schemas(spec: OpSpec) -> tuple[str, str]:
     residuals), without the op's name."""
     inputs = ", ".join(_inputs(spec))
     return (f"({inputs}, str saves) -> (Tensor[] results, Tensor[] residuals)",
-            f"(Tensor[] residuals, Tensor?[] cotangents, {inputs}, bool[] needs) -> Tensor[]")
+            f"(Tensor[] residuals, Tensor?[] results, Tensor?[] cotangents, {inputs}, bool[] needs) -> Tensor[]")
 
 
 # -- typed arguments <-> the public op's ----------------------------------------------------------
@@ -260,33 +260,75 @@ def _fake_forward(op: str, *args: Any) -> Any:
 
 def _own(tensors: Sequence[Tensor], inputs: Sequence[Any]) -> list[Tensor]:
     """``tensors`` as a custom op may return them: a copy of any that shares memory with an input (a tensor,
-    or one in a list of them)."""
+    or one in a list of them) or with one before it."""
     taken = set()
     for a in inputs:
         for t in (a,) if isinstance(a, Tensor) else a if type(a) is list or type(a) is tuple else ():
             if isinstance(t, Tensor) and t.numel():
                 taken.add(t.data_ptr())
-    return [t.clone() if t.numel() and t.data_ptr() in taken else t for t in tensors]
+    out = []
+    for t in tensors:
+        if t.numel():
+            if t.data_ptr() in taken:
+                t = t.clone()
+            taken.add(t.data_ptr())
+        out.append(t)
+    return out
 
 
 def _training(op: str, *args_and_saves: Any) -> tuple[list[Tensor], list[Tensor]]:
     """The training forward's kernel: the results (as the forward's) and the backend's residuals (``saves``:
-    :func:`saves_tag`, the cache key's part)."""
+    :func:`saves_tag`, the cache key's part), of a forward that borrows the call's tensors, without the
+    residuals it declares the values of inputs or results (``Call.lent``): autograd keeps those tensors
+    for the pullback (:func:`_setup`), which passes them in their places (:func:`_restored`)."""
     args = args_and_saves[:-1]
-    outputs, residuals = calls.run_call(_kept_call(op, args), *_tensors(op, args))
-    return _own(outputs, args), _own(residuals, args)
+    call = _kept_call(op, args)
+    outputs, residuals = calls.run_call(call, *_tensors(op, args), borrowed=True)
+    lent = call.lent()
+    if lent:
+        dropped = {place for place, _, _ in lent}
+        residuals = [r for i, r in enumerate(residuals) if i not in dropped]
+    owned = _own([*outputs, *residuals], args)
+    return owned[:len(outputs)], owned[len(outputs):]
 
 
 def _fake_training(op: str, *args_and_saves: Any) -> tuple[list[Tensor], list[Tensor]]:
-    return calls.fake(op, *public_arguments(op, args_and_saves[:-1]))
+    return calls.fake(op, *public_arguments(op, args_and_saves[:-1]), borrowed=True)[:2]
 
 
-def _pullback(op: str, residuals: Sequence[Any], cotangents: Sequence[Tensor | None],
-              *args_and_needs: Any) -> list[Tensor]:
+def _restored(op: str, call: calls.Call, residuals: Sequence[Tensor], results: Sequence[Tensor | None],
+              args: Sequence[Any]) -> list[Tensor]:
+    """The forward's residuals, those the training forward left out (``Call.lent``) put back from the
+    inputs or results (``results``: the training forward's, None where autograd kept none) they are the
+    values of, C-ordered in the residual's shape and dtype."""
+    lent = call.lent()
+    if not lent:
+        return list(residuals)
+    spec = SPECS[op]
+    sources = dict(_leaves(_by_name(op, args, _flat_tensors(op, args))))
+    returned = [name for name, shape in zip(spec.output_names, call.shapes) if shape is not None]
+    sources.update(((name,), t) for name, t in zip(returned, results) if t is not None)
+    out = list(residuals)
+    for place, key, saved in lent:
+        t = sources[key].reshape(saved.shape)
+        dtype = calls.torch_dtype(saved.dtype)
+        out.insert(place, (t if t.dtype == dtype else t.to(dtype)).contiguous())
+    return out
+
+
+def _pullback(op: str, residuals: Sequence[Any], results: Sequence[Tensor | None],
+              cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:
     """The pullback's kernel: the backend's backward on the training forward's residuals; one gradient
     per tensor given, an empty tensor where ``needs`` asks for none or the tensor has none."""
     *args, needs = args_and_needs
     call = _kept_call(op, args)
+    return _gradients_from(op, call, _restored(op, call, residuals, results, args), cotangents, args, needs)
+
+
+def _gradients_from(op: str, call: calls.Call, residuals: Sequence[Any], cotangents: Sequence[Tensor | None],
+                    args: Sequence[Any], needs: Sequence[bool]) -> list[Tensor]:
+    """The backward on the forward's residuals (all of them): one gradient per tensor given, an empty tensor
+    where ``needs`` asks for none or the tensor has none."""
     given = [(t, d) for t, d in zip(_flat_tensors(op, args), _differentiable(op, args)) if t is not None]
     wanted = [bool(n) and d for n, (_, d) in zip(needs, given)]
     grads = calls.gradients(call, residuals, cotangents, wanted[:len(call.paths)])
@@ -310,9 +352,10 @@ def _backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any
     """The input-based backward op's kernel: runs the forward again for its residuals (what a
     differentiable backward, create_graph or torch.func, records; a plain backward reads the training
     forward's residuals instead, :func:`_pullback`)."""
-    args = args_and_needs[:-1]
-    _, residuals = calls.forward(_kept_call(op, args), *_tensors(op, args))
-    return _pullback(op, residuals, cotangents, *args_and_needs)
+    *args, needs = args_and_needs
+    call = _kept_call(op, args)
+    _, residuals = calls.forward(call, *_tensors(op, args), borrowed=True)
+    return _gradients_from(op, call, residuals, cotangents, args, needs)
 
 
 def _fake_backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:
@@ -322,8 +365,8 @@ def _fake_backward(op: str, cotangents: Sequence[Tensor | None], *args_and_needs
                      [t.new_empty(t.shape if bool(n) and d else (0,)) for n, (t, d) in zip(needs, given)])
 
 
-def _fake_pullback(op: str, residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None],
-                   *args_and_needs: Any) -> list[Tensor]:
+def _fake_pullback(op: str, residuals: Sequence[Tensor], results: Sequence[Tensor | None],
+                   cotangents: Sequence[Tensor | None], *args_and_needs: Any) -> list[Tensor]:
     return _fake_backward(op, cotangents, *args_and_needs)
 
 
@@ -351,16 +394,22 @@ def _kept(op: str) -> frozenset[int]:
 def _setup(op: str, ctx: Any, statics: Sequence[Any], tensors: Sequence[Tensor | None], output: Any,
            residuals: Sequence[Tensor] | None = None) -> None:
     """What the backward reads: the call's tensors (batch norm's running statistics by reference), its
-    static inputs and, from the training forward, the residuals (None: the backward op reruns the forward)."""
+    static inputs and, from the training forward, the residuals (None: the backward op reruns the forward)
+    and the results its backward reads (the spec's ``backward_reads``), which the pullback passes in place
+    of the residuals the training forward left out (:func:`_restored`)."""
+    spec = SPECS[op]
     kept = _kept(op)
     outputs = [output] if isinstance(output, Tensor) else list(output)
-    stands = SPECS[op].result_stands_for_x
-    if stands is not None and stands(public_arguments(op, _with_tensors(op, statics, tensors))[2]):
+    stands = spec.result_stands_for_x
+    arguments = public_arguments(op, _with_tensors(op, statics, tensors))[2]
+    if stands is not None and stands(arguments):
         # its result stands for x (relu, dropout): kept instead of x, as torch's relu keeps its result, so
         # that a compiled in-place layer's write into x (x's version bumped) fails no backward
         tensors = [outputs[0], *tensors[1:]]
     saved = [t for i, t in enumerate(tensors) if t is not None and i not in kept]
-    ctx.save_for_backward(*saved, *(residuals or ()))
+    reads = spec.reads(arguments) if residuals is not None else ()
+    ctx.read = [name in reads for name in spec.output_names[:len(outputs)]]
+    ctx.save_for_backward(*saved, *(residuals or ()), *[o for o, read in zip(outputs, ctx.read) if read])
     ctx.residuals = None if residuals is None else len(residuals)
     ctx.kept = {i: tensors[i] for i in kept}
     ctx.places = [t is not None for t in tensors]
@@ -491,7 +540,8 @@ def _gradients(op: str, ctx: Any, grads: Sequence[Any], needs: list[bool]) -> tu
     """(the typed call's inputs, one gradient per entry of :func:`_flat_tensors`, None where none)."""
     saved = iter(ctx.saved_tensors)
     tensors = [ctx.kept[i] if i in ctx.kept else next(saved) if given else None for i, given in enumerate(ctx.places)]
-    residuals = list(saved)
+    residuals = [next(saved) for _ in range(ctx.residuals or 0)]
+    results = [next(saved) if read else None for read in ctx.read]
     inputs = _with_tensors(op, ctx.statics, tensors)
     d_outputs = list(grads[0]) if len(grads) == 1 and isinstance(grads[0], (list, tuple)) else list(grads)
     cotangents = [d if d is not None and d.is_floating_point() else None for d in d_outputs[:ctx.results]]
@@ -503,7 +553,7 @@ def _gradients(op: str, ctx: Any, grads: Sequence[Any], needs: list[bool]) -> tu
         if torch.is_grad_enabled() or _functorch():        # a graph of the backward is built: refusable
             found = iter(backward_function(op).apply(_statics(inputs), flags, len(cotangents), *cotangents, *tensors))
         elif getattr(ctx, "residuals", None) is not None:
-            found = iter(getattr(torch.ops.dnnbind, f"{op}_pullback")(residuals, cotangents, *inputs, flags))
+            found = iter(getattr(torch.ops.dnnbind, f"{op}_pullback")(residuals, results, cotangents, *inputs, flags))
         else:
             found = iter(getattr(torch.ops.dnnbind, f"{op}_backward")(cotangents, *inputs, flags))
         gradients = [next(found) if given else None for given in ctx.places]

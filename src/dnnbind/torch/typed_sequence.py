@@ -31,24 +31,26 @@ import functools
 import json
 import re
 from types import SimpleNamespace
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence, TypeVar
 
 import torch
 
 from dnnbind.highlevel.plans import kept
+from dnnbind.highlevel.residual import declared
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import calls, fused, typed
 from dnnbind.torch.convert import to_array, to_tensor
 from dnnbind.torch.spec_functions import set_in_place
 
 Tensor = torch.Tensor
+_T = TypeVar("_T")
 
 
 def schemas() -> tuple[str, str, str]:
     """(the run's schema, its training forward's, its pullback's), without the op's name."""
     inputs = "Tensor x, Tensor[] tensors, str layers, float[] reals"
     return (f"({inputs}) -> Tensor[]", f"({inputs}, str saves) -> (Tensor[] results, Tensor[] residuals)",
-            f"(Tensor[] residuals, Tensor?[] cotangents, {inputs}, bool[] needs) -> Tensor[]")
+            f"(Tensor[] residuals, Tensor? result, Tensor?[] cotangents, {inputs}, bool[] needs) -> Tensor[]")
 
 
 # -- the layers' description ----------------------------------------------------------------------
@@ -146,7 +148,7 @@ def _layers(layers: str) -> tuple[_Layer, ...]:
     return tuple(out)
 
 
-def _split(layers: Sequence[_Layer], tensors: Sequence[Tensor]) -> list[list[Tensor | None]]:
+def _split(layers: Sequence[_Layer], tensors: Sequence[_T]) -> list[list[_T | None]]:
     """Per layer its spec's arrays after x: the next of ``tensors`` where given, else None."""
     if len(tensors) != sum(sum(layer.given) for layer in layers):
         raise ValueError(f"dnnbind.sequence: {len(tensors)} tensors for layers that give "
@@ -170,8 +172,9 @@ def _checked(layers: Sequence[_Layer], reals: Sequence[float]) -> None:
 
 def _updated(layers: Sequence[_Layer]) -> list[int]:
     """The places among the tensors of the arrays updated in place (batch norm's running statistics)."""
-    places: list[list[Any]] = _split(layers, range(sum(sum(layer.given) for layer in layers)))  # type: ignore[arg-type]
-    return [at[j] for layer, at in zip(layers, places) for j in _updated_places(layer.op, layer.given)]
+    places = _split(layers, range(sum(sum(layer.given) for layer in layers)))
+    return [i for layer, at in zip(layers, places) for i in (at[j] for j in _updated_places(layer.op, layer.given))
+            if i is not None]             # (a given array's place: never None)
 
 
 def call(fusions: Sequence[fused.Fusion], x: Tensor) -> Tensor:
@@ -205,11 +208,13 @@ def call(fusions: Sequence[fused.Fusion], x: Tensor) -> Tensor:
 # -- the planned run ------------------------------------------------------------------------------
 
 class _Planned:
-    """A run planned from its layers' calls (:func:`fused.plan_layers`), the number of residuals each
-    step saves, per step the places of its arrays among the tensors (None where not given) and the places
-    among them of its given arrays updated in place (batch norm's statistics)."""
+    """A run planned from its layers' calls (:func:`fused.plan_layers`), per step the number of residuals
+    the training forward returns and the others' (place, source, shape, dtype) (:func:`_sources`), the
+    steps' results it returns too and whether the pullback reads the run's result, per step the places of
+    its arrays among the tensors (None where not given) and the places among them of its given arrays
+    updated in place (batch norm's statistics)."""
 
-    __slots__ = ("run", "counts", "places", "updated")
+    __slots__ = ("run", "counts", "lent", "between", "reads_result", "places", "updated")
 
     def __init__(self, layers: Sequence[_Layer], x: Tensor, tensors: Sequence[Tensor], reals: Sequence[float]) -> None:
         _checked(layers, reals)
@@ -217,14 +222,49 @@ class _Planned:
         layer_calls = [(layer.op, given, SPECS[layer.op].arguments_function(**_public(layer, x, given, reals)))
                        for layer, given in zip(layers, arrays)]
         self.run = fused.plan_layers(layer_calls, x)
-        self.counts = []
+        self.places = _split(layers, range(len(tensors)))
+        self.updated = [_updated_places(layer.op, layer.given) for layer in layers]
+        self.counts, declared_specs = [], []
         like = SimpleNamespace(shape=tuple(x.shape), dtype=x.dtype, device=x.device)
         for (op, given, kwargs), step in zip(layer_calls, self.run.steps):
-            self.counts.append(len(calls.result_specs(op, like, given, kwargs)[1]))
+            saved = calls.result_specs(op, like, given, kwargs, borrowed=True)[1]
+            found = declared(saved)
+            self.counts.append(len(saved) - len(found))
+            declared_specs.append(found)
             assert step.plan.first is not None          # (plan_layers sets it)
             like = SimpleNamespace(shape=step.plan.first[0], dtype=x.dtype, device=x.device)
-        self.places = _split(layers, range(len(tensors)))          # type: ignore[arg-type]
-        self.updated = [_updated_places(layer.op, layer.given) for layer in layers]
+        lent, self.between, self.reads_result = _sources(
+            layers, self.places, [[(place, key) for place, key, _ in found] for found in declared_specs])
+        self.lent = [[(place, source, tuple(s.shape), calls.torch_dtype(s.dtype))
+                      for (place, source), (_, _, s) in zip(step, found)] for step, found in zip(lent, declared_specs)]
+
+
+def _sources(layers: Sequence[_Layer], places: Sequence[Sequence[int | None]],
+             lent: Sequence[Sequence[tuple[int, tuple]]]) -> tuple[list[list[tuple[int, tuple[str, int]]]],
+                                                                    tuple[int, ...], bool]:
+    """Where what each step declares its residuals the values of (``lent``: per step (place, source key),
+    ArraySpec.same_as) is in the run: per step (place, ("h", j)) for the array between steps j - 1 and j
+    (0: the run's input, len(layers): its result) or (place, ("t", i)) for the run's tensor i; the j
+    strictly between the first and the last step that are referenced (the training forward returns them
+    after the steps' residuals, once each); whether the run's result is."""
+    out, referenced = [], set()
+    for k, (layer, at, found) in enumerate(zip(layers, places, lent)):
+        spec, step = SPECS[layer.op], []
+        after_x = [a.name for a in spec.arrays[1:]]
+        for place, key in found:
+            if key == ("x",):
+                source = ("h", k)
+            elif key[0] in spec.output_names:
+                source = ("h", k + 1)
+            else:
+                index = at[after_x.index(key[0])]
+                assert index is not None, f"{layer.op} declares {key} (not given)"
+                source = ("t", index)
+            if source[0] == "h":
+                referenced.add(source[1])
+            step.append((place, source))
+        out.append(step)
+    return out, tuple(sorted(j for j in referenced if 0 < j < len(layers))), len(layers) in referenced
 
 
 def _planned(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[float]) -> _Planned:
@@ -255,14 +295,24 @@ def _forward(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[
                 copies[original] = step[j].copy()
             step[j] = copies[original]
             updated.append(step[j])
-    h, saved = fused.forward_arrays(planned.run, to_array(x), arrays, keep)
+    between: list[Any] = []
+    h, saved = fused.forward_arrays(planned.run, to_array(x), arrays, keep, lent=keep, between=between)
     seen: set[int] = set()
     statistics = []
     for a in updated:                        # one tensor per place: a repeated one as a copy
         statistics.append(to_tensor(a if id(a) not in seen else a.copy()))
         seen.add(id(a))
-    outputs = typed._own([to_tensor(h), *statistics, *[to_tensor(r) for step in saved for r in step]], (x, tensors))
+    residuals = [] if not keep else [to_tensor(r) for step, lent in zip(saved, planned.lent)
+                                     for r in _without(step, lent)]
+    residuals += [to_tensor(between[j - 1]) for j in planned.between] if keep else []
+    outputs = typed._own([to_tensor(h), *statistics, *residuals], (x, tensors))
     return outputs[:1 + len(statistics)], outputs[1 + len(statistics):]
+
+
+def _without(residuals: Sequence[Any], lent: Sequence[tuple]) -> list[Any]:
+    """A step's residuals without those it declares the values of the run's arrays (``lent``)."""
+    dropped = {place for place, *_ in lent}
+    return [r for i, r in enumerate(residuals) if i not in dropped]
 
 
 def _run_kernel(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[float]) -> list[Tensor]:
@@ -274,16 +324,25 @@ def _training_kernel(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: S
     return _forward(x, tensors, layers, reals, True)
 
 
-def _pullback_kernel(residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None], x: Tensor,
-                     tensors: Sequence[Tensor], layers: str, reals: Sequence[float],
+def _pullback_kernel(residuals: Sequence[Tensor], result: Tensor | None, cotangents: Sequence[Tensor | None],
+                     x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[float],
                      needs: Sequence[bool]) -> list[Tensor]:
     """One gradient per tensor given (x's first), an empty tensor where ``needs`` asks for none or the tensor
-    has none (running statistics)."""
+    has none (running statistics); the steps' residuals the training forward left out put back from the
+    run's input, its tensors, the steps' results it returned and its result (``result``)."""
     planned = _planned(x, tensors, layers, reals)
+    kept = sum(planned.counts)
+    between = {0: x, len(planned.counts): result, **dict(zip(planned.between, residuals[kept:]))}
     saved, at = [], 0
-    for count in planned.counts:
-        saved.append(tuple(to_array(r) for r in residuals[at:at + count]))
+    for count, lent in zip(planned.counts, planned.lent):
+        step = list(residuals[at:at + count])
         at += count
+        for place, (kind, index), shape, dtype in lent:
+            source = between[index] if kind == "h" else tensors[index]
+            assert source is not None, "the run's result is saved where a step declares it"
+            source = source.reshape(shape)
+            step.insert(place, (source if source.dtype == dtype else source.to(dtype)).contiguous())
+        saved.append(tuple(to_array(r) for r in step))
     d = cotangents[0]
     if d is None:                            # the result's cotangent is required: zeros stand for "unused"
         last = planned.run.steps[-1].plan.first
@@ -302,11 +361,16 @@ def _fake_forward(x: Tensor, tensors: Sequence[Tensor], layers: str,
     h = x
     statistics: list[Tensor] = []
     residuals: list[Tensor] = []
+    between, lent = [x], []
     for layer, arrays in zip(described, _split(described, tensors)):
-        outputs, saved = calls.fake(layer.op, h, arrays, _public(layer, h, arrays, reals))
+        outputs, saved, found = calls.fake(layer.op, h, arrays, _public(layer, h, arrays, reals), borrowed=True)
         h = outputs[0]
         statistics += outputs[1:]            # (a run's layers have one result each: plan_layers)
         residuals += saved
+        between.append(h)
+        lent.append(found)
+    _, returned, _ = _sources(described, _split(described, range(len(tensors))), lent)
+    residuals += [between[j].new_empty(between[j].shape) for j in returned]
     return [h, *statistics], residuals
 
 
@@ -319,10 +383,16 @@ def _fake_training(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Seq
     return _fake_forward(x, tensors, layers, reals)
 
 
-def _fake_pullback(residuals: Sequence[Tensor], cotangents: Sequence[Tensor | None], x: Tensor,
+def _fake_pullback(residuals: Sequence[Tensor], result: Tensor | None, cotangents: Sequence[Tensor | None], x: Tensor,
                    tensors: Sequence[Tensor], layers: str, reals: Sequence[float],
                    needs: Sequence[bool]) -> list[Tensor]:
-    return [t.new_empty(t.shape if n else (0,)) for n, t in zip(needs, [x, *tensors])]
+    described = _layers(layers)
+    has = [True] + [False] * len(tensors)          # (x has a gradient; a running statistic none)
+    for layer, at in zip(described, _split(described, range(len(tensors)))):
+        for a, i in zip(SPECS[layer.op].arrays[1:], at):
+            if i is not None and a.gradient is not None:
+                has[1 + i] = True
+    return [t.new_empty(t.shape if n and h else (0,)) for n, h, t in zip(needs, has, [x, *tensors])]
 
 
 # -- autograd -------------------------------------------------------------------------------------
@@ -336,9 +406,18 @@ def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
     ctx.layers, ctx.reals, ctx.count = layers, reals, len(tensors)
     ctx.kept = {i: tensors[i] for i in kept_places}
     saved = [t for i, t in enumerate(tensors) if i not in kept_places]
-    ctx.save_for_backward(x, *saved, *residuals)
+    # the result, where the last layer's backward reads it (relu's, softmax's): the pullback passes it
+    # in place of the residual that is its value
+    ctx.reads_result = _reads_result(_layers(layers), x, tensors, reals)
+    ctx.save_for_backward(x, *saved, *residuals, *results[:1 if ctx.reads_result else 0])
     ctx.saved_count = 1 + len(saved)
     ctx.mark_non_differentiable(*results[1:], *residuals)
+
+
+def _reads_result(layers: Sequence[_Layer], x: Tensor, tensors: Sequence[Tensor], reals: Sequence[float]) -> bool:
+    """Whether the run's last layer's backward reads its result (its spec's ``backward_reads``)."""
+    last, arrays = layers[-1], _split(layers, tensors)[-1]
+    return bool(set(SPECS[last.op].reads(_public(last, x, arrays, reals))) & set(SPECS[last.op].output_names))
 
 
 def _backward(ctx: Any, d_results: Sequence[Tensor | None], d_residuals: Any) -> tuple:
@@ -346,14 +425,15 @@ def _backward(ctx: Any, d_results: Sequence[Tensor | None], d_residuals: Any) ->
         raise RuntimeError("dnnbind: a second derivative through a compiled Sequential run is not supported "
                            "(compile the layers without the Sequential, or differentiate twice in eager mode)")
     saved = list(ctx.saved_tensors)
+    result = saved.pop() if ctx.reads_result else None
     x, others, residuals = saved[0], iter(saved[1:ctx.saved_count]), saved[ctx.saved_count:]
     tensors = [ctx.kept[i] if i in ctx.kept else next(others) for i in range(ctx.count)]
     x_needs, tensor_needs = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     needs = [bool(x_needs), *[bool(n) for n in tensor_needs]]
     grads: list[Any] = [None] * len(needs)
     if any(needs) and d_results[0] is not None:
-        found = torch.ops.dnnbind.sequence_pullback(residuals, [d_results[0]], x, tensors, ctx.layers, ctx.reals,
-                                                    needs)
+        found = torch.ops.dnnbind.sequence_pullback(residuals, result, [d_results[0]], x, tensors, ctx.layers,
+                                                    ctx.reals, needs)
         grads = [g if n else None for g, n in zip(found, needs)]
     # (torch.library matches the gradients' structure to the inputs', where an empty list of reals is
     # one of tensors)

@@ -356,7 +356,7 @@ def test_residuals_are_what_the_forward_saves(mode, case):
     specs = cpu.rnn_residuals(_spec(x), [[_spec(a) for a in e] for e in weights], _spec(h0), _spec(c0), dims)
     (y, hy, cy), saved = cpu.rnn_forward(x, weights, h0, c0, dims)
     assert type(saved) is tuple and all(type(a) is np.ndarray for a in saved)
-    assert specs == tuple(ArraySpec(a.shape, a.dtype) for a in saved)
+    assert [(s.shape, s.dtype) for s in specs] == [(a.shape, a.dtype) for a in saved]
     assert all(type(s) is ArraySpec and isinstance(s.dtype, np.dtype) for s in specs)
     # half precision is computed, and saved, in float32; the results come back in the input's dtype
     assert {s.dtype for s in specs} == {np.dtype(np.float32 if dtype == np.float16 else dtype)}
@@ -497,7 +497,7 @@ def test_projection_residuals_are_what_the_forward_saves(bidirectional, lengths,
                    proj_size=2)
     specs = cpu.rnn_residuals(_spec(x), [[_spec(a) for a in e] for e in weights], _spec(h0), _spec(c0), dims)
     (y, hy, cy), saved = cpu.rnn_forward(x, weights, h0, c0, dims)
-    assert specs == tuple(ArraySpec(a.shape, a.dtype) for a in saved)
+    assert [(s.shape, s.dtype) for s in specs] == [(a.shape, a.dtype) for a in saved]
     assert len(saved) == 2 * (1 + dirs * (3 + 4))
     assert y.shape == (4, 3, 2 * dirs) and hy.shape == (2 * dirs, 3, 2) and cy.shape == (2 * dirs, 3, 4)
     outside = [a for a in [x, h0, c0, y, hy, cy] + _flat(weights) if a is not None]

@@ -15,7 +15,7 @@ import numpy as np
 
 from dnnbind.highlevel.grad_mode import borrowing
 from dnnbind.highlevel.reference._arrays import cotangent  # noqa: F401  (the one check, re-exported)
-from dnnbind.highlevel.residual import passes_when
+from dnnbind.highlevel.residual import passes_when, undeclared
 
 _FLOAT32 = np.dtype(np.float32)
 
@@ -91,7 +91,8 @@ def half_residuals(spec: Callable[..., Any]) -> Callable[..., Any]:
         half = args[0].dtype
         if half not in HALF_DTYPES:
             return spec(*args, **kwargs)
-        return spec(*_cast_specs(args, half), **kwargs)
+        # what the float32 computation saves is no longer the half arrays themselves
+        return undeclared(spec(*_cast_specs(args, half), **kwargs))
     return wrapper
 
 

@@ -114,4 +114,6 @@ def activation_residuals(x: ArraySpec, mode: str, alpha: float | None) -> tuple[
     y (see :func:`activation_forward`), in x's dtype."""
     if mode == "identity":
         return ()
-    return (ArraySpec(tuple(x.shape), np.dtype(bool) if mode in _MASKED and not borrowing() else x.dtype),)
+    if mode in _MASKED and not borrowing():
+        return (ArraySpec(tuple(x.shape), np.dtype(bool)),)
+    return (ArraySpec(tuple(x.shape), x.dtype, ("y",) if BACKWARD_READS[mode] == ("y",) else ("x",)),)

@@ -116,7 +116,7 @@ def batchnorm_residuals(x: ArraySpec, gamma: ArraySpec, beta: ArraySpec, running
     """x normalised, or x itself where lent (x's shape); the shift and invstd that normalise it and
     gamma * invstd (one per channel each)."""
     channel = ArraySpec((x.shape[1],), x.dtype)
-    return ArraySpec(tuple(x.shape), x.dtype), channel, channel, channel
+    return ArraySpec(tuple(x.shape), x.dtype, ("x",) if borrowing() else None), channel, channel, channel
 
 
 def _update(running: np.ndarray, batch: np.ndarray, momentum: float) -> None:

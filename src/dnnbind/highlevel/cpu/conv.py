@@ -516,8 +516,8 @@ class Primitives:
     def saved_input_shape(self, dims: ConvDims) -> tuple[int, ...]:
         return _kept_shape(dims)
 
-    def residual(self, shape: tuple[int, ...], dtype: Any) -> ArraySpec:
-        return ArraySpec(shape, np.dtype(dtype))
+    def residual(self, shape: tuple[int, ...], dtype: Any, same_as: tuple | None) -> ArraySpec:
+        return ArraySpec(shape, np.dtype(dtype), same_as)
 
     @staticmethod
     def wrap_forward(forward: Any) -> Any:

@@ -583,7 +583,7 @@ def _cell(dims: RNNDims, entry: Sequence[Any]) -> tuple[_Direction, list[np.ndar
     weights (the caller may change them after the forward), or the weights themselves where lent."""
     w_ih, w_hh, b_ih, b_hh = entry[:4]
     assert w_ih is not None and w_hh is not None, "the op checks the weights"
-    w_hr = [np.array(entry[4])] if dims.proj_size else []
+    w_hr = [own(entry[4])] if dims.proj_size else []
     return _make(dims, (own(w_ih), own(w_hh), b_ih, b_hh, *w_hr)), w_hr
 
 
@@ -679,22 +679,26 @@ def rnn_residuals(x: ArraySpec, weights: Sequence[Sequence[ArraySpec | None]], h
                   c0: ArraySpec | None, dims: RNNDims) -> tuple[ArraySpec, ...]:
     """What :func:`rnn_forward` saves, layer by layer: the layer's input ((T, B, I), then (T, B, D * H)),
     then per direction w_ih, w_hh, w_hr (with a projection) and the cell's tapes (``tape_shapes``), all
-    in x's dtype."""
+    in x's dtype. The first layer's input is x itself without lengths (with them, x with its padded steps
+    zeroed), the weights are the weights given."""
     T, H, P, D, B = dims.seq_len, dims.hidden_size, dims.out_size, dims.num_directions, dims.batch
     dtype = np.dtype(x.dtype)
     tapes = tuple(ArraySpec(shape, dtype) for shape in _cell_class(dims).tape_shapes(T, H, B, P))
     specs: list[ArraySpec] = []
     for layer in range(dims.num_layers):
-        specs.append(ArraySpec(tuple(x.shape) if layer == 0 else (T, B, D * P), dtype))
+        if layer == 0:
+            specs.append(ArraySpec(tuple(x.shape), dtype, ("x",) if dims.lengths is None else None))
+        else:
+            specs.append(ArraySpec((T, B, D * P), dtype))
         for d in range(D):
-            entry = weights[layer * D + d]
+            entry, at = weights[layer * D + d], layer * D + d
             w_ih, w_hh = entry[:2]
             assert w_ih is not None and w_hh is not None, "the op checks the weights"
-            specs += (ArraySpec(tuple(w_ih.shape), np.dtype(w_ih.dtype)),
-                      ArraySpec(tuple(w_hh.shape), np.dtype(w_hh.dtype)))
+            specs += (ArraySpec(tuple(w_ih.shape), np.dtype(w_ih.dtype), ("weights", at, 0)),
+                      ArraySpec(tuple(w_hh.shape), np.dtype(w_hh.dtype), ("weights", at, 1)))
             if dims.proj_size:
                 w_hr = entry[4]
                 assert w_hr is not None, "the op checks the weights"
-                specs.append(ArraySpec(tuple(w_hr.shape), np.dtype(w_hr.dtype)))
+                specs.append(ArraySpec(tuple(w_hr.shape), np.dtype(w_hr.dtype), ("weights", at, 4)))
             specs += tapes
     return tuple(specs)

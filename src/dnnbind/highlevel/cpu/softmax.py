@@ -63,7 +63,7 @@ def _saved(y: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
 @half_residuals
 def softmax_residuals(x: ArraySpec, axis: int) -> tuple[ArraySpec]:
     """y, in x's dtype."""
-    return (ArraySpec(tuple(x.shape), x.dtype),)
+    return (ArraySpec(tuple(x.shape), x.dtype, ("y",)),)
 
 
 logsoftmax_residuals = softmax_residuals

@@ -47,5 +47,6 @@ class GpuConvPrimitives:
         g = ConvGeometry.of(dims)
         return padded_shape(dims.x_shape, g.extra_low, g.extra_high)
 
-    def residual(self, shape: tuple[int, ...], dtype: Any) -> ArraySpec:
+    def residual(self, shape: tuple[int, ...], dtype: Any, same_as: tuple | None) -> ArraySpec:
+        """Declares no source: what a GPU backend keeps is its own copy, in its compute layout."""
         return ArraySpec(shape, dtype)

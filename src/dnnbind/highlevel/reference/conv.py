@@ -146,7 +146,8 @@ class Primitives:
     def saved_input_shape(self, dims: ConvDims) -> tuple[int, ...]:
         return dims.x_shape
 
-    def residual(self, shape: tuple[int, ...], dtype: Any) -> ArraySpec:
+    def residual(self, shape: tuple[int, ...], dtype: Any, same_as: tuple | None) -> ArraySpec:
+        """Float64 copies: never the arrays given."""
         return ArraySpec(shape, F64)
 
 

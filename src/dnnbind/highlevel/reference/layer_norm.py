@@ -81,8 +81,8 @@ def saved_specs(x: ArraySpec, weight: ArraySpec | None, normalized_ndim: int, wo
     """What :func:`normalize` saves for arrays of these shapes and dtypes, computed without running."""
     shape = tuple(x.shape)
     stat = ArraySpec(shape[:len(shape) - normalized_ndim], np.dtype(work))
-    saved = (ArraySpec(shape, x.dtype), stat, stat)
-    return saved + (() if weight is None else (ArraySpec(tuple(weight.shape), weight.dtype),))
+    saved = (ArraySpec(shape, x.dtype, ("x",)), stat, stat)
+    return saved + (() if weight is None else (ArraySpec(tuple(weight.shape), weight.dtype, ("weight",)),))
 
 
 def layer_norm_forward(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, normalized_ndim: int,

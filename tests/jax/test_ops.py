@@ -301,6 +301,26 @@ def test_a_vmap_of_x_alone_folds_a_convolution_into_one_call_with_lax_values_and
     close(jax.vmap(ours, (None, 0))(xs[0], ws), jax.vmap(theirs, (None, 0))(xs[0], ws))
 
 
+def test_a_vmap_folds_softmax_and_layer_norm_where_their_samples_are_apart():
+    """Softmax along any axis but the batch's and layer norm over fewer dims than x's fold a vmap into
+    one call; along the batch axis, or normalizing every dim, one call per element."""
+    xs = rand(3, 4, 5, 6)
+
+    def lax_layer_norm(x, n):
+        axes = tuple(range(x.ndim - n, x.ndim))
+        mean = x.mean(axis=axes, keepdims=True)
+        return (x - mean) / jnp.sqrt(((x - mean) ** 2).mean(axis=axes, keepdims=True) + 1e-5)
+    for ours, theirs, folds in ((lambda x: dj.softmax(x, axis=-1), lambda x: jax.nn.softmax(x, axis=-1), True),
+                                (lambda x: dj.logsoftmax(x, axis=1), lambda x: jax.nn.log_softmax(x, axis=1), True),
+                                (lambda x: dj.softmax(x, axis=0), lambda x: jax.nn.softmax(x, axis=0), False),
+                                (lambda x: dj.layer_norm(x, (5, 6)), lambda x: lax_layer_norm(x, 2), True),
+                                (lambda x: dj.layer_norm(x, (4, 5, 6)), lambda x: lax_layer_norm(x, 3), False)):
+        assert ("while" not in _lowered(jax.vmap(ours), xs)) == folds
+        close(jax.vmap(ours)(xs), jax.vmap(theirs)(xs))
+        loss = lambda f: (lambda xs: jnp.sum(jnp.sin(jax.vmap(f)(xs))))   # noqa: E731
+        close(jax.jit(jax.grad(loss(ours)))(xs), jax.grad(loss(theirs))(xs), 1e-3)
+
+
 def test_empty_and_0d_inputs_follow_dnnbinds_edge_policy():
     """Empty in, empty out (zero gradients of the right shapes); 0-d arrays where the pointwise ops take them."""
     x, w = jnp.ones((0, 3, 6, 6)), rand(4, 3, 3, 3)
@@ -456,10 +476,17 @@ def test_a_gradient_of_some_arrays_computes_those_alone_and_equals_lax(argnums):
 
 
 def _forward_results(f, *args):
-    """Per forward FFI call of f's vjp: (its target, how many results it returns)."""
-    jaxpr = jax.make_jaxpr(lambda *a: jax.vjp(f, *a))(*args)
-    return [(e.params["target_name"], len(e.outvars)) for e in jaxpr.jaxpr.eqns
-            if e.primitive.name == "ffi_call" and e.params["target_name"].endswith("_forward")]
+    """Per forward FFI call of f's vjp (also inside another primitive's jaxpr: a custom_vmap's): (its target,
+    how many results it returns)."""
+    def calls(jaxpr):
+        for e in jaxpr.eqns:
+            if e.primitive.name == "ffi_call" and e.params["target_name"].endswith("_forward"):
+                yield e.params["target_name"], len(e.outvars)
+            for value in e.params.values():
+                inner = getattr(value, "jaxpr", value)
+                if hasattr(inner, "eqns"):
+                    yield from calls(inner)
+    return list(calls(jax.make_jaxpr(lambda *a: jax.vjp(f, *a))(*args).jaxpr))
 
 
 def test_a_forward_returns_no_copy_of_an_array_its_backward_reads_as_given():

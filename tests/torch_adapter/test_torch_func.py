@@ -134,6 +134,39 @@ def test_vmap_maps_over_batch_norm_and_softmax():
                                vmap(lambda x: torch.softmax(x, 0))(xs))
 
 
+def _calls_of(f, *args):
+    """(f(*args), the (op, x's shape) of each backend call it made)."""
+    calls = []
+    original = dnnbind_calls.forward
+    try:
+        dnnbind_calls.forward = lambda call, x, *rest, **kw: calls.append((call.op, tuple(x.shape))) or original(
+            call, x, *rest, **kw)
+        return f(*args), calls
+    finally:
+        dnnbind_calls.forward = original
+
+
+def test_vmap_folds_softmax_and_layer_norm_where_their_samples_are_apart():
+    """Softmax along any axis but the batch's and layer norm over fewer dims than x's fold the mapped axis
+    into the batch (one call); along the batch axis, or normalizing every dim, one call per entry."""
+    xs = torch.randn(3, 4, 5, 2, dtype=DT)
+    w, b = torch.randn(5, 2, dtype=DT), torch.randn(5, 2, dtype=DT)
+    cases = [(lambda x: dt.softmax(x, axis=-1), lambda x: torch.softmax(x, -1), 1),
+             (lambda x: dt.logsoftmax(x, axis=1), lambda x: torch.log_softmax(x, 1), 1),
+             (lambda x: dt.softmax(x, axis=-3), lambda x: torch.softmax(x, -3), 3),
+             (lambda x: dt.layer_norm(x, (5, 2), w, b), lambda x: torch.nn.functional.layer_norm(x, (5, 2), w, b), 1),
+             (lambda x: dt.layer_norm(x, (4, 5, 2)), lambda x: torch.nn.functional.layer_norm(x, (4, 5, 2)), 3)]
+    for ours, theirs, count in cases:
+        out, calls = _calls_of(vmap(ours), xs)
+        torch.testing.assert_close(out, vmap(theirs)(xs))
+        assert len(calls) == count and calls[0][1] == ((12, 5, 2) if count == 1 else (4, 5, 2))
+    loss = lambda f: (lambda w, x: f(x, w).square().sum())   # noqa: E731
+    ours = lambda x, w: dt.layer_norm(x, (2,), w)            # noqa: E731
+    theirs = lambda x, w: torch.nn.functional.layer_norm(x, (2,), w)   # noqa: E731
+    torch.testing.assert_close(vmap(grad(loss(ours)), in_dims=(None, 0))(w[0], xs),
+                               vmap(grad(loss(theirs)), in_dims=(None, 0))(w[0], xs))
+
+
 @pytest.mark.parametrize("transform", ["jvp", "jacfwd"])
 def test_forward_mode_is_refused_naming_the_op(transform):
     w = torch.randn(2, 3, 3, 3, dtype=DT)

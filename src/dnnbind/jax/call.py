@@ -106,7 +106,8 @@ class Call:
         # where the samples are independent but the op has other arrays (conv's weights): which of the
         # forward call's results have x's leading axis, for a vmap of x alone to fold into it (None: no
         # fold here; x-only ops fold in their handlers, table.Row.folds)
-        self.x_axis = None if r.folds or not SPECS[r.op].samples_independent or r.traced else _x_axis(
+        independent = SPECS[r.op].independent(SPECS[r.op].arguments_function(**kwargs), len(leaves[0].shape))
+        self.x_axis = None if r.folds or not independent or r.traced else _x_axis(
             r, specs, kwargs, backend, self.lent, len(outputs) + len(updated), kept)
         self.forward = self._ffi_forward if self.x_axis is None else _folding(self)
         T.ensure_registered(r.op, platform)

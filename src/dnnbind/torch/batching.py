@@ -84,6 +84,17 @@ def _fold(op: Callable[..., Any], info: Any, in_dims: Sequence[Any], args: Seque
     return [unfold(t) for t in result], [0] * len(result)
 
 
+def _independent(op: str, args: Sequence[Any]) -> bool:
+    """Whether the typed call's samples along x's axis 0 are computed apart (the spec's
+    ``samples_independent``, for its arguments where it depends on them: softmax's axis), ``args[0]``
+    holding the mapped axis beside x's own."""
+    rule = SPECS[op].samples_independent
+    if not callable(rule):
+        return bool(rule)
+    from dnnbind.torch.typed import public_arguments
+    return SPECS[op].independent(public_arguments(op, args)[2], args[0].dim() - 1)
+
+
 def _mapped(d: Any) -> bool:
     return any(_mapped(e) for e in d) if isinstance(d, (list, tuple)) else d is not None
 
@@ -145,12 +156,12 @@ def forward_rule(name: str) -> Callable[..., tuple[Any, Any]]:
         updated = _unmapped_updates(spec, in_dims, args)
         if updated:
             return _map_updating_once(op, info, in_dims, args, updated)
-        if spec.samples_independent and _only_x(in_dims) and elementwise:
+        if spec.samples_independent is True and _only_x(in_dims) and elementwise:
             # any shape: one call on x with the mapped axis first, its strides kept (a channels-last x's)
             result = op(args[0].movedim(in_dims[0], 0), *args[1:])
             return (result, 0) if isinstance(result, Tensor) else (list(result), [0] * len(result))
         # x's own rank (the mapped axis not counted) must have a batch axis to fold into
-        if spec.samples_independent and _only_x(in_dims) and args[0].dim() >= 2:
+        if _only_x(in_dims) and args[0].dim() >= 2 and _independent(name, args):
             return _fold(op, info, in_dims, args)
         return map_over(op, info, in_dims, args)
     return rule

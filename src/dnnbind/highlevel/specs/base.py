@@ -182,8 +182,9 @@ class OpSpec:
     #: ``relu_`` keeps none; None: never (a copy of x is kept where a gradient may be asked for)
     result_stands_for_x: Callable[[dict[str, Any]], bool] | None = None
     #: each sample along x's axis 0 is computed alone, with the same other arrays and arguments: a
-    #: framework may fold a mapped axis of x (torch.func.vmap's) into it; False: it maps over that axis
-    samples_independent: bool = False
+    #: framework may fold a mapped axis of x (torch.func.vmap's) into it; False: it maps over that axis;
+    #: or a function of the public arguments and x's rank saying which (:meth:`independent`)
+    samples_independent: bool | Callable[[dict[str, Any], int], bool] = False
     #: how the op's backward is differentiated (double backward), from its own forward and backward
     #: (:mod:`.second_order`); None: it is not, and a framework refuses a gradient of its gradient
     second_order: Callable[..., tuple] | None = None
@@ -210,7 +211,13 @@ class OpSpec:
         """Whether every array, output and residual has x's leading axis, each position computed apart
         (samples independent, x the only array): a vmap may fold all its mapped axes into that axis, one
         call for the whole batch (JAX's broadcast_all), where conv can fold only a mapped axis of x."""
-        return self.samples_independent and len(self.arrays) == 1
+        return self.samples_independent is True and len(self.arrays) == 1
+
+    def independent(self, arguments: dict[str, Any], ndim: int) -> bool:
+        """:attr:`samples_independent` for a call with these public arguments (by name) on an x of rank
+        ``ndim``."""
+        rule = self.samples_independent
+        return bool(rule(arguments, ndim)) if callable(rule) else bool(rule)
 
     @functools.cached_property
     def array_names(self) -> tuple[str, ...]:

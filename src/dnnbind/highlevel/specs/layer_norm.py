@@ -17,6 +17,11 @@ def _check(x: Any, weight: Any, bias: Any, *, normalized_shape: Any, eps: float 
     return ndim, check_non_negative_float("eps", eps)
 
 
+def _normalized(shape: Any) -> tuple:
+    """normalized_shape as a tuple (an int is one trailing dim)."""
+    return tuple(shape) if isinstance(shape, (list, tuple)) else (shape,)
+
+
 def _empty(args: tuple) -> EmptyCall:
     x, weight, bias = args[:3]
     return EmptyCall([tuple(x.shape)], lambda zeros: (zeros(x.shape),) + tuple(
@@ -40,6 +45,7 @@ LAYER_NORM = OpSpec(
     static=("normalized_ndim", "eps"), outputs=(Output("y", "dy"),), check=_check, empty=_empty,
     skippable=True, features=("weight", "bias"), second_order=second_order.layer_norm,
     backward_reads=("x", "weight", "bias"),
+    samples_independent=lambda arguments, ndim: len(_normalized(arguments["normalized_shape"])) < ndim,
     tensor_doc="""Layer normalization over the trailing dims ``normalized_shape`` like ``torch.nn.functional.layer_norm``;
     weight and bias optional.""",
 )

@@ -30,6 +30,7 @@ def _spec(name: str, what: str, rule: Any, torch_name: str) -> OpSpec:
         params=(Param("x"), Param("axis", 1, True, "int")), arrays=(ArrayArg("x", gradient="dx"),),
         static=("axis",), outputs=(Output("y", "dy"),), check=_check_axis, empty=like_x, pointwise=True,
         features=("any axis",), second_order=rule, backward_reads=("y",),
+        samples_independent=lambda arguments, ndim: ndim >= 2 and arguments["axis"] % ndim != 0,
         tensor_doc=f"{what} along ``axis`` (``torch.{torch_name}(x, dim=axis)``).")
 
 

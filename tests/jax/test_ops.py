@@ -299,6 +299,12 @@ def test_a_vmap_of_x_alone_folds_a_convolution_into_one_call_with_lax_values_and
           jax.grad(lambda w: jnp.sum(jnp.sin(jax.vmap(theirs, (0, None))(xs, w))))(w), 1e-3)
     ws = jnp.stack([w, -w])
     close(jax.vmap(ours, (None, 0))(xs[0], ws), jax.vmap(theirs, (None, 0))(xs[0], ws))
+    # the backward folds too where it computes x's gradient alone; a filter's per-sample gradient (each
+    # sample's, which JAX then sums) runs per element
+    of_x = jax.grad(lambda xs: jnp.sum(jnp.sin(jax.vmap(ours, (0, None))(xs, w))))
+    assert "while" not in _lowered(of_x, xs)
+    close(of_x(xs), jax.grad(lambda xs: jnp.sum(jnp.sin(jax.vmap(theirs, (0, None))(xs, w))))(xs), 1e-3)
+    assert "while" in _lowered(jax.grad(lambda w: jnp.sum(jax.vmap(ours, (0, None))(xs, w))), w)
 
 
 def test_a_vmap_folds_softmax_and_layer_norm_where_their_samples_are_apart():
@@ -318,6 +324,7 @@ def test_a_vmap_folds_softmax_and_layer_norm_where_their_samples_are_apart():
         assert ("while" not in _lowered(jax.vmap(ours), xs)) == folds
         close(jax.vmap(ours)(xs), jax.vmap(theirs)(xs))
         loss = lambda f: (lambda xs: jnp.sum(jnp.sin(jax.vmap(f)(xs))))   # noqa: E731
+        assert ("while" not in _lowered(jax.grad(loss(ours)), xs)) == folds
         close(jax.jit(jax.grad(loss(ours)))(xs), jax.grad(loss(theirs))(xs), 1e-3)
 
 

@@ -109,7 +109,18 @@ class Call:
         independent = SPECS[r.op].independent(SPECS[r.op].arguments_function(**kwargs), len(leaves[0].shape))
         self.x_axis = None if r.folds or not independent or r.traced else _x_axis(
             r, specs, kwargs, backend, self.lent, len(outputs) + len(updated), kept)
-        self.forward = self._ffi_forward if self.x_axis is None else _folding(self)
+        if self.x_axis is None:
+            self.forward = self._ffi_forward
+        else:
+            # x is the forward's one input with x's leading axis; per residual whether it has it (those
+            # put back from the inputs or outputs: x's and the outputs')
+            axis_of_kept = iter(self.x_axis[len(outputs) + len(updated):])
+            lent_axis = {place: (index == 0) if is_input else True for place, is_input, index, *_ in self.lent}
+            self.residual_axis = tuple(lent_axis[i] if i in lent_axis else next(axis_of_kept)
+                                       for i in range(len(saved)))
+            forward_axis = (True,) + (False,) * (len(leaves) - 1)
+            self.forward = _folding(self, lambda c, *inputs: _flat(c._ffi_forward(*inputs)), forward_axis,
+                                    self.x_axis, False, self._regrouped)
         T.ensure_registered(r.op, platform)
 
     def __hash__(self) -> int:
@@ -154,12 +165,31 @@ class Call:
         call."""
         given = [c for c, f in zip(cotangents[:self.counts[0]], self.float_outputs) if f]
         computed = [g is not None and (needs is None or needs[g]) for g in self.gradient_of]
+        inputs = [*residuals, *given, *traced]
+        if not any(computed):
+            grads: Any = iter(())
+        elif self.x_axis is None:
+            grads = iter(self._ffi_backward(needs, *inputs))
+        else:      # (a per-sample gradient of a weight, one without x's axis, is each sample's: no fold)
+            grads = iter(_folding(self, lambda c, *i: c._ffi_backward(needs, *i),
+                                  (*self.residual_axis, *[True] * len(given)),
+                                  tuple(k == 0 for k, c in enumerate(computed) if c), True)(*inputs))
+        return tuple(next(grads) if c else None for c in computed) + (None,) * len(traced)
+
+    def _ffi_backward(self, needs: tuple[bool, ...] | None, *inputs: Any) -> tuple:
+        """The gradients the backward FFI call computes (those ``needs`` asks for), from the residuals, the
+        float outputs' cotangents and the per-call values."""
+        computed = [g is not None and (needs is None or needs[g]) for g in self.gradient_of]
         types = tuple(t for t, c in zip(self.leaf_types, computed) if c)
         attrs = self.backward_attrs if needs is None else {**self.backward_attrs, T.NEEDS: np.asarray(needs, np.int64)}
-        grads = iter(jax.ffi.ffi_call(T.target_name(self.row.op, "backward"), _varying_like(types, [*residuals, *given]),
-                                      vmap_method=self.row.vmap_method)(*residuals, *given, *traced, **attrs)
-                     if types else ())
-        return tuple(next(grads) if c else None for c in computed) + (None,) * len(traced)
+        given = inputs[:len(inputs) - len(self.row.traced)]
+        return tuple(jax.ffi.ffi_call(T.target_name(self.row.op, "backward"), _varying_like(types, given),
+                                      vmap_method=self.row.vmap_method)(*inputs, **attrs))
+
+    def _regrouped(self, flat: tuple) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """The forward call's results as (outputs and updated arrays, residuals)."""
+        n = self.counts[0] + self.counts[1]
+        return tuple(flat[:n]), tuple(flat[n:])
 
 
 def _varying_like(types: tuple, inputs: Any) -> tuple:
@@ -250,29 +280,37 @@ def _x_axis(r: Row, specs: list[Any], kwargs: dict[str, Any], backend: str, lent
     return tuple(axis)
 
 
-def _folding(call: Call) -> Callable[..., Any]:
-    """The forward FFI call, a jax.vmap of x alone folded into x's leading axis: one call on (B * N, ...)
-    (the op's samples are independent); a vmap of anything else runs it once per batch element."""
-    @jax.custom_batching.custom_vmap
-    def forward(*inputs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        return call._ffi_forward(*inputs)
+def _flat(results: tuple[tuple[Any, ...], tuple[Any, ...]]) -> tuple:
+    return (*results[0], *results[1])
 
-    @forward.def_vmap
+
+def _folding(call: Call, run: Callable[..., tuple], in_axis: tuple[bool, ...], out_axis: tuple[bool, ...],
+             reduces: bool, regroup: Callable[[tuple], Any] = tuple) -> Callable[..., Any]:
+    """``run(call, *inputs)`` (a flat tuple of arrays), a jax.vmap folded into x's leading axis, one call on
+    (B * N, ...) for the whole batch, where every mapped input has that axis (``in_axis``: per input;
+    an unmapped one that has it is broadcast) and, where the results without it would be sums over the
+    samples (``reduces``: a weight's gradient), every result has it (``out_axis``); the others come back
+    unmapped. A vmap of anything else runs ``run`` once per batch element. ``regroup`` shapes the flat
+    results as the caller takes them."""
+    @jax.custom_batching.custom_vmap
+    def folding(*inputs: Any) -> Any:
+        return regroup(run(call, *inputs))
+
+    @folding.def_vmap
     def rule(axis_size: int, in_batched: list[bool], *inputs: Any) -> tuple[Any, Any]:
-        assert call.x_axis is not None
-        outputs_batched = (tuple([True] * call.counts[0] + [True] * call.counts[1]),
-                           tuple([True] * call.counts[2]))
-        if not in_batched[0] or any(in_batched[1:]):
-            mapped = jax.vmap(call._ffi_forward, in_axes=[0 if b else None for b in in_batched])(*inputs)
-            return mapped, outputs_batched
-        x = inputs[0].reshape((axis_size * inputs[0].shape[1], *inputs[0].shape[2:]))
-        folded = Call(call.row, A.fill(call.tree, [x, *inputs[1:]]), call.kwargs, call.platform)
-        outputs, residuals = folded.forward(x, *inputs[1:])
-        results = [r.reshape((axis_size, r.shape[0] // axis_size, *r.shape[1:])) if axis else r
-                   for r, axis in zip([*outputs, *residuals], call.x_axis)]
-        n = len(outputs)
-        return (tuple(results[:n]), tuple(results[n:])), (tuple(call.x_axis[:n]), tuple(call.x_axis[n:]))
-    return forward
+        if any(b and not axis for b, axis in zip(in_batched, in_axis)) or (reduces and not all(out_axis)):
+            mapped = jax.vmap(lambda *i: run(call, *i), in_axes=[0 if b else None for b in in_batched])(*inputs)
+            return regroup(mapped), regroup((True,) * len(mapped))
+        folded = [(a if b else jnp.broadcast_to(a, (axis_size, *a.shape))).reshape((-1, *a.shape[1 + b:]))
+                  if axis else a for a, b, axis in zip(inputs, in_batched, in_axis)]
+        leaf = call.leaf_types[0]
+        leaves = [jax.ShapeDtypeStruct((axis_size * leaf.shape[0], *leaf.shape[1:]), leaf.dtype), *call.leaf_types[1:]]
+        results = _folding(Call(call.row, A.fill(call.tree, leaves), call.kwargs, call.platform), run, in_axis,
+                           out_axis, reduces)(*folded)
+        results = tuple(r.reshape((axis_size, r.shape[0] // axis_size, *r.shape[1:])) if axis else r
+                        for r, axis in zip(results, out_axis))
+        return regroup(results), regroup(out_axis)
+    return folding
 
 
 def _leaf_index(r: Row, specs: list[Any], name: str) -> int:

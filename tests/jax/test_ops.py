@@ -334,6 +334,17 @@ def test_empty_and_0d_inputs_follow_dnnbinds_edge_policy():
     assert dj.conv(x, w).shape == (0, 4, 4, 4)
     dx, dw = jax.grad(lambda x, w: jnp.sum(dj.conv(x, w)), argnums=(0, 1))(x, w)
     assert dx.shape == x.shape and dw.shape == w.shape and not np.any(np.asarray(dw))
+    b = rand(4)                    # (an empty call saves what the edge policy saves: no fold probe)
+    for op in (dj.conv, dj.conv_transpose):
+        weight = w if op is dj.conv else rand(3, 4, 3, 3)
+        db = jax.grad(lambda b: jnp.sum(op(x, weight, b)))(b)
+        assert db.shape == (4,) and not np.any(np.asarray(db))
+    # an empty mapped axis: empty results, also of the ops that fold a vmap (and jacrev of an empty output)
+    empty = jnp.ones((0, 2, 3, 6, 6))
+    assert jax.vmap(lambda x: dj.conv(x, w, b))(empty).shape == (0, 2, 4, 4, 4)
+    assert jax.vmap(lambda x: dj.softmax(x, axis=1))(empty).shape == empty.shape
+    assert jax.vmap(lambda x: dj.layer_norm(x, (6,)))(empty).shape == empty.shape
+    assert jax.jacrev(lambda x: dj.softmax(x, axis=1))(jnp.ones((0, 5))).shape == (0, 5, 0, 5)
     assert float(dj.softmax(jnp.float32(3.0), axis=0)) == 1.0
     close(jax.grad(lambda x: dj.activation(x, "sigmoid"))(jnp.float32(0.0)), 0.25)
     with pytest.raises(ValueError, match="axis=1 is out of range for a 0-d array"):

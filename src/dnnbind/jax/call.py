@@ -262,13 +262,18 @@ def _x_axis(r: Row, specs: list[Any], kwargs: dict[str, Any], backend: str, lent
             kept: list[ArraySpec]) -> tuple[bool, ...] | None:
     """Per result of the forward FFI call (outputs, then the residuals it returns): whether it has x's
     leading axis, found as the results whose leading size follows x's (the results of a call on one more
-    sample); None where some other size changes too."""
+    sample); None where some other size changes too, or for an empty batch (whose call saves what the edge
+    policy saves: not what a call of samples saves)."""
+    if specs[0].shape[0] == 0:
+        return None
     one_more = [ArraySpec((specs[0].shape[0] + 1, *specs[0].shape[1:]), specs[0].dtype), *specs[1:]]
     static = residual_static(r.op, *one_more, **kwargs)
     with saving_residuals(True, borrowed=True):
         saved = backend_function(backend, f"{r.op}_residuals")(*one_more, *static)
     places = {place for place, *_ in lent}
     grown = [s for i, s in enumerate(saved) if i not in places]
+    if len(grown) != len(kept):
+        return None
     axis = [True] * returned         # (the outputs: every one has x's leading axis)
     for before, after in zip(kept, grown):
         if tuple(after.shape) == tuple(before.shape):
@@ -298,7 +303,8 @@ def _folding(call: Call, run: Callable[..., tuple], in_axis: tuple[bool, ...], o
 
     @folding.def_vmap
     def rule(axis_size: int, in_batched: list[bool], *inputs: Any) -> tuple[Any, Any]:
-        if any(b and not axis for b, axis in zip(in_batched, in_axis)) or (reduces and not all(out_axis)):
+        if (any(b and not axis for b, axis in zip(in_batched, in_axis)) or (reduces and not all(out_axis))
+                or axis_size == 0):
             mapped = jax.vmap(lambda *i: run(call, *i), in_axes=[0 if b else None for b in in_batched])(*inputs)
             return regroup(mapped), regroup((True,) * len(mapped))
         folded = [(a if b else jnp.broadcast_to(a, (axis_size, *a.shape))).reshape((-1, *a.shape[1 + b:]))

@@ -265,3 +265,29 @@ def test_a_compiled_run_of_every_layer_family_equals_torchs_layers(name, dynamic
         with torch.no_grad():
             torch.testing.assert_close(compiled(x), theirs(x))
     assert graphs and all("torch.ops.dnnbind.sequence" in code for code in graphs)
+
+
+@pytest.mark.parametrize("last,refused", [("MaxPool2d", False), ("Sigmoid", True)])
+def test_a_compiled_run_keeps_its_result_for_the_backward_where_its_last_layer_reads_it(last, refused):
+    """Changed in place before the backward, a compiled run's result is refused where the last layer's
+    backward reads it (sigmoid's), as torch refuses it; maxpool's reads its indices, not its result."""
+    outcomes = []
+    for nn in (torch.nn, dnn):
+        torch.manual_seed(0)
+        tail = nn.MaxPool2d(2) if last == "MaxPool2d" else nn.Sigmoid()
+        model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), tail).double()
+        compiled = torch.compile(model, fullgraph=True)
+        x = torch.randn(SHAPES["train"], dtype=torch.float64)
+        y = compiled(x)
+        loss = y.sum()
+        with torch.no_grad():
+            y.mul_(2)
+        try:
+            loss.backward()
+            outcomes.append(("ran", model[0].weight.grad))
+        except RuntimeError as e:
+            assert "modified by an inplace operation" in str(e)
+            outcomes.append(("raised", None))
+    assert [o[0] for o in outcomes] == ["raised" if refused else "ran"] * 2
+    if not refused:
+        torch.testing.assert_close(outcomes[1][1], outcomes[0][1])

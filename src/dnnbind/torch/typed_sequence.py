@@ -415,9 +415,10 @@ def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
 
 
 def _reads_result(layers: Sequence[_Layer], x: Tensor, tensors: Sequence[Tensor], reals: Sequence[float]) -> bool:
-    """Whether the run's last layer's backward reads its result (its spec's ``backward_reads``)."""
+    """Whether the run's last layer's backward reads its result, the run's (its spec's ``backward_reads``:
+    not maxpool's, which reads its indices, a result the run does not return)."""
     last, arrays = layers[-1], _split(layers, tensors)[-1]
-    return bool(set(SPECS[last.op].reads(_public(last, x, arrays, reals))) & set(SPECS[last.op].output_names))
+    return SPECS[last.op].output_names[0] in SPECS[last.op].reads(_public(last, x, arrays, reals))
 
 
 def _backward(ctx: Any, d_results: Sequence[Tensor | None], d_residuals: Any) -> tuple:

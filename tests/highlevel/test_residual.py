@@ -188,6 +188,22 @@ def test_a_residual_declared_the_value_of_an_array_or_a_result_is_that_value(op,
         np.testing.assert_array_equal(saved[place], source.reshape(s.shape).astype(s.dtype))
 
 
+@pytest.mark.parametrize("backend", [cpu, reference], ids=["cpu", "reference"])
+def test_a_declared_result_is_one_the_specs_backward_reads(backend):
+    """A framework keeps for the backward the results the spec's backward_reads names (dnnbind.torch saves
+    those): a residual may be declared the value of a result only then."""
+    from dnnbind.highlevel.grad_mode import saving_residuals
+    from dnnbind.highlevel.residual import declared
+    for op, arrays, static in DECLARING:
+        spec = SPECS[op]
+        # (the arguments backward_reads looks at: an activation's mode; none for the other ops' here)
+        arguments = {"mode": static[-2], "alpha": static[-1]} if "mode" in spec.static else {}
+        with saving_residuals(True, True):
+            keys = [key for _, key, _ in declared(getattr(backend, f"{op}_residuals")(*_spec(arrays), *static))]
+        for key in keys:
+            assert key[0] in spec.array_names or key[0] in spec.reads(arguments), (op, static, key)
+
+
 def test_the_cpu_backend_declares_the_arrays_it_saves_as_given():
     """Without these declarations a training op returns copies of its inputs (twice the memory of torch's)."""
     from dnnbind.highlevel.grad_mode import saving_residuals

@@ -360,3 +360,27 @@ def test_a_training_call_keeps_its_input_alive_where_torchs_layer_does(name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert _keeps_input(dnn, name) == _keeps_input(torch.nn, name)
+
+
+@pytest.mark.parametrize("name", ["Sigmoid", "Tanh", "Softmax", "LogSoftmax"])
+def test_a_typed_call_whose_backward_reads_its_result_keeps_no_input(name):
+    """Its typed training op (compiled graphs, dispatch modes) keeps the result in x's place: x changed in
+    place after the forward is no error, as for torch's layer, and a second derivative differentiates the
+    spec's rule written on the result, giving torch's."""
+    make, _ = LAYERS[name]
+    found = []
+    for nn in (torch.nn, dnn):
+        x = torch.randn(2, 3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        h = x * 1
+        mode = _TrainingOps()
+        with mode if nn is dnn else contextlib.nullcontext():
+            y = make(nn)(h)
+        assert nn is torch.nn or mode.ops
+        with torch.no_grad():
+            h.add_(1)
+        weights = torch.linspace(-1, 1, y.numel(), dtype=torch.float64).reshape(y.shape)
+        (g,) = torch.autograd.grad((y * weights).sum(), x, create_graph=True)
+        (gg,) = torch.autograd.grad(g.square().sum(), x)
+        found.append((g, gg))
+        assert _keeps_input(nn, name) is False
+    torch.testing.assert_close(found[1], found[0])

@@ -42,7 +42,7 @@ import torch
 from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor_hooks
 
 from dnnbind.highlevel.plans import kept
-from dnnbind.highlevel.specs import SPECS
+from dnnbind.highlevel.specs import SPECS, second_order
 from dnnbind.highlevel.specs.base import Kind, OpSpec
 from dnnbind.torch import batching, calls, layout
 
@@ -402,7 +402,11 @@ def _setup(op: str, ctx: Any, statics: Sequence[Any], tensors: Sequence[Tensor |
     outputs = [output] if isinstance(output, Tensor) else list(output)
     stands = spec.result_stands_for_x
     arguments = public_arguments(op, _with_tensors(op, statics, tensors))[2]
-    if stands is not None and stands(arguments):
+    # a training call whose backward reads its result alone (sigmoid, softmax): the result stands in x's
+    # place (x's shape, dtype and layout), and a graph of the backward differentiates the spec's rule
+    # written on the result (from_result), so that x is not kept, as torch's own layers keep none
+    ctx.from_result = None if residuals is None else second_order.from_result(spec, arguments)
+    if (stands is not None and stands(arguments)) or ctx.from_result is not None:
         # its result stands for x (relu, dropout): kept instead of x, as torch's relu keeps its result, so
         # that a compiled in-place layer's write into x (x's version bumped) fails no backward
         tensors = [outputs[0], *tensors[1:]]
@@ -550,7 +554,11 @@ def _gradients(op: str, ctx: Any, grads: Sequence[Any], needs: list[bool]) -> tu
     gradients: list[Any] = [None] * len(tensors)
     if any(needs) and any(d is not None for d in cotangents):
         flags = [n for n, given in zip(needs, ctx.places) if given]      # one per tensor given
-        if torch.is_grad_enabled() or _functorch():        # a graph of the backward is built: refusable
+        result = tensors[0]                                # (in x's place where ctx.from_result)
+        if (torch.is_grad_enabled() or _functorch()) and getattr(ctx, "from_result", None) is not None:
+            assert result is not None
+            found = iter([from_result(op, ctx.from_result, result, cotangents, public_arguments(op, inputs)[2])])
+        elif torch.is_grad_enabled() or _functorch():      # a graph of the backward is built: refusable
             found = iter(backward_function(op).apply(_statics(inputs), flags, len(cotangents), *cotangents, *tensors))
         elif getattr(ctx, "residuals", None) is not None:
             found = iter(getattr(torch.ops.dnnbind, f"{op}_pullback")(residuals, results, cotangents, *inputs, flags))

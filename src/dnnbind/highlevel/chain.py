@@ -13,7 +13,7 @@ import inspect
 from typing import Any, Callable
 
 from dnnbind.highlevel.grad_mode import saving
-from dnnbind.highlevel.residual import ArraySpec, undeclared
+from dnnbind.highlevel.residual import ArraySpec
 from dnnbind.highlevel.specs import SPECS, OpSpec
 
 
@@ -83,7 +83,7 @@ def chained(spec: OpSpec, parts: dict[str, Callable[..., Any]], fused: Callable[
 
 def _declaring(specs: tuple, names: tuple[str, ...]) -> tuple:
     """``specs`` declaring a source (ArraySpec.same_as) only where it is one of ``names``."""
-    return tuple(s if s.same_as is None or s.same_as[0] in names else undeclared((s,))[0] for s in specs)
+    return tuple(s if s.same_as is None or s.same_as[0] in names else s._replace(same_as=None) for s in specs)
 
 
 def chained_ops(namespace: dict[str, Any]) -> list[str]:

@@ -54,6 +54,14 @@ def declared(specs: Any) -> tuple[tuple[int, tuple, ArraySpec], ...]:
     return tuple((i, s.same_as, s) for i, s in enumerate(specs) if getattr(s, "same_as", None) is not None)
 
 
+def without(items: Any, places: Any) -> list:
+    """``items`` (residuals, or their specs) without those at ``places`` (ints, or tuples whose first entry is
+    the place, as :func:`declared` gives them): what a framework keeps of a forward's residuals where it
+    passes the declared ones' sources instead."""
+    left_out = {p if isinstance(p, int) else int(p[0]) for p in places}
+    return [item for i, item in enumerate(items) if i not in left_out]
+
+
 def undeclared(specs: Any) -> tuple:
     """``specs`` with no residual declaring a source (where what a backend declares no longer holds: a
     half-precision op computed in float32, a chain's intermediate)."""

@@ -25,7 +25,7 @@ from dnnbind.highlevel.edges import output_dtype
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.ops import residual_static
 from dnnbind.highlevel.grad_mode import saving_residuals
-from dnnbind.highlevel.residual import ArraySpec, declared
+from dnnbind.highlevel.residual import ArraySpec, declared, without
 from dnnbind.highlevel.unbatched import batch_axis
 from dnnbind.jax import attrs as A
 from dnnbind.jax import targets as T
@@ -72,7 +72,7 @@ class Call:
         with saving_residuals(True, borrowed=True):       # (what the forward target's backend call saves)
             saved = backend_function(backend, f"{r.op}_residuals")(*specs, *static)
         self.lent = _lent(r, specs, self.slots, saved)
-        kept = [s for i, s in enumerate(saved) if i not in {place for place, *_ in self.lent}]
+        kept = without(saved, self.lent)
         for spec in saved:
             if jax.dtypes.canonicalize_dtype(spec.dtype) != np.dtype(spec.dtype):
                 raise TypeError(f"{r.op} saves a {np.dtype(spec.dtype).name} array for its backward, which JAX "
@@ -270,8 +270,7 @@ def _x_axis(r: Row, specs: list[Any], kwargs: dict[str, Any], backend: str, lent
     static = residual_static(r.op, *one_more, **kwargs)
     with saving_residuals(True, borrowed=True):
         saved = backend_function(backend, f"{r.op}_residuals")(*one_more, *static)
-    places = {place for place, *_ in lent}
-    grown = [s for i, s in enumerate(saved) if i not in places]
+    grown = without(saved, lent)
     if len(grown) != len(kept):
         return None
     axis = [True] * returned         # (the outputs: every one has x's leading axis)

@@ -27,7 +27,7 @@ from dnnbind.highlevel.dispatch import BACKENDS, backend_function
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.ops import residual_static
-from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.residual import ArraySpec, without
 from dnnbind.jax import attrs as A
 from dnnbind.jax import frame as F
 from dnnbind.jax.table import Row, row
@@ -173,8 +173,7 @@ def forward_body(op: str, platform: str) -> Callable[[F.Frame], None]:
         with memory.scope(frame), saving_residuals(True, borrowed=True):
             result, residuals = forward(*arrays, *static)
         if LENT in frame.attrs:
-            lent = {int(i) for i in frame.attrs[LENT]}
-            residuals = tuple(a for i, a in enumerate(residuals) if i not in lent)
+            residuals = tuple(without(residuals, [int(i) for i in frame.attrs[LENT]]))
         results = result if isinstance(result, tuple) else (result,)
         given = [v for v in results if v is not None]
         for target, value in zip(rets, [*given, *updated, *residuals]):

@@ -26,7 +26,7 @@ from dnnbind.highlevel.edges import output_dtype
 from dnnbind.highlevel.grad_mode import saving_residuals
 from dnnbind.highlevel.ops import residual_static
 from dnnbind.highlevel.plans import kept
-from dnnbind.highlevel.residual import ArraySpec, declared, innermost
+from dnnbind.highlevel.residual import ArraySpec, declared, innermost, without
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.highlevel.support import backend_support
 from dnnbind.torch import layout, symbolic
@@ -395,6 +395,4 @@ def fake(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any],
     if SPECS[op].updated_in_place:            # the updated copies (batch norm's running statistics)
         outputs += [x.new_empty(t.shape, dtype=t.dtype) for t in list(arrays)[SPECS[op].updated] if t is not None]
     lent = tuple((place, key) for place, key, _ in declared(found[1])) if borrowed else ()
-    dropped = {place for place, _ in lent}
-    return outputs, [x.new_empty(shape, dtype=torch_dtype(dtype)) for i, (shape, dtype) in enumerate(saved)
-                     if i not in dropped], lent
+    return outputs, [x.new_empty(shape, dtype=torch_dtype(dtype)) for shape, dtype in without(saved, lent)], lent

@@ -42,6 +42,7 @@ import torch
 from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor_hooks
 
 from dnnbind.highlevel.plans import kept
+from dnnbind.highlevel.residual import without
 from dnnbind.highlevel.specs import SPECS, second_order
 from dnnbind.highlevel.specs.base import Kind, OpSpec
 from dnnbind.torch import batching, calls, layout
@@ -284,10 +285,7 @@ def _training(op: str, *args_and_saves: Any) -> tuple[list[Tensor], list[Tensor]
     args = args_and_saves[:-1]
     call = _kept_call(op, args)
     outputs, residuals = calls.run_call(call, *_tensors(op, args), borrowed=True)
-    lent = call.lent()
-    if lent:
-        dropped = {place for place, _, _ in lent}
-        residuals = [r for i, r in enumerate(residuals) if i not in dropped]
+    residuals = without(residuals, call.lent())
     owned = _own([*outputs, *residuals], args)
     return owned[:len(outputs)], owned[len(outputs):]
 
@@ -310,10 +308,15 @@ def _restored(op: str, call: calls.Call, residuals: Sequence[Tensor], results: S
     sources.update(((name,), t) for name, t in zip(returned, results) if t is not None)
     out = list(residuals)
     for place, key, saved in lent:
-        t = sources[key].reshape(saved.shape)
-        dtype = calls.torch_dtype(saved.dtype)
-        out.insert(place, (t if t.dtype == dtype else t.to(dtype)).contiguous())
+        out.insert(place, as_residual(sources[key], saved.shape, calls.torch_dtype(saved.dtype)))
     return out
+
+
+def as_residual(t: Tensor, shape: Sequence[int], dtype: torch.dtype) -> Tensor:
+    """A tensor the forward declared a residual the value of, as that residual: C-ordered, in its shape
+    (a 0-d x's is (1,)) and dtype (no copy where it is so already)."""
+    t = t.reshape(shape)
+    return (t if t.dtype == dtype else t.to(dtype)).contiguous()
 
 
 def _pullback(op: str, residuals: Sequence[Any], results: Sequence[Tensor | None],

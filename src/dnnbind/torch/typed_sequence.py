@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, Sequence, TypeVar
 import torch
 
 from dnnbind.highlevel.plans import kept
-from dnnbind.highlevel.residual import declared
+from dnnbind.highlevel.residual import declared, without
 from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import calls, fused, typed
 from dnnbind.torch.convert import to_array, to_tensor
@@ -303,16 +303,10 @@ def _forward(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[
         statistics.append(to_tensor(a if id(a) not in seen else a.copy()))
         seen.add(id(a))
     residuals = [] if not keep else [to_tensor(r) for step, lent in zip(saved, planned.lent)
-                                     for r in _without(step, lent)]
+                                     for r in without(step, lent)]
     residuals += [to_tensor(between[j - 1]) for j in planned.between] if keep else []
     outputs = typed._own([to_tensor(h), *statistics, *residuals], (x, tensors))
     return outputs[:1 + len(statistics)], outputs[1 + len(statistics):]
-
-
-def _without(residuals: Sequence[Any], lent: Sequence[tuple]) -> list[Any]:
-    """A step's residuals without those it declares the values of the run's arrays (``lent``)."""
-    dropped = {place for place, *_ in lent}
-    return [r for i, r in enumerate(residuals) if i not in dropped]
 
 
 def _run_kernel(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[float]) -> list[Tensor]:
@@ -340,8 +334,7 @@ def _pullback_kernel(residuals: Sequence[Tensor], result: Tensor | None, cotange
         for place, (kind, index), shape, dtype in lent:
             source = between[index] if kind == "h" else tensors[index]
             assert source is not None, "the run's result is saved where a step declares it"
-            source = source.reshape(shape)
-            step.insert(place, (source if source.dtype == dtype else source.to(dtype)).contiguous())
+            step.insert(place, typed.as_residual(source, shape, dtype))
         saved.append(tuple(to_array(r) for r in step))
     d = cotangents[0]
     if d is None:                            # the result's cotangent is required: zeros stand for "unused"

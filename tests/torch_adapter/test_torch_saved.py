@@ -46,11 +46,15 @@ LAYERS: dict[str, tuple[Callable[[Any], Any], tuple[int, ...]]] = {
     "Tanh": (lambda nn: nn.Tanh(), IMAGE),
     **{f"{name}-inplace": (lambda nn, name=name: getattr(nn, name)(inplace=True), IMAGE)
        for name in ("ReLU", "ReLU6", "ELU", "LeakyReLU", "SiLU")},
+    "Sequential": (lambda nn: nn.Sequential(nn.Tanh(), nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()), IMAGE),
     "LSTM": (lambda nn: nn.LSTM(3, 4), SEQUENCE),
     "LSTM-projection": (lambda nn: nn.LSTM(3, 4, proj_size=2), SEQUENCE),
     "GRU": (lambda nn: nn.GRU(3, 4), SEQUENCE),
     "RNN": (lambda nn: nn.RNN(3, 4, nonlinearity="relu"), SEQUENCE),
 }
+
+#: the single layers (not the Sequential, whose layers each run alone but for a compiled run)
+SINGLE = [name for name in LAYERS if name != "Sequential"]
 
 #: where dnnbind refuses what torch's CPU layer allows: its RNNs save what cuDNN's RNN saves for torch
 #: (all weights, y), as torch's CPU LSTM does, where its CPU GRU, RNN and projected LSTM read no bias nor y
@@ -61,6 +65,14 @@ STRICTER = {("GRU", "bias_ih_l0"), ("GRU", "bias_hh_l0"), ("GRU", "output 0"),
 #: result, the input they overwrote; dnnbind's layer writes a copy into it (see eager.overwriting), so
 #: its backward reads its own copy, and the gradient is the forward's
 LAXER = {(f"{name}-inplace", target) for name in ("ReLU", "ELU", "LeakyReLU") for target in ("x", "output 0")}
+#: through the typed op, which cannot tell a layer made with inplace=True (whose result is written into x
+#: after the op, under torch.compile) from another: a result that stands for x (ReLU6's, LeakyReLU's,
+#: Hardtanh's, Dropout's) is saved in x's place, where torch's layer reads x (or, dropout, its mask alone);
+#: batch norm's running statistics are kept by reference, as the op's own update must not fail the backward
+TYPED_STRICTER = {(name, "output 0") for name in ("ReLU6", "LeakyReLU", "Hardtanh", "Dropout")}
+TYPED_LAXER = ({(name, "x") for name in ("ReLU6", "LeakyReLU", "Hardtanh")}
+               | {(name, f"{at}running_{s}") for name, at in (("BatchNorm2d", ""), ("BatchNorm2d-eval", ""), ("Sequential", "2."))
+                  for s in ("mean", "var")})
 
 
 def _outputs(out: Any) -> list[torch.Tensor]:
@@ -78,9 +90,28 @@ def _targets(name: str) -> list[str]:
             + [n for n, b in layer.named_buffers() if b.is_floating_point()] + [f"output {i}" for i in range(len(out))])
 
 
-def _step(nn: Any, name: str, target: str) -> tuple[str, Any]:
-    """("raised" or "ran", the gradients of x and the parameters) of a forward, an in-place change of
-    ``target``, and a backward."""
+#: how a dnnbind.torch layer runs: eager (an autograd.Function per call), through its typed training op (a
+#: dispatch mode's, what compiled graphs hold), or torch.compile'd
+RUNS: dict[str, Callable[[Any], Any]] = {
+    "eager": lambda layer: layer,
+    "typed": lambda layer: lambda x: _under_a_dispatch_mode(layer, x),
+    "compiled": lambda layer: _compiled(layer),
+}
+
+
+def _compiled(layer: Any) -> Any:
+    torch._dynamo.reset()                    # (each case's layer is new: no recompile limit)
+    return torch.compile(layer, fullgraph=True, dynamic=False)
+
+
+def _under_a_dispatch_mode(layer: Any, x: torch.Tensor) -> Any:
+    with FlopCounterMode(display=False):
+        return layer(x)
+
+
+def _step(nn: Any, name: str, target: str, run: str = "eager") -> tuple[str, Any]:
+    """("raised" or "ran", the gradients of x and the parameters) of a forward (``run``: RUNS, for
+    dnnbind's layers), an in-place change of ``target``, and a backward."""
     make, shape = LAYERS[name]
     torch.manual_seed(0)
     layer = make(nn)
@@ -89,7 +120,7 @@ def _step(nn: Any, name: str, target: str) -> tuple[str, Any]:
     source = torch.randn(shape, dtype=torch.float32, generator=torch.Generator().manual_seed(1), requires_grad=True)
     x = source * 1
     torch.manual_seed(2)
-    outputs = _outputs(layer(x))
+    outputs = _outputs((RUNS[run](layer) if nn is dnn else layer)(x))
     with torch.no_grad():
         if target == "x":
             x.add_(0.5)
@@ -98,7 +129,7 @@ def _step(nn: Any, name: str, target: str) -> tuple[str, Any]:
         elif target.startswith("output"):
             outputs[int(target.split()[1])].add_(1)
         else:
-            getattr(layer, target).add_(0.5)
+            {**dict(layer.named_parameters()), **dict(layer.named_buffers())}[target].add_(0.5)
     first = outputs[0]
     weights = torch.linspace(-1, 1, first.numel()).reshape(first.shape)
     try:
@@ -118,21 +149,23 @@ def _cases() -> list[tuple[str, str]]:
         return [(name, target) for name in LAYERS for target in _targets(name)]
 
 
+@pytest.mark.parametrize("run", ["eager", "typed"])
 @pytest.mark.parametrize("name,target", _cases())
-def test_an_in_place_change_is_refused_where_torch_refuses_it(name, target):
+def test_an_in_place_change_is_refused_where_torch_refuses_it(name, target, run):
     """Changed between the forward and the backward: refused where torch's own layer refuses it (apart
-    from STRICTER and LAXER), otherwise the gradients are those of the forward's values."""
+    from STRICTER and LAXER), otherwise the gradients are those of the forward's values; eager and through
+    the typed training op, which saves no array its backward reads only the metadata of (conv's bias)."""
     torch.manual_seed(0)
     _REFERENCE[name] = LAYERS[name][0](torch.nn)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         theirs, _ = _step(torch.nn, name, target)
-        ours, gradients = _step(dnn, name, target)
-        unchanged, forward_gradients = _step(dnn, name, "none")
+        ours, gradients = _step(dnn, name, target, run)
+        unchanged, forward_gradients = _step(dnn, name, "none", run)
     assert unchanged == "ran"
-    if (name, target) in STRICTER:
+    if (name, target) in STRICTER or (run == "typed" and (name, target) in TYPED_STRICTER):
         assert (theirs, ours) == ("ran", "raised")
-    elif (name, target) in LAXER:
+    elif (name, target) in LAXER or (run == "typed" and (name, target) in TYPED_LAXER):
         assert (theirs, ours) == ("raised", "ran")
     else:
         assert ours == theirs
@@ -141,6 +174,28 @@ def test_an_in_place_change_is_refused_where_torch_refuses_it(name, target):
             assert (g is None) == (e is None)
             if g is not None:
                 torch.testing.assert_close(g, e)
+
+
+#: compiled, the typed ops' training graphs and a Sequential's one run (dnnbind::sequence_training) save
+#: what their backwards read, not a bias nor a batch norm's beta
+COMPILED = [("Conv2d", "x"), ("Conv2d", "weight"), ("Conv2d", "bias"), ("ConvTranspose2d", "bias"),
+            ("BatchNorm2d", "weight"), ("BatchNorm2d", "bias"), ("LayerNorm", "bias"),
+            *[("Sequential", target) for target in ("x", "1.weight", "1.bias", "2.weight", "2.bias", "output 0")]]
+
+
+@pytest.mark.parametrize("name,target", COMPILED)
+def test_a_compiled_call_refuses_an_in_place_change_where_torch_refuses_it(name, target):
+    """torch.compile'd: refused where torch's own (eager) layer refuses it, otherwise the gradients are
+    those of the forward's values."""
+    torch.manual_seed(0)
+    _REFERENCE[name] = LAYERS[name][0](torch.nn)
+    theirs, _ = _step(torch.nn, name, target)
+    ours, gradients = _step(dnn, name, target, "compiled")
+    unchanged, forward_gradients = _step(dnn, name, "none", "compiled")
+    assert (unchanged, ours) == ("ran", theirs)
+    if ours == "ran":
+        for g, e in zip(gradients, forward_gradients):
+            torch.testing.assert_close(g, e)
 
 
 def test_a_fused_run_saves_its_input_its_weights_and_its_result_where_its_layers_read_them():
@@ -213,7 +268,8 @@ def test_in_place_layers_under_a_dispatch_mode(make):
 
 
 def test_a_typed_call_refuses_a_changed_weight():
-    """Through the typed op (a dispatch mode) every input is saved: a weight changed in place is refused."""
+    """Through the typed op (a dispatch mode) the inputs its backward reads are saved: a weight changed in place
+    is refused."""
     layer = dt.Conv2d(3, 4, 3)
     with FlopCounterMode(display=False):
         y = layer(torch.randn(IMAGE))
@@ -261,7 +317,7 @@ def _own_bytes(node: Any, kept: list[torch.Tensor]) -> int:
 
 #: layers whose backward reads x, a parameter or the result, as torch's own layer does: a training forward
 #: keeps those tensors themselves (guarded by autograd's version check), no copy of them
-KEEPING = [name for name in LAYERS if not name.endswith("-inplace") and LAYERS[name][1] == IMAGE
+KEEPING = [name for name in SINGLE if not name.endswith("-inplace") and LAYERS[name][1] == IMAGE
            and not name.startswith(("MaxPool", "AvgPool", "Dropout"))]
 
 
@@ -349,7 +405,7 @@ def _keeps_input(nn: Any, name: str) -> bool:
     return kept
 
 
-NOT_INPLACE = [name for name in LAYERS if not name.endswith("-inplace")]
+NOT_INPLACE = [name for name in SINGLE if not name.endswith("-inplace")]
 
 
 @pytest.mark.parametrize("name", NOT_INPLACE)

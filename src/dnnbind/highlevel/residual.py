@@ -72,7 +72,7 @@ def undeclared(specs: Any) -> tuple:
 #: dnnbind.torch's training ops (dnnbind.torch.typed.saves_tag), so that a compiled training graph cached on
 #: disk by torch.compile is never reused by a dnnbind that saves something else. Bump it whenever a
 #: backend's residuals change.
-RESIDUAL_REVISION = 8
+RESIDUAL_REVISION = 9
 
 #: every gradient of a three-gradient op
 ALL_NEEDED = (True, True, True)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 from torch._C._autograd import _top_saved_tensors_default_hooks as _saved_tensor_hooks
@@ -401,10 +401,15 @@ def _setup(op: str, ctx: Any, statics: Sequence[Any], tensors: Sequence[Tensor |
     and the results its backward reads (the spec's ``backward_reads``), which the pullback passes in place
     of the residuals the training forward left out (:func:`_restored`)."""
     spec = SPECS[op]
-    kept = _kept(op)
     outputs = [output] if isinstance(output, Tensor) else list(output)
     stands = spec.result_stands_for_x
     arguments = public_arguments(op, _with_tensors(op, statics, tensors))[2]
+    reads = spec.reads(arguments) if residuals is not None else ()
+    # a training call's arrays its backward does not read (conv's bias, batch norm's beta) are kept by
+    # reference, not saved, as torch's layers keep none of them (changing one in place before the backward
+    # fails nothing): the pullback takes a stand-in of each (:func:`standin`)
+    ctx.unread = _unread(op, statics, reads) if residuals is not None else frozenset()
+    kept = _kept(op) | ctx.unread
     # a training call whose backward reads its result alone (sigmoid, softmax): the result stands in x's
     # place (x's shape, dtype and layout), and a graph of the backward differentiates the spec's rule
     # written on the result (from_result), so that x is not kept, as torch's own layers keep none
@@ -414,7 +419,6 @@ def _setup(op: str, ctx: Any, statics: Sequence[Any], tensors: Sequence[Tensor |
         # that a compiled in-place layer's write into x (x's version bumped) fails no backward
         tensors = [outputs[0], *tensors[1:]]
     saved = [t for i, t in enumerate(tensors) if t is not None and i not in kept]
-    reads = spec.reads(arguments) if residuals is not None else ()
     ctx.read = [name in reads for name in spec.output_names[:len(outputs)]]
     ctx.save_for_backward(*saved, *(residuals or ()), *[o for o, read in zip(outputs, ctx.read) if read])
     ctx.residuals = None if residuals is None else len(residuals)
@@ -425,6 +429,20 @@ def _setup(op: str, ctx: Any, statics: Sequence[Any], tensors: Sequence[Tensor |
     constant = [*outputs[ctx.results:], *[o for o in outputs if not o.is_floating_point()], *(residuals or ())]
     if constant:        # (Dynamo's trace of a single-tensor output fails on an empty mark)
         ctx.mark_non_differentiable(*constant)
+
+
+def _unread(op: str, statics: Sequence[Any], reads: Sequence[str]) -> frozenset[int]:
+    """The places among :func:`_flat_tensors` of the arrays other than x that the spec's ``backward_reads``
+    does not name (``reads``): a backend declares no residual the value of one of them
+    (tests/highlevel/test_residual.py), so that the pullback reads their metadata only."""
+    named = _by_name(op, statics, itertools.count())
+    return frozenset(i for (name, *_), i in _leaves(named) if name != "x" and name not in reads)
+
+
+def standin(t: Tensor) -> Tensor:
+    """A tensor with ``t``'s shape, dtype and device and no data of its own (one element, expanded): what a
+    pullback takes in the place of an input its backward reads only the metadata of."""
+    return t.new_empty(()).expand(t.shape)
 
 
 def _training_setup(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:
@@ -491,7 +509,7 @@ def _with_tensors(op: str, statics: Sequence[Any], tensors: Sequence[Tensor | No
     return out
 
 
-def _by_name(op: str, statics: Sequence[Any], entries: Sequence[Any]) -> dict[str, Any]:
+def _by_name(op: str, statics: Sequence[Any], entries: Iterable[Any]) -> dict[str, Any]:
     """One value per entry of :func:`_flat_tensors` (its arrays' part) by the spec's array names, a
     nested array's as a list per group (None where an entry is not given)."""
     it = iter(entries)
@@ -564,7 +582,9 @@ def _gradients(op: str, ctx: Any, grads: Sequence[Any], needs: list[bool]) -> tu
         elif torch.is_grad_enabled() or _functorch():      # a graph of the backward is built: refusable
             found = iter(backward_function(op).apply(_statics(inputs), flags, len(cotangents), *cotangents, *tensors))
         elif getattr(ctx, "residuals", None) is not None:
-            found = iter(getattr(torch.ops.dnnbind, f"{op}_pullback")(residuals, results, cotangents, *inputs, flags))
+            stood = [standin(t) if t is not None and i in ctx.unread else t for i, t in enumerate(tensors)]
+            found = iter(getattr(torch.ops.dnnbind, f"{op}_pullback")(residuals, results, cotangents,
+                                                                       *_with_tensors(op, ctx.statics, stood), flags))
         else:
             found = iter(getattr(torch.ops.dnnbind, f"{op}_backward")(cotangents, *inputs, flags))
         gradients = [next(found) if given else None for given in ctx.places]

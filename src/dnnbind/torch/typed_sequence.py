@@ -349,6 +349,15 @@ def _pullback_kernel(residuals: Sequence[Tensor], result: Tensor | None, cotange
 def _fake_forward(x: Tensor, tensors: Sequence[Tensor], layers: str,
                   reals: Sequence[float]) -> tuple[list[Tensor], list[Tensor]]:
     """The fake kernels' results: each layer's fake results in turn (calls.fake), symbolic sizes kept."""
+    results, residuals, between, sources = _fake_steps(x, tensors, layers, reals)
+    _, returned, _ = sources
+    return results, residuals + [between[j].new_empty(between[j].shape) for j in returned]
+
+
+def _fake_steps(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[float]) -> tuple[
+        list[Tensor], list[Tensor], list[Tensor], tuple[list[list[tuple[int, tuple[str, int]]]], tuple[int, ...], bool]]:
+    """(the result and updated statistics, the steps' residuals, the arrays between steps (the run's input
+    first), :func:`_sources`) of the run's layers' fake calls in turn (calls.fake), symbolic sizes kept."""
     described = _layers(layers)
     _checked(described, reals)
     h = x
@@ -362,9 +371,7 @@ def _fake_forward(x: Tensor, tensors: Sequence[Tensor], layers: str,
         residuals += saved
         between.append(h)
         lent.append(found)
-    _, returned, _ = _sources(described, _split(described, range(len(tensors))), lent)
-    residuals += [between[j].new_empty(between[j].shape) for j in returned]
-    return [h, *statistics], residuals
+    return [h, *statistics], residuals, between, _sources(described, _split(described, range(len(tensors))), lent)
 
 
 def _fake_run(x: Tensor, tensors: Sequence[Tensor], layers: str, reals: Sequence[float]) -> list[Tensor]:
@@ -395,15 +402,33 @@ def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
     results, residuals = output
     # the arrays updated in place (running statistics) are kept by reference, as typed ops keep them:
     # their update after the forward must not fail the backward's version check
-    kept_places = set(_updated(_layers(layers)))
+    # saved: the inputs the steps declare residuals the values of (which the pullback reads) and the
+    # tensors the layers' specs' backward_reads name (as torch's layers keep them); no other (conv's
+    # bias, the input of a first tanh): those are kept by reference, as torch's layers keep none of them
+    # (changing one in place before the backward fails nothing), and the pullback takes stand-ins of them
+    # (typed.standin)
+    _, _, between, (lent, _, _) = _fake_steps(x, tensors, layers, reals)
+    sources = {source for step in lent for _, source in step}
+    ctx.reads_x = ("h", 0) in sources
+    read = {i for kind, i in sources if kind == "t"}
+    described = _layers(layers)
+    for layer, h, arrays, places in zip(described, between, _split(described, tensors),
+                                        _split(described, range(len(tensors)))):
+        reads = SPECS[layer.op].reads(_public(layer, h, arrays, reals))
+        read |= {i for a, i in zip(SPECS[layer.op].arrays[1:], places) if a.name in reads and i is not None}
+    # the arrays updated in place (running statistics) are kept by reference too, as typed ops keep them:
+    # their update after the forward must not fail the backward's version check
+    updated = set(_updated(_layers(layers)))
     ctx.layers, ctx.reals, ctx.count = layers, reals, len(tensors)
-    ctx.kept = {i: tensors[i] for i in kept_places}
-    saved = [t for i, t in enumerate(tensors) if i not in kept_places]
+    ctx.unread = frozenset(range(len(tensors))) - read
+    ctx.kept = {i: tensors[i] for i in ctx.unread | updated}
+    ctx.x = None if ctx.reads_x else x
+    saved = [tensors[i] for i in sorted(read - updated)]
     # the result, where the last layer's backward reads it (relu's, softmax's): the pullback passes it
     # in place of the residual that is its value
     ctx.reads_result = _reads_result(_layers(layers), x, tensors, reals)
-    ctx.save_for_backward(x, *saved, *residuals, *results[:1 if ctx.reads_result else 0])
-    ctx.saved_count = 1 + len(saved)
+    ctx.save_for_backward(*[x][:1 if ctx.reads_x else 0], *saved, *residuals, *results[:1 if ctx.reads_result else 0])
+    ctx.saved_count = int(ctx.reads_x) + len(saved)
     ctx.mark_non_differentiable(*results[1:], *residuals)
 
 
@@ -420,8 +445,10 @@ def _backward(ctx: Any, d_results: Sequence[Tensor | None], d_residuals: Any) ->
                            "(compile the layers without the Sequential, or differentiate twice in eager mode)")
     saved = list(ctx.saved_tensors)
     result = saved.pop() if ctx.reads_result else None
-    x, others, residuals = saved[0], iter(saved[1:ctx.saved_count]), saved[ctx.saved_count:]
-    tensors = [ctx.kept[i] if i in ctx.kept else next(others) for i in range(ctx.count)]
+    inputs, residuals = iter(saved[:ctx.saved_count]), saved[ctx.saved_count:]
+    x = next(inputs) if ctx.reads_x else typed.standin(ctx.x)
+    tensors = [next(inputs) if i not in ctx.kept else typed.standin(ctx.kept[i]) if i in ctx.unread else ctx.kept[i]
+               for i in range(ctx.count)]
     x_needs, tensor_needs = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     needs = [bool(x_needs), *[bool(n) for n in tensor_needs]]
     grads: list[Any] = [None] * len(needs)

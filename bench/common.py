@@ -5,7 +5,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 
 def median_seconds(fn: Callable[[], object], repeats: int = 5, number: int = 1, warmup: int = 1,
@@ -38,6 +38,7 @@ class Row:
     reference_name: str
     goal: float            # the ratio ours/reference must not exceed
     unit: str = "ms"
+    note: str = ""         # printed after the result (a ratio's spread)
 
     @property
     def ratio(self) -> float:
@@ -82,26 +83,43 @@ WARM_CALLS = 2
 
 def compare(ours: Callable[[], object], theirs: Callable[[], object] | None, repeats: int,
             burst: int = 2, number: int = 1) -> tuple[float, float | None]:
-    """Median times (ms per call) of two functions, timed in alternating bursts with a pause in between.
+    """Median times (ms per call) of two functions, timed in alternating bursts with a pause in between
+    (:func:`rounds`).
 
-    Alternating spreads the machine's background load over both. Each burst starts, after the pause,
-    with untimed calls (:data:`WARM_S`, :data:`WARM_CALLS`: the library's threads and the machine's
-    idle cores wake up), then takes ``burst`` samples, each the mean of ``number`` back-to-back calls
-    (many, for calls of microseconds).
+    Alternating spreads the machine's background load over both.
     """
-    fns = [ours] if theirs is None else [ours, theirs]
-    times: list[list[float]] = [[] for _ in fns]
+    times = rounds([ours] if theirs is None else [ours, theirs], repeats, burst, number)
+    medians = [statistics.median([t for burst_times in bucket for t in burst_times]) for bucket in times]
+    return medians[0], (medians[1] if theirs is not None else None)
+
+
+def rounds(fns: Sequence[Callable[[], object]], repeats: int, burst: int = 2,
+           number: int = 1) -> list[list[list[float]]]:
+    """Per function, per round, the ``burst`` samples (ms per call) of the functions timed in turn, round
+    after round (``repeats`` samples each in all). Each burst starts, after a pause, with untimed calls
+    (:data:`WARM_S`, :data:`WARM_CALLS`: the library's threads and the machine's idle cores wake up),
+    then takes ``burst`` samples, each the mean of ``number`` back-to-back calls (many, for calls of
+    microseconds). A ratio of functions taken round by round (:func:`ratio_per_round`) sees the same
+    background load on both sides."""
+    times: list[list[list[float]]] = [[] for _ in fns]
     for _ in range(-(-repeats // burst)):
         for fn, bucket in zip(fns, times):
             time.sleep(PAUSE_S)
             warm(fn)
+            samples = []
             for _ in range(burst):
                 start = CLOCK()
                 for _ in range(number):
                     fn()
-                bucket.append((CLOCK() - start) / number)
-    medians = [statistics.median(bucket) * 1e3 for bucket in times]
-    return medians[0], (medians[1] if theirs is not None else None)
+                samples.append((CLOCK() - start) / number * 1e3)
+            bucket.append(samples)
+    return times
+
+
+def ratio_per_round(times: Sequence[Sequence[Sequence[float]]],
+                    ratio: Callable[..., float]) -> list[float]:
+    """``ratio`` of the functions' median times in each round of :func:`rounds`, one value per round."""
+    return [ratio(*[statistics.median(samples) for samples in per_fn]) for per_fn in zip(*times)]
 
 
 def warm(fn: Callable[[], object]) -> None:

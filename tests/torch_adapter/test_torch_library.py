@@ -10,6 +10,7 @@ import dnnbind
 import dnnbind.torch as dt
 from dnnbind.torch import nn as dnn
 from dnnbind.highlevel.specs import SPECS
+from dnnbind.torch import typed
 from dnnbind.torch.typed import typed_arguments
 
 torch.manual_seed(0)
@@ -96,6 +97,18 @@ OPCHECK_CASES += [
           _r(4, 3, 5), mode="lstm", hidden_size=5, num_layers=2, bidirectional=True, lengths=[4, 1, 3],
           proj_size=2),
 ]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "transposed"])
+def test_opcheck_passes_for_the_kept_copy(layout):
+    """dnnbind::copy (typed.kept_copy, what a compiled in-place layer gives its op): a copy with the
+    input's strides, differentiable, under vmap too."""
+    x = torch.randn(2, 3, 4, 5, dtype=torch.float64, requires_grad=True)
+    x = {"contiguous": x, "channels_last": x.to(memory_format=torch.channels_last), "transposed": x.transpose(1, 3)}[layout]
+    torch.library.opcheck(torch.ops.dnnbind.copy, (x,))
+    copied = typed.kept_copy(x)
+    assert copied.stride() == x.clone().stride() and copied.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(torch.func.vmap(typed.kept_copy, in_dims=1)(x), x.transpose(0, 1))
 
 
 @pytest.mark.parametrize("op,args", OPCHECK_CASES)

@@ -162,6 +162,14 @@ def test_an_in_place_change_is_refused_where_torch_refuses_it(name, target, run)
         theirs, _ = _step(torch.nn, name, target)
         ours, gradients = _step(dnn, name, target, run)
         unchanged, forward_gradients = _step(dnn, name, "none", run)
+    _check(name, target, run, theirs, ours, unchanged, gradients, forward_gradients)
+
+
+def _check(name: str, target: str, run: str, theirs: str, ours: str, unchanged: str, gradients: Any,
+           forward_gradients: Any) -> None:
+    """The run without a change ran; the one with it was refused where torch's was (apart from STRICTER,
+    LAXER and, through the typed op, TYPED_STRICTER and TYPED_LAXER), else its gradients are those of the
+    forward's values."""
     assert unchanged == "ran"
     if (name, target) in STRICTER or (run == "typed" and (name, target) in TYPED_STRICTER):
         assert (theirs, ours) == ("ran", "raised")
@@ -177,9 +185,12 @@ def test_an_in_place_change_is_refused_where_torch_refuses_it(name, target, run)
 
 
 #: compiled, the typed ops' training graphs and a Sequential's one run (dnnbind::sequence_training) save
-#: what their backwards read, not a bias nor a batch norm's beta
+#: what their backwards read, not a bias nor a batch norm's beta; a layer made with inplace=True on a
+#: graph input (whose write reaches the input itself) gives its op a copy the compiler keeps
 COMPILED = [("Conv2d", "x"), ("Conv2d", "weight"), ("Conv2d", "bias"), ("ConvTranspose2d", "bias"),
-            ("BatchNorm2d", "weight"), ("BatchNorm2d", "bias"), ("LayerNorm", "bias"),
+            ("BatchNorm2d", "weight"), ("BatchNorm2d", "bias"), ("BatchNorm2d-eval", "running_var"),
+            ("LayerNorm", "bias"), ("ELU-inplace", "x"), ("SiLU-inplace", "x"), ("SiLU-inplace", "output 0"),
+            ("ReLU-inplace", "x"), ("Dropout", "x"),
             *[("Sequential", target) for target in ("x", "1.weight", "1.bias", "2.weight", "2.bias", "output 0")]]
 
 
@@ -189,13 +200,12 @@ def test_a_compiled_call_refuses_an_in_place_change_where_torch_refuses_it(name,
     those of the forward's values."""
     torch.manual_seed(0)
     _REFERENCE[name] = LAYERS[name][0](torch.nn)
-    theirs, _ = _step(torch.nn, name, target)
-    ours, gradients = _step(dnn, name, target, "compiled")
-    unchanged, forward_gradients = _step(dnn, name, "none", "compiled")
-    assert (unchanged, ours) == ("ran", theirs)
-    if ours == "ran":
-        for g, e in zip(gradients, forward_gradients):
-            torch.testing.assert_close(g, e)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs, _ = _step(torch.nn, name, target)
+        ours, gradients = _step(dnn, name, target, "compiled")
+        unchanged, forward_gradients = _step(dnn, name, "none", "compiled")
+    _check(name, target, "compiled", theirs, ours, unchanged, gradients, forward_gradients)
 
 
 def test_a_fused_run_saves_its_input_its_weights_and_its_result_where_its_layers_read_them():

@@ -21,6 +21,7 @@ from dnnbind.torch.eager import overwriting, plain_eager
 from dnnbind.torch.errors import torch_argument_names
 from dnnbind.torch.fused import Fusion
 from dnnbind.torch.layer_inputs import fusion, not_supported
+from dnnbind.torch.typed import kept_copy
 
 Tensor = torch.Tensor
 _NAMES = {"x": "input"}
@@ -39,14 +40,17 @@ def written_back(layer: Any, input: Tensor, function: Callable[..., Tensor], *ar
     gradient reads x's own values; torch's ``silu_`` keeps a copy of x too)."""
     if not in_place(layer):
         return function(input, *args, **kwargs)
-    if torch.compiler.is_compiling():
-        # (the registered op saves what it is given, which the write must not change; Dynamo traces no
-        # context variable: overwriting's effect without it)
-        return input.copy_(function(input.clone(), *args, **kwargs))
     recorded = torch.is_grad_enabled() and input.requires_grad
     spec = getattr(function, "__dnnbind_spec__")
     stands_for_x = spec.result_stands_for_x
-    if recorded and not (stands_for_x and stands_for_x(spec.arguments_function(*args, **kwargs))):
+    copied = recorded and not (stands_for_x and stands_for_x(spec.arguments_function(*args, **kwargs)))
+    if torch.compiler.is_compiling():
+        # the registered op saves the tensor it is given (where its result does not stand for x), which
+        # the write must not change: a copy that torch.compile's passes keep (typed.kept_copy; a clone they
+        # fold into x, whose write, where x is a graph input, then fails the backward's version check).
+        # (Dynamo traces no context variable: overwriting's effect without it)
+        return input.copy_(function(kept_copy(input) if copied else input, *args, **kwargs))
+    if copied:
         result = function(input.clone(), *args, **kwargs)
     else:
         with overwriting():

@@ -1074,6 +1074,24 @@ for _op in SPECS:
     _register(_op)
 
 
+def kept_copy(t: Tensor) -> Tensor:
+    """A copy of ``t`` that torch.compile's passes neither fold back into ``t`` nor recompute from it (the
+    opaque op ``dnnbind::copy``): what a compiled layer made with ``inplace=True`` gives an op that saves
+    its input, since the layer's write into a graph input reaches that tensor itself."""
+    copied: Tensor = torch.ops.dnnbind.copy(t)
+    return copied
+
+
+def _register_copy() -> None:
+    define("copy", "(Tensor x) -> Tensor", lambda x: x.clone(), lambda x: torch.empty_like(x), True)
+    torch.library.register_autograd(f"{NAMESPACE}::copy", lambda ctx, d: d, lib=LIBRARY)
+    torch.library.register_vmap(f"{NAMESPACE}::copy", lambda info, in_dims, x: (kept_copy(x), in_dims[0]),
+                                lib=LIBRARY)
+
+
+_register_copy()
+
+
 def call(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> list[Tensor]:
     """The typed op's results (a list) for x, the spec's other arrays (then its tensor arguments) and the
     public op's arguments by name (defaults filled in)."""

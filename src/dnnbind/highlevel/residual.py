@@ -71,8 +71,9 @@ def undeclared(specs: Any) -> tuple:
 #: The revision of what the forwards save (which arrays, their shapes): part of the ``saves`` argument of
 #: dnnbind.torch's training ops (dnnbind.torch.typed.saves_tag), so that a compiled training graph cached on
 #: disk by torch.compile is never reused by a dnnbind that saves something else. Bump it whenever a
-#: backend's residuals change.
-RESIDUAL_REVISION = 9
+#: backend's residuals change, or what dnnbind.torch's training ops have autograd save (torch.compile
+#: caches the traced graphs, which hold it, by the graph's text alone).
+RESIDUAL_REVISION = 10
 
 #: every gradient of a three-gradient op
 ALL_NEEDED = (True, True, True)

@@ -400,8 +400,6 @@ def _fake_pullback(residuals: Sequence[Tensor], result: Tensor | None, cotangent
 def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
     x, tensors, layers, reals, _ = inputs
     results, residuals = output
-    # the arrays updated in place (running statistics) are kept by reference, as typed ops keep them:
-    # their update after the forward must not fail the backward's version check
     # saved: the inputs the steps declare residuals the values of (which the pullback reads) and the
     # tensors the layers' specs' backward_reads name (as torch's layers keep them); no other (conv's
     # bias, the input of a first tanh): those are kept by reference, as torch's layers keep none of them
@@ -409,13 +407,14 @@ def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
     # (typed.standin)
     _, _, between, (lent, _, _) = _fake_steps(x, tensors, layers, reals)
     sources = {source for step in lent for _, source in step}
-    ctx.reads_x = ("h", 0) in sources
     read = {i for kind, i in sources if kind == "t"}
     described = _layers(layers)
-    for layer, h, arrays, places in zip(described, between, _split(described, tensors),
-                                        _split(described, range(len(tensors)))):
+    for k, (layer, h, arrays, places) in enumerate(zip(described, between, _split(described, tensors),
+                                                       _split(described, range(len(tensors))))):
         reads = SPECS[layer.op].reads(_public(layer, h, arrays, reals))
         read |= {i for a, i in zip(SPECS[layer.op].arrays[1:], places) if a.name in reads and i is not None}
+        if k == 0:
+            ctx.reads_x = ("h", 0) in sources or "x" in reads
     # the arrays updated in place (running statistics) are kept by reference too, as typed ops keep them:
     # their update after the forward must not fail the backward's version check
     updated = set(_updated(_layers(layers)))

@@ -96,12 +96,14 @@ RUNS: dict[str, Callable[[Any], Any]] = {
     "eager": lambda layer: layer,
     "typed": lambda layer: lambda x: _under_a_dispatch_mode(layer, x),
     "compiled": lambda layer: _compiled(layer),
+    # (no partitioner: what the backward graph takes is what the traced backward reads)
+    "compiled aot_eager": lambda layer: _compiled(layer, "aot_eager"),
 }
 
 
-def _compiled(layer: Any) -> Any:
+def _compiled(layer: Any, backend: str = "inductor") -> Any:
     torch._dynamo.reset()                    # (each case's layer is new: no recompile limit)
-    return torch.compile(layer, fullgraph=True, dynamic=False)
+    return torch.compile(layer, fullgraph=True, dynamic=False, backend=backend)
 
 
 def _under_a_dispatch_mode(layer: Any, x: torch.Tensor) -> Any:
@@ -194,18 +196,21 @@ COMPILED = [("Conv2d", "x"), ("Conv2d", "weight"), ("Conv2d", "bias"), ("ConvTra
             *[("Sequential", target) for target in ("x", "1.weight", "1.bias", "2.weight", "2.bias", "output 0")]]
 
 
-@pytest.mark.parametrize("name,target", COMPILED)
-def test_a_compiled_call_refuses_an_in_place_change_where_torch_refuses_it(name, target):
-    """torch.compile'd: refused where torch's own (eager) layer refuses it, otherwise the gradients are
-    those of the forward's values."""
+@pytest.mark.parametrize("name,target,run", [(name, target, "compiled") for name, target in COMPILED] + [
+    (name, target, "compiled aot_eager") for name, target in (("Conv2d", "bias"), ("BatchNorm2d", "bias"),
+                                                              ("Sequential", "1.bias"), ("Conv2d", "weight"))])
+def test_a_compiled_call_refuses_an_in_place_change_where_torch_refuses_it(name, target, run):
+    """torch.compile'd (inductor, and aot_eager, whose backward graph takes whatever the traced backward
+    reads): refused where torch's own (eager) layer refuses it, otherwise the gradients are those of the
+    forward's values."""
     torch.manual_seed(0)
     _REFERENCE[name] = LAYERS[name][0](torch.nn)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         theirs, _ = _step(torch.nn, name, target)
-        ours, gradients = _step(dnn, name, target, "compiled")
-        unchanged, forward_gradients = _step(dnn, name, "none", "compiled")
-    _check(name, target, "compiled", theirs, ours, unchanged, gradients, forward_gradients)
+        ours, gradients = _step(dnn, name, target, run)
+        unchanged, forward_gradients = _step(dnn, name, "none", run)
+    _check(name, target, run, theirs, ours, unchanged, gradients, forward_gradients)
 
 
 def test_a_fused_run_saves_its_input_its_weights_and_its_result_where_its_layers_read_them():

@@ -441,8 +441,11 @@ def _unread(op: str, statics: Sequence[Any], reads: Sequence[str]) -> frozenset[
 
 def standin(t: Tensor) -> Tensor:
     """A tensor with ``t``'s shape, dtype and device and no data of its own (one element, expanded): what a
-    pullback takes in the place of an input its backward reads only the metadata of."""
-    return t.new_empty(()).expand(t.shape)
+    pullback takes in the place of an input its backward reads only the metadata of. Made from the
+    metadata alone (not ``t.new_empty``), so that a traced backward does not take ``t`` itself as an input
+    (AOTAutograd would save it, version check and all, where no partitioner moves the stand-in into the
+    forward: ``backend="aot_eager"``)."""
+    return torch.empty((), dtype=t.dtype, device=t.device).expand(t.shape)
 
 
 def _training_setup(op: str, ctx: Any, inputs: tuple, output: tuple) -> None:

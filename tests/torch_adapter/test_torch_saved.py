@@ -157,6 +157,13 @@ def test_an_in_place_change_is_refused_where_torch_refuses_it(name, target, run)
     """Changed between the forward and the backward: refused where torch's own layer refuses it (apart
     from STRICTER and LAXER), otherwise the gradients are those of the forward's values; eager and through
     the typed training op, which saves no array its backward reads only the metadata of (conv's bias)."""
+    _compare(name, target, run)
+
+
+def _compare(name: str, target: str, run: str) -> None:
+    """The layer (``run``: RUNS) without a change ran; with ``target`` changed it was refused where torch's
+    was (apart from STRICTER, LAXER and, through the typed op, TYPED_STRICTER and TYPED_LAXER), else its
+    gradients are those of the forward's values."""
     torch.manual_seed(0)
     _REFERENCE[name] = LAYERS[name][0](torch.nn)
     with warnings.catch_warnings():
@@ -164,14 +171,6 @@ def test_an_in_place_change_is_refused_where_torch_refuses_it(name, target, run)
         theirs, _ = _step(torch.nn, name, target)
         ours, gradients = _step(dnn, name, target, run)
         unchanged, forward_gradients = _step(dnn, name, "none", run)
-    _check(name, target, run, theirs, ours, unchanged, gradients, forward_gradients)
-
-
-def _check(name: str, target: str, run: str, theirs: str, ours: str, unchanged: str, gradients: Any,
-           forward_gradients: Any) -> None:
-    """The run without a change ran; the one with it was refused where torch's was (apart from STRICTER,
-    LAXER and, through the typed op, TYPED_STRICTER and TYPED_LAXER), else its gradients are those of the
-    forward's values."""
     assert unchanged == "ran"
     if (name, target) in STRICTER or (run == "typed" and (name, target) in TYPED_STRICTER):
         assert (theirs, ours) == ("ran", "raised")
@@ -203,14 +202,7 @@ def test_a_compiled_call_refuses_an_in_place_change_where_torch_refuses_it(name,
     """torch.compile'd (inductor, and aot_eager, whose backward graph takes whatever the traced backward
     reads): refused where torch's own (eager) layer refuses it, otherwise the gradients are those of the
     forward's values."""
-    torch.manual_seed(0)
-    _REFERENCE[name] = LAYERS[name][0](torch.nn)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        theirs, _ = _step(torch.nn, name, target)
-        ours, gradients = _step(dnn, name, target, run)
-        unchanged, forward_gradients = _step(dnn, name, "none", run)
-    _check(name, target, run, theirs, ours, unchanged, gradients, forward_gradients)
+    _compare(name, target, run)
 
 
 def test_a_fused_run_saves_its_input_its_weights_and_its_result_where_its_layers_read_them():

@@ -407,35 +407,28 @@ def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
     # (typed.standin)
     _, _, between, (lent, _, _) = _fake_steps(x, tensors, layers, reals)
     sources = {source for step in lent for _, source in step}
-    read = {i for kind, i in sources if kind == "t"}
     described = _layers(layers)
-    for k, (layer, h, arrays, places) in enumerate(zip(described, between, _split(described, tensors),
-                                                       _split(described, range(len(tensors))))):
-        reads = SPECS[layer.op].reads(_public(layer, h, arrays, reals))
-        read |= {i for a, i in zip(SPECS[layer.op].arrays[1:], places) if a.name in reads and i is not None}
-        if k == 0:
-            ctx.reads_x = ("h", 0) in sources or "x" in reads
+    reads = [SPECS[layer.op].reads(_public(layer, h, arrays, reals))
+             for layer, h, arrays in zip(described, between, _split(described, tensors))]
+    read = {i for kind, i in sources if kind == "t"} | {
+        i for layer, names, places in zip(described, reads, _split(described, range(len(tensors))))
+        for a, i in zip(SPECS[layer.op].arrays[1:], places) if a.name in names and i is not None}
+    ctx.reads_x = ("h", 0) in sources or "x" in reads[0]
     # the arrays updated in place (running statistics) are kept by reference too, as typed ops keep them:
     # their update after the forward must not fail the backward's version check
-    updated = set(_updated(_layers(layers)))
+    updated = set(_updated(described))
     ctx.layers, ctx.reals, ctx.count = layers, reals, len(tensors)
     ctx.unread = frozenset(range(len(tensors))) - read
     ctx.kept = {i: tensors[i] for i in ctx.unread | updated}
     ctx.x = None if ctx.reads_x else x
     saved = [tensors[i] for i in sorted(read - updated)]
-    # the result, where the last layer's backward reads it (relu's, softmax's): the pullback passes it
-    # in place of the residual that is its value
-    ctx.reads_result = _reads_result(_layers(layers), x, tensors, reals)
+    # the result, where the last layer's backward reads it (relu's, softmax's; not maxpool's, which reads
+    # its indices, a result the run does not return): the pullback passes it in place of the residual that
+    # is its value
+    ctx.reads_result = SPECS[described[-1].op].output_names[0] in reads[-1]
     ctx.save_for_backward(*[x][:1 if ctx.reads_x else 0], *saved, *residuals, *results[:1 if ctx.reads_result else 0])
     ctx.saved_count = int(ctx.reads_x) + len(saved)
     ctx.mark_non_differentiable(*results[1:], *residuals)
-
-
-def _reads_result(layers: Sequence[_Layer], x: Tensor, tensors: Sequence[Tensor], reals: Sequence[float]) -> bool:
-    """Whether the run's last layer's backward reads its result, the run's (its spec's ``backward_reads``:
-    not maxpool's, which reads its indices, a result the run does not return)."""
-    last, arrays = layers[-1], _split(layers, tensors)[-1]
-    return SPECS[last.op].output_names[0] in SPECS[last.op].reads(_public(last, x, arrays, reals))
 
 
 def _backward(ctx: Any, d_results: Sequence[Tensor | None], d_residuals: Any) -> tuple:

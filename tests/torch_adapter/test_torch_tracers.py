@@ -98,3 +98,65 @@ def test_jit_script_is_refused_naming_the_layer(model):
     with pytest.raises(RuntimeError, match=r"^(Sequential|ReLU|LSTM) \(dnnbind\.torch\) cannot be compiled by "
                                            r"torch\.jit\.script: its forward runs Python\. Use torch\.compile"):
         torch.jit.script(model())
+
+
+# -- Dynamo never compiles the code that computes on arrays (tracers.untraced) -------------------------------
+# Where a compiled function runs code eagerly (after a graph break; under a torch.func transform Dynamo does
+# not trace), Dynamo compiles each Python frame called from there: traced, a kernel's numpy code lost the C
+# kernels' writes (wrong gradients, uninitialised values, a crash in the average pool's backward).
+
+def _layers(nn):
+    return torch.nn.ModuleList([nn.Conv2d(3, 4, 3, padding=1), nn.ELU(), nn.ReLU(inplace=True), nn.MaxPool2d(2)])
+
+
+def _stacked(layers, x):
+    for layer in layers:
+        x = layer(x)
+    return x
+
+
+@pytest.mark.parametrize("kind", ["layers", "sequential", "lstm"])
+def test_a_compiled_function_running_the_backward_of_an_eager_forward_gets_torchs_gradients(kind):
+    torch.manual_seed(0)
+    if kind == "lstm":
+        ours, theirs = _twins("lstm")
+        run, x = (lambda m, x: m(x)), torch.randn(6, 4, 3, dtype=DT)
+    else:
+        make = _layers if kind == "layers" else (lambda nn: nn.Sequential(*_layers(nn)))
+        ours, theirs = make(dt.nn).to(DT), make(torch.nn).to(DT)
+        ours.load_state_dict(theirs.state_dict())
+        run, x = _stacked, torch.randn(2, 3, 8, 8, dtype=DT)
+
+    @torch.compile(backend="aot_eager")
+    def backward(y):
+        y.pow(2).sum().backward()            # (a graph break: Dynamo runs the backward eagerly)
+
+    torch._dynamo.reset()
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    backward(run(ours, xs[0]))
+    run(theirs, xs[1]).pow(2).sum().backward()
+    torch.testing.assert_close([xs[0].grad, *_gradients(ours)], [xs[1].grad, *_gradients(theirs)])
+
+
+def _jacobian(layer):
+    return lambda x: torch.func.jacrev(layer)(x)
+
+
+def _hessian(layer):
+    return lambda x: torch.func.jacrev(torch.func.grad(lambda r: layer(r).pow(3).sum()))(x)
+
+
+def _per_sample(layer):
+    return lambda x: torch.func.vmap(torch.func.grad(lambda r: layer(r[None]).pow(3).sum()))(x)
+
+
+@pytest.mark.parametrize("transform", [_jacobian, _hessian, _per_sample], ids=["jacrev", "jacrev-grad", "vmap-grad"])
+@pytest.mark.parametrize("layer", [("ELU", (), (2, 3, 5)), ("SiLU", (), (2, 3, 5)), ("ReLU6", (), (2, 3, 5)),
+                                   ("AvgPool1d", (3, 2, 1, False, False), (2, 1, 6))], ids=lambda p: p[0])
+def test_compiled_torch_func_transforms_through_a_layer_give_torchs_numbers(transform, layer):
+    name, args, shape = layer
+    torch.manual_seed(3)
+    x = torch.randn(*shape, dtype=DT) * 2
+    torch._dynamo.reset()
+    ours = torch.compile(transform(getattr(dt.nn, name)(*args)), backend="aot_eager")(x)
+    torch.testing.assert_close(ours, transform(getattr(torch.nn, name)(*args))(x))

@@ -32,6 +32,7 @@ from dnnbind.torch.calls import NOTHING as _NOTHING
 from dnnbind.torch.calls import pick as _pick
 from dnnbind.torch.calls import tree_map as _map
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
+from dnnbind.torch.tracers import untraced
 
 Tensor = torch.Tensor
 
@@ -148,6 +149,7 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
     """The custom op pair of one op, run without torch's dispatcher on a :class:`Plan`."""
 
     @staticmethod
+    @untraced
     def forward(ctx: Any, plan: Plan, x: Tensor, *others: Tensor) -> tuple[Tensor, ...]:  # type: ignore[override]
         keep = any(ctx.needs_input_grad)         # else no backward can come: the backend saves nothing
         # the backend may save the call's tensors themselves (autograd's version check of what the backward
@@ -193,6 +195,7 @@ class _Eager(torch.autograd.Function):      # subclassed once per op below, so g
         return outputs
 
     @staticmethod
+    @untraced
     def backward(ctx: Any, *d_outputs: Tensor | None) -> tuple:  # type: ignore[override]
         plan: Plan = ctx.plan
         cotangents = list(d_outputs)

@@ -19,6 +19,7 @@ from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import eager, typed
 from dnnbind.torch.calls import NOTHING
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
+from dnnbind.torch.tracers import untraced
 
 Tensor = torch.Tensor
 
@@ -179,6 +180,7 @@ class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn 
     """
 
     @staticmethod
+    @untraced
     def forward(ctx: Any, planned: Run, x: Tensor, *inputs: Tensor) -> Tensor:  # type: ignore[override]
         keep = any(ctx.needs_input_grad)         # else no backward can come: the backends save nothing
         arrays = _arrays([step.tensors for step in planned.steps])
@@ -202,6 +204,7 @@ class _Sequence(torch.autograd.Function):      # subclassed once below: grad_fn 
         typed.refuse_jvp(ctx.run.steps[0].plan.op)       # (naming the run's first op)
 
     @staticmethod
+    @untraced
     def backward(ctx: Any, dy: Tensor) -> tuple:  # type: ignore[override]
         flags = ctx.needs_input_grad             # (run, x, *inputs)
         typed.refuse_batched(ctx.run.steps[-1].plan.op, dy)

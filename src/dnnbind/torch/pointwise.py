@@ -21,6 +21,7 @@ from dnnbind.torch.eager import overwriting, plain_eager
 from dnnbind.torch.errors import torch_argument_names
 from dnnbind.torch.fused import Fusion
 from dnnbind.torch.layer_inputs import fusion, not_supported
+from dnnbind.torch.tracers import untraced
 from dnnbind.torch.typed import kept_copy
 
 Tensor = torch.Tensor
@@ -75,6 +76,7 @@ class _WrittenBack(torch.autograd.Function):
     own (C-ordered: added to the op's gradient of input, they would decide its layout)."""
 
     @staticmethod
+    @untraced
     def forward(ctx: Any, input: Tensor, result: Tensor) -> Tensor:  # type: ignore[override]
         ctx.mark_dirty(input)               # (which counts input's one change: .data's copy_ counts none)
         ctx.dtype = result.dtype
@@ -82,6 +84,7 @@ class _WrittenBack(torch.autograd.Function):
         return input
 
     @staticmethod
+    @untraced
     def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor]:  # type: ignore[override]
         return None, grad.to(ctx.dtype)
 

@@ -46,6 +46,7 @@ from dnnbind.highlevel.residual import without
 from dnnbind.highlevel.specs import SPECS, second_order
 from dnnbind.highlevel.specs.base import Kind, OpSpec
 from dnnbind.torch import batching, calls, layout
+from dnnbind.torch.tracers import untraced
 
 Tensor = torch.Tensor
 NAMESPACE = "dnnbind"
@@ -724,6 +725,8 @@ def _per_op(name: str, forward: Any, setup: Any, backward: Any) -> tuple[dict[st
         def op_jvp(ctx: Any, *tangents: Any) -> Any:
             refuse_jvp(op)
 
+        if jvp:        # the eager one: never a frame Dynamo compiles (tracers.untraced)
+            op_forward, op_setup, op_backward = untraced(op_forward), untraced(op_setup), untraced(op_backward)
         body: dict[str, Any] = {"generate_vmap_rule": True, "op": op, "forward": staticmethod(op_forward),
                                 "setup_context": staticmethod(op_setup), "backward": staticmethod(op_backward)}
         if jvp:
@@ -1045,7 +1048,7 @@ def define(name: str, schema: str, kernel: Any, fake: Any, differentiable: bool)
     autograd, its results never requiring a gradient; a differentiable one gets its formula from the
     caller (``torch.library.register_autograd``)."""
     LIBRARY.define(f"{name}{schema}", tags=(torch.Tag.pt2_compliant_tag,))
-    LIBRARY.impl(name, kernel, "CompositeExplicitAutograd")
+    LIBRARY.impl(name, untraced(kernel), "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=LIBRARY)
     if not differentiable:
         LIBRARY.impl(name, torch.library.fallthrough_kernel, "Autograd")
@@ -1065,10 +1068,10 @@ def _register(op: str) -> None:
             (f"{op}_pullback", pullback_schema, _pullback, _fake_pullback, False)):
         define(name, schema, functools.partial(kernel, op), functools.partial(fake, op), differentiable)
     qualified = f"{NAMESPACE}::{op}"
-    torch.library.register_autograd(qualified, functools.partial(_autograd_backward, op),
-                                    setup_context=functools.partial(_setup_context, op), lib=LIBRARY)
-    torch.library.register_autograd(f"{qualified}_training", functools.partial(_training_backward, op),
-                                    setup_context=functools.partial(_training_setup, op), lib=LIBRARY)
+    torch.library.register_autograd(qualified, untraced(functools.partial(_autograd_backward, op)),
+                                    setup_context=untraced(functools.partial(_setup_context, op)), lib=LIBRARY)
+    torch.library.register_autograd(f"{qualified}_training", untraced(functools.partial(_training_backward, op)),
+                                    setup_context=untraced(functools.partial(_training_setup, op)), lib=LIBRARY)
     torch.library.register_vmap(qualified, batching.forward_rule(op), lib=LIBRARY)
     torch.library.register_vmap(f"{qualified}_backward", batching.backward_rule(op), lib=LIBRARY)
 

@@ -41,6 +41,7 @@ from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import calls, fused, typed
 from dnnbind.torch.convert import to_array, to_tensor
 from dnnbind.torch.spec_functions import set_in_place
+from dnnbind.torch.tracers import untraced
 
 Tensor = torch.Tensor
 _T = TypeVar("_T")
@@ -460,8 +461,8 @@ def _register() -> None:
             ("_training", training, _training_kernel, _fake_training, True),
             ("_pullback", pullback, _pullback_kernel, _fake_pullback, False)):
         typed.define(f"sequence{suffix}", schema, kernel, fake, differentiable)
-    torch.library.register_autograd(f"{typed.NAMESPACE}::sequence_training", _backward, setup_context=_setup_context,
-                                    lib=typed.LIBRARY)
+    torch.library.register_autograd(f"{typed.NAMESPACE}::sequence_training", untraced(_backward),
+                                    setup_context=untraced(_setup_context), lib=typed.LIBRARY)
 
 
 _register()

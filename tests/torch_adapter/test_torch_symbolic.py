@@ -173,3 +173,41 @@ def test_compile_dynamic_runs_several_spatial_sizes_without_recompiling(name):
         _first(theirs(x_theirs)).sum().backward()
         torch.testing.assert_close(x.grad, x_theirs.grad)
     assert counter.frame_count == 1
+
+
+VOLUMETRIC = {
+    "conv3d": lambda nn: nn.Conv3d(2, 3, 3, padding=1),
+    "batchnorm3d": lambda nn: nn.BatchNorm3d(2).eval(),
+    "maxpool3d": lambda nn: nn.MaxPool3d(2),
+    "avgpool3d": lambda nn: nn.AvgPool3d(2),
+    "relu": lambda nn: nn.ReLU(),
+    "softmax": lambda nn: nn.Softmax(1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VOLUMETRIC))
+def test_five_symbolic_sizes_stay_symbolic(name):
+    """A 5-d input whose batch, depth, height and width (and, past an op reading no channel count, channels)
+    all vary: torch.compile(dynamic=True) compiles the graphs torch's layer does, and torch.export keeps
+    every dim dynamic that torch's does (channels free only where the op takes any)."""
+    from torch._dynamo.testing import CompileCounter
+    from torch.export import Dim
+    from dnnbind.torch import nn as dnn
+    torch.manual_seed(0)
+    ours, theirs = VOLUMETRIC[name](dnn).double(), VOLUMETRIC[name](torch.nn).double()
+    ours.load_state_dict(theirs.state_dict())
+    counts = []
+    for model in (ours, theirs):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(model, backend=counter, dynamic=True, fullgraph=True)
+        for k in range(4):
+            x = torch.randn(2 + k, 2, 12 + k, 13 + 2 * k, 14 + 3 * k, dtype=torch.float64)
+            torch.testing.assert_close(compiled(x), theirs(x))
+        counts.append(counter.frame_count)
+    assert counts[0] == counts[1]
+    free = name in ("relu", "softmax")
+    dims = {i: Dim(f"d{i}", min=2 if i < 2 else 4, max=64) for i in range(5) if free or i != 1}
+    program = torch.export.export(ours, (torch.randn(5, 2, 6, 7, 8, dtype=torch.float64),), dynamic_shapes=(dims,))
+    x = torch.randn(4, 3 if free else 2, 9, 10, 11, dtype=torch.float64)
+    torch.testing.assert_close(program.module()(x), theirs(x) if not free else VOLUMETRIC[name](torch.nn)(x))

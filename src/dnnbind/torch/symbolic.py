@@ -21,8 +21,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-#: at most this many distinct symbolic sizes are solved for (2**n + 1 evaluations of the shape logic)
-MAX_SYMBOLS = 4
+#: at most this many distinct symbolic sizes are solved for (2**n + 1 evaluations of the shape logic, while
+#: a graph is traced): a 5-d input's five, with room for a symbolic weight's or a second input's
+MAX_SYMBOLS = 8
 
 #: offsets from the example's sizes of the points every expression found is checked at: a stride (or a
 #: pooling step) up to the largest steps at least once between the example and them

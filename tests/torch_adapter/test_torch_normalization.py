@@ -135,3 +135,30 @@ def test_half_input_with_float32_parameters_like_torch(dtype, training):
     reference[0].load_state_dict(conv.state_dict())
     for run in (model, torch.compile(model, fullgraph=True)):
         torch.testing.assert_close(run(x.detach()), reference(x.detach()))
+
+
+def _statistics_asking_for_a_gradient(how, lib, training):
+    """A batch norm call whose running mean asks for a gradient, as ``how`` makes it."""
+    x = torch.randn(4, 3, dtype=torch.float64)
+    layer = lib.BatchNorm1d(3).double().train(training)
+    if how == "func.grad":
+        buffers = {"running_mean": torch.zeros(3, dtype=torch.float64), "running_var": torch.ones(3, dtype=torch.float64)}
+        return lambda: torch.func.grad(lambda b: torch.func.functional_call(layer, b, (x,)).sum())(buffers)
+    layer.running_mean.requires_grad_(True)
+    return lambda: [layer(x) for _ in range(2)]        # (the second call: the eager plan's)
+
+
+@pytest.mark.parametrize("how, training", [("eager", False), ("eager", True), ("func.grad", False)],
+                         ids=["eager-eval", "eager-train", "func.grad-eval"])
+def test_running_statistics_asking_for_a_gradient_are_refused_as_torch_refuses_them(how, training):
+    """Batch norm is not differentiable by its running statistics: a call where one asks for a gradient is
+    refused, naming the op and the argument, as torch's is (it used to leave them no gradient in eager
+    mode, and raise autograd's internal shape error under torch.func); under no_grad it runs."""
+    with pytest.raises(RuntimeError, match=r"not differentiable with respect to argument 'running_mean'"):
+        _statistics_asking_for_a_gradient(how, nn, training)()
+    with pytest.raises(RuntimeError, match=r"^dnnbind\.batchnorm is not differentiable with respect to argument "
+                                           r"'running_mean'\. This input cannot have requires_grad True\.$"):
+        _statistics_asking_for_a_gradient(how, dt.nn, training)()
+    if how == "eager":
+        with torch.no_grad():
+            _statistics_asking_for_a_gradient(how, dt.nn, training)()

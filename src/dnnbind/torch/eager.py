@@ -32,6 +32,7 @@ from dnnbind.torch.calls import NOTHING as _NOTHING
 from dnnbind.torch.calls import pick as _pick
 from dnnbind.torch.calls import tree_map as _map
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
+from dnnbind.torch.errors import refuse_gradient
 from dnnbind.torch.tracers import untraced
 
 Tensor = torch.Tensor
@@ -44,7 +45,7 @@ class Plan:
 
     __slots__ = ("op", "call", "forward", "backward", "static", "device", "scoped", "kwargs", "nested", "slots",
                  "positions", "gradients", "skip", "statistics", "integers", "first", "reads", "layout",
-                 "elementwise", "result_for_x", "from_result")
+                 "elementwise", "result_for_x", "from_result", "without_gradient")
 
     def __init__(self, op: str, call: calls.Call, slots: list[Any], kwargs: dict[str, Any]) -> None:
         self.op, self.call, self.slots, self.kwargs = op, call, slots, kwargs
@@ -56,6 +57,10 @@ class Plan:
         # spec array -> its index in (x, *others), None where not given
         counter = iter(range(1, 1 + len(slots)))
         self.positions = (0, *[next(counter) if s else None for s in slots])
+        # (name, index in (x, *others)) of each given array the op is not differentiable by
+        names = SPECS[op].array_names
+        self.without_gradient = tuple((n, self.positions[names.index(n)]) for n in SPECS[op].without_gradient
+                                      if self.positions[names.index(n)] is not None)
         # per tensor in (x, *others): where its gradient is among the backward's (dropout's seed: none)
         self.gradients = (*call.paths, *[None] * (_count(slots) + 1 - len(call.paths)))
         # the ops whose gradients may be skipped (conv: x, w, b; rnn: x, weights, h0, c0): the call's tensors
@@ -375,8 +380,20 @@ def planned(op: str, tensors: tuple, arguments: dict[str, Any]) -> tuple[Tensor,
         return None
     if plan is None:
         return None
-    result: tuple[Tensor, ...] = _EAGER_APPLY[op](plan, *[t for t in tensors if t is not None])
+    given = [t for t in tensors if t is not None]
+    if plan.without_gradient:
+        _refuse_gradients(plan, given)
+    result: tuple[Tensor, ...] = _EAGER_APPLY[op](plan, *given)
     return result
+
+
+def _refuse_gradients(plan: Plan, given: Sequence[Tensor]) -> None:
+    """RuntimeError where a tensor the op is not differentiable by (:attr:`Plan.without_gradient`) asks
+    for a gradient, as torch's batch norm refuses its running statistics (``given``: (x, *others))."""
+    if torch.is_grad_enabled():
+        for name, place in plan.without_gradient:
+            if given[place].requires_grad:
+                refuse_gradient(plan.op, name)
 
 
 def _plan(op: str, x: Any, arrays: Sequence[Any], kwargs: dict[str, Any]) -> Plan:
@@ -422,6 +439,8 @@ def call(op: str, x: Tensor, *arrays: Any, **kwargs: Any) -> list[Tensor]:
         if key is not None and key not in _CACHE.entries:
             _CACHE.misses += 1
             _CACHE.store(key, plan)
+    if plan.without_gradient:
+        _refuse_gradients(plan, (x, *others))
     outputs = list(_EAGER_APPLY[op](plan, x, *others))
     if SPECS[op].updated_in_place:        # updated in place (see _Eager.forward), returned as the op does
         outputs += [t for t in arrays[SPECS[op].updated] if t is not None]

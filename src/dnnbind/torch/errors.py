@@ -69,3 +69,10 @@ class torch_argument_names:
         if message == str(exc):
             return
         raise kind(message) from exc
+
+
+def refuse_gradient(op: str, name: str) -> None:
+    """RuntimeError: a tensor the op is not differentiable by (its spec's ``without_gradient``) asks for a
+    gradient; torch's own batch norm refuses its running statistics so, rather than leave them none."""
+    raise RuntimeError(f"dnnbind.{op} is not differentiable with respect to argument '{name}'. This input "
+                       f"cannot have requires_grad True.")

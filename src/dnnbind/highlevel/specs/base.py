@@ -251,6 +251,12 @@ class OpSpec:
         return tuple(p.name for p in self.params if p.name not in arrays)
 
     @functools.cached_property
+    def without_gradient(self) -> tuple[str, ...]:
+        """The arrays the op is not differentiable by (batch norm's running statistics): a framework refuses
+        one that asks for a gradient, as torch's batch norm refuses them."""
+        return tuple(a.name for a in self.arrays if a.gradient is None and not a.nested)
+
+    @functools.cached_property
     def output_names(self) -> tuple[str, ...]:
         """The outputs' names, in order (maxpool: y, indices; rnn: y, hy, cy)."""
         return tuple(o.name for o in self.outputs)

@@ -19,6 +19,7 @@ from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import eager, typed
 from dnnbind.torch.calls import NOTHING
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
+from dnnbind.torch.errors import refuse_gradient
 from dnnbind.torch.tracers import untraced
 
 Tensor = torch.Tensor
@@ -96,7 +97,7 @@ class Run:
     """A planned run's steps and what each call of it repeats, worked out once: its tensors, counters,
     running statistics and device scope, and per set of wanted gradients its backward program."""
 
-    __slots__ = ("steps", "tensors", "counted", "statistics", "scope", "programs", "reads")
+    __slots__ = ("steps", "tensors", "counted", "statistics", "scope", "programs", "reads", "without_gradient")
 
     def __init__(self, steps: list[Step]) -> None:
         self.steps = steps
@@ -109,6 +110,10 @@ class Run:
         self.scope = next((s.plan.device for s in steps if s.plan.scoped), None)
         self.programs: dict[tuple, list[tuple]] = {}
         self.reads = _reads(steps)
+        # (op, name, tensor) of the tensors a step's op is not differentiable by (see eager.Plan)
+        names = [(step, name) for step in steps for name in SPECS[step.plan.op].without_gradient]
+        self.without_gradient = [(step.plan.op, name, t) for step, name in names
+                                 if (t := step.tensors[SPECS[step.plan.op].array_names.index(name) - 1]) is not None]
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -164,6 +169,10 @@ def count_batches(calls: Sequence[Fusion] | Sequence[Step]) -> None:
 
 def run(planned: Run, x: Tensor) -> Tensor:
     """The run's result on ``x``: one autograd node over x and every layer's tensors."""
+    if planned.without_gradient and torch.is_grad_enabled():
+        for op, name, t in planned.without_gradient:
+            if t.requires_grad:
+                refuse_gradient(op, name)
     for counter in planned.counted:
         counter.add_(1)
     result: Tensor = _SEQUENCE_APPLY(planned, x, *planned.tensors)

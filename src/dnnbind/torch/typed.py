@@ -1060,6 +1060,7 @@ def _register(op: str) -> None:
     # the spec's derived facts the calls read, worked out now: a traced call (Dynamo) cannot take the
     # lock of a cached_property computed for the first time
     spec.kinds, spec.arguments_function, spec.array_names, spec.arguments, spec.updated  # noqa: B018
+    spec.without_gradient  # noqa: B018
     forward_schema, backward_schema = schemas(spec)
     training_schema, pullback_schema = training_schemas(spec)
     for name, schema, kernel, fake, differentiable in (

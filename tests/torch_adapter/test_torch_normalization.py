@@ -149,13 +149,20 @@ def _statistics_asking_for_a_gradient(how, lib, training):
         [layer(x) for _ in range(3)]
         layer[0].running_mean.requires_grad_(True)
         return lambda: layer(x)
+    if how == "sequential-unaffine":                    # (a step after another, without gamma and beta)
+        x = torch.randn(4, 3, 5, dtype=torch.float64)
+        layer = lib.Sequential(lib.Conv1d(3, 3, 1), lib.BatchNorm1d(3, affine=False), lib.ReLU()).double()
+        [layer(x) for _ in range(3)]
+        layer[1].running_mean.requires_grad_(True)
+        return lambda: layer(x)
     layer.running_mean.requires_grad_(True)
     return lambda: [layer(x) for _ in range(2)]        # (the second call: the eager plan's)
 
 
 @pytest.mark.parametrize("how, training", [("eager", False), ("eager", True), ("sequential", True),
-                                           ("func.grad", False)],
-                         ids=["eager-eval", "eager-train", "sequential-train", "func.grad-eval"])
+                                           ("sequential-unaffine", True), ("func.grad", False)],
+                         ids=["eager-eval", "eager-train", "sequential-train", "sequential-unaffine-train",
+                              "func.grad-eval"])
 def test_running_statistics_asking_for_a_gradient_are_refused_as_torch_refuses_them(how, training):
     """Batch norm is not differentiable by its running statistics: a call where one asks for a gradient is
     refused, naming the op and the argument, as torch's is (it used to leave them no gradient in eager

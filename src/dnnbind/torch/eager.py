@@ -32,7 +32,7 @@ from dnnbind.torch.calls import NOTHING as _NOTHING
 from dnnbind.torch.calls import pick as _pick
 from dnnbind.torch.calls import tree_map as _map
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
-from dnnbind.torch.errors import refuse_gradient
+from dnnbind.torch.errors import refuse_gradients
 from dnnbind.torch.tracers import untraced
 
 Tensor = torch.Tensor
@@ -391,9 +391,7 @@ def _refuse_gradients(plan: Plan, given: Sequence[Tensor]) -> None:
     """RuntimeError where a tensor the op is not differentiable by (:attr:`Plan.without_gradient`) asks
     for a gradient, as torch's batch norm refuses its running statistics (``given``: (x, *others))."""
     if torch.is_grad_enabled():
-        for name, place in plan.without_gradient:
-            if given[place].requires_grad:
-                refuse_gradient(plan.op, name)
+        refuse_gradients((plan.op, name, given[place]) for name, place in plan.without_gradient)
 
 
 def _plan(op: str, x: Any, arrays: Sequence[Any], kwargs: dict[str, Any]) -> Plan:

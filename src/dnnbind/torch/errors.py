@@ -3,7 +3,7 @@ the layers rename them to the tensors and arguments of the torch.nn module that 
 from __future__ import annotations
 
 import re
-from typing import Callable, Mapping, Union
+from typing import Any, Callable, Iterable, Mapping, Union
 
 from dnnbind.highlevel.dims.checks import AxisError
 
@@ -76,3 +76,11 @@ def refuse_gradient(op: str, name: str) -> None:
     gradient; torch's own batch norm refuses its running statistics so, rather than leave them none."""
     raise RuntimeError(f"dnnbind.{op} is not differentiable with respect to argument '{name}'. This input "
                        f"cannot have requires_grad True.")
+
+
+def refuse_gradients(asked: Iterable[tuple[str, str, Any]]) -> None:
+    """:func:`refuse_gradient` for the first (op, argument name, value) whose value asks for a gradient
+    (anything with ``requires_grad`` True); the callers check that gradients are being recorded."""
+    for op, name, value in asked:
+        if getattr(value, "requires_grad", False):
+            refuse_gradient(op, name)

@@ -19,7 +19,7 @@ from dnnbind.highlevel.specs import SPECS
 from dnnbind.torch import eager, typed
 from dnnbind.torch.calls import NOTHING
 from dnnbind.torch.convert import device_scope, to_array, to_tensor
-from dnnbind.torch.errors import refuse_gradient
+from dnnbind.torch.errors import refuse_gradients
 from dnnbind.torch.tracers import untraced
 
 Tensor = torch.Tensor
@@ -110,10 +110,10 @@ class Run:
         self.scope = next((s.plan.device for s in steps if s.plan.scoped), None)
         self.programs: dict[tuple, list[tuple]] = {}
         self.reads = _reads(steps)
-        # (op, name, tensor) of the tensors a step's op is not differentiable by (see eager.Plan)
-        names = [(step, name) for step in steps for name in SPECS[step.plan.op].without_gradient]
-        self.without_gradient = [(step.plan.op, name, t) for step, name in names
-                                 if (t := step.tensors[SPECS[step.plan.op].array_names.index(name) - 1]) is not None]
+        # (op, name, tensor) of the tensors a step's op is not differentiable by (eager.Plan's, placed among
+        # the run's tensors)
+        self.without_gradient = [(step.plan.op, name, self.tensors[step.first + place - 1])
+                                 for step in steps for name, place in step.plan.without_gradient]
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -170,9 +170,7 @@ def count_batches(calls: Sequence[Fusion] | Sequence[Step]) -> None:
 def run(planned: Run, x: Tensor) -> Tensor:
     """The run's result on ``x``: one autograd node over x and every layer's tensors."""
     if planned.without_gradient and torch.is_grad_enabled():
-        for op, name, t in planned.without_gradient:
-            if t.requires_grad:
-                refuse_gradient(op, name)
+        refuse_gradients(planned.without_gradient)
     for counter in planned.counted:
         counter.add_(1)
     result: Tensor = _SEQUENCE_APPLY(planned, x, *planned.tensors)

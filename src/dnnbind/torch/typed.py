@@ -46,7 +46,7 @@ from dnnbind.highlevel.residual import without
 from dnnbind.highlevel.specs import SPECS, second_order
 from dnnbind.highlevel.specs.base import Kind, OpSpec
 from dnnbind.torch import batching, calls, layout
-from dnnbind.torch.errors import refuse_gradient
+from dnnbind.torch.errors import refuse_gradients
 from dnnbind.torch.tracers import untraced
 
 Tensor = torch.Tensor
@@ -1107,9 +1107,8 @@ def call(op: str, x: Tensor, arrays: Sequence[Any], kwargs: dict[str, Any]) -> l
     n = len(spec.arrays) - 1         # arrays past the spec's: its tensor arguments (dropout's seed), in order
     kwargs = spec.arguments_function(**{**kwargs, **dict(zip(spec.tensor_arguments, arrays[n:]))})
     if spec.without_gradient and (torch.is_grad_enabled() or _functorch()):
-        for name, t in zip(spec.array_names[1:], arrays[:n]):
-            if name in spec.without_gradient and isinstance(t, Tensor) and t.requires_grad:
-                refuse_gradient(op, name)
+        refuse_gradients((op, name, t) for name, t in zip(spec.array_names[1:], arrays[:n])
+                         if name in spec.without_gradient)
     inputs = typed_arguments(op, x, arrays[:n], kwargs)
     tensors = _flat_tensors(op, inputs)
     if not torch.compiler.is_compiling() and _forward_ad(tensors):

@@ -1,6 +1,6 @@
 """Run as a child process with DNNBIND_LIBCUDA / DNNBIND_CUBLASLT set: build, without a GPU and through the typed
 descriptors only, one NHWC float16 convolution's operation graph for the device-properties JSON named by argv[1],
-run engine heuristics (mode A), finalize every execution plan, read workspace sizes, serialize one plan to JSON;
+run engine heuristics (mode A; first, without a device's properties, for a graph they find no engine for), finalize every execution plan, read workspace sizes, serialize one plan to JSON;
 and read back each read-only attribute of the finalized descriptors with its declared type and with another.
 Prints one JSON object."""
 from __future__ import annotations
@@ -45,8 +45,22 @@ def read_back(objects: list[b.BackendDescriptor]) -> dict[str, str]:
     return out
 
 
+def no_engine() -> dict:
+    """Heuristics for a pointwise graph in a process that has seen no device's properties find no engine:
+    the count and the (empty) list of configurations read back."""
+    def tensor(uid: int) -> b.TensorDescriptor:
+        return b.TensorDescriptor(unique_id=uid, dimensions=[1, 8, 4, 4], strides=[128, 16, 4, 1],
+                                  data_type=c.CUDNN_DATA_FLOAT, byte_alignment=16).finalize()
+    relu = b.PointwiseDescriptor(mode=c.CUDNN_POINTWISE_RELU_FWD, math_prec=c.CUDNN_DATA_FLOAT).finalize()
+    op = b.OperationPointwiseDescriptor(pw_descriptor=relu, xdesc=tensor(1), ydesc=tensor(2)).finalize()
+    graph = b.OperationGraphDescriptor(ops=[op]).finalize()
+    heuristics = b.EngineHeurDescriptor(operation_graph=graph, mode=c.CUDNN_HEUR_MODE_A).finalize()
+    return {"count": heuristics.count("results"), "results": heuristics.get("results")}
+
+
 def main(path: str) -> dict:
     deviceless.enable()
+    empty = no_engine()
     device = b.DevicePropDescriptor(json_representation=Path(path).read_text()).finalize()
     x = b.TensorDescriptor(unique_id=1, **nhwc(N, C, H, W)).finalize()
     w = b.TensorDescriptor(unique_id=2, **nhwc(K, C, R, S)).finalize()
@@ -70,7 +84,7 @@ def main(path: str) -> dict:
     text = plans[0].get("json_representation") if plans else ""
     return {"device": json.loads(device.get("json_representation"))["deviceName"], "configs": len(configs),
             "plans": len(plans), "failures": failures, "workspaces": workspaces, "plan_json": text,
-            "graph_repr": repr(graph), "tensor_repr": repr(x),
+            "graph_repr": repr(graph), "tensor_repr": repr(x), "without_deviceprop": empty,
             "read_back": read_back([device, x, conv, op, graph, heuristics, configs[0].get("engine")] + configs[:1]
                                    + plans[:1])}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import deviceless_libs
@@ -92,6 +93,7 @@ def test_deviceless_convolution_plans(deviceprop):
     assert plan["engine"]["smVersion"] == props["deviceVer"]
     assert "dimensions=[8, 64, 56, 56], strides=[200704, 1, 3584, 64]" in out["tensor_repr"]
     assert "ops=[<OperationConvolutionForwardDescriptor>]" in out["graph_repr"]
+    assert out["without_deviceprop"] == {"count": 0, "results": []}     # (an empty list, not an error)
     assert out["read_back"] and all(v in ("ok", "get failed: CUDNN_STATUS_NOT_SUPPORTED")
                                     for v in out["read_back"].values()), out["read_back"]
     assert "ExecutionPlanDescriptor.workspace_size" in out["read_back"]
@@ -134,10 +136,34 @@ def test_keywords_are_the_classified_attributes():
     ({"data_type": 12345}, ValueError, r"12345 is no member of cudnnDataType_t"),
     ({"is_virtual": 2}, TypeError, r"is int 2, not a bool"),
     ({"ragged_offset_desc": 7}, TypeError, r"ragged_offset_desc needs one TensorDescriptor: is int"),
+    ({"data_type": c.CUDNN_POOLING_MAX_DETERMINISTIC}, ValueError,
+     r"data_type needs one cudnnDataType_t: cudnnPoolingMode_t.CUDNN_POOLING_MAX_DETERMINISTIC is a member of "
+     r"another enum"),
+    ({"data_type": 0.0}, TypeError, r"data_type needs one cudnnDataType_t: is float 0.0, not a member or an int"),
+    ({"data_type": True}, TypeError, r"is bool True, not a member or an int"),
+    ({"dimensions": {4: "a", 2: "b"}}, TypeError, r"dimensions needs a sequence of .*: got dict"),
+    ({"dimensions": {4, 2}}, TypeError, r"dimensions needs a sequence of .*: got set"),
+    ({"dimensions": np.ones((2, 2), np.int64)}, TypeError, r"dimensions needs a sequence of .*: got"),
 ])
 def test_bad_values_are_refused_by_name_before_the_library(kwargs, error, match):
     with pytest.raises(error, match=match):
         b.TensorDescriptor(**kwargs)
+
+
+def test_sequences_in_order_are_taken():
+    """A list, a tuple, a range or a 1-d numpy array sets an array attribute (cuDNN takes it)."""
+    for dims in ([2, 3], (2, 3), range(2, 4), np.array([2, 3], np.int64)):
+        assert b.TensorDescriptor(dimensions=dims)._values["dimensions"] is dims
+
+
+@pytest.mark.parametrize("value, match", [
+    (10 ** 400, r"relu_lower_clip needs one c_double: 1000.* is outside the range of a 64-bit float"),
+    (-(10 ** 309), r"is outside the range of a 64-bit float"),
+])
+def test_floats_beyond_a_double_are_refused_by_name(value, match):
+    with pytest.raises(DnnRangeError, match=match):
+        b.PointwiseDescriptor(relu_lower_clip=value)
+    assert "relu_lower_clip=inf" in repr(b.PointwiseDescriptor(relu_lower_clip=float("inf")))
 
 
 def test_pointer_values_are_addresses_or_device_arrays():

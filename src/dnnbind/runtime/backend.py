@@ -9,8 +9,11 @@ cudnnBackendGetAttribute. It calls only the generated cudnnBackend* functions of
 """
 from __future__ import annotations
 
+import collections.abc
 import ctypes
+import enum
 import fractions
+import math
 import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -87,7 +90,7 @@ class Descriptor:
             if isinstance(value, (list, tuple)):
                 raise self._problem(a, f"got a {type_name(value)} of {len(value)}")
             return [value]
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        if isinstance(value, (str, bytes)) or not _ordered(value):
             raise self._problem(a, f"got {type_name(value)} {value!r}")
         items = list(value)
         if not items or (isinstance(a.count, int) and len(items) != a.count):
@@ -107,12 +110,25 @@ class Descriptor:
         if a.kind == "float":
             if isinstance(item, bool) or not isinstance(item, numbers.Real):
                 raise self._problem(a, f"{where}is {type_name(item)} {item!r}, not a number")
-            return float(item)
+            try:
+                number: float | None = float(item)
+            except OverflowError:       # an int beyond every float
+                number = None
+            largest = _LARGEST_FLOAT[ctypes.sizeof(a.ctype)]
+            if number is None or math.isfinite(number) and abs(number) > largest:    # (inf given stays inf)
+                raise self._problem(a, f"{where}{item!r} is outside the range of a {8 * ctypes.sizeof(a.ctype)}-bit "
+                                       f"float (magnitude at most {largest:g})", DnnRangeError)
+            return number
         if a.kind == "bool":
             if item not in (True, False, 0, 1) or not isinstance(item, (bool, numbers.Integral)):
                 raise self._problem(a, f"{where}is {type_name(item)} {item!r}, not a bool")
             return bool(item)
         if a.kind == "enum":
+            if isinstance(item, enum.Enum) and not isinstance(item, a.ctype):
+                raise self._problem(a, f"{where}{type(item).__name__}.{item.name} is a member of another enum",
+                                    ValueError)
+            if isinstance(item, bool) or not isinstance(item, numbers.Integral):
+                raise self._problem(a, f"{where}is {type_name(item)} {item!r}, not a member or an int")
             try:
                 return int(a.ctype(item))
             except (ValueError, TypeError):
@@ -193,14 +209,16 @@ class Descriptor:
             raise TypeError(f"{type(self).__name__}.{name} was not set (cuDNN crashes reading back an unset "
                             "descriptor-valued attribute)")
         n = 1 if a.count == "scalar" else a.count if isinstance(a.count, int) else self.count(name)
+        if n == 0:                      # (an engine heuristic that found no engine)
+            return "" if a.kind == "char" else []
         if a.kind == "descriptor":
             if len(a.elements) != 1:
                 raise TypeError(f"{type(self).__name__}.{name} holds descriptors of several types "
                                 f"({', '.join(c.__name__ for c in a.elements)}): cuDNN cannot fill them in untyped")
             out = [a.elements[0]() for _ in range(n)]
-            array: Any = (self._api.cudnnBackendDescriptor_t * max(n, 1))(*[d.handle for d in out])
+            array: Any = (self._api.cudnnBackendDescriptor_t * n)(*[d.handle for d in out])
         else:
-            array = (a.storage * max(n, 1))()
+            array = (a.storage * n)()
         got = ctypes.c_int64()
         self._api.cudnnBackendGetAttribute(self.handle, a.attr, a.attr_type, n, got, array)
         if a.kind == "descriptor":
@@ -257,6 +275,18 @@ class Descriptor:
             if value != []:
                 parts.append(f"{name}={_short(value)}")
         return f"{type(self).__name__}({', '.join(parts)})"
+
+
+#: the largest finite value of a float attribute's C type, by its size in bytes
+_LARGEST_FLOAT = {4: 3.4028234663852886e38, 8: 1.7976931348623157e308}
+
+
+def _ordered(value: Any) -> bool:
+    """Whether ``value`` is a sequence of elements in order (a list, a tuple, a range, a 1-d array): not a
+    mapping or a set, whose iteration would set its keys, or its members in any order."""
+    if isinstance(value, collections.abc.Sequence):
+        return True
+    return getattr(value, "ndim", None) == 1 and hasattr(value, "__len__")
 
 
 def _short(value: Any) -> str:

@@ -10,6 +10,7 @@ does not exist. Handle-valued element types come from the ``handle_values`` sect
 """
 from __future__ import annotations
 
+import keyword
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -63,8 +64,22 @@ def _kind(ctype: str, module: ir.Module, handles: set[str]) -> str:
     return "struct"
 
 
-def build(module: ir.Module, overrides: dict[str, Any], problems: list[str]) -> Model | None:
-    """The model of the section, or None when the overrides have none; problems are appended."""
+def _class_problems(desc_section: dict[str, dict[str, Any]]) -> list[str]:
+    """Class names that cannot be classes of one module: a Python keyword, or one name for two descriptor types
+    (the second would silently replace the first)."""
+    problems = [f"backend_attributes.descriptors.{d}: class {e['class']!r} is a Python keyword"
+                for d, e in desc_section.items() if keyword.iskeyword(e["class"]) or e["class"] in ("None", "True", "False")]
+    owners: dict[str, list[str]] = {}
+    for d, e in desc_section.items():
+        owners.setdefault(e["class"], []).append(d)
+    return problems + [f"backend_attributes.descriptors: class {cls!r} is given to {len(ds)} descriptor types "
+                       f"({', '.join(ds)})" for cls, ds in owners.items() if len(ds) > 1]
+
+
+def build(module: ir.Module, overrides: dict[str, Any], problems: list[str],
+          sonames: frozenset[str] | None = None) -> Model | None:
+    """The model of the section, or None when the overrides have none; problems are appended. ``sonames``:
+    the libraries headers.json knows (what a descriptor's ``needs`` may name); None checks nothing."""
     section = overrides.get("backend_attributes")
     if not section:
         return None
@@ -106,6 +121,13 @@ def build(module: ir.Module, overrides: dict[str, Any], problems: list[str]) -> 
                  for d in enums[desc_enum] if d not in desc_section]
     problems += [f"stale backend_attributes.descriptors entry: {d} is no member of {desc_enum}"
                  for d in sorted(set(desc_section) - set(enums[desc_enum]))]
+    problems += _class_problems(desc_section)
+    if section.get("descriptor_handle", "") not in declared_handles:
+        problems.append(f"backend_attributes.descriptor_handle: {section.get('descriptor_handle')!r} is not a "
+                        f"handle the headers declare")
+    problems += [f"backend_attributes.descriptors.{d}.needs: {lib!r} is no library headers.json names "
+                 f"(sonames, deviceless)" for d, e in desc_section.items() for lib in e.get("needs", ())
+                 if sonames is not None and lib not in sonames]
     groups: dict[str, str] = section.get("groups", {})
     classes = {d: e["class"] for d, e in desc_section.items()}
 

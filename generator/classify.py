@@ -20,15 +20,17 @@ KINDS = ("device", "host", "either")
 class ClassificationError(InputProblem):
     """The override file and the headers disagree; the message lists every problem."""
 
-    def __init__(self, message: str, library: str = "", problems: tuple[str, ...] = ()):
+    def __init__(self, message: str, library: str = "", problems: tuple[str, ...] = (), others: tuple[str, ...] = ()):
         super().__init__(message)
-        self.library, self.problems = library, problems
+        self.library, self.problems, self.others = library, problems, others
 
     def lines(self) -> list[str]:
-        """The summary, then one self-contained line per problem (file, library, entry, what is wrong)."""
-        if not self.problems:
+        """The summary, then one self-contained line per problem (file, library, entry, what is wrong); ``others``
+        are problems of other input files (headers.json), each line naming its file already."""
+        if not self.problems and not self.others:
             return super().lines()
-        return [str(self).splitlines()[0]] + [f"pointer_overrides.json: {self.library}: {p}" for p in self.problems]
+        return ([str(self).splitlines()[0]] + list(self.others)
+                + [f"pointer_overrides.json: {self.library}: {p}" for p in self.problems])
 
 
 @dataclass

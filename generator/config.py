@@ -35,10 +35,32 @@ def load_overrides(library: str) -> dict[str, Any]:
     overrides = inputs.load(OVERRIDES_FILE, "pointer_overrides.schema.json", shown(OVERRIDES_FILE))
     if library not in overrides and load_all().get(library, {}).get("types_only"):
         return {"rules": [], "exceptions": {}}     # no functions, so no pointer parameters to classify
+    unknown = sorted(set(overrides) - set(load_all()) - {"$schema"})
+    if unknown:
+        raise inputs.InputError(f"{shown(OVERRIDES_FILE)}: {unknown[0]}: no library of that name in headers.json "
+                                f"(libraries there: {', '.join(sorted(load_all()))})")
     if library not in overrides:
         raise inputs.InputError(f"{shown(OVERRIDES_FILE)}: (top level): no entry for library {library!r} "
                                 f"(headers.json has one; libraries here: {', '.join(sorted(overrides)) or 'none'})")
     return overrides[library]
+
+
+#: headers.json keys that name a function of the library's headers (the generated module calls them)
+FUNCTION_KEYS = ("error_string", "last_error", "version_function")
+
+
+def function_problems(library: str, config: dict[str, Any], declared: set[str]) -> list[str]:
+    """headers.json entries naming functions the headers no longer declare: the module would fail at import
+    or lose the library's own error messages, so generation fails instead."""
+    return [f"{shown(HEADERS_FILE)}: {library}.{key}: {config[key]} is not a function of the headers"
+            for key in FUNCTION_KEYS if config.get(key) and config[key] not in declared]
+
+
+def sonames(config: dict[str, Any]) -> frozenset[str]:
+    """Every shared library headers.json names for a library: its own and the deviceless ones."""
+    deviceless = config.get("deviceless", {})
+    return frozenset(config.get("sonames", [])) | frozenset(deviceless.get("debian", {}).get("sonames", [])) \
+        | {name for package in deviceless.get("packages", []) for name in package.get("libraries", {})}
 
 
 def validate() -> None:

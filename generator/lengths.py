@@ -55,10 +55,33 @@ def _count_param(fn: ir.Function, pattern: str, skip: str) -> ir.Param | None:
     return None
 
 
+def _query(entry: dict[str, Any], fn: ir.Function, path: str, functions: dict[str, ir.Function],
+           problems: list[str]) -> ir.Length | None:
+    """A ``query`` source, checked against the headers: the wrapper calls that function with ``args`` (parameters
+    of ``fn``, one per query parameter before its last) and reads the count from its last, an integer output."""
+    query, args = functions.get(entry["query"]), tuple(entry.get("args", ()))
+    if query is None:
+        problems.append(f"{path}: query {entry['query']!r} is not a function of the headers")
+        return None
+    out = query.params[-1].type if query.params else None
+    if out is None or out.kind != "pointer" or out.pointee is None or out.pointee.kind != "int" or out.pointee.const:
+        problems.append(f"{path}: query {query.name!r} is no count query (its last parameter must be an integer "
+                        f"output: {query.prototype})")
+        return None
+    found = len(problems)
+    problems += [f"{path}: args names {a!r}, no parameter of {fn.name}" for a in args
+                 if a not in {q.name for q in fn.params}]
+    if len(args) != len(query.params) - 1:
+        problems.append(f"{path}: args gives {len(args)} argument(s) ({', '.join(args) or 'none'}); query "
+                        f"{query.name} takes {len(query.params) - 1} before its count output")
+    return ir.Length("query", query.name, args=args) if len(problems) == found else None
+
+
 def _source(entry: dict[str, Any], fn: ir.Function, p: ir.Param, size_tables: dict[str, dict[str, int]],
             enum_members: dict[str, list[str]], problems: list[str],
             limits: dict[str, int | float] | None = None,
-            handle_tables: dict[tuple[str, str], dict[str, str]] | None = None) -> ir.Length | None:
+            handle_tables: dict[tuple[str, str], dict[str, str]] | None = None,
+            functions: dict[str, ir.Function] | None = None, path: str = "") -> ir.Length | None:
     limits = limits or {}
     handle_tables = handle_tables or {}
     where = f"{fn.name}.{p.name}"
@@ -69,7 +92,7 @@ def _source(entry: dict[str, Any], fn: ir.Function, p: ir.Param, size_tables: di
             problems.append(f"length of {where}: 'unchecked' needs a reason")
         return ir.Length("unchecked", reason=str(entry["unchecked"]))
     if "query" in entry:
-        return ir.Length("query", entry["query"], args=tuple(entry.get("args", ())))
+        return _query(entry, fn, path or where, functions or {}, problems)
     if "count" in entry:
         count = _count_param(fn, entry["count"], p.name)
         if count is None:
@@ -121,6 +144,7 @@ def classify_lengths(functions: list[ir.Function], module: ir.Module, overrides:
                      for member in members if member not in enum_members.get(enum, [])]
         problems += [f"handle_values.{enum}: {handle} is not a handle the headers declare"
                      for handle in members.values() if handle not in declared_handles]
+    problems += _stale_element_sizes(size_tables, enum_members)
     by_name = {fn.name: fn for fn in functions}
 
     for table_name, entries in (("lengths", exceptions), ("nullable", nullable_exceptions)):
@@ -145,13 +169,17 @@ def classify_lengths(functions: list[ir.Function], module: ir.Module, overrides:
             if p.type.length and p.name not in exceptions.get(fn.name, {}):     # const int dims[4]
                 length, rule_id = ir.Length("fixed", str(p.type.length)), "declared-size"
             elif p.name in exceptions.get(fn.name, {}):
-                length = _source(exceptions[fn.name][p.name], fn, p, size_tables, enum_members, problems, limits,
-                                 handle_tables)
+                entry, path = exceptions[fn.name][p.name], f"lengths.exceptions.{fn.name}.{p.name}"
+                length = _source(entry, fn, p, size_tables, enum_members, problems, limits, handle_tables, by_name,
+                                 path)
+                if "count" in entry and _count_param(fn, entry["count"], p.name) is None:
+                    problems.append(f"{path}: count {entry['count']!r} names no integer parameter of {fn.name}")
                 rule_id = f"exception:{fn.name}"
             else:
                 for rule in rules:
                     if _matches(rule, fn, p):
-                        length = _source(rule, fn, p, size_tables, enum_members, problems, limits, handle_tables)
+                        length = _source(rule, fn, p, size_tables, enum_members, problems, limits, handle_tables,
+                                         by_name, f"lengths.rules[{rule['id']}] ({fn.name}.{p.name})")
                         if length is not None:
                             rule_id = rule["id"]
                             break
@@ -172,6 +200,15 @@ def classify_lengths(functions: list[ir.Function], module: ir.Module, overrides:
             params.append(replace(p, length=length, nullable=nullable, length_rule=rule_id))
         out.append(replace(fn, params=tuple(params)))
     return out
+
+
+def _stale_element_sizes(tables: dict[str, dict[str, int]], enum_members: dict[str, list[str]]) -> list[str]:
+    """element_sizes tables for enums the headers lack, and members their enums lack (a typo never checks
+    anything; a member the header dropped is stale)."""
+    problems = [f"element_sizes.{enum}: {enum} is no enum of the headers" for enum in tables if enum not in enum_members]
+    return problems + [f"element_sizes.{enum}: {member} is no member of the headers' {enum}"
+                       for enum, table in tables.items() if enum in enum_members
+                       for member in table if member not in enum_members[enum]]
 
 
 def rule_ids(overrides: dict[str, Any]) -> list[str]:

@@ -40,14 +40,17 @@ def build(library: str, headers_dir: Path | None = None) -> Result:
     headers = cfg.header_set(library, config, headers_dir)
     module = parse.parse(headers, config)
     overrides = cfg.load_overrides(library)
-    classification = classify.classify(module, overrides)
+    classification = classify.classify(module, overrides, strict=False)    # every problem, in one run
+    problems = list(classification.problems)
+    model = backend.build(module, overrides, problems, cfg.sonames(config))
+    config_problems = cfg.function_problems(library, config, {f.name for f in module.functions})
+    if problems or config_problems:
+        files = " and ".join(["headers.json"] * bool(config_problems) + ["pointer_overrides.json"] * bool(problems))
+        summary = f"{len(problems) + len(config_problems)} problem(s) in {files} for {library}:"
+        raise classify.ClassificationError("\n".join([summary] + [f"  {p}" for p in config_problems + problems]),
+                                           library, tuple(problems), tuple(config_problems))
     text = render.render(module, classification, config)
     stub = render.render_stub(module, classification, config)
-    problems: list[str] = []
-    model = backend.build(module, overrides, problems)
-    if problems:
-        raise classify.ClassificationError(f"{len(problems)} problem(s) in pointer_overrides.json for {library}:\n"
-                                           + "\n".join(f"  {p}" for p in problems))
     extra = {}
     if model is not None:
         extra[cfg.REPO_ROOT / config["backend_module"]] = render.render_backend(module, model, config)
@@ -167,6 +170,13 @@ def checks_report(c: classify.Classification) -> list[str]:
     return lines
 
 
+def skipped_macros_line(m: ir.Module) -> str:
+    """The headers' macros the module leaves out (function-like, comparisons, strings: no constant value), named so
+    that a maintainer reviewing a header update sees them."""
+    names = sorted(m.skipped_macros)
+    return f"  macros not generated (no constant value): {len(names)}" + (f": {', '.join(names)}" if names else "")
+
+
 def report_text(result: Result) -> str:
     m, c = result.module, result.classification
     lines = [f"{m.title} {m.version} ({result.config['entry']})",
@@ -177,6 +187,7 @@ def report_text(result: Result) -> str:
              f"  handles:     {len(m.handles)}",
              f"  callbacks:   {len(m.callbacks)}",
              f"  macros:      {len(m.macros)}",
+             skipped_macros_line(m),
              f"  byte sizes:  {c.byte_sizes} marked, all 64-bit",
              "  pointer parameters by kind: " + ", ".join(f"{k} {c.per_kind[k]}" for k in classify.KINDS),
              "  by rule:"]

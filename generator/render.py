@@ -5,6 +5,7 @@ Output is deterministic: header order, no paths, no timestamps.
 """
 from __future__ import annotations
 
+import ctypes
 import keyword
 import re
 import struct
@@ -161,9 +162,11 @@ class TypeNames:
             name = f"_void{'_c' if const else ''}{'_n' if nullable else ''}"
             self.converters[name] = f"_host_buffer({const}, {nullable}).convert"
             return name
-        flat = "".join(ch if ch.isalnum() else "_" for ch in (cname or element)).strip("_")
+        flat = re.sub(r"\W+", "_", (cname or element).replace("*", " ptr ")).strip("_")
         name = f"_arr_{flat}{'_c' if const else ''}{'_n' if nullable else ''}"
-        self.converters[name] = f"_host_array({element}, {const}, {nullable}, {code!r}, {cname!r}).convert"
+        definition = f"_host_array({element}, {const}, {nullable}, {code!r}, {cname!r}).convert"
+        if self.converters.setdefault(name, definition) != definition:      # never one name for two checks
+            raise ValueError(f"converter {name} would check both {self.converters[name]} and {definition}")
         return name
 
     def integer_code(self, t: ir.CType, byte_size: bool) -> str | None:
@@ -336,8 +339,8 @@ class TypeNames:
             query = self.functions[length.value]
             out = query.params[-1].type.pointee
             assert out is not None
-            args = ", ".join(py_name(a) for a in length.args)
-            return f"_query_count({length.value}, ({args},), {self.value(out)})"
+            args = "".join(f"{py_name(a)}, " for a in length.args).rstrip(" ")
+            return f"_query_count({length.value}, ({args}), {self.value(out)})"
         raise ValueError(f"unknown length source {length}")
 
     def range_note(self, t: ir.CType) -> str:
@@ -464,6 +467,46 @@ def render_function(fn: ir.Function, names: TypeNames, status_type: str, beta_no
                             *_unset_roles(fn, names))
 
 
+#: what a wrapper's body calls besides its parameters and its internals (whose names all start with an underscore)
+_WRAPPER_GLOBALS = frozenset({"max", "bool", "Exception", "CFUNCTYPE", "POINTER"}
+                             | {n for n in dir(ctypes) if n.startswith("c_")})
+
+
+def wrapper_globals(module: ir.Module) -> frozenset[str]:
+    """Module-level names a wrapper's body may read: builtins, ctypes types and the module's declarations
+    (a count query it calls, the enum classes and callback types its checks name)."""
+    declared = [f.name for f in module.functions] + [e.name for e in module.enums] + [c.name for c in module.callbacks]
+    return _WRAPPER_GLOBALS | {s.name for s in module.structs} | {h.name for h in module.handles} | set(declared)
+
+
+def safe_params(fn: ir.Function, taken: frozenset[str]) -> ir.Function:
+    """``fn`` with every parameter that would shadow a name its wrapper reads renamed, with a trailing underscore
+    as keywords get: C allows a parameter ``_lib`` or ``max``, and the wrapper would call the argument. The
+    wrapper's internals all start with an underscore and none ends with one, so ``_lib_`` is safe."""
+    names = {p.name for p in fn.params}
+    renamed: dict[str, str] = {}
+    for p in fn.params:
+        if p.name.startswith("_") or p.name in taken:
+            new = p.name + "_"
+            while new in names:
+                new += "_"
+            renamed[p.name] = new
+            names.add(new)
+    if not renamed:
+        return fn
+
+    def rename(name: str) -> str:
+        return renamed.get(name, name)
+
+    def length(n: ir.Length | None) -> ir.Length | None:
+        if n is None:
+            return None
+        value = rename(n.value) if n.kind in ("count", "sized") else n.value
+        return replace(n, value=value, selector=rename(n.selector), args=tuple(map(rename, n.args)))
+
+    return replace(fn, params=tuple(replace(p, name=rename(p.name), length=length(p.length)) for p in fn.params))
+
+
 def _unset_roles(fn: ir.Function, names: TypeNames) -> tuple[bool, str, tuple[str, ...]]:
     creates, sets, needs = unset_roles(fn, names.unset_types, names.unset_setters, names.unset_partial)
     return creates, py_name(sets) if sets else "", tuple(py_name(n) for n in needs)
@@ -559,7 +602,9 @@ def _render_template(name: str, module: ir.Module, classification: Classificatio
     taken = {e.name for e in module.enums} | {s.name for s in module.structs} | {h.name for h in module.handles}
     beta_note = f"Beta API ({config.get('beta_macro', 'beta')}): may change between releases."
     prose = Prose.of(config)
-    functions = [render_function(fn, names, config.get("status_type", ""), beta_note, config.get("error_class", ""),
+    reserved = wrapper_globals(module)
+    functions = [render_function(safe_params(fn, reserved), names, config.get("status_type", ""), beta_note,
+                                 config.get("error_class", ""),
                                  prose)
                  for fn in classification.functions]
     notice = (cfg.REPO_ROOT / config["license_file"]).read_text() if config.get("license_file") else ""

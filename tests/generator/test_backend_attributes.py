@@ -88,3 +88,33 @@ def test_element_types_must_exist_and_have_the_element_size(module, overrides):
     assert _problems(module, overrides) == [
         "backend_attributes.element_types: CUDNN_TYPE_DATA_TYPE -> cudnnNoSuchType_t is no type of the headers",
         "backend_attributes.element_types: CUDNN_TYPE_INT64 -> c_int32 is 4 bytes, element_sizes says 8"]
+
+
+def test_class_names_must_be_python_classes_of_their_own(module, overrides):
+    """A class named like a Python keyword would not compile; one class name for two descriptor types would let
+    the second replace the first."""
+    descriptors = overrides["backend_attributes"]["descriptors"]
+    descriptors["CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR"]["class"] = "class"
+    descriptors["CUDNN_BACKEND_RNG_DESCRIPTOR"]["class"] = "PointwiseDescriptor"
+    assert _problems(module, overrides) == [
+        "backend_attributes.descriptors.CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR: class 'class' is a Python keyword",
+        "backend_attributes.descriptors: class 'PointwiseDescriptor' is given to 2 descriptor types "
+        "(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, CUDNN_BACKEND_RNG_DESCRIPTOR)"]
+
+
+def test_descriptor_handle_and_needs_must_name_what_exists(module, overrides):
+    section = overrides["backend_attributes"]
+    section["descriptor_handle"] = "cudnnBackendDescriptr_t"
+    section["descriptors"]["CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR"]["needs"] = ["libcuda.so.1", "libcublasLt.so.12"]
+    problems: list[str] = []
+    backend.build(module, overrides, problems, cfg.sonames(cfg.load_all()["cudnn"]))
+    assert problems == [
+        "backend_attributes.descriptor_handle: 'cudnnBackendDescriptr_t' is not a handle the headers declare",
+        "backend_attributes.descriptors.CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR.needs: 'libcublasLt.so.12' is no library "
+        "headers.json names (sonames, deviceless)"]
+
+
+def test_the_committed_needs_are_libraries_headers_json_names(module, overrides):
+    problems: list[str] = []
+    backend.build(module, overrides, problems, cfg.sonames(cfg.load_all()["cudnn"]))
+    assert problems == []

@@ -4,6 +4,7 @@ one -D switch each."""
 from __future__ import annotations
 
 import ctypes
+import inspect
 import struct
 from pathlib import Path
 from types import ModuleType
@@ -11,7 +12,7 @@ from types import ModuleType
 import pytest
 
 import fixture_build as fb
-from generator import ir
+from generator import ir, pipeline, render
 
 
 def _build(bug: str) -> fb.Built:
@@ -104,3 +105,48 @@ def test_macro_using_an_unparenthesized_macro(tmp_path: Path) -> None:
     expected = fb.c_values(built.headers, ["FX_SUM", "FX_TRIPLE"], tmp_path, built.config["defines"])
     assert expected == {"FX_SUM": 3, "FX_TRIPLE": 7}
     assert {m.name: m.value for m in built.module.macros if m.name in expected} == expected
+
+
+def test_pointer_to_pointer_has_its_own_converter(tmp_path: Path) -> None:
+    """``double **`` after ``double *``: one converter each (one shared name checked the earlier ``double *`` as a
+    pointer-to-pointer), and the ``double **`` refuses a double where the library writes a pointer."""
+    built = _build("POINTER_TO_POINTER")
+    assert "low = _arr_double(low, 1, 0)" in built.text and "lows = _arr_double_ptr(lows, 1, 0)" in built.text
+    module = _import(built, tmp_path)
+    module._arr_double(ctypes.byref(ctypes.c_double()), 1, 0)
+    module._arr_double_ptr(ctypes.byref(ctypes.POINTER(ctypes.c_double)()), 1, 0)
+    with pytest.raises(TypeError, match="double \\*"):
+        module._arr_double_ptr(ctypes.byref(ctypes.c_double()), 1, 0)
+
+
+def test_one_converter_name_never_checks_two_types() -> None:
+    """Adding a function can never change an existing function's checks: a second definition under a taken
+    converter name is a generator bug, refused."""
+    names = render.TypeNames(_build("POINTER_TO_POINTER").module)
+    assert names.converter("c_double", False, False, "d", "double") == "_arr_double"
+    with pytest.raises(ValueError, match="_arr_double would check both"):
+        names.converter("POINTER(c_double)", False, False, None, "double")
+
+
+def test_parameters_named_like_the_wrappers_internals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """C allows parameters named ``_values_ok``, ``_lib`` or ``max``; the wrapper renames them (a trailing
+    underscore, as for keywords) instead of calling the argument."""
+    if fb.c_compiler() is None:
+        pytest.skip("no C compiler to build the library")
+    source = tmp_path / "internals.c"
+    source.write_text("int fxNamedLikeInternals(int n, int a, int b, int c) { return n + 10 * a + 100 * b + 1000 * c; }\n")
+    library = fb.compile_shared([source], tmp_path / "libinternals.so")
+    module = _import(_build("INTERNAL_NAMES"), tmp_path)
+    assert list(inspect.signature(module.fxNamedLikeInternals).parameters) == ["n", "_values_ok_", "_lib_", "max_"]
+    monkeypatch.setenv(fb.LIBRARY_ENV, str(library))
+    assert module.fxNamedLikeInternals(1, 2, 3, 4) == 4321
+    assert module.fxNamedLikeInternals(1, _values_ok_=2, _lib_=3, max_=4) == 4321
+
+
+def test_macros_without_a_value_are_reported() -> None:
+    """Function-like, comparison and string macros are left out of the module; the report names them."""
+    built = _build("UNEVALUATED_MACROS")
+    assert sorted(built.module.skipped_macros) == ["FX_HAS_FEATURE", "FX_NAME", "FX_PICK"]
+    assert "FX_BASE" in {m.name for m in built.module.macros}
+    assert pipeline.skipped_macros_line(built.module) == \
+        "  macros not generated (no constant value): 3: FX_HAS_FEATURE, FX_NAME, FX_PICK"

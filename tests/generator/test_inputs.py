@@ -361,3 +361,76 @@ def test_headers_mistakes_are_one_line_naming_file_and_entry(monkeypatch, capsys
     lines = _errors(capsys, ["check", "cudnn"])
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"{path}: {expected}"), lines[0]
+
+
+# ------------------------------------------------------------------ entries checked against the headers
+
+def _query_entry(data: dict[str, Any]) -> dict[str, Any]:
+    return data["miopen"]["lengths"]["exceptions"]["miopenGetTensorDescriptor"]["dimsA"]
+
+
+HEADER_CROSSCHECKS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("query without args", lambda d: _query_entry(d).pop("args"),
+     "lengths.exceptions.miopenGetTensorDescriptor.dimsA: args gives 0 argument(s) (none); query "
+     "miopenGetTensorDescriptorSize takes 1 before its count output"),
+    ("query args naming no parameter", lambda d: _query_entry(d).update(args=["tensorDescc"]),
+     "lengths.exceptions.miopenGetTensorDescriptor.dimsA: args names 'tensorDescc', no parameter of "
+     "miopenGetTensorDescriptor"),
+    ("query naming no function", lambda d: _query_entry(d).update(query="miopenGetTensorDescriptorSizee"),
+     "lengths.exceptions.miopenGetTensorDescriptor.dimsA: query 'miopenGetTensorDescriptorSizee' is not a "
+     "function of the headers"),
+    ("query naming no count query", lambda d: _query_entry(d).update(query="miopenCreateTensorDescriptor"),
+     "lengths.exceptions.miopenGetTensorDescriptor.dimsA: query 'miopenCreateTensorDescriptor' is no count query"),
+    ("count naming no parameter",
+     lambda d: d["miopen"]["lengths"]["exceptions"]["miopenCatForward"]["xs"].update(count="xCnt"),
+     "lengths.exceptions.miopenCatForward.xs: count 'xCnt' names no integer parameter of miopenCatForward"),
+    ("element size of a member the enum lacks",
+     lambda d: d["cudnn"]["element_sizes"]["cudnnBackendAttributeType_t"].update(CUDNN_TYPE_FOO=4),
+     "element_sizes.cudnnBackendAttributeType_t: CUDNN_TYPE_FOO is no member of the headers' "
+     "cudnnBackendAttributeType_t"),
+    ("element sizes of an enum the headers lack",
+     lambda d: d["cudnn"]["element_sizes"].update(cudnnBackendAttributeTypo_t={"CUDNN_TYPE_FLOAT": 4}),
+     "element_sizes.cudnnBackendAttributeTypo_t: cudnnBackendAttributeTypo_t is no enum of the headers"),
+]
+
+
+@pytest.mark.parametrize("change, expected", [pytest.param(c, e, id=name) for name, c, e in HEADER_CROSSCHECKS])
+def test_entries_naming_what_the_headers_lack(monkeypatch, capsys, tmp_path, change, expected):
+    """Entries the schema accepts but the headers contradict: a problem line naming the file, the library, the
+    entry and the bad value, exit status 1 (never a module that does not compile, nor a traceback)."""
+    _with_overrides(monkeypatch, tmp_path, _edited(cfg.OVERRIDES_FILE, change))
+    library = "miopen" if "miopen" in expected else "cudnn"
+    lines = _errors(capsys, ["check", library])
+    assert any(line.startswith(f"pointer_overrides.json: {library}: {expected}") for line in lines), lines
+
+
+def test_library_that_headers_json_lacks(monkeypatch, capsys, tmp_path):
+    path = _with_overrides(monkeypatch, tmp_path, _edited(cfg.OVERRIDES_FILE,
+                                                          lambda d: d.update(cudnnn={"rules": [], "exceptions": {}})))
+    assert _errors(capsys, ["check", "cudnn"]) == [
+        f"{path}: cudnnn: no library of that name in headers.json (libraries there: cudnn, miopen, xla_ffi)"]
+
+
+@pytest.mark.parametrize("key, value", [("error_string", "cudnnGetErrorStrin"),
+                                        ("last_error", "cudnnGetLastErrorMessage"),
+                                        ("version_function", "cudnnGetVersio")])
+def test_headers_json_functions_the_headers_lack(monkeypatch, capsys, tmp_path, key, value):
+    """A function headers.json names (the module calls it at import or on every error) that the headers do not
+    declare: refused, naming headers.json, the key and the function."""
+    path = _with_headers(monkeypatch, tmp_path, _edited(cfg.HEADERS_FILE, lambda d: d["cudnn"].update({key: value})))
+    assert _errors(capsys, ["check", "cudnn"]) == [
+        "1 problem(s) in headers.json for cudnn:", f"{path}: cudnn.{key}: {value} is not a function of the headers"]
+
+
+def test_backend_problems_come_with_the_others_in_one_run(monkeypatch, capsys, tmp_path):
+    """Backend-attribute problems are reported in the same run as the other override problems, and their lines
+    name the file and library like every other problem line."""
+    def change(data):
+        data["cudnn"]["backend_attributes"]["attributes"]["CUDNN_ATTR_POINTWISE_MODE"]["type"] = "CUDNN_TYPE_MOD"
+        data["cudnn"]["exceptions"]["cudnnGnnMhaGatForward"]["dropoutMsk"] = "device"
+    _with_overrides(monkeypatch, tmp_path, _edited(cfg.OVERRIDES_FILE, change))
+    assert _errors(capsys, ["check", "cudnn"]) == [
+        "2 problem(s) in pointer_overrides.json for cudnn:",
+        "pointer_overrides.json: cudnn: stale exception: cudnnGnnMhaGatForward has no parameter 'dropoutMsk'",
+        "pointer_overrides.json: cudnn: backend_attributes.attributes.CUDNN_ATTR_POINTWISE_MODE: type "
+        "'CUDNN_TYPE_MOD' is no member of cudnnBackendAttributeType_t"]

@@ -2020,7 +2020,7 @@ _arr_uint32_t_c_n = _host_array(c_uint32, True, True, 'I', 'uint32_t').convert
 _arr_unsigned_int = _host_array(c_uint, False, False, 'I', 'unsigned int').convert
 _arr_unsigned_int_n = _host_array(c_uint, False, True, 'I', 'unsigned int').convert
 _arr_unsigned_long_long = _host_array(c_ulonglong, False, False, 'Q', 'unsigned long long').convert
-_arr_void = _host_array(c_void_p, False, False, None, 'void *').convert
+_arr_void_ptr = _host_array(c_void_p, False, False, None, 'void *').convert
 _void = _host_buffer(False, False).convert
 _void_c = _host_buffer(True, False).convert
 _void_n = _host_buffer(False, True).convert
@@ -2265,7 +2265,7 @@ def cudnnGetCallback(mask, udata, fptr):
     Reference: https://docs.nvidia.com/deeplearning/cudnn/backend/latest/api/cudnn-graph-library.html#cudnngetcallback"""
     try:
         mask = _arr_unsigned_int(mask, 1, 0)
-        udata = _arr_void(udata, 1, 1)
+        udata = _arr_void_ptr(udata, 1, 1)
         fptr = _arr_cudnnCallback_t(fptr, 1, 2)
         status = _cudnnGetCallback(mask, udata, fptr)
     except _ArgumentError as exc:
@@ -4952,7 +4952,7 @@ def cudnnGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed):
         _lib.check_handles('cudnnGetDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
     try:
         dropout = _arr_float(dropout, 1, 2)
-        states = _arr_void(states, 1, 3)
+        states = _arr_void_ptr(states, 1, 3)
         seed = _arr_unsigned_long_long(seed, 1, 4)
         status = _cudnnGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed)
     except _ArgumentError as exc:
@@ -6296,8 +6296,8 @@ def cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weigh
     if not _handles_set:
         _lib.check_handles('cudnnGetRNNWeightParams', ('rnnDesc', 'mDesc', 'bDesc'), (rnnDesc, mDesc, bDesc,))
     try:
-        mAddr = _arr_void(mAddr, 1, 7)
-        bAddr = _arr_void(bAddr, 1, 9)
+        mAddr = _arr_void_ptr(mAddr, 1, 7)
+        bAddr = _arr_void_ptr(bAddr, 1, 9)
         status = _cudnnGetRNNWeightParams(handle, rnnDesc, pseudoLayer, weightSpaceSize, weightSpace, linLayerID, mDesc, mAddr, bDesc, bAddr)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetRNNWeightParams', ('handle', 'rnnDesc', 'pseudoLayer', 'weightSpaceSize', 'weightSpace', 'linLayerID', 'mDesc', 'mAddr', 'bDesc', 'bAddr'), exc) from None
@@ -6812,7 +6812,7 @@ def cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, wei
     if not _handles_set:
         _lib.check_handles('cudnnGetMultiHeadAttnWeights', ('attnDesc', 'wDesc'), (attnDesc, wDesc,))
     try:
-        wAddr = _arr_void(wAddr, 1, 6)
+        wAddr = _arr_void_ptr(wAddr, 1, 6)
         status = _cudnnGetMultiHeadAttnWeights(handle, attnDesc, wKind, weightSizeInBytes, weights, wDesc, wAddr)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnGetMultiHeadAttnWeights', ('handle', 'attnDesc', 'wKind', 'weightSizeInBytes', 'weights', 'wDesc', 'wAddr'), exc) from None

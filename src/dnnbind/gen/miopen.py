@@ -1366,8 +1366,8 @@ _arr_size_t_n = _host_array(c_size_t, False, True, 'N', 'size_t').convert
 _arr_uint64_t = _host_array(c_uint64, False, False, 'Q', 'uint64_t').convert
 _arr_unsigned_int = _host_array(c_uint, False, False, 'I', 'unsigned int').convert
 _arr_unsigned_long_long = _host_array(c_ulonglong, False, False, 'Q', 'unsigned long long').convert
-_arr_void = _host_array(c_void_p, False, False, None, 'void *').convert
-_arr_void__const_c = _host_array(c_void_p, True, False, None, 'void *const').convert
+_arr_void_ptr = _host_array(c_void_p, False, False, None, 'void *').convert
+_arr_void_ptr_const_c = _host_array(c_void_p, True, False, None, 'void *const').convert
 _void = _host_buffer(False, False).convert
 _void_c = _host_buffer(True, False).convert
 
@@ -5612,7 +5612,7 @@ def miopenCatForward(handle, xCount, xDescs, xs, yDesc, y, dim):
         _check_set('miopenCatForward', ('yDesc',), (yDesc,))
     try:
         xDescs = _arr_miopenTensorDescriptor_t_c(xDescs, xCount, 2)
-        xs = _arr_void__const_c(xs, xCount, 3)
+        xs = _arr_void_ptr_const_c(xs, xCount, 3)
         status = _miopenCatForward(handle, xCount, xDescs, xs, yDesc, y, dim)
     except _ArgumentError as exc:
         raise _lib.argument_error('miopenCatForward', ('handle', 'xCount', 'xDescs', 'xs', 'yDesc', 'y', 'dim'), exc) from None
@@ -10148,7 +10148,7 @@ def miopenGetDropoutDescriptor(dropoutDesc, handle, dropout, states, seed, use_m
         _lib.check_handles('miopenGetDropoutDescriptor', ('dropoutDesc',), (dropoutDesc,))
     try:
         dropout = _arr_float(dropout, 1, 2)
-        states = _arr_void(states, 1, 3)
+        states = _arr_void_ptr(states, 1, 3)
         seed = _arr_unsigned_long_long(seed, 1, 4)
         use_mask = _arr_bool(use_mask, 1, 5)
         state_evo = _arr_bool(state_evo, 1, 6)
@@ -13333,7 +13333,7 @@ def miopenGetitemBackward(handle, workspace, workspaceSizeInBytes, dyDesc, dy, i
         _check_set('miopenGetitemBackward', ('dyDesc', 'dxDesc', 'errorDesc'), (dyDesc, dxDesc, errorDesc,))
     try:
         indexDescs = _arr_miopenTensorDescriptor_t_c(indexDescs, indexCount, 6)
-        indexs = _arr_void__const_c(indexs, indexCount, 7)
+        indexs = _arr_void_ptr_const_c(indexs, indexCount, 7)
         dims = _arr_int32_t_c(dims, dimCount, 13)
         slices = _arr_int32_t_c(slices, sliceCount, 15)
         status = _miopenGetitemBackward(handle, workspace, workspaceSizeInBytes, dyDesc, dy, indexCount, indexDescs, indexs, dxDesc, dx, errorDesc, error, dimCount, dims, sliceCount, slices, offset)

@@ -132,3 +132,21 @@ def test_relu_keeps_minus_zero_and_passes_the_gradient_at_nan_as_torch(kernels, 
     np.testing.assert_array_equal(y, r.detach().numpy())
     assert (np.signbit(y) == np.signbit(r.detach().numpy())).all()
     np.testing.assert_array_equal(pullback(np.full_like(x, 2.0)), t.grad.numpy())
+
+
+@pytest.mark.parametrize("borrowed", [False, True], ids=["mask", "from-y-or-x"])
+@pytest.mark.parametrize("mode, torch_op", [("relu", "relu"), ("clipped_relu", "relu6")])
+def test_a_non_finite_dy_where_the_slope_is_zero_gives_zero_as_torch(kernels, mode, torch_op, borrowed):
+    """relu's and clipped_relu's backwards select dy where the gradient passes, as torch's threshold and
+    hardtanh backwards do: an inf or NaN dy at an inactive unit gives 0 (dy * 0 would be NaN), both from
+    the forward's mask and from the lent array the backward reads (the torch adapter's). Long enough for
+    the C kernels' vector loops and their tails."""
+    import torch
+    from dnnbind.highlevel.grad_mode import saving_residuals
+    x = np.tile(np.array([-1.0, 2.0, 8.0, 0.0, 3.0], np.float32), 7)
+    dy = np.tile(np.array([np.inf, 1.0, np.nan, -np.inf, np.nan], np.float32), 7)
+    with saving_residuals(True, borrowed=borrowed):
+        _, pullback = dnnbind.activation(x, mode, alpha=6.0 if mode == "clipped_relu" else None)
+    t = torch.from_numpy(x.copy()).requires_grad_()
+    getattr(torch.nn.functional, torch_op)(t).backward(torch.from_numpy(dy))
+    np.testing.assert_array_equal(pullback(dy), t.grad.numpy())

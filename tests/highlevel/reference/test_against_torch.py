@@ -243,6 +243,10 @@ def test_activation_kinks_and_nan_like_torch():
             assert pullback(np.ones_like(x))[2] == 0
             dx[2] = 0
         np.testing.assert_array_equal(pullback(np.ones_like(x)), dx)
+        if mode in ("relu", "clipped_relu"):    # dy selected, not times 0: inf or NaN at x = -1 gives 0
+            dy = np.where(x == -1.0, np.inf, 1.0)
+            dx = torch.autograd.grad(_activation(mode, xt, alpha), xt, torch.from_numpy(dy))[0].numpy()
+            assert dx[4] == 0 and pullback(dy)[4] == 0
 
 
 def test_every_rnn_mode_is_covered():

@@ -105,7 +105,10 @@ def activation_backward(saved: tuple, cotangents: tuple, mode: str, alpha: float
         if masked:
             return native.activation_backward(np.ascontiguousarray(dy), a)
         return native.activation_backward_from(np.ascontiguousarray(dy), a, mode, alpha)
-    return np.multiply(dy, a if masked else _slope(a, mode, alpha), dtype=dtype)
+    slope = a if masked else _slope(a, mode, alpha)
+    if slope.dtype == np.bool_:     # dy where it passes, else 0: an inf or NaN dy there gives 0, as in torch
+        return np.where(slope, dy, np.zeros((), dtype)).astype(dtype, copy=False)
+    return np.multiply(dy, slope, dtype=dtype)
 
 
 @half_residuals

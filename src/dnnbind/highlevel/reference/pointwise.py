@@ -57,11 +57,16 @@ def activation_forward(x: np.ndarray, mode: str, alpha: float | None) -> tuple[n
 
 
 def activation_backward(saved: tuple, cotangents: tuple, mode: str, alpha: float | None) -> np.ndarray:
-    """dx = dy * f'(x)."""
+    """dx = dy * f'(x); relu's and clipped_relu's f' selects (dy where it is 1, else 0: an inf or NaN dy
+    there gives 0, as torch's threshold and hardtanh backwards)."""
     (dy,) = cotangents
     shape = saved[0].shape if saved else getattr(dy, "shape", ())
     d = cotangent("dy", dy, shape, F64)
-    return cast(d * saved[0] if saved else d, dy.dtype)
+    if not saved:
+        return cast(d, dy.dtype)
+    if mode in ("relu", "clipped_relu"):
+        return cast(np.where(saved[0] == 0, 0.0, d), dy.dtype)
+    return cast(d * saved[0], dy.dtype)
 
 
 def activation_residuals(x: ArraySpec, mode: str, alpha: float | None) -> tuple[ArraySpec, ...]:

@@ -75,9 +75,10 @@ KERNEL void NAME(dnnbind_activation_forward)(const T *x, T *y, uint8_t *mask, co
     }
 }
 
-/* dx = dy * f'(x) on elements [lo, hi), f'(x) from the forward's mask as 0 or 1. */
+/* dx = dy * f'(x) on elements [lo, hi), f'(x) from the forward's mask as 0 or 1: dy where it passes, else 0
+ * (a select, as torch's threshold and hardtanh backwards: an inf or NaN dy where f' is 0 gives 0). */
 KERNEL void NAME(dnnbind_activation_backward)(const T *dy, const uint8_t *mask, T *dx, int64_t lo, int64_t hi) {
-    for (int64_t j = lo; j < hi; j++) dx[j] = dy[j] * (T)mask[j];
+    for (int64_t j = lo; j < hi; j++) dx[j] = mask[j] ? dy[j] : (T)0;
 }
 
 /* f' of the mode from the array its backward reads (activation.py's BACKWARD_READS): the result y for
@@ -104,13 +105,26 @@ INLINE NAME(v) NAME(slope_from)(NAME(v) v, T a, const int mode) {
     }
 }
 
+/* dy * f'(v); for the modes whose f' is 0 or 1, dy where it passes and else 0 (see activation_backward). */
+INLINE NAME(v) NAME(gradient_from)(NAME(v) d, NAME(v) v, T a, const int mode) {
+    const NAME(v) zero = NAME(splat)((T)0);
+    switch (mode) {
+    case ACT_RELU:
+        return NAME(pick)(v <= 0, zero, d);
+    case ACT_CLIPPED_RELU:
+        return NAME(pick)((v > 0) & (v < a), d, zero);
+    default:
+        return d * NAME(slope_from)(v, a, mode);
+    }
+}
+
 /* Elements [lo, hi) of dx = dy * f'(from) in one mode (a constant: see activate). */
 INLINE void NAME(slope_range)(const T *dy, const T *from, T *dx, T a, int64_t lo, int64_t hi, const int mode) {
     int64_t j = lo;
     for (; j + VL <= hi; j += VL)
-        NAME(store)(dx + j, NAME(load)(dy + j, VL) * NAME(slope_from)(NAME(load)(from + j, VL), a, mode), VL);
+        NAME(store)(dx + j, NAME(gradient_from)(NAME(load)(dy + j, VL), NAME(load)(from + j, VL), a, mode), VL);
     if (j < hi)
-        NAME(store)(dx + j, NAME(load)(dy + j, hi - j) * NAME(slope_from)(NAME(load)(from + j, hi - j), a, mode),
+        NAME(store)(dx + j, NAME(gradient_from)(NAME(load)(dy + j, hi - j), NAME(load)(from + j, hi - j), a, mode),
                     hi - j);
 }
 

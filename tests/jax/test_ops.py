@@ -211,6 +211,30 @@ def test_lstm_against_a_scan():
         close(a, b, 1e-3)
 
 
+def test_rnn_takes_the_numpy_ops_argument_forms():
+    """As dnnbind.rnn: mode left to its default (lstm; it comes before the required hidden_size), a weight
+    group given as a named tuple; a nested list where an array belongs is refused naming its place."""
+    import collections
+    Group = collections.namedtuple("Group", "w_ih w_hh b_ih b_hh")
+    x = rand(4, 2, 3)
+    weights = (rand(20, 3) * 0.3, rand(20, 5) * 0.3, rand(20), rand(20))
+    expected = dj.rnn(x, [weights], mode="lstm", hidden_size=5)
+    for a, b in zip(dj.rnn(x, [weights], hidden_size=5), expected):
+        close(a, b)
+    for a, b in zip(dj.rnn(x, [Group(*weights)], mode="lstm", hidden_size=5), expected):
+        close(a, b)
+    with pytest.raises(TypeError, match=r"weights\[0\]\[0\] must be a JAX or numpy array, not list"):
+        dj.rnn(x, [(np.asarray(weights[0]).tolist(), *weights[1:])], mode="lstm", hidden_size=5)
+
+
+@pytest.mark.parametrize("op", ["conv", "maxpool"])
+def test_a_padding_mixing_ints_and_pairs_is_taken_as_by_the_numpy_ops(op):
+    """padding=[1, (0, 2)]: one int for both sides of a dimension, a (low, high) pair for another."""
+    x, w = rand(2, 3, 6, 7), rand(4, 3, 3, 3)
+    call = (lambda p: dj.conv(x, w, padding=p)) if op == "conv" else (lambda p: dj.maxpool(x, 2, padding=p)[0])
+    close(call([1, (0, 1)]), call([(1, 1), (0, 1)]))
+
+
 def test_gru_returns_no_cell_state():
     x = rand(4, 2, 3)
     weights = [(rand(15, 3), rand(15, 5), rand(15), rand(15))]
@@ -400,6 +424,9 @@ def test_rnn_lengths_may_be_numpy_or_concrete_arrays_never_traced_ones():
     close(run(jnp.array([5, 3, 2])), expected)
     with pytest.raises(TypeError, match="lengths must be known while JAX traces"):
         jax.jit(run)(jnp.array([5, 3, 2]))
+    with pytest.raises(TypeError, match=r"^alpha must be known while JAX traces \(a Python or numpy value\), "
+                                        r"not a traced array"):
+        jax.jit(lambda a: dj.activation(x, "elu", alpha=a))(1.0)
 
 
 def test_dropout_takes_a_raw_prng_key_as_its_typed_key():

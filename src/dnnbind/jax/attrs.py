@@ -41,6 +41,15 @@ def _ints(name: str, value: Any) -> np.ndarray:
     return array.astype(np.int64)
 
 
+def _pairs_throughout(value: Sequence[Any]) -> Sequence[Any]:
+    """A per-dimension argument mixing ints and (low, high) pairs (``padding=[1, (0, 2)]``, which the
+    public op takes) with each int v as the pair (v, v): one rectangular array, as the handlers read it."""
+    pairs = [isinstance(v, (tuple, list)) for v in value]
+    if any(pairs) and not all(pairs):
+        return [v if pair else (v, v) for v, pair in zip(value, pairs)]
+    return value
+
+
 def encode(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The FFI attributes of these keyword arguments (TypeError naming one that cannot travel)."""
     out: dict[str, Any] = {}
@@ -56,7 +65,7 @@ def encode(kwargs: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(value, str):
             out[name] = value
         elif isinstance(value, (tuple, list)):
-            array = _ints(name, value)
+            array = _ints(name, _pairs_throughout(value))
             out[name] = array.reshape(-1)
             out[name + SHAPE] = np.asarray(array.shape, np.int64)
         else:

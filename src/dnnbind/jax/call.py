@@ -379,12 +379,14 @@ def _traced_value(name: str, value: Any) -> Any:
     return jnp.asarray(value).astype(jnp.uint32)
 
 
-def _arrays(name: str, value: Any, optional: bool, nested: bool) -> Any:
+def _arrays(name: str, value: Any, optional: bool, levels: int) -> Any:
     """An array argument as a JAX array: a JAX or numpy array or a Python number (as jax.numpy takes
-    them), a nest of them for a nested argument (rnn's weights, None among them where its spec allows);
-    anything else refused naming the argument (a list is no array here, as in jax.numpy)."""
-    if nested and A.is_node(value):
-        return type(value)(_arrays(f"{name}[{i}]", v, True, True) for i, v in enumerate(value))
+    them), ``levels`` of lists or tuples of them for a nested argument (rnn's weights: groups of arrays,
+    None among them where its spec allows; a named tuple as a tuple); anything else refused naming the
+    argument (a list is no array here, as in jax.numpy)."""
+    if levels and isinstance(value, (list, tuple)):
+        nest = list if isinstance(value, list) else tuple
+        return nest(_arrays(f"{name}[{i}]", v, True, levels - 1) for i, v in enumerate(value))
     if value is None:
         if optional:
             return None
@@ -399,8 +401,8 @@ def _static(name: str, value: Any) -> Any:
     while JAX traces (numpy's, or a concrete JAX array: rnn's lengths) as a (nested) list; a traced one
     refused, as every keyword argument decides the call's shapes or its attributes."""
     if isinstance(value, jax.core.Tracer):
-        raise TypeError(f"{name} must be known while JAX traces (an int, a sequence of ints or a numpy "
-                        f"array), not a traced array: pass it as a static argument")
+        raise TypeError(f"{name} must be known while JAX traces (a Python or numpy value), not a traced "
+                        f"array: pass it as a static argument")
     if isinstance(value, (np.ndarray, jax.Array)):
         return np.asarray(value).tolist()
     return value
@@ -412,10 +414,11 @@ def apply(op: str, *args: Any, **kwargs: Any) -> Any:
     updates in place, when given."""
     r, spec = row(op), SPECS[op]
     bound = r.signature.bind(*args, **kwargs)
+    bound.apply_defaults()          # (rnn's mode comes before its required hidden_size: its spec requires it)
     arrays = [bound.arguments.get(name) for name in r.arrays]
     rest = {k: _static(k, v) for k, v in bound.arguments.items() if k not in r.arrays and k not in r.traced}
     traced = tuple(_traced_value(name, bound.arguments.get(name)) for name in r.traced)
-    arrays = [_arrays(arg.name, a, arg.optional, arg.nested) for arg, a in zip(spec.arrays, arrays)]
+    arrays = [_arrays(arg.name, a, arg.optional, 2 if arg.nested else 0) for arg, a in zip(spec.arrays, arrays)]
     # one sample (the spec's unbatched rule): run as a batch of one, the batch axis dropped from the results
     axis = batch_axis(spec, arrays, spec.arguments_function(**rest))      # (the defaults filled in)
     if axis is not None:

@@ -44,6 +44,18 @@ def test_a_wrong_shape_names_the_op_and_the_expected_shape(name):
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
+def test_a_wrong_dtype_or_array_kind_names_the_op(name):
+    """The backend's own checks of a cotangent (its dtype, its array type) name the op as the others do."""
+    result, back = CALLS[name]()
+    y = result[0] if isinstance(result, tuple) else result
+    with pytest.raises(TypeError, match=rf"^{re.escape(_op(name))} pullback: dy has dtype int32; dnnbind supports"):
+        back(np.ones(y.shape, np.int32))
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match=rf"^{re.escape(_op(name))} pullback: dy must be a numpy array, not Tensor"):
+        back(torch.ones(y.shape))
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
 def test_a_scalar_gets_a_hint(name):
     _, back = CALLS[name]()
     for scalar in (1.0, 1, np.float32(1.0)):

@@ -96,7 +96,12 @@ class Pullback:
             self._check(args, kwargs)                  # explains what is wrong, or lets it through
             if kwargs:                                 # the backends take the cotangents positionally
                 args = self._positional(args, kwargs)
-        return self._run(*args)
+        try:
+            return self._run(*args)
+        except (TypeError, ValueError) as exc:         # a backend's check of one cotangent: name the op
+            if type(exc) in (TypeError, ValueError) and str(exc).startswith(tuple(f"{c.name} " for c in self.cotangents)):
+                raise type(exc)(f"{self.op} pullback: {exc}") from None
+            raise
 
     def _positional(self, args: tuple, kwargs: dict) -> tuple:
         """Checked cotangents given by name as positional ones (None for those left out in between)."""

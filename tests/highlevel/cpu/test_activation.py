@@ -117,6 +117,16 @@ def test_errors():
         dnnbind.activation(x, "leaky_relu", alpha=float("inf"))
     with pytest.raises(TypeError, match=r"x has dtype complex128"):
         dnnbind.activation(x.astype(complex), "tanh")
+    with pytest.raises(ValueError, match=r"^alpha=-1.0 \(clipped_relu's ceiling\) must be >= 0$"):
+        dnnbind.activation(x, "clipped_relu", alpha=-1.0)
+    with pytest.raises(ValueError, match=r"^alpha=1e\+300 does not fit in float32, the precision an op on float16 "
+                                         r"computes in$"):
+        dnnbind.activation(x.astype(np.float16), "elu", alpha=1e300)
+    with pytest.raises(ValueError, match=r"alpha=-1e\+39 does not fit in float32"):
+        dnnbind.conv_bias_activation(np.zeros((1, 1, 2, 2), np.float32), np.ones((1, 1, 1, 1), np.float32),
+                                     np.zeros(1, np.float32), mode="leaky_relu", alpha=-1e39)
+    assert dnnbind.activation(x, "elu", alpha=1e300)[0].dtype == np.float64      # (float64 holds it)
+    assert dnnbind.activation(x, "clipped_relu", alpha=0.0)[0].tolist() == [0.0, 0.0, 0.0]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

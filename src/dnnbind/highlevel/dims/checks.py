@@ -127,6 +127,20 @@ def check_real(name: str, value: Any) -> float:
     return check_float(name, value)
 
 
+#: the largest finite number of the precision an op computes a dtype in (float32 for the 16-bit ones)
+_LARGEST_COMPUTED = {"float16": 3.4028234663852886e38, "bfloat16": 3.4028234663852886e38,
+                     "float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
+
+
+def check_fits(name: str, value: float, dtype: str) -> float:
+    """``value`` (a coefficient) if the precision ``dtype`` is computed in holds it; ValueError otherwise, as
+    torch refuses a scalar that cannot be converted to the op's type without overflow."""
+    if abs(value) > _LARGEST_COMPUTED[dtype]:
+        precision = "float64" if dtype == "float64" else "float32"
+        raise ValueError(f"{name}={value!r} does not fit in {precision}, the precision an op on {dtype} computes in")
+    return value
+
+
 def check_divisor_override(value: Any) -> int | None:
     """None, or a non-zero int (negative allowed): mean pooling's ``divisor_override``, checked as
     torch.nn.functional.avg_pool2d checks it (a bool or a float is a TypeError there too; 0 fails there

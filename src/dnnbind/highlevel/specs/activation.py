@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dnnbind.highlevel.dims.checks import check_dtype, check_real
+from dnnbind.highlevel.dims.checks import check_dtype, check_fits, check_real
 from dnnbind.highlevel.specs import second_order
 from dnnbind.highlevel.specs.base import ArrayArg, Layout, OpSpec, Output, Param
 from dnnbind.highlevel.specs.softmax import like_x
@@ -24,7 +24,7 @@ ACTIVATION_DEFAULTS: dict[str, float | None] = {
 #: each mode's backward in differentiable operations, (ops, x, y, dy, alpha) -> dx, with PyTorch's
 #: derivatives at the kinks (see the op's doc); what its second-order rule differentiates
 DERIVATIVES: dict[str, Any] = {
-    "relu": lambda ops, x, y, dy, alpha: ops.where(x > 0, dy, dy * 0),
+    "relu": lambda ops, x, y, dy, alpha: ops.where(x > 0, dy, ops.zeros_like(dy)),
     "sigmoid": lambda ops, x, y, dy, alpha: dy * y * (1 - y),
     "tanh": lambda ops, x, y, dy, alpha: dy * (1 - y * y),
     "identity": lambda ops, x, y, dy, alpha: dy,
@@ -32,7 +32,7 @@ DERIVATIVES: dict[str, Any] = {
     # elu_double_backward masks x < 0), NaN at NaN
     "elu": lambda ops, x, y, dy, alpha: ops.where(x > 0, dy, dy * alpha * ops.exp(ops.where(x < 0, x, x * 0))),
     "leaky_relu": lambda ops, x, y, dy, alpha: ops.where(x > 0, dy, dy * alpha),
-    "clipped_relu": lambda ops, x, y, dy, alpha: ops.where((x > 0) & (x < alpha), dy, dy * 0),
+    "clipped_relu": lambda ops, x, y, dy, alpha: ops.where((x > 0) & (x < alpha), dy, ops.zeros_like(dy)),
     "swish": lambda ops, x, y, dy, alpha: dy * (ops.sigmoid(alpha * x) * (1 + alpha * x * (1 - ops.sigmoid(alpha * x)))),
 }
 
@@ -65,8 +65,9 @@ def result_stands_for_x(arguments: dict[str, Any]) -> bool:
     return mode in ("relu", "clipped_relu", "identity")
 
 
-def activation_alpha(mode: Any, alpha: Any) -> float | None:
-    """Check ``mode`` and return the coefficient the backend gets (its default when alpha is None)."""
+def activation_alpha(mode: Any, alpha: Any, dtype: str | None = None) -> float | None:
+    """Check ``mode`` and return the coefficient the backend gets (its default when alpha is None); one
+    given must fit the precision x's ``dtype`` (a supported name) is computed in."""
     if mode not in ACTIVATION_DEFAULTS:
         raise ValueError(f"mode={mode!r} must be one of {', '.join(ACTIVATION_DEFAULTS)}")
     default = ACTIVATION_DEFAULTS[mode]
@@ -74,12 +75,16 @@ def activation_alpha(mode: Any, alpha: Any) -> float | None:
         if alpha is not None:
             raise ValueError(f"alpha={alpha!r} is not used by mode={mode!r}; leave it None")
         return None
-    return default if alpha is None else check_real("alpha", alpha)
+    if alpha is None:
+        return default
+    alpha = check_real("alpha", alpha)
+    if mode == "clipped_relu" and alpha < 0:        # (torch's hardtanh refuses a ceiling below its floor, 0)
+        raise ValueError(f"alpha={alpha!r} (clipped_relu's ceiling) must be >= 0")
+    return alpha if dtype is None else check_fits("alpha", alpha, dtype)
 
 
 def _check(x: Any, *, mode: str, alpha: float | None = None) -> tuple:
-    check_dtype("x", x.dtype)
-    return mode, activation_alpha(mode, alpha)
+    return mode, activation_alpha(mode, alpha, check_dtype("x", x.dtype))
 
 
 ACTIVATION = OpSpec(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dnnbind.highlevel.dims.checks import check_same_dtype, check_shape
+from dnnbind.highlevel.dims.checks import check_dtype, check_same_dtype, check_shape
 from dnnbind.highlevel.dims.conv import ConvDims
 from dnnbind.highlevel.specs.activation import ACTIVATION_DEFAULTS, BACKWARD_READS, activation_alpha
 from dnnbind.highlevel.specs.base import ArrayArg, Autocast, Chain, EmptyCall, Layout, OpSpec, Output, Param, Unbatching
@@ -113,7 +113,7 @@ def _check_conv_bias_activation(x: Any, w: Any, b: Any, *, stride: Any = 1, padd
                                 groups: int = 1, flip: bool = False, mode: str = "relu",
                                 alpha: float | None = None) -> tuple:
     (dims,) = _check_conv(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups, flip=flip)
-    return dims, mode, activation_alpha(mode, alpha)
+    return dims, mode, activation_alpha(mode, alpha, check_dtype("x", x.dtype))
 
 
 CONV_BIAS_ACTIVATION = OpSpec(

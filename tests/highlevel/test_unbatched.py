@@ -309,7 +309,12 @@ def test_a_batched_call_runs_the_backend_without_a_wrapper(rng):
      r"x has shape \(3, 5\) \(2 dimensions\) but window=\(2, 2\) gives 2 spatial dimensions: x must have 4 "
      r"dimensions \(N, C, \*spatial\) or, unbatched, 3 \(C, \*spatial\)"),
     (lambda r: dnnbind.maxpool(r(7), 2, stride=(1,)),
-     r"x has shape \(7,\) \(1 dimension\) but stride=\(1,\) gives 1 spatial dimensions: x must have 3"),
+     r"x has shape \(7,\) \(1 dimension\) but stride=\(1,\) gives 1 spatial dimension: x must have 3"),
+    (lambda r: dnnbind.maxpool(r(3, 8, 8), (2, 2, 2)),         # (batched 1-d nor unbatched 2-d)
+     r"^x has shape \(3, 8, 8\) \(3 dimensions\) but window=\(2, 2, 2\) gives 3 spatial dimensions: x must have 5 "
+     r"dimensions \(N, C, \*spatial\) or, unbatched, 4 \(C, \*spatial\)$"),
+    (lambda r: dnnbind.meanpool(r(2, 3, 8, 8), (2,)),
+     r"^x has shape \(2, 3, 8, 8\) \(4 dimensions\) but window=\(2,\) gives 1 spatial dimension: x must have 3 "),
     (lambda r: dnnbind.rnn(r(5), [(r(8, 3), r(8, 2), None, None)], hidden_size=2),
      r"x has shape \(5,\) \(1 dimension\) but must have 3 dimensions \(seq, batch, input\) or, unbatched, 2 "
      r"\(seq, input\)"),

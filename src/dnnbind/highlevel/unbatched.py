@@ -68,11 +68,11 @@ def pool_is_unbatched(x_shape: Sequence[int], **arguments: Any) -> bool:
     known = pool_spatial_rank(**arguments)
     if known is not None and known[2] in _SPATIAL and xr == known[2] + 1:
         return True
-    if xr in BATCHED_RANKS:
+    if xr in BATCHED_RANKS and (known is None or known[2] not in _SPATIAL or xr == known[2] + 2):
         return False                          # batched: PoolDims checks the arguments against it
     if known is not None and known[2] in _SPATIAL:
         name, value, n = known
-        raise ValueError(f"x has shape {_dims(x_shape)} but {name}={value!r} gives {n} spatial dimensions: x "
+        raise ValueError(f"x has shape {_dims(x_shape)} but {name}={value!r} gives {n} spatial dimension{'s' if n != 1 else ''}: x "
                          f"must have {n + 2} dimensions (N, C, *spatial) or, unbatched, {n + 1} (C, *spatial)")
     raise ValueError(f"x has shape {_dims(x_shape)} but must have 3 to 5 dimensions (N, C, 1 to 3 spatial "
                      f"dimensions) or, unbatched, 2 to 4 (C, *spatial) with window, stride, padding or dilation "

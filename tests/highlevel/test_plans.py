@@ -447,6 +447,14 @@ def test_an_explicit_plan_runs_the_op_on_arrays_like_its_own(rng):
         p(x, w)                                  # (b left out: None)
     with pytest.raises(TypeError, match=r"this conv plan takes 2 to 3 arrays \(x, w, b\), got 1"):
         p(x)
+    y_named, _ = p(x2, w=w, b=b)                 # by name, as dnnbind.plan and the op take them
+    np.testing.assert_array_equal(y_named, y)
+    with pytest.raises(TypeError, match=r"^this conv plan takes the arrays x, w, b, not 'bias'$"):
+        p(x, w, bias=b)
+    with pytest.raises(TypeError, match=r"^this conv plan got w twice, by position and by name$"):
+        p(x, w, w=w)
+    with pytest.raises(TypeError, match=r"^this maxpool plan takes 1 array \(x\), got 2$"):
+        dnnbind.plan(dnnbind.maxpool, x, 2)(x, x)
 
 
 def test_an_explicit_plan_checks_its_arguments_once_and_names_them(rng):

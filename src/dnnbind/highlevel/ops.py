@@ -150,7 +150,9 @@ class BoundPlan:
         self.spec, self.plan, self.arguments = spec, plan, arguments
         self.expected = _arrays_key(spec, arrays)
 
-    def __call__(self, *arrays: Any) -> tuple[Any, Pullback]:
+    def __call__(self, *arrays: Any, **named: Any) -> tuple[Any, Pullback]:
+        if named:                           # (by name, as dnnbind.plan and the op take them)
+            arrays = self._by_name(arrays, named)
         if len(arrays) != len(self.expected):
             arrays = self._complete(arrays)
         try:
@@ -161,13 +163,27 @@ class BoundPlan:
             self._mismatch(arrays)
         return self.plan(*arrays)
 
+    def _by_name(self, arrays: tuple, named: dict[str, Any]) -> tuple:
+        """The arrays in the spec's order, those given by name placed (None where left out); TypeError for
+        a name the op has no array of, or one given twice."""
+        names = self.spec.array_names
+        placed = list(arrays) + [None] * (len(names) - len(arrays))
+        for name, value in named.items():
+            if name not in names:
+                raise TypeError(f"this {self.spec.name} plan takes the arrays {', '.join(names)}, not {name!r}")
+            if names.index(name) < len(arrays):
+                raise TypeError(f"this {self.spec.name} plan got {name} twice, by position and by name")
+            placed[names.index(name)] = value
+        return tuple(placed)
+
     def _complete(self, arrays: tuple) -> tuple:
         """The arrays with the optional ones left out at the end as None; TypeError for too many or too few."""
         spec, n = self.spec, len(self.expected)
         required = sum(1 for a in spec.arrays if not a.optional)
         if not required <= len(arrays) <= n or any(not a.optional for a in spec.arrays[len(arrays):]):
-            raise TypeError(f"this {spec.name} plan takes {required} to {n} arrays "
-                            f"({', '.join(spec.array_names)}), got {len(arrays)}")
+            counted = f"{n} array{'s' if n != 1 else ''}" if required == n else f"{required} to {n} arrays"
+            raise TypeError(f"this {spec.name} plan takes {counted} ({', '.join(spec.array_names)}), got "
+                            f"{len(arrays)}")
         return arrays + (None,) * (n - len(arrays))
 
     def _mismatch(self, arrays: tuple) -> None:

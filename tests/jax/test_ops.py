@@ -1,6 +1,9 @@
 """dnnbind.jax against JAX's own primitives: values and gradients under jit, grad, vmap and checkpoint."""
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -233,6 +236,31 @@ def test_a_padding_mixing_ints_and_pairs_is_taken_as_by_the_numpy_ops(op):
     x, w = rand(2, 3, 6, 7), rand(4, 3, 3, 3)
     call = (lambda p: dj.conv(x, w, padding=p)) if op == "conv" else (lambda p: dj.maxpool(x, 2, padding=p)[0])
     close(call([1, (0, 1)]), call([(1, 1), (0, 1)]))
+
+
+@pytest.mark.parametrize("op", ["rnn", "conv", "batchnorm"])
+def test_an_inference_computes_and_returns_no_residuals(op):
+    """Where nothing is differentiated, the forward FFI call returns the results alone (the backend saves
+    nothing, as inside dnnbind.no_grad), with the values a differentiated call gives; under jax.grad it
+    returns the residuals the backward reads too."""
+    x, w, filters = rand(6, 4, 5), [(rand(32, 5), rand(32, 8), rand(32), rand(32))], rand(3, 4, 3)
+    call = {"rnn": lambda x: dj.rnn(x, w, mode="lstm", hidden_size=8)[0],
+            "conv": lambda x: dj.conv(x, filters),
+            "batchnorm": lambda x: dj.batchnorm(x, jnp.ones(4), jnp.zeros(4), running_mean=jnp.zeros(4),
+                                                running_var=jnp.ones(4), training=True)[0]}[op]
+
+    def results(f: Any, *args: Any) -> int:
+        line = next(li for li in jax.jit(f).lower(*args).as_text().splitlines() if f"dnnbind_{op}_forward" in li)
+        return len(re.findall(r"tensor<", line.split("->")[-1]))
+
+    updated = 2 if op == "batchnorm" else 0                 # (its running statistics, updated)
+    outputs = {"rnn": 3, "conv": 1, "batchnorm": 1}[op] + updated
+    assert results(call, x) == outputs
+    kept = results(jax.value_and_grad(lambda x: jnp.sum(call(x))), x) - outputs
+    assert kept > 0 if op != "conv" else kept == 0          # (conv's residuals are x and w: JAX keeps those)
+    y, vjp = jax.vjp(call, x)
+    close(jax.jit(call)(x), y)
+    assert vjp(jnp.ones_like(y))[0].shape == x.shape
 
 
 def test_gru_returns_no_cell_state():

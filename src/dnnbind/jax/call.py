@@ -109,8 +109,10 @@ class Call:
         independent = SPECS[r.op].independent(SPECS[r.op].arguments_function(**kwargs), len(leaves[0].shape))
         self.x_axis = None if r.folds or not independent or r.traced else _x_axis(
             r, specs, kwargs, backend, self.lent, len(outputs) + len(updated), kept)
+        n = len(outputs) + len(updated)
         if self.x_axis is None:
             self.forward = self._ffi_forward
+            self.inference = self._ffi_inference
         else:
             # x is the forward's one input with x's leading axis; per residual whether it has it (those
             # put back from the inputs or outputs: x's and the outputs')
@@ -121,6 +123,8 @@ class Call:
             forward_axis = (True,) + (False,) * (len(leaves) - 1)
             self.forward = _folding(self, lambda c, *inputs: _flat(c._ffi_forward(*inputs)), forward_axis,
                                     self.x_axis, False, self._regrouped)
+            self.inference = _folding(self, lambda c, *inputs: c._ffi_inference(*inputs), forward_axis,
+                                      self.x_axis[:n], False)
         T.ensure_registered(r.op, platform)
 
     def __hash__(self) -> int:
@@ -137,6 +141,16 @@ class Call:
                                    input_output_aliases=self.aliases or None)(*inputs, **self.attrs)
         n = self.counts[0] + self.counts[1]
         return tuple(results[:n]), tuple(results[n:])
+
+    def _ffi_inference(self, *inputs: Any) -> tuple[Any, ...]:
+        """The outputs and updated arrays of the forward FFI call where no gradient is asked for (the
+        custom_vjp's primal, :attr:`inference` runs it): the backend saves no residuals, none come back."""
+        n = self.counts[0] + self.counts[1]
+        return tuple(jax.ffi.ffi_call(T.target_name(self.row.op, "forward"),
+                                      _varying_like(self.forward_types[:n], inputs),
+                                      vmap_method=self.row.vmap_method,
+                                      input_output_aliases=self.aliases or None)(
+            *inputs, **{**self.attrs, T.INFERENCE: np.bool_(True)}))
 
     def restored(self, residuals: tuple, inputs: tuple, outputs: tuple) -> tuple:
         """All the backend's residuals: the forward target's, and in their places the inputs or outputs the
@@ -332,7 +346,7 @@ class _Needs:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _apply(call: Call, *inputs: Any) -> tuple:
-    return call.forward(*inputs)[0]
+    return call.inference(*inputs)          # (JAX runs _apply_forward instead where it differentiates)
 
 
 def _apply_forward(call: Call, *primals: Any) -> tuple:

@@ -37,6 +37,8 @@ SHAPES, DTYPES, RESIDUALS, GIVEN, RANKS, NEEDS = "__shapes", "__dtypes", "__resi
 #: the places among the forward's residuals of those it declares the values of its arrays or results
 #: (ArraySpec.same_as): not among the forward target's results (the JAX arrays themselves stand for them)
 LENT = "__lent"
+#: set on the forward call of an inference (no gradient asked for): the target saves and returns no residuals
+INFERENCE = "__inference"
 
 #: XLA platform -> the dnnbind backend its handlers run
 PLATFORMS = {"cpu": "cpu" if "cpu" in BACKENDS else "reference", "CUDA": "cudnn"}
@@ -170,9 +172,10 @@ def forward_body(op: str, platform: str) -> Callable[[F.Frame], None]:
                 memory.store(target, arrays[index])
                 arrays[index] = target
                 updated.append(target)
-        with memory.scope(frame), saving_residuals(True, borrowed=True):
+        keep = INFERENCE not in frame.attrs
+        with memory.scope(frame), saving_residuals(keep, borrowed=True):
             result, residuals = forward(*arrays, *static)
-        if LENT in frame.attrs:
+        if keep and LENT in frame.attrs:
             residuals = tuple(without(residuals, [int(i) for i in frame.attrs[LENT]]))
         results = result if isinstance(result, tuple) else (result,)
         given = [v for v in results if v is not None]

@@ -263,6 +263,13 @@ def test_an_inference_computes_and_returns_no_residuals(op):
     assert vjp(jnp.ones_like(y))[0].shape == x.shape
 
 
+def test_a_shape_polymorphic_export_is_refused_saying_why():
+    (b,) = jax.export.symbolic_shape("b")
+    with pytest.raises(NotImplementedError, match=r"^dnnbind.jax needs every array's sizes known while JAX traces; "
+                                                  r"an array has shape \(b, 3, 5\) with symbolic sizes"):
+        jax.export.export(jax.jit(lambda x: dj.activation(x, "relu")))(jax.ShapeDtypeStruct((b, 3, 5), jnp.float32))
+
+
 def test_gru_returns_no_cell_state():
     x = rand(4, 2, 3)
     weights = [(rand(15, 3), rand(15, 5), rand(15), rand(15))]

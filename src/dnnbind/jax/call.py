@@ -42,6 +42,11 @@ def _platform() -> str:
 
 
 def _spec(a: Any) -> ArraySpec:
+    """An array's shape and dtype as dnnbind's checks take them: its sizes known while JAX traces."""
+    if not all(isinstance(n, (int, np.integer)) for n in a.shape):
+        raise NotImplementedError(f"dnnbind.jax needs every array's sizes known while JAX traces; an array has "
+                                  f"shape {tuple(a.shape)} with symbolic sizes (a shape-polymorphic jax.export): "
+                                  f"export with concrete shapes")
     return ArraySpec(tuple(int(n) for n in a.shape), np.dtype(a.dtype))
 
 

@@ -384,3 +384,30 @@ def test_residual_form_takes_its_dims_by_keyword_too(rng):
     np.testing.assert_array_equal(y, y2)
     for a, b in zip(cpu_backend.conv_backward(saved, (y,), dims=dims), cpu_backend.conv_backward(saved2, (y,), dims)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_convolution_on_the_c_kernels_is_not_refused_for_columns_it_never_builds():
+    """The memory check counts one sample's im2col columns only where the forward builds them: a large
+    filter on the C kernels' Direct path reads x in place. In a child whose address space is capped at 5
+    GiB, a 27x27 filter over 32 channels of 256x256 (5.7 GiB of columns, 0.1 GiB of arrays) runs on the
+    kernels and is refused without them, naming what it would need."""
+    from childproc import run_python
+    from dnnbind.highlevel.cpu import native
+    code = """
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (5 << 30, resource.RLIM_INFINITY))
+        import numpy as np, dnnbind
+        x, w = np.ones((1, 32, 256, 256), np.float32), np.full((1, 32, 27, 27), 0.5, np.float32)
+        try:
+            y, _ = dnnbind.conv(x, w, padding=13)
+            print("ran", y.shape, y[0, 0, 128, 128], y[0, 0, 0, 0])
+        except MemoryError as exc:
+            print("refused", exc)
+    """
+    out = run_python(code, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    if native.library() is not None:
+        assert out.stdout.split() == ["ran", "(1,", "1,", "256,", "256)", str(np.float32(32 * 27 * 27 * 0.5)),
+                                      str(np.float32(32 * 14 * 14 * 0.5))]
+    else:
+        assert out.stdout.startswith("refused conv_forward on x of shape (1, 32, 256, 256) would need at least 5.7 GiB")

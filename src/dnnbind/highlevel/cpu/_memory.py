@@ -43,11 +43,13 @@ def gib(n: int) -> str:
 CHECK_FROM_BYTES = 1 << 30
 
 
-def check_fits(op: str, dims: Any, itemsize: int, x_shape: tuple[int, ...] | None = None) -> None:
+def check_fits(op: str, dims: Any, itemsize: int, x_shape: tuple[int, ...] | None = None,
+               columns: bool = True) -> None:
     """MemoryError saying how much ``op`` would need when ``dims.working_bytes`` exceeds what is available;
     ``x_shape``: the shape of the op's own input (a transposed convolution's dims describe the convolution it
-    transposes, whose x is the transposed one's output)."""
-    need = dims.working_bytes(itemsize)
+    transposes, whose x is the transposed one's output); ``columns``: False where the call builds no
+    im2col columns (a convolution's C kernels)."""
+    need = dims.working_bytes(itemsize) if columns else dims.working_bytes(itemsize, columns=False)
     if need < CHECK_FROM_BYTES:
         return
     have = available_bytes()
@@ -57,9 +59,10 @@ def check_fits(op: str, dims: Any, itemsize: int, x_shape: tuple[int, ...] | Non
                           f"({need} bytes) but {gib(have)} is available")
 
 
-def fits_in_memory(op: Callable[..., Any]) -> Callable[..., Any]:
+def fits_in_memory(op: Callable[..., Any], columns: Callable[[str, Any], bool] | None = None) -> Callable[..., Any]:
     """Check, before ``op`` allocates anything (half-precision casts included), that the problem its dims
-    argument (the one with ``working_bytes``) describes fits; half precision is computed in float32."""
+    argument (the one with ``working_bytes``) describes fits; half precision is computed in float32.
+    ``columns(op name, dims)``: whether the call builds im2col columns (None: always counted)."""
     # (a plan skips the check where the problem is too small for it: see residual.passes_when)
     @passes_when(lambda x, *args, **kwargs: _dims_of(args) is None
                  or _dims_of(args).working_bytes(max(x.dtype.itemsize, 4)) < CHECK_FROM_BYTES)
@@ -67,7 +70,8 @@ def fits_in_memory(op: Callable[..., Any]) -> Callable[..., Any]:
     def checked(x: Any, *args: Any, **kwargs: Any) -> Any:
         dims = _dims_of(args)
         if dims is not None:
-            check_fits(op.__name__, dims, max(x.dtype.itemsize, 4), x.shape)
+            check_fits(op.__name__, dims, max(x.dtype.itemsize, 4), x.shape,
+                       True if columns is None else columns(op.__name__, dims))
         return op(x, *args, **kwargs)
     return checked
 

@@ -521,7 +521,7 @@ class Primitives:
 
     @staticmethod
     def wrap_forward(forward: Any) -> Any:
-        return _blas_beside_kernels(dims_at=3)(fits_in_memory(half_forward(forward)))
+        return _blas_beside_kernels(dims_at=3)(fits_in_memory(half_forward(forward), _builds_columns))
 
     @staticmethod
     def wrap_backward(backward: Any) -> Any:
@@ -533,6 +533,12 @@ class Primitives:
 
 
 PRIMITIVES = Primitives()
+
+
+def _builds_columns(name: str, dims: ConvDims) -> bool:
+    """Whether a forward builds im2col columns: not a convolution on the C kernels' Direct path, which
+    reads x in place (a transposed convolution's data-gradient paths are counted as building them)."""
+    return name != "conv_forward" or special_path(dims) is not Direct
 
 
 def _extend(x: np.ndarray, dims: ConvDims) -> np.ndarray:

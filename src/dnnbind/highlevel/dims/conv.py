@@ -171,17 +171,22 @@ class ConvDims(Problem):
     def bias_shape(self) -> Shape:
         return (self.w_shape[0],)
 
-    def working_bytes(self, itemsize: int) -> int:
+    def working_bytes(self, itemsize: int, columns: bool = True) -> int:
         """A lower bound of the memory one call needs on the CPU, in bytes, known before allocating:
-        the padded input, the output, the filter, one sample's im2col columns and the list of kernel
-        offsets. The reference backend checks it first, so a huge problem fails at once."""
-        return self._working_elements * itemsize + prod(self.kernel_size) * OFFSET_BYTES
+        the padded input, the output, the filter, one sample's im2col columns (where the call builds them:
+        ``columns``) and the list of kernel offsets. The reference backend checks it first, so a huge
+        problem fails at once."""
+        elements = self._working_elements if columns else self._working_elements - self._column_elements
+        return elements * itemsize + prod(self.kernel_size) * OFFSET_BYTES
+
+    @functools.cached_property
+    def _column_elements(self) -> int:
+        return self.x_shape[1] * prod(self.kernel_size) * prod(self.out_size)
 
     @functools.cached_property
     def _working_elements(self) -> int:
         n, c = self.x_shape[:2]
-        return (n * c * prod(self.padded_size) + prod(self.y_shape) + prod(self.w_shape)
-                + c * prod(self.kernel_size) * prod(self.out_size))
+        return n * c * prod(self.padded_size) + prod(self.y_shape) + prod(self.w_shape) + self._column_elements
 
     @property
     def symmetric_padding(self) -> bool:

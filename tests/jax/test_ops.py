@@ -180,6 +180,10 @@ def test_dropout_seed_key_and_gradient():
     close(g, 2.0 * kept)
     y3 = dj.dropout(x, 0.5, seed=jax.random.key(1))
     assert not np.array_equal(np.asarray(y3) != 0, kept) or True   # another stream; any mask is legal
+    for big in (2**40 + 7, np.int64(2**40 + 7), -1, np.int32(-1)):     # (numpy's ints as Python's)
+        with pytest.raises(ValueError, match=r"seed=\S*?-?\d+\)? must be in \[0, 2\*\*32\)"):
+            dj.dropout(x, 0.5, seed=big)
+    close(dj.dropout(x, 0.5, seed=np.uint32(3)), y2)
     with pytest.raises(ValueError, match="explicit seed"):
         dj.dropout(x, 0.5)
 

@@ -377,8 +377,9 @@ _apply.defvjp(_apply_forward, _apply_backward, symbolic_zeros=True)
 
 
 def _traced_value(name: str, value: Any) -> Any:
-    """A per-call static value (dropout's seed) as a 0-d uint32 array: an int, a 0-d integer array (taken
-    modulo 2**32) or a jax.random key (a typed key, or jax.random.PRNGKey's raw uint32 pair)."""
+    """A per-call static value (dropout's seed) as a 0-d uint32 array: an int in [0, 2**32) (numpy's
+    too), a 0-d integer array (taken modulo 2**32) or a jax.random key (a typed key, or
+    jax.random.PRNGKey's raw uint32 pair)."""
     if value is None:
         raise ValueError(f"{name}=None: dnnbind.jax needs an explicit {name} (an int, a 0-d integer array or "
                          f"a jax.random key): a JAX function has no hidden random state")
@@ -391,8 +392,8 @@ def _traced_value(name: str, value: Any) -> Any:
         raise TypeError(f"{name}={value!r} must be an int, a 0-d integer array or a jax.random key")
     if dtype is None and not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name}={value!r} must be an int, a 0-d integer array or a jax.random key")
-    if dtype is None and not 0 <= int(value) < 2**32:
-        raise ValueError(f"{name}={value!r} must be in [0, 2**32)")
+    if (dtype is None or isinstance(value, np.integer)) and not 0 <= int(value) < 2**32:
+        raise ValueError(f"{name}={value!r} must be in [0, 2**32)")     # (a numpy int as a Python int)
     if getattr(value, "shape", ()) != ():
         raise ValueError(f"{name} must be 0-d (got shape {value.shape})")
     return jnp.asarray(value).astype(jnp.uint32)

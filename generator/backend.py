@@ -68,7 +68,7 @@ def _class_problems(desc_section: dict[str, dict[str, Any]]) -> list[str]:
     """Class names that cannot be classes of one module: a Python keyword, or one name for two descriptor types
     (the second would silently replace the first)."""
     problems = [f"backend_attributes.descriptors.{d}: class {e['class']!r} is a Python keyword"
-                for d, e in desc_section.items() if keyword.iskeyword(e["class"]) or e["class"] in ("None", "True", "False")]
+                for d, e in desc_section.items() if keyword.iskeyword(e["class"])]
     owners: dict[str, list[str]] = {}
     for d, e in desc_section.items():
         owners.setdefault(e["class"], []).append(d)

@@ -205,7 +205,8 @@ def classify_lengths(functions: list[ir.Function], module: ir.Module, overrides:
 def _stale_element_sizes(tables: dict[str, dict[str, int]], enum_members: dict[str, list[str]]) -> list[str]:
     """element_sizes tables for enums the headers lack, and members their enums lack (a typo never checks
     anything; a member the header dropped is stale)."""
-    problems = [f"element_sizes.{enum}: {enum} is no enum of the headers" for enum in tables if enum not in enum_members]
+    problems = [f"element_sizes.{enum}: {enum} is no enum of the headers"
+                for enum in tables if enum not in enum_members]
     return problems + [f"element_sizes.{enum}: {member} is no member of the headers' {enum}"
                        for enum, table in tables.items() if enum in enum_members
                        for member in table if member not in enum_members[enum]]

@@ -99,7 +99,8 @@ class Pullback:
         try:
             return self._run(*args)
         except (TypeError, ValueError) as exc:         # a backend's check of one cotangent: name the op
-            if type(exc) in (TypeError, ValueError) and str(exc).startswith(tuple(f"{c.name} " for c in self.cotangents)):
+            named = str(exc).startswith(tuple(f"{c.name} " for c in self.cotangents))
+            if type(exc) in (TypeError, ValueError) and named:
                 raise type(exc)(f"{self.op} pullback: {exc}") from None
             raise
 

@@ -132,7 +132,7 @@ _LARGEST_COMPUTED = {"float16": 3.4028234663852886e38, "bfloat16": 3.40282346638
                      "float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
 
 
-def check_fits(name: str, value: float, dtype: str) -> float:
+def check_representable(name: str, value: float, dtype: str) -> float:
     """``value`` (a coefficient) if the precision ``dtype`` is computed in holds it; ValueError otherwise, as
     torch refuses a scalar that cannot be converted to the op's type without overflow."""
     if abs(value) > _LARGEST_COMPUTED[dtype]:

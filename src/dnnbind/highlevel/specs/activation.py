@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dnnbind.highlevel.dims.checks import check_dtype, check_fits, check_real
+from dnnbind.highlevel.dims.checks import check_dtype, check_real, check_representable
 from dnnbind.highlevel.specs import second_order
 from dnnbind.highlevel.specs.base import ArrayArg, Layout, OpSpec, Output, Param
 from dnnbind.highlevel.specs.softmax import like_x
@@ -80,7 +80,7 @@ def activation_alpha(mode: Any, alpha: Any, dtype: str | None = None) -> float |
     alpha = check_real("alpha", alpha)
     if mode == "clipped_relu" and alpha < 0:        # (torch's hardtanh refuses a ceiling below its floor, 0)
         raise ValueError(f"alpha={alpha!r} (clipped_relu's ceiling) must be >= 0")
-    return alpha if dtype is None else check_fits("alpha", alpha, dtype)
+    return alpha if dtype is None else check_representable("alpha", alpha, dtype)
 
 
 def _check(x: Any, *, mode: str, alpha: float | None = None) -> tuple:

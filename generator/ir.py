@@ -58,13 +58,17 @@ class Length:
     most_name: str = ""       # the macro that limit comes from (CUDNN_DIM_MAX)
     least: int = 0            # count sources: the library touches at least this many elements, whatever the count
     handles: tuple[tuple[str, str], ...] = ()   # sized sources: selector members whose elements are handles
+    # sized sources: selector members whose elements are numbers of one C type: (member, (numpy kind, bytes,
+    # the C type's name)), from backend_attributes.element_types
+    numbers: tuple[tuple[str, tuple[str, int, str]], ...] = ()
 
 
     def describe(self) -> str:
         return {"fixed": f"fixed {self.value}", "count": f"count {self.value}" + (f" - {self.minus}" if self.minus else "")
                 + (f", at most {self.most_name or self.most}" if self.most else "")
                 + (f", at least {self.least}" if self.least else ""),
-                "sized": f"{self.value} x size of {self.selector}",
+                "sized": f"{self.value} x size of {self.selector}" + (", arrays of the number type it names"
+                                                                     if self.numbers else ""),
                 "query": f"{self.value}({', '.join(self.args)})",
                 "unchecked": f"unchecked: {self.reason}"}[self.kind]
 

@@ -81,7 +81,8 @@ def _source(entry: dict[str, Any], fn: ir.Function, p: ir.Param, size_tables: di
             enum_members: dict[str, list[str]], problems: list[str],
             limits: dict[str, int | float] | None = None,
             handle_tables: dict[tuple[str, str], dict[str, str]] | None = None,
-            functions: dict[str, ir.Function] | None = None, path: str = "") -> ir.Length | None:
+            functions: dict[str, ir.Function] | None = None, path: str = "",
+            number_tables: dict[str, dict[str, tuple[str, int, str]]] | None = None) -> ir.Length | None:
     limits = limits or {}
     handle_tables = handle_tables or {}
     where = f"{fn.name}.{p.name}"
@@ -118,7 +119,8 @@ def _source(entry: dict[str, Any], fn: ir.Function, p: ir.Param, size_tables: di
                             f"(element_sizes.{entry['sizes']}): {where} cannot be checked")
         direction = "inputs" if p.type.pointee is not None and p.type.pointee.const else "outputs"
         handles = tuple(sorted(handle_tables.get((direction, entry.get("sizes", "")), {}).items()))
-        return ir.Length("sized", count.name, selector.name, tuple(sorted(table.items())), handles=handles)
+        return ir.Length("sized", count.name, selector.name, tuple(sorted(table.items())), handles=handles,
+                         numbers=tuple(sorted((number_tables or {}).get(entry.get("sizes", ""), {}).items())))
     problems.append(f"length of {where}: entry {entry} names no source (one of {SOURCES})")
     return None
 
@@ -145,6 +147,7 @@ def classify_lengths(functions: list[ir.Function], module: ir.Module, overrides:
         problems += [f"handle_values.{enum}: {handle} is not a handle the headers declare"
                      for handle in members.values() if handle not in declared_handles]
     problems += _stale_element_sizes(size_tables, enum_members)
+    number_tables = _number_tables(overrides, enum_members)
     by_name = {fn.name: fn for fn in functions}
 
     for table_name, entries in (("lengths", exceptions), ("nullable", nullable_exceptions)):
@@ -171,7 +174,7 @@ def classify_lengths(functions: list[ir.Function], module: ir.Module, overrides:
             elif p.name in exceptions.get(fn.name, {}):
                 entry, path = exceptions[fn.name][p.name], f"lengths.exceptions.{fn.name}.{p.name}"
                 length = _source(entry, fn, p, size_tables, enum_members, problems, limits, handle_tables, by_name,
-                                 path)
+                                 path, number_tables)
                 if "count" in entry and _count_param(fn, entry["count"], p.name) is None:
                     problems.append(f"{path}: count {entry['count']!r} names no integer parameter of {fn.name}")
                 rule_id = f"exception:{fn.name}"
@@ -179,7 +182,8 @@ def classify_lengths(functions: list[ir.Function], module: ir.Module, overrides:
                 for rule in rules:
                     if _matches(rule, fn, p):
                         length = _source(rule, fn, p, size_tables, enum_members, problems, limits, handle_tables,
-                                         by_name, f"lengths.rules[{rule['id']}] ({fn.name}.{p.name})")
+                                         by_name, f"lengths.rules[{rule['id']}] ({fn.name}.{p.name})",
+                                         number_tables)
                         if length is not None:
                             rule_id = rule["id"]
                             break
@@ -200,6 +204,21 @@ def classify_lengths(functions: list[ir.Function], module: ir.Module, overrides:
             params.append(replace(p, length=length, nullable=nullable, length_rule=rule_id))
         out.append(replace(fn, params=tuple(params)))
     return out
+
+
+#: the ctypes number types an element type may name (backend_attributes.element_types) -> (numpy's kind, bytes)
+_NUMBERS = {"c_int64": ("i", 8), "c_int32": ("i", 4), "c_double": ("f", 8), "c_float": ("f", 4), "c_bool": ("b", 1),
+            "c_char": ("S", 1)}
+
+
+def _number_tables(overrides: dict[str, Any], enum_members: dict[str, list[str]]) -> dict[str, dict[str, tuple]]:
+    """Per selector enum (backend_attributes.type_enum), its members whose elements are numbers of one C
+    type (an enum's are int32): a sized array's wrapper refuses an array of another element type."""
+    section = overrides.get("backend_attributes") or {}
+    types: dict[str, str] = section.get("element_types", {})
+    numbers = {member: (*_NUMBERS[ctype], ctype[2:]) if ctype in _NUMBERS else ("i", 4, ctype)
+               for member, ctype in types.items() if ctype in _NUMBERS or ctype in enum_members}
+    return {section["type_enum"]: numbers} if numbers and "type_enum" in section else {}
 
 
 def _stale_element_sizes(tables: dict[str, dict[str, int]], enum_members: dict[str, list[str]]) -> list[str]:

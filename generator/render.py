@@ -310,6 +310,12 @@ class TypeNames:
             self.size_tables[table] = "{" + ", ".join(f"{member}: ({handle}, {handle!r})"
                                                       for member, handle in length.handles) + "}"
             source = f"_handle_values({name}, {py_name(length.selector)}, {table}, {index})"
+        if length.kind == "sized" and length.numbers:        # elements that are numbers: of the right type
+            enum = _selector_enum(length, fn)
+            table, declared = f"_NUMBERS_{enum}", {m.name for m in self.enums[enum].members} if enum in self.enums else set()
+            self.size_tables[table] = "{" + ", ".join(f"{member}: {number!r}" for member, number in length.numbers
+                                                      if member in declared) + "}"   # what this header has
+            source = f"_element_values({source}, {py_name(length.selector)}, {table}, {index})"
         kind = "input" if const else "output"
         note = f"host {kind}, {length.describe()}" + (f" {unit}" if length.kind == "fixed" else "") \
             + (", may be None" if p.nullable else "")

@@ -92,7 +92,7 @@ def main() -> None:
                 if t == a.attr_type:
                     continue
                 d = cls()
-                buf = (ctypes.c_int64 * 4)()
+                buf = bytearray(32)            # (raw memory: the wrapper checks no element type of it)
                 wrong[t.name] = status(lambda: c.cudnnBackendSetAttribute(d.handle, a.attr, t, 1, buf))
                 d.close()
             print(json.dumps({"attr": a.attr.name, "declared": declared, "wrong": wrong}), flush=True)

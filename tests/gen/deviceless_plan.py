@@ -38,7 +38,7 @@ def read_back(objects: list[b.BackendDescriptor]) -> dict[str, str]:
                 continue
             other = c.CUDNN_TYPE_INT32 if a.attr_type != c.CUDNN_TYPE_INT32 else c.CUDNN_TYPE_INT64
             try:
-                c.cudnnBackendGetAttribute(obj.handle, a.attr, other, 1, ctypes.c_int64(), (ctypes.c_int64 * 2)())
+                c.cudnnBackendGetAttribute(obj.handle, a.attr, other, 1, ctypes.c_int64(), bytearray(16))
                 out[key] = f"{other.name} accepted"
             except dnnbind.CudnnError as exc:
                 out[key] = "ok" if exc.status.name.startswith("CUDNN_STATUS_BAD_PARAM") else exc.status.name

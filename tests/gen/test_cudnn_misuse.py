@@ -150,6 +150,15 @@ CASES = {
     "attribute values short": "c.cudnnBackendSetAttribute(pointwise, 0, c.CUDNN_TYPE_INT64, 4, "
                               "np.zeros(2, np.int64))",
     "attribute type without a size": "c.cudnnBackendSetAttribute(pointwise, 0, 999, 1, np.zeros(2, np.int64))",
+    # values of another number type than the attribute type names (their bytes would be read as it)
+    "attribute int64 values as float64": "c.cudnnBackendSetAttribute(pointwise, 0, c.CUDNN_TYPE_INT64, 4, "
+                                         "np.ones(4, np.float64))",
+    "attribute int64 values as ctypes int32": "c.cudnnBackendSetAttribute(pointwise, 0, c.CUDNN_TYPE_INT64, 2, "
+                                              "(c_int * 4)())",
+    "attribute double read into int64": "c.cudnnBackendGetAttribute(pointwise, 0, c.CUDNN_TYPE_DOUBLE, 1, "
+                                        "byref(ctypes.c_int64()), np.zeros(1, np.int64))",
+    "attribute enum values as int64": "c.cudnnBackendSetAttribute(pointwise, 0, c.CUDNN_TYPE_DATA_TYPE, 1, "
+                                      "np.zeros(1, np.int64))",
     "pooling window short": "c.cudnnSetPoolingNdDescriptor(pool, 0, 0, 3, [2, 2], [0, 0, 0], [1, 1, 1])",
     "algorithm results short": "c.cudnnFindConvolutionForwardAlgorithm(None, t, f, cv, t, 8, byref(c_int()), "
                                "(c.cudnnConvolutionFwdAlgoPerf_t * 1)())",
@@ -248,6 +257,15 @@ EXPECTED = {   # case -> (exception class, text the message must contain); None:
     "error string into 4 bytes": ("DnnArgumentError", "parameter 'message' needs at least 4096 char elements"),
     "attribute values short": ("DnnArgumentError", "parameter 'arrayOfElements' needs at least 32 bytes, got a "
                                                    "numpy.ndarray of 16 bytes"),
+    "attribute int64 values as float64": ("DnnArgumentError", "cudnnBackendSetAttribute: parameter 'arrayOfElements' "
+                                          "holds int64 values for CUDNN_TYPE_INT64: pass an array of int64, got "
+                                          "numpy.ndarray"),
+    "attribute int64 values as ctypes int32": ("DnnArgumentError", "holds int64 values for CUDNN_TYPE_INT64: pass an "
+                                               "array of int64, got"),
+    "attribute double read into int64": ("DnnArgumentError", "cudnnBackendGetAttribute: parameter 'arrayOfElements' "
+                                         "holds double values for CUDNN_TYPE_DOUBLE"),
+    "attribute enum values as int64": ("DnnArgumentError", "holds cudnnDataType_t values for CUDNN_TYPE_DATA_TYPE: "
+                                       "pass an array of cudnnDataType_t"),
     "attribute type without a size": ("DnnArgumentError", "cudnnBackendSetAttribute: parameter 'attributeType' is "
                                                           "999, which names no type the bindings know the size of"),
     "pooling window short": ("DnnArgumentError", "parameter 'windowDimA' needs at least 3 int elements"),

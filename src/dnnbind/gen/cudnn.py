@@ -29,7 +29,8 @@ from dnnbind.runtime.checks import (at_most as _at_most, check_values as _check_
                                     values_ok as _values_ok)
 from dnnbind.runtime.handles import (UNSET as _unset, callback as _callback, check_set as _check_set,
                                      created as _created, destroy_once as _destroy_once,
-                                     handle_values as _handle_values, was_set as _was_set)
+                                     element_values as _element_values, handle_values as _handle_values,
+                                     was_set as _was_set)
 from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
                                       address_handle as _address_handle)
 from dnnbind.runtime.versions import cudnn_version as _cudnn_version
@@ -2389,7 +2390,7 @@ def cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCo
         attributeName: enum cudnnBackendAttributeName_t: a member, or an int from -2147483648 to 2147483647
         attributeType: enum cudnnBackendAttributeType_t: a member, or an int from -2147483648 to 2147483647
         elementCount: integer (int64_t): -9223372036854775808 to 9223372036854775807
-        arrayOfElements: host input, elementCount x size of attributeType
+        arrayOfElements: host input, elementCount x size of attributeType, arrays of the number type it names
 
     Raises CudnnError when the returned status is not success.
 
@@ -2403,7 +2404,7 @@ def cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCo
     if not _handles_set:
         _lib.check_handles('cudnnBackendSetAttribute', ('descriptor',), (descriptor,))
     try:
-        arrayOfElements = _void_c(_handle_values(arrayOfElements, attributeType, _HANDLES_cudnnBackendAttributeType_t, 4), _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, elementCount, 'cudnnBackendSetAttribute', 'attributeType'), 4)
+        arrayOfElements = _void_c(_element_values(_handle_values(arrayOfElements, attributeType, _HANDLES_cudnnBackendAttributeType_t, 4), attributeType, _NUMBERS_cudnnBackendAttributeType_t, 4), _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, elementCount, 'cudnnBackendSetAttribute', 'attributeType'), 4)
         status = _cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCount, arrayOfElements)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBackendSetAttribute', ('descriptor', 'attributeName', 'attributeType', 'elementCount', 'arrayOfElements'), exc) from None
@@ -2423,7 +2424,7 @@ def cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requested
         attributeType: enum cudnnBackendAttributeType_t: a member, or an int from -2147483648 to 2147483647
         requestedElementCount: integer (int64_t): -9223372036854775808 to 9223372036854775807
         elementCount: host output, fixed 1 elements
-        arrayOfElements: host output, requestedElementCount x size of attributeType
+        arrayOfElements: host output, requestedElementCount x size of attributeType, arrays of the number type it names
 
     Raises CudnnError when the returned status is not success.
 
@@ -2438,7 +2439,7 @@ def cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requested
         _lib.check_handles('cudnnBackendGetAttribute', ('descriptor',), (descriptor,))
     try:
         elementCount = _arr_int64_t(elementCount, 1, 4)
-        arrayOfElements = _void(_handle_values(arrayOfElements, attributeType, _HANDLES_cudnnBackendAttributeType_t_out, 5), _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, requestedElementCount, 'cudnnBackendGetAttribute', 'attributeType'), 5)
+        arrayOfElements = _void(_element_values(_handle_values(arrayOfElements, attributeType, _HANDLES_cudnnBackendAttributeType_t_out, 5), attributeType, _NUMBERS_cudnnBackendAttributeType_t, 5), _sized_count(_SIZES_cudnnBackendAttributeType_t, attributeType, requestedElementCount, 'cudnnBackendGetAttribute', 'attributeType'), 5)
         status = _cudnnBackendGetAttribute(descriptor, attributeName, attributeType, requestedElementCount, elementCount, arrayOfElements)
     except _ArgumentError as exc:
         raise _lib.argument_error('cudnnBackendGetAttribute', ('descriptor', 'attributeName', 'attributeType', 'requestedElementCount', 'elementCount', 'arrayOfElements'), exc) from None
@@ -9827,4 +9828,5 @@ _lib.describe_status = cudnnGetErrorString
 _lib.read_version = _read_version
 _HANDLES_cudnnBackendAttributeType_t = {CUDNN_TYPE_BACKEND_DESCRIPTOR: (cudnnBackendDescriptor_t, 'cudnnBackendDescriptor_t'), CUDNN_TYPE_HANDLE: (cudnnHandle_t, 'cudnnHandle_t')}
 _HANDLES_cudnnBackendAttributeType_t_out = {CUDNN_TYPE_BACKEND_DESCRIPTOR: (cudnnBackendDescriptor_t, 'cudnnBackendDescriptor_t')}
+_NUMBERS_cudnnBackendAttributeType_t = {CUDNN_TYPE_ATTRIB_NAME: ('i', 4, 'cudnnBackendAttributeName_t'), CUDNN_TYPE_BEHAVIOR_NOTE: ('i', 4, 'cudnnBackendBehaviorNote_t'), CUDNN_TYPE_BN_FINALIZE_STATS_MODE: ('i', 4, 'cudnnBnFinalizeStatsMode_t'), CUDNN_TYPE_BOOLEAN: ('b', 1, 'bool'), CUDNN_TYPE_CHAR: ('S', 1, 'char'), CUDNN_TYPE_CONVOLUTION_MODE: ('i', 4, 'cudnnConvolutionMode_t'), CUDNN_TYPE_CUDA_GRAPH_RETENTION: ('i', 4, 'cudnnCudaGraphRetention_t'), CUDNN_TYPE_DATA_TYPE: ('i', 4, 'cudnnDataType_t'), CUDNN_TYPE_DOUBLE: ('f', 8, 'double'), CUDNN_TYPE_FLOAT: ('f', 4, 'float'), CUDNN_TYPE_GENSTATS_MODE: ('i', 4, 'cudnnGenStatsMode_t'), CUDNN_TYPE_HEUR_MODE: ('i', 4, 'cudnnBackendHeurMode_t'), CUDNN_TYPE_INT32: ('i', 4, 'int32'), CUDNN_TYPE_INT64: ('i', 8, 'int64'), CUDNN_TYPE_KNOB_TYPE: ('i', 4, 'cudnnBackendKnobType_t'), CUDNN_TYPE_LAYOUT_TYPE: ('i', 4, 'cudnnBackendLayoutType_t'), CUDNN_TYPE_MOE_GROUPED_MATMUL_MODE: ('i', 4, 'cudnnMoeGroupedMatmulMode_t'), CUDNN_TYPE_NAN_PROPOGATION: ('i', 4, 'cudnnNanPropagation_t'), CUDNN_TYPE_NORM_FWD_PHASE: ('i', 4, 'cudnnBackendNormFwdPhase_t'), CUDNN_TYPE_NORM_MODE: ('i', 4, 'cudnnBackendNormMode_t'), CUDNN_TYPE_NUMERICAL_NOTE: ('i', 4, 'cudnnBackendNumericalNote_t'), CUDNN_TYPE_OPERATIONGRAPH_MODE: ('i', 4, 'cudnnBackendOperationGraphMode_t'), CUDNN_TYPE_PADDING_MODE: ('i', 4, 'cudnnPaddingMode_t'), CUDNN_TYPE_POINTWISE_MODE: ('i', 4, 'cudnnPointwiseMode_t'), CUDNN_TYPE_REDUCTION_OPERATOR_TYPE: ('i', 4, 'cudnnReduceTensorOp_t'), CUDNN_TYPE_RESAMPLE_MODE: ('i', 4, 'cudnnResampleMode_t'), CUDNN_TYPE_RESHAPE_MODE: ('i', 4, 'cudnnBackendReshapeMode_t'), CUDNN_TYPE_RNG_DISTRIBUTION: ('i', 4, 'cudnnRngDistribution_t'), CUDNN_TYPE_SIGNAL_MODE: ('i', 4, 'cudnnSignalMode_t'), CUDNN_TYPE_TENSOR_REORDERING_MODE: ('i', 4, 'cudnnBackendTensorReordering_t')}
 _SIZES_cudnnBackendAttributeType_t = {CUDNN_TYPE_ATTRIB_NAME: 4, CUDNN_TYPE_BACKEND_DESCRIPTOR: 8, CUDNN_TYPE_BEHAVIOR_NOTE: 4, CUDNN_TYPE_BN_FINALIZE_STATS_MODE: 4, CUDNN_TYPE_BOOLEAN: 1, CUDNN_TYPE_CHAR: 1, CUDNN_TYPE_CONVOLUTION_MODE: 4, CUDNN_TYPE_CUDA_GRAPH_RETENTION: 4, CUDNN_TYPE_DATA_TYPE: 4, CUDNN_TYPE_DOUBLE: 8, CUDNN_TYPE_FLOAT: 4, CUDNN_TYPE_FRACTION: 16, CUDNN_TYPE_GENSTATS_MODE: 4, CUDNN_TYPE_HANDLE: 8, CUDNN_TYPE_HEUR_MODE: 4, CUDNN_TYPE_INT32: 4, CUDNN_TYPE_INT64: 8, CUDNN_TYPE_KNOB_TYPE: 4, CUDNN_TYPE_LAYOUT_TYPE: 4, CUDNN_TYPE_MOE_GROUPED_MATMUL_MODE: 4, CUDNN_TYPE_NAN_PROPOGATION: 4, CUDNN_TYPE_NORM_FWD_PHASE: 4, CUDNN_TYPE_NORM_MODE: 4, CUDNN_TYPE_NUMERICAL_NOTE: 4, CUDNN_TYPE_OPERATIONGRAPH_MODE: 4, CUDNN_TYPE_PADDING_MODE: 4, CUDNN_TYPE_POINTWISE_MODE: 4, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE: 4, CUDNN_TYPE_RESAMPLE_MODE: 4, CUDNN_TYPE_RESHAPE_MODE: 4, CUDNN_TYPE_RNG_DISTRIBUTION: 4, CUDNN_TYPE_SIGNAL_MODE: 4, CUDNN_TYPE_TENSOR_REORDERING_MODE: 4, CUDNN_TYPE_VOID_PTR: 8}

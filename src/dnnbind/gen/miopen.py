@@ -50,7 +50,8 @@ from dnnbind.runtime.checks import (at_most as _at_most, check_values as _check_
                                     values_ok as _values_ok)
 from dnnbind.runtime.handles import (UNSET as _unset, callback as _callback, check_set as _check_set,
                                      created as _created, destroy_once as _destroy_once,
-                                     handle_values as _handle_values, was_set as _was_set)
+                                     element_values as _element_values, handle_values as _handle_values,
+                                     was_set as _was_set)
 from dnnbind.runtime.pointers import (ConstHostPointer, DevicePointer, EitherPointer, HostPointer, HostString,
                                       address_handle as _address_handle)
 

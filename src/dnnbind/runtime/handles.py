@@ -122,6 +122,46 @@ def callback(kind: Any, obj: Any, index: int, where: tuple[str, str], owner: Any
     return value
 
 
+#: ctypes' type codes -> the kind of number they hold, as numpy's dtype.kind says it
+_CTYPES_KINDS = {**dict.fromkeys("bhilq", "i"), **dict.fromkeys("BHILQ", "u"), **dict.fromkeys("fdg", "f"),
+                 "?": "b", "c": "S"}
+
+
+def _element_type(values: Any) -> tuple[str, int] | None:
+    """(kind, bytes) of the elements of a numpy array, a ctypes array or number, or byref of one; None for
+    anything else (raw memory: bytes, a buffer, an address)."""
+    target = getattr(values, "_obj") if isinstance(values, _ByrefType) else values
+    dtype = getattr(target, "dtype", None)
+    if dtype is not None and hasattr(dtype, "kind"):
+        return dtype.kind, dtype.itemsize
+    ctype = target._type_ if isinstance(target, ctypes.Array) else type(target)
+    code = getattr(ctype, "_type_", None)
+    if isinstance(code, str) and code in _CTYPES_KINDS:
+        return _CTYPES_KINDS[code], ctypes.sizeof(ctype)
+    return None
+
+
+def element_values(values: Any, selector: Any, element_types: dict[int, tuple[str, int, str]], index: int) -> Any:
+    """``values`` as is after checking, where ``selector`` (a backend attribute type) says its elements are
+    numbers of one C type (``element_types[selector]``: numpy's kind, the size in bytes, the C name): a
+    numpy or ctypes array of another element type is refused, since the library would read (or write) its
+    bytes as that type: float64 values given for int64 dimensions become nonsense sizes."""
+    entry = element_types.get(int(selector)) if isinstance(selector, int) else None
+    if entry is None or values is None:
+        return values
+    kind, size, name = entry
+    found = _element_type(values)
+    if found is not None and found != (kind, size):
+        raise _problem(DnnArgumentError, index, f"holds {name} values for {getattr(selector, 'name', selector)}: "
+                       f"pass an array of {name}, got {type_name(values)} ({found[1]}-byte "
+                       f"{_KIND_NAMES.get(found[0], found[0])} elements)")
+    return values
+
+
+#: numpy's dtype kinds in words
+_KIND_NAMES = {"i": "integer", "u": "unsigned integer", "f": "float", "b": "bool", "S": "byte", "c": "complex"}
+
+
 def handle_values(values: Any, selector: Any, handle_types: dict[int, tuple[type, str]], index: int) -> Any:
     """``values`` as is after checking, where ``selector`` (a backend attribute type) says its elements are
     handles of ``handle_types[selector]`` (the type and its C name): a handle object of that type, a ctypes

@@ -159,6 +159,8 @@ CASES = {
                                         "byref(ctypes.c_int64()), np.zeros(1, np.int64))",
     "attribute enum values as int64": "c.cudnnBackendSetAttribute(pointwise, 0, c.CUDNN_TYPE_DATA_TYPE, 1, "
                                       "np.zeros(1, np.int64))",
+    "attribute char values as uint8": "c.cudnnBackendSetAttribute(pointwise, 0, c.CUDNN_TYPE_CHAR, 3, "
+                                      "np.frombuffer(b'abc', np.uint8))",
     "pooling window short": "c.cudnnSetPoolingNdDescriptor(pool, 0, 0, 3, [2, 2], [0, 0, 0], [1, 1, 1])",
     "algorithm results short": "c.cudnnFindConvolutionForwardAlgorithm(None, t, f, cv, t, 8, byref(c_int()), "
                                "(c.cudnnConvolutionFwdAlgoPerf_t * 1)())",
@@ -264,6 +266,8 @@ EXPECTED = {   # case -> (exception class, text the message must contain); None:
                                                "array of int64, got"),
     "attribute double read into int64": ("DnnArgumentError", "cudnnBackendGetAttribute: parameter 'arrayOfElements' "
                                          "holds double values for CUDNN_TYPE_DOUBLE"),
+    # bytes as uint8 pass the element check: cuDNN answers (attribute 0 takes no characters)
+    "attribute char values as uint8": ("CudnnError", "cudnnBackendSetAttribute failed: CUDNN_STATUS_BAD_PARAM"),
     "attribute enum values as int64": ("DnnArgumentError", "holds cudnnDataType_t values for CUDNN_TYPE_DATA_TYPE: "
                                        "pass an array of cudnnDataType_t"),
     "attribute type without a size": ("DnnArgumentError", "cudnnBackendSetAttribute: parameter 'attributeType' is "

@@ -151,12 +151,15 @@ def element_values(values: Any, selector: Any, element_types: dict[int, tuple[st
         return values
     kind, size, name = entry
     found = _element_type(values)
-    if found is not None and found != (kind, size):
+    if found is not None and found != (kind, size) and not (kind == "S" and found in _CHARS):
         raise _problem(DnnArgumentError, index, f"holds {name} values for {getattr(selector, 'name', selector)}: "
                        f"pass an array of {name}, got {type_name(values)} ({found[1]}-byte "
                        f"{_KIND_NAMES.get(found[0], found[0])} elements)")
     return values
 
+
+#: what a char array may also be given as: bytes as unsigned or signed 8-bit integers
+_CHARS = (("u", 1), ("i", 1))
 
 #: numpy's dtype kinds in words
 _KIND_NAMES = {"i": "integer", "u": "unsigned integer", "f": "float", "b": "bool", "S": "byte", "c": "complex"}

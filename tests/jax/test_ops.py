@@ -140,6 +140,25 @@ def test_batchnorm_training_returns_new_running_statistics():
           * gamma.reshape(1, -1, 1, 1) + beta.reshape(1, -1, 1, 1))
 
 
+@pytest.mark.parametrize("training", [False, True])
+def test_a_gradient_with_respect_to_the_running_statistics_is_refused_as_torch_refuses_it(training):
+    """Batch norm is not differentiable by its running statistics (the spec's without_gradient): JAX
+    differentiating with respect to one is refused while it traces, naming the op and the argument (it got
+    zeros); a gradient of the other arrays with the statistics given runs."""
+    x, gamma, beta = rand(4, 3, 5), rand(3), rand(3)
+
+    def loss(x, mean, var):
+        return jnp.sum(dj.batchnorm(x, gamma, beta, running_mean=mean, running_var=var, training=training)[0])
+
+    for argnums, name in (((1,), "running_mean"), ((0, 2), "running_var")):
+        with pytest.raises(TypeError, match=rf"^dnnbind.batchnorm is not differentiable with respect to argument "
+                                            rf"'{name}': JAX differentiates with respect to it here"):
+            jax.grad(loss, argnums)(x, jnp.zeros(3), jnp.ones(3))
+    assert jax.grad(loss)(x, jnp.zeros(3), jnp.ones(3)).shape == x.shape
+    mean = jnp.zeros(3)
+    assert jax.grad(lambda m: loss(x, jax.lax.stop_gradient(m), jnp.ones(3)))(mean).tolist() == [0.0] * 3
+
+
 def jnp_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     mean, var = x.mean(axes, keepdims=True), x.var(axes, keepdims=True)

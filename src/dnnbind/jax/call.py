@@ -169,6 +169,17 @@ class Call:
             full.insert(place, a if a.dtype == dtype else a.astype(dtype))
         return tuple(full)
 
+    def refuse_gradients(self, perturbed: tuple[bool, ...]) -> None:
+        """TypeError while JAX traces where it differentiates with respect to an array the op is not
+        differentiable by (its spec's ``without_gradient``: batch norm's running statistics), as torch's
+        batch norm refuses them, rather than give it a gradient of zeros."""
+        refused = SPECS[self.row.op].without_gradient
+        for k, p in zip(self.array_of, perturbed):
+            if p and self.row.arrays[k] in refused:
+                raise TypeError(f"dnnbind.{self.row.op} is not differentiable with respect to argument "
+                                f"'{self.row.arrays[k]}': JAX differentiates with respect to it here (leave it "
+                                f"out of what jax.grad or jax.vjp differentiates, or stop_gradient it)")
+
     def needs(self, perturbed: tuple[bool, ...]) -> tuple[bool, ...] | None:
         """A skippable op's ``needs=`` (one flag per gradient) from which array leaves JAX differentiates
         with respect to (``perturbed``, per leaf); None (every gradient) for the other ops."""
@@ -358,7 +369,9 @@ def _apply_forward(call: Call, *primals: Any) -> tuple:
     """The forward, and which gradients the backward computes: those of the arrays JAX differentiates
     with respect to (symbolic zeros: a convolution of data needs no dx, a frozen filter no dw)."""
     inputs = [p.value for p in primals]
-    needs = call.needs(tuple(bool(p.perturbed) for p in primals[:len(call.gradient_of)]))
+    perturbed = tuple(bool(p.perturbed) for p in primals[:len(call.gradient_of)])
+    call.refuse_gradients(perturbed)
+    needs = call.needs(perturbed)
     outputs, residuals = call.forward(*inputs)
     return outputs, (call.restored(residuals, tuple(inputs), outputs), tuple(inputs[len(call.gradient_of):]),
                      _Needs(needs))

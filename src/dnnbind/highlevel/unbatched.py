@@ -72,8 +72,9 @@ def pool_is_unbatched(x_shape: Sequence[int], **arguments: Any) -> bool:
         return False                          # batched: PoolDims checks the arguments against it
     if known is not None and known[2] in _SPATIAL:
         name, value, n = known
-        raise ValueError(f"x has shape {_dims(x_shape)} but {name}={value!r} gives {n} spatial dimension{'s' if n != 1 else ''}: x "
-                         f"must have {n + 2} dimensions (N, C, *spatial) or, unbatched, {n + 1} (C, *spatial)")
+        spatial = f"{n} spatial dimension{'s' if n != 1 else ''}"
+        raise ValueError(f"x has shape {_dims(x_shape)} but {name}={value!r} gives {spatial}: x must have {n + 2} "
+                         f"dimensions (N, C, *spatial) or, unbatched, {n + 1} (C, *spatial)")
     raise ValueError(f"x has shape {_dims(x_shape)} but must have 3 to 5 dimensions (N, C, 1 to 3 spatial "
                      f"dimensions) or, unbatched, 2 to 4 (C, *spatial) with window, stride, padding or dilation "
                      f"given per spatial dimension (a sequence), which tells the spatial rank")

@@ -176,9 +176,9 @@ class Call:
         refused = SPECS[self.row.op].without_gradient
         for k, p in zip(self.array_of, perturbed):
             if p and self.row.arrays[k] in refused:
-                raise TypeError(f"dnnbind.{self.row.op} is not differentiable with respect to argument "
-                                f"'{self.row.arrays[k]}': JAX differentiates with respect to it here (leave it "
-                                f"out of what jax.grad or jax.vjp differentiates, or stop_gradient it)")
+                raise TypeError(f"{SPECS[self.row.op].not_differentiable(self.row.arrays[k])}: JAX differentiates "
+                                f"with respect to it here (leave it out of what jax.grad or jax.vjp differentiates, "
+                                f"or stop_gradient it)")
 
     def needs(self, perturbed: tuple[bool, ...]) -> tuple[bool, ...] | None:
         """A skippable op's ``needs=`` (one flag per gradient) from which array leaves JAX differentiates

@@ -6,6 +6,7 @@ import re
 from typing import Any, Callable, Iterable, Mapping, Union
 
 from dnnbind.highlevel.dims.checks import AxisError
+from dnnbind.highlevel.specs import SPECS
 
 Names = Union[Mapping[str, str], Callable[[], Mapping[str, str]]]
 
@@ -74,8 +75,7 @@ class torch_argument_names:
 def refuse_gradient(op: str, name: str) -> None:
     """RuntimeError: a tensor the op is not differentiable by (its spec's ``without_gradient``) asks for a
     gradient; torch's own batch norm refuses its running statistics so, rather than leave them none."""
-    raise RuntimeError(f"dnnbind.{op} is not differentiable with respect to argument '{name}'. This input "
-                       f"cannot have requires_grad True.")
+    raise RuntimeError(f"{SPECS[op].not_differentiable(name)}. This input cannot have requires_grad True.")
 
 
 def refuse_gradients(asked: Iterable[tuple[str, str, Any]]) -> None:

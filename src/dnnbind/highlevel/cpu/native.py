@@ -26,6 +26,7 @@ import numpy as np
 
 from dnnbind import compiled
 from dnnbind.highlevel.dims import ConvDims, PoolDims
+from dnnbind.highlevel.specs.activation import STEP_MODES
 from dnnbind.highlevel.cpu import _blas
 from dnnbind.highlevel.cpu._blas import loaded_libraries
 from dnnbind.highlevel.cpu._threads import blas_single_threaded, one_blas_thread, split, workers
@@ -804,8 +805,8 @@ def vmath(x: np.ndarray, function: str) -> np.ndarray:
 # ------------------------------------------------------------------------------- pointwise activations
 #: the activation modes the kernels compute (csrc/pointwise.c numbers them so); identity stays numpy
 ACTIVATIONS = {"relu": 0, "sigmoid": 1, "tanh": 2, "leaky_relu": 3, "clipped_relu": 4, "swish": 5, "elu": 6}
-#: the modes whose derivative is saved as a boolean mask
-MASKED_ACTIVATIONS = ("relu", "clipped_relu")
+#: the modes whose derivative is saved as a boolean mask (those whose derivative is a step)
+MASKED_ACTIVATIONS = STEP_MODES
 #: Split a pointwise pass over the pool from this many elements on (one pass over memory each; below it
 #: the handoff costs more than the second core saves). Measured on the Folded path's former C column fill
 #: (ms, one thread against two, 2-core EPYC): 1.8 M elements (512 channels at 7x7, batch 8) 0.84 against 0.50;

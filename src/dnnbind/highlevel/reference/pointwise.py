@@ -17,6 +17,7 @@ import numpy as np
 
 from dnnbind.highlevel.reference._arrays import F64, as64, cast, cotangent
 from dnnbind.highlevel.residual import ArraySpec
+from dnnbind.highlevel.specs.activation import STEP_MODES
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -64,7 +65,7 @@ def activation_backward(saved: tuple, cotangents: tuple, mode: str, alpha: float
     d = cotangent("dy", dy, shape, F64)
     if not saved:
         return cast(d, dy.dtype)
-    if mode in ("relu", "clipped_relu"):
+    if mode in STEP_MODES:
         return cast(np.where(saved[0] == 0, 0.0, d), dy.dtype)
     return cast(d * saved[0], dy.dtype)
 

@@ -21,6 +21,11 @@ ACTIVATION_DEFAULTS: dict[str, float | None] = {
 }
 
 
+#: the modes whose derivative is a step, 0 or 1 (relu's, clipped_relu's): their backwards select dy where it
+#: is 1 and give 0 elsewhere, as torch's threshold and hardtanh backwards do (an inf or NaN dy where it is 0
+#: gives 0, not dy * 0); a backend may save the derivative as a boolean mask
+STEP_MODES = ("relu", "clipped_relu")
+
 #: each mode's backward in differentiable operations, (ops, x, y, dy, alpha) -> dx, with PyTorch's
 #: derivatives at the kinks (see the op's doc); what its second-order rule differentiates
 DERIVATIVES: dict[str, Any] = {
@@ -62,7 +67,7 @@ def result_stands_for_x(arguments: dict[str, Any]) -> bool:
     mode = arguments["mode"]
     if mode == "leaky_relu":
         return activation_alpha(mode, arguments.get("alpha")) >= 0      # type: ignore[operator]
-    return mode in ("relu", "clipped_relu", "identity")
+    return mode in (*STEP_MODES, "identity")
 
 
 def activation_alpha(mode: Any, alpha: Any, dtype: str | None = None) -> float | None:

@@ -256,6 +256,11 @@ class OpSpec:
         one that asks for a gradient, as torch's batch norm refuses them."""
         return tuple(a.name for a in self.arrays if a.gradient is None and not a.nested)
 
+    def not_differentiable(self, name: str) -> str:
+        """What a framework says refusing a gradient with respect to array ``name`` (one of
+        :attr:`without_gradient`), its own advice after it."""
+        return f"dnnbind.{self.name} is not differentiable with respect to argument '{name}'"
+
     @functools.cached_property
     def output_names(self) -> tuple[str, ...]:
         """The outputs' names, in order (maxpool: y, indices; rnn: y, hy, cy)."""
